@@ -1,0 +1,48 @@
+// motley validate FILE...: exit 0 when every file is valid, 1 with every problem otherwise.
+#include <fmt/format.h>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "core/config_file.h"
+#include "core/toml_reader.h"
+
+namespace motley::cli {
+
+int RunValidate(const std::vector<std::string>& args) {
+  CLI::App app("Check cluster, model and job files. Every problem is reported "
+                                     "with file:line:column, the key and the fix.",
+                "motley validate");
+  std::vector<std::string> files;
+  std::string kind_name;
+  app.add_option("files", files, "cluster, model (.toml or Hugging Face config.json) or job files")
+      ->required();
+  app.add_option("--kind", kind_name, "treat every file as this kind instead of guessing from its keys")
+      ->check(CLI::IsMember({"cluster", "model", "job"}));
+  if (auto rc = ParseArgs(app, args)) return *rc;
+
+  int num_invalid = 0;
+  for (const auto& file : files) {
+    Result<std::string> text = ReadTextFile(file);
+    Result<ConfigKind> kind = !text.ok() ? Result<ConfigKind>(text.status())
+                              : kind_name == "cluster" ? ConfigKind::kCluster
+                              : kind_name == "model"   ? ConfigKind::kModel
+                              : kind_name == "job"     ? ConfigKind::kJob
+                                                       : DetectConfigKind(*text, file);
+    Result<std::string> summary = kind.ok() ? ValidateConfigText(*text, file, *kind)
+                                            : Result<std::string>(kind.status());
+    if (summary.ok()) {
+      fmt::print("ok       {}  ({})\n", file, *summary);
+    } else {
+      ++num_invalid;
+      fmt::print("invalid  {}\n", file);
+      fmt::print(stderr, "{}\n", summary.status().message());
+    }
+  }
+  if (num_invalid > 0) {
+    fmt::print(stderr, "{} of {} file(s) invalid\n", num_invalid, files.size());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace motley::cli

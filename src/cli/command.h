@@ -1,0 +1,31 @@
+// The subcommand table: each entry is a name, a one-line help and a handler. main.cc dispatches
+// on it; `motley --help` lists it.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace motley::cli {
+
+/// Exit codes shared by all commands.
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;  // the command ran and found a problem (invalid file, OOM plan)
+constexpr int kExitUsage = 2;    // the command line itself is wrong
+
+struct Command {
+  std::string_view name;
+  std::string_view help;
+  /// `args` are the arguments after the subcommand name.
+  int (*run)(const std::vector<std::string>& args);
+};
+
+const std::vector<Command>& Commands();
+
+// Handlers, one file each (cmd_<name>.cc).
+int RunValidate(const std::vector<std::string>& args);
+int RunCatalog(const std::vector<std::string>& args);
+int RunDescribe(const std::vector<std::string>& args);
+int RunDemo(const std::vector<std::string>& args);
+
+}  // namespace motley::cli

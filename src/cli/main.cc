@@ -1,0 +1,52 @@
+// motley: plan and run LLM training on heterogeneous GPU clusters.
+// The main flow: find the subcommand in the table (commands.cc) and hand it the rest of the line.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "cli/version.h"
+#include "core/suggest.h"
+
+namespace motley::cli {
+namespace {
+
+void PrintUsage() {
+  fmt::print("motley {} - plan and run LLM training on heterogeneous GPU clusters\n\n", Version());
+  fmt::print("Usage: motley <command> [flags]   (motley <command> --help for its flags)\n\nCommands:\n");
+  for (const auto& c : Commands()) fmt::print("  {:<10}  {}\n", c.name, c.help);
+  fmt::print("\nGlobal flags:\n  --help      this text\n  --version   motley's version and its libtorch\n");
+}
+
+int Main(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    PrintUsage();
+    return kExitOk;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    fmt::print("{}\n", VersionLine());
+    return kExitOk;
+  }
+  for (const auto& c : Commands()) {
+    if (c.name == args[0]) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  std::vector<std::string> names;
+  for (const auto& c : Commands()) names.emplace_back(c.name);
+  if (args[0].starts_with("-")) {
+    fmt::print(stderr, "motley: unknown flag '{}'{} Run 'motley --help' for the commands.\n", args[0],
+               DidYouMeanOrPeriod(args[0], std::vector<std::string>{"--help", "--version"}));
+  } else {
+    fmt::print(stderr, "motley: unknown command '{}'{} Commands: {}\n", args[0],
+               DidYouMeanOrPeriod(args[0], names), JoinNames(names));
+  }
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace motley::cli
+
+int main(int argc, char** argv) {
+  return motley::cli::Main(std::vector<std::string>(argv + 1, argv + argc));
+}

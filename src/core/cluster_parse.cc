@@ -1,0 +1,266 @@
+// Reading and validating a cluster file. See examples/clusters/ and docs/config.md for the format.
+#include "core/cluster_parse.h"
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/builtin_files.h"
+#include "core/suggest.h"
+#include "core/toml_reader.h"
+#include "core/units.h"
+
+namespace motley {
+namespace {
+
+constexpr int kMaxDevicesPerNode = 64;
+constexpr int kMaxReplicas = 100000;
+constexpr int64_t kMaxDevices = 1 << 20;  // a million devices: far beyond any cluster we plan
+
+void ParseDeviceType(const std::string& name, TomlTable& t, GpuCatalog* catalog) {
+  GpuSpec spec;
+  bool have_base = false;
+  if (auto base = t.String("base")) {
+    if (const GpuSpec* b = catalog->Find(*base)) {
+      spec = *b;
+      spec.aliases.clear();
+      have_base = true;
+    } else {
+      t.Error("base", fmt::format("unknown device type '{}'{}", *base,
+                                  DidYouMean(*base, catalog->AllNames())));
+    }
+  }
+  Need need = have_base ? Need::kOptional : Need::kRequired;
+  spec.name = name;
+  if (auto v = t.String("display_name")) spec.display_name = *v;
+  if (spec.display_name.empty()) spec.display_name = name;
+  if (auto v = t.Bytes("memory", need)) spec.memory_bytes = *v;
+  if (auto v = t.Bandwidth("memory_bandwidth", need)) spec.memory_bandwidth_bytes_per_s = *v;
+  if (auto v = t.Flops("fp16_flops", need)) spec.peak_fp16_flops = *v;
+  if (auto v = t.Flops("fp32_flops", need)) spec.peak_fp32_flops = *v;
+  if (auto v = t.Bool("bf16")) spec.supports_bf16 = *v;
+  if (auto v = t.Bandwidth("host_link", need)) spec.host_link_bytes_per_s = *v;
+  if (auto v = t.Bandwidth("nvlink")) spec.nvlink_bytes_per_s = *v;
+  if (auto v = t.String("source")) spec.source = *v;
+  if (spec.source.empty()) spec.source = "cluster file " + t.file();
+  t.Finish();
+  catalog->Upsert(std::move(spec));
+}
+
+EmulationConfig ParseEmulation(TomlTable& t) {
+  EmulationConfig emu;
+  if (auto v = t.Number("speed_factor", 0.0, 1000.0, Need::kOptional, /*min_exclusive=*/true))
+    emu.speed_factor = *v;
+  if (auto v = t.Bytes("memory")) emu.memory_bytes = *v;
+  if (auto v = t.Bandwidth("link_bandwidth")) emu.link_bandwidth_bytes_per_s = *v;
+  t.Finish();
+  return emu;
+}
+
+// Reads one [[nodes]] entry; returns the nodes it stands for (several with `replicas`).
+std::vector<NodeSpec> ParseNode(TomlTable& t, const GpuCatalog& catalog) {
+  NodeSpec node;
+  auto name = t.String("name", Need::kRequired);
+  auto type = t.String("device", Need::kRequired);
+  const GpuSpec* spec = nullptr;
+  if (type) {
+    spec = catalog.Find(*type);
+    if (spec == nullptr) {
+      auto names = catalog.AllNames();
+      std::vector<std::string> primary;
+      for (const auto& s : catalog.specs()) primary.push_back(s.name);
+      t.Error("device", fmt::format("unknown device type '{}'{} Known types: {}. To use another GPU, "
+                                    "describe it under [device_types.{}]",
+                                    *type, DidYouMeanOrPeriod(*type, names),
+                                    JoinNames(primary), *type));
+    } else {
+      node.device_type = spec->name;
+    }
+  }
+  if (auto v = t.Int("count", 1, kMaxDevicesPerNode)) node.num_devices = static_cast<int>(*v);
+  int replicas = static_cast<int>(t.Int("replicas", 1, kMaxReplicas).value_or(1));
+  if (auto v = t.Choice("interconnect", {"nvswitch", "nvlink", "pcie"})) {
+    node.interconnect = *v == "nvswitch" ? Interconnect::kNvSwitch
+                        : *v == "nvlink" ? Interconnect::kNvLink
+                                         : Interconnect::kPcie;
+  } else if (spec != nullptr && spec->nvlink_bytes_per_s > 0) {
+    node.interconnect = Interconnect::kNvLink;
+  }
+  auto intra = t.Bandwidth("intra_bandwidth");
+  if (intra) {
+    node.intra_bandwidth_bytes_per_s = *intra;
+  } else if (spec != nullptr) {
+    if (node.interconnect == Interconnect::kPcie) {
+      node.intra_bandwidth_bytes_per_s = spec->host_link_bytes_per_s;
+    } else if (spec->nvlink_bytes_per_s > 0) {
+      node.intra_bandwidth_bytes_per_s = spec->nvlink_bytes_per_s;
+    } else {
+      t.Error("interconnect",
+              fmt::format("device type '{}' has no NVLink in the catalog, so interconnect = \"{}\" has "
+                          "no default bandwidth; use interconnect = \"pcie\" or set intra_bandwidth",
+                          spec->name, InterconnectName(node.interconnect)));
+    }
+  }
+  if (auto v = t.Bandwidth("nic_bandwidth")) node.nic_bandwidth_bytes_per_s = *v;
+  if (auto v = t.String("region")) node.region = *v;
+  for (auto& e : t.TableArray("emulation", Need::kOptional, /*allow_single=*/true))
+    node.emulation.push_back(ParseEmulation(e));
+  if (node.emulation.size() > 1 && static_cast<int>(node.emulation.size()) != node.num_devices) {
+    t.Error("emulation", fmt::format("has {} entries but the node has count = {} devices; give one "
+                                     "[nodes.emulation] table for all, or one [[nodes.emulation]] per device",
+                                     node.emulation.size(), node.num_devices));
+  }
+  t.Finish();
+
+  std::vector<NodeSpec> out;
+  if (!name) return out;
+  for (int r = 0; r < replicas; ++r) {
+    out.push_back(node);
+    out.back().name = replicas == 1 ? *name : fmt::format("{}-{}", *name, r);
+  }
+  return out;
+}
+
+void ParseNetwork(TomlTable& t, NetworkConfig* net) {
+  if (auto v = t.Duration("intra_node_latency")) net->intra_node_latency_s = *v;
+  if (auto v = t.Duration("inter_node_latency")) net->inter_node_latency_s = *v;
+  if (auto v = t.Bandwidth("inter_region_bandwidth")) net->inter_region_bandwidth_bytes_per_s = *v;
+  if (auto v = t.Duration("inter_region_latency")) net->inter_region_latency_s = *v;
+  t.Finish();
+}
+
+}  // namespace
+
+Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file) {
+  Diagnostics diag;
+  auto root_table = ParseTomlText(text, file, &diag);
+  if (!root_table) return diag.ToStatus();
+  TomlTable root(*root_table, "", file, &diag);
+
+  Cluster c;
+  c.catalog = GpuCatalog::Builtin();
+  if (auto v = root.String("name")) c.name = *v;
+  if (auto types = root.Table("device_types")) {
+    for (auto& [name, t] : types->NamedTables()) ParseDeviceType(name, t, &c.catalog);
+  }
+  if (auto net = root.Table("network")) ParseNetwork(*net, &c.network);
+
+  // Nodes, keeping where each was declared for duplicate-name messages.
+  std::vector<TomlTable> node_tables = root.TableArray("nodes", Need::kRequired);
+  std::map<std::string, std::pair<size_t, SourcePos>> first_seen;  // name -> (entry, position)
+  int64_t total_devices = 0;
+  for (size_t i = 0; i < node_tables.size(); ++i) {
+    for (auto& node : ParseNode(node_tables[i], c.catalog)) {
+      auto [it, inserted] = first_seen.try_emplace(node.name, i, node_tables[i].PosOf("name"));
+      if (!inserted) {
+        node_tables[i].Error("name", fmt::format("duplicate node name '{}' (first declared at {}); "
+                                                 "every node needs its own name",
+                                                 node.name, it->second.second.ToString()));
+        continue;
+      }
+      total_devices += node.num_devices;
+      if (total_devices > kMaxDevices) break;
+      c.nodes.push_back(std::move(node));
+    }
+    if (total_devices > kMaxDevices) {
+      node_tables[i].ErrorHere(fmt::format("the cluster has more than {} devices; motley plans at most that many",
+                                           kMaxDevices));
+      break;
+    }
+  }
+  if (root.Has("nodes") && node_tables.empty() && !diag.has_errors())
+    root.Error("nodes", "the cluster has no nodes; add at least one [[nodes]] section");
+
+  // Whole-cluster checks.
+  std::set<std::string> regions;
+  for (const auto& n : c.nodes) regions.insert(n.region);
+  if (c.nodes.size() > 1) {
+    for (size_t i = 0; i < node_tables.size(); ++i) {
+      if (!node_tables[i].Has("nic_bandwidth") && node_tables[i].Has("name")) {
+        node_tables[i].ErrorHere(fmt::format(
+            "missing nic_bandwidth: the cluster has {} nodes, so motley needs each node's network "
+            "bandwidth; add nic_bandwidth = \"25Gbps\" (or the figure of your NIC)",
+            c.nodes.size()));
+      }
+    }
+  }
+  if (regions.size() > 1 && c.network.inter_region_bandwidth_bytes_per_s == 0) {
+    root.ErrorHere(fmt::format("the nodes are in {} regions ({}) but [network] has no "
+                               "inter_region_bandwidth; add it, e.g. inter_region_bandwidth = \"5Gbps\"",
+                               regions.size(), JoinNames(std::vector<std::string>(regions.begin(), regions.end()))));
+  }
+
+  // Measured link overrides.
+  std::vector<std::string> node_names, region_names(regions.begin(), regions.end());
+  for (const auto& n : c.nodes) node_names.push_back(n.name);
+  std::vector<std::string> all_names = node_names;
+  all_names.insert(all_names.end(), region_names.begin(), region_names.end());
+  for (auto& t : root.TableArray("links")) {
+    LinkOverride o;
+    auto between = t.StringArray("between", Need::kRequired);
+    auto bw = t.Bandwidth("bandwidth", Need::kRequired);
+    if (auto lat = t.Duration("latency")) o.latency_s = *lat;
+    t.Finish();
+    if (!between || !bw) continue;
+    if (between->size() != 2) {
+      t.Error("between", fmt::format("needs exactly two names (two nodes or two regions), got {}",
+                                     between->size()));
+      continue;
+    }
+    int kinds[2];
+    bool ok = true;
+    for (int k = 0; k < 2; ++k) {
+      const std::string& n = (*between)[k];
+      bool is_node = first_seen.count(n) > 0, is_region = regions.count(n) > 0;
+      kinds[k] = is_node ? 0 : 1;
+      if (is_node && is_region) {
+        t.Error("between", fmt::format("'{}' names both a node and a region; rename one of them", n));
+        ok = false;
+      } else if (!is_node && !is_region) {
+        std::string hint = DidYouMean(n, all_names);
+        t.Error("between", fmt::format("'{}' is neither a node nor a region{}", n,
+                                       hint.empty() ? "" : hint));
+        ok = false;
+      }
+    }
+    if (ok && kinds[0] != kinds[1]) {
+      t.Error("between", fmt::format("mixes a node and a region ('{}', '{}'); name two nodes or two regions",
+                                     (*between)[0], (*between)[1]));
+      ok = false;
+    }
+    if (ok && (*between)[0] == (*between)[1] && kinds[0] == 0) {
+      t.Error("between", fmt::format("names node '{}' twice; a link joins two different nodes", (*between)[0]));
+      ok = false;
+    }
+    if (!ok) continue;
+    o.a = (*between)[0];
+    o.b = (*between)[1];
+    o.bandwidth_bytes_per_s = *bw;
+    c.overrides.push_back(std::move(o));
+  }
+  root.Finish();
+  MOTLEY_RETURN_IF_ERROR(diag.ToStatus());
+  c.Finalize();
+  return c;
+}
+
+Result<Cluster> LoadClusterFile(const std::string& path) {
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseClusterToml(text, path);
+}
+
+Result<Cluster> LoadCluster(const std::string& name_or_path) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(name_or_path, ec)) return LoadClusterFile(name_or_path);
+  if (const BuiltinFile* f = FindBuiltinFile("clusters", name_or_path))
+    return ParseClusterToml(f->text, std::string(f->path));
+  std::vector<std::string> names = BuiltinFileNames("clusters");
+  return Status::NotFound(fmt::format("no cluster file '{}' and no built-in cluster of that name{} "
+                                      "Built-in clusters: {}",
+                                      name_or_path, DidYouMeanOrPeriod(name_or_path, names),
+                                      JoinNames(names)));
+}
+
+}  // namespace motley

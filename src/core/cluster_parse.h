@@ -1,0 +1,19 @@
+// Reading a cluster file (TOML) into a validated Cluster. Every problem in the file is reported at
+// once, each naming file:line:column, the key and the fix.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "core/cluster.h"
+#include "core/status.h"
+
+namespace motley {
+
+/// `file` names the text in messages.
+Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file);
+Result<Cluster> LoadClusterFile(const std::string& path);
+/// A cluster file path, or the name of a built-in example cluster ("local-emulated", "zorse-a").
+Result<Cluster> LoadCluster(const std::string& name_or_path);
+
+}  // namespace motley

@@ -1,0 +1,43 @@
+// GpuCatalog: public spec figures of the GPU types motley knows, each entry citing its source.
+// Cluster files can add types or override figures (see cluster_parse.cc, [device_types.NAME]).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace motley {
+
+struct GpuSpec {
+  std::string name;          // catalog key used in cluster files: "a100-80gb"
+  std::string display_name;  // "NVIDIA A100 SXM4 80GB"
+  std::vector<std::string> aliases;  // other spellings, e.g. the Zorse measurement names ("a100x80")
+  double memory_bytes = 0;   // nominal capacity (GB on the datasheet as GiB, as the driver reports)
+  double memory_bandwidth_bytes_per_s = 0;  // HBM / GDDR
+  double peak_fp16_flops = 0;  // dense fp16/bf16 tensor-core FLOP/s (datasheet "with sparsity" / 2)
+  double peak_fp32_flops = 0;  // dense fp32 FLOP/s (non-tensor)
+  bool supports_bf16 = true;   // false before Ampere: fp16 (with loss scaling) instead
+  double host_link_bytes_per_s = 0;  // PCIe to the host, per direction
+  double nvlink_bytes_per_s = 0;     // NVLink per GPU, per direction; 0 when the type has none
+  std::string source;                // where the figures come from
+};
+
+class GpuCatalog {
+ public:
+  /// The built-in table (gpu_catalog.cc).
+  static const GpuCatalog& Builtin();
+
+  /// Finds a type by name or alias, case-insensitively.
+  const GpuSpec* Find(std::string_view name) const;
+  /// Adds a type, or replaces the one with the same name.
+  void Upsert(GpuSpec spec);
+  const std::vector<GpuSpec>& specs() const { return specs_; }
+  /// Names and aliases, for "did you mean".
+  std::vector<std::string> AllNames() const;
+
+ private:
+  std::vector<GpuSpec> specs_;
+};
+
+}  // namespace motley

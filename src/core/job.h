@@ -1,0 +1,87 @@
+// JobSpec: one training job as read from a job file. Each component owns a small config struct
+// with its defaults here; the job file is parsed and validated once (job_parse.cc) and each
+// component is handed only its own struct.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/cluster.h"
+#include "core/model.h"
+
+namespace motley {
+
+/// How many tokens, in what shape and precision, for how long. Owned by the trainer.
+struct TrainingConfig {
+  int64_t steps = 1000;
+  int64_t seq_len = 1024;
+  /// The global batch, in sequences per step; the file gives tokens or sequences.
+  int64_t global_batch_sequences = 0;
+  /// bf16 on GPUs that have it; fp32 on CPU. fp16 adds dynamic loss scaling.
+  Precision precision = Precision::kBf16;
+  /// Recompute each layer's activations in backward from the saved layer boundary: less memory
+  /// for about a third more compute. Zorse and our planners assume it on.
+  bool activation_checkpointing = true;
+  uint64_t seed = 1234;  // model init and data order
+
+  int64_t global_batch_tokens() const { return global_batch_sequences * seq_len; }
+};
+
+/// Where tokens come from. Owned by the data loader.
+struct DataConfig {
+  std::string train = "builtin";  // a .bin shard or directory of shards, or "builtin" (our corpus)
+  std::string validation;         // "" = the held-out split of `train`
+  std::string tokenizer = "byte";  // "byte" or a sentencepiece .model file
+  int64_t validation_interval_steps = 100;  // 0 = only at the end
+  int64_t validation_sequences = 64;        // per validation pass
+};
+
+/// AdamW with decoupled weight decay. Owned by the optimizer.
+struct OptimizerConfig {
+  double lr = 3e-4;  // peak learning rate, reached after warm-up
+  double beta1 = 0.9;
+  double beta2 = 0.95;  // 0.95 rather than 0.999: steadier for LLMs at large batch
+  double eps = 1e-8;
+  double weight_decay = 0.1;    // applied to matrices only, not norms
+  double grad_clip_norm = 1.0;  // global L2 norm; 0 = no clipping
+};
+
+/// Linear warm-up then decay. Owned by the optimizer.
+struct LrScheduleConfig {
+  int64_t warmup_steps = 100;
+  std::string decay = "cosine";  // "cosine", "linear" or "constant"
+  double min_lr_ratio = 0.1;     // final learning rate as a fraction of the peak
+};
+
+/// Owned by the checkpoint writer.
+struct CheckpointConfig {
+  std::string dir = "checkpoints/run";  // relative to the working directory
+  int64_t interval_steps = 0;           // 0 = only at the end
+  int64_t keep = 2;                     // newest checkpoints kept on disk
+};
+
+/// Owned by the planner.
+struct PlanConfig {
+  /// auto | zorse | poplar | torchtitan-het | hexiscale | cephalo | deepspeed-even | fastest-only
+  std::string strategy = "auto";
+  std::string profile;  // a profile.json; "" = profile the cluster (or reuse the cache)
+};
+
+struct JobSpec {
+  std::string file;         // where it came from, for messages
+  std::string model_ref;    // as written: a preset or a path (resolved relative to the job file)
+  std::string cluster_ref;  // as written: a built-in cluster name or a path
+  ModelSpec model;
+  Cluster cluster;
+  TrainingConfig training;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  LrScheduleConfig lr_schedule;
+  CheckpointConfig checkpoint;
+  PlanConfig plan;
+};
+
+/// The strategy names PlanConfig::strategy accepts.
+const std::vector<std::string>& StrategyNames();
+
+}  // namespace motley

@@ -1,0 +1,210 @@
+#include "core/job_parse.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/cluster_parse.h"
+#include "core/model_parse.h"
+#include "core/suggest.h"
+#include "core/toml_reader.h"
+
+namespace motley {
+namespace {
+
+constexpr int64_t kMaxSteps = int64_t{1} << 40;
+
+void ParseTraining(TomlTable& t, TrainingConfig* c) {
+  if (auto v = t.Int("steps", 1, kMaxSteps)) c->steps = *v;
+  if (auto v = t.Int("seq_len", 1, 1 << 24)) c->seq_len = *v;
+  auto tokens = t.Int("global_batch_tokens", 1, int64_t{1} << 40);
+  auto sequences = t.Int("global_batch_sequences", 1, int64_t{1} << 32);
+  if (tokens && sequences) {
+    t.Error("global_batch_sequences",
+            "give the global batch once: global_batch_tokens or global_batch_sequences, not both");
+  } else if (tokens) {
+    if (*tokens % c->seq_len != 0) {
+      t.Error("global_batch_tokens",
+              fmt::format("global_batch_tokens ({}) is not a multiple of seq_len ({}): {} / {} = {:.2f} "
+                          "sequences; use {} or {}",
+                          *tokens, c->seq_len, *tokens, c->seq_len,
+                          static_cast<double>(*tokens) / c->seq_len,
+                          std::max<int64_t>(1, *tokens / c->seq_len) * c->seq_len,
+                          (*tokens / c->seq_len + 1) * c->seq_len));
+    } else {
+      c->global_batch_sequences = *tokens / c->seq_len;
+    }
+  } else if (sequences) {
+    c->global_batch_sequences = *sequences;
+  } else if (!t.diagnostics()->has_errors()) {
+    t.ErrorHere("missing the global batch: add global_batch_tokens = N (a multiple of seq_len) or "
+                "global_batch_sequences = N");
+  }
+  if (auto v = t.Choice("precision", {"fp32", "bf16", "fp16"})) {
+    c->precision = *v == "fp32" ? Precision::kFp32 : *v == "fp16" ? Precision::kFp16 : Precision::kBf16;
+  }
+  if (auto v = t.Bool("activation_checkpointing")) c->activation_checkpointing = *v;
+  if (auto v = t.Int("seed", 0, INT64_MAX)) c->seed = static_cast<uint64_t>(*v);
+  t.Finish();
+}
+
+void ParseData(TomlTable& t, DataConfig* c) {
+  if (auto v = t.String("train")) c->train = *v;
+  if (auto v = t.String("validation")) c->validation = *v;
+  if (auto v = t.String("tokenizer")) c->tokenizer = *v;
+  if (auto v = t.Int("validation_interval_steps", 0, kMaxSteps)) c->validation_interval_steps = *v;
+  if (auto v = t.Int("validation_sequences", 1, int64_t{1} << 32)) c->validation_sequences = *v;
+  t.Finish();
+}
+
+void ParseOptimizer(TomlTable& t, OptimizerConfig* c) {
+  if (auto v = t.Number("lr", 0.0, 10.0, Need::kOptional, true)) c->lr = *v;
+  if (auto v = t.Number("beta1", 0.0, 0.999999)) c->beta1 = *v;
+  if (auto v = t.Number("beta2", 0.0, 0.999999)) c->beta2 = *v;
+  if (auto v = t.Number("eps", 0.0, 1.0, Need::kOptional, true)) c->eps = *v;
+  if (auto v = t.Number("weight_decay", 0.0, 10.0)) c->weight_decay = *v;
+  if (auto v = t.Number("grad_clip_norm", 0.0, 1e12)) c->grad_clip_norm = *v;
+  t.Finish();
+}
+
+void ParseLrSchedule(TomlTable& t, LrScheduleConfig* c) {
+  if (auto v = t.Int("warmup_steps", 0, kMaxSteps)) c->warmup_steps = *v;
+  if (auto v = t.Choice("decay", {"cosine", "linear", "constant"})) c->decay = *v;
+  if (auto v = t.Number("min_lr_ratio", 0.0, 1.0)) c->min_lr_ratio = *v;
+  t.Finish();
+}
+
+void ParseCheckpoint(TomlTable& t, CheckpointConfig* c) {
+  if (auto v = t.String("dir")) c->dir = *v;
+  if (auto v = t.Int("interval_steps", 0, kMaxSteps)) c->interval_steps = *v;
+  if (auto v = t.Int("keep", 1, 1000)) c->keep = *v;
+  t.Finish();
+}
+
+void ParsePlan(TomlTable& t, PlanConfig* c) {
+  if (auto v = t.Choice("strategy", StrategyNames())) c->strategy = *v;
+  if (auto v = t.String("profile")) c->profile = *v;
+  t.Finish();
+}
+
+// A path written in the job file is relative to the job file's folder.
+std::string RelativeTo(const std::string& job_file, const std::string& ref) {
+  std::filesystem::path p(ref);
+  if (p.is_absolute()) return ref;
+  std::filesystem::path base = std::filesystem::path(job_file).parent_path();
+  return (base / p).lexically_normal().string();
+}
+
+bool LooksLikePath(const std::string& ref) {
+  return ref.find('/') != std::string::npos || ref.ends_with(".toml") || ref.ends_with(".json");
+}
+
+}  // namespace
+
+const std::vector<std::string>& StrategyNames() {
+  static const std::vector<std::string> names = {"auto",      "zorse",   "poplar",         "torchtitan-het",
+                                                 "hexiscale", "cephalo", "deepspeed-even", "fastest-only"};
+  return names;
+}
+
+Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file,
+                             const JobParseOptions& options) {
+  Diagnostics diag;
+  auto table = ParseTomlText(text, file, &diag);
+  if (!table) return diag.ToStatus();
+  TomlTable root(*table, "", file, &diag);
+
+  JobSpec job;
+  job.file = file;
+  auto model_ref = root.String("model", Need::kRequired);
+  auto cluster_ref = root.String("cluster", Need::kRequired);
+  if (auto t = root.Table("training", Need::kRequired)) ParseTraining(*t, &job.training);
+  if (auto t = root.Table("data")) ParseData(*t, &job.data);
+  if (auto t = root.Table("optimizer")) ParseOptimizer(*t, &job.optimizer);
+  if (auto t = root.Table("lr_schedule")) ParseLrSchedule(*t, &job.lr_schedule);
+  if (auto t = root.Table("checkpoint")) ParseCheckpoint(*t, &job.checkpoint);
+  if (auto t = root.Table("plan")) ParsePlan(*t, &job.plan);
+  root.Finish();
+
+  // The model and cluster the job names; their own errors carry their own file names.
+  std::string nested_errors;
+  bool have_model = false, have_cluster = false;
+  if (model_ref) {
+    job.model_ref = *model_ref;
+    bool is_path = LooksLikePath(*model_ref) && !FindModelPreset(*model_ref);
+    if (!is_path || options.resolve_files) {
+      Result<ModelSpec> m = LoadModel(is_path ? RelativeTo(file, *model_ref) : *model_ref);
+      if (m.ok()) {
+        job.model = *m;
+        have_model = true;
+      } else if (m.status().code() == StatusCode::kNotFound) {
+        root.Error("model", m.status().message());
+      } else {
+        nested_errors += "\n" + m.status().message();
+      }
+    }
+  }
+  if (cluster_ref) {
+    job.cluster_ref = *cluster_ref;
+    bool is_path = LooksLikePath(*cluster_ref);
+    if (!is_path || options.resolve_files) {
+      Result<Cluster> c = LoadCluster(is_path ? RelativeTo(file, *cluster_ref) : *cluster_ref);
+      if (c.ok()) {
+        job.cluster = *c;
+        have_cluster = true;
+      } else if (c.status().code() == StatusCode::kNotFound) {
+        root.Error("cluster", c.status().message());
+      } else {
+        nested_errors += "\n" + c.status().message();
+      }
+    }
+  }
+
+  // Checks across components.
+  if (auto t = root.Table("training")) {
+    const TrainingConfig& tr = job.training;
+    if (have_model && tr.seq_len > job.model.max_seq_len) {
+      t->Error("seq_len", fmt::format("seq_len ({}) exceeds the model's max_seq_len ({}) for '{}'; "
+                                      "lower seq_len or raise max_seq_len in the model file",
+                                      tr.seq_len, job.model.max_seq_len, job.model.name));
+    }
+    if (have_cluster && tr.precision == Precision::kBf16 && !job.cluster.emulated()) {
+      std::vector<std::string> without;
+      for (const auto& n : job.cluster.nodes) {
+        const GpuSpec* s = job.cluster.catalog.Find(n.device_type);
+        if (s && !s->supports_bf16 &&
+            std::find(without.begin(), without.end(), s->name) == without.end())
+          without.push_back(s->name);
+      }
+      if (!without.empty()) {
+        t->Error("precision", fmt::format("precision = \"bf16\" but {} cannot compute in bf16; use "
+                                          "precision = \"fp16\" (with loss scaling) or \"fp32\"",
+                                          JoinNames(without)));
+      }
+    }
+  }
+  if (!root.Has("lr_schedule") || !root.Table("lr_schedule")->Has("warmup_steps")) {
+    // The default warm-up never outlasts a short run: at most a tenth of it.
+    job.lr_schedule.warmup_steps = std::min(job.lr_schedule.warmup_steps, job.training.steps / 10);
+  }
+  if (auto t = root.Table("lr_schedule"); t && job.lr_schedule.warmup_steps > job.training.steps) {
+    t->Error("warmup_steps", fmt::format("warmup_steps ({}) is longer than the run (training.steps = {}); "
+                                         "lower it",
+                                         job.lr_schedule.warmup_steps, job.training.steps));
+  }
+  Status status = diag.ToStatus();
+  if (!nested_errors.empty()) {
+    std::string all = status.ok() ? nested_errors.substr(1) : status.message() + nested_errors;
+    return Status::InvalidArgument(all);
+  }
+  MOTLEY_RETURN_IF_ERROR(status);
+  return job;
+}
+
+Result<JobSpec> LoadJobFile(const std::string& path) {
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseJobToml(text, path);
+}
+
+}  // namespace motley

@@ -1,0 +1,119 @@
+#include "core/model.h"
+
+#include <algorithm>
+
+namespace motley {
+
+std::string_view PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+  }
+  return "?";
+}
+
+int BytesPerElement(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
+
+const std::vector<ModelSpec>& ModelPresets() {
+  // name, hidden, layers, heads, kv heads, ffn, vocab, max seq, rope theta, norm eps, tied
+  static const std::vector<ModelSpec> presets = {
+      // LLaMA-1 (Touvron et al. 2023, Table 2), the shapes of the Zorse paper's evaluation.
+      {"llama-7b", 4096, 32, 32, 32, 11008, 32000, 2048, 10000.0, 1e-6, false},
+      {"llama-13b", 5120, 40, 40, 40, 13824, 32000, 2048, 10000.0, 1e-6, false},
+      {"llama-33b", 6656, 60, 52, 52, 17920, 32000, 2048, 10000.0, 1e-6, false},
+      {"llama-65b", 8192, 80, 64, 64, 22016, 32000, 2048, 10000.0, 1e-5, false},
+      // Meta Llama 3 8B (its Hugging Face config.json).
+      {"llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0, 1e-5, false},
+      // TinyLlama 1.1B (its Hugging Face config.json).
+      {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0, 1e-5, false},
+      // Small shapes of our own: ~100M for GPU checks, ~1M for CPU training, and a tiny one for
+      // unit tests. Byte-level vocabulary (256) for the two smallest.
+      {"llama-100m", 768, 12, 12, 4, 2048, 32000, 1024, 10000.0, 1e-5, false},
+      {"llama-1m", 128, 4, 4, 2, 384, 256, 256, 10000.0, 1e-5, false},
+      {"llama-tiny", 32, 2, 4, 2, 64, 256, 64, 10000.0, 1e-5, false},
+  };
+  return presets;
+}
+
+const ModelSpec* FindModelPreset(std::string_view name) {
+  for (const auto& m : ModelPresets())
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+std::vector<std::string> ModelPresetNames() {
+  std::vector<std::string> names;
+  for (const auto& m : ModelPresets()) names.push_back(m.name);
+  return names;
+}
+
+int64_t ParamsPerLayer(const ModelSpec& m) {
+  const int64_t h = m.hidden_size;
+  const int64_t attention = h * h /*q*/ + 2 * h * m.kv_dim() /*k, v*/ + h * h /*o*/;
+  const int64_t mlp = 3 * h * m.ffn_size;
+  const int64_t norms = 2 * h;
+  return attention + mlp + norms;
+}
+
+int64_t EmbeddingParams(const ModelSpec& m) { return m.vocab_size * m.hidden_size; }
+
+int64_t HeadParams(const ModelSpec& m) {
+  return m.hidden_size + (m.tie_embeddings ? 0 : m.vocab_size * m.hidden_size);
+}
+
+int64_t TotalParams(const ModelSpec& m) {
+  return EmbeddingParams(m) + m.num_layers * ParamsPerLayer(m) + HeadParams(m);
+}
+
+double LayerForwardFlopsPerToken(const ModelSpec& m, int64_t seq_len) {
+  const double h = static_cast<double>(m.hidden_size);
+  const double matmul_params = 2 * h * h + 2 * h * m.kv_dim() + 3 * h * m.ffn_size;
+  const double attention = 4.0 * seq_len * h;  // QK^T and softmax(QK^T) V, 2 FLOPs per MAC each
+  return 2 * matmul_params + attention;
+}
+
+double HeadForwardFlopsPerToken(const ModelSpec& m) {
+  return 2.0 * static_cast<double>(m.hidden_size) * m.vocab_size;
+}
+
+double ForwardFlopsPerToken(const ModelSpec& m, int64_t seq_len) {
+  return m.num_layers * LayerForwardFlopsPerToken(m, seq_len) + HeadForwardFlopsPerToken(m);
+}
+
+double BackwardFlopsPerToken(const ModelSpec& m, int64_t seq_len) {
+  return 2 * ForwardFlopsPerToken(m, seq_len);
+}
+
+double TrainFlopsPerToken(const ModelSpec& m, int64_t seq_len, bool recompute) {
+  double flops = ForwardFlopsPerToken(m, seq_len) + BackwardFlopsPerToken(m, seq_len);
+  if (recompute) flops += m.num_layers * LayerForwardFlopsPerToken(m, seq_len);
+  return flops;
+}
+
+StateBytesPerParam StateBytes(Precision p) {
+  if (p == Precision::kFp32) return {4, 4, 8};
+  return {2, 2, 12};
+}
+
+double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p) {
+  return static_cast<double>(m.hidden_size) * BytesPerElement(p);
+}
+
+double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p,
+                                    bool fused_attention) {
+  const double h = static_cast<double>(m.hidden_size);
+  // Residual input and normed input of attention and MLP (4h); q, k, v (h + 2 kv); attention
+  // output (h); gate, up, silu(gate), gate*up (4 ffn).
+  double elements = 6 * h + 2.0 * m.kv_dim() + 4.0 * m.ffn_size;
+  double bytes = elements * BytesPerElement(p);
+  bytes += 2 * 4.0;  // two RMSNorm reciprocal-rms values in fp32
+  if (fused_attention) {
+    bytes += 4.0 * m.num_heads;  // log-sum-exp per head
+  } else {
+    bytes += static_cast<double>(m.num_heads) * seq_len * BytesPerElement(p);  // probabilities
+  }
+  return bytes;
+}
+
+}  // namespace motley

@@ -1,0 +1,80 @@
+// ModelSpec: the shape of a Llama-family model, and the figures derived from it that planners,
+// cost models and reports need (parameters, FLOPs per token, bytes of state and activations).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace motley {
+
+struct ModelSpec {
+  std::string name;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // grouped-query attention; == num_heads for multi-head attention
+  int64_t ffn_size = 0;      // SwiGLU intermediate size
+  int64_t vocab_size = 0;
+  int64_t max_seq_len = 0;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-6;
+  bool tie_embeddings = false;  // lm_head shares model.embed_tokens.weight
+
+  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim(); }
+};
+
+enum class Precision { kFp32, kBf16, kFp16 };
+std::string_view PrecisionName(Precision p);
+/// Bytes of one element in the compute precision.
+int BytesPerElement(Precision p);
+
+/// Built-in shapes: the LLaMA-1 models of the Zorse paper, Llama 3 8B, TinyLlama, and tiny test
+/// models.
+const std::vector<ModelSpec>& ModelPresets();
+const ModelSpec* FindModelPreset(std::string_view name);
+std::vector<std::string> ModelPresetNames();
+
+// ---- Parameters -------------------------------------------------------------------------------
+/// One decoder layer: q, k, v, o projections, SwiGLU gate/up/down, two RMSNorm weights.
+int64_t ParamsPerLayer(const ModelSpec& m);
+int64_t EmbeddingParams(const ModelSpec& m);  // model.embed_tokens
+/// Final norm plus lm_head (0 for lm_head when tied).
+int64_t HeadParams(const ModelSpec& m);
+int64_t TotalParams(const ModelSpec& m);
+
+// ---- FLOPs (a multiply-add counts 2) ------------------------------------------------------------
+/// Forward FLOPs per token of one decoder layer at sequence length `seq_len`: the matmuls plus
+/// attention scores and weighted sum (4 * seq_len * hidden, full square, as HFU counts it).
+double LayerForwardFlopsPerToken(const ModelSpec& m, int64_t seq_len);
+/// lm_head forward FLOPs per token.
+double HeadForwardFlopsPerToken(const ModelSpec& m);
+double ForwardFlopsPerToken(const ModelSpec& m, int64_t seq_len);
+/// Backward is twice the forward.
+double BackwardFlopsPerToken(const ModelSpec& m, int64_t seq_len);
+/// Forward + backward, plus one more forward of the decoder layers when activations are
+/// recomputed (what the hardware executes, for HFU).
+double TrainFlopsPerToken(const ModelSpec& m, int64_t seq_len, bool recompute);
+
+// ---- Bytes --------------------------------------------------------------------------------------
+/// Bytes per parameter of training state. Mixed precision (bf16/fp16): parameters and gradients in
+/// 16 bits, fp32 master weights and Adam moments in the optimizer (2 + 2 + 12 = 16). fp32: 4 + 4 + 8.
+struct StateBytesPerParam {
+  double params = 0;
+  double grads = 0;
+  double optimizer = 0;  // master weights (mixed precision) + Adam first and second moments
+  double total() const { return params + grads + optimizer; }
+};
+StateBytesPerParam StateBytes(Precision p);
+
+/// The activation saved at a layer boundary (the residual stream), per token.
+double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p);
+/// Activations one decoder layer keeps for its backward without recomputation, per token
+/// (approximate: inputs of every matmul and norm, SwiGLU intermediates; the attention
+/// probabilities too unless a fused attention kernel avoids storing them).
+double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p,
+                                    bool fused_attention);
+
+}  // namespace motley

@@ -1,0 +1,224 @@
+// Reading model shapes: a TOML model file, a Hugging Face config.json (as is), or a preset name.
+#include "core/model_parse.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/suggest.h"
+#include "core/toml_reader.h"
+
+namespace motley {
+namespace {
+
+constexpr int64_t kMaxHidden = 1 << 17;
+constexpr int64_t kMaxLayers = 1 << 12;
+constexpr int64_t kMaxVocab = 1 << 24;
+constexpr int64_t kMaxSeqLen = 1 << 24;
+
+// Where the message for one field goes: a TOML key with its position, or a JSON key.
+using ErrorAt = std::function<void(std::string_view key, const std::string& message)>;
+
+// Consistency checks shared by the TOML and JSON readers; `key` maps our field names to the
+// file's own key names so messages speak the file's language.
+void CheckShape(const ModelSpec& m, const std::function<std::string(std::string_view)>& key,
+                const ErrorAt& error) {
+  if (m.num_heads > 0 && m.hidden_size > 0 && m.hidden_size % m.num_heads != 0) {
+    error(key("num_heads"),
+          fmt::format("{} ({}) must divide {} ({}): {} / {} = {:.2f}; choose a head count that divides "
+                      "the hidden size",
+                      key("num_heads"), m.num_heads, key("hidden_size"), m.hidden_size, m.hidden_size,
+                      m.num_heads, static_cast<double>(m.hidden_size) / m.num_heads));
+    return;
+  }
+  if (m.num_kv_heads > 0 && m.num_heads > 0 && m.num_heads % m.num_kv_heads != 0) {
+    error(key("num_kv_heads"),
+          fmt::format("{} ({}) must divide {} ({}): {} / {} = {:.2f}; each key/value head serves a whole "
+                      "group of query heads",
+                      key("num_kv_heads"), m.num_kv_heads, key("num_heads"), m.num_heads, m.num_heads,
+                      m.num_kv_heads, static_cast<double>(m.num_heads) / m.num_kv_heads));
+  }
+  if (m.num_heads > 0 && m.hidden_size > 0 && m.hidden_size % m.num_heads == 0 &&
+      m.head_dim() % 2 != 0) {
+    error(key("num_heads"),
+          fmt::format("the head dimension {} / {} = {} is odd; rotary embeddings need an even head "
+                      "dimension",
+                      key("hidden_size"), key("num_heads"), m.head_dim()));
+  }
+}
+
+}  // namespace
+
+Result<ModelSpec> ParseModelToml(std::string_view text, const std::string& file) {
+  Diagnostics diag;
+  auto table = ParseTomlText(text, file, &diag);
+  if (!table) return diag.ToStatus();
+  TomlTable t(*table, "", file, &diag);
+
+  ModelSpec m;
+  bool have_base = false;
+  if (auto base = t.String("base")) {
+    if (const ModelSpec* p = FindModelPreset(*base)) {
+      m = *p;
+      have_base = true;
+    } else {
+      t.Error("base", fmt::format("unknown model preset '{}'{} Presets: {}", *base,
+                                  DidYouMeanOrPeriod(*base, ModelPresetNames()),
+                                  JoinNames(ModelPresetNames())));
+    }
+  }
+  Need need = have_base ? Need::kOptional : Need::kRequired;
+  if (auto v = t.String("name")) m.name = *v;
+  if (auto v = t.Int("hidden_size", 1, kMaxHidden, need)) m.hidden_size = *v;
+  if (auto v = t.Int("num_layers", 1, kMaxLayers, need)) m.num_layers = *v;
+  if (auto v = t.Int("num_heads", 1, kMaxHidden, need)) m.num_heads = *v;
+  if (auto v = t.Int("num_kv_heads", 1, kMaxHidden)) {
+    m.num_kv_heads = *v;
+  } else if (!t.Has("num_kv_heads") && (!have_base || t.Has("num_heads"))) {
+    m.num_kv_heads = m.num_heads;  // multi-head attention unless said otherwise
+  }
+  if (auto v = t.Int("ffn_size", 1, 8 * kMaxHidden, need)) m.ffn_size = *v;
+  if (auto v = t.Int("vocab_size", 1, kMaxVocab, need)) m.vocab_size = *v;
+  if (auto v = t.Int("max_seq_len", 1, kMaxSeqLen, need)) m.max_seq_len = *v;
+  if (auto v = t.Number("rope_theta", 0.0, 1e12, Need::kOptional, true)) m.rope_theta = *v;
+  if (auto v = t.Number("norm_eps", 0.0, 1.0, Need::kOptional, true)) m.norm_eps = *v;
+  if (auto v = t.Bool("tie_embeddings")) m.tie_embeddings = *v;
+  t.Finish();
+  if (m.name.empty()) m.name = std::filesystem::path(file).stem().string();
+  if (!diag.has_errors()) {
+    CheckShape(m, [](std::string_view k) { return std::string(k); },
+               [&](std::string_view key, const std::string& msg) { t.Error(key, msg); });
+  }
+  MOTLEY_RETURN_IF_ERROR(diag.ToStatus());
+  return m;
+}
+
+Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& file) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // Translate the byte offset into line:column.
+    int line = 1, column = 1;
+    for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    return Status::InvalidArgument(fmt::format("{}:{}:{}: error: JSON syntax: {}", file, line, column, e.what()));
+  }
+  if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: error: expected a JSON object", file));
+
+  Diagnostics diag;
+  // JSON has no positions in nlohmann; find the key's line by searching the text.
+  auto pos_of = [&](std::string_view key) {
+    SourcePos pos{file, 0, 0};
+    size_t at = text.find(fmt::format("\"{}\"", key));
+    if (at == std::string_view::npos) return pos;
+    pos.line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
+    size_t line_start = text.rfind('\n', at);
+    pos.column = static_cast<int>(at - (line_start == std::string_view::npos ? 0 : line_start + 1)) + 1;
+    return pos;
+  };
+  auto error = [&](std::string_view key, const std::string& msg) {
+    diag.Error(pos_of(key), fmt::format("{}: {}", key, msg));
+  };
+  auto get_int = [&](std::string_view key, int64_t max, bool required) -> std::optional<int64_t> {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+      if (required) diag.Error(SourcePos{file, 0, 0}, fmt::format("missing required key \"{}\"; a Llama config.json has it", key));
+      return std::nullopt;
+    }
+    if (!it->is_number_integer()) {
+      error(key, fmt::format("expected an integer, got {}", it->dump()));
+      return std::nullopt;
+    }
+    int64_t v = it->get<int64_t>();
+    if (v < 1 || v > max) {
+      error(key, fmt::format("{} is out of range; it must be between 1 and {}", v, max));
+      return std::nullopt;
+    }
+    return v;
+  };
+  auto get_number = [&](std::string_view key, double max) -> std::optional<double> {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number()) {
+      error(key, fmt::format("expected a number, got {}", it->dump()));
+      return std::nullopt;
+    }
+    double v = it->get<double>();
+    if (!(v > 0) || v > max) {
+      error(key, fmt::format("{} is out of range; it must be > 0 and <= {}", v, max));
+      return std::nullopt;
+    }
+    return v;
+  };
+
+  if (auto it = j.find("model_type"); it != j.end()) {
+    if (!it->is_string() || it->get<std::string>() != "llama") {
+      error("model_type", fmt::format("motley trains Llama models; this config says model_type {}",
+                                      it->dump()));
+    }
+  }
+  ModelSpec m;
+  m.name = std::filesystem::path(file).parent_path().filename().string();
+  if (m.name.empty()) m.name = "hf-model";
+  if (auto v = get_int("hidden_size", kMaxHidden, true)) m.hidden_size = *v;
+  if (auto v = get_int("num_hidden_layers", kMaxLayers, true)) m.num_layers = *v;
+  if (auto v = get_int("num_attention_heads", kMaxHidden, true)) m.num_heads = *v;
+  m.num_kv_heads = get_int("num_key_value_heads", kMaxHidden, false).value_or(m.num_heads);
+  if (auto v = get_int("intermediate_size", 8 * kMaxHidden, true)) m.ffn_size = *v;
+  if (auto v = get_int("vocab_size", kMaxVocab, true)) m.vocab_size = *v;
+  if (auto v = get_int("max_position_embeddings", kMaxSeqLen, true)) m.max_seq_len = *v;
+  if (auto v = get_number("rope_theta", 1e12)) m.rope_theta = *v;
+  if (auto v = get_number("rms_norm_eps", 1.0)) m.norm_eps = *v;
+  if (auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
+    if (it->is_boolean()) {
+      m.tie_embeddings = it->get<bool>();
+    } else {
+      error("tie_word_embeddings", fmt::format("expected true or false, got {}", it->dump()));
+    }
+  }
+  if (auto v = get_int("head_dim", kMaxHidden, false);
+      v && m.num_heads > 0 && m.hidden_size > 0 && *v * m.num_heads != m.hidden_size) {
+    error("head_dim", fmt::format("head_dim ({}) x num_attention_heads ({}) = {} != hidden_size ({}); "
+                                  "motley supports head_dim = hidden_size / num_attention_heads",
+                                  *v, m.num_heads, *v * m.num_heads, m.hidden_size));
+  }
+  if (!diag.has_errors()) {
+    auto hf_key = [](std::string_view k) -> std::string {
+      if (k == "num_heads") return "num_attention_heads";
+      if (k == "num_kv_heads") return "num_key_value_heads";
+      return std::string(k);
+    };
+    CheckShape(m, hf_key, error);
+  }
+  MOTLEY_RETURN_IF_ERROR(diag.ToStatus());
+  return m;
+}
+
+Result<ModelSpec> LoadModel(const std::string& name_or_path) {
+  if (const ModelSpec* preset = FindModelPreset(name_or_path)) return *preset;
+  std::filesystem::path path(name_or_path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) path /= "config.json";
+  if (!std::filesystem::exists(path, ec)) {
+    auto names = ModelPresetNames();
+    return Status::NotFound(fmt::format(
+        "unknown model '{}'{} It is neither a preset ({}) nor an existing .toml file, config.json or "
+        "directory holding one",
+        name_or_path, DidYouMeanOrPeriod(name_or_path, names), JoinNames(names)));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path.string()));
+  if (path.extension() == ".json") return ParseHfConfigJson(text, path.string());
+  return ParseModelToml(text, path.string());
+}
+
+}  // namespace motley

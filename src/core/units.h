@@ -1,0 +1,33 @@
+// Quantities with units, as users write them in config files: "80GiB", "50Gbps", "900GB/s",
+// "312TFLOPS", "5us". Each parser returns the value in one base unit; callers keep that unit in
+// the variable name (memory_bytes, bandwidth_bytes_per_s, peak_flops_per_s, latency_s).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace motley {
+
+/// "80GiB", "16 GB", "512MiB", "1.5TB" -> bytes. Decimal (KB, MB, GB, TB) and binary (KiB .. TiB).
+Result<double> ParseBytes(std::string_view text);
+
+/// "50Gbps" (bits), "900GB/s" (bytes), "25 GiB/s" -> bytes per second.
+Result<double> ParseBandwidth(std::string_view text);
+
+/// "312TFLOPS", "19.5 TFLOP/s" -> floating-point operations per second.
+Result<double> ParseFlops(std::string_view text);
+
+/// "5us", "1.5ms", "20 ms", "2s", "100ns" -> seconds.
+Result<double> ParseDuration(std::string_view text);
+
+/// Short human forms for reports: "80.0 GiB", "50 Gbps" / "900 GB/s", "312 TFLOPS", "5.0 us".
+std::string FormatBytes(double bytes);
+std::string FormatBandwidth(double bytes_per_s);
+std::string FormatFlops(double flops_per_s);
+std::string FormatDuration(double seconds);
+/// "6.74 B", "13.0 M", "512 K": counts such as parameters.
+std::string FormatCount(double count);
+
+}  // namespace motley

@@ -1,0 +1,17 @@
+// What libtorch this build runs on. The header is torch-free so the CLI can print it without
+// compiling torch headers.
+#pragma once
+
+#include <string>
+
+namespace motley {
+
+struct TorchInfo {
+  std::string version;     // "1.13.0" (Debian) or "2.11.0" (PyTorch wheel)
+  bool cuda_available = false;
+  int cuda_device_count = 0;
+};
+
+TorchInfo GetTorchInfo();
+
+}  // namespace motley
