@@ -112,6 +112,8 @@ Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& fi
       }
     }
     return Status::InvalidArgument(fmt::format("{}:{}:{}: error: JSON syntax: {}", file, line, column, e.what()));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
+    return Status::InvalidArgument(fmt::format("{}: error: cannot read the JSON: {}", file, e.what()));
   }
   if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: error: expected a JSON object", file));
 

@@ -18,7 +18,7 @@
 
 #include "core/diagnostics.h"
 #include "core/status.h"
-#include <toml++/toml.h>  // TOML_HEADER_ONLY=0: compiled once in toml_impl.cc
+#include "core/toml_include.h"
 
 namespace motley {
 

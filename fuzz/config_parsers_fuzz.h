@@ -1,0 +1,13 @@
+// One fuzz input through motley's config parsers. The first byte picks the parser (cluster,
+// model, job, Hugging Face config.json); the rest is the file's text. Shared by the libFuzzer
+// target and the regression test that replays fuzz/regressions/ in every build.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace motley {
+
+void FuzzConfigParsers(const uint8_t* data, size_t size);
+
+}  // namespace motley
