@@ -14,14 +14,16 @@ Cluster MakeCluster(bool with_overrides) {
   const char* types[] = {"a100-80gb", "v100-16gb", "t4", "a10g", "l4", "h100-sxm"};
   const int num_nodes = 128;
   for (int n = 0; n < num_nodes; ++n) {
-    text += fmt::format("[[nodes]]\nname = \"n{}\"\ndevice = \"{}\"\ncount = 8\nnic_bandwidth = \"100Gbps\"\n"
-                        "region = \"r{}\"\n",
-                        n, types[n % 6], n % 4);
+    text += fmt::format(
+        "[[nodes]]\nname = \"n{}\"\ndevice = \"{}\"\ncount = 8\nnic_bandwidth = \"100Gbps\"\n"
+        "region = \"r{}\"\n",
+        n, types[n % 6], n % 4);
   }
   if (with_overrides) {
     for (int a = 0; a < num_nodes; ++a)
       for (int b = a + 1; b < num_nodes; b += 7)
-        text += fmt::format("[[links]]\nbetween = [\"n{}\", \"n{}\"]\nbandwidth = \"{}Gbps\"\n", a, b, 10 + (a + b) % 50);
+        text += fmt::format("[[links]]\nbetween = [\"n{}\", \"n{}\"]\nbandwidth = \"{}Gbps\"\n", a, b,
+                            10 + (a + b) % 50);
   }
   return ParseClusterToml(text, "bench").value();
 }
@@ -34,8 +36,8 @@ void AllPairs(benchmark::State& state, bool with_overrides) {
       for (int b = 0; b < c.num_devices(); ++b) sum += c.LinkBetween(a, b).latency_s;
     benchmark::DoNotOptimize(sum);
   }
-  state.counters["pairs_per_s"] = benchmark::Counter(
-      static_cast<double>(c.num_devices()) * c.num_devices(), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pairs_per_s"] = benchmark::Counter(static_cast<double>(c.num_devices()) * c.num_devices(),
+                                                     benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_LinkBetween_Derived(benchmark::State& state) { AllPairs(state, false); }

@@ -9,8 +9,8 @@
 
 namespace motley::cli {
 
-/// Parses `args` into `app` (named "motley <command>"). Returns std::nullopt to go on, or the exit code to return now
-/// (after --help, or an error that has been printed with a hint).
+/// Parses `args` into `app` (named "motley <command>"). Returns std::nullopt to go on, or the exit code to
+/// return now (after --help, or an error that has been printed with a hint).
 std::optional<int> ParseArgs(CLI::App& app, const std::vector<std::string>& args);
 
 }  // namespace motley::cli

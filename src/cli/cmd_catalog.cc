@@ -11,8 +11,7 @@
 namespace motley::cli {
 
 int RunCatalog(const std::vector<std::string>& args) {
-  CLI::App app("List the GPU types motley knows, with public spec figures.",
-                "motley catalog");
+  CLI::App app("List the GPU types motley knows, with public spec figures.", "motley catalog");
   bool json = false;
   std::string cluster_file;
   app.add_flag("--json", json, "print JSON");
@@ -46,7 +45,8 @@ int RunCatalog(const std::vector<std::string>& args) {
     fmt::print("{}\n", out.dump(2));
     return kExitOk;
   }
-  TablePrinter table({"type", "memory", "fp16/bf16", "fp32", "mem bw", "host link", "nvlink", "bf16", "name"});
+  TablePrinter table(
+      {"type", "memory", "fp16/bf16", "fp32", "mem bw", "host link", "nvlink", "bf16", "name"});
   table.AlignRight({1, 2, 3, 4, 5, 6});
   for (const auto& s : catalog.specs()) {
     table.AddRow({s.name, FormatBytes(s.memory_bytes), FormatFlops(s.peak_fp16_flops),
@@ -56,7 +56,8 @@ int RunCatalog(const std::vector<std::string>& args) {
                   s.supports_bf16 ? "yes" : "no", s.display_name});
   }
   fmt::print("{}", table.ToString());
-  fmt::print("\nfp16/bf16: dense tensor-core peak. Bandwidths per direction. Sources: motley catalog --json.\n");
+  fmt::print(
+      "\nfp16/bf16: dense tensor-core peak. Bandwidths per direction. Sources: motley catalog --json.\n");
   return kExitOk;
 }
 

@@ -11,10 +11,11 @@
 namespace motley::cli {
 
 int RunDemo(const std::vector<std::string>& args) {
-  CLI::App app("Run motley's main job on the built-in default: an emulated cluster of "
-                                 "4 local devices (two fast, two 3x slower with half the memory, two "
-                                 "nodes joined by a slow link) and a small Llama on the built-in corpus.",
-                "motley demo");
+  CLI::App app(
+      "Run motley's main job on the built-in default: an emulated cluster of "
+      "4 local devices (two fast, two 3x slower with half the memory, two "
+      "nodes joined by a slow link) and a small Llama on the built-in corpus.",
+      "motley demo");
   bool json = false;
   app.add_flag("--json", json, "print the job's figures as JSON");
   if (auto rc = ParseArgs(app, args)) return *rc;
@@ -57,8 +58,9 @@ int RunDemo(const std::vector<std::string>& args) {
              job->plan.strategy);
   fmt::print("  {:.3g} FLOPs per step; at 100% of the cluster's {} peak a step would take {}\n", step_flops,
              FormatFlops(peak), FormatDuration(step_flops / peak));
-  fmt::print("\nThe job is valid. This build of motley describes it; planning, simulation and "
-             "training are not in this build yet.\n");
+  fmt::print(
+      "\nThe job is valid. This build of motley describes it; planning, simulation and "
+      "training are not in this build yet.\n");
   return kExitOk;
 }
 

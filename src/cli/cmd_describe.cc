@@ -10,14 +10,17 @@
 namespace motley::cli {
 
 int RunDescribe(const std::vector<std::string>& args) {
-  CLI::App app("Derived figures of a cluster (devices, peak TFLOPs, memory, links) "
-                                     "or a model (parameters, FLOPs per token, memory per component).",
-                "motley describe");
+  CLI::App app(
+      "Derived figures of a cluster (devices, peak TFLOPs, memory, links) "
+      "or a model (parameters, FLOPs per token, memory per component).",
+      "motley describe");
   std::string cluster_ref, model_ref, precision_name = "bf16";
   int64_t seq_len = 0;
   bool json = false;
-  app.add_option("--cluster", cluster_ref, "a cluster file, or a built-in cluster name (local-emulated, zorse-a, ...)");
-  app.add_option("--model", model_ref, "a preset (llama-7b, ...), a model .toml, or a Hugging Face config.json");
+  app.add_option("--cluster", cluster_ref,
+                 "a cluster file, or a built-in cluster name (local-emulated, zorse-a, ...)");
+  app.add_option("--model", model_ref,
+                 "a preset (llama-7b, ...), a model .toml, or a Hugging Face config.json");
   app.add_option("--seq-len", seq_len, "sequence length for FLOPs and activations (default: the model's max)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--precision", precision_name, "fp32, bf16 or fp16 (default bf16)")
@@ -37,7 +40,7 @@ int RunDescribe(const std::vector<std::string>& args) {
       fmt::print(stderr, "{}\n", m.status().message());
       return kExitFailure;
     }
-    Precision p = precision_name == "fp32" ? Precision::kFp32
+    Precision p = precision_name == "fp32"   ? Precision::kFp32
                   : precision_name == "fp16" ? Precision::kFp16
                                              : Precision::kBf16;
     int64_t s = seq_len > 0 ? seq_len : m->max_seq_len;

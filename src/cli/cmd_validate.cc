@@ -9,9 +9,10 @@
 namespace motley::cli {
 
 int RunValidate(const std::vector<std::string>& args) {
-  CLI::App app("Check cluster, model and job files. Every problem is reported "
-                                     "with file:line:column, the key and the fix.",
-                "motley validate");
+  CLI::App app(
+      "Check cluster, model and job files. Every problem is reported "
+      "with file:line:column, the key and the fix.",
+      "motley validate");
   std::vector<std::string> files;
   std::string kind_name;
   app.add_option("files", files, "cluster, model (.toml or Hugging Face config.json) or job files")
@@ -23,13 +24,13 @@ int RunValidate(const std::vector<std::string>& args) {
   int num_invalid = 0;
   for (const auto& file : files) {
     Result<std::string> text = ReadTextFile(file);
-    Result<ConfigKind> kind = !text.ok() ? Result<ConfigKind>(text.status())
+    Result<ConfigKind> kind = !text.ok()               ? Result<ConfigKind>(text.status())
                               : kind_name == "cluster" ? ConfigKind::kCluster
                               : kind_name == "model"   ? ConfigKind::kModel
                               : kind_name == "job"     ? ConfigKind::kJob
                                                        : DetectConfigKind(*text, file);
-    Result<std::string> summary = kind.ok() ? ValidateConfigText(*text, file, *kind)
-                                            : Result<std::string>(kind.status());
+    Result<std::string> summary =
+        kind.ok() ? ValidateConfigText(*text, file, *kind) : Result<std::string>(kind.status());
     if (summary.ok()) {
       fmt::print("ok       {}  ({})\n", file, *summary);
     } else {

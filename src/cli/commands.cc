@@ -7,7 +7,8 @@ const std::vector<Command>& Commands() {
       {"demo", "run motley's main job on the built-in default (an emulated 4-device cluster)", &RunDemo},
       {"validate", "check cluster, model and job files; report every problem with file:line", &RunValidate},
       {"catalog", "list the GPU types motley knows, with their spec figures", &RunCatalog},
-      {"describe", "derived figures of a cluster (devices, TFLOPs, links) or a model (parameters, FLOPs, memory)",
+      {"describe",
+       "derived figures of a cluster (devices, TFLOPs, links) or a model (parameters, FLOPs, memory)",
        &RunDescribe},
   };
   return commands;

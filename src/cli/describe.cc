@@ -120,10 +120,11 @@ nlohmann::json DescribeClusterJson(const Cluster& c) {
     if (!n.emulation.empty()) {
       nlohmann::json emu = nlohmann::json::array();
       for (const auto& e : n.emulation) {
-        emu.push_back({{"speed_factor", e.speed_factor},
-                       {"memory_bytes", e.memory_bytes ? nlohmann::json(*e.memory_bytes) : nullptr},
-                       {"link_bandwidth_bytes_per_s",
-                        e.link_bandwidth_bytes_per_s ? nlohmann::json(*e.link_bandwidth_bytes_per_s) : nullptr}});
+        emu.push_back(
+            {{"speed_factor", e.speed_factor},
+             {"memory_bytes", e.memory_bytes ? nlohmann::json(*e.memory_bytes) : nullptr},
+             {"link_bandwidth_bytes_per_s",
+              e.link_bandwidth_bytes_per_s ? nlohmann::json(*e.link_bandwidth_bytes_per_s) : nullptr}});
       }
       node["emulation"] = emu;
     }
@@ -134,7 +135,9 @@ nlohmann::json DescribeClusterJson(const Cluster& c) {
   nlohmann::json types = nlohmann::json::array();
   for (const auto& [type, count] : type_counts) {
     const GpuSpec* s = c.catalog.Find(type);
-    types.push_back({{"type", type}, {"count", count}, {"memory_bytes", s->memory_bytes},
+    types.push_back({{"type", type},
+                     {"count", count},
+                     {"memory_bytes", s->memory_bytes},
                      {"peak_fp16_flops", s->peak_fp16_flops}});
   }
   nlohmann::json links = nlohmann::json::array();
@@ -159,12 +162,13 @@ nlohmann::json DescribeClusterJson(const Cluster& c) {
 }
 
 std::string DescribeClusterText(const Cluster& c) {
-  std::string out = fmt::format("cluster {}: {} devices on {} nodes in {} region(s) ({}); {} fp16 peak, {} memory{}\n",
-                                c.name.empty() ? "(unnamed)" : c.name, c.num_devices(), c.nodes.size(),
-                                c.regions.size(), fmt::format("{}", fmt::join(c.regions, ", ")),
-                                FormatFlops(c.total_peak_fp16_flops()), FormatBytes(c.total_memory_bytes()),
-                                c.emulated() ? "; emulated devices" : "");
-  TablePrinter nodes({"node", "devices", "type", "interconnect", "intra bw", "nic bw", "region", "emulation"});
+  std::string out =
+      fmt::format("cluster {}: {} devices on {} nodes in {} region(s) ({}); {} fp16 peak, {} memory{}\n",
+                  c.name.empty() ? "(unnamed)" : c.name, c.num_devices(), c.nodes.size(), c.regions.size(),
+                  fmt::format("{}", fmt::join(c.regions, ", ")), FormatFlops(c.total_peak_fp16_flops()),
+                  FormatBytes(c.total_memory_bytes()), c.emulated() ? "; emulated devices" : "");
+  TablePrinter nodes(
+      {"node", "devices", "type", "interconnect", "intra bw", "nic bw", "region", "emulation"});
   nodes.AlignRight({1, 4, 5});
   const size_t shown = std::min<size_t>(c.nodes.size(), 40);
   for (size_t i = 0; i < shown; ++i) {
@@ -173,16 +177,19 @@ std::string DescribeClusterText(const Cluster& c) {
     if (!n.emulation.empty()) {
       std::vector<std::string> parts;
       for (const auto& e : n.emulation) {
-        std::string p = e.speed_factor == 1.0 ? std::string("full speed") : fmt::format("{:g}x slower", e.speed_factor);
+        std::string p =
+            e.speed_factor == 1.0 ? std::string("full speed") : fmt::format("{:g}x slower", e.speed_factor);
         if (e.memory_bytes) p += ", " + FormatBytes(*e.memory_bytes);
         if (e.link_bandwidth_bytes_per_s) p += ", link " + FormatBandwidth(*e.link_bandwidth_bytes_per_s);
         parts.push_back(p);
       }
       emu = fmt::format("{}", fmt::join(parts, " | "));
     }
-    nodes.AddRow({n.name, std::to_string(n.num_devices), n.device_type, std::string(InterconnectName(n.interconnect)),
+    nodes.AddRow({n.name, std::to_string(n.num_devices), n.device_type,
+                  std::string(InterconnectName(n.interconnect)),
                   FormatBandwidth(n.intra_bandwidth_bytes_per_s),
-                  n.nic_bandwidth_bytes_per_s > 0 ? FormatBandwidth(n.nic_bandwidth_bytes_per_s) : "-", n.region, emu});
+                  n.nic_bandwidth_bytes_per_s > 0 ? FormatBandwidth(n.nic_bandwidth_bytes_per_s) : "-",
+                  n.region, emu});
   }
   out += nodes.ToString();
   if (shown < c.nodes.size()) out += fmt::format("... and {} more nodes\n", c.nodes.size() - shown);

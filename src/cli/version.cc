@@ -13,9 +13,9 @@ std::string Version() { return MOTLEY_VERSION; }
 std::string VersionLine() {
 #ifdef MOTLEY_WITH_TORCH
   TorchInfo torch = GetTorchInfo();
-  return fmt::format("motley {} (libtorch {}, {})", Version(), torch.version,
-                     torch.cuda_available ? fmt::format("CUDA, {} device(s)", torch.cuda_device_count)
-                                          : std::string("CPU"));
+  return fmt::format(
+      "motley {} (libtorch {}, {})", Version(), torch.version,
+      torch.cuda_available ? fmt::format("CUDA, {} device(s)", torch.cuda_device_count) : std::string("CPU"));
 #else
   return fmt::format("motley {} (built without libtorch: planning and simulation only)", Version());
 #endif

@@ -20,22 +20,21 @@ template <typename A, typename B>
 
 }  // namespace motley::internal
 
-#define MOTLEY_CHECK(cond)                                                 \
-  do {                                                                     \
+#define MOTLEY_CHECK(cond)                                                   \
+  do {                                                                       \
     if (!(cond)) ::motley::internal::CheckFailed(__FILE__, __LINE__, #cond); \
   } while (0)
 
-#define MOTLEY_CHECK_MSG(cond, msg)                                                          \
-  do {                                                                                       \
-    if (!(cond))                                                                             \
-      ::motley::internal::CheckFailed(__FILE__, __LINE__, std::string(#cond) + ": " + (msg)); \
+#define MOTLEY_CHECK_MSG(cond, msg)                                                                      \
+  do {                                                                                                   \
+    if (!(cond)) ::motley::internal::CheckFailed(__FILE__, __LINE__, std::string(#cond) + ": " + (msg)); \
   } while (0)
 
-#define MOTLEY_CHECK_OP_(op, a, b)                                                            \
-  do {                                                                                        \
-    const auto& motley_a_ = (a);                                                              \
-    const auto& motley_b_ = (b);                                                              \
-    if (!(motley_a_ op motley_b_))                                                            \
+#define MOTLEY_CHECK_OP_(op, a, b)                                                              \
+  do {                                                                                          \
+    const auto& motley_a_ = (a);                                                                \
+    const auto& motley_b_ = (b);                                                                \
+    if (!(motley_a_ op motley_b_))                                                              \
       ::motley::internal::CheckOpFailed(__FILE__, __LINE__, #a, #op, #b, motley_a_, motley_b_); \
   } while (0)
 

@@ -9,19 +9,26 @@ namespace motley {
 
 std::string_view InterconnectName(Interconnect ic) {
   switch (ic) {
-    case Interconnect::kNvSwitch: return "nvswitch";
-    case Interconnect::kNvLink: return "nvlink";
-    case Interconnect::kPcie: return "pcie";
+    case Interconnect::kNvSwitch:
+      return "nvswitch";
+    case Interconnect::kNvLink:
+      return "nvlink";
+    case Interconnect::kPcie:
+      return "pcie";
   }
   return "?";
 }
 
 std::string_view LinkKindName(LinkKind kind) {
   switch (kind) {
-    case LinkKind::kSelf: return "self";
-    case LinkKind::kIntraNode: return "intra-node";
-    case LinkKind::kInterNode: return "inter-node";
-    case LinkKind::kInterRegion: return "inter-region";
+    case LinkKind::kSelf:
+      return "self";
+    case LinkKind::kIntraNode:
+      return "intra-node";
+    case LinkKind::kInterNode:
+      return "inter-node";
+    case LinkKind::kInterRegion:
+      return "inter-region";
   }
   return "?";
 }

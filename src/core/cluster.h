@@ -19,7 +19,7 @@ std::string_view InterconnectName(Interconnect ic);
 /// Emulation of one device by a local process (DESIGN.md "Heterogeneity without a heterogeneous
 /// cluster"). Off unless the cluster file has an [nodes.emulation] table.
 struct EmulationConfig {
-  double speed_factor = 1.0;  // compute ops take this many times longer (2.0 = half as fast)
+  double speed_factor = 1.0;           // compute ops take this many times longer (2.0 = half as fast)
   std::optional<double> memory_bytes;  // capacity the ledger enforces; default: the type's memory
   std::optional<double> link_bandwidth_bytes_per_s;  // caps every link of this device
 };
@@ -44,8 +44,8 @@ struct LinkOverride {
 };
 
 struct NetworkConfig {
-  double intra_node_latency_s = 3e-6;   // NVLink/PCIe hop incl. launch: a few microseconds
-  double inter_node_latency_s = 30e-6;  // same-region Ethernet/IB incl. software stack
+  double intra_node_latency_s = 3e-6;             // NVLink/PCIe hop incl. launch: a few microseconds
+  double inter_node_latency_s = 30e-6;            // same-region Ethernet/IB incl. software stack
   double inter_region_bandwidth_bytes_per_s = 0;  // required when there are several regions
   double inter_region_latency_s = 10e-3;          // tens of ms between datacenters is common
 };

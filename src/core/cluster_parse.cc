@@ -1,4 +1,4 @@
-// Reading and validating a cluster file. See examples/clusters/ and docs/config.md for the format.
+// Reading and validating a cluster file. The format: README.md ("Files") and examples/clusters/.
 #include "core/cluster_parse.h"
 
 #include <filesystem>
@@ -28,8 +28,8 @@ void ParseDeviceType(const std::string& name, TomlTable& t, GpuCatalog* catalog)
       spec.aliases.clear();
       have_base = true;
     } else {
-      t.Error("base", fmt::format("unknown device type '{}'{}", *base,
-                                  DidYouMean(*base, catalog->AllNames())));
+      t.Error("base",
+              fmt::format("unknown device type '{}'{}", *base, DidYouMean(*base, catalog->AllNames())));
     }
   }
   Need need = have_base ? Need::kOptional : Need::kRequired;
@@ -73,8 +73,7 @@ std::vector<NodeSpec> ParseNode(TomlTable& t, const GpuCatalog& catalog) {
       for (const auto& s : catalog.specs()) primary.push_back(s.name);
       t.Error("device", fmt::format("unknown device type '{}'{} Known types: {}. To use another GPU, "
                                     "describe it under [device_types.{}]",
-                                    *type, DidYouMeanOrPeriod(*type, names),
-                                    JoinNames(primary), *type));
+                                    *type, DidYouMeanOrPeriod(*type, names), JoinNames(primary), *type));
     } else {
       node.device_type = spec->name;
     }
@@ -165,8 +164,8 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
       c.nodes.push_back(std::move(node));
     }
     if (total_devices > kMaxDevices) {
-      node_tables[i].ErrorHere(fmt::format("the cluster has more than {} devices; motley plans at most that many",
-                                           kMaxDevices));
+      node_tables[i].ErrorHere(
+          fmt::format("the cluster has more than {} devices; motley plans at most that many", kMaxDevices));
       break;
     }
   }
@@ -187,9 +186,10 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
     }
   }
   if (regions.size() > 1 && c.network.inter_region_bandwidth_bytes_per_s == 0) {
-    root.ErrorHere(fmt::format("the nodes are in {} regions ({}) but [network] has no "
-                               "inter_region_bandwidth; add it, e.g. inter_region_bandwidth = \"5Gbps\"",
-                               regions.size(), JoinNames(std::vector<std::string>(regions.begin(), regions.end()))));
+    root.ErrorHere(
+        fmt::format("the nodes are in {} regions ({}) but [network] has no "
+                    "inter_region_bandwidth; add it, e.g. inter_region_bandwidth = \"5Gbps\"",
+                    regions.size(), JoinNames(std::vector<std::string>(regions.begin(), regions.end()))));
   }
 
   // Measured link overrides.
@@ -205,8 +205,8 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
     t.Finish();
     if (!between || !bw) continue;
     if (between->size() != 2) {
-      t.Error("between", fmt::format("needs exactly two names (two nodes or two regions), got {}",
-                                     between->size()));
+      t.Error("between",
+              fmt::format("needs exactly two names (two nodes or two regions), got {}", between->size()));
       continue;
     }
     int kinds[2];
@@ -220,8 +220,7 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
         ok = false;
       } else if (!is_node && !is_region) {
         std::string hint = DidYouMean(n, all_names);
-        t.Error("between", fmt::format("'{}' is neither a node nor a region{}", n,
-                                       hint.empty() ? "" : hint));
+        t.Error("between", fmt::format("'{}' is neither a node nor a region{}", n, hint.empty() ? "" : hint));
         ok = false;
       }
     }
@@ -231,7 +230,8 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
       ok = false;
     }
     if (ok && (*between)[0] == (*between)[1] && kinds[0] == 0) {
-      t.Error("between", fmt::format("names node '{}' twice; a link joins two different nodes", (*between)[0]));
+      t.Error("between",
+              fmt::format("names node '{}' twice; a link joins two different nodes", (*between)[0]));
       ok = false;
     }
     if (!ok) continue;
@@ -257,10 +257,10 @@ Result<Cluster> LoadCluster(const std::string& name_or_path) {
   if (const BuiltinFile* f = FindBuiltinFile("clusters", name_or_path))
     return ParseClusterToml(f->text, std::string(f->path));
   std::vector<std::string> names = BuiltinFileNames("clusters");
-  return Status::NotFound(fmt::format("no cluster file '{}' and no built-in cluster of that name{} "
-                                      "Built-in clusters: {}",
-                                      name_or_path, DidYouMeanOrPeriod(name_or_path, names),
-                                      JoinNames(names)));
+  return Status::NotFound(
+      fmt::format("no cluster file '{}' and no built-in cluster of that name{} "
+                  "Built-in clusters: {}",
+                  name_or_path, DidYouMeanOrPeriod(name_or_path, names), JoinNames(names)));
 }
 
 }  // namespace motley

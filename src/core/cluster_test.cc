@@ -98,7 +98,7 @@ bandwidth = "2Gbps"
   EXPECT_DOUBLE_EQ(ab.latency_s, 50e-6);
   Link bc = c.LinkBetween(9, 12);
   EXPECT_DOUBLE_EQ(bc.bandwidth_bytes_per_s, 2e9 / 8);
-  EXPECT_DOUBLE_EQ(bc.latency_s, 6e-3);  // latency not overridden
+  EXPECT_DOUBLE_EQ(bc.latency_s, 6e-3);                                // latency not overridden
   EXPECT_DOUBLE_EQ(c.LinkBetween(0, 7).bandwidth_bytes_per_s, 300e9);  // intra-node untouched
 }
 
@@ -237,8 +237,9 @@ TEST(ClusterErrors, DuplicateNodeNamesPointAtBoth) {
   std::string e = Error(
       "[[nodes]]\nname = \"a\"\ndevice = \"t4\"\nnic_bandwidth = \"1Gbps\"\n"
       "[[nodes]]\nname = \"a\"\ndevice = \"t4\"\nnic_bandwidth = \"1Gbps\"\n");
-  EXPECT_NE(e.find("c.toml:6:8: error: nodes[1].name: duplicate node name 'a' (first declared at c.toml:2:8)"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find("c.toml:6:8: error: nodes[1].name: duplicate node name 'a' (first declared at c.toml:2:8)"),
+      std::string::npos)
       << e;
 }
 
@@ -279,7 +280,8 @@ TEST(ClusterErrors, WrongTypesMissingKeysAndRanges) {
 }
 
 TEST(ClusterErrors, WholeClusterChecks) {
-  std::string nic = Error("[[nodes]]\nname = \"a\"\ndevice = \"t4\"\n[[nodes]]\nname = \"b\"\ndevice = \"t4\"\n");
+  std::string nic =
+      Error("[[nodes]]\nname = \"a\"\ndevice = \"t4\"\n[[nodes]]\nname = \"b\"\ndevice = \"t4\"\n");
   EXPECT_NE(nic.find("missing nic_bandwidth: the cluster has 2 nodes"), std::string::npos) << nic;
   std::string regions = Error(
       "[[nodes]]\nname = \"a\"\ndevice = \"t4\"\nnic_bandwidth = \"1Gbps\"\nregion = \"x\"\n"
@@ -296,13 +298,15 @@ TEST(ClusterErrors, WholeClusterChecks) {
 }
 
 TEST(ClusterErrors, LinkOverridesNameRealNodesOrRegions) {
-  std::string base = "[[nodes]]\nname = \"alpha\"\ndevice = \"t4\"\nnic_bandwidth = \"1Gbps\"\n"
-                     "[[nodes]]\nname = \"beta\"\ndevice = \"t4\"\nnic_bandwidth = \"1Gbps\"\n";
+  std::string base =
+      "[[nodes]]\nname = \"alpha\"\ndevice = \"t4\"\nnic_bandwidth = \"1Gbps\"\n"
+      "[[nodes]]\nname = \"beta\"\ndevice = \"t4\"\nnic_bandwidth = \"1Gbps\"\n";
   std::string e = Error(base + "[[links]]\nbetween = [\"alpha\", \"betta\"]\nbandwidth = \"1Gbps\"\n");
   EXPECT_NE(e.find("'betta' is neither a node nor a region; did you mean 'beta'?"), std::string::npos) << e;
   std::string mixed = Error(base + "[[links]]\nbetween = [\"alpha\", \"default\"]\nbandwidth = \"1Gbps\"\n");
   EXPECT_NE(mixed.find("mixes a node and a region"), std::string::npos) << mixed;
-  std::string three = Error(base + "[[links]]\nbetween = [\"alpha\", \"beta\", \"alpha\"]\nbandwidth = \"1Gbps\"\n");
+  std::string three =
+      Error(base + "[[links]]\nbetween = [\"alpha\", \"beta\", \"alpha\"]\nbandwidth = \"1Gbps\"\n");
   EXPECT_NE(three.find("needs exactly two names"), std::string::npos) << three;
 }
 

@@ -11,9 +11,12 @@ namespace motley {
 
 std::string_view ConfigKindName(ConfigKind kind) {
   switch (kind) {
-    case ConfigKind::kCluster: return "cluster";
-    case ConfigKind::kModel: return "model";
-    case ConfigKind::kJob: return "job";
+    case ConfigKind::kCluster:
+      return "cluster";
+    case ConfigKind::kModel:
+      return "model";
+    case ConfigKind::kJob:
+      return "job";
   }
   return "?";
 }
@@ -32,8 +35,8 @@ Result<ConfigKind> DetectConfigKind(std::string_view text, const std::string& fi
       file));
 }
 
-Result<std::string> ValidateConfigText(std::string_view text, const std::string& file,
-                                       ConfigKind kind, const JobParseOptions& job_options) {
+Result<std::string> ValidateConfigText(std::string_view text, const std::string& file, ConfigKind kind,
+                                       const JobParseOptions& job_options) {
   switch (kind) {
     case ConfigKind::kCluster: {
       MOTLEY_ASSIGN_OR_RETURN(Cluster c, ParseClusterToml(text, file));
@@ -41,8 +44,8 @@ Result<std::string> ValidateConfigText(std::string_view text, const std::string&
                          c.nodes.size(), c.regions.size(), FormatFlops(c.total_peak_fp16_flops()));
     }
     case ConfigKind::kModel: {
-      MOTLEY_ASSIGN_OR_RETURN(ModelSpec m, file.ends_with(".json") ? ParseHfConfigJson(text, file)
-                                                                   : ParseModelToml(text, file));
+      MOTLEY_ASSIGN_OR_RETURN(
+          ModelSpec m, file.ends_with(".json") ? ParseHfConfigJson(text, file) : ParseModelToml(text, file));
       return fmt::format("model: {}, {} parameters, {} layers", m.name, FormatCount(TotalParams(m)),
                          m.num_layers);
     }

@@ -18,7 +18,7 @@ std::string_view ConfigKindName(ConfigKind kind);
 Result<ConfigKind> DetectConfigKind(std::string_view text, const std::string& file);
 
 /// Parses and validates `text` as `kind`; returns a one-line summary of what it describes.
-Result<std::string> ValidateConfigText(std::string_view text, const std::string& file,
-                                       ConfigKind kind, const JobParseOptions& job_options = {});
+Result<std::string> ValidateConfigText(std::string_view text, const std::string& file, ConfigKind kind,
+                                       const JobParseOptions& job_options = {});
 
 }  // namespace motley

@@ -10,14 +10,14 @@
 namespace motley {
 
 struct GpuSpec {
-  std::string name;          // catalog key used in cluster files: "a100-80gb"
-  std::string display_name;  // "NVIDIA A100 SXM4 80GB"
+  std::string name;                  // catalog key used in cluster files: "a100-80gb"
+  std::string display_name;          // "NVIDIA A100 SXM4 80GB"
   std::vector<std::string> aliases;  // other spellings, e.g. the Zorse measurement names ("a100x80")
-  double memory_bytes = 0;   // nominal capacity (GB on the datasheet as GiB, as the driver reports)
+  double memory_bytes = 0;           // nominal capacity (GB on the datasheet as GiB, as the driver reports)
   double memory_bandwidth_bytes_per_s = 0;  // HBM / GDDR
-  double peak_fp16_flops = 0;  // dense fp16/bf16 tensor-core FLOP/s (datasheet "with sparsity" / 2)
-  double peak_fp32_flops = 0;  // dense fp32 FLOP/s (non-tensor)
-  bool supports_bf16 = true;   // false before Ampere: fp16 (with loss scaling) instead
+  double peak_fp16_flops = 0;        // dense fp16/bf16 tensor-core FLOP/s (datasheet "with sparsity" / 2)
+  double peak_fp32_flops = 0;        // dense fp32 FLOP/s (non-tensor)
+  bool supports_bf16 = true;         // false before Ampere: fp16 (with loss scaling) instead
   double host_link_bytes_per_s = 0;  // PCIe to the host, per direction
   double nvlink_bytes_per_s = 0;     // NVLink per GPU, per direction; 0 when the type has none
   std::string source;                // where the figures come from

@@ -6,9 +6,9 @@ namespace motley {
 namespace {
 
 TEST(GpuCatalog, HasEveryTypeTheIssueNamesWithSourcedPositiveFigures) {
-  const char* required[] = {"h100-sxm", "h100-pcie", "h100-nvl", "h200",      "a100-40gb", "a100-80gb",
-                            "a10g",     "a6000",     "l4",       "l40s",      "v100-16gb", "v100-32gb",
-                            "t4",       "p100",      "p40",      "rtx3090",   "rtx4090"};
+  const char* required[] = {"h100-sxm", "h100-pcie", "h100-nvl", "h200",    "a100-40gb", "a100-80gb",
+                            "a10g",     "a6000",     "l4",       "l40s",    "v100-16gb", "v100-32gb",
+                            "t4",       "p100",      "p40",      "rtx3090", "rtx4090"};
   for (const char* name : required) {
     const GpuSpec* s = GpuCatalog::Builtin().Find(name);
     ASSERT_NE(s, nullptr) << name;

@@ -29,9 +29,9 @@ struct TrainingConfig {
 
 /// Where tokens come from. Owned by the data loader.
 struct DataConfig {
-  std::string train = "builtin";  // a .bin shard or directory of shards, or "builtin" (our corpus)
-  std::string validation;         // "" = the held-out split of `train`
-  std::string tokenizer = "byte";  // "byte" or a sentencepiece .model file
+  std::string train = "builtin";            // a .bin shard or directory of shards, or "builtin" (our corpus)
+  std::string validation;                   // "" = the held-out split of `train`
+  std::string tokenizer = "byte";           // "byte" or a sentencepiece .model file
   int64_t validation_interval_steps = 100;  // 0 = only at the end
   int64_t validation_sequences = 64;        // per validation pass
 };

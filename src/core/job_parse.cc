@@ -28,8 +28,7 @@ void ParseTraining(TomlTable& t, TrainingConfig* c) {
       t.Error("global_batch_tokens",
               fmt::format("global_batch_tokens ({}) is not a multiple of seq_len ({}): {} / {} = {:.2f} "
                           "sequences; use {} or {}",
-                          *tokens, c->seq_len, *tokens, c->seq_len,
-                          static_cast<double>(*tokens) / c->seq_len,
+                          *tokens, c->seq_len, *tokens, c->seq_len, static_cast<double>(*tokens) / c->seq_len,
                           std::max<int64_t>(1, *tokens / c->seq_len) * c->seq_len,
                           (*tokens / c->seq_len + 1) * c->seq_len));
     } else {
@@ -38,8 +37,9 @@ void ParseTraining(TomlTable& t, TrainingConfig* c) {
   } else if (sequences) {
     c->global_batch_sequences = *sequences;
   } else if (!t.diagnostics()->has_errors()) {
-    t.ErrorHere("missing the global batch: add global_batch_tokens = N (a multiple of seq_len) or "
-                "global_batch_sequences = N");
+    t.ErrorHere(
+        "missing the global batch: add global_batch_tokens = N (a multiple of seq_len) or "
+        "global_batch_sequences = N");
   }
   if (auto v = t.Choice("precision", {"fp32", "bf16", "fp16"})) {
     c->precision = *v == "fp32" ? Precision::kFp32 : *v == "fp16" ? Precision::kFp16 : Precision::kBf16;
@@ -108,8 +108,7 @@ const std::vector<std::string>& StrategyNames() {
   return names;
 }
 
-Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file,
-                             const JobParseOptions& options) {
+Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, const JobParseOptions& options) {
   Diagnostics diag;
   auto table = ParseTomlText(text, file, &diag);
   if (!table) return diag.ToStatus();
@@ -173,8 +172,7 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file,
       std::vector<std::string> without;
       for (const auto& n : job.cluster.nodes) {
         const GpuSpec* s = job.cluster.catalog.Find(n.device_type);
-        if (s && !s->supports_bf16 &&
-            std::find(without.begin(), without.end(), s->name) == without.end())
+        if (s && !s->supports_bf16 && std::find(without.begin(), without.end(), s->name) == without.end())
           without.push_back(s->name);
       }
       if (!without.empty()) {

@@ -58,8 +58,9 @@ TEST(Job, PathsAreRelativeToTheJobFile) {
   std::filesystem::create_directories(dir / "jobs");
   std::ofstream(dir / "small.toml") << "base = \"llama-tiny\"\nnum_layers = 3\n";
   std::ofstream(dir / "two.toml") << "[[nodes]]\nname = \"n\"\ndevice = \"t4\"\ncount = 2\n";
-  std::ofstream(dir / "jobs" / "j.toml") << "model = \"../small.toml\"\ncluster = \"../two.toml\"\n"
-                                            "[training]\nseq_len = 32\nglobal_batch_sequences = 4\nprecision = \"fp16\"\n";
+  std::ofstream(dir / "jobs" / "j.toml")
+      << "model = \"../small.toml\"\ncluster = \"../two.toml\"\n"
+         "[training]\nseq_len = 32\nglobal_batch_sequences = 4\nprecision = \"fp16\"\n";
   Result<JobSpec> j = LoadJobFile((dir / "jobs" / "j.toml").string());
   ASSERT_TRUE(j.ok()) << j.status().message();
   EXPECT_EQ(j->model.num_layers, 3);
@@ -68,8 +69,9 @@ TEST(Job, PathsAreRelativeToTheJobFile) {
 }
 
 TEST(JobErrors, GlobalBatchMustBeWholeSequences) {
-  std::string e = Error("model = \"llama-1m\"\ncluster = \"local-emulated\"\n[training]\nseq_len = 128\n"
-                        "global_batch_tokens = 1000\n");
+  std::string e = Error(
+      "model = \"llama-1m\"\ncluster = \"local-emulated\"\n[training]\nseq_len = 128\n"
+      "global_batch_tokens = 1000\n");
   EXPECT_NE(e.find("job.toml:5:23: error: training.global_batch_tokens: global_batch_tokens (1000) is not a "
                    "multiple of seq_len (128): 1000 / 128 = 7.81 sequences; use 896 or 1024"),
             std::string::npos)
@@ -77,16 +79,19 @@ TEST(JobErrors, GlobalBatchMustBeWholeSequences) {
   EXPECT_NE(Error("model = \"llama-1m\"\ncluster = \"local-emulated\"\n[training]\nseq_len = 128\n")
                 .find("missing the global batch"),
             std::string::npos);
-  EXPECT_NE(Error(std::string(kMinimal) + "global_batch_sequences = 3\n").find("not both"), std::string::npos);
+  EXPECT_NE(Error(std::string(kMinimal) + "global_batch_sequences = 3\n").find("not both"),
+            std::string::npos);
 }
 
 TEST(JobErrors, CrossComponentChecksNameEveryFactor) {
-  std::string seq = Error("model = \"llama-1m\"\ncluster = \"local-emulated\"\n[training]\nseq_len = 512\n"
-                          "global_batch_sequences = 4\n");
+  std::string seq = Error(
+      "model = \"llama-1m\"\ncluster = \"local-emulated\"\n[training]\nseq_len = 512\n"
+      "global_batch_sequences = 4\n");
   EXPECT_NE(seq.find("seq_len (512) exceeds the model's max_seq_len (256) for 'llama-1m'"), std::string::npos)
       << seq;
-  std::string bf16 = Error("model = \"llama-7b\"\ncluster = \"zorse-b\"\n[training]\nseq_len = 1024\n"
-                           "global_batch_sequences = 4\nprecision = \"bf16\"\n");
+  std::string bf16 = Error(
+      "model = \"llama-7b\"\ncluster = \"zorse-b\"\n[training]\nseq_len = 1024\n"
+      "global_batch_sequences = 4\nprecision = \"bf16\"\n");
   EXPECT_NE(bf16.find("v100-16gb, t4 cannot compute in bf16; use precision = \"fp16\""), std::string::npos)
       << bf16;
   std::string warm = Error(std::string(kMinimal) + "steps = 10\n[lr_schedule]\nwarmup_steps = 20\n");
@@ -96,23 +101,28 @@ TEST(JobErrors, CrossComponentChecksNameEveryFactor) {
 
 TEST(JobErrors, UnknownStrategyModelAndClusterSuggest) {
   std::string strategy = Error(std::string(kMinimal) + "[plan]\nstrategy = \"zorce\"\n");
-  EXPECT_NE(strategy.find("plan.strategy: \"zorce\" is not one of auto, zorse"), std::string::npos) << strategy;
+  EXPECT_NE(strategy.find("plan.strategy: \"zorce\" is not one of auto, zorse"), std::string::npos)
+      << strategy;
   EXPECT_NE(strategy.find("did you mean 'zorse'?"), std::string::npos) << strategy;
-  std::string model = Error("model = \"llama-7c\"\ncluster = \"local-emulated\"\n[training]\nseq_len = 8\n"
-                            "global_batch_sequences = 1\n");
+  std::string model = Error(
+      "model = \"llama-7c\"\ncluster = \"local-emulated\"\n[training]\nseq_len = 8\n"
+      "global_batch_sequences = 1\n");
   EXPECT_NE(model.find("job.toml:1:9: error: model: unknown model 'llama-7c'; did you mean 'llama-7b'?"),
             std::string::npos)
       << model;
-  std::string cluster = Error("model = \"llama-1m\"\ncluster = \"local-emulatd\"\n[training]\nseq_len = 8\n"
-                              "global_batch_sequences = 1\n");
+  std::string cluster = Error(
+      "model = \"llama-1m\"\ncluster = \"local-emulatd\"\n[training]\nseq_len = 8\n"
+      "global_batch_sequences = 1\n");
   EXPECT_NE(cluster.find("did you mean 'local-emulated'?"), std::string::npos) << cluster;
 }
 
 TEST(JobErrors, UnknownKeysInEverySection) {
-  std::string e = Error(std::string(kMinimal) + "stesp = 10\n[optimizer]\nlearning_rate = 0.1\n[checkpoint]\nevery = 5\n");
+  std::string e = Error(std::string(kMinimal) +
+                        "stesp = 10\n[optimizer]\nlearning_rate = 0.1\n[checkpoint]\nevery = 5\n");
   EXPECT_NE(e.find("unknown key 'stesp' in [training]; did you mean 'steps'?"), std::string::npos) << e;
   EXPECT_NE(e.find("unknown key 'learning_rate' in [optimizer]."), std::string::npos) << e;
-  EXPECT_NE(e.find("Valid keys here: beta1, beta2, eps, grad_clip_norm, lr, weight_decay"), std::string::npos) << e;
+  EXPECT_NE(e.find("Valid keys here: beta1, beta2, eps, grad_clip_norm, lr, weight_decay"), std::string::npos)
+      << e;
   EXPECT_NE(e.find("unknown key 'every' in [checkpoint]"), std::string::npos) << e;
 }
 

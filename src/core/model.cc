@@ -6,9 +6,12 @@ namespace motley {
 
 std::string_view PrecisionName(Precision p) {
   switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
   }
   return "?";
 }
@@ -100,8 +103,7 @@ double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p) {
   return static_cast<double>(m.hidden_size) * BytesPerElement(p);
 }
 
-double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p,
-                                    bool fused_attention) {
+double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention) {
   const double h = static_cast<double>(m.hidden_size);
   // Residual input and normed input of attention and MLP (4h); q, k, v (h + 2 kv); attention
   // output (h); gate, up, silu(gate), gate*up (4 ffn).

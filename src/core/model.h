@@ -74,7 +74,6 @@ double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p);
 /// Activations one decoder layer keeps for its backward without recomputation, per token
 /// (approximate: inputs of every matmul and norm, SwiGLU intermediates; the attention
 /// probabilities too unless a fused attention kernel avoids storing them).
-double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p,
-                                    bool fused_attention);
+double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention);
 
 }  // namespace motley

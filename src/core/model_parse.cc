@@ -41,8 +41,7 @@ void CheckShape(const ModelSpec& m, const std::function<std::string(std::string_
                       key("num_kv_heads"), m.num_kv_heads, key("num_heads"), m.num_heads, m.num_heads,
                       m.num_kv_heads, static_cast<double>(m.num_heads) / m.num_kv_heads));
   }
-  if (m.num_heads > 0 && m.hidden_size > 0 && m.hidden_size % m.num_heads == 0 &&
-      m.head_dim() % 2 != 0) {
+  if (m.num_heads > 0 && m.hidden_size > 0 && m.hidden_size % m.num_heads == 0 && m.head_dim() % 2 != 0) {
     error(key("num_heads"),
           fmt::format("the head dimension {} / {} = {} is odd; rotary embeddings need an even head "
                       "dimension",
@@ -65,9 +64,9 @@ Result<ModelSpec> ParseModelToml(std::string_view text, const std::string& file)
       m = *p;
       have_base = true;
     } else {
-      t.Error("base", fmt::format("unknown model preset '{}'{} Presets: {}", *base,
-                                  DidYouMeanOrPeriod(*base, ModelPresetNames()),
-                                  JoinNames(ModelPresetNames())));
+      t.Error("base",
+              fmt::format("unknown model preset '{}'{} Presets: {}", *base,
+                          DidYouMeanOrPeriod(*base, ModelPresetNames()), JoinNames(ModelPresetNames())));
     }
   }
   Need need = have_base ? Need::kOptional : Need::kRequired;
@@ -89,8 +88,9 @@ Result<ModelSpec> ParseModelToml(std::string_view text, const std::string& file)
   t.Finish();
   if (m.name.empty()) m.name = std::filesystem::path(file).stem().string();
   if (!diag.has_errors()) {
-    CheckShape(m, [](std::string_view k) { return std::string(k); },
-               [&](std::string_view key, const std::string& msg) { t.Error(key, msg); });
+    CheckShape(
+        m, [](std::string_view k) { return std::string(k); },
+        [&](std::string_view key, const std::string& msg) { t.Error(key, msg); });
   }
   MOTLEY_RETURN_IF_ERROR(diag.ToStatus());
   return m;
@@ -111,7 +111,8 @@ Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& fi
         ++column;
       }
     }
-    return Status::InvalidArgument(fmt::format("{}:{}:{}: error: JSON syntax: {}", file, line, column, e.what()));
+    return Status::InvalidArgument(
+        fmt::format("{}:{}:{}: error: JSON syntax: {}", file, line, column, e.what()));
   } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
     return Status::InvalidArgument(fmt::format("{}: error: cannot read the JSON: {}", file, e.what()));
   }
@@ -134,7 +135,9 @@ Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& fi
   auto get_int = [&](std::string_view key, int64_t max, bool required) -> std::optional<int64_t> {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) {
-      if (required) diag.Error(SourcePos{file, 0, 0}, fmt::format("missing required key \"{}\"; a Llama config.json has it", key));
+      if (required)
+        diag.Error(SourcePos{file, 0, 0},
+                   fmt::format("missing required key \"{}\"; a Llama config.json has it", key));
       return std::nullopt;
     }
     if (!it->is_number_integer()) {
@@ -165,8 +168,8 @@ Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& fi
 
   if (auto it = j.find("model_type"); it != j.end()) {
     if (!it->is_string() || it->get<std::string>() != "llama") {
-      error("model_type", fmt::format("motley trains Llama models; this config says model_type {}",
-                                      it->dump()));
+      error("model_type",
+            fmt::format("motley trains Llama models; this config says model_type {}", it->dump()));
     }
   }
   ModelSpec m;

@@ -13,8 +13,8 @@ TEST(Model, LlamaParameterCountsMatchThePublishedSizes) {
   struct Case {
     const char* name;
     double params;
-  } cases[] = {{"llama-7b", 6.74e9}, {"llama-13b", 13.02e9}, {"llama-33b", 32.53e9}, {"llama-65b", 65.29e9},
-               {"llama3-8b", 8.03e9}, {"tinyllama-1.1b", 1.10e9}};
+  } cases[] = {{"llama-7b", 6.74e9},   {"llama-13b", 13.02e9}, {"llama-33b", 32.53e9},
+               {"llama-65b", 65.29e9}, {"llama3-8b", 8.03e9},  {"tinyllama-1.1b", 1.10e9}};
   for (const auto& c : cases) {
     const ModelSpec* m = FindModelPreset(c.name);
     ASSERT_NE(m, nullptr) << c.name;
@@ -147,8 +147,9 @@ TEST(ModelParseErrors, KvHeadsMustDivideHeads) {
 TEST(ModelParseErrors, SizesMustBePositive) {
   Result<ModelSpec> m = ParseModelToml("base = \"llama-7b\"\nhidden_size = 0\nffn_size = -4\n", "m.toml");
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("m.toml:2:15: error: hidden_size: 0 is out of range; it must be between 1"),
-            std::string::npos)
+  EXPECT_NE(
+      m.status().message().find("m.toml:2:15: error: hidden_size: 0 is out of range; it must be between 1"),
+      std::string::npos)
       << m.status().message();
   EXPECT_NE(m.status().message().find("m.toml:3:12: error: ffn_size: -4 is out of range"), std::string::npos)
       << m.status().message();
@@ -165,7 +166,8 @@ TEST(ModelParseErrors, MissingKeysAndUnknownPreset) {
       << p.status().message();
   Result<ModelSpec> l = LoadModel("llama-65");
   ASSERT_FALSE(l.ok());
-  EXPECT_NE(l.status().message().find("did you mean 'llama-65b'?"), std::string::npos) << l.status().message();
+  EXPECT_NE(l.status().message().find("did you mean 'llama-65b'?"), std::string::npos)
+      << l.status().message();
 }
 
 TEST(ModelParseErrors, HuggingFaceConfigProblemsNameTheJsonKey) {
@@ -175,9 +177,10 @@ TEST(ModelParseErrors, HuggingFaceConfigProblemsNameTheJsonKey) {
       "  \"max_position_embeddings\": 16\n}",
       "config.json");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("config.json:5:3: error: num_attention_heads: num_attention_heads (3) "
-                                        "must divide hidden_size (100)"),
-            std::string::npos)
+  EXPECT_NE(
+      bad.status().message().find("config.json:5:3: error: num_attention_heads: num_attention_heads (3) "
+                                  "must divide hidden_size (100)"),
+      std::string::npos)
       << bad.status().message();
   Result<ModelSpec> gpt = ParseHfConfigJson("{\"model_type\": \"gpt2\"}", "config.json");
   ASSERT_FALSE(gpt.ok());

@@ -53,7 +53,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
     MOTLEY_CHECK(!std::get<Status>(v_).ok());
   }
@@ -87,9 +87,9 @@ class [[nodiscard]] Result {
 }  // namespace motley
 
 /// Returns the Status from the enclosing function when `expr` (a Status) is not OK.
-#define MOTLEY_RETURN_IF_ERROR(expr)          \
-  do {                                        \
-    ::motley::Status motley_status_ = (expr); \
+#define MOTLEY_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::motley::Status motley_status_ = (expr);        \
     if (!motley_status_.ok()) return motley_status_; \
   } while (0)
 
@@ -97,8 +97,8 @@ class [[nodiscard]] Result {
 #define MOTLEY_CONCAT_(a, b) MOTLEY_CONCAT_INNER_(a, b)
 
 /// `MOTLEY_ASSIGN_OR_RETURN(auto x, LoadThing())`: unwraps a Result or returns its Status.
-#define MOTLEY_ASSIGN_OR_RETURN(lhs, expr)                                  \
-  auto MOTLEY_CONCAT_(motley_result_, __LINE__) = (expr);                   \
-  if (!MOTLEY_CONCAT_(motley_result_, __LINE__).ok())                       \
-    return MOTLEY_CONCAT_(motley_result_, __LINE__).status();               \
+#define MOTLEY_ASSIGN_OR_RETURN(lhs, expr)                    \
+  auto MOTLEY_CONCAT_(motley_result_, __LINE__) = (expr);     \
+  if (!MOTLEY_CONCAT_(motley_result_, __LINE__).ok())         \
+    return MOTLEY_CONCAT_(motley_result_, __LINE__).status(); \
   lhs = std::move(MOTLEY_CONCAT_(motley_result_, __LINE__)).value()

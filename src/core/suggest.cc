@@ -24,8 +24,7 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   return d[n][m];
 }
 
-std::optional<std::string> NearestName(std::string_view typo,
-                                       std::span<const std::string> candidates) {
+std::optional<std::string> NearestName(std::string_view typo, std::span<const std::string> candidates) {
   if (typo.empty() || typo.size() > 200) return std::nullopt;  // nothing sensible to compare
   std::optional<std::string> best;
   size_t best_distance = SIZE_MAX;

@@ -19,16 +19,26 @@ SourcePos ToPos(const std::string& file, const toml::source_region& region) {
 
 std::string_view TypeName(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::date: return "a date";
-    case toml::node_type::time: return "a time";
-    case toml::node_type::date_time: return "a date-time";
-    default: return "nothing";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::date:
+      return "a date";
+    case toml::node_type::time:
+      return "a time";
+    case toml::node_type::date_time:
+      return "a date-time";
+    default:
+      return "nothing";
   }
 }
 
@@ -39,8 +49,7 @@ std::string Shorten(std::string s) {
 
 }  // namespace
 
-TomlTable::TomlTable(const toml::table& table, std::string path, std::string file,
-                     Diagnostics* diag)
+TomlTable::TomlTable(const toml::table& table, std::string path, std::string file, Diagnostics* diag)
     : table_(&table), path_(std::move(path)), file_(std::move(file)), diag_(diag) {}
 
 std::string TomlTable::KeyPath(std::string_view key) const {
@@ -100,13 +109,13 @@ std::optional<std::string> TomlTable::String(std::string_view key, Need need) {
   return std::nullopt;
 }
 
-std::optional<std::string> TomlTable::Choice(std::string_view key,
-                                             const std::vector<std::string>& choices, Need need) {
+std::optional<std::string> TomlTable::Choice(std::string_view key, const std::vector<std::string>& choices,
+                                             Need need) {
   auto s = String(key, need);
   if (!s) return std::nullopt;
   if (std::find(choices.begin(), choices.end(), *s) != choices.end()) return s;
-  Error(key, fmt::format("\"{}\" is not one of {}{}", Shorten(*s), JoinNames(choices),
-                         DidYouMean(*s, choices)));
+  Error(key,
+        fmt::format("\"{}\" is not one of {}{}", Shorten(*s), JoinNames(choices), DidYouMean(*s, choices)));
   return std::nullopt;
 }
 
@@ -160,8 +169,7 @@ std::optional<double> TomlTable::Quantity(std::string_view key, Need need, std::
   if (node == nullptr) return std::nullopt;
   if (!node->is_string()) {
     if (node->is_number())
-      Error(key, fmt::format("{} needs a unit; write it as a string like {} = \"{}\"", what, key,
-                             example));
+      Error(key, fmt::format("{} needs a unit; write it as a string like {} = \"{}\"", what, key, example));
     else
       TypeError(key, *node, fmt::format("{} as a string", what), fmt::format("\"{}\"", example));
     return std::nullopt;
@@ -172,8 +180,7 @@ std::optional<double> TomlTable::Quantity(std::string_view key, Need need, std::
     return std::nullopt;
   }
   if (!(*v > 0)) {
-    Error(key, fmt::format("{} must be greater than zero, got \"{}\"", what,
-                           *node->value<std::string>()));
+    Error(key, fmt::format("{} must be greater than zero, got \"{}\"", what, *node->value<std::string>()));
     return std::nullopt;
   }
   return *v;
@@ -219,8 +226,8 @@ std::vector<TomlTable> TomlTable::TableArray(std::string_view key, Need need, bo
     const toml::table* t = (*arr)[i].as_table();
     if (t == nullptr) {
       diag_->Error(ToPos(file_, (*arr)[i].source()),
-                   fmt::format("{}[{}]: expected a table, got {}; write [[{}]] sections",
-                               KeyPath(key), i, TypeName((*arr)[i]), key));
+                   fmt::format("{}[{}]: expected a table, got {}; write [[{}]] sections", KeyPath(key), i,
+                               TypeName((*arr)[i]), key));
       continue;
     }
     out.emplace_back(*t, fmt::format("{}[{}]", KeyPath(key), i), file_, diag_);

@@ -34,11 +34,10 @@ class TomlTable {
   /// One of `choices`; anything else is an error listing them (with "did you mean").
   std::optional<std::string> Choice(std::string_view key, const std::vector<std::string>& choices,
                                     Need need = Need::kOptional);
-  std::optional<int64_t> Int(std::string_view key, int64_t min, int64_t max,
-                             Need need = Need::kOptional);
+  std::optional<int64_t> Int(std::string_view key, int64_t min, int64_t max, Need need = Need::kOptional);
   /// Integer or float, within [min, max]; `min_exclusive` makes the lower bound strict.
-  std::optional<double> Number(std::string_view key, double min, double max,
-                               Need need = Need::kOptional, bool min_exclusive = false);
+  std::optional<double> Number(std::string_view key, double min, double max, Need need = Need::kOptional,
+                               bool min_exclusive = false);
   std::optional<bool> Bool(std::string_view key, Need need = Need::kOptional);
 
   /// Quantities written as strings with units; all must be > 0.
@@ -53,8 +52,7 @@ class TomlTable {
   std::vector<TomlTable> TableArray(std::string_view key, Need need = Need::kOptional,
                                     bool allow_single = false);
   /// An array of strings.
-  std::optional<std::vector<std::string>> StringArray(std::string_view key,
-                                                      Need need = Need::kOptional);
+  std::optional<std::vector<std::string>> StringArray(std::string_view key, Need need = Need::kOptional);
 
   /// Every entry of this table as a named sub-table ([device_types.NAME] style). All keys are
   /// valid here; an entry that is not a table is an error.
@@ -95,8 +93,7 @@ class TomlTable {
 
 /// Parses TOML text; a syntax error becomes one diagnostic with its position.
 /// Returns nullptr on a syntax error.
-std::unique_ptr<toml::table> ParseTomlText(std::string_view text, const std::string& file,
-                                           Diagnostics* diag);
+std::unique_ptr<toml::table> ParseTomlText(std::string_view text, const std::string& file, Diagnostics* diag);
 
 /// Reads a whole file into a string; NotFound / IoError with the path on failure.
 Result<std::string> ReadTextFile(const std::string& path);

@@ -17,26 +17,48 @@ struct UnitScale {
 constexpr double kKi = 1024.0;
 
 constexpr UnitScale kByteUnits[] = {
-    {"B", 1},          {"KB", 1e3},          {"kB", 1e3},          {"MB", 1e6},
-    {"GB", 1e9},       {"TB", 1e12},         {"KiB", kKi},         {"MiB", kKi * kKi},
-    {"GiB", kKi * kKi * kKi}, {"TiB", kKi * kKi * kKi * kKi},
+    {"B", 1},
+    {"KB", 1e3},
+    {"kB", 1e3},
+    {"MB", 1e6},
+    {"GB", 1e9},
+    {"TB", 1e12},
+    {"KiB", kKi},
+    {"MiB", kKi* kKi},
+    {"GiB", kKi* kKi* kKi},
+    {"TiB", kKi* kKi* kKi* kKi},
 };
 
 constexpr UnitScale kBandwidthUnits[] = {
     // bits per second
-    {"bps", 1.0 / 8},  {"Kbps", 1e3 / 8}, {"kbps", 1e3 / 8}, {"Mbps", 1e6 / 8},
-    {"Gbps", 1e9 / 8}, {"Tbps", 1e12 / 8}, {"Kb/s", 1e3 / 8}, {"Mb/s", 1e6 / 8},
-    {"Gb/s", 1e9 / 8}, {"Tb/s", 1e12 / 8}, {"Gbit/s", 1e9 / 8},
+    {"bps", 1.0 / 8},
+    {"Kbps", 1e3 / 8},
+    {"kbps", 1e3 / 8},
+    {"Mbps", 1e6 / 8},
+    {"Gbps", 1e9 / 8},
+    {"Tbps", 1e12 / 8},
+    {"Kb/s", 1e3 / 8},
+    {"Mb/s", 1e6 / 8},
+    {"Gb/s", 1e9 / 8},
+    {"Tb/s", 1e12 / 8},
+    {"Gbit/s", 1e9 / 8},
     // bytes per second
-    {"B/s", 1},        {"KB/s", 1e3},     {"kB/s", 1e3},     {"MB/s", 1e6},
-    {"GB/s", 1e9},     {"TB/s", 1e12},    {"GBps", 1e9},     {"MBps", 1e6},
-    {"KiB/s", kKi},    {"MiB/s", kKi * kKi}, {"GiB/s", kKi * kKi * kKi},
+    {"B/s", 1},
+    {"KB/s", 1e3},
+    {"kB/s", 1e3},
+    {"MB/s", 1e6},
+    {"GB/s", 1e9},
+    {"TB/s", 1e12},
+    {"GBps", 1e9},
+    {"MBps", 1e6},
+    {"KiB/s", kKi},
+    {"MiB/s", kKi* kKi},
+    {"GiB/s", kKi* kKi* kKi},
 };
 
 constexpr UnitScale kFlopsUnits[] = {
-    {"FLOPS", 1},      {"KFLOPS", 1e3},   {"MFLOPS", 1e6},   {"GFLOPS", 1e9},
-    {"TFLOPS", 1e12},  {"PFLOPS", 1e15},  {"FLOP/s", 1},     {"GFLOP/s", 1e9},
-    {"TFLOP/s", 1e12}, {"PFLOP/s", 1e15},
+    {"FLOPS", 1},     {"KFLOPS", 1e3}, {"MFLOPS", 1e6},  {"GFLOPS", 1e9},   {"TFLOPS", 1e12},
+    {"PFLOPS", 1e15}, {"FLOP/s", 1},   {"GFLOP/s", 1e9}, {"TFLOP/s", 1e12}, {"PFLOP/s", 1e15},
 };
 
 constexpr UnitScale kDurationUnits[] = {
@@ -52,11 +74,11 @@ std::string UnitList(std::span<const UnitScale> units) {
   return out;
 }
 
-Result<double> ParseQuantity(std::string_view text, std::span<const UnitScale> units,
-                             std::string_view what, std::string_view example) {
+Result<double> ParseQuantity(std::string_view text, std::span<const UnitScale> units, std::string_view what,
+                             std::string_view example) {
   auto fail = [&](const std::string& why) -> Status {
-    return Status::InvalidArgument(fmt::format("cannot read \"{}\" as {}: {}; write it like \"{}\"",
-                                               text, what, why, example));
+    return Status::InvalidArgument(
+        fmt::format("cannot read \"{}\" as {}: {}; write it like \"{}\"", text, what, why, example));
   };
   size_t begin = 0;
   while (begin < text.size() && text[begin] == ' ') ++begin;
@@ -88,12 +110,12 @@ std::string FormatScaled(double value, std::span<const UnitScale> units) {
 }
 
 constexpr UnitScale kBytesFormat[] = {
-    {"B", 1}, {"KiB", kKi}, {"MiB", kKi * kKi}, {"GiB", kKi * kKi * kKi}, {"TiB", kKi * kKi * kKi * kKi}};
-constexpr UnitScale kBitsFormat[] = {{"bps", 1.0 / 8}, {"Kbps", 1e3 / 8}, {"Mbps", 1e6 / 8},
-                                     {"Gbps", 1e9 / 8}, {"Tbps", 1e12 / 8}};
+    {"B", 1}, {"KiB", kKi}, {"MiB", kKi* kKi}, {"GiB", kKi* kKi* kKi}, {"TiB", kKi* kKi* kKi* kKi}};
+constexpr UnitScale kBitsFormat[] = {
+    {"bps", 1.0 / 8}, {"Kbps", 1e3 / 8}, {"Mbps", 1e6 / 8}, {"Gbps", 1e9 / 8}, {"Tbps", 1e12 / 8}};
 constexpr UnitScale kBytesPerSFormat[] = {{"GB/s", 1e9}, {"TB/s", 1e12}};
-constexpr UnitScale kFlopsFormat[] = {{"FLOPS", 1},      {"KFLOPS", 1e3},  {"MFLOPS", 1e6},
-                                      {"GFLOPS", 1e9},   {"TFLOPS", 1e12}, {"PFLOPS", 1e15}};
+constexpr UnitScale kFlopsFormat[] = {{"FLOPS", 1},    {"KFLOPS", 1e3},  {"MFLOPS", 1e6},
+                                      {"GFLOPS", 1e9}, {"TFLOPS", 1e12}, {"PFLOPS", 1e15}};
 constexpr UnitScale kDurationFormat[] = {{"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}};
 constexpr UnitScale kCountFormat[] = {{"", 1}, {"K", 1e3}, {"M", 1e6}, {"B", 1e9}, {"T", 1e12}};
 

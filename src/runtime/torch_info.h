@@ -7,7 +7,7 @@
 namespace motley {
 
 struct TorchInfo {
-  std::string version;     // "1.13.0" (Debian) or "2.11.0" (PyTorch wheel)
+  std::string version;  // "1.13.0" (Debian) or "2.11.0" (PyTorch wheel)
   bool cuda_available = false;
   int cuda_device_count = 0;
 };

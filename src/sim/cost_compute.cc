@@ -4,8 +4,8 @@
 
 namespace motley {
 
-double RooflineLayerForwardS(const GpuSpec& gpu, const ModelSpec& model, int64_t seq_len,
-                             int64_t microbatch, Precision precision, const RooflineConfig& config) {
+double RooflineLayerForwardS(const GpuSpec& gpu, const ModelSpec& model, int64_t seq_len, int64_t microbatch,
+                             Precision precision, const RooflineConfig& config) {
   const double tokens = static_cast<double>(seq_len) * microbatch;
   const double flops = LayerForwardFlopsPerToken(model, seq_len) * tokens;
   const double peak = precision == Precision::kFp32 ? gpu.peak_fp32_flops : gpu.peak_fp16_flops;
@@ -15,9 +15,8 @@ double RooflineLayerForwardS(const GpuSpec& gpu, const ModelSpec& model, int64_t
   return std::max(compute_s, memory_s);
 }
 
-double RooflineLayerBackwardS(const GpuSpec& gpu, const ModelSpec& model, int64_t seq_len,
-                              int64_t microbatch, Precision precision, bool recompute,
-                              const RooflineConfig& config) {
+double RooflineLayerBackwardS(const GpuSpec& gpu, const ModelSpec& model, int64_t seq_len, int64_t microbatch,
+                              Precision precision, bool recompute, const RooflineConfig& config) {
   const double forward = RooflineLayerForwardS(gpu, model, seq_len, microbatch, precision, config);
   return (recompute ? 3.0 : 2.0) * forward;
 }

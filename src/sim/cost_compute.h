@@ -17,11 +17,10 @@ struct RooflineConfig {
 };
 
 /// Forward time of one decoder layer on `microbatch` sequences of `seq_len` tokens, in seconds.
-double RooflineLayerForwardS(const GpuSpec& gpu, const ModelSpec& model, int64_t seq_len,
-                             int64_t microbatch, Precision precision, const RooflineConfig& config = {});
+double RooflineLayerForwardS(const GpuSpec& gpu, const ModelSpec& model, int64_t seq_len, int64_t microbatch,
+                             Precision precision, const RooflineConfig& config = {});
 /// Backward time: twice the forward, plus one forward when activations are recomputed.
-double RooflineLayerBackwardS(const GpuSpec& gpu, const ModelSpec& model, int64_t seq_len,
-                              int64_t microbatch, Precision precision, bool recompute,
-                              const RooflineConfig& config = {});
+double RooflineLayerBackwardS(const GpuSpec& gpu, const ModelSpec& model, int64_t seq_len, int64_t microbatch,
+                              Precision precision, bool recompute, const RooflineConfig& config = {});
 
 }  // namespace motley

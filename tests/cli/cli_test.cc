@@ -107,19 +107,22 @@ class ValidateRejects : public ::testing::Test {
 
 TEST_F(ValidateRejects, UnknownKeyWithPositionValidKeysAndSuggestion) {
   CliRun r = Validate("c.toml", "[[nodes]]\nname = \"a\"\ndevcie = \"t4\"\n");
-  EXPECT_CONTAINS(r.output, "c.toml:3:1: error: unknown key 'devcie' in [nodes[0]]; did you mean 'device'? "
-                            "Valid keys here: count, device,");
+  EXPECT_CONTAINS(r.output,
+                  "c.toml:3:1: error: unknown key 'devcie' in [nodes[0]]; did you mean 'device'? "
+                  "Valid keys here: count, device,");
 }
 
 TEST_F(ValidateRejects, WrongType) {
   CliRun r = Validate("m.toml", "base = \"llama-7b\"\nnum_layers = \"32\"\n");
-  EXPECT_CONTAINS(r.output, "m.toml:2:14: error: num_layers: expected an integer, got a string (\"32\"); "
-                            "write it like num_layers = 1");
+  EXPECT_CONTAINS(r.output,
+                  "m.toml:2:14: error: num_layers: expected an integer, got a string (\"32\"); "
+                  "write it like num_layers = 1");
 }
 
 TEST_F(ValidateRejects, MissingRequiredKey) {
   CliRun r = Validate("c.toml", "[[nodes]]\nname = \"a\"\n");
-  EXPECT_CONTAINS(r.output, "c.toml:1:1: error: missing required key 'nodes[0].device' in [nodes[0]]; add it");
+  EXPECT_CONTAINS(r.output,
+                  "c.toml:1:1: error: missing required key 'nodes[0].device' in [nodes[0]]; add it");
 }
 
 TEST_F(ValidateRejects, HeadsNotDividingHiddenSize) {
@@ -135,32 +138,38 @@ TEST_F(ValidateRejects, KvHeadsNotDividingHeads) {
 TEST_F(ValidateRejects, SizesNotPositive) {
   CliRun r = Validate("m.toml", "base = \"llama-7b\"\nvocab_size = 0\n");
   EXPECT_CONTAINS(r.output, "m.toml:2:14: error: vocab_size: 0 is out of range; it must be between 1 and");
-  CliRun mem = Validate("c.toml", "[device_types.x]\nbase = \"t4\"\nmemory = \"0GiB\"\n[[nodes]]\nname = \"a\"\n"
-                               "device = \"x\"\n");
+  CliRun mem = Validate("c.toml",
+                        "[device_types.x]\nbase = \"t4\"\nmemory = \"0GiB\"\n[[nodes]]\nname = \"a\"\n"
+                        "device = \"x\"\n");
   EXPECT_CONTAINS(mem.output, "c.toml:3:10: error: device_types.x.memory: a size must be greater than zero");
 }
 
 TEST_F(ValidateRejects, BandwidthNotPositive) {
   CliRun r = Validate("c.toml", "[[nodes]]\nname = \"a\"\ndevice = \"t4\"\nnic_bandwidth = \"0Gbps\"\n");
-  EXPECT_CONTAINS(r.output, "c.toml:4:17: error: nodes[0].nic_bandwidth: a bandwidth must be greater than zero");
+  EXPECT_CONTAINS(r.output,
+                  "c.toml:4:17: error: nodes[0].nic_bandwidth: a bandwidth must be greater than zero");
 }
 
 TEST_F(ValidateRejects, DuplicateNodeNames) {
-  CliRun r = Validate("c.toml", "[[nodes]]\nname = \"gpu\"\ndevice = \"t4\"\nnic_bandwidth = \"1Gbps\"\n"
-                             "[[nodes]]\nname = \"gpu\"\ndevice = \"l4\"\nnic_bandwidth = \"1Gbps\"\n");
-  EXPECT_CONTAINS(r.output, "c.toml:6:8: error: nodes[1].name: duplicate node name 'gpu' (first declared at ");
+  CliRun r = Validate("c.toml",
+                      "[[nodes]]\nname = \"gpu\"\ndevice = \"t4\"\nnic_bandwidth = \"1Gbps\"\n"
+                      "[[nodes]]\nname = \"gpu\"\ndevice = \"l4\"\nnic_bandwidth = \"1Gbps\"\n");
+  EXPECT_CONTAINS(r.output,
+                  "c.toml:6:8: error: nodes[1].name: duplicate node name 'gpu' (first declared at ");
   EXPECT_CONTAINS(r.output, "c.toml:2:8); every node needs its own name");
 }
 
 TEST_F(ValidateRejects, UnknownDeviceType) {
   CliRun r = Validate("c.toml", "[[nodes]]\nname = \"a\"\ndevice = \"rtx4080\"\n");
-  EXPECT_CONTAINS(r.output, "c.toml:3:10: error: nodes[0].device: unknown device type 'rtx4080'; did you mean "
-                            "'rtx4090'?");
+  EXPECT_CONTAINS(r.output,
+                  "c.toml:3:10: error: nodes[0].device: unknown device type 'rtx4080'; did you mean "
+                  "'rtx4090'?");
 }
 
 TEST_F(ValidateRejects, JobProblemsAndItsExitCodeAmongGoodFiles) {
-  std::string bad = dir_.Write("j.toml", "model = \"llama-1m\"\ncluster = \"local-emulated\"\n[training]\n"
-                                         "seq_len = 100\nglobal_batch_tokens = 250\n");
+  std::string bad = dir_.Write("j.toml",
+                               "model = \"llama-1m\"\ncluster = \"local-emulated\"\n[training]\n"
+                               "seq_len = 100\nglobal_batch_tokens = 250\n");
   CliRun r = Motley("validate " + Example("clusters/zorse-a.toml") + " " + bad);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_CONTAINS(r.output, "ok       " + Example("clusters/zorse-a.toml"));
@@ -201,7 +210,8 @@ TEST(Cli, DescribeModelParameters) {
     ASSERT_EQ(r.exit_code, 0) << c.model;
     auto j = nlohmann::json::parse(r.output);
     EXPECT_NEAR(j["parameters"].get<double>(), c.params, c.params * 0.01) << c.model;
-    EXPECT_GT(j["flops_per_token"]["train_with_recompute"].get<double>(), j["flops_per_token"]["train"].get<double>());
+    EXPECT_GT(j["flops_per_token"]["train_with_recompute"].get<double>(),
+              j["flops_per_token"]["train"].get<double>());
     EXPECT_GT(j["memory"]["optimizer_bytes"].get<double>(), 0);
   }
   CliRun file = Motley("describe --model " + Example("models/llama-7b.toml") + " --json", true);
