@@ -36,9 +36,14 @@ std::optional<std::string> NearestName(std::string_view typo, std::span<const st
     }
   }
   if (!best) return std::nullopt;
-  size_t limit = std::max<size_t>(2, typo.size() / 3);
-  bool prefix = typo.size() >= 3 && (best->starts_with(typo) || typo.starts_with(*best));
-  if (best_distance <= limit || prefix) return best;
+  const size_t limit = std::max<size_t>(2, typo.size() / 3);
+  if (best_distance <= limit) return best;
+  // A missing or extra prefix or suffix ("ministages" for "num_ministages") is a plausible slip too.
+  if (typo.size() >= 4) {
+    for (const auto& c : candidates) {
+      if (c.starts_with(typo) || c.ends_with(typo) || typo.starts_with(c) || typo.ends_with(c)) return c;
+    }
+  }
   return std::nullopt;
 }
 

@@ -14,7 +14,7 @@ namespace motley {
 size_t EditDistance(std::string_view a, std::string_view b);
 
 /// The candidate nearest to `typo`, if it is close enough to be a plausible typo (distance at most
-/// max(2, len/3), or one is a prefix of the other).
+/// max(2, len/3), or one is a prefix or suffix of the other).
 std::optional<std::string> NearestName(std::string_view typo, std::span<const std::string> candidates);
 
 /// "; did you mean 'x'?" or "" when nothing is close.

@@ -235,6 +235,14 @@ std::vector<TomlTable> TomlTable::TableArray(std::string_view key, Need need, bo
   return out;
 }
 
+const toml::array* TomlTable::Array(std::string_view key, Need need) {
+  const toml::node* node = Find(key, need);
+  if (node == nullptr) return nullptr;
+  if (const toml::array* arr = node->as_array()) return arr;
+  TypeError(key, *node, "an array", "[1, 2, 3]");
+  return nullptr;
+}
+
 std::optional<std::vector<std::string>> TomlTable::StringArray(std::string_view key, Need need) {
   const toml::node* node = Find(key, need);
   if (node == nullptr) return std::nullopt;

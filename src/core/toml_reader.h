@@ -51,6 +51,8 @@ class TomlTable {
   /// `allow_single` is set.
   std::vector<TomlTable> TableArray(std::string_view key, Need need = Need::kOptional,
                                     bool allow_single = false);
+  /// Any array (its elements are the caller's to check).
+  const toml::array* Array(std::string_view key, Need need = Need::kOptional);
   /// An array of strings.
   std::optional<std::vector<std::string>> StringArray(std::string_view key, Need need = Need::kOptional);
 

@@ -1,0 +1,200 @@
+#include "plan/plan_io.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/toml_reader.h"
+
+namespace motley {
+namespace {
+
+const std::vector<std::string> kSchedules = {"gpipe", "1f1b", "interleaved"};
+const std::vector<std::string> kPrecisions = {"fp32", "bf16", "fp16"};
+
+PipelineSchedule ScheduleFromName(const std::string& s) {
+  return s == "1f1b" ? PipelineSchedule::k1F1B : s == "interleaved" ? PipelineSchedule::kInterleaved : PipelineSchedule::kGPipe;
+}
+Precision PrecisionFromName(const std::string& s) {
+  return s == "fp32" ? Precision::kFp32 : s == "fp16" ? Precision::kFp16 : Precision::kBf16;
+}
+
+// Reads an array of integers; every element must be an integer within [min, max].
+std::optional<std::vector<int64_t>> IntArray(TomlTable& t, std::string_view key, int64_t min, int64_t max,
+                                             Need need) {
+  const toml::array* values = t.Array(key, need);
+  if (values == nullptr) return std::nullopt;
+  std::vector<int64_t> out;
+  for (const toml::node& n : *values) {
+    if (!n.is_integer() || *n.value<int64_t>() < min || *n.value<int64_t>() > max) {
+      t.Error(key, fmt::format("expected an array of integers between {} and {}", min, max));
+      return std::nullopt;
+    }
+    out.push_back(*n.value<int64_t>());
+  }
+  return out;
+}
+
+GroupPlan ReadGroup(TomlTable& t) {
+  GroupPlan g;
+  constexpr int64_t kBig = int64_t{1} << 40;
+  if (auto layers = IntArray(t, "layers", 0, 1 << 20, Need::kRequired)) {
+    if (layers->size() == 2) {
+      g.layer_begin = static_cast<int>((*layers)[0]);
+      g.layer_end = static_cast<int>((*layers)[1]);
+    } else {
+      t.Error("layers", fmt::format("expected [begin, end), two integers; got {} values", layers->size()));
+    }
+  }
+  if (auto v = t.Int("num_ministages", 1, 1 << 20)) g.num_ministages = static_cast<int>(*v);
+  if (auto v = t.Int("tp_degree", 1, 1 << 12)) g.tp_degree = static_cast<int>(*v);
+  auto devices = IntArray(t, "devices", 0, 1 << 20, Need::kRequired);
+  auto sizes = IntArray(t, "microbatch_size", 1, kBig, Need::kRequired);
+  auto counts = IntArray(t, "num_microbatches", 0, kBig, Need::kRequired);
+  auto lasts = IntArray(t, "last_microbatch_size", 0, kBig, Need::kOptional);
+  if (auto routing = IntArray(t, "routing", 0, 1 << 20, Need::kOptional))
+    g.routing.assign(routing->begin(), routing->end());
+  t.Finish();
+  if (!devices || !sizes || !counts) return g;
+  auto check_len = [&](std::string_view key, size_t n) {
+    if (n == devices->size()) return true;
+    t.Error(key, fmt::format("has {} entries but devices has {}; give one per device", n, devices->size()));
+    return false;
+  };
+  if (!check_len("microbatch_size", sizes->size()) || !check_len("num_microbatches", counts->size()) ||
+      (lasts && !check_len("last_microbatch_size", lasts->size())))
+    return g;
+  for (size_t i = 0; i < devices->size(); ++i) {
+    g.devices.push_back(DevicePlan{static_cast<int>((*devices)[i]), (*sizes)[i], (*counts)[i], lasts ? (*lasts)[i] : 0});
+  }
+  return g;
+}
+
+Result<Plan> ReadPlan(const toml::table& table, const std::string& file) {
+  Diagnostics diag;
+  TomlTable root(table, "", file, &diag);
+  Plan p;
+  if (auto v = root.String("strategy")) p.strategy = *v;
+  if (auto v = root.Int("seq_len", 1, 1 << 24, Need::kRequired)) p.seq_len = *v;
+  if (auto v = root.Choice("precision", kPrecisions)) p.precision = PrecisionFromName(*v);
+  if (auto v = root.Choice("schedule", kSchedules)) p.schedule = ScheduleFromName(*v);
+  if (auto v = root.Int("zero_stage", 0, 3)) p.zero_stage = static_cast<int>(*v);
+  if (auto v = root.Bool("activation_checkpointing")) p.activation_checkpointing = *v;
+  if (auto v = root.Bool("offload_params")) p.offload_params = *v;
+  if (auto v = root.Bool("offload_activations")) p.offload_activations = *v;
+  for (auto& g : root.TableArray("groups", Need::kRequired)) p.groups.push_back(ReadGroup(g));
+  root.Finish();
+  MOTLEY_RETURN_IF_ERROR(diag.ToStatus());
+  return p;
+}
+
+// JSON plans go through the same strict reader as TOML ones: convert, then read.
+std::unique_ptr<toml::node> JsonToToml(const nlohmann::json& j) {
+  if (j.is_object()) {
+    auto t = std::make_unique<toml::table>();
+    for (const auto& [k, v] : j.items())
+      if (!v.is_null()) t->insert(k, std::move(*JsonToToml(v)));
+    return t;
+  }
+  if (j.is_array()) {
+    auto a = std::make_unique<toml::array>();
+    for (const auto& v : j) a->push_back(std::move(*JsonToToml(v)));
+    return a;
+  }
+  if (j.is_boolean()) return std::make_unique<toml::value<bool>>(j.get<bool>());
+  if (j.is_number_integer()) return std::make_unique<toml::value<int64_t>>(j.get<int64_t>());
+  if (j.is_number()) return std::make_unique<toml::value<double>>(j.get<double>());
+  if (j.is_string()) return std::make_unique<toml::value<std::string>>(j.get<std::string>());
+  return std::make_unique<toml::value<std::string>>("");
+}
+
+}  // namespace
+
+Result<Plan> ParsePlanToml(std::string_view text, const std::string& file) {
+  Diagnostics diag;
+  auto table = ParseTomlText(text, file, &diag);
+  if (!table) return diag.ToStatus();
+  return ReadPlan(*table, file);
+}
+
+Result<Plan> ParsePlanJson(std::string_view text, const std::string& file) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: error: cannot read the JSON: {}", file, e.what()));
+  }
+  if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: error: a plan is a JSON object", file));
+  auto node = JsonToToml(j);
+  return ReadPlan(*node->as_table(), file);
+}
+
+Result<Plan> LoadPlanFile(const std::string& path) {
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return path.ends_with(".json") ? ParsePlanJson(text, path) : ParsePlanToml(text, path);
+}
+
+std::string PlanToToml(const Plan& p) {
+  std::string out = fmt::format(
+      "# motley plan: {} groups over {} devices, {} sequences of {} tokens per step\n"
+      "strategy = \"{}\"\nseq_len = {}\nprecision = \"{}\"\nschedule = \"{}\"\nzero_stage = {}\n"
+      "activation_checkpointing = {}\noffload_params = {}\noffload_activations = {}\n",
+      p.groups.size(), p.num_devices(), p.global_batch_sequences(), p.seq_len, p.strategy, p.seq_len,
+      PrecisionName(p.precision), PipelineScheduleName(p.schedule), p.zero_stage, p.activation_checkpointing,
+      p.offload_params, p.offload_activations);
+  for (const auto& g : p.groups) {
+    std::vector<int> devices;
+    std::vector<int64_t> sizes, counts, lasts;
+    bool any_last = false;
+    for (const auto& d : g.devices) {
+      devices.push_back(d.device);
+      sizes.push_back(d.microbatch_size);
+      counts.push_back(d.num_microbatches);
+      lasts.push_back(d.last_microbatch_size);
+      any_last = any_last || d.last_microbatch_size > 0;
+    }
+    out += fmt::format(
+        "\n[[groups]]\nlayers = [{}, {}]\nnum_ministages = {}\ntp_degree = {}\ndevices = [{}]\n"
+        "microbatch_size = [{}]\nnum_microbatches = [{}]\n",
+        g.layer_begin, g.layer_end, g.num_ministages, g.tp_degree, fmt::join(devices, ", "), fmt::join(sizes, ", "),
+        fmt::join(counts, ", "));
+    if (any_last) out += fmt::format("last_microbatch_size = [{}]\n", fmt::join(lasts, ", "));
+    if (!g.routing.empty()) out += fmt::format("routing = [{}]\n", fmt::join(g.routing, ", "));
+  }
+  return out;
+}
+
+nlohmann::json PlanToJson(const Plan& p) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const auto& g : p.groups) {
+    nlohmann::json devices = nlohmann::json::array(), sizes = nlohmann::json::array(),
+                   counts = nlohmann::json::array(), lasts = nlohmann::json::array();
+    bool any_last = false;
+    for (const auto& d : g.devices) {
+      devices.push_back(d.device);
+      sizes.push_back(d.microbatch_size);
+      counts.push_back(d.num_microbatches);
+      lasts.push_back(d.last_microbatch_size);
+      any_last = any_last || d.last_microbatch_size > 0;
+    }
+    nlohmann::json gj = {{"layers", {g.layer_begin, g.layer_end}},
+                         {"num_ministages", g.num_ministages},
+                         {"tp_degree", g.tp_degree},
+                         {"devices", devices},
+                         {"microbatch_size", sizes},
+                         {"num_microbatches", counts}};
+    if (any_last) gj["last_microbatch_size"] = lasts;
+    if (!g.routing.empty()) gj["routing"] = g.routing;
+    groups.push_back(gj);
+  }
+  return {{"strategy", p.strategy},
+          {"seq_len", p.seq_len},
+          {"precision", PrecisionName(p.precision)},
+          {"schedule", PipelineScheduleName(p.schedule)},
+          {"zero_stage", p.zero_stage},
+          {"activation_checkpointing", p.activation_checkpointing},
+          {"offload_params", p.offload_params},
+          {"offload_activations", p.offload_activations},
+          {"groups", groups}};
+}
+
+}  // namespace motley
