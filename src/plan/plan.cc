@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "core/check.h"
+
 namespace motley {
 
 std::string_view PipelineScheduleName(PipelineSchedule s) {
@@ -17,11 +19,56 @@ std::string_view PipelineScheduleName(PipelineSchedule s) {
   return "?";
 }
 
-std::pair<int, int> GroupPlan::ministage_layers(int s) const {
-  const int n = num_layers(), k = num_ministages;
-  const int base = n / k, extra = n % k;
-  const int begin = layer_begin + s * base + std::min(s, extra);
-  return {begin, begin + base + (s < extra ? 1 : 0)};
+int GroupPlan::num_layers() const {
+  int n = 0;
+  for (const auto& m : ministages) n += m.size();
+  return n;
+}
+
+std::vector<LayerRange> SplitLayers(int begin, int num_layers, int k) {
+  std::vector<LayerRange> out;
+  const int base = num_layers / k, extra = num_layers % k;
+  for (int s = 0; s < k; ++s) {
+    int size = base + (s < extra ? 1 : 0);
+    out.push_back({begin, begin + size});
+    begin += size;
+  }
+  return out;
+}
+
+std::vector<std::vector<LayerRange>> InterleavedMinistages(const std::vector<int>& layers_per_group,
+                                                           const std::vector<int>& ministages_per_group) {
+  MOTLEY_CHECK_EQ(layers_per_group.size(), ministages_per_group.size());
+  const size_t n = layers_per_group.size();
+  std::vector<std::vector<int>> sizes(n);  // ministage sizes per group
+  for (size_t g = 0; g < n; ++g) {
+    MOTLEY_CHECK_GE(ministages_per_group[g], 1);
+    MOTLEY_CHECK_LE(ministages_per_group[g], layers_per_group[g]);
+    for (const auto& r : SplitLayers(0, layers_per_group[g], ministages_per_group[g])) sizes[g].push_back(r.size());
+  }
+  std::vector<std::vector<LayerRange>> out(n);
+  int layer = 0;
+  for (size_t round = 0;; ++round) {
+    bool any = false;
+    for (size_t g = 0; g < n; ++g) {
+      if (round >= sizes[g].size()) continue;
+      out[g].push_back({layer, layer + sizes[g][round]});
+      layer += sizes[g][round];
+      any = true;
+    }
+    if (!any) break;
+  }
+  return out;
+}
+
+std::vector<VirtualStage> VirtualStages(const Plan& plan) {
+  std::vector<VirtualStage> stages;
+  for (size_t g = 0; g < plan.groups.size(); ++g)
+    for (size_t s = 0; s < plan.groups[g].ministages.size(); ++s)
+      stages.push_back({static_cast<int>(g), static_cast<int>(s), plan.groups[g].ministages[s]});
+  std::sort(stages.begin(), stages.end(),
+            [](const VirtualStage& a, const VirtualStage& b) { return a.layers.begin < b.layers.begin; });
+  return stages;
 }
 
 int64_t GroupPlan::num_microbatches() const {
@@ -64,7 +111,6 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
                       "this plan's schedule is \"{}\"",
                       PipelineScheduleName(plan.schedule)));
 
-  int expected_begin = 0;
   std::map<int, std::string> seen;  // device -> where it was first used
   const int64_t first_microbatch_size =
       plan.groups.empty() || plan.groups[0].devices.empty() ? 0 : plan.groups[0].devices[0].microbatch_size;
@@ -72,15 +118,21 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
   for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
     const GroupPlan& g = plan.groups[gi];
     const std::string where = fmt::format("groups[{}]", gi);
-    if (g.layer_begin != expected_begin || g.layer_end <= g.layer_begin) {
-      error(fmt::format("{}: layers [{}, {}) must start at layer {} (where the previous group ended) and hold at "
-                        "least one layer",
-                        where, g.layer_begin, g.layer_end, expected_begin));
+    if (g.ministages.empty()) error(fmt::format("{}: has no ministages; give it at least one layer range", where));
+    for (size_t s = 0; s < g.ministages.size(); ++s) {
+      const LayerRange& r = g.ministages[s];
+      if (r.begin < 0 || r.end <= r.begin || r.end > model.num_layers)
+        error(fmt::format("{}.ministages[{}]: layers [{}, {}) must hold at least one of the model's {} layers", where,
+                          s, r.begin, r.end, model.num_layers));
+      if (s > 0 && r.begin < g.ministages[s - 1].end)
+        error(fmt::format("{}.ministages[{}]: [{}, {}) must come after the previous ministage [{}, {})", where, s,
+                          r.begin, r.end, g.ministages[s - 1].begin, g.ministages[s - 1].end));
+      if (plan.schedule != PipelineSchedule::kInterleaved && s > 0 && r.begin != g.ministages[s - 1].end)
+        error(fmt::format("{}.ministages[{}]: schedule \"{}\" gives each group one contiguous range of layers, but "
+                          "[{}, {}) does not continue [{}, {}); use schedule = \"interleaved\" to interleave",
+                          where, s, PipelineScheduleName(plan.schedule), r.begin, r.end, g.ministages[s - 1].begin,
+                          g.ministages[s - 1].end));
     }
-    expected_begin = std::max(expected_begin, g.layer_end);
-    if (g.num_ministages < 1 || g.num_ministages > std::max(1, g.num_layers()))
-      error(fmt::format("{}: num_ministages ({}) must be between 1 and its number of layers ({})", where,
-                        g.num_ministages, g.num_layers()));
     if (g.devices.empty()) error(fmt::format("{}: has no devices", where));
     if (g.tp_degree < 1 || g.devices.size() % g.tp_degree != 0 || model.num_heads % g.tp_degree != 0)
       error(fmt::format("{}: tp_degree ({}) must divide the group's {} devices and the model's {} heads", where,
@@ -128,9 +180,28 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
       error(fmt::format("{}: routing applies only to pipelines (plans with several groups)", where));
     }
   }
-  if (!plan.groups.empty() && expected_begin != model.num_layers)
-    error(fmt::format("the groups cover layers [0, {}) but the model '{}' has {} layers", expected_begin,
-                      model.name, model.num_layers));
+  // The ministages of all groups cover every layer exactly once.
+  std::vector<int> owners(model.num_layers, 0);
+  for (const auto& g : plan.groups)
+    for (const auto& r : g.ministages)
+      for (int l = std::max(0, r.begin); l < std::min<int>(r.end, model.num_layers); ++l) ++owners[l];
+  for (int l = 0; l < model.num_layers; ++l) {
+    if (owners[l] != 1) {
+      error(fmt::format("layer {} of model '{}' ({} layers) is in {} ministages; every layer must be in exactly one",
+                        l, model.name, model.num_layers, owners[l]));
+      break;
+    }
+  }
+  if (plan.schedule != PipelineSchedule::kInterleaved) {
+    for (size_t gi = 1; gi < plan.groups.size(); ++gi) {
+      const auto& prev = plan.groups[gi - 1].ministages;
+      const auto& cur = plan.groups[gi].ministages;
+      if (!prev.empty() && !cur.empty() && cur.front().begin != prev.back().end)
+        error(fmt::format("groups[{}] starts at layer {} but groups[{}] ends at layer {}; with schedule \"{}\" groups "
+                          "hold consecutive layers in pipeline order",
+                          gi, cur.front().begin, gi - 1, prev.back().end, PipelineScheduleName(plan.schedule)));
+    }
+  }
   if (errors.empty()) return Status::Ok();
   std::string joined;
   for (const auto& e : errors) joined += (joined.empty() ? "" : "\n") + std::string("plan: ") + e;

@@ -1,10 +1,12 @@
 // Plan: everything about *how* to train, as one serialisable data object (DESIGN.md). Planners
 // produce Plans; the schedule lowering, the simulator and the runtime read nothing else.
 //
-// A plan is a pipeline of groups. Each group owns a contiguous range of decoder layers (the first
-// group also runs the embedding, the last the final norm and LM head), splits them into
-// ministages, and does data parallelism (ZeRO) over its devices. With one group the plan is pure
-// data parallelism (Poplar); with several it is a pipeline (Zorse, GPipe, 1F1B).
+// A plan is a pipeline of groups. Each group does data parallelism (ZeRO) over its devices and owns
+// some ministages: ranges of decoder layers. Sorted by layer, all ministages of all groups are the
+// pipeline's *virtual stages*; they cover the model exactly once. GPipe and 1F1B give each group
+// one contiguous range; Zorse interleaves them round-robin across groups (§4.1, Figure 4). The
+// virtual stage holding layer 0 also runs the embedding, the one holding the last layer the final
+// norm and LM head. With one group the plan is pure data parallelism (Poplar).
 #pragma once
 
 #include <cstdint>
@@ -43,20 +45,24 @@ struct DevicePlan {
   bool operator==(const DevicePlan&) const = default;
 };
 
+/// Decoder layers [begin, end).
+struct LayerRange {
+  int begin = 0;
+  int end = 0;
+  int size() const { return end - begin; }
+  bool operator==(const LayerRange&) const = default;
+};
+
 struct GroupPlan {
-  int layer_begin = 0;  // decoder layers [layer_begin, layer_end)
-  int layer_end = 0;
-  int num_ministages = 1;  // contiguous slices of the layers, scheduled as units
-  int tp_degree = 1;       // tensor-parallel ranks per replica (costed only, for now)
+  std::vector<LayerRange> ministages;  // in increasing layer order
+  int tp_degree = 1;                   // tensor-parallel ranks per replica (costed only, for now)
   std::vector<DevicePlan> devices;
   /// Pipelines: the device of this group that processes each global microbatch (size = number of
   /// microbatches). Empty for pure data parallelism.
   std::vector<int> routing;
 
-  int num_layers() const { return layer_end - layer_begin; }
-  /// Layers [begin, end) of ministage `s`: the layers split as evenly as possible, earlier
-  /// ministages taking the extra layer.
-  std::pair<int, int> ministage_layers(int s) const;
+  int num_ministages() const { return static_cast<int>(ministages.size()); }
+  int num_layers() const;
   int64_t num_microbatches() const;
   int64_t sequences() const;
   bool operator==(const GroupPlan&) const = default;
@@ -84,6 +90,26 @@ struct Plan {
 /// exists and appears once, batch sizes agree across the pipeline, the routing is consistent.
 /// Messages name the group, the device and every factor.
 Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& model);
+
+/// `num_layers` layers from `begin` in `k` contiguous ministages, as even as possible (earlier
+/// ones take the extra layer).
+std::vector<LayerRange> SplitLayers(int begin, int num_layers, int k);
+
+/// Zorse's layer assignment (§4.3.3): group g gets `layers_per_group[g]` layers in
+/// `ministages_per_group[g]` even ministages, and the ministages take the model's layers round-robin
+/// across groups (g0's first, g1's first, ..., g0's second, ...). REQUIRES: sizes match, every
+/// group has 1 <= ministages <= layers.
+std::vector<std::vector<LayerRange>> InterleavedMinistages(const std::vector<int>& layers_per_group,
+                                                           const std::vector<int>& ministages_per_group);
+
+/// A ministage of the pipeline in layer order: which group runs it and which of its ministages.
+struct VirtualStage {
+  int group = 0;
+  int ministage = 0;
+  LayerRange layers;
+};
+/// All ministages of all groups sorted by layer. REQUIRES: a plan that passed ValidatePlan.
+std::vector<VirtualStage> VirtualStages(const Plan& plan);
 
 /// The default cross-stage routing of a pipeline group when a plan gives none: microbatches dealt
 /// to devices in order, each device taking its num_microbatches consecutive ones.

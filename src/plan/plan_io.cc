@@ -1,5 +1,7 @@
 #include "plan/plan_io.h"
 
+#include <cstdlib>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -37,15 +39,19 @@ std::optional<std::vector<int64_t>> IntArray(TomlTable& t, std::string_view key,
 GroupPlan ReadGroup(TomlTable& t) {
   GroupPlan g;
   constexpr int64_t kBig = int64_t{1} << 40;
-  if (auto layers = IntArray(t, "layers", 0, 1 << 20, Need::kRequired)) {
-    if (layers->size() == 2) {
-      g.layer_begin = static_cast<int>((*layers)[0]);
-      g.layer_end = static_cast<int>((*layers)[1]);
-    } else {
-      t.Error("layers", fmt::format("expected [begin, end), two integers; got {} values", layers->size()));
+  if (const toml::array* ranges = t.Array("ministages", Need::kRequired)) {
+    for (const toml::node& r : *ranges) {
+      const toml::array* pair = r.as_array();
+      if (pair == nullptr || pair->size() != 2 || !(*pair)[0].is_integer() || !(*pair)[1].is_integer() ||
+          std::abs(*(*pair)[0].value<int64_t>()) > (1 << 20) || std::abs(*(*pair)[1].value<int64_t>()) > (1 << 20)) {
+        t.Error("ministages", "expected layer ranges [begin, end), e.g. ministages = [[0, 4], [4, 8]]");
+        g.ministages.clear();
+        break;
+      }
+      g.ministages.push_back(
+          {static_cast<int>(*(*pair)[0].value<int64_t>()), static_cast<int>(*(*pair)[1].value<int64_t>())});
     }
   }
-  if (auto v = t.Int("num_ministages", 1, 1 << 20)) g.num_ministages = static_cast<int>(*v);
   if (auto v = t.Int("tp_degree", 1, 1 << 12)) g.tp_degree = static_cast<int>(*v);
   auto devices = IntArray(t, "devices", 0, 1 << 20, Need::kRequired);
   auto sizes = IntArray(t, "microbatch_size", 1, kBig, Need::kRequired);
@@ -152,10 +158,12 @@ std::string PlanToToml(const Plan& p) {
       lasts.push_back(d.last_microbatch_size);
       any_last = any_last || d.last_microbatch_size > 0;
     }
+    std::vector<std::string> ranges;
+    for (const auto& r : g.ministages) ranges.push_back(fmt::format("[{}, {}]", r.begin, r.end));
     out += fmt::format(
-        "\n[[groups]]\nlayers = [{}, {}]\nnum_ministages = {}\ntp_degree = {}\ndevices = [{}]\n"
+        "\n[[groups]]\nministages = [{}]\ntp_degree = {}\ndevices = [{}]\n"
         "microbatch_size = [{}]\nnum_microbatches = [{}]\n",
-        g.layer_begin, g.layer_end, g.num_ministages, g.tp_degree, fmt::join(devices, ", "), fmt::join(sizes, ", "),
+        fmt::join(ranges, ", "), g.tp_degree, fmt::join(devices, ", "), fmt::join(sizes, ", "),
         fmt::join(counts, ", "));
     if (any_last) out += fmt::format("last_microbatch_size = [{}]\n", fmt::join(lasts, ", "));
     if (!g.routing.empty()) out += fmt::format("routing = [{}]\n", fmt::join(g.routing, ", "));
@@ -176,8 +184,9 @@ nlohmann::json PlanToJson(const Plan& p) {
       lasts.push_back(d.last_microbatch_size);
       any_last = any_last || d.last_microbatch_size > 0;
     }
-    nlohmann::json gj = {{"layers", {g.layer_begin, g.layer_end}},
-                         {"num_ministages", g.num_ministages},
+    nlohmann::json ranges = nlohmann::json::array();
+    for (const auto& r : g.ministages) ranges.push_back({r.begin, r.end});
+    nlohmann::json gj = {{"ministages", ranges},
                          {"tp_degree", g.tp_degree},
                          {"devices", devices},
                          {"microbatch_size", sizes},

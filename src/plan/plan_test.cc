@@ -8,6 +8,9 @@
 #include "plan/plan_io.h"
 
 namespace motley {
+
+void PrintTo(const LayerRange& r, std::ostream* os) { *os << "[" << r.begin << ", " << r.end << ")"; }
+
 namespace {
 
 Plan TwoGroupPipeline() {
@@ -19,21 +22,35 @@ Plan TwoGroupPipeline() {
   p.zero_stage = 2;
   p.offload_params = true;
   p.offload_activations = true;
-  GroupPlan a{0, 1, 1, 1, {{0, 2, 3, 0}, {1, 2, 1, 0}}, {0, 1, 0, 0}};
-  GroupPlan b{1, 2, 1, 1, {{2, 2, 2, 0}, {3, 2, 2, 0}}, {}};
+  GroupPlan a{{{0, 1}}, 1, {{0, 2, 3, 0}, {1, 2, 1, 0}}, {0, 1, 0, 0}};
+  GroupPlan b{{{1, 2}}, 1, {{2, 2, 2, 0}, {3, 2, 2, 0}}, {}};
   p.groups = {a, b};
   return p;
 }
 
 TEST(Plan, MinistagesSplitLayersEvenly) {
-  GroupPlan g;
-  g.layer_begin = 10;
-  g.layer_end = 20;
-  g.num_ministages = 4;
-  EXPECT_EQ(g.ministage_layers(0), std::make_pair(10, 13));
-  EXPECT_EQ(g.ministage_layers(1), std::make_pair(13, 16));
-  EXPECT_EQ(g.ministage_layers(2), std::make_pair(16, 18));
-  EXPECT_EQ(g.ministage_layers(3), std::make_pair(18, 20));
+  EXPECT_EQ(SplitLayers(10, 10, 4), (std::vector<LayerRange>{{10, 13}, {13, 16}, {16, 18}, {18, 20}}));
+}
+
+TEST(Plan, InterleavedMinistagesGoRoundRobinAcrossGroups) {
+  // Zorse Figure 4 in small: 3 groups, 2 ministages each, 9/6/3 layers by speed.
+  auto m = InterleavedMinistages({9, 6, 3}, {2, 2, 2});
+  // Ministage sizes: g0 5+4, g1 3+3, g2 2+1 (earlier ministages take the extra layer).
+  EXPECT_EQ(m[0], (std::vector<LayerRange>{{0, 5}, {10, 14}}));
+  EXPECT_EQ(m[1], (std::vector<LayerRange>{{5, 8}, {14, 17}}));
+  EXPECT_EQ(m[2], (std::vector<LayerRange>{{8, 10}, {17, 18}}));
+  Plan p;
+  p.schedule = PipelineSchedule::kInterleaved;
+  for (auto& r : m) p.groups.push_back(GroupPlan{r, 1, {}, {}});
+  auto stages = VirtualStages(p);
+  ASSERT_EQ(stages.size(), 6u);
+  EXPECT_EQ(stages[2].group, 2);
+  EXPECT_EQ(stages[3].group, 0);
+  EXPECT_EQ(stages[3].ministage, 1);
+  // Uneven ministage counts: groups that run out are skipped.
+  auto u = InterleavedMinistages({4, 2}, {4, 1});
+  EXPECT_EQ(u[1], (std::vector<LayerRange>{{1, 3}}));
+  EXPECT_EQ(u[0].back(), (LayerRange{5, 6}));
 }
 
 TEST(Plan, BatchFiguresFromPerDeviceSizes) {
@@ -60,7 +77,7 @@ TEST(Plan, ValidationNamesEveryFactor) {
   p.groups[1].devices[0].device = 1;             // used twice
   p.groups[1].devices[1].num_microbatches = 1;   // 3 != 4 microbatches
   p.groups[0].routing = {0, 0, 0, 1, 1};         // wrong length and counts
-  p.groups[1].layer_end = 3;                     // past the model
+  p.groups[1].ministages = {{1, 3}};              // past the model
   Status s = ValidatePlan(p, c, m);
   ASSERT_FALSE(s.ok());
   const std::string& e = s.message();
@@ -68,7 +85,8 @@ TEST(Plan, ValidationNamesEveryFactor) {
             std::string::npos) << e;
   EXPECT_NE(e.find("groups[1]: processes 3 microbatches but groups[0] processes 4"), std::string::npos) << e;
   EXPECT_NE(e.find("groups[0]: routing must list one device of the group per microbatch"), std::string::npos) << e;
-  EXPECT_NE(e.find("the groups cover layers [0, 3) but the model 'llama-tiny' has 2 layers"), std::string::npos) << e;
+  EXPECT_NE(e.find("groups[1].ministages[0]: layers [1, 3) must hold at least one of the model's 2 layers"),
+            std::string::npos) << e;
 }
 
 TEST(Plan, PipelinesNeedOneMicrobatchSize) {
@@ -97,9 +115,9 @@ Plan RandomPlan(std::mt19937& rng) {
   int layer = 0, device = 0;
   for (int g = pick(1, 4); g > 0; --g) {
     GroupPlan gp;
-    gp.layer_begin = layer;
-    gp.layer_end = layer += pick(1, 10);
-    gp.num_ministages = pick(1, gp.num_layers());
+    int n = pick(1, 10);
+    gp.ministages = SplitLayers(layer, n, pick(1, n));
+    layer += n;
     gp.tp_degree = pick(1, 2);
     for (int d = pick(1, 5); d > 0; --d)
       gp.devices.push_back({device++, pick(1, 8), pick(0, 6), pick(0, 1) ? pick(1, 8) : 0});
@@ -125,16 +143,16 @@ TEST(PlanIo, RandomPlansRoundTripExactlyThroughTomlAndJson) {
 }
 
 TEST(PlanIo, BadPlanFilesGetPositionedErrors) {
-  Result<Plan> p = ParsePlanToml("seq_len = 8\n[[groups]]\nlayers = [0]\ndevices = [0, 1]\nmicrobatch_size = [1]\n"
-                                 "num_microbatches = [1, 1]\nministages = 2\n",
+  Result<Plan> p = ParsePlanToml("seq_len = 8\n[[groups]]\nministages = [[0]]\ndevices = [0, 1]\nmicrobatch_size = [1]\n"
+                                 "num_microbatches = [1, 1]\nnum_ministages = 2\n",
                                  "p.toml");
   ASSERT_FALSE(p.ok());
   const std::string& e = p.status().message();
-  EXPECT_NE(e.find("p.toml:3:10: error: groups[0].layers: expected [begin, end), two integers; got 1 values"),
+  EXPECT_NE(e.find("p.toml:3:14: error: groups[0].ministages: expected layer ranges [begin, end)"),
             std::string::npos) << e;
   EXPECT_NE(e.find("groups[0].microbatch_size: has 1 entries but devices has 2"), std::string::npos) << e;
-  EXPECT_NE(e.find("unknown key 'ministages' in [groups[0]]; did you mean 'num_ministages'?"), std::string::npos) << e;
-  Result<Plan> j = ParsePlanJson("{\"seq_len\": 8, \"groups\": [{\"layers\": [0, 1], \"devices\": [\"a\"], "
+  EXPECT_NE(e.find("unknown key 'num_ministages' in [groups[0]]; did you mean 'ministages'?"), std::string::npos) << e;
+  Result<Plan> j = ParsePlanJson("{\"seq_len\": 8, \"groups\": [{\"ministages\": [[0, 1]], \"devices\": [\"a\"], "
                                  "\"microbatch_size\": [1], \"num_microbatches\": [1]}]}",
                                  "p.json");
   ASSERT_FALSE(j.ok());
