@@ -1,0 +1,171 @@
+#include "plan/schedule.h"
+
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "core/units.h"
+
+namespace motley {
+
+std::string_view OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kForward: return "forward";
+    case OpKind::kBackward: return "backward";
+    case OpKind::kAllGather: return "all_gather";
+    case OpKind::kReduceScatter: return "reduce_scatter";
+    case OpKind::kAllReduce: return "all_reduce";
+    case OpKind::kSend: return "send";
+    case OpKind::kRecv: return "recv";
+    case OpKind::kParamOffload: return "param_offload";
+    case OpKind::kParamPrefetch: return "param_prefetch";
+    case OpKind::kActOffload: return "act_offload";
+    case OpKind::kActPrefetch: return "act_prefetch";
+    case OpKind::kOptimizerStep: return "optimizer_step";
+  }
+  return "?";
+}
+
+std::string_view StreamName(Stream s) {
+  switch (s) {
+    case Stream::kCompute: return "compute";
+    case Stream::kComm: return "comm";
+    case Stream::kH2D: return "h2d";
+    case Stream::kD2H: return "d2h";
+  }
+  return "?";
+}
+
+size_t Schedule::num_ops() const {
+  size_t n = 0;
+  for (const auto& p : programs) n += p.ops.size();
+  return n;
+}
+
+std::string CheckSchedule(const Schedule& s) {
+  // (from, to, tag) -> bytes, for sends and recvs.
+  std::map<std::tuple<int, int, int64_t>, double> sends, recvs;
+  std::vector<std::map<int, int>> members(s.collectives.size());  // collective -> rank -> ops
+  for (const auto& p : s.programs) {
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      const Op& op = p.ops[i];
+      for (int32_t d : op.deps)
+        if (d < 0 || d >= static_cast<int32_t>(i))
+          return fmt::format("rank {} op {} ({}) depends on op {}, which does not come before it", p.rank, i,
+                             OpKindName(op.kind), d);
+      if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
+        if (op.peer < 0 || op.peer >= static_cast<int>(s.programs.size()) || op.peer == p.rank)
+          return fmt::format("rank {} op {} ({}) has peer {}", p.rank, i, OpKindName(op.kind), op.peer);
+        auto key = op.kind == OpKind::kSend ? std::make_tuple(p.rank, op.peer, op.tag)
+                                            : std::make_tuple(op.peer, p.rank, op.tag);
+        auto& table = op.kind == OpKind::kSend ? sends : recvs;
+        if (!table.emplace(key, op.bytes).second)
+          return fmt::format("rank {} op {}: a second {} with tag {} between ranks {} and {}", p.rank, i,
+                             OpKindName(op.kind), op.tag, std::get<0>(key), std::get<1>(key));
+      }
+      if (op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter || op.kind == OpKind::kAllReduce) {
+        if (op.collective < 0 || op.collective >= static_cast<int>(s.collectives.size()))
+          return fmt::format("rank {} op {} ({}) names no collective", p.rank, i, OpKindName(op.kind));
+        if (s.collectives[op.collective].kind != op.kind)
+          return fmt::format("rank {} op {} is a {} but collective {} is a {}", p.rank, i, OpKindName(op.kind),
+                             op.collective, OpKindName(s.collectives[op.collective].kind));
+        ++members[op.collective][p.rank];
+      }
+    }
+  }
+  for (const auto& [key, bytes] : sends) {
+    auto it = recvs.find(key);
+    if (it == recvs.end())
+      return fmt::format("send from rank {} to rank {} with tag {} has no matching recv", std::get<0>(key),
+                         std::get<1>(key), std::get<2>(key));
+    if (it->second != bytes)
+      return fmt::format("send from rank {} to rank {} with tag {} sends {} bytes but the recv expects {}",
+                         std::get<0>(key), std::get<1>(key), std::get<2>(key), bytes, it->second);
+  }
+  if (recvs.size() != sends.size()) {
+    for (const auto& [key, bytes] : recvs)
+      if (!sends.count(key))
+        return fmt::format("recv on rank {} from rank {} with tag {} has no matching send", std::get<1>(key),
+                           std::get<0>(key), std::get<2>(key));
+  }
+  for (size_t c = 0; c < s.collectives.size(); ++c) {
+    for (int32_t r : s.collectives[c].ranks)
+      if (members[c][r] != 1)
+        return fmt::format("collective {} ({}) has {} ops on member rank {}", c, OpKindName(s.collectives[c].kind),
+                           members[c][r], r);
+    if (members[c].size() != s.collectives[c].ranks.size())
+      return fmt::format("collective {} has ops on ranks that are not its members", c);
+  }
+  return "";
+}
+
+nlohmann::json ScheduleToJson(const Schedule& s) {
+  nlohmann::json programs = nlohmann::json::array();
+  for (const auto& p : s.programs) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (const auto& op : p.ops) {
+      nlohmann::json o = {{"kind", OpKindName(op.kind)}, {"stream", StreamName(op.stream)}};
+      if (op.ministage >= 0) o["ministage"] = op.ministage;
+      if (op.layer_end > op.layer_begin) o["layers"] = {op.layer_begin, op.layer_end};
+      if (op.embedding) o["embedding"] = true;
+      if (op.head) o["head"] = true;
+      if (op.microbatch >= 0) o["microbatch"] = op.microbatch;
+      if (op.sequences > 0) o["sequences"] = op.sequences;
+      if (op.flops > 0) o["flops"] = op.flops;
+      if (op.bytes > 0) o["bytes"] = op.bytes;
+      if (op.peer >= 0) o["peer"] = op.peer;
+      if (op.collective >= 0) o["collective"] = op.collective;
+      if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) o["tag"] = op.tag;
+      if (!op.deps.empty()) o["deps"] = op.deps;
+      if (op.device_alloc_bytes > 0) o["device_alloc_bytes"] = op.device_alloc_bytes;
+      if (op.device_free_bytes > 0) o["device_free_bytes"] = op.device_free_bytes;
+      if (op.host_alloc_bytes > 0) o["host_alloc_bytes"] = op.host_alloc_bytes;
+      if (op.host_free_bytes > 0) o["host_free_bytes"] = op.host_free_bytes;
+      ops.push_back(std::move(o));
+    }
+    programs.push_back({{"rank", p.rank},
+                        {"device", p.device},
+                        {"static_device_bytes", p.static_device_bytes},
+                        {"static_host_bytes", p.static_host_bytes},
+                        {"ops", std::move(ops)}});
+  }
+  nlohmann::json collectives = nlohmann::json::array();
+  for (const auto& c : s.collectives)
+    collectives.push_back({{"kind", OpKindName(c.kind)}, {"ranks", c.ranks}, {"bytes", c.bytes}});
+  return {{"seq_len", s.seq_len},
+          {"global_batch_tokens", s.global_batch_tokens},
+          {"model_flops_per_step", s.model_flops_per_step},
+          {"hardware_flops_per_step", s.hardware_flops_per_step},
+          {"programs", std::move(programs)},
+          {"collectives", std::move(collectives)}};
+}
+
+std::string ScheduleListing(const Schedule& s) {
+  std::string out;
+  for (const auto& p : s.programs) {
+    out += fmt::format("rank {} (device {}): {} ops; static {} on device, {} on host\n", p.rank, p.device,
+                       p.ops.size(), FormatBytes(p.static_device_bytes), FormatBytes(p.static_host_bytes));
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      const Op& op = p.ops[i];
+      std::string what;
+      if (op.ministage >= 0) what += fmt::format(" ms{}", op.ministage);
+      if (op.layer_end > op.layer_begin) what += fmt::format(" L{}-{}", op.layer_begin, op.layer_end - 1);
+      if (op.embedding) what += " +emb";
+      if (op.head) what += " +head";
+      if (op.microbatch >= 0) what += fmt::format(" mb{}", op.microbatch);
+      if (op.sequences > 0) what += fmt::format(" x{}", op.sequences);
+      if (op.peer >= 0) what += fmt::format(" {} rank {}", op.kind == OpKind::kSend ? "to" : "from", op.peer);
+      if (op.collective >= 0)
+        what += fmt::format(" over {} ranks", s.collectives[op.collective].ranks.size());
+      if (op.flops > 0) what += fmt::format(" {:.3g} FLOP", op.flops);
+      if (op.bytes > 0) what += " " + FormatBytes(op.bytes);
+      std::string deps;
+      for (int32_t d : op.deps) deps += (deps.empty() ? " after " : ",") + std::to_string(d);
+      out += fmt::format("  {:>4}  {:<7} {:<14}{}{}\n", i, StreamName(op.stream), OpKindName(op.kind), what, deps);
+    }
+  }
+  return out;
+}
+
+}  // namespace motley

@@ -1,0 +1,97 @@
+// Schedule: a Plan lowered to one op program per rank — the contract between planning and
+// execution (DESIGN.md). The simulator runs it against cost models; the runtime runs it with
+// tensors. Every op names its stream, its work (FLOPs or bytes), its memory effects and the ops of
+// the same rank it waits for; ranks synchronise only through matched send/recv pairs and
+// collectives.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace motley {
+
+enum class OpKind : uint8_t {
+  kForward,         // forward of a ministage's layers on one microbatch
+  kBackward,        // backward of the same (recomputing the forward first with checkpointing)
+  kAllGather,       // parameters of some layers, over the rank's group
+  kReduceScatter,   // gradients of some layers, over the rank's group
+  kAllReduce,       // gradients of some layers, over the rank's group (ZeRO-0)
+  kSend,            // an activation (forward) or its gradient (backward) to another rank
+  kRecv,            // the matching receive
+  kParamOffload,    // parameter shard of a ministage, device -> host
+  kParamPrefetch,   // parameter shard of a ministage, host -> device
+  kActOffload,      // a layer-boundary activation, device -> host
+  kActPrefetch,     // the same, host -> device, before its backward
+  kOptimizerStep,   // AdamW on the rank's shard of a ministage
+};
+std::string_view OpKindName(OpKind kind);
+
+/// Ops on one stream of a rank run in program order; different streams overlap.
+enum class Stream : uint8_t { kCompute, kComm, kH2D, kD2H };
+std::string_view StreamName(Stream s);
+constexpr int kNumStreams = 4;
+
+struct Op {
+  OpKind kind = OpKind::kForward;
+  Stream stream = Stream::kCompute;
+  int32_t ministage = -1;     // index of the ministage in the rank's group; -1 if none
+  int32_t layer_begin = 0;    // decoder layers [layer_begin, layer_end) the op touches
+  int32_t layer_end = 0;
+  bool embedding = false;     // compute/params also cover the embedding (first virtual stage)
+  bool head = false;          // ... the final norm and LM head (last virtual stage)
+  int32_t microbatch = -1;    // pipelines: global microbatch index; data parallelism: local index
+  int64_t sequences = 0;      // sequences in the microbatch (compute, activation transfers)
+  double flops = 0;           // compute ops: floating-point operations executed
+  double bytes = 0;           // transfers: bytes this rank sends/receives/copies; collectives: payload
+  int32_t peer = -1;          // send/recv: the other rank
+  int32_t collective = -1;    // collectives: index into Schedule::collectives
+  int64_t tag = 0;            // send/recv: matching key (unique per pair and step)
+  std::vector<int32_t> deps;  // ops of this rank (indices) that must finish first
+
+  // Memory effects on this rank, in bytes: allocated when the op starts, freed when it ends.
+  double device_alloc_bytes = 0;
+  double device_free_bytes = 0;
+  double host_alloc_bytes = 0;
+  double host_free_bytes = 0;
+};
+
+/// One instance of a collective: every member rank has exactly one op naming it.
+struct Collective {
+  OpKind kind = OpKind::kAllGather;
+  std::vector<int32_t> ranks;  // members, in ring order
+  double bytes = 0;            // the full (unsharded) payload
+};
+
+struct Program {
+  int32_t rank = 0;
+  int32_t device = 0;  // cluster device id
+  double static_device_bytes = 0;  // held for the whole step (resident shards, optimizer state)
+  double static_host_bytes = 0;    // held on the host for the whole step (offloaded state)
+  std::vector<Op> ops;
+};
+
+struct Schedule {
+  int64_t seq_len = 0;
+  int64_t global_batch_tokens = 0;
+  double model_flops_per_step = 0;     // without recomputation (MFU)
+  double hardware_flops_per_step = 0;  // what the ops execute (HFU)
+  std::vector<Program> programs;       // one per rank; rank r runs on programs[r].device
+  std::vector<Collective> collectives;
+
+  size_t num_ops() const;
+};
+
+/// Structural checks: deps point backwards within the program, every send has one matching recv
+/// (same pair, tag and bytes), every collective has exactly one op on each member.
+/// Returns "" when sound, else the first problem.
+std::string CheckSchedule(const Schedule& s);
+
+nlohmann::json ScheduleToJson(const Schedule& s);
+/// A readable per-rank listing: one line per op.
+std::string ScheduleListing(const Schedule& s);
+
+}  // namespace motley
