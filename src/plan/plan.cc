@@ -106,6 +106,10 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
   if (plan.seq_len < 1 || plan.seq_len > model.max_seq_len)
     error(fmt::format("seq_len ({}) must be between 1 and the model's max_seq_len ({})", plan.seq_len,
                       model.max_seq_len));
+  if (plan.offload_params && plan.zero_stage < 2)
+    error(fmt::format("offload_params keeps each device's shard of a ministage on the host, so it needs zero_stage "
+                      "2 or 3; this plan has zero_stage = {}",
+                      plan.zero_stage));
   if (plan.offload_params && plan.schedule != PipelineSchedule::kInterleaved)
     error(fmt::format("offload_params needs schedule = \"interleaved\" (it offloads the ministages not in use); "
                       "this plan's schedule is \"{}\"",

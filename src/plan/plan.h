@@ -70,6 +70,8 @@ struct GroupPlan {
 
 struct Plan {
   std::string strategy = "manual";  // the planner that made it
+  std::string model;    // the model it was made for: a preset or a path ("" = give it when using the plan)
+  std::string cluster;  // the cluster: a built-in name or a path ("" = give it when using the plan)
   int64_t seq_len = 1024;
   Precision precision = Precision::kBf16;
   PipelineSchedule schedule = PipelineSchedule::kGPipe;

@@ -80,6 +80,8 @@ Result<Plan> ReadPlan(const toml::table& table, const std::string& file) {
   TomlTable root(table, "", file, &diag);
   Plan p;
   if (auto v = root.String("strategy")) p.strategy = *v;
+  if (auto v = root.String("model")) p.model = *v;
+  if (auto v = root.String("cluster")) p.cluster = *v;
   if (auto v = root.Int("seq_len", 1, 1 << 24, Need::kRequired)) p.seq_len = *v;
   if (auto v = root.Choice("precision", kPrecisions)) p.precision = PrecisionFromName(*v);
   if (auto v = root.Choice("schedule", kSchedules)) p.schedule = ScheduleFromName(*v);
@@ -142,9 +144,11 @@ Result<Plan> LoadPlanFile(const std::string& path) {
 std::string PlanToToml(const Plan& p) {
   std::string out = fmt::format(
       "# motley plan: {} groups over {} devices, {} sequences of {} tokens per step\n"
-      "strategy = \"{}\"\nseq_len = {}\nprecision = \"{}\"\nschedule = \"{}\"\nzero_stage = {}\n"
+      "strategy = \"{}\"\n{}{}seq_len = {}\nprecision = \"{}\"\nschedule = \"{}\"\nzero_stage = {}\n"
       "activation_checkpointing = {}\noffload_params = {}\noffload_activations = {}\n",
-      p.groups.size(), p.num_devices(), p.global_batch_sequences(), p.seq_len, p.strategy, p.seq_len,
+      p.groups.size(), p.num_devices(), p.global_batch_sequences(), p.seq_len, p.strategy,
+      p.model.empty() ? "" : fmt::format("model = \"{}\"\n", p.model),
+      p.cluster.empty() ? "" : fmt::format("cluster = \"{}\"\n", p.cluster), p.seq_len,
       PrecisionName(p.precision), PipelineScheduleName(p.schedule), p.zero_stage, p.activation_checkpointing,
       p.offload_params, p.offload_activations);
   for (const auto& g : p.groups) {
@@ -195,7 +199,7 @@ nlohmann::json PlanToJson(const Plan& p) {
     if (!g.routing.empty()) gj["routing"] = g.routing;
     groups.push_back(gj);
   }
-  return {{"strategy", p.strategy},
+  nlohmann::json out = {{"strategy", p.strategy},
           {"seq_len", p.seq_len},
           {"precision", PrecisionName(p.precision)},
           {"schedule", PipelineScheduleName(p.schedule)},
@@ -204,6 +208,9 @@ nlohmann::json PlanToJson(const Plan& p) {
           {"offload_params", p.offload_params},
           {"offload_activations", p.offload_activations},
           {"groups", groups}};
+  if (!p.model.empty()) out["model"] = p.model;
+  if (!p.cluster.empty()) out["cluster"] = p.cluster;
+  return out;
 }
 
 }  // namespace motley

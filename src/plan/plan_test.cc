@@ -105,6 +105,8 @@ Plan RandomPlan(std::mt19937& rng) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   Plan p;
   p.strategy = pick(0, 1) ? "zorse" : "poplar";
+  if (pick(0, 1)) p.model = "llama-7b";
+  if (pick(0, 1)) p.cluster = "examples/clusters/zorse-a.toml";
   p.seq_len = pick(1, 4096);
   p.precision = static_cast<Precision>(pick(0, 2));
   p.schedule = static_cast<PipelineSchedule>(pick(0, 2));

@@ -1,0 +1,720 @@
+#include "plan/lower.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+
+namespace motley {
+namespace {
+
+constexpr double kAdamFlopsPerParam = 12;  // AdamW update: moments, bias correction, decay, write
+
+// One unit of work of a group: the forward or backward of a virtual stage on one microbatch.
+struct Task {
+  bool backward = false;
+  int v = 0;       // virtual stage
+  int64_t m = 0;   // microbatch (global index)
+};
+
+// How parameters and gradients move, derived once from the plan (see lower.h).
+struct Policy {
+  bool data_parallel = false;        // one group, not interleaved: Poplar-style order
+  bool offload_params = false;       // shard on host, prefetched per visit
+  bool gather_per_microbatch = false;  // ZeRO-3 in data parallelism
+  bool gather_per_visit = false;     // pipelines with ZeRO-3 or offload: once per ministage per pass
+  bool gather_once = false;          // 1F1B pipelines with ZeRO-3: once per step, kept
+  bool reduce_per_microbatch = false;  // ZeRO-2/3 in data parallelism
+};
+
+class Lowerer {
+ public:
+  Lowerer(const Plan& plan, const Cluster& cluster, const ModelSpec& model)
+      : plan_(plan), cluster_(cluster), model_(model) {}
+
+  Result<Schedule> Run();
+
+ private:
+  // ---- Set-up ----
+  Status Setup();
+  std::vector<Task> PipelineOrder() const;
+  std::vector<std::vector<Task>> GroupSequences() const;
+
+  // ---- Sizes ----
+  double Tokens(int64_t m) const { return static_cast<double>(sequences_[m]) * plan_.seq_len; }
+  double Act(int64_t m) const { return Tokens(m) * model_.hidden_size * act_bytes_; }
+  double StageParams(int v) const;
+  double ForwardFlops(int v, int64_t m) const;
+  double BackwardFlops(int v, int64_t m) const;
+  double SavedExtra(int v, int64_t m) const;  // beyond the input boundary
+  double WorkForward(int v, int64_t m) const;
+  double WorkBackward(int v, int64_t m) const;
+  int GroupSize(int g) const { return static_cast<int>(plan_.groups[g].devices.size()); }
+
+  // ---- Emission ----
+  int Emit(int rank, Op op);
+  int NewCollective(OpKind kind, int g, double bytes);
+  std::vector<int> EmitCollective(OpKind kind, int g, int v, double bytes);
+  void EmitTask(const Task& t);
+  /// `continuation`: the backward visit right after the forward visit of the same ministage; its
+  /// gathered parameters are still there, only the optimizer state comes in.
+  void EmitVisitPrepare(int g, int v, bool backward, bool continuation = false);
+  void EmitFinishForward(int g, int v);
+  void EmitFinishBackward(int g, int v);
+  void EmitReduceAndStep(int g, int v);
+  int64_t Tag(bool backward, int v, int64_t m) const { return ((backward ? 1 : 0) * num_vstages_ + v) * num_mb_ + m; }
+  int RankOf(int v, int64_t m) const { return routing_rank_[vstages_[v].group][m]; }
+
+  const Plan& plan_;
+  const Cluster& cluster_;
+  const ModelSpec& model_;
+  Policy policy_;
+  Schedule s_;
+  std::vector<VirtualStage> vstages_;
+  int num_vstages_ = 0;
+  int64_t num_mb_ = 0;
+  std::vector<int64_t> sequences_;                // per microbatch
+  std::vector<int> local_index_;                  // data parallelism: index of the microbatch on its device
+  std::vector<std::vector<int>> routing_rank_;    // [group][microbatch] -> rank
+  std::vector<std::vector<int>> group_ranks_;     // [group] -> ranks
+  std::vector<int> group_of_rank_;
+  double param_bytes_ = 2, grad_bytes_ = 2, opt_bytes_ = 12, act_bytes_ = 2;
+
+  // Per-rank bookkeeping for dependencies.
+  std::map<std::pair<int, int>, int> gather_op_;        // (rank, v) -> op of the current visit's gather
+  std::map<std::pair<int, int>, int> prefetch_op_;      // (rank, v) -> current visit's param prefetch
+  std::map<std::pair<int, int>, int> last_compute_;     // (rank, v) -> last compute op of the current visit
+  std::map<std::pair<int, int>, int> release_op_;       // (rank, visit number) -> op after which params are gone
+  std::map<std::pair<int, int>, bool> grads_allocated_;  // (rank, v) -> full gradient buffer held
+  std::map<std::pair<int, int64_t>, int> forward_op_;   // (rank, v * num_mb + m) -> forward op
+  std::map<std::pair<int, int64_t>, int> act_offload_op_;
+  std::vector<std::vector<int>> backward_ops_;          // per rank, in order
+  std::map<std::pair<int, int>, int> visit_number_;     // (group, pass*V + v) -> ordinal of the visit
+};
+
+Status Lowerer::Setup() {
+  MOTLEY_RETURN_IF_ERROR(ValidatePlan(plan_, cluster_, model_));
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    if (plan_.groups[g].tp_degree != 1)
+      return Status::InvalidArgument(fmt::format(
+          "plan: groups[{}].tp_degree = {}: tensor parallelism is costed by the planner but not lowered to a "
+          "schedule yet; use tp_degree = 1",
+          g, plan_.groups[g].tp_degree));
+  }
+  const bool interleaved = plan_.schedule == PipelineSchedule::kInterleaved;
+  policy_.data_parallel = !plan_.is_pipeline() && !interleaved;
+  policy_.offload_params = plan_.offload_params;
+  policy_.gather_per_microbatch = policy_.data_parallel && plan_.zero_stage == 3;
+  policy_.reduce_per_microbatch = policy_.data_parallel && plan_.zero_stage >= 2;
+  const bool sharded_params = plan_.zero_stage == 3 || plan_.offload_params;
+  policy_.gather_per_visit = !policy_.data_parallel && sharded_params && plan_.schedule != PipelineSchedule::k1F1B;
+  policy_.gather_once = !policy_.data_parallel && sharded_params && plan_.schedule == PipelineSchedule::k1F1B;
+  if (policy_.reduce_per_microbatch) {
+    const auto& devs = plan_.groups[0].devices;
+    for (const auto& d : devs) {
+      if (d.num_microbatches != devs[0].num_microbatches)
+        return Status::InvalidArgument(fmt::format(
+            "plan: with zero_stage = {} in data parallelism gradients are reduce-scattered after every "
+            "microbatch, so every device runs the same number of microbatches; device {} runs {} but device {} "
+            "runs {} (sizes may differ: use microbatch_size and last_microbatch_size)",
+            plan_.zero_stage, d.device, d.num_microbatches, devs[0].device, devs[0].num_microbatches));
+    }
+  }
+
+  const StateBytesPerParam state = StateBytes(plan_.precision);
+  param_bytes_ = state.params;
+  grad_bytes_ = state.grads;
+  opt_bytes_ = state.optimizer;
+  act_bytes_ = BytesPerElement(plan_.precision);
+
+  vstages_ = VirtualStages(plan_);
+  num_vstages_ = static_cast<int>(vstages_.size());
+
+  // Ranks in plan order.
+  group_ranks_.assign(plan_.groups.size(), {});
+  std::map<int, int> rank_of_device;
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    for (const auto& d : plan_.groups[g].devices) {
+      int rank = static_cast<int>(s_.programs.size());
+      rank_of_device[d.device] = rank;
+      group_ranks_[g].push_back(rank);
+      group_of_rank_.push_back(static_cast<int>(g));
+      Program p;
+      p.rank = rank;
+      p.device = d.device;
+      s_.programs.push_back(std::move(p));
+    }
+  }
+  backward_ops_.assign(s_.programs.size(), {});
+
+  // Microbatches: global ones in a pipeline; in data parallelism each device's own, numbered by
+  // (local index, rank) so that devices advance in step.
+  routing_rank_.assign(plan_.groups.size(), {});
+  if (plan_.is_pipeline() || !policy_.data_parallel) {
+    num_mb_ = plan_.groups[0].num_microbatches();
+    const int64_t mbs = plan_.groups[0].devices[0].microbatch_size;
+    if (!plan_.is_pipeline()) {
+      // One interleaved group: its devices' own microbatches, each of its own size.
+      for (size_t i = 0; i < plan_.groups[0].devices.size(); ++i) {
+        const auto& d = plan_.groups[0].devices[i];
+        for (int64_t k = 0; k < d.num_microbatches; ++k) {
+          sequences_.push_back(d.microbatch_size_at(k));
+          routing_rank_[0].push_back(group_ranks_[0][i]);
+          local_index_.push_back(static_cast<int>(k));
+        }
+      }
+    } else {
+      sequences_.assign(num_mb_, mbs);
+      for (size_t g = 0; g < plan_.groups.size(); ++g) {
+        std::vector<int> routing = plan_.groups[g].routing.empty() ? BlockRouting(plan_.groups[g]) : plan_.groups[g].routing;
+        for (int dev : routing) routing_rank_[g].push_back(rank_of_device[dev]);
+      }
+    }
+  } else {
+    const auto& devs = plan_.groups[0].devices;
+    int64_t max_n = 0;
+    for (const auto& d : devs) max_n = std::max(max_n, d.num_microbatches);
+    for (int64_t k = 0; k < max_n; ++k) {
+      for (size_t i = 0; i < devs.size(); ++i) {
+        if (k >= devs[i].num_microbatches) continue;
+        sequences_.push_back(devs[i].microbatch_size_at(k));
+        routing_rank_[0].push_back(group_ranks_[0][i]);
+        local_index_.push_back(static_cast<int>(k));
+      }
+    }
+    num_mb_ = static_cast<int64_t>(sequences_.size());
+  }
+  return Status::Ok();
+}
+
+double Lowerer::StageParams(int v) const {
+  const LayerRange& r = vstages_[v].layers;
+  double p = static_cast<double>(r.size()) * ParamsPerLayer(model_);
+  if (r.begin == 0) p += EmbeddingParams(model_);
+  if (r.end == model_.num_layers) p += HeadParams(model_);
+  return p;
+}
+
+double Lowerer::ForwardFlops(int v, int64_t m) const {
+  const LayerRange& r = vstages_[v].layers;
+  double per_token = r.size() * LayerForwardFlopsPerToken(model_, plan_.seq_len);
+  if (r.end == model_.num_layers) per_token += HeadForwardFlopsPerToken(model_);
+  return per_token * Tokens(m);
+}
+
+double Lowerer::BackwardFlops(int v, int64_t m) const {
+  double flops = 2 * ForwardFlops(v, m);
+  if (plan_.activation_checkpointing)
+    flops += vstages_[v].layers.size() * LayerForwardFlopsPerToken(model_, plan_.seq_len) * Tokens(m);
+  return flops;
+}
+
+double Lowerer::SavedExtra(int v, int64_t m) const {
+  const int n = vstages_[v].layers.size();
+  if (plan_.activation_checkpointing) return (n - 1) * Act(m);
+  return n * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false) * Tokens(m);
+}
+
+double Lowerer::WorkForward(int v, int64_t m) const {
+  double work = plan_.activation_checkpointing
+                    ? LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false) * Tokens(m)
+                    : 0;
+  if (vstages_[v].layers.end == model_.num_layers) work += 2.0 * Tokens(m) * model_.vocab_size * 4;  // fp32 logits
+  return work;
+}
+
+double Lowerer::WorkBackward(int v, int64_t m) const {
+  double work = 2 * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false) * Tokens(m);
+  if (vstages_[v].layers.end == model_.num_layers) work += 2.0 * Tokens(m) * model_.vocab_size * 4;
+  return work;
+}
+
+int Lowerer::Emit(int rank, Op op) {
+  auto& ops = s_.programs[rank].ops;
+  ops.push_back(std::move(op));
+  return static_cast<int>(ops.size()) - 1;
+}
+
+int Lowerer::NewCollective(OpKind kind, int g, double bytes) {
+  Collective c;
+  c.kind = kind;
+  c.ranks = group_ranks_[g];
+  c.bytes = bytes;
+  s_.collectives.push_back(std::move(c));
+  return static_cast<int>(s_.collectives.size()) - 1;
+}
+
+// One op per member rank of group g; returns their indices (by position in the group).
+std::vector<int> Lowerer::EmitCollective(OpKind kind, int g, int v, double bytes) {
+  const int c = NewCollective(kind, g, bytes);
+  std::vector<int> out;
+  for (int r : group_ranks_[g]) {
+    Op op;
+    op.kind = kind;
+    op.stream = Stream::kComm;
+    op.ministage = vstages_[v].ministage;
+    op.layer_begin = vstages_[v].layers.begin;
+    op.layer_end = vstages_[v].layers.end;
+    op.embedding = vstages_[v].layers.begin == 0;
+    op.head = vstages_[v].layers.end == model_.num_layers;
+    op.bytes = bytes;
+    op.collective = c;
+    out.push_back(Emit(r, std::move(op)));
+  }
+  return out;
+}
+
+// Before a visit to virtual stage v (a pass over its microbatches): bring the parameters in.
+void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
+  const int d = GroupSize(g);
+  const double full = StageParams(v) * param_bytes_;
+  const double shard = StageParams(v) / d;
+  const int visit = visit_number_[{g, (backward ? 1 : 0) * num_vstages_ + v}];
+  std::vector<int> prefetch(group_ranks_[g].size(), -1);
+  for (size_t i = 0; i < group_ranks_[g].size(); ++i) {
+    const int r = group_ranks_[g][i];
+    if (!policy_.offload_params) continue;
+    Op op;
+    op.kind = OpKind::kParamPrefetch;
+    op.stream = Stream::kH2D;
+    op.ministage = vstages_[v].ministage;
+    op.layer_begin = vstages_[v].layers.begin;
+    op.layer_end = vstages_[v].layers.end;
+    op.bytes = shard * (param_bytes_ + (backward ? opt_bytes_ : 0));
+    op.device_alloc_bytes = op.bytes;
+    // At most two ministages resident: wait until the one two visits back is gone.
+    if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) op.deps.push_back(it->second);
+    prefetch[i] = Emit(r, std::move(op));
+    prefetch_op_[{r, v}] = prefetch[i];
+  }
+  if (continuation) return;
+  std::vector<int> gathers = EmitCollective(OpKind::kAllGather, g, v, full);
+  for (size_t i = 0; i < gathers.size(); ++i) {
+    const int r = group_ranks_[g][i];
+    Op& op = s_.programs[r].ops[gathers[i]];
+    op.device_alloc_bytes = full;
+    if (prefetch[i] >= 0) {
+      op.deps.push_back(prefetch[i]);
+      if (!backward) op.device_free_bytes = shard * param_bytes_;  // the shard is not needed after the gather
+    } else if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) {
+      op.deps.push_back(it->second);
+    }
+    gather_op_[{r, v}] = gathers[i];
+    last_compute_.erase({r, v});
+  }
+}
+
+// After the forward visit: drop the gathered parameters (after the last compute that used them).
+void Lowerer::EmitFinishForward(int g, int v) {
+  const double full = StageParams(v) * param_bytes_;
+  const int visit = visit_number_[{g, v}];
+  for (int r : group_ranks_[g]) {
+    auto lc = last_compute_.find({r, v});
+    int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
+    s_.programs[r].ops[release].device_free_bytes += full;
+    release_op_[{r, visit}] = release;
+  }
+}
+
+// Gradient reduction, the sharded optimizer step and what follows it, for virtual stage v.
+void Lowerer::EmitReduceAndStep(int g, int v) {
+  const int d = GroupSize(g);
+  const double params = StageParams(v);
+  const double full_grads = params * grad_bytes_;
+  const double shard = plan_.zero_stage == 0 ? params : params / d;
+  const OpKind reduce = plan_.zero_stage == 0 ? OpKind::kAllReduce : OpKind::kReduceScatter;
+  std::vector<int> ops = EmitCollective(reduce, g, v, full_grads);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const int r = group_ranks_[g][i];
+    Op& op = s_.programs[r].ops[ops[i]];
+    if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end()) op.deps.push_back(lc->second);
+    if (plan_.zero_stage >= 2) {
+      // The full gradient buffer goes away once reduced; the shard stays.
+      if (!grads_allocated_[{r, v}]) op.device_alloc_bytes = full_grads;  // a device with no microbatch
+      op.device_free_bytes = full_grads;
+      if (policy_.offload_params) op.device_alloc_bytes += shard * grad_bytes_;
+      grads_allocated_[{r, v}] = false;
+    }
+    Op step;
+    step.kind = OpKind::kOptimizerStep;
+    step.stream = Stream::kCompute;
+    step.ministage = vstages_[v].ministage;
+    step.layer_begin = vstages_[v].layers.begin;
+    step.layer_end = vstages_[v].layers.end;
+    step.flops = kAdamFlopsPerParam * shard;
+    step.bytes = 2 * shard * (param_bytes_ + grad_bytes_ + opt_bytes_);
+    step.deps.push_back(ops[i]);
+    if (policy_.offload_params) step.device_free_bytes = shard * grad_bytes_;
+    const int step_op = Emit(r, std::move(step));
+    last_compute_[{r, v}] = step_op;
+  }
+  if (plan_.zero_stage == 1 || (plan_.zero_stage == 2 && !policy_.offload_params)) {
+    // Replicated parameters: gather the updated shards.
+    std::vector<int> gathers = EmitCollective(OpKind::kAllGather, g, v, params * param_bytes_);
+    for (size_t i = 0; i < gathers.size(); ++i) {
+      const int r = group_ranks_[g][i];
+      s_.programs[r].ops[gathers[i]].deps.push_back(last_compute_[{r, v}]);
+    }
+  }
+}
+
+void Lowerer::EmitFinishBackward(int g, int v) {
+  const int d = GroupSize(g);
+  const double params = StageParams(v);
+  if (!policy_.reduce_per_microbatch) EmitReduceAndStep(g, v);
+  const int visit = visit_number_[{g, num_vstages_ + v}];
+  const bool sharded = policy_.gather_per_visit || policy_.gather_once;
+  for (int r : group_ranks_[g]) {
+    if (!sharded) continue;
+    auto lc = last_compute_.find({r, v});
+    int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
+    s_.programs[r].ops[release].device_free_bytes += params * param_bytes_;
+    if (policy_.offload_params) {
+      Op off;
+      off.kind = OpKind::kParamOffload;
+      off.stream = Stream::kD2H;
+      off.ministage = vstages_[v].ministage;
+      off.layer_begin = vstages_[v].layers.begin;
+      off.layer_end = vstages_[v].layers.end;
+      off.bytes = params / d * (param_bytes_ + opt_bytes_);
+      off.device_free_bytes = off.bytes;
+      off.deps.push_back(release);
+      release = Emit(r, std::move(off));
+    }
+    release_op_[{r, visit}] = release;
+  }
+}
+
+void Lowerer::EmitTask(const Task& t) {
+  const int v = t.v;
+  const int64_t m = t.m;
+  const int r = RankOf(v, m);
+  const VirtualStage& vs = vstages_[v];
+  const double act = Act(m);
+  const int64_t key = static_cast<int64_t>(v) * num_mb_ + m;
+  auto base_op = [&](OpKind kind, Stream stream) {
+    Op op;
+    op.kind = kind;
+    op.stream = stream;
+    op.ministage = vs.ministage;
+    op.layer_begin = vs.layers.begin;
+    op.layer_end = vs.layers.end;
+    op.embedding = vs.layers.begin == 0;
+    op.head = vs.layers.end == model_.num_layers;
+    op.microbatch = static_cast<int32_t>(m);
+    op.sequences = sequences_[m];
+    return op;
+  };
+  std::vector<int32_t> deps;
+  if (auto it = gather_op_.find({r, v}); it != gather_op_.end()) deps.push_back(it->second);
+
+  if (!t.backward) {
+    if (v > 0 && RankOf(v - 1, m) != r) {
+      Op recv = base_op(OpKind::kRecv, Stream::kComm);
+      recv.peer = RankOf(v - 1, m);
+      recv.tag = Tag(false, v, m);
+      recv.bytes = act;
+      recv.device_alloc_bytes = act;
+      deps.push_back(Emit(r, std::move(recv)));
+    }
+    Op fwd = base_op(OpKind::kForward, Stream::kCompute);
+    fwd.flops = ForwardFlops(v, m);
+    const double output = v + 1 < num_vstages_ ? act : 0;
+    const double input = v == 0 ? act : 0;  // the embedding's output is made here
+    const double work = WorkForward(v, m);
+    fwd.device_alloc_bytes = work + SavedExtra(v, m) + output + input;
+    fwd.device_free_bytes = work;
+    fwd.deps = deps;
+    const int f = Emit(r, std::move(fwd));
+    forward_op_[{r, key}] = f;
+    last_compute_[{r, v}] = f;
+    if (plan_.offload_activations) {
+      Op off = base_op(OpKind::kActOffload, Stream::kD2H);
+      off.bytes = act + SavedExtra(v, m);
+      off.device_free_bytes = off.bytes;
+      off.host_alloc_bytes = off.bytes;
+      off.deps.push_back(f);
+      act_offload_op_[{r, key}] = Emit(r, std::move(off));
+    }
+    if (v + 1 < num_vstages_ && RankOf(v + 1, m) != r) {
+      Op send = base_op(OpKind::kSend, Stream::kComm);
+      send.peer = RankOf(v + 1, m);
+      send.tag = Tag(false, v + 1, m);
+      send.bytes = act;
+      send.device_free_bytes = act;
+      send.deps.push_back(f);
+      Emit(r, std::move(send));
+    }
+    return;
+  }
+
+  // Backward.
+  if (v + 1 < num_vstages_ && RankOf(v + 1, m) != r) {
+    Op recv = base_op(OpKind::kRecv, Stream::kComm);
+    recv.peer = RankOf(v + 1, m);
+    recv.tag = Tag(true, v, m);
+    recv.bytes = act;
+    recv.device_alloc_bytes = act;
+    deps.push_back(Emit(r, std::move(recv)));
+  }
+  auto& bwd_list = backward_ops_[r];
+  if (plan_.offload_activations) {
+    Op pre = base_op(OpKind::kActPrefetch, Stream::kH2D);
+    pre.bytes = act + SavedExtra(v, m);
+    pre.device_alloc_bytes = pre.bytes;
+    pre.host_free_bytes = pre.bytes;
+    pre.deps.push_back(act_offload_op_.at({r, key}));
+    // One microbatch ahead: start when the backward two before this one has finished.
+    if (bwd_list.size() >= 2) pre.deps.push_back(bwd_list[bwd_list.size() - 2]);
+    deps.push_back(Emit(r, std::move(pre)));
+  }
+  Op bwd = base_op(OpKind::kBackward, Stream::kCompute);
+  bwd.flops = BackwardFlops(v, m);
+  const double work = WorkBackward(v, m);
+  const double input_grad = v > 0 ? act : 0;
+  const double output_grad = v + 1 < num_vstages_ ? act : 0;
+  const double full_grads = StageParams(v) * grad_bytes_;
+  bwd.device_alloc_bytes = work + input_grad;
+  if (plan_.zero_stage >= 2 && !grads_allocated_[{r, v}]) {
+    bwd.device_alloc_bytes += full_grads;
+    grads_allocated_[{r, v}] = true;
+  }
+  bwd.device_free_bytes = work + act + SavedExtra(v, m) + output_grad;
+  bwd.deps = deps;
+  if (auto it = forward_op_.find({r, key}); it != forward_op_.end()) bwd.deps.push_back(it->second);
+  const int b = Emit(r, std::move(bwd));
+  bwd_list.push_back(b);
+  last_compute_[{r, v}] = b;
+  if (v > 0 && RankOf(v - 1, m) != r) {
+    Op send = base_op(OpKind::kSend, Stream::kComm);
+    send.peer = RankOf(v - 1, m);
+    send.tag = Tag(true, v - 1, m);
+    send.bytes = act;
+    send.device_free_bytes = act;
+    send.deps.push_back(b);
+    Emit(r, std::move(send));
+  }
+}
+
+// Per-group task sequences for pipelines and interleaved groups.
+std::vector<std::vector<Task>> Lowerer::GroupSequences() const {
+  const int num_groups = static_cast<int>(plan_.groups.size());
+  std::vector<std::vector<int>> group_vs(num_groups);  // virtual stages of each group, ascending
+  for (int v = 0; v < num_vstages_; ++v) group_vs[vstages_[v].group].push_back(v);
+  std::vector<std::vector<Task>> seq(num_groups);
+  for (int g = 0; g < num_groups; ++g) {
+    if (plan_.schedule == PipelineSchedule::k1F1B) {
+      auto forward = [&](int64_t m) {
+        for (int v : group_vs[g]) seq[g].push_back({false, v, m});
+      };
+      auto backward = [&](int64_t m) {
+        for (auto it = group_vs[g].rbegin(); it != group_vs[g].rend(); ++it) seq[g].push_back({true, *it, m});
+      };
+      const int64_t warmup = std::min<int64_t>(num_groups - 1 - g, num_mb_);
+      for (int64_t m = 0; m < warmup; ++m) forward(m);
+      for (int64_t m = warmup; m < num_mb_; ++m) {
+        forward(m);
+        backward(m - warmup);
+      }
+      for (int64_t m = num_mb_ - warmup; m < num_mb_; ++m) backward(m);
+    } else {
+      for (int v : group_vs[g])
+        for (int64_t m = 0; m < num_mb_; ++m) seq[g].push_back({false, v, m});
+      for (auto it = group_vs[g].rbegin(); it != group_vs[g].rend(); ++it)
+        for (int64_t m = 0; m < num_mb_; ++m) seq[g].push_back({true, *it, m});
+    }
+  }
+  return seq;
+}
+
+// The global order: each group runs its sequence one task per time unit as soon as the task's
+// inputs exist; tasks sorted by start time (then group) form one order every rank agrees with.
+std::vector<Task> Lowerer::PipelineOrder() const {
+  const auto seq = GroupSequences();
+  const int num_groups = static_cast<int>(seq.size());
+  std::vector<int64_t> done_f(num_vstages_ * num_mb_, -1), done_b(num_vstages_ * num_mb_, -1);
+  std::vector<size_t> next(num_groups, 0);
+  std::vector<int64_t> free_at(num_groups, 0);
+  std::vector<std::pair<int64_t, std::pair<int, size_t>>> timed;  // (start, (group, index))
+  size_t remaining = 0;
+  for (const auto& s : seq) remaining += s.size();
+  while (remaining > 0) {
+    bool progressed = false;
+    for (int g = 0; g < num_groups; ++g) {
+      while (next[g] < seq[g].size()) {
+        const Task& t = seq[g][next[g]];
+        int64_t ready = free_at[g];
+        bool ok = true;
+        auto need = [&](int64_t done) {
+          if (done < 0) ok = false;
+          ready = std::max(ready, done);
+        };
+        if (!t.backward) {
+          if (t.v > 0) need(done_f[(t.v - 1) * num_mb_ + t.m]);
+        } else {
+          need(done_f[t.v * num_mb_ + t.m]);
+          if (t.v + 1 < num_vstages_) need(done_b[(t.v + 1) * num_mb_ + t.m]);
+        }
+        if (!ok) break;
+        timed.push_back({ready, {g, next[g]}});
+        (t.backward ? done_b : done_f)[t.v * num_mb_ + t.m] = ready + 1;
+        free_at[g] = ready + 1;
+        ++next[g];
+        --remaining;
+        progressed = true;
+      }
+    }
+    MOTLEY_CHECK_MSG(progressed, "pipeline task sequences deadlock");
+  }
+  std::sort(timed.begin(), timed.end());
+  std::vector<Task> order;
+  order.reserve(timed.size());
+  for (const auto& [time, gi] : timed) order.push_back(seq[gi.first][gi.second]);
+  return order;
+}
+
+Result<Schedule> Lowerer::Run() {
+  MOTLEY_RETURN_IF_ERROR(Setup());
+  const int num_groups = static_cast<int>(plan_.groups.size());
+
+  // Static memory per rank.
+  for (int g = 0; g < num_groups; ++g) {
+    const int d = GroupSize(g);
+    double device = 0, host = 0;
+    for (int v = 0; v < num_vstages_; ++v) {
+      if (vstages_[v].group != g) continue;
+      const double p = StageParams(v);
+      const double sharded_or_full = plan_.zero_stage == 0 ? p : p / d;
+      if (policy_.offload_params) {
+        host += p / d * (param_bytes_ + opt_bytes_);
+        continue;
+      }
+      device += (plan_.zero_stage == 3 ? p / d : p) * param_bytes_;
+      device += (plan_.zero_stage >= 2 ? p / d : p) * grad_bytes_;
+      device += sharded_or_full * opt_bytes_;
+    }
+    for (int r : group_ranks_[g]) {
+      s_.programs[r].static_device_bytes = device;
+      s_.programs[r].static_host_bytes = host;
+    }
+  }
+
+  if (policy_.data_parallel) {
+    // Devices advance in step by microbatch index; collectives per index when the ZeRO stage asks.
+    int64_t max_index = local_index_.empty() ? 0 : *std::max_element(local_index_.begin(), local_index_.end()) + 1;
+    for (int64_t k = 0; k < max_index; ++k) {
+      std::vector<int64_t> ms;
+      for (int64_t m = 0; m < num_mb_; ++m)
+        if (local_index_[m] == k) ms.push_back(m);
+      for (int v = 0; v < num_vstages_; ++v) {
+        if (policy_.gather_per_microbatch) EmitVisitPrepare(0, v, false);
+        for (int64_t m : ms) EmitTask({false, v, m});
+        if (policy_.gather_per_microbatch) EmitFinishForward(0, v);
+      }
+      for (int v = num_vstages_ - 1; v >= 0; --v) {
+        if (policy_.gather_per_microbatch) EmitVisitPrepare(0, v, true);
+        for (int64_t m : ms) EmitTask({true, v, m});
+        if (policy_.gather_per_microbatch) {
+          for (int r : group_ranks_[0]) {
+            auto lc = last_compute_.find({r, v});
+            int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
+            s_.programs[r].ops[release].device_free_bytes += StageParams(v) * param_bytes_;
+          }
+        }
+        if (policy_.reduce_per_microbatch) {
+          // Gradients of this microbatch; the optimizer steps once, after the last one.
+          if (k + 1 < max_index) {
+            const double full = StageParams(v) * grad_bytes_;
+            std::vector<int> ops = EmitCollective(OpKind::kReduceScatter, 0, v, full);
+            for (size_t i = 0; i < ops.size(); ++i) {
+              const int r = group_ranks_[0][i];
+              Op& op = s_.programs[r].ops[ops[i]];
+              if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end()) op.deps.push_back(lc->second);
+              op.device_free_bytes = full;
+              grads_allocated_[{r, v}] = false;
+            }
+          } else {
+            EmitReduceAndStep(0, v);
+          }
+        } else if (k + 1 == max_index) {
+          EmitReduceAndStep(0, v);
+        }
+        for (int r : group_ranks_[0]) gather_op_.erase({r, v});
+      }
+    }
+  } else {
+    // Visits and where their preparation and finish go in the global order.
+    std::vector<Task> order = PipelineOrder();
+    std::vector<std::vector<std::pair<bool, int>>> visits(num_groups);  // per group, in order
+    std::map<std::pair<int, int>, std::pair<size_t, size_t>> span;     // (g, pass*V+v) -> first, last position
+    for (size_t i = 0; i < order.size(); ++i) {
+      const Task& t = order[i];
+      const int g = vstages_[t.v].group;
+      const int key = (t.backward ? 1 : 0) * num_vstages_ + t.v;
+      auto [it, inserted] = span.try_emplace({g, key}, i, i);
+      if (inserted) {
+        visit_number_[{g, key}] = static_cast<int>(visits[g].size());
+        visits[g].push_back({t.backward, t.v});
+      }
+      it->second.second = i;
+    }
+    std::vector<std::vector<std::tuple<bool, int, bool>>> prepare_at(order.size() + 1);  // before position: (bwd, g*V+v, continuation)
+    std::vector<std::vector<std::pair<int, int>>> finish_after(order.size());              // after position: (g, key)
+    for (int g = 0; g < num_groups; ++g) {
+      for (size_t k = 0; k < visits[g].size(); ++k) {
+        const auto [backward, v] = visits[g][k];
+        const int key = (backward ? 1 : 0) * num_vstages_ + v;
+        // The last ministage turns around: its backward follows its forward with parameters in place.
+        const bool continuation = k > 0 && backward && !visits[g][k - 1].first && visits[g][k - 1].second == v;
+        const bool continued = k + 1 < visits[g].size() && !backward && visits[g][k + 1].first &&
+                               visits[g][k + 1].second == v;
+        if (policy_.gather_per_visit || (policy_.gather_once && !backward)) {
+          // Prefetch the next visit while the current one computes: right after its first task.
+          size_t at = 0;
+          if (k > 0 && policy_.gather_per_visit) {
+            const auto [pb, pv] = visits[g][k - 1];
+            at = span[{g, (pb ? 1 : 0) * num_vstages_ + pv}].first + 1;
+          }
+          if (!continuation || policy_.offload_params) prepare_at[at].push_back({backward, g * num_vstages_ + v, continuation});
+        }
+        if (backward || (policy_.gather_per_visit && !continued)) finish_after[span[{g, key}].second].push_back({g, key});
+      }
+    }
+    for (size_t i = 0; i <= order.size(); ++i) {
+      for (const auto& [backward, gv, continuation] : prepare_at[i])
+        EmitVisitPrepare(gv / num_vstages_, gv % num_vstages_, backward, continuation);
+      if (i == order.size()) break;
+      EmitTask(order[i]);
+      for (const auto& [g, key] : finish_after[i]) {
+        const bool backward = key >= num_vstages_;
+        const int v = key % num_vstages_;
+        if (backward) {
+          EmitFinishBackward(g, v);
+        } else {
+          EmitFinishForward(g, v);
+        }
+      }
+    }
+  }
+
+  s_.seq_len = plan_.seq_len;
+  s_.global_batch_tokens = plan_.global_batch_tokens();
+  s_.model_flops_per_step = TrainFlopsPerToken(model_, plan_.seq_len, false) * plan_.global_batch_tokens();
+  for (const auto& p : s_.programs)
+    for (const auto& op : p.ops)
+      if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward) s_.hardware_flops_per_step += op.flops;
+  std::string problem = CheckSchedule(s_);
+  MOTLEY_CHECK_MSG(problem.empty(), problem);
+  return std::move(s_);
+}
+
+}  // namespace
+
+Result<Schedule> LowerPlan(const Plan& plan, const Cluster& cluster, const ModelSpec& model) {
+  return Lowerer(plan, cluster, model).Run();
+}
+
+}  // namespace motley

@@ -1,0 +1,41 @@
+// Lowering: Plan -> Schedule, one op program per rank.
+//
+// How each kind of plan is lowered (the runtime executes exactly this):
+//  * Order. Work is first ordered globally — per group, a sequence of forward and backward tasks
+//    (virtual stage, microbatch), timed by a unit-cost run of the whole pipeline — and each rank's
+//    program is its share of that one global order. Sends never block and every recv comes after
+//    its send in the global order, so no schedule can deadlock.
+//      - gpipe / interleaved: a group runs its ministages one after another, each over all its
+//        microbatches (GPipe order inside a ministage), forward in layer order then backward in
+//        reverse (Zorse §4.1; with one ministage per group this is plain GPipe).
+//      - 1f1b: one forward, one backward in steady state, warm-up of (groups - 1 - g) microbatches.
+//      - one group, not interleaved (data parallelism, Poplar): every device runs its own
+//        microbatches, forward then backward, in step with the others by microbatch index.
+//  * Parameters (per ministage). ZeRO 0-2: full parameters stay on the device; ZeRO-1/2
+//    all-gather them after the sharded optimizer step. ZeRO-3 in data parallelism: all-gather
+//    before every forward and backward of every microbatch, freed after. Pipelines with ZeRO-3 or
+//    offload_params: all-gathered once per ministage per pass; with offload_params the shard lives
+//    on the host and is prefetched, at most two ministages resident (the current and the next).
+//  * Gradients. ZeRO-0: all-reduce once per step; ZeRO-1: reduce-scatter once per step.
+//    ZeRO-2/3 in data parallelism: reduce-scatter after every microbatch (so the group's devices
+//    run equally many microbatches; sizes may differ). ZeRO-2/3 in pipelines (Zorse):
+//    reduce-scatter once per ministage per step, right after its backward, followed at once by
+//    that ministage's optimizer step (interleaved updates).
+//  * Activations. With checkpointing a forward keeps each layer's input (the layer boundaries) and
+//    the backward recomputes the rest; offload_activations copies those boundaries to the host
+//    after the forward and back before the backward, one microbatch ahead.
+#pragma once
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "core/status.h"
+#include "plan/plan.h"
+#include "plan/schedule.h"
+
+namespace motley {
+
+/// REQUIRES: nothing; the plan is validated first (ValidatePlan) and lowering-specific limits are
+/// reported as errors.
+Result<Schedule> LowerPlan(const Plan& plan, const Cluster& cluster, const ModelSpec& model);
+
+}  // namespace motley

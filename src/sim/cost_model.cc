@@ -1,0 +1,98 @@
+#include "sim/cost_model.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace motley {
+
+CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Profile* profile, int64_t seq_len,
+                     Precision precision, bool activation_checkpointing, CostModelConfig config)
+    : cluster_(cluster),
+      model_(model),
+      profile_(profile),
+      seq_len_(seq_len),
+      precision_(precision),
+      recompute_(activation_checkpointing),
+      config_(config) {
+  entry_by_device_.resize(cluster.num_devices(), nullptr);
+  if (profile_ != nullptr) {
+    for (int d = 0; d < cluster.num_devices(); ++d)
+      entry_by_device_[d] = profile_->Find(cluster.spec(d).name, model, seq_len, precision);
+  }
+}
+
+const ProfileEntry* CostModel::Entry(int device) const { return entry_by_device_[device]; }
+
+std::string CostModel::ComputeSource(int device) const { return Entry(device) ? "profile" : "roofline"; }
+
+double CostModel::PeakFlops(int device) const {
+  const GpuSpec& s = cluster_.spec(device);
+  return precision_ == Precision::kFp32 ? s.peak_fp32_flops : s.peak_fp16_flops;
+}
+
+double CostModel::LayerForwardS(int device, double sequences) const {
+  if (const ProfileEntry* e = Entry(device)) return e->ForwardS(sequences);
+  return RooflineLayerForwardS(cluster_.spec(device), model_, seq_len_, 1, precision_, config_.roofline) * sequences;
+}
+
+double CostModel::LayerBackwardS(int device, double sequences) const {
+  if (const ProfileEntry* e = Entry(device)) {
+    double b = e->BackwardS(sequences);
+    if (e->backward_includes_recompute && !recompute_) b -= e->ForwardS(sequences);
+    if (!e->backward_includes_recompute && recompute_) b += e->ForwardS(sequences);
+    return b;
+  }
+  return (recompute_ ? 3.0 : 2.0) * LayerForwardS(device, sequences);
+}
+
+double CostModel::ComputeS(int device, const Op& op) const {
+  const EmulationConfig* emu = cluster_.emulation(device);
+  const double slowdown = emu != nullptr ? emu->speed_factor : 1.0;
+  const GpuSpec& spec = cluster_.spec(device);
+  const double efficiency = config_.roofline.matmul_efficiency;
+  double t = 0;
+  const double layers = op.layer_end - op.layer_begin;
+  const double tokens = static_cast<double>(op.sequences) * seq_len_;
+  const double head_forward_s = op.head ? HeadForwardFlopsPerToken(model_) * tokens / (PeakFlops(device) * efficiency) : 0;
+  switch (op.kind) {
+    case OpKind::kForward:
+      t = layers * LayerForwardS(device, static_cast<double>(op.sequences)) + head_forward_s;
+      break;
+    case OpKind::kBackward:
+      t = layers * LayerBackwardS(device, static_cast<double>(op.sequences)) + 2 * head_forward_s;
+      break;
+    case OpKind::kOptimizerStep:
+      // Memory-bound: read and write parameters, gradients and optimizer state once.
+      t = std::max(op.flops / spec.peak_fp32_flops, op.bytes / spec.memory_bandwidth_bytes_per_s);
+      break;
+    default:
+      return 0;
+  }
+  return t * slowdown;
+}
+
+double CostModel::CopyS(int device, double bytes) const {
+  return bytes / cluster_.spec(device).host_link_bytes_per_s;
+}
+
+double CostModel::TransferS(int from, int to, double bytes) const {
+  const Link l = cluster_.LinkBetween(from, to);
+  if (l.kind == LinkKind::kSelf) return 0;
+  return l.latency_s + bytes / l.bandwidth_bytes_per_s;
+}
+
+double CostModel::CollectiveS(OpKind kind, const std::vector<int>& devices, double bytes) const {
+  const size_t n = devices.size();
+  if (n <= 1) return 0;
+  double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Link l = cluster_.LinkBetween(devices[i], devices[(i + 1) % n]);
+    bandwidth = std::min(bandwidth, l.bandwidth_bytes_per_s);
+    latency = std::max(latency, l.latency_s);
+  }
+  // Ring: n-1 steps, each moving 1/n of the payload over every link at once.
+  const double one_pass = (n - 1) * (latency + bytes / n / bandwidth);
+  return kind == OpKind::kAllReduce ? 2 * one_pass : one_pass;
+}
+
+}  // namespace motley

@@ -1,0 +1,55 @@
+// CostModel: how long each op of a schedule takes on its device, from the profile when it has the
+// device type and from the analytic roofline otherwise (cost_compute.h); links by alpha-beta.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "plan/schedule.h"
+#include "sim/cost_compute.h"
+#include "sim/profile.h"
+
+namespace motley {
+
+struct CostModelConfig {
+  RooflineConfig roofline;  // for device types the profile does not cover
+};
+
+class CostModel {
+ public:
+  /// REQUIRES: `cluster`, `model` and `profile` (may be null) outlive the cost model.
+  CostModel(const Cluster& cluster, const ModelSpec& model, const Profile* profile, int64_t seq_len,
+            Precision precision, bool activation_checkpointing, CostModelConfig config = {});
+
+  /// Compute ops (forward, backward, optimizer step) on `device`, including its emulated slowdown.
+  double ComputeS(int device, const Op& op) const;
+  /// One decoder layer on `sequences` sequences, without the slowdown (for planners and reports).
+  double LayerForwardS(int device, double sequences) const;
+  double LayerBackwardS(int device, double sequences) const;
+  /// Host <-> device copy over the device's host link.
+  double CopyS(int device, double bytes) const;
+  /// Point-to-point transfer over the link between two devices.
+  double TransferS(int from, int to, double bytes) const;
+  /// A ring collective over `devices` (ring order), bounded by its slowest link.
+  double CollectiveS(OpKind kind, const std::vector<int>& devices, double bytes) const;
+  /// Dense peak FLOP/s of a device in the training precision.
+  double PeakFlops(int device) const;
+  /// Whether a device's compute times come from the profile ("profile") or the roofline.
+  std::string ComputeSource(int device) const;
+
+ private:
+  const ProfileEntry* Entry(int device) const;
+
+  const Cluster& cluster_;
+  const ModelSpec& model_;
+  const Profile* profile_;
+  int64_t seq_len_;
+  Precision precision_;
+  bool recompute_;
+  CostModelConfig config_;
+  std::vector<const ProfileEntry*> entry_by_device_;
+};
+
+}  // namespace motley

@@ -1,0 +1,203 @@
+#include "sim/profile.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "core/gpu_catalog.h"
+#include "core/toml_reader.h"
+
+namespace motley {
+namespace {
+
+// Linear interpolation through the points; beyond the last point the fit or the last segment.
+double Interpolate(const std::vector<ProfilePoint>& points, const std::optional<LinearFit>& fit, double x,
+                   double ProfilePoint::*field) {
+  if (points.empty()) return fit ? fit->at(x) : 0;
+  if (points.size() == 1 && !fit) return points[0].*field * x / points[0].microbatch;  // proportional
+  if (x <= points.front().microbatch) {
+    if (points.size() == 1) return fit->at(x);
+    const auto& a = points[0];
+    const auto& b = points[1];
+    return a.*field + (b.*field - a.*field) * (x - a.microbatch) / (b.microbatch - a.microbatch);
+  }
+  if (x >= points.back().microbatch) {
+    if (fit) return std::max(fit->at(x), points.back().*field);
+    const auto& a = points[points.size() - 2];
+    const auto& b = points.back();
+    return b.*field + (b.*field - a.*field) * (x - b.microbatch) / (b.microbatch - a.microbatch);
+  }
+  auto it = std::lower_bound(points.begin(), points.end(), x,
+                             [](const ProfilePoint& p, double v) { return p.microbatch < v; });
+  const auto& b = *it;
+  const auto& a = *(it - 1);
+  return a.*field + (b.*field - a.*field) * (x - a.microbatch) / (b.microbatch - a.microbatch);
+}
+
+Precision PrecisionFromName(const std::string& s) {
+  return s == "fp32" || s == "float32" ? Precision::kFp32
+         : s == "fp16" || s == "float16" ? Precision::kFp16
+                                         : Precision::kBf16;
+}
+
+bool SameFamily(Precision a, Precision b) { return (a == Precision::kFp32) == (b == Precision::kFp32); }
+
+}  // namespace
+
+double ProfileEntry::ForwardS(double microbatch) const {
+  return Interpolate(points, forward_fit, microbatch, &ProfilePoint::forward_ms) * 1e-3;
+}
+
+double ProfileEntry::BackwardS(double microbatch) const {
+  return Interpolate(points, backward_fit, microbatch, &ProfilePoint::backward_ms) * 1e-3;
+}
+
+const ProfileEntry* Profile::Find(std::string_view device_type, const ModelSpec& model, int64_t seq_len,
+                                  Precision precision) const {
+  const ProfileEntry* fallback = nullptr;
+  for (const auto& e : entries) {
+    if (e.device_type != device_type || e.hidden_size != model.hidden_size || e.seq_len != seq_len) continue;
+    if (!model.name.empty() && !e.model.empty() && e.model != model.name) continue;
+    if (e.precision == precision) return &e;
+    if (SameFamily(e.precision, precision)) fallback = &e;
+  }
+  return fallback;
+}
+
+Result<Profile> ParseProfileJson(std::string_view text, const std::string& file) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: error: cannot read the JSON: {}", file, e.what()));
+  }
+  auto bad = [&](const std::string& what) {
+    return Status::InvalidArgument(fmt::format("{}: error: {}; see the format in src/sim/profile.h", file, what));
+  };
+  if (!j.is_object() || j.value("format", "") != "motley-profile-1")
+    return bad("not a motley profile (expected \"format\": \"motley-profile-1\")");
+  Profile p;
+  try {
+    for (const auto& e : j.value("entries", nlohmann::json::array())) {
+      ProfileEntry entry;
+      entry.device_type = e.at("device_type").get<std::string>();
+      entry.model = e.value("model", "");
+      entry.hidden_size = e.at("hidden_size").get<int64_t>();
+      entry.seq_len = e.at("seq_len").get<int64_t>();
+      entry.precision = PrecisionFromName(e.value("precision", "bf16"));
+      entry.backward_includes_recompute = e.value("backward_includes_recompute", true);
+      entry.max_microbatch = e.value("max_microbatch", int64_t{0});
+      for (const auto& pt : e.value("points", nlohmann::json::array())) {
+        ProfilePoint point{pt.at("microbatch").get<double>(), pt.at("forward_ms").get<double>(),
+                           pt.at("backward_ms").get<double>()};
+        if (!(point.microbatch > 0) || !(point.forward_ms > 0) || !(point.backward_ms > 0))
+          return bad(fmt::format("entry for {}: points need microbatch, forward_ms and backward_ms > 0",
+                                 entry.device_type));
+        entry.points.push_back(point);
+      }
+      std::sort(entry.points.begin(), entry.points.end(),
+                [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
+      if (e.contains("fit")) {
+        const auto& f = e.at("fit");
+        entry.forward_fit = LinearFit{f.at("forward").at(0).get<double>(), f.at("forward").at(1).get<double>()};
+        entry.backward_fit = LinearFit{f.at("backward").at(0).get<double>(), f.at("backward").at(1).get<double>()};
+      }
+      if (entry.points.empty() && !entry.forward_fit)
+        return bad(fmt::format("entry for {} has neither points nor a fit", entry.device_type));
+      p.entries.push_back(std::move(entry));
+    }
+    for (const auto& l : j.value("links", nlohmann::json::array())) {
+      ProfileLink link;
+      link.a = l.at("between").at(0).get<std::string>();
+      link.b = l.at("between").at(1).get<std::string>();
+      link.bandwidth_bytes_per_s = l.at("bandwidth_bytes_per_s").get<double>();
+      link.latency_s = l.value("latency_s", 0.0);
+      p.links.push_back(std::move(link));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return bad(fmt::format("malformed entry: {}", e.what()));
+  }
+  return p;
+}
+
+Result<Profile> LoadProfileFile(const std::string& path) {
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseProfileJson(text, path);
+}
+
+nlohmann::json ProfileToJson(const Profile& profile) {
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& e : profile.entries) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const auto& pt : e.points)
+      points.push_back({{"microbatch", pt.microbatch}, {"forward_ms", pt.forward_ms}, {"backward_ms", pt.backward_ms}});
+    nlohmann::json entry = {{"device_type", e.device_type},
+                            {"model", e.model},
+                            {"hidden_size", e.hidden_size},
+                            {"seq_len", e.seq_len},
+                            {"precision", PrecisionName(e.precision)},
+                            {"backward_includes_recompute", e.backward_includes_recompute},
+                            {"points", points},
+                            {"max_microbatch", e.max_microbatch}};
+    if (e.forward_fit && e.backward_fit)
+      entry["fit"] = {{"forward", {e.forward_fit->slope_ms, e.forward_fit->intercept_ms}},
+                      {"backward", {e.backward_fit->slope_ms, e.backward_fit->intercept_ms}}};
+    entries.push_back(entry);
+  }
+  nlohmann::json links = nlohmann::json::array();
+  for (const auto& l : profile.links)
+    links.push_back({{"between", {l.a, l.b}}, {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s}, {"latency_s", l.latency_s}});
+  return {{"format", "motley-profile-1"}, {"entries", entries}, {"links", links}};
+}
+
+Result<Profile> ImportZorseMeasured(std::string_view latencies_json, const std::string& file) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(latencies_json);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: error: cannot read the JSON: {}", file, e.what()));
+  }
+  const std::map<std::string, std::string> models = {{"deepspeedllama_7b", "llama-7b"},
+                                                     {"deepspeedllama_13b", "llama-13b"},
+                                                     {"deepspeedllama_33b", "llama-33b"},
+                                                     {"deepspeedllama_65b", "llama-65b"}};
+  Profile p;
+  try {
+    for (const auto& [source_name, preset] : models) {
+      if (!j.contains(source_name)) continue;
+      const ModelSpec* model = FindModelPreset(preset);
+      for (const auto& [gpu, by_seq] : j.at(source_name).items()) {
+        const GpuSpec* spec = GpuCatalog::Builtin().Find(gpu);
+        if (spec == nullptr) continue;  // a GPU motley's catalog does not know (e.g. w6800)
+        for (const auto& [seq, by_dtype] : by_seq.items()) {
+          for (const auto& [dtype, data] : by_dtype.items()) {
+            ProfileEntry e;
+            e.device_type = spec->name;
+            e.model = preset;
+            e.hidden_size = model->hidden_size;
+            e.seq_len = std::stoll(seq);
+            e.precision = PrecisionFromName(dtype);
+            e.backward_includes_recompute = true;
+            e.forward_fit = LinearFit{data.at(0).at(0).get<double>(), data.at(0).at(1).get<double>()};
+            e.backward_fit = LinearFit{data.at(1).at(0).get<double>(), data.at(1).at(1).get<double>()};
+            if (data.size() >= 4) {
+              const auto& fwd = data.at(2);
+              const auto& bwd = data.at(3);
+              for (size_t b = 0; b < fwd.size() && b < bwd.size(); ++b)
+                e.points.push_back({static_cast<double>(b + 1), fwd.at(b).get<double>(), bwd.at(b).get<double>()});
+              // max_microbatch stays unknown: the points stop where they stopped measuring, not at OOM.
+            }
+            p.entries.push_back(std::move(e));
+          }
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: error: unexpected layout: {}", file, e.what()));
+  }
+  if (p.entries.empty()) return Status::InvalidArgument(fmt::format("{}: error: no Llama measurements found", file));
+  return p;
+}
+
+}  // namespace motley

@@ -1,0 +1,83 @@
+// Profile: measured per-layer compute times per device type, the largest microbatch that fits,
+// and measured links. The profiler writes it; the planner and the simulator read the same file.
+//
+// File format (JSON, "format": "motley-profile-1"):
+//   {"format": "motley-profile-1",
+//    "entries": [{"device_type": "a100-80gb", "model": "llama-7b", "hidden_size": 4096,
+//                 "seq_len": 1024, "precision": "fp16", "backward_includes_recompute": true,
+//                 "points": [{"microbatch": 1, "forward_ms": 2.54, "backward_ms": 7.42}, ...],
+//                 "fit": {"forward": [slope_ms, intercept_ms], "backward": [slope_ms, intercept_ms]},
+//                 "max_microbatch": 12}],
+//    "links": [{"between": ["node-a", "node-b"], "bandwidth_bytes_per_s": 5e9, "latency_s": 2e-5}]}
+// Times are of ONE decoder layer. Between measured points a time is interpolated linearly (which is
+// monotone when the points are); beyond them it follows "fit" when given, else the line through
+// the last two points.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/model.h"
+#include "core/status.h"
+
+namespace motley {
+
+struct ProfilePoint {
+  double microbatch = 0;  // sequences
+  double forward_ms = 0;
+  double backward_ms = 0;
+};
+
+struct LinearFit {
+  double slope_ms = 0;
+  double intercept_ms = 0;
+  double at(double x) const { return slope_ms * x + intercept_ms; }
+};
+
+struct ProfileEntry {
+  std::string device_type;  // catalog name
+  std::string model;        // for people; matching uses the shape below
+  int64_t hidden_size = 0;
+  int64_t seq_len = 0;
+  Precision precision = Precision::kBf16;
+  bool backward_includes_recompute = true;  // measured with activation checkpointing
+  std::vector<ProfilePoint> points;         // ascending microbatch
+  std::optional<LinearFit> forward_fit, backward_fit;
+  int64_t max_microbatch = 0;  // 0 = unknown
+
+  /// Layer times at `microbatch` sequences, in seconds.
+  double ForwardS(double microbatch) const;
+  double BackwardS(double microbatch) const;
+};
+
+struct ProfileLink {
+  std::string a, b;  // node names
+  double bandwidth_bytes_per_s = 0;
+  double latency_s = 0;
+};
+
+struct Profile {
+  std::vector<ProfileEntry> entries;
+  std::vector<ProfileLink> links;
+
+  /// The entry for a device type, model shape, sequence length and precision; fp16 and bf16
+  /// stand in for each other.
+  const ProfileEntry* Find(std::string_view device_type, const ModelSpec& model, int64_t seq_len,
+                           Precision precision) const;
+};
+
+Result<Profile> ParseProfileJson(std::string_view text, const std::string& file);
+Result<Profile> LoadProfileFile(const std::string& path);
+nlohmann::json ProfileToJson(const Profile& profile);
+
+/// Reads the Zorse authors' published measurements (shared/data/zorse-measured/
+/// model_latencies.json) for the Llama models, mapping their GPU names to catalog types and their
+/// model names to presets (deepspeedllama_7b -> llama-7b, ...). Entries are fp16 with
+/// recomputation in the backward.
+Result<Profile> ImportZorseMeasured(std::string_view latencies_json, const std::string& file);
+
+}  // namespace motley

@@ -1,0 +1,68 @@
+// Simulator: executes a Schedule against a CostModel as discrete events. Ops on one stream of a
+// rank run in program order; different streams overlap; ranks meet at recvs (data from the
+// matching send) and collectives (all members present). Sends never block their stream.
+//
+// Cost: O(E log E) in the number of ops E (one completion event per op; a rank is re-examined only
+// when one of its ops finishes or a peer's send or collective releases it).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/status.h"
+#include "plan/schedule.h"
+#include "sim/cost_model.h"
+
+namespace motley {
+
+struct SimConfig {
+  bool record_trace = false;  // keep every op's start and end for WriteChromeTrace
+};
+
+struct DeviceSimReport {
+  int rank = 0;
+  int device = 0;
+  std::string device_type;
+  std::string compute_source;  // "profile" or "roofline"
+  double compute_busy_s = 0;   // time the compute stream was busy
+  double comm_busy_s = 0;      // time the comm stream was busy (waiting in recvs and collectives included)
+  double busy_fraction = 0;    // compute busy / step time
+  double idle_fraction = 0;    // 1 - busy_fraction
+  double peak_memory_bytes = 0;
+  double capacity_bytes = 0;
+  bool out_of_memory = false;
+  double peak_host_bytes = 0;
+  double end_memory_bytes = 0;  // held at the end of the step: the static state if nothing leaked
+  double end_host_bytes = 0;
+};
+
+struct TraceEvent {
+  int rank = 0;
+  int op = 0;
+  double start_s = 0;
+  double end_s = 0;
+};
+
+struct SimResult {
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double tflops = 0;  // hardware FLOPs executed per second (recomputation included), in TFLOP/s
+  double hfu = 0;     // tflops over the plan's devices' dense peak
+  double mfu = 0;     // model FLOPs (no recomputation) over the same peak
+  bool fits_memory = true;
+  std::string oom_message;  // names every device over its capacity
+  std::vector<DeviceSimReport> devices;  // by rank
+  int64_t num_events = 0;
+  std::vector<TraceEvent> trace;
+};
+
+/// Runs one training step. A schedule that cannot finish (a recv with no send, a collective a
+/// member never reaches) is an error naming where each stuck rank waits.
+Result<SimResult> Simulate(const Schedule& schedule, const Cluster& cluster, const CostModel& costs,
+                           const SimConfig& config = {});
+
+/// Chrome trace (chrome://tracing, Perfetto): one process per rank, one thread per stream.
+std::string ChromeTraceJson(const Schedule& schedule, const Cluster& cluster, const SimResult& result);
+
+}  // namespace motley

@@ -1,0 +1,360 @@
+#include "sim/simulator.h"
+
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "core/cluster_parse.h"
+#include "plan/lower.h"
+
+namespace motley {
+namespace {
+
+// A cluster of `n` identical devices on one node with (almost) free links, so that compute alone
+// shapes the timeline.
+Cluster FastCluster(int n, const std::string& memory = "64GiB") {
+  std::string text = R"(
+[network]
+intra_node_latency = "1ns"
+[device_types.unit]
+memory = ")" + memory + R"("
+memory_bandwidth = "1000TB/s"
+fp16_flops = "100TFLOPS"
+fp32_flops = "100TFLOPS"
+host_link = "1000TB/s"
+[[nodes]]
+name = "n"
+device = "unit"
+interconnect = "pcie"
+intra_bandwidth = "1000TB/s"
+count = )" + std::to_string(n) + "\n";
+  return ParseClusterToml(text, "fast.toml").value();
+}
+
+// A model whose head is negligible next to its layers (vocabulary of 1).
+ModelSpec LayerHeavyModel(int layers) {
+  ModelSpec m;
+  m.name = "layer-heavy";
+  m.hidden_size = 256;
+  m.num_layers = layers;
+  m.num_heads = 4;
+  m.num_kv_heads = 4;
+  m.ffn_size = 1024;
+  m.vocab_size = 1;
+  m.max_seq_len = 512;
+  return m;
+}
+
+// Per-layer times of 10 ms forward and 20 ms backward at any microbatch size.
+Profile FlatProfile(const ModelSpec& m, int64_t seq_len) {
+  ProfileEntry e;
+  e.device_type = "unit";
+  e.model = m.name;
+  e.hidden_size = m.hidden_size;
+  e.seq_len = seq_len;
+  e.precision = Precision::kBf16;
+  e.points = {{1, 10, 20}, {64, 10, 20}};
+  Profile p;
+  p.entries.push_back(e);
+  return p;
+}
+
+Plan GPipe(int stages, int microbatches, const ModelSpec& m) {
+  Plan p;
+  p.seq_len = 128;
+  p.schedule = PipelineSchedule::kGPipe;
+  p.zero_stage = 0;
+  const int per = m.num_layers / stages;
+  for (int g = 0; g < stages; ++g) {
+    GroupPlan gp;
+    gp.ministages = {{g * per, (g + 1) * per}};
+    gp.devices = {{g, 1, microbatches, 0}};
+    p.groups.push_back(gp);
+  }
+  return p;
+}
+
+TEST(Simulator, GPipeBubbleMatchesTheFormula) {
+  for (auto [p, m] : {std::pair{4, 8}, std::pair{2, 16}, std::pair{8, 8}}) {
+    ModelSpec model = LayerHeavyModel(p * 2);
+    Cluster cluster = FastCluster(p);
+    Plan plan = GPipe(p, m, model);
+    Result<Schedule> s = LowerPlan(plan, cluster, model);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    Profile profile = FlatProfile(model, plan.seq_len);
+    CostModel costs(cluster, model, &profile, plan.seq_len, plan.precision, true);
+    Result<SimResult> r = Simulate(*s, cluster, costs);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const double expected = static_cast<double>(p - 1) / (m + p - 1);
+    for (const auto& d : r->devices) {
+      EXPECT_NEAR(d.idle_fraction, expected, expected * 0.01) << "p=" << p << " m=" << m << " rank " << d.rank;
+    }
+    // (m + p - 1) slots of one forward and one backward of 2 layers each.
+    EXPECT_NEAR(r->step_time_s, (m + p - 1) * 2 * (0.010 + 0.020), 1e-3);
+  }
+}
+
+// Two ranks: a forward on the compute stream and an all-gather on the comm stream start together;
+// a second forward needs both.
+Schedule OverlapSchedule(double gather_bytes) {
+  Schedule s;
+  s.seq_len = 128;
+  s.collectives.push_back({OpKind::kAllGather, {0, 1}, gather_bytes});
+  for (int r = 0; r < 2; ++r) {
+    Program p;
+    p.rank = r;
+    p.device = r;
+    Op f1;
+    f1.kind = OpKind::kForward;
+    f1.layer_begin = 0;
+    f1.layer_end = 1;
+    f1.sequences = 1;
+    Op ag;
+    ag.kind = OpKind::kAllGather;
+    ag.stream = Stream::kComm;
+    ag.collective = 0;
+    ag.bytes = gather_bytes;
+    Op f2 = f1;
+    f2.deps = {0, 1};
+    p.ops = {f1, ag, f2};
+    s.programs.push_back(p);
+  }
+  return s;
+}
+
+TEST(Simulator, HiddenCollectiveAddsNothingLongerOneAddsTheDifference) {
+  // Links of 1 GB/s so a collective's length is easy to set.
+  Cluster cluster = ParseClusterToml(R"(
+[network]
+intra_node_latency = "1ns"
+[device_types.unit]
+memory = "1GiB"
+memory_bandwidth = "1TB/s"
+fp16_flops = "1TFLOPS"
+fp32_flops = "1TFLOPS"
+host_link = "1GB/s"
+[[nodes]]
+name = "n"
+device = "unit"
+count = 2
+intra_bandwidth = "1GB/s"
+)",
+                                     "c.toml")
+                        .value();
+  ModelSpec model = LayerHeavyModel(1);
+  Profile profile = FlatProfile(model, 128);  // forward 10 ms
+  CostModel costs(cluster, model, &profile, 128, Precision::kBf16, true);
+  const double forward = 0.010;
+  for (double gather_s : {0.004, 0.025}) {
+    // Ring all-gather over 2: one step moving half the payload.
+    const double bytes = gather_s * 2 * 1e9;
+    Schedule s = OverlapSchedule(bytes);
+    ASSERT_NEAR(costs.CollectiveS(OpKind::kAllGather, {0, 1}, bytes), gather_s, 1e-8);
+    Result<SimResult> r = Simulate(s, cluster, costs);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_NEAR(r->step_time_s, std::max(forward, gather_s) + forward, 1e-8) << gather_s;
+  }
+}
+
+TEST(Simulator, MemoryPeakOfASmallDataParallelScheduleMatchesHandComputation) {
+  // One device, ZeRO-0, checkpointing, two microbatches of 2 and 1 sequences, 3 layers in one
+  // ministage (so the device runs the embedding, the layers and the head).
+  ModelSpec m = LayerHeavyModel(3);
+  m.vocab_size = 64;
+  Cluster cluster = FastCluster(1);
+  Plan p;
+  p.seq_len = 32;
+  p.precision = Precision::kBf16;
+  p.zero_stage = 0;
+  p.groups = {GroupPlan{{{0, 3}}, 1, {{0, 2, 2, 1}}, {}}};
+  Result<Schedule> s = LowerPlan(p, cluster, m);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  CostModel costs(cluster, m, nullptr, p.seq_len, p.precision, true);
+  Result<SimResult> r = Simulate(*s, cluster, costs);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+
+  // By hand. Static: full parameters (2 B), gradients (2 B) and Adam state (12 B) per parameter.
+  const double params = TotalParams(m);
+  const double static_bytes = params * (2 + 2 + 12);
+  // The larger microbatch (2 sequences x 32 tokens) sets the peak.
+  const double tokens = 2 * 32;
+  const double act = tokens * m.hidden_size * 2;  // one layer boundary in bf16
+  const double layer_act = LayerActivationBytesPerToken(m, 32, Precision::kBf16, false) * tokens;
+  const double logits = 2 * tokens * m.vocab_size * 4;
+  // Forward: the 3 saved layer inputs, plus working memory of one layer and the logits.
+  const double forward_peak = 3 * act + layer_act + logits;
+  // Backward: the 3 saved inputs, plus recompute + gradient working memory and the logits.
+  const double backward_peak = 3 * act + 2 * layer_act + logits;
+  EXPECT_DOUBLE_EQ(r->devices[0].peak_memory_bytes, static_bytes + std::max(forward_peak, backward_peak));
+}
+
+TEST(Simulator, PipelineMemoryCountsActivationsOfEveryMicrobatchInFlight) {
+  // GPipe over 2 stages: stage 0 keeps the layer inputs of all its microbatches until their
+  // backward; with activation offload only the ones being moved stay.
+  ModelSpec m = LayerHeavyModel(4);
+  Cluster cluster = FastCluster(2);
+  Plan p = GPipe(2, 4, m);
+  p.seq_len = 16;
+  Profile profile = FlatProfile(m, p.seq_len);
+  CostModel costs(cluster, m, &profile, p.seq_len, p.precision, true);
+  Result<Schedule> s = LowerPlan(p, cluster, m);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  Result<SimResult> kept = Simulate(*s, cluster, costs);
+  ASSERT_TRUE(kept.ok()) << kept.status().message();
+  const double act = 16.0 * m.hidden_size * 2;
+  const double static0 = s->programs[0].static_device_bytes;
+  const double layer_act = LayerActivationBytesPerToken(m, 16, Precision::kBf16, false) * 16;
+  // Stage 0 (2 layers) peaks in its first backward: 4 microbatches x 2 saved layer inputs, the
+  // received output gradients of microbatches 0 and 1 (the next recv is posted while the backward
+  // runs), and the backward's working memory (recomputation and gradients of one layer).
+  EXPECT_DOUBLE_EQ(kept->devices[0].peak_memory_bytes, static0 + 4 * 2 * act + 2 * act + 2 * layer_act);
+
+  p.offload_activations = true;
+  Result<Schedule> off = LowerPlan(p, cluster, m);
+  ASSERT_TRUE(off.ok()) << off.status().message();
+  Result<SimResult> offloaded = Simulate(*off, cluster, costs);
+  ASSERT_TRUE(offloaded.ok()) << offloaded.status().message();
+  EXPECT_LT(offloaded->devices[0].peak_memory_bytes, kept->devices[0].peak_memory_bytes);
+  EXPECT_GT(offloaded->devices[0].peak_host_bytes, 0);
+}
+
+TEST(Simulator, ReportsOutOfMemoryNamingTheDevice) {
+  ModelSpec m = LayerHeavyModel(4);
+  Cluster cluster = FastCluster(2, "1MiB");
+  Plan p = GPipe(2, 2, m);
+  Result<Schedule> s = LowerPlan(p, cluster, m);
+  ASSERT_TRUE(s.ok());
+  CostModel costs(cluster, m, nullptr, p.seq_len, p.precision, true);
+  Result<SimResult> r = Simulate(*s, cluster, costs);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->fits_memory);
+  EXPECT_NE(r->oom_message.find("device 0 (unit, rank 0) needs"), std::string::npos) << r->oom_message;
+}
+
+TEST(Simulator, DeadlockIsAnErrorNamingTheStuckRanks) {
+  Schedule s;
+  s.seq_len = 8;
+  for (int r = 0; r < 2; ++r) {
+    Program p;
+    p.rank = r;
+    p.device = r;
+    Op recv;
+    recv.kind = OpKind::kRecv;
+    recv.stream = Stream::kComm;
+    recv.peer = 1 - r;
+    recv.tag = r;
+    Op send;
+    send.kind = OpKind::kSend;
+    send.stream = Stream::kComm;
+    send.peer = 1 - r;
+    send.tag = 1 - r;
+    p.ops = {recv, send};  // both wait for the other's send, which comes after their recv
+    s.programs.push_back(p);
+  }
+  Cluster cluster = FastCluster(2);
+  ModelSpec m = LayerHeavyModel(1);
+  CostModel costs(cluster, m, nullptr, 8, Precision::kBf16, true);
+  Result<SimResult> r = Simulate(s, cluster, costs);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("rank 0 comm stream waits at op 0 (recv with rank 1)"), std::string::npos)
+      << r.status().message();
+}
+
+// ---- Random asymmetric plans: every one lowers to a sound schedule that runs to the end. ------
+
+Plan RandomPlan(std::mt19937& rng, int num_devices, const ModelSpec& m) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Plan p;
+  p.seq_len = 16;
+  p.precision = Precision::kBf16;
+  const int kind = pick(0, 3);  // 0 data parallel, 1 gpipe, 2 1f1b, 3 interleaved
+  p.schedule = kind == 2 ? PipelineSchedule::k1F1B : kind == 3 ? PipelineSchedule::kInterleaved : PipelineSchedule::kGPipe;
+  p.zero_stage = pick(0, 3);
+  p.activation_checkpointing = pick(0, 3) > 0;
+  p.offload_activations = pick(0, 1);
+  p.offload_params = kind == 3 && p.zero_stage >= 2 && pick(0, 1);
+  // Random groups over a random subset of the devices.
+  std::vector<int> devices(num_devices);
+  for (int d = 0; d < num_devices; ++d) devices[d] = d;
+  std::shuffle(devices.begin(), devices.end(), rng);
+  const int used = pick(1, num_devices);
+  const int num_groups = kind == 0 ? 1 : pick(1, std::min<int>(used, static_cast<int>(m.num_layers / 2)));
+  std::vector<std::vector<int>> groups(num_groups);
+  for (int i = 0; i < used; ++i) groups[i < num_groups ? i : pick(0, num_groups - 1)].push_back(devices[i]);
+  // Layers: each group at least 2 (so it can hold 2 ministages).
+  std::vector<int> layers(num_groups, 2);
+  for (int extra = m.num_layers - 2 * num_groups; extra > 0; --extra) ++layers[pick(0, num_groups - 1)];
+  std::vector<int> ministages(num_groups);
+  for (int g = 0; g < num_groups; ++g) ministages[g] = kind == 3 ? pick(1, layers[g]) : pick(1, 2);
+  std::vector<std::vector<LayerRange>> ranges;
+  if (kind == 3) {
+    ranges = InterleavedMinistages(layers, ministages);
+  } else {
+    int begin = 0;
+    for (int g = 0; g < num_groups; ++g) {
+      ranges.push_back(SplitLayers(begin, layers[g], ministages[g]));
+      begin += layers[g];
+    }
+  }
+  const bool pipeline = num_groups > 1;
+  const int64_t mbs = pick(1, 3);
+  const int64_t total = pick(num_groups, 12);
+  for (int g = 0; g < num_groups; ++g) {
+    GroupPlan gp;
+    gp.ministages = ranges[g];
+    const bool equal_counts = !pipeline && kind != 3 && p.zero_stage >= 2;
+    // Uneven microbatch counts (some devices may get none in a pipeline) summing to `total`.
+    std::vector<int64_t> counts(groups[g].size(), equal_counts ? pick(1, 3) : 0);
+    if (!equal_counts) {
+      counts[0] = 1;
+      for (int64_t k = 1; k < total; ++k) ++counts[pick(0, static_cast<int>(counts.size()) - 1)];
+    }
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      DevicePlan d{groups[g][i], pipeline ? mbs : pick(1, 4), counts[i], 0};
+      if (!pipeline && d.num_microbatches > 0 && pick(0, 1)) d.last_microbatch_size = pick(1, static_cast<int>(d.microbatch_size));
+      if (!pipeline && d.num_microbatches == 0) d.num_microbatches = 1;
+      gp.devices.push_back(d);
+    }
+    if (pipeline && pick(0, 1)) {
+      // A random routing that respects the counts.
+      std::vector<int> routing = BlockRouting(gp);
+      std::shuffle(routing.begin(), routing.end(), rng);
+      gp.routing = routing;
+    }
+    p.groups.push_back(gp);
+  }
+  return p;
+}
+
+TEST(Lowering, FiveHundredRandomAsymmetricPlansAreDeadlockFree) {
+  std::mt19937 rng(2026);
+  ModelSpec m = LayerHeavyModel(12);
+  m.vocab_size = 32;
+  Cluster cluster = FastCluster(8);
+  int simulated = 0;
+  for (int i = 0; i < 600; ++i) {
+    Plan p = RandomPlan(rng, 8, m);
+    Status valid = ValidatePlan(p, cluster, m);
+    ASSERT_TRUE(valid.ok()) << valid.message();
+    Result<Schedule> s = LowerPlan(p, cluster, m);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    ASSERT_EQ(CheckSchedule(*s), "");
+    CostModel costs(cluster, m, nullptr, p.seq_len, p.precision, p.activation_checkpointing);
+    Result<SimResult> r = Simulate(*s, cluster, costs);
+    ASSERT_TRUE(r.ok()) << "plan " << i << ": " << r.status().message();
+    EXPECT_GT(r->step_time_s, 0);
+    EXPECT_EQ(r->num_events, static_cast<int64_t>(s->num_ops()));
+    // Every allocation is freed by the end of the step: memory returns to the static level.
+    for (const auto& d : r->devices) {
+      const Program& prog = s->programs[d.rank];
+      ASSERT_NEAR(d.end_memory_bytes, prog.static_device_bytes, 1e-6 * (1 + prog.static_device_bytes))
+          << "plan " << i << " rank " << d.rank << "\n" << ScheduleListing(*s);
+      ASSERT_NEAR(d.end_host_bytes, prog.static_host_bytes, 1e-6 * (1 + prog.static_host_bytes)) << "plan " << i;
+    }
+    ++simulated;
+  }
+  EXPECT_EQ(simulated, 600);
+}
+
+}  // namespace
+}  // namespace motley
