@@ -1,12 +1,31 @@
 // motley validate FILE...: exit 0 when every file is valid, 1 with every problem otherwise.
+#include <cstdio>
+
 #include <fmt/format.h>
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/plan_inputs.h"
 #include "core/config_file.h"
 #include "core/toml_reader.h"
+#include "plan/lower.h"
 
 namespace motley::cli {
+namespace {
+
+bool LooksLikePlan(const std::string& text) {
+  return text.find("[[groups]]") != std::string::npos || text.find("\"groups\"") != std::string::npos;
+}
+
+// A plan is valid when it fits its model and cluster and lowers to a schedule.
+Result<std::string> ValidatePlanFile(const std::string& file) {
+  MOTLEY_ASSIGN_OR_RETURN(PlanInputs in, LoadPlanInputs(file, "", ""));
+  MOTLEY_ASSIGN_OR_RETURN(Schedule s, LowerPlan(in.plan, in.cluster, in.model));
+  return fmt::format("plan: {} groups over {} devices, {} ops", in.plan.groups.size(), in.plan.num_devices(),
+                     s.num_ops());
+}
+
+}  // namespace
 
 int RunValidate(const std::vector<std::string>& args) {
   CLI::App app(
@@ -18,12 +37,24 @@ int RunValidate(const std::vector<std::string>& args) {
   app.add_option("files", files, "cluster, model (.toml or Hugging Face config.json) or job files")
       ->required();
   app.add_option("--kind", kind_name, "treat every file as this kind instead of guessing from its keys")
-      ->check(CLI::IsMember({"cluster", "model", "job"}));
+      ->check(CLI::IsMember({"cluster", "model", "job", "plan"}));
   if (auto rc = ParseArgs(app, args)) return *rc;
 
   int num_invalid = 0;
   for (const auto& file : files) {
     Result<std::string> text = ReadTextFile(file);
+    if (text.ok() && (kind_name == "plan" || (kind_name.empty() && LooksLikePlan(*text)))) {
+      Result<std::string> summary = ValidatePlanFile(file);
+      if (summary.ok()) {
+        fmt::print("ok       {}  ({})\n", file, *summary);
+      } else {
+        ++num_invalid;
+        fmt::print("invalid  {}\n", file);
+        std::fflush(stdout);
+        fmt::print(stderr, "{}\n", summary.status().message());
+      }
+      continue;
+    }
     Result<ConfigKind> kind = !text.ok()               ? Result<ConfigKind>(text.status())
                               : kind_name == "cluster" ? ConfigKind::kCluster
                               : kind_name == "model"   ? ConfigKind::kModel
@@ -36,6 +67,7 @@ int RunValidate(const std::vector<std::string>& args) {
     } else {
       ++num_invalid;
       fmt::print("invalid  {}\n", file);
+      std::fflush(stdout);
       fmt::print(stderr, "{}\n", summary.status().message());
     }
   }

@@ -10,6 +10,10 @@ const std::vector<Command>& Commands() {
       {"describe",
        "derived figures of a cluster (devices, TFLOPs, links) or a model (parameters, FLOPs, memory)",
        &RunDescribe},
+      {"schedule", "lower a plan to its per-rank op programs (the contract the simulator and runtime run)",
+       &RunSchedule},
+      {"simulate", "simulate a training step of a plan: step time, TFLOPs, HFU, memory per device, trace",
+       &RunSimulate},
   };
   return commands;
 }

@@ -58,7 +58,6 @@ const ProfileEntry* Profile::Find(std::string_view device_type, const ModelSpec&
   const ProfileEntry* fallback = nullptr;
   for (const auto& e : entries) {
     if (e.device_type != device_type || e.hidden_size != model.hidden_size || e.seq_len != seq_len) continue;
-    if (!model.name.empty() && !e.model.empty() && e.model != model.name) continue;
     if (e.precision == precision) return &e;
     if (SameFamily(e.precision, precision)) fallback = &e;
   }

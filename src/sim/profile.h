@@ -40,7 +40,7 @@ struct LinearFit {
 
 struct ProfileEntry {
   std::string device_type;  // catalog name
-  std::string model;        // for people; matching uses the shape below
+  std::string model;        // for people; matching uses the shape (hidden size) below
   int64_t hidden_size = 0;
   int64_t seq_len = 0;
   Precision precision = Precision::kBf16;

@@ -240,6 +240,52 @@ TEST(Cli, DescribeCluster) {
   EXPECT_EQ(neither.exit_code, 2);
 }
 
+TEST(Cli, SimulateReportsTheIssueFields) {
+  TempDir dir;
+  const std::string trace = dir.Write("trace.json", "");
+  CliRun r = Motley("simulate --plan " + Example("plans/local-zorse.toml") + " --json --trace " + trace, true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  for (const char* key : {"step_time_s", "tokens_per_s", "tflops", "hfu", "fits_memory"}) EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_GT(j["step_time_s"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>() * j["step_time_s"].get<double>(), 32 * 128);
+  ASSERT_EQ(j["devices"].size(), 4u);
+  for (const auto& d : j["devices"]) {
+    EXPECT_GT(d["peak_memory_bytes"].get<double>(), 0);
+    EXPECT_GT(d["busy_fraction"].get<double>(), 0);
+    EXPECT_LE(d["busy_fraction"].get<double>(), 1);
+  }
+  std::ifstream in(trace);
+  auto t = nlohmann::json::parse(in);
+  EXPECT_GT(t["traceEvents"].size(), 100u);
+  // The Poplar-style plan beats the even split on the emulated cluster (two devices 3x slower).
+  auto step = [&](const std::string& plan) {
+    CliRun p = Motley("simulate --plan " + Example("plans/" + plan) + " --json", true);
+    EXPECT_EQ(p.exit_code, 0) << plan;
+    return nlohmann::json::parse(p.output)["step_time_s"].get<double>();
+  };
+  EXPECT_LT(step("local-poplar.toml") * 1.5, step("local-even-dp.toml"));
+}
+
+TEST(Cli, ScheduleListsEveryRankAndBadPlansSayWhy) {
+  CliRun r = Motley("schedule --plan " + Example("plans/local-poplar.toml") + " --json", true);
+  ASSERT_EQ(r.exit_code, 0);
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["programs"].size(), 4u);
+  EXPECT_EQ(j["global_batch_tokens"], 32 * 128);
+  CliRun text = Motley("schedule --plan " + Example("plans/local-zorse.toml"));
+  EXPECT_CONTAINS(text.output, "rank 3 (device 3)");
+  EXPECT_CONTAINS(text.output, "param_prefetch");
+  TempDir dir;
+  std::string bad = dir.Write("p.toml", "model = \"llama-1m\"\ncluster = \"local-emulated\"\nseq_len = 128\n"
+                                        "[[groups]]\nministages = [[0, 3]]\ndevices = [0, 9]\n"
+                                        "microbatch_size = [1, 1]\nnum_microbatches = [1, 1]\n");
+  CliRun e = Motley("simulate --plan " + bad);
+  EXPECT_EQ(e.exit_code, 1);
+  EXPECT_CONTAINS(e.output, "groups[0].devices[1] (device 9): no such device; the cluster has devices 0..3");
+  EXPECT_CONTAINS(e.output, "layer 3 of model 'llama-1m' (4 layers) is in 0 ministages");
+}
+
 TEST(Cli, DemoDescribesTheDefaultJob) {
   CliRun r = Motley("demo");
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -1,0 +1,68 @@
+// How fast the simulator runs a large step (issue: < 0.5 s for 128 devices, 80 layers, >= 64
+// microbatches, 8 ministages per group): Llama-65B on Zorse cluster C (128 GPUs, two regions), 8
+// groups of 16 GPUs, Zorse's interleaved schedule with ZeRO-2 and offload, 64 microbatches per
+// group. Lowering and simulation are timed apart; events per second is the simulator's rate.
+#include <benchmark/benchmark.h>
+
+#include "core/cluster_parse.h"
+#include "plan/lower.h"
+#include "sim/simulator.h"
+
+namespace motley {
+namespace {
+
+struct Setup {
+  Cluster cluster = LoadCluster("zorse-c").value();
+  ModelSpec model = *FindModelPreset("llama-65b");
+  Plan plan;
+  Setup() {
+    plan.seq_len = 512;
+    plan.precision = Precision::kFp16;
+    plan.schedule = PipelineSchedule::kInterleaved;
+    plan.zero_stage = 2;
+    plan.offload_params = true;
+    plan.offload_activations = true;
+    const int groups = 8, per_group = 16;
+    auto ranges = InterleavedMinistages(std::vector<int>(groups, 80 / groups), std::vector<int>(groups, 8));
+    for (int g = 0; g < groups; ++g) {
+      GroupPlan gp;
+      gp.ministages = ranges[g];
+      for (int d = 0; d < per_group; ++d) gp.devices.push_back({g * per_group + d, 1, 4, 0});
+      plan.groups.push_back(gp);
+    }
+  }
+};
+
+void BM_Lower128Devices(benchmark::State& state) {
+  Setup s;
+  size_t ops = 0;
+  for (auto _ : state) {
+    Schedule schedule = LowerPlan(s.plan, s.cluster, s.model).value();
+    ops = schedule.num_ops();
+    benchmark::DoNotOptimize(ops);
+  }
+  state.counters["ops"] = static_cast<double>(ops);
+}
+BENCHMARK(BM_Lower128Devices)->Unit(benchmark::kMillisecond);
+
+void BM_Simulate128Devices(benchmark::State& state) {
+  Setup s;
+  Schedule schedule = LowerPlan(s.plan, s.cluster, s.model).value();
+  CostModel costs(s.cluster, s.model, nullptr, s.plan.seq_len, s.plan.precision, true);
+  int64_t events = 0;
+  double step = 0;
+  for (auto _ : state) {
+    SimResult r = Simulate(schedule, s.cluster, costs).value();
+    events = r.num_events;
+    step = r.step_time_s;
+  }
+  state.counters["events"] = static_cast<double>(events);
+  state.counters["events_per_s"] = benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["simulated_step_s"] = step;
+}
+BENCHMARK(BM_Simulate128Devices)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace motley
+
+BENCHMARK_MAIN();

@@ -1,0 +1,103 @@
+// motley simulate --plan P [--cluster C] [--model M] [--profile F] [--trace T] [--json]
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "cli/plan_inputs.h"
+#include "cli/table_printer.h"
+#include "core/units.h"
+#include "plan/lower.h"
+#include "sim/simulator.h"
+
+namespace motley::cli {
+
+int RunSimulate(const std::vector<std::string>& args) {
+  CLI::App app("Simulate one training step of a plan: step time, tokens/s, TFLOPs, HFU, per-device busy "
+               "time and peak memory, and a Chrome trace.",
+               "motley simulate");
+  std::string plan_path, cluster, model, profile_path, trace_path;
+  bool json = false;
+  app.add_option("--plan", plan_path, "a plan file (.toml or .json)")->required();
+  app.add_option("--cluster", cluster, "the cluster (default: the plan's)");
+  app.add_option("--model", model, "the model (default: the plan's)");
+  app.add_option("--profile", profile_path,
+                 "measured layer times: a motley profile, or the Zorse measurements' model_latencies.json "
+                 "(default: the roofline model from the GPU catalog)");
+  app.add_option("--trace", trace_path, "write a Chrome/Perfetto trace of the step to this file");
+  app.add_flag("--json", json, "print JSON");
+  if (auto rc = ParseArgs(app, args)) return *rc;
+
+  auto fail = [](const Status& s) {
+    fmt::print(stderr, "{}\n", s.message());
+    return kExitFailure;
+  };
+  Result<PlanInputs> in = LoadPlanInputs(plan_path, cluster, model);
+  if (!in.ok()) return fail(in.status());
+  std::optional<Profile> profile;
+  if (!profile_path.empty()) {
+    Result<Profile> p = LoadAnyProfile(profile_path);
+    if (!p.ok()) return fail(p.status());
+    profile = *p;
+  }
+  Result<Schedule> s = LowerPlan(in->plan, in->cluster, in->model);
+  if (!s.ok()) return fail(s.status());
+  CostModel costs(in->cluster, in->model, profile ? &*profile : nullptr, in->plan.seq_len, in->plan.precision,
+                  in->plan.activation_checkpointing);
+  SimConfig config;
+  config.record_trace = !trace_path.empty();
+  Result<SimResult> r = Simulate(*s, in->cluster, costs, config);
+  if (!r.ok()) return fail(r.status());
+  if (!trace_path.empty()) {
+    std::ofstream out(trace_path);
+    out << ChromeTraceJson(*s, in->cluster, *r);
+    if (!out) return fail(Status::IoError(fmt::format("{}: cannot write the trace", trace_path)));
+  }
+
+  if (json) {
+    nlohmann::json devices = nlohmann::json::array();
+    for (const auto& d : r->devices) {
+      devices.push_back({{"rank", d.rank},
+                         {"device", d.device},
+                         {"device_type", d.device_type},
+                         {"compute_source", d.compute_source},
+                         {"busy_fraction", d.busy_fraction},
+                         {"idle_fraction", d.idle_fraction},
+                         {"compute_busy_s", d.compute_busy_s},
+                         {"comm_busy_s", d.comm_busy_s},
+                         {"peak_memory_bytes", d.peak_memory_bytes},
+                         {"capacity_bytes", d.capacity_bytes},
+                         {"out_of_memory", d.out_of_memory},
+                         {"peak_host_bytes", d.peak_host_bytes}});
+    }
+    nlohmann::json out = {{"step_time_s", r->step_time_s},   {"tokens_per_s", r->tokens_per_s},
+                          {"tflops", r->tflops},             {"hfu", r->hfu},
+                          {"mfu", r->mfu},                   {"fits_memory", r->fits_memory},
+                          {"oom", r->oom_message},           {"num_ops", s->num_ops()},
+                          {"global_batch_tokens", s->global_batch_tokens}, {"devices", devices}};
+    fmt::print("{}\n", out.dump(2));
+    return kExitOk;
+  }
+  fmt::print("plan {} ({} groups, {} devices, {} schedule, ZeRO-{}) on cluster {}, model {}\n", plan_path,
+             in->plan.groups.size(), in->plan.num_devices(), PipelineScheduleName(in->plan.schedule),
+             in->plan.zero_stage, in->cluster.name, in->model.name);
+  fmt::print("step {}  |  {:.0f} tokens/s  |  {:.1f} TFLOPS  |  HFU {:.1f}%  MFU {:.1f}%  |  memory: {}\n\n",
+             FormatDuration(r->step_time_s), r->tokens_per_s, r->tflops, 100 * r->hfu, 100 * r->mfu,
+             r->fits_memory ? "fits" : "OUT OF MEMORY");
+  TablePrinter t({"rank", "device", "type", "busy", "peak memory", "capacity", "host", "compute from"});
+  t.AlignRight({0, 1, 3, 4, 5, 6});
+  for (const auto& d : r->devices) {
+    t.AddRow({std::to_string(d.rank), std::to_string(d.device), d.device_type,
+              fmt::format("{:.1f}%", 100 * d.busy_fraction),
+              FormatBytes(d.peak_memory_bytes) + (d.out_of_memory ? " OOM" : ""), FormatBytes(d.capacity_bytes),
+              FormatBytes(d.peak_host_bytes), d.compute_source});
+  }
+  fmt::print("{}", t.ToString());
+  if (!r->fits_memory) fmt::print("\nout of memory: {}\n", r->oom_message);
+  if (!trace_path.empty()) fmt::print("\ntrace: {} (open it in Perfetto or chrome://tracing)\n", trace_path);
+  return r->fits_memory ? kExitOk : kExitFailure;
+}
+
+}  // namespace motley::cli

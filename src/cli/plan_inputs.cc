@@ -1,0 +1,51 @@
+#include "cli/plan_inputs.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/cluster_parse.h"
+#include "core/model_parse.h"
+#include "core/toml_reader.h"
+#include "plan/plan_io.h"
+
+namespace motley::cli {
+namespace {
+
+// A reference written in a plan file: relative paths are relative to the plan's folder.
+std::string Resolve(const std::string& plan_path, const std::string& ref) {
+  if (ref.find('/') == std::string::npos && !ref.ends_with(".toml") && !ref.ends_with(".json")) return ref;
+  std::filesystem::path p(ref);
+  if (p.is_absolute()) return ref;
+  return (std::filesystem::path(plan_path).parent_path() / p).lexically_normal().string();
+}
+
+}  // namespace
+
+Result<PlanInputs> LoadPlanInputs(const std::string& plan_path, const std::string& cluster_flag,
+                                  const std::string& model_flag) {
+  PlanInputs in;
+  MOTLEY_ASSIGN_OR_RETURN(in.plan, LoadPlanFile(plan_path));
+  const std::string cluster_ref = !cluster_flag.empty() ? cluster_flag : Resolve(plan_path, in.plan.cluster);
+  const std::string model_ref = !model_flag.empty() ? model_flag : Resolve(plan_path, in.plan.model);
+  if (cluster_ref.empty())
+    return Status::InvalidArgument(fmt::format("{}: the plan names no cluster; pass --cluster FILE", plan_path));
+  if (model_ref.empty())
+    return Status::InvalidArgument(fmt::format("{}: the plan names no model; pass --model NAME|FILE", plan_path));
+  MOTLEY_ASSIGN_OR_RETURN(in.cluster, LoadCluster(cluster_ref));
+  MOTLEY_ASSIGN_OR_RETURN(in.model, LoadModel(model_ref));
+  MOTLEY_RETURN_IF_ERROR(ValidatePlan(in.plan, in.cluster, in.model).WithPrefix(plan_path + ": "));
+  return in;
+}
+
+Result<Profile> LoadAnyProfile(const std::string& path) {
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  if (text.find("motley-profile-1") != std::string::npos) return ParseProfileJson(text, path);
+  if (text.find("deepspeedllama") != std::string::npos) return ImportZorseMeasured(text, path);
+  return Status::InvalidArgument(fmt::format(
+      "{}: error: neither a motley profile (\"format\": \"motley-profile-1\") nor the Zorse measurements "
+      "(model_latencies.json)",
+      path));
+}
+
+}  // namespace motley::cli

@@ -1,0 +1,91 @@
+#include "sim/profile.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "core/cluster_parse.h"
+#include "core/toml_reader.h"
+#include "sim/cost_model.h"
+
+namespace motley {
+namespace {
+
+ProfileEntry Entry() {
+  ProfileEntry e;
+  e.device_type = "t4";
+  e.model = "llama-7b";
+  e.hidden_size = 4096;
+  e.seq_len = 1024;
+  e.precision = Precision::kFp16;
+  e.points = {{1, 10, 30}, {2, 15, 45}, {4, 25, 75}};
+  return e;
+}
+
+TEST(Profile, InterpolatesBetweenPointsAndExtrapolatesLinearly) {
+  ProfileEntry e = Entry();
+  EXPECT_DOUBLE_EQ(e.ForwardS(1), 0.010);
+  EXPECT_DOUBLE_EQ(e.ForwardS(3), 0.020);       // between 2 and 4
+  EXPECT_DOUBLE_EQ(e.ForwardS(8), 0.045);       // the last segment's slope: 5 ms per sequence
+  EXPECT_DOUBLE_EQ(e.BackwardS(1.5), 0.0375);
+  // Monotone: more sequences never take less time.
+  for (double b = 0.5; b < 16; b += 0.25) EXPECT_LE(e.ForwardS(b), e.ForwardS(b + 0.25));
+  // A fit takes over past the last point.
+  e.forward_fit = LinearFit{6, 0};
+  e.backward_fit = LinearFit{18, 0};
+  EXPECT_DOUBLE_EQ(e.ForwardS(8), 0.048);
+}
+
+TEST(Profile, JsonRoundTripAndLookup) {
+  Profile p;
+  p.entries.push_back(Entry());
+  p.links.push_back({"a", "b", 1e9, 1e-5});
+  Result<Profile> back = ParseProfileJson(ProfileToJson(p).dump(), "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->entries.size(), 1u);
+  EXPECT_DOUBLE_EQ(back->entries[0].ForwardS(3), 0.020);
+  EXPECT_EQ(back->links[0].b, "b");
+  const ModelSpec& m = *FindModelPreset("llama-7b");
+  EXPECT_NE(back->Find("t4", m, 1024, Precision::kFp16), nullptr);
+  EXPECT_NE(back->Find("t4", m, 1024, Precision::kBf16), nullptr);  // 16-bit formats stand in for each other
+  EXPECT_EQ(back->Find("t4", m, 2048, Precision::kFp16), nullptr);
+  EXPECT_EQ(back->Find("t4", m, 1024, Precision::kFp32), nullptr);
+  EXPECT_EQ(back->Find("a10g", m, 1024, Precision::kFp16), nullptr);
+}
+
+TEST(Profile, BadFilesSayWhatIsWrong) {
+  EXPECT_NE(ParseProfileJson("{}", "p.json").status().message().find("not a motley profile"), std::string::npos);
+  Result<Profile> bad = ParseProfileJson(
+      R"({"format": "motley-profile-1", "entries": [{"device_type": "t4", "hidden_size": 8, "seq_len": 8,
+          "points": [{"microbatch": 1, "forward_ms": -1, "backward_ms": 2}]}]})",
+      "p.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("forward_ms and backward_ms > 0"), std::string::npos);
+}
+
+TEST(Profile, ImportsTheZorseMeasurements) {
+  const std::filesystem::path file =
+      std::filesystem::path(MOTLEY_SOURCE_DIR) / "../shared/data/zorse-measured/model_latencies.json";
+  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no " << file << " beside the checkout";
+  Result<std::string> text = ReadTextFile(file.string());
+  ASSERT_TRUE(text.ok());
+  Result<Profile> p = ImportZorseMeasured(*text, file.string());
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  // The README's example: Llama-7B, seq 1024, fp16, A100-80GB: 2.54 ms forward, 7.42 backward at b=1.
+  const ModelSpec& m = *FindModelPreset("llama-7b");
+  const ProfileEntry* a100 = p->Find("a100-80gb", m, 1024, Precision::kFp16);
+  ASSERT_NE(a100, nullptr);
+  EXPECT_NEAR(a100->ForwardS(1) * 1e3, 2.54, 0.01);
+  EXPECT_NEAR(a100->BackwardS(1) * 1e3, 7.42, 0.01);
+  EXPECT_NE(p->Find("t4", m, 1024, Precision::kFp16), nullptr);
+  EXPECT_NE(p->Find("h100-nvl", *FindModelPreset("llama-65b"), 4096, Precision::kFp16), nullptr);
+  // The cost model uses it for the devices it covers and the roofline for the rest.
+  Cluster c = LoadCluster("zorse-a").value();
+  CostModel costs(c, m, &*p, 1024, Precision::kFp16, true);
+  EXPECT_EQ(costs.ComputeSource(4), "profile");  // an A100
+  EXPECT_NEAR(costs.LayerForwardS(4, 1) * 1e3, 2.54, 0.01);
+  EXPECT_EQ(costs.ComputeSource(0), "roofline");  // the H100-NVLs were measured at 512 and 4096 only
+}
+
+}  // namespace
+}  // namespace motley
