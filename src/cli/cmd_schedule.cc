@@ -5,6 +5,7 @@
 #include "cli/command.h"
 #include "cli/plan_inputs.h"
 #include "plan/lower.h"
+#include "sim/routing_costs.h"
 
 namespace motley::cli {
 
@@ -25,6 +26,10 @@ int RunSchedule(const std::vector<std::string>& args) {
     fmt::print(stderr, "{}\n", in.status().message());
     return kExitFailure;
   }
+  // Plans without a routing get Zorse's, timed by the roofline (simulate uses the profile too).
+  CostModel costs(in->cluster, in->model, nullptr, in->plan.seq_len, in->plan.precision,
+                  in->plan.activation_checkpointing);
+  FillZorseRouting(&in->plan, costs);
   Result<Schedule> s = LowerPlan(in->plan, in->cluster, in->model);
   if (!s.ok()) {
     fmt::print(stderr, "{}\n", s.status().message());

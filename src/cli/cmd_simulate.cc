@@ -10,6 +10,7 @@
 #include "cli/table_printer.h"
 #include "core/units.h"
 #include "plan/lower.h"
+#include "sim/routing_costs.h"
 #include "sim/simulator.h"
 
 namespace motley::cli {
@@ -42,10 +43,11 @@ int RunSimulate(const std::vector<std::string>& args) {
     if (!p.ok()) return fail(p.status());
     profile = *p;
   }
-  Result<Schedule> s = LowerPlan(in->plan, in->cluster, in->model);
-  if (!s.ok()) return fail(s.status());
   CostModel costs(in->cluster, in->model, profile ? &*profile : nullptr, in->plan.seq_len, in->plan.precision,
                   in->plan.activation_checkpointing);
+  const int routed = FillZorseRouting(&in->plan, costs);
+  Result<Schedule> s = LowerPlan(in->plan, in->cluster, in->model);
+  if (!s.ok()) return fail(s.status());
   SimConfig config;
   config.record_trace = !trace_path.empty();
   Result<SimResult> r = Simulate(*s, in->cluster, costs, config);
@@ -83,6 +85,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   fmt::print("plan {} ({} groups, {} devices, {} schedule, ZeRO-{}) on cluster {}, model {}\n", plan_path,
              in->plan.groups.size(), in->plan.num_devices(), PipelineScheduleName(in->plan.schedule),
              in->plan.zero_stage, in->cluster.name, in->model.name);
+  if (routed > 0) fmt::print("routing: Zorse's cross-stage routing computed for {} group(s)\n", routed);
   fmt::print("step {}  |  {:.0f} tokens/s  |  {:.1f} TFLOPS  |  HFU {:.1f}%  MFU {:.1f}%  |  memory: {}\n\n",
              FormatDuration(r->step_time_s), r->tokens_per_s, r->tflops, 100 * r->hfu, 100 * r->mfu,
              r->fits_memory ? "fits" : "OUT OF MEMORY");

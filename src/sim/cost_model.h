@@ -38,6 +38,7 @@ class CostModel {
   double PeakFlops(int device) const;
   /// Whether a device's compute times come from the profile ("profile") or the roofline.
   std::string ComputeSource(int device) const;
+  const Cluster& cluster() const { return cluster_; }
 
  private:
   const ProfileEntry* Entry(int device) const;

@@ -6,6 +6,7 @@
 
 #include "core/cluster_parse.h"
 #include "plan/lower.h"
+#include "sim/routing_costs.h"
 
 namespace motley {
 namespace {
@@ -92,6 +93,59 @@ TEST(Simulator, GPipeBubbleMatchesTheFormula) {
     // (m + p - 1) slots of one forward and one backward of 2 layers each.
     EXPECT_NEAR(r->step_time_s, (m + p - 1) * 2 * (0.010 + 0.020), 1e-3);
   }
+}
+
+TEST(Simulator, ZorseRoutingFinishesTheStageSoonerThanBlockRouting) {
+  // Group 1 holds a fast device with 6 microbatches and one 3x slower (emulated) with 2. Block
+  // routing hands the slow one the last two; Zorse's rule (§4.2) gives each arriving microbatch to
+  // the device with the most remaining work, so both finish the stage's forward pass together.
+  Cluster cluster = ParseClusterToml(R"(
+[device_types.unit]
+memory = "64GiB"
+memory_bandwidth = "1000TB/s"
+fp16_flops = "100TFLOPS"
+fp32_flops = "100TFLOPS"
+host_link = "1000TB/s"
+[[nodes]]
+name = "a"
+device = "unit"
+count = 3
+intra_bandwidth = "1000TB/s"
+[[nodes.emulation]]
+speed_factor = 1.0
+[[nodes.emulation]]
+speed_factor = 1.0
+[[nodes.emulation]]
+speed_factor = 3.0
+)",
+                                     "c.toml")
+                        .value();
+  ModelSpec m = LayerHeavyModel(4);
+  Profile profile = FlatProfile(m, 128);
+  Plan p;
+  p.seq_len = 128;
+  p.zero_stage = 0;
+  p.groups = {GroupPlan{{{0, 2}}, 1, {{0, 1, 8, 0}}, {}}, GroupPlan{{{2, 4}}, 1, {{1, 1, 6, 0}, {2, 1, 2, 0}}, {}}};
+  CostModel costs(cluster, m, &profile, p.seq_len, p.precision, true);
+  // When the last forward of group 1 (ranks 1 and 2) ends.
+  auto stage_end = [&](const Plan& plan) {
+    Schedule s = LowerPlan(plan, cluster, m).value();
+    SimConfig config;
+    config.record_trace = true;
+    SimResult r = Simulate(s, cluster, costs, config).value();
+    double end = 0;
+    for (const auto& t : r.trace)
+      if (t.rank > 0 && s.programs[t.rank].ops[t.op].kind == OpKind::kForward) end = std::max(end, t.end_s);
+    return end;
+  };
+  Plan zorse = p;
+  EXPECT_EQ(FillZorseRouting(&zorse, costs), 2);
+  // Forward of 2 layers: 20 ms on group 0 and the fast device, 60 ms on the slow one. Block: the
+  // slow device gets microbatches 6 and 7 (arriving at 140 and 160 ms) and ends at 260 ms.
+  EXPECT_NEAR(stage_end(p), 0.260, 1e-4);
+  // Zorse: the slow device takes microbatches 1 and 5; both devices end at 180 ms.
+  EXPECT_EQ(zorse.groups[1].routing, (std::vector<int>{1, 2, 1, 1, 1, 2, 1, 1}));
+  EXPECT_NEAR(stage_end(zorse), 0.180, 1e-4);
 }
 
 // Two ranks: a forward on the compute stream and an all-gather on the comm stream start together;

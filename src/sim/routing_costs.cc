@@ -1,0 +1,28 @@
+#include "sim/routing_costs.h"
+
+#include "plan/routing.h"
+
+namespace motley {
+
+int FillZorseRouting(Plan* plan, const CostModel& costs) {
+  if (!plan->is_pipeline()) return 0;
+  auto time = [&](int group, int device) {
+    const GroupPlan& g = plan->groups[group];
+    const double sequences = static_cast<double>(g.devices.front().microbatch_size);
+    const double per_layer = costs.LayerForwardS(device, sequences) + costs.LayerBackwardS(device, sequences);
+    double slowdown = 1;
+    // Emulated devices run slower by their speed factor.
+    if (const EmulationConfig* emu = costs.cluster().emulation(device)) slowdown = emu->speed_factor;
+    return g.num_layers() * per_layer * slowdown;
+  };
+  std::vector<std::vector<int>> routing = ZorseRouting(*plan, time);
+  int filled = 0;
+  for (size_t g = 0; g < plan->groups.size(); ++g) {
+    if (!plan->groups[g].routing.empty()) continue;
+    plan->groups[g].routing = routing[g];
+    ++filled;
+  }
+  return filled;
+}
+
+}  // namespace motley
