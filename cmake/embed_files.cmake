@@ -7,7 +7,7 @@ function(motley_embed_examples EXAMPLES_DIR OUTPUT)
     file(GLOB files "${EXAMPLES_DIR}/${kind}/*.toml")
     list(SORT files)
     foreach(f ${files})
-      get_filename_component(name "${f}" NAME_WE)
+      get_filename_component(name "${f}" NAME_WLE)
       file(READ "${f}" text)
       string(APPEND body "      {\"${kind}\", \"${name}\", \"builtin:examples/${kind}/${name}.toml\",\n"
                          "       R\"motley_embed(${text})motley_embed\"},\n")
