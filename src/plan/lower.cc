@@ -47,16 +47,28 @@ class Lowerer {
   double Tokens(int64_t m) const { return static_cast<double>(sequences_[m]) * plan_.seq_len; }
   double Act(int64_t m) const { return Tokens(m) * model_.hidden_size * act_bytes_; }
   double StageParams(int v) const;
+  /// Parameters of virtual stage v one rank holds in full: the stage's, split by its group's TP.
+  double RankParams(int v) const { return StageParams(v) / Tp(vstages_[v].group); }
   double ForwardFlops(int v, int64_t m) const;
   double BackwardFlops(int v, int64_t m) const;
   double SavedExtra(int v, int64_t m) const;  // beyond the input boundary
   double WorkForward(int v, int64_t m) const;
   double WorkBackward(int v, int64_t m) const;
-  int GroupSize(int g) const { return static_cast<int>(plan_.groups[g].devices.size()); }
+  int Tp(int g) const { return plan_.groups[g].tp_degree; }
+  /// Data-parallel replicas in a group: its tensor-parallel runs.
+  int DpDegree(int g) const { return static_cast<int>(plan_.groups[g].devices.size()) / Tp(g); }
+  /// The ranks of the tensor-parallel run led by `leader`.
+  std::vector<int> Members(int leader) const {
+    std::vector<int> out;
+    for (int k = 0; k < Tp(group_of_rank_[leader]); ++k) out.push_back(leader + k);
+    return out;
+  }
 
   // ---- Emission ----
   int Emit(int rank, Op op);
-  int NewCollective(OpKind kind, int g, double bytes);
+  int NewCollective(OpKind kind, const std::vector<int>& ranks, double bytes);
+  /// Emits one task on one rank of the tensor-parallel run that executes it.
+  void EmitTaskOnRank(const Task& t, int rank, int tp_index);
   std::vector<int> EmitCollective(OpKind kind, int g, int v, double bytes);
   void EmitTask(const Task& t);
   /// `continuation`: the backward visit right after the forward visit of the same ministage; its
@@ -80,6 +92,7 @@ class Lowerer {
   std::vector<int> local_index_;                  // data parallelism: index of the microbatch on its device
   std::vector<std::vector<int>> routing_rank_;    // [group][microbatch] -> rank
   std::vector<std::vector<int>> group_ranks_;     // [group] -> ranks
+  std::vector<std::vector<std::vector<int>>> dp_ranks_;  // [group][tp index] -> ranks that reduce together
   std::vector<int> group_of_rank_;
   double param_bytes_ = 2, grad_bytes_ = 2, opt_bytes_ = 12, act_bytes_ = 2;
 
@@ -92,18 +105,13 @@ class Lowerer {
   std::map<std::pair<int, int64_t>, int> forward_op_;   // (rank, v * num_mb + m) -> forward op
   std::map<std::pair<int, int64_t>, int> act_offload_op_;
   std::vector<std::vector<int>> backward_ops_;          // per rank, in order
+  std::map<int, int> pending_tp_allreduce_;             // rank -> TP all-reduce the next compute waits for
+  int tp_collective_ = -1;                              // the TP all-reduce of the task being emitted
   std::map<std::pair<int, int>, int> visit_number_;     // (group, pass*V + v) -> ordinal of the visit
 };
 
 Status Lowerer::Setup() {
   MOTLEY_RETURN_IF_ERROR(ValidatePlan(plan_, cluster_, model_));
-  for (size_t g = 0; g < plan_.groups.size(); ++g) {
-    if (plan_.groups[g].tp_degree != 1)
-      return Status::InvalidArgument(fmt::format(
-          "plan: groups[{}].tp_degree = {}: tensor parallelism is costed by the planner but not lowered to a "
-          "schedule yet; use tp_degree = 1",
-          g, plan_.groups[g].tp_degree));
-  }
   const bool interleaved = plan_.schedule == PipelineSchedule::kInterleaved;
   policy_.data_parallel = !plan_.is_pipeline() && !interleaved;
   policy_.offload_params = plan_.offload_params;
@@ -135,12 +143,16 @@ Status Lowerer::Setup() {
 
   // Ranks in plan order.
   group_ranks_.assign(plan_.groups.size(), {});
+  dp_ranks_.assign(plan_.groups.size(), {});
   std::map<int, int> rank_of_device;
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
-    for (const auto& d : plan_.groups[g].devices) {
+    dp_ranks_[g].assign(plan_.groups[g].tp_degree, {});
+    for (size_t i = 0; i < plan_.groups[g].devices.size(); ++i) {
+      const DevicePlan& d = plan_.groups[g].devices[i];
       int rank = static_cast<int>(s_.programs.size());
       rank_of_device[d.device] = rank;
       group_ranks_[g].push_back(rank);
+      dp_ranks_[g][i % plan_.groups[g].tp_degree].push_back(rank);
       group_of_rank_.push_back(static_cast<int>(g));
       Program p;
       p.rank = rank;
@@ -159,6 +171,7 @@ Status Lowerer::Setup() {
     if (!plan_.is_pipeline()) {
       // One interleaved group: its devices' own microbatches, each of its own size.
       for (size_t i = 0; i < plan_.groups[0].devices.size(); ++i) {
+        if (!plan_.groups[0].is_tp_leader(i)) continue;
         const auto& d = plan_.groups[0].devices[i];
         for (int64_t k = 0; k < d.num_microbatches; ++k) {
           sequences_.push_back(d.microbatch_size_at(k));
@@ -179,7 +192,7 @@ Status Lowerer::Setup() {
     for (const auto& d : devs) max_n = std::max(max_n, d.num_microbatches);
     for (int64_t k = 0; k < max_n; ++k) {
       for (size_t i = 0; i < devs.size(); ++i) {
-        if (k >= devs[i].num_microbatches) continue;
+        if (!plan_.groups[0].is_tp_leader(i) || k >= devs[i].num_microbatches) continue;
         sequences_.push_back(devs[i].microbatch_size_at(k));
         routing_rank_[0].push_back(group_ranks_[0][i]);
         local_index_.push_back(static_cast<int>(k));
@@ -238,20 +251,28 @@ int Lowerer::Emit(int rank, Op op) {
   return static_cast<int>(ops.size()) - 1;
 }
 
-int Lowerer::NewCollective(OpKind kind, int g, double bytes) {
+int Lowerer::NewCollective(OpKind kind, const std::vector<int>& ranks, double bytes) {
   Collective c;
   c.kind = kind;
-  c.ranks = group_ranks_[g];
+  c.ranks = ranks;
   c.bytes = bytes;
   s_.collectives.push_back(std::move(c));
   return static_cast<int>(s_.collectives.size()) - 1;
 }
 
-// One op per member rank of group g; returns their indices (by position in the group).
+// A data-parallel collective over group g: one per tensor-parallel index (each over the ranks
+// holding the same slice of the matrices), `bytes` being one rank's full payload. Returns one op
+// index per rank of the group, in group_ranks_ order.
 std::vector<int> Lowerer::EmitCollective(OpKind kind, int g, int v, double bytes) {
-  const int c = NewCollective(kind, g, bytes);
-  std::vector<int> out;
-  for (int r : group_ranks_[g]) {
+  std::map<int, int> op_of_rank;
+  for (const auto& ranks : dp_ranks_[g]) {
+  Collective coll;
+  coll.kind = kind;
+  coll.ranks = ranks;
+  coll.bytes = bytes;
+  s_.collectives.push_back(std::move(coll));
+  const int c = static_cast<int>(s_.collectives.size()) - 1;
+  for (int r : ranks) {
     Op op;
     op.kind = kind;
     op.stream = Stream::kComm;
@@ -262,16 +283,19 @@ std::vector<int> Lowerer::EmitCollective(OpKind kind, int g, int v, double bytes
     op.head = vstages_[v].layers.end == model_.num_layers;
     op.bytes = bytes;
     op.collective = c;
-    out.push_back(Emit(r, std::move(op)));
+    op_of_rank[r] = Emit(r, std::move(op));
   }
+  }
+  std::vector<int> out;
+  for (int r : group_ranks_[g]) out.push_back(op_of_rank[r]);
   return out;
 }
 
 // Before a visit to virtual stage v (a pass over its microbatches): bring the parameters in.
 void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
-  const int d = GroupSize(g);
-  const double full = StageParams(v) * param_bytes_;
-  const double shard = StageParams(v) / d;
+  const int d = DpDegree(g);
+  const double full = RankParams(v) * param_bytes_;
+  const double shard = RankParams(v) / d;
   const int visit = visit_number_[{g, (backward ? 1 : 0) * num_vstages_ + v}];
   std::vector<int> prefetch(group_ranks_[g].size(), -1);
   for (size_t i = 0; i < group_ranks_[g].size(); ++i) {
@@ -309,7 +333,7 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
 
 // After the forward visit: drop the gathered parameters (after the last compute that used them).
 void Lowerer::EmitFinishForward(int g, int v) {
-  const double full = StageParams(v) * param_bytes_;
+  const double full = RankParams(v) * param_bytes_;
   const int visit = visit_number_[{g, v}];
   for (int r : group_ranks_[g]) {
     auto lc = last_compute_.find({r, v});
@@ -321,8 +345,8 @@ void Lowerer::EmitFinishForward(int g, int v) {
 
 // Gradient reduction, the sharded optimizer step and what follows it, for virtual stage v.
 void Lowerer::EmitReduceAndStep(int g, int v) {
-  const int d = GroupSize(g);
-  const double params = StageParams(v);
+  const int d = DpDegree(g);
+  const double params = RankParams(v);
   const double full_grads = params * grad_bytes_;
   const double shard = plan_.zero_stage == 0 ? params : params / d;
   const OpKind reduce = plan_.zero_stage == 0 ? OpKind::kAllReduce : OpKind::kReduceScatter;
@@ -362,8 +386,8 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
 }
 
 void Lowerer::EmitFinishBackward(int g, int v) {
-  const int d = GroupSize(g);
-  const double params = StageParams(v);
+  const int d = DpDegree(g);
+  const double params = RankParams(v);
   if (!policy_.reduce_per_microbatch) EmitReduceAndStep(g, v);
   const int visit = visit_number_[{g, num_vstages_ + v}];
   const bool sharded = policy_.gather_per_visit || policy_.gather_once;
@@ -389,10 +413,22 @@ void Lowerer::EmitFinishBackward(int g, int v) {
 }
 
 void Lowerer::EmitTask(const Task& t) {
+  const int leader = RankOf(t.v, t.m);
+  const int tp = Tp(vstages_[t.v].group);
+  int collective = -1;
+  if (tp > 1) {
+    // Megatron-style: two all-reduces of the activations per layer (attention, MLP) in each pass.
+    collective = NewCollective(OpKind::kAllReduce, Members(leader), 2.0 * vstages_[t.v].layers.size() * Act(t.m));
+  }
+  tp_collective_ = collective;
+  for (int k = 0; k < tp; ++k) EmitTaskOnRank(t, leader + k, k);
+}
+
+void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   const int v = t.v;
   const int64_t m = t.m;
-  const int r = RankOf(v, m);
   const VirtualStage& vs = vstages_[v];
+  const int tp = Tp(vs.group);
   const double act = Act(m);
   const int64_t key = static_cast<int64_t>(v) * num_mb_ + m;
   auto base_op = [&](OpKind kind, Stream stream) {
@@ -408,29 +444,54 @@ void Lowerer::EmitTask(const Task& t) {
     op.sequences = sequences_[m];
     return op;
   };
+  // The rank of the neighbouring run that exchanges with this one: every rank of the receiving run
+  // gets the whole activation from the sending run's rank with the same index modulo its size.
+  auto peer_in = [&](int other_v) {
+    return RankOf(other_v, m) + k % Tp(vstages_[other_v].group);
+  };
+  auto peers_out = [&](int other_v) {
+    std::vector<int> out;
+    for (int kk = 0; kk < Tp(vstages_[other_v].group); ++kk)
+      if (kk % tp == k && RankOf(other_v, m) + kk != r) out.push_back(RankOf(other_v, m) + kk);
+    return out;
+  };
   std::vector<int32_t> deps;
   if (auto it = gather_op_.find({r, v}); it != gather_op_.end()) deps.push_back(it->second);
+  if (auto it = pending_tp_allreduce_.find(r); it != pending_tp_allreduce_.end()) {
+    deps.push_back(it->second);
+    pending_tp_allreduce_.erase(it);
+  }
+  auto tp_allreduce = [&](int compute_op) {
+    if (tp_collective_ < 0) return;
+    Op op = base_op(OpKind::kAllReduce, Stream::kComm);
+    op.bytes = s_.collectives[tp_collective_].bytes;
+    op.collective = tp_collective_;
+    op.deps.push_back(compute_op);
+    pending_tp_allreduce_[r] = Emit(r, std::move(op));
+  };
 
   if (!t.backward) {
-    if (v > 0 && RankOf(v - 1, m) != r) {
+    if (v > 0 && peer_in(v - 1) != r) {
       Op recv = base_op(OpKind::kRecv, Stream::kComm);
-      recv.peer = RankOf(v - 1, m);
+      recv.peer = peer_in(v - 1);
       recv.tag = Tag(false, v, m);
       recv.bytes = act;
       recv.device_alloc_bytes = act;
       deps.push_back(Emit(r, std::move(recv)));
     }
     Op fwd = base_op(OpKind::kForward, Stream::kCompute);
-    fwd.flops = ForwardFlops(v, m);
+    fwd.tp_degree = tp;
+    fwd.flops = ForwardFlops(v, m) / tp;
     const double output = v + 1 < num_vstages_ ? act : 0;
     const double input = v == 0 ? act : 0;  // the embedding's output is made here
-    const double work = WorkForward(v, m);
+    const double work = WorkForward(v, m) / tp;
     fwd.device_alloc_bytes = work + SavedExtra(v, m) + output + input;
     fwd.device_free_bytes = work;
     fwd.deps = deps;
     const int f = Emit(r, std::move(fwd));
     forward_op_[{r, key}] = f;
     last_compute_[{r, v}] = f;
+    tp_allreduce(f);
     if (plan_.offload_activations) {
       Op off = base_op(OpKind::kActOffload, Stream::kD2H);
       off.bytes = act + SavedExtra(v, m);
@@ -439,22 +500,31 @@ void Lowerer::EmitTask(const Task& t) {
       off.deps.push_back(f);
       act_offload_op_[{r, key}] = Emit(r, std::move(off));
     }
-    if (v + 1 < num_vstages_ && RankOf(v + 1, m) != r) {
-      Op send = base_op(OpKind::kSend, Stream::kComm);
-      send.peer = RankOf(v + 1, m);
-      send.tag = Tag(false, v + 1, m);
-      send.bytes = act;
-      send.device_free_bytes = act;
-      send.deps.push_back(f);
-      Emit(r, std::move(send));
+    if (v + 1 < num_vstages_) {
+      const std::vector<int> peers = peers_out(v + 1);
+      // Every receiving rank gets its own copy; the output is freed after the last send (or kept
+      // for the next ministage when it runs here too).
+      for (size_t i = 0; i < peers.size(); ++i) {
+        Op send = base_op(OpKind::kSend, Stream::kComm);
+        send.peer = peers[i];
+        send.tag = Tag(false, v + 1, m);
+        send.bytes = act;
+        const bool kept_here = RankOf(v + 1, m) <= r && r < RankOf(v + 1, m) + Tp(vstages_[v + 1].group);
+        send.device_free_bytes = (i + 1 == peers.size() && !kept_here) ? act : 0;
+        send.deps.push_back(f);
+        Emit(r, std::move(send));
+      }
+      if (peers.empty() && !(RankOf(v + 1, m) <= r && r < RankOf(v + 1, m) + Tp(vstages_[v + 1].group))) {
+        s_.programs[r].ops[f].device_alloc_bytes -= output;  // nobody downstream needs this rank's copy
+      }
     }
     return;
   }
 
   // Backward.
-  if (v + 1 < num_vstages_ && RankOf(v + 1, m) != r) {
+  if (v + 1 < num_vstages_ && peer_in(v + 1) != r) {
     Op recv = base_op(OpKind::kRecv, Stream::kComm);
-    recv.peer = RankOf(v + 1, m);
+    recv.peer = peer_in(v + 1);
     recv.tag = Tag(true, v, m);
     recv.bytes = act;
     recv.device_alloc_bytes = act;
@@ -472,11 +542,12 @@ void Lowerer::EmitTask(const Task& t) {
     deps.push_back(Emit(r, std::move(pre)));
   }
   Op bwd = base_op(OpKind::kBackward, Stream::kCompute);
-  bwd.flops = BackwardFlops(v, m);
-  const double work = WorkBackward(v, m);
+  bwd.tp_degree = tp;
+  bwd.flops = BackwardFlops(v, m) / tp;
+  const double work = WorkBackward(v, m) / tp;
   const double input_grad = v > 0 ? act : 0;
   const double output_grad = v + 1 < num_vstages_ ? act : 0;
-  const double full_grads = StageParams(v) * grad_bytes_;
+  const double full_grads = RankParams(v) * grad_bytes_;
   bwd.device_alloc_bytes = work + input_grad;
   if (plan_.zero_stage >= 2 && !grads_allocated_[{r, v}]) {
     bwd.device_alloc_bytes += full_grads;
@@ -488,14 +559,20 @@ void Lowerer::EmitTask(const Task& t) {
   const int b = Emit(r, std::move(bwd));
   bwd_list.push_back(b);
   last_compute_[{r, v}] = b;
-  if (v > 0 && RankOf(v - 1, m) != r) {
-    Op send = base_op(OpKind::kSend, Stream::kComm);
-    send.peer = RankOf(v - 1, m);
-    send.tag = Tag(true, v - 1, m);
-    send.bytes = act;
-    send.device_free_bytes = act;
-    send.deps.push_back(b);
-    Emit(r, std::move(send));
+  tp_allreduce(b);
+  if (v > 0) {
+    const std::vector<int> peers = peers_out(v - 1);
+    const bool kept_here = RankOf(v - 1, m) <= r && r < RankOf(v - 1, m) + Tp(vstages_[v - 1].group);
+    for (size_t i = 0; i < peers.size(); ++i) {
+      Op send = base_op(OpKind::kSend, Stream::kComm);
+      send.peer = peers[i];
+      send.tag = Tag(true, v - 1, m);
+      send.bytes = act;
+      send.device_free_bytes = (i + 1 == peers.size() && !kept_here) ? act : 0;
+      send.deps.push_back(b);
+      Emit(r, std::move(send));
+    }
+    if (peers.empty() && !kept_here) s_.programs[r].ops[b].device_alloc_bytes -= input_grad;
   }
 }
 
@@ -582,11 +659,11 @@ Result<Schedule> Lowerer::Run() {
 
   // Static memory per rank.
   for (int g = 0; g < num_groups; ++g) {
-    const int d = GroupSize(g);
+    const int d = DpDegree(g);
     double device = 0, host = 0;
     for (int v = 0; v < num_vstages_; ++v) {
       if (vstages_[v].group != g) continue;
-      const double p = StageParams(v);
+      const double p = RankParams(v);
       const double sharded_or_full = plan_.zero_stage == 0 ? p : p / d;
       if (policy_.offload_params) {
         host += p / d * (param_bytes_ + opt_bytes_);
@@ -621,13 +698,13 @@ Result<Schedule> Lowerer::Run() {
           for (int r : group_ranks_[0]) {
             auto lc = last_compute_.find({r, v});
             int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
-            s_.programs[r].ops[release].device_free_bytes += StageParams(v) * param_bytes_;
+            s_.programs[r].ops[release].device_free_bytes += RankParams(v) * param_bytes_;
           }
         }
         if (policy_.reduce_per_microbatch) {
           // Gradients of this microbatch; the optimizer steps once, after the last one.
           if (k + 1 < max_index) {
-            const double full = StageParams(v) * grad_bytes_;
+            const double full = RankParams(v) * grad_bytes_;
             std::vector<int> ops = EmitCollective(OpKind::kReduceScatter, 0, v, full);
             for (size_t i = 0; i < ops.size(); ++i) {
               const int r = group_ranks_[0][i];

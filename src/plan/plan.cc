@@ -73,13 +73,15 @@ std::vector<VirtualStage> VirtualStages(const Plan& plan) {
 
 int64_t GroupPlan::num_microbatches() const {
   int64_t sum = 0;
-  for (const auto& d : devices) sum += d.num_microbatches;
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (is_tp_leader(i)) sum += devices[i].num_microbatches;
   return sum;
 }
 
 int64_t GroupPlan::sequences() const {
   int64_t sum = 0;
-  for (const auto& d : devices) sum += d.sequences();
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (is_tp_leader(i)) sum += devices[i].sequences();
   return sum;
 }
 
@@ -91,8 +93,10 @@ int Plan::num_devices() const {
 
 std::vector<int> BlockRouting(const GroupPlan& group) {
   std::vector<int> routing;
-  for (const auto& d : group.devices)
-    for (int64_t i = 0; i < d.num_microbatches; ++i) routing.push_back(d.device);
+  for (size_t i = 0; i < group.devices.size(); ++i) {
+    if (!group.is_tp_leader(i)) continue;
+    for (int64_t k = 0; k < group.devices[i].num_microbatches; ++k) routing.push_back(group.devices[i].device);
+  }
   return routing;
 }
 
@@ -138,9 +142,22 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
                           g.ministages[s - 1].end));
     }
     if (g.devices.empty()) error(fmt::format("{}: has no devices", where));
-    if (g.tp_degree < 1 || g.devices.size() % g.tp_degree != 0 || model.num_heads % g.tp_degree != 0)
-      error(fmt::format("{}: tp_degree ({}) must divide the group's {} devices and the model's {} heads", where,
-                        g.tp_degree, g.devices.size(), model.num_heads));
+    if (g.tp_degree < 1 || g.devices.size() % g.tp_degree != 0 || model.num_heads % g.tp_degree != 0 ||
+        model.num_kv_heads % g.tp_degree != 0 || model.ffn_size % g.tp_degree != 0) {
+      error(fmt::format("{}: tp_degree ({}) must divide the group's {} devices and the model's {} heads, {} key/value "
+                        "heads and ffn_size {}",
+                        where, g.tp_degree, g.devices.size(), model.num_heads, model.num_kv_heads, model.ffn_size));
+    } else {
+      for (size_t di = 0; di < g.devices.size(); ++di) {
+        const DevicePlan& leader = g.devices[di - di % g.tp_degree];
+        const DevicePlan& d = g.devices[di];
+        if (d.microbatch_size != leader.microbatch_size || d.num_microbatches != leader.num_microbatches ||
+            d.last_microbatch_size != leader.last_microbatch_size)
+          error(fmt::format("{}.devices[{}] (device {}): a tensor-parallel run of {} devices processes the same "
+                            "microbatches, so its batch figures must equal those of its first device {}",
+                            where, di, d.device, g.tp_degree, leader.device));
+      }
+    }
     for (size_t di = 0; di < g.devices.size(); ++di) {
       const DevicePlan& d = g.devices[di];
       const std::string dwhere = fmt::format("{}.devices[{}] (device {})", where, di, d.device);
@@ -174,10 +191,11 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
         std::map<int, int64_t> count;
         for (int dev : g.routing) ++count[dev];
         bool ok = static_cast<int64_t>(g.routing.size()) == g.num_microbatches();
-        for (const auto& d : g.devices) ok = ok && count[d.device] == d.num_microbatches;
+        for (size_t di = 0; di < g.devices.size(); ++di)
+          ok = ok && count[g.devices[di].device] == (g.is_tp_leader(di) ? g.devices[di].num_microbatches : 0);
         if (!ok)
-          error(fmt::format("{}: routing must list one device of the group per microbatch, each device as often "
-                            "as its num_microbatches ({} entries for {} microbatches)",
+          error(fmt::format("{}: routing must list one device of the group (a tensor-parallel leader) per "
+                            "microbatch, each as often as its num_microbatches ({} entries for {} microbatches)",
                             where, g.routing.size(), g.num_microbatches()));
       }
     } else if (!g.routing.empty()) {

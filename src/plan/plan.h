@@ -55,7 +55,12 @@ struct LayerRange {
 
 struct GroupPlan {
   std::vector<LayerRange> ministages;  // in increasing layer order
-  int tp_degree = 1;                   // tensor-parallel ranks per replica (costed only, for now)
+  /// Tensor-parallel ranks per replica: consecutive runs of tp_degree devices split each layer's
+  /// matrices (Megatron-style) and process the same microbatches; data parallelism runs across
+  /// the runs. The first device of a run (its leader) carries the run's microbatches in routing.
+  /// Simulated (compute split, two all-reduces per layer and pass, memory split); the runtime
+  /// executes it with FlexTP.
+  int tp_degree = 1;
   std::vector<DevicePlan> devices;
   /// Pipelines: the device of this group that processes each global microbatch (size = number of
   /// microbatches). Empty for pure data parallelism.
@@ -63,8 +68,10 @@ struct GroupPlan {
 
   int num_ministages() const { return static_cast<int>(ministages.size()); }
   int num_layers() const;
+  /// Microbatches and sequences of the group per step, counted once per tensor-parallel run.
   int64_t num_microbatches() const;
   int64_t sequences() const;
+  bool is_tp_leader(size_t device_index) const { return device_index % tp_degree == 0; }
   bool operator==(const GroupPlan&) const = default;
 };
 
@@ -114,7 +121,7 @@ struct VirtualStage {
 std::vector<VirtualStage> VirtualStages(const Plan& plan);
 
 /// The default cross-stage routing of a pipeline group when a plan gives none: microbatches dealt
-/// to devices in order, each device taking its num_microbatches consecutive ones.
+/// to devices (tensor-parallel leaders) in order, each taking its num_microbatches consecutive ones.
 std::vector<int> BlockRouting(const GroupPlan& group);
 
 }  // namespace motley

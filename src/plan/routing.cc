@@ -17,7 +17,7 @@ std::vector<std::vector<int>> ZorseRouting(const Plan& plan, const MicrobatchTim
     std::vector<int64_t> left(n);
     std::vector<double> per(n), free_at(n, 0.0);
     for (size_t i = 0; i < n; ++i) {
-      left[i] = devices[i].num_microbatches;
+      left[i] = plan.groups[g].is_tp_leader(i) ? devices[i].num_microbatches : 0;
       per[i] = time(static_cast<int>(g), devices[i].device);
     }
     // The order microbatches become available: by the previous group's finish times.

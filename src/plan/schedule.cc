@@ -112,6 +112,7 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
       if (op.head) o["head"] = true;
       if (op.microbatch >= 0) o["microbatch"] = op.microbatch;
       if (op.sequences > 0) o["sequences"] = op.sequences;
+      if (op.tp_degree > 1) o["tp_degree"] = op.tp_degree;
       if (op.flops > 0) o["flops"] = op.flops;
       if (op.bytes > 0) o["bytes"] = op.bytes;
       if (op.peer >= 0) o["peer"] = op.peer;
@@ -155,6 +156,7 @@ std::string ScheduleListing(const Schedule& s) {
       if (op.head) what += " +head";
       if (op.microbatch >= 0) what += fmt::format(" mb{}", op.microbatch);
       if (op.sequences > 0) what += fmt::format(" x{}", op.sequences);
+      if (op.tp_degree > 1) what += fmt::format(" /tp{}", op.tp_degree);
       if (op.peer >= 0) what += fmt::format(" {} rank {}", op.kind == OpKind::kSend ? "to" : "from", op.peer);
       if (op.collective >= 0)
         what += fmt::format(" over {} ranks", s.collectives[op.collective].ranks.size());

@@ -45,6 +45,7 @@ struct Op {
   bool head = false;          // ... the final norm and LM head (last virtual stage)
   int32_t microbatch = -1;    // pipelines: global microbatch index; data parallelism: local index
   int64_t sequences = 0;      // sequences in the microbatch (compute, activation transfers)
+  int32_t tp_degree = 1;      // compute: the op's layers are split over this many tensor-parallel ranks
   double flops = 0;           // compute ops: floating-point operations executed
   double bytes = 0;           // transfers: bytes this rank sends/receives/copies; collectives: payload
   int32_t peer = -1;          // send/recv: the other rank

@@ -68,6 +68,7 @@ double CostModel::ComputeS(int device, const Op& op) const {
     default:
       return 0;
   }
+  if (op.kind != OpKind::kOptimizerStep) t /= op.tp_degree;  // matrices split evenly across the ranks
   return t * slowdown;
 }
 

@@ -148,6 +148,37 @@ speed_factor = 3.0
   EXPECT_NEAR(stage_end(zorse), 0.180, 1e-4);
 }
 
+TEST(Simulator, TensorParallelismSplitsComputeAndMemoryAndPaysTwoAllReducesPerLayer) {
+  ModelSpec m = LayerHeavyModel(4);
+  Cluster cluster = FastCluster(2);
+  Profile profile = FlatProfile(m, 128);
+  CostModel costs(cluster, m, &profile, 128, Precision::kBf16, true);
+  Plan one;
+  one.seq_len = 128;
+  one.zero_stage = 0;
+  one.groups = {GroupPlan{{{0, 4}}, 1, {{0, 2, 2, 0}}, {}}};
+  Plan two = one;
+  two.groups[0].tp_degree = 2;
+  two.groups[0].devices = {{0, 2, 2, 0}, {1, 2, 2, 0}};
+  Schedule s1 = LowerPlan(one, cluster, m).value();
+  Schedule s2 = LowerPlan(two, cluster, m).value();
+  EXPECT_DOUBLE_EQ(s2.programs[0].static_device_bytes, s1.programs[0].static_device_bytes / 2);
+  EXPECT_DOUBLE_EQ(s2.hardware_flops_per_step, s1.hardware_flops_per_step);  // the same work, split
+  int allreduces = 0;
+  for (const auto& op : s2.programs[1].ops) {
+    if (op.kind == OpKind::kAllReduce && s2.collectives[op.collective].ranks.size() == 2) {
+      ++allreduces;
+      EXPECT_DOUBLE_EQ(op.bytes, 2.0 * 4 * 2 * 128 * m.hidden_size * 2);  // 2 per layer x 4 layers x act
+    }
+  }
+  EXPECT_EQ(allreduces, 2 * 2);  // a forward and a backward per microbatch
+  SimResult r1 = Simulate(s1, cluster, costs).value();
+  SimResult r2 = Simulate(s2, cluster, costs).value();
+  // Compute halves (4 layers x (10 + 20) ms x 2 microbatches = 240 ms -> 120 ms) on free links.
+  EXPECT_NEAR(r1.step_time_s, 0.240, 1e-3);
+  EXPECT_NEAR(r2.step_time_s, 0.120, 1e-3);
+}
+
 // Two ranks: a forward on the compute stream and an all-gather on the comm stream start together;
 // a second forward needs both.
 Schedule OverlapSchedule(double gather_bytes) {
@@ -356,18 +387,24 @@ Plan RandomPlan(std::mt19937& rng, int num_devices, const ModelSpec& m) {
   for (int g = 0; g < num_groups; ++g) {
     GroupPlan gp;
     gp.ministages = ranges[g];
+    // Tensor parallelism in pairs now and then.
+    gp.tp_degree = groups[g].size() % 2 == 0 && pick(0, 2) == 0 ? 2 : 1;
+    const size_t runs = groups[g].size() / gp.tp_degree;
     const bool equal_counts = !pipeline && kind != 3 && p.zero_stage >= 2;
-    // Uneven microbatch counts (some devices may get none in a pipeline) summing to `total`.
-    std::vector<int64_t> counts(groups[g].size(), equal_counts ? pick(1, 3) : 0);
+    // Uneven microbatch counts per run (some may get none in a pipeline) summing to `total`.
+    std::vector<int64_t> counts(runs, equal_counts ? pick(1, 3) : 0);
     if (!equal_counts) {
       counts[0] = 1;
-      for (int64_t k = 1; k < total; ++k) ++counts[pick(0, static_cast<int>(counts.size()) - 1)];
+      for (int64_t k = 1; k < total; ++k) ++counts[pick(0, static_cast<int>(runs) - 1)];
     }
-    for (size_t i = 0; i < groups[g].size(); ++i) {
-      DevicePlan d{groups[g][i], pipeline ? mbs : pick(1, 4), counts[i], 0};
+    for (size_t run = 0; run < runs; ++run) {
+      DevicePlan d{0, pipeline ? mbs : pick(1, 4), counts[run], 0};
       if (!pipeline && d.num_microbatches > 0 && pick(0, 1)) d.last_microbatch_size = pick(1, static_cast<int>(d.microbatch_size));
       if (!pipeline && d.num_microbatches == 0) d.num_microbatches = 1;
-      gp.devices.push_back(d);
+      for (int k = 0; k < gp.tp_degree; ++k) {
+        d.device = groups[g][run * gp.tp_degree + k];
+        gp.devices.push_back(d);
+      }
     }
     if (pipeline && pick(0, 1)) {
       // A random routing that respects the counts.
