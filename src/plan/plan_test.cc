@@ -84,7 +84,8 @@ TEST(Plan, ValidationNamesEveryFactor) {
   EXPECT_NE(e.find("groups[1].devices[0] (device 1): the device is already used by groups[0].devices[1]"),
             std::string::npos) << e;
   EXPECT_NE(e.find("groups[1]: processes 3 microbatches but groups[0] processes 4"), std::string::npos) << e;
-  EXPECT_NE(e.find("groups[0]: routing must list one device of the group per microbatch"), std::string::npos) << e;
+  EXPECT_NE(e.find("groups[0]: routing must list one device of the group (a tensor-parallel leader) per microbatch"),
+            std::string::npos) << e;
   EXPECT_NE(e.find("groups[1].ministages[0]: layers [1, 3) must hold at least one of the model's 2 layers"),
             std::string::npos) << e;
 }
