@@ -10,7 +10,7 @@
 namespace motley {
 
 struct BuiltinFile {
-  std::string_view kind;  // "clusters", "models", "jobs": the examples/ subfolder
+  std::string_view kind;  // "clusters", "models", "jobs", "plans": the examples/ subfolder
   std::string_view name;  // file name without extension: "zorse-a"
   std::string_view path;  // shown in messages: "builtin:examples/clusters/zorse-a.toml"
   std::string_view text;
