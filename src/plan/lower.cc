@@ -120,17 +120,6 @@ Status Lowerer::Setup() {
   const bool sharded_params = plan_.zero_stage == 3 || plan_.offload_params;
   policy_.gather_per_visit = !policy_.data_parallel && sharded_params && plan_.schedule != PipelineSchedule::k1F1B;
   policy_.gather_once = !policy_.data_parallel && sharded_params && plan_.schedule == PipelineSchedule::k1F1B;
-  if (policy_.reduce_per_microbatch) {
-    const auto& devs = plan_.groups[0].devices;
-    for (const auto& d : devs) {
-      if (d.num_microbatches != devs[0].num_microbatches)
-        return Status::InvalidArgument(fmt::format(
-            "plan: with zero_stage = {} in data parallelism gradients are reduce-scattered after every "
-            "microbatch, so every device runs the same number of microbatches; device {} runs {} but device {} "
-            "runs {} (sizes may differ: use microbatch_size and last_microbatch_size)",
-            plan_.zero_stage, d.device, d.num_microbatches, devs[0].device, devs[0].num_microbatches));
-    }
-  }
 
   const StateBytesPerParam state = StateBytes(plan_.precision);
   param_bytes_ = state.params;
@@ -710,6 +699,8 @@ Result<Schedule> Lowerer::Run() {
               const int r = group_ranks_[0][i];
               Op& op = s_.programs[r].ops[ops[i]];
               if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end()) op.deps.push_back(lc->second);
+              // A device without a microbatch at this index contributes zeros.
+              if (!grads_allocated_[{r, v}]) op.device_alloc_bytes = full;
               op.device_free_bytes = full;
               grads_allocated_[{r, v}] = false;
             }

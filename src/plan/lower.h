@@ -17,8 +17,8 @@
 //    offload_params: all-gathered once per ministage per pass; with offload_params the shard lives
 //    on the host and is prefetched, at most two ministages resident (the current and the next).
 //  * Gradients. ZeRO-0: all-reduce once per step; ZeRO-1: reduce-scatter once per step.
-//    ZeRO-2/3 in data parallelism: reduce-scatter after every microbatch (so the group's devices
-//    run equally many microbatches; sizes may differ). ZeRO-2/3 in pipelines (Zorse):
+//    ZeRO-2/3 in data parallelism: reduce-scatter after every microbatch index (a device that has
+//    run out of microbatches contributes zeros, as in Poplar's last step). ZeRO-2/3 in pipelines (Zorse):
 //    reduce-scatter once per ministage per step, right after its backward, followed at once by
 //    that ministage's optimizer step (interleaved updates).
 //  * Activations. With checkpointing a forward keeps each layer's input (the layer boundaries) and

@@ -390,17 +390,13 @@ Plan RandomPlan(std::mt19937& rng, int num_devices, const ModelSpec& m) {
     // Tensor parallelism in pairs now and then.
     gp.tp_degree = groups[g].size() % 2 == 0 && pick(0, 2) == 0 ? 2 : 1;
     const size_t runs = groups[g].size() / gp.tp_degree;
-    const bool equal_counts = !pipeline && kind != 3 && p.zero_stage >= 2;
-    // Uneven microbatch counts per run (some may get none in a pipeline) summing to `total`.
-    std::vector<int64_t> counts(runs, equal_counts ? pick(1, 3) : 0);
-    if (!equal_counts) {
-      counts[0] = 1;
-      for (int64_t k = 1; k < total; ++k) ++counts[pick(0, static_cast<int>(runs) - 1)];
-    }
+    // Uneven microbatch counts per run (some may get none) summing to `total`.
+    std::vector<int64_t> counts(runs, 0);
+    counts[0] = 1;
+    for (int64_t k = 1; k < total; ++k) ++counts[pick(0, static_cast<int>(runs) - 1)];
     for (size_t run = 0; run < runs; ++run) {
       DevicePlan d{0, pipeline ? mbs : pick(1, 4), counts[run], 0};
       if (!pipeline && d.num_microbatches > 0 && pick(0, 1)) d.last_microbatch_size = pick(1, static_cast<int>(d.microbatch_size));
-      if (!pipeline && d.num_microbatches == 0) d.num_microbatches = 1;
       for (int k = 0; k < gp.tp_degree; ++k) {
         d.device = groups[g][run * gp.tp_degree + k];
         gp.devices.push_back(d);
