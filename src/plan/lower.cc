@@ -106,6 +106,8 @@ class Lowerer {
   std::map<std::pair<int, int64_t>, int> act_offload_op_;
   std::vector<std::vector<int>> backward_ops_;          // per rank, in order
   std::map<int, int> pending_tp_allreduce_;             // rank -> TP all-reduce the next compute waits for
+  std::map<std::pair<int, int>, int> last_reduce_;      // (rank, v) -> reduce the next backward's gradients wait for
+  std::map<int, std::vector<int>> reduce_ops_;          // rank -> its gradient reductions, in order
   int tp_collective_ = -1;                              // the TP all-reduce of the task being emitted
   std::map<std::pair<int, int>, int> visit_number_;     // (group, pass*V + v) -> ordinal of the visit
 };
@@ -342,6 +344,7 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
   std::vector<int> ops = EmitCollective(reduce, g, v, full_grads);
   for (size_t i = 0; i < ops.size(); ++i) {
     const int r = group_ranks_[g][i];
+    reduce_ops_[r].push_back(ops[i]);
     Op& op = s_.programs[r].ops[ops[i]];
     if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end()) op.deps.push_back(lc->second);
     if (plan_.zero_stage >= 2) {
@@ -545,6 +548,13 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   bwd.device_free_bytes = work + act + SavedExtra(v, m) + output_grad;
   bwd.deps = deps;
   if (auto it = forward_op_.find({r, key}); it != forward_op_.end()) bwd.deps.push_back(it->second);
+  // The gradient buffer is reused: the previous microbatch's reduction must have read it. And at
+  // most two gradient buffers are in flight: wait for the reduction before the latest one.
+  if (auto it = last_reduce_.find({r, v}); it != last_reduce_.end()) {
+    bwd.deps.push_back(it->second);
+    last_reduce_.erase(it);
+  }
+  if (policy_.reduce_per_microbatch && reduce_ops_[r].size() >= 2) bwd.deps.push_back(reduce_ops_[r][reduce_ops_[r].size() - 2]);
   const int b = Emit(r, std::move(bwd));
   bwd_list.push_back(b);
   last_compute_[{r, v}] = b;
@@ -671,24 +681,33 @@ Result<Schedule> Lowerer::Run() {
   if (policy_.data_parallel) {
     // Devices advance in step by microbatch index; collectives per index when the ZeRO stage asks.
     int64_t max_index = local_index_.empty() ? 0 : *std::max_element(local_index_.begin(), local_index_.end()) + 1;
+    int visit = 0;  // numbers the gathers, so that at most two ministages are gathered at a time
     for (int64_t k = 0; k < max_index; ++k) {
       std::vector<int64_t> ms;
       for (int64_t m = 0; m < num_mb_; ++m)
         if (local_index_[m] == k) ms.push_back(m);
       for (int v = 0; v < num_vstages_; ++v) {
-        if (policy_.gather_per_microbatch) EmitVisitPrepare(0, v, false);
+        if (policy_.gather_per_microbatch) {
+          visit_number_[{0, v}] = visit++;
+          EmitVisitPrepare(0, v, false);
+        }
         for (int64_t m : ms) EmitTask({false, v, m});
         if (policy_.gather_per_microbatch) EmitFinishForward(0, v);
       }
       for (int v = num_vstages_ - 1; v >= 0; --v) {
-        if (policy_.gather_per_microbatch) EmitVisitPrepare(0, v, true);
+        if (policy_.gather_per_microbatch) {
+          visit_number_[{0, num_vstages_ + v}] = visit;
+          EmitVisitPrepare(0, v, true);
+        }
         for (int64_t m : ms) EmitTask({true, v, m});
         if (policy_.gather_per_microbatch) {
           for (int r : group_ranks_[0]) {
             auto lc = last_compute_.find({r, v});
             int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
             s_.programs[r].ops[release].device_free_bytes += RankParams(v) * param_bytes_;
+            release_op_[{r, visit}] = release;
           }
+          ++visit;
         }
         if (policy_.reduce_per_microbatch) {
           // Gradients of this microbatch; the optimizer steps once, after the last one.
@@ -703,6 +722,8 @@ Result<Schedule> Lowerer::Run() {
               if (!grads_allocated_[{r, v}]) op.device_alloc_bytes = full;
               op.device_free_bytes = full;
               grads_allocated_[{r, v}] = false;
+              last_reduce_[{r, v}] = ops[i];
+              reduce_ops_[r].push_back(ops[i]);
             }
           } else {
             EmitReduceAndStep(0, v);

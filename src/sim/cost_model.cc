@@ -45,9 +45,13 @@ double CostModel::LayerBackwardS(int device, double sequences) const {
   return (recompute_ ? 3.0 : 2.0) * LayerForwardS(device, sequences);
 }
 
-double CostModel::ComputeS(int device, const Op& op) const {
+double CostModel::Slowdown(int device) const {
   const EmulationConfig* emu = cluster_.emulation(device);
-  const double slowdown = emu != nullptr ? emu->speed_factor : 1.0;
+  return emu != nullptr ? emu->speed_factor : 1.0;
+}
+
+double CostModel::ComputeS(int device, const Op& op) const {
+  const double slowdown = Slowdown(device);
   const GpuSpec& spec = cluster_.spec(device);
   const double efficiency = config_.roofline.matmul_efficiency;
   double t = 0;

@@ -7,6 +7,7 @@
 
 #include "core/cluster.h"
 #include "core/model.h"
+#include "plan/planner_costs.h"
 #include "plan/schedule.h"
 #include "sim/cost_compute.h"
 #include "sim/profile.h"
@@ -17,7 +18,7 @@ struct CostModelConfig {
   RooflineConfig roofline;  // for device types the profile does not cover
 };
 
-class CostModel {
+class CostModel : public PlannerCosts {
  public:
   /// REQUIRES: `cluster`, `model` and `profile` (may be null) outlive the cost model.
   CostModel(const Cluster& cluster, const ModelSpec& model, const Profile* profile, int64_t seq_len,
@@ -26,14 +27,15 @@ class CostModel {
   /// Compute ops (forward, backward, optimizer step) on `device`, including its emulated slowdown.
   double ComputeS(int device, const Op& op) const;
   /// One decoder layer on `sequences` sequences, without the slowdown (for planners and reports).
-  double LayerForwardS(int device, double sequences) const;
-  double LayerBackwardS(int device, double sequences) const;
+  double LayerForwardS(int device, double sequences) const override;
+  double LayerBackwardS(int device, double sequences) const override;
+  double Slowdown(int device) const override;
   /// Host <-> device copy over the device's host link.
   double CopyS(int device, double bytes) const;
   /// Point-to-point transfer over the link between two devices.
   double TransferS(int from, int to, double bytes) const;
   /// A ring collective over `devices` (ring order), bounded by its slowest link.
-  double CollectiveS(OpKind kind, const std::vector<int>& devices, double bytes) const;
+  double CollectiveS(OpKind kind, const std::vector<int>& devices, double bytes) const override;
   /// Dense peak FLOP/s of a device in the training precision.
   double PeakFlops(int device) const;
   /// Whether a device's compute times come from the profile ("profile") or the roofline.

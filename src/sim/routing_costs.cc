@@ -10,10 +10,7 @@ int FillZorseRouting(Plan* plan, const CostModel& costs) {
     const GroupPlan& g = plan->groups[group];
     const double sequences = static_cast<double>(g.devices.front().microbatch_size);
     const double per_layer = costs.LayerForwardS(device, sequences) + costs.LayerBackwardS(device, sequences);
-    double slowdown = 1;
-    // Emulated devices run slower by their speed factor.
-    if (const EmulationConfig* emu = costs.cluster().emulation(device)) slowdown = emu->speed_factor;
-    return g.num_layers() * per_layer * slowdown;
+    return g.num_layers() * per_layer * costs.Slowdown(device);
   };
   std::vector<std::vector<int>> routing = ZorseRouting(*plan, time);
   int filled = 0;

@@ -1,0 +1,51 @@
+#include "plan/memory_model.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace motley {
+
+double DataParallelStaticBytes(const DataParallelMemoryInput& in) {
+  MOTLEY_CHECK(in.model != nullptr);
+  const double p = static_cast<double>(TotalParams(*in.model));
+  const double d = in.dp_degree;
+  const StateBytesPerParam s = StateBytes(in.precision);
+  switch (in.zero_stage) {
+    case 0: return p * (s.params + s.grads + s.optimizer);
+    case 1: return p * (s.params + s.grads) + p / d * s.optimizer;
+    case 2: return p * s.params + p / d * (s.grads + s.optimizer);
+    default: return p / d * (s.params + s.grads + s.optimizer);
+  }
+}
+
+double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbatch) {
+  const ModelSpec& m = *in.model;
+  const double p = static_cast<double>(TotalParams(m));
+  const StateBytesPerParam s = StateBytes(in.precision);
+  const double tokens = static_cast<double>(microbatch) * in.seq_len;
+  const double act = tokens * m.hidden_size * BytesPerElement(in.precision);
+  const double layer = LayerActivationBytesPerToken(m, in.seq_len, in.precision, false) * tokens;
+  const double logits = 2 * tokens * m.vocab_size * 4;
+  // Without checkpointing every layer keeps its activations, and each ministage its input too.
+  const double saved = in.activation_checkpointing ? m.num_layers * act : m.num_layers * (act + layer);
+  const double unit = in.max_ministage_params > 0 ? in.max_ministage_params : p;
+  const double gathered = in.zero_stage == 3 ? 2 * unit * s.params : 0;
+  const double grads = in.zero_stage >= 2 ? 2 * unit * s.grads : 0;
+  const double forward = saved + (in.activation_checkpointing ? layer : 0) + logits + gathered + grads;
+  // Between ministages the gradient of a layer boundary arrives while the next one is made.
+  const double backward = saved + 2 * layer + 2 * act + logits + gathered + grads;
+  return DataParallelStaticBytes(in) + std::max(forward, backward);
+}
+
+int64_t DataParallelMaxMicrobatch(const DataParallelMemoryInput& in, double capacity_bytes, int64_t limit) {
+  if (DataParallelPeakBytes(in, 1) > capacity_bytes) return 0;
+  int64_t lo = 1, hi = limit;  // peak grows with the microbatch
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (DataParallelPeakBytes(in, mid) <= capacity_bytes) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+}  // namespace motley

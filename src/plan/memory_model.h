@@ -1,0 +1,36 @@
+// The memory model planners use to decide what fits (Zorse Eq. 2: parameters + gradients +
+// optimizer state + activations), by the same accounting the lowering gives its ops, so that a plan
+// the planner thinks fits also fits in the simulator and in the runtime's ledger.
+#pragma once
+
+#include <cstdint>
+
+#include "core/model.h"
+
+namespace motley {
+
+struct DataParallelMemoryInput {
+  const ModelSpec* model = nullptr;
+  Precision precision = Precision::kBf16;
+  int zero_stage = 0;
+  int dp_degree = 1;       // devices sharing the ZeRO shards
+  int64_t seq_len = 1024;
+  bool activation_checkpointing = true;
+  /// Parameters of the largest ministage (the unit gathered in ZeRO-3 and reduced in ZeRO-2/3);
+  /// 0 = one ministage holding the whole model.
+  double max_ministage_params = 0;
+};
+
+/// Bytes held for the whole step: parameters, gradients and optimizer state after ZeRO sharding.
+double DataParallelStaticBytes(const DataParallelMemoryInput& in);
+
+/// An upper bound of one device's peak in data parallelism with microbatches of `microbatch`
+/// sequences: the static state, the saved layer boundaries, one layer's working memory and the
+/// logits, and — the lowering keeps at most two of each in flight — two gathered ministages
+/// (ZeRO-3) and two ministage gradient buffers (ZeRO-2/3).
+double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbatch);
+
+/// The largest microbatch (up to `limit`) whose peak fits `capacity_bytes`; 0 if none does.
+int64_t DataParallelMaxMicrobatch(const DataParallelMemoryInput& in, double capacity_bytes, int64_t limit);
+
+}  // namespace motley

@@ -1,0 +1,23 @@
+// What planners need to know about speed, as an interface: the simulator's CostModel implements it
+// (sim/cost_model.h), tests can plug in their own. Keeps planners below the simulator.
+#pragma once
+
+#include <vector>
+
+#include "plan/schedule.h"
+
+namespace motley {
+
+class PlannerCosts {
+ public:
+  virtual ~PlannerCosts() = default;
+  /// One decoder layer on `sequences` sequences on `device`, without emulated slowdown.
+  virtual double LayerForwardS(int device, double sequences) const = 0;
+  virtual double LayerBackwardS(int device, double sequences) const = 0;
+  /// How many times slower an emulated device computes (1 for a real one).
+  virtual double Slowdown(int device) const = 0;
+  /// A ring collective over `devices` with `bytes` of payload.
+  virtual double CollectiveS(OpKind kind, const std::vector<int>& devices, double bytes) const = 0;
+};
+
+}  // namespace motley

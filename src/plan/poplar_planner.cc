@@ -1,0 +1,103 @@
+#include "plan/poplar_planner.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/units.h"
+#include "plan/memory_model.h"
+
+namespace motley {
+namespace {
+
+// Communication of one synchronisation at a ZeRO stage (see lower.h for what each stage moves).
+double SyncS(const PlannerCosts& costs, const std::vector<int>& devices, const ModelSpec& model, Precision p,
+             int zero_stage) {
+  const double params = static_cast<double>(TotalParams(model));
+  const StateBytesPerParam s = StateBytes(p);
+  switch (zero_stage) {
+    case 0: return costs.CollectiveS(OpKind::kAllReduce, devices, params * s.grads);
+    case 1:
+      return costs.CollectiveS(OpKind::kReduceScatter, devices, params * s.grads) +
+             costs.CollectiveS(OpKind::kAllGather, devices, params * s.params);
+    case 2: return costs.CollectiveS(OpKind::kReduceScatter, devices, params * s.grads);
+    default:  // gather for forward and backward, reduce the gradients
+      return 2 * costs.CollectiveS(OpKind::kAllGather, devices, params * s.params) +
+             costs.CollectiveS(OpKind::kReduceScatter, devices, params * s.grads);
+  }
+}
+
+}  // namespace
+
+Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
+                              const PoplarRequest& request) {
+  std::vector<int> devices = request.devices;
+  if (devices.empty())
+    for (int d = 0; d < cluster.num_devices(); ++d) devices.push_back(d);
+  PoplarPlan out;
+  // ZeRO-2/3 reduce (and ZeRO-3 gathers) one layer at a time: one ministage per layer.
+  const double layer_params = static_cast<double>(ParamsPerLayer(model));
+  const double per_layer_unit =
+      layer_params + static_cast<double>(std::max(EmbeddingParams(model), HeadParams(model)));
+  DataParallelMemoryInput mem{&model, request.precision, request.zero_stage, static_cast<int>(devices.size()),
+                              request.seq_len, request.activation_checkpointing, 0};
+  // The lowest stage at which every device fits a microbatch of one sequence.
+  std::string raised;
+  for (;; ++mem.zero_stage) {
+    mem.max_ministage_params = mem.zero_stage >= 2 ? per_layer_unit : 0;
+    if (mem.zero_stage > 3) {
+      return Status::OutOfMemory(fmt::format(
+          "no ZeRO stage fits a microbatch of 1 sequence of {} tokens of {} on every device ({}); add devices, "
+          "shorten the sequences or use a pipeline (strategy zorse)",
+          request.seq_len, model.name, raised));
+    }
+    out.max_microbatch.clear();
+    std::string short_of;
+    for (int d : devices) {
+      out.max_microbatch.push_back(DataParallelMaxMicrobatch(mem, cluster.memory_bytes(d), request.max_microbatch));
+      if (out.max_microbatch.back() == 0 && short_of.empty())
+        short_of = fmt::format("device {} ({}, {}) needs {} at ZeRO-{}", d, cluster.spec(d).name,
+                               FormatBytes(cluster.memory_bytes(d)), FormatBytes(DataParallelPeakBytes(mem, 1)),
+                               mem.zero_stage);
+    }
+    if (short_of.empty()) break;
+    raised += (raised.empty() ? "" : "; ") + short_of;
+  }
+
+  // Speed curves at 1, 2, 4, ... up to each device's largest microbatch.
+  std::vector<PoplarDeviceCurve> curves;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    PoplarDeviceCurve c;
+    c.device = devices[i];
+    c.max_microbatch = out.max_microbatch[i];
+    for (int64_t b = 1;; b = std::min(b * 2, c.max_microbatch)) {
+      c.sizes.push_back(static_cast<double>(b));
+      c.times_s.push_back(model.num_layers * costs.Slowdown(c.device) *
+                          (costs.LayerForwardS(c.device, b) + costs.LayerBackwardS(c.device, b)));
+      if (b == c.max_microbatch) break;
+    }
+    curves.push_back(std::move(c));
+  }
+  const double sync_s = SyncS(costs, devices, model, request.precision, mem.zero_stage);
+  MOTLEY_ASSIGN_OR_RETURN(out.allocation,
+                          PoplarAllocate(curves, mem.zero_stage, request.global_batch_sequences, sync_s));
+
+  Plan& p = out.plan;
+  p.strategy = "poplar";
+  p.seq_len = request.seq_len;
+  p.precision = request.precision;
+  p.schedule = PipelineSchedule::kGPipe;
+  p.zero_stage = mem.zero_stage;
+  p.activation_checkpointing = request.activation_checkpointing;
+  GroupPlan g;
+  const int layers = static_cast<int>(model.num_layers);
+  g.ministages = mem.zero_stage >= 2 ? SplitLayers(0, layers, layers) : std::vector<LayerRange>{{0, layers}};
+  g.devices = out.allocation.devices;
+  p.groups = {g};
+  out.explain = fmt::format("ZeRO-{}{}; {}", mem.zero_stage,
+                            raised.empty() ? "" : fmt::format(" (raised from ZeRO-{}: {})", request.zero_stage, raised),
+                            out.allocation.explain);
+  return out;
+}
+
+}  // namespace motley
