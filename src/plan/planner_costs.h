@@ -16,6 +16,8 @@ class PlannerCosts {
   virtual double LayerBackwardS(int device, double sequences) const = 0;
   /// How many times slower an emulated device computes (1 for a real one).
   virtual double Slowdown(int device) const = 0;
+  /// A point-to-point transfer.
+  virtual double TransferS(int from, int to, double bytes) const = 0;
   /// A ring collective over `devices` with `bytes` of payload.
   virtual double CollectiveS(OpKind kind, const std::vector<int>& devices, double bytes) const = 0;
 };

@@ -33,7 +33,7 @@ class CostModel : public PlannerCosts {
   /// Host <-> device copy over the device's host link.
   double CopyS(int device, double bytes) const;
   /// Point-to-point transfer over the link between two devices.
-  double TransferS(int from, int to, double bytes) const;
+  double TransferS(int from, int to, double bytes) const override;
   /// A ring collective over `devices` (ring order), bounded by its slowest link.
   double CollectiveS(OpKind kind, const std::vector<int>& devices, double bytes) const override;
   /// Dense peak FLOP/s of a device in the training precision.

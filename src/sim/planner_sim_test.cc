@@ -1,5 +1,6 @@
 // Planners checked against the simulator: the memory model against simulated peaks, and plans
 // against the baselines they should beat.
+#include <cstdio>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include "plan/lower.h"
 #include "plan/memory_model.h"
 #include "plan/poplar_planner.h"
+#include "plan/zorse_planner.h"
 #include "sim/simulator.h"
 
 namespace motley {
@@ -118,6 +120,111 @@ count = 4
   Result<PoplarPlan> none = PlanPoplar(cluster, huge, huge_costs, req);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("no ZeRO stage fits a microbatch of 1 sequence"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace motley
+
+namespace motley {
+namespace {
+
+PlanEvaluator SimulatorEvaluator(const Cluster& cluster, const ModelSpec& m, const CostModel& costs) {
+  return [&cluster, &m, &costs](const Plan& plan) -> Result<PlanEvaluation> {
+    MOTLEY_ASSIGN_OR_RETURN(Schedule s, LowerPlan(plan, cluster, m));
+    MOTLEY_ASSIGN_OR_RETURN(SimResult r, Simulate(s, cluster, costs));
+    return PlanEvaluation{r.step_time_s, r.fits_memory};
+  };
+}
+
+// Four nodes of two GPUs of three kinds, joined by 25-100 Gbps.
+Cluster MixedEightGpus() {
+  return ParseClusterToml(R"(
+[[nodes]]
+name = "a100-a"
+device = "a100-40gb"
+count = 2
+nic_bandwidth = "100Gbps"
+[[nodes]]
+name = "a100-b"
+device = "a100-40gb"
+count = 2
+nic_bandwidth = "100Gbps"
+[[nodes]]
+name = "v100"
+device = "v100-16gb"
+count = 2
+nic_bandwidth = "25Gbps"
+[[nodes]]
+name = "t4"
+device = "t4"
+count = 2
+nic_bandwidth = "50Gbps"
+)",
+                          "mixed.toml")
+      .value();
+}
+
+TEST(ZorsePlanner, PlansThatFitAndBeatEvenDataParallelism) {
+  Cluster cluster = LoadCluster("local-emulated").value();
+  ModelSpec m = *FindModelPreset("llama-1m");
+  CostModel costs(cluster, m, nullptr, 128, Precision::kFp32, true);
+  ZorseRequest req;
+  req.global_batch_sequences = 32;
+  req.seq_len = 128;
+  req.precision = Precision::kFp32;
+  ZorsePlan zp = PlanZorse(cluster, m, costs, req, SimulatorEvaluator(cluster, m, costs)).value();
+  ASSERT_TRUE(ValidatePlan(zp.plan, cluster, m).ok());
+  EXPECT_EQ(zp.plan.global_batch_sequences(), 32);
+  EXPECT_FALSE(zp.explain.empty());
+  EXPECT_FALSE(zp.considered.empty());
+  Plan even;
+  even.seq_len = 128;
+  even.precision = Precision::kFp32;
+  even.zero_stage = 2;
+  even.groups = {GroupPlan{{{0, 4}}, 1, {{0, 2, 4, 0}, {1, 2, 4, 0}, {2, 2, 4, 0}, {3, 2, 4, 0}}, {}}};
+  EXPECT_LT(zp.predicted_step_s, SimulatedStepS(even, cluster, m)) << zp.explain;
+}
+
+// Every way to group the nodes (set partitions), every candidate of each, by the simulator.
+double ExhaustiveBestS(const Cluster& cluster, const ModelSpec& m, const CostModel& costs, const ZorseRequest& req) {
+  const int n = static_cast<int>(cluster.nodes.size());
+  std::vector<int> part(n, 0);
+  double best = std::numeric_limits<double>::infinity();
+  std::function<void(int, int)> visit = [&](int node, int used) {
+    if (node == n) {
+      std::vector<std::vector<int>> groups(used);
+      int d = 0;
+      for (int i = 0; i < n; ++i)
+        for (int k = 0; k < cluster.nodes[i].num_devices; ++k) groups[part[i]].push_back(d++);
+      for (const auto& c : ZorseCandidatesForGroups(cluster, m, costs, req, groups)) {
+        Schedule s = LowerPlan(c.plan, cluster, m).value();
+        SimResult r = Simulate(s, cluster, costs).value();
+        if (r.fits_memory) best = std::min(best, r.step_time_s);
+      }
+      return;
+    }
+    for (int p = 0; p <= used; ++p) {
+      part[node] = p;
+      visit(node + 1, std::max(used, p + 1));
+    }
+  };
+  visit(0, 0);
+  return best;
+}
+
+TEST(ZorsePlanner, WithinFivePercentOfExhaustiveSearchOnEightGpus) {
+  Cluster cluster = MixedEightGpus();
+  ModelSpec m = *FindModelPreset("llama-7b");
+  CostModel costs(cluster, m, nullptr, 1024, Precision::kFp16, true);
+  ZorseRequest req;
+  req.global_batch_sequences = 32;
+  req.seq_len = 1024;
+  req.precision = Precision::kFp16;
+  req.max_microbatch = 8;
+  ZorsePlan zp = PlanZorse(cluster, m, costs, req, SimulatorEvaluator(cluster, m, costs)).value();
+  const double exhaustive = ExhaustiveBestS(cluster, m, costs, req);
+  std::printf("zorse planner %.4f s, exhaustive best %.4f s (%s)\n", zp.predicted_step_s, exhaustive, zp.explain.c_str());
+  EXPECT_LE(zp.predicted_step_s, 1.05 * exhaustive) << zp.explain;
 }
 
 }  // namespace

@@ -1,0 +1,250 @@
+#include "plan/zorse_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "core/units.h"
+#include "plan/min_k_cut.h"
+#include "plan/routing.h"
+
+namespace motley {
+namespace {
+
+// Splits `total` into integer shares proportional to `weights` (largest remainder), each share at
+// least `min_share`. REQUIRES: total >= min_share * weights.size().
+std::vector<int64_t> Proportional(int64_t total, const std::vector<double>& weights, int64_t min_share) {
+  const size_t n = weights.size();
+  std::vector<int64_t> share(n, min_share);
+  const int64_t rest = total - min_share * static_cast<int64_t>(n);
+  const double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
+  std::vector<std::pair<double, size_t>> remainders;
+  int64_t given = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double exact = rest * weights[i] / sum;
+    const int64_t whole = static_cast<int64_t>(std::floor(exact));
+    share[i] += whole;
+    given += whole;
+    remainders.push_back({exact - whole, i});
+  }
+  std::sort(remainders.begin(), remainders.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (int64_t k = 0; k < rest - given; ++k) ++share[remainders[k % n].second];
+  return share;
+}
+
+// The slowest link of a ring over the group (infinite for one device: no data-parallel traffic).
+double RingBandwidth(const Cluster& c, const std::vector<int>& devices) {
+  double bw = std::numeric_limits<double>::infinity();
+  if (devices.size() < 2) return bw;
+  for (size_t i = 0; i < devices.size(); ++i)
+    bw = std::min(bw, c.LinkBetween(devices[i], devices[(i + 1) % devices.size()]).bandwidth_bytes_per_s);
+  return bw;
+}
+
+double StageParams(const ModelSpec& m, const LayerRange& r) {
+  double p = static_cast<double>(r.size()) * ParamsPerLayer(m);
+  if (r.begin == 0) p += EmbeddingParams(m);
+  if (r.end == m.num_layers) p += HeadParams(m);
+  return p;
+}
+
+}  // namespace
+
+std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, const ModelSpec& model,
+                                                     const PlannerCosts& costs, const ZorseRequest& request,
+                                                     std::vector<std::vector<int>> groups) {
+  std::vector<ZorseCandidate> out;
+  const int num_layers = static_cast<int>(model.num_layers);
+  const int num_groups = static_cast<int>(groups.size());
+  if (num_groups == 0 || num_groups > num_layers) return out;
+  const StateBytesPerParam state = StateBytes(request.precision);
+  const double act_per_seq = static_cast<double>(request.seq_len) * model.hidden_size * BytesPerElement(request.precision);
+  const double layer_act_per_seq =
+      LayerActivationBytesPerToken(model, request.seq_len, request.precision, false) * request.seq_len;
+
+  // Order groups by descending intra-group bandwidth (§4.3.3), faster first on ties.
+  auto layer_rate = [&](int d) {  // layers per second at a microbatch of one
+    return 1.0 / ((costs.LayerForwardS(d, 1) + costs.LayerBackwardS(d, 1)) * costs.Slowdown(d));
+  };
+  auto group_speed = [&](const std::vector<int>& g) {
+    double s = 0;
+    for (int d : g) s += layer_rate(d);
+    return s;
+  };
+  std::stable_sort(groups.begin(), groups.end(), [&](const auto& a, const auto& b) {
+    const double ba = RingBandwidth(cluster, a), bb = RingBandwidth(cluster, b);
+    if (ba != bb) return ba > bb;
+    return group_speed(a) > group_speed(b);
+  });
+  std::vector<double> speeds;
+  for (const auto& g : groups) speeds.push_back(group_speed(g));
+  const std::vector<int64_t> layers64 = Proportional(num_layers, speeds, 1);
+  const std::vector<int> layers(layers64.begin(), layers64.end());
+  const int max_ministages = *std::min_element(layers.begin(), layers.end());
+
+  for (int64_t b = 1; b <= std::min<int64_t>(request.max_microbatch, request.global_batch_sequences); ++b) {
+    if (request.global_batch_sequences % b != 0) continue;
+    const int64_t num_mb = request.global_batch_sequences / b;
+    // Each device's share of the microbatches follows its speed at this size.
+    std::vector<std::vector<int64_t>> counts;
+    std::vector<std::vector<double>> fwd(num_groups), bwd(num_groups);  // per device, one layer, one microbatch
+    for (int g = 0; g < num_groups; ++g) {
+      std::vector<double> rates;
+      for (int d : groups[g]) {
+        fwd[g].push_back(costs.LayerForwardS(d, static_cast<double>(b)) * costs.Slowdown(d));
+        bwd[g].push_back(costs.LayerBackwardS(d, static_cast<double>(b)) * costs.Slowdown(d));
+        rates.push_back(1.0 / (fwd[g].back() + bwd[g].back()));
+      }
+      counts.push_back(Proportional(num_mb, rates, 0));
+    }
+    for (int s = 1; s <= max_ministages; ++s) {
+      Plan p;
+      p.strategy = "zorse";
+      p.seq_len = request.seq_len;
+      p.precision = request.precision;
+      p.schedule = PipelineSchedule::kInterleaved;
+      p.zero_stage = 2;
+      p.activation_checkpointing = request.activation_checkpointing;
+      p.offload_params = request.offload;
+      p.offload_activations = request.offload;
+      std::vector<int> ministages(num_groups, s);
+      auto ranges = InterleavedMinistages(layers, ministages);
+      for (int g = 0; g < num_groups; ++g) {
+        GroupPlan gp;
+        gp.ministages = ranges[g];
+        for (size_t i = 0; i < groups[g].size(); ++i) gp.devices.push_back({groups[g][i], b, counts[g][i], 0});
+        p.groups.push_back(gp);
+      }
+      if (p.is_pipeline()) {
+        auto routing = ZorseRouting(p, [&](int g, int device) {
+          const auto it = std::find(groups[g].begin(), groups[g].end(), device);
+          const size_t i = static_cast<size_t>(it - groups[g].begin());
+          return layers[g] * (fwd[g][i] + bwd[g][i]);
+        });
+        for (int g = 0; g < num_groups; ++g) p.groups[g].routing = routing[g];
+      }
+
+      // Latency model (Eq. 1): (L_fwd + L_bwd) x N_ministages + L_startup.
+      double l_fwd = 0, l_bwd = 0, startup = 0;
+      for (int g = 0; g < num_groups; ++g) {
+        double visit_f = 0, visit_b = 0;
+        for (size_t i = 0; i < groups[g].size(); ++i) {
+          visit_f = std::max(visit_f, counts[g][i] * fwd[g][i]);
+          visit_b = std::max(visit_b, counts[g][i] * bwd[g][i]);
+        }
+        const double ms_layers = static_cast<double>(layers[g]) / s;
+        const double ms_params = StageParams(model, ranges[g][0]);
+        const double gather = costs.CollectiveS(OpKind::kAllGather, groups[g], ms_params * state.params);
+        const double reduce = costs.CollectiveS(OpKind::kReduceScatter, groups[g], ms_params * state.grads);
+        l_fwd = std::max(l_fwd, std::max(visit_f * ms_layers, gather));
+        l_bwd = std::max(l_bwd, std::max(visit_b * ms_layers, gather + reduce));
+        // Filling the pipeline: one microbatch through the group's first ministage, and the first
+        // gather, which nothing hides.
+        double one_mb = 0;
+        for (double f : fwd[g]) one_mb = std::max(one_mb, f * ms_layers);
+        startup += one_mb;
+        if (g == 0) startup += gather;
+        if (g + 1 < num_groups) startup += costs.TransferS(groups[g].back(), groups[g + 1].front(), act_per_seq * b);
+      }
+      const double step = (l_fwd + l_bwd) * s + startup;
+
+      // Memory model (Eq. 2) per device: two ministages of parameters gathered, their shards and
+      // optimizer state, one ministage of full gradients, activations and working memory.
+      double worst = 0;
+      bool fits = true;
+      for (int g = 0; g < num_groups && fits; ++g) {
+        const double d = static_cast<double>(groups[g].size());
+        double ms_params = 0;
+        for (const auto& r : ranges[g]) ms_params = std::max(ms_params, StageParams(model, r));
+        const int ms_layers = (layers[g] + s - 1) / s;
+        for (size_t i = 0; i < groups[g].size(); ++i) {
+          double bytes = 0;
+          if (request.offload) {
+            bytes += 2 * ms_params * state.params + 2 * ms_params / d * (state.params + state.optimizer);
+          } else {  // ZeRO-2: full parameters stay, gradients and optimizer state sharded
+            for (const auto& r : ranges[g])
+              bytes += StageParams(model, r) * state.params + StageParams(model, r) / d * (state.grads + state.optimizer);
+          }
+          bytes += ms_params * state.grads;
+          const double act = act_per_seq * b;
+          const double saved = request.offload ? 2.0 * ms_layers * act : counts[g][i] * layers[g] * act;
+          const double logits = 2.0 * b * request.seq_len * model.vocab_size * 4;
+          bytes += saved + 2 * layer_act_per_seq * b + logits + 4 * act;
+          worst = std::max(worst, bytes);
+          if (bytes > cluster.memory_bytes(groups[g][i])) fits = false;
+        }
+      }
+      if (!fits) continue;
+      ZorseCandidate c;
+      c.plan = std::move(p);
+      c.model_step_s = step;
+      c.model_peak_bytes = worst;
+      std::vector<std::string> sizes;
+      for (int g = 0; g < num_groups; ++g) sizes.push_back(fmt::format("{}x{} layers", groups[g].size(), layers[g]));
+      c.why = fmt::format("{} group(s) [{}], microbatch {} ({} microbatches), {} ministage(s) per group; model: {} "
+                          "step, {} worst device",
+                          num_groups, fmt::join(sizes, ", "), b, num_mb, s, FormatDuration(step), FormatBytes(worst));
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
+                            const ZorseRequest& request, const PlanEvaluator& evaluate) {
+  if (request.global_batch_sequences < 1) return Status::InvalidArgument("zorse planner: empty global batch");
+  // Phase 1: cut the node graph into k groups for every k.
+  const WeightedGraph graph = NodeBandwidthGraph(cluster);
+  const auto partitions = SplitMinKCuts(graph);
+  std::vector<int> first_device;
+  int next = 0;
+  for (const auto& n : cluster.nodes) {
+    first_device.push_back(next);
+    next += n.num_devices;
+  }
+  std::vector<ZorseCandidate> all;
+  const int max_k = request.max_groups > 0 ? std::min<int>(request.max_groups, graph.num_vertices) : graph.num_vertices;
+  for (int k = 1; k <= max_k; ++k) {
+    std::vector<std::vector<int>> groups(k);
+    for (int node = 0; node < graph.num_vertices; ++node)
+      for (int i = 0; i < cluster.nodes[node].num_devices; ++i) groups[partitions[k - 1][node]].push_back(first_device[node] + i);
+    // Phase 2.
+    auto candidates = ZorseCandidatesForGroups(cluster, model, costs, request, groups);
+    for (auto& c : candidates) c.why = fmt::format("cut into {} by SPLIT: {}", k, c.why);
+    all.insert(all.end(), std::make_move_iterator(candidates.begin()), std::make_move_iterator(candidates.end()));
+  }
+  if (all.empty())
+    return Status::Infeasible(fmt::format("zorse planner: no grouping, microbatch size and ministage count fits {} "
+                                          "on this cluster's memory",
+                                          model.name));
+  std::sort(all.begin(), all.end(),
+            [](const ZorseCandidate& a, const ZorseCandidate& b) { return a.model_step_s < b.model_step_s; });
+  // Re-rank the best few with the evaluator; keep the fastest that fits.
+  ZorsePlan out;
+  double best = std::numeric_limits<double>::infinity();
+  const size_t n = std::min<size_t>(all.size(), std::max(1, request.candidates_to_evaluate));
+  std::vector<std::pair<double, size_t>> evaluated;
+  for (size_t i = 0; i < n; ++i) {
+    MOTLEY_ASSIGN_OR_RETURN(PlanEvaluation e, evaluate(all[i].plan));
+    if (!e.fits_memory) continue;
+    evaluated.push_back({e.step_time_s, i});
+    if (e.step_time_s < best) {
+      best = e.step_time_s;
+      out.plan = all[i].plan;
+      out.predicted_step_s = e.step_time_s;
+      out.explain = all[i].why;
+    }
+  }
+  if (evaluated.empty())
+    return Status::Infeasible(fmt::format(
+        "zorse planner: the {} best candidates by the memory model all ran out of memory in the simulator", n));
+  std::sort(evaluated.begin(), evaluated.end());
+  for (const auto& [t, i] : evaluated) out.considered.push_back(all[i]);
+  return out;
+}
+
+}  // namespace motley

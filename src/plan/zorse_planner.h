@@ -1,0 +1,66 @@
+// The Zorse planner (zorse.txt §4.3): pipeline parallelism across GPU groups with ZeRO-2 inside
+// each group, interleaved ministages, parameter and activation offload.
+//
+//  Phase 1: the cluster's bandwidth graph (devices of a node contracted) is cut into k groups for
+//  every k by SPLIT (min_k_cut.h), so fast links stay inside groups.
+//  Phase 2, per partition: groups ordered by descending intra-group bandwidth; layers split in
+//  proportion to group speed; every microbatch size that divides the batch x every ministage count
+//  is scored with a latency model (Eq. 1) and a memory model (Eq. 2); a device's share of
+//  microbatches follows its speed; plans over any device's memory are dropped.
+//  Finally the best few by the latency model are re-ranked by `evaluate` (the simulator).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "core/status.h"
+#include "plan/plan.h"
+#include "plan/planner_costs.h"
+
+namespace motley {
+
+/// What the simulator says of a plan: its step time and whether it fits.
+struct PlanEvaluation {
+  double step_time_s = 0;
+  bool fits_memory = true;
+};
+using PlanEvaluator = std::function<Result<PlanEvaluation>(const Plan&)>;
+
+struct ZorseRequest {
+  int64_t global_batch_sequences = 0;
+  int64_t seq_len = 1024;
+  Precision precision = Precision::kBf16;
+  bool activation_checkpointing = true;
+  bool offload = true;             // parameter and activation offload (Zorse's default)
+  int max_groups = 0;              // 0 = up to one group per node
+  int max_microbatch = 64;         // largest microbatch size tried
+  int candidates_to_evaluate = 6;  // re-ranked by the evaluator
+};
+
+struct ZorseCandidate {
+  Plan plan;
+  double model_step_s = 0;  // the latency model's estimate
+  double model_peak_bytes = 0;  // the memory model's worst device
+  std::string why;  // the cut, the layer split, the microbatch size and ministage count
+};
+
+struct ZorsePlan {
+  Plan plan;
+  double predicted_step_s = 0;  // by the evaluator
+  std::string explain;
+  std::vector<ZorseCandidate> considered;  // the candidates re-ranked, best first
+};
+
+Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
+                            const ZorseRequest& request, const PlanEvaluator& evaluate);
+
+/// Phase 2 for one fixed grouping of devices (exposed for tests and the exhaustive search):
+/// every candidate (microbatch size x ministage count) that fits, scored by the models.
+std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, const ModelSpec& model,
+                                                     const PlannerCosts& costs, const ZorseRequest& request,
+                                                     std::vector<std::vector<int>> groups);
+
+}  // namespace motley
