@@ -29,5 +29,6 @@ int RunDescribe(const std::vector<std::string>& args);
 int RunDemo(const std::vector<std::string>& args);
 int RunSchedule(const std::vector<std::string>& args);
 int RunSimulate(const std::vector<std::string>& args);
+int RunPlan(const std::vector<std::string>& args);
 
 }  // namespace motley::cli

@@ -10,6 +10,7 @@ const std::vector<Command>& Commands() {
       {"describe",
        "derived figures of a cluster (devices, TFLOPs, links) or a model (parameters, FLOPs, memory)",
        &RunDescribe},
+      {"plan", "choose the best plan for a cluster, model and batch (auto, or one strategy; --compare)", &RunPlan},
       {"schedule", "lower a plan to its per-rank op programs (the contract the simulator and runtime run)",
        &RunSchedule},
       {"simulate", "simulate a training step of a plan: step time, TFLOPs, HFU, memory per device, trace",

@@ -84,8 +84,23 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
   for (const auto& g : groups) speeds.push_back(group_speed(g));
   const std::vector<int64_t> layers64 = Proportional(num_layers, speeds, 1);
   const std::vector<int> layers(layers64.begin(), layers64.end());
-  const int max_ministages = *std::min_element(layers.begin(), layers.end());
+  int max_ministages = *std::min_element(layers.begin(), layers.end());
+  if (request.max_ministages > 0) max_ministages = std::min(max_ministages, request.max_ministages);
+  // Tensor parallelism in pairs, only where every pair shares a node with NVLink.
+  std::vector<int> tp_options = {1};
+  if (request.try_tensor_parallel && model.num_heads % 2 == 0 && model.num_kv_heads % 2 == 0 && model.ffn_size % 2 == 0) {
+    bool pairs = true;
+    for (const auto& g : groups) {
+      if (g.size() % 2 != 0) pairs = false;
+      for (size_t i = 0; pairs && i + 1 < g.size(); i += 2) {
+        const auto& node = cluster.node_of(g[i]);
+        pairs = cluster.devices[g[i]].node == cluster.devices[g[i + 1]].node && node.interconnect != Interconnect::kPcie;
+      }
+    }
+    if (pairs) tp_options.push_back(2);
+  }
 
+  for (int tp : tp_options)
   for (int64_t b = 1; b <= std::min<int64_t>(request.max_microbatch, request.global_batch_sequences); ++b) {
     if (request.global_batch_sequences % b != 0) continue;
     const int64_t num_mb = request.global_batch_sequences / b;
@@ -93,20 +108,29 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
     std::vector<std::vector<int64_t>> counts;
     std::vector<std::vector<double>> fwd(num_groups), bwd(num_groups);  // per device, one layer, one microbatch
     for (int g = 0; g < num_groups; ++g) {
-      std::vector<double> rates;
-      for (int d : groups[g]) {
-        fwd[g].push_back(costs.LayerForwardS(d, static_cast<double>(b)) * costs.Slowdown(d));
-        bwd[g].push_back(costs.LayerBackwardS(d, static_cast<double>(b)) * costs.Slowdown(d));
-        rates.push_back(1.0 / (fwd[g].back() + bwd[g].back()));
+      std::vector<double> rates;  // per tensor-parallel run (its leader)
+      for (size_t i = 0; i < groups[g].size(); ++i) {
+        const int d = groups[g][i];
+        fwd[g].push_back(costs.LayerForwardS(d, static_cast<double>(b)) * costs.Slowdown(d) / tp);
+        bwd[g].push_back(costs.LayerBackwardS(d, static_cast<double>(b)) * costs.Slowdown(d) / tp);
+        if (i % tp == 0) rates.push_back(1.0 / (fwd[g].back() + bwd[g].back()));
       }
-      counts.push_back(Proportional(num_mb, rates, 0));
+      std::vector<int64_t> per_run = Proportional(num_mb, rates, 0), per_device;
+      if (request.even_microbatches) {
+        if (num_mb % static_cast<int64_t>(rates.size()) != 0) per_run.clear();
+        else per_run.assign(rates.size(), num_mb / static_cast<int64_t>(rates.size()));
+      }
+      if (per_run.empty()) break;
+      for (size_t i = 0; i < groups[g].size(); ++i) per_device.push_back(per_run[i / tp]);
+      counts.push_back(per_device);
     }
+    if (static_cast<int>(counts.size()) != num_groups) continue;  // this size cannot be split evenly
     for (int s = 1; s <= max_ministages; ++s) {
       Plan p;
       p.strategy = "zorse";
       p.seq_len = request.seq_len;
       p.precision = request.precision;
-      p.schedule = PipelineSchedule::kInterleaved;
+      p.schedule = request.schedule;
       p.zero_stage = 2;
       p.activation_checkpointing = request.activation_checkpointing;
       p.offload_params = request.offload;
@@ -116,6 +140,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
       for (int g = 0; g < num_groups; ++g) {
         GroupPlan gp;
         gp.ministages = ranges[g];
+        gp.tp_degree = tp;
         for (size_t i = 0; i < groups[g].size(); ++i) gp.devices.push_back({groups[g][i], b, counts[g][i], 0});
         p.groups.push_back(gp);
       }
@@ -137,7 +162,15 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
           visit_b = std::max(visit_b, counts[g][i] * bwd[g][i]);
         }
         const double ms_layers = static_cast<double>(layers[g]) / s;
-        const double ms_params = StageParams(model, ranges[g][0]);
+        const double ms_params = StageParams(model, ranges[g][0]) / tp;
+        if (tp > 1) {  // two all-reduces per layer and pass, per microbatch, not overlapped
+          double most = 0;
+          for (int64_t c : counts[g]) most = std::max(most, static_cast<double>(c));
+          const std::vector<int> pair = {groups[g][0], groups[g][1]};
+          const double ar = most * 2 * ms_layers * costs.CollectiveS(OpKind::kAllReduce, pair, act_per_seq * b);
+          visit_f += ar / ms_layers;
+          visit_b += ar / ms_layers;
+        }
         const double gather = costs.CollectiveS(OpKind::kAllGather, groups[g], ms_params * state.params);
         const double reduce = costs.CollectiveS(OpKind::kReduceScatter, groups[g], ms_params * state.grads);
         l_fwd = std::max(l_fwd, std::max(visit_f * ms_layers, gather));
@@ -157,17 +190,19 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
       double worst = 0;
       bool fits = true;
       for (int g = 0; g < num_groups && fits; ++g) {
-        const double d = static_cast<double>(groups[g].size());
+        const double d = static_cast<double>(groups[g].size()) / tp;
         double ms_params = 0;
-        for (const auto& r : ranges[g]) ms_params = std::max(ms_params, StageParams(model, r));
+        for (const auto& r : ranges[g]) ms_params = std::max(ms_params, StageParams(model, r) / tp);
         const int ms_layers = (layers[g] + s - 1) / s;
         for (size_t i = 0; i < groups[g].size(); ++i) {
           double bytes = 0;
           if (request.offload) {
             bytes += 2 * ms_params * state.params + 2 * ms_params / d * (state.params + state.optimizer);
           } else {  // ZeRO-2: full parameters stay, gradients and optimizer state sharded
-            for (const auto& r : ranges[g])
-              bytes += StageParams(model, r) * state.params + StageParams(model, r) / d * (state.grads + state.optimizer);
+            for (const auto& r : ranges[g]) {
+              const double pr = StageParams(model, r) / tp;
+              bytes += pr * state.params + pr / d * (state.grads + state.optimizer);
+            }
           }
           bytes += ms_params * state.grads;
           const double act = act_per_seq * b;
@@ -185,9 +220,10 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
       c.model_peak_bytes = worst;
       std::vector<std::string> sizes;
       for (int g = 0; g < num_groups; ++g) sizes.push_back(fmt::format("{}x{} layers", groups[g].size(), layers[g]));
-      c.why = fmt::format("{} group(s) [{}], microbatch {} ({} microbatches), {} ministage(s) per group; model: {} "
+      c.why = fmt::format("{} group(s) [{}], microbatch {} ({} microbatches), {} ministage(s) per group{}; model: {} "
                           "step, {} worst device",
-                          num_groups, fmt::join(sizes, ", "), b, num_mb, s, FormatDuration(step), FormatBytes(worst));
+                          num_groups, fmt::join(sizes, ", "), b, num_mb, s, tp > 1 ? ", tensor parallel pairs" : "",
+                          FormatDuration(step), FormatBytes(worst));
       out.push_back(std::move(c));
     }
   }

@@ -26,6 +26,9 @@ namespace motley {
 struct PlanEvaluation {
   double step_time_s = 0;
   bool fits_memory = true;
+  double tflops = 0;
+  double hfu = 0;
+  std::string oom;  // which device runs out, when one does
 };
 using PlanEvaluator = std::function<Result<PlanEvaluation>(const Plan&)>;
 
@@ -38,6 +41,11 @@ struct ZorseRequest {
   int max_groups = 0;              // 0 = up to one group per node
   int max_microbatch = 64;         // largest microbatch size tried
   int candidates_to_evaluate = 6;  // re-ranked by the evaluator
+  // Variations for the baselines that share this search (baselines.h):
+  int max_ministages = 0;          // 0 = up to the smallest group's layers; 1 = plain stages
+  PipelineSchedule schedule = PipelineSchedule::kInterleaved;  // 1F1B needs max_ministages = 1
+  bool try_tensor_parallel = false;  // also try pairs of NVLink-connected devices as TP runs
+  bool even_microbatches = false;    // every data-parallel replica of a group gets the same count
 };
 
 struct ZorseCandidate {

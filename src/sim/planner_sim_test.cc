@@ -10,6 +10,7 @@
 #include "plan/memory_model.h"
 #include "plan/poplar_planner.h"
 #include "plan/zorse_planner.h"
+#include "sim/plan_evaluator.h"
 #include "sim/simulator.h"
 
 namespace motley {
@@ -129,11 +130,7 @@ namespace motley {
 namespace {
 
 PlanEvaluator SimulatorEvaluator(const Cluster& cluster, const ModelSpec& m, const CostModel& costs) {
-  return [&cluster, &m, &costs](const Plan& plan) -> Result<PlanEvaluation> {
-    MOTLEY_ASSIGN_OR_RETURN(Schedule s, LowerPlan(plan, cluster, m));
-    MOTLEY_ASSIGN_OR_RETURN(SimResult r, Simulate(s, cluster, costs));
-    return PlanEvaluation{r.step_time_s, r.fits_memory};
-  };
+  return SimulationEvaluator(cluster, m, costs);
 }
 
 // Four nodes of two GPUs of three kinds, joined by 25-100 Gbps.

@@ -58,7 +58,8 @@ TEST(Cli, VersionAndHelp) {
   EXPECT_CONTAINS(v.output, "motley 0.1.0");
   CliRun h = Motley("--help");
   EXPECT_EQ(h.exit_code, 0);
-  for (const char* cmd : {"demo", "validate", "catalog", "describe"}) EXPECT_CONTAINS(h.output, cmd);
+  for (const char* cmd : {"demo", "validate", "catalog", "describe", "plan", "schedule", "simulate"})
+    EXPECT_CONTAINS(h.output, cmd);
   for (const char* cmd : {"validate", "catalog", "describe", "demo"}) {
     CliRun sub = Motley(std::string(cmd) + " --help");
     EXPECT_EQ(sub.exit_code, 0) << cmd;
@@ -284,6 +285,41 @@ TEST(Cli, ScheduleListsEveryRankAndBadPlansSayWhy) {
   EXPECT_EQ(e.exit_code, 1);
   EXPECT_CONTAINS(e.output, "groups[0].devices[1] (device 9): no such device; the cluster has devices 0..3");
   EXPECT_CONTAINS(e.output, "layer 3 of model 'llama-1m' (4 layers) is in 0 ministages");
+}
+
+TEST(Cli, PlanChoosesComparesAndWritesAPlanThatSimulatesUnchanged) {
+  TempDir dir;
+  const std::string out = dir.Write("plan.toml", "");
+  const std::string base = "plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 4096 "
+                           "--precision fp32";
+  CliRun r = Motley(base + " --compare --json -o " + out, true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  for (const char* key : {"strategy", "step_time_s", "tokens_per_s", "tflops", "hfu", "fits_memory", "groups"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_TRUE(j["fits_memory"].get<bool>());
+  ASSERT_FALSE(j["groups"].empty());
+  for (const char* key : {"devices", "layers", "ministages", "microbatches_per_device"})
+    EXPECT_TRUE(j["groups"][0].contains(key)) << key;
+  ASSERT_EQ(j["candidates"].size(), 7u);
+  double best = 1e30, even = 0;
+  for (const auto& c : j["candidates"]) {
+    if (c["fits_memory"].get<bool>()) best = std::min(best, c["step_time_s"].get<double>());
+    if (c["strategy"] == "deepspeed-even") even = c["step_time_s"].get<double>();
+  }
+  EXPECT_DOUBLE_EQ(j["step_time_s"].get<double>(), best);  // auto takes the fastest that fits
+  EXPECT_GT(even / best, 1.5);                              // and beats the even split
+  // The written plan runs unchanged in the simulator, with the predicted step time.
+  CliRun sim = Motley("simulate --plan " + out + " --json", true);
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  EXPECT_NEAR(nlohmann::json::parse(sim.output)["step_time_s"].get<double>(), best, best * 1e-9);
+  // One strategy, explained.
+  CliRun zorse = Motley(base + " --strategy zorse --explain");
+  EXPECT_EQ(zorse.exit_code, 0) << zorse.output;
+  EXPECT_CONTAINS(zorse.output, "why: cut into");
+  CliRun bad = Motley("plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 4000");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_CONTAINS(bad.output, "--global-batch-tokens (4000) is not a multiple of --seq-len (128)");
 }
 
 TEST(Cli, DemoDescribesTheDefaultJob) {
