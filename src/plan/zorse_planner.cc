@@ -10,7 +10,6 @@
 
 #include "core/units.h"
 #include "plan/min_k_cut.h"
-#include "plan/routing.h"
 
 namespace motley {
 namespace {
@@ -144,15 +143,8 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
         for (size_t i = 0; i < groups[g].size(); ++i) gp.devices.push_back({groups[g][i], b, counts[g][i], 0});
         p.groups.push_back(gp);
       }
-      if (p.is_pipeline()) {
-        auto routing = ZorseRouting(p, [&](int g, int device) {
-          const auto it = std::find(groups[g].begin(), groups[g].end(), device);
-          const size_t i = static_cast<size_t>(it - groups[g].begin());
-          return layers[g] * (fwd[g][i] + bwd[g][i]);
-        });
-        for (int g = 0; g < num_groups; ++g) p.groups[g].routing = routing[g];
-      }
-
+      // The cross-stage routing is left to the evaluator (routing_costs.h): only the few candidates
+      // re-ranked need it, and it costs O(microbatches x devices).
       // Latency model (Eq. 1): (L_fwd + L_bwd) x N_ministages + L_startup.
       double l_fwd = 0, l_bwd = 0, startup = 0;
       for (int g = 0; g < num_groups; ++g) {
@@ -259,8 +251,15 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
                                           model.name));
   std::sort(all.begin(), all.end(),
             [](const ZorseCandidate& a, const ZorseCandidate& b) { return a.model_step_s < b.model_step_s; });
-  // Re-rank the best few with the evaluator; keep the fastest that fits.
   ZorsePlan out;
+  if (request.candidates_to_evaluate == 0) {  // search only: trust the latency model
+    out.plan = all.front().plan;
+    out.predicted_step_s = all.front().model_step_s;
+    out.explain = all.front().why;
+    out.considered.push_back(all.front());
+    return out;
+  }
+  // Re-rank the best few with the evaluator; keep the fastest that fits.
   double best = std::numeric_limits<double>::infinity();
   const size_t n = std::min<size_t>(all.size(), std::max(1, request.candidates_to_evaluate));
   std::vector<std::pair<double, size_t>> evaluated;

@@ -22,7 +22,8 @@
 
 namespace motley {
 
-/// What the simulator says of a plan: its step time and whether it fits.
+/// What the simulator says of a plan: its step time and whether it fits. An evaluator fills in a
+/// pipeline plan's routing when it has none (Zorse's, routing.h).
 struct PlanEvaluation {
   double step_time_s = 0;
   bool fits_memory = true;
@@ -40,7 +41,7 @@ struct ZorseRequest {
   bool offload = true;             // parameter and activation offload (Zorse's default)
   int max_groups = 0;              // 0 = up to one group per node
   int max_microbatch = 64;         // largest microbatch size tried
-  int candidates_to_evaluate = 6;  // re-ranked by the evaluator
+  int candidates_to_evaluate = 6;  // re-ranked by the evaluator; 0 = the latency model decides alone
   // Variations for the baselines that share this search (baselines.h):
   int max_ministages = 0;          // 0 = up to the smallest group's layers; 1 = plain stages
   PipelineSchedule schedule = PipelineSchedule::kInterleaved;  // 1F1B needs max_ministages = 1

@@ -193,10 +193,10 @@ double ExhaustiveBestS(const Cluster& cluster, const ModelSpec& m, const CostMod
       int d = 0;
       for (int i = 0; i < n; ++i)
         for (int k = 0; k < cluster.nodes[i].num_devices; ++k) groups[part[i]].push_back(d++);
+      const PlanEvaluator evaluate = SimulationEvaluator(cluster, m, costs);
       for (const auto& c : ZorseCandidatesForGroups(cluster, m, costs, req, groups)) {
-        Schedule s = LowerPlan(c.plan, cluster, m).value();
-        SimResult r = Simulate(s, cluster, costs).value();
-        if (r.fits_memory) best = std::min(best, r.step_time_s);
+        PlanEvaluation e = evaluate(c.plan).value();
+        if (e.fits_memory) best = std::min(best, e.step_time_s);
       }
       return;
     }
