@@ -9,7 +9,9 @@
 #include "plan/lower.h"
 #include "plan/memory_model.h"
 #include "plan/poplar_planner.h"
+#include "plan/baselines.h"
 #include "plan/zorse_planner.h"
+#include "sim/routing_costs.h"
 #include "sim/plan_evaluator.h"
 #include "sim/simulator.h"
 
@@ -222,6 +224,55 @@ TEST(ZorsePlanner, WithinFivePercentOfExhaustiveSearchOnEightGpus) {
   const double exhaustive = ExhaustiveBestS(cluster, m, costs, req);
   std::printf("zorse planner %.4f s, exhaustive best %.4f s (%s)\n", zp.predicted_step_s, exhaustive, zp.explain.c_str());
   EXPECT_LE(zp.predicted_step_s, 1.05 * exhaustive) << zp.explain;
+}
+
+}  // namespace
+}  // namespace motley
+
+namespace motley {
+namespace {
+
+TEST(Strategies, EveryPlanFitsItsMemoryModelLowersAndRunsToTheEnd) {
+  struct Case {
+    const char* cluster;
+    const char* model;
+    int64_t seq_len, sequences;
+    Precision precision;
+  } cases[] = {{"local-emulated", "llama-1m", 128, 32, Precision::kFp32},
+               {"poplar-b", "llama-100m", 512, 64, Precision::kFp16},
+               {"zorse-a", "tinyllama-1.1b", 1024, 64, Precision::kBf16}};
+  for (const auto& k : cases) {
+    Cluster cluster = LoadCluster(k.cluster).value();
+    ModelSpec m = *FindModelPreset(k.model);
+    CostModel costs(cluster, m, nullptr, k.seq_len, k.precision, true);
+    const PlanEvaluator evaluate = SimulationEvaluator(cluster, m, costs);
+    PlanRequest req{k.sequences, k.seq_len, k.precision, true};
+    int planned = 0;
+    for (const auto& o : PlanEveryStrategy(cluster, m, costs, req, evaluate)) {
+      if (o.plan.groups.empty()) continue;  // a strategy may find nothing; it must say why
+      ++planned;
+      SCOPED_TRACE(std::string(k.cluster) + " " + o.strategy);
+      EXPECT_TRUE(o.status.ok()) << o.status.message();
+      EXPECT_TRUE(ValidatePlan(o.plan, cluster, m).ok());
+      EXPECT_EQ(o.plan.global_batch_sequences(), k.sequences);
+      Plan routed = o.plan;
+      FillZorseRouting(&routed, costs);
+      Schedule s = LowerPlan(routed, cluster, m).value();
+      EXPECT_EQ(CheckSchedule(s), "");
+      SimResult r = Simulate(s, cluster, costs).value();
+      EXPECT_TRUE(r.fits_memory) << r.oom_message;
+      EXPECT_DOUBLE_EQ(r.step_time_s, o.evaluation.step_time_s);
+    }
+    EXPECT_GE(planned, 5) << k.cluster;
+    // auto is the fastest of them.
+    StrategyOutcome best = PlanWithStrategy("auto", cluster, m, costs, req, evaluate);
+    ASSERT_TRUE(best.status.ok()) << best.status.message();
+    for (const auto& o : PlanEveryStrategy(cluster, m, costs, req, evaluate)) {
+      if (o.status.ok()) {
+        EXPECT_LE(best.evaluation.step_time_s, o.evaluation.step_time_s) << o.strategy;
+      }
+    }
+  }
 }
 
 }  // namespace
