@@ -10,44 +10,11 @@
 #include "core/builtin_files.h"
 #include "core/job_parse.h"
 #include "core/units.h"
-#include "plan/lower.h"
-#include "plan/plan_io.h"
-#include "sim/routing_costs.h"
-#include "sim/simulator.h"
+#include "plan/baselines.h"
+#include "sim/plan_evaluator.h"
 
 namespace motley::cli {
 namespace {
-
-struct PlanOutcome {
-  std::string name;
-  std::string summary;
-  SimResult result;
-};
-
-// The built-in example plans written for this job's model and cluster, simulated.
-Result<std::vector<PlanOutcome>> SimulateExamplePlans(const JobSpec& job) {
-  std::vector<PlanOutcome> out;
-  for (const auto& f : BuiltinFiles()) {
-    if (f.kind != "plans") continue;
-    MOTLEY_ASSIGN_OR_RETURN(Plan plan, ParsePlanToml(f.text, std::string(f.path)));
-    if (plan.model != job.model_ref || plan.cluster != job.cluster_ref) continue;
-    MOTLEY_RETURN_IF_ERROR(ValidatePlan(plan, job.cluster, job.model).WithPrefix(std::string(f.path) + ": "));
-    CostModel costs(job.cluster, job.model, nullptr, plan.seq_len, plan.precision, plan.activation_checkpointing);
-    FillZorseRouting(&plan, costs);
-    MOTLEY_ASSIGN_OR_RETURN(Schedule schedule, LowerPlan(plan, job.cluster, job.model));
-    MOTLEY_ASSIGN_OR_RETURN(SimResult r, Simulate(schedule, job.cluster, costs));
-    const bool data_parallel = !plan.is_pipeline() && plan.schedule != PipelineSchedule::kInterleaved;
-    std::string summary = fmt::format(
-        "{}, ZeRO-{}{}",
-        data_parallel ? std::string("data parallel")
-                      : fmt::format("{} groups, {}", plan.groups.size(), PipelineScheduleName(plan.schedule)),
-        plan.zero_stage, plan.offload_params ? ", offload" : "");
-    out.push_back({std::string(f.name), summary, std::move(r)});
-  }
-  std::sort(out.begin(), out.end(),
-            [](const PlanOutcome& a, const PlanOutcome& b) { return a.result.step_time_s < b.result.step_time_s; });
-  return out;
-}
 
 }  // namespace
 
@@ -80,26 +47,37 @@ int RunDemo(const std::vector<std::string>& args) {
     return sum;
   }() : job->cluster.total_peak_fp16_flops();
 
-  Result<std::vector<PlanOutcome>> plans = SimulateExamplePlans(*job);
-  if (!plans.ok()) {
-    fmt::print(stderr, "{}\n", plans.status().message());
+  // Plan the job with every strategy on the same cost models, each plan judged by the simulator.
+  CostModel costs(job->cluster, job->model, nullptr, t.seq_len, t.precision, t.activation_checkpointing);
+  const PlanEvaluator evaluate = SimulationEvaluator(job->cluster, job->model, costs);
+  const PlanRequest request{t.global_batch_sequences, t.seq_len, t.precision, t.activation_checkpointing};
+  std::vector<StrategyOutcome> plans = PlanEveryStrategy(job->cluster, job->model, costs, request, evaluate);
+  const StrategyOutcome* best = nullptr;
+  double even_s = 0;
+  for (const auto& p : plans) {
+    if (p.strategy == "deepspeed-even" && p.status.ok()) even_s = p.evaluation.step_time_s;
+    if (p.status.ok() && (best == nullptr || p.evaluation.step_time_s < best->evaluation.step_time_s)) best = &p;
+  }
+  if (best == nullptr) {
+    fmt::print(stderr, "motley demo: no strategy found a plan for the default job\n");
     return kExitFailure;
   }
-  double even_s = 0;
-  for (const auto& p : *plans)
-    if (p.name == "local-even-dp") even_s = p.result.step_time_s;
 
   if (json) {
     nlohmann::json sims = nlohmann::json::array();
-    for (const auto& p : *plans)
-      sims.push_back({{"plan", p.name},
-                      {"step_time_s", p.result.step_time_s},
-                      {"tokens_per_s", p.result.tokens_per_s},
-                      {"hfu", p.result.hfu},
-                      {"fits_memory", p.result.fits_memory},
-                      {"speedup_over_even_split", even_s > 0 ? even_s / p.result.step_time_s : 0}});
+    for (const auto& p : plans) {
+      if (!p.status.ok()) continue;
+      sims.push_back({{"strategy", p.strategy},
+                      {"step_time_s", p.evaluation.step_time_s},
+                      {"tokens_per_s", t.global_batch_tokens() / p.evaluation.step_time_s},
+                      {"hfu", p.evaluation.hfu},
+                      {"fits_memory", p.evaluation.fits_memory},
+                      {"speedup_over_even_split", even_s > 0 ? even_s / p.evaluation.step_time_s : 0}});
+    }
     nlohmann::json out = {{"job", file->path},
                           {"simulated_plans", sims},
+                          {"chosen", best->strategy},
+                          {"speedup_over_even_split", even_s > 0 ? even_s / best->evaluation.step_time_s : 0},
                           {"model", DescribeModelJson(job->model, t.seq_len, t.precision)},
                           {"cluster", DescribeClusterJson(job->cluster)},
                           {"steps", t.steps},
@@ -117,18 +95,33 @@ int RunDemo(const std::vector<std::string>& args) {
              job->plan.strategy);
   fmt::print("  {:.3g} FLOPs per step; at 100% of the cluster's {} peak a step would take {}\n", step_flops,
              FormatFlops(peak), FormatDuration(step_flops / peak));
-  fmt::print("\nSimulated step of the example plans for this job (examples/plans/, roofline compute model):\n");
-  TablePrinter table({"plan", "shape", "step", "tokens/s", "HFU", "memory", "vs even split"});
-  table.AlignRight({2, 3, 4, 6});
-  for (const auto& p : *plans) {
-    table.AddRow({p.name, p.summary, FormatDuration(p.result.step_time_s),
-                  fmt::format("{:.0f}", p.result.tokens_per_s), fmt::format("{:.1f}%", 100 * p.result.hfu),
-                  p.result.fits_memory ? "fits" : "OOM",
-                  even_s > 0 ? fmt::format("{:.2f}x", even_s / p.result.step_time_s) : "-"});
+  fmt::print("\nPlanned with every strategy, each plan simulated (roofline compute model):\n");
+  TablePrinter table({"strategy", "step", "tokens/s", "HFU", "memory", "vs even split", "plan"});
+  table.AlignRight({1, 2, 3, 5});
+  for (const auto& p : plans) {
+    if (!p.status.ok()) {
+      table.AddRow({p.strategy, "-", "-", "-", "no plan", "-", p.status.message().substr(0, 60)});
+      continue;
+    }
+    const Plan& plan = p.plan;
+    const bool data_parallel = !plan.is_pipeline() && plan.schedule != PipelineSchedule::kInterleaved;
+    table.AddRow({p.strategy, FormatDuration(p.evaluation.step_time_s),
+                  fmt::format("{:.0f}", t.global_batch_tokens() / p.evaluation.step_time_s),
+                  fmt::format("{:.1f}%", 100 * p.evaluation.hfu), p.evaluation.fits_memory ? "fits" : "OOM",
+                  even_s > 0 ? fmt::format("{:.2f}x", even_s / p.evaluation.step_time_s) : "-",
+                  fmt::format("{}, ZeRO-{}{}",
+                              data_parallel ? std::string("data parallel")
+                                            : fmt::format("{} group{}, {}", plan.groups.size(), plan.groups.size() == 1 ? "" : "s",
+                                                          PipelineScheduleName(plan.schedule)),
+                              plan.zero_stage, plan.offload_params ? ", offload" : "")});
   }
   fmt::print("{}", table.ToString());
-  fmt::print("\nThe job is valid. Next in motley: the planner chooses the plan itself and the runtime trains "
-             "it; this build simulates hand-written plans.\n");
+  fmt::print("\nchosen (auto): {} — {}\n", best->strategy, best->explain);
+  if (even_s > 0)
+    fmt::print("predicted speed-up over the even split: {:.2f}x ({} vs {} a step)\n",
+               even_s / best->evaluation.step_time_s, FormatDuration(best->evaluation.step_time_s),
+               FormatDuration(even_s));
+  fmt::print("\nNext in motley: the runtime trains this plan; this build plans and simulates.\n");
   return kExitOk;
 }
 

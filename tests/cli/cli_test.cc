@@ -327,18 +327,14 @@ TEST(Cli, DemoDescribesTheDefaultJob) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "cluster local-emulated: 4 devices on 2 nodes");
   EXPECT_CONTAINS(r.output, "model llama-1m");
-  EXPECT_CONTAINS(r.output, "local-poplar");
+  EXPECT_CONTAINS(r.output, "chosen (auto):");
   CliRun j = Motley("demo --json", true);
   ASSERT_EQ(j.exit_code, 0);
   auto demo = nlohmann::json::parse(j.output);
   EXPECT_EQ(demo["global_batch_tokens"], 4096);
-  ASSERT_EQ(demo["simulated_plans"].size(), 3u);
-  for (const auto& p : demo["simulated_plans"]) {
-    EXPECT_TRUE(p["fits_memory"].get<bool>());
-    if (p["plan"] != "local-even-dp") {
-      EXPECT_GT(p["speedup_over_even_split"].get<double>(), 1.5) << p["plan"];
-    }
-  }
+  EXPECT_GE(demo["simulated_plans"].size(), 5u);
+  for (const auto& p : demo["simulated_plans"]) EXPECT_TRUE(p["fits_memory"].get<bool>()) << p["strategy"];
+  EXPECT_GT(demo["speedup_over_even_split"].get<double>(), 1.5);
 }
 
 }  // namespace
