@@ -17,8 +17,10 @@ Cluster Synthetic1024() {
   const char* types[] = {"h100-sxm", "a100-80gb", "a100-40gb", "v100-32gb", "a10g", "t4"};
   std::string text = "[network]\ninter_region_bandwidth = \"10Gbps\"\n";
   for (int n = 0; n < 128; ++n) {
-    text += fmt::format("[[nodes]]\nname = \"n{}\"\ndevice = \"{}\"\ncount = 8\nnic_bandwidth = \"{}Gbps\"\nregion = \"r{}\"\n", n,
-                        types[n % 6], 25 * (1 + n % 4), n % 4);
+    text += fmt::format(
+        "[[nodes]]\nname = \"n{}\"\ndevice = \"{}\"\ncount = 8\nnic_bandwidth = \"{}Gbps\"\nregion = "
+        "\"r{}\"\n",
+        n, types[n % 6], 25 * (1 + n % 4), n % 4);
   }
   return ParseClusterToml(text, "synthetic-1024").value();
 }

@@ -57,7 +57,8 @@ void BM_Simulate128Devices(benchmark::State& state) {
     step = r.step_time_s;
   }
   state.counters["events"] = static_cast<double>(events);
-  state.counters["events_per_s"] = benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["events_per_s"] =
+      benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["simulated_step_s"] = step;
 }
 BENCHMARK(BM_Simulate128Devices)->Unit(benchmark::kMillisecond);

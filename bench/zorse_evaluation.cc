@@ -61,11 +61,13 @@ int Main(int argc, char** argv) {
                                    {"zorse-b", "llama-7b", 1024},  {"zorse-b", "llama-13b", 1024},
                                    {"zorse-b", "llama-33b", 1024}, {"zorse-c", "llama-7b", 512},
                                    {"zorse-c", "llama-13b", 512},  {"zorse-c", "llama-33b", 512}};
-  const std::vector<std::string> strategies = {"zorse", "torchtitan-het", "hexiscale", "cephalo", "poplar",
-                                               "deepspeed-even", "fastest-only"};
+  const std::vector<std::string> strategies = {"zorse",  "torchtitan-het", "hexiscale",   "cephalo",
+                                               "poplar", "deepspeed-even", "fastest-only"};
   std::string table =
-      "| cluster | model | motley zorse | auto (strategy) | torchtitan-het | hexiscale | cephalo | poplar | deepspeed-even | "
-      "fastest-only | paper: Zorse / TT-Het / HexiScale / Cephalo | zorse vs paper Zorse | ordering as paper |\n"
+      "| cluster | model | motley zorse | auto (strategy) | torchtitan-het | hexiscale | cephalo | poplar | "
+      "deepspeed-even | "
+      "fastest-only | paper: Zorse / TT-Het / HexiScale / Cephalo | zorse vs paper Zorse | ordering as paper "
+      "|\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<std::pair<std::string, std::vector<double>>> plot;  // label -> tflops per strategy
   const auto start = std::chrono::steady_clock::now();
@@ -93,12 +95,13 @@ int Main(int argc, char** argv) {
       if (tflops(baselines[i]) >= tflops("zorse")) ordering = false;
       if ((paper[i + 1] == 0) != (tflops(baselines[i]) == 0)) ordering = false;
     }
-    table += fmt::format("| {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} / {} / {} / {} | {:.2f}x | {} |\n",
-                         cell.cluster, cell.model, Cellf(tflops("zorse")), Cellf(tflops(best)), best,
-                         Cellf(tflops("torchtitan-het")), Cellf(tflops("hexiscale")), Cellf(tflops("cephalo")),
-                         Cellf(tflops("poplar")), Cellf(tflops("deepspeed-even")), Cellf(tflops("fastest-only")),
-                         Cellf(paper[0]), Cellf(paper[1]), Cellf(paper[2]), Cellf(paper[3]),
-                         paper[0] > 0 ? tflops("zorse") / paper[0] : 0, ordering ? "yes" : "no");
+    table += fmt::format(
+        "| {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} / {} / {} / {} | {:.2f}x | {} |\n",
+        cell.cluster, cell.model, Cellf(tflops("zorse")), Cellf(tflops(best)), best,
+        Cellf(tflops("torchtitan-het")), Cellf(tflops("hexiscale")), Cellf(tflops("cephalo")),
+        Cellf(tflops("poplar")), Cellf(tflops("deepspeed-even")), Cellf(tflops("fastest-only")),
+        Cellf(paper[0]), Cellf(paper[1]), Cellf(paper[2]), Cellf(paper[3]),
+        paper[0] > 0 ? tflops("zorse") / paper[0] : 0, ordering ? "yes" : "no");
     std::vector<double> row;
     for (const auto& s : strategies) row.push_back(tflops(s));
     plot.push_back({fmt::format("{} {}", cell.cluster.substr(6), cell.model.substr(6)), row});
@@ -114,31 +117,39 @@ int Main(int argc, char** argv) {
   for (const auto& [label, row] : plot)
     for (double v : row) top = std::max(top, v);
   const int bar = 9, gap = 18, height = 320, left = 50;
-  const int width = left + static_cast<int>(plot.size()) * (static_cast<int>(strategies.size()) * bar + gap) + 20;
-  std::string svg = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='10'>\n",
-                                width, height + 110);
-  svg += fmt::format("<text x='{}' y='14' font-size='13'>Simulated TFLOPs per strategy (Zorse clusters, 1M-token batch, measured layer times)</text>\n", left);
+  const int width =
+      left + static_cast<int>(plot.size()) * (static_cast<int>(strategies.size()) * bar + gap) + 20;
+  std::string svg = fmt::format(
+      "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' "
+      "font-size='10'>\n",
+      width, height + 110);
+  svg += fmt::format(
+      "<text x='{}' y='14' font-size='13'>Simulated TFLOPs per strategy (Zorse clusters, 1M-token batch, "
+      "measured layer times)</text>\n",
+      left);
   for (size_t c = 0; c < plot.size(); ++c) {
     const int x0 = left + static_cast<int>(c) * (static_cast<int>(strategies.size()) * bar + gap);
     for (size_t s = 0; s < strategies.size(); ++s) {
       const double h = plot[c].second[s] / top * height;
-      svg += fmt::format("<rect x='{}' y='{:.1f}' width='{}' height='{:.1f}' fill='{}'/>\n", x0 + static_cast<int>(s) * bar,
-                         20 + height - h, bar - 1, h, colors[s]);
+      svg += fmt::format("<rect x='{}' y='{:.1f}' width='{}' height='{:.1f}' fill='{}'/>\n",
+                         x0 + static_cast<int>(s) * bar, 20 + height - h, bar - 1, h, colors[s]);
     }
-    svg += fmt::format("<text x='{}' y='{}' transform='rotate(40 {} {})'>{}</text>\n", x0, height + 34, x0, height + 34,
-                       plot[c].first);
+    svg += fmt::format("<text x='{}' y='{}' transform='rotate(40 {} {})'>{}</text>\n", x0, height + 34, x0,
+                       height + 34, plot[c].first);
   }
   for (size_t s = 0; s < strategies.size(); ++s)
-    svg += fmt::format("<rect x='{}' y='{}' width='10' height='10' fill='{}'/><text x='{}' y='{}'>{}</text>\n",
-                       left + static_cast<int>(s) * 110, height + 90, colors[s], left + static_cast<int>(s) * 110 + 14,
-                       height + 99, strategies[s]);
+    svg +=
+        fmt::format("<rect x='{}' y='{}' width='10' height='10' fill='{}'/><text x='{}' y='{}'>{}</text>\n",
+                    left + static_cast<int>(s) * 110, height + 90, colors[s],
+                    left + static_cast<int>(s) * 110 + 14, height + 99, strategies[s]);
   svg += fmt::format("<text x='4' y='28'>{:.0f}</text><text x='4' y='{}'>0</text>\n", top, height + 20);
   svg += "</svg>\n";
 
   std::filesystem::create_directories(argv[2]);
   const std::string dir = argv[2];
   std::ofstream(dir + "/zorse_evaluation.svg") << svg;
-  std::ofstream(dir + "/zorse_evaluation_table.md") << table << fmt::format("\n(planned and simulated in {:.0f} s)\n", seconds);
+  std::ofstream(dir + "/zorse_evaluation_table.md")
+      << table << fmt::format("\n(planned and simulated in {:.0f} s)\n", seconds);
   // bench/reports/zorse_evaluation.md holds this table with the analysis of every disagreement.
   std::printf("%s", table.c_str());
   return 0;

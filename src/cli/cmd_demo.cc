@@ -14,9 +14,7 @@
 #include "sim/plan_evaluator.h"
 
 namespace motley::cli {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 int RunDemo(const std::vector<std::string>& args) {
   CLI::App app(
@@ -56,7 +54,8 @@ int RunDemo(const std::vector<std::string>& args) {
   double even_s = 0;
   for (const auto& p : plans) {
     if (p.strategy == "deepspeed-even" && p.status.ok()) even_s = p.evaluation.step_time_s;
-    if (p.status.ok() && (best == nullptr || p.evaluation.step_time_s < best->evaluation.step_time_s)) best = &p;
+    if (p.status.ok() && (best == nullptr || p.evaluation.step_time_s < best->evaluation.step_time_s))
+      best = &p;
   }
   if (best == nullptr) {
     fmt::print(stderr, "motley demo: no strategy found a plan for the default job\n");
@@ -111,7 +110,8 @@ int RunDemo(const std::vector<std::string>& args) {
                   even_s > 0 ? fmt::format("{:.2f}x", even_s / p.evaluation.step_time_s) : "-",
                   fmt::format("{}, ZeRO-{}{}",
                               data_parallel ? std::string("data parallel")
-                                            : fmt::format("{} group{}, {}", plan.groups.size(), plan.groups.size() == 1 ? "" : "s",
+                                            : fmt::format("{} group{}, {}", plan.groups.size(),
+                                                          plan.groups.size() == 1 ? "" : "s",
                                                           PipelineScheduleName(plan.schedule)),
                               plan.zero_stage, plan.offload_params ? ", offload" : "")});
   }

@@ -32,8 +32,9 @@ nlohmann::json OutcomeJson(const StrategyOutcome& o, int64_t tokens) {
     }
     for (const auto& r : g.ministages) ministages.push_back({r.begin, r.end});
     groups.push_back({{"devices", devices},
-                      {"layers", {g.ministages.empty() ? 0 : g.ministages.front().begin,
-                                  g.ministages.empty() ? 0 : g.ministages.back().end}},
+                      {"layers",
+                       {g.ministages.empty() ? 0 : g.ministages.front().begin,
+                        g.ministages.empty() ? 0 : g.ministages.back().end}},
                       {"ministages", ministages},
                       {"num_ministages", g.ministages.size()},
                       {"microbatch_size", g.devices.empty() ? 0 : g.devices.front().microbatch_size},
@@ -41,16 +42,17 @@ nlohmann::json OutcomeJson(const StrategyOutcome& o, int64_t tokens) {
                       {"tp_degree", g.tp_degree}});
   }
   const bool has_plan = !o.plan.groups.empty();
-  nlohmann::json j = {{"strategy", o.strategy},
-                      {"step_time_s", has_plan ? nlohmann::json(o.evaluation.step_time_s) : nullptr},
-                      {"tokens_per_s", has_plan ? nlohmann::json(tokens / o.evaluation.step_time_s) : nullptr},
-                      {"tflops", o.evaluation.tflops},
-                      {"hfu", o.evaluation.hfu},
-                      {"fits_memory", has_plan && o.evaluation.fits_memory},
-                      {"zero_stage", o.plan.zero_stage},
-                      {"schedule", PipelineScheduleName(o.plan.schedule)},
-                      {"groups", groups},
-                      {"explain", o.explain}};
+  nlohmann::json j = {
+      {"strategy", o.strategy},
+      {"step_time_s", has_plan ? nlohmann::json(o.evaluation.step_time_s) : nullptr},
+      {"tokens_per_s", has_plan ? nlohmann::json(tokens / o.evaluation.step_time_s) : nullptr},
+      {"tflops", o.evaluation.tflops},
+      {"hfu", o.evaluation.hfu},
+      {"fits_memory", has_plan && o.evaluation.fits_memory},
+      {"zero_stage", o.plan.zero_stage},
+      {"schedule", PipelineScheduleName(o.plan.schedule)},
+      {"groups", groups},
+      {"explain", o.explain}};
   if (!o.status.ok()) j["error"] = o.status.message();
   return j;
 }
@@ -58,26 +60,32 @@ nlohmann::json OutcomeJson(const StrategyOutcome& o, int64_t tokens) {
 }  // namespace
 
 int RunPlan(const std::vector<std::string>& args) {
-  CLI::App app("Choose how to train: the plan with the shortest simulated step that fits, from the strategy "
-               "you name or from all of them (auto).",
-               "motley plan");
+  CLI::App app(
+      "Choose how to train: the plan with the shortest simulated step that fits, from the strategy "
+      "you name or from all of them (auto).",
+      "motley plan");
   std::string cluster_ref, model_ref, strategy = "auto", profile_path, out_path;
   int64_t seq_len = 0, global_batch_tokens = 0;
   bool compare = false, explain = false, json = false;
   std::string precision_name = "bf16";
   app.add_option("--cluster", cluster_ref, "a cluster file or built-in cluster name")->required();
   app.add_option("--model", model_ref, "a preset, model .toml or Hugging Face config.json")->required();
-  app.add_option("--seq-len", seq_len, "tokens per sequence")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--seq-len", seq_len, "tokens per sequence")
+      ->required()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--global-batch-tokens", global_batch_tokens, "tokens per step (a multiple of --seq-len)")
       ->required()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  app.add_option("--strategy", strategy, "auto|zorse|poplar|torchtitan-het|hexiscale|cephalo|deepspeed-even|fastest-only")
+  app.add_option("--strategy", strategy,
+                 "auto|zorse|poplar|torchtitan-het|hexiscale|cephalo|deepspeed-even|fastest-only")
       ->check(CLI::IsMember(StrategyNames()));
   app.add_option("--precision", precision_name, "fp32, bf16 or fp16 (default bf16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  app.add_option("--profile", profile_path, "measured layer times (motley profile or Zorse's model_latencies.json)");
+  app.add_option("--profile", profile_path,
+                 "measured layer times (motley profile or Zorse's model_latencies.json)");
   app.add_flag("--compare", compare, "one row per strategy");
-  app.add_flag("--explain", explain, "why the cut, layer split, microbatch size and ministage count were chosen");
+  app.add_flag("--explain", explain,
+               "why the cut, layer split, microbatch size and ministage count were chosen");
   app.add_flag("--json", json, "print JSON");
   app.add_option("-o,--output", out_path, "write the chosen plan (TOML, or JSON for .json)");
   if (auto rc = ParseArgs(app, args)) return *rc;
@@ -88,11 +96,13 @@ int RunPlan(const std::vector<std::string>& args) {
   };
   if (global_batch_tokens % seq_len != 0) {
     fmt::print(stderr,
-               "motley plan: --global-batch-tokens ({}) is not a multiple of --seq-len ({}): {} / {} = {:.2f}; use {} "
+               "motley plan: --global-batch-tokens ({}) is not a multiple of --seq-len ({}): {} / {} = "
+               "{:.2f}; use {} "
                "or {}\n",
                global_batch_tokens, seq_len, global_batch_tokens, seq_len,
                static_cast<double>(global_batch_tokens) / seq_len,
-               std::max<int64_t>(1, global_batch_tokens / seq_len) * seq_len, (global_batch_tokens / seq_len + 1) * seq_len);
+               std::max<int64_t>(1, global_batch_tokens / seq_len) * seq_len,
+               (global_batch_tokens / seq_len + 1) * seq_len);
     return kExitUsage;
   }
   Result<Cluster> cluster = LoadCluster(cluster_ref);
@@ -108,8 +118,9 @@ int RunPlan(const std::vector<std::string>& args) {
   PlanRequest request;
   request.global_batch_sequences = global_batch_tokens / seq_len;
   request.seq_len = seq_len;
-  request.precision = precision_name == "fp32" ? Precision::kFp32 : precision_name == "fp16" ? Precision::kFp16
-                                                                                             : Precision::kBf16;
+  request.precision = precision_name == "fp32"   ? Precision::kFp32
+                      : precision_name == "fp16" ? Precision::kFp16
+                                                 : Precision::kBf16;
   CostModel costs(*cluster, *model, profile ? &*profile : nullptr, seq_len, request.precision, true);
   const PlanEvaluator evaluate = SimulationEvaluator(*cluster, *model, costs);
 
@@ -120,7 +131,8 @@ int RunPlan(const std::vector<std::string>& args) {
     chosen.status = Status::Infeasible("no strategy found a plan that fits");
     for (const auto& o : rows) {
       if (strategy != "auto" && o.strategy != strategy) continue;
-      if (o.status.ok() && (!chosen.status.ok() || o.evaluation.step_time_s < chosen.evaluation.step_time_s)) chosen = o;
+      if (o.status.ok() && (!chosen.status.ok() || o.evaluation.step_time_s < chosen.evaluation.step_time_s))
+        chosen = o;
     }
   } else {
     chosen = PlanWithStrategy(strategy, *cluster, *model, costs, request, evaluate);
@@ -156,16 +168,19 @@ int RunPlan(const std::vector<std::string>& args) {
                 has ? fmt::format("{:.0f}", tokens / o.evaluation.step_time_s) : "-",
                 has ? fmt::format("{:.1f}", o.evaluation.tflops) : "-",
                 has ? fmt::format("{:.1f}%", 100 * o.evaluation.hfu) : "-",
-                !has ? "no plan" : o.evaluation.fits_memory ? "fits" : "OOM: " + o.evaluation.oom});
+                !has                       ? "no plan"
+                : o.evaluation.fits_memory ? "fits"
+                                           : "OOM: " + o.evaluation.oom});
     }
     fmt::print("{}\n", t.ToString());
     if (explain)
-      for (const auto& o : rows) fmt::print("{}: {}\n", o.strategy, o.status.ok() ? o.explain : o.status.message());
+      for (const auto& o : rows)
+        fmt::print("{}: {}\n", o.strategy, o.status.ok() ? o.explain : o.status.message());
   }
   if (!chosen.status.ok()) return fail(chosen.status);
-  fmt::print("plan: {} on {} ({} devices), {}: {} groups, ZeRO-{}, {} schedule\n", chosen.strategy, cluster->name,
-             chosen.plan.num_devices(), model->name, chosen.plan.groups.size(), chosen.plan.zero_stage,
-             PipelineScheduleName(chosen.plan.schedule));
+  fmt::print("plan: {} on {} ({} devices), {}: {} groups, ZeRO-{}, {} schedule\n", chosen.strategy,
+             cluster->name, chosen.plan.num_devices(), model->name, chosen.plan.groups.size(),
+             chosen.plan.zero_stage, PipelineScheduleName(chosen.plan.schedule));
   fmt::print("predicted step {} | {:.0f} tokens/s | {:.1f} TFLOPS | HFU {:.1f}%\n",
              FormatDuration(chosen.evaluation.step_time_s), tokens / chosen.evaluation.step_time_s,
              chosen.evaluation.tflops, 100 * chosen.evaluation.hfu);

@@ -10,9 +10,10 @@
 namespace motley::cli {
 
 int RunSchedule(const std::vector<std::string>& args) {
-  CLI::App app("Lower a plan to its schedule: one op program per rank, each op with its stream, work, "
-               "memory effects and dependencies.",
-               "motley schedule");
+  CLI::App app(
+      "Lower a plan to its schedule: one op program per rank, each op with its stream, work, "
+      "memory effects and dependencies.",
+      "motley schedule");
   std::string plan_path, cluster, model;
   bool json = false;
   app.add_option("--plan", plan_path, "a plan file (.toml or .json)")->required();

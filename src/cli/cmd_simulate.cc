@@ -16,9 +16,10 @@
 namespace motley::cli {
 
 int RunSimulate(const std::vector<std::string>& args) {
-  CLI::App app("Simulate one training step of a plan: step time, tokens/s, TFLOPs, HFU, per-device busy "
-               "time and peak memory, and a Chrome trace.",
-               "motley simulate");
+  CLI::App app(
+      "Simulate one training step of a plan: step time, tokens/s, TFLOPs, HFU, per-device busy "
+      "time and peak memory, and a Chrome trace.",
+      "motley simulate");
   std::string plan_path, cluster, model, profile_path, trace_path;
   bool json = false;
   app.add_option("--plan", plan_path, "a plan file (.toml or .json)")->required();
@@ -74,11 +75,16 @@ int RunSimulate(const std::vector<std::string>& args) {
                          {"out_of_memory", d.out_of_memory},
                          {"peak_host_bytes", d.peak_host_bytes}});
     }
-    nlohmann::json out = {{"step_time_s", r->step_time_s},   {"tokens_per_s", r->tokens_per_s},
-                          {"tflops", r->tflops},             {"hfu", r->hfu},
-                          {"mfu", r->mfu},                   {"fits_memory", r->fits_memory},
-                          {"oom", r->oom_message},           {"num_ops", s->num_ops()},
-                          {"global_batch_tokens", s->global_batch_tokens}, {"devices", devices}};
+    nlohmann::json out = {{"step_time_s", r->step_time_s},
+                          {"tokens_per_s", r->tokens_per_s},
+                          {"tflops", r->tflops},
+                          {"hfu", r->hfu},
+                          {"mfu", r->mfu},
+                          {"fits_memory", r->fits_memory},
+                          {"oom", r->oom_message},
+                          {"num_ops", s->num_ops()},
+                          {"global_batch_tokens", s->global_batch_tokens},
+                          {"devices", devices}};
     fmt::print("{}\n", out.dump(2));
     return kExitOk;
   }
@@ -94,8 +100,8 @@ int RunSimulate(const std::vector<std::string>& args) {
   for (const auto& d : r->devices) {
     t.AddRow({std::to_string(d.rank), std::to_string(d.device), d.device_type,
               fmt::format("{:.1f}%", 100 * d.busy_fraction),
-              FormatBytes(d.peak_memory_bytes) + (d.out_of_memory ? " OOM" : ""), FormatBytes(d.capacity_bytes),
-              FormatBytes(d.peak_host_bytes), d.compute_source});
+              FormatBytes(d.peak_memory_bytes) + (d.out_of_memory ? " OOM" : ""),
+              FormatBytes(d.capacity_bytes), FormatBytes(d.peak_host_bytes), d.compute_source});
   }
   fmt::print("{}", t.ToString());
   if (!r->fits_memory) fmt::print("\nout of memory: {}\n", r->oom_message);

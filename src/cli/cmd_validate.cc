@@ -41,18 +41,20 @@ int RunValidate(const std::vector<std::string>& args) {
   if (auto rc = ParseArgs(app, args)) return *rc;
 
   int num_invalid = 0;
+  auto report = [&](const std::string& file, const Result<std::string>& summary) {
+    if (summary.ok()) {
+      fmt::print("ok       {}  ({})\n", file, *summary);
+      return;
+    }
+    ++num_invalid;
+    fmt::print("invalid  {}\n", file);
+    std::fflush(stdout);
+    fmt::print(stderr, "{}\n", summary.status().message());
+  };
   for (const auto& file : files) {
     Result<std::string> text = ReadTextFile(file);
     if (text.ok() && (kind_name == "plan" || (kind_name.empty() && LooksLikePlan(*text)))) {
-      Result<std::string> summary = ValidatePlanFile(file);
-      if (summary.ok()) {
-        fmt::print("ok       {}  ({})\n", file, *summary);
-      } else {
-        ++num_invalid;
-        fmt::print("invalid  {}\n", file);
-        std::fflush(stdout);
-        fmt::print(stderr, "{}\n", summary.status().message());
-      }
+      report(file, ValidatePlanFile(file));
       continue;
     }
     Result<ConfigKind> kind = !text.ok()               ? Result<ConfigKind>(text.status())
@@ -60,16 +62,7 @@ int RunValidate(const std::vector<std::string>& args) {
                               : kind_name == "model"   ? ConfigKind::kModel
                               : kind_name == "job"     ? ConfigKind::kJob
                                                        : DetectConfigKind(*text, file);
-    Result<std::string> summary =
-        kind.ok() ? ValidateConfigText(*text, file, *kind) : Result<std::string>(kind.status());
-    if (summary.ok()) {
-      fmt::print("ok       {}  ({})\n", file, *summary);
-    } else {
-      ++num_invalid;
-      fmt::print("invalid  {}\n", file);
-      std::fflush(stdout);
-      fmt::print(stderr, "{}\n", summary.status().message());
-    }
+    report(file, kind.ok() ? ValidateConfigText(*text, file, *kind) : Result<std::string>(kind.status()));
   }
   if (num_invalid > 0) {
     fmt::print(stderr, "{} of {} file(s) invalid\n", num_invalid, files.size());

@@ -29,9 +29,11 @@ Result<PlanInputs> LoadPlanInputs(const std::string& plan_path, const std::strin
   const std::string cluster_ref = !cluster_flag.empty() ? cluster_flag : Resolve(plan_path, in.plan.cluster);
   const std::string model_ref = !model_flag.empty() ? model_flag : Resolve(plan_path, in.plan.model);
   if (cluster_ref.empty())
-    return Status::InvalidArgument(fmt::format("{}: the plan names no cluster; pass --cluster FILE", plan_path));
+    return Status::InvalidArgument(
+        fmt::format("{}: the plan names no cluster; pass --cluster FILE", plan_path));
   if (model_ref.empty())
-    return Status::InvalidArgument(fmt::format("{}: the plan names no model; pass --model NAME|FILE", plan_path));
+    return Status::InvalidArgument(
+        fmt::format("{}: the plan names no model; pass --model NAME|FILE", plan_path));
   MOTLEY_ASSIGN_OR_RETURN(in.cluster, LoadCluster(cluster_ref));
   MOTLEY_ASSIGN_OR_RETURN(in.model, LoadModel(model_ref));
   MOTLEY_RETURN_IF_ERROR(ValidatePlan(in.plan, in.cluster, in.model).WithPrefix(plan_path + ": "));

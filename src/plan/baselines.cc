@@ -20,7 +20,8 @@ StrategyOutcome Failed(const std::string& strategy, Status status) {
 }
 
 // Evaluates a plan and fills the outcome.
-StrategyOutcome Evaluated(const std::string& strategy, Plan plan, std::string explain, const PlanEvaluator& evaluate) {
+StrategyOutcome Evaluated(const std::string& strategy, Plan plan, std::string explain,
+                          const PlanEvaluator& evaluate) {
   plan.strategy = strategy;
   Result<PlanEvaluation> e = evaluate(plan);
   if (!e.ok()) return Failed(strategy, e.status());
@@ -52,8 +53,13 @@ StrategyOutcome PoplarBest(const std::string& strategy, int first, int last, con
                            const PlanRequest& request, const PlanEvaluator& evaluate) {
   StrategyOutcome best = Failed(strategy, Status::Infeasible(strategy + ": no ZeRO stage fits"));
   for (int stage = first; stage <= last; ++stage) {
-    PoplarRequest r{request.global_batch_sequences, request.seq_len, request.precision,
-                    request.activation_checkpointing, stage, devices, 256};
+    PoplarRequest r{request.global_batch_sequences,
+                    request.seq_len,
+                    request.precision,
+                    request.activation_checkpointing,
+                    stage,
+                    devices,
+                    256};
     Result<PoplarPlan> p = PlanPoplar(cluster, model, costs, r);
     if (!p.ok()) {
       if (!best.status.ok() && best.plan.groups.empty()) best = Failed(strategy, p.status());
@@ -70,12 +76,19 @@ StrategyOutcome DeepSpeedEven(const Cluster& cluster, const ModelSpec& model, co
                               const PlanEvaluator& evaluate) {
   const std::vector<int> devices = AllDevices(cluster);
   const int64_t n = static_cast<int64_t>(devices.size());
-  StrategyOutcome best = Failed("deepspeed-even", Status::Infeasible("deepspeed-even: no ZeRO stage fits one sequence"));
+  StrategyOutcome best =
+      Failed("deepspeed-even", Status::Infeasible("deepspeed-even: no ZeRO stage fits one sequence"));
   for (int stage = 0; stage <= 3; ++stage) {
     const int layers = static_cast<int>(model.num_layers);
-    const double unit = static_cast<double>(ParamsPerLayer(model) + std::max(EmbeddingParams(model), HeadParams(model)));
-    DataParallelMemoryInput mem{&model, request.precision, stage, static_cast<int>(n), request.seq_len,
-                                request.activation_checkpointing, stage >= 2 ? unit : 0};
+    const double unit =
+        static_cast<double>(ParamsPerLayer(model) + std::max(EmbeddingParams(model), HeadParams(model)));
+    DataParallelMemoryInput mem{&model,
+                                request.precision,
+                                stage,
+                                static_cast<int>(n),
+                                request.seq_len,
+                                request.activation_checkpointing,
+                                stage >= 2 ? unit : 0};
     int64_t mbs = std::numeric_limits<int64_t>::max();
     for (int d : devices) mbs = std::min(mbs, DataParallelMaxMicrobatch(mem, cluster.memory_bytes(d), 256));
     if (mbs < 1) continue;
@@ -88,7 +101,8 @@ StrategyOutcome DeepSpeedEven(const Cluster& cluster, const ModelSpec& model, co
     GroupPlan g;
     g.ministages = stage >= 2 ? SplitLayers(0, layers, layers) : std::vector<LayerRange>{{0, layers}};
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t share = request.global_batch_sequences / n + (i < request.global_batch_sequences % n ? 1 : 0);
+      const int64_t share =
+          request.global_batch_sequences / n + (i < request.global_batch_sequences % n ? 1 : 0);
       DevicePlan d{devices[i], std::max<int64_t>(1, std::min(mbs, share)), 0, 0};
       if (share > 0) {
         d.num_microbatches = (share + d.microbatch_size - 1) / d.microbatch_size;
@@ -99,8 +113,8 @@ StrategyOutcome DeepSpeedEven(const Cluster& cluster, const ModelSpec& model, co
     }
     p.groups = {g};
     StrategyOutcome o = Evaluated("deepspeed-even", p,
-                                  fmt::format("ZeRO-{}, {} sequences per device in microbatches of up to {}", stage,
-                                              request.global_batch_sequences / n, mbs),
+                                  fmt::format("ZeRO-{}, {} sequences per device in microbatches of up to {}",
+                                              stage, request.global_batch_sequences / n, mbs),
                                   evaluate);
     if (Better(o, best)) best = std::move(o);
   }
@@ -111,7 +125,8 @@ StrategyOutcome FastestOnly(const Cluster& cluster, const ModelSpec& model, cons
                             const PlanRequest& request, const PlanEvaluator& evaluate) {
   auto peak = [&](int d) {
     const GpuSpec& s = cluster.spec(d);
-    return (request.precision == Precision::kFp32 ? s.peak_fp32_flops : s.peak_fp16_flops) / costs.Slowdown(d);
+    return (request.precision == Precision::kFp32 ? s.peak_fp32_flops : s.peak_fp16_flops) /
+           costs.Slowdown(d);
   };
   double fastest = 0;
   for (int d = 0; d < cluster.num_devices(); ++d) fastest = std::max(fastest, peak(d));
@@ -120,12 +135,14 @@ StrategyOutcome FastestOnly(const Cluster& cluster, const ModelSpec& model, cons
     if (peak(d) == fastest) devices.push_back(d);
   StrategyOutcome o = PoplarBest("fastest-only", 0, 3, devices, cluster, model, costs, request, evaluate);
   if (o.status.ok() || !o.plan.groups.empty())
-    o.explain = fmt::format("only the {} {} device(s); {}", devices.size(), cluster.spec(devices[0]).name, o.explain);
+    o.explain =
+        fmt::format("only the {} {} device(s); {}", devices.size(), cluster.spec(devices[0]).name, o.explain);
   return o;
 }
 
 StrategyOutcome Pipelines(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
-                          const PlannerCosts& costs, const PlanRequest& request, const PlanEvaluator& evaluate) {
+                          const PlannerCosts& costs, const PlanRequest& request,
+                          const PlanEvaluator& evaluate) {
   ZorseRequest z;
   z.global_batch_sequences = request.global_batch_sequences;
   z.seq_len = request.seq_len;
@@ -164,9 +181,12 @@ StrategyOutcome TorchTitanHet(const Cluster& cluster, const ModelSpec& model, co
     for (auto& c : candidates) c.why = fmt::format("mesh pp={}: {}", pp, c.why);
     all.insert(all.end(), candidates.begin(), candidates.end());
   }
-  if (all.empty()) return Failed("torchtitan-het", Status::Infeasible("torchtitan-het: no symmetric mesh fits"));
-  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.model_step_s < b.model_step_s; });
-  StrategyOutcome best = Failed("torchtitan-het", Status::Infeasible("torchtitan-het: no mesh fits in the simulator"));
+  if (all.empty())
+    return Failed("torchtitan-het", Status::Infeasible("torchtitan-het: no symmetric mesh fits"));
+  std::sort(all.begin(), all.end(),
+            [](const auto& a, const auto& b) { return a.model_step_s < b.model_step_s; });
+  StrategyOutcome best =
+      Failed("torchtitan-het", Status::Infeasible("torchtitan-het: no mesh fits in the simulator"));
   for (size_t i = 0; i < std::min<size_t>(all.size(), 6); ++i) {
     StrategyOutcome o = Evaluated("torchtitan-het", all[i].plan, all[i].why, evaluate);
     if (Better(o, best)) best = std::move(o);
@@ -177,16 +197,19 @@ StrategyOutcome TorchTitanHet(const Cluster& cluster, const ModelSpec& model, co
 }  // namespace
 
 StrategyOutcome PlanWithStrategy(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
-                                 const PlannerCosts& costs, const PlanRequest& request, const PlanEvaluator& evaluate) {
+                                 const PlannerCosts& costs, const PlanRequest& request,
+                                 const PlanEvaluator& evaluate) {
   if (strategy == "auto") {
     std::vector<StrategyOutcome> all = PlanEveryStrategy(cluster, model, costs, request, evaluate);
     StrategyOutcome best = Failed("auto", Status::Infeasible("auto: no strategy found a plan that fits"));
     for (auto& o : all)
       if (!o.plan.groups.empty() && Better(o, best)) best = o;
-    if (!best.plan.groups.empty()) best.explain = fmt::format("best of every strategy: {} ({})", best.strategy, best.explain);
+    if (!best.plan.groups.empty())
+      best.explain = fmt::format("best of every strategy: {} ({})", best.strategy, best.explain);
     return best;
   }
-  if (strategy == "zorse" || strategy == "hexiscale") return Pipelines(strategy, cluster, model, costs, request, evaluate);
+  if (strategy == "zorse" || strategy == "hexiscale")
+    return Pipelines(strategy, cluster, model, costs, request, evaluate);
   if (strategy == "poplar")
     return PoplarBest("poplar", 0, 3, AllDevices(cluster), cluster, model, costs, request, evaluate);
   if (strategy == "cephalo")
@@ -197,8 +220,9 @@ StrategyOutcome PlanWithStrategy(const std::string& strategy, const Cluster& clu
   return Failed(strategy, Status::InvalidArgument(fmt::format("unknown strategy '{}'", strategy)));
 }
 
-std::vector<StrategyOutcome> PlanEveryStrategy(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
-                                               const PlanRequest& request, const PlanEvaluator& evaluate) {
+std::vector<StrategyOutcome> PlanEveryStrategy(const Cluster& cluster, const ModelSpec& model,
+                                               const PlannerCosts& costs, const PlanRequest& request,
+                                               const PlanEvaluator& evaluate) {
   std::vector<StrategyOutcome> out;
   for (const auto& name : StrategyNames())
     if (name != "auto") out.push_back(PlanWithStrategy(name, cluster, model, costs, request, evaluate));

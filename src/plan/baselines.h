@@ -27,7 +27,7 @@ struct PlanRequest {
 
 struct StrategyOutcome {
   std::string strategy;
-  Status status;      // why it has no plan, when it has none
+  Status status;  // why it has no plan, when it has none
   Plan plan;
   PlanEvaluation evaluation;
   std::string explain;
@@ -35,10 +35,12 @@ struct StrategyOutcome {
 
 /// One strategy by name ("auto" included). The outcome's status says when it found nothing.
 StrategyOutcome PlanWithStrategy(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
-                                 const PlannerCosts& costs, const PlanRequest& request, const PlanEvaluator& evaluate);
+                                 const PlannerCosts& costs, const PlanRequest& request,
+                                 const PlanEvaluator& evaluate);
 
 /// Every strategy but "auto", in the order of StrategyNames().
-std::vector<StrategyOutcome> PlanEveryStrategy(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
-                                               const PlanRequest& request, const PlanEvaluator& evaluate);
+std::vector<StrategyOutcome> PlanEveryStrategy(const Cluster& cluster, const ModelSpec& model,
+                                               const PlannerCosts& costs, const PlanRequest& request,
+                                               const PlanEvaluator& evaluate);
 
 }  // namespace motley

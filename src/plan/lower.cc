@@ -1,4 +1,5 @@
 #include "plan/lower.h"
+#include "plan/pipeline_order.h"
 
 #include <algorithm>
 #include <map>
@@ -13,20 +14,13 @@ namespace {
 
 constexpr double kAdamFlopsPerParam = 12;  // AdamW update: moments, bias correction, decay, write
 
-// One unit of work of a group: the forward or backward of a virtual stage on one microbatch.
-struct Task {
-  bool backward = false;
-  int v = 0;       // virtual stage
-  int64_t m = 0;   // microbatch (global index)
-};
-
 // How parameters and gradients move, derived once from the plan (see lower.h).
 struct Policy {
-  bool data_parallel = false;        // one group, not interleaved: Poplar-style order
-  bool offload_params = false;       // shard on host, prefetched per visit
+  bool data_parallel = false;          // one group, not interleaved: Poplar-style order
+  bool offload_params = false;         // shard on host, prefetched per visit
   bool gather_per_microbatch = false;  // ZeRO-3 in data parallelism
-  bool gather_per_visit = false;     // pipelines with ZeRO-3 or offload: once per ministage per pass
-  bool gather_once = false;          // 1F1B pipelines with ZeRO-3: once per step, kept
+  bool gather_per_visit = false;       // pipelines with ZeRO-3 or offload: once per ministage per pass
+  bool gather_once = false;            // 1F1B pipelines with ZeRO-3: once per step, kept
   bool reduce_per_microbatch = false;  // ZeRO-2/3 in data parallelism
 };
 
@@ -40,8 +34,6 @@ class Lowerer {
  private:
   // ---- Set-up ----
   Status Setup();
-  std::vector<Task> PipelineOrder() const;
-  std::vector<std::vector<Task>> GroupSequences() const;
 
   // ---- Sizes ----
   double Tokens(int64_t m) const { return static_cast<double>(sequences_[m]) * plan_.seq_len; }
@@ -77,7 +69,9 @@ class Lowerer {
   void EmitFinishForward(int g, int v);
   void EmitFinishBackward(int g, int v);
   void EmitReduceAndStep(int g, int v);
-  int64_t Tag(bool backward, int v, int64_t m) const { return ((backward ? 1 : 0) * num_vstages_ + v) * num_mb_ + m; }
+  int64_t Tag(bool backward, int v, int64_t m) const {
+    return ((backward ? 1 : 0) * num_vstages_ + v) * num_mb_ + m;
+  }
   int RankOf(int v, int64_t m) const { return routing_rank_[vstages_[v].group][m]; }
 
   const Plan& plan_;
@@ -88,28 +82,29 @@ class Lowerer {
   std::vector<VirtualStage> vstages_;
   int num_vstages_ = 0;
   int64_t num_mb_ = 0;
-  std::vector<int64_t> sequences_;                // per microbatch
-  std::vector<int> local_index_;                  // data parallelism: index of the microbatch on its device
-  std::vector<std::vector<int>> routing_rank_;    // [group][microbatch] -> rank
-  std::vector<std::vector<int>> group_ranks_;     // [group] -> ranks
+  std::vector<int64_t> sequences_;              // per microbatch
+  std::vector<int> local_index_;                // data parallelism: index of the microbatch on its device
+  std::vector<std::vector<int>> routing_rank_;  // [group][microbatch] -> rank
+  std::vector<std::vector<int>> group_ranks_;   // [group] -> ranks
   std::vector<std::vector<std::vector<int>>> dp_ranks_;  // [group][tp index] -> ranks that reduce together
   std::vector<int> group_of_rank_;
   double param_bytes_ = 2, grad_bytes_ = 2, opt_bytes_ = 12, act_bytes_ = 2;
 
   // Per-rank bookkeeping for dependencies.
-  std::map<std::pair<int, int>, int> gather_op_;        // (rank, v) -> op of the current visit's gather
-  std::map<std::pair<int, int>, int> prefetch_op_;      // (rank, v) -> current visit's param prefetch
-  std::map<std::pair<int, int>, int> last_compute_;     // (rank, v) -> last compute op of the current visit
-  std::map<std::pair<int, int>, int> release_op_;       // (rank, visit number) -> op after which params are gone
+  std::map<std::pair<int, int>, int> gather_op_;     // (rank, v) -> op of the current visit's gather
+  std::map<std::pair<int, int>, int> prefetch_op_;   // (rank, v) -> current visit's param prefetch
+  std::map<std::pair<int, int>, int> last_compute_;  // (rank, v) -> last compute op of the current visit
+  std::map<std::pair<int, int>, int> release_op_;    // (rank, visit number) -> op after which params are gone
   std::map<std::pair<int, int>, bool> grads_allocated_;  // (rank, v) -> full gradient buffer held
-  std::map<std::pair<int, int64_t>, int> forward_op_;   // (rank, v * num_mb + m) -> forward op
+  std::map<std::pair<int, int64_t>, int> forward_op_;    // (rank, v * num_mb + m) -> forward op
   std::map<std::pair<int, int64_t>, int> act_offload_op_;
-  std::vector<std::vector<int>> backward_ops_;          // per rank, in order
-  std::map<int, int> pending_tp_allreduce_;             // rank -> TP all-reduce the next compute waits for
-  std::map<std::pair<int, int>, int> last_reduce_;      // (rank, v) -> reduce the next backward's gradients wait for
-  std::map<int, std::vector<int>> reduce_ops_;          // rank -> its gradient reductions, in order
-  int tp_collective_ = -1;                              // the TP all-reduce of the task being emitted
-  std::map<std::pair<int, int>, int> visit_number_;     // (group, pass*V + v) -> ordinal of the visit
+  std::vector<std::vector<int>> backward_ops_;  // per rank, in order
+  std::map<int, int> pending_tp_allreduce_;     // rank -> TP all-reduce the next compute waits for
+  std::map<std::pair<int, int>, int>
+      last_reduce_;                             // (rank, v) -> reduce the next backward's gradients wait for
+  std::map<int, std::vector<int>> reduce_ops_;  // rank -> its gradient reductions, in order
+  int tp_collective_ = -1;                      // the TP all-reduce of the task being emitted
+  std::map<std::pair<int, int>, int> visit_number_;  // (group, pass*V + v) -> ordinal of the visit
 };
 
 Status Lowerer::Setup() {
@@ -120,7 +115,8 @@ Status Lowerer::Setup() {
   policy_.gather_per_microbatch = policy_.data_parallel && plan_.zero_stage == 3;
   policy_.reduce_per_microbatch = policy_.data_parallel && plan_.zero_stage >= 2;
   const bool sharded_params = plan_.zero_stage == 3 || plan_.offload_params;
-  policy_.gather_per_visit = !policy_.data_parallel && sharded_params && plan_.schedule != PipelineSchedule::k1F1B;
+  policy_.gather_per_visit =
+      !policy_.data_parallel && sharded_params && plan_.schedule != PipelineSchedule::k1F1B;
   policy_.gather_once = !policy_.data_parallel && sharded_params && plan_.schedule == PipelineSchedule::k1F1B;
 
   const StateBytesPerParam state = StateBytes(plan_.precision);
@@ -173,7 +169,8 @@ Status Lowerer::Setup() {
     } else {
       sequences_.assign(num_mb_, mbs);
       for (size_t g = 0; g < plan_.groups.size(); ++g) {
-        std::vector<int> routing = plan_.groups[g].routing.empty() ? BlockRouting(plan_.groups[g]) : plan_.groups[g].routing;
+        std::vector<int> routing =
+            plan_.groups[g].routing.empty() ? BlockRouting(plan_.groups[g]) : plan_.groups[g].routing;
         for (int dev : routing) routing_rank_[g].push_back(rank_of_device[dev]);
       }
     }
@@ -226,7 +223,8 @@ double Lowerer::WorkForward(int v, int64_t m) const {
   double work = plan_.activation_checkpointing
                     ? LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false) * Tokens(m)
                     : 0;
-  if (vstages_[v].layers.end == model_.num_layers) work += 2.0 * Tokens(m) * model_.vocab_size * 4;  // fp32 logits
+  if (vstages_[v].layers.end == model_.num_layers)
+    work += 2.0 * Tokens(m) * model_.vocab_size * 4;  // fp32 logits
   return work;
 }
 
@@ -257,25 +255,25 @@ int Lowerer::NewCollective(OpKind kind, const std::vector<int>& ranks, double by
 std::vector<int> Lowerer::EmitCollective(OpKind kind, int g, int v, double bytes) {
   std::map<int, int> op_of_rank;
   for (const auto& ranks : dp_ranks_[g]) {
-  Collective coll;
-  coll.kind = kind;
-  coll.ranks = ranks;
-  coll.bytes = bytes;
-  s_.collectives.push_back(std::move(coll));
-  const int c = static_cast<int>(s_.collectives.size()) - 1;
-  for (int r : ranks) {
-    Op op;
-    op.kind = kind;
-    op.stream = Stream::kComm;
-    op.ministage = vstages_[v].ministage;
-    op.layer_begin = vstages_[v].layers.begin;
-    op.layer_end = vstages_[v].layers.end;
-    op.embedding = vstages_[v].layers.begin == 0;
-    op.head = vstages_[v].layers.end == model_.num_layers;
-    op.bytes = bytes;
-    op.collective = c;
-    op_of_rank[r] = Emit(r, std::move(op));
-  }
+    Collective coll;
+    coll.kind = kind;
+    coll.ranks = ranks;
+    coll.bytes = bytes;
+    s_.collectives.push_back(std::move(coll));
+    const int c = static_cast<int>(s_.collectives.size()) - 1;
+    for (int r : ranks) {
+      Op op;
+      op.kind = kind;
+      op.stream = Stream::kComm;
+      op.ministage = vstages_[v].ministage;
+      op.layer_begin = vstages_[v].layers.begin;
+      op.layer_end = vstages_[v].layers.end;
+      op.embedding = vstages_[v].layers.begin == 0;
+      op.head = vstages_[v].layers.end == model_.num_layers;
+      op.bytes = bytes;
+      op.collective = c;
+      op_of_rank[r] = Emit(r, std::move(op));
+    }
   }
   std::vector<int> out;
   for (int r : group_ranks_[g]) out.push_back(op_of_rank[r]);
@@ -410,7 +408,8 @@ void Lowerer::EmitTask(const Task& t) {
   int collective = -1;
   if (tp > 1) {
     // Megatron-style: two all-reduces of the activations per layer (attention, MLP) in each pass.
-    collective = NewCollective(OpKind::kAllReduce, Members(leader), 2.0 * vstages_[t.v].layers.size() * Act(t.m));
+    collective =
+        NewCollective(OpKind::kAllReduce, Members(leader), 2.0 * vstages_[t.v].layers.size() * Act(t.m));
   }
   tp_collective_ = collective;
   for (int k = 0; k < tp; ++k) EmitTaskOnRank(t, leader + k, k);
@@ -438,9 +437,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   };
   // The rank of the neighbouring run that exchanges with this one: every rank of the receiving run
   // gets the whole activation from the sending run's rank with the same index modulo its size.
-  auto peer_in = [&](int other_v) {
-    return RankOf(other_v, m) + k % Tp(vstages_[other_v].group);
-  };
+  auto peer_in = [&](int other_v) { return RankOf(other_v, m) + k % Tp(vstages_[other_v].group); };
   auto peers_out = [&](int other_v) {
     std::vector<int> out;
     for (int kk = 0; kk < Tp(vstages_[other_v].group); ++kk)
@@ -554,7 +551,8 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
     bwd.deps.push_back(it->second);
     last_reduce_.erase(it);
   }
-  if (policy_.reduce_per_microbatch && reduce_ops_[r].size() >= 2) bwd.deps.push_back(reduce_ops_[r][reduce_ops_[r].size() - 2]);
+  if (policy_.reduce_per_microbatch && reduce_ops_[r].size() >= 2)
+    bwd.deps.push_back(reduce_ops_[r][reduce_ops_[r].size() - 2]);
   const int b = Emit(r, std::move(bwd));
   bwd_list.push_back(b);
   last_compute_[{r, v}] = b;
@@ -573,83 +571,6 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
     }
     if (peers.empty() && !kept_here) s_.programs[r].ops[b].device_alloc_bytes -= input_grad;
   }
-}
-
-// Per-group task sequences for pipelines and interleaved groups.
-std::vector<std::vector<Task>> Lowerer::GroupSequences() const {
-  const int num_groups = static_cast<int>(plan_.groups.size());
-  std::vector<std::vector<int>> group_vs(num_groups);  // virtual stages of each group, ascending
-  for (int v = 0; v < num_vstages_; ++v) group_vs[vstages_[v].group].push_back(v);
-  std::vector<std::vector<Task>> seq(num_groups);
-  for (int g = 0; g < num_groups; ++g) {
-    if (plan_.schedule == PipelineSchedule::k1F1B) {
-      auto forward = [&](int64_t m) {
-        for (int v : group_vs[g]) seq[g].push_back({false, v, m});
-      };
-      auto backward = [&](int64_t m) {
-        for (auto it = group_vs[g].rbegin(); it != group_vs[g].rend(); ++it) seq[g].push_back({true, *it, m});
-      };
-      const int64_t warmup = std::min<int64_t>(num_groups - 1 - g, num_mb_);
-      for (int64_t m = 0; m < warmup; ++m) forward(m);
-      for (int64_t m = warmup; m < num_mb_; ++m) {
-        forward(m);
-        backward(m - warmup);
-      }
-      for (int64_t m = num_mb_ - warmup; m < num_mb_; ++m) backward(m);
-    } else {
-      for (int v : group_vs[g])
-        for (int64_t m = 0; m < num_mb_; ++m) seq[g].push_back({false, v, m});
-      for (auto it = group_vs[g].rbegin(); it != group_vs[g].rend(); ++it)
-        for (int64_t m = 0; m < num_mb_; ++m) seq[g].push_back({true, *it, m});
-    }
-  }
-  return seq;
-}
-
-// The global order: each group runs its sequence one task per time unit as soon as the task's
-// inputs exist; tasks sorted by start time (then group) form one order every rank agrees with.
-std::vector<Task> Lowerer::PipelineOrder() const {
-  const auto seq = GroupSequences();
-  const int num_groups = static_cast<int>(seq.size());
-  std::vector<int64_t> done_f(num_vstages_ * num_mb_, -1), done_b(num_vstages_ * num_mb_, -1);
-  std::vector<size_t> next(num_groups, 0);
-  std::vector<int64_t> free_at(num_groups, 0);
-  std::vector<std::pair<int64_t, std::pair<int, size_t>>> timed;  // (start, (group, index))
-  size_t remaining = 0;
-  for (const auto& s : seq) remaining += s.size();
-  while (remaining > 0) {
-    bool progressed = false;
-    for (int g = 0; g < num_groups; ++g) {
-      while (next[g] < seq[g].size()) {
-        const Task& t = seq[g][next[g]];
-        int64_t ready = free_at[g];
-        bool ok = true;
-        auto need = [&](int64_t done) {
-          if (done < 0) ok = false;
-          ready = std::max(ready, done);
-        };
-        if (!t.backward) {
-          if (t.v > 0) need(done_f[(t.v - 1) * num_mb_ + t.m]);
-        } else {
-          need(done_f[t.v * num_mb_ + t.m]);
-          if (t.v + 1 < num_vstages_) need(done_b[(t.v + 1) * num_mb_ + t.m]);
-        }
-        if (!ok) break;
-        timed.push_back({ready, {g, next[g]}});
-        (t.backward ? done_b : done_f)[t.v * num_mb_ + t.m] = ready + 1;
-        free_at[g] = ready + 1;
-        ++next[g];
-        --remaining;
-        progressed = true;
-      }
-    }
-    MOTLEY_CHECK_MSG(progressed, "pipeline task sequences deadlock");
-  }
-  std::sort(timed.begin(), timed.end());
-  std::vector<Task> order;
-  order.reserve(timed.size());
-  for (const auto& [time, gi] : timed) order.push_back(seq[gi.first][gi.second]);
-  return order;
 }
 
 Result<Schedule> Lowerer::Run() {
@@ -680,7 +601,8 @@ Result<Schedule> Lowerer::Run() {
 
   if (policy_.data_parallel) {
     // Devices advance in step by microbatch index; collectives per index when the ZeRO stage asks.
-    int64_t max_index = local_index_.empty() ? 0 : *std::max_element(local_index_.begin(), local_index_.end()) + 1;
+    int64_t max_index =
+        local_index_.empty() ? 0 : *std::max_element(local_index_.begin(), local_index_.end()) + 1;
     int visit = 0;  // numbers the gathers, so that at most two ministages are gathered at a time
     for (int64_t k = 0; k < max_index; ++k) {
       std::vector<int64_t> ms;
@@ -717,7 +639,8 @@ Result<Schedule> Lowerer::Run() {
             for (size_t i = 0; i < ops.size(); ++i) {
               const int r = group_ranks_[0][i];
               Op& op = s_.programs[r].ops[ops[i]];
-              if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end()) op.deps.push_back(lc->second);
+              if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end())
+                op.deps.push_back(lc->second);
               // A device without a microbatch at this index contributes zeros.
               if (!grads_allocated_[{r, v}]) op.device_alloc_bytes = full;
               op.device_free_bytes = full;
@@ -736,9 +659,9 @@ Result<Schedule> Lowerer::Run() {
     }
   } else {
     // Visits and where their preparation and finish go in the global order.
-    std::vector<Task> order = PipelineOrder();
+    std::vector<Task> order = PipelineOrder(plan_, vstages_, num_mb_);
     std::vector<std::vector<std::pair<bool, int>>> visits(num_groups);  // per group, in order
-    std::map<std::pair<int, int>, std::pair<size_t, size_t>> span;     // (g, pass*V+v) -> first, last position
+    std::map<std::pair<int, int>, std::pair<size_t, size_t>> span;  // (g, pass*V+v) -> first, last position
     for (size_t i = 0; i < order.size(); ++i) {
       const Task& t = order[i];
       const int g = vstages_[t.v].group;
@@ -750,16 +673,18 @@ Result<Schedule> Lowerer::Run() {
       }
       it->second.second = i;
     }
-    std::vector<std::vector<std::tuple<bool, int, bool>>> prepare_at(order.size() + 1);  // before position: (bwd, g*V+v, continuation)
-    std::vector<std::vector<std::pair<int, int>>> finish_after(order.size());              // after position: (g, key)
+    std::vector<std::vector<std::tuple<bool, int, bool>>> prepare_at(
+        order.size() + 1);  // before position: (bwd, g*V+v, continuation)
+    std::vector<std::vector<std::pair<int, int>>> finish_after(order.size());  // after position: (g, key)
     for (int g = 0; g < num_groups; ++g) {
       for (size_t k = 0; k < visits[g].size(); ++k) {
         const auto [backward, v] = visits[g][k];
         const int key = (backward ? 1 : 0) * num_vstages_ + v;
         // The last ministage turns around: its backward follows its forward with parameters in place.
-        const bool continuation = k > 0 && backward && !visits[g][k - 1].first && visits[g][k - 1].second == v;
-        const bool continued = k + 1 < visits[g].size() && !backward && visits[g][k + 1].first &&
-                               visits[g][k + 1].second == v;
+        const bool continuation =
+            k > 0 && backward && !visits[g][k - 1].first && visits[g][k - 1].second == v;
+        const bool continued =
+            k + 1 < visits[g].size() && !backward && visits[g][k + 1].first && visits[g][k + 1].second == v;
         if (policy_.gather_per_visit || (policy_.gather_once && !backward)) {
           // Prefetch the next visit while the current one computes: right after its first task.
           size_t at = 0;
@@ -767,9 +692,11 @@ Result<Schedule> Lowerer::Run() {
             const auto [pb, pv] = visits[g][k - 1];
             at = span[{g, (pb ? 1 : 0) * num_vstages_ + pv}].first + 1;
           }
-          if (!continuation || policy_.offload_params) prepare_at[at].push_back({backward, g * num_vstages_ + v, continuation});
+          if (!continuation || policy_.offload_params)
+            prepare_at[at].push_back({backward, g * num_vstages_ + v, continuation});
         }
-        if (backward || (policy_.gather_per_visit && !continued)) finish_after[span[{g, key}].second].push_back({g, key});
+        if (backward || (policy_.gather_per_visit && !continued))
+          finish_after[span[{g, key}].second].push_back({g, key});
       }
     }
     for (size_t i = 0; i <= order.size(); ++i) {

@@ -12,10 +12,14 @@ double DataParallelStaticBytes(const DataParallelMemoryInput& in) {
   const double d = in.dp_degree;
   const StateBytesPerParam s = StateBytes(in.precision);
   switch (in.zero_stage) {
-    case 0: return p * (s.params + s.grads + s.optimizer);
-    case 1: return p * (s.params + s.grads) + p / d * s.optimizer;
-    case 2: return p * s.params + p / d * (s.grads + s.optimizer);
-    default: return p / d * (s.params + s.grads + s.optimizer);
+    case 0:
+      return p * (s.params + s.grads + s.optimizer);
+    case 1:
+      return p * (s.params + s.grads) + p / d * s.optimizer;
+    case 2:
+      return p * s.params + p / d * (s.grads + s.optimizer);
+    default:
+      return p / d * (s.params + s.grads + s.optimizer);
   }
 }
 
@@ -43,7 +47,10 @@ int64_t DataParallelMaxMicrobatch(const DataParallelMemoryInput& in, double capa
   int64_t lo = 1, hi = limit;  // peak grows with the microbatch
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (DataParallelPeakBytes(in, mid) <= capacity_bytes) lo = mid; else hi = mid - 1;
+    if (DataParallelPeakBytes(in, mid) <= capacity_bytes)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }

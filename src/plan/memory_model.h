@@ -13,7 +13,7 @@ struct DataParallelMemoryInput {
   const ModelSpec* model = nullptr;
   Precision precision = Precision::kBf16;
   int zero_stage = 0;
-  int dp_degree = 1;       // devices sharing the ZeRO shards
+  int dp_degree = 1;  // devices sharing the ZeRO shards
   int64_t seq_len = 1024;
   bool activation_checkpointing = true;
   /// Parameters of the largest ministage (the unit gathered in ZeRO-3 and reduced in ZeRO-2/3);

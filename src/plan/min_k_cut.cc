@@ -55,7 +55,8 @@ Cut MinCutOf(const WeightedGraph& g, const std::vector<int>& vertices) {
   }
   std::vector<bool> parity(vertices.size());
   auto parity_map = boost::make_iterator_property_map(parity.begin(), boost::get(boost::vertex_index, sub));
-  cut.weight = boost::stoer_wagner_min_cut(sub, boost::get(boost::edge_weight, sub), boost::parity_map(parity_map));
+  cut.weight =
+      boost::stoer_wagner_min_cut(sub, boost::get(boost::edge_weight, sub), boost::parity_map(parity_map));
   for (bool p : parity) cut.side.push_back(p ? 1 : 0);
   return cut;
 }

@@ -12,7 +12,9 @@ namespace motley {
 namespace {
 
 // Number of distinct parts, and whether parts are labelled 0..k-1.
-int NumParts(const std::vector<int>& part) { return static_cast<int>(std::set<int>(part.begin(), part.end()).size()); }
+int NumParts(const std::vector<int>& part) {
+  return static_cast<int>(std::set<int>(part.begin(), part.end()).size());
+}
 
 TEST(MinKCut, SeparatesCliquesJoinedByWeakEdges) {
   // Three triangles of weight 10 joined in a chain by edges of weight 1 and 2.
@@ -79,7 +81,8 @@ TEST(MinKCut, WithinTwoMinusTwoOverKOfBruteForceOnRandomGraphs) {
       const double opt = BruteForceMinKCut(g, k);
       const double split = CutWeight(g, parts[k - 1]);
       EXPECT_EQ(NumParts(parts[k - 1]), k);
-      EXPECT_LE(split, (2.0 - 2.0 / k) * opt + 1e-9) << "trial " << trial << " n " << g.num_vertices << " k " << k;
+      EXPECT_LE(split, (2.0 - 2.0 / k) * opt + 1e-9)
+          << "trial " << trial << " n " << g.num_vertices << " k " << k;
       EXPECT_GE(split, opt - 1e-9);
     }
   }
@@ -88,8 +91,10 @@ TEST(MinKCut, WithinTwoMinusTwoOverKOfBruteForceOnRandomGraphs) {
 TEST(MinKCut, ClusterSplitsAlongTheSlowInterRegionLinkFirst) {
   std::string text = "[network]\ninter_region_bandwidth = \"1Gbps\"\n";
   for (int n = 0; n < 6; ++n)
-    text += "[[nodes]]\nname = \"n" + std::to_string(n) + "\"\ndevice = \"a10g\"\ncount = 4\nnic_bandwidth = \"100Gbps\"\n"
-            "region = \"" + (n < 3 ? "east" : "west") + "\"\n";
+    text += "[[nodes]]\nname = \"n" + std::to_string(n) +
+            "\"\ndevice = \"a10g\"\ncount = 4\nnic_bandwidth = \"100Gbps\"\n"
+            "region = \"" +
+            (n < 3 ? "east" : "west") + "\"\n";
   Cluster c = ParseClusterToml(text, "c.toml").value();
   WeightedGraph g = NodeBandwidthGraph(c);
   ASSERT_EQ(g.num_vertices, 6);  // 24 devices contracted into their 6 nodes

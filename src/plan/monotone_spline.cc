@@ -7,7 +7,8 @@
 
 namespace motley {
 
-MonotoneSpline::MonotoneSpline(std::vector<double> x, std::vector<double> y) : x_(std::move(x)), y_(std::move(y)) {
+MonotoneSpline::MonotoneSpline(std::vector<double> x, std::vector<double> y)
+    : x_(std::move(x)), y_(std::move(y)) {
   MOTLEY_CHECK_EQ(x_.size(), y_.size());
   MOTLEY_CHECK_GE(x_.size(), 1u);
   const size_t n = x_.size();

@@ -12,9 +12,12 @@ namespace motley {
 
 std::string_view PipelineScheduleName(PipelineSchedule s) {
   switch (s) {
-    case PipelineSchedule::kGPipe: return "gpipe";
-    case PipelineSchedule::k1F1B: return "1f1b";
-    case PipelineSchedule::kInterleaved: return "interleaved";
+    case PipelineSchedule::kGPipe:
+      return "gpipe";
+    case PipelineSchedule::k1F1B:
+      return "1f1b";
+    case PipelineSchedule::kInterleaved:
+      return "interleaved";
   }
   return "?";
 }
@@ -44,7 +47,8 @@ std::vector<std::vector<LayerRange>> InterleavedMinistages(const std::vector<int
   for (size_t g = 0; g < n; ++g) {
     MOTLEY_CHECK_GE(ministages_per_group[g], 1);
     MOTLEY_CHECK_LE(ministages_per_group[g], layers_per_group[g]);
-    for (const auto& r : SplitLayers(0, layers_per_group[g], ministages_per_group[g])) sizes[g].push_back(r.size());
+    for (const auto& r : SplitLayers(0, layers_per_group[g], ministages_per_group[g]))
+      sizes[g].push_back(r.size());
   }
   std::vector<std::vector<LayerRange>> out(n);
   int layer = 0;
@@ -95,7 +99,8 @@ std::vector<int> BlockRouting(const GroupPlan& group) {
   std::vector<int> routing;
   for (size_t i = 0; i < group.devices.size(); ++i) {
     if (!group.is_tp_leader(i)) continue;
-    for (int64_t k = 0; k < group.devices[i].num_microbatches; ++k) routing.push_back(group.devices[i].device);
+    for (int64_t k = 0; k < group.devices[i].num_microbatches; ++k)
+      routing.push_back(group.devices[i].device);
   }
   return routing;
 }
@@ -111,13 +116,15 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
     error(fmt::format("seq_len ({}) must be between 1 and the model's max_seq_len ({})", plan.seq_len,
                       model.max_seq_len));
   if (plan.offload_params && plan.zero_stage < 2)
-    error(fmt::format("offload_params keeps each device's shard of a ministage on the host, so it needs zero_stage "
-                      "2 or 3; this plan has zero_stage = {}",
-                      plan.zero_stage));
+    error(fmt::format(
+        "offload_params keeps each device's shard of a ministage on the host, so it needs zero_stage "
+        "2 or 3; this plan has zero_stage = {}",
+        plan.zero_stage));
   if (plan.offload_params && plan.schedule != PipelineSchedule::kInterleaved)
-    error(fmt::format("offload_params needs schedule = \"interleaved\" (it offloads the ministages not in use); "
-                      "this plan's schedule is \"{}\"",
-                      PipelineScheduleName(plan.schedule)));
+    error(fmt::format(
+        "offload_params needs schedule = \"interleaved\" (it offloads the ministages not in use); "
+        "this plan's schedule is \"{}\"",
+        PipelineScheduleName(plan.schedule)));
 
   std::map<int, std::string> seen;  // device -> where it was first used
   const int64_t first_microbatch_size =
@@ -126,67 +133,77 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
   for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
     const GroupPlan& g = plan.groups[gi];
     const std::string where = fmt::format("groups[{}]", gi);
-    if (g.ministages.empty()) error(fmt::format("{}: has no ministages; give it at least one layer range", where));
+    if (g.ministages.empty())
+      error(fmt::format("{}: has no ministages; give it at least one layer range", where));
     for (size_t s = 0; s < g.ministages.size(); ++s) {
       const LayerRange& r = g.ministages[s];
       if (r.begin < 0 || r.end <= r.begin || r.end > model.num_layers)
-        error(fmt::format("{}.ministages[{}]: layers [{}, {}) must hold at least one of the model's {} layers", where,
-                          s, r.begin, r.end, model.num_layers));
+        error(
+            fmt::format("{}.ministages[{}]: layers [{}, {}) must hold at least one of the model's {} layers",
+                        where, s, r.begin, r.end, model.num_layers));
       if (s > 0 && r.begin < g.ministages[s - 1].end)
-        error(fmt::format("{}.ministages[{}]: [{}, {}) must come after the previous ministage [{}, {})", where, s,
-                          r.begin, r.end, g.ministages[s - 1].begin, g.ministages[s - 1].end));
+        error(fmt::format("{}.ministages[{}]: [{}, {}) must come after the previous ministage [{}, {})",
+                          where, s, r.begin, r.end, g.ministages[s - 1].begin, g.ministages[s - 1].end));
       if (plan.schedule != PipelineSchedule::kInterleaved && s > 0 && r.begin != g.ministages[s - 1].end)
-        error(fmt::format("{}.ministages[{}]: schedule \"{}\" gives each group one contiguous range of layers, but "
-                          "[{}, {}) does not continue [{}, {}); use schedule = \"interleaved\" to interleave",
-                          where, s, PipelineScheduleName(plan.schedule), r.begin, r.end, g.ministages[s - 1].begin,
-                          g.ministages[s - 1].end));
+        error(fmt::format(
+            "{}.ministages[{}]: schedule \"{}\" gives each group one contiguous range of layers, but "
+            "[{}, {}) does not continue [{}, {}); use schedule = \"interleaved\" to interleave",
+            where, s, PipelineScheduleName(plan.schedule), r.begin, r.end, g.ministages[s - 1].begin,
+            g.ministages[s - 1].end));
     }
     if (g.devices.empty()) error(fmt::format("{}: has no devices", where));
     if (g.tp_degree < 1 || g.devices.size() % g.tp_degree != 0 || model.num_heads % g.tp_degree != 0 ||
         model.num_kv_heads % g.tp_degree != 0 || model.ffn_size % g.tp_degree != 0) {
-      error(fmt::format("{}: tp_degree ({}) must divide the group's {} devices and the model's {} heads, {} key/value "
-                        "heads and ffn_size {}",
-                        where, g.tp_degree, g.devices.size(), model.num_heads, model.num_kv_heads, model.ffn_size));
+      error(fmt::format(
+          "{}: tp_degree ({}) must divide the group's {} devices and the model's {} heads, {} key/value "
+          "heads and ffn_size {}",
+          where, g.tp_degree, g.devices.size(), model.num_heads, model.num_kv_heads, model.ffn_size));
     } else {
       for (size_t di = 0; di < g.devices.size(); ++di) {
         const DevicePlan& leader = g.devices[di - di % g.tp_degree];
         const DevicePlan& d = g.devices[di];
         if (d.microbatch_size != leader.microbatch_size || d.num_microbatches != leader.num_microbatches ||
             d.last_microbatch_size != leader.last_microbatch_size)
-          error(fmt::format("{}.devices[{}] (device {}): a tensor-parallel run of {} devices processes the same "
-                            "microbatches, so its batch figures must equal those of its first device {}",
-                            where, di, d.device, g.tp_degree, leader.device));
+          error(fmt::format(
+              "{}.devices[{}] (device {}): a tensor-parallel run of {} devices processes the same "
+              "microbatches, so its batch figures must equal those of its first device {}",
+              where, di, d.device, g.tp_degree, leader.device));
       }
     }
     for (size_t di = 0; di < g.devices.size(); ++di) {
       const DevicePlan& d = g.devices[di];
       const std::string dwhere = fmt::format("{}.devices[{}] (device {})", where, di, d.device);
       if (d.device < 0 || d.device >= cluster.num_devices()) {
-        error(fmt::format("{}: no such device; the cluster has devices 0..{}", dwhere, cluster.num_devices() - 1));
+        error(fmt::format("{}: no such device; the cluster has devices 0..{}", dwhere,
+                          cluster.num_devices() - 1));
       } else if (auto [it, inserted] = seen.try_emplace(d.device, dwhere); !inserted) {
         error(fmt::format("{}: the device is already used by {}; each device belongs to one group", dwhere,
                           it->second));
       }
-      if (d.microbatch_size < 1) error(fmt::format("{}: microbatch_size ({}) must be >= 1", dwhere, d.microbatch_size));
+      if (d.microbatch_size < 1)
+        error(fmt::format("{}: microbatch_size ({}) must be >= 1", dwhere, d.microbatch_size));
       if (d.num_microbatches < 0)
         error(fmt::format("{}: num_microbatches ({}) must be >= 0", dwhere, d.num_microbatches));
       if (d.last_microbatch_size < 0 || d.last_microbatch_size > d.microbatch_size)
-        error(fmt::format("{}: last_microbatch_size ({}) must be between 0 (same as the others) and "
-                          "microbatch_size ({})",
-                          dwhere, d.last_microbatch_size, d.microbatch_size));
+        error(
+            fmt::format("{}: last_microbatch_size ({}) must be between 0 (same as the others) and "
+                        "microbatch_size ({})",
+                        dwhere, d.last_microbatch_size, d.microbatch_size));
       if (plan.is_pipeline()) {
         if (d.microbatch_size != first_microbatch_size || d.last_microbatch_size != 0)
-          error(fmt::format("{}: a pipeline moves whole microbatches between groups, so every device needs the "
-                            "same microbatch_size ({} here, {} on groups[0].devices[0]) and no last_microbatch_size",
-                            dwhere, d.microbatch_size, first_microbatch_size));
+          error(fmt::format(
+              "{}: a pipeline moves whole microbatches between groups, so every device needs the "
+              "same microbatch_size ({} here, {} on groups[0].devices[0]) and no last_microbatch_size",
+              dwhere, d.microbatch_size, first_microbatch_size));
       }
     }
     if (g.num_microbatches() < 1) error(fmt::format("{}: its devices process no microbatch", where));
     if (plan.is_pipeline()) {
       if (g.num_microbatches() != pipeline_microbatches)
-        error(fmt::format("{}: processes {} microbatches but groups[0] processes {}; every group of a pipeline "
-                          "processes every microbatch",
-                          where, g.num_microbatches(), pipeline_microbatches));
+        error(
+            fmt::format("{}: processes {} microbatches but groups[0] processes {}; every group of a pipeline "
+                        "processes every microbatch",
+                        where, g.num_microbatches(), pipeline_microbatches));
       if (!g.routing.empty()) {
         std::map<int, int64_t> count;
         for (int dev : g.routing) ++count[dev];
@@ -194,9 +211,10 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
         for (size_t di = 0; di < g.devices.size(); ++di)
           ok = ok && count[g.devices[di].device] == (g.is_tp_leader(di) ? g.devices[di].num_microbatches : 0);
         if (!ok)
-          error(fmt::format("{}: routing must list one device of the group (a tensor-parallel leader) per "
-                            "microbatch, each as often as its num_microbatches ({} entries for {} microbatches)",
-                            where, g.routing.size(), g.num_microbatches()));
+          error(fmt::format(
+              "{}: routing must list one device of the group (a tensor-parallel leader) per "
+              "microbatch, each as often as its num_microbatches ({} entries for {} microbatches)",
+              where, g.routing.size(), g.num_microbatches()));
       }
     } else if (!g.routing.empty()) {
       error(fmt::format("{}: routing applies only to pipelines (plans with several groups)", where));
@@ -209,8 +227,9 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
       for (int l = std::max(0, r.begin); l < std::min<int>(r.end, model.num_layers); ++l) ++owners[l];
   for (int l = 0; l < model.num_layers; ++l) {
     if (owners[l] != 1) {
-      error(fmt::format("layer {} of model '{}' ({} layers) is in {} ministages; every layer must be in exactly one",
-                        l, model.name, model.num_layers, owners[l]));
+      error(fmt::format(
+          "layer {} of model '{}' ({} layers) is in {} ministages; every layer must be in exactly one", l,
+          model.name, model.num_layers, owners[l]));
       break;
     }
   }
@@ -219,9 +238,10 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
       const auto& prev = plan.groups[gi - 1].ministages;
       const auto& cur = plan.groups[gi].ministages;
       if (!prev.empty() && !cur.empty() && cur.front().begin != prev.back().end)
-        error(fmt::format("groups[{}] starts at layer {} but groups[{}] ends at layer {}; with schedule \"{}\" groups "
-                          "hold consecutive layers in pipeline order",
-                          gi, cur.front().begin, gi - 1, prev.back().end, PipelineScheduleName(plan.schedule)));
+        error(fmt::format(
+            "groups[{}] starts at layer {} but groups[{}] ends at layer {}; with schedule \"{}\" groups "
+            "hold consecutive layers in pipeline order",
+            gi, cur.front().begin, gi - 1, prev.back().end, PipelineScheduleName(plan.schedule)));
     }
   }
   if (errors.empty()) return Status::Ok();

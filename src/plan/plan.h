@@ -37,7 +37,8 @@ struct DevicePlan {
   /// Sequences this device processes per step.
   int64_t sequences() const {
     if (num_microbatches == 0) return 0;
-    return microbatch_size * (num_microbatches - 1) + (last_microbatch_size > 0 ? last_microbatch_size : microbatch_size);
+    return microbatch_size * (num_microbatches - 1) +
+           (last_microbatch_size > 0 ? last_microbatch_size : microbatch_size);
   }
   int64_t microbatch_size_at(int64_t i) const {
     return (i == num_microbatches - 1 && last_microbatch_size > 0) ? last_microbatch_size : microbatch_size;

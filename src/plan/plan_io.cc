@@ -14,7 +14,9 @@ const std::vector<std::string> kSchedules = {"gpipe", "1f1b", "interleaved"};
 const std::vector<std::string> kPrecisions = {"fp32", "bf16", "fp16"};
 
 PipelineSchedule ScheduleFromName(const std::string& s) {
-  return s == "1f1b" ? PipelineSchedule::k1F1B : s == "interleaved" ? PipelineSchedule::kInterleaved : PipelineSchedule::kGPipe;
+  return s == "1f1b"          ? PipelineSchedule::k1F1B
+         : s == "interleaved" ? PipelineSchedule::kInterleaved
+                              : PipelineSchedule::kGPipe;
 }
 Precision PrecisionFromName(const std::string& s) {
   return s == "fp32" ? Precision::kFp32 : s == "fp16" ? Precision::kFp16 : Precision::kBf16;
@@ -43,7 +45,8 @@ GroupPlan ReadGroup(TomlTable& t) {
     for (const toml::node& r : *ranges) {
       const toml::array* pair = r.as_array();
       if (pair == nullptr || pair->size() != 2 || !(*pair)[0].is_integer() || !(*pair)[1].is_integer() ||
-          std::abs(*(*pair)[0].value<int64_t>()) > (1 << 20) || std::abs(*(*pair)[1].value<int64_t>()) > (1 << 20)) {
+          std::abs(*(*pair)[0].value<int64_t>()) > (1 << 20) ||
+          std::abs(*(*pair)[1].value<int64_t>()) > (1 << 20)) {
         t.Error("ministages", "expected layer ranges [begin, end), e.g. ministages = [[0, 4], [4, 8]]");
         g.ministages.clear();
         break;
@@ -70,7 +73,8 @@ GroupPlan ReadGroup(TomlTable& t) {
       (lasts && !check_len("last_microbatch_size", lasts->size())))
     return g;
   for (size_t i = 0; i < devices->size(); ++i) {
-    g.devices.push_back(DevicePlan{static_cast<int>((*devices)[i]), (*sizes)[i], (*counts)[i], lasts ? (*lasts)[i] : 0});
+    g.devices.push_back(
+        DevicePlan{static_cast<int>((*devices)[i]), (*sizes)[i], (*counts)[i], lasts ? (*lasts)[i] : 0});
   }
   return g;
 }
@@ -200,14 +204,14 @@ nlohmann::json PlanToJson(const Plan& p) {
     groups.push_back(gj);
   }
   nlohmann::json out = {{"strategy", p.strategy},
-          {"seq_len", p.seq_len},
-          {"precision", PrecisionName(p.precision)},
-          {"schedule", PipelineScheduleName(p.schedule)},
-          {"zero_stage", p.zero_stage},
-          {"activation_checkpointing", p.activation_checkpointing},
-          {"offload_params", p.offload_params},
-          {"offload_activations", p.offload_activations},
-          {"groups", groups}};
+                        {"seq_len", p.seq_len},
+                        {"precision", PrecisionName(p.precision)},
+                        {"schedule", PipelineScheduleName(p.schedule)},
+                        {"zero_stage", p.zero_stage},
+                        {"activation_checkpointing", p.activation_checkpointing},
+                        {"offload_params", p.offload_params},
+                        {"offload_activations", p.offload_activations},
+                        {"groups", groups}};
   if (!p.model.empty()) out["model"] = p.model;
   if (!p.cluster.empty()) out["cluster"] = p.cluster;
   return out;

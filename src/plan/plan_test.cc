@@ -74,20 +74,25 @@ TEST(Plan, ValidationNamesEveryFactor) {
   Cluster c = LoadCluster("local-emulated").value();
   ModelSpec m = *FindModelPreset("llama-tiny");
   Plan p = TwoGroupPipeline();
-  p.groups[1].devices[0].device = 1;             // used twice
-  p.groups[1].devices[1].num_microbatches = 1;   // 3 != 4 microbatches
-  p.groups[0].routing = {0, 0, 0, 1, 1};         // wrong length and counts
-  p.groups[1].ministages = {{1, 3}};              // past the model
+  p.groups[1].devices[0].device = 1;            // used twice
+  p.groups[1].devices[1].num_microbatches = 1;  // 3 != 4 microbatches
+  p.groups[0].routing = {0, 0, 0, 1, 1};        // wrong length and counts
+  p.groups[1].ministages = {{1, 3}};            // past the model
   Status s = ValidatePlan(p, c, m);
   ASSERT_FALSE(s.ok());
   const std::string& e = s.message();
   EXPECT_NE(e.find("groups[1].devices[0] (device 1): the device is already used by groups[0].devices[1]"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
   EXPECT_NE(e.find("groups[1]: processes 3 microbatches but groups[0] processes 4"), std::string::npos) << e;
-  EXPECT_NE(e.find("groups[0]: routing must list one device of the group (a tensor-parallel leader) per microbatch"),
-            std::string::npos) << e;
+  EXPECT_NE(
+      e.find(
+          "groups[0]: routing must list one device of the group (a tensor-parallel leader) per microbatch"),
+      std::string::npos)
+      << e;
   EXPECT_NE(e.find("groups[1].ministages[0]: layers [1, 3) must hold at least one of the model's 2 layers"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
 }
 
 TEST(Plan, PipelinesNeedOneMicrobatchSize) {
@@ -146,18 +151,23 @@ TEST(PlanIo, RandomPlansRoundTripExactlyThroughTomlAndJson) {
 }
 
 TEST(PlanIo, BadPlanFilesGetPositionedErrors) {
-  Result<Plan> p = ParsePlanToml("seq_len = 8\n[[groups]]\nministages = [[0]]\ndevices = [0, 1]\nmicrobatch_size = [1]\n"
-                                 "num_microbatches = [1, 1]\nnum_ministages = 2\n",
-                                 "p.toml");
+  Result<Plan> p = ParsePlanToml(
+      "seq_len = 8\n[[groups]]\nministages = [[0]]\ndevices = [0, 1]\nmicrobatch_size = [1]\n"
+      "num_microbatches = [1, 1]\nnum_ministages = 2\n",
+      "p.toml");
   ASSERT_FALSE(p.ok());
   const std::string& e = p.status().message();
   EXPECT_NE(e.find("p.toml:3:14: error: groups[0].ministages: expected layer ranges [begin, end)"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
   EXPECT_NE(e.find("groups[0].microbatch_size: has 1 entries but devices has 2"), std::string::npos) << e;
-  EXPECT_NE(e.find("unknown key 'num_ministages' in [groups[0]]; did you mean 'ministages'?"), std::string::npos) << e;
-  Result<Plan> j = ParsePlanJson("{\"seq_len\": 8, \"groups\": [{\"ministages\": [[0, 1]], \"devices\": [\"a\"], "
-                                 "\"microbatch_size\": [1], \"num_microbatches\": [1]}]}",
-                                 "p.json");
+  EXPECT_NE(e.find("unknown key 'num_ministages' in [groups[0]]; did you mean 'ministages'?"),
+            std::string::npos)
+      << e;
+  Result<Plan> j = ParsePlanJson(
+      "{\"seq_len\": 8, \"groups\": [{\"ministages\": [[0, 1]], \"devices\": [\"a\"], "
+      "\"microbatch_size\": [1], \"num_microbatches\": [1]}]}",
+      "p.json");
   ASSERT_FALSE(j.ok());
   EXPECT_NE(j.status().message().find("groups[0].devices: expected an array of integers"), std::string::npos)
       << j.status().message();

@@ -78,8 +78,9 @@ PoplarAllocation Zero01(const std::vector<Curve>& curves, int64_t gbs, double sy
     slowest = std::max(slowest, DeviceTimeS(curves[i], a.devices.back()));
   }
   a.predicted_step_s = slowest + sync_s;
-  a.explain = fmt::format("ZeRO-0/1: {:.4g} sequences/s in all at each device's best microbatch; optimal step {:.4g} s",
-                          cluster_speed, optimal_s);
+  a.explain = fmt::format(
+      "ZeRO-0/1: {:.4g} sequences/s in all at each device's best microbatch; optimal step {:.4g} s",
+      cluster_speed, optimal_s);
   return a;
 }
 
@@ -143,9 +144,10 @@ PoplarAllocation Zero23(const std::vector<Curve>& curves, int64_t gbs, double sy
     a.devices.push_back(d);
   }
   a.predicted_step_s = (best_steps - 1) * (best_t + sync_s) + last_step + sync_s;
-  a.explain = fmt::format("ZeRO-2/3: step time t = {:.4g} s fits {} sequences per accumulation step; {} steps, "
-                          "last step {} sequences",
-                          best_t, per_step, best_steps, remainder);
+  a.explain = fmt::format(
+      "ZeRO-2/3: step time t = {:.4g} s fits {} sequences per accumulation step; {} steps, "
+      "last step {} sequences",
+      best_t, per_step, best_steps, remainder);
   return a;
 }
 
@@ -154,7 +156,8 @@ PoplarAllocation Zero23(const std::vector<Curve>& curves, int64_t gbs, double sy
 Result<PoplarAllocation> PoplarAllocate(const std::vector<PoplarDeviceCurve>& curves, int zero_stage,
                                         int64_t global_batch, double sync_s) {
   if (curves.empty()) return Status::InvalidArgument("Poplar allocation needs at least one device");
-  if (global_batch < 1) return Status::InvalidArgument("Poplar allocation needs a global batch of at least 1");
+  if (global_batch < 1)
+    return Status::InvalidArgument("Poplar allocation needs a global batch of at least 1");
   for (const auto& c : curves) {
     if (c.sizes.empty() || c.sizes.size() != c.times_s.size())
       return Status::InvalidArgument(fmt::format("device {}: no speed measurements", c.device));
@@ -165,7 +168,8 @@ Result<PoplarAllocation> PoplarAllocate(const std::vector<PoplarDeviceCurve>& cu
           c.device, zero_stage));
   }
   std::vector<Curve> built = MakeCurves(curves);
-  PoplarAllocation a = zero_stage <= 1 ? Zero01(built, global_batch, sync_s) : Zero23(built, global_batch, sync_s);
+  PoplarAllocation a =
+      zero_stage <= 1 ? Zero01(built, global_batch, sync_s) : Zero23(built, global_batch, sync_s);
   a.zero_stage = zero_stage;
   return a;
 }

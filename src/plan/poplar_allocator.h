@@ -22,17 +22,17 @@ namespace motley {
 
 struct PoplarDeviceCurve {
   int device = 0;
-  int64_t max_microbatch = 0;      // the largest microbatch that fits (memory model or profiler)
-  std::vector<double> sizes;       // measured microbatch sizes, ascending
-  std::vector<double> times_s;     // seconds for forward + backward of one microbatch at each size
+  int64_t max_microbatch = 0;   // the largest microbatch that fits (memory model or profiler)
+  std::vector<double> sizes;    // measured microbatch sizes, ascending
+  std::vector<double> times_s;  // seconds for forward + backward of one microbatch at each size
 };
 
 struct PoplarAllocation {
   int zero_stage = 0;
   std::vector<DevicePlan> devices;  // in the order of the curves
   double predicted_step_s = 0;
-  int64_t accumulation_steps = 0;   // ZeRO-2/3: the common number of steps
-  std::string explain;              // how it was chosen, for --explain
+  int64_t accumulation_steps = 0;  // ZeRO-2/3: the common number of steps
+  std::string explain;             // how it was chosen, for --explain
 };
 
 /// `sync_s`: the communication of one synchronisation (ZeRO-0/1: once per step; ZeRO-2/3: once

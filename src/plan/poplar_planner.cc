@@ -16,11 +16,13 @@ double SyncS(const PlannerCosts& costs, const std::vector<int>& devices, const M
   const double params = static_cast<double>(TotalParams(model));
   const StateBytesPerParam s = StateBytes(p);
   switch (zero_stage) {
-    case 0: return costs.CollectiveS(OpKind::kAllReduce, devices, params * s.grads);
+    case 0:
+      return costs.CollectiveS(OpKind::kAllReduce, devices, params * s.grads);
     case 1:
       return costs.CollectiveS(OpKind::kReduceScatter, devices, params * s.grads) +
              costs.CollectiveS(OpKind::kAllGather, devices, params * s.params);
-    case 2: return costs.CollectiveS(OpKind::kReduceScatter, devices, params * s.grads);
+    case 2:
+      return costs.CollectiveS(OpKind::kReduceScatter, devices, params * s.grads);
     default:  // gather for forward and backward, reduce the gradients
       return 2 * costs.CollectiveS(OpKind::kAllGather, devices, params * s.params) +
              costs.CollectiveS(OpKind::kReduceScatter, devices, params * s.grads);
@@ -39,26 +41,33 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
   const double layer_params = static_cast<double>(ParamsPerLayer(model));
   const double per_layer_unit =
       layer_params + static_cast<double>(std::max(EmbeddingParams(model), HeadParams(model)));
-  DataParallelMemoryInput mem{&model, request.precision, request.zero_stage, static_cast<int>(devices.size()),
-                              request.seq_len, request.activation_checkpointing, 0};
+  DataParallelMemoryInput mem{&model,
+                              request.precision,
+                              request.zero_stage,
+                              static_cast<int>(devices.size()),
+                              request.seq_len,
+                              request.activation_checkpointing,
+                              0};
   // The lowest stage at which every device fits a microbatch of one sequence.
   std::string raised;
   for (;; ++mem.zero_stage) {
     mem.max_ministage_params = mem.zero_stage >= 2 ? per_layer_unit : 0;
     if (mem.zero_stage > 3) {
-      return Status::OutOfMemory(fmt::format(
-          "no ZeRO stage fits a microbatch of 1 sequence of {} tokens of {} on every device ({}); add devices, "
-          "shorten the sequences or use a pipeline (strategy zorse)",
-          request.seq_len, model.name, raised));
+      return Status::OutOfMemory(
+          fmt::format("no ZeRO stage fits a microbatch of 1 sequence of {} tokens of {} on every device "
+                      "({}); add devices, "
+                      "shorten the sequences or use a pipeline (strategy zorse)",
+                      request.seq_len, model.name, raised));
     }
     out.max_microbatch.clear();
     std::string short_of;
     for (int d : devices) {
-      out.max_microbatch.push_back(DataParallelMaxMicrobatch(mem, cluster.memory_bytes(d), request.max_microbatch));
+      out.max_microbatch.push_back(
+          DataParallelMaxMicrobatch(mem, cluster.memory_bytes(d), request.max_microbatch));
       if (out.max_microbatch.back() == 0 && short_of.empty())
         short_of = fmt::format("device {} ({}, {}) needs {} at ZeRO-{}", d, cluster.spec(d).name,
-                               FormatBytes(cluster.memory_bytes(d)), FormatBytes(DataParallelPeakBytes(mem, 1)),
-                               mem.zero_stage);
+                               FormatBytes(cluster.memory_bytes(d)),
+                               FormatBytes(DataParallelPeakBytes(mem, 1)), mem.zero_stage);
     }
     if (short_of.empty()) break;
     raised += (raised.empty() ? "" : "; ") + short_of;
@@ -94,9 +103,10 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
   g.ministages = mem.zero_stage >= 2 ? SplitLayers(0, layers, layers) : std::vector<LayerRange>{{0, layers}};
   g.devices = out.allocation.devices;
   p.groups = {g};
-  out.explain = fmt::format("ZeRO-{}{}; {}", mem.zero_stage,
-                            raised.empty() ? "" : fmt::format(" (raised from ZeRO-{}: {})", request.zero_stage, raised),
-                            out.allocation.explain);
+  out.explain =
+      fmt::format("ZeRO-{}{}; {}", mem.zero_stage,
+                  raised.empty() ? "" : fmt::format(" (raised from ZeRO-{}: {})", request.zero_stage, raised),
+                  out.allocation.explain);
   return out;
 }
 

@@ -20,8 +20,8 @@ struct PoplarRequest {
   int64_t seq_len = 1024;
   Precision precision = Precision::kBf16;
   bool activation_checkpointing = true;
-  int zero_stage = 0;          // the stage to start from; raised while a device cannot fit one sequence
-  std::vector<int> devices;    // empty = every device of the cluster
+  int zero_stage = 0;            // the stage to start from; raised while a device cannot fit one sequence
+  std::vector<int> devices;      // empty = every device of the cluster
   int64_t max_microbatch = 256;  // search limit per device
 };
 

@@ -35,7 +35,8 @@ std::vector<std::vector<int>> ZorseRouting(const Plan& plan, const MicrobatchTim
         }
         if (g == 0) {
           // Earliest finish for this microbatch.
-          if (std::max(free_at[i], ready[m]) + per[i] < std::max(free_at[best], ready[m]) + per[best]) best = i;
+          if (std::max(free_at[i], ready[m]) + per[i] < std::max(free_at[best], ready[m]) + per[best])
+            best = i;
         } else if (left[i] * per[i] > left[best] * per[best]) {
           best = i;  // most remaining work first
         }

@@ -11,28 +11,44 @@ namespace motley {
 
 std::string_view OpKindName(OpKind kind) {
   switch (kind) {
-    case OpKind::kForward: return "forward";
-    case OpKind::kBackward: return "backward";
-    case OpKind::kAllGather: return "all_gather";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kAllReduce: return "all_reduce";
-    case OpKind::kSend: return "send";
-    case OpKind::kRecv: return "recv";
-    case OpKind::kParamOffload: return "param_offload";
-    case OpKind::kParamPrefetch: return "param_prefetch";
-    case OpKind::kActOffload: return "act_offload";
-    case OpKind::kActPrefetch: return "act_prefetch";
-    case OpKind::kOptimizerStep: return "optimizer_step";
+    case OpKind::kForward:
+      return "forward";
+    case OpKind::kBackward:
+      return "backward";
+    case OpKind::kAllGather:
+      return "all_gather";
+    case OpKind::kReduceScatter:
+      return "reduce_scatter";
+    case OpKind::kAllReduce:
+      return "all_reduce";
+    case OpKind::kSend:
+      return "send";
+    case OpKind::kRecv:
+      return "recv";
+    case OpKind::kParamOffload:
+      return "param_offload";
+    case OpKind::kParamPrefetch:
+      return "param_prefetch";
+    case OpKind::kActOffload:
+      return "act_offload";
+    case OpKind::kActPrefetch:
+      return "act_prefetch";
+    case OpKind::kOptimizerStep:
+      return "optimizer_step";
   }
   return "?";
 }
 
 std::string_view StreamName(Stream s) {
   switch (s) {
-    case Stream::kCompute: return "compute";
-    case Stream::kComm: return "comm";
-    case Stream::kH2D: return "h2d";
-    case Stream::kD2H: return "d2h";
+    case Stream::kCompute:
+      return "compute";
+    case Stream::kComm:
+      return "comm";
+    case Stream::kH2D:
+      return "h2d";
+    case Stream::kD2H:
+      return "d2h";
   }
   return "?";
 }
@@ -64,12 +80,14 @@ std::string CheckSchedule(const Schedule& s) {
           return fmt::format("rank {} op {}: a second {} with tag {} between ranks {} and {}", p.rank, i,
                              OpKindName(op.kind), op.tag, std::get<0>(key), std::get<1>(key));
       }
-      if (op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter || op.kind == OpKind::kAllReduce) {
+      if (op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter ||
+          op.kind == OpKind::kAllReduce) {
         if (op.collective < 0 || op.collective >= static_cast<int>(s.collectives.size()))
           return fmt::format("rank {} op {} ({}) names no collective", p.rank, i, OpKindName(op.kind));
         if (s.collectives[op.collective].kind != op.kind)
-          return fmt::format("rank {} op {} is a {} but collective {} is a {}", p.rank, i, OpKindName(op.kind),
-                             op.collective, OpKindName(s.collectives[op.collective].kind));
+          return fmt::format("rank {} op {} is a {} but collective {} is a {}", p.rank, i,
+                             OpKindName(op.kind), op.collective,
+                             OpKindName(s.collectives[op.collective].kind));
         ++members[op.collective][p.rank];
       }
     }
@@ -92,8 +110,8 @@ std::string CheckSchedule(const Schedule& s) {
   for (size_t c = 0; c < s.collectives.size(); ++c) {
     for (int32_t r : s.collectives[c].ranks)
       if (members[c][r] != 1)
-        return fmt::format("collective {} ({}) has {} ops on member rank {}", c, OpKindName(s.collectives[c].kind),
-                           members[c][r], r);
+        return fmt::format("collective {} ({}) has {} ops on member rank {}", c,
+                           OpKindName(s.collectives[c].kind), members[c][r], r);
     if (members[c].size() != s.collectives[c].ranks.size())
       return fmt::format("collective {} has ops on ranks that are not its members", c);
   }
@@ -164,7 +182,8 @@ std::string ScheduleListing(const Schedule& s) {
       if (op.bytes > 0) what += " " + FormatBytes(op.bytes);
       std::string deps;
       for (int32_t d : op.deps) deps += (deps.empty() ? " after " : ",") + std::to_string(d);
-      out += fmt::format("  {:>4}  {:<7} {:<14}{}{}\n", i, StreamName(op.stream), OpKindName(op.kind), what, deps);
+      out += fmt::format("  {:>4}  {:<7} {:<14}{}{}\n", i, StreamName(op.stream), OpKindName(op.kind), what,
+                         deps);
     }
   }
   return out;

@@ -15,18 +15,18 @@
 namespace motley {
 
 enum class OpKind : uint8_t {
-  kForward,         // forward of a ministage's layers on one microbatch
-  kBackward,        // backward of the same (recomputing the forward first with checkpointing)
-  kAllGather,       // parameters of some layers, over the rank's group
-  kReduceScatter,   // gradients of some layers, over the rank's group
-  kAllReduce,       // gradients of some layers, over the rank's group (ZeRO-0)
-  kSend,            // an activation (forward) or its gradient (backward) to another rank
-  kRecv,            // the matching receive
-  kParamOffload,    // parameter shard of a ministage, device -> host
-  kParamPrefetch,   // parameter shard of a ministage, host -> device
-  kActOffload,      // a layer-boundary activation, device -> host
-  kActPrefetch,     // the same, host -> device, before its backward
-  kOptimizerStep,   // AdamW on the rank's shard of a ministage
+  kForward,        // forward of a ministage's layers on one microbatch
+  kBackward,       // backward of the same (recomputing the forward first with checkpointing)
+  kAllGather,      // parameters of some layers, over the rank's group
+  kReduceScatter,  // gradients of some layers, over the rank's group
+  kAllReduce,      // gradients of some layers, over the rank's group (ZeRO-0)
+  kSend,           // an activation (forward) or its gradient (backward) to another rank
+  kRecv,           // the matching receive
+  kParamOffload,   // parameter shard of a ministage, device -> host
+  kParamPrefetch,  // parameter shard of a ministage, host -> device
+  kActOffload,     // a layer-boundary activation, device -> host
+  kActPrefetch,    // the same, host -> device, before its backward
+  kOptimizerStep,  // AdamW on the rank's shard of a ministage
 };
 std::string_view OpKindName(OpKind kind);
 
@@ -38,8 +38,8 @@ constexpr int kNumStreams = 4;
 struct Op {
   OpKind kind = OpKind::kForward;
   Stream stream = Stream::kCompute;
-  int32_t ministage = -1;     // index of the ministage in the rank's group; -1 if none
-  int32_t layer_begin = 0;    // decoder layers [layer_begin, layer_end) the op touches
+  int32_t ministage = -1;   // index of the ministage in the rank's group; -1 if none
+  int32_t layer_begin = 0;  // decoder layers [layer_begin, layer_end) the op touches
   int32_t layer_end = 0;
   bool embedding = false;     // compute/params also cover the embedding (first virtual stage)
   bool head = false;          // ... the final norm and LM head (last virtual stage)
@@ -69,7 +69,7 @@ struct Collective {
 
 struct Program {
   int32_t rank = 0;
-  int32_t device = 0;  // cluster device id
+  int32_t device = 0;              // cluster device id
   double static_device_bytes = 0;  // held for the whole step (resident shards, optimizer state)
   double static_host_bytes = 0;    // held on the host for the whole step (offloaded state)
   std::vector<Op> ops;

@@ -30,7 +30,8 @@ std::vector<int64_t> Proportional(int64_t total, const std::vector<double>& weig
     given += whole;
     remainders.push_back({exact - whole, i});
   }
-  std::sort(remainders.begin(), remainders.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(remainders.begin(), remainders.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
   for (int64_t k = 0; k < rest - given; ++k) ++share[remainders[k % n].second];
   return share;
 }
@@ -61,7 +62,8 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
   const int num_groups = static_cast<int>(groups.size());
   if (num_groups == 0 || num_groups > num_layers) return out;
   const StateBytesPerParam state = StateBytes(request.precision);
-  const double act_per_seq = static_cast<double>(request.seq_len) * model.hidden_size * BytesPerElement(request.precision);
+  const double act_per_seq =
+      static_cast<double>(request.seq_len) * model.hidden_size * BytesPerElement(request.precision);
   const double layer_act_per_seq =
       LayerActivationBytesPerToken(model, request.seq_len, request.precision, false) * request.seq_len;
 
@@ -87,138 +89,148 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
   if (request.max_ministages > 0) max_ministages = std::min(max_ministages, request.max_ministages);
   // Tensor parallelism in pairs, only where every pair shares a node with NVLink.
   std::vector<int> tp_options = {1};
-  if (request.try_tensor_parallel && model.num_heads % 2 == 0 && model.num_kv_heads % 2 == 0 && model.ffn_size % 2 == 0) {
+  if (request.try_tensor_parallel && model.num_heads % 2 == 0 && model.num_kv_heads % 2 == 0 &&
+      model.ffn_size % 2 == 0) {
     bool pairs = true;
     for (const auto& g : groups) {
       if (g.size() % 2 != 0) pairs = false;
       for (size_t i = 0; pairs && i + 1 < g.size(); i += 2) {
         const auto& node = cluster.node_of(g[i]);
-        pairs = cluster.devices[g[i]].node == cluster.devices[g[i + 1]].node && node.interconnect != Interconnect::kPcie;
+        pairs = cluster.devices[g[i]].node == cluster.devices[g[i + 1]].node &&
+                node.interconnect != Interconnect::kPcie;
       }
     }
     if (pairs) tp_options.push_back(2);
   }
 
   for (int tp : tp_options)
-  for (int64_t b = 1; b <= std::min<int64_t>(request.max_microbatch, request.global_batch_sequences); ++b) {
-    if (request.global_batch_sequences % b != 0) continue;
-    const int64_t num_mb = request.global_batch_sequences / b;
-    // Each device's share of the microbatches follows its speed at this size.
-    std::vector<std::vector<int64_t>> counts;
-    std::vector<std::vector<double>> fwd(num_groups), bwd(num_groups);  // per device, one layer, one microbatch
-    for (int g = 0; g < num_groups; ++g) {
-      std::vector<double> rates;  // per tensor-parallel run (its leader)
-      for (size_t i = 0; i < groups[g].size(); ++i) {
-        const int d = groups[g][i];
-        fwd[g].push_back(costs.LayerForwardS(d, static_cast<double>(b)) * costs.Slowdown(d) / tp);
-        bwd[g].push_back(costs.LayerBackwardS(d, static_cast<double>(b)) * costs.Slowdown(d) / tp);
-        if (i % tp == 0) rates.push_back(1.0 / (fwd[g].back() + bwd[g].back()));
-      }
-      std::vector<int64_t> per_run = Proportional(num_mb, rates, 0), per_device;
-      if (request.even_microbatches) {
-        if (num_mb % static_cast<int64_t>(rates.size()) != 0) per_run.clear();
-        else per_run.assign(rates.size(), num_mb / static_cast<int64_t>(rates.size()));
-      }
-      if (per_run.empty()) break;
-      for (size_t i = 0; i < groups[g].size(); ++i) per_device.push_back(per_run[i / tp]);
-      counts.push_back(per_device);
-    }
-    if (static_cast<int>(counts.size()) != num_groups) continue;  // this size cannot be split evenly
-    for (int s = 1; s <= max_ministages; ++s) {
-      Plan p;
-      p.strategy = "zorse";
-      p.seq_len = request.seq_len;
-      p.precision = request.precision;
-      p.schedule = request.schedule;
-      p.zero_stage = 2;
-      p.activation_checkpointing = request.activation_checkpointing;
-      p.offload_params = request.offload;
-      p.offload_activations = request.offload;
-      std::vector<int> ministages(num_groups, s);
-      auto ranges = InterleavedMinistages(layers, ministages);
+    for (int64_t b = 1; b <= std::min<int64_t>(request.max_microbatch, request.global_batch_sequences); ++b) {
+      if (request.global_batch_sequences % b != 0) continue;
+      const int64_t num_mb = request.global_batch_sequences / b;
+      // Each device's share of the microbatches follows its speed at this size.
+      std::vector<std::vector<int64_t>> counts;
+      std::vector<std::vector<double>> fwd(num_groups),
+          bwd(num_groups);  // per device, one layer, one microbatch
       for (int g = 0; g < num_groups; ++g) {
-        GroupPlan gp;
-        gp.ministages = ranges[g];
-        gp.tp_degree = tp;
-        for (size_t i = 0; i < groups[g].size(); ++i) gp.devices.push_back({groups[g][i], b, counts[g][i], 0});
-        p.groups.push_back(gp);
-      }
-      // The cross-stage routing is left to the evaluator (routing_costs.h): only the few candidates
-      // re-ranked need it, and it costs O(microbatches x devices).
-      // Latency model (Eq. 1): (L_fwd + L_bwd) x N_ministages + L_startup.
-      double l_fwd = 0, l_bwd = 0, startup = 0;
-      for (int g = 0; g < num_groups; ++g) {
-        double visit_f = 0, visit_b = 0;
+        std::vector<double> rates;  // per tensor-parallel run (its leader)
         for (size_t i = 0; i < groups[g].size(); ++i) {
-          visit_f = std::max(visit_f, counts[g][i] * fwd[g][i]);
-          visit_b = std::max(visit_b, counts[g][i] * bwd[g][i]);
+          const int d = groups[g][i];
+          fwd[g].push_back(costs.LayerForwardS(d, static_cast<double>(b)) * costs.Slowdown(d) / tp);
+          bwd[g].push_back(costs.LayerBackwardS(d, static_cast<double>(b)) * costs.Slowdown(d) / tp);
+          if (i % tp == 0) rates.push_back(1.0 / (fwd[g].back() + bwd[g].back()));
         }
-        const double ms_layers = static_cast<double>(layers[g]) / s;
-        const double ms_params = StageParams(model, ranges[g][0]) / tp;
-        if (tp > 1) {  // two all-reduces per layer and pass, per microbatch, not overlapped
-          double most = 0;
-          for (int64_t c : counts[g]) most = std::max(most, static_cast<double>(c));
-          const std::vector<int> pair = {groups[g][0], groups[g][1]};
-          const double ar = most * 2 * ms_layers * costs.CollectiveS(OpKind::kAllReduce, pair, act_per_seq * b);
-          visit_f += ar / ms_layers;
-          visit_b += ar / ms_layers;
+        std::vector<int64_t> per_run = Proportional(num_mb, rates, 0), per_device;
+        if (request.even_microbatches) {
+          if (num_mb % static_cast<int64_t>(rates.size()) != 0)
+            per_run.clear();
+          else
+            per_run.assign(rates.size(), num_mb / static_cast<int64_t>(rates.size()));
         }
-        const double gather = costs.CollectiveS(OpKind::kAllGather, groups[g], ms_params * state.params);
-        const double reduce = costs.CollectiveS(OpKind::kReduceScatter, groups[g], ms_params * state.grads);
-        l_fwd = std::max(l_fwd, std::max(visit_f * ms_layers, gather));
-        l_bwd = std::max(l_bwd, std::max(visit_b * ms_layers, gather + reduce));
-        // Filling the pipeline: one microbatch through the group's first ministage, and the first
-        // gather, which nothing hides.
-        double one_mb = 0;
-        for (double f : fwd[g]) one_mb = std::max(one_mb, f * ms_layers);
-        startup += one_mb;
-        if (g == 0) startup += gather;
-        if (g + 1 < num_groups) startup += costs.TransferS(groups[g].back(), groups[g + 1].front(), act_per_seq * b);
+        if (per_run.empty()) break;
+        for (size_t i = 0; i < groups[g].size(); ++i) per_device.push_back(per_run[i / tp]);
+        counts.push_back(per_device);
       }
-      const double step = (l_fwd + l_bwd) * s + startup;
-
-      // Memory model (Eq. 2) per device: two ministages of parameters gathered, their shards and
-      // optimizer state, one ministage of full gradients, activations and working memory.
-      double worst = 0;
-      bool fits = true;
-      for (int g = 0; g < num_groups && fits; ++g) {
-        const double d = static_cast<double>(groups[g].size()) / tp;
-        double ms_params = 0;
-        for (const auto& r : ranges[g]) ms_params = std::max(ms_params, StageParams(model, r) / tp);
-        const int ms_layers = (layers[g] + s - 1) / s;
-        for (size_t i = 0; i < groups[g].size(); ++i) {
-          double bytes = 0;
-          if (request.offload) {
-            bytes += 2 * ms_params * state.params + 2 * ms_params / d * (state.params + state.optimizer);
-          } else {  // ZeRO-2: full parameters stay, gradients and optimizer state sharded
-            for (const auto& r : ranges[g]) {
-              const double pr = StageParams(model, r) / tp;
-              bytes += pr * state.params + pr / d * (state.grads + state.optimizer);
-            }
+      if (static_cast<int>(counts.size()) != num_groups) continue;  // this size cannot be split evenly
+      for (int s = 1; s <= max_ministages; ++s) {
+        Plan p;
+        p.strategy = "zorse";
+        p.seq_len = request.seq_len;
+        p.precision = request.precision;
+        p.schedule = request.schedule;
+        p.zero_stage = 2;
+        p.activation_checkpointing = request.activation_checkpointing;
+        p.offload_params = request.offload;
+        p.offload_activations = request.offload;
+        std::vector<int> ministages(num_groups, s);
+        auto ranges = InterleavedMinistages(layers, ministages);
+        for (int g = 0; g < num_groups; ++g) {
+          GroupPlan gp;
+          gp.ministages = ranges[g];
+          gp.tp_degree = tp;
+          for (size_t i = 0; i < groups[g].size(); ++i)
+            gp.devices.push_back({groups[g][i], b, counts[g][i], 0});
+          p.groups.push_back(gp);
+        }
+        // The cross-stage routing is left to the evaluator (routing_costs.h): only the few candidates
+        // re-ranked need it, and it costs O(microbatches x devices).
+        // Latency model (Eq. 1): (L_fwd + L_bwd) x N_ministages + L_startup.
+        double l_fwd = 0, l_bwd = 0, startup = 0;
+        for (int g = 0; g < num_groups; ++g) {
+          double visit_f = 0, visit_b = 0;
+          for (size_t i = 0; i < groups[g].size(); ++i) {
+            visit_f = std::max(visit_f, counts[g][i] * fwd[g][i]);
+            visit_b = std::max(visit_b, counts[g][i] * bwd[g][i]);
           }
-          bytes += ms_params * state.grads;
-          const double act = act_per_seq * b;
-          const double saved = request.offload ? 2.0 * ms_layers * act : counts[g][i] * layers[g] * act;
-          const double logits = 2.0 * b * request.seq_len * model.vocab_size * 4;
-          bytes += saved + 2 * layer_act_per_seq * b + logits + 4 * act;
-          worst = std::max(worst, bytes);
-          if (bytes > cluster.memory_bytes(groups[g][i])) fits = false;
+          const double ms_layers = static_cast<double>(layers[g]) / s;
+          const double ms_params = StageParams(model, ranges[g][0]) / tp;
+          if (tp > 1) {  // two all-reduces per layer and pass, per microbatch, not overlapped
+            double most = 0;
+            for (int64_t c : counts[g]) most = std::max(most, static_cast<double>(c));
+            const std::vector<int> pair = {groups[g][0], groups[g][1]};
+            const double ar =
+                most * 2 * ms_layers * costs.CollectiveS(OpKind::kAllReduce, pair, act_per_seq * b);
+            visit_f += ar / ms_layers;
+            visit_b += ar / ms_layers;
+          }
+          const double gather = costs.CollectiveS(OpKind::kAllGather, groups[g], ms_params * state.params);
+          const double reduce = costs.CollectiveS(OpKind::kReduceScatter, groups[g], ms_params * state.grads);
+          l_fwd = std::max(l_fwd, std::max(visit_f * ms_layers, gather));
+          l_bwd = std::max(l_bwd, std::max(visit_b * ms_layers, gather + reduce));
+          // Filling the pipeline: one microbatch through the group's first ministage, and the first
+          // gather, which nothing hides.
+          double one_mb = 0;
+          for (double f : fwd[g]) one_mb = std::max(one_mb, f * ms_layers);
+          startup += one_mb;
+          if (g == 0) startup += gather;
+          if (g + 1 < num_groups)
+            startup += costs.TransferS(groups[g].back(), groups[g + 1].front(), act_per_seq * b);
         }
+        const double step = (l_fwd + l_bwd) * s + startup;
+
+        // Memory model (Eq. 2) per device: two ministages of parameters gathered, their shards and
+        // optimizer state, one ministage of full gradients, activations and working memory.
+        double worst = 0;
+        bool fits = true;
+        for (int g = 0; g < num_groups && fits; ++g) {
+          const double d = static_cast<double>(groups[g].size()) / tp;
+          double ms_params = 0;
+          for (const auto& r : ranges[g]) ms_params = std::max(ms_params, StageParams(model, r) / tp);
+          const int ms_layers = (layers[g] + s - 1) / s;
+          for (size_t i = 0; i < groups[g].size(); ++i) {
+            double bytes = 0;
+            if (request.offload) {
+              bytes += 2 * ms_params * state.params + 2 * ms_params / d * (state.params + state.optimizer);
+            } else {  // ZeRO-2: full parameters stay, gradients and optimizer state sharded
+              for (const auto& r : ranges[g]) {
+                const double pr = StageParams(model, r) / tp;
+                bytes += pr * state.params + pr / d * (state.grads + state.optimizer);
+              }
+            }
+            bytes += ms_params * state.grads;
+            const double act = act_per_seq * b;
+            const double saved = request.offload ? 2.0 * ms_layers * act : counts[g][i] * layers[g] * act;
+            const double logits = 2.0 * b * request.seq_len * model.vocab_size * 4;
+            bytes += saved + 2 * layer_act_per_seq * b + logits + 4 * act;
+            worst = std::max(worst, bytes);
+            if (bytes > cluster.memory_bytes(groups[g][i])) fits = false;
+          }
+        }
+        if (!fits) continue;
+        ZorseCandidate c;
+        c.plan = std::move(p);
+        c.model_step_s = step;
+        c.model_peak_bytes = worst;
+        std::vector<std::string> sizes;
+        for (int g = 0; g < num_groups; ++g)
+          sizes.push_back(fmt::format("{}x{} layers", groups[g].size(), layers[g]));
+        c.why = fmt::format(
+            "{} group(s) [{}], microbatch {} ({} microbatches), {} ministage(s) per group{}; model: {} "
+            "step, {} worst device",
+            num_groups, fmt::join(sizes, ", "), b, num_mb, s, tp > 1 ? ", tensor parallel pairs" : "",
+            FormatDuration(step), FormatBytes(worst));
+        out.push_back(std::move(c));
       }
-      if (!fits) continue;
-      ZorseCandidate c;
-      c.plan = std::move(p);
-      c.model_step_s = step;
-      c.model_peak_bytes = worst;
-      std::vector<std::string> sizes;
-      for (int g = 0; g < num_groups; ++g) sizes.push_back(fmt::format("{}x{} layers", groups[g].size(), layers[g]));
-      c.why = fmt::format("{} group(s) [{}], microbatch {} ({} microbatches), {} ministage(s) per group{}; model: {} "
-                          "step, {} worst device",
-                          num_groups, fmt::join(sizes, ", "), b, num_mb, s, tp > 1 ? ", tensor parallel pairs" : "",
-                          FormatDuration(step), FormatBytes(worst));
-      out.push_back(std::move(c));
     }
-  }
   return out;
 }
 
@@ -235,20 +247,24 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     next += n.num_devices;
   }
   std::vector<ZorseCandidate> all;
-  const int max_k = request.max_groups > 0 ? std::min<int>(request.max_groups, graph.num_vertices) : graph.num_vertices;
+  const int max_k =
+      request.max_groups > 0 ? std::min<int>(request.max_groups, graph.num_vertices) : graph.num_vertices;
   for (int k = 1; k <= max_k; ++k) {
     std::vector<std::vector<int>> groups(k);
     for (int node = 0; node < graph.num_vertices; ++node)
-      for (int i = 0; i < cluster.nodes[node].num_devices; ++i) groups[partitions[k - 1][node]].push_back(first_device[node] + i);
+      for (int i = 0; i < cluster.nodes[node].num_devices; ++i)
+        groups[partitions[k - 1][node]].push_back(first_device[node] + i);
     // Phase 2.
     auto candidates = ZorseCandidatesForGroups(cluster, model, costs, request, groups);
     for (auto& c : candidates) c.why = fmt::format("cut into {} by SPLIT: {}", k, c.why);
-    all.insert(all.end(), std::make_move_iterator(candidates.begin()), std::make_move_iterator(candidates.end()));
+    all.insert(all.end(), std::make_move_iterator(candidates.begin()),
+               std::make_move_iterator(candidates.end()));
   }
   if (all.empty())
-    return Status::Infeasible(fmt::format("zorse planner: no grouping, microbatch size and ministage count fits {} "
-                                          "on this cluster's memory",
-                                          model.name));
+    return Status::Infeasible(
+        fmt::format("zorse planner: no grouping, microbatch size and ministage count fits {} "
+                    "on this cluster's memory",
+                    model.name));
   std::sort(all.begin(), all.end(),
             [](const ZorseCandidate& a, const ZorseCandidate& b) { return a.model_step_s < b.model_step_s; });
   ZorsePlan out;
@@ -276,7 +292,8 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
   }
   if (evaluated.empty())
     return Status::Infeasible(fmt::format(
-        "zorse planner: the {} best candidates by the memory model all ran out of memory in the simulator", n));
+        "zorse planner: the {} best candidates by the memory model all ran out of memory in the simulator",
+        n));
   std::sort(evaluated.begin(), evaluated.end());
   for (const auto& [t, i] : evaluated) out.considered.push_back(all[i]);
   return out;

@@ -43,7 +43,7 @@ struct ZorseRequest {
   int max_microbatch = 64;         // largest microbatch size tried
   int candidates_to_evaluate = 6;  // re-ranked by the evaluator; 0 = the latency model decides alone
   // Variations for the baselines that share this search (baselines.h):
-  int max_ministages = 0;          // 0 = up to the smallest group's layers; 1 = plain stages
+  int max_ministages = 0;  // 0 = up to the smallest group's layers; 1 = plain stages
   PipelineSchedule schedule = PipelineSchedule::kInterleaved;  // 1F1B needs max_ministages = 1
   bool try_tensor_parallel = false;  // also try pairs of NVLink-connected devices as TP runs
   bool even_microbatches = false;    // every data-parallel replica of a group gets the same count
@@ -51,9 +51,9 @@ struct ZorseRequest {
 
 struct ZorseCandidate {
   Plan plan;
-  double model_step_s = 0;  // the latency model's estimate
+  double model_step_s = 0;      // the latency model's estimate
   double model_peak_bytes = 0;  // the memory model's worst device
-  std::string why;  // the cut, the layer split, the microbatch size and ministage count
+  std::string why;              // the cut, the layer split, the microbatch size and ministage count
 };
 
 struct ZorsePlan {

@@ -32,7 +32,8 @@ double CostModel::PeakFlops(int device) const {
 
 double CostModel::LayerForwardS(int device, double sequences) const {
   if (const ProfileEntry* e = Entry(device)) return e->ForwardS(sequences);
-  return RooflineLayerForwardS(cluster_.spec(device), model_, seq_len_, 1, precision_, config_.roofline) * sequences;
+  return RooflineLayerForwardS(cluster_.spec(device), model_, seq_len_, 1, precision_, config_.roofline) *
+         sequences;
 }
 
 double CostModel::LayerBackwardS(int device, double sequences) const {
@@ -57,7 +58,8 @@ double CostModel::ComputeS(int device, const Op& op) const {
   double t = 0;
   const double layers = op.layer_end - op.layer_begin;
   const double tokens = static_cast<double>(op.sequences) * seq_len_;
-  const double head_forward_s = op.head ? HeadForwardFlopsPerToken(model_) * tokens / (PeakFlops(device) * efficiency) : 0;
+  const double head_forward_s =
+      op.head ? HeadForwardFlopsPerToken(model_) * tokens / (PeakFlops(device) * efficiency) : 0;
   switch (op.kind) {
     case OpKind::kForward:
       t = layers * LayerForwardS(device, static_cast<double>(op.sequences)) + head_forward_s;

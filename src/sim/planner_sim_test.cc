@@ -6,13 +6,13 @@
 #include <gtest/gtest.h>
 
 #include "core/cluster_parse.h"
+#include "plan/baselines.h"
 #include "plan/lower.h"
 #include "plan/memory_model.h"
 #include "plan/poplar_planner.h"
-#include "plan/baselines.h"
 #include "plan/zorse_planner.h"
-#include "sim/routing_costs.h"
 #include "sim/plan_evaluator.h"
+#include "sim/routing_costs.h"
 #include "sim/simulator.h"
 
 namespace motley {
@@ -39,18 +39,23 @@ TEST(MemoryModel, BoundsTheSimulatedPeakOfDataParallelPlans) {
     Schedule s = LowerPlan(p, cluster, m).value();
     CostModel costs(cluster, m, nullptr, p.seq_len, p.precision, p.activation_checkpointing);
     SimResult r = Simulate(s, cluster, costs).value();
-    const double unit = per_layer ? static_cast<double>(ParamsPerLayer(m) + std::max(EmbeddingParams(m), HeadParams(m)))
-                                  : static_cast<double>(TotalParams(m));
+    const double unit =
+        per_layer ? static_cast<double>(ParamsPerLayer(m) + std::max(EmbeddingParams(m), HeadParams(m)))
+                  : static_cast<double>(TotalParams(m));
     DataParallelMemoryInput in{&m, p.precision, p.zero_stage, n, p.seq_len, p.activation_checkpointing, unit};
     const StateBytesPerParam sb = StateBytes(p.precision);
-    const double act = 64.0 * 6 * m.hidden_size * BytesPerElement(p.precision);  // the largest microbatch's boundary
+    const double act =
+        64.0 * 6 * m.hidden_size * BytesPerElement(p.precision);  // the largest microbatch's boundary
     const double slack =
-        2 * unit * ((p.zero_stage >= 2 ? sb.grads : 0) + (p.zero_stage == 3 ? sb.params : 0)) + (m.num_layers + 2) * act;
+        2 * unit * ((p.zero_stage >= 2 ? sb.grads : 0) + (p.zero_stage == 3 ? sb.params : 0)) +
+        (m.num_layers + 2) * act;
     for (int d = 0; d < n; ++d) {
       const double model = DataParallelPeakBytes(in, g.devices[d].microbatch_size);
       const double simulated = r.devices[d].peak_memory_bytes;
       EXPECT_DOUBLE_EQ(DataParallelStaticBytes(in), s.programs[d].static_device_bytes) << "trial " << trial;
-      EXPECT_GE(model, simulated * (1 - 1e-12)) << "trial " << trial << " device " << d << " zero " << p.zero_stage << " ckpt " << p.activation_checkpointing << " prec " << (int)p.precision << " n " << n;
+      EXPECT_GE(model, simulated * (1 - 1e-12))
+          << "trial " << trial << " device " << d << " zero " << p.zero_stage << " ckpt "
+          << p.activation_checkpointing << " prec " << (int)p.precision << " n " << n;
       // Loose by at most the gathered and gradient buffers the model assumes in flight.
       EXPECT_LE(model, simulated + slack + 1) << "trial " << trial << " device " << d;
     }
@@ -185,7 +190,8 @@ TEST(ZorsePlanner, PlansThatFitAndBeatEvenDataParallelism) {
 }
 
 // Every way to group the nodes (set partitions), every candidate of each, by the simulator.
-double ExhaustiveBestS(const Cluster& cluster, const ModelSpec& m, const CostModel& costs, const ZorseRequest& req) {
+double ExhaustiveBestS(const Cluster& cluster, const ModelSpec& m, const CostModel& costs,
+                       const ZorseRequest& req) {
   const int n = static_cast<int>(cluster.nodes.size());
   std::vector<int> part(n, 0);
   double best = std::numeric_limits<double>::infinity();
@@ -222,7 +228,8 @@ TEST(ZorsePlanner, WithinFivePercentOfExhaustiveSearchOnEightGpus) {
   req.max_microbatch = 8;
   ZorsePlan zp = PlanZorse(cluster, m, costs, req, SimulatorEvaluator(cluster, m, costs)).value();
   const double exhaustive = ExhaustiveBestS(cluster, m, costs, req);
-  std::printf("zorse planner %.4f s, exhaustive best %.4f s (%s)\n", zp.predicted_step_s, exhaustive, zp.explain.c_str());
+  std::printf("zorse planner %.4f s, exhaustive best %.4f s (%s)\n", zp.predicted_step_s, exhaustive,
+              zp.explain.c_str());
   EXPECT_LE(zp.predicted_step_s, 1.05 * exhaustive) << zp.explain;
 }
 

@@ -36,7 +36,7 @@ double Interpolate(const std::vector<ProfilePoint>& points, const std::optional<
 }
 
 Precision PrecisionFromName(const std::string& s) {
-  return s == "fp32" || s == "float32" ? Precision::kFp32
+  return s == "fp32" || s == "float32"   ? Precision::kFp32
          : s == "fp16" || s == "float16" ? Precision::kFp16
                                          : Precision::kBf16;
 }
@@ -72,7 +72,8 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
     return Status::InvalidArgument(fmt::format("{}: error: cannot read the JSON: {}", file, e.what()));
   }
   auto bad = [&](const std::string& what) {
-    return Status::InvalidArgument(fmt::format("{}: error: {}; see the format in src/sim/profile.h", file, what));
+    return Status::InvalidArgument(
+        fmt::format("{}: error: {}; see the format in src/sim/profile.h", file, what));
   };
   if (!j.is_object() || j.value("format", "") != "motley-profile-1")
     return bad("not a motley profile (expected \"format\": \"motley-profile-1\")");
@@ -99,8 +100,10 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
                 [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
       if (e.contains("fit")) {
         const auto& f = e.at("fit");
-        entry.forward_fit = LinearFit{f.at("forward").at(0).get<double>(), f.at("forward").at(1).get<double>()};
-        entry.backward_fit = LinearFit{f.at("backward").at(0).get<double>(), f.at("backward").at(1).get<double>()};
+        entry.forward_fit =
+            LinearFit{f.at("forward").at(0).get<double>(), f.at("forward").at(1).get<double>()};
+        entry.backward_fit =
+            LinearFit{f.at("backward").at(0).get<double>(), f.at("backward").at(1).get<double>()};
       }
       if (entry.points.empty() && !entry.forward_fit)
         return bad(fmt::format("entry for {} has neither points nor a fit", entry.device_type));
@@ -130,7 +133,8 @@ nlohmann::json ProfileToJson(const Profile& profile) {
   for (const auto& e : profile.entries) {
     nlohmann::json points = nlohmann::json::array();
     for (const auto& pt : e.points)
-      points.push_back({{"microbatch", pt.microbatch}, {"forward_ms", pt.forward_ms}, {"backward_ms", pt.backward_ms}});
+      points.push_back(
+          {{"microbatch", pt.microbatch}, {"forward_ms", pt.forward_ms}, {"backward_ms", pt.backward_ms}});
     nlohmann::json entry = {{"device_type", e.device_type},
                             {"model", e.model},
                             {"hidden_size", e.hidden_size},
@@ -146,7 +150,9 @@ nlohmann::json ProfileToJson(const Profile& profile) {
   }
   nlohmann::json links = nlohmann::json::array();
   for (const auto& l : profile.links)
-    links.push_back({{"between", {l.a, l.b}}, {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s}, {"latency_s", l.latency_s}});
+    links.push_back({{"between", {l.a, l.b}},
+                     {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s},
+                     {"latency_s", l.latency_s}});
   return {{"format", "motley-profile-1"}, {"entries", entries}, {"links", links}};
 }
 
@@ -184,7 +190,8 @@ Result<Profile> ImportZorseMeasured(std::string_view latencies_json, const std::
               const auto& fwd = data.at(2);
               const auto& bwd = data.at(3);
               for (size_t b = 0; b < fwd.size() && b < bwd.size(); ++b)
-                e.points.push_back({static_cast<double>(b + 1), fwd.at(b).get<double>(), bwd.at(b).get<double>()});
+                e.points.push_back(
+                    {static_cast<double>(b + 1), fwd.at(b).get<double>(), bwd.at(b).get<double>()});
               // max_microbatch stays unknown: the points stop where they stopped measuring, not at OOM.
             }
             p.entries.push_back(std::move(e));
@@ -195,7 +202,8 @@ Result<Profile> ImportZorseMeasured(std::string_view latencies_json, const std::
   } catch (const std::exception& e) {
     return Status::InvalidArgument(fmt::format("{}: error: unexpected layout: {}", file, e.what()));
   }
-  if (p.entries.empty()) return Status::InvalidArgument(fmt::format("{}: error: no Llama measurements found", file));
+  if (p.entries.empty())
+    return Status::InvalidArgument(fmt::format("{}: error: no Llama measurements found", file));
   return p;
 }
 

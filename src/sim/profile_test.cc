@@ -25,8 +25,8 @@ ProfileEntry Entry() {
 TEST(Profile, InterpolatesBetweenPointsAndExtrapolatesLinearly) {
   ProfileEntry e = Entry();
   EXPECT_DOUBLE_EQ(e.ForwardS(1), 0.010);
-  EXPECT_DOUBLE_EQ(e.ForwardS(3), 0.020);       // between 2 and 4
-  EXPECT_DOUBLE_EQ(e.ForwardS(8), 0.045);       // the last segment's slope: 5 ms per sequence
+  EXPECT_DOUBLE_EQ(e.ForwardS(3), 0.020);  // between 2 and 4
+  EXPECT_DOUBLE_EQ(e.ForwardS(8), 0.045);  // the last segment's slope: 5 ms per sequence
   EXPECT_DOUBLE_EQ(e.BackwardS(1.5), 0.0375);
   // Monotone: more sequences never take less time.
   for (double b = 0.5; b < 16; b += 0.25) EXPECT_LE(e.ForwardS(b), e.ForwardS(b + 0.25));
@@ -54,7 +54,8 @@ TEST(Profile, JsonRoundTripAndLookup) {
 }
 
 TEST(Profile, BadFilesSayWhatIsWrong) {
-  EXPECT_NE(ParseProfileJson("{}", "p.json").status().message().find("not a motley profile"), std::string::npos);
+  EXPECT_NE(ParseProfileJson("{}", "p.json").status().message().find("not a motley profile"),
+            std::string::npos);
   Result<Profile> bad = ParseProfileJson(
       R"({"format": "motley-profile-1", "entries": [{"device_type": "t4", "hidden_size": 8, "seq_len": 8,
           "points": [{"microbatch": 1, "forward_ms": -1, "backward_ms": 2}]}]})",

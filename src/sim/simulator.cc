@@ -177,7 +177,8 @@ Result<SimResult> Simulator::Run() {
     device_of_rank_.push_back(p.device);
     RankState& r = ranks_[rank];
     r.ops.resize(p.ops.size());
-    for (size_t i = 0; i < p.ops.size(); ++i) r.queue[static_cast<int>(p.ops[i].stream)].push_back(static_cast<int>(i));
+    for (size_t i = 0; i < p.ops.size(); ++i)
+      r.queue[static_cast<int>(p.ops[i].stream)].push_back(static_cast<int>(i));
     r.memory = r.peak_memory = p.static_device_bytes;
     r.host = r.peak_host = p.static_host_bytes;
   }
@@ -228,9 +229,9 @@ Result<SimResult> Simulator::Run() {
     d.end_host_bytes = r.host;
     if (d.out_of_memory) {
       result.fits_memory = false;
-      result.oom_message += fmt::format("{}device {} ({}, rank {}) needs {} of {}", result.oom_message.empty() ? "" : "; ",
-                                        device, d.device_type, rank, FormatBytes(d.peak_memory_bytes),
-                                        FormatBytes(d.capacity_bytes));
+      result.oom_message += fmt::format("{}device {} ({}, rank {}) needs {} of {}",
+                                        result.oom_message.empty() ? "" : "; ", device, d.device_type, rank,
+                                        FormatBytes(d.peak_memory_bytes), FormatBytes(d.capacity_bytes));
     }
     peak_flops += costs_.PeakFlops(device);
     result.devices.push_back(d);
@@ -244,7 +245,8 @@ Result<SimResult> Simulator::Run() {
   if (config_.record_trace) {
     for (int rank = 0; rank < n; ++rank)
       for (size_t i = 0; i < ranks_[rank].ops.size(); ++i)
-        result.trace.push_back({rank, static_cast<int>(i), ranks_[rank].ops[i].start, ranks_[rank].ops[i].end});
+        result.trace.push_back(
+            {rank, static_cast<int>(i), ranks_[rank].ops[i].start, ranks_[rank].ops[i].end});
   }
   return result;
 }
@@ -262,7 +264,9 @@ std::string ChromeTraceJson(const Schedule& schedule, const Cluster& cluster, co
     events.push_back({{"name", "process_name"},
                       {"ph", "M"},
                       {"pid", p.rank},
-                      {"args", {{"name", fmt::format("rank {} (device {}, {})", p.rank, p.device, cluster.spec(p.device).name)}}}});
+                      {"args",
+                       {{"name", fmt::format("rank {} (device {}, {})", p.rank, p.device,
+                                             cluster.spec(p.device).name)}}}});
     for (int s = 0; s < kNumStreams; ++s)
       events.push_back({{"name", "thread_name"},
                         {"ph", "M"},

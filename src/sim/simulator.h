@@ -51,7 +51,7 @@ struct SimResult {
   double hfu = 0;     // tflops over the plan's devices' dense peak
   double mfu = 0;     // model FLOPs (no recomputation) over the same peak
   bool fits_memory = true;
-  std::string oom_message;  // names every device over its capacity
+  std::string oom_message;               // names every device over its capacity
   std::vector<DeviceSimReport> devices;  // by rank
   int64_t num_events = 0;
   std::vector<TraceEvent> trace;

@@ -18,7 +18,8 @@ Cluster FastCluster(int n, const std::string& memory = "64GiB") {
 [network]
 intra_node_latency = "1ns"
 [device_types.unit]
-memory = ")" + memory + R"("
+memory = ")" + memory +
+                     R"("
 memory_bandwidth = "1000TB/s"
 fp16_flops = "100TFLOPS"
 fp32_flops = "100TFLOPS"
@@ -28,7 +29,8 @@ name = "n"
 device = "unit"
 interconnect = "pcie"
 intra_bandwidth = "1000TB/s"
-count = )" + std::to_string(n) + "\n";
+count = )" + std::to_string(n) +
+                     "\n";
   return ParseClusterToml(text, "fast.toml").value();
 }
 
@@ -88,7 +90,8 @@ TEST(Simulator, GPipeBubbleMatchesTheFormula) {
     ASSERT_TRUE(r.ok()) << r.status().message();
     const double expected = static_cast<double>(p - 1) / (m + p - 1);
     for (const auto& d : r->devices) {
-      EXPECT_NEAR(d.idle_fraction, expected, expected * 0.01) << "p=" << p << " m=" << m << " rank " << d.rank;
+      EXPECT_NEAR(d.idle_fraction, expected, expected * 0.01)
+          << "p=" << p << " m=" << m << " rank " << d.rank;
     }
     // (m + p - 1) slots of one forward and one backward of 2 layers each.
     EXPECT_NEAR(r->step_time_s, (m + p - 1) * 2 * (0.010 + 0.020), 1e-3);
@@ -125,7 +128,8 @@ speed_factor = 3.0
   Plan p;
   p.seq_len = 128;
   p.zero_stage = 0;
-  p.groups = {GroupPlan{{{0, 2}}, 1, {{0, 1, 8, 0}}, {}}, GroupPlan{{{2, 4}}, 1, {{1, 1, 6, 0}, {2, 1, 2, 0}}, {}}};
+  p.groups = {GroupPlan{{{0, 2}}, 1, {{0, 1, 8, 0}}, {}},
+              GroupPlan{{{2, 4}}, 1, {{1, 1, 6, 0}, {2, 1, 2, 0}}, {}}};
   CostModel costs(cluster, m, &profile, p.seq_len, p.precision, true);
   // When the last forward of group 1 (ranks 1 and 2) ends.
   auto stage_end = [&](const Plan& plan) {
@@ -341,7 +345,8 @@ TEST(Simulator, DeadlockIsAnErrorNamingTheStuckRanks) {
   CostModel costs(cluster, m, nullptr, 8, Precision::kBf16, true);
   Result<SimResult> r = Simulate(s, cluster, costs);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("rank 0 comm stream waits at op 0 (recv with rank 1)"), std::string::npos)
+  EXPECT_NE(r.status().message().find("rank 0 comm stream waits at op 0 (recv with rank 1)"),
+            std::string::npos)
       << r.status().message();
 }
 
@@ -353,7 +358,9 @@ Plan RandomPlan(std::mt19937& rng, int num_devices, const ModelSpec& m) {
   p.seq_len = 16;
   p.precision = Precision::kBf16;
   const int kind = pick(0, 3);  // 0 data parallel, 1 gpipe, 2 1f1b, 3 interleaved
-  p.schedule = kind == 2 ? PipelineSchedule::k1F1B : kind == 3 ? PipelineSchedule::kInterleaved : PipelineSchedule::kGPipe;
+  p.schedule = kind == 2   ? PipelineSchedule::k1F1B
+               : kind == 3 ? PipelineSchedule::kInterleaved
+                           : PipelineSchedule::kGPipe;
   p.zero_stage = pick(0, 3);
   p.activation_checkpointing = pick(0, 3) > 0;
   p.offload_activations = pick(0, 1);
@@ -396,7 +403,8 @@ Plan RandomPlan(std::mt19937& rng, int num_devices, const ModelSpec& m) {
     for (int64_t k = 1; k < total; ++k) ++counts[pick(0, static_cast<int>(runs) - 1)];
     for (size_t run = 0; run < runs; ++run) {
       DevicePlan d{0, pipeline ? mbs : pick(1, 4), counts[run], 0};
-      if (!pipeline && d.num_microbatches > 0 && pick(0, 1)) d.last_microbatch_size = pick(1, static_cast<int>(d.microbatch_size));
+      if (!pipeline && d.num_microbatches > 0 && pick(0, 1))
+        d.last_microbatch_size = pick(1, static_cast<int>(d.microbatch_size));
       for (int k = 0; k < gp.tp_degree; ++k) {
         d.device = groups[g][run * gp.tp_degree + k];
         gp.devices.push_back(d);
@@ -435,8 +443,10 @@ TEST(Lowering, FiveHundredRandomAsymmetricPlansAreDeadlockFree) {
     for (const auto& d : r->devices) {
       const Program& prog = s->programs[d.rank];
       ASSERT_NEAR(d.end_memory_bytes, prog.static_device_bytes, 1e-6 * (1 + prog.static_device_bytes))
-          << "plan " << i << " rank " << d.rank << "\n" << ScheduleListing(*s);
-      ASSERT_NEAR(d.end_host_bytes, prog.static_host_bytes, 1e-6 * (1 + prog.static_host_bytes)) << "plan " << i;
+          << "plan " << i << " rank " << d.rank << "\n"
+          << ScheduleListing(*s);
+      ASSERT_NEAR(d.end_host_bytes, prog.static_host_bytes, 1e-6 * (1 + prog.static_host_bytes))
+          << "plan " << i;
     }
     ++simulated;
   }

@@ -244,10 +244,12 @@ TEST(Cli, DescribeCluster) {
 TEST(Cli, SimulateReportsTheIssueFields) {
   TempDir dir;
   const std::string trace = dir.Write("trace.json", "");
-  CliRun r = Motley("simulate --plan " + Example("plans/local-zorse.toml") + " --json --trace " + trace, true);
+  CliRun r =
+      Motley("simulate --plan " + Example("plans/local-zorse.toml") + " --json --trace " + trace, true);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
-  for (const char* key : {"step_time_s", "tokens_per_s", "tflops", "hfu", "fits_memory"}) EXPECT_TRUE(j.contains(key)) << key;
+  for (const char* key : {"step_time_s", "tokens_per_s", "tflops", "hfu", "fits_memory"})
+    EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_GT(j["step_time_s"].get<double>(), 0);
   EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>() * j["step_time_s"].get<double>(), 32 * 128);
   ASSERT_EQ(j["devices"].size(), 4u);
@@ -278,9 +280,10 @@ TEST(Cli, ScheduleListsEveryRankAndBadPlansSayWhy) {
   EXPECT_CONTAINS(text.output, "rank 3 (device 3)");
   EXPECT_CONTAINS(text.output, "param_prefetch");
   TempDir dir;
-  std::string bad = dir.Write("p.toml", "model = \"llama-1m\"\ncluster = \"local-emulated\"\nseq_len = 128\n"
-                                        "[[groups]]\nministages = [[0, 3]]\ndevices = [0, 9]\n"
-                                        "microbatch_size = [1, 1]\nnum_microbatches = [1, 1]\n");
+  std::string bad = dir.Write("p.toml",
+                              "model = \"llama-1m\"\ncluster = \"local-emulated\"\nseq_len = 128\n"
+                              "[[groups]]\nministages = [[0, 3]]\ndevices = [0, 9]\n"
+                              "microbatch_size = [1, 1]\nnum_microbatches = [1, 1]\n");
   CliRun e = Motley("simulate --plan " + bad);
   EXPECT_EQ(e.exit_code, 1);
   EXPECT_CONTAINS(e.output, "groups[0].devices[1] (device 9): no such device; the cluster has devices 0..3");
@@ -290,12 +293,14 @@ TEST(Cli, ScheduleListsEveryRankAndBadPlansSayWhy) {
 TEST(Cli, PlanChoosesComparesAndWritesAPlanThatSimulatesUnchanged) {
   TempDir dir;
   const std::string out = dir.Write("plan.toml", "");
-  const std::string base = "plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 4096 "
-                           "--precision fp32";
+  const std::string base =
+      "plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 4096 "
+      "--precision fp32";
   CliRun r = Motley(base + " --compare --json -o " + out, true);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
-  for (const char* key : {"strategy", "step_time_s", "tokens_per_s", "tflops", "hfu", "fits_memory", "groups"})
+  for (const char* key :
+       {"strategy", "step_time_s", "tokens_per_s", "tflops", "hfu", "fits_memory", "groups"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_TRUE(j["fits_memory"].get<bool>());
   ASSERT_FALSE(j["groups"].empty());
@@ -308,7 +313,7 @@ TEST(Cli, PlanChoosesComparesAndWritesAPlanThatSimulatesUnchanged) {
     if (c["strategy"] == "deepspeed-even") even = c["step_time_s"].get<double>();
   }
   EXPECT_DOUBLE_EQ(j["step_time_s"].get<double>(), best);  // auto takes the fastest that fits
-  EXPECT_GT(even / best, 1.5);                              // and beats the even split
+  EXPECT_GT(even / best, 1.5);                             // and beats the even split
   // The written plan runs unchanged in the simulator, with the predicted step time.
   CliRun sim = Motley("simulate --plan " + out + " --json", true);
   ASSERT_EQ(sim.exit_code, 0) << sim.output;
@@ -317,7 +322,8 @@ TEST(Cli, PlanChoosesComparesAndWritesAPlanThatSimulatesUnchanged) {
   CliRun zorse = Motley(base + " --strategy zorse --explain");
   EXPECT_EQ(zorse.exit_code, 0) << zorse.output;
   EXPECT_CONTAINS(zorse.output, "why: cut into");
-  CliRun bad = Motley("plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 4000");
+  CliRun bad =
+      Motley("plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 4000");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_CONTAINS(bad.output, "--global-batch-tokens (4000) is not a multiple of --seq-len (128)");
 }
