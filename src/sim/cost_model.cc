@@ -18,7 +18,26 @@ CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Profi
   if (profile_ != nullptr) {
     for (int d = 0; d < cluster.num_devices(); ++d)
       entry_by_device_[d] = profile_->Find(cluster.spec(d).name, model, seq_len, precision);
+    std::map<std::string, int> node_index;
+    for (size_t n = 0; n < cluster.nodes.size(); ++n) node_index[cluster.nodes[n].name] = static_cast<int>(n);
+    for (const auto& l : profile_->links) {
+      auto a = node_index.find(l.a), b = node_index.find(l.b);
+      if (a == node_index.end() || b == node_index.end()) continue;  // measured on another cluster
+      measured_links_[{std::min(a->second, b->second), std::max(a->second, b->second)}] = &l;
+    }
   }
+}
+
+Link CostModel::LinkBetween(int a, int b) const {
+  Link link = cluster_.LinkBetween(a, b);
+  if (link.kind == LinkKind::kSelf || measured_links_.empty()) return link;
+  const int na = cluster_.devices[a].node, nb = cluster_.devices[b].node;
+  auto it = measured_links_.find({std::min(na, nb), std::max(na, nb)});
+  if (it != measured_links_.end()) {
+    link.bandwidth_bytes_per_s = it->second->bandwidth_bytes_per_s;
+    link.latency_s = it->second->latency_s;
+  }
+  return link;
 }
 
 const ProfileEntry* CostModel::Entry(int device) const { return entry_by_device_[device]; }
@@ -83,7 +102,7 @@ double CostModel::CopyS(int device, double bytes) const {
 }
 
 double CostModel::TransferS(int from, int to, double bytes) const {
-  const Link l = cluster_.LinkBetween(from, to);
+  const Link l = LinkBetween(from, to);
   if (l.kind == LinkKind::kSelf) return 0;
   return l.latency_s + bytes / l.bandwidth_bytes_per_s;
 }
@@ -93,7 +112,7 @@ double CostModel::CollectiveS(OpKind kind, const std::vector<int>& devices, doub
   if (n <= 1) return 0;
   double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
   for (size_t i = 0; i < n; ++i) {
-    const Link l = cluster_.LinkBetween(devices[i], devices[(i + 1) % n]);
+    const Link l = LinkBetween(devices[i], devices[(i + 1) % n]);
     bandwidth = std::min(bandwidth, l.bandwidth_bytes_per_s);
     latency = std::max(latency, l.latency_s);
   }

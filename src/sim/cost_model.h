@@ -2,7 +2,9 @@
 // device type and from the analytic roofline otherwise (cost_compute.h); links by alpha-beta.
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cluster.h"
@@ -44,6 +46,8 @@ class CostModel : public PlannerCosts {
 
  private:
   const ProfileEntry* Entry(int device) const;
+  /// The cluster's link, replaced by the profile's measurement between the two nodes if it has one.
+  Link LinkBetween(int a, int b) const;
 
   const Cluster& cluster_;
   const ModelSpec& model_;
@@ -53,6 +57,7 @@ class CostModel : public PlannerCosts {
   bool recompute_;
   CostModelConfig config_;
   std::vector<const ProfileEntry*> entry_by_device_;
+  std::map<std::pair<int, int>, const ProfileLink*> measured_links_;  // (node, node), lower first
 };
 
 }  // namespace motley

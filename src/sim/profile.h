@@ -9,6 +9,7 @@
 //                 "fit": {"forward": [slope_ms, intercept_ms], "backward": [slope_ms, intercept_ms]},
 //                 "max_microbatch": 12}],
 //    "links": [{"between": ["node-a", "node-b"], "bandwidth_bytes_per_s": 5e9, "latency_s": 2e-5}]}
+// Measured links replace the cluster file's figures between those two nodes in the cost model.
 // Times are of ONE decoder layer. Between measured points a time is interpolated linearly (which is
 // monotone when the points are); beyond them it follows "fit" when given, else the line through
 // the last two points.

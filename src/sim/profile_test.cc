@@ -53,6 +53,18 @@ TEST(Profile, JsonRoundTripAndLookup) {
   EXPECT_EQ(back->Find("a10g", m, 1024, Precision::kFp16), nullptr);
 }
 
+TEST(Profile, MeasuredLinksReplaceTheClustersFigures) {
+  Cluster c = LoadCluster("poplar-b").value();  // nodes v100 and t4, 25 Gbps between them
+  const ModelSpec& m = *FindModelPreset("llama-tiny");
+  Profile p;
+  p.links.push_back({"t4", "v100", 1e9, 1e-3});  // measured: 1 GB/s, 1 ms
+  CostModel measured(c, m, &p, 64, Precision::kBf16, true);
+  CostModel derived(c, m, nullptr, 64, Precision::kBf16, true);
+  EXPECT_DOUBLE_EQ(measured.TransferS(0, 2, 1e9), 1e-3 + 1.0);
+  EXPECT_DOUBLE_EQ(derived.TransferS(0, 2, 1e9), c.network.inter_node_latency_s + 1e9 / (25e9 / 8));
+  EXPECT_DOUBLE_EQ(measured.TransferS(0, 1, 1e9), derived.TransferS(0, 1, 1e9));  // inside a node: unchanged
+}
+
 TEST(Profile, BadFilesSayWhatIsWrong) {
   EXPECT_NE(ParseProfileJson("{}", "p.json").status().message().find("not a motley profile"),
             std::string::npos);
