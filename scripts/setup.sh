@@ -23,7 +23,8 @@ PACKAGES=(
   clang libclang-rt-14-dev
 )
 if [ "$WITH_TORCH" = "ON" ]; then
-  # libtorch 1.13 (CPU) with c10d's Gloo headers, sentencepiece for tokenizers, and OpenBLAS so
+  # libtorch 1.13 (CPU) with c10d's Gloo headers, sentencepiece for tokenizers (never link it into a
+  # process with libtorch: its embedded protobuf clashes with libtorch's at load time), and OpenBLAS so
   # libtorch's matmuls do not fall back to the slow reference BLAS (shared/notes/libtorch.md).
   PACKAGES+=(libtorch-dev libgloo-dev libsentencepiece-dev libopenblas0-pthread)
 fi
