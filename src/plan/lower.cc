@@ -58,6 +58,8 @@ class Lowerer {
 
   // ---- Emission ----
   int Emit(int rank, Op op);
+  /// An op of `kind` on `stream` touching virtual stage v's ministage and layers.
+  Op StageOp(OpKind kind, Stream stream, int v) const;
   int NewCollective(OpKind kind, const std::vector<int>& ranks, double bytes);
   /// Emits one task on one rank of the tensor-parallel run that executes it.
   void EmitTaskOnRank(const Task& t, int rank, int tp_index);
@@ -234,6 +236,16 @@ double Lowerer::WorkBackward(int v, int64_t m) const {
   return work;
 }
 
+Op Lowerer::StageOp(OpKind kind, Stream stream, int v) const {
+  Op op;
+  op.kind = kind;
+  op.stream = stream;
+  op.ministage = vstages_[v].ministage;
+  op.layer_begin = vstages_[v].layers.begin;
+  op.layer_end = vstages_[v].layers.end;
+  return op;
+}
+
 int Lowerer::Emit(int rank, Op op) {
   auto& ops = s_.programs[rank].ops;
   ops.push_back(std::move(op));
@@ -255,19 +267,9 @@ int Lowerer::NewCollective(OpKind kind, const std::vector<int>& ranks, double by
 std::vector<int> Lowerer::EmitCollective(OpKind kind, int g, int v, double bytes) {
   std::map<int, int> op_of_rank;
   for (const auto& ranks : dp_ranks_[g]) {
-    Collective coll;
-    coll.kind = kind;
-    coll.ranks = ranks;
-    coll.bytes = bytes;
-    s_.collectives.push_back(std::move(coll));
-    const int c = static_cast<int>(s_.collectives.size()) - 1;
+    const int c = NewCollective(kind, ranks, bytes);
     for (int r : ranks) {
-      Op op;
-      op.kind = kind;
-      op.stream = Stream::kComm;
-      op.ministage = vstages_[v].ministage;
-      op.layer_begin = vstages_[v].layers.begin;
-      op.layer_end = vstages_[v].layers.end;
+      Op op = StageOp(kind, Stream::kComm, v);
       op.embedding = vstages_[v].layers.begin == 0;
       op.head = vstages_[v].layers.end == model_.num_layers;
       op.bytes = bytes;
@@ -290,12 +292,7 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
   for (size_t i = 0; i < group_ranks_[g].size(); ++i) {
     const int r = group_ranks_[g][i];
     if (!policy_.offload_params) continue;
-    Op op;
-    op.kind = OpKind::kParamPrefetch;
-    op.stream = Stream::kH2D;
-    op.ministage = vstages_[v].ministage;
-    op.layer_begin = vstages_[v].layers.begin;
-    op.layer_end = vstages_[v].layers.end;
+    Op op = StageOp(OpKind::kParamPrefetch, Stream::kH2D, v);
     op.bytes = shard * (param_bytes_ + (backward ? opt_bytes_ : 0));
     op.device_alloc_bytes = op.bytes;
     // At most two ministages resident: wait until the one two visits back is gone.
@@ -352,12 +349,7 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
       if (policy_.offload_params) op.device_alloc_bytes += shard * grad_bytes_;
       grads_allocated_[{r, v}] = false;
     }
-    Op step;
-    step.kind = OpKind::kOptimizerStep;
-    step.stream = Stream::kCompute;
-    step.ministage = vstages_[v].ministage;
-    step.layer_begin = vstages_[v].layers.begin;
-    step.layer_end = vstages_[v].layers.end;
+    Op step = StageOp(OpKind::kOptimizerStep, Stream::kCompute, v);
     step.flops = kAdamFlopsPerParam * shard;
     step.bytes = 2 * shard * (param_bytes_ + grad_bytes_ + opt_bytes_);
     step.deps.push_back(ops[i]);
@@ -387,12 +379,7 @@ void Lowerer::EmitFinishBackward(int g, int v) {
     int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
     s_.programs[r].ops[release].device_free_bytes += params * param_bytes_;
     if (policy_.offload_params) {
-      Op off;
-      off.kind = OpKind::kParamOffload;
-      off.stream = Stream::kD2H;
-      off.ministage = vstages_[v].ministage;
-      off.layer_begin = vstages_[v].layers.begin;
-      off.layer_end = vstages_[v].layers.end;
+      Op off = StageOp(OpKind::kParamOffload, Stream::kD2H, v);
       off.bytes = params / d * (param_bytes_ + opt_bytes_);
       off.device_free_bytes = off.bytes;
       off.deps.push_back(release);
@@ -423,12 +410,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   const double act = Act(m);
   const int64_t key = static_cast<int64_t>(v) * num_mb_ + m;
   auto base_op = [&](OpKind kind, Stream stream) {
-    Op op;
-    op.kind = kind;
-    op.stream = stream;
-    op.ministage = vs.ministage;
-    op.layer_begin = vs.layers.begin;
-    op.layer_end = vs.layers.end;
+    Op op = StageOp(kind, stream, v);
     op.embedding = vs.layers.begin == 0;
     op.head = vs.layers.end == model_.num_layers;
     op.microbatch = static_cast<int32_t>(m);

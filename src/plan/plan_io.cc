@@ -119,6 +119,22 @@ std::unique_ptr<toml::node> JsonToToml(const nlohmann::json& j) {
   return std::make_unique<toml::value<std::string>>("");
 }
 
+// A group's per-device figures as columns, as both file formats write them.
+struct DeviceColumns {
+  std::vector<int> devices;
+  std::vector<int64_t> sizes, counts, lasts;
+  bool any_last = false;  // last_microbatch_size is written only when some device has one
+  explicit DeviceColumns(const GroupPlan& g) {
+    for (const auto& d : g.devices) {
+      devices.push_back(d.device);
+      sizes.push_back(d.microbatch_size);
+      counts.push_back(d.num_microbatches);
+      lasts.push_back(d.last_microbatch_size);
+      any_last = any_last || d.last_microbatch_size > 0;
+    }
+  }
+};
+
 }  // namespace
 
 Result<Plan> ParsePlanToml(std::string_view text, const std::string& file) {
@@ -156,24 +172,15 @@ std::string PlanToToml(const Plan& p) {
       PrecisionName(p.precision), PipelineScheduleName(p.schedule), p.zero_stage, p.activation_checkpointing,
       p.offload_params, p.offload_activations);
   for (const auto& g : p.groups) {
-    std::vector<int> devices;
-    std::vector<int64_t> sizes, counts, lasts;
-    bool any_last = false;
-    for (const auto& d : g.devices) {
-      devices.push_back(d.device);
-      sizes.push_back(d.microbatch_size);
-      counts.push_back(d.num_microbatches);
-      lasts.push_back(d.last_microbatch_size);
-      any_last = any_last || d.last_microbatch_size > 0;
-    }
+    const DeviceColumns c(g);
     std::vector<std::string> ranges;
     for (const auto& r : g.ministages) ranges.push_back(fmt::format("[{}, {}]", r.begin, r.end));
     out += fmt::format(
         "\n[[groups]]\nministages = [{}]\ntp_degree = {}\ndevices = [{}]\n"
         "microbatch_size = [{}]\nnum_microbatches = [{}]\n",
-        fmt::join(ranges, ", "), g.tp_degree, fmt::join(devices, ", "), fmt::join(sizes, ", "),
-        fmt::join(counts, ", "));
-    if (any_last) out += fmt::format("last_microbatch_size = [{}]\n", fmt::join(lasts, ", "));
+        fmt::join(ranges, ", "), g.tp_degree, fmt::join(c.devices, ", "), fmt::join(c.sizes, ", "),
+        fmt::join(c.counts, ", "));
+    if (c.any_last) out += fmt::format("last_microbatch_size = [{}]\n", fmt::join(c.lasts, ", "));
     if (!g.routing.empty()) out += fmt::format("routing = [{}]\n", fmt::join(g.routing, ", "));
   }
   return out;
@@ -182,24 +189,15 @@ std::string PlanToToml(const Plan& p) {
 nlohmann::json PlanToJson(const Plan& p) {
   nlohmann::json groups = nlohmann::json::array();
   for (const auto& g : p.groups) {
-    nlohmann::json devices = nlohmann::json::array(), sizes = nlohmann::json::array(),
-                   counts = nlohmann::json::array(), lasts = nlohmann::json::array();
-    bool any_last = false;
-    for (const auto& d : g.devices) {
-      devices.push_back(d.device);
-      sizes.push_back(d.microbatch_size);
-      counts.push_back(d.num_microbatches);
-      lasts.push_back(d.last_microbatch_size);
-      any_last = any_last || d.last_microbatch_size > 0;
-    }
+    const DeviceColumns c(g);
     nlohmann::json ranges = nlohmann::json::array();
     for (const auto& r : g.ministages) ranges.push_back({r.begin, r.end});
     nlohmann::json gj = {{"ministages", ranges},
                          {"tp_degree", g.tp_degree},
-                         {"devices", devices},
-                         {"microbatch_size", sizes},
-                         {"num_microbatches", counts}};
-    if (any_last) gj["last_microbatch_size"] = lasts;
+                         {"devices", c.devices},
+                         {"microbatch_size", c.sizes},
+                         {"num_microbatches", c.counts}};
+    if (c.any_last) gj["last_microbatch_size"] = c.lasts;
     if (!g.routing.empty()) gj["routing"] = g.routing;
     groups.push_back(gj);
   }

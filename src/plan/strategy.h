@@ -1,5 +1,5 @@
-// The planning strategies motley offers, by family. Planners themselves arrive with the planner
-// issue; this table is what the CLI and job validation show users today.
+// The planning strategies motley offers, by family, for the CLI's help and reports. The planners
+// themselves are in zorse_planner.h, poplar_planner.h and baselines.h.
 #pragma once
 
 #include <string_view>
