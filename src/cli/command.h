@@ -30,5 +30,6 @@ int RunDemo(const std::vector<std::string>& args);
 int RunSchedule(const std::vector<std::string>& args);
 int RunSimulate(const std::vector<std::string>& args);
 int RunPlan(const std::vector<std::string>& args);
+int RunData(const std::vector<std::string>& args);
 
 }  // namespace motley::cli

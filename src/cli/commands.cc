@@ -16,6 +16,7 @@ const std::vector<Command>& Commands() {
        &RunSchedule},
       {"simulate", "simulate a training step of a plan: step time, TFLOPs, HFU, memory per device, trace",
        &RunSimulate},
+      {"data", "prepare training data: tokenize text files into .bin shards (byte or sentencepiece)", &RunData},
   };
   return commands;
 }

@@ -1,4 +1,4 @@
-#include "runtime/data_sampler.h"
+#include "data/data_sampler.h"
 
 #include "core/check.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/token_file.h"
+#include "data/token_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "core/check.h"
+
 namespace motley {
 namespace {
 
@@ -18,42 +20,98 @@ constexpr size_t kHeaderBytes = kHeaderInts * sizeof(int32_t);
 
 }  // namespace
 
-Status WriteTokenFile(const std::string& path, const std::vector<uint32_t>& tokens, int64_t vocab_size) {
-  const bool wide = vocab_size > 65536;
-  std::vector<int32_t> header(kHeaderInts, 0);
-  header[0] = kTokenFileMagic;
-  header[1] = wide ? 2 : 1;
-  header[2] = static_cast<int32_t>(tokens.size());
-  if (tokens.size() > static_cast<size_t>(INT32_MAX))
-    return Status::InvalidArgument(fmt::format("{}: {} tokens do not fit one shard's int32 count; split the input",
-                                               path, tokens.size()));
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return Status::IoError(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-  auto write_all = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      ssize_t w = ::write(fd, c, n);
-      if (w <= 0) return false;
-      c += w;
-      n -= static_cast<size_t>(w);
-    }
-    return true;
-  };
-  bool ok = write_all(header.data(), kHeaderBytes);
-  if (wide) {
-    ok = ok && write_all(tokens.data(), tokens.size() * 4);
-  } else {
-    std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
-    ok = ok && write_all(narrow.data(), narrow.size() * 2);
+Result<TokenFileWriter> TokenFileWriter::Create(const std::string& path, int64_t vocab_size) {
+  TokenFileWriter w;
+  w.path_ = path;
+  w.tmp_ = path + ".tmp";
+  w.wide_ = vocab_size > 65536;
+  w.fd_ = ::open(w.tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (w.fd_ < 0) return Status::IoError(fmt::format("{}: cannot create: {}", w.tmp_, std::strerror(errno)));
+  w.buffer_.resize(kHeaderBytes, 0);  // the header, completed by Finish()
+  return w;
+}
+
+TokenFileWriter::TokenFileWriter(TokenFileWriter&& o) noexcept { *this = std::move(o); }
+
+TokenFileWriter& TokenFileWriter::operator=(TokenFileWriter&& o) noexcept {
+  std::swap(path_, o.path_);
+  std::swap(tmp_, o.tmp_);
+  std::swap(fd_, o.fd_);
+  std::swap(wide_, o.wide_);
+  std::swap(num_tokens_, o.num_tokens_);
+  std::swap(buffer_, o.buffer_);
+  return *this;
+}
+
+TokenFileWriter::~TokenFileWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    std::remove(tmp_.c_str());
   }
-  ok = ok && ::fsync(fd) == 0;
-  ok = (::close(fd) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::IoError(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
+}
+
+namespace {
+
+bool WriteAll(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::write(fd, c, n);
+    if (w <= 0) return false;
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+Status TokenFileWriter::Flush() {
+  if (!WriteAll(fd_, buffer_.data(), buffer_.size()))
+    return Status::IoError(fmt::format("{}: write failed: {}", tmp_, std::strerror(errno)));
+  buffer_.clear();
+  return Status::Ok();
+}
+
+Status TokenFileWriter::Append(const uint32_t* tokens, size_t count) {
+  MOTLEY_CHECK_GE(fd_, 0);
+  if (num_tokens_ + static_cast<int64_t>(count) > kMaxTokensPerShard)
+    return Status::InvalidArgument(
+        fmt::format("{}: more than {} tokens do not fit one shard's int32 count; split the input", path_,
+                    kMaxTokensPerShard));
+  const size_t width = wide_ ? 4 : 2;
+  const size_t at = buffer_.size();
+  buffer_.resize(at + count * width);
+  if (wide_) {
+    std::memcpy(buffer_.data() + at, tokens, count * 4);
+  } else {
+    for (size_t i = 0; i < count; ++i) {
+      const auto v = static_cast<uint16_t>(tokens[i]);
+      std::memcpy(buffer_.data() + at + 2 * i, &v, 2);
+    }
+  }
+  num_tokens_ += static_cast<int64_t>(count);
+  return buffer_.size() >= (8u << 20) ? Flush() : Status::Ok();
+}
+
+Status TokenFileWriter::Finish() {
+  MOTLEY_CHECK_GE(fd_, 0);
+  MOTLEY_RETURN_IF_ERROR(Flush());
+  const int32_t header[3] = {kTokenFileMagic, wide_ ? 2 : 1, static_cast<int32_t>(num_tokens_)};
+  bool ok = ::pwrite(fd_, header, sizeof header, 0) == static_cast<ssize_t>(sizeof header);
+  ok = ok && ::fsync(fd_) == 0;
+  ok = (::close(fd_) == 0) && ok;
+  fd_ = -1;
+  if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    std::remove(tmp_.c_str());
+    return Status::IoError(fmt::format("{}: write failed: {}", path_, std::strerror(errno)));
   }
   return Status::Ok();
+}
+
+Status WriteTokenFile(const std::string& path, const std::vector<uint32_t>& tokens, int64_t vocab_size) {
+  MOTLEY_ASSIGN_OR_RETURN(TokenFileWriter w, TokenFileWriter::Create(path, vocab_size));
+  MOTLEY_RETURN_IF_ERROR(w.Append(tokens.data(), tokens.size()));
+  return w.Finish();
 }
 
 Result<TokenFile> TokenFile::Open(const std::string& path, int64_t vocab_size) {

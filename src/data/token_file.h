@@ -13,6 +13,35 @@ namespace motley {
 
 constexpr int32_t kTokenFileMagic = 20240520;
 
+/// The largest token count one shard holds (the header's count is an int32).
+constexpr int64_t kMaxTokensPerShard = 2147483647;
+
+/// Writes one shard incrementally: tokens are appended (buffered), and Finish() writes the count
+/// into the header, fsyncs and renames the temporary file into place — an interrupted write never
+/// leaves a partial shard under the final name. The version follows `vocab_size` (> 65,536: uint32).
+class TokenFileWriter {
+ public:
+  static Result<TokenFileWriter> Create(const std::string& path, int64_t vocab_size);
+  TokenFileWriter(TokenFileWriter&& other) noexcept;
+  TokenFileWriter& operator=(TokenFileWriter&& other) noexcept;
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
+  ~TokenFileWriter();  // removes the temporary file when Finish() was not called
+
+  Status Append(const uint32_t* tokens, size_t count);
+  Status Finish();
+  int64_t num_tokens() const { return num_tokens_; }
+
+ private:
+  TokenFileWriter() = default;
+  Status Flush();
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool wide_ = false;
+  int64_t num_tokens_ = 0;
+  std::vector<uint8_t> buffer_;
+};
+
 /// Writes `tokens` atomically (temporary file, fsync, rename), choosing the version by `vocab_size`.
 Status WriteTokenFile(const std::string& path, const std::vector<uint32_t>& tokens, int64_t vocab_size);
 

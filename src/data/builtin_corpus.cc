@@ -1,4 +1,4 @@
-#include "runtime/builtin_corpus.h"
+#include "data/builtin_corpus.h"
 
 #include <array>
 #include <cstdint>

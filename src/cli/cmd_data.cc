@@ -1,0 +1,103 @@
+// motley data prepare --input TEXT_FILE... --tokenizer byte|PATH.model -o DIR
+//
+// Built twice: into `motley` (byte tokenizer in-process; a sentencepiece model is handed to the
+// helper) and into the torch-free `motley-data` helper (MOTLEY_WITH_SENTENCEPIECE), which loads
+// sentencepiece models — see data/sentencepiece_tokenizer.h for why they cannot share a process.
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "cli/progress_line.h"
+#include "data/data_prepare.h"
+#ifdef MOTLEY_WITH_SENTENCEPIECE
+#include "data/sentencepiece_tokenizer.h"
+#endif
+
+namespace motley::cli {
+namespace fs = std::filesystem;
+namespace {
+
+// Runs `motley-data` (beside this executable) with the same arguments; returns its exit code.
+[[maybe_unused]] int RunHelper(const std::vector<std::string>& args) {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path helper = self.parent_path() / "motley-data";
+  if (ec || !fs::exists(helper)) {
+    fmt::print(stderr,
+               "motley data: sentencepiece tokenizers run in the helper 'motley-data', which is missing beside {} "
+               "(build it: ninja -C build motley-data)\n",
+               self.string());
+    return kExitFailure;
+  }
+  std::vector<std::string> argv_s = {"motley-data", "data"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  ::execv(helper.c_str(), argv.data());
+  fmt::print(stderr, "motley data: cannot run {}: {}\n", helper.string(), std::strerror(errno));
+  return kExitFailure;
+}
+
+}  // namespace
+
+int RunData(const std::vector<std::string>& args) {
+  CLI::App app("Prepare training data: tokenize text files into .bin shards with a validation split.",
+               "motley data");
+  app.require_subcommand(1);
+  CLI::App* prepare = app.add_subcommand("prepare", "tokenize text files into DIR/train*.bin, DIR/val.bin, DIR/data.json");
+  PrepareOptions options;
+  std::string tokenizer_name = "byte";
+  prepare->add_option("--input", options.inputs, "text files to tokenize (any number)")->required()->expected(1, -1);
+  prepare->add_option("--tokenizer", tokenizer_name, "byte (built in, vocabulary 256) or a sentencepiece .model file")
+      ->capture_default_str();
+  prepare->add_option("-o,--output", options.output_dir, "the output directory")->required();
+  prepare->add_option("--validation-fraction", options.validation_fraction,
+                      "of each input's tokens, taken from its end for validation")
+      ->capture_default_str();
+  prepare->add_option("--shard-tokens", options.shard_tokens, "tokens per training shard")->capture_default_str();
+  if (auto rc = ParseArgs(app, args)) return *rc;
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (tokenizer_name == "byte") {
+    tokenizer = std::make_unique<ByteTokenizer>();
+  } else {
+#ifdef MOTLEY_WITH_SENTENCEPIECE
+    Result<std::unique_ptr<Tokenizer>> t = LoadSentencePieceTokenizer(tokenizer_name);
+    if (!t.ok()) {
+      fmt::print(stderr, "{}\n", t.status().message());
+      return kExitFailure;
+    }
+    tokenizer = std::move(*t);
+#else
+    return RunHelper(args);
+#endif
+  }
+  ProgressLine line(5.0);
+  const auto start = std::chrono::steady_clock::now();
+  Result<PrepareSummary> s = PrepareData(options, *tokenizer, [&](const PrepareProgress& p) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double frac = p.bytes_total > 0 ? static_cast<double>(p.bytes_done) / p.bytes_total : 1.0;
+    line.Update(fmt::format("tokenizing {}: {:.0f}% of {:.1f} MB, {} tokens, {:.1f} MB/s, ETA {}", p.input,
+                            100 * frac, p.bytes_total / 1e6, p.tokens, p.bytes_done / 1e6 / std::max(elapsed, 1e-9),
+                            FormatDuration(frac > 0 ? elapsed * (1 - frac) / frac : -1)));
+  });
+  line.Finish();
+  if (!s.ok()) {
+    fmt::print(stderr, "{}\n", s.status().message());
+    return kExitFailure;
+  }
+  fmt::print("{}: {:.1f} MB tokenized with {} (vocabulary {})\n", options.output_dir, s->bytes / 1e6,
+             tokenizer->name(), tokenizer->vocab_size());
+  fmt::print("  train:      {} tokens in {} shard(s)\n", s->train_tokens, s->train_files.size());
+  fmt::print("  validation: {} tokens ({})\n", s->validation_tokens, s->validation_file);
+  fmt::print("  manifest:   {}\n", s->manifest_file);
+  return kExitOk;
+}
+
+}  // namespace motley::cli

@@ -1,0 +1,161 @@
+#include "data/data_prepare.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "data/token_file.h"
+
+namespace motley {
+namespace fs = std::filesystem;
+namespace {
+
+// Training shards, rolled over every `shard_tokens`.
+class ShardedWriter {
+ public:
+  ShardedWriter(std::string dir, int64_t vocab_size, int64_t shard_tokens)
+      : dir_(std::move(dir)), vocab_size_(vocab_size), shard_tokens_(shard_tokens) {}
+
+  Status Append(const uint32_t* tokens, size_t count) {
+    while (count > 0) {
+      if (!current_ || current_->num_tokens() == shard_tokens_) MOTLEY_RETURN_IF_ERROR(Roll());
+      const size_t n = std::min(count, static_cast<size_t>(shard_tokens_ - current_->num_tokens()));
+      MOTLEY_RETURN_IF_ERROR(current_->Append(tokens, n));
+      tokens += n;
+      count -= n;
+      total_ += static_cast<int64_t>(n);
+    }
+    return Status::Ok();
+  }
+  // Names the shards train.bin when one is enough, else train_000.bin, ...
+  Result<std::vector<std::string>> Finish() {
+    if (!current_) MOTLEY_RETURN_IF_ERROR(Roll());
+    MOTLEY_RETURN_IF_ERROR(current_->Finish());
+    current_.reset();
+    if (names_.size() == 1) {
+      fs::rename(fs::path(dir_) / names_[0], fs::path(dir_) / "train.bin");
+      names_[0] = "train.bin";
+    }
+    return names_;
+  }
+  int64_t total() const { return total_; }
+
+ private:
+  Status Roll() {
+    if (current_) MOTLEY_RETURN_IF_ERROR(current_->Finish());
+    names_.push_back(fmt::format("train_{:03d}.bin", names_.size()));
+    MOTLEY_ASSIGN_OR_RETURN(TokenFileWriter w, TokenFileWriter::Create((fs::path(dir_) / names_.back()).string(),
+                                                                       vocab_size_));
+    current_ = std::make_unique<TokenFileWriter>(std::move(w));
+    return Status::Ok();
+  }
+  std::string dir_;
+  int64_t vocab_size_, shard_tokens_, total_ = 0;
+  std::unique_ptr<TokenFileWriter> current_;
+  std::vector<std::string> names_;
+};
+
+}  // namespace
+
+Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenizer& tokenizer,
+                                   const std::function<void(const PrepareProgress&)>& progress) {
+  if (options.inputs.empty()) return Status::InvalidArgument("no input files: give --input TEXT_FILE...");
+  if (!(options.validation_fraction >= 0 && options.validation_fraction < 1))
+    return Status::InvalidArgument(fmt::format("--validation-fraction {} must be in [0, 1)", options.validation_fraction));
+  PrepareProgress p;
+  for (const std::string& in : options.inputs) {
+    std::error_code ec;
+    if (!fs::is_regular_file(in, ec))
+      return Status::NotFound(fmt::format("{}: no such input file (give text files to --input)", in));
+    p.bytes_total += static_cast<int64_t>(fs::file_size(in, ec));
+  }
+  std::error_code ec;
+  fs::create_directories(options.output_dir, ec);
+  if (ec) return Status::IoError(fmt::format("{}: cannot create the output directory: {}", options.output_dir, ec.message()));
+
+  const int64_t vocab = tokenizer.vocab_size();
+  ShardedWriter train(options.output_dir, vocab, options.shard_tokens);
+  PrepareSummary summary;
+  summary.validation_file = (fs::path(options.output_dir) / "val.bin").string();
+  MOTLEY_ASSIGN_OR_RETURN(TokenFileWriter val, TokenFileWriter::Create(summary.validation_file, vocab));
+
+  std::vector<char> buffer(options.chunk_bytes);
+  for (const std::string& in : options.inputs) {
+    std::ifstream file(in, std::ios::binary);
+    if (!file) return Status::IoError(fmt::format("{}: cannot read", in));
+    p.input = in;
+    // Tokenize the whole input, chunk by chunk, cutting chunks at a line end so that no word is split.
+    std::vector<uint32_t> tokens;
+    std::string carry;
+    while (file) {
+      file.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+      const auto got = static_cast<size_t>(file.gcount());
+      if (got == 0) break;
+      std::string text = carry + std::string(buffer.data(), got);
+      size_t cut = text.size();
+      if (file && text.rfind('\n') != std::string::npos) cut = text.rfind('\n') + 1;
+      carry = text.substr(cut);
+      text.resize(cut);
+      MOTLEY_RETURN_IF_ERROR(tokenizer.Encode(text, &tokens));
+      p.bytes_done += static_cast<int64_t>(got);
+      p.tokens = train.total() + val.num_tokens() + static_cast<int64_t>(tokens.size());
+      if (progress) progress(p);
+    }
+    if (!carry.empty()) MOTLEY_RETURN_IF_ERROR(tokenizer.Encode(carry, &tokens));
+    if (tokenizer.document_separator() >= 0) tokens.push_back(static_cast<uint32_t>(tokenizer.document_separator()));
+    const auto n_val = static_cast<size_t>(std::floor(options.validation_fraction * static_cast<double>(tokens.size())));
+    const size_t n_train = tokens.size() - n_val;
+    MOTLEY_RETURN_IF_ERROR(train.Append(tokens.data(), n_train));
+    MOTLEY_RETURN_IF_ERROR(val.Append(tokens.data() + n_train, n_val));
+  }
+  summary.bytes = p.bytes_total;
+  summary.train_tokens = train.total();
+  summary.validation_tokens = val.num_tokens();
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<std::string> names, train.Finish());
+  MOTLEY_RETURN_IF_ERROR(val.Finish());
+  for (const auto& n : names) summary.train_files.push_back((fs::path(options.output_dir) / n).string());
+
+  nlohmann::json manifest = {{"format", "motley-data-1"},
+                             {"tokenizer", tokenizer.name()},
+                             {"vocab_size", vocab},
+                             {"train_files", names},
+                             {"train_tokens", summary.train_tokens},
+                             {"validation_file", "val.bin"},
+                             {"validation_tokens", summary.validation_tokens},
+                             {"inputs", options.inputs}};
+  summary.manifest_file = (fs::path(options.output_dir) / "data.json").string();
+  std::ofstream out(summary.manifest_file);
+  out << manifest.dump(2) << "\n";
+  if (!out) return Status::IoError(fmt::format("{}: cannot write", summary.manifest_file));
+  return summary;
+}
+
+Result<DataManifest> ReadDataManifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "data.json").string();
+  std::ifstream in(path);
+  if (!in)
+    return Status::NotFound(fmt::format("{}: missing; a data directory is made by `motley data prepare` (or give "
+                                        "a .bin file)",
+                                        path));
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  DataManifest m;
+  if (!j.is_object() || !j.contains("vocab_size") || !j["vocab_size"].is_number_integer() ||
+      !j.contains("train_files") || !j["train_files"].is_array())
+    return Status::InvalidArgument(fmt::format("{}: not a motley data manifest (needs vocab_size and train_files); "
+                                               "re-run `motley data prepare`",
+                                               path));
+  m.vocab_size = j["vocab_size"].get<int64_t>();
+  m.tokenizer = j.value("tokenizer", "");
+  for (const auto& f : j["train_files"]) {
+    if (!f.is_string()) return Status::InvalidArgument(fmt::format("{}: train_files must be file names", path));
+    m.train_files.push_back(f.get<std::string>());
+  }
+  if (j.contains("validation_file") && j["validation_file"].is_string())
+    m.validation_file = j["validation_file"].get<std::string>();
+  return m;
+}
+
+}  // namespace motley

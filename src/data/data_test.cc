@@ -1,0 +1,227 @@
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include <sentencepiece_trainer.h>
+
+#include "data/builtin_corpus.h"
+#include "data/data_prepare.h"
+#include "data/data_sampler.h"
+#include "data/sentencepiece_tokenizer.h"
+#include "data/token_dataset.h"
+#include "data/token_file.h"
+#include "data/training_data.h"
+
+namespace motley {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path TempDir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+  fs::create_directories(p);
+  return p;
+}
+
+TEST(TokenFile, RoundTripsNarrowAndWideTokens) {
+  fs::path dir = TempDir("motley_tokens");
+  for (int64_t vocab : {256, 70000}) {
+    std::vector<uint32_t> tokens;
+    for (uint32_t i = 0; i < 1000; ++i) tokens.push_back((i * 7919) % vocab);
+    const std::string path = (dir / ("t" + std::to_string(vocab) + ".bin")).string();
+    ASSERT_TRUE(WriteTokenFile(path, tokens, vocab).ok());
+    TokenFile f = TokenFile::Open(path, vocab).value();
+    EXPECT_EQ(f.num_tokens(), 1000);
+    EXPECT_EQ(f.bytes_per_token(), vocab > 65536 ? 4 : 2);
+    for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(f[i], tokens[i]);
+    std::vector<int64_t> window;
+    f.Copy(10, 5, &window);
+    EXPECT_EQ(window[4], tokens[14]);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(TokenFile, BadFilesGetClearErrors) {
+  fs::path dir = TempDir("motley_bad_tokens");
+  const std::string good = (dir / "good.bin").string();
+  ASSERT_TRUE(WriteTokenFile(good, std::vector<uint32_t>(100, 200), 256).ok());
+  // Truncated: cut the last tokens off.
+  const std::string cut = (dir / "cut.bin").string();
+  fs::copy_file(good, cut);
+  fs::resize_file(cut, fs::file_size(cut) - 10);
+  Result<TokenFile> truncated = TokenFile::Open(cut);
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.status().message().find("truncated or padded: the header says 100 tokens"), std::string::npos)
+      << truncated.status().message();
+  // Wrong magic.
+  const std::string text = (dir / "text.bin").string();
+  std::ofstream(text) << std::string(2000, 'x');
+  Result<TokenFile> magic = TokenFile::Open(text);
+  ASSERT_FALSE(magic.ok());
+  EXPECT_NE(magic.status().message().find("wrong magic"), std::string::npos);
+  // Tokens beyond the model's vocabulary.
+  Result<TokenFile> vocab = TokenFile::Open(good, 128);
+  ASSERT_FALSE(vocab.ok());
+  EXPECT_NE(vocab.status().message().find("token 200 at position 0 is outside the model's vocabulary of 128"),
+            std::string::npos)
+      << vocab.status().message();
+  EXPECT_EQ(TokenFile::Open((dir / "missing.bin").string()).status().code(), StatusCode::kNotFound);
+  fs::remove_all(dir);
+}
+
+TEST(DataSampler, DeterministicUniformAndInRange) {
+  std::set<int64_t> starts;
+  for (int64_t i = 0; i < 2000; ++i) {
+    const int64_t s = SampleWindowStart(1234, 7, i, 10000, 128);
+    EXPECT_EQ(s, SampleWindowStart(1234, 7, i, 10000, 128));
+    EXPECT_GE(s, 0);
+    EXPECT_LE(s + 128 + 1, 10000);
+    starts.insert(s);
+  }
+  EXPECT_GT(starts.size(), 1700u);  // well spread
+  EXPECT_NE(SampleWindowStart(1234, 7, 0, 10000, 128), SampleWindowStart(1234, 8, 0, 10000, 128));
+  EXPECT_NE(SampleWindowStart(1234, 7, 0, 10000, 128), SampleWindowStart(99, 7, 0, 10000, 128));
+}
+
+TEST(BuiltinCorpus, IsDeterministicTextWithStructure) {
+  const std::string& c = BuiltinCorpus();
+  EXPECT_GE(c.size(), 400000u);
+  EXPECT_EQ(c.substr(0, 5), "When ");
+  EXPECT_NE(c.find(" make "), std::string::npos);
+  // Byte-level: a small alphabet, far from random bytes.
+  std::set<char> alphabet(c.begin(), c.end());
+  EXPECT_LT(alphabet.size(), 60u);
+}
+
+TEST(TokenDataset, WindowsCrossShardBoundaries) {
+  fs::path dir = TempDir("motley_dataset");
+  std::vector<uint32_t> all;
+  std::vector<std::string> paths;
+  for (int shard = 0; shard < 3; ++shard) {
+    std::vector<uint32_t> t;
+    for (int i = 0; i < 50 + 10 * shard; ++i) t.push_back(static_cast<uint32_t>(all.size() + t.size()) % 250);
+    all.insert(all.end(), t.begin(), t.end());
+    paths.push_back((dir / ("s" + std::to_string(shard) + ".bin")).string());
+    ASSERT_TRUE(WriteTokenFile(paths.back(), t, 256).ok());
+  }
+  TokenDataset files = TokenDataset::OpenFiles(paths, 256).value();
+  TokenDataset memory = TokenDataset::FromTokens(all, "memory");
+  ASSERT_EQ(files.num_tokens(), 180);
+  std::vector<int64_t> a, b;
+  for (int64_t begin : {0, 45, 49, 50, 100, 109, 110, 170}) {
+    a.clear();
+    b.clear();
+    files.Copy(begin, 10, &a);
+    memory.Copy(begin, 10, &b);
+    EXPECT_EQ(a, b) << begin;
+    EXPECT_EQ(a[0], static_cast<int64_t>(all[begin]));
+  }
+  // Evaluation windows: window i = tokens [i*S, (i+1)*S + 1).
+  EXPECT_EQ(NumEvaluationWindows(files, 16), 11);
+  EvaluationWindows(files, 2, 3, 16, &a);
+  ASSERT_EQ(a.size(), 3u * 17);
+  EXPECT_EQ(a[0], static_cast<int64_t>(all[32]));
+  EXPECT_EQ(a[16], static_cast<int64_t>(all[48]));
+  EXPECT_EQ(a[17], static_cast<int64_t>(all[48]));
+  // Training windows follow the sampler, for any split of the batch.
+  SampleTrainingWindows(files, 7, 3, 0, 4, 16, &a);
+  SampleTrainingWindows(files, 7, 3, 2, 2, 16, &b);
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), a.begin() + 2 * 17));
+  fs::remove_all(dir);
+}
+
+TEST(DataPrepare, SplitsEveryInputAndWritesAManifest) {
+  fs::path dir = TempDir("motley_prepare");
+  const std::string a = (dir / "a.txt").string(), b = (dir / "b.txt").string();
+  std::string text_a, text_b(1000, 'b');
+  for (int i = 0; i < 300; ++i) text_a += "line " + std::to_string(i) + " of a\n";
+  std::ofstream(a) << text_a;
+  std::ofstream(b) << text_b;
+  PrepareOptions options;
+  options.inputs = {a, b};
+  options.output_dir = (dir / "out").string();
+  options.validation_fraction = 0.1;
+  options.chunk_bytes = 1000;  // several chunks, cut at line ends
+  int calls = 0;
+  PrepareSummary s = PrepareData(options, ByteTokenizer(), [&](const PrepareProgress&) { ++calls; }).value();
+  EXPECT_GT(calls, 3);
+  const int64_t na = static_cast<int64_t>(text_a.size()), nb = 1000;
+  EXPECT_EQ(s.validation_tokens, na / 10 + nb / 10);
+  EXPECT_EQ(s.train_tokens, na + nb - s.validation_tokens);
+  TokenDataset train = OpenTokenData(options.output_dir, "train", 256).value();
+  TokenDataset val = OpenTokenData(options.output_dir, "val", 256).value();
+  std::vector<int64_t> t;
+  train.Copy(0, train.num_tokens(), &t);
+  std::string decoded(t.begin(), t.end());
+  EXPECT_EQ(decoded, text_a.substr(0, text_a.size() - na / 10) + text_b.substr(0, 900));
+  t.clear();
+  val.Copy(0, val.num_tokens(), &t);
+  EXPECT_EQ(std::string(t.begin(), t.end()), text_a.substr(text_a.size() - na / 10) + text_b.substr(900));
+  // Shards roll over and concatenate back to the same stream.
+  options.output_dir = (dir / "sharded").string();
+  options.shard_tokens = 1000;
+  s = PrepareData(options, ByteTokenizer()).value();
+  EXPECT_EQ(s.train_files.size(), static_cast<size_t>((s.train_tokens + 999) / 1000));
+  TokenDataset sharded = OpenTokenData(options.output_dir, "train", 256).value();
+  std::vector<int64_t> u;
+  sharded.Copy(0, sharded.num_tokens(), &u);
+  t.clear();
+  train.Copy(0, train.num_tokens(), &t);
+  EXPECT_EQ(t, u);
+  // A model vocabulary smaller than the data's is refused at open, naming both.
+  Result<TokenDataset> small = OpenTokenData(options.output_dir, "train", 128);
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("vocabulary of 256 (byte) but the model's vocab_size is 128"),
+            std::string::npos)
+      << small.status().message();
+  EXPECT_FALSE(PrepareData({.inputs = {(dir / "nope.txt").string()}, .output_dir = options.output_dir}, ByteTokenizer())
+                   .ok());
+  fs::remove_all(dir);
+}
+
+TEST(DataPrepare, SentencePieceModelsTokenize) {
+  fs::path dir = TempDir("motley_spm");
+  const std::string text = (dir / "text.txt").string();
+  {
+    std::ofstream out(text);
+    const std::string& c = BuiltinCorpus();
+    out << c.substr(0, 60000);
+  }
+  const std::string prefix = (dir / "spm").string();
+  ASSERT_TRUE(sentencepiece::SentencePieceTrainer::Train("--input=" + text + " --model_prefix=" + prefix +
+                                                         " --vocab_size=300 --model_type=bpe --minloglevel=2")
+                  .ok());
+  std::unique_ptr<Tokenizer> spm = LoadSentencePieceTokenizer(prefix + ".model").value();
+  EXPECT_EQ(spm->vocab_size(), 300);
+  std::vector<uint32_t> ids;
+  ASSERT_TRUE(spm->Encode("When the people make sums", &ids).ok());
+  EXPECT_LT(ids.size(), 25u);  // merges: fewer tokens than bytes
+  EXPECT_EQ(spm->Decode(ids), "When the people make sums");
+  PrepareSummary s = PrepareData({.inputs = {text}, .output_dir = (dir / "out").string()}, *spm).value();
+  EXPECT_LT(s.train_tokens + s.validation_tokens, 60000 / 2);
+  EXPECT_EQ(ReadDataManifest((dir / "out").string()).value().vocab_size, 300);
+  // Not a model: a clear error.
+  Result<std::unique_ptr<Tokenizer>> bad = LoadSentencePieceTokenizer(text);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("not a sentencepiece model"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(TrainingData, BuiltinHoldsOutValidationAndChecksVocabulary) {
+  DataConfig config;
+  TrainingData d = OpenTrainingData(config, "", 256, 128).value();
+  ASSERT_TRUE(d.validation.has_value());
+  EXPECT_NEAR(static_cast<double>(d.validation->num_tokens()) / (d.train.num_tokens() + d.validation->num_tokens()),
+              0.05, 1e-3);
+  Result<TrainingData> small = OpenTrainingData(config, "", 128, 128);
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("vocabulary 256"), std::string::npos);
+  Result<TrainingData> long_seq = OpenTrainingData(config, "", 256, 100'000'000);
+  ASSERT_FALSE(long_seq.ok());
+  EXPECT_NE(long_seq.status().message().find("too few for one window"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace motley
