@@ -31,5 +31,7 @@ int RunSchedule(const std::vector<std::string>& args);
 int RunSimulate(const std::vector<std::string>& args);
 int RunPlan(const std::vector<std::string>& args);
 int RunData(const std::vector<std::string>& args);
+int RunTrain(const std::vector<std::string>& args);
+int RunEval(const std::vector<std::string>& args);
 
 }  // namespace motley::cli

@@ -96,6 +96,25 @@ Result<ModelSpec> ParseModelToml(std::string_view text, const std::string& file)
   return m;
 }
 
+std::string HfConfigJson(const ModelSpec& m, std::string_view torch_dtype) {
+  nlohmann::ordered_json j = {{"architectures", {"LlamaForCausalLM"}},
+                              {"model_type", "llama"},
+                              {"hidden_size", m.hidden_size},
+                              {"num_hidden_layers", m.num_layers},
+                              {"num_attention_heads", m.num_heads},
+                              {"num_key_value_heads", m.num_kv_heads},
+                              {"intermediate_size", m.ffn_size},
+                              {"vocab_size", m.vocab_size},
+                              {"max_position_embeddings", m.max_seq_len},
+                              {"rope_theta", m.rope_theta},
+                              {"rms_norm_eps", m.norm_eps},
+                              {"tie_word_embeddings", m.tie_embeddings},
+                              {"hidden_act", "silu"},
+                              {"attention_bias", false},
+                              {"torch_dtype", torch_dtype}};
+  return j.dump(2) + "\n";
+}
+
 Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& file) {
   nlohmann::json j;
   try {

@@ -126,6 +126,22 @@ TEST(ModelParse, HuggingFaceConfigAsIs) {
   EXPECT_DOUBLE_EQ(m->norm_eps, 1e-5);
 }
 
+TEST(ModelParse, HuggingFaceConfigRoundTrips) {
+  for (const ModelSpec& preset : ModelPresets()) {
+    ModelSpec back = ParseHfConfigJson(HfConfigJson(preset), "config.json").value();
+    EXPECT_EQ(back.hidden_size, preset.hidden_size);
+    EXPECT_EQ(back.num_layers, preset.num_layers);
+    EXPECT_EQ(back.num_heads, preset.num_heads);
+    EXPECT_EQ(back.num_kv_heads, preset.num_kv_heads);
+    EXPECT_EQ(back.ffn_size, preset.ffn_size);
+    EXPECT_EQ(back.vocab_size, preset.vocab_size);
+    EXPECT_EQ(back.max_seq_len, preset.max_seq_len);
+    EXPECT_EQ(back.rope_theta, preset.rope_theta);
+    EXPECT_EQ(back.norm_eps, preset.norm_eps);
+    EXPECT_EQ(back.tie_embeddings, preset.tie_embeddings);
+  }
+}
+
 TEST(ModelParseErrors, HeadsMustDivideHiddenWithEveryFactorPrinted) {
   Result<ModelSpec> m = ParseModelToml("base = \"llama-7b\"\nnum_heads = 30\n", "m.toml");
   ASSERT_FALSE(m.ok());

@@ -43,11 +43,12 @@ double ClipGradients(std::vector<ParamShard>& shards, double global_norm, double
 
 std::vector<ParamShard> WholeParameterShards(torch::nn::Module& module) {
   std::vector<ParamShard> shards;
-  for (auto& p : module.parameters()) {
+  for (auto& p : module.named_parameters()) {
     ParamShard s;
-    s.param = p;
-    s.grad = p.grad();
-    s.decay = p.dim() >= 2;
+    s.name = p.key();
+    s.param = p.value();
+    s.grad = p.value().grad();
+    s.decay = p.value().dim() >= 2;
     shards.push_back(s);
   }
   return shards;

@@ -6,6 +6,7 @@
 // v = b2 v + (1 - b2) g^2; p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -15,6 +16,7 @@
 namespace motley {
 
 struct ParamShard {
+  std::string name;     // the parameter's name (checkpoints key the moments by it)
   torch::Tensor param;  // a view into the parameter (updated in place)
   torch::Tensor grad;   // the matching gradient slice
   bool decay = true;    // weight decay applies (matrices); not to norms

@@ -44,11 +44,11 @@ TEST(AdamW, ShardedUpdateEqualsTheWholeUpdate) {
   torch::Tensor whole = torch::randn({10, 3}), grad = torch::randn({10, 3});
   torch::Tensor split = whole.clone();
   AdamW opt(OptimizerConfig{});
-  std::vector<ParamShard> one = {{whole.view(-1), grad.view(-1), true, {}, {}}};
+  std::vector<ParamShard> one = {{"", whole.view(-1), grad.view(-1), true, {}, {}}};
   // Three ranks' shards of the same flat parameter: 12, 12 and 6 elements.
   std::vector<ParamShard> three;
   for (auto [begin, len] : {std::pair{0, 12}, std::pair{12, 12}, std::pair{24, 6}})
-    three.push_back({split.view(-1).narrow(0, begin, len), grad.view(-1).narrow(0, begin, len), true, {}, {}});
+    three.push_back({"", split.view(-1).narrow(0, begin, len), grad.view(-1).narrow(0, begin, len), true, {}, {}});
   for (int step = 1; step <= 3; ++step) {
     opt.Step(one, 1e-3, step);
     opt.Step(three, 1e-3, step);
@@ -58,7 +58,7 @@ TEST(AdamW, ShardedUpdateEqualsTheWholeUpdate) {
 
 TEST(AdamW, ClippingScalesToTheGlobalNorm) {
   torch::Tensor g1 = torch::full({4}, 3.0), g2 = torch::full({4}, 4.0);  // global norm sqrt(4*9 + 4*16)
-  std::vector<ParamShard> shards = {{torch::zeros({4}), g1, true, {}, {}}, {torch::zeros({4}), g2, true, {}, {}}};
+  std::vector<ParamShard> shards = {{"a", torch::zeros({4}), g1, true, {}, {}}, {"b", torch::zeros({4}), g2, true, {}, {}}};
   const double norm = std::sqrt(GradNormSquared(shards));
   EXPECT_DOUBLE_EQ(norm, std::sqrt(4 * 9.0 + 4 * 16.0));
   const double factor = ClipGradients(shards, norm, 1.0);

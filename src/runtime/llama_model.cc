@@ -14,7 +14,7 @@ torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
   // In fp32 whatever the compute precision, as Hugging Face's LlamaRMSNorm does.
   torch::Tensor xf = x.scalar_type() == torch::kFloat64 ? x : x.to(torch::kFloat32);
   torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return weight * normed.to(x.scalar_type());
+  return weight.to(x.scalar_type()) * normed.to(x.scalar_type());
 }
 
 // Records only its input and the weights; recomputes the layer in backward.
@@ -89,30 +89,46 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
 torch::Tensor DecoderLayerFunction(const ModelSpec& spec, const std::vector<torch::Tensor>& w, const torch::Tensor& x,
                                    const torch::Tensor& cos, const torch::Tensor& sin) {
   MOTLEY_CHECK_EQ(w.size(), 9u);
+  // Mixed precision: the weights are fp32 masters, cast to the compute dtype of `x` here (the cast
+  // is part of the autograd graph, so gradients reach the masters in fp32).
+  auto weight = [&](size_t i) { return w[i].scalar_type() == x.scalar_type() ? w[i] : w[i].to(x.scalar_type()); };
   const int64_t b = x.size(0), s = x.size(1), heads = spec.num_heads, kv_heads = spec.num_kv_heads,
                 d = spec.head_dim();
   // Attention.
-  torch::Tensor hidden = RmsNorm(x, w[0], spec.norm_eps);
-  torch::Tensor q = torch::nn::functional::linear(hidden, w[1]).view({b, s, heads, d}).transpose(1, 2);
-  torch::Tensor k = torch::nn::functional::linear(hidden, w[2]).view({b, s, kv_heads, d}).transpose(1, 2);
-  torch::Tensor v = torch::nn::functional::linear(hidden, w[3]).view({b, s, kv_heads, d}).transpose(1, 2);
+  torch::Tensor hidden = RmsNorm(x, weight(0), spec.norm_eps);
+  torch::Tensor q = torch::nn::functional::linear(hidden, weight(1)).view({b, s, heads, d}).transpose(1, 2);
+  torch::Tensor k = torch::nn::functional::linear(hidden, weight(2)).view({b, s, kv_heads, d}).transpose(1, 2);
+  torch::Tensor v = torch::nn::functional::linear(hidden, weight(3)).view({b, s, kv_heads, d}).transpose(1, 2);
   q = q * cos + RotateHalf(q) * sin;
   k = k * cos + RotateHalf(k) * sin;
   if (kv_heads != heads) {  // grouped-query attention: each key/value head serves a group
     k = k.repeat_interleave(heads / kv_heads, 1);
     v = v.repeat_interleave(heads / kv_heads, 1);
   }
-  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
-  torch::Tensor causal = torch::ones({s, s}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
-  scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
-  torch::Tensor probs = torch::softmax(scores.to(x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32), -1)
-                            .to(q.scalar_type());
-  torch::Tensor attn = torch::matmul(probs, v).transpose(1, 2).reshape({b, s, heads * d});
-  torch::Tensor h = x + torch::nn::functional::linear(attn, w[4]);
+  torch::Tensor attn;
+#if TORCH_VERSION_MAJOR >= 2
+  // The fused kernel (flash or memory-efficient attention on GPUs); fp64 keeps the plain path so
+  // that gradient checks compare like with like.
+  if (x.scalar_type() != torch::kFloat64) {
+    attn = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+  }
+#endif
+  if (!attn.defined()) {
+    torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
+    torch::Tensor causal =
+        torch::ones({s, s}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+    scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
+    torch::Tensor probs =
+        torch::softmax(scores.to(x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32), -1)
+            .to(q.scalar_type());
+    attn = torch::matmul(probs, v);
+  }
+  attn = attn.transpose(1, 2).reshape({b, s, heads * d});
+  torch::Tensor h = x + torch::nn::functional::linear(attn, weight(4));
   // SwiGLU MLP.
-  torch::Tensor m = RmsNorm(h, w[5], spec.norm_eps);
-  torch::Tensor gated = torch::silu(torch::nn::functional::linear(m, w[6])) * torch::nn::functional::linear(m, w[7]);
-  return h + torch::nn::functional::linear(gated, w[8]);
+  torch::Tensor m = RmsNorm(h, weight(5), spec.norm_eps);
+  torch::Tensor gated = torch::silu(torch::nn::functional::linear(m, weight(6))) * torch::nn::functional::linear(m, weight(7));
+  return h + torch::nn::functional::linear(gated, weight(8));
 }
 
 LlamaModelImpl::LlamaModelImpl(const ModelSpec& spec, uint64_t seed) : spec_(spec) {
@@ -147,6 +163,7 @@ std::pair<torch::Tensor, torch::Tensor> LlamaModelImpl::Rotary(int64_t seq_len, 
 
 torch::Tensor LlamaModelImpl::Run(const ModelSlice& slice, const torch::Tensor& input, bool checkpoint_layers) {
   torch::Tensor x = slice.embedding ? embed_tokens->forward(input) : input;
+  if (compute_dtype_ && x.scalar_type() != *compute_dtype_) x = x.to(*compute_dtype_);
   auto [cos, sin] = Rotary(x.size(1), x.scalar_type(), x.device());
   for (int i = slice.layer_begin; i < slice.layer_end; ++i) {
     auto layer = layers[i]->as<DecoderLayerImpl>();
@@ -159,7 +176,8 @@ torch::Tensor LlamaModelImpl::Run(const ModelSlice& slice, const torch::Tensor& 
   }
   if (!slice.head) return x;
   x = norm->forward(x);
-  return lm_head ? lm_head->forward(x) : torch::nn::functional::linear(x, embed_tokens->weight);
+  const torch::Tensor& head = lm_head ? lm_head->weight : embed_tokens->weight;
+  return torch::nn::functional::linear(x, head.scalar_type() == x.scalar_type() ? head : head.to(x.scalar_type()));
 }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens, bool checkpoint_layers) {
@@ -167,7 +185,9 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens, bool checkpoi
 }
 
 torch::Tensor NextTokenLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+  // In fp32 (or fp64) whatever the compute precision: the softmax over a large vocabulary needs it.
+  const torch::Tensor l = logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32);
+  return torch::nn::functional::cross_entropy(l.reshape({-1, l.size(-1)}), targets.reshape({-1}));
 }
 
 }  // namespace motley

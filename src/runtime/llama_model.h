@@ -9,6 +9,7 @@
 // through the ordinary autograd graph).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,9 @@ class LlamaModelImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& tokens, bool checkpoint_layers = false);
 
   const ModelSpec& spec() const { return spec_; }
+  /// Mixed precision: the parameters stay as they are (fp32 masters) and the activations and the
+  /// weights' casts are `dtype` (bf16 or fp16). Unset: everything in the parameters' dtype.
+  void set_compute_dtype(std::optional<torch::Dtype> dtype) { compute_dtype_ = dtype; }
   /// Rotary tables for `seq_len` positions in `dtype` on `device`: cos, sin [seq, head_dim].
   std::pair<torch::Tensor, torch::Tensor> Rotary(int64_t seq_len, torch::Dtype dtype, torch::Device device) const;
 
@@ -82,10 +86,12 @@ class LlamaModelImpl : public torch::nn::Module {
 
  private:
   ModelSpec spec_;
+  std::optional<torch::Dtype> compute_dtype_;
 };
 TORCH_MODULE(LlamaModel);
 
-/// Mean next-token cross-entropy: logits [batch, seq, vocab] against targets [batch, seq].
+/// Mean next-token cross-entropy (computed in fp32): logits [batch, seq, vocab] against targets
+/// [batch, seq].
 torch::Tensor NextTokenLoss(const torch::Tensor& logits, const torch::Tensor& targets);
 
 }  // namespace motley

@@ -10,47 +10,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_helpers.h"
+
 namespace {
 
-namespace fs = std::filesystem;
-
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout, plus stderr unless `stdout_only`
-};
-
-CliRun Motley(const std::string& args, bool stdout_only = false) {
-  std::string cmd = std::string(MOTLEY_BIN) + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
-  CliRun r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
-  int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string Example(const std::string& rel) { return std::string(MOTLEY_SOURCE_DIR) + "/examples/" + rel; }
-
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("motley_cli_test_" + std::to_string(::getpid()))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string Write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name) << text;
-    return (path_ / name).string();
-  }
-
- private:
-  fs::path path_;
-};
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "missing: " << (needle) << "\nin:\n" << (haystack)
+using namespace motley_test;
 
 TEST(Cli, VersionAndHelp) {
   CliRun v = Motley("--version");

@@ -1,0 +1,93 @@
+// motley train JOB [--steps N] [--resume DIR] [--device auto|cpu|cuda] [--metrics FILE]
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "cli/job_input.h"
+#include "cli/progress_line.h"
+#include "runtime/trainer.h"
+
+namespace motley::cli {
+namespace {
+
+std::string Count(double v) {
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.1f}k", v / 1e3);
+  return fmt::format("{:.0f}", v);
+}
+
+// Prints the run: a header, a live progress line, validation and checkpoint lines.
+class ConsoleObserver : public TrainObserver {
+ public:
+  void OnStart(const TrainStart& s) override {
+    fmt::print("training {} parameters on {} in {} — steps {}..{} of {}, {} tokens a step\n", Count(s.parameters),
+               s.device, s.precision, s.first_step + 1, s.total_steps, s.total_steps, s.tokens_per_step);
+    fmt::print("  data: {}  validation: {}\n  metrics: {}\n", s.train_data,
+               s.validation_data.empty() ? "none" : s.validation_data, s.metrics_path);
+    std::fflush(stdout);
+  }
+  void OnStep(const StepMetrics& m) override {
+    elapsed_s_ += m.step_time_s;
+    ++steps_;
+    const double eta = elapsed_s_ / steps_ * static_cast<double>(m.total_steps - m.step);
+    line_.Update(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s | ETA {}{}", m.step,
+                             m.total_steps, m.loss, m.lr, m.grad_norm, Count(m.tokens_per_s), FormatDuration(eta),
+                             m.skipped ? " | fp16 overflow: step skipped" : ""),
+                 m.step == m.total_steps);
+  }
+  void OnValidation(int64_t step, double loss) override {
+    line_.Print(fmt::format("step {}: validation loss {:.4f}", step, loss));
+  }
+  void OnCheckpoint(const std::string& dir) override { line_.Print(fmt::format("checkpoint: {}", dir)); }
+  void Finish() { line_.Finish(); }
+
+ private:
+  ProgressLine line_{10.0};
+  double elapsed_s_ = 0;
+  int64_t steps_ = 0;
+};
+
+}  // namespace
+
+int RunTrain(const std::vector<std::string>& args) {
+  CLI::App app("Train a job's model on its data in this process (CUDA when present, else CPU).", "motley train");
+  std::string job_path;
+  TrainOptions options;
+  app.add_option("job", job_path, "a job file, or the name of a built-in job (default)")->required();
+  app.add_option("--steps", options.steps, "the run's total length in steps (default: the job's)");
+  app.add_option("--resume", options.resume, "continue from a checkpoint directory (or a run directory's latest)");
+  app.add_option("--device", options.device, "auto, cpu or cuda")->capture_default_str();
+  app.add_option("--metrics", options.metrics_path, "the JSON-lines metrics file (default: <checkpoint dir>/metrics.jsonl)");
+  app.add_option("--microbatch", options.microbatch_sequences, "sequences per forward/backward (default: the whole batch)");
+  app.add_option("--threads", options.threads, "torch's CPU threads (default 1: OpenBLAS threads the matmuls itself, OPENBLAS_NUM_THREADS)");
+  if (auto rc = ParseArgs(app, args)) return *rc;
+
+  Result<JobSpec> job = LoadJobArgument(job_path);
+  if (!job.ok()) {
+    fmt::print(stderr, "{}\n", job.status().message());
+    return kExitFailure;
+  }
+  if (job->cluster.num_devices() > 1)
+    fmt::print("note: this runtime trains in one process; the job's cluster ({} devices) is used by `motley plan` "
+               "and `motley simulate` only\n",
+               job->cluster.num_devices());
+  ConsoleObserver observer;
+  Result<TrainSummary> s = Train(*job, options, &observer);
+  observer.Finish();
+  if (!s.ok()) {
+    fmt::print(stderr, "motley train: {}\n", s.status().message());
+    return kExitFailure;
+  }
+  fmt::print("done: {} steps in {}, loss {:.4f} -> {:.4f}", s->steps_run, FormatDuration(s->wall_s), s->first_loss,
+             s->last_loss);
+  if (s->first_validation_loss)
+    fmt::print(", validation loss {:.4f} -> {:.4f}", *s->first_validation_loss, *s->last_validation_loss);
+  fmt::print("\n  {} tokens/s, {:.3f} model TFLOP/s ({:.3f} with recomputation)\n", Count(s->tokens_per_s),
+             s->model_tflops_per_s, s->hardware_tflops_per_s);
+  if (!s->checkpoint_dir.empty()) fmt::print("  checkpoint: {}\n", s->checkpoint_dir);
+  return kExitOk;
+}
+
+}  // namespace motley::cli

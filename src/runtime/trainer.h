@@ -1,0 +1,76 @@
+// Trainer: the single-process training loop — the job's model, data, AdamW with its schedule and
+// clipping, mixed precision, validation at intervals, checkpoints, resume. Everything the loop
+// produces goes to a TrainObserver (the CLI prints it) and to a JSON-lines metrics file.
+//
+// One step: the global batch's sequences (sampled by (seed, step, index)) run in microbatches;
+// each microbatch's loss is its summed cross-entropy over the step's total token count, so the
+// accumulated gradient is exactly the global batch's mean-loss gradient.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/job.h"
+#include "core/status.h"
+
+namespace motley {
+
+struct TrainOptions {
+  int64_t steps = 0;                  // the run's total length; 0 = the job's [training] steps
+  std::string resume;                 // a checkpoint (or run) directory to continue from
+  std::string device = "auto";        // auto (CUDA when present) | cpu | cuda
+  std::string metrics_path;           // "" = <checkpoint dir>/metrics.jsonl
+  int64_t microbatch_sequences = 0;   // 0 = the whole batch at once
+  int threads = 0;                    // torch's CPU threads; 0 = 1 (OpenBLAS threads the matmuls)
+  bool checkpoint_at_end = true;
+};
+
+struct StepMetrics {
+  int64_t step = 0;  // counted from 1
+  int64_t total_steps = 0;
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  double tokens_per_s = 0;
+  double step_time_s = 0;
+  bool skipped = false;  // fp16 overflow: the update was skipped
+  double loss_scale = 1;
+};
+
+struct TrainStart {
+  std::string device;       // "cpu (2 threads)", "cuda:0"
+  std::string precision;
+  int64_t parameters = 0;
+  int64_t first_step = 0;   // > 0 when resumed
+  int64_t total_steps = 0;
+  int64_t tokens_per_step = 0;
+  std::string train_data, validation_data;  // names
+  std::string metrics_path;
+};
+
+struct TrainSummary {
+  int64_t steps_run = 0;
+  double first_loss = 0, last_loss = 0;
+  std::optional<double> first_validation_loss, last_validation_loss;
+  double tokens_per_s = 0;         // mean over the run, excluding its first step (warm-up)
+  double model_tflops_per_s = 0;   // 6N + attention FLOPs per token x tokens/s
+  double hardware_tflops_per_s = 0;  // including the recomputed forward
+  double wall_s = 0;
+  std::string checkpoint_dir;      // "" when none was written
+};
+
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void OnStart(const TrainStart&) {}
+  virtual void OnStep(const StepMetrics&) {}
+  virtual void OnValidation(int64_t /*step*/, double /*loss*/) {}
+  virtual void OnCheckpoint(const std::string& /*dir*/) {}
+};
+
+/// Trains `job` in this process. Relative paths in the job (data, checkpoint dir) are relative to
+/// the working directory for the checkpoint dir (as documented in job.h) and to the job file for data.
+Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, TrainObserver* observer);
+
+}  // namespace motley
