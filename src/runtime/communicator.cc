@@ -1,0 +1,268 @@
+#include "runtime/communicator.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "core/check.h"
+
+namespace motley {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds Ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
+
+c10::intrusive_ptr<c10d::Store> ConnectStore(const Rendezvous& rv, bool server, double timeout_s) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(rv.master_port);
+  o.isServer = server;
+  o.numWorkers = rv.world_size;
+  o.waitWorkers = false;
+  o.timeout = Ms(timeout_s);
+  return c10::make_intrusive<c10d::TCPStore>(rv.master_addr, o);
+}
+
+c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                                   const std::string& prefix, int rank, int size,
+                                                   const Rendezvous& rv, double timeout_s) {
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  // Loopback for single-host runs; otherwise the interface that reaches this host's name.
+  opts->devices.push_back(rv.master_addr == "127.0.0.1" || rv.master_addr == "localhost"
+                              ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                              : c10d::ProcessGroupGloo::createDefaultDevice());
+  opts->timeout = Ms(timeout_s);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix, store), rank,
+                                                     size, opts);
+}
+
+std::string HeartbeatKey(int rank) { return fmt::format("motley/heartbeat/{}", rank); }
+std::string DoneKey(int rank) { return fmt::format("motley/done/{}", rank); }
+
+}  // namespace
+
+PendingTransfer::PendingTransfer(c10::intrusive_ptr<c10d::Work> work, std::string what, Communicator* comm)
+    : work_(std::move(work)), what_(std::move(what)), comm_(comm) {}
+
+Status PendingTransfer::Wait() {
+  MOTLEY_CHECK(work_);
+  try {
+    work_->wait();
+    return Status::Ok();
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: {} failed: {} ({})", comm_->rank(), what_,
+                                       std::string(e.what()).substr(0, 200), comm_->DiagnoseFailure()));
+  }
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::Connect(const Rendezvous& rv, const CommConfig& config) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->rv_ = rv;
+  c->config_ = config;
+  try {
+    c->store_ = ConnectStore(rv, rv.rank == 0, config.connect_timeout_s);
+    // Wait until every rank has arrived, so that a missing one is reported by name.
+    c->store_->add(fmt::format("motley/arrived/{}", rv.rank), 1);
+    const auto deadline = Clock::now() + Ms(config.connect_timeout_s);
+    for (int r = 0; r < rv.world_size; ++r) {
+      while (c->store_->add(fmt::format("motley/arrived/{}", r), 0) == 0) {
+        if (Clock::now() > deadline)
+          return Status::IoError(fmt::format("rank {}: rank {} did not join the rendezvous at {}:{} within {:.0f} s; "
+                                             "check that all {} ranks were started with the same MASTER_ADDR/PORT",
+                                             rv.rank, r, rv.master_addr, rv.master_port, config.connect_timeout_s,
+                                             rv.world_size));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    c->world_ = std::make_unique<CommGroup>();
+    for (int r = 0; r < rv.world_size; ++r) c->world_->ranks.push_back(r);
+    c->world_->index = rv.rank;
+    c->world_->name = "world";
+    c->world_->pg = MakeGloo(c->store_, "motley/group/world", rv.rank, rv.world_size, rv, config.timeout_s);
+    if (config.heartbeat_timeout_s > 0 && rv.world_size > 1) {
+      c->watch_store_ = ConnectStore(rv, false, config.connect_timeout_s);
+      c->watchdog_ = std::thread([p = c.get()] { p->Watch(); });
+    }
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: cannot connect to the rendezvous at {}:{}: {}", rv.rank,
+                                       rv.master_addr, rv.master_port, std::string(e.what()).substr(0, 300)));
+  }
+  return c;
+}
+
+Communicator::~Communicator() {
+  stop_ = true;
+  try {
+    if (store_) store_->add(DoneKey(rv_.rank), 1);
+  } catch (const std::exception&) {
+  }
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void Communicator::Watch() {
+  std::map<int, std::pair<int64_t, Clock::time_point>> seen;  // rank -> (last beat, when it changed)
+  const auto start = Clock::now();
+  for (int r = 0; r < rv_.world_size; ++r) seen[r] = {-1, start};
+  while (!stop_) {
+    try {
+      watch_store_->add(HeartbeatKey(rv_.rank), 1);
+      for (int r = 0; r < rv_.world_size; ++r) {
+        if (r == rv_.rank || watch_store_->add(DoneKey(r), 0) > 0) continue;
+        const int64_t beat = watch_store_->add(HeartbeatKey(r), 0);
+        auto& [last, when] = seen[r];
+        if (beat != last) {
+          last = beat;
+          when = Clock::now();
+        } else if (std::chrono::duration<double>(Clock::now() - when).count() > config_.heartbeat_timeout_s) {
+          fmt::print(stderr, "motley: rank {}: rank {} stopped responding (no heartbeat for {:.0f} s: it crashed, was "
+                             "killed or hangs); exiting\n",
+                     rv_.rank, r, config_.heartbeat_timeout_s);
+          std::fflush(stderr);
+          std::_Exit(3);
+        }
+      }
+    } catch (const std::exception& e) {
+      if (stop_) return;
+      fmt::print(stderr, "motley: rank {}: rank 0 (the rendezvous store at {}:{}) is unreachable: it crashed or was "
+                         "killed; exiting\n",
+                 rv_.rank, rv_.master_addr, rv_.master_port);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+    for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(Ms(config_.heartbeat_interval_s / 10));
+  }
+}
+
+std::string Communicator::DiagnoseFailure() {
+  if (!store_ || rv_.world_size == 1) return "no other rank";
+  try {
+    std::map<int, int64_t> before;
+    for (int r = 0; r < rv_.world_size; ++r) before[r] = store_->add(HeartbeatKey(r), 0);
+    std::this_thread::sleep_for(Ms(std::min(config_.heartbeat_timeout_s, 3 * config_.heartbeat_interval_s + 0.5)));
+    std::vector<int> stopped;
+    for (int r = 0; r < rv_.world_size; ++r)
+      if (r != rv_.rank && store_->add(DoneKey(r), 0) == 0 && store_->add(HeartbeatKey(r), 0) == before[r])
+        stopped.push_back(r);
+    if (stopped.empty()) return "every rank still beats: a network problem or a mismatched schedule";
+    return fmt::format("rank(s) {} stopped responding", fmt::join(stopped, ", "));
+  } catch (const std::exception&) {
+    return "rank 0 (the rendezvous store) is unreachable";
+  }
+}
+
+Result<CommGroup*> Communicator::NewGroup(std::vector<int> ranks) {
+  auto g = std::make_unique<CommGroup>();
+  g->name = fmt::format("g{}[{}]", groups_.size(), fmt::join(ranks, ","));
+  g->ranks = std::move(ranks);
+  for (int i = 0; i < g->size(); ++i) {
+    if (g->ranks[i] < 0 || g->ranks[i] >= world_size())
+      return Status::InvalidArgument(fmt::format("group {}: rank {} outside the world of {}", g->name, g->ranks[i],
+                                                 world_size()));
+    if (g->ranks[i] == rank()) g->index = i;
+  }
+  if (g->index >= 0) {
+    try {
+      g->pg = MakeGloo(store_, "motley/group/" + g->name, g->index, g->size(), rv_, config_.timeout_s);
+    } catch (const std::exception& e) {
+      return Status::IoError(fmt::format("rank {}: cannot build group {}: {} ({})", rank(), g->name,
+                                         std::string(e.what()).substr(0, 200), DiagnoseFailure()));
+    }
+  }
+  groups_.push_back(std::move(g));
+  return groups_.back().get();
+}
+
+Status Communicator::Run(const std::string& what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
+  try {
+    start()->wait();
+    return Status::Ok();
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: {} failed: {} ({})", rank(), what,
+                                       std::string(e.what()).substr(0, 200), DiagnoseFailure()));
+  }
+}
+
+Status Communicator::AllReduceSum(CommGroup& g, torch::Tensor& t) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  if (g.size() == 1) return Status::Ok();
+  std::vector<torch::Tensor> v = {t};
+  return Run(fmt::format("all-reduce over {}", g.name), [&] { return g.pg->allreduce(v); });
+}
+
+Status Communicator::AllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  MOTLEY_CHECK_EQ(out.numel(), shard.numel() * g.size());
+  if (g.size() == 1) {
+    out.view(-1).copy_(shard.view(-1));
+    return Status::Ok();
+  }
+  std::vector<torch::Tensor> in = {shard.contiguous()};
+  std::vector<std::vector<torch::Tensor>> outs(1);
+  for (const auto& chunk : out.view(-1).chunk(g.size())) outs[0].push_back(chunk);
+  return Run(fmt::format("all-gather over {}", g.name), [&] { return g.pg->allgather(outs, in); });
+}
+
+Status Communicator::ReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  MOTLEY_CHECK_EQ(in.numel(), out.numel() * g.size());
+  if (g.size() == 1) {
+    out.view(-1).copy_(in.view(-1));
+    return Status::Ok();
+  }
+  // Gloo has no reduce-scatter: all-to-all sends chunk j to member j, then each sums what it got.
+  torch::Tensor send = in.contiguous().view(-1);
+  torch::Tensor received = torch::empty_like(send);
+  std::vector<int64_t> counts;  // empty: equal splits
+  MOTLEY_RETURN_IF_ERROR(Run(fmt::format("reduce-scatter over {}", g.name),
+                             [&] { return g.pg->alltoall_base(received, send, counts, counts); }));
+  out.view(-1).copy_(received.view({g.size(), -1}).sum(0));
+  return Status::Ok();
+}
+
+Status Communicator::Broadcast(CommGroup& g, torch::Tensor& t, int root_index) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  if (g.size() == 1) return Status::Ok();
+  std::vector<torch::Tensor> v = {t};
+  c10d::BroadcastOptions o;
+  o.rootRank = root_index;
+  return Run(fmt::format("broadcast over {}", g.name), [&] { return g.pg->broadcast(v, o); });
+}
+
+Status Communicator::Barrier(CommGroup& g) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  if (g.size() == 1) return Status::Ok();
+  return Run(fmt::format("barrier over {}", g.name), [&] { return g.pg->barrier(); });
+}
+
+Result<PendingTransfer> Communicator::Send(const torch::Tensor& t, int peer, int64_t tag) {
+  MOTLEY_CHECK(t.is_contiguous());
+  MOTLEY_CHECK_LE(tag, std::numeric_limits<int>::max());
+  std::vector<torch::Tensor> v = {t};
+  const std::string what = fmt::format("send of {} elements to rank {} (tag {})", t.numel(), peer, tag);
+  try {
+    return PendingTransfer(world_->pg->send(v, peer, static_cast<int>(tag)), what, this);
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
+  }
+}
+
+Result<PendingTransfer> Communicator::Recv(torch::Tensor& t, int peer, int64_t tag) {
+  MOTLEY_CHECK(t.is_contiguous());
+  MOTLEY_CHECK_LE(tag, std::numeric_limits<int>::max());
+  std::vector<torch::Tensor> v = {t};
+  const std::string what = fmt::format("receive of {} elements from rank {} (tag {})", t.numel(), peer, tag);
+  try {
+    return PendingTransfer(world_->pg->recv(v, peer, static_cast<int>(tag)), what, this);
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
+  }
+}
+
+}  // namespace motley

@@ -1,0 +1,99 @@
+// Communicator: motley's collectives and point-to-point transfers over c10d — Gloo for CPU
+// tensors (here, CI, emulated devices); NCCL joins on GPUs. Every operation returns a Status: a
+// timeout or a broken connection becomes an error naming the operation, its peers and the rank
+// that stopped responding, never a hang.
+//
+// A watchdog thread beats a heartbeat in the rendezvous store every second and watches the other
+// ranks': when one stops for `heartbeat_timeout_s` (it crashed or was killed), this process prints
+// which rank and exits — even while its main thread is blocked in a collective.
+//
+// Gloo (libtorch 1.13) lacks reduce-scatter: it runs as all-to-all plus a local sum (the same
+// traffic). Groups must be created by every rank of the world, in the same order.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/torch.h>
+
+#include "core/status.h"
+#include "runtime/rendezvous.h"
+
+namespace motley {
+
+struct CommConfig {
+  double timeout_s = 120;           // one operation's limit
+  double connect_timeout_s = 120;   // waiting for every rank at start-up
+  double heartbeat_interval_s = 1;
+  double heartbeat_timeout_s = 15;  // silence after which a rank counts as dead; 0 = no watchdog
+};
+
+/// A set of ranks that communicate together (the world, a pipeline stage's ZeRO group, ...).
+struct CommGroup {
+  std::vector<int> ranks;  // world ranks, in order
+  int index = -1;          // this rank's position in `ranks`; -1 when not a member
+  std::string name;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  int size() const { return static_cast<int>(ranks.size()); }
+};
+
+/// A transfer in flight (non-blocking send or receive).
+class PendingTransfer {
+ public:
+  PendingTransfer() = default;
+  PendingTransfer(c10::intrusive_ptr<c10d::Work> work, std::string what, class Communicator* comm);
+  Status Wait();
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string what_;
+  class Communicator* comm_ = nullptr;
+};
+
+class Communicator {
+ public:
+  /// Connects to the rendezvous store (rank 0 hosts it) and builds the world group.
+  static Result<std::unique_ptr<Communicator>> Connect(const Rendezvous& rv, const CommConfig& config = {});
+  ~Communicator();  // tells the watchdogs this rank finished normally
+
+  int rank() const { return rv_.rank; }
+  int world_size() const { return rv_.world_size; }
+  CommGroup& world() { return *world_; }
+  /// Collective over the world: every rank calls it with the same `ranks`, in the same order.
+  Result<CommGroup*> NewGroup(std::vector<int> ranks);
+
+  Status AllReduceSum(CommGroup& g, torch::Tensor& t);
+  /// `out` = the members' `shard`s concatenated in group order (equal sizes).
+  Status AllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out);
+  /// `out` = this member's chunk of the sum of every member's `in` (in split into size() chunks).
+  Status ReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out);
+  Status Broadcast(CommGroup& g, torch::Tensor& t, int root_index);
+  Status Barrier(CommGroup& g);
+  Result<PendingTransfer> Send(const torch::Tensor& t, int peer, int64_t tag);
+  Result<PendingTransfer> Recv(torch::Tensor& t, int peer, int64_t tag);
+
+  /// Why an operation failed: the ranks whose heartbeats stopped (waits up to the heartbeat
+  /// timeout for the evidence), or that none did.
+  std::string DiagnoseFailure();
+
+ private:
+  Communicator() = default;
+  Status Run(const std::string& what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start);
+  void Watch();
+
+  Rendezvous rv_;
+  CommConfig config_;
+  c10::intrusive_ptr<c10d::Store> store_, watch_store_;
+  std::unique_ptr<CommGroup> world_;
+  std::vector<std::unique_ptr<CommGroup>> groups_;
+  std::thread watchdog_;
+  std::atomic<bool> stop_{false};
+  friend class PendingTransfer;
+};
+
+}  // namespace motley

@@ -1,0 +1,166 @@
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <map>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "runtime/communicator.h"
+#include "runtime/rendezvous.h"
+
+namespace motley {
+namespace {
+
+GetEnv Env(std::map<std::string, std::string> vars) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [shared](const char* name) -> const char* {
+    auto it = shared->find(name);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(Rendezvous, ReadsEveryLauncherAndExplainsGaps) {
+  Rendezvous none = RendezvousFromEnv(Env({})).value();
+  EXPECT_EQ(none.world_size, 1);
+  EXPECT_EQ(none.source, "single process");
+  Rendezvous torchrun = RendezvousFromEnv(Env({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"},
+                                               {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}}))
+                            .value();
+  EXPECT_EQ(torchrun.rank, 2);
+  EXPECT_EQ(torchrun.world_size, 4);
+  EXPECT_EQ(torchrun.master_addr, "10.0.0.1");
+  EXPECT_EQ(torchrun.master_port, 1234);
+  Rendezvous slurm = RendezvousFromEnv(Env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                                            {"SLURM_NTASKS_PER_NODE", "4(x2)"},
+                                            {"SLURM_LAUNCH_NODE_IPADDR", "10.0.0.9"}}))
+                         .value();
+  EXPECT_EQ(slurm.source, "Slurm");
+  EXPECT_EQ(slurm.rank, 5);
+  EXPECT_EQ(slurm.local_rank, 1);
+  EXPECT_EQ(slurm.master_addr, "10.0.0.9");
+  Rendezvous mpi = RendezvousFromEnv(Env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                                          {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"MASTER_ADDR", "h0"}}))
+                       .value();
+  EXPECT_EQ(mpi.source, "Open MPI");
+  EXPECT_EQ(mpi.rank, 1);
+  // Open MPI without MASTER_ADDR: the fix is named.
+  Result<Rendezvous> no_addr = RendezvousFromEnv(Env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  ASSERT_FALSE(no_addr.ok());
+  EXPECT_NE(no_addr.status().message().find("export MASTER_ADDR"), std::string::npos);
+  Result<Rendezvous> half = RendezvousFromEnv(Env({{"RANK", "0"}}));
+  ASSERT_FALSE(half.ok());
+  EXPECT_NE(half.status().message().find("RANK is set but WORLD_SIZE is not"), std::string::npos);
+  Result<Rendezvous> out_of_range = RendezvousFromEnv(Env({{"RANK", "4"}, {"WORLD_SIZE", "4"}}));
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_NE(out_of_range.status().message().find("RANK=4: expected an integer in [0, 3]"), std::string::npos);
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs `body(comm)` on `world` ranks, one thread each, over Gloo on loopback.
+void RunRanks(int world, const std::function<void(Communicator&)>& body, double timeout_s = 30) {
+  const int port = FreePort();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([=] {
+      Rendezvous rv;
+      rv.rank = r;
+      rv.world_size = world;
+      rv.master_port = port;
+      CommConfig config;
+      config.timeout_s = timeout_s;
+      config.heartbeat_timeout_s = 0;  // no watchdog: it would end the test process
+      auto comm = Communicator::Connect(rv, config);
+      ASSERT_TRUE(comm.ok()) << comm.status().message();
+      body(**comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(Communicator, CollectivesAndTransfersGiveTheRightValues) {
+  RunRanks(3, [](Communicator& c) {
+    const int r = c.rank();
+    torch::Tensor sum = torch::full({4}, r + 1.0);
+    ASSERT_TRUE(c.AllReduceSum(c.world(), sum).ok());
+    EXPECT_TRUE(torch::equal(sum, torch::full({4}, 6.0)));
+
+    torch::Tensor gathered = torch::empty({6});
+    ASSERT_TRUE(c.AllGather(c.world(), torch::full({2}, static_cast<double>(r)).to(torch::kFloat32), gathered).ok());
+    EXPECT_TRUE(torch::equal(gathered, torch::tensor({0.f, 0.f, 1.f, 1.f, 2.f, 2.f})));
+
+    torch::Tensor in = torch::arange(6, torch::kFloat32) + r;
+    torch::Tensor out = torch::empty({2});
+    ASSERT_TRUE(c.ReduceScatterSum(c.world(), in, out).ok());
+    EXPECT_TRUE(torch::equal(out, torch::tensor({6.f * r + 3, 3.f * (2 * r + 1) + 3})));
+
+    CommGroup* pair = c.NewGroup({0, 2}).value();
+    if (r != 1) {
+      torch::Tensor t = torch::full({2}, static_cast<float>(r));
+      ASSERT_TRUE(c.AllReduceSum(*pair, t).ok());
+      EXPECT_TRUE(torch::equal(t, torch::full({2}, 2.f)));
+    } else {
+      EXPECT_EQ(pair->index, -1);
+    }
+
+    torch::Tensor b = torch::full({3}, static_cast<float>(r));
+    ASSERT_TRUE(c.Broadcast(c.world(), b, 1).ok());
+    EXPECT_TRUE(torch::equal(b, torch::full({3}, 1.f)));
+
+    // A ring of non-blocking transfers: everyone sends before anyone waits.
+    torch::Tensor mine = torch::full({5}, static_cast<float>(r));
+    torch::Tensor got = torch::empty({5});
+    PendingTransfer send = c.Send(mine, (r + 1) % 3, 7).value();
+    PendingTransfer recv = c.Recv(got, (r + 2) % 3, 7).value();
+    ASSERT_TRUE(send.Wait().ok());
+    ASSERT_TRUE(recv.Wait().ok());
+    EXPECT_TRUE(torch::equal(got, torch::full({5}, static_cast<float>((r + 2) % 3))));
+    ASSERT_TRUE(c.Barrier(c.world()).ok());
+  });
+}
+
+TEST(Communicator, AMissingRankIsNamedAtConnect) {
+  Rendezvous rv;
+  rv.rank = 0;
+  rv.world_size = 2;
+  rv.master_port = FreePort();
+  CommConfig config;
+  config.connect_timeout_s = 1;
+  config.heartbeat_timeout_s = 0;
+  Result<std::unique_ptr<Communicator>> c = Communicator::Connect(rv, config);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("rank 1 did not join the rendezvous"), std::string::npos)
+      << c.status().message();
+}
+
+TEST(Communicator, ATimeoutIsAnErrorNotAHang) {
+  RunRanks(2, [](Communicator& c) {
+    if (c.rank() == 0) {
+      torch::Tensor t = torch::empty({4});
+      // Nobody sends: the receive must give up after the timeout with a message naming the peer.
+      Result<PendingTransfer> recv = c.Recv(t, 1, 99);
+      ASSERT_TRUE(recv.ok());
+      Status s = recv->Wait();
+      ASSERT_FALSE(s.ok());
+      EXPECT_NE(s.message().find("receive of 4 elements from rank 1 (tag 99) failed"), std::string::npos)
+          << s.message();
+    } else {
+      std::this_thread::sleep_for(std::chrono::seconds(3));  // alive, but silent
+    }
+  }, /*timeout_s=*/1);
+}
+
+}  // namespace
+}  // namespace motley

@@ -1,0 +1,29 @@
+// Where this process sits in a multi-process run, read from the environment as the common
+// launchers set it: torchrun and `motley launch` (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT), Slurm's srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, ...) and
+// Open MPI's mpirun (OMPI_COMM_WORLD_RANK, ...). Explicit RANK/WORLD_SIZE win over the others.
+// With none of them set, the process is rank 0 of 1. Torch-free.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "core/status.h"
+
+namespace motley {
+
+struct Rendezvous {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;  // torchrun's default
+  std::string source = "single process";  // which launcher's variables were read
+};
+
+using GetEnv = std::function<const char*(const char*)>;
+Result<Rendezvous> RendezvousFromEnv(const GetEnv& getenv);
+Result<Rendezvous> RendezvousFromEnv();
+
+}  // namespace motley
