@@ -33,5 +33,7 @@ int RunPlan(const std::vector<std::string>& args);
 int RunData(const std::vector<std::string>& args);
 int RunTrain(const std::vector<std::string>& args);
 int RunEval(const std::vector<std::string>& args);
+int RunLaunch(const std::vector<std::string>& args);
+int RunComm(const std::vector<std::string>& args);
 
 }  // namespace motley::cli

@@ -1,0 +1,28 @@
+// Launcher: starts N local ranks of a command with the torchrun-style environment (RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), prefixes their output with
+// "[rank r]", and watches them. When one fails, it says which and how, gives the others
+// `stop_grace_s` to notice and exit on their own (their watchdogs name the dead rank), then
+// terminates the rest. Torch-free.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace motley::cli {
+
+struct LaunchOptions {
+  int nproc = 1;
+  std::vector<std::string> command;   // argv of each rank
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;                // 0 = a free port
+  double stop_grace_s = 20;           // after a failure, before SIGTERM to the rest
+  double kill_grace_s = 5;            // after SIGTERM, before SIGKILL
+};
+
+/// Runs the ranks to completion; returns 0 when all exit 0, else 1.
+int Launch(const LaunchOptions& options);
+
+/// A TCP port nobody listens on now.
+int FreeTcpPort();
+
+}  // namespace motley::cli

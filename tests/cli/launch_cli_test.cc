@@ -1,0 +1,71 @@
+// `motley launch` and failure handling across ranks: a dead rank is named by every survivor and
+// the run ends within a minute, with or without motley's launcher.
+#include <chrono>
+
+#include <gtest/gtest.h>
+
+#include "cli/cli_helpers.h"
+
+namespace {
+
+using namespace motley_test;
+using Clock = std::chrono::steady_clock;
+
+TEST(LaunchCli, RanksTalkAndReportBandwidth) {
+  CliRun run = Motley("launch --nproc 3 -- motley comm check --size-mb 1 --iterations 3");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (int r = 0; r < 3; ++r)
+    EXPECT_CONTAINS(run.output, "[rank " + std::to_string(r) + "] rank " + std::to_string(r) + "/3");
+  EXPECT_CONTAINS(run.output, "collectives ok");
+}
+
+TEST(LaunchCli, AKilledRankStopsTheRunWithItsNameUnderTheLauncher) {
+  const auto start = Clock::now();
+  CliRun run = Motley(
+      "launch --nproc 3 -- motley comm check --size-mb 1 --iterations 100000000 --die-rank 1 --die-after 1");
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_LT(seconds, 60);
+  EXPECT_CONTAINS(run.output, "motley launch: failed: rank 1 was killed by signal 9");
+  // The survivors name the dead rank themselves.
+  EXPECT_CONTAINS(run.output, "[rank 0] ");
+  EXPECT_CONTAINS(run.output, "[rank 2] ");
+  size_t named = 0;
+  for (size_t at = 0; (at = run.output.find("rank(s) 1 stopped responding", at)) != std::string::npos; ++at) ++named;
+  for (size_t at = 0; (at = run.output.find("rank 1 stopped responding", at)) != std::string::npos; ++at) ++named;
+  EXPECT_EQ(named, 2u) << run.output;
+}
+
+TEST(LaunchCli, AKilledRankIsNamedWithoutTheLauncherToo) {
+  // As srun or mpirun would start them: three independent processes with the rendezvous set.
+  TempDir dir;
+  const std::string port = std::to_string(20000 + ::getpid() % 20000);
+  std::string cmd = "cd " + dir.path().string() + " && (";
+  for (int r = 0; r < 3; ++r)
+    cmd += "RANK=" + std::to_string(r) + " WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " +
+           MOTLEY_BIN + " comm check --size-mb 1 --iterations 100000000 --die-rank 0 --die-after 1 > out" +
+           std::to_string(r) + ".txt 2>&1 & ";
+  cmd += "wait)";
+  const auto start = Clock::now();
+  Shell(cmd);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 60);
+  for (int r = 1; r < 3; ++r) {
+    std::ifstream in(dir.Join("out" + std::to_string(r) + ".txt"));
+    std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_CONTAINS(out, "rank 0 (the rendezvous store");
+  }
+}
+
+TEST(LaunchCli, UsageErrors) {
+  CliRun no_cmd = Motley("launch --nproc 2");
+  EXPECT_EQ(no_cmd.exit_code, 2);
+  EXPECT_CONTAINS(no_cmd.output, "give the command after --");
+  CliRun missing = Motley("launch --nproc 2 -- /nonexistent/prog");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_CONTAINS(missing.output, "cannot run /nonexistent/prog");
+  CliRun alone = Shell("RANK=0 " + std::string(MOTLEY_BIN) + " comm check");
+  EXPECT_EQ(alone.exit_code, 1);
+  EXPECT_CONTAINS(alone.output, "RANK is set but WORLD_SIZE is not");
+}
+
+}  // namespace
