@@ -121,7 +121,9 @@ int RunDemo(const std::vector<std::string>& args) {
     fmt::print("predicted speed-up over the even split: {:.2f}x ({} vs {} a step)\n",
                even_s / best->evaluation.step_time_s, FormatDuration(best->evaluation.step_time_s),
                FormatDuration(even_s));
-  fmt::print("\nNext in motley: the runtime trains this plan; this build plans and simulates.\n");
+  fmt::print(
+      "\nTrain this job's model in one process: motley train default (executing the plan across the "
+      "cluster's ranks is next).\n");
   return kExitOk;
 }
 
