@@ -1,9 +1,7 @@
 #include "cli/launcher.h"
 
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +11,8 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+
+#include "core/net.h"
 
 namespace motley::cli {
 namespace {
@@ -51,18 +51,6 @@ std::string Describe(int status) {
 bool Failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
 
 }  // namespace
-
-int FreeTcpPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 int Launch(const LaunchOptions& o) {
   const int port = o.master_port > 0 ? o.master_port : FreeTcpPort();

@@ -22,7 +22,4 @@ struct LaunchOptions {
 /// Runs the ranks to completion; returns 0 when all exit 0, else 1.
 int Launch(const LaunchOptions& options);
 
-/// A TCP port nobody listens on now.
-int FreeTcpPort();
-
 }  // namespace motley::cli

@@ -1,12 +1,9 @@
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <map>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "core/net.h"
 #include "runtime/communicator.h"
 #include "runtime/rendezvous.h"
 
@@ -57,21 +54,9 @@ TEST(Rendezvous, ReadsEveryLauncherAndExplainsGaps) {
   EXPECT_NE(out_of_range.status().message().find("RANK=4: expected an integer in [0, 3]"), std::string::npos);
 }
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Runs `body(comm)` on `world` ranks, one thread each, over Gloo on loopback.
 void RunRanks(int world, const std::function<void(Communicator&)>& body, double timeout_s = 30) {
-  const int port = FreePort();
+  const int port = FreeTcpPort();
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([=] {
@@ -135,7 +120,7 @@ TEST(Communicator, AMissingRankIsNamedAtConnect) {
   Rendezvous rv;
   rv.rank = 0;
   rv.world_size = 2;
-  rv.master_port = FreePort();
+  rv.master_port = FreeTcpPort();
   CommConfig config;
   config.connect_timeout_s = 1;
   config.heartbeat_timeout_s = 0;
