@@ -98,11 +98,32 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(const Rendezvous& rv
 }
 
 Communicator::~Communicator() {
-  stop_ = true;
   try {
-    if (store_) store_->add(DoneKey(rv_.rank), 1);
+    if (store_) {
+      store_->add(DoneKey(rv_.rank), 1);
+      // Rank 0 hosts the store: it stays until every live rank has finished, so that the others'
+      // watchdogs do not take its exit for a crash. A rank whose heartbeat stood still for three
+      // intervals is dead or hung: not waited for.
+      const auto patience = Ms(3 * config_.heartbeat_interval_s + 0.5);
+      for (int r = 0; rv_.rank == 0 && r < rv_.world_size;) {
+        int64_t beat = store_->add(HeartbeatKey(r), 0);
+        auto since = Clock::now();
+        while (store_->add(DoneKey(r), 0) == 0) {
+          const int64_t now_beat = store_->add(HeartbeatKey(r), 0);
+          if (now_beat != beat) {
+            beat = now_beat;
+            since = Clock::now();
+          } else if (Clock::now() - since > patience) {
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        ++r;
+      }
+    }
   } catch (const std::exception&) {
   }
+  stop_ = true;
   if (watchdog_.joinable()) watchdog_.join();
 }
 
