@@ -20,23 +20,8 @@ struct CliRun {
   std::string output;  // stdout, plus stderr unless `stdout_only`
 };
 
-/// Runs a shell command line; output is stdout and stderr together.
-inline CliRun Shell(const std::string& cmd) {
-  CliRun r;
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
-  int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-/// Runs `motley args` (in `cwd` when given).
-inline CliRun Motley(const std::string& args, bool stdout_only = false, const std::string& cwd = "") {
-  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(MOTLEY_BIN) + " " + args +
-                    (stdout_only ? " 2>/dev/null" : " 2>&1");
+/// Runs a shell command line exactly as given (redirections included); returns its stdout.
+inline CliRun RunCommandLine(const std::string& cmd) {
   CliRun r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -46,6 +31,15 @@ inline CliRun Motley(const std::string& args, bool stdout_only = false, const st
   int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+/// Runs a shell command line; output is stdout and stderr together.
+inline CliRun Shell(const std::string& cmd) { return RunCommandLine(cmd + " 2>&1"); }
+
+/// Runs `motley args` (in `cwd` when given).
+inline CliRun Motley(const std::string& args, bool stdout_only = false, const std::string& cwd = "") {
+  return RunCommandLine((cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(MOTLEY_BIN) + " " + args +
+                        (stdout_only ? " 2>/dev/null" : " 2>&1"));
 }
 
 inline std::string Example(const std::string& rel) { return std::string(MOTLEY_SOURCE_DIR) + "/examples/" + rel; }
