@@ -7,7 +7,10 @@
 #include "cli/command.h"
 #include "cli/job_input.h"
 #include "cli/progress_line.h"
+#include "runtime/distributed_trainer.h"
+#include "runtime/rendezvous.h"
 #include "runtime/trainer.h"
+#include "core/units.h"
 
 namespace motley::cli {
 namespace {
@@ -49,6 +52,36 @@ class ConsoleObserver : public TrainObserver {
   int64_t steps_ = 0;
 };
 
+void PrintSummary(const TrainSummary& s) {
+  fmt::print("done: {} steps in {}, loss {:.4f} -> {:.4f}", s.steps_run, FormatDuration(s.wall_s), s.first_loss,
+             s.last_loss);
+  if (s.first_validation_loss)
+    fmt::print(", validation loss {:.4f} -> {:.4f}", *s.first_validation_loss, *s.last_validation_loss);
+  fmt::print("\n  {} tokens/s, {:.3f} model TFLOP/s ({:.3f} with recomputation)\n", Count(s.tokens_per_s),
+             s.model_tflops_per_s, s.hardware_tflops_per_s);
+  if (!s.ranks.empty()) {
+    fmt::print("  per rank, mean of a step:   compute      comm      copy      idle    sent   peak memory\n");
+    for (const auto& r : s.ranks)
+      fmt::print("    rank {:<3}                {:>8.1f}ms {:>7.1f}ms {:>7.1f}ms {:>7.1f}ms {:>7} {:>12}\n", r.rank,
+                 r.compute_s * 1e3, r.comm_s * 1e3, r.copy_s * 1e3, r.idle_s * 1e3, FormatBytes(r.bytes_sent),
+                 FormatBytes(r.peak_memory_bytes));
+  }
+  if (!s.trace_path.empty()) fmt::print("  trace: {} (chrome://tracing or ui.perfetto.dev)\n", s.trace_path);
+  if (!s.checkpoint_dir.empty()) fmt::print("  checkpoint: {}\n", s.checkpoint_dir);
+}
+
+int RunTrainWithPlan(const JobSpec& job, const TrainOptions& options, bool lead) {
+  ConsoleObserver observer;
+  Result<TrainSummary> s = TrainWithPlan(job, options, &observer);
+  observer.Finish();
+  if (!s.ok()) {
+    fmt::print(stderr, "motley train: {}\n", s.status().message());
+    return kExitFailure;
+  }
+  if (lead) PrintSummary(*s);
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunTrain(const std::vector<std::string>& args) {
@@ -62,6 +95,10 @@ int RunTrain(const std::vector<std::string>& args) {
   app.add_option("--metrics", options.metrics_path, "the JSON-lines metrics file (default: <checkpoint dir>/metrics.jsonl)");
   app.add_option("--microbatch", options.microbatch_sequences, "sequences per forward/backward (default: the whole batch)");
   app.add_option("--threads", options.threads, "torch's CPU threads (default 1: OpenBLAS threads the matmuls itself, OPENBLAS_NUM_THREADS)");
+  app.add_option("--plan", options.plan_path,
+                 "execute this plan across the launched processes (motley launch --nproc N -- motley train JOB --plan P)");
+  app.add_option("--trace", options.trace_path, "with --plan: write a Chrome trace of one step of the real run");
+  app.add_option("--trace-step", options.trace_step, "with --trace: the step to record (from 1)")->capture_default_str();
   if (auto rc = ParseArgs(app, args)) return *rc;
 
   Result<JobSpec> job = LoadJobArgument(job_path);
@@ -69,6 +106,17 @@ int RunTrain(const std::vector<std::string>& args) {
     fmt::print(stderr, "{}\n", job.status().message());
     return kExitFailure;
   }
+  Result<Rendezvous> rv = RendezvousFromEnv();
+  if (!rv.ok()) {
+    fmt::print(stderr, "motley train: {}\n", rv.status().message());
+    return kExitFailure;
+  }
+  if (rv->world_size > 1 && options.plan_path.empty()) {
+    fmt::print(stderr, "motley train: started as rank {} of {} ({}) but no --plan was given; every rank executes its "
+               "part of a plan — add --plan PLAN.toml (motley plan writes one)\n", rv->rank, rv->world_size, rv->source);
+    return kExitFailure;
+  }
+  if (!options.plan_path.empty()) return RunTrainWithPlan(*job, options, rv->rank == 0);
   if (job->cluster.num_devices() > 1)
     fmt::print("note: this runtime trains in one process; the job's cluster ({} devices) is used by `motley plan` "
                "and `motley simulate` only\n",
@@ -80,13 +128,7 @@ int RunTrain(const std::vector<std::string>& args) {
     fmt::print(stderr, "motley train: {}\n", s.status().message());
     return kExitFailure;
   }
-  fmt::print("done: {} steps in {}, loss {:.4f} -> {:.4f}", s->steps_run, FormatDuration(s->wall_s), s->first_loss,
-             s->last_loss);
-  if (s->first_validation_loss)
-    fmt::print(", validation loss {:.4f} -> {:.4f}", *s->first_validation_loss, *s->last_validation_loss);
-  fmt::print("\n  {} tokens/s, {:.3f} model TFLOP/s ({:.3f} with recomputation)\n", Count(s->tokens_per_s),
-             s->model_tflops_per_s, s->hardware_tflops_per_s);
-  if (!s->checkpoint_dir.empty()) fmt::print("  checkpoint: {}\n", s->checkpoint_dir);
+  PrintSummary(*s);
   return kExitOk;
 }
 

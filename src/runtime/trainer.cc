@@ -15,6 +15,7 @@
 #include "runtime/llama_model.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
+#include "runtime/metrics_log.h"
 
 namespace motley {
 namespace fs = std::filesystem;
@@ -54,22 +55,6 @@ bool SameShape(const ModelSpec& a, const ModelSpec& b) {
          a.num_kv_heads == b.num_kv_heads && a.ffn_size == b.ffn_size && a.vocab_size == b.vocab_size &&
          a.tie_embeddings == b.tie_embeddings;
 }
-
-// Appends JSON lines, flushed per line so a crash loses nothing already reported.
-class MetricsLog {
- public:
-  Status Open(const std::string& path) {
-    std::error_code ec;
-    if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), ec);
-    out_.open(path, std::ios::app);
-    if (!out_) return Status::IoError(fmt::format("{}: cannot open the metrics file for appending", path));
-    return Status::Ok();
-  }
-  void Write(const nlohmann::json& j) { out_ << j.dump() << "\n" << std::flush; }
-
- private:
-  std::ofstream out_;
-};
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/job.h"
 #include "core/status.h"
@@ -24,6 +25,21 @@ struct TrainOptions {
   int64_t microbatch_sequences = 0;   // 0 = the whole batch at once
   int threads = 0;                    // torch's CPU threads; 0 = 1 (OpenBLAS threads the matmuls)
   bool checkpoint_at_end = true;
+  // Several processes (distributed_trainer.h):
+  std::string plan_path;   // the plan each rank executes ("" = train in this process)
+  std::string trace_path;  // a Chrome trace of one step of the real run, in the simulator's format
+  int64_t trace_step = 2;  // which step (from 1) the trace records
+};
+
+/// What one rank did in a step (several processes only).
+struct RankStepTimes {
+  int rank = 0;
+  double compute_s = 0;  // forward, backward, optimizer (emulated slowness included)
+  double comm_s = 0;     // collectives and waits for transfers, waiting for peers included
+  double copy_s = 0;     // offload and prefetch
+  double idle_s = 0;     // step time - compute
+  double bytes_sent = 0;
+  double peak_memory_bytes = 0;
 };
 
 struct StepMetrics {
@@ -36,6 +52,7 @@ struct StepMetrics {
   double step_time_s = 0;
   bool skipped = false;  // fp16 overflow: the update was skipped
   double loss_scale = 1;
+  std::vector<RankStepTimes> ranks;  // several processes: one per rank
 };
 
 struct TrainStart {
@@ -58,6 +75,8 @@ struct TrainSummary {
   double hardware_tflops_per_s = 0;  // including the recomputed forward
   double wall_s = 0;
   std::string checkpoint_dir;      // "" when none was written
+  std::vector<RankStepTimes> ranks;  // several processes: per rank, mean over the timed steps
+  std::string trace_path;            // "" when no trace was written
 };
 
 class TrainObserver {

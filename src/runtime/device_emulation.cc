@@ -1,0 +1,51 @@
+#include "runtime/device_emulation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <thread>
+
+namespace motley {
+
+DeviceEmulation::DeviceEmulation(const Cluster& cluster, int device) {
+  const EmulationConfig* emu = cluster.emulation(device);
+  if (emu == nullptr) return;
+  cluster_ = &cluster;
+  device_ = device;
+  speed_factor_ = emu->speed_factor;
+}
+
+double DeviceEmulation::memory_bytes() const { return enabled() ? cluster_->memory_bytes(device_) : 0.0; }
+
+void SleepSeconds(double seconds) {
+  if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+void DeviceEmulation::StretchCompute(double elapsed_s) const {
+  if (enabled() && speed_factor_ > 1) SleepSeconds((speed_factor_ - 1) * elapsed_s);
+}
+
+double DeviceEmulation::TransferSeconds(double bytes, int peer_device) const {
+  if (!enabled() || peer_device == device_) return 0;
+  const Link link = cluster_->LinkBetween(device_, peer_device);
+  if (link.bandwidth_bytes_per_s <= 0) return 0;
+  return link.latency_s + bytes / link.bandwidth_bytes_per_s;
+}
+
+void DeviceEmulation::StretchCollective(double bytes, const std::vector<int>& devices, int passes,
+                                        double elapsed_s) const {
+  if (!enabled() || devices.size() < 2) return;
+  // A ring: every member sends (n-1)/n of the payload per pass to its successor; the slowest
+  // link paces the ring.
+  double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const Link link = cluster_->LinkBetween(devices[i], devices[(i + 1) % devices.size()]);
+    bandwidth = std::min(bandwidth, link.bandwidth_bytes_per_s);
+    latency = std::max(latency, link.latency_s);
+  }
+  const double n = static_cast<double>(devices.size());
+  const double needed = passes * ((n - 1) * latency + (n - 1) / n * bytes / bandwidth);
+  SleepSeconds(needed - elapsed_s);
+}
+
+}  // namespace motley

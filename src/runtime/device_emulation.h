@@ -1,0 +1,44 @@
+// DeviceEmulation: makes one CPU process behave like a slower device on slower links (DESIGN.md,
+// "Heterogeneity without a heterogeneous cluster"). Compute ops are stretched by sleeping
+// (speed_factor - 1) times their measured duration; transfers are stretched to the bandwidth of the
+// link the cluster file gives between the two devices (collectives: a ring over the slowest link
+// of the group). Memory capacity is the MemoryLedger's job. With emulation off every call returns
+// at once.
+#pragma once
+
+#include <vector>
+
+#include "core/cluster.h"
+
+namespace motley {
+
+class DeviceEmulation {
+ public:
+  DeviceEmulation() = default;  // off
+  /// For the rank running cluster device `device`; off when the cluster has no [nodes.emulation].
+  DeviceEmulation(const Cluster& cluster, int device);
+
+  bool enabled() const { return cluster_ != nullptr; }
+  double speed_factor() const { return speed_factor_; }
+  /// The emulated capacity in bytes, or 0 when not emulated.
+  double memory_bytes() const;
+
+  /// After a compute op that took `elapsed_s`: sleeps the extra time a slower device would take.
+  void StretchCompute(double elapsed_s) const;
+  /// How long sending `bytes` to cluster device `peer_device` takes on the emulated link (0 when
+  /// not emulated).
+  double TransferSeconds(double bytes, int peer_device) const;
+  /// After a ring collective over `devices` moving `bytes` of payload: `passes` = 1 for all-gather and
+  /// reduce-scatter, 2 for all-reduce.
+  void StretchCollective(double bytes, const std::vector<int>& devices, int passes, double elapsed_s) const;
+
+ private:
+  const Cluster* cluster_ = nullptr;
+  int device_ = 0;
+  double speed_factor_ = 1.0;
+};
+
+/// Sleeps `seconds` (no-op when <= 0).
+void SleepSeconds(double seconds);
+
+}  // namespace motley

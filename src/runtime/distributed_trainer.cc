@@ -1,0 +1,313 @@
+#include "runtime/distributed_trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/file_io.h"
+#include "data/training_data.h"
+#include "plan/lower.h"
+#include "plan/plan_io.h"
+#include "runtime/checkpoint.h"
+#include "runtime/communicator.h"
+#include "runtime/evaluate.h"
+#include "runtime/executor.h"
+#include "runtime/llama_model.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/memory_ledger.h"
+#include "runtime/metrics_log.h"
+#include "sim/simulator.h"
+
+namespace motley {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kRankFields = 6;  // compute, comm, copy, step, bytes sent, peak memory
+
+// The plan must describe the job's batch: same sequence length, global batch and precision.
+Status CheckPlanMatchesJob(const Plan& plan, const JobSpec& job, const std::string& plan_path) {
+  const TrainingConfig& tc = job.training;
+  if (plan.seq_len != tc.seq_len)
+    return Status::InvalidArgument(fmt::format("{}: seq_len = {} but the job {} trains with seq_len = {}; plan the "
+                                               "job again (motley plan) or fix [training] seq_len",
+                                               plan_path, plan.seq_len, job.file, tc.seq_len));
+  if (plan.global_batch_sequences() != tc.global_batch_sequences)
+    return Status::InvalidArgument(fmt::format(
+        "{}: the plan's microbatches add up to {} sequences a step but the job {} has global_batch_sequences = {}; "
+        "make microbatch_size x num_microbatches of each group sum to {}",
+        plan_path, plan.global_batch_sequences(), job.file, tc.global_batch_sequences, tc.global_batch_sequences));
+  if (plan.precision != tc.precision)
+    return Status::InvalidArgument(fmt::format("{}: precision = \"{}\" but the job {} says \"{}\"; make them agree",
+                                               plan_path, PrecisionName(plan.precision), job.file,
+                                               PrecisionName(tc.precision)));
+  return Status::Ok();
+}
+
+// Every rank's per-step figures, on every rank.
+Result<std::vector<RankStepTimes>> GatherRankTimes(Communicator& comm, const RankStepReport& r) {
+  torch::Tensor mine = torch::tensor(
+      {r.compute_s, r.comm_s, r.copy_s, r.step_s, r.bytes_sent, r.peak_memory_bytes}, torch::kFloat64);
+  torch::Tensor all = torch::empty({comm.world_size() * kRankFields}, torch::kFloat64);
+  MOTLEY_RETURN_IF_ERROR(comm.AllGather(comm.world(), mine, all));
+  std::vector<RankStepTimes> out;
+  auto a = all.accessor<double, 1>();
+  for (int k = 0; k < comm.world_size(); ++k) {
+    const int b = k * kRankFields;
+    out.push_back({k, a[b], a[b + 1], a[b + 2], a[b + 3] - a[b], a[b + 4], a[b + 5]});
+  }
+  return out;
+}
+
+// Every rank's trace events of one step, on rank 0.
+Result<std::vector<TraceEvent>> GatherTrace(Communicator& comm, const std::vector<TraceEvent>& mine) {
+  torch::Tensor counts = torch::zeros({comm.world_size()}, torch::kInt64);
+  counts[comm.rank()] = static_cast<int64_t>(mine.size());
+  MOTLEY_RETURN_IF_ERROR(comm.AllReduceSum(comm.world(), counts));
+  auto pack = [](const std::vector<TraceEvent>& ev) {
+    torch::Tensor t = torch::empty({static_cast<int64_t>(ev.size()) * 3 + 1}, torch::kFloat64);
+    for (size_t i = 0; i < ev.size(); ++i) {
+      t[3 * i] = ev[i].op;
+      t[3 * i + 1] = ev[i].start_s;
+      t[3 * i + 2] = ev[i].end_s;
+    }
+    return t;
+  };
+  std::vector<TraceEvent> out;
+  const int64_t tag = (1LL << 29);
+  if (comm.rank() != 0) {
+    MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm.Send(pack(mine), 0, tag));
+    MOTLEY_RETURN_IF_ERROR(p.Wait());
+    return out;
+  }
+  out = mine;
+  for (int r = 1; r < comm.world_size(); ++r) {
+    torch::Tensor t = torch::empty({counts[r].item<int64_t>() * 3 + 1}, torch::kFloat64);
+    MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm.Recv(t, r, tag));
+    MOTLEY_RETURN_IF_ERROR(p.Wait());
+    for (int64_t i = 0; i < counts[r].item<int64_t>(); ++i)
+      out.push_back({r, static_cast<int>(t[3 * i].item<double>()), t[3 * i + 1].item<double>(),
+                     t[3 * i + 2].item<double>()});
+  }
+  return out;
+}
+
+// A whole model on rank 0 holding the gathered parameters, with AdamW shards for checkpoints.
+struct AssembledModel {
+  LlamaModel model{nullptr};
+  std::vector<ParamShard> shards;
+};
+AssembledModel Assemble(const ModelSpec& spec, const Executor::FullState& state) {
+  AssembledModel a;
+  a.model = LlamaModel(spec, 0);
+  torch::NoGradGuard no_grad;
+  for (auto& p : a.model->named_parameters()) p.value().copy_(state.params.at(p.key()));
+  a.shards = WholeParameterShards(*a.model);
+  for (auto& s : a.shards) {
+    s.exp_avg = state.exp_avg.at(s.name);
+    s.exp_avg_sq = state.exp_avg_sq.at(s.name);
+  }
+  return a;
+}
+
+}  // namespace
+
+Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
+  const TrainingConfig& tc = job.training;
+  const int64_t total_steps = options.steps > 0 ? options.steps : tc.steps;
+  if (options.device == "cuda")
+    return Status::InvalidArgument("--device cuda with --plan: the multi-process runtime runs on CPU (Gloo) for now; "
+                                   "use --device cpu (or auto)");
+  if (!options.resume.empty())
+    return Status::InvalidArgument("--resume with --plan: resuming a multi-process run is not supported yet; resume "
+                                   "in one process (without --plan), whose checkpoints are the same format");
+  if (tc.precision == Precision::kFp16)
+    return Status::InvalidArgument("[training] precision = \"fp16\" needs a CUDA device; use \"bf16\" or \"fp32\"");
+  at::set_num_threads(options.threads > 0 ? options.threads : 1);
+
+  MOTLEY_ASSIGN_OR_RETURN(Plan plan, LoadPlanFile(options.plan_path));
+  MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan, job, options.plan_path));
+  MOTLEY_ASSIGN_OR_RETURN(Schedule schedule, LowerPlan(plan, job.cluster, job.model));
+  MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Connect(rv));
+  const bool lead = comm->rank() == 0;
+  TrainObserver quiet;
+  if (observer == nullptr || !lead) observer = &quiet;
+
+  const std::string job_dir = job.file.empty() ? "" : fs::path(job.file).parent_path().string();
+  MOTLEY_ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
+
+  LlamaModel model(job.model, tc.seed);
+  ExecutorConfig config;
+  if (tc.precision == Precision::kBf16) config.compute_dtype = torch::kBFloat16;
+  model->set_compute_dtype(config.compute_dtype);
+  config.optimizer = job.optimizer;
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
+                          Executor::Create(plan, schedule, job.cluster, model, comm.get(), config));
+  // The emulated device's memory, from here on (the whole model was built above only to
+  // initialise every rank's part identically).
+  MemoryLedger& ledger = MemoryLedger::Install();
+  const int device = executor->program().device;
+  if (const EmulationConfig* emu = job.cluster.emulation(device); emu != nullptr) {
+    ledger.set_capacity_bytes(static_cast<int64_t>(job.cluster.memory_bytes(device)));
+    ledger.set_owner(fmt::format("rank {} (device {} of {}, emulated)", comm->rank(), device, job.cluster.name));
+  }
+
+  const std::string metrics_path =
+      options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
+  MetricsLog metrics;
+  if (lead) MOTLEY_RETURN_IF_ERROR(metrics.Open(metrics_path));
+
+  const int64_t batch = tc.global_batch_sequences, seq = tc.seq_len;
+  const int64_t tokens_per_step = batch * seq;
+  TrainStart start;
+  start.device = fmt::format("{} ranks ({} plan, {})", comm->world_size(), plan.strategy, options.plan_path);
+  start.precision = std::string(PrecisionName(tc.precision));
+  start.parameters = TotalParams(job.model);
+  start.total_steps = total_steps;
+  start.tokens_per_step = tokens_per_step;
+  start.train_data = data.train.name();
+  start.validation_data = data.validation ? data.validation->name() : "";
+  start.metrics_path = metrics_path;
+  observer->OnStart(start);
+
+  TrainerState state;
+  state.total_steps = total_steps;
+  state.seed = tc.seed;
+  state.precision = start.precision;
+  state.job_file = job.file;
+  TrainSummary summary;
+  const int64_t val_sequences =
+      data.validation ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data.validation, seq)) : 0;
+  auto validate = [&](int64_t step) -> Status {
+    if (val_sequences <= 0) return Status::Ok();
+    MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor->GatherFullState());
+    if (lead) {
+      AssembledModel a = Assemble(job.model, full);
+      a.model->set_compute_dtype(config.compute_dtype);
+      a.model->eval();
+      const double loss = EvaluateLoss(*a.model, *data.validation, seq, val_sequences, torch::kCPU).loss;
+      if (!summary.first_validation_loss) summary.first_validation_loss = loss;
+      summary.last_validation_loss = loss;
+      metrics.Write({{"step", step}, {"val_loss", loss}});
+      observer->OnValidation(step, loss);
+    }
+    return comm->Barrier(comm->world());
+  };
+  auto checkpoint = [&]() -> Status {
+    MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor->GatherFullState());
+    if (lead) {
+      AssembledModel a = Assemble(job.model, full);
+      MOTLEY_ASSIGN_OR_RETURN(summary.checkpoint_dir,
+                              SaveRunCheckpoint(job.checkpoint.dir, job.checkpoint.keep, *a.model, a.shards, state));
+      observer->OnCheckpoint(summary.checkpoint_dir);
+    }
+    return comm->Barrier(comm->world());
+  };
+
+  const auto run_start = Clock::now();
+  double timed_s = 0;
+  int64_t timed_tokens = 0, timed_steps = 0;
+  std::vector<RankStepTimes> rank_sums(comm->world_size());
+  std::vector<int64_t> windows;
+  if (state.step == 0) MOTLEY_RETURN_IF_ERROR(validate(0));
+  while (state.step < total_steps) {
+    const int64_t step = state.step;
+    const bool trace = !options.trace_path.empty() && step + 1 == std::min(options.trace_step, total_steps);
+    if (trace) MOTLEY_RETURN_IF_ERROR(comm->Barrier(comm->world()));  // one time origin for every rank
+    StepInputs in;
+    in.step = step;
+    in.lr = LearningRate(job.optimizer, job.lr_schedule, step, total_steps);
+    in.update = state.updates + 1;
+    in.tokens = [&](int64_t first, int64_t n) {
+      SampleTrainingWindows(data.train, tc.seed, step, first, n, seq, &windows);
+      return torch::from_blob(windows.data(), {n, seq + 1}, torch::kInt64).clone();
+    };
+    executor->set_record_trace(trace);
+    MOTLEY_ASSIGN_OR_RETURN(RankStepReport report, executor->RunStep(in));
+    MOTLEY_ASSIGN_OR_RETURN(std::vector<RankStepTimes> ranks, GatherRankTimes(*comm, report));
+    if (trace) {
+      MOTLEY_ASSIGN_OR_RETURN(std::vector<TraceEvent> events, GatherTrace(*comm, report.trace));
+      if (lead) {
+        SimResult sim;
+        sim.trace = std::move(events);
+        MOTLEY_RETURN_IF_ERROR(AtomicWriteFile(options.trace_path, ChromeTraceJson(schedule, job.cluster, sim)));
+        summary.trace_path = options.trace_path;
+      }
+    }
+    ++state.step;
+    ++state.updates;
+    state.tokens_seen += tokens_per_step;
+    StepMetrics m;
+    m.step = state.step;
+    m.total_steps = total_steps;
+    m.loss = report.loss;
+    m.lr = in.lr;
+    m.grad_norm = report.grad_norm;
+    m.step_time_s = 0;
+    for (const auto& r : ranks) m.step_time_s = std::max(m.step_time_s, r.compute_s + r.idle_s);
+    m.tokens_per_s = static_cast<double>(tokens_per_step) / m.step_time_s;
+    m.ranks = ranks;
+    if (summary.steps_run == 0) summary.first_loss = m.loss;
+    summary.last_loss = m.loss;
+    if (++summary.steps_run > 1) {
+      timed_s += m.step_time_s;
+      timed_tokens += tokens_per_step;
+      ++timed_steps;
+      for (size_t k = 0; k < ranks.size(); ++k) {
+        rank_sums[k].rank = static_cast<int>(k);
+        rank_sums[k].compute_s += ranks[k].compute_s;
+        rank_sums[k].comm_s += ranks[k].comm_s;
+        rank_sums[k].copy_s += ranks[k].copy_s;
+        rank_sums[k].idle_s += ranks[k].idle_s;
+        rank_sums[k].bytes_sent += ranks[k].bytes_sent;
+        rank_sums[k].peak_memory_bytes = std::max(rank_sums[k].peak_memory_bytes, ranks[k].peak_memory_bytes);
+      }
+    }
+    if (lead) {
+      nlohmann::json per_rank = nlohmann::json::array();
+      for (const auto& r : ranks)
+        per_rank.push_back({{"rank", r.rank},
+                            {"compute_s", r.compute_s},
+                            {"comm_s", r.comm_s},
+                            {"copy_s", r.copy_s},
+                            {"idle_s", r.idle_s},
+                            {"bytes_sent", r.bytes_sent},
+                            {"peak_memory_bytes", r.peak_memory_bytes}});
+      metrics.Write({{"step", m.step},
+                     {"loss", m.loss},
+                     {"lr", m.lr},
+                     {"tokens_per_s", m.tokens_per_s},
+                     {"grad_norm", m.grad_norm},
+                     {"step_time_s", m.step_time_s},
+                     {"ranks", per_rank}});
+    }
+    observer->OnStep(m);
+    const int64_t vi = job.data.validation_interval_steps;
+    if (state.step == total_steps || (vi > 0 && state.step % vi == 0)) MOTLEY_RETURN_IF_ERROR(validate(state.step));
+    const int64_t ci = job.checkpoint.interval_steps;
+    if (ci > 0 && state.step % ci == 0 && state.step != total_steps) MOTLEY_RETURN_IF_ERROR(checkpoint());
+  }
+  if (options.checkpoint_at_end && summary.steps_run > 0) MOTLEY_RETURN_IF_ERROR(checkpoint());
+  summary.wall_s = std::chrono::duration<double>(Clock::now() - run_start).count();
+  summary.tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0.0;
+  summary.model_tflops_per_s = summary.tokens_per_s * TrainFlopsPerToken(job.model, seq, false) / 1e12;
+  summary.hardware_tflops_per_s =
+      summary.tokens_per_s * TrainFlopsPerToken(job.model, seq, tc.activation_checkpointing) / 1e12;
+  if (timed_steps > 0) {
+    for (auto& r : rank_sums) {
+      r.compute_s /= static_cast<double>(timed_steps);
+      r.comm_s /= static_cast<double>(timed_steps);
+      r.copy_s /= static_cast<double>(timed_steps);
+      r.idle_s /= static_cast<double>(timed_steps);
+      r.bytes_sent /= static_cast<double>(timed_steps);
+    }
+    summary.ranks = rank_sums;
+  }
+  return summary;
+}
+
+}  // namespace motley

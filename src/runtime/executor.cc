@@ -1,0 +1,616 @@
+#include "runtime/executor.h"
+
+#include <chrono>
+#include <future>
+#include <regex>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "runtime/adamw.h"
+#include "runtime/memory_ledger.h"
+
+namespace motley {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+bool IsCompute(OpKind k) {
+  return k == OpKind::kForward || k == OpKind::kBackward || k == OpKind::kOptimizerStep;
+}
+
+// The virtual stage that owns a parameter, by its Hugging Face name.
+int OwnerOf(const std::string& name, const std::vector<VirtualStage>& vstages, int num_layers) {
+  static const std::regex layer(R"(^model\.layers\.(\d+)\.)");
+  std::smatch m;
+  int at = -1;
+  if (std::regex_search(name, m, layer)) {
+    at = std::stoi(m[1].str());
+  } else if (name.rfind("model.embed_tokens.", 0) == 0) {
+    at = 0;
+  } else {
+    at = num_layers - 1;  // the final norm and the LM head
+  }
+  for (size_t v = 0; v < vstages.size(); ++v)
+    if (vstages[v].layers.begin <= at && at < vstages[v].layers.end) return static_cast<int>(v);
+  return -1;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Schedule& schedule, const Cluster& cluster,
+                                                   LlamaModel model, Communicator* comm, const ExecutorConfig& config) {
+  const int world = comm->world_size();
+  if (static_cast<int>(schedule.programs.size()) != world)
+    return Status::InvalidArgument(fmt::format("the plan has {} devices but {} processes were started; launch one "
+                                               "process per device (motley launch --nproc {})",
+                                               schedule.programs.size(), world, schedule.programs.size()));
+  for (size_t g = 0; g < plan.groups.size(); ++g)
+    if (plan.groups[g].tp_degree != 1)
+      return Status::InvalidArgument(fmt::format(
+          "group {} has tp_degree = {}: tensor parallelism is simulated but not executed yet (FlexTP, issue #9); "
+          "use tp_degree = 1",
+          g, plan.groups[g].tp_degree));
+  if (!plan.activation_checkpointing && (plan.offload_params || plan.offload_activations || plan.zero_stage == 3))
+    return Status::InvalidArgument(
+        "the plan offloads or shards parameters (offload_params, offload_activations or zero_stage = 3) with "
+        "activation_checkpointing = false; the runtime recomputes ministages from their boundaries in that case — "
+        "set activation_checkpointing = true");
+  if (plan.offload_params && plan.zero_stage == 0)
+    return Status::InvalidArgument("offload_params needs zero_stage >= 1 (the offloaded state is the rank's shard)");
+
+  auto ex = std::unique_ptr<Executor>(new Executor());
+  ex->plan_ = plan;
+  ex->schedule_ = schedule;
+  ex->cluster_ = &cluster;
+  ex->model_ = model;
+  ex->comm_ = comm;
+  ex->config_ = config;
+  ex->rank_ = comm->rank();
+  const Program& prog = schedule.programs[ex->rank_];
+  ex->emulation_ = DeviceEmulation(cluster, prog.device);
+  ex->vstages_ = VirtualStages(plan);
+  for (size_t v = 0; v < ex->vstages_.size(); ++v)
+    ex->vstage_of_layer_begin_[ex->vstages_[v].layers.begin] = static_cast<int>(v);
+  ex->sharded_params_ = plan.zero_stage == 3 || plan.offload_params;
+
+  const ModelSpec& spec = model->spec();
+  if (spec.tie_embeddings && ex->vstages_.size() > 1)
+    return Status::InvalidArgument(
+        "the model ties its embeddings (tie_embeddings = true) and the plan splits it into several ministages; "
+        "tied weights across ministages are not supported yet — use one ministage or an untied model");
+
+  // This rank's group and position in it.
+  int group = -1, first_rank = 0, dp_index = 0;
+  for (size_t g = 0, r = 0; g < plan.groups.size(); ++g) {
+    const int n = static_cast<int>(plan.groups[g].devices.size());
+    if (ex->rank_ >= static_cast<int>(r) && ex->rank_ < static_cast<int>(r) + n) {
+      group = static_cast<int>(g);
+      first_rank = static_cast<int>(r);
+    }
+    r += n;
+  }
+  MOTLEY_CHECK_GE(group, 0);
+  dp_index = ex->rank_ - first_rank;
+  ex->dp_index_ = dp_index;
+  const int dp_size = static_cast<int>(plan.groups[group].devices.size());
+
+  // Parameters by virtual stage; other stages' parameters are freed here.
+  std::map<int, std::vector<NamedParameter>> owned;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->named_parameters()) {
+      const int v = OwnerOf(p.key(), ex->vstages_, static_cast<int>(spec.num_layers));
+      MOTLEY_CHECK_GE(v, 0);
+      ex->vstage_params_[v].push_back({p.key(), p.value().sizes().vec()});
+      if (ex->vstages_[v].group == group) {
+        owned[v].push_back({p.key(), p.value()});
+      } else {
+        p.value().set_data(torch::empty({0}, p.value().options()));
+      }
+    }
+  }
+  for (auto& [v, params] : owned) {
+    auto state = std::make_unique<MinistageState>(std::move(params), dp_size, dp_index, plan.zero_stage >= 1,
+                                                  config.device);
+    if (plan.offload_params) state->Offload();
+    if (ex->sharded_params_) state->ReleaseFlat();
+    ex->ministages_[v] = std::move(state);
+  }
+
+  // Communication groups, created by every rank in the order the schedule names them.
+  std::map<std::vector<int32_t>, CommGroup*> groups;
+  for (const Collective& c : schedule.collectives) {
+    if (groups.count(c.ranks)) continue;
+    MOTLEY_ASSIGN_OR_RETURN(CommGroup * g, comm->NewGroup(std::vector<int>(c.ranks.begin(), c.ranks.end())));
+    groups[c.ranks] = g;
+  }
+  for (const Collective& c : schedule.collectives) {
+    CommGroup* g = groups[c.ranks];
+    ex->collective_group_.push_back(g->index >= 0 ? g : nullptr);
+  }
+
+  // Microbatches: their sizes from the first stage's forwards, their place in the global batch
+  // in index order (the single-process run's order).
+  std::map<int, int64_t> sizes;
+  for (const Program& p : schedule.programs)
+    for (const Op& op : p.ops)
+      if (op.kind == OpKind::kForward && op.embedding) sizes[op.microbatch] = op.sequences;
+  for (const auto& [m, n] : sizes) {
+    MOTLEY_CHECK_EQ(m, static_cast<int>(ex->microbatch_size_.size()));
+    ex->microbatch_first_.push_back(ex->batch_sequences_);
+    ex->microbatch_size_.push_back(n);
+    ex->batch_sequences_ += n;
+  }
+
+  // Per op: which full parameters go after it, and how prefetches and gathers treat the shard.
+  const auto& ops = prog.ops;
+  ex->release_after_.assign(ops.size(), {});
+  ex->prefetch_with_moments_.assign(ops.size(), false);
+  ex->param_gather_drops_shard_.assign(ops.size(), false);
+  auto vstage = [&](const Op& op) { return ex->vstage_of_layer_begin_.at(op.layer_begin); };
+  auto next_compute_is_backward = [&](size_t i) {
+    for (size_t j = i + 1; j < ops.size(); ++j)
+      if ((ops[j].kind == OpKind::kForward || ops[j].kind == OpKind::kBackward) && vstage(ops[j]) == vstage(ops[i]))
+        return ops[j].kind == OpKind::kBackward;
+    return false;
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind == OpKind::kParamPrefetch) ex->prefetch_with_moments_[i] = next_compute_is_backward(i);
+    if (ops[i].kind != OpKind::kAllGather || !ex->sharded_params_) continue;
+    ex->param_gather_drops_shard_[i] = plan.offload_params && !next_compute_is_backward(i);
+    size_t last = i;
+    for (size_t j = i + 1; j < ops.size(); ++j) {
+      if (ops[j].ministage < 0 || vstage(ops[j]) != vstage(ops[i])) continue;
+      if (ops[j].kind == OpKind::kAllGather) break;
+      if (IsCompute(ops[j].kind)) last = j;
+    }
+    ex->release_after_[last].push_back(vstage(ops[i]));
+  }
+  return ex;
+}
+
+// One step on this rank: the per-step tensors between ops and the timing.
+class Executor::StepRun {
+ public:
+  StepRun(Executor& ex, const StepInputs& in) : ex_(ex), in_(in), prog_(ex.schedule_.programs[ex.rank_]) {}
+
+  Result<RankStepReport> Run() {
+    MemoryLedger& ledger = MemoryLedger::Install();
+    ledger.ResetPeak();
+    start_ = Clock::now();
+    const bool clipping = ex_.config_.optimizer.grad_clip_norm > 0;
+    std::vector<bool> deferred(prog_.ops.size(), false);
+    try {
+      for (size_t i = 0; i < prog_.ops.size(); ++i) {
+        const Op& op = prog_.ops[i];
+        if (clipping) {
+          bool defer = op.kind == OpKind::kOptimizerStep;
+          if (op.kind == OpKind::kAllGather || op.kind == OpKind::kParamOffload)
+            for (int d : op.deps) defer = defer || deferred[d];
+          if (defer) {
+            if (op.kind == OpKind::kOptimizerStep) norm_sq_ += NormSquared(VStage(op));
+            deferred[i] = true;
+            continue;
+          }
+        }
+        MOTLEY_RETURN_IF_ERROR(Execute(i));
+      }
+      MOTLEY_RETURN_IF_ERROR(FinishSends());
+      // The loss and the squared gradient norm, summed over ranks.
+      const auto t = Clock::now();
+      torch::Tensor sums = torch::tensor({loss_sum_, norm_sq_}, torch::kFloat64);
+      MOTLEY_RETURN_IF_ERROR(ex_.comm_->AllReduceSum(ex_.comm_->world(), sums));
+      report_.comm_s += Since(t);
+      report_.loss = sums[0].item<double>();
+      report_.grad_norm = std::sqrt(sums[1].item<double>());
+      for (size_t i = 0; i < prog_.ops.size(); ++i)
+        if (deferred[i]) MOTLEY_RETURN_IF_ERROR(Execute(i));
+    } catch (const c10::OutOfMemoryError& e) {
+      return Status::OutOfMemory(fmt::format("rank {}: {}", ex_.rank_, e.what_without_backtrace()));
+    }
+    if (!boundary_.empty() || !host_boundary_.empty() || !act_in_.empty() || !grad_in_.empty() || !recvs_.empty())
+      return Status::Internal(fmt::format("rank {}: the step ended with tensors left between ops ({} boundaries, {} "
+                                          "offloaded, {} activations, {} gradients, {} receives)",
+                                          ex_.rank_, boundary_.size(), host_boundary_.size(), act_in_.size(),
+                                          grad_in_.size(), recvs_.size()));
+    report_.step_s = Since(start_);
+    report_.peak_memory_bytes = static_cast<double>(ledger.peak_bytes());
+    return std::move(report_);
+  }
+
+ private:
+  using Key = std::pair<int, int64_t>;  // (virtual stage, microbatch)
+  struct PendingRecv {
+    PendingTransfer transfer;
+    torch::Tensor buffer;
+  };
+
+  int VStage(const Op& op) const { return ex_.vstage_of_layer_begin_.at(op.layer_begin); }
+  MinistageState& State(int v) { return *ex_.ministages_.at(v); }
+  int64_t num_microbatches() const { return static_cast<int64_t>(ex_.microbatch_size_.size()); }
+  // Decodes the lowering's tag: ((backward * V) + stage) * M + microbatch (plan/lower.cc).
+  std::tuple<bool, int, int64_t> DecodeTag(int64_t tag) const {
+    const int64_t m = tag % num_microbatches();
+    const int64_t t = tag / num_microbatches();
+    const int64_t nv = static_cast<int64_t>(ex_.vstages_.size());
+    return {t / nv == 1, static_cast<int>(t % nv), m};
+  }
+  ModelSlice Slice(int v) const {
+    const LayerRange& r = ex_.vstages_[v].layers;
+    return {r.begin == 0, r.begin, r.end, r.end == static_cast<int>(ex_.model_->spec().num_layers)};
+  }
+  torch::Dtype ActDtype() const { return ex_.config_.compute_dtype.value_or(torch::kFloat32); }
+
+  const torch::Tensor& Tokens(int64_t m) {
+    auto it = tokens_.find(m);
+    if (it == tokens_.end())
+      it = tokens_.emplace(m, in_.tokens(ex_.microbatch_first_[m], ex_.microbatch_size_[m]).to(ex_.config_.device)).first;
+    return it->second;
+  }
+  torch::Tensor Loss(const torch::Tensor& logits, int64_t m) {
+    const int64_t seq = logits.size(1);
+    const double share = static_cast<double>(ex_.microbatch_size_[m]) / static_cast<double>(ex_.batch_sequences_);
+    return NextTokenLoss(logits, Tokens(m).narrow(1, 1, seq)) * share;
+  }
+
+  // The input activation (forward) or output gradient (backward) of stage v at microbatch m: a
+  // receive's buffer or what this rank made itself.
+  Result<torch::Tensor> Take(bool backward, int v, int64_t m) {
+    const Key key{v, m};
+    auto& local = backward ? grad_in_ : act_in_;
+    const int64_t tag = ((backward ? 1 : 0) * static_cast<int64_t>(ex_.vstages_.size()) + v) * num_microbatches() + m;
+    if (auto it = recvs_.find(tag); it != recvs_.end()) {
+      const auto t = Clock::now();
+      MOTLEY_RETURN_IF_ERROR(it->second.transfer.Wait());
+      report_.comm_s += Since(t);
+      torch::Tensor out = it->second.buffer;
+      recvs_.erase(it);
+      return out;
+    }
+    auto it = local.find(key);
+    if (it == local.end())
+      return Status::Internal(fmt::format("rank {}: no {} for stage {} microbatch {}", ex_.rank_,
+                                          backward ? "output gradient" : "input", v, m));
+    torch::Tensor out = it->second;
+    local.erase(it);
+    return out;
+  }
+
+  Status Execute(size_t i) {
+    const Op& op = prog_.ops[i];
+    const auto t = Clock::now();
+    const double op_start_s = Since(start_);
+    const double comm_before_s = report_.comm_s;  // waits for received data inside the op count as communication
+    switch (op.kind) {
+      case OpKind::kForward:
+        MOTLEY_RETURN_IF_ERROR(Forward(op));
+        break;
+      case OpKind::kBackward:
+        MOTLEY_RETURN_IF_ERROR(Backward(op));
+        break;
+      case OpKind::kOptimizerStep:
+        MOTLEY_RETURN_IF_ERROR(OptimizerStep(op));
+        break;
+      case OpKind::kSend:
+        MOTLEY_RETURN_IF_ERROR(Send(op));
+        break;
+      case OpKind::kRecv:
+        MOTLEY_RETURN_IF_ERROR(Recv(op));
+        break;
+      case OpKind::kAllGather:
+      case OpKind::kReduceScatter:
+      case OpKind::kAllReduce:
+        MOTLEY_RETURN_IF_ERROR(Collective(i, op));
+        break;
+      case OpKind::kParamPrefetch:
+        State(VStage(op)).Prefetch(ex_.prefetch_with_moments_[i]);
+        break;
+      case OpKind::kParamOffload:
+        State(VStage(op)).Offload();
+        break;
+      case OpKind::kActOffload: {
+        auto it = boundary_.find({VStage(op), op.microbatch});
+        MOTLEY_CHECK(it != boundary_.end());
+        host_boundary_[it->first] = HostCopy(it->second);
+        boundary_.erase(it);
+        break;
+      }
+      case OpKind::kActPrefetch: {
+        auto it = host_boundary_.find({VStage(op), op.microbatch});
+        MOTLEY_CHECK(it != host_boundary_.end());
+        boundary_[it->first] = ex_.config_.device.is_cpu() ? it->second.clone() : it->second.to(ex_.config_.device);
+        host_boundary_.erase(it);
+        break;
+      }
+    }
+    double elapsed = Since(t);
+    if (IsCompute(op.kind)) {
+      const double waited_s = report_.comm_s - comm_before_s;
+      const auto compute_start = Clock::now();
+      ex_.emulation_.StretchCompute(elapsed - waited_s);
+      report_.compute_s += elapsed - waited_s + Since(compute_start);
+    } else if (op.kind == OpKind::kParamPrefetch || op.kind == OpKind::kParamOffload ||
+               op.kind == OpKind::kActOffload || op.kind == OpKind::kActPrefetch) {
+      report_.copy_s += elapsed;
+    }
+    for (int v : ex_.release_after_[i]) State(v).ReleaseFlat();
+    if (ex_.config_.record_trace) report_.trace.push_back({ex_.rank_, static_cast<int>(i), op_start_s, Since(start_)});
+    return Status::Ok();
+  }
+
+  Status Forward(const Op& op) {
+    const int v = VStage(op);
+    const int64_t m = op.microbatch;
+    const ModelSlice slice = Slice(v);
+    torch::Tensor input;
+    if (slice.embedding) {
+      input = Tokens(m).narrow(1, 0, Tokens(m).size(1) - 1);
+    } else {
+      MOTLEY_ASSIGN_OR_RETURN(input, Take(false, v, m));
+    }
+    torch::Tensor out;
+    if (ex_.plan_.activation_checkpointing) {
+      torch::NoGradGuard no_grad;
+      out = ex_.model_->Run(slice, input, false);
+      boundary_[{v, m}] = input;
+    } else {
+      torch::Tensor leaf = slice.embedding ? input : input.detach().requires_grad_(true);
+      out = ex_.model_->Run(slice, leaf, false);
+      graph_[{v, m}] = {leaf, out};
+    }
+    if (slice.head) {
+      torch::NoGradGuard no_grad;
+      loss_sum_ += Loss(out, m).item<double>();
+    } else {
+      act_in_[{v + 1, m}] = out.detach();
+    }
+    return Status::Ok();
+  }
+
+  Status Backward(const Op& op) {
+    const int v = VStage(op);
+    const int64_t m = op.microbatch;
+    const ModelSlice slice = Slice(v);
+    torch::Tensor grad_out;
+    if (!slice.head) {
+      MOTLEY_ASSIGN_OR_RETURN(grad_out, Take(true, v, m));
+    }
+    torch::Tensor leaf, root;
+    if (ex_.plan_.activation_checkpointing) {
+      auto it = boundary_.find({v, m});
+      if (it == boundary_.end())
+        return Status::Internal(fmt::format("rank {}: no saved boundary for stage {} microbatch {}", ex_.rank_, v, m));
+      leaf = slice.embedding ? it->second : it->second.detach().requires_grad_(true);
+      boundary_.erase(it);
+      root = ex_.model_->Run(slice, leaf, false);
+    } else {
+      auto it = graph_.find({v, m});
+      MOTLEY_CHECK(it != graph_.end());
+      std::tie(leaf, root) = it->second;
+      graph_.erase(it);
+    }
+    if (slice.head) root = Loss(root, m);
+    MinistageState& state = State(v);
+    std::vector<torch::Tensor> inputs;
+    for (const auto& p : state.params()) inputs.push_back(p.param);
+    if (!slice.embedding) inputs.push_back(leaf);
+    std::vector<torch::Tensor> grads = torch::autograd::grad({root}, inputs, {slice.head ? torch::Tensor() : grad_out},
+                                                             /*retain_graph=*/false, /*create_graph=*/false,
+                                                             /*allow_unused=*/true);
+    torch::NoGradGuard no_grad;
+    for (size_t k = 0; k < state.params().size(); ++k)
+      if (grads[k].defined()) state.AccumulateGrad(k, grads[k]);
+    if (!slice.embedding) grad_in_[{v - 1, m}] = grads.back();
+    return Status::Ok();
+  }
+
+  Status OptimizerStep(const Op& op) {
+    torch::NoGradGuard no_grad;
+    const int v = VStage(op);
+    MinistageState& state = State(v);
+    std::vector<ParamShard> shards = state.OptimizerShards();
+    if (ex_.config_.optimizer.grad_clip_norm > 0) {
+      ClipGradients(shards, report_.grad_norm, ex_.config_.optimizer.grad_clip_norm);  // deferred: the norm is known
+    } else {
+      norm_sq_ += NormSquared(v);
+    }
+    AdamW(ex_.config_.optimizer).Step(shards, in_.lr, in_.update);
+    state.ClearGradients();
+    return Status::Ok();
+  }
+
+  // This rank's part of the squared global gradient norm for stage v. Each element counts once:
+  // ZeRO >= 1 owners hold disjoint shards; with ZeRO-0 every member holds the whole, so only the first counts.
+  double NormSquared(int v) {
+    torch::NoGradGuard no_grad;
+    MinistageState& state = State(v);
+    if (!state.sharded() && ex_.dp_index_ != 0) return 0;
+    const torch::Tensor& g = state.sharded() ? state.GradShard() : state.GradFlat();
+    return g.to(torch::kFloat64).pow(2).sum().item<double>();
+  }
+
+  Status Send(const Op& op) {
+    const auto [backward, v, m] = DecodeTag(op.tag);
+    auto& local = backward ? grad_in_ : act_in_;
+    auto it = local.find({v, m});
+    if (it == local.end())
+      return Status::Internal(fmt::format("rank {}: nothing to send to rank {} (tag {})", ex_.rank_, op.peer, op.tag));
+    torch::Tensor t = it->second.contiguous();
+    if (op.device_free_bytes > 0) local.erase(it);  // the last send of it
+    report_.bytes_sent += static_cast<double>(t.nbytes());
+    const double delay = ex_.emulation_.TransferSeconds(static_cast<double>(t.nbytes()),
+                                                        ex_.schedule_.programs[op.peer].device);
+    Communicator* comm = ex_.comm_;
+    const int peer = op.peer;
+    const int64_t tag = op.tag;
+    if (delay <= 0 && !previous_send_.valid()) {
+      MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm->Send(t, peer, tag));
+      sends_.push_back({std::move(p), t});
+      return Status::Ok();
+    }
+    // An emulated link: the transfer occupies it for its duration, after the ones before it.
+    std::shared_future<Status> previous = previous_send_;
+    previous_send_ = std::async(std::launch::async, [=]() -> Status {
+                       if (previous.valid()) MOTLEY_RETURN_IF_ERROR(previous.get());
+                       SleepSeconds(delay);
+                       Result<PendingTransfer> p = comm->Send(t, peer, tag);
+                       if (!p.ok()) return p.status();
+                       return p->Wait();
+                     }).share();
+    return Status::Ok();
+  }
+
+  Status Recv(const Op& op) {
+    const auto [backward, v, m] = DecodeTag(op.tag);
+    const auto& spec = ex_.model_->spec();
+    torch::Tensor buffer =
+        torch::empty({ex_.microbatch_size_[m], ex_.schedule_.seq_len, spec.hidden_size},
+                     torch::TensorOptions().dtype(ActDtype()).device(ex_.config_.device));
+    MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, ex_.comm_->Recv(buffer, op.peer, op.tag));
+    recvs_[op.tag] = {std::move(p), buffer};
+    (void)backward;
+    (void)v;
+    return Status::Ok();
+  }
+
+  Status FinishSends() {
+    const auto t = Clock::now();
+    for (auto& [transfer, tensor] : sends_) MOTLEY_RETURN_IF_ERROR(transfer.Wait());
+    sends_.clear();
+    if (previous_send_.valid()) MOTLEY_RETURN_IF_ERROR(previous_send_.get());
+    previous_send_ = {};
+    report_.comm_s += Since(t);
+    return Status::Ok();
+  }
+
+  Status Collective(size_t i, const Op& op) {
+    torch::NoGradGuard no_grad;
+    CommGroup* g = ex_.collective_group_.at(op.collective);
+    MOTLEY_CHECK(g != nullptr);
+    const int v = VStage(op);
+    MinistageState& state = State(v);
+    const auto t = Clock::now();
+    double bytes = 0;
+    int passes = 1;
+    if (op.kind == OpKind::kAllGather) {
+      torch::Tensor& flat = state.AllocateFlat();
+      torch::Tensor& shard = state.shard();
+      MOTLEY_CHECK(shard.defined());
+      if (g->size() == 1) {
+        flat.copy_(shard);
+      } else {
+        MOTLEY_RETURN_IF_ERROR(ex_.comm_->AllGather(*g, shard, flat));
+      }
+      bytes = static_cast<double>(flat.nbytes());
+      if (ex_.param_gather_drops_shard_[i]) state.DropDeviceShard();
+    } else if (op.kind == OpKind::kReduceScatter) {
+      torch::Tensor& full = state.GradFlat();
+      if (g->size() == 1) {
+        state.GradShard().add_(full);
+      } else {
+        torch::Tensor out = torch::empty({state.shard_numel()}, full.options());
+        MOTLEY_RETURN_IF_ERROR(ex_.comm_->ReduceScatterSum(*g, full, out));
+        state.GradShard().add_(out);
+      }
+      bytes = static_cast<double>(full.nbytes());
+      if (ex_.plan_.zero_stage >= 2) {
+        state.ReleaseGradFlat();
+      } else {
+        full.zero_();
+      }
+    } else {
+      torch::Tensor& full = state.GradFlat();
+      if (g->size() > 1) MOTLEY_RETURN_IF_ERROR(ex_.comm_->AllReduceSum(*g, full));
+      bytes = static_cast<double>(full.nbytes());
+      passes = 2;
+    }
+    const double n = g->size();
+    report_.bytes_sent += passes * (n - 1) / n * bytes;
+    std::vector<int> devices;
+    for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
+    ex_.emulation_.StretchCollective(bytes, devices, passes, Since(t));
+    report_.comm_s += Since(t);
+    return Status::Ok();
+  }
+
+  Executor& ex_;
+  const StepInputs& in_;
+  const Program& prog_;
+  Clock::time_point start_;
+  RankStepReport report_;
+  double loss_sum_ = 0, norm_sq_ = 0;
+  std::map<int64_t, torch::Tensor> tokens_;
+  std::map<Key, torch::Tensor> boundary_, host_boundary_, act_in_, grad_in_;
+  std::map<Key, std::pair<torch::Tensor, torch::Tensor>> graph_;  // no checkpointing: (input leaf, output)
+  std::map<int64_t, PendingRecv> recvs_;                          // by tag
+  std::vector<std::pair<PendingTransfer, torch::Tensor>> sends_;
+  std::shared_future<Status> previous_send_;
+};
+
+Result<RankStepReport> Executor::RunStep(const StepInputs& in) {
+  StepRun run(*this, in);
+  return run.Run();
+}
+
+Result<Executor::FullState> Executor::GatherFullState() {
+  torch::NoGradGuard no_grad;
+  FullState out;
+  const int64_t tag_base = 1 << 28;
+  for (size_t v = 0; v < vstages_.size(); ++v) {
+    const auto& names = vstage_params_.at(static_cast<int>(v));
+    int64_t numel = 0;
+    for (const auto& [name, shape] : names) numel += c10::multiply_integers(shape);
+    // The group's first rank assembles the ministage and hands it to rank 0.
+    int leader = 0;
+    for (int g = 0, r = 0; g <= vstages_[v].group; ++g) {
+      leader = r;
+      r += static_cast<int>(plan_.groups[g].devices.size());
+    }
+    std::vector<torch::Tensor> full(3);  // params, exp_avg, exp_avg_sq
+    if (auto it = ministages_.find(static_cast<int>(v)); it != ministages_.end()) {
+      MinistageState& s = *it->second;
+      std::vector<torch::Tensor> parts = {s.MasterShard(), s.Moment(0), s.Moment(1)};
+      CommGroup* g = nullptr;
+      for (size_t c = 0; c < schedule_.collectives.size() && g == nullptr; ++c)
+        if (collective_group_[c] != nullptr && schedule_.collectives[c].ranks.front() == leader)
+          g = collective_group_[c];
+      for (int k = 0; k < 3; ++k) {
+        torch::Tensor part = parts[k].to(torch::kCPU).contiguous();
+        if (s.sharded() && g != nullptr && g->size() > 1) {
+          full[k] = torch::empty({s.padded_numel()}, part.options());
+          MOTLEY_RETURN_IF_ERROR(comm_->AllGather(*g, part, full[k]));
+        } else {
+          full[k] = part;
+        }
+        full[k] = full[k].narrow(0, 0, numel).contiguous();
+      }
+    }
+    if (rank_ == leader && rank_ != 0) {
+      for (int k = 0; k < 3; ++k) {
+        MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm_->Send(full[k], 0, tag_base + 3 * static_cast<int64_t>(v) + k));
+        MOTLEY_RETURN_IF_ERROR(p.Wait());
+      }
+    } else if (rank_ == 0 && leader != 0) {
+      for (int k = 0; k < 3; ++k) {
+        full[k] = torch::empty({numel}, torch::kFloat32);
+        MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm_->Recv(full[k], leader, tag_base + 3 * static_cast<int64_t>(v) + k));
+        MOTLEY_RETURN_IF_ERROR(p.Wait());
+      }
+    }
+    if (rank_ != 0) continue;
+    int64_t at = 0;
+    for (const auto& [name, shape] : names) {
+      const int64_t n = c10::multiply_integers(shape);
+      out.params[name] = full[0].narrow(0, at, n).view(shape).clone();
+      out.exp_avg[name] = full[1].narrow(0, at, n).view(shape).clone();
+      out.exp_avg_sq[name] = full[2].narrow(0, at, n).view(shape).clone();
+      at += n;
+    }
+  }
+  return out;
+}
+
+}  // namespace motley

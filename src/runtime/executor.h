@@ -1,0 +1,125 @@
+// Executor: runs one rank's program of a Schedule (plan/schedule.h) with tensors — the runtime
+// twin of the simulator. Ops run in program order on one thread; sends and receives are
+// non-blocking and waited for by the op that needs their data, collectives block. Because every
+// program is a subsequence of one global order in which each receive follows its send
+// (plan/lower.h), this cannot deadlock.
+//
+// What each op does:
+//   Forward      the ministage on microbatch m without keeping a graph (checkpointing: only its
+//                input, the layer boundary, is kept); the last ministage also computes the loss.
+//   Backward     recomputes the ministage from its boundary with a graph, back-propagates the
+//                received output gradient (or the loss) and adds the parameter gradients into the
+//                flat gradient buffer.
+//   Send/Recv    activations (forward) and their gradients (backward) between ranks.
+//   AllGather    the parameter shards into the full flat buffer (ZeRO-3 and offload before a
+//                visit; ZeRO-1/2 after the optimizer step).
+//   ReduceScatter / AllReduce   the gradients, summed (token-weighted: each microbatch's loss is
+//                its mean cross-entropy times its share of the global batch).
+//   OptimizerStep AdamW on the owned shard.
+//   Param/ActOffload, Param/ActPrefetch   copies to and from host memory.
+// With gradient clipping the global gradient norm must be known before any update, so the
+// optimizer steps (and the all-gathers and offloads that follow them) wait until the end of the
+// step, after one all-reduce of the norm; without clipping each ministage updates as soon as its
+// gradients are reduced (Zorse's interleaved updates).
+//
+// Device emulation: compute ops are stretched by the rank's speed factor, transfers to the
+// cluster's link bandwidths; the memory ledger enforces the emulated capacity.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/cluster.h"
+#include "core/job.h"
+#include "core/status.h"
+#include "plan/plan.h"
+#include "plan/schedule.h"
+#include "runtime/communicator.h"
+#include "runtime/device_emulation.h"
+#include "runtime/llama_model.h"
+#include "runtime/ministage_state.h"
+#include "sim/simulator.h"
+
+namespace motley {
+
+struct ExecutorConfig {
+  torch::Device device = torch::kCPU;
+  std::optional<torch::Dtype> compute_dtype;  // unset: fp32
+  OptimizerConfig optimizer;
+  bool record_trace = false;  // keep every op's start and end (seconds from the step's start)
+};
+
+/// One step's inputs on this rank.
+struct StepInputs {
+  int64_t step = 0;     // 0-based
+  double lr = 0;
+  int64_t update = 1;   // AdamW's step count, from 1
+  /// Token windows [n, seq + 1] (int64, CPU) for the global batch's sequences [first, first + n).
+  std::function<torch::Tensor(int64_t first, int64_t n)> tokens;
+};
+
+/// What one rank did in one step.
+struct RankStepReport {
+  double loss = 0;        // the global batch's mean loss (the same on every rank)
+  double grad_norm = 0;   // global, before clipping (the same on every rank)
+  double step_s = 0;
+  double compute_s = 0;   // forward, backward and optimizer ops (emulated slowness included)
+  double comm_s = 0;      // collectives and waits for transfers (waiting for peers included)
+  double copy_s = 0;      // offload and prefetch copies
+  double bytes_sent = 0;  // point-to-point and this rank's share of collective traffic
+  double peak_memory_bytes = 0;  // the memory ledger's peak during the step
+  std::vector<TraceEvent> trace;  // with ExecutorConfig::record_trace
+};
+
+class Executor {
+ public:
+  /// Builds this rank's state: its ministages' flat buffers and shards (from the model's current
+  /// parameters), the communication groups. Collective: every rank calls it with the same plan.
+  static Result<std::unique_ptr<Executor>> Create(const Plan& plan, const Schedule& schedule, const Cluster& cluster,
+                                                  LlamaModel model, Communicator* comm, const ExecutorConfig& config);
+
+  Result<RankStepReport> RunStep(const StepInputs& in);
+
+  /// The full parameters and AdamW moments of every ministage, on rank 0 (empty elsewhere), keyed
+  /// by parameter name, in the model's shapes. Collective.
+  struct FullState {
+    std::map<std::string, torch::Tensor> params, exp_avg, exp_avg_sq;
+  };
+  Result<FullState> GatherFullState();
+
+  const Program& program() const { return schedule_.programs[rank_]; }
+  void set_record_trace(bool on) { config_.record_trace = on; }
+
+ private:
+  Executor() = default;
+  class StepRun;
+  friend class StepRun;
+
+  Plan plan_;
+  Schedule schedule_;
+  const Cluster* cluster_ = nullptr;
+  LlamaModel model_{nullptr};
+  Communicator* comm_ = nullptr;
+  ExecutorConfig config_;
+  DeviceEmulation emulation_;
+  int rank_ = 0;
+  int dp_index_ = 0;  // this rank's position in its group
+  std::vector<VirtualStage> vstages_;
+  std::map<int, std::vector<std::pair<std::string, std::vector<int64_t>>>> vstage_params_;  // all stages' (name, shape)
+  std::map<int, int> vstage_of_layer_begin_;
+  std::map<int, std::unique_ptr<MinistageState>> ministages_;  // by virtual stage, the ones this rank runs
+  std::vector<CommGroup*> collective_group_;                    // per schedule collective (null: not a member)
+  std::vector<int64_t> microbatch_first_, microbatch_size_;     // global sequence offset and size per microbatch
+  int64_t batch_sequences_ = 0;
+  bool sharded_params_ = false;  // ZeRO-3 or offload: full parameters only during visits
+  std::vector<std::vector<int>> release_after_;  // per op: virtual stages whose full parameters go after it
+  std::vector<bool> prefetch_with_moments_;      // per op (ParamPrefetch): the visit is a backward one
+  std::vector<bool> param_gather_drops_shard_;   // per op (AllGather): a forward visit's offloaded shard
+};
+
+}  // namespace motley

@@ -1,0 +1,89 @@
+#include "runtime/memory_ledger.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include <c10/core/CPUAllocator.h>
+#include <fmt/format.h>
+
+#include "core/units.h"
+
+namespace motley {
+namespace {
+
+// One allocation: the wrapped allocator's pointer and the bytes counted for it.
+struct Counted {
+  c10::DataPtr inner;
+  int64_t bytes;
+};
+
+class LedgerAllocator final : public c10::Allocator {
+ public:
+  LedgerAllocator(MemoryLedger* ledger, c10::Allocator* inner) : ledger_(ledger), inner_(inner) {}
+
+  c10::DataPtr allocate(size_t n) const override {
+    const auto bytes = static_cast<int64_t>(n);
+    if (!ledger_->Reserve(bytes)) throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, ledger_->OutOfMemoryMessage(bytes));
+    c10::DataPtr inner = inner_->allocate(n);
+    void* data = inner.get();
+    auto* ctx = new Counted{std::move(inner), bytes};
+    return {data, ctx, &Delete, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+ private:
+  static void Delete(void* ctx) {
+    auto* c = static_cast<Counted*>(ctx);
+    Ledger()->Release(c->bytes);
+    delete c;  // frees the wrapped allocation
+  }
+  static MemoryLedger* Ledger() { return &MemoryLedger::Install(); }
+
+  MemoryLedger* ledger_;
+  c10::Allocator* inner_;
+};
+
+}  // namespace
+
+MemoryLedger& MemoryLedger::Install() {
+  static MemoryLedger* ledger = [] {
+    auto* l = new MemoryLedger();
+    static LedgerAllocator allocator(l, c10::GetDefaultCPUAllocator());
+    c10::SetCPUAllocator(&allocator, /*priority=*/100);
+    return l;
+  }();
+  return *ledger;
+}
+
+void MemoryLedger::set_owner(std::string owner) { owner_ = std::move(owner); }
+
+bool MemoryLedger::Reserve(int64_t bytes) {
+  const int64_t now = used_bytes_.fetch_add(bytes) + bytes;
+  const int64_t cap = capacity_bytes_;
+  if (cap > 0 && now > cap) {
+    used_bytes_ -= bytes;
+    return false;
+  }
+  int64_t peak = peak_bytes_;
+  while (now > peak && !peak_bytes_.compare_exchange_weak(peak, now)) {
+  }
+  return true;
+}
+
+std::string MemoryLedger::OutOfMemoryMessage(int64_t bytes) const {
+  return fmt::format("out of memory on {}: tried to allocate {}; {} of the emulated capacity of {} in use",
+                     owner_, FormatBytes(static_cast<double>(bytes)), FormatBytes(static_cast<double>(used_bytes_)),
+                     FormatBytes(static_cast<double>(capacity_bytes_)));
+}
+
+torch::Tensor HostCopy(const torch::Tensor& src) {
+  torch::Tensor s = src.contiguous();
+  if (torch::cuda::is_available()) return s.to(torch::TensorOptions().device(torch::kCPU).pinned_memory(true), false, true);
+  const size_t n = s.nbytes();
+  void* p = std::malloc(n == 0 ? 1 : n);
+  if (p == nullptr) throw std::bad_alloc();
+  if (n > 0) std::memcpy(p, s.data_ptr(), n);
+  return torch::from_blob(p, s.sizes(), [](void* q) { std::free(q); }, s.options());
+}
+
+}  // namespace motley

@@ -1,0 +1,49 @@
+// MemoryLedger: the memory of an emulated device (DESIGN.md, "Heterogeneity without a heterogeneous
+// cluster"). Installed as libtorch's CPU allocator, it counts every byte the process's tensors hold
+// — the rank's "device" memory — and refuses an allocation that would pass the emulated capacity
+// with c10::OutOfMemoryError, the error a GPU's allocator raises, so the profiler and the runtime
+// handle emulated and real out-of-memory alike. Host memory (offloaded parameters, activations)
+// is allocated outside the ledger (HostTensor), as pinned host memory is outside a GPU's.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace motley {
+
+class MemoryLedger {
+ public:
+  /// The process's ledger, installed on first use (it wraps the default CPU allocator).
+  static MemoryLedger& Install();
+
+  /// 0 = no limit (count only).
+  void set_capacity_bytes(int64_t bytes) { capacity_bytes_ = bytes; }
+  int64_t capacity_bytes() const { return capacity_bytes_; }
+  /// Named in out-of-memory messages ("rank 2 (device 2, emulated)").
+  void set_owner(std::string owner);
+  int64_t used_bytes() const { return used_bytes_; }
+  int64_t peak_bytes() const { return peak_bytes_; }
+  /// Starts a new peak measurement from the current use.
+  void ResetPeak() { peak_bytes_ = used_bytes_.load(); }
+
+  // Allocator plumbing (memory_ledger.cc).
+  bool Reserve(int64_t bytes);
+  void Release(int64_t bytes) { used_bytes_ -= bytes; }
+  std::string OutOfMemoryMessage(int64_t bytes) const;
+
+ private:
+  MemoryLedger() = default;
+  std::atomic<int64_t> capacity_bytes_{0};
+  std::atomic<int64_t> used_bytes_{0};
+  std::atomic<int64_t> peak_bytes_{0};
+  std::string owner_ = "this process";
+};
+
+/// A CPU tensor outside the ledger: host memory of an emulated device (pinned when CUDA is in use),
+/// holding a copy of `src`.
+torch::Tensor HostCopy(const torch::Tensor& src);
+
+}  // namespace motley

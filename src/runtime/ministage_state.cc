@@ -1,0 +1,139 @@
+#include "runtime/ministage_state.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "runtime/memory_ledger.h"
+
+namespace motley {
+namespace {
+
+// A host tensor back on the device, as a new allocation (counted by the ledger on CPU).
+torch::Tensor ToDevice(const torch::Tensor& host, const torch::Device& device) {
+  if (device.is_cpu()) return host.clone();
+  return host.to(device, /*non_blocking=*/true);
+}
+
+}  // namespace
+
+MinistageState::MinistageState(std::vector<NamedParameter> params, int dp_size, int dp_index, bool sharded_optimizer,
+                               const torch::Device& device)
+    : params_(std::move(params)), sharded_(sharded_optimizer), device_(device) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& p = params_[i].param;
+    ranges_.push_back({i, numel_, p.numel(), p.sizes().vec()});
+    numel_ += p.numel();
+  }
+  dp_size_ = sharded_ ? dp_size : 1;
+  dp_index_ = sharded_ ? dp_index : 0;
+  shard_numel_ = (numel_ + dp_size_ - 1) / dp_size_;
+  shard_begin_ = dp_index_ * shard_numel_;
+  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+  flat_ = torch::zeros({padded_numel()}, options);
+  for (const Range& r : ranges_) flat_.narrow(0, r.flat_begin, r.numel).copy_(params_[r.param].param.reshape(-1));
+  PointParamsAt(flat_);
+  if (sharded_) shard_ = flat_.narrow(0, shard_begin_, shard_numel_).clone();
+  exp_avg_ = torch::zeros({shard_numel_}, options);
+  exp_avg_sq_ = torch::zeros({shard_numel_}, options);
+}
+
+void MinistageState::PointParamsAt(const torch::Tensor& flat) {
+  for (const Range& r : ranges_) params_[r.param].param.set_data(flat.narrow(0, r.flat_begin, r.numel).view(r.shape));
+}
+
+torch::Tensor& MinistageState::AllocateFlat() {
+  if (!flat_.defined()) {
+    flat_ = torch::empty({padded_numel()}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+    PointParamsAt(flat_);
+  }
+  return flat_;
+}
+
+void MinistageState::ReleaseFlat() {
+  if (!flat_.defined()) return;
+  const auto empty = torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+  for (auto& p : params_) p.param.set_data(empty);
+  flat_ = torch::Tensor();
+}
+
+torch::Tensor& MinistageState::GradFlat() {
+  if (!grad_flat_.defined())
+    grad_flat_ = torch::zeros({padded_numel()}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+  return grad_flat_;
+}
+
+void MinistageState::AccumulateGrad(size_t index, const torch::Tensor& grad) {
+  const Range& r = ranges_[index];
+  GradFlat().narrow(0, r.flat_begin, r.numel).add_(grad.reshape(-1).to(torch::kFloat32));
+}
+
+torch::Tensor& MinistageState::GradShard() {
+  MOTLEY_CHECK(sharded_);
+  if (!grad_shard_.defined())
+    grad_shard_ = torch::zeros({shard_numel_}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+  return grad_shard_;
+}
+
+std::vector<ParamShard> MinistageState::OptimizerShards() {
+  MOTLEY_CHECK(exp_avg_.defined());
+  torch::Tensor& master = sharded_ ? shard_ : flat_;
+  torch::Tensor& grad = sharded_ ? GradShard() : GradFlat();
+  MOTLEY_CHECK(master.defined());
+  std::vector<ParamShard> out;
+  for (const Range& r : ranges_) {
+    const int64_t lo = std::max(r.flat_begin, shard_begin_);
+    const int64_t hi = std::min(r.flat_begin + r.numel, shard_begin_ + shard_numel_);
+    if (lo >= hi) continue;
+    const int64_t at = lo - shard_begin_;
+    ParamShard s;
+    s.name = params_[r.param].name;
+    s.param = master.narrow(0, at, hi - lo);
+    s.grad = grad.narrow(0, at, hi - lo);
+    s.decay = r.shape.size() >= 2;
+    s.exp_avg = exp_avg_.narrow(0, at, hi - lo);
+    s.exp_avg_sq = exp_avg_sq_.narrow(0, at, hi - lo);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+torch::Tensor MinistageState::MasterShard() const {
+  if (!sharded_) return flat_;
+  return shard_.defined() ? shard_ : host_shard_;
+}
+
+torch::Tensor MinistageState::Moment(int k) const {
+  const torch::Tensor& device = k == 0 ? exp_avg_ : exp_avg_sq_;
+  return device.defined() ? device : (k == 0 ? host_exp_avg_ : host_exp_avg_sq_);
+}
+
+void MinistageState::ClearGradients() {
+  if (grad_shard_.defined()) grad_shard_.zero_();
+  if (grad_flat_.defined()) grad_flat_.zero_();
+}
+
+void MinistageState::Offload() {
+  MOTLEY_CHECK(sharded_);
+  if (shard_.defined()) host_shard_ = HostCopy(shard_);
+  if (exp_avg_.defined()) {
+    host_exp_avg_ = HostCopy(exp_avg_);
+    host_exp_avg_sq_ = HostCopy(exp_avg_sq_);
+  }
+  shard_ = exp_avg_ = exp_avg_sq_ = grad_shard_ = torch::Tensor();
+}
+
+void MinistageState::Prefetch(bool with_moments) {
+  MOTLEY_CHECK(host_shard_.defined());
+  if (!shard_.defined()) shard_ = ToDevice(host_shard_, device_);
+  if (with_moments && !exp_avg_.defined()) {
+    exp_avg_ = ToDevice(host_exp_avg_, device_);
+    exp_avg_sq_ = ToDevice(host_exp_avg_sq_, device_);
+  }
+}
+
+void MinistageState::DropDeviceShard() {
+  if (host_shard_.defined()) shard_ = torch::Tensor();
+}
+
+}  // namespace motley

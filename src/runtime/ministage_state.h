@@ -1,0 +1,100 @@
+// MinistageState: one ministage's parameters, gradients and AdamW state on one rank, laid out for
+// ZeRO. The ministage's parameters are views into one flat buffer (padded to a multiple of the
+// data-parallel degree d); rank i of the group owns elements [i*S, (i+1)*S) of it, S = padded / d:
+// the master shard of the parameters, the gradient shard and the AdamW moments. ZeRO-0 owns the
+// whole buffer.
+//
+// The full parameters are "gathered" (the model's tensors point into the flat buffer) or
+// "released" (the model's tensors are empty); ZeRO-3 and parameter offload release them between
+// visits. Offload moves the shard and moments to host memory (outside the memory ledger) and
+// back, bit for bit.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "runtime/adamw.h"
+
+namespace motley {
+
+struct NamedParameter {
+  std::string name;
+  torch::Tensor param;  // the model's parameter (its storage is replaced)
+};
+
+class MinistageState {
+ public:
+  /// Flattens `params` (copying their current values) and takes this rank's shard.
+  MinistageState(std::vector<NamedParameter> params, int dp_size, int dp_index, bool sharded_optimizer,
+                 const torch::Device& device);
+
+  int64_t numel() const { return numel_; }
+  int64_t padded_numel() const { return shard_numel_ * dp_size_; }
+  int64_t shard_numel() const { return shard_numel_; }
+  const std::vector<NamedParameter>& params() const { return params_; }
+
+  // ---- Full parameters ----
+  bool gathered() const { return flat_.defined(); }
+  /// Allocates the flat buffer and points the parameters into it (values undefined until filled).
+  torch::Tensor& AllocateFlat();
+  /// The parameters become empty tensors; the buffer is freed.
+  void ReleaseFlat();
+  torch::Tensor& flat() { return flat_; }
+
+  // ---- The owned shard (ZeRO >= 1; ZeRO-0 steps on the flat buffer) ----
+  bool sharded() const { return sharded_; }
+  /// The master shard on the device, or undefined while offloaded.
+  torch::Tensor& shard() { return shard_; }
+  /// The current master values of the owned elements, wherever they are (ZeRO-0: the flat buffer).
+  torch::Tensor MasterShard() const;
+  /// AdamW's first (k = 0) or second (k = 1) moment of the owned elements, wherever it is.
+  torch::Tensor Moment(int k) const;
+
+  // ---- Gradients ----
+  /// The full gradient buffer, zero-filled when first needed after a reduction.
+  torch::Tensor& GradFlat();
+  bool has_grad_flat() const { return grad_flat_.defined(); }
+  void ReleaseGradFlat() { grad_flat_ = torch::Tensor(); }
+  /// Adds a parameter's gradient (index into params()) into the flat gradient.
+  void AccumulateGrad(size_t index, const torch::Tensor& grad);
+  /// The owned gradient shard, accumulating reduce-scatter outputs (ZeRO >= 1).
+  torch::Tensor& GradShard();
+
+  // ---- Optimizer ----
+  /// The owned ranges as AdamW shards (views into the shard, gradient and moments). REQUIRES: the
+  /// shard and moments are on the device.
+  std::vector<ParamShard> OptimizerShards();
+  /// After a step: clears the gradients.
+  void ClearGradients();
+
+  // ---- Offload ----
+  bool on_host() const { return host_shard_.defined() && !shard_.defined(); }
+  /// Shard and moments to host memory; the device copies are freed.
+  void Offload();
+  /// Shard (and the moments, with `with_moments`) back to the device.
+  void Prefetch(bool with_moments);
+  /// Drops the device copy of the shard (the host copy stays authoritative).
+  void DropDeviceShard();
+
+ private:
+  struct Range {
+    size_t param;          // index into params_
+    int64_t flat_begin;    // where the parameter starts in the flat buffer
+    int64_t numel;
+    std::vector<int64_t> shape;
+  };
+  void PointParamsAt(const torch::Tensor& flat);
+
+  std::vector<NamedParameter> params_;
+  std::vector<Range> ranges_;
+  int dp_size_ = 1, dp_index_ = 0;
+  bool sharded_ = false;
+  torch::Device device_;
+  int64_t numel_ = 0, shard_numel_ = 0, shard_begin_ = 0;
+  torch::Tensor flat_, grad_flat_, shard_, grad_shard_, exp_avg_, exp_avg_sq_;
+  torch::Tensor host_shard_, host_exp_avg_, host_exp_avg_sq_;
+};
+
+}  // namespace motley
