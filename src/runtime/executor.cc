@@ -151,16 +151,20 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
   ex->prefetch_with_moments_.assign(ops.size(), false);
   ex->param_gather_drops_shard_.assign(ops.size(), false);
   auto vstage = [&](const Op& op) { return ex->vstage_of_layer_begin_.at(op.layer_begin); };
-  auto next_compute_is_backward = [&](size_t i) {
-    for (size_t j = i + 1; j < ops.size(); ++j)
-      if ((ops[j].kind == OpKind::kForward || ops[j].kind == OpKind::kBackward) && vstage(ops[j]) == vstage(ops[i]))
-        return ops[j].kind == OpKind::kBackward;
+  // Whether the ministage's optimizer step comes after op i before its next prefetch: the visit
+  // op i prepares ends in the update (a backward visit), so the moments come in and the shard stays.
+  auto updates_before_next_prefetch = [&](size_t i) {
+    for (size_t j = i + 1; j < ops.size(); ++j) {
+      if (ops[j].ministage < 0 || vstage(ops[j]) != vstage(ops[i])) continue;
+      if (ops[j].kind == OpKind::kParamPrefetch) return false;
+      if (ops[j].kind == OpKind::kOptimizerStep) return true;
+    }
     return false;
   };
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].kind == OpKind::kParamPrefetch) ex->prefetch_with_moments_[i] = next_compute_is_backward(i);
+    if (ops[i].kind == OpKind::kParamPrefetch) ex->prefetch_with_moments_[i] = updates_before_next_prefetch(i);
     if (ops[i].kind != OpKind::kAllGather || !ex->sharded_params_) continue;
-    ex->param_gather_drops_shard_[i] = plan.offload_params && !next_compute_is_backward(i);
+    ex->param_gather_drops_shard_[i] = plan.offload_params && !updates_before_next_prefetch(i);
     size_t last = i;
     for (size_t j = i + 1; j < ops.size(); ++j) {
       if (ops[j].ministage < 0 || vstage(ops[j]) != vstage(ops[i])) continue;

@@ -1,0 +1,314 @@
+// The correctness contract across processes (DESIGN.md): every lossless plan — data parallelism
+// at every ZeRO stage with uneven batches, pipelines (GPipe, 1F1B, Zorse's interleaved ministages)
+// with asymmetric groups, uneven microbatch counts, custom routing, 1..L ministages, parameter and
+// activation offload, with and without gradient clipping — run by `motley launch` as 2-6 ranks,
+// ends 5 steps with the parameters and AdamW moments of a single-process run within 1e-5.
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_helpers.h"
+
+namespace {
+
+using namespace motley_test;
+
+// A safetensors file's F32 tensors (enough for comparing checkpoints).
+std::map<std::string, std::vector<float>> ReadF32Safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::map<std::string, std::vector<float>> out;
+  if (bytes.size() < 8) return out;
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  for (const auto& [name, e] : header.items()) {
+    if (name == "__metadata__" || e["dtype"] != "F32") continue;
+    const size_t begin = e["data_offsets"][0], end = e["data_offsets"][1];
+    std::vector<float> v((end - begin) / 4);
+    std::memcpy(v.data(), bytes.data() + 8 + n + begin, end - begin);
+    out[name] = std::move(v);
+  }
+  return out;
+}
+
+// The largest norm-wise relative error ||a - b|| / ||b|| over the tensors of two files; -1 when
+// they differ in names or sizes. (Reassociation alone — the single-process trainer with
+// microbatches of 4 against the whole batch — gives ~3e-6 on this setup; the element-wise max
+// is ~3e-5 because Adam magnifies noise in elements whose gradients are near zero.)
+double MaxRelativeDifference(const std::string& a_path, const std::string& b_path) {
+  auto a = ReadF32Safetensors(a_path), b = ReadF32Safetensors(b_path);
+  if (a.size() != b.size() || a.empty()) return -1;
+  double worst = 0;
+  for (const auto& [name, y] : b) {
+    auto it = a.find(name);
+    if (it == a.end() || it->second.size() != y.size()) return -1;
+    double norm = 0, diff = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      norm += static_cast<double>(y[i]) * y[i];
+      diff += static_cast<double>(it->second[i] - y[i]) * (it->second[i] - y[i]);
+    }
+    worst = std::max(worst, norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff));
+  }
+  return worst;
+}
+
+constexpr char kCluster[] = R"(name = "cpu6"
+[device_types.cpu]
+display_name = "one CPU process"
+memory = "2GiB"
+memory_bandwidth = "10GB/s"
+fp16_flops = "50GFLOPS"
+fp32_flops = "50GFLOPS"
+host_link = "10GB/s"
+source = "test"
+[[nodes]]
+name = "a"
+device = "cpu"
+count = 6
+interconnect = "pcie"
+intra_bandwidth = "10GB/s"
+)";
+
+constexpr char kModel[] = R"(name = "eq4"
+hidden_size = 32
+num_layers = 4
+num_heads = 4
+num_kv_heads = 2
+ffn_size = 64
+vocab_size = 256
+max_seq_len = 64
+)";
+
+std::string Job(const std::string& dir, double clip, bool checkpointing) {
+  return "model = \"model.toml\"\ncluster = \"cluster.toml\"\n[training]\nsteps = 5\nseq_len = 16\n"
+         "global_batch_sequences = 12\nprecision = \"fp32\"\nseed = 7\nactivation_checkpointing = " +
+         std::string(checkpointing ? "true" : "false") +
+         "\n[data]\ntrain = \"builtin\"\nvalidation_interval_steps = 0\nvalidation_sequences = 4\n"
+         "[optimizer]\nlr = 1e-2\ngrad_clip_norm = " + std::to_string(clip) +
+         "\n[lr_schedule]\nwarmup_steps = 2\n[checkpoint]\ndir = \"" + dir + "\"\n";
+}
+
+struct PlanCase {
+  const char* name;
+  int ranks;
+  double clip;  // the job's grad_clip_norm
+  bool checkpointing;
+  const char* body;  // the plan after its header
+};
+
+const PlanCase kPlans[] = {
+    {"dp2-zero2-uneven", 2, 0, true, R"(schedule = "gpipe"
+zero_stage = 2
+[[groups]]
+ministages = [[0, 4]]
+devices = [0, 1]
+microbatch_size = [4, 2]
+num_microbatches = [2, 2]
+)"},
+    {"dp3-zero0-last-batch", 3, 1, true, R"(schedule = "gpipe"
+zero_stage = 0
+[[groups]]
+ministages = [[0, 4]]
+devices = [0, 1, 2]
+microbatch_size = [3, 3, 2]
+num_microbatches = [2, 1, 2]
+last_microbatch_size = [2, 0, 0]
+)"},
+    {"dp2-zero1-4-ministages-no-checkpointing", 2, 1, false, R"(schedule = "gpipe"
+zero_stage = 1
+activation_checkpointing = false
+[[groups]]
+ministages = [[0, 1], [1, 2], [2, 3], [3, 4]]
+devices = [0, 1]
+microbatch_size = [3, 3]
+num_microbatches = [2, 2]
+)"},
+    {"dp3-zero3-uneven", 3, 0, true, R"(schedule = "gpipe"
+zero_stage = 3
+[[groups]]
+ministages = [[0, 2], [2, 4]]
+devices = [0, 1, 2]
+microbatch_size = [2, 4, 2]
+num_microbatches = [2, 1, 2]
+)"},
+    {"pipeline2-gpipe", 2, 0, true, R"(schedule = "gpipe"
+zero_stage = 2
+[[groups]]
+ministages = [[0, 2]]
+devices = [0]
+microbatch_size = [3]
+num_microbatches = [4]
+[[groups]]
+ministages = [[2, 4]]
+devices = [1]
+microbatch_size = [3]
+num_microbatches = [4]
+)"},
+    {"pipeline3-1f1b-asymmetric", 3, 1, true, R"(schedule = "1f1b"
+zero_stage = 2
+[[groups]]
+ministages = [[0, 1]]
+devices = [0]
+microbatch_size = [2]
+num_microbatches = [6]
+[[groups]]
+ministages = [[1, 3]]
+devices = [1]
+microbatch_size = [2]
+num_microbatches = [6]
+[[groups]]
+ministages = [[3, 4]]
+devices = [2]
+microbatch_size = [2]
+num_microbatches = [6]
+)"},
+    {"interleaved-offload-uneven", 3, 0, true, R"(schedule = "interleaved"
+zero_stage = 2
+offload_params = true
+offload_activations = true
+[[groups]]
+ministages = [[0, 1], [2, 3]]
+devices = [0, 1]
+microbatch_size = [3, 3]
+num_microbatches = [3, 1]
+[[groups]]
+ministages = [[1, 2], [3, 4]]
+devices = [2]
+microbatch_size = [3]
+num_microbatches = [4]
+)"},
+    {"interleaved-zero3-routing-6-ranks", 6, 1, true, R"(schedule = "interleaved"
+zero_stage = 3
+[[groups]]
+ministages = [[0, 1], [2, 3]]
+devices = [0, 1]
+microbatch_size = [2, 2]
+num_microbatches = [4, 2]
+[[groups]]
+ministages = [[1, 2]]
+devices = [2, 3, 4]
+microbatch_size = [2, 2, 2]
+num_microbatches = [2, 2, 2]
+routing = [3, 2, 4, 2, 3, 4]
+[[groups]]
+ministages = [[3, 4]]
+devices = [5]
+microbatch_size = [2]
+num_microbatches = [6]
+)"},
+    {"interleaved-4-ranks-1-and-3-offload", 4, 1, true, R"(schedule = "interleaved"
+zero_stage = 2
+offload_params = true
+[[groups]]
+ministages = [[0, 1]]
+devices = [0]
+microbatch_size = [3]
+num_microbatches = [4]
+[[groups]]
+ministages = [[1, 2], [2, 3], [3, 4]]
+devices = [1, 2, 3]
+microbatch_size = [3, 3, 3]
+num_microbatches = [2, 1, 1]
+)"},
+    {"interleaved-5-ranks-zero1-activation-offload", 5, 0, true, R"(schedule = "interleaved"
+zero_stage = 1
+offload_activations = true
+[[groups]]
+ministages = [[0, 2]]
+devices = [0, 1, 2]
+microbatch_size = [2, 2, 2]
+num_microbatches = [2, 2, 2]
+[[groups]]
+ministages = [[2, 4]]
+devices = [3, 4]
+microbatch_size = [2, 2]
+num_microbatches = [3, 3]
+)"},
+};
+
+class DistributedEquivalence : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    dir_->Write("cluster.toml", kCluster);
+    dir_->Write("model.toml", kModel);
+    // Single-process references, one per (clipping, checkpointing) setting.
+    for (double clip : {0.0, 1.0})
+      for (bool ckpt : {true, false}) {
+        const std::string name = Reference(clip, ckpt);
+        dir_->Write(name + ".toml", Job(dir_->Join(name), clip, ckpt));
+        CliRun r = Motley("train " + name + ".toml --metrics " + name + ".jsonl", false, dir_->path().string());
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+      }
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Reference(double clip, bool ckpt) {
+    return std::string("ref-clip") + (clip > 0 ? "1" : "0") + (ckpt ? "" : "-nockpt");
+  }
+  static TempDir* dir_;
+};
+TempDir* DistributedEquivalence::dir_ = nullptr;
+
+TEST_F(DistributedEquivalence, TheComparisonTellsDifferentTrainingApart) {
+  // Clipping changes the updates: the measure must see it.
+  const double d = MaxRelativeDifference(dir_->Join(Reference(1, true) + "/step-000005/model.safetensors"),
+                                         dir_->Join(Reference(0, true) + "/step-000005/model.safetensors"));
+  EXPECT_GT(d, 1e-3);
+}
+
+TEST_F(DistributedEquivalence, EveryPlanMatchesOneProcessAfterFiveSteps) {
+  for (const PlanCase& c : kPlans) {
+    SCOPED_TRACE(c.name);
+    const std::string name = c.name;
+    const std::string plan = dir_->Write(name + ".plan.toml", std::string("model = \"model.toml\"\ncluster = "
+                                                                          "\"cluster.toml\"\nseq_len = 16\nprecision "
+                                                                          "= \"fp32\"\n") + c.body);
+    dir_->Write(name + ".toml", Job(dir_->Join(name), c.clip, c.checkpointing));
+    CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
+                          ".toml --plan " + plan + " --metrics " + name + ".jsonl",
+                      false, dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string ref = dir_->Join(Reference(c.clip, c.checkpointing) + "/step-000005/");
+    const std::string got = dir_->Join(name + "/step-000005/");
+    const double params = MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors");
+    const double moments = MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors");
+    EXPECT_GE(params, 0) << "the checkpoints differ in their tensors";
+    EXPECT_LT(params, 1e-5);
+    EXPECT_GE(moments, 0);
+    EXPECT_LT(moments, 1e-5);
+    // And the per-rank report: every rank computed and sent something.
+    EXPECT_CONTAINS(r.output, "per rank, mean of a step");
+    EXPECT_CONTAINS(r.output, "rank " + std::to_string(c.ranks - 1));
+  }
+}
+
+TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
+  // The plan's batch differs from the job's.
+  const std::string plan = dir_->Write("bad.plan.toml", std::string("model = \"model.toml\"\ncluster = "
+                                                                    "\"cluster.toml\"\nseq_len = 16\nprecision = "
+                                                                    "\"fp32\"\n[[groups]]\nministages = [[0, 4]]\n"
+                                                                    "devices = [0, 1]\nmicrobatch_size = [4, 4]\n"
+                                                                    "num_microbatches = [1, 1]\n"));
+  CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train " + Reference(0, true) +
+                        ".toml --plan " + plan,
+                    false, dir_->path().string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "bad.plan.toml: the plan's microbatches add up to 8 sequences");
+  // Started with fewer processes than the plan has devices.
+  dir_->Write("ok.plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\nseq_len = 16\n"
+                                          "precision = \"fp32\"\n") + kPlans[0].body);
+  r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train " + Reference(0, true) +
+                 ".toml --plan ok.plan.toml",
+             false, dir_->path().string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "the plan has 2 devices but 3 processes were started");
+}
+
+}  // namespace
