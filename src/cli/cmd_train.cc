@@ -99,6 +99,8 @@ int RunTrain(const std::vector<std::string>& args) {
                  "execute this plan across the launched processes (motley launch --nproc N -- motley train JOB --plan P)");
   app.add_option("--trace", options.trace_path, "with --plan: write a Chrome trace of one step of the real run");
   app.add_option("--trace-step", options.trace_step, "with --trace: the step to record (from 1)")->capture_default_str();
+  app.add_option("--die-rank", options.die_rank, "fault injection (tests): this rank kills itself ...")->group("");
+  app.add_option("--die-at-step", options.die_at_step, "... halfway through this step")->group("");
   if (auto rc = ParseArgs(app, args)) return *rc;
 
   Result<JobSpec> job = LoadJobArgument(job_path);

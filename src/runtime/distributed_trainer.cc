@@ -127,6 +127,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   if (tc.precision == Precision::kFp16)
     return Status::InvalidArgument("[training] precision = \"fp16\" needs a CUDA device; use \"bf16\" or \"fp32\"");
   at::set_num_threads(options.threads > 0 ? options.threads : 1);
+  MemoryLedger& ledger = MemoryLedger::Install();  // counts every tensor from here on
 
   MOTLEY_ASSIGN_OR_RETURN(Plan plan, LoadPlanFile(options.plan_path));
   MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan, job, options.plan_path));
@@ -149,7 +150,6 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
                           Executor::Create(plan, schedule, job.cluster, model, comm.get(), config));
   // The emulated device's memory, from here on (the whole model was built above only to
   // initialise every rank's part identically).
-  MemoryLedger& ledger = MemoryLedger::Install();
   const int device = executor->program().device;
   if (const EmulationConfig* emu = job.cluster.emulation(device); emu != nullptr) {
     ledger.set_capacity_bytes(static_cast<int64_t>(job.cluster.memory_bytes(device)));
@@ -226,6 +226,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
       SampleTrainingWindows(data.train, tc.seed, step, first, n, seq, &windows);
       return torch::from_blob(windows.data(), {n, seq + 1}, torch::kInt64).clone();
     };
+    in.die_mid_step = comm->rank() == options.die_rank && step + 1 == options.die_at_step;
     executor->set_record_trace(trace);
     MOTLEY_ASSIGN_OR_RETURN(RankStepReport report, executor->RunStep(in));
     MOTLEY_ASSIGN_OR_RETURN(std::vector<RankStepTimes> ranks, GatherRankTimes(*comm, report));

@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <csignal>
 #include <chrono>
 #include <future>
 #include <regex>
@@ -200,6 +201,7 @@ class Executor::StepRun {
             continue;
           }
         }
+        if (in_.die_mid_step && i == prog_.ops.size() / 2) ::raise(SIGKILL);
         MOTLEY_RETURN_IF_ERROR(Execute(i));
       }
       MOTLEY_RETURN_IF_ERROR(FinishSends());

@@ -61,6 +61,7 @@ struct StepInputs {
   int64_t update = 1;   // AdamW's step count, from 1
   /// Token windows [n, seq + 1] (int64, CPU) for the global batch's sequences [first, first + n).
   std::function<torch::Tensor(int64_t first, int64_t n)> tokens;
+  bool die_mid_step = false;  // fault injection (tests): SIGKILL this process halfway through the program
 };
 
 /// What one rank did in one step.

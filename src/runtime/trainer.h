@@ -29,6 +29,9 @@ struct TrainOptions {
   std::string plan_path;   // the plan each rank executes ("" = train in this process)
   std::string trace_path;  // a Chrome trace of one step of the real run, in the simulator's format
   int64_t trace_step = 2;  // which step (from 1) the trace records
+  // Fault injection for tests: this rank kills itself halfway through this step's program (from 1).
+  int die_rank = -1;
+  int64_t die_at_step = 0;
 };
 
 /// What one rank did in a step (several processes only).

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <chrono>
 #include <map>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -309,6 +311,144 @@ TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
              false, dir_->path().string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_CONTAINS(r.output, "the plan has 2 devices but 3 processes were started");
+}
+
+std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// A cluster of two devices on one node; `emulation` is the [[nodes.emulation]] tables.
+std::string TwoDeviceCluster(const std::string& emulation) {
+  return std::string(R"(name = "cpu2"
+[device_types.cpu]
+display_name = "one CPU process"
+memory = "2GiB"
+memory_bandwidth = "10GB/s"
+fp16_flops = "50GFLOPS"
+fp32_flops = "50GFLOPS"
+host_link = "10GB/s"
+source = "test"
+[[nodes]]
+name = "a"
+device = "cpu"
+count = 2
+interconnect = "pcie"
+intra_bandwidth = "10GB/s"
+)") + emulation;
+}
+
+constexpr char kEvenDp2[] = R"(model = "model.toml"
+cluster = "cluster.toml"
+seq_len = 16
+precision = "fp32"
+zero_stage = 2
+[[groups]]
+ministages = [[0, 4]]
+devices = [0, 1]
+microbatch_size = [3, 3]
+num_microbatches = [2, 2]
+)";
+
+constexpr char kPipeline2[] = R"(model = "model.toml"
+cluster = "cluster.toml"
+seq_len = 16
+precision = "fp32"
+schedule = "interleaved"
+zero_stage = 2
+[[groups]]
+ministages = [[0, 1], [2, 3]]
+devices = [0]
+microbatch_size = [3]
+num_microbatches = [4]
+[[groups]]
+ministages = [[1, 2], [3, 4]]
+devices = [1]
+microbatch_size = [3]
+num_microbatches = [4]
+)";
+
+TEST(DistributedTrain, EmulatedSpeedFactorsStretchComputeAndTheMemoryLedgerRefusesWithTheGpuError) {
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  dir.Write("plan.toml", kEvenDp2);
+  // Device 1 is 4x slower: its compute time per step (same work as device 0) is stretched.
+  dir.Write("cluster.toml", TwoDeviceCluster("[[nodes.emulation]]\nspeed_factor = 1.0\n"
+                                             "[[nodes.emulation]]\nspeed_factor = 4.0\n"));
+  dir.Write("job.toml", Job(dir.Join("run"), 0, true));
+  CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml --metrics m.jsonl",
+                    false, dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  double compute[2] = {0, 0};
+  for (const auto& line : ReadJsonLines(dir.Join("m.jsonl")))
+    if (line.contains("ranks") && line["step"] > 1)
+      for (int k = 0; k < 2; ++k) compute[k] += line["ranks"][k]["compute_s"].get<double>();
+  EXPECT_GT(compute[1], 2.5 * compute[0]) << compute[0] << " vs " << compute[1];
+
+  // Device 1 has 256 KiB: the step fails with the out-of-memory error, naming the rank and device.
+  dir.Write("cluster.toml", TwoDeviceCluster("[[nodes.emulation]]\nspeed_factor = 1.0\n"
+                                             "[[nodes.emulation]]\nspeed_factor = 1.0\nmemory = \"256KiB\"\n"));
+  r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml --metrics m2.jsonl",
+             false, dir.path().string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "out of memory on rank 1 (device 1 of cpu2, emulated): tried to allocate");
+  EXPECT_CONTAINS(r.output, "of the emulated capacity of 256 KiB in use");
+}
+
+TEST(DistributedTrain, TheTraceOfTheRealRunUsesTheSimulatorsFormat) {
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  dir.Write("plan.toml", kPipeline2);
+  dir.Write("cluster.toml", TwoDeviceCluster(""));
+  dir.Write("job.toml", Job(dir.Join("run"), 0, true));
+  CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) +
+                        " train job.toml --plan plan.toml --trace trace.json --trace-step 3",
+                    false, dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "trace: trace.json");
+  std::ifstream in(dir.Join("trace.json"));
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  std::map<int, std::set<std::string>> kinds;  // per rank
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    EXPECT_GE(e["dur"].get<double>(), 0);
+    kinds[e["pid"].get<int>()].insert(e["cat"].get<std::string>());
+  }
+  ASSERT_EQ(kinds.size(), 2u);
+  for (auto& [rank, k] : kinds) {
+    EXPECT_TRUE(k.count("forward") && k.count("backward") && k.count("optimizer_step")) << "rank " << rank;
+    EXPECT_TRUE(k.count("send") && k.count("recv")) << "rank " << rank;
+  }
+}
+
+TEST(DistributedTrain, AKilledRankMidStepStopsEveryRankWithItsName) {
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  dir.Write("cluster.toml", kCluster);
+  const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
+                                                              "seq_len = 16\nprecision = \"fp32\"\n") + kPlans[5].body);
+  std::string job = Job(dir.Join("run"), 0, true);
+  job.replace(job.find("steps = 5"), 9, "steps = 500");
+  dir.Write("job.toml", job);
+  const auto start = std::chrono::steady_clock::now();
+  CliRun r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) +
+                        " train job.toml --plan plan.toml --die-rank 1 --die-at-step 3",
+                    false, dir.path().string());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_LT(seconds, 60);
+  EXPECT_CONTAINS(r.output, "motley launch: failed: rank 1 was killed by signal 9");
+  for (int k : {0, 2}) {
+    const std::string prefix = "[rank " + std::to_string(k) + "] ";
+    bool named = false;
+    for (size_t at = 0; (at = r.output.find(prefix, at)) != std::string::npos; ++at) {
+      const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+      named = named || line.find("1 stopped responding") != std::string::npos;
+    }
+    EXPECT_TRUE(named) << "rank " << k << " did not name rank 1:\n" << r.output;
+  }
 }
 
 }  // namespace
