@@ -5,6 +5,8 @@
 #include <limits>
 #include <thread>
 
+#include <time.h>
+
 namespace motley {
 
 DeviceEmulation::DeviceEmulation(const Cluster& cluster, int device) {
@@ -21,8 +23,14 @@ void SleepSeconds(double seconds) {
   if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
-void DeviceEmulation::StretchCompute(double elapsed_s) const {
-  if (enabled() && speed_factor_ > 1) SleepSeconds((speed_factor_ - 1) * elapsed_s);
+void DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s) const {
+  if (enabled() && speed_factor_ > 1) SleepSeconds(speed_factor_ * cpu_s - elapsed_s);
+}
+
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 double DeviceEmulation::TransferSeconds(double bytes, int peer_device) const {

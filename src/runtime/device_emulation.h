@@ -1,6 +1,8 @@
 // DeviceEmulation: makes one CPU process behave like a slower device on slower links (DESIGN.md,
-// "Heterogeneity without a heterogeneous cluster"). Compute ops are stretched by sleeping
-// (speed_factor - 1) times their measured duration; transfers are stretched to the bandwidth of the
+// "Heterogeneity without a heterogeneous cluster"). A compute op is stretched by sleeping until it
+// has taken speed_factor times the CPU time it used — CPU time, not wall time, so that ranks
+// sharing a machine's cores (and slowed by one another) are still speed_factor times slower than
+// this machine's process would be alone; transfers are stretched to the bandwidth of the
 // link the cluster file gives between the two devices (collectives: a ring over the slowest link
 // of the group). Memory capacity is the MemoryLedger's job. With emulation off every call returns
 // at once.
@@ -23,8 +25,9 @@ class DeviceEmulation {
   /// The emulated capacity in bytes, or 0 when not emulated.
   double memory_bytes() const;
 
-  /// After a compute op that took `elapsed_s`: sleeps the extra time a slower device would take.
-  void StretchCompute(double elapsed_s) const;
+  /// After a compute op that took `elapsed_s` of wall time and `cpu_s` of this process's CPU
+  /// time: sleeps the extra time a slower device would take.
+  void StretchCompute(double elapsed_s, double cpu_s) const;
   /// How long sending `bytes` to cluster device `peer_device` takes on the emulated link (0 when
   /// not emulated).
   double TransferSeconds(double bytes, int peer_device) const;
@@ -38,6 +41,8 @@ class DeviceEmulation {
   double speed_factor_ = 1.0;
 };
 
+/// CPU time used by this process (all its threads) so far, in seconds.
+double ProcessCpuSeconds();
 /// Sleeps `seconds` (no-op when <= 0).
 void SleepSeconds(double seconds);
 
