@@ -48,17 +48,20 @@ std::string DoneKey(int rank) { return fmt::format("motley/done/{}", rank); }
 
 }  // namespace
 
-PendingTransfer::PendingTransfer(c10::intrusive_ptr<c10d::Work> work, std::string what, Communicator* comm)
-    : work_(std::move(work)), what_(std::move(what)), comm_(comm) {}
+PendingTransfer::PendingTransfer(c10::intrusive_ptr<c10d::Work> work, std::string what, Communicator* comm,
+                                 std::function<void()> then)
+    : work_(std::move(work)), what_(std::move(what)), comm_(comm), then_(std::move(then)) {}
 
 Status PendingTransfer::Wait() {
-  MOTLEY_CHECK(work_);
+  if (!work_) return Status::Ok();  // done already, or nothing to wait for
   try {
     work_->wait();
+    work_.reset();
+    if (then_) then_();
     return Status::Ok();
   } catch (const std::exception& e) {
-    return Status::IoError(fmt::format("rank {}: {} failed: {} ({})", comm_->rank(), what_,
-                                       std::string(e.what()).substr(0, 200), comm_->DiagnoseFailure()));
+    work_.reset();
+    return comm_->Failed(what_, e);
   }
 }
 
@@ -205,46 +208,81 @@ Status Communicator::Run(const std::string& what, const std::function<c10::intru
     start()->wait();
     return Status::Ok();
   } catch (const std::exception& e) {
-    return Status::IoError(fmt::format("rank {}: {} failed: {} ({})", rank(), what,
-                                       std::string(e.what()).substr(0, 200), DiagnoseFailure()));
+    return Failed(what, e);
   }
 }
 
-Status Communicator::AllReduceSum(CommGroup& g, torch::Tensor& t) {
-  MOTLEY_CHECK_GE(g.index, 0);
-  if (g.size() == 1) return Status::Ok();
-  std::vector<torch::Tensor> v = {t};
-  return Run(fmt::format("all-reduce over {}", g.name), [&] { return g.pg->allreduce(v); });
+Status Communicator::Failed(const std::string& what, const std::exception& e) {
+  return Status::IoError(fmt::format("rank {}: {} failed: {} ({})", rank(), what, std::string(e.what()).substr(0, 200),
+                                     DiagnoseFailure()));
 }
 
-Status Communicator::AllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out) {
+Result<PendingTransfer> Communicator::StartAllReduceSum(CommGroup& g, torch::Tensor& t) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  if (g.size() == 1) return PendingTransfer();
+  std::vector<torch::Tensor> v = {t};
+  const std::string what = fmt::format("all-reduce over {}", g.name);
+  try {
+    return PendingTransfer(g.pg->allreduce(v), what, this);
+  } catch (const std::exception& e) {
+    return Failed(what, e);
+  }
+}
+
+Result<PendingTransfer> Communicator::StartAllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out) {
   MOTLEY_CHECK_GE(g.index, 0);
   MOTLEY_CHECK_EQ(out.numel(), shard.numel() * g.size());
   if (g.size() == 1) {
     out.view(-1).copy_(shard.view(-1));
-    return Status::Ok();
+    return PendingTransfer();
   }
   std::vector<torch::Tensor> in = {shard.contiguous()};
   std::vector<std::vector<torch::Tensor>> outs(1);
   for (const auto& chunk : out.view(-1).chunk(g.size())) outs[0].push_back(chunk);
-  return Run(fmt::format("all-gather over {}", g.name), [&] { return g.pg->allgather(outs, in); });
+  const std::string what = fmt::format("all-gather over {}", g.name);
+  try {
+    return PendingTransfer(g.pg->allgather(outs, in), what, this);
+  } catch (const std::exception& e) {
+    return Failed(what, e);
+  }
 }
 
-Status Communicator::ReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out) {
+Result<PendingTransfer> Communicator::StartReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out) {
   MOTLEY_CHECK_GE(g.index, 0);
   MOTLEY_CHECK_EQ(in.numel(), out.numel() * g.size());
   if (g.size() == 1) {
     out.view(-1).copy_(in.view(-1));
-    return Status::Ok();
+    return PendingTransfer();
   }
   // Gloo has no reduce-scatter: all-to-all sends chunk j to member j, then each sums what it got.
   torch::Tensor send = in.contiguous().view(-1);
   torch::Tensor received = torch::empty_like(send);
   std::vector<int64_t> counts;  // empty: equal splits
-  MOTLEY_RETURN_IF_ERROR(Run(fmt::format("reduce-scatter over {}", g.name),
-                             [&] { return g.pg->alltoall_base(received, send, counts, counts); }));
-  out.view(-1).copy_(received.view({g.size(), -1}).sum(0));
-  return Status::Ok();
+  const std::string what = fmt::format("reduce-scatter over {}", g.name);
+  const int64_t members = g.size();
+  try {
+    return PendingTransfer(g.pg->alltoall_base(received, send, counts, counts), what, this,
+                           [received, out, members]() mutable {
+                             out.view(-1).copy_(received.view({members, -1}).sum(0));
+                           });
+  } catch (const std::exception& e) {
+    return Failed(what, e);
+  }
+}
+
+Status Communicator::AllReduceSum(CommGroup& g, torch::Tensor& t) {
+  MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, StartAllReduceSum(g, t));
+  return p.Wait();
+}
+
+Status Communicator::AllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out) {
+  MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, StartAllGather(g, shard, out));
+  return p.Wait();
+}
+
+Status Communicator::ReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out) {
+  MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, StartReduceScatterSum(g, in, out));
+  return p.Wait();
 }
 
 Status Communicator::Broadcast(CommGroup& g, torch::Tensor& t, int root_index) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -42,17 +43,20 @@ struct CommGroup {
   int size() const { return static_cast<int>(ranks.size()); }
 };
 
-/// A transfer in flight (non-blocking send or receive).
+/// An operation in flight (a non-blocking send, receive or collective). Wait() blocks until it is
+/// done, then runs its completion step (reduce-scatter's local sum); a second Wait() returns at once.
 class PendingTransfer {
  public:
   PendingTransfer() = default;
-  PendingTransfer(c10::intrusive_ptr<c10d::Work> work, std::string what, class Communicator* comm);
+  PendingTransfer(c10::intrusive_ptr<c10d::Work> work, std::string what, class Communicator* comm,
+                  std::function<void()> then = {});
   Status Wait();
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
   std::string what_;
   class Communicator* comm_ = nullptr;
+  std::function<void()> then_;
 };
 
 class Communicator {
@@ -67,7 +71,12 @@ class Communicator {
   /// Collective over the world: every rank calls it with the same `ranks`, in the same order.
   Result<CommGroup*> NewGroup(std::vector<int> ranks);
 
+  // Blocking collectives; the Start* forms return at once (the tensors must stay alive and
+  // untouched until Wait()). A group of one completes at once.
   Status AllReduceSum(CommGroup& g, torch::Tensor& t);
+  Result<PendingTransfer> StartAllReduceSum(CommGroup& g, torch::Tensor& t);
+  Result<PendingTransfer> StartAllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out);
+  Result<PendingTransfer> StartReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out);
   /// `out` = the members' `shard`s concatenated in group order (equal sizes).
   Status AllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out);
   /// `out` = this member's chunk of the sum of every member's `in` (in split into size() chunks).
@@ -84,6 +93,8 @@ class Communicator {
  private:
   Communicator() = default;
   Status Run(const std::string& what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start);
+  /// The error for `what` failing with `e`, with DiagnoseFailure()'s verdict.
+  Status Failed(const std::string& what, const std::exception& e);
   void Watch();
 
   Rendezvous rv_;

@@ -40,9 +40,8 @@ double DeviceEmulation::TransferSeconds(double bytes, int peer_device) const {
   return link.latency_s + bytes / link.bandwidth_bytes_per_s;
 }
 
-void DeviceEmulation::StretchCollective(double bytes, const std::vector<int>& devices, int passes,
-                                        double elapsed_s) const {
-  if (!enabled() || devices.size() < 2) return;
+double DeviceEmulation::CollectiveSeconds(double bytes, const std::vector<int>& devices, int passes) const {
+  if (!enabled() || devices.size() < 2) return 0;
   // A ring: every member sends (n-1)/n of the payload per pass to its successor; the slowest
   // link paces the ring.
   double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
@@ -52,8 +51,7 @@ void DeviceEmulation::StretchCollective(double bytes, const std::vector<int>& de
     latency = std::max(latency, link.latency_s);
   }
   const double n = static_cast<double>(devices.size());
-  const double needed = passes * ((n - 1) * latency + (n - 1) / n * bytes / bandwidth);
-  SleepSeconds(needed - elapsed_s);
+  return passes * ((n - 1) * latency + (n - 1) / n * bytes / bandwidth);
 }
 
 }  // namespace motley

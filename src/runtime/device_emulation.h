@@ -31,9 +31,9 @@ class DeviceEmulation {
   /// How long sending `bytes` to cluster device `peer_device` takes on the emulated link (0 when
   /// not emulated).
   double TransferSeconds(double bytes, int peer_device) const;
-  /// After a ring collective over `devices` moving `bytes` of payload: `passes` = 1 for all-gather and
-  /// reduce-scatter, 2 for all-reduce.
-  void StretchCollective(double bytes, const std::vector<int>& devices, int passes, double elapsed_s) const;
+  /// How long a ring collective over `devices` moving `bytes` of payload takes on the emulated
+  /// links (0 when not emulated): `passes` = 1 for all-gather and reduce-scatter, 2 for all-reduce.
+  double CollectiveSeconds(double bytes, const std::vector<int>& devices, int passes) const;
 
  private:
   const Cluster* cluster_ = nullptr;

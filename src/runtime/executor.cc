@@ -196,7 +196,10 @@ class Executor::StepRun {
           if (op.kind == OpKind::kAllGather || op.kind == OpKind::kParamOffload)
             for (int d : op.deps) defer = defer || deferred[d];
           if (defer) {
-            if (op.kind == OpKind::kOptimizerStep) norm_sq_ += NormSquared(VStage(op));
+            if (op.kind == OpKind::kOptimizerStep) {
+              for (int d : op.deps) MOTLEY_RETURN_IF_ERROR(Complete(d));  // the reduced gradients
+              norm_sq_ += NormSquared(VStage(op));
+            }
             deferred[i] = true;
             continue;
           }
@@ -204,6 +207,7 @@ class Executor::StepRun {
         if (in_.die_mid_step && i == prog_.ops.size() / 2) ::raise(SIGKILL);
         MOTLEY_RETURN_IF_ERROR(Execute(i));
       }
+      MOTLEY_RETURN_IF_ERROR(CompleteAll());
       MOTLEY_RETURN_IF_ERROR(FinishSends());
       // The loss and the squared gradient norm, summed over ranks.
       const auto t = Clock::now();
@@ -214,6 +218,7 @@ class Executor::StepRun {
       report_.grad_norm = std::sqrt(sums[1].item<double>());
       for (size_t i = 0; i < prog_.ops.size(); ++i)
         if (deferred[i]) MOTLEY_RETURN_IF_ERROR(Execute(i));
+      MOTLEY_RETURN_IF_ERROR(CompleteAll());
     } catch (const c10::OutOfMemoryError& e) {
       return Status::OutOfMemory(fmt::format("rank {}: {}", ex_.rank_, e.what_without_backtrace()));
     }
@@ -287,6 +292,28 @@ class Executor::StepRun {
 
   Status Execute(size_t i) {
     const Op& op = prog_.ops[i];
+    for (int d : op.deps) MOTLEY_RETURN_IF_ERROR(Complete(d));
+    if (op.ministage >= 0) {
+      const int v = VStage(op);
+      switch (op.kind) {
+        case OpKind::kOptimizerStep:  // reads the reduced gradients, writes the shard gathers read
+        case OpKind::kParamPrefetch:  // replaces the shard and moments
+        case OpKind::kParamOffload:
+          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
+          break;
+        case OpKind::kAllGather:  // into the full parameters
+        case OpKind::kForward:
+          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
+          break;
+        case OpKind::kBackward:  // adds into the gradients a reduction may still read
+        case OpKind::kReduceScatter:
+        case OpKind::kAllReduce:
+          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
+          break;
+        default:
+          break;
+      }
+    }
     const auto t = Clock::now();
     const double op_start_s = Since(start_);
     const double comm_before_s = report_.comm_s;  // waits for received data inside the op count as communication
@@ -343,8 +370,12 @@ class Executor::StepRun {
                op.kind == OpKind::kActOffload || op.kind == OpKind::kActPrefetch) {
       report_.copy_s += elapsed;
     }
-    for (int v : ex_.release_after_[i]) State(v).ReleaseFlat();
-    if (ex_.config_.record_trace) report_.trace.push_back({ex_.rank_, static_cast<int>(i), op_start_s, Since(start_)});
+    for (int v : ex_.release_after_[i]) {
+      MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
+      State(v).ReleaseFlat();
+    }
+    if (ex_.config_.record_trace && !in_flight_.count(static_cast<int>(i)))
+      report_.trace.push_back({ex_.rank_, static_cast<int>(i), op_start_s, Since(start_)});
     return Status::Ok();
   }
 
@@ -493,53 +524,87 @@ class Executor::StepRun {
     return Status::Ok();
   }
 
+  // Collectives start here and finish when an op that depends on them runs (or at the end of
+  // the step), so communication overlaps compute as on the schedule's comm stream. What follows
+  // a collective (adding a reduced shard, freeing the gradient buffer) runs at its completion.
   Status Collective(size_t i, const Op& op) {
     torch::NoGradGuard no_grad;
     CommGroup* g = ex_.collective_group_.at(op.collective);
     MOTLEY_CHECK(g != nullptr);
     const int v = VStage(op);
     MinistageState& state = State(v);
-    const auto t = Clock::now();
-    double bytes = 0;
+    InFlight f;
+    f.start = Clock::now();
+    f.start_s = Since(start_);
     int passes = 1;
     if (op.kind == OpKind::kAllGather) {
       torch::Tensor& flat = state.AllocateFlat();
       torch::Tensor& shard = state.shard();
       MOTLEY_CHECK(shard.defined());
-      if (g->size() == 1) {
-        flat.copy_(shard);
-      } else {
-        MOTLEY_RETURN_IF_ERROR(ex_.comm_->AllGather(*g, shard, flat));
-      }
-      bytes = static_cast<double>(flat.nbytes());
-      if (ex_.param_gather_drops_shard_[i]) state.DropDeviceShard();
+      MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartAllGather(*g, shard, flat));
+      f.bytes = static_cast<double>(flat.nbytes());
+      if (ex_.param_gather_drops_shard_[i]) f.then = [&state] { state.DropDeviceShard(); };
     } else if (op.kind == OpKind::kReduceScatter) {
-      torch::Tensor& full = state.GradFlat();
-      if (g->size() == 1) {
-        state.GradShard().add_(full);
-      } else {
-        torch::Tensor out = torch::empty({state.shard_numel()}, full.options());
-        MOTLEY_RETURN_IF_ERROR(ex_.comm_->ReduceScatterSum(*g, full, out));
+      torch::Tensor full = state.GradFlat();
+      torch::Tensor out = torch::empty({state.shard_numel()}, full.options());
+      MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartReduceScatterSum(*g, full, out));
+      f.bytes = static_cast<double>(full.nbytes());
+      const bool release = ex_.plan_.zero_stage >= 2;
+      f.then = [&state, out, full, release]() mutable {
         state.GradShard().add_(out);
-      }
-      bytes = static_cast<double>(full.nbytes());
-      if (ex_.plan_.zero_stage >= 2) {
-        state.ReleaseGradFlat();
-      } else {
-        full.zero_();
-      }
+        if (release) {
+          state.ReleaseGradFlat();
+        } else {
+          full.zero_();
+        }
+      };
     } else {
       torch::Tensor& full = state.GradFlat();
-      if (g->size() > 1) MOTLEY_RETURN_IF_ERROR(ex_.comm_->AllReduceSum(*g, full));
-      bytes = static_cast<double>(full.nbytes());
+      MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartAllReduceSum(*g, full));
+      f.bytes = static_cast<double>(full.nbytes());
       passes = 2;
     }
     const double n = g->size();
-    report_.bytes_sent += passes * (n - 1) / n * bytes;
+    report_.bytes_sent += passes * (n - 1) / n * f.bytes;
     std::vector<int> devices;
     for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
-    ex_.emulation_.StretchCollective(bytes, devices, passes, Since(t));
+    f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, passes);
+    f.vstage = v;
+    f.gather = op.kind == OpKind::kAllGather;
+    in_flight_[static_cast<int>(i)] = std::move(f);
+    return Status::Ok();
+  }
+
+  // Finishes stage v's collectives in flight that the next op on v would race with: gathers
+  // (they write the full parameters and read the shard) and/or reductions (they read the full
+  // gradients).
+  Status CompleteStage(int v, bool gathers, bool reductions) {
+    std::vector<int> ops;
+    for (const auto& [i, f] : in_flight_)
+      if (f.vstage == v && (f.gather ? gathers : reductions)) ops.push_back(i);
+    for (int i : ops) MOTLEY_RETURN_IF_ERROR(Complete(i));
+    return Status::Ok();
+  }
+
+  // Finishes the collective started by op i, if it is still in flight.
+  Status Complete(int i) {
+    auto it = in_flight_.find(i);
+    if (it == in_flight_.end()) return Status::Ok();
+    InFlight f = std::move(it->second);
+    in_flight_.erase(it);
+    const auto t = Clock::now();
+    MOTLEY_RETURN_IF_ERROR(f.transfer.Wait());
+    SleepSeconds(f.needed_s - Since(f.start));  // an emulated link is slower than this machine's
+    {
+      torch::NoGradGuard no_grad;
+      if (f.then) f.then();
+    }
     report_.comm_s += Since(t);
+    if (ex_.config_.record_trace) report_.trace.push_back({ex_.rank_, i, f.start_s, Since(start_)});
+    return Status::Ok();
+  }
+  Status CompleteAll() {
+    while (!in_flight_.empty()) MOTLEY_RETURN_IF_ERROR(Complete(in_flight_.begin()->first));
     return Status::Ok();
   }
 
@@ -555,6 +620,17 @@ class Executor::StepRun {
   std::map<int64_t, PendingRecv> recvs_;                          // by tag
   std::vector<std::pair<PendingTransfer, torch::Tensor>> sends_;
   std::shared_future<Status> previous_send_;
+  struct InFlight {
+    PendingTransfer transfer;
+    Clock::time_point start;
+    double start_s = 0;   // from the step's start (trace)
+    double bytes = 0;
+    double needed_s = 0;  // what the emulated link needs; 0 when not emulated
+    std::function<void()> then;
+    int vstage = -1;
+    bool gather = false;  // else a gradient reduction
+  };
+  std::map<int, InFlight> in_flight_;  // collectives by op index
 };
 
 Result<RankStepReport> Executor::RunStep(const StepInputs& in) {
