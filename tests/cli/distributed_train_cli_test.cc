@@ -313,13 +313,6 @@ TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
   EXPECT_CONTAINS(r.output, "the plan has 2 devices but 3 processes were started");
 }
 
-std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
 // A cluster of two devices on one node; `emulation` is the [[nodes.emulation]] tables.
 std::string TwoDeviceCluster(const std::string& emulation) {
   return std::string(R"(name = "cpu2"
@@ -370,28 +363,16 @@ microbatch_size = [3]
 num_microbatches = [4]
 )";
 
-TEST(DistributedTrain, EmulatedSpeedFactorsStretchComputeAndTheMemoryLedgerRefusesWithTheGpuError) {
+TEST(DistributedTrain, AnEmulatedDeviceRunsOutOfMemoryWithTheGpuError) {
   TempDir dir;
   dir.Write("model.toml", kModel);
   dir.Write("plan.toml", kEvenDp2);
-  // Device 1 is 4x slower: its compute time per step (same work as device 0) is stretched.
-  dir.Write("cluster.toml", TwoDeviceCluster("[[nodes.emulation]]\nspeed_factor = 1.0\n"
-                                             "[[nodes.emulation]]\nspeed_factor = 4.0\n"));
   dir.Write("job.toml", Job(dir.Join("run"), 0, true));
-  CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml --metrics m.jsonl",
-                    false, dir.path().string());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  double compute[2] = {0, 0};
-  for (const auto& line : ReadJsonLines(dir.Join("m.jsonl")))
-    if (line.contains("ranks") && line["step"] > 1)
-      for (int k = 0; k < 2; ++k) compute[k] += line["ranks"][k]["compute_s"].get<double>();
-  EXPECT_GT(compute[1], 2.5 * compute[0]) << compute[0] << " vs " << compute[1];
-
   // Device 1 has 256 KiB: the step fails with the out-of-memory error, naming the rank and device.
   dir.Write("cluster.toml", TwoDeviceCluster("[[nodes.emulation]]\nspeed_factor = 1.0\n"
                                              "[[nodes.emulation]]\nspeed_factor = 1.0\nmemory = \"256KiB\"\n"));
-  r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml --metrics m2.jsonl",
-             false, dir.path().string());
+  CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml",
+                    false, dir.path().string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_CONTAINS(r.output, "out of memory on rank 1 (device 1 of cpu2, emulated): tried to allocate");
   EXPECT_CONTAINS(r.output, "of the emulated capacity of 256 KiB in use");

@@ -1,0 +1,80 @@
+#include "runtime/device_emulation.h"
+
+#include <chrono>
+
+#include <gtest/gtest.h>
+
+#include "core/cluster_parse.h"
+
+namespace motley {
+namespace {
+
+Cluster TwoNodes() {
+  Result<Cluster> c = ParseClusterToml(R"(name = "t"
+[device_types.cpu]
+display_name = "cpu"
+memory = "2GiB"
+memory_bandwidth = "10GB/s"
+fp16_flops = "50GFLOPS"
+fp32_flops = "50GFLOPS"
+host_link = "10GB/s"
+source = "test"
+[[nodes]]
+name = "a"
+device = "cpu"
+count = 2
+interconnect = "pcie"
+intra_bandwidth = "8GB/s"
+nic_bandwidth = "1GB/s"
+[nodes.emulation]
+speed_factor = 1.0
+[[nodes]]
+name = "b"
+device = "cpu"
+count = 1
+interconnect = "pcie"
+intra_bandwidth = "8GB/s"
+nic_bandwidth = "1GB/s"
+[nodes.emulation]
+speed_factor = 4.0
+memory = "512MiB"
+)", "t.toml");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return *c;
+}
+
+double Seconds(const std::function<void()>& f) {
+  const auto t = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+TEST(DeviceEmulation, ComputeLastsSpeedFactorTimesItsCpuTime) {
+  const Cluster c = TwoNodes();
+  DeviceEmulation slow(c, 2), fast(c, 0), off;
+  EXPECT_DOUBLE_EQ(slow.speed_factor(), 4.0);
+  EXPECT_DOUBLE_EQ(slow.memory_bytes(), 512.0 * 1024 * 1024);
+  // An op that used 20 ms of CPU in 30 ms of wall time lasts 80 ms: 50 ms more.
+  EXPECT_GE(Seconds([&] { slow.StretchCompute(0.030, 0.020); }), 0.050);
+  EXPECT_LT(Seconds([&] { fast.StretchCompute(0.030, 0.020); }), 0.010);
+  EXPECT_LT(Seconds([&] { off.StretchCompute(0.030, 0.020); }), 0.010);
+  // Already slower than that (contention): no sleep.
+  EXPECT_LT(Seconds([&] { slow.StretchCompute(0.100, 0.020); }), 0.010);
+}
+
+TEST(DeviceEmulation, TransfersAndRingsTakeTheClustersLinks) {
+  const Cluster c = TwoNodes();
+  DeviceEmulation d0(c, 0);
+  const Link intra = c.LinkBetween(0, 1), inter = c.LinkBetween(0, 2);
+  EXPECT_DOUBLE_EQ(d0.TransferSeconds(8e6, 1), intra.latency_s + 8e6 / intra.bandwidth_bytes_per_s);
+  EXPECT_DOUBLE_EQ(d0.TransferSeconds(8e6, 2), inter.latency_s + 8e6 / inter.bandwidth_bytes_per_s);
+  EXPECT_EQ(d0.TransferSeconds(8e6, 0), 0);
+  // A ring over all three is paced by the slowest (inter-node) link: (n-1)/n of the payload per pass.
+  const double ring = 2 * inter.latency_s + 2.0 / 3.0 * 3e6 / inter.bandwidth_bytes_per_s;
+  EXPECT_NEAR(d0.CollectiveSeconds(3e6, {0, 1, 2}, 1), ring, 1e-12);
+  EXPECT_NEAR(d0.CollectiveSeconds(3e6, {0, 1, 2}, 2), 2 * ring, 1e-12);
+  EXPECT_EQ(DeviceEmulation().CollectiveSeconds(3e6, {0, 1, 2}, 1), 0);
+}
+
+}  // namespace
+}  // namespace motley
