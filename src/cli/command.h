@@ -35,5 +35,6 @@ int RunTrain(const std::vector<std::string>& args);
 int RunEval(const std::vector<std::string>& args);
 int RunLaunch(const std::vector<std::string>& args);
 int RunComm(const std::vector<std::string>& args);
+int RunProfile(const std::vector<std::string>& args);
 
 }  // namespace motley::cli

@@ -19,6 +19,8 @@ const std::vector<Command>& Commands() {
 #ifdef MOTLEY_WITH_TORCH
       {"train", "train a job's model on its data: progress, validation, metrics, checkpoints, --resume", &RunTrain},
       {"eval", "mean next-token loss of a checkpoint (motley's or Hugging Face's) on a token file", &RunEval},
+      {"profile", "measure a cluster's device types for a model: layer times by microbatch, the largest that fits",
+       &RunProfile},
       {"comm", "check that launched ranks can talk: collectives with known values, bandwidth", &RunComm},
 #endif
       {"launch", "start N local ranks of a command with the rendezvous set; stop all when one fails", &RunLaunch},

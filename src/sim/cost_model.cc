@@ -79,12 +79,16 @@ double CostModel::ComputeS(int device, const Op& op) const {
   const double tokens = static_cast<double>(op.sequences) * seq_len_;
   const double head_forward_s =
       op.head ? HeadForwardFlopsPerToken(model_) * tokens / (PeakFlops(device) * efficiency) : 0;
+  const ProfileEntry* entry = Entry(device);
+  const double mb = static_cast<double>(op.sequences);
   switch (op.kind) {
     case OpKind::kForward:
-      t = layers * LayerForwardS(device, static_cast<double>(op.sequences)) + head_forward_s;
+      t = layers * LayerForwardS(device, mb) +
+          (op.head && entry && entry->HeadForwardS(mb) ? *entry->HeadForwardS(mb) : head_forward_s);
       break;
     case OpKind::kBackward:
-      t = layers * LayerBackwardS(device, static_cast<double>(op.sequences)) + 2 * head_forward_s;
+      t = layers * LayerBackwardS(device, mb) +
+          (op.head && entry && entry->HeadBackwardS(mb) ? *entry->HeadBackwardS(mb) : 2 * head_forward_s);
       break;
     case OpKind::kOptimizerStep:
       // Memory-bound: read and write parameters, gradients and optimizer state once.

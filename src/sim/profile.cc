@@ -53,6 +53,16 @@ double ProfileEntry::BackwardS(double microbatch) const {
   return Interpolate(points, backward_fit, microbatch, &ProfilePoint::backward_ms) * 1e-3;
 }
 
+std::optional<double> ProfileEntry::HeadForwardS(double microbatch) const {
+  if (head_points.empty()) return std::nullopt;
+  return Interpolate(head_points, std::nullopt, microbatch, &ProfilePoint::forward_ms) * 1e-3;
+}
+
+std::optional<double> ProfileEntry::HeadBackwardS(double microbatch) const {
+  if (head_points.empty()) return std::nullopt;
+  return Interpolate(head_points, std::nullopt, microbatch, &ProfilePoint::backward_ms) * 1e-3;
+}
+
 const ProfileEntry* Profile::Find(std::string_view device_type, const ModelSpec& model, int64_t seq_len,
                                   Precision precision) const {
   const ProfileEntry* fallback = nullptr;
@@ -97,6 +107,16 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
         entry.points.push_back(point);
       }
       std::sort(entry.points.begin(), entry.points.end(),
+                [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
+      for (const auto& pt : e.value("head_points", nlohmann::json::array())) {
+        ProfilePoint point{pt.at("microbatch").get<double>(), pt.at("forward_ms").get<double>(),
+                           pt.at("backward_ms").get<double>()};
+        if (!(point.microbatch > 0) || !(point.forward_ms > 0) || !(point.backward_ms > 0))
+          return bad(fmt::format("entry for {}: head_points need microbatch, forward_ms and backward_ms > 0",
+                                 entry.device_type));
+        entry.head_points.push_back(point);
+      }
+      std::sort(entry.head_points.begin(), entry.head_points.end(),
                 [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
       if (e.contains("fit")) {
         const auto& f = e.at("fit");
@@ -143,6 +163,12 @@ nlohmann::json ProfileToJson(const Profile& profile) {
                             {"backward_includes_recompute", e.backward_includes_recompute},
                             {"points", points},
                             {"max_microbatch", e.max_microbatch}};
+    if (!e.head_points.empty()) {
+      nlohmann::json head = nlohmann::json::array();
+      for (const auto& pt : e.head_points)
+        head.push_back({{"microbatch", pt.microbatch}, {"forward_ms", pt.forward_ms}, {"backward_ms", pt.backward_ms}});
+      entry["head_points"] = head;
+    }
     if (e.forward_fit && e.backward_fit)
       entry["fit"] = {{"forward", {e.forward_fit->slope_ms, e.forward_fit->intercept_ms}},
                       {"backward", {e.backward_fit->slope_ms, e.backward_fit->intercept_ms}}};

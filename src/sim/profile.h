@@ -7,6 +7,7 @@
 //                 "seq_len": 1024, "precision": "fp16", "backward_includes_recompute": true,
 //                 "points": [{"microbatch": 1, "forward_ms": 2.54, "backward_ms": 7.42}, ...],
 //                 "fit": {"forward": [slope_ms, intercept_ms], "backward": [slope_ms, intercept_ms]},
+//                 "head_points": [{"microbatch": 1, "forward_ms": 0.9, "backward_ms": 2.1}, ...],
 //                 "max_microbatch": 12}],
 //    "links": [{"between": ["node-a", "node-b"], "bandwidth_bytes_per_s": 5e9, "latency_s": 2e-5}]}
 // Measured links replace the cluster file's figures between those two nodes in the cost model.
@@ -47,12 +48,18 @@ struct ProfileEntry {
   Precision precision = Precision::kBf16;
   bool backward_includes_recompute = true;  // measured with activation checkpointing
   std::vector<ProfilePoint> points;         // ascending microbatch
+  /// The final norm, LM head and loss at the same microbatch sizes ("head_points"; optional —
+  /// without them the head is costed by the roofline model).
+  std::vector<ProfilePoint> head_points;
   std::optional<LinearFit> forward_fit, backward_fit;
   int64_t max_microbatch = 0;  // 0 = unknown
 
   /// Layer times at `microbatch` sequences, in seconds.
   double ForwardS(double microbatch) const;
   double BackwardS(double microbatch) const;
+  /// The head's times (backward includes its recomputation), or nullopt when not measured.
+  std::optional<double> HeadForwardS(double microbatch) const;
+  std::optional<double> HeadBackwardS(double microbatch) const;
 };
 
 struct ProfileLink {

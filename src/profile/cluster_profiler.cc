@@ -1,0 +1,65 @@
+#include "profile/cluster_profiler.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "core/file_io.h"
+
+namespace motley {
+namespace fs = std::filesystem;
+
+std::string ProfileCacheDir() {
+  if (const char* d = std::getenv("MOTLEY_CACHE_DIR"); d != nullptr && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d != nullptr && *d) return (fs::path(d) / "motley").string();
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h) return (fs::path(h) / ".cache" / "motley").string();
+  return ".motley-cache";
+}
+
+Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, int64_t seq_len, Precision precision,
+                               const ClusterProfileOptions& options) {
+  auto say = [&](const std::string& s) {
+    if (options.progress) options.progress(s);
+  };
+  // Distinct types, each with the smallest memory any of its devices offers.
+  std::map<std::string, double> memory_of_type;
+  for (int d = 0; d < cluster.num_devices(); ++d) {
+    const std::string& type = cluster.spec(d).name;
+    auto [it, inserted] = memory_of_type.try_emplace(type, cluster.memory_bytes(d));
+    if (!inserted) it->second = std::min(it->second, cluster.memory_bytes(d));
+  }
+  Profile profile;
+  for (const auto& [type, memory] : memory_of_type) {
+    const int64_t memory_bytes = static_cast<int64_t>(memory);
+    const std::string key =
+        fmt::format("v1|{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}", type, model.hidden_size,
+                    model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_size, model.vocab_size,
+                    model.tie_embeddings, seq_len, PrecisionName(precision), memory_bytes,
+                    fmt::join(options.layers.microbatches, ","), options.layers.repeats,
+                    options.layers.max_microbatch_cap);
+    const fs::path file =
+        fs::path(ProfileCacheDir()) / fmt::format("profile-{:016x}.json", std::hash<std::string>{}(key));
+    if (options.use_cache && fs::exists(file)) {
+      Result<Profile> cached = LoadProfileFile(file.string());
+      if (cached.ok() && cached->entries.size() == 1) {
+        say(fmt::format("{}: measured before ({})", type, file.string()));
+        profile.entries.push_back(cached->entries[0]);
+        continue;
+      }
+    }
+    MOTLEY_ASSIGN_OR_RETURN(ProfileEntry entry, ProfileDeviceType(type, model, seq_len, precision, memory_bytes,
+                                                                  options.layers, options.progress));
+    Profile one;
+    one.entries.push_back(entry);
+    std::error_code ec;
+    fs::create_directories(file.parent_path(), ec);
+    if (!ec) (void)AtomicWriteFile(file.string(), ProfileToJson(one).dump(1));  // a failed cache write only costs time
+    profile.entries.push_back(std::move(entry));
+  }
+  return profile;
+}
+
+}  // namespace motley

@@ -1,0 +1,192 @@
+#include "profile/layer_profiler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "runtime/adamw.h"
+#include "runtime/llama_model.h"
+#include "runtime/memory_ledger.h"
+
+namespace motley {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+torch::Device Here() { return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU); }
+
+void Sync(const torch::Device& d) {
+  if (d.is_cuda()) torch::cuda::synchronize();
+}
+
+std::optional<torch::Dtype> ComputeDtype(Precision p) {
+  if (p == Precision::kBf16) return torch::kBFloat16;
+  if (p == Precision::kFp16) return torch::kFloat16;
+  return std::nullopt;
+}
+
+double MedianMs(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2] * 1e3;
+}
+
+// Times `f` (warm-up, then the median of repeats), in ms.
+double TimeMs(const std::function<void()>& f, const torch::Device& d, const LayerProfilerConfig& c) {
+  for (int i = 0; i < c.warmup; ++i) f();
+  Sync(d);
+  std::vector<double> s;
+  for (int i = 0; i < std::max(1, c.repeats); ++i) {
+    const auto t = Clock::now();
+    f();
+    Sync(d);
+    s.push_back(std::chrono::duration<double>(Clock::now() - t).count());
+  }
+  return MedianMs(s);
+}
+
+}  // namespace
+
+bool TrainingStepFits(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t microbatch,
+                      int64_t capacity_bytes) {
+  MemoryLedger& ledger = MemoryLedger::Install();
+  const int64_t saved = ledger.capacity_bytes();
+  ledger.set_capacity_bytes(capacity_bytes > 0 ? ledger.used_bytes() + capacity_bytes : 0);
+  bool fits = true;
+  try {
+    const torch::Device d = Here();
+    LlamaModel m(model, 1);
+    m->to(d);
+    m->set_compute_dtype(ComputeDtype(precision));
+    std::vector<ParamShard> shards = WholeParameterShards(*m);
+    for (auto& s : shards) {
+      s.grad = torch::zeros_like(s.param);
+      s.exp_avg = torch::zeros_like(s.param);
+      s.exp_avg_sq = torch::zeros_like(s.param);
+    }
+    torch::Tensor tokens = torch::randint(model.vocab_size, {microbatch, seq_len + 1}, torch::kInt64).to(d);
+    torch::Tensor logits = m->forward(tokens.narrow(1, 0, seq_len), /*checkpoint_layers=*/true);
+    NextTokenLoss(logits, tokens.narrow(1, 1, seq_len)).backward();
+  } catch (const c10::OutOfMemoryError&) {
+    fits = false;
+  }
+  ledger.set_capacity_bytes(saved);
+  return fits;
+}
+
+int64_t MaxMicrobatch(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t capacity_bytes,
+                      int64_t cap) {
+  if (!TrainingStepFits(model, seq_len, precision, 1, capacity_bytes)) return 0;
+  if (capacity_bytes <= 0) return cap;
+  // Estimate from one microbatch's memory: the static part plus a per-sequence growth.
+  MemoryLedger& ledger = MemoryLedger::Install();
+  auto peak_of = [&](int64_t mb) {
+    ledger.ResetPeak();
+    const int64_t base = ledger.used_bytes();
+    TrainingStepFits(model, seq_len, precision, mb, 0);
+    return ledger.peak_bytes() - base;
+  };
+  const int64_t one = peak_of(1), two = peak_of(2);
+  const int64_t per_sequence = std::max<int64_t>(1, two - one);
+  const int64_t fixed = std::max<int64_t>(0, one - per_sequence);
+  int64_t guess = std::clamp<int64_t>((capacity_bytes - fixed) / per_sequence, 1, cap);
+  // Bracket [fits, fails) around the guess by doubling, then binary-search.
+  int64_t lo = 1, hi = cap + 1;
+  if (TrainingStepFits(model, seq_len, precision, guess, capacity_bytes)) {
+    lo = guess;
+    for (int64_t step = 1; lo < cap;) {
+      const int64_t next = std::min(cap, lo + step);
+      if (!TrainingStepFits(model, seq_len, precision, next, capacity_bytes)) {
+        hi = next;
+        break;
+      }
+      lo = next;
+      step *= 2;
+    }
+    if (lo == cap) return cap;
+  } else {
+    hi = guess;
+    for (int64_t step = 1; hi > 1;) {
+      const int64_t next = std::max<int64_t>(1, hi - step);
+      if (TrainingStepFits(model, seq_len, precision, next, capacity_bytes)) {
+        lo = next;
+        break;
+      }
+      hi = next;
+      step *= 2;
+    }
+  }
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (TrainingStepFits(model, seq_len, precision, mid, capacity_bytes) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const ModelSpec& model, int64_t seq_len,
+                                       Precision precision, int64_t memory_bytes, const LayerProfilerConfig& config,
+                                       const std::function<void(const std::string&)>& progress) {
+  auto say = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+  ProfileEntry e;
+  e.device_type = device_type;
+  e.model = model.name;
+  e.hidden_size = model.hidden_size;
+  e.seq_len = seq_len;
+  e.precision = precision;
+  e.backward_includes_recompute = true;
+  say(fmt::format("{}: largest microbatch that fits in {} MiB", device_type, memory_bytes >> 20));
+  e.max_microbatch = MaxMicrobatch(model, seq_len, precision, memory_bytes, config.max_microbatch_cap);
+  if (e.max_microbatch == 0)
+    return Status::OutOfMemory(fmt::format("{}: not even one sequence of {} tokens of {} fits in its memory",
+                                           device_type, seq_len, model.name));
+
+  const torch::Device d = Here();
+  LlamaModel m(model, 1);
+  m->to(d);
+  m->set_compute_dtype(ComputeDtype(precision));
+  const torch::Dtype act = ComputeDtype(precision).value_or(torch::kFloat32);
+  const ModelSlice layer{false, 0, 1, false}, head{false, static_cast<int>(model.num_layers),
+                                                   static_cast<int>(model.num_layers), true};
+  std::vector<torch::Tensor> layer_params, head_params;
+  for (auto& p : m->named_parameters()) {
+    if (p.key().rfind("model.layers.0.", 0) == 0) layer_params.push_back(p.value());
+    if (p.key() == "model.norm.weight" || p.key() == "lm_head.weight" ||
+        (model.tie_embeddings && p.key() == "model.embed_tokens.weight"))
+      head_params.push_back(p.value());
+  }
+  for (int64_t mb : config.microbatches) {
+    if (mb > e.max_microbatch) break;
+    say(fmt::format("{}: layer and head at microbatch {}", device_type, mb));
+    torch::Tensor x = torch::randn({mb, seq_len, model.hidden_size}, torch::TensorOptions().dtype(act).device(d));
+    torch::Tensor targets = torch::randint(model.vocab_size, {mb, seq_len}, torch::kInt64).to(d);
+    // As the executor: forward without a graph; backward = forward with a graph + back-propagation.
+    auto forward = [&](const ModelSlice& s, bool with_loss) {
+      torch::NoGradGuard no_grad;
+      torch::Tensor y = m->Run(s, x, false);
+      if (with_loss) y = NextTokenLoss(y, targets);
+    };
+    auto backward = [&](const ModelSlice& s, const std::vector<torch::Tensor>& params, bool with_loss) {
+      torch::Tensor leaf = x.detach().requires_grad_(true);
+      torch::Tensor y = m->Run(s, leaf, false);
+      std::vector<torch::Tensor> inputs = params;
+      inputs.push_back(leaf);
+      if (with_loss) {
+        torch::autograd::grad({NextTokenLoss(y, targets)}, inputs);
+      } else {
+        torch::autograd::grad({y}, inputs, {torch::ones_like(y)});
+      }
+    };
+    ProfilePoint lp{static_cast<double>(mb), TimeMs([&] { forward(layer, false); }, d, config),
+                    TimeMs([&] { backward(layer, layer_params, false); }, d, config)};
+    ProfilePoint hp{static_cast<double>(mb), TimeMs([&] { forward(head, true); }, d, config),
+                    TimeMs([&] { backward(head, head_params, true); }, d, config)};
+    e.points.push_back(lp);
+    e.head_points.push_back(hp);
+  }
+  return e;
+}
+
+}  // namespace motley
