@@ -1,0 +1,76 @@
+#include "profile/layer_profiler.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "core/cluster_parse.h"
+#include "profile/cluster_profiler.h"
+
+namespace motley {
+namespace {
+
+const ModelSpec& Tiny() { return *FindModelPreset("llama-tiny"); }
+
+TEST(LayerProfiler, TheLargestMicrobatchIsExactlyTheLedgersLimit) {
+  for (int64_t capacity : {int64_t{3} << 20, int64_t{5} << 20, int64_t{9} << 20}) {
+    SCOPED_TRACE(capacity);
+    const int64_t m = MaxMicrobatch(Tiny(), 32, Precision::kFp32, capacity, 1000);
+    ASSERT_GT(m, 1);
+    ASSERT_LT(m, 1000);
+    EXPECT_TRUE(TrainingStepFits(Tiny(), 32, Precision::kFp32, m, capacity));
+    EXPECT_FALSE(TrainingStepFits(Tiny(), 32, Precision::kFp32, m + 1, capacity));
+  }
+  // Nothing fits in a few bytes; the cap bounds an unlimited device.
+  EXPECT_EQ(MaxMicrobatch(Tiny(), 32, Precision::kFp32, 1024, 1000), 0);
+  EXPECT_EQ(MaxMicrobatch(Tiny(), 32, Precision::kFp32, 0, 64), 64);
+}
+
+TEST(LayerProfiler, MeasuresLayerAndHeadTimesThatGrowWithTheMicrobatch) {
+  LayerProfilerConfig c;
+  c.microbatches = {1, 4, 16};
+  c.repeats = 3;
+  Result<ProfileEntry> e = ProfileDeviceType("emu-cpu", Tiny(), 32, Precision::kFp32, 64 << 20, c);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  ASSERT_EQ(e->points.size(), 3u);
+  ASSERT_EQ(e->head_points.size(), 3u);
+  EXPECT_TRUE(e->backward_includes_recompute);
+  EXPECT_GT(e->max_microbatch, 16);
+  for (const auto& p : e->points) EXPECT_GT(p.backward_ms, p.forward_ms);  // backward recomputes the forward
+  EXPECT_GT(e->points[2].forward_ms, e->points[0].forward_ms);
+  EXPECT_GT(e->head_points[2].backward_ms, e->head_points[0].backward_ms);
+  // It round-trips through the profile file and is found for its type and shape.
+  Profile p;
+  p.entries.push_back(*e);
+  Result<Profile> back = ParseProfileJson(ProfileToJson(p).dump(), "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_NE(back->Find("emu-cpu", Tiny(), 32, Precision::kFp32), nullptr);
+  EXPECT_NEAR(*back->entries[0].HeadForwardS(4), e->head_points[1].forward_ms * 1e-3, 1e-12);
+}
+
+TEST(ClusterProfiler, MeasuresEachTypeOnceAndReusesTheCache) {
+  const auto dir = std::filesystem::temp_directory_path() / ("motley_profile_cache_" + std::to_string(::getpid()));
+  ::setenv("MOTLEY_CACHE_DIR", dir.c_str(), 1);
+  Result<Cluster> cluster = LoadCluster("local-emulated");  // one type, emulated at two memory sizes
+  ASSERT_TRUE(cluster.ok());
+  ClusterProfileOptions o;
+  o.layers.microbatches = {1, 2};
+  o.layers.repeats = 1;
+  o.layers.max_microbatch_cap = 8;
+  std::vector<std::string> said;
+  o.progress = [&](const std::string& s) { said.push_back(s); };
+  Result<Profile> first = ProfileCluster(*cluster, Tiny(), 16, Precision::kFp32, o);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_EQ(first->entries.size(), 1u);
+  said.clear();
+  Result<Profile> second = ProfileCluster(*cluster, Tiny(), 16, Precision::kFp32, o);
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("measured before"), std::string::npos) << said[0];
+  EXPECT_EQ(second->entries[0].points[0].forward_ms, first->entries[0].points[0].forward_ms);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace motley
