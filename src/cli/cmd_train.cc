@@ -6,6 +6,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/job_input.h"
+#include "cli/planned_train.h"
 #include "cli/progress_line.h"
 #include "runtime/distributed_trainer.h"
 #include "runtime/rendezvous.h"
@@ -59,12 +60,22 @@ void PrintSummary(const TrainSummary& s) {
     fmt::print(", validation loss {:.4f} -> {:.4f}", *s.first_validation_loss, *s.last_validation_loss);
   fmt::print("\n  {} tokens/s, {:.3f} model TFLOP/s ({:.3f} with recomputation)\n", Count(s.tokens_per_s),
              s.model_tflops_per_s, s.hardware_tflops_per_s);
+  if (s.step_s > 0) {
+    fmt::print("  step {:.0f} ms", s.step_s * 1e3);
+    if (s.predicted_step_s > 0)
+      fmt::print(" (predicted {:.0f} ms, {:+.0f}%)", s.predicted_step_s * 1e3, 100 * (s.predicted_step_s / s.step_s - 1));
+    fmt::print(", HFU {:.1f}%", 100 * s.hfu);
+    if (s.predicted_hfu > 0) fmt::print(" (predicted {:.1f}%)", 100 * s.predicted_hfu);
+    fmt::print("\n");
+  }
   if (!s.ranks.empty()) {
-    fmt::print("  per rank, mean of a step:   compute      comm      copy      idle    sent   peak memory\n");
-    for (const auto& r : s.ranks)
-      fmt::print("    rank {:<3}                {:>8.1f}ms {:>7.1f}ms {:>7.1f}ms {:>7.1f}ms {:>7} {:>12}\n", r.rank,
-                 r.compute_s * 1e3, r.comm_s * 1e3, r.copy_s * 1e3, r.idle_s * 1e3, FormatBytes(r.bytes_sent),
-                 FormatBytes(r.peak_memory_bytes));
+    fmt::print("  per rank, mean of a step:   compute (predicted)      comm      copy      idle    sent   peak memory\n");
+    for (const auto& r : s.ranks) {
+      const double predicted = static_cast<size_t>(r.rank) < s.predicted_compute_s.size() ? s.predicted_compute_s[r.rank] : 0;
+      fmt::print("    rank {:<3}                {:>8.1f}ms {:>11} {:>7.1f}ms {:>7.1f}ms {:>7.1f}ms {:>7} {:>12}\n", r.rank,
+                 r.compute_s * 1e3, predicted > 0 ? fmt::format("({:.1f}ms)", predicted * 1e3) : "", r.comm_s * 1e3,
+                 r.copy_s * 1e3, r.idle_s * 1e3, FormatBytes(r.bytes_sent), FormatBytes(r.peak_memory_bytes));
+    }
   }
   if (!s.trace_path.empty()) fmt::print("  trace: {} (chrome://tracing or ui.perfetto.dev)\n", s.trace_path);
   if (!s.checkpoint_dir.empty()) fmt::print("  checkpoint: {}\n", s.checkpoint_dir);
@@ -97,8 +108,16 @@ int RunTrain(const std::vector<std::string>& args) {
   app.add_option("--threads", options.threads, "torch's CPU threads (default 1: OpenBLAS threads the matmuls itself, OPENBLAS_NUM_THREADS)");
   app.add_option("--plan", options.plan_path,
                  "execute this plan across the launched processes (motley launch --nproc N -- motley train JOB --plan P)");
+  bool single_process = false;
+  app.add_flag("--single-process", single_process,
+               "train in this process even when the job's cluster has several devices");
+  app.add_option("--profile", options.profile_path, "with --plan: predict the step from this profile and report both");
   app.add_option("--trace", options.trace_path, "with --plan: write a Chrome trace of one step of the real run");
   app.add_option("--trace-step", options.trace_step, "with --trace: the step to record (from 1)")->capture_default_str();
+  app.add_option("--baseline-steps", options.baseline_steps,
+                 "on a cluster: first train the even split for this many steps and report the measured speed-up");
+  app.add_flag("!--no-checkpoint", options.checkpoint_at_end, "do not write a checkpoint at the end");
+  app.add_flag("!--no-validation", options.validate, "skip validation");
   app.add_option("--die-rank", options.die_rank, "fault injection (tests): this rank kills itself ...")->group("");
   app.add_option("--die-at-step", options.die_at_step, "... halfway through this step")->group("");
   if (auto rc = ParseArgs(app, args)) return *rc;
@@ -119,10 +138,7 @@ int RunTrain(const std::vector<std::string>& args) {
     return kExitFailure;
   }
   if (!options.plan_path.empty()) return RunTrainWithPlan(*job, options, rv->rank == 0);
-  if (job->cluster.num_devices() > 1)
-    fmt::print("note: this runtime trains in one process; the job's cluster ({} devices) is used by `motley plan` "
-               "and `motley simulate` only\n",
-               job->cluster.num_devices());
+  if (job->cluster.num_devices() > 1 && !single_process) return RunPlannedTrain(job_path, *job, options, args);
   ConsoleObserver observer;
   Result<TrainSummary> s = Train(*job, options, &observer);
   observer.Finish();

@@ -79,6 +79,12 @@ int Launch(const LaunchOptions& o) {
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
       ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      // Like torchrun: ranks sharing a machine get one math-library thread each unless told
+      // otherwise, or N ranks x all-cores threads fight over the cores.
+      if (o.nproc > 1) {
+        ::setenv("OMP_NUM_THREADS", "1", 0);
+        ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
+      }
       std::vector<char*> argv;
       for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);

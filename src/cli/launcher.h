@@ -1,6 +1,7 @@
 // Launcher: starts N local ranks of a command with the torchrun-style environment (RANK,
 // WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), prefixes their output with
-// "[rank r]", and watches them. When one fails, it says which and how, gives the others
+// "[rank r]", and watches them. With several ranks each gets OMP_NUM_THREADS=1 and
+// OPENBLAS_NUM_THREADS=1 unless the environment sets them (as torchrun does). When one fails, it says which and how, gives the others
 // `stop_grace_s` to notice and exit on their own (their watchdogs name the dead rank), then
 // terminates the rest. Torch-free.
 #pragma once

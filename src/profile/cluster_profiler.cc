@@ -35,7 +35,7 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
   for (const auto& [type, memory] : memory_of_type) {
     const int64_t memory_bytes = static_cast<int64_t>(memory);
     const std::string key =
-        fmt::format("v1|{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}", type, model.hidden_size,
+        fmt::format("v2|{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}", type, model.hidden_size,
                     model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_size, model.vocab_size,
                     model.tie_embeddings, seq_len, PrecisionName(precision), memory_bytes,
                     fmt::join(options.layers.microbatches, ","), options.layers.repeats,

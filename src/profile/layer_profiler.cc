@@ -10,8 +10,28 @@
 #include "runtime/llama_model.h"
 #include "runtime/memory_ledger.h"
 
+// OpenBLAS's thread count, when torch's BLAS is OpenBLAS (a weak reference: absent otherwise).
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+
 namespace motley {
 namespace {
+
+// Measures as a rank under `motley launch` runs: on CPU one torch thread and one BLAS thread.
+class RankLikeThreads {
+ public:
+  explicit RankLikeThreads(const torch::Device& d) : cpu_(d.is_cpu()), saved_(at::get_num_threads()) {
+    if (!cpu_) return;
+    at::set_num_threads(1);
+    if (openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
+  }
+  ~RankLikeThreads() {
+    if (cpu_) at::set_num_threads(saved_);
+  }
+
+ private:
+  bool cpu_;
+  int saved_;
+};
 
 using Clock = std::chrono::steady_clock;
 
@@ -144,6 +164,7 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
                                            device_type, seq_len, model.name));
 
   const torch::Device d = Here();
+  RankLikeThreads threads(d);
   LlamaModel m(model, 1);
   m->to(d);
   m->set_compute_dtype(ComputeDtype(precision));

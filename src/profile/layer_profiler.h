@@ -5,7 +5,8 @@
 // device's memory (Poplar, Algorithm 1: estimate from one run's memory growth, then grow
 // exponentially and binary-search with out-of-memory detection).
 //
-// On CPU (emulated devices) the measurement is of this machine; the emulated speed factor is
+// On CPU (emulated devices) the measurement is of this machine with one torch and one BLAS thread,
+// as a rank under `motley launch` runs; the emulated speed factor is
 // applied by the cost model, and the memory limit is the MemoryLedger's — so the search finds the
 // ledger's limit exactly.
 #pragma once

@@ -1,5 +1,7 @@
 #include "runtime/device_emulation.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -27,9 +29,11 @@ void DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s) const {
   if (enabled() && speed_factor_ > 1) SleepSeconds(speed_factor_ * cpu_s - elapsed_s);
 }
 
-double ProcessCpuSeconds() {
+double ComputeCpuSeconds() {
+  // The calling thread's: ranks compute on one thread (one torch and one BLAS thread, as `motley
+  // launch` sets them up), while Gloo's and the senders' threads work on communication.
   timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  clock_gettime(at::get_num_threads() == 1 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 

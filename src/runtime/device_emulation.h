@@ -41,8 +41,9 @@ class DeviceEmulation {
   double speed_factor_ = 1.0;
 };
 
-/// CPU time used by this process (all its threads) so far, in seconds.
-double ProcessCpuSeconds();
+/// CPU time spent computing so far, in seconds: the calling thread's when torch runs one thread
+/// (communication threads excluded), else the whole process's.
+double ComputeCpuSeconds();
 /// Sleeps `seconds` (no-op when <= 0).
 void SleepSeconds(double seconds);
 

@@ -19,6 +19,8 @@
 #include "runtime/lr_schedule.h"
 #include "runtime/memory_ledger.h"
 #include "runtime/metrics_log.h"
+#include "sim/cost_model.h"
+#include "sim/profile.h"
 #include "sim/simulator.h"
 
 namespace motley {
@@ -183,7 +185,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   const int64_t val_sequences =
       data.validation ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data.validation, seq)) : 0;
   auto validate = [&](int64_t step) -> Status {
-    if (val_sequences <= 0) return Status::Ok();
+    if (val_sequences <= 0 || !options.validate) return Status::Ok();
     MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor->GatherFullState());
     if (lead) {
       AssembledModel a = Assemble(job.model, full);
@@ -307,6 +309,24 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
       r.bytes_sent /= static_cast<double>(timed_steps);
     }
     summary.ranks = rank_sums;
+    summary.step_s = timed_s / static_cast<double>(timed_steps);
+  }
+  // Hardware FLOPs per second over the plan's devices' peak, measured and predicted.
+  double peak = 0;
+  for (const Program& p : schedule.programs) {
+    const GpuSpec& spec = job.cluster.spec(p.device);
+    const EmulationConfig* emu = job.cluster.emulation(p.device);
+    peak += (tc.precision == Precision::kFp32 ? spec.peak_fp32_flops : spec.peak_fp16_flops) /
+            (emu != nullptr ? emu->speed_factor : 1.0);
+  }
+  if (summary.step_s > 0 && peak > 0) summary.hfu = schedule.hardware_flops_per_step / summary.step_s / peak;
+  if (lead && !options.profile_path.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(Profile profile, LoadProfileFile(options.profile_path));
+    CostModel costs(job.cluster, job.model, &profile, seq, tc.precision, plan.activation_checkpointing);
+    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule, job.cluster, costs));
+    summary.predicted_step_s = sim.step_time_s;
+    summary.predicted_hfu = peak > 0 ? schedule.hardware_flops_per_step / sim.step_time_s / peak : 0;
+    for (const auto& d : sim.devices) summary.predicted_compute_s.push_back(d.compute_busy_s);
   }
   return summary;
 }

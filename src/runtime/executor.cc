@@ -317,7 +317,7 @@ class Executor::StepRun {
     const auto t = Clock::now();
     const double op_start_s = Since(start_);
     const double comm_before_s = report_.comm_s;  // waits for received data inside the op count as communication
-    const double cpu_start_s = ex_.emulation_.enabled() ? ProcessCpuSeconds() : 0.0;
+    const double cpu_start_s = ex_.emulation_.enabled() ? ComputeCpuSeconds() : 0.0;
     switch (op.kind) {
       case OpKind::kForward:
         MOTLEY_RETURN_IF_ERROR(Forward(op));
@@ -364,7 +364,7 @@ class Executor::StepRun {
     if (IsCompute(op.kind)) {
       const double waited_s = report_.comm_s - comm_before_s;
       const auto compute_start = Clock::now();
-      if (ex_.emulation_.enabled()) ex_.emulation_.StretchCompute(elapsed - waited_s, ProcessCpuSeconds() - cpu_start_s);
+      if (ex_.emulation_.enabled()) ex_.emulation_.StretchCompute(elapsed - waited_s, ComputeCpuSeconds() - cpu_start_s);
       report_.compute_s += elapsed - waited_s + Since(compute_start);
     } else if (op.kind == OpKind::kParamPrefetch || op.kind == OpKind::kParamOffload ||
                op.kind == OpKind::kActOffload || op.kind == OpKind::kActPrefetch) {

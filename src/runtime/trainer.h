@@ -25,9 +25,12 @@ struct TrainOptions {
   int64_t microbatch_sequences = 0;   // 0 = the whole batch at once
   int threads = 0;                    // torch's CPU threads; 0 = 1 (OpenBLAS threads the matmuls)
   bool checkpoint_at_end = true;
+  bool validate = true;               // validation at the job's interval and at the end
   // Several processes (distributed_trainer.h):
   std::string plan_path;   // the plan each rank executes ("" = train in this process)
   std::string trace_path;  // a Chrome trace of one step of the real run, in the simulator's format
+  std::string profile_path;  // with a plan: rank 0 predicts the step with it and reports both
+  int64_t baseline_steps = 0;  // planned runs: first measure the even split for this many steps
   int64_t trace_step = 2;  // which step (from 1) the trace records
   // Fault injection for tests: this rank kills itself halfway through this step's program (from 1).
   int die_rank = -1;
@@ -80,6 +83,10 @@ struct TrainSummary {
   std::string checkpoint_dir;      // "" when none was written
   std::vector<RankStepTimes> ranks;  // several processes: per rank, mean over the timed steps
   std::string trace_path;            // "" when no trace was written
+  double step_s = 0;                 // several processes: mean step time over the timed steps
+  double predicted_step_s = 0;       // the simulator's, with TrainOptions::profile_path (else 0)
+  std::vector<double> predicted_compute_s;  // per rank
+  double hfu = 0, predicted_hfu = 0;        // hardware FLOPs over the plan's devices' peak
 };
 
 class TrainObserver {

@@ -246,7 +246,8 @@ class DistributedEquivalence : public ::testing::Test {
       for (bool ckpt : {true, false}) {
         const std::string name = Reference(clip, ckpt);
         dir_->Write(name + ".toml", Job(dir_->Join(name), clip, ckpt));
-        CliRun r = Motley("train " + name + ".toml --metrics " + name + ".jsonl", false, dir_->path().string());
+        CliRun r = Motley("train " + name + ".toml --single-process --metrics " + name + ".jsonl", false,
+                          dir_->path().string());
         ASSERT_EQ(r.exit_code, 0) << r.output;
       }
   }
@@ -430,6 +431,39 @@ TEST(DistributedTrain, AKilledRankMidStepStopsEveryRankWithItsName) {
     }
     EXPECT_TRUE(named) << "rank " << k << " did not name rank 1:\n" << r.output;
   }
+}
+
+TEST(DistributedTrain, TrainOnAClusterMeasuresPlansLaunchesAndComparesWithThePrediction) {
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  // Two fast devices and one 3x slower with a quarter of the memory.
+  std::string cluster = kCluster;
+  cluster.replace(cluster.find("cpu6"), 4, "cpu3");
+  cluster.replace(cluster.find("count = 6"), 9, "count = 2");
+  dir.Write("cluster.toml", cluster + "nic_bandwidth = \"1Gbps\"\n[nodes.emulation]\nspeed_factor = 2.0\n"
+                                "[[nodes]]\nname = \"b\"\ndevice = \"cpu\"\ncount = 1\ninterconnect = \"pcie\"\n"
+                                "intra_bandwidth = \"10GB/s\"\nnic_bandwidth = \"1Gbps\"\n"
+                                "[nodes.emulation]\nspeed_factor = 6.0\nmemory = \"512MiB\"\n");
+  std::string job = Job(dir.Join("run"), 1, true);
+  job.replace(job.find("steps = 5"), 9, "steps = 6");
+  dir.Write("job.toml", job);
+  const std::string cmd = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") + "' " +
+                          MOTLEY_BIN + " train job.toml 2>&1";
+  CliRun r = RunCommandLine(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "3 devices in cpu3: measure, plan, then launch one rank per device");
+  EXPECT_CONTAINS(r.output, "profile: cpu: largest microbatch that fits in 512 MiB");
+  EXPECT_CONTAINS(r.output, "predicted step");
+  EXPECT_CONTAINS(r.output, "the even split:");
+  EXPECT_CONTAINS(r.output, "[rank 0] done: 6 steps");
+  EXPECT_CONTAINS(r.output, "(predicted ");
+  EXPECT_TRUE(fs::exists(dir.Join("run/plan.toml")));
+  EXPECT_TRUE(fs::exists(dir.Join("run/profile.json")));
+  EXPECT_TRUE(fs::exists(dir.Join("run/step-000006/model.safetensors")));
+  // Again: the profile comes from the cache.
+  r = RunCommandLine(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "profile: cpu: measured before");
 }
 
 }  // namespace

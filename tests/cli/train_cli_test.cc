@@ -41,12 +41,12 @@ TEST(TrainCli, PrepareTrainResumeAndEvaluate) {
   ASSERT_EQ(prep.exit_code, 0) << prep.output;
   EXPECT_CONTAINS(prep.output, "validation:");
   const std::string job = dir.Write("job.toml", JobToml(dir, 4));
-  CliRun train = Motley("train " + job + " --steps 3");
+  CliRun train = Motley("train " + job + " --single-process --steps 3");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   EXPECT_CONTAINS(train.output, "step 3/3 | loss");
   EXPECT_CONTAINS(train.output, "checkpoint: " + dir.Join("run") + "/step-000003");
   // Continue the run to step 4 (its schedule is that of a 4-step run from the start).
-  CliRun more = Motley("train " + job + " --resume " + dir.Join("run"));
+  CliRun more = Motley("train " + job + " --single-process --resume " + dir.Join("run"));
   ASSERT_EQ(more.exit_code, 0) << more.output;
   EXPECT_CONTAINS(more.output, "steps 4..4 of 4");
 
@@ -93,18 +93,18 @@ TEST(TrainCli, BadDataGetsOneClearError) {
   const std::string job = dir.Write("job.toml", JobToml(dir, 2));
   // Truncated shard.
   fs::resize_file(dir.Join("data/train.bin"), fs::file_size(dir.Join("data/train.bin")) - 7);
-  CliRun cut = Motley("train " + job);
+  CliRun cut = Motley("train " + job + " --single-process");
   EXPECT_EQ(cut.exit_code, 1);
   EXPECT_CONTAINS(cut.output, "train.bin: truncated or padded");
   // Wrong magic.
   dir.Write("data/train.bin", std::string(4096, 'x'));
-  CliRun magic = Motley("train " + job);
+  CliRun magic = Motley("train " + job + " --single-process");
   EXPECT_EQ(magic.exit_code, 1);
   EXPECT_CONTAINS(magic.output, "wrong magic");
   // Data tokenized for a larger vocabulary than the model's.
   dir.Write("data/data.json", R"({"format": "motley-data-1", "tokenizer": "big.model", "vocab_size": 32000,
                                   "train_files": ["train.bin"], "validation_file": "val.bin"})");
-  CliRun vocab = Motley("train " + job);
+  CliRun vocab = Motley("train " + job + " --single-process");
   EXPECT_EQ(vocab.exit_code, 1);
   EXPECT_CONTAINS(vocab.output, "vocabulary of 32000 (big.model) but the model's vocab_size is 256");
   // A sentencepiece model that does not exist: the helper answers.
@@ -118,7 +118,7 @@ TEST(TrainCli, BadDataGetsOneClearError) {
 // well below its starting value (ln 256 = 5.55 for uniform guesses) in a minute of CPU time.
 TEST(TrainCli, DefaultModelLowersValidationLossOnTheBuiltinCorpus) {
   TempDir dir;
-  CliRun train = Motley("train default --steps 60", false, dir.path().string());
+  CliRun train = Motley("train default --single-process --steps 60", false, dir.path().string());
   ASSERT_EQ(train.exit_code, 0) << train.output;
   std::map<int64_t, double> val;
   for (const auto& m : ReadJsonLines(dir.Join("checkpoints/default/metrics.jsonl")))

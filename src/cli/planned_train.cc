@@ -1,0 +1,175 @@
+#include "cli/planned_train.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "cli/launcher.h"
+#include "cli/plan_inputs.h"
+#include "core/file_io.h"
+#include "core/units.h"
+#include "plan/baselines.h"
+#include "plan/plan_io.h"
+#include "profile/cluster_profiler.h"
+#include "sim/plan_evaluator.h"
+#include "sim/routing_costs.h"
+
+namespace motley::cli {
+namespace fs = std::filesystem;
+namespace {
+
+// What a plan does, in a few lines.
+void PrintPlan(const Plan& plan) {
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const GroupPlan& group = plan.groups[g];
+    std::vector<std::string> devices, layers;
+    for (const auto& d : group.devices)
+      devices.push_back(fmt::format("{}:{}x{}", d.device, d.num_microbatches, d.microbatch_size));
+    for (const auto& r : group.ministages) layers.push_back(fmt::format("{}-{}", r.begin, r.end - 1));
+    fmt::print("  group {}: devices {} (device:microbatches x sequences), layers {}\n", g, fmt::join(devices, " "),
+               fmt::join(layers, " | "));
+  }
+}
+
+// A reference the ranks can open from any directory: a path made absolute (relative to the job
+// file), a preset or built-in name as it is.
+std::string Resolvable(const std::string& ref, const std::string& job_file) {
+  if (ref.find('/') == std::string::npos && !ref.ends_with(".toml") && !ref.ends_with(".json")) return ref;
+  return fs::absolute(fs::path(job_file).parent_path() / ref).string();
+}
+
+// The mean step time in a metrics file's lines from byte `from` on, without the first two steps
+// (warm-up); 0 when there are none.
+double MeanStepSeconds(const std::string& path, std::streamoff from) {
+  std::ifstream in(path);
+  in.seekg(from);
+  double sum = 0;
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("step_time_s") || j.value("step", 0) <= 2) continue;
+    sum += j["step_time_s"].get<double>();
+    ++n;
+  }
+  return n > 0 ? sum / n : 0;
+}
+
+std::streamoff FileSize(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  return ec ? 0 : static_cast<std::streamoff>(size);
+}
+
+}  // namespace
+
+int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainOptions& options,
+                    const std::vector<std::string>& args) {
+  auto fail = [](const Status& s) {
+    fmt::print(stderr, "motley train: {}\n", s.message());
+    return kExitFailure;
+  };
+  const TrainingConfig& tc = job.training;
+  fmt::print("{} devices in {}: measure, plan, then launch one rank per device\n", job.cluster.num_devices(),
+             job.cluster.name);
+  // 1. The profile.
+  Profile profile;
+  if (!job.plan.profile.empty()) {
+    Result<Profile> p = LoadAnyProfile(Resolvable(job.plan.profile, job.file));
+    if (!p.ok()) return fail(p.status());
+    profile = *p;
+  } else {
+    ClusterProfileOptions po;
+    po.layers.max_microbatch_cap = tc.global_batch_sequences;  // nothing larger is ever planned
+    std::erase_if(po.layers.microbatches, [&](int64_t m) { return m > tc.global_batch_sequences; });
+    po.progress = [](const std::string& s) {
+      fmt::print("  profile: {}\n", s);
+      std::fflush(stdout);
+    };
+    Result<Profile> p = ProfileCluster(job.cluster, job.model, tc.seq_len, tc.precision, po);
+    if (!p.ok()) return fail(p.status());
+    profile = *p;
+  }
+  // 2. The plan, and the even split for comparison.
+  PlanRequest request;
+  request.global_batch_sequences = tc.global_batch_sequences;
+  request.seq_len = tc.seq_len;
+  request.precision = tc.precision;
+  request.activation_checkpointing = tc.activation_checkpointing;
+  CostModel costs(job.cluster, job.model, &profile, tc.seq_len, tc.precision, tc.activation_checkpointing);
+  const PlanEvaluator evaluate = SimulationEvaluator(job.cluster, job.model, costs);
+  StrategyOutcome chosen = PlanWithStrategy(job.plan.strategy, job.cluster, job.model, costs, request, evaluate);
+  if (!chosen.status.ok()) return fail(chosen.status);
+  StrategyOutcome even = PlanWithStrategy("deepspeed-even", job.cluster, job.model, costs, request, evaluate);
+  chosen.plan.model = Resolvable(job.model_ref, job.file);
+  chosen.plan.cluster = Resolvable(job.cluster_ref, job.file);
+  FillZorseRouting(&chosen.plan, costs);
+  fmt::print("plan: {} — {} group(s), ZeRO-{}, {} schedule{}{}\n", chosen.strategy, chosen.plan.groups.size(),
+             chosen.plan.zero_stage, PipelineScheduleName(chosen.plan.schedule),
+             chosen.plan.offload_params ? ", parameter offload" : "",
+             chosen.plan.offload_activations ? ", activation offload" : "");
+  PrintPlan(chosen.plan);
+  fmt::print("predicted step {} ({:.0f} tokens/s)", FormatDuration(chosen.evaluation.step_time_s),
+             static_cast<double>(tc.global_batch_tokens()) / chosen.evaluation.step_time_s);
+  if (even.status.ok() && even.evaluation.fits_memory)
+    fmt::print("; the even split: {} — {:.2f}x", FormatDuration(even.evaluation.step_time_s),
+               even.evaluation.step_time_s / chosen.evaluation.step_time_s);
+  fmt::print("\n");
+  std::fflush(stdout);
+
+  // 3. Files the ranks read (and a person can inspect): beside the checkpoints.
+  const fs::path dir = fs::absolute(job.checkpoint.dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string plan_path = (dir / "plan.toml").string(), profile_path = (dir / "profile.json").string();
+  if (Status s = AtomicWriteFile(plan_path, PlanToToml(chosen.plan)); !s.ok()) return fail(s);
+  if (Status s = AtomicWriteFile(profile_path, ProfileToJson(profile).dump(1) + "\n"); !s.ok()) return fail(s);
+  fmt::print("plan: {}\n", plan_path);
+
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  // 4. The baseline, measured: the even split for a few steps.
+  double baseline_s = 0;
+  if (options.baseline_steps > 0 && even.status.ok() && even.evaluation.fits_memory) {
+    even.plan.model = chosen.plan.model;
+    even.plan.cluster = chosen.plan.cluster;
+    const std::string even_path = (dir / "baseline-even-split.toml").string();
+    const std::string even_metrics = (dir / "baseline-even-split.jsonl").string();
+    if (Status s = AtomicWriteFile(even_path, PlanToToml(even.plan)); !s.ok()) return fail(s);
+    fmt::print("\nthe even split first, for {} steps (to measure the speed-up):\n", options.baseline_steps);
+    std::fflush(stdout);
+    LaunchOptions base;
+    base.nproc = even.plan.num_devices();
+    base.command = {self, "train", job_arg, "--plan", even_path, "--steps", std::to_string(options.baseline_steps),
+                    "--metrics", even_metrics, "--no-checkpoint", "--no-validation"};
+    const std::streamoff from = FileSize(even_metrics);
+    if (Launch(base) != 0) return fail(Status::Internal("the even-split baseline failed (see above)"));
+    baseline_s = MeanStepSeconds(even_metrics, from);
+    fmt::print("\nnow the plan:\n");
+    std::fflush(stdout);
+  }
+
+  // 5. One rank per device.
+  LaunchOptions launch;
+  launch.nproc = chosen.plan.num_devices();
+  launch.command = {self, "train"};
+  launch.command.insert(launch.command.end(), args.begin(), args.end());
+  for (const std::string& a : {std::string("--plan"), plan_path, std::string("--profile"), profile_path})
+    launch.command.push_back(a);
+  const std::string metrics =
+      options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
+  const std::streamoff from = FileSize(metrics);
+  const int rc = Launch(launch);
+  if (rc == 0 && baseline_s > 0) {
+    const double plan_s = MeanStepSeconds(metrics, from);
+    if (plan_s > 0)
+      fmt::print("measured: {} {:.0f} ms a step, the even split {:.0f} ms — {:.2f}x faster (predicted {:.2f}x)\n",
+                 chosen.strategy, plan_s * 1e3, baseline_s * 1e3, baseline_s / plan_s,
+                 even.evaluation.step_time_s / chosen.evaluation.step_time_s);
+  }
+  return rc;
+}
+
+}  // namespace motley::cli

@@ -1,0 +1,21 @@
+// `motley train JOB` on a cluster of several devices, end to end: measure the device types (or
+// reuse the cache, or the job's [plan] profile), plan (the job's strategy, `auto` by default),
+// print the plan with its predicted step time beside the even split's, launch one rank per device
+// of the plan, and let rank 0 report the training and the measured-vs-predicted summary.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/job.h"
+#include "runtime/trainer.h"
+
+namespace motley::cli {
+
+/// `job_arg`: the job as given on the command line; `args`: the command's own arguments (passed
+/// on to every rank, plus --plan and --profile). With options.baseline_steps, the even split is
+/// first trained for that many steps and the measured speed-up reported at the end.
+int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainOptions& options,
+                    const std::vector<std::string>& args);
+
+}  // namespace motley::cli
