@@ -7,10 +7,9 @@
 //
 //   build/bench/runtime_heterogeneity [--steps N] [-o report.md]
 //
-// The ranks are processes on this machine and share its cores. Emulated slowness is sleep (a
-// compute op lasts speed_factor times its CPU time), so the bench doubles every speed factor
-// (fast 2x, slow 6x: still 3x apart) — then the four ranks need about 1.3 cores and the 3x is not
-// blurred by ranks fighting over a 2-core machine.
+// The ranks are processes on this machine and share its cores; local-emulated's speed factors (2
+// and 6, relative to this machine) keep their demand near 1.3 cores. motley's plan is made with the
+// measured profile (`motley profile`), as `motley train` makes it.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,26 +25,18 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_process.h"
+
 namespace fs = std::filesystem;
+using motley_bench::Median;
+using motley_bench::Run;
 
 namespace {
-
-std::string Run(const std::string& cmd, int* code) {
-  std::string out;
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  const int status = pclose(pipe);
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
 
 constexpr char kSymmetricPipeline[] = R"(# Two stages of two devices each, two layers each: symmetric in layers and devices.
 strategy = "manual"
 model = "llama-1m"
-cluster = "cluster.toml"
+cluster = "local-emulated"
 seq_len = 128
 precision = "fp32"
 schedule = "gpipe"
@@ -68,12 +59,6 @@ struct Row {
   std::vector<double> compute_s;  // per rank, median step
 };
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,24 +78,12 @@ int main(int argc, char** argv) {
   fs::create_directories(dir);
   const std::string cd = "cd '" + dir.string() + "' && ";
   int code = 0;
-  // The default job on local-emulated with every speed factor doubled.
-  auto read = [](const std::string& rel) {
-    std::ifstream in(fs::path(MOTLEY_SOURCE_DIR) / rel);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  auto replace = [](std::string s, const std::string& from, const std::string& to) {
-    if (auto at = s.find(from); at != std::string::npos) s.replace(at, from.size(), to);
-    return s;
-  };
-  std::string cluster = read("examples/clusters/local-emulated.toml");
-  cluster = replace(cluster, "speed_factor = 1.0", "speed_factor = 2.0");
-  cluster = replace(cluster, "speed_factor = 3.0", "speed_factor = 6.0");
-  std::ofstream(dir / "cluster.toml") << cluster;
-  std::ofstream(dir / "job.toml") << replace(read("examples/jobs/default.toml"), "\"local-emulated\"", "\"cluster.toml\"");
+  std::ofstream(dir / "job.toml") << motley_bench::ReadFile((fs::path(MOTLEY_SOURCE_DIR) / "examples/jobs/default.toml").string());
   std::string out;
-  const std::string plan_args = "--cluster cluster.toml --model llama-1m --seq-len 128 --global-batch-tokens 4096 "
+  Run(cd + motley + " profile --cluster local-emulated --model llama-1m --seq-len 128 --precision fp32 "
+             "--max-microbatch 32 -o profile.json", &code);
+  if (code != 0) return 1;
+  const std::string plan_args = "--profile profile.json --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 4096 "
                                 "--precision fp32";
   Run(cd + motley + " plan " + plan_args + " -o motley.toml", &code);
   if (code != 0) return 1;
@@ -124,7 +97,7 @@ int main(int argc, char** argv) {
   for (Row& row : rows) {
     const std::string metrics = row.plan + ".jsonl";
     out = Run(cd + motley + " launch --nproc 4 -- " + motley + " train job.toml --plan " + row.plan +
-                  " --steps " + std::to_string(steps) + " --metrics " + metrics,
+                  " --steps " + std::to_string(steps) + " --no-checkpoint --no-validation --metrics " + metrics,
               &code);
     if (code != 0) {
       std::cerr << row.name << " failed:\n" << out;
@@ -141,7 +114,7 @@ int main(int argc, char** argv) {
     }
     row.measured_s = Median(times);
     for (auto& c : compute) row.compute_s.push_back(Median(c) * 1e3);
-    const std::string sim = Run(cd + motley + " simulate --plan " + row.plan + " --json", &code);
+    const std::string sim = Run(cd + motley + " simulate --profile profile.json --plan " + row.plan + " --json", &code);
     try {
       row.simulated_s = nlohmann::json::parse(sim.substr(sim.find('{')))["step_time_s"];
     } catch (...) {
@@ -151,10 +124,9 @@ int main(int argc, char** argv) {
 
   std::string md = fmt::format(
       "# Emulated heterogeneity, measured\n\n`build/bench/runtime_heterogeneity --steps {}`: the default job "
-      "(llama-1m, 32 x 128 tokens a step, fp32) on `local-emulated` with every speed factor doubled — 4 ranks; ranks 2 "
-      "and 3 are 3x slower than ranks 0 and 1 (factors 6 and 2) with half the memory; the two pairs are joined by a 1 "
-      "Gbit/s link. Median step time over steps 3..{} as measured by the "
-      "runtime, and the simulator's prediction for the same plan (nominal device figures, no profile).\n\n"
+      "(llama-1m, 32 x 128 tokens a step, fp32) on `local-emulated` — 4 ranks; ranks 2 and 3 are 3x slower than ranks 0 "
+      "and 1 (speed factors 6 and 2) with half the memory; the two pairs are joined by a 1 Gbit/s link. Median step time over steps 3..{} as measured by the "
+      "runtime, and the simulator's prediction for the same plan with the measured profile.\n\n"
       "| plan | measured step | vs even split | simulated step | compute per rank (ms, median) |\n"
       "|---|---|---|---|---|\n",
       steps, steps);

@@ -200,7 +200,7 @@ TEST(Cli, DescribeCluster) {
   EXPECT_TRUE(saw_region_link);
   CliRun text = Motley("describe --cluster local-emulated");
   EXPECT_EQ(text.exit_code, 0);
-  EXPECT_CONTAINS(text.output, "3x slower, 512 MiB");
+  EXPECT_CONTAINS(text.output, "6x slower, 512 MiB");
   CliRun neither = Motley("describe");
   EXPECT_EQ(neither.exit_code, 2);
 }
