@@ -289,17 +289,12 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
                      {"ranks", per_rank}});
     }
     observer->OnStep(m);
-    const int64_t vi = job.data.validation_interval_steps;
-    if (state.step == total_steps || (vi > 0 && state.step % vi == 0)) MOTLEY_RETURN_IF_ERROR(validate(state.step));
-    const int64_t ci = job.checkpoint.interval_steps;
-    if (ci > 0 && state.step % ci == 0 && state.step != total_steps) MOTLEY_RETURN_IF_ERROR(checkpoint());
+    if (ValidationDue(job, state.step, total_steps)) MOTLEY_RETURN_IF_ERROR(validate(state.step));
+    if (CheckpointDue(job, state.step, total_steps)) MOTLEY_RETURN_IF_ERROR(checkpoint());
   }
   if (options.checkpoint_at_end && summary.steps_run > 0) MOTLEY_RETURN_IF_ERROR(checkpoint());
   summary.wall_s = std::chrono::duration<double>(Clock::now() - run_start).count();
-  summary.tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0.0;
-  summary.model_tflops_per_s = summary.tokens_per_s * TrainFlopsPerToken(job.model, seq, false) / 1e12;
-  summary.hardware_tflops_per_s =
-      summary.tokens_per_s * TrainFlopsPerToken(job.model, seq, tc.activation_checkpointing) / 1e12;
+  SetThroughput(job, timed_s, timed_tokens, &summary);
   if (timed_steps > 0) {
     for (auto& r : rank_sums) {
       r.compute_s /= static_cast<double>(timed_steps);

@@ -58,6 +58,24 @@ bool SameShape(const ModelSpec& a, const ModelSpec& b) {
 
 }  // namespace
 
+bool ValidationDue(const JobSpec& job, int64_t step, int64_t total) {
+  const int64_t vi = job.data.validation_interval_steps;
+  return step == total || (vi > 0 && step % vi == 0);
+}
+
+bool CheckpointDue(const JobSpec& job, int64_t step, int64_t total) {
+  const int64_t ci = job.checkpoint.interval_steps;
+  return ci > 0 && step % ci == 0 && step != total;
+}
+
+void SetThroughput(const JobSpec& job, double timed_s, int64_t timed_tokens, TrainSummary* summary) {
+  const int64_t seq = job.training.seq_len;
+  summary->tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0.0;
+  summary->model_tflops_per_s = summary->tokens_per_s * TrainFlopsPerToken(job.model, seq, false) / 1e12;
+  summary->hardware_tflops_per_s =
+      summary->tokens_per_s * TrainFlopsPerToken(job.model, seq, job.training.activation_checkpointing) / 1e12;
+}
+
 Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
   TrainObserver quiet;
   if (observer == nullptr) observer = &quiet;
@@ -206,17 +224,12 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
     }
     metrics.Write(line);
     observer->OnStep(m);
-    const int64_t vi = job.data.validation_interval_steps;
-    if (state.step == total_steps || (vi > 0 && state.step % vi == 0)) validate(state.step);
-    const int64_t ci = job.checkpoint.interval_steps;
-    if (ci > 0 && state.step % ci == 0 && state.step != total_steps) MOTLEY_RETURN_IF_ERROR(checkpoint());
+    if (ValidationDue(job, state.step, total_steps)) validate(state.step);
+    if (CheckpointDue(job, state.step, total_steps)) MOTLEY_RETURN_IF_ERROR(checkpoint());
   }
   if (options.checkpoint_at_end && summary.steps_run > 0) MOTLEY_RETURN_IF_ERROR(checkpoint());
   summary.wall_s = std::chrono::duration<double>(Clock::now() - run_start).count();
-  summary.tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0.0;
-  summary.model_tflops_per_s = summary.tokens_per_s * TrainFlopsPerToken(job.model, seq, false) / 1e12;
-  summary.hardware_tflops_per_s =
-      summary.tokens_per_s * TrainFlopsPerToken(job.model, seq, tc.activation_checkpointing) / 1e12;
+  SetThroughput(job, timed_s, timed_tokens, &summary);
   return summary;
 }
 

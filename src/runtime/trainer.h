@@ -98,6 +98,13 @@ class TrainObserver {
   virtual void OnCheckpoint(const std::string& /*dir*/) {}
 };
 
+// Shared by the single-process and the distributed trainer.
+/// After `step` (from 1) of `total`: validate now? checkpoint now (the end has its own)?
+bool ValidationDue(const JobSpec& job, int64_t step, int64_t total);
+bool CheckpointDue(const JobSpec& job, int64_t step, int64_t total);
+/// Fills the summary's tokens/s and TFLOP/s from the timed steps' seconds and tokens.
+void SetThroughput(const JobSpec& job, double timed_s, int64_t timed_tokens, TrainSummary* summary);
+
 /// Trains `job` in this process. Relative paths in the job (data, checkpoint dir) are relative to
 /// the working directory for the checkpoint dir (as documented in job.h) and to the job file for data.
 Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, TrainObserver* observer);

@@ -98,26 +98,19 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
       entry.precision = PrecisionFromName(e.value("precision", "bf16"));
       entry.backward_includes_recompute = e.value("backward_includes_recompute", true);
       entry.max_microbatch = e.value("max_microbatch", int64_t{0});
-      for (const auto& pt : e.value("points", nlohmann::json::array())) {
-        ProfilePoint point{pt.at("microbatch").get<double>(), pt.at("forward_ms").get<double>(),
-                           pt.at("backward_ms").get<double>()};
-        if (!(point.microbatch > 0) || !(point.forward_ms > 0) || !(point.backward_ms > 0))
-          return bad(fmt::format("entry for {}: points need microbatch, forward_ms and backward_ms > 0",
-                                 entry.device_type));
-        entry.points.push_back(point);
+      for (const char* key : {"points", "head_points"}) {
+        std::vector<ProfilePoint>& list = std::string(key) == "points" ? entry.points : entry.head_points;
+        for (const auto& pt : e.value(key, nlohmann::json::array())) {
+          ProfilePoint point{pt.at("microbatch").get<double>(), pt.at("forward_ms").get<double>(),
+                             pt.at("backward_ms").get<double>()};
+          if (!(point.microbatch > 0) || !(point.forward_ms > 0) || !(point.backward_ms > 0))
+            return bad(fmt::format("entry for {}: {} need microbatch, forward_ms and backward_ms > 0",
+                                   entry.device_type, key));
+          list.push_back(point);
+        }
+        std::sort(list.begin(), list.end(),
+                  [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
       }
-      std::sort(entry.points.begin(), entry.points.end(),
-                [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
-      for (const auto& pt : e.value("head_points", nlohmann::json::array())) {
-        ProfilePoint point{pt.at("microbatch").get<double>(), pt.at("forward_ms").get<double>(),
-                           pt.at("backward_ms").get<double>()};
-        if (!(point.microbatch > 0) || !(point.forward_ms > 0) || !(point.backward_ms > 0))
-          return bad(fmt::format("entry for {}: head_points need microbatch, forward_ms and backward_ms > 0",
-                                 entry.device_type));
-        entry.head_points.push_back(point);
-      }
-      std::sort(entry.head_points.begin(), entry.head_points.end(),
-                [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
       if (e.contains("fit")) {
         const auto& f = e.at("fit");
         entry.forward_fit =
