@@ -34,12 +34,25 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
   Profile profile;
   for (const auto& [type, memory] : memory_of_type) {
     const int64_t memory_bytes = static_cast<int64_t>(memory);
+    // Emulated devices all run on this machine: measure under the others' load.
+    LayerProfilerConfig layers = options.layers;
+    if (cluster.emulated() && layers.background_speed_factors.empty()) {
+      bool skipped_self = false;
+      for (int d = 0; d < cluster.num_devices(); ++d) {
+        const EmulationConfig* emu = cluster.emulation(d);
+        if (!skipped_self && cluster.spec(d).name == type) {
+          skipped_self = true;
+          continue;
+        }
+        layers.background_speed_factors.push_back(emu != nullptr ? emu->speed_factor : 1.0);
+      }
+    }
     const std::string key =
-        fmt::format("v2|{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}", type, model.hidden_size,
+        fmt::format("v3|{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}", type, model.hidden_size,
                     model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_size, model.vocab_size,
                     model.tie_embeddings, seq_len, PrecisionName(precision), memory_bytes,
                     fmt::join(options.layers.microbatches, ","), options.layers.repeats,
-                    options.layers.max_microbatch_cap);
+                    options.layers.max_microbatch_cap, fmt::join(layers.background_speed_factors, ","));
     const fs::path file =
         fs::path(ProfileCacheDir()) / fmt::format("profile-{:016x}.json", std::hash<std::string>{}(key));
     if (options.use_cache && fs::exists(file)) {
@@ -51,7 +64,7 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
       }
     }
     MOTLEY_ASSIGN_OR_RETURN(ProfileEntry entry, ProfileDeviceType(type, model, seq_len, precision, memory_bytes,
-                                                                  options.layers, options.progress));
+                                                                  layers, options.progress));
     Profile one;
     one.entries.push_back(entry);
     std::error_code ec;

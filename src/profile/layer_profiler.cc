@@ -1,7 +1,13 @@
 #include "profile/layer_profiler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include <time.h>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -52,19 +58,53 @@ double MedianMs(std::vector<double> v) {
   return v[v.size() / 2] * 1e3;
 }
 
-// Times `f` (warm-up, then the median of repeats), in ms.
+double ThreadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Times `f` (warm-up, then the median of repeats), in ms: wall time on a GPU, this thread's CPU
+// time on the CPU (an emulated device is paced by its CPU time).
 double TimeMs(const std::function<void()>& f, const torch::Device& d, const LayerProfilerConfig& c) {
   for (int i = 0; i < c.warmup; ++i) f();
   Sync(d);
   std::vector<double> s;
   for (int i = 0; i < std::max(1, c.repeats); ++i) {
     const auto t = Clock::now();
+    const double cpu = ThreadCpuSeconds();
     f();
     Sync(d);
-    s.push_back(std::chrono::duration<double>(Clock::now() - t).count());
+    s.push_back(d.is_cpu() ? ThreadCpuSeconds() - cpu : std::chrono::duration<double>(Clock::now() - t).count());
   }
   return MedianMs(s);
 }
+
+// Worker threads that load the CPU as the other emulated ranks will: `work`, then a sleep of
+// (speed_factor - 1) times its duration, until destroyed.
+class BackgroundLoad {
+ public:
+  BackgroundLoad(const std::vector<double>& speed_factors, std::function<void()> work) {
+    for (double f : speed_factors)
+      threads_.emplace_back([this, f, work] {
+        at::set_num_threads(1);
+        while (!stop_) {
+          const auto t = Clock::now();
+          work();
+          const double s = std::chrono::duration<double>(Clock::now() - t).count();
+          std::this_thread::sleep_for(std::chrono::duration<double>((f - 1) * s));
+        }
+      });
+  }
+  ~BackgroundLoad() {
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
 
 }  // namespace
 
@@ -200,6 +240,17 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
         torch::autograd::grad({y}, inputs, {torch::ones_like(y)});
       }
     };
+    // The other ranks' load: each runs its own copy of the layer's forward and backward.
+    std::optional<BackgroundLoad> load;
+    if (d.is_cpu() && !config.background_speed_factors.empty()) {
+      auto other = std::make_shared<LlamaModel>(model, 2);
+      const torch::Tensor ox = torch::randn({mb, seq_len, model.hidden_size}, torch::TensorOptions().dtype(act));
+      load.emplace(config.background_speed_factors, [other, ox, layer] {
+        torch::Tensor leaf = ox.detach().requires_grad_(true);
+        torch::Tensor y = (*other)->Run(layer, leaf, false);
+        torch::autograd::grad({y}, {leaf}, {torch::ones_like(y)});
+      });
+    }
     ProfilePoint lp{static_cast<double>(mb), TimeMs([&] { forward(layer, false); }, d, config),
                     TimeMs([&] { backward(layer, layer_params, false); }, d, config)};
     ProfilePoint hp{static_cast<double>(mb), TimeMs([&] { forward(head, true); }, d, config),

@@ -6,7 +6,8 @@
 // exponentially and binary-search with out-of-memory detection).
 //
 // On CPU (emulated devices) the measurement is of this machine with one torch and one BLAS thread,
-// as a rank under `motley launch` runs; the emulated speed factor is
+// as a rank under `motley launch` runs, in CPU time (what the emulation paces by), optionally
+// under the load of the other emulated devices; the emulated speed factor is
 // applied by the cost model, and the memory limit is the MemoryLedger's — so the search finds the
 // ledger's limit exactly.
 #pragma once
@@ -27,6 +28,10 @@ struct LayerProfilerConfig {
   int warmup = 1;        // untimed runs per size
   int repeats = 5;       // timed runs per size; the median counts
   int64_t max_microbatch_cap = 256;  // the search stops here (a larger microbatch is never planned)
+  /// CPU: measure under the load of the other emulated devices sharing this machine — one worker
+  /// thread per entry, running the same layer with that device's speed factor as its duty cycle
+  /// (compute, then sleep speed_factor - 1 times as long), as the ranks will. Empty: alone.
+  std::vector<double> background_speed_factors;
 };
 
 /// What fits: the whole model trained in data parallelism on one device (ZeRO-0: parameters,
