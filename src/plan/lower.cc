@@ -12,7 +12,6 @@
 namespace motley {
 namespace {
 
-constexpr double kAdamFlopsPerParam = 12;  // AdamW update: moments, bias correction, decay, write
 
 // How parameters and gradients move, derived once from the plan (see lower.h).
 struct Policy {

@@ -30,6 +30,10 @@ enum class OpKind : uint8_t {
 };
 std::string_view OpKindName(OpKind kind);
 
+/// An optimizer step's `flops` are this many per parameter of the shard it updates (AdamW:
+/// moments, bias correction, decay, the write), so executors can recover the shard's size.
+constexpr double kAdamFlopsPerParam = 12;
+
 /// Ops on one stream of a rank run in program order; different streams overlap.
 enum class Stream : uint8_t { kCompute, kComm, kH2D, kD2H };
 std::string_view StreamName(Stream s);

@@ -48,7 +48,7 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
       }
     }
     const std::string key =
-        fmt::format("v3|{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}", type, model.hidden_size,
+        fmt::format("v5|{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}", type, model.hidden_size,
                     model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_size, model.vocab_size,
                     model.tie_embeddings, seq_len, PrecisionName(precision), memory_bytes,
                     fmt::join(options.layers.microbatches, ","), options.layers.repeats,

@@ -66,11 +66,17 @@ double ThreadCpuSeconds() {
 
 // Times `f` (warm-up, then the median of repeats), in ms: wall time on a GPU, this thread's CPU
 // time on the CPU (an emulated device is paced by its CPU time).
+// On the CPU each timed run starts with cold caches, as in training, where other layers, other
+// ministages and other ranks run between two uses of a layer (warm back-to-back repeats measured
+// backward passes a third faster than the runtime saw).
 double TimeMs(const std::function<void()>& f, const torch::Device& d, const LayerProfilerConfig& c) {
   for (int i = 0; i < c.warmup; ++i) f();
   Sync(d);
+  torch::Tensor evict;
+  if (d.is_cpu()) evict = torch::zeros({int64_t{16} << 20}, torch::kFloat32);  // 64 MiB, beyond any cache
   std::vector<double> s;
   for (int i = 0; i < std::max(1, c.repeats); ++i) {
+    if (evict.defined()) evict.add_(1);
     const auto t = Clock::now();
     const double cpu = ThreadCpuSeconds();
     f();
@@ -218,6 +224,32 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
         (model.tie_embeddings && p.key() == "model.embed_tokens.weight"))
       head_params.push_back(p.value());
   }
+  std::vector<torch::Tensor> accumulated[2];  // gradient buffers: the layer's, the head's
+  for (const auto& p : layer_params) accumulated[0].push_back(torch::zeros_like(p));
+  for (const auto& p : head_params) accumulated[1].push_back(torch::zeros_like(p));
+  {
+    // AdamW over a million-parameter shard, as the executor's optimizer step runs it.
+    say(fmt::format("{}: optimizer step", device_type));
+    const int64_t n = 1 << 20;
+    ParamShard shard;
+    shard.name = "profile";
+    shard.param = torch::randn({n}, torch::TensorOptions().device(d));
+    shard.grad = torch::randn({n}, torch::TensorOptions().device(d));
+    shard.exp_avg = torch::zeros({n}, torch::TensorOptions().device(d));
+    shard.exp_avg_sq = torch::zeros({n}, torch::TensorOptions().device(d));
+    std::vector<ParamShard> shards = {shard};
+    const AdamW adamw(OptimizerConfig{});
+    int64_t step = 0;
+    e.optimizer_ms_per_mparam =
+        TimeMs(
+            [&] {  // the executor's step: the gradient norm, the update, clearing the gradients
+              GradNormSquared(shards);
+              adamw.Step(shards, 1e-4, ++step);
+              shards[0].grad.zero_();
+            },
+            d, config) *
+        1e6 / static_cast<double>(n);
+  }
   for (int64_t mb : config.microbatches) {
     if (mb > e.max_microbatch) break;
     say(fmt::format("{}: layer and head at microbatch {}", device_type, mb));
@@ -229,16 +261,17 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
       torch::Tensor y = m->Run(s, x, false);
       if (with_loss) y = NextTokenLoss(y, targets);
     };
+    // ... and adds the parameter gradients into the flat gradient buffer.
     auto backward = [&](const ModelSlice& s, const std::vector<torch::Tensor>& params, bool with_loss) {
       torch::Tensor leaf = x.detach().requires_grad_(true);
       torch::Tensor y = m->Run(s, leaf, false);
       std::vector<torch::Tensor> inputs = params;
       inputs.push_back(leaf);
-      if (with_loss) {
-        torch::autograd::grad({NextTokenLoss(y, targets)}, inputs);
-      } else {
-        torch::autograd::grad({y}, inputs, {torch::ones_like(y)});
-      }
+      const std::vector<torch::Tensor> grads =
+          with_loss ? torch::autograd::grad({NextTokenLoss(y, targets)}, inputs)
+                    : torch::autograd::grad({y}, inputs, {torch::ones_like(y)});
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) accumulated[s.head ? 1 : 0][i].add_(grads[i]);
     };
     // The other ranks' load: each runs its own copy of the layer's forward and backward.
     std::optional<BackgroundLoad> load;

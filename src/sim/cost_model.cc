@@ -91,8 +91,12 @@ double CostModel::ComputeS(int device, const Op& op) const {
           (op.head && entry && entry->HeadBackwardS(mb) ? *entry->HeadBackwardS(mb) : 2 * head_forward_s);
       break;
     case OpKind::kOptimizerStep:
-      // Memory-bound: read and write parameters, gradients and optimizer state once.
-      t = std::max(op.flops / spec.peak_fp32_flops, op.bytes / spec.memory_bandwidth_bytes_per_s);
+      if (entry != nullptr && entry->optimizer_ms_per_mparam > 0) {
+        t = op.flops / kAdamFlopsPerParam * 1e-6 * entry->optimizer_ms_per_mparam * 1e-3;  // measured
+      } else {
+        // Memory-bound: read and write parameters, gradients and optimizer state once.
+        t = std::max(op.flops / spec.peak_fp32_flops, op.bytes / spec.memory_bandwidth_bytes_per_s);
+      }
       break;
     default:
       return 0;

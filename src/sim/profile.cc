@@ -98,6 +98,7 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
       entry.precision = PrecisionFromName(e.value("precision", "bf16"));
       entry.backward_includes_recompute = e.value("backward_includes_recompute", true);
       entry.max_microbatch = e.value("max_microbatch", int64_t{0});
+      entry.optimizer_ms_per_mparam = e.value("optimizer_ms_per_mparam", 0.0);
       for (const char* key : {"points", "head_points"}) {
         std::vector<ProfilePoint>& list = std::string(key) == "points" ? entry.points : entry.head_points;
         for (const auto& pt : e.value(key, nlohmann::json::array())) {
@@ -156,6 +157,7 @@ nlohmann::json ProfileToJson(const Profile& profile) {
                             {"backward_includes_recompute", e.backward_includes_recompute},
                             {"points", points},
                             {"max_microbatch", e.max_microbatch}};
+    if (e.optimizer_ms_per_mparam > 0) entry["optimizer_ms_per_mparam"] = e.optimizer_ms_per_mparam;
     if (!e.head_points.empty()) {
       nlohmann::json head = nlohmann::json::array();
       for (const auto& pt : e.head_points)

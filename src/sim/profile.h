@@ -53,6 +53,9 @@ struct ProfileEntry {
   std::vector<ProfilePoint> head_points;
   std::optional<LinearFit> forward_fit, backward_fit;
   int64_t max_microbatch = 0;  // 0 = unknown
+  /// AdamW's update, per million parameters of the shard ("optimizer_ms_per_mparam"; 0 = not
+  /// measured: costed from the device's memory bandwidth).
+  double optimizer_ms_per_mparam = 0;
 
   /// Layer times at `microbatch` sequences, in seconds.
   double ForwardS(double microbatch) const;
