@@ -123,9 +123,6 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   if (options.device == "cuda")
     return Status::InvalidArgument("--device cuda with --plan: the multi-process runtime runs on CPU (Gloo) for now; "
                                    "use --device cpu (or auto)");
-  if (!options.resume.empty())
-    return Status::InvalidArgument("--resume with --plan: resuming a multi-process run is not supported yet; resume "
-                                   "in one process (without --plan), whose checkpoints are the same format");
   if (tc.precision == Precision::kFp16)
     return Status::InvalidArgument("[training] precision = \"fp16\" needs a CUDA device; use \"bf16\" or \"fp32\"");
   at::set_num_threads(options.threads > 0 ? options.threads : 1);
@@ -148,8 +145,33 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   if (tc.precision == Precision::kBf16) config.compute_dtype = torch::kBFloat16;
   model->set_compute_dtype(config.compute_dtype);
   config.optimizer = job.optimizer;
+  // Resuming: every rank reads the checkpoint (the weights before its ministages are cut out,
+  // the moments after) — the same files a single-process run writes and reads.
+  TrainerState loaded;
+  std::map<std::string, torch::Tensor> exp_avg, exp_avg_sq;
+  if (!options.resume.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(options.resume));
+    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir, *model));
+    std::vector<ParamShard> whole = WholeParameterShards(*model);
+    MOTLEY_ASSIGN_OR_RETURN(loaded, LoadTrainingState(dir, whole));
+    if (loaded.seed != tc.seed)
+      return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint was trained with seed {} but the job "
+                                                 "says {}; the data order would change — use the same seed",
+                                                 dir, loaded.seed, tc.seed));
+    if (loaded.step >= total_steps)
+      return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint is at step {} of a {}-step run; give "
+                                                 "--steps N with N > {} to train further",
+                                                 dir, loaded.step, total_steps, loaded.step));
+    for (const auto& s : whole) {
+      exp_avg[s.name] = s.exp_avg;
+      exp_avg_sq[s.name] = s.exp_avg_sq;
+    }
+  }
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
                           Executor::Create(plan, schedule, job.cluster, model, comm.get(), config));
+  if (!options.resume.empty()) MOTLEY_RETURN_IF_ERROR(executor->LoadMoments(exp_avg, exp_avg_sq));
+  exp_avg.clear();
+  exp_avg_sq.clear();
   // The emulated device's memory, from here on (the whole model was built above only to
   // initialise every rank's part identically).
   const int device = executor->program().device;
@@ -170,6 +192,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   start.precision = std::string(PrecisionName(tc.precision));
   start.parameters = TotalParams(job.model);
   start.total_steps = total_steps;
+  start.first_step = loaded.step;
   start.tokens_per_step = tokens_per_step;
   start.train_data = data.train.name();
   start.validation_data = data.validation ? data.validation->name() : "";
@@ -181,6 +204,9 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   state.seed = tc.seed;
   state.precision = start.precision;
   state.job_file = job.file;
+  state.step = loaded.step;
+  state.updates = loaded.updates;
+  state.tokens_seen = loaded.tokens_seen;
   TrainSummary summary;
   const int64_t val_sequences =
       data.validation ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data.validation, seq)) : 0;

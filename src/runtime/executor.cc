@@ -638,6 +638,16 @@ Result<RankStepReport> Executor::RunStep(const StepInputs& in) {
   return run.Run();
 }
 
+Status Executor::LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
+                             const std::map<std::string, torch::Tensor>& exp_avg_sq) {
+  for (auto& [v, state] : ministages_) {
+    const std::string missing = state->LoadMoments(exp_avg, exp_avg_sq);
+    if (!missing.empty())
+      return Status::InvalidArgument(fmt::format("the checkpoint has no optimizer moments for {}", missing));
+  }
+  return Status::Ok();
+}
+
 Result<Executor::FullState> Executor::GatherFullState() {
   torch::NoGradGuard no_grad;
   FullState out;

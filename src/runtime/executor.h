@@ -92,6 +92,9 @@ class Executor {
     std::map<std::string, torch::Tensor> params, exp_avg, exp_avg_sq;
   };
   Result<FullState> GatherFullState();
+  /// Resuming: sets this rank's part of the AdamW moments from whole-parameter ones (a checkpoint's).
+  Status LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
+                     const std::map<std::string, torch::Tensor>& exp_avg_sq);
 
   const Program& program() const { return schedule_.programs[rank_]; }
   void set_record_trace(bool on) { config_.record_trace = on; }

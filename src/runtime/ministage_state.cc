@@ -108,6 +108,23 @@ torch::Tensor MinistageState::Moment(int k) const {
   return device.defined() ? device : (k == 0 ? host_exp_avg_ : host_exp_avg_sq_);
 }
 
+std::string MinistageState::LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
+                                        const std::map<std::string, torch::Tensor>& exp_avg_sq) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor m1 = Moment(0), m2 = Moment(1);
+  for (const Range& r : ranges_) {
+    const std::string& name = params_[r.param].name;
+    auto a = exp_avg.find(name), b = exp_avg_sq.find(name);
+    if (a == exp_avg.end() || b == exp_avg_sq.end()) return name;
+    const int64_t lo = std::max(r.flat_begin, shard_begin_);
+    const int64_t hi = std::min(r.flat_begin + r.numel, shard_begin_ + shard_numel_);
+    if (lo >= hi) continue;
+    m1.narrow(0, lo - shard_begin_, hi - lo).copy_(a->second.reshape(-1).narrow(0, lo - r.flat_begin, hi - lo));
+    m2.narrow(0, lo - shard_begin_, hi - lo).copy_(b->second.reshape(-1).narrow(0, lo - r.flat_begin, hi - lo));
+  }
+  return "";
+}
+
 void MinistageState::ClearGradients() {
   if (grad_shard_.defined()) grad_shard_.zero_();
   if (grad_flat_.defined()) grad_flat_.zero_();

@@ -10,6 +10,7 @@
 // back, bit for bit.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,11 @@ class MinistageState {
   std::vector<ParamShard> OptimizerShards();
   /// After a step: clears the gradients.
   void ClearGradients();
+
+  /// Sets the owned part of AdamW's moments from whole-parameter moments (by parameter name), as a
+  /// checkpoint holds them. Returns the first parameter missing from `exp_avg`, or "".
+  std::string LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
+                          const std::map<std::string, torch::Tensor>& exp_avg_sq);
 
   // ---- Offload ----
   bool on_host() const { return host_shard_.defined() && !shard_.defined(); }

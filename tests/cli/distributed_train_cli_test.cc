@@ -433,6 +433,32 @@ TEST(DistributedTrain, AKilledRankMidStepStopsEveryRankWithItsName) {
   }
 }
 
+TEST(DistributedTrain, ResumingAPipelineContinuesExactlyAsTheUninterruptedRun) {
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  dir.Write("cluster.toml", kCluster);
+  // Interleaved ministages with offload (moments on the host), checkpoints every 3 steps.
+  const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
+                                                              "seq_len = 16\nprecision = \"fp32\"\n") + kPlans[6].body);
+  std::string job = Job(dir.Join("run"), 0, true);
+  job.replace(job.find("steps = 5"), 9, "steps = 6");
+  job += "interval_steps = 3\nkeep = 5\n";
+  dir.Write("job.toml", job);
+  const std::string launch = "launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml ";
+  CliRun r = Motley(launch + "--metrics full.jsonl", false, dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::rename(dir.Join("run/step-000006"), dir.Join("uninterrupted"));
+  r = Motley(launch + "--resume run/step-000003 --metrics resumed.jsonl", false, dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "steps 4..6 of 6");
+  EXPECT_EQ(MaxRelativeDifference(dir.Join("run/step-000006/model.safetensors"),
+                                  dir.Join("uninterrupted/model.safetensors")),
+            0);
+  EXPECT_EQ(MaxRelativeDifference(dir.Join("run/step-000006/optimizer.safetensors"),
+                                  dir.Join("uninterrupted/optimizer.safetensors")),
+            0);
+}
+
 TEST(DistributedTrain, TrainOnAClusterMeasuresPlansLaunchesAndComparesWithThePrediction) {
   TempDir dir;
   dir.Write("model.toml", kModel);
