@@ -589,28 +589,38 @@ Result<Schedule> Lowerer::Run() {
       std::vector<int64_t> ms;
       for (int64_t m = 0; m < num_mb_; ++m)
         if (local_index_[m] == k) ms.push_back(m);
-      for (int v = 0; v < num_vstages_; ++v) {
-        if (policy_.gather_per_microbatch) {
-          visit_number_[{0, v}] = visit++;
-          EmitVisitPrepare(0, v, false);
+      // The visits of this index: forward through the ministages, then backward. With ZeRO-3 the
+      // next visit's parameters are gathered while this one computes (at most two gathered); the
+      // last ministage turns around with its parameters in place.
+      std::vector<std::pair<bool, int>> visits;
+      for (int v = 0; v < num_vstages_; ++v) visits.push_back({false, v});
+      for (int v = num_vstages_ - 1; v >= 0; --v) visits.push_back({true, v});
+      const int first_visit = visit;
+      auto continues = [&](size_t i) {  // visit i is the turn-around of visit i - 1
+        return i > 0 && visits[i].first && !visits[i - 1].first && visits[i].second == visits[i - 1].second;
+      };
+      auto prepare = [&](size_t i) {
+        const auto [backward, v] = visits[i];
+        visit_number_[{0, (backward ? num_vstages_ : 0) + v}] = first_visit + static_cast<int>(i);
+        if (!continues(i)) EmitVisitPrepare(0, v, backward);
+      };
+      if (policy_.gather_per_microbatch) prepare(0);
+      for (size_t i = 0; i < visits.size(); ++i) {
+        const auto [backward, v] = visits[i];
+        if (policy_.gather_per_microbatch && i + 1 < visits.size()) prepare(i + 1);
+        for (int64_t m : ms) EmitTask({backward, v, m});
+        if (!backward) {
+          if (policy_.gather_per_microbatch && !continues(i + 1)) EmitFinishForward(0, v);
+          continue;
         }
-        for (int64_t m : ms) EmitTask({false, v, m});
-        if (policy_.gather_per_microbatch) EmitFinishForward(0, v);
-      }
-      for (int v = num_vstages_ - 1; v >= 0; --v) {
         if (policy_.gather_per_microbatch) {
-          visit_number_[{0, num_vstages_ + v}] = visit;
-          EmitVisitPrepare(0, v, true);
-        }
-        for (int64_t m : ms) EmitTask({true, v, m});
-        if (policy_.gather_per_microbatch) {
+          const int number = first_visit + static_cast<int>(i);
           for (int r : group_ranks_[0]) {
             auto lc = last_compute_.find({r, v});
             int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
             s_.programs[r].ops[release].device_free_bytes += RankParams(v) * param_bytes_;
-            release_op_[{r, visit}] = release;
+            release_op_[{r, number}] = release;
           }
-          ++visit;
         }
         if (policy_.reduce_per_microbatch) {
           // Gradients of this microbatch; the optimizer steps once, after the last one.
@@ -637,6 +647,7 @@ Result<Schedule> Lowerer::Run() {
         }
         for (int r : group_ranks_[0]) gather_op_.erase({r, v});
       }
+      visit = first_visit + static_cast<int>(visits.size());
     }
   } else {
     // Visits and where their preparation and finish go in the global order.

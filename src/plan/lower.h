@@ -13,7 +13,9 @@
 //        microbatches, forward then backward, in step with the others by microbatch index.
 //  * Parameters (per ministage). ZeRO 0-2: full parameters stay on the device; ZeRO-1/2
 //    all-gather them after the sharded optimizer step. ZeRO-3 in data parallelism: all-gather
-//    before every forward and backward of every microbatch, freed after. Pipelines with ZeRO-3 or
+//    before every forward and backward of every microbatch index, freed after, the next
+//    ministage's gather issued before this one computes (prefetch: at most two gathered); the
+//    last ministage turns around from forward to backward with its parameters in place. Pipelines with ZeRO-3 or
 //    offload_params: all-gathered once per ministage per pass; with offload_params the shard lives
 //    on the host and is prefetched, at most two ministages resident (the current and the next).
 //  * Gradients. ZeRO-0: all-reduce once per step; ZeRO-1: reduce-scatter once per step.

@@ -140,6 +140,21 @@ devices = [0, 1, 2]
 microbatch_size = [2, 4, 2]
 num_microbatches = [2, 1, 2]
 )"},
+    {"poplar-dp5-zero2-accumulation-last-batch", 5, 1, true, R"(zero_stage = 2
+[[groups]]
+ministages = [[0, 4]]
+devices = [0, 1, 2, 3, 4]
+microbatch_size = [2, 1, 3, 1, 2]
+num_microbatches = [2, 1, 1, 2, 2]
+last_microbatch_size = [1, 0, 0, 0, 1]
+)"},
+    {"poplar-dp4-zero3-per-layer-prefetch", 4, 0, true, R"(zero_stage = 3
+[[groups]]
+ministages = [[0, 1], [1, 2], [2, 3], [3, 4]]
+devices = [0, 1, 2, 3]
+microbatch_size = [3, 2, 1, 1]
+num_microbatches = [2, 1, 2, 2]
+)"},
     {"pipeline2-gpipe", 2, 0, true, R"(schedule = "gpipe"
 zero_stage = 2
 [[groups]]
@@ -410,7 +425,7 @@ TEST(DistributedTrain, AKilledRankMidStepStopsEveryRankWithItsName) {
   dir.Write("model.toml", kModel);
   dir.Write("cluster.toml", kCluster);
   const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
-                                                              "seq_len = 16\nprecision = \"fp32\"\n") + kPlans[5].body);
+                                                              "seq_len = 16\nprecision = \"fp32\"\n") + kPlans[7].body);
   std::string job = Job(dir.Join("run"), 0, true);
   job.replace(job.find("steps = 5"), 9, "steps = 500");
   dir.Write("job.toml", job);
@@ -439,7 +454,7 @@ TEST(DistributedTrain, ResumingAPipelineContinuesExactlyAsTheUninterruptedRun) {
   dir.Write("cluster.toml", kCluster);
   // Interleaved ministages with offload (moments on the host), checkpoints every 3 steps.
   const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
-                                                              "seq_len = 16\nprecision = \"fp32\"\n") + kPlans[6].body);
+                                                              "seq_len = 16\nprecision = \"fp32\"\n") + kPlans[8].body);
   std::string job = Job(dir.Join("run"), 0, true);
   job.replace(job.find("steps = 5"), 9, "steps = 6");
   job += "interval_steps = 3\nkeep = 5\n";
