@@ -112,6 +112,7 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
              chosen.plan.offload_params ? ", parameter offload" : "",
              chosen.plan.offload_activations ? ", activation offload" : "");
   PrintPlan(chosen.plan);
+  if (!chosen.explain.empty()) fmt::print("  why: {}\n", chosen.explain);
   fmt::print("predicted step {} ({:.0f} tokens/s)", FormatDuration(chosen.evaluation.step_time_s),
              static_cast<double>(tc.global_batch_tokens()) / chosen.evaluation.step_time_s);
   if (even.status.ok() && even.evaluation.fits_memory)
