@@ -129,7 +129,7 @@ activation_checkpointing = false
 [[groups]]
 ministages = [[0, 1], [1, 2], [2, 3], [3, 4]]
 devices = [0, 1]
-microbatch_size = [3, 3]
+microbatch_size = [4, 2]
 num_microbatches = [2, 2]
 )"},
     {"dp3-zero3-uneven", 3, 0, true, R"(schedule = "gpipe"
@@ -487,13 +487,16 @@ TEST(DistributedTrain, TrainOnAClusterMeasuresPlansLaunchesAndComparesWithThePre
                                 "[nodes.emulation]\nspeed_factor = 6.0\nmemory = \"512MiB\"\n");
   std::string job = Job(dir.Join("run"), 1, true);
   job.replace(job.find("steps = 5"), 9, "steps = 6");
-  dir.Write("job.toml", job);
+  dir.Write("job.toml", job + "[plan]\nstrategy = \"poplar\"\n");
   const std::string cmd = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") + "' " +
                           MOTLEY_BIN + " train job.toml 2>&1";
   CliRun r = RunCommandLine(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "3 devices in cpu3: measure, plan, then launch one rank per device");
   EXPECT_CONTAINS(r.output, "profile: cpu: largest microbatch that fits in 512 MiB");
+  EXPECT_CONTAINS(r.output, "plan: poplar");
+  EXPECT_CONTAINS(r.output, "why: ZeRO-");  // the stage and the allocation's reasoning
+  EXPECT_CONTAINS(r.output, "(device:microbatches x sequences)");
   EXPECT_CONTAINS(r.output, "predicted step");
   EXPECT_CONTAINS(r.output, "the even split:");
   EXPECT_CONTAINS(r.output, "[rank 0] done: 6 steps");
