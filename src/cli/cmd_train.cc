@@ -64,8 +64,8 @@ void PrintSummary(const TrainSummary& s) {
     fmt::print("  step {:.0f} ms", s.step_s * 1e3);
     if (s.predicted_step_s > 0)
       fmt::print(" (predicted {:.0f} ms, {:+.0f}%)", s.predicted_step_s * 1e3, 100 * (s.predicted_step_s / s.step_s - 1));
-    fmt::print(", HFU {:.1f}%", 100 * s.hfu);
-    if (s.predicted_hfu > 0) fmt::print(" (predicted {:.1f}%)", 100 * s.predicted_hfu);
+    if (s.hfu > 0) fmt::print(", HFU {:.1f}%", 100 * s.hfu);
+    if (s.hfu > 0 && s.predicted_hfu > 0) fmt::print(" (predicted {:.1f}%)", 100 * s.predicted_hfu);
     fmt::print("\n");
   }
   if (!s.ranks.empty()) {

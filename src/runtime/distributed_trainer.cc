@@ -332,7 +332,8 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
     summary.ranks = rank_sums;
     summary.step_s = timed_s / static_cast<double>(timed_steps);
   }
-  // Hardware FLOPs per second over the plan's devices' peak, measured and predicted.
+  // Hardware FLOPs per second over the plan's devices' peak, measured and predicted (not for
+  // emulated devices, whose catalog peaks are nominal).
   double peak = 0;
   for (const Program& p : schedule.programs) {
     const GpuSpec& spec = job.cluster.spec(p.device);
@@ -340,6 +341,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
     peak += (tc.precision == Precision::kFp32 ? spec.peak_fp32_flops : spec.peak_fp16_flops) /
             (emu != nullptr ? emu->speed_factor : 1.0);
   }
+  if (job.cluster.emulated()) peak = 0;
   if (summary.step_s > 0 && peak > 0) summary.hfu = schedule.hardware_flops_per_step / summary.step_s / peak;
   if (lead && !options.profile_path.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(Profile profile, LoadProfileFile(options.profile_path));
