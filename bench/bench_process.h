@@ -3,9 +3,11 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -42,6 +44,34 @@ inline std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
     if (!j.is_discarded()) out.push_back(std::move(j));
   }
   return out;
+}
+
+/// A process benchmark's command line: [--steps N] [-o report.md]. Returns false (after printing
+/// the usage) on anything else.
+struct BenchArgs {
+  int steps = 8;
+  std::string report_path;
+};
+inline bool ParseBenchArgs(int argc, char** argv, const char* name, BenchArgs* out) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--steps" && i + 1 < argc) {
+      out->steps = std::stoi(argv[++i]);
+    } else if (a == "-o" && i + 1 < argc) {
+      out->report_path = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--steps N] [-o report.md]\n", name);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// A fresh working directory for a benchmark's files.
+inline std::filesystem::path MakeWorkDir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 inline std::string ReadFile(const std::string& path) {

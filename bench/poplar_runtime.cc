@@ -60,22 +60,13 @@ std::string WithStage(std::string plan, int stage) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 8;
-  std::string report_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--steps" && i + 1 < argc) {
-      steps = std::stoi(argv[++i]);
-    } else if (a == "-o" && i + 1 < argc) {
-      report_path = argv[++i];
-    } else {
-      std::cerr << "usage: poplar_runtime [--steps N] [-o report.md]\n";
-      return 2;
-    }
-  }
+  motley_bench::BenchArgs args;
+  args.steps = 8;
+  if (!motley_bench::ParseBenchArgs(argc, argv, "poplar_runtime", &args)) return 2;
+  const int steps = args.steps;
+  const std::string report_path = args.report_path;
   const std::string motley = MOTLEY_BIN;
-  const fs::path dir = fs::temp_directory_path() / fmt::format("motley_bench_poplar_{}", ::getpid());
-  fs::create_directories(dir);
+  const fs::path dir = motley_bench::MakeWorkDir("motley_bench_poplar");
   const std::string cd = "cd '" + dir.string() + "' && ";
   const std::vector<ClusterCase> clusters = {
       {"equal-speed", "equal speed, unequal memory (2 GiB, 2 GiB, 256 MiB, 256 MiB)", {2, 2, 2, 2},

@@ -62,20 +62,13 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 12;
-  std::string report_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
-    else if (a == "-o" && i + 1 < argc) report_path = argv[++i];
-    else {
-      std::cerr << "usage: runtime_heterogeneity [--steps N] [-o report.md]\n";
-      return 2;
-    }
-  }
+  motley_bench::BenchArgs args;
+  args.steps = 12;
+  if (!motley_bench::ParseBenchArgs(argc, argv, "runtime_heterogeneity", &args)) return 2;
+  const int steps = args.steps;
+  const std::string report_path = args.report_path;
   const std::string motley = MOTLEY_BIN;
-  const fs::path dir = fs::temp_directory_path() / fmt::format("motley_bench_het_{}", ::getpid());
-  fs::create_directories(dir);
+  const fs::path dir = motley_bench::MakeWorkDir("motley_bench_het");
   const std::string cd = "cd '" + dir.string() + "' && ";
   int code = 0;
   std::ofstream(dir / "job.toml") << motley_bench::ReadFile((fs::path(MOTLEY_SOURCE_DIR) / "examples/jobs/default.toml").string());

@@ -100,22 +100,13 @@ double KendallTau(const std::vector<double>& a, const std::vector<double>& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 8;
-  std::string report_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--steps" && i + 1 < argc) {
-      steps = std::stoi(argv[++i]);
-    } else if (a == "-o" && i + 1 < argc) {
-      report_path = argv[++i];
-    } else {
-      std::cerr << "usage: simulator_fidelity [--steps N] [-o report.md]\n";
-      return 2;
-    }
-  }
+  motley_bench::BenchArgs args;
+  args.steps = 8;
+  if (!motley_bench::ParseBenchArgs(argc, argv, "simulator_fidelity", &args)) return 2;
+  const int steps = args.steps;
+  const std::string report_path = args.report_path;
   const std::string motley = MOTLEY_BIN;
-  const fs::path dir = fs::temp_directory_path() / fmt::format("motley_bench_fidelity_{}", ::getpid());
-  fs::create_directories(dir);
+  const fs::path dir = motley_bench::MakeWorkDir("motley_bench_fidelity");
   const std::string cd = "cd '" + dir.string() + "' && ";
   int code = 0;
   std::ofstream(dir / "job.toml") << motley_bench::ReadFile(

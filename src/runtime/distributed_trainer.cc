@@ -154,14 +154,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
     MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir, *model));
     std::vector<ParamShard> whole = WholeParameterShards(*model);
     MOTLEY_ASSIGN_OR_RETURN(loaded, LoadTrainingState(dir, whole));
-    if (loaded.seed != tc.seed)
-      return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint was trained with seed {} but the job "
-                                                 "says {}; the data order would change — use the same seed",
-                                                 dir, loaded.seed, tc.seed));
-    if (loaded.step >= total_steps)
-      return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint is at step {} of a {}-step run; give "
-                                                 "--steps N with N > {} to train further",
-                                                 dir, loaded.step, total_steps, loaded.step));
+    MOTLEY_RETURN_IF_ERROR(CheckResumable(dir, loaded.seed, loaded.step, job, total_steps));
     for (const auto& s : whole) {
       exp_avg[s.name] = s.exp_avg;
       exp_avg_sq[s.name] = s.exp_avg_sq;

@@ -68,6 +68,18 @@ bool CheckpointDue(const JobSpec& job, int64_t step, int64_t total) {
   return ci > 0 && step % ci == 0 && step != total;
 }
 
+Status CheckResumable(const std::string& dir, uint64_t seed, int64_t step, const JobSpec& job, int64_t total_steps) {
+  if (seed != job.training.seed)
+    return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint was trained with seed {} but the job "
+                                               "says {}; the data order would change — use the same seed",
+                                               dir, seed, job.training.seed));
+  if (step >= total_steps)
+    return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint is at step {} of a {}-step run; give "
+                                               "--steps N with N > {} to train further",
+                                               dir, step, total_steps, step));
+  return Status::Ok();
+}
+
 void SetThroughput(const JobSpec& job, double timed_s, int64_t timed_tokens, TrainSummary* summary) {
   const int64_t seq = job.training.seq_len;
   summary->tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0.0;
@@ -113,14 +125,7 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
                                                  dir, job.model_ref));
     MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir, *model));
     MOTLEY_ASSIGN_OR_RETURN(TrainerState loaded, LoadTrainingState(dir, shards));
-    if (loaded.seed != tc.seed)
-      return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint was trained with seed {} but the job "
-                                                 "says {}; the data order would change — use the same seed",
-                                                 dir, loaded.seed, tc.seed));
-    if (loaded.step >= total_steps)
-      return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint is at step {} of a {}-step run; give "
-                                                 "--steps N with N > {} to train further",
-                                                 dir, loaded.step, total_steps, loaded.step));
+    MOTLEY_RETURN_IF_ERROR(CheckResumable(dir, loaded.seed, loaded.step, job, total_steps));
     state.step = loaded.step;
     state.updates = loaded.updates;
     state.tokens_seen = loaded.tokens_seen;

@@ -102,6 +102,9 @@ class TrainObserver {
 /// After `step` (from 1) of `total`: validate now? checkpoint now (the end has its own)?
 bool ValidationDue(const JobSpec& job, int64_t step, int64_t total);
 bool CheckpointDue(const JobSpec& job, int64_t step, int64_t total);
+/// Whether a checkpoint's state can continue this job: same seed (the data order), not at the end.
+/// `dir` names the checkpoint in messages.
+Status CheckResumable(const std::string& dir, uint64_t seed, int64_t step, const JobSpec& job, int64_t total_steps);
 /// Fills the summary's tokens/s and TFLOP/s from the timed steps' seconds and tokens.
 void SetThroughput(const JobSpec& job, double timed_s, int64_t timed_tokens, TrainSummary* summary);
 
