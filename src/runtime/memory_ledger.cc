@@ -11,36 +11,39 @@
 namespace motley {
 namespace {
 
-// One allocation: the wrapped allocator's pointer and the bytes counted for it.
-struct Counted {
-  c10::DataPtr inner;
-  int64_t bytes;
-};
+// Each allocation carries its size in a 64-byte header before the data (which keeps libtorch's
+// 64-byte alignment). The data pointer is its own deleter context, as raw_allocate() requires (some
+// kernels, e.g. bf16 ones, allocate through it).
+constexpr size_t kHeader = 64;
 
 class LedgerAllocator final : public c10::Allocator {
  public:
-  LedgerAllocator(MemoryLedger* ledger, c10::Allocator* inner) : ledger_(ledger), inner_(inner) {}
+  explicit LedgerAllocator(MemoryLedger* ledger) { ledger_ = ledger; }
 
   c10::DataPtr allocate(size_t n) const override {
     const auto bytes = static_cast<int64_t>(n);
-    if (!ledger_->Reserve(bytes)) throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, ledger_->OutOfMemoryMessage(bytes));
-    c10::DataPtr inner = inner_->allocate(n);
-    void* data = inner.get();
-    auto* ctx = new Counted{std::move(inner), bytes};
-    return {data, ctx, &Delete, c10::Device(c10::DeviceType::CPU)};
+    if (!ledger_->Reserve(bytes))
+      throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, ledger_->OutOfMemoryMessage(bytes));
+    void* base = nullptr;
+    if (posix_memalign(&base, kHeader, n + kHeader) != 0) {
+      ledger_->Release(bytes);
+      throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__},
+                                  "out of host memory: cannot allocate " + FormatBytes(static_cast<double>(n)));
+    }
+    *static_cast<size_t*>(base) = n;
+    void* data = static_cast<char*>(base) + kHeader;
+    return {data, data, &Free, c10::Device(c10::DeviceType::CPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  c10::DeleterFnPtr raw_deleter() const override { return &Free; }
 
  private:
-  static void Delete(void* ctx) {
-    auto* c = static_cast<Counted*>(ctx);
-    Ledger()->Release(c->bytes);
-    delete c;  // frees the wrapped allocation
+  static void Free(void* data) {
+    if (data == nullptr) return;
+    void* base = static_cast<char*>(data) - kHeader;
+    ledger_->Release(static_cast<int64_t>(*static_cast<size_t*>(base)));
+    std::free(base);
   }
-  static MemoryLedger* Ledger() { return &MemoryLedger::Install(); }
-
-  MemoryLedger* ledger_;
-  c10::Allocator* inner_;
+  static inline MemoryLedger* ledger_ = nullptr;
 };
 
 }  // namespace
@@ -48,7 +51,7 @@ class LedgerAllocator final : public c10::Allocator {
 MemoryLedger& MemoryLedger::Install() {
   static MemoryLedger* ledger = [] {
     auto* l = new MemoryLedger();
-    static LedgerAllocator allocator(l, c10::GetDefaultCPUAllocator());
+    static LedgerAllocator allocator(l);
     c10::SetCPUAllocator(&allocator, /*priority=*/100);
     return l;
   }();

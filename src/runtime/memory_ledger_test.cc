@@ -1,5 +1,6 @@
 #include "runtime/memory_ledger.h"
 
+#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
 namespace motley {
@@ -30,6 +31,19 @@ TEST(MemoryLedger, CountsTensorsAndRefusesPastCapacityWithTheGpuError) {
     ledger.set_capacity_bytes(0);
   }
   EXPECT_EQ(ledger.used_bytes(), base);  // everything freed is uncounted
+}
+
+TEST(MemoryLedger, KernelsThatAllocateRawMemoryWork) {
+  // Some kernels (bf16 ones among them) allocate through Allocator::raw_allocate, which needs the
+  // data pointer to be its own deleter context.
+  MemoryLedger& ledger = MemoryLedger::Install();
+  void* p = c10::GetCPUAllocator()->raw_allocate(1000);
+  ASSERT_NE(p, nullptr);
+  c10::GetCPUAllocator()->raw_deallocate(p);
+  torch::Tensor a = torch::randn({64, 64}).to(torch::kBFloat16);
+  torch::Tensor b = torch::matmul(a, a).to(torch::kFloat32);
+  EXPECT_EQ(b.size(0), 64);
+  EXPECT_GE(ledger.peak_bytes(), 0);
 }
 
 }  // namespace

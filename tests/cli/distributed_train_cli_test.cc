@@ -394,6 +394,24 @@ TEST(DistributedTrain, AnEmulatedDeviceRunsOutOfMemoryWithTheGpuError) {
   EXPECT_CONTAINS(r.output, "of the emulated capacity of 256 KiB in use");
 }
 
+TEST(DistributedTrain, Bf16ComputeRunsAcrossAPipeline) {
+  // bf16 activations cross the pipeline; fp32 master weights, gradients and collectives.
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  std::string plan = kPipeline2;
+  plan.replace(plan.find("\"fp32\""), 6, "\"bf16\"");
+  dir.Write("plan.toml", plan);
+  dir.Write("cluster.toml", TwoDeviceCluster(""));
+  std::string job = Job(dir.Join("run"), 1, true);
+  job.replace(job.find("\"fp32\""), 6, "\"bf16\"");
+  dir.Write("job.toml", job);
+  CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml",
+                    false, dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "in bf16");
+  EXPECT_CONTAINS(r.output, "[rank 0] done: 5 steps");
+}
+
 TEST(DistributedTrain, TheTraceOfTheRealRunUsesTheSimulatorsFormat) {
   TempDir dir;
   dir.Write("model.toml", kModel);
