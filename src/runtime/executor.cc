@@ -502,15 +502,12 @@ class Executor::StepRun {
   }
 
   Status Recv(const Op& op) {
-    const auto [backward, v, m] = DecodeTag(op.tag);
     const auto& spec = ex_.model_->spec();
     torch::Tensor buffer =
-        torch::empty({ex_.microbatch_size_[m], ex_.schedule_.seq_len, spec.hidden_size},
+        torch::empty({ex_.microbatch_size_[op.microbatch], ex_.schedule_.seq_len, spec.hidden_size},
                      torch::TensorOptions().dtype(ActDtype()).device(ex_.config_.device));
     MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, ex_.comm_->Recv(buffer, op.peer, op.tag));
     recvs_[op.tag] = {std::move(p), buffer};
-    (void)backward;
-    (void)v;
     return Status::Ok();
   }
 
