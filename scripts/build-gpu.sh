@@ -2,8 +2,12 @@
 # Builds motley against PyTorch 2.x's libtorch with CUDA — the one inside the pip wheel — into
 # build-gpu/. For a GPU machine; the CPU build (scripts/setup.sh) uses Debian's libtorch 1.13.
 #
-#   PYTHON            the python that has torch (default: python3)
-#   MOTLEY_BUILD_DIR  build folder (default: build-gpu)
+#   PYTHON             the python that has torch (default: python3)
+#   MOTLEY_BUILD_DIR   build folder (default: build-gpu)
+#   MOTLEY_DEPS_PREFIX where motley's other libraries are when not installed system-wide (a prefix
+#                      with include/ and lib/, e.g. Debian packages unpacked with dpkg -x; see
+#                      bench/gpu/README.md)
+#   MOTLEY_TARGETS     what to build (default: motley motley-data motley_runtime_tests)
 #
 # The same sources build against both libtorch versions (shared notes: libtorch.md): version
 # differences are guarded on TORCH_VERSION_MAJOR (scaled_dot_product_attention from 2.0).
@@ -28,10 +32,20 @@ fi
 
 # The header-only and small libraries motley uses beside torch; on a machine without apt access
 # they must already be there (the same Debian packages as scripts/setup.sh).
+DEPS_FLAGS=()
+PREFIXES="$TORCH_PREFIX"
+if [ -n "${MOTLEY_DEPS_PREFIX:-}" ]; then
+  DEPS_FLAGS=(-I"$MOTLEY_DEPS_PREFIX/include")
+  PREFIXES="$TORCH_PREFIX;$MOTLEY_DEPS_PREFIX"
+  export LD_LIBRARY_PATH="$MOTLEY_DEPS_PREFIX/lib/x86_64-linux-gnu:$MOTLEY_DEPS_PREFIX/lib:${LD_LIBRARY_PATH:-}"
+fi
+# NCCL's header comes with the CUDA wheels (nvidia-nccl), beside torch.
+NCCL_HINT="$("$PYTHON" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)"
+
 missing=()
 for header in fmt/format.h nlohmann/json.hpp toml++/toml.h CLI/CLI.hpp boost/graph/stoer_wagner_min_cut.hpp \
   gtest/gtest.h sentencepiece_processor.h; do
-  if ! echo "#include <$header>" | "${CXX:-c++}" -std=c++20 -x c++ -fsyntax-only - 2>/dev/null; then
+  if ! echo "#include <$header>" | "${CXX:-c++}" -std=c++20 "${DEPS_FLAGS[@]}" -x c++ -fsyntax-only - 2>/dev/null; then
     missing+=("$header")
   fi
 done
@@ -41,7 +55,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
   exit 1
 fi
 
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
-  -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DMOTLEY_BUILD_BENCH=OFF
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target motley motley-data
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIXES" \
+  -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DMOTLEY_BUILD_BENCH=OFF -DMOTLEY_NCCL_HINT="$NCCL_HINT"
+# shellcheck disable=SC2086
+cmake --build "$BUILD_DIR" -j"$(nproc)" --target ${MOTLEY_TARGETS:-motley motley-data motley_runtime_tests}
 "$BUILD_DIR/motley" --version

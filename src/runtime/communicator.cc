@@ -30,7 +30,7 @@ c10::intrusive_ptr<c10d::Store> ConnectStore(const Rendezvous& rv, bool server, 
   return c10::make_intrusive<c10d::TCPStore>(rv.master_addr, o);
 }
 
-c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGloo(const c10::intrusive_ptr<c10d::Store>& store,
+c10::intrusive_ptr<CommBackend> MakeGloo(const c10::intrusive_ptr<c10d::Store>& store,
                                                    const std::string& prefix, int rank, int size,
                                                    const Rendezvous& rv, double timeout_s) {
   auto opts = c10d::ProcessGroupGloo::Options::create();
@@ -88,7 +88,7 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(const Rendezvous& rv
     for (int r = 0; r < rv.world_size; ++r) c->world_->ranks.push_back(r);
     c->world_->index = rv.rank;
     c->world_->name = "world";
-    c->world_->pg = MakeGloo(c->store_, "motley/group/world", rv.rank, rv.world_size, rv, config.timeout_s);
+    if (Status s = c->MakeProcessGroups(*c->world_, "motley/group/world"); !s.ok()) return s;
     if (config.heartbeat_timeout_s > 0 && rv.world_size > 1) {
       c->watch_store_ = ConnectStore(rv, false, config.connect_timeout_s);
       c->watchdog_ = std::thread([p = c.get()] { p->Watch(); });
@@ -191,16 +191,34 @@ Result<CommGroup*> Communicator::NewGroup(std::vector<int> ranks) {
                                                  world_size()));
     if (g->ranks[i] == rank()) g->index = i;
   }
-  if (g->index >= 0) {
-    try {
-      g->pg = MakeGloo(store_, "motley/group/" + g->name, g->index, g->size(), rv_, config_.timeout_s);
-    } catch (const std::exception& e) {
-      return Status::IoError(fmt::format("rank {}: cannot build group {}: {} ({})", rank(), g->name,
-                                         std::string(e.what()).substr(0, 200), DiagnoseFailure()));
-    }
-  }
+  if (g->index >= 0) MOTLEY_RETURN_IF_ERROR(MakeProcessGroups(*g, "motley/group/" + g->name));
   groups_.push_back(std::move(g));
   return groups_.back().get();
+}
+
+Status Communicator::MakeProcessGroups(CommGroup& g, const std::string& prefix) {
+  try {
+    g.pg = MakeGloo(store_, prefix, g.index, g.size(), rv_, config_.timeout_s);
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: cannot build group {}: {} ({})", rank(), g.name,
+                                       std::string(e.what()).substr(0, 200), DiagnoseFailure()));
+  }
+  if (config_.gpu) {
+    auto nccl = MakeNcclBackend(c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", store_), g.index, g.size(),
+                                config_.timeout_s);
+    if (!nccl.ok()) return nccl.status();
+    g.gpu_pg = *nccl;
+  }
+  return Status::Ok();
+}
+
+Result<CommBackend*> Communicator::For(CommGroup& g, const torch::Tensor& t) {
+  if (!t.is_cuda()) return g.pg.get();
+  if (!g.gpu_pg)
+    return Status::Internal(fmt::format("rank {}: a CUDA tensor for group {}, which has no NCCL process group "
+                                        "(the communicator was connected without CommConfig::gpu)",
+                                        rank(), g.name));
+  return g.gpu_pg.get();
 }
 
 Status Communicator::Run(const std::string& what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
@@ -222,8 +240,9 @@ Result<PendingTransfer> Communicator::StartAllReduceSum(CommGroup& g, torch::Ten
   if (g.size() == 1) return PendingTransfer();
   std::vector<torch::Tensor> v = {t};
   const std::string what = fmt::format("all-reduce over {}", g.name);
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, t));
   try {
-    return PendingTransfer(g.pg->allreduce(v), what, this);
+    return PendingTransfer(pg->allreduce(v), what, this);
   } catch (const std::exception& e) {
     return Failed(what, e);
   }
@@ -236,12 +255,21 @@ Result<PendingTransfer> Communicator::StartAllGather(CommGroup& g, const torch::
     out.view(-1).copy_(shard.view(-1));
     return PendingTransfer();
   }
+  const std::string what = fmt::format("all-gather over {}", g.name);
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, out));
+  if (out.is_cuda()) {  // NCCL gathers into one flat buffer
+    torch::Tensor in = shard.contiguous().view(-1), flat = out.view(-1);
+    try {
+      return PendingTransfer(pg->_allgather_base(flat, in), what, this);
+    } catch (const std::exception& e) {
+      return Failed(what, e);
+    }
+  }
   std::vector<torch::Tensor> in = {shard.contiguous()};
   std::vector<std::vector<torch::Tensor>> outs(1);
   for (const auto& chunk : out.view(-1).chunk(g.size())) outs[0].push_back(chunk);
-  const std::string what = fmt::format("all-gather over {}", g.name);
   try {
-    return PendingTransfer(g.pg->allgather(outs, in), what, this);
+    return PendingTransfer(pg->allgather(outs, in), what, this);
   } catch (const std::exception& e) {
     return Failed(what, e);
   }
@@ -254,14 +282,23 @@ Result<PendingTransfer> Communicator::StartReduceScatterSum(CommGroup& g, const 
     out.view(-1).copy_(in.view(-1));
     return PendingTransfer();
   }
+  const std::string what = fmt::format("reduce-scatter over {}", g.name);
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, in));
+  if (in.is_cuda()) {  // NCCL has a reduce-scatter of its own
+    torch::Tensor send = in.contiguous().view(-1), into = out.view(-1);
+    try {
+      return PendingTransfer(pg->_reduce_scatter_base(into, send), what, this);
+    } catch (const std::exception& e) {
+      return Failed(what, e);
+    }
+  }
   // Gloo has no reduce-scatter: all-to-all sends chunk j to member j, then each sums what it got.
   torch::Tensor send = in.contiguous().view(-1);
   torch::Tensor received = torch::empty_like(send);
   std::vector<int64_t> counts;  // empty: equal splits
-  const std::string what = fmt::format("reduce-scatter over {}", g.name);
   const int64_t members = g.size();
   try {
-    return PendingTransfer(g.pg->alltoall_base(received, send, counts, counts), what, this,
+    return PendingTransfer(pg->alltoall_base(received, send, counts, counts), what, this,
                            [received, out, members]() mutable {
                              out.view(-1).copy_(received.view({members, -1}).sum(0));
                            });
@@ -291,7 +328,8 @@ Status Communicator::Broadcast(CommGroup& g, torch::Tensor& t, int root_index) {
   std::vector<torch::Tensor> v = {t};
   c10d::BroadcastOptions o;
   o.rootRank = root_index;
-  return Run(fmt::format("broadcast over {}", g.name), [&] { return g.pg->broadcast(v, o); });
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, t));
+  return Run(fmt::format("broadcast over {}", g.name), [&] { return pg->broadcast(v, o); });
 }
 
 Status Communicator::Barrier(CommGroup& g) {
@@ -305,8 +343,9 @@ Result<PendingTransfer> Communicator::Send(const torch::Tensor& t, int peer, int
   MOTLEY_CHECK_LE(tag, std::numeric_limits<int>::max());
   std::vector<torch::Tensor> v = {t};
   const std::string what = fmt::format("send of {} elements to rank {} (tag {})", t.numel(), peer, tag);
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(*world_, t));  // NCCL matches by order per pair, not by tag
   try {
-    return PendingTransfer(world_->pg->send(v, peer, static_cast<int>(tag)), what, this);
+    return PendingTransfer(pg->send(v, peer, static_cast<int>(tag)), what, this);
   } catch (const std::exception& e) {
     return Status::IoError(fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
   }
@@ -317,8 +356,9 @@ Result<PendingTransfer> Communicator::Recv(torch::Tensor& t, int peer, int64_t t
   MOTLEY_CHECK_LE(tag, std::numeric_limits<int>::max());
   std::vector<torch::Tensor> v = {t};
   const std::string what = fmt::format("receive of {} elements from rank {} (tag {})", t.numel(), peer, tag);
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(*world_, t));
   try {
-    return PendingTransfer(world_->pg->recv(v, peer, static_cast<int>(tag)), what, this);
+    return PendingTransfer(pg->recv(v, peer, static_cast<int>(tag)), what, this);
   } catch (const std::exception& e) {
     return Status::IoError(fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
   }

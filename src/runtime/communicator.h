@@ -1,5 +1,6 @@
 // Communicator: motley's collectives and point-to-point transfers over c10d — Gloo for CPU
-// tensors (here, CI, emulated devices); NCCL joins on GPUs. Every operation returns a Status: a
+// tensors (here, CI, emulated devices, and the small CPU-side exchanges of GPU runs), NCCL for
+// GPU tensors (CommConfig::gpu; one GPU per rank). Each operation picks by its tensor's device. Every operation returns a Status: a
 // timeout or a broken connection becomes an error naming the operation, its peers and the rank
 // that stopped responding, never a hang.
 //
@@ -23,6 +24,7 @@
 #include <torch/torch.h>
 
 #include "core/status.h"
+#include "runtime/nccl_backend.h"
 #include "runtime/rendezvous.h"
 
 namespace motley {
@@ -32,6 +34,7 @@ struct CommConfig {
   double connect_timeout_s = 120;   // waiting for every rank at start-up
   double heartbeat_interval_s = 1;
   double heartbeat_timeout_s = 15;  // silence after which a rank counts as dead; 0 = no watchdog
+  bool gpu = false;                 // also an NCCL group beside each Gloo one, for CUDA tensors
 };
 
 /// A set of ranks that communicate together (the world, a pipeline stage's ZeRO group, ...).
@@ -39,7 +42,8 @@ struct CommGroup {
   std::vector<int> ranks;  // world ranks, in order
   int index = -1;          // this rank's position in `ranks`; -1 when not a member
   std::string name;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  c10::intrusive_ptr<CommBackend> pg;      // Gloo: CPU tensors
+  c10::intrusive_ptr<CommBackend> gpu_pg;  // NCCL: CUDA tensors (CommConfig::gpu)
   int size() const { return static_cast<int>(ranks.size()); }
 };
 
@@ -93,6 +97,10 @@ class Communicator {
  private:
   Communicator() = default;
   Status Run(const std::string& what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start);
+  /// The group's process group for tensors on `t`'s device.
+  Result<CommBackend*> For(CommGroup& g, const torch::Tensor& t);
+  /// Gloo (and NCCL with CommConfig::gpu) process groups for group `g` as member `index` of `size`.
+  Status MakeProcessGroups(CommGroup& g, const std::string& prefix);
   /// The error for `what` failing with `e`, with DiagnoseFailure()'s verdict.
   Status Failed(const std::string& what, const std::exception& e);
   void Watch();

@@ -13,6 +13,7 @@
 #include "plan/plan_io.h"
 #include "runtime/checkpoint.h"
 #include "runtime/communicator.h"
+#include "runtime/cuda_device.h"
 #include "runtime/evaluate.h"
 #include "runtime/executor.h"
 #include "runtime/llama_model.h"
@@ -115,16 +116,29 @@ AssembledModel Assemble(const ModelSpec& spec, const Executor::FullState& state)
   return a;
 }
 
+// Each rank's device: its own GPU (by local rank) or the CPU. "auto" takes GPUs when every rank on
+// this host can have one (NCCL refuses two ranks on one GPU), else the CPU (emulated clusters).
+Result<torch::Device> RankDevice(const std::string& name, const Rendezvous& rv) {
+  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  if (name == "cpu" || (name == "auto" && gpus < rv.local_world_size)) return torch::Device(torch::kCPU);
+  if (name != "cuda" && name != "auto")
+    return Status::InvalidArgument(fmt::format("--device {}: expected auto, cpu or cuda", name));
+  if (gpus < rv.local_world_size)
+    return Status::InvalidArgument(fmt::format(
+        "--device cuda: {} ranks on this host but {} GPU(s) visible; each rank needs a GPU of its own (NCCL refuses "
+        "two ranks on one GPU) — start at most {} ranks per host, or use --device cpu",
+        rv.local_world_size, gpus, gpus));
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rv.local_rank));
+}
+
 }  // namespace
 
 Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
   const TrainingConfig& tc = job.training;
   const int64_t total_steps = options.steps > 0 ? options.steps : tc.steps;
-  if (options.device == "cuda")
-    return Status::InvalidArgument("--device cuda with --plan: the multi-process runtime runs on CPU (Gloo) for now; "
-                                   "use --device cpu (or auto)");
   if (tc.precision == Precision::kFp16)
-    return Status::InvalidArgument("[training] precision = \"fp16\" needs a CUDA device; use \"bf16\" or \"fp32\"");
+    return Status::InvalidArgument("[training] precision = \"fp16\": the multi-process runtime has no loss scaling "
+                                   "yet; use \"bf16\" (same speed on GPUs since Ampere) or \"fp32\"");
   at::set_num_threads(options.threads > 0 ? options.threads : 1);
   MemoryLedger& ledger = MemoryLedger::Install();  // counts every tensor from here on
 
@@ -132,7 +146,11 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan, job, options.plan_path));
   MOTLEY_ASSIGN_OR_RETURN(Schedule schedule, LowerPlan(plan, job.cluster, job.model));
   MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
-  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Connect(rv));
+  MOTLEY_ASSIGN_OR_RETURN(torch::Device rank_device, RankDevice(options.device, rv));
+  SetCurrentDevice(rank_device);
+  CommConfig comm_config;
+  comm_config.gpu = rank_device.is_cuda();
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Connect(rv, comm_config));
   const bool lead = comm->rank() == 0;
   TrainObserver quiet;
   if (observer == nullptr || !lead) observer = &quiet;
@@ -142,6 +160,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
 
   LlamaModel model(job.model, tc.seed);
   ExecutorConfig config;
+  config.device = rank_device;
   if (tc.precision == Precision::kBf16) config.compute_dtype = torch::kBFloat16;
   model->set_compute_dtype(config.compute_dtype);
   config.optimizer = job.optimizer;
@@ -160,6 +179,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
       exp_avg_sq[s.name] = s.exp_avg_sq;
     }
   }
+  // The model stays on the CPU: each rank's ministage buffers are made on its device from it.
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
                           Executor::Create(plan, schedule, job.cluster, model, comm.get(), config));
   if (!options.resume.empty()) MOTLEY_RETURN_IF_ERROR(executor->LoadMoments(exp_avg, exp_avg_sq));
@@ -181,7 +201,8 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   const int64_t batch = tc.global_batch_sequences, seq = tc.seq_len;
   const int64_t tokens_per_step = batch * seq;
   TrainStart start;
-  start.device = fmt::format("{} ranks ({} plan, {})", comm->world_size(), plan.strategy, options.plan_path);
+  start.device = fmt::format("{} rank{} on {} ({} plan, {})", comm->world_size(), comm->world_size() == 1 ? "" : "s",
+                             rank_device.is_cuda() ? "CUDA, one GPU each" : "CPU", plan.strategy, options.plan_path);
   start.precision = std::string(PrecisionName(tc.precision));
   start.parameters = TotalParams(job.model);
   start.total_steps = total_steps;

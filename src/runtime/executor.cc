@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "runtime/adamw.h"
+#include "runtime/cuda_device.h"
 #include "runtime/memory_ledger.h"
 
 namespace motley {
@@ -76,6 +77,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
   for (size_t v = 0; v < ex->vstages_.size(); ++v)
     ex->vstage_of_layer_begin_[ex->vstages_[v].layers.begin] = static_cast<int>(v);
   ex->sharded_params_ = plan.zero_stage == 3 || plan.offload_params;
+  ex->copies_ = std::make_unique<CopyEngine>(config.device);
 
   const ModelSpec& spec = model->spec();
   if (spec.tie_embeddings && ex->vstages_.size() > 1)
@@ -115,7 +117,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
   }
   for (auto& [v, params] : owned) {
     auto state = std::make_unique<MinistageState>(std::move(params), dp_size, dp_index, plan.zero_stage >= 1,
-                                                  config.device);
+                                                  ex->copies_.get());
     if (plan.offload_params) state->Offload();
     if (ex->sharded_params_) state->ReleaseFlat();
     ex->ministages_[v] = std::move(state);
@@ -185,6 +187,10 @@ class Executor::StepRun {
   Result<RankStepReport> Run() {
     MemoryLedger& ledger = MemoryLedger::Install();
     ledger.ResetPeak();
+    const torch::Device device = ex_.config_.device;
+    if (device.is_cuda()) ResetPeakDeviceMemory(device);
+    loss_sum_ = torch::zeros({}, Float64());
+    norm_sq_ = torch::zeros({}, Float64());
     start_ = Clock::now();
     const bool clipping = ex_.config_.optimizer.grad_clip_norm > 0;
     std::vector<bool> deferred(prog_.ops.size(), false);
@@ -211,7 +217,7 @@ class Executor::StepRun {
       MOTLEY_RETURN_IF_ERROR(FinishSends());
       // The loss and the squared gradient norm, summed over ranks.
       const auto t = Clock::now();
-      torch::Tensor sums = torch::tensor({loss_sum_, norm_sq_}, torch::kFloat64);
+      torch::Tensor sums = torch::stack({loss_sum_, norm_sq_}).to(torch::kCPU);
       MOTLEY_RETURN_IF_ERROR(ex_.comm_->AllReduceSum(ex_.comm_->world(), sums));
       report_.comm_s += Since(t);
       report_.loss = sums[0].item<double>();
@@ -222,13 +228,17 @@ class Executor::StepRun {
     } catch (const c10::OutOfMemoryError& e) {
       return Status::OutOfMemory(fmt::format("rank {}: {}", ex_.rank_, e.what_without_backtrace()));
     }
+    // The step's copies and kernels are done (on a GPU the host ran ahead of them).
+    ex_.copies_->Synchronize();
+    if (device.is_cuda()) SynchronizeDevice(device);
     if (!boundary_.empty() || !host_boundary_.empty() || !act_in_.empty() || !grad_in_.empty() || !recvs_.empty())
       return Status::Internal(fmt::format("rank {}: the step ended with tensors left between ops ({} boundaries, {} "
                                           "offloaded, {} activations, {} gradients, {} receives)",
                                           ex_.rank_, boundary_.size(), host_boundary_.size(), act_in_.size(),
                                           grad_in_.size(), recvs_.size()));
     report_.step_s = Since(start_);
-    report_.peak_memory_bytes = static_cast<double>(ledger.peak_bytes());
+    report_.peak_memory_bytes =
+        static_cast<double>(device.is_cuda() ? PeakDeviceMemoryBytes(device) : ledger.peak_bytes());
     return std::move(report_);
   }
 
@@ -297,11 +307,17 @@ class Executor::StepRun {
       const int v = VStage(op);
       switch (op.kind) {
         case OpKind::kOptimizerStep:  // reads the reduced gradients, writes the shard gathers read
+          State(v).WaitReady();       // a prefetched shard and moments
+          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
+          break;
         case OpKind::kParamPrefetch:  // replaces the shard and moments
         case OpKind::kParamOffload:
           MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
           break;
-        case OpKind::kAllGather:  // into the full parameters
+        case OpKind::kAllGather:  // into the full parameters, from a prefetched shard
+          State(v).WaitReady();
+          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
+          break;
         case OpKind::kForward:
           MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
           break;
@@ -348,14 +364,16 @@ class Executor::StepRun {
       case OpKind::kActOffload: {
         auto it = boundary_.find({VStage(op), op.microbatch});
         MOTLEY_CHECK(it != boundary_.end());
-        host_boundary_[it->first] = HostCopy(it->second);
+        host_boundary_[it->first] = ex_.copies_->ToHost(it->second, {}, &host_boundary_done_[it->first]);
         boundary_.erase(it);
         break;
       }
       case OpKind::kActPrefetch: {
         auto it = host_boundary_.find({VStage(op), op.microbatch});
         MOTLEY_CHECK(it != host_boundary_.end());
-        boundary_[it->first] = ex_.config_.device.is_cpu() ? it->second.clone() : it->second.to(ex_.config_.device);
+        boundary_[it->first] =
+            ex_.copies_->ToDevice(it->second, host_boundary_done_[it->first], &boundary_ready_[it->first]);
+        host_boundary_done_.erase(it->first);
         host_boundary_.erase(it);
         break;
       }
@@ -401,7 +419,7 @@ class Executor::StepRun {
     }
     if (slice.head) {
       torch::NoGradGuard no_grad;
-      loss_sum_ += Loss(out, m).item<double>();
+      loss_sum_ += Loss(out, m).to(torch::kFloat64);  // on the device: no wait for the GPU here
     } else {
       act_in_[{v + 1, m}] = out.detach();
     }
@@ -421,6 +439,10 @@ class Executor::StepRun {
       auto it = boundary_.find({v, m});
       if (it == boundary_.end())
         return Status::Internal(fmt::format("rank {}: no saved boundary for stage {} microbatch {}", ex_.rank_, v, m));
+      if (auto ready = boundary_ready_.find({v, m}); ready != boundary_ready_.end()) {
+        ex_.copies_->Wait(ready->second);  // a prefetched boundary
+        boundary_ready_.erase(ready);
+      }
       leaf = slice.embedding ? it->second : it->second.detach().requires_grad_(true);
       boundary_.erase(it);
       root = ex_.model_->Run(slice, leaf, false);
@@ -462,13 +484,14 @@ class Executor::StepRun {
 
   // This rank's part of the squared global gradient norm for stage v. Each element counts once:
   // ZeRO >= 1 owners hold disjoint shards; with ZeRO-0 every member holds the whole, so only the first counts.
-  double NormSquared(int v) {
+  torch::Tensor NormSquared(int v) {
     torch::NoGradGuard no_grad;
     MinistageState& state = State(v);
-    if (!state.sharded() && ex_.dp_index_ != 0) return 0;
+    if (!state.sharded() && ex_.dp_index_ != 0) return torch::zeros({}, Float64());
     const torch::Tensor& g = state.sharded() ? state.GradShard() : state.GradFlat();
-    return g.to(torch::kFloat64).pow(2).sum().item<double>();
+    return g.to(torch::kFloat64).pow(2).sum();
   }
+  torch::TensorOptions Float64() const { return torch::TensorOptions().dtype(torch::kFloat64).device(ex_.config_.device); }
 
   Status Send(const Op& op) {
     const auto [backward, v, m] = DecodeTag(op.tag);
@@ -610,9 +633,10 @@ class Executor::StepRun {
   const Program& prog_;
   Clock::time_point start_;
   RankStepReport report_;
-  double loss_sum_ = 0, norm_sq_ = 0;
+  torch::Tensor loss_sum_, norm_sq_;  // float64 scalars on the device
   std::map<int64_t, torch::Tensor> tokens_;
   std::map<Key, torch::Tensor> boundary_, host_boundary_, act_in_, grad_in_;
+  std::map<Key, CopyTicket> boundary_ready_, host_boundary_done_;  // activation prefetches and offloads in flight
   std::map<Key, std::pair<torch::Tensor, torch::Tensor>> graph_;  // no checkpointing: (input leaf, output)
   std::map<int64_t, PendingRecv> recvs_;                          // by tag
   std::vector<std::pair<PendingTransfer, torch::Tensor>> sends_;
@@ -647,6 +671,7 @@ Status Executor::LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg
 
 Result<Executor::FullState> Executor::GatherFullState() {
   torch::NoGradGuard no_grad;
+  copies_->Synchronize();  // offloaded shards and moments are read on the host below
   FullState out;
   const int64_t tag_base = 1 << 28;
   for (size_t v = 0; v < vstages_.size(); ++v) {

@@ -16,7 +16,8 @@
 //   ReduceScatter / AllReduce   the gradients, summed (token-weighted: each microbatch's loss is
 //                its mean cross-entropy times its share of the global batch).
 //   OptimizerStep AdamW on the owned shard.
-//   Param/ActOffload, Param/ActPrefetch   copies to and from host memory.
+//   Param/ActOffload, Param/ActPrefetch   copies to and from host memory (CopyEngine: on side
+//                streams on a GPU, waited for by the first op that reads what they wrote).
 // With gradient clipping the global gradient norm must be known before any update, so the
 // optimizer steps (and the all-gathers and offloads that follow them) wait until the end of the
 // step, after one all-reduce of the norm; without clipping each ministage updates as soon as its
@@ -40,6 +41,7 @@
 #include "plan/plan.h"
 #include "plan/schedule.h"
 #include "runtime/communicator.h"
+#include "runtime/copy_engine.h"
 #include "runtime/device_emulation.h"
 #include "runtime/llama_model.h"
 #include "runtime/ministage_state.h"
@@ -111,6 +113,7 @@ class Executor {
   Communicator* comm_ = nullptr;
   ExecutorConfig config_;
   DeviceEmulation emulation_;
+  std::unique_ptr<CopyEngine> copies_;  // offload and prefetch (side streams on a GPU)
   int rank_ = 0;
   int dp_index_ = 0;  // this rank's position in its group
   std::vector<VirtualStage> vstages_;

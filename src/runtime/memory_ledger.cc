@@ -5,6 +5,7 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <fmt/format.h>
+#include <torch/version.h>
 
 #include "core/units.h"
 
@@ -16,11 +17,20 @@ namespace {
 // kernels, e.g. bf16 ones, allocate through it).
 constexpr size_t kHeader = 64;
 
+// libtorch 2.3 made Allocator::allocate non-const and added copy_data.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define MOTLEY_ALLOCATE_CONST
+#define MOTLEY_ALLOCATOR_COPY_DATA 1
+#else
+#define MOTLEY_ALLOCATE_CONST const
+#define MOTLEY_ALLOCATOR_COPY_DATA 0
+#endif
+
 class LedgerAllocator final : public c10::Allocator {
  public:
   explicit LedgerAllocator(MemoryLedger* ledger) { ledger_ = ledger; }
 
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) MOTLEY_ALLOCATE_CONST override {
     const auto bytes = static_cast<int64_t>(n);
     if (!ledger_->Reserve(bytes))
       throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, ledger_->OutOfMemoryMessage(bytes));
@@ -35,6 +45,9 @@ class LedgerAllocator final : public c10::Allocator {
     return {data, data, &Free, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &Free; }
+#if MOTLEY_ALLOCATOR_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+#endif
 
  private:
   static void Free(void* data) {

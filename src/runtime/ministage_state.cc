@@ -6,19 +6,10 @@
 #include "runtime/memory_ledger.h"
 
 namespace motley {
-namespace {
-
-// A host tensor back on the device, as a new allocation (counted by the ledger on CPU).
-torch::Tensor ToDevice(const torch::Tensor& host, const torch::Device& device) {
-  if (device.is_cpu()) return host.clone();
-  return host.to(device, /*non_blocking=*/true);
-}
-
-}  // namespace
 
 MinistageState::MinistageState(std::vector<NamedParameter> params, int dp_size, int dp_index, bool sharded_optimizer,
-                               const torch::Device& device)
-    : params_(std::move(params)), sharded_(sharded_optimizer), device_(device) {
+                               CopyEngine* copies)
+    : params_(std::move(params)), sharded_(sharded_optimizer), copies_(copies), device_(copies->device()) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     const torch::Tensor& p = params_[i].param;
@@ -111,6 +102,8 @@ torch::Tensor MinistageState::Moment(int k) const {
 std::string MinistageState::LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
                                         const std::map<std::string, torch::Tensor>& exp_avg_sq) {
   torch::NoGradGuard no_grad;
+  copies_->Synchronize();  // the moments may be in host memory, written by a copy
+  WaitReady();
   torch::Tensor m1 = Moment(0), m2 = Moment(1);
   for (const Range& r : ranges_) {
     const std::string& name = params_[r.param].name;
@@ -132,21 +125,26 @@ void MinistageState::ClearGradients() {
 
 void MinistageState::Offload() {
   MOTLEY_CHECK(sharded_);
-  if (shard_.defined()) host_shard_ = HostCopy(shard_);
+  CopyTicket done;  // copies on one stream complete in order: the last one's ticket covers all
+  if (shard_.defined()) host_shard_ = copies_->ToHost(shard_, device_ready_, &done);
   if (exp_avg_.defined()) {
-    host_exp_avg_ = HostCopy(exp_avg_);
-    host_exp_avg_sq_ = HostCopy(exp_avg_sq_);
+    host_exp_avg_ = copies_->ToHost(exp_avg_, device_ready_, &done);
+    host_exp_avg_sq_ = copies_->ToHost(exp_avg_sq_, device_ready_, &done);
   }
+  if (done.pending()) host_ready_ = done;
+  device_ready_ = {};
   shard_ = exp_avg_ = exp_avg_sq_ = grad_shard_ = torch::Tensor();
 }
 
 void MinistageState::Prefetch(bool with_moments) {
   MOTLEY_CHECK(host_shard_.defined());
-  if (!shard_.defined()) shard_ = ToDevice(host_shard_, device_);
+  CopyTicket done;
+  if (!shard_.defined()) shard_ = copies_->ToDevice(host_shard_, host_ready_, &done);
   if (with_moments && !exp_avg_.defined()) {
-    exp_avg_ = ToDevice(host_exp_avg_, device_);
-    exp_avg_sq_ = ToDevice(host_exp_avg_sq_, device_);
+    exp_avg_ = copies_->ToDevice(host_exp_avg_, host_ready_, &done);
+    exp_avg_sq_ = copies_->ToDevice(host_exp_avg_sq_, host_ready_, &done);
   }
+  if (done.pending()) device_ready_ = done;
 }
 
 void MinistageState::DropDeviceShard() {

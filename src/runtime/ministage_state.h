@@ -7,7 +7,9 @@
 // The full parameters are "gathered" (the model's tensors point into the flat buffer) or
 // "released" (the model's tensors are empty); ZeRO-3 and parameter offload release them between
 // visits. Offload moves the shard and moments to host memory (outside the memory ledger) and
-// back, bit for bit.
+// back, bit for bit, through the rank's CopyEngine (asynchronous on a GPU: WaitReady() before
+// compute reads a prefetched shard or moments; the engine's Synchronize() before the host reads
+// offloaded ones).
 #pragma once
 
 #include <map>
@@ -17,6 +19,7 @@
 #include <torch/torch.h>
 
 #include "runtime/adamw.h"
+#include "runtime/copy_engine.h"
 
 namespace motley {
 
@@ -29,7 +32,7 @@ class MinistageState {
  public:
   /// Flattens `params` (copying their current values) and takes this rank's shard.
   MinistageState(std::vector<NamedParameter> params, int dp_size, int dp_index, bool sharded_optimizer,
-                 const torch::Device& device);
+                 CopyEngine* copies);
 
   int64_t numel() const { return numel_; }
   int64_t padded_numel() const { return shard_numel_ * dp_size_; }
@@ -83,6 +86,8 @@ class MinistageState {
   void Prefetch(bool with_moments);
   /// Drops the device copy of the shard (the host copy stays authoritative).
   void DropDeviceShard();
+  /// The compute stream waits for the last prefetch (GPU; nothing to do on CPU).
+  void WaitReady() { copies_->Wait(device_ready_); }
 
  private:
   struct Range {
@@ -97,7 +102,9 @@ class MinistageState {
   std::vector<Range> ranges_;
   int dp_size_ = 1, dp_index_ = 0;
   bool sharded_ = false;
+  CopyEngine* copies_;
   torch::Device device_;
+  CopyTicket device_ready_, host_ready_;  // the last prefetch's and the last offload's copies
   int64_t numel_ = 0, shard_numel_ = 0, shard_begin_ = 0;
   torch::Tensor flat_, grad_flat_, shard_, grad_shard_, exp_avg_, exp_avg_sq_;
   torch::Tensor host_shard_, host_exp_avg_, host_exp_avg_sq_;

@@ -1,0 +1,80 @@
+#include "runtime/copy_engine.h"
+
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include "runtime/memory_ledger.h"
+
+namespace motley {
+namespace {
+
+std::shared_ptr<c10::Event> RecordOn(const c10::Stream& stream) {
+  auto e = std::make_shared<c10::Event>(stream.device_type());
+  e->record(stream);
+  return e;
+}
+
+}  // namespace
+
+CopyEngine::CopyEngine(torch::Device device) : device_(device) {
+  if (!device_.is_cuda()) return;
+  if (!device_.has_index()) device_ = torch::Device(device_.type(), 0);
+  c10::impl::VirtualGuardImpl impl(device_.type());
+  to_host_ = std::make_unique<c10::Stream>(impl.getStreamFromGlobalPool(device_));
+  to_device_ = std::make_unique<c10::Stream>(impl.getStreamFromGlobalPool(device_));
+}
+
+torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after, CopyTicket* done) {
+  *done = {};
+  if (!asynchronous()) return HostCopy(t);
+  c10::impl::VirtualGuardImpl impl(device_.type());
+  const c10::Stream compute = impl.getStream(device_);
+  RecordOn(compute)->block(*to_host_);  // the producer's kernels come first
+  if (after.pending()) after.done->block(*to_host_);
+  torch::Tensor src = t.contiguous();
+  torch::Tensor host;
+  {
+    c10::StreamGuard on_side(*to_host_);
+    host = torch::empty(src.sizes(), src.options().device(torch::kCPU).pinned_memory(true));
+    host.copy_(src, /*non_blocking=*/true);
+  }
+  // `src` may be freed by the caller now: its memory is not reused until the copy is done.
+  impl.recordDataPtrOnStream(src.storage().data_ptr(), *to_host_);
+  done->done = RecordOn(*to_host_);
+  return host;
+}
+
+torch::Tensor CopyEngine::ToDevice(const torch::Tensor& host, const CopyTicket& after, CopyTicket* done) {
+  *done = {};
+  if (!asynchronous()) return host.clone();
+  c10::impl::VirtualGuardImpl impl(device_.type());
+  const c10::Stream compute = impl.getStream(device_);
+  if (after.pending()) after.done->block(*to_device_);
+  torch::Tensor out;
+  {
+    // Allocated on the copy stream: the block cannot be one the compute stream still uses.
+    c10::StreamGuard on_side(*to_device_);
+    out = torch::empty(host.sizes(), host.options().device(device_));
+    out.copy_(host, /*non_blocking=*/true);
+  }
+  // The compute stream reads (and later frees) it: not reused before that work is done.
+  impl.recordDataPtrOnStream(out.storage().data_ptr(), compute);
+  done->done = RecordOn(*to_device_);
+  return out;
+}
+
+void CopyEngine::Wait(CopyTicket& ticket) const {
+  if (!ticket.pending()) return;
+  c10::impl::VirtualGuardImpl impl(device_.type());
+  ticket.done->block(impl.getStream(device_));
+  ticket = {};
+}
+
+void CopyEngine::Synchronize() const {
+  if (!asynchronous()) return;
+  c10::impl::VirtualGuardImpl impl(device_.type());
+  impl.synchronizeStream(*to_host_);
+  impl.synchronizeStream(*to_device_);
+}
+
+}  // namespace motley

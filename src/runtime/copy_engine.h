@@ -1,0 +1,55 @@
+// CopyEngine: the copies between device and host memory that offload and prefetch make.
+//
+// On a GPU they run on two side streams — one for device-to-host, one for host-to-device, since
+// the link is full duplex — into pinned host memory, so they overlap compute (Zorse §4.2). Each
+// copy hands back a ticket; the compute stream waits for a ticket on the device (the host thread
+// runs on) before it reads what the copy wrote. Memory safety across streams is the caching
+// allocator's record-stream mechanism: a tensor used on another stream than the one it was made
+// on is not reused until that stream's work is done.
+//
+// On CPU the copies are plain and synchronous: offloaded copies live outside the memory ledger
+// (HostCopy), prefetched ones are new ledger-counted tensors; tickets stay empty.
+//
+// Device-generic c10 API only (c10::Stream, c10::Event, VirtualGuardImpl), so the same source
+// builds against the CPU-only libtorch.
+#pragma once
+
+#include <memory>
+
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <torch/torch.h>
+
+namespace motley {
+
+/// An asynchronous copy's completion; empty when there is nothing to wait for.
+struct CopyTicket {
+  std::shared_ptr<c10::Event> done;
+  bool pending() const { return done != nullptr; }
+};
+
+class CopyEngine {
+ public:
+  explicit CopyEngine(torch::Device device);
+
+  torch::Device device() const { return device_; }
+  bool asynchronous() const { return device_.is_cuda(); }
+
+  /// Starts copying `t` (on the device) to host memory once the work queued so far on the
+  /// compute stream (which writes it) and `after` are done. `t` may be dropped at once. The host
+  /// tensor must not be read on the host before Synchronize().
+  torch::Tensor ToHost(const torch::Tensor& t, const CopyTicket& after, CopyTicket* done);
+  /// Starts copying a host tensor into a new device tensor, after `after` (the copy that filled
+  /// the host tensor). Compute must Wait(*done) before reading the result.
+  torch::Tensor ToDevice(const torch::Tensor& host, const CopyTicket& after, CopyTicket* done);
+  /// The compute stream waits for the copy (the host does not); the ticket is cleared.
+  void Wait(CopyTicket& ticket) const;
+  /// The host waits for every copy started so far.
+  void Synchronize() const;
+
+ private:
+  torch::Device device_;
+  std::unique_ptr<c10::Stream> to_host_, to_device_;  // side streams (GPU only)
+};
+
+}  // namespace motley
