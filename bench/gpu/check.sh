@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Everything motley checks on a GPU machine, in one go (a session's GPU time is short):
+#   1. build against the machine's PyTorch (scripts/build-gpu.sh), with motley's other libraries
+#      from Debian packages unpacked into a prefix when the machine cannot install them
+#      (DEBS=folder of .deb files: libfmt-dev libfmt9 nlohmann-json3-dev libtomlplusplus-dev
+#      libtomlplusplus3 libcli11-dev libboost1.74-dev libgtest-dev libsentencepiece-dev
+#      libsentencepiece0, from `apt-get download` on Debian bookworm);
+#   2. the GPU tests (the CLI suite's cases named *Gpu*, then the runtime suite);
+#   3. the offload benchmark (offload_overhead.sh).
+# Logs go to LOGS (default: gpu-logs/).
+#
+#   DEBS=.gpu-deps LOGS=out bench/gpu/check.sh [MICROBATCHES...]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+LOGS="${LOGS:-gpu-logs}"
+mkdir -p "$LOGS"
+if [ -n "${DEBS:-}" ]; then
+  mkdir -p /tmp/motley-deps
+  for f in "$DEBS"/*.deb; do dpkg -x "$f" /tmp/motley-deps; done
+  export MOTLEY_DEPS_PREFIX=/tmp/motley-deps/usr
+  export LD_LIBRARY_PATH="$MOTLEY_DEPS_PREFIX/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
+torch_dir="$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')"
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  echo "gloo headers: $(ls "$torch_dir/include/gloo" 2>/dev/null | wc -l)"
+  echo "c10d definitions: $(grep -o 'USE_C10D_[A-Z]*' "$torch_dir/share/cmake/Caffe2/Caffe2Targets.cmake" | sort -u | tr '\n' ' ')"
+  "${CXX:-c++}" --version | head -1
+} 2>&1 | tee "$LOGS/machine.txt"
+
+start=$(date +%s)
+if ! MOTLEY_TARGETS="motley motley-data motley_runtime_tests motley_cli_tests" scripts/build-gpu.sh \
+    > "$LOGS/build.log" 2>&1; then
+  grep -E "error|Error" "$LOGS/build.log" | head -40
+  tail -20 "$LOGS/build.log"
+  exit 1
+fi
+echo "build: $(( $(date +%s) - start )) s; $(grep -E 'NCCL' "$LOGS/build.log" | head -2)"
+
+echo "== GPU tests"
+timeout 300 build-gpu/tests/motley_cli_tests --gtest_filter='*Gpu*' 2>&1 | tee "$LOGS/gpu-tests.log" | tail -15
+echo "== offload benchmark"
+timeout 400 bench/gpu/offload_overhead.sh build-gpu/motley "$@" 2>&1 | tee "$LOGS/offload.txt"
+echo "== runtime tests (CPU tensors, the wheel's Gloo)"
+timeout 200 build-gpu/src/runtime/motley_runtime_tests 2>&1 | tee "$LOGS/runtime-tests.log" | tail -5
