@@ -2,6 +2,7 @@
 // microbatches, 8 ministages per group): Llama-65B on Zorse cluster C (128 GPUs, two regions), 8
 // groups of 16 GPUs, Zorse's interleaved schedule with ZeRO-2 and offload, 64 microbatches per
 // group. Lowering and simulation are timed apart; events per second is the simulator's rate.
+#include <cstdint>
 #include <benchmark/benchmark.h>
 
 #include "core/cluster_parse.h"

@@ -1,5 +1,6 @@
 #include "config_parsers_fuzz.h"
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 

@@ -1,5 +1,6 @@
 // Replays every input in fuzz/regressions/ (inputs that once crashed or hung a parser, plus seeds)
 // through the parsers in the normal build, so CI keeps them fixed.
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>

@@ -5,7 +5,7 @@
 #      (DEBS=folder of .deb files: libfmt-dev libfmt9 nlohmann-json3-dev libtomlplusplus-dev
 #      libtomlplusplus3 libcli11-dev libboost1.74-dev libgtest-dev libsentencepiece-dev
 #      libsentencepiece0, from `apt-get download` on Debian bookworm);
-#   2. the GPU tests (the CLI suite's cases named *Gpu*, then the runtime suite);
+#   2. the GPU tests (the CLI suite's cases named *Gpu*);
 #   3. the offload benchmark (offload_overhead.sh).
 # Logs go to LOGS (default: gpu-logs/).
 #
@@ -30,7 +30,7 @@ torch_dir="$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__)
 } 2>&1 | tee "$LOGS/machine.txt"
 
 start=$(date +%s)
-if ! MOTLEY_TARGETS="motley motley-data motley_runtime_tests motley_cli_tests" scripts/build-gpu.sh \
+if ! MOTLEY_TARGETS="motley motley-data motley_cli_tests" scripts/build-gpu.sh \
     > "$LOGS/build.log" 2>&1; then
   grep -E "error|Error" "$LOGS/build.log" | head -40
   tail -20 "$LOGS/build.log"
@@ -42,5 +42,3 @@ echo "== GPU tests"
 timeout 300 build-gpu/tests/motley_cli_tests --gtest_filter='*Gpu*' 2>&1 | tee "$LOGS/gpu-tests.log" | tail -15
 echo "== offload benchmark"
 timeout 400 bench/gpu/offload_overhead.sh build-gpu/motley "$@" 2>&1 | tee "$LOGS/offload.txt"
-echo "== runtime tests (CPU tensors, the wheel's Gloo)"
-timeout 200 build-gpu/src/runtime/motley_runtime_tests 2>&1 | tee "$LOGS/runtime-tests.log" | tail -5

@@ -1,6 +1,7 @@
 // motley comm check [--size-mb S] [--iterations N]: run under a launcher (motley launch, torchrun
 // --no-python, srun, mpirun); every rank checks collectives and transfers for correct values and
 // measures all-reduce bandwidth.
+#include <cstdint>
 #include <signal.h>
 
 #include <chrono>

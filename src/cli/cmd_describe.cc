@@ -1,4 +1,5 @@
 // motley describe --cluster FILE | --model NAME|FILE [--seq-len S] [--precision P] [--json]
+#include <cstdint>
 #include <fmt/format.h>
 
 #include "cli/args.h"

@@ -1,4 +1,5 @@
 // motley eval --checkpoint DIR --data FILE.bin --seq-len S --num-sequences N [--json]
+#include <cstdint>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

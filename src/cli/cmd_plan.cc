@@ -1,5 +1,6 @@
 // motley plan --cluster C --model M --seq-len S --global-batch-tokens N [--strategy ...]
 //             [--profile F] [--compare] [--explain] [--json] [-o plan.toml]
+#include <cstdint>
 #include <fstream>
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // motley profile --cluster C --model M --seq-len S [--precision P] [-o profile.json] [--no-cache]
+#include <cstdint>
 #include <fstream>
 
 #include <fmt/format.h>

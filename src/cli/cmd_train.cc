@@ -1,4 +1,5 @@
 // motley train JOB [--steps N] [--resume DIR] [--device auto|cpu|cuda] [--metrics FILE]
+#include <cstdint>
 #include <cmath>
 
 #include <fmt/format.h>

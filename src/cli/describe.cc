@@ -1,5 +1,6 @@
 #include "cli/describe.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <limits>
 #include <map>

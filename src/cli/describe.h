@@ -2,6 +2,7 @@
 // and `motley demo`.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>

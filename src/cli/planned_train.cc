@@ -1,5 +1,6 @@
 #include "cli/planned_train.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 

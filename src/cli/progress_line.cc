@@ -1,5 +1,6 @@
 #include "cli/progress_line.h"
 
+#include <cstdint>
 #include <unistd.h>
 
 #include <cmath>

@@ -1,6 +1,7 @@
 // Reading and validating a cluster file. The format: README.md ("Files") and examples/clusters/.
 #include "core/cluster_parse.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <set>

@@ -1,5 +1,6 @@
 #include "core/file_io.h"
 
+#include <cstdint>
 #include <fcntl.h>
 #include <unistd.h>
 

@@ -1,5 +1,6 @@
 #include "core/job_parse.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <filesystem>
 

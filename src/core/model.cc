@@ -1,5 +1,6 @@
 #include "core/model.h"
 
+#include <cstdint>
 #include <algorithm>
 
 namespace motley {

@@ -1,6 +1,7 @@
 // Reading model shapes: a TOML model file, a Hugging Face config.json (as is), or a preset name.
 #include "core/model_parse.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <filesystem>
 #include <functional>

@@ -1,5 +1,6 @@
 #include "core/model.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include "core/builtin_files.h"

@@ -1,5 +1,6 @@
 #include "core/suggest.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cctype>
 

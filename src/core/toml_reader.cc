@@ -1,5 +1,6 @@
 #include "core/toml_reader.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cmath>
 #include <fstream>

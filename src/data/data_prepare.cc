@@ -1,5 +1,6 @@
 #include "data/data_prepare.h"
 
+#include <cstdint>
 #include <cmath>
 #include <filesystem>
 #include <fstream>

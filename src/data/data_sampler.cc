@@ -1,3 +1,5 @@
+#include <cstdint>
+
 #include "data/data_sampler.h"
 
 #include "core/check.h"

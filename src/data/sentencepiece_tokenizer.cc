@@ -1,5 +1,6 @@
 #include "data/sentencepiece_tokenizer.h"
 
+#include <cstdint>
 #include <filesystem>
 
 #include <fmt/format.h>

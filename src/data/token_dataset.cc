@@ -1,5 +1,6 @@
 #include "data/token_dataset.h"
 
+#include <cstdint>
 #include <algorithm>
 
 #include "core/check.h"

@@ -1,5 +1,6 @@
 #include "data/token_file.h"
 
+#include <cstdint>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

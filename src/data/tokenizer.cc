@@ -1,3 +1,5 @@
+#include <cstdint>
+
 #include "data/tokenizer.h"
 
 namespace motley {

@@ -1,5 +1,6 @@
 #include "data/training_data.h"
 
+#include <cstdint>
 #include <filesystem>
 
 #include <fmt/format.h>

@@ -5,6 +5,7 @@
 // Paths are relative to the job file. The model's vocabulary must cover the data's.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 

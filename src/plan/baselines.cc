@@ -1,5 +1,6 @@
 #include "plan/baselines.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <limits>
 

@@ -11,6 +11,7 @@
 //  * auto: the best plan of all of the above.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

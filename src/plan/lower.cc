@@ -1,6 +1,7 @@
 #include "plan/lower.h"
 #include "plan/pipeline_order.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <map>
 #include <tuple>

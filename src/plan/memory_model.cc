@@ -1,5 +1,6 @@
 #include "plan/memory_model.h"
 
+#include <cstdint>
 #include <algorithm>
 
 #include "core/check.h"

@@ -1,5 +1,6 @@
 #include "plan/pipeline_order.h"
 
+#include <cstdint>
 #include <algorithm>
 
 #include "core/check.h"

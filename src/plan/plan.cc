@@ -1,5 +1,6 @@
 #include "plan/plan.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <map>
 #include <numeric>

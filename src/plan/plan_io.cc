@@ -1,5 +1,6 @@
 #include "plan/plan_io.h"
 
+#include <cstdint>
 #include <cstdlib>
 
 #include <fmt/format.h>

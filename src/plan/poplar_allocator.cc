@@ -1,5 +1,6 @@
 #include "plan/poplar_allocator.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -12,6 +12,7 @@
 //    proportion to the chosen sizes.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

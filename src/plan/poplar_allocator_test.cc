@@ -1,5 +1,6 @@
 #include "plan/poplar_allocator.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include "plan/monotone_spline.h"

@@ -1,5 +1,6 @@
 #include "plan/poplar_planner.h"
 
+#include <cstdint>
 #include <algorithm>
 
 #include <fmt/format.h>

@@ -3,6 +3,7 @@
 // (Poplar raises the stage when it does not), as a Plan.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -1,5 +1,6 @@
 #include "plan/routing.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <numeric>
 

@@ -1,5 +1,6 @@
 #include "plan/schedule.h"
 
+#include <cstdint>
 #include <map>
 #include <tuple>
 

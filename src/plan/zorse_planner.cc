@@ -1,5 +1,6 @@
 #include "plan/zorse_planner.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -10,6 +10,7 @@
 //  Finally the best few by the latency model are re-ranked by `evaluate` (the simulator).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>

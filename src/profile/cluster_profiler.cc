@@ -1,5 +1,6 @@
 #include "profile/cluster_profiler.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>

@@ -7,6 +7,7 @@
 // the cost model's); link bandwidths come from the cluster file.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 

@@ -1,5 +1,6 @@
 #include "profile/layer_profiler.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 

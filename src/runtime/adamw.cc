@@ -1,5 +1,6 @@
 #include "runtime/adamw.h"
 
+#include <cstdint>
 #include <cmath>
 
 namespace motley {

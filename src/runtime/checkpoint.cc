@@ -1,5 +1,6 @@
 #include "runtime/checkpoint.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <filesystem>
 #include <set>

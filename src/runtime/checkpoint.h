@@ -13,6 +13,7 @@
 // shards listed in model.safetensors.index.json.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -8,8 +8,17 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+// Debian's libtorch comes with Gloo's headers (libgloo-dev); PyTorch's wheels do not.
+#if __has_include(<gloo/algorithm.h>)
+#define MOTLEY_HAVE_GLOO 1
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#else
+#define MOTLEY_HAVE_GLOO 0
+#endif
 
 #include "core/check.h"
 
@@ -30,9 +39,12 @@ c10::intrusive_ptr<c10d::Store> ConnectStore(const Rendezvous& rv, bool server, 
   return c10::make_intrusive<c10d::TCPStore>(rv.master_addr, o);
 }
 
-c10::intrusive_ptr<CommBackend> MakeGloo(const c10::intrusive_ptr<c10d::Store>& store,
-                                                   const std::string& prefix, int rank, int size,
-                                                   const Rendezvous& rv, double timeout_s) {
+c10::intrusive_ptr<CommBackend> MakeGloo(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+                                         int rank, int size, const Rendezvous& rv, double timeout_s) {
+#if !MOTLEY_HAVE_GLOO
+  (void)store, (void)prefix, (void)rank, (void)size, (void)rv, (void)timeout_s;
+  return {};
+#else
   auto opts = c10d::ProcessGroupGloo::Options::create();
   // Loopback for single-host runs; otherwise the interface that reaches this host's name.
   opts->devices.push_back(rv.master_addr == "127.0.0.1" || rv.master_addr == "localhost"
@@ -41,6 +53,7 @@ c10::intrusive_ptr<CommBackend> MakeGloo(const c10::intrusive_ptr<c10d::Store>& 
   opts->timeout = Ms(timeout_s);
   return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix, store), rank,
                                                      size, opts);
+#endif
 }
 
 std::string HeartbeatKey(int rank) { return fmt::format("motley/heartbeat/{}", rank); }
@@ -203,7 +216,14 @@ Status Communicator::MakeProcessGroups(CommGroup& g, const std::string& prefix) 
     return Status::IoError(fmt::format("rank {}: cannot build group {}: {} ({})", rank(), g.name,
                                        std::string(e.what()).substr(0, 200), DiagnoseFailure()));
   }
+  if (!g.pg && !config_.gpu && g.size() > 1)
+    return Status::InvalidArgument(fmt::format(
+        "rank {}: this build of motley has no Gloo (it was built against PyTorch's wheel, which ships no Gloo "
+        "headers), so CPU ranks cannot communicate; run CPU and emulated clusters with the CPU build "
+        "(scripts/setup.sh), or give each rank a GPU (--device cuda)",
+        rank()));
   if (config_.gpu) {
+    gpu_ = torch::Device(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice());
     auto nccl = MakeNcclBackend(c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", store_), g.index, g.size(),
                                 config_.timeout_s);
     if (!nccl.ok()) return nccl.status();
@@ -213,12 +233,31 @@ Status Communicator::MakeProcessGroups(CommGroup& g, const std::string& prefix) 
 }
 
 Result<CommBackend*> Communicator::For(CommGroup& g, const torch::Tensor& t) {
-  if (!t.is_cuda()) return g.pg.get();
+  if (!t.is_cuda()) {
+    if (!g.pg)
+      return Status::Internal(fmt::format("rank {}: a CPU tensor for group {}, which has no Gloo process group",
+                                          rank(), g.name));
+    return g.pg.get();
+  }
   if (!g.gpu_pg)
     return Status::Internal(fmt::format("rank {}: a CUDA tensor for group {}, which has no NCCL process group "
                                         "(the communicator was connected without CommConfig::gpu)",
                                         rank(), g.name));
   return g.gpu_pg.get();
+}
+
+torch::Tensor Communicator::Stage(CommGroup& g, const torch::Tensor& t, bool result, std::function<void()>* back) {
+  if (t.is_cuda() || g.pg || !g.gpu_pg) return t;
+  torch::Tensor on_gpu = t.to(gpu_);
+  if (result) {
+    torch::Tensor host = t;
+    auto previous = std::move(*back);
+    *back = [host, on_gpu, previous]() mutable {
+      host.copy_(on_gpu);  // waits for the GPU
+      if (previous) previous();
+    };
+  }
+  return on_gpu;
 }
 
 Status Communicator::Run(const std::string& what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
@@ -238,11 +277,12 @@ Status Communicator::Failed(const std::string& what, const std::exception& e) {
 Result<PendingTransfer> Communicator::StartAllReduceSum(CommGroup& g, torch::Tensor& t) {
   MOTLEY_CHECK_GE(g.index, 0);
   if (g.size() == 1) return PendingTransfer();
-  std::vector<torch::Tensor> v = {t};
+  std::function<void()> back;
+  std::vector<torch::Tensor> v = {Stage(g, t, true, &back)};
   const std::string what = fmt::format("all-reduce over {}", g.name);
-  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, t));
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, v[0]));
   try {
-    return PendingTransfer(pg->allreduce(v), what, this);
+    return PendingTransfer(pg->allreduce(v), what, this, back);
   } catch (const std::exception& e) {
     return Failed(what, e);
   }
@@ -256,11 +296,13 @@ Result<PendingTransfer> Communicator::StartAllGather(CommGroup& g, const torch::
     return PendingTransfer();
   }
   const std::string what = fmt::format("all-gather over {}", g.name);
-  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, out));
-  if (out.is_cuda()) {  // NCCL gathers into one flat buffer
-    torch::Tensor in = shard.contiguous().view(-1), flat = out.view(-1);
+  std::function<void()> back;
+  torch::Tensor into = Stage(g, out, true, &back);
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, into));
+  if (into.is_cuda()) {  // NCCL gathers into one flat buffer
+    torch::Tensor in = Stage(g, shard, false, nullptr).contiguous().view(-1), flat = into.view(-1);
     try {
-      return PendingTransfer(pg->_allgather_base(flat, in), what, this);
+      return PendingTransfer(pg->_allgather_base(flat, in), what, this, back);
     } catch (const std::exception& e) {
       return Failed(what, e);
     }
@@ -283,11 +325,13 @@ Result<PendingTransfer> Communicator::StartReduceScatterSum(CommGroup& g, const 
     return PendingTransfer();
   }
   const std::string what = fmt::format("reduce-scatter over {}", g.name);
-  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, in));
-  if (in.is_cuda()) {  // NCCL has a reduce-scatter of its own
-    torch::Tensor send = in.contiguous().view(-1), into = out.view(-1);
+  std::function<void()> back;
+  torch::Tensor staged_in = Stage(g, in, false, nullptr), staged_out = Stage(g, out, true, &back);
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, staged_in));
+  if (staged_in.is_cuda()) {  // NCCL has a reduce-scatter of its own
+    torch::Tensor send = staged_in.contiguous().view(-1), into = staged_out.view(-1);
     try {
-      return PendingTransfer(pg->_reduce_scatter_base(into, send), what, this);
+      return PendingTransfer(pg->_reduce_scatter_base(into, send), what, this, back);
     } catch (const std::exception& e) {
       return Failed(what, e);
     }
@@ -325,25 +369,32 @@ Status Communicator::ReduceScatterSum(CommGroup& g, const torch::Tensor& in, tor
 Status Communicator::Broadcast(CommGroup& g, torch::Tensor& t, int root_index) {
   MOTLEY_CHECK_GE(g.index, 0);
   if (g.size() == 1) return Status::Ok();
-  std::vector<torch::Tensor> v = {t};
+  std::function<void()> back;
+  std::vector<torch::Tensor> v = {Stage(g, t, true, &back)};
   c10d::BroadcastOptions o;
   o.rootRank = root_index;
-  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, t));
-  return Run(fmt::format("broadcast over {}", g.name), [&] { return pg->broadcast(v, o); });
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, v[0]));
+  MOTLEY_RETURN_IF_ERROR(Run(fmt::format("broadcast over {}", g.name), [&] { return pg->broadcast(v, o); }));
+  if (back) back();
+  return Status::Ok();
 }
 
 Status Communicator::Barrier(CommGroup& g) {
   MOTLEY_CHECK_GE(g.index, 0);
   if (g.size() == 1) return Status::Ok();
+  if (!g.pg) {  // NCCL only: an all-reduce of one number is a barrier
+    torch::Tensor one = torch::ones({1});
+    return AllReduceSum(g, one);
+  }
   return Run(fmt::format("barrier over {}", g.name), [&] { return g.pg->barrier(); });
 }
 
 Result<PendingTransfer> Communicator::Send(const torch::Tensor& t, int peer, int64_t tag) {
   MOTLEY_CHECK(t.is_contiguous());
   MOTLEY_CHECK_LE(tag, std::numeric_limits<int>::max());
-  std::vector<torch::Tensor> v = {t};
+  std::vector<torch::Tensor> v = {Stage(*world_, t, false, nullptr)};
   const std::string what = fmt::format("send of {} elements to rank {} (tag {})", t.numel(), peer, tag);
-  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(*world_, t));  // NCCL matches by order per pair, not by tag
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(*world_, v[0]));  // NCCL matches by order per pair, not by tag
   try {
     return PendingTransfer(pg->send(v, peer, static_cast<int>(tag)), what, this);
   } catch (const std::exception& e) {
@@ -354,11 +405,12 @@ Result<PendingTransfer> Communicator::Send(const torch::Tensor& t, int peer, int
 Result<PendingTransfer> Communicator::Recv(torch::Tensor& t, int peer, int64_t tag) {
   MOTLEY_CHECK(t.is_contiguous());
   MOTLEY_CHECK_LE(tag, std::numeric_limits<int>::max());
-  std::vector<torch::Tensor> v = {t};
+  std::function<void()> back;
+  std::vector<torch::Tensor> v = {Stage(*world_, t, true, &back)};
   const std::string what = fmt::format("receive of {} elements from rank {} (tag {})", t.numel(), peer, tag);
-  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(*world_, t));
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(*world_, v[0]));
   try {
-    return PendingTransfer(pg->recv(v, peer, static_cast<int>(tag)), what, this);
+    return PendingTransfer(pg->recv(v, peer, static_cast<int>(tag)), what, this, back);
   } catch (const std::exception& e) {
     return Status::IoError(fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
   }

@@ -1,6 +1,8 @@
 // Communicator: motley's collectives and point-to-point transfers over c10d — Gloo for CPU
 // tensors (here, CI, emulated devices, and the small CPU-side exchanges of GPU runs), NCCL for
-// GPU tensors (CommConfig::gpu; one GPU per rank). Each operation picks by its tensor's device. Every operation returns a Status: a
+// GPU tensors (CommConfig::gpu; one GPU per rank). Each operation picks by its tensor's device.
+// PyTorch's pip wheels ship no Gloo headers: built against one (scripts/build-gpu.sh), motley has
+// NCCL only, and the CPU-side exchanges of a GPU run travel through the GPU. Every operation returns a Status: a
 // timeout or a broken connection becomes an error naming the operation, its peers and the rank
 // that stopped responding, never a hang.
 //
@@ -19,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/torch.h>
 
 #include "core/status.h"
@@ -42,7 +44,7 @@ struct CommGroup {
   std::vector<int> ranks;  // world ranks, in order
   int index = -1;          // this rank's position in `ranks`; -1 when not a member
   std::string name;
-  c10::intrusive_ptr<CommBackend> pg;      // Gloo: CPU tensors
+  c10::intrusive_ptr<CommBackend> pg;      // Gloo: CPU tensors (null in builds without Gloo)
   c10::intrusive_ptr<CommBackend> gpu_pg;  // NCCL: CUDA tensors (CommConfig::gpu)
   int size() const { return static_cast<int>(ranks.size()); }
 };
@@ -99,6 +101,9 @@ class Communicator {
   Status Run(const std::string& what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start);
   /// The group's process group for tensors on `t`'s device.
   Result<CommBackend*> For(CommGroup& g, const torch::Tensor& t);
+  /// A CPU tensor that must travel through the GPU (no Gloo in this build): its GPU copy, and the
+  /// completion step that copies the result back (none for inputs). Otherwise `t` itself.
+  torch::Tensor Stage(CommGroup& g, const torch::Tensor& t, bool result, std::function<void()>* back);
   /// Gloo (and NCCL with CommConfig::gpu) process groups for group `g` as member `index` of `size`.
   Status MakeProcessGroups(CommGroup& g, const std::string& prefix);
   /// The error for `what` failing with `e`, with DiagnoseFailure()'s verdict.
@@ -107,6 +112,7 @@ class Communicator {
 
   Rendezvous rv_;
   CommConfig config_;
+  torch::Device gpu_ = torch::kCPU;  // this rank's GPU with CommConfig::gpu
   c10::intrusive_ptr<c10d::Store> store_, watch_store_;
   std::unique_ptr<CommGroup> world_;
   std::vector<std::unique_ptr<CommGroup>> groups_;

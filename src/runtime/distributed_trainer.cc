@@ -1,5 +1,6 @@
 #include "runtime/distributed_trainer.h"
 
+#include <cstdint>
 #include <chrono>
 #include <cmath>
 #include <filesystem>

@@ -1,5 +1,6 @@
 #include "runtime/evaluate.h"
 
+#include <cstdint>
 #include <algorithm>
 
 #include "core/check.h"

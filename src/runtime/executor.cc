@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <cstdint>
 #include <csignal>
 #include <chrono>
 #include <future>

@@ -1,3 +1,5 @@
+#include <cstdint>
+
 #include "runtime/llama_model.h"
 
 #include "core/check.h"

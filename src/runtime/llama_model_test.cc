@@ -1,5 +1,6 @@
 #include "runtime/llama_model.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 namespace motley {

@@ -1,5 +1,6 @@
 #include "runtime/lr_schedule.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cmath>
 #include <numbers>

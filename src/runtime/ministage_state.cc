@@ -1,5 +1,6 @@
 #include "runtime/ministage_state.h"
 
+#include <cstdint>
 #include <algorithm>
 
 #include "core/check.h"

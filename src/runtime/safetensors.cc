@@ -1,5 +1,6 @@
 #include "runtime/safetensors.h"
 
+#include <cstdint>
 #include <fstream>
 
 #include <fmt/format.h>

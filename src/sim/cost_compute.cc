@@ -1,5 +1,6 @@
 #include "sim/cost_compute.h"
 
+#include <cstdint>
 #include <algorithm>
 
 namespace motley {

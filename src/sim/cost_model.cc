@@ -1,5 +1,6 @@
 #include "sim/cost_model.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <limits>
 

@@ -2,6 +2,7 @@
 // device type and from the analytic roofline otherwise (cost_compute.h); links by alpha-beta.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>

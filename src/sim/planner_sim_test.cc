@@ -1,5 +1,6 @@
 // Planners checked against the simulator: the memory model against simulated peaks, and plans
 // against the baselines they should beat.
+#include <cstdint>
 #include <cstdio>
 #include <random>
 

@@ -1,5 +1,6 @@
 #include "sim/profile.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <map>
 

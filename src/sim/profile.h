@@ -16,6 +16,7 @@
 // the last two points.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>

@@ -1,5 +1,6 @@
 #include "sim/simulator.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <array>
 #include <map>

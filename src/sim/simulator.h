@@ -6,6 +6,7 @@
 // when one of its ops finishes or a peer's send or collective releases it).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

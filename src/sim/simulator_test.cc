@@ -1,5 +1,6 @@
 #include "sim/simulator.h"
 
+#include <cstdint>
 #include <random>
 
 #include <gtest/gtest.h>

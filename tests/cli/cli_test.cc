@@ -1,4 +1,5 @@
 // End-to-end tests of the motley command line: run the built binary, check exit codes and output.
+#include <cstdint>
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -3,6 +3,7 @@
 // with asymmetric groups, uneven microbatch counts, custom routing, 1..L ministages, parameter and
 // activation offload, with and without gradient clipping — run by `motley launch` as 2-6 ranks,
 // ends 5 steps with the parameters and AdamW moments of a single-process run within 1e-5.
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <fstream>

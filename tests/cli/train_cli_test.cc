@@ -1,4 +1,5 @@
 // End-to-end tests of `motley data prepare`, `motley train` and `motley eval`.
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
