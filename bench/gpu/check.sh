@@ -5,7 +5,7 @@
 #      (DEBS=folder of .deb files: libfmt-dev libfmt9 nlohmann-json3-dev libtomlplusplus-dev
 #      libtomlplusplus3 libcli11-dev libboost1.74-dev libgtest-dev libsentencepiece-dev
 #      libsentencepiece0, from `apt-get download` on Debian bookworm);
-#   2. the GPU tests (the CLI suite's cases named *Gpu*);
+#   2. the GPU tests (the CLI suite's DistributedTrainGpu cases);
 #   3. the offload benchmark (offload_overhead.sh).
 # Logs go to LOGS (default: gpu-logs/).
 #
@@ -39,6 +39,6 @@ fi
 echo "build: $(( $(date +%s) - start )) s; $(grep -E 'NCCL' "$LOGS/build.log" | head -2)"
 
 echo "== GPU tests"
-timeout 300 build-gpu/tests/motley_cli_tests --gtest_filter='*Gpu*' 2>&1 | tee "$LOGS/gpu-tests.log" | tail -15
+timeout 300 build-gpu/tests/motley_cli_tests --gtest_filter='DistributedTrainGpu.*' 2>&1 | tee "$LOGS/gpu-tests.log" | tail -15
 echo "== offload benchmark"
 timeout 400 bench/gpu/offload_overhead.sh build-gpu/motley "$@" 2>&1 | tee "$LOGS/offload.txt"

@@ -29,9 +29,9 @@ torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after
   if (!asynchronous()) return HostCopy(t);
   c10::impl::VirtualGuardImpl impl(device_.type());
   const c10::Stream compute = impl.getStream(device_);
-  RecordOn(compute)->block(*to_host_);  // the producer's kernels come first
+  torch::Tensor src = t.contiguous();   // (a copy kernel on the compute stream when t is a view)
+  RecordOn(compute)->block(*to_host_);  // the producer's kernels come first, that copy included
   if (after.pending()) after.done->block(*to_host_);
-  torch::Tensor src = t.contiguous();
   torch::Tensor host;
   {
     c10::StreamGuard on_side(*to_host_);
