@@ -49,6 +49,15 @@ class Lowerer {
   int Tp(int g) const { return plan_.groups[g].tp_degree; }
   /// Data-parallel replicas in a group: its tensor-parallel runs.
   int DpDegree(int g) const { return static_cast<int>(plan_.groups[g].devices.size()) / Tp(g); }
+  // With parameter offload, a group's first ministage stays on the device: its backward visit
+  // ends the step and its forward visit starts the next, so offloading it would only put a
+  // round trip through host memory between two steps, with no compute to hide it under.
+  bool Resident(int v) const {
+    if (!policy_.offload_params || policy_.data_parallel) return false;
+    for (int u = 0; u < v; ++u)
+      if (vstages_[u].group == vstages_[v].group) return false;
+    return true;
+  }
   /// The ranks of the tensor-parallel run led by `leader`.
   std::vector<int> Members(int leader) const {
     std::vector<int> out;
@@ -291,7 +300,7 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
   std::vector<int> prefetch(group_ranks_[g].size(), -1);
   for (size_t i = 0; i < group_ranks_[g].size(); ++i) {
     const int r = group_ranks_[g][i];
-    if (!policy_.offload_params) continue;
+    if (!policy_.offload_params || Resident(v)) continue;
     Op op = StageOp(OpKind::kParamPrefetch, Stream::kH2D, v);
     op.bytes = shard * (param_bytes_ + (backward ? opt_bytes_ : 0));
     op.device_alloc_bytes = op.bytes;
@@ -378,7 +387,7 @@ void Lowerer::EmitFinishBackward(int g, int v) {
     auto lc = last_compute_.find({r, v});
     int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
     s_.programs[r].ops[release].device_free_bytes += params * param_bytes_;
-    if (policy_.offload_params) {
+    if (policy_.offload_params && !Resident(v)) {
       Op off = StageOp(OpKind::kParamOffload, Stream::kD2H, v);
       off.bytes = params / d * (param_bytes_ + opt_bytes_);
       off.device_free_bytes = off.bytes;
@@ -567,8 +576,12 @@ Result<Schedule> Lowerer::Run() {
       if (vstages_[v].group != g) continue;
       const double p = RankParams(v);
       const double sharded_or_full = plan_.zero_stage == 0 ? p : p / d;
-      if (policy_.offload_params) {
+      if (policy_.offload_params && !Resident(v)) {
         host += p / d * (param_bytes_ + opt_bytes_);
+        continue;
+      }
+      if (policy_.offload_params) {  // resident: its shard and moments; full parameters per visit
+        device += p / d * (param_bytes_ + opt_bytes_);
         continue;
       }
       device += (plan_.zero_stage == 3 ? p / d : p) * param_bytes_;

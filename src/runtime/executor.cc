@@ -119,7 +119,12 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
   for (auto& [v, params] : owned) {
     auto state = std::make_unique<MinistageState>(std::move(params), dp_size, dp_index, plan.zero_stage >= 1,
                                                   ex->copies_.get());
-    if (plan.offload_params) state->Offload();
+    // Offloaded between visits: the ministages the program prefetches (a group's first stays; lower.cc).
+    bool prefetched = false;
+    for (const Op& op : prog.ops)
+      prefetched = prefetched || (op.kind == OpKind::kParamPrefetch &&
+                                  ex->vstage_of_layer_begin_.at(op.layer_begin) == v);
+    if (plan.offload_params && prefetched) state->Offload();
     if (ex->sharded_params_) state->ReleaseFlat();
     ex->ministages_[v] = std::move(state);
   }
@@ -200,8 +205,11 @@ class Executor::StepRun {
         const Op& op = prog_.ops[i];
         if (clipping) {
           bool defer = op.kind == OpKind::kOptimizerStep;
+          // What follows a held update of the same ministage waits with it (a dependency on another
+          // ministage's offload only bounds how many are resident: it does not hold this one).
           if (op.kind == OpKind::kAllGather || op.kind == OpKind::kParamOffload)
-            for (int d : op.deps) defer = defer || deferred[d];
+            for (int d : op.deps)
+              defer = defer || (deferred[d] && prog_.ops[d].layer_begin == op.layer_begin);
           if (defer) {
             if (op.kind == OpKind::kOptimizerStep) {
               for (int d : op.deps) MOTLEY_RETURN_IF_ERROR(Complete(d));  // the reduced gradients
@@ -308,7 +316,7 @@ class Executor::StepRun {
       const int v = VStage(op);
       switch (op.kind) {
         case OpKind::kOptimizerStep:  // reads the reduced gradients, writes the shard gathers read
-          State(v).WaitReady();       // a prefetched shard and moments
+          State(v).WaitReady(true);   // a prefetched shard and moments
           MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
           break;
         case OpKind::kParamPrefetch:  // replaces the shard and moments
@@ -316,7 +324,7 @@ class Executor::StepRun {
           MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
           break;
         case OpKind::kAllGather:  // into the full parameters, from a prefetched shard
-          State(v).WaitReady();
+          State(v).WaitReady(false);
           MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
           break;
         case OpKind::kForward:

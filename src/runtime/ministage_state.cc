@@ -104,7 +104,7 @@ std::string MinistageState::LoadMoments(const std::map<std::string, torch::Tenso
                                         const std::map<std::string, torch::Tensor>& exp_avg_sq) {
   torch::NoGradGuard no_grad;
   copies_->Synchronize();  // the moments may be in host memory, written by a copy
-  WaitReady();
+  WaitReady(true);
   torch::Tensor m1 = Moment(0), m2 = Moment(1);
   for (const Range& r : ranges_) {
     const std::string& name = params_[r.param].name;
@@ -127,25 +127,28 @@ void MinistageState::ClearGradients() {
 void MinistageState::Offload() {
   MOTLEY_CHECK(sharded_);
   CopyTicket done;  // copies on one stream complete in order: the last one's ticket covers all
-  if (shard_.defined()) host_shard_ = copies_->ToHost(shard_, device_ready_, &done);
+  if (shard_.defined()) host_shard_ = copies_->ToHost(shard_, shard_ready_, &done);
   if (exp_avg_.defined()) {
-    host_exp_avg_ = copies_->ToHost(exp_avg_, device_ready_, &done);
-    host_exp_avg_sq_ = copies_->ToHost(exp_avg_sq_, device_ready_, &done);
+    host_exp_avg_ = copies_->ToHost(exp_avg_, moments_ready_, &done);
+    host_exp_avg_sq_ = copies_->ToHost(exp_avg_sq_, moments_ready_, &done);
   }
   if (done.pending()) host_ready_ = done;
-  device_ready_ = {};
+  shard_ready_ = moments_ready_ = {};
   shard_ = exp_avg_ = exp_avg_sq_ = grad_shard_ = torch::Tensor();
 }
 
 void MinistageState::Prefetch(bool with_moments) {
   MOTLEY_CHECK(host_shard_.defined());
   CopyTicket done;
-  if (!shard_.defined()) shard_ = copies_->ToDevice(host_shard_, host_ready_, &done);
+  if (!shard_.defined()) {  // first: the gather waits for it alone
+    shard_ = copies_->ToDevice(host_shard_, host_ready_, &done);
+    if (done.pending()) shard_ready_ = done;
+  }
   if (with_moments && !exp_avg_.defined()) {
     exp_avg_ = copies_->ToDevice(host_exp_avg_, host_ready_, &done);
     exp_avg_sq_ = copies_->ToDevice(host_exp_avg_sq_, host_ready_, &done);
+    if (done.pending()) moments_ready_ = done;
   }
-  if (done.pending()) device_ready_ = done;
 }
 
 void MinistageState::DropDeviceShard() {

@@ -86,8 +86,12 @@ class MinistageState {
   void Prefetch(bool with_moments);
   /// Drops the device copy of the shard (the host copy stays authoritative).
   void DropDeviceShard();
-  /// The compute stream waits for the last prefetch (GPU; nothing to do on CPU).
-  void WaitReady() { copies_->Wait(device_ready_); }
+  /// The compute stream waits for the last prefetch of the shard (and of the moments with
+  /// `moments`): a GPU's gather need not wait for the moments, which only the update reads.
+  void WaitReady(bool moments) {
+    copies_->Wait(shard_ready_);
+    if (moments) copies_->Wait(moments_ready_);
+  }
 
  private:
   struct Range {
@@ -104,7 +108,7 @@ class MinistageState {
   bool sharded_ = false;
   CopyEngine* copies_;
   torch::Device device_;
-  CopyTicket device_ready_, host_ready_;  // the last prefetch's and the last offload's copies
+  CopyTicket shard_ready_, moments_ready_, host_ready_;  // the last prefetches and the last offload
   int64_t numel_ = 0, shard_numel_ = 0, shard_begin_ = 0;
   torch::Tensor flat_, grad_flat_, shard_, grad_shard_, exp_avg_, exp_avg_sq_;
   torch::Tensor host_shard_, host_exp_avg_, host_exp_avg_sq_;
