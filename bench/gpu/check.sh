@@ -27,6 +27,15 @@ torch_dir="$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__)
   echo "gloo headers: $(ls "$torch_dir/include/gloo" 2>/dev/null | wc -l)"
   echo "c10d definitions: $(grep -o 'USE_C10D_[A-Z]*' "$torch_dir/share/cmake/Caffe2/Caffe2Targets.cmake" | sort -u | tr '\n' ' ')"
   "${CXX:-c++}" --version | head -1
+  # The host link that offload uses: pinned copies of 1 GiB each way.
+  python3 - <<'PY'
+import time, torch
+h = torch.empty(1 << 28, pin_memory=True); d = torch.empty(1 << 28, device="cuda")
+for name, dst, src in (("host->device", d, h), ("device->host", h, d)):
+    dst.copy_(src, non_blocking=True); torch.cuda.synchronize(); t = time.perf_counter()
+    for _ in range(5): dst.copy_(src, non_blocking=True)
+    torch.cuda.synchronize(); print(f"pinned {name}: {5 * 4 / (time.perf_counter() - t):.1f} GiB/s")
+PY
 } 2>&1 | tee "$LOGS/machine.txt"
 
 start=$(date +%s)

@@ -24,7 +24,8 @@ CopyEngine::CopyEngine(torch::Device device) : device_(device) {
   to_device_ = std::make_unique<c10::Stream>(impl.getStreamFromGlobalPool(device_));
 }
 
-torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after, CopyTicket* done) {
+torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after, CopyTicket* done,
+                                 const torch::Tensor& reuse) {
   *done = {};
   if (!asynchronous()) return HostCopy(t);
   c10::impl::VirtualGuardImpl impl(device_.type());
@@ -35,7 +36,9 @@ torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after
   torch::Tensor host;
   {
     c10::StreamGuard on_side(*to_host_);
-    host = torch::empty(src.sizes(), src.options().device(torch::kCPU).pinned_memory(true));
+    const bool fits = reuse.defined() && reuse.sizes() == src.sizes() && reuse.dtype() == src.dtype() &&
+                      reuse.is_pinned() && reuse.is_contiguous();
+    host = fits ? reuse : torch::empty(src.sizes(), src.options().device(torch::kCPU).pinned_memory(true));
     host.copy_(src, /*non_blocking=*/true);
   }
   // `src` may be freed by the caller now: its memory is not reused until the copy is done.

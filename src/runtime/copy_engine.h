@@ -37,8 +37,11 @@ class CopyEngine {
 
   /// Starts copying `t` (on the device) to host memory once the work queued so far on the
   /// compute stream (which writes it) and `after` are done. `t` may be dropped at once. The host
-  /// tensor must not be read on the host before Synchronize().
-  torch::Tensor ToHost(const torch::Tensor& t, const CopyTicket& after, CopyTicket* done);
+  /// tensor must not be read on the host before Synchronize(). On a GPU, `reuse` (a host tensor
+  /// this engine made, of t's shape, whose readers are covered by `after`) is written in place
+  /// rather than a new pinned buffer allocated.
+  torch::Tensor ToHost(const torch::Tensor& t, const CopyTicket& after, CopyTicket* done,
+                       const torch::Tensor& reuse = {});
   /// Starts copying a host tensor into a new device tensor, after `after` (the copy that filled
   /// the host tensor). Compute must Wait(*done) before reading the result.
   torch::Tensor ToDevice(const torch::Tensor& host, const CopyTicket& after, CopyTicket* done);

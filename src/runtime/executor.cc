@@ -276,8 +276,12 @@ class Executor::StepRun {
 
   const torch::Tensor& Tokens(int64_t m) {
     auto it = tokens_.find(m);
-    if (it == tokens_.end())
-      it = tokens_.emplace(m, in_.tokens(ex_.microbatch_first_[m], ex_.microbatch_size_[m]).to(ex_.config_.device)).first;
+    if (it == tokens_.end()) {
+      torch::Tensor host = in_.tokens(ex_.microbatch_first_[m], ex_.microbatch_size_[m]);
+      // On a GPU through pinned memory: the host does not wait for the queued kernels.
+      if (ex_.config_.device.is_cuda()) host = host.pin_memory();
+      it = tokens_.emplace(m, host.to(ex_.config_.device, /*non_blocking=*/true)).first;
+    }
     return it->second;
   }
   torch::Tensor Loss(const torch::Tensor& logits, int64_t m) {

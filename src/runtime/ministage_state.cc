@@ -127,10 +127,11 @@ void MinistageState::ClearGradients() {
 void MinistageState::Offload() {
   MOTLEY_CHECK(sharded_);
   CopyTicket done;  // copies on one stream complete in order: the last one's ticket covers all
-  if (shard_.defined()) host_shard_ = copies_->ToHost(shard_, shard_ready_, &done);
+  // Into the same host buffers (their last readers, the prefetches, come first).
+  if (shard_.defined()) host_shard_ = copies_->ToHost(shard_, shard_read_, &done, host_shard_);
   if (exp_avg_.defined()) {
-    host_exp_avg_ = copies_->ToHost(exp_avg_, moments_ready_, &done);
-    host_exp_avg_sq_ = copies_->ToHost(exp_avg_sq_, moments_ready_, &done);
+    host_exp_avg_ = copies_->ToHost(exp_avg_, moments_read_, &done, host_exp_avg_);
+    host_exp_avg_sq_ = copies_->ToHost(exp_avg_sq_, moments_read_, &done, host_exp_avg_sq_);
   }
   if (done.pending()) host_ready_ = done;
   shard_ready_ = moments_ready_ = {};
@@ -142,12 +143,12 @@ void MinistageState::Prefetch(bool with_moments) {
   CopyTicket done;
   if (!shard_.defined()) {  // first: the gather waits for it alone
     shard_ = copies_->ToDevice(host_shard_, host_ready_, &done);
-    if (done.pending()) shard_ready_ = done;
+    if (done.pending()) shard_ready_ = shard_read_ = done;
   }
   if (with_moments && !exp_avg_.defined()) {
     exp_avg_ = copies_->ToDevice(host_exp_avg_, host_ready_, &done);
     exp_avg_sq_ = copies_->ToDevice(host_exp_avg_sq_, host_ready_, &done);
-    if (done.pending()) moments_ready_ = done;
+    if (done.pending()) moments_ready_ = moments_read_ = done;
   }
 }
 

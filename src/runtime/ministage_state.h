@@ -109,6 +109,7 @@ class MinistageState {
   CopyEngine* copies_;
   torch::Device device_;
   CopyTicket shard_ready_, moments_ready_, host_ready_;  // the last prefetches and the last offload
+  CopyTicket shard_read_, moments_read_;  // the last prefetches again: they read the host copies
   int64_t numel_ = 0, shard_numel_ = 0, shard_begin_ = 0;
   torch::Tensor flat_, grad_flat_, shard_, grad_shard_, exp_avg_, exp_avg_sq_;
   torch::Tensor host_shard_, host_exp_avg_, host_exp_avg_sq_;
