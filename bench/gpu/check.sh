@@ -34,7 +34,7 @@ h = torch.empty(1 << 28, pin_memory=True); d = torch.empty(1 << 28, device="cuda
 for name, dst, src in (("host->device", d, h), ("device->host", h, d)):
     dst.copy_(src, non_blocking=True); torch.cuda.synchronize(); t = time.perf_counter()
     for _ in range(5): dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize(); print(f"pinned {name}: {5 * 4 / (time.perf_counter() - t):.1f} GiB/s")
+    torch.cuda.synchronize(); print(f"pinned {name}: {5 / (time.perf_counter() - t):.1f} GiB/s")
 PY
 } 2>&1 | tee "$LOGS/machine.txt"
 

@@ -20,49 +20,54 @@ CopyEngine::CopyEngine(torch::Device device) : device_(device) {
   if (!device_.is_cuda()) return;
   if (!device_.has_index()) device_ = torch::Device(device_.type(), 0);
   c10::impl::VirtualGuardImpl impl(device_.type());
-  to_host_ = std::make_unique<c10::Stream>(impl.getStreamFromGlobalPool(device_));
-  to_device_ = std::make_unique<c10::Stream>(impl.getStreamFromGlobalPool(device_));
+  for (int lane = 0; lane < 2; ++lane) {
+    to_host_[lane] = std::make_unique<c10::Stream>(impl.getStreamFromGlobalPool(device_));
+    to_device_[lane] = std::make_unique<c10::Stream>(impl.getStreamFromGlobalPool(device_));
+  }
 }
 
 torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after, CopyTicket* done,
-                                 const torch::Tensor& reuse) {
+                                 const torch::Tensor& reuse, CopyLane lane) {
   *done = {};
   if (!asynchronous()) return HostCopy(t);
+  const c10::Stream& side = *to_host_[static_cast<int>(lane)];
   c10::impl::VirtualGuardImpl impl(device_.type());
   const c10::Stream compute = impl.getStream(device_);
   torch::Tensor src = t.contiguous();   // (a copy kernel on the compute stream when t is a view)
-  RecordOn(compute)->block(*to_host_);  // the producer's kernels come first, that copy included
-  if (after.pending()) after.done->block(*to_host_);
+  RecordOn(compute)->block(side);  // the producer's kernels come first, that copy included
+  if (after.pending()) after.done->block(side);
   torch::Tensor host;
   {
-    c10::StreamGuard on_side(*to_host_);
+    c10::StreamGuard on_side(side);
     const bool fits = reuse.defined() && reuse.sizes() == src.sizes() && reuse.dtype() == src.dtype() &&
                       reuse.is_pinned() && reuse.is_contiguous();
     host = fits ? reuse : torch::empty(src.sizes(), src.options().device(torch::kCPU).pinned_memory(true));
     host.copy_(src, /*non_blocking=*/true);
   }
   // `src` may be freed by the caller now: its memory is not reused until the copy is done.
-  impl.recordDataPtrOnStream(src.storage().data_ptr(), *to_host_);
-  done->done = RecordOn(*to_host_);
+  impl.recordDataPtrOnStream(src.storage().data_ptr(), side);
+  done->done = RecordOn(side);
   return host;
 }
 
-torch::Tensor CopyEngine::ToDevice(const torch::Tensor& host, const CopyTicket& after, CopyTicket* done) {
+torch::Tensor CopyEngine::ToDevice(const torch::Tensor& host, const CopyTicket& after, CopyTicket* done,
+                                   CopyLane lane) {
   *done = {};
   if (!asynchronous()) return host.clone();
+  const c10::Stream& side = *to_device_[static_cast<int>(lane)];
   c10::impl::VirtualGuardImpl impl(device_.type());
   const c10::Stream compute = impl.getStream(device_);
-  if (after.pending()) after.done->block(*to_device_);
+  if (after.pending()) after.done->block(side);
   torch::Tensor out;
   {
     // Allocated on the copy stream: the block cannot be one the compute stream still uses.
-    c10::StreamGuard on_side(*to_device_);
+    c10::StreamGuard on_side(side);
     out = torch::empty(host.sizes(), host.options().device(device_));
     out.copy_(host, /*non_blocking=*/true);
   }
   // The compute stream reads (and later frees) it: not reused before that work is done.
   impl.recordDataPtrOnStream(out.storage().data_ptr(), compute);
-  done->done = RecordOn(*to_device_);
+  done->done = RecordOn(side);
   return out;
 }
 
@@ -76,8 +81,10 @@ void CopyEngine::Wait(CopyTicket& ticket) const {
 void CopyEngine::Synchronize() const {
   if (!asynchronous()) return;
   c10::impl::VirtualGuardImpl impl(device_.type());
-  impl.synchronizeStream(*to_host_);
-  impl.synchronizeStream(*to_device_);
+  for (int lane = 0; lane < 2; ++lane) {
+    impl.synchronizeStream(*to_host_[lane]);
+    impl.synchronizeStream(*to_device_[lane]);
+  }
 }
 
 }  // namespace motley

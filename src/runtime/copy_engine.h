@@ -1,7 +1,9 @@
 // CopyEngine: the copies between device and host memory that offload and prefetch make.
 //
-// On a GPU they run on two side streams — one for device-to-host, one for host-to-device, since
-// the link is full duplex — into pinned host memory, so they overlap compute (Zorse §4.2). Each
+// On a GPU they run on side streams — device-to-host and host-to-device apart, since the link is
+// full duplex, and activations apart from parameters, so that a microbatch's boundary (megabytes,
+// needed now) does not queue behind a ministage's moments (gigabytes, needed at its update) —
+// into pinned host memory, so they overlap compute (Zorse §4.2). Each
 // copy hands back a ticket; the compute stream waits for a ticket on the device (the host thread
 // runs on) before it reads what the copy wrote. Memory safety across streams is the caching
 // allocator's record-stream mechanism: a tensor used on another stream than the one it was made
@@ -22,6 +24,9 @@
 
 namespace motley {
 
+/// Which side streams a copy takes.
+enum class CopyLane { kParams, kActivations };
+
 /// An asynchronous copy's completion; empty when there is nothing to wait for.
 struct CopyTicket {
   std::shared_ptr<c10::Event> done;
@@ -41,10 +46,11 @@ class CopyEngine {
   /// this engine made, of t's shape, whose readers are covered by `after`) is written in place
   /// rather than a new pinned buffer allocated.
   torch::Tensor ToHost(const torch::Tensor& t, const CopyTicket& after, CopyTicket* done,
-                       const torch::Tensor& reuse = {});
+                       const torch::Tensor& reuse = {}, CopyLane lane = CopyLane::kParams);
   /// Starts copying a host tensor into a new device tensor, after `after` (the copy that filled
   /// the host tensor). Compute must Wait(*done) before reading the result.
-  torch::Tensor ToDevice(const torch::Tensor& host, const CopyTicket& after, CopyTicket* done);
+  torch::Tensor ToDevice(const torch::Tensor& host, const CopyTicket& after, CopyTicket* done,
+                         CopyLane lane = CopyLane::kParams);
   /// The compute stream waits for the copy (the host does not); the ticket is cleared.
   void Wait(CopyTicket& ticket) const;
   /// The host waits for every copy started so far.
@@ -52,7 +58,8 @@ class CopyEngine {
 
  private:
   torch::Device device_;
-  std::unique_ptr<c10::Stream> to_host_, to_device_;  // side streams (GPU only)
+  // Side streams (GPU only), by lane: [kParams, kActivations].
+  std::unique_ptr<c10::Stream> to_host_[2], to_device_[2];
 };
 
 }  // namespace motley

@@ -377,7 +377,8 @@ class Executor::StepRun {
       case OpKind::kActOffload: {
         auto it = boundary_.find({VStage(op), op.microbatch});
         MOTLEY_CHECK(it != boundary_.end());
-        host_boundary_[it->first] = ex_.copies_->ToHost(it->second, {}, &host_boundary_done_[it->first]);
+        host_boundary_[it->first] =
+            ex_.copies_->ToHost(it->second, {}, &host_boundary_done_[it->first], {}, CopyLane::kActivations);
         boundary_.erase(it);
         break;
       }
@@ -385,7 +386,8 @@ class Executor::StepRun {
         auto it = host_boundary_.find({VStage(op), op.microbatch});
         MOTLEY_CHECK(it != host_boundary_.end());
         boundary_[it->first] =
-            ex_.copies_->ToDevice(it->second, host_boundary_done_[it->first], &boundary_ready_[it->first]);
+            ex_.copies_->ToDevice(it->second, host_boundary_done_[it->first], &boundary_ready_[it->first],
+                                  CopyLane::kActivations);
         host_boundary_done_.erase(it->first);
         host_boundary_.erase(it);
         break;
