@@ -15,6 +15,7 @@
 #include "core/units.h"
 #include "plan/baselines.h"
 #include "plan/plan_io.h"
+#include "cli/link_measurement.h"
 #include "profile/cluster_profiler.h"
 #include "sim/plan_evaluator.h"
 #include "sim/routing_costs.h"
@@ -93,6 +94,17 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
     Result<Profile> p = ProfileCluster(job.cluster, job.model, tc.seq_len, tc.precision, po);
     if (!p.ok()) return fail(p.status());
     profile = *p;
+    // The links of a local emulated cluster, measured the way training will use them.
+    if (job.cluster.emulated() && job.cluster.num_devices() > 1) {
+      Result<std::vector<ProfileLink>> links =
+          MeasureLinksLocally(Resolvable(job.cluster_ref, job.file), job.cluster.num_devices(),
+                              (fs::path(job.checkpoint.dir) / "links").string());
+      if (!links.ok()) return fail(links.status());
+      profile.links = *links;
+      for (const ProfileLink& l : profile.links)
+        fmt::print("  profile: link {}: {}, {:.0f} us\n", l.a == l.b ? l.a + " (within)" : l.a + " <-> " + l.b,
+                   FormatBandwidth(l.bandwidth_bytes_per_s), l.latency_s * 1e6);
+    }
   }
   // 2. The plan, and the even split for comparison.
   PlanRequest request;

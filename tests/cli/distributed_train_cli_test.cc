@@ -585,3 +585,58 @@ TEST(DistributedTrainGpu, OffloadOnTheGpuTrainsTheSameModelAsWithoutIt) {
   EXPECT_GE(between, 0);
   EXPECT_LT(between, 1e-6);
 }
+
+TEST(ProfileLinks, MeasuresEachDistinctLinkOfAnEmulatedCluster) {
+  // Two alike nodes of two devices joined by 200 Mbps (25 MB/s): three links to report (within
+  // a, within b, a <-> b) from two measurements (within, between).
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  dir.Write("cluster.toml", R"(name = "slow-pair"
+[device_types.cpu]
+display_name = "one CPU process"
+memory = "2GiB"
+memory_bandwidth = "10GB/s"
+fp16_flops = "50GFLOPS"
+fp32_flops = "50GFLOPS"
+host_link = "10GB/s"
+source = "test"
+[[nodes]]
+name = "a"
+device = "cpu"
+count = 2
+intra_bandwidth = "10GB/s"
+nic_bandwidth = "200Mbps"
+[nodes.emulation]
+speed_factor = 1.0
+[[nodes]]
+name = "b"
+device = "cpu"
+count = 2
+intra_bandwidth = "10GB/s"
+nic_bandwidth = "200Mbps"
+[nodes.emulation]
+speed_factor = 1.0
+)");
+  CliRun r = Motley("profile --cluster cluster.toml --model model.toml --seq-len 16 --precision fp32 --links "
+                    "--max-microbatch 2 --repeats 1 -o profile.json",
+                    false, dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "a <-> b");
+  std::ifstream in(dir.Join("profile.json"));
+  const auto profile = nlohmann::json::parse(in);
+  ASSERT_EQ(profile["links"].size(), 3u) << profile.dump();
+  for (const auto& l : profile["links"]) {
+    const std::string a = l["between"][0].get<std::string>();
+    const std::string b = l["between"][1].get<std::string>();
+    const double bandwidth = l["bandwidth_bytes_per_s"];
+    SCOPED_TRACE(a + "-" + b);
+    if (a != b) {
+      // Paced to 25 MB/s, plus Gloo's own time: a little slower, never faster (up to fitting noise).
+      EXPECT_GT(bandwidth, 0.6 * 25e6);
+      EXPECT_LT(bandwidth, 1.2 * 25e6);
+    } else {
+      EXPECT_GT(bandwidth, 25e6);  // within a node: much faster than between
+    }
+    EXPECT_GE(static_cast<double>(l["latency_s"]), 0.0);
+  }
+}
