@@ -1,5 +1,6 @@
 #include "profile/cluster_profiler.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +21,15 @@ std::string ProfileCacheDir() {
   return ".motley-cache";
 }
 
+std::vector<std::pair<std::string, int>> DeviceTypesByFirstDevice(const Cluster& cluster) {
+  std::vector<std::pair<std::string, int>> out;
+  for (int d = 0; d < cluster.num_devices(); ++d) {
+    const std::string& type = cluster.spec(d).name;
+    if (std::none_of(out.begin(), out.end(), [&](const auto& t) { return t.first == type; })) out.push_back({type, d});
+  }
+  return out;
+}
+
 Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, int64_t seq_len, Precision precision,
                                const ClusterProfileOptions& options) {
   auto say = [&](const std::string& s) {
@@ -34,6 +44,9 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
   }
   Profile profile;
   for (const auto& [type, memory] : memory_of_type) {
+    if (!options.only_types.empty() &&
+        std::find(options.only_types.begin(), options.only_types.end(), type) == options.only_types.end())
+      continue;
     const int64_t memory_bytes = static_cast<int64_t>(memory);
     // Emulated devices all run on this machine: measure under the others' load.
     LayerProfilerConfig layers = options.layers;

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/cluster.h"
 #include "core/model.h"
@@ -23,7 +25,12 @@ struct ClusterProfileOptions {
   LayerProfilerConfig layers;
   bool use_cache = true;
   std::function<void(const std::string&)> progress;  // what is being measured, or reused
+  std::vector<std::string> only_types;               // measure these types only (empty: every type)
 };
+
+/// The device types of a cluster (catalog names), each with the first device of its type, in
+/// device order: under a launcher, that device's rank measures the type.
+std::vector<std::pair<std::string, int>> DeviceTypesByFirstDevice(const Cluster& cluster);
 
 Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, int64_t seq_len, Precision precision,
                                const ClusterProfileOptions& options);

@@ -640,3 +640,56 @@ speed_factor = 1.0
     EXPECT_GE(static_cast<double>(l["latency_s"]), 0.0);
   }
 }
+
+TEST(ProfileLinks, UnderALauncherEachTypeIsMeasuredByItsFirstRankAtOnce) {
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  dir.Write("cluster.toml", R"(name = "two-types"
+[device_types.cpu-a]
+display_name = "one CPU process"
+memory = "2GiB"
+memory_bandwidth = "10GB/s"
+fp16_flops = "50GFLOPS"
+fp32_flops = "50GFLOPS"
+host_link = "10GB/s"
+source = "test"
+[device_types.cpu-b]
+base = "cpu-a"
+memory = "1GiB"
+[[nodes]]
+name = "a"
+device = "cpu-a"
+count = 2
+intra_bandwidth = "10GB/s"
+nic_bandwidth = "200Mbps"
+[nodes.emulation]
+speed_factor = 1.0
+[[nodes]]
+name = "b"
+device = "cpu-b"
+count = 1
+nic_bandwidth = "200Mbps"
+[nodes.emulation]
+speed_factor = 1.0
+)");
+  CliRun r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) +
+                        " profile --cluster cluster.toml --model model.toml --seq-len 16 --precision fp32 --links "
+                        "--max-microbatch 2 --repeats 1 --no-cache -o profile.json",
+                    false, dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Rank 0 measured cpu-a, rank 2 (node b's device) cpu-b; rank 0 wrote both.
+  EXPECT_CONTAINS(r.output, "[rank 0]   cpu-a: layer and head at microbatch 1");
+  EXPECT_CONTAINS(r.output, "[rank 2]   cpu-b: layer and head at microbatch 1");
+  std::ifstream in(dir.Join("profile.json"));
+  const auto profile = nlohmann::json::parse(in);
+  std::set<std::string> types;
+  for (const auto& e : profile["entries"]) types.insert(e["device_type"].get<std::string>());
+  EXPECT_EQ(types, (std::set<std::string>{"cpu-a", "cpu-b"}));
+  EXPECT_EQ(profile["links"].size(), 2u);  // within a; a <-> b (b has one device)
+  // The wrong number of ranks is one clear error.
+  CliRun wrong = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) +
+                            " profile --cluster cluster.toml --model model.toml --seq-len 16 --links",
+                        false, dir.path().string());
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_CONTAINS(wrong.output, "needs one rank per device of two-types (3 devices), but 2 ranks were started");
+}
