@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
       (fs::path(MOTLEY_SOURCE_DIR) / "examples/jobs/default.toml").string());
   std::string out = Run(cd + motley +
                             " profile --cluster local-emulated --model llama-1m --seq-len 128 --precision fp32 "
-                            "--max-microbatch 32 -o profile.json",
+                            "--max-microbatch 32 --links -o profile.json",
                         &code);
   if (code != 0) {
     std::cerr << out;
