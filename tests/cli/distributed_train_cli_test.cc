@@ -330,10 +330,8 @@ TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
   EXPECT_CONTAINS(r.output, "the plan has 2 devices but 3 processes were started");
 }
 
-// A cluster of two devices on one node; `emulation` is the [[nodes.emulation]] tables.
-std::string TwoDeviceCluster(const std::string& emulation) {
-  return std::string(R"(name = "cpu2"
-[device_types.cpu]
+// The device type every emulated test cluster below is made of.
+constexpr char kCpuType[] = R"([device_types.cpu]
 display_name = "one CPU process"
 memory = "2GiB"
 memory_bandwidth = "10GB/s"
@@ -341,7 +339,11 @@ fp16_flops = "50GFLOPS"
 fp32_flops = "50GFLOPS"
 host_link = "10GB/s"
 source = "test"
-[[nodes]]
+)";
+
+// A cluster of two devices on one node; `emulation` is the [[nodes.emulation]] tables.
+std::string TwoDeviceCluster(const std::string& emulation) {
+  return std::string("name = \"cpu2\"\n") + kCpuType + R"([[nodes]]
 name = "a"
 device = "cpu"
 count = 2
@@ -591,16 +593,7 @@ TEST(ProfileLinks, MeasuresEachDistinctLinkOfAnEmulatedCluster) {
   // a, within b, a <-> b) from two measurements (within, between).
   TempDir dir;
   dir.Write("model.toml", kModel);
-  dir.Write("cluster.toml", R"(name = "slow-pair"
-[device_types.cpu]
-display_name = "one CPU process"
-memory = "2GiB"
-memory_bandwidth = "10GB/s"
-fp16_flops = "50GFLOPS"
-fp32_flops = "50GFLOPS"
-host_link = "10GB/s"
-source = "test"
-[[nodes]]
+  dir.Write("cluster.toml", std::string("name = \"slow-pair\"\n") + kCpuType + R"([[nodes]]
 name = "a"
 device = "cpu"
 count = 2
@@ -644,21 +637,12 @@ speed_factor = 1.0
 TEST(ProfileLinks, UnderALauncherEachTypeIsMeasuredByItsFirstRankAtOnce) {
   TempDir dir;
   dir.Write("model.toml", kModel);
-  dir.Write("cluster.toml", R"(name = "two-types"
-[device_types.cpu-a]
-display_name = "one CPU process"
-memory = "2GiB"
-memory_bandwidth = "10GB/s"
-fp16_flops = "50GFLOPS"
-fp32_flops = "50GFLOPS"
-host_link = "10GB/s"
-source = "test"
-[device_types.cpu-b]
-base = "cpu-a"
+  dir.Write("cluster.toml", std::string("name = \"two-types\"\n") + kCpuType + R"([device_types.cpu-b]
+base = "cpu"
 memory = "1GiB"
 [[nodes]]
 name = "a"
-device = "cpu-a"
+device = "cpu"
 count = 2
 intra_bandwidth = "10GB/s"
 nic_bandwidth = "200Mbps"
@@ -677,14 +661,14 @@ speed_factor = 1.0
                         "--max-microbatch 2 --repeats 1 --no-cache -o profile.json",
                     false, dir.path().string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  // Rank 0 measured cpu-a, rank 2 (node b's device) cpu-b; rank 0 wrote both.
-  EXPECT_CONTAINS(r.output, "[rank 0]   cpu-a: layer and head at microbatch 1");
+  // Rank 0 measured cpu, rank 2 (node b's device) cpu-b; rank 0 wrote both.
+  EXPECT_CONTAINS(r.output, "[rank 0]   cpu: layer and head at microbatch 1");
   EXPECT_CONTAINS(r.output, "[rank 2]   cpu-b: layer and head at microbatch 1");
   std::ifstream in(dir.Join("profile.json"));
   const auto profile = nlohmann::json::parse(in);
   std::set<std::string> types;
   for (const auto& e : profile["entries"]) types.insert(e["device_type"].get<std::string>());
-  EXPECT_EQ(types, (std::set<std::string>{"cpu-a", "cpu-b"}));
+  EXPECT_EQ(types, (std::set<std::string>{"cpu", "cpu-b"}));
   EXPECT_EQ(profile["links"].size(), 2u);  // within a; a <-> b (b has one device)
   // The wrong number of ranks is one clear error.
   CliRun wrong = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) +
