@@ -349,7 +349,7 @@ device = "cpu"
 count = 2
 interconnect = "pcie"
 intra_bandwidth = "10GB/s"
-)") + emulation;
+)" + emulation;
 }
 
 constexpr char kEvenDp2[] = R"(model = "model.toml"
