@@ -6,6 +6,7 @@
 #include "core/net.h"
 #include "runtime/communicator.h"
 #include "runtime/rendezvous.h"
+#include "runtime/run_ranks_for_test.h"
 
 namespace motley {
 namespace {
@@ -52,27 +53,6 @@ TEST(Rendezvous, ReadsEveryLauncherAndExplainsGaps) {
   Result<Rendezvous> out_of_range = RendezvousFromEnv(Env({{"RANK", "4"}, {"WORLD_SIZE", "4"}}));
   ASSERT_FALSE(out_of_range.ok());
   EXPECT_NE(out_of_range.status().message().find("RANK=4: expected an integer in [0, 3]"), std::string::npos);
-}
-
-// Runs `body(comm)` on `world` ranks, one thread each, over Gloo on loopback.
-void RunRanks(int world, const std::function<void(Communicator&)>& body, double timeout_s = 30) {
-  const int port = FreeTcpPort();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([=] {
-      Rendezvous rv;
-      rv.rank = r;
-      rv.world_size = world;
-      rv.master_port = port;
-      CommConfig config;
-      config.timeout_s = timeout_s;
-      config.heartbeat_timeout_s = 0;  // no watchdog: it would end the test process
-      auto comm = Communicator::Connect(rv, config);
-      ASSERT_TRUE(comm.ok()) << comm.status().message();
-      body(**comm);
-    });
-  }
-  for (auto& t : threads) t.join();
 }
 
 TEST(Communicator, CollectivesAndTransfersGiveTheRightValues) {

@@ -89,15 +89,17 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
 }
 
 torch::Tensor DecoderLayerFunction(const ModelSpec& spec, const std::vector<torch::Tensor>& w, const torch::Tensor& x,
-                                   const torch::Tensor& cos, const torch::Tensor& sin) {
+                                   const torch::Tensor& cos, const torch::Tensor& sin, const TensorParallelRegion* tp) {
   MOTLEY_CHECK_EQ(w.size(), 9u);
   // Mixed precision: the weights are fp32 masters, cast to the compute dtype of `x` here (the cast
   // is part of the autograd graph, so gradients reach the masters in fp32).
   auto weight = [&](size_t i) { return w[i].scalar_type() == x.scalar_type() ? w[i] : w[i].to(x.scalar_type()); };
-  const int64_t b = x.size(0), s = x.size(1), heads = spec.num_heads, kv_heads = spec.num_kv_heads,
-                d = spec.head_dim();
+  const int64_t b = x.size(0), s = x.size(1), d = spec.head_dim();
+  const int64_t heads = w[1].size(0) / d, kv_heads = w[2].size(0) / d;  // this rank's, with tp
+  auto enter = [&](const torch::Tensor& t) { return tp ? tp->enter(t) : t; };
+  auto reduce = [&](const torch::Tensor& t) { return tp ? tp->reduce(t) : t; };
   // Attention.
-  torch::Tensor hidden = RmsNorm(x, weight(0), spec.norm_eps);
+  torch::Tensor hidden = enter(RmsNorm(x, weight(0), spec.norm_eps));
   torch::Tensor q = torch::nn::functional::linear(hidden, weight(1)).view({b, s, heads, d}).transpose(1, 2);
   torch::Tensor k = torch::nn::functional::linear(hidden, weight(2)).view({b, s, kv_heads, d}).transpose(1, 2);
   torch::Tensor v = torch::nn::functional::linear(hidden, weight(3)).view({b, s, kv_heads, d}).transpose(1, 2);
@@ -126,11 +128,11 @@ torch::Tensor DecoderLayerFunction(const ModelSpec& spec, const std::vector<torc
     attn = torch::matmul(probs, v);
   }
   attn = attn.transpose(1, 2).reshape({b, s, heads * d});
-  torch::Tensor h = x + torch::nn::functional::linear(attn, weight(4));
+  torch::Tensor h = x + reduce(torch::nn::functional::linear(attn, weight(4)));
   // SwiGLU MLP.
-  torch::Tensor m = RmsNorm(h, weight(5), spec.norm_eps);
+  torch::Tensor m = enter(RmsNorm(h, weight(5), spec.norm_eps));
   torch::Tensor gated = torch::silu(torch::nn::functional::linear(m, weight(6))) * torch::nn::functional::linear(m, weight(7));
-  return h + torch::nn::functional::linear(gated, weight(8));
+  return h + reduce(torch::nn::functional::linear(gated, weight(8)));
 }
 
 LlamaModelImpl::LlamaModelImpl(const ModelSpec& spec, uint64_t seed) : spec_(spec) {

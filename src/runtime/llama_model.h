@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include <torch/torch.h>
 
 #include "core/model.h"
@@ -55,9 +57,20 @@ class DecoderLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderLayer);
 
+/// Tensor parallelism's two region boundaries (Megatron's f and g; runtime/tensor_parallel.h):
+/// `enter` is the identity forward and sums the gradient over the group backward; `reduce` sums the
+/// partial outputs over the group forward and is the identity backward.
+struct TensorParallelRegion {
+  std::function<torch::Tensor(const torch::Tensor&)> enter, reduce;
+};
+
 /// The layer's computation as a function of explicit weights (in DecoderLayerImpl::weights() order).
+/// With `tp`, the weights are one rank's shards (tensor_parallel.h: its heads of q/k/v and columns
+/// of o, its slice of the MLP) and the attention and MLP outputs are summed over the group; the
+/// head counts come from the weights' shapes.
 torch::Tensor DecoderLayerFunction(const ModelSpec& spec, const std::vector<torch::Tensor>& w, const torch::Tensor& x,
-                                   const torch::Tensor& cos, const torch::Tensor& sin);
+                                   const torch::Tensor& cos, const torch::Tensor& sin,
+                                   const TensorParallelRegion* tp = nullptr);
 
 class LlamaModelImpl : public torch::nn::Module {
  public:
