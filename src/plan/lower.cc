@@ -406,6 +406,7 @@ void Lowerer::EmitTask(const Task& t) {
     // Megatron-style: two all-reduces of the activations per layer (attention, MLP) in each pass.
     collective =
         NewCollective(OpKind::kAllReduce, Members(leader), 2.0 * vstages_[t.v].layers.size() * Act(t.m));
+    s_.collectives[collective].tensor_parallel = true;
   }
   tp_collective_ = collective;
   for (int k = 0; k < tp; ++k) EmitTaskOnRank(t, leader + k, k);

@@ -69,6 +69,7 @@ struct Collective {
   OpKind kind = OpKind::kAllGather;
   std::vector<int32_t> ranks;  // members, in ring order
   double bytes = 0;            // the full (unsharded) payload
+  bool tensor_parallel = false;  // a TP group's activation all-reduces (inside the compute, at run time)
 };
 
 struct Program {

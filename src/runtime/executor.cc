@@ -51,11 +51,14 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
                                                "process per device (motley launch --nproc {})",
                                                schedule.programs.size(), world, schedule.programs.size()));
   for (size_t g = 0; g < plan.groups.size(); ++g)
-    if (plan.groups[g].tp_degree != 1)
-      return Status::InvalidArgument(fmt::format(
-          "group {} has tp_degree = {}: tensor parallelism is simulated but not executed yet (FlexTP, issue #9); "
-          "use tp_degree = 1",
-          g, plan.groups[g].tp_degree));
+    if (plan.groups[g].tp_degree > 1) {
+      if (Status s = CheckTensorParallelDegree(model->spec(), plan.groups[g].tp_degree); !s.ok())
+        return Status::InvalidArgument(fmt::format("group {}: {}", g, s.message()));
+      if (model->spec().tie_embeddings)
+        return Status::InvalidArgument(fmt::format(
+            "group {} has tp_degree = {} and the model ties its embeddings; tensor parallelism needs an untied model",
+            g, plan.groups[g].tp_degree));
+    }
   if (!plan.activation_checkpointing && (plan.offload_params || plan.offload_activations || plan.zero_stage == 3))
     return Status::InvalidArgument(
         "the plan offloads or shards parameters (offload_params, offload_activations or zero_stage = 3) with "
@@ -97,9 +100,15 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
     r += n;
   }
   MOTLEY_CHECK_GE(group, 0);
-  dp_index = ex->rank_ - first_rank;
+  // Devices of a group are teams of tp_degree consecutive ranks (tensor parallelism inside a team,
+  // data parallelism across teams between ranks of the same tensor-parallel index).
+  const int tp = plan.groups[group].tp_degree;
+  ex->tp_degree_ = tp;
+  ex->tp_index_ = (ex->rank_ - first_rank) % tp;
+  ex->first_rank_ = first_rank;
+  dp_index = (ex->rank_ - first_rank) / tp;
   ex->dp_index_ = dp_index;
-  const int dp_size = static_cast<int>(plan.groups[group].devices.size());
+  const int dp_size = static_cast<int>(plan.groups[group].devices.size()) / tp;
 
   // Parameters by virtual stage; other stages' parameters are freed here.
   std::map<int, std::vector<NamedParameter>> owned;
@@ -110,6 +119,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
       MOTLEY_CHECK_GE(v, 0);
       ex->vstage_params_[v].push_back({p.key(), p.value().sizes().vec()});
       if (ex->vstages_[v].group == group) {
+        const int k = LayerWeightIndex(p.key());
+        if (tp > 1 && k >= 0 && IsSplitWeight(k))  // this rank's slice of the matrix
+          p.value().set_data(SliceLayerWeight(spec, k, p.value(), ex->tp_index_, tp).contiguous().clone());
         owned[v].push_back({p.key(), p.value()});
       } else {
         p.value().set_data(torch::empty({0}, p.value().options()));
@@ -139,6 +151,11 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
   for (const Collective& c : schedule.collectives) {
     CommGroup* g = groups[c.ranks];
     ex->collective_group_.push_back(g->index >= 0 ? g : nullptr);
+    // This rank's team: its layers run with the team's all-reduces inside.
+    if (c.tensor_parallel && g->index >= 0 && !ex->tp_region_.reduce) {
+      ex->tp_region_ = MakeTensorParallelRegion(comm, g);
+      ex->model_->set_tensor_parallel(&ex->tp_region_);
+    }
   }
 
   // Microbatches: their sizes from the first stage's forwards, their place in the global batch
@@ -170,6 +187,16 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
     }
     return false;
   };
+  // What this rank's outputs feed: a send or its own next compute. (A tensor-parallel team's
+  // members all compute a stage's output, and only some of them send it on.)
+  const int64_t nm = static_cast<int64_t>(ex->microbatch_size_.size()), nv = static_cast<int64_t>(ex->vstages_.size());
+  for (const Op& op : ops) {
+    if (op.kind == OpKind::kSend) {
+      ex->consumed_.insert({op.tag / nm / nv == 1, static_cast<int>(op.tag / nm % nv), op.tag % nm});
+    } else if ((op.kind == OpKind::kForward && !op.embedding) || (op.kind == OpKind::kBackward && !op.head)) {
+      ex->consumed_.insert({op.kind == OpKind::kBackward, vstage(op), op.microbatch});
+    }
+  }
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind == OpKind::kParamPrefetch) ex->prefetch_with_moments_[i] = updates_before_next_prefetch(i);
     if (ops[i].kind != OpKind::kAllGather || !ex->sharded_params_) continue;
@@ -366,6 +393,8 @@ class Executor::StepRun {
       case OpKind::kAllGather:
       case OpKind::kReduceScatter:
       case OpKind::kAllReduce:
+        // A tensor-parallel team's activation all-reduces ran inside the compute op before it.
+        if (ex_.schedule_.collectives[op.collective].tensor_parallel) break;
         MOTLEY_RETURN_IF_ERROR(Collective(i, op));
         break;
       case OpKind::kParamPrefetch:
@@ -433,9 +462,11 @@ class Executor::StepRun {
       graph_[{v, m}] = {leaf, out};
     }
     if (slice.head) {
-      torch::NoGradGuard no_grad;
-      loss_sum_ += Loss(out, m).to(torch::kFloat64);  // on the device: no wait for the GPU here
-    } else {
+      if (ex_.tp_index_ == 0) {  // a team computes the head on every rank: count it once
+        torch::NoGradGuard no_grad;
+        loss_sum_ += Loss(out, m).to(torch::kFloat64);  // on the device: no wait for the GPU here
+      }
+    } else if (ex_.consumed_.count({false, v + 1, m})) {
       act_in_[{v + 1, m}] = out.detach();
     }
     return Status::Ok();
@@ -478,7 +509,7 @@ class Executor::StepRun {
     torch::NoGradGuard no_grad;
     for (size_t k = 0; k < state.params().size(); ++k)
       if (grads[k].defined()) state.AccumulateGrad(k, grads[k]);
-    if (!slice.embedding) grad_in_[{v - 1, m}] = grads.back();
+    if (!slice.embedding && ex_.consumed_.count({true, v - 1, m})) grad_in_[{v - 1, m}] = grads.back();
     return Status::Ok();
   }
 
@@ -503,6 +534,11 @@ class Executor::StepRun {
     torch::NoGradGuard no_grad;
     MinistageState& state = State(v);
     if (!state.sharded() && ex_.dp_index_ != 0) return torch::zeros({}, Float64());
+    if (ex_.tp_index_ != 0)  // the team's replicated parameters (norms, embedding, head) count on index 0
+      return state.GradSquaredSum([](const std::string& name) {
+        const int k = LayerWeightIndex(name);
+        return k >= 0 && IsSplitWeight(k);
+      });
     const torch::Tensor& g = state.sharded() ? state.GradShard() : state.GradFlat();
     return g.to(torch::kFloat64).pow(2).sum();
   }
@@ -676,8 +712,15 @@ Result<RankStepReport> Executor::RunStep(const StepInputs& in) {
 
 Status Executor::LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
                              const std::map<std::string, torch::Tensor>& exp_avg_sq) {
+  // With tensor parallelism this rank holds slices: so do its moments.
+  std::map<std::string, torch::Tensor> m1 = exp_avg, m2 = exp_avg_sq;
+  if (tp_degree_ > 1)
+    for (auto* m : {&m1, &m2})
+      for (auto& [name, t] : *m)
+        if (const int k = LayerWeightIndex(name); k >= 0 && IsSplitWeight(k))
+          t = SliceLayerWeight(model_->spec(), k, t, tp_index_, tp_degree_);
   for (auto& [v, state] : ministages_) {
-    const std::string missing = state->LoadMoments(exp_avg, exp_avg_sq);
+    const std::string missing = state->LoadMoments(m1, m2);
     if (!missing.empty())
       return Status::InvalidArgument(fmt::format("the checkpoint has no optimizer moments for {}", missing));
   }
@@ -691,13 +734,21 @@ Result<Executor::FullState> Executor::GatherFullState() {
   const int64_t tag_base = 1 << 28;
   for (size_t v = 0; v < vstages_.size(); ++v) {
     const auto& names = vstage_params_.at(static_cast<int>(v));
-    int64_t numel = 0;
-    for (const auto& [name, shape] : names) numel += c10::multiply_integers(shape);
-    // The group's first rank assembles the ministage and hands it to rank 0.
+    // The group's first rank assembles the ministage and hands it to rank 0. With tensor
+    // parallelism each rank holds slices (`local` shapes) and the first team's ranks send theirs to it.
     int leader = 0;
     for (int g = 0, r = 0; g <= vstages_[v].group; ++g) {
       leader = r;
       r += static_cast<int>(plan_.groups[g].devices.size());
+    }
+    const int tp = plan_.groups[vstages_[v].group].tp_degree;
+    int64_t numel = 0, local_numel = 0;
+    std::vector<std::vector<int64_t>> local;
+    for (const auto& [name, shape] : names) {
+      const int k = LayerWeightIndex(name);
+      local.push_back(tp > 1 && k >= 0 ? SliceShape(model_->spec(), k, shape, tp) : shape);
+      numel += c10::multiply_integers(shape);
+      local_numel += c10::multiply_integers(local.back());
     }
     std::vector<torch::Tensor> full(3);  // params, exp_avg, exp_avg_sq
     if (auto it = ministages_.find(static_cast<int>(v)); it != ministages_.end()) {
@@ -705,7 +756,8 @@ Result<Executor::FullState> Executor::GatherFullState() {
       std::vector<torch::Tensor> parts = {s.MasterShard(), s.Moment(0), s.Moment(1)};
       CommGroup* g = nullptr;
       for (size_t c = 0; c < schedule_.collectives.size() && g == nullptr; ++c)
-        if (collective_group_[c] != nullptr && schedule_.collectives[c].ranks.front() == leader)
+        if (collective_group_[c] != nullptr && !schedule_.collectives[c].tensor_parallel &&
+            schedule_.collectives[c].ranks.front() == leader + tp_index_)
           g = collective_group_[c];
       for (int k = 0; k < 3; ++k) {
         torch::Tensor part = parts[k].to(torch::kCPU).contiguous();
@@ -715,7 +767,36 @@ Result<Executor::FullState> Executor::GatherFullState() {
         } else {
           full[k] = part;
         }
-        full[k] = full[k].narrow(0, 0, numel).contiguous();
+        full[k] = full[k].narrow(0, 0, local_numel).contiguous();
+      }
+    }
+    if (tp > 1 && rank_ >= leader && rank_ < leader + tp) {  // the first team joins its slices
+      const int64_t tp_tag = tag_base + (int64_t{1} << 26) + 3 * static_cast<int64_t>(v);
+      if (rank_ != leader) {
+        for (int k = 0; k < 3; ++k) {
+          MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm_->Send(full[k], leader, tp_tag + k));
+          MOTLEY_RETURN_IF_ERROR(p.Wait());
+        }
+      } else {
+        for (int k = 0; k < 3; ++k) {
+          std::vector<torch::Tensor> slices = {full[k]};
+          for (int j = 1; j < tp; ++j) {
+            slices.push_back(torch::empty({local_numel}, torch::kFloat32));
+            MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm_->Recv(slices.back(), leader + j, tp_tag + k));
+            MOTLEY_RETURN_IF_ERROR(p.Wait());
+          }
+          std::vector<torch::Tensor> joined;
+          int64_t at = 0;
+          for (size_t i = 0; i < names.size(); ++i) {
+            const int64_t n = c10::multiply_integers(local[i]);
+            std::vector<torch::Tensor> parts;
+            for (const auto& s : slices) parts.push_back(s.narrow(0, at, n).view(local[i]));
+            const int w = LayerWeightIndex(names[i].first);
+            joined.push_back((w >= 0 ? JoinLayerWeight(model_->spec(), w, parts) : parts[0]).reshape(-1));
+            at += n;
+          }
+          full[k] = torch::cat(joined);
+        }
       }
     }
     if (rank_ == leader && rank_ != 0) {

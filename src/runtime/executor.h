@@ -29,6 +29,8 @@
 
 #include <functional>
 #include <map>
+#include <set>
+#include <tuple>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -45,6 +47,7 @@
 #include "runtime/device_emulation.h"
 #include "runtime/llama_model.h"
 #include "runtime/ministage_state.h"
+#include "runtime/tensor_parallel.h"
 #include "sim/simulator.h"
 
 namespace motley {
@@ -127,6 +130,10 @@ class Executor {
   std::vector<std::vector<int>> release_after_;  // per op: virtual stages whose full parameters go after it
   std::vector<bool> prefetch_with_moments_;      // per op (ParamPrefetch): the visit is a backward one
   std::vector<bool> param_gather_drops_shard_;   // per op (AllGather): a forward visit's offloaded shard
+  std::set<std::tuple<bool, int, int64_t>> consumed_;  // (backward, stage, microbatch) a send or compute here takes
+  // Tensor parallelism (tensor_parallel.h): this rank's place in its team and the team's region.
+  int tp_degree_ = 1, tp_index_ = 0, first_rank_ = 0;
+  TensorParallelRegion tp_region_;
 };
 
 }  // namespace motley

@@ -171,11 +171,11 @@ torch::Tensor LlamaModelImpl::Run(const ModelSlice& slice, const torch::Tensor& 
   auto [cos, sin] = Rotary(x.size(1), x.scalar_type(), x.device());
   for (int i = slice.layer_begin; i < slice.layer_end; ++i) {
     auto layer = layers[i]->as<DecoderLayerImpl>();
-    if (checkpoint_layers && torch::GradMode::is_enabled()) {
+    if (checkpoint_layers && torch::GradMode::is_enabled() && tp_ == nullptr) {
       const std::vector<torch::Tensor> weights = layer->weights();
       x = RecomputedLayer::apply(&spec_, x, cos, sin, torch::TensorList(weights));
     } else {
-      x = layer->forward(x, cos, sin);
+      x = DecoderLayerFunction(spec_, layer->weights(), x, cos, sin, tp_);
     }
   }
   if (!slice.head) return x;

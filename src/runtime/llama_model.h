@@ -88,6 +88,9 @@ class LlamaModelImpl : public torch::nn::Module {
   /// Mixed precision: the parameters stay as they are (fp32 masters) and the activations and the
   /// weights' casts are `dtype` (bf16 or fp16). Unset: everything in the parameters' dtype.
   void set_compute_dtype(std::optional<torch::Dtype> dtype) { compute_dtype_ = dtype; }
+  /// Tensor parallelism: the layers hold this rank's slices and run with these region boundaries
+  /// (not with checkpoint_layers). Null: off.
+  void set_tensor_parallel(const TensorParallelRegion* tp) { tp_ = tp; }
   /// Rotary tables for `seq_len` positions in `dtype` on `device`: cos, sin [seq, head_dim].
   std::pair<torch::Tensor, torch::Tensor> Rotary(int64_t seq_len, torch::Dtype dtype, torch::Device device) const;
 
@@ -100,6 +103,7 @@ class LlamaModelImpl : public torch::nn::Module {
  private:
   ModelSpec spec_;
   std::optional<torch::Dtype> compute_dtype_;
+  const TensorParallelRegion* tp_ = nullptr;
 };
 TORCH_MODULE(LlamaModel);
 

@@ -90,6 +90,18 @@ std::vector<ParamShard> MinistageState::OptimizerShards() {
   return out;
 }
 
+torch::Tensor MinistageState::GradSquaredSum(const std::function<bool(const std::string&)>& counts) {
+  torch::Tensor& grad = sharded_ ? GradShard() : GradFlat();
+  torch::Tensor sum = torch::zeros({}, grad.options().dtype(torch::kFloat64));
+  for (const Range& r : ranges_) {
+    const int64_t lo = std::max(r.flat_begin, shard_begin_);
+    const int64_t hi = std::min(r.flat_begin + r.numel, shard_begin_ + shard_numel_);
+    if (lo >= hi || !counts(params_[r.param].name)) continue;
+    sum += grad.narrow(0, lo - shard_begin_, hi - lo).to(torch::kFloat64).pow(2).sum();
+  }
+  return sum;
+}
+
 torch::Tensor MinistageState::MasterShard() const {
   if (!sharded_) return flat_;
   return shard_.defined() ? shard_ : host_shard_;

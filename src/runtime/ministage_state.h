@@ -12,6 +12,7 @@
 // offloaded ones).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -70,6 +71,8 @@ class MinistageState {
   /// The owned ranges as AdamW shards (views into the shard, gradient and moments). REQUIRES: the
   /// shard and moments are on the device.
   std::vector<ParamShard> OptimizerShards();
+  /// The sum of squares of the owned gradient elements of the parameters `counts` accepts (fp64).
+  torch::Tensor GradSquaredSum(const std::function<bool(const std::string&)>& counts);
   /// After a step: clears the gradients.
   void ClearGradients();
 

@@ -67,6 +67,32 @@ Split SplitOf(const ModelSpec& spec, size_t k) {
 
 }  // namespace
 
+int LayerWeightIndex(const std::string& name) {
+  if (name.rfind("model.layers.", 0) != 0) return -1;
+  static const char* kSuffixes[] = {".input_layernorm.weight", ".self_attn.q_proj.weight", ".self_attn.k_proj.weight",
+                                    ".self_attn.v_proj.weight", ".self_attn.o_proj.weight",
+                                    ".post_attention_layernorm.weight", ".mlp.gate_proj.weight", ".mlp.up_proj.weight",
+                                    ".mlp.down_proj.weight"};
+  for (int k = 0; k < 9; ++k)
+    if (name.ends_with(kSuffixes[k])) return k;
+  return -1;
+}
+
+bool IsSplitWeight(size_t k) { return k != 0 && k != 5; }
+
+torch::Tensor SliceLayerWeight(const ModelSpec& spec, size_t k, const torch::Tensor& full, int index, int tp) {
+  const Split s = SplitOf(spec, k);
+  if (s.dim < 0) return full;
+  const int64_t per = full.size(s.dim) / tp;  // whole heads (or ffn units) per rank
+  return full.narrow(s.dim, index * per, per);
+}
+
+std::vector<int64_t> SliceShape(const ModelSpec& spec, size_t k, std::vector<int64_t> full, int tp) {
+  const Split s = SplitOf(spec, k);
+  if (s.dim >= 0) full[s.dim] /= tp;
+  return full;
+}
+
 Status CheckTensorParallelDegree(const ModelSpec& spec, int tp) {
   if (tp < 1) return Status::InvalidArgument(fmt::format("tp_degree = {}: must be at least 1", tp));
   if (spec.num_heads % tp != 0 || spec.num_kv_heads % tp != 0 || spec.ffn_size % tp != 0)
@@ -80,15 +106,7 @@ Status CheckTensorParallelDegree(const ModelSpec& spec, int tp) {
 std::vector<torch::Tensor> SliceLayerWeights(const ModelSpec& spec, const std::vector<torch::Tensor>& full, int index,
                                              int tp) {
   std::vector<torch::Tensor> out;
-  for (size_t k = 0; k < full.size(); ++k) {
-    const Split s = SplitOf(spec, k);
-    if (s.dim < 0) {
-      out.push_back(full[k]);
-      continue;
-    }
-    const int64_t per = full[k].size(s.dim) / tp;  // whole heads (or ffn units) per rank
-    out.push_back(full[k].narrow(s.dim, index * per, per));
-  }
+  for (size_t k = 0; k < full.size(); ++k) out.push_back(SliceLayerWeight(spec, k, full[k], index, tp));
   return out;
 }
 

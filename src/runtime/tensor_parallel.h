@@ -10,6 +10,7 @@
 // on these.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -28,6 +29,17 @@ Status CheckTensorParallelDegree(const ModelSpec& spec, int tp);
 /// views of `full` where the slice is contiguous and copies elsewhere.
 std::vector<torch::Tensor> SliceLayerWeights(const ModelSpec& spec, const std::vector<torch::Tensor>& full, int index,
                                              int tp);
+
+/// A decoder layer parameter's index in DecoderLayerImpl::weights() from its name
+/// ("model.layers.3.self_attn.q_proj.weight" -> 1), or -1 for parameters outside the layers.
+int LayerWeightIndex(const std::string& name);
+/// Whether weight `k` is split over the ranks (else every rank holds all of it: the norms).
+bool IsSplitWeight(size_t k);
+/// Rank `index` of `tp`'s slice of one weight `k` (a view).
+torch::Tensor SliceLayerWeight(const ModelSpec& spec, size_t k, const torch::Tensor& full, int index, int tp);
+
+/// The shape of one rank's slice of weight `k` of shape `full`.
+std::vector<int64_t> SliceShape(const ModelSpec& spec, size_t k, std::vector<int64_t> full, int tp);
 
 /// The inverse, for gathering: the full weight `k` (weights() order) from every rank's slice of it.
 torch::Tensor JoinLayerWeight(const ModelSpec& spec, size_t k, const std::vector<torch::Tensor>& slices);

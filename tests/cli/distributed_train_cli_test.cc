@@ -1,6 +1,7 @@
 // The correctness contract across processes (DESIGN.md): every lossless plan — data parallelism
 // at every ZeRO stage with uneven batches, pipelines (GPipe, 1F1B, Zorse's interleaved ministages)
-// with asymmetric groups, uneven microbatch counts, custom routing, 1..L ministages, parameter and
+// with asymmetric groups, uneven microbatch counts, custom routing, 1..L ministages, tensor-parallel
+// teams (alone, with ZeRO across teams, in a pipeline beside a tp1 group), parameter and
 // activation offload, with and without gradient clipping — run by `motley launch` as 2-6 ranks,
 // ends 5 steps with the parameters and AdamW moments of a single-process run within 1e-5.
 #include <cstdint>
@@ -234,6 +235,40 @@ ministages = [[1, 2], [2, 3], [3, 4]]
 devices = [1, 2, 3]
 microbatch_size = [3, 3, 3]
 num_microbatches = [2, 1, 1]
+)"},
+    {"tp2-zero0", 2, 1, true, R"(schedule = "gpipe"
+zero_stage = 0
+[[groups]]
+ministages = [[0, 2], [2, 4]]
+tp_degree = 2
+devices = [0, 1]
+microbatch_size = [3, 3]
+num_microbatches = [4, 4]
+)"},
+    {"tp2-dp2-zero2-uneven-no-checkpointing", 4, 0, false, R"(schedule = "gpipe"
+zero_stage = 2
+activation_checkpointing = false
+[[groups]]
+ministages = [[0, 4]]
+tp_degree = 2
+devices = [0, 1, 2, 3]
+microbatch_size = [4, 4, 2, 2]
+num_microbatches = [2, 2, 2, 2]
+)"},
+    {"pipeline-tp2-then-tp1-offload", 3, 1, true, R"(schedule = "interleaved"
+zero_stage = 2
+offload_params = true
+[[groups]]
+ministages = [[0, 1], [2, 3]]
+tp_degree = 2
+devices = [0, 1]
+microbatch_size = [3, 3]
+num_microbatches = [4, 4]
+[[groups]]
+ministages = [[1, 2], [3, 4]]
+devices = [2]
+microbatch_size = [3]
+num_microbatches = [4]
 )"},
     {"interleaved-5-ranks-zero1-activation-offload", 5, 0, true, R"(schedule = "interleaved"
 zero_stage = 1
