@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/cluster.h"
 #include "core/model.h"
@@ -67,6 +68,29 @@ struct PlanConfig {
   std::string profile;  // a profile.json; "" = profile the cluster (or reuse the cache)
 };
 
+/// [tensor_parallel]: how a tensor-parallel team keeps pace with stragglers (FlexTP;
+/// runtime/flextp_balancer.h). Only plans with tp_degree > 1 use it.
+struct TensorParallelConfig {
+  /// "off" (exact, the team waits for its slowest rank), "migrate" (exact: a straggler's MLP units
+  /// computed by the others), "resize" (lossy: a straggler prunes MLP units), "semi" (both, by a
+  /// cost model; lossy when it prunes).
+  std::string mode = "off";
+  double straggler_threshold = 0.05;  // slower than the team's normal ranks by more than this: a straggler
+  double recheck_change = 0.10;       // re-balance when a rank's own speed moved by more than this
+  double max_prune_ratio = 0.5;       // at most this fraction of a straggler's MLP units pruned
+  double layer_decay = 0.8;           // per-layer pruning ratios: layers that change more prune fewer
+  int64_t stats_interval_steps = 10;  // priority statistics refreshed every this many steps (FlexTP's "epoch")
+};
+
+/// [[emulation.stragglers]]: a rank made slower at run time, for tests and benchmarks (its compute
+/// ops stretched `slowdown` times from step `from_step` through `to_step`, 1-based; 0 = to the end).
+struct EmulatedStraggler {
+  int rank = 0;
+  double slowdown = 1.0;
+  int64_t from_step = 1;
+  int64_t to_step = 0;
+};
+
 struct JobSpec {
   std::string file;         // where it came from, for messages
   std::string model_ref;    // as written: a preset or a path (resolved relative to the job file)
@@ -79,6 +103,8 @@ struct JobSpec {
   LrScheduleConfig lr_schedule;
   CheckpointConfig checkpoint;
   PlanConfig plan;
+  TensorParallelConfig tensor_parallel;
+  std::vector<EmulatedStraggler> stragglers;  // [[emulation.stragglers]]
 };
 
 /// The strategy names PlanConfig::strategy accepts.

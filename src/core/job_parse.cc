@@ -89,6 +89,32 @@ void ParsePlan(TomlTable& t, PlanConfig* c) {
   t.Finish();
 }
 
+void ParseTensorParallel(TomlTable& t, TensorParallelConfig* c) {
+  if (auto v = t.Choice("mode", {"off", "migrate", "resize", "semi"})) c->mode = *v;
+  if (auto v = t.Number("straggler_threshold", 0.0, 10.0)) c->straggler_threshold = *v;
+  if (auto v = t.Number("recheck_change", 0.0, 10.0)) c->recheck_change = *v;
+  if (auto v = t.Number("max_prune_ratio", 0.0, 0.95)) c->max_prune_ratio = *v;
+  if (auto v = t.Number("layer_decay", 0.0, 1.0, Need::kOptional, true)) c->layer_decay = *v;
+  if (auto v = t.Int("stats_interval_steps", 1, kMaxSteps)) c->stats_interval_steps = *v;
+  t.Finish();
+}
+
+void ParseEmulation(TomlTable& t, std::vector<EmulatedStraggler>* out) {
+  for (auto& s : t.TableArray("stragglers", Need::kOptional, /*allow_single=*/true)) {
+    EmulatedStraggler e;
+    if (auto v = s.Int("rank", 0, 1 << 20, Need::kRequired)) e.rank = static_cast<int>(*v);
+    if (auto v = s.Number("slowdown", 1.0, 1000.0, Need::kRequired)) e.slowdown = *v;
+    if (auto v = s.Int("from_step", 1, kMaxSteps)) e.from_step = *v;
+    if (auto v = s.Int("to_step", 0, kMaxSteps)) e.to_step = *v;
+    if (e.to_step != 0 && e.to_step < e.from_step)
+      s.Error("to_step", fmt::format("to_step ({}) comes before from_step ({}); give a later step, or 0 for the end",
+                                     e.to_step, e.from_step));
+    s.Finish();
+    out->push_back(e);
+  }
+  t.Finish();
+}
+
 // A path written in the job file is relative to the job file's folder.
 std::string RelativeTo(const std::string& job_file, const std::string& ref) {
   std::filesystem::path p(ref);
@@ -125,6 +151,8 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
   if (auto t = root.Table("lr_schedule")) ParseLrSchedule(*t, &job.lr_schedule);
   if (auto t = root.Table("checkpoint")) ParseCheckpoint(*t, &job.checkpoint);
   if (auto t = root.Table("plan")) ParsePlan(*t, &job.plan);
+  if (auto t = root.Table("tensor_parallel")) ParseTensorParallel(*t, &job.tensor_parallel);
+  if (auto t = root.Table("emulation")) ParseEmulation(*t, &job.stragglers);
   root.Finish();
 
   // The model and cluster the job names; their own errors carry their own file names.

@@ -1,0 +1,210 @@
+#include "runtime/flextp_balancer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/check.h"
+#include "runtime/straggler_detector.h"
+
+namespace motley {
+
+FlexTpMode FlexTpModeFromName(const std::string& name) {
+  if (name == "migrate") return FlexTpMode::kMigrate;
+  if (name == "resize") return FlexTpMode::kResize;
+  if (name == "semi") return FlexTpMode::kSemi;
+  MOTLEY_CHECK_MSG(name == "off", "unknown tensor-parallel mode " + name);
+  return FlexTpMode::kOff;
+}
+
+bool TeamBalance::any() const {
+  if (!moves.empty()) return true;
+  for (double p : prune_ratio)
+    if (p > 0) return true;
+  return false;
+}
+
+int64_t TeamBalance::received(int rank) const {
+  int64_t n = 0;
+  for (const UnitMove& m : moves)
+    if (m.to == rank) n += m.count;
+  return n;
+}
+
+int64_t TeamBalance::migrated_units() const {
+  int64_t n = 0;
+  for (const UnitMove& m : moves) n += m.count;
+  return n;
+}
+
+double TeamBalance::pruned_fraction(int64_t units_per_rank) const {
+  if (prune_ratio.empty() || units_per_rank <= 0) return 0;
+  double pruned = 0;
+  for (size_t r = 0; r < prune_ratio.size(); ++r)
+    pruned += prune_ratio[r] * static_cast<double>(units_per_rank - given[r]);
+  return pruned / (static_cast<double>(units_per_rank) * static_cast<double>(prune_ratio.size()));
+}
+
+FlexTpBalancer::FlexTpBalancer(const TensorParallelConfig& config, int team_size, FlexTpCosts costs)
+    : config_(config), mode_(FlexTpModeFromName(config.mode)), team_size_(team_size), costs_(costs) {
+  MOTLEY_CHECK_GT(costs_.units, 0);
+  balance_.prune_ratio.assign(team_size, 0);
+  balance_.given.assign(team_size, 0);
+}
+
+double FlexTpBalancer::RankTime(const TeamBalance& b, const std::vector<double>& nominal, int r) const {
+  const double u = static_cast<double>(costs_.units), phi = costs_.mlp_fraction;
+  const double per_unit = phi * nominal[r] / u;
+  const double own = (u - static_cast<double>(b.given[r])) * (1 - b.prune_ratio[r]);
+  const double moved = static_cast<double>(b.given[r] + b.received(r));
+  return (1 - phi) * nominal[r] + per_unit * (own + static_cast<double>(b.received(r))) +
+         costs_.migrate_s_per_unit * moved;
+}
+
+const TeamBalance& FlexTpBalancer::Update(const std::vector<double>& compute_s) {
+  MOTLEY_CHECK_EQ(static_cast<int>(compute_s.size()), team_size_);
+  // Nominal times: what each rank would have taken at its own share, by the model of RankTime.
+  const double u = static_cast<double>(costs_.units), phi = costs_.mlp_fraction;
+  nominal_s_.resize(compute_s.size());
+  for (int r = 0; r < team_size_; ++r) {
+    const double own = (u - static_cast<double>(balance_.given[r])) * (1 - balance_.prune_ratio[r]);
+    const double load = (1 - phi) + phi * (own + static_cast<double>(balance_.received(r))) / u;
+    const double comm = costs_.migrate_s_per_unit * static_cast<double>(balance_.given[r] + balance_.received(r));
+    nominal_s_[r] = std::max(1e-9, compute_s[r] - comm) / load;
+  }
+  rebalanced_ = decided_at_s_.empty();
+  for (size_t r = 0; r < decided_at_s_.size() && !rebalanced_; ++r)
+    rebalanced_ = std::abs(nominal_s_[r] - decided_at_s_[r]) > config_.recheck_change * decided_at_s_[r];
+  if (rebalanced_) {
+    decided_at_s_ = nominal_s_;
+    balance_ = Decide(nominal_s_);
+  }
+  return balance_;
+}
+
+TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
+  TeamBalance b;
+  b.prune_ratio.assign(team_size_, 0);
+  b.given.assign(team_size_, 0);
+  auto finish = [&](TeamBalance& t) {
+    t.predicted_s.resize(team_size_);
+    for (int r = 0; r < team_size_; ++r) t.predicted_s[r] = RankTime(t, nominal, r);
+  };
+  const auto stragglers = StragglersBySkew(nominal, config_.straggler_threshold);
+  if (mode_ == FlexTpMode::kOff || stragglers.empty()) {
+    finish(b);
+    return b;
+  }
+  std::vector<int> normal;
+  for (int r = 0; r < team_size_; ++r)
+    if (std::none_of(stragglers.begin(), stragglers.end(), [&](const auto& s) { return s.first == r; }))
+      normal.push_back(r);
+  double reference = 0;  // what a straggler catches up with: the normal ranks' mean
+  for (int r : normal) reference += nominal[r] / static_cast<double>(normal.size());
+
+  const int64_t units = costs_.units;
+  const bool may_move = mode_ == FlexTpMode::kMigrate || mode_ == FlexTpMode::kSemi;
+  const bool may_prune = mode_ == FlexTpMode::kResize || mode_ == FlexTpMode::kSemi;
+  for (const auto& [s, skew] : stragglers) {
+    (void)skew;
+    struct Option {
+      TeamBalance b;
+      double time_s, pruned;
+      int64_t moved;
+    };
+    std::vector<Option> options;
+    const int64_t step = std::max<int64_t>(1, units / 20);
+    for (int64_t m = 0; m <= (may_move ? units : 0); m = (m == units ? units + 1 : std::min(units, m + step))) {
+      TeamBalance c = b;
+      c.given[s] = m;
+      // The moved units go, a chunk at a time, to the receiver that would finish first with it.
+      const int64_t chunk = std::max<int64_t>(1, m / (8 * static_cast<int64_t>(normal.size())));
+      std::vector<int64_t> to(team_size_, 0);
+      for (int64_t left = m; left > 0;) {
+        const int64_t n = std::min(chunk, left);
+        int best = normal.front();
+        double best_s = 1e300;
+        for (int r : normal) {
+          c.moves.push_back({s, r, 0, n});
+          const double t = RankTime(c, nominal, r);
+          c.moves.pop_back();
+          if (t < best_s) best_s = t, best = r;
+        }
+        c.moves.push_back({s, best, 0, n});
+        to[best] += n;
+        left -= n;
+      }
+      // Merge into one contiguous run per receiver, in rank order (virtual renumbering).
+      c.moves.erase(std::remove_if(c.moves.begin(), c.moves.end(), [&](const UnitMove& mv) { return mv.from == s; }),
+                    c.moves.end());
+      int64_t begin = units - m;
+      for (int r = 0; r < team_size_; ++r)
+        if (to[r] > 0) {
+          c.moves.push_back({s, r, begin, to[r]});
+          begin += to[r];
+        }
+      if (may_prune && m < units) {
+        const double per_unit = costs_.mlp_fraction * nominal[s] / static_cast<double>(units);
+        const double gap = RankTime(c, nominal, s) - reference;
+        c.prune_ratio[s] =
+            std::clamp(gap / (per_unit * static_cast<double>(units - m)), 0.0, config_.max_prune_ratio);
+      }
+      double time_s = 0;
+      for (int r = 0; r < team_size_; ++r) time_s = std::max(time_s, RankTime(c, nominal, r));
+      options.push_back({c, time_s, c.prune_ratio[s] * static_cast<double>(units - m), m});
+    }
+    double fastest = 1e300;
+    for (const Option& o : options) fastest = std::min(fastest, o.time_s);
+    const Option* pick = nullptr;
+    for (const Option& o : options) {
+      if (mode_ == FlexTpMode::kSemi) {  // the least pruning among the nearly fastest
+        if (o.time_s <= fastest * (1 + config_.straggler_threshold) && (pick == nullptr || o.pruned < pick->pruned))
+          pick = &o;
+      } else if (pick == nullptr || o.time_s < pick->time_s) {
+        pick = &o;
+      }
+    }
+    b = pick->b;
+  }
+  finish(b);
+  return b;
+}
+
+std::vector<double> LayerPruneRatios(const std::vector<double>& layer_variation, double ratio, double decay,
+                                     double max_ratio) {
+  const size_t n = layer_variation.size();
+  std::vector<double> out(n, std::min(ratio, max_ratio));
+  if (n < 2 || ratio <= 0) return out;
+  const auto [lo, hi] = std::minmax_element(layer_variation.begin(), layer_variation.end());
+  if (*hi <= *lo) return out;
+  // Rank 0 = the layer that moved most: weight decay^(n-1); the one that moved least: 1.
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return layer_variation[a] > layer_variation[b]; });
+  std::vector<double> weight(n);
+  for (size_t i = 0; i < n; ++i) weight[order[i]] = std::pow(decay, static_cast<double>(n - 1 - i));
+  // Scale to the mean `ratio`, capping and handing the excess on (water-filling).
+  std::vector<bool> capped(n, false);
+  double budget = ratio * static_cast<double>(n);
+  for (size_t round = 0; round < n; ++round) {
+    double w = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (!capped[i]) w += weight[i];
+    if (w <= 0) break;
+    bool changed = false;
+    for (size_t i = 0; i < n; ++i)
+      if (!capped[i]) out[i] = budget * weight[i] / w;
+    for (size_t i = 0; i < n; ++i)
+      if (!capped[i] && out[i] > max_ratio) {
+        out[i] = max_ratio;
+        capped[i] = true;
+        budget -= max_ratio;
+        changed = true;
+      }
+    if (!changed) break;
+  }
+  return out;
+}
+
+}  // namespace motley

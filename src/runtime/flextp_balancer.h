@@ -1,0 +1,91 @@
+// FlexTpBalancer: how a tensor-parallel team shares its MLP work this step (FlexTP, issue #9 §3-§6).
+// Each rank of a team owns `units` MLP units (its ffn/t rows of gate and up, columns of down). When a
+// rank straggles — slower than the team's normal ranks by more than a threshold (§III-A) — the
+// team can
+//   - migrate (§IV-A): the straggler's last units are computed by the normal ranks, each taking a
+//     contiguous run of them (virtual renumbering); exact;
+//   - resize (§III): the straggler prunes a ratio of the units it computes (dual pruning, zeros
+//     imputed for their gradients); the ratio closes the gap to the normal ranks (Eq. 1); lossy;
+//   - semi (§IV-B/C): both, by a cost model — stragglers are served heaviest first; each moves the
+//     units whose migration the receivers absorb without becoming the bottleneck, and prunes the
+//     rest of its gap. Among splits within `straggler_threshold` of the fastest predicted step,
+//     the one that prunes least wins (our reading of Eq. 2: balance the straggler's resizing cost
+//     against the receivers' migration cost).
+//
+// Torch-free and deterministic: every rank of the team feeds it the same all-gathered times and
+// gets the same balance. It works on each rank's *nominal* time — the measured time divided by
+// the load it carried (so a straggler that pruned is still known to be slow) — and re-balances only
+// when some rank's nominal time moved by more than `recheck_change` since the last decision.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/job.h"
+
+namespace motley {
+
+enum class FlexTpMode { kOff, kMigrate, kResize, kSemi };
+FlexTpMode FlexTpModeFromName(const std::string& name);  // REQUIRES: a name the job parser accepts
+
+/// Units [begin, begin + count) of rank `from`'s slice computed by rank `to` this step.
+struct UnitMove {
+  int from = 0, to = 0;
+  int64_t begin = 0, count = 0;
+};
+
+struct TeamBalance {
+  std::vector<double> prune_ratio;  // per rank: the fraction of the units it computes of its own that it prunes
+  std::vector<int64_t> given;       // per rank: its own units computed elsewhere (the last `given` of its slice)
+  std::vector<UnitMove> moves;
+  std::vector<double> predicted_s;  // per rank: the cost model's compute time under this balance
+
+  bool any() const;
+  int64_t received(int rank) const;
+  int64_t migrated_units() const;
+  /// The team's pruned units over all its units.
+  double pruned_fraction(int64_t units_per_rank) const;
+};
+
+struct FlexTpCosts {
+  int64_t units = 0;              // MLP units per rank (ffn / tp)
+  double mlp_fraction = 0.7;      // the share of a rank's compute in its MLP units (from the model's FLOPs)
+  double migrate_s_per_unit = 0;  // a migrated unit's communication per step, on sender and receiver
+};
+
+class FlexTpBalancer {
+ public:
+  FlexTpBalancer(const TensorParallelConfig& config, int team_size, FlexTpCosts costs);
+
+  /// The last step's measured compute times (team order), under the balance that step ran with;
+  /// returns the balance for the next step.
+  const TeamBalance& Update(const std::vector<double>& compute_s);
+
+  const TeamBalance& balance() const { return balance_; }
+  /// Each rank's compute time at its nominal load, from the last measurement.
+  const std::vector<double>& nominal_s() const { return nominal_s_; }
+  /// Whether the last Update decided anew (else the previous balance stands).
+  bool rebalanced() const { return rebalanced_; }
+
+ private:
+  TeamBalance Decide(const std::vector<double>& nominal) const;
+  double RankTime(const TeamBalance& b, const std::vector<double>& nominal, int r) const;
+
+  TensorParallelConfig config_;
+  FlexTpMode mode_;
+  int team_size_;
+  FlexTpCosts costs_;
+  TeamBalance balance_;
+  std::vector<double> nominal_s_, decided_at_s_;
+  bool rebalanced_ = false;
+};
+
+/// Per-layer pruning ratios (FlexTP's differentiated ratios, §III-B): the layers sorted by how much
+/// their weights moved, the one that moved most gets weight decay^(L-1), the next decay^(L-2)..., the
+/// least 1; scaled so that the mean ratio is `ratio`, each capped at `max_ratio` (the excess goes to
+/// the others while they have room). Equal variations (or none measured yet): `ratio` everywhere.
+std::vector<double> LayerPruneRatios(const std::vector<double>& layer_variation, double ratio, double decay,
+                                     double max_ratio);
+
+}  // namespace motley

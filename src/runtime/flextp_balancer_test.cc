@@ -1,0 +1,126 @@
+#include "runtime/flextp_balancer.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <gtest/gtest.h>
+
+namespace motley {
+namespace {
+
+TensorParallelConfig Mode(const std::string& mode, double max_prune = 0.5) {
+  TensorParallelConfig c;
+  c.mode = mode;
+  c.max_prune_ratio = max_prune;
+  return c;
+}
+
+FlexTpCosts Costs(double migrate_s_per_unit = 0) { return {100, 0.75, migrate_s_per_unit}; }
+
+double MaxOf(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
+TEST(FlexTpBalancer, OffAndEvenTeamsDoNothing) {
+  FlexTpBalancer off(Mode("off"), 2, Costs());
+  EXPECT_FALSE(off.Update({1.0, 4.0}).any());
+  EXPECT_DOUBLE_EQ(off.balance().predicted_s[1], 4.0);
+  for (const char* mode : {"migrate", "resize", "semi"}) {
+    FlexTpBalancer b(Mode(mode), 4, Costs());
+    EXPECT_FALSE(b.Update({1.0, 1.02, 0.99, 1.01}).any()) << mode;  // within the 5% threshold
+    EXPECT_DOUBLE_EQ(b.balance().pruned_fraction(100), 0) << mode;
+  }
+}
+
+TEST(FlexTpBalancer, ResizeClosesTheGapByEquationOne) {
+  // Straggler at 2 s, MLP 0.75 of it: 1.5 s over 100 units; the gap to 1 s is 1 s = 2/3 of them.
+  FlexTpBalancer b(Mode("resize", 0.9), 2, Costs());
+  const TeamBalance& t = b.Update({1.0, 2.0});
+  EXPECT_TRUE(t.moves.empty());
+  EXPECT_NEAR(t.prune_ratio[1], 2.0 / 3.0, 1e-9);
+  EXPECT_EQ(t.prune_ratio[0], 0);
+  EXPECT_NEAR(t.predicted_s[1], 1.0, 1e-9);
+  EXPECT_NEAR(t.pruned_fraction(100), 1.0 / 3.0, 1e-9);
+  // Capped.
+  FlexTpBalancer capped(Mode("resize", 0.5), 2, Costs());
+  EXPECT_DOUBLE_EQ(capped.Update({1.0, 2.0}).prune_ratio[1], 0.5);
+}
+
+TEST(FlexTpBalancer, MigrationMovesContiguousRunsToTheNormalRanks) {
+  FlexTpBalancer b(Mode("migrate"), 4, Costs());
+  const TeamBalance& t = b.Update({1.0, 1.0, 1.0, 4.0});
+  EXPECT_EQ(t.prune_ratio, std::vector<double>(4, 0.0));
+  ASSERT_FALSE(t.moves.empty());
+  // The straggler's last `given` units, split in consecutive runs, one per receiver.
+  int64_t next = 100 - t.given[3];
+  for (const UnitMove& m : t.moves) {
+    EXPECT_EQ(m.from, 3);
+    EXPECT_NE(m.to, 3);
+    EXPECT_EQ(m.begin, next);
+    next += m.count;
+  }
+  EXPECT_EQ(next, 100);
+  // Water-filling: the best a perfect split can do is (4 + 1 + 3 * 1/3... ) = 16/13 s.
+  EXPECT_GE(MaxOf(t.predicted_s), 16.0 / 13.0 - 1e-9);
+  EXPECT_LT(MaxOf(t.predicted_s), 1.30);
+  EXPECT_LT(MaxOf(t.predicted_s), 4.0 / 2);
+  // Migration costs make it move less.
+  FlexTpBalancer costly(Mode("migrate"), 4, Costs(0.03));
+  EXPECT_LT(costly.Update({1.0, 1.0, 1.0, 4.0}).given[3], t.given[3]);
+}
+
+TEST(FlexTpBalancer, SemiPrunesLessThanResizeAndIsNearlyAsFast) {
+  const std::vector<double> times = {1.0, 1.0, 1.0, 4.0};
+  FlexTpBalancer resize(Mode("resize", 0.9), 4, Costs()), migrate(Mode("migrate"), 4, Costs()),
+      semi(Mode("semi", 0.9), 4, Costs());
+  const TeamBalance &r = resize.Update(times), &m = migrate.Update(times), &s = semi.Update(times);
+  const double fastest = std::min(MaxOf(r.predicted_s), MaxOf(m.predicted_s));
+  EXPECT_LE(MaxOf(s.predicted_s), fastest * 1.05 + 1e-9);
+  EXPECT_LT(s.pruned_fraction(100), r.pruned_fraction(100));
+  EXPECT_GT(s.migrated_units(), 0);
+  // Two ranks, one 4x slower: migration alone cannot catch up (the receiver saturates), so semi
+  // also prunes.
+  FlexTpBalancer semi2(Mode("semi", 0.9), 2, Costs());
+  const TeamBalance& s2 = semi2.Update({1.0, 4.0});
+  EXPECT_GT(s2.migrated_units(), 0);
+  EXPECT_GT(s2.prune_ratio[1], 0);
+  FlexTpBalancer migrate2(Mode("migrate"), 2, Costs());
+  EXPECT_LT(MaxOf(s2.predicted_s), MaxOf(migrate2.Update({1.0, 4.0}).predicted_s));
+}
+
+TEST(FlexTpBalancer, TheHeaviestStragglerIsServedFirst) {
+  FlexTpBalancer b(Mode("semi", 0.9), 4, Costs());
+  const TeamBalance& t = b.Update({1.0, 1.0, 3.0, 6.0});
+  EXPECT_GT(t.given[3], 0);
+  EXPECT_GE(t.given[3], t.given[2]);
+  EXPECT_LT(MaxOf(t.predicted_s), 3.0);
+}
+
+TEST(FlexTpBalancer, AStragglerThatPrunedIsStillKnownSlowAndTheBalanceHolds) {
+  FlexTpBalancer b(Mode("resize", 0.9), 2, Costs());
+  const TeamBalance first = b.Update({1.0, 2.0});
+  // The next step runs as predicted: nominal times are unchanged, so nothing is re-decided.
+  const TeamBalance& second = b.Update(first.predicted_s);
+  EXPECT_FALSE(b.rebalanced());
+  EXPECT_NEAR(b.nominal_s()[1], 2.0, 1e-9);
+  EXPECT_EQ(second.prune_ratio, first.prune_ratio);
+  // The straggler recovers: its measured time falls below the others'; re-decided, no pruning.
+  b.Update({1.0, first.predicted_s[1] / 2});
+  EXPECT_TRUE(b.rebalanced());
+  EXPECT_FALSE(b.balance().any());
+}
+
+TEST(LayerPruneRatios, DifferentiatedByVariationWithTheMeanKept) {
+  const std::vector<double> r = LayerPruneRatios({0.3, 0.1, 0.2, 0.4}, 0.2, 0.8, 0.9);
+  EXPECT_NEAR(std::accumulate(r.begin(), r.end(), 0.0) / 4, 0.2, 1e-12);
+  EXPECT_GT(r[1], r[2]);  // moved least: pruned most
+  EXPECT_GT(r[2], r[0]);
+  EXPECT_GT(r[0], r[3]);
+  EXPECT_NEAR(r[2] / r[1], 0.8, 1e-12);
+  // Equal variations: uniform. A cap hands the excess to the others.
+  EXPECT_EQ(LayerPruneRatios({1, 1, 1}, 0.3, 0.8, 0.9), std::vector<double>(3, 0.3));
+  const std::vector<double> c = LayerPruneRatios({0.0, 1.0}, 0.5, 0.1, 0.6);
+  EXPECT_DOUBLE_EQ(c[0], 0.6);
+  EXPECT_NEAR(c[1], 0.4, 1e-12);
+}
+
+}  // namespace
+}  // namespace motley
