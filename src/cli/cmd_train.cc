@@ -37,9 +37,12 @@ class ConsoleObserver : public TrainObserver {
     elapsed_s_ += m.step_time_s;
     ++steps_;
     const double eta = elapsed_s_ / steps_ * static_cast<double>(m.total_steps - m.step);
-    line_.Update(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s | ETA {}{}", m.step,
-                             m.total_steps, m.loss, m.lr, m.grad_norm, Count(m.tokens_per_s), FormatDuration(eta),
-                             m.skipped ? " | fp16 overflow: step skipped" : ""),
+    const std::string flextp =
+        m.flextp ? fmt::format(" | pruned {:.1f}% | moved {:.0f} units", 100 * m.pruned_fraction, m.migrated_units)
+                 : "";
+    line_.Update(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {} tok/s{} | ETA {}{}", m.step,
+                             m.total_steps, m.loss, m.lr, m.grad_norm, Count(m.tokens_per_s), flextp,
+                             FormatDuration(eta), m.skipped ? " | fp16 overflow: step skipped" : ""),
                  m.step == m.total_steps);
   }
   void OnValidation(int64_t step, double loss) override {

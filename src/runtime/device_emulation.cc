@@ -26,7 +26,8 @@ void SleepSeconds(double seconds) {
 }
 
 void DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s) const {
-  if (enabled() && speed_factor_ > 1) SleepSeconds(speed_factor_ * cpu_s - elapsed_s);
+  const double factor = (enabled() ? speed_factor_ : 1.0) * slowdown_;
+  if (factor > 1) SleepSeconds(factor * cpu_s - elapsed_s);
 }
 
 double ComputeCpuSeconds() {

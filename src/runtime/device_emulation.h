@@ -21,6 +21,11 @@ class DeviceEmulation {
   DeviceEmulation(const Cluster& cluster, int device);
 
   bool enabled() const { return cluster_ != nullptr; }
+  /// A run-time slowdown on top of the device's speed ([[emulation.stragglers]] in the job), with
+  /// or without cluster emulation; 1 = none.
+  void set_slowdown(double factor) { slowdown_ = factor; }
+  /// Whether compute ops are stretched at all.
+  bool stretches() const { return (enabled() && speed_factor_ > 1) || slowdown_ > 1; }
   double speed_factor() const { return speed_factor_; }
   /// The emulated capacity in bytes, or 0 when not emulated.
   double memory_bytes() const;
@@ -39,6 +44,7 @@ class DeviceEmulation {
   const Cluster* cluster_ = nullptr;
   int device_ = 0;
   double speed_factor_ = 1.0;
+  double slowdown_ = 1.0;
 };
 
 /// CPU time spent computing so far, in seconds: the calling thread's when torch runs one thread

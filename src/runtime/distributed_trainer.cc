@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kRankFields = 6;  // compute, comm, copy, step, bytes sent, peak memory
+constexpr int kRankFields = 8;  // compute, comm, copy, step, bytes sent, peak memory, pruned, migrated
 
 // The plan must describe the job's batch: same sequence length, global batch and precision.
 Status CheckPlanMatchesJob(const Plan& plan, const JobSpec& job, const std::string& plan_path) {
@@ -54,14 +54,16 @@ Status CheckPlanMatchesJob(const Plan& plan, const JobSpec& job, const std::stri
 // Every rank's per-step figures, on every rank.
 Result<std::vector<RankStepTimes>> GatherRankTimes(Communicator& comm, const RankStepReport& r) {
   torch::Tensor mine = torch::tensor(
-      {r.compute_s, r.comm_s, r.copy_s, r.step_s, r.bytes_sent, r.peak_memory_bytes}, torch::kFloat64);
+      {r.compute_s, r.comm_s, r.copy_s, r.step_s, r.bytes_sent, r.peak_memory_bytes, r.pruned_fraction,
+       static_cast<double>(r.migrated_units)},
+      torch::kFloat64);
   torch::Tensor all = torch::empty({comm.world_size() * kRankFields}, torch::kFloat64);
   MOTLEY_RETURN_IF_ERROR(comm.AllGather(comm.world(), mine, all));
   std::vector<RankStepTimes> out;
   auto a = all.accessor<double, 1>();
   for (int k = 0; k < comm.world_size(); ++k) {
     const int b = k * kRankFields;
-    out.push_back({k, a[b], a[b + 1], a[b + 2], a[b + 3] - a[b], a[b + 4], a[b + 5]});
+    out.push_back({k, a[b], a[b + 1], a[b + 2], a[b + 3] - a[b], a[b + 4], a[b + 5], a[b + 6], a[b + 7]});
   }
   return out;
 }
@@ -165,6 +167,8 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   if (tc.precision == Precision::kBf16) config.compute_dtype = torch::kBFloat16;
   model->set_compute_dtype(config.compute_dtype);
   config.optimizer = job.optimizer;
+  config.tensor_parallel = job.tensor_parallel;
+  config.stragglers = job.stragglers;
   // Resuming: every rank reads the checkpoint (the weights before its ministages are cut out,
   // the moments after) — the same files a single-process run writes and reads.
   TrainerState loaded;
@@ -295,6 +299,11 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
     for (const auto& r : ranks) m.step_time_s = std::max(m.step_time_s, r.compute_s + r.idle_s);
     m.tokens_per_s = static_cast<double>(tokens_per_step) / m.step_time_s;
     m.ranks = ranks;
+    m.flextp = job.tensor_parallel.mode != "off";
+    for (const auto& r : ranks) {
+      m.pruned_fraction = std::max(m.pruned_fraction, r.pruned_fraction);
+      m.migrated_units = std::max(m.migrated_units, r.migrated_units);
+    }
     if (summary.steps_run == 0) summary.first_loss = m.loss;
     summary.last_loss = m.loss;
     if (++summary.steps_run > 1) {
@@ -327,6 +336,8 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
                      {"tokens_per_s", m.tokens_per_s},
                      {"grad_norm", m.grad_norm},
                      {"step_time_s", m.step_time_s},
+                     {"pruned_fraction", m.pruned_fraction},
+                     {"migrated_units", m.migrated_units},
                      {"ranks", per_rank}});
     }
     observer->OnStep(m);

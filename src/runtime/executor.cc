@@ -100,6 +100,11 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
     r += n;
   }
   MOTLEY_CHECK_GE(group, 0);
+  for (const EmulatedStraggler& s : config.stragglers)
+    if (s.rank >= world)
+      return Status::InvalidArgument(fmt::format(
+          "[[emulation.stragglers]] names rank {} but the run has {} ranks (0..{}); name one of them", s.rank, world,
+          world - 1));
   // Devices of a group are teams of tp_degree consecutive ranks (tensor parallelism inside a team,
   // data parallelism across teams between ranks of the same tensor-parallel index).
   const int tp = plan.groups[group].tp_degree;
@@ -153,7 +158,30 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
     ex->collective_group_.push_back(g->index >= 0 ? g : nullptr);
     // This rank's team: its layers run with the team's all-reduces inside.
     if (c.tensor_parallel && g->index >= 0 && !ex->tp_region_.reduce) {
-      ex->tp_region_ = MakeTensorParallelRegion(comm, g);
+      ex->tp_region_ = MakeTensorParallelRegion(comm, g, &ex->tp_comm_s_);
+      if (config.tensor_parallel.mode != "off") {
+        FlexTpTeam::Options o;
+        o.config = config.tensor_parallel;
+        o.spec = spec;
+        o.tp = tp;
+        o.index = ex->tp_index_;
+        o.comm = comm;
+        o.team = g;
+        int64_t visits = 0, backwards = 0;
+        for (const Op& op : schedule.programs[ex->rank_].ops) {
+          if (op.kind != OpKind::kBackward) continue;
+          const LayerRange& layers = ex->vstages_[ex->vstage_of_layer_begin_.at(op.layer_begin)].layers;
+          backwards += layers.end - layers.begin;
+        }
+        for (const auto& [v, params] : owned) visits += ex->vstages_[v].layers.end - ex->vstages_[v].layers.begin;
+        o.costs = FlexTpCostsFor(spec, tp, plan.seq_len, cluster, schedule.programs[c.ranks.front()].device,
+                                 schedule.programs[c.ranks.back()].device, visits, backwards);
+        ex->flextp_ = std::make_unique<FlexTpTeam>(std::move(o));
+        FlexTpTeam* team = ex->flextp_.get();
+        ex->tp_region_.mlp_work = [team](int layer, const std::vector<torch::Tensor>& w) {
+          return team->Work(layer, w);
+        };
+      }
       ex->model_->set_tensor_parallel(&ex->tp_region_);
     }
   }
@@ -372,8 +400,9 @@ class Executor::StepRun {
     }
     const auto t = Clock::now();
     const double op_start_s = Since(start_);
-    const double comm_before_s = report_.comm_s;  // waits for received data inside the op count as communication
-    const double cpu_start_s = ex_.emulation_.enabled() ? ComputeCpuSeconds() : 0.0;
+    // Waits for received data and the tensor-parallel all-reduces inside the op count as communication.
+    const double comm_before_s = report_.comm_s + ex_.tp_comm_s_;
+    const double cpu_start_s = ex_.emulation_.stretches() ? ComputeCpuSeconds() : 0.0;
     switch (op.kind) {
       case OpKind::kForward:
         MOTLEY_RETURN_IF_ERROR(Forward(op));
@@ -424,9 +453,9 @@ class Executor::StepRun {
     }
     double elapsed = Since(t);
     if (IsCompute(op.kind)) {
-      const double waited_s = report_.comm_s - comm_before_s;
+      const double waited_s = report_.comm_s + ex_.tp_comm_s_ - comm_before_s;
       const auto compute_start = Clock::now();
-      if (ex_.emulation_.enabled()) ex_.emulation_.StretchCompute(elapsed - waited_s, ComputeCpuSeconds() - cpu_start_s);
+      if (ex_.emulation_.stretches()) ex_.emulation_.StretchCompute(elapsed - waited_s, ComputeCpuSeconds() - cpu_start_s);
       report_.compute_s += elapsed - waited_s + Since(compute_start);
     } else if (op.kind == OpKind::kParamPrefetch || op.kind == OpKind::kParamOffload ||
                op.kind == OpKind::kActOffload || op.kind == OpKind::kActPrefetch) {
@@ -510,6 +539,16 @@ class Executor::StepRun {
     for (size_t k = 0; k < state.params().size(); ++k)
       if (grads[k].defined()) state.AccumulateGrad(k, grads[k]);
     if (!slice.embedding && ex_.consumed_.count({true, v - 1, m})) grad_in_[{v - 1, m}] = grads.back();
+    if (ex_.flextp_) {  // FlexTP migration: the borrowed units' gradients go home
+      MOTLEY_RETURN_IF_ERROR(ex_.flextp_->ReturnGradients(
+          slice.layer_begin, slice.layer_end, [&](int layer, int k, const torch::Tensor& g) {
+            const std::string prefix = fmt::format("model.layers.{}.", layer);
+            for (size_t i = 0; i < state.params().size(); ++i) {
+              const std::string& name = state.params()[i].name;
+              if (name.rfind(prefix, 0) == 0 && LayerWeightIndex(name) == k) state.AccumulateGrad(i, g);
+            }
+          }));
+    }
     return Status::Ok();
   }
 
@@ -706,8 +745,22 @@ class Executor::StepRun {
 };
 
 Result<RankStepReport> Executor::RunStep(const StepInputs& in) {
+  double slowdown = 1;
+  for (const EmulatedStraggler& s : config_.stragglers)
+    if (s.rank == rank_ && in.step + 1 >= s.from_step && (s.to_step == 0 || in.step + 1 <= s.to_step))
+      slowdown *= s.slowdown;
+  emulation_.set_slowdown(slowdown);
+  tp_comm_s_ = 0;
+  if (flextp_) MOTLEY_RETURN_IF_ERROR(flextp_->BeginStep(in.step, last_compute_s_));
   StepRun run(*this, in);
-  return run.Run();
+  MOTLEY_ASSIGN_OR_RETURN(RankStepReport report, run.Run());
+  report.comm_s += tp_comm_s_;
+  last_compute_s_ = report.compute_s;
+  if (flextp_) {
+    report.pruned_fraction = flextp_->pruned_fraction();
+    report.migrated_units = flextp_->migrated_units();
+  }
+  return report;
 }
 
 Status Executor::LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,

@@ -45,6 +45,7 @@
 #include "runtime/communicator.h"
 #include "runtime/copy_engine.h"
 #include "runtime/device_emulation.h"
+#include "runtime/flextp_team.h"
 #include "runtime/llama_model.h"
 #include "runtime/ministage_state.h"
 #include "runtime/tensor_parallel.h"
@@ -57,6 +58,8 @@ struct ExecutorConfig {
   std::optional<torch::Dtype> compute_dtype;  // unset: fp32
   OptimizerConfig optimizer;
   bool record_trace = false;  // keep every op's start and end (seconds from the step's start)
+  TensorParallelConfig tensor_parallel;        // FlexTP in tensor-parallel teams (flextp_team.h)
+  std::vector<EmulatedStraggler> stragglers;   // run-time slowdowns of ranks
 };
 
 /// One step's inputs on this rank.
@@ -79,6 +82,8 @@ struct RankStepReport {
   double copy_s = 0;      // offload and prefetch copies
   double bytes_sent = 0;  // point-to-point and this rank's share of collective traffic
   double peak_memory_bytes = 0;  // the memory ledger's peak during the step
+  double pruned_fraction = 0;    // FlexTP: the share of this rank's team's MLP units pruned (lossy modes)
+  int64_t migrated_units = 0;    // FlexTP: MLP units its team's stragglers had computed by others
   std::vector<TraceEvent> trace;  // with ExecutorConfig::record_trace
 };
 
@@ -134,6 +139,9 @@ class Executor {
   // Tensor parallelism (tensor_parallel.h): this rank's place in its team and the team's region.
   int tp_degree_ = 1, tp_index_ = 0, first_rank_ = 0;
   TensorParallelRegion tp_region_;
+  double tp_comm_s_ = 0;                  // time inside the team's all-reduces (counted as communication)
+  std::unique_ptr<FlexTpTeam> flextp_;    // mode != off
+  double last_compute_s_ = 0;             // the last step's compute time (FlexTP's straggler detection)
 };
 
 }  // namespace motley

@@ -2,6 +2,8 @@
 
 #include "runtime/llama_model.h"
 
+#include "runtime/mlp_work.h"
+
 #include "core/check.h"
 
 namespace motley {
@@ -89,7 +91,8 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
 }
 
 torch::Tensor DecoderLayerFunction(const ModelSpec& spec, const std::vector<torch::Tensor>& w, const torch::Tensor& x,
-                                   const torch::Tensor& cos, const torch::Tensor& sin, const TensorParallelRegion* tp) {
+                                   const torch::Tensor& cos, const torch::Tensor& sin, const TensorParallelRegion* tp,
+                                   int layer) {
   MOTLEY_CHECK_EQ(w.size(), 9u);
   // Mixed precision: the weights are fp32 masters, cast to the compute dtype of `x` here (the cast
   // is part of the autograd graph, so gradients reach the masters in fp32).
@@ -131,6 +134,8 @@ torch::Tensor DecoderLayerFunction(const ModelSpec& spec, const std::vector<torc
   torch::Tensor h = x + reduce(torch::nn::functional::linear(attn, weight(4)));
   // SwiGLU MLP.
   torch::Tensor m = enter(RmsNorm(h, weight(5), spec.norm_eps));
+  MlpWork* work = tp != nullptr && tp->mlp_work && layer >= 0 ? tp->mlp_work(layer, w) : nullptr;
+  if (work != nullptr) return h + reduce(MlpWithWork(m, w[6], w[7], w[8], work));
   torch::Tensor gated = torch::silu(torch::nn::functional::linear(m, weight(6))) * torch::nn::functional::linear(m, weight(7));
   return h + reduce(torch::nn::functional::linear(gated, weight(8)));
 }
@@ -175,7 +180,7 @@ torch::Tensor LlamaModelImpl::Run(const ModelSlice& slice, const torch::Tensor& 
       const std::vector<torch::Tensor> weights = layer->weights();
       x = RecomputedLayer::apply(&spec_, x, cos, sin, torch::TensorList(weights));
     } else {
-      x = DecoderLayerFunction(spec_, layer->weights(), x, cos, sin, tp_);
+      x = DecoderLayerFunction(spec_, layer->weights(), x, cos, sin, tp_, i);
     }
   }
   if (!slice.head) return x;

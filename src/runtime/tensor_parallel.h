@@ -46,6 +46,7 @@ torch::Tensor JoinLayerWeight(const ModelSpec& spec, size_t k, const std::vector
 
 /// The region boundaries over `group` (a tensor-parallel group of the communicator). A failed
 /// all-reduce throws (inside autograd there is no Status to return); the message names the group.
-TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group);
+/// `comm_s` (optional) accumulates the wall time spent in the all-reduces.
+TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group, double* comm_s = nullptr);
 
 }  // namespace motley

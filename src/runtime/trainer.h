@@ -46,6 +46,8 @@ struct RankStepTimes {
   double idle_s = 0;     // step time - compute
   double bytes_sent = 0;
   double peak_memory_bytes = 0;
+  double pruned_fraction = 0;  // FlexTP: the share of its tensor-parallel team's MLP units pruned
+  double migrated_units = 0;   // FlexTP: MLP units its team's stragglers had computed by others
 };
 
 struct StepMetrics {
@@ -59,6 +61,9 @@ struct StepMetrics {
   bool skipped = false;  // fp16 overflow: the update was skipped
   double loss_scale = 1;
   std::vector<RankStepTimes> ranks;  // several processes: one per rank
+  bool flextp = false;          // a FlexTP mode is on (the two below are shown)
+  double pruned_fraction = 0;   // the largest over the tensor-parallel teams
+  double migrated_units = 0;    // the largest over the teams
 };
 
 struct TrainStart {

@@ -5,6 +5,7 @@
 // activation offload, with and without gradient clipping — run by `motley launch` as 2-6 ranks,
 // ends 5 steps with the parameters and AdamW moments of a single-process run within 1e-5.
 #include <cstdint>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -340,6 +341,73 @@ TEST_F(DistributedEquivalence, EveryPlanMatchesOneProcessAfterFiveSteps) {
     // And the per-rank report: every rank computed and sent something.
     EXPECT_CONTAINS(r.output, "per rank, mean of a step");
     EXPECT_CONTAINS(r.output, "rank " + std::to_string(c.ranks - 1));
+  }
+}
+
+// FlexTP's modes on tensor-parallel teams (issue #9 §6): `off` and `migrate` are exact with or
+// without a straggler; the lossy modes never act without one (`semi` stays exact) and `resize`
+// prunes (and so departs from exact training) with one.
+TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
+  struct ModeCase {
+    const char* name;
+    const char* plan;  // a kPlans entry
+    int ranks;
+    const char* mode;
+    int straggler;  // the slowed rank, or -1
+    bool exact;
+  };
+  const ModeCase cases[] = {
+      {"off-straggler", "tp2-zero0", 2, "off", 1, true},
+      {"migrate-straggler", "tp2-zero0", 2, "migrate", 1, true},
+      {"migrate-no-straggler", "tp2-zero0", 2, "migrate", -1, true},
+      {"migrate-straggler-dp2-zero2", "tp2-dp2-zero2-uneven-no-checkpointing", 4, "migrate", 3, true},
+      {"semi-no-straggler", "tp2-zero0", 2, "semi", -1, true},
+      {"resize-no-straggler", "tp2-zero0", 2, "resize", -1, true},
+      {"resize-straggler", "tp2-zero0", 2, "resize", 1, false},
+  };
+  for (const ModeCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const PlanCase* plan = nullptr;
+    for (const PlanCase& p : kPlans)
+      if (std::string(p.name) == c.plan) plan = &p;
+    ASSERT_NE(plan, nullptr);
+    const std::string name = std::string("mode-") + c.name;
+    const std::string plan_file =
+        dir_->Write(name + ".plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\nseq_len = "
+                                                     "16\nprecision = \"fp32\"\n") + plan->body);
+    std::string job = Job(dir_->Join(name), plan->clip, plan->checkpointing) + "[tensor_parallel]\nmode = \"" +
+                      c.mode + "\"\n";
+    // Without an emulated straggler, CPU timing noise alone must not count as one.
+    if (c.straggler < 0) job += "straggler_threshold = 0.5\n";
+    if (c.straggler >= 0)
+      job += "[[emulation.stragglers]]\nrank = " + std::to_string(c.straggler) + "\nslowdown = 4.0\nfrom_step = 2\n";
+    dir_->Write(name + ".toml", job);
+    CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
+                          ".toml --plan " + plan_file + " --metrics " + name + ".jsonl",
+                      false, dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string ref = dir_->Join(Reference(plan->clip, plan->checkpointing) + "/step-000005/");
+    const double params = MaxRelativeDifference(dir_->Join(name + "/step-000005/model.safetensors"),
+                                                ref + "model.safetensors");
+    EXPECT_GE(params, 0);
+    // What the team did, from the metrics: units moved, units pruned.
+    double moved = 0, pruned = 0;
+    std::ifstream metrics(dir_->Join(name + ".jsonl"));
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.contains("migrated_units")) continue;
+      moved = std::max(moved, j["migrated_units"].get<double>());
+      pruned = std::max(pruned, j["pruned_fraction"].get<double>());
+    }
+    const bool slowed = c.straggler >= 0 && std::string(c.mode) != "off";
+    if (c.exact) {
+      EXPECT_LT(params, 1e-5);
+      EXPECT_EQ(pruned, 0);
+      EXPECT_EQ(moved > 0, slowed) << "moved " << moved;
+    } else {
+      EXPECT_GT(pruned, 0);
+      EXPECT_GT(params, 1e-4) << "pruning changes the training";
+    }
   }
 }
 
