@@ -167,6 +167,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
         o.index = ex->tp_index_;
         o.comm = comm;
         o.team = g;
+        o.comm_s = &ex->tp_comm_s_;
         int64_t visits = 0, backwards = 0;
         for (const Op& op : schedule.programs[ex->rank_].ops) {
           if (op.kind != OpKind::kBackward) continue;
@@ -541,11 +542,11 @@ class Executor::StepRun {
     if (!slice.embedding && ex_.consumed_.count({true, v - 1, m})) grad_in_[{v - 1, m}] = grads.back();
     if (ex_.flextp_) {  // FlexTP migration: the borrowed units' gradients go home
       MOTLEY_RETURN_IF_ERROR(ex_.flextp_->ReturnGradients(
-          slice.layer_begin, slice.layer_end, [&](int layer, int k, const torch::Tensor& g) {
+          slice.layer_begin, slice.layer_end, [&](int layer, int k, int dim, int64_t begin, const torch::Tensor& g) {
             const std::string prefix = fmt::format("model.layers.{}.", layer);
             for (size_t i = 0; i < state.params().size(); ++i) {
               const std::string& name = state.params()[i].name;
-              if (name.rfind(prefix, 0) == 0 && LayerWeightIndex(name) == k) state.AccumulateGrad(i, g);
+              if (name.rfind(prefix, 0) == 0 && LayerWeightIndex(name) == k) state.AccumulateGradPart(i, dim, begin, g);
             }
           }));
     }

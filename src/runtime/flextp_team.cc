@@ -1,6 +1,7 @@
 #include "runtime/flextp_team.h"
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <stdexcept>
 
@@ -29,6 +30,11 @@ FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const
   if (bandwidth > 0 && a != b)
     c.migrate_s_per_unit = unit_bytes * static_cast<double>(layer_visits + layer_backwards) / bandwidth;
   return c;
+}
+
+void FlexTpTeam::AddCommTime(std::chrono::steady_clock::time_point start) const {
+  if (options_.comm_s != nullptr)
+    *options_.comm_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 FlexTpTeam::FlexTpTeam(Options options)
@@ -116,7 +122,10 @@ MlpWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
     if (moved == 0) continue;
     torch::Tensor block = s == me ? UnitRows(w).narrow(0, units - moved, moved).contiguous()
                                   : torch::empty({moved, 3 * w[6].size(1)}, w[6].options());
-    if (Status st = options_.comm->Broadcast(*options_.team, block, s); !st.ok())
+    const auto start = std::chrono::steady_clock::now();
+    Status st = options_.comm->Broadcast(*options_.team, block, s);
+    AddCommTime(start);
+    if (!st.ok())
       throw std::runtime_error(fmt::format("FlexTP migration: {}", st.message()));
     for (const UnitMove& m : b.moves)
       if (m.from == s && m.to == me) {
@@ -140,8 +149,7 @@ MlpWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   return l.active ? &l.work : nullptr;
 }
 
-Status FlexTpTeam::ReturnGradients(int begin, int end,
-                                   const std::function<void(int, int, const torch::Tensor&)>& add) {
+Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
   const TeamBalance& b = balance();
   if (b.moves.empty()) return Status::Ok();
   torch::NoGradGuard no_grad;
@@ -162,18 +170,14 @@ Status FlexTpTeam::ReturnGradients(int begin, int end,
         rows.narrow(1, h, h).copy_(l.work.grad_up.narrow(0, r.at, r.count));
         rows.narrow(1, 2 * h, h).copy_(l.work.grad_down.narrow(1, r.at, r.count).t());
       }
-      MOTLEY_RETURN_IF_ERROR(options_.comm->AllReduceSum(*options_.team, block));
+      const auto start = std::chrono::steady_clock::now();
+      Status st = options_.comm->AllReduceSum(*options_.team, block);
+      AddCommTime(start);
+      MOTLEY_RETURN_IF_ERROR(st);
       if (s == me) {
-        auto full = [&](int64_t rows_n, int64_t cols_n) {
-          return torch::zeros({rows_n, cols_n}, torch::TensorOptions().dtype(torch::kFloat32).device(l.device));
-        };
-        torch::Tensor g = full(units, h), u = full(units, h), d = full(h, units);
-        g.narrow(0, units - moved, moved).copy_(block.narrow(1, 0, h));
-        u.narrow(0, units - moved, moved).copy_(block.narrow(1, h, h));
-        d.narrow(1, units - moved, moved).copy_(block.narrow(1, 2 * h, h).t());
-        add(layer, 6, g);
-        add(layer, 7, u);
-        add(layer, 8, d);
+        add(layer, 6, 0, units - moved, block.narrow(1, 0, h));
+        add(layer, 7, 0, units - moved, block.narrow(1, h, h));
+        add(layer, 8, 1, units - moved, block.narrow(1, 2 * h, h).t());
       }
     }
     if (l.work.grad_gate.defined()) {

@@ -11,6 +11,7 @@
 // The per-layer pruning ratios differ by how much each layer's weights moved (LayerPruneRatios).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -38,6 +39,7 @@ class FlexTpTeam {
     Communicator* comm = nullptr;
     CommGroup* team = nullptr;  // the team's communicator group (its ranks in team order)
     FlexTpCosts costs;
+    double* comm_s = nullptr;  // accumulates the time in the team's broadcasts and gradient returns
   };
   explicit FlexTpTeam(Options options);
 
@@ -52,9 +54,11 @@ class FlexTpTeam {
   MlpWork* Work(int layer, const std::vector<torch::Tensor>& w);
 
   /// After a backward through layers [begin, end): returns the borrowed units' gradients to their
-  /// owners, who get them through `add(layer, k, grad)` — a gradient of their layer weight k
-  /// (DecoderLayerImpl::weights() order) in the slice's shape. Collective over the team.
-  Status ReturnGradients(int begin, int end, const std::function<void(int, int, const torch::Tensor&)>& add);
+  /// owners, who get them through `add(layer, k, dim, begin, part)` — the gradient of the part of
+  /// their layer weight k (DecoderLayerImpl::weights() order) from `begin` along `dim`. Collective
+  /// over the team.
+  using AddGradient = std::function<void(int layer, int k, int dim, int64_t begin, const torch::Tensor& part)>;
+  Status ReturnGradients(int begin, int end, const AddGradient& add);
 
   const TeamBalance& balance() const { return balancer_.balance(); }
   double pruned_fraction() const { return balance().pruned_fraction(options_.costs.units); }
@@ -79,6 +83,7 @@ class FlexTpTeam {
     int64_t refreshed_step = -1;
   };
   void Refresh(Layer& l, const std::vector<torch::Tensor>& w);
+  void AddCommTime(std::chrono::steady_clock::time_point start) const;
   torch::Tensor Keep(Layer& l, double ratio, torch::Device device);
 
   Options options_;

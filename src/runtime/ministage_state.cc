@@ -60,6 +60,15 @@ void MinistageState::AccumulateGrad(size_t index, const torch::Tensor& grad) {
   GradFlat().narrow(0, r.flat_begin, r.numel).add_(grad.reshape(-1).to(torch::kFloat32));
 }
 
+void MinistageState::AccumulateGradPart(size_t index, int dim, int64_t begin, const torch::Tensor& part) {
+  const Range& r = ranges_[index];
+  GradFlat()
+      .narrow(0, r.flat_begin, r.numel)
+      .view(params_[index].param.sizes())
+      .narrow(dim, begin, part.size(dim))
+      .add_(part.to(torch::kFloat32));
+}
+
 torch::Tensor& MinistageState::GradShard() {
   MOTLEY_CHECK(sharded_);
   if (!grad_shard_.defined())

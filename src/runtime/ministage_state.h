@@ -71,6 +71,9 @@ class MinistageState {
   /// The owned ranges as AdamW shards (views into the shard, gradient and moments). REQUIRES: the
   /// shard and moments are on the device.
   std::vector<ParamShard> OptimizerShards();
+  /// Adds `part` to the slice [begin, begin + part.size(dim)) along `dim` of parameter `index`'s
+  /// gradient (FlexTP: gradients of units computed elsewhere).
+  void AccumulateGradPart(size_t index, int dim, int64_t begin, const torch::Tensor& part);
   /// The sum of squares of the owned gradient elements of the parameters `counts` accepts (fp64).
   torch::Tensor GradSquaredSum(const std::function<bool(const std::string&)>& counts);
   /// After a step: clears the gradients.
