@@ -8,8 +8,10 @@
 namespace motley {
 namespace {
 
-std::shared_ptr<c10::Event> RecordOn(const c10::Stream& stream) {
-  auto e = std::make_shared<c10::Event>(stream.device_type());
+std::shared_ptr<c10::Event> RecordOn(const c10::Stream& stream, bool timed = false) {
+  // Events time only when asked: timing costs a little on every record.
+  auto e = std::make_shared<c10::Event>(stream.device_type(),
+                                        timed ? c10::EventFlag::BACKEND_DEFAULT : c10::EventFlag::PYTORCH_DEFAULT);
   e->record(stream);
   return e;
 }
@@ -36,6 +38,7 @@ torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after
   torch::Tensor src = t.contiguous();   // (a copy kernel on the compute stream when t is a view)
   RecordOn(compute)->block(side);  // the producer's kernels come first, that copy included
   if (after.pending()) after.done->block(side);
+  std::shared_ptr<c10::Event> start = timed_ ? RecordOn(side, true) : nullptr;
   torch::Tensor host;
   {
     c10::StreamGuard on_side(side);
@@ -46,7 +49,8 @@ torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after
   }
   // `src` may be freed by the caller now: its memory is not reused until the copy is done.
   impl.recordDataPtrOnStream(src.storage().data_ptr(), side);
-  done->done = RecordOn(side);
+  done->done = RecordOn(side, timed_);
+  if (timed_) timed_copies_.push_back({start, done->done});
   return host;
 }
 
@@ -58,6 +62,7 @@ torch::Tensor CopyEngine::ToDevice(const torch::Tensor& host, const CopyTicket& 
   c10::impl::VirtualGuardImpl impl(device_.type());
   const c10::Stream compute = impl.getStream(device_);
   if (after.pending()) after.done->block(side);
+  std::shared_ptr<c10::Event> start = timed_ ? RecordOn(side, true) : nullptr;
   torch::Tensor out;
   {
     // Allocated on the copy stream: the block cannot be one the compute stream still uses.
@@ -67,7 +72,8 @@ torch::Tensor CopyEngine::ToDevice(const torch::Tensor& host, const CopyTicket& 
   }
   // The compute stream reads (and later frees) it: not reused before that work is done.
   impl.recordDataPtrOnStream(out.storage().data_ptr(), compute);
-  done->done = RecordOn(side);
+  done->done = RecordOn(side, timed_);
+  if (timed_) timed_copies_.push_back({start, done->done});
   return out;
 }
 

@@ -17,6 +17,8 @@
 #pragma once
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
@@ -56,10 +58,21 @@ class CopyEngine {
   /// The host waits for every copy started so far.
   void Synchronize() const;
 
+  /// GPU only: while on, every copy is bracketed by timing events on its side stream (a traced
+  /// step's copy spans, see cuda_device.h's EventSeconds).
+  void set_timed(bool on) { timed_ = on && asynchronous(); }
+  struct TimedCopy {
+    std::shared_ptr<c10::Event> start, done;
+  };
+  /// The timed copies started since the last call.
+  std::vector<TimedCopy> TakeTimedCopies() { return std::exchange(timed_copies_, {}); }
+
  private:
   torch::Device device_;
   // Side streams (GPU only), by lane: [kParams, kActivations].
   std::unique_ptr<c10::Stream> to_host_[2], to_device_[2];
+  bool timed_ = false;
+  std::vector<TimedCopy> timed_copies_;
 };
 
 }  // namespace motley

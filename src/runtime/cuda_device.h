@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
+#include <c10/core/Event.h>
 #include <torch/torch.h>
 
 namespace motley {
@@ -20,5 +22,10 @@ int64_t PeakDeviceMemoryBytes(const torch::Device& device);
 void SynchronizeDevice(const torch::Device& device);
 /// Makes `device` the calling thread's current CUDA device.
 void SetCurrentDevice(const torch::Device& device);
+/// Records a timing event on `device`'s current stream (a traced step's clock on the device).
+std::shared_ptr<c10::Event> RecordTimingEvent(const torch::Device& device);
+/// Seconds from one completed timing event of a CUDA device to another (negative when `to` came
+/// first); 0 in the CPU-only build.
+double EventSeconds(const c10::Event& from, const c10::Event& to);
 
 }  // namespace motley

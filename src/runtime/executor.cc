@@ -179,7 +179,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
                                  schedule.programs[c.ranks.back()].device, visits, backwards);
         ex->flextp_ = std::make_unique<FlexTpTeam>(std::move(o));
         FlexTpTeam* team = ex->flextp_.get();
-        ex->tp_region_.mlp_work = [team](int layer, const std::vector<torch::Tensor>& w) {
+        ex->tp_region_.layer_work = [team](int layer, const std::vector<torch::Tensor>& w) {
           return team->Work(layer, w);
         };
       }
@@ -254,6 +254,9 @@ class Executor::StepRun {
     loss_sum_ = torch::zeros({}, Float64());
     norm_sq_ = torch::zeros({}, Float64());
     start_ = Clock::now();
+    device_timed_ = ex_.config_.record_trace && device.is_cuda();
+    ex_.copies_->set_timed(device_timed_);
+    if (device_timed_) origin_ = RecordTimingEvent(ex_.copies_->device());
     const bool clipping = ex_.config_.optimizer.grad_clip_norm > 0;
     std::vector<bool> deferred(prog_.ops.size(), false);
     try {
@@ -296,6 +299,13 @@ class Executor::StepRun {
     // The step's copies and kernels are done (on a GPU the host ran ahead of them).
     ex_.copies_->Synchronize();
     if (device.is_cuda()) SynchronizeDevice(device);
+    if (device_timed_) {
+      ex_.copies_->set_timed(false);
+      for (size_t k = 0; k < report_.trace.size(); ++k) {
+        report_.trace[k].start_s = EventSeconds(*origin_, *device_spans_[k].start);
+        report_.trace[k].end_s = EventSeconds(*origin_, *device_spans_[k].end);
+      }
+    }
     if (!boundary_.empty() || !host_boundary_.empty() || !act_in_.empty() || !grad_in_.empty() || !recvs_.empty())
       return Status::Internal(fmt::format("rank {}: the step ended with tensors left between ops ({} boundaries, {} "
                                           "offloaded, {} activations, {} gradients, {} receives)",
@@ -371,6 +381,7 @@ class Executor::StepRun {
 
   Status Execute(size_t i) {
     const Op& op = prog_.ops[i];
+    if (device_timed_) op_start_event_[static_cast<int>(i)] = RecordTimingEvent(ex_.copies_->device());
     for (int d : op.deps) MOTLEY_RETURN_IF_ERROR(Complete(d));
     if (op.ministage >= 0) {
       const int v = VStage(op);
@@ -466,9 +477,25 @@ class Executor::StepRun {
       MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
       State(v).ReleaseFlat();
     }
-    if (ex_.config_.record_trace && !in_flight_.count(static_cast<int>(i)))
-      report_.trace.push_back({ex_.rank_, static_cast<int>(i), op_start_s, Since(start_)});
+    if (ex_.config_.record_trace && !in_flight_.count(static_cast<int>(i))) Trace(static_cast<int>(i), op_start_s);
     return Status::Ok();
+  }
+
+  // Keeps op i's span for the trace: host times on CPU; on a GPU (where the host runs ahead) timing
+  // events on the compute stream, or on the side streams for the copies the op started.
+  void Trace(int i, double start_s) {
+    report_.trace.push_back({ex_.rank_, i, start_s, Since(start_)});
+    if (!device_timed_) return;
+    const std::vector<CopyEngine::TimedCopy> copies = ex_.copies_->TakeTimedCopies();
+    const OpKind kind = prog_.ops[i].kind;
+    const bool copy = kind == OpKind::kParamPrefetch || kind == OpKind::kParamOffload ||
+                      kind == OpKind::kActOffload || kind == OpKind::kActPrefetch;
+    if (copy && !copies.empty()) {
+      device_spans_.push_back({copies.front().start, copies.back().done});
+    } else {
+      device_spans_.push_back({op_start_event_.at(i), RecordTimingEvent(ex_.copies_->device())});
+    }
+    op_start_event_.erase(i);
   }
 
   Status Forward(const Op& op) {
@@ -711,7 +738,7 @@ class Executor::StepRun {
       if (f.then) f.then();
     }
     report_.comm_s += Since(t);
-    if (ex_.config_.record_trace) report_.trace.push_back({ex_.rank_, i, f.start_s, Since(start_)});
+    if (ex_.config_.record_trace) Trace(i, f.start_s);
     return Status::Ok();
   }
   Status CompleteAll() {
@@ -743,6 +770,14 @@ class Executor::StepRun {
     bool gather = false;  // else a gradient reduction
   };
   std::map<int, InFlight> in_flight_;  // collectives by op index
+  // A traced step on a GPU: the step's first event, each running op's first, each trace entry's pair.
+  struct DeviceSpan {
+    std::shared_ptr<c10::Event> start, end;
+  };
+  bool device_timed_ = false;
+  std::shared_ptr<c10::Event> origin_;
+  std::map<int, std::shared_ptr<c10::Event>> op_start_event_;
+  std::vector<DeviceSpan> device_spans_;  // parallel to report_.trace
 };
 
 Result<RankStepReport> Executor::RunStep(const StepInputs& in) {

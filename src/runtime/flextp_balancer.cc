@@ -24,10 +24,10 @@ bool TeamBalance::any() const {
   return false;
 }
 
-int64_t TeamBalance::received(int rank) const {
+int64_t TeamBalance::received(int rank, bool attention) const {
   int64_t n = 0;
   for (const UnitMove& m : moves)
-    if (m.to == rank) n += m.count;
+    if (m.to == rank && m.attention == attention) n += m.count;
   return n;
 }
 
@@ -48,30 +48,41 @@ double TeamBalance::pruned_fraction(int64_t units_per_rank) const {
 FlexTpBalancer::FlexTpBalancer(const TensorParallelConfig& config, int team_size, FlexTpCosts costs)
     : config_(config), mode_(FlexTpModeFromName(config.mode)), team_size_(team_size), costs_(costs) {
   MOTLEY_CHECK_GT(costs_.units, 0);
+  if (costs_.groups == 0) costs_.attention_fraction = 0;
   balance_.prune_ratio.assign(team_size, 0);
   balance_.given.assign(team_size, 0);
+  balance_.given_groups.assign(team_size, 0);
 }
 
+namespace {
+
+// A rank's work under a balance relative to its own nominal share (1 = its own units and groups).
+double Load(const TeamBalance& b, const FlexTpCosts& c, int r) {
+  const double u = static_cast<double>(c.units), g = static_cast<double>(std::max<int64_t>(c.groups, 1));
+  const double own_mlp = (u - static_cast<double>(b.given[r])) * (1 - b.prune_ratio[r]);
+  const double mlp = (own_mlp + static_cast<double>(b.received(r, false))) / u;
+  const double attention =
+      (static_cast<double>(c.groups - b.given_groups[r]) + static_cast<double>(b.received(r, true))) / g;
+  return (1 - c.mlp_fraction - c.attention_fraction) + c.mlp_fraction * mlp + c.attention_fraction * attention;
+}
+
+double MigrationSeconds(const TeamBalance& b, const FlexTpCosts& c, int r) {
+  return c.migrate_s_per_unit * static_cast<double>(b.given[r] + b.received(r, false)) +
+         c.migrate_s_per_group * static_cast<double>(b.given_groups[r] + b.received(r, true));
+}
+
+}  // namespace
+
 double FlexTpBalancer::RankTime(const TeamBalance& b, const std::vector<double>& nominal, int r) const {
-  const double u = static_cast<double>(costs_.units), phi = costs_.mlp_fraction;
-  const double per_unit = phi * nominal[r] / u;
-  const double own = (u - static_cast<double>(b.given[r])) * (1 - b.prune_ratio[r]);
-  const double moved = static_cast<double>(b.given[r] + b.received(r));
-  return (1 - phi) * nominal[r] + per_unit * (own + static_cast<double>(b.received(r))) +
-         costs_.migrate_s_per_unit * moved;
+  return nominal[r] * Load(b, costs_, r) + MigrationSeconds(b, costs_, r);
 }
 
 const TeamBalance& FlexTpBalancer::Update(const std::vector<double>& compute_s) {
   MOTLEY_CHECK_EQ(static_cast<int>(compute_s.size()), team_size_);
-  // Nominal times: what each rank would have taken at its own share, by the model of RankTime.
-  const double u = static_cast<double>(costs_.units), phi = costs_.mlp_fraction;
+  // Nominal times: what each rank would have taken at its own share. (The measured compute time
+  // excludes the migration's communication.)
   nominal_s_.resize(compute_s.size());
-  for (int r = 0; r < team_size_; ++r) {
-    const double own = (u - static_cast<double>(balance_.given[r])) * (1 - balance_.prune_ratio[r]);
-    const double load = (1 - phi) + phi * (own + static_cast<double>(balance_.received(r))) / u;
-    const double comm = costs_.migrate_s_per_unit * static_cast<double>(balance_.given[r] + balance_.received(r));
-    nominal_s_[r] = std::max(1e-9, compute_s[r] - comm) / load;
-  }
+  for (int r = 0; r < team_size_; ++r) nominal_s_[r] = std::max(1e-9, compute_s[r]) / Load(balance_, costs_, r);
   rebalanced_ = decided_at_s_.empty();
   for (size_t r = 0; r < decided_at_s_.size() && !rebalanced_; ++r)
     rebalanced_ = std::abs(nominal_s_[r] - decided_at_s_[r]) > config_.recheck_change * decided_at_s_[r];
@@ -82,10 +93,16 @@ const TeamBalance& FlexTpBalancer::Update(const std::vector<double>& compute_s) 
   return balance_;
 }
 
+void FlexTpBalancer::ObserveMigrationCosts(double s_per_unit, double s_per_group) {
+  if (s_per_unit > 0) costs_.migrate_s_per_unit = s_per_unit;
+  if (s_per_group > 0) costs_.migrate_s_per_group = s_per_group;
+}
+
 TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
   TeamBalance b;
   b.prune_ratio.assign(team_size_, 0);
   b.given.assign(team_size_, 0);
+  b.given_groups.assign(team_size_, 0);
   auto finish = [&](TeamBalance& t) {
     t.predicted_s.resize(team_size_);
     for (int r = 0; r < team_size_; ++r) t.predicted_s[r] = RankTime(t, nominal, r);
@@ -102,57 +119,64 @@ TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
   double reference = 0;  // what a straggler catches up with: the normal ranks' mean
   for (int r : normal) reference += nominal[r] / static_cast<double>(normal.size());
 
-  const int64_t units = costs_.units;
+  const int64_t units = costs_.units, groups = costs_.groups;
   const bool may_move = mode_ == FlexTpMode::kMigrate || mode_ == FlexTpMode::kSemi;
   const bool may_prune = mode_ == FlexTpMode::kResize || mode_ == FlexTpMode::kSemi;
+  // Moves `count` of straggler s's units (or groups), a chunk at a time, each to the receiver that
+  // would finish first with it; then one contiguous run per receiver, in rank order (virtual
+  // renumbering) from the end of s's slice.
+  auto move = [&](TeamBalance& c, int s, int64_t count, bool attention) {
+    const int64_t total = attention ? groups : units;
+    (attention ? c.given_groups : c.given)[s] = count;
+    const int64_t chunk = attention ? 1 : std::max<int64_t>(1, count / (8 * static_cast<int64_t>(normal.size())));
+    std::vector<int64_t> to(team_size_, 0);
+    for (int64_t left = count; left > 0;) {
+      const int64_t n = std::min(chunk, left);
+      int best = normal.front();
+      double best_s = 1e300;
+      for (int r : normal) {
+        c.moves.push_back({s, r, 0, n, attention});
+        const double t = RankTime(c, nominal, r);
+        c.moves.pop_back();
+        if (t < best_s) best_s = t, best = r;
+      }
+      c.moves.push_back({s, best, 0, n, attention});
+      to[best] += n;
+      left -= n;
+    }
+    c.moves.erase(std::remove_if(c.moves.begin(), c.moves.end(),
+                                 [&](const UnitMove& mv) { return mv.from == s && mv.attention == attention; }),
+                  c.moves.end());
+    int64_t begin = total - count;
+    for (int r = 0; r < team_size_; ++r)
+      if (to[r] > 0) {
+        c.moves.push_back({s, r, begin, to[r], attention});
+        begin += to[r];
+      }
+  };
   for (const auto& [s, skew] : stragglers) {
     (void)skew;
     struct Option {
       TeamBalance b;
       double time_s, pruned;
-      int64_t moved;
     };
     std::vector<Option> options;
     const int64_t step = std::max<int64_t>(1, units / 20);
-    for (int64_t m = 0; m <= (may_move ? units : 0); m = (m == units ? units + 1 : std::min(units, m + step))) {
-      TeamBalance c = b;
-      c.given[s] = m;
-      // The moved units go, a chunk at a time, to the receiver that would finish first with it.
-      const int64_t chunk = std::max<int64_t>(1, m / (8 * static_cast<int64_t>(normal.size())));
-      std::vector<int64_t> to(team_size_, 0);
-      for (int64_t left = m; left > 0;) {
-        const int64_t n = std::min(chunk, left);
-        int best = normal.front();
-        double best_s = 1e300;
-        for (int r : normal) {
-          c.moves.push_back({s, r, 0, n});
-          const double t = RankTime(c, nominal, r);
-          c.moves.pop_back();
-          if (t < best_s) best_s = t, best = r;
+    for (int64_t a = 0; a <= (may_move ? groups : 0); ++a)
+      for (int64_t m = 0; m <= (may_move ? units : 0); m = (m == units ? units + 1 : std::min(units, m + step))) {
+        TeamBalance c = b;
+        move(c, s, a, true);
+        move(c, s, m, false);
+        if (may_prune && m < units) {
+          const double per_unit = costs_.mlp_fraction * nominal[s] / static_cast<double>(units);
+          const double gap = RankTime(c, nominal, s) - reference;
+          c.prune_ratio[s] =
+              std::clamp(gap / (per_unit * static_cast<double>(units - m)), 0.0, config_.max_prune_ratio);
         }
-        c.moves.push_back({s, best, 0, n});
-        to[best] += n;
-        left -= n;
+        double time_s = 0;
+        for (int r = 0; r < team_size_; ++r) time_s = std::max(time_s, RankTime(c, nominal, r));
+        options.push_back({c, time_s, c.prune_ratio[s] * static_cast<double>(units - m)});
       }
-      // Merge into one contiguous run per receiver, in rank order (virtual renumbering).
-      c.moves.erase(std::remove_if(c.moves.begin(), c.moves.end(), [&](const UnitMove& mv) { return mv.from == s; }),
-                    c.moves.end());
-      int64_t begin = units - m;
-      for (int r = 0; r < team_size_; ++r)
-        if (to[r] > 0) {
-          c.moves.push_back({s, r, begin, to[r]});
-          begin += to[r];
-        }
-      if (may_prune && m < units) {
-        const double per_unit = costs_.mlp_fraction * nominal[s] / static_cast<double>(units);
-        const double gap = RankTime(c, nominal, s) - reference;
-        c.prune_ratio[s] =
-            std::clamp(gap / (per_unit * static_cast<double>(units - m)), 0.0, config_.max_prune_ratio);
-      }
-      double time_s = 0;
-      for (int r = 0; r < team_size_; ++r) time_s = std::max(time_s, RankTime(c, nominal, r));
-      options.push_back({c, time_s, c.prune_ratio[s] * static_cast<double>(units - m), m});
-    }
     double fastest = 1e300;
     for (const Option& o : options) fastest = std::min(fastest, o.time_s);
     const Option* pick = nullptr;

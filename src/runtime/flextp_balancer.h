@@ -1,9 +1,10 @@
-// FlexTpBalancer: how a tensor-parallel team shares its MLP work this step (FlexTP, issue #9 §3-§6).
-// Each rank of a team owns `units` MLP units (its ffn/t rows of gate and up, columns of down). When a
-// rank straggles — slower than the team's normal ranks by more than a threshold (§III-A) — the
+// FlexTpBalancer: how a tensor-parallel team shares its layers' work this step (FlexTP, issue #9
+// §3-§6). Each rank of a team owns `units` MLP units (its ffn/t rows of gate and up, columns of
+// down) and `groups` attention groups (a key/value head with its query heads: rows of q, k, v and
+// columns of o). When a rank straggles — slower than the team's normal ranks by more than a threshold (§III-A) — the
 // team can
-//   - migrate (§IV-A): the straggler's last units are computed by the normal ranks, each taking a
-//     contiguous run of them (virtual renumbering); exact;
+//   - migrate (§IV-A): the straggler's last units and groups are computed by the normal ranks,
+//     each taking a contiguous run of them (virtual renumbering); exact;
 //   - resize (§III): the straggler prunes a ratio of the units it computes (dual pruning, zeros
 //     imputed for their gradients); the ratio closes the gap to the normal ranks (Eq. 1); lossy;
 //   - semi (§IV-B/C): both, by a cost model — stragglers are served heaviest first; each moves the
@@ -29,29 +30,35 @@ namespace motley {
 enum class FlexTpMode { kOff, kMigrate, kResize, kSemi };
 FlexTpMode FlexTpModeFromName(const std::string& name);  // REQUIRES: a name the job parser accepts
 
-/// Units [begin, begin + count) of rank `from`'s slice computed by rank `to` this step.
+/// Units (or attention groups) [begin, begin + count) of rank `from`'s slice computed by rank `to`
+/// this step.
 struct UnitMove {
   int from = 0, to = 0;
   int64_t begin = 0, count = 0;
+  bool attention = false;  // attention groups, else MLP units
 };
 
 struct TeamBalance {
   std::vector<double> prune_ratio;  // per rank: the fraction of the units it computes of its own that it prunes
-  std::vector<int64_t> given;       // per rank: its own units computed elsewhere (the last `given` of its slice)
+  std::vector<int64_t> given;       // per rank: its own MLP units computed elsewhere (the last `given` of its slice)
+  std::vector<int64_t> given_groups;  // per rank: its own attention groups computed elsewhere (the last ones)
   std::vector<UnitMove> moves;
   std::vector<double> predicted_s;  // per rank: the cost model's compute time under this balance
 
   bool any() const;
-  int64_t received(int rank) const;
-  int64_t migrated_units() const;
+  int64_t received(int rank, bool attention = false) const;
+  int64_t migrated_units() const;  // MLP units and attention groups
   /// The team's pruned units over all its units.
   double pruned_fraction(int64_t units_per_rank) const;
 };
 
 struct FlexTpCosts {
-  int64_t units = 0;              // MLP units per rank (ffn / tp)
-  double mlp_fraction = 0.7;      // the share of a rank's compute in its MLP units (from the model's FLOPs)
-  double migrate_s_per_unit = 0;  // a migrated unit's communication per step, on sender and receiver
+  int64_t units = 0;                    // MLP units per rank (ffn / tp)
+  int64_t groups = 0;                   // attention groups per rank (kv heads / tp)
+  double mlp_fraction = 0.6;            // the share of a rank's compute in its MLP units
+  double attention_fraction = 0.25;     // ... and in its attention groups
+  double migrate_s_per_unit = 0;        // a migrated MLP unit's communication per step, on sender and receiver
+  double migrate_s_per_group = 0;       // ... an attention group's
 };
 
 class FlexTpBalancer {
@@ -63,6 +70,9 @@ class FlexTpBalancer {
   const TeamBalance& Update(const std::vector<double>& compute_s);
 
   const TeamBalance& balance() const { return balance_; }
+  /// Measured migration costs (seconds per moved unit or group and step; 0: keep the estimate).
+  void ObserveMigrationCosts(double s_per_unit, double s_per_group);
+  const FlexTpCosts& costs() const { return costs_; }
   /// Each rank's compute time at its nominal load, from the last measurement.
   const std::vector<double>& nominal_s() const { return nominal_s_; }
   /// Whether the last Update decided anew (else the previous balance stands).

@@ -15,7 +15,14 @@ TensorParallelConfig Mode(const std::string& mode, double max_prune = 0.5) {
   return c;
 }
 
-FlexTpCosts Costs(double migrate_s_per_unit = 0) { return {100, 0.75, migrate_s_per_unit}; }
+FlexTpCosts Costs(double migrate_s_per_unit = 0) {
+  FlexTpCosts c;
+  c.units = 100;
+  c.groups = 0;  // MLP units only
+  c.mlp_fraction = 0.75;
+  c.migrate_s_per_unit = migrate_s_per_unit;
+  return c;
+}
 
 double MaxOf(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 
@@ -84,6 +91,29 @@ TEST(FlexTpBalancer, SemiPrunesLessThanResizeAndIsNearlyAsFast) {
   EXPECT_GT(s2.prune_ratio[1], 0);
   FlexTpBalancer migrate2(Mode("migrate"), 2, Costs());
   EXPECT_LT(MaxOf(s2.predicted_s), MaxOf(migrate2.Update({1.0, 4.0}).predicted_s));
+}
+
+TEST(FlexTpBalancer, AttentionGroupsMoveTooWhenTheMlpIsNotEnough) {
+  // MLP 0.6, attention 0.3 of the work: moving the MLP alone leaves a 4x straggler at 1.6.
+  FlexTpCosts c = Costs();
+  c.mlp_fraction = 0.6;
+  c.groups = 2;
+  c.attention_fraction = 0.3;
+  FlexTpBalancer with_attention(Mode("migrate"), 4, c);
+  const TeamBalance& t = with_attention.Update({1.0, 1.0, 1.0, 4.0});
+  EXPECT_GT(t.given_groups[3], 0);
+  EXPECT_LT(MaxOf(t.predicted_s), 1.4);
+  EXPECT_GT(t.received(0, true) + t.received(1, true) + t.received(2, true), 0);
+  int64_t next = 2 - t.given_groups[3];
+  for (const UnitMove& m : t.moves)
+    if (m.attention) {
+      EXPECT_EQ(m.begin, next);
+      next += m.count;
+    }
+  EXPECT_EQ(next, 2);
+  c.groups = 0;
+  FlexTpBalancer mlp_only(Mode("migrate"), 4, c);
+  EXPECT_GT(MaxOf(mlp_only.Update({1.0, 1.0, 1.0, 4.0}).predicted_s), MaxOf(t.predicted_s));
 }
 
 TEST(FlexTpBalancer, TheHeaviestStragglerIsServedFirst) {

@@ -1,7 +1,7 @@
 // FlexTpTeam: one rank's side of FlexTP in a tensor-parallel team (issue #9 §3-§6). Each step it
 //   1. all-gathers the team's compute times of the step before and asks the FlexTpBalancer for this
 //      step's balance (every rank gets the same one);
-//   2. builds each layer's MlpWork when the layer first runs: the units this rank prunes, chosen by
+//   2. builds each layer's LayerWork when the layer first runs: the units this rank prunes, chosen by
 //      priority — smallest weight variation first (FlexTP §III-B), variation measured every
 //      `stats_interval_steps` and kept for units pruned meanwhile (the incremental update that
 //      keeps a pruned unit from looking idle forever), ties broken round-robin — and the units
@@ -25,7 +25,7 @@
 #include "core/status.h"
 #include "runtime/communicator.h"
 #include "runtime/flextp_balancer.h"
-#include "runtime/mlp_work.h"
+#include "runtime/layer_work.h"
 
 namespace motley {
 
@@ -51,7 +51,7 @@ class FlexTpTeam {
   /// for a layer in a step broadcasts the stragglers' moved units: every rank of the team calls it
   /// for the same layers in the same order, as they run the same ops. Throws std::runtime_error
   /// when the broadcast fails (it runs inside a layer's forward).
-  MlpWork* Work(int layer, const std::vector<torch::Tensor>& w);
+  LayerWork* Work(int layer, const std::vector<torch::Tensor>& w);
 
   /// After a backward through layers [begin, end): returns the borrowed units' gradients to their
   /// owners, who get them through `add(layer, k, dim, begin, part)` — the gradient of the part of
@@ -68,11 +68,12 @@ class FlexTpTeam {
   struct Borrowed {
     int from = 0;
     int64_t begin = 0, count = 0, at = 0;  // the owner's units [begin, begin + count) at rows [at, at + count)
+    bool attention = false;                // attention groups, else MLP units
   };
   struct Layer {
     int64_t built_step = -1;
     torch::Device device = torch::kCPU;
-    MlpWork work;
+    LayerWork work;
     bool active = false;  // work has something in it this step
     std::vector<Borrowed> borrowed;
     // Priority statistics (on the CPU).
@@ -83,12 +84,17 @@ class FlexTpTeam {
     int64_t refreshed_step = -1;
   };
   void Refresh(Layer& l, const std::vector<torch::Tensor>& w);
-  void AddCommTime(std::chrono::steady_clock::time_point start) const;
+  // The rows (MLP units or attention groups) this rank computes for stragglers this step, each
+  // broadcast by its owner (`own_rows`: this rank's, when it is one); their runs go to `out`.
+  torch::Tensor Borrow(bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
+                       torch::TensorOptions options, std::vector<Borrowed>* out);
+  void AddCommTime(std::chrono::steady_clock::time_point start);
   torch::Tensor Keep(Layer& l, double ratio, torch::Device device);
 
   Options options_;
   FlexTpBalancer balancer_;
   int64_t step_ = 0;
+  double migration_s_ = 0;  // this step's time in the migration's broadcasts and gradient returns
   std::map<int, Layer> layers_;
   std::map<int, double> layer_ratio_;  // this step's pruning ratio per layer (this rank)
 };

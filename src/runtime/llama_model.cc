@@ -2,17 +2,12 @@
 
 #include "runtime/llama_model.h"
 
-#include "runtime/mlp_work.h"
+#include "runtime/layer_work.h"
 
 #include "core/check.h"
 
 namespace motley {
 namespace {
-
-torch::Tensor RotateHalf(const torch::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
 
 torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   // In fp32 whatever the compute precision, as Hugging Face's LlamaRMSNorm does.
@@ -97,44 +92,14 @@ torch::Tensor DecoderLayerFunction(const ModelSpec& spec, const std::vector<torc
   // Mixed precision: the weights are fp32 masters, cast to the compute dtype of `x` here (the cast
   // is part of the autograd graph, so gradients reach the masters in fp32).
   auto weight = [&](size_t i) { return w[i].scalar_type() == x.scalar_type() ? w[i] : w[i].to(x.scalar_type()); };
-  const int64_t b = x.size(0), s = x.size(1), d = spec.head_dim();
-  const int64_t heads = w[1].size(0) / d, kv_heads = w[2].size(0) / d;  // this rank's, with tp
   auto enter = [&](const torch::Tensor& t) { return tp ? tp->enter(t) : t; };
   auto reduce = [&](const torch::Tensor& t) { return tp ? tp->reduce(t) : t; };
   // Attention.
+  LayerWork* work = tp != nullptr && tp->layer_work && layer >= 0 ? tp->layer_work(layer, w) : nullptr;
   torch::Tensor hidden = enter(RmsNorm(x, weight(0), spec.norm_eps));
-  torch::Tensor q = torch::nn::functional::linear(hidden, weight(1)).view({b, s, heads, d}).transpose(1, 2);
-  torch::Tensor k = torch::nn::functional::linear(hidden, weight(2)).view({b, s, kv_heads, d}).transpose(1, 2);
-  torch::Tensor v = torch::nn::functional::linear(hidden, weight(3)).view({b, s, kv_heads, d}).transpose(1, 2);
-  q = q * cos + RotateHalf(q) * sin;
-  k = k * cos + RotateHalf(k) * sin;
-  if (kv_heads != heads) {  // grouped-query attention: each key/value head serves a group
-    k = k.repeat_interleave(heads / kv_heads, 1);
-    v = v.repeat_interleave(heads / kv_heads, 1);
-  }
-  torch::Tensor attn;
-#if TORCH_VERSION_MAJOR >= 2
-  // The fused kernel (flash or memory-efficient attention on GPUs); fp64 keeps the plain path so
-  // that gradient checks compare like with like.
-  if (x.scalar_type() != torch::kFloat64) {
-    attn = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
-  }
-#endif
-  if (!attn.defined()) {
-    torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
-    torch::Tensor causal =
-        torch::ones({s, s}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
-    scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
-    torch::Tensor probs =
-        torch::softmax(scores.to(x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32), -1)
-            .to(q.scalar_type());
-    attn = torch::matmul(probs, v);
-  }
-  attn = attn.transpose(1, 2).reshape({b, s, heads * d});
-  torch::Tensor h = x + reduce(torch::nn::functional::linear(attn, weight(4)));
+  torch::Tensor h = x + reduce(AttentionWithWork(spec, hidden, weight(1), weight(2), weight(3), weight(4), cos, sin, work));
   // SwiGLU MLP.
   torch::Tensor m = enter(RmsNorm(h, weight(5), spec.norm_eps));
-  MlpWork* work = tp != nullptr && tp->mlp_work && layer >= 0 ? tp->mlp_work(layer, w) : nullptr;
   if (work != nullptr) return h + reduce(MlpWithWork(m, w[6], w[7], w[8], work));
   torch::Tensor gated = torch::silu(torch::nn::functional::linear(m, weight(6))) * torch::nn::functional::linear(m, weight(7));
   return h + reduce(torch::nn::functional::linear(gated, weight(8)));

@@ -60,12 +60,12 @@ TORCH_MODULE(DecoderLayer);
 /// Tensor parallelism's two region boundaries (Megatron's f and g; runtime/tensor_parallel.h):
 /// `enter` is the identity forward and sums the gradient over the group backward; `reduce` sums the
 /// partial outputs over the group forward and is the identity backward.
-struct MlpWork;
+struct LayerWork;
 struct TensorParallelRegion {
   std::function<torch::Tensor(const torch::Tensor&)> enter, reduce;
-  /// FlexTP (optional): this rank's share of layer `layer`'s MLP this step (mlp_work.h), from the
+  /// FlexTP (optional): this rank's share of layer `layer`'s MLP this step (layer_work.h), from the
   /// layer's weights; null: all of its own units, nothing borrowed.
-  std::function<MlpWork*(int layer, const std::vector<torch::Tensor>& w)> mlp_work;
+  std::function<LayerWork*(int layer, const std::vector<torch::Tensor>& w)> layer_work;
 };
 
 /// The layer's computation as a function of explicit weights (in DecoderLayerImpl::weights() order).

@@ -1,4 +1,4 @@
-#include "runtime/mlp_work.h"
+#include "runtime/layer_work.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@ Weights Make() {
           torch::randn({6, 8}, torch::kFloat64).requires_grad_(true)};
 }
 
-TEST(MlpWork, BorrowedUnitsComputeWhatTheOwnerWouldHave) {
+TEST(LayerWork, BorrowedUnitsComputeWhatTheOwnerWouldHave) {
   Weights w = Make();
   // (In a layer the input always needs a gradient: it comes through the norm's weight.)
   torch::Tensor m = torch::randn({2, 3, 6}, torch::kFloat64).requires_grad_(true);
@@ -25,7 +25,7 @@ TEST(MlpWork, BorrowedUnitsComputeWhatTheOwnerWouldHave) {
 
   // This rank keeps units 0-5 and computes units 6-7 for their owner.
   Weights mine = Make();
-  MlpWork work;
+  LayerWork work;
   work.keep = torch::arange(6, torch::kInt64);
   work.gate = mine.gate.detach().narrow(0, 6, 2);
   work.up = mine.up.detach().narrow(0, 6, 2);
@@ -46,10 +46,10 @@ TEST(MlpWork, BorrowedUnitsComputeWhatTheOwnerWouldHave) {
   EXPECT_TRUE(torch::allclose(work.grad_down.to(torch::kFloat64), full_grads[2].narrow(1, 6, 2), 1e-5, 1e-6));
 }
 
-TEST(MlpWork, PrunedUnitsGetZeroGradientsAndTheRestTheSubnetworks) {
+TEST(LayerWork, PrunedUnitsGetZeroGradientsAndTheRestTheSubnetworks) {
   Weights w = Make();
   torch::Tensor m = torch::randn({2, 3, 6}, torch::kFloat64);
-  MlpWork work;
+  LayerWork work;
   work.keep = torch::tensor(std::vector<int64_t>{0, 2, 5}, torch::kInt64);
   torch::Tensor pruned = MlpWithWork(m, w.gate, w.up, w.down, &work);
   std::vector<torch::Tensor> g = torch::autograd::grad({pruned.pow(2).sum()}, {w.gate, w.up, w.down});
