@@ -5,6 +5,9 @@
 #
 #   bench/gpu/offload_overhead.sh [MOTLEY_BINARY] [MICROBATCHES...]   (default: build-gpu/motley 8 16 32)
 #
+# With TRACES=folder, each run also writes a Chrome trace of its last step there
+# (trace-N-on.json, trace-N-off.json), timed on the device; bench/gpu/trace_summary.py reads them.
+#
 # Each plan trains 12 steps on the built-in corpus; the first 4 are warm-up, the figure is the
 # median of the rest. Peak memory is the CUDA caching allocator's peak of allocated bytes.
 set -euo pipefail
@@ -22,8 +25,11 @@ for n in "${counts[@]}"; do
   sed "s/global_batch_sequences = 32/global_batch_sequences = $((4 * n))/" "$here/offload-job.toml" > "$work/job.toml"
   for mode in off on; do
     sed "s/num_microbatches = \[8\]/num_microbatches = [$n]/" "$here/offload-$mode.toml" > "$work/plan-$mode.toml"
+    trace=()
+    [ -z "${TRACES:-}" ] || trace=(--trace "$TRACES/trace-$n-$mode.json" --trace-step 12)
     "$motley" train "$work/job.toml" --plan "$work/plan-$mode.toml" --device cuda --no-validation --no-checkpoint \
-      --metrics "$work/m-$n-$mode.jsonl" > "$work/log-$n-$mode.txt" 2>&1 || { cat "$work/log-$n-$mode.txt"; exit 1; }
+      --metrics "$work/m-$n-$mode.jsonl" "${trace[@]}" > "$work/log-$n-$mode.txt" 2>&1 ||
+      { cat "$work/log-$n-$mode.txt"; exit 1; }
     python3 - "$work/m-$n-$mode.jsonl" "$n" "$mode" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"step_time_s"' in l]

@@ -1,5 +1,7 @@
 #include "runtime/copy_engine.h"
 
+#include <algorithm>
+
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
@@ -14,6 +16,26 @@ std::shared_ptr<c10::Event> RecordOn(const c10::Stream& stream, bool timed = fal
                                         timed ? c10::EventFlag::BACKEND_DEFAULT : c10::EventFlag::PYTORCH_DEFAULT);
   e->record(stream);
   return e;
+}
+
+// A parameter lane's copy goes in pieces of this size: a DMA engine serves its queues a command at
+// a time, so a microbatch's activations (megabytes, needed now) queued on the other lane of the
+// same direction wait for one piece (~1 ms at 50 GB/s) rather than a whole ministage's moments
+// (GBs). The GPU trace of issue #6 showed backward ops waiting 27-33 ms for such copies.
+constexpr int64_t kParamCopyPieceBytes = 64LL << 20;
+
+// dst.copy_(src) on the current stream, in pieces for the parameter lane (both contiguous).
+void CopyInPieces(torch::Tensor& dst, const torch::Tensor& src, CopyLane lane) {
+  const int64_t piece = kParamCopyPieceBytes / static_cast<int64_t>(src.element_size());
+  if (lane != CopyLane::kParams || src.numel() <= piece || !src.is_contiguous() || !dst.is_contiguous()) {
+    dst.copy_(src, /*non_blocking=*/true);
+    return;
+  }
+  torch::Tensor d = dst.view(-1), s = src.view(-1);
+  for (int64_t at = 0; at < s.numel(); at += piece) {
+    const int64_t n = std::min(piece, s.numel() - at);
+    d.narrow(0, at, n).copy_(s.narrow(0, at, n), /*non_blocking=*/true);
+  }
 }
 
 }  // namespace
@@ -45,7 +67,7 @@ torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after
     const bool fits = reuse.defined() && reuse.sizes() == src.sizes() && reuse.dtype() == src.dtype() &&
                       reuse.is_pinned() && reuse.is_contiguous();
     host = fits ? reuse : torch::empty(src.sizes(), src.options().device(torch::kCPU).pinned_memory(true));
-    host.copy_(src, /*non_blocking=*/true);
+    CopyInPieces(host, src, lane);
   }
   // `src` may be freed by the caller now: its memory is not reused until the copy is done.
   impl.recordDataPtrOnStream(src.storage().data_ptr(), side);
@@ -68,7 +90,7 @@ torch::Tensor CopyEngine::ToDevice(const torch::Tensor& host, const CopyTicket& 
     // Allocated on the copy stream: the block cannot be one the compute stream still uses.
     c10::StreamGuard on_side(side);
     out = torch::empty(host.sizes(), host.options().device(device_));
-    out.copy_(host, /*non_blocking=*/true);
+    CopyInPieces(out, host, lane);
   }
   // The compute stream reads (and later frees) it: not reused before that work is done.
   impl.recordDataPtrOnStream(out.storage().data_ptr(), compute);

@@ -70,15 +70,16 @@ Result<std::vector<RankStepTimes>> GatherRankTimes(Communicator& comm, const Ran
 
 // Every rank's trace events of one step, on rank 0.
 Result<std::vector<TraceEvent>> GatherTrace(Communicator& comm, const std::vector<TraceEvent>& mine) {
+  constexpr int kFields = 5;  // op, start, end, host start, host end
   torch::Tensor counts = torch::zeros({comm.world_size()}, torch::kInt64);
   counts[comm.rank()] = static_cast<int64_t>(mine.size());
   MOTLEY_RETURN_IF_ERROR(comm.AllReduceSum(comm.world(), counts));
   auto pack = [](const std::vector<TraceEvent>& ev) {
-    torch::Tensor t = torch::empty({static_cast<int64_t>(ev.size()) * 3 + 1}, torch::kFloat64);
+    torch::Tensor t = torch::empty({static_cast<int64_t>(ev.size()) * kFields + 1}, torch::kFloat64);
     for (size_t i = 0; i < ev.size(); ++i) {
-      t[3 * i] = ev[i].op;
-      t[3 * i + 1] = ev[i].start_s;
-      t[3 * i + 2] = ev[i].end_s;
+      const double fields[kFields] = {static_cast<double>(ev[i].op), ev[i].start_s, ev[i].end_s, ev[i].host_start_s,
+                                      ev[i].host_end_s};
+      for (int k = 0; k < kFields; ++k) t[kFields * i + k] = fields[k];
     }
     return t;
   };
@@ -91,12 +92,12 @@ Result<std::vector<TraceEvent>> GatherTrace(Communicator& comm, const std::vecto
   }
   out = mine;
   for (int r = 1; r < comm.world_size(); ++r) {
-    torch::Tensor t = torch::empty({counts[r].item<int64_t>() * 3 + 1}, torch::kFloat64);
+    torch::Tensor t = torch::empty({counts[r].item<int64_t>() * kFields + 1}, torch::kFloat64);
     MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm.Recv(t, r, tag));
     MOTLEY_RETURN_IF_ERROR(p.Wait());
+    const auto at = [&](int64_t i, int k) { return t[kFields * i + k].item<double>(); };
     for (int64_t i = 0; i < counts[r].item<int64_t>(); ++i)
-      out.push_back({r, static_cast<int>(t[3 * i].item<double>()), t[3 * i + 1].item<double>(),
-                     t[3 * i + 2].item<double>()});
+      out.push_back({r, static_cast<int>(at(i, 0)), at(i, 1), at(i, 2), at(i, 3), at(i, 4)});
   }
   return out;
 }

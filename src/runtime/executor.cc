@@ -302,6 +302,8 @@ class Executor::StepRun {
     if (device_timed_) {
       ex_.copies_->set_timed(false);
       for (size_t k = 0; k < report_.trace.size(); ++k) {
+        report_.trace[k].host_start_s = report_.trace[k].start_s;
+        report_.trace[k].host_end_s = report_.trace[k].end_s;
         report_.trace[k].start_s = EventSeconds(*origin_, *device_spans_[k].start);
         report_.trace[k].end_s = EventSeconds(*origin_, *device_spans_[k].end);
       }
@@ -319,6 +321,7 @@ class Executor::StepRun {
 
  private:
   using Key = std::pair<int, int64_t>;  // (virtual stage, microbatch)
+  struct InFlight;                       // a collective started and not yet finished
   struct PendingRecv {
     PendingTransfer transfer;
     torch::Tensor buffer;
@@ -382,6 +385,7 @@ class Executor::StepRun {
   Status Execute(size_t i) {
     const Op& op = prog_.ops[i];
     if (device_timed_) op_start_event_[static_cast<int>(i)] = RecordTimingEvent(ex_.copies_->device());
+    MOTLEY_RETURN_IF_ERROR(StartArrivedGathers());
     for (int d : op.deps) MOTLEY_RETURN_IF_ERROR(Complete(d));
     if (op.ministage >= 0) {
       const int v = VStage(op);
@@ -394,8 +398,7 @@ class Executor::StepRun {
         case OpKind::kParamOffload:
           MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
           break;
-        case OpKind::kAllGather:  // into the full parameters, from a prefetched shard
-          State(v).WaitReady(false);
+        case OpKind::kAllGather:  // into the full parameters (waits for a prefetched shard when it starts)
           MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
           break;
         case OpKind::kForward:
@@ -674,14 +677,17 @@ class Executor::StepRun {
     InFlight f;
     f.start = Clock::now();
     f.start_s = Since(start_);
+    f.vstage = v;
+    f.gather = op.kind == OpKind::kAllGather;
     int passes = 1;
     if (op.kind == OpKind::kAllGather) {
-      torch::Tensor& flat = state.AllocateFlat();
-      torch::Tensor& shard = state.shard();
-      MOTLEY_CHECK(shard.defined());
-      MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartAllGather(*g, shard, flat));
-      f.bytes = static_cast<double>(flat.nbytes());
-      if (ex_.param_gather_drops_shard_[i]) f.then = [&state] { state.DropDeviceShard(); };
+      // On a GPU, a gather whose shard is still being prefetched starts once the copy is done
+      // (or when its result is needed): started now, it would hold the compute stream, where
+      // the gather's wait goes, behind the copy.
+      f.deferred = ex_.copies_->asynchronous() && !state.ShardArrived();
+      if (!f.deferred) MOTLEY_RETURN_IF_ERROR(StartGather(static_cast<int>(i), f));
+      in_flight_[static_cast<int>(i)] = std::move(f);
+      return Status::Ok();
     } else if (op.kind == OpKind::kReduceScatter) {
       torch::Tensor full = state.GradFlat();
       torch::Tensor out = torch::empty({state.shard_numel()}, full.options());
@@ -707,9 +713,37 @@ class Executor::StepRun {
     std::vector<int> devices;
     for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
     f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, passes);
-    f.vstage = v;
-    f.gather = op.kind == OpKind::kAllGather;
     in_flight_[static_cast<int>(i)] = std::move(f);
+    return Status::Ok();
+  }
+
+  // Starts the parameter gather of op i into its stage's full parameters, after the shard's prefetch.
+  Status StartGather(int i, InFlight& f) {
+    torch::NoGradGuard no_grad;
+    const Op& op = prog_.ops[i];
+    CommGroup* g = ex_.collective_group_.at(op.collective);
+    MinistageState& state = State(f.vstage);
+    f.deferred = false;
+    f.start = Clock::now();
+    state.WaitReady(false);
+    torch::Tensor& flat = state.AllocateFlat();
+    torch::Tensor& shard = state.shard();
+    MOTLEY_CHECK(shard.defined());
+    MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartAllGather(*g, shard, flat));
+    f.bytes = static_cast<double>(flat.nbytes());
+    if (ex_.param_gather_drops_shard_[i]) f.then = [&state] { state.DropDeviceShard(); };
+    const double n = g->size();
+    report_.bytes_sent += (n - 1) / n * f.bytes;
+    std::vector<int> devices;
+    for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
+    f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, 1);
+    return Status::Ok();
+  }
+
+  // Starts the deferred gathers whose shards have arrived.
+  Status StartArrivedGathers() {
+    for (auto& [i, f] : in_flight_)
+      if (f.deferred && State(f.vstage).ShardArrived()) MOTLEY_RETURN_IF_ERROR(StartGather(i, f));
     return Status::Ok();
   }
 
@@ -728,6 +762,7 @@ class Executor::StepRun {
   Status Complete(int i) {
     auto it = in_flight_.find(i);
     if (it == in_flight_.end()) return Status::Ok();
+    if (it->second.deferred) MOTLEY_RETURN_IF_ERROR(StartGather(i, it->second));
     InFlight f = std::move(it->second);
     in_flight_.erase(it);
     const auto t = Clock::now();
@@ -767,7 +802,8 @@ class Executor::StepRun {
     double needed_s = 0;  // what the emulated link needs; 0 when not emulated
     std::function<void()> then;
     int vstage = -1;
-    bool gather = false;  // else a gradient reduction
+    bool gather = false;    // else a gradient reduction
+    bool deferred = false;  // a gather not started yet: its shard is still being prefetched
   };
   std::map<int, InFlight> in_flight_;  // collectives by op index
   // A traced step on a GPU: the step's first event, each running op's first, each trace entry's pair.

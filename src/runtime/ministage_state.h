@@ -98,6 +98,8 @@ class MinistageState {
     copies_->Wait(shard_ready_);
     if (moments) copies_->Wait(moments_ready_);
   }
+  /// True when no prefetch of the shard is still copying (asks the device; never waits).
+  bool ShardArrived() const { return !shard_ready_.pending() || shard_ready_.done->query(); }
 
  private:
   struct Range {

@@ -285,6 +285,7 @@ std::string ChromeTraceJson(const Schedule& schedule, const Cluster& cluster, co
     if (op.bytes > 0) args["bytes"] = op.bytes;
     if (op.flops > 0) args["flops"] = op.flops;
     if (op.peer >= 0) args["peer"] = op.peer;
+    if (t.host_start_s >= 0) args["host_ms"] = {t.host_start_s * 1e3, t.host_end_s * 1e3};
     events.push_back({{"name", name},
                       {"cat", OpKindName(op.kind)},
                       {"ph", "X"},

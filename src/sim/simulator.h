@@ -43,6 +43,9 @@ struct TraceEvent {
   int op = 0;
   double start_s = 0;
   double end_s = 0;
+  // The runtime on a GPU, where spans are device times: when the host issued the op (-1: not kept).
+  double host_start_s = -1;
+  double host_end_s = -1;
 };
 
 struct SimResult {
