@@ -49,10 +49,11 @@ device = "cpu"
 count = 4
 interconnect = "nvlink"
 intra_bandwidth = "10GB/s"
-# Four ranks share this machine's cores: every rank's compute is stretched to twice its own so the
-# team is not bound by the oversubscription; the stragglers' slowdowns multiply on top.
+# Four ranks share this machine's cores: every rank's compute is stretched to four times its own,
+# so the team is not bound by the oversubscription and its all-reduces take ~25% of a step (a GPU
+# team over NVLink, FlexTP's setting, spends 10-30%); the stragglers' slowdowns multiply on top.
 [nodes.emulation]
-speed_factor = 2.0
+speed_factor = 4.0
 )";
 
 constexpr char kPlan[] = R"(model = "model.toml"

@@ -49,22 +49,14 @@ FlexTpBalancer::FlexTpBalancer(const TensorParallelConfig& config, int team_size
     : config_(config), mode_(FlexTpModeFromName(config.mode)), team_size_(team_size), costs_(costs) {
   MOTLEY_CHECK_GT(costs_.units, 0);
   if (costs_.groups == 0) costs_.attention_fraction = 0;
+  MOTLEY_CHECK_GT(costs_.mlp_fraction + costs_.attention_fraction, 0);
+  fixed_ = std::max(0.0, 1 - costs_.mlp_fraction - costs_.attention_fraction);
   balance_.prune_ratio.assign(team_size, 0);
   balance_.given.assign(team_size, 0);
   balance_.given_groups.assign(team_size, 0);
 }
 
 namespace {
-
-// A rank's work under a balance relative to its own nominal share (1 = its own units and groups).
-double Load(const TeamBalance& b, const FlexTpCosts& c, int r) {
-  const double u = static_cast<double>(c.units), g = static_cast<double>(std::max<int64_t>(c.groups, 1));
-  const double own_mlp = (u - static_cast<double>(b.given[r])) * (1 - b.prune_ratio[r]);
-  const double mlp = (own_mlp + static_cast<double>(b.received(r, false))) / u;
-  const double attention =
-      (static_cast<double>(c.groups - b.given_groups[r]) + static_cast<double>(b.received(r, true))) / g;
-  return (1 - c.mlp_fraction - c.attention_fraction) + c.mlp_fraction * mlp + c.attention_fraction * attention;
-}
 
 double MigrationSeconds(const TeamBalance& b, const FlexTpCosts& c, int r) {
   return c.migrate_s_per_unit * static_cast<double>(b.given[r] + b.received(r, false)) +
@@ -73,17 +65,90 @@ double MigrationSeconds(const TeamBalance& b, const FlexTpCosts& c, int r) {
 
 }  // namespace
 
+double FlexTpBalancer::OwnWork(const TeamBalance& b, int r) const {
+  const double u = static_cast<double>(costs_.units), g = static_cast<double>(std::max<int64_t>(costs_.groups, 1));
+  const double mlp = (u - static_cast<double>(b.given[r])) * (1 - b.prune_ratio[r]) / u;
+  const double attention = static_cast<double>(costs_.groups - b.given_groups[r]) / g;
+  return (costs_.mlp_fraction * mlp + costs_.attention_fraction * attention) /
+         (costs_.mlp_fraction + costs_.attention_fraction);
+}
+
+double FlexTpBalancer::BorrowedWork(const TeamBalance& b, int r) const {
+  const double u = static_cast<double>(costs_.units), g = static_cast<double>(std::max<int64_t>(costs_.groups, 1));
+  return (costs_.mlp_fraction * static_cast<double>(b.received(r, false)) / u +
+          costs_.attention_fraction * static_cast<double>(b.received(r, true)) / g) /
+         (costs_.mlp_fraction + costs_.attention_fraction);
+}
+
+// A rank's work under a balance relative to its own nominal share (1 = its own units and groups).
+double FlexTpBalancer::Load(const TeamBalance& b, int r) const {
+  return fixed_ + (1 - fixed_) * (OwnWork(b, r) + borrowed_ * BorrowedWork(b, r));
+}
+
 double FlexTpBalancer::RankTime(const TeamBalance& b, const std::vector<double>& nominal, int r) const {
-  return nominal[r] * Load(b, costs_, r) + MigrationSeconds(b, costs_, r);
+  return nominal[r] * Load(b, r) + MigrationSeconds(b, costs_, r);
+}
+
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+bool FlexTpBalancer::Learn(const std::vector<double>& compute_s) {
+  bool changed = false;
+  if (!last_compute_s_.empty() && !last_ran_.given.empty()) {
+    // Two steps at one speed: t2 / t1 = Load(after) / Load(before). Ranks that only gave work tell
+    // the fixed share; then ranks that only took work (given the fixed share) tell the borrowed cost.
+    auto ratio = [&](int r) { return compute_s[r] / last_compute_s_[r]; };
+    auto timed = [&](int r) { return last_compute_s_[r] > 0 && compute_s[r] > 0; };
+    std::vector<double> fixed, borrowed;
+    for (int r = 0; r < team_size_; ++r) {
+      const double o1 = OwnWork(last_ran_, r), o2 = OwnWork(balance_, r);
+      if (!timed(r) || BorrowedWork(last_ran_, r) > 0 || BorrowedWork(balance_, r) > 0 || std::abs(o2 - o1) < 0.25)
+        continue;
+      const double den = ratio(r) * (1 - o1) - (1 - o2);  // rho (f + (1-f) o1) = f + (1-f) o2
+      if (std::abs(den) > 1e-9) fixed.push_back((o2 - ratio(r) * o1) / den);
+    }
+    if (!fixed.empty()) {
+      const double f = std::clamp(Median(fixed), 0.0, 0.8);
+      const double next = fixed_learned_ ? 0.5 * (fixed_ + f) : f;
+      changed = std::abs(next - fixed_) > 0.05;
+      fixed_ = next;
+      fixed_learned_ = true;
+    }
+    for (int r = 0; r < team_size_; ++r) {
+      const double o = OwnWork(balance_, r), b1 = BorrowedWork(last_ran_, r), b2 = BorrowedWork(balance_, r);
+      if (!timed(r) || OwnWork(last_ran_, r) != o || std::abs(b2 - b1) < 0.1) continue;
+      // rho (f + (1-f)(o + k b1)) = f + (1-f)(o + k b2)
+      const double base = fixed_ + (1 - fixed_) * o, den = (1 - fixed_) * (b2 - ratio(r) * b1);
+      if (std::abs(den) > 1e-9) borrowed.push_back((ratio(r) - 1) * base / den);
+    }
+    if (!borrowed.empty()) {
+      const double k = std::clamp(Median(borrowed), 0.5, 4.0);
+      const double next = borrowed_learned_ ? 0.5 * (borrowed_ + k) : k;
+      changed = changed || std::abs(next - borrowed_) > 0.1 * borrowed_;
+      borrowed_ = next;
+      borrowed_learned_ = true;
+    }
+  }
+  last_ran_ = balance_;
+  last_compute_s_ = compute_s;
+  return changed;
 }
 
 const TeamBalance& FlexTpBalancer::Update(const std::vector<double>& compute_s) {
   MOTLEY_CHECK_EQ(static_cast<int>(compute_s.size()), team_size_);
+  const bool learned = Learn(compute_s);
   // Nominal times: what each rank would have taken at its own share. (The measured compute time
   // excludes the migration's communication.)
   nominal_s_.resize(compute_s.size());
-  for (int r = 0; r < team_size_; ++r) nominal_s_[r] = std::max(1e-9, compute_s[r]) / Load(balance_, costs_, r);
-  rebalanced_ = decided_at_s_.empty();
+  for (int r = 0; r < team_size_; ++r) nominal_s_[r] = std::max(1e-9, compute_s[r]) / Load(balance_, r);
+  rebalanced_ = decided_at_s_.empty() || learned;
   for (size_t r = 0; r < decided_at_s_.size() && !rebalanced_; ++r)
     rebalanced_ = std::abs(nominal_s_[r] - decided_at_s_[r]) > config_.recheck_change * decided_at_s_[r];
   if (rebalanced_) {
@@ -168,7 +233,8 @@ TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
         move(c, s, a, true);
         move(c, s, m, false);
         if (may_prune && m < units) {
-          const double per_unit = costs_.mlp_fraction * nominal[s] / static_cast<double>(units);
+          const double mlp_share = costs_.mlp_fraction / (costs_.mlp_fraction + costs_.attention_fraction);
+          const double per_unit = (1 - fixed_) * mlp_share * nominal[s] / static_cast<double>(units);
           const double gap = RankTime(c, nominal, s) - reference;
           c.prune_ratio[s] =
               std::clamp(gap / (per_unit * static_cast<double>(units - m)), 0.0, config_.max_prune_ratio);

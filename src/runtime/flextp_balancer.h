@@ -17,6 +17,13 @@
 // gets the same balance. It works on each rank's *nominal* time — the measured time divided by
 // the load it carried (so a straggler that pruned is still known to be slow) — and re-balances only
 // when some rank's nominal time moved by more than `recheck_change` since the last decision.
+//
+// The load model learns from what happened: a rank's time is nominal x (fixed + (1 - fixed) x
+// (own movable work + borrowed x the units it computes for others)). `fixed` (norms, residuals,
+// embedding, head, optimizer: work no unit takes along) starts at 1 - mlp_fraction -
+// attention_fraction and `borrowed` (a unit computed for another rank, against one's own) at 1;
+// whenever a balance changes a rank's load, the two steps' times re-estimate them — `fixed` from
+// ranks that gave work away, `borrowed` from ranks that took it — and a change re-decides.
 #pragma once
 
 #include <cstdint>
@@ -77,10 +84,21 @@ class FlexTpBalancer {
   const std::vector<double>& nominal_s() const { return nominal_s_; }
   /// Whether the last Update decided anew (else the previous balance stands).
   bool rebalanced() const { return rebalanced_; }
+  /// The learned load model: the share of a rank's work no unit takes along, and the cost of a
+  /// borrowed unit against an own one.
+  double fixed_fraction() const { return fixed_; }
+  double borrowed_cost() const { return borrowed_; }
 
  private:
   TeamBalance Decide(const std::vector<double>& nominal) const;
   double RankTime(const TeamBalance& b, const std::vector<double>& nominal, int r) const;
+  double Load(const TeamBalance& b, int r) const;
+  // The work rank r computes of its own units and of others', each relative to its own share.
+  double OwnWork(const TeamBalance& b, int r) const;
+  double BorrowedWork(const TeamBalance& b, int r) const;
+  // Re-estimates fixed_ and borrowed_ from two steps that ran under different balances; true
+  // when either moved enough to re-decide.
+  bool Learn(const std::vector<double>& compute_s);
 
   TensorParallelConfig config_;
   FlexTpMode mode_;
@@ -89,6 +107,10 @@ class FlexTpBalancer {
   TeamBalance balance_;
   std::vector<double> nominal_s_, decided_at_s_;
   bool rebalanced_ = false;
+  double fixed_ = 0, borrowed_ = 1;
+  bool fixed_learned_ = false, borrowed_learned_ = false;
+  TeamBalance last_ran_;  // the balance of the step before the last, and its times
+  std::vector<double> last_compute_s_;
 };
 
 /// Per-layer pruning ratios (FlexTP's differentiated ratios, §III-B): the layers sorted by how much

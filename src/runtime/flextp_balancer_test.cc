@@ -138,6 +138,47 @@ TEST(FlexTpBalancer, AStragglerThatPrunedIsStillKnownSlowAndTheBalanceHolds) {
   EXPECT_FALSE(b.balance().any());
 }
 
+// A team whose real costs differ from the FLOP estimate: 30% of a rank's work stays with it
+// whatever moves (the estimate says 25%), and a borrowed unit costs 1.5x an own one (the estimate:
+// 1x). Times follow that truth; the balancer learns it from the steps and its predictions come true.
+TEST(FlexTpBalancer, LearnsTheFixedShareAndTheBorrowedCostFromTheSteps) {
+  FlexTpCosts c = Costs();
+  c.mlp_fraction = 0.5;
+  c.groups = 2;
+  c.attention_fraction = 0.25;
+  const double true_fixed = 0.3, true_borrowed = 1.5;
+  const std::vector<double> speed = {1.0, 4.0, 1.0, 1.0};  // rank 1 is 4x slower
+  FlexTpBalancer b(Mode("migrate"), 4, c);
+  EXPECT_DOUBLE_EQ(b.fixed_fraction(), 0.25);
+  auto measure = [&](const TeamBalance& t) {
+    std::vector<double> out;
+    for (int r = 0; r < 4; ++r) {
+      const double u = 100, g = 2;
+      const double own = (0.5 * (u - t.given[r]) / u + 0.25 * (g - t.given_groups[r]) / g) / 0.75;
+      const double borrowed = (0.5 * t.received(r, false) / u + 0.25 * t.received(r, true) / g) / 0.75;
+      out.push_back(speed[r] * (true_fixed + (1 - true_fixed) * (own + true_borrowed * borrowed)));
+    }
+    return out;
+  };
+  TeamBalance t;
+  t.prune_ratio.assign(4, 0);
+  t.given.assign(4, 0);
+  t.given_groups.assign(4, 0);
+  std::vector<double> times = measure(t);
+  for (int step = 0; step < 8; ++step) {
+    t = b.Update(times);
+    times = measure(t);
+  }
+  EXPECT_NEAR(b.fixed_fraction(), true_fixed, 0.02);
+  EXPECT_NEAR(b.borrowed_cost(), true_borrowed, 0.02);
+  for (int r = 0; r < 4; ++r) EXPECT_NEAR(t.predicted_s[r], times[r], 0.05 * times[r]) << "rank " << r;
+  // And the balance it settles on is better than the one the estimate alone chose.
+  FlexTpBalancer estimate(Mode("migrate"), 4, c);
+  const std::vector<double> first = measure(estimate.Update(measure(TeamBalance{{0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}, {}, {}})));
+  EXPECT_LT(MaxOf(times), MaxOf(first));
+  EXPECT_LT(MaxOf(times), 0.8 * 4.0);
+}
+
 TEST(LayerPruneRatios, DifferentiatedByVariationWithTheMeanKept) {
   const std::vector<double> r = LayerPruneRatios({0.3, 0.1, 0.2, 0.4}, 0.2, 0.8, 0.9);
   EXPECT_NEAR(std::accumulate(r.begin(), r.end(), 0.0) / 4, 0.2, 1e-12);
