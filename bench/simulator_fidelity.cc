@@ -3,7 +3,9 @@
 // for real (`motley launch`) and compare the measured step time and peak memory per rank with the
 // simulator's prediction from the measured profile (`motley profile`). Reports each plan's error,
 // the median error, whether any plan predicted to fit ran out of memory, and Kendall's tau between
-// the measured and predicted orders.
+// the measured and predicted orders. Then online profiling: the profile calibrated on one plan's
+// run (`motley calibrate` with the even split's metrics: the baseline a user runs first) predicts
+// the other plans again.
 //
 //   build/bench/simulator_fidelity [--steps N] [-o report.md]
 #include <unistd.h>
@@ -79,7 +81,7 @@ num_microbatches = [8]
 struct Row {
   std::string name;
   int ranks = 0;
-  double measured_s = 0, simulated_s = 0;
+  double measured_s = 0, simulated_s = 0, calibrated_s = 0;
   double measured_peak = 0, simulated_peak = 0;  // the largest rank's, bytes
   bool sim_fits = true, ran = true;
   std::string note;
@@ -169,11 +171,26 @@ int main(int argc, char** argv) {
     rows.push_back(row);
   }
 
-  std::vector<double> errors, measured, simulated;
+  // Online profiling: the profile calibrated on the even split's run predicts every plan again.
+  const std::string calibration_plan = "deepspeed-even";
+  std::string calibration = Run(cd + motley + " calibrate --profile profile.json --plan " + calibration_plan +
+                                    ".toml --metrics " + calibration_plan + ".jsonl -o calibrated.json",
+                                &code);
+  const bool calibrated = code == 0;
+  if (!calibrated) std::cerr << "calibration failed:\n" << calibration;
+  for (Row& row : rows) {
+    if (!calibrated || row.measured_s <= 0) continue;
+    const std::string sim =
+        Run(cd + motley + " simulate --profile calibrated.json --plan " + row.name + ".toml --json", &code);
+    if (code == 0) row.calibrated_s = nlohmann::json::parse(sim.substr(sim.find('{')))["step_time_s"];
+  }
+
+  std::vector<double> errors, measured, simulated, calibrated_errors, calibrated_simulated, calibrated_measured;
   bool surprise_oom = false;
   std::string table =
-      "| plan | ranks | measured step | simulated step | error | measured peak (largest rank) | simulated peak |\n"
-      "|---|---|---|---|---|---|---|\n";
+      "| plan | ranks | measured step | simulated step | error | calibrated simulation | error | measured peak (largest "
+      "rank) | simulated peak |\n"
+      "|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& r : rows) {
     if (!r.ran && r.sim_fits) surprise_oom = surprise_oom || r.note == "ran out of memory";
     if (r.measured_s <= 0) {
@@ -185,9 +202,18 @@ int main(int argc, char** argv) {
     errors.push_back(std::abs(err));
     measured.push_back(r.measured_s);
     simulated.push_back(r.simulated_s);
-    table += fmt::format("| {} | {} | {:.0f} ms | {:.0f} ms | {:+.1f}% | {:.1f} MiB | {:.1f} MiB |\n", r.name, r.ranks,
-                         r.measured_s * 1e3, r.simulated_s * 1e3, 100 * err, r.measured_peak / (1 << 20),
-                         r.simulated_peak / (1 << 20));
+    std::string cal = "— | —";
+    if (r.calibrated_s > 0) {
+      const double cerr = (r.calibrated_s - r.measured_s) / r.measured_s;
+      cal = fmt::format("{:.0f} ms | {:+.1f}%{}", r.calibrated_s * 1e3, 100 * cerr,
+                        r.name == calibration_plan ? " (calibrated on it)" : "");
+      if (r.name != calibration_plan) calibrated_errors.push_back(std::abs(cerr));
+      calibrated_measured.push_back(r.measured_s);
+      calibrated_simulated.push_back(r.calibrated_s);
+    }
+    table += fmt::format("| {} | {} | {:.0f} ms | {:.0f} ms | {:+.1f}% | {} | {:.1f} MiB | {:.1f} MiB |\n", r.name,
+                         r.ranks, r.measured_s * 1e3, r.simulated_s * 1e3, 100 * err, cal,
+                         r.measured_peak / (1 << 20), r.simulated_peak / (1 << 20));
   }
   std::string md = fmt::format(
       "# Simulator fidelity, measured\n\n`build/bench/simulator_fidelity --steps {}`: the default job (llama-1m, 32 x 128 "
@@ -195,9 +221,12 @@ int main(int argc, char** argv) {
       "a 1 Gbit/s link between the pairs). Each plan trained for real by `motley launch` (median step over steps "
       "3..{}) and simulated with the profile `motley profile` measured on the same machine.\n\n{}\n"
       "Median |error| of the step time: **{:.1f}%** over {} plans; Kendall tau between measured and simulated order: "
-      "**{:.2f}**; a plan predicted to fit ran out of memory: **{}**.\n",
+      "**{:.2f}**; a plan predicted to fit ran out of memory: **{}**.\n\n"
+      "With the profile calibrated on the {} run (`motley calibrate`): median |error| **{:.1f}%** over the {} other "
+      "plans; Kendall tau **{:.2f}**.\n\n```\n{}```\n",
       steps, steps, table, 100 * Median(errors), errors.size(), KendallTau(measured, simulated),
-      surprise_oom ? "yes" : "no");
+      surprise_oom ? "yes" : "no", calibration_plan, 100 * Median(calibrated_errors), calibrated_errors.size(),
+      KendallTau(calibrated_measured, calibrated_simulated), calibration);
   std::cout << md;
   if (!report_path.empty()) std::ofstream(report_path) << md;
   fs::remove_all(dir);

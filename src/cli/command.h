@@ -36,5 +36,6 @@ int RunEval(const std::vector<std::string>& args);
 int RunLaunch(const std::vector<std::string>& args);
 int RunComm(const std::vector<std::string>& args);
 int RunProfile(const std::vector<std::string>& args);
+int RunCalibrate(const std::vector<std::string>& args);
 
 }  // namespace motley::cli

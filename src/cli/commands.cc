@@ -16,6 +16,8 @@ const std::vector<Command>& Commands() {
        &RunSchedule},
       {"simulate", "simulate a training step of a plan: step time, TFLOPs, HFU, memory per device, trace",
        &RunSimulate},
+      {"calibrate", "scale a profile's compute times to what a real run of a plan measured (online profiling)",
+       &RunCalibrate},
 #ifdef MOTLEY_WITH_TORCH
       {"train", "train a job's model on its data: progress, validation, metrics, checkpoints, --resume", &RunTrain},
       {"eval", "mean next-token loss of a checkpoint (motley's or Hugging Face's) on a token file", &RunEval},

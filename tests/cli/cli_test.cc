@@ -235,6 +235,53 @@ TEST(Cli, SimulateReportsTheIssueFields) {
   EXPECT_LT(step("local-poplar.toml") * 1.5, step("local-even-dp.toml"));
 }
 
+// Online profiling: a run's measured compute, against the plan's simulation with a profile,
+// scales the profile per device type; the calibrated profile then predicts that compute.
+TEST(Cli, CalibrateScalesTheProfileToTheRun) {
+  TempDir dir;
+  const std::string plan = Example("plans/local-even-dp.toml");
+  const std::string profile = dir.Write(
+      "profile.json",
+      R"({"format": "motley-profile-1", "entries": [{"device_type": "emu-cpu", "model": "llama-1m",
+          "hidden_size": 128, "seq_len": 128, "precision": "fp32",
+          "points": [{"microbatch": 1, "forward_ms": 1.0, "backward_ms": 3.0},
+                     {"microbatch": 8, "forward_ms": 6.0, "backward_ms": 18.0}],
+          "optimizer_ms_per_mparam": 2.0}]})");
+  auto simulate = [&](const std::string& p) {
+    CliRun r = Motley("simulate --plan " + plan + " --profile " + p + " --json", true);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output);
+  };
+  const nlohmann::json before = simulate(profile);
+  // A run whose ranks all computed 1.4x the prediction (steps 1-2 are warm-up, twice as slow).
+  std::string metrics;
+  for (int step = 1; step <= 5; ++step) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& d : before["devices"])
+      ranks.push_back({{"rank", d["rank"]}, {"compute_s", (step < 3 ? 2.8 : 1.4) * d["compute_busy_s"].get<double>()}});
+    metrics += nlohmann::json{{"step", step}, {"step_time_s", 1.0}, {"ranks", ranks}}.dump() + "\n";
+  }
+  dir.Write("run.jsonl", metrics);
+  CliRun c = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " + dir.Join("run.jsonl") +
+                    " -o " + dir.Join("calibrated.json"));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_CONTAINS(c.output, "emu-cpu");
+  EXPECT_CONTAINS(c.output, "1.4");
+  const nlohmann::json after = simulate(dir.Join("calibrated.json"));
+  for (size_t r = 0; r < before["devices"].size(); ++r)
+    EXPECT_NEAR(after["devices"][r]["compute_busy_s"].get<double>(),
+                1.4 * before["devices"][r]["compute_busy_s"].get<double>(),
+                1e-3 * before["devices"][r]["compute_busy_s"].get<double>());
+  // Metrics of another plan (one rank): one clear error, no file written.
+  dir.Write("other.jsonl", R"({"step": 3, "ranks": [{"rank": 0, "compute_s": 0.1}]})" "\n");
+  CliRun bad = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " + dir.Join("other.jsonl") +
+                      " -o " + dir.Join("bad.json"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_CONTAINS(bad.output, "other.jsonl");
+  EXPECT_CONTAINS(bad.output, "not of this plan");
+  EXPECT_FALSE(fs::exists(dir.Join("bad.json")));
+}
+
 TEST(Cli, ScheduleListsEveryRankAndBadPlansSayWhy) {
   CliRun r = Motley("schedule --plan " + Example("plans/local-poplar.toml") + " --json", true);
   ASSERT_EQ(r.exit_code, 0);

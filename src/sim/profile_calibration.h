@@ -1,0 +1,36 @@
+// Profile calibration: Poplar's online profiling (issue #7 §4). The profiler times one device
+// type at a time, alone; a real run of a plan shows what the devices take when they all run at
+// once — processes competing for a shared host's cores and memory bandwidth, a GPU's clocks under
+// sustained load. CalibrateProfile scales each device type's compute times (layers, head,
+// optimizer) in the profile by the ratio of the compute the ranks of that type measured in the run
+// to what the simulator predicted for the same plan with the same profile; plans simulated with the
+// calibrated profile then carry what the run saw.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "sim/profile.h"
+#include "sim/simulator.h"
+
+namespace motley {
+
+struct TypeCalibration {
+  std::string device_type;
+  int ranks = 0;
+  double measured_compute_s = 0;   // summed over the type's ranks, per step
+  double simulated_compute_s = 0;  // the simulator's compute busy time for the same ranks
+  double scale = 1;                // measured / simulated: what the type's times were multiplied by
+};
+
+/// `measured_compute_s[r]`: rank r's measured compute time per step in a run of the plan that
+/// `simulated` simulated with `*profile` (same rank numbering). Scales the profile entry each
+/// device type's ranks used (found with `model`, `seq_len`, `precision`); types the profile does
+/// not cover (costed by the roofline) are left out. An error when the two disagree by more than
+/// 5x either way (the metrics are not of this plan) or when no rank could be calibrated.
+Result<std::vector<TypeCalibration>> CalibrateProfile(Profile* profile, const SimResult& simulated,
+                                                      const std::vector<double>& measured_compute_s,
+                                                      const ModelSpec& model, int64_t seq_len, Precision precision);
+
+}  // namespace motley

@@ -1,0 +1,119 @@
+#include "sim/profile_calibration.h"
+
+#include <gtest/gtest.h>
+
+#include "core/cluster_parse.h"
+#include "plan/lower.h"
+#include "sim/cost_model.h"
+
+namespace motley {
+namespace {
+
+// Two device types on one node, links (almost) free: compute alone shapes the step.
+Cluster TwoTypes() {
+  std::string types;
+  for (const char* t : {"a", "b"})
+    types += std::string("[device_types.") + t +
+             "]\nmemory = \"64GiB\"\nmemory_bandwidth = \"1000TB/s\"\nfp16_flops = \"100TFLOPS\"\n"
+             "fp32_flops = \"100TFLOPS\"\nhost_link = \"1000TB/s\"\n";
+  std::string nodes;
+  for (const char* t : {"a", "b"})
+    nodes += std::string("[[nodes]]\nname = \"n") + t + "\"\ndevice = \"" + t +
+             "\"\ninterconnect = \"pcie\"\nintra_bandwidth = \"1000TB/s\"\nnic_bandwidth = \"1000TB/s\"\ncount = 1\n";
+  return ParseClusterToml("[network]\nintra_node_latency = \"1ns\"\ninter_node_latency = \"1ns\"\n" + types + nodes,
+                          "two.toml")
+      .value();
+}
+
+ModelSpec Model() {
+  ModelSpec m;
+  m.name = "m";
+  m.hidden_size = 256;
+  m.num_layers = 4;
+  m.num_heads = 4;
+  m.num_kv_heads = 4;
+  m.ffn_size = 1024;
+  m.vocab_size = 1;
+  m.max_seq_len = 512;
+  return m;
+}
+
+// 10 ms forward, 20 ms backward per layer at any microbatch, for both types.
+Profile Flat(const ModelSpec& m) {
+  Profile p;
+  for (const char* t : {"a", "b"}) {
+    ProfileEntry e;
+    e.device_type = t;
+    e.model = m.name;
+    e.hidden_size = m.hidden_size;
+    e.seq_len = 128;
+    e.precision = Precision::kBf16;
+    e.points = {{1, 10, 20}, {64, 10, 20}};
+    e.backward_fit = LinearFit{0, 20};
+    e.optimizer_ms_per_mparam = 1;
+    p.entries.push_back(e);
+  }
+  return p;
+}
+
+// Two pipeline stages, one per type, four microbatches.
+Schedule TwoStages(const Cluster& cluster, const ModelSpec& m) {
+  Plan p;
+  p.seq_len = 128;
+  p.precision = Precision::kBf16;
+  p.schedule = PipelineSchedule::kGPipe;
+  p.zero_stage = 0;
+  for (int g = 0; g < 2; ++g) {
+    GroupPlan gp;
+    gp.ministages = {{2 * g, 2 * g + 2}};
+    gp.devices = {{g, 1, 4, 0}};
+    p.groups.push_back(gp);
+  }
+  return LowerPlan(p, cluster, m).value();
+}
+
+SimResult SimulateTwoStages(const Cluster& cluster, const ModelSpec& m, const Profile& profile) {
+  CostModel costs(cluster, m, &profile, 128, Precision::kBf16, true);
+  return Simulate(TwoStages(cluster, m), cluster, costs).value();
+}
+
+TEST(CalibrateProfile, ScalesEachTypeByWhatItsRanksMeasured) {
+  const Cluster cluster = TwoTypes();
+  const ModelSpec m = Model();
+  Profile profile = Flat(m);
+  const SimResult before = SimulateTwoStages(cluster, m, profile);
+  // The run: type a's rank took 1.5x its predicted compute, type b's 0.8x.
+  const std::vector<double> measured = {1.5 * before.devices[0].compute_busy_s, 0.8 * before.devices[1].compute_busy_s};
+  Result<std::vector<TypeCalibration>> c = CalibrateProfile(&profile, before, measured, m, 128, Precision::kBf16);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_EQ(c->size(), 2u);
+  EXPECT_EQ((*c)[0].device_type, "a");
+  EXPECT_NEAR((*c)[0].scale, 1.5, 1e-12);
+  EXPECT_NEAR((*c)[1].scale, 0.8, 1e-12);
+  EXPECT_NEAR(profile.entries[0].points[1].backward_ms, 30, 1e-12);
+  EXPECT_NEAR(profile.entries[0].backward_fit->intercept_ms, 30, 1e-12);
+  EXPECT_NEAR(profile.entries[1].optimizer_ms_per_mparam, 0.8, 1e-12);
+  // Simulated again, the plan's ranks compute what the run measured.
+  const SimResult after = SimulateTwoStages(cluster, m, profile);
+  EXPECT_NEAR(after.devices[0].compute_busy_s, measured[0], 1e-6 * measured[0]);
+  EXPECT_NEAR(after.devices[1].compute_busy_s, measured[1], 1e-6 * measured[1]);
+  EXPECT_GT(after.step_time_s, before.step_time_s);
+}
+
+TEST(CalibrateProfile, MetricsOfAnotherPlanAreOneClearError) {
+  const Cluster cluster = TwoTypes();
+  const ModelSpec m = Model();
+  Profile profile = Flat(m);
+  const SimResult sim = SimulateTwoStages(cluster, m, profile);
+  Result<std::vector<TypeCalibration>> ranks = CalibrateProfile(&profile, sim, {1.0}, m, 128, Precision::kBf16);
+  ASSERT_FALSE(ranks.ok());
+  EXPECT_NE(ranks.status().message().find("1 ranks and the plan 2"), std::string::npos) << ranks.status().message();
+  const std::vector<double> far = {10 * sim.devices[0].compute_busy_s, sim.devices[1].compute_busy_s};
+  Result<std::vector<TypeCalibration>> off = CalibrateProfile(&profile, sim, far, m, 128, Precision::kBf16);
+  ASSERT_FALSE(off.ok());
+  EXPECT_NE(off.status().message().find("not of a run of this plan"), std::string::npos) << off.status().message();
+  EXPECT_NEAR(profile.entries[0].points[0].forward_ms, 10, 1e-12) << "a failed calibration leaves the profile alone";
+}
+
+}  // namespace
+}  // namespace motley
