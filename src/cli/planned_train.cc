@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "cli/launcher.h"
 #include "cli/plan_inputs.h"
+#include "cli/run_metrics.h"
 #include "core/file_io.h"
 #include "core/units.h"
 #include "plan/baselines.h"
@@ -18,6 +19,7 @@
 #include "cli/link_measurement.h"
 #include "profile/cluster_profiler.h"
 #include "sim/plan_evaluator.h"
+#include "sim/profile_calibration.h"
 #include "sim/routing_costs.h"
 
 namespace motley::cli {
@@ -161,6 +163,44 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
     const std::streamoff from = FileSize(even_metrics);
     if (Launch(base) != 0) return fail(Status::Internal("the even-split baseline failed (see above)"));
     baseline_s = MeanStepSeconds(even_metrics, from);
+    // Online profiling: the profile scaled to what the devices computed all running together, and
+    // the plan chosen again with it (the predictions below then carry it).
+    Result<std::vector<double>> measured = MedianRankCompute(even_metrics, 3, from);
+    Profile calibrated = profile;
+    Result<std::vector<TypeCalibration>> c =
+        measured.ok() ? CalibrateToRun(&calibrated, even.plan, job.cluster, job.model, *measured)
+                      : Result<std::vector<TypeCalibration>>(measured.status());
+    if (!c.ok()) {
+      fmt::print("\nprofile not calibrated: {}\n", c.status().message());
+    } else {
+      std::vector<std::string> scales;
+      for (const TypeCalibration& k : *c) scales.push_back(fmt::format("{} x{:.2f}", k.device_type, k.scale));
+      fmt::print("\nprofile calibrated on the even split's run (compute {}); planning again:\n", fmt::join(scales, ", "));
+      profile = std::move(calibrated);
+      CostModel calibrated_costs(job.cluster, job.model, &profile, tc.seq_len, tc.precision,
+                                 tc.activation_checkpointing);
+      const PlanEvaluator again = SimulationEvaluator(job.cluster, job.model, calibrated_costs);
+      StrategyOutcome replanned =
+          PlanWithStrategy(job.plan.strategy, job.cluster, job.model, calibrated_costs, request, again);
+      StrategyOutcome even_again =
+          PlanWithStrategy("deepspeed-even", job.cluster, job.model, calibrated_costs, request, again);
+      if (replanned.status.ok() && even_again.status.ok()) {
+        replanned.plan.model = chosen.plan.model;
+        replanned.plan.cluster = chosen.plan.cluster;
+        FillZorseRouting(&replanned.plan, calibrated_costs);
+        if (replanned.strategy != chosen.strategy || PlanToToml(replanned.plan) != PlanToToml(chosen.plan)) {
+          fmt::print("plan: {} (changed)\n", replanned.strategy);
+          PrintPlan(replanned.plan);
+        }
+        chosen = std::move(replanned);
+        even = std::move(even_again);
+        fmt::print("predicted step {}; the even split: {} — {:.2f}x\n", FormatDuration(chosen.evaluation.step_time_s),
+                   FormatDuration(even.evaluation.step_time_s),
+                   even.evaluation.step_time_s / chosen.evaluation.step_time_s);
+        if (Status s = AtomicWriteFile(plan_path, PlanToToml(chosen.plan)); !s.ok()) return fail(s);
+        if (Status s = AtomicWriteFile(profile_path, ProfileToJson(profile).dump(1) + "\n"); !s.ok()) return fail(s);
+      }
+    }
     fmt::print("\nnow the plan:\n");
     std::fflush(stdout);
   }

@@ -1,9 +1,14 @@
 #include "sim/profile_calibration.h"
 
+#include <cmath>
 #include <map>
 #include <optional>
 
 #include <fmt/format.h>
+
+#include "plan/lower.h"
+#include "sim/cost_model.h"
+#include "sim/routing_costs.h"
 
 namespace motley {
 
@@ -52,6 +57,32 @@ Result<std::vector<TypeCalibration>> CalibrateProfile(Profile* profile, const Si
     e.optimizer_ms_per_mparam *= k;
   }
   return out;
+}
+
+Result<std::vector<TypeCalibration>> CalibrateToRun(Profile* profile, const Plan& plan, const Cluster& cluster,
+                                                    const ModelSpec& model, const std::vector<double>& measured_compute_s) {
+  Profile calibrated = *profile;
+  std::vector<TypeCalibration> first;
+  std::map<std::string, double> scale;
+  for (int round = 0; round < 5; ++round) {
+    CostModel costs(cluster, model, &calibrated, plan.seq_len, plan.precision, plan.activation_checkpointing);
+    Plan routed = plan;
+    FillZorseRouting(&routed, costs);
+    MOTLEY_ASSIGN_OR_RETURN(Schedule schedule, LowerPlan(routed, cluster, model));
+    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule, cluster, costs));
+    MOTLEY_ASSIGN_OR_RETURN(std::vector<TypeCalibration> c,
+                            CalibrateProfile(&calibrated, sim, measured_compute_s, model, plan.seq_len, plan.precision));
+    if (round == 0) first = c;
+    bool settled = true;
+    for (const TypeCalibration& k : c) {
+      scale[k.device_type] = (round == 0 ? 1.0 : scale[k.device_type]) * k.scale;
+      settled = settled && std::abs(k.scale - 1) < 1e-4;
+    }
+    if (settled) break;
+  }
+  for (TypeCalibration& k : first) k.scale = scale[k.device_type];
+  *profile = std::move(calibrated);
+  return first;
 }
 
 }  // namespace motley

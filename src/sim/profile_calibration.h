@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "core/cluster.h"
 #include "core/status.h"
+#include "plan/plan.h"
 #include "sim/profile.h"
 #include "sim/simulator.h"
 
@@ -32,5 +34,12 @@ struct TypeCalibration {
 Result<std::vector<TypeCalibration>> CalibrateProfile(Profile* profile, const SimResult& simulated,
                                                       const std::vector<double>& measured_compute_s,
                                                       const ModelSpec& model, int64_t seq_len, Precision precision);
+
+/// CalibrateProfile in rounds: simulate `plan` with the profile, scale, again — until the
+/// simulated compute of every calibrated type matches what was measured (parts the profile does
+/// not give, like a roofline-costed head, are left as they are, so one round undershoots). The
+/// returned calibrations carry the first round's measured and simulated compute and the total scale.
+Result<std::vector<TypeCalibration>> CalibrateToRun(Profile* profile, const Plan& plan, const Cluster& cluster,
+                                                    const ModelSpec& model, const std::vector<double>& measured_compute_s);
 
 }  // namespace motley
