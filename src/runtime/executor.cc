@@ -205,6 +205,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
   ex->release_after_.assign(ops.size(), {});
   ex->prefetch_with_moments_.assign(ops.size(), false);
   ex->param_gather_drops_shard_.assign(ops.size(), false);
+  ex->returns_gradients_.assign(ops.size(), false);
   auto vstage = [&](const Op& op) { return ex->vstage_of_layer_begin_.at(op.layer_begin); };
   // Whether the ministage's optimizer step comes after op i before its next prefetch: the visit
   // op i prepares ends in the update (a backward visit), so the moments come in and the shard stays.
@@ -225,6 +226,23 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
     } else if ((op.kind == OpKind::kForward && !op.embedding) || (op.kind == OpKind::kBackward && !op.head)) {
       ex->consumed_.insert({op.kind == OpKind::kBackward, vstage(op), op.microbatch});
     }
+  }
+  // FlexTP returns the gradients of borrowed units once per run of a stage's backwards: after the
+  // last backward before something reads the stage's gradients (a reduction, the update) or the
+  // step ends. (A team's ranks run the same ops, so they meet in the same returns.)
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind != OpKind::kBackward) continue;
+    bool returns = true;
+    for (size_t j = i + 1; j < ops.size(); ++j) {
+      if (ops[j].ministage < 0 || vstage(ops[j]) != vstage(ops[i])) continue;
+      const bool reads = ops[j].kind == OpKind::kOptimizerStep || ops[j].kind == OpKind::kReduceScatter ||
+                         (ops[j].kind == OpKind::kAllReduce && !schedule.collectives[ops[j].collective].tensor_parallel);
+      if (reads || ops[j].kind == OpKind::kBackward) {
+        returns = reads;
+        break;
+      }
+    }
+    ex->returns_gradients_[i] = returns;
   }
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind == OpKind::kParamPrefetch) ex->prefetch_with_moments_[i] = updates_before_next_prefetch(i);
@@ -423,7 +441,7 @@ class Executor::StepRun {
         MOTLEY_RETURN_IF_ERROR(Forward(op));
         break;
       case OpKind::kBackward:
-        MOTLEY_RETURN_IF_ERROR(Backward(op));
+        MOTLEY_RETURN_IF_ERROR(Backward(op, ex_.returns_gradients_[i]));
         break;
       case OpKind::kOptimizerStep:
         MOTLEY_RETURN_IF_ERROR(OptimizerStep(op));
@@ -532,7 +550,7 @@ class Executor::StepRun {
     return Status::Ok();
   }
 
-  Status Backward(const Op& op) {
+  Status Backward(const Op& op, bool return_gradients) {
     const int v = VStage(op);
     const int64_t m = op.microbatch;
     const ModelSlice slice = Slice(v);
@@ -570,7 +588,7 @@ class Executor::StepRun {
     for (size_t k = 0; k < state.params().size(); ++k)
       if (grads[k].defined()) state.AccumulateGrad(k, grads[k]);
     if (!slice.embedding && ex_.consumed_.count({true, v - 1, m})) grad_in_[{v - 1, m}] = grads.back();
-    if (ex_.flextp_) {  // FlexTP migration: the borrowed units' gradients go home
+    if (ex_.flextp_ && return_gradients) {  // FlexTP migration: the borrowed units' gradients go home
       MOTLEY_RETURN_IF_ERROR(ex_.flextp_->ReturnGradients(
           slice.layer_begin, slice.layer_end, [&](int layer, int k, int dim, int64_t begin, const torch::Tensor& g) {
             const std::string prefix = fmt::format("model.layers.{}.", layer);

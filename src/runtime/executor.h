@@ -135,6 +135,7 @@ class Executor {
   std::vector<std::vector<int>> release_after_;  // per op: virtual stages whose full parameters go after it
   std::vector<bool> prefetch_with_moments_;      // per op (ParamPrefetch): the visit is a backward one
   std::vector<bool> param_gather_drops_shard_;   // per op (AllGather): a forward visit's offloaded shard
+  std::vector<bool> returns_gradients_;  // per op (Backward): FlexTP's borrowed units' gradients go home after it
   std::set<std::tuple<bool, int, int64_t>> consumed_;  // (backward, stage, microbatch) a send or compute here takes
   // Tensor parallelism (tensor_parallel.h): this rank's place in its team and the team's region.
   int tp_degree_ = 1, tp_index_ = 0, first_rank_ = 0;
