@@ -219,8 +219,13 @@ TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
         begin += to[r];
       }
   };
+  // Stragglers not served yet: an option for the one being served is judged without them (they
+  // are slow whatever it does, and will be served next).
+  std::vector<bool> pending(team_size_, false);
+  for (const auto& [s, skew] : stragglers) pending[s] = true;
   for (const auto& [s, skew] : stragglers) {
     (void)skew;
+    pending[s] = false;
     struct Option {
       TeamBalance b;
       double time_s, pruned;
@@ -240,7 +245,8 @@ TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
               std::clamp(gap / (per_unit * static_cast<double>(units - m)), 0.0, config_.max_prune_ratio);
         }
         double time_s = 0;
-        for (int r = 0; r < team_size_; ++r) time_s = std::max(time_s, RankTime(c, nominal, r));
+        for (int r = 0; r < team_size_; ++r)
+          if (!pending[r]) time_s = std::max(time_s, RankTime(c, nominal, r));
         options.push_back({c, time_s, c.prune_ratio[s] * static_cast<double>(units - m)});
       }
     double fastest = 1e300;

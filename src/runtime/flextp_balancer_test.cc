@@ -124,6 +124,18 @@ TEST(FlexTpBalancer, TheHeaviestStragglerIsServedFirst) {
   EXPECT_LT(MaxOf(t.predicted_s), 3.0);
 }
 
+// Two equal stragglers: each is served as if the other were already handled (judged with it in
+// the team, neither would gain — the other stays as slow — and nothing would move).
+TEST(FlexTpBalancer, EachOfSeveralStragglersIsServed) {
+  FlexTpBalancer b(Mode("migrate"), 4, Costs());
+  const TeamBalance& t = b.Update({1.0, 4.0, 1.0, 4.0});
+  EXPECT_GT(t.given[1], 30);
+  EXPECT_GT(t.given[3], 30);
+  EXPECT_LT(MaxOf(t.predicted_s), 0.75 * 4.0);
+  EXPECT_GT(t.received(0) + t.received(2), 0);
+  EXPECT_EQ(t.received(1) + t.received(3), 0) << "stragglers do not take work";
+}
+
 TEST(FlexTpBalancer, AStragglerThatPrunedIsStillKnownSlowAndTheBalanceHolds) {
   FlexTpBalancer b(Mode("resize", 0.9), 2, Costs());
   const TeamBalance first = b.Update({1.0, 2.0});
