@@ -29,6 +29,10 @@ enum class OpKind : uint8_t {
   kOptimizerStep,  // AdamW on the rank's shard of a ministage
 };
 std::string_view OpKindName(OpKind kind);
+/// Forward, backward and the optimizer step: the ops that compute (the others move data).
+constexpr bool IsCompute(OpKind kind) {
+  return kind == OpKind::kForward || kind == OpKind::kBackward || kind == OpKind::kOptimizerStep;
+}
 
 /// An optimizer step's `flops` are this many per parameter of the shard it updates (AdamW:
 /// moments, bias correction, decay, the write), so executors can recover the shard's size.

@@ -1,0 +1,620 @@
+// Executor::RunStep: one step of this rank's program — the ops in program order, the tensors
+// between them (boundaries, received activations and gradients, offloaded copies), collectives
+// in flight until an op depends on them, and the step's timing, trace and memory report.
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <future>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "runtime/adamw.h"
+#include "runtime/cuda_device.h"
+#include "runtime/executor.h"
+#include "runtime/memory_ledger.h"
+
+namespace motley {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+// One step on this rank: the per-step tensors between ops and the timing.
+class Executor::StepRun {
+ public:
+  StepRun(Executor& ex, const StepInputs& in) : ex_(ex), in_(in), prog_(ex.schedule_.programs[ex.rank_]) {}
+
+  Result<RankStepReport> Run() {
+    MemoryLedger& ledger = MemoryLedger::Install();
+    ledger.ResetPeak();
+    const torch::Device device = ex_.config_.device;
+    if (device.is_cuda()) ResetPeakDeviceMemory(device);
+    loss_sum_ = torch::zeros({}, Float64());
+    norm_sq_ = torch::zeros({}, Float64());
+    start_ = Clock::now();
+    device_timed_ = ex_.config_.record_trace && device.is_cuda();
+    ex_.copies_->set_timed(device_timed_);
+    if (device_timed_) origin_ = RecordTimingEvent(ex_.copies_->device());
+    const bool clipping = ex_.config_.optimizer.grad_clip_norm > 0;
+    std::vector<bool> deferred(prog_.ops.size(), false);
+    try {
+      for (size_t i = 0; i < prog_.ops.size(); ++i) {
+        const Op& op = prog_.ops[i];
+        if (clipping) {
+          bool defer = op.kind == OpKind::kOptimizerStep;
+          // What follows a held update of the same ministage waits with it (a dependency on another
+          // ministage's offload only bounds how many are resident: it does not hold this one).
+          if (op.kind == OpKind::kAllGather || op.kind == OpKind::kParamOffload)
+            for (int d : op.deps)
+              defer = defer || (deferred[d] && prog_.ops[d].layer_begin == op.layer_begin);
+          if (defer) {
+            if (op.kind == OpKind::kOptimizerStep) {
+              for (int d : op.deps) MOTLEY_RETURN_IF_ERROR(Complete(d));  // the reduced gradients
+              norm_sq_ += NormSquared(VStage(op));
+            }
+            deferred[i] = true;
+            continue;
+          }
+        }
+        if (in_.die_mid_step && i == prog_.ops.size() / 2) ::raise(SIGKILL);
+        MOTLEY_RETURN_IF_ERROR(Execute(i));
+      }
+      MOTLEY_RETURN_IF_ERROR(CompleteAll());
+      MOTLEY_RETURN_IF_ERROR(FinishSends());
+      // The loss and the squared gradient norm, summed over ranks.
+      const auto t = Clock::now();
+      torch::Tensor sums = torch::stack({loss_sum_, norm_sq_}).to(torch::kCPU);
+      MOTLEY_RETURN_IF_ERROR(ex_.comm_->AllReduceSum(ex_.comm_->world(), sums));
+      report_.comm_s += Since(t);
+      report_.loss = sums[0].item<double>();
+      report_.grad_norm = std::sqrt(sums[1].item<double>());
+      for (size_t i = 0; i < prog_.ops.size(); ++i)
+        if (deferred[i]) MOTLEY_RETURN_IF_ERROR(Execute(i));
+      MOTLEY_RETURN_IF_ERROR(CompleteAll());
+    } catch (const c10::OutOfMemoryError& e) {
+      return Status::OutOfMemory(fmt::format("rank {}: {}", ex_.rank_, e.what_without_backtrace()));
+    }
+    // The step's copies and kernels are done (on a GPU the host ran ahead of them).
+    ex_.copies_->Synchronize();
+    if (device.is_cuda()) SynchronizeDevice(device);
+    if (device_timed_) {
+      ex_.copies_->set_timed(false);
+      for (size_t k = 0; k < report_.trace.size(); ++k) {
+        report_.trace[k].host_start_s = report_.trace[k].start_s;
+        report_.trace[k].host_end_s = report_.trace[k].end_s;
+        report_.trace[k].start_s = EventSeconds(*origin_, *device_spans_[k].start);
+        report_.trace[k].end_s = EventSeconds(*origin_, *device_spans_[k].end);
+      }
+    }
+    if (!boundary_.empty() || !host_boundary_.empty() || !act_in_.empty() || !grad_in_.empty() || !recvs_.empty())
+      return Status::Internal(fmt::format("rank {}: the step ended with tensors left between ops ({} boundaries, {} "
+                                          "offloaded, {} activations, {} gradients, {} receives)",
+                                          ex_.rank_, boundary_.size(), host_boundary_.size(), act_in_.size(),
+                                          grad_in_.size(), recvs_.size()));
+    report_.step_s = Since(start_);
+    report_.peak_memory_bytes =
+        static_cast<double>(device.is_cuda() ? PeakDeviceMemoryBytes(device) : ledger.peak_bytes());
+    return std::move(report_);
+  }
+
+ private:
+  using Key = std::pair<int, int64_t>;  // (virtual stage, microbatch)
+  struct InFlight;                       // a collective started and not yet finished
+  struct PendingRecv {
+    PendingTransfer transfer;
+    torch::Tensor buffer;
+  };
+
+  int VStage(const Op& op) const { return ex_.vstage_of_layer_begin_.at(op.layer_begin); }
+  MinistageState& State(int v) { return *ex_.ministages_.at(v); }
+  int64_t num_microbatches() const { return static_cast<int64_t>(ex_.microbatch_size_.size()); }
+  // Decodes the lowering's tag: ((backward * V) + stage) * M + microbatch (plan/lower.cc).
+  std::tuple<bool, int, int64_t> DecodeTag(int64_t tag) const {
+    const int64_t m = tag % num_microbatches();
+    const int64_t t = tag / num_microbatches();
+    const int64_t nv = static_cast<int64_t>(ex_.vstages_.size());
+    return {t / nv == 1, static_cast<int>(t % nv), m};
+  }
+  ModelSlice Slice(int v) const {
+    const LayerRange& r = ex_.vstages_[v].layers;
+    return {r.begin == 0, r.begin, r.end, r.end == static_cast<int>(ex_.model_->spec().num_layers)};
+  }
+  torch::Dtype ActDtype() const { return ex_.config_.compute_dtype.value_or(torch::kFloat32); }
+
+  const torch::Tensor& Tokens(int64_t m) {
+    auto it = tokens_.find(m);
+    if (it == tokens_.end()) {
+      torch::Tensor host = in_.tokens(ex_.microbatch_first_[m], ex_.microbatch_size_[m]);
+      // On a GPU through pinned memory: the host does not wait for the queued kernels.
+      if (ex_.config_.device.is_cuda()) host = host.pin_memory();
+      it = tokens_.emplace(m, host.to(ex_.config_.device, /*non_blocking=*/true)).first;
+    }
+    return it->second;
+  }
+  torch::Tensor Loss(const torch::Tensor& logits, int64_t m) {
+    const int64_t seq = logits.size(1);
+    const double share = static_cast<double>(ex_.microbatch_size_[m]) / static_cast<double>(ex_.batch_sequences_);
+    return NextTokenLoss(logits, Tokens(m).narrow(1, 1, seq)) * share;
+  }
+
+  // The input activation (forward) or output gradient (backward) of stage v at microbatch m: a
+  // receive's buffer or what this rank made itself.
+  Result<torch::Tensor> Take(bool backward, int v, int64_t m) {
+    const Key key{v, m};
+    auto& local = backward ? grad_in_ : act_in_;
+    const int64_t tag = ((backward ? 1 : 0) * static_cast<int64_t>(ex_.vstages_.size()) + v) * num_microbatches() + m;
+    if (auto it = recvs_.find(tag); it != recvs_.end()) {
+      const auto t = Clock::now();
+      MOTLEY_RETURN_IF_ERROR(it->second.transfer.Wait());
+      report_.comm_s += Since(t);
+      torch::Tensor out = it->second.buffer;
+      recvs_.erase(it);
+      return out;
+    }
+    auto it = local.find(key);
+    if (it == local.end())
+      return Status::Internal(fmt::format("rank {}: no {} for stage {} microbatch {}", ex_.rank_,
+                                          backward ? "output gradient" : "input", v, m));
+    torch::Tensor out = it->second;
+    local.erase(it);
+    return out;
+  }
+
+  Status Execute(size_t i) {
+    const Op& op = prog_.ops[i];
+    if (device_timed_) op_start_event_[static_cast<int>(i)] = RecordTimingEvent(ex_.copies_->device());
+    MOTLEY_RETURN_IF_ERROR(StartArrivedGathers());
+    for (int d : op.deps) MOTLEY_RETURN_IF_ERROR(Complete(d));
+    if (op.ministage >= 0) {
+      const int v = VStage(op);
+      switch (op.kind) {
+        case OpKind::kOptimizerStep:  // reads the reduced gradients, writes the shard gathers read
+          State(v).WaitReady(true);   // a prefetched shard and moments
+          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
+          break;
+        case OpKind::kParamPrefetch:  // replaces the shard and moments
+        case OpKind::kParamOffload:
+          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
+          break;
+        case OpKind::kAllGather:  // into the full parameters (waits for a prefetched shard when it starts)
+          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
+          break;
+        case OpKind::kForward:
+          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
+          break;
+        case OpKind::kBackward:  // adds into the gradients a reduction may still read
+        case OpKind::kReduceScatter:
+        case OpKind::kAllReduce:
+          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
+          break;
+        default:
+          break;
+      }
+    }
+    const auto t = Clock::now();
+    const double op_start_s = Since(start_);
+    // Waits for received data and the tensor-parallel all-reduces inside the op count as communication.
+    const double comm_before_s = report_.comm_s + ex_.tp_comm_s_;
+    const double cpu_start_s = ex_.emulation_.stretches() ? ComputeCpuSeconds() : 0.0;
+    switch (op.kind) {
+      case OpKind::kForward:
+        MOTLEY_RETURN_IF_ERROR(Forward(op));
+        break;
+      case OpKind::kBackward:
+        MOTLEY_RETURN_IF_ERROR(Backward(op, ex_.returns_gradients_[i]));
+        break;
+      case OpKind::kOptimizerStep:
+        MOTLEY_RETURN_IF_ERROR(OptimizerStep(op));
+        break;
+      case OpKind::kSend:
+        MOTLEY_RETURN_IF_ERROR(Send(op));
+        break;
+      case OpKind::kRecv:
+        MOTLEY_RETURN_IF_ERROR(Recv(op));
+        break;
+      case OpKind::kAllGather:
+      case OpKind::kReduceScatter:
+      case OpKind::kAllReduce:
+        // A tensor-parallel team's activation all-reduces ran inside the compute op before it.
+        if (ex_.schedule_.collectives[op.collective].tensor_parallel) break;
+        MOTLEY_RETURN_IF_ERROR(Collective(i, op));
+        break;
+      case OpKind::kParamPrefetch:
+        State(VStage(op)).Prefetch(ex_.prefetch_with_moments_[i]);
+        break;
+      case OpKind::kParamOffload:
+        State(VStage(op)).Offload();
+        break;
+      case OpKind::kActOffload: {
+        auto it = boundary_.find({VStage(op), op.microbatch});
+        MOTLEY_CHECK(it != boundary_.end());
+        host_boundary_[it->first] =
+            ex_.copies_->ToHost(it->second, {}, &host_boundary_done_[it->first], {}, CopyLane::kActivations);
+        boundary_.erase(it);
+        break;
+      }
+      case OpKind::kActPrefetch: {
+        auto it = host_boundary_.find({VStage(op), op.microbatch});
+        MOTLEY_CHECK(it != host_boundary_.end());
+        boundary_[it->first] =
+            ex_.copies_->ToDevice(it->second, host_boundary_done_[it->first], &boundary_ready_[it->first],
+                                  CopyLane::kActivations);
+        host_boundary_done_.erase(it->first);
+        host_boundary_.erase(it);
+        break;
+      }
+    }
+    double elapsed = Since(t);
+    if (IsCompute(op.kind)) {
+      const double waited_s = report_.comm_s + ex_.tp_comm_s_ - comm_before_s;
+      const auto compute_start = Clock::now();
+      if (ex_.emulation_.stretches()) ex_.emulation_.StretchCompute(elapsed - waited_s, ComputeCpuSeconds() - cpu_start_s);
+      report_.compute_s += elapsed - waited_s + Since(compute_start);
+    } else if (op.kind == OpKind::kParamPrefetch || op.kind == OpKind::kParamOffload ||
+               op.kind == OpKind::kActOffload || op.kind == OpKind::kActPrefetch) {
+      report_.copy_s += elapsed;
+    }
+    for (int v : ex_.release_after_[i]) {
+      MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
+      State(v).ReleaseFlat();
+    }
+    if (ex_.config_.record_trace && !in_flight_.count(static_cast<int>(i))) Trace(static_cast<int>(i), op_start_s);
+    return Status::Ok();
+  }
+
+  // Keeps op i's span for the trace: host times on CPU; on a GPU (where the host runs ahead) timing
+  // events on the compute stream, or on the side streams for the copies the op started.
+  void Trace(int i, double start_s) {
+    report_.trace.push_back({ex_.rank_, i, start_s, Since(start_)});
+    if (!device_timed_) return;
+    const std::vector<CopyEngine::TimedCopy> copies = ex_.copies_->TakeTimedCopies();
+    const OpKind kind = prog_.ops[i].kind;
+    const bool copy = kind == OpKind::kParamPrefetch || kind == OpKind::kParamOffload ||
+                      kind == OpKind::kActOffload || kind == OpKind::kActPrefetch;
+    if (copy && !copies.empty()) {
+      device_spans_.push_back({copies.front().start, copies.back().done});
+    } else {
+      device_spans_.push_back({op_start_event_.at(i), RecordTimingEvent(ex_.copies_->device())});
+    }
+    op_start_event_.erase(i);
+  }
+
+  Status Forward(const Op& op) {
+    const int v = VStage(op);
+    const int64_t m = op.microbatch;
+    const ModelSlice slice = Slice(v);
+    torch::Tensor input;
+    if (slice.embedding) {
+      input = Tokens(m).narrow(1, 0, Tokens(m).size(1) - 1);
+    } else {
+      MOTLEY_ASSIGN_OR_RETURN(input, Take(false, v, m));
+    }
+    torch::Tensor out;
+    if (ex_.plan_.activation_checkpointing) {
+      torch::NoGradGuard no_grad;
+      out = ex_.model_->Run(slice, input, false);
+      boundary_[{v, m}] = input;
+    } else {
+      torch::Tensor leaf = slice.embedding ? input : input.detach().requires_grad_(true);
+      out = ex_.model_->Run(slice, leaf, false);
+      graph_[{v, m}] = {leaf, out};
+    }
+    if (slice.head) {
+      if (ex_.tp_index_ == 0) {  // a team computes the head on every rank: count it once
+        torch::NoGradGuard no_grad;
+        loss_sum_ += Loss(out, m).to(torch::kFloat64);  // on the device: no wait for the GPU here
+      }
+    } else if (ex_.consumed_.count({false, v + 1, m})) {
+      act_in_[{v + 1, m}] = out.detach();
+    }
+    return Status::Ok();
+  }
+
+  Status Backward(const Op& op, bool return_gradients) {
+    const int v = VStage(op);
+    const int64_t m = op.microbatch;
+    const ModelSlice slice = Slice(v);
+    torch::Tensor grad_out;
+    if (!slice.head) {
+      MOTLEY_ASSIGN_OR_RETURN(grad_out, Take(true, v, m));
+    }
+    torch::Tensor leaf, root;
+    if (ex_.plan_.activation_checkpointing) {
+      auto it = boundary_.find({v, m});
+      if (it == boundary_.end())
+        return Status::Internal(fmt::format("rank {}: no saved boundary for stage {} microbatch {}", ex_.rank_, v, m));
+      if (auto ready = boundary_ready_.find({v, m}); ready != boundary_ready_.end()) {
+        ex_.copies_->Wait(ready->second);  // a prefetched boundary
+        boundary_ready_.erase(ready);
+      }
+      leaf = slice.embedding ? it->second : it->second.detach().requires_grad_(true);
+      boundary_.erase(it);
+      root = ex_.model_->Run(slice, leaf, false);
+    } else {
+      auto it = graph_.find({v, m});
+      MOTLEY_CHECK(it != graph_.end());
+      std::tie(leaf, root) = it->second;
+      graph_.erase(it);
+    }
+    if (slice.head) root = Loss(root, m);
+    MinistageState& state = State(v);
+    std::vector<torch::Tensor> inputs;
+    for (const auto& p : state.params()) inputs.push_back(p.param);
+    if (!slice.embedding) inputs.push_back(leaf);
+    std::vector<torch::Tensor> grads = torch::autograd::grad({root}, inputs, {slice.head ? torch::Tensor() : grad_out},
+                                                             /*retain_graph=*/false, /*create_graph=*/false,
+                                                             /*allow_unused=*/true);
+    torch::NoGradGuard no_grad;
+    for (size_t k = 0; k < state.params().size(); ++k)
+      if (grads[k].defined()) state.AccumulateGrad(k, grads[k]);
+    if (!slice.embedding && ex_.consumed_.count({true, v - 1, m})) grad_in_[{v - 1, m}] = grads.back();
+    if (ex_.flextp_ && return_gradients) {  // FlexTP migration: the borrowed units' gradients go home
+      MOTLEY_RETURN_IF_ERROR(ex_.flextp_->ReturnGradients(
+          slice.layer_begin, slice.layer_end, [&](int layer, int k, int dim, int64_t begin, const torch::Tensor& g) {
+            const std::string prefix = fmt::format("model.layers.{}.", layer);
+            for (size_t i = 0; i < state.params().size(); ++i) {
+              const std::string& name = state.params()[i].name;
+              if (name.rfind(prefix, 0) == 0 && LayerWeightIndex(name) == k) state.AccumulateGradPart(i, dim, begin, g);
+            }
+          }));
+    }
+    return Status::Ok();
+  }
+
+  Status OptimizerStep(const Op& op) {
+    torch::NoGradGuard no_grad;
+    const int v = VStage(op);
+    MinistageState& state = State(v);
+    std::vector<ParamShard> shards = state.OptimizerShards();
+    if (ex_.config_.optimizer.grad_clip_norm > 0) {
+      ClipGradients(shards, report_.grad_norm, ex_.config_.optimizer.grad_clip_norm);  // deferred: the norm is known
+    } else {
+      norm_sq_ += NormSquared(v);
+    }
+    AdamW(ex_.config_.optimizer).Step(shards, in_.lr, in_.update);
+    state.ClearGradients();
+    return Status::Ok();
+  }
+
+  // This rank's part of the squared global gradient norm for stage v. Each element counts once:
+  // ZeRO >= 1 owners hold disjoint shards; with ZeRO-0 every member holds the whole, so only the first counts.
+  torch::Tensor NormSquared(int v) {
+    torch::NoGradGuard no_grad;
+    MinistageState& state = State(v);
+    if (!state.sharded() && ex_.dp_index_ != 0) return torch::zeros({}, Float64());
+    if (ex_.tp_index_ != 0)  // the team's replicated parameters (norms, embedding, head) count on index 0
+      return state.GradSquaredSum([](const std::string& name) {
+        const int k = LayerWeightIndex(name);
+        return k >= 0 && IsSplitWeight(k);
+      });
+    const torch::Tensor& g = state.sharded() ? state.GradShard() : state.GradFlat();
+    return g.to(torch::kFloat64).pow(2).sum();
+  }
+  torch::TensorOptions Float64() const { return torch::TensorOptions().dtype(torch::kFloat64).device(ex_.config_.device); }
+
+  Status Send(const Op& op) {
+    const auto [backward, v, m] = DecodeTag(op.tag);
+    auto& local = backward ? grad_in_ : act_in_;
+    auto it = local.find({v, m});
+    if (it == local.end())
+      return Status::Internal(fmt::format("rank {}: nothing to send to rank {} (tag {})", ex_.rank_, op.peer, op.tag));
+    torch::Tensor t = it->second.contiguous();
+    if (op.device_free_bytes > 0) local.erase(it);  // the last send of it
+    report_.bytes_sent += static_cast<double>(t.nbytes());
+    const double delay = ex_.emulation_.TransferSeconds(static_cast<double>(t.nbytes()),
+                                                        ex_.schedule_.programs[op.peer].device);
+    Communicator* comm = ex_.comm_;
+    const int peer = op.peer;
+    const int64_t tag = op.tag;
+    if (delay <= 0 && !previous_send_.valid()) {
+      MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm->Send(t, peer, tag));
+      sends_.push_back({std::move(p), t});
+      return Status::Ok();
+    }
+    // An emulated link: the transfer occupies it for its duration, after the ones before it.
+    std::shared_future<Status> previous = previous_send_;
+    previous_send_ = std::async(std::launch::async, [=]() -> Status {
+                       if (previous.valid()) MOTLEY_RETURN_IF_ERROR(previous.get());
+                       SleepSeconds(delay);
+                       Result<PendingTransfer> p = comm->Send(t, peer, tag);
+                       if (!p.ok()) return p.status();
+                       return p->Wait();
+                     }).share();
+    return Status::Ok();
+  }
+
+  Status Recv(const Op& op) {
+    const auto& spec = ex_.model_->spec();
+    torch::Tensor buffer =
+        torch::empty({ex_.microbatch_size_[op.microbatch], ex_.schedule_.seq_len, spec.hidden_size},
+                     torch::TensorOptions().dtype(ActDtype()).device(ex_.config_.device));
+    MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, ex_.comm_->Recv(buffer, op.peer, op.tag));
+    recvs_[op.tag] = {std::move(p), buffer};
+    return Status::Ok();
+  }
+
+  Status FinishSends() {
+    const auto t = Clock::now();
+    for (auto& [transfer, tensor] : sends_) MOTLEY_RETURN_IF_ERROR(transfer.Wait());
+    sends_.clear();
+    if (previous_send_.valid()) MOTLEY_RETURN_IF_ERROR(previous_send_.get());
+    previous_send_ = {};
+    report_.comm_s += Since(t);
+    return Status::Ok();
+  }
+
+  // Collectives start here and finish when an op that depends on them runs (or at the end of
+  // the step), so communication overlaps compute as on the schedule's comm stream. What follows
+  // a collective (adding a reduced shard, freeing the gradient buffer) runs at its completion.
+  Status Collective(size_t i, const Op& op) {
+    torch::NoGradGuard no_grad;
+    CommGroup* g = ex_.collective_group_.at(op.collective);
+    MOTLEY_CHECK(g != nullptr);
+    const int v = VStage(op);
+    MinistageState& state = State(v);
+    InFlight f;
+    f.start = Clock::now();
+    f.start_s = Since(start_);
+    f.vstage = v;
+    f.gather = op.kind == OpKind::kAllGather;
+    int passes = 1;
+    if (op.kind == OpKind::kAllGather) {
+      // On a GPU, a gather whose shard is still being prefetched starts once the copy is done
+      // (or when its result is needed): started now, it would hold the compute stream, where
+      // the gather's wait goes, behind the copy.
+      f.deferred = ex_.copies_->asynchronous() && !state.ShardArrived();
+      if (!f.deferred) MOTLEY_RETURN_IF_ERROR(StartGather(static_cast<int>(i), f));
+      in_flight_[static_cast<int>(i)] = std::move(f);
+      return Status::Ok();
+    } else if (op.kind == OpKind::kReduceScatter) {
+      torch::Tensor full = state.GradFlat();
+      torch::Tensor out = torch::empty({state.shard_numel()}, full.options());
+      MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartReduceScatterSum(*g, full, out));
+      f.bytes = static_cast<double>(full.nbytes());
+      const bool release = ex_.plan_.zero_stage >= 2;
+      f.then = [&state, out, full, release]() mutable {
+        state.GradShard().add_(out);
+        if (release) {
+          state.ReleaseGradFlat();
+        } else {
+          full.zero_();
+        }
+      };
+    } else {
+      torch::Tensor& full = state.GradFlat();
+      MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartAllReduceSum(*g, full));
+      f.bytes = static_cast<double>(full.nbytes());
+      passes = 2;
+    }
+    const double n = g->size();
+    report_.bytes_sent += passes * (n - 1) / n * f.bytes;
+    std::vector<int> devices;
+    for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
+    f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, passes);
+    in_flight_[static_cast<int>(i)] = std::move(f);
+    return Status::Ok();
+  }
+
+  // Starts the parameter gather of op i into its stage's full parameters, after the shard's prefetch.
+  Status StartGather(int i, InFlight& f) {
+    torch::NoGradGuard no_grad;
+    const Op& op = prog_.ops[i];
+    CommGroup* g = ex_.collective_group_.at(op.collective);
+    MinistageState& state = State(f.vstage);
+    f.deferred = false;
+    f.start = Clock::now();
+    state.WaitReady(false);
+    torch::Tensor& flat = state.AllocateFlat();
+    torch::Tensor& shard = state.shard();
+    MOTLEY_CHECK(shard.defined());
+    MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartAllGather(*g, shard, flat));
+    f.bytes = static_cast<double>(flat.nbytes());
+    if (ex_.param_gather_drops_shard_[i]) f.then = [&state] { state.DropDeviceShard(); };
+    const double n = g->size();
+    report_.bytes_sent += (n - 1) / n * f.bytes;
+    std::vector<int> devices;
+    for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
+    f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, 1);
+    return Status::Ok();
+  }
+
+  // Starts the deferred gathers whose shards have arrived.
+  Status StartArrivedGathers() {
+    for (auto& [i, f] : in_flight_)
+      if (f.deferred && State(f.vstage).ShardArrived()) MOTLEY_RETURN_IF_ERROR(StartGather(i, f));
+    return Status::Ok();
+  }
+
+  // Finishes stage v's collectives in flight that the next op on v would race with: gathers
+  // (they write the full parameters and read the shard) and/or reductions (they read the full
+  // gradients).
+  Status CompleteStage(int v, bool gathers, bool reductions) {
+    std::vector<int> ops;
+    for (const auto& [i, f] : in_flight_)
+      if (f.vstage == v && (f.gather ? gathers : reductions)) ops.push_back(i);
+    for (int i : ops) MOTLEY_RETURN_IF_ERROR(Complete(i));
+    return Status::Ok();
+  }
+
+  // Finishes the collective started by op i, if it is still in flight.
+  Status Complete(int i) {
+    auto it = in_flight_.find(i);
+    if (it == in_flight_.end()) return Status::Ok();
+    if (it->second.deferred) MOTLEY_RETURN_IF_ERROR(StartGather(i, it->second));
+    InFlight f = std::move(it->second);
+    in_flight_.erase(it);
+    const auto t = Clock::now();
+    MOTLEY_RETURN_IF_ERROR(f.transfer.Wait());
+    SleepSeconds(f.needed_s - Since(f.start));  // an emulated link is slower than this machine's
+    {
+      torch::NoGradGuard no_grad;
+      if (f.then) f.then();
+    }
+    report_.comm_s += Since(t);
+    if (ex_.config_.record_trace) Trace(i, f.start_s);
+    return Status::Ok();
+  }
+  Status CompleteAll() {
+    while (!in_flight_.empty()) MOTLEY_RETURN_IF_ERROR(Complete(in_flight_.begin()->first));
+    return Status::Ok();
+  }
+
+  Executor& ex_;
+  const StepInputs& in_;
+  const Program& prog_;
+  Clock::time_point start_;
+  RankStepReport report_;
+  torch::Tensor loss_sum_, norm_sq_;  // float64 scalars on the device
+  std::map<int64_t, torch::Tensor> tokens_;
+  std::map<Key, torch::Tensor> boundary_, host_boundary_, act_in_, grad_in_;
+  std::map<Key, CopyTicket> boundary_ready_, host_boundary_done_;  // activation prefetches and offloads in flight
+  std::map<Key, std::pair<torch::Tensor, torch::Tensor>> graph_;  // no checkpointing: (input leaf, output)
+  std::map<int64_t, PendingRecv> recvs_;                          // by tag
+  std::vector<std::pair<PendingTransfer, torch::Tensor>> sends_;
+  std::shared_future<Status> previous_send_;
+  struct InFlight {
+    PendingTransfer transfer;
+    Clock::time_point start;
+    double start_s = 0;   // from the step's start (trace)
+    double bytes = 0;
+    double needed_s = 0;  // what the emulated link needs; 0 when not emulated
+    std::function<void()> then;
+    int vstage = -1;
+    bool gather = false;    // else a gradient reduction
+    bool deferred = false;  // a gather not started yet: its shard is still being prefetched
+  };
+  std::map<int, InFlight> in_flight_;  // collectives by op index
+  // A traced step on a GPU: the step's first event, each running op's first, each trace entry's pair.
+  struct DeviceSpan {
+    std::shared_ptr<c10::Event> start, end;
+  };
+  bool device_timed_ = false;
+  std::shared_ptr<c10::Event> origin_;
+  std::map<int, std::shared_ptr<c10::Event>> op_start_event_;
+  std::vector<DeviceSpan> device_spans_;  // parallel to report_.trace
+};
+
+Result<RankStepReport> Executor::RunStep(const StepInputs& in) {
+  double slowdown = 1;
+  for (const EmulatedStraggler& s : config_.stragglers)
+    if (s.rank == rank_ && in.step + 1 >= s.from_step && (s.to_step == 0 || in.step + 1 <= s.to_step))
+      slowdown *= s.slowdown;
+  emulation_.set_slowdown(slowdown);
+  tp_comm_s_ = 0;
+  if (flextp_) MOTLEY_RETURN_IF_ERROR(flextp_->BeginStep(in.step, last_compute_s_));
+  StepRun run(*this, in);
+  MOTLEY_ASSIGN_OR_RETURN(RankStepReport report, run.Run());
+  report.comm_s += tp_comm_s_;
+  last_compute_s_ = report.compute_s;
+  if (flextp_) {
+    report.pruned_fraction = flextp_->pruned_fraction();
+    report.migrated_units = flextp_->migrated_units();
+  }
+  return report;
+}
+
+}  // namespace motley
