@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -44,12 +43,6 @@ inline CliRun Motley(const std::string& args, bool stdout_only = false, const st
 }
 
 inline std::string Example(const std::string& rel) { return std::string(MOTLEY_SOURCE_DIR) + "/examples/" + rel; }
-
-// A whole file as a string ("" when it cannot be read).
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 class TempDir {
  public:

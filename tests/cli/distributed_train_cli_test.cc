@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_helpers.h"
+#include "core/file_io.h"
 
 namespace {
 
@@ -636,14 +637,14 @@ TEST(DistributedTrain, TrainOnAClusterMeasuresPlansLaunchesAndComparesWithThePre
   EXPECT_TRUE(fs::exists(dir.Join("run/step-000006/model.safetensors")));
   // Again: the profile comes from the cache. With a measured baseline (the even split), the
   // profile is calibrated on that run (online profiling) before the plan is chosen again.
-  const std::string first_profile = ReadFile(dir.Join("run/profile.json"));
+  const std::string first_profile = motley::ReadFileToString(dir.Join("run/profile.json")).value();
   r = RunCommandLine(cmd.substr(0, cmd.size() - 5) + " --baseline-steps 4 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "profile: cpu: measured before");
   EXPECT_CONTAINS(r.output, "the even split first, for 4 steps");
   EXPECT_CONTAINS(r.output, "profile calibrated on the even split's run (compute cpu x");
   EXPECT_CONTAINS(r.output, "measured: poplar");
-  EXPECT_NE(ReadFile(dir.Join("run/profile.json")), first_profile) << "the ranks read the calibrated profile";
+  EXPECT_NE(motley::ReadFileToString(dir.Join("run/profile.json")).value(), first_profile) << "the ranks read the calibrated profile";
 }
 
 }  // namespace
