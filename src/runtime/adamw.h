@@ -33,6 +33,10 @@ class AdamW {
   OptimizerConfig config_;
 };
 
+/// The sum of the squares of `t`'s elements, accumulated in fp64, as a 0-dim fp64 tensor on t's
+/// device. On the CPU it goes through cache-sized pieces: a whole fp64 copy of a large gradient
+/// costs more (fresh pages) than the sum.
+torch::Tensor SumOfSquares(const torch::Tensor& t);
 /// The squared L2 norm of the shards' gradients (sum it over ranks for the global norm).
 double GradNormSquared(const std::vector<ParamShard>& shards);
 /// Scales gradients so that the global norm is at most `max_norm` (0 = no clipping); returns the

@@ -67,6 +67,19 @@ TEST(AdamW, ClippingScalesToTheGlobalNorm) {
   EXPECT_DOUBLE_EQ(ClipGradients(shards, 0.5, 1.0), 1.0);  // within the limit: untouched
 }
 
+TEST(AdamW, SumOfSquaresIsTheFp64SumOverPiecesOfAnyLength) {
+  torch::manual_seed(1);
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1} << 15, (int64_t{1} << 16) + 7}) {  // empty, one, one piece, three
+    torch::Tensor t = torch::randn({n}) * 1e3;
+    const double want = n == 0 ? 0.0 : t.to(torch::kFloat64).pow(2).sum().item<double>();
+    torch::Tensor got = SumOfSquares(t);
+    EXPECT_EQ(got.scalar_type(), torch::kFloat64);
+    EXPECT_NEAR(got.item<double>(), want, 1e-12 * std::max(1.0, want)) << n;
+  }
+  torch::Tensor m = torch::randn({37, 41});  // any shape: all of its elements
+  EXPECT_NEAR(SumOfSquares(m).item<double>(), m.to(torch::kFloat64).pow(2).sum().item<double>(), 1e-9);
+}
+
 TEST(LrSchedule, WarmupThenCosineOrLinearDecayToTheFloor) {
   OptimizerConfig opt;
   opt.lr = 1.0;

@@ -392,7 +392,7 @@ class Executor::StepRun {
         return k >= 0 && IsSplitWeight(k);
       });
     const torch::Tensor& g = state.sharded() ? state.GradShard() : state.GradFlat();
-    return g.to(torch::kFloat64).pow(2).sum();
+    return SumOfSquares(g);
   }
   torch::TensorOptions Float64() const { return torch::TensorOptions().dtype(torch::kFloat64).device(ex_.config_.device); }
 

@@ -131,30 +131,49 @@ torch::Tensor FlexTpTeam::Keep(Layer& l, double ratio, torch::Device device) {
   return torch::tensor(keep, torch::kInt64).to(device);
 }
 
-torch::Tensor FlexTpTeam::Borrow(bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
+int64_t FlexTpTeam::Tag(int layer, bool attention, bool gradients, size_t move) {
+  // Above the pipeline's tags (stage x microbatch, small), below 2^31 (Gloo's tags are ints).
+  constexpr int64_t kBase = int64_t{1} << 29, kMovesPerLayer = 1024;
+  MOTLEY_CHECK_LT(move, static_cast<size_t>(kMovesPerLayer));
+  return kBase + ((static_cast<int64_t>(layer) * 2 + (attention ? 1 : 0)) * 2 + (gradients ? 1 : 0)) * kMovesPerLayer +
+         static_cast<int64_t>(move);
+}
+
+Status FlexTpTeam::WaitAll(std::vector<Result<PendingTransfer>>& transfers) {
+  const auto start = std::chrono::steady_clock::now();
+  Status first = Status::Ok();
+  for (auto& t : transfers) {
+    Status s = t.ok() ? t->Wait() : t.status();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  AddCommTime(start);
+  return first;
+}
+
+torch::Tensor FlexTpTeam::Borrow(int layer, bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
                                  torch::TensorOptions options, std::vector<Borrowed>* out) {
   const TeamBalance& b = balance();
   const int me = options_.index;
-  const int64_t total = attention ? options_.costs.groups : options_.costs.units;
-  std::vector<torch::Tensor> rows;
+  std::vector<torch::Tensor> rows, sent;
+  std::vector<Result<PendingTransfer>> transfers;
   int64_t at = 0;
-  // Owner by owner: its moved rows broadcast from it, each receiver keeps its run.
-  for (int s = 0; s < options_.tp; ++s) {
-    const int64_t moved = (attention ? b.given_groups : b.given)[s];
-    if (moved == 0) continue;
-    row_shape[0] = moved;
-    torch::Tensor block = s == me ? own_rows.narrow(0, total - moved, moved).contiguous() : torch::empty(row_shape, options);
-    const auto start = std::chrono::steady_clock::now();
-    Status st = options_.comm->Broadcast(*options_.team, block, s);
-    AddCommTime(start);
-    if (!st.ok()) throw std::runtime_error(fmt::format("FlexTP migration: {}", st.message()));
-    for (const UnitMove& m : b.moves)
-      if (m.from == s && m.to == me && m.attention == attention) {
-        rows.push_back(block.narrow(0, m.begin - (total - moved), m.count));
-        out->push_back({s, m.begin, m.count, at, attention});
-        at += m.count;
-      }
+  for (size_t j = 0; j < b.moves.size(); ++j) {
+    const UnitMove& m = b.moves[j];
+    if (m.attention != attention) continue;
+    const int64_t tag = Tag(layer, attention, false, j);
+    if (m.from == me) {  // own units [m.begin, m.begin + m.count) go to m.to
+      sent.push_back(own_rows.narrow(0, m.begin, m.count).contiguous());
+      transfers.push_back(options_.comm->Send(sent.back(), options_.team->ranks[m.to], tag));
+    } else if (m.to == me) {
+      row_shape[0] = m.count;
+      rows.push_back(torch::empty(row_shape, options));
+      transfers.push_back(options_.comm->Recv(rows.back(), options_.team->ranks[m.from], tag));
+      out->push_back({m.from, m.begin, m.count, at, attention, j});
+      at += m.count;
+    }
   }
+  Status st = WaitAll(transfers);
+  if (!st.ok()) throw std::runtime_error(fmt::format("FlexTP migration: {}", st.message()));
   return rows.empty() ? torch::Tensor() : torch::cat(rows, 0);
 }
 
@@ -175,7 +194,7 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   if (b.given_groups[me] > 0) l.work.attention_keep = options_.costs.groups - b.given_groups[me];
   const auto f32 = w[6].options().dtype(torch::kFloat32);
   // MLP units, then attention groups.
-  const torch::Tensor units = Borrow(false, b.given[me] > 0 ? UnitRows(w) : torch::Tensor(), {0, 3 * h},
+  const torch::Tensor units = Borrow(layer, false, b.given[me] > 0 ? UnitRows(w) : torch::Tensor(), {0, 3 * h},
                                      w[6].options(), &l.borrowed);
   if (units.defined()) {
     l.work.gate = units.narrow(1, 0, h);
@@ -188,7 +207,7 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   const int64_t group_rows = (2 * options_.spec.num_heads / options_.spec.num_kv_heads + 2) * options_.spec.head_dim();
   const torch::Tensor groups =
       options_.costs.groups > 0
-          ? Borrow(true, b.given_groups[me] > 0 ? AttentionGroupRows(options_.spec, w) : torch::Tensor(),
+          ? Borrow(layer, true, b.given_groups[me] > 0 ? AttentionGroupRows(options_.spec, w) : torch::Tensor(),
                    {0, group_rows, h}, w[1].options(), &l.borrowed)
           : torch::Tensor();
   if (groups.defined()) {
@@ -204,7 +223,7 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
   if (b.moves.empty()) return Status::Ok();
   torch::NoGradGuard no_grad;
   const int me = options_.index;
-  const int64_t units = options_.costs.units, groups = options_.costs.groups, h = options_.spec.hidden_size;
+  const int64_t h = options_.spec.hidden_size;
   const int64_t d = options_.spec.head_dim(), per = options_.spec.num_heads / options_.spec.num_kv_heads;
   const int64_t group_rows = (2 * per + 2) * d;
   for (int layer = begin; layer < end; ++layer) {
@@ -212,40 +231,44 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
     if (it == layers_.end() || it->second.built_step != step_) continue;  // not run here this step
     Layer& l = it->second;
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(l.device);
-    for (bool attention : {false, true})
-      for (int s = 0; s < options_.tp; ++s) {
-        const int64_t moved = (attention ? b.given_groups : b.given)[s];
-        if (moved == 0) continue;
-        const int64_t total = attention ? groups : units;
-        torch::Tensor block = attention ? torch::zeros({moved, group_rows, h}, f32) : torch::zeros({moved, 3 * h}, f32);
-        for (const Borrowed& r : l.borrowed) {
-          if (r.from != s || r.attention != attention) continue;
-          torch::Tensor rows = block.narrow(0, r.begin - (total - moved), r.count);
-          if (attention) {
-            rows.copy_(l.work.grad_attention.narrow(0, r.at, r.count));
-          } else {
-            rows.narrow(1, 0, h).copy_(l.work.grad_gate.narrow(0, r.at, r.count));
-            rows.narrow(1, h, h).copy_(l.work.grad_up.narrow(0, r.at, r.count));
-            rows.narrow(1, 2 * h, h).copy_(l.work.grad_down.narrow(1, r.at, r.count).t());
-          }
-        }
-        const auto start = std::chrono::steady_clock::now();
-        Status st = options_.comm->AllReduceSum(*options_.team, block);
-        AddCommTime(start);
-        MOTLEY_RETURN_IF_ERROR(st);
-        if (s != me) continue;
-        const int64_t first = total - moved;
-        if (attention) {
-          add(layer, 1, 0, first * per * d, block.narrow(1, 0, per * d).reshape({-1, h}));
-          add(layer, 2, 0, first * d, block.narrow(1, per * d, d).reshape({-1, h}));
-          add(layer, 3, 0, first * d, block.narrow(1, (per + 1) * d, d).reshape({-1, h}));
-          add(layer, 4, 1, first * per * d, block.narrow(1, (per + 2) * d, per * d).reshape({-1, h}).t());
-        } else {
-          add(layer, 6, 0, first, block.narrow(1, 0, h));
-          add(layer, 7, 0, first, block.narrow(1, h, h));
-          add(layer, 8, 1, first, block.narrow(1, 2 * h, h).t());
-        }
+    // Receivers send each borrowed run's gradients home (packed as the weights were); owners receive them.
+    std::vector<torch::Tensor> buffers;
+    std::vector<Result<PendingTransfer>> transfers;
+    for (const Borrowed& r : l.borrowed) {
+      if (r.attention) {
+        buffers.push_back(l.work.grad_attention.narrow(0, r.at, r.count).contiguous());
+      } else {
+        buffers.push_back(torch::cat({l.work.grad_gate.narrow(0, r.at, r.count), l.work.grad_up.narrow(0, r.at, r.count),
+                                      l.work.grad_down.narrow(1, r.at, r.count).t()},
+                                     1));
       }
+      transfers.push_back(options_.comm->Send(buffers.back(), options_.team->ranks[r.from],
+                                              Tag(layer, r.attention, true, r.move)));
+    }
+    std::vector<const UnitMove*> incoming;
+    for (size_t j = 0; j < b.moves.size(); ++j) {
+      const UnitMove& m = b.moves[j];
+      if (m.from != me) continue;
+      buffers.push_back(m.attention ? torch::empty({m.count, group_rows, h}, f32) : torch::empty({m.count, 3 * h}, f32));
+      transfers.push_back(
+          options_.comm->Recv(buffers.back(), options_.team->ranks[m.to], Tag(layer, m.attention, true, j)));
+      incoming.push_back(&m);
+    }
+    MOTLEY_RETURN_IF_ERROR(WaitAll(transfers));
+    for (size_t i = 0; i < incoming.size(); ++i) {
+      const UnitMove& m = *incoming[i];
+      const torch::Tensor& g = buffers[l.borrowed.size() + i];
+      if (m.attention) {
+        add(layer, 1, 0, m.begin * per * d, g.narrow(1, 0, per * d).reshape({-1, h}));
+        add(layer, 2, 0, m.begin * d, g.narrow(1, per * d, d).reshape({-1, h}));
+        add(layer, 3, 0, m.begin * d, g.narrow(1, (per + 1) * d, d).reshape({-1, h}));
+        add(layer, 4, 1, m.begin * per * d, g.narrow(1, (per + 2) * d, per * d).reshape({-1, h}).t());
+      } else {
+        add(layer, 6, 0, m.begin, g.narrow(1, 0, h));
+        add(layer, 7, 0, m.begin, g.narrow(1, h, h));
+        add(layer, 8, 1, m.begin, g.narrow(1, 2 * h, h).t());
+      }
+    }
     for (torch::Tensor* g : {&l.work.grad_gate, &l.work.grad_up, &l.work.grad_down, &l.work.grad_attention})
       if (g->defined()) g->zero_();
   }

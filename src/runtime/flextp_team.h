@@ -48,15 +48,16 @@ class FlexTpTeam {
   Status BeginStep(int64_t step, double last_compute_s);
 
   /// Layer `layer`'s MLP work this step (null: all own units, nothing borrowed). The first call
-  /// for a layer in a step broadcasts the stragglers' moved units: every rank of the team calls it
-  /// for the same layers in the same order, as they run the same ops. Throws std::runtime_error
-  /// when the broadcast fails (it runs inside a layer's forward).
+  /// for a layer in a step moves the stragglers' units: each owner sends every receiver just the
+  /// run it computes (point to point — a broadcast would give every rank all of them). Every rank
+  /// of the team calls it for the same layers in the same order, as they run the same ops. Throws
+  /// std::runtime_error when a transfer fails (it runs inside a layer's forward).
   LayerWork* Work(int layer, const std::vector<torch::Tensor>& w);
 
   /// After a backward through layers [begin, end): returns the borrowed units' gradients to their
-  /// owners, who get them through `add(layer, k, dim, begin, part)` — the gradient of the part of
-  /// their layer weight k (DecoderLayerImpl::weights() order) from `begin` along `dim`. Collective
-  /// over the team.
+  /// owners (each receiver sends its runs to their owner, point to point), who get them through
+  /// `add(layer, k, dim, begin, part)` — the gradient of the part of their layer weight k
+  /// (DecoderLayerImpl::weights() order) from `begin` along `dim`.
   using AddGradient = std::function<void(int layer, int k, int dim, int64_t begin, const torch::Tensor& part)>;
   Status ReturnGradients(int begin, int end, const AddGradient& add);
 
@@ -69,6 +70,7 @@ class FlexTpTeam {
     int from = 0;
     int64_t begin = 0, count = 0, at = 0;  // the owner's units [begin, begin + count) at rows [at, at + count)
     bool attention = false;                // attention groups, else MLP units
+    size_t move = 0;                       // its index in the balance's moves (the transfers' tag)
   };
   struct Layer {
     int64_t built_step = -1;
@@ -86,9 +88,13 @@ class FlexTpTeam {
   void Refresh(Layer& l, const std::vector<torch::Tensor>& w);
   // The rows (MLP units or attention groups) this rank computes for stragglers this step, each
   // broadcast by its owner (`own_rows`: this rank's, when it is one); their runs go to `out`.
-  torch::Tensor Borrow(bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
+  torch::Tensor Borrow(int layer, bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
                        torch::TensorOptions options, std::vector<Borrowed>* out);
   void AddCommTime(std::chrono::steady_clock::time_point start);
+  // The tag of move `move`'s transfer for `layer`: its weights out, or its gradients back.
+  static int64_t Tag(int layer, bool attention, bool gradients, size_t move);
+  // Waits for `transfers`, counting the time as communication; the first failure, if any.
+  Status WaitAll(std::vector<Result<PendingTransfer>>& transfers);
   torch::Tensor Keep(Layer& l, double ratio, torch::Device device);
 
   Options options_;

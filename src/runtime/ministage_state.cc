@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "runtime/adamw.h"
 #include "runtime/memory_ledger.h"
 
 namespace motley {
@@ -106,7 +107,7 @@ torch::Tensor MinistageState::GradSquaredSum(const std::function<bool(const std:
     const int64_t lo = std::max(r.flat_begin, shard_begin_);
     const int64_t hi = std::min(r.flat_begin + r.numel, shard_begin_ + shard_numel_);
     if (lo >= hi || !counts(params_[r.param].name)) continue;
-    sum += grad.narrow(0, lo - shard_begin_, hi - lo).to(torch::kFloat64).pow(2).sum();
+    sum += SumOfSquares(grad.narrow(0, lo - shard_begin_, hi - lo));
   }
   return sum;
 }
