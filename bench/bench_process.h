@@ -50,6 +50,7 @@ inline std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
 /// the usage) on anything else.
 struct BenchArgs {
   int steps = 8;
+  int rounds = 1;  // --rounds: how many times each measurement is repeated (where a benchmark does)
   std::string report_path;
 };
 inline bool ParseBenchArgs(int argc, char** argv, const char* name, BenchArgs* out) {
@@ -57,10 +58,12 @@ inline bool ParseBenchArgs(int argc, char** argv, const char* name, BenchArgs* o
     const std::string a = argv[i];
     if (a == "--steps" && i + 1 < argc) {
       out->steps = std::stoi(argv[++i]);
+    } else if (a == "--rounds" && i + 1 < argc) {
+      out->rounds = std::max(1, std::stoi(argv[++i]));
     } else if (a == "-o" && i + 1 < argc) {
       out->report_path = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--steps N] [-o report.md]\n", name);
+      std::fprintf(stderr, "usage: %s [--steps N] [--rounds R] [-o report.md]\n", name);
       return false;
     }
   }

@@ -5,11 +5,14 @@
 // the median error, whether any plan predicted to fit ran out of memory, and Kendall's tau between
 // the measured and predicted orders. Then online profiling: the profile calibrated on one plan's
 // run (`motley calibrate` with the even split's metrics: the baseline a user runs first) predicts
-// the other plans again.
+// the other plans again. With --rounds R every plan is trained R times, round by round (so that
+// a machine whose speed drifts slows every plan alike): its measured step is the median of the
+// rounds' medians, and the calibration pools the even split's R runs.
 //
-//   build/bench/simulator_fidelity [--steps N] [-o report.md]
+//   build/bench/simulator_fidelity [--steps N] [--rounds R] [-o report.md]
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -82,6 +85,7 @@ struct Row {
   std::string name;
   int ranks = 0;
   double measured_s = 0, simulated_s = 0, calibrated_s = 0;
+  std::vector<double> round_s;  // each round's median step
   double measured_peak = 0, simulated_peak = 0;  // the largest rank's, bytes
   bool sim_fits = true, ran = true;
   std::string note;
@@ -104,8 +108,9 @@ double KendallTau(const std::vector<double>& a, const std::vector<double>& b) {
 int main(int argc, char** argv) {
   motley_bench::BenchArgs args;
   args.steps = 8;
+  args.rounds = 3;
   if (!motley_bench::ParseBenchArgs(argc, argv, "simulator_fidelity", &args)) return 2;
-  const int steps = args.steps;
+  const int steps = args.steps, rounds = args.rounds;
   const std::string report_path = args.report_path;
   const std::string motley = MOTLEY_BIN;
   const fs::path dir = motley_bench::MakeWorkDir("motley_bench_fidelity");
@@ -147,34 +152,41 @@ int main(int argc, char** argv) {
       for (const auto& d : j["devices"]) row.simulated_peak = std::max(row.simulated_peak, d["peak_memory_bytes"].get<double>());
     } catch (...) {
       row.note = "simulation failed";
-      rows.push_back(row);
-      continue;
     }
-    const std::string metrics = name + ".jsonl";
-    out = Run(cd + motley + " launch --nproc " + std::to_string(row.ranks) + " -- " + motley + " train job.toml --plan " +
-                  name + ".toml --steps " + std::to_string(steps) + " --no-checkpoint --no-validation --metrics " +
-                  metrics,
-              &code);
-    if (code != 0) {
-      row.ran = false;
-      row.note = out.find("out of memory") != std::string::npos ? "ran out of memory" : "failed";
-      rows.push_back(row);
-      continue;
-    }
-    std::vector<double> times;
-    for (const auto& j : motley_bench::ReadJsonLines((dir / metrics).string())) {
-      if (!j.contains("step_time_s") || j["step"].get<int>() <= 2) continue;
-      times.push_back(j["step_time_s"]);
-      for (const auto& r : j["ranks"]) row.measured_peak = std::max(row.measured_peak, r["peak_memory_bytes"].get<double>());
-    }
-    row.measured_s = Median(times);
     rows.push_back(row);
   }
+  auto metrics_of = [](const std::string& name, int round) { return fmt::format("{}.{}.jsonl", name, round); };
+  for (int round = 0; round < rounds; ++round) {
+    for (Row& row : rows) {
+      if (!row.note.empty()) continue;  // did not simulate, or failed in an earlier round
+      const std::string metrics = metrics_of(row.name, round);
+      out = Run(cd + motley + " launch --nproc " + std::to_string(row.ranks) + " -- " + motley + " train job.toml --plan " +
+                    row.name + ".toml --steps " + std::to_string(steps) + " --no-checkpoint --no-validation --metrics " +
+                    metrics,
+                &code);
+      if (code != 0) {
+        row.ran = false;
+        row.note = out.find("out of memory") != std::string::npos ? "ran out of memory" : "failed";
+        continue;
+      }
+      std::vector<double> times;
+      for (const auto& j : motley_bench::ReadJsonLines((dir / metrics).string())) {
+        if (!j.contains("step_time_s") || j["step"].get<int>() <= 2) continue;
+        times.push_back(j["step_time_s"]);
+        for (const auto& r : j["ranks"]) row.measured_peak = std::max(row.measured_peak, r["peak_memory_bytes"].get<double>());
+      }
+      row.round_s.push_back(Median(times));
+    }
+  }
+  for (Row& row : rows)
+    if (row.ran && !row.round_s.empty()) row.measured_s = Median(row.round_s);
 
   // Online profiling: the profile calibrated on the even split's run predicts every plan again.
   const std::string calibration_plan = "deepspeed-even";
+  std::string calibration_runs;
+  for (int round = 0; round < rounds; ++round) calibration_runs += " --metrics " + metrics_of(calibration_plan, round);
   std::string calibration = Run(cd + motley + " calibrate --profile profile.json --plan " + calibration_plan +
-                                    ".toml --metrics " + calibration_plan + ".jsonl -o calibrated.json",
+                                    ".toml" + calibration_runs + " -o calibrated.json",
                                 &code);
   const bool calibrated = code == 0;
   if (!calibrated) std::cerr << "calibration failed:\n" << calibration;
@@ -188,14 +200,14 @@ int main(int argc, char** argv) {
   std::vector<double> errors, measured, simulated, calibrated_errors, calibrated_simulated, calibrated_measured;
   bool surprise_oom = false;
   std::string table =
-      "| plan | ranks | measured step | simulated step | error | calibrated simulation | error | measured peak (largest "
-      "rank) | simulated peak |\n"
-      "|---|---|---|---|---|---|---|---|---|\n";
+      "| plan | ranks | measured step | rounds (min-max) | simulated step | error | calibrated simulation | error | "
+      "measured peak (largest rank) | simulated peak |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& r : rows) {
     if (!r.ran && r.sim_fits) surprise_oom = surprise_oom || r.note == "ran out of memory";
     if (r.measured_s <= 0) {
-      table += fmt::format("| {} | {} | — | {:.0f} ms | — | — | {:.1f} MiB | {}\n", r.name, r.ranks, r.simulated_s * 1e3,
-                           r.simulated_peak / (1 << 20), r.note);
+      table += fmt::format("| {} | {} | {} | — | {:.0f} ms | — | — | — | — | {:.1f} MiB |\n", r.name, r.ranks, r.note,
+                           r.simulated_s * 1e3, r.simulated_peak / (1 << 20));
       continue;
     }
     const double err = (r.simulated_s - r.measured_s) / r.measured_s;
@@ -211,20 +223,21 @@ int main(int argc, char** argv) {
       calibrated_measured.push_back(r.measured_s);
       calibrated_simulated.push_back(r.calibrated_s);
     }
-    table += fmt::format("| {} | {} | {:.0f} ms | {:.0f} ms | {:+.1f}% | {} | {:.1f} MiB | {:.1f} MiB |\n", r.name,
-                         r.ranks, r.measured_s * 1e3, r.simulated_s * 1e3, 100 * err, cal,
+    const auto [lo, hi] = std::minmax_element(r.round_s.begin(), r.round_s.end());
+    table += fmt::format("| {} | {} | {:.0f} ms | {:.0f}-{:.0f} ms | {:.0f} ms | {:+.1f}% | {} | {:.1f} MiB | {:.1f} MiB |\n",
+                         r.name, r.ranks, r.measured_s * 1e3, *lo * 1e3, *hi * 1e3, r.simulated_s * 1e3, 100 * err, cal,
                          r.measured_peak / (1 << 20), r.simulated_peak / (1 << 20));
   }
   std::string md = fmt::format(
-      "# Simulator fidelity, measured\n\n`build/bench/simulator_fidelity --steps {}`: the default job (llama-1m, 32 x 128 "
+      "# Simulator fidelity, measured\n\n`build/bench/simulator_fidelity --steps {} --rounds {}`: the default job (llama-1m, 32 x 128 "
       "tokens a step, fp32) on `local-emulated` (4 ranks: speed factors 2, 2, 6, 6; 1 GiB, 1 GiB, 512 MiB, 512 MiB; "
-      "a 1 Gbit/s link between the pairs). Each plan trained for real by `motley launch` (median step over steps "
-      "3..{}) and simulated with the profile `motley profile` measured on the same machine.\n\n{}\n"
+      "a 1 Gbit/s link between the pairs). Each plan trained for real by `motley launch` {} times, round by round "
+      "(measured step: the median over the rounds of each run's median step over steps 3..{}) and simulated with the profile `motley profile` measured on the same machine.\n\n{}\n"
       "Median |error| of the step time: **{:.1f}%** over {} plans; Kendall tau between measured and simulated order: "
       "**{:.2f}**; a plan predicted to fit ran out of memory: **{}**.\n\n"
-      "With the profile calibrated on the {} run (`motley calibrate`): median |error| **{:.1f}%** over the {} other "
+      "With the profile calibrated on the {} runs (`motley calibrate`, their steps pooled): median |error| **{:.1f}%** over the {} other "
       "plans; Kendall tau **{:.2f}**.\n\n```\n{}```\n",
-      steps, steps, table, 100 * Median(errors), errors.size(), KendallTau(measured, simulated),
+      steps, rounds, rounds, steps, table, 100 * Median(errors), errors.size(), KendallTau(measured, simulated),
       surprise_oom ? "yes" : "no", calibration_plan, 100 * Median(calibrated_errors), calibrated_errors.size(),
       KendallTau(calibrated_measured, calibrated_simulated), calibration);
   std::cout << md;

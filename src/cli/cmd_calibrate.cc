@@ -1,4 +1,4 @@
-// motley calibrate --profile P --plan PLAN --metrics M.jsonl [--from-step N] -o OUT
+// motley calibrate --profile P --plan PLAN --metrics M.jsonl [--metrics M2.jsonl ...] [--from-step N] -o OUT
 //
 // Online profiling (issue #7 §4, Poplar): scales each device type's compute times in a profile by
 // what a real run of a plan measured (`motley train --plan PLAN --metrics M.jsonl`) against what
@@ -6,6 +6,7 @@
 // profile then carry what the devices do when they all run at once.
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/args.h"
 #include "cli/command.h"
@@ -22,11 +23,15 @@ int RunCalibrate(const std::vector<std::string>& args) {
       "Scale a profile's compute times by device type to what a real run of a plan measured (online profiling): "
       "plans simulated with the result carry the contention and clocks the run saw.",
       "motley calibrate");
-  std::string profile_path, plan_path, metrics_path, out_path;
+  std::string profile_path, plan_path, out_path;
+  std::vector<std::string> metrics_paths;
   int from_step = 3;
   app.add_option("--profile", profile_path, "the profile the plan is simulated with (motley profile -o)")->required();
   app.add_option("--plan", plan_path, "the plan the run trained (.toml or .json)")->required();
-  app.add_option("--metrics", metrics_path, "the run's metrics (motley train --plan PLAN --metrics FILE)")->required();
+  app.add_option("--metrics", metrics_paths,
+                 "the run's metrics (motley train --plan PLAN --metrics FILE); repeat it for several runs of the plan, "
+                 "whose steps are pooled")
+      ->required();
   app.add_option("--from-step", from_step, "ignore the steps before this one (warm-up)")->capture_default_str();
   app.add_option("-o,--output", out_path, "write the calibrated profile here")->required();
   if (auto rc = ParseArgs(app, args)) return *rc;
@@ -34,7 +39,7 @@ int RunCalibrate(const std::vector<std::string>& args) {
     fmt::print(stderr, "{}\n", s.message());
     return kExitFailure;
   };
-  Result<std::vector<double>> measured = MedianRankCompute(metrics_path, from_step);
+  Result<std::vector<double>> measured = MedianRankCompute(metrics_paths, from_step);
   if (!measured.ok()) return fail(measured.status());
   Result<PlanInputs> in = LoadPlanInputs(plan_path, "", "");
   if (!in.ok()) return fail(in.status());
@@ -43,7 +48,7 @@ int RunCalibrate(const std::vector<std::string>& args) {
   Profile calibrated = *profile;
   Result<std::vector<TypeCalibration>> c = CalibrateToRun(&calibrated, in->plan, in->cluster, in->model, *measured);
   if (!c.ok())
-    return fail(Status::InvalidArgument(fmt::format("{} against {}: {}", metrics_path, plan_path, c.status().message())));
+    return fail(Status::InvalidArgument(fmt::format("{} against {}: {}", fmt::join(metrics_paths, ", "), plan_path, c.status().message())));
   if (Status w = AtomicWriteFile(out_path, ProfileToJson(calibrated).dump(2) + "\n"); !w.ok()) return fail(w);
   TablePrinter t({"device type", "ranks", "measured compute", "simulated", "scale"});
   t.AlignRight({1, 2, 3, 4});

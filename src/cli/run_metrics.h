@@ -13,5 +13,8 @@ namespace motley::cli {
 /// `from_step` on, reading from byte `from_byte` (a file several runs appended to). Errors name
 /// the file and say what to do.
 Result<std::vector<double>> MedianRankCompute(const std::string& path, int from_step, std::streamoff from_byte = 0);
+/// The same over several runs of one plan (their steps pooled): a machine whose speed drifts
+/// between runs is calibrated on its typical speed, not on one run's.
+Result<std::vector<double>> MedianRankCompute(const std::vector<std::string>& paths, int from_step);
 
 }  // namespace motley::cli

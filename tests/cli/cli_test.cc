@@ -280,6 +280,38 @@ TEST(Cli, CalibrateScalesTheProfileToTheRun) {
   EXPECT_CONTAINS(bad.output, "other.jsonl");
   EXPECT_CONTAINS(bad.output, "not of this plan");
   EXPECT_FALSE(fs::exists(dir.Join("bad.json")));
+
+  // Several runs of the plan: their steps are pooled. Alone, the first says 1.0x and the second
+  // 1.6x; together the median of their seven steps is 1.3x.
+  auto run = [&](const std::string& name, const std::vector<double>& scales) {
+    std::string text;
+    for (size_t i = 0; i < scales.size(); ++i) {
+      nlohmann::json ranks = nlohmann::json::array();
+      for (const auto& d : before["devices"])
+        ranks.push_back({{"rank", d["rank"]}, {"compute_s", scales[i] * d["compute_busy_s"].get<double>()}});
+      text += nlohmann::json{{"step", 3 + i}, {"step_time_s", 1.0}, {"ranks", ranks}}.dump() + "\n";
+    }
+    return dir.Write(name, text);
+  };
+  const std::string first = run("first.jsonl", {1.0, 1.0, 1.3}), second = run("second.jsonl", {1.3, 1.6, 1.6, 1.6});
+  for (const auto& [files, scale] : std::vector<std::pair<std::string, double>>{
+           {first, 1.0}, {second, 1.6}, {first + " --metrics " + second, 1.3}}) {
+    CliRun p = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " + files + " -o " +
+                      dir.Join("pooled.json"));
+    ASSERT_EQ(p.exit_code, 0) << p.output;
+    const nlohmann::json pooled = simulate(dir.Join("pooled.json"));
+    EXPECT_NEAR(pooled["devices"][0]["compute_busy_s"].get<double>(),
+                scale * before["devices"][0]["compute_busy_s"].get<double>(),
+                1e-3 * before["devices"][0]["compute_busy_s"].get<double>())
+        << files;
+  }
+  // A run of another plan among them: one error naming both files, nothing written.
+  CliRun mixed = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " + first + " --metrics " +
+                        dir.Join("other.jsonl") + " -o " + dir.Join("mixed.json"));
+  EXPECT_EQ(mixed.exit_code, 1);
+  EXPECT_CONTAINS(mixed.output, "other.jsonl: 1 rank(s), but");
+  EXPECT_CONTAINS(mixed.output, "first.jsonl");
+  EXPECT_FALSE(fs::exists(dir.Join("mixed.json")));
 }
 
 TEST(Cli, ScheduleListsEveryRankAndBadPlansSayWhy) {
