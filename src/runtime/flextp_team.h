@@ -5,9 +5,9 @@
 //      priority — smallest weight variation first (FlexTP §III-B), variation measured every
 //      `stats_interval_steps` and kept for units pruned meanwhile (the incremental update that
 //      keeps a pruned unit from looking idle forever), ties broken round-robin — and the units
-//      it borrows from stragglers, broadcast by their owner over the team;
-//   3. after each backward, returns the borrowed units' gradients to their owner (an all-reduce of
-//      the moved units' gradients over the team, each receiver filling its own run).
+//      it borrows from stragglers, sent by their owner to each receiver (its run only, point to point);
+//   3. after each backward, returns the borrowed units' gradients to their owner (point to point,
+//      each receiver its runs).
 // The per-layer pruning ratios differ by how much each layer's weights moved (LayerPruneRatios).
 #pragma once
 
@@ -39,7 +39,7 @@ class FlexTpTeam {
     Communicator* comm = nullptr;
     CommGroup* team = nullptr;  // the team's communicator group (its ranks in team order)
     FlexTpCosts costs;
-    double* comm_s = nullptr;  // accumulates the time in the team's broadcasts and gradient returns
+    double* comm_s = nullptr;  // accumulates the time in the moves of units and their gradient returns
   };
   explicit FlexTpTeam(Options options);
 
@@ -87,7 +87,7 @@ class FlexTpTeam {
   };
   void Refresh(Layer& l, const std::vector<torch::Tensor>& w);
   // The rows (MLP units or attention groups) this rank computes for stragglers this step, each
-  // broadcast by its owner (`own_rows`: this rank's, when it is one); their runs go to `out`.
+  // sent by its owner (`own_rows`: this rank's, when it is one); their runs go to `out`.
   torch::Tensor Borrow(int layer, bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
                        torch::TensorOptions options, std::vector<Borrowed>* out);
   void AddCommTime(std::chrono::steady_clock::time_point start);
@@ -100,14 +100,14 @@ class FlexTpTeam {
   Options options_;
   FlexTpBalancer balancer_;
   int64_t step_ = 0;
-  double migration_s_ = 0;  // this step's time in the migration's broadcasts and gradient returns
+  double migration_s_ = 0;  // this step's time in the migration's moves and gradient returns
   std::map<int, Layer> layers_;
   std::map<int, double> layer_ratio_;  // this step's pruning ratio per layer (this rank)
 };
 
 /// The balancer's cost model for a team of `tp` ranks on cluster devices `a` and `b` (two of its
 /// members): the MLP's share of a layer's FLOPs at `seq_len`, and a moved unit's traffic per step
-/// — its weights broadcast once per layer visit and its gradients returned after each of the
+/// — its weights sent once per layer visit and its gradients returned after each of the
 /// `layer_backwards` backwards of a layer this rank runs a step — over the link between them.
 FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const Cluster& cluster, int a, int b,
                            int64_t layer_visits, int64_t layer_backwards);

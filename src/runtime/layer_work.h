@@ -3,7 +3,7 @@
 //   - MLP: its own units may be pruned — `keep` lists the ones it computes; the weights are
 //     index-selected, so autograd scatters their gradients back to the kept rows and columns and
 //     leaves zeros (the imputation) for the pruned ones: `keep` is this layer's entry of the lineage
-//     table — and it may compute units borrowed from a straggler, whose weights arrived by broadcast
+//     table — and it may compute units borrowed from a straggler, whose weights arrived from their owner
 //     and whose gradients accumulate in `grad_*` until they are returned.
 //   - Attention: it may compute only its first `attention_keep` groups (a key/value head and its
 //     query heads; a straggler's last groups are computed elsewhere) and groups borrowed from a
