@@ -6,7 +6,12 @@
 // the same run), the final training and validation losses against exact training on the same data
 // (mode off, which is exact), the largest pruned fraction and the units moved.
 //
-//   build/bench/flextp_stragglers [--steps N] [-o report.md]
+// Stragglers are slowed as FlexTP's evaluation slows them (flextp.txt §V: the matrix
+// multiplications of the linear projections that many times slower; `slows = "matmul"`), or with
+// --slows compute as a whole slower device (every compute op, the optimizer and the replicated
+// work included).
+//
+//   build/bench/flextp_stragglers [--steps N] [--slows matmul|compute] [-o report.md]
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -71,7 +76,8 @@ microbatch_size = [4, 4, 4, 4]
 num_microbatches = [2, 2, 2, 2]
 )";
 
-std::string Job(int steps, const std::string& mode, const std::vector<int>& slow, double factor) {
+std::string Job(int steps, const std::string& mode, const std::vector<int>& slow, double factor,
+                const std::string& slows) {
   std::string j = fmt::format(R"(model = "model.toml"
 cluster = "cluster.toml"
 [training]
@@ -90,7 +96,8 @@ lr = 3e-3
 mode = "{}"
 )",
                               steps, mode);
-  for (int r : slow) j += fmt::format("[[emulation.stragglers]]\nrank = {}\nslowdown = {}\n", r, factor);
+  for (int r : slow)
+    j += fmt::format("[[emulation.stragglers]]\nrank = {}\nslowdown = {}\nslows = \"{}\"\n", r, factor, slows);
   return j;
 }
 
@@ -128,16 +135,30 @@ Outcome Train(const fs::path& dir, const std::string& name, const std::string& j
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --slows is this benchmark's own; the rest are every benchmark's.
+  std::string slows = "matmul";
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--slows" && i + 1 < argc) {
+      slows = argv[++i];
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  if (slows != "matmul" && slows != "compute") {
+    std::cerr << "flextp_stragglers: --slows is matmul or compute, not '" << slows << "'\n";
+    return 2;
+  }
   motley_bench::BenchArgs args;
   args.steps = 10;
-  if (!motley_bench::ParseBenchArgs(argc, argv, "flextp_stragglers", &args)) return 2;
+  if (!motley_bench::ParseBenchArgs(static_cast<int>(rest.size()), rest.data(), "flextp_stragglers", &args)) return 2;
   const int steps = args.steps;
   const fs::path dir = motley_bench::MakeWorkDir("motley_bench_flextp");
   std::ofstream(dir / "model.toml") << kModel;
   std::ofstream(dir / "cluster.toml") << kCluster;
   std::ofstream(dir / "plan.toml") << kPlan;
 
-  const Outcome even = Train(dir, "even", Job(steps, "off", {}, 1), steps);
+  const Outcome even = Train(dir, "even", Job(steps, "off", {}, 1, slows), steps);
   if (!even.ok) return 1;
   struct Scenario {
     std::string name;
@@ -156,7 +177,7 @@ int main(int argc, char** argv) {
   for (const Scenario& s : scenarios) {
     Outcome exact;
     for (const char* mode : {"off", "migrate", "resize", "semi"}) {
-      const Outcome o = Train(dir, fmt::format("s{}-{}", index, mode), Job(steps, mode, s.slow, s.factor), steps);
+      const Outcome o = Train(dir, fmt::format("s{}-{}", index, mode), Job(steps, mode, s.slow, s.factor, slows), steps);
       if (std::string(mode) == "off") exact = o;
       if (!o.ok) {
         table += fmt::format("| {} | {} | failed | | | | | | | |\n", s.name, mode);
@@ -170,14 +191,18 @@ int main(int argc, char** argv) {
     ++index;
   }
   const std::string md = fmt::format(
-      "# FlexTP's straggler scenarios, measured\n\n`build/bench/flextp_stragglers --steps {}`: one tensor-parallel "
+      "# FlexTP's straggler scenarios, measured\n\n`build/bench/flextp_stragglers --steps {} --slows {}`: one tensor-parallel "
       "team of 4 CPU ranks (tp_degree = 4; Gloo) trains a 2-layer Llama (hidden 512, 8 heads, ffn 2048, fp32, 8 x 64 "
       "tokens a step, no recomputation) on the built-in corpus; emulated stragglers are slowed from step 1 "
-      "(`[[emulation.stragglers]]`: their compute ops stretched to that many times their CPU time). Step: median "
+      "(`[[emulation.stragglers]]`, `slows = \"{}\"`: {}). Step: median "
       "over steps 3..{} (the balancer decides after step 1); `vs no straggler`: against the same team with no "
       "straggler in this run. Losses after step {} and on 32 validation windows, against mode off (exact) in the "
       "same scenario.\n\n{}",
-      steps, steps, steps, table);
+      steps, slows, slows,
+      slows == "matmul" ? "their matrix multiplications (aten::mm, addmm: the linear projections, forward and backward) "
+                          "stretched to that many times their CPU time, as FlexTP's evaluation injects stragglers"
+                        : "every compute op stretched to that many times its CPU time, as a slower device",
+      steps, steps, table);
   std::cout << md;
   if (!args.report_path.empty()) std::ofstream(args.report_path) << md;
   fs::remove_all(dir);

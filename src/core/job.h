@@ -87,6 +87,10 @@ struct TensorParallelConfig {
 struct EmulatedStraggler {
   int rank = 0;
   double slowdown = 1.0;
+  // What is slowed: "compute" — every compute op (a slower or throttled device), or "matmul" —
+  // only the matrix multiplications (aten::mm and addmm: the linear projections, forward and
+  // backward), as FlexTP's evaluation injects its stragglers (flextp.txt §V).
+  std::string slows = "compute";
   int64_t from_step = 1;
   int64_t to_step = 0;
 };

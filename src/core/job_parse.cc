@@ -104,6 +104,7 @@ void ParseEmulation(TomlTable& t, std::vector<EmulatedStraggler>* out) {
     EmulatedStraggler e;
     if (auto v = s.Int("rank", 0, 1 << 20, Need::kRequired)) e.rank = static_cast<int>(*v);
     if (auto v = s.Number("slowdown", 1.0, 1000.0, Need::kRequired)) e.slowdown = *v;
+    if (auto v = s.Choice("slows", {"compute", "matmul"})) e.slows = *v;
     if (auto v = s.Int("from_step", 1, kMaxSteps)) e.from_step = *v;
     if (auto v = s.Int("to_step", 0, kMaxSteps)) e.to_step = *v;
     if (e.to_step != 0 && e.to_step < e.from_step)

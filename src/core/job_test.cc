@@ -83,6 +83,22 @@ TEST(JobErrors, GlobalBatchMustBeWholeSequences) {
             std::string::npos);
 }
 
+TEST(Job, EmulatedStragglersSlowEveryComputeOrOnlyTheMatmuls) {
+  Result<JobSpec> j = ParseJobToml(std::string(kMinimal) +
+                                       "[[emulation.stragglers]]\nrank = 1\nslowdown = 4\n"
+                                       "[[emulation.stragglers]]\nrank = 2\nslowdown = 2\nslows = \"matmul\"\n",
+                                   "job.toml");
+  ASSERT_TRUE(j.ok()) << j.status().message();
+  ASSERT_EQ(j->stragglers.size(), 2u);
+  EXPECT_EQ(j->stragglers[0].slows, "compute");
+  EXPECT_EQ(j->stragglers[1].slows, "matmul");
+  const std::string e =
+      Error(std::string(kMinimal) + "[[emulation.stragglers]]\nrank = 1\nslowdown = 4\nslows = \"gemm\"\n");
+  EXPECT_NE(e.find("job.toml:11"), std::string::npos) << e;
+  EXPECT_NE(e.find("slows"), std::string::npos) << e;
+  EXPECT_NE(e.find("matmul"), std::string::npos) << e;
+}
+
 TEST(JobErrors, CrossComponentChecksNameEveryFactor) {
   std::string seq = Error(
       "model = \"llama-1m\"\ncluster = \"local-emulated\"\n[training]\nseq_len = 512\n"

@@ -1,9 +1,11 @@
 #include "runtime/device_emulation.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -25,9 +27,49 @@ void SleepSeconds(double seconds) {
   if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
-void DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s) const {
+namespace {
+
+thread_local bool matmul_clock_started = false;
+thread_local int matmul_depth = 0;
+thread_local double matmul_started_s = 0, matmul_total_s = 0;
+
+double ThreadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+bool IsMatmul(const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  return name != nullptr && (std::strcmp(name, "aten::mm") == 0 || std::strcmp(name, "aten::addmm") == 0);
+}
+
+std::unique_ptr<at::ObserverContext> MatmulStart(const at::RecordFunction& fn) {
+  if (IsMatmul(fn) && matmul_depth++ == 0) matmul_started_s = ThreadCpuSeconds();
+  return nullptr;
+}
+
+void MatmulEnd(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (IsMatmul(fn) && --matmul_depth == 0) matmul_total_s += ThreadCpuSeconds() - matmul_started_s;
+}
+
+}  // namespace
+
+void DeviceEmulation::set_matmul_slowdown(double factor) {
+  matmul_slowdown_ = factor;
+  if (factor > 1 && !matmul_clock_started) {
+    at::addThreadLocalCallback(
+        at::RecordFunctionCallback(MatmulStart, MatmulEnd).scopes({at::RecordScope::FUNCTION}));
+    matmul_clock_started = true;
+  }
+}
+
+double MatmulCpuSeconds() { return matmul_total_s; }
+
+void DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s) const {
   const double factor = (enabled() ? speed_factor_ : 1.0) * slowdown_;
-  if (factor > 1) SleepSeconds(factor * cpu_s - elapsed_s);
+  const double work_s = cpu_s + (matmul_slowdown_ - 1) * matmul_cpu_s;
+  if (factor > 1 || matmul_slowdown_ > 1) SleepSeconds(factor * work_s - elapsed_s);
 }
 
 double ComputeCpuSeconds() {

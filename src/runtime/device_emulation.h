@@ -24,15 +24,19 @@ class DeviceEmulation {
   /// A run-time slowdown on top of the device's speed ([[emulation.stragglers]] in the job), with
   /// or without cluster emulation; 1 = none.
   void set_slowdown(double factor) { slowdown_ = factor; }
+  /// A run-time slowdown of the matrix multiplications only (`slows = "matmul"`, FlexTP's
+  /// stragglers); starts this thread's MatmulCpuSeconds clock when > 1.
+  void set_matmul_slowdown(double factor);
   /// Whether compute ops are stretched at all.
-  bool stretches() const { return (enabled() && speed_factor_ > 1) || slowdown_ > 1; }
+  bool stretches() const { return (enabled() && speed_factor_ > 1) || slowdown_ > 1 || matmul_slowdown_ > 1; }
   double speed_factor() const { return speed_factor_; }
   /// The emulated capacity in bytes, or 0 when not emulated.
   double memory_bytes() const;
 
   /// After a compute op that took `elapsed_s` of wall time and `cpu_s` of this process's CPU
-  /// time: sleeps the extra time a slower device would take.
-  void StretchCompute(double elapsed_s, double cpu_s) const;
+  /// time, `matmul_cpu_s` of it in matrix multiplications: sleeps the extra time a slower device
+  /// would take.
+  void StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s = 0) const;
   /// How long sending `bytes` to cluster device `peer_device` takes on the emulated link (0 when
   /// not emulated).
   double TransferSeconds(double bytes, int peer_device) const;
@@ -45,11 +49,16 @@ class DeviceEmulation {
   int device_ = 0;
   double speed_factor_ = 1.0;
   double slowdown_ = 1.0;
+  double matmul_slowdown_ = 1.0;
 };
 
 /// CPU time spent computing so far, in seconds: the calling thread's when torch runs one thread
 /// (communication threads excluded), else the whole process's.
 double ComputeCpuSeconds();
+/// CPU time this thread has spent in matrix multiplications (aten::mm, aten::addmm — linear
+/// projections, forward and backward) since a set_matmul_slowdown(> 1) on it started the clock (a
+/// torch RecordFunction callback on this thread); 0 before.
+double MatmulCpuSeconds();
 /// Sleeps `seconds` (no-op when <= 0).
 void SleepSeconds(double seconds);
 

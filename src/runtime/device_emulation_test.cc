@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include "core/cluster_parse.h"
 
@@ -47,6 +48,29 @@ double Seconds(const std::function<void()>& f) {
   const auto t = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+TEST(DeviceEmulation, AMatmulStragglerSlowsOnlyTheMatrixMultiplications) {
+  DeviceEmulation e;  // no cluster emulation: only the run-time slowdown
+  EXPECT_FALSE(e.stretches());
+  e.set_matmul_slowdown(3.0);
+  EXPECT_TRUE(e.stretches());
+  // The clock counts this thread's matrix multiplications (forward and backward), not other ops.
+  torch::Tensor a = torch::randn({256, 256}, torch::requires_grad()), b = torch::randn({256, 256});
+  double before = MatmulCpuSeconds();
+  torch::Tensor sum = a;
+  for (int i = 0; i < 200; ++i) sum = sum + b * 0.5;
+  EXPECT_LT(MatmulCpuSeconds() - before, 1e-4);
+  before = MatmulCpuSeconds();
+  torch::nn::functional::linear(a, b).sum().backward();  // addmm/mm forward, mm backward
+  const double matmul_s = MatmulCpuSeconds() - before;
+  EXPECT_GT(matmul_s, 0.0);
+  // An op of 20 ms CPU (10 ms of it in matmuls) in 20 ms of wall time lasts 20 + 2 x 10 ms.
+  const double t = Seconds([&] { e.StretchCompute(0.020, 0.020, 0.010); });
+  EXPECT_GE(t, 0.019);
+  EXPECT_LT(t, 0.019 + 0.015);
+  e.set_matmul_slowdown(1.0);
+  EXPECT_LT(Seconds([&] { e.StretchCompute(0.020, 0.020, 0.010); }), 0.005);
 }
 
 TEST(DeviceEmulation, ComputeLastsSpeedFactorTimesItsCpuTime) {

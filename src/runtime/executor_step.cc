@@ -200,6 +200,7 @@ class Executor::StepRun {
     // Waits for received data and the tensor-parallel all-reduces inside the op count as communication.
     const double comm_before_s = report_.comm_s + ex_.tp_comm_s_;
     const double cpu_start_s = ex_.emulation_.stretches() ? ComputeCpuSeconds() : 0.0;
+    const double matmul_start_s = MatmulCpuSeconds();
     switch (op.kind) {
       case OpKind::kForward:
         MOTLEY_RETURN_IF_ERROR(Forward(op));
@@ -252,7 +253,9 @@ class Executor::StepRun {
     if (IsCompute(op.kind)) {
       const double waited_s = report_.comm_s + ex_.tp_comm_s_ - comm_before_s;
       const auto compute_start = Clock::now();
-      if (ex_.emulation_.stretches()) ex_.emulation_.StretchCompute(elapsed - waited_s, ComputeCpuSeconds() - cpu_start_s);
+      if (ex_.emulation_.stretches())
+        ex_.emulation_.StretchCompute(elapsed - waited_s, ComputeCpuSeconds() - cpu_start_s,
+                                      MatmulCpuSeconds() - matmul_start_s);
       report_.compute_s += elapsed - waited_s + Since(compute_start);
     } else if (op.kind == OpKind::kParamPrefetch || op.kind == OpKind::kParamOffload ||
                op.kind == OpKind::kActOffload || op.kind == OpKind::kActPrefetch) {
@@ -599,11 +602,12 @@ class Executor::StepRun {
 };
 
 Result<RankStepReport> Executor::RunStep(const StepInputs& in) {
-  double slowdown = 1;
+  double slowdown = 1, matmul_slowdown = 1;
   for (const EmulatedStraggler& s : config_.stragglers)
     if (s.rank == rank_ && in.step + 1 >= s.from_step && (s.to_step == 0 || in.step + 1 <= s.to_step))
-      slowdown *= s.slowdown;
+      (s.slows == "matmul" ? matmul_slowdown : slowdown) *= s.slowdown;
   emulation_.set_slowdown(slowdown);
+  emulation_.set_matmul_slowdown(matmul_slowdown);
   tp_comm_s_ = 0;
   if (flextp_) MOTLEY_RETURN_IF_ERROR(flextp_->BeginStep(in.step, last_compute_s_));
   StepRun run(*this, in);
