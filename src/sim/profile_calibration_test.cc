@@ -5,6 +5,7 @@
 #include "core/cluster_parse.h"
 #include "plan/lower.h"
 #include "sim/cost_model.h"
+#include "sim/test_models.h"
 
 namespace motley {
 namespace {
@@ -25,18 +26,7 @@ Cluster TwoTypes() {
       .value();
 }
 
-ModelSpec Model() {
-  ModelSpec m;
-  m.name = "m";
-  m.hidden_size = 256;
-  m.num_layers = 4;
-  m.num_heads = 4;
-  m.num_kv_heads = 4;
-  m.ffn_size = 1024;
-  m.vocab_size = 1;
-  m.max_seq_len = 512;
-  return m;
-}
+ModelSpec Model() { return test::LayerHeavyModel(4); }
 
 // 10 ms forward, 20 ms backward per layer at any microbatch, for both types.
 Profile Flat(const ModelSpec& m) {

@@ -8,6 +8,7 @@
 #include "core/cluster_parse.h"
 #include "plan/lower.h"
 #include "sim/routing_costs.h"
+#include "sim/test_models.h"
 
 namespace motley {
 namespace {
@@ -35,19 +36,7 @@ count = )" + std::to_string(n) +
   return ParseClusterToml(text, "fast.toml").value();
 }
 
-// A model whose head is negligible next to its layers (vocabulary of 1).
-ModelSpec LayerHeavyModel(int layers) {
-  ModelSpec m;
-  m.name = "layer-heavy";
-  m.hidden_size = 256;
-  m.num_layers = layers;
-  m.num_heads = 4;
-  m.num_kv_heads = 4;
-  m.ffn_size = 1024;
-  m.vocab_size = 1;
-  m.max_seq_len = 512;
-  return m;
-}
+using test::LayerHeavyModel;
 
 // Per-layer times of 10 ms forward and 20 ms backward at any microbatch size.
 Profile FlatProfile(const ModelSpec& m, int64_t seq_len) {
