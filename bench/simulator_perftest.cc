@@ -1,12 +1,14 @@
 // How fast the simulator runs a large step (issue: < 0.5 s for 128 devices, 80 layers, >= 64
 // microbatches, 8 ministages per group): Llama-65B on Zorse cluster C (128 GPUs, two regions), 8
 // groups of 16 GPUs, Zorse's interleaved schedule with ZeRO-2 and offload, 64 microbatches per
-// group. Lowering and simulation are timed apart; events per second is the simulator's rate.
+// group. Lowering and simulation are timed apart; events per second is the simulator's rate. Also
+// the transfer-order check (plan/transfer_order.h) on the same step.
 #include <cstdint>
 #include <benchmark/benchmark.h>
 
 #include "core/cluster_parse.h"
 #include "plan/lower.h"
+#include "plan/transfer_order.h"
 #include "sim/simulator.h"
 
 namespace motley {
@@ -63,6 +65,19 @@ void BM_Simulate128Devices(benchmark::State& state) {
   state.counters["simulated_step_s"] = step;
 }
 BENCHMARK(BM_Simulate128Devices)->Unit(benchmark::kMillisecond);
+
+// The check that the step runs where transfers match in issue order (NCCL), as a GPU run does
+// before its first step.
+void BM_CheckTransferOrder128Devices(benchmark::State& state) {
+  Setup s;
+  Schedule schedule = LowerPlan(s.plan, s.cluster, s.model).value();
+  for (auto _ : state) {
+    const std::string problem = CheckTransferOrder(schedule);
+    if (!problem.empty()) state.SkipWithError(problem.c_str());
+  }
+  state.counters["ops"] = static_cast<double>(schedule.num_ops());
+}
+BENCHMARK(BM_CheckTransferOrder128Devices)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace motley

@@ -9,6 +9,7 @@
 #include "core/config_file.h"
 #include "core/toml_reader.h"
 #include "plan/lower.h"
+#include "plan/transfer_order.h"
 
 namespace motley::cli {
 namespace {
@@ -21,6 +22,8 @@ bool LooksLikePlan(const std::string& text) {
 Result<std::string> ValidatePlanFile(const std::string& file) {
   MOTLEY_ASSIGN_OR_RETURN(PlanInputs in, LoadPlanInputs(file, "", ""));
   MOTLEY_ASSIGN_OR_RETURN(Schedule s, LowerPlan(in.plan, in.cluster, in.model));
+  if (std::string problem = CheckTransferOrder(s); !problem.empty())
+    return Status::Internal(fmt::format("{}: the plan's schedule cannot run: {}", file, problem));
   return fmt::format("plan: {} groups over {} devices, {} ops", in.plan.groups.size(), in.plan.num_devices(),
                      s.num_ops());
 }

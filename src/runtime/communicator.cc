@@ -389,14 +389,33 @@ Status Communicator::Barrier(CommGroup& g) {
   return Run(fmt::format("barrier over {}", g.name), [&] { return g.pg->barrier(); });
 }
 
+Result<Communicator::Route> Communicator::RouteFor(const torch::Tensor& t, int peer, bool sending) {
+  if (peer < 0 || peer >= world_size() || peer == rank())
+    return Status::Internal(fmt::format("rank {}: a transfer with rank {} (world of {})", rank(), peer, world_size()));
+  if (!t.is_cuda()) {
+    MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(*world_, t));
+    return Route{pg, peer, 0};  // one tag: matched in order, as on NCCL
+  }
+  const int from = sending ? rank() : peer, to = sending ? peer : rank();
+  std::lock_guard<std::mutex> lock(links_mutex_);
+  auto it = links_.find({from, to});
+  if (it == links_.end()) {
+    auto nccl = MakeNcclBackend(
+        c10::make_intrusive<c10d::PrefixStore>(fmt::format("motley/link/{}-{}/nccl", from, to), store_),
+        sending ? 0 : 1, 2, config_.timeout_s);
+    if (!nccl.ok()) return nccl.status();
+    it = links_.emplace(std::make_pair(from, to), *nccl).first;
+  }
+  return Route{it->second.get(), sending ? 1 : 0, 0};
+}
+
 Result<PendingTransfer> Communicator::Send(const torch::Tensor& t, int peer, int64_t tag) {
   MOTLEY_CHECK(t.is_contiguous());
-  MOTLEY_CHECK_LE(tag, std::numeric_limits<int>::max());
   std::vector<torch::Tensor> v = {Stage(*world_, t, false, nullptr)};
   const std::string what = fmt::format("send of {} elements to rank {} (tag {})", t.numel(), peer, tag);
-  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(*world_, v[0]));  // NCCL matches by order per pair, not by tag
+  MOTLEY_ASSIGN_OR_RETURN(Route route, RouteFor(v[0], peer, true));
   try {
-    return PendingTransfer(pg->send(v, peer, static_cast<int>(tag)), what, this);
+    return PendingTransfer(route.pg->send(v, route.peer, route.tag), what, this);
   } catch (const std::exception& e) {
     return Status::IoError(fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
   }
@@ -404,13 +423,12 @@ Result<PendingTransfer> Communicator::Send(const torch::Tensor& t, int peer, int
 
 Result<PendingTransfer> Communicator::Recv(torch::Tensor& t, int peer, int64_t tag) {
   MOTLEY_CHECK(t.is_contiguous());
-  MOTLEY_CHECK_LE(tag, std::numeric_limits<int>::max());
   std::function<void()> back;
   std::vector<torch::Tensor> v = {Stage(*world_, t, true, &back)};
   const std::string what = fmt::format("receive of {} elements from rank {} (tag {})", t.numel(), peer, tag);
-  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(*world_, v[0]));
+  MOTLEY_ASSIGN_OR_RETURN(Route route, RouteFor(v[0], peer, false));
   try {
-    return PendingTransfer(pg->recv(v, peer, static_cast<int>(tag)), what, this, back);
+    return PendingTransfer(route.pg->recv(v, route.peer, route.tag), what, this, back);
   } catch (const std::exception& e) {
     return Status::IoError(fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
   }

@@ -12,11 +12,21 @@
 //
 // Gloo (libtorch 1.13) lacks reduce-scatter: it runs as all-to-all plus a local sum (the same
 // traffic). Groups must be created by every rank of the world, in the same order.
+//
+// Point-to-point transfers match in the order they are issued, on every backend: rank a's k-th
+// send to b meets b's k-th receive from a, whatever the tags (which name the transfer in errors).
+// That is NCCL's rule; Gloo is made to follow it (one tag per pair), so that CPU runs test the
+// order GPU runs rely on (plan/transfer_order.h checks that schedules keep it). On NCCL each
+// direction of a pair has its own two-rank process group, made on first use: ProcessGroupNCCL
+// puts both directions of a pair on one stream, where a's large send to b and b's to a, each
+// waiting for a receive queued behind the other, would wait forever.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,6 +114,14 @@ class Communicator {
   /// A CPU tensor that must travel through the GPU (no Gloo in this build): its GPU copy, and the
   /// completion step that copies the result back (none for inputs). Otherwise `t` itself.
   torch::Tensor Stage(CommGroup& g, const torch::Tensor& t, bool result, std::function<void()>* back);
+  /// Where a transfer between this rank and `peer` goes: the process group, the peer's rank in
+  /// it, and the tag the backend sees.
+  struct Route {
+    CommBackend* pg = nullptr;
+    int peer = -1;
+    int tag = 0;
+  };
+  Result<Route> RouteFor(const torch::Tensor& t, int peer, bool sending);
   /// Gloo (and NCCL with CommConfig::gpu) process groups for group `g` as member `index` of `size`.
   Status MakeProcessGroups(CommGroup& g, const std::string& prefix);
   /// The error for `what` failing with `e`, with DiagnoseFailure()'s verdict.
@@ -116,6 +134,8 @@ class Communicator {
   c10::intrusive_ptr<c10d::Store> store_, watch_store_;
   std::unique_ptr<CommGroup> world_;
   std::vector<std::unique_ptr<CommGroup>> groups_;
+  std::mutex links_mutex_;
+  std::map<std::pair<int, int>, c10::intrusive_ptr<CommBackend>> links_;  // NCCL, (from, to) -> group of two
   std::thread watchdog_;
   std::atomic<bool> stop_{false};
   friend class PendingTransfer;

@@ -96,6 +96,25 @@ TEST(Communicator, CollectivesAndTransfersGiveTheRightValues) {
   });
 }
 
+TEST(Communicator, TransfersMatchInTheOrderTheyAreIssuedNotByTag) {
+  // NCCL's rule on every backend: the k-th send from a to b meets b's k-th receive from a. Both
+  // directions of the pair are in flight at once (on NCCL, each has its own stream).
+  RunRanks(2, [](Communicator& c) {
+    const int peer = 1 - c.rank();
+    const float base = 10.f * static_cast<float>(c.rank());
+    torch::Tensor first = torch::full({3}, base + 1), second = torch::full({3}, base + 2);
+    PendingTransfer s1 = c.Send(first, peer, 1).value();
+    PendingTransfer s2 = c.Send(second, peer, 2).value();
+    torch::Tensor got_a = torch::empty({3}), got_b = torch::empty({3});
+    PendingTransfer r1 = c.Recv(got_a, peer, 2).value();  // tags in the other order: ignored
+    PendingTransfer r2 = c.Recv(got_b, peer, 1).value();
+    for (PendingTransfer* p : {&s1, &s2, &r1, &r2}) ASSERT_TRUE(p->Wait().ok());
+    const float theirs = 10.f * static_cast<float>(peer);
+    EXPECT_TRUE(torch::equal(got_a, torch::full({3}, theirs + 1)));
+    EXPECT_TRUE(torch::equal(got_b, torch::full({3}, theirs + 2)));
+  });
+}
+
 TEST(Communicator, AMissingRankIsNamedAtConnect) {
   Rendezvous rv;
   rv.rank = 0;

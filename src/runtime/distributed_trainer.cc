@@ -12,6 +12,7 @@
 #include "data/training_data.h"
 #include "plan/lower.h"
 #include "plan/plan_io.h"
+#include "plan/transfer_order.h"
 #include "runtime/checkpoint.h"
 #include "runtime/communicator.h"
 #include "runtime/cuda_device.h"
@@ -149,6 +150,9 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   MOTLEY_ASSIGN_OR_RETURN(Plan plan, LoadPlanFile(options.plan_path));
   MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan, job, options.plan_path));
   MOTLEY_ASSIGN_OR_RETURN(Schedule schedule, LowerPlan(plan, job.cluster, job.model));
+  // Transfers and collectives match in the order they are issued (NCCL's rule, and Gloo's here).
+  if (std::string problem = CheckTransferOrder(schedule); !problem.empty())
+    return Status::Internal(fmt::format("{}: the plan's schedule cannot run: {}", options.plan_path, problem));
   MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
   MOTLEY_ASSIGN_OR_RETURN(torch::Device rank_device, RankDevice(options.device, rv));
   SetCurrentDevice(rank_device);

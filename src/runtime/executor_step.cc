@@ -466,10 +466,11 @@ class Executor::StepRun {
     f.gather = op.kind == OpKind::kAllGather;
     int passes = 1;
     if (op.kind == OpKind::kAllGather) {
-      // On a GPU, a gather whose shard is still being prefetched starts once the copy is done
-      // (or when its result is needed): started now, it would hold the compute stream, where
-      // the gather's wait goes, behind the copy.
-      f.deferred = ex_.copies_->asynchronous() && !state.ShardArrived();
+      // On a GPU, a group of one's gather (a copy on the compute stream) whose shard is still
+      // being prefetched starts once the copy is done (or when its result is needed): started
+      // now, it would hold the compute stream behind the copy. A group's gather starts in program
+      // order, since its members' collectives match in the order they are issued (NCCL).
+      f.deferred = ex_.copies_->asynchronous() && g->size() == 1 && !state.ShardArrived();
       if (!f.deferred) MOTLEY_RETURN_IF_ERROR(StartGather(static_cast<int>(i), f));
       in_flight_[static_cast<int>(i)] = std::move(f);
       return Status::Ok();

@@ -245,10 +245,12 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
       transfers.push_back(options_.comm->Send(buffers.back(), options_.team->ranks[r.from],
                                               Tag(layer, r.attention, true, r.move)));
     }
+    // In the order the receivers send them (transfers match in order): MLP runs, then groups.
     std::vector<const UnitMove*> incoming;
-    for (size_t j = 0; j < b.moves.size(); ++j) {
+    for (size_t k = 0; k < 2 * b.moves.size(); ++k) {
+      const size_t j = k % b.moves.size();
       const UnitMove& m = b.moves[j];
-      if (m.from != me) continue;
+      if (m.from != me || m.attention != (k >= b.moves.size())) continue;
       buffers.push_back(m.attention ? torch::empty({m.count, group_rows, h}, f32) : torch::empty({m.count, 3 * h}, f32));
       transfers.push_back(
           options_.comm->Recv(buffers.back(), options_.team->ranks[m.to], Tag(layer, m.attention, true, j)));

@@ -3,10 +3,13 @@
 #include <cstdint>
 #include <random>
 
+
 #include <gtest/gtest.h>
 
 #include "core/cluster_parse.h"
 #include "plan/lower.h"
+#include "plan/plan_io.h"
+#include "plan/transfer_order.h"
 #include "sim/routing_costs.h"
 #include "sim/test_models.h"
 
@@ -441,6 +444,21 @@ TEST(Lowering, FiveHundredRandomAsymmetricPlansAreDeadlockFree) {
     ++simulated;
   }
   EXPECT_EQ(simulated, 600);
+}
+
+TEST(Lowering, RandomAsymmetricPlansRunWhereTransfersMatchInOrder) {
+  // What NCCL needs (plan/transfer_order.h): every pair's transfers and every group's collectives
+  // issued in the same order on both sides, and no wait that never ends.
+  std::mt19937 rng(2026);
+  ModelSpec m = LayerHeavyModel(12);
+  m.vocab_size = 32;
+  Cluster cluster = FastCluster(8);
+  for (int i = 0; i < 600; ++i) {
+    Plan p = RandomPlan(rng, 8, m);
+    Result<Schedule> s = LowerPlan(p, cluster, m);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    ASSERT_EQ(CheckTransferOrder(*s), "") << "plan " << i << ":\n" << PlanToToml(p);
+  }
 }
 
 }  // namespace
