@@ -26,7 +26,9 @@
 #include "core/model_parse.h"
 #include "core/units.h"
 #include "profile/cluster_profiler.h"
+#include "runtime/cuda_device.h"
 #include "runtime/link_probe.h"
+#include "runtime/rank_device.h"
 #include "runtime/rendezvous.h"
 
 namespace motley::cli {
@@ -105,12 +107,17 @@ Result<Profile> ProfileLaunched(Request& req, const Rendezvous& rv) {
     return Status::InvalidArgument(fmt::format(
         "under a launcher, motley profile needs one rank per device of {} ({} devices), but {} ranks were started",
         req.cluster.name, req.cluster.num_devices(), rv.world_size));
+  // Each rank on its own GPU when every rank of the host has one (as training runs), else the CPU.
+  MOTLEY_ASSIGN_OR_RETURN(torch::Device device, RankDevice("auto", rv));
+  SetCurrentDevice(device);
   CommConfig cc;
   cc.timeout_s = 3600;  // ranks wait for the slowest type's measurement; a dead rank still shows in seconds
+  cc.gpu = device.is_cuda();
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Connect(rv, cc));
   Profile profile;
   if (req.links) {
     LinkProbeConfig lc;
+    lc.device = device;
     if (rv.rank == 0) lc.progress = [](const std::string& s) { fmt::print("  measuring {}\n", s); std::fflush(stdout); };
     MOTLEY_ASSIGN_OR_RETURN(profile.links, MeasureLinks(*comm, req.cluster, lc));
   }

@@ -9,6 +9,7 @@
 
 #include <time.h>
 
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -41,7 +42,11 @@ class RankLikeThreads {
 
 using Clock = std::chrono::steady_clock;
 
-torch::Device Here() { return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU); }
+// The calling thread's current GPU (a launched rank's own, see runtime/rank_device.h), else the CPU.
+torch::Device Here() {
+  if (!torch::cuda::is_available()) return torch::Device(torch::kCPU);
+  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice();
+}
 
 void Sync(const torch::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize();

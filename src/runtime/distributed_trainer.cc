@@ -22,6 +22,7 @@
 #include "runtime/lr_schedule.h"
 #include "runtime/memory_ledger.h"
 #include "runtime/metrics_log.h"
+#include "runtime/rank_device.h"
 #include "sim/cost_model.h"
 #include "sim/profile.h"
 #include "sim/simulator.h"
@@ -119,21 +120,6 @@ AssembledModel Assemble(const ModelSpec& spec, const Executor::FullState& state)
     s.exp_avg_sq = state.exp_avg_sq.at(s.name);
   }
   return a;
-}
-
-// Each rank's device: its own GPU (by local rank) or the CPU. "auto" takes GPUs when every rank on
-// this host can have one (NCCL refuses two ranks on one GPU), else the CPU (emulated clusters).
-Result<torch::Device> RankDevice(const std::string& name, const Rendezvous& rv) {
-  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-  if (name == "cpu" || (name == "auto" && gpus < rv.local_world_size)) return torch::Device(torch::kCPU);
-  if (name != "cuda" && name != "auto")
-    return Status::InvalidArgument(fmt::format("--device {}: expected auto, cpu or cuda", name));
-  if (gpus < rv.local_world_size)
-    return Status::InvalidArgument(fmt::format(
-        "--device cuda: {} ranks on this host but {} GPU(s) visible; each rank needs a GPU of its own (NCCL refuses "
-        "two ranks on one GPU) — start at most {} ranks per host, or use --device cpu",
-        rv.local_world_size, gpus, gpus));
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rv.local_rank));
 }
 
 }  // namespace

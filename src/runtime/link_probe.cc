@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/units.h"
+#include "runtime/cuda_device.h"
 #include "runtime/device_emulation.h"
 
 namespace motley {
@@ -136,7 +137,7 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
     for (int64_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= 8) {
       const double predicted = nominal.latency_s + static_cast<double>(bytes) / nominal.bandwidth_bytes_per_s;
       if (sizes.size() >= 2 && predicted > config.max_transfer_s) break;
-      torch::Tensor buffer = torch::zeros({bytes / 4}, torch::kFloat32);
+      torch::Tensor buffer = torch::zeros({bytes / 4}, torch::TensorOptions().dtype(torch::kFloat32).device(config.device));
       std::vector<double> trips;
       for (int rep = 0; rep <= config.repeats; ++rep, ++tag) {
         const auto t = Clock::now();
@@ -150,6 +151,8 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
             MOTLEY_ASSIGN_OR_RETURN(PendingTransfer r, comm.Recv(buffer, peer, tag));
             MOTLEY_RETURN_IF_ERROR(r.Wait());
           }
+          // On NCCL a wait only holds the device's stream: the host waits for the device itself.
+          if (config.device.is_cuda()) SynchronizeDevice(config.device);
         }
         if (rep > 0) trips.push_back(Since(t));  // the first is a warm-up
       }

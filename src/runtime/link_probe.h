@@ -5,8 +5,9 @@
 // two devices; between two configurations: the first device of a node of each.
 //
 // Rank r is cluster device r (one rank per device, as `motley train` launches them). Transfers go
-// the way the executor sends them — paced by the device emulation on emulated clusters — so what
-// is measured is what training will see. One-way time = half the median round trip; bandwidth and
+// the way the executor sends them — from GPU memory over NCCL on GPUs (LinkProbeConfig::device),
+// paced by the device emulation on emulated clusters — so what is measured is what training will
+// see. One-way time = half the median round trip; bandwidth and
 // latency are the least-squares line through the one-way times of several message sizes.
 #pragma once
 
@@ -27,6 +28,7 @@ struct LinkProbeConfig {
   int64_t max_bytes = 64 << 20;  // largest message (sizes grow 8x from the smallest)
   double max_transfer_s = 0.05;  // skip sizes the cluster file says take longer than this one way
   int repeats = 3;               // round trips per size (the median counts), after one warm-up
+  torch::Device device = torch::kCPU;  // where the buffers live: a rank's GPU sends over NCCL, as training does
   std::function<void(const std::string&)> progress;
 };
 

@@ -1,0 +1,22 @@
+#include "runtime/rank_device.h"
+
+#include <fmt/format.h>
+
+namespace motley {
+
+Result<torch::Device> RankDevice(const std::string& name, const Rendezvous& rv, int visible_gpus) {
+  const int gpus = visible_gpus >= 0             ? visible_gpus
+                   : torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count())
+                                                 : 0;
+  if (name != "cuda" && name != "auto" && name != "cpu")
+    return Status::InvalidArgument(fmt::format("--device {}: expected auto, cpu or cuda", name));
+  if (name == "cpu" || (name == "auto" && gpus < rv.local_world_size)) return torch::Device(torch::kCPU);
+  if (gpus < rv.local_world_size)
+    return Status::InvalidArgument(fmt::format(
+        "--device cuda: {} ranks on this host but {} GPU(s) visible; each rank needs a GPU of its own (NCCL refuses "
+        "two ranks on one GPU) — start at most {} ranks per host, or use --device cpu",
+        rv.local_world_size, gpus, gpus));
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rv.local_rank));
+}
+
+}  // namespace motley

@@ -1,0 +1,37 @@
+#include "runtime/rank_device.h"
+
+#include <gtest/gtest.h>
+
+namespace motley {
+namespace {
+
+Rendezvous Host(int local_rank, int local_world_size) {
+  Rendezvous rv;
+  rv.world_size = 2 * local_world_size;
+  rv.rank = local_world_size + local_rank;  // on the second host
+  rv.local_rank = local_rank;
+  rv.local_world_size = local_world_size;
+  return rv;
+}
+
+TEST(RankDevice, EachRankTakesTheGpuOfItsLocalRankWhenEveryRankHasOne) {
+  EXPECT_EQ(RankDevice("auto", Host(2, 4), 4).value(), torch::Device(torch::kCUDA, 2));
+  EXPECT_EQ(RankDevice("cuda", Host(3, 4), 8).value(), torch::Device(torch::kCUDA, 3));
+  // Fewer GPUs than ranks on the host (an emulated cluster on a workstation): all on the CPU.
+  EXPECT_EQ(RankDevice("auto", Host(0, 4), 2).value(), torch::Device(torch::kCPU));
+  EXPECT_EQ(RankDevice("auto", Host(0, 1), 0).value(), torch::Device(torch::kCPU));
+  EXPECT_EQ(RankDevice("cpu", Host(1, 2), 2).value(), torch::Device(torch::kCPU));
+}
+
+TEST(RankDevice, InsistingOnGpusThatAreNotThereSaysHowMany) {
+  Result<torch::Device> d = RankDevice("cuda", Host(0, 4), 2);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("4 ranks on this host but 2 GPU(s) visible"), std::string::npos)
+      << d.status().message();
+  Result<torch::Device> typo = RankDevice("gpu", Host(0, 1), 1);
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("--device gpu: expected auto, cpu or cuda"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace motley
