@@ -1,6 +1,13 @@
 #include "runtime/copy_engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <thread>
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -38,10 +45,82 @@ void CopyInPieces(torch::Tensor& dst, const torch::Tensor& src, CopyLane lane) {
   }
 }
 
+// How late a worker thread starts each CPU copy: long enough that reading a copy's result without
+// waiting for it reads what was there before, not what the copy brings.
+constexpr auto kCpuCopyDelay = std::chrono::milliseconds(5);
+
+// What a CPU copy's destination holds until the copy writes it: NaN (or -1 for integers), so
+// that whatever reads it too early fails loudly instead of finding the old values in reused memory.
+void Poison(torch::Tensor& t) {
+  if (t.is_floating_point()) {
+    t.fill_(std::numeric_limits<double>::quiet_NaN());
+  } else {
+    t.fill_(-1);
+  }
+}
+
 }  // namespace
 
-CopyEngine::CopyEngine(torch::Device device) : device_(device) {
-  if (!device_.is_cuda()) return;
+// A CPU side stream: one thread running the copies queued on it, in order.
+class CopyWorker {
+ public:
+  CopyWorker() : thread_([this] { Run(); }) {}
+  ~CopyWorker() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+  std::shared_future<void> Submit(std::function<void()> copy) {
+    std::packaged_task<void()> task(std::move(copy));
+    std::shared_future<void> done = task.get_future().share();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(task));
+    }
+    wake_.notify_one();
+    return done;
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();  // an exception reaches whoever waits for the ticket
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+bool CopyTicket::finished() const {
+  if (done != nullptr) return done->query();
+  return !done_on_host.valid() || done_on_host.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+CopyEngine::~CopyEngine() = default;
+
+CopyEngine::CopyEngine(torch::Device device, bool threads) : device_(device) {
+  if (!device_.is_cuda()) {
+    threads_ = threads;
+    for (int lane = 0; lane < 2 && threads_; ++lane) {
+      host_workers_[lane] = std::make_unique<CopyWorker>();
+      device_workers_[lane] = std::make_unique<CopyWorker>();
+    }
+    return;
+  }
   if (!device_.has_index()) device_ = torch::Device(device_.type(), 0);
   c10::impl::VirtualGuardImpl impl(device_.type());
   for (int lane = 0; lane < 2; ++lane) {
@@ -54,6 +133,19 @@ torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after
                                  const torch::Tensor& reuse, CopyLane lane) {
   *done = {};
   if (!asynchronous()) return HostCopy(t);
+  if (threads_) {
+    torch::Tensor src = t.contiguous();
+    const bool fits = reuse.defined() && reuse.sizes() == src.sizes() && reuse.dtype() == src.dtype() &&
+                      reuse.is_contiguous() && reuse.is_cpu();
+    torch::Tensor host = fits ? reuse : HostEmptyLike(src);
+    done->done_on_host = host_workers_[static_cast<int>(lane)]->Submit([src, host, after]() mutable {
+      if (after.pending()) after.done_on_host.get();
+      Poison(host);
+      std::this_thread::sleep_for(kCpuCopyDelay);
+      host.copy_(src);
+    });
+    return host;
+  }
   const c10::Stream& side = *to_host_[static_cast<int>(lane)];
   c10::impl::VirtualGuardImpl impl(device_.type());
   const c10::Stream compute = impl.getStream(device_);
@@ -80,6 +172,16 @@ torch::Tensor CopyEngine::ToDevice(const torch::Tensor& host, const CopyTicket& 
                                    CopyLane lane) {
   *done = {};
   if (!asynchronous()) return host.clone();
+  if (threads_) {
+    torch::Tensor out = torch::empty(host.sizes(), host.options());  // counted by the ledger, as on a device
+    Poison(out);
+    done->done_on_host = device_workers_[static_cast<int>(lane)]->Submit([host, out, after]() mutable {
+      if (after.pending()) after.done_on_host.get();
+      std::this_thread::sleep_for(kCpuCopyDelay);
+      out.copy_(host);
+    });
+    return out;
+  }
   const c10::Stream& side = *to_device_[static_cast<int>(lane)];
   c10::impl::VirtualGuardImpl impl(device_.type());
   const c10::Stream compute = impl.getStream(device_);
@@ -101,6 +203,11 @@ torch::Tensor CopyEngine::ToDevice(const torch::Tensor& host, const CopyTicket& 
 
 void CopyEngine::Wait(CopyTicket& ticket) const {
   if (!ticket.pending()) return;
+  if (ticket.done_on_host.valid()) {
+    ticket.done_on_host.get();  // the host is this device's compute stream
+    ticket = {};
+    return;
+  }
   c10::impl::VirtualGuardImpl impl(device_.type());
   ticket.done->block(impl.getStream(device_));
   ticket = {};
@@ -108,6 +215,11 @@ void CopyEngine::Wait(CopyTicket& ticket) const {
 
 void CopyEngine::Synchronize() const {
   if (!asynchronous()) return;
+  if (threads_) {  // each worker runs in order: a copy queued now ends after all before it
+    for (const auto* workers : {host_workers_, device_workers_})
+      for (int lane = 0; lane < 2; ++lane) workers[lane]->Submit([] {}).get();
+    return;
+  }
   c10::impl::VirtualGuardImpl impl(device_.type());
   for (int lane = 0; lane < 2; ++lane) {
     impl.synchronizeStream(*to_host_[lane]);

@@ -10,12 +10,17 @@
 // on is not reused until that stream's work is done.
 //
 // On CPU the copies are plain and synchronous: offloaded copies live outside the memory ledger
-// (HostCopy), prefetched ones are new ledger-counted tensors; tickets stay empty.
+// (HostCopy), prefetched ones are new ledger-counted tensors; tickets stay empty. With
+// `threads`, CPU copies are asynchronous instead, each direction and lane a worker thread that
+// runs its copies in order (like a side stream) a little late, into a destination that holds NaN
+// until then, and Wait() blocks the host until the copy is done: the asynchronous path the executor takes on a GPU — tickets, deferred gathers,
+// reused host buffers — then runs in CPU tests, where a missing wait reads a half-made tensor.
 //
 // Device-generic c10 API only (c10::Stream, c10::Event, VirtualGuardImpl), so the same source
 // builds against the CPU-only libtorch.
 #pragma once
 
+#include <future>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -31,16 +36,23 @@ enum class CopyLane { kParams, kActivations };
 
 /// An asynchronous copy's completion; empty when there is nothing to wait for.
 struct CopyTicket {
-  std::shared_ptr<c10::Event> done;
-  bool pending() const { return done != nullptr; }
+  std::shared_ptr<c10::Event> done;       // on a GPU: recorded on the copy's side stream
+  std::shared_future<void> done_on_host;  // CPU copies on threads: the copy's task
+  bool pending() const { return done != nullptr || done_on_host.valid(); }
+  /// The copy is done (asks; never waits).
+  bool finished() const;
 };
+
+class CopyWorker;
 
 class CopyEngine {
  public:
-  explicit CopyEngine(torch::Device device);
+  /// `threads`: CPU copies on worker threads (see above); ignored on a GPU.
+  explicit CopyEngine(torch::Device device, bool threads = false);
+  ~CopyEngine();
 
   torch::Device device() const { return device_; }
-  bool asynchronous() const { return device_.is_cuda(); }
+  bool asynchronous() const { return device_.is_cuda() || threads_; }
 
   /// Starts copying `t` (on the device) to host memory once the work queued so far on the
   /// compute stream (which writes it) and `after` are done. `t` may be dropped at once. The host
@@ -71,6 +83,9 @@ class CopyEngine {
   torch::Device device_;
   // Side streams (GPU only), by lane: [kParams, kActivations].
   std::unique_ptr<c10::Stream> to_host_[2], to_device_[2];
+  // CPU copies on threads, by lane: [kParams, kActivations].
+  bool threads_ = false;
+  std::unique_ptr<CopyWorker> host_workers_[2], device_workers_[2];
   bool timed_ = false;
   std::vector<TimedCopy> timed_copies_;
 };

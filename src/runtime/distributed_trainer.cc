@@ -160,6 +160,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   config.optimizer = job.optimizer;
   config.tensor_parallel = job.tensor_parallel;
   config.stragglers = job.stragglers;
+  config.cpu_copy_threads = options.cpu_copy_threads;
   // Resuming: every rank reads the checkpoint (the weights before its ministages are cut out,
   // the moments after) — the same files a single-process run writes and reads.
   TrainerState loaded;

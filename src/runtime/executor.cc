@@ -68,7 +68,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
   for (size_t v = 0; v < ex->vstages_.size(); ++v)
     ex->vstage_of_layer_begin_[ex->vstages_[v].layers.begin] = static_cast<int>(v);
   ex->sharded_params_ = plan.zero_stage == 3 || plan.offload_params;
-  ex->copies_ = std::make_unique<CopyEngine>(config.device);
+  ex->copies_ = std::make_unique<CopyEngine>(config.device, config.cpu_copy_threads);
 
   const ModelSpec& spec = model->spec();
   if (spec.tie_embeddings && ex->vstages_.size() > 1)

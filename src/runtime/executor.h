@@ -60,6 +60,7 @@ struct ExecutorConfig {
   bool record_trace = false;  // keep every op's start and end (seconds from the step's start)
   TensorParallelConfig tensor_parallel;        // FlexTP in tensor-parallel teams (flextp_team.h)
   std::vector<EmulatedStraggler> stragglers;   // run-time slowdowns of ranks
+  bool cpu_copy_threads = false;  // tests: CPU offload copies asynchronous on threads, as on a GPU (copy_engine.h)
 };
 
 /// One step's inputs on this rank.

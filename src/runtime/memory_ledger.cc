@@ -92,14 +92,20 @@ std::string MemoryLedger::OutOfMemoryMessage(int64_t bytes) const {
                      FormatBytes(static_cast<double>(capacity_bytes_)));
 }
 
+torch::Tensor HostEmptyLike(const torch::Tensor& like) {
+  const size_t n = like.nbytes();
+  void* p = std::malloc(n == 0 ? 1 : n);
+  if (p == nullptr) throw std::bad_alloc();
+  return torch::from_blob(p, like.sizes(), [](void* q) { std::free(q); },
+                          torch::TensorOptions().dtype(like.dtype()).device(torch::kCPU));
+}
+
 torch::Tensor HostCopy(const torch::Tensor& src) {
   torch::Tensor s = src.contiguous();
   if (torch::cuda::is_available()) return s.to(torch::TensorOptions().device(torch::kCPU).pinned_memory(true), false, true);
-  const size_t n = s.nbytes();
-  void* p = std::malloc(n == 0 ? 1 : n);
-  if (p == nullptr) throw std::bad_alloc();
-  if (n > 0) std::memcpy(p, s.data_ptr(), n);
-  return torch::from_blob(p, s.sizes(), [](void* q) { std::free(q); }, s.options());
+  torch::Tensor out = HostEmptyLike(s);
+  if (s.nbytes() > 0) std::memcpy(out.data_ptr(), s.data_ptr(), s.nbytes());
+  return out;
 }
 
 }  // namespace motley

@@ -45,5 +45,7 @@ class MemoryLedger {
 /// A CPU tensor outside the ledger: host memory of an emulated device (pinned when CUDA is in use),
 /// holding a copy of `src`.
 torch::Tensor HostCopy(const torch::Tensor& src);
+/// An uninitialised CPU tensor outside the ledger (not pinned), of `like`'s shape and dtype.
+torch::Tensor HostEmptyLike(const torch::Tensor& like);
 
 }  // namespace motley

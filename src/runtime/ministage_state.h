@@ -99,7 +99,7 @@ class MinistageState {
     if (moments) copies_->Wait(moments_ready_);
   }
   /// True when no prefetch of the shard is still copying (asks the device; never waits).
-  bool ShardArrived() const { return !shard_ready_.pending() || shard_ready_.done->query(); }
+  bool ShardArrived() const { return shard_ready_.finished(); }
 
  private:
   struct Range {

@@ -35,6 +35,7 @@ struct TrainOptions {
   // Fault injection for tests: this rank kills itself halfway through this step's program (from 1).
   int die_rank = -1;
   int64_t die_at_step = 0;
+  bool cpu_copy_threads = false;  // tests: CPU offload copies asynchronous, as on a GPU (copy_engine.h)
 };
 
 /// What one rank did in a step (several processes only).
