@@ -81,6 +81,10 @@ class Executor::StepRun {
     // The step's copies and kernels are done (on a GPU the host ran ahead of them).
     ex_.copies_->Synchronize();
     if (device.is_cuda()) SynchronizeDevice(device);
+    if (!compute_spans_.empty()) {
+      report_.compute_s = 0;
+      for (const DeviceSpan& span : compute_spans_) report_.compute_s += EventSeconds(*span.start, *span.end);
+    }
     if (device_timed_) {
       ex_.copies_->set_timed(false);
       for (size_t k = 0; k < report_.trace.size(); ++k) {
@@ -201,6 +205,10 @@ class Executor::StepRun {
     const double comm_before_s = report_.comm_s + ex_.tp_comm_s_;
     const double cpu_start_s = ex_.emulation_.stretches() ? ComputeCpuSeconds() : 0.0;
     const double matmul_start_s = MatmulCpuSeconds();
+    // On a GPU the host only queues the kernels: the op's compute time is the device's, between
+    // timing events on the compute stream (after the waits for its inputs queued above).
+    std::shared_ptr<c10::Event> device_start;
+    if (IsCompute(op.kind) && ex_.config_.device.is_cuda()) device_start = RecordTimingEvent(ex_.copies_->device());
     switch (op.kind) {
       case OpKind::kForward:
         MOTLEY_RETURN_IF_ERROR(Forward(op));
@@ -257,6 +265,7 @@ class Executor::StepRun {
         ex_.emulation_.StretchCompute(elapsed - waited_s, ComputeCpuSeconds() - cpu_start_s,
                                       MatmulCpuSeconds() - matmul_start_s);
       report_.compute_s += elapsed - waited_s + Since(compute_start);
+      if (device_start) compute_spans_.push_back({device_start, RecordTimingEvent(ex_.copies_->device())});
     } else if (op.kind == OpKind::kParamPrefetch || op.kind == OpKind::kParamOffload ||
                op.kind == OpKind::kActOffload || op.kind == OpKind::kActPrefetch) {
       report_.copy_s += elapsed;
@@ -600,6 +609,7 @@ class Executor::StepRun {
   std::shared_ptr<c10::Event> origin_;
   std::map<int, std::shared_ptr<c10::Event>> op_start_event_;
   std::vector<DeviceSpan> device_spans_;  // parallel to report_.trace
+  std::vector<DeviceSpan> compute_spans_;  // on a GPU: every compute op's, on the device
 };
 
 Result<RankStepReport> Executor::RunStep(const StepInputs& in) {
