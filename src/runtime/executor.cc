@@ -145,7 +145,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
     ex->collective_group_.push_back(g->index >= 0 ? g : nullptr);
     // This rank's team: its layers run with the team's all-reduces inside.
     if (c.tensor_parallel && g->index >= 0 && !ex->tp_region_.reduce) {
-      ex->tp_region_ = MakeTensorParallelRegion(comm, g, &ex->tp_comm_s_);
+      ex->tp_region_ = MakeTensorParallelRegion(comm, g, &ex->tp_clock_);
       if (config.tensor_parallel.mode != "off") {
         FlexTpTeam::Options o;
         o.config = config.tensor_parallel;
@@ -154,7 +154,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
         o.index = ex->tp_index_;
         o.comm = comm;
         o.team = g;
-        o.comm_s = &ex->tp_comm_s_;
+        o.clock = &ex->tp_clock_;
         int64_t visits = 0, backwards = 0;
         for (const Op& op : schedule.programs[ex->rank_].ops) {
           if (op.kind != OpKind::kBackward) continue;

@@ -43,6 +43,7 @@
 #include "plan/plan.h"
 #include "plan/schedule.h"
 #include "runtime/communicator.h"
+#include "runtime/comm_clock.h"
 #include "runtime/copy_engine.h"
 #include "runtime/device_emulation.h"
 #include "runtime/flextp_team.h"
@@ -141,7 +142,7 @@ class Executor {
   // Tensor parallelism (tensor_parallel.h): this rank's place in its team and the team's region.
   int tp_degree_ = 1, tp_index_ = 0, first_rank_ = 0;
   TensorParallelRegion tp_region_;
-  double tp_comm_s_ = 0;                  // time inside the team's all-reduces (counted as communication)
+  CommClock tp_clock_;                    // time inside the team's all-reduces and FlexTP's moves (communication)
   std::unique_ptr<FlexTpTeam> flextp_;    // mode != off
   double last_compute_s_ = 0;             // the last step's compute time (FlexTP's straggler detection)
 };

@@ -202,7 +202,7 @@ class Executor::StepRun {
     const auto t = Clock::now();
     const double op_start_s = Since(start_);
     // Waits for received data and the tensor-parallel all-reduces inside the op count as communication.
-    const double comm_before_s = report_.comm_s + ex_.tp_comm_s_;
+    const double comm_before_s = report_.comm_s + ex_.tp_clock_.host_s();
     const double cpu_start_s = ex_.emulation_.stretches() ? ComputeCpuSeconds() : 0.0;
     const double matmul_start_s = MatmulCpuSeconds();
     // On a GPU the host only queues the kernels: the op's compute time is the device's, between
@@ -259,7 +259,7 @@ class Executor::StepRun {
     }
     double elapsed = Since(t);
     if (IsCompute(op.kind)) {
-      const double waited_s = report_.comm_s + ex_.tp_comm_s_ - comm_before_s;
+      const double waited_s = report_.comm_s + ex_.tp_clock_.host_s() - comm_before_s;
       const auto compute_start = Clock::now();
       if (ex_.emulation_.stretches())
         ex_.emulation_.StretchCompute(elapsed - waited_s, ComputeCpuSeconds() - cpu_start_s,
@@ -619,11 +619,15 @@ Result<RankStepReport> Executor::RunStep(const StepInputs& in) {
       (s.slows == "matmul" ? matmul_slowdown : slowdown) *= s.slowdown;
   emulation_.set_slowdown(slowdown);
   emulation_.set_matmul_slowdown(matmul_slowdown);
-  tp_comm_s_ = 0;
+  tp_clock_.Reset();
   if (flextp_) MOTLEY_RETURN_IF_ERROR(flextp_->BeginStep(in.step, last_compute_s_));
   StepRun run(*this, in);
   MOTLEY_ASSIGN_OR_RETURN(RankStepReport report, run.Run());
-  report.comm_s += tp_comm_s_;
+  // On a GPU the waits inside compute ops are device time within the compute ops' spans (the
+  // device is done with the step here); on CPU the host time, already left out of compute.
+  const double device_waits_s = tp_clock_.DeviceSeconds();
+  report.compute_s -= device_waits_s;
+  report.comm_s += tp_clock_.host_s() + device_waits_s;
   last_compute_s_ = report.compute_s;
   if (flextp_) {
     report.pruned_fraction = flextp_->pruned_fraction();

@@ -40,12 +40,6 @@ FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const
   return c;
 }
 
-void FlexTpTeam::AddCommTime(std::chrono::steady_clock::time_point start) {
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  migration_s_ += s;
-  if (options_.comm_s != nullptr) *options_.comm_s += s;
-}
-
 FlexTpTeam::FlexTpTeam(Options options)
     : options_(std::move(options)), balancer_(options_.config, options_.tp, options_.costs) {
   MOTLEY_CHECK(options_.comm != nullptr && options_.team != nullptr);
@@ -54,9 +48,11 @@ FlexTpTeam::FlexTpTeam(Options options)
 Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
   step_ = step;
   // Each rank's compute time and time in the migration's broadcasts and returns, last step.
-  torch::Tensor mine = torch::tensor({last_compute_s, migration_s_}, torch::kFloat64);
+  // (The last step's device work is done: the executor waited for it.)
+  const double migration_s = migration_clock_.host_s() + migration_clock_.DeviceSeconds();
+  migration_clock_.Reset();
+  torch::Tensor mine = torch::tensor({last_compute_s, migration_s}, torch::kFloat64);
   torch::Tensor all = torch::empty({2 * options_.tp}, torch::kFloat64);
-  migration_s_ = 0;
   MOTLEY_RETURN_IF_ERROR(options_.comm->AllGather(*options_.team, mine, all));
   std::vector<double> times, migration;
   for (int r = 0; r < options_.tp; ++r) {
@@ -139,14 +135,16 @@ int64_t FlexTpTeam::Tag(int layer, bool attention, bool gradients, size_t move) 
          static_cast<int64_t>(move);
 }
 
-Status FlexTpTeam::WaitAll(std::vector<Result<PendingTransfer>>& transfers) {
-  const auto start = std::chrono::steady_clock::now();
+Status FlexTpTeam::WaitAll(std::vector<Result<PendingTransfer>>& transfers, const torch::Device& device) {
+  const CommClock::Mark start = migration_clock_.Start(device);
+  const CommClock::Mark start_for_executor = options_.clock != nullptr ? options_.clock->Start(device) : start;
   Status first = Status::Ok();
   for (auto& t : transfers) {
     Status s = t.ok() ? t->Wait() : t.status();
     if (!s.ok() && first.ok()) first = s;
   }
-  AddCommTime(start);
+  migration_clock_.Stop(start, device);
+  if (options_.clock != nullptr) options_.clock->Stop(start_for_executor, device);
   return first;
 }
 
@@ -172,7 +170,7 @@ torch::Tensor FlexTpTeam::Borrow(int layer, bool attention, const torch::Tensor&
       at += m.count;
     }
   }
-  Status st = WaitAll(transfers);
+  Status st = WaitAll(transfers, options.device());
   if (!st.ok()) throw std::runtime_error(fmt::format("FlexTP migration: {}", st.message()));
   return rows.empty() ? torch::Tensor() : torch::cat(rows, 0);
 }
@@ -256,7 +254,7 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
           options_.comm->Recv(buffers.back(), options_.team->ranks[m.to], Tag(layer, m.attention, true, j)));
       incoming.push_back(&m);
     }
-    MOTLEY_RETURN_IF_ERROR(WaitAll(transfers));
+    MOTLEY_RETURN_IF_ERROR(WaitAll(transfers, l.device));
     for (size_t i = 0; i < incoming.size(); ++i) {
       const UnitMove& m = *incoming[i];
       const torch::Tensor& g = buffers[l.borrowed.size() + i];

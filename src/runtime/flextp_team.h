@@ -23,6 +23,7 @@
 #include "core/job.h"
 #include "core/model.h"
 #include "core/status.h"
+#include "runtime/comm_clock.h"
 #include "runtime/communicator.h"
 #include "runtime/flextp_balancer.h"
 #include "runtime/layer_work.h"
@@ -39,7 +40,7 @@ class FlexTpTeam {
     Communicator* comm = nullptr;
     CommGroup* team = nullptr;  // the team's communicator group (its ranks in team order)
     FlexTpCosts costs;
-    double* comm_s = nullptr;  // accumulates the time in the moves of units and their gradient returns
+    CommClock* clock = nullptr;  // accumulates the time in the moves of units and their gradient returns
   };
   explicit FlexTpTeam(Options options);
 
@@ -90,17 +91,17 @@ class FlexTpTeam {
   // sent by its owner (`own_rows`: this rank's, when it is one); their runs go to `out`.
   torch::Tensor Borrow(int layer, bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
                        torch::TensorOptions options, std::vector<Borrowed>* out);
-  void AddCommTime(std::chrono::steady_clock::time_point start);
   // The tag of move `move`'s transfer for `layer`: its weights out, or its gradients back.
   static int64_t Tag(int layer, bool attention, bool gradients, size_t move);
-  // Waits for `transfers`, counting the time as communication; the first failure, if any.
-  Status WaitAll(std::vector<Result<PendingTransfer>>& transfers);
+  // Waits for `transfers` (of tensors on `device`), counting the time as communication; the first
+  // failure, if any.
+  Status WaitAll(std::vector<Result<PendingTransfer>>& transfers, const torch::Device& device);
   torch::Tensor Keep(Layer& l, double ratio, torch::Device device);
 
   Options options_;
   FlexTpBalancer balancer_;
   int64_t step_ = 0;
-  double migration_s_ = 0;  // this step's time in the migration's moves and gradient returns
+  CommClock migration_clock_;  // this step's time in the migration's moves and gradient returns
   std::map<int, Layer> layers_;
   std::map<int, double> layer_ratio_;  // this step's pruning ratio per layer (this rank)
 };

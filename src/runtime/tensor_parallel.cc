@@ -15,15 +15,15 @@ using torch::autograd::variable_list;
 struct RegionGroup {
   Communicator* comm;
   CommGroup* group;
-  double* comm_s;
+  CommClock* clock;
 };
 
 torch::Tensor SumOverGroup(const RegionGroup& g, const torch::Tensor& x) {
   // Gloo (libtorch 1.13) cannot reduce bf16: reduce in fp32 and cast back.
   torch::Tensor t = x.scalar_type() == torch::kBFloat16 ? x.to(torch::kFloat32) : x.contiguous().clone();
-  const auto start = std::chrono::steady_clock::now();
+  const CommClock::Mark start = g.clock != nullptr ? g.clock->Start(t.device()) : CommClock::Mark{};
   Status s = g.comm->AllReduceSum(*g.group, t);
-  if (g.comm_s != nullptr) *g.comm_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (g.clock != nullptr) g.clock->Stop(start, t.device());
   if (!s.ok()) throw std::runtime_error(fmt::format("tensor-parallel all-reduce: {}", s.message()));
   return t.to(x.scalar_type());
 }
@@ -120,8 +120,8 @@ torch::Tensor JoinLayerWeight(const ModelSpec& spec, size_t k, const std::vector
   return torch::cat(slices, s.dim);
 }
 
-TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group, double* comm_s) {
-  auto g = std::make_shared<RegionGroup>(RegionGroup{comm, group, comm_s});
+TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group, CommClock* clock) {
+  auto g = std::make_shared<RegionGroup>(RegionGroup{comm, group, clock});
   const auto address = static_cast<int64_t>(reinterpret_cast<intptr_t>(g.get()));
   TensorParallelRegion r;
   r.enter = [g, address](const torch::Tensor& x) { return EnterRegion::apply(x, address); };

@@ -17,6 +17,7 @@
 
 #include "core/model.h"
 #include "core/status.h"
+#include "runtime/comm_clock.h"
 #include "runtime/communicator.h"
 #include "runtime/llama_model.h"
 
@@ -46,7 +47,7 @@ torch::Tensor JoinLayerWeight(const ModelSpec& spec, size_t k, const std::vector
 
 /// The region boundaries over `group` (a tensor-parallel group of the communicator). A failed
 /// all-reduce throws (inside autograd there is no Status to return); the message names the group.
-/// `comm_s` (optional) accumulates the wall time spent in the all-reduces.
-TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group, double* comm_s = nullptr);
+/// `clock` (optional) accumulates the time spent in the all-reduces.
+TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group, CommClock* clock = nullptr);
 
 }  // namespace motley
