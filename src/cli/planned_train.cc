@@ -18,6 +18,8 @@
 #include "plan/plan_io.h"
 #include "cli/link_measurement.h"
 #include "profile/cluster_profiler.h"
+#include "profile/device_probe.h"
+#include "runtime/rank_device.h"
 #include "sim/plan_evaluator.h"
 #include "sim/profile_calibration.h"
 #include "sim/routing_costs.h"
@@ -77,8 +79,11 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
     return kExitFailure;
   };
   const TrainingConfig& tc = job.training;
-  fmt::print("{} devices in {}: measure, plan, then launch one rank per device\n", job.cluster.num_devices(),
-             job.cluster.name);
+  const LocalDevices here = ProbeLocalDevices();
+  if (Status s = CheckClusterFitsThisHost(job.cluster, here.num_cuda_devices, job_arg); !s.ok()) return fail(s);
+  fmt::print("{} devices in {}: measure, plan, then launch one rank per device{}\n", job.cluster.num_devices(),
+             job.cluster.name,
+             !job.cluster.emulated() && here.num_cuda_devices == 0 ? " (no GPU here: CPU ranks stand in for them)" : "");
   // 1. The profile.
   Profile profile;
   if (!job.plan.profile.empty()) {

@@ -8,8 +8,10 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <torch/cuda.h>
 
 #include "core/file_io.h"
+#include "runtime/cuda_device.h"
 
 namespace motley {
 namespace fs = std::filesystem;
@@ -61,8 +63,17 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
         layers.background_speed_factors.push_back(emu != nullptr ? emu->speed_factor : 1.0);
       }
     }
+    // On a host with GPUs, by itself (not under a launcher): each type on the GPU its first device
+    // will train on (rank r = device r = local GPU r), as `motley train` launches them.
+    if (options.only_types.empty() && ProfilingDevice().is_cuda() && !cluster.emulated())
+      for (const auto& [t, first] : DeviceTypesByFirstDevice(cluster))
+        if (t == type && first < static_cast<int>(torch::cuda::device_count()))
+          SetCurrentDevice(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(first)));
+    // What measured it is part of the key: a CPU's stand-in figures for a GPU type (an emulated or
+    // CPU-only run, say on a cluster's login node sharing the home directory) are not the GPU's.
     const std::string key =
-        fmt::format("v5|{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}", type, model.hidden_size,
+        fmt::format("v6|{}|on-{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}", type,
+                    ProfilingDevice().is_cuda() ? "cuda" : "cpu", model.hidden_size,
                     model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_size, model.vocab_size,
                     model.tie_embeddings, seq_len, PrecisionName(precision), memory_bytes,
                     fmt::join(options.layers.microbatches, ","), options.layers.repeats,

@@ -42,11 +42,6 @@ class RankLikeThreads {
 
 using Clock = std::chrono::steady_clock;
 
-// The calling thread's current GPU (a launched rank's own, see runtime/rank_device.h), else the CPU.
-torch::Device Here() {
-  if (!torch::cuda::is_available()) return torch::Device(torch::kCPU);
-  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice();
-}
 
 void Sync(const torch::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize();
@@ -126,7 +121,7 @@ bool TrainingStepFits(const ModelSpec& model, int64_t seq_len, Precision precisi
   ledger.set_capacity_bytes(capacity_bytes > 0 ? ledger.used_bytes() + capacity_bytes : 0);
   bool fits = true;
   try {
-    const torch::Device d = Here();
+    const torch::Device d = ProfilingDevice();
     LlamaModel m(model, 1);
     m->to(d);
     m->set_compute_dtype(ComputeDtype(precision));
@@ -195,6 +190,11 @@ int64_t MaxMicrobatch(const ModelSpec& model, int64_t seq_len, Precision precisi
   return lo;
 }
 
+c10::Device ProfilingDevice() {
+  if (!torch::cuda::is_available()) return torch::Device(torch::kCPU);
+  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice();  // a launched rank's own
+}
+
 Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const ModelSpec& model, int64_t seq_len,
                                        Precision precision, int64_t memory_bytes, const LayerProfilerConfig& config,
                                        const std::function<void(const std::string&)>& progress) {
@@ -214,7 +214,7 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
     return Status::OutOfMemory(fmt::format("{}: not even one sequence of {} tokens of {} fits in its memory",
                                            device_type, seq_len, model.name));
 
-  const torch::Device d = Here();
+  const torch::Device d = ProfilingDevice();
   RankLikeThreads threads(d);
   LlamaModel m(model, 1);
   m->to(d);

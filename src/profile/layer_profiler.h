@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/Device.h>
+
 #include "core/model.h"
 #include "core/status.h"
 #include "sim/profile.h"
@@ -44,8 +46,10 @@ bool TrainingStepFits(const ModelSpec& model, int64_t seq_len, Precision precisi
 int64_t MaxMicrobatch(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t capacity_bytes,
                       int64_t cap);
 
-/// Measures a device type (this process's device: CPU, or CUDA when present). `progress` is
-/// told what is being measured.
+/// The device ProfileDeviceType measures on: the calling thread's current GPU, else the CPU.
+c10::Device ProfilingDevice();
+
+/// Measures a device type on ProfilingDevice(). `progress` is told what is being measured.
 Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const ModelSpec& model, int64_t seq_len,
                                        Precision precision, int64_t memory_bytes, const LayerProfilerConfig& config,
                                        const std::function<void(const std::string&)>& progress = {});

@@ -19,4 +19,15 @@ Result<torch::Device> RankDevice(const std::string& name, const Rendezvous& rv, 
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rv.local_rank));
 }
 
+Status CheckClusterFitsThisHost(const Cluster& cluster, int visible_gpus, const std::string& job_file) {
+  const int devices = cluster.num_devices();
+  if (cluster.emulated() || visible_gpus == 0 || visible_gpus >= devices) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "cluster {} has {} devices but this host sees {} GPU(s): its ranks cannot all start here. On several hosts, "
+      "plan here (motley plan --cluster ... -o plan.toml, or take the plan.toml a run wrote beside its checkpoints) "
+      "and start one rank per device on every host: torchrun --nnodes N --nproc-per-node G --no-python motley train "
+      "{} --plan plan.toml (or srun / mpirun)",
+      cluster.name, devices, visible_gpus, job_file.empty() ? "JOB" : job_file));
+}
+
 }  // namespace motley

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/cluster_parse.h"
+
 namespace motley {
 namespace {
 
@@ -31,6 +33,24 @@ TEST(RankDevice, InsistingOnGpusThatAreNotThereSaysHowMany) {
   Result<torch::Device> typo = RankDevice("gpu", Host(0, 1), 1);
   ASSERT_FALSE(typo.ok());
   EXPECT_NE(typo.status().message().find("--device gpu: expected auto, cpu or cuda"), std::string::npos);
+}
+
+TEST(RankDevice, AClusterOfMoreGpusThanThisHostHasSaysHowToStartItsRanks) {
+  const Cluster gpus = ParseClusterToml(R"(name = "two-nodes"
+[[nodes]]
+name = "n"
+device = "h100-sxm"
+count = 8
+replicas = 2
+nic_bandwidth = "400Gbps"
+)", "c.toml").value();
+  EXPECT_TRUE(CheckClusterFitsThisHost(gpus, 16, "job.toml").ok());
+  EXPECT_TRUE(CheckClusterFitsThisHost(gpus, 0, "job.toml").ok());  // CPU ranks stand in for the GPUs
+  const Status s = CheckClusterFitsThisHost(gpus, 8, "job.toml");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cluster two-nodes has 16 devices but this host sees 8 GPU(s)"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("--no-python motley train job.toml --plan plan.toml"), std::string::npos);
 }
 
 }  // namespace
