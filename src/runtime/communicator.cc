@@ -83,7 +83,7 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(const Rendezvous& rv
   c->rv_ = rv;
   c->config_ = config;
   try {
-    c->store_ = ConnectStore(rv, rv.rank == 0, config.connect_timeout_s);
+    c->store_ = ConnectStore(rv, rv.launcher_rank == 0, config.connect_timeout_s);
     // Wait until every rank has arrived, so that a missing one is reported by name.
     c->store_->add(fmt::format("motley/arrived/{}", rv.rank), 1);
     const auto deadline = Clock::now() + Ms(config.connect_timeout_s);
@@ -121,7 +121,7 @@ Communicator::~Communicator() {
       // watchdogs do not take its exit for a crash. A rank whose heartbeat stood still for three
       // intervals is dead or hung: not waited for.
       const auto patience = Ms(3 * config_.heartbeat_interval_s + 0.5);
-      for (int r = 0; rv_.rank == 0 && r < rv_.world_size;) {
+      for (int r = 0; rv_.launcher_rank == 0 && r < rv_.world_size;) {
         int64_t beat = store_->add(HeartbeatKey(r), 0);
         auto since = Clock::now();
         while (store_->add(DoneKey(r), 0) == 0) {
@@ -167,8 +167,9 @@ void Communicator::Watch() {
       }
     } catch (const std::exception& e) {
       if (stop_) return;
-      fmt::print(stderr, "motley: rank {}: rank 0 (the rendezvous store at {}:{}) is unreachable: it crashed or was "
-                         "killed; exiting\n",
+      fmt::print(stderr,
+                 "motley: rank {}: the launcher's rank 0 (the rendezvous store at {}:{}) is unreachable: it crashed "
+                 "or was killed; exiting\n",
                  rv_.rank, rv_.master_addr, rv_.master_port);
       std::fflush(stderr);
       std::_Exit(3);
@@ -190,7 +191,7 @@ std::string Communicator::DiagnoseFailure() {
     if (stopped.empty()) return "every rank still beats: a network problem or a mismatched schedule";
     return fmt::format("rank(s) {} stopped responding", fmt::join(stopped, ", "));
   } catch (const std::exception&) {
-    return "rank 0 (the rendezvous store) is unreachable";
+    return "the launcher's rank 0 (the rendezvous store) is unreachable";
   }
 }
 

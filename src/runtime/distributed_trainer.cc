@@ -140,6 +140,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   if (std::string problem = CheckTransferOrder(schedule); !problem.empty())
     return Status::Internal(fmt::format("{}: the plan's schedule cannot run: {}", options.plan_path, problem));
   MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
+  rv.rank = PlanRankOf(schedule, job.cluster, rv.launcher_rank, rv.world_size);  // each device runs its own part
   MOTLEY_ASSIGN_OR_RETURN(torch::Device rank_device, RankDevice(options.device, rv));
   SetCurrentDevice(rank_device);
   CommConfig comm_config;

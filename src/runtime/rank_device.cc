@@ -19,6 +19,15 @@ Result<torch::Device> RankDevice(const std::string& name, const Rendezvous& rv, 
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rv.local_rank));
 }
 
+int PlanRankOf(const Schedule& schedule, const Cluster& cluster, int launcher_rank, int world_size) {
+  if (cluster.emulated() || world_size != cluster.num_devices() ||
+      static_cast<int>(schedule.programs.size()) != world_size)
+    return launcher_rank;
+  for (const Program& p : schedule.programs)
+    if (p.device == launcher_rank) return p.rank;
+  return launcher_rank;
+}
+
 Status CheckClusterFitsThisHost(const Cluster& cluster, int visible_gpus, const std::string& job_file) {
   const int devices = cluster.num_devices();
   if (cluster.emulated() || visible_gpus == 0 || visible_gpus >= devices) return Status::Ok();

@@ -53,5 +53,37 @@ nic_bandwidth = "400Gbps"
   EXPECT_NE(s.message().find("--no-python motley train job.toml --plan plan.toml"), std::string::npos);
 }
 
+TEST(RankDevice, OnRealDevicesEachProcessRunsItsOwnDevicesProgram) {
+  // Launcher rank q sits on cluster device q; the plan lists the A100s (devices 2, 3) first.
+  const Cluster real = ParseClusterToml(R"(name = "mixed"
+[[nodes]]
+name = "h"
+device = "h100-sxm"
+count = 2
+nic_bandwidth = "100Gbps"
+[[nodes]]
+name = "a"
+device = "a100-80gb"
+count = 2
+nic_bandwidth = "100Gbps"
+)", "c.toml").value();
+  Schedule s;
+  for (int device : {2, 3, 0, 1}) {
+    Program p;
+    p.rank = static_cast<int32_t>(s.programs.size());
+    p.device = device;
+    s.programs.push_back(p);
+  }
+  EXPECT_EQ(PlanRankOf(s, real, 0, 4), 2);  // process 0 (an H100) runs the plan's rank 2 (device 0)
+  EXPECT_EQ(PlanRankOf(s, real, 3, 4), 1);
+  // A plan over some of the devices, or an emulated cluster: the launcher's rank.
+  EXPECT_EQ(PlanRankOf(s, real, 1, 3), 1);
+  Cluster emulated = real;
+  emulated.nodes[0].emulation.assign(2, EmulationConfig{});
+  emulated.Finalize();
+  ASSERT_TRUE(emulated.emulated());
+  EXPECT_EQ(PlanRankOf(s, emulated, 0, 4), 0);
+}
+
 }  // namespace
 }  // namespace motley

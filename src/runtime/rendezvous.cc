@@ -51,6 +51,7 @@ Result<Rendezvous> RendezvousFromEnv(const GetEnv& getenv) {
                                                getenv(found->rank) ? found->world : found->rank, found->source));
   MOTLEY_ASSIGN_OR_RETURN(r.world_size, ReadInt(getenv, found->world, 1, 1 << 20));
   MOTLEY_ASSIGN_OR_RETURN(r.rank, ReadInt(getenv, found->rank, 0, r.world_size - 1));
+  r.launcher_rank = r.rank;
   if (getenv(found->local_rank) != nullptr) {
     MOTLEY_ASSIGN_OR_RETURN(r.local_rank, ReadInt(getenv, found->local_rank, 0, r.world_size - 1));
   }

@@ -13,7 +13,8 @@
 namespace motley {
 
 struct Rendezvous {
-  int rank = 0;
+  int rank = 0;           // this process's rank in the run (a plan may renumber it: PlanRankOf)
+  int launcher_rank = 0;  // the rank the launcher gave it: 0 hosts the rendezvous store at MASTER_ADDR
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;

@@ -20,6 +20,7 @@ inline void RunRanks(int world, const std::function<void(Communicator&)>& body, 
     threads.emplace_back([=] {
       Rendezvous rv;
       rv.rank = r;
+      rv.launcher_rank = r;
       rv.world_size = world;
       rv.master_port = port;
       CommConfig config;
