@@ -80,10 +80,11 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
   };
   const TrainingConfig& tc = job.training;
   const LocalDevices here = ProbeLocalDevices();
-  if (Status s = CheckClusterFitsThisHost(job.cluster, here.num_cuda_devices, job_arg); !s.ok()) return fail(s);
+  const bool on_cpu = options.device == "cpu" || here.num_cuda_devices == 0;
+  if (!on_cpu)
+    if (Status s = CheckClusterFitsThisHost(job.cluster, here.num_cuda_devices, job_arg); !s.ok()) return fail(s);
   fmt::print("{} devices in {}: measure, plan, then launch one rank per device{}\n", job.cluster.num_devices(),
-             job.cluster.name,
-             !job.cluster.emulated() && here.num_cuda_devices == 0 ? " (no GPU here: CPU ranks stand in for them)" : "");
+             job.cluster.name, !job.cluster.emulated() && on_cpu ? " (CPU ranks stand in for them)" : "");
   // 1. The profile.
   Profile profile;
   if (!job.plan.profile.empty()) {

@@ -35,7 +35,7 @@ Status CheckClusterFitsThisHost(const Cluster& cluster, int visible_gpus, const 
       "cluster {} has {} devices but this host sees {} GPU(s): its ranks cannot all start here. On several hosts, "
       "plan here (motley plan --cluster ... -o plan.toml, or take the plan.toml a run wrote beside its checkpoints) "
       "and start one rank per device on every host: torchrun --nnodes N --nproc-per-node G --no-python motley train "
-      "{} --plan plan.toml (or srun / mpirun)",
+      "{} --plan plan.toml (or srun / mpirun); or let CPU ranks stand in for the devices here: --device cpu",
       cluster.name, devices, visible_gpus, job_file.empty() ? "JOB" : job_file));
 }
 
