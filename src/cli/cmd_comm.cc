@@ -1,4 +1,4 @@
-// motley comm check [--size-mb S] [--iterations N]: run under a launcher (motley launch, torchrun
+// motley comm check [--size-mb S] [--iterations N] [--device auto|cpu|cuda]: run under a launcher (motley launch, torchrun
 // --no-python, srun, mpirun); every rank checks collectives and transfers for correct values and
 // measures all-reduce bandwidth.
 #include <cstdint>
@@ -11,6 +11,8 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "runtime/communicator.h"
+#include "runtime/cuda_device.h"
+#include "runtime/rank_device.h"
 
 namespace motley::cli {
 namespace {
@@ -19,26 +21,26 @@ Status Check(bool ok, const std::string& what) {
   return ok ? Status::Ok() : Status::Internal(fmt::format("{} gave wrong values", what));
 }
 
-Status CheckCollectives(Communicator& c) {
+Status CheckCollectives(Communicator& c, const torch::TensorOptions& on) {
   const int r = c.rank(), w = c.world_size();
-  torch::Tensor sum = torch::full({8}, r + 1.0f);
+  torch::Tensor sum = torch::full({8}, r + 1.0f, on);
   MOTLEY_RETURN_IF_ERROR(c.AllReduceSum(c.world(), sum));
-  MOTLEY_RETURN_IF_ERROR(Check(torch::equal(sum, torch::full({8}, w * (w + 1) / 2.0f)), "all-reduce"));
-  torch::Tensor gathered = torch::empty({2 * w});
-  MOTLEY_RETURN_IF_ERROR(c.AllGather(c.world(), torch::full({2}, static_cast<float>(r)), gathered));
+  MOTLEY_RETURN_IF_ERROR(Check(torch::equal(sum.cpu(), torch::full({8}, w * (w + 1) / 2.0f)), "all-reduce"));
+  torch::Tensor gathered = torch::empty({2 * w}, on);
+  MOTLEY_RETURN_IF_ERROR(c.AllGather(c.world(), torch::full({2}, static_cast<float>(r), on), gathered));
   MOTLEY_RETURN_IF_ERROR(
-      Check(torch::equal(gathered, torch::arange(w, torch::kFloat32).repeat_interleave(2)), "all-gather"));
-  torch::Tensor in = torch::arange(2 * w, torch::kFloat32) + r, out = torch::empty({2});
+      Check(torch::equal(gathered.cpu(), torch::arange(w, torch::kFloat32).repeat_interleave(2)), "all-gather"));
+  torch::Tensor in = torch::arange(2 * w, on) + r, out = torch::empty({2}, on);
   MOTLEY_RETURN_IF_ERROR(c.ReduceScatterSum(c.world(), in, out));
   const float base = w * (w - 1) / 2.0f;
   MOTLEY_RETURN_IF_ERROR(
-      Check(torch::equal(out, torch::tensor({w * 2.0f * r + base, w * (2.0f * r + 1) + base})), "reduce-scatter"));
-  torch::Tensor mine = torch::full({16}, static_cast<float>(r)), got = torch::empty({16});
+      Check(torch::equal(out.cpu(), torch::tensor({w * 2.0f * r + base, w * (2.0f * r + 1) + base})), "reduce-scatter"));
+  torch::Tensor mine = torch::full({16}, static_cast<float>(r), on), got = torch::empty({16}, on);
   MOTLEY_ASSIGN_OR_RETURN(PendingTransfer send, c.Send(mine, (r + 1) % w, 1));
   MOTLEY_ASSIGN_OR_RETURN(PendingTransfer recv, c.Recv(got, (r + w - 1) % w, 1));
   MOTLEY_RETURN_IF_ERROR(send.Wait());
   MOTLEY_RETURN_IF_ERROR(recv.Wait());
-  return Check(torch::equal(got, torch::full({16}, static_cast<float>((r + w - 1) % w))), "send/recv ring");
+  return Check(torch::equal(got.cpu(), torch::full({16}, static_cast<float>((r + w - 1) % w))), "send/recv ring");
 }
 
 }  // namespace
@@ -50,6 +52,10 @@ int RunComm(const std::vector<std::string>& args) {
   CLI::App* check = app.add_subcommand("check", "verify collectives and transfers, measure all-reduce bandwidth");
   double size_mb = 4, timeout_s = 120, die_after_s = 0;
   int iterations = 5, die_rank = -1;
+  std::string device_name = "auto";
+  check->add_option("--device", device_name,
+                    "auto (each rank its GPU when every rank of the host has one: NCCL), cpu (Gloo) or cuda")
+      ->capture_default_str();
   check->add_option("--size-mb", size_mb, "all-reduce payload for the bandwidth test")->capture_default_str();
   check->add_option("--iterations", iterations, "timed all-reduces")->capture_default_str();
   check->add_option("--timeout", timeout_s, "seconds one operation may take")->capture_default_str();
@@ -63,14 +69,19 @@ int RunComm(const std::vector<std::string>& args) {
   };
   Result<Rendezvous> rv = RendezvousFromEnv();
   if (!rv.ok()) return fail(rv.status());
+  Result<torch::Device> device = RankDevice(device_name, *rv);
+  if (!device.ok()) return fail(device.status());
+  SetCurrentDevice(*device);
   CommConfig config;
   config.timeout_s = timeout_s;
+  config.gpu = device->is_cuda();
   Result<std::unique_ptr<Communicator>> comm = Communicator::Connect(*rv, config);
   if (!comm.ok()) return fail(comm.status());
   Communicator& c = **comm;
-  if (Status s = CheckCollectives(c); !s.ok()) return fail(s);
+  const auto on = torch::TensorOptions().dtype(torch::kFloat32).device(*device);
+  if (Status s = CheckCollectives(c, on); !s.ok()) return fail(s);
 
-  torch::Tensor payload = torch::ones({static_cast<int64_t>(size_mb * 1e6 / 4)});
+  torch::Tensor payload = torch::ones({static_cast<int64_t>(size_mb * 1e6 / 4)}, on);
   const auto start = std::chrono::steady_clock::now();
   double elapsed = 0;
   for (int i = 0; i < iterations; ++i) {
@@ -78,15 +89,16 @@ int RunComm(const std::vector<std::string>& args) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= die_after_s)
       ::raise(SIGKILL);
     if (Status s = c.AllReduceSum(c.world(), payload); !s.ok()) return fail(s);
+    if (device->is_cuda()) SynchronizeDevice(*device);  // NCCL's wait holds only the stream
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   const int w = c.world_size();
   const double bus_gbps = iterations > 0 && elapsed > 0
                               ? 2.0 * (w - 1) / w * payload.numel() * 4 * iterations * 8 / elapsed / 1e9
                               : 0.0;
-  fmt::print("rank {}/{} ({}): collectives ok; all-reduce of {:.1f} MB x {}: {:.1f} ms each, {:.2f} Gbit/s bus\n",
-             c.rank(), w, rv->source, size_mb, iterations, iterations > 0 ? 1e3 * elapsed / iterations : 0.0,
-             bus_gbps);
+  fmt::print("rank {}/{} ({}, {}): collectives ok; all-reduce of {:.1f} MB x {}: {:.1f} ms each, {:.2f} Gbit/s bus\n",
+             c.rank(), w, rv->source, device->is_cuda() ? "NCCL on " + device->str() : std::string("Gloo on CPU"),
+             size_mb, iterations, iterations > 0 ? 1e3 * elapsed / iterations : 0.0, bus_gbps);
   return kExitOk;
 }
 

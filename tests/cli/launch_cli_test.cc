@@ -17,6 +17,7 @@ TEST(LaunchCli, RanksTalkAndReportBandwidth) {
   for (int r = 0; r < 3; ++r)
     EXPECT_CONTAINS(run.output, "[rank " + std::to_string(r) + "] rank " + std::to_string(r) + "/3");
   EXPECT_CONTAINS(run.output, "collectives ok");
+  EXPECT_CONTAINS(run.output, "Gloo on CPU");  // no GPU per rank here: --device auto takes the CPU
 }
 
 TEST(LaunchCli, AKilledRankStopsTheRunWithItsNameUnderTheLauncher) {
@@ -69,6 +70,9 @@ TEST(LaunchCli, UsageErrors) {
   CliRun alone = Shell("RANK=0 " + std::string(MOTLEY_BIN) + " comm check");
   EXPECT_EQ(alone.exit_code, 1);
   EXPECT_CONTAINS(alone.output, "RANK is set but WORLD_SIZE is not");
+  CliRun typo = Shell(std::string(MOTLEY_BIN) + " comm check --device gpu");
+  EXPECT_EQ(typo.exit_code, 1);
+  EXPECT_CONTAINS(typo.output, "--device gpu: expected auto, cpu or cuda");
 }
 
 }  // namespace
