@@ -58,8 +58,8 @@ inline double MaxRelativeDifference(const std::string& a_path, const std::string
   return worst;
 }
 
-inline constexpr char kCluster[] = R"(name = "cpu6"
-[device_types.cpu]
+// The device type the emulated test clusters are made of.
+inline constexpr char kCpuType[] = R"([device_types.cpu]
 display_name = "one CPU process"
 memory = "2GiB"
 memory_bandwidth = "10GB/s"
@@ -67,7 +67,10 @@ fp16_flops = "50GFLOPS"
 fp32_flops = "50GFLOPS"
 host_link = "10GB/s"
 source = "test"
-[[nodes]]
+)";
+
+// Six such devices on one node: the equivalence tests' cluster.
+inline const std::string kCluster = std::string("name = \"cpu6\"\n") + kCpuType + R"([[nodes]]
 name = "a"
 device = "cpu"
 count = 6
@@ -93,16 +96,5 @@ inline std::string Job(const std::string& dir, double clip, bool checkpointing) 
          "[optimizer]\nlr = 1e-2\ngrad_clip_norm = " + std::to_string(clip) +
          "\n[lr_schedule]\nwarmup_steps = 2\n[checkpoint]\ndir = \"" + dir + "\"\n";
 }
-
-// The device type the emulated test clusters are made of.
-inline constexpr char kCpuType[] = R"([device_types.cpu]
-display_name = "one CPU process"
-memory = "2GiB"
-memory_bandwidth = "10GB/s"
-fp16_flops = "50GFLOPS"
-fp32_flops = "50GFLOPS"
-host_link = "10GB/s"
-source = "test"
-)";
 
 }  // namespace motley_test
