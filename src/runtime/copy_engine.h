@@ -16,10 +16,20 @@
 // until then, and Wait() blocks the host until the copy is done: the asynchronous path the executor takes on a GPU — tickets, deferred gathers,
 // reused host buffers — then runs in CPU tests, where a missing wait reads a half-made tensor.
 //
+// A parameter lane's copy (a ministage's shard and moments: gigabytes) is fed to its stream a
+// piece at a time: Pump() (the executor calls it before every op) queues the next pieces of each
+// direction, a bounded amount per call. A copy engine serves a direction's queued copies in the
+// order they were queued, whatever their stream, so a parameter copy queued whole holds every
+// activation copy queued after it (the GPU trace of issue #6: a backward waited 43 ms for a 2.5 GB
+// prefetch); fed, it holds one for a few pieces at most. Waiting for a ticket (Wait, a later copy's
+// `after`, Synchronize) queues what is left of it first; finished() is false until it is all queued.
+//
 // Device-generic c10 API only (c10::Stream, c10::Event, VirtualGuardImpl), so the same source
 // builds against the CPU-only libtorch.
 #pragma once
 
+#include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <utility>
@@ -34,10 +44,13 @@ namespace motley {
 /// Which side streams a copy takes.
 enum class CopyLane { kParams, kActivations };
 
+struct CopyJob;  // a parameter copy still being fed to its stream (copy_engine.cc)
+
 /// An asynchronous copy's completion; empty when there is nothing to wait for.
 struct CopyTicket {
   std::shared_ptr<c10::Event> done;       // on a GPU: recorded on the copy's side stream
-  std::shared_future<void> done_on_host;  // CPU copies on threads: the copy's task
+  std::shared_future<void> done_on_host;  // CPU copies on threads: the copy's last task
+  std::shared_ptr<CopyJob> job;           // a fed copy: `done` is recorded once all of it is queued
   bool pending() const { return done != nullptr || done_on_host.valid(); }
   /// The copy is done (asks; never waits).
   bool finished() const;
@@ -66,9 +79,18 @@ class CopyEngine {
   torch::Tensor ToDevice(const torch::Tensor& host, const CopyTicket& after, CopyTicket* done,
                          CopyLane lane = CopyLane::kParams);
   /// The compute stream waits for the copy (the host does not); the ticket is cleared.
-  void Wait(CopyTicket& ticket) const;
+  void Wait(CopyTicket& ticket);
   /// The host waits for every copy started so far.
-  void Synchronize() const;
+  void Synchronize();
+  /// Queues the next pieces of the parameter copies being fed: up to pump_bytes() each direction.
+  void Pump();
+  /// A parameter copy's piece, and how much of them each direction queues per Pump(): 64 and 128
+  /// MiB on a GPU (~1.3 and 2.6 ms at 50 GB/s); 4 and 8 KiB with CPU threads, so that a test
+  /// model's copy spans several ops there too.
+  int64_t piece_bytes() const { return piece_bytes_; }
+  int64_t pump_bytes() const { return pump_bytes_; }
+  /// Bytes of parameter copies started but not yet queued on their streams.
+  int64_t unqueued_bytes() const;
 
   /// GPU only: while on, every copy is bracketed by timing events on its side stream (a traced
   /// step's copy spans, see cuda_device.h's EventSeconds).
@@ -88,6 +110,15 @@ class CopyEngine {
   std::unique_ptr<CopyWorker> host_workers_[2], device_workers_[2];
   bool timed_ = false;
   std::vector<TimedCopy> timed_copies_;
+  int64_t piece_bytes_ = 64LL << 20, pump_bytes_ = 128LL << 20;
+  // Parameter copies being fed, by direction [to host, to device], in the order they were started.
+  std::deque<std::shared_ptr<CopyJob>> feeding_[2];
+
+  // A parameter-lane copy of `src` into `dst` in pieces, fed by Pump(); `first` runs before the
+  // first piece (the waits the copy starts after).
+  void Feed(int direction, torch::Tensor dst, torch::Tensor src, std::function<void()> first, CopyTicket* done);
+  void Queue(int direction, int64_t bytes);  // queues pieces of that direction's jobs, up to `bytes`
+  void QueueAll(const CopyTicket& ticket);   // queues the rest of `ticket`'s copy (and those before it)
 };
 
 }  // namespace motley

@@ -171,6 +171,7 @@ class Executor::StepRun {
   Status Execute(size_t i) {
     const Op& op = prog_.ops[i];
     if (device_timed_) op_start_event_[static_cast<int>(i)] = RecordTimingEvent(ex_.copies_->device());
+    ex_.copies_->Pump();  // the next pieces of the parameter copies in flight
     MOTLEY_RETURN_IF_ERROR(StartArrivedGathers());
     for (int d : op.deps) MOTLEY_RETURN_IF_ERROR(Complete(d));
     if (op.ministage >= 0) {

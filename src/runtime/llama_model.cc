@@ -127,12 +127,15 @@ LlamaModelImpl::LlamaModelImpl(const ModelSpec& spec, uint64_t seed) : spec_(spe
 
 std::pair<torch::Tensor, torch::Tensor> LlamaModelImpl::Rotary(int64_t seq_len, torch::Dtype dtype,
                                                                torch::Device device) const {
+  const auto key = std::make_tuple(seq_len, dtype, device.str());
+  if (auto it = rotary_.find(key); it != rotary_.end()) return it->second;
   const int64_t d = spec_.head_dim();
   auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   torch::Tensor inv_freq = 1.0 / torch::pow(spec_.rope_theta, torch::arange(0, d, 2, f64) / static_cast<double>(d));
   torch::Tensor freqs = torch::outer(torch::arange(seq_len, f64), inv_freq);
   torch::Tensor emb = torch::cat({freqs, freqs}, -1);
-  return {emb.cos().to(device, dtype), emb.sin().to(device, dtype)};
+  torch::NoGradGuard no_grad;
+  return rotary_[key] = {emb.cos().to(device, dtype), emb.sin().to(device, dtype)};
 }
 
 torch::Tensor LlamaModelImpl::Run(const ModelSlice& slice, const torch::Tensor& input, bool checkpoint_layers) {

@@ -9,8 +9,10 @@
 // through the ordinary autograd graph).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <functional>
@@ -96,6 +98,9 @@ class LlamaModelImpl : public torch::nn::Module {
   /// (not with checkpoint_layers). Null: off.
   void set_tensor_parallel(const TensorParallelRegion* tp) { tp_ = tp; }
   /// Rotary tables for `seq_len` positions in `dtype` on `device`: cos, sin [seq, head_dim].
+  /// Made once per (length, dtype, device) and kept: made on the host and copied each time, they
+  /// cost every forward on a GPU a copy from pageable memory, which blocks the host until the
+  /// compute stream and the copy engine (busy with an offload's gigabytes) reach it.
   std::pair<torch::Tensor, torch::Tensor> Rotary(int64_t seq_len, torch::Dtype dtype, torch::Device device) const;
 
   std::shared_ptr<torch::nn::Module> model;  // HF's "model." prefix
@@ -108,6 +113,8 @@ class LlamaModelImpl : public torch::nn::Module {
   ModelSpec spec_;
   std::optional<torch::Dtype> compute_dtype_;
   const TensorParallelRegion* tp_ = nullptr;
+  mutable std::map<std::tuple<int64_t, torch::Dtype, std::string>, std::pair<torch::Tensor, torch::Tensor>>
+      rotary_;  // Rotary()'s tables, by (seq_len, dtype, device)
 };
 TORCH_MODULE(LlamaModel);
 
