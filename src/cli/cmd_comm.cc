@@ -35,6 +35,7 @@ Status CheckCollectives(Communicator& c, const torch::TensorOptions& on) {
   const float base = w * (w - 1) / 2.0f;
   MOTLEY_RETURN_IF_ERROR(
       Check(torch::equal(out.cpu(), torch::tensor({w * 2.0f * r + base, w * (2.0f * r + 1) + base})), "reduce-scatter"));
+  if (w == 1) return Status::Ok();  // no peer for the ring
   torch::Tensor mine = torch::full({16}, static_cast<float>(r), on), got = torch::empty({16}, on);
   MOTLEY_ASSIGN_OR_RETURN(PendingTransfer send, c.Send(mine, (r + 1) % w, 1));
   MOTLEY_ASSIGN_OR_RETURN(PendingTransfer recv, c.Recv(got, (r + w - 1) % w, 1));
@@ -99,6 +100,9 @@ int RunComm(const std::vector<std::string>& args) {
   fmt::print("rank {}/{} ({}, {}): collectives ok; all-reduce of {:.1f} MB x {}: {:.1f} ms each, {:.2f} Gbit/s bus\n",
              c.rank(), w, rv->source, device->is_cuda() ? "NCCL on " + device->str() : std::string("Gloo on CPU"),
              size_mb, iterations, iterations > 0 ? 1e3 * elapsed / iterations : 0.0, bus_gbps);
+  if (w == 1)
+    fmt::print("one rank: nothing crossed a link. To check the ranks of a run, start this under a launcher "
+               "(motley launch --nproc N -- motley comm check, torchrun --no-python, srun or mpirun)\n");
   return kExitOk;
 }
 

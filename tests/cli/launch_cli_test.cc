@@ -70,6 +70,10 @@ TEST(LaunchCli, UsageErrors) {
   CliRun alone = Shell("RANK=0 " + std::string(MOTLEY_BIN) + " comm check");
   EXPECT_EQ(alone.exit_code, 1);
   EXPECT_CONTAINS(alone.output, "RANK is set but WORLD_SIZE is not");
+  CliRun one = Shell(std::string(MOTLEY_BIN) + " comm check --size-mb 0.1 --iterations 1");
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_CONTAINS(one.output, "rank 0/1");
+  EXPECT_CONTAINS(one.output, "one rank: nothing crossed a link");
   CliRun typo = Shell(std::string(MOTLEY_BIN) + " comm check --device gpu");
   EXPECT_EQ(typo.exit_code, 1);
   EXPECT_CONTAINS(typo.output, "--device gpu: expected auto, cpu or cuda");
