@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "runtime/adamw.h"
+#include "runtime/cuda_device.h"
 #include "runtime/llama_model.h"
 #include "runtime/memory_ledger.h"
 
@@ -64,24 +65,35 @@ double ThreadCpuSeconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
-// Times `f` (warm-up, then the median of repeats), in ms: wall time on a GPU, this thread's CPU
-// time on the CPU (an emulated device is paced by its CPU time).
+// Times `f` (warm-up, then the median of repeats), in ms: this thread's CPU time on the CPU (an
+// emulated device is paced by its CPU time), the device's on a GPU.
 // On the CPU each timed run starts with cold caches, as in training, where other layers, other
 // ministages and other ranks run between two uses of a layer (warm back-to-back repeats measured
 // backward passes a third faster than the runtime saw).
+// On a GPU the runs go back to back, as in a step, where the host queues kernels ahead of the
+// device: the mean of `repeats` runs between two waits for the device, the median of three such
+// rounds. A wait around each run would add every kernel's launch latency to a layer's time (on an
+// H100, a profile timed that way predicted steps 30% longer than the runtime's).
 double TimeMs(const std::function<void()>& f, const torch::Device& d, const LayerProfilerConfig& c) {
   for (int i = 0; i < c.warmup; ++i) f();
   Sync(d);
-  torch::Tensor evict;
-  if (d.is_cpu()) evict = torch::zeros({int64_t{16} << 20}, torch::kFloat32);  // 64 MiB, beyond any cache
   std::vector<double> s;
+  if (d.is_cuda()) {
+    const int runs = std::max(1, c.repeats);
+    for (int round = 0; round < 3; ++round) {
+      const auto t = Clock::now();
+      for (int i = 0; i < runs; ++i) f();
+      Sync(d);
+      s.push_back(std::chrono::duration<double>(Clock::now() - t).count() / runs);
+    }
+    return MedianMs(s);
+  }
+  const torch::Tensor evict = torch::zeros({int64_t{16} << 20}, torch::kFloat32);  // 64 MiB, beyond any cache
   for (int i = 0; i < std::max(1, c.repeats); ++i) {
-    if (evict.defined()) evict.add_(1);
-    const auto t = Clock::now();
+    evict.add_(1);
     const double cpu = ThreadCpuSeconds();
     f();
-    Sync(d);
-    s.push_back(d.is_cpu() ? ThreadCpuSeconds() - cpu : std::chrono::duration<double>(Clock::now() - t).count());
+    s.push_back(ThreadCpuSeconds() - cpu);
   }
   return MedianMs(s);
 }
@@ -114,14 +126,30 @@ class BackgroundLoad {
 
 }  // namespace
 
-bool TrainingStepFits(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t microbatch,
-                      int64_t capacity_bytes) {
+namespace {
+
+// One training step of `microbatch` sequences on the profiling device (see TrainingStepFits): whether
+// it ran without running out of memory, and its peak memory above what was allocated before — the
+// ledger's on the CPU (held to `capacity_bytes`, 0 = no limit), the caching allocator's on a GPU.
+struct StepMemory {
+  bool ran = true;
+  int64_t peak_bytes = 0;
+};
+StepMemory TryTrainingStep(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t microbatch,
+                           int64_t capacity_bytes) {
+  const torch::Device d = ProfilingDevice();
   MemoryLedger& ledger = MemoryLedger::Install();
   const int64_t saved = ledger.capacity_bytes();
   ledger.set_capacity_bytes(capacity_bytes > 0 ? ledger.used_bytes() + capacity_bytes : 0);
-  bool fits = true;
+  ledger.ResetPeak();
+  const int64_t ledger_base = ledger.used_bytes();
+  int64_t device_base = 0;
+  if (d.is_cuda()) {
+    ResetPeakDeviceMemory(d);
+    device_base = PeakDeviceMemoryBytes(d);  // what is allocated now
+  }
+  StepMemory out;
   try {
-    const torch::Device d = ProfilingDevice();
     LlamaModel m(model, 1);
     m->to(d);
     m->set_compute_dtype(ComputeDtype(precision));
@@ -135,10 +163,19 @@ bool TrainingStepFits(const ModelSpec& model, int64_t seq_len, Precision precisi
     torch::Tensor logits = m->forward(tokens.narrow(1, 0, seq_len), /*checkpoint_layers=*/true);
     NextTokenLoss(logits, tokens.narrow(1, 1, seq_len)).backward();
   } catch (const c10::OutOfMemoryError&) {
-    fits = false;
+    out.ran = false;
   }
+  out.peak_bytes = d.is_cuda() ? PeakDeviceMemoryBytes(d) - device_base : ledger.peak_bytes() - ledger_base;
   ledger.set_capacity_bytes(saved);
-  return fits;
+  return out;
+}
+
+}  // namespace
+
+bool TrainingStepFits(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t microbatch,
+                      int64_t capacity_bytes) {
+  const StepMemory step = TryTrainingStep(model, seq_len, precision, microbatch, capacity_bytes);
+  return step.ran && (capacity_bytes <= 0 || step.peak_bytes <= capacity_bytes);
 }
 
 int64_t MaxMicrobatch(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t capacity_bytes,
@@ -146,13 +183,7 @@ int64_t MaxMicrobatch(const ModelSpec& model, int64_t seq_len, Precision precisi
   if (!TrainingStepFits(model, seq_len, precision, 1, capacity_bytes)) return 0;
   if (capacity_bytes <= 0) return cap;
   // Estimate from one microbatch's memory: the static part plus a per-sequence growth.
-  MemoryLedger& ledger = MemoryLedger::Install();
-  auto peak_of = [&](int64_t mb) {
-    ledger.ResetPeak();
-    const int64_t base = ledger.used_bytes();
-    TrainingStepFits(model, seq_len, precision, mb, 0);
-    return ledger.peak_bytes() - base;
-  };
+  auto peak_of = [&](int64_t mb) { return TryTrainingStep(model, seq_len, precision, mb, 0).peak_bytes; };
   const int64_t one = peak_of(1), two = peak_of(2);
   const int64_t per_sequence = std::max<int64_t>(1, two - one);
   const int64_t fixed = std::max<int64_t>(0, one - per_sequence);

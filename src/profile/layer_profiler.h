@@ -38,7 +38,10 @@ struct LayerProfilerConfig {
 
 /// What fits: the whole model trained in data parallelism on one device (ZeRO-0: parameters,
 /// gradients, AdamW state and one microbatch's activations with layer checkpointing).
-/// Returns whether `microbatch` sequences fit in `capacity_bytes` (0 = no limit) of the ledger.
+/// Returns whether `microbatch` sequences fit in `capacity_bytes` (0 = no limit): of the ledger on
+/// the CPU; on a GPU, the step must not run out of the GPU's memory and its peak (the caching
+/// allocator's) must stay within `capacity_bytes` — a GPU standing in for a smaller one is held to
+/// the smaller one's memory.
 bool TrainingStepFits(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t microbatch,
                       int64_t capacity_bytes);
 
