@@ -143,10 +143,16 @@ StepMemory TryTrainingStep(const ModelSpec& model, int64_t seq_len, Precision pr
   ledger.set_capacity_bytes(capacity_bytes > 0 ? ledger.used_bytes() + capacity_bytes : 0);
   ledger.ResetPeak();
   const int64_t ledger_base = ledger.used_bytes();
-  int64_t device_base = 0;
+  // On a GPU, the caching allocator's peak; should its statistics be unavailable, the step is
+  // judged by running out of memory alone.
+  int64_t device_base = -1;
   if (d.is_cuda()) {
-    ResetPeakDeviceMemory(d);
-    device_base = PeakDeviceMemoryBytes(d);  // what is allocated now
+    try {
+      ResetPeakDeviceMemory(d);
+      device_base = PeakDeviceMemoryBytes(d);  // what is allocated now
+    } catch (const c10::Error&) {
+      device_base = -1;
+    }
   }
   StepMemory out;
   try {
@@ -165,7 +171,7 @@ StepMemory TryTrainingStep(const ModelSpec& model, int64_t seq_len, Precision pr
   } catch (const c10::OutOfMemoryError&) {
     out.ran = false;
   }
-  out.peak_bytes = d.is_cuda() ? PeakDeviceMemoryBytes(d) - device_base : ledger.peak_bytes() - ledger_base;
+  out.peak_bytes = device_base >= 0 ? PeakDeviceMemoryBytes(d) - device_base : ledger.peak_bytes() - ledger_base;
   ledger.set_capacity_bytes(saved);
   return out;
 }

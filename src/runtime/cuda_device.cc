@@ -14,13 +14,22 @@ namespace motley {
 #ifdef MOTLEY_WITH_CUDA
 bool BuiltWithCuda() { return true; }
 
+namespace {
+// The caching allocator sets itself up on the first allocation; its statistics refuse a device
+// before that ("Invalid device argument"): allocating one element first makes sure it has.
+c10::DeviceIndex AllocatorReady(const torch::Device& device) {
+  (void)torch::empty({1}, torch::TensorOptions().device(device));
+  return device.has_index() ? device.index() : c10::impl::VirtualGuardImpl(device.type()).getDevice().index();
+}
+}  // namespace
+
 void ResetPeakDeviceMemory(const torch::Device& device) {
-  c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  c10::cuda::CUDACachingAllocator::resetPeakStats(AllocatorReady(device));
 }
 
 int64_t PeakDeviceMemoryBytes(const torch::Device& device) {
   // allocated_bytes[0]: the aggregate over the small and large pools.
-  return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak;
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(AllocatorReady(device)).allocated_bytes[0].peak;
 }
 
 double EventSeconds(const c10::Event& from, const c10::Event& to) {
