@@ -73,12 +73,15 @@ void PrintSummary(const TrainSummary& s) {
     fmt::print("\n");
   }
   if (!s.ranks.empty()) {
-    fmt::print("  per rank, mean of a step:   compute (predicted)      comm      copy      idle    sent   peak memory\n");
+    fmt::print("  per rank, mean of a step:   compute (predicted)      comm      copy      idle    sent   peak memory "
+               "(predicted)\n");
+    auto of = [](const std::vector<double>& v, int rank) { return static_cast<size_t>(rank) < v.size() ? v[rank] : 0.0; };
     for (const auto& r : s.ranks) {
-      const double predicted = static_cast<size_t>(r.rank) < s.predicted_compute_s.size() ? s.predicted_compute_s[r.rank] : 0;
-      fmt::print("    rank {:<3}                {:>8.1f}ms {:>11} {:>7.1f}ms {:>7.1f}ms {:>7.1f}ms {:>7} {:>12}\n", r.rank,
+      const double predicted = of(s.predicted_compute_s, r.rank), memory = of(s.predicted_peak_memory_bytes, r.rank);
+      fmt::print("    rank {:<3}                {:>8.1f}ms {:>11} {:>7.1f}ms {:>7.1f}ms {:>7.1f}ms {:>7} {:>12} {}\n", r.rank,
                  r.compute_s * 1e3, predicted > 0 ? fmt::format("({:.1f}ms)", predicted * 1e3) : "", r.comm_s * 1e3,
-                 r.copy_s * 1e3, r.idle_s * 1e3, FormatBytes(r.bytes_sent), FormatBytes(r.peak_memory_bytes));
+                 r.copy_s * 1e3, r.idle_s * 1e3, FormatBytes(r.bytes_sent), FormatBytes(r.peak_memory_bytes),
+                 memory > 0 ? fmt::format("({})", FormatBytes(memory)) : "");
     }
   }
   if (!s.trace_path.empty()) fmt::print("  trace: {} (chrome://tracing or ui.perfetto.dev)\n", s.trace_path);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -362,13 +363,22 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   }
   if (job.cluster.emulated()) peak = 0;
   if (summary.step_s > 0 && peak > 0) summary.hfu = schedule.hardware_flops_per_step / summary.step_s / peak;
-  if (lead && !options.profile_path.empty()) {
-    MOTLEY_ASSIGN_OR_RETURN(Profile profile, LoadProfileFile(options.profile_path));
-    CostModel costs(job.cluster, job.model, &profile, seq, tc.precision, plan.activation_checkpointing);
+  if (lead) {
+    // The simulator's account of the same schedule: its memory always (it needs no timings), its
+    // times with a profile.
+    std::optional<Profile> profile;
+    if (!options.profile_path.empty()) {
+      MOTLEY_ASSIGN_OR_RETURN(profile, LoadProfileFile(options.profile_path));
+    }
+    CostModel costs(job.cluster, job.model, profile ? &*profile : nullptr, seq, tc.precision,
+                    plan.activation_checkpointing);
     MOTLEY_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule, job.cluster, costs));
-    summary.predicted_step_s = sim.step_time_s;
-    summary.predicted_hfu = peak > 0 ? schedule.hardware_flops_per_step / sim.step_time_s / peak : 0;
-    for (const auto& d : sim.devices) summary.predicted_compute_s.push_back(d.compute_busy_s);
+    for (const auto& d : sim.devices) summary.predicted_peak_memory_bytes.push_back(d.peak_memory_bytes);
+    if (profile) {
+      summary.predicted_step_s = sim.step_time_s;
+      summary.predicted_hfu = peak > 0 ? schedule.hardware_flops_per_step / sim.step_time_s / peak : 0;
+      for (const auto& d : sim.devices) summary.predicted_compute_s.push_back(d.compute_busy_s);
+    }
   }
   return summary;
 }

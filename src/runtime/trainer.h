@@ -92,6 +92,7 @@ struct TrainSummary {
   double step_s = 0;                 // several processes: mean step time over the timed steps
   double predicted_step_s = 0;       // the simulator's, with TrainOptions::profile_path (else 0)
   std::vector<double> predicted_compute_s;  // per rank
+  std::vector<double> predicted_peak_memory_bytes;  // per rank: the simulator's (several processes)
   double hfu = 0, predicted_hfu = 0;        // hardware FLOPs over the plan's devices' peak
 };
 
