@@ -226,7 +226,9 @@ double Lowerer::BackwardFlops(int v, int64_t m) const {
 
 double Lowerer::SavedExtra(int v, int64_t m) const {
   const int n = vstages_[v].layers.size();
-  if (plan_.activation_checkpointing) return (n - 1) * Act(m);
+  // Checkpointing keeps each layer's input (the first is the stage's input) and the head's.
+  const bool head = vstages_[v].layers.end == model_.num_layers;
+  if (plan_.activation_checkpointing) return (n - 1 + (head ? 1 : 0)) * Act(m);
   return n * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false) * Tokens(m);
 }
 

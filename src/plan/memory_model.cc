@@ -32,8 +32,9 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
   const double act = tokens * m.hidden_size * BytesPerElement(in.precision);
   const double layer = LayerActivationBytesPerToken(m, in.seq_len, in.precision, false) * tokens;
   const double logits = 2 * tokens * m.vocab_size * 4;
-  // Without checkpointing every layer keeps its activations, and each ministage its input too.
-  const double saved = in.activation_checkpointing ? m.num_layers * act : m.num_layers * (act + layer);
+  // Checkpointing keeps each layer's input and the head's; without it every layer keeps its
+  // activations, and each ministage its input too.
+  const double saved = in.activation_checkpointing ? (m.num_layers + 1) * act : m.num_layers * (act + layer);
   const double unit = in.max_ministage_params > 0 ? in.max_ministage_params : p;
   const double gathered = in.zero_stage == 3 ? 2 * unit * s.params : 0;
   const double grads = in.zero_stage >= 2 ? 2 * unit * s.grads : 0;

@@ -139,6 +139,16 @@ class Executor::StepRun {
     }
     return it->second;
   }
+  torch::Tensor EmbeddingInput(int64_t m) { return Tokens(m).narrow(1, 0, Tokens(m).size(1) - 1); }
+  // A checkpointed ministage's pieces: its layers, then the head when it has it; piece k runs on
+  // the k-th saved boundary.
+  static int Pieces(const ModelSlice& s) { return s.layer_end - s.layer_begin + (s.head ? 1 : 0); }
+  static bool IsHead(const ModelSlice& s, int k) { return s.layer_begin + k == s.layer_end; }
+  static ModelSlice Piece(const ModelSlice& s, int k) {
+    const int l = s.layer_begin + k;
+    return IsHead(s, k) ? ModelSlice{false, l, l, true} : ModelSlice{false, l, l + 1, false};
+  }
+  static ModelSlice EmbeddingOf(const ModelSlice& s) { return {true, s.layer_begin, s.layer_begin, false}; }
   torch::Tensor Loss(const torch::Tensor& logits, int64_t m) {
     const int64_t seq = logits.size(1);
     const double share = static_cast<double>(ex_.microbatch_size_[m]) / static_cast<double>(ex_.batch_sequences_);
@@ -302,15 +312,31 @@ class Executor::StepRun {
     const ModelSlice slice = Slice(v);
     torch::Tensor input;
     if (slice.embedding) {
-      input = Tokens(m).narrow(1, 0, Tokens(m).size(1) - 1);
+      input = EmbeddingInput(m);
     } else {
       MOTLEY_ASSIGN_OR_RETURN(input, Take(false, v, m));
     }
     torch::Tensor out;
     if (ex_.plan_.activation_checkpointing) {
+      // Checkpoints at layer boundaries (Zorse §4.1.3): keeps each layer's input — and the head's —
+      // in one tensor (what activation offload moves), from which the backward recomputes one layer
+      // at a time; the activations inside a layer are dropped.
       torch::NoGradGuard no_grad;
-      out = ex_.model_->Run(slice, input, false);
-      boundary_[{v, m}] = input;
+      const int n = Pieces(slice);
+      torch::Tensor x = slice.embedding ? ex_.model_->Run(EmbeddingOf(slice), input, false) : input;
+      torch::Tensor saved;
+      for (int k = 0; k < n; ++k) {
+        if (!saved.defined()) {
+          std::vector<int64_t> shape = x.sizes().vec();
+          shape.insert(shape.begin(), n);
+          saved = torch::empty(shape, x.options());
+        }
+        saved.select(0, k).copy_(x);
+        x = ex_.model_->Run(Piece(slice, k), x, false);
+      }
+      out = x;
+      MOTLEY_CHECK(saved.defined());  // a ministage has a layer or the head
+      boundary_[{v, m}] = saved;
     } else {
       torch::Tensor leaf = slice.embedding ? input : input.detach().requires_grad_(true);
       out = ex_.model_->Run(slice, leaf, false);
@@ -335,7 +361,21 @@ class Executor::StepRun {
     if (!slice.head) {
       MOTLEY_ASSIGN_OR_RETURN(grad_out, Take(true, v, m));
     }
-    torch::Tensor leaf, root;
+    MinistageState& state = State(v);
+    // Back-propagates `grad` (undefined: `root` is the loss) from `root` to the ministage's
+    // parameters (added into its gradients) and to `leaf`, whose gradient it returns.
+    auto back_propagate = [&](const torch::Tensor& root, const torch::Tensor& leaf, const torch::Tensor& grad) {
+      std::vector<torch::Tensor> inputs;
+      for (const auto& p : state.params()) inputs.push_back(p.param);
+      if (leaf.defined()) inputs.push_back(leaf);
+      std::vector<torch::Tensor> grads = torch::autograd::grad({root}, inputs, {grad}, /*retain_graph=*/false,
+                                                               /*create_graph=*/false, /*allow_unused=*/true);
+      torch::NoGradGuard no_grad;
+      for (size_t k = 0; k < state.params().size(); ++k)
+        if (grads[k].defined()) state.AccumulateGrad(k, grads[k]);
+      return leaf.defined() ? grads.back() : torch::Tensor();
+    };
+    torch::Tensor grad_in;  // the gradient of the ministage's input
     if (ex_.plan_.activation_checkpointing) {
       auto it = boundary_.find({v, m});
       if (it == boundary_.end())
@@ -344,27 +384,29 @@ class Executor::StepRun {
         ex_.copies_->Wait(ready->second);  // a prefetched boundary
         boundary_ready_.erase(ready);
       }
-      leaf = slice.embedding ? it->second : it->second.detach().requires_grad_(true);
+      const torch::Tensor saved = it->second;
       boundary_.erase(it);
-      root = ex_.model_->Run(slice, leaf, false);
+      // The head, then each layer from the last: recomputed from its saved input, back-propagated,
+      // its activations freed before the next.
+      torch::Tensor grad = grad_out;
+      for (int k = Pieces(slice) - 1; k >= 0; --k) {
+        const torch::Tensor leaf = saved.select(0, k).detach().requires_grad_(true);
+        torch::Tensor root = ex_.model_->Run(Piece(slice, k), leaf, false);
+        if (IsHead(slice, k)) root = Loss(root, m);
+        grad = back_propagate(root, leaf, grad);
+      }
+      if (slice.embedding) back_propagate(ex_.model_->Run(EmbeddingOf(slice), EmbeddingInput(m), false), {}, grad);
+      grad_in = grad;
     } else {
       auto it = graph_.find({v, m});
       MOTLEY_CHECK(it != graph_.end());
-      std::tie(leaf, root) = it->second;
+      auto [leaf, root] = it->second;
       graph_.erase(it);
+      if (slice.head) root = Loss(root, m);
+      grad_in = back_propagate(root, slice.embedding ? torch::Tensor() : leaf, slice.head ? torch::Tensor() : grad_out);
     }
-    if (slice.head) root = Loss(root, m);
-    MinistageState& state = State(v);
-    std::vector<torch::Tensor> inputs;
-    for (const auto& p : state.params()) inputs.push_back(p.param);
-    if (!slice.embedding) inputs.push_back(leaf);
-    std::vector<torch::Tensor> grads = torch::autograd::grad({root}, inputs, {slice.head ? torch::Tensor() : grad_out},
-                                                             /*retain_graph=*/false, /*create_graph=*/false,
-                                                             /*allow_unused=*/true);
     torch::NoGradGuard no_grad;
-    for (size_t k = 0; k < state.params().size(); ++k)
-      if (grads[k].defined()) state.AccumulateGrad(k, grads[k]);
-    if (!slice.embedding && ex_.consumed_.count({true, v - 1, m})) grad_in_[{v - 1, m}] = grads.back();
+    if (!slice.embedding && ex_.consumed_.count({true, v - 1, m})) grad_in_[{v - 1, m}] = grad_in;
     if (ex_.flextp_ && return_gradients) {  // FlexTP migration: the borrowed units' gradients go home
       MOTLEY_RETURN_IF_ERROR(ex_.flextp_->ReturnGradients(
           slice.layer_begin, slice.layer_end, [&](int layer, int k, int dim, int64_t begin, const torch::Tensor& g) {
