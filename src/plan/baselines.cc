@@ -89,7 +89,8 @@ StrategyOutcome DeepSpeedEven(const Cluster& cluster, const ModelSpec& model, co
                                 static_cast<int>(n),
                                 request.seq_len,
                                 request.activation_checkpointing,
-                                stage >= 2 ? unit : 0};
+                                stage >= 2 ? unit : 0,
+                                cluster.emulated()};
     int64_t mbs = std::numeric_limits<int64_t>::max();
     for (int d : devices) mbs = std::min(mbs, DataParallelMaxMicrobatch(mem, cluster.memory_bytes(d), 256));
     if (mbs < 1) continue;

@@ -44,6 +44,13 @@ class Lowerer {
   double ForwardFlops(int v, int64_t m) const;
   double BackwardFlops(int v, int64_t m) const;
   double SavedExtra(int v, int64_t m) const;  // beyond the input boundary
+  // Emulated (CPU) ranks reduce-scatter over Gloo, which has no reduce-scatter: an all-to-all
+  // into a buffer as large as the gradients, held while the collective runs.
+  void AddGlooReduceScatterBuffer(Op& op, double full_bytes, size_t group_size) const {
+    if (!cluster_.emulated() || group_size < 2) return;
+    op.device_alloc_bytes += full_bytes;
+    op.device_free_bytes += full_bytes;
+  }
   double WorkForward(int v, int64_t m) const;
   double WorkBackward(int v, int64_t m) const;
   int Tp(int g) const { return plan_.groups[g].tp_degree; }
@@ -360,6 +367,7 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
       if (policy_.offload_params) op.device_alloc_bytes += shard * grad_bytes_;
       grads_allocated_[{r, v}] = false;
     }
+    if (reduce == OpKind::kReduceScatter) AddGlooReduceScatterBuffer(op, full_grads, group_ranks_[g].size());
     Op step = StageOp(OpKind::kOptimizerStep, Stream::kCompute, v);
     step.flops = kAdamFlopsPerParam * shard;
     step.bytes = 2 * shard * (param_bytes_ + grad_bytes_ + opt_bytes_);
@@ -652,6 +660,7 @@ Result<Schedule> Lowerer::Run() {
               // A device without a microbatch at this index contributes zeros.
               if (!grads_allocated_[{r, v}]) op.device_alloc_bytes = full;
               op.device_free_bytes = full;
+              AddGlooReduceScatterBuffer(op, full, group_ranks_[0].size());
               grads_allocated_[{r, v}] = false;
               last_reduce_[{r, v}] = ops[i];
               reduce_ops_[r].push_back(ops[i]);

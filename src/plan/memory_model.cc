@@ -37,7 +37,8 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
   const double saved = in.activation_checkpointing ? (m.num_layers + 1) * act : m.num_layers * (act + layer);
   const double unit = in.max_ministage_params > 0 ? in.max_ministage_params : p;
   const double gathered = in.zero_stage == 3 ? 2 * unit * s.params : 0;
-  const double grads = in.zero_stage >= 2 ? 2 * unit * s.grads : 0;
+  double grads = in.zero_stage >= 2 ? 2 * unit * s.grads : 0;
+  if (in.gloo_reduce_scatter && in.zero_stage >= 1 && in.dp_degree > 1) grads += unit * s.grads;
   const double forward = saved + (in.activation_checkpointing ? layer : 0) + logits + gathered + grads;
   // Between ministages the gradient of a layer boundary arrives while the next one is made.
   const double backward = saved + 2 * layer + 2 * act + logits + gathered + grads;

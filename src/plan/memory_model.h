@@ -19,6 +19,9 @@ struct DataParallelMemoryInput {
   /// Parameters of the largest ministage (the unit gathered in ZeRO-3 and reduced in ZeRO-2/3);
   /// 0 = one ministage holding the whole model.
   double max_ministage_params = 0;
+  /// Emulated (CPU) devices: Gloo has no reduce-scatter, and its all-to-all stand-in holds a buffer
+  /// as large as the unit's gradients while it runs.
+  bool gloo_reduce_scatter = false;
 };
 
 /// Bytes held for the whole step: parameters, gradients and optimizer state after ZeRO sharding.

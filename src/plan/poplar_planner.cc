@@ -48,7 +48,8 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
                               static_cast<int>(devices.size()),
                               request.seq_len,
                               request.activation_checkpointing,
-                              0};
+                              0,
+                              cluster.emulated()};
   // The lowest stage at which every device fits a microbatch of one sequence.
   std::string raised;
   for (;; ++mem.zero_stage) {
