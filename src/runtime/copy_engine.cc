@@ -135,14 +135,7 @@ torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after
       Poison(host);
       std::this_thread::sleep_for(kCpuCopyDelay);
     };
-    if (lane == CopyLane::kParams) {
-      Feed(0, host, src, first, done);
-    } else {
-      done->done_on_host = host_workers_[static_cast<int>(lane)]->Submit([src, host, first]() mutable {
-        first();
-        host.copy_(src);
-      });
-    }
+    StartOnWorker(0, lane, host, src, first, done);
     return host;
   }
   const c10::Stream& side = *to_host_[static_cast<int>(lane)];
@@ -158,22 +151,12 @@ torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after
   }
   // `src` may be freed by the caller now: its memory is not reused until the copy is done.
   impl.recordDataPtrOnStream(src.storage().data_ptr(), side);
-  auto first = [produced, after, side] {
-    produced->block(side);
-    if (after.pending()) after.done->block(side);
-  };
-  if (lane == CopyLane::kParams) {
-    Feed(0, host, src, first, done);
-    return host;
-  }
-  first();
-  std::shared_ptr<c10::Event> start = timed_ ? RecordOn(side, true) : nullptr;
-  {
-    c10::StreamGuard on_side(side);
-    host.copy_(src, /*non_blocking=*/true);
-  }
-  done->done = RecordOn(side, timed_);
-  if (timed_) timed_copies_.push_back({start, done->done});
+  StartOnSide(0, lane, side, host, src,
+              [produced, after, side] {
+                produced->block(side);
+                if (after.pending()) after.done->block(side);
+              },
+              done);
   return host;
 }
 
@@ -189,14 +172,7 @@ torch::Tensor CopyEngine::ToDevice(const torch::Tensor& host, const CopyTicket& 
       if (after.pending()) after.done_on_host.get();
       std::this_thread::sleep_for(kCpuCopyDelay);
     };
-    if (lane == CopyLane::kParams) {
-      Feed(1, out, host, first, done);
-    } else {
-      done->done_on_host = device_workers_[static_cast<int>(lane)]->Submit([host, out, first]() mutable {
-        first();
-        out.copy_(host);
-      });
-    }
+    StartOnWorker(1, lane, out, host, first, done);
     return out;
   }
   const c10::Stream& side = *to_device_[static_cast<int>(lane)];
@@ -210,22 +186,39 @@ torch::Tensor CopyEngine::ToDevice(const torch::Tensor& host, const CopyTicket& 
   }
   // The compute stream reads (and later frees) it: not reused before that work is done.
   impl.recordDataPtrOnStream(out.storage().data_ptr(), compute);
-  auto first = [after, side] {
+  StartOnSide(1, lane, side, out, host, [after, side] {
     if (after.pending()) after.done->block(side);
-  };
+  }, done);
+  return out;
+}
+
+void CopyEngine::StartOnWorker(int direction, CopyLane lane, torch::Tensor dst, torch::Tensor src,
+                               std::function<void()> first, CopyTicket* done) {
   if (lane == CopyLane::kParams) {
-    Feed(1, out, host, first, done);
-    return out;
+    Feed(direction, std::move(dst), std::move(src), std::move(first), done);
+    return;
+  }
+  CopyWorker& worker = *(direction == 0 ? host_workers_ : device_workers_)[static_cast<int>(lane)];
+  done->done_on_host = worker.Submit([dst, src, first]() mutable {
+    first();
+    dst.copy_(src);
+  });
+}
+
+void CopyEngine::StartOnSide(int direction, CopyLane lane, const c10::Stream& side, torch::Tensor dst,
+                             torch::Tensor src, std::function<void()> first, CopyTicket* done) {
+  if (lane == CopyLane::kParams) {
+    Feed(direction, std::move(dst), std::move(src), std::move(first), done);
+    return;
   }
   first();
   std::shared_ptr<c10::Event> start = timed_ ? RecordOn(side, true) : nullptr;
   {
     c10::StreamGuard on_side(side);
-    out.copy_(host, /*non_blocking=*/true);
+    dst.copy_(src, /*non_blocking=*/true);
   }
   done->done = RecordOn(side, timed_);
   if (timed_) timed_copies_.push_back({start, done->done});
-  return out;
 }
 
 void CopyEngine::Feed(int direction, torch::Tensor dst, torch::Tensor src, std::function<void()> first,

@@ -114,6 +114,13 @@ class CopyEngine {
   // Parameter copies being fed, by direction [to host, to device], in the order they were started.
   std::deque<std::shared_ptr<CopyJob>> feeding_[2];
 
+  // CPU threads: the same on the lane's worker.
+  void StartOnWorker(int direction, CopyLane lane, torch::Tensor dst, torch::Tensor src, std::function<void()> first,
+                     CopyTicket* done);
+  // GPU: copies `src` into `dst` on `side` after `first` (the waits the copy starts after): at once
+  // for activations, fed in pieces for parameters. `direction`: 0 to host, 1 to device.
+  void StartOnSide(int direction, CopyLane lane, const c10::Stream& side, torch::Tensor dst, torch::Tensor src,
+                   std::function<void()> first, CopyTicket* done);
   // A parameter-lane copy of `src` into `dst` in pieces, fed by Pump(); `first` runs before the
   // first piece (the waits the copy starts after).
   void Feed(int direction, torch::Tensor dst, torch::Tensor src, std::function<void()> first, CopyTicket* done);
