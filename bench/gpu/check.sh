@@ -6,7 +6,9 @@
 #      libtomlplusplus3 libcli11-dev libboost1.74-dev libgtest-dev libsentencepiece-dev
 #      libsentencepiece0, from `apt-get download` on Debian bookworm);
 #   2. the GPU tests (the CLI suite's DistributedTrainGpu cases);
-#   3. the offload benchmark (offload_overhead.sh).
+#   3. the offload benchmark (offload_overhead.sh);
+#   4. a profile of the benchmark's model on this GPU, and the simulator's step for the benchmark's
+#      plans with it (to lay beside the measured steps of 3).
 # Logs go to LOGS (default: gpu-logs/).
 #
 #   DEBS=.gpu-deps LOGS=out bench/gpu/check.sh [MICROBATCHES...]
@@ -51,3 +53,17 @@ echo "== GPU tests"
 timeout 300 build-gpu/tests/motley_cli_tests --gtest_filter='DistributedTrainGpu.*' 2>&1 | tee "$LOGS/gpu-tests.log" | tail -15
 echo "== offload benchmark"
 timeout 400 bench/gpu/offload_overhead.sh build-gpu/motley "$@" 2>&1 | tee "$LOGS/offload.txt"
+
+echo "== profile on this GPU; the simulator's steps for the same plans"
+timeout 300 build-gpu/motley profile --cluster bench/gpu/h100.toml --model bench/gpu/llama-850m.toml --seq-len 1024 \
+  --max-microbatch 16 -o "$LOGS/profile.json" 2>&1 | tail -8
+counts=("$@")
+[ "${#counts[@]}" -gt 0 ] || counts=(8 16 32)
+for n in "${counts[@]}"; do
+  for mode in off on; do
+    sed "s/num_microbatches = \[8\]/num_microbatches = [$n]/" bench/gpu/offload-$mode.toml > "$LOGS/plan-$n-$mode.toml"
+    printf '%-4s %-4s ' "$n" "$mode"
+    build-gpu/motley simulate --plan "$LOGS/plan-$n-$mode.toml" --cluster bench/gpu/h100.toml \
+      --model bench/gpu/llama-850m.toml --profile "$LOGS/profile.json" 2>&1 | sed -n 2p
+  done
+done
