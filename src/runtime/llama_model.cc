@@ -127,7 +127,7 @@ LlamaModelImpl::LlamaModelImpl(const ModelSpec& spec, uint64_t seed) : spec_(spe
 
 std::pair<torch::Tensor, torch::Tensor> LlamaModelImpl::Rotary(int64_t seq_len, torch::Dtype dtype,
                                                                torch::Device device) const {
-  const auto key = std::make_tuple(seq_len, dtype, device.str());
+  const auto key = std::make_tuple(seq_len, dtype, device.type(), device.index());
   if (auto it = rotary_.find(key); it != rotary_.end()) return it->second;
   const int64_t d = spec_.head_dim();
   auto f64 = torch::TensorOptions().dtype(torch::kFloat64);

@@ -113,7 +113,8 @@ class LlamaModelImpl : public torch::nn::Module {
   ModelSpec spec_;
   std::optional<torch::Dtype> compute_dtype_;
   const TensorParallelRegion* tp_ = nullptr;
-  mutable std::map<std::tuple<int64_t, torch::Dtype, std::string>, std::pair<torch::Tensor, torch::Tensor>>
+  mutable std::map<std::tuple<int64_t, torch::Dtype, c10::DeviceType, c10::DeviceIndex>,
+                   std::pair<torch::Tensor, torch::Tensor>>
       rotary_;  // Rotary()'s tables, by (seq_len, dtype, device)
 };
 TORCH_MODULE(LlamaModel);
