@@ -54,6 +54,18 @@ std::string_view StreamName(Stream s) {
   return "?";
 }
 
+int LaneOf(const Op& op) {
+  if (op.kind == OpKind::kActPrefetch || op.kind == OpKind::kActOffload)
+    return kNumStreams + (op.stream == Stream::kH2D ? 0 : 1);
+  return static_cast<int>(op.stream);
+}
+
+std::string_view LaneName(int lane) {
+  if (lane == kNumStreams) return "h2d activations";
+  if (lane == kNumStreams + 1) return "d2h activations";
+  return StreamName(static_cast<Stream>(lane));
+}
+
 size_t Schedule::num_ops() const {
   size_t n = 0;
   for (const auto& p : programs) n += p.ops.size();

@@ -43,6 +43,21 @@ enum class Stream : uint8_t { kCompute, kComm, kH2D, kD2H };
 std::string_view StreamName(Stream s);
 constexpr int kNumStreams = 4;
 
+/// Copies between the device and the host (on the h2d and d2h streams).
+constexpr bool IsHostCopy(OpKind kind) {
+  return kind == OpKind::kParamPrefetch || kind == OpKind::kParamOffload || kind == OpKind::kActPrefetch ||
+         kind == OpKind::kActOffload;
+}
+
+/// Where executors queue an op: its stream, except that activation copies have a lane of their own
+/// beside the parameters' in each direction (lanes kNumStreams, kNumStreams + 1: h2d, d2h), so a
+/// microbatch's boundary does not wait behind a ministage's state. Both lanes of a direction share
+/// the host link.
+constexpr int kNumLanes = kNumStreams + 2;
+struct Op;
+int LaneOf(const Op& op);
+std::string_view LaneName(int lane);
+
 struct Op {
   OpKind kind = OpKind::kForward;
   Stream stream = Stream::kCompute;

@@ -85,9 +85,8 @@ std::string CheckTransferOrder(const Schedule& s) {
           queue_index = queue(2, it->second);
           rq.waits_for_compute[i] = true;
         }
-      } else if (op.stream == Stream::kH2D || op.stream == Stream::kD2H) {
-        const bool activation = op.kind == OpKind::kActOffload || op.kind == OpKind::kActPrefetch;
-        queue_index = queue(3, static_cast<int>(op.stream) * 2 + (activation ? 1 : 0));
+      } else if (IsHostCopy(op.kind)) {
+        queue_index = queue(3, LaneOf(op));
         rq.waits_for_compute[i] = op.stream == Stream::kD2H;
       }
       rq.queue_of[i] = queue_index;

@@ -21,12 +21,31 @@ struct OpState {
   bool finished = false;
   double start = 0;
   double end = 0;
+  int64_t generation = 0;  // a copy's completion event is current only with this generation
+};
+
+// One direction of a device's host link, shared by the copies in flight on it: each of k copies
+// moves at 1/k of the link's speed (the runtime's copy engine feeds a parameter copy in pieces, so
+// an activation copy on its own lane shares the link with it instead of queueing behind it).
+struct HostLink {
+  struct Flow {
+    int op;
+    double left_s;  // time still to go at the link's full speed
+  };
+  std::vector<Flow> flows;
+  double updated_s = 0;
+
+  void Advance(double now) {
+    for (Flow& f : flows) f.left_s -= (now - updated_s) / static_cast<double>(flows.size());
+    updated_s = now;
+  }
 };
 
 struct RankState {
-  std::array<std::vector<int>, kNumStreams> queue;  // op indices per stream, in program order
-  std::array<size_t, kNumStreams> head{};
+  std::array<std::vector<int>, kNumLanes> queue;  // op indices per lane, in program order
+  std::array<size_t, kNumLanes> head{};
   std::vector<OpState> ops;
+  std::array<HostLink, 2> host_link;  // to the device, to the host
   double memory = 0, peak_memory = 0, host = 0, peak_host = 0;
   double compute_busy = 0, comm_busy = 0;
 };
@@ -36,6 +55,7 @@ struct Event {
   int64_t seq;
   int rank;
   int op;
+  int64_t generation;
   bool operator>(const Event& o) const { return std::tie(time, seq) > std::tie(o.time, o.seq); }
 };
 
@@ -53,7 +73,9 @@ class Simulator {
   bool DepsDone(int rank, const Op& op) const;
   void Begin(int rank, int op, double now);
   void Finish(int rank, int op, double time);
-  void Push(double time, int rank, int op) { events_.push({time, seq_++, rank, op}); }
+  void Push(double time, int rank, int op) { events_.push({time, seq_++, rank, op, ranks_[rank].ops[op].generation}); }
+  HostLink& LinkOf(int rank, const Op& op) { return ranks_[rank].host_link[op.stream == Stream::kH2D ? 0 : 1]; }
+  void Reschedule(int rank, HostLink& link, double now);
 
   const Schedule& s_;
   const Cluster& cluster_;
@@ -85,10 +107,18 @@ void Simulator::Begin(int rank, int i, double now) {
   r.peak_host = std::max(r.peak_host, r.host);
 }
 
+void Simulator::Reschedule(int rank, HostLink& link, double now) {
+  const double sharers = static_cast<double>(link.flows.size());
+  for (const HostLink::Flow& f : link.flows) {
+    ++ranks_[rank].ops[f.op].generation;  // its earlier completion event is stale now
+    Push(now + std::max(0.0, f.left_s) * sharers, rank, f.op);
+  }
+}
+
 void Simulator::TryStart(int rank, double now) {
   RankState& r = ranks_[rank];
   const int device = device_of_rank_[rank];
-  for (int s = 0; s < kNumStreams; ++s) {
+  for (int s = 0; s < kNumLanes; ++s) {
     while (r.head[s] < r.queue[s].size()) {
       const int i = r.queue[s][r.head[s]];
       if (r.ops[i].started) break;  // running or waiting: the stream is busy
@@ -107,9 +137,13 @@ void Simulator::TryStart(int rank, double now) {
         case OpKind::kParamPrefetch:
         case OpKind::kParamOffload:
         case OpKind::kActPrefetch:
-        case OpKind::kActOffload:
-          Push(now + costs_.CopyS(device, op.bytes), rank, i);
+        case OpKind::kActOffload: {
+          HostLink& link = LinkOf(rank, op);
+          link.Advance(now);
+          link.flows.push_back({i, costs_.CopyS(device, op.bytes)});
+          Reschedule(rank, link, now);
           break;
+        }
         case OpKind::kSend: {
           const double arrival = now + costs_.TransferS(device, device_of_rank_[op.peer], op.bytes);
           const SendKey key{rank, op.peer, op.tag};
@@ -148,7 +182,7 @@ void Simulator::TryStart(int rank, double now) {
           break;
         }
       }
-      break;  // the op occupies the stream until it finishes
+      break;  // the op occupies the lane until it finishes
     }
   }
 }
@@ -162,7 +196,13 @@ void Simulator::Finish(int rank, int i, double time) {
   r.memory -= op.device_free_bytes;
   r.host -= op.host_free_bytes;
   if (op.stream == Stream::kComm) r.comm_busy += time - st.start;
-  const int s = static_cast<int>(op.stream);
+  if (IsHostCopy(op.kind)) {
+    HostLink& link = LinkOf(rank, op);
+    link.Advance(time);
+    std::erase_if(link.flows, [i](const HostLink::Flow& f) { return f.op == i; });
+    Reschedule(rank, link, time);
+  }
+  const int s = LaneOf(op);
   if (op.kind != OpKind::kSend) {
     MOTLEY_CHECK_EQ(r.queue[s][r.head[s]], i);
     ++r.head[s];
@@ -179,7 +219,7 @@ Result<SimResult> Simulator::Run() {
     RankState& r = ranks_[rank];
     r.ops.resize(p.ops.size());
     for (size_t i = 0; i < p.ops.size(); ++i)
-      r.queue[static_cast<int>(p.ops[i].stream)].push_back(static_cast<int>(i));
+      r.queue[LaneOf(p.ops[i])].push_back(static_cast<int>(i));
     r.memory = r.peak_memory = p.static_device_bytes;
     r.host = r.peak_host = p.static_host_bytes;
   }
@@ -188,6 +228,7 @@ Result<SimResult> Simulator::Run() {
   while (!events_.empty()) {
     const Event e = events_.top();
     events_.pop();
+    if (e.generation != ranks_[e.rank].ops[e.op].generation) continue;  // a copy's link share changed since
     ++result.num_events;
     Finish(e.rank, e.op, e.time);
     result.step_time_s = std::max(result.step_time_s, e.time);
@@ -198,11 +239,11 @@ Result<SimResult> Simulator::Run() {
   std::string stuck;
   for (int rank = 0; rank < n; ++rank) {
     const RankState& r = ranks_[rank];
-    for (int s = 0; s < kNumStreams; ++s) {
+    for (int s = 0; s < kNumLanes; ++s) {
       if (r.head[s] >= r.queue[s].size()) continue;
       const int i = r.queue[s][r.head[s]];
       const Op& op = s_.programs[rank].ops[i];
-      stuck += fmt::format("\n  rank {} {} stream waits at op {} ({}{})", rank, StreamName(op.stream), i,
+      stuck += fmt::format("\n  rank {} {} stream waits at op {} ({}{})", rank, LaneName(s), i,
                            OpKindName(op.kind), op.peer >= 0 ? fmt::format(" with rank {}", op.peer) : "");
       break;
     }
@@ -268,12 +309,12 @@ std::string ChromeTraceJson(const Schedule& schedule, const Cluster& cluster, co
                       {"args",
                        {{"name", fmt::format("rank {} (device {}, {})", p.rank, p.device,
                                              cluster.spec(p.device).name)}}}});
-    for (int s = 0; s < kNumStreams; ++s)
+    for (int s = 0; s < kNumLanes; ++s)
       events.push_back({{"name", "thread_name"},
                         {"ph", "M"},
                         {"pid", p.rank},
                         {"tid", s},
-                        {"args", {{"name", StreamName(static_cast<Stream>(s))}}}});
+                        {"args", {{"name", LaneName(s)}}}});
   }
   for (const auto& t : result.trace) {
     const Op& op = schedule.programs[t.rank].ops[t.op];
@@ -290,7 +331,7 @@ std::string ChromeTraceJson(const Schedule& schedule, const Cluster& cluster, co
                       {"cat", OpKindName(op.kind)},
                       {"ph", "X"},
                       {"pid", t.rank},
-                      {"tid", static_cast<int>(op.stream)},
+                      {"tid", LaneOf(op)},
                       {"ts", t.start_s * 1e6},
                       {"dur", (t.end_s - t.start_s) * 1e6},
                       {"args", args}});

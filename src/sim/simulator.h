@@ -1,9 +1,12 @@
-// Simulator: executes a Schedule against a CostModel as discrete events. Ops on one stream of a
-// rank run in program order; different streams overlap; ranks meet at recvs (data from the
-// matching send) and collectives (all members present). Sends never block their stream.
+// Simulator: executes a Schedule against a CostModel as discrete events. Ops on one lane of a
+// rank (its stream; activation copies have lanes of their own, see LaneOf) run in program order;
+// different lanes overlap, the copies of one direction sharing the host link equally; ranks meet
+// at recvs (data from the matching send) and collectives (all members present). Sends never
+// block their stream.
 //
-// Cost: O(E log E) in the number of ops E (one completion event per op; a rank is re-examined only
-// when one of its ops finishes or a peer's send or collective releases it).
+// Cost: O(E log E) in the number of ops E (one completion event per op, plus one for a copy each
+// time the other lane of its direction starts or ends one; a rank is re-examined only when one of
+// its ops finishes or a peer's send or collective releases it).
 #pragma once
 
 #include <cstdint>

@@ -343,6 +343,53 @@ TEST(Simulator, DeadlockIsAnErrorNamingTheStuckRanks) {
       << r.status().message();
 }
 
+// One rank, a host link of 1 GB/s each way. A parameter prefetch of 100 MB and an activation
+// prefetch of 10 MB, both free to start at once, share the link (the runtime feeds parameter
+// copies in pieces, so the small copy does not queue behind the large one); a second parameter
+// prefetch queues behind the first on its lane; an offload of 100 MB uses the other direction.
+TEST(Simulator, ActivationCopiesShareTheHostLinkWithParameterCopiesInsteadOfQueueing) {
+  Cluster cluster = ParseClusterToml(R"(
+[device_types.unit]
+memory = "1GiB"
+memory_bandwidth = "1TB/s"
+fp16_flops = "1TFLOPS"
+fp32_flops = "1TFLOPS"
+host_link = "1GB/s"
+[[nodes]]
+name = "n"
+device = "unit"
+)",
+                                     "c.toml")
+                        .value();
+  ModelSpec model = LayerHeavyModel(1);
+  CostModel costs(cluster, model, nullptr, 128, Precision::kBf16, true);
+  auto copy = [](OpKind kind, Stream stream, double bytes) {
+    Op op;
+    op.kind = kind;
+    op.stream = stream;
+    op.bytes = bytes;
+    return op;
+  };
+  Schedule s;
+  s.seq_len = 128;
+  Program p;
+  p.ops = {copy(OpKind::kParamPrefetch, Stream::kH2D, 100e6), copy(OpKind::kActPrefetch, Stream::kH2D, 10e6),
+           copy(OpKind::kParamPrefetch, Stream::kH2D, 100e6), copy(OpKind::kParamOffload, Stream::kD2H, 100e6)};
+  s.programs.push_back(p);
+  Result<SimResult> r = Simulate(s, cluster, costs, {.record_trace = true});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::vector<double> end(p.ops.size());
+  for (const TraceEvent& t : r->trace) end[t.op] = t.end_s;
+  EXPECT_NEAR(end[1], 0.020, 1e-9);  // half the link while both run
+  EXPECT_NEAR(end[0], 0.110, 1e-9);  // all 110 MB through the link by then
+  EXPECT_NEAR(end[2], 0.210, 1e-9);  // in order behind the first parameter copy
+  EXPECT_NEAR(end[3], 0.100, 1e-9);  // the other direction is not shared
+  EXPECT_NEAR(r->step_time_s, 0.210, 1e-9);
+  EXPECT_EQ(r->num_events, 4);  // superseded completion events are not counted
+  const std::string trace = ChromeTraceJson(s, cluster, *r);
+  EXPECT_NE(trace.find("h2d activations"), std::string::npos);
+}
+
 // ---- Random asymmetric plans: every one lowers to a sound schedule that runs to the end. ------
 
 Plan RandomPlan(std::mt19937& rng, int num_devices, const ModelSpec& m) {
