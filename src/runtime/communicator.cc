@@ -293,7 +293,7 @@ Result<PendingTransfer> Communicator::StartAllGather(CommGroup& g, const torch::
   MOTLEY_CHECK_GE(g.index, 0);
   MOTLEY_CHECK_EQ(out.numel(), shard.numel() * g.size());
   if (g.size() == 1) {
-    out.view(-1).copy_(shard.view(-1));
+    if (out.data_ptr() != shard.data_ptr()) out.view(-1).copy_(shard.view(-1));  // else it is the shard
     return PendingTransfer();
   }
   const std::string what = fmt::format("all-gather over {}", g.name);
@@ -322,7 +322,7 @@ Result<PendingTransfer> Communicator::StartReduceScatterSum(CommGroup& g, const 
   MOTLEY_CHECK_GE(g.index, 0);
   MOTLEY_CHECK_EQ(in.numel(), out.numel() * g.size());
   if (g.size() == 1) {
-    out.view(-1).copy_(in.view(-1));
+    if (out.data_ptr() != in.data_ptr()) out.view(-1).copy_(in.view(-1));
     return PendingTransfer();
   }
   const std::string what = fmt::format("reduce-scatter over {}", g.name);
@@ -345,7 +345,8 @@ Result<PendingTransfer> Communicator::StartReduceScatterSum(CommGroup& g, const 
   try {
     return PendingTransfer(pg->alltoall_base(received, send, counts, counts), what, this,
                            [received, out, members]() mutable {
-                             out.view(-1).copy_(received.view({members, -1}).sum(0));
+                             torch::Tensor into = out.view(-1);
+                             at::sum_out(into, received.view({members, -1}), {0});  // no temporary
                            });
   } catch (const std::exception& e) {
     return Failed(what, e);

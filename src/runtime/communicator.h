@@ -93,7 +93,8 @@ class Communicator {
   Result<PendingTransfer> StartAllReduceSum(CommGroup& g, torch::Tensor& t);
   Result<PendingTransfer> StartAllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out);
   Result<PendingTransfer> StartReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out);
-  /// `out` = the members' `shard`s concatenated in group order (equal sizes).
+  /// `out` = the members' `shard`s concatenated in group order (equal sizes); `shard` may be this
+  /// member's own part of `out` (in place).
   Status AllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out);
   /// `out` = this member's chunk of the sum of every member's `in` (in split into size() chunks).
   Status ReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out);

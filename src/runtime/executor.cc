@@ -122,7 +122,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Plan& plan, const Sched
   }
   for (auto& [v, params] : owned) {
     auto state = std::make_unique<MinistageState>(std::move(params), dp_size, dp_index, plan.zero_stage >= 1,
-                                                  ex->copies_.get());
+                                                  ex->copies_.get(), /*shard_in_flat=*/!ex->sharded_params_);
     // Offloaded between visits: the ministages the program prefetches (a group's first stays; lower.cc).
     bool prefetched = false;
     for (const Op& op : prog.ops)

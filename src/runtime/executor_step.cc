@@ -528,7 +528,8 @@ class Executor::StepRun {
       return Status::Ok();
     } else if (op.kind == OpKind::kReduceScatter) {
       torch::Tensor full = state.GradFlat();
-      torch::Tensor out = torch::empty({state.shard_numel()}, full.options());
+      // A group of one has nothing to reduce: the full gradients are its shard's (no copy).
+      torch::Tensor out = g->size() == 1 ? full : torch::empty({state.shard_numel()}, full.options());
       MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartReduceScatterSum(*g, full, out));
       f.bytes = static_cast<double>(full.nbytes());
       const bool release = ex_.plan_.zero_stage >= 2;

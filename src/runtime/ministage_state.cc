@@ -10,8 +10,12 @@
 namespace motley {
 
 MinistageState::MinistageState(std::vector<NamedParameter> params, int dp_size, int dp_index, bool sharded_optimizer,
-                               CopyEngine* copies)
-    : params_(std::move(params)), sharded_(sharded_optimizer), copies_(copies), device_(copies->device()) {
+                               CopyEngine* copies, bool shard_in_flat)
+    : params_(std::move(params)),
+      sharded_(sharded_optimizer),
+      shard_in_flat_(sharded_optimizer && shard_in_flat),
+      copies_(copies),
+      device_(copies->device()) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     const torch::Tensor& p = params_[i].param;
@@ -26,7 +30,10 @@ MinistageState::MinistageState(std::vector<NamedParameter> params, int dp_size, 
   flat_ = torch::zeros({padded_numel()}, options);
   for (const Range& r : ranges_) flat_.narrow(0, r.flat_begin, r.numel).copy_(params_[r.param].param.reshape(-1));
   PointParamsAt(flat_);
-  if (sharded_) shard_ = flat_.narrow(0, shard_begin_, shard_numel_).clone();
+  if (sharded_) {
+    shard_ = flat_.narrow(0, shard_begin_, shard_numel_);
+    if (!shard_in_flat_) shard_ = shard_.clone();
+  }
   exp_avg_ = torch::zeros({shard_numel_}, options);
   exp_avg_sq_ = torch::zeros({shard_numel_}, options);
 }
@@ -45,6 +52,7 @@ torch::Tensor& MinistageState::AllocateFlat() {
 
 void MinistageState::ReleaseFlat() {
   if (!flat_.defined()) return;
+  MOTLEY_CHECK(!shard_in_flat_);  // the master shard lives there
   const auto empty = torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
   for (auto& p : params_) p.param.set_data(empty);
   flat_ = torch::Tensor();
@@ -147,7 +155,7 @@ void MinistageState::ClearGradients() {
 }
 
 void MinistageState::Offload() {
-  MOTLEY_CHECK(sharded_);
+  MOTLEY_CHECK(sharded_ && !shard_in_flat_);
   CopyTicket done;  // copies on one stream complete in order: the last one's ticket covers all
   // Into the same host buffers (their last readers, the prefetches, come first).
   if (shard_.defined()) host_shard_ = copies_->ToHost(shard_, shard_read_, &done, host_shard_);

@@ -6,7 +6,7 @@
 //
 // The full parameters are "gathered" (the model's tensors point into the flat buffer) or
 // "released" (the model's tensors are empty); ZeRO-3 and parameter offload release them between
-// visits. Offload moves the shard and moments to host memory (outside the memory ledger) and
+// visits, and keep the master shard apart; otherwise the shard is part of the flat buffer. Offload moves the shard and moments to host memory (outside the memory ledger) and
 // back, bit for bit, through the rank's CopyEngine (asynchronous on a GPU: WaitReady() before
 // compute reads a prefetched shard or moments; the engine's Synchronize() before the host reads
 // offloaded ones).
@@ -31,9 +31,12 @@ struct NamedParameter {
 
 class MinistageState {
  public:
-  /// Flattens `params` (copying their current values) and takes this rank's shard.
+  /// Flattens `params` (copying their current values) and takes this rank's shard. With
+  /// `shard_in_flat` (the full parameters are never released: ZeRO-1/2 without parameter offload)
+  /// the master shard is the owned part of the flat buffer, not a copy of it: the update writes
+  /// the parameters in place and the gather fills in the other ranks' parts.
   MinistageState(std::vector<NamedParameter> params, int dp_size, int dp_index, bool sharded_optimizer,
-                 CopyEngine* copies);
+                 CopyEngine* copies, bool shard_in_flat = false);
 
   int64_t numel() const { return numel_; }
   int64_t padded_numel() const { return shard_numel_ * dp_size_; }
@@ -114,6 +117,7 @@ class MinistageState {
   std::vector<Range> ranges_;
   int dp_size_ = 1, dp_index_ = 0;
   bool sharded_ = false;
+  bool shard_in_flat_ = false;  // shard_ is a view of flat_
   CopyEngine* copies_;
   torch::Device device_;
   CopyTicket shard_ready_, moments_ready_, host_ready_;  // the last prefetches and the last offload
