@@ -534,10 +534,11 @@ class Executor::StepRun {
       f.bytes = static_cast<double>(full.nbytes());
       const bool release = ex_.plan_.zero_stage >= 2;
       f.then = [&state, out, full, release]() mutable {
-        state.GradShard().add_(out);
         if (release) {
           state.ReleaseGradFlat();
+          state.AddToGradShard(out);  // may keep `out` (a group of one's: the full gradients) as the shard
         } else {
+          state.GradShard().add_(out);
           full.zero_();
         }
       };

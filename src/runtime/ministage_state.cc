@@ -85,6 +85,16 @@ torch::Tensor& MinistageState::GradShard() {
   return grad_shard_;
 }
 
+void MinistageState::AddToGradShard(torch::Tensor reduced) {
+  MOTLEY_CHECK(sharded_);
+  MOTLEY_CHECK_EQ(reduced.numel(), shard_numel_);
+  if (grad_shard_.defined()) {
+    grad_shard_.add_(reduced);
+  } else {
+    grad_shard_ = reduced.view(-1);
+  }
+}
+
 std::vector<ParamShard> MinistageState::OptimizerShards() {
   MOTLEY_CHECK(exp_avg_.defined());
   torch::Tensor& master = sharded_ ? shard_ : flat_;

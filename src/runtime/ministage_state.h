@@ -69,6 +69,9 @@ class MinistageState {
   void AccumulateGrad(size_t index, const torch::Tensor& grad);
   /// The owned gradient shard, accumulating reduce-scatter outputs (ZeRO >= 1).
   torch::Tensor& GradShard();
+  /// Adds a reduce-scatter's output into the gradient shard; the shard takes `reduced` itself
+  /// when it has no buffer yet (no copy, no second buffer). `reduced` must not be used after.
+  void AddToGradShard(torch::Tensor reduced);
 
   // ---- Optimizer ----
   /// The owned ranges as AdamW shards (views into the shard, gradient and moments). REQUIRES: the
