@@ -204,9 +204,10 @@ Schedule OverlapSchedule(double gather_bytes) {
   return s;
 }
 
-TEST(Simulator, HiddenCollectiveAddsNothingLongerOneAddsTheDifference) {
-  // Links of 1 GB/s so a collective's length is easy to set.
-  Cluster cluster = ParseClusterToml(R"(
+// Two devices whose links, to each other and to the host, move 1 GB/s: a transfer's length is
+// easy to set.
+Cluster OneGBpsCluster() {
+  return ParseClusterToml(R"(
 [network]
 intra_node_latency = "1ns"
 [device_types.unit]
@@ -221,8 +222,12 @@ device = "unit"
 count = 2
 intra_bandwidth = "1GB/s"
 )",
-                                     "c.toml")
-                        .value();
+                          "c.toml")
+      .value();
+}
+
+TEST(Simulator, HiddenCollectiveAddsNothingLongerOneAddsTheDifference) {
+  Cluster cluster = OneGBpsCluster();
   ModelSpec model = LayerHeavyModel(1);
   Profile profile = FlatProfile(model, 128);  // forward 10 ms
   CostModel costs(cluster, model, &profile, 128, Precision::kBf16, true);
@@ -348,19 +353,7 @@ TEST(Simulator, DeadlockIsAnErrorNamingTheStuckRanks) {
 // copies in pieces, so the small copy does not queue behind the large one); a second parameter
 // prefetch queues behind the first on its lane; an offload of 100 MB uses the other direction.
 TEST(Simulator, ActivationCopiesShareTheHostLinkWithParameterCopiesInsteadOfQueueing) {
-  Cluster cluster = ParseClusterToml(R"(
-[device_types.unit]
-memory = "1GiB"
-memory_bandwidth = "1TB/s"
-fp16_flops = "1TFLOPS"
-fp32_flops = "1TFLOPS"
-host_link = "1GB/s"
-[[nodes]]
-name = "n"
-device = "unit"
-)",
-                                     "c.toml")
-                        .value();
+  Cluster cluster = OneGBpsCluster();  // rank 0 on device 0
   ModelSpec model = LayerHeavyModel(1);
   CostModel costs(cluster, model, nullptr, 128, Precision::kBf16, true);
   auto copy = [](OpKind kind, Stream stream, double bytes) {
