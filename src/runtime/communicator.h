@@ -67,6 +67,8 @@ class PendingTransfer {
   PendingTransfer(c10::intrusive_ptr<c10d::Work> work, std::string what, class Communicator* comm,
                   std::function<void()> then = {});
   Status Wait();
+  /// Whether Wait() would return at once (never blocks).
+  bool Done() const { return !work_ || work_->isCompleted(); }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;

@@ -183,6 +183,7 @@ class Executor::StepRun {
     if (device_timed_) op_start_event_[static_cast<int>(i)] = RecordTimingEvent(ex_.copies_->device());
     ex_.copies_->Pump();  // the next pieces of the parameter copies in flight
     MOTLEY_RETURN_IF_ERROR(StartArrivedGathers());
+    MOTLEY_RETURN_IF_ERROR(CompleteFinished());
     for (int d : op.deps) MOTLEY_RETURN_IF_ERROR(Complete(d));
     if (op.ministage >= 0) {
       const int v = VStage(op);
@@ -577,6 +578,17 @@ class Executor::StepRun {
     std::vector<int> devices;
     for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
     f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, 1);
+    return Status::Ok();
+  }
+
+  // Completes the collectives that are done (and whose emulated link time has passed), so that
+  // what they hold — Gloo's staging buffers, a released gradient buffer — is freed as soon as on
+  // the simulator's timeline, not when an op first needs their result.
+  Status CompleteFinished() {
+    std::vector<int> done;
+    for (const auto& [i, f] : in_flight_)
+      if (!f.deferred && f.transfer.Done() && Since(f.start) >= f.needed_s) done.push_back(i);
+    for (int i : done) MOTLEY_RETURN_IF_ERROR(Complete(i));
     return Status::Ok();
   }
 
