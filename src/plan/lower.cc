@@ -44,10 +44,10 @@ class Lowerer {
   double ForwardFlops(int v, int64_t m) const;
   double BackwardFlops(int v, int64_t m) const;
   double SavedExtra(int v, int64_t m) const;  // beyond the input boundary
-  // Emulated (CPU) ranks run ZeRO's collectives over Gloo, which holds a buffer as large as the
-  // full payload while one runs: its all-gather gathers into a flat buffer before copying out, and
-  // it has no reduce-scatter (motley's is an all-to-all into a buffer as large as the gradients).
-  void AddGlooBuffer(Op& op, double full_bytes, size_t group_size) const {
+  // Emulated (CPU) ranks reduce-scatter over Gloo, which has no reduce-scatter: an all-to-all
+  // into a buffer as large as the gradients, held while the collective runs. (Gloo's all-gather
+  // would hold one as large as the parameters; motley gathers by broadcasts in place instead.)
+  void AddGlooReduceScatterBuffer(Op& op, double full_bytes, size_t group_size) const {
     if (!cluster_.emulated() || group_size < 2) return;
     op.device_alloc_bytes += full_bytes;
     op.device_free_bytes += full_bytes;
@@ -293,7 +293,6 @@ std::vector<int> Lowerer::EmitCollective(OpKind kind, int g, int v, double bytes
       op.head = vstages_[v].layers.end == model_.num_layers;
       op.bytes = bytes;
       op.collective = c;
-      if (kind == OpKind::kAllGather) AddGlooBuffer(op, bytes, ranks.size());
       op_of_rank[r] = Emit(r, std::move(op));
     }
   }
@@ -369,7 +368,7 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
       if (policy_.offload_params) op.device_alloc_bytes += shard * grad_bytes_;
       grads_allocated_[{r, v}] = false;
     }
-    if (reduce == OpKind::kReduceScatter) AddGlooBuffer(op, full_grads, group_ranks_[g].size());
+    if (reduce == OpKind::kReduceScatter) AddGlooReduceScatterBuffer(op, full_grads, group_ranks_[g].size());
     Op step = StageOp(OpKind::kOptimizerStep, Stream::kCompute, v);
     step.flops = kAdamFlopsPerParam * shard;
     step.bytes = 2 * shard * (param_bytes_ + grad_bytes_ + opt_bytes_);
@@ -662,7 +661,7 @@ Result<Schedule> Lowerer::Run() {
               // A device without a microbatch at this index contributes zeros.
               if (!grads_allocated_[{r, v}]) op.device_alloc_bytes = full;
               op.device_free_bytes = full;
-              AddGlooBuffer(op, full, group_ranks_[0].size());
+              AddGlooReduceScatterBuffer(op, full, group_ranks_[0].size());
               grads_allocated_[{r, v}] = false;
               last_reduce_[{r, v}] = ops[i];
               reduce_ops_[r].push_back(ops[i]);

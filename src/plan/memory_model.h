@@ -20,8 +20,7 @@ struct DataParallelMemoryInput {
   /// 0 = one ministage holding the whole model.
   double max_ministage_params = 0;
   /// Emulated (CPU) devices: Gloo has no reduce-scatter, and its all-to-all stand-in holds a buffer
-  /// as large as the unit's gradients while it runs. (Its all-gather's buffer, as large as the
-  /// gathered parameters, is counted by the lowering; this model leaves it out.)
+  /// as large as the unit's gradients while it runs.
   bool gloo_reduce_scatter = false;
 };
 

@@ -63,17 +63,29 @@ std::string DoneKey(int rank) { return fmt::format("motley/done/{}", rank); }
 
 PendingTransfer::PendingTransfer(c10::intrusive_ptr<c10d::Work> work, std::string what, Communicator* comm,
                                  std::function<void()> then)
-    : work_(std::move(work)), what_(std::move(what)), comm_(comm), then_(std::move(then)) {}
+    : what_(std::move(what)), comm_(comm), then_(std::move(then)) {
+  works_.push_back(std::move(work));
+}
+
+PendingTransfer::PendingTransfer(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string what,
+                                 Communicator* comm)
+    : works_(std::move(works)), what_(std::move(what)), comm_(comm) {}
+
+bool PendingTransfer::Done() const {
+  for (const auto& w : works_)
+    if (!w->isCompleted()) return false;
+  return true;
+}
 
 Status PendingTransfer::Wait() {
-  if (!work_) return Status::Ok();  // done already, or nothing to wait for
+  if (works_.empty()) return Status::Ok();  // done already, or nothing to wait for
   try {
-    work_->wait();
-    work_.reset();
+    for (const auto& w : works_) w->wait();
+    works_.clear();
     if (then_) then_();
     return Status::Ok();
   } catch (const std::exception& e) {
-    work_.reset();
+    works_.clear();
     return comm_->Failed(what_, e);
   }
 }
@@ -308,11 +320,21 @@ Result<PendingTransfer> Communicator::StartAllGather(CommGroup& g, const torch::
       return Failed(what, e);
     }
   }
-  std::vector<torch::Tensor> in = {shard.contiguous()};
-  std::vector<std::vector<torch::Tensor>> outs(1);
-  for (const auto& chunk : out.view(-1).chunk(g.size())) outs[0].push_back(chunk);
+  // Gloo's allgather gathers into a buffer as large as `out` and copies out of it; a broadcast
+  // from each member into its part of `out` gathers in place, with no buffer.
+  torch::Tensor flat = out.view(-1);
+  const int64_t n = shard.numel();
+  torch::Tensor mine = flat.narrow(0, g.index * n, n);
+  if (mine.data_ptr() != shard.data_ptr()) mine.copy_(shard.reshape(-1));
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
   try {
-    return PendingTransfer(pg->allgather(outs, in), what, this);
+    for (int root = 0; root < g.size(); ++root) {
+      std::vector<torch::Tensor> part = {flat.narrow(0, root * n, n)};
+      c10d::BroadcastOptions o;
+      o.rootRank = root;
+      works.push_back(pg->broadcast(part, o));
+    }
+    return PendingTransfer(std::move(works), what, this);
   } catch (const std::exception& e) {
     return Failed(what, e);
   }

@@ -66,12 +66,14 @@ class PendingTransfer {
   PendingTransfer() = default;
   PendingTransfer(c10::intrusive_ptr<c10d::Work> work, std::string what, class Communicator* comm,
                   std::function<void()> then = {});
+  /// Several operations that complete together (issued in this order on every member).
+  PendingTransfer(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string what, class Communicator* comm);
   Status Wait();
   /// Whether Wait() would return at once (never blocks).
-  bool Done() const { return !work_ || work_->isCompleted(); }
+  bool Done() const;
 
  private:
-  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   std::string what_;
   class Communicator* comm_ = nullptr;
   std::function<void()> then_;
