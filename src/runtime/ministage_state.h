@@ -6,10 +6,10 @@
 //
 // The full parameters are "gathered" (the model's tensors point into the flat buffer) or
 // "released" (the model's tensors are empty); ZeRO-3 and parameter offload release them between
-// visits, and keep the master shard apart; otherwise the shard is part of the flat buffer. Offload moves the shard and moments to host memory (outside the memory ledger) and
-// back, bit for bit, through the rank's CopyEngine (asynchronous on a GPU: WaitReady() before
-// compute reads a prefetched shard or moments; the engine's Synchronize() before the host reads
-// offloaded ones).
+// visits, and keep the master shard apart; otherwise the shard is part of the flat buffer.
+// Offload moves the shard and moments to host memory (outside the memory ledger) and back, bit for
+// bit, through the rank's CopyEngine (asynchronous on a GPU: WaitReady() before compute reads a
+// prefetched shard or moments; the engine's Synchronize() before the host reads offloaded ones).
 #pragma once
 
 #include <functional>
