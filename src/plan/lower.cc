@@ -324,10 +324,10 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
   for (size_t i = 0; i < gathers.size(); ++i) {
     const int r = group_ranks_[g][i];
     Op& op = s_.programs[r].ops[gathers[i]];
-    op.device_alloc_bytes += full;
+    op.device_alloc_bytes = full;
     if (prefetch[i] >= 0) {
       op.deps.push_back(prefetch[i]);
-      if (!backward) op.device_free_bytes += shard * param_bytes_;  // the shard is not needed after the gather
+      if (!backward) op.device_free_bytes = shard * param_bytes_;  // the shard is not needed after the gather
     } else if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) {
       op.deps.push_back(it->second);
     }
