@@ -39,11 +39,8 @@ int RunDemo(const std::vector<std::string>& args) {
   const TrainingConfig& t = job->training;
   const double step_flops =
       TrainFlopsPerToken(job->model, t.seq_len, t.activation_checkpointing) * t.global_batch_tokens();
-  const double peak = t.precision == Precision::kFp32 ? [&] {
-    double sum = 0;
-    for (int d = 0; d < job->cluster.num_devices(); ++d) sum += job->cluster.spec(d).peak_fp32_flops;
-    return sum;
-  }() : job->cluster.total_peak_fp16_flops();
+  double peak = 0;
+  for (int d = 0; d < job->cluster.num_devices(); ++d) peak += PeakFlops(job->cluster.spec(d), t.precision);
 
   // Plan the job with every strategy on the same cost models, each plan judged by the simulator.
   CostModel costs(job->cluster, job->model, nullptr, t.seq_len, t.precision, t.activation_checkpointing);

@@ -24,8 +24,8 @@ int RunDescribe(const std::vector<std::string>& args) {
                  "a preset (llama-7b, ...), a model .toml, or a Hugging Face config.json");
   app.add_option("--seq-len", seq_len, "sequence length for FLOPs and activations (default: the model's max)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  app.add_option("--precision", precision_name, "fp32, bf16 or fp16 (default bf16)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--precision", precision_name, "fp32, bf16, fp16 or fp64 (default bf16)")
+      ->check(CLI::IsMember(PrecisionNames()));
   app.add_flag("--json", json, "print JSON");
   if (auto rc = ParseArgs(app, args)) return *rc;
   if (cluster_ref.empty() && model_ref.empty()) {
@@ -41,9 +41,7 @@ int RunDescribe(const std::vector<std::string>& args) {
       fmt::print(stderr, "{}\n", m.status().message());
       return kExitFailure;
     }
-    Precision p = precision_name == "fp32"   ? Precision::kFp32
-                  : precision_name == "fp16" ? Precision::kFp16
-                                             : Precision::kBf16;
+    const Precision p = *PrecisionFromName(precision_name);
     int64_t s = seq_len > 0 ? seq_len : m->max_seq_len;
     if (json) {
       out = DescribeModelJson(*m, s, p);

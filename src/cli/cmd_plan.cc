@@ -80,8 +80,8 @@ int RunPlan(const std::vector<std::string>& args) {
   app.add_option("--strategy", strategy,
                  "auto|zorse|poplar|torchtitan-het|hexiscale|cephalo|deepspeed-even|fastest-only")
       ->check(CLI::IsMember(StrategyNames()));
-  app.add_option("--precision", precision_name, "fp32, bf16 or fp16 (default bf16)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--precision", precision_name, "fp32, bf16, fp16 or fp64 (default bf16)")
+      ->check(CLI::IsMember(PrecisionNames()));
   app.add_option("--profile", profile_path,
                  "measured layer times (motley profile or Zorse's model_latencies.json)");
   app.add_flag("--compare", compare, "one row per strategy");
@@ -119,9 +119,7 @@ int RunPlan(const std::vector<std::string>& args) {
   PlanRequest request;
   request.global_batch_sequences = global_batch_tokens / seq_len;
   request.seq_len = seq_len;
-  request.precision = precision_name == "fp32"   ? Precision::kFp32
-                      : precision_name == "fp16" ? Precision::kFp16
-                                                 : Precision::kBf16;
+  request.precision = *PrecisionFromName(precision_name);
   CostModel costs(*cluster, *model, profile ? &*profile : nullptr, seq_len, request.precision, true);
   const PlanEvaluator evaluate = SimulationEvaluator(*cluster, *model, costs);
 

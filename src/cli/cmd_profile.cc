@@ -180,7 +180,7 @@ int RunProfile(const std::vector<std::string>& args) {
                "also measure the links (ping-pong per distinct pair of node configurations): under a launcher with one "
                "rank per device, or by itself on an emulated local cluster");
   app.add_flag("--links-only", links_only, "measure the links only")->group("");
-  app.add_option("--precision", precision_name, "fp32, bf16 or fp16")->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+  app.add_option("--precision", precision_name, "fp32, bf16, fp16 or fp64")->check(CLI::IsMember(PrecisionNames()))
       ->capture_default_str();
   app.add_option("--max-microbatch", req.options.layers.max_microbatch_cap, "stop the fit search here")
       ->capture_default_str();
@@ -212,9 +212,7 @@ int RunProfile(const std::vector<std::string>& args) {
       return kExitFailure;
     }
     req.model = *model;
-    req.precision = precision_name == "fp32"   ? Precision::kFp32
-                    : precision_name == "fp16" ? Precision::kFp16
-                                               : Precision::kBf16;
+    req.precision = *PrecisionFromName(precision_name);
   }
   Result<Rendezvous> rv = RendezvousFromEnv();
   if (!rv.ok()) return fail(rv.status());

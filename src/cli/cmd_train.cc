@@ -127,6 +127,9 @@ int RunTrain(const std::vector<std::string>& args) {
   app.add_flag("!--no-validation", options.validate, "skip validation");
   app.add_option("--die-rank", options.die_rank, "fault injection (tests): this rank kills itself ...")->group("");
   app.add_option("--die-at-step", options.die_at_step, "... halfway through this step")->group("");
+  app.add_option("--perturb-rank", options.perturb_rank, "fault injection (tests): this rank's loss ...")->group("");
+  app.add_option("--perturb-loss", options.perturb_loss_factor, "... is multiplied by this factor ...")->group("");
+  app.add_option("--perturb-microbatch", options.perturb_microbatch, "... for this global microbatch only")->group("");
   app.add_flag("--cpu-copy-threads", options.cpu_copy_threads,
                "tests: offload copies on CPU asynchronous on worker threads, as on a GPU")->group("");
   if (auto rc = ParseArgs(app, args)) return *rc;

@@ -41,6 +41,13 @@ void ParseDeviceType(const std::string& name, TomlTable& t, GpuCatalog* catalog)
   if (auto v = t.Bandwidth("memory_bandwidth", need)) spec.memory_bandwidth_bytes_per_s = *v;
   if (auto v = t.Flops("fp16_flops", need)) spec.peak_fp16_flops = *v;
   if (auto v = t.Flops("fp32_flops", need)) spec.peak_fp32_flops = *v;
+  // fp64 (optional): half the fp32 figure unless given (CPUs and data-center GPUs; consumer GPUs
+  // run fp64 at 1/32-1/64 of fp32: give theirs).
+  if (auto v = t.Flops("fp64_flops")) {
+    spec.peak_fp64_flops = *v;
+  } else if (!have_base) {
+    spec.peak_fp64_flops = spec.peak_fp32_flops / 2;
+  }
   if (auto v = t.Bool("bf16")) spec.supports_bf16 = *v;
   if (auto v = t.Bandwidth("host_link", need)) spec.host_link_bytes_per_s = *v;
   if (auto v = t.Bandwidth("nvlink")) spec.nvlink_bytes_per_s = *v;

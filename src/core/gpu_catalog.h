@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/precision.h"
+
 namespace motley {
 
 struct GpuSpec {
@@ -17,11 +19,15 @@ struct GpuSpec {
   double memory_bandwidth_bytes_per_s = 0;  // HBM / GDDR
   double peak_fp16_flops = 0;        // dense fp16/bf16 tensor-core FLOP/s (datasheet "with sparsity" / 2)
   double peak_fp32_flops = 0;        // dense fp32 FLOP/s (non-tensor)
+  double peak_fp64_flops = 0;        // dense fp64 FLOP/s (fp64 tensor cores where the type has them)
   bool supports_bf16 = true;         // false before Ampere: fp16 (with loss scaling) instead
   double host_link_bytes_per_s = 0;  // PCIe to the host, per direction
   double nvlink_bytes_per_s = 0;     // NVLink per GPU, per direction; 0 when the type has none
   std::string source;                // where the figures come from
 };
+
+/// The type's peak FLOP/s for compute in precision `p` (fp16 and bf16 share the tensor-core figure).
+double PeakFlops(const GpuSpec& spec, Precision p);
 
 class GpuCatalog {
  public:

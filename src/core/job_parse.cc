@@ -42,9 +42,7 @@ void ParseTraining(TomlTable& t, TrainingConfig* c) {
         "missing the global batch: add global_batch_tokens = N (a multiple of seq_len) or "
         "global_batch_sequences = N");
   }
-  if (auto v = t.Choice("precision", {"fp32", "bf16", "fp16"})) {
-    c->precision = *v == "fp32" ? Precision::kFp32 : *v == "fp16" ? Precision::kFp16 : Precision::kBf16;
-  }
+  if (auto v = t.Choice("precision", PrecisionNames())) c->precision = *PrecisionFromName(*v);
   if (auto v = t.Bool("activation_checkpointing")) c->activation_checkpointing = *v;
   if (auto v = t.Int("seed", 0, INT64_MAX)) c->seed = static_cast<uint64_t>(*v);
   t.Finish();

@@ -5,20 +5,6 @@
 
 namespace motley {
 
-std::string_view PrecisionName(Precision p) {
-  switch (p) {
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kFp16:
-      return "fp16";
-  }
-  return "?";
-}
-
-int BytesPerElement(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
-
 const std::vector<ModelSpec>& ModelPresets() {
   // name, hidden, layers, heads, kv heads, ffn, vocab, max seq, rope theta, norm eps, tied
   static const std::vector<ModelSpec> presets = {
@@ -96,8 +82,13 @@ double TrainFlopsPerToken(const ModelSpec& m, int64_t seq_len, bool recompute) {
 }
 
 StateBytesPerParam StateBytes(Precision p) {
+  if (p == Precision::kFp64) return {8, 8, 16};
   if (p == Precision::kFp32) return {4, 4, 8};
   return {2, 2, 12};
+}
+
+double LogitsBytesPerToken(const ModelSpec& m, Precision p) {
+  return 2.0 * static_cast<double>(m.vocab_size) * BytesPerElement(MasterPrecision(p));
 }
 
 double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p) {
@@ -110,7 +101,7 @@ double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precisi
   // output (h); gate, up, silu(gate), gate*up (4 ffn).
   double elements = 6 * h + 2.0 * m.kv_dim() + 4.0 * m.ffn_size;
   double bytes = elements * BytesPerElement(p);
-  bytes += 2 * 4.0;  // two RMSNorm reciprocal-rms values in fp32
+  bytes += 2.0 * BytesPerElement(MasterPrecision(p));  // two RMSNorm reciprocal-rms values in fp32 (fp64)
   if (fused_attention) {
     bytes += 4.0 * m.num_heads;  // log-sum-exp per head
   } else {

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/precision.h"
+
 namespace motley {
 
 struct ModelSpec {
@@ -26,10 +28,6 @@ struct ModelSpec {
   int64_t kv_dim() const { return num_kv_heads * head_dim(); }
 };
 
-enum class Precision { kFp32, kBf16, kFp16 };
-std::string_view PrecisionName(Precision p);
-/// Bytes of one element in the compute precision.
-int BytesPerElement(Precision p);
 
 /// Built-in shapes: the LLaMA-1 models of the Zorse paper, Llama 3 8B, TinyLlama, and tiny test
 /// models.
@@ -61,6 +59,7 @@ double TrainFlopsPerToken(const ModelSpec& m, int64_t seq_len, bool recompute);
 // ---- Bytes --------------------------------------------------------------------------------------
 /// Bytes per parameter of training state. Mixed precision (bf16/fp16): parameters and gradients in
 /// 16 bits, fp32 master weights and Adam moments in the optimizer (2 + 2 + 12 = 16). fp32: 4 + 4 + 8.
+/// fp64: 8 + 8 + 16.
 struct StateBytesPerParam {
   double params = 0;
   double grads = 0;
@@ -69,6 +68,9 @@ struct StateBytesPerParam {
 };
 StateBytesPerParam StateBytes(Precision p);
 
+/// The logits and their gradient, per token: in fp32 whatever the compute precision (fp64 in fp64),
+/// as the loss computes them.
+double LogitsBytesPerToken(const ModelSpec& m, Precision p);
 /// The activation saved at a layer boundary (the residual stream), per token.
 double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p);
 /// Activations one decoder layer keeps for its backward without recomputation, per token

@@ -127,7 +127,7 @@ StrategyOutcome FastestOnly(const Cluster& cluster, const ModelSpec& model, cons
                             const PlanRequest& request, const PlanEvaluator& evaluate) {
   auto peak = [&](int d) {
     const GpuSpec& s = cluster.spec(d);
-    return (request.precision == Precision::kFp32 ? s.peak_fp32_flops : s.peak_fp16_flops) /
+    return PeakFlops(s, request.precision) /
            costs.Slowdown(d);
   };
   double fastest = 0;

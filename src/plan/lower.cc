@@ -245,13 +245,13 @@ double Lowerer::WorkForward(int v, int64_t m) const {
                     ? LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false) * Tokens(m)
                     : 0;
   if (vstages_[v].layers.end == model_.num_layers)
-    work += 2.0 * Tokens(m) * model_.vocab_size * 4;  // fp32 logits
+    work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision);
   return work;
 }
 
 double Lowerer::WorkBackward(int v, int64_t m) const {
   double work = 2 * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false) * Tokens(m);
-  if (vstages_[v].layers.end == model_.num_layers) work += 2.0 * Tokens(m) * model_.vocab_size * 4;
+  if (vstages_[v].layers.end == model_.num_layers) work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision);
   return work;
 }
 

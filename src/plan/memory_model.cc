@@ -31,7 +31,7 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
   const double tokens = static_cast<double>(microbatch) * in.seq_len;
   const double act = tokens * m.hidden_size * BytesPerElement(in.precision);
   const double layer = LayerActivationBytesPerToken(m, in.seq_len, in.precision, false) * tokens;
-  const double logits = 2 * tokens * m.vocab_size * 4;
+  const double logits = tokens * LogitsBytesPerToken(m, in.precision);
   // Checkpointing keeps each layer's input and the head's; without it every layer keeps its
   // activations, and each ministage its input too.
   const double saved = in.activation_checkpointing ? (m.num_layers + 1) * act : m.num_layers * (act + layer);

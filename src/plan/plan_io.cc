@@ -12,15 +12,11 @@ namespace motley {
 namespace {
 
 const std::vector<std::string> kSchedules = {"gpipe", "1f1b", "interleaved"};
-const std::vector<std::string> kPrecisions = {"fp32", "bf16", "fp16"};
 
 PipelineSchedule ScheduleFromName(const std::string& s) {
   return s == "1f1b"          ? PipelineSchedule::k1F1B
          : s == "interleaved" ? PipelineSchedule::kInterleaved
                               : PipelineSchedule::kGPipe;
-}
-Precision PrecisionFromName(const std::string& s) {
-  return s == "fp32" ? Precision::kFp32 : s == "fp16" ? Precision::kFp16 : Precision::kBf16;
 }
 
 // Reads an array of integers; every element must be an integer within [min, max].
@@ -88,7 +84,7 @@ Result<Plan> ReadPlan(const toml::table& table, const std::string& file) {
   if (auto v = root.String("model")) p.model = *v;
   if (auto v = root.String("cluster")) p.cluster = *v;
   if (auto v = root.Int("seq_len", 1, 1 << 24, Need::kRequired)) p.seq_len = *v;
-  if (auto v = root.Choice("precision", kPrecisions)) p.precision = PrecisionFromName(*v);
+  if (auto v = root.Choice("precision", PrecisionNames())) p.precision = *PrecisionFromName(*v);
   if (auto v = root.Choice("schedule", kSchedules)) p.schedule = ScheduleFromName(*v);
   if (auto v = root.Int("zero_stage", 0, 3)) p.zero_stage = static_cast<int>(*v);
   if (auto v = root.Bool("activation_checkpointing")) p.activation_checkpointing = *v;

@@ -211,7 +211,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
             bytes += ms_params * state.grads;
             const double act = act_per_seq * b;
             const double saved = request.offload ? 2.0 * ms_layers * act : counts[g][i] * layers[g] * act;
-            const double logits = 2.0 * b * request.seq_len * model.vocab_size * 4;
+            const double logits = static_cast<double>(b) * request.seq_len * LogitsBytesPerToken(model, request.precision);
             bytes += saved + 2 * layer_act_per_seq * b + logits + 4 * act;
             worst = std::max(worst, bytes);
             if (bytes > cluster.memory_bytes(groups[g][i])) fits = false;

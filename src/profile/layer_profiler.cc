@@ -17,6 +17,7 @@
 #include "runtime/cuda_device.h"
 #include "runtime/llama_model.h"
 #include "runtime/memory_ledger.h"
+#include "runtime/precision_dtypes.h"
 
 // OpenBLAS's thread count, when torch's BLAS is OpenBLAS (a weak reference: absent otherwise).
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
@@ -48,11 +49,6 @@ void Sync(const torch::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize();
 }
 
-std::optional<torch::Dtype> ComputeDtype(Precision p) {
-  if (p == Precision::kBf16) return torch::kBFloat16;
-  if (p == Precision::kFp16) return torch::kFloat16;
-  return std::nullopt;
-}
 
 double MedianMs(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -157,8 +153,8 @@ StepMemory TryTrainingStep(const ModelSpec& model, int64_t seq_len, Precision pr
   StepMemory out;
   try {
     LlamaModel m(model, 1);
+    m->set_precision(precision);
     m->to(d);
-    m->set_compute_dtype(ComputeDtype(precision));
     std::vector<ParamShard> shards = WholeParameterShards(*m);
     for (auto& s : shards) {
       s.grad = torch::zeros_like(s.param);
@@ -254,9 +250,9 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
   const torch::Device d = ProfilingDevice();
   RankLikeThreads threads(d);
   LlamaModel m(model, 1);
+  m->set_precision(precision);
   m->to(d);
-  m->set_compute_dtype(ComputeDtype(precision));
-  const torch::Dtype act = ComputeDtype(precision).value_or(torch::kFloat32);
+  const torch::Dtype act = ActivationDtype(precision);
   const ModelSlice layer{false, 0, 1, false}, head{false, static_cast<int>(model.num_layers),
                                                    static_cast<int>(model.num_layers), true};
   std::vector<torch::Tensor> layer_params, head_params;
@@ -275,10 +271,11 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
     const int64_t n = 1 << 20;
     ParamShard shard;
     shard.name = "profile";
-    shard.param = torch::randn({n}, torch::TensorOptions().device(d));
-    shard.grad = torch::randn({n}, torch::TensorOptions().device(d));
-    shard.exp_avg = torch::zeros({n}, torch::TensorOptions().device(d));
-    shard.exp_avg_sq = torch::zeros({n}, torch::TensorOptions().device(d));
+    const auto master = torch::TensorOptions().dtype(MasterDtype(precision)).device(d);
+    shard.param = torch::randn({n}, master);
+    shard.grad = torch::randn({n}, master);
+    shard.exp_avg = torch::zeros({n}, master);
+    shard.exp_avg_sq = torch::zeros({n}, master);
     std::vector<ParamShard> shards = {shard};
     const AdamW adamw(OptimizerConfig{});
     int64_t step = 0;

@@ -13,7 +13,7 @@ void AdamW::Step(std::vector<ParamShard>& shards, double lr, int64_t step) const
   const double bias2 = 1 - std::pow(b2, static_cast<double>(step));
   for (auto& s : shards) {
     if (!s.grad.defined()) continue;
-    torch::Tensor g = s.grad.to(torch::kFloat32);
+    torch::Tensor g = s.grad.to(s.param.scalar_type());  // moments in the master dtype (fp32, or fp64)
     if (!s.exp_avg.defined()) {
       s.exp_avg = torch::zeros_like(g);
       s.exp_avg_sq = torch::zeros_like(g);

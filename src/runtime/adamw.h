@@ -1,6 +1,7 @@
 // AdamW with decoupled weight decay over parameter *shards*: each shard is a contiguous slice of a
 // parameter that this rank owns (the whole parameter without ZeRO), with its own moments in fp32.
 // ZeRO shards the optimizer state by handing each rank only its shards; the update is the same.
+// The moments take the dtype of the parameter shard (the master weights: fp32, or fp64).
 //
 // Update, as torch.optim.AdamW: p *= 1 - lr * wd (when the shard decays); m = b1 m + (1 - b1) g;
 // v = b2 v + (1 - b2) g^2; p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
@@ -20,7 +21,7 @@ struct ParamShard {
   torch::Tensor param;  // a view into the parameter (updated in place)
   torch::Tensor grad;   // the matching gradient slice
   bool decay = true;    // weight decay applies (matrices); not to norms
-  torch::Tensor exp_avg, exp_avg_sq;  // created on the first step, fp32
+  torch::Tensor exp_avg, exp_avg_sq;  // created on the first step, in param's dtype
 };
 
 class AdamW {

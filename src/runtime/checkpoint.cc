@@ -105,7 +105,9 @@ Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::
   record("config.json", crc);
 
   std::vector<NamedTensor> weights;
-  for (const auto& p : model.named_parameters()) weights.push_back({p.key(), p.value().to(torch::kFloat32)});
+  // In the master dtype: fp32, or fp64 for an fp64 run.
+  for (const auto& p : model.named_parameters())
+    weights.push_back({p.key(), p.value().scalar_type() == torch::kFloat64 ? p.value() : p.value().to(torch::kFloat32)});
   MOTLEY_RETURN_IF_ERROR(WriteSafetensors((fs::path(tmp) / "model.safetensors").string(), weights,
                                           {{"format", "pt"}}, &crc));
   record("model.safetensors", crc);
@@ -254,8 +256,9 @@ Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<Param
         return Status::InvalidArgument(fmt::format("{}: no moments for {}", f.path(), shard.name));
       continue;
     }
-    MOTLEY_ASSIGN_OR_RETURN(shard.exp_avg, f.Load(shard.name + ".exp_avg", torch::kFloat32));
-    MOTLEY_ASSIGN_OR_RETURN(shard.exp_avg_sq, f.Load(shard.name + ".exp_avg_sq", torch::kFloat32));
+    // In the parameter's dtype: a checkpoint of another precision resumes in this one.
+    MOTLEY_ASSIGN_OR_RETURN(shard.exp_avg, f.Load(shard.name + ".exp_avg", shard.param.scalar_type()));
+    MOTLEY_ASSIGN_OR_RETURN(shard.exp_avg_sq, f.Load(shard.name + ".exp_avg_sq", shard.param.scalar_type()));
     shard.exp_avg = shard.exp_avg.to(shard.param.device());
     shard.exp_avg_sq = shard.exp_avg_sq.to(shard.param.device());
     if (shard.exp_avg.sizes() != shard.param.sizes())

@@ -16,8 +16,7 @@ TEST(CommClock, OnCpuCountsTheHostsWaitsUntilReset) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     clock.Stop(m, cpu);
   }
-  EXPECT_GE(clock.host_s(), 0.04);
-  EXPECT_LT(clock.host_s(), 1.0);
+  EXPECT_GE(clock.host_s(), 0.04);  // at least the two sleeps (sleep_for never returns early)
   EXPECT_EQ(clock.DeviceSeconds(), 0);
   clock.Reset();
   EXPECT_EQ(clock.host_s(), 0);

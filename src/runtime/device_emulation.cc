@@ -66,10 +66,15 @@ void DeviceEmulation::set_matmul_slowdown(double factor) {
 
 double MatmulCpuSeconds() { return matmul_total_s; }
 
-void DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s) const {
+double DeviceEmulation::ExtraComputeSeconds(double elapsed_s, double cpu_s, double matmul_cpu_s) const {
   const double factor = (enabled() ? speed_factor_ : 1.0) * slowdown_;
   const double work_s = cpu_s + (matmul_slowdown_ - 1) * matmul_cpu_s;
-  if (factor > 1 || matmul_slowdown_ > 1) SleepSeconds(factor * work_s - elapsed_s);
+  if (factor <= 1 && matmul_slowdown_ <= 1) return 0;
+  return std::max(0.0, factor * work_s - elapsed_s);
+}
+
+void DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s) const {
+  SleepSeconds(ExtraComputeSeconds(elapsed_s, cpu_s, matmul_cpu_s));
 }
 
 double ComputeCpuSeconds() {

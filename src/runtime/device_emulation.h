@@ -34,8 +34,10 @@ class DeviceEmulation {
   double memory_bytes() const;
 
   /// After a compute op that took `elapsed_s` of wall time and `cpu_s` of this process's CPU
-  /// time, `matmul_cpu_s` of it in matrix multiplications: sleeps the extra time a slower device
-  /// would take.
+  /// time, `matmul_cpu_s` of it in matrix multiplications: the extra time a slower device would
+  /// take (0 when the op already took as long).
+  double ExtraComputeSeconds(double elapsed_s, double cpu_s, double matmul_cpu_s = 0) const;
+  /// Sleeps ExtraComputeSeconds(...).
   void StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s = 0) const;
   /// How long sending `bytes` to cluster device `peer_device` takes on the emulated link (0 when
   /// not emulated).

@@ -65,12 +65,11 @@ TEST(DeviceEmulation, AMatmulStragglerSlowsOnlyTheMatrixMultiplications) {
   torch::nn::functional::linear(a, b).sum().backward();  // addmm/mm forward, mm backward
   const double matmul_s = MatmulCpuSeconds() - before;
   EXPECT_GT(matmul_s, 0.0);
-  // An op of 20 ms CPU (10 ms of it in matmuls) in 20 ms of wall time lasts 20 + 2 x 10 ms.
-  const double t = Seconds([&] { e.StretchCompute(0.020, 0.020, 0.010); });
-  EXPECT_GE(t, 0.019);
-  EXPECT_LT(t, 0.019 + 0.015);
+  // An op of 20 ms CPU (10 ms of it in matmuls) in 20 ms of wall time lasts 20 + 2 x 10 ms: 20 ms more.
+  EXPECT_NEAR(e.ExtraComputeSeconds(0.020, 0.020, 0.010), 0.020, 1e-12);
+  EXPECT_GE(Seconds([&] { e.StretchCompute(0.020, 0.020, 0.010); }), 0.020);  // it sleeps that long
   e.set_matmul_slowdown(1.0);
-  EXPECT_LT(Seconds([&] { e.StretchCompute(0.020, 0.020, 0.010); }), 0.005);
+  EXPECT_EQ(e.ExtraComputeSeconds(0.020, 0.020, 0.010), 0);
 }
 
 TEST(DeviceEmulation, ComputeLastsSpeedFactorTimesItsCpuTime) {
@@ -79,11 +78,15 @@ TEST(DeviceEmulation, ComputeLastsSpeedFactorTimesItsCpuTime) {
   EXPECT_DOUBLE_EQ(slow.speed_factor(), 4.0);
   EXPECT_DOUBLE_EQ(slow.memory_bytes(), 512.0 * 1024 * 1024);
   // An op that used 20 ms of CPU in 30 ms of wall time lasts 80 ms: 50 ms more.
-  EXPECT_GE(Seconds([&] { slow.StretchCompute(0.030, 0.020); }), 0.050);
-  EXPECT_LT(Seconds([&] { fast.StretchCompute(0.030, 0.020); }), 0.010);
-  EXPECT_LT(Seconds([&] { off.StretchCompute(0.030, 0.020); }), 0.010);
+  EXPECT_NEAR(slow.ExtraComputeSeconds(0.030, 0.020), 0.050, 1e-12);
+  EXPECT_GE(Seconds([&] { slow.StretchCompute(0.030, 0.020); }), 0.050);  // it sleeps that long
+  EXPECT_EQ(fast.ExtraComputeSeconds(0.030, 0.020), 0);
+  EXPECT_EQ(off.ExtraComputeSeconds(0.030, 0.020), 0);
   // Already slower than that (contention): no sleep.
-  EXPECT_LT(Seconds([&] { slow.StretchCompute(0.100, 0.020); }), 0.010);
+  EXPECT_EQ(slow.ExtraComputeSeconds(0.100, 0.020), 0);
+  // A run-time slowdown multiplies the device's own factor.
+  slow.set_slowdown(2.0);
+  EXPECT_NEAR(slow.ExtraComputeSeconds(0.030, 0.020), 2 * 4 * 0.020 - 0.030, 1e-12);
 }
 
 TEST(DeviceEmulation, TransfersAndRingsTakeTheClustersLinks) {

@@ -23,6 +23,7 @@
 #include "runtime/lr_schedule.h"
 #include "runtime/memory_ledger.h"
 #include "runtime/metrics_log.h"
+#include "runtime/precision_dtypes.h"
 #include "runtime/rank_device.h"
 #include "sim/cost_model.h"
 #include "sim/profile.h"
@@ -110,9 +111,10 @@ struct AssembledModel {
   LlamaModel model{nullptr};
   std::vector<ParamShard> shards;
 };
-AssembledModel Assemble(const ModelSpec& spec, const Executor::FullState& state) {
+AssembledModel Assemble(const ModelSpec& spec, Precision precision, const Executor::FullState& state) {
   AssembledModel a;
   a.model = LlamaModel(spec, 0);
+  a.model->set_precision(precision);
   torch::NoGradGuard no_grad;
   for (auto& p : a.model->named_parameters()) p.value().copy_(state.params.at(p.key()));
   a.shards = WholeParameterShards(*a.model);
@@ -155,10 +157,11 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   MOTLEY_ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
 
   LlamaModel model(job.model, tc.seed);
+  model->set_precision(tc.precision);
   ExecutorConfig config;
   config.device = rank_device;
-  if (tc.precision == Precision::kBf16) config.compute_dtype = torch::kBFloat16;
-  model->set_compute_dtype(config.compute_dtype);
+  config.master_dtype = MasterDtype(tc.precision);
+  config.compute_dtype = MixedComputeDtype(tc.precision);
   config.optimizer = job.optimizer;
   config.tensor_parallel = job.tensor_parallel;
   config.stragglers = job.stragglers;
@@ -227,8 +230,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
     if (val_sequences <= 0 || !options.validate) return Status::Ok();
     MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor->GatherFullState());
     if (lead) {
-      AssembledModel a = Assemble(job.model, full);
-      a.model->set_compute_dtype(config.compute_dtype);
+      AssembledModel a = Assemble(job.model, tc.precision, full);
       a.model->eval();
       const double loss = EvaluateLoss(*a.model, *data.validation, seq, val_sequences, torch::kCPU).loss;
       if (!summary.first_validation_loss) summary.first_validation_loss = loss;
@@ -241,7 +243,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   auto checkpoint = [&]() -> Status {
     MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor->GatherFullState());
     if (lead) {
-      AssembledModel a = Assemble(job.model, full);
+      AssembledModel a = Assemble(job.model, tc.precision, full);
       MOTLEY_ASSIGN_OR_RETURN(summary.checkpoint_dir,
                               SaveRunCheckpoint(job.checkpoint.dir, job.checkpoint.keep, *a.model, a.shards, state));
       observer->OnCheckpoint(summary.checkpoint_dir);
@@ -268,6 +270,10 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
       return torch::from_blob(windows.data(), {n, seq + 1}, torch::kInt64).clone();
     };
     in.die_mid_step = comm->rank() == options.die_rank && step + 1 == options.die_at_step;
+    if (comm->rank() == options.perturb_rank) {
+      in.loss_factor = options.perturb_loss_factor;
+      in.loss_factor_microbatch = options.perturb_microbatch;
+    }
     executor->set_record_trace(trace);
     MOTLEY_ASSIGN_OR_RETURN(RankStepReport report, executor->RunStep(in));
     MOTLEY_ASSIGN_OR_RETURN(std::vector<RankStepTimes> ranks, GatherRankTimes(*comm, report));
@@ -358,7 +364,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   for (const Program& p : schedule.programs) {
     const GpuSpec& spec = job.cluster.spec(p.device);
     const EmulationConfig* emu = job.cluster.emulation(p.device);
-    peak += (tc.precision == Precision::kFp32 ? spec.peak_fp32_flops : spec.peak_fp16_flops) /
+    peak += PeakFlops(spec, tc.precision) /
             (emu != nullptr ? emu->speed_factor : 1.0);
   }
   if (job.cluster.emulated()) peak = 0;

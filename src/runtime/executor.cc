@@ -317,7 +317,7 @@ Result<Executor::FullState> Executor::GatherFullState() {
         for (int k = 0; k < 3; ++k) {
           std::vector<torch::Tensor> slices = {full[k]};
           for (int j = 1; j < tp; ++j) {
-            slices.push_back(torch::empty({local_numel}, torch::kFloat32));
+            slices.push_back(torch::empty({local_numel}, config_.master_dtype));
             MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm_->Recv(slices.back(), leader + j, tp_tag + k));
             MOTLEY_RETURN_IF_ERROR(p.Wait());
           }
@@ -342,7 +342,7 @@ Result<Executor::FullState> Executor::GatherFullState() {
       }
     } else if (rank_ == 0 && leader != 0) {
       for (int k = 0; k < 3; ++k) {
-        full[k] = torch::empty({numel}, torch::kFloat32);
+        full[k] = torch::empty({numel}, config_.master_dtype);
         MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm_->Recv(full[k], leader, tag_base + 3 * static_cast<int64_t>(v) + k));
         MOTLEY_RETURN_IF_ERROR(p.Wait());
       }

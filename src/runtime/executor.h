@@ -56,7 +56,8 @@ namespace motley {
 
 struct ExecutorConfig {
   torch::Device device = torch::kCPU;
-  std::optional<torch::Dtype> compute_dtype;  // unset: fp32
+  torch::Dtype master_dtype = torch::kFloat32;  // parameters, gradients, moments (fp64 in fp64)
+  std::optional<torch::Dtype> compute_dtype;    // mixed precision's bf16; unset: the master dtype
   OptimizerConfig optimizer;
   bool record_trace = false;  // keep every op's start and end (seconds from the step's start)
   TensorParallelConfig tensor_parallel;        // FlexTP in tensor-parallel teams (flextp_team.h)
@@ -72,6 +73,11 @@ struct StepInputs {
   /// Token windows [n, seq + 1] (int64, CPU) for the global batch's sequences [first, first + n).
   std::function<torch::Tensor(int64_t first, int64_t n)> tokens;
   bool die_mid_step = false;  // fault injection (tests): SIGKILL this process halfway through the program
+  // Fault injection (tests: a comparison must see it): this rank's loss of global microbatch
+  // `loss_factor_microbatch` (every microbatch it computes the loss of, when -1) is multiplied by
+  // `loss_factor` — 0 drops the microbatch, 1 + 1e-6 scales its gradients slightly.
+  double loss_factor = 1;
+  int64_t loss_factor_microbatch = -1;
 };
 
 /// What one rank did in one step.

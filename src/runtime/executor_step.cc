@@ -127,7 +127,7 @@ class Executor::StepRun {
     const LayerRange& r = ex_.vstages_[v].layers;
     return {r.begin == 0, r.begin, r.end, r.end == static_cast<int>(ex_.model_->spec().num_layers)};
   }
-  torch::Dtype ActDtype() const { return ex_.config_.compute_dtype.value_or(torch::kFloat32); }
+  torch::Dtype ActDtype() const { return ex_.config_.compute_dtype.value_or(ex_.config_.master_dtype); }
 
   const torch::Tensor& Tokens(int64_t m) {
     auto it = tokens_.find(m);
@@ -151,7 +151,8 @@ class Executor::StepRun {
   static ModelSlice EmbeddingOf(const ModelSlice& s) { return {true, s.layer_begin, s.layer_begin, false}; }
   torch::Tensor Loss(const torch::Tensor& logits, int64_t m) {
     const int64_t seq = logits.size(1);
-    const double share = static_cast<double>(ex_.microbatch_size_[m]) / static_cast<double>(ex_.batch_sequences_);
+    double share = static_cast<double>(ex_.microbatch_size_[m]) / static_cast<double>(ex_.batch_sequences_);
+    if (in_.loss_factor_microbatch < 0 || in_.loss_factor_microbatch == m) share *= in_.loss_factor;
     return NextTokenLoss(logits, Tokens(m).narrow(1, 1, seq)) * share;
   }
 

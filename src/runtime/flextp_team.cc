@@ -180,6 +180,7 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   if (l.built_step == step_) return l.active ? &l.work : nullptr;
   l.built_step = step_;
   l.device = w[6].device();
+  l.dtype = w[6].scalar_type();
   l.work = LayerWork();
   l.borrowed.clear();
   torch::NoGradGuard no_grad;
@@ -190,7 +191,7 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   auto ratio = layer_ratio_.find(layer);
   l.work.keep = Keep(l, ratio != layer_ratio_.end() ? ratio->second : b.prune_ratio[me], w[6].device());
   if (b.given_groups[me] > 0) l.work.attention_keep = options_.costs.groups - b.given_groups[me];
-  const auto f32 = w[6].options().dtype(torch::kFloat32);
+  const auto master = w[6].options();  // the gradients in the master dtype
   // MLP units, then attention groups.
   const torch::Tensor units = Borrow(layer, false, b.given[me] > 0 ? UnitRows(w) : torch::Tensor(), {0, 3 * h},
                                      w[6].options(), &l.borrowed);
@@ -198,9 +199,9 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
     l.work.gate = units.narrow(1, 0, h);
     l.work.up = units.narrow(1, h, h);
     l.work.down = units.narrow(1, 2 * h, h).t();
-    l.work.grad_gate = torch::zeros({units.size(0), h}, f32);
-    l.work.grad_up = torch::zeros({units.size(0), h}, f32);
-    l.work.grad_down = torch::zeros({h, units.size(0)}, f32);
+    l.work.grad_gate = torch::zeros({units.size(0), h}, master);
+    l.work.grad_up = torch::zeros({units.size(0), h}, master);
+    l.work.grad_down = torch::zeros({h, units.size(0)}, master);
   }
   const int64_t group_rows = (2 * options_.spec.num_heads / options_.spec.num_kv_heads + 2) * options_.spec.head_dim();
   const torch::Tensor groups =
@@ -210,7 +211,7 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
           : torch::Tensor();
   if (groups.defined()) {
     l.work.attention = groups;
-    l.work.grad_attention = torch::zeros(groups.sizes(), f32);
+    l.work.grad_attention = torch::zeros(groups.sizes(), master);
   }
   l.active = l.work.keep.defined() || l.work.gate.defined() || l.work.attention_keep >= 0 || groups.defined();
   return l.active ? &l.work : nullptr;
@@ -228,7 +229,7 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
     auto it = layers_.find(layer);
     if (it == layers_.end() || it->second.built_step != step_) continue;  // not run here this step
     Layer& l = it->second;
-    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(l.device);
+    const auto master = torch::TensorOptions().dtype(l.dtype).device(l.device);
     // Receivers send each borrowed run's gradients home (packed as the weights were); owners receive them.
     std::vector<torch::Tensor> buffers;
     std::vector<Result<PendingTransfer>> transfers;
@@ -249,7 +250,7 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
       const size_t j = k % b.moves.size();
       const UnitMove& m = b.moves[j];
       if (m.from != me || m.attention != (k >= b.moves.size())) continue;
-      buffers.push_back(m.attention ? torch::empty({m.count, group_rows, h}, f32) : torch::empty({m.count, 3 * h}, f32));
+      buffers.push_back(m.attention ? torch::empty({m.count, group_rows, h}, master) : torch::empty({m.count, 3 * h}, master));
       transfers.push_back(
           options_.comm->Recv(buffers.back(), options_.team->ranks[m.to], Tag(layer, m.attention, true, j)));
       incoming.push_back(&m);

@@ -76,6 +76,7 @@ class FlexTpTeam {
   struct Layer {
     int64_t built_step = -1;
     torch::Device device = torch::kCPU;
+    torch::Dtype dtype = torch::kFloat32;  // the master weights' (and their gradients')
     LayerWork work;
     bool active = false;  // work has something in it this step
     std::vector<Borrowed> borrowed;

@@ -42,9 +42,9 @@ struct BorrowedMlp : public torch::autograd::Function<BorrowedMlp> {
     const torch::Tensor dz = torch::matmul(dy, Cast(w.down, m));                       // [.., n]
     const torch::Tensor du = dz * a, dg = dz * u * sig * (1 + g * (1 - sig));
     auto flat = [](const torch::Tensor& t, int64_t cols) { return t.reshape({-1, cols}); };
-    w.grad_down.add_(torch::matmul(flat(dy, h).t(), flat(a * u, n)).to(torch::kFloat32));  // [h, n]
-    w.grad_gate.add_(torch::matmul(flat(dg, n).t(), flat(m, h)).to(torch::kFloat32));      // [n, h]
-    w.grad_up.add_(torch::matmul(flat(du, n).t(), flat(m, h)).to(torch::kFloat32));
+    w.grad_down.add_(torch::matmul(flat(dy, h).t(), flat(a * u, n)).to(w.grad_down.scalar_type()));  // [h, n]
+    w.grad_gate.add_(torch::matmul(flat(dg, n).t(), flat(m, h)).to(w.grad_gate.scalar_type()));      // [n, h]
+    w.grad_up.add_(torch::matmul(flat(du, n).t(), flat(m, h)).to(w.grad_up.scalar_type()));
     torch::Tensor dm = torch::matmul(dg, Cast(w.gate, m)) + torch::matmul(du, Cast(w.up, m));
     return {dm, torch::Tensor()};
   }
@@ -91,7 +91,7 @@ struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
     }
     auto grads = torch::autograd::grad({out}, {hidden, rows}, {grad_out[0]});
     torch::NoGradGuard no_grad;
-    w.grad_attention.add_(grads[1].to(torch::kFloat32));
+    w.grad_attention.add_(grads[1].to(w.grad_attention.scalar_type()));
     return {grads[0], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };

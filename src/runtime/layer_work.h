@@ -21,10 +21,10 @@ namespace motley {
 struct LayerWork {
   torch::Tensor keep;            // int64 indices of this rank's own MLP units it computes; undefined: all
   torch::Tensor gate, up, down;  // borrowed units' weights [n, hidden], [n, hidden], [hidden, n]; undefined: none
-  torch::Tensor grad_gate, grad_up, grad_down;  // their gradients, accumulated (fp32, same shapes)
+  torch::Tensor grad_gate, grad_up, grad_down;  // their gradients, accumulated (the master dtype, same shapes)
   int64_t attention_keep = -1;   // own attention groups computed (the first ones); -1: all
   torch::Tensor attention;       // borrowed groups [n, rows, hidden] (AttentionGroupRows); undefined: none
-  torch::Tensor grad_attention;  // their gradients, accumulated (fp32, same shape)
+  torch::Tensor grad_attention;  // their gradients, accumulated (the master dtype, same shape)
 };
 
 /// The SwiGLU MLP of one rank: its own units (`gate_w`, `up_w`, `down_w`, restricted to work->keep)

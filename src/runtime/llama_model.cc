@@ -3,6 +3,7 @@
 #include "runtime/llama_model.h"
 
 #include "runtime/layer_work.h"
+#include "runtime/precision_dtypes.h"
 
 #include "core/check.h"
 
@@ -123,6 +124,11 @@ LlamaModelImpl::LlamaModelImpl(const ModelSpec& spec, uint64_t seed) : spec_(spe
       p.value().normal_(0.0, 0.02);
     }
   }
+}
+
+void LlamaModelImpl::set_precision(Precision p) {
+  to(MasterDtype(p));
+  set_compute_dtype(MixedComputeDtype(p));
 }
 
 std::pair<torch::Tensor, torch::Tensor> LlamaModelImpl::Rotary(int64_t seq_len, torch::Dtype dtype,

@@ -94,6 +94,9 @@ class LlamaModelImpl : public torch::nn::Module {
   /// Mixed precision: the parameters stay as they are (fp32 masters) and the activations and the
   /// weights' casts are `dtype` (bf16 or fp16). Unset: everything in the parameters' dtype.
   void set_compute_dtype(std::optional<torch::Dtype> dtype) { compute_dtype_ = dtype; }
+  /// Trains in `p`: the parameters in its master dtype (fp64 for fp64, else fp32; the values
+  /// drawn at construction, converted) and the compute dtype of mixed precision.
+  void set_precision(Precision p);
   /// Tensor parallelism: the layers hold this rank's slices and run with these region boundaries
   /// (not with checkpoint_layers). Null: off.
   void set_tensor_parallel(const TensorParallelRegion* tp) { tp_ = tp; }

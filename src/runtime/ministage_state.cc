@@ -26,7 +26,8 @@ MinistageState::MinistageState(std::vector<NamedParameter> params, int dp_size, 
   dp_index_ = sharded_ ? dp_index : 0;
   shard_numel_ = (numel_ + dp_size_ - 1) / dp_size_;
   shard_begin_ = dp_index_ * shard_numel_;
-  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+  dtype_ = params_.empty() ? torch::kFloat32 : params_[0].param.scalar_type();  // the master dtype
+  const auto options = torch::TensorOptions().dtype(dtype_).device(device_);
   flat_ = torch::zeros({padded_numel()}, options);
   for (const Range& r : ranges_) flat_.narrow(0, r.flat_begin, r.numel).copy_(params_[r.param].param.reshape(-1));
   PointParamsAt(flat_);
@@ -44,7 +45,7 @@ void MinistageState::PointParamsAt(const torch::Tensor& flat) {
 
 torch::Tensor& MinistageState::AllocateFlat() {
   if (!flat_.defined()) {
-    flat_ = torch::empty({padded_numel()}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+    flat_ = torch::empty({padded_numel()}, torch::TensorOptions().dtype(dtype_).device(device_));
     PointParamsAt(flat_);
   }
   return flat_;
@@ -53,20 +54,20 @@ torch::Tensor& MinistageState::AllocateFlat() {
 void MinistageState::ReleaseFlat() {
   if (!flat_.defined()) return;
   MOTLEY_CHECK(!shard_in_flat_);  // the master shard lives there
-  const auto empty = torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+  const auto empty = torch::empty({0}, torch::TensorOptions().dtype(dtype_).device(device_));
   for (auto& p : params_) p.param.set_data(empty);
   flat_ = torch::Tensor();
 }
 
 torch::Tensor& MinistageState::GradFlat() {
   if (!grad_flat_.defined())
-    grad_flat_ = torch::zeros({padded_numel()}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+    grad_flat_ = torch::zeros({padded_numel()}, torch::TensorOptions().dtype(dtype_).device(device_));
   return grad_flat_;
 }
 
 void MinistageState::AccumulateGrad(size_t index, const torch::Tensor& grad) {
   const Range& r = ranges_[index];
-  GradFlat().narrow(0, r.flat_begin, r.numel).add_(grad.reshape(-1).to(torch::kFloat32));
+  GradFlat().narrow(0, r.flat_begin, r.numel).add_(grad.reshape(-1).to(dtype_));
 }
 
 void MinistageState::AccumulateGradPart(size_t index, int dim, int64_t begin, const torch::Tensor& part) {
@@ -75,13 +76,13 @@ void MinistageState::AccumulateGradPart(size_t index, int dim, int64_t begin, co
       .narrow(0, r.flat_begin, r.numel)
       .view(params_[index].param.sizes())
       .narrow(dim, begin, part.size(dim))
-      .add_(part.to(torch::kFloat32));
+      .add_(part.to(dtype_));
 }
 
 torch::Tensor& MinistageState::GradShard() {
   MOTLEY_CHECK(sharded_);
   if (!grad_shard_.defined())
-    grad_shard_ = torch::zeros({shard_numel_}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+    grad_shard_ = torch::zeros({shard_numel_}, torch::TensorOptions().dtype(dtype_).device(device_));
   return grad_shard_;
 }
 

@@ -123,6 +123,7 @@ class MinistageState {
   bool shard_in_flat_ = false;  // shard_ is a view of flat_
   CopyEngine* copies_;
   torch::Device device_;
+  torch::Dtype dtype_ = torch::kFloat32;  // the master dtype: the parameters' (fp32, or fp64)
   CopyTicket shard_ready_, moments_ready_, host_ready_;  // the last prefetches and the last offload
   CopyTicket shard_read_, moments_read_;  // the last prefetches again: they read the host copies
   int64_t numel_ = 0, shard_numel_ = 0, shard_begin_ = 0;

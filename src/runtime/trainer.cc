@@ -35,20 +35,12 @@ Result<torch::Device> ChooseDevice(const std::string& name) {
   return Status::InvalidArgument(fmt::format("--device {}: expected auto, cpu or cuda", name));
 }
 
-Result<std::optional<torch::Dtype>> ComputeDtype(Precision p, const torch::Device& device) {
-  switch (p) {
-    case Precision::kFp32:
-      return std::optional<torch::Dtype>();
-    case Precision::kBf16:
-      return std::optional<torch::Dtype>(torch::kBFloat16);
-    case Precision::kFp16:
-      if (device.is_cpu())
-        return Status::InvalidArgument(
-            "[training] precision = \"fp16\" needs a CUDA device (libtorch's CPU matmuls lack fp16); use \"bf16\" "
-            "or \"fp32\" on CPU");
-      return std::optional<torch::Dtype>(torch::kFloat16);
-  }
-  return std::optional<torch::Dtype>();
+Status CheckPrecisionOn(Precision p, const torch::Device& device) {
+  if (p == Precision::kFp16 && device.is_cpu())
+    return Status::InvalidArgument(
+        "[training] precision = \"fp16\" needs a CUDA device (libtorch's CPU matmuls lack fp16); use \"bf16\", "
+        "\"fp32\" or \"fp64\" on CPU");
+  return Status::Ok();
 }
 
 bool SameShape(const ModelSpec& a, const ModelSpec& b) {
@@ -95,7 +87,7 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   const TrainingConfig& tc = job.training;
   const int64_t total_steps = options.steps > 0 ? options.steps : tc.steps;
   MOTLEY_ASSIGN_OR_RETURN(torch::Device device, ChooseDevice(options.device));
-  MOTLEY_ASSIGN_OR_RETURN(std::optional<torch::Dtype> compute_dtype, ComputeDtype(tc.precision, device));
+  MOTLEY_RETURN_IF_ERROR(CheckPrecisionOn(tc.precision, device));
   // On CPU, torch's own threads fight OpenBLAS's (which already threads every matmul): one torch
   // thread was 2.5x faster than two for the default job on a 2-core machine.
   if (device.is_cpu()) at::set_num_threads(options.threads > 0 ? options.threads : 1);
@@ -104,8 +96,8 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   MOTLEY_ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
 
   LlamaModel model(job.model, tc.seed);
+  model->set_precision(tc.precision);
   model->to(device);
-  model->set_compute_dtype(compute_dtype);
   std::vector<ParamShard> shards = WholeParameterShards(*model);
   for (auto& s : shards) {  // gradients allocated once, accumulated into in place, zeroed per step
     s.param.mutable_grad() = torch::zeros_like(s.param);

@@ -35,6 +35,10 @@ struct TrainOptions {
   // Fault injection for tests: this rank kills itself halfway through this step's program (from 1).
   int die_rank = -1;
   int64_t die_at_step = 0;
+  // Fault injection for tests: this rank multiplies its loss by this factor (see StepInputs).
+  int perturb_rank = -1;
+  double perturb_loss_factor = 1;
+  int64_t perturb_microbatch = -1;  // only this global microbatch; -1: every one
   bool cpu_copy_threads = false;  // tests: CPU offload copies asynchronous, as on a GPU (copy_engine.h)
 };
 

@@ -9,7 +9,7 @@ double RooflineLayerForwardS(const GpuSpec& gpu, const ModelSpec& model, int64_t
                              Precision precision, const RooflineConfig& config) {
   const double tokens = static_cast<double>(seq_len) * microbatch;
   const double flops = LayerForwardFlopsPerToken(model, seq_len) * tokens;
-  const double peak = precision == Precision::kFp32 ? gpu.peak_fp32_flops : gpu.peak_fp16_flops;
+  const double peak = PeakFlops(gpu, precision);
   const double compute_s = flops / (peak * config.matmul_efficiency);
   const double weight_bytes = static_cast<double>(ParamsPerLayer(model)) * BytesPerElement(precision);
   const double memory_s = weight_bytes / gpu.memory_bandwidth_bytes_per_s;

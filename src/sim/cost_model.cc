@@ -47,7 +47,7 @@ std::string CostModel::ComputeSource(int device) const { return Entry(device) ? 
 
 double CostModel::PeakFlops(int device) const {
   const GpuSpec& s = cluster_.spec(device);
-  return precision_ == Precision::kFp32 ? s.peak_fp32_flops : s.peak_fp16_flops;
+  return motley::PeakFlops(s, precision_);
 }
 
 double CostModel::LayerForwardS(int device, double sequences) const {
@@ -96,7 +96,7 @@ double CostModel::ComputeS(int device, const Op& op) const {
         t = op.flops / kAdamFlopsPerParam * 1e-6 * entry->optimizer_ms_per_mparam * 1e-3;  // measured
       } else {
         // Memory-bound: read and write parameters, gradients and optimizer state once.
-        t = std::max(op.flops / spec.peak_fp32_flops, op.bytes / spec.memory_bandwidth_bytes_per_s);
+        t = std::max(op.flops / motley::PeakFlops(spec, MasterPrecision(precision_)), op.bytes / spec.memory_bandwidth_bytes_per_s);
       }
       break;
     default:

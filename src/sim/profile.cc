@@ -36,13 +36,12 @@ double Interpolate(const std::vector<ProfilePoint>& points, const std::optional<
   return a.*field + (b.*field - a.*field) * (x - a.microbatch) / (b.microbatch - a.microbatch);
 }
 
-Precision PrecisionFromName(const std::string& s) {
-  return s == "fp32" || s == "float32"   ? Precision::kFp32
-         : s == "fp16" || s == "float16" ? Precision::kFp16
-                                         : Precision::kBf16;
-}
+// A profile's precision name; the Zorse files' dtypes ("float16", ...) too. Unknown: bf16.
+Precision ProfilePrecision(const std::string& s) { return PrecisionFromName(s).value_or(Precision::kBf16); }
 
-bool SameFamily(Precision a, Precision b) { return (a == Precision::kFp32) == (b == Precision::kFp32); }
+// Measurements in one precision stand for another of the same family (the 16-bit formats share
+// the tensor cores; fp32 and fp64 each stand alone).
+bool SameFamily(Precision a, Precision b) { return a == b || (IsMixed(a) && IsMixed(b)); }
 
 }  // namespace
 
@@ -96,7 +95,7 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
       entry.model = e.value("model", "");
       entry.hidden_size = e.at("hidden_size").get<int64_t>();
       entry.seq_len = e.at("seq_len").get<int64_t>();
-      entry.precision = PrecisionFromName(e.value("precision", "bf16"));
+      entry.precision = ProfilePrecision(e.value("precision", "bf16"));
       entry.backward_includes_recompute = e.value("backward_includes_recompute", true);
       entry.max_microbatch = e.value("max_microbatch", int64_t{0});
       entry.optimizer_ms_per_mparam = e.value("optimizer_ms_per_mparam", 0.0);
@@ -204,7 +203,7 @@ Result<Profile> ImportZorseMeasured(std::string_view latencies_json, const std::
             e.model = preset;
             e.hidden_size = model->hidden_size;
             e.seq_len = std::stoll(seq);
-            e.precision = PrecisionFromName(dtype);
+            e.precision = ProfilePrecision(dtype);
             e.backward_includes_recompute = true;
             e.forward_fit = LinearFit{data.at(0).at(0).get<double>(), data.at(0).at(1).get<double>()};
             e.backward_fit = LinearFit{data.at(1).at(0).get<double>(), data.at(1).at(1).get<double>()};

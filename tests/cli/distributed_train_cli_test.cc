@@ -3,7 +3,8 @@
 // with asymmetric groups, uneven microbatch counts, custom routing, 1..L ministages, tensor-parallel
 // teams (alone, with ZeRO across teams, in a pipeline beside a tp1 group), parameter and
 // activation offload, with and without gradient clipping — run by `motley launch` as 2-6 ranks,
-// ends 5 steps with the parameters and AdamW moments of a single-process run within 1e-5.
+// ends 5 steps with the parameters and AdamW moments of a single-process run: in fp64 within 1e-10
+// (kFp64Tolerance), in fp32 within a noise floor measured in the same run.
 #include <cstdint>
 #include <algorithm>
 #include <cmath>
@@ -11,8 +12,9 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <chrono>
+#include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -221,7 +223,7 @@ class DistributedEquivalence : public ::testing::Test {
     dir_ = new TempDir();
     dir_->Write("cluster.toml", kCluster);
     dir_->Write("model.toml", kModel);
-    // Single-process references, one per (clipping, checkpointing) setting.
+    // Single-process references in fp64, one per (clipping, checkpointing) setting.
     for (double clip : {0.0, 1.0})
       for (bool ckpt : {true, false}) {
         const std::string name = Reference(clip, ckpt);
@@ -235,6 +237,43 @@ class DistributedEquivalence : public ::testing::Test {
   static std::string Reference(double clip, bool ckpt) {
     return std::string("ref-clip") + (clip > 0 ? "1" : "0") + (ckpt ? "" : "-nockpt");
   }
+  static const PlanCase& Case(const std::string& name) {
+    for (const PlanCase& p : kPlans)
+      if (name == p.name) return p;
+    ADD_FAILURE() << "no plan case " << name;
+    return kPlans[0];
+  }
+  // Trains plan case `c` under `name` on its ranks with `extra` flags (and `job_extra` appended to
+  // the job) in `precision`; returns the relative differences of its parameters and moments after
+  // 5 steps from `reference`'s, or nothing when the run failed (the failure recorded).
+  struct Differences {
+    double params = -1, moments = -1;
+    std::string output;
+  };
+  static std::optional<Differences> Train(const PlanCase& c, const std::string& name, const std::string& reference,
+                                          const std::string& extra = "", const std::string& job_extra = "",
+                                          const std::string& precision = "fp64") {
+    const std::string plan = dir_->Write(name + ".plan.toml", PlanHeader(precision) + c.body);
+    dir_->Write(name + ".toml", Job(dir_->Join(name), c.clip, c.checkpointing, precision) + job_extra);
+    CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
+                          ".toml --plan " + plan + " --metrics " + name + ".jsonl " + extra,
+                      false, dir_->path().string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    if (r.exit_code != 0) return std::nullopt;
+    const std::string ref = dir_->Join(reference + "/step-000005/");
+    const std::string got = dir_->Join(name + "/step-000005/");
+    if (precision == "fp64") {
+      EXPECT_TRUE(AllF64(got + "model.safetensors")) << "an fp64 run checkpoints in fp64";
+      EXPECT_TRUE(AllF64(got + "optimizer.safetensors"));
+    }
+    Differences d;
+    d.params = MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors");
+    d.moments = MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors");
+    d.output = r.output;
+    EXPECT_GE(d.params, 0) << "the checkpoints differ in their tensors";
+    EXPECT_GE(d.moments, 0) << "the checkpoints differ in their tensors";
+    return d;
+  }
   static TempDir* dir_;
 };
 TempDir* DistributedEquivalence::dir_ = nullptr;
@@ -244,31 +283,35 @@ TEST_F(DistributedEquivalence, TheComparisonTellsDifferentTrainingApart) {
   const double d = MaxRelativeDifference(dir_->Join(Reference(1, true) + "/step-000005/model.safetensors"),
                                          dir_->Join(Reference(0, true) + "/step-000005/model.safetensors"));
   EXPECT_GT(d, 1e-3);
+  EXPECT_TRUE(AllF64(dir_->Join(Reference(0, true) + "/step-000005/model.safetensors")));
+}
+
+// The controls: the fp64 comparison sees a microbatch dropped and a one-in-a-million change to one
+// rank's gradients (its loss, and so its gradients, scaled by 1 + 1e-6) — far below fp32's noise
+// floor (~1e-5), far above fp64's (~1e-15).
+TEST_F(DistributedEquivalence, TheFp64ComparisonSeesAOneInAMillionChange) {
+  const PlanCase& c = Case("dp2-zero2-uneven");
+  const std::string ref = Reference(c.clip, c.checkpointing);
+  auto exact = Train(c, "control-none", ref);
+  auto scaled = Train(c, "control-scaled", ref, "--perturb-rank 1 --perturb-loss 1.000001");
+  auto dropped = Train(c, "control-dropped", ref, "--perturb-rank 0 --perturb-loss 0 --perturb-microbatch 0");
+  ASSERT_TRUE(exact && scaled && dropped);
+  EXPECT_LT(exact->params, kFp64Tolerance);
+  EXPECT_GT(scaled->params, 100 * kFp64Tolerance) << "a 1e-6 change to one rank's gradients went unseen";
+  EXPECT_LT(scaled->params, 1e-4) << "the control changed more than it should";
+  EXPECT_GT(dropped->params, 1e-3) << "a dropped microbatch went unseen";
 }
 
 TEST_F(DistributedEquivalence, EveryPlanMatchesOneProcessAfterFiveSteps) {
   for (const PlanCase& c : kPlans) {
     SCOPED_TRACE(c.name);
-    const std::string name = c.name;
-    const std::string plan = dir_->Write(name + ".plan.toml", std::string("model = \"model.toml\"\ncluster = "
-                                                                          "\"cluster.toml\"\nseq_len = 16\nprecision "
-                                                                          "= \"fp32\"\n") + c.body);
-    dir_->Write(name + ".toml", Job(dir_->Join(name), c.clip, c.checkpointing));
-    CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
-                          ".toml --plan " + plan + " --metrics " + name + ".jsonl",
-                      false, dir_->path().string());
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const std::string ref = dir_->Join(Reference(c.clip, c.checkpointing) + "/step-000005/");
-    const std::string got = dir_->Join(name + "/step-000005/");
-    const double params = MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors");
-    const double moments = MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors");
-    EXPECT_GE(params, 0) << "the checkpoints differ in their tensors";
-    EXPECT_LT(params, 1e-5);
-    EXPECT_GE(moments, 0);
-    EXPECT_LT(moments, 1e-5);
+    auto d = Train(c, c.name, Reference(c.clip, c.checkpointing));
+    if (!d) continue;
+    EXPECT_LT(d->params, kFp64Tolerance);
+    EXPECT_LT(d->moments, kFp64Tolerance);
     // And the per-rank report: every rank computed and sent something.
-    EXPECT_CONTAINS(r.output, "per rank, mean of a step");
-    EXPECT_CONTAINS(r.output, "rank " + std::to_string(c.ranks - 1));
+    EXPECT_CONTAINS(d->output, "per rank, mean of a step");
+    EXPECT_CONTAINS(d->output, "rank " + std::to_string(c.ranks - 1));
   }
 }
 
@@ -281,22 +324,36 @@ TEST_F(DistributedEquivalence, OffloadWithAsynchronousCopiesMatchesOneProcess) {
     if (std::string(c.body).find("offload_") == std::string::npos) continue;
     SCOPED_TRACE(c.name);
     ++offload_plans;
-    const std::string name = std::string("async-") + c.name;
-    const std::string plan = dir_->Write(name + ".plan.toml", std::string("model = \"model.toml\"\ncluster = "
-                                                                          "\"cluster.toml\"\nseq_len = 16\nprecision "
-                                                                          "= \"fp32\"\n") + c.body);
-    dir_->Write(name + ".toml", Job(dir_->Join(name), c.clip, c.checkpointing));
-    CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
-                          ".toml --plan " + plan + " --cpu-copy-threads",
-                      false, dir_->path().string());
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const std::string ref = dir_->Join(Reference(c.clip, c.checkpointing) + "/step-000005/");
-    const std::string got = dir_->Join(name + "/step-000005/");
-    EXPECT_GE(MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors"), 0);
-    EXPECT_LT(MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors"), 1e-5);
-    EXPECT_LT(MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors"), 1e-5);
+    auto d = Train(c, std::string("async-") + c.name, Reference(c.clip, c.checkpointing), "--cpu-copy-threads");
+    if (!d) continue;
+    EXPECT_LT(d->params, kFp64Tolerance);
+    EXPECT_LT(d->moments, kFp64Tolerance);
   }
   EXPECT_GE(offload_plans, 4);
+}
+
+// fp32: no fixed tolerance sits above reassociation noise on every CPU (Adam amplifies it to ~1e-5
+// after 5 steps, and the BLAS kernels decide its size), so the floor is measured here — one process
+// with microbatches of 4 against the whole batch — and a few plans must stay within 10x of it.
+TEST_F(DistributedEquivalence, Fp32PlansStayWithinTheMeasuredNoiseFloor) {
+  dir_->Write("ref32.toml", Job(dir_->Join("ref32"), 0, true, "fp32"));
+  dir_->Write("ref32-mb4.toml", Job(dir_->Join("ref32-mb4"), 0, true, "fp32"));
+  ASSERT_EQ(Motley("train ref32.toml --single-process", false, dir_->path().string()).exit_code, 0);
+  ASSERT_EQ(Motley("train ref32-mb4.toml --single-process --microbatch 4", false, dir_->path().string()).exit_code, 0);
+  const std::string ref = dir_->Join("ref32/step-000005/"), mb4 = dir_->Join("ref32-mb4/step-000005/");
+  const double floor_params = MaxRelativeDifference(mb4 + "model.safetensors", ref + "model.safetensors");
+  const double floor_moments = MaxRelativeDifference(mb4 + "optimizer.safetensors", ref + "optimizer.safetensors");
+  ASSERT_GT(floor_params, 0) << "two microbatchings agree exactly: no floor to measure";
+  ASSERT_GT(floor_moments, 0);
+  ASSERT_LT(floor_params, 1e-3) << "the single process does not reproduce itself";
+  std::cout << "fp32 noise floor after 5 steps: parameters " << floor_params << ", moments " << floor_moments << "\n";
+  for (const char* name : {"dp3-zero3-uneven", "interleaved-offload-uneven"}) {
+    SCOPED_TRACE(name);
+    auto d = Train(Case(name), std::string("fp32-") + name, "ref32", "", "", "fp32");
+    if (!d) continue;
+    EXPECT_LT(d->params, 10 * floor_params);
+    EXPECT_LT(d->moments, 10 * floor_moments);
+  }
 }
 
 // FlexTP's modes on tensor-parallel teams (issue #9 §6): `off` and `migrate` are exact with or
@@ -306,7 +363,6 @@ TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
   struct ModeCase {
     const char* name;
     const char* plan;  // a kPlans entry
-    int ranks;
     const char* mode;
     int straggler;  // the slowed rank, or -1
     bool exact;
@@ -314,41 +370,27 @@ TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
     const char* slows = "compute";  // what the straggler's slowdown slows
   };
   const ModeCase cases[] = {
-      {"off-straggler", "tp2-zero0", 2, "off", 1, true},
-      {"migrate-straggler", "tp2-zero0", 2, "migrate", 1, true, 8},
-      {"migrate-matmul-straggler", "tp2-zero0", 2, "migrate", 1, true, 8, "matmul"},  // FlexTP's kind
-      {"migrate-no-straggler", "tp2-zero0", 2, "migrate", -1, true},
-      {"migrate-straggler-dp2-zero2", "tp2-dp2-zero2-uneven-no-checkpointing", 4, "migrate", 3, true},
-      {"semi-no-straggler", "tp2-zero0", 2, "semi", -1, true},
-      {"resize-no-straggler", "tp2-zero0", 2, "resize", -1, true},
-      {"resize-straggler", "tp2-zero0", 2, "resize", 1, false},
+      {"off-straggler", "tp2-zero0", "off", 1, true},
+      {"migrate-straggler", "tp2-zero0", "migrate", 1, true, 8},
+      {"migrate-matmul-straggler", "tp2-zero0", "migrate", 1, true, 8, "matmul"},  // FlexTP's kind
+      {"migrate-no-straggler", "tp2-zero0", "migrate", -1, true},
+      {"migrate-straggler-dp2-zero2", "tp2-dp2-zero2-uneven-no-checkpointing", "migrate", 3, true},
+      {"semi-no-straggler", "tp2-zero0", "semi", -1, true},
+      {"resize-no-straggler", "tp2-zero0", "resize", -1, true},
+      {"resize-straggler", "tp2-zero0", "resize", 1, false},
   };
   for (const ModeCase& c : cases) {
     SCOPED_TRACE(c.name);
-    const PlanCase* plan = nullptr;
-    for (const PlanCase& p : kPlans)
-      if (std::string(p.name) == c.plan) plan = &p;
-    ASSERT_NE(plan, nullptr);
+    const PlanCase& plan = Case(c.plan);
     const std::string name = std::string("mode-") + c.name;
-    const std::string plan_file =
-        dir_->Write(name + ".plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\nseq_len = "
-                                                     "16\nprecision = \"fp32\"\n") + plan->body);
-    std::string job = Job(dir_->Join(name), plan->clip, plan->checkpointing) + "[tensor_parallel]\nmode = \"" +
-                      c.mode + "\"\n";
+    std::string job = std::string("[tensor_parallel]\nmode = \"") + c.mode + "\"\n";
     // Without an emulated straggler, CPU timing noise alone must not count as one.
     if (c.straggler < 0) job += "straggler_threshold = 0.5\n";
     if (c.straggler >= 0)
       job += "[[emulation.stragglers]]\nrank = " + std::to_string(c.straggler) + "\nslowdown = " +
              std::to_string(c.slowdown) + "\nfrom_step = 2\nslows = \"" + c.slows + "\"\n";
-    dir_->Write(name + ".toml", job);
-    CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
-                          ".toml --plan " + plan_file + " --metrics " + name + ".jsonl",
-                      false, dir_->path().string());
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const std::string ref = dir_->Join(Reference(plan->clip, plan->checkpointing) + "/step-000005/");
-    const double params = MaxRelativeDifference(dir_->Join(name + "/step-000005/model.safetensors"),
-                                                ref + "model.safetensors");
-    EXPECT_GE(params, 0);
+    auto d = Train(plan, name, Reference(plan.clip, plan.checkpointing), "", job);
+    if (!d) continue;
     // What the team did, from the metrics: units moved, units pruned.
     double moved = 0, pruned = 0;
     std::ifstream metrics(dir_->Join(name + ".jsonl"));
@@ -360,7 +402,8 @@ TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
     }
     const bool slowed = c.straggler >= 0 && std::string(c.mode) != "off";
     if (c.exact) {
-      EXPECT_LT(params, 1e-5);
+      EXPECT_LT(d->params, kFp64Tolerance);
+      EXPECT_LT(d->moments, kFp64Tolerance);
       EXPECT_EQ(pruned, 0);
       EXPECT_EQ(moved > 0, slowed) << "moved " << moved;
       // An 8x straggler on two ranks must hand over ~80% of its work, well beyond its MLP's share
@@ -370,26 +413,31 @@ TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
       }
     } else {
       EXPECT_GT(pruned, 0);
-      EXPECT_GT(params, 1e-4) << "pruning changes the training";
+      EXPECT_GT(d->params, 1e-4) << "pruning changes the training";
     }
   }
 }
 
 TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
   // The plan's batch differs from the job's.
-  const std::string plan = dir_->Write("bad.plan.toml", std::string("model = \"model.toml\"\ncluster = "
-                                                                    "\"cluster.toml\"\nseq_len = 16\nprecision = "
-                                                                    "\"fp32\"\n[[groups]]\nministages = [[0, 4]]\n"
-                                                                    "devices = [0, 1]\nmicrobatch_size = [4, 4]\n"
-                                                                    "num_microbatches = [1, 1]\n"));
+  const std::string plan = dir_->Write("bad.plan.toml", PlanHeader() +
+                                                           "[[groups]]\nministages = [[0, 4]]\n"
+                                                           "devices = [0, 1]\nmicrobatch_size = [4, 4]\n"
+                                                           "num_microbatches = [1, 1]\n");
   CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train " + Reference(0, true) +
                         ".toml --plan " + plan,
                     false, dir_->path().string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_CONTAINS(r.output, "bad.plan.toml: the plan's microbatches add up to 8 sequences");
+  // A plan in another precision than the job's.
+  dir_->Write("fp32.plan.toml", PlanHeader("fp32") + kPlans[0].body);
+  r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train " + Reference(0, true) +
+                 ".toml --plan fp32.plan.toml",
+             false, dir_->path().string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "fp32.plan.toml: precision = \"fp32\" but the job");
   // Started with fewer processes than the plan has devices.
-  dir_->Write("ok.plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\nseq_len = 16\n"
-                                          "precision = \"fp32\"\n") + kPlans[0].body);
+  dir_->Write("ok.plan.toml", PlanHeader() + kPlans[0].body);
   r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train " + Reference(0, true) +
                  ".toml --plan ok.plan.toml",
              false, dir_->path().string());
@@ -442,7 +490,7 @@ TEST(DistributedTrain, AnEmulatedDeviceRunsOutOfMemoryWithTheGpuError) {
   TempDir dir;
   dir.Write("model.toml", kModel);
   dir.Write("plan.toml", kEvenDp2);
-  dir.Write("job.toml", Job(dir.Join("run"), 0, true));
+  dir.Write("job.toml", Job(dir.Join("run"), 0, true, "fp32"));
   // Device 1 has 256 KiB: the step fails with the out-of-memory error, naming the rank and device.
   dir.Write("cluster.toml", TwoDeviceCluster("[[nodes.emulation]]\nspeed_factor = 1.0\n"
                                              "[[nodes.emulation]]\nspeed_factor = 1.0\nmemory = \"256KiB\"\n"));
@@ -461,7 +509,7 @@ TEST(DistributedTrain, Bf16ComputeRunsAcrossAPipeline) {
   plan.replace(plan.find("\"fp32\""), 6, "\"bf16\"");
   dir.Write("plan.toml", plan);
   dir.Write("cluster.toml", TwoDeviceCluster(""));
-  std::string job = Job(dir.Join("run"), 1, true);
+  std::string job = Job(dir.Join("run"), 1, true, "fp32");
   job.replace(job.find("\"fp32\""), 6, "\"bf16\"");
   dir.Write("job.toml", job);
   CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml",
@@ -476,7 +524,7 @@ TEST(DistributedTrain, TheTraceOfTheRealRunUsesTheSimulatorsFormat) {
   dir.Write("model.toml", kModel);
   dir.Write("plan.toml", kPipeline2);
   dir.Write("cluster.toml", TwoDeviceCluster(""));
-  dir.Write("job.toml", Job(dir.Join("run"), 0, true));
+  dir.Write("job.toml", Job(dir.Join("run"), 0, true, "fp32"));
   CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) +
                         " train job.toml --plan plan.toml --trace trace.json --trace-step 3",
                     false, dir.path().string());
@@ -503,16 +551,13 @@ TEST(DistributedTrain, AKilledRankMidStepStopsEveryRankWithItsName) {
   dir.Write("cluster.toml", kCluster);
   const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
                                                               "seq_len = 16\nprecision = \"fp32\"\n") + kPlans[7].body);
-  std::string job = Job(dir.Join("run"), 0, true);
+  std::string job = Job(dir.Join("run"), 0, true, "fp32");
   job.replace(job.find("steps = 5"), 9, "steps = 500");
   dir.Write("job.toml", job);
-  const auto start = std::chrono::steady_clock::now();
   CliRun r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) +
                         " train job.toml --plan plan.toml --die-rank 1 --die-at-step 3",
                     false, dir.path().string());
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_LT(seconds, 60);
   EXPECT_CONTAINS(r.output, "motley launch: failed: rank 1 was killed by signal 9");
   for (int k : {0, 2}) {
     const std::string prefix = "[rank " + std::to_string(k) + "] ";
@@ -532,7 +577,7 @@ TEST(DistributedTrain, ResumingAPipelineContinuesExactlyAsTheUninterruptedRun) {
   // Interleaved ministages with offload (moments on the host), checkpoints every 3 steps.
   const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
                                                               "seq_len = 16\nprecision = \"fp32\"\n") + kPlans[8].body);
-  std::string job = Job(dir.Join("run"), 0, true);
+  std::string job = Job(dir.Join("run"), 0, true, "fp32");
   job.replace(job.find("steps = 5"), 9, "steps = 6");
   job += "interval_steps = 3\nkeep = 5\n";
   dir.Write("job.toml", job);
@@ -562,7 +607,7 @@ TEST(DistributedTrain, TrainOnAClusterMeasuresPlansLaunchesAndComparesWithThePre
                                 "[[nodes]]\nname = \"b\"\ndevice = \"cpu\"\ncount = 1\ninterconnect = \"pcie\"\n"
                                 "intra_bandwidth = \"10GB/s\"\nnic_bandwidth = \"1Gbps\"\n"
                                 "[nodes.emulation]\nspeed_factor = 6.0\nmemory = \"512MiB\"\n");
-  std::string job = Job(dir.Join("run"), 1, true);
+  std::string job = Job(dir.Join("run"), 1, true, "fp32");
   job.replace(job.find("steps = 5"), 9, "steps = 6");
   dir.Write("job.toml", job + "[plan]\nstrategy = \"poplar\"\n");
   const std::string cmd = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") + "' " +

@@ -1,7 +1,6 @@
 // `motley launch` and failure handling across ranks: a dead rank is named by every survivor and
-// the run ends within a minute, with or without motley's launcher.
-#include <chrono>
-
+// the run ends (no test here measures how fast: a hang meets ctest's timeout), with or without
+// motley's launcher.
 #include <gtest/gtest.h>
 
 #include "cli/cli_helpers.h"
@@ -9,7 +8,6 @@
 namespace {
 
 using namespace motley_test;
-using Clock = std::chrono::steady_clock;
 
 TEST(LaunchCli, RanksTalkAndReportBandwidth) {
   CliRun run = Motley("launch --nproc 3 -- motley comm check --size-mb 1 --iterations 3");
@@ -21,12 +19,10 @@ TEST(LaunchCli, RanksTalkAndReportBandwidth) {
 }
 
 TEST(LaunchCli, AKilledRankStopsTheRunWithItsNameUnderTheLauncher) {
-  const auto start = Clock::now();
+  // Without the watchdog this would run for 10^8 iterations (a hang: ctest's timeout fails it).
   CliRun run = Motley(
       "launch --nproc 3 -- motley comm check --size-mb 1 --iterations 100000000 --die-rank 1 --die-after 1");
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_EQ(run.exit_code, 1) << run.output;
-  EXPECT_LT(seconds, 60);
   EXPECT_CONTAINS(run.output, "motley launch: failed: rank 1 was killed by signal 9");
   // Each survivor names the dead rank itself.
   for (int r : {0, 2}) {
@@ -50,9 +46,7 @@ TEST(LaunchCli, AKilledRankIsNamedWithoutTheLauncherToo) {
            MOTLEY_BIN + " comm check --size-mb 1 --iterations 100000000 --die-rank 0 --die-after 1 > out" +
            std::to_string(r) + ".txt 2>&1 & ";
   cmd += "wait)";
-  const auto start = Clock::now();
   Shell(cmd);
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 60);
   for (int r = 1; r < 3; ++r) {
     std::ifstream in(dir.Join("out" + std::to_string(r) + ".txt"));
     std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

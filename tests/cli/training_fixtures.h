@@ -1,5 +1,5 @@
 // Fixtures of the training tests that run the binary: comparing checkpoints, and the small model,
-// CPU cluster and job the equivalence tests train.
+// CPU cluster and job the equivalence tests train (in fp64 unless a test asks for another precision).
 #pragma once
 
 #include <cmath>
@@ -15,32 +15,54 @@
 
 namespace motley_test {
 
-// A safetensors file's F32 tensors (enough for comparing checkpoints).
-inline std::map<std::string, std::vector<float>> ReadF32Safetensors(const std::string& path) {
+// A safetensors file's F32 and F64 tensors, as doubles (enough for comparing checkpoints), with
+// each tensor's dtype name.
+struct SafetensorsValues {
+  std::map<std::string, std::vector<double>> tensors;
+  std::map<std::string, std::string> dtypes;
+};
+inline SafetensorsValues ReadSafetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::map<std::string, std::vector<float>> out;
+  SafetensorsValues out;
   if (bytes.size() < 8) return out;
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
   for (const auto& [name, e] : header.items()) {
-    if (name == "__metadata__" || e["dtype"] != "F32") continue;
+    if (name == "__metadata__") continue;
+    const std::string dtype = e["dtype"];
+    if (dtype != "F32" && dtype != "F64") continue;
     const size_t begin = e["data_offsets"][0], end = e["data_offsets"][1];
-    std::vector<float> v((end - begin) / 4);
-    std::memcpy(v.data(), bytes.data() + 8 + n + begin, end - begin);
-    out[name] = std::move(v);
+    const char* data = bytes.data() + 8 + n + begin;
+    std::vector<double> v;
+    if (dtype == "F32") {
+      std::vector<float> f((end - begin) / 4);
+      std::memcpy(f.data(), data, end - begin);
+      v.assign(f.begin(), f.end());
+    } else {
+      v.resize((end - begin) / 8);
+      std::memcpy(v.data(), data, end - begin);
+    }
+    out.tensors[name] = std::move(v);
+    out.dtypes[name] = dtype;
   }
   return out;
 }
 
+// Whether every tensor of a safetensors file is F64 (an fp64 run's checkpoint).
+inline bool AllF64(const std::string& path) {
+  const SafetensorsValues v = ReadSafetensors(path);
+  if (v.dtypes.empty()) return false;
+  for (const auto& [name, dtype] : v.dtypes)
+    if (dtype != "F64") return false;
+  return true;
+}
+
 // The largest norm-wise relative error ||a - b|| / ||b|| over the tensors of two files; -1 when
-// they differ in names or sizes; infinity when either holds a NaN or an infinity. (Reassociation
-// alone — the single-process trainer with microbatches of 4 against the whole batch — gives ~3e-6
-// on this setup; the element-wise max is ~3e-5 because Adam magnifies noise in elements whose
-// gradients are near zero.)
+// they differ in names or sizes; infinity when either holds a NaN or an infinity.
 inline double MaxRelativeDifference(const std::string& a_path, const std::string& b_path) {
-  auto a = ReadF32Safetensors(a_path), b = ReadF32Safetensors(b_path);
+  auto a = ReadSafetensors(a_path).tensors, b = ReadSafetensors(b_path).tensors;
   if (a.size() != b.size() || a.empty()) return -1;
   double worst = 0;
   for (const auto& [name, y] : b) {
@@ -48,8 +70,8 @@ inline double MaxRelativeDifference(const std::string& a_path, const std::string
     if (it == a.end() || it->second.size() != y.size()) return -1;
     double norm = 0, diff = 0;
     for (size_t i = 0; i < y.size(); ++i) {
-      norm += static_cast<double>(y[i]) * y[i];
-      diff += static_cast<double>(it->second[i] - y[i]) * (it->second[i] - y[i]);
+      norm += y[i] * y[i];
+      diff += (it->second[i] - y[i]) * (it->second[i] - y[i]);
     }
     const double relative = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
     if (!std::isfinite(relative)) return std::numeric_limits<double>::infinity();  // NaN compares as nothing
@@ -57,6 +79,13 @@ inline double MaxRelativeDifference(const std::string& a_path, const std::string
   }
   return worst;
 }
+
+// "The same model as one device" in fp64 (DESIGN.md): what reassociation leaves after 5 AdamW
+// steps of the equivalence tests' model is ~1e-15 (one process, microbatches of 4 against the whole
+// batch: 2.4e-15; an offloading 3-rank pipeline: 3.0e-15), so 1e-10 leaves five orders of margin
+// and still sees a one-in-a-million change to one rank's gradients (~1e-7). In fp32 the same
+// noise is ~1e-5 and differs with the CPU's BLAS kernels: fp32 checks measure their floor instead.
+inline constexpr double kFp64Tolerance = 1e-10;
 
 // The device type the emulated test clusters are made of.
 inline constexpr char kCpuType[] = R"([device_types.cpu]
@@ -88,9 +117,14 @@ vocab_size = 256
 max_seq_len = 64
 )";
 
-inline std::string Job(const std::string& dir, double clip, bool checkpointing) {
+// The plan files' header for the model and cluster above.
+inline std::string PlanHeader(const std::string& precision = "fp64") {
+  return "model = \"model.toml\"\ncluster = \"cluster.toml\"\nseq_len = 16\nprecision = \"" + precision + "\"\n";
+}
+
+inline std::string Job(const std::string& dir, double clip, bool checkpointing, const std::string& precision = "fp64") {
   return "model = \"model.toml\"\ncluster = \"cluster.toml\"\n[training]\nsteps = 5\nseq_len = 16\n"
-         "global_batch_sequences = 12\nprecision = \"fp32\"\nseed = 7\nactivation_checkpointing = " +
+         "global_batch_sequences = 12\nprecision = \"" + precision + "\"\nseed = 7\nactivation_checkpointing = " +
          std::string(checkpointing ? "true" : "false") +
          "\n[data]\ntrain = \"builtin\"\nvalidation_interval_steps = 0\nvalidation_sequences = 4\n"
          "[optimizer]\nlr = 1e-2\ngrad_clip_norm = " + std::to_string(clip) +
