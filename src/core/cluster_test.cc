@@ -181,6 +181,24 @@ nic_bandwidth = "10Gbps"
   EXPECT_DOUBLE_EQ(c.memory_bytes(2), 12 * kGiB);
   // The built-in catalog is untouched.
   EXPECT_DOUBLE_EQ(GpuCatalog::Builtin().Find("t4")->peak_fp16_flops, 65e12);
+  // fp64: a base's figure, else half the fp32 figure unless given.
+  EXPECT_DOUBLE_EQ(PeakFlops(*c.catalog.Find("a800"), Precision::kFp64), 19.5e12);
+  EXPECT_DOUBLE_EQ(PeakFlops(*c.catalog.Find("mygpu"), Precision::kFp64), 10e12);
+  EXPECT_DOUBLE_EQ(PeakFlops(*c.catalog.Find("mygpu"), Precision::kBf16), 80e12);
+  EXPECT_DOUBLE_EQ(PeakFlops(*c.catalog.Find("mygpu"), Precision::kFp32), 20e12);
+  Cluster given = Parse(R"(
+[device_types.mygpu]
+memory = "12GiB"
+memory_bandwidth = "500GB/s"
+fp16_flops = "80TFLOPS"
+fp32_flops = "20TFLOPS"
+fp64_flops = "0.3TFLOPS"
+host_link = "16GB/s"
+[[nodes]]
+name = "y"
+device = "mygpu"
+)");
+  EXPECT_DOUBLE_EQ(PeakFlops(*given.catalog.Find("mygpu"), Precision::kFp64), 0.3e12);
 }
 
 TEST(Cluster, EveryBuiltinExampleParses) {

@@ -64,10 +64,35 @@ TEST(Model, StateBytesPerPrecision) {
   EXPECT_DOUBLE_EQ(StateBytes(Precision::kBf16).total(), 16);  // 2 + 2 + 12 (ZeRO paper's K=12)
   EXPECT_DOUBLE_EQ(StateBytes(Precision::kFp32).total(), 16);  // 4 + 4 + 8
   EXPECT_DOUBLE_EQ(StateBytes(Precision::kFp16).optimizer, 12);
+  EXPECT_DOUBLE_EQ(StateBytes(Precision::kFp64).total(), 32);  // 8 + 8 + 16
+  EXPECT_EQ(BytesPerElement(Precision::kFp64), 8);
   const ModelSpec& m = *FindModelPreset("llama-7b");
   EXPECT_DOUBLE_EQ(BoundaryActivationBytesPerToken(m, Precision::kBf16), 8192);
   EXPECT_GT(LayerActivationBytesPerToken(m, 2048, Precision::kBf16, false),
             LayerActivationBytesPerToken(m, 2048, Precision::kBf16, true));
+}
+
+TEST(Model, Fp64DoublesEveryByteCountOfFp32) {
+  const ModelSpec& m = *FindModelPreset("llama-7b");
+  EXPECT_DOUBLE_EQ(BoundaryActivationBytesPerToken(m, Precision::kFp64), 2 * BoundaryActivationBytesPerToken(m, Precision::kFp32));
+  EXPECT_DOUBLE_EQ(LayerActivationBytesPerToken(m, 2048, Precision::kFp64, false),
+                   2 * LayerActivationBytesPerToken(m, 2048, Precision::kFp32, false));
+  EXPECT_DOUBLE_EQ(LogitsBytesPerToken(m, Precision::kFp64), 2 * 32000 * 8.0);
+  EXPECT_DOUBLE_EQ(LogitsBytesPerToken(m, Precision::kBf16), 2 * 32000 * 4.0);  // fp32 logits in mixed precision
+}
+
+TEST(Precision, NamesRoundTripAndAliasesParse) {
+  for (const std::string& name : PrecisionNames()) {
+    ASSERT_TRUE(PrecisionFromName(name).has_value()) << name;
+    EXPECT_EQ(PrecisionName(*PrecisionFromName(name)), name);
+  }
+  EXPECT_EQ(PrecisionFromName("float64"), Precision::kFp64);
+  EXPECT_EQ(PrecisionFromName("bfloat16"), Precision::kBf16);
+  EXPECT_FALSE(PrecisionFromName("fp8").has_value());
+  EXPECT_EQ(MasterPrecision(Precision::kBf16), Precision::kFp32);
+  EXPECT_EQ(MasterPrecision(Precision::kFp64), Precision::kFp64);
+  EXPECT_TRUE(IsMixed(Precision::kFp16));
+  EXPECT_FALSE(IsMixed(Precision::kFp64));
 }
 
 TEST(Model, ExampleFilesEqualThePresets) {

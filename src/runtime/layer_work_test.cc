@@ -30,9 +30,9 @@ TEST(LayerWork, BorrowedUnitsComputeWhatTheOwnerWouldHave) {
   work.gate = mine.gate.detach().narrow(0, 6, 2);
   work.up = mine.up.detach().narrow(0, 6, 2);
   work.down = mine.down.detach().narrow(1, 6, 2);
-  work.grad_gate = torch::zeros({2, 6}, torch::kFloat32);
-  work.grad_up = torch::zeros({2, 6}, torch::kFloat32);
-  work.grad_down = torch::zeros({6, 2}, torch::kFloat32);
+  work.grad_gate = torch::zeros({2, 6}, torch::kFloat64);  // the master dtype
+  work.grad_up = torch::zeros({2, 6}, torch::kFloat64);
+  work.grad_down = torch::zeros({6, 2}, torch::kFloat64);
   torch::Tensor split = MlpWithWork(m, mine.gate, mine.up, mine.down, &work);
   EXPECT_TRUE(torch::allclose(split, full, 1e-12, 1e-12));
   // (Autograd runs the borrowed units' backward on the way to the input's gradient.)
@@ -41,9 +41,9 @@ TEST(LayerWork, BorrowedUnitsComputeWhatTheOwnerWouldHave) {
   EXPECT_TRUE(torch::allclose(g[0].narrow(0, 0, 6), full_grads[0].narrow(0, 0, 6), 1e-12, 1e-12));
   EXPECT_TRUE(torch::allclose(g[2].narrow(1, 0, 6), full_grads[2].narrow(1, 0, 6), 1e-12, 1e-12));
   EXPECT_EQ(g[0].narrow(0, 6, 2).abs().max().item<double>(), 0);
-  EXPECT_TRUE(torch::allclose(work.grad_gate.to(torch::kFloat64), full_grads[0].narrow(0, 6, 2), 1e-5, 1e-6));
-  EXPECT_TRUE(torch::allclose(work.grad_up.to(torch::kFloat64), full_grads[1].narrow(0, 6, 2), 1e-5, 1e-6));
-  EXPECT_TRUE(torch::allclose(work.grad_down.to(torch::kFloat64), full_grads[2].narrow(1, 6, 2), 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(work.grad_gate, full_grads[0].narrow(0, 6, 2), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(work.grad_up, full_grads[1].narrow(0, 6, 2), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(work.grad_down, full_grads[2].narrow(1, 6, 2), 1e-12, 1e-12));
 }
 
 TEST(LayerWork, PrunedUnitsGetZeroGradientsAndTheRestTheSubnetworks) {

@@ -86,6 +86,7 @@ TEST(LlamaModel, GradientsWithRecomputedLayersMatchFiniteDifferences) { CheckGra
 TEST(LlamaModel, RecomputationGivesTheSameGradients) {
   ModelSpec spec = TinyGqa();
   LlamaModel model(spec, 5);
+  model->set_precision(Precision::kFp64);  // the two orders of work differ by reassociation only
   torch::Tensor tokens = torch::randint(0, spec.vocab_size, {3, 8});
   std::vector<torch::Tensor> plain, recomputed;
   for (bool checkpoint : {false, true}) {
@@ -93,7 +94,7 @@ TEST(LlamaModel, RecomputationGivesTheSameGradients) {
     NextTokenLoss(model->forward(tokens, checkpoint), tokens).backward();
     for (const auto& p : model->parameters()) (checkpoint ? recomputed : plain).push_back(p.grad().clone());
   }
-  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::allclose(plain[i], recomputed[i], 1e-5, 1e-7)) << i;
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::allclose(plain[i], recomputed[i], 1e-12, 1e-14)) << i;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "core/model.h"
 #include "runtime/checkpoint.h"
+#include "runtime/safetensors.h"
 #include "runtime/trainer.h"
 
 namespace motley {
@@ -78,9 +79,11 @@ TEST(Trainer, ResumingReproducesTheUninterruptedRunBitForBit) {
 }
 
 TEST(Trainer, MicrobatchesGiveTheWholeBatchGradient) {
+  // In fp64, where reassociation stays at ~1e-16 (in fp32 it would be ~1e-6 and CPU-dependent).
   const fs::path dir = fs::temp_directory_path() / ("motley_micro_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   JobSpec job = SmallJob(dir);
+  job.training.precision = Precision::kFp64;
   job.training.steps = 2;
   job.checkpoint.interval_steps = 0;
   TrainOptions options;
@@ -90,7 +93,7 @@ TEST(Trainer, MicrobatchesGiveTheWholeBatchGradient) {
   ASSERT_TRUE(Train(job, options, &whole).ok());
   options.microbatch_sequences = 1;
   ASSERT_TRUE(Train(job, options, &split).ok());
-  for (int64_t step = 1; step <= 2; ++step) EXPECT_NEAR(whole.losses[step], split.losses[step], 1e-5);
+  for (int64_t step = 1; step <= 2; ++step) EXPECT_NEAR(whole.losses[step], split.losses[step], 1e-12 * whole.losses[step]);
   fs::remove_all(dir);
 }
 
@@ -112,6 +115,20 @@ TEST(Trainer, Bf16ComputeTracksFp32WithFp32Masters) {
   LlamaModel m(job.model, 0);
   ASSERT_TRUE(LoadModelWeights(ResolveCheckpointDir(job.checkpoint.dir).value(), *m).ok());
   EXPECT_EQ(m->parameters()[0].scalar_type(), torch::kFloat32);
+  // fp64: parameters, moments and the checkpoint in fp64; the losses those of fp32 up to fp32's rounding.
+  Recorder fp64;
+  job.training.precision = Precision::kFp64;
+  job.checkpoint.dir = (dir / "fp64").string();
+  ASSERT_TRUE(Train(job, options, &fp64).ok());
+  for (int64_t step = 1; step <= 4; ++step) EXPECT_NEAR(fp64.losses[step], fp32.losses[step], 1e-4 * fp32.losses[step]);
+  const std::string fp64_dir = ResolveCheckpointDir(job.checkpoint.dir).value();
+  Result<SafetensorsFile> weights = SafetensorsFile::Open(fp64_dir + "/model.safetensors");
+  Result<SafetensorsFile> moments = SafetensorsFile::Open(fp64_dir + "/optimizer.safetensors");
+  ASSERT_TRUE(weights.ok() && moments.ok());
+  ASSERT_FALSE(weights->entries().empty());
+  ASSERT_FALSE(moments->entries().empty());
+  for (const auto& [name, e] : weights->entries()) EXPECT_EQ(e.dtype, "F64") << name;
+  for (const auto& [name, e] : moments->entries()) EXPECT_EQ(e.dtype, "F64") << name;
   // fp16 on CPU: a clear refusal.
   job.training.precision = Precision::kFp16;
   Result<TrainSummary> fp16 = Train(job, options, nullptr);

@@ -245,34 +245,42 @@ TEST(Simulator, HiddenCollectiveAddsNothingLongerOneAddsTheDifference) {
 
 TEST(Simulator, MemoryPeakOfASmallDataParallelScheduleMatchesHandComputation) {
   // One device, ZeRO-0, checkpointing, two microbatches of 2 and 1 sequences, 3 layers in one
-  // ministage (so the device runs the embedding, the layers and the head).
-  ModelSpec m = LayerHeavyModel(3);
-  m.vocab_size = 64;
-  Cluster cluster = FastCluster(1);
-  Plan p;
-  p.seq_len = 32;
-  p.precision = Precision::kBf16;
-  p.zero_stage = 0;
-  p.groups = {GroupPlan{{{0, 3}}, 1, {{0, 2, 2, 1}}, {}}};
-  Result<Schedule> s = LowerPlan(p, cluster, m);
-  ASSERT_TRUE(s.ok()) << s.status().message();
-  CostModel costs(cluster, m, nullptr, p.seq_len, p.precision, true);
-  Result<SimResult> r = Simulate(*s, cluster, costs);
-  ASSERT_TRUE(r.ok()) << r.status().message();
+  // ministage (so the device runs the embedding, the layers and the head); in bf16 and in fp64.
+  struct Bytes {
+    Precision precision;
+    double params, grads, optimizer, activation, logits;  // per value
+  };
+  for (const Bytes& b : {Bytes{Precision::kBf16, 2, 2, 12, 2, 4}, Bytes{Precision::kFp64, 8, 8, 16, 8, 8}}) {
+    SCOPED_TRACE(PrecisionName(b.precision));
+    ModelSpec m = LayerHeavyModel(3);
+    m.vocab_size = 64;
+    Cluster cluster = FastCluster(1);
+    Plan p;
+    p.seq_len = 32;
+    p.precision = b.precision;
+    p.zero_stage = 0;
+    p.groups = {GroupPlan{{{0, 3}}, 1, {{0, 2, 2, 1}}, {}}};
+    Result<Schedule> s = LowerPlan(p, cluster, m);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    CostModel costs(cluster, m, nullptr, p.seq_len, p.precision, true);
+    Result<SimResult> r = Simulate(*s, cluster, costs);
+    ASSERT_TRUE(r.ok()) << r.status().message();
 
-  // By hand. Static: full parameters (2 B), gradients (2 B) and Adam state (12 B) per parameter.
-  const double params = TotalParams(m);
-  const double static_bytes = params * (2 + 2 + 12);
-  // The larger microbatch (2 sequences x 32 tokens) sets the peak.
-  const double tokens = 2 * 32;
-  const double act = tokens * m.hidden_size * 2;  // one layer boundary in bf16
-  const double layer_act = LayerActivationBytesPerToken(m, 32, Precision::kBf16, false) * tokens;
-  const double logits = 2 * tokens * m.vocab_size * 4;
-  // Forward: the 3 saved layer inputs and the head's, plus working memory of one layer and the logits.
-  const double forward_peak = 4 * act + layer_act + logits;
-  // Backward: the 4 saved inputs, plus recompute + gradient working memory and the logits.
-  const double backward_peak = 4 * act + 2 * layer_act + logits;
-  EXPECT_DOUBLE_EQ(r->devices[0].peak_memory_bytes, static_bytes + std::max(forward_peak, backward_peak));
+    // By hand. Static: full parameters, gradients and Adam state (bf16: 2 + 2 + 12 with fp32
+    // masters and moments; fp64: 8 + 8 + 16).
+    const double params = TotalParams(m);
+    const double static_bytes = params * (b.params + b.grads + b.optimizer);
+    // The larger microbatch (2 sequences x 32 tokens) sets the peak.
+    const double tokens = 2 * 32;
+    const double act = tokens * m.hidden_size * b.activation;  // one layer boundary
+    const double layer_act = LayerActivationBytesPerToken(m, 32, b.precision, false) * tokens;
+    const double logits = 2 * tokens * m.vocab_size * b.logits;  // and their gradient
+    // Forward: the 3 saved layer inputs and the head's, plus working memory of one layer and the logits.
+    const double forward_peak = 4 * act + layer_act + logits;
+    // Backward: the 4 saved inputs, plus recompute + gradient working memory and the logits.
+    const double backward_peak = 4 * act + 2 * layer_act + logits;
+    EXPECT_DOUBLE_EQ(r->devices[0].peak_memory_bytes, static_bytes + std::max(forward_peak, backward_peak));
+  }
 }
 
 TEST(Simulator, PipelineMemoryCountsActivationsOfEveryMicrobatchInFlight) {

@@ -270,6 +270,8 @@ class DistributedEquivalence : public ::testing::Test {
     d.params = MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors");
     d.moments = MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors");
     d.output = r.output;
+    std::cout << name << " (" << precision << "): relative difference of the parameters " << d.params
+              << ", of the moments " << d.moments << "\n";
     EXPECT_GE(d.params, 0) << "the checkpoints differ in their tensors";
     EXPECT_GE(d.moments, 0) << "the checkpoints differ in their tensors";
     return d;
