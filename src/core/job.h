@@ -18,7 +18,9 @@ struct TrainingConfig {
   int64_t seq_len = 1024;
   /// The global batch, in sequences per step; the file gives tokens or sequences.
   int64_t global_batch_sequences = 0;
-  /// bf16 on GPUs that have it; fp32 on CPU. fp16 adds dynamic loss scaling.
+  /// bf16 on GPUs that have it; fp32 on CPU. fp16 adds dynamic loss scaling (one process only).
+  /// fp64 trains every value in fp64: to check that a plan trains the same model as one device
+  /// (to ~1e-10), or to debug one (README, "Precisions").
   Precision precision = Precision::kBf16;
   /// Recompute each layer's activations in backward from the saved layer boundary: less memory
   /// for about a third more compute. Zorse and our planners assume it on.
