@@ -678,7 +678,7 @@ Result<Schedule> Lowerer::Run() {
     }
   } else {
     // Visits and where their preparation and finish go in the global order.
-    std::vector<Task> order = PipelineOrder(plan_, vstages_, num_mb_);
+    std::vector<Task> order = PipelineOrder(plan_, vstages_, num_mb_, routing_rank_);
     std::vector<std::vector<std::pair<bool, int>>> visits(num_groups);  // per group, in order
     std::map<std::pair<int, int>, std::pair<size_t, size_t>> span;  // (g, pass*V+v) -> first, last position
     for (size_t i = 0; i < order.size(); ++i) {

@@ -8,7 +8,9 @@
 //      - gpipe / interleaved: a group runs its ministages one after another, each over all its
 //        microbatches (GPipe order inside a ministage), forward in layer order then backward in
 //        reverse (Zorse §4.1; with one ministage per group this is plain GPipe).
-//      - 1f1b: one forward, one backward in steady state, warm-up of (groups - 1 - g) microbatches.
+//      - 1f1b: each device (or tensor-parallel run) of group g alternates one forward and one
+//        backward of its own microbatches after a warm-up of (groups - 1 - g) of them (a routing
+//        whose devices could wait on each other that way keeps a stage-wide window: pipeline_order.h).
 //      - one group, not interleaved (data parallelism, Poplar): every device runs its own
 //        microbatches, forward then backward, in step with the others by microbatch index.
 //  * Parameters (per ministage). ZeRO 0-2: full parameters stay on the device; ZeRO-1/2

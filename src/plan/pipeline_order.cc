@@ -2,62 +2,72 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <map>
+#include <optional>
 
 #include "core/check.h"
 
 namespace motley {
 namespace {
 
-// Per-group task sequences for pipelines and interleaved groups.
-std::vector<std::vector<Task>> GroupSequences(const Plan& plan, const std::vector<VirtualStage>& vstages,
-                                              int64_t num_mb) {
+// The serial task sequences of a pipeline: one per group (GPipe, interleaved: a group's ministages
+// one after another over all microbatches), or one per worker of a group (1F1B: each device, or
+// tensor-parallel run, alternates one forward and one backward of its own microbatches after a
+// warm-up of its own, as many as there are stages after its group).
+std::vector<std::vector<Task>> TaskSequences(const Plan& plan, const std::vector<VirtualStage>& vstages,
+                                             int64_t num_mb, const std::vector<std::vector<int>>& worker_of) {
   const int num_vstages = static_cast<int>(vstages.size());
   const int num_groups = static_cast<int>(plan.groups.size());
   std::vector<std::vector<int>> group_vs(num_groups);  // virtual stages of each group, ascending
   for (int v = 0; v < num_vstages; ++v) group_vs[vstages[v].group].push_back(v);
-  std::vector<std::vector<Task>> seq(num_groups);
+  std::vector<std::vector<Task>> seq;
   for (int g = 0; g < num_groups; ++g) {
     if (plan.schedule == PipelineSchedule::k1F1B) {
-      auto forward = [&](int64_t m) {
-        for (int v : group_vs[g]) seq[g].push_back({false, v, m});
-      };
-      auto backward = [&](int64_t m) {
-        for (auto it = group_vs[g].rbegin(); it != group_vs[g].rend(); ++it) seq[g].push_back({true, *it, m});
-      };
-      const int64_t warmup = std::min<int64_t>(num_groups - 1 - g, num_mb);
-      for (int64_t m = 0; m < warmup; ++m) forward(m);
-      for (int64_t m = warmup; m < num_mb; ++m) {
-        forward(m);
-        backward(m - warmup);
+      std::map<int, std::vector<int64_t>> own;  // worker -> its microbatches, ascending
+      for (int64_t m = 0; m < num_mb; ++m) own[worker_of.empty() ? 0 : worker_of[g][m]].push_back(m);
+      for (const auto& [worker, ms] : own) {
+        std::vector<Task>& out = seq.emplace_back();
+        auto forward = [&](int64_t m) {
+          for (int v : group_vs[g]) out.push_back({false, v, m});
+        };
+        auto backward = [&](int64_t m) {
+          for (auto it = group_vs[g].rbegin(); it != group_vs[g].rend(); ++it) out.push_back({true, *it, m});
+        };
+        const int64_t n = static_cast<int64_t>(ms.size());
+        const int64_t warmup = std::min<int64_t>(num_groups - 1 - g, n);
+        for (int64_t k = 0; k < warmup; ++k) forward(ms[k]);
+        for (int64_t k = warmup; k < n; ++k) {
+          forward(ms[k]);
+          backward(ms[k - warmup]);
+        }
+        for (int64_t k = n - warmup; k < n; ++k) backward(ms[k]);
       }
-      for (int64_t m = num_mb - warmup; m < num_mb; ++m) backward(m);
     } else {
+      std::vector<Task>& out = seq.emplace_back();
       for (int v : group_vs[g])
-        for (int64_t m = 0; m < num_mb; ++m) seq[g].push_back({false, v, m});
+        for (int64_t m = 0; m < num_mb; ++m) out.push_back({false, v, m});
       for (auto it = group_vs[g].rbegin(); it != group_vs[g].rend(); ++it)
-        for (int64_t m = 0; m < num_mb; ++m) seq[g].push_back({true, *it, m});
+        for (int64_t m = 0; m < num_mb; ++m) out.push_back({true, *it, m});
     }
   }
   return seq;
 }
 
-// The global order: each group runs its sequence one task per time unit as soon as the task's
-// inputs exist; tasks sorted by start time (then group) form one order every rank agrees with.
-}  // namespace
-
-std::vector<Task> PipelineOrder(const Plan& plan, const std::vector<VirtualStage>& vstages, int64_t num_mb) {
-  const int num_vstages = static_cast<int>(vstages.size());
-  const auto seq = GroupSequences(plan, vstages, num_mb);
-  const int num_groups = static_cast<int>(seq.size());
+// The global order: each sequence runs one task per time unit as soon as the task's inputs exist;
+// tasks sorted by start time (then sequence) form one order every rank agrees with. Nothing when
+// the sequences wait for each other forever.
+std::optional<std::vector<Task>> UnitCostOrder(const std::vector<std::vector<Task>>& seq, int num_vstages,
+                                               int64_t num_mb) {
+  const int num_seq = static_cast<int>(seq.size());
   std::vector<int64_t> done_f(num_vstages * num_mb, -1), done_b(num_vstages * num_mb, -1);
-  std::vector<size_t> next(num_groups, 0);
-  std::vector<int64_t> free_at(num_groups, 0);
-  std::vector<std::pair<int64_t, std::pair<int, size_t>>> timed;  // (start, (group, index))
+  std::vector<size_t> next(num_seq, 0);
+  std::vector<int64_t> free_at(num_seq, 0);
+  std::vector<std::pair<int64_t, std::pair<int, size_t>>> timed;  // (start, (sequence, index))
   size_t remaining = 0;
   for (const auto& s : seq) remaining += s.size();
   while (remaining > 0) {
     bool progressed = false;
-    for (int g = 0; g < num_groups; ++g) {
+    for (int g = 0; g < num_seq; ++g) {
       while (next[g] < seq[g].size()) {
         const Task& t = seq[g][next[g]];
         int64_t ready = free_at[g];
@@ -81,13 +91,31 @@ std::vector<Task> PipelineOrder(const Plan& plan, const std::vector<VirtualStage
         progressed = true;
       }
     }
-    MOTLEY_CHECK_MSG(progressed, "pipeline task sequences deadlock");
+    if (!progressed) return std::nullopt;
   }
   std::sort(timed.begin(), timed.end());
   std::vector<Task> order;
   order.reserve(timed.size());
   for (const auto& [time, gi] : timed) order.push_back(seq[gi.first][gi.second]);
   return order;
+}
+
+}  // namespace
+
+std::vector<Task> PipelineOrder(const Plan& plan, const std::vector<VirtualStage>& vstages, int64_t num_mb,
+                                const std::vector<std::vector<int>>& worker_of) {
+  const int num_vstages = static_cast<int>(vstages.size());
+  if (plan.schedule == PipelineSchedule::k1F1B && !worker_of.empty()) {
+    // Each device's own 1F1B. A routing that interleaves microbatches across a stage's devices
+    // unlike the next stage's can make those windows wait for each other (a device at its limit
+    // waiting for a backward queued behind a forward it has yet to send); such plans keep the
+    // stage-wide 1F1B below, whose windows count the stage's microbatches.
+    if (auto order = UnitCostOrder(TaskSequences(plan, vstages, num_mb, worker_of), num_vstages, num_mb))
+      return *order;
+  }
+  std::optional<std::vector<Task>> order = UnitCostOrder(TaskSequences(plan, vstages, num_mb, {}), num_vstages, num_mb);
+  MOTLEY_CHECK_MSG(order.has_value(), "pipeline task sequences deadlock");
+  return *order;
 }
 
 }  // namespace motley

@@ -1,7 +1,8 @@
-// The global order of a pipeline's work that every rank's program follows (lower.h): per group a
-// sequence of forward and backward tasks (GPipe/interleaved: a group's ministages one after
-// another over all microbatches; 1F1B: one forward one backward after a warm-up), timed by a
-// unit-cost run of the whole pipeline and sorted by start time. Sends never block and each rank's
+// The global order of a pipeline's work that every rank's program follows (lower.h): serial
+// sequences of forward and backward tasks (GPipe/interleaved: per group, its ministages one after
+// another over all microbatches; 1F1B: per device of a group, one forward one backward of its own
+// microbatches after a warm-up of its own), timed by a unit-cost run of the whole pipeline and
+// sorted by start time. Sends never block and each rank's
 // program is a subsequence of this one order, so no lowered schedule can deadlock.
 #pragma once
 
@@ -20,7 +21,9 @@ struct Task {
 };
 
 /// REQUIRES: `vstages` = VirtualStages(plan); microbatches 0..num_microbatches-1.
+/// `worker_of[g][m]`: which of group g's workers (devices, or tensor-parallel runs: any id) runs
+/// microbatch m; empty: one worker per group.
 std::vector<Task> PipelineOrder(const Plan& plan, const std::vector<VirtualStage>& vstages,
-                                int64_t num_microbatches);
+                                int64_t num_microbatches, const std::vector<std::vector<int>>& worker_of = {});
 
 }  // namespace motley

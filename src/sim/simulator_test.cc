@@ -91,6 +91,49 @@ TEST(Simulator, GPipeBubbleMatchesTheFormula) {
   }
 }
 
+TEST(Simulator, OneFOneBBubbleMatchesTheFormulaWithAnyNumberOfDevicesPerStage) {
+  // p stages of d devices each, every device with m microbatches of its own: each device runs its
+  // own 1F1B (a warm-up of p - 1 - stage forwards of its microbatches), so it idles
+  // (p - 1) / (m + p - 1) of the step whatever d is — not d times longer, as when the warm-up was
+  // counted in the stage's microbatches.
+  for (int d : {1, 2, 4}) {
+    for (auto [p, m] : {std::pair{4, 8}, std::pair{2, 6}}) {
+      ModelSpec model = LayerHeavyModel(p * 2);
+      Cluster cluster = FastCluster(p * d);
+      Plan plan = GPipe(p, m, model);
+      plan.schedule = PipelineSchedule::k1F1B;
+      // Round-robin routing: microbatch k on device k mod d of every stage (as Zorse's routing
+      // deals them out to devices of equal speed).
+      for (int g = 0; g < p; ++g) {
+        plan.groups[g].devices.clear();
+        for (int i = 0; i < d; ++i) plan.groups[g].devices.push_back({g * d + i, 1, m, 0});
+        plan.groups[g].routing.clear();
+        for (int k = 0; k < m * d; ++k) plan.groups[g].routing.push_back(g * d + k % d);
+      }
+      Result<Schedule> s = LowerPlan(plan, cluster, model);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      Profile profile = FlatProfile(model, plan.seq_len);
+      CostModel costs(cluster, model, &profile, plan.seq_len, plan.precision, true);
+      Result<SimResult> r = Simulate(*s, cluster, costs);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      const double expected = static_cast<double>(p - 1) / (m + p - 1);
+      for (const auto& dev : r->devices)
+        EXPECT_NEAR(dev.idle_fraction, expected, expected * 0.01) << "d=" << d << " p=" << p << " m=" << m << " rank " << dev.rank;
+      EXPECT_NEAR(r->step_time_s, (m + p - 1) * 2 * (0.010 + 0.020), 1e-3) << "d=" << d << " p=" << p << " m=" << m;
+      // And each device keeps at most p - stage microbatches in flight, as 1F1B promises.
+      for (const Program& prog : s->programs) {
+        const int stage = prog.rank / d;
+        int in_flight = 0, most = 0;
+        for (const Op& op : prog.ops) {
+          if (op.kind == OpKind::kForward) most = std::max(most, ++in_flight);
+          if (op.kind == OpKind::kBackward) --in_flight;
+        }
+        EXPECT_EQ(most, std::min(m, p - stage)) << "d=" << d << " rank " << prog.rank;
+      }
+    }
+  }
+}
+
 TEST(Simulator, ZorseRoutingFinishesTheStageSoonerThanBlockRouting) {
   // Group 1 holds a fast device with 6 microbatches and one 3x slower (emulated) with 2. Block
   // routing hands the slow one the last two; Zorse's rule (§4.2) gives each arriving microbatch to

@@ -119,6 +119,21 @@ devices = [2]
 microbatch_size = [2]
 num_microbatches = [6]
 )"},
+    {"pipeline2x2-1f1b-round-robin", 4, 1, true, R"(schedule = "1f1b"
+zero_stage = 1
+[[groups]]
+ministages = [[0, 2]]
+devices = [0, 1]
+microbatch_size = [2, 2]
+num_microbatches = [3, 3]
+routing = [0, 1, 0, 1, 0, 1]
+[[groups]]
+ministages = [[2, 4]]
+devices = [2, 3]
+microbatch_size = [2, 2]
+num_microbatches = [3, 3]
+routing = [2, 3, 2, 3, 2, 3]
+)"},
     {"interleaved-offload-uneven", 3, 0, true, R"(schedule = "interleaved"
 zero_stage = 2
 offload_params = true
@@ -217,6 +232,13 @@ num_microbatches = [3, 3]
 )"},
 };
 
+const PlanCase& PlanNamed(const std::string& name) {
+  for (const PlanCase& p : kPlans)
+    if (name == p.name) return p;
+  ADD_FAILURE() << "no plan case " << name;
+  return kPlans[0];
+}
+
 class DistributedEquivalence : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -237,12 +259,7 @@ class DistributedEquivalence : public ::testing::Test {
   static std::string Reference(double clip, bool ckpt) {
     return std::string("ref-clip") + (clip > 0 ? "1" : "0") + (ckpt ? "" : "-nockpt");
   }
-  static const PlanCase& Case(const std::string& name) {
-    for (const PlanCase& p : kPlans)
-      if (name == p.name) return p;
-    ADD_FAILURE() << "no plan case " << name;
-    return kPlans[0];
-  }
+  static const PlanCase& Case(const std::string& name) { return PlanNamed(name); }
   // Trains plan case `c` under `name` on its ranks with `extra` flags (and `job_extra` appended to
   // the job) in `precision`; returns the relative differences of its parameters and moments after
   // 5 steps from `reference`'s, or nothing when the run failed (the failure recorded).
@@ -552,7 +569,7 @@ TEST(DistributedTrain, AKilledRankMidStepStopsEveryRankWithItsName) {
   dir.Write("model.toml", kModel);
   dir.Write("cluster.toml", kCluster);
   const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
-                                                              "seq_len = 16\nprecision = \"fp32\"\n") + kPlans[7].body);
+                                                              "seq_len = 16\nprecision = \"fp32\"\n") + PlanNamed("pipeline3-1f1b-asymmetric").body);
   std::string job = Job(dir.Join("run"), 0, true, "fp32");
   job.replace(job.find("steps = 5"), 9, "steps = 500");
   dir.Write("job.toml", job);
@@ -578,7 +595,7 @@ TEST(DistributedTrain, ResumingAPipelineContinuesExactlyAsTheUninterruptedRun) {
   dir.Write("cluster.toml", kCluster);
   // Interleaved ministages with offload (moments on the host), checkpoints every 3 steps.
   const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
-                                                              "seq_len = 16\nprecision = \"fp32\"\n") + kPlans[8].body);
+                                                              "seq_len = 16\nprecision = \"fp32\"\n") + PlanNamed("interleaved-offload-uneven").body);
   std::string job = Job(dir.Join("run"), 0, true, "fp32");
   job.replace(job.find("steps = 5"), 9, "steps = 6");
   job += "interval_steps = 3\nkeep = 5\n";
