@@ -27,16 +27,17 @@ int RunSchedule(const std::vector<std::string>& args) {
     fmt::print(stderr, "{}\n", in.status().message());
     return kExitFailure;
   }
-  // Plans without a routing get Zorse's, timed by the roofline (simulate uses the profile too).
-  CostModel costs(in->cluster, in->model, nullptr, in->plan.seq_len, in->plan.precision,
-                  in->plan.activation_checkpointing);
-  FillZorseRouting(&in->plan, costs);
+  FillDefaultRouting(&in->plan, in->cluster, in->model);  // as simulate and train do
   Result<Schedule> s = LowerPlan(in->plan, in->cluster, in->model);
   if (!s.ok()) {
     fmt::print(stderr, "{}\n", s.status().message());
     return kExitFailure;
   }
-  fmt::print("{}", json ? ScheduleToJson(*s).dump(1) + "\n" : ScheduleListing(*s));
+  if (json) {
+    fmt::print("{}\n", ScheduleToJson(*s).dump(1));
+  } else {
+    fmt::print("{}schedule {}\n", ScheduleListing(*s), ScheduleHash(*s));
+  }
   return kExitOk;
 }
 

@@ -46,7 +46,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   }
   CostModel costs(in->cluster, in->model, profile ? &*profile : nullptr, in->plan.seq_len, in->plan.precision,
                   in->plan.activation_checkpointing);
-  const int routed = FillZorseRouting(&in->plan, costs);
+  const int routed = FillDefaultRouting(&in->plan, in->cluster, in->model);
   Result<Schedule> s = LowerPlan(in->plan, in->cluster, in->model);
   if (!s.ok()) return fail(s.status());
   SimConfig config;
@@ -83,6 +83,7 @@ int RunSimulate(const std::vector<std::string>& args) {
                           {"fits_memory", r->fits_memory},
                           {"oom", r->oom_message},
                           {"num_ops", s->num_ops()},
+                          {"schedule_hash", ScheduleHash(*s)},
                           {"global_batch_tokens", s->global_batch_tokens},
                           {"devices", devices}};
     fmt::print("{}\n", out.dump(2));
@@ -92,6 +93,8 @@ int RunSimulate(const std::vector<std::string>& args) {
              in->plan.groups.size(), in->plan.num_devices(), PipelineScheduleName(in->plan.schedule),
              in->plan.zero_stage, in->cluster.name, in->model.name);
   if (routed > 0) fmt::print("routing: Zorse's cross-stage routing computed for {} group(s)\n", routed);
+  fmt::print("schedule {} ({} ops; `motley train --plan` prints the same for the program it runs)\n",
+             ScheduleHash(*s), s->num_ops());
   fmt::print("step {}  |  {:.0f} tokens/s  |  {:.1f} TFLOPS  |  HFU {:.1f}%  MFU {:.1f}%  |  memory: {}\n\n",
              FormatDuration(r->step_time_s), r->tokens_per_s, r->tflops, 100 * r->hfu, 100 * r->mfu,
              r->fits_memory ? "fits" : "OUT OF MEMORY");

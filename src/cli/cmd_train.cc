@@ -31,6 +31,7 @@ class ConsoleObserver : public TrainObserver {
                s.device, s.precision, s.first_step + 1, s.total_steps, s.total_steps, s.tokens_per_step);
     fmt::print("  data: {}  validation: {}\n  metrics: {}\n", s.train_data,
                s.validation_data.empty() ? "none" : s.validation_data, s.metrics_path);
+    if (!s.schedule_hash.empty()) fmt::print("  schedule: {} (as `motley simulate` lowers this plan)\n", s.schedule_hash);
     std::fflush(stdout);
   }
   void OnStep(const StepMetrics& m) override {

@@ -131,6 +131,15 @@ std::string CheckSchedule(const Schedule& s) {
   return "";
 }
 
+std::string ScheduleHash(const Schedule& s) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
+  for (const unsigned char c : ScheduleToJson(s).dump()) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
 nlohmann::json ScheduleToJson(const Schedule& s) {
   nlohmann::json programs = nlohmann::json::array();
   for (const auto& p : s.programs) {

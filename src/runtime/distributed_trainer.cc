@@ -25,6 +25,7 @@
 #include "runtime/metrics_log.h"
 #include "runtime/precision_dtypes.h"
 #include "runtime/rank_device.h"
+#include "sim/routing_costs.h"
 #include "sim/cost_model.h"
 #include "sim/profile.h"
 #include "sim/simulator.h"
@@ -138,6 +139,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
 
   MOTLEY_ASSIGN_OR_RETURN(Plan plan, LoadPlanFile(options.plan_path));
   MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan, job, options.plan_path));
+  FillDefaultRouting(&plan, job.cluster, job.model);  // a hand-written plan's: as simulate's
   MOTLEY_ASSIGN_OR_RETURN(Schedule schedule, LowerPlan(plan, job.cluster, job.model));
   // Transfers and collectives match in the order they are issued (NCCL's rule, and Gloo's here).
   if (std::string problem = CheckTransferOrder(schedule); !problem.empty())
@@ -206,6 +208,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   start.device = fmt::format("{} rank{} on {} ({} plan, {})", comm->world_size(), comm->world_size() == 1 ? "" : "s",
                              rank_device.is_cuda() ? "CUDA, one GPU each" : "CPU", plan.strategy, options.plan_path);
   start.precision = std::string(PrecisionName(tc.precision));
+  start.schedule_hash = ScheduleHash(schedule);
   start.parameters = TotalParams(job.model);
   start.total_steps = total_steps;
   start.first_step = loaded.step;

@@ -73,6 +73,7 @@ struct StepMetrics {
 
 struct TrainStart {
   std::string device;       // "cpu (2 threads)", "cuda:0"
+  std::string schedule_hash;  // several processes: the schedule every rank runs (ScheduleHash)
   std::string precision;
   int64_t parameters = 0;
   int64_t first_step = 0;   // > 0 when resumed

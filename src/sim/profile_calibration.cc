@@ -67,7 +67,7 @@ Result<std::vector<TypeCalibration>> CalibrateToRun(Profile* profile, const Plan
   for (int round = 0; round < 5; ++round) {
     CostModel costs(cluster, model, &calibrated, plan.seq_len, plan.precision, plan.activation_checkpointing);
     Plan routed = plan;
-    FillZorseRouting(&routed, costs);
+    FillDefaultRouting(&routed, cluster, model);  // the routing the run had
     MOTLEY_ASSIGN_OR_RETURN(Schedule schedule, LowerPlan(routed, cluster, model));
     MOTLEY_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule, cluster, costs));
     MOTLEY_ASSIGN_OR_RETURN(std::vector<TypeCalibration> c,

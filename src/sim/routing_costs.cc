@@ -22,4 +22,10 @@ int FillZorseRouting(Plan* plan, const CostModel& costs) {
   return filled;
 }
 
+int FillDefaultRouting(Plan* plan, const Cluster& cluster, const ModelSpec& model) {
+  if (!plan->is_pipeline()) return 0;
+  const CostModel roofline(cluster, model, nullptr, plan->seq_len, plan->precision, plan->activation_checkpointing);
+  return FillZorseRouting(plan, roofline);
+}
+
 }  // namespace motley

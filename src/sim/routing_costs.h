@@ -12,4 +12,11 @@ namespace motley {
 /// groups it filled. REQUIRES: a plan that passed ValidatePlan.
 int FillZorseRouting(Plan* plan, const CostModel& costs);
 
+/// The routing a plan without one gets wherever it is loaded — `motley schedule`, `simulate`
+/// (whatever --profile it is given) and `train --plan` alike, so that all three lower the same
+/// schedule: Zorse's, timed by the roofline from the cluster's catalog and emulation (never a
+/// profile). Planners write their own routing into the plans they choose. Returns how many groups
+/// it filled. REQUIRES: a plan that passed ValidatePlan.
+int FillDefaultRouting(Plan* plan, const Cluster& cluster, const ModelSpec& model);
+
 }  // namespace motley

@@ -538,6 +538,66 @@ TEST(DistributedTrain, Bf16ComputeRunsAcrossAPipeline) {
   EXPECT_CONTAINS(r.output, "[rank 0] done: 5 steps");
 }
 
+// One program: a hand-written pipeline plan without a routing gets the same one in `schedule`,
+// `simulate` (with or without a profile) and `train --plan`, so all three lower the same schedule.
+TEST(DistributedTrain, TrainAndSimulateLowerTheSameScheduleForAPlanWithoutRouting) {
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  // Device 1 is 1.5x slower: Zorse's routing interleaves group 0's microbatches (not the block order).
+  dir.Write("cluster.toml", std::string("name = \"cpu3\"\n") + kCpuType + R"([[nodes]]
+name = "a"
+device = "cpu"
+count = 3
+interconnect = "pcie"
+intra_bandwidth = "10GB/s"
+[[nodes.emulation]]
+speed_factor = 1.0
+[[nodes.emulation]]
+speed_factor = 1.5
+[[nodes.emulation]]
+speed_factor = 1.0
+)");
+  dir.Write("plan.toml", PlanHeader("fp32") + R"(schedule = "gpipe"
+zero_stage = 2
+[[groups]]
+ministages = [[0, 2]]
+devices = [0, 1]
+microbatch_size = [2, 2]
+num_microbatches = [3, 3]
+[[groups]]
+ministages = [[2, 4]]
+devices = [2]
+microbatch_size = [2]
+num_microbatches = [6]
+)");
+  dir.Write("profile.json", R"({"format": "motley-profile-1", "entries": [{"device_type": "cpu", "model": "eq4",
+      "hidden_size": 32, "seq_len": 16, "precision": "fp32",
+      "points": [{"microbatch": 1, "forward_ms": 1.0, "backward_ms": 3.0},
+                 {"microbatch": 8, "forward_ms": 6.0, "backward_ms": 18.0}]}]})");
+  dir.Write("job.toml", Job(dir.Join("run"), 0, true, "fp32"));
+  auto simulated = [&](const std::string& flags) {
+    CliRun r = Motley("simulate --plan plan.toml --json " + flags, true, dir.path().string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.output)["schedule_hash"].get<std::string>() : "";
+  };
+  const std::string hash = simulated("");
+  ASSERT_EQ(hash.size(), 16u);
+  EXPECT_EQ(simulated("--profile profile.json"), hash) << "the profile changed the routing";
+  CliRun schedule = Motley("schedule --plan plan.toml", true, dir.path().string());
+  EXPECT_CONTAINS(schedule.output, "schedule " + hash);
+  CliRun train = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml",
+                        false, dir.path().string());
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  EXPECT_CONTAINS(train.output, "schedule: " + hash);
+  // The routing given is not the block order a plan without one would have had: the hash differs.
+  std::string routed = motley::ReadFileToString(dir.Join("plan.toml")).value();
+  routed.replace(routed.find("num_microbatches = [3, 3]"), 25, "num_microbatches = [3, 3]\nrouting = [0, 0, 0, 1, 1, 1]");
+  dir.Write("block.plan.toml", routed);
+  CliRun block = Motley("simulate --plan block.plan.toml --json", true, dir.path().string());
+  ASSERT_EQ(block.exit_code, 0) << block.output;
+  EXPECT_NE(nlohmann::json::parse(block.output)["schedule_hash"].get<std::string>(), hash);
+}
+
 TEST(DistributedTrain, TheTraceOfTheRealRunUsesTheSimulatorsFormat) {
   TempDir dir;
   dir.Write("model.toml", kModel);
