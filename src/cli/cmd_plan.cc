@@ -67,7 +67,7 @@ int RunPlan(const std::vector<std::string>& args) {
       "motley plan");
   std::string cluster_ref, model_ref, strategy = "auto", profile_path, out_path;
   int64_t seq_len = 0, global_batch_tokens = 0;
-  bool compare = false, explain = false, json = false;
+  bool compare = false, explain = false, json = false, clipping = true;
   std::string precision_name = "bf16";
   app.add_option("--cluster", cluster_ref, "a cluster file or built-in cluster name")->required();
   app.add_option("--model", model_ref, "a preset, model .toml or Hugging Face config.json")->required();
@@ -84,6 +84,9 @@ int RunPlan(const std::vector<std::string>& args) {
       ->check(CLI::IsMember(PrecisionNames()));
   app.add_option("--profile", profile_path,
                  "measured layer times (motley profile or Zorse's model_latencies.json)");
+  app.add_flag("!--no-gradient-clipping", clipping,
+               "plan for a job without gradient clipping ([optimizer] grad_clip_norm = 0): updates follow each "
+               "ministage's backward instead of waiting for the global norm");
   app.add_flag("--compare", compare, "one row per strategy");
   app.add_flag("--explain", explain,
                "why the cut, layer split, microbatch size and ministage count were chosen");
@@ -120,6 +123,7 @@ int RunPlan(const std::vector<std::string>& args) {
   request.global_batch_sequences = global_batch_tokens / seq_len;
   request.seq_len = seq_len;
   request.precision = *PrecisionFromName(precision_name);
+  request.gradient_clipping = clipping;
   CostModel costs(*cluster, *model, profile ? &*profile : nullptr, seq_len, request.precision, true);
   const PlanEvaluator evaluate = SimulationEvaluator(*cluster, *model, costs);
 
@@ -184,6 +188,21 @@ int RunPlan(const std::vector<std::string>& args) {
              FormatDuration(chosen.evaluation.step_time_s), tokens / chosen.evaluation.step_time_s,
              chosen.evaluation.tflops, 100 * chosen.evaluation.hfu);
   if (explain && !compare) fmt::print("why: {}\n", chosen.explain);
+  if (explain) {
+    // What clipping costs this plan: the same plan with its updates after each ministage.
+    Plan other = chosen.plan;
+    other.gradient_clipping = !other.gradient_clipping;
+    Result<PlanEvaluation> e = evaluate(other);
+    if (e.ok()) {
+      const double with_s = clipping ? chosen.evaluation.step_time_s : e->step_time_s;
+      const double without_s = clipping ? e->step_time_s : chosen.evaluation.step_time_s;
+      fmt::print("gradient clipping: {} (with it every update waits for the global norm): step {} with it, {} "
+                 "without ({:+.1f}%){}\n",
+                 clipping ? "on" : "off (--no-gradient-clipping)", FormatDuration(with_s), FormatDuration(without_s),
+                 100 * (with_s / without_s - 1),
+                 e->fits_memory ? "" : fmt::format("; {} it, this plan does not fit", clipping ? "without" : "with"));
+    }
+  }
   if (!out_path.empty()) fmt::print("written to {}\n", out_path);
   return kExitOk;
 }

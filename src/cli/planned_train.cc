@@ -120,6 +120,7 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
   request.seq_len = tc.seq_len;
   request.precision = tc.precision;
   request.activation_checkpointing = tc.activation_checkpointing;
+  request.gradient_clipping = job.optimizer.grad_clip_norm > 0;
   CostModel costs(job.cluster, job.model, &profile, tc.seq_len, tc.precision, tc.activation_checkpointing);
   const PlanEvaluator evaluate = SimulationEvaluator(job.cluster, job.model, costs);
   StrategyOutcome chosen = PlanWithStrategy(job.plan.strategy, job.cluster, job.model, costs, request, evaluate);

@@ -198,9 +198,35 @@ StrategyOutcome TorchTitanHet(const Cluster& cluster, const ModelSpec& model, co
 
 }  // namespace
 
+namespace {
+
+// Every plan a strategy makes is judged, and handed out, as the job will run it: with the job's
+// gradient clipping.
+StrategyOutcome WithClipping(StrategyOutcome o, bool clipping) {
+  o.plan.gradient_clipping = clipping;
+  return o;
+}
+
+StrategyOutcome PlanOneStrategy(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
+                                const PlannerCosts& costs, const PlanRequest& request, const PlanEvaluator& evaluate);
+
+}  // namespace
+
 StrategyOutcome PlanWithStrategy(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
                                  const PlannerCosts& costs, const PlanRequest& request,
                                  const PlanEvaluator& evaluate) {
+  const PlanEvaluator as_run = [&](const Plan& given) {
+    Plan plan = given;
+    plan.gradient_clipping = request.gradient_clipping;
+    return evaluate(plan);
+  };
+  return WithClipping(PlanOneStrategy(strategy, cluster, model, costs, request, as_run), request.gradient_clipping);
+}
+
+namespace {
+
+StrategyOutcome PlanOneStrategy(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
+                                const PlannerCosts& costs, const PlanRequest& request, const PlanEvaluator& evaluate) {
   if (strategy == "auto") {
     std::vector<StrategyOutcome> all = PlanEveryStrategy(cluster, model, costs, request, evaluate);
     StrategyOutcome best = Failed("auto", Status::Infeasible("auto: no strategy found a plan that fits"));
@@ -221,6 +247,8 @@ StrategyOutcome PlanWithStrategy(const std::string& strategy, const Cluster& clu
   if (strategy == "torchtitan-het") return TorchTitanHet(cluster, model, costs, request, evaluate);
   return Failed(strategy, Status::InvalidArgument(fmt::format("unknown strategy '{}'", strategy)));
 }
+
+}  // namespace
 
 std::vector<StrategyOutcome> PlanEveryStrategy(const Cluster& cluster, const ModelSpec& model,
                                                const PlannerCosts& costs, const PlanRequest& request,

@@ -24,6 +24,7 @@ struct PlanRequest {
   int64_t seq_len = 1024;
   Precision precision = Precision::kBf16;
   bool activation_checkpointing = true;
+  bool gradient_clipping = true;  // the job clips to a global norm: every plan is judged with it (Plan::gradient_clipping)
 };
 
 struct StrategyOutcome {

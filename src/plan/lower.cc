@@ -88,6 +88,8 @@ class Lowerer {
   void EmitFinishForward(int g, int v);
   void EmitFinishBackward(int g, int v);
   void EmitReduceAndStep(int g, int v);
+  /// Gradient clipping: moves every update (and what follows it) after the global norm.
+  void HoldUpdatesForTheNorm();
   int64_t Tag(bool backward, int v, int64_t m) const {
     return ((backward ? 1 : 0) * num_vstages_ + v) * num_mb_ + m;
   }
@@ -735,6 +737,8 @@ Result<Schedule> Lowerer::Run() {
     }
   }
 
+  if (plan_.gradient_clipping) HoldUpdatesForTheNorm();
+
   s_.seq_len = plan_.seq_len;
   s_.global_batch_tokens = plan_.global_batch_tokens();
   s_.model_flops_per_step = TrainFlopsPerToken(model_, plan_.seq_len, false) * plan_.global_batch_tokens();
@@ -747,6 +751,74 @@ Result<Schedule> Lowerer::Run() {
 }
 
 }  // namespace
+
+// Gradient clipping (Plan::gradient_clipping): an update needs the global gradient norm, and the
+// norm needs every gradient. On each rank the optimizer steps — and the all-gathers and parameter
+// offloads that follow an update of the same ministage — move, in their order, after one
+// kGradNorm collective over every rank that waits for the rank's gradient reductions. Ops that
+// waited for a held one only to bound memory (a prefetch after another ministage's offload: the
+// residency bound) no longer wait: the bound holds until the updates, not through them.
+void Lowerer::HoldUpdatesForTheNorm() {
+  std::vector<int> everyone;
+  for (size_t r = 0; r < s_.programs.size(); ++r) everyone.push_back(static_cast<int>(r));
+  const int norm_collective = NewCollective(OpKind::kGradNorm, everyone, 2 * sizeof(double));  // loss, norm^2
+  for (Program& p : s_.programs) {
+    const size_t n = p.ops.size();
+    std::vector<bool> held(n, false);
+    for (size_t i = 0; i < n; ++i) {
+      const Op& op = p.ops[i];
+      bool hold = op.kind == OpKind::kOptimizerStep;
+      if (op.kind == OpKind::kAllGather || op.kind == OpKind::kParamOffload)
+        for (int d : op.deps) hold = hold || (held[d] && p.ops[d].layer_begin == op.layer_begin);
+      held[i] = hold;
+    }
+    Op norm;
+    norm.kind = OpKind::kGradNorm;
+    norm.stream = Stream::kComm;
+    norm.collective = norm_collective;
+    norm.bytes = 2 * sizeof(double);
+    for (size_t i = 0; i < n; ++i)
+      if (p.ops[i].kind == OpKind::kOptimizerStep)
+        for (int d : p.ops[i].deps)
+          if (!held[d]) norm.deps.push_back(d);  // the reduced gradients
+    std::vector<int> index(n);
+    std::vector<size_t> order;
+    for (size_t i = 0; i < n; ++i)
+      if (!held[i]) order.push_back(i);
+    const int norm_at = static_cast<int>(order.size());
+    for (size_t i = 0; i < n; ++i)
+      if (held[i]) order.push_back(i);
+    for (size_t k = 0; k < order.size(); ++k) index[order[k]] = static_cast<int>(k < static_cast<size_t>(norm_at) ? k : k + 1);
+    auto remap = [&](const std::vector<int32_t>& deps, bool keep_held) {
+      std::vector<int32_t> out;
+      for (int d : deps)
+        if (keep_held || !held[d]) out.push_back(index[d]);
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      return out;
+    };
+    std::vector<Op> ops;
+    ops.reserve(n + 1);
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (static_cast<int>(k) == norm_at) {
+        norm.deps = remap(norm.deps, false);
+        ops.push_back(norm);
+      }
+      Op op = p.ops[order[k]];
+      op.deps = remap(op.deps, held[order[k]]);
+      if (op.kind == OpKind::kOptimizerStep) {
+        op.deps.push_back(norm_at);
+        std::sort(op.deps.begin(), op.deps.end());
+      }
+      ops.push_back(std::move(op));
+    }
+    if (norm_at == static_cast<int>(order.size())) {  // nothing held (a rank without updates)
+      norm.deps = remap(norm.deps, false);
+      ops.push_back(norm);
+    }
+    p.ops = std::move(ops);
+  }
+}
 
 Result<Schedule> LowerPlan(const Plan& plan, const Cluster& cluster, const ModelSpec& model) {
   return Lowerer(plan, cluster, model).Run();

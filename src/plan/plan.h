@@ -87,6 +87,11 @@ struct Plan {
   bool activation_checkpointing = true;
   bool offload_params = false;       // keep only the current and next ministage on the device
   bool offload_activations = false;  // layer-boundary activations to host memory in forward
+  /// Clip gradients to a global norm (a job with [optimizer] grad_clip_norm > 0; the two must
+  /// agree). The norm needs every gradient, so every update — and the gathers and parameter
+  /// offloads after it — waits for the end of the backward pass instead of following its
+  /// ministage's backward (Zorse's interleaved updates; lower.h). false: no clipping.
+  bool gradient_clipping = true;
   std::vector<GroupPlan> groups;     // pipeline order
 
   bool is_pipeline() const { return groups.size() > 1; }

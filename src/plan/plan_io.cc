@@ -90,6 +90,7 @@ Result<Plan> ReadPlan(const toml::table& table, const std::string& file) {
   if (auto v = root.Bool("activation_checkpointing")) p.activation_checkpointing = *v;
   if (auto v = root.Bool("offload_params")) p.offload_params = *v;
   if (auto v = root.Bool("offload_activations")) p.offload_activations = *v;
+  if (auto v = root.Bool("gradient_clipping")) p.gradient_clipping = *v;
   for (auto& g : root.TableArray("groups", Need::kRequired)) p.groups.push_back(ReadGroup(g));
   root.Finish();
   MOTLEY_RETURN_IF_ERROR(diag.ToStatus());
@@ -162,12 +163,12 @@ std::string PlanToToml(const Plan& p) {
   std::string out = fmt::format(
       "# motley plan: {} groups over {} devices, {} sequences of {} tokens per step\n"
       "strategy = \"{}\"\n{}{}seq_len = {}\nprecision = \"{}\"\nschedule = \"{}\"\nzero_stage = {}\n"
-      "activation_checkpointing = {}\noffload_params = {}\noffload_activations = {}\n",
+      "activation_checkpointing = {}\noffload_params = {}\noffload_activations = {}\ngradient_clipping = {}\n",
       p.groups.size(), p.num_devices(), p.global_batch_sequences(), p.seq_len, p.strategy,
       p.model.empty() ? "" : fmt::format("model = \"{}\"\n", p.model),
       p.cluster.empty() ? "" : fmt::format("cluster = \"{}\"\n", p.cluster), p.seq_len,
       PrecisionName(p.precision), PipelineScheduleName(p.schedule), p.zero_stage, p.activation_checkpointing,
-      p.offload_params, p.offload_activations);
+      p.offload_params, p.offload_activations, p.gradient_clipping);
   for (const auto& g : p.groups) {
     const DeviceColumns c(g);
     std::vector<std::string> ranges;
@@ -206,6 +207,7 @@ nlohmann::json PlanToJson(const Plan& p) {
                         {"activation_checkpointing", p.activation_checkpointing},
                         {"offload_params", p.offload_params},
                         {"offload_activations", p.offload_activations},
+                        {"gradient_clipping", p.gradient_clipping},
                         {"groups", groups}};
   if (!p.model.empty()) out["model"] = p.model;
   if (!p.cluster.empty()) out["cluster"] = p.cluster;

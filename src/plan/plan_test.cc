@@ -120,6 +120,7 @@ Plan RandomPlan(std::mt19937& rng) {
   p.activation_checkpointing = pick(0, 1);
   p.offload_params = pick(0, 1);
   p.offload_activations = pick(0, 1);
+  p.gradient_clipping = pick(0, 1);
   int layer = 0, device = 0;
   for (int g = pick(1, 4); g > 0; --g) {
     GroupPlan gp;

@@ -22,6 +22,8 @@ std::string_view OpKindName(OpKind kind) {
       return "reduce_scatter";
     case OpKind::kAllReduce:
       return "all_reduce";
+    case OpKind::kGradNorm:
+      return "grad_norm";
     case OpKind::kSend:
       return "send";
     case OpKind::kRecv:
@@ -93,8 +95,7 @@ std::string CheckSchedule(const Schedule& s) {
           return fmt::format("rank {} op {}: a second {} with tag {} between ranks {} and {}", p.rank, i,
                              OpKindName(op.kind), op.tag, std::get<0>(key), std::get<1>(key));
       }
-      if (op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter ||
-          op.kind == OpKind::kAllReduce) {
+      if (IsCollective(op.kind)) {
         if (op.collective < 0 || op.collective >= static_cast<int>(s.collectives.size()))
           return fmt::format("rank {} op {} ({}) names no collective", p.rank, i, OpKindName(op.kind));
         if (s.collectives[op.collective].kind != op.kind)

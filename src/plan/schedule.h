@@ -27,8 +27,14 @@ enum class OpKind : uint8_t {
   kActOffload,     // a layer-boundary activation, device -> host
   kActPrefetch,    // the same, host -> device, before its backward
   kOptimizerStep,  // AdamW on the rank's shard of a ministage
+  kGradNorm,       // gradient clipping: the global gradient norm (and the step's loss), summed over every rank
 };
 std::string_view OpKindName(OpKind kind);
+/// The collectives: every member rank has one op naming the same Schedule::collectives entry.
+constexpr bool IsCollective(OpKind kind) {
+  return kind == OpKind::kAllGather || kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce ||
+         kind == OpKind::kGradNorm;
+}
 /// Forward, backward and the optimizer step: the ops that compute (the others move data).
 constexpr bool IsCompute(OpKind kind) {
   return kind == OpKind::kForward || kind == OpKind::kBackward || kind == OpKind::kOptimizerStep;

@@ -12,9 +12,6 @@ namespace motley {
 namespace {
 
 bool IsTransfer(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }
-bool IsCollective(OpKind k) {
-  return k == OpKind::kAllGather || k == OpKind::kReduceScatter || k == OpKind::kAllReduce;
-}
 
 std::string Describe(const Schedule& s, int r, int i) {
   const Op& op = s.programs[r].ops[i];

@@ -53,6 +53,13 @@ Status CheckPlanMatchesJob(const Plan& plan, const JobSpec& job, const std::stri
     return Status::InvalidArgument(fmt::format("{}: precision = \"{}\" but the job {} says \"{}\"; make them agree",
                                                plan_path, PrecisionName(plan.precision), job.file,
                                                PrecisionName(tc.precision)));
+  const bool clipping = job.optimizer.grad_clip_norm > 0;
+  if (plan.gradient_clipping != clipping)
+    return Status::InvalidArgument(fmt::format(
+        "{}: gradient_clipping = {}{} but the job {} has [optimizer] grad_clip_norm = {}; the plan's schedule "
+        "places the updates by it — set gradient_clipping = {} in the plan (or plan the job again)",
+        plan_path, plan.gradient_clipping, plan.gradient_clipping ? " (the default)" : "", job.file,
+        job.optimizer.grad_clip_norm, clipping));
   return Status::Ok();
 }
 

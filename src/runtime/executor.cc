@@ -293,6 +293,7 @@ Result<Executor::FullState> Executor::GatherFullState() {
       CommGroup* g = nullptr;
       for (size_t c = 0; c < schedule_.collectives.size() && g == nullptr; ++c)
         if (collective_group_[c] != nullptr && !schedule_.collectives[c].tensor_parallel &&
+            schedule_.collectives[c].kind != OpKind::kGradNorm &&  // over every rank, not the group
             schedule_.collectives[c].ranks.front() == leader + tp_index_)
           g = collective_group_[c];
       for (int k = 0; k < 3; ++k) {

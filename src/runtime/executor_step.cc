@@ -39,42 +39,18 @@ class Executor::StepRun {
     device_timed_ = ex_.config_.record_trace && device.is_cuda();
     ex_.copies_->set_timed(device_timed_);
     if (device_timed_) origin_ = RecordTimingEvent(ex_.copies_->device());
-    const bool clipping = ex_.config_.optimizer.grad_clip_norm > 0;
-    std::vector<bool> deferred(prog_.ops.size(), false);
     try {
+      // The program as the lowering wrote it: with gradient clipping, its updates already wait
+      // for the kGradNorm op (plan/lower.cc).
       for (size_t i = 0; i < prog_.ops.size(); ++i) {
-        const Op& op = prog_.ops[i];
-        if (clipping) {
-          bool defer = op.kind == OpKind::kOptimizerStep;
-          // What follows a held update of the same ministage waits with it (a dependency on another
-          // ministage's offload only bounds how many are resident: it does not hold this one).
-          if (op.kind == OpKind::kAllGather || op.kind == OpKind::kParamOffload)
-            for (int d : op.deps)
-              defer = defer || (deferred[d] && prog_.ops[d].layer_begin == op.layer_begin);
-          if (defer) {
-            if (op.kind == OpKind::kOptimizerStep) {
-              for (int d : op.deps) MOTLEY_RETURN_IF_ERROR(Complete(d));  // the reduced gradients
-              norm_sq_ += NormSquared(VStage(op));
-            }
-            deferred[i] = true;
-            continue;
-          }
-        }
         if (in_.die_mid_step && i == prog_.ops.size() / 2) ::raise(SIGKILL);
         MOTLEY_RETURN_IF_ERROR(Execute(i));
       }
       MOTLEY_RETURN_IF_ERROR(CompleteAll());
       MOTLEY_RETURN_IF_ERROR(FinishSends());
-      // The loss and the squared gradient norm, summed over ranks.
-      const auto t = Clock::now();
-      torch::Tensor sums = torch::stack({loss_sum_, norm_sq_}).to(torch::kCPU);
-      MOTLEY_RETURN_IF_ERROR(ex_.comm_->AllReduceSum(ex_.comm_->world(), sums));
-      report_.comm_s += Since(t);
-      report_.loss = sums[0].item<double>();
-      report_.grad_norm = std::sqrt(sums[1].item<double>());
-      for (size_t i = 0; i < prog_.ops.size(); ++i)
-        if (deferred[i]) MOTLEY_RETURN_IF_ERROR(Execute(i));
-      MOTLEY_RETURN_IF_ERROR(CompleteAll());
+      // Without clipping nothing needed them earlier: the loss and the squared gradient norm,
+      // summed over ranks, for the report.
+      if (!norm_known_) MOTLEY_RETURN_IF_ERROR(SumLossAndNorm());
     } catch (const c10::OutOfMemoryError& e) {
       return Status::OutOfMemory(fmt::format("rank {}: {}", ex_.rank_, e.what_without_backtrace()));
     }
@@ -231,6 +207,10 @@ class Executor::StepRun {
         break;
       case OpKind::kOptimizerStep:
         MOTLEY_RETURN_IF_ERROR(OptimizerStep(op));
+        break;
+      case OpKind::kGradNorm:  // its deps, the gradient reductions, are complete (above)
+        for (const auto& [v, state] : ex_.ministages_) norm_sq_ += NormSquared(v);
+        MOTLEY_RETURN_IF_ERROR(SumLossAndNorm());
         break;
       case OpKind::kSend:
         MOTLEY_RETURN_IF_ERROR(Send(op));
@@ -427,10 +407,10 @@ class Executor::StepRun {
     const int v = VStage(op);
     MinistageState& state = State(v);
     std::vector<ParamShard> shards = state.OptimizerShards();
-    if (ex_.config_.optimizer.grad_clip_norm > 0) {
-      ClipGradients(shards, report_.grad_norm, ex_.config_.optimizer.grad_clip_norm);  // deferred: the norm is known
+    if (norm_known_) {
+      ClipGradients(shards, report_.grad_norm, ex_.config_.optimizer.grad_clip_norm);
     } else {
-      norm_sq_ += NormSquared(v);
+      norm_sq_ += NormSquared(v);  // for the report only
     }
     AdamW(ex_.config_.optimizer).Step(shards, in_.lr, in_.update);
     state.ClearGradients();
@@ -450,6 +430,17 @@ class Executor::StepRun {
       });
     const torch::Tensor& g = state.sharded() ? state.GradShard() : state.GradFlat();
     return SumOfSquares(g);
+  }
+  // The step's loss and global gradient norm: this rank's parts summed over every rank.
+  Status SumLossAndNorm() {
+    const auto t = Clock::now();
+    torch::Tensor sums = torch::stack({loss_sum_, norm_sq_}).to(torch::kCPU);
+    MOTLEY_RETURN_IF_ERROR(ex_.comm_->AllReduceSum(ex_.comm_->world(), sums));
+    report_.comm_s += Since(t);
+    report_.loss = sums[0].item<double>();
+    report_.grad_norm = std::sqrt(sums[1].item<double>());
+    norm_known_ = true;
+    return Status::Ok();
   }
   torch::TensorOptions Float64() const { return torch::TensorOptions().dtype(torch::kFloat64).device(ex_.config_.device); }
 
@@ -640,6 +631,7 @@ class Executor::StepRun {
   Clock::time_point start_;
   RankStepReport report_;
   torch::Tensor loss_sum_, norm_sq_;  // float64 scalars on the device
+  bool norm_known_ = false;           // the global norm was summed (kGradNorm; clipping)
   std::map<int64_t, torch::Tensor> tokens_;
   std::map<Key, torch::Tensor> boundary_, host_boundary_, act_in_, grad_in_;
   std::map<Key, CopyTicket> boundary_ready_, host_boundary_done_;  // activation prefetches and offloads in flight

@@ -127,7 +127,7 @@ double CostModel::CollectiveS(OpKind kind, const std::vector<int>& devices, doub
   }
   // Ring: n-1 steps, each moving 1/n of the payload over every link at once.
   const double one_pass = (n - 1) * (latency + bytes / n / bandwidth);
-  return kind == OpKind::kAllReduce ? 2 * one_pass : one_pass;
+  return kind == OpKind::kAllReduce || kind == OpKind::kGradNorm ? 2 * one_pass : one_pass;
 }
 
 }  // namespace motley

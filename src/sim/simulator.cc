@@ -88,6 +88,7 @@ class Simulator {
   std::map<SendKey, std::pair<int, int>> waiting_recvs_;  // recvs posted before their send: (rank, op)
   std::vector<std::vector<std::pair<int, int>>> collective_arrivals_;  // per collective: (rank, op) so far
   std::vector<int> device_of_rank_;
+  int64_t finished_at_once_ = 0;  // ops that finished as they started (collectives of one rank)
 };
 
 bool Simulator::DepsDone(int rank, const Op& op) const {
@@ -118,12 +119,21 @@ void Simulator::Reschedule(int rank, HostLink& link, double now) {
 void Simulator::TryStart(int rank, double now) {
   RankState& r = ranks_[rank];
   const int device = device_of_rank_[rank];
-  for (int s = 0; s < kNumLanes; ++s) {
-    while (r.head[s] < r.queue[s].size()) {
+  // The ops that can start now start in program order, as the runtime issues them (a lane is busy
+  // while its head op runs or waits); a collective of one rank has nothing to exchange and
+  // finishes at once, before the ops after it start.
+  while (true) {
+    int s = -1;
+    for (int lane = 0; lane < kNumLanes; ++lane) {
+      if (r.head[lane] >= r.queue[lane].size()) continue;
+      const int i = r.queue[lane][r.head[lane]];
+      if (r.ops[i].started || !DepsDone(rank, s_.programs[rank].ops[i])) continue;
+      if (s < 0 || i < r.queue[s][r.head[s]]) s = lane;
+    }
+    if (s < 0) return;
+    {
       const int i = r.queue[s][r.head[s]];
-      if (r.ops[i].started) break;  // running or waiting: the stream is busy
       const Op& op = s_.programs[rank].ops[i];
-      if (!DepsDone(rank, op)) break;
       Begin(rank, i, now);
       switch (op.kind) {
         case OpKind::kForward:
@@ -155,7 +165,7 @@ void Simulator::TryStart(int rank, double now) {
             waiting_recvs_.erase(w);
           }
           ++r.head[s];  // non-blocking: the stream moves on
-          continue;
+          break;
         }
         case OpKind::kRecv: {
           const SendKey key{op.peer, rank, op.tag};
@@ -168,9 +178,15 @@ void Simulator::TryStart(int rank, double now) {
         }
         case OpKind::kAllGather:
         case OpKind::kReduceScatter:
-        case OpKind::kAllReduce: {
+        case OpKind::kAllReduce:
+        case OpKind::kGradNorm: {
           const Collective& c = s_.collectives[op.collective];
           // Everyone starts when the last member arrives (each member has exactly one op naming it).
+          if (c.ranks.size() == 1) {
+            Finish(rank, i, now);
+            ++finished_at_once_;
+            break;
+          }
           auto& arrived = collective_arrivals_[op.collective];
           arrived.push_back({rank, i});
           if (arrived.size() == c.ranks.size()) {
@@ -182,7 +198,6 @@ void Simulator::TryStart(int rank, double now) {
           break;
         }
       }
-      break;  // the op occupies the lane until it finishes
     }
   }
 }
@@ -234,6 +249,7 @@ Result<SimResult> Simulator::Run() {
     result.step_time_s = std::max(result.step_time_s, e.time);
     TryStart(e.rank, e.time);
   }
+  result.num_events += finished_at_once_;
 
   // Every op must have finished; otherwise say where each rank is stuck.
   std::string stuck;

@@ -60,7 +60,7 @@ struct SimResult {
   bool fits_memory = true;
   std::string oom_message;               // names every device over its capacity
   std::vector<DeviceSimReport> devices;  // by rank
-  int64_t num_events = 0;
+  int64_t num_events = 0;               // ops finished (each op once)
   std::vector<TraceEvent> trace;
 };
 

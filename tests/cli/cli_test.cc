@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_helpers.h"
+#include "core/file_io.h"
 
 namespace {
 
@@ -366,6 +367,15 @@ TEST(Cli, PlanChoosesComparesAndWritesAPlanThatSimulatesUnchanged) {
   CliRun zorse = Motley(base + " --strategy zorse --explain");
   EXPECT_EQ(zorse.exit_code, 0) << zorse.output;
   EXPECT_CONTAINS(zorse.output, "why: cut into");
+  // What clipping costs the plan; planned without it, the plan says so and its schedule differs.
+  EXPECT_CONTAINS(zorse.output, "gradient clipping: on (with it every update waits for the global norm): step ");
+  const std::string unclipped = out + ".unclipped.toml";
+  CliRun off = Motley(base + " --strategy zorse --no-gradient-clipping --explain -o " + unclipped);
+  EXPECT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_CONTAINS(off.output, "gradient clipping: off (--no-gradient-clipping)");
+  motley::Result<std::string> written = motley::ReadFileToString(unclipped);
+  ASSERT_TRUE(written.ok()) << off.output;
+  EXPECT_CONTAINS(*written, "gradient_clipping = false");
   CliRun bad =
       Motley("plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 4000");
   EXPECT_EQ(bad.exit_code, 2);

@@ -270,7 +270,8 @@ class DistributedEquivalence : public ::testing::Test {
   static std::optional<Differences> Train(const PlanCase& c, const std::string& name, const std::string& reference,
                                           const std::string& extra = "", const std::string& job_extra = "",
                                           const std::string& precision = "fp64") {
-    const std::string plan = dir_->Write(name + ".plan.toml", PlanHeader(precision) + c.body);
+    const std::string plan = dir_->Write(name + ".plan.toml", PlanHeader(precision) +
+                                                                  (c.clip > 0 ? "" : "gradient_clipping = false\n") + c.body);
     dir_->Write(name + ".toml", Job(dir_->Join(name), c.clip, c.checkpointing, precision) + job_extra);
     CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
                           ".toml --plan " + plan + " --metrics " + name + ".jsonl " + extra,
@@ -443,21 +444,29 @@ TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
                                                            "[[groups]]\nministages = [[0, 4]]\n"
                                                            "devices = [0, 1]\nmicrobatch_size = [4, 4]\n"
                                                            "num_microbatches = [1, 1]\n");
-  CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train " + Reference(0, true) +
+  CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train " + Reference(1, true) +
                         ".toml --plan " + plan,
                     false, dir_->path().string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_CONTAINS(r.output, "bad.plan.toml: the plan's microbatches add up to 8 sequences");
   // A plan in another precision than the job's.
   dir_->Write("fp32.plan.toml", PlanHeader("fp32") + kPlans[0].body);
-  r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train " + Reference(0, true) +
+  r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train " + Reference(1, true) +
                  ".toml --plan fp32.plan.toml",
              false, dir_->path().string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_CONTAINS(r.output, "fp32.plan.toml: precision = \"fp32\" but the job");
+  // A plan without gradient clipping for a job with it.
+  dir_->Write("noclip.plan.toml", PlanHeader() + "gradient_clipping = false\n" + kPlans[0].body);
+  r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train " + Reference(1, true) +
+                 ".toml --plan noclip.plan.toml",
+             false, dir_->path().string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "noclip.plan.toml: gradient_clipping = false but the job");
+  EXPECT_CONTAINS(r.output, "set gradient_clipping = true in the plan");
   // Started with fewer processes than the plan has devices.
   dir_->Write("ok.plan.toml", PlanHeader() + kPlans[0].body);
-  r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train " + Reference(0, true) +
+  r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train " + Reference(1, true) +
                  ".toml --plan ok.plan.toml",
              false, dir_->path().string());
   EXPECT_NE(r.exit_code, 0);
@@ -509,7 +518,7 @@ TEST(DistributedTrain, AnEmulatedDeviceRunsOutOfMemoryWithTheGpuError) {
   TempDir dir;
   dir.Write("model.toml", kModel);
   dir.Write("plan.toml", kEvenDp2);
-  dir.Write("job.toml", Job(dir.Join("run"), 0, true, "fp32"));
+  dir.Write("job.toml", Job(dir.Join("run"), 1, true, "fp32"));
   // Device 1 has 256 KiB: the step fails with the out-of-memory error, naming the rank and device.
   dir.Write("cluster.toml", TwoDeviceCluster("[[nodes.emulation]]\nspeed_factor = 1.0\n"
                                              "[[nodes.emulation]]\nspeed_factor = 1.0\nmemory = \"256KiB\"\n"));
@@ -574,7 +583,7 @@ num_microbatches = [6]
       "hidden_size": 32, "seq_len": 16, "precision": "fp32",
       "points": [{"microbatch": 1, "forward_ms": 1.0, "backward_ms": 3.0},
                  {"microbatch": 8, "forward_ms": 6.0, "backward_ms": 18.0}]}]})");
-  dir.Write("job.toml", Job(dir.Join("run"), 0, true, "fp32"));
+  dir.Write("job.toml", Job(dir.Join("run"), 1, true, "fp32"));
   auto simulated = [&](const std::string& flags) {
     CliRun r = Motley("simulate --plan plan.toml --json " + flags, true, dir.path().string());
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -603,7 +612,7 @@ TEST(DistributedTrain, TheTraceOfTheRealRunUsesTheSimulatorsFormat) {
   dir.Write("model.toml", kModel);
   dir.Write("plan.toml", kPipeline2);
   dir.Write("cluster.toml", TwoDeviceCluster(""));
-  dir.Write("job.toml", Job(dir.Join("run"), 0, true, "fp32"));
+  dir.Write("job.toml", Job(dir.Join("run"), 1, true, "fp32"));
   CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) +
                         " train job.toml --plan plan.toml --trace trace.json --trace-step 3",
                     false, dir.path().string());
@@ -630,7 +639,7 @@ TEST(DistributedTrain, AKilledRankMidStepStopsEveryRankWithItsName) {
   dir.Write("cluster.toml", kCluster);
   const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
                                                               "seq_len = 16\nprecision = \"fp32\"\n") + PlanNamed("pipeline3-1f1b-asymmetric").body);
-  std::string job = Job(dir.Join("run"), 0, true, "fp32");
+  std::string job = Job(dir.Join("run"), 1, true, "fp32");
   job.replace(job.find("steps = 5"), 9, "steps = 500");
   dir.Write("job.toml", job);
   CliRun r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) +
@@ -656,7 +665,7 @@ TEST(DistributedTrain, ResumingAPipelineContinuesExactlyAsTheUninterruptedRun) {
   // Interleaved ministages with offload (moments on the host), checkpoints every 3 steps.
   const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
                                                               "seq_len = 16\nprecision = \"fp32\"\n") + PlanNamed("interleaved-offload-uneven").body);
-  std::string job = Job(dir.Join("run"), 0, true, "fp32");
+  std::string job = Job(dir.Join("run"), 1, true, "fp32");
   job.replace(job.find("steps = 5"), 9, "steps = 6");
   job += "interval_steps = 3\nkeep = 5\n";
   dir.Write("job.toml", job);

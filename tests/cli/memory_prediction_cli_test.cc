@@ -104,7 +104,10 @@ intra_bandwidth = "10GB/s"
 [nodes.emulation]
 speed_factor = 1.0
 )");
-  const std::string job = dir.Write("job.toml", R"(model = "m.toml"
+  // With gradient clipping (every update after the global norm: the schedule holds every
+  // ministage's gradients and, with offload, its shard until then) and without.
+  for (const std::string clip : {"0.0", "1.0"}) {
+  const std::string job = dir.Write("job" + clip + ".toml", R"(model = "m.toml"
 cluster = "c.toml"
 [training]
 steps = 3
@@ -115,11 +118,10 @@ activation_checkpointing = true
 [data]
 train = "builtin"
 [optimizer]
-grad_clip_norm = 0.0
-)");
+grad_clip_norm = )" + clip + "\n");
   for (const std::string offload : {"false", "true"}) {
     for (const int ranks : {1, 2}) {
-      const std::string name = std::to_string(ranks) + "-" + offload;
+      const std::string name = std::to_string(ranks) + "-" + offload + "-clip" + clip;
       std::string text = R"(strategy = "manual"
 model = "m.toml"
 cluster = "c.toml"
@@ -134,7 +136,8 @@ tp_degree = 1
 )";
       text += ranks == 1 ? "devices = [0]\nmicrobatch_size = [1]\nnum_microbatches = [4]\n"
                          : "devices = [0, 1]\nmicrobatch_size = [1, 1]\nnum_microbatches = [2, 2]\n";
-      text = "offload_params = " + offload + "\noffload_activations = " + offload + "\n" + text;
+      text = "offload_params = " + offload + "\noffload_activations = " + offload + "\ngradient_clipping = " +
+             (clip == "0.0" ? "false" : "true") + "\n" + text;
       const std::string plan = dir.Write("p" + name + ".toml", text);
       const std::string metrics = dir.Join("m" + name + ".jsonl");
       CliRun r = Motley("launch --nproc " + std::to_string(ranks) + " -- " + std::string(MOTLEY_BIN) + " train " + job +
@@ -149,6 +152,7 @@ tp_degree = 1
         EXPECT_GE(measured[rank], 0.90 * predicted[rank]) << name << ", rank " << rank << "\n" << r.output;
       }
     }
+  }
   }
 }
 
