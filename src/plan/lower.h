@@ -25,6 +25,13 @@
 //    run out of microbatches contributes zeros, as in Poplar's last step). ZeRO-2/3 in pipelines (Zorse):
 //    reduce-scatter once per ministage per step, right after its backward, followed at once by
 //    that ministage's optimizer step (interleaved updates).
+//  * Gradient clipping (Plan::gradient_clipping, the default). The updates need the global norm:
+//    on every rank the optimizer steps, and the all-gathers and parameter offloads that follow an
+//    update, move after one grad_norm collective over every rank (the squared norm and the loss,
+//    summed), which waits for the rank's gradient reductions. So the gradients and, with offload,
+//    the shards of every ministage stay until the end of the step; the reductions overlap the
+//    backward of the next ministage instead of holding it. Without clipping the updates are
+//    interleaved as above.
 //  * Activations. With checkpointing a forward keeps each layer's input (the layer boundaries) and
 //    the backward recomputes the rest; offload_activations copies those boundaries to the host
 //    after the forward and back before the backward, one microbatch ahead.
