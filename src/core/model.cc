@@ -95,17 +95,20 @@ double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p) {
   return static_cast<double>(m.hidden_size) * BytesPerElement(p);
 }
 
-double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention) {
-  const double h = static_cast<double>(m.hidden_size);
-  // Residual input and normed input of attention and MLP (4h); q, k, v (h + 2 kv); attention
-  // output (h); gate, up, silu(gate), gate*up (4 ffn).
-  double elements = 6 * h + 2.0 * m.kv_dim() + 4.0 * m.ffn_size;
-  double bytes = elements * BytesPerElement(p);
+double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
+                                    int tp) {
+  const double h = static_cast<double>(m.hidden_size), t = std::max(1, tp);
+  // Replicated: residual input and normed input of attention and MLP (4h). Split over the
+  // tensor-parallel ranks: q, k, v (h + 2 kv); attention output (h); gate, up, silu(gate),
+  // gate*up (4 ffn).
+  const double replicated = 4 * h;
+  const double split = 2 * h + 2.0 * m.kv_dim() + 4.0 * m.ffn_size;
+  double bytes = (replicated + split / t) * BytesPerElement(p);
   bytes += 2.0 * BytesPerElement(MasterPrecision(p));  // two RMSNorm reciprocal-rms values in fp32 (fp64)
   if (fused_attention) {
-    bytes += 4.0 * m.num_heads;  // log-sum-exp per head
+    bytes += 4.0 * m.num_heads / t;  // log-sum-exp per head
   } else {
-    bytes += static_cast<double>(m.num_heads) * seq_len * BytesPerElement(p);  // probabilities
+    bytes += static_cast<double>(m.num_heads) / t * seq_len * BytesPerElement(p);  // probabilities
   }
   return bytes;
 }

@@ -76,6 +76,10 @@ double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p);
 /// Activations one decoder layer keeps for its backward without recomputation, per token
 /// (approximate: inputs of every matmul and norm, SwiGLU intermediates; the attention
 /// probabilities too unless a fused attention kernel avoids storing them).
-double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention);
+/// With tensor parallelism over `tp` ranks (Megatron's layout), per rank: the layer's input and the
+/// normed inputs of attention and the MLP are replicated on every rank; q, k, v, the attention
+/// output and probabilities, and the MLP's intermediates are each rank's share of the heads and units.
+double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
+                                    int tp = 1);
 
 }  // namespace motley

@@ -81,6 +81,17 @@ TEST(Model, Fp64DoublesEveryByteCountOfFp32) {
   EXPECT_DOUBLE_EQ(LogitsBytesPerToken(m, Precision::kBf16), 2 * 32000 * 4.0);  // fp32 logits in mixed precision
 }
 
+TEST(Model, TensorParallelRanksHoldTheirShareOfALayersActivations) {
+  // Megatron's layout: the layer input and the two normed inputs (4h) on every rank; q, k, v, the
+  // attention output and probabilities, and the MLP's four intermediates split over the ranks.
+  const ModelSpec& m = *FindModelPreset("llama-7b");
+  const double h = 4096, kv = 4096, f = 11008, heads = 32, seq = 2048, b = 2;
+  for (int tp : {1, 2, 8}) {
+    const double expected = (4 * h + (2 * h + 2 * kv + 4 * f) / tp) * b + 2 * 4 + heads / tp * seq * b;
+    EXPECT_DOUBLE_EQ(LayerActivationBytesPerToken(m, 2048, Precision::kBf16, false, tp), expected) << tp;
+  }
+}
+
 TEST(Precision, NamesRoundTripAndAliasesParse) {
   for (const std::string& name : PrecisionNames()) {
     ASSERT_TRUE(PrecisionFromName(name).has_value()) << name;

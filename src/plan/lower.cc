@@ -239,12 +239,16 @@ double Lowerer::SavedExtra(int v, int64_t m) const {
   // Checkpointing keeps each layer's input (the first is the stage's input) and the head's.
   const bool head = vstages_[v].layers.end == model_.num_layers;
   if (plan_.activation_checkpointing) return (n - 1 + (head ? 1 : 0)) * Act(m);
-  return n * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false) * Tokens(m);
+  return n * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false, Tp(vstages_[v].group)) *
+         Tokens(m);
 }
 
 double Lowerer::WorkForward(int v, int64_t m) const {
+  // A tensor-parallel rank holds its share of a layer's activations (model.h) and, as every rank of
+  // the team computes the replicated head, all of the logits.
+  const int tp = Tp(vstages_[v].group);
   double work = plan_.activation_checkpointing
-                    ? LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false) * Tokens(m)
+                    ? LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m)
                     : 0;
   if (vstages_[v].layers.end == model_.num_layers)
     work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision);
@@ -252,7 +256,8 @@ double Lowerer::WorkForward(int v, int64_t m) const {
 }
 
 double Lowerer::WorkBackward(int v, int64_t m) const {
-  double work = 2 * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false) * Tokens(m);
+  const int tp = Tp(vstages_[v].group);
+  double work = 2 * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m);
   if (vstages_[v].layers.end == model_.num_layers) work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision);
   return work;
 }
@@ -478,7 +483,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
     fwd.flops = ForwardFlops(v, m) / tp;
     const double output = v + 1 < num_vstages_ ? act : 0;
     const double input = v == 0 ? act : 0;  // the embedding's output is made here
-    const double work = WorkForward(v, m) / tp;
+    const double work = WorkForward(v, m);
     fwd.device_alloc_bytes = work + SavedExtra(v, m) + output + input;
     fwd.device_free_bytes = work;
     fwd.deps = deps;
@@ -538,7 +543,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   Op bwd = base_op(OpKind::kBackward, Stream::kCompute);
   bwd.tp_degree = tp;
   bwd.flops = BackwardFlops(v, m) / tp;
-  const double work = WorkBackward(v, m) / tp;
+  const double work = WorkBackward(v, m);
   const double input_grad = v > 0 ? act : 0;
   const double output_grad = v + 1 < num_vstages_ ? act : 0;
   const double full_grads = RankParams(v) * grad_bytes_;

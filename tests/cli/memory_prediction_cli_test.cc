@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_helpers.h"
+#include "core/file_io.h"
 
 namespace motley_test {
 namespace {
@@ -52,11 +53,17 @@ std::vector<double> MeasuredMib(const std::string& metrics_path) {
 // predicted); Gloo's reduce-scatter, an all-to-all, holds a gradient-sized buffer on CPU ranks.
 TEST(MemoryPrediction, EachRanksPeakIsWithinTenPercentOfTheSimulators) {
   TempDir dir;
-  for (const std::string plan : {"local-zorse", "local-poplar", "local-even-dp"}) {
+  // And the even split as two tensor-parallel teams of two (Megatron's layout: each rank its share
+  // of the heads' and the MLP's activations, the layer boundaries and the logits on every rank).
+  std::string tp2 = motley::ReadFileToString(Example("plans/local-even-dp.toml")).value();
+  tp2.replace(tp2.find("tp_degree = 1"), 13, "tp_degree = 2");
+  tp2.replace(tp2.find("num_microbatches = [4, 4, 4, 4]"), 31, "num_microbatches = [8, 8, 8, 8]");  // a team's batch
+  dir.Write("local-even-tp2.toml", tp2);
+  for (const std::string plan : {"local-zorse", "local-poplar", "local-even-dp", "local-even-tp2"}) {
     const std::string metrics = dir.Join(plan + ".jsonl");
-    CliRun r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train default --plan " +
-                      Example("plans/" + plan + ".toml") + " --steps 4 --no-checkpoint --no-validation --metrics " +
-                      metrics);
+    const std::string file = plan == "local-even-tp2" ? dir.Join(plan + ".toml") : Example("plans/" + plan + ".toml");
+    CliRun r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train default --plan " + file +
+                      " --steps 4 --no-checkpoint --no-validation --metrics " + metrics);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::vector<double> predicted = PredictedMib(r.output), measured = MeasuredMib(metrics);
     ASSERT_EQ(predicted.size(), 4u) << r.output;
