@@ -37,6 +37,7 @@ int RunCatalog(const std::vector<std::string>& args) {
                      {"memory_bandwidth_bytes_per_s", s.memory_bandwidth_bytes_per_s},
                      {"peak_fp16_flops", s.peak_fp16_flops},
                      {"peak_fp32_flops", s.peak_fp32_flops},
+                     {"peak_fp64_flops", s.peak_fp64_flops},
                      {"supports_bf16", s.supports_bf16},
                      {"host_link_bytes_per_s", s.host_link_bytes_per_s},
                      {"nvlink_bytes_per_s", s.nvlink_bytes_per_s},
@@ -46,11 +47,12 @@ int RunCatalog(const std::vector<std::string>& args) {
     return kExitOk;
   }
   TablePrinter table(
-      {"type", "memory", "fp16/bf16", "fp32", "mem bw", "host link", "nvlink", "bf16", "name"});
-  table.AlignRight({1, 2, 3, 4, 5, 6});
+      {"type", "memory", "fp16/bf16", "fp32", "fp64", "mem bw", "host link", "nvlink", "bf16", "name"});
+  table.AlignRight({1, 2, 3, 4, 5, 6, 7});
   for (const auto& s : catalog.specs()) {
     table.AddRow({s.name, FormatBytes(s.memory_bytes), FormatFlops(s.peak_fp16_flops),
-                  FormatFlops(s.peak_fp32_flops), FormatBandwidth(s.memory_bandwidth_bytes_per_s),
+                  FormatFlops(s.peak_fp32_flops), FormatFlops(s.peak_fp64_flops),
+                  FormatBandwidth(s.memory_bandwidth_bytes_per_s),
                   FormatBandwidth(s.host_link_bytes_per_s),
                   s.nvlink_bytes_per_s > 0 ? FormatBandwidth(s.nvlink_bytes_per_s) : "-",
                   s.supports_bf16 ? "yes" : "no", s.display_name});

@@ -161,7 +161,10 @@ TEST(Cli, CatalogListsEveryTypeWithSources) {
   ASSERT_EQ(json.exit_code, 0);
   auto j = nlohmann::json::parse(json.output);
   EXPECT_EQ(j.size(), 17u);
-  for (const auto& e : j) EXPECT_FALSE(e["source"].get<std::string>().empty()) << e["name"];
+  for (const auto& e : j) {
+    EXPECT_FALSE(e["source"].get<std::string>().empty()) << e["name"];
+    EXPECT_GT(e["peak_fp64_flops"].get<double>(), 0) << e["name"];  // every type has its fp64 figure
+  }
   CliRun with_cluster = Motley("catalog --json --cluster " + Example("clusters/poplar-c.toml"), true);
   ASSERT_EQ(with_cluster.exit_code, 0);
   EXPECT_EQ(nlohmann::json::parse(with_cluster.output).size(), 19u);  // adds a800-80gb and v100s-32gb
