@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/message_tags.h"
 
 namespace motley {
 namespace {
@@ -90,9 +91,15 @@ class Lowerer {
   void EmitReduceAndStep(int g, int v);
   /// Gradient clipping: moves every update (and what follows it) after the global norm.
   void HoldUpdatesForTheNorm();
+  /// A transfer's tag: unique per direction, receiving ministage and microbatch (opaque to executors).
   int64_t Tag(bool backward, int v, int64_t m) const {
-    return ((backward ? 1 : 0) * num_vstages_ + v) * num_mb_ + m;
+    return MessageTag(TagRange::kSchedule, ((backward ? 1 : 0) * num_vstages_ + v) * num_mb_ + m);
   }
+  static Buffer Buf(BufferKind kind, int v, int64_t m = -1) { return {kind, v, static_cast<int32_t>(m)}; }
+  /// The buffers each rank holds between steps; ministage information for executors.
+  void DescribeState();
+  /// Backward ops after which the gradients are read before another backward adds to them.
+  void MarkCompleteGradients();
   int RankOf(int v, int64_t m) const { return routing_rank_[vstages_[v].group][m]; }
 
   const Plan& plan_;
@@ -266,7 +273,7 @@ Op Lowerer::StageOp(OpKind kind, Stream stream, int v) const {
   Op op;
   op.kind = kind;
   op.stream = stream;
-  op.ministage = vstages_[v].ministage;
+  op.ministage = v;
   op.layer_begin = vstages_[v].layers.begin;
   op.layer_end = vstages_[v].layers.end;
   return op;
@@ -321,6 +328,8 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
     Op op = StageOp(OpKind::kParamPrefetch, Stream::kH2D, v);
     op.bytes = shard * (param_bytes_ + (backward ? opt_bytes_ : 0));
     op.device_alloc_bytes = op.bytes;
+    op.writes.push_back(Buf(BufferKind::kShard, v));
+    if (backward) op.writes.push_back(Buf(BufferKind::kMoments, v));
     // At most two ministages resident: wait until the one two visits back is gone.
     if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) op.deps.push_back(it->second);
     prefetch[i] = Emit(r, std::move(op));
@@ -332,9 +341,14 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
     const int r = group_ranks_[g][i];
     Op& op = s_.programs[r].ops[gathers[i]];
     op.device_alloc_bytes = full;
+    op.reads.push_back(Buf(BufferKind::kShard, v));
+    op.writes.push_back(Buf(BufferKind::kParams, v));
     if (prefetch[i] >= 0) {
       op.deps.push_back(prefetch[i]);
-      if (!backward) op.device_free_bytes = shard * param_bytes_;  // the shard is not needed after the gather
+      if (!backward) {  // the shard is not needed after the gather
+        op.device_free_bytes = shard * param_bytes_;
+        op.frees.push_back(Buf(BufferKind::kShard, v));
+      }
     } else if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) {
       op.deps.push_back(it->second);
     }
@@ -351,6 +365,7 @@ void Lowerer::EmitFinishForward(int g, int v) {
     auto lc = last_compute_.find({r, v});
     int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
     s_.programs[r].ops[release].device_free_bytes += full;
+    s_.programs[r].ops[release].frees.push_back(Buf(BufferKind::kParams, v));
     release_op_[{r, visit}] = release;
   }
 }
@@ -368,19 +383,36 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
     reduce_ops_[r].push_back(ops[i]);
     Op& op = s_.programs[r].ops[ops[i]];
     if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end()) op.deps.push_back(lc->second);
+    op.reads.push_back(Buf(BufferKind::kGrads, v));
+    // ZeRO-0 reduces in place; ZeRO-1 clears the full gradients after; ZeRO >= 2 frees them.
+    if (plan_.zero_stage <= 1) op.writes.push_back(Buf(BufferKind::kGrads, v));
+    if (plan_.zero_stage >= 1) op.writes.push_back(Buf(BufferKind::kGradShard, v));
     if (plan_.zero_stage >= 2) {
       // The full gradient buffer goes away once reduced; the shard stays.
-      if (!grads_allocated_[{r, v}]) op.device_alloc_bytes = full_grads;  // a device with no microbatch
+      if (!grads_allocated_[{r, v}]) {  // a device with no microbatch contributes zeros
+        op.device_alloc_bytes = full_grads;
+        op.writes.push_back(Buf(BufferKind::kGrads, v));
+      }
       op.device_free_bytes = full_grads;
+      op.frees.push_back(Buf(BufferKind::kGrads, v));
       if (policy_.offload_params) op.device_alloc_bytes += shard * grad_bytes_;
       grads_allocated_[{r, v}] = false;
     }
     if (reduce == OpKind::kReduceScatter) AddGlooReduceScatterBuffer(op, full_grads, group_ranks_[g].size());
     Op step = StageOp(OpKind::kOptimizerStep, Stream::kCompute, v);
     step.flops = kAdamFlopsPerParam * shard;
+    step.params = shard;
     step.bytes = 2 * shard * (param_bytes_ + grad_bytes_ + opt_bytes_);
     step.deps.push_back(ops[i]);
-    if (policy_.offload_params) step.device_free_bytes = shard * grad_bytes_;
+    // AdamW on the shard (ZeRO-0: the full parameters) with its moments; the gradients are cleared.
+    const Buffer weights = Buf(plan_.zero_stage == 0 ? BufferKind::kParams : BufferKind::kShard, v);
+    const Buffer grads = Buf(plan_.zero_stage == 0 ? BufferKind::kGrads : BufferKind::kGradShard, v);
+    step.reads = {weights, grads, Buf(BufferKind::kMoments, v)};
+    step.writes = {weights, grads, Buf(BufferKind::kMoments, v)};
+    if (policy_.offload_params) {
+      step.device_free_bytes = shard * grad_bytes_;
+      step.frees.push_back(grads);
+    }
     const int step_op = Emit(r, std::move(step));
     last_compute_[{r, v}] = step_op;
   }
@@ -389,7 +421,10 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
     std::vector<int> gathers = EmitCollective(OpKind::kAllGather, g, v, params * param_bytes_);
     for (size_t i = 0; i < gathers.size(); ++i) {
       const int r = group_ranks_[g][i];
-      s_.programs[r].ops[gathers[i]].deps.push_back(last_compute_[{r, v}]);
+      Op& op = s_.programs[r].ops[gathers[i]];
+      op.deps.push_back(last_compute_[{r, v}]);
+      op.reads.push_back(Buf(BufferKind::kShard, v));
+      op.writes.push_back(Buf(BufferKind::kParams, v));
     }
   }
 }
@@ -405,10 +440,13 @@ void Lowerer::EmitFinishBackward(int g, int v) {
     auto lc = last_compute_.find({r, v});
     int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
     s_.programs[r].ops[release].device_free_bytes += params * param_bytes_;
+    s_.programs[r].ops[release].frees.push_back(Buf(BufferKind::kParams, v));
     if (policy_.offload_params && !Resident(v)) {
       Op off = StageOp(OpKind::kParamOffload, Stream::kD2H, v);
       off.bytes = params / d * (param_bytes_ + opt_bytes_);
       off.device_free_bytes = off.bytes;
+      off.reads = {Buf(BufferKind::kShard, v), Buf(BufferKind::kMoments, v)};
+      off.frees = off.reads;
       off.deps.push_back(release);
       release = Emit(r, std::move(off));
     }
@@ -476,6 +514,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
       recv.tag = Tag(false, v, m);
       recv.bytes = act;
       recv.device_alloc_bytes = act;
+      recv.writes.push_back(Buf(BufferKind::kInput, v, m));
       deps.push_back(Emit(r, std::move(recv)));
     }
     Op fwd = base_op(OpKind::kForward, Stream::kCompute);
@@ -487,6 +526,18 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
     fwd.device_alloc_bytes = work + SavedExtra(v, m) + output + input;
     fwd.device_free_bytes = work;
     fwd.deps = deps;
+    // The input becomes the first saved boundary; the output is kept when a send or this rank's
+    // next ministage takes it.
+    fwd.reads.push_back(Buf(BufferKind::kParams, v));
+    if (v > 0) {
+      fwd.reads.push_back(Buf(BufferKind::kInput, v, m));
+      fwd.frees.push_back(Buf(BufferKind::kInput, v, m));
+    }
+    fwd.writes.push_back(Buf(BufferKind::kSaved, v, m));
+    if (v + 1 < num_vstages_) {
+      const bool kept_here = RankOf(v + 1, m) <= r && r < RankOf(v + 1, m) + Tp(vstages_[v + 1].group);
+      if (kept_here || !peers_out(v + 1).empty()) fwd.writes.push_back(Buf(BufferKind::kInput, v + 1, m));
+    }
     const int f = Emit(r, std::move(fwd));
     forward_op_[{r, key}] = f;
     last_compute_[{r, v}] = f;
@@ -496,6 +547,8 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
       off.bytes = act + SavedExtra(v, m);
       off.device_free_bytes = off.bytes;
       off.host_alloc_bytes = off.bytes;
+      off.reads = off.frees = {Buf(BufferKind::kSaved, v, m)};
+      off.writes = {Buf(BufferKind::kHostSaved, v, m)};
       off.deps.push_back(f);
       act_offload_op_[{r, key}] = Emit(r, std::move(off));
     }
@@ -510,6 +563,8 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
         send.bytes = act;
         const bool kept_here = RankOf(v + 1, m) <= r && r < RankOf(v + 1, m) + Tp(vstages_[v + 1].group);
         send.device_free_bytes = (i + 1 == peers.size() && !kept_here) ? act : 0;
+        send.reads.push_back(Buf(BufferKind::kInput, v + 1, m));
+        if (send.device_free_bytes > 0) send.frees = send.reads;
         send.deps.push_back(f);
         Emit(r, std::move(send));
       }
@@ -527,6 +582,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
     recv.tag = Tag(true, v, m);
     recv.bytes = act;
     recv.device_alloc_bytes = act;
+    recv.writes.push_back(Buf(BufferKind::kOutputGrad, v, m));
     deps.push_back(Emit(r, std::move(recv)));
   }
   auto& bwd_list = backward_ops_[r];
@@ -535,6 +591,8 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
     pre.bytes = act + SavedExtra(v, m);
     pre.device_alloc_bytes = pre.bytes;
     pre.host_free_bytes = pre.bytes;
+    pre.reads = pre.frees = {Buf(BufferKind::kHostSaved, v, m)};
+    pre.writes = {Buf(BufferKind::kSaved, v, m)};
     pre.deps.push_back(act_offload_op_.at({r, key}));
     // One microbatch ahead: start when the backward two before this one has finished.
     if (bwd_list.size() >= 2) pre.deps.push_back(bwd_list[bwd_list.size() - 2]);
@@ -554,6 +612,14 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   }
   bwd.device_free_bytes = work + act + SavedExtra(v, m) + output_grad;
   bwd.deps = deps;
+  bwd.reads = {Buf(BufferKind::kParams, v), Buf(BufferKind::kSaved, v, m)};
+  if (v + 1 < num_vstages_) bwd.reads.push_back(Buf(BufferKind::kOutputGrad, v, m));
+  bwd.frees = {bwd.reads.begin() + 1, bwd.reads.end()};
+  bwd.writes.push_back(Buf(BufferKind::kGrads, v));
+  if (v > 0) {
+    const bool kept_here = RankOf(v - 1, m) <= r && r < RankOf(v - 1, m) + Tp(vstages_[v - 1].group);
+    if (kept_here || !peers_out(v - 1).empty()) bwd.writes.push_back(Buf(BufferKind::kOutputGrad, v - 1, m));
+  }
   if (auto it = forward_op_.find({r, key}); it != forward_op_.end()) bwd.deps.push_back(it->second);
   // The gradient buffer is reused: the previous microbatch's reduction must have read it. And at
   // most two gradient buffers are in flight: wait for the reduction before the latest one.
@@ -576,6 +642,8 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
       send.tag = Tag(true, v - 1, m);
       send.bytes = act;
       send.device_free_bytes = (i + 1 == peers.size() && !kept_here) ? act : 0;
+      send.reads.push_back(Buf(BufferKind::kOutputGrad, v - 1, m));
+      if (send.device_free_bytes > 0) send.frees = send.reads;
       send.deps.push_back(b);
       Emit(r, std::move(send));
     }
@@ -652,6 +720,7 @@ Result<Schedule> Lowerer::Run() {
             auto lc = last_compute_.find({r, v});
             int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
             s_.programs[r].ops[release].device_free_bytes += RankParams(v) * param_bytes_;
+            s_.programs[r].ops[release].frees.push_back(Buf(BufferKind::kParams, v));
             release_op_[{r, number}] = release;
           }
         }
@@ -666,8 +735,14 @@ Result<Schedule> Lowerer::Run() {
               if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end())
                 op.deps.push_back(lc->second);
               // A device without a microbatch at this index contributes zeros.
-              if (!grads_allocated_[{r, v}]) op.device_alloc_bytes = full;
+              op.reads.push_back(Buf(BufferKind::kGrads, v));
+              op.writes.push_back(Buf(BufferKind::kGradShard, v));
+              if (!grads_allocated_[{r, v}]) {
+                op.device_alloc_bytes = full;
+                op.writes.push_back(Buf(BufferKind::kGrads, v));
+              }
               op.device_free_bytes = full;
+              op.frees.push_back(Buf(BufferKind::kGrads, v));
               AddGlooReduceScatterBuffer(op, full, group_ranks_[0].size());
               grads_allocated_[{r, v}] = false;
               last_reduce_[{r, v}] = ops[i];
@@ -743,6 +818,8 @@ Result<Schedule> Lowerer::Run() {
   }
 
   if (plan_.gradient_clipping) HoldUpdatesForTheNorm();
+  MarkCompleteGradients();
+  DescribeState();
 
   s_.seq_len = plan_.seq_len;
   s_.global_batch_tokens = plan_.global_batch_tokens();
@@ -782,6 +859,9 @@ void Lowerer::HoldUpdatesForTheNorm() {
     norm.stream = Stream::kComm;
     norm.collective = norm_collective;
     norm.bytes = 2 * sizeof(double);
+    for (int v = 0; v < num_vstages_; ++v)  // the reduced gradients of every ministage of the rank
+      if (vstages_[v].group == group_of_rank_[p.rank])
+        norm.reads.push_back(Buf(plan_.zero_stage == 0 ? BufferKind::kGrads : BufferKind::kGradShard, v));
     for (size_t i = 0; i < n; ++i)
       if (p.ops[i].kind == OpKind::kOptimizerStep)
         for (int d : p.ops[i].deps)
@@ -822,6 +902,66 @@ void Lowerer::HoldUpdatesForTheNorm() {
       ops.push_back(norm);
     }
     p.ops = std::move(ops);
+  }
+}
+
+void Lowerer::MarkCompleteGradients() {
+  for (Program& p : s_.programs) {
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      if (p.ops[i].kind != OpKind::kBackward) continue;
+      const int v = p.ops[i].ministage;
+      bool complete = true;  // nothing after it on this rank: the step ends
+      for (size_t j = i + 1; j < p.ops.size(); ++j) {
+        const Op& next = p.ops[j];
+        const auto reads_grads = std::any_of(next.reads.begin(), next.reads.end(), [&](const Buffer& b) {
+          return b.ministage == v && (b.kind == BufferKind::kGrads || b.kind == BufferKind::kGradShard);
+        });
+        if (reads_grads) break;
+        if (next.kind == OpKind::kBackward && next.ministage == v) {
+          complete = false;
+          break;
+        }
+      }
+      p.ops[i].gradients_complete = complete;
+    }
+  }
+}
+
+void Lowerer::DescribeState() {
+  s_.microbatch_sequences = sequences_;
+  s_.sharded_optimizer = plan_.zero_stage >= 1;
+  s_.sharded_params = plan_.zero_stage == 3 || plan_.offload_params;
+  s_.activation_checkpointing = plan_.activation_checkpointing;
+  for (int v = 0; v < num_vstages_; ++v) {
+    const int g = vstages_[v].group;
+    ScheduleMinistage m;
+    m.group = g;
+    m.index = vstages_[v].ministage;
+    m.layer_begin = vstages_[v].layers.begin;
+    m.layer_end = vstages_[v].layers.end;
+    m.embedding = m.layer_begin == 0;
+    m.head = m.layer_end == model_.num_layers;
+    m.first_rank = group_ranks_[g].front();
+    m.num_ranks = static_cast<int32_t>(group_ranks_[g].size());
+    m.tp_degree = Tp(g);
+    s_.ministages.push_back(m);
+  }
+  for (Program& p : s_.programs) {
+    const int g = group_of_rank_[p.rank];
+    const int at = p.rank - group_ranks_[g].front();
+    p.group = g;
+    p.tp_index = at % Tp(g);
+    p.dp_index = at / Tp(g);
+    p.dp_size = DpDegree(g);
+    for (int v = 0; v < num_vstages_; ++v) {
+      if (vstages_[v].group != g) continue;
+      const bool on_host = policy_.offload_params && !Resident(v);  // between visits
+      if (!s_.sharded_params) p.resident.push_back(Buf(BufferKind::kParams, v));
+      if (plan_.zero_stage >= 1 && !on_host) p.resident.push_back(Buf(BufferKind::kShard, v));
+      if (!on_host) p.resident.push_back(Buf(BufferKind::kMoments, v));
+      if (plan_.zero_stage <= 1) p.resident.push_back(Buf(BufferKind::kGrads, v));
+      if (plan_.zero_stage >= 1 && !policy_.offload_params) p.resident.push_back(Buf(BufferKind::kGradShard, v));
+    }
   }
 }
 

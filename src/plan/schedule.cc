@@ -42,6 +42,35 @@ std::string_view OpKindName(OpKind kind) {
   return "?";
 }
 
+std::string_view BufferKindName(BufferKind kind) {
+  switch (kind) {
+    case BufferKind::kParams:
+      return "params";
+    case BufferKind::kShard:
+      return "shard";
+    case BufferKind::kMoments:
+      return "moments";
+    case BufferKind::kGrads:
+      return "grads";
+    case BufferKind::kGradShard:
+      return "grad_shard";
+    case BufferKind::kInput:
+      return "input";
+    case BufferKind::kOutputGrad:
+      return "output_grad";
+    case BufferKind::kSaved:
+      return "saved";
+    case BufferKind::kHostSaved:
+      return "host_saved";
+  }
+  return "?";
+}
+
+std::string BufferName(const Buffer& b) {
+  if (b.microbatch >= 0) return fmt::format("{}(ms{}, mb{})", BufferKindName(b.kind), b.ministage, b.microbatch);
+  return fmt::format("{}(ms{})", BufferKindName(b.kind), b.ministage);
+}
+
 std::string_view StreamName(Stream s) {
   switch (s) {
     case Stream::kCompute:
@@ -141,6 +170,16 @@ std::string ScheduleHash(const Schedule& s) {
   return fmt::format("{:016x}", h);
 }
 
+namespace {
+
+nlohmann::json BuffersToJson(const std::vector<Buffer>& buffers) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Buffer& b : buffers) out.push_back(BufferName(b));
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json ScheduleToJson(const Schedule& s) {
   nlohmann::json programs = nlohmann::json::array();
   for (const auto& p : s.programs) {
@@ -164,19 +203,46 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
       if (op.device_free_bytes > 0) o["device_free_bytes"] = op.device_free_bytes;
       if (op.host_alloc_bytes > 0) o["host_alloc_bytes"] = op.host_alloc_bytes;
       if (op.host_free_bytes > 0) o["host_free_bytes"] = op.host_free_bytes;
+      if (op.params > 0) o["params"] = op.params;
+      if (!op.reads.empty()) o["reads"] = BuffersToJson(op.reads);
+      if (!op.writes.empty()) o["writes"] = BuffersToJson(op.writes);
+      if (!op.frees.empty()) o["frees"] = BuffersToJson(op.frees);
+      if (op.gradients_complete) o["gradients_complete"] = true;
       ops.push_back(std::move(o));
     }
     programs.push_back({{"rank", p.rank},
                         {"device", p.device},
+                        {"group", p.group},
+                        {"tp_index", p.tp_index},
+                        {"dp_index", p.dp_index},
+                        {"dp_size", p.dp_size},
                         {"static_device_bytes", p.static_device_bytes},
                         {"static_host_bytes", p.static_host_bytes},
+                        {"resident", BuffersToJson(p.resident)},
                         {"ops", std::move(ops)}});
   }
   nlohmann::json collectives = nlohmann::json::array();
-  for (const auto& c : s.collectives)
-    collectives.push_back({{"kind", OpKindName(c.kind)}, {"ranks", c.ranks}, {"bytes", c.bytes}});
+  for (const auto& c : s.collectives) {
+    nlohmann::json j = {{"kind", OpKindName(c.kind)}, {"ranks", c.ranks}, {"bytes", c.bytes}};
+    if (c.tensor_parallel) j["tensor_parallel"] = true;
+    collectives.push_back(std::move(j));
+  }
+  nlohmann::json ministages = nlohmann::json::array();
+  for (const auto& m : s.ministages)
+    ministages.push_back({{"group", m.group},
+                          {"index", m.index},
+                          {"layers", {m.layer_begin, m.layer_end}},
+                          {"embedding", m.embedding},
+                          {"head", m.head},
+                          {"ranks", {m.first_rank, m.first_rank + m.num_ranks}},
+                          {"tp_degree", m.tp_degree}});
   return {{"seq_len", s.seq_len},
           {"global_batch_tokens", s.global_batch_tokens},
+          {"microbatch_sequences", s.microbatch_sequences},
+          {"ministages", std::move(ministages)},
+          {"sharded_optimizer", s.sharded_optimizer},
+          {"sharded_params", s.sharded_params},
+          {"activation_checkpointing", s.activation_checkpointing},
           {"model_flops_per_step", s.model_flops_per_step},
           {"hardware_flops_per_step", s.hardware_flops_per_step},
           {"programs", std::move(programs)},
@@ -191,7 +257,7 @@ std::string ScheduleListing(const Schedule& s) {
     for (size_t i = 0; i < p.ops.size(); ++i) {
       const Op& op = p.ops[i];
       std::string what;
-      if (op.ministage >= 0) what += fmt::format(" ms{}", op.ministage);
+      if (op.ministage >= 0) what += fmt::format(" ms{}", s.ministages.at(op.ministage).index);
       if (op.layer_end > op.layer_begin) what += fmt::format(" L{}-{}", op.layer_begin, op.layer_end - 1);
       if (op.embedding) what += " +emb";
       if (op.head) what += " +head";

@@ -41,8 +41,30 @@ constexpr bool IsCompute(OpKind kind) {
 }
 
 /// An optimizer step's `flops` are this many per parameter of the shard it updates (AdamW:
-/// moments, bias correction, decay, the write), so executors can recover the shard's size.
+/// moments, bias correction, decay, the write).
 constexpr double kAdamFlopsPerParam = 12;
+
+/// What a rank holds between ops: the buffers ops read, write and free. Executors keep exactly
+/// these (the runtime as tensors, the recording fake as names) and free them where the op says.
+enum class BufferKind : uint8_t {
+  kParams,      // a ministage's full parameters (its flat buffer; this rank's slices with TP)
+  kShard,       // this rank's shard of them (ZeRO >= 1; with offload between visits on the host)
+  kMoments,     // the shard's AdamW moments (with offload, brought in only for a backward visit)
+  kGrads,       // the ministage's full gradients, accumulated over microbatches
+  kGradShard,   // this rank's reduced shard of them (ZeRO >= 1)
+  kInput,       // the ministage's input activation for a microbatch (received or made here)
+  kOutputGrad,  // the gradient of the ministage's output for a microbatch
+  kSaved,       // what a forward keeps for its backward: the layer boundaries, or the graph
+  kHostSaved,   // the same, offloaded to host memory
+};
+std::string_view BufferKindName(BufferKind kind);
+struct Buffer {
+  BufferKind kind = BufferKind::kParams;
+  int32_t ministage = -1;   // index into Schedule::ministages
+  int32_t microbatch = -1;  // activations: the global microbatch
+  auto operator<=>(const Buffer&) const = default;
+};
+std::string BufferName(const Buffer& b);  // e.g. "input(ms2, mb5)"
 
 /// Ops on one stream of a rank run in program order; different streams overlap.
 enum class Stream : uint8_t { kCompute, kComm, kH2D, kD2H };
@@ -67,7 +89,7 @@ std::string_view LaneName(int lane);
 struct Op {
   OpKind kind = OpKind::kForward;
   Stream stream = Stream::kCompute;
-  int32_t ministage = -1;   // index of the ministage in the rank's group; -1 if none
+  int32_t ministage = -1;   // index into Schedule::ministages; -1 if none
   int32_t layer_begin = 0;  // decoder layers [layer_begin, layer_end) the op touches
   int32_t layer_end = 0;
   bool embedding = false;     // compute/params also cover the embedding (first virtual stage)
@@ -79,8 +101,16 @@ struct Op {
   double bytes = 0;           // transfers: bytes this rank sends/receives/copies; collectives: payload
   int32_t peer = -1;          // send/recv: the other rank
   int32_t collective = -1;    // collectives: index into Schedule::collectives
-  int64_t tag = 0;            // send/recv: matching key (unique per pair and step)
+  int64_t tag = 0;            // send/recv: names the transfer (unique per pair and step; message_tags.h)
   std::vector<int32_t> deps;  // ops of this rank (indices) that must finish first
+  double params = 0;          // optimizer step: parameters in the shard it updates
+
+  // What the op does to this rank's buffers. A buffer is read and written only while it is held
+  // (written before, not freed since); `frees` are its last use here.
+  std::vector<Buffer> reads, writes, frees;
+  // Backward: the ministage's gradients are read (reduced or applied) before another backward adds
+  // to them — the end of a run of backwards (FlexTP returns borrowed units' gradients here).
+  bool gradients_complete = false;
 
   // Memory effects on this rank, in bytes: allocated when the op starts, freed when it ends.
   double device_alloc_bytes = 0;
@@ -97,17 +127,45 @@ struct Collective {
   bool tensor_parallel = false;  // a TP group's activation all-reduces (inside the compute, at run time)
 };
 
+/// A ministage of the plan (Schedule::ministages, in layer order) and the ranks that run it.
+struct ScheduleMinistage {
+  int32_t group = 0;        // the plan's group (pipeline stage) it belongs to
+  int32_t index = 0;        // its position among the group's ministages
+  int32_t layer_begin = 0;  // decoder layers [layer_begin, layer_end)
+  int32_t layer_end = 0;
+  bool embedding = false;   // it also holds the embedding (the first ministage)
+  bool head = false;        // ... the final norm and the LM head (the last)
+  int32_t first_rank = 0;   // its group's ranks: [first_rank, first_rank + num_ranks)
+  int32_t num_ranks = 1;
+  int32_t tp_degree = 1;    // tensor-parallel teams of this many consecutive ranks
+};
+
 struct Program {
   int32_t rank = 0;
   int32_t device = 0;              // cluster device id
+  int32_t group = 0;               // the group of the plan this rank belongs to
+  int32_t tp_index = 0;            // its place in its tensor-parallel team
+  int32_t dp_index = 0;            // its team's place among the group's data-parallel replicas
+  int32_t dp_size = 1;             // the group's replicas (its ranks / tp_degree)
   double static_device_bytes = 0;  // held for the whole step (resident shards, optimizer state)
   double static_host_bytes = 0;    // held on the host for the whole step (offloaded state)
+  /// The buffers held at the start of a step, and again at its end (the rank's resident state).
+  /// A ministage whose kShard is not among them lives on the host between visits.
+  std::vector<Buffer> resident;
   std::vector<Op> ops;
 };
 
 struct Schedule {
   int64_t seq_len = 0;
   int64_t global_batch_tokens = 0;
+  /// Sequences of each global microbatch; the global batch is the microbatches in index order
+  /// (the single-process run's order).
+  std::vector<int64_t> microbatch_sequences;
+  std::vector<ScheduleMinistage> ministages;
+  // How state is held (the plan's ZeRO stage and switches, as the executors need them).
+  bool sharded_optimizer = false;         // ZeRO >= 1: each rank updates its shard
+  bool sharded_params = false;            // ZeRO-3 or offload: full parameters only during visits
+  bool activation_checkpointing = false;  // forwards keep the layer boundaries; backwards recompute
   double model_flops_per_step = 0;     // without recomputation (MFU)
   double hardware_flops_per_step = 0;  // what the ops execute (HFU)
   std::vector<Program> programs;       // one per rank; rank r runs on programs[r].device

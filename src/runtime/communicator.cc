@@ -21,6 +21,7 @@
 #endif
 
 #include "core/check.h"
+#include "core/message_tags.h"
 
 namespace motley {
 namespace {
@@ -436,7 +437,7 @@ Result<Communicator::Route> Communicator::RouteFor(const torch::Tensor& t, int p
 Result<PendingTransfer> Communicator::Send(const torch::Tensor& t, int peer, int64_t tag) {
   MOTLEY_CHECK(t.is_contiguous());
   std::vector<torch::Tensor> v = {Stage(*world_, t, false, nullptr)};
-  const std::string what = fmt::format("send of {} elements to rank {} (tag {})", t.numel(), peer, tag);
+  const std::string what = fmt::format("send of {} elements to rank {} ({})", t.numel(), peer, DescribeTag(tag));
   MOTLEY_ASSIGN_OR_RETURN(Route route, RouteFor(v[0], peer, true));
   try {
     return PendingTransfer(route.pg->send(v, route.peer, route.tag), what, this);
@@ -449,7 +450,7 @@ Result<PendingTransfer> Communicator::Recv(torch::Tensor& t, int peer, int64_t t
   MOTLEY_CHECK(t.is_contiguous());
   std::function<void()> back;
   std::vector<torch::Tensor> v = {Stage(*world_, t, true, &back)};
-  const std::string what = fmt::format("receive of {} elements from rank {} (tag {})", t.numel(), peer, tag);
+  const std::string what = fmt::format("receive of {} elements from rank {} ({})", t.numel(), peer, DescribeTag(tag));
   MOTLEY_ASSIGN_OR_RETURN(Route route, RouteFor(v[0], peer, false));
   try {
     return PendingTransfer(route.pg->recv(v, route.peer, route.tag), what, this, back);

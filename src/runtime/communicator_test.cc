@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/message_tags.h"
 #include "core/net.h"
 #include "runtime/communicator.h"
 #include "runtime/rendezvous.h"
@@ -134,11 +135,11 @@ TEST(Communicator, ATimeoutIsAnErrorNotAHang) {
     if (c.rank() == 0) {
       torch::Tensor t = torch::empty({4});
       // Nobody sends: the receive must give up after the timeout with a message naming the peer.
-      Result<PendingTransfer> recv = c.Recv(t, 1, 99);
+      Result<PendingTransfer> recv = c.Recv(t, 1, MessageTag(TagRange::kStateGather, 7));
       ASSERT_TRUE(recv.ok());
       Status s = recv->Wait();
       ASSERT_FALSE(s.ok());
-      EXPECT_NE(s.message().find("receive of 4 elements from rank 1 (tag 99) failed"), std::string::npos)
+      EXPECT_NE(s.message().find("receive of 4 elements from rank 1 (state gather message 7) failed"), std::string::npos)
           << s.message();
     } else {
       std::this_thread::sleep_for(std::chrono::seconds(3));  // alive, but silent

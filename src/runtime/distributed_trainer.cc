@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
+#include "core/message_tags.h"
 #include "data/training_data.h"
 #include "plan/lower.h"
 #include "plan/plan_io.h"
@@ -96,7 +97,7 @@ Result<std::vector<TraceEvent>> GatherTrace(Communicator& comm, const std::vecto
     return t;
   };
   std::vector<TraceEvent> out;
-  const int64_t tag = (1LL << 29);
+  const int64_t tag = MessageTag(TagRange::kTrace, 0);
   if (comm.rank() != 0) {
     MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm.Send(pack(mine), 0, tag));
     MOTLEY_RETURN_IF_ERROR(p.Wait());
@@ -192,7 +193,7 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   }
   // The model stays on the CPU: each rank's ministage buffers are made on its device from it.
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
-                          Executor::Create(plan, schedule, job.cluster, model, comm.get(), config));
+                          Executor::Create(schedule, job.cluster, model, comm.get(), config));
   if (!options.resume.empty()) MOTLEY_RETURN_IF_ERROR(executor->LoadMoments(exp_avg, exp_avg_sq));
   exp_avg.clear();
   exp_avg_sq.clear();

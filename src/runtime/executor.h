@@ -18,10 +18,11 @@
 //   OptimizerStep AdamW on the owned shard.
 //   Param/ActOffload, Param/ActPrefetch   copies to and from host memory (CopyEngine: on side
 //                streams on a GPU, waited for by the first op that reads what they wrote).
-// With gradient clipping the global gradient norm must be known before any update, so the
-// optimizer steps (and the all-gathers and offloads that follow them) wait until the end of the
-// step, after one all-reduce of the norm; without clipping each ministage updates as soon as its
-// gradients are reduced (Zorse's interleaved updates).
+//   GradNorm     gradient clipping: the global gradient norm and the loss, summed over every rank
+//                (the lowering puts the updates after it).
+// The executor follows the schedule alone: what each op reads, writes and frees (Op::reads,
+// writes, frees), the state a step starts from (Program::resident), the ministages and how their
+// state is held (Schedule) — never the Plan.
 //
 // Device emulation: compute ops are stretched by the rank's speed factor, transfers to the
 // cluster's link bandwidths; the memory ledger enforces the emulated capacity.
@@ -40,7 +41,6 @@
 #include "core/cluster.h"
 #include "core/job.h"
 #include "core/status.h"
-#include "plan/plan.h"
 #include "plan/schedule.h"
 #include "runtime/communicator.h"
 #include "runtime/comm_clock.h"
@@ -98,9 +98,10 @@ struct RankStepReport {
 class Executor {
  public:
   /// Builds this rank's state: its ministages' flat buffers and shards (from the model's current
-  /// parameters), the communication groups. Collective: every rank calls it with the same plan.
-  static Result<std::unique_ptr<Executor>> Create(const Plan& plan, const Schedule& schedule, const Cluster& cluster,
-                                                  LlamaModel model, Communicator* comm, const ExecutorConfig& config);
+  /// parameters), the communication groups. Collective: every rank calls it with the same schedule.
+  /// The cluster is for device emulation only.
+  static Result<std::unique_ptr<Executor>> Create(const Schedule& schedule, const Cluster& cluster, LlamaModel model,
+                                                  Communicator* comm, const ExecutorConfig& config);
 
   Result<RankStepReport> RunStep(const StepInputs& in);
 
@@ -122,7 +123,6 @@ class Executor {
   class StepRun;
   friend class StepRun;
 
-  Plan plan_;
   Schedule schedule_;
   const Cluster* cluster_ = nullptr;
   LlamaModel model_{nullptr};
@@ -131,22 +131,13 @@ class Executor {
   DeviceEmulation emulation_;
   std::unique_ptr<CopyEngine> copies_;  // offload and prefetch (side streams on a GPU)
   int rank_ = 0;
-  int dp_index_ = 0;  // this rank's position in its group
-  std::vector<VirtualStage> vstages_;
-  std::map<int, std::vector<std::pair<std::string, std::vector<int64_t>>>> vstage_params_;  // all stages' (name, shape)
-  std::map<int, int> vstage_of_layer_begin_;
-  std::map<int, std::unique_ptr<MinistageState>> ministages_;  // by virtual stage, the ones this rank runs
+  std::map<int, std::vector<std::pair<std::string, std::vector<int64_t>>>> ministage_params_;  // all ministages' (name, shape)
+  std::map<int, std::unique_ptr<MinistageState>> ministages_;  // by Schedule::ministages index, the ones this rank runs
   std::vector<CommGroup*> collective_group_;                    // per schedule collective (null: not a member)
-  std::vector<int64_t> microbatch_first_, microbatch_size_;     // global sequence offset and size per microbatch
+  std::vector<int64_t> microbatch_first_;                       // global sequence offset per microbatch
   int64_t batch_sequences_ = 0;
-  bool sharded_params_ = false;  // ZeRO-3 or offload: full parameters only during visits
-  std::vector<std::vector<int>> release_after_;  // per op: virtual stages whose full parameters go after it
-  std::vector<bool> prefetch_with_moments_;      // per op (ParamPrefetch): the visit is a backward one
-  std::vector<bool> param_gather_drops_shard_;   // per op (AllGather): a forward visit's offloaded shard
-  std::vector<bool> returns_gradients_;  // per op (Backward): FlexTP's borrowed units' gradients go home after it
-  std::set<std::tuple<bool, int, int64_t>> consumed_;  // (backward, stage, microbatch) a send or compute here takes
   // Tensor parallelism (tensor_parallel.h): this rank's place in its team and the team's region.
-  int tp_degree_ = 1, tp_index_ = 0, first_rank_ = 0;
+  int tp_degree_ = 1, tp_index_ = 0;
   TensorParallelRegion tp_region_;
   CommClock tp_clock_;                    // time inside the team's all-reduces and FlexTP's moves (communication)
   std::unique_ptr<FlexTpTeam> flextp_;    // mode != off

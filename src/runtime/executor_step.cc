@@ -3,6 +3,7 @@
 // in flight until an op depends on them, and the step's timing, trace and memory report.
 #include <chrono>
 #include <csignal>
+#include <algorithm>
 #include <cstdint>
 #include <future>
 #include <set>
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "plan/program_walker.h"
 #include "runtime/adamw.h"
 #include "runtime/cuda_device.h"
 #include "runtime/executor.h"
@@ -21,10 +23,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+bool Has(const std::vector<Buffer>& buffers, BufferKind kind) {
+  return std::any_of(buffers.begin(), buffers.end(), [&](const Buffer& b) { return b.kind == kind; });
+}
+// The op's buffer of `kind` (the activation a send reads, a receive writes, ...). REQUIRES: one.
+const Buffer& Find(const std::vector<Buffer>& buffers, BufferKind kind) {
+  auto it = std::find_if(buffers.begin(), buffers.end(), [&](const Buffer& b) { return b.kind == kind; });
+  MOTLEY_CHECK(it != buffers.end());
+  return *it;
+}
+
 }  // namespace
 
 // One step on this rank: the per-step tensors between ops and the timing.
-class Executor::StepRun {
+class Executor::StepRun : public OpRunner {
  public:
   StepRun(Executor& ex, const StepInputs& in) : ex_(ex), in_(in), prog_(ex.schedule_.programs[ex.rank_]) {}
 
@@ -42,11 +54,7 @@ class Executor::StepRun {
     try {
       // The program as the lowering wrote it: with gradient clipping, its updates already wait
       // for the kGradNorm op (plan/lower.cc).
-      for (size_t i = 0; i < prog_.ops.size(); ++i) {
-        if (in_.die_mid_step && i == prog_.ops.size() / 2) ::raise(SIGKILL);
-        MOTLEY_RETURN_IF_ERROR(Execute(i));
-      }
-      MOTLEY_RETURN_IF_ERROR(CompleteAll());
+      MOTLEY_RETURN_IF_ERROR(ProgramWalker(prog_, this).Run());
       MOTLEY_RETURN_IF_ERROR(FinishSends());
       // Without clipping nothing needed them earlier: the loss and the squared gradient norm,
       // summed over ranks, for the report.
@@ -70,11 +78,11 @@ class Executor::StepRun {
         report_.trace[k].end_s = EventSeconds(*origin_, *device_spans_[k].end);
       }
     }
-    if (!boundary_.empty() || !host_boundary_.empty() || !act_in_.empty() || !grad_in_.empty() || !recvs_.empty())
+    if (!boundary_.empty() || !host_boundary_.empty() || !activations_.empty() || !recvs_.empty())
       return Status::Internal(fmt::format("rank {}: the step ended with tensors left between ops ({} boundaries, {} "
-                                          "offloaded, {} activations, {} gradients, {} receives)",
-                                          ex_.rank_, boundary_.size(), host_boundary_.size(), act_in_.size(),
-                                          grad_in_.size(), recvs_.size()));
+                                          "offloaded, {} activations and gradients, {} receives)",
+                                          ex_.rank_, boundary_.size(), host_boundary_.size(), activations_.size(),
+                                          recvs_.size()));
     report_.step_s = Since(start_);
     report_.peak_memory_bytes =
         static_cast<double>(device.is_cuda() ? PeakDeviceMemoryBytes(device) : ledger.peak_bytes());
@@ -89,26 +97,18 @@ class Executor::StepRun {
     torch::Tensor buffer;
   };
 
-  int VStage(const Op& op) const { return ex_.vstage_of_layer_begin_.at(op.layer_begin); }
   MinistageState& State(int v) { return *ex_.ministages_.at(v); }
-  int64_t num_microbatches() const { return static_cast<int64_t>(ex_.microbatch_size_.size()); }
-  // Decodes the lowering's tag: ((backward * V) + stage) * M + microbatch (plan/lower.cc).
-  std::tuple<bool, int, int64_t> DecodeTag(int64_t tag) const {
-    const int64_t m = tag % num_microbatches();
-    const int64_t t = tag / num_microbatches();
-    const int64_t nv = static_cast<int64_t>(ex_.vstages_.size());
-    return {t / nv == 1, static_cast<int>(t % nv), m};
-  }
+  int64_t Sequences(int64_t m) const { return ex_.schedule_.microbatch_sequences[m]; }
   ModelSlice Slice(int v) const {
-    const LayerRange& r = ex_.vstages_[v].layers;
-    return {r.begin == 0, r.begin, r.end, r.end == static_cast<int>(ex_.model_->spec().num_layers)};
+    const ScheduleMinistage& s = ex_.schedule_.ministages[v];
+    return {s.embedding, s.layer_begin, s.layer_end, s.head};
   }
   torch::Dtype ActDtype() const { return ex_.config_.compute_dtype.value_or(ex_.config_.master_dtype); }
 
   const torch::Tensor& Tokens(int64_t m) {
     auto it = tokens_.find(m);
     if (it == tokens_.end()) {
-      torch::Tensor host = in_.tokens(ex_.microbatch_first_[m], ex_.microbatch_size_[m]);
+      torch::Tensor host = in_.tokens(ex_.microbatch_first_[m], Sequences(m));
       // On a GPU through pinned memory: the host does not wait for the queued kernels.
       if (ex_.config_.device.is_cuda()) host = host.pin_memory();
       it = tokens_.emplace(m, host.to(ex_.config_.device, /*non_blocking=*/true)).first;
@@ -127,18 +127,15 @@ class Executor::StepRun {
   static ModelSlice EmbeddingOf(const ModelSlice& s) { return {true, s.layer_begin, s.layer_begin, false}; }
   torch::Tensor Loss(const torch::Tensor& logits, int64_t m) {
     const int64_t seq = logits.size(1);
-    double share = static_cast<double>(ex_.microbatch_size_[m]) / static_cast<double>(ex_.batch_sequences_);
+    double share = static_cast<double>(Sequences(m)) / static_cast<double>(ex_.batch_sequences_);
     if (in_.loss_factor_microbatch < 0 || in_.loss_factor_microbatch == m) share *= in_.loss_factor;
     return NextTokenLoss(logits, Tokens(m).narrow(1, 1, seq)) * share;
   }
 
-  // The input activation (forward) or output gradient (backward) of stage v at microbatch m: a
-  // receive's buffer or what this rank made itself.
-  Result<torch::Tensor> Take(bool backward, int v, int64_t m) {
-    const Key key{v, m};
-    auto& local = backward ? grad_in_ : act_in_;
-    const int64_t tag = ((backward ? 1 : 0) * static_cast<int64_t>(ex_.vstages_.size()) + v) * num_microbatches() + m;
-    if (auto it = recvs_.find(tag); it != recvs_.end()) {
+  // An input activation or output gradient, at its last use here: a receive's buffer or what this
+  // rank made itself.
+  Result<torch::Tensor> Take(const Buffer& b) {
+    if (auto it = recvs_.find(b); it != recvs_.end()) {
       const auto t = Clock::now();
       MOTLEY_RETURN_IF_ERROR(it->second.transfer.Wait());
       report_.comm_s += Since(t);
@@ -146,48 +143,38 @@ class Executor::StepRun {
       recvs_.erase(it);
       return out;
     }
-    auto it = local.find(key);
-    if (it == local.end())
-      return Status::Internal(fmt::format("rank {}: no {} for stage {} microbatch {}", ex_.rank_,
-                                          backward ? "output gradient" : "input", v, m));
+    auto it = activations_.find(b);
+    if (it == activations_.end()) return Status::Internal(fmt::format("rank {}: no {}", ex_.rank_, BufferName(b)));
     torch::Tensor out = it->second;
-    local.erase(it);
+    activations_.erase(it);
     return out;
   }
 
-  Status Execute(size_t i) {
-    const Op& op = prog_.ops[i];
-    if (device_timed_) op_start_event_[static_cast<int>(i)] = RecordTimingEvent(ex_.copies_->device());
+  // ---- OpRunner: what each op does (ProgramWalker decides when: plan/program_walker.h) ----
+  Status BeforeOp(int i) override {
+    if (in_.die_mid_step && i == static_cast<int>(prog_.ops.size()) / 2) ::raise(SIGKILL);
+    if (device_timed_) op_start_event_[i] = RecordTimingEvent(ex_.copies_->device());
     ex_.copies_->Pump();  // the next pieces of the parameter copies in flight
-    MOTLEY_RETURN_IF_ERROR(StartArrivedGathers());
-    MOTLEY_RETURN_IF_ERROR(CompleteFinished());
-    for (int d : op.deps) MOTLEY_RETURN_IF_ERROR(Complete(d));
-    if (op.ministage >= 0) {
-      const int v = VStage(op);
-      switch (op.kind) {
-        case OpKind::kOptimizerStep:  // reads the reduced gradients, writes the shard gathers read
-          State(v).WaitReady(true);   // a prefetched shard and moments
-          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
-          break;
-        case OpKind::kParamPrefetch:  // replaces the shard and moments
-        case OpKind::kParamOffload:
-          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
-          break;
-        case OpKind::kAllGather:  // into the full parameters (waits for a prefetched shard when it starts)
-          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
-          break;
-        case OpKind::kForward:
-          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
-          break;
-        case OpKind::kBackward:  // adds into the gradients a reduction may still read
-        case OpKind::kReduceScatter:
-        case OpKind::kAllReduce:
-          MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, true));
-          break;
-        default:
-          break;
-      }
-    }
+    return StartArrivedGathers();
+  }
+  // Collectives stay in flight (on the comm stream) until an op needs them; the rest finish here.
+  bool Done(int i) override {
+    auto it = in_flight_.find(i);
+    return it != in_flight_.end() && !it->second.deferred && it->second.transfer.Done() &&
+           Since(it->second.start) >= it->second.needed_s;
+  }
+  Status Finish(int i) override { return Complete(i); }
+  Status Free(const Buffer& b) override {
+    torch::NoGradGuard no_grad;
+    if (b.kind == BufferKind::kParams) State(b.ministage).ReleaseFlat();
+    if (b.kind == BufferKind::kShard) State(b.ministage).DropDeviceShard();  // an offloaded shard, gathered
+    return Status::Ok();
+  }
+
+  Result<bool> Start(int index) override {
+    const size_t i = static_cast<size_t>(index);
+    const Op& op = prog_.ops[i];
+    if (op.kind == OpKind::kOptimizerStep) State(op.ministage).WaitReady(true);  // a prefetched shard and moments
     const auto t = Clock::now();
     const double op_start_s = Since(start_);
     // Waits for received data and the tensor-parallel all-reduces inside the op count as communication.
@@ -203,7 +190,7 @@ class Executor::StepRun {
         MOTLEY_RETURN_IF_ERROR(Forward(op));
         break;
       case OpKind::kBackward:
-        MOTLEY_RETURN_IF_ERROR(Backward(op, ex_.returns_gradients_[i]));
+        MOTLEY_RETURN_IF_ERROR(Backward(op));
         break;
       case OpKind::kOptimizerStep:
         MOTLEY_RETURN_IF_ERROR(OptimizerStep(op));
@@ -226,13 +213,13 @@ class Executor::StepRun {
         MOTLEY_RETURN_IF_ERROR(Collective(i, op));
         break;
       case OpKind::kParamPrefetch:
-        State(VStage(op)).Prefetch(ex_.prefetch_with_moments_[i]);
+        State(op.ministage).Prefetch(/*with_moments=*/Has(op.writes, BufferKind::kMoments));
         break;
       case OpKind::kParamOffload:
-        State(VStage(op)).Offload();
+        State(op.ministage).Offload();
         break;
       case OpKind::kActOffload: {
-        auto it = boundary_.find({VStage(op), op.microbatch});
+        auto it = boundary_.find({op.ministage, op.microbatch});
         MOTLEY_CHECK(it != boundary_.end());
         host_boundary_[it->first] =
             ex_.copies_->ToHost(it->second, {}, &host_boundary_done_[it->first], {}, CopyLane::kActivations);
@@ -240,7 +227,7 @@ class Executor::StepRun {
         break;
       }
       case OpKind::kActPrefetch: {
-        auto it = host_boundary_.find({VStage(op), op.microbatch});
+        auto it = host_boundary_.find({op.ministage, op.microbatch});
         MOTLEY_CHECK(it != host_boundary_.end());
         boundary_[it->first] =
             ex_.copies_->ToDevice(it->second, host_boundary_done_[it->first], &boundary_ready_[it->first],
@@ -263,12 +250,9 @@ class Executor::StepRun {
                op.kind == OpKind::kActOffload || op.kind == OpKind::kActPrefetch) {
       report_.copy_s += elapsed;
     }
-    for (int v : ex_.release_after_[i]) {
-      MOTLEY_RETURN_IF_ERROR(CompleteStage(v, true, false));
-      State(v).ReleaseFlat();
-    }
-    if (ex_.config_.record_trace && !in_flight_.count(static_cast<int>(i))) Trace(static_cast<int>(i), op_start_s);
-    return Status::Ok();
+    const bool finished = !in_flight_.count(index);
+    if (ex_.config_.record_trace && finished) Trace(index, op_start_s);
+    return finished;
   }
 
   // Keeps op i's span for the trace: host times on CPU; on a GPU (where the host runs ahead) timing
@@ -289,17 +273,17 @@ class Executor::StepRun {
   }
 
   Status Forward(const Op& op) {
-    const int v = VStage(op);
+    const int v = op.ministage;
     const int64_t m = op.microbatch;
     const ModelSlice slice = Slice(v);
     torch::Tensor input;
     if (slice.embedding) {
       input = EmbeddingInput(m);
     } else {
-      MOTLEY_ASSIGN_OR_RETURN(input, Take(false, v, m));
+      MOTLEY_ASSIGN_OR_RETURN(input, Take(Find(op.reads, BufferKind::kInput)));
     }
     torch::Tensor out;
-    if (ex_.plan_.activation_checkpointing) {
+    if (ex_.schedule_.activation_checkpointing) {
       // Checkpoints at layer boundaries (Zorse §4.1.3): keeps each layer's input — and the head's —
       // in one tensor (what activation offload moves), from which the backward recomputes one layer
       // at a time; the activations inside a layer are dropped.
@@ -329,19 +313,19 @@ class Executor::StepRun {
         torch::NoGradGuard no_grad;
         loss_sum_ += Loss(out, m).to(torch::kFloat64);  // on the device: no wait for the GPU here
       }
-    } else if (ex_.consumed_.count({false, v + 1, m})) {
-      act_in_[{v + 1, m}] = out.detach();
     }
+    for (const Buffer& b : op.writes)  // the next ministage's input, when a send or this rank takes it
+      if (b.kind == BufferKind::kInput) activations_[b] = out.detach();
     return Status::Ok();
   }
 
-  Status Backward(const Op& op, bool return_gradients) {
-    const int v = VStage(op);
+  Status Backward(const Op& op) {
+    const int v = op.ministage;
     const int64_t m = op.microbatch;
     const ModelSlice slice = Slice(v);
     torch::Tensor grad_out;
     if (!slice.head) {
-      MOTLEY_ASSIGN_OR_RETURN(grad_out, Take(true, v, m));
+      MOTLEY_ASSIGN_OR_RETURN(grad_out, Take(Find(op.reads, BufferKind::kOutputGrad)));
     }
     MinistageState& state = State(v);
     // Back-propagates `grad` (undefined: `root` is the loss) from `root` to the ministage's
@@ -358,7 +342,7 @@ class Executor::StepRun {
       return leaf.defined() ? grads.back() : torch::Tensor();
     };
     torch::Tensor grad_in;  // the gradient of the ministage's input
-    if (ex_.plan_.activation_checkpointing) {
+    if (ex_.schedule_.activation_checkpointing) {
       auto it = boundary_.find({v, m});
       if (it == boundary_.end())
         return Status::Internal(fmt::format("rank {}: no saved boundary for stage {} microbatch {}", ex_.rank_, v, m));
@@ -388,8 +372,9 @@ class Executor::StepRun {
       grad_in = back_propagate(root, slice.embedding ? torch::Tensor() : leaf, slice.head ? torch::Tensor() : grad_out);
     }
     torch::NoGradGuard no_grad;
-    if (!slice.embedding && ex_.consumed_.count({true, v - 1, m})) grad_in_[{v - 1, m}] = grad_in;
-    if (ex_.flextp_ && return_gradients) {  // FlexTP migration: the borrowed units' gradients go home
+    for (const Buffer& b : op.writes)  // the previous ministage's output gradient, when taken
+      if (b.kind == BufferKind::kOutputGrad) activations_[b] = grad_in;
+    if (ex_.flextp_ && op.gradients_complete) {  // FlexTP migration: the borrowed units' gradients go home
       MOTLEY_RETURN_IF_ERROR(ex_.flextp_->ReturnGradients(
           slice.layer_begin, slice.layer_end, [&](int layer, int k, int dim, int64_t begin, const torch::Tensor& g) {
             const std::string prefix = fmt::format("model.layers.{}.", layer);
@@ -404,7 +389,7 @@ class Executor::StepRun {
 
   Status OptimizerStep(const Op& op) {
     torch::NoGradGuard no_grad;
-    const int v = VStage(op);
+    const int v = op.ministage;
     MinistageState& state = State(v);
     std::vector<ParamShard> shards = state.OptimizerShards();
     if (norm_known_) {
@@ -422,7 +407,7 @@ class Executor::StepRun {
   torch::Tensor NormSquared(int v) {
     torch::NoGradGuard no_grad;
     MinistageState& state = State(v);
-    if (!state.sharded() && ex_.dp_index_ != 0) return torch::zeros({}, Float64());
+    if (!state.sharded() && ex_.program().dp_index != 0) return torch::zeros({}, Float64());
     if (ex_.tp_index_ != 0)  // the team's replicated parameters (norms, embedding, head) count on index 0
       return state.GradSquaredSum([](const std::string& name) {
         const int k = LayerWeightIndex(name);
@@ -445,13 +430,12 @@ class Executor::StepRun {
   torch::TensorOptions Float64() const { return torch::TensorOptions().dtype(torch::kFloat64).device(ex_.config_.device); }
 
   Status Send(const Op& op) {
-    const auto [backward, v, m] = DecodeTag(op.tag);
-    auto& local = backward ? grad_in_ : act_in_;
-    auto it = local.find({v, m});
-    if (it == local.end())
-      return Status::Internal(fmt::format("rank {}: nothing to send to rank {} (tag {})", ex_.rank_, op.peer, op.tag));
+    MOTLEY_CHECK_EQ(op.reads.size(), 1u);
+    auto it = activations_.find(op.reads[0]);
+    if (it == activations_.end())
+      return Status::Internal(fmt::format("rank {}: no {} to send to rank {}", ex_.rank_, BufferName(op.reads[0]), op.peer));
     torch::Tensor t = it->second.contiguous();
-    if (op.device_free_bytes > 0) local.erase(it);  // the last send of it
+    if (!op.frees.empty()) activations_.erase(it);  // the last send of it
     report_.bytes_sent += static_cast<double>(t.nbytes());
     const double delay = ex_.emulation_.TransferSeconds(static_cast<double>(t.nbytes()),
                                                         ex_.schedule_.programs[op.peer].device);
@@ -477,11 +461,11 @@ class Executor::StepRun {
 
   Status Recv(const Op& op) {
     const auto& spec = ex_.model_->spec();
-    torch::Tensor buffer =
-        torch::empty({ex_.microbatch_size_[op.microbatch], ex_.schedule_.seq_len, spec.hidden_size},
-                     torch::TensorOptions().dtype(ActDtype()).device(ex_.config_.device));
+    torch::Tensor buffer = torch::empty({Sequences(op.microbatch), ex_.schedule_.seq_len, spec.hidden_size},
+                                        torch::TensorOptions().dtype(ActDtype()).device(ex_.config_.device));
     MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, ex_.comm_->Recv(buffer, op.peer, op.tag));
-    recvs_[op.tag] = {std::move(p), buffer};
+    MOTLEY_CHECK_EQ(op.writes.size(), 1u);
+    recvs_[op.writes[0]] = {std::move(p), buffer};
     return Status::Ok();
   }
 
@@ -502,13 +486,12 @@ class Executor::StepRun {
     torch::NoGradGuard no_grad;
     CommGroup* g = ex_.collective_group_.at(op.collective);
     MOTLEY_CHECK(g != nullptr);
-    const int v = VStage(op);
+    const int v = op.ministage;
     MinistageState& state = State(v);
     InFlight f;
     f.start = Clock::now();
     f.start_s = Since(start_);
-    f.vstage = v;
-    f.gather = op.kind == OpKind::kAllGather;
+    f.ministage = v;
     int passes = 1;
     if (op.kind == OpKind::kAllGather) {
       // On a GPU, a group of one's gather (a copy on the compute stream) whose shard is still
@@ -525,7 +508,7 @@ class Executor::StepRun {
       torch::Tensor out = g->size() == 1 ? full : torch::empty({state.shard_numel()}, full.options());
       MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartReduceScatterSum(*g, full, out));
       f.bytes = static_cast<double>(full.nbytes());
-      const bool release = ex_.plan_.zero_stage >= 2;
+      const bool release = Has(op.frees, BufferKind::kGrads);  // ZeRO >= 2: only the shard stays
       f.then = [&state, out, full, release]() mutable {
         if (release) {
           state.ReleaseGradFlat();
@@ -555,7 +538,7 @@ class Executor::StepRun {
     torch::NoGradGuard no_grad;
     const Op& op = prog_.ops[i];
     CommGroup* g = ex_.collective_group_.at(op.collective);
-    MinistageState& state = State(f.vstage);
+    MinistageState& state = State(f.ministage);
     f.deferred = false;
     f.start = Clock::now();
     state.WaitReady(false);
@@ -564,7 +547,6 @@ class Executor::StepRun {
     MOTLEY_CHECK(shard.defined());
     MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartAllGather(*g, shard, flat));
     f.bytes = static_cast<double>(flat.nbytes());
-    if (ex_.param_gather_drops_shard_[i]) f.then = [&state] { state.DropDeviceShard(); };
     const double n = g->size();
     report_.bytes_sent += (n - 1) / n * f.bytes;
     std::vector<int> devices;
@@ -573,32 +555,10 @@ class Executor::StepRun {
     return Status::Ok();
   }
 
-  // Completes the collectives that are done (and whose emulated link time has passed), so that
-  // what they hold — Gloo's staging buffers, a released gradient buffer — is freed as soon as on
-  // the simulator's timeline, not when an op first needs their result.
-  Status CompleteFinished() {
-    std::vector<int> done;
-    for (const auto& [i, f] : in_flight_)
-      if (!f.deferred && f.transfer.Done() && Since(f.start) >= f.needed_s) done.push_back(i);
-    for (int i : done) MOTLEY_RETURN_IF_ERROR(Complete(i));
-    return Status::Ok();
-  }
-
   // Starts the deferred gathers whose shards have arrived.
   Status StartArrivedGathers() {
     for (auto& [i, f] : in_flight_)
-      if (f.deferred && State(f.vstage).ShardArrived()) MOTLEY_RETURN_IF_ERROR(StartGather(i, f));
-    return Status::Ok();
-  }
-
-  // Finishes stage v's collectives in flight that the next op on v would race with: gathers
-  // (they write the full parameters and read the shard) and/or reductions (they read the full
-  // gradients).
-  Status CompleteStage(int v, bool gathers, bool reductions) {
-    std::vector<int> ops;
-    for (const auto& [i, f] : in_flight_)
-      if (f.vstage == v && (f.gather ? gathers : reductions)) ops.push_back(i);
-    for (int i : ops) MOTLEY_RETURN_IF_ERROR(Complete(i));
+      if (f.deferred && State(f.ministage).ShardArrived()) MOTLEY_RETURN_IF_ERROR(StartGather(i, f));
     return Status::Ok();
   }
 
@@ -620,11 +580,6 @@ class Executor::StepRun {
     if (ex_.config_.record_trace) Trace(i, f.start_s);
     return Status::Ok();
   }
-  Status CompleteAll() {
-    while (!in_flight_.empty()) MOTLEY_RETURN_IF_ERROR(Complete(in_flight_.begin()->first));
-    return Status::Ok();
-  }
-
   Executor& ex_;
   const StepInputs& in_;
   const Program& prog_;
@@ -633,10 +588,11 @@ class Executor::StepRun {
   torch::Tensor loss_sum_, norm_sq_;  // float64 scalars on the device
   bool norm_known_ = false;           // the global norm was summed (kGradNorm; clipping)
   std::map<int64_t, torch::Tensor> tokens_;
-  std::map<Key, torch::Tensor> boundary_, host_boundary_, act_in_, grad_in_;
+  std::map<Key, torch::Tensor> boundary_, host_boundary_;
+  std::map<Buffer, torch::Tensor> activations_;  // inputs and output gradients made here, until taken
   std::map<Key, CopyTicket> boundary_ready_, host_boundary_done_;  // activation prefetches and offloads in flight
   std::map<Key, std::pair<torch::Tensor, torch::Tensor>> graph_;  // no checkpointing: (input leaf, output)
-  std::map<int64_t, PendingRecv> recvs_;                          // by tag
+  std::map<Buffer, PendingRecv> recvs_;                           // by the buffer they write
   std::vector<std::pair<PendingTransfer, torch::Tensor>> sends_;
   std::shared_future<Status> previous_send_;
   struct InFlight {
@@ -646,8 +602,7 @@ class Executor::StepRun {
     double bytes = 0;
     double needed_s = 0;  // what the emulated link needs; 0 when not emulated
     std::function<void()> then;
-    int vstage = -1;
-    bool gather = false;    // else a gradient reduction
+    int ministage = -1;
     bool deferred = false;  // a gather not started yet: its shard is still being prefetched
   };
   std::map<int, InFlight> in_flight_;  // collectives by op index

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/message_tags.h"
 
 namespace motley {
 
@@ -128,11 +129,10 @@ torch::Tensor FlexTpTeam::Keep(Layer& l, double ratio, torch::Device device) {
 }
 
 int64_t FlexTpTeam::Tag(int layer, bool attention, bool gradients, size_t move) {
-  // Above the pipeline's tags (stage x microbatch, small), below 2^31 (Gloo's tags are ints).
-  constexpr int64_t kBase = int64_t{1} << 29, kMovesPerLayer = 1024;
+  constexpr int64_t kMovesPerLayer = 1024;
   MOTLEY_CHECK_LT(move, static_cast<size_t>(kMovesPerLayer));
-  return kBase + ((static_cast<int64_t>(layer) * 2 + (attention ? 1 : 0)) * 2 + (gradients ? 1 : 0)) * kMovesPerLayer +
-         static_cast<int64_t>(move);
+  return MessageTag(TagRange::kFlexTp, ((static_cast<int64_t>(layer) * 2 + (attention ? 1 : 0)) * 2 + (gradients ? 1 : 0)) * kMovesPerLayer +
+         static_cast<int64_t>(move));
 }
 
 Status FlexTpTeam::WaitAll(std::vector<Result<PendingTransfer>>& transfers, const torch::Device& device) {

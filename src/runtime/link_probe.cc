@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/units.h"
+#include "core/message_tags.h"
 #include "runtime/cuda_device.h"
 #include "runtime/device_emulation.h"
 
@@ -133,7 +134,7 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
     const int peer = me == p.a ? p.b : p.a;
     const Link nominal = cluster.LinkBetween(p.a, p.b);
     std::vector<double> sizes, one_way;
-    int64_t tag = (int64_t{1} << 29) + static_cast<int64_t>(k) * 4096;
+    int64_t tag = MessageTag(TagRange::kLinkProbe, static_cast<int64_t>(k) * 4096);
     for (int64_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= 8) {
       const double predicted = nominal.latency_s + static_cast<double>(bytes) / nominal.bandwidth_bytes_per_s;
       if (sizes.size() >= 2 && predicted > config.max_transfer_s) break;

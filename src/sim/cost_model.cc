@@ -93,7 +93,7 @@ double CostModel::ComputeS(int device, const Op& op) const {
       break;
     case OpKind::kOptimizerStep:
       if (entry != nullptr && entry->optimizer_ms_per_mparam > 0) {
-        t = op.flops / kAdamFlopsPerParam * 1e-6 * entry->optimizer_ms_per_mparam * 1e-3;  // measured
+        t = op.params * 1e-6 * entry->optimizer_ms_per_mparam * 1e-3;  // measured
       } else {
         // Memory-bound: read and write parameters, gradients and optimizer state once.
         t = std::max(op.flops / motley::PeakFlops(spec, MasterPrecision(precision_)), op.bytes / spec.memory_bandwidth_bytes_per_s);

@@ -335,7 +335,7 @@ std::string ChromeTraceJson(const Schedule& schedule, const Cluster& cluster, co
   for (const auto& t : result.trace) {
     const Op& op = schedule.programs[t.rank].ops[t.op];
     std::string name(OpKindName(op.kind));
-    if (op.ministage >= 0) name += fmt::format(" ms{}", op.ministage);
+    if (op.ministage >= 0) name += fmt::format(" ms{}", schedule.ministages.at(op.ministage).index);
     if (op.microbatch >= 0) name += fmt::format(" mb{}", op.microbatch);
     nlohmann::json args = {{"op", t.op}};
     if (op.layer_end > op.layer_begin) args["layers"] = {op.layer_begin, op.layer_end};

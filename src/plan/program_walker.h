@@ -1,0 +1,72 @@
+// ProgramWalker: the bookkeeping of running one rank's program — the part every executor shares,
+// kept apart from what an op does (the way ninja's builder is kept apart from its command runner).
+//
+// The walker starts ops in program order. Before op i starts it finishes:
+//   * the ops in flight that i depends on (Op::deps);
+//   * the ops in flight that i would race with on a buffer: one in flight writes (or frees) a
+//     buffer i reads or writes, or reads a buffer i writes or frees;
+//   * the ops in flight the runner reports done (so what they hold goes as soon as it can).
+// It keeps the set of buffers the rank holds: a step starts from Program::resident, an op may read
+// only what is held (or what it writes itself), its writes become held when it starts, its frees
+// go when it finishes; the step must end holding exactly Program::resident again. Any breach is
+// an error naming the op and the buffer, so a schedule that would make the runtime read freed or
+// missing data stops with a clear message instead of computing garbage.
+//
+// Implementations of OpRunner: the runtime's tensor executor (runtime/executor_step.cc) and
+// RecordingOpRunner (program_walker_test.cc), which records what would run and checks the order.
+#pragma once
+
+#include <functional>
+#include <set>
+#include <vector>
+
+#include "core/status.h"
+#include "plan/schedule.h"
+
+namespace motley {
+
+/// What an executor does with an op; ProgramWalker decides when.
+class OpRunner {
+ public:
+  virtual ~OpRunner() = default;
+  /// Called before each op is considered (the runner may advance its own background work).
+  virtual Status BeforeOp(int /*op*/) { return Status::Ok(); }
+  /// Starts op `op`. Returns true when it is finished on return, false when it stays in flight
+  /// (a collective, a transfer) until Finish(op).
+  virtual Result<bool> Start(int op) = 0;
+  /// Whether an op in flight has completed (Finish will not wait). Default: never known.
+  virtual bool Done(int /*op*/) { return false; }
+  /// Waits for an op in flight and applies what follows it.
+  virtual Status Finish(int op) = 0;
+  /// A buffer's last use on this rank has finished (Op::frees).
+  virtual Status Free(const Buffer& /*buffer*/) { return Status::Ok(); }
+};
+
+class ProgramWalker {
+ public:
+  ProgramWalker(const Program& program, OpRunner* runner) : program_(program), runner_(runner) {}
+
+  /// Runs every op of the program, then finishes whatever is still in flight, and checks the
+  /// rank ends the step holding its resident buffers.
+  Status Run();
+
+  /// Ops in flight now (op indices), for runners and tests.
+  const std::set<int>& in_flight() const { return in_flight_; }
+  const std::set<Buffer>& held() const { return held_; }
+
+ private:
+  Status Step(int op);
+  Status FinishOp(int op);
+  Status FinishConflicts(int op);
+
+  const Program& program_;
+  OpRunner* runner_;
+  std::set<int> in_flight_;
+  std::set<Buffer> held_;
+};
+
+/// Walks every rank's program with a runner that runs each op at once (nothing in flight): the
+/// buffer discipline of a whole schedule. Returns "" when sound, else the first problem.
+std::string CheckScheduleBuffers(const Schedule& s);
+
+}  // namespace motley

@@ -1,0 +1,232 @@
+// The executor's bookkeeping (plan/program_walker.h) on a recording fake: no processes, no tensors.
+// The fake keeps what it is told — which ops started, finished and freed what — and checks the
+// data flow on its own terms (each buffer's last writer and readers), independently of how the
+// walker decides.
+#include "plan/program_walker.h"
+
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "plan/lower.h"
+#include "plan/plan_io.h"
+#include "sim/test_models.h"
+
+namespace motley {
+namespace {
+
+using test::FastCluster;
+using test::LayerHeavyModel;
+using test::RandomPlan;
+
+// Records what the walker asks of it. Collectives and transfers stay in flight until the walker
+// finishes them (or, with `done_after`, report done that many ops after they started); the rest
+// finish at once. Every problem it sees is kept in `problems`.
+class RecordingOpRunner : public OpRunner {
+ public:
+  explicit RecordingOpRunner(const Program& p, int done_after = -1) : program_(p), done_after_(done_after) {}
+
+  Status BeforeOp(int op) override {
+    now_ = op;
+    return Status::Ok();
+  }
+  Result<bool> Start(int i) override {
+    const Op& op = program_.ops[i];
+    log.push_back(fmt::format("start {} {}", i, OpKindName(op.kind)));
+    if (i != next_) problems.push_back(fmt::format("op {} started out of program order (expected {})", i, next_));
+    ++next_;
+    for (int d : op.deps)
+      if (!finished_.count(d)) problems.push_back(fmt::format("op {} started before its dep {} finished", i, d));
+    // Read after write: the buffer's last writer has finished. Write after read or write: every
+    // earlier reader and writer of it has.
+    for (const Buffer& b : op.reads)
+      if (auto w = writer_.find(b); w != writer_.end() && w->second != i && !finished_.count(w->second))
+        problems.push_back(fmt::format("op {} reads {} while op {} still writes it", i, BufferName(b), w->second));
+    for (const Buffer& b : op.writes) {
+      if (auto w = writer_.find(b); w != writer_.end() && !finished_.count(w->second))
+        problems.push_back(fmt::format("op {} writes {} while op {} still writes it", i, BufferName(b), w->second));
+      for (int r : readers_[b])
+        if (!finished_.count(r))
+          problems.push_back(fmt::format("op {} writes {} while op {} still reads it", i, BufferName(b), r));
+    }
+    for (const Buffer& b : op.reads) readers_[b].insert(i);
+    for (const Buffer& b : op.writes) writer_[b] = i;
+    const bool in_flight = IsCollective(op.kind) || op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
+    if (in_flight) {
+      started_at_[i] = i;
+      max_in_flight = std::max(max_in_flight, static_cast<int>(started_at_.size()));
+      return false;
+    }
+    finished_.insert(i);
+    return true;
+  }
+  bool Done(int i) override { return done_after_ >= 0 && now_ - started_at_.at(i) >= done_after_; }
+  Status Finish(int i) override {
+    log.push_back(fmt::format("finish {}", i));
+    if (!started_at_.erase(i)) problems.push_back(fmt::format("op {} finished but was not in flight", i));
+    finished_.insert(i);
+    return Status::Ok();
+  }
+  Status Free(const Buffer& b) override {
+    log.push_back("free " + BufferName(b));
+    for (int r : readers_[b])
+      if (!finished_.count(r)) problems.push_back(fmt::format("{} freed while op {} reads it", BufferName(b), r));
+    readers_.erase(b);
+    writer_.erase(b);
+    ++frees;
+    return Status::Ok();
+  }
+
+  std::vector<std::string> log, problems;
+  int max_in_flight = 0, frees = 0;
+
+ private:
+  const Program& program_;
+  int done_after_;
+  int now_ = 0, next_ = 0;
+  std::set<int> finished_;
+  std::map<int, int> started_at_;  // in flight: op -> the op index at its start
+  std::map<Buffer, int> writer_;
+  std::map<Buffer, std::set<int>> readers_;
+};
+
+Status Walk(const Program& p, RecordingOpRunner* runner) { return ProgramWalker(p, runner).Run(); }
+
+TEST(ProgramWalker, RandomPlansRunWithEveryCollectiveAndTransferInFlightAsLongAsPossible) {
+  std::mt19937 rng(7);
+  ModelSpec m = LayerHeavyModel(12);
+  m.vocab_size = 32;
+  Cluster cluster = FastCluster(8);
+  int overlapped = 0;
+  for (int i = 0; i < 300; ++i) {
+    Plan plan = RandomPlan(rng, 8, m);
+    Result<Schedule> s = LowerPlan(plan, cluster, m);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    for (const Program& p : s->programs) {
+      for (int done_after : {-1, 0, 3}) {  // finished only when needed; as soon as possible; a little later
+        RecordingOpRunner runner(p, done_after);
+        Status st = Walk(p, &runner);
+        ASSERT_TRUE(st.ok()) << "plan " << i << " rank " << p.rank << ": " << st.message() << "\n"
+                             << PlanToToml(plan);
+        ASSERT_TRUE(runner.problems.empty()) << "plan " << i << " rank " << p.rank << ": " << runner.problems[0];
+        if (done_after < 0 && runner.max_in_flight > 1) ++overlapped;
+      }
+    }
+  }
+  EXPECT_GT(overlapped, 100);  // collectives do overlap the compute (and each other)
+}
+
+// A hand-made program: ministage 0 on one rank, ZeRO-1 style.
+Program TinyProgram() {
+  const Buffer grads{BufferKind::kGrads, 0}, grad_shard{BufferKind::kGradShard, 0}, shard{BufferKind::kShard, 0},
+      params{BufferKind::kParams, 0}, moments{BufferKind::kMoments, 0};
+  Program p;
+  p.resident = {params, shard, moments, grads, grad_shard};
+  auto op = [](OpKind kind, std::vector<Buffer> reads, std::vector<Buffer> writes, std::vector<Buffer> frees = {}) {
+    Op o;
+    o.kind = kind;
+    o.ministage = 0;
+    o.reads = std::move(reads);
+    o.writes = std::move(writes);
+    o.frees = std::move(frees);
+    return o;
+  };
+  p.ops.push_back(op(OpKind::kForward, {params}, {{BufferKind::kSaved, 0, 0}}));
+  p.ops.push_back(op(OpKind::kBackward, {params, {BufferKind::kSaved, 0, 0}}, {grads}, {{BufferKind::kSaved, 0, 0}}));
+  p.ops.push_back(op(OpKind::kReduceScatter, {grads}, {grads, grad_shard}));
+  p.ops.push_back(op(OpKind::kForward, {params}, {{BufferKind::kSaved, 0, 1}}));  // races with nothing
+  p.ops.push_back(op(OpKind::kOptimizerStep, {shard, grad_shard, moments}, {shard, grad_shard, moments}));
+  p.ops.push_back(op(OpKind::kAllGather, {shard}, {params}));
+  p.ops.push_back(op(OpKind::kBackward, {params, {BufferKind::kSaved, 0, 1}}, {grads}, {{BufferKind::kSaved, 0, 1}}));
+  return p;
+}
+
+TEST(ProgramWalker, FinishesACollectiveRightBeforeTheFirstOpThatRacesWithIt) {
+  const Program p = TinyProgram();
+  RecordingOpRunner runner(p);
+  ASSERT_TRUE(Walk(p, &runner).ok());
+  EXPECT_TRUE(runner.problems.empty()) << runner.problems[0];
+  // The reduce-scatter stays in flight over the forward that needs none of its buffers, and ends
+  // before the optimizer step reads the gradient shard; the gather ends before the backward
+  // reads the parameters.
+  const std::vector<std::string> expected = {
+      "start 0 forward",        "start 1 backward",       "free saved(ms0, mb0)", "start 2 reduce_scatter",
+      "start 3 forward",        "finish 2",               "start 4 optimizer_step", "start 5 all_gather",
+      "finish 5",               "start 6 backward",       "free saved(ms0, mb1)"};
+  EXPECT_EQ(runner.log, expected);
+}
+
+TEST(ProgramWalker, AReadOfSomethingNotHeldIsAnErrorNamingTheOpAndTheBuffer) {
+  Program p = TinyProgram();
+  p.ops[1].frees.push_back({BufferKind::kParams, 0});  // the full parameters go after the first backward
+  RecordingOpRunner runner(p);
+  Status st = Walk(p, &runner);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("op 3 (forward) reads params(ms0), which the rank does not hold"), std::string::npos)
+      << st.message();
+}
+
+TEST(ProgramWalker, AStepThatDoesNotEndInItsResidentStateIsAnError) {
+  Program p = TinyProgram();
+  p.ops[6].frees.clear();  // the second microbatch's boundaries are never freed
+  RecordingOpRunner runner(p);
+  Status st = Walk(p, &runner);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("saved(ms0, mb1) left over"), std::string::npos) << st.message();
+
+  Program q = TinyProgram();
+  q.ops[4].frees.push_back({BufferKind::kMoments, 0});  // the moments go and never come back
+  RecordingOpRunner runner2(q);
+  st = Walk(q, &runner2);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("moments(ms0) missing"), std::string::npos) << st.message();
+}
+
+TEST(ProgramWalker, AnOpInFlightFreesWhatItUsesOnlyWhenItFinishes) {
+  Program p = TinyProgram();
+  // ZeRO-2: the reduce-scatter frees the full gradients, which the next backward writes anew.
+  p.resident.erase(std::find(p.resident.begin(), p.resident.end(), Buffer{BufferKind::kGrads, 0}));
+  p.ops[2].writes = {{BufferKind::kGradShard, 0}};
+  p.ops[2].frees = {{BufferKind::kGrads, 0}};
+  p.ops[6].frees.push_back({BufferKind::kGrads, 0});  // and the step ends without them
+  RecordingOpRunner runner(p);
+  ASSERT_TRUE(Walk(p, &runner).ok());
+  EXPECT_TRUE(runner.problems.empty()) << runner.problems[0];
+  const auto at = [&](const std::string& line) {
+    return std::find(runner.log.begin(), runner.log.end(), line) - runner.log.begin();
+  };
+  EXPECT_LT(at("start 3 forward"), at("free grads(ms0)"));  // still in flight over the forward
+  EXPECT_EQ(at("free grads(ms0)"), at("finish 2") + 1);
+}
+
+TEST(ProgramWalker, EveryLoweredScheduleOfTheRandomPlansKeepsItsBufferDiscipline) {
+  std::mt19937 rng(99);
+  ModelSpec m = LayerHeavyModel(12);
+  m.vocab_size = 32;
+  Cluster cluster = FastCluster(8);
+  for (int i = 0; i < 300; ++i) {
+    Plan plan = RandomPlan(rng, 8, m);
+    Result<Schedule> s = LowerPlan(plan, cluster, m);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    ASSERT_EQ(CheckScheduleBuffers(*s), "") << "plan " << i << ":\n" << PlanToToml(plan);
+    // Receives write exactly what the matching sends read.
+    for (const Program& p : s->programs)
+      for (const Op& op : p.ops)
+        if (op.kind == OpKind::kSend) {
+          bool matched = false;
+          for (const Op& other : s->programs[op.peer].ops)
+            matched = matched || (other.kind == OpKind::kRecv && other.peer == p.rank && other.tag == op.tag &&
+                                  other.writes == op.reads);
+          ASSERT_TRUE(matched) << "plan " << i << ": rank " << p.rank << " sends " << BufferName(op.reads.at(0))
+                               << " to rank " << op.peer << " and nothing there receives it";
+        }
+  }
+}
+
+}  // namespace
+}  // namespace motley
