@@ -100,6 +100,10 @@ class Lowerer {
   void DescribeState();
   /// Backward ops after which the gradients are read before another backward adds to them.
   void MarkCompleteGradients();
+  /// Adds the deps the buffers imply (read after write, write after read or write), so that an
+  /// executor that runs ops as soon as their deps allow — the simulator — keeps the data flow the
+  /// runtime keeps by running in program order.
+  void AddBufferDeps();
   int RankOf(int v, int64_t m) const { return routing_rank_[vstages_[v].group][m]; }
 
   const Plan& plan_;
@@ -556,6 +560,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
       const std::vector<int> peers = peers_out(v + 1);
       // Every receiving rank gets its own copy; the output is freed after the last send (or kept
       // for the next ministage when it runs here too).
+      std::vector<int32_t> sent;
       for (size_t i = 0; i < peers.size(); ++i) {
         Op send = base_op(OpKind::kSend, Stream::kComm);
         send.peer = peers[i];
@@ -564,9 +569,12 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
         const bool kept_here = RankOf(v + 1, m) <= r && r < RankOf(v + 1, m) + Tp(vstages_[v + 1].group);
         send.device_free_bytes = (i + 1 == peers.size() && !kept_here) ? act : 0;
         send.reads.push_back(Buf(BufferKind::kInput, v + 1, m));
-        if (send.device_free_bytes > 0) send.frees = send.reads;
         send.deps.push_back(f);
-        Emit(r, std::move(send));
+        if (send.device_free_bytes > 0) {  // the last use: after the other sends of it
+          send.frees = send.reads;
+          send.deps.insert(send.deps.end(), sent.begin(), sent.end());
+        }
+        sent.push_back(Emit(r, std::move(send)));
       }
       if (peers.empty() && !(RankOf(v + 1, m) <= r && r < RankOf(v + 1, m) + Tp(vstages_[v + 1].group))) {
         s_.programs[r].ops[f].device_alloc_bytes -= output;  // nobody downstream needs this rank's copy
@@ -636,6 +644,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   if (v > 0) {
     const std::vector<int> peers = peers_out(v - 1);
     const bool kept_here = RankOf(v - 1, m) <= r && r < RankOf(v - 1, m) + Tp(vstages_[v - 1].group);
+    std::vector<int32_t> sent;
     for (size_t i = 0; i < peers.size(); ++i) {
       Op send = base_op(OpKind::kSend, Stream::kComm);
       send.peer = peers[i];
@@ -643,9 +652,12 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
       send.bytes = act;
       send.device_free_bytes = (i + 1 == peers.size() && !kept_here) ? act : 0;
       send.reads.push_back(Buf(BufferKind::kOutputGrad, v - 1, m));
-      if (send.device_free_bytes > 0) send.frees = send.reads;
       send.deps.push_back(b);
-      Emit(r, std::move(send));
+      if (send.device_free_bytes > 0) {  // the last use: after the other sends of it
+        send.frees = send.reads;
+        send.deps.insert(send.deps.end(), sent.begin(), sent.end());
+      }
+      sent.push_back(Emit(r, std::move(send)));
     }
     if (peers.empty() && !kept_here) s_.programs[r].ops[b].device_alloc_bytes -= input_grad;
   }
@@ -818,6 +830,7 @@ Result<Schedule> Lowerer::Run() {
   }
 
   if (plan_.gradient_clipping) HoldUpdatesForTheNorm();
+  AddBufferDeps();
   MarkCompleteGradients();
   DescribeState();
 
@@ -902,6 +915,31 @@ void Lowerer::HoldUpdatesForTheNorm() {
       ops.push_back(norm);
     }
     p.ops = std::move(ops);
+  }
+}
+
+void Lowerer::AddBufferDeps() {
+  for (Program& p : s_.programs) {
+    std::map<Buffer, int> writer;
+    std::map<Buffer, std::vector<int>> readers;
+    for (int j = 0; j < static_cast<int>(p.ops.size()); ++j) {
+      Op& op = p.ops[j];
+      for (const Buffer& b : op.reads)
+        if (auto w = writer.find(b); w != writer.end()) op.deps.push_back(w->second);
+      for (const Buffer& b : op.writes) {
+        if (auto w = writer.find(b); w != writer.end()) op.deps.push_back(w->second);
+        for (int k : readers[b]) op.deps.push_back(k);
+      }
+      std::sort(op.deps.begin(), op.deps.end());
+      op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
+      for (const Buffer& b : op.reads) readers[b].push_back(j);
+      for (const Buffer& b : op.writes) {
+        writer[b] = j;
+        readers[b].clear();
+      }
+      // A buffer is one slot: writing it anew waits for the op that freed it (and its readers).
+      for (const Buffer& b : op.frees) writer[b] = j;
+    }
   }
 }
 

@@ -155,6 +155,15 @@ class Executor::StepRun : public OpRunner {
     if (in_.die_mid_step && i == static_cast<int>(prog_.ops.size()) / 2) ::raise(SIGKILL);
     if (device_timed_) op_start_event_[i] = RecordTimingEvent(ex_.copies_->device());
     ex_.copies_->Pump();  // the next pieces of the parameter copies in flight
+    // Sent activations go once delivered (the simulator frees them at the send's end too).
+    for (auto it = sends_.begin(); it != sends_.end();) {
+      if (!it->first.Done()) {
+        ++it;
+        continue;
+      }
+      MOTLEY_RETURN_IF_ERROR(it->first.Wait());  // done: reports a failure, does not wait
+      it = sends_.erase(it);
+    }
     return StartArrivedGathers();
   }
   // Collectives stay in flight (on the comm stream) until an op needs them; the rest finish here.

@@ -15,6 +15,7 @@
 
 #include "plan/lower.h"
 #include "plan/plan_io.h"
+#include "sim/simulator.h"
 #include "sim/test_models.h"
 
 namespace motley {
@@ -226,6 +227,62 @@ TEST(ProgramWalker, EveryLoweredScheduleOfTheRandomPlansKeepsItsBufferDiscipline
                                << " to rank " << op.peer << " and nothing there receives it";
         }
   }
+}
+
+// The simulator runs ops on parallel streams as soon as their deps allow, with no hazard checks of
+// its own (unlike the walker): so the lowering's deps alone must keep the data flow — or the
+// simulator would time a program the runtime does not run.
+TEST(ProgramWalker, TheSimulatorsTimelineKeepsEveryBufferHazardThroughTheDepsAlone) {
+  std::mt19937 rng(5);
+  ModelSpec m = LayerHeavyModel(12);
+  m.vocab_size = 32;
+  Cluster cluster = FastCluster(8);
+  SimConfig config;
+  config.record_trace = true;
+  int checked = 0;
+  for (int i = 0; i < 200; ++i) {
+    Plan plan = RandomPlan(rng, 8, m);
+    Result<Schedule> s = LowerPlan(plan, cluster, m);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    CostModel costs(cluster, m, nullptr, plan.seq_len, plan.precision, plan.activation_checkpointing);
+    Result<SimResult> r = Simulate(*s, cluster, costs, config);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    std::map<std::pair<int, int>, std::pair<double, double>> span;  // (rank, op) -> start, end
+    for (const TraceEvent& t : r->trace) span[{t.rank, t.op}] = {t.start_s, t.end_s};
+    for (const Program& p : s->programs) {
+      std::map<Buffer, int> writer;
+      std::map<Buffer, std::vector<int>> readers;
+      for (int j = 0; j < static_cast<int>(p.ops.size()); ++j) {
+        const Op& op = p.ops[j];
+        const double start = span.at({p.rank, j}).first;
+        auto ended = [&](int k) { return span.at({p.rank, k}).second <= start + 1e-12; };
+        auto where = [&](int k, const Buffer& b, const char* what) {
+          return fmt::format("plan {} rank {}: op {} ({}) {} {} before op {} ({}) is done\n{}", i, p.rank, j,
+                             OpKindName(op.kind), what, BufferName(b), k, OpKindName(p.ops[k].kind), PlanToToml(plan));
+        };
+        for (const Buffer& b : op.reads)
+          if (auto w = writer.find(b); w != writer.end()) ASSERT_TRUE(ended(w->second)) << where(w->second, b, "reads");
+        for (const Buffer& b : op.writes) {
+          if (auto w = writer.find(b); w != writer.end() && w->second != j)
+            ASSERT_TRUE(ended(w->second)) << where(w->second, b, "overwrites");
+          for (int k : readers[b])
+            if (k != j) ASSERT_TRUE(ended(k)) << where(k, b, "overwrites");
+        }
+        // A free takes effect when the op ends: every other reader must be done by then.
+        const double end = span.at({p.rank, j}).second;
+        for (const Buffer& b : op.frees)
+          for (int k : readers[b])
+            if (k != j) ASSERT_LE(span.at({p.rank, k}).second, end + 1e-12) << where(k, b, "frees");
+        for (const Buffer& b : op.reads) readers[b].push_back(j);
+        for (const Buffer& b : op.writes) {
+          writer[b] = j;
+          readers[b].clear();
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 10000);
 }
 
 }  // namespace
