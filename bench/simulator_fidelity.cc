@@ -32,7 +32,8 @@ namespace {
 
 constexpr char kHeader[] = "model = \"llama-1m\"\ncluster = \"local-emulated\"\nseq_len = 128\nprecision = \"fp32\"\n";
 
-// Hand-made plans the planners would not choose, to cover offload, ZeRO-3 and 1F1B.
+// Hand-made plans the planners would not choose, to cover offload, ZeRO-3, 1F1B (one and two devices
+// per stage), tensor parallelism and a pipeline at ZeRO-3. Every plan clips gradients (the default).
 const std::vector<std::pair<std::string, std::string>> kHandPlans = {
     {"zorse-offload", R"(schedule = "interleaved"
 zero_stage = 2
@@ -78,6 +79,40 @@ ministages = [[3, 4]]
 devices = [3]
 microbatch_size = [4]
 num_microbatches = [8]
+)"},
+    {"1f1b-2x2", R"(schedule = "1f1b"
+zero_stage = 2
+[[groups]]
+ministages = [[0, 2]]
+devices = [0, 2]
+microbatch_size = [4, 4]
+num_microbatches = [6, 2]
+[[groups]]
+ministages = [[2, 4]]
+devices = [1, 3]
+microbatch_size = [4, 4]
+num_microbatches = [6, 2]
+)"},
+    {"tp2-dp2", R"(zero_stage = 1
+[[groups]]
+ministages = [[0, 4]]
+devices = [0, 1, 2, 3]
+tp_degree = 2
+microbatch_size = [4, 4, 4, 4]
+num_microbatches = [4, 4, 4, 4]
+)"},
+    {"gpipe-zero3", R"(schedule = "gpipe"
+zero_stage = 3
+[[groups]]
+ministages = [[0, 1], [1, 2]]
+devices = [0, 2]
+microbatch_size = [4, 4]
+num_microbatches = [6, 2]
+[[groups]]
+ministages = [[2, 4]]
+devices = [1, 3]
+microbatch_size = [4, 4]
+num_microbatches = [6, 2]
 )"},
 };
 

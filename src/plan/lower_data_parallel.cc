@@ -1,0 +1,93 @@
+// One group, not interleaved (Poplar): every device runs its own microbatches, forward then
+// backward, in step with the others by microbatch index; collectives per index as the ZeRO stage asks.
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "core/check.h"
+#include "plan/lowerer.h"
+
+namespace motley::lowering {
+
+void Lowerer::EmitDataParallel() {
+  // Devices advance in step by microbatch index; collectives per index when the ZeRO stage asks.
+  int64_t max_index =
+      local_index_.empty() ? 0 : *std::max_element(local_index_.begin(), local_index_.end()) + 1;
+  int visit = 0;  // numbers the gathers, so that at most two ministages are gathered at a time
+  for (int64_t k = 0; k < max_index; ++k) {
+    std::vector<int64_t> ms;
+    for (int64_t m = 0; m < num_mb_; ++m)
+      if (local_index_[m] == k) ms.push_back(m);
+    // The visits of this index: forward through the ministages, then backward. With ZeRO-3 the
+    // next visit's parameters are gathered while this one computes (at most two gathered); the
+    // last ministage turns around with its parameters in place.
+    std::vector<std::pair<bool, int>> visits;
+    for (int v = 0; v < num_vstages_; ++v) visits.push_back({false, v});
+    for (int v = num_vstages_ - 1; v >= 0; --v) visits.push_back({true, v});
+    const int first_visit = visit;
+    auto continues = [&](size_t i) {  // visit i is the turn-around of visit i - 1
+      return i > 0 && visits[i].first && !visits[i - 1].first && visits[i].second == visits[i - 1].second;
+    };
+    auto prepare = [&](size_t i) {
+      const auto [backward, v] = visits[i];
+      visit_number_[{0, (backward ? num_vstages_ : 0) + v}] = first_visit + static_cast<int>(i);
+      if (!continues(i)) EmitVisitPrepare(0, v, backward);
+    };
+    if (policy_.gather_per_microbatch) prepare(0);
+    for (size_t i = 0; i < visits.size(); ++i) {
+      const auto [backward, v] = visits[i];
+      if (policy_.gather_per_microbatch && i + 1 < visits.size()) prepare(i + 1);
+      for (int64_t m : ms) EmitTask({backward, v, m});
+      if (!backward) {
+        if (policy_.gather_per_microbatch && !continues(i + 1)) EmitFinishForward(0, v);
+        continue;
+      }
+      if (policy_.gather_per_microbatch) {
+        const int number = first_visit + static_cast<int>(i);
+        for (int r : group_ranks_[0]) {
+          auto lc = last_compute_.find({r, v});
+          int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
+          s_.programs[r].ops[release].device_free_bytes += RankParams(v) * param_bytes_;
+          s_.programs[r].ops[release].frees.push_back(Buf(BufferKind::kParams, v));
+          release_op_[{r, number}] = release;
+        }
+      }
+      if (policy_.reduce_per_microbatch) {
+        // Gradients of this microbatch; the optimizer steps once, after the last one.
+        if (k + 1 < max_index) {
+          const double full = RankParams(v) * grad_bytes_;
+          std::vector<int> ops = EmitCollective(OpKind::kReduceScatter, 0, v, full);
+          for (size_t i = 0; i < ops.size(); ++i) {
+            const int r = group_ranks_[0][i];
+            Op& op = s_.programs[r].ops[ops[i]];
+            if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end())
+              op.deps.push_back(lc->second);
+            // A device without a microbatch at this index contributes zeros.
+            op.reads.push_back(Buf(BufferKind::kGrads, v));
+            op.writes.push_back(Buf(BufferKind::kGradShard, v));
+            if (!grads_allocated_[{r, v}]) {
+              op.device_alloc_bytes = full;
+              op.writes.push_back(Buf(BufferKind::kGrads, v));
+            }
+            op.device_free_bytes = full;
+            op.frees.push_back(Buf(BufferKind::kGrads, v));
+            AddGlooReduceScatterBuffer(op, full, group_ranks_[0].size());
+            grads_allocated_[{r, v}] = false;
+            last_reduce_[{r, v}] = ops[i];
+            reduce_ops_[r].push_back(ops[i]);
+          }
+        } else {
+          EmitReduceAndStep(0, v);
+        }
+      } else if (k + 1 == max_index) {
+        EmitReduceAndStep(0, v);
+      }
+      for (int r : group_ranks_[0]) gather_op_.erase({r, v});
+    }
+    visit = first_visit + static_cast<int>(visits.size());
+  }
+}
+
+}  // namespace motley::lowering

@@ -1,0 +1,170 @@
+// Passes over the finished programs: gradient clipping's hold of the updates, the deps the
+// buffers imply, where gradients are complete, and the state executors start from.
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "core/check.h"
+#include "plan/lowerer.h"
+
+namespace motley::lowering {
+
+// Gradient clipping (Plan::gradient_clipping): an update needs the global gradient norm, and the
+// norm needs every gradient. On each rank the optimizer steps — and the all-gathers and parameter
+// offloads that follow an update of the same ministage — move, in their order, after one
+// kGradNorm collective over every rank that waits for the rank's gradient reductions. Ops that
+// waited for a held one only to bound memory (a prefetch after another ministage's offload: the
+// residency bound) no longer wait: the bound holds until the updates, not through them.
+void Lowerer::HoldUpdatesForTheNorm() {
+  std::vector<int> everyone;
+  for (size_t r = 0; r < s_.programs.size(); ++r) everyone.push_back(static_cast<int>(r));
+  const int norm_collective = NewCollective(OpKind::kGradNorm, everyone, 2 * sizeof(double));  // loss, norm^2
+  for (Program& p : s_.programs) {
+    const size_t n = p.ops.size();
+    std::vector<bool> held(n, false);
+    for (size_t i = 0; i < n; ++i) {
+      const Op& op = p.ops[i];
+      bool hold = op.kind == OpKind::kOptimizerStep;
+      if (op.kind == OpKind::kAllGather || op.kind == OpKind::kParamOffload)
+        for (int d : op.deps) hold = hold || (held[d] && p.ops[d].layer_begin == op.layer_begin);
+      held[i] = hold;
+    }
+    Op norm;
+    norm.kind = OpKind::kGradNorm;
+    norm.stream = Stream::kComm;
+    norm.collective = norm_collective;
+    norm.bytes = 2 * sizeof(double);
+    for (int v = 0; v < num_vstages_; ++v)  // the reduced gradients of every ministage of the rank
+      if (vstages_[v].group == group_of_rank_[p.rank])
+        norm.reads.push_back(Buf(plan_.zero_stage == 0 ? BufferKind::kGrads : BufferKind::kGradShard, v));
+    for (size_t i = 0; i < n; ++i)
+      if (p.ops[i].kind == OpKind::kOptimizerStep)
+        for (int d : p.ops[i].deps)
+          if (!held[d]) norm.deps.push_back(d);  // the reduced gradients
+    std::vector<int> index(n);
+    std::vector<size_t> order;
+    for (size_t i = 0; i < n; ++i)
+      if (!held[i]) order.push_back(i);
+    const int norm_at = static_cast<int>(order.size());
+    for (size_t i = 0; i < n; ++i)
+      if (held[i]) order.push_back(i);
+    for (size_t k = 0; k < order.size(); ++k) index[order[k]] = static_cast<int>(k < static_cast<size_t>(norm_at) ? k : k + 1);
+    auto remap = [&](const std::vector<int32_t>& deps, bool keep_held) {
+      std::vector<int32_t> out;
+      for (int d : deps)
+        if (keep_held || !held[d]) out.push_back(index[d]);
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      return out;
+    };
+    std::vector<Op> ops;
+    ops.reserve(n + 1);
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (static_cast<int>(k) == norm_at) {
+        norm.deps = remap(norm.deps, false);
+        ops.push_back(norm);
+      }
+      Op op = p.ops[order[k]];
+      op.deps = remap(op.deps, held[order[k]]);
+      if (op.kind == OpKind::kOptimizerStep) {
+        op.deps.push_back(norm_at);
+        std::sort(op.deps.begin(), op.deps.end());
+      }
+      ops.push_back(std::move(op));
+    }
+    if (norm_at == static_cast<int>(order.size())) {  // nothing held (a rank without updates)
+      norm.deps = remap(norm.deps, false);
+      ops.push_back(norm);
+    }
+    p.ops = std::move(ops);
+  }
+}
+
+void Lowerer::AddBufferDeps() {
+  for (Program& p : s_.programs) {
+    std::map<Buffer, int> writer;
+    std::map<Buffer, std::vector<int>> readers;
+    for (int j = 0; j < static_cast<int>(p.ops.size()); ++j) {
+      Op& op = p.ops[j];
+      for (const Buffer& b : op.reads)
+        if (auto w = writer.find(b); w != writer.end()) op.deps.push_back(w->second);
+      for (const Buffer& b : op.writes) {
+        if (auto w = writer.find(b); w != writer.end()) op.deps.push_back(w->second);
+        for (int k : readers[b]) op.deps.push_back(k);
+      }
+      std::sort(op.deps.begin(), op.deps.end());
+      op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
+      for (const Buffer& b : op.reads) readers[b].push_back(j);
+      for (const Buffer& b : op.writes) {
+        writer[b] = j;
+        readers[b].clear();
+      }
+      // A buffer is one slot: writing it anew waits for the op that freed it (and its readers).
+      for (const Buffer& b : op.frees) writer[b] = j;
+    }
+  }
+}
+
+void Lowerer::MarkCompleteGradients() {
+  for (Program& p : s_.programs) {
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      if (p.ops[i].kind != OpKind::kBackward) continue;
+      const int v = p.ops[i].ministage;
+      bool complete = true;  // nothing after it on this rank: the step ends
+      for (size_t j = i + 1; j < p.ops.size(); ++j) {
+        const Op& next = p.ops[j];
+        const auto reads_grads = std::any_of(next.reads.begin(), next.reads.end(), [&](const Buffer& b) {
+          return b.ministage == v && (b.kind == BufferKind::kGrads || b.kind == BufferKind::kGradShard);
+        });
+        if (reads_grads) break;
+        if (next.kind == OpKind::kBackward && next.ministage == v) {
+          complete = false;
+          break;
+        }
+      }
+      p.ops[i].gradients_complete = complete;
+    }
+  }
+}
+
+void Lowerer::DescribeState() {
+  s_.microbatch_sequences = sequences_;
+  s_.sharded_optimizer = plan_.zero_stage >= 1;
+  s_.sharded_params = plan_.zero_stage == 3 || plan_.offload_params;
+  s_.activation_checkpointing = plan_.activation_checkpointing;
+  for (int v = 0; v < num_vstages_; ++v) {
+    const int g = vstages_[v].group;
+    ScheduleMinistage m;
+    m.group = g;
+    m.index = vstages_[v].ministage;
+    m.layer_begin = vstages_[v].layers.begin;
+    m.layer_end = vstages_[v].layers.end;
+    m.embedding = m.layer_begin == 0;
+    m.head = m.layer_end == model_.num_layers;
+    m.first_rank = group_ranks_[g].front();
+    m.num_ranks = static_cast<int32_t>(group_ranks_[g].size());
+    m.tp_degree = Tp(g);
+    s_.ministages.push_back(m);
+  }
+  for (Program& p : s_.programs) {
+    const int g = group_of_rank_[p.rank];
+    const int at = p.rank - group_ranks_[g].front();
+    p.group = g;
+    p.tp_index = at % Tp(g);
+    p.dp_index = at / Tp(g);
+    p.dp_size = DpDegree(g);
+    for (int v = 0; v < num_vstages_; ++v) {
+      if (vstages_[v].group != g) continue;
+      const bool on_host = policy_.offload_params && !Resident(v);  // between visits
+      if (!s_.sharded_params) p.resident.push_back(Buf(BufferKind::kParams, v));
+      if (plan_.zero_stage >= 1 && !on_host) p.resident.push_back(Buf(BufferKind::kShard, v));
+      if (!on_host) p.resident.push_back(Buf(BufferKind::kMoments, v));
+      if (plan_.zero_stage <= 1) p.resident.push_back(Buf(BufferKind::kGrads, v));
+      if (plan_.zero_stage >= 1 && !policy_.offload_params) p.resident.push_back(Buf(BufferKind::kGradShard, v));
+    }
+  }
+}
+
+}  // namespace motley::lowering

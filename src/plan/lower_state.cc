@@ -1,0 +1,153 @@
+// A ministage's parameter and gradient traffic: bringing parameters in before a visit, dropping
+// them after, the reduction, the optimizer step and what follows it.
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "core/check.h"
+#include "plan/lowerer.h"
+
+namespace motley::lowering {
+
+// Before a visit to virtual stage v (a pass over its microbatches): bring the parameters in.
+void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
+  const int d = DpDegree(g);
+  const double full = RankParams(v) * param_bytes_;
+  const double shard = RankParams(v) / d;
+  const int visit = visit_number_[{g, (backward ? 1 : 0) * num_vstages_ + v}];
+  std::vector<int> prefetch(group_ranks_[g].size(), -1);
+  for (size_t i = 0; i < group_ranks_[g].size(); ++i) {
+    const int r = group_ranks_[g][i];
+    if (!policy_.offload_params || Resident(v)) continue;
+    Op op = StageOp(OpKind::kParamPrefetch, Stream::kH2D, v);
+    op.bytes = shard * (param_bytes_ + (backward ? opt_bytes_ : 0));
+    op.device_alloc_bytes = op.bytes;
+    op.writes.push_back(Buf(BufferKind::kShard, v));
+    if (backward) op.writes.push_back(Buf(BufferKind::kMoments, v));
+    // At most two ministages resident: wait until the one two visits back is gone.
+    if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) op.deps.push_back(it->second);
+    prefetch[i] = Emit(r, std::move(op));
+    prefetch_op_[{r, v}] = prefetch[i];
+  }
+  if (continuation) return;
+  std::vector<int> gathers = EmitCollective(OpKind::kAllGather, g, v, full);
+  for (size_t i = 0; i < gathers.size(); ++i) {
+    const int r = group_ranks_[g][i];
+    Op& op = s_.programs[r].ops[gathers[i]];
+    op.device_alloc_bytes = full;
+    op.reads.push_back(Buf(BufferKind::kShard, v));
+    op.writes.push_back(Buf(BufferKind::kParams, v));
+    if (prefetch[i] >= 0) {
+      op.deps.push_back(prefetch[i]);
+      if (!backward) {  // the shard is not needed after the gather
+        op.device_free_bytes = shard * param_bytes_;
+        op.frees.push_back(Buf(BufferKind::kShard, v));
+      }
+    } else if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) {
+      op.deps.push_back(it->second);
+    }
+    gather_op_[{r, v}] = gathers[i];
+    last_compute_.erase({r, v});
+  }
+}
+
+// After the forward visit: drop the gathered parameters (after the last compute that used them).
+void Lowerer::EmitFinishForward(int g, int v) {
+  const double full = RankParams(v) * param_bytes_;
+  const int visit = visit_number_[{g, v}];
+  for (int r : group_ranks_[g]) {
+    auto lc = last_compute_.find({r, v});
+    int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
+    s_.programs[r].ops[release].device_free_bytes += full;
+    s_.programs[r].ops[release].frees.push_back(Buf(BufferKind::kParams, v));
+    release_op_[{r, visit}] = release;
+  }
+}
+
+// Gradient reduction, the sharded optimizer step and what follows it, for virtual stage v.
+void Lowerer::EmitReduceAndStep(int g, int v) {
+  const int d = DpDegree(g);
+  const double params = RankParams(v);
+  const double full_grads = params * grad_bytes_;
+  const double shard = plan_.zero_stage == 0 ? params : params / d;
+  const OpKind reduce = plan_.zero_stage == 0 ? OpKind::kAllReduce : OpKind::kReduceScatter;
+  std::vector<int> ops = EmitCollective(reduce, g, v, full_grads);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const int r = group_ranks_[g][i];
+    reduce_ops_[r].push_back(ops[i]);
+    Op& op = s_.programs[r].ops[ops[i]];
+    if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end()) op.deps.push_back(lc->second);
+    op.reads.push_back(Buf(BufferKind::kGrads, v));
+    // ZeRO-0 reduces in place; ZeRO-1 clears the full gradients after; ZeRO >= 2 frees them.
+    if (plan_.zero_stage <= 1) op.writes.push_back(Buf(BufferKind::kGrads, v));
+    if (plan_.zero_stage >= 1) op.writes.push_back(Buf(BufferKind::kGradShard, v));
+    if (plan_.zero_stage >= 2) {
+      // The full gradient buffer goes away once reduced; the shard stays.
+      if (!grads_allocated_[{r, v}]) {  // a device with no microbatch contributes zeros
+        op.device_alloc_bytes = full_grads;
+        op.writes.push_back(Buf(BufferKind::kGrads, v));
+      }
+      op.device_free_bytes = full_grads;
+      op.frees.push_back(Buf(BufferKind::kGrads, v));
+      if (policy_.offload_params) op.device_alloc_bytes += shard * grad_bytes_;
+      grads_allocated_[{r, v}] = false;
+    }
+    if (reduce == OpKind::kReduceScatter) AddGlooReduceScatterBuffer(op, full_grads, group_ranks_[g].size());
+    Op step = StageOp(OpKind::kOptimizerStep, Stream::kCompute, v);
+    step.flops = kAdamFlopsPerParam * shard;
+    step.params = shard;
+    step.bytes = 2 * shard * (param_bytes_ + grad_bytes_ + opt_bytes_);
+    step.deps.push_back(ops[i]);
+    // AdamW on the shard (ZeRO-0: the full parameters) with its moments; the gradients are cleared.
+    const Buffer weights = Buf(plan_.zero_stage == 0 ? BufferKind::kParams : BufferKind::kShard, v);
+    const Buffer grads = Buf(plan_.zero_stage == 0 ? BufferKind::kGrads : BufferKind::kGradShard, v);
+    step.reads = {weights, grads, Buf(BufferKind::kMoments, v)};
+    step.writes = {weights, grads, Buf(BufferKind::kMoments, v)};
+    if (policy_.offload_params) {
+      step.device_free_bytes = shard * grad_bytes_;
+      step.frees.push_back(grads);
+    }
+    const int step_op = Emit(r, std::move(step));
+    last_compute_[{r, v}] = step_op;
+  }
+  if (plan_.zero_stage == 1 || (plan_.zero_stage == 2 && !policy_.offload_params)) {
+    // Replicated parameters: gather the updated shards.
+    std::vector<int> gathers = EmitCollective(OpKind::kAllGather, g, v, params * param_bytes_);
+    for (size_t i = 0; i < gathers.size(); ++i) {
+      const int r = group_ranks_[g][i];
+      Op& op = s_.programs[r].ops[gathers[i]];
+      op.deps.push_back(last_compute_[{r, v}]);
+      op.reads.push_back(Buf(BufferKind::kShard, v));
+      op.writes.push_back(Buf(BufferKind::kParams, v));
+    }
+  }
+}
+
+void Lowerer::EmitFinishBackward(int g, int v) {
+  const int d = DpDegree(g);
+  const double params = RankParams(v);
+  if (!policy_.reduce_per_microbatch) EmitReduceAndStep(g, v);
+  const int visit = visit_number_[{g, num_vstages_ + v}];
+  const bool sharded = policy_.gather_per_visit || policy_.gather_once;
+  for (int r : group_ranks_[g]) {
+    if (!sharded) continue;
+    auto lc = last_compute_.find({r, v});
+    int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
+    s_.programs[r].ops[release].device_free_bytes += params * param_bytes_;
+    s_.programs[r].ops[release].frees.push_back(Buf(BufferKind::kParams, v));
+    if (policy_.offload_params && !Resident(v)) {
+      Op off = StageOp(OpKind::kParamOffload, Stream::kD2H, v);
+      off.bytes = params / d * (param_bytes_ + opt_bytes_);
+      off.device_free_bytes = off.bytes;
+      off.reads = {Buf(BufferKind::kShard, v), Buf(BufferKind::kMoments, v)};
+      off.frees = off.reads;
+      off.deps.push_back(release);
+      release = Emit(r, std::move(off));
+    }
+    release_op_[{r, visit}] = release;
+  }
+}
+
+}  // namespace motley::lowering

@@ -1,0 +1,151 @@
+// Lowerer: the state and emission steps of lowering one plan (lower.h); internal to src/plan.
+// lower.cc sets it up and runs it; the plan families' orders are in lower_data_parallel.cc and
+// lower_pipeline.cc, a task's compute and transfers in lower_task.cc, a ministage's parameter and
+// gradient traffic in lower_state.cc, and the passes over the finished programs (clipping, the
+// deps buffers imply, what executors need to know) in lower_passes.cc.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/message_tags.h"
+#include "core/model.h"
+#include "core/status.h"
+#include "plan/pipeline_order.h"
+#include "plan/plan.h"
+#include "plan/schedule.h"
+
+namespace motley::lowering {
+
+// How parameters and gradients move, derived once from the plan (see lower.h).
+struct Policy {
+  bool data_parallel = false;          // one group, not interleaved: Poplar-style order
+  bool offload_params = false;         // shard on host, prefetched per visit
+  bool gather_per_microbatch = false;  // ZeRO-3 in data parallelism
+  bool gather_per_visit = false;       // pipelines with ZeRO-3 or offload: once per ministage per pass
+  bool gather_once = false;            // 1F1B pipelines with ZeRO-3: once per step, kept
+  bool reduce_per_microbatch = false;  // ZeRO-2/3 in data parallelism
+};
+
+class Lowerer {
+ public:
+  Lowerer(const Plan& plan, const Cluster& cluster, const ModelSpec& model)
+      : plan_(plan), cluster_(cluster), model_(model) {}
+
+  Result<Schedule> Run();
+
+ private:
+  // ---- Set-up ----
+  Status Setup();
+
+  // ---- Sizes ----
+  double Tokens(int64_t m) const { return static_cast<double>(sequences_[m]) * plan_.seq_len; }
+  double Act(int64_t m) const { return Tokens(m) * model_.hidden_size * act_bytes_; }
+  double StageParams(int v) const;
+  /// Parameters of virtual stage v one rank holds in full: the stage's, split by its group's TP.
+  double RankParams(int v) const { return StageParams(v) / Tp(vstages_[v].group); }
+  double ForwardFlops(int v, int64_t m) const;
+  double BackwardFlops(int v, int64_t m) const;
+  double SavedExtra(int v, int64_t m) const;  // beyond the input boundary
+  // Emulated (CPU) ranks reduce-scatter over Gloo, which has no reduce-scatter: an all-to-all
+  // into a buffer as large as the gradients, held while the collective runs. (Gloo's all-gather
+  // would hold one as large as the parameters; motley gathers by broadcasts in place instead.)
+  void AddGlooReduceScatterBuffer(Op& op, double full_bytes, size_t group_size) const {
+    if (!cluster_.emulated() || group_size < 2) return;
+    op.device_alloc_bytes += full_bytes;
+    op.device_free_bytes += full_bytes;
+  }
+  double WorkForward(int v, int64_t m) const;
+  double WorkBackward(int v, int64_t m) const;
+  int Tp(int g) const { return plan_.groups[g].tp_degree; }
+  /// Data-parallel replicas in a group: its tensor-parallel runs.
+  int DpDegree(int g) const { return static_cast<int>(plan_.groups[g].devices.size()) / Tp(g); }
+  // With parameter offload, a group's first ministage stays on the device: its backward visit
+  // ends the step and its forward visit starts the next, so offloading it would only put a
+  // round trip through host memory between two steps, with no compute to hide it under.
+  bool Resident(int v) const {
+    if (!policy_.offload_params || policy_.data_parallel) return false;
+    for (int u = 0; u < v; ++u)
+      if (vstages_[u].group == vstages_[v].group) return false;
+    return true;
+  }
+  /// The ranks of the tensor-parallel run led by `leader`.
+  std::vector<int> Members(int leader) const {
+    std::vector<int> out;
+    for (int k = 0; k < Tp(group_of_rank_[leader]); ++k) out.push_back(leader + k);
+    return out;
+  }
+
+  // ---- The plan families' orders ----
+  void EmitDataParallel();  // lower_data_parallel.cc
+  void EmitPipeline();      // lower_pipeline.cc
+
+  // ---- Emission ----
+  int Emit(int rank, Op op);
+  /// An op of `kind` on `stream` touching virtual stage v's ministage and layers.
+  Op StageOp(OpKind kind, Stream stream, int v) const;
+  int NewCollective(OpKind kind, const std::vector<int>& ranks, double bytes);
+  /// Emits one task on one rank of the tensor-parallel run that executes it.
+  void EmitTaskOnRank(const Task& t, int rank, int tp_index);
+  std::vector<int> EmitCollective(OpKind kind, int g, int v, double bytes);
+  void EmitTask(const Task& t);
+  /// `continuation`: the backward visit right after the forward visit of the same ministage; its
+  /// gathered parameters are still there, only the optimizer state comes in.
+  void EmitVisitPrepare(int g, int v, bool backward, bool continuation = false);
+  void EmitFinishForward(int g, int v);
+  void EmitFinishBackward(int g, int v);
+  void EmitReduceAndStep(int g, int v);
+  /// Gradient clipping: moves every update (and what follows it) after the global norm.
+  void HoldUpdatesForTheNorm();
+  /// A transfer's tag: unique per direction, receiving ministage and microbatch (opaque to executors).
+  int64_t Tag(bool backward, int v, int64_t m) const {
+    return MessageTag(TagRange::kSchedule, ((backward ? 1 : 0) * num_vstages_ + v) * num_mb_ + m);
+  }
+  static Buffer Buf(BufferKind kind, int v, int64_t m = -1) { return {kind, v, static_cast<int32_t>(m)}; }
+  /// The buffers each rank holds between steps; ministage information for executors.
+  void DescribeState();
+  /// Backward ops after which the gradients are read before another backward adds to them.
+  void MarkCompleteGradients();
+  /// Adds the deps the buffers imply (read after write, write after read or write), so that an
+  /// executor that runs ops as soon as their deps allow — the simulator — keeps the data flow the
+  /// runtime keeps by running in program order.
+  void AddBufferDeps();
+  int RankOf(int v, int64_t m) const { return routing_rank_[vstages_[v].group][m]; }
+
+  const Plan& plan_;
+  const Cluster& cluster_;
+  const ModelSpec& model_;
+  Policy policy_;
+  Schedule s_;
+  std::vector<VirtualStage> vstages_;
+  int num_vstages_ = 0;
+  int64_t num_mb_ = 0;
+  std::vector<int64_t> sequences_;              // per microbatch
+  std::vector<int> local_index_;                // data parallelism: index of the microbatch on its device
+  std::vector<std::vector<int>> routing_rank_;  // [group][microbatch] -> rank
+  std::vector<std::vector<int>> group_ranks_;   // [group] -> ranks
+  std::vector<std::vector<std::vector<int>>> dp_ranks_;  // [group][tp index] -> ranks that reduce together
+  std::vector<int> group_of_rank_;
+  double param_bytes_ = 2, grad_bytes_ = 2, opt_bytes_ = 12, act_bytes_ = 2;
+
+  // Per-rank bookkeeping for dependencies.
+  std::map<std::pair<int, int>, int> gather_op_;     // (rank, v) -> op of the current visit's gather
+  std::map<std::pair<int, int>, int> prefetch_op_;   // (rank, v) -> current visit's param prefetch
+  std::map<std::pair<int, int>, int> last_compute_;  // (rank, v) -> last compute op of the current visit
+  std::map<std::pair<int, int>, int> release_op_;    // (rank, visit number) -> op after which params are gone
+  std::map<std::pair<int, int>, bool> grads_allocated_;  // (rank, v) -> full gradient buffer held
+  std::map<std::pair<int, int64_t>, int> forward_op_;    // (rank, v * num_mb + m) -> forward op
+  std::map<std::pair<int, int64_t>, int> act_offload_op_;
+  std::vector<std::vector<int>> backward_ops_;  // per rank, in order
+  std::map<int, int> pending_tp_allreduce_;     // rank -> TP all-reduce the next compute waits for
+  std::map<std::pair<int, int>, int>
+      last_reduce_;                             // (rank, v) -> reduce the next backward's gradients wait for
+  std::map<int, std::vector<int>> reduce_ops_;  // rank -> its gradient reductions, in order
+  int tp_collective_ = -1;                      // the TP all-reduce of the task being emitted
+  std::map<std::pair<int, int>, int> visit_number_;  // (group, pass*V + v) -> ordinal of the visit
+};
+
+}  // namespace motley::lowering
