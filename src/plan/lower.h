@@ -35,6 +35,10 @@
 //  * Activations. With checkpointing a forward keeps each layer's input (the layer boundaries) and
 //    the backward recomputes the rest; offload_activations copies those boundaries to the host
 //    after the forward and back before the backward, one microbatch ahead.
+//  * Buffers (schedule.h: Op::reads, writes, frees; Program::resident). Every op names what it uses
+//    of the rank's state, and the lowering adds the deps those buffers imply, so the simulator (ops
+//    start when their deps allow) and the runtime (program order, hazards waited for) run the same
+//    data flow; the executors follow these and never read the plan.
 #pragma once
 
 #include "core/cluster.h"
