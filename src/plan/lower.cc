@@ -204,19 +204,13 @@ Result<Schedule> Lowerer::Run() {
     double device = 0, host = 0;
     for (int v = 0; v < num_vstages_; ++v) {
       if (vstages_[v].group != g) continue;
-      const double p = RankParams(v);
-      const double sharded_or_full = plan_.zero_stage == 0 ? p : p / d;
-      if (policy_.offload_params && !Resident(v)) {
-        host += p / d * (param_bytes_ + opt_bytes_);
-        continue;
-      }
-      if (policy_.offload_params) {  // resident: its shard and moments; full parameters per visit
-        device += p / d * (param_bytes_ + opt_bytes_);
-        continue;
-      }
-      device += (plan_.zero_stage == 3 ? p / d : p) * param_bytes_;
-      device += (plan_.zero_stage >= 2 ? p / d : p) * grad_bytes_;
-      device += sharded_or_full * opt_bytes_;
+      // With offload the resident ministage keeps its shard and moments; full parameters per visit.
+      const StatePlacement placement = !policy_.offload_params ? StatePlacement::kDevice
+                                       : Resident(v)           ? StatePlacement::kResidentShard
+                                                               : StatePlacement::kHost;
+      const RankStateBytes state = ZeroStateBytes(RankParams(v), d, plan_.zero_stage, plan_.precision, placement);
+      device += state.device;
+      host += state.host;
     }
     for (int r : group_ranks_[g]) {
       s_.programs[r].static_device_bytes = device;

@@ -14,6 +14,7 @@
 #include "core/message_tags.h"
 #include "core/model.h"
 #include "core/status.h"
+#include "cost/state_bytes.h"
 #include "plan/pipeline_order.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"
@@ -54,9 +55,9 @@ class Lowerer {
   // into a buffer as large as the gradients, held while the collective runs. (Gloo's all-gather
   // would hold one as large as the parameters; motley gathers by broadcasts in place instead.)
   void AddGlooReduceScatterBuffer(Op& op, double full_bytes, size_t group_size) const {
-    if (!cluster_.emulated() || group_size < 2) return;
-    op.device_alloc_bytes += full_bytes;
-    op.device_free_bytes += full_bytes;
+    const double bytes = GlooReduceScatterBytes(full_bytes, static_cast<int>(group_size), cluster_.emulated());
+    op.device_alloc_bytes += bytes;
+    op.device_free_bytes += bytes;
   }
   double WorkForward(int v, int64_t m) const;
   double WorkBackward(int v, int64_t m) const;

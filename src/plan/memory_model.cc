@@ -4,24 +4,14 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "cost/state_bytes.h"
 
 namespace motley {
 
 double DataParallelStaticBytes(const DataParallelMemoryInput& in) {
   MOTLEY_CHECK(in.model != nullptr);
   const double p = static_cast<double>(TotalParams(*in.model));
-  const double d = in.dp_degree;
-  const StateBytesPerParam s = StateBytes(in.precision);
-  switch (in.zero_stage) {
-    case 0:
-      return p * (s.params + s.grads + s.optimizer);
-    case 1:
-      return p * (s.params + s.grads) + p / d * s.optimizer;
-    case 2:
-      return p * s.params + p / d * (s.grads + s.optimizer);
-    default:
-      return p / d * (s.params + s.grads + s.optimizer);
-  }
+  return ZeroStateBytes(p, in.dp_degree, in.zero_stage, in.precision).device;
 }
 
 double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbatch) {
@@ -38,7 +28,7 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
   const double unit = in.max_ministage_params > 0 ? in.max_ministage_params : p;
   const double gathered = in.zero_stage == 3 ? 2 * unit * s.params : 0;
   double grads = in.zero_stage >= 2 ? 2 * unit * s.grads : 0;
-  if (in.gloo_reduce_scatter && in.zero_stage >= 1 && in.dp_degree > 1) grads += unit * s.grads;
+  if (in.zero_stage >= 1) grads += GlooReduceScatterBytes(unit * s.grads, in.dp_degree, in.gloo_reduce_scatter);
   const double forward = saved + (in.activation_checkpointing ? layer : 0) + logits + gathered + grads;
   // Between ministages the gradient of a layer boundary arrives while the next one is made.
   const double backward = saved + 2 * layer + 2 * act + logits + gathered + grads;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/units.h"
+#include "cost/state_bytes.h"
 #include "plan/min_k_cut.h"
 
 namespace motley {
@@ -204,8 +205,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
               bytes += 2 * ms_params * state.params + 2 * ms_params / d * (state.params + state.optimizer);
             } else {  // ZeRO-2: full parameters stay, gradients and optimizer state sharded
               for (const auto& r : ranges[g]) {
-                const double pr = StageParams(model, r) / tp;
-                bytes += pr * state.params + pr / d * (state.grads + state.optimizer);
+                bytes += ZeroStateBytes(StageParams(model, r) / tp, d, 2, request.precision).device;
               }
             }
             bytes += ms_params * state.grads;

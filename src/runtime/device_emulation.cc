@@ -11,6 +11,8 @@
 
 #include <time.h>
 
+#include "cost/comm_cost.h"
+
 namespace motley {
 
 DeviceEmulation::DeviceEmulation(const Cluster& cluster, int device) {
@@ -85,25 +87,18 @@ double ComputeCpuSeconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
+// The simulator's formulas (cost/comm_cost.h) over the cluster's links.
 double DeviceEmulation::TransferSeconds(double bytes, int peer_device) const {
   if (!enabled() || peer_device == device_) return 0;
-  const Link link = cluster_->LinkBetween(device_, peer_device);
-  if (link.bandwidth_bytes_per_s <= 0) return 0;
-  return link.latency_s + bytes / link.bandwidth_bytes_per_s;
+  return TransferS(cluster_->LinkBetween(device_, peer_device), bytes);
 }
 
 double DeviceEmulation::CollectiveSeconds(double bytes, const std::vector<int>& devices, int passes) const {
-  if (!enabled() || devices.size() < 2) return 0;
-  // A ring: every member sends (n-1)/n of the payload per pass to its successor; the slowest
-  // link paces the ring.
-  double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
-  for (size_t i = 0; i < devices.size(); ++i) {
-    const Link link = cluster_->LinkBetween(devices[i], devices[(i + 1) % devices.size()]);
-    bandwidth = std::min(bandwidth, link.bandwidth_bytes_per_s);
-    latency = std::max(latency, link.latency_s);
-  }
-  const double n = static_cast<double>(devices.size());
-  return passes * ((n - 1) * latency + (n - 1) / n * bytes / bandwidth);
+  if (!enabled()) return 0;
+  const Cluster& c = *cluster_;
+  return CollectiveS(
+      devices, bytes, passes, [&c](int a, int b) { return c.LinkBetween(a, b); },
+      [&c](int d) { return c.devices[d].node; });
 }
 
 }  // namespace motley

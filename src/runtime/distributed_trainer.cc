@@ -134,37 +134,88 @@ AssembledModel Assemble(const ModelSpec& spec, Precision precision, const Execut
   return a;
 }
 
-}  // namespace
+// One rank's run of a plan: set up once, then step, record, validate and checkpoint.
+class PlannedRun {
+ public:
+  static Result<std::unique_ptr<PlannedRun>> Start(const JobSpec& job, const TrainOptions& options,
+                                                   TrainObserver* observer);
+  bool done() const { return state_.step >= total_steps_; }
+  /// One step: this rank's program, every rank's figures, the trace when asked for.
+  Status Step();
+  Status Validate(int64_t step);
+  Status Checkpoint();
+  /// Throughput, the per-rank averages and the simulator's account of the same schedule.
+  Result<TrainSummary> Finish();
 
-Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
+  int64_t step() const { return state_.step; }
+  int64_t total_steps() const { return total_steps_; }
+  int64_t steps_run() const { return summary_.steps_run; }
+
+ private:
+  PlannedRun(const JobSpec& job, const TrainOptions& options) : job_(job), options_(options) {}
+  Status SetUp(TrainObserver* observer);
+  void Record(const StepInputs& in, const RankStepReport& report, const std::vector<RankStepTimes>& ranks);
+
+  const JobSpec& job_;
+  const TrainOptions& options_;
+  TrainObserver quiet_;
+  TrainObserver* observer_ = &quiet_;  // rank 0's observer; the others stay quiet
+  Plan plan_;
+  Schedule schedule_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<TrainingData> data_;
+  std::unique_ptr<Executor> executor_;
+  MetricsLog metrics_;
+  TrainerState state_;
+  TrainSummary summary_;
+  bool lead_ = false;
+  int64_t total_steps_ = 0, tokens_per_step_ = 0, val_sequences_ = 0;
+  std::vector<int64_t> windows_;
+  // Steps after the first (the first warms up), summed.
+  Clock::time_point run_start_;
+  double timed_s_ = 0;
+  int64_t timed_tokens_ = 0, timed_steps_ = 0;
+  std::vector<RankStepTimes> rank_sums_;
+};
+
+Result<std::unique_ptr<PlannedRun>> PlannedRun::Start(const JobSpec& job, const TrainOptions& options,
+                                                      TrainObserver* observer) {
+  auto run = std::unique_ptr<PlannedRun>(new PlannedRun(job, options));
+  MOTLEY_RETURN_IF_ERROR(run->SetUp(observer));
+  return run;
+}
+
+Status PlannedRun::SetUp(TrainObserver* observer) {
+  const JobSpec& job = job_;
+  const TrainOptions& options = options_;
   const TrainingConfig& tc = job.training;
-  const int64_t total_steps = options.steps > 0 ? options.steps : tc.steps;
+  total_steps_ = options.steps > 0 ? options.steps : tc.steps;
   if (tc.precision == Precision::kFp16)
     return Status::InvalidArgument("[training] precision = \"fp16\": the multi-process runtime has no loss scaling "
                                    "yet; use \"bf16\" (same speed on GPUs since Ampere) or \"fp32\"");
   at::set_num_threads(options.threads > 0 ? options.threads : 1);
   MemoryLedger& ledger = MemoryLedger::Install();  // counts every tensor from here on
 
-  MOTLEY_ASSIGN_OR_RETURN(Plan plan, LoadPlanFile(options.plan_path));
-  MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan, job, options.plan_path));
-  FillDefaultRouting(&plan, job.cluster, job.model);  // a hand-written plan's: as simulate's
-  MOTLEY_ASSIGN_OR_RETURN(Schedule schedule, LowerPlan(plan, job.cluster, job.model));
+  MOTLEY_ASSIGN_OR_RETURN(plan_, LoadPlanFile(options.plan_path));
+  MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan_, job, options.plan_path));
+  FillDefaultRouting(&plan_, job.cluster, job.model);  // a hand-written plan's: as simulate's
+  MOTLEY_ASSIGN_OR_RETURN(schedule_, LowerPlan(plan_, job.cluster, job.model));
   // Transfers and collectives match in the order they are issued (NCCL's rule, and Gloo's here).
-  if (std::string problem = CheckTransferOrder(schedule); !problem.empty())
+  if (std::string problem = CheckTransferOrder(schedule_); !problem.empty())
     return Status::Internal(fmt::format("{}: the plan's schedule cannot run: {}", options.plan_path, problem));
   MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
-  rv.rank = PlanRankOf(schedule, job.cluster, rv.launcher_rank, rv.world_size);  // each device runs its own part
+  rv.rank = PlanRankOf(schedule_, job.cluster, rv.launcher_rank, rv.world_size);  // each device runs its own part
   MOTLEY_ASSIGN_OR_RETURN(torch::Device rank_device, RankDevice(options.device, rv));
   SetCurrentDevice(rank_device);
   CommConfig comm_config;
   comm_config.gpu = rank_device.is_cuda();
-  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Connect(rv, comm_config));
-  const bool lead = comm->rank() == 0;
-  TrainObserver quiet;
-  if (observer == nullptr || !lead) observer = &quiet;
+  MOTLEY_ASSIGN_OR_RETURN(comm_, Communicator::Connect(rv, comm_config));
+  lead_ = comm_->rank() == 0;
+  if (observer != nullptr && lead_) observer_ = observer;
 
   const std::string job_dir = job.file.empty() ? "" : fs::path(job.file).parent_path().string();
   MOTLEY_ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
+  data_ = std::make_unique<TrainingData>(std::move(data));
 
   LlamaModel model(job.model, tc.seed);
   model->set_precision(tc.precision);
@@ -185,219 +236,232 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
     MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir, *model));
     std::vector<ParamShard> whole = WholeParameterShards(*model);
     MOTLEY_ASSIGN_OR_RETURN(loaded, LoadTrainingState(dir, whole));
-    MOTLEY_RETURN_IF_ERROR(CheckResumable(dir, loaded.seed, loaded.step, job, total_steps));
+    MOTLEY_RETURN_IF_ERROR(CheckResumable(dir, loaded.seed, loaded.step, job, total_steps_));
     for (const auto& s : whole) {
       exp_avg[s.name] = s.exp_avg;
       exp_avg_sq[s.name] = s.exp_avg_sq;
     }
   }
   // The model stays on the CPU: each rank's ministage buffers are made on its device from it.
-  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
-                          Executor::Create(schedule, job.cluster, model, comm.get(), config));
-  if (!options.resume.empty()) MOTLEY_RETURN_IF_ERROR(executor->LoadMoments(exp_avg, exp_avg_sq));
-  exp_avg.clear();
-  exp_avg_sq.clear();
+  MOTLEY_ASSIGN_OR_RETURN(executor_, Executor::Create(schedule_, job.cluster, model, comm_.get(), config));
+  if (!options.resume.empty()) MOTLEY_RETURN_IF_ERROR(executor_->LoadMoments(exp_avg, exp_avg_sq));
   // The emulated device's memory, from here on (the whole model was built above only to
   // initialise every rank's part identically).
-  const int device = executor->program().device;
+  const int device = executor_->program().device;
   if (const EmulationConfig* emu = job.cluster.emulation(device); emu != nullptr) {
     ledger.set_capacity_bytes(static_cast<int64_t>(job.cluster.memory_bytes(device)));
-    ledger.set_owner(fmt::format("rank {} (device {} of {}, emulated)", comm->rank(), device, job.cluster.name));
+    ledger.set_owner(fmt::format("rank {} (device {} of {}, emulated)", comm_->rank(), device, job.cluster.name));
   }
 
   const std::string metrics_path =
       options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
-  MetricsLog metrics;
-  if (lead) MOTLEY_RETURN_IF_ERROR(metrics.Open(metrics_path));
+  if (lead_) MOTLEY_RETURN_IF_ERROR(metrics_.Open(metrics_path));
 
-  const int64_t batch = tc.global_batch_sequences, seq = tc.seq_len;
-  const int64_t tokens_per_step = batch * seq;
+  tokens_per_step_ = tc.global_batch_sequences * tc.seq_len;
   TrainStart start;
-  start.device = fmt::format("{} rank{} on {} ({} plan, {})", comm->world_size(), comm->world_size() == 1 ? "" : "s",
-                             rank_device.is_cuda() ? "CUDA, one GPU each" : "CPU", plan.strategy, options.plan_path);
+  start.device = fmt::format("{} rank{} on {} ({} plan, {})", comm_->world_size(), comm_->world_size() == 1 ? "" : "s",
+                             rank_device.is_cuda() ? "CUDA, one GPU each" : "CPU", plan_.strategy, options.plan_path);
   start.precision = std::string(PrecisionName(tc.precision));
-  start.schedule_hash = ScheduleHash(schedule);
+  start.schedule_hash = ScheduleHash(schedule_);
   start.parameters = TotalParams(job.model);
-  start.total_steps = total_steps;
+  start.total_steps = total_steps_;
   start.first_step = loaded.step;
-  start.tokens_per_step = tokens_per_step;
-  start.train_data = data.train.name();
-  start.validation_data = data.validation ? data.validation->name() : "";
+  start.tokens_per_step = tokens_per_step_;
+  start.train_data = data_->train.name();
+  start.validation_data = data_->validation ? data_->validation->name() : "";
   start.metrics_path = metrics_path;
-  observer->OnStart(start);
+  observer_->OnStart(start);
 
-  TrainerState state;
-  state.total_steps = total_steps;
-  state.seed = tc.seed;
-  state.precision = start.precision;
-  state.job_file = job.file;
-  state.step = loaded.step;
-  state.updates = loaded.updates;
-  state.tokens_seen = loaded.tokens_seen;
-  TrainSummary summary;
-  const int64_t val_sequences =
-      data.validation ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data.validation, seq)) : 0;
-  auto validate = [&](int64_t step) -> Status {
-    if (val_sequences <= 0 || !options.validate) return Status::Ok();
-    MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor->GatherFullState());
-    if (lead) {
-      AssembledModel a = Assemble(job.model, tc.precision, full);
-      a.model->eval();
-      const double loss = EvaluateLoss(*a.model, *data.validation, seq, val_sequences, torch::kCPU).loss;
-      if (!summary.first_validation_loss) summary.first_validation_loss = loss;
-      summary.last_validation_loss = loss;
-      metrics.Write({{"step", step}, {"val_loss", loss}});
-      observer->OnValidation(step, loss);
-    }
-    return comm->Barrier(comm->world());
-  };
-  auto checkpoint = [&]() -> Status {
-    MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor->GatherFullState());
-    if (lead) {
-      AssembledModel a = Assemble(job.model, tc.precision, full);
-      MOTLEY_ASSIGN_OR_RETURN(summary.checkpoint_dir,
-                              SaveRunCheckpoint(job.checkpoint.dir, job.checkpoint.keep, *a.model, a.shards, state));
-      observer->OnCheckpoint(summary.checkpoint_dir);
-    }
-    return comm->Barrier(comm->world());
-  };
+  state_.total_steps = total_steps_;
+  state_.seed = tc.seed;
+  state_.precision = start.precision;
+  state_.job_file = job.file;
+  state_.step = loaded.step;
+  state_.updates = loaded.updates;
+  state_.tokens_seen = loaded.tokens_seen;
+  val_sequences_ = data_->validation
+                       ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data_->validation, tc.seq_len))
+                       : 0;
+  rank_sums_.assign(comm_->world_size(), {});
+  run_start_ = Clock::now();
+  return Status::Ok();
+}
 
-  const auto run_start = Clock::now();
-  double timed_s = 0;
-  int64_t timed_tokens = 0, timed_steps = 0;
-  std::vector<RankStepTimes> rank_sums(comm->world_size());
-  std::vector<int64_t> windows;
-  if (state.step == 0) MOTLEY_RETURN_IF_ERROR(validate(0));
-  while (state.step < total_steps) {
-    const int64_t step = state.step;
-    const bool trace = !options.trace_path.empty() && step + 1 == std::min(options.trace_step, total_steps);
-    if (trace) MOTLEY_RETURN_IF_ERROR(comm->Barrier(comm->world()));  // one time origin for every rank
-    StepInputs in;
-    in.step = step;
-    in.lr = LearningRate(job.optimizer, job.lr_schedule, step, total_steps);
-    in.update = state.updates + 1;
-    in.tokens = [&](int64_t first, int64_t n) {
-      SampleTrainingWindows(data.train, tc.seed, step, first, n, seq, &windows);
-      return torch::from_blob(windows.data(), {n, seq + 1}, torch::kInt64).clone();
-    };
-    in.die_mid_step = comm->rank() == options.die_rank && step + 1 == options.die_at_step;
-    if (comm->rank() == options.perturb_rank) {
-      in.loss_factor = options.perturb_loss_factor;
-      in.loss_factor_microbatch = options.perturb_microbatch;
-    }
-    executor->set_record_trace(trace);
-    MOTLEY_ASSIGN_OR_RETURN(RankStepReport report, executor->RunStep(in));
-    MOTLEY_ASSIGN_OR_RETURN(std::vector<RankStepTimes> ranks, GatherRankTimes(*comm, report));
-    if (trace) {
-      MOTLEY_ASSIGN_OR_RETURN(std::vector<TraceEvent> events, GatherTrace(*comm, report.trace));
-      if (lead) {
-        SimResult sim;
-        sim.trace = std::move(events);
-        MOTLEY_RETURN_IF_ERROR(AtomicWriteFile(options.trace_path, ChromeTraceJson(schedule, job.cluster, sim)));
-        summary.trace_path = options.trace_path;
-      }
-    }
-    ++state.step;
-    ++state.updates;
-    state.tokens_seen += tokens_per_step;
-    StepMetrics m;
-    m.step = state.step;
-    m.total_steps = total_steps;
-    m.loss = report.loss;
-    m.lr = in.lr;
-    m.grad_norm = report.grad_norm;
-    m.step_time_s = 0;
-    for (const auto& r : ranks) m.step_time_s = std::max(m.step_time_s, r.compute_s + r.idle_s);
-    m.tokens_per_s = static_cast<double>(tokens_per_step) / m.step_time_s;
-    m.ranks = ranks;
-    m.flextp = job.tensor_parallel.mode != "off";
-    for (const auto& r : ranks) {
-      m.pruned_fraction = std::max(m.pruned_fraction, r.pruned_fraction);
-      m.migrated_units = std::max(m.migrated_units, r.migrated_units);
-    }
-    if (summary.steps_run == 0) summary.first_loss = m.loss;
-    summary.last_loss = m.loss;
-    if (++summary.steps_run > 1) {
-      timed_s += m.step_time_s;
-      timed_tokens += tokens_per_step;
-      ++timed_steps;
-      for (size_t k = 0; k < ranks.size(); ++k) {
-        rank_sums[k].rank = static_cast<int>(k);
-        rank_sums[k].compute_s += ranks[k].compute_s;
-        rank_sums[k].comm_s += ranks[k].comm_s;
-        rank_sums[k].copy_s += ranks[k].copy_s;
-        rank_sums[k].idle_s += ranks[k].idle_s;
-        rank_sums[k].bytes_sent += ranks[k].bytes_sent;
-        rank_sums[k].peak_memory_bytes = std::max(rank_sums[k].peak_memory_bytes, ranks[k].peak_memory_bytes);
-      }
-    }
-    if (lead) {
-      nlohmann::json per_rank = nlohmann::json::array();
-      for (const auto& r : ranks)
-        per_rank.push_back({{"rank", r.rank},
-                            {"compute_s", r.compute_s},
-                            {"comm_s", r.comm_s},
-                            {"copy_s", r.copy_s},
-                            {"idle_s", r.idle_s},
-                            {"bytes_sent", r.bytes_sent},
-                            {"peak_memory_bytes", r.peak_memory_bytes}});
-      metrics.Write({{"step", m.step},
-                     {"loss", m.loss},
-                     {"lr", m.lr},
-                     {"tokens_per_s", m.tokens_per_s},
-                     {"grad_norm", m.grad_norm},
-                     {"step_time_s", m.step_time_s},
-                     {"pruned_fraction", m.pruned_fraction},
-                     {"migrated_units", m.migrated_units},
-                     {"ranks", per_rank}});
-    }
-    observer->OnStep(m);
-    if (ValidationDue(job, state.step, total_steps)) MOTLEY_RETURN_IF_ERROR(validate(state.step));
-    if (CheckpointDue(job, state.step, total_steps)) MOTLEY_RETURN_IF_ERROR(checkpoint());
+Status PlannedRun::Validate(int64_t step) {
+  if (val_sequences_ <= 0 || !options_.validate) return Status::Ok();
+  MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor_->GatherFullState());
+  if (lead_) {
+    AssembledModel a = Assemble(job_.model, job_.training.precision, full);
+    a.model->eval();
+    const double loss =
+        EvaluateLoss(*a.model, *data_->validation, job_.training.seq_len, val_sequences_, torch::kCPU).loss;
+    if (!summary_.first_validation_loss) summary_.first_validation_loss = loss;
+    summary_.last_validation_loss = loss;
+    metrics_.Write({{"step", step}, {"val_loss", loss}});
+    observer_->OnValidation(step, loss);
   }
-  if (options.checkpoint_at_end && summary.steps_run > 0) MOTLEY_RETURN_IF_ERROR(checkpoint());
-  summary.wall_s = std::chrono::duration<double>(Clock::now() - run_start).count();
-  SetThroughput(job, timed_s, timed_tokens, &summary);
-  if (timed_steps > 0) {
-    for (auto& r : rank_sums) {
-      r.compute_s /= static_cast<double>(timed_steps);
-      r.comm_s /= static_cast<double>(timed_steps);
-      r.copy_s /= static_cast<double>(timed_steps);
-      r.idle_s /= static_cast<double>(timed_steps);
-      r.bytes_sent /= static_cast<double>(timed_steps);
+  return comm_->Barrier(comm_->world());
+}
+
+Status PlannedRun::Checkpoint() {
+  MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor_->GatherFullState());
+  if (lead_) {
+    AssembledModel a = Assemble(job_.model, job_.training.precision, full);
+    MOTLEY_ASSIGN_OR_RETURN(summary_.checkpoint_dir, SaveRunCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep,
+                                                                       *a.model, a.shards, state_));
+    observer_->OnCheckpoint(summary_.checkpoint_dir);
+  }
+  return comm_->Barrier(comm_->world());
+}
+
+Status PlannedRun::Step() {
+  const int64_t step = state_.step, seq = job_.training.seq_len;
+  const bool trace = !options_.trace_path.empty() && step + 1 == std::min(options_.trace_step, total_steps_);
+  if (trace) MOTLEY_RETURN_IF_ERROR(comm_->Barrier(comm_->world()));  // one time origin for every rank
+  StepInputs in;
+  in.step = step;
+  in.lr = LearningRate(job_.optimizer, job_.lr_schedule, step, total_steps_);
+  in.update = state_.updates + 1;
+  in.tokens = [&](int64_t first, int64_t n) {
+    SampleTrainingWindows(data_->train, job_.training.seed, step, first, n, seq, &windows_);
+    return torch::from_blob(windows_.data(), {n, seq + 1}, torch::kInt64).clone();
+  };
+  in.die_mid_step = comm_->rank() == options_.die_rank && step + 1 == options_.die_at_step;
+  if (comm_->rank() == options_.perturb_rank) {
+    in.loss_factor = options_.perturb_loss_factor;
+    in.loss_factor_microbatch = options_.perturb_microbatch;
+  }
+  executor_->set_record_trace(trace);
+  MOTLEY_ASSIGN_OR_RETURN(RankStepReport report, executor_->RunStep(in));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<RankStepTimes> ranks, GatherRankTimes(*comm_, report));
+  if (trace) {
+    MOTLEY_ASSIGN_OR_RETURN(std::vector<TraceEvent> events, GatherTrace(*comm_, report.trace));
+    if (lead_) {
+      SimResult sim;
+      sim.trace = std::move(events);
+      MOTLEY_RETURN_IF_ERROR(AtomicWriteFile(options_.trace_path, ChromeTraceJson(schedule_, job_.cluster, sim)));
+      summary_.trace_path = options_.trace_path;
     }
-    summary.ranks = rank_sums;
-    summary.step_s = timed_s / static_cast<double>(timed_steps);
+  }
+  Record(in, report, ranks);
+  return Status::Ok();
+}
+
+void PlannedRun::Record(const StepInputs& in, const RankStepReport& report, const std::vector<RankStepTimes>& ranks) {
+  ++state_.step;
+  ++state_.updates;
+  state_.tokens_seen += tokens_per_step_;
+  StepMetrics m;
+  m.step = state_.step;
+  m.total_steps = total_steps_;
+  m.loss = report.loss;
+  m.lr = in.lr;
+  m.grad_norm = report.grad_norm;
+  m.step_time_s = 0;
+  for (const auto& r : ranks) m.step_time_s = std::max(m.step_time_s, r.compute_s + r.idle_s);
+  m.tokens_per_s = static_cast<double>(tokens_per_step_) / m.step_time_s;
+  m.ranks = ranks;
+  m.flextp = job_.tensor_parallel.mode != "off";
+  for (const auto& r : ranks) {
+    m.pruned_fraction = std::max(m.pruned_fraction, r.pruned_fraction);
+    m.migrated_units = std::max(m.migrated_units, r.migrated_units);
+  }
+  if (summary_.steps_run == 0) summary_.first_loss = m.loss;
+  summary_.last_loss = m.loss;
+  if (++summary_.steps_run > 1) {
+    timed_s_ += m.step_time_s;
+    timed_tokens_ += tokens_per_step_;
+    ++timed_steps_;
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      rank_sums_[k].rank = static_cast<int>(k);
+      rank_sums_[k].compute_s += ranks[k].compute_s;
+      rank_sums_[k].comm_s += ranks[k].comm_s;
+      rank_sums_[k].copy_s += ranks[k].copy_s;
+      rank_sums_[k].idle_s += ranks[k].idle_s;
+      rank_sums_[k].bytes_sent += ranks[k].bytes_sent;
+      rank_sums_[k].peak_memory_bytes = std::max(rank_sums_[k].peak_memory_bytes, ranks[k].peak_memory_bytes);
+    }
+  }
+  if (lead_) {
+    nlohmann::json per_rank = nlohmann::json::array();
+    for (const auto& r : ranks)
+      per_rank.push_back({{"rank", r.rank},
+                          {"compute_s", r.compute_s},
+                          {"comm_s", r.comm_s},
+                          {"copy_s", r.copy_s},
+                          {"idle_s", r.idle_s},
+                          {"bytes_sent", r.bytes_sent},
+                          {"peak_memory_bytes", r.peak_memory_bytes}});
+    metrics_.Write({{"step", m.step},
+                    {"loss", m.loss},
+                    {"lr", m.lr},
+                    {"tokens_per_s", m.tokens_per_s},
+                    {"grad_norm", m.grad_norm},
+                    {"step_time_s", m.step_time_s},
+                    {"pruned_fraction", m.pruned_fraction},
+                    {"migrated_units", m.migrated_units},
+                    {"ranks", per_rank}});
+  }
+  observer_->OnStep(m);
+}
+
+Result<TrainSummary> PlannedRun::Finish() {
+  const TrainingConfig& tc = job_.training;
+  summary_.wall_s = std::chrono::duration<double>(Clock::now() - run_start_).count();
+  SetThroughput(job_, timed_s_, timed_tokens_, &summary_);
+  if (timed_steps_ > 0) {
+    for (auto& r : rank_sums_) {
+      r.compute_s /= static_cast<double>(timed_steps_);
+      r.comm_s /= static_cast<double>(timed_steps_);
+      r.copy_s /= static_cast<double>(timed_steps_);
+      r.idle_s /= static_cast<double>(timed_steps_);
+      r.bytes_sent /= static_cast<double>(timed_steps_);
+    }
+    summary_.ranks = rank_sums_;
+    summary_.step_s = timed_s_ / static_cast<double>(timed_steps_);
   }
   // Hardware FLOPs per second over the plan's devices' peak, measured and predicted (not for
   // emulated devices, whose catalog peaks are nominal).
   double peak = 0;
-  for (const Program& p : schedule.programs) {
-    const GpuSpec& spec = job.cluster.spec(p.device);
-    const EmulationConfig* emu = job.cluster.emulation(p.device);
-    peak += PeakFlops(spec, tc.precision) /
-            (emu != nullptr ? emu->speed_factor : 1.0);
+  for (const Program& p : schedule_.programs) {
+    const GpuSpec& spec = job_.cluster.spec(p.device);
+    const EmulationConfig* emu = job_.cluster.emulation(p.device);
+    peak += PeakFlops(spec, tc.precision) / (emu != nullptr ? emu->speed_factor : 1.0);
   }
-  if (job.cluster.emulated()) peak = 0;
-  if (summary.step_s > 0 && peak > 0) summary.hfu = schedule.hardware_flops_per_step / summary.step_s / peak;
-  if (lead) {
+  if (job_.cluster.emulated()) peak = 0;
+  if (summary_.step_s > 0 && peak > 0) summary_.hfu = schedule_.hardware_flops_per_step / summary_.step_s / peak;
+  if (lead_) {
     // The simulator's account of the same schedule: its memory always (it needs no timings), its
     // times with a profile.
     std::optional<Profile> profile;
-    if (!options.profile_path.empty()) {
-      MOTLEY_ASSIGN_OR_RETURN(profile, LoadProfileFile(options.profile_path));
+    if (!options_.profile_path.empty()) {
+      MOTLEY_ASSIGN_OR_RETURN(profile, LoadProfileFile(options_.profile_path));
     }
-    CostModel costs(job.cluster, job.model, profile ? &*profile : nullptr, seq, tc.precision,
-                    plan.activation_checkpointing);
-    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule, job.cluster, costs));
-    for (const auto& d : sim.devices) summary.predicted_peak_memory_bytes.push_back(d.peak_memory_bytes);
+    CostModel costs(job_.cluster, job_.model, profile ? &*profile : nullptr, tc.seq_len, tc.precision,
+                    schedule_.activation_checkpointing);
+    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule_, job_.cluster, costs));
+    for (const auto& d : sim.devices) summary_.predicted_peak_memory_bytes.push_back(d.peak_memory_bytes);
     if (profile) {
-      summary.predicted_step_s = sim.step_time_s;
-      summary.predicted_hfu = peak > 0 ? schedule.hardware_flops_per_step / sim.step_time_s / peak : 0;
-      for (const auto& d : sim.devices) summary.predicted_compute_s.push_back(d.compute_busy_s);
+      summary_.predicted_step_s = sim.step_time_s;
+      summary_.predicted_hfu = peak > 0 ? schedule_.hardware_flops_per_step / sim.step_time_s / peak : 0;
+      for (const auto& d : sim.devices) summary_.predicted_compute_s.push_back(d.compute_busy_s);
     }
   }
-  return summary;
+  return summary_;
+}
+
+}  // namespace
+
+Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<PlannedRun> run, PlannedRun::Start(job, options, observer));
+  if (run->step() == 0) MOTLEY_RETURN_IF_ERROR(run->Validate(0));
+  while (!run->done()) {
+    MOTLEY_RETURN_IF_ERROR(run->Step());
+    if (ValidationDue(job, run->step(), run->total_steps())) MOTLEY_RETURN_IF_ERROR(run->Validate(run->step()));
+    if (CheckpointDue(job, run->step(), run->total_steps())) MOTLEY_RETURN_IF_ERROR(run->Checkpoint());
+  }
+  if (options.checkpoint_at_end && run->steps_run() > 0) MOTLEY_RETURN_IF_ERROR(run->Checkpoint());
+  return run->Finish();
 }
 
 }  // namespace motley

@@ -170,7 +170,7 @@ class Executor::StepRun : public OpRunner {
   bool Done(int i) override {
     auto it = in_flight_.find(i);
     return it != in_flight_.end() && !it->second.deferred && it->second.transfer.Done() &&
-           Since(it->second.start) >= it->second.needed_s;
+           Since(start_) >= it->second.ready_s;
   }
   Status Finish(int i) override { return Complete(i); }
   Status Free(const Buffer& b) override {
@@ -513,8 +513,10 @@ class Executor::StepRun : public OpRunner {
       return Status::Ok();
     } else if (op.kind == OpKind::kReduceScatter) {
       torch::Tensor full = state.GradFlat();
-      // A group of one has nothing to reduce: the full gradients are its shard's (no copy).
-      torch::Tensor out = g->size() == 1 ? full : torch::empty({state.shard_numel()}, full.options());
+      // A group of one has nothing to reduce: the full gradients are its shard's (no copy). The
+      // first reduction after an update writes into the (zeroed) shard itself: no second buffer.
+      torch::Tensor out = g->size() == 1 ? full : state.TakeZeroGradShard();
+      if (!out.defined()) out = torch::empty({state.shard_numel()}, full.options());
       MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartReduceScatterSum(*g, full, out));
       f.bytes = static_cast<double>(full.nbytes());
       const bool release = Has(op.frees, BufferKind::kGrads);  // ZeRO >= 2: only the shard stays
@@ -523,7 +525,8 @@ class Executor::StepRun : public OpRunner {
           state.ReleaseGradFlat();
           state.AddToGradShard(out);  // may keep `out` (a group of one's: the full gradients) as the shard
         } else {
-          state.GradShard().add_(out);
+          state.GradShard();          // allocated (zeros) before: `out` is added, never adopted
+          state.AddToGradShard(out);  // (nothing to add when it is the shard itself)
           full.zero_();
         }
       };
@@ -538,6 +541,7 @@ class Executor::StepRun : public OpRunner {
     std::vector<int> devices;
     for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
     f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, passes);
+    QueueOnEmulatedLink(f);
     in_flight_[static_cast<int>(i)] = std::move(f);
     return Status::Ok();
   }
@@ -561,8 +565,15 @@ class Executor::StepRun : public OpRunner {
     std::vector<int> devices;
     for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
     f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, 1);
+    QueueOnEmulatedLink(f);
     return Status::Ok();
   }
+
+  // An emulated collective is done once its link time has passed since it started. (Collectives in
+  // flight together each take their own link time here, while the simulator runs a rank's
+  // collectives one after another; queueing them here would hold their buffers longer than the
+  // simulator counts unless their start waited too.)
+  void QueueOnEmulatedLink(InFlight& f) { f.ready_s = Since(start_) + f.needed_s; }
 
   // Starts the deferred gathers whose shards have arrived.
   Status StartArrivedGathers() {
@@ -580,7 +591,7 @@ class Executor::StepRun : public OpRunner {
     in_flight_.erase(it);
     const auto t = Clock::now();
     MOTLEY_RETURN_IF_ERROR(f.transfer.Wait());
-    SleepSeconds(f.needed_s - Since(f.start));  // an emulated link is slower than this machine's
+    SleepSeconds(f.ready_s - Since(start_));  // an emulated link is slower than this machine's
     {
       torch::NoGradGuard no_grad;
       if (f.then) f.then();
@@ -610,6 +621,7 @@ class Executor::StepRun : public OpRunner {
     double start_s = 0;   // from the step's start (trace)
     double bytes = 0;
     double needed_s = 0;  // what the emulated link needs; 0 when not emulated
+    double ready_s = 0;   // when the emulated link has carried it (from the step's start)
     std::function<void()> then;
     int ministage = -1;
     bool deferred = false;  // a gather not started yet: its shard is still being prefetched

@@ -86,9 +86,17 @@ torch::Tensor& MinistageState::GradShard() {
   return grad_shard_;
 }
 
+torch::Tensor MinistageState::TakeZeroGradShard() {
+  if (!grad_shard_.defined() || !grad_shard_zero_) return {};
+  grad_shard_zero_ = false;
+  return grad_shard_;
+}
+
 void MinistageState::AddToGradShard(torch::Tensor reduced) {
   MOTLEY_CHECK(sharded_);
   MOTLEY_CHECK_EQ(reduced.numel(), shard_numel_);
+  grad_shard_zero_ = false;
+  if (grad_shard_.defined() && reduced.data_ptr() == grad_shard_.data_ptr()) return;  // reduced into the shard
   if (grad_shard_.defined()) {
     grad_shard_.add_(reduced);
   } else {
@@ -162,6 +170,7 @@ std::string MinistageState::LoadMoments(const std::map<std::string, torch::Tenso
 
 void MinistageState::ClearGradients() {
   if (grad_shard_.defined()) grad_shard_.zero_();
+  grad_shard_zero_ = grad_shard_.defined();
   if (grad_flat_.defined()) grad_flat_.zero_();
 }
 

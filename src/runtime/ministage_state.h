@@ -72,6 +72,10 @@ class MinistageState {
   /// Adds a reduce-scatter's output into the gradient shard; the shard takes `reduced` itself
   /// when it has no buffer yet (no copy, no second buffer). `reduced` must not be used after.
   void AddToGradShard(torch::Tensor reduced);
+  /// Where a reduction of the gradients can write its result directly: the gradient shard while it
+  /// holds zeros (cleared by the last update, nothing added since), so that no shard-sized buffer
+  /// is held beside it; undefined otherwise. The shard counts as written from here on.
+  torch::Tensor TakeZeroGradShard();
 
   // ---- Optimizer ----
   /// The owned ranges as AdamW shards (views into the shard, gradient and moments). REQUIRES: the
@@ -128,6 +132,7 @@ class MinistageState {
   CopyTicket shard_read_, moments_read_;  // the last prefetches again: they read the host copies
   int64_t numel_ = 0, shard_numel_ = 0, shard_begin_ = 0;
   torch::Tensor flat_, grad_flat_, shard_, grad_shard_, exp_avg_, exp_avg_sq_;
+  bool grad_shard_zero_ = false;  // grad_shard_ holds zeros (ClearGradients, nothing added since)
   torch::Tensor host_shard_, host_exp_avg_, host_exp_avg_sq_;
 };
 

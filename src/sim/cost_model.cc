@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "cost/comm_cost.h"
+
 namespace motley {
 
 CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Profile* profile, int64_t seq_len,
@@ -106,28 +108,17 @@ double CostModel::ComputeS(int device, const Op& op) const {
   return t * slowdown;
 }
 
-double CostModel::CopyS(int device, double bytes) const {
-  return bytes / cluster_.spec(device).host_link_bytes_per_s;
-}
+double CostModel::CopyS(int device, double bytes) const { return HostCopyS(cluster_.spec(device), bytes); }
 
 double CostModel::TransferS(int from, int to, double bytes) const {
-  const Link l = LinkBetween(from, to);
-  if (l.kind == LinkKind::kSelf) return 0;
-  return l.latency_s + bytes / l.bandwidth_bytes_per_s;
+  return motley::TransferS(LinkBetween(from, to), bytes);
 }
 
 double CostModel::CollectiveS(OpKind kind, const std::vector<int>& devices, double bytes) const {
-  const size_t n = devices.size();
-  if (n <= 1) return 0;
-  double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const Link l = LinkBetween(devices[i], devices[(i + 1) % n]);
-    bandwidth = std::min(bandwidth, l.bandwidth_bytes_per_s);
-    latency = std::max(latency, l.latency_s);
-  }
-  // Ring: n-1 steps, each moving 1/n of the payload over every link at once.
-  const double one_pass = (n - 1) * (latency + bytes / n / bandwidth);
-  return kind == OpKind::kAllReduce || kind == OpKind::kGradNorm ? 2 * one_pass : one_pass;
+  const int passes = kind == OpKind::kAllReduce || kind == OpKind::kGradNorm ? kAllReducePasses : 1;
+  return motley::CollectiveS(
+      devices, bytes, passes, [this](int a, int b) { return LinkBetween(a, b); },
+      [this](int d) { return cluster_.devices[d].node; });
 }
 
 }  // namespace motley
