@@ -10,9 +10,9 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "runtime/communicator.h"
-#include "runtime/cuda_device.h"
-#include "runtime/rank_device.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/device/cuda_device.h"
+#include "runtime/device/rank_device.h"
 
 namespace motley::cli {
 namespace {

@@ -6,8 +6,8 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "data/training_data.h"
-#include "runtime/checkpoint.h"
-#include "runtime/evaluate.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/evaluate.h"
 
 namespace motley::cli {
 

@@ -26,10 +26,10 @@
 #include "core/model_parse.h"
 #include "core/units.h"
 #include "profile/cluster_profiler.h"
-#include "runtime/cuda_device.h"
-#include "runtime/link_probe.h"
-#include "runtime/rank_device.h"
-#include "runtime/rendezvous.h"
+#include "runtime/device/cuda_device.h"
+#include "profile/link_probe.h"
+#include "runtime/device/rank_device.h"
+#include "runtime/comm/rendezvous.h"
 
 namespace motley::cli {
 namespace {

@@ -9,9 +9,9 @@
 #include "cli/job_input.h"
 #include "cli/planned_train.h"
 #include "cli/progress_line.h"
-#include "runtime/distributed_trainer.h"
-#include "runtime/rendezvous.h"
-#include "runtime/trainer.h"
+#include "runtime/train/distributed_trainer.h"
+#include "runtime/comm/rendezvous.h"
+#include "runtime/train/trainer.h"
 #include "core/units.h"
 
 namespace motley::cli {

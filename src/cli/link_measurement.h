@@ -1,5 +1,5 @@
 // Measuring a local (emulated) cluster's links from a single `motley` process: launches one rank
-// per device running `motley profile --cluster C --links-only -o FILE` (runtime/link_probe.h) and
+// per device running `motley profile --cluster C --links-only -o FILE` (profile/link_probe.h) and
 // reads the result back. On a real cluster, run `motley profile --links` under your launcher.
 #pragma once
 

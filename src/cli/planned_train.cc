@@ -19,7 +19,7 @@
 #include "cli/link_measurement.h"
 #include "profile/cluster_profiler.h"
 #include "profile/device_probe.h"
-#include "runtime/rank_device.h"
+#include "runtime/device/rank_device.h"
 #include "sim/plan_evaluator.h"
 #include "sim/profile_calibration.h"
 #include "sim/routing_costs.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/job.h"
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 
 namespace motley::cli {
 

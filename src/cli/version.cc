@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #ifdef MOTLEY_WITH_TORCH
-#include "runtime/torch_info.h"
+#include "runtime/device/torch_info.h"
 #endif
 
 namespace motley::cli {

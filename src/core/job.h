@@ -71,7 +71,7 @@ struct PlanConfig {
 };
 
 /// [tensor_parallel]: how a tensor-parallel team keeps pace with stragglers (FlexTP;
-/// runtime/flextp_balancer.h). Only plans with tp_degree > 1 use it.
+/// runtime/flextp/flextp_balancer.h). Only plans with tp_degree > 1 use it.
 struct TensorParallelConfig {
   /// "off" (exact, the team waits for its slowest rank), "migrate" (exact: a straggler's MLP units
   /// computed by the others), "resize" (lossy: a straggler prunes MLP units), "semi" (both, by a

@@ -1,6 +1,6 @@
 // Message tags: every point-to-point message of a run comes from one of these ranges, so no two
 // kinds of message share a tag. Transfers between a pair of ranks match in the order they are
-// issued (runtime/communicator.h); a tag names the transfer in errors and traces. Gloo's tags are
+// issued (runtime/comm/communicator.h); a tag names the transfer in errors and traces. Gloo's tags are
 // ints: every range lies below 2^31.
 #pragma once
 

@@ -12,7 +12,7 @@
 // an error naming the op and the buffer, so a schedule that would make the runtime read freed or
 // missing data stops with a clear message instead of computing garbage.
 //
-// Implementations of OpRunner: the runtime's tensor executor (runtime/executor_step.cc) and
+// Implementations of OpRunner: the runtime's tensor executor (runtime/executor/executor_step.cc) and
 // RecordingOpRunner (program_walker_test.cc), which records what would run and checks the order.
 #pragma once
 

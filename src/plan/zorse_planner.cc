@@ -91,7 +91,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
   if (request.max_ministages > 0) max_ministages = std::min(max_ministages, request.max_ministages);
   // Tensor parallelism in pairs, only where every pair shares a node with NVLink.
   std::vector<int> tp_options = {1};
-  // (The runtime splits untied models only: see runtime/executor.cc.)
+  // (The runtime splits untied models only: see runtime/executor/executor.cc.)
   if (request.try_tensor_parallel && !model.tie_embeddings && model.num_heads % 2 == 0 && model.num_kv_heads % 2 == 0 &&
       model.ffn_size % 2 == 0) {
     bool pairs = true;

@@ -11,7 +11,7 @@
 #include <torch/cuda.h>
 
 #include "core/file_io.h"
-#include "runtime/cuda_device.h"
+#include "runtime/device/cuda_device.h"
 
 namespace motley {
 namespace fs = std::filesystem;

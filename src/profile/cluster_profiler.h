@@ -4,7 +4,7 @@
 //
 // Cache: $MOTLEY_CACHE_DIR, else $XDG_CACHE_HOME/motley, else ~/.cache/motley; one JSON file per
 // entry. On CPU-only machines every type is measured on this CPU (the emulated speed factors are
-// the cost model's). Links are measured apart (runtime/link_probe.h, `motley profile --links`);
+// the cost model's). Links are measured apart (profile/link_probe.h, `motley profile --links`);
 // under a launcher each type is measured by its first device's rank (options.only_types).
 #pragma once
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/torch_info.h"
+#include "runtime/device/torch_info.h"
 
 namespace motley {
 

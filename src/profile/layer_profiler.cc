@@ -13,11 +13,11 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "runtime/adamw.h"
-#include "runtime/cuda_device.h"
-#include "runtime/llama_model.h"
-#include "runtime/memory_ledger.h"
-#include "runtime/precision_dtypes.h"
+#include "runtime/train/adamw.h"
+#include "runtime/device/cuda_device.h"
+#include "runtime/model/llama_model.h"
+#include "runtime/emulation/memory_ledger.h"
+#include "runtime/model/precision_dtypes.h"
 
 // OpenBLAS's thread count, when torch's BLAS is OpenBLAS (a weak reference: absent otherwise).
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));

@@ -1,0 +1,462 @@
+#include "runtime/comm/communicator.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+// Debian's libtorch comes with Gloo's headers (libgloo-dev); PyTorch's wheels do not.
+#if __has_include(<gloo/algorithm.h>)
+#define MOTLEY_HAVE_GLOO 1
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#else
+#define MOTLEY_HAVE_GLOO 0
+#endif
+
+#include "core/check.h"
+#include "core/message_tags.h"
+
+namespace motley {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds Ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
+
+c10::intrusive_ptr<c10d::Store> ConnectStore(const Rendezvous& rv, bool server, double timeout_s) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(rv.master_port);
+  o.isServer = server;
+  o.numWorkers = rv.world_size;
+  o.waitWorkers = false;
+  o.timeout = Ms(timeout_s);
+  return c10::make_intrusive<c10d::TCPStore>(rv.master_addr, o);
+}
+
+c10::intrusive_ptr<CommBackend> MakeGloo(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+                                         int rank, int size, const Rendezvous& rv, double timeout_s) {
+#if !MOTLEY_HAVE_GLOO
+  (void)store, (void)prefix, (void)rank, (void)size, (void)rv, (void)timeout_s;
+  return {};
+#else
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  // Loopback for single-host runs; otherwise the interface that reaches this host's name.
+  opts->devices.push_back(rv.master_addr == "127.0.0.1" || rv.master_addr == "localhost"
+                              ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                              : c10d::ProcessGroupGloo::createDefaultDevice());
+  opts->timeout = Ms(timeout_s);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix, store), rank,
+                                                     size, opts);
+#endif
+}
+
+std::string HeartbeatKey(int rank) { return fmt::format("motley/heartbeat/{}", rank); }
+std::string DoneKey(int rank) { return fmt::format("motley/done/{}", rank); }
+
+}  // namespace
+
+PendingTransfer::PendingTransfer(c10::intrusive_ptr<c10d::Work> work, std::string what, Communicator* comm,
+                                 std::function<void()> then)
+    : what_(std::move(what)), comm_(comm), then_(std::move(then)) {
+  works_.push_back(std::move(work));
+}
+
+PendingTransfer::PendingTransfer(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string what,
+                                 Communicator* comm)
+    : works_(std::move(works)), what_(std::move(what)), comm_(comm) {}
+
+bool PendingTransfer::Done() const {
+  for (const auto& w : works_)
+    if (!w->isCompleted()) return false;
+  return true;
+}
+
+Status PendingTransfer::Wait() {
+  if (works_.empty()) return Status::Ok();  // done already, or nothing to wait for
+  try {
+    for (const auto& w : works_) w->wait();
+    works_.clear();
+    if (then_) then_();
+    return Status::Ok();
+  } catch (const std::exception& e) {
+    works_.clear();
+    return comm_->Failed(what_, e);
+  }
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::Connect(const Rendezvous& rv, const CommConfig& config) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->rv_ = rv;
+  c->config_ = config;
+  try {
+    c->store_ = ConnectStore(rv, rv.launcher_rank == 0, config.connect_timeout_s);
+    // Wait until every rank has arrived, so that a missing one is reported by name.
+    c->store_->add(fmt::format("motley/arrived/{}", rv.rank), 1);
+    const auto deadline = Clock::now() + Ms(config.connect_timeout_s);
+    for (int r = 0; r < rv.world_size; ++r) {
+      while (c->store_->add(fmt::format("motley/arrived/{}", r), 0) == 0) {
+        if (Clock::now() > deadline)
+          return Status::IoError(fmt::format("rank {}: rank {} did not join the rendezvous at {}:{} within {:.0f} s; "
+                                             "check that all {} ranks were started with the same MASTER_ADDR/PORT",
+                                             rv.rank, r, rv.master_addr, rv.master_port, config.connect_timeout_s,
+                                             rv.world_size));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    c->world_ = std::make_unique<CommGroup>();
+    for (int r = 0; r < rv.world_size; ++r) c->world_->ranks.push_back(r);
+    c->world_->index = rv.rank;
+    c->world_->name = "world";
+    if (Status s = c->MakeProcessGroups(*c->world_, "motley/group/world"); !s.ok()) return s;
+    if (config.heartbeat_timeout_s > 0 && rv.world_size > 1) {
+      c->watch_store_ = ConnectStore(rv, false, config.connect_timeout_s);
+      c->watchdog_ = std::thread([p = c.get()] { p->Watch(); });
+    }
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: cannot connect to the rendezvous at {}:{}: {}", rv.rank,
+                                       rv.master_addr, rv.master_port, std::string(e.what()).substr(0, 300)));
+  }
+  return c;
+}
+
+Communicator::~Communicator() {
+  try {
+    if (store_) {
+      store_->add(DoneKey(rv_.rank), 1);
+      // Rank 0 hosts the store: it stays until every live rank has finished, so that the others'
+      // watchdogs do not take its exit for a crash. A rank whose heartbeat stood still for three
+      // intervals is dead or hung: not waited for.
+      const auto patience = Ms(3 * config_.heartbeat_interval_s + 0.5);
+      for (int r = 0; rv_.launcher_rank == 0 && r < rv_.world_size;) {
+        int64_t beat = store_->add(HeartbeatKey(r), 0);
+        auto since = Clock::now();
+        while (store_->add(DoneKey(r), 0) == 0) {
+          const int64_t now_beat = store_->add(HeartbeatKey(r), 0);
+          if (now_beat != beat) {
+            beat = now_beat;
+            since = Clock::now();
+          } else if (Clock::now() - since > patience) {
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        ++r;
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  stop_ = true;
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void Communicator::Watch() {
+  std::map<int, std::pair<int64_t, Clock::time_point>> seen;  // rank -> (last beat, when it changed)
+  const auto start = Clock::now();
+  for (int r = 0; r < rv_.world_size; ++r) seen[r] = {-1, start};
+  while (!stop_) {
+    try {
+      watch_store_->add(HeartbeatKey(rv_.rank), 1);
+      for (int r = 0; r < rv_.world_size; ++r) {
+        if (r == rv_.rank || watch_store_->add(DoneKey(r), 0) > 0) continue;
+        const int64_t beat = watch_store_->add(HeartbeatKey(r), 0);
+        auto& [last, when] = seen[r];
+        if (beat != last) {
+          last = beat;
+          when = Clock::now();
+        } else if (std::chrono::duration<double>(Clock::now() - when).count() > config_.heartbeat_timeout_s) {
+          fmt::print(stderr, "motley: rank {}: rank {} stopped responding (no heartbeat for {:.0f} s: it crashed, was "
+                             "killed or hangs); exiting\n",
+                     rv_.rank, r, config_.heartbeat_timeout_s);
+          std::fflush(stderr);
+          std::_Exit(3);
+        }
+      }
+    } catch (const std::exception& e) {
+      if (stop_) return;
+      fmt::print(stderr,
+                 "motley: rank {}: the launcher's rank 0 (the rendezvous store at {}:{}) is unreachable: it crashed "
+                 "or was killed; exiting\n",
+                 rv_.rank, rv_.master_addr, rv_.master_port);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+    for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(Ms(config_.heartbeat_interval_s / 10));
+  }
+}
+
+std::string Communicator::DiagnoseFailure() {
+  if (!store_ || rv_.world_size == 1) return "no other rank";
+  try {
+    std::map<int, int64_t> before;
+    for (int r = 0; r < rv_.world_size; ++r) before[r] = store_->add(HeartbeatKey(r), 0);
+    std::this_thread::sleep_for(Ms(std::min(config_.heartbeat_timeout_s, 3 * config_.heartbeat_interval_s + 0.5)));
+    std::vector<int> stopped;
+    for (int r = 0; r < rv_.world_size; ++r)
+      if (r != rv_.rank && store_->add(DoneKey(r), 0) == 0 && store_->add(HeartbeatKey(r), 0) == before[r])
+        stopped.push_back(r);
+    if (stopped.empty()) return "every rank still beats: a network problem or a mismatched schedule";
+    return fmt::format("rank(s) {} stopped responding", fmt::join(stopped, ", "));
+  } catch (const std::exception&) {
+    return "the launcher's rank 0 (the rendezvous store) is unreachable";
+  }
+}
+
+Result<CommGroup*> Communicator::NewGroup(std::vector<int> ranks) {
+  auto g = std::make_unique<CommGroup>();
+  g->name = fmt::format("g{}[{}]", groups_.size(), fmt::join(ranks, ","));
+  g->ranks = std::move(ranks);
+  for (int i = 0; i < g->size(); ++i) {
+    if (g->ranks[i] < 0 || g->ranks[i] >= world_size())
+      return Status::InvalidArgument(fmt::format("group {}: rank {} outside the world of {}", g->name, g->ranks[i],
+                                                 world_size()));
+    if (g->ranks[i] == rank()) g->index = i;
+  }
+  if (g->index >= 0) MOTLEY_RETURN_IF_ERROR(MakeProcessGroups(*g, "motley/group/" + g->name));
+  groups_.push_back(std::move(g));
+  return groups_.back().get();
+}
+
+Status Communicator::MakeProcessGroups(CommGroup& g, const std::string& prefix) {
+  try {
+    g.pg = MakeGloo(store_, prefix, g.index, g.size(), rv_, config_.timeout_s);
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: cannot build group {}: {} ({})", rank(), g.name,
+                                       std::string(e.what()).substr(0, 200), DiagnoseFailure()));
+  }
+  if (!g.pg && !config_.gpu && g.size() > 1)
+    return Status::InvalidArgument(fmt::format(
+        "rank {}: this build of motley has no Gloo (it was built against PyTorch's wheel, which ships no Gloo "
+        "headers), so CPU ranks cannot communicate; run CPU and emulated clusters with the CPU build "
+        "(scripts/setup.sh), or give each rank a GPU (--device cuda)",
+        rank()));
+  if (config_.gpu) {
+    gpu_ = torch::Device(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice());
+    auto nccl = MakeNcclBackend(c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", store_), g.index, g.size(),
+                                config_.timeout_s);
+    if (!nccl.ok()) return nccl.status();
+    g.gpu_pg = *nccl;
+  }
+  return Status::Ok();
+}
+
+Result<CommBackend*> Communicator::For(CommGroup& g, const torch::Tensor& t) {
+  if (!t.is_cuda()) {
+    if (!g.pg)
+      return Status::Internal(fmt::format("rank {}: a CPU tensor for group {}, which has no Gloo process group",
+                                          rank(), g.name));
+    return g.pg.get();
+  }
+  if (!g.gpu_pg)
+    return Status::Internal(fmt::format("rank {}: a CUDA tensor for group {}, which has no NCCL process group "
+                                        "(the communicator was connected without CommConfig::gpu)",
+                                        rank(), g.name));
+  return g.gpu_pg.get();
+}
+
+torch::Tensor Communicator::Stage(CommGroup& g, const torch::Tensor& t, bool result, std::function<void()>* back) {
+  if (t.is_cuda() || g.pg || !g.gpu_pg) return t;
+  torch::Tensor on_gpu = t.to(gpu_);
+  if (result) {
+    torch::Tensor host = t;
+    auto previous = std::move(*back);
+    *back = [host, on_gpu, previous]() mutable {
+      host.copy_(on_gpu);  // waits for the GPU
+      if (previous) previous();
+    };
+  }
+  return on_gpu;
+}
+
+Status Communicator::Run(const std::string& what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
+  try {
+    start()->wait();
+    return Status::Ok();
+  } catch (const std::exception& e) {
+    return Failed(what, e);
+  }
+}
+
+Status Communicator::Failed(const std::string& what, const std::exception& e) {
+  return Status::IoError(fmt::format("rank {}: {} failed: {} ({})", rank(), what, std::string(e.what()).substr(0, 200),
+                                     DiagnoseFailure()));
+}
+
+Result<PendingTransfer> Communicator::StartAllReduceSum(CommGroup& g, torch::Tensor& t) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  if (g.size() == 1) return PendingTransfer();
+  std::function<void()> back;
+  std::vector<torch::Tensor> v = {Stage(g, t, true, &back)};
+  const std::string what = fmt::format("all-reduce over {}", g.name);
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, v[0]));
+  try {
+    return PendingTransfer(pg->allreduce(v), what, this, back);
+  } catch (const std::exception& e) {
+    return Failed(what, e);
+  }
+}
+
+Result<PendingTransfer> Communicator::StartAllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  MOTLEY_CHECK_EQ(out.numel(), shard.numel() * g.size());
+  if (g.size() == 1) {
+    if (out.data_ptr() != shard.data_ptr()) out.view(-1).copy_(shard.view(-1));  // else it is the shard
+    return PendingTransfer();
+  }
+  const std::string what = fmt::format("all-gather over {}", g.name);
+  std::function<void()> back;
+  torch::Tensor into = Stage(g, out, true, &back);
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, into));
+  if (into.is_cuda()) {  // NCCL gathers into one flat buffer
+    torch::Tensor in = Stage(g, shard, false, nullptr).contiguous().view(-1), flat = into.view(-1);
+    try {
+      return PendingTransfer(pg->_allgather_base(flat, in), what, this, back);
+    } catch (const std::exception& e) {
+      return Failed(what, e);
+    }
+  }
+  // Gloo's allgather gathers into a buffer as large as `out` and copies out of it; a broadcast
+  // from each member into its part of `out` gathers in place, with no buffer.
+  torch::Tensor flat = out.view(-1);
+  const int64_t n = shard.numel();
+  torch::Tensor mine = flat.narrow(0, g.index * n, n);
+  if (mine.data_ptr() != shard.data_ptr()) mine.copy_(shard.reshape(-1));
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  try {
+    for (int root = 0; root < g.size(); ++root) {
+      std::vector<torch::Tensor> part = {flat.narrow(0, root * n, n)};
+      c10d::BroadcastOptions o;
+      o.rootRank = root;
+      works.push_back(pg->broadcast(part, o));
+    }
+    return PendingTransfer(std::move(works), what, this);
+  } catch (const std::exception& e) {
+    return Failed(what, e);
+  }
+}
+
+Result<PendingTransfer> Communicator::StartReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  MOTLEY_CHECK_EQ(in.numel(), out.numel() * g.size());
+  if (g.size() == 1) {
+    if (out.data_ptr() != in.data_ptr()) out.view(-1).copy_(in.view(-1));
+    return PendingTransfer();
+  }
+  const std::string what = fmt::format("reduce-scatter over {}", g.name);
+  std::function<void()> back;
+  torch::Tensor staged_in = Stage(g, in, false, nullptr), staged_out = Stage(g, out, true, &back);
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, staged_in));
+  if (staged_in.is_cuda()) {  // NCCL has a reduce-scatter of its own
+    torch::Tensor send = staged_in.contiguous().view(-1), into = staged_out.view(-1);
+    try {
+      return PendingTransfer(pg->_reduce_scatter_base(into, send), what, this, back);
+    } catch (const std::exception& e) {
+      return Failed(what, e);
+    }
+  }
+  // Gloo has no reduce-scatter: all-to-all sends chunk j to member j, then each sums what it got.
+  torch::Tensor send = in.contiguous().view(-1);
+  torch::Tensor received = torch::empty_like(send);
+  std::vector<int64_t> counts;  // empty: equal splits
+  const int64_t members = g.size();
+  try {
+    return PendingTransfer(pg->alltoall_base(received, send, counts, counts), what, this,
+                           [received, out, members]() mutable {
+                             torch::Tensor into = out.view(-1);
+                             at::sum_out(into, received.view({members, -1}), {0});  // no temporary
+                           });
+  } catch (const std::exception& e) {
+    return Failed(what, e);
+  }
+}
+
+Status Communicator::AllReduceSum(CommGroup& g, torch::Tensor& t) {
+  MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, StartAllReduceSum(g, t));
+  return p.Wait();
+}
+
+Status Communicator::AllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out) {
+  MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, StartAllGather(g, shard, out));
+  return p.Wait();
+}
+
+Status Communicator::ReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out) {
+  MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, StartReduceScatterSum(g, in, out));
+  return p.Wait();
+}
+
+Status Communicator::Broadcast(CommGroup& g, torch::Tensor& t, int root_index) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  if (g.size() == 1) return Status::Ok();
+  std::function<void()> back;
+  std::vector<torch::Tensor> v = {Stage(g, t, true, &back)};
+  c10d::BroadcastOptions o;
+  o.rootRank = root_index;
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, v[0]));
+  MOTLEY_RETURN_IF_ERROR(Run(fmt::format("broadcast over {}", g.name), [&] { return pg->broadcast(v, o); }));
+  if (back) back();
+  return Status::Ok();
+}
+
+Status Communicator::Barrier(CommGroup& g) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  if (g.size() == 1) return Status::Ok();
+  if (!g.pg) {  // NCCL only: an all-reduce of one number is a barrier
+    torch::Tensor one = torch::ones({1});
+    return AllReduceSum(g, one);
+  }
+  return Run(fmt::format("barrier over {}", g.name), [&] { return g.pg->barrier(); });
+}
+
+Result<Communicator::Route> Communicator::RouteFor(const torch::Tensor& t, int peer, bool sending) {
+  if (peer < 0 || peer >= world_size() || peer == rank())
+    return Status::Internal(fmt::format("rank {}: a transfer with rank {} (world of {})", rank(), peer, world_size()));
+  if (!t.is_cuda()) {
+    MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(*world_, t));
+    return Route{pg, peer, 0};  // one tag: matched in order, as on NCCL
+  }
+  const int from = sending ? rank() : peer, to = sending ? peer : rank();
+  std::lock_guard<std::mutex> lock(links_mutex_);
+  auto it = links_.find({from, to});
+  if (it == links_.end()) {
+    auto nccl = MakeNcclBackend(
+        c10::make_intrusive<c10d::PrefixStore>(fmt::format("motley/link/{}-{}/nccl", from, to), store_),
+        sending ? 0 : 1, 2, config_.timeout_s);
+    if (!nccl.ok()) return nccl.status();
+    it = links_.emplace(std::make_pair(from, to), *nccl).first;
+  }
+  return Route{it->second.get(), sending ? 1 : 0, 0};
+}
+
+Result<PendingTransfer> Communicator::Send(const torch::Tensor& t, int peer, int64_t tag) {
+  MOTLEY_CHECK(t.is_contiguous());
+  std::vector<torch::Tensor> v = {Stage(*world_, t, false, nullptr)};
+  const std::string what = fmt::format("send of {} elements to rank {} ({})", t.numel(), peer, DescribeTag(tag));
+  MOTLEY_ASSIGN_OR_RETURN(Route route, RouteFor(v[0], peer, true));
+  try {
+    return PendingTransfer(route.pg->send(v, route.peer, route.tag), what, this);
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
+  }
+}
+
+Result<PendingTransfer> Communicator::Recv(torch::Tensor& t, int peer, int64_t tag) {
+  MOTLEY_CHECK(t.is_contiguous());
+  std::function<void()> back;
+  std::vector<torch::Tensor> v = {Stage(*world_, t, true, &back)};
+  const std::string what = fmt::format("receive of {} elements from rank {} ({})", t.numel(), peer, DescribeTag(tag));
+  MOTLEY_ASSIGN_OR_RETURN(Route route, RouteFor(v[0], peer, false));
+  try {
+    return PendingTransfer(route.pg->recv(v, route.peer, route.tag), what, this, back);
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
+  }
+}
+
+}  // namespace motley

@@ -1,0 +1,151 @@
+#include <map>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/message_tags.h"
+#include "core/net.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/rendezvous.h"
+#include "runtime/comm/run_ranks_for_test.h"
+
+namespace motley {
+namespace {
+
+GetEnv Env(std::map<std::string, std::string> vars) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [shared](const char* name) -> const char* {
+    auto it = shared->find(name);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(Rendezvous, ReadsEveryLauncherAndExplainsGaps) {
+  Rendezvous none = RendezvousFromEnv(Env({})).value();
+  EXPECT_EQ(none.world_size, 1);
+  EXPECT_EQ(none.source, "single process");
+  Rendezvous torchrun = RendezvousFromEnv(Env({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"},
+                                               {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}}))
+                            .value();
+  EXPECT_EQ(torchrun.rank, 2);
+  EXPECT_EQ(torchrun.world_size, 4);
+  EXPECT_EQ(torchrun.master_addr, "10.0.0.1");
+  EXPECT_EQ(torchrun.master_port, 1234);
+  Rendezvous slurm = RendezvousFromEnv(Env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                                            {"SLURM_NTASKS_PER_NODE", "4(x2)"},
+                                            {"SLURM_LAUNCH_NODE_IPADDR", "10.0.0.9"}}))
+                         .value();
+  EXPECT_EQ(slurm.source, "Slurm");
+  EXPECT_EQ(slurm.rank, 5);
+  EXPECT_EQ(slurm.local_rank, 1);
+  EXPECT_EQ(slurm.master_addr, "10.0.0.9");
+  Rendezvous mpi = RendezvousFromEnv(Env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                                          {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"MASTER_ADDR", "h0"}}))
+                       .value();
+  EXPECT_EQ(mpi.source, "Open MPI");
+  EXPECT_EQ(mpi.rank, 1);
+  // Open MPI without MASTER_ADDR: the fix is named.
+  Result<Rendezvous> no_addr = RendezvousFromEnv(Env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  ASSERT_FALSE(no_addr.ok());
+  EXPECT_NE(no_addr.status().message().find("export MASTER_ADDR"), std::string::npos);
+  Result<Rendezvous> half = RendezvousFromEnv(Env({{"RANK", "0"}}));
+  ASSERT_FALSE(half.ok());
+  EXPECT_NE(half.status().message().find("RANK is set but WORLD_SIZE is not"), std::string::npos);
+  Result<Rendezvous> out_of_range = RendezvousFromEnv(Env({{"RANK", "4"}, {"WORLD_SIZE", "4"}}));
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_NE(out_of_range.status().message().find("RANK=4: expected an integer in [0, 3]"), std::string::npos);
+}
+
+TEST(Communicator, CollectivesAndTransfersGiveTheRightValues) {
+  RunRanks(3, [](Communicator& c) {
+    const int r = c.rank();
+    torch::Tensor sum = torch::full({4}, r + 1.0);
+    ASSERT_TRUE(c.AllReduceSum(c.world(), sum).ok());
+    EXPECT_TRUE(torch::equal(sum, torch::full({4}, 6.0)));
+
+    torch::Tensor gathered = torch::empty({6});
+    ASSERT_TRUE(c.AllGather(c.world(), torch::full({2}, static_cast<double>(r)).to(torch::kFloat32), gathered).ok());
+    EXPECT_TRUE(torch::equal(gathered, torch::tensor({0.f, 0.f, 1.f, 1.f, 2.f, 2.f})));
+
+    torch::Tensor in = torch::arange(6, torch::kFloat32) + r;
+    torch::Tensor out = torch::empty({2});
+    ASSERT_TRUE(c.ReduceScatterSum(c.world(), in, out).ok());
+    EXPECT_TRUE(torch::equal(out, torch::tensor({6.f * r + 3, 3.f * (2 * r + 1) + 3})));
+
+    CommGroup* pair = c.NewGroup({0, 2}).value();
+    if (r != 1) {
+      torch::Tensor t = torch::full({2}, static_cast<float>(r));
+      ASSERT_TRUE(c.AllReduceSum(*pair, t).ok());
+      EXPECT_TRUE(torch::equal(t, torch::full({2}, 2.f)));
+    } else {
+      EXPECT_EQ(pair->index, -1);
+    }
+
+    torch::Tensor b = torch::full({3}, static_cast<float>(r));
+    ASSERT_TRUE(c.Broadcast(c.world(), b, 1).ok());
+    EXPECT_TRUE(torch::equal(b, torch::full({3}, 1.f)));
+
+    // A ring of non-blocking transfers: everyone sends before anyone waits.
+    torch::Tensor mine = torch::full({5}, static_cast<float>(r));
+    torch::Tensor got = torch::empty({5});
+    PendingTransfer send = c.Send(mine, (r + 1) % 3, 7).value();
+    PendingTransfer recv = c.Recv(got, (r + 2) % 3, 7).value();
+    ASSERT_TRUE(send.Wait().ok());
+    ASSERT_TRUE(recv.Wait().ok());
+    EXPECT_TRUE(torch::equal(got, torch::full({5}, static_cast<float>((r + 2) % 3))));
+    ASSERT_TRUE(c.Barrier(c.world()).ok());
+  });
+}
+
+TEST(Communicator, TransfersMatchInTheOrderTheyAreIssuedNotByTag) {
+  // NCCL's rule on every backend: the k-th send from a to b meets b's k-th receive from a. Both
+  // directions of the pair are in flight at once (on NCCL, each has its own stream).
+  RunRanks(2, [](Communicator& c) {
+    const int peer = 1 - c.rank();
+    const float base = 10.f * static_cast<float>(c.rank());
+    torch::Tensor first = torch::full({3}, base + 1), second = torch::full({3}, base + 2);
+    PendingTransfer s1 = c.Send(first, peer, 1).value();
+    PendingTransfer s2 = c.Send(second, peer, 2).value();
+    torch::Tensor got_a = torch::empty({3}), got_b = torch::empty({3});
+    PendingTransfer r1 = c.Recv(got_a, peer, 2).value();  // tags in the other order: ignored
+    PendingTransfer r2 = c.Recv(got_b, peer, 1).value();
+    for (PendingTransfer* p : {&s1, &s2, &r1, &r2}) ASSERT_TRUE(p->Wait().ok());
+    const float theirs = 10.f * static_cast<float>(peer);
+    EXPECT_TRUE(torch::equal(got_a, torch::full({3}, theirs + 1)));
+    EXPECT_TRUE(torch::equal(got_b, torch::full({3}, theirs + 2)));
+  });
+}
+
+TEST(Communicator, AMissingRankIsNamedAtConnect) {
+  Rendezvous rv;
+  rv.rank = 0;
+  rv.world_size = 2;
+  rv.master_port = FreeTcpPort();
+  CommConfig config;
+  config.connect_timeout_s = 1;
+  config.heartbeat_timeout_s = 0;
+  Result<std::unique_ptr<Communicator>> c = Communicator::Connect(rv, config);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("rank 1 did not join the rendezvous"), std::string::npos)
+      << c.status().message();
+}
+
+TEST(Communicator, ATimeoutIsAnErrorNotAHang) {
+  RunRanks(2, [](Communicator& c) {
+    if (c.rank() == 0) {
+      torch::Tensor t = torch::empty({4});
+      // Nobody sends: the receive must give up after the timeout with a message naming the peer.
+      Result<PendingTransfer> recv = c.Recv(t, 1, MessageTag(TagRange::kStateGather, 7));
+      ASSERT_TRUE(recv.ok());
+      Status s = recv->Wait();
+      ASSERT_FALSE(s.ok());
+      EXPECT_NE(s.message().find("receive of 4 elements from rank 1 (state gather message 7) failed"), std::string::npos)
+          << s.message();
+    } else {
+      std::this_thread::sleep_for(std::chrono::seconds(3));  // alive, but silent
+    }
+  }, /*timeout_s=*/1);
+}
+
+}  // namespace
+}  // namespace motley

@@ -1,0 +1,35 @@
+// RankDevice: the device a rank of a launched run computes and communicates on — its own GPU,
+// chosen by its local rank, or the CPU (emulated clusters, CPU-only machines).
+#pragma once
+
+#include <string>
+
+#include <torch/torch.h>
+
+#include "core/cluster.h"
+#include "core/status.h"
+#include "plan/schedule.h"
+#include "runtime/comm/rendezvous.h"
+
+namespace motley {
+
+/// `name`: "auto" takes a GPU per rank when every rank on this host can have one (NCCL refuses two
+/// ranks on one GPU), else the CPU; "cuda" insists on a GPU (an error says why there is none);
+/// "cpu" is the CPU. `visible_gpus` < 0: as many as torch sees.
+Result<torch::Device> RankDevice(const std::string& name, const Rendezvous& rv, int visible_gpus = -1);
+
+/// The rank a process runs in a plan's schedule, whose ranks are in plan order (groups in pipeline
+/// order). On a cluster of real devices started as one process per device in the cluster file's
+/// order (launcher rank q on device q: hosts in node order, local ranks in device order), process q
+/// runs the program of device q, wherever the plan put that device — so a plan's work for an A100
+/// runs on the A100. Elsewhere (an emulated cluster, whose ranks all share this host; a plan over
+/// some of the devices) the launcher's rank.
+int PlanRankOf(const Schedule& schedule, const Cluster& cluster, int launcher_rank, int world_size);
+
+/// Whether one rank per device of `cluster` may all start on this host, which sees `visible_gpus`
+/// GPUs: yes for an emulated cluster, with no GPU at all (CPU ranks stand in for the devices), or
+/// with a GPU per device. A cluster of more GPUs than this host has spans several hosts: the error
+/// says how to plan here and start the ranks on every host (`job_file` for the command).
+Status CheckClusterFitsThisHost(const Cluster& cluster, int visible_gpus, const std::string& job_file);
+
+}  // namespace motley

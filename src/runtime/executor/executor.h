@@ -1,0 +1,147 @@
+// Executor: runs one rank's program of a Schedule (plan/schedule.h) with tensors — the runtime
+// twin of the simulator. Ops run in program order on one thread; sends and receives are
+// non-blocking and waited for by the op that needs their data, collectives block. Because every
+// program is a subsequence of one global order in which each receive follows its send
+// (plan/lower.h), this cannot deadlock.
+//
+// What each op does:
+//   Forward      the ministage on microbatch m without keeping a graph (checkpointing: only its
+//                input, the layer boundary, is kept); the last ministage also computes the loss.
+//   Backward     recomputes the ministage from its boundary with a graph, back-propagates the
+//                received output gradient (or the loss) and adds the parameter gradients into the
+//                flat gradient buffer.
+//   Send/Recv    activations (forward) and their gradients (backward) between ranks.
+//   AllGather    the parameter shards into the full flat buffer (ZeRO-3 and offload before a
+//                visit; ZeRO-1/2 after the optimizer step).
+//   ReduceScatter / AllReduce   the gradients, summed (token-weighted: each microbatch's loss is
+//                its mean cross-entropy times its share of the global batch).
+//   OptimizerStep AdamW on the owned shard.
+//   Param/ActOffload, Param/ActPrefetch   copies to and from host memory (CopyEngine: on side
+//                streams on a GPU, waited for by the first op that reads what they wrote).
+//   GradNorm     gradient clipping: the global gradient norm and the loss, summed over every rank
+//                (the lowering puts the updates after it).
+// The executor follows the schedule alone: what each op reads, writes and frees (Op::reads,
+// writes, frees), the state a step starts from (Program::resident), the ministages and how their
+// state is held (Schedule) — never the Plan.
+//
+// Device emulation: compute ops are stretched by the rank's speed factor, transfers to the
+// cluster's link bandwidths; the memory ledger enforces the emulated capacity.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <set>
+#include <tuple>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/cluster.h"
+#include "core/job.h"
+#include "core/status.h"
+#include "plan/schedule.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/comm_clock.h"
+#include "runtime/executor/copy_engine.h"
+#include "runtime/emulation/device_emulation.h"
+#include "runtime/flextp/flextp_team.h"
+#include "runtime/model/llama_model.h"
+#include "runtime/executor/ministage_state.h"
+#include "runtime/model/tensor_parallel.h"
+#include "sim/simulator.h"
+
+namespace motley {
+
+struct ExecutorConfig {
+  torch::Device device = torch::kCPU;
+  torch::Dtype master_dtype = torch::kFloat32;  // parameters, gradients, moments (fp64 in fp64)
+  std::optional<torch::Dtype> compute_dtype;    // mixed precision's bf16; unset: the master dtype
+  OptimizerConfig optimizer;
+  bool record_trace = false;  // keep every op's start and end (seconds from the step's start)
+  TensorParallelConfig tensor_parallel;        // FlexTP in tensor-parallel teams (flextp_team.h)
+  std::vector<EmulatedStraggler> stragglers;   // run-time slowdowns of ranks
+  bool cpu_copy_threads = false;  // tests: CPU offload copies asynchronous on threads, as on a GPU (copy_engine.h)
+};
+
+/// One step's inputs on this rank.
+struct StepInputs {
+  int64_t step = 0;     // 0-based
+  double lr = 0;
+  int64_t update = 1;   // AdamW's step count, from 1
+  /// Token windows [n, seq + 1] (int64, CPU) for the global batch's sequences [first, first + n).
+  std::function<torch::Tensor(int64_t first, int64_t n)> tokens;
+  bool die_mid_step = false;  // fault injection (tests): SIGKILL this process halfway through the program
+  // Fault injection (tests: a comparison must see it): this rank's loss of global microbatch
+  // `loss_factor_microbatch` (every microbatch it computes the loss of, when -1) is multiplied by
+  // `loss_factor` — 0 drops the microbatch, 1 + 1e-6 scales its gradients slightly.
+  double loss_factor = 1;
+  int64_t loss_factor_microbatch = -1;
+};
+
+/// What one rank did in one step.
+struct RankStepReport {
+  double loss = 0;        // the global batch's mean loss (the same on every rank)
+  double grad_norm = 0;   // global, before clipping (the same on every rank)
+  double step_s = 0;
+  double compute_s = 0;   // forward, backward and optimizer ops (emulated slowness included)
+  double comm_s = 0;      // collectives and waits for transfers (waiting for peers included)
+  double copy_s = 0;      // offload and prefetch copies
+  double bytes_sent = 0;  // point-to-point and this rank's share of collective traffic
+  double peak_memory_bytes = 0;  // the memory ledger's peak during the step
+  double pruned_fraction = 0;    // FlexTP: the share of this rank's team's MLP units pruned (lossy modes)
+  int64_t migrated_units = 0;    // FlexTP: MLP units its team's stragglers had computed by others
+  std::vector<TraceEvent> trace;  // with ExecutorConfig::record_trace
+};
+
+class Executor {
+ public:
+  /// Builds this rank's state: its ministages' flat buffers and shards (from the model's current
+  /// parameters), the communication groups. Collective: every rank calls it with the same schedule.
+  /// The cluster is for device emulation only.
+  static Result<std::unique_ptr<Executor>> Create(const Schedule& schedule, const Cluster& cluster, LlamaModel model,
+                                                  Communicator* comm, const ExecutorConfig& config);
+
+  Result<RankStepReport> RunStep(const StepInputs& in);
+
+  /// The full parameters and AdamW moments of every ministage, on rank 0 (empty elsewhere), keyed
+  /// by parameter name, in the model's shapes. Collective.
+  struct FullState {
+    std::map<std::string, torch::Tensor> params, exp_avg, exp_avg_sq;
+  };
+  Result<FullState> GatherFullState();
+  /// Resuming: sets this rank's part of the AdamW moments from whole-parameter ones (a checkpoint's).
+  Status LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
+                     const std::map<std::string, torch::Tensor>& exp_avg_sq);
+
+  const Program& program() const { return schedule_.programs[rank_]; }
+  void set_record_trace(bool on) { config_.record_trace = on; }
+
+ private:
+  Executor() = default;
+  class StepRun;
+  friend class StepRun;
+
+  Schedule schedule_;
+  const Cluster* cluster_ = nullptr;
+  LlamaModel model_{nullptr};
+  Communicator* comm_ = nullptr;
+  ExecutorConfig config_;
+  DeviceEmulation emulation_;
+  std::unique_ptr<CopyEngine> copies_;  // offload and prefetch (side streams on a GPU)
+  int rank_ = 0;
+  std::map<int, std::vector<std::pair<std::string, std::vector<int64_t>>>> ministage_params_;  // all ministages' (name, shape)
+  std::map<int, std::unique_ptr<MinistageState>> ministages_;  // by Schedule::ministages index, the ones this rank runs
+  std::vector<CommGroup*> collective_group_;                    // per schedule collective (null: not a member)
+  std::vector<int64_t> microbatch_first_;                       // global sequence offset per microbatch
+  int64_t batch_sequences_ = 0;
+  // Tensor parallelism (tensor_parallel.h): this rank's place in its team and the team's region.
+  int tp_degree_ = 1, tp_index_ = 0;
+  TensorParallelRegion tp_region_;
+  CommClock tp_clock_;                    // time inside the team's all-reduces and FlexTP's moves (communication)
+  std::unique_ptr<FlexTpTeam> flextp_;    // mode != off
+  double last_compute_s_ = 0;             // the last step's compute time (FlexTP's straggler detection)
+};
+
+}  // namespace motley

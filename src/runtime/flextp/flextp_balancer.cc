@@ -1,0 +1,306 @@
+#include "runtime/flextp/flextp_balancer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/check.h"
+#include "runtime/flextp/straggler_detector.h"
+
+namespace motley {
+
+FlexTpMode FlexTpModeFromName(const std::string& name) {
+  if (name == "migrate") return FlexTpMode::kMigrate;
+  if (name == "resize") return FlexTpMode::kResize;
+  if (name == "semi") return FlexTpMode::kSemi;
+  MOTLEY_CHECK_MSG(name == "off", "unknown tensor-parallel mode " + name);
+  return FlexTpMode::kOff;
+}
+
+bool TeamBalance::any() const {
+  if (!moves.empty()) return true;
+  for (double p : prune_ratio)
+    if (p > 0) return true;
+  return false;
+}
+
+int64_t TeamBalance::received(int rank, bool attention) const {
+  int64_t n = 0;
+  for (const UnitMove& m : moves)
+    if (m.to == rank && m.attention == attention) n += m.count;
+  return n;
+}
+
+int64_t TeamBalance::migrated_units() const {
+  int64_t n = 0;
+  for (const UnitMove& m : moves) n += m.count;
+  return n;
+}
+
+double TeamBalance::pruned_fraction(int64_t units_per_rank) const {
+  if (prune_ratio.empty() || units_per_rank <= 0) return 0;
+  double pruned = 0;
+  for (size_t r = 0; r < prune_ratio.size(); ++r)
+    pruned += prune_ratio[r] * static_cast<double>(units_per_rank - given[r]);
+  return pruned / (static_cast<double>(units_per_rank) * static_cast<double>(prune_ratio.size()));
+}
+
+FlexTpBalancer::FlexTpBalancer(const TensorParallelConfig& config, int team_size, FlexTpCosts costs)
+    : config_(config), mode_(FlexTpModeFromName(config.mode)), team_size_(team_size), costs_(costs) {
+  MOTLEY_CHECK_GT(costs_.units, 0);
+  if (costs_.groups == 0) costs_.attention_fraction = 0;
+  MOTLEY_CHECK_GT(costs_.mlp_fraction + costs_.attention_fraction, 0);
+  fixed_ = std::max(0.0, 1 - costs_.mlp_fraction - costs_.attention_fraction);
+  balance_.prune_ratio.assign(team_size, 0);
+  balance_.given.assign(team_size, 0);
+  balance_.given_groups.assign(team_size, 0);
+}
+
+namespace {
+
+double MigrationSeconds(const TeamBalance& b, const FlexTpCosts& c, int r) {
+  return c.migrate_s_per_unit * static_cast<double>(b.given[r] + b.received(r, false)) +
+         c.migrate_s_per_group * static_cast<double>(b.given_groups[r] + b.received(r, true));
+}
+
+}  // namespace
+
+double FlexTpBalancer::OwnWork(const TeamBalance& b, int r) const {
+  const double u = static_cast<double>(costs_.units), g = static_cast<double>(std::max<int64_t>(costs_.groups, 1));
+  const double mlp = (u - static_cast<double>(b.given[r])) * (1 - b.prune_ratio[r]) / u;
+  const double attention = static_cast<double>(costs_.groups - b.given_groups[r]) / g;
+  return (costs_.mlp_fraction * mlp + costs_.attention_fraction * attention) /
+         (costs_.mlp_fraction + costs_.attention_fraction);
+}
+
+double FlexTpBalancer::BorrowedWork(const TeamBalance& b, int r) const {
+  const double u = static_cast<double>(costs_.units), g = static_cast<double>(std::max<int64_t>(costs_.groups, 1));
+  return (costs_.mlp_fraction * static_cast<double>(b.received(r, false)) / u +
+          costs_.attention_fraction * static_cast<double>(b.received(r, true)) / g) /
+         (costs_.mlp_fraction + costs_.attention_fraction);
+}
+
+// A rank's work under a balance relative to its own nominal share (1 = its own units and groups).
+double FlexTpBalancer::Load(const TeamBalance& b, int r) const {
+  return fixed_ + (1 - fixed_) * (OwnWork(b, r) + borrowed_ * BorrowedWork(b, r));
+}
+
+double FlexTpBalancer::RankTime(const TeamBalance& b, const std::vector<double>& nominal, int r) const {
+  return nominal[r] * Load(b, r) + MigrationSeconds(b, costs_, r);
+}
+
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+bool FlexTpBalancer::Learn(const std::vector<double>& compute_s) {
+  bool changed = false;
+  if (!last_compute_s_.empty() && !last_ran_.given.empty()) {
+    // Two steps at one speed: t2 / t1 = Load(after) / Load(before). Ranks that only gave work tell
+    // the fixed share; then ranks that only took work (given the fixed share) tell the borrowed cost.
+    auto ratio = [&](int r) { return compute_s[r] / last_compute_s_[r]; };
+    auto timed = [&](int r) { return last_compute_s_[r] > 0 && compute_s[r] > 0; };
+    std::vector<double> fixed, borrowed;
+    for (int r = 0; r < team_size_; ++r) {
+      const double o1 = OwnWork(last_ran_, r), o2 = OwnWork(balance_, r);
+      if (!timed(r) || BorrowedWork(last_ran_, r) > 0 || BorrowedWork(balance_, r) > 0 || std::abs(o2 - o1) < 0.25)
+        continue;
+      const double den = ratio(r) * (1 - o1) - (1 - o2);  // rho (f + (1-f) o1) = f + (1-f) o2
+      if (std::abs(den) > 1e-9) fixed.push_back((o2 - ratio(r) * o1) / den);
+    }
+    if (!fixed.empty()) {
+      const double f = std::clamp(Median(fixed), 0.0, 0.8);
+      const double next = fixed_learned_ ? 0.5 * (fixed_ + f) : f;
+      changed = std::abs(next - fixed_) > 0.05;
+      fixed_ = next;
+      fixed_learned_ = true;
+    }
+    for (int r = 0; r < team_size_; ++r) {
+      const double o = OwnWork(balance_, r), b1 = BorrowedWork(last_ran_, r), b2 = BorrowedWork(balance_, r);
+      if (!timed(r) || OwnWork(last_ran_, r) != o || std::abs(b2 - b1) < 0.1) continue;
+      // rho (f + (1-f)(o + k b1)) = f + (1-f)(o + k b2)
+      const double base = fixed_ + (1 - fixed_) * o, den = (1 - fixed_) * (b2 - ratio(r) * b1);
+      if (std::abs(den) > 1e-9) borrowed.push_back((ratio(r) - 1) * base / den);
+    }
+    if (!borrowed.empty()) {
+      const double k = std::clamp(Median(borrowed), 0.5, 4.0);
+      const double next = borrowed_learned_ ? 0.5 * (borrowed_ + k) : k;
+      changed = changed || std::abs(next - borrowed_) > 0.1 * borrowed_;
+      borrowed_ = next;
+      borrowed_learned_ = true;
+    }
+  }
+  last_ran_ = balance_;
+  last_compute_s_ = compute_s;
+  return changed;
+}
+
+const TeamBalance& FlexTpBalancer::Update(const std::vector<double>& compute_s) {
+  MOTLEY_CHECK_EQ(static_cast<int>(compute_s.size()), team_size_);
+  const bool learned = Learn(compute_s);
+  // Nominal times: what each rank would have taken at its own share. (The measured compute time
+  // excludes the migration's communication.)
+  nominal_s_.resize(compute_s.size());
+  for (int r = 0; r < team_size_; ++r) nominal_s_[r] = std::max(1e-9, compute_s[r]) / Load(balance_, r);
+  rebalanced_ = decided_at_s_.empty() || learned;
+  for (size_t r = 0; r < decided_at_s_.size() && !rebalanced_; ++r)
+    rebalanced_ = std::abs(nominal_s_[r] - decided_at_s_[r]) > config_.recheck_change * decided_at_s_[r];
+  if (rebalanced_) {
+    decided_at_s_ = nominal_s_;
+    balance_ = Decide(nominal_s_);
+  }
+  return balance_;
+}
+
+void FlexTpBalancer::ObserveMigrationCosts(double s_per_unit, double s_per_group) {
+  if (s_per_unit > 0) costs_.migrate_s_per_unit = s_per_unit;
+  if (s_per_group > 0) costs_.migrate_s_per_group = s_per_group;
+}
+
+TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
+  TeamBalance b;
+  b.prune_ratio.assign(team_size_, 0);
+  b.given.assign(team_size_, 0);
+  b.given_groups.assign(team_size_, 0);
+  auto finish = [&](TeamBalance& t) {
+    t.predicted_s.resize(team_size_);
+    for (int r = 0; r < team_size_; ++r) t.predicted_s[r] = RankTime(t, nominal, r);
+  };
+  const auto stragglers = StragglersBySkew(nominal, config_.straggler_threshold);
+  if (mode_ == FlexTpMode::kOff || stragglers.empty()) {
+    finish(b);
+    return b;
+  }
+  std::vector<int> normal;
+  for (int r = 0; r < team_size_; ++r)
+    if (std::none_of(stragglers.begin(), stragglers.end(), [&](const auto& s) { return s.first == r; }))
+      normal.push_back(r);
+  double reference = 0;  // what a straggler catches up with: the normal ranks' mean
+  for (int r : normal) reference += nominal[r] / static_cast<double>(normal.size());
+
+  const int64_t units = costs_.units, groups = costs_.groups;
+  const bool may_move = mode_ == FlexTpMode::kMigrate || mode_ == FlexTpMode::kSemi;
+  const bool may_prune = mode_ == FlexTpMode::kResize || mode_ == FlexTpMode::kSemi;
+  // Moves `count` of straggler s's units (or groups), a chunk at a time, each to the receiver that
+  // would finish first with it; then one contiguous run per receiver, in rank order (virtual
+  // renumbering) from the end of s's slice.
+  auto move = [&](TeamBalance& c, int s, int64_t count, bool attention) {
+    const int64_t total = attention ? groups : units;
+    (attention ? c.given_groups : c.given)[s] = count;
+    const int64_t chunk = attention ? 1 : std::max<int64_t>(1, count / (8 * static_cast<int64_t>(normal.size())));
+    std::vector<int64_t> to(team_size_, 0);
+    for (int64_t left = count; left > 0;) {
+      const int64_t n = std::min(chunk, left);
+      int best = normal.front();
+      double best_s = 1e300;
+      for (int r : normal) {
+        c.moves.push_back({s, r, 0, n, attention});
+        const double t = RankTime(c, nominal, r);
+        c.moves.pop_back();
+        if (t < best_s) best_s = t, best = r;
+      }
+      c.moves.push_back({s, best, 0, n, attention});
+      to[best] += n;
+      left -= n;
+    }
+    c.moves.erase(std::remove_if(c.moves.begin(), c.moves.end(),
+                                 [&](const UnitMove& mv) { return mv.from == s && mv.attention == attention; }),
+                  c.moves.end());
+    int64_t begin = total - count;
+    for (int r = 0; r < team_size_; ++r)
+      if (to[r] > 0) {
+        c.moves.push_back({s, r, begin, to[r], attention});
+        begin += to[r];
+      }
+  };
+  // Stragglers not served yet: an option for the one being served is judged without them (they
+  // are slow whatever it does, and will be served next).
+  std::vector<bool> pending(team_size_, false);
+  for (const auto& [s, skew] : stragglers) pending[s] = true;
+  for (const auto& [s, skew] : stragglers) {
+    (void)skew;
+    pending[s] = false;
+    struct Option {
+      TeamBalance b;
+      double time_s, pruned;
+    };
+    std::vector<Option> options;
+    const int64_t step = std::max<int64_t>(1, units / 20);
+    for (int64_t a = 0; a <= (may_move ? groups : 0); ++a)
+      for (int64_t m = 0; m <= (may_move ? units : 0); m = (m == units ? units + 1 : std::min(units, m + step))) {
+        TeamBalance c = b;
+        move(c, s, a, true);
+        move(c, s, m, false);
+        if (may_prune && m < units) {
+          const double mlp_share = costs_.mlp_fraction / (costs_.mlp_fraction + costs_.attention_fraction);
+          const double per_unit = (1 - fixed_) * mlp_share * nominal[s] / static_cast<double>(units);
+          const double gap = RankTime(c, nominal, s) - reference;
+          c.prune_ratio[s] =
+              std::clamp(gap / (per_unit * static_cast<double>(units - m)), 0.0, config_.max_prune_ratio);
+        }
+        double time_s = 0;
+        for (int r = 0; r < team_size_; ++r)
+          if (!pending[r]) time_s = std::max(time_s, RankTime(c, nominal, r));
+        options.push_back({c, time_s, c.prune_ratio[s] * static_cast<double>(units - m)});
+      }
+    double fastest = 1e300;
+    for (const Option& o : options) fastest = std::min(fastest, o.time_s);
+    const Option* pick = nullptr;
+    for (const Option& o : options) {
+      if (mode_ == FlexTpMode::kSemi) {  // the least pruning among the nearly fastest
+        if (o.time_s <= fastest * (1 + config_.straggler_threshold) && (pick == nullptr || o.pruned < pick->pruned))
+          pick = &o;
+      } else if (pick == nullptr || o.time_s < pick->time_s) {
+        pick = &o;
+      }
+    }
+    b = pick->b;
+  }
+  finish(b);
+  return b;
+}
+
+std::vector<double> LayerPruneRatios(const std::vector<double>& layer_variation, double ratio, double decay,
+                                     double max_ratio) {
+  const size_t n = layer_variation.size();
+  std::vector<double> out(n, std::min(ratio, max_ratio));
+  if (n < 2 || ratio <= 0) return out;
+  const auto [lo, hi] = std::minmax_element(layer_variation.begin(), layer_variation.end());
+  if (*hi <= *lo) return out;
+  // Rank 0 = the layer that moved most: weight decay^(n-1); the one that moved least: 1.
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return layer_variation[a] > layer_variation[b]; });
+  std::vector<double> weight(n);
+  for (size_t i = 0; i < n; ++i) weight[order[i]] = std::pow(decay, static_cast<double>(n - 1 - i));
+  // Scale to the mean `ratio`, capping and handing the excess on (water-filling).
+  std::vector<bool> capped(n, false);
+  double budget = ratio * static_cast<double>(n);
+  for (size_t round = 0; round < n; ++round) {
+    double w = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (!capped[i]) w += weight[i];
+    if (w <= 0) break;
+    bool changed = false;
+    for (size_t i = 0; i < n; ++i)
+      if (!capped[i]) out[i] = budget * weight[i] / w;
+    for (size_t i = 0; i < n; ++i)
+      if (!capped[i] && out[i] > max_ratio) {
+        out[i] = max_ratio;
+        capped[i] = true;
+        budget -= max_ratio;
+        changed = true;
+      }
+    if (!changed) break;
+  }
+  return out;
+}
+
+}  // namespace motley

@@ -1,0 +1,209 @@
+#include "runtime/flextp/flextp_balancer.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <gtest/gtest.h>
+
+namespace motley {
+namespace {
+
+TensorParallelConfig Mode(const std::string& mode, double max_prune = 0.5) {
+  TensorParallelConfig c;
+  c.mode = mode;
+  c.max_prune_ratio = max_prune;
+  return c;
+}
+
+FlexTpCosts Costs(double migrate_s_per_unit = 0) {
+  FlexTpCosts c;
+  c.units = 100;
+  c.groups = 0;  // MLP units only
+  c.mlp_fraction = 0.75;
+  c.migrate_s_per_unit = migrate_s_per_unit;
+  return c;
+}
+
+double MaxOf(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
+TEST(FlexTpBalancer, OffAndEvenTeamsDoNothing) {
+  FlexTpBalancer off(Mode("off"), 2, Costs());
+  EXPECT_FALSE(off.Update({1.0, 4.0}).any());
+  EXPECT_DOUBLE_EQ(off.balance().predicted_s[1], 4.0);
+  for (const char* mode : {"migrate", "resize", "semi"}) {
+    FlexTpBalancer b(Mode(mode), 4, Costs());
+    EXPECT_FALSE(b.Update({1.0, 1.02, 0.99, 1.01}).any()) << mode;  // within the 5% threshold
+    EXPECT_DOUBLE_EQ(b.balance().pruned_fraction(100), 0) << mode;
+  }
+}
+
+TEST(FlexTpBalancer, ResizeClosesTheGapByEquationOne) {
+  // Straggler at 2 s, MLP 0.75 of it: 1.5 s over 100 units; the gap to 1 s is 1 s = 2/3 of them.
+  FlexTpBalancer b(Mode("resize", 0.9), 2, Costs());
+  const TeamBalance& t = b.Update({1.0, 2.0});
+  EXPECT_TRUE(t.moves.empty());
+  EXPECT_NEAR(t.prune_ratio[1], 2.0 / 3.0, 1e-9);
+  EXPECT_EQ(t.prune_ratio[0], 0);
+  EXPECT_NEAR(t.predicted_s[1], 1.0, 1e-9);
+  EXPECT_NEAR(t.pruned_fraction(100), 1.0 / 3.0, 1e-9);
+  // Capped.
+  FlexTpBalancer capped(Mode("resize", 0.5), 2, Costs());
+  EXPECT_DOUBLE_EQ(capped.Update({1.0, 2.0}).prune_ratio[1], 0.5);
+}
+
+TEST(FlexTpBalancer, MigrationMovesContiguousRunsToTheNormalRanks) {
+  FlexTpBalancer b(Mode("migrate"), 4, Costs());
+  const TeamBalance& t = b.Update({1.0, 1.0, 1.0, 4.0});
+  EXPECT_EQ(t.prune_ratio, std::vector<double>(4, 0.0));
+  ASSERT_FALSE(t.moves.empty());
+  // The straggler's last `given` units, split in consecutive runs, one per receiver.
+  int64_t next = 100 - t.given[3];
+  for (const UnitMove& m : t.moves) {
+    EXPECT_EQ(m.from, 3);
+    EXPECT_NE(m.to, 3);
+    EXPECT_EQ(m.begin, next);
+    next += m.count;
+  }
+  EXPECT_EQ(next, 100);
+  // Water-filling: the best a perfect split can do is (4 + 1 + 3 * 1/3... ) = 16/13 s.
+  EXPECT_GE(MaxOf(t.predicted_s), 16.0 / 13.0 - 1e-9);
+  EXPECT_LT(MaxOf(t.predicted_s), 1.30);
+  EXPECT_LT(MaxOf(t.predicted_s), 4.0 / 2);
+  // Migration costs make it move less.
+  FlexTpBalancer costly(Mode("migrate"), 4, Costs(0.03));
+  EXPECT_LT(costly.Update({1.0, 1.0, 1.0, 4.0}).given[3], t.given[3]);
+}
+
+TEST(FlexTpBalancer, SemiPrunesLessThanResizeAndIsNearlyAsFast) {
+  const std::vector<double> times = {1.0, 1.0, 1.0, 4.0};
+  FlexTpBalancer resize(Mode("resize", 0.9), 4, Costs()), migrate(Mode("migrate"), 4, Costs()),
+      semi(Mode("semi", 0.9), 4, Costs());
+  const TeamBalance &r = resize.Update(times), &m = migrate.Update(times), &s = semi.Update(times);
+  const double fastest = std::min(MaxOf(r.predicted_s), MaxOf(m.predicted_s));
+  EXPECT_LE(MaxOf(s.predicted_s), fastest * 1.05 + 1e-9);
+  EXPECT_LT(s.pruned_fraction(100), r.pruned_fraction(100));
+  EXPECT_GT(s.migrated_units(), 0);
+  // Two ranks, one 4x slower: migration alone cannot catch up (the receiver saturates), so semi
+  // also prunes.
+  FlexTpBalancer semi2(Mode("semi", 0.9), 2, Costs());
+  const TeamBalance& s2 = semi2.Update({1.0, 4.0});
+  EXPECT_GT(s2.migrated_units(), 0);
+  EXPECT_GT(s2.prune_ratio[1], 0);
+  FlexTpBalancer migrate2(Mode("migrate"), 2, Costs());
+  EXPECT_LT(MaxOf(s2.predicted_s), MaxOf(migrate2.Update({1.0, 4.0}).predicted_s));
+}
+
+TEST(FlexTpBalancer, AttentionGroupsMoveTooWhenTheMlpIsNotEnough) {
+  // MLP 0.6, attention 0.3 of the work: moving the MLP alone leaves a 4x straggler at 1.6.
+  FlexTpCosts c = Costs();
+  c.mlp_fraction = 0.6;
+  c.groups = 2;
+  c.attention_fraction = 0.3;
+  FlexTpBalancer with_attention(Mode("migrate"), 4, c);
+  const TeamBalance& t = with_attention.Update({1.0, 1.0, 1.0, 4.0});
+  EXPECT_GT(t.given_groups[3], 0);
+  EXPECT_LT(MaxOf(t.predicted_s), 1.4);
+  EXPECT_GT(t.received(0, true) + t.received(1, true) + t.received(2, true), 0);
+  int64_t next = 2 - t.given_groups[3];
+  for (const UnitMove& m : t.moves)
+    if (m.attention) {
+      EXPECT_EQ(m.begin, next);
+      next += m.count;
+    }
+  EXPECT_EQ(next, 2);
+  c.groups = 0;
+  FlexTpBalancer mlp_only(Mode("migrate"), 4, c);
+  EXPECT_GT(MaxOf(mlp_only.Update({1.0, 1.0, 1.0, 4.0}).predicted_s), MaxOf(t.predicted_s));
+}
+
+TEST(FlexTpBalancer, TheHeaviestStragglerIsServedFirst) {
+  FlexTpBalancer b(Mode("semi", 0.9), 4, Costs());
+  const TeamBalance& t = b.Update({1.0, 1.0, 3.0, 6.0});
+  EXPECT_GT(t.given[3], 0);
+  EXPECT_GE(t.given[3], t.given[2]);
+  EXPECT_LT(MaxOf(t.predicted_s), 3.0);
+}
+
+// Two equal stragglers: each is served as if the other were already handled (judged with it in
+// the team, neither would gain — the other stays as slow — and nothing would move).
+TEST(FlexTpBalancer, EachOfSeveralStragglersIsServed) {
+  FlexTpBalancer b(Mode("migrate"), 4, Costs());
+  const TeamBalance& t = b.Update({1.0, 4.0, 1.0, 4.0});
+  EXPECT_GT(t.given[1], 30);
+  EXPECT_GT(t.given[3], 30);
+  EXPECT_LT(MaxOf(t.predicted_s), 0.75 * 4.0);
+  EXPECT_GT(t.received(0) + t.received(2), 0);
+  EXPECT_EQ(t.received(1) + t.received(3), 0) << "stragglers do not take work";
+}
+
+TEST(FlexTpBalancer, AStragglerThatPrunedIsStillKnownSlowAndTheBalanceHolds) {
+  FlexTpBalancer b(Mode("resize", 0.9), 2, Costs());
+  const TeamBalance first = b.Update({1.0, 2.0});
+  // The next step runs as predicted: nominal times are unchanged, so nothing is re-decided.
+  const TeamBalance& second = b.Update(first.predicted_s);
+  EXPECT_FALSE(b.rebalanced());
+  EXPECT_NEAR(b.nominal_s()[1], 2.0, 1e-9);
+  EXPECT_EQ(second.prune_ratio, first.prune_ratio);
+  // The straggler recovers: its measured time falls below the others'; re-decided, no pruning.
+  b.Update({1.0, first.predicted_s[1] / 2});
+  EXPECT_TRUE(b.rebalanced());
+  EXPECT_FALSE(b.balance().any());
+}
+
+// A team whose real costs differ from the FLOP estimate: 30% of a rank's work stays with it
+// whatever moves (the estimate says 25%), and a borrowed unit costs 1.5x an own one (the estimate:
+// 1x). Times follow that truth; the balancer learns it from the steps and its predictions come true.
+TEST(FlexTpBalancer, LearnsTheFixedShareAndTheBorrowedCostFromTheSteps) {
+  FlexTpCosts c = Costs();
+  c.mlp_fraction = 0.5;
+  c.groups = 2;
+  c.attention_fraction = 0.25;
+  const double true_fixed = 0.3, true_borrowed = 1.5;
+  const std::vector<double> speed = {1.0, 4.0, 1.0, 1.0};  // rank 1 is 4x slower
+  FlexTpBalancer b(Mode("migrate"), 4, c);
+  EXPECT_DOUBLE_EQ(b.fixed_fraction(), 0.25);
+  auto measure = [&](const TeamBalance& t) {
+    std::vector<double> out;
+    for (int r = 0; r < 4; ++r) {
+      const double u = 100, g = 2;
+      const double own = (0.5 * (u - t.given[r]) / u + 0.25 * (g - t.given_groups[r]) / g) / 0.75;
+      const double borrowed = (0.5 * t.received(r, false) / u + 0.25 * t.received(r, true) / g) / 0.75;
+      out.push_back(speed[r] * (true_fixed + (1 - true_fixed) * (own + true_borrowed * borrowed)));
+    }
+    return out;
+  };
+  TeamBalance t;
+  t.prune_ratio.assign(4, 0);
+  t.given.assign(4, 0);
+  t.given_groups.assign(4, 0);
+  std::vector<double> times = measure(t);
+  for (int step = 0; step < 8; ++step) {
+    t = b.Update(times);
+    times = measure(t);
+  }
+  EXPECT_NEAR(b.fixed_fraction(), true_fixed, 0.02);
+  EXPECT_NEAR(b.borrowed_cost(), true_borrowed, 0.02);
+  for (int r = 0; r < 4; ++r) EXPECT_NEAR(t.predicted_s[r], times[r], 0.05 * times[r]) << "rank " << r;
+  // And the balance it settles on is better than the one the estimate alone chose.
+  FlexTpBalancer estimate(Mode("migrate"), 4, c);
+  const std::vector<double> first = measure(estimate.Update(measure(TeamBalance{{0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}, {}, {}})));
+  EXPECT_LT(MaxOf(times), MaxOf(first));
+  EXPECT_LT(MaxOf(times), 0.8 * 4.0);
+}
+
+TEST(LayerPruneRatios, DifferentiatedByVariationWithTheMeanKept) {
+  const std::vector<double> r = LayerPruneRatios({0.3, 0.1, 0.2, 0.4}, 0.2, 0.8, 0.9);
+  EXPECT_NEAR(std::accumulate(r.begin(), r.end(), 0.0) / 4, 0.2, 1e-12);
+  EXPECT_GT(r[1], r[2]);  // moved least: pruned most
+  EXPECT_GT(r[2], r[0]);
+  EXPECT_GT(r[0], r[3]);
+  EXPECT_NEAR(r[2] / r[1], 0.8, 1e-12);
+  // Equal variations: uniform. A cap hands the excess to the others.
+  EXPECT_EQ(LayerPruneRatios({1, 1, 1}, 0.3, 0.8, 0.9), std::vector<double>(3, 0.3));
+  const std::vector<double> c = LayerPruneRatios({0.0, 1.0}, 0.5, 0.1, 0.6);
+  EXPECT_DOUBLE_EQ(c[0], 0.6);
+  EXPECT_NEAR(c[1], 0.4, 1e-12);
+}
+
+}  // namespace
+}  // namespace motley

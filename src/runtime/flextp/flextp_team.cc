@@ -1,0 +1,279 @@
+#include "runtime/flextp/flextp_team.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "core/message_tags.h"
+
+namespace motley {
+
+torch::Tensor UnitRows(const std::vector<torch::Tensor>& w) {
+  return torch::cat({w[6], w[7], w[8].t()}, 1);
+}
+
+FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const Cluster& cluster, int a, int b,
+                           int64_t layer_visits, int64_t layer_backwards) {
+  const double h = static_cast<double>(spec.hidden_size), f = static_cast<double>(spec.ffn_size),
+               kv = static_cast<double>(spec.kv_dim()), s = static_cast<double>(seq_len);
+  // Per token and layer (multiply-adds x 2): the MLP's three matrices; the attention's four, and
+  // the scores and their weighted sum. The rest of a rank's work (norms, embedding, head, the
+  // optimizer) is put at a tenth.
+  const double mlp = 6 * h * f, attention = 2 * (2 * h * h + 2 * h * kv) + 4 * s * h;
+  FlexTpCosts c;
+  c.units = spec.ffn_size / tp;
+  c.groups = spec.num_kv_heads / tp;
+  c.mlp_fraction = 0.9 * mlp / (mlp + attention);
+  c.attention_fraction = 0.9 * attention / (mlp + attention);
+  const double bandwidth = cluster.LinkBetween(a, b).bandwidth_bytes_per_s;
+  const double per_step = static_cast<double>(layer_visits + layer_backwards);
+  const double unit_bytes = 3 * h * 4;  // a gate row, an up row and a down column in fp32
+  const double group_bytes = (2.0 * static_cast<double>(spec.num_heads / spec.num_kv_heads) + 2) *
+                             static_cast<double>(spec.head_dim()) * h * 4;
+  if (bandwidth > 0 && a != b) {
+    c.migrate_s_per_unit = unit_bytes * per_step / bandwidth;
+    c.migrate_s_per_group = group_bytes * per_step / bandwidth;
+  }
+  return c;
+}
+
+FlexTpTeam::FlexTpTeam(Options options)
+    : options_(std::move(options)), balancer_(options_.config, options_.tp, options_.costs) {
+  MOTLEY_CHECK(options_.comm != nullptr && options_.team != nullptr);
+}
+
+Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
+  step_ = step;
+  // Each rank's compute time and time in the migration's broadcasts and returns, last step.
+  // (The last step's device work is done: the executor waited for it.)
+  const double migration_s = migration_clock_.host_s() + migration_clock_.DeviceSeconds();
+  migration_clock_.Reset();
+  torch::Tensor mine = torch::tensor({last_compute_s, migration_s}, torch::kFloat64);
+  torch::Tensor all = torch::empty({2 * options_.tp}, torch::kFloat64);
+  MOTLEY_RETURN_IF_ERROR(options_.comm->AllGather(*options_.team, mine, all));
+  std::vector<double> times, migration;
+  for (int r = 0; r < options_.tp; ++r) {
+    times.push_back(all[2 * r].item<double>());
+    migration.push_back(all[2 * r + 1].item<double>());
+  }
+  // The migration's measured cost per moved float and step: the rank that waited least (its
+  // broadcasts and returns waited on nobody) tells the transfer time.
+  const TeamBalance& last = balance();
+  const double h = static_cast<double>(options_.spec.hidden_size);
+  const double unit_floats = 3 * h,
+               group_floats = (2.0 * options_.spec.num_heads / options_.spec.num_kv_heads + 2) *
+                              static_cast<double>(options_.spec.head_dim()) * h;
+  double per_float = 0;
+  for (int r = 0; r < options_.tp && !last.given.empty(); ++r) {
+    const double floats = unit_floats * static_cast<double>(last.given[r] + last.received(r, false)) +
+                          group_floats * static_cast<double>(last.given_groups[r] + last.received(r, true));
+    if (floats > 0 && migration[r] > 0 && (per_float == 0 || migration[r] / floats < per_float))
+      per_float = migration[r] / floats;
+  }
+  if (per_float > 0) balancer_.ObserveMigrationCosts(per_float * unit_floats, per_float * group_floats);
+  if (std::all_of(times.begin(), times.end(), [](double t) { return t > 0; })) balancer_.Update(times);
+  // This rank's per-layer ratios: its uniform ratio shared out by how much each layer moved.
+  layer_ratio_.clear();
+  const double ratio = balance().prune_ratio[options_.index];
+  if (ratio > 0 && !layers_.empty()) {
+    std::vector<double> variation;
+    for (const auto& [layer, l] : layers_) variation.push_back(l.mean_variation);
+    const std::vector<double> r =
+        LayerPruneRatios(variation, ratio, options_.config.layer_decay, options_.config.max_prune_ratio);
+    size_t i = 0;
+    for (const auto& [layer, l] : layers_) layer_ratio_[layer] = r[i++];
+  }
+  return Status::Ok();
+}
+
+void FlexTpTeam::Refresh(Layer& l, const std::vector<torch::Tensor>& w) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor now = UnitRows(w).to(torch::kCPU, torch::kFloat64);
+  if (!l.previous.defined()) {
+    l.previous = now;
+    l.variation = torch::zeros({now.size(0)}, torch::kFloat64);
+    l.pruned_since = torch::zeros({now.size(0)}, torch::kBool);
+  } else {
+    // Incremental: a unit pruned since the last refresh keeps its variation and its snapshot.
+    torch::Tensor fresh = (now - l.previous).abs().mean(1);
+    torch::Tensor keep_old = l.pruned_since;
+    l.variation = torch::where(keep_old, l.variation, fresh);
+    l.previous = torch::where(keep_old.unsqueeze(1), l.previous, now);
+    l.pruned_since.zero_();
+  }
+  l.mean_variation = l.variation.mean().item<double>();
+  l.refreshed_step = step_;
+}
+
+torch::Tensor FlexTpTeam::Keep(Layer& l, double ratio, torch::Device device) {
+  const int64_t units = options_.costs.units, own = units - balance().given[options_.index];
+  const auto prune = static_cast<int64_t>(std::llround(ratio * static_cast<double>(own)));
+  if (prune <= 0 && own == units) return {};
+  // Priority: the smallest variation first; equal ones round-robin from a point that moves each step.
+  const double* var = l.variation.data_ptr<double>();
+  std::vector<int64_t> order(own);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    if (var[a] != var[b]) return var[a] < var[b];
+    return (a + units - step_ % units) % units < (b + units - step_ % units) % units;
+  });
+  bool* pruned = l.pruned_since.data_ptr<bool>();
+  for (int64_t i = 0; i < prune; ++i) pruned[order[i]] = true;
+  std::vector<int64_t> keep(order.begin() + prune, order.end());
+  std::sort(keep.begin(), keep.end());
+  return torch::tensor(keep, torch::kInt64).to(device);
+}
+
+int64_t FlexTpTeam::Tag(int layer, bool attention, bool gradients, size_t move) {
+  constexpr int64_t kMovesPerLayer = 1024;
+  MOTLEY_CHECK_LT(move, static_cast<size_t>(kMovesPerLayer));
+  return MessageTag(TagRange::kFlexTp, ((static_cast<int64_t>(layer) * 2 + (attention ? 1 : 0)) * 2 + (gradients ? 1 : 0)) * kMovesPerLayer +
+         static_cast<int64_t>(move));
+}
+
+Status FlexTpTeam::WaitAll(std::vector<Result<PendingTransfer>>& transfers, const torch::Device& device) {
+  const CommClock::Mark start = migration_clock_.Start(device);
+  const CommClock::Mark start_for_executor = options_.clock != nullptr ? options_.clock->Start(device) : start;
+  Status first = Status::Ok();
+  for (auto& t : transfers) {
+    Status s = t.ok() ? t->Wait() : t.status();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  migration_clock_.Stop(start, device);
+  if (options_.clock != nullptr) options_.clock->Stop(start_for_executor, device);
+  return first;
+}
+
+torch::Tensor FlexTpTeam::Borrow(int layer, bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
+                                 torch::TensorOptions options, std::vector<Borrowed>* out) {
+  const TeamBalance& b = balance();
+  const int me = options_.index;
+  std::vector<torch::Tensor> rows, sent;
+  std::vector<Result<PendingTransfer>> transfers;
+  int64_t at = 0;
+  for (size_t j = 0; j < b.moves.size(); ++j) {
+    const UnitMove& m = b.moves[j];
+    if (m.attention != attention) continue;
+    const int64_t tag = Tag(layer, attention, false, j);
+    if (m.from == me) {  // own units [m.begin, m.begin + m.count) go to m.to
+      sent.push_back(own_rows.narrow(0, m.begin, m.count).contiguous());
+      transfers.push_back(options_.comm->Send(sent.back(), options_.team->ranks[m.to], tag));
+    } else if (m.to == me) {
+      row_shape[0] = m.count;
+      rows.push_back(torch::empty(row_shape, options));
+      transfers.push_back(options_.comm->Recv(rows.back(), options_.team->ranks[m.from], tag));
+      out->push_back({m.from, m.begin, m.count, at, attention, j});
+      at += m.count;
+    }
+  }
+  Status st = WaitAll(transfers, options.device());
+  if (!st.ok()) throw std::runtime_error(fmt::format("FlexTP migration: {}", st.message()));
+  return rows.empty() ? torch::Tensor() : torch::cat(rows, 0);
+}
+
+LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
+  Layer& l = layers_[layer];
+  if (l.built_step == step_) return l.active ? &l.work : nullptr;
+  l.built_step = step_;
+  l.device = w[6].device();
+  l.dtype = w[6].scalar_type();
+  l.work = LayerWork();
+  l.borrowed.clear();
+  torch::NoGradGuard no_grad;
+  if (l.refreshed_step < 0 || step_ - l.refreshed_step >= options_.config.stats_interval_steps) Refresh(l, w);
+  const TeamBalance& b = balance();
+  const int me = options_.index;
+  const int64_t h = w[6].size(1);
+  auto ratio = layer_ratio_.find(layer);
+  l.work.keep = Keep(l, ratio != layer_ratio_.end() ? ratio->second : b.prune_ratio[me], w[6].device());
+  if (b.given_groups[me] > 0) l.work.attention_keep = options_.costs.groups - b.given_groups[me];
+  const auto master = w[6].options();  // the gradients in the master dtype
+  // MLP units, then attention groups.
+  const torch::Tensor units = Borrow(layer, false, b.given[me] > 0 ? UnitRows(w) : torch::Tensor(), {0, 3 * h},
+                                     w[6].options(), &l.borrowed);
+  if (units.defined()) {
+    l.work.gate = units.narrow(1, 0, h);
+    l.work.up = units.narrow(1, h, h);
+    l.work.down = units.narrow(1, 2 * h, h).t();
+    l.work.grad_gate = torch::zeros({units.size(0), h}, master);
+    l.work.grad_up = torch::zeros({units.size(0), h}, master);
+    l.work.grad_down = torch::zeros({h, units.size(0)}, master);
+  }
+  const int64_t group_rows = (2 * options_.spec.num_heads / options_.spec.num_kv_heads + 2) * options_.spec.head_dim();
+  const torch::Tensor groups =
+      options_.costs.groups > 0
+          ? Borrow(layer, true, b.given_groups[me] > 0 ? AttentionGroupRows(options_.spec, w) : torch::Tensor(),
+                   {0, group_rows, h}, w[1].options(), &l.borrowed)
+          : torch::Tensor();
+  if (groups.defined()) {
+    l.work.attention = groups;
+    l.work.grad_attention = torch::zeros(groups.sizes(), master);
+  }
+  l.active = l.work.keep.defined() || l.work.gate.defined() || l.work.attention_keep >= 0 || groups.defined();
+  return l.active ? &l.work : nullptr;
+}
+
+Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
+  const TeamBalance& b = balance();
+  if (b.moves.empty()) return Status::Ok();
+  torch::NoGradGuard no_grad;
+  const int me = options_.index;
+  const int64_t h = options_.spec.hidden_size;
+  const int64_t d = options_.spec.head_dim(), per = options_.spec.num_heads / options_.spec.num_kv_heads;
+  const int64_t group_rows = (2 * per + 2) * d;
+  for (int layer = begin; layer < end; ++layer) {
+    auto it = layers_.find(layer);
+    if (it == layers_.end() || it->second.built_step != step_) continue;  // not run here this step
+    Layer& l = it->second;
+    const auto master = torch::TensorOptions().dtype(l.dtype).device(l.device);
+    // Receivers send each borrowed run's gradients home (packed as the weights were); owners receive them.
+    std::vector<torch::Tensor> buffers;
+    std::vector<Result<PendingTransfer>> transfers;
+    for (const Borrowed& r : l.borrowed) {
+      if (r.attention) {
+        buffers.push_back(l.work.grad_attention.narrow(0, r.at, r.count).contiguous());
+      } else {
+        buffers.push_back(torch::cat({l.work.grad_gate.narrow(0, r.at, r.count), l.work.grad_up.narrow(0, r.at, r.count),
+                                      l.work.grad_down.narrow(1, r.at, r.count).t()},
+                                     1));
+      }
+      transfers.push_back(options_.comm->Send(buffers.back(), options_.team->ranks[r.from],
+                                              Tag(layer, r.attention, true, r.move)));
+    }
+    // In the order the receivers send them (transfers match in order): MLP runs, then groups.
+    std::vector<const UnitMove*> incoming;
+    for (size_t k = 0; k < 2 * b.moves.size(); ++k) {
+      const size_t j = k % b.moves.size();
+      const UnitMove& m = b.moves[j];
+      if (m.from != me || m.attention != (k >= b.moves.size())) continue;
+      buffers.push_back(m.attention ? torch::empty({m.count, group_rows, h}, master) : torch::empty({m.count, 3 * h}, master));
+      transfers.push_back(
+          options_.comm->Recv(buffers.back(), options_.team->ranks[m.to], Tag(layer, m.attention, true, j)));
+      incoming.push_back(&m);
+    }
+    MOTLEY_RETURN_IF_ERROR(WaitAll(transfers, l.device));
+    for (size_t i = 0; i < incoming.size(); ++i) {
+      const UnitMove& m = *incoming[i];
+      const torch::Tensor& g = buffers[l.borrowed.size() + i];
+      if (m.attention) {
+        add(layer, 1, 0, m.begin * per * d, g.narrow(1, 0, per * d).reshape({-1, h}));
+        add(layer, 2, 0, m.begin * d, g.narrow(1, per * d, d).reshape({-1, h}));
+        add(layer, 3, 0, m.begin * d, g.narrow(1, (per + 1) * d, d).reshape({-1, h}));
+        add(layer, 4, 1, m.begin * per * d, g.narrow(1, (per + 2) * d, per * d).reshape({-1, h}).t());
+      } else {
+        add(layer, 6, 0, m.begin, g.narrow(1, 0, h));
+        add(layer, 7, 0, m.begin, g.narrow(1, h, h));
+        add(layer, 8, 1, m.begin, g.narrow(1, 2 * h, h).t());
+      }
+    }
+    for (torch::Tensor* g : {&l.work.grad_gate, &l.work.grad_up, &l.work.grad_down, &l.work.grad_attention})
+      if (g->defined()) g->zero_();
+  }
+  return Status::Ok();
+}
+
+}  // namespace motley

@@ -1,0 +1,120 @@
+// FlexTpTeam: one rank's side of FlexTP in a tensor-parallel team (issue #9 §3-§6). Each step it
+//   1. all-gathers the team's compute times of the step before and asks the FlexTpBalancer for this
+//      step's balance (every rank gets the same one);
+//   2. builds each layer's LayerWork when the layer first runs: the units this rank prunes, chosen by
+//      priority — smallest weight variation first (FlexTP §III-B), variation measured every
+//      `stats_interval_steps` and kept for units pruned meanwhile (the incremental update that
+//      keeps a pruned unit from looking idle forever), ties broken round-robin — and the units
+//      it borrows from stragglers, sent by their owner to each receiver (its run only, point to point);
+//   3. after each backward, returns the borrowed units' gradients to their owner (point to point,
+//      each receiver its runs).
+// The per-layer pruning ratios differ by how much each layer's weights moved (LayerPruneRatios).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/cluster.h"
+#include "core/job.h"
+#include "core/model.h"
+#include "core/status.h"
+#include "runtime/comm/comm_clock.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/flextp/flextp_balancer.h"
+#include "runtime/flextp/layer_work.h"
+
+namespace motley {
+
+class FlexTpTeam {
+ public:
+  struct Options {
+    TensorParallelConfig config;
+    ModelSpec spec;
+    int tp = 2;     // team size
+    int index = 0;  // this rank's place in the team
+    Communicator* comm = nullptr;
+    CommGroup* team = nullptr;  // the team's communicator group (its ranks in team order)
+    FlexTpCosts costs;
+    CommClock* clock = nullptr;  // accumulates the time in the moves of units and their gradient returns
+  };
+  explicit FlexTpTeam(Options options);
+
+  /// A step begins: all-gathers the last step's compute time (0 before the first step: no change),
+  /// re-balances, forgets the last step's borrowed weights. Collective over the team.
+  Status BeginStep(int64_t step, double last_compute_s);
+
+  /// Layer `layer`'s MLP work this step (null: all own units, nothing borrowed). The first call
+  /// for a layer in a step moves the stragglers' units: each owner sends every receiver just the
+  /// run it computes (point to point — a broadcast would give every rank all of them). Every rank
+  /// of the team calls it for the same layers in the same order, as they run the same ops. Throws
+  /// std::runtime_error when a transfer fails (it runs inside a layer's forward).
+  LayerWork* Work(int layer, const std::vector<torch::Tensor>& w);
+
+  /// After a backward through layers [begin, end): returns the borrowed units' gradients to their
+  /// owners (each receiver sends its runs to their owner, point to point), who get them through
+  /// `add(layer, k, dim, begin, part)` — the gradient of the part of their layer weight k
+  /// (DecoderLayerImpl::weights() order) from `begin` along `dim`.
+  using AddGradient = std::function<void(int layer, int k, int dim, int64_t begin, const torch::Tensor& part)>;
+  Status ReturnGradients(int begin, int end, const AddGradient& add);
+
+  const TeamBalance& balance() const { return balancer_.balance(); }
+  double pruned_fraction() const { return balance().pruned_fraction(options_.costs.units); }
+  int64_t migrated_units() const { return balance().migrated_units(); }
+
+ private:
+  struct Borrowed {
+    int from = 0;
+    int64_t begin = 0, count = 0, at = 0;  // the owner's units [begin, begin + count) at rows [at, at + count)
+    bool attention = false;                // attention groups, else MLP units
+    size_t move = 0;                       // its index in the balance's moves (the transfers' tag)
+  };
+  struct Layer {
+    int64_t built_step = -1;
+    torch::Device device = torch::kCPU;
+    torch::Dtype dtype = torch::kFloat32;  // the master weights' (and their gradients')
+    LayerWork work;
+    bool active = false;  // work has something in it this step
+    std::vector<Borrowed> borrowed;
+    // Priority statistics (on the CPU).
+    torch::Tensor previous;       // [units, 3 * hidden]: gate row, up row, down column of each unit at the last refresh
+    torch::Tensor variation;      // [units] float64: mean |change| of each unit's weights
+    torch::Tensor pruned_since;   // [units] bool: pruned at some point since the last refresh
+    double mean_variation = 0;
+    int64_t refreshed_step = -1;
+  };
+  void Refresh(Layer& l, const std::vector<torch::Tensor>& w);
+  // The rows (MLP units or attention groups) this rank computes for stragglers this step, each
+  // sent by its owner (`own_rows`: this rank's, when it is one); their runs go to `out`.
+  torch::Tensor Borrow(int layer, bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
+                       torch::TensorOptions options, std::vector<Borrowed>* out);
+  // The tag of move `move`'s transfer for `layer`: its weights out, or its gradients back.
+  static int64_t Tag(int layer, bool attention, bool gradients, size_t move);
+  // Waits for `transfers` (of tensors on `device`), counting the time as communication; the first
+  // failure, if any.
+  Status WaitAll(std::vector<Result<PendingTransfer>>& transfers, const torch::Device& device);
+  torch::Tensor Keep(Layer& l, double ratio, torch::Device device);
+
+  Options options_;
+  FlexTpBalancer balancer_;
+  int64_t step_ = 0;
+  CommClock migration_clock_;  // this step's time in the migration's moves and gradient returns
+  std::map<int, Layer> layers_;
+  std::map<int, double> layer_ratio_;  // this step's pruning ratio per layer (this rank)
+};
+
+/// The balancer's cost model for a team of `tp` ranks on cluster devices `a` and `b` (two of its
+/// members): the MLP's share of a layer's FLOPs at `seq_len`, and a moved unit's traffic per step
+/// — its weights sent once per layer visit and its gradients returned after each of the
+/// `layer_backwards` backwards of a layer this rank runs a step — over the link between them.
+FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const Cluster& cluster, int a, int b,
+                           int64_t layer_visits, int64_t layer_backwards);
+
+/// A unit's weights as one row: gate row, up row, down column ([units, 3 * hidden]) of a slice.
+torch::Tensor UnitRows(const std::vector<torch::Tensor>& w);
+
+}  // namespace motley

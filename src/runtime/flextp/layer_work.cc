@@ -1,0 +1,184 @@
+#include "runtime/flextp/layer_work.h"
+
+#include <cmath>
+#include <limits>
+
+namespace motley {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+torch::Tensor SwiGlu(const torch::Tensor& m, const torch::Tensor& gate, const torch::Tensor& up,
+                     const torch::Tensor& down) {
+  namespace F = torch::nn::functional;
+  return F::linear(torch::silu(F::linear(m, gate)) * F::linear(m, up), down);
+}
+
+torch::Tensor Cast(const torch::Tensor& w, const torch::Tensor& like) {
+  return w.scalar_type() == like.scalar_type() ? w : w.to(like.scalar_type());
+}
+
+// The borrowed units: their weights are not this rank's parameters, so their gradients go to the
+// work's accumulators (returned to the owner after the backward) and only the input's flows on.
+// The backward is written out (the gate and up projections are kept from the forward) so that the
+// borrowed units cost no recomputation.
+struct BorrowedMlp : public torch::autograd::Function<BorrowedMlp> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& m, int64_t work) {
+    namespace F = torch::nn::functional;
+    ctx->saved_data["work"] = work;
+    const LayerWork& w = *reinterpret_cast<const LayerWork*>(work);
+    torch::Tensor g = F::linear(m, Cast(w.gate, m)), u = F::linear(m, Cast(w.up, m));
+    ctx->save_for_backward({m, g, u});
+    return F::linear(torch::silu(g) * u, Cast(w.down, m));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    LayerWork& w = *reinterpret_cast<LayerWork*>(ctx->saved_data["work"].toInt());
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &m = saved[0], &g = saved[1], &u = saved[2];
+    const torch::Tensor dy = grad_out[0];
+    const int64_t h = m.size(-1), n = g.size(-1);
+    const torch::Tensor sig = torch::sigmoid(g), a = g * sig;  // silu(g)
+    const torch::Tensor dz = torch::matmul(dy, Cast(w.down, m));                       // [.., n]
+    const torch::Tensor du = dz * a, dg = dz * u * sig * (1 + g * (1 - sig));
+    auto flat = [](const torch::Tensor& t, int64_t cols) { return t.reshape({-1, cols}); };
+    w.grad_down.add_(torch::matmul(flat(dy, h).t(), flat(a * u, n)).to(w.grad_down.scalar_type()));  // [h, n]
+    w.grad_gate.add_(torch::matmul(flat(dg, n).t(), flat(m, h)).to(w.grad_gate.scalar_type()));      // [n, h]
+    w.grad_up.add_(torch::matmul(flat(du, n).t(), flat(m, h)).to(w.grad_up.scalar_type()));
+    torch::Tensor dm = torch::matmul(dg, Cast(w.gate, m)) + torch::matmul(du, Cast(w.up, m));
+    return {dm, torch::Tensor()};
+  }
+};
+
+torch::Tensor RotateHalf(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// A group block [n, rows, hidden] as the four attention weights of its n groups.
+struct GroupWeights {
+  torch::Tensor q, k, v, o;
+};
+GroupWeights Unpack(const ModelSpec& spec, const torch::Tensor& rows) {
+  const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads, h = rows.size(2);
+  return {rows.narrow(1, 0, per * d).reshape({-1, h}), rows.narrow(1, per * d, d).reshape({-1, h}),
+          rows.narrow(1, (per + 1) * d, d).reshape({-1, h}), rows.narrow(1, (per + 2) * d, per * d).reshape({-1, h}).t()};
+}
+
+// Borrowed attention groups: recomputed in the backward (attention's own backward is not written
+// out here); their weight gradients go to the work's accumulator, the input's flows on.
+struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& cos,
+                               const torch::Tensor& sin, int64_t spec, int64_t work) {
+    ctx->saved_data["work"] = work;
+    ctx->saved_data["spec"] = spec;
+    ctx->save_for_backward({hidden, cos, sin});
+    const ModelSpec& s = *reinterpret_cast<const ModelSpec*>(spec);
+    const GroupWeights g = Unpack(s, Cast(reinterpret_cast<const LayerWork*>(work)->attention, hidden));
+    return AttentionPartial(s, hidden, g.q, g.k, g.v, g.o, cos, sin);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    LayerWork& w = *reinterpret_cast<LayerWork*>(ctx->saved_data["work"].toInt());
+    const ModelSpec& s = *reinterpret_cast<const ModelSpec*>(ctx->saved_data["spec"].toInt());
+    const auto saved = ctx->get_saved_variables();
+    torch::Tensor hidden = saved[0].detach().requires_grad_(true);
+    torch::Tensor rows = w.attention.detach().requires_grad_(true);
+    torch::Tensor out;
+    {
+      torch::AutoGradMode enable(true);
+      const GroupWeights g = Unpack(s, Cast(rows, hidden));
+      out = AttentionPartial(s, hidden, g.q, g.k, g.v, g.o, saved[1], saved[2]);
+    }
+    auto grads = torch::autograd::grad({out}, {hidden, rows}, {grad_out[0]});
+    torch::NoGradGuard no_grad;
+    w.grad_attention.add_(grads[1].to(w.grad_attention.scalar_type()));
+    return {grads[0], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
+                               const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
+                               const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t b = hidden.size(0), s = hidden.size(1), d = spec.head_dim();
+  const int64_t heads = q_w.size(0) / d, kv_heads = k_w.size(0) / d;
+  namespace F = torch::nn::functional;
+  torch::Tensor q = F::linear(hidden, q_w).view({b, s, heads, d}).transpose(1, 2);
+  torch::Tensor k = F::linear(hidden, k_w).view({b, s, kv_heads, d}).transpose(1, 2);
+  torch::Tensor v = F::linear(hidden, v_w).view({b, s, kv_heads, d}).transpose(1, 2);
+  q = q * cos + RotateHalf(q) * sin;
+  k = k * cos + RotateHalf(k) * sin;
+  if (kv_heads != heads) {  // grouped-query attention: each key/value head serves a group
+    k = k.repeat_interleave(heads / kv_heads, 1);
+    v = v.repeat_interleave(heads / kv_heads, 1);
+  }
+  torch::Tensor attn;
+#if TORCH_VERSION_MAJOR >= 2
+  // The fused kernel (flash or memory-efficient attention on GPUs); fp64 keeps the plain path so
+  // that gradient checks compare like with like.
+  if (hidden.scalar_type() != torch::kFloat64) {
+    attn = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+  }
+#endif
+  if (!attn.defined()) {
+    torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
+    torch::Tensor causal =
+        torch::ones({s, s}, torch::TensorOptions().dtype(torch::kBool).device(hidden.device())).triu(1);
+    scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
+    torch::Tensor probs =
+        torch::softmax(scores.to(hidden.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32), -1)
+            .to(q.scalar_type());
+    attn = torch::matmul(probs, v);
+  }
+  attn = attn.transpose(1, 2).reshape({b, s, heads * d});
+  return F::linear(attn, o_w);
+}
+
+torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
+                                const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
+                                const torch::Tensor& cos, const torch::Tensor& sin, LayerWork* work) {
+  if (work == nullptr || (work->attention_keep < 0 && !work->attention.defined()))
+    return AttentionPartial(spec, hidden, q_w, k_w, v_w, o_w, cos, sin);
+  const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads;
+  const int64_t keep = work->attention_keep < 0 ? k_w.size(0) / d : work->attention_keep;
+  // (With no group of its own left, still a function of hidden: the team's all-reduce of its
+  // gradient must run on every rank.)
+  torch::Tensor out = keep == 0 ? hidden * 0
+                                : AttentionPartial(spec, hidden, q_w.narrow(0, 0, keep * per * d),
+                                                   k_w.narrow(0, 0, keep * d), v_w.narrow(0, 0, keep * d),
+                                                   o_w.narrow(1, 0, keep * per * d), cos, sin);
+  if (work->attention.defined())
+    out = out + BorrowedAttention::apply(hidden, cos, sin, static_cast<int64_t>(reinterpret_cast<intptr_t>(&spec)),
+                                         static_cast<int64_t>(reinterpret_cast<intptr_t>(work)));
+  return out;
+}
+
+torch::Tensor AttentionGroupRows(const ModelSpec& spec, const std::vector<torch::Tensor>& w) {
+  const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads, h = w[1].size(1);
+  const int64_t groups = w[2].size(0) / d;
+  return torch::cat({w[1].reshape({groups, per * d, h}), w[2].reshape({groups, d, h}), w[3].reshape({groups, d, h}),
+                     w[4].t().reshape({groups, per * d, h})},
+                    1);
+}
+
+torch::Tensor MlpWithWork(const torch::Tensor& m, const torch::Tensor& gate_w, const torch::Tensor& up_w,
+                          const torch::Tensor& down_w, LayerWork* work) {
+  if (work != nullptr && work->keep.defined() && work->keep.numel() == 0) {  // every own unit moved away
+    const int64_t w = static_cast<int64_t>(reinterpret_cast<intptr_t>(work));
+    // (Still a function of m: the team's all-reduce of m's gradient must run on every rank.)
+    return work->gate.defined() ? BorrowedMlp::apply(m, w) : m * 0;
+  }
+  torch::Tensor gate = gate_w, up = up_w, down = down_w;
+  if (work != nullptr && work->keep.defined()) {
+    gate = gate.index_select(0, work->keep);
+    up = up.index_select(0, work->keep);
+    down = down.index_select(1, work->keep);
+  }
+  torch::Tensor out = SwiGlu(m, Cast(gate, m), Cast(up, m), Cast(down, m));
+  if (work != nullptr && work->gate.defined())
+    out = out + BorrowedMlp::apply(m, static_cast<int64_t>(reinterpret_cast<intptr_t>(work)));
+  return out;
+}
+
+}  // namespace motley

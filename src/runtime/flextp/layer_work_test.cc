@@ -1,0 +1,75 @@
+#include "runtime/flextp/layer_work.h"
+
+#include <gtest/gtest.h>
+
+namespace motley {
+namespace {
+
+struct Weights {
+  torch::Tensor gate, up, down;  // [8, 6], [8, 6], [6, 8]: eight units
+};
+
+Weights Make() {
+  torch::manual_seed(3);
+  return {torch::randn({8, 6}, torch::kFloat64).requires_grad_(true),
+          torch::randn({8, 6}, torch::kFloat64).requires_grad_(true),
+          torch::randn({6, 8}, torch::kFloat64).requires_grad_(true)};
+}
+
+TEST(LayerWork, BorrowedUnitsComputeWhatTheOwnerWouldHave) {
+  Weights w = Make();
+  // (In a layer the input always needs a gradient: it comes through the norm's weight.)
+  torch::Tensor m = torch::randn({2, 3, 6}, torch::kFloat64).requires_grad_(true);
+  torch::Tensor full = MlpWithWork(m, w.gate, w.up, w.down, nullptr);
+  std::vector<torch::Tensor> full_grads = torch::autograd::grad({full.pow(2).sum()}, {w.gate, w.up, w.down});
+
+  // This rank keeps units 0-5 and computes units 6-7 for their owner.
+  Weights mine = Make();
+  LayerWork work;
+  work.keep = torch::arange(6, torch::kInt64);
+  work.gate = mine.gate.detach().narrow(0, 6, 2);
+  work.up = mine.up.detach().narrow(0, 6, 2);
+  work.down = mine.down.detach().narrow(1, 6, 2);
+  work.grad_gate = torch::zeros({2, 6}, torch::kFloat64);  // the master dtype
+  work.grad_up = torch::zeros({2, 6}, torch::kFloat64);
+  work.grad_down = torch::zeros({6, 2}, torch::kFloat64);
+  torch::Tensor split = MlpWithWork(m, mine.gate, mine.up, mine.down, &work);
+  EXPECT_TRUE(torch::allclose(split, full, 1e-12, 1e-12));
+  // (Autograd runs the borrowed units' backward on the way to the input's gradient.)
+  std::vector<torch::Tensor> g = torch::autograd::grad({split.pow(2).sum()}, {mine.gate, mine.up, mine.down, m});
+  // Own units: the same gradients; the moved units: none here, the accumulators hold them.
+  EXPECT_TRUE(torch::allclose(g[0].narrow(0, 0, 6), full_grads[0].narrow(0, 0, 6), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(g[2].narrow(1, 0, 6), full_grads[2].narrow(1, 0, 6), 1e-12, 1e-12));
+  EXPECT_EQ(g[0].narrow(0, 6, 2).abs().max().item<double>(), 0);
+  EXPECT_TRUE(torch::allclose(work.grad_gate, full_grads[0].narrow(0, 6, 2), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(work.grad_up, full_grads[1].narrow(0, 6, 2), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(work.grad_down, full_grads[2].narrow(1, 6, 2), 1e-12, 1e-12));
+}
+
+TEST(LayerWork, PrunedUnitsGetZeroGradientsAndTheRestTheSubnetworks) {
+  Weights w = Make();
+  torch::Tensor m = torch::randn({2, 3, 6}, torch::kFloat64);
+  LayerWork work;
+  work.keep = torch::tensor(std::vector<int64_t>{0, 2, 5}, torch::kInt64);
+  torch::Tensor pruned = MlpWithWork(m, w.gate, w.up, w.down, &work);
+  std::vector<torch::Tensor> g = torch::autograd::grad({pruned.pow(2).sum()}, {w.gate, w.up, w.down});
+  // The same as a network of only those units, with their gradients in their own rows.
+  Weights sub{w.gate.detach().index_select(0, work.keep).requires_grad_(true),
+              w.up.detach().index_select(0, work.keep).requires_grad_(true),
+              w.down.detach().index_select(1, work.keep).requires_grad_(true)};
+  torch::Tensor expect = MlpWithWork(m, sub.gate, sub.up, sub.down, nullptr);
+  EXPECT_TRUE(torch::allclose(pruned, expect, 1e-12, 1e-12));
+  std::vector<torch::Tensor> sg = torch::autograd::grad({expect.pow(2).sum()}, {sub.gate, sub.up, sub.down});
+  EXPECT_TRUE(torch::allclose(g[0].index_select(0, work.keep), sg[0], 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(g[2].index_select(1, work.keep), sg[2], 1e-12, 1e-12));
+  for (int64_t u : {1, 3, 4, 6, 7}) {
+    EXPECT_EQ(g[0][u].abs().max().item<double>(), 0) << u;
+    EXPECT_EQ(g[1][u].abs().max().item<double>(), 0) << u;
+    EXPECT_EQ(g[2].select(1, u).abs().max().item<double>(), 0) << u;
+  }
+  // And it differs from the whole network.
+  EXPECT_FALSE(torch::allclose(pruned, MlpWithWork(m, w.gate, w.up, w.down, nullptr), 1e-3, 1e-3));
+}
+
+}  // namespace
+}  // namespace motley

@@ -1,0 +1,271 @@
+#include "runtime/train/checkpoint.h"
+
+#include <cstdint>
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/file_io.h"
+#include "core/model_parse.h"
+#include "runtime/train/safetensors.h"
+
+namespace motley {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kFormat = "motley-checkpoint-1";
+
+std::string Hex(uint32_t v) { return fmt::format("{:08x}", v); }
+
+// The state file's own checksum covers its JSON without the "checksum" field.
+uint32_t StateChecksum(nlohmann::json j) {
+  j.erase("checksum");
+  return Crc32(j.dump());
+}
+
+Result<nlohmann::json> ReadStateFile(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kStateFile).string();
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("checksum") || !j["checksum"].is_string() || !j.contains("files") ||
+      !j["files"].is_object())
+    return Status::InvalidArgument(fmt::format("{}: corrupted or not a motley trainer state; use another checkpoint",
+                                               path));
+  if (j["checksum"].get<std::string>() != Hex(StateChecksum(j)))
+    return Status::InvalidArgument(fmt::format("{}: checksum mismatch: the file is corrupted; use another checkpoint",
+                                               path));
+  return j;
+}
+
+// Verifies the size and CRC-32 of every file the state lists.
+Status VerifyFiles(const std::string& dir, const nlohmann::json& state) {
+  for (const auto& [name, info] : state["files"].items()) {
+    const std::string path = (fs::path(dir) / name).string();
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec) return Status::NotFound(fmt::format("{}: missing from the checkpoint", path));
+    if (static_cast<int64_t>(size) != info.value("bytes", int64_t{-1}))
+      return Status::InvalidArgument(fmt::format("{}: {} bytes but the checkpoint recorded {} (truncated or "
+                                                 "replaced); use another checkpoint",
+                                                 path, size, info.value("bytes", int64_t{-1})));
+    MOTLEY_ASSIGN_OR_RETURN(uint32_t crc, FileCrc32(path));
+    if (Hex(crc) != info.value("crc32", ""))
+      return Status::InvalidArgument(fmt::format("{}: checksum mismatch (crc32 {} , recorded {}): the file is "
+                                                 "corrupted; use another checkpoint",
+                                                 path, Hex(crc), info.value("crc32", "")));
+  }
+  return Status::Ok();
+}
+
+// Name -> file for the weights: model.safetensors, or the shards of model.safetensors.index.json.
+Result<std::map<std::string, std::string>> WeightFiles(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (fs::exists(single)) {
+    MOTLEY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(single.string()));
+    for (const auto& [name, e] : f.entries()) files[name] = single.string();
+    return files;
+  }
+  if (!fs::exists(index))
+    return Status::NotFound(fmt::format("{}: no model.safetensors or model.safetensors.index.json; not a checkpoint "
+                                        "directory",
+                                        dir));
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(index.string()));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    return Status::InvalidArgument(fmt::format("{}: expected a JSON object with \"weight_map\"", index.string()));
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string())
+      return Status::InvalidArgument(fmt::format("{}: weight_map[\"{}\"] must be a file name", index.string(), name));
+    files[name] = (fs::path(dir) / file.get<std::string>()).string();
+  }
+  return files;
+}
+
+}  // namespace
+
+Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::vector<ParamShard>& shards,
+                      const TrainerState& state) {
+  const std::string tmp = dir + ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) return Status::IoError(fmt::format("{}: cannot create: {}", tmp, ec.message()));
+  nlohmann::json files = nlohmann::json::object();
+  auto record = [&](const std::string& name, uint32_t crc) {
+    files[name] = {{"bytes", static_cast<int64_t>(fs::file_size(fs::path(tmp) / name))}, {"crc32", Hex(crc)}};
+  };
+  uint32_t crc = 0;
+  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / "config.json").string(), HfConfigJson(model.spec()), &crc));
+  record("config.json", crc);
+
+  std::vector<NamedTensor> weights;
+  // In the master dtype: fp32, or fp64 for an fp64 run.
+  for (const auto& p : model.named_parameters())
+    weights.push_back({p.key(), p.value().scalar_type() == torch::kFloat64 ? p.value() : p.value().to(torch::kFloat32)});
+  MOTLEY_RETURN_IF_ERROR(WriteSafetensors((fs::path(tmp) / "model.safetensors").string(), weights,
+                                          {{"format", "pt"}}, &crc));
+  record("model.safetensors", crc);
+
+  std::vector<NamedTensor> moments;
+  for (const auto& s : shards) {
+    if (!s.exp_avg.defined()) continue;
+    moments.push_back({s.name + ".exp_avg", s.exp_avg});
+    moments.push_back({s.name + ".exp_avg_sq", s.exp_avg_sq});
+  }
+  MOTLEY_RETURN_IF_ERROR(WriteSafetensors((fs::path(tmp) / "optimizer.safetensors").string(), moments, {}, &crc));
+  record("optimizer.safetensors", crc);
+
+  nlohmann::json j = {{"format", kFormat},
+                      {"step", state.step},
+                      {"updates", state.updates},
+                      {"total_steps", state.total_steps},
+                      {"seed", state.seed},
+                      {"tokens_seen", state.tokens_seen},
+                      {"loss_scale", state.loss_scale},
+                      {"loss_scale_good_steps", state.loss_scale_good_steps},
+                      {"precision", state.precision},
+                      {"job_file", state.job_file},
+                      {"data_sampler", "counter-based: (seed, step, index) determines every window"},
+                      {"files", files}};
+  j["checksum"] = Hex(StateChecksum(j));
+  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / kStateFile).string(), j.dump(2) + "\n"));
+
+  fs::remove_all(dir, ec);
+  fs::rename(tmp, dir, ec);
+  if (ec) return Status::IoError(fmt::format("{}: cannot rename {} into place: {}", dir, tmp, ec.message()));
+  const fs::path parent = fs::path(dir).parent_path();
+  return FsyncDirectory(parent.empty() ? "." : parent.string());
+}
+
+Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, LlamaModelImpl& model,
+                                      const std::vector<ParamShard>& shards, const TrainerState& state) {
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) return Status::IoError(fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
+  const std::string name = fmt::format("step-{:06d}", state.step);
+  const std::string dir = (fs::path(run_dir) / name).string();
+  MOTLEY_RETURN_IF_ERROR(SaveCheckpoint(dir, model, shards, state));
+  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(run_dir) / "latest").string(), name + "\n"));
+  std::vector<std::string> steps;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec))
+    if (entry.is_directory() && entry.path().filename().string().starts_with("step-") &&
+        !entry.path().filename().string().ends_with(".tmp"))
+      steps.push_back(entry.path().filename().string());
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < steps.size(); ++i)
+    if (steps[i] != name) fs::remove_all(fs::path(run_dir) / steps[i], ec);
+  return dir;
+}
+
+Result<std::string> ResolveCheckpointDir(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec))
+    return Status::NotFound(fmt::format("{}: no such checkpoint directory", path));
+  const fs::path latest = fs::path(path) / "latest";
+  if (fs::exists(latest)) {
+    MOTLEY_ASSIGN_OR_RETURN(std::string name, ReadFileToString(latest.string()));
+    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+    const fs::path dir = fs::path(path) / name;
+    if (!fs::is_directory(dir))
+      return Status::NotFound(fmt::format("{}: names {}, which is missing", latest.string(), dir.string()));
+    return dir.string();
+  }
+  return path;
+}
+
+Result<ModelSpec> LoadCheckpointModelSpec(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return ParseHfConfigJson(text, path);
+}
+
+Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model) {
+  if (fs::exists(fs::path(dir) / kStateFile)) {
+    MOTLEY_ASSIGN_OR_RETURN(nlohmann::json state, ReadStateFile(dir));
+    MOTLEY_RETURN_IF_ERROR(VerifyFiles(dir, state));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(auto files, WeightFiles(dir));
+  std::map<std::string, SafetensorsFile> open;
+  std::vector<std::string> missing;
+  std::set<std::string> used;
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.named_parameters()) {
+    auto it = files.find(p.key());
+    if (it == files.end()) {
+      missing.push_back(p.key());
+      continue;
+    }
+    used.insert(p.key());
+    if (!open.count(it->second)) {
+      MOTLEY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(it->second));
+      open.emplace(it->second, std::move(f));
+    }
+    const SafetensorsFile& f = open.at(it->second);
+    if (!f.contains(p.key()))
+      return Status::InvalidArgument(fmt::format("{}: the index names this file for {} but it lacks it", it->second,
+                                                 p.key()));
+    MOTLEY_ASSIGN_OR_RETURN(torch::Tensor t, f.Load(p.key(), p.value().scalar_type()));
+    if (t.sizes() != p.value().sizes())
+      return Status::InvalidArgument(fmt::format("{}: {} has shape {} but the model (config.json) needs {}",
+                                                 it->second, p.key(), fmt::join(t.sizes().vec(), "x"),
+                                                 fmt::join(p.value().sizes().vec(), "x")));
+    p.value().copy_(t);
+  }
+  if (!missing.empty())
+    return Status::InvalidArgument(fmt::format("{}: missing {} weight(s), first {}: the weights do not match "
+                                               "config.json",
+                                               dir, missing.size(), missing.front()));
+  std::vector<std::string> unexpected;
+  for (const auto& [name, file] : files)
+    if (!used.count(name) && !name.ends_with("rotary_emb.inv_freq")) unexpected.push_back(name);
+  if (!unexpected.empty())
+    return Status::InvalidArgument(fmt::format("{}: {} weight(s) the model does not have, first {}: the weights do not "
+                                               "match config.json",
+                                               dir, unexpected.size(), unexpected.front()));
+  return Status::Ok();
+}
+
+Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<ParamShard>& shards) {
+  if (!fs::exists(fs::path(dir) / kStateFile))
+    return Status::NotFound(fmt::format("{}: no {}; resuming needs a motley checkpoint (a Hugging Face directory "
+                                        "only holds weights)",
+                                        dir, kStateFile));
+  MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ReadStateFile(dir));
+  MOTLEY_RETURN_IF_ERROR(VerifyFiles(dir, j));
+  TrainerState s;
+  s.step = j.value("step", int64_t{0});
+  s.updates = j.value("updates", s.step);
+  s.total_steps = j.value("total_steps", int64_t{0});
+  s.seed = j.value("seed", uint64_t{0});
+  s.tokens_seen = j.value("tokens_seen", int64_t{0});
+  s.loss_scale = j.value("loss_scale", 1.0);
+  s.loss_scale_good_steps = j.value("loss_scale_good_steps", int64_t{0});
+  s.precision = j.value("precision", "");
+  s.job_file = j.value("job_file", "");
+  MOTLEY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open((fs::path(dir) / "optimizer.safetensors").string()));
+  torch::NoGradGuard no_grad;
+  for (auto& shard : shards) {
+    if (!f.contains(shard.name + ".exp_avg")) {
+      if (s.step > 0)
+        return Status::InvalidArgument(fmt::format("{}: no moments for {}", f.path(), shard.name));
+      continue;
+    }
+    // In the parameter's dtype: a checkpoint of another precision resumes in this one.
+    MOTLEY_ASSIGN_OR_RETURN(shard.exp_avg, f.Load(shard.name + ".exp_avg", shard.param.scalar_type()));
+    MOTLEY_ASSIGN_OR_RETURN(shard.exp_avg_sq, f.Load(shard.name + ".exp_avg_sq", shard.param.scalar_type()));
+    shard.exp_avg = shard.exp_avg.to(shard.param.device());
+    shard.exp_avg_sq = shard.exp_avg_sq.to(shard.param.device());
+    if (shard.exp_avg.sizes() != shard.param.sizes())
+      return Status::InvalidArgument(fmt::format("{}: the moments of {} have another shape than the parameter",
+                                                 f.path(), shard.name));
+  }
+  return s;
+}
+
+}  // namespace motley

@@ -1,0 +1,62 @@
+// Checkpoints: a directory a Hugging Face tool can read, plus what resuming needs.
+//
+//   config.json            Hugging Face LlamaForCausalLM fields (core/model_parse.h)
+//   model.safetensors      the weights under Hugging Face names, fp32 (the master copy)
+//   optimizer.safetensors  AdamW moments, "<parameter>.exp_avg" / ".exp_avg_sq"
+//   trainer_state.json     step, seed, tokens seen, loss scale; each file's size and CRC-32, and
+//                          its own checksum
+//
+// A checkpoint is written into "<dir>.tmp", every file fsynced, then renamed to <dir>: a crash
+// leaves the previous checkpoint intact. Loading verifies every checksum first. A run directory
+// holds step-NNNNNN checkpoints and a `latest` file naming the newest; older ones beyond `keep` go.
+// Loading weights also accepts a Hugging Face directory: config.json with model.safetensors, or
+// shards listed in model.safetensors.index.json.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/job.h"
+#include "core/model.h"
+#include "core/status.h"
+#include "runtime/train/adamw.h"
+#include "runtime/model/llama_model.h"
+
+namespace motley {
+
+struct TrainerState {
+  int64_t step = 0;         // training steps done; the next step to run
+  int64_t updates = 0;      // optimizer updates applied (fewer than steps when fp16 skipped some)
+  int64_t total_steps = 0;  // the run's length (the learning-rate schedule depends on it)
+  uint64_t seed = 0;        // data order: the sampler is counter-based, (seed, step, index) is its state
+  int64_t tokens_seen = 0;
+  double loss_scale = 1.0;  // fp16's dynamic loss scale
+  int64_t loss_scale_good_steps = 0;
+  std::string precision;
+  std::string job_file;
+};
+
+/// Writes a checkpoint into `dir` (replacing one there).
+Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::vector<ParamShard>& shards,
+                      const TrainerState& state);
+
+/// Saves `<run_dir>/step-NNNNNN`, points `<run_dir>/latest` at it, keeps the newest `keep`.
+/// Returns the checkpoint's directory.
+Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, LlamaModelImpl& model,
+                                      const std::vector<ParamShard>& shards, const TrainerState& state);
+
+/// A checkpoint directory as given, or the one a run directory's `latest` names.
+Result<std::string> ResolveCheckpointDir(const std::string& path);
+
+/// The model shape in `dir`/config.json.
+Result<ModelSpec> LoadCheckpointModelSpec(const std::string& dir);
+
+/// Loads the weights into `model` (converted to its dtype). Every model parameter must be present
+/// with its shape; a motley checkpoint's checksums are verified first.
+Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model);
+
+/// Loads the optimizer moments into `shards` and returns the trainer state (motley checkpoints only).
+Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<ParamShard>& shards);
+
+}  // namespace motley

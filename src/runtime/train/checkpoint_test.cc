@@ -1,0 +1,213 @@
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/file_io.h"
+#include "core/model_parse.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/loss_scaler.h"
+#include "runtime/train/safetensors.h"
+
+namespace motley {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path TempDir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+ModelSpec Tiny() {
+  ModelSpec s = *FindModelPreset("llama-tiny");
+  return s;
+}
+
+void FlipByte(const fs::path& path, int64_t from_end) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-from_end, std::ios::end);
+  char c = 0;
+  f.read(&c, 1);
+  f.seekp(-from_end, std::ios::end);
+  c = static_cast<char>(c ^ 0x10);
+  f.write(&c, 1);
+}
+
+TEST(Safetensors, RoundTripsEveryDtypeWithTheStandardHeader) {
+  fs::path dir = TempDir("motley_st");
+  const std::string path = (dir / "t.safetensors").string();
+  std::vector<NamedTensor> tensors = {
+      {"a.weight", torch::randn({3, 5})},
+      {"b", torch::randn({7}).to(torch::kBFloat16)},
+      {"c", torch::arange(6, torch::kInt64).reshape({2, 3})},
+      {"d", torch::randn({2, 2}).to(torch::kFloat16)},
+      {"empty", torch::zeros({0, 4})},
+  };
+  uint32_t crc = 0;
+  ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}}, &crc).ok());
+  EXPECT_EQ(crc, FileCrc32(path).value());
+  // The header: 8-byte little-endian length, then JSON with dtype/shape/data_offsets, 8-aligned.
+  std::string bytes = ReadFileToString(path).value();
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  EXPECT_EQ(n % 8, 0u);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_EQ(header["b"]["dtype"], "BF16");
+  EXPECT_EQ(header["a.weight"]["shape"], nlohmann::json({3, 5}));
+  EXPECT_EQ(header["a.weight"]["data_offsets"], nlohmann::json({0, 60}));
+  EXPECT_EQ(header["__metadata__"]["format"], "pt");
+  SafetensorsFile f = SafetensorsFile::Open(path).value();
+  for (const auto& t : tensors) {
+    torch::Tensor back = f.Load(t.name, t.tensor.scalar_type()).value();
+    EXPECT_TRUE(torch::equal(back, t.tensor)) << t.name;
+  }
+  // Converted on load.
+  EXPECT_TRUE(torch::allclose(f.Load("b", torch::kFloat32).value(), tensors[1].tensor.to(torch::kFloat32)));
+  // Truncated: the offsets no longer fit.
+  fs::resize_file(path, fs::file_size(path) - 4);
+  Result<SafetensorsFile> cut = SafetensorsFile::Open(path);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("truncated?"), std::string::npos) << cut.status().message();
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, SavesAndLoadsWeightsOptimizerAndState) {
+  fs::path dir = TempDir("motley_ckpt");
+  LlamaModel model(Tiny(), 1);
+  std::vector<ParamShard> shards = WholeParameterShards(*model);
+  for (auto& s : shards) {
+    s.exp_avg = torch::randn_like(s.param);
+    s.exp_avg_sq = torch::rand_like(s.param);
+  }
+  TrainerState state{.step = 7, .updates = 6, .total_steps = 10, .seed = 99, .tokens_seen = 700, .loss_scale = 512,
+                     .loss_scale_good_steps = 3, .precision = "fp32", .job_file = "job.toml"};
+  const std::string run = (dir / "run").string();
+  const std::string saved = SaveRunCheckpoint(run, 2, *model, shards, state).value();
+  EXPECT_EQ(ResolveCheckpointDir(run).value(), saved);
+  EXPECT_TRUE(fs::exists(fs::path(saved) / "config.json"));
+
+  LlamaModel other(LoadCheckpointModelSpec(saved).value(), 2);
+  ASSERT_TRUE(LoadModelWeights(saved, *other).ok());
+  for (const auto& p : model->named_parameters())
+    EXPECT_TRUE(torch::equal(p.value(), other->named_parameters()[p.key()])) << p.key();
+  std::vector<ParamShard> loaded_shards = WholeParameterShards(*other);
+  TrainerState loaded = LoadTrainingState(saved, loaded_shards).value();
+  EXPECT_EQ(loaded.step, 7);
+  EXPECT_EQ(loaded.updates, 6);
+  EXPECT_EQ(loaded.seed, 99u);
+  EXPECT_EQ(loaded.loss_scale, 512);
+  EXPECT_EQ(loaded.loss_scale_good_steps, 3);
+  for (size_t i = 0; i < shards.size(); ++i) {
+    EXPECT_TRUE(torch::equal(loaded_shards[i].exp_avg, shards[i].exp_avg));
+    EXPECT_TRUE(torch::equal(loaded_shards[i].exp_avg_sq, shards[i].exp_avg_sq));
+  }
+  // Only the newest `keep` checkpoints stay.
+  for (int64_t step : {8, 9}) {
+    state.step = step;
+    ASSERT_TRUE(SaveRunCheckpoint(run, 2, *model, shards, state).ok());
+  }
+  EXPECT_FALSE(fs::exists(fs::path(run) / "step-000007"));
+  EXPECT_TRUE(fs::exists(fs::path(run) / "step-000008"));
+  EXPECT_EQ(ResolveCheckpointDir(run).value(), (fs::path(run) / "step-000009").string());
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, CorruptionIsDetectedWithAClearError) {
+  fs::path dir = TempDir("motley_ckpt_bad");
+  LlamaModel model(Tiny(), 1);
+  std::vector<ParamShard> shards = WholeParameterShards(*model);
+  const std::string ckpt = (dir / "c").string();
+  TrainerState state;
+  state.step = 1;
+  ASSERT_TRUE(SaveCheckpoint(ckpt, *model, shards, state).ok());
+  LlamaModel other(Tiny(), 2);
+  // A flipped bit in the weights.
+  fs::copy(ckpt, dir / "flipped", fs::copy_options::recursive);
+  FlipByte(dir / "flipped" / "model.safetensors", 5);
+  Status s = LoadModelWeights((dir / "flipped").string(), *other);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("model.safetensors: checksum mismatch"), std::string::npos) << s.message();
+  // Truncated optimizer state.
+  fs::copy(ckpt, dir / "cut", fs::copy_options::recursive);
+  fs::resize_file(dir / "cut" / "optimizer.safetensors", 4);
+  std::vector<ParamShard> other_shards = WholeParameterShards(*other);
+  Result<TrainerState> st = LoadTrainingState((dir / "cut").string(), other_shards);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("4 bytes but the checkpoint recorded"), std::string::npos)
+      << st.status().message();
+  // An edited trainer state.
+  fs::copy(ckpt, dir / "edited", fs::copy_options::recursive);
+  {
+    std::string text = ReadFileToString((dir / "edited" / "trainer_state.json").string()).value();
+    text.replace(text.find("\"step\": 1"), 9, "\"step\": 2");
+    std::ofstream((dir / "edited" / "trainer_state.json").string()) << text;
+  }
+  s = LoadModelWeights((dir / "edited").string(), *other);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("trainer_state.json: checksum mismatch"), std::string::npos) << s.message();
+  // Nothing was half-loaded into the model from the corrupted checkpoints' weights file.
+  EXPECT_TRUE(LoadModelWeights(ckpt, *other).ok());
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, LoadsAShardedHuggingFaceDirectory) {
+  fs::path dir = TempDir("motley_hf");
+  ModelSpec spec = Tiny();
+  LlamaModel source(spec, 11);
+  // As Hugging Face writes it: bf16 shards, an index, config.json, and a stray rotary buffer.
+  std::vector<NamedTensor> first, second;
+  int i = 0;
+  nlohmann::json weight_map;
+  for (const auto& p : source->named_parameters()) {
+    const bool in_first = i++ % 2 == 0;
+    (in_first ? first : second).push_back({p.key(), p.value().to(torch::kBFloat16)});
+    weight_map[p.key()] = in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  second.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", torch::ones({4})});
+  weight_map["model.layers.0.self_attn.rotary_emb.inv_freq"] = "model-00002-of-00002.safetensors";
+  ASSERT_TRUE(WriteSafetensors((dir / "model-00001-of-00002.safetensors").string(), first, {}).ok());
+  ASSERT_TRUE(WriteSafetensors((dir / "model-00002-of-00002.safetensors").string(), second, {}).ok());
+  std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json({{"metadata", {{"total_size", 0}}},
+                                                                         {"weight_map", weight_map}})
+                                                             .dump();
+  std::ofstream(dir / "config.json") << HfConfigJson(spec, "bfloat16");
+
+  LlamaModel loaded(LoadCheckpointModelSpec(dir.string()).value(), 0);
+  ASSERT_TRUE(LoadModelWeights(dir.string(), *loaded).ok());
+  for (const auto& p : source->named_parameters())
+    EXPECT_TRUE(torch::equal(loaded->named_parameters()[p.key()], p.value().to(torch::kBFloat16).to(torch::kFloat32)))
+        << p.key();
+  // A weight missing from the index is an error naming it.
+  weight_map.erase("lm_head.weight");
+  std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json({{"weight_map", weight_map}}).dump();
+  Status s = LoadModelWeights(dir.string(), *loaded);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("missing 1 weight(s), first lm_head.weight"), std::string::npos) << s.message();
+  fs::remove_all(dir);
+}
+
+TEST(LossScaler, SkipsOverflowsHalvesAndGrows) {
+  torch::Tensor p = torch::zeros({4});
+  std::vector<ParamShard> shards(1);
+  shards[0].param = p;
+  shards[0].grad = torch::full({4}, 8.0);
+  LossScaler scaler({.initial_scale = 4, .growth_factor = 2, .backoff_factor = 0.5, .growth_interval = 2});
+  EXPECT_TRUE(scaler.UnscaleAndUpdate(shards));
+  EXPECT_TRUE(torch::equal(shards[0].grad, torch::full({4}, 2.0)));
+  EXPECT_EQ(scaler.scale(), 4);
+  shards[0].grad.fill_(8.0);
+  EXPECT_TRUE(scaler.UnscaleAndUpdate(shards));
+  EXPECT_EQ(scaler.scale(), 8);  // two clean steps: grows
+  shards[0].grad[1] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(scaler.UnscaleAndUpdate(shards));
+  EXPECT_EQ(scaler.scale(), 4);  // overflow: halves, and the step is skipped
+  EXPECT_EQ(scaler.good_steps(), 0);
+}
+
+}  // namespace
+}  // namespace motley

@@ -1,0 +1,234 @@
+#include "runtime/train/trainer.h"
+
+#include <cstdint>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "data/training_data.h"
+#include "runtime/train/adamw.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/evaluate.h"
+#include "runtime/model/llama_model.h"
+#include "runtime/train/loss_scaler.h"
+#include "runtime/train/lr_schedule.h"
+#include "runtime/train/metrics_log.h"
+
+namespace motley {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Result<torch::Device> ChooseDevice(const std::string& name) {
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (name == "cuda") {
+    if (!torch::cuda::is_available())
+      return Status::InvalidArgument("--device cuda: no CUDA device is visible to this build of libtorch");
+    return torch::Device(torch::kCUDA, 0);
+  }
+  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  return Status::InvalidArgument(fmt::format("--device {}: expected auto, cpu or cuda", name));
+}
+
+Status CheckPrecisionOn(Precision p, const torch::Device& device) {
+  if (p == Precision::kFp16 && device.is_cpu())
+    return Status::InvalidArgument(
+        "[training] precision = \"fp16\" needs a CUDA device (libtorch's CPU matmuls lack fp16); use \"bf16\", "
+        "\"fp32\" or \"fp64\" on CPU");
+  return Status::Ok();
+}
+
+bool SameShape(const ModelSpec& a, const ModelSpec& b) {
+  return a.hidden_size == b.hidden_size && a.num_layers == b.num_layers && a.num_heads == b.num_heads &&
+         a.num_kv_heads == b.num_kv_heads && a.ffn_size == b.ffn_size && a.vocab_size == b.vocab_size &&
+         a.tie_embeddings == b.tie_embeddings;
+}
+
+}  // namespace
+
+bool ValidationDue(const JobSpec& job, int64_t step, int64_t total) {
+  const int64_t vi = job.data.validation_interval_steps;
+  return step == total || (vi > 0 && step % vi == 0);
+}
+
+bool CheckpointDue(const JobSpec& job, int64_t step, int64_t total) {
+  const int64_t ci = job.checkpoint.interval_steps;
+  return ci > 0 && step % ci == 0 && step != total;
+}
+
+Status CheckResumable(const std::string& dir, uint64_t seed, int64_t step, const JobSpec& job, int64_t total_steps) {
+  if (seed != job.training.seed)
+    return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint was trained with seed {} but the job "
+                                               "says {}; the data order would change — use the same seed",
+                                               dir, seed, job.training.seed));
+  if (step >= total_steps)
+    return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint is at step {} of a {}-step run; give "
+                                               "--steps N with N > {} to train further",
+                                               dir, step, total_steps, step));
+  return Status::Ok();
+}
+
+void SetThroughput(const JobSpec& job, double timed_s, int64_t timed_tokens, TrainSummary* summary) {
+  const int64_t seq = job.training.seq_len;
+  summary->tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0.0;
+  summary->model_tflops_per_s = summary->tokens_per_s * TrainFlopsPerToken(job.model, seq, false) / 1e12;
+  summary->hardware_tflops_per_s =
+      summary->tokens_per_s * TrainFlopsPerToken(job.model, seq, job.training.activation_checkpointing) / 1e12;
+}
+
+Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
+  TrainObserver quiet;
+  if (observer == nullptr) observer = &quiet;
+  const TrainingConfig& tc = job.training;
+  const int64_t total_steps = options.steps > 0 ? options.steps : tc.steps;
+  MOTLEY_ASSIGN_OR_RETURN(torch::Device device, ChooseDevice(options.device));
+  MOTLEY_RETURN_IF_ERROR(CheckPrecisionOn(tc.precision, device));
+  // On CPU, torch's own threads fight OpenBLAS's (which already threads every matmul): one torch
+  // thread was 2.5x faster than two for the default job on a 2-core machine.
+  if (device.is_cpu()) at::set_num_threads(options.threads > 0 ? options.threads : 1);
+
+  const std::string job_dir = job.file.empty() ? "" : fs::path(job.file).parent_path().string();
+  MOTLEY_ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
+
+  LlamaModel model(job.model, tc.seed);
+  model->set_precision(tc.precision);
+  model->to(device);
+  std::vector<ParamShard> shards = WholeParameterShards(*model);
+  for (auto& s : shards) {  // gradients allocated once, accumulated into in place, zeroed per step
+    s.param.mutable_grad() = torch::zeros_like(s.param);
+    s.grad = s.param.grad();
+  }
+  TrainerState state;
+  state.total_steps = total_steps;
+  state.seed = tc.seed;
+  state.precision = std::string(PrecisionName(tc.precision));
+  state.job_file = job.file;
+  LossScaler scaler;
+  if (!options.resume.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(options.resume));
+    MOTLEY_ASSIGN_OR_RETURN(ModelSpec saved, LoadCheckpointModelSpec(dir));
+    if (!SameShape(saved, job.model))
+      return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint's model (config.json) differs from the "
+                                                 "job's model {}; resume with the job that wrote it",
+                                                 dir, job.model_ref));
+    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir, *model));
+    MOTLEY_ASSIGN_OR_RETURN(TrainerState loaded, LoadTrainingState(dir, shards));
+    MOTLEY_RETURN_IF_ERROR(CheckResumable(dir, loaded.seed, loaded.step, job, total_steps));
+    state.step = loaded.step;
+    state.updates = loaded.updates;
+    state.tokens_seen = loaded.tokens_seen;
+    scaler.Restore(loaded.loss_scale, loaded.loss_scale_good_steps);
+  }
+
+  const std::string metrics_path =
+      options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
+  MetricsLog metrics;
+  MOTLEY_RETURN_IF_ERROR(metrics.Open(metrics_path));
+
+  const int64_t batch = tc.global_batch_sequences, seq = tc.seq_len;
+  const int64_t micro = options.microbatch_sequences > 0 ? std::min(options.microbatch_sequences, batch) : batch;
+  const int64_t tokens_per_step = batch * seq;
+  TrainStart start;
+  start.device = device.is_cpu() ? fmt::format("cpu ({} threads)", at::get_num_threads()) : device.str();
+  start.precision = state.precision;
+  start.parameters = TotalParams(job.model);
+  start.first_step = state.step;
+  start.total_steps = total_steps;
+  start.tokens_per_step = tokens_per_step;
+  start.train_data = data.train.name();
+  start.validation_data = data.validation ? data.validation->name() : "";
+  start.metrics_path = metrics_path;
+  observer->OnStart(start);
+
+  TrainSummary summary;
+  const int64_t val_sequences =
+      data.validation ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data.validation, seq)) : 0;
+  auto validate = [&](int64_t step) {
+    if (val_sequences <= 0) return;
+    model->eval();
+    const double loss = EvaluateLoss(*model, *data.validation, seq, val_sequences, device).loss;
+    model->train();
+    if (!summary.first_validation_loss) summary.first_validation_loss = loss;
+    summary.last_validation_loss = loss;
+    metrics.Write({{"step", step}, {"val_loss", loss}});
+    observer->OnValidation(step, loss);
+  };
+  auto checkpoint = [&]() -> Status {
+    MOTLEY_ASSIGN_OR_RETURN(summary.checkpoint_dir,
+                            SaveRunCheckpoint(job.checkpoint.dir, job.checkpoint.keep, *model, shards, state));
+    observer->OnCheckpoint(summary.checkpoint_dir);
+    return Status::Ok();
+  };
+
+  const AdamW adamw(job.optimizer);
+  const auto run_start = Clock::now();
+  double timed_s = 0;
+  int64_t timed_tokens = 0;
+  std::vector<int64_t> windows;
+  if (state.step == 0) validate(0);
+  while (state.step < total_steps) {
+    const auto step_start = Clock::now();
+    const int64_t step = state.step;  // 0-based index of this step: the sampler's and the schedule's key
+    const double lr = LearningRate(job.optimizer, job.lr_schedule, step, total_steps);
+    for (auto& s : shards) s.grad.zero_();
+    double loss_sum = 0;
+    for (int64_t first = 0; first < batch; first += micro) {
+      const int64_t n = std::min(micro, batch - first);
+      SampleTrainingWindows(data.train, tc.seed, step, first, n, seq, &windows);
+      torch::Tensor tokens = torch::from_blob(windows.data(), {n, seq + 1}, torch::kInt64).to(device);
+      torch::Tensor logits = model->forward(tokens.narrow(1, 0, seq), tc.activation_checkpointing);
+      // This microbatch's share of the step's mean loss.
+      torch::Tensor loss = NextTokenLoss(logits, tokens.narrow(1, 1, seq)) * (static_cast<double>(n) / batch);
+      loss_sum += loss.item<double>();
+      (tc.precision == Precision::kFp16 ? loss * scaler.scale() : loss).backward();
+    }
+    bool apply = true;
+    if (tc.precision == Precision::kFp16) apply = scaler.UnscaleAndUpdate(shards);
+    StepMetrics m;
+    if (apply) {
+      m.grad_norm = std::sqrt(GradNormSquared(shards));
+      ClipGradients(shards, m.grad_norm, job.optimizer.grad_clip_norm);
+      adamw.Step(shards, lr, ++state.updates);
+    }
+    ++state.step;
+    state.tokens_seen += tokens_per_step;
+    m.step = state.step;
+    m.total_steps = total_steps;
+    m.loss = loss_sum;
+    m.lr = lr;
+    m.skipped = !apply;
+    m.loss_scale = scaler.scale();
+    state.loss_scale = scaler.scale();
+    state.loss_scale_good_steps = scaler.good_steps();
+    m.step_time_s = std::chrono::duration<double>(Clock::now() - step_start).count();
+    m.tokens_per_s = static_cast<double>(tokens_per_step) / m.step_time_s;
+    if (summary.steps_run == 0) summary.first_loss = m.loss;
+    summary.last_loss = m.loss;
+    if (++summary.steps_run > 1) {  // the first step warms caches and allocators up
+      timed_s += m.step_time_s;
+      timed_tokens += tokens_per_step;
+    }
+    nlohmann::json line = {{"step", m.step},           {"loss", m.loss},
+                           {"lr", m.lr},               {"tokens_per_s", m.tokens_per_s},
+                           {"grad_norm", m.grad_norm}, {"step_time_s", m.step_time_s}};
+    if (tc.precision == Precision::kFp16) {
+      line["loss_scale"] = m.loss_scale;
+      line["skipped"] = m.skipped;
+    }
+    metrics.Write(line);
+    observer->OnStep(m);
+    if (ValidationDue(job, state.step, total_steps)) validate(state.step);
+    if (CheckpointDue(job, state.step, total_steps)) MOTLEY_RETURN_IF_ERROR(checkpoint());
+  }
+  if (options.checkpoint_at_end && summary.steps_run > 0) MOTLEY_RETURN_IF_ERROR(checkpoint());
+  summary.wall_s = std::chrono::duration<double>(Clock::now() - run_start).count();
+  SetThroughput(job, timed_s, timed_tokens, &summary);
+  return summary;
+}
+
+}  // namespace motley

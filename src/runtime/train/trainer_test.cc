@@ -1,0 +1,141 @@
+#include <cstdint>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "core/model.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/safetensors.h"
+#include "runtime/train/trainer.h"
+
+namespace motley {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Recorder : public TrainObserver {
+ public:
+  void OnStep(const StepMetrics& m) override { losses[m.step] = m.loss; }
+  void OnValidation(int64_t step, double loss) override { validation[step] = loss; }
+  std::map<int64_t, double> losses, validation;
+};
+
+JobSpec SmallJob(const fs::path& dir) {
+  JobSpec job;
+  job.model = *FindModelPreset("llama-1m");
+  job.model.num_layers = 2;
+  job.model_ref = "llama-1m (2 layers)";
+  job.training.steps = 6;
+  job.training.seq_len = 32;
+  job.training.global_batch_sequences = 4;
+  job.training.precision = Precision::kFp32;
+  job.data.validation_interval_steps = 3;
+  job.data.validation_sequences = 4;
+  job.lr_schedule.warmup_steps = 2;
+  job.checkpoint.dir = (dir / "run").string();
+  job.checkpoint.interval_steps = 3;
+  job.checkpoint.keep = 5;
+  return job;
+}
+
+TEST(Trainer, ResumingReproducesTheUninterruptedRunBitForBit) {
+  const fs::path dir = fs::temp_directory_path() / ("motley_resume_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  JobSpec job = SmallJob(dir);
+  Recorder full;
+  TrainOptions options;
+  options.device = "cpu";
+  options.microbatch_sequences = 2;  // accumulation too
+  TrainSummary s = Train(job, options, &full).value();
+  ASSERT_EQ(full.losses.size(), 6u);
+  EXPECT_LT(s.last_loss, s.first_loss);
+
+  // Resume the same job from step 3 into another run directory.
+  JobSpec resumed_job = job;
+  resumed_job.checkpoint.dir = (dir / "resumed").string();
+  options.resume = (dir / "run" / "step-000003").string();
+  Recorder resumed;
+  ASSERT_TRUE(Train(resumed_job, options, &resumed).ok());
+  ASSERT_EQ(resumed.losses.size(), 3u);
+  for (int64_t step = 4; step <= 6; ++step) EXPECT_EQ(resumed.losses.at(step), full.losses.at(step)) << step;
+  EXPECT_EQ(resumed.validation.at(6), full.validation.at(6));
+  // The final weights too.
+  LlamaModel a(job.model, 0), b(job.model, 0);
+  ASSERT_TRUE(LoadModelWeights(ResolveCheckpointDir((dir / "run").string()).value(), *a).ok());
+  ASSERT_TRUE(LoadModelWeights(ResolveCheckpointDir((dir / "resumed").string()).value(), *b).ok());
+  for (const auto& p : a->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), b->named_parameters()[p.key()]));
+
+  // Resuming past the end, or with another seed, is refused with the fix.
+  options.resume = (dir / "run").string();
+  Result<TrainSummary> done = Train(job, options, nullptr);
+  ASSERT_FALSE(done.ok());
+  EXPECT_NE(done.status().message().find("give --steps N with N > 6"), std::string::npos) << done.status().message();
+  job.training.seed = 77;
+  options.steps = 8;
+  Result<TrainSummary> seed = Train(job, options, nullptr);
+  ASSERT_FALSE(seed.ok());
+  EXPECT_NE(seed.status().message().find("seed 1234 but the job says 77"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, MicrobatchesGiveTheWholeBatchGradient) {
+  // In fp64, where reassociation stays at ~1e-16 (in fp32 it would be ~1e-6 and CPU-dependent).
+  const fs::path dir = fs::temp_directory_path() / ("motley_micro_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  JobSpec job = SmallJob(dir);
+  job.training.precision = Precision::kFp64;
+  job.training.steps = 2;
+  job.checkpoint.interval_steps = 0;
+  TrainOptions options;
+  options.device = "cpu";
+  options.checkpoint_at_end = false;
+  Recorder whole, split;
+  ASSERT_TRUE(Train(job, options, &whole).ok());
+  options.microbatch_sequences = 1;
+  ASSERT_TRUE(Train(job, options, &split).ok());
+  for (int64_t step = 1; step <= 2; ++step) EXPECT_NEAR(whole.losses[step], split.losses[step], 1e-12 * whole.losses[step]);
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, Bf16ComputeTracksFp32WithFp32Masters) {
+  const fs::path dir = fs::temp_directory_path() / ("motley_bf16_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  JobSpec job = SmallJob(dir);
+  job.training.steps = 4;
+  job.checkpoint.interval_steps = 0;
+  TrainOptions options;
+  options.device = "cpu";
+  Recorder fp32, bf16;
+  ASSERT_TRUE(Train(job, options, &fp32).ok());
+  job.training.precision = Precision::kBf16;
+  job.checkpoint.dir = (dir / "bf16").string();
+  ASSERT_TRUE(Train(job, options, &bf16).ok());
+  for (int64_t step = 1; step <= 4; ++step) EXPECT_NEAR(bf16.losses[step], fp32.losses[step], 0.02 * fp32.losses[step]);
+  // The checkpoint holds fp32 master weights that moved away from fp32 training's only by rounding.
+  LlamaModel m(job.model, 0);
+  ASSERT_TRUE(LoadModelWeights(ResolveCheckpointDir(job.checkpoint.dir).value(), *m).ok());
+  EXPECT_EQ(m->parameters()[0].scalar_type(), torch::kFloat32);
+  // fp64: parameters, moments and the checkpoint in fp64; the losses those of fp32 up to fp32's rounding.
+  Recorder fp64;
+  job.training.precision = Precision::kFp64;
+  job.checkpoint.dir = (dir / "fp64").string();
+  ASSERT_TRUE(Train(job, options, &fp64).ok());
+  for (int64_t step = 1; step <= 4; ++step) EXPECT_NEAR(fp64.losses[step], fp32.losses[step], 1e-4 * fp32.losses[step]);
+  const std::string fp64_dir = ResolveCheckpointDir(job.checkpoint.dir).value();
+  Result<SafetensorsFile> weights = SafetensorsFile::Open(fp64_dir + "/model.safetensors");
+  Result<SafetensorsFile> moments = SafetensorsFile::Open(fp64_dir + "/optimizer.safetensors");
+  ASSERT_TRUE(weights.ok() && moments.ok());
+  ASSERT_FALSE(weights->entries().empty());
+  ASSERT_FALSE(moments->entries().empty());
+  for (const auto& [name, e] : weights->entries()) EXPECT_EQ(e.dtype, "F64") << name;
+  for (const auto& [name, e] : moments->entries()) EXPECT_EQ(e.dtype, "F64") << name;
+  // fp16 on CPU: a clear refusal.
+  job.training.precision = Precision::kFp16;
+  Result<TrainSummary> fp16 = Train(job, options, nullptr);
+  ASSERT_FALSE(fp16.ok());
+  EXPECT_NE(fp16.status().message().find("needs a CUDA device"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace motley
