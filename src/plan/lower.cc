@@ -32,8 +32,8 @@ Status Lowerer::Setup() {
   opt_bytes_ = state.optimizer;
   act_bytes_ = BytesPerElement(plan_.precision);
 
-  vstages_ = VirtualStages(plan_);
-  num_vstages_ = static_cast<int>(vstages_.size());
+  ministages_ = MinistagesByLayer(plan_);
+  num_ministages_ = static_cast<int>(ministages_.size());
 
   // Ranks in plan order.
   group_ranks_.assign(plan_.groups.size(), {});
@@ -99,7 +99,7 @@ Status Lowerer::Setup() {
 }
 
 double Lowerer::StageParams(int v) const {
-  const LayerRange& r = vstages_[v].layers;
+  const LayerRange& r = ministages_[v].layers;
   double p = static_cast<double>(r.size()) * ParamsPerLayer(model_);
   if (r.begin == 0) p += EmbeddingParams(model_);
   if (r.end == model_.num_layers) p += HeadParams(model_);
@@ -107,7 +107,7 @@ double Lowerer::StageParams(int v) const {
 }
 
 double Lowerer::ForwardFlops(int v, int64_t m) const {
-  const LayerRange& r = vstages_[v].layers;
+  const LayerRange& r = ministages_[v].layers;
   double per_token = r.size() * LayerForwardFlopsPerToken(model_, plan_.seq_len);
   if (r.end == model_.num_layers) per_token += HeadForwardFlopsPerToken(model_);
   return per_token * Tokens(m);
@@ -116,35 +116,35 @@ double Lowerer::ForwardFlops(int v, int64_t m) const {
 double Lowerer::BackwardFlops(int v, int64_t m) const {
   double flops = 2 * ForwardFlops(v, m);
   if (plan_.activation_checkpointing)
-    flops += vstages_[v].layers.size() * LayerForwardFlopsPerToken(model_, plan_.seq_len) * Tokens(m);
+    flops += ministages_[v].layers.size() * LayerForwardFlopsPerToken(model_, plan_.seq_len) * Tokens(m);
   return flops;
 }
 
 double Lowerer::SavedExtra(int v, int64_t m) const {
-  const int n = vstages_[v].layers.size();
+  const int n = ministages_[v].layers.size();
   // Checkpointing keeps each layer's input (the first is the stage's input) and the head's.
-  const bool head = vstages_[v].layers.end == model_.num_layers;
+  const bool head = ministages_[v].layers.end == model_.num_layers;
   if (plan_.activation_checkpointing) return (n - 1 + (head ? 1 : 0)) * Act(m);
-  return n * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false, Tp(vstages_[v].group)) *
+  return n * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false, Tp(ministages_[v].group)) *
          Tokens(m);
 }
 
 double Lowerer::WorkForward(int v, int64_t m) const {
   // A tensor-parallel rank holds its share of a layer's activations (model.h) and, as every rank of
   // the team computes the replicated head, all of the logits.
-  const int tp = Tp(vstages_[v].group);
+  const int tp = Tp(ministages_[v].group);
   double work = plan_.activation_checkpointing
                     ? LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m)
                     : 0;
-  if (vstages_[v].layers.end == model_.num_layers)
+  if (ministages_[v].layers.end == model_.num_layers)
     work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision);
   return work;
 }
 
 double Lowerer::WorkBackward(int v, int64_t m) const {
-  const int tp = Tp(vstages_[v].group);
+  const int tp = Tp(ministages_[v].group);
   double work = 2 * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m);
-  if (vstages_[v].layers.end == model_.num_layers) work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision);
+  if (ministages_[v].layers.end == model_.num_layers) work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision);
   return work;
 }
 
@@ -153,8 +153,8 @@ Op Lowerer::StageOp(OpKind kind, Stream stream, int v) const {
   op.kind = kind;
   op.stream = stream;
   op.ministage = v;
-  op.layer_begin = vstages_[v].layers.begin;
-  op.layer_end = vstages_[v].layers.end;
+  op.layer_begin = ministages_[v].layers.begin;
+  op.layer_end = ministages_[v].layers.end;
   return op;
 }
 
@@ -182,8 +182,8 @@ std::vector<int> Lowerer::EmitCollective(OpKind kind, int g, int v, double bytes
     const int c = NewCollective(kind, ranks, bytes);
     for (int r : ranks) {
       Op op = StageOp(kind, Stream::kComm, v);
-      op.embedding = vstages_[v].layers.begin == 0;
-      op.head = vstages_[v].layers.end == model_.num_layers;
+      op.embedding = ministages_[v].layers.begin == 0;
+      op.head = ministages_[v].layers.end == model_.num_layers;
       op.bytes = bytes;
       op.collective = c;
       op_of_rank[r] = Emit(r, std::move(op));
@@ -202,8 +202,8 @@ Result<Schedule> Lowerer::Run() {
   for (int g = 0; g < num_groups; ++g) {
     const int d = DpDegree(g);
     double device = 0, host = 0;
-    for (int v = 0; v < num_vstages_; ++v) {
-      if (vstages_[v].group != g) continue;
+    for (int v = 0; v < num_ministages_; ++v) {
+      if (ministages_[v].group != g) continue;
       // With offload the resident ministage keeps its shard and moments; full parameters per visit.
       const StatePlacement placement = !policy_.offload_params ? StatePlacement::kDevice
                                        : Resident(v)           ? StatePlacement::kResidentShard

@@ -2,7 +2,7 @@
 //
 // How each kind of plan is lowered (the runtime executes exactly this):
 //  * Order. Work is first ordered globally — per group, a sequence of forward and backward tasks
-//    (virtual stage, microbatch), timed by a unit-cost run of the whole pipeline — and each rank's
+//    (ministage, microbatch), timed by a unit-cost run of the whole pipeline — and each rank's
 //    program is its share of that one global order. Sends never block and every recv comes after
 //    its send in the global order, so no schedule can deadlock.
 //      - gpipe / interleaved: a group runs its ministages one after another, each over all its

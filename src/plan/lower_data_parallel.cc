@@ -24,15 +24,15 @@ void Lowerer::EmitDataParallel() {
     // next visit's parameters are gathered while this one computes (at most two gathered); the
     // last ministage turns around with its parameters in place.
     std::vector<std::pair<bool, int>> visits;
-    for (int v = 0; v < num_vstages_; ++v) visits.push_back({false, v});
-    for (int v = num_vstages_ - 1; v >= 0; --v) visits.push_back({true, v});
+    for (int v = 0; v < num_ministages_; ++v) visits.push_back({false, v});
+    for (int v = num_ministages_ - 1; v >= 0; --v) visits.push_back({true, v});
     const int first_visit = visit;
     auto continues = [&](size_t i) {  // visit i is the turn-around of visit i - 1
       return i > 0 && visits[i].first && !visits[i - 1].first && visits[i].second == visits[i - 1].second;
     };
     auto prepare = [&](size_t i) {
       const auto [backward, v] = visits[i];
-      visit_number_[{0, (backward ? num_vstages_ : 0) + v}] = first_visit + static_cast<int>(i);
+      visit_number_[{0, (backward ? num_ministages_ : 0) + v}] = first_visit + static_cast<int>(i);
       if (!continues(i)) EmitVisitPrepare(0, v, backward);
     };
     if (policy_.gather_per_microbatch) prepare(0);

@@ -36,8 +36,8 @@ void Lowerer::HoldUpdatesForTheNorm() {
     norm.stream = Stream::kComm;
     norm.collective = norm_collective;
     norm.bytes = 2 * sizeof(double);
-    for (int v = 0; v < num_vstages_; ++v)  // the reduced gradients of every ministage of the rank
-      if (vstages_[v].group == group_of_rank_[p.rank])
+    for (int v = 0; v < num_ministages_; ++v)  // the reduced gradients of every ministage of the rank
+      if (ministages_[v].group == group_of_rank_[p.rank])
         norm.reads.push_back(Buf(plan_.zero_stage == 0 ? BufferKind::kGrads : BufferKind::kGradShard, v));
     for (size_t i = 0; i < n; ++i)
       if (p.ops[i].kind == OpKind::kOptimizerStep)
@@ -134,13 +134,13 @@ void Lowerer::DescribeState() {
   s_.sharded_optimizer = plan_.zero_stage >= 1;
   s_.sharded_params = plan_.zero_stage == 3 || plan_.offload_params;
   s_.activation_checkpointing = plan_.activation_checkpointing;
-  for (int v = 0; v < num_vstages_; ++v) {
-    const int g = vstages_[v].group;
+  for (int v = 0; v < num_ministages_; ++v) {
+    const int g = ministages_[v].group;
     ScheduleMinistage m;
     m.group = g;
-    m.index = vstages_[v].ministage;
-    m.layer_begin = vstages_[v].layers.begin;
-    m.layer_end = vstages_[v].layers.end;
+    m.index = ministages_[v].index;
+    m.layer_begin = ministages_[v].layers.begin;
+    m.layer_end = ministages_[v].layers.end;
     m.embedding = m.layer_begin == 0;
     m.head = m.layer_end == model_.num_layers;
     m.first_rank = group_ranks_[g].front();
@@ -155,8 +155,8 @@ void Lowerer::DescribeState() {
     p.tp_index = at % Tp(g);
     p.dp_index = at / Tp(g);
     p.dp_size = DpDegree(g);
-    for (int v = 0; v < num_vstages_; ++v) {
-      if (vstages_[v].group != g) continue;
+    for (int v = 0; v < num_ministages_; ++v) {
+      if (ministages_[v].group != g) continue;
       const bool on_host = policy_.offload_params && !Resident(v);  // between visits
       if (!s_.sharded_params) p.resident.push_back(Buf(BufferKind::kParams, v));
       if (plan_.zero_stage >= 1 && !on_host) p.resident.push_back(Buf(BufferKind::kShard, v));

@@ -11,12 +11,12 @@
 
 namespace motley::lowering {
 
-// Before a visit to virtual stage v (a pass over its microbatches): bring the parameters in.
+// Before a visit to ministage v (a pass over its microbatches): bring the parameters in.
 void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
   const int d = DpDegree(g);
   const double full = RankParams(v) * param_bytes_;
   const double shard = RankParams(v) / d;
-  const int visit = visit_number_[{g, (backward ? 1 : 0) * num_vstages_ + v}];
+  const int visit = visit_number_[{g, (backward ? 1 : 0) * num_ministages_ + v}];
   std::vector<int> prefetch(group_ranks_[g].size(), -1);
   for (size_t i = 0; i < group_ranks_[g].size(); ++i) {
     const int r = group_ranks_[g][i];
@@ -66,7 +66,7 @@ void Lowerer::EmitFinishForward(int g, int v) {
   }
 }
 
-// Gradient reduction, the sharded optimizer step and what follows it, for virtual stage v.
+// Gradient reduction, the sharded optimizer step and what follows it, for ministage v.
 void Lowerer::EmitReduceAndStep(int g, int v) {
   const int d = DpDegree(g);
   const double params = RankParams(v);
@@ -129,7 +129,7 @@ void Lowerer::EmitFinishBackward(int g, int v) {
   const int d = DpDegree(g);
   const double params = RankParams(v);
   if (!policy_.reduce_per_microbatch) EmitReduceAndStep(g, v);
-  const int visit = visit_number_[{g, num_vstages_ + v}];
+  const int visit = visit_number_[{g, num_ministages_ + v}];
   const bool sharded = policy_.gather_per_visit || policy_.gather_once;
   for (int r : group_ranks_[g]) {
     if (!sharded) continue;

@@ -13,12 +13,12 @@ namespace motley::lowering {
 
 void Lowerer::EmitTask(const Task& t) {
   const int leader = RankOf(t.v, t.m);
-  const int tp = Tp(vstages_[t.v].group);
+  const int tp = Tp(ministages_[t.v].group);
   int collective = -1;
   if (tp > 1) {
     // Megatron-style: two all-reduces of the activations per layer (attention, MLP) in each pass.
     collective =
-        NewCollective(OpKind::kAllReduce, Members(leader), 2.0 * vstages_[t.v].layers.size() * Act(t.m));
+        NewCollective(OpKind::kAllReduce, Members(leader), 2.0 * ministages_[t.v].layers.size() * Act(t.m));
     s_.collectives[collective].tensor_parallel = true;
   }
   tp_collective_ = collective;
@@ -28,7 +28,7 @@ void Lowerer::EmitTask(const Task& t) {
 void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   const int v = t.v;
   const int64_t m = t.m;
-  const VirtualStage& vs = vstages_[v];
+  const PlacedMinistage& vs = ministages_[v];
   const int tp = Tp(vs.group);
   const double act = Act(m);
   const int64_t key = static_cast<int64_t>(v) * num_mb_ + m;
@@ -42,10 +42,10 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   };
   // The rank of the neighbouring run that exchanges with this one: every rank of the receiving run
   // gets the whole activation from the sending run's rank with the same index modulo its size.
-  auto peer_in = [&](int other_v) { return RankOf(other_v, m) + k % Tp(vstages_[other_v].group); };
+  auto peer_in = [&](int other_v) { return RankOf(other_v, m) + k % Tp(ministages_[other_v].group); };
   auto peers_out = [&](int other_v) {
     std::vector<int> out;
-    for (int kk = 0; kk < Tp(vstages_[other_v].group); ++kk)
+    for (int kk = 0; kk < Tp(ministages_[other_v].group); ++kk)
       if (kk % tp == k && RankOf(other_v, m) + kk != r) out.push_back(RankOf(other_v, m) + kk);
     return out;
   };
@@ -77,7 +77,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
     Op fwd = base_op(OpKind::kForward, Stream::kCompute);
     fwd.tp_degree = tp;
     fwd.flops = ForwardFlops(v, m) / tp;
-    const double output = v + 1 < num_vstages_ ? act : 0;
+    const double output = v + 1 < num_ministages_ ? act : 0;
     const double input = v == 0 ? act : 0;  // the embedding's output is made here
     const double work = WorkForward(v, m);
     fwd.device_alloc_bytes = work + SavedExtra(v, m) + output + input;
@@ -91,8 +91,8 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
       fwd.frees.push_back(Buf(BufferKind::kInput, v, m));
     }
     fwd.writes.push_back(Buf(BufferKind::kSaved, v, m));
-    if (v + 1 < num_vstages_) {
-      const bool kept_here = RankOf(v + 1, m) <= r && r < RankOf(v + 1, m) + Tp(vstages_[v + 1].group);
+    if (v + 1 < num_ministages_) {
+      const bool kept_here = RankOf(v + 1, m) <= r && r < RankOf(v + 1, m) + Tp(ministages_[v + 1].group);
       if (kept_here || !peers_out(v + 1).empty()) fwd.writes.push_back(Buf(BufferKind::kInput, v + 1, m));
     }
     const int f = Emit(r, std::move(fwd));
@@ -109,7 +109,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
       off.deps.push_back(f);
       act_offload_op_[{r, key}] = Emit(r, std::move(off));
     }
-    if (v + 1 < num_vstages_) {
+    if (v + 1 < num_ministages_) {
       const std::vector<int> peers = peers_out(v + 1);
       // Every receiving rank gets its own copy; the output is freed after the last send (or kept
       // for the next ministage when it runs here too).
@@ -119,7 +119,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
         send.peer = peers[i];
         send.tag = Tag(false, v + 1, m);
         send.bytes = act;
-        const bool kept_here = RankOf(v + 1, m) <= r && r < RankOf(v + 1, m) + Tp(vstages_[v + 1].group);
+        const bool kept_here = RankOf(v + 1, m) <= r && r < RankOf(v + 1, m) + Tp(ministages_[v + 1].group);
         send.device_free_bytes = (i + 1 == peers.size() && !kept_here) ? act : 0;
         send.reads.push_back(Buf(BufferKind::kInput, v + 1, m));
         send.deps.push_back(f);
@@ -129,7 +129,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
         }
         sent.push_back(Emit(r, std::move(send)));
       }
-      if (peers.empty() && !(RankOf(v + 1, m) <= r && r < RankOf(v + 1, m) + Tp(vstages_[v + 1].group))) {
+      if (peers.empty() && !(RankOf(v + 1, m) <= r && r < RankOf(v + 1, m) + Tp(ministages_[v + 1].group))) {
         s_.programs[r].ops[f].device_alloc_bytes -= output;  // nobody downstream needs this rank's copy
       }
     }
@@ -137,7 +137,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   }
 
   // Backward.
-  if (v + 1 < num_vstages_ && peer_in(v + 1) != r) {
+  if (v + 1 < num_ministages_ && peer_in(v + 1) != r) {
     Op recv = base_op(OpKind::kRecv, Stream::kComm);
     recv.peer = peer_in(v + 1);
     recv.tag = Tag(true, v, m);
@@ -164,7 +164,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   bwd.flops = BackwardFlops(v, m) / tp;
   const double work = WorkBackward(v, m);
   const double input_grad = v > 0 ? act : 0;
-  const double output_grad = v + 1 < num_vstages_ ? act : 0;
+  const double output_grad = v + 1 < num_ministages_ ? act : 0;
   const double full_grads = RankParams(v) * grad_bytes_;
   bwd.device_alloc_bytes = work + input_grad;
   if (plan_.zero_stage >= 2 && !grads_allocated_[{r, v}]) {
@@ -174,11 +174,11 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   bwd.device_free_bytes = work + act + SavedExtra(v, m) + output_grad;
   bwd.deps = deps;
   bwd.reads = {Buf(BufferKind::kParams, v), Buf(BufferKind::kSaved, v, m)};
-  if (v + 1 < num_vstages_) bwd.reads.push_back(Buf(BufferKind::kOutputGrad, v, m));
+  if (v + 1 < num_ministages_) bwd.reads.push_back(Buf(BufferKind::kOutputGrad, v, m));
   bwd.frees = {bwd.reads.begin() + 1, bwd.reads.end()};
   bwd.writes.push_back(Buf(BufferKind::kGrads, v));
   if (v > 0) {
-    const bool kept_here = RankOf(v - 1, m) <= r && r < RankOf(v - 1, m) + Tp(vstages_[v - 1].group);
+    const bool kept_here = RankOf(v - 1, m) <= r && r < RankOf(v - 1, m) + Tp(ministages_[v - 1].group);
     if (kept_here || !peers_out(v - 1).empty()) bwd.writes.push_back(Buf(BufferKind::kOutputGrad, v - 1, m));
   }
   if (auto it = forward_op_.find({r, key}); it != forward_op_.end()) bwd.deps.push_back(it->second);
@@ -196,7 +196,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   tp_allreduce(b);
   if (v > 0) {
     const std::vector<int> peers = peers_out(v - 1);
-    const bool kept_here = RankOf(v - 1, m) <= r && r < RankOf(v - 1, m) + Tp(vstages_[v - 1].group);
+    const bool kept_here = RankOf(v - 1, m) <= r && r < RankOf(v - 1, m) + Tp(ministages_[v - 1].group);
     std::vector<int32_t> sent;
     for (size_t i = 0; i < peers.size(); ++i) {
       Op send = base_op(OpKind::kSend, Stream::kComm);

@@ -46,8 +46,8 @@ class Lowerer {
   double Tokens(int64_t m) const { return static_cast<double>(sequences_[m]) * plan_.seq_len; }
   double Act(int64_t m) const { return Tokens(m) * model_.hidden_size * act_bytes_; }
   double StageParams(int v) const;
-  /// Parameters of virtual stage v one rank holds in full: the stage's, split by its group's TP.
-  double RankParams(int v) const { return StageParams(v) / Tp(vstages_[v].group); }
+  /// Parameters of ministage v one rank holds in full: the stage's, split by its group's TP.
+  double RankParams(int v) const { return StageParams(v) / Tp(ministages_[v].group); }
   double ForwardFlops(int v, int64_t m) const;
   double BackwardFlops(int v, int64_t m) const;
   double SavedExtra(int v, int64_t m) const;  // beyond the input boundary
@@ -70,7 +70,7 @@ class Lowerer {
   bool Resident(int v) const {
     if (!policy_.offload_params || policy_.data_parallel) return false;
     for (int u = 0; u < v; ++u)
-      if (vstages_[u].group == vstages_[v].group) return false;
+      if (ministages_[u].group == ministages_[v].group) return false;
     return true;
   }
   /// The ranks of the tensor-parallel run led by `leader`.
@@ -86,7 +86,7 @@ class Lowerer {
 
   // ---- Emission ----
   int Emit(int rank, Op op);
-  /// An op of `kind` on `stream` touching virtual stage v's ministage and layers.
+  /// An op of `kind` on `stream` touching ministage v's ministage and layers.
   Op StageOp(OpKind kind, Stream stream, int v) const;
   int NewCollective(OpKind kind, const std::vector<int>& ranks, double bytes);
   /// Emits one task on one rank of the tensor-parallel run that executes it.
@@ -103,7 +103,7 @@ class Lowerer {
   void HoldUpdatesForTheNorm();
   /// A transfer's tag: unique per direction, receiving ministage and microbatch (opaque to executors).
   int64_t Tag(bool backward, int v, int64_t m) const {
-    return MessageTag(TagRange::kSchedule, ((backward ? 1 : 0) * num_vstages_ + v) * num_mb_ + m);
+    return MessageTag(TagRange::kSchedule, ((backward ? 1 : 0) * num_ministages_ + v) * num_mb_ + m);
   }
   static Buffer Buf(BufferKind kind, int v, int64_t m = -1) { return {kind, v, static_cast<int32_t>(m)}; }
   /// The buffers each rank holds between steps; ministage information for executors.
@@ -114,15 +114,15 @@ class Lowerer {
   /// executor that runs ops as soon as their deps allow — the simulator — keeps the data flow the
   /// runtime keeps by running in program order.
   void AddBufferDeps();
-  int RankOf(int v, int64_t m) const { return routing_rank_[vstages_[v].group][m]; }
+  int RankOf(int v, int64_t m) const { return routing_rank_[ministages_[v].group][m]; }
 
   const Plan& plan_;
   const Cluster& cluster_;
   const ModelSpec& model_;
   Policy policy_;
   Schedule s_;
-  std::vector<VirtualStage> vstages_;
-  int num_vstages_ = 0;
+  std::vector<PlacedMinistage> ministages_;
+  int num_ministages_ = 0;
   int64_t num_mb_ = 0;
   std::vector<int64_t> sequences_;              // per microbatch
   std::vector<int> local_index_;                // data parallelism: index of the microbatch on its device

@@ -14,12 +14,12 @@ namespace {
 // one after another over all microbatches), or one per worker of a group (1F1B: each device, or
 // tensor-parallel run, alternates one forward and one backward of its own microbatches after a
 // warm-up of its own, as many as there are stages after its group).
-std::vector<std::vector<Task>> TaskSequences(const Plan& plan, const std::vector<VirtualStage>& vstages,
+std::vector<std::vector<Task>> TaskSequences(const Plan& plan, const std::vector<PlacedMinistage>& ministages,
                                              int64_t num_mb, const std::vector<std::vector<int>>& worker_of) {
-  const int num_vstages = static_cast<int>(vstages.size());
+  const int num_ministages = static_cast<int>(ministages.size());
   const int num_groups = static_cast<int>(plan.groups.size());
-  std::vector<std::vector<int>> group_vs(num_groups);  // virtual stages of each group, ascending
-  for (int v = 0; v < num_vstages; ++v) group_vs[vstages[v].group].push_back(v);
+  std::vector<std::vector<int>> group_vs(num_groups);  // ministages of each group, ascending
+  for (int v = 0; v < num_ministages; ++v) group_vs[ministages[v].group].push_back(v);
   std::vector<std::vector<Task>> seq;
   for (int g = 0; g < num_groups; ++g) {
     if (plan.schedule == PipelineSchedule::k1F1B) {
@@ -56,10 +56,10 @@ std::vector<std::vector<Task>> TaskSequences(const Plan& plan, const std::vector
 // The global order: each sequence runs one task per time unit as soon as the task's inputs exist;
 // tasks sorted by start time (then sequence) form one order every rank agrees with. Nothing when
 // the sequences wait for each other forever.
-std::optional<std::vector<Task>> UnitCostOrder(const std::vector<std::vector<Task>>& seq, int num_vstages,
+std::optional<std::vector<Task>> UnitCostOrder(const std::vector<std::vector<Task>>& seq, int num_ministages,
                                                int64_t num_mb) {
   const int num_seq = static_cast<int>(seq.size());
-  std::vector<int64_t> done_f(num_vstages * num_mb, -1), done_b(num_vstages * num_mb, -1);
+  std::vector<int64_t> done_f(num_ministages * num_mb, -1), done_b(num_ministages * num_mb, -1);
   std::vector<size_t> next(num_seq, 0);
   std::vector<int64_t> free_at(num_seq, 0);
   std::vector<std::pair<int64_t, std::pair<int, size_t>>> timed;  // (start, (sequence, index))
@@ -80,7 +80,7 @@ std::optional<std::vector<Task>> UnitCostOrder(const std::vector<std::vector<Tas
           if (t.v > 0) need(done_f[(t.v - 1) * num_mb + t.m]);
         } else {
           need(done_f[t.v * num_mb + t.m]);
-          if (t.v + 1 < num_vstages) need(done_b[(t.v + 1) * num_mb + t.m]);
+          if (t.v + 1 < num_ministages) need(done_b[(t.v + 1) * num_mb + t.m]);
         }
         if (!ok) break;
         timed.push_back({ready, {g, next[g]}});
@@ -102,18 +102,18 @@ std::optional<std::vector<Task>> UnitCostOrder(const std::vector<std::vector<Tas
 
 }  // namespace
 
-std::vector<Task> PipelineOrder(const Plan& plan, const std::vector<VirtualStage>& vstages, int64_t num_mb,
+std::vector<Task> PipelineOrder(const Plan& plan, const std::vector<PlacedMinistage>& ministages, int64_t num_mb,
                                 const std::vector<std::vector<int>>& worker_of) {
-  const int num_vstages = static_cast<int>(vstages.size());
+  const int num_ministages = static_cast<int>(ministages.size());
   if (plan.schedule == PipelineSchedule::k1F1B && !worker_of.empty()) {
     // Each device's own 1F1B. A routing that interleaves microbatches across a stage's devices
     // unlike the next stage's can make those windows wait for each other (a device at its limit
     // waiting for a backward queued behind a forward it has yet to send); such plans keep the
     // stage-wide 1F1B below, whose windows count the stage's microbatches.
-    if (auto order = UnitCostOrder(TaskSequences(plan, vstages, num_mb, worker_of), num_vstages, num_mb))
+    if (auto order = UnitCostOrder(TaskSequences(plan, ministages, num_mb, worker_of), num_ministages, num_mb))
       return *order;
   }
-  std::optional<std::vector<Task>> order = UnitCostOrder(TaskSequences(plan, vstages, num_mb, {}), num_vstages, num_mb);
+  std::optional<std::vector<Task>> order = UnitCostOrder(TaskSequences(plan, ministages, num_mb, {}), num_ministages, num_mb);
   MOTLEY_CHECK_MSG(order.has_value(), "pipeline task sequences deadlock");
   return *order;
 }

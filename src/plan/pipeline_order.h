@@ -13,17 +13,17 @@
 
 namespace motley {
 
-/// One unit of work of a group: the forward or backward of a virtual stage on one microbatch.
+/// One unit of work of a group: the forward or backward of a ministage on one microbatch.
 struct Task {
   bool backward = false;
-  int v = 0;      // virtual stage
+  int v = 0;      // ministage
   int64_t m = 0;  // microbatch (global index)
 };
 
-/// REQUIRES: `vstages` = VirtualStages(plan); microbatches 0..num_microbatches-1.
+/// REQUIRES: `ministages` = MinistagesByLayer(plan); microbatches 0..num_microbatches-1.
 /// `worker_of[g][m]`: which of group g's workers (devices, or tensor-parallel runs: any id) runs
 /// microbatch m; empty: one worker per group.
-std::vector<Task> PipelineOrder(const Plan& plan, const std::vector<VirtualStage>& vstages,
+std::vector<Task> PipelineOrder(const Plan& plan, const std::vector<PlacedMinistage>& ministages,
                                 int64_t num_microbatches, const std::vector<std::vector<int>>& worker_of = {});
 
 }  // namespace motley

@@ -66,13 +66,13 @@ std::vector<std::vector<LayerRange>> InterleavedMinistages(const std::vector<int
   return out;
 }
 
-std::vector<VirtualStage> VirtualStages(const Plan& plan) {
-  std::vector<VirtualStage> stages;
+std::vector<PlacedMinistage> MinistagesByLayer(const Plan& plan) {
+  std::vector<PlacedMinistage> stages;
   for (size_t g = 0; g < plan.groups.size(); ++g)
     for (size_t s = 0; s < plan.groups[g].ministages.size(); ++s)
       stages.push_back({static_cast<int>(g), static_cast<int>(s), plan.groups[g].ministages[s]});
   std::sort(stages.begin(), stages.end(),
-            [](const VirtualStage& a, const VirtualStage& b) { return a.layers.begin < b.layers.begin; });
+            [](const PlacedMinistage& a, const PlacedMinistage& b) { return a.layers.begin < b.layers.begin; });
   return stages;
 }
 

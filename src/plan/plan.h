@@ -3,9 +3,9 @@
 //
 // A plan is a pipeline of groups. Each group does data parallelism (ZeRO) over its devices and owns
 // some ministages: ranges of decoder layers. Sorted by layer, all ministages of all groups are the
-// pipeline's *virtual stages*; they cover the model exactly once. GPipe and 1F1B give each group
+// pipeline's *ministages*; they cover the model exactly once. GPipe and 1F1B give each group
 // one contiguous range; Zorse interleaves them round-robin across groups (§4.1, Figure 4). The
-// virtual stage holding layer 0 also runs the embedding, the one holding the last layer the final
+// ministage holding layer 0 also runs the embedding, the one holding the last layer the final
 // norm and LM head. With one group the plan is pure data parallelism (Poplar).
 #pragma once
 
@@ -117,14 +117,16 @@ std::vector<LayerRange> SplitLayers(int begin, int num_layers, int k);
 std::vector<std::vector<LayerRange>> InterleavedMinistages(const std::vector<int>& layers_per_group,
                                                            const std::vector<int>& ministages_per_group);
 
-/// A ministage of the pipeline in layer order: which group runs it and which of its ministages.
-struct VirtualStage {
+/// A ministage of the plan, placed: which group runs it, its position among the group's
+/// ministages, its layers. (Glossary: a group's stage is its layers; a ministage a contiguous
+/// slice of them scheduled as a unit.)
+struct PlacedMinistage {
   int group = 0;
-  int ministage = 0;
+  int index = 0;
   LayerRange layers;
 };
 /// All ministages of all groups sorted by layer. REQUIRES: a plan that passed ValidatePlan.
-std::vector<VirtualStage> VirtualStages(const Plan& plan);
+std::vector<PlacedMinistage> MinistagesByLayer(const Plan& plan);
 
 /// The default cross-stage routing of a pipeline group when a plan gives none: microbatches dealt
 /// to devices (tensor-parallel leaders) in order, each taking its num_microbatches consecutive ones.

@@ -42,11 +42,11 @@ TEST(Plan, InterleavedMinistagesGoRoundRobinAcrossGroups) {
   Plan p;
   p.schedule = PipelineSchedule::kInterleaved;
   for (auto& r : m) p.groups.push_back(GroupPlan{r, 1, {}, {}});
-  auto stages = VirtualStages(p);
+  auto stages = MinistagesByLayer(p);
   ASSERT_EQ(stages.size(), 6u);
   EXPECT_EQ(stages[2].group, 2);
   EXPECT_EQ(stages[3].group, 0);
-  EXPECT_EQ(stages[3].ministage, 1);
+  EXPECT_EQ(stages[3].index, 1);
   // Uneven ministage counts: groups that run out are skipped.
   auto u = InterleavedMinistages({4, 2}, {4, 1});
   EXPECT_EQ(u[1], (std::vector<LayerRange>{{1, 3}}));

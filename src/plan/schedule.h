@@ -92,8 +92,8 @@ struct Op {
   int32_t ministage = -1;   // index into Schedule::ministages; -1 if none
   int32_t layer_begin = 0;  // decoder layers [layer_begin, layer_end) the op touches
   int32_t layer_end = 0;
-  bool embedding = false;     // compute/params also cover the embedding (first virtual stage)
-  bool head = false;          // ... the final norm and LM head (last virtual stage)
+  bool embedding = false;     // compute/params also cover the embedding (first ministage)
+  bool head = false;          // ... the final norm and LM head (last ministage)
   int32_t microbatch = -1;    // pipelines: global microbatch index; data parallelism: local index
   int64_t sequences = 0;      // sequences in the microbatch (compute, activation transfers)
   int32_t tp_degree = 1;      // compute: the op's layers are split over this many tensor-parallel ranks

@@ -90,7 +90,7 @@ class Executor::StepRun : public OpRunner {
   }
 
  private:
-  using Key = std::pair<int, int64_t>;  // (virtual stage, microbatch)
+  using Key = std::pair<int, int64_t>;  // (ministage, microbatch)
   struct InFlight;                       // a collective started and not yet finished
   struct PendingRecv {
     PendingTransfer transfer;
