@@ -150,6 +150,7 @@ StrategyOutcome Pipelines(const std::string& strategy, const Cluster& cluster, c
   z.seq_len = request.seq_len;
   z.precision = request.precision;
   z.activation_checkpointing = request.activation_checkpointing;
+  z.gradient_clipping = request.gradient_clipping;
   if (strategy == "hexiscale") {
     z.offload = false;
     z.max_ministages = 1;
@@ -168,6 +169,7 @@ StrategyOutcome TorchTitanHet(const Cluster& cluster, const ModelSpec& model, co
   z.seq_len = request.seq_len;
   z.precision = request.precision;
   z.activation_checkpointing = request.activation_checkpointing;
+  z.gradient_clipping = request.gradient_clipping;
   z.offload = false;
   z.max_ministages = 1;
   z.schedule = PipelineSchedule::k1F1B;

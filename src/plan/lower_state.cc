@@ -128,22 +128,29 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
 void Lowerer::EmitFinishBackward(int g, int v) {
   const int d = DpDegree(g);
   const double params = RankParams(v);
+  const bool sharded = policy_.gather_per_visit || policy_.gather_once;
+  // With sharded parameters the full ones go after the visit's last backward (the optimizer step
+  // updates the shard, not them) — so gradient clipping, which holds the steps until the global
+  // norm, does not hold every ministage's full parameters with them.
+  std::map<int, int> last_use;
+  for (int r : group_ranks_[g]) {
+    auto lc = last_compute_.find({r, v});
+    last_use[r] = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
+  }
   if (!policy_.reduce_per_microbatch) EmitReduceAndStep(g, v);
   const int visit = visit_number_[{g, num_ministages_ + v}];
-  const bool sharded = policy_.gather_per_visit || policy_.gather_once;
   for (int r : group_ranks_[g]) {
     if (!sharded) continue;
-    auto lc = last_compute_.find({r, v});
-    int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
+    int release = last_use[r];
     s_.programs[r].ops[release].device_free_bytes += params * param_bytes_;
     s_.programs[r].ops[release].frees.push_back(Buf(BufferKind::kParams, v));
-    if (policy_.offload_params && !Resident(v)) {
+    if (policy_.offload_params && !Resident(v)) {  // the updated shard and moments go back to the host
       Op off = StageOp(OpKind::kParamOffload, Stream::kD2H, v);
       off.bytes = params / d * (param_bytes_ + opt_bytes_);
       off.device_free_bytes = off.bytes;
       off.reads = {Buf(BufferKind::kShard, v), Buf(BufferKind::kMoments, v)};
       off.frees = off.reads;
-      off.deps.push_back(release);
+      off.deps.push_back(last_compute_.at({r, v}));  // the update
       release = Emit(r, std::move(off));
     }
     release_op_[{r, visit}] = release;

@@ -40,6 +40,9 @@ struct ZorseRequest {
   Precision precision = Precision::kBf16;
   bool activation_checkpointing = true;
   bool offload = true;             // parameter and activation offload (Zorse's default)
+  // The job clips gradients to a global norm: every update waits for it (lower.h), so with offload
+  // each ministage's shard, moments and gradient shard stay on the device until the step's end.
+  bool gradient_clipping = true;
   int max_groups = 0;              // 0 = up to one group per node
   int max_microbatch = 64;         // largest microbatch size tried
   // The best this many by the latency model are re-ranked by the evaluator (0: the latency model

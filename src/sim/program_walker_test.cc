@@ -229,6 +229,46 @@ TEST(ProgramWalker, EveryLoweredScheduleOfTheRandomPlansKeepsItsBufferDiscipline
   }
 }
 
+// Clipping holds every update until the global norm; with sharded parameters (ZeRO-3, offload) it
+// must not hold the full parameters with them: they go after their last backward, so at the norm
+// a rank holds no ministage's full parameters.
+TEST(ProgramWalker, AtTheGlobalNormNoShardedPlanHoldsFullParameters) {
+  std::mt19937 rng(11);
+  ModelSpec m = LayerHeavyModel(12);
+  m.vocab_size = 32;
+  Cluster cluster = FastCluster(8);
+  int checked = 0;
+  for (int i = 0; i < 400; ++i) {
+    Plan plan = RandomPlan(rng, 8, m);
+    if (!plan.gradient_clipping || !(plan.zero_stage == 3 || plan.offload_params)) continue;
+    Result<Schedule> s = LowerPlan(plan, cluster, m);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    for (const Program& p : s->programs) {
+      struct AtTheNorm : OpRunner {
+        const Program* program = nullptr;
+        const ProgramWalker* walker = nullptr;
+        std::vector<Buffer> params_held;
+        Result<bool> Start(int i) override {
+          if (program->ops[i].kind == OpKind::kGradNorm)
+            for (const Buffer& b : walker->held())
+              if (b.kind == BufferKind::kParams) params_held.push_back(b);
+          return true;
+        }
+        Status Finish(int) override { return Status::Ok(); }
+      } runner;
+      ProgramWalker walker(p, &runner);
+      runner.program = &p;
+      runner.walker = &walker;
+      ASSERT_TRUE(walker.Run().ok());
+      ASSERT_TRUE(runner.params_held.empty()) << "plan " << i << " rank " << p.rank << " holds "
+                                              << BufferName(runner.params_held[0]) << " at the norm\n"
+                                              << PlanToToml(plan);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 50);
+}
+
 // The simulator runs ops on parallel streams as soon as their deps allow, with no hazard checks of
 // its own (unlike the walker): so the lowering's deps alone must keep the data flow — or the
 // simulator would time a program the runtime does not run.
