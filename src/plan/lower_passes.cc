@@ -1,6 +1,7 @@
 // Passes over the finished programs: gradient clipping's hold of the updates, the deps the
 // buffers imply, where gradients are complete, and the state executors start from.
 #include <algorithm>
+#include <unordered_map>
 #include <cstdint>
 #include <map>
 #include <tuple>
@@ -83,26 +84,53 @@ void Lowerer::HoldUpdatesForTheNorm() {
 }
 
 void Lowerer::AddBufferDeps() {
+  // Buffers by a packed key; per buffer its last writer (or freer) and its readers since. Ops on one
+  // lane run in order, so of a lane's readers the last one is enough — except sends, which leave
+  // their lane when posted (the simulator) and are all kept. (Keeps the deps short: a gather
+  // after thirty microbatches' forwards waits for the last one, not for thirty.)
+  const auto key = [](const Buffer& b) {
+    return (static_cast<uint64_t>(b.kind) << 56) | (static_cast<uint64_t>(static_cast<uint32_t>(b.ministage)) << 24) |
+           static_cast<uint64_t>(static_cast<uint32_t>(b.microbatch + 1) & 0xffffff);
+  };
+  struct Uses {
+    int writer = -1;
+    std::vector<std::pair<int, int>> readers;  // (lane, op); lane -1: a send
+  };
   for (Program& p : s_.programs) {
-    std::map<Buffer, int> writer;
-    std::map<Buffer, std::vector<int>> readers;
+    std::unordered_map<uint64_t, Uses> uses;
+    uses.reserve(p.ops.size());
     for (int j = 0; j < static_cast<int>(p.ops.size()); ++j) {
       Op& op = p.ops[j];
+      const size_t before = op.deps.size();
       for (const Buffer& b : op.reads)
-        if (auto w = writer.find(b); w != writer.end()) op.deps.push_back(w->second);
+        if (auto u = uses.find(key(b)); u != uses.end() && u->second.writer >= 0) op.deps.push_back(u->second.writer);
       for (const Buffer& b : op.writes) {
-        if (auto w = writer.find(b); w != writer.end()) op.deps.push_back(w->second);
-        for (int k : readers[b]) op.deps.push_back(k);
+        auto u = uses.find(key(b));
+        if (u == uses.end()) continue;
+        if (u->second.writer >= 0) op.deps.push_back(u->second.writer);
+        for (const auto& [lane, k] : u->second.readers) op.deps.push_back(k);
       }
-      std::sort(op.deps.begin(), op.deps.end());
-      op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
-      for (const Buffer& b : op.reads) readers[b].push_back(j);
+      if (op.deps.size() != before) {
+        std::sort(op.deps.begin(), op.deps.end());
+        op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
+      }
+      const int lane = op.kind == OpKind::kSend ? -1 : LaneOf(op);
+      for (const Buffer& b : op.reads) {
+        auto& readers = uses[key(b)].readers;
+        auto same = std::find_if(readers.begin(), readers.end(), [&](const auto& r) { return lane >= 0 && r.first == lane; });
+        if (same != readers.end()) {
+          same->second = j;
+        } else {
+          readers.push_back({lane, j});
+        }
+      }
       for (const Buffer& b : op.writes) {
-        writer[b] = j;
-        readers[b].clear();
+        Uses& u = uses[key(b)];
+        u.writer = j;
+        u.readers.clear();
       }
       // A buffer is one slot: writing it anew waits for the op that freed it (and its readers).
-      for (const Buffer& b : op.frees) writer[b] = j;
+      for (const Buffer& b : op.frees) uses[key(b)].writer = j;
     }
   }
 }

@@ -168,6 +168,10 @@ void Simulator::TryStart(int rank, double now) {
           break;
         }
         case OpKind::kRecv: {
+          // A receive holds the comm lane until its data arrives. (The runtime posts receives and
+          // moves on; posting them off the lane here lets the lane run ahead of the CPU runtime's
+          // program order and count receive buffers earlier than it allocates them — tried in
+          // session 12 and kept as is.)
           const SendKey key{op.peer, rank, op.tag};
           if (auto a = arrivals_.find(key); a != arrivals_.end()) {
             Push(std::max(now, a->second), rank, i);
