@@ -18,6 +18,7 @@
 #include "runtime/model/llama_model.h"
 #include "runtime/emulation/memory_ledger.h"
 #include "runtime/model/precision_dtypes.h"
+#include "runtime/model/tensor_parallel.h"
 
 // OpenBLAS's thread count, when torch's BLAS is OpenBLAS (a weak reference: absent otherwise).
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
@@ -262,6 +263,37 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
         (model.tie_embeddings && p.key() == "model.embed_tokens.weight"))
       head_params.push_back(p.value());
   }
+  // One tensor-parallel rank's layer, per degree the heads allow: its slices of the weights, the
+  // region's all-reduces left out (the schedule has them as ops of their own).
+  const TensorParallelRegion no_reduce{[](const torch::Tensor& t) { return t; },
+                                       [](const torch::Tensor& t) { return t; }, nullptr};
+  struct TpLayer {
+    int tp = 0;
+    LlamaModel model{nullptr};
+    std::vector<torch::Tensor> params, grads;
+  };
+  std::vector<TpLayer> tp_layers;
+  for (int tp : config.tp_degrees) {
+    if (tp < 2 || !CheckTensorParallelDegree(model, tp).ok()) continue;
+    TpLayer t;
+    t.tp = tp;
+    t.model = LlamaModel(model, 1);
+    t.model->set_precision(precision);
+    torch::NoGradGuard no_grad;
+    for (auto& p : t.model->named_parameters()) {
+      if (p.key().rfind("model.layers.0.", 0) != 0) continue;
+      const int k = LayerWeightIndex(p.key());
+      if (k >= 0 && IsSplitWeight(k)) p.value().set_data(SliceLayerWeight(model, k, p.value(), 0, tp).contiguous().clone());
+      t.params.push_back(p.value());
+    }
+    t.model->to(d);
+    t.params.clear();
+    for (auto& p : t.model->named_parameters())
+      if (p.key().rfind("model.layers.0.", 0) == 0) t.params.push_back(p.value());
+    for (const auto& p : t.params) t.grads.push_back(torch::zeros_like(p));
+    t.model->set_tensor_parallel(&no_reduce);
+    tp_layers.push_back(std::move(t));
+  }
   std::vector<torch::Tensor> accumulated[2];  // gradient buffers: the layer's, the head's
   for (const auto& p : layer_params) accumulated[0].push_back(torch::zeros_like(p));
   for (const auto& p : head_params) accumulated[1].push_back(torch::zeros_like(p));
@@ -329,6 +361,27 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
                     TimeMs([&] { backward(head, head_params, true); }, d, config)};
     e.points.push_back(lp);
     e.head_points.push_back(hp);
+    for (TpLayer& t : tp_layers) {
+      say(fmt::format("{}: a layer split over {} tensor-parallel ranks at microbatch {}", device_type, t.tp, mb));
+      const double f = TimeMs(
+          [&] {
+            torch::NoGradGuard no_grad;
+            t.model->Run(layer, x, false);
+          },
+          d, config);
+      const double b = TimeMs(
+          [&] {
+            torch::Tensor leaf = x.detach().requires_grad_(true);
+            torch::Tensor y = t.model->Run(layer, leaf, false);
+            std::vector<torch::Tensor> inputs = t.params;
+            inputs.push_back(leaf);
+            const std::vector<torch::Tensor> grads = torch::autograd::grad({y}, inputs, {torch::ones_like(y)});
+            torch::NoGradGuard no_grad;
+            for (size_t i = 0; i < t.params.size(); ++i) t.grads[i].add_(grads[i]);
+          },
+          d, config);
+      e.tp_points[t.tp].push_back({static_cast<double>(mb), f, b});
+    }
   }
   return e;
 }

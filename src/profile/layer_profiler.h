@@ -34,6 +34,8 @@ struct LayerProfilerConfig {
   /// thread per entry, running the same layer with that device's speed factor as its duty cycle
   /// (compute, then sleep speed_factor - 1 times as long), as the ranks will. Empty: alone.
   std::vector<double> background_speed_factors;
+  /// Tensor-parallel degrees whose share of a layer is also timed (those the model's heads allow).
+  std::vector<int> tp_degrees = {2, 4, 8};
 };
 
 /// What fits: the whole model trained in data parallelism on one device (ZeRO-0: parameters,

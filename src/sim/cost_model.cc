@@ -84,15 +84,24 @@ double CostModel::ComputeS(int device, const Op& op) const {
       op.head ? HeadForwardFlopsPerToken(model_) * tokens / (PeakFlops(device) * efficiency) : 0;
   const ProfileEntry* entry = Entry(device);
   const double mb = static_cast<double>(op.sequences);
+  // With tensor parallelism a rank runs its share of each layer — measured at that degree when the
+  // profile has it, else the whole layer's time divided by the degree — and the replicated head whole.
+  const int tp = op.tp_degree;
   switch (op.kind) {
-    case OpKind::kForward:
-      t = layers * LayerForwardS(device, mb) +
+    case OpKind::kForward: {
+      const std::optional<double> share = entry && tp > 1 ? entry->TpForwardS(tp, mb) : std::nullopt;
+      t = layers * (share ? *share : LayerForwardS(device, mb) / tp) +
           (op.head && entry && entry->HeadForwardS(mb) ? *entry->HeadForwardS(mb) : head_forward_s);
       break;
-    case OpKind::kBackward:
-      t = layers * LayerBackwardS(device, mb) +
+    }
+    case OpKind::kBackward: {
+      std::optional<double> share = entry && tp > 1 ? entry->TpBackwardS(tp, mb) : std::nullopt;
+      if (share && entry->backward_includes_recompute && !recompute_) *share -= *entry->TpForwardS(tp, mb);
+      if (share && !entry->backward_includes_recompute && recompute_) *share += *entry->TpForwardS(tp, mb);
+      t = layers * (share ? *share : LayerBackwardS(device, mb) / tp) +
           (op.head && entry && entry->HeadBackwardS(mb) ? *entry->HeadBackwardS(mb) : 2 * head_forward_s);
       break;
+    }
     case OpKind::kOptimizerStep:
       if (entry != nullptr && entry->optimizer_ms_per_mparam > 0) {
         t = op.params * 1e-6 * entry->optimizer_ms_per_mparam * 1e-3;  // measured
@@ -104,7 +113,6 @@ double CostModel::ComputeS(int device, const Op& op) const {
     default:
       return 0;
   }
-  if (op.kind != OpKind::kOptimizerStep) t /= op.tp_degree;  // matrices split evenly across the ranks
   return t * slowdown;
 }
 

@@ -58,6 +58,18 @@ std::optional<double> ProfileEntry::HeadForwardS(double microbatch) const {
   return Interpolate(head_points, std::nullopt, microbatch, &ProfilePoint::forward_ms) * 1e-3;
 }
 
+std::optional<double> ProfileEntry::TpForwardS(int tp, double microbatch) const {
+  auto it = tp_points.find(tp);
+  if (it == tp_points.end() || it->second.empty()) return std::nullopt;
+  return Interpolate(it->second, std::nullopt, microbatch, &ProfilePoint::forward_ms) * 1e-3;
+}
+
+std::optional<double> ProfileEntry::TpBackwardS(int tp, double microbatch) const {
+  auto it = tp_points.find(tp);
+  if (it == tp_points.end() || it->second.empty()) return std::nullopt;
+  return Interpolate(it->second, std::nullopt, microbatch, &ProfilePoint::backward_ms) * 1e-3;
+}
+
 std::optional<double> ProfileEntry::HeadBackwardS(double microbatch) const {
   if (head_points.empty()) return std::nullopt;
   return Interpolate(head_points, std::nullopt, microbatch, &ProfilePoint::backward_ms) * 1e-3;
@@ -112,6 +124,22 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
         std::sort(list.begin(), list.end(),
                   [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
       }
+      if (e.contains("tp_points")) {
+        for (const auto& [degree, list] : e.at("tp_points").items()) {
+          const int tp = std::stoi(degree);
+          if (tp < 2) return bad(fmt::format("entry for {}: tp_points degree {} must be 2 or more", entry.device_type, tp));
+          for (const auto& pt : list) {
+            ProfilePoint point{pt.at("microbatch").get<double>(), pt.at("forward_ms").get<double>(),
+                               pt.at("backward_ms").get<double>()};
+            if (!(point.microbatch > 0) || !(point.forward_ms > 0) || !(point.backward_ms > 0))
+              return bad(fmt::format("entry for {}: tp_points need microbatch, forward_ms and backward_ms > 0",
+                                     entry.device_type));
+            entry.tp_points[tp].push_back(point);
+          }
+          std::sort(entry.tp_points[tp].begin(), entry.tp_points[tp].end(),
+                    [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
+        }
+      }
       if (e.contains("fit")) {
         const auto& f = e.at("fit");
         entry.forward_fit =
@@ -163,6 +191,16 @@ nlohmann::json ProfileToJson(const Profile& profile) {
       for (const auto& pt : e.head_points)
         head.push_back({{"microbatch", pt.microbatch}, {"forward_ms", pt.forward_ms}, {"backward_ms", pt.backward_ms}});
       entry["head_points"] = head;
+    }
+    if (!e.tp_points.empty()) {
+      nlohmann::json tp = nlohmann::json::object();
+      for (const auto& [degree, list] : e.tp_points) {
+        nlohmann::json pts = nlohmann::json::array();
+        for (const auto& pt : list)
+          pts.push_back({{"microbatch", pt.microbatch}, {"forward_ms", pt.forward_ms}, {"backward_ms", pt.backward_ms}});
+        tp[std::to_string(degree)] = pts;
+      }
+      entry["tp_points"] = tp;
     }
     if (e.forward_fit && e.backward_fit)
       entry["fit"] = {{"forward", {e.forward_fit->slope_ms, e.forward_fit->intercept_ms}},

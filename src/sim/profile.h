@@ -52,6 +52,10 @@ struct ProfileEntry {
   /// The final norm, LM head and loss at the same microbatch sizes ("head_points"; optional —
   /// without them the head is costed by the roofline model).
   std::vector<ProfilePoint> head_points;
+  /// One rank's share of a decoder layer split over `tp` tensor-parallel ranks (its heads and MLP
+  /// columns; the all-reduces are the schedule's own ops), by degree ("tp_points"; optional —
+  /// without them a layer's time is divided by the degree).
+  std::map<int, std::vector<ProfilePoint>> tp_points;
   std::optional<LinearFit> forward_fit, backward_fit;
   int64_t max_microbatch = 0;  // 0 = unknown
   /// AdamW's update, per million parameters of the shard ("optimizer_ms_per_mparam"; 0 = not
@@ -64,6 +68,9 @@ struct ProfileEntry {
   /// The head's times (backward includes its recomputation), or nullopt when not measured.
   std::optional<double> HeadForwardS(double microbatch) const;
   std::optional<double> HeadBackwardS(double microbatch) const;
+  /// One tensor-parallel rank's share of a layer, or nullopt when not measured at that degree.
+  std::optional<double> TpForwardS(int tp, double microbatch) const;
+  std::optional<double> TpBackwardS(int tp, double microbatch) const;
 };
 
 struct ProfileLink {

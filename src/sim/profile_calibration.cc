@@ -52,6 +52,8 @@ Result<std::vector<TypeCalibration>> CalibrateProfile(Profile* profile, const Si
     const double k = out[i].scale;
     for (ProfilePoint& p : e.points) p.forward_ms *= k, p.backward_ms *= k;
     for (ProfilePoint& p : e.head_points) p.forward_ms *= k, p.backward_ms *= k;
+    for (auto& [tp, points] : e.tp_points)
+      for (ProfilePoint& p : points) p.forward_ms *= k, p.backward_ms *= k;
     for (std::optional<LinearFit>* fit : {&e.forward_fit, &e.backward_fit})
       if (fit->has_value()) (*fit)->slope_ms *= k, (*fit)->intercept_ms *= k;
     e.optimizer_ms_per_mparam *= k;

@@ -53,6 +53,39 @@ TEST(Profile, JsonRoundTripAndLookup) {
   EXPECT_EQ(back->Find("a10g", m, 1024, Precision::kFp16), nullptr);
 }
 
+TEST(Profile, ATensorParallelRankTakesItsMeasuredShareOfALayerAndTheWholeHead) {
+  Cluster c = LoadCluster("poplar-b").value();  // device 0: a v100
+  ModelSpec m = *FindModelPreset("llama-tiny");
+  ProfileEntry e;
+  e.device_type = "v100-16gb";
+  e.model = m.name;
+  e.hidden_size = m.hidden_size;
+  e.seq_len = 64;
+  e.precision = Precision::kBf16;
+  e.points = {{1, 10, 30}, {4, 40, 120}};
+  e.head_points = {{1, 2, 6}, {4, 8, 24}};
+  e.tp_points[2] = {{1, 6, 18}, {4, 24, 72}};  // a share of 0.6, not 0.5
+  Profile p;
+  p.entries.push_back(e);
+  Result<Profile> back = ParseProfileJson(ProfileToJson(p).dump(), "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->entries[0].tp_points.at(2).size(), 2u);
+  CostModel costs(c, m, &*back, 64, Precision::kBf16, true);
+  Op fwd;
+  fwd.kind = OpKind::kForward;
+  fwd.layer_begin = 0;
+  fwd.layer_end = 3;
+  fwd.head = true;
+  fwd.sequences = 4;
+  fwd.tp_degree = 2;
+  EXPECT_NEAR(costs.ComputeS(0, fwd), (3 * 24 + 8) * 1e-3, 1e-12);
+  Op bwd = fwd;
+  bwd.kind = OpKind::kBackward;
+  EXPECT_NEAR(costs.ComputeS(0, bwd), (3 * 72 + 24) * 1e-3, 1e-12);
+  fwd.tp_degree = 4;  // not measured: the whole layer divided, the head whole
+  EXPECT_NEAR(costs.ComputeS(0, fwd), (3 * 40.0 / 4 + 8) * 1e-3, 1e-12);
+}
+
 TEST(Profile, MeasuredLinksReplaceTheClustersFigures) {
   Cluster c = LoadCluster("poplar-b").value();  // nodes v100 and t4, 25 Gbps between them
   const ModelSpec& m = *FindModelPreset("llama-tiny");
