@@ -55,7 +55,9 @@ TEST(LayerProfiler, MeasuresLayerAndHeadTimesAtEveryMicrobatch) {
   for (int tp : c.tp_degrees) {
     const bool allowed = Tiny().num_kv_heads % tp == 0 && Tiny().num_heads % tp == 0 && Tiny().ffn_size % tp == 0;
     ASSERT_EQ(e->tp_points.count(tp), allowed ? 1u : 0u) << "tp " << tp;
-    if (allowed) ASSERT_EQ(e->tp_points.at(tp).size(), 3u);
+    if (allowed) {
+      ASSERT_EQ(e->tp_points.at(tp).size(), 3u);
+    }
   }
   EXPECT_FALSE(e->tp_points.empty());
   // It round-trips through the profile file and is found for its type and shape.

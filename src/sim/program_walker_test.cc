@@ -301,18 +301,27 @@ TEST(ProgramWalker, TheSimulatorsTimelineKeepsEveryBufferHazardThroughTheDepsAlo
                              OpKindName(op.kind), what, BufferName(b), k, OpKindName(p.ops[k].kind), PlanToToml(plan));
         };
         for (const Buffer& b : op.reads)
-          if (auto w = writer.find(b); w != writer.end()) ASSERT_TRUE(ended(w->second)) << where(w->second, b, "reads");
+          if (auto w = writer.find(b); w != writer.end()) {
+            ASSERT_TRUE(ended(w->second)) << where(w->second, b, "reads");
+          }
         for (const Buffer& b : op.writes) {
-          if (auto w = writer.find(b); w != writer.end() && w->second != j)
+          if (auto w = writer.find(b); w != writer.end() && w->second != j) {
             ASSERT_TRUE(ended(w->second)) << where(w->second, b, "overwrites");
-          for (int k : readers[b])
-            if (k != j) ASSERT_TRUE(ended(k)) << where(k, b, "overwrites");
+          }
+          for (int k : readers[b]) {
+            if (k != j) {
+              ASSERT_TRUE(ended(k)) << where(k, b, "overwrites");
+            }
+          }
         }
         // A free takes effect when the op ends: every other reader must be done by then.
         const double end = span.at({p.rank, j}).second;
         for (const Buffer& b : op.frees)
-          for (int k : readers[b])
-            if (k != j) ASSERT_LE(span.at({p.rank, k}).second, end + 1e-12) << where(k, b, "frees");
+          for (int k : readers[b]) {
+            if (k != j) {
+              ASSERT_LE(span.at({p.rank, k}).second, end + 1e-12) << where(k, b, "frees");
+            }
+          }
         for (const Buffer& b : op.reads) readers[b].push_back(j);
         for (const Buffer& b : op.writes) {
           writer[b] = j;
