@@ -150,10 +150,13 @@ Result<Profile> ProfileHere(const Request& req) {
           req.cluster.name, req.cluster.num_devices(), req.cluster_ref));
     fmt::print("measuring the links of {}: one local rank per device\n", req.cluster.name);
     const std::string ref = fs::exists(req.cluster_ref) ? fs::absolute(req.cluster_ref).string() : req.cluster_ref;
-    MOTLEY_ASSIGN_OR_RETURN(profile.links,
-                            MeasureLinksLocally(ref, req.cluster.num_devices(),
-                                                (fs::temp_directory_path() / fmt::format("motley-links-{}", ::getpid()))
-                                                    .string()));
+    // The ranks' result goes through a scratch folder, removed afterwards whatever happened.
+    const fs::path scratch = fs::temp_directory_path() / fmt::format("motley-links-{}", ::getpid());
+    Result<std::vector<ProfileLink>> links = MeasureLinksLocally(ref, req.cluster.num_devices(), scratch.string());
+    std::error_code ec;
+    fs::remove_all(scratch, ec);
+    if (!links.ok()) return links.status();
+    profile.links = std::move(*links);
   }
   if (req.model) {
     MOTLEY_ASSIGN_OR_RETURN(Profile p, ProfileCluster(req.cluster, *req.model, req.seq_len, req.precision, req.options));

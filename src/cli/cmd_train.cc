@@ -85,6 +85,14 @@ void PrintSummary(const TrainSummary& s) {
                  memory > 0 ? fmt::format("({})", FormatBytes(memory)) : "");
     }
   }
+  double late_s = 0, late_compute_s = 0;
+  for (const auto& r : s.ranks)
+    if (r.late_s > late_s) late_s = r.late_s, late_compute_s = r.compute_s;
+  if (late_s > 0.02 * late_compute_s && late_s > 0)
+    fmt::print("  emulation: this host was too busy to keep every emulated device's speed — up to {:.1f} ms a step "
+               "({:.0f}% of that rank's compute) ran past it; fewer ranks per core or larger speed factors keep "
+               "the emulation faithful\n",
+               late_s * 1e3, 100 * late_s / late_compute_s);
   if (!s.trace_path.empty()) fmt::print("  trace: {} (chrome://tracing or ui.perfetto.dev)\n", s.trace_path);
   if (!s.checkpoint_dir.empty()) fmt::print("  checkpoint: {}\n", s.checkpoint_dir);
 }

@@ -75,8 +75,19 @@ double DeviceEmulation::ExtraComputeSeconds(double elapsed_s, double cpu_s, doub
   return std::max(0.0, factor * work_s - elapsed_s);
 }
 
-void DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s) const {
-  SleepSeconds(ExtraComputeSeconds(elapsed_s, cpu_s, matmul_cpu_s));
+double DeviceEmulation::LateComputeSeconds(double elapsed_s, double cpu_s, double matmul_cpu_s) const {
+  const double factor = (enabled() ? speed_factor_ : 1.0) * slowdown_;
+  if (factor <= 1 && matmul_slowdown_ <= 1) return 0;
+  return std::max(0.0, elapsed_s - factor * (cpu_s + (matmul_slowdown_ - 1) * matmul_cpu_s));
+}
+
+double DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s, double* late_s) const {
+  double sleep_s = ExtraComputeSeconds(elapsed_s, cpu_s, matmul_cpu_s);
+  const double made_up_s = std::min(sleep_s, *late_s);
+  *late_s += LateComputeSeconds(elapsed_s, cpu_s, matmul_cpu_s) - made_up_s;
+  sleep_s -= made_up_s;
+  SleepSeconds(sleep_s);
+  return sleep_s;
 }
 
 double ComputeCpuSeconds() {

@@ -37,8 +37,14 @@ class DeviceEmulation {
   /// time, `matmul_cpu_s` of it in matrix multiplications: the extra time a slower device would
   /// take (0 when the op already took as long).
   double ExtraComputeSeconds(double elapsed_s, double cpu_s, double matmul_cpu_s = 0) const;
-  /// Sleeps ExtraComputeSeconds(...).
-  void StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s = 0) const;
+  /// The other side: how far the op ran past the emulated device's time (0 when it did not). On a
+  /// host whose cores the ranks and their communication threads share, an op waits for a core;
+  /// the device it emulates would not have.
+  double LateComputeSeconds(double elapsed_s, double cpu_s, double matmul_cpu_s = 0) const;
+  /// Sleeps ExtraComputeSeconds(...) less what earlier ops ran late (`*late_s`, taken from as it
+  /// is used and added to when this op runs late), so that over a run of compute ops the rank
+  /// keeps its emulated speed when the host makes it wait now and then. Returns the time slept.
+  double StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s, double* late_s) const;
   /// How long sending `bytes` to cluster device `peer_device` takes on the emulated link (0 when
   /// not emulated).
   double TransferSeconds(double bytes, int peer_device) const;

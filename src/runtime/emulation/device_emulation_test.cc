@@ -68,7 +68,8 @@ TEST(DeviceEmulation, AMatmulStragglerSlowsOnlyTheMatrixMultiplications) {
   EXPECT_GT(matmul_s, 0.0);
   // An op of 20 ms CPU (10 ms of it in matmuls) in 20 ms of wall time lasts 20 + 2 x 10 ms: 20 ms more.
   EXPECT_NEAR(e.ExtraComputeSeconds(0.020, 0.020, 0.010), 0.020, 1e-12);
-  EXPECT_GE(Seconds([&] { e.StretchCompute(0.020, 0.020, 0.010); }), 0.020);  // it sleeps that long
+  double late_s = 0;
+  EXPECT_GE(Seconds([&] { e.StretchCompute(0.020, 0.020, 0.010, &late_s); }), 0.020);  // it sleeps that long
   e.set_matmul_slowdown(1.0);
   EXPECT_EQ(e.ExtraComputeSeconds(0.020, 0.020, 0.010), 0);
 }
@@ -80,11 +81,23 @@ TEST(DeviceEmulation, ComputeLastsSpeedFactorTimesItsCpuTime) {
   EXPECT_DOUBLE_EQ(slow.memory_bytes(), 512.0 * 1024 * 1024);
   // An op that used 20 ms of CPU in 30 ms of wall time lasts 80 ms: 50 ms more.
   EXPECT_NEAR(slow.ExtraComputeSeconds(0.030, 0.020), 0.050, 1e-12);
-  EXPECT_GE(Seconds([&] { slow.StretchCompute(0.030, 0.020); }), 0.050);  // it sleeps that long
+  double late_s = 0;
+  EXPECT_GE(Seconds([&] { slow.StretchCompute(0.030, 0.020, 0, &late_s); }), 0.050);  // it sleeps that long
+  EXPECT_EQ(late_s, 0);
   EXPECT_EQ(fast.ExtraComputeSeconds(0.030, 0.020), 0);
   EXPECT_EQ(off.ExtraComputeSeconds(0.030, 0.020), 0);
-  // Already slower than that (contention): no sleep.
+  // Already slower than that (the host made it wait): no sleep, and 20 ms late.
   EXPECT_EQ(slow.ExtraComputeSeconds(0.100, 0.020), 0);
+  EXPECT_NEAR(slow.LateComputeSeconds(0.100, 0.020), 0.020, 1e-12);
+  EXPECT_EQ(slow.LateComputeSeconds(0.030, 0.020), 0);
+  EXPECT_EQ(off.LateComputeSeconds(0.100, 0.020), 0);
+  // The next ops make the lateness up from their sleeps: 20 ms late, then an op due 50 ms more
+  // sleeps 30, the one after its whole 50.
+  EXPECT_EQ(slow.StretchCompute(0.100, 0.020, 0, &late_s), 0);
+  EXPECT_NEAR(late_s, 0.020, 1e-12);
+  EXPECT_NEAR(slow.StretchCompute(0.030, 0.020, 0, &late_s), 0.030, 1e-12);
+  EXPECT_EQ(late_s, 0);
+  EXPECT_NEAR(slow.StretchCompute(0.030, 0.020, 0, &late_s), 0.050, 1e-12);
   // A run-time slowdown multiplies the device's own factor.
   slow.set_slowdown(2.0);
   EXPECT_NEAR(slow.ExtraComputeSeconds(0.030, 0.020), 2 * 4 * 0.020 - 0.030, 1e-12);

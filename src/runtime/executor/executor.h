@@ -88,6 +88,9 @@ struct RankStepReport {
   double compute_s = 0;   // forward, backward and optimizer ops (emulated slowness included)
   double comm_s = 0;      // collectives and waits for transfers (waiting for peers included)
   double copy_s = 0;      // offload and prefetch copies
+  // Emulated devices: how far compute ran past the emulated speed because the host made it wait
+  // (ranks sharing its cores), less what later ops of the step made up (DeviceEmulation::StretchCompute).
+  double late_s = 0;
   double bytes_sent = 0;  // point-to-point and this rank's share of collective traffic
   double peak_memory_bytes = 0;  // the memory ledger's peak during the step
   double pruned_fraction = 0;    // FlexTP: the share of this rank's team's MLP units pruned (lossy modes)

@@ -252,7 +252,7 @@ class Executor::StepRun : public OpRunner {
       const auto compute_start = Clock::now();
       if (ex_.emulation_.stretches())
         ex_.emulation_.StretchCompute(elapsed - waited_s, ComputeCpuSeconds() - cpu_start_s,
-                                      MatmulCpuSeconds() - matmul_start_s);
+                                      MatmulCpuSeconds() - matmul_start_s, &report_.late_s);
       report_.compute_s += elapsed - waited_s + Since(compute_start);
       if (device_start) compute_spans_.push_back({device_start, RecordTimingEvent(ex_.copies_->device())});
     } else if (op.kind == OpKind::kParamPrefetch || op.kind == OpKind::kParamOffload ||

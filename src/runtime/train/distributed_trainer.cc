@@ -36,7 +36,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kRankFields = 8;  // compute, comm, copy, step, bytes sent, peak memory, pruned, migrated
+constexpr int kRankFields = 9;  // compute, comm, copy, step, bytes sent, peak memory, pruned, migrated, late
 
 // The plan must describe the job's batch: same sequence length, global batch and precision.
 Status CheckPlanMatchesJob(const Plan& plan, const JobSpec& job, const std::string& plan_path) {
@@ -68,7 +68,7 @@ Status CheckPlanMatchesJob(const Plan& plan, const JobSpec& job, const std::stri
 Result<std::vector<RankStepTimes>> GatherRankTimes(Communicator& comm, const RankStepReport& r) {
   torch::Tensor mine = torch::tensor(
       {r.compute_s, r.comm_s, r.copy_s, r.step_s, r.bytes_sent, r.peak_memory_bytes, r.pruned_fraction,
-       static_cast<double>(r.migrated_units)},
+       static_cast<double>(r.migrated_units), r.late_s},
       torch::kFloat64);
   torch::Tensor all = torch::empty({comm.world_size() * kRankFields}, torch::kFloat64);
   MOTLEY_RETURN_IF_ERROR(comm.AllGather(comm.world(), mine, all));
@@ -76,7 +76,7 @@ Result<std::vector<RankStepTimes>> GatherRankTimes(Communicator& comm, const Ran
   auto a = all.accessor<double, 1>();
   for (int k = 0; k < comm.world_size(); ++k) {
     const int b = k * kRankFields;
-    out.push_back({k, a[b], a[b + 1], a[b + 2], a[b + 3] - a[b], a[b + 4], a[b + 5], a[b + 6], a[b + 7]});
+    out.push_back({k, a[b], a[b + 1], a[b + 2], a[b + 3] - a[b], a[b + 8], a[b + 4], a[b + 5], a[b + 6], a[b + 7]});
   }
   return out;
 }
@@ -378,6 +378,7 @@ void PlannedRun::Record(const StepInputs& in, const RankStepReport& report, cons
       rank_sums_[k].comm_s += ranks[k].comm_s;
       rank_sums_[k].copy_s += ranks[k].copy_s;
       rank_sums_[k].idle_s += ranks[k].idle_s;
+      rank_sums_[k].late_s += ranks[k].late_s;
       rank_sums_[k].bytes_sent += ranks[k].bytes_sent;
       rank_sums_[k].peak_memory_bytes = std::max(rank_sums_[k].peak_memory_bytes, ranks[k].peak_memory_bytes);
     }
@@ -390,6 +391,7 @@ void PlannedRun::Record(const StepInputs& in, const RankStepReport& report, cons
                           {"comm_s", r.comm_s},
                           {"copy_s", r.copy_s},
                           {"idle_s", r.idle_s},
+                          {"late_s", r.late_s},
                           {"bytes_sent", r.bytes_sent},
                           {"peak_memory_bytes", r.peak_memory_bytes}});
     metrics_.Write({{"step", m.step},
@@ -415,6 +417,7 @@ Result<TrainSummary> PlannedRun::Finish() {
       r.comm_s /= static_cast<double>(timed_steps_);
       r.copy_s /= static_cast<double>(timed_steps_);
       r.idle_s /= static_cast<double>(timed_steps_);
+      r.late_s /= static_cast<double>(timed_steps_);
       r.bytes_sent /= static_cast<double>(timed_steps_);
     }
     summary_.ranks = rank_sums_;

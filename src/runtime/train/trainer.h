@@ -49,6 +49,7 @@ struct RankStepTimes {
   double comm_s = 0;     // collectives and waits for transfers, waiting for peers included
   double copy_s = 0;     // offload and prefetch
   double idle_s = 0;     // step time - compute
+  double late_s = 0;     // emulated devices: compute past the emulated speed, the host busy (RankStepReport)
   double bytes_sent = 0;
   double peak_memory_bytes = 0;
   double pruned_fraction = 0;  // FlexTP: the share of its tensor-parallel team's MLP units pruned
