@@ -98,19 +98,35 @@ double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p) {
 double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
                                     int tp) {
   const double h = static_cast<double>(m.hidden_size), t = std::max(1, tp);
-  // Replicated: residual input and normed input of attention and MLP (4h). Split over the
-  // tensor-parallel ranks: q, k, v (h + 2 kv); attention output (h); gate, up, silu(gate),
-  // gate*up (4 ffn).
-  const double replicated = 4 * h;
-  const double split = 2 * h + 2.0 * m.kv_dim() + 4.0 * m.ffn_size;
-  double bytes = (replicated + split / t) * BytesPerElement(p);
-  bytes += 2.0 * BytesPerElement(MasterPrecision(p));  // two RMSNorm reciprocal-rms values in fp32 (fp64)
+  const double c = BytesPerElement(p), master = BytesPerElement(MasterPrecision(p));
+  // An RMSNorm computes in the master precision: it keeps its input there (a copy when the compute
+  // precision is lower), the normalised values, and the weighted output (mixed precision: the
+  // normalised values cast to the compute precision as well).
+  const double norm = c == master ? 3 * c : 2 * master + 2 * c;
+  // Replicated: the layer's input, the residual sum after attention, two norms.
+  const double replicated = h * (2 * c + 2 * norm);
+  // Split: q, k, v (k and v repeated to every query head), the attention output (4h); gate, up,
+  // silu(gate), silu(gate) * up (4 ffn).
+  const double split = (4 * h + 4.0 * static_cast<double>(m.ffn_size)) * c;
+  double bytes = replicated + split / t;
+  const double heads = static_cast<double>(m.num_heads) / t;
   if (fused_attention) {
-    bytes += 4.0 * m.num_heads / t;  // log-sum-exp per head
+    bytes += 4.0 * heads;  // log-sum-exp per head
   } else {
-    bytes += static_cast<double>(m.num_heads) / t * seq_len * BytesPerElement(p);  // probabilities
+    // The softmax in the master precision (the compute precision's copy too when lower).
+    bytes += heads * static_cast<double>(seq_len) * (master + (c < master ? c : 0));
   }
   return bytes;
+}
+
+double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p) {
+  const double c = BytesPerElement(p), master = BytesPerElement(MasterPrecision(p));
+  const double norm = c == master ? 3 * c : 2 * master + 2 * c;  // as a layer's RMSNorm keeps
+  return 2 * LogitsBytesPerToken(m, p) + static_cast<double>(m.hidden_size) * norm;
+}
+
+double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention, int tp) {
+  return 1.2 * LayerActivationBytesPerToken(m, seq_len, p, fused_attention, tp);
 }
 
 }  // namespace motley

@@ -73,13 +73,24 @@ StateBytesPerParam StateBytes(Precision p);
 double LogitsBytesPerToken(const ModelSpec& m, Precision p);
 /// The activation saved at a layer boundary (the residual stream), per token.
 double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p);
-/// Activations one decoder layer keeps for its backward without recomputation, per token
-/// (approximate: inputs of every matmul and norm, SwiGLU intermediates; the attention
-/// probabilities too unless a fused attention kernel avoids storing them).
-/// With tensor parallelism over `tp` ranks (Megatron's layout), per rank: the layer's input and the
-/// normed inputs of attention and the MLP are replicated on every rank; q, k, v, the attention
+/// Activations one decoder layer keeps for its backward without recomputation, per token, as
+/// motley's runtime lays them out (runtime/model; counted by the memory ledger in
+/// tensor_parallel_test), the layer's input included. With tensor parallelism over `tp` ranks
+/// (Megatron's layout), per rank: the input, the residual sum after attention and what each RMSNorm
+/// keeps are replicated on every rank; q, k, v (k and v repeated to every query head), the attention
 /// output and probabilities, and the MLP's intermediates are each rank's share of the heads and units.
+/// The probabilities are kept in fp32 (and in the compute precision as well when it is lower)
+/// unless a fused attention kernel keeps only a log-sum-exp per head.
 double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
                                     int tp = 1);
+/// What a layer's backward holds at its peak, per token: its saved activations and the gradients in
+/// flight while they are consumed — measured at 1.15-1.19 times the saved activations at a
+/// thousand tokens and more (tensor_parallel_test; the weights' gradients aside, which a schedule
+/// counts as gradients), counted as 1.2.
+double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention, int tp = 1);
+/// What the head's backward holds at its peak, per token: the logits, their log-softmax and the
+/// gradients of both (twice LogitsBytesPerToken), and what the final RMSNorm keeps — measured at
+/// 3.95-4.07 x vocab x 4 bytes plus ~3 h x 4 in fp32 (the memory ledger, vocab 256 and 2048).
+double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p);
 
 }  // namespace motley

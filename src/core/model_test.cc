@@ -82,14 +82,21 @@ TEST(Model, Fp64DoublesEveryByteCountOfFp32) {
 }
 
 TEST(Model, TensorParallelRanksHoldTheirShareOfALayersActivations) {
-  // Megatron's layout: the layer input and the two normed inputs (4h) on every rank; q, k, v, the
-  // attention output and probabilities, and the MLP's four intermediates split over the ranks.
+  // Megatron's layout, as motley's runtime keeps it in bf16 (the ledger confirms fp32 and fp64:
+  // runtime/model/tensor_parallel_test.cc). On every rank: the layer input and the residual sum
+  // (2 bytes each), and per RMSNorm its fp32 input copy and normalised values and their bf16 cast
+  // and weighted output (4 + 4 + 2 + 2). Split over the ranks: q, k, v (k and v repeated to the
+  // query heads), the attention output and the MLP's four intermediates in bf16, and the
+  // probabilities in fp32 and in bf16.
   const ModelSpec& m = *FindModelPreset("llama-7b");
-  const double h = 4096, kv = 4096, f = 11008, heads = 32, seq = 2048, b = 2;
+  const double h = 4096, f = 11008, heads = 32, seq = 2048;
   for (int tp : {1, 2, 8}) {
-    const double expected = (4 * h + (2 * h + 2 * kv + 4 * f) / tp) * b + 2 * 4 + heads / tp * seq * b;
+    const double expected = h * (2 * 2 + 2 * 12) + (4 * h + 4 * f) * 2 / tp + heads / tp * seq * (4 + 2);
     EXPECT_DOUBLE_EQ(LayerActivationBytesPerToken(m, 2048, Precision::kBf16, false, tp), expected) << tp;
   }
+  // The backward holds more while it runs: a fifth on top.
+  EXPECT_DOUBLE_EQ(LayerBackwardBytesPerToken(m, 2048, Precision::kBf16, false, 2),
+                   1.2 * LayerActivationBytesPerToken(m, 2048, Precision::kBf16, false, 2));
 }
 
 TEST(Precision, NamesRoundTripAndAliasesParse) {

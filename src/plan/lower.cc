@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "cost/state_bytes.h"
 #include "plan/lowerer.h"
 
 namespace motley::lowering {
@@ -143,8 +144,19 @@ double Lowerer::WorkForward(int v, int64_t m) const {
 
 double Lowerer::WorkBackward(int v, int64_t m) const {
   const int tp = Tp(ministages_[v].group);
-  double work = 2 * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m);
-  if (ministages_[v].layers.end == model_.num_layers) work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision);
+  double work = LayerBackwardBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m);
+  // The weights' gradients as autograd returns them, before they are added into the ministage's:
+  // one piece's at a time with checkpointing (a layer's, or the head's), all of the ministage's at
+  // once without.
+  const PlacedMinistage& ms = ministages_[v];
+  const bool head = ms.layers.end == model_.num_layers;
+  const double layer_params = static_cast<double>(ParamsPerLayer(model_)) / tp;
+  const double head_params = head ? static_cast<double>(HeadParams(model_)) : 0;
+  const double piece_params = plan_.activation_checkpointing
+                                  ? std::max(layer_params, head_params)
+                                  : static_cast<double>(ms.layers.size()) * layer_params + head_params;
+  work += piece_params * StateBytes(plan_.precision).grads;
+  if (ministages_[v].layers.end == model_.num_layers) work += Tokens(m) * HeadBackwardBytesPerToken(model_, plan_.precision);
   return work;
 }
 

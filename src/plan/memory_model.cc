@@ -30,8 +30,13 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
   double grads = in.zero_stage >= 2 ? 2 * unit * s.grads : 0;
   if (in.zero_stage >= 1) grads += GlooReduceScatterBytes(unit * s.grads, in.dp_degree, in.gloo_reduce_scatter);
   const double forward = saved + (in.activation_checkpointing ? layer : 0) + logits + gathered + grads;
+  // The weights' gradients as autograd returns them, before they join the ministage's: one
+  // piece's (a layer or the head) with checkpointing, the whole ministage's without.
+  const double piece_grads =
+      (in.activation_checkpointing ? static_cast<double>(std::max(ParamsPerLayer(m), HeadParams(m))) : unit) * s.grads;
   // Between ministages the gradient of a layer boundary arrives while the next one is made.
-  const double backward = saved + 2 * layer + 2 * act + logits + gathered + grads;
+  const double backward = saved + LayerBackwardBytesPerToken(m, in.seq_len, in.precision, false) * tokens + 2 * act +
+                          HeadBackwardBytesPerToken(m, in.precision) * tokens + gathered + grads + piece_grads;
   return DataParallelStaticBytes(in) + std::max(forward, backward);
 }
 

@@ -66,8 +66,8 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
   const StateBytesPerParam state = StateBytes(request.precision);
   const double act_per_seq =
       static_cast<double>(request.seq_len) * model.hidden_size * BytesPerElement(request.precision);
-  const double layer_act_per_seq =
-      LayerActivationBytesPerToken(model, request.seq_len, request.precision, false) * request.seq_len;
+  const double layer_backward_per_seq =
+      LayerBackwardBytesPerToken(model, request.seq_len, request.precision, false) * request.seq_len;
 
   // Order groups by descending intra-group bandwidth (§4.3.3), faster first on ties.
   auto layer_rate = [&](int d) {  // layers per second at a microbatch of one
@@ -214,11 +214,15 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
                 bytes += ZeroStateBytes(StageParams(model, r) / tp, d, 2, request.precision).device;
               }
             }
-            bytes += ms_params * state.grads;
+            // One ministage's full gradients, and one layer's (or the head's) as autograd returns
+            // them before they are added in.
+            bytes += ms_params * state.grads +
+                     static_cast<double>(std::max(ParamsPerLayer(model) / tp, HeadParams(model))) * state.grads;
             const double act = act_per_seq * b;
             const double saved = request.offload ? 2.0 * ms_layers * act : counts[g][i] * layers[g] * act;
-            const double logits = static_cast<double>(b) * request.seq_len * LogitsBytesPerToken(model, request.precision);
-            bytes += saved + 2 * layer_act_per_seq * b + logits + 4 * act;
+            const double logits =
+                static_cast<double>(b) * request.seq_len * HeadBackwardBytesPerToken(model, request.precision);
+            bytes += saved + layer_backward_per_seq * b + logits + 4 * act;
             worst = std::max(worst, bytes);
             if (bytes > cluster.memory_bytes(groups[g][i])) fits = false;
           }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "core/cluster_parse.h"
+#include "cost/state_bytes.h"
 #include "plan/lower.h"
 #include "plan/plan_io.h"
 #include "plan/program_walker.h"
@@ -299,8 +300,13 @@ TEST(Simulator, MemoryPeakOfASmallDataParallelScheduleMatchesHandComputation) {
     const double logits = 2 * tokens * m.vocab_size * b.logits;  // and their gradient
     // Forward: the 3 saved layer inputs and the head's, plus working memory of one layer and the logits.
     const double forward_peak = 4 * act + layer_act + logits;
-    // Backward: the 4 saved inputs, plus recompute + gradient working memory and the logits.
-    const double backward_peak = 4 * act + 2 * layer_act + logits;
+    // Backward: the 4 saved inputs, a recomputed layer's backward (its activations and the
+    // gradients in flight), the gradients of one piece's weights as autograd returns them (a
+    // layer's or the head's, before they are added to the ministage's), and the head's backward.
+    const double layer_backward = LayerBackwardBytesPerToken(m, 32, b.precision, false) * tokens;
+    const double piece_grads = std::max(ParamsPerLayer(m), HeadParams(m)) * b.grads;
+    const double head_backward = HeadBackwardBytesPerToken(m, b.precision) * tokens;  // logits, log-softmax, gradients
+    const double backward_peak = 4 * act + layer_backward + piece_grads + head_backward;
     EXPECT_DOUBLE_EQ(r->devices[0].peak_memory_bytes, static_bytes + std::max(forward_peak, backward_peak));
   }
 }
@@ -320,11 +326,13 @@ TEST(Simulator, PipelineMemoryCountsActivationsOfEveryMicrobatchInFlight) {
   ASSERT_TRUE(kept.ok()) << kept.status().message();
   const double act = 16.0 * m.hidden_size * 2;
   const double static0 = s->programs[0].static_device_bytes;
-  const double layer_act = LayerActivationBytesPerToken(m, 16, Precision::kBf16, false) * 16;
+  const double layer_backward = LayerBackwardBytesPerToken(m, 16, Precision::kBf16, false) * 16;
+  const double layer_grads = ParamsPerLayer(m) * StateBytes(Precision::kBf16).grads;
   // Stage 0 (2 layers) peaks in its first backward: 4 microbatches x 2 saved layer inputs, the
   // received output gradients of microbatches 0 and 1 (the next recv is posted while the backward
-  // runs), and the backward's working memory (recomputation and gradients of one layer).
-  EXPECT_DOUBLE_EQ(kept->devices[0].peak_memory_bytes, static0 + 4 * 2 * act + 2 * act + 2 * layer_act);
+  // runs), and the backward's working memory (a recomputed layer's backward and its weights'
+  // gradients before they are added to the ministage's).
+  EXPECT_DOUBLE_EQ(kept->devices[0].peak_memory_bytes, static0 + 4 * 2 * act + 2 * act + layer_backward + layer_grads);
 
   p.offload_activations = true;
   Result<Schedule> off = LowerPlan(p, cluster, m);

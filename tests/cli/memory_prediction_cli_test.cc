@@ -28,7 +28,9 @@ std::vector<double> PredictedMib(const std::string& output) {
   return out;
 }
 
-// Each rank's smallest peak over the steps of a run (MiB), from its metrics: the peak of one step
+// Each rank's smallest peak over the steps of a run after the first (MiB), from its metrics. The
+// simulator predicts a step in the steady state, holding what the steps before left (a gradient
+// shard is made at the first reduction and kept): the first step holds less. The peak of one step
 // can be a gradient buffer higher when an asynchronous collective overlaps more than usual (seen on
 // a loaded machine); a memory the simulator misses shows in every step.
 std::vector<double> MeasuredMib(const std::string& metrics_path) {
@@ -36,7 +38,7 @@ std::vector<double> MeasuredMib(const std::string& metrics_path) {
   std::ifstream in(metrics_path);
   for (std::string line; std::getline(in, line);) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("ranks")) continue;
+    if (j.is_discarded() || !j.contains("ranks") || j.value("step", 0) < 2) continue;
     for (const auto& r : j["ranks"]) {
       const size_t rank = r["rank"].get<size_t>();
       const double mib = r["peak_memory_bytes"].get<double>() / (1 << 20);

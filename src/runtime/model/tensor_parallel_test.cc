@@ -2,9 +2,11 @@
 
 #include <mutex>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "runtime/comm/run_ranks_for_test.h"
+#include "runtime/emulation/memory_ledger.h"
 
 namespace motley {
 namespace {
@@ -95,6 +97,50 @@ TEST(TensorParallel, TwoRanksComputeTheLayerAndItsGradientsAsOneDevice) {
     // Replicated norms: each rank's gradient is already the whole one.
     const torch::Tensor joined = JoinLayerWeight(spec, k, {weight_grads[0][k], weight_grads[1][k]});
     EXPECT_LT(RelativeError(joined, g1[k]), 1e-12) << "weight " << k;
+  }
+}
+
+// What one rank's share of a decoder layer keeps for backward and holds at the peak of its backward,
+// counted by the memory ledger, against what the memory model counts (core/model.h:
+// LayerActivationBytesPerToken, LayerBackwardBytesPerToken) — for the whole layer and a
+// tensor-parallel rank's share (Megatron's layout: inside attention and the MLP split, the rest
+// replicated), in fp32 and fp64, at two sequence lengths.
+TEST(TensorParallel, ARanksActivationsAreWhatTheMemoryModelCounts) {
+  MemoryLedger& ledger = MemoryLedger::Install();
+  const ModelSpec spec = *FindModelPreset("llama-1m");  // 4 heads, 2 key/value heads
+  DecoderLayer layer(spec);
+  LlamaModel model(spec, 1);
+  const TensorParallelRegion region{[](const torch::Tensor& t) { return t; },
+                                    [](const torch::Tensor& t) { return t; }, nullptr};
+  const int64_t batch = 8;
+  for (Precision p : {Precision::kFp32, Precision::kFp64}) {
+    const torch::Dtype dtype = p == Precision::kFp64 ? torch::kFloat64 : torch::kFloat32;
+    for (int64_t seq : {64, 128}) {
+      auto [cos, sin] = model->Rotary(seq, dtype, torch::kCPU);
+      for (int tp : {1, 2}) {
+        std::vector<torch::Tensor> w = SliceLayerWeights(spec, layer->weights(), 0, tp);
+        for (torch::Tensor& t : w) t = t.detach().to(dtype).clone().requires_grad_(true);
+        torch::Tensor x = torch::randn({batch, seq, spec.hidden_size}, dtype).requires_grad_(true);
+        torch::Tensor dy = torch::randn({batch, seq, spec.hidden_size}, dtype);
+        const std::string where = fmt::format("{} seq {} tp {}", PrecisionName(p), seq, tp);
+        const int64_t before = ledger.used_bytes();
+        ledger.ResetPeak();
+        torch::Tensor y = DecoderLayerFunction(spec, w, x, cos, sin, tp > 1 ? &region : nullptr, 0);
+        const double saved = static_cast<double>(ledger.used_bytes() - before - y.nbytes() + x.nbytes());
+        const double tokens = static_cast<double>(batch * seq);
+        const double predicted = LayerActivationBytesPerToken(spec, seq, p, false, tp) * tokens;
+        EXPECT_NEAR(saved, predicted, 0.03 * predicted) << where << ": measured " << saved / predicted << "x";
+        // The backward's peak, the weights' gradients aside (a schedule counts them as gradients).
+        std::vector<torch::Tensor> inputs = w;
+        inputs.push_back(x);
+        int64_t weight_grads = 0;
+        for (const torch::Tensor& t : w) weight_grads += t.nbytes();
+        torch::autograd::grad({y}, inputs, {dy});
+        const double peak = static_cast<double>(ledger.peak_bytes() - before - weight_grads + x.nbytes());
+        const double predicted_peak = LayerBackwardBytesPerToken(spec, seq, p, false, tp) * tokens;
+        EXPECT_NEAR(peak, predicted_peak, 0.1 * predicted_peak) << where << ": measured " << peak / predicted_peak << "x";
+      }
+    }
   }
 }
 
