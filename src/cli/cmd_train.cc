@@ -88,7 +88,7 @@ void PrintSummary(const TrainSummary& s) {
   double late_s = 0, late_compute_s = 0;
   for (const auto& r : s.ranks)
     if (r.late_s > late_s) late_s = r.late_s, late_compute_s = r.compute_s;
-  if (late_s > 0.02 * late_compute_s && late_s > 0)
+  if (late_s > 0.02 * late_compute_s)
     fmt::print("  emulation: this host was too busy to keep every emulated device's speed — up to {:.1f} ms a step "
                "({:.0f}% of that rank's compute) ran past it; fewer ranks per core or larger speed factors keep "
                "the emulation faithful\n",

@@ -95,16 +95,24 @@ double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p) {
   return static_cast<double>(m.hidden_size) * BytesPerElement(p);
 }
 
+namespace {
+
+// What an RMSNorm keeps per value of its input: it computes in the master precision, so it keeps
+// its input there (a copy when the compute precision is lower), the normalised values, and the
+// weighted output (mixed precision: the normalised values cast to the compute precision as well).
+double RmsNormKeptBytes(Precision p) {
+  const double c = BytesPerElement(p), master = BytesPerElement(MasterPrecision(p));
+  return c == master ? 3 * c : 2 * master + 2 * c;
+}
+
+}  // namespace
+
 double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
                                     int tp) {
   const double h = static_cast<double>(m.hidden_size), t = std::max(1, tp);
   const double c = BytesPerElement(p), master = BytesPerElement(MasterPrecision(p));
-  // An RMSNorm computes in the master precision: it keeps its input there (a copy when the compute
-  // precision is lower), the normalised values, and the weighted output (mixed precision: the
-  // normalised values cast to the compute precision as well).
-  const double norm = c == master ? 3 * c : 2 * master + 2 * c;
   // Replicated: the layer's input, the residual sum after attention, two norms.
-  const double replicated = h * (2 * c + 2 * norm);
+  const double replicated = h * (2 * c + 2 * RmsNormKeptBytes(p));
   // Split: q, k, v (k and v repeated to every query head), the attention output (4h); gate, up,
   // silu(gate), silu(gate) * up (4 ffn).
   const double split = (4 * h + 4.0 * static_cast<double>(m.ffn_size)) * c;
@@ -120,9 +128,11 @@ double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precisi
 }
 
 double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p) {
-  const double c = BytesPerElement(p), master = BytesPerElement(MasterPrecision(p));
-  const double norm = c == master ? 3 * c : 2 * master + 2 * c;  // as a layer's RMSNorm keeps
-  return 2 * LogitsBytesPerToken(m, p) + static_cast<double>(m.hidden_size) * norm;
+  return 2 * LogitsBytesPerToken(m, p) + static_cast<double>(m.hidden_size) * RmsNormKeptBytes(p);
+}
+
+double LargestPieceParams(const ModelSpec& m, int tp) {
+  return std::max(static_cast<double>(ParamsPerLayer(m)) / std::max(1, tp), static_cast<double>(HeadParams(m)));
 }
 
 double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention, int tp) {

@@ -92,5 +92,9 @@ double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision
 /// gradients of both (twice LogitsBytesPerToken), and what the final RMSNorm keeps — measured at
 /// 3.95-4.07 x vocab x 4 bytes plus ~3 h x 4 in fp32 (the memory ledger, vocab 256 and 2048).
 double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p);
+/// The parameters of the largest piece a checkpointed backward recomputes at once — a layer (one
+/// rank's share of it over `tp` ranks) or the head: whose weight gradients autograd returns
+/// together before they are added into the ministage's.
+double LargestPieceParams(const ModelSpec& m, int tp = 1);
 
 }  // namespace motley

@@ -151,12 +151,12 @@ double Lowerer::WorkBackward(int v, int64_t m) const {
   const PlacedMinistage& ms = ministages_[v];
   const bool head = ms.layers.end == model_.num_layers;
   const double layer_params = static_cast<double>(ParamsPerLayer(model_)) / tp;
-  const double head_params = head ? static_cast<double>(HeadParams(model_)) : 0;
-  const double piece_params = plan_.activation_checkpointing
-                                  ? std::max(layer_params, head_params)
-                                  : static_cast<double>(ms.layers.size()) * layer_params + head_params;
+  const double piece_params = !plan_.activation_checkpointing
+                                  ? static_cast<double>(ms.layers.size()) * layer_params + (head ? HeadParams(model_) : 0)
+                              : head ? LargestPieceParams(model_, tp)
+                                     : layer_params;
   work += piece_params * StateBytes(plan_.precision).grads;
-  if (ministages_[v].layers.end == model_.num_layers) work += Tokens(m) * HeadBackwardBytesPerToken(model_, plan_.precision);
+  if (head) work += Tokens(m) * HeadBackwardBytesPerToken(model_, plan_.precision);
   return work;
 }
 

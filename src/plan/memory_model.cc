@@ -33,7 +33,7 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
   // The weights' gradients as autograd returns them, before they join the ministage's: one
   // piece's (a layer or the head) with checkpointing, the whole ministage's without.
   const double piece_grads =
-      (in.activation_checkpointing ? static_cast<double>(std::max(ParamsPerLayer(m), HeadParams(m))) : unit) * s.grads;
+      (in.activation_checkpointing ? LargestPieceParams(m) : unit) * s.grads;
   // Between ministages the gradient of a layer boundary arrives while the next one is made.
   const double backward = saved + LayerBackwardBytesPerToken(m, in.seq_len, in.precision, false) * tokens + 2 * act +
                           HeadBackwardBytesPerToken(m, in.precision) * tokens + gathered + grads + piece_grads;

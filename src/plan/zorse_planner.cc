@@ -216,8 +216,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
             }
             // One ministage's full gradients, and one layer's (or the head's) as autograd returns
             // them before they are added in.
-            bytes += ms_params * state.grads +
-                     static_cast<double>(std::max(ParamsPerLayer(model) / tp, HeadParams(model))) * state.grads;
+            bytes += (ms_params + LargestPieceParams(model, tp)) * state.grads;
             const double act = act_per_seq * b;
             const double saved = request.offload ? 2.0 * ms_layers * act : counts[g][i] * layers[g] * act;
             const double logits =

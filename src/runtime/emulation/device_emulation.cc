@@ -68,17 +68,20 @@ void DeviceEmulation::set_matmul_slowdown(double factor) {
 
 double MatmulCpuSeconds() { return matmul_total_s; }
 
-double DeviceEmulation::ExtraComputeSeconds(double elapsed_s, double cpu_s, double matmul_cpu_s) const {
+std::optional<double> DeviceEmulation::EmulatedComputeSeconds(double cpu_s, double matmul_cpu_s) const {
   const double factor = (enabled() ? speed_factor_ : 1.0) * slowdown_;
-  const double work_s = cpu_s + (matmul_slowdown_ - 1) * matmul_cpu_s;
-  if (factor <= 1 && matmul_slowdown_ <= 1) return 0;
-  return std::max(0.0, factor * work_s - elapsed_s);
+  if (factor <= 1 && matmul_slowdown_ <= 1) return std::nullopt;
+  return factor * (cpu_s + (matmul_slowdown_ - 1) * matmul_cpu_s);
+}
+
+double DeviceEmulation::ExtraComputeSeconds(double elapsed_s, double cpu_s, double matmul_cpu_s) const {
+  const std::optional<double> emulated_s = EmulatedComputeSeconds(cpu_s, matmul_cpu_s);
+  return emulated_s ? std::max(0.0, *emulated_s - elapsed_s) : 0.0;
 }
 
 double DeviceEmulation::LateComputeSeconds(double elapsed_s, double cpu_s, double matmul_cpu_s) const {
-  const double factor = (enabled() ? speed_factor_ : 1.0) * slowdown_;
-  if (factor <= 1 && matmul_slowdown_ <= 1) return 0;
-  return std::max(0.0, elapsed_s - factor * (cpu_s + (matmul_slowdown_ - 1) * matmul_cpu_s));
+  const std::optional<double> emulated_s = EmulatedComputeSeconds(cpu_s, matmul_cpu_s);
+  return emulated_s ? std::max(0.0, elapsed_s - *emulated_s) : 0.0;
 }
 
 double DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s, double* late_s) const {

@@ -8,6 +8,7 @@
 // at once.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "core/cluster.h"
@@ -53,6 +54,10 @@ class DeviceEmulation {
   double CollectiveSeconds(double bytes, const std::vector<int>& devices, int passes) const;
 
  private:
+  /// How long a compute op of this CPU time takes on the emulated device; none when compute is not
+  /// stretched.
+  std::optional<double> EmulatedComputeSeconds(double cpu_s, double matmul_cpu_s) const;
+
   const Cluster* cluster_ = nullptr;
   int device_ = 0;
   double speed_factor_ = 1.0;
