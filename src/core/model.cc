@@ -127,12 +127,29 @@ double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precisi
   return bytes;
 }
 
+double LayerForwardPeakBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
+                                     int tp) {
+  const double h = static_cast<double>(m.hidden_size), t = std::max(1, tp);
+  const double c = BytesPerElement(p), master = BytesPerElement(MasterPrecision(p));
+  double attention = (h + 4 * h / t) * c;
+  // The scores and their softmax in the master precision (and the compute precision's copies when
+  // lower: derived, not measured).
+  if (!fused_attention)
+    attention += static_cast<double>(m.num_heads) / t * static_cast<double>(seq_len) * (2 * master + (c < master ? c : 0));
+  const double mlp = (3 * h + 4.0 * static_cast<double>(m.ffn_size) / t) * c;
+  return std::max(attention, mlp);
+}
+
 double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p) {
   return 2 * LogitsBytesPerToken(m, p) + static_cast<double>(m.hidden_size) * RmsNormKeptBytes(p);
 }
 
-double LargestPieceParams(const ModelSpec& m, int tp) {
-  return std::max(static_cast<double>(ParamsPerLayer(m)) / std::max(1, tp), static_cast<double>(HeadParams(m)));
+double CheckpointedBackwardBytes(const ModelSpec& m, int64_t seq_len, Precision p, double tokens, bool head, int tp) {
+  const double grads = StateBytes(p).grads;
+  const double layer = LayerBackwardBytesPerToken(m, seq_len, p, false, tp) * tokens +
+                       static_cast<double>(ParamsPerLayer(m)) / std::max(1, tp) * grads;
+  if (!head) return layer;
+  return std::max(layer, HeadBackwardBytesPerToken(m, p) * tokens + static_cast<double>(HeadParams(m)) * grads);
 }
 
 double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention, int tp) {

@@ -83,6 +83,15 @@ double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p);
 /// unless a fused attention kernel keeps only a log-sum-exp per head.
 double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
                                     int tp = 1);
+/// What a layer's forward holds at its peak when it keeps nothing for a backward (a checkpointed
+/// forward, or evaluation), per token, its input aside: the larger of the attention phase — the
+/// normalised input (replicated), q, k, v and the attention output (4 h, split over `tp` ranks),
+/// the scores and the probabilities in the master precision (split) unless fused — and the MLP
+/// phase: 3 h replicated (the normalised input, the residual, the output) and the four SwiGLU
+/// intermediates (split). Measured by the memory ledger (tensor_parallel_test: fp32
+/// and fp64, TP 1 and 2, sequences of 64 to 512, within 2%).
+double LayerForwardPeakBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
+                                     int tp = 1);
 /// What a layer's backward holds at its peak, per token: its saved activations and the gradients in
 /// flight while they are consumed — measured at 1.15-1.19 times the saved activations at a
 /// thousand tokens and more (tensor_parallel_test; the weights' gradients aside, which a schedule
@@ -92,9 +101,14 @@ double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision
 /// gradients of both (twice LogitsBytesPerToken), and what the final RMSNorm keeps — measured at
 /// 3.95-4.07 x vocab x 4 bytes plus ~3 h x 4 in fp32 (the memory ledger, vocab 256 and 2048).
 double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p);
-/// The parameters of the largest piece a checkpointed backward recomputes at once — a layer (one
-/// rank's share of it over `tp` ranks) or the head: whose weight gradients autograd returns
-/// together before they are added into the ministage's.
-double LargestPieceParams(const ModelSpec& m, int tp = 1);
+/// What a checkpointed backward holds at its peak beyond the saved boundaries, for `tokens` tokens
+/// of a microbatch: it recomputes and differentiates one piece at a time — a decoder layer (its
+/// backward, LayerBackwardBytesPerToken, and its weights' gradients as autograd returns them before
+/// they are added into the ministage's; one rank's share over `tp` ranks) or, when `head`, the
+/// head (HeadBackwardBytesPerToken and its weights' gradients) — so the larger piece counts, not
+/// their sum (the memory ledger, per op, on a Zorse rank of examples/plans/local-zorse.toml: the
+/// head ministage's backward peaks 8.96 MiB above what it starts from, the larger piece 9.15).
+double CheckpointedBackwardBytes(const ModelSpec& m, int64_t seq_len, Precision p, double tokens, bool head,
+                                 int tp = 1);
 
 }  // namespace motley

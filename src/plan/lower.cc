@@ -134,8 +134,10 @@ double Lowerer::WorkForward(int v, int64_t m) const {
   // A tensor-parallel rank holds its share of a layer's activations (model.h) and, as every rank of
   // the team computes the replicated head, all of the logits.
   const int tp = Tp(ministages_[v].group);
+  // Checkpointed, a layer keeps nothing: its working set while it runs (model.h). Without, what
+  // each layer keeps is counted as the task's output.
   double work = plan_.activation_checkpointing
-                    ? LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m)
+                    ? LayerForwardPeakBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m)
                     : 0;
   if (ministages_[v].layers.end == model_.num_layers)
     work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision);
@@ -144,17 +146,17 @@ double Lowerer::WorkForward(int v, int64_t m) const {
 
 double Lowerer::WorkBackward(int v, int64_t m) const {
   const int tp = Tp(ministages_[v].group);
-  double work = LayerBackwardBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m);
-  // The weights' gradients as autograd returns them, before they are added into the ministage's:
-  // one piece's at a time with checkpointing (a layer's, or the head's), all of the ministage's at
-  // once without.
   const PlacedMinistage& ms = ministages_[v];
   const bool head = ms.layers.end == model_.num_layers;
+  // With checkpointing one piece at a time (a layer, or the head), the larger counts (model.h).
+  if (plan_.activation_checkpointing)
+    return CheckpointedBackwardBytes(model_, plan_.seq_len, plan_.precision, Tokens(m), head, tp);
+  // Without, autograd runs through the whole ministage and returns all its weights' gradients
+  // together before they are added into the ministage's; counted with the head's working set as
+  // well (not measured apart).
   const double layer_params = static_cast<double>(ParamsPerLayer(model_)) / tp;
-  const double piece_params = !plan_.activation_checkpointing
-                                  ? static_cast<double>(ms.layers.size()) * layer_params + (head ? HeadParams(model_) : 0)
-                              : head ? LargestPieceParams(model_, tp)
-                                     : layer_params;
+  const double piece_params = static_cast<double>(ms.layers.size()) * layer_params + (head ? HeadParams(model_) : 0);
+  double work = LayerBackwardBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m);
   work += piece_params * StateBytes(plan_.precision).grads;
   if (head) work += Tokens(m) * HeadBackwardBytesPerToken(model_, plan_.precision);
   return work;

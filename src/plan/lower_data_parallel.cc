@@ -74,6 +74,7 @@ void Lowerer::EmitDataParallel() {
             op.device_free_bytes = full;
             op.frees.push_back(Buf(BufferKind::kGrads, v));
             AddGlooReduceScatterBuffer(op, full, group_ranks_[0].size());
+            CountReduceOutput(op, r, v, full / DpDegree(0), DpDegree(0));
             grads_allocated_[{r, v}] = false;
             last_reduce_[{r, v}] = ops[i];
             reduce_ops_[r].push_back(ops[i]);

@@ -91,9 +91,9 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
       }
       op.device_free_bytes = full_grads;
       op.frees.push_back(Buf(BufferKind::kGrads, v));
-      if (policy_.offload_params) op.device_alloc_bytes += shard * grad_bytes_;
       grads_allocated_[{r, v}] = false;
     }
+    if (reduce == OpKind::kReduceScatter) CountReduceOutput(op, r, v, shard * grad_bytes_, d);
     if (reduce == OpKind::kReduceScatter) AddGlooReduceScatterBuffer(op, full_grads, group_ranks_[g].size());
     Op step = StageOp(OpKind::kOptimizerStep, Stream::kCompute, v);
     step.flops = kAdamFlopsPerParam * shard;

@@ -59,6 +59,18 @@ class Lowerer {
     op.device_alloc_bytes += bytes;
     op.device_free_bytes += bytes;
   }
+  // Where a reduce-scatter's output goes on rank r (as the runtime's executor puts it): the first of
+  // the step into the gradient shard (zeroed by the last update, or new where the update freed it:
+  // offload); a later one into a shard-sized buffer, added into the shard when it completes.
+  // (A group of one adds its full gradients, the shard's size, into the shard: no other buffer.)
+  void CountReduceOutput(Op& op, int r, int v, double shard_bytes, int dp) {
+    if (reductions_[{r, v}]++ == 0) {
+      if (policy_.offload_params) op.device_alloc_bytes += shard_bytes;
+    } else if (dp >= 2) {
+      op.device_alloc_bytes += shard_bytes;
+      op.device_free_bytes += shard_bytes;
+    }
+  }
   double WorkForward(int v, int64_t m) const;
   double WorkBackward(int v, int64_t m) const;
   int Tp(int g) const { return plan_.groups[g].tp_degree; }
@@ -138,6 +150,7 @@ class Lowerer {
   std::map<std::pair<int, int>, int> last_compute_;  // (rank, v) -> last compute op of the current visit
   std::map<std::pair<int, int>, int> release_op_;    // (rank, visit number) -> op after which params are gone
   std::map<std::pair<int, int>, bool> grads_allocated_;  // (rank, v) -> full gradient buffer held
+  std::map<std::pair<int, int>, int> reductions_;       // (rank, v) -> reduce-scatters so far this step
   std::map<std::pair<int, int64_t>, int> forward_op_;    // (rank, v * num_mb + m) -> forward op
   std::map<std::pair<int, int64_t>, int> act_offload_op_;
   std::vector<std::vector<int>> backward_ops_;  // per rank, in order

@@ -29,14 +29,21 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
   const double gathered = in.zero_stage == 3 ? 2 * unit * s.params : 0;
   double grads = in.zero_stage >= 2 ? 2 * unit * s.grads : 0;
   if (in.zero_stage >= 1) grads += GlooReduceScatterBytes(unit * s.grads, in.dp_degree, in.gloo_reduce_scatter);
-  const double forward = saved + (in.activation_checkpointing ? layer : 0) + logits + gathered + grads;
-  // The weights' gradients as autograd returns them, before they join the ministage's: one
-  // piece's (a layer or the head) with checkpointing, the whole ministage's without.
-  const double piece_grads =
-      (in.activation_checkpointing ? LargestPieceParams(m) : unit) * s.grads;
+  // A reduction after the step's first writes beside the gradient shard (the runtime adds it in).
+  if (in.zero_stage >= 1 && in.dp_degree >= 2) grads += unit * s.grads / in.dp_degree;
+  const double forward =
+      saved + (in.activation_checkpointing ? LayerForwardPeakBytesPerToken(m, in.seq_len, in.precision, false) * tokens : 0) +
+      logits + gathered + grads;
+  // Checkpointed, the backward recomputes one piece at a time (a layer, or the head) and the larger
+  // counts; without, autograd runs through the ministage at once and returns all its weights'
+  // gradients together (counted with the head's working set as well).
+  const double working =
+      in.activation_checkpointing
+          ? CheckpointedBackwardBytes(m, in.seq_len, in.precision, tokens, /*head=*/true)
+          : LayerBackwardBytesPerToken(m, in.seq_len, in.precision, false) * tokens +
+                HeadBackwardBytesPerToken(m, in.precision) * tokens + unit * s.grads;
   // Between ministages the gradient of a layer boundary arrives while the next one is made.
-  const double backward = saved + LayerBackwardBytesPerToken(m, in.seq_len, in.precision, false) * tokens + 2 * act +
-                          HeadBackwardBytesPerToken(m, in.precision) * tokens + gathered + grads + piece_grads;
+  const double backward = saved + working + 2 * act + gathered + grads;
   return DataParallelStaticBytes(in) + std::max(forward, backward);
 }
 

@@ -66,8 +66,6 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
   const StateBytesPerParam state = StateBytes(request.precision);
   const double act_per_seq =
       static_cast<double>(request.seq_len) * model.hidden_size * BytesPerElement(request.precision);
-  const double layer_backward_per_seq =
-      LayerBackwardBytesPerToken(model, request.seq_len, request.precision, false) * request.seq_len;
 
   // Order groups by descending intra-group bandwidth (§4.3.3), faster first on ties.
   auto layer_rate = [&](int d) {  // layers per second at a microbatch of one
@@ -194,6 +192,9 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
         // optimizer state, one ministage of full gradients, activations and working memory.
         double worst = 0;
         bool fits = true;
+        std::vector<bool> holds_head(num_groups, false);
+        for (int g = 0; g < num_groups; ++g)
+          for (const auto& r : ranges[g]) holds_head[g] = holds_head[g] || r.end == model.num_layers;
         for (int g = 0; g < num_groups && fits; ++g) {
           const double d = static_cast<double>(groups[g].size()) / tp;
           double ms_params = 0;
@@ -214,14 +215,14 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
                 bytes += ZeroStateBytes(StageParams(model, r) / tp, d, 2, request.precision).device;
               }
             }
-            // One ministage's full gradients, and one layer's (or the head's) as autograd returns
-            // them before they are added in.
-            bytes += (ms_params + LargestPieceParams(model, tp)) * state.grads;
+            // One ministage's full gradients, and the larger checkpointed piece's backward (a
+            // layer's, or the head's where the group holds it).
+            bytes += ms_params * state.grads;
             const double act = act_per_seq * b;
             const double saved = request.offload ? 2.0 * ms_layers * act : counts[g][i] * layers[g] * act;
-            const double logits =
-                static_cast<double>(b) * request.seq_len * HeadBackwardBytesPerToken(model, request.precision);
-            bytes += saved + layer_backward_per_seq * b + logits + 4 * act;
+            bytes += saved + 4 * act +
+                     CheckpointedBackwardBytes(model, request.seq_len, request.precision,
+                                               static_cast<double>(b) * request.seq_len, holds_head[g], tp);
             worst = std::max(worst, bytes);
             if (bytes > cluster.memory_bytes(groups[g][i])) fits = false;
           }

@@ -52,7 +52,8 @@ TEST(MemoryModel, BoundsTheSimulatedPeakOfDataParallelPlans) {
         64.0 * 6 * m.hidden_size * BytesPerElement(p.precision);  // the largest microbatch's boundary
     const double slack =
         2 * unit * ((p.zero_stage >= 2 ? sb.grads : 0) + (p.zero_stage == 3 ? sb.params : 0)) +
-        (p.zero_stage >= 1 ? unit * sb.grads : 0) + (m.num_layers + 2) * act;
+        (p.zero_stage >= 1 ? unit * sb.grads : 0) + (p.zero_stage >= 1 && n >= 2 ? unit * sb.grads / n : 0) +
+        (m.num_layers + 2) * act;
     for (int d = 0; d < n; ++d) {
       const double model = DataParallelPeakBytes(in, g.devices[d].microbatch_size);
       const double simulated = r.devices[d].peak_memory_bytes;

@@ -296,17 +296,17 @@ TEST(Simulator, MemoryPeakOfASmallDataParallelScheduleMatchesHandComputation) {
     // The larger microbatch (2 sequences x 32 tokens) sets the peak.
     const double tokens = 2 * 32;
     const double act = tokens * m.hidden_size * b.activation;  // one layer boundary
-    const double layer_act = LayerActivationBytesPerToken(m, 32, b.precision, false) * tokens;
+    const double layer_forward = LayerForwardPeakBytesPerToken(m, 32, b.precision, false) * tokens;
     const double logits = 2 * tokens * m.vocab_size * b.logits;  // and their gradient
-    // Forward: the 3 saved layer inputs and the head's, plus working memory of one layer and the logits.
-    const double forward_peak = 4 * act + layer_act + logits;
-    // Backward: the 4 saved inputs, a recomputed layer's backward (its activations and the
-    // gradients in flight), the gradients of one piece's weights as autograd returns them (a
-    // layer's or the head's, before they are added to the ministage's), and the head's backward.
-    const double layer_backward = LayerBackwardBytesPerToken(m, 32, b.precision, false) * tokens;
-    const double piece_grads = std::max(ParamsPerLayer(m), HeadParams(m)) * b.grads;
-    const double head_backward = HeadBackwardBytesPerToken(m, b.precision) * tokens;  // logits, log-softmax, gradients
-    const double backward_peak = 4 * act + layer_backward + piece_grads + head_backward;
+    // Forward: the 3 saved layer inputs and the head's, plus one layer's working set (it keeps
+    // nothing) and the logits.
+    const double forward_peak = 4 * act + layer_forward + logits;
+    // Backward: the 4 saved inputs and one recomputed piece at a time, the larger of a layer (its
+    // backward, and its weights' gradients as autograd returns them before they are added into the
+    // ministage's) and the head (logits, log-softmax and their gradients, and its weights').
+    const double layer_piece = LayerBackwardBytesPerToken(m, 32, b.precision, false) * tokens + ParamsPerLayer(m) * b.grads;
+    const double head_piece = HeadBackwardBytesPerToken(m, b.precision) * tokens + HeadParams(m) * b.grads;
+    const double backward_peak = 4 * act + std::max(layer_piece, head_piece);
     EXPECT_DOUBLE_EQ(r->devices[0].peak_memory_bytes, static_bytes + std::max(forward_peak, backward_peak));
   }
 }

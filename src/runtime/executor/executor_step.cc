@@ -177,6 +177,7 @@ class Executor::StepRun : public OpRunner {
     torch::NoGradGuard no_grad;
     if (b.kind == BufferKind::kParams) State(b.ministage).ReleaseFlat();
     if (b.kind == BufferKind::kShard) State(b.ministage).DropDeviceShard();  // an offloaded shard, gathered
+    if (b.kind == BufferKind::kGradShard) State(b.ministage).ReleaseGradShard();  // updated, not kept
     return Status::Ok();
   }
 
@@ -456,14 +457,22 @@ class Executor::StepRun : public OpRunner {
       sends_.push_back({std::move(p), t});
       return Status::Ok();
     }
-    // An emulated link: the transfer occupies it for its duration, after the ones before it.
+    // An emulated link: the transfer occupies it for its duration, after the ones before it. The
+    // sent tensor goes once delivered, as the schedule frees it (not when the step's sends are
+    // collected: the chain of futures outlives each transfer).
     std::shared_future<Status> previous = previous_send_;
-    previous_send_ = std::async(std::launch::async, [=]() -> Status {
-                       if (previous.valid()) MOTLEY_RETURN_IF_ERROR(previous.get());
+    previous_send_ = std::async(std::launch::async, [=]() mutable -> Status {
+                       if (previous.valid()) {
+                         const Status before = previous.get();
+                         previous = {};
+                         if (!before.ok()) return before;
+                       }
                        SleepSeconds(delay);
                        Result<PendingTransfer> p = comm->Send(t, peer, tag);
                        if (!p.ok()) return p.status();
-                       return p->Wait();
+                       const Status sent = p->Wait();
+                       t = torch::Tensor();
+                       return sent;
                      }).share();
     return Status::Ok();
   }

@@ -88,6 +88,12 @@ class MinistageState {
   torch::Tensor GradSquaredSum(const std::function<bool(const std::string&)>& counts);
   /// After a step: clears the gradients.
   void ClearGradients();
+  /// Frees the gradient shard (the schedule's last use of it this step: an update whose ministage
+  /// keeps no gradient shard between steps); the next reduction's output becomes the shard.
+  void ReleaseGradShard() {
+    grad_shard_ = torch::Tensor();
+    grad_shard_zero_ = false;
+  }
 
   /// Sets the owned part of AdamW's moments from whole-parameter moments (by parameter name), as a
   /// checkpoint holds them. Returns the first parameter missing from `exp_avg`, or "".

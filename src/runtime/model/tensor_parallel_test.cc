@@ -115,7 +115,7 @@ TEST(TensorParallel, ARanksActivationsAreWhatTheMemoryModelCounts) {
   const int64_t batch = 8;
   for (Precision p : {Precision::kFp32, Precision::kFp64}) {
     const torch::Dtype dtype = p == Precision::kFp64 ? torch::kFloat64 : torch::kFloat32;
-    for (int64_t seq : {64, 128}) {
+    for (int64_t seq : {64, 128, 256}) {
       auto [cos, sin] = model->Rotary(seq, dtype, torch::kCPU);
       for (int tp : {1, 2}) {
         std::vector<torch::Tensor> w = SliceLayerWeights(spec, layer->weights(), 0, tp);
@@ -125,6 +125,16 @@ TEST(TensorParallel, ARanksActivationsAreWhatTheMemoryModelCounts) {
         const std::string where = fmt::format("{} seq {} tp {}", PrecisionName(p), seq, tp);
         const int64_t before = ledger.used_bytes();
         ledger.ResetPeak();
+        // A forward that keeps nothing (checkpointed): its peak above its input, its output included.
+        {
+          torch::NoGradGuard no_grad;
+          const int64_t start = ledger.used_bytes();
+          ledger.ResetPeak();
+          torch::Tensor out = DecoderLayerFunction(spec, w, x, cos, sin, tp > 1 ? &region : nullptr, 0);
+          const double peak = static_cast<double>(ledger.peak_bytes() - start);
+          const double predicted = LayerForwardPeakBytesPerToken(spec, seq, p, false, tp) * batch * seq;
+          EXPECT_NEAR(peak, predicted, 0.02 * predicted) << where << " (no grad): measured " << peak / predicted << "x";
+        }
         torch::Tensor y = DecoderLayerFunction(spec, w, x, cos, sin, tp > 1 ? &region : nullptr, 0);
         const double saved = static_cast<double>(ledger.used_bytes() - before - y.nbytes() + x.nbytes());
         const double tokens = static_cast<double>(batch * seq);
