@@ -8,6 +8,7 @@
 // rank 0 collects and writes.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -25,6 +26,7 @@
 #include "core/file_io.h"
 #include "core/model_parse.h"
 #include "core/units.h"
+#include "plan/memory_model.h"
 #include "profile/cluster_profiler.h"
 #include "runtime/device/cuda_device.h"
 #include "profile/link_probe.h"
@@ -38,7 +40,7 @@ namespace fs = std::filesystem;
 
 void PrintEntries(const Profile& profile) {
   if (profile.entries.empty()) return;
-  TablePrinter t({"device type", "microbatch", "layer fwd", "layer bwd", "head fwd", "head bwd", "max microbatch"});
+  TablePrinter t({"device type", "microbatch", "layer fwd", "layer bwd", "head fwd", "head bwd", "one layer fits"});
   t.AlignRight({1, 2, 3, 4, 5, 6});
   for (const auto& e : profile.entries)
     for (size_t i = 0; i < e.points.size(); ++i)
@@ -48,6 +50,29 @@ void PrintEntries(const Profile& profile) {
                 i < e.head_points.size() ? fmt::format("{:.2f} ms", e.head_points[i].backward_ms) : "-",
                 i == 0 ? std::to_string(e.max_microbatch) : ""});
   fmt::print("{}", t.ToString());
+}
+
+// The measured limits beside the memory model's, for data parallelism over the whole cluster.
+void PrintLimits(const Profile& profile, const ModelSpec& model, int64_t seq_len, Precision precision,
+                 bool gloo_reduce_scatter) {
+  if (std::none_of(profile.entries.begin(), profile.entries.end(), [](const ProfileEntry& e) { return e.limits; }))
+    return;
+  TablePrinter t({"device type", "memory", "devices", "ZeRO stage", "largest microbatch", "memory model says"});
+  t.AlignRight({1, 2, 3, 4, 5});
+  for (const auto& e : profile.entries) {
+    if (!e.limits) continue;
+    const MeasuredLimits& l = *e.limits;
+    for (int z = 0; z < 4; ++z) {
+      const DataParallelMemoryInput in =
+          PerLayerDataParallel(model, precision, z, l.dp_degree, seq_len, true, gloo_reduce_scatter);
+      t.AddRow({z == 0 ? e.device_type : "", z == 0 ? FormatBytes(static_cast<double>(l.capacity_bytes)) : "",
+                z == 0 ? std::to_string(l.dp_degree) : "", fmt::format("{}", z),
+                std::to_string(l.max_microbatch_by_zero[z]),
+                std::to_string(DataParallelMaxMicrobatch(in, static_cast<double>(l.capacity_bytes), 1 << 20))});
+    }
+  }
+  fmt::print("the whole model in data parallelism, checkpointed (measured without holding it: profile/memory_probe.h)\n{}",
+             t.ToString());
 }
 
 void PrintLinks(const Cluster& cluster, const std::vector<ProfileLink>& links) {
@@ -228,6 +253,7 @@ int RunProfile(const std::vector<std::string>& args) {
   if (launched && rv->rank != 0) return kExitOk;
   if (!links_only) {
     PrintEntries(*profile);
+    if (req.model) PrintLimits(*profile, *req.model, req.seq_len, req.precision, req.cluster.emulated());
     PrintLinks(req.cluster, profile->links);
   }
   if (!out_path.empty()) {

@@ -27,7 +27,10 @@ void Lowerer::HoldUpdatesForTheNorm() {
     std::vector<bool> held(n, false);
     for (size_t i = 0; i < n; ++i) {
       const Op& op = p.ops[i];
-      bool hold = op.kind == OpKind::kOptimizerStep;
+      const bool moments = std::any_of(op.writes.begin(), op.writes.end(),
+                                       [](const Buffer& b) { return b.kind == BufferKind::kMoments; });
+      bool hold = op.kind == OpKind::kOptimizerStep ||
+                  (op.kind == OpKind::kParamPrefetch && moments && StateReturnsForTheUpdate(op.ministage));
       if (op.kind == OpKind::kAllGather || op.kind == OpKind::kParamOffload)
         for (int d : op.deps) hold = hold || (held[d] && p.ops[d].layer_begin == op.layer_begin);
       held[i] = hold;
@@ -69,7 +72,9 @@ void Lowerer::HoldUpdatesForTheNorm() {
       }
       Op op = p.ops[order[k]];
       op.deps = remap(op.deps, held[order[k]]);
-      if (op.kind == OpKind::kOptimizerStep) {
+      // An update, and the state brought back for one, wait for the norm (the simulator starts
+      // an op once its lane and deps allow, the runtime in program order: both after the norm).
+      if (op.kind == OpKind::kOptimizerStep || (held[order[k]] && op.kind == OpKind::kParamPrefetch)) {
         op.deps.push_back(norm_at);
         std::sort(op.deps.begin(), op.deps.end());
       }
@@ -78,6 +83,17 @@ void Lowerer::HoldUpdatesForTheNorm() {
     if (norm_at == static_cast<int>(order.size())) {  // nothing held (a rank without updates)
       norm.deps = remap(norm.deps, false);
       ops.push_back(norm);
+    }
+    // The state that comes back for the updates: at most two ministages at a time (a prefetch
+    // waits until the ministage two updates back has gone to the host again).
+    std::vector<int> offloads;
+    for (int k = norm_at + 1; k < static_cast<int>(ops.size()); ++k) {
+      Op& op = ops[k];
+      if (op.kind == OpKind::kParamOffload) offloads.push_back(k);
+      if (op.kind == OpKind::kParamPrefetch && offloads.size() >= 2) {
+        op.deps.push_back(offloads[offloads.size() - 2]);
+        std::sort(op.deps.begin(), op.deps.end());
+      }
     }
     p.ops = std::move(ops);
   }

@@ -18,14 +18,18 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
   const double shard = RankParams(v) / d;
   const int visit = visit_number_[{g, (backward ? 1 : 0) * num_ministages_ + v}];
   std::vector<int> prefetch(group_ranks_[g].size(), -1);
+  // The backward visit brings the moments for the update that follows it, unless the update waits
+  // for the global norm (then it brings them back itself: EmitReduceAndStep).
+  const bool with_moments = backward && !StateReturnsForTheUpdate(v);
   for (size_t i = 0; i < group_ranks_[g].size(); ++i) {
     const int r = group_ranks_[g][i];
     if (!policy_.offload_params || Resident(v)) continue;
+    if (continuation && !with_moments) continue;  // the parameters are still gathered: nothing to bring
     Op op = StageOp(OpKind::kParamPrefetch, Stream::kH2D, v);
-    op.bytes = shard * (param_bytes_ + (backward ? opt_bytes_ : 0));
+    op.bytes = shard * (param_bytes_ + (with_moments ? opt_bytes_ : 0));
     op.device_alloc_bytes = op.bytes;
     op.writes.push_back(Buf(BufferKind::kShard, v));
-    if (backward) op.writes.push_back(Buf(BufferKind::kMoments, v));
+    if (with_moments) op.writes.push_back(Buf(BufferKind::kMoments, v));
     // At most two ministages resident: wait until the one two visits back is gone.
     if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) op.deps.push_back(it->second);
     prefetch[i] = Emit(r, std::move(op));
@@ -41,7 +45,7 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
     op.writes.push_back(Buf(BufferKind::kParams, v));
     if (prefetch[i] >= 0) {
       op.deps.push_back(prefetch[i]);
-      if (!backward) {  // the shard is not needed after the gather
+      if (!with_moments) {  // the shard is not needed after the gather
         op.device_free_bytes = shard * param_bytes_;
         op.frees.push_back(Buf(BufferKind::kShard, v));
       }
@@ -105,6 +109,13 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
     const Buffer grads = Buf(plan_.zero_stage == 0 ? BufferKind::kGrads : BufferKind::kGradShard, v);
     step.reads = {weights, grads, Buf(BufferKind::kMoments, v)};
     step.writes = {weights, grads, Buf(BufferKind::kMoments, v)};
+    if (StateReturnsForTheUpdate(v)) {  // the shard and moments come back for the update
+      Op back = StageOp(OpKind::kParamPrefetch, Stream::kH2D, v);
+      back.bytes = shard * (param_bytes_ + opt_bytes_);
+      back.device_alloc_bytes = back.bytes;
+      back.writes = {Buf(BufferKind::kShard, v), Buf(BufferKind::kMoments, v)};
+      step.deps.push_back(Emit(r, std::move(back)));
+    }
     if (policy_.offload_params) {
       step.device_free_bytes = shard * grad_bytes_;
       step.frees.push_back(grads);

@@ -85,6 +85,12 @@ class Lowerer {
       if (ministages_[u].group == ministages_[v].group) return false;
     return true;
   }
+  /// Under gradient clipping an offloaded ministage's update waits for the global norm; its shard
+  /// and moments come back for it then (two ministages at a time), not at its backward visit —
+  /// else every ministage's state would be on the device together until the norm.
+  bool StateReturnsForTheUpdate(int v) const {
+    return plan_.gradient_clipping && policy_.offload_params && !Resident(v);
+  }
   /// The ranks of the tensor-parallel run led by `leader`.
   std::vector<int> Members(int leader) const {
     std::vector<int> out;

@@ -8,6 +8,17 @@
 
 namespace motley {
 
+DataParallelMemoryInput PerLayerDataParallel(const ModelSpec& model, Precision precision, int zero_stage,
+                                             int dp_degree, int64_t seq_len, bool activation_checkpointing,
+                                             bool gloo_reduce_scatter) {
+  DataParallelMemoryInput in{&model, precision, zero_stage, dp_degree, seq_len, activation_checkpointing, 0,
+                             gloo_reduce_scatter};
+  if (zero_stage >= 2)
+    in.max_ministage_params =
+        static_cast<double>(ParamsPerLayer(model) + std::max(EmbeddingParams(model), HeadParams(model)));
+  return in;
+}
+
 double DataParallelStaticBytes(const DataParallelMemoryInput& in) {
   MOTLEY_CHECK(in.model != nullptr);
   const double p = static_cast<double>(TotalParams(*in.model));

@@ -24,6 +24,12 @@ struct DataParallelMemoryInput {
   bool gloo_reduce_scatter = false;
 };
 
+/// A data-parallel plan as Poplar lays it out: one ministage per layer from ZeRO-2 (the largest
+/// holds a layer and the embedding or the head), the whole model in one below.
+DataParallelMemoryInput PerLayerDataParallel(const ModelSpec& model, Precision precision, int zero_stage,
+                                             int dp_degree, int64_t seq_len, bool activation_checkpointing,
+                                             bool gloo_reduce_scatter);
+
 /// Bytes held for the whole step: parameters, gradients and optimizer state after ZeRO sharding.
 double DataParallelStaticBytes(const DataParallelMemoryInput& in);
 

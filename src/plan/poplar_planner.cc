@@ -2,6 +2,9 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -39,21 +42,15 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
     for (int d = 0; d < cluster.num_devices(); ++d) devices.push_back(d);
   PoplarPlan out;
   // ZeRO-2/3 reduce (and ZeRO-3 gathers) one layer at a time: one ministage per layer.
-  const double layer_params = static_cast<double>(ParamsPerLayer(model));
-  const double per_layer_unit =
-      layer_params + static_cast<double>(std::max(EmbeddingParams(model), HeadParams(model)));
-  DataParallelMemoryInput mem{&model,
-                              request.precision,
-                              request.zero_stage,
-                              static_cast<int>(devices.size()),
-                              request.seq_len,
-                              request.activation_checkpointing,
-                              0,
-                              cluster.emulated()};
+  DataParallelMemoryInput mem = PerLayerDataParallel(model, request.precision, request.zero_stage,
+                                                     static_cast<int>(devices.size()), request.seq_len,
+                                                     request.activation_checkpointing, cluster.emulated());
   // The lowest stage at which every device fits a microbatch of one sequence.
   std::string raised;
+  std::map<std::string, std::string> limits_note;  // by device type, where the profile measured them
   for (;; ++mem.zero_stage) {
-    mem.max_ministage_params = mem.zero_stage >= 2 ? per_layer_unit : 0;
+    mem = PerLayerDataParallel(model, mem.precision, mem.zero_stage, mem.dp_degree, mem.seq_len,
+                               mem.activation_checkpointing, mem.gloo_reduce_scatter);
     if (mem.zero_stage > 3) {
       return Status::OutOfMemory(
           fmt::format("no ZeRO stage fits a microbatch of 1 sequence of {} tokens of {} on every device "
@@ -62,14 +59,24 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
                       request.seq_len, model.name, raised));
     }
     out.max_microbatch.clear();
+    limits_note.clear();
     std::string short_of;
     for (int d : devices) {
-      out.max_microbatch.push_back(
-          DataParallelMaxMicrobatch(mem, cluster.memory_bytes(d), request.max_microbatch));
+      // Measured by the profiler where it measured this model, degree and memory (Poplar's
+      // Algorithm 1 against the device's allocator); the memory model otherwise, and as a cross-check.
+      const int64_t modelled = DataParallelMaxMicrobatch(mem, cluster.memory_bytes(d), request.max_microbatch);
+      const std::optional<int64_t> measured = costs.MeasuredMaxMicrobatch(d, mem.zero_stage, mem.dp_degree);
+      out.max_microbatch.push_back(measured ? std::min(*measured, request.max_microbatch) : modelled);
+      if (measured && !limits_note.count(cluster.spec(d).name))
+        limits_note[cluster.spec(d).name] =
+            fmt::format("{}: at most {} sequences a microbatch (measured; the memory model says {})",
+                        cluster.spec(d).name, out.max_microbatch.back(), modelled);
       if (out.max_microbatch.back() == 0 && short_of.empty())
-        short_of = fmt::format("device {} ({}, {}) needs {} at ZeRO-{}", d, cluster.spec(d).name,
-                               FormatBytes(cluster.memory_bytes(d)),
-                               FormatBytes(DataParallelPeakBytes(mem, 1)), mem.zero_stage);
+        short_of = measured ? fmt::format("device {} ({}, {}) fits no sequence at ZeRO-{} (measured)", d,
+                                          cluster.spec(d).name, FormatBytes(cluster.memory_bytes(d)), mem.zero_stage)
+                            : fmt::format("device {} ({}, {}) needs {} at ZeRO-{}", d, cluster.spec(d).name,
+                                          FormatBytes(cluster.memory_bytes(d)),
+                                          FormatBytes(DataParallelPeakBytes(mem, 1)), mem.zero_stage);
     }
     if (short_of.empty()) break;
     raised += (raised.empty() ? "" : "; ") + short_of;
@@ -105,9 +112,11 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
   g.ministages = mem.zero_stage >= 2 ? SplitLayers(0, layers, layers) : std::vector<LayerRange>{{0, layers}};
   g.devices = out.allocation.devices;
   p.groups = {g};
+  std::string limits;
+  for (const auto& [type, note] : limits_note) limits += "; " + note;
   out.explain =
-      fmt::format("ZeRO-{}{}; {}", mem.zero_stage,
-                  raised.empty() ? "" : fmt::format(" (raised from ZeRO-{}: {})", request.zero_stage, raised),
+      fmt::format("ZeRO-{}{}{}; {}", mem.zero_stage,
+                  raised.empty() ? "" : fmt::format(" (raised from ZeRO-{}: {})", request.zero_stage, raised), limits,
                   out.allocation.explain);
   return out;
 }

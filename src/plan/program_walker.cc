@@ -42,6 +42,15 @@ Status ProgramWalker::Step(int i) {
   for (int j : done) MOTLEY_RETURN_IF_ERROR(FinishOp(j));
   for (int d : op.deps)
     if (in_flight_.count(d)) MOTLEY_RETURN_IF_ERROR(FinishOp(d));
+  // A rank's collectives run one at a time, in program order, as on the schedule's comm lane in
+  // the simulator: one waiting for its slowest member holds the next back (and what the next would
+  // allocate), instead of a rank with little to compute posting every reduction of its step at once.
+  if (IsCollective(op.kind)) {
+    std::vector<int> earlier;
+    for (int j : in_flight_)
+      if (IsCollective(program_.ops[j].kind)) earlier.push_back(j);
+    for (int j : earlier) MOTLEY_RETURN_IF_ERROR(FinishOp(j));
+  }
   MOTLEY_RETURN_IF_ERROR(FinishConflicts(i));
   for (const Buffer& b : op.reads)
     if (!held_.count(b) && !Contains(op.writes, b))

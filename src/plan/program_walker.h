@@ -5,7 +5,9 @@
 //   * the ops in flight that i depends on (Op::deps);
 //   * the ops in flight that i would race with on a buffer: one in flight writes (or frees) a
 //     buffer i reads or writes, or reads a buffer i writes or frees;
-//   * the ops in flight the runner reports done (so what they hold goes as soon as it can).
+//   * the ops in flight the runner reports done (so what they hold goes as soon as it can);
+//   * when i is a collective, the collectives in flight: a rank's collectives run one at a time, in
+//     program order, as the simulator runs its comm lane.
 // It keeps the set of buffers the rank holds: a step starts from Program::resident, an op may read
 // only what is held (or what it writes itself), its writes become held when it starts, its frees
 // go when it finishes; the step must end holding exactly Program::resident again. Any breach is

@@ -203,11 +203,11 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
           for (size_t i = 0; i < groups[g].size(); ++i) {
             double bytes = 0;
             if (request.offload && request.gradient_clipping) {
-              // Two ministages gathered; every ministage's shard, moments and gradient shard held
-              // from its backward visit until the updates after the global norm.
-              bytes += 2 * ms_params * state.params;
-              for (const auto& r : ranges[g])
-                bytes += StageParams(model, r) / tp / d * (state.params + state.optimizer + state.grads);
+              // Two ministages gathered; every ministage's gradient shard held from its backward
+              // visit until the updates after the global norm, which bring back the shard and
+              // moments of two ministages at a time (plan/lower_state.cc).
+              bytes += 2 * ms_params * state.params + 2 * ms_params / d * (state.params + state.optimizer);
+              for (const auto& r : ranges[g]) bytes += StageParams(model, r) / tp / d * state.grads;
             } else if (request.offload) {
               bytes += 2 * ms_params * state.params + 2 * ms_params / d * (state.params + state.optimizer);
             } else {  // ZeRO-2: full parameters stay, gradients and optimizer state sharded

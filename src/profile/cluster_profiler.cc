@@ -72,13 +72,13 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
     // What measured it is part of the key: a CPU's stand-in figures for a GPU type (an emulated or
     // CPU-only run, say on a cluster's login node sharing the home directory) are not the GPU's.
     const std::string key =
-        fmt::format("v8|{}|on-{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}|tp{}", type,
+        fmt::format("v9|{}|on-{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}|tp{}|dp{}|g{}", type,
                     ProfilingDevice().is_cuda() ? "cuda" : "cpu", model.hidden_size,
                     model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_size, model.vocab_size,
                     model.tie_embeddings, seq_len, PrecisionName(precision), memory_bytes,
                     fmt::join(options.layers.microbatches, ","), options.layers.repeats,
                     options.layers.max_microbatch_cap, fmt::join(layers.background_speed_factors, ","),
-                    fmt::join(layers.tp_degrees, ","));
+                    fmt::join(layers.tp_degrees, ","), cluster.num_devices(), cluster.emulated());
     const fs::path file =
         fs::path(ProfileCacheDir()) / fmt::format("profile-{:016x}.json", std::hash<std::string>{}(key));
     if (options.use_cache && fs::exists(file)) {
@@ -89,8 +89,10 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
         continue;
       }
     }
+    // Its limits for the whole model in data parallelism over every device of the cluster.
+    const ProfileMemoryContext context{cluster.num_devices(), cluster.emulated()};
     MOTLEY_ASSIGN_OR_RETURN(ProfileEntry entry, ProfileDeviceType(type, model, seq_len, precision, memory_bytes,
-                                                                  layers, options.progress));
+                                                                  layers, context, options.progress));
     Profile one;
     one.entries.push_back(entry);
     std::error_code ec;

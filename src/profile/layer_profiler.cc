@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "core/units.h"
+#include "profile/memory_probe.h"
 #include "runtime/train/adamw.h"
 #include "runtime/device/cuda_device.h"
 #include "runtime/model/llama_model.h"
@@ -123,107 +125,6 @@ class BackgroundLoad {
 
 }  // namespace
 
-namespace {
-
-// One training step of `microbatch` sequences on the profiling device (see TrainingStepFits): whether
-// it ran without running out of memory, and its peak memory above what was allocated before — the
-// ledger's on the CPU (held to `capacity_bytes`, 0 = no limit), the caching allocator's on a GPU.
-struct StepMemory {
-  bool ran = true;
-  int64_t peak_bytes = 0;
-};
-StepMemory TryTrainingStep(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t microbatch,
-                           int64_t capacity_bytes) {
-  const torch::Device d = ProfilingDevice();
-  MemoryLedger& ledger = MemoryLedger::Install();
-  const int64_t saved = ledger.capacity_bytes();
-  ledger.set_capacity_bytes(capacity_bytes > 0 ? ledger.used_bytes() + capacity_bytes : 0);
-  ledger.ResetPeak();
-  const int64_t ledger_base = ledger.used_bytes();
-  // On a GPU, the caching allocator's peak; should its statistics be unavailable, the step is
-  // judged by running out of memory alone.
-  int64_t device_base = -1;
-  if (d.is_cuda()) {
-    try {
-      ResetPeakDeviceMemory(d);
-      device_base = PeakDeviceMemoryBytes(d);  // what is allocated now
-    } catch (const c10::Error&) {
-      device_base = -1;
-    }
-  }
-  StepMemory out;
-  try {
-    LlamaModel m(model, 1);
-    m->set_precision(precision);
-    m->to(d);
-    std::vector<ParamShard> shards = WholeParameterShards(*m);
-    for (auto& s : shards) {
-      s.grad = torch::zeros_like(s.param);
-      s.exp_avg = torch::zeros_like(s.param);
-      s.exp_avg_sq = torch::zeros_like(s.param);
-    }
-    torch::Tensor tokens = torch::randint(model.vocab_size, {microbatch, seq_len + 1}, torch::kInt64).to(d);
-    torch::Tensor logits = m->forward(tokens.narrow(1, 0, seq_len), /*checkpoint_layers=*/true);
-    NextTokenLoss(logits, tokens.narrow(1, 1, seq_len)).backward();
-  } catch (const c10::OutOfMemoryError&) {
-    out.ran = false;
-  }
-  out.peak_bytes = device_base >= 0 ? PeakDeviceMemoryBytes(d) - device_base : ledger.peak_bytes() - ledger_base;
-  ledger.set_capacity_bytes(saved);
-  return out;
-}
-
-}  // namespace
-
-bool TrainingStepFits(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t microbatch,
-                      int64_t capacity_bytes) {
-  const StepMemory step = TryTrainingStep(model, seq_len, precision, microbatch, capacity_bytes);
-  return step.ran && (capacity_bytes <= 0 || step.peak_bytes <= capacity_bytes);
-}
-
-int64_t MaxMicrobatch(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t capacity_bytes,
-                      int64_t cap) {
-  if (!TrainingStepFits(model, seq_len, precision, 1, capacity_bytes)) return 0;
-  if (capacity_bytes <= 0) return cap;
-  // Estimate from one microbatch's memory: the static part plus a per-sequence growth.
-  auto peak_of = [&](int64_t mb) { return TryTrainingStep(model, seq_len, precision, mb, 0).peak_bytes; };
-  const int64_t one = peak_of(1), two = peak_of(2);
-  const int64_t per_sequence = std::max<int64_t>(1, two - one);
-  const int64_t fixed = std::max<int64_t>(0, one - per_sequence);
-  int64_t guess = std::clamp<int64_t>((capacity_bytes - fixed) / per_sequence, 1, cap);
-  // Bracket [fits, fails) around the guess by doubling, then binary-search.
-  int64_t lo = 1, hi = cap + 1;
-  if (TrainingStepFits(model, seq_len, precision, guess, capacity_bytes)) {
-    lo = guess;
-    for (int64_t step = 1; lo < cap;) {
-      const int64_t next = std::min(cap, lo + step);
-      if (!TrainingStepFits(model, seq_len, precision, next, capacity_bytes)) {
-        hi = next;
-        break;
-      }
-      lo = next;
-      step *= 2;
-    }
-    if (lo == cap) return cap;
-  } else {
-    hi = guess;
-    for (int64_t step = 1; hi > 1;) {
-      const int64_t next = std::max<int64_t>(1, hi - step);
-      if (TrainingStepFits(model, seq_len, precision, next, capacity_bytes)) {
-        lo = next;
-        break;
-      }
-      hi = next;
-      step *= 2;
-    }
-  }
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (TrainingStepFits(model, seq_len, precision, mid, capacity_bytes) ? lo : hi) = mid;
-  }
-  return lo;
-}
-
 c10::Device ProfilingDevice() {
   if (!torch::cuda::is_available()) return torch::Device(torch::kCPU);
   return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice();  // a launched rank's own
@@ -231,6 +132,7 @@ c10::Device ProfilingDevice() {
 
 Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const ModelSpec& model, int64_t seq_len,
                                        Precision precision, int64_t memory_bytes, const LayerProfilerConfig& config,
+                                       const ProfileMemoryContext& memory,
                                        const std::function<void(const std::string&)>& progress) {
   auto say = [&](const std::string& s) {
     if (progress) progress(s);
@@ -242,20 +144,43 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
   e.seq_len = seq_len;
   e.precision = precision;
   e.backward_includes_recompute = true;
-  say(fmt::format("{}: largest microbatch that fits in {} MiB", device_type, memory_bytes >> 20));
-  e.max_microbatch = MaxMicrobatch(model, seq_len, precision, memory_bytes, config.max_microbatch_cap);
+  // Measured limits: the least any plan needs (the pieces alone), then the whole model's
+  // data-parallel step at each ZeRO stage over the cluster's devices (memory_probe.h).
+  say(fmt::format("{}: largest microbatch of one layer that fits in {} MiB", device_type, memory_bytes >> 20));
+  MemoryProbe probe{&model, seq_len, precision, 0, memory.dp_degree, memory.gloo_reduce_scatter, true};
+  e.max_microbatch = ProbeMaxMicrobatch(probe, memory_bytes, config.max_microbatch_cap);
   if (e.max_microbatch == 0)
-    return Status::OutOfMemory(fmt::format("{}: not even one sequence of {} tokens of {} fits in its memory",
-                                           device_type, seq_len, model.name));
+    return Status::OutOfMemory(fmt::format(
+        "{}: not even one sequence of {} tokens through one layer of {} (with the embedding, the head and "
+        "their training state) fits in its {} of memory; shorten the sequences or use a device with more memory",
+        device_type, seq_len, model.name, FormatBytes(static_cast<double>(memory_bytes))));
+  if (memory.dp_degree > 0) {
+    MeasuredLimits limits;
+    limits.dp_degree = memory.dp_degree;
+    limits.num_layers = model.num_layers;
+    limits.total_params = static_cast<double>(TotalParams(model));
+    limits.capacity_bytes = memory_bytes;
+    probe.pieces_only = false;
+    for (int z = 0; z < 4; ++z) {
+      say(fmt::format("{}: largest microbatch of the whole model at ZeRO-{} over {} devices", device_type, z,
+                      memory.dp_degree));
+      probe.zero_stage = z;
+      limits.max_microbatch_by_zero[z] = ProbeMaxMicrobatch(probe, memory_bytes, config.max_microbatch_cap);
+    }
+    e.limits = limits;
+  }
 
   const torch::Device d = ProfilingDevice();
   RankLikeThreads threads(d);
-  LlamaModel m(model, 1);
+  // The pieces only (the embedding, one layer, the head): a model larger than the device is
+  // profiled as well as a small one.
+  ModelSpec pieces = model;
+  pieces.num_layers = 1;
+  LlamaModel m(pieces, 1);
   m->set_precision(precision);
   m->to(d);
   const torch::Dtype act = ActivationDtype(precision);
-  const ModelSlice layer{false, 0, 1, false}, head{false, static_cast<int>(model.num_layers),
-                                                   static_cast<int>(model.num_layers), true};
+  const ModelSlice layer{false, 0, 1, false}, head{false, 1, 1, true};
   std::vector<torch::Tensor> layer_params, head_params;
   for (auto& p : m->named_parameters()) {
     if (p.key().rfind("model.layers.0.", 0) == 0) layer_params.push_back(p.value());
@@ -277,7 +202,7 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
     if (tp < 2 || !CheckTensorParallelDegree(model, tp).ok()) continue;
     TpLayer t;
     t.tp = tp;
-    t.model = LlamaModel(model, 1);
+    t.model = LlamaModel(pieces, 1);
     t.model->set_precision(precision);
     torch::NoGradGuard no_grad;
     for (auto& p : t.model->named_parameters()) {
@@ -347,7 +272,7 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
     // The other ranks' load: each runs its own copy of the layer's forward and backward.
     std::optional<BackgroundLoad> load;
     if (d.is_cpu() && !config.background_speed_factors.empty()) {
-      auto other = std::make_shared<LlamaModel>(model, 2);
+      auto other = std::make_shared<LlamaModel>(pieces, 2);
       const torch::Tensor ox = torch::randn({mb, seq_len, model.hidden_size}, torch::TensorOptions().dtype(act));
       load.emplace(config.background_speed_factors, [other, ox, layer] {
         torch::Tensor leaf = ox.detach().requires_grad_(true);

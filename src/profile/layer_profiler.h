@@ -2,8 +2,9 @@
 // forward and backward time of one decoder layer and of the head (final norm, LM head, loss) at
 // several microbatch sizes, exactly as the executor runs them (forward without a graph; backward
 // recomputes the forward from the layer's input), and the largest microbatch that fits in the
-// device's memory (Poplar, Algorithm 1: estimate from one run's memory growth, then grow
-// exponentially and binary-search with out-of-memory detection).
+// device's memory — of one layer with the embedding and the head, and of the whole model's
+// data-parallel step at each ZeRO stage (memory_probe.h: Poplar's Algorithm 1, without ever
+// holding the whole model).
 //
 // On CPU (emulated devices) the measurement is of this machine with one torch and one BLAS thread,
 // as a rank under `motley launch` runs, in CPU time (what the emulation paces by), optionally
@@ -38,25 +39,23 @@ struct LayerProfilerConfig {
   std::vector<int> tp_degrees = {2, 4, 8};
 };
 
-/// What fits: the whole model trained in data parallelism on one device (ZeRO-0: parameters,
-/// gradients, AdamW state and one microbatch's activations with layer checkpointing).
-/// Returns whether `microbatch` sequences fit in `capacity_bytes` (0 = no limit): of the ledger on
-/// the CPU; on a GPU, the step must not run out of the GPU's memory and its peak (the caching
-/// allocator's) must stay within `capacity_bytes` — a GPU standing in for a smaller one is held to
-/// the smaller one's memory.
-bool TrainingStepFits(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t microbatch,
-                      int64_t capacity_bytes);
-
-/// The largest microbatch that fits (0 if not even one), by Algorithm 1, at most `cap`.
-int64_t MaxMicrobatch(const ModelSpec& model, int64_t seq_len, Precision precision, int64_t capacity_bytes,
-                      int64_t cap);
+/// Where the device type is used, for its measured memory limits (memory_probe.h): the
+/// data-parallel degree of the whole cluster and whether its collectives run over Gloo.
+/// dp_degree 0: measure the pieces' limit only.
+struct ProfileMemoryContext {
+  int dp_degree = 0;
+  bool gloo_reduce_scatter = false;
+};
 
 /// The device ProfileDeviceType measures on: the calling thread's current GPU, else the CPU.
 c10::Device ProfilingDevice();
 
 /// Measures a device type on ProfilingDevice(). `progress` is told what is being measured.
+/// Only the embedding, one decoder layer and the head are built, so any model whose single layer
+/// fits can be profiled; the memory limits come from memory_probe.h.
 Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const ModelSpec& model, int64_t seq_len,
                                        Precision precision, int64_t memory_bytes, const LayerProfilerConfig& config,
+                                       const ProfileMemoryContext& memory = {},
                                        const std::function<void(const std::string&)>& progress = {});
 
 }  // namespace motley

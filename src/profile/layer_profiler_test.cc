@@ -9,24 +9,29 @@
 
 #include "core/cluster_parse.h"
 #include "profile/cluster_profiler.h"
+#include "plan/memory_model.h"
+#include "profile/memory_probe.h"
 
 namespace motley {
 namespace {
 
 const ModelSpec& Tiny() { return *FindModelPreset("llama-tiny"); }
 
-TEST(LayerProfiler, TheLargestMicrobatchIsExactlyTheLedgersLimit) {
-  for (int64_t capacity : {int64_t{3} << 20, int64_t{5} << 20, int64_t{9} << 20}) {
-    SCOPED_TRACE(capacity);
-    const int64_t m = MaxMicrobatch(Tiny(), 32, Precision::kFp32, capacity, 1000);
-    ASSERT_GT(m, 1);
-    ASSERT_LT(m, 1000);
-    EXPECT_TRUE(TrainingStepFits(Tiny(), 32, Precision::kFp32, m, capacity));
-    EXPECT_FALSE(TrainingStepFits(Tiny(), 32, Precision::kFp32, m + 1, capacity));
+TEST(MemoryProbe, TheLargestMicrobatchIsExactlyTheLedgersLimit) {
+  for (int zero : {0, 2, 3}) {
+    const MemoryProbe probe{&Tiny(), 32, Precision::kFp32, zero, 2, true, false};
+    for (int64_t capacity : {int64_t{3} << 20, int64_t{5} << 20, int64_t{9} << 20}) {
+      SCOPED_TRACE(::testing::Message() << "ZeRO-" << zero << ", " << capacity << " bytes");
+      const int64_t m = ProbeMaxMicrobatch(probe, capacity, 1000);
+      ASSERT_GT(m, 1);
+      ASSERT_LT(m, 1000);
+      EXPECT_TRUE(ProbeFits(probe, m, capacity));
+      EXPECT_FALSE(ProbeFits(probe, m + 1, capacity));
+    }
+    // Nothing fits in a few bytes; the cap bounds an unlimited device.
+    EXPECT_EQ(ProbeMaxMicrobatch(probe, 1024, 1000), 0);
+    EXPECT_EQ(ProbeMaxMicrobatch(probe, 0, 64), 64);
   }
-  // Nothing fits in a few bytes; the cap bounds an unlimited device.
-  EXPECT_EQ(MaxMicrobatch(Tiny(), 32, Precision::kFp32, 1024, 1000), 0);
-  EXPECT_EQ(MaxMicrobatch(Tiny(), 32, Precision::kFp32, 0, 64), 64);
 }
 
 TEST(LayerProfiler, MeasuresLayerAndHeadTimesAtEveryMicrobatch) {
@@ -67,6 +72,47 @@ TEST(LayerProfiler, MeasuresLayerAndHeadTimesAtEveryMicrobatch) {
   ASSERT_TRUE(back.ok()) << back.status().message();
   ASSERT_NE(back->Find("emu-cpu", Tiny(), 32, Precision::kFp32), nullptr);
   EXPECT_NEAR(*back->entries[0].HeadForwardS(4), e->head_points[1].forward_ms * 1e-3, 1e-12);
+}
+
+TEST(LayerProfiler, ProfilesAModelLargerThanTheDevice) {
+  // ~26M parameters: 16 bytes of fp32 training state each (420 MB) on a 128 MiB device.
+  ModelSpec big = Tiny();
+  big.name = "llama-26m";
+  big.hidden_size = 512;
+  big.num_heads = 8;
+  big.num_kv_heads = 4;
+  big.ffn_size = 1536;
+  big.num_layers = 8;
+  big.vocab_size = 256;
+  const int64_t capacity = int64_t{128} << 20;
+  ASSERT_GT(16.0 * static_cast<double>(TotalParams(big)), 3.0 * static_cast<double>(capacity));
+  LayerProfilerConfig c;
+  c.microbatches = {1, 2};
+  c.repeats = 1;
+  c.tp_degrees = {};
+  c.max_microbatch_cap = 64;
+  Result<ProfileEntry> e = ProfileDeviceType("emu-cpu", big, 32, Precision::kFp32, capacity, c, {8, true});
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ(e->points.size(), 2u);
+  EXPECT_GT(e->max_microbatch, 2);  // one layer with the embedding and the head
+  ASSERT_TRUE(e->limits.has_value());
+  EXPECT_EQ(e->limits->dp_degree, 8);
+  EXPECT_EQ(e->limits->max_microbatch_by_zero[0], 0);  // the whole state does not fit
+  EXPECT_GT(e->limits->max_microbatch_by_zero[3], 0);  // an eighth of it does
+  // What the probe measures agrees with the memory model (the step's peak, at every stage).
+  for (int z = 0; z < 4; ++z) {
+    for (int64_t mb : {1, 2}) {
+      const MemoryProbe probe{&big, 32, Precision::kFp32, z, 8, true, false};
+      const double measured = static_cast<double>(RunMemoryProbe(probe, mb, 0).peak_bytes);
+      const double modelled = DataParallelPeakBytes(PerLayerDataParallel(big, Precision::kFp32, z, 8, 32, true, true), mb);
+      EXPECT_NEAR(modelled / measured, 1.0, 0.15) << "ZeRO-" << z << ", " << mb << " sequences: measured "
+                                                  << measured / 1048576 << " MiB, model " << modelled / 1048576;
+    }
+  }
+  // A device that cannot hold one layer is a clear error naming the fix.
+  Result<ProfileEntry> none = ProfileDeviceType("emu-cpu", big, 32, Precision::kFp32, 4 << 20, c, {8, true});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("through one layer"), std::string::npos) << none.status().message();
 }
 
 TEST(ClusterProfiler, MeasuresEachTypeOnceAndReusesTheCache) {

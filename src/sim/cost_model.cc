@@ -45,6 +45,17 @@ Link CostModel::LinkBetween(int a, int b) const {
 
 const ProfileEntry* CostModel::Entry(int device) const { return entry_by_device_[device]; }
 
+std::optional<int64_t> CostModel::MeasuredMaxMicrobatch(int device, int zero_stage, int dp_degree) const {
+  const ProfileEntry* e = Entry(device);
+  if (e == nullptr || !e->limits || zero_stage < 0 || zero_stage > 3) return std::nullopt;
+  const MeasuredLimits& l = *e->limits;
+  if (l.dp_degree != dp_degree || l.num_layers != model_.num_layers ||
+      l.total_params != static_cast<double>(TotalParams(model_)) ||
+      l.capacity_bytes != static_cast<int64_t>(cluster_.memory_bytes(device)))
+    return std::nullopt;
+  return l.max_microbatch_by_zero[zero_stage];
+}
+
 std::string CostModel::ComputeSource(int device) const { return Entry(device) ? "profile" : "roofline"; }
 
 double CostModel::PeakFlops(int device) const {

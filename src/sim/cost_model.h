@@ -39,6 +39,9 @@ class CostModel : public PlannerCosts {
   double TransferS(int from, int to, double bytes) const override;
   /// A ring collective over `devices` (ring order), bounded by its slowest link.
   double CollectiveS(OpKind kind, const std::vector<int>& devices, double bytes) const override;
+  /// The profile's measured limit (sim/profile.h MeasuredLimits) when it was measured for this
+  /// model, degree and the device's memory.
+  std::optional<int64_t> MeasuredMaxMicrobatch(int device, int zero_stage, int dp_degree) const override;
   /// Dense peak FLOP/s of a device in the training precision.
   double PeakFlops(int device) const;
   /// Whether a device's compute times come from the profile ("profile") or the roofline.

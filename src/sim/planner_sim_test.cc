@@ -135,6 +135,49 @@ count = 4
   EXPECT_NE(none.status().message().find("no ZeRO stage fits a microbatch of 1 sequence"), std::string::npos);
 }
 
+TEST(PoplarPlanner, UsesTheProfilesMeasuredLimitsAndSaysWhereTheyDifferFromTheMemoryModel) {
+  Cluster cluster = LoadCluster("local-emulated").value();  // devices 2 and 3 have 512 MiB, 0 and 1 have 1 GiB
+  ModelSpec m = *FindModelPreset("llama-1m");
+  Profile profile;
+  ProfileEntry e;
+  e.device_type = cluster.spec(2).name;
+  e.hidden_size = m.hidden_size;
+  e.seq_len = 128;
+  e.precision = Precision::kFp32;
+  e.points = {{1, 1.0, 3.0}, {8, 6.0, 18.0}};
+  MeasuredLimits limits;
+  limits.dp_degree = 4;
+  limits.num_layers = m.num_layers;
+  limits.total_params = static_cast<double>(TotalParams(m));
+  limits.capacity_bytes = static_cast<int64_t>(cluster.memory_bytes(2));
+  // As if the allocator fitted no sequence below ZeRO-2 and 3 from ZeRO-2 (the model says ~200).
+  limits.max_microbatch_by_zero = {0, 0, 3, 3};
+  e.limits = limits;
+  profile.entries.push_back(e);
+  CostModel costs(cluster, m, &profile, 128, Precision::kFp32, true);
+  EXPECT_EQ(costs.MeasuredMaxMicrobatch(2, 2, 4), 3);
+  EXPECT_EQ(costs.MeasuredMaxMicrobatch(0, 2, 4), std::nullopt);  // measured for 512 MiB, not 1 GiB
+  EXPECT_EQ(costs.MeasuredMaxMicrobatch(2, 2, 3), std::nullopt);  // for 4 devices, not 3
+  PoplarRequest req;
+  req.global_batch_sequences = 32;
+  req.seq_len = 128;
+  req.precision = Precision::kFp32;
+  req.zero_stage = 0;
+  PoplarPlan pp = PlanPoplar(cluster, m, costs, req).value();
+  EXPECT_EQ(pp.plan.zero_stage, 2) << pp.explain;
+  EXPECT_NE(pp.explain.find("fits no sequence at ZeRO-0 (measured)"), std::string::npos) << pp.explain;
+  EXPECT_NE(pp.explain.find("at most 3 sequences a microbatch (measured; the memory model says"), std::string::npos)
+      << pp.explain;
+  EXPECT_EQ(pp.max_microbatch[2], 3);
+  EXPECT_GT(pp.max_microbatch[0], 3);  // the memory model's, for the 1 GiB devices
+  for (const DevicePlan& d : pp.plan.groups[0].devices) {
+    if (d.device >= 2) {
+      EXPECT_LE(d.microbatch_size, 3) << pp.explain;
+    }
+  }
+  EXPECT_EQ(pp.plan.global_batch_sequences(), 32);
+}
+
 }  // namespace
 }  // namespace motley
 

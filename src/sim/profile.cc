@@ -111,6 +111,21 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
       entry.backward_includes_recompute = e.value("backward_includes_recompute", true);
       entry.max_microbatch = e.value("max_microbatch", int64_t{0});
       entry.optimizer_ms_per_mparam = e.value("optimizer_ms_per_mparam", 0.0);
+      if (e.contains("limits")) {
+        const auto& l = e.at("limits");
+        MeasuredLimits limits;
+        limits.dp_degree = l.at("dp_degree").get<int>();
+        limits.num_layers = l.at("num_layers").get<int64_t>();
+        limits.total_params = l.at("total_params").get<double>();
+        limits.capacity_bytes = l.at("capacity_bytes").get<int64_t>();
+        const auto by_zero = l.at("max_microbatch_by_zero").get<std::vector<int64_t>>();
+        if (by_zero.size() != 4 || limits.dp_degree < 1)
+          return bad(fmt::format("entry for {}: \"limits\" needs dp_degree >= 1 and max_microbatch_by_zero with "
+                                 "4 values (ZeRO-0 to 3)",
+                                 entry.device_type));
+        for (size_t z = 0; z < 4; ++z) limits.max_microbatch_by_zero[z] = by_zero[z];
+        entry.limits = limits;
+      }
       for (const char* key : {"points", "head_points"}) {
         std::vector<ProfilePoint>& list = std::string(key) == "points" ? entry.points : entry.head_points;
         for (const auto& pt : e.value(key, nlohmann::json::array())) {
@@ -186,6 +201,12 @@ nlohmann::json ProfileToJson(const Profile& profile) {
                             {"points", points},
                             {"max_microbatch", e.max_microbatch}};
     if (e.optimizer_ms_per_mparam > 0) entry["optimizer_ms_per_mparam"] = e.optimizer_ms_per_mparam;
+    if (e.limits)
+      entry["limits"] = {{"dp_degree", e.limits->dp_degree},
+                         {"num_layers", e.limits->num_layers},
+                         {"total_params", e.limits->total_params},
+                         {"capacity_bytes", e.limits->capacity_bytes},
+                         {"max_microbatch_by_zero", e.limits->max_microbatch_by_zero}};
     if (!e.head_points.empty()) {
       nlohmann::json head = nlohmann::json::array();
       for (const auto& pt : e.head_points)

@@ -8,7 +8,9 @@
 //                 "points": [{"microbatch": 1, "forward_ms": 2.54, "backward_ms": 7.42}, ...],
 //                 "fit": {"forward": [slope_ms, intercept_ms], "backward": [slope_ms, intercept_ms]},
 //                 "head_points": [{"microbatch": 1, "forward_ms": 0.9, "backward_ms": 2.1}, ...],
-//                 "max_microbatch": 12}],
+//                 "max_microbatch": 12,
+//                 "limits": {"dp_degree": 4, "num_layers": 32, "total_params": 6.7e9,
+//                            "capacity_bytes": 85899345920, "max_microbatch_by_zero": [0, 0, 3, 9]}}],
 //    "links": [{"between": ["node-a", "node-b"], "bandwidth_bytes_per_s": 5e9, "latency_s": 2e-5}]}
 // Measured links replace the cluster file's figures between those two nodes in the cost model.
 // Times are of ONE decoder layer. Between measured points a time is interpolated linearly (which is
@@ -16,6 +18,7 @@
 // the last two points.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -41,6 +44,18 @@ struct LinearFit {
   double at(double x) const { return slope_ms * x + intercept_ms; }
 };
 
+/// The largest microbatch of the whole model's data-parallel training step (checkpointed; one
+/// ministage per layer at ZeRO-2/3) that fits on one device of the type, by ZeRO stage, measured by
+/// the profiler (profile/memory_probe.h) for this data-parallel degree, model and capacity
+/// ("limits"; 0 = not even one sequence fits at that stage).
+struct MeasuredLimits {
+  int dp_degree = 0;
+  int64_t num_layers = 0;
+  double total_params = 0;
+  int64_t capacity_bytes = 0;
+  std::array<int64_t, 4> max_microbatch_by_zero{};
+};
+
 struct ProfileEntry {
   std::string device_type;  // catalog name
   std::string model;        // for people; matching uses the shape (hidden size) below
@@ -57,7 +72,10 @@ struct ProfileEntry {
   /// without them a layer's time is divided by the degree).
   std::map<int, std::vector<ProfilePoint>> tp_points;
   std::optional<LinearFit> forward_fit, backward_fit;
-  int64_t max_microbatch = 0;  // 0 = unknown
+  /// The largest microbatch one layer with the embedding and the head trains with on the device
+  /// (the least any plan needs); 0 = unknown.
+  int64_t max_microbatch = 0;
+  std::optional<MeasuredLimits> limits;
   /// AdamW's update, per million parameters of the shard ("optimizer_ms_per_mparam"; 0 = not
   /// measured: costed from the device's memory bandwidth).
   double optimizer_ms_per_mparam = 0;

@@ -703,7 +703,7 @@ TEST(DistributedTrain, TrainOnAClusterMeasuresPlansLaunchesAndComparesWithThePre
   CliRun r = RunCommandLine(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "3 devices in cpu3: measure, plan, then launch one rank per device");
-  EXPECT_CONTAINS(r.output, "profile: cpu: largest microbatch that fits in 512 MiB");
+  EXPECT_CONTAINS(r.output, "profile: cpu: largest microbatch of one layer that fits in 512 MiB");
   EXPECT_CONTAINS(r.output, "plan: poplar");
   EXPECT_CONTAINS(r.output, "why: ZeRO-");  // the stage and the allocation's reasoning
   EXPECT_CONTAINS(r.output, "(device:microbatches x sequences)");

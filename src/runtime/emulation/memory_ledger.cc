@@ -12,7 +12,7 @@
 namespace motley {
 namespace {
 
-// Each allocation carries its size in a 64-byte header before the data (which keeps libtorch's
+// Each allocation carries its size, and whether the ledger counts it, in a 64-byte header before the data (which keeps libtorch's
 // 64-byte alignment). The data pointer is its own deleter context, as raw_allocate() requires (some
 // kernels, e.g. bf16 ones, allocate through it).
 constexpr size_t kHeader = 64;
@@ -32,15 +32,17 @@ class LedgerAllocator final : public c10::Allocator {
 
   c10::DataPtr allocate(size_t n) MOTLEY_ALLOCATE_CONST override {
     const auto bytes = static_cast<int64_t>(n);
-    if (!ledger_->Reserve(bytes))
+    const bool counted = !HostMemoryScope::active();
+    if (counted && !ledger_->Reserve(bytes))
       throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, ledger_->OutOfMemoryMessage(bytes));
     void* base = nullptr;
     if (posix_memalign(&base, kHeader, n + kHeader) != 0) {
-      ledger_->Release(bytes);
+      if (counted) ledger_->Release(bytes);
       throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__},
                                   "out of host memory: cannot allocate " + FormatBytes(static_cast<double>(n)));
     }
-    *static_cast<size_t*>(base) = n;
+    static_cast<size_t*>(base)[0] = n;
+    static_cast<size_t*>(base)[1] = counted ? 1 : 0;
     void* data = static_cast<char*>(base) + kHeader;
     return {data, data, &Free, c10::Device(c10::DeviceType::CPU)};
   }
@@ -53,13 +55,19 @@ class LedgerAllocator final : public c10::Allocator {
   static void Free(void* data) {
     if (data == nullptr) return;
     void* base = static_cast<char*>(data) - kHeader;
-    ledger_->Release(static_cast<int64_t>(*static_cast<size_t*>(base)));
+    if (static_cast<size_t*>(base)[1] != 0) ledger_->Release(static_cast<int64_t>(static_cast<size_t*>(base)[0]));
     std::free(base);
   }
   static inline MemoryLedger* ledger_ = nullptr;
 };
 
+thread_local int host_scopes = 0;
+
 }  // namespace
+
+HostMemoryScope::HostMemoryScope() { ++host_scopes; }
+HostMemoryScope::~HostMemoryScope() { --host_scopes; }
+bool HostMemoryScope::active() { return host_scopes > 0; }
 
 MemoryLedger& MemoryLedger::Install() {
   static MemoryLedger* ledger = [] {

@@ -42,6 +42,19 @@ class MemoryLedger {
   std::string owner_ = "this process";
 };
 
+/// While one is alive on a thread, the tensors that thread allocates are host memory, outside the
+/// ledger (and stay outside it when freed): the whole model gathered onto a rank for validation or
+/// a checkpoint, as a GPU rank gathers it to the CPU. Nests.
+class HostMemoryScope {
+ public:
+  HostMemoryScope();
+  ~HostMemoryScope();
+  HostMemoryScope(const HostMemoryScope&) = delete;
+  HostMemoryScope& operator=(const HostMemoryScope&) = delete;
+  /// Whether the calling thread is in one.
+  static bool active();
+};
+
 /// A CPU tensor outside the ledger: host memory of an emulated device (pinned when CUDA is in use),
 /// holding a copy of `src`.
 torch::Tensor HostCopy(const torch::Tensor& src);

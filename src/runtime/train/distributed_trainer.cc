@@ -289,6 +289,7 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
 
 Status PlannedRun::Validate(int64_t step) {
   if (val_sequences_ <= 0 || !options_.validate) return Status::Ok();
+  HostMemoryScope host;  // the gathered model is host memory, not the (emulated) device's
   MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor_->GatherFullState());
   if (lead_) {
     AssembledModel a = Assemble(job_.model, job_.training.precision, full);
@@ -304,6 +305,7 @@ Status PlannedRun::Validate(int64_t step) {
 }
 
 Status PlannedRun::Checkpoint() {
+  HostMemoryScope host;  // the gathered model is host memory, not the (emulated) device's
   MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor_->GatherFullState());
   if (lead_) {
     AssembledModel a = Assemble(job_.model, job_.training.precision, full);
@@ -455,7 +457,9 @@ Result<TrainSummary> PlannedRun::Finish() {
 
 }  // namespace
 
-Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
+namespace {
+
+Result<TrainSummary> RunToTheEnd(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<PlannedRun> run, PlannedRun::Start(job, options, observer));
   if (run->step() == 0) MOTLEY_RETURN_IF_ERROR(run->Validate(0));
   while (!run->done()) {
@@ -465,6 +469,20 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   }
   if (options.checkpoint_at_end && run->steps_run() > 0) MOTLEY_RETURN_IF_ERROR(run->Checkpoint());
   return run->Finish();
+}
+
+}  // namespace
+
+Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
+  // A step's out-of-memory is a Status already (the executor's); one outside a step (setting up,
+  // validating, checkpointing) is named here rather than ending the process.
+  try {
+    return RunToTheEnd(job, options, observer);
+  } catch (const c10::OutOfMemoryError& e) {
+    return Status::OutOfMemory(fmt::format("{} (outside a training step: setting up, validating or checkpointing); "
+                                           "plan with more memory headroom or fewer sequences a microbatch",
+                                           e.what_without_backtrace()));
+  }
 }
 
 }  // namespace motley
