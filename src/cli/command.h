@@ -12,6 +12,8 @@ namespace motley::cli {
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;  // the command ran and found a problem (invalid file, OOM plan)
 constexpr int kExitUsage = 2;    // the command line itself is wrong
+/// A rank stopped because another failed or died (its watchdog: runtime/comm/communicator.cc).
+constexpr int kExitPeerFailed = 3;
 
 struct Command {
   std::string_view name;

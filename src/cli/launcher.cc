@@ -1,4 +1,5 @@
 #include "cli/launcher.h"
+#include "cli/command.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -102,6 +103,7 @@ int Launch(const LaunchOptions& o) {
 
   std::optional<Clock::time_point> failed_at, terminated_at;
   int first_failure = -1;
+  std::vector<int> failed_order;  // ranks in the order they failed
   auto signal_all = [&](int sig) {
     for (const Rank& rk : ranks)
       if (!rk.status) ::kill(rk.pid, sig);
@@ -139,6 +141,7 @@ int Launch(const LaunchOptions& o) {
       int status = 0;
       if (::waitpid(rk.pid, &status, WNOHANG) == rk.pid) {
         rk.status = status;
+        if (Failed(status)) failed_order.push_back(r);
         if (Failed(status) && first_failure < 0) {
           first_failure = r;
           failed_at = Clock::now();
@@ -170,8 +173,17 @@ int Launch(const LaunchOptions& o) {
       signal_all(SIGKILL);
   }
   if (first_failure >= 0) {
-    if (first_failure < o.nproc)
-      fmt::print(stderr, "motley launch: failed: rank {} {}\n", first_failure, Describe(*ranks[first_failure].status));
+    // The rank to blame: the first to fail of its own accord, not one that stopped because another
+    // failed (exit code kExitPeerFailed) — such a rank may exit first.
+    int blame = first_failure;
+    for (int r : failed_order) {
+      const int st = *ranks[r].status;
+      if (!(WIFEXITED(st) && WEXITSTATUS(st) == kExitPeerFailed)) {
+        blame = r;
+        break;
+      }
+    }
+    if (blame < o.nproc) fmt::print(stderr, "motley launch: failed: rank {} {}\n", blame, Describe(*ranks[blame].status));
     return 1;
   }
   return 0;

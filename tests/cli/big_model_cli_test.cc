@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/cli_helpers.h"
+#include "core/file_io.h"
 
 namespace {
 
@@ -110,6 +111,38 @@ strategy = "auto"
     ++ranks;
   }
   EXPECT_EQ(ranks, 4) << r.output;
+}
+
+}  // namespace
+
+namespace {
+
+using namespace motley_test;
+
+// A plan that overflows one device (#23): the rank out of memory says so, and every other rank stops
+// at once naming it and its error — not at a collective's timeout, blaming the network.
+TEST(BigModel, ARankOutOfMemoryStopsTheOthersNamingIt) {
+  TempDir dir;
+  std::string cluster = motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/clusters/local-emulated.toml").value();
+  for (const std::string memory : {"memory = \"1GiB\"", "memory = \"512MiB\""})
+    cluster.replace(cluster.find(memory), memory.size(), "memory = \"48MiB\"");
+  dir.Write("c.toml", cluster);
+  std::string plan = motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-even-dp.toml").value();
+  plan.replace(plan.find("cluster = \"local-emulated\""), 26, "cluster = \"c.toml\"");
+  plan.replace(plan.find("microbatch_size = [2, 2, 2, 2]"), 30, "microbatch_size = [26, 2, 2, 2]");
+  plan.replace(plan.find("num_microbatches = [4, 4, 4, 4]"), 31, "num_microbatches = [1, 4, 4, 4]");
+  dir.Write("p.toml", plan);
+  std::string job = motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/jobs/default.toml").value();
+  job.replace(job.find("cluster = \"local-emulated\""), 26, "cluster = \"c.toml\"");
+  job.replace(job.find("global_batch_sequences = 32"), 27, "global_batch_sequences = 50");
+  dir.Write("job.toml", job);
+  CliRun r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train " + dir.Join("job.toml") + " --plan " +
+                    dir.Join("p.toml") + " --steps 2 --no-checkpoint --no-validation");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "rank 0: out of memory on rank 0");
+  EXPECT_CONTAINS(r.output, "rank 0 failed first: out of memory on rank 0");
+  EXPECT_CONTAINS(r.output, "motley launch: failed: rank 0 exited with code 1");
+  EXPECT_EQ(r.output.find("every rank still beats"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -59,6 +59,15 @@ c10::intrusive_ptr<CommBackend> MakeGloo(const c10::intrusive_ptr<c10d::Store>& 
 
 std::string HeartbeatKey(int rank) { return fmt::format("motley/heartbeat/{}", rank); }
 std::string DoneKey(int rank) { return fmt::format("motley/done/{}", rank); }
+std::string FailuresKey() { return "motley/failures"; }  // how many ranks reported one
+std::string FailureKey(int64_t n) { return fmt::format("motley/failure/{}", n); }  // the n-th, from 1
+
+// The first failure a rank reported, as "rank R failed first: its error" ("" if none yet).
+std::string ReportedFailure(c10d::Store& store) {
+  if (store.add(FailuresKey(), 0) == 0 || !store.check({FailureKey(1)})) return "";
+  const std::vector<uint8_t> v = store.get(FailureKey(1));
+  return std::string(v.begin(), v.end());
+}
 
 }  // namespace
 
@@ -163,6 +172,11 @@ void Communicator::Watch() {
   while (!stop_) {
     try {
       watch_store_->add(HeartbeatKey(rv_.rank), 1);
+      if (const std::string failed = reported_ ? "" : ReportedFailure(*watch_store_); !failed.empty()) {
+        fmt::print(stderr, "motley: rank {}: {}; exiting\n", rv_.rank, failed);
+        std::fflush(stderr);
+        std::_Exit(3);  // kExitPeerFailed (cli/command.h): the launcher blames the rank that failed
+      }
       for (int r = 0; r < rv_.world_size; ++r) {
         if (r == rv_.rank || watch_store_->add(DoneKey(r), 0) > 0) continue;
         const int64_t beat = watch_store_->add(HeartbeatKey(r), 0);
@@ -191,9 +205,24 @@ void Communicator::Watch() {
   }
 }
 
+void Communicator::ReportFailure(const std::string& why) {
+  if (!store_ || rv_.world_size == 1) return;
+  try {
+    // The error without its own "rank R: " (the report names the rank).
+    std::string error = why.substr(0, 2000);
+    if (const std::string own = fmt::format("rank {}: ", rv_.rank); error.rfind(own, 0) == 0) error = error.substr(own.size());
+    const std::string text = fmt::format("rank {} failed first: {}", rv_.rank, error);
+    reported_ = true;  // this rank's watchdog leaves it to end by itself
+    const int64_t n = store_->add(FailuresKey(), 1);
+    store_->set(FailureKey(n), std::vector<uint8_t>(text.begin(), text.end()));
+  } catch (const std::exception&) {
+  }
+}
+
 std::string Communicator::DiagnoseFailure() {
   if (!store_ || rv_.world_size == 1) return "no other rank";
   try {
+    if (std::string failed = ReportedFailure(*store_); !failed.empty()) return failed;
     std::map<int, int64_t> before;
     for (int r = 0; r < rv_.world_size; ++r) before[r] = store_->add(HeartbeatKey(r), 0);
     std::this_thread::sleep_for(Ms(std::min(config_.heartbeat_timeout_s, 3 * config_.heartbeat_interval_s + 0.5)));

@@ -8,7 +8,8 @@
 //
 // A watchdog thread beats a heartbeat in the rendezvous store every second and watches the other
 // ranks': when one stops for `heartbeat_timeout_s` (it crashed or was killed), this process prints
-// which rank and exits — even while its main thread is blocked in a collective.
+// which rank and exits — even while its main thread is blocked in a collective. A rank that ends
+// with an error (ReportFailure: out of memory, bad data) is named the same way, with its error.
 //
 // Gloo (libtorch 1.13) lacks reduce-scatter: it runs as all-to-all plus a local sum (the same
 // traffic). Groups must be created by every rank of the world, in the same order.
@@ -107,9 +108,13 @@ class Communicator {
   Result<PendingTransfer> Send(const torch::Tensor& t, int peer, int64_t tag);
   Result<PendingTransfer> Recv(torch::Tensor& t, int peer, int64_t tag);
 
-  /// Why an operation failed: the ranks whose heartbeats stopped (waits up to the heartbeat
-  /// timeout for the evidence), or that none did.
+  /// Why an operation failed: a rank that reported a failure, the ranks whose heartbeats stopped
+  /// (waits up to the heartbeat timeout for the evidence), or that none did.
   std::string DiagnoseFailure();
+  /// This rank ends with an error: says so in the rendezvous store, where every other rank's
+  /// watchdog reads it within a heartbeat and exits naming this rank and `why` — instead of waiting
+  /// in a collective with it until the operation's timeout.
+  void ReportFailure(const std::string& why);
 
  private:
   Communicator() = default;
@@ -143,6 +148,7 @@ class Communicator {
   std::map<std::pair<int, int>, c10::intrusive_ptr<CommBackend>> links_;  // NCCL, (from, to) -> group of two
   std::thread watchdog_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> reported_{false};  // ReportFailure was called
   friend class PendingTransfer;
 };
 

@@ -144,6 +144,10 @@ class PlannedRun {
   Status Step();
   Status Validate(int64_t step);
   Status Checkpoint();
+  /// This rank ends with an error: the others hear of it at once (Communicator::ReportFailure).
+  void ReportFailure(const std::string& why) {
+    if (comm_) comm_->ReportFailure(why);
+  }
   /// Throughput, the per-rank averages and the simulator's account of the same schedule.
   Result<TrainSummary> Finish();
 
@@ -459,15 +463,29 @@ Result<TrainSummary> PlannedRun::Finish() {
 
 namespace {
 
+Status TrainSteps(PlannedRun& run, const JobSpec& job, const TrainOptions& options) {
+  try {
+    if (run.step() == 0) MOTLEY_RETURN_IF_ERROR(run.Validate(0));
+    while (!run.done()) {
+      MOTLEY_RETURN_IF_ERROR(run.Step());
+      if (ValidationDue(job, run.step(), run.total_steps())) MOTLEY_RETURN_IF_ERROR(run.Validate(run.step()));
+      if (CheckpointDue(job, run.step(), run.total_steps())) MOTLEY_RETURN_IF_ERROR(run.Checkpoint());
+    }
+    if (options.checkpoint_at_end && run.steps_run() > 0) MOTLEY_RETURN_IF_ERROR(run.Checkpoint());
+  } catch (const c10::OutOfMemoryError& e) {
+    return Status::OutOfMemory(fmt::format("{} (outside a training step: validating or checkpointing); plan with "
+                                           "more memory headroom or fewer sequences a microbatch",
+                                           e.what_without_backtrace()));
+  }
+  return Status::Ok();
+}
+
 Result<TrainSummary> RunToTheEnd(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<PlannedRun> run, PlannedRun::Start(job, options, observer));
-  if (run->step() == 0) MOTLEY_RETURN_IF_ERROR(run->Validate(0));
-  while (!run->done()) {
-    MOTLEY_RETURN_IF_ERROR(run->Step());
-    if (ValidationDue(job, run->step(), run->total_steps())) MOTLEY_RETURN_IF_ERROR(run->Validate(run->step()));
-    if (CheckpointDue(job, run->step(), run->total_steps())) MOTLEY_RETURN_IF_ERROR(run->Checkpoint());
+  if (Status s = TrainSteps(*run, job, options); !s.ok()) {
+    run->ReportFailure(s.message());  // the other ranks stop now, naming this one, not at a timeout
+    return s;
   }
-  if (options.checkpoint_at_end && run->steps_run() > 0) MOTLEY_RETURN_IF_ERROR(run->Checkpoint());
   return run->Finish();
 }
 
