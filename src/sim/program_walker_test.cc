@@ -57,6 +57,11 @@ class RecordingOpRunner : public OpRunner {
     }
     for (const Buffer& b : op.reads) readers_[b].insert(i);
     for (const Buffer& b : op.writes) writer_[b] = i;
+    // A rank's collectives one at a time (the simulator's comm lane).
+    if (IsCollective(op.kind))
+      for (const auto& [j, at] : started_at_)
+        if (IsCollective(program_.ops[j].kind))
+          problems.push_back(fmt::format("collective {} started while collective {} is in flight", i, j));
     const bool in_flight = IsCollective(op.kind) || op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
     if (in_flight) {
       started_at_[i] = i;
