@@ -125,6 +125,17 @@ class BackgroundLoad {
 
 }  // namespace
 
+PieceParams PieceParamsOf(LlamaModel& model) {
+  PieceParams out;
+  for (auto& p : model->named_parameters()) {
+    if (p.key().rfind("model.layers.0.", 0) == 0) out.layer.push_back(p.value());
+    if (p.key() == "model.norm.weight" || p.key() == "lm_head.weight" ||
+        (model->spec().tie_embeddings && p.key() == "model.embed_tokens.weight"))
+      out.head.push_back(p.value());
+  }
+  return out;
+}
+
 c10::Device ProfilingDevice() {
   if (!torch::cuda::is_available()) return torch::Device(torch::kCPU);
   return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice();  // a launched rank's own
@@ -181,13 +192,9 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
   m->to(d);
   const torch::Dtype act = ActivationDtype(precision);
   const ModelSlice layer{false, 0, 1, false}, head{false, 1, 1, true};
-  std::vector<torch::Tensor> layer_params, head_params;
-  for (auto& p : m->named_parameters()) {
-    if (p.key().rfind("model.layers.0.", 0) == 0) layer_params.push_back(p.value());
-    if (p.key() == "model.norm.weight" || p.key() == "lm_head.weight" ||
-        (model.tie_embeddings && p.key() == "model.embed_tokens.weight"))
-      head_params.push_back(p.value());
-  }
+  const PieceParams piece_params = PieceParamsOf(m);
+  const std::vector<torch::Tensor>& layer_params = piece_params.layer;
+  const std::vector<torch::Tensor>& head_params = piece_params.head;
   // One tensor-parallel rank's layer, per degree the heads allow: its slices of the weights, the
   // region's all-reduces left out (the schedule has them as ops of their own).
   const TensorParallelRegion no_reduce{[](const torch::Tensor& t) { return t; },

@@ -1,6 +1,7 @@
 #include "profile/memory_probe.h"
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include <torch/torch.h>
@@ -17,11 +18,6 @@
 namespace motley {
 namespace {
 
-int64_t Bytes(const std::vector<torch::Tensor>& ts) {
-  int64_t n = 0;
-  for (const torch::Tensor& t : ts) n += t.nbytes();
-  return n;
-}
 
 // The probe's step on `d`; throws c10::OutOfMemoryError when it does not fit.
 void ProbeStep(const MemoryProbe& probe, int64_t microbatch, const torch::Device& d) {
@@ -31,19 +27,16 @@ void ProbeStep(const MemoryProbe& probe, int64_t microbatch, const torch::Device
   LlamaModel m(pieces, 1);
   m->set_precision(probe.precision);
   m->to(d);
-  std::vector<torch::Tensor> layer_params, head_params, all_params;
-  for (auto& p : m->named_parameters()) {
-    all_params.push_back(p.value());
-    if (p.key().rfind("model.layers.0.", 0) == 0) layer_params.push_back(p.value());
-    if (p.key() == "model.norm.weight" || p.key() == "lm_head.weight" ||
-        (model.tie_embeddings && p.key() == "model.embed_tokens.weight"))
-      head_params.push_back(p.value());
-  }
+  const PieceParams pieces_params = PieceParamsOf(m);
   const StateBytesPerParam s = StateBytes(probe.precision);
-  // The pieces' gradient buffer, real: the weights' gradients are added into it.
-  std::vector<torch::Tensor> grads;
-  for (const torch::Tensor& p : all_params) grads.push_back(torch::zeros_like(p));
-  const double real_params = static_cast<double>(Bytes(all_params)), real_grads = static_cast<double>(Bytes(grads));
+  // The pieces' gradient buffers, real: the weights' gradients are added into them.
+  std::map<const void*, torch::Tensor> grad_of;  // by the parameter's storage
+  double real_params = 0, real_grads = 0;
+  for (const torch::Tensor& p : m->parameters()) {
+    grad_of[p.data_ptr()] = torch::zeros_like(p);
+    real_params += static_cast<double>(p.nbytes());
+    real_grads += static_cast<double>(p.nbytes());
+  }
   const int dp = std::max(1, probe.dp_degree);
   const int z = probe.zero_stage;
   double ballast = 0;
@@ -68,9 +61,8 @@ void ProbeStep(const MemoryProbe& probe, int64_t microbatch, const torch::Device
     if (z >= 1) ballast += GlooReduceScatterBytes(unit * s.grads, dp, probe.gloo_reduce_scatter);
     if (z >= 1 && dp >= 2) ballast += unit * s.grads / dp;
   }
-  std::vector<torch::Tensor> held;
-  if (ballast >= 1)
-    held.push_back(torch::empty({static_cast<int64_t>(ballast)}, torch::TensorOptions().dtype(torch::kUInt8).device(d)));
+  const torch::Tensor ballast_bytes =
+      torch::empty({static_cast<int64_t>(std::max(0.0, ballast))}, torch::TensorOptions().dtype(torch::kUInt8).device(d));
 
   const torch::Dtype act = ActivationDtype(probe.precision);
   const auto act_options = torch::TensorOptions().dtype(act).device(d);
@@ -87,33 +79,30 @@ void ProbeStep(const MemoryProbe& probe, int64_t microbatch, const torch::Device
   }
   auto add_grads = [&](const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& g) {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params.size(); ++i)
-      for (size_t k = 0; k < all_params.size(); ++k)
-        if (all_params[k].is_same(params[i])) grads[k].add_(g[i]);
+    for (size_t i = 0; i < params.size(); ++i) grad_of.at(params[i].data_ptr()).add_(g[i]);
   };
   // The head: recomputed with a graph, the loss, back-propagated to its weights and its input.
   torch::Tensor dy;
   {
     torch::Tensor leaf = boundaries[layers].detach().requires_grad_(true);
     torch::Tensor logits = m->Run(head, leaf, false);
-    std::vector<torch::Tensor> inputs = head_params;
+    std::vector<torch::Tensor> inputs = pieces_params.head;
     inputs.push_back(leaf);
     std::vector<torch::Tensor> g = torch::autograd::grad({NextTokenLoss(logits, tokens.narrow(1, 1, probe.seq_len))}, inputs);
     dy = g.back();
     g.pop_back();
-    add_grads(head_params, g);
+    add_grads(pieces_params.head, g);
   }
   boundaries.pop_back();  // the head's input goes once its backward is done
   // A layer: recomputed from its input, back-propagated with the gradient from above.
   {
     torch::Tensor leaf = boundaries.back().detach().requires_grad_(true);
     torch::Tensor y = m->Run(layer, leaf, false);
-    std::vector<torch::Tensor> inputs = layer_params;
+    std::vector<torch::Tensor> inputs = pieces_params.layer;
     inputs.push_back(leaf);
     std::vector<torch::Tensor> g = torch::autograd::grad({y}, inputs, {dy});
-    torch::Tensor dx = g.back();
-    g.pop_back();
-    add_grads(layer_params, g);
+    g.pop_back();  // the input's gradient: the next layer down's to use
+    add_grads(pieces_params.layer, g);
   }
 }
 

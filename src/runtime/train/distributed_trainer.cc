@@ -492,12 +492,12 @@ Result<TrainSummary> RunToTheEnd(const JobSpec& job, const TrainOptions& options
 }  // namespace
 
 Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
-  // A step's out-of-memory is a Status already (the executor's); one outside a step (setting up,
-  // validating, checkpointing) is named here rather than ending the process.
+  // A step's out-of-memory is a Status already (the executor's), one while validating or
+  // checkpointing becomes one in TrainSteps; one while setting up is named here.
   try {
     return RunToTheEnd(job, options, observer);
   } catch (const c10::OutOfMemoryError& e) {
-    return Status::OutOfMemory(fmt::format("{} (outside a training step: setting up, validating or checkpointing); "
+    return Status::OutOfMemory(fmt::format("{} (setting up, before the first step); "
                                            "plan with more memory headroom or fewer sequences a microbatch",
                                            e.what_without_backtrace()));
   }
