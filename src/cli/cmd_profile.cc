@@ -79,8 +79,8 @@ void PrintLinks(const Cluster& cluster, const std::vector<ProfileLink>& links) {
   if (links.empty()) return;
   std::map<std::string, int> node;
   for (size_t n = 0; n < cluster.nodes.size(); ++n) node[cluster.nodes[n].name] = static_cast<int>(n);
-  TablePrinter t({"link", "measured bandwidth", "latency", "cluster file says"});
-  t.AlignRight({1, 2, 3});
+  TablePrinter t({"link", "measured bandwidth", "latency", "collective overhead", "cluster file says"});
+  t.AlignRight({1, 2, 3, 4});
   for (const ProfileLink& l : links) {
     // A device of each node (two of the node for its own link) for the cluster file's figure.
     int a = -1, b = -1;
@@ -93,7 +93,7 @@ void PrintLinks(const Cluster& cluster, const std::vector<ProfileLink>& links) {
     }
     const Link nominal = cluster.LinkBetween(a, b);
     t.AddRow({l.a == l.b ? l.a + " (within)" : l.a + " <-> " + l.b, FormatBandwidth(l.bandwidth_bytes_per_s),
-              fmt::format("{:.0f} us", l.latency_s * 1e6),
+              fmt::format("{:.0f} us", l.latency_s * 1e6), fmt::format("{:.0f} us a call", l.collective_overhead_s * 1e6),
               fmt::format("{}, {:.0f} us", FormatBandwidth(nominal.bandwidth_bytes_per_s), nominal.latency_s * 1e6)});
   }
   fmt::print("{}", t.ToString());

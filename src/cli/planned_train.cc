@@ -110,8 +110,9 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
       if (!links.ok()) return fail(links.status());
       profile.links = *links;
       for (const ProfileLink& l : profile.links)
-        fmt::print("  profile: link {}: {}, {:.0f} us\n", l.a == l.b ? l.a + " (within)" : l.a + " <-> " + l.b,
-                   FormatBandwidth(l.bandwidth_bytes_per_s), l.latency_s * 1e6);
+        fmt::print("  profile: link {}: {}, {:.0f} us, collectives +{:.0f} us a call\n",
+                   l.a == l.b ? l.a + " (within)" : l.a + " <-> " + l.b, FormatBandwidth(l.bandwidth_bytes_per_s),
+                   l.latency_s * 1e6, l.collective_overhead_s * 1e6);
     }
   }
   // 2. The plan, and the even split for comparison.

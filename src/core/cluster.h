@@ -57,6 +57,10 @@ struct Link {
   LinkKind kind = LinkKind::kSelf;
   double bandwidth_bytes_per_s = 0;  // per direction; infinite for kSelf
   double latency_s = 0;
+  // A collective's fixed cost a call over this link beyond its ring steps' latencies (the
+  // library's synchronisation and thread hand-offs): measured by `motley profile --links`, 0 in a
+  // cluster file.
+  double collective_overhead_s = 0;
 };
 
 struct Device {

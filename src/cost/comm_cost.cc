@@ -21,17 +21,9 @@ double RingS(const std::vector<int>& devices, double bytes, int passes, const Li
   return passes * steps * (latency + bytes / static_cast<double>(n) / bandwidth);
 }
 
-}  // namespace
-
-double TransferS(const Link& link, double bytes) {
-  if (link.kind == LinkKind::kSelf || link.bandwidth_bytes_per_s <= 0) return 0;
-  return link.latency_s + bytes / link.bandwidth_bytes_per_s;
-}
-
-double HostCopyS(const GpuSpec& spec, double bytes) { return bytes / spec.host_link_bytes_per_s; }
-
-double CollectiveS(const std::vector<int>& devices, double bytes, int passes, const LinkFunction& link,
-                   const std::function<int(int)>& node_of) {
+// The faster of the ring and the hierarchical algorithm (CollectiveS), without the per-call overhead.
+double AlgorithmS(const std::vector<int>& devices, double bytes, int passes, const LinkFunction& link,
+                  const std::function<int(int)>& node_of) {
   const double ring = RingS(devices, bytes, passes, link);
   std::map<int, std::vector<int>> by_node;
   for (int d : devices) by_node[node_of(d)].push_back(d);
@@ -48,6 +40,24 @@ double CollectiveS(const std::vector<int>& devices, double bytes, int passes, co
   const double across = RingS(leaders, bytes / static_cast<double>(k), passes, link);
   const double hierarchical = (passes == 1 ? inside : 2 * inside) + across;
   return std::min(ring, hierarchical);
+}
+
+}  // namespace
+
+double TransferS(const Link& link, double bytes) {
+  if (link.kind == LinkKind::kSelf || link.bandwidth_bytes_per_s <= 0) return 0;
+  return link.latency_s + bytes / link.bandwidth_bytes_per_s;
+}
+
+double HostCopyS(const GpuSpec& spec, double bytes) { return bytes / spec.host_link_bytes_per_s; }
+
+double CollectiveS(const std::vector<int>& devices, double bytes, int passes, const LinkFunction& link,
+                   const std::function<int(int)>& node_of) {
+  if (devices.size() <= 1) return 0;
+  double overhead = 0;  // once a call, whichever algorithm runs it
+  for (size_t i = 0; i < devices.size(); ++i)
+    overhead = std::max(overhead, link(devices[i], devices[(i + 1) % devices.size()]).collective_overhead_s);
+  return overhead + AlgorithmS(devices, bytes, passes, link, node_of);
 }
 
 }  // namespace motley

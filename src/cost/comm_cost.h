@@ -28,7 +28,8 @@ using LinkFunction = std::function<Link(int, int)>;
 /// slowest link. When the members span several nodes with several members on some, the
 /// hierarchical algorithm as well — within each node, then between one member per node with
 /// 1/k of the payload (k the most members a node has), then within each node again — and the
-/// faster of the two, as NCCL picks its algorithm.
+/// faster of the two, as NCCL picks its algorithm. Plus, once a call, the largest
+/// Link::collective_overhead_s among the ring's links.
 double CollectiveS(const std::vector<int>& devices, double bytes, int passes, const LinkFunction& link,
                    const std::function<int(int)>& node_of);
 

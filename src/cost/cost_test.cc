@@ -41,6 +41,20 @@ TEST(CommCost, AcrossNodesTheHierarchicalAlgorithmWinsWhereTheRingIsPacedByTheSl
   EXPECT_DOUBLE_EQ(CollectiveS({0, 4}, 1e9, kAllReducePasses, TwoNodes, NodeOf), 2 * 1 * 0.5e9 / 1e9);
 }
 
+TEST(CommCost, EachCallPaysTheLargestCollectiveOverheadOfItsRingOnce) {
+  // Node 1's links carry a measured overhead of 1 ms a call, node 0's of 0.1 ms.
+  auto measured = [](int a, int b) {
+    Link l = TwoNodes(a, b);
+    if (a != b) l.collective_overhead_s = (a / 4 == 1 || b / 4 == 1) ? 1e-3 : 1e-4;
+    return l;
+  };
+  const double algorithm = CollectiveS({0, 1, 2, 3}, 1e9, kAllReducePasses, TwoNodes, NodeOf);
+  EXPECT_DOUBLE_EQ(CollectiveS({0, 1, 2, 3}, 1e9, kAllReducePasses, measured, NodeOf), algorithm + 1e-4);
+  const double across = CollectiveS({0, 1, 4, 5}, 1e6, kAllReducePasses, TwoNodes, NodeOf);
+  EXPECT_DOUBLE_EQ(CollectiveS({0, 1, 4, 5}, 1e6, kAllReducePasses, measured, NodeOf), across + 1e-3);
+  EXPECT_EQ(CollectiveS({4}, 1e6, kAllReducePasses, measured, NodeOf), 0);  // no call at all
+}
+
 TEST(StateBytes, EachZeroStageShardsOneMoreKindOfState) {
   const double p = 1000, d = 4;
   const StateBytesPerParam s = StateBytes(Precision::kBf16);  // 2 + 2 + 12 (fp32 master + moments)

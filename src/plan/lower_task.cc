@@ -16,10 +16,14 @@ void Lowerer::EmitTask(const Task& t) {
   const int tp = Tp(ministages_[t.v].group);
   int collective = -1;
   if (tp > 1) {
-    // Megatron-style: two all-reduces of the activations per layer (attention, MLP) in each pass.
-    collective =
-        NewCollective(OpKind::kAllReduce, Members(leader), 2.0 * ministages_[t.v].layers.size() * Act(t.m));
+    // Megatron-style: two all-reduces of the activations per layer (attention, MLP) in each pass —
+    // a backward with recomputation runs the forward's again before its own. Each is a call of
+    // its own (a latency each), inside the compute op at run time.
+    const int passes = t.backward && plan_.activation_checkpointing ? 2 : 1;
+    const int calls = 2 * passes * ministages_[t.v].layers.size();
+    collective = NewCollective(OpKind::kAllReduce, Members(leader), calls * Act(t.m));
     s_.collectives[collective].tensor_parallel = true;
+    s_.collectives[collective].calls = calls;
   }
   tp_collective_ = collective;
   for (int k = 0; k < tp; ++k) EmitTaskOnRank(t, leader + k, k);

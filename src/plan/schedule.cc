@@ -225,6 +225,7 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
   for (const auto& c : s.collectives) {
     nlohmann::json j = {{"kind", OpKindName(c.kind)}, {"ranks", c.ranks}, {"bytes", c.bytes}};
     if (c.tensor_parallel) j["tensor_parallel"] = true;
+    if (c.calls != 1) j["calls"] = c.calls;
     collectives.push_back(std::move(j));
   }
   nlohmann::json ministages = nlohmann::json::array();

@@ -125,6 +125,8 @@ struct Collective {
   std::vector<int32_t> ranks;  // members, in ring order
   double bytes = 0;            // the full (unsharded) payload
   bool tensor_parallel = false;  // a TP group's activation all-reduces (inside the compute, at run time)
+  int32_t calls = 1;             // separate calls of bytes / calls each it stands for (a TP team's: two a
+                                 // layer in each forward, recomputed forward and backward)
 };
 
 /// A ministage of the plan (Schedule::ministages, in layer order) and the ranks that run it.

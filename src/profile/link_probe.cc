@@ -1,6 +1,7 @@
 #include "profile/link_probe.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <map>
 
@@ -123,8 +124,15 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
   const std::vector<ProbePair> pairs = Pairs(cluster, &config_of_node);
   const int me = comm.rank();
   const DeviceEmulation emulation(cluster, me);
-  // Per pair: bandwidth and latency, filled by the pair's first rank and summed over the world.
-  torch::Tensor results = torch::zeros({static_cast<int64_t>(pairs.size()), 2}, torch::kFloat64);
+  // Each pair's own group, for its all-reduces (every rank creates every group, in the same order).
+  std::vector<CommGroup*> pair_groups;
+  for (const ProbePair& p : pairs) {
+    MOTLEY_ASSIGN_OR_RETURN(CommGroup * g, comm.NewGroup({p.a, p.b}));
+    pair_groups.push_back(g);
+  }
+  // Per pair: bandwidth, latency and a collective's overhead, filled by the pair's first rank and
+  // summed over the world.
+  torch::Tensor results = torch::zeros({static_cast<int64_t>(pairs.size()), 3}, torch::kFloat64);
   for (size_t k = 0; k < pairs.size(); ++k) {
     const ProbePair& p = pairs[k];
     if (config.progress && me == 0)
@@ -161,20 +169,40 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
       sizes.push_back(static_cast<double>(bytes));
       one_way.push_back(trips[trips.size() / 2] / 2);
     }
+    // A collective call costs more than its ring's messages: the library synchronises the members
+    // and hands the work between its threads (Gloo on a loaded CPU host: ~1 ms a call, where a
+    // message's latency is ~0.1 ms). A small all-reduce over the pair, less what the fitted line
+    // says its two ring steps take, is that overhead; a tensor-parallel team pays it at every
+    // layer (Collective::calls).
+    const Fit f = FitLine(sizes, one_way);
+    torch::Tensor small = torch::zeros({config.collective_bytes / 4},
+                                       torch::TensorOptions().dtype(torch::kFloat32).device(config.device));
+    std::vector<double> calls;
+    for (int rep = 0; rep <= config.repeats * 4; ++rep) {
+      const auto t = Clock::now();
+      MOTLEY_RETURN_IF_ERROR(comm.AllReduceSum(*pair_groups[k], small));
+      if (config.device.is_cuda()) SynchronizeDevice(config.device);
+      SleepSeconds(emulation.CollectiveSeconds(static_cast<double>(config.collective_bytes), {p.a, p.b}, 2) - Since(t));
+      if (rep > 0) calls.push_back(Since(t));
+    }
+    std::nth_element(calls.begin(), calls.begin() + calls.size() / 2, calls.end());
+    const double ring_s =
+        2 * (f.latency_s + static_cast<double>(config.collective_bytes) / 2 / f.bandwidth_bytes_per_s);
     if (me == p.a) {
-      const Fit f = FitLine(sizes, one_way);
       results[static_cast<int64_t>(k)][0] = f.bandwidth_bytes_per_s;
       results[static_cast<int64_t>(k)][1] = f.latency_s;
+      results[static_cast<int64_t>(k)][2] = std::max(0.0, calls[calls.size() / 2] - ring_s);
     }
   }
   MOTLEY_RETURN_IF_ERROR(comm.AllReduceSum(comm.world(), results));
 
   // Every node pair takes its configurations' figures.
-  std::map<std::pair<int, int>, std::pair<double, double>> by_config;  // (config, config, intra?) below
-  std::map<int, std::pair<double, double>> intra;
+  using Figures = std::array<double, 3>;  // bandwidth, latency, collective overhead
+  std::map<std::pair<int, int>, Figures> by_config;
+  std::map<int, Figures> intra;
   for (size_t k = 0; k < pairs.size(); ++k) {
-    const std::pair<double, double> r{results[static_cast<int64_t>(k)][0].item<double>(),
-                                      results[static_cast<int64_t>(k)][1].item<double>()};
+    const Figures r{results[static_cast<int64_t>(k)][0].item<double>(), results[static_cast<int64_t>(k)][1].item<double>(),
+                    results[static_cast<int64_t>(k)][2].item<double>()};
     if (pairs[k].intra) {
       intra[pairs[k].config_a] = r;
     } else {
@@ -185,7 +213,7 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
   std::vector<ProfileLink> links;
   for (size_t a = 0; a < cluster.nodes.size(); ++a)
     for (size_t b = a; b < cluster.nodes.size(); ++b) {
-      std::pair<double, double> r;
+      Figures r;
       if (a == b) {
         auto it = intra.find(config_of_node[a]);
         if (it == intra.end()) continue;  // one device: no link inside
@@ -193,7 +221,7 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
       } else {
         r = by_config.at({config_of_node[a], config_of_node[b]});
       }
-      links.push_back({cluster.nodes[a].name, cluster.nodes[b].name, r.first, r.second});
+      links.push_back({cluster.nodes[a].name, cluster.nodes[b].name, r[0], r[1], r[2]});
     }
   return links;
 }

@@ -8,7 +8,9 @@
 // the way the executor sends them — from GPU memory over NCCL on GPUs (LinkProbeConfig::device),
 // paced by the device emulation on emulated clusters — so what is measured is what training will
 // see. One-way time = half the median round trip; bandwidth and
-// latency are the least-squares line through the one-way times of several message sizes.
+// latency are the least-squares line through the one-way times of several message sizes. Then a
+// small all-reduce over the pair: its time beyond the two ring steps the line predicts is the
+// overhead every collective call pays (ProfileLink::collective_overhead_s).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@ struct LinkProbeConfig {
   int64_t max_bytes = 64 << 20;  // largest message (sizes grow 8x from the smallest)
   double max_transfer_s = 0.05;  // skip sizes the cluster file says take longer than this one way
   int repeats = 3;               // round trips per size (the median counts), after one warm-up
+  int64_t collective_bytes = 4 << 10;  // the all-reduce that measures a collective's overhead (4 x repeats of it)
   torch::Device device = torch::kCPU;  // where the buffers live: a rank's GPU sends over NCCL, as training does
   std::function<void(const std::string&)> progress;
 };

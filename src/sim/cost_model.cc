@@ -39,6 +39,7 @@ Link CostModel::LinkBetween(int a, int b) const {
   if (it != measured_links_.end()) {
     link.bandwidth_bytes_per_s = it->second->bandwidth_bytes_per_s;
     link.latency_s = it->second->latency_s;
+    link.collective_overhead_s = it->second->collective_overhead_s;
   }
   return link;
 }

@@ -172,6 +172,7 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
       link.b = l.at("between").at(1).get<std::string>();
       link.bandwidth_bytes_per_s = l.at("bandwidth_bytes_per_s").get<double>();
       link.latency_s = l.value("latency_s", 0.0);
+      link.collective_overhead_s = l.value("collective_overhead_s", 0.0);
       p.links.push_back(std::move(link));
     }
   } catch (const nlohmann::json::exception& e) {
@@ -232,7 +233,8 @@ nlohmann::json ProfileToJson(const Profile& profile) {
   for (const auto& l : profile.links)
     links.push_back({{"between", {l.a, l.b}},
                      {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s},
-                     {"latency_s", l.latency_s}});
+                     {"latency_s", l.latency_s},
+                     {"collective_overhead_s", l.collective_overhead_s}});
   return {{"format", "motley-profile-1"}, {"entries", entries}, {"links", links}};
 }
 

@@ -95,6 +95,7 @@ struct ProfileLink {
   std::string a, b;  // node names
   double bandwidth_bytes_per_s = 0;
   double latency_s = 0;
+  double collective_overhead_s = 0;  // a two-rank all-reduce's time beyond its ring latency (link_probe.h)
 };
 
 struct Profile {

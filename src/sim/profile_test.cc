@@ -39,12 +39,13 @@ TEST(Profile, InterpolatesBetweenPointsAndExtrapolatesLinearly) {
 TEST(Profile, JsonRoundTripAndLookup) {
   Profile p;
   p.entries.push_back(Entry());
-  p.links.push_back({"a", "b", 1e9, 1e-5});
+  p.links.push_back({"a", "b", 1e9, 1e-5, 2e-4});
   Result<Profile> back = ParseProfileJson(ProfileToJson(p).dump(), "p.json");
   ASSERT_TRUE(back.ok()) << back.status().message();
   ASSERT_EQ(back->entries.size(), 1u);
   EXPECT_DOUBLE_EQ(back->entries[0].ForwardS(3), 0.020);
   EXPECT_EQ(back->links[0].b, "b");
+  EXPECT_DOUBLE_EQ(back->links[0].collective_overhead_s, 2e-4);
   const ModelSpec& m = *FindModelPreset("llama-7b");
   EXPECT_NE(back->Find("t4", m, 1024, Precision::kFp16), nullptr);
   EXPECT_NE(back->Find("t4", m, 1024, Precision::kBf16), nullptr);  // 16-bit formats stand in for each other

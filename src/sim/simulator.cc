@@ -196,7 +196,7 @@ void Simulator::TryStart(int rank, double now) {
           if (arrived.size() == c.ranks.size()) {
             std::vector<int> devices;
             for (int m : c.ranks) devices.push_back(device_of_rank_[m]);
-            const double end = now + costs_.CollectiveS(c.kind, devices, c.bytes);
+            const double end = now + c.calls * costs_.CollectiveS(c.kind, devices, c.bytes / c.calls);
             for (const auto& [m, j] : arrived) Push(end, m, j);
           }
           break;

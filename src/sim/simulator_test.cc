@@ -184,11 +184,17 @@ TEST(Simulator, TensorParallelismSplitsComputeAndMemoryAndPaysTwoAllReducesPerLa
   Schedule s2 = LowerPlan(two, cluster, m).value();
   EXPECT_DOUBLE_EQ(s2.programs[0].static_device_bytes, s1.programs[0].static_device_bytes / 2);
   EXPECT_DOUBLE_EQ(s2.hardware_flops_per_step, s1.hardware_flops_per_step);  // the same work, split
+  ASSERT_TRUE(two.activation_checkpointing);
   int allreduces = 0;
+  const double act = 2 * 128 * m.hidden_size * 2;  // a microbatch's activations, bf16
   for (const auto& op : s2.programs[1].ops) {
     if (op.kind == OpKind::kAllReduce && s2.collectives[op.collective].ranks.size() == 2) {
       ++allreduces;
-      EXPECT_DOUBLE_EQ(op.bytes, 2.0 * 4 * 2 * 128 * m.hidden_size * 2);  // 2 per layer x 4 layers x act
+      const Collective& c = s2.collectives[op.collective];
+      // Two calls per layer x 4 layers in a forward; a backward recomputes the forward's first.
+      const bool backward = s2.programs[1].ops[op.deps.front()].kind == OpKind::kBackward;
+      EXPECT_EQ(c.calls, backward ? 16 : 8);
+      EXPECT_DOUBLE_EQ(op.bytes, c.calls * act);
     }
   }
   EXPECT_EQ(allreduces, 2 * 2);  // a forward and a backward per microbatch
@@ -197,6 +203,14 @@ TEST(Simulator, TensorParallelismSplitsComputeAndMemoryAndPaysTwoAllReducesPerLa
   // Compute halves (4 layers x (10 + 20) ms x 2 microbatches = 240 ms -> 120 ms) on free links.
   EXPECT_NEAR(r1.step_time_s, 0.240, 1e-3);
   EXPECT_NEAR(r2.step_time_s, 0.120, 1e-3);
+  // A measured overhead of 1 ms a collective call: each microbatch's forward (8 calls) and
+  // backward (16) pay it at every call, in series with the compute, and so does the step's one
+  // all-reduce of the gradient norm over the team.
+  Profile measured = profile;
+  measured.links.push_back({"n", "n", 1e15, 0, 1e-3});
+  CostModel with_overhead(cluster, m, &measured, 128, Precision::kBf16, true);
+  SimResult r3 = Simulate(s2, cluster, with_overhead).value();
+  EXPECT_NEAR(r3.step_time_s, r2.step_time_s + (2 * (8 + 16) + 1) * 1e-3, 1e-4);
 }
 
 // Two ranks: a forward on the compute stream and an all-gather on the comm stream start together;

@@ -53,7 +53,11 @@ speed_factor = 1.0
       EXPECT_GT(bandwidth, 25e6);  // within a node: much faster than between
     }
     EXPECT_GE(static_cast<double>(l["latency_s"]), 0.0);
+    // A small all-reduce's time beyond its ring steps: never negative, far below a step.
+    EXPECT_GE(static_cast<double>(l["collective_overhead_s"]), 0.0);
+    EXPECT_LT(static_cast<double>(l["collective_overhead_s"]), 0.05);
   }
+  EXPECT_CONTAINS(r.output, "a call");
 }
 
 TEST(ProfileLinks, UnderALauncherEachTypeIsMeasuredByItsFirstRankAtOnce) {

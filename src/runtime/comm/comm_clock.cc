@@ -4,7 +4,8 @@
 
 namespace motley {
 
-CommClock::Mark CommClock::Start(const torch::Device& device) const {
+CommClock::Mark CommClock::Start(const torch::Device& device) {
+  if (before_wait_) before_wait_();
   Mark m;
   m.host = std::chrono::steady_clock::now();
   if (device.is_cuda()) m.device = RecordTimingEvent(device);
@@ -14,6 +15,7 @@ CommClock::Mark CommClock::Start(const torch::Device& device) const {
 void CommClock::Stop(const Mark& mark, const torch::Device& device) {
   host_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - mark.host).count();
   if (mark.device != nullptr) device_.emplace_back(mark.device, RecordTimingEvent(device));
+  if (after_wait_) after_wait_();
 }
 
 double CommClock::DeviceSeconds() const {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <future>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -38,7 +39,18 @@ const Buffer& Find(const std::vector<Buffer>& buffers, BufferKind kind) {
 // One step on this rank: the per-step tensors between ops and the timing.
 class Executor::StepRun : public OpRunner {
  public:
-  StepRun(Executor& ex, const StepInputs& in) : ex_(ex), in_(in), prog_(ex.schedule_.programs[ex.rank_]) {}
+  StepRun(Executor& ex, const StepInputs& in) : ex_(ex), in_(in), prog_(ex.schedule_.programs[ex.rank_]) {
+    // An emulated device computes at its own speed between the waits inside a compute op (a
+    // tensor-parallel team's all-reduces, FlexTP's moves), so the team meets at each one when the
+    // devices it stands for would: the compute before a wait is stretched there, not only at the
+    // op's end. (Stretched once at the end, a rank waited at every all-reduce for a partner the
+    // host had paused — CPU-scale jitter, summed over ~100 waits a step — and a slower
+    // partner's lag showed up only after the op.)
+    ex_.tp_clock_.set_hooks([this] { StretchSegment(); }, [this] { if (segment_) segment_ = SegmentMark(); });
+  }
+  ~StepRun() override { ex_.tp_clock_.set_hooks(nullptr, nullptr); }
+  StepRun(const StepRun&) = delete;
+  StepRun& operator=(const StepRun&) = delete;
 
   Result<RankStepReport> Run() {
     MemoryLedger& ledger = MemoryLedger::Install();
@@ -189,8 +201,7 @@ class Executor::StepRun : public OpRunner {
     const double op_start_s = Since(start_);
     // Waits for received data and the tensor-parallel all-reduces inside the op count as communication.
     const double comm_before_s = report_.comm_s + ex_.tp_clock_.host_s();
-    const double cpu_start_s = ex_.emulation_.stretches() ? ComputeCpuSeconds() : 0.0;
-    const double matmul_start_s = MatmulCpuSeconds();
+    if (IsCompute(op.kind) && ex_.emulation_.stretches()) segment_ = SegmentMark();
     // On a GPU the host only queues the kernels: the op's compute time is the device's, between
     // timing events on the compute stream (after the waits for its inputs queued above).
     std::shared_ptr<c10::Event> device_start;
@@ -251,9 +262,8 @@ class Executor::StepRun : public OpRunner {
     if (IsCompute(op.kind)) {
       const double waited_s = report_.comm_s + ex_.tp_clock_.host_s() - comm_before_s;
       const auto compute_start = Clock::now();
-      if (ex_.emulation_.stretches())
-        ex_.emulation_.StretchCompute(elapsed - waited_s, ComputeCpuSeconds() - cpu_start_s,
-                                      MatmulCpuSeconds() - matmul_start_s, &report_.late_s);
+      StretchSegment();  // the compute since the op's last wait (or its start)
+      segment_.reset();
       report_.compute_s += elapsed - waited_s + Since(compute_start);
       if (device_start) compute_spans_.push_back({device_start, RecordTimingEvent(ex_.copies_->device())});
     } else if (op.kind == OpKind::kParamPrefetch || op.kind == OpKind::kParamOffload ||
@@ -264,6 +274,20 @@ class Executor::StepRun : public OpRunner {
     if (ex_.config_.record_trace && finished) Trace(index, op_start_s);
     return finished;
   }
+
+  // Where the compute op running now stands since its start or its last wait: wall time, CPU time,
+  // CPU time in matrix multiplications (set only while a compute op runs on an emulated device).
+  struct Segment {
+    Clock::time_point wall;
+    double cpu_s = 0, matmul_s = 0;
+  };
+  static Segment SegmentMark() { return {Clock::now(), ComputeCpuSeconds(), MatmulCpuSeconds()}; }
+  void StretchSegment() {
+    if (!segment_) return;
+    ex_.emulation_.StretchCompute(Since(segment_->wall), ComputeCpuSeconds() - segment_->cpu_s,
+                                  MatmulCpuSeconds() - segment_->matmul_s, &report_.late_s);
+  }
+  std::optional<Segment> segment_;
 
   // Keeps op i's span for the trace: host times on CPU; on a GPU (where the host runs ahead) timing
   // events on the compute stream, or on the side streams for the copies the op started.

@@ -136,8 +136,10 @@ int64_t FlexTpTeam::Tag(int layer, bool attention, bool gradients, size_t move) 
 }
 
 Status FlexTpTeam::WaitAll(std::vector<Result<PendingTransfer>>& transfers, const torch::Device& device) {
+  // The executor's clock first: its hook may stretch the compute before the wait, which is not
+  // the migration's time.
+  const CommClock::Mark start_for_executor = options_.clock != nullptr ? options_.clock->Start(device) : CommClock::Mark{};
   const CommClock::Mark start = migration_clock_.Start(device);
-  const CommClock::Mark start_for_executor = options_.clock != nullptr ? options_.clock->Start(device) : start;
   Status first = Status::Ok();
   for (auto& t : transfers) {
     Status s = t.ok() ? t->Wait() : t.status();
