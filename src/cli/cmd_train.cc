@@ -9,6 +9,7 @@
 #include "cli/job_input.h"
 #include "cli/planned_train.h"
 #include "cli/progress_line.h"
+#include "plan/plan_io.h"
 #include "runtime/train/distributed_trainer.h"
 #include "runtime/comm/rendezvous.h"
 #include "runtime/train/trainer.h"
@@ -134,6 +135,8 @@ int RunTrain(const std::vector<std::string>& args) {
                  "on a cluster: first train the even split for this many steps and report the measured speed-up");
   app.add_flag("!--no-checkpoint", options.checkpoint_at_end, "do not write a checkpoint at the end");
   app.add_flag("!--no-validation", options.validate, "skip validation");
+  app.add_option("--failure-reports", options.failure_report_dir,
+                 "a rank that fails writes what failed here (for the supervising `motley train`)")->group("");
   app.add_option("--die-rank", options.die_rank, "fault injection (tests): this rank kills itself ...")->group("");
   app.add_option("--die-at-step", options.die_at_step, "... halfway through this step")->group("");
   app.add_option("--perturb-rank", options.perturb_rank, "fault injection (tests): this rank's loss ...")->group("");
@@ -157,6 +160,12 @@ int RunTrain(const std::vector<std::string>& args) {
     fmt::print(stderr, "motley train: started as rank {} of {} ({}) but no --plan was given; every rank executes its "
                "part of a plan — add --plan PLAN.toml (motley plan writes one)\n", rv->rank, rv->world_size, rv->source);
     return kExitFailure;
+  }
+  // A plan of several devices without a launcher: launch its ranks, and plan more frugally if one
+  // runs out of memory (planned_train.h).
+  if (!options.plan_path.empty() && rv->world_size == 1 && !single_process) {
+    Result<Plan> plan = LoadPlanFile(options.plan_path);
+    if (plan.ok() && plan->num_devices() > 1) return RunPlannedTrain(job_path, *job, options, args);
   }
   if (!options.plan_path.empty()) return RunTrainWithPlan(*job, options, rv->rank == 0);
   if (job->cluster.num_devices() > 1 && !single_process) return RunPlannedTrain(job_path, *job, options, args);

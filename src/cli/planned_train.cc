@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "cli/escalation.h"
 #include "cli/launcher.h"
 #include "cli/plan_inputs.h"
 #include "cli/run_metrics.h"
@@ -20,6 +21,7 @@
 #include "profile/cluster_profiler.h"
 #include "profile/device_probe.h"
 #include "runtime/device/rank_device.h"
+#include "runtime/train/checkpoint.h"
 #include "sim/plan_evaluator.h"
 #include "sim/profile_calibration.h"
 #include "sim/routing_costs.h"
@@ -70,7 +72,111 @@ std::streamoff FileSize(const std::string& path) {
   return ec ? 0 : static_cast<std::streamoff>(size);
 }
 
+// `args` without `--name VALUE` and `--name=VALUE`.
+std::vector<std::string> WithoutOption(const std::vector<std::string>& args, const std::string& name) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == name) {
+      ++i;  // and its value
+      continue;
+    }
+    if (args[i].rfind(name + "=", 0) == 0) continue;
+    out.push_back(args[i]);
+  }
+  return out;
+}
+
+// The checkpoint this run has written since `since` (its `latest`), or "".
+std::string CheckpointWrittenSince(const std::string& run_dir, fs::file_time_type since) {
+  std::error_code ec;
+  const fs::path latest = fs::path(run_dir) / "latest";
+  if (!fs::exists(latest, ec) || fs::last_write_time(latest, ec) < since || ec) return "";
+  Result<std::string> dir = ResolveCheckpointDir(run_dir);
+  return dir.ok() ? *dir : "";
+}
+
+std::string Steps(int64_t first, int64_t last) {
+  return first >= last ? fmt::format("step {} runs", last) : fmt::format("steps {}..{} run", first, last);
+}
+
+std::string Indented(std::string lines) {
+  for (size_t at = lines.find('\n'); at != std::string::npos; at = lines.find('\n', at + 3)) lines.replace(at, 1, "\n  ");
+  return lines;
+}
+
+int64_t CheckpointStep(const std::string& dir) {
+  Result<std::string> text = ReadFileToString((fs::path(dir) / "trainer_state.json").string());
+  if (!text.ok()) return -1;
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  return j.is_object() && j.contains("step") && j["step"].is_number_integer() ? j["step"].get<int64_t>() : -1;
+}
+
 }  // namespace
+
+int LaunchEscalating(const SupervisedRun& run, Plan plan) {
+  const JobSpec& job = run.job;
+  const fs::path reports = fs::path(job.checkpoint.dir) / "failures";
+  const auto started = fs::file_time_type::clock::now();
+  Cluster planning = job.cluster;  // gathers the memory caps the failures teach
+  std::vector<std::string> args = WithoutOption(WithoutOption(run.args, "--plan"), "--profile");
+  EscalationConfig config;
+  for (int attempt = 0;; ++attempt) {
+    std::error_code ec;
+    fs::remove_all(reports, ec);
+    LaunchOptions launch;
+    launch.nproc = plan.num_devices();
+    launch.command = {run.self, "train"};
+    launch.command.insert(launch.command.end(), args.begin(), args.end());
+    for (const std::string& a : {std::string("--plan"), run.plan_path, std::string("--profile"), run.profile_path,
+                                 std::string("--failure-reports"), reports.string()})
+      launch.command.push_back(a);
+    const int rc = Launch(launch);
+    if (rc == 0) return rc;
+    const std::vector<RankFailure> failures = ReadFailureReports(reports.string());
+    if (std::none_of(failures.begin(), failures.end(), [](const RankFailure& f) { return f.out_of_memory; })) return rc;
+    if (attempt >= config.max_escalations) {
+      fmt::print(stderr, "motley train: still out of memory after {} more frugal plans; giving up\n", attempt);
+      return rc;
+    }
+    // Every rank agrees on the new plan: this process makes it, and every rank starts from it.
+    Result<Escalation> e = PlanMoreFrugally(plan, failures, run.strategy, run.request, job.model, run.profile, &planning);
+    if (!e.ok()) {
+      fmt::print(stderr, "motley train: {}\n", e.status().message());
+      return kExitFailure;
+    }
+    const std::string failed_path =
+        (fs::path(run.plan_path).parent_path() / fmt::format("plan-out-of-memory-{}.toml", attempt + 1)).string();
+    if (Status s = AtomicWriteFile(failed_path, PlanToToml(plan)); !s.ok()) return kExitFailure;
+    if (Status s = AtomicWriteFile(run.plan_path, PlanToToml(e->plan)); !s.ok()) return kExitFailure;
+    // The same state: the checkpoint this run wrote last, or the run's start (as it began).
+    const std::string checkpoint = CheckpointWrittenSince(job.checkpoint.dir, started);
+    int64_t failed_step = 0;
+    for (const RankFailure& f : failures)
+      if (f.out_of_memory) failed_step = failed_step == 0 ? f.step : std::min(failed_step, f.step);
+    std::string from;
+    if (!checkpoint.empty()) {
+      args = WithoutOption(args, "--resume");
+      args.insert(args.end(), {"--resume", checkpoint});
+      const int64_t step = CheckpointStep(checkpoint);
+      from = fmt::format("from the checkpoint of step {} ({}): {} again from the same weights and data", step,
+                         checkpoint, Steps(step + 1, failed_step));
+    } else {
+      from = run.options.resume.empty()
+                 ? fmt::format("from the start (no checkpoint since): {} again from the same seed and data",
+                               Steps(1, failed_step))
+                 : fmt::format("from {} again (no checkpoint since)", run.options.resume);
+    }
+    fmt::print("\nout of memory — {}\nthe plan, more frugal ({}; the failed one kept as {}):\n  {}\nretrying {}\n\n",
+               e->why, e->strategy, failed_path, Indented(e->changes), from);
+    std::fflush(stdout);
+    // The metrics say so, before the replayed steps' lines (the last line of a step is its result).
+    std::ofstream(run.metrics_path, std::ios::app)
+        << nlohmann::json{{"event", "escalation"}, {"step", failed_step}, {"why", e->why}, {"changes", e->changes},
+                          {"plan", run.plan_path}, {"resume", checkpoint}}.dump()
+        << "\n";
+    plan = std::move(e->plan);
+  }
+}
 
 int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainOptions& options,
                     const std::vector<std::string>& args) {
@@ -87,7 +193,11 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
              job.cluster.name, !job.cluster.emulated() && on_cpu ? " (CPU ranks stand in for them)" : "");
   // 1. The profile.
   Profile profile;
-  if (!job.plan.profile.empty()) {
+  if (!options.profile_path.empty()) {
+    Result<Profile> p = LoadAnyProfile(options.profile_path);
+    if (!p.ok()) return fail(p.status());
+    profile = *p;
+  } else if (!job.plan.profile.empty()) {
     Result<Profile> p = LoadAnyProfile(Resolvable(job.plan.profile, job.file));
     if (!p.ok()) return fail(p.status());
     profile = *p;
@@ -115,7 +225,7 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
                    l.latency_s * 1e6, l.collective_overhead_s * 1e6);
     }
   }
-  // 2. The plan, and the even split for comparison.
+  // 2. The plan, and the even split for comparison (or the plan given, as it is).
   PlanRequest request;
   request.global_batch_sequences = tc.global_batch_sequences;
   request.seq_len = tc.seq_len;
@@ -124,6 +234,28 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
   request.gradient_clipping = job.optimizer.grad_clip_norm > 0;
   CostModel costs(job.cluster, job.model, &profile, tc.seq_len, tc.precision, tc.activation_checkpointing);
   const PlanEvaluator evaluate = SimulationEvaluator(job.cluster, job.model, costs);
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const fs::path dir = fs::absolute(job.checkpoint.dir);
+  const std::string plan_path = (dir / "plan.toml").string(), profile_path = (dir / "profile.json").string();
+  const std::string metrics =
+      options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
+  if (!options.plan_path.empty()) {
+    Result<Plan> given = LoadPlanFile(options.plan_path);
+    if (!given.ok()) return fail(given.status());
+    Result<PlanEvaluation> predicted = evaluate(*given);
+    if (!predicted.ok()) return fail(predicted.status());
+    fmt::print("plan: {} (given), predicted step {}{}\n", options.plan_path, FormatDuration(predicted->step_time_s),
+               predicted->fits_memory ? "" : fmt::format(" — predicted not to fit: {}", predicted->oom));
+    PrintPlan(*given);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    // The ranks read a copy: a more frugal plan replaces it, never the file given.
+    if (Status s = AtomicWriteFile(plan_path, PlanToToml(*given)); !s.ok()) return fail(s);
+    if (Status s = AtomicWriteFile(profile_path, ProfileToJson(profile).dump(1) + "\n"); !s.ok()) return fail(s);
+    std::fflush(stdout);
+    SupervisedRun run{job, options, args, self, plan_path, profile_path, metrics, profile, request, job.plan.strategy};
+    return LaunchEscalating(run, *given);
+  }
   StrategyOutcome chosen = PlanWithStrategy(job.plan.strategy, job.cluster, job.model, costs, request, evaluate);
   if (!chosen.status.ok()) return fail(chosen.status);
   StrategyOutcome even = PlanWithStrategy("deepspeed-even", job.cluster, job.model, costs, request, evaluate);
@@ -145,15 +277,12 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
   std::fflush(stdout);
 
   // 3. Files the ranks read (and a person can inspect): beside the checkpoints.
-  const fs::path dir = fs::absolute(job.checkpoint.dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
-  const std::string plan_path = (dir / "plan.toml").string(), profile_path = (dir / "profile.json").string();
   if (Status s = AtomicWriteFile(plan_path, PlanToToml(chosen.plan)); !s.ok()) return fail(s);
   if (Status s = AtomicWriteFile(profile_path, ProfileToJson(profile).dump(1) + "\n"); !s.ok()) return fail(s);
   fmt::print("plan: {}\n", plan_path);
 
-  const std::string self = fs::read_symlink("/proc/self/exe").string();
   // 4. The baseline, measured: the even split for a few steps.
   double baseline_s = 0;
   if (options.baseline_steps > 0 && even.status.ok() && even.evaluation.fits_memory) {
@@ -213,17 +342,10 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
     std::fflush(stdout);
   }
 
-  // 5. One rank per device.
-  LaunchOptions launch;
-  launch.nproc = chosen.plan.num_devices();
-  launch.command = {self, "train"};
-  launch.command.insert(launch.command.end(), args.begin(), args.end());
-  for (const std::string& a : {std::string("--plan"), plan_path, std::string("--profile"), profile_path})
-    launch.command.push_back(a);
-  const std::string metrics =
-      options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
+  // 5. One rank per device — again under a more frugal plan when a device runs out of memory.
   const std::streamoff from = FileSize(metrics);
-  const int rc = Launch(launch);
+  SupervisedRun run{job, options, args, self, plan_path, profile_path, metrics, profile, request, job.plan.strategy};
+  const int rc = LaunchEscalating(run, chosen.plan);
   if (rc == 0 && baseline_s > 0) {
     const double plan_s = MeanStepSeconds(metrics, from);
     if (plan_s > 0)

@@ -77,8 +77,9 @@ bool Cluster::emulated() const {
 
 double Cluster::memory_bytes(int device) const {
   const EmulationConfig* emu = emulation(device);
-  if (emu != nullptr && emu->memory_bytes) return *emu->memory_bytes;
-  return spec(device).memory_bytes;
+  const double capacity = emu != nullptr && emu->memory_bytes ? *emu->memory_bytes : spec(device).memory_bytes;
+  auto cap = memory_cap_bytes.find(device);
+  return cap != memory_cap_bytes.end() ? std::min(capacity, cap->second) : capacity;
 }
 
 Link Cluster::LinkBetween(int a, int b) const {

@@ -78,6 +78,10 @@ struct Cluster {
   NetworkConfig network;
   std::vector<LinkOverride> overrides;
   std::vector<Device> devices;  // derived by Finalize()
+  // What a run has learnt some devices really offer, below their capacity: planning caps them at
+  // this (a supervising `motley train` sets it after a device ran out of memory; never read from a
+  // cluster file). Device id -> bytes.
+  std::map<int, double> memory_cap_bytes;
 
   /// Derives devices, regions and the override index. REQUIRES: nodes validated.
   void Finalize();
@@ -88,7 +92,8 @@ struct Cluster {
   /// The emulation settings of a device, or nullptr when it is not emulated.
   const EmulationConfig* emulation(int device) const;
   bool emulated() const;
-  /// The memory a device offers: the emulated capacity when set, else its type's memory.
+  /// The memory a device offers: the emulated capacity when set, else its type's memory; no more
+  /// than its memory_cap_bytes.
   double memory_bytes(int device) const;
   Link LinkBetween(int a, int b) const;
   double total_peak_fp16_flops() const;

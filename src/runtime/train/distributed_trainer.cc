@@ -152,6 +152,8 @@ class PlannedRun {
   Result<TrainSummary> Finish();
 
   int64_t step() const { return state_.step; }
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+  int device() const { return schedule_.programs.empty() ? -1 : schedule_.programs[rank()].device; }
   int64_t total_steps() const { return total_steps_; }
   int64_t steps_run() const { return summary_.steps_run; }
 
@@ -480,9 +482,26 @@ Status TrainSteps(PlannedRun& run, const JobSpec& job, const TrainOptions& optio
   return Status::Ok();
 }
 
+// What failed on this rank, for a supervising `motley train` (TrainOptions::failure_report_dir).
+void WriteFailureReport(const TrainOptions& options, int rank, int device, int64_t step, const Status& s) {
+  if (options.failure_report_dir.empty()) return;
+  const nlohmann::json j = {{"rank", rank},
+                            {"device", device},
+                            {"step", step},
+                            {"out_of_memory", s.code() == StatusCode::kOutOfMemory},
+                            {"message", s.message()}};
+  std::error_code ec;
+  fs::create_directories(options.failure_report_dir, ec);
+  (void)AtomicWriteFile((fs::path(options.failure_report_dir) / fmt::format("rank-{}.json", rank)).string(),
+                        j.dump() + "\n");
+}
+
 Result<TrainSummary> RunToTheEnd(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<PlannedRun> run, PlannedRun::Start(job, options, observer));
   if (Status s = TrainSteps(*run, job, options); !s.ok()) {
+    // The step it failed in: the one after the last finished (validating or checkpointing after
+    // step N fails "in" step N + 1 too: the retry starts from a state before it).
+    WriteFailureReport(options, run->rank(), run->device(), run->step() + 1, s);
     run->ReportFailure(s.message());  // the other ranks stop now, naming this one, not at a timeout
     return s;
   }

@@ -32,6 +32,10 @@ struct TrainOptions {
   std::string profile_path;  // with a plan: rank 0 predicts the step with it and reports both
   int64_t baseline_steps = 0;  // planned runs: first measure the even split for this many steps
   int64_t trace_step = 2;  // which step (from 1) the trace records
+  // A rank that fails writes what failed here, as rank-R.json (rank, device, step, out_of_memory,
+  // message), for the `motley train` that launched it and may retry with a more frugal plan
+  // (cli/escalation.h). "" = none.
+  std::string failure_report_dir;
   // Fault injection for tests: this rank kills itself halfway through this step's program (from 1).
   int die_rank = -1;
   int64_t die_at_step = 0;
