@@ -30,7 +30,8 @@ struct LinkProbeConfig {
   int64_t max_bytes = 64 << 20;  // largest message (sizes grow 8x from the smallest)
   double max_transfer_s = 0.05;  // skip sizes the cluster file says take longer than this one way
   int repeats = 3;               // round trips per size (the median counts), after one warm-up
-  int64_t collective_bytes = 4 << 10;  // the all-reduce that measures a collective's overhead (4 x repeats of it)
+  int64_t collective_bytes = 4 << 10;  // the all-reduce that measures a collective's overhead ...
+  int collective_calls = 40;           // ... this many times (the lower quartile counts), after one warm-up
   torch::Device device = torch::kCPU;  // where the buffers live: a rank's GPU sends over NCCL, as training does
   std::function<void(const std::string&)> progress;
 };
