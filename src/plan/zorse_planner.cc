@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -192,6 +193,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
         // optimizer state, one ministage of full gradients, activations and working memory.
         double worst = 0;
         bool fits = true;
+        std::string measured_note;
         std::vector<bool> holds_head(num_groups, false);
         for (int g = 0; g < num_groups; ++g)
           for (const auto& r : ranges[g]) holds_head[g] = holds_head[g] || r.end == model.num_layers;
@@ -224,7 +226,24 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
                      CheckpointedBackwardBytes(model, request.seq_len, request.precision,
                                                static_cast<double>(b) * request.seq_len, holds_head[g], tp);
             worst = std::max(worst, bytes);
-            if (bytes > cluster.memory_bytes(groups[g][i])) fits = false;
+            const bool modelled_fits = bytes <= cluster.memory_bytes(groups[g][i]);
+            // One group of every device, one ministage per layer, ZeRO-2 in place: the very step the
+            // profiler's memory probe ran (profile/memory_probe.h). Its measured limit decides there;
+            // the memory model elsewhere, and the difference is said.
+            const std::optional<int64_t> measured =
+                num_groups == 1 && tp == 1 && !request.offload && s == model.num_layers &&
+                        static_cast<int>(groups[g].size()) == cluster.num_devices()
+                    ? costs.MeasuredMaxMicrobatch(groups[g][i], 2, static_cast<int>(groups[g].size()))
+                    : std::nullopt;
+            if (measured) {
+              if ((b <= *measured) != modelled_fits && measured_note.empty())
+                measured_note = fmt::format("; device {} fits at most {} sequences a microbatch (measured), where the "
+                                            "memory model says {}",
+                                            groups[g][i], *measured, modelled_fits ? "it fits" : "it does not");
+              if (b > *measured) fits = false;
+            } else if (!modelled_fits) {
+              fits = false;
+            }
           }
         }
         if (!fits) continue;
@@ -239,7 +258,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
             "{} group(s) [{}], microbatch {} ({} microbatches), {} ministage(s) per group{}; model: {} "
             "step, {} worst device",
             num_groups, fmt::join(sizes, ", "), b, num_mb, s, tp > 1 ? ", tensor parallel pairs" : "",
-            FormatDuration(step), FormatBytes(worst));
+            FormatDuration(step), FormatBytes(worst)) + measured_note;
         out.push_back(std::move(c));
       }
     }

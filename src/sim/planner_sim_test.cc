@@ -176,6 +176,27 @@ TEST(PoplarPlanner, UsesTheProfilesMeasuredLimitsAndSaysWhereTheyDifferFromTheMe
     }
   }
   EXPECT_EQ(pp.plan.global_batch_sequences(), 32);
+
+  // Zorse's search: where a candidate is the step the probe ran (one group of every device, one
+  // ministage per layer, ZeRO-2 in place), the measured limit decides; elsewhere the memory model.
+  ZorseRequest zr;
+  zr.global_batch_sequences = 32;
+  zr.seq_len = 128;
+  zr.precision = Precision::kFp32;
+  zr.offload = false;
+  bool measured_case = false, modelled_case = false;
+  for (const ZorseCandidate& c : ZorseCandidatesForGroups(cluster, m, costs, zr, {{0, 1, 2, 3}})) {
+    const GroupPlan& g = c.plan.groups[0];
+    const int64_t b = g.devices[2].microbatch_size;
+    if (g.num_ministages() == m.num_layers) {
+      EXPECT_LE(b, 3) << c.why;  // the model alone would take every size up to 32
+      measured_case = true;
+    } else if (b > 3) {
+      modelled_case = true;
+    }
+  }
+  EXPECT_TRUE(measured_case);
+  EXPECT_TRUE(modelled_case);
 }
 
 }  // namespace

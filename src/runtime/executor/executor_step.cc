@@ -277,15 +277,18 @@ class Executor::StepRun : public OpRunner {
 
   // Where the compute op running now stands since its start or its last wait: wall time, CPU time,
   // CPU time in matrix multiplications (set only while a compute op runs on an emulated device).
+  // The op's other waits inside the segment — for the data it receives — are not compute either:
+  // a device cannot start on what has not arrived, so they are left out of the stretch.
   struct Segment {
     Clock::time_point wall;
-    double cpu_s = 0, matmul_s = 0;
+    double cpu_s = 0, matmul_s = 0, comm_s = 0;
   };
-  static Segment SegmentMark() { return {Clock::now(), ComputeCpuSeconds(), MatmulCpuSeconds()}; }
+  Segment SegmentMark() const { return {Clock::now(), ComputeCpuSeconds(), MatmulCpuSeconds(), report_.comm_s}; }
   void StretchSegment() {
     if (!segment_) return;
-    ex_.emulation_.StretchCompute(Since(segment_->wall), ComputeCpuSeconds() - segment_->cpu_s,
-                                  MatmulCpuSeconds() - segment_->matmul_s, &report_.late_s);
+    ex_.emulation_.StretchCompute(Since(segment_->wall) - (report_.comm_s - segment_->comm_s),
+                                  ComputeCpuSeconds() - segment_->cpu_s, MatmulCpuSeconds() - segment_->matmul_s,
+                                  &report_.late_s);
   }
   std::optional<Segment> segment_;
 
