@@ -59,7 +59,10 @@ TEST(StateBytes, EachZeroStageShardsOneMoreKindOfState) {
   const double p = 1000, d = 4;
   const StateBytesPerParam s = StateBytes(Precision::kBf16);  // 2 + 2 + 12 (fp32 master + moments)
   EXPECT_DOUBLE_EQ(ZeroStateBytes(p, d, 0, Precision::kBf16).device, p * (s.params + s.grads + s.optimizer));
-  EXPECT_DOUBLE_EQ(ZeroStateBytes(p, d, 1, Precision::kBf16).device, p * (s.params + s.grads) + p / d * s.optimizer);
+  // ZeRO-1: the full gradients and the shard they are reduced into for the update.
+  EXPECT_DOUBLE_EQ(ZeroStateBytes(p, d, 1, Precision::kBf16).device,
+                   p * (s.params + s.grads) + p / d * (s.grads + s.optimizer));
+  EXPECT_DOUBLE_EQ(ZeroStateBytes(p, 1, 1, Precision::kBf16).device, p * (s.params + s.grads + s.optimizer));
   EXPECT_DOUBLE_EQ(ZeroStateBytes(p, d, 2, Precision::kBf16).device, p * s.params + p / d * (s.grads + s.optimizer));
   EXPECT_DOUBLE_EQ(ZeroStateBytes(p, d, 3, Precision::kBf16).device, p / d * (s.params + s.grads + s.optimizer));
   const RankStateBytes host = ZeroStateBytes(p, d, 2, Precision::kBf16, StatePlacement::kHost);

@@ -20,6 +20,10 @@ RankStateBytes ZeroStateBytes(double params, double dp, int zero_stage, Precisio
   out.device += (zero_stage >= 3 ? shard : params) * s.params;
   out.device += (zero_stage >= 2 ? shard : params) * s.grads;
   out.device += (zero_stage >= 1 ? shard : params) * s.optimizer;
+  // ZeRO-1 keeps the full gradients and, beside them, the shard they are reduced into for the
+  // update (both resident between steps: plan/lower_passes.cc; from ZeRO-2 the shard is the state;
+  // over one rank the shard is the gradients themselves).
+  if (zero_stage == 1 && dp > 1) out.device += shard * s.grads;
   return out;
 }
 

@@ -107,6 +107,14 @@ double Lowerer::StageParams(int v) const {
   return p;
 }
 
+double Lowerer::RankParams(int v) const {
+  const int tp = Tp(ministages_[v].group);
+  if (tp == 1) return StageParams(v);
+  const double norms = 2.0 * static_cast<double>(model_.hidden_size);  // a layer's two RMSNorm weights
+  const double layers = ministages_[v].layers.size();
+  return StageParams(v) - layers * (ParamsPerLayer(model_) - norms) * (1.0 - 1.0 / tp);
+}
+
 double Lowerer::ForwardFlops(int v, int64_t m) const {
   const LayerRange& r = ministages_[v].layers;
   double per_token = r.size() * LayerForwardFlopsPerToken(model_, plan_.seq_len);
