@@ -11,7 +11,8 @@
 //                 "max_microbatch": 12,
 //                 "limits": {"dp_degree": 4, "num_layers": 32, "total_params": 6.7e9,
 //                            "capacity_bytes": 85899345920, "max_microbatch_by_zero": [0, 0, 3, 9]}}],
-//    "links": [{"between": ["node-a", "node-b"], "bandwidth_bytes_per_s": 5e9, "latency_s": 2e-5}]}
+//    "links": [{"between": ["node-a", "node-b"], "bandwidth_bytes_per_s": 5e9, "latency_s": 2e-5,
+//               "collective_overhead_s": 1e-4}]}
 // Measured links replace the cluster file's figures between those two nodes in the cost model.
 // Times are of ONE decoder layer. Between measured points a time is interpolated linearly (which is
 // monotone when the points are); beyond them it follows "fit" when given, else the line through
