@@ -1,6 +1,35 @@
 #include "cli/command.h"
 
+#ifdef MOTLEY_TORCH_HELPER
+#include "cli/torch_helper.h"
+#endif
+
 namespace motley::cli {
+#ifdef MOTLEY_TORCH_HELPER
+namespace {
+// `motley` without libtorch: these run in `motley-torch` (torch_helper.h).
+int RunTrainInHelper(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {"train"};
+  all.insert(all.end(), args.begin(), args.end());
+  return ExecTorchHelper(all);
+}
+int RunEvalInHelper(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {"eval"};
+  all.insert(all.end(), args.begin(), args.end());
+  return ExecTorchHelper(all);
+}
+int RunProfileInHelper(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {"profile"};
+  all.insert(all.end(), args.begin(), args.end());
+  return ExecTorchHelper(all);
+}
+int RunCommInHelper(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {"comm"};
+  all.insert(all.end(), args.begin(), args.end());
+  return ExecTorchHelper(all);
+}
+}  // namespace
+#endif
 
 const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
@@ -18,12 +47,21 @@ const std::vector<Command>& Commands() {
        &RunSimulate},
       {"calibrate", "scale a profile's compute times to what a real run of a plan measured (online profiling)",
        &RunCalibrate},
+#if defined(MOTLEY_WITH_TORCH) || defined(MOTLEY_TORCH_HELPER)
 #ifdef MOTLEY_WITH_TORCH
-      {"train", "train a job's model on its data: progress, validation, metrics, checkpoints, --resume", &RunTrain},
-      {"eval", "mean next-token loss of a checkpoint (motley's or Hugging Face's) on a token file", &RunEval},
+#define MOTLEY_TORCH_COMMAND(f) &f
+#else
+#define MOTLEY_TORCH_COMMAND(f) &f##InHelper
+#endif
+      {"train", "train a job's model on its data: progress, validation, metrics, checkpoints, --resume",
+       MOTLEY_TORCH_COMMAND(RunTrain)},
+      {"eval", "mean next-token loss of a checkpoint (motley's or Hugging Face's) on a token file",
+       MOTLEY_TORCH_COMMAND(RunEval)},
       {"profile", "measure a cluster's device types for a model: layer times by microbatch, the largest that fits",
-       &RunProfile},
-      {"comm", "check that launched ranks can talk: collectives with known values, bandwidth", &RunComm},
+       MOTLEY_TORCH_COMMAND(RunProfile)},
+      {"comm", "check that launched ranks can talk: collectives with known values, bandwidth",
+       MOTLEY_TORCH_COMMAND(RunComm)},
+#undef MOTLEY_TORCH_COMMAND
 #endif
       {"launch", "start N local ranks of a command with the rendezvous set; stop all when one fails", &RunLaunch},
       {"data", "prepare training data: tokenize text files into .bin shards (byte or sentencepiece)", &RunData},

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "cli/torch_helper.h"
 #include "cli/version.h"
 #include "core/suggest.h"
 
@@ -26,6 +27,9 @@ int Main(const std::vector<std::string>& args) {
     return kExitOk;
   }
   if (args[0] == "--version" || args[0] == "version") {
+#ifdef MOTLEY_TORCH_HELPER
+    if (HaveTorchHelper()) return ExecTorchHelper(args);  // it names its libtorch
+#endif
     fmt::print("{}\n", VersionLine());
     return kExitOk;
   }
