@@ -7,24 +7,11 @@
 namespace motley::cli {
 #ifdef MOTLEY_TORCH_HELPER
 namespace {
-// `motley` without libtorch: these run in `motley-torch` (torch_helper.h).
-int RunTrainInHelper(const std::vector<std::string>& args) {
-  std::vector<std::string> all = {"train"};
-  all.insert(all.end(), args.begin(), args.end());
-  return ExecTorchHelper(all);
-}
-int RunEvalInHelper(const std::vector<std::string>& args) {
-  std::vector<std::string> all = {"eval"};
-  all.insert(all.end(), args.begin(), args.end());
-  return ExecTorchHelper(all);
-}
-int RunProfileInHelper(const std::vector<std::string>& args) {
-  std::vector<std::string> all = {"profile"};
-  all.insert(all.end(), args.begin(), args.end());
-  return ExecTorchHelper(all);
-}
-int RunCommInHelper(const std::vector<std::string>& args) {
-  std::vector<std::string> all = {"comm"};
+// `motley` without libtorch: these run in `motley-torch` (torch_helper.h), named by index.
+constexpr const char* kTorchCommands[] = {"train", "eval", "profile", "comm"};
+template <int kCommand>
+int RunInHelper(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {kTorchCommands[kCommand]};
   all.insert(all.end(), args.begin(), args.end());
   return ExecTorchHelper(all);
 }
@@ -49,18 +36,18 @@ const std::vector<Command>& Commands() {
        &RunCalibrate},
 #if defined(MOTLEY_WITH_TORCH) || defined(MOTLEY_TORCH_HELPER)
 #ifdef MOTLEY_WITH_TORCH
-#define MOTLEY_TORCH_COMMAND(f) &f
+#define MOTLEY_TORCH_COMMAND(f, k) &f
 #else
-#define MOTLEY_TORCH_COMMAND(f) &f##InHelper
+#define MOTLEY_TORCH_COMMAND(f, k) &RunInHelper<k>
 #endif
       {"train", "train a job's model on its data: progress, validation, metrics, checkpoints, --resume",
-       MOTLEY_TORCH_COMMAND(RunTrain)},
+       MOTLEY_TORCH_COMMAND(RunTrain, 0)},
       {"eval", "mean next-token loss of a checkpoint (motley's or Hugging Face's) on a token file",
-       MOTLEY_TORCH_COMMAND(RunEval)},
+       MOTLEY_TORCH_COMMAND(RunEval, 1)},
       {"profile", "measure a cluster's device types for a model: layer times by microbatch, the largest that fits",
-       MOTLEY_TORCH_COMMAND(RunProfile)},
+       MOTLEY_TORCH_COMMAND(RunProfile, 2)},
       {"comm", "check that launched ranks can talk: collectives with known values, bandwidth",
-       MOTLEY_TORCH_COMMAND(RunComm)},
+       MOTLEY_TORCH_COMMAND(RunComm, 3)},
 #undef MOTLEY_TORCH_COMMAND
 #endif
       {"launch", "start N local ranks of a command with the rendezvous set; stop all when one fails", &RunLaunch},

@@ -30,11 +30,15 @@ std::vector<RankFailure> ReadFailureReports(const std::string& dir) {
     const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("rank") || !j["rank"].is_number_integer()) continue;
     RankFailure f;
-    f.rank = j["rank"].get<int>();
-    f.device = j.value("device", -1);
-    f.step = j.value("step", int64_t{0});
-    f.out_of_memory = j.value("out_of_memory", false);
-    f.message = j.value("message", std::string());
+    try {  // a field of the wrong type: the report is skipped, as an unreadable one
+      f.rank = j["rank"].get<int>();
+      f.device = j.value("device", -1);
+      f.step = j.value("step", int64_t{0});
+      f.out_of_memory = j.value("out_of_memory", false);
+      f.message = j.value("message", std::string());
+    } catch (const nlohmann::json::exception&) {
+      continue;
+    }
     out.push_back(std::move(f));
   }
   std::sort(out.begin(), out.end(), [](const RankFailure& a, const RankFailure& b) { return a.rank < b.rank; });

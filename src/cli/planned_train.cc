@@ -104,13 +104,6 @@ std::string Indented(std::string lines) {
   return lines;
 }
 
-int64_t CheckpointStep(const std::string& dir) {
-  Result<std::string> text = ReadFileToString((fs::path(dir) / "trainer_state.json").string());
-  if (!text.ok()) return -1;
-  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-  return j.is_object() && j.contains("step") && j["step"].is_number_integer() ? j["step"].get<int64_t>() : -1;
-}
-
 }  // namespace
 
 int LaunchEscalating(const SupervisedRun& run, Plan plan) {
@@ -146,8 +139,11 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
     }
     const std::string failed_path =
         (fs::path(run.plan_path).parent_path() / fmt::format("plan-out-of-memory-{}.toml", attempt + 1)).string();
-    if (Status s = AtomicWriteFile(failed_path, PlanToToml(plan)); !s.ok()) return kExitFailure;
-    if (Status s = AtomicWriteFile(run.plan_path, PlanToToml(e->plan)); !s.ok()) return kExitFailure;
+    for (const auto& [path, p] : {std::pair<std::string, const Plan*>{failed_path, &plan}, {run.plan_path, &e->plan}})
+      if (Status s = AtomicWriteFile(path, PlanToToml(*p)); !s.ok()) {
+        fmt::print(stderr, "motley train: {}\n", s.message());
+        return kExitFailure;
+      }
     // The same state: the checkpoint this run wrote last, or the run's start (as it began).
     const std::string checkpoint = CheckpointWrittenSince(job.checkpoint.dir, started);
     int64_t failed_step = 0;
@@ -157,7 +153,8 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
     if (!checkpoint.empty()) {
       args = WithoutOption(args, "--resume");
       args.insert(args.end(), {"--resume", checkpoint});
-      const int64_t step = CheckpointStep(checkpoint);
+      const Result<int64_t> at = CheckpointStep(checkpoint);
+      const int64_t step = at.ok() ? *at : -1;
       from = fmt::format("from the checkpoint of step {} ({}): {} again from the same weights and data", step,
                          checkpoint, Steps(step + 1, failed_step));
     } else {

@@ -48,7 +48,7 @@ Metrics ReadMetrics(const std::string& path) {
 
 TEST(Escalation, AStepOutOfMemoryIsRunAgainUnderAMoreFrugalPlanFromTheSameState) {
   TempDir dir;
-  // The local emulated cluster with 96 MiB a device; the default job in fp64 for 50 sequences a step.
+  // The local emulated cluster with 96 MiB a device; the default job in fp64 for 48 sequences a step.
   std::string cluster = Source("examples/clusters/local-emulated.toml");
   Replace(&cluster, "memory = \"1GiB\"", "memory = \"96MiB\"");
   Replace(&cluster, "memory = \"512MiB\"", "memory = \"96MiB\"");

@@ -41,6 +41,17 @@ Result<nlohmann::json> ReadStateFile(const std::string& dir) {
   return j;
 }
 
+}  // namespace
+
+Result<int64_t> CheckpointStep(const std::string& dir) {
+  MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ReadStateFile(dir));
+  if (!j.contains("step") || !j["step"].is_number_integer())
+    return Status::InvalidArgument(fmt::format("{}/{}: no step; use another checkpoint", dir, kStateFile));
+  return j["step"].get<int64_t>();
+}
+
+namespace {
+
 // Verifies the size and CRC-32 of every file the state lists.
 Status VerifyFiles(const std::string& dir, const nlohmann::json& state) {
   for (const auto& [name, info] : state["files"].items()) {

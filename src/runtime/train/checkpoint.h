@@ -46,6 +46,9 @@ Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::
 Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, LlamaModelImpl& model,
                                       const std::vector<ParamShard>& shards, const TrainerState& state);
 
+/// The step a checkpoint was written after (its trainer state, checksum verified).
+Result<int64_t> CheckpointStep(const std::string& dir);
+
 /// A checkpoint directory as given, or the one a run directory's `latest` names.
 Result<std::string> ResolveCheckpointDir(const std::string& path);
 

@@ -150,6 +150,9 @@ TEST(Checkpoint, CorruptionIsDetectedWithAClearError) {
   s = LoadModelWeights((dir / "edited").string(), *other);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("trainer_state.json: checksum mismatch"), std::string::npos) << s.message();
+  // The step a checkpoint holds is read through the same check.
+  EXPECT_EQ(CheckpointStep(ckpt).value(), 1);
+  EXPECT_FALSE(CheckpointStep((dir / "edited").string()).ok());
   // Nothing was half-loaded into the model from the corrupted checkpoints' weights file.
   EXPECT_TRUE(LoadModelWeights(ckpt, *other).ok());
   fs::remove_all(dir);
