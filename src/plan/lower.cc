@@ -248,6 +248,7 @@ Result<Schedule> Lowerer::Run() {
 
   if (plan_.gradient_clipping) HoldUpdatesForTheNorm();
   AddBufferDeps();
+  IssuePrefetchesEarly();
   MarkCompleteGradients();
   DescribeState();
 

@@ -151,6 +151,60 @@ void Lowerer::AddBufferDeps() {
   }
 }
 
+// The runtime issues ops in program order and its host is inside a compute op until it ends, so a
+// prefetch placed just before the backward that reads it would start only when the backward before
+// has ended, and that backward's reader would wait for the copy. Placed right after the last op it
+// waits for (its deps: the boundary's offload, the backward two before — the bound of one
+// microbatch ahead — and what the buffers imply), it runs beside the backward in between, as the
+// lowering meant. Prefetches keep their order on their lane.
+void Lowerer::IssuePrefetchesEarly() {
+  for (Program& p : s_.programs) {
+    const int n = static_cast<int>(p.ops.size());
+    // Each prefetch goes right after its anchor: the latest op that stays in place among those it
+    // waits for (a prefetch it waits for counts by its own anchor), the prefetch before it on its
+    // lane, and the compute op two before its reader (so it runs beside one compute op, not
+    // during the forwards when its reader is a step's first backward). Prefetches with one anchor
+    // keep their order.
+    std::vector<int> anchor(n);
+    std::vector<std::vector<int>> after(n + 1);  // after[a + 1]: the prefetches anchored at op a
+    int last_on_lane = -1;
+    int computes[2] = {-1, -1};  // the last two compute ops so far, the latest first
+    for (int i = 0; i < n; ++i) {
+      anchor[i] = i;
+      if (IsCompute(p.ops[i].kind)) {
+        computes[1] = computes[0];
+        computes[0] = i;
+      }
+      if (p.ops[i].kind != OpKind::kActPrefetch) continue;
+      int a = std::max(computes[1], last_on_lane >= 0 ? anchor[last_on_lane] : -1);
+      for (int d : p.ops[i].deps) a = std::max(a, anchor[d]);
+      anchor[i] = a;
+      after[a + 1].push_back(i);
+      last_on_lane = i;
+    }
+    std::vector<int> order;
+    order.reserve(n);
+    for (int i : after[0]) order.push_back(i);
+    for (int i = 0; i < n; ++i) {
+      if (anchor[i] != i) continue;
+      order.push_back(i);
+      for (int j : after[i + 1]) order.push_back(j);
+    }
+    MOTLEY_CHECK_EQ(static_cast<int>(order.size()), n);
+    std::vector<int> index(n);
+    for (int k = 0; k < n; ++k) index[order[k]] = k;
+    std::vector<Op> ops;
+    ops.reserve(n);
+    for (int k = 0; k < n; ++k) {
+      Op op = std::move(p.ops[order[k]]);
+      for (int32_t& d : op.deps) d = index[d];
+      std::sort(op.deps.begin(), op.deps.end());
+      ops.push_back(std::move(op));
+    }
+    p.ops = std::move(ops);
+  }
+}
+
 void Lowerer::MarkCompleteGradients() {
   for (Program& p : s_.programs) {
     for (size_t i = 0; i < p.ops.size(); ++i) {

@@ -134,6 +134,9 @@ class Lowerer {
   /// executor that runs ops as soon as their deps allow — the simulator — keeps the data flow the
   /// runtime keeps by running in program order.
   void AddBufferDeps();
+  /// Moves each activation prefetch up to just after the last op it waits for, so that an
+  /// executor issuing in program order starts it while the backward before its reader runs.
+  void IssuePrefetchesEarly();
   int RankOf(int v, int64_t m) const { return routing_rank_[ministages_[v].group][m]; }
 
   const Plan& plan_;

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "core/check.h"
+
 namespace motley {
 namespace {
 
@@ -17,10 +19,21 @@ bool Overlaps(const std::vector<Buffer>& a, const std::vector<Buffer>& b) {
 }  // namespace
 
 Status ProgramWalker::Run() {
+  Begin();
+  for (int i = 0; i < static_cast<int>(program_.ops.size()); ++i) MOTLEY_RETURN_IF_ERROR(Step(i));
+  return End();
+}
+
+void ProgramWalker::Begin() {
   held_ = std::set<Buffer>(program_.resident.begin(), program_.resident.end());
   in_flight_.clear();
-  for (int i = 0; i < static_cast<int>(program_.ops.size()); ++i) MOTLEY_RETURN_IF_ERROR(Step(i));
+  queued_.clear();
+  running_collective_ = -1;
+}
+
+Status ProgramWalker::End() {
   while (!in_flight_.empty()) MOTLEY_RETURN_IF_ERROR(FinishOp(*in_flight_.begin()));
+  MOTLEY_CHECK(queued_.empty() && running_collective_ < 0);
   const std::set<Buffer> resident(program_.resident.begin(), program_.resident.end());
   if (held_ != resident) {
     std::string diff;
@@ -33,47 +46,88 @@ Status ProgramWalker::Run() {
   return Status::Ok();
 }
 
+std::vector<int> ProgramWalker::Blockers(int i) const {
+  const Op& op = program_.ops[i];
+  std::vector<int> blockers;
+  for (int j : in_flight_) {  // in program order (a std::set)
+    const Op& other = program_.ops[j];
+    const bool dep = std::find(op.deps.begin(), op.deps.end(), j) != op.deps.end();
+    // Read after write, write after read or write, free after use.
+    const bool conflict = Overlaps(other.writes, op.reads) || Overlaps(other.writes, op.writes) ||
+                          Overlaps(other.frees, op.reads) || Overlaps(other.frees, op.writes) ||
+                          Overlaps(other.reads, op.writes) || Overlaps(other.reads, op.frees);
+    if (dep || conflict) blockers.push_back(j);
+  }
+  return blockers;
+}
+
+bool ProgramWalker::Queues(int i) const {
+  const Op& op = program_.ops[i];
+  return IsCollective(op.kind) && !(collectives_ != nullptr && (*collectives_)[op.collective].tensor_parallel);
+}
+
+Status ProgramWalker::Poll() {
+  std::vector<int> done;
+  for (int j : in_flight_)
+    if (std::find(queued_.begin(), queued_.end(), j) == queued_.end() && runner_->Done(j)) done.push_back(j);
+  for (int j : done) MOTLEY_RETURN_IF_ERROR(FinishOp(j));
+  return StartQueued();
+}
+
 Status ProgramWalker::Step(int i) {
   const Op& op = program_.ops[i];
   MOTLEY_RETURN_IF_ERROR(runner_->BeforeOp(i));
-  std::vector<int> done;
-  for (int j : in_flight_)
-    if (runner_->Done(j)) done.push_back(j);
-  for (int j : done) MOTLEY_RETURN_IF_ERROR(FinishOp(j));
-  for (int d : op.deps)
-    if (in_flight_.count(d)) MOTLEY_RETURN_IF_ERROR(FinishOp(d));
-  // A rank's collectives run one at a time, in program order, as on the schedule's comm lane in
-  // the simulator: one waiting for its slowest member holds the next back (and what the next would
-  // allocate), instead of a rank with little to compute posting every reduction of its step at once.
-  if (IsCollective(op.kind)) {
-    std::vector<int> earlier;
-    for (int j : in_flight_)
-      if (IsCollective(program_.ops[j].kind)) earlier.push_back(j);
-    for (int j : earlier) MOTLEY_RETURN_IF_ERROR(FinishOp(j));
-  }
-  MOTLEY_RETURN_IF_ERROR(FinishConflicts(i));
+  MOTLEY_RETURN_IF_ERROR(Poll());
+  for (int j : Blockers(i)) MOTLEY_RETURN_IF_ERROR(FinishOp(j));
   for (const Buffer& b : op.reads)
     if (!held_.count(b) && !Contains(op.writes, b))
       return Status::Internal(fmt::format("rank {} op {} ({}) reads {}, which the rank does not hold", program_.rank,
                                           i, OpKindName(op.kind), BufferName(b)));
   for (const Buffer& b : op.writes) held_.insert(b);
-  MOTLEY_ASSIGN_OR_RETURN(bool finished, runner_->Start(i));
-  if (!finished) {
+  if (Queues(i) && (running_collective_ >= 0 || !queued_.empty())) {
     in_flight_.insert(i);
+    queued_.push_back(i);
     return Status::Ok();
   }
-  for (const Buffer& b : op.frees) {
-    if (!held_.erase(b))
-      return Status::Internal(fmt::format("rank {} op {} ({}) frees {}, which the rank does not hold", program_.rank,
-                                          i, OpKindName(op.kind), BufferName(b)));
-    MOTLEY_RETURN_IF_ERROR(runner_->Free(b));
+  return StartOp(i);
+}
+
+Status ProgramWalker::StartOp(int i) {
+  MOTLEY_ASSIGN_OR_RETURN(bool finished, runner_->Start(i));
+  if (finished) {
+    in_flight_.erase(i);
+    return Release(i);
+  }
+  in_flight_.insert(i);
+  if (Queues(i)) running_collective_ = i;
+  return Status::Ok();
+}
+
+Status ProgramWalker::StartQueued() {
+  while (running_collective_ < 0 && !queued_.empty()) {
+    const int j = queued_.front();
+    queued_.pop_front();
+    MOTLEY_RETURN_IF_ERROR(StartOp(j));
   }
   return Status::Ok();
 }
 
 Status ProgramWalker::FinishOp(int i) {
-  if (!in_flight_.erase(i)) return Status::Ok();
+  if (!in_flight_.count(i)) return Status::Ok();
+  // A queued collective starts once the ones before it have finished.
+  while (std::find(queued_.begin(), queued_.end(), i) != queued_.end()) {
+    MOTLEY_CHECK(running_collective_ >= 0);
+    MOTLEY_RETURN_IF_ERROR(FinishOp(running_collective_));
+  }
+  if (!in_flight_.count(i)) return Status::Ok();  // it finished as it started
+  in_flight_.erase(i);
+  if (i == running_collective_) running_collective_ = -1;
   MOTLEY_RETURN_IF_ERROR(runner_->Finish(i));
+  MOTLEY_RETURN_IF_ERROR(Release(i));
+  return StartQueued();
+}
+
+Status ProgramWalker::Release(int i) {
   const Op& op = program_.ops[i];
   for (const Buffer& b : op.frees) {
     if (!held_.erase(b))
@@ -81,20 +135,6 @@ Status ProgramWalker::FinishOp(int i) {
                                           i, OpKindName(op.kind), BufferName(b)));
     MOTLEY_RETURN_IF_ERROR(runner_->Free(b));
   }
-  return Status::Ok();
-}
-
-Status ProgramWalker::FinishConflicts(int i) {
-  const Op& op = program_.ops[i];
-  std::vector<int> conflicts;
-  for (int j : in_flight_) {
-    const Op& other = program_.ops[j];
-    // Read after write, write after read or write, free after use.
-    if (Overlaps(other.writes, op.reads) || Overlaps(other.writes, op.writes) || Overlaps(other.frees, op.reads) ||
-        Overlaps(other.frees, op.writes) || Overlaps(other.reads, op.writes) || Overlaps(other.reads, op.frees))
-      conflicts.push_back(j);
-  }
-  for (int j : conflicts) MOTLEY_RETURN_IF_ERROR(FinishOp(j));
   return Status::Ok();
 }
 
@@ -104,7 +144,7 @@ std::string CheckScheduleBuffers(const Schedule& s) {
     Status Finish(int) override { return Status::Ok(); }
   } runner;
   for (const Program& p : s.programs) {
-    ProgramWalker walker(p, &runner);
+    ProgramWalker walker(p, &runner, &s.collectives);
     if (Status st = walker.Run(); !st.ok()) return st.message();
   }
   return "";

@@ -6,18 +6,23 @@
 //   * the ops in flight that i would race with on a buffer: one in flight writes (or frees) a
 //     buffer i reads or writes, or reads a buffer i writes or frees;
 //   * the ops in flight the runner reports done (so what they hold goes as soon as it can);
-//   * when i is a collective, the collectives in flight: a rank's collectives run one at a time, in
-//     program order, as the simulator runs its comm lane.
+// A rank's collectives run one at a time, in program order: a collective reached while another is in
+// flight is queued, not started (what it allocates is not allocated yet, and the host goes on to
+// the ops after it); it starts when the one before it has finished — which the walker learns when
+// it next looks (each Step asks the runner which ops are done), or when an op needs it.
 // It keeps the set of buffers the rank holds: a step starts from Program::resident, an op may read
 // only what is held (or what it writes itself), its writes become held when it starts, its frees
 // go when it finishes; the step must end holding exactly Program::resident again. Any breach is
 // an error naming the op and the buffer, so a schedule that would make the runtime read freed or
 // missing data stops with a clear message instead of computing garbage.
 //
-// Implementations of OpRunner: the runtime's tensor executor (runtime/executor/executor_step.cc) and
-// RecordingOpRunner (program_walker_test.cc), which records what would run and checks the order.
+// Implementations of OpRunner: the runtime's tensor executor (runtime/executor/executor_step.cc), the
+// simulator (sim/simulator.cc: it calls Step op by op from its event loop, once Blockers have
+// finished in simulated time) and RecordingOpRunner (program_walker_test.cc), which records what
+// would run and checks the order.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <set>
 #include <vector>
@@ -46,23 +51,46 @@ class OpRunner {
 
 class ProgramWalker {
  public:
-  ProgramWalker(const Program& program, OpRunner* runner) : program_(program), runner_(runner) {}
+  /// `collectives`: the schedule's (Schedule::collectives), to tell a tensor-parallel team's
+  /// all-reduces — run inside the compute op before them, never queued — from the rest.
+  ProgramWalker(const Program& program, OpRunner* runner, const std::vector<Collective>* collectives = nullptr)
+      : program_(program), runner_(runner), collectives_(collectives) {}
 
   /// Runs every op of the program, then finishes whatever is still in flight, and checks the
-  /// rank ends the step holding its resident buffers.
+  /// rank ends the step holding its resident buffers: Begin, Step for each op, End.
   Status Run();
+
+  // The same, a piece at a time, for a runner that cannot block (the simulator advances a rank
+  // when the ops it waits for have finished in simulated time).
+  void Begin();
+  /// The ops in flight (or queued) that Step(i) finishes before starting op i, in program order:
+  /// its deps and those it would race with on a buffer.
+  std::vector<int> Blockers(int i) const;
+  /// Finishes what the runner reports done and starts the collectives queued behind them (Step
+  /// does this first; a runner that waits without stepping calls it).
+  Status Poll();
+  /// Starts op i: finishes what the runner reports done and Blockers(i), then runner->Start(i).
+  Status Step(int i);
+  /// Finishes what is still in flight and checks the resident buffers.
+  Status End();
 
   /// Ops in flight now (op indices), for runners and tests.
   const std::set<int>& in_flight() const { return in_flight_; }
   const std::set<Buffer>& held() const { return held_; }
 
  private:
-  Status Step(int op);
   Status FinishOp(int op);
-  Status FinishConflicts(int op);
+  Status Release(int op);  // op's frees go
+  Status StartQueued();    // the queued collectives, while none is running
+  Status StartOp(int op);
+  bool Queues(int op) const;  // a collective that runs one at a time
+
+  std::deque<int> queued_;  // collectives admitted (in in_flight_), not started yet
+  int running_collective_ = -1;
 
   const Program& program_;
   OpRunner* runner_;
+  const std::vector<Collective>* collectives_;
   std::set<int> in_flight_;
   std::set<Buffer> held_;
 };

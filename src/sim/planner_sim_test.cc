@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <random>
 
+#include "plan/plan_io.h"
+
 #include <gtest/gtest.h>
 
 #include "core/cluster_parse.h"
@@ -39,7 +41,9 @@ TEST(MemoryModel, BoundsTheSimulatedPeakOfDataParallelPlans) {
     p.groups = {g};
     Schedule s = LowerPlan(p, cluster, m).value();
     CostModel costs(cluster, m, nullptr, p.seq_len, p.precision, p.activation_checkpointing);
-    SimResult r = Simulate(s, cluster, costs).value();
+    Result<SimResult> simulated = Simulate(s, cluster, costs);
+    ASSERT_TRUE(simulated.ok()) << simulated.status().message() << "\n" << PlanToToml(p);
+    const SimResult& r = *simulated;
     const double unit =
         per_layer ? static_cast<double>(ParamsPerLayer(m) + std::max(EmbeddingParams(m), HeadParams(m)))
                   : static_cast<double>(TotalParams(m));

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <algorithm>
 #include <array>
+#include <deque>
+#include <memory>
 #include <map>
 #include <queue>
 #include <tuple>
@@ -12,12 +14,14 @@
 
 #include "core/check.h"
 #include "core/units.h"
+#include "plan/program_walker.h"
 
 namespace motley {
 namespace {
 
 struct OpState {
-  bool started = false;
+  bool issued = false;   // the rank's walker reached it (ProgramWalker::Step)
+  bool started = false;  // its inputs were there (deps finished) and its lane free
   bool finished = false;
   double start = 0;
   double end = 0;
@@ -41,15 +45,6 @@ struct HostLink {
   }
 };
 
-struct RankState {
-  std::array<std::vector<int>, kNumLanes> queue;  // op indices per lane, in program order
-  std::array<size_t, kNumLanes> head{};
-  std::vector<OpState> ops;
-  std::array<HostLink, 2> host_link;  // to the device, to the host
-  double memory = 0, peak_memory = 0, host = 0, peak_host = 0;
-  double compute_busy = 0, comm_busy = 0;
-};
-
 struct Event {
   double time;
   int64_t seq;
@@ -61,6 +56,46 @@ struct Event {
 
 using SendKey = std::tuple<int, int, int64_t>;  // from, to, tag
 
+// Whether the rank's host is inside the op until it ends, as the runtime runs it: the compute
+// ops, the gradient norm (summed over ranks before the updates) and a tensor-parallel team's
+// all-reduces (run inside the compute). Nothing after such an op is issued before it ends.
+bool HoldsTheHost(const Op& op, const Schedule& s) {
+  if (IsCompute(op.kind) || op.kind == OpKind::kGradNorm) return true;
+  return IsCollective(op.kind) && s.collectives[op.collective].tensor_parallel;
+}
+
+class Simulator;
+
+// The simulator's side of ProgramWalker: the walker decides, op by op, what the rank issues and
+// which ops in flight it must finish first — the same decisions the runtime's executor gets — and
+// the simulator times what is issued.
+class SimRunner : public OpRunner {
+ public:
+  SimRunner(Simulator* sim, int rank) : sim_(sim), rank_(rank) {}
+  Result<bool> Start(int op) override;
+  bool Done(int op) override;
+  Status Finish(int op) override;
+
+ private:
+  Simulator* sim_;
+  int rank_;
+};
+
+struct RankState {
+  std::vector<OpState> ops;
+  std::unique_ptr<SimRunner> runner;
+  std::unique_ptr<ProgramWalker> walker;
+  int cursor = 0;                                  // the next op the walker issues
+  int holding = -1;                                // an issued op the host is inside (HoldsTheHost)
+  std::vector<int> waiting;                        // issued, not started, in program order
+  std::vector<int> unnoticed;                      // collectives and sends ended while the host was busy
+  std::array<std::deque<int>, kNumLanes> queued;   // issued copies per lane: the head runs
+  double link_free_s = 0;                          // the rank's sends take its link one after another
+  std::array<HostLink, 2> host_link;               // to the device, to the host
+  double memory = 0, peak_memory = 0, host = 0, peak_host = 0;
+  double compute_busy = 0, comm_busy = 0;
+};
+
 class Simulator {
  public:
   Simulator(const Schedule& s, const Cluster& c, const CostModel& costs, const SimConfig& config)
@@ -69,27 +104,44 @@ class Simulator {
   Result<SimResult> Run();
 
  private:
-  void TryStart(int rank, double now);
+  friend class SimRunner;
+  bool Issue(int rank, int op);
+  void Advance(int rank);
+  void TryStart(int rank);
   bool DepsDone(int rank, const Op& op) const;
-  void Begin(int rank, int op, double now);
+  void Begin(int rank, int op);
   void Finish(int rank, int op, double time);
   void Push(double time, int rank, int op) { events_.push({time, seq_++, rank, op, ranks_[rank].ops[op].generation}); }
   HostLink& LinkOf(int rank, const Op& op) { return ranks_[rank].host_link[op.stream == Stream::kH2D ? 0 : 1]; }
-  void Reschedule(int rank, HostLink& link, double now);
+  void Reschedule(int rank, HostLink& link);
+  std::string Stuck() const;
 
   const Schedule& s_;
   const Cluster& cluster_;
   const CostModel& costs_;
   const SimConfig& config_;
+  double now_ = 0;
+  Status error_ = Status::Ok();  // the first breach a walker found
   std::vector<RankState> ranks_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   int64_t seq_ = 0;
-  std::map<SendKey, double> arrivals_;                    // posted sends: when their data arrives
-  std::map<SendKey, std::pair<int, int>> waiting_recvs_;  // recvs posted before their send: (rank, op)
+  struct PostedSend {
+    int rank, op;
+    double arrival_s;  // when its data is there
+  };
+  std::map<SendKey, PostedSend> posted_sends_;            // sends waiting for their receive
+  std::map<SendKey, std::pair<int, int>> posted_recvs_;   // receives posted before their send: (rank, op)
   std::vector<std::vector<std::pair<int, int>>> collective_arrivals_;  // per collective: (rank, op) so far
   std::vector<int> device_of_rank_;
-  int64_t finished_at_once_ = 0;  // ops that finished as they started (collectives of one rank)
 };
+
+Result<bool> SimRunner::Start(int op) { return sim_->Issue(rank_, op); }
+bool SimRunner::Done(int op) { return sim_->ranks_[rank_].ops[op].finished; }
+Status SimRunner::Finish(int op) {
+  // The simulator steps a walker only once the ops it would wait for have finished.
+  MOTLEY_CHECK(sim_->ranks_[rank_].ops[op].finished);
+  return Status::Ok();
+}
 
 bool Simulator::DepsDone(int rank, const Op& op) const {
   for (int32_t d : op.deps)
@@ -97,113 +149,161 @@ bool Simulator::DepsDone(int rank, const Op& op) const {
   return true;
 }
 
-void Simulator::Begin(int rank, int i, double now) {
+// The walker issues op i: it starts once its inputs are there (TryStart). Returns whether the
+// walker may count it finished now, as the runtime's executor says: all but the collectives it
+// leaves in flight (copies, sends and receives run in the background without the walker's help).
+bool Simulator::Issue(int rank, int i) {
+  RankState& r = ranks_[rank];
+  const Op& op = s_.programs[rank].ops[i];
+  r.ops[i].issued = true;
+  r.waiting.push_back(i);
+  if (IsHostCopy(op.kind)) r.queued[LaneOf(op)].push_back(i);
+  if (HoldsTheHost(op, s_)) {
+    r.holding = i;
+    return true;
+  }
+  return !IsCollective(op.kind);
+}
+
+void Simulator::Begin(int rank, int i) {
   RankState& r = ranks_[rank];
   const Op& op = s_.programs[rank].ops[i];
   r.ops[i].started = true;
-  r.ops[i].start = now;
+  r.ops[i].start = now_;
   r.memory += op.device_alloc_bytes;
   r.peak_memory = std::max(r.peak_memory, r.memory);
   r.host += op.host_alloc_bytes;
   r.peak_host = std::max(r.peak_host, r.host);
 }
 
-void Simulator::Reschedule(int rank, HostLink& link, double now) {
+void Simulator::Reschedule(int rank, HostLink& link) {
   const double sharers = static_cast<double>(link.flows.size());
   for (const HostLink::Flow& f : link.flows) {
     ++ranks_[rank].ops[f.op].generation;  // its earlier completion event is stale now
-    Push(now + std::max(0.0, f.left_s) * sharers, rank, f.op);
+    Push(now_ + std::max(0.0, f.left_s) * sharers, rank, f.op);
   }
 }
 
-void Simulator::TryStart(int rank, double now) {
+// The rank issues ops in program order, as the runtime does: up to an op the host is inside
+// until it ends, or one whose walker must first finish ops still running.
+void Simulator::Advance(int rank) {
+  RankState& r = ranks_[rank];
+  const Program& p = s_.programs[rank];
+  while (error_.ok()) {
+    TryStart(rank);
+    if (r.holding >= 0 && !r.ops[r.holding].finished) return;
+    r.holding = -1;
+    // What the collectives and sends that ended since held goes now: the runtime's host lets it go
+    // when it next looks — before it issues the next op (the walker finishes the collectives that
+    // are done), or as it waits on one — not while it is inside a compute op.
+    for (int j : r.unnoticed) {
+      r.memory -= p.ops[j].device_free_bytes;
+      r.host -= p.ops[j].host_free_bytes;
+    }
+    r.unnoticed.clear();
+    // The walker finishes the collectives that are done and starts those queued behind them.
+    if (Status st = r.walker->Poll(); !st.ok()) {
+      error_ = st;
+      return;
+    }
+    TryStart(rank);
+    if (r.holding >= 0) continue;  // it started the gradient norm: the host is inside it
+    if (r.cursor == static_cast<int>(p.ops.size())) return;
+    for (int j : r.walker->Blockers(r.cursor))
+      if (!r.ops[j].finished) return;  // its end resumes the rank
+    if (Status st = r.walker->Step(r.cursor); !st.ok()) {
+      error_ = st;
+      return;
+    }
+    ++r.cursor;
+  }
+}
+
+// Starts the issued ops whose inputs are there, in program order (a copy behind the one before it
+// on its lane).
+void Simulator::TryStart(int rank) {
   RankState& r = ranks_[rank];
   const int device = device_of_rank_[rank];
-  // The ops that can start now start in program order, as the runtime issues them (a lane is busy
-  // while its head op runs or waits); a collective of one rank has nothing to exchange and
-  // finishes at once, before the ops after it start.
-  while (true) {
-    int s = -1;
-    for (int lane = 0; lane < kNumLanes; ++lane) {
-      if (r.head[lane] >= r.queue[lane].size()) continue;
-      const int i = r.queue[lane][r.head[lane]];
-      if (r.ops[i].started || !DepsDone(rank, s_.programs[rank].ops[i])) continue;
-      if (s < 0 || i < r.queue[s][r.head[s]]) s = lane;
+  std::vector<int> still;
+  for (int i : r.waiting) {
+    const Op& op = s_.programs[rank].ops[i];
+    if (!DepsDone(rank, op) || (IsHostCopy(op.kind) && r.queued[LaneOf(op)].front() != i)) {
+      still.push_back(i);
+      continue;
     }
-    if (s < 0) return;
-    {
-      const int i = r.queue[s][r.head[s]];
-      const Op& op = s_.programs[rank].ops[i];
-      Begin(rank, i, now);
-      switch (op.kind) {
-        case OpKind::kForward:
-        case OpKind::kBackward:
-        case OpKind::kOptimizerStep: {
-          const double d = costs_.ComputeS(device, op);
-          r.compute_busy += d;
-          Push(now + d, rank, i);
-          break;
-        }
-        case OpKind::kParamPrefetch:
-        case OpKind::kParamOffload:
-        case OpKind::kActPrefetch:
-        case OpKind::kActOffload: {
-          HostLink& link = LinkOf(rank, op);
-          link.Advance(now);
-          link.flows.push_back({i, costs_.CopyS(device, op.bytes)});
-          Reschedule(rank, link, now);
-          break;
-        }
-        case OpKind::kSend: {
-          const double arrival = now + costs_.TransferS(device, device_of_rank_[op.peer], op.bytes);
-          const SendKey key{rank, op.peer, op.tag};
-          arrivals_[key] = arrival;
+    Begin(rank, i);
+    switch (op.kind) {
+      case OpKind::kForward:
+      case OpKind::kBackward:
+      case OpKind::kOptimizerStep: {
+        const double d = costs_.ComputeS(device, op);
+        r.compute_busy += d;
+        Push(now_ + d, rank, i);
+        break;
+      }
+      case OpKind::kParamPrefetch:
+      case OpKind::kParamOffload:
+      case OpKind::kActPrefetch:
+      case OpKind::kActOffload: {
+        HostLink& link = LinkOf(rank, op);
+        link.Advance(now_);
+        link.flows.push_back({i, costs_.CopyS(device, op.bytes)});
+        Reschedule(rank, link);
+        break;
+      }
+      case OpKind::kSend: {
+        // The data is there after the link's time, behind the rank's sends before it; the transfer
+        // completes, for both ends, once it has arrived and the receive is posted (a rendezvous,
+        // as Gloo's and NCCL's are).
+        const double arrival =
+            std::max(now_, r.link_free_s) + costs_.TransferS(device, device_of_rank_[op.peer], op.bytes);
+        r.link_free_s = arrival;
+        const SendKey key{rank, op.peer, op.tag};
+        if (auto w = posted_recvs_.find(key); w != posted_recvs_.end()) {
+          const auto [peer, recv] = w->second;
           Push(arrival, rank, i);
-          if (auto w = waiting_recvs_.find(key); w != waiting_recvs_.end()) {
-            const auto [peer, recv] = w->second;
-            Push(std::max(arrival, ranks_[peer].ops[recv].start), peer, recv);
-            waiting_recvs_.erase(w);
-          }
-          ++r.head[s];  // non-blocking: the stream moves on
-          break;
+          Push(arrival, peer, recv);
+          posted_recvs_.erase(w);
+        } else {
+          posted_sends_[key] = {rank, i, arrival};
         }
-        case OpKind::kRecv: {
-          // A receive holds the comm lane until its data arrives. (The runtime posts receives and
-          // moves on; posting them off the lane here lets the lane run ahead of the CPU runtime's
-          // program order and count receive buffers earlier than it allocates them — tried in
-          // session 12 and kept as is.)
-          const SendKey key{op.peer, rank, op.tag};
-          if (auto a = arrivals_.find(key); a != arrivals_.end()) {
-            Push(std::max(now, a->second), rank, i);
-          } else {
-            waiting_recvs_[key] = {rank, i};
-          }
-          break;
+        break;
+      }
+      case OpKind::kRecv: {
+        // Posted when issued; its buffer is held from then until the data has arrived and been used.
+        const SendKey key{op.peer, rank, op.tag};
+        if (auto a = posted_sends_.find(key); a != posted_sends_.end()) {
+          const PostedSend& send = a->second;
+          const double end = std::max(now_, send.arrival_s);
+          Push(end, send.rank, send.op);
+          Push(end, rank, i);
+          posted_sends_.erase(a);
+        } else {
+          posted_recvs_[key] = {rank, i};
         }
-        case OpKind::kAllGather:
-        case OpKind::kReduceScatter:
-        case OpKind::kAllReduce:
-        case OpKind::kGradNorm: {
-          const Collective& c = s_.collectives[op.collective];
-          // Everyone starts when the last member arrives (each member has exactly one op naming it).
-          if (c.ranks.size() == 1) {
-            Finish(rank, i, now);
-            ++finished_at_once_;
-            break;
-          }
-          auto& arrived = collective_arrivals_[op.collective];
-          arrived.push_back({rank, i});
-          if (arrived.size() == c.ranks.size()) {
-            std::vector<int> devices;
-            for (int m : c.ranks) devices.push_back(device_of_rank_[m]);
-            const double end = now + c.calls * costs_.CollectiveS(c.kind, devices, c.bytes / c.calls);
-            for (const auto& [m, j] : arrived) Push(end, m, j);
-          }
-          break;
+        break;
+      }
+      case OpKind::kAllGather:
+      case OpKind::kReduceScatter:
+      case OpKind::kAllReduce:
+      case OpKind::kGradNorm: {
+        const Collective& c = s_.collectives[op.collective];
+        // Everyone starts when the last member arrives (each member has exactly one op naming it);
+        // a collective of one rank has nothing to exchange and ends as it starts.
+        auto& arrived = collective_arrivals_[op.collective];
+        arrived.push_back({rank, i});
+        if (arrived.size() == c.ranks.size()) {
+          std::vector<int> devices;
+          for (int m : c.ranks) devices.push_back(device_of_rank_[m]);
+          const double end =
+              c.ranks.size() == 1 ? now_ : now_ + c.calls * costs_.CollectiveS(c.kind, devices, c.bytes / c.calls);
+          for (const auto& [m, j] : arrived) Push(end, m, j);
         }
+        break;
       }
     }
   }
+  r.waiting = std::move(still);
 }
 
 void Simulator::Finish(int rank, int i, double time) {
@@ -212,20 +312,44 @@ void Simulator::Finish(int rank, int i, double time) {
   OpState& st = r.ops[i];
   st.finished = true;
   st.end = time;
-  r.memory -= op.device_free_bytes;
-  r.host -= op.host_free_bytes;
+  if (IsCollective(op.kind) || op.kind == OpKind::kSend) {
+    r.unnoticed.push_back(i);
+  } else {
+    r.memory -= op.device_free_bytes;
+    r.host -= op.host_free_bytes;
+  }
   if (op.stream == Stream::kComm) r.comm_busy += time - st.start;
   if (IsHostCopy(op.kind)) {
     HostLink& link = LinkOf(rank, op);
     link.Advance(time);
     std::erase_if(link.flows, [i](const HostLink::Flow& f) { return f.op == i; });
-    Reschedule(rank, link, time);
+    Reschedule(rank, link);
   }
-  const int s = LaneOf(op);
-  if (op.kind != OpKind::kSend) {
-    MOTLEY_CHECK_EQ(r.queue[s][r.head[s]], i);
-    ++r.head[s];
+  if (IsHostCopy(op.kind)) {
+    std::deque<int>& lane = r.queued[LaneOf(op)];
+    MOTLEY_CHECK(!lane.empty() && lane.front() == i);
+    lane.pop_front();
   }
+}
+
+// Where each rank that did not finish waits: the op its host is inside, else the first op issued
+// and not finished, else the op its walker cannot issue yet.
+std::string Simulator::Stuck() const {
+  std::string stuck;
+  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+    const RankState& r = ranks_[rank];
+    const Program& p = s_.programs[rank];
+    int at = -1;
+    if (r.holding >= 0 && !r.ops[r.holding].finished) at = r.holding;
+    for (int i = 0; at < 0 && i < r.cursor; ++i)
+      if (!r.ops[i].finished) at = i;
+    if (at < 0 && r.cursor < static_cast<int>(p.ops.size())) at = r.cursor;
+    if (at < 0) continue;
+    const Op& op = p.ops[at];
+    stuck += fmt::format("\n  rank {} waits at op {} ({}{})", rank, at, OpKindName(op.kind),
+                         op.peer >= 0 ? fmt::format(" with rank {}", op.peer) : "");
+  }
+  return stuck;
 }
 
 Result<SimResult> Simulator::Run() {
@@ -237,38 +361,30 @@ Result<SimResult> Simulator::Run() {
     device_of_rank_.push_back(p.device);
     RankState& r = ranks_[rank];
     r.ops.resize(p.ops.size());
-    for (size_t i = 0; i < p.ops.size(); ++i)
-      r.queue[LaneOf(p.ops[i])].push_back(static_cast<int>(i));
+    r.runner = std::make_unique<SimRunner>(this, rank);
+    r.walker = std::make_unique<ProgramWalker>(p, r.runner.get(), &s_.collectives);
+    r.walker->Begin();
     r.memory = r.peak_memory = p.static_device_bytes;
     r.host = r.peak_host = p.static_host_bytes;
   }
-  for (int rank = 0; rank < n; ++rank) TryStart(rank, 0);
+  for (int rank = 0; rank < n; ++rank) Advance(rank);
   SimResult result;
-  while (!events_.empty()) {
+  while (!events_.empty() && error_.ok()) {
     const Event e = events_.top();
     events_.pop();
     if (e.generation != ranks_[e.rank].ops[e.op].generation) continue;  // a copy's link share changed since
     ++result.num_events;
+    now_ = e.time;
     Finish(e.rank, e.op, e.time);
     result.step_time_s = std::max(result.step_time_s, e.time);
-    TryStart(e.rank, e.time);
+    Advance(e.rank);
   }
-  result.num_events += finished_at_once_;
+  MOTLEY_RETURN_IF_ERROR(error_);
 
   // Every op must have finished; otherwise say where each rank is stuck.
-  std::string stuck;
-  for (int rank = 0; rank < n; ++rank) {
-    const RankState& r = ranks_[rank];
-    for (int s = 0; s < kNumLanes; ++s) {
-      if (r.head[s] >= r.queue[s].size()) continue;
-      const int i = r.queue[s][r.head[s]];
-      const Op& op = s_.programs[rank].ops[i];
-      stuck += fmt::format("\n  rank {} {} stream waits at op {} ({}{})", rank, LaneName(s), i,
-                           OpKindName(op.kind), op.peer >= 0 ? fmt::format(" with rank {}", op.peer) : "");
-      break;
-    }
-  }
-  if (!stuck.empty()) return Status::Internal("the schedule cannot finish (deadlock):" + stuck);
+  if (std::string stuck = Stuck(); !stuck.empty())
+    return Status::Internal("the schedule cannot finish (deadlock):" + stuck);
+  for (RankState& r : ranks_) MOTLEY_RETURN_IF_ERROR(r.walker->End());
 
   double peak_flops = 0;
   for (int rank = 0; rank < n; ++rank) {

@@ -1,8 +1,11 @@
-// Simulator: executes a Schedule against a CostModel as discrete events. Ops on one lane of a
-// rank (its stream; activation copies have lanes of their own, see LaneOf) run in program order;
-// different lanes overlap, the copies of one direction sharing the host link equally; ranks meet
-// at recvs (data from the matching send) and collectives (all members present). Sends never
-// block their stream.
+// Simulator: executes a Schedule against a CostModel as discrete events, issuing each rank's ops as
+// the runtime does — through ProgramWalker (plan/program_walker.h), in program order. The host is
+// inside a compute op (and the gradient norm, and a tensor-parallel team's all-reduces) until it
+// ends; collectives stay in flight until an op depends or conflicts on them, one at a time; copies,
+// sends and receives run in the background. An issued op starts once the ops it depends on have
+// finished (a copy also behind the one before it on its lane: LaneOf); the copies of one direction
+// share the host link equally; ranks meet at recvs (data from the matching send) and collectives
+// (all members present).
 //
 // Cost: O(E log E) in the number of ops E (one completion event per op, plus one for a copy each
 // time the other lane of its direction starts or ends one; a rank is re-examined only when one of

@@ -216,8 +216,9 @@ TEST(Simulator, TensorParallelismSplitsComputeAndMemoryAndPaysTwoAllReducesPerLa
   EXPECT_NEAR(r3.step_time_s, r2.step_time_s + (2 * (8 + 16) + 1) * 1e-3, 1e-4);
 }
 
-// Two ranks: a forward on the compute stream and an all-gather on the comm stream start together;
-// a second forward needs both.
+// Two ranks: an all-gather posted, then a forward that runs while it is in flight; a second forward
+// needs both. (Posted after the first forward, the gather would start only when it ends: the host
+// is inside a compute op until it ends, in the runtime and so in the simulator.)
 Schedule OverlapSchedule(double gather_bytes) {
   Schedule s;
   s.seq_len = 128;
@@ -238,7 +239,7 @@ Schedule OverlapSchedule(double gather_bytes) {
     ag.bytes = gather_bytes;
     Op f2 = f1;
     f2.deps = {0, 1};
-    p.ops = {f1, ag, f2};
+    p.ops = {ag, f1, f2};
     s.programs.push_back(p);
   }
   return s;
@@ -346,9 +347,10 @@ TEST(Simulator, PipelineMemoryCountsActivationsOfEveryMicrobatchInFlight) {
   const double layer_backward = LayerBackwardBytesPerToken(m, 16, Precision::kBf16, false) * 16;
   const double layer_grads = ParamsPerLayer(m) * StateBytes(Precision::kBf16).grads;
   // Stage 0 (2 layers) peaks in its first backward: 4 microbatches x 2 saved layer inputs, the
-  // received output gradients of microbatches 0 and 1 (the next recv is posted while the backward
-  // runs), and the backward's working memory (a recomputed layer's backward and its weights'
-  // gradients before they are added to the ministage's).
+  // received output gradient of microbatch 0, the output of microbatch 3 (its send completes
+  // while the host waits inside the backward for that gradient; the host lets a sent tensor go
+  // only between ops, as the runtime does), and the backward's working memory (a recomputed
+  // layer's backward and its weights' gradients before they are added to the ministage's).
   EXPECT_DOUBLE_EQ(kept->devices[0].peak_memory_bytes, static0 + 4 * 2 * act + 2 * act + layer_backward + layer_grads);
 
   p.offload_activations = true;
@@ -385,12 +387,21 @@ TEST(Simulator, DeadlockIsAnErrorNamingTheStuckRanks) {
     recv.stream = Stream::kComm;
     recv.peer = 1 - r;
     recv.tag = r;
+    Op forward;
+    forward.kind = OpKind::kForward;
+    forward.layer_end = 1;
+    forward.sequences = 1;
+    forward.deps = {0};
     Op send;
     send.kind = OpKind::kSend;
     send.stream = Stream::kComm;
     send.peer = 1 - r;
     send.tag = 1 - r;
-    p.ops = {recv, send};  // both wait for the other's send, which comes after their recv
+    send.deps = {1};
+    // Both compute on what the other sends only after computing: each host waits inside its
+    // forward for data that never comes. (A receive alone does not wait: it is posted, and the
+    // send after it goes out.)
+    p.ops = {recv, forward, send};
     s.programs.push_back(p);
   }
   Cluster cluster = FastCluster(2);
@@ -398,9 +409,13 @@ TEST(Simulator, DeadlockIsAnErrorNamingTheStuckRanks) {
   CostModel costs(cluster, m, nullptr, 8, Precision::kBf16, true);
   Result<SimResult> r = Simulate(s, cluster, costs);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("rank 0 comm stream waits at op 0 (recv with rank 1)"),
-            std::string::npos)
-      << r.status().message();
+  EXPECT_NE(r.status().message().find("rank 0 waits at op 1 (forward)"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("rank 1 waits at op 1 (forward)"), std::string::npos) << r.status().message();
+
+  // Without the forward between them, the same receives and sends finish.
+  for (Program& p : s.programs) p.ops = {p.ops[0], p.ops[2]};
+  for (Program& p : s.programs) p.ops[1].deps.clear();
+  EXPECT_TRUE(Simulate(s, cluster, costs).ok());
 }
 
 // One rank, a host link of 1 GB/s each way. A parameter prefetch of 100 MB and an activation
@@ -458,7 +473,7 @@ TEST(Lowering, FiveHundredRandomAsymmetricPlansAreDeadlockFree) {
     ASSERT_EQ(CheckScheduleBuffers(*s), "") << "plan " << i << ":\n" << PlanToToml(p);
     CostModel costs(cluster, m, nullptr, p.seq_len, p.precision, p.activation_checkpointing);
     Result<SimResult> r = Simulate(*s, cluster, costs);
-    ASSERT_TRUE(r.ok()) << "plan " << i << ": " << r.status().message();
+    ASSERT_TRUE(r.ok()) << "plan " << i << ": " << r.status().message() << "\n" << PlanToToml(p);
     EXPECT_GT(r->step_time_s, 0);
     EXPECT_EQ(r->num_events, static_cast<int64_t>(s->num_ops()));
     // Every allocation is freed by the end of the step: memory returns to the static level.

@@ -66,7 +66,7 @@ class Executor::StepRun : public OpRunner {
     try {
       // The program as the lowering wrote it: with gradient clipping, its updates already wait
       // for the kGradNorm op (plan/lower.cc).
-      MOTLEY_RETURN_IF_ERROR(ProgramWalker(prog_, this).Run());
+      MOTLEY_RETURN_IF_ERROR(ProgramWalker(prog_, this, &ex_.schedule_.collectives).Run());
       MOTLEY_RETURN_IF_ERROR(FinishSends());
       // Without clipping nothing needed them earlier: the loss and the squared gradient norm,
       // summed over ranks, for the report.
@@ -175,6 +175,14 @@ class Executor::StepRun : public OpRunner {
       }
       MOTLEY_RETURN_IF_ERROR(it->first.Wait());  // done: reports a failure, does not wait
       it = sends_.erase(it);
+    }
+    for (auto it = emulated_sends_.begin(); it != emulated_sends_.end();) {
+      if (it->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+        ++it;
+        continue;
+      }
+      MOTLEY_RETURN_IF_ERROR(it->get());
+      it = emulated_sends_.erase(it);
     }
     return StartArrivedGathers();
   }
@@ -479,28 +487,35 @@ class Executor::StepRun : public OpRunner {
     Communicator* comm = ex_.comm_;
     const int peer = op.peer;
     const int64_t tag = op.tag;
-    if (delay <= 0 && !previous_send_.valid()) {
+    if (delay <= 0 && !link_free_.valid()) {
       MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm->Send(t, peer, tag));
       sends_.push_back({std::move(p), t});
       return Status::Ok();
     }
-    // An emulated link: the transfer occupies it for its duration, after the ones before it. The
-    // sent tensor goes once delivered, as the schedule frees it (not when the step's sends are
-    // collected: the chain of futures outlives each transfer).
-    std::shared_future<Status> previous = previous_send_;
-    previous_send_ = std::async(std::launch::async, [=]() mutable -> Status {
-                       if (previous.valid()) {
-                         const Status before = previous.get();
-                         previous = {};
-                         if (!before.ok()) return before;
-                       }
-                       SleepSeconds(delay);
-                       Result<PendingTransfer> p = comm->Send(t, peer, tag);
-                       if (!p.ok()) return p.status();
-                       const Status sent = p->Wait();
-                       t = torch::Tensor();
-                       return sent;
-                     }).share();
+    // An emulated link: the transfer occupies it for its duration, after the ones before it went
+    // onto it; it completes once the peer has posted its receive (as on the simulator's link), and
+    // the sent tensor goes then, as the schedule frees it. (Waiting for each transfer's receive
+    // before the next could go out let a send to a peer that posts its receive late hold back one
+    // to a peer that needed it first: a deadlock in 1F1B with microbatches routed over devices.)
+    auto posted = std::make_shared<std::promise<void>>();
+    std::shared_future<void> previous = link_free_;
+    link_free_ = posted->get_future().share();
+    emulated_sends_.push_back(std::async(std::launch::async, [=]() mutable -> Status {
+                                if (previous.valid()) previous.wait();
+                                SleepSeconds(delay);
+                                Result<PendingTransfer> p = Status::Internal("the send did not start");
+                                try {
+                                  p = comm->Send(t, peer, tag);
+                                } catch (...) {
+                                  posted->set_value();
+                                  throw;
+                                }
+                                posted->set_value();
+                                if (!p.ok()) return p.status();
+                                const Status sent = p->Wait();
+                                t = torch::Tensor();
+                                return sent;
+                              }).share());
     return Status::Ok();
   }
 
@@ -518,8 +533,9 @@ class Executor::StepRun : public OpRunner {
     const auto t = Clock::now();
     for (auto& [transfer, tensor] : sends_) MOTLEY_RETURN_IF_ERROR(transfer.Wait());
     sends_.clear();
-    if (previous_send_.valid()) MOTLEY_RETURN_IF_ERROR(previous_send_.get());
-    previous_send_ = {};
+    for (std::shared_future<Status>& sent : emulated_sends_) MOTLEY_RETURN_IF_ERROR(sent.get());
+    emulated_sends_.clear();
+    link_free_ = {};
     report_.comm_s += Since(t);
     return Status::Ok();
   }
@@ -650,7 +666,8 @@ class Executor::StepRun : public OpRunner {
   std::map<Key, std::pair<torch::Tensor, torch::Tensor>> graph_;  // no checkpointing: (input leaf, output)
   std::map<Buffer, PendingRecv> recvs_;                           // by the buffer they write
   std::vector<std::pair<PendingTransfer, torch::Tensor>> sends_;
-  std::shared_future<Status> previous_send_;
+  std::vector<std::shared_future<Status>> emulated_sends_;  // over an emulated link: done once received
+  std::shared_future<void> link_free_;                      // the last of them has gone onto the link
   struct InFlight {
     PendingTransfer transfer;
     Clock::time_point start;
