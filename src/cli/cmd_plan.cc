@@ -147,8 +147,12 @@ int RunPlan(const std::vector<std::string>& args) {
     FillZorseRouting(&chosen.plan, costs);
   }
   if (!out_path.empty() && chosen.status.ok()) {
+    // File references as the written plan's folder sees them (it may be written elsewhere).
+    Plan written = chosen.plan;
+    written.model = ReferenceFromPlanAt(out_path, written.model);
+    written.cluster = ReferenceFromPlanAt(out_path, written.cluster);
     std::ofstream out(out_path);
-    out << (out_path.ends_with(".json") ? PlanToJson(chosen.plan).dump(2) + "\n" : PlanToToml(chosen.plan));
+    out << (out_path.ends_with(".json") ? PlanToJson(written).dump(2) + "\n" : PlanToToml(written));
     if (!out) return fail(Status::IoError(fmt::format("{}: cannot write the plan", out_path)));
   }
 

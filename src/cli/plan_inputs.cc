@@ -12,15 +12,29 @@
 namespace motley::cli {
 namespace {
 
+bool IsBuiltinName(const std::string& ref) {
+  return ref.find('/') == std::string::npos && !ref.ends_with(".toml") && !ref.ends_with(".json");
+}
+
 // A reference written in a plan file: relative paths are relative to the plan's folder.
 std::string Resolve(const std::string& plan_path, const std::string& ref) {
-  if (ref.find('/') == std::string::npos && !ref.ends_with(".toml") && !ref.ends_with(".json")) return ref;
+  if (IsBuiltinName(ref)) return ref;
   std::filesystem::path p(ref);
   if (p.is_absolute()) return ref;
   return (std::filesystem::path(plan_path).parent_path() / p).lexically_normal().string();
 }
 
 }  // namespace
+
+std::string ReferenceFromPlanAt(const std::string& plan_path, const std::string& ref) {
+  if (ref.empty() || IsBuiltinName(ref) || std::filesystem::path(ref).is_absolute()) return ref;
+  std::error_code ec;
+  const std::filesystem::path file = std::filesystem::absolute(ref, ec);
+  const std::filesystem::path folder = std::filesystem::absolute(plan_path, ec).parent_path();
+  if (ec) return ref;
+  const std::filesystem::path relative = file.lexically_normal().lexically_relative(folder.lexically_normal());
+  return relative.empty() ? file.lexically_normal().string() : relative.string();
+}
 
 Result<PlanInputs> LoadPlanInputs(const std::string& plan_path, const std::string& cluster_flag,
                                   const std::string& model_flag) {

@@ -21,6 +21,11 @@ struct PlanInputs {
 
 /// Loads the plan, then the cluster and model: the flags when given, else the plan's own `cluster`
 /// and `model` (paths relative to the plan file). Validates the plan against them.
+/// A cluster or model reference (a built-in name or a file path as the user gave it, relative to
+/// the working folder) as a plan file written to `plan_path` names it: file paths relative to the
+/// plan's folder, as LoadPlanInputs reads them back.
+std::string ReferenceFromPlanAt(const std::string& plan_path, const std::string& ref);
+
 Result<PlanInputs> LoadPlanInputs(const std::string& plan_path, const std::string& cluster_flag,
                                   const std::string& model_flag);
 

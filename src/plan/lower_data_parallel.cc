@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -35,33 +36,33 @@ void Lowerer::EmitDataParallel() {
       visit_number_[{0, (backward ? num_ministages_ : 0) + v}] = first_visit + static_cast<int>(i);
       if (!continues(i)) EmitVisitPrepare(0, v, backward);
     };
-    if (policy_.gather_per_microbatch) prepare(0);
-    for (size_t i = 0; i < visits.size(); ++i) {
-      const auto [backward, v] = visits[i];
-      if (policy_.gather_per_microbatch && i + 1 < visits.size()) prepare(i + 1);
-      for (int64_t m : ms) EmitTask({backward, v, m});
-      if (!backward) {
-        if (policy_.gather_per_microbatch && !continues(i + 1)) EmitFinishForward(0, v);
-        continue;
+    // After a backward visit its parameters go (at its last compute op: the next gathers count on
+    // it), and its gradients are reduced (and, after the last index, the update) — emitted after
+    // the next visit's gather, so that the gather, needed first, is issued first and the
+    // reduction queues behind it (a rank's collectives run one at a time in program order: ahead
+    // of the gather, the reduction would hold it back and the next backward would wait for both).
+    auto release = [&](size_t i) {
+      const int v = visits[i].second;
+      if (!policy_.gather_per_microbatch) return;
+      const int number = first_visit + static_cast<int>(i);
+      for (int r : group_ranks_[0]) {
+        auto lc = last_compute_.find({r, v});
+        int release_at = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
+        s_.programs[r].ops[release_at].device_free_bytes += RankParams(v) * param_bytes_;
+        s_.programs[r].ops[release_at].frees.push_back(Buf(BufferKind::kParams, v));
+        release_op_[{r, number}] = release_at;
       }
-      if (policy_.gather_per_microbatch) {
-        const int number = first_visit + static_cast<int>(i);
-        for (int r : group_ranks_[0]) {
-          auto lc = last_compute_.find({r, v});
-          int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
-          s_.programs[r].ops[release].device_free_bytes += RankParams(v) * param_bytes_;
-          s_.programs[r].ops[release].frees.push_back(Buf(BufferKind::kParams, v));
-          release_op_[{r, number}] = release;
-        }
-      }
+    };
+    auto finish = [&](size_t i) {
+      const int v = visits[i].second;
       if (policy_.reduce_per_microbatch) {
         // Gradients of this microbatch; the optimizer steps once, after the last one.
         if (k + 1 < max_index) {
           const double full = RankParams(v) * grad_bytes_;
           std::vector<int> ops = EmitCollective(OpKind::kReduceScatter, 0, v, full);
-          for (size_t i = 0; i < ops.size(); ++i) {
-            const int r = group_ranks_[0][i];
-            Op& op = s_.programs[r].ops[ops[i]];
+          for (size_t j = 0; j < ops.size(); ++j) {
+            const int r = group_ranks_[0][j];
+            Op& op = s_.programs[r].ops[ops[j]];
             if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end())
               op.deps.push_back(lc->second);
             // A device without a microbatch at this index contributes zeros.
@@ -76,8 +77,8 @@ void Lowerer::EmitDataParallel() {
             AddGlooReduceScatterBuffer(op, full, group_ranks_[0].size());
             CountReduceOutput(op, r, v, full / DpDegree(0), DpDegree(0));
             grads_allocated_[{r, v}] = false;
-            last_reduce_[{r, v}] = ops[i];
-            reduce_ops_[r].push_back(ops[i]);
+            last_reduce_[{r, v}] = ops[j];
+            reduce_ops_[r].push_back(ops[j]);
           }
         } else {
           EmitReduceAndStep(0, v);
@@ -86,7 +87,22 @@ void Lowerer::EmitDataParallel() {
         EmitReduceAndStep(0, v);
       }
       for (int r : group_ranks_[0]) gather_op_.erase({r, v});
+    };
+    if (policy_.gather_per_microbatch) prepare(0);
+    int finishing = -1;  // a backward visit whose finish waits for the next visit's gather
+    for (size_t i = 0; i < visits.size(); ++i) {
+      const auto [backward, v] = visits[i];
+      if (policy_.gather_per_microbatch && i + 1 < visits.size()) prepare(i + 1);
+      if (finishing >= 0) finish(static_cast<size_t>(std::exchange(finishing, -1)));
+      for (int64_t m : ms) EmitTask({backward, v, m});
+      if (!backward) {
+        if (policy_.gather_per_microbatch && !continues(i + 1)) EmitFinishForward(0, v);
+        continue;
+      }
+      release(i);
+      finishing = static_cast<int>(i);
     }
+    if (finishing >= 0) finish(static_cast<size_t>(finishing));
     visit = first_visit + static_cast<int>(visits.size());
   }
 }

@@ -165,8 +165,10 @@ void Lowerer::IssuePrefetchesEarly() {
     // lane, and the compute op two before its reader (so it runs beside one compute op, not
     // during the forwards when its reader is a step's first backward). Prefetches with one anchor
     // keep their order.
+    if (std::none_of(p.ops.begin(), p.ops.end(), [](const Op& op) { return op.kind == OpKind::kActPrefetch; }))
+      continue;
     std::vector<int> anchor(n);
-    std::vector<std::vector<int>> after(n + 1);  // after[a + 1]: the prefetches anchored at op a
+    std::vector<std::pair<int, int>> moved;  // (anchor, prefetch), in program order
     int last_on_lane = -1;
     int computes[2] = {-1, -1};  // the last two compute ops so far, the latest first
     for (int i = 0; i < n; ++i) {
@@ -179,16 +181,18 @@ void Lowerer::IssuePrefetchesEarly() {
       int a = std::max(computes[1], last_on_lane >= 0 ? anchor[last_on_lane] : -1);
       for (int d : p.ops[i].deps) a = std::max(a, anchor[d]);
       anchor[i] = a;
-      after[a + 1].push_back(i);
+      moved.push_back({a, i});
       last_on_lane = i;
     }
+    std::stable_sort(moved.begin(), moved.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     std::vector<int> order;
     order.reserve(n);
-    for (int i : after[0]) order.push_back(i);
+    size_t next = 0;
+    while (next < moved.size() && moved[next].first < 0) order.push_back(moved[next++].second);
     for (int i = 0; i < n; ++i) {
       if (anchor[i] != i) continue;
       order.push_back(i);
-      for (int j : after[i + 1]) order.push_back(j);
+      while (next < moved.size() && moved[next].first == i) order.push_back(moved[next++].second);
     }
     MOTLEY_CHECK_EQ(static_cast<int>(order.size()), n);
     std::vector<int> index(n);

@@ -74,6 +74,11 @@ class ProgramWalker {
   /// Finishes what is still in flight and checks the resident buffers.
   Status End();
 
+  /// Whether to keep and check the buffers the rank holds (on by default). The planner's
+  /// simulations turn it off: what the walker decides does not depend on it, and every lowered
+  /// schedule's buffers are checked by the tests (CheckScheduleBuffers) and at run time.
+  void set_check_buffers(bool check) { check_buffers_ = check; }
+
   /// Ops in flight now (op indices), for runners and tests.
   const std::set<int>& in_flight() const { return in_flight_; }
   const std::set<Buffer>& held() const { return held_; }
@@ -91,6 +96,7 @@ class ProgramWalker {
   const Program& program_;
   OpRunner* runner_;
   const std::vector<Collective>* collectives_;
+  bool check_buffers_ = true;
   std::set<int> in_flight_;
   std::set<Buffer> held_;
 };

@@ -170,6 +170,46 @@ TEST(ProgramWalker, FinishesACollectiveRightBeforeTheFirstOpThatRacesWithIt) {
   EXPECT_EQ(runner.log, expected);
 }
 
+// A reduce-scatter runs; a gather reached meanwhile waits in a queue (nothing of it allocated yet)
+// while the host goes on to a forward that needs neither; it starts once the reduce-scatter has
+// finished: when an op needs the gather, or as soon as the walker sees the reduce-scatter done.
+TEST(ProgramWalker, ACollectiveReachedWhileAnotherRunsWaitsInAQueueAndTheHostGoesOn) {
+  const Buffer grads0{BufferKind::kGrads, 0}, grad_shard0{BufferKind::kGradShard, 0}, shard1{BufferKind::kShard, 1},
+      params1{BufferKind::kParams, 1}, params2{BufferKind::kParams, 2};
+  Program p;
+  p.resident = {grads0, grad_shard0, shard1, params2};
+  auto op = [](OpKind kind, int ministage, std::vector<Buffer> reads, std::vector<Buffer> writes,
+               std::vector<Buffer> frees = {}) {
+    Op o;
+    o.kind = kind;
+    o.ministage = ministage;
+    o.reads = std::move(reads);
+    o.writes = std::move(writes);
+    o.frees = std::move(frees);
+    return o;
+  };
+  p.ops.push_back(op(OpKind::kReduceScatter, 0, {grads0}, {grad_shard0}));
+  p.ops.push_back(op(OpKind::kAllGather, 1, {shard1}, {params1}));
+  p.ops.push_back(op(OpKind::kForward, 2, {params2}, {}));
+  p.ops.push_back(op(OpKind::kBackward, 1, {params1}, {}, {params1}));
+
+  RecordingOpRunner when_needed(p);
+  ASSERT_TRUE(Walk(p, &when_needed).ok());
+  EXPECT_TRUE(when_needed.problems.empty()) << when_needed.problems[0];
+  EXPECT_EQ(when_needed.log, (std::vector<std::string>{"start 0 reduce_scatter", "start 2 forward", "finish 0",
+                                                       "start 1 all_gather", "finish 1", "start 3 backward",
+                                                       "free params(ms1)"}));
+
+  // Done two ops after it started: the gather is queued at op 1 and starts at op 2, when the
+  // walker sees the reduce-scatter done.
+  RecordingOpRunner soon(p, /*done_after=*/2);
+  ASSERT_TRUE(Walk(p, &soon).ok());
+  EXPECT_TRUE(soon.problems.empty()) << soon.problems[0];
+  EXPECT_EQ(soon.log, (std::vector<std::string>{"start 0 reduce_scatter", "finish 0", "start 1 all_gather",
+                                                   "start 2 forward", "finish 1", "start 3 backward",
+                                                   "free params(ms1)"}));
+}
+
 TEST(ProgramWalker, AReadOfSomethingNotHeldIsAnErrorNamingTheOpAndTheBuffer) {
   Program p = TinyProgram();
   p.ops[1].frees.push_back({BufferKind::kParams, 0});  // the full parameters go after the first backward

@@ -224,11 +224,12 @@ void Simulator::Advance(int rank) {
 void Simulator::TryStart(int rank) {
   RankState& r = ranks_[rank];
   const int device = device_of_rank_[rank];
-  std::vector<int> still;
-  for (int i : r.waiting) {
+  size_t kept = 0;  // r.waiting is compacted in place: the ops that cannot start yet stay
+  for (size_t w = 0; w < r.waiting.size(); ++w) {
+    const int i = r.waiting[w];
     const Op& op = s_.programs[rank].ops[i];
     if (!DepsDone(rank, op) || (IsHostCopy(op.kind) && r.queued[LaneOf(op)].front() != i)) {
-      still.push_back(i);
+      r.waiting[kept++] = i;
       continue;
     }
     Begin(rank, i);
@@ -303,7 +304,7 @@ void Simulator::TryStart(int rank) {
       }
     }
   }
-  r.waiting = std::move(still);
+  r.waiting.resize(kept);
 }
 
 void Simulator::Finish(int rank, int i, double time) {
@@ -363,6 +364,7 @@ Result<SimResult> Simulator::Run() {
     r.ops.resize(p.ops.size());
     r.runner = std::make_unique<SimRunner>(this, rank);
     r.walker = std::make_unique<ProgramWalker>(p, r.runner.get(), &s_.collectives);
+    r.walker->set_check_buffers(config_.check_buffers);
     r.walker->Begin();
     r.memory = r.peak_memory = p.static_device_bytes;
     r.host = r.peak_host = p.static_host_bytes;

@@ -25,6 +25,7 @@ namespace motley {
 
 struct SimConfig {
   bool record_trace = false;  // keep every op's start and end for WriteChromeTrace
+  bool check_buffers = true;  // the walker checks what each rank holds (ProgramWalker::set_check_buffers)
 };
 
 struct DeviceSimReport {

@@ -1,6 +1,7 @@
 #include "sim/simulator.h"
 
 #include <cstdint>
+#include <map>
 #include <random>
 
 
@@ -281,7 +282,54 @@ TEST(Simulator, HiddenCollectiveAddsNothingLongerOneAddsTheDifference) {
     Result<SimResult> r = Simulate(s, cluster, costs);
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_NEAR(r->step_time_s, std::max(forward, gather_s) + forward, 1e-8) << gather_s;
+    // Posted after the first forward, the gather starts when it ends: nothing overlaps.
+    for (Program& p : s.programs) std::swap(p.ops[0], p.ops[1]);
+    r = Simulate(s, cluster, costs);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_NEAR(r->step_time_s, forward + gather_s + forward, 1e-8) << gather_s;
   }
+}
+
+// Rank 0 sends two transfers of 4 ms each to rank 1 at once: they take its link in turn. Rank 1
+// posts the first receive only after a 10 ms forward, the second at once: the first transfer
+// completes, for both ends, when its receive is posted (its data was there at 4 ms); the second
+// when its data is there, behind the first on the link (8 ms).
+TEST(Simulator, ATransferCompletesWhenItsDataIsThereAndItsReceiveIsPosted) {
+  Cluster cluster = OneGBpsCluster();
+  ModelSpec model = LayerHeavyModel(1);
+  Profile profile = FlatProfile(model, 128);  // forward 10 ms
+  CostModel costs(cluster, model, &profile, 128, Precision::kBf16, true);
+  const double bytes = 4e6;
+  ASSERT_NEAR(costs.TransferS(0, 1, bytes), 0.004, 1e-8);
+  auto transfer = [&](OpKind kind, int peer, int64_t tag) {
+    Op op;
+    op.kind = kind;
+    op.stream = Stream::kComm;
+    op.peer = peer;
+    op.tag = tag;
+    op.bytes = bytes;
+    return op;
+  };
+  Op forward;
+  forward.kind = OpKind::kForward;
+  forward.layer_end = 1;
+  forward.sequences = 1;
+  Schedule s;
+  s.seq_len = 128;
+  Program p0, p1;
+  p0.device = 0;
+  p1.rank = p1.device = 1;
+  p0.ops = {transfer(OpKind::kSend, 1, 1), transfer(OpKind::kSend, 1, 2)};
+  p1.ops = {transfer(OpKind::kRecv, 0, 2), forward, transfer(OpKind::kRecv, 0, 1)};
+  s.programs = {p0, p1};
+  Result<SimResult> r = Simulate(s, cluster, costs, {.record_trace = true});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::map<std::pair<int, int>, double> end;
+  for (const TraceEvent& t : r->trace) end[{t.rank, t.op}] = t.end_s;
+  EXPECT_NEAR((end[{0, 0}]), 0.010, 1e-8);  // tag 1: its receive is posted after the forward
+  EXPECT_NEAR((end[{1, 2}]), 0.010, 1e-8);
+  EXPECT_NEAR((end[{0, 1}]), 0.008, 1e-8);  // tag 2: behind tag 1 on rank 0's link
+  EXPECT_NEAR((end[{1, 0}]), 0.008, 1e-8);
 }
 
 TEST(Simulator, MemoryPeakOfASmallDataParallelScheduleMatchesHandComputation) {
@@ -360,6 +408,39 @@ TEST(Simulator, PipelineMemoryCountsActivationsOfEveryMicrobatchInFlight) {
   ASSERT_TRUE(offloaded.ok()) << offloaded.status().message();
   EXPECT_LT(offloaded->devices[0].peak_memory_bytes, kept->devices[0].peak_memory_bytes);
   EXPECT_GT(offloaded->devices[0].peak_host_bytes, 0);
+}
+
+// The runtime issues in program order and its host is inside a backward until it ends: an
+// activation prefetch is placed one compute op before the backward that reads it, so that it runs
+// beside the one in between.
+TEST(Lowering, AnActivationPrefetchComesOneComputeOpBeforeItsBackward) {
+  ModelSpec m = LayerHeavyModel(4);
+  Cluster cluster = FastCluster(2);
+  for (PipelineSchedule order : {PipelineSchedule::kGPipe, PipelineSchedule::kInterleaved}) {
+    Plan p = GPipe(2, 4, m);
+    p.schedule = order;
+    p.offload_activations = true;
+    Result<Schedule> s = LowerPlan(p, cluster, m);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    int prefetches = 0;
+    for (const Program& prog : s->programs) {
+      for (size_t i = 0; i < prog.ops.size(); ++i) {
+        if (prog.ops[i].kind != OpKind::kActPrefetch) continue;
+        ++prefetches;
+        const Buffer saved = prog.ops[i].writes.at(0);
+        int computes = 0;
+        size_t j = i + 1;
+        for (; j < prog.ops.size(); ++j) {
+          const Op& op = prog.ops[j];
+          if (op.kind == OpKind::kBackward && std::find(op.reads.begin(), op.reads.end(), saved) != op.reads.end()) break;
+          if (IsCompute(op.kind)) ++computes;
+        }
+        ASSERT_LT(j, prog.ops.size()) << "rank " << prog.rank << " op " << i << ": no backward reads it";
+        EXPECT_EQ(computes, 1) << "rank " << prog.rank << " op " << i << " " << BufferName(saved);
+      }
+    }
+    EXPECT_EQ(prefetches, 8);
+  }
 }
 
 TEST(Simulator, ReportsOutOfMemoryNamingTheDevice) {

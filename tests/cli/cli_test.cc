@@ -338,6 +338,20 @@ TEST(Cli, ScheduleListsEveryRankAndBadPlansSayWhy) {
   EXPECT_CONTAINS(e.output, "layer 3 of model 'llama-1m' (4 layers) is in 0 ministages");
 }
 
+// A plan written elsewhere names the cluster and model files it was planned for as its own
+// folder sees them (a plan file's relative paths are relative to its folder), so it reads back.
+TEST(Cli, APlanWrittenToAnotherFolderFindsItsClusterFile) {
+  TempDir dir;
+  const std::string out = dir.Join("elsewhere.toml");
+  CliRun r = Motley("plan --cluster examples/clusters/local-emulated.toml --model llama-1m --seq-len 128 "
+                    "--global-batch-tokens 4096 --precision fp32 --strategy poplar -o " + out,
+                    false, MOTLEY_SOURCE_DIR);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  CliRun sim = Motley("simulate --plan " + out);
+  EXPECT_EQ(sim.exit_code, 0) << sim.output;
+  EXPECT_CONTAINS(sim.output, "on cluster local-emulated");
+}
+
 TEST(Cli, PlanChoosesComparesAndWritesAPlanThatSimulatesUnchanged) {
   TempDir dir;
   const std::string out = dir.Write("plan.toml", "");
