@@ -40,4 +40,24 @@ std::optional<int> ParseArgs(CLI::App& app, const std::vector<std::string>& args
   return kExitUsage;
 }
 
+CLI::Validator AtLeast(double min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return "must be a number, got '" + text + "'";
+        return value >= min ? "" : fmt::format("must be at least {}, got {}", min, text);
+      },
+      fmt::format(">= {}", min));
+}
+
+CLI::Validator Between(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return "must be a number, got '" + text + "'";
+        return value >= min && value <= max ? "" : fmt::format("must be between {} and {}, got {}", min, max, text);
+      },
+      fmt::format("in [{}, {}]", min, max));
+}
+
 }  // namespace motley::cli

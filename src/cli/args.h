@@ -13,4 +13,9 @@ namespace motley::cli {
 /// return now (after --help, or an error that has been printed with a hint).
 std::optional<int> ParseArgs(CLI::App& app, const std::vector<std::string>& args);
 
+/// A check for a numeric flag: at least `min` ("must be at least 1, got -5").
+CLI::Validator AtLeast(double min);
+/// ... within [min, max].
+CLI::Validator Between(double min, double max);
+
 }  // namespace motley::cli

@@ -59,8 +59,11 @@ int RunData(const std::vector<std::string>& args) {
   prepare->add_option("-o,--output", options.output_dir, "the output directory")->required();
   prepare->add_option("--validation-fraction", options.validation_fraction,
                       "of each input's tokens, taken from its end for validation")
-      ->capture_default_str();
-  prepare->add_option("--shard-tokens", options.shard_tokens, "tokens per training shard")->capture_default_str();
+      ->capture_default_str()
+      ->check(Between(0, 1));
+  prepare->add_option("--shard-tokens", options.shard_tokens, "tokens per training shard")
+      ->capture_default_str()
+      ->check(AtLeast(1));
   if (auto rc = ParseArgs(app, args)) return *rc;
 
   std::unique_ptr<Tokenizer> tokenizer;

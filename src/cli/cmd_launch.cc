@@ -20,7 +20,8 @@ int RunLaunch(const std::vector<std::string>& args) {
   app.add_option("--master-port", options.master_port, "rendezvous port (default: a free one)");
   app.add_option("--stop-grace", options.stop_grace_s,
                  "seconds the other ranks get to stop on their own after one fails")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(AtLeast(0));
   app.footer("Everything after -- is the command each rank runs.");
   auto dashes = std::find(args.begin(), args.end(), "--");
   if (dashes == args.end() || dashes + 1 == args.end()) {

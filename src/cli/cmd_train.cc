@@ -117,7 +117,8 @@ int RunTrain(const std::vector<std::string>& args) {
   std::string job_path;
   TrainOptions options;
   app.add_option("job", job_path, "a job file, or the name of a built-in job (default)")->required();
-  app.add_option("--steps", options.steps, "the run's total length in steps (default: the job's)");
+  app.add_option("--steps", options.steps, "the run's total length in steps (default: the job's)")
+      ->check(AtLeast(1));
   app.add_option("--resume", options.resume, "continue from a checkpoint directory (or a run directory's latest)");
   app.add_option("--device", options.device, "auto, cpu or cuda")->capture_default_str();
   app.add_option("--metrics", options.metrics_path, "the JSON-lines metrics file (default: <checkpoint dir>/metrics.jsonl)");
@@ -132,7 +133,8 @@ int RunTrain(const std::vector<std::string>& args) {
   app.add_option("--trace", options.trace_path, "with --plan: write a Chrome trace of one step of the real run");
   app.add_option("--trace-step", options.trace_step, "with --trace: the step to record (from 1)")->capture_default_str();
   app.add_option("--baseline-steps", options.baseline_steps,
-                 "on a cluster: first train the even split for this many steps and report the measured speed-up");
+                 "on a cluster: first train the even split for this many steps and report the measured speed-up")
+      ->check(AtLeast(0));
   app.add_flag("!--no-checkpoint", options.checkpoint_at_end, "do not write a checkpoint at the end");
   app.add_flag("!--no-validation", options.validate, "skip validation");
   app.add_option("--failure-reports", options.failure_report_dir,

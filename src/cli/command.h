@@ -2,6 +2,7 @@
 // on it; `motley --help` lists it.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,5 +40,10 @@ int RunLaunch(const std::vector<std::string>& args);
 int RunComm(const std::vector<std::string>& args);
 int RunProfile(const std::vector<std::string>& args);
 int RunCalibrate(const std::vector<std::string>& args);
+
+/// Runs `body` as a process's whole work: a failure nothing below caught — an exception of any
+/// kind, running out of host memory — becomes one clear line on stderr and kExitFailure, never
+/// "terminate called" or a signal.
+int RunGuarded(const char* program, const std::function<int()>& body);
 
 }  // namespace motley::cli

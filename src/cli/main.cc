@@ -51,4 +51,7 @@ int Main(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace motley::cli
 
-int main(int argc, char** argv) { return motley::cli::Main(std::vector<std::string>(argv + 1, argv + argc)); }
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  return motley::cli::RunGuarded("motley", [&] { return motley::cli::Main(args); });
+}

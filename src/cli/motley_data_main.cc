@@ -8,5 +8,5 @@
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "data") args.erase(args.begin());
-  return motley::cli::RunData(args);
+  return motley::cli::RunGuarded("motley data", [&] { return motley::cli::RunData(args); });
 }

@@ -67,6 +67,11 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
   if (!(options.validation_fraction >= 0 && options.validation_fraction < 1))
     return Status::InvalidArgument(fmt::format("--validation-fraction {} must be in [0, 1)", options.validation_fraction));
   PrepareProgress p;
+  if (options.shard_tokens < 1)
+    return Status::InvalidArgument(fmt::format("shard_tokens must be at least 1, got {}", options.shard_tokens));
+  if (!(options.validation_fraction >= 0 && options.validation_fraction <= 1))
+    return Status::InvalidArgument(
+        fmt::format("validation_fraction must be between 0 and 1, got {}", options.validation_fraction));
   for (const std::string& in : options.inputs) {
     std::error_code ec;
     if (!fs::is_regular_file(in, ec))

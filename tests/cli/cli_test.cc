@@ -415,3 +415,26 @@ TEST(Cli, DemoDescribesTheDefaultJob) {
 }
 
 }  // namespace
+
+// Meaningless numbers on the command line are refused with the flag and what it takes (not ignored,
+// and `--shard-tokens 0` no longer writes empty shards forever).
+TEST(Cli, NumericFlagsOutOfTheirRangeSayWhichAndWhy) {
+  TempDir dir;
+  const std::string text = dir.Write("t.txt", "hello world\n");
+  const std::string out = dir.Join("data");
+  struct Case {
+    std::string args, message;
+  };
+  for (const Case& c : {Case{"data prepare --input " + text + " -o " + out + " --shard-tokens 0",
+                             "--shard-tokens: must be at least 1, got 0"},
+                        Case{"data prepare --input " + text + " -o " + out + " --shard-tokens -5",
+                             "--shard-tokens: must be at least 1, got -5"},
+                        Case{"data prepare --input " + text + " -o " + out + " --validation-fraction 2",
+                             "--validation-fraction: must be between 0 and 1, got 2"},
+                        Case{"launch --nproc 1 --stop-grace -1 -- true", "--stop-grace: must be at least 0, got -1"}}) {
+    CliRun r = Motley(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_CONTAINS(r.output, c.message);
+  }
+  EXPECT_FALSE(std::filesystem::exists(out));  // nothing was written
+}

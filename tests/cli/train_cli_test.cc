@@ -88,6 +88,24 @@ TEST(TrainCli, PrepareTrainResumeAndEvaluate) {
   EXPECT_CONTAINS(corrupt.output, "model.safetensors: checksum mismatch");
 }
 
+// A failure nothing below catches (here the filesystem refusing a 5,000-character checkpoint
+// name in `latest`) is one line and exit 1, not "terminate called"; meaningless step counts are
+// refused, not ignored.
+TEST(TrainCli, AnUncaughtFailureIsOneMessageAndBadStepCountsAreRefused) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "run");
+  dir.Write("run/latest", std::string(5000, 'x') + "\n");
+  dir.Write("val.bin", "");
+  CliRun r = Motley("eval --checkpoint " + dir.Join("run") + " --data " + dir.Join("val.bin") +
+                    " --seq-len 8 --num-sequences 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "motley: filesystem error");
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  CliRun steps = Motley("train default --steps -5");
+  EXPECT_EQ(steps.exit_code, 2) << steps.output;
+  EXPECT_CONTAINS(steps.output, "--steps: must be at least 1, got -5");
+}
+
 TEST(TrainCli, BadDataGetsOneClearError) {
   TempDir dir;
   ASSERT_EQ(Motley("data prepare --input " + dir.Write("t.txt", SmallText()) + " -o " + dir.Join("data")).exit_code, 0);
