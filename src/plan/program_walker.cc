@@ -68,12 +68,12 @@ bool ProgramWalker::Queues(int i) const {
   return IsCollective(op.kind) && !(collectives_ != nullptr && (*collectives_)[op.collective].tensor_parallel);
 }
 
-Status ProgramWalker::Poll() {
+Status ProgramWalker::Poll(bool may_block) {
   std::vector<int> done;
   for (int j : in_flight_)
     if (std::find(queued_.begin(), queued_.end(), j) == queued_.end() && runner_->Done(j)) done.push_back(j);
-  for (int j : done) MOTLEY_RETURN_IF_ERROR(FinishOp(j));
-  return StartQueued();
+  for (int j : done) MOTLEY_RETURN_IF_ERROR(FinishOp(j, may_block));
+  return StartQueued(may_block);
 }
 
 Status ProgramWalker::Step(int i) {
@@ -107,8 +107,9 @@ Status ProgramWalker::StartOp(int i) {
   return Status::Ok();
 }
 
-Status ProgramWalker::StartQueued() {
+Status ProgramWalker::StartQueued(bool may_block) {
   while (running_collective_ < 0 && !queued_.empty()) {
+    if (!may_block && program_.ops[queued_.front()].kind == OpKind::kGradNorm) break;
     const int j = queued_.front();
     queued_.pop_front();
     MOTLEY_RETURN_IF_ERROR(StartOp(j));
@@ -116,7 +117,7 @@ Status ProgramWalker::StartQueued() {
   return Status::Ok();
 }
 
-Status ProgramWalker::FinishOp(int i) {
+Status ProgramWalker::FinishOp(int i, bool may_block) {
   if (!in_flight_.count(i)) return Status::Ok();
   // A queued collective starts once the ones before it have finished.
   while (std::find(queued_.begin(), queued_.end(), i) != queued_.end()) {
@@ -128,7 +129,7 @@ Status ProgramWalker::FinishOp(int i) {
   if (i == running_collective_) running_collective_ = -1;
   MOTLEY_RETURN_IF_ERROR(runner_->Finish(i));
   MOTLEY_RETURN_IF_ERROR(Release(i));
-  return StartQueued();
+  return StartQueued(may_block);
 }
 
 Status ProgramWalker::Release(int i) {

@@ -67,8 +67,11 @@ class ProgramWalker {
   /// its deps and those it would race with on a buffer.
   std::vector<int> Blockers(int i) const;
   /// Finishes what the runner reports done and starts the collectives queued behind them (Step
-  /// does this first; a runner that waits without stepping calls it).
-  Status Poll();
+  /// does this first; a runner calls it when it looks between ops without stepping — the
+  /// runtime inside a compute op, between layers and while an emulated device waits). With
+  /// `may_block` false it starts no queued gradient norm (a blocking all-reduce over every rank,
+  /// which the host must not enter from inside a compute op).
+  Status Poll(bool may_block = true);
   /// Starts op i: finishes what the runner reports done and Blockers(i), then runner->Start(i).
   Status Step(int i);
   /// Finishes what is still in flight and checks the resident buffers.
@@ -84,9 +87,9 @@ class ProgramWalker {
   const std::set<Buffer>& held() const { return held_; }
 
  private:
-  Status FinishOp(int op);
+  Status FinishOp(int op, bool may_block = true);
   Status Release(int op);  // op's frees go
-  Status StartQueued();    // the queued collectives, while none is running
+  Status StartQueued(bool may_block = true);  // the queued collectives, while none is running
   Status StartOp(int op);
   bool Queues(int op) const;  // a collective that runs one at a time
 

@@ -210,6 +210,44 @@ TEST(ProgramWalker, ACollectiveReachedWhileAnotherRunsWaitsInAQueueAndTheHostGoe
                                                    "free params(ms1)"}));
 }
 
+// Looking from inside a compute op (Poll with may_block false), the walker starts a queued
+// reduction but never the gradient norm: it is a blocking all-reduce over every rank.
+TEST(ProgramWalker, APollFromInsideAComputeOpStartsNoGradientNorm) {
+  const Buffer grads0{BufferKind::kGrads, 0}, grad_shard0{BufferKind::kGradShard, 0};
+  Program p;
+  p.resident = {grads0, grad_shard0};
+  Op rs;
+  rs.kind = OpKind::kReduceScatter;
+  rs.reads = {grads0};
+  rs.writes = {grad_shard0};
+  Op norm;
+  norm.kind = OpKind::kGradNorm;
+  norm.reads = {grad_shard0};
+  p.ops = {rs, norm};
+  RecordingOpRunner runner(p, /*done_after=*/0);
+  ProgramWalker walker(p, &runner);
+  walker.Begin();
+  ASSERT_TRUE(walker.Step(0).ok());
+  ASSERT_TRUE(walker.Step(1).ok());  // finishes the reduce-scatter first: the norm reads its shard
+  EXPECT_EQ(runner.log, (std::vector<std::string>{"start 0 reduce_scatter", "finish 0", "start 1 grad_norm"}));
+
+  // The norm queued behind a running reduction that a poll from inside a compute op finishes.
+  Program q = p;
+  q.ops[1].reads.clear();  // the norm no longer waits for the shard: it queues
+  RecordingOpRunner queued(q, /*done_after=*/2);
+  ProgramWalker w(q, &queued);
+  w.Begin();
+  ASSERT_TRUE(w.Step(0).ok());
+  ASSERT_TRUE(w.Step(1).ok());  // op 0 is not done yet (done two ops after it started): op 1 waits
+  EXPECT_EQ(queued.log, (std::vector<std::string>{"start 0 reduce_scatter"}));
+  ASSERT_TRUE(queued.BeforeOp(2).ok());  // the fake's clock: op 0 is done now
+  ASSERT_TRUE(w.Poll(/*may_block=*/false).ok());
+  EXPECT_EQ(queued.log, (std::vector<std::string>{"start 0 reduce_scatter", "finish 0"}));
+  ASSERT_TRUE(w.Poll(/*may_block=*/true).ok());
+  EXPECT_EQ(queued.log, (std::vector<std::string>{"start 0 reduce_scatter", "finish 0", "start 1 grad_norm"}));
+  ASSERT_TRUE(w.End().ok());
+}
+
 TEST(ProgramWalker, AReadOfSomethingNotHeldIsAnErrorNamingTheOpAndTheBuffer) {
   Program p = TinyProgram();
   p.ops[1].frees.push_back({BufferKind::kParams, 0});  // the full parameters go after the first backward

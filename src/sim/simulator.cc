@@ -88,7 +88,7 @@ struct RankState {
   int cursor = 0;                                  // the next op the walker issues
   int holding = -1;                                // an issued op the host is inside (HoldsTheHost)
   std::vector<int> waiting;                        // issued, not started, in program order
-  std::vector<int> unnoticed;                      // collectives and sends ended while the host was busy
+  std::vector<int> unnoticed;                      // collectives and sends ended, their memory still held
   std::array<std::deque<int>, kNumLanes> queued;   // issued copies per lane: the head runs
   double link_free_s = 0;                          // the rank's sends take its link one after another
   std::array<HostLink, 2> host_link;               // to the device, to the host
@@ -139,7 +139,14 @@ Result<bool> SimRunner::Start(int op) { return sim_->Issue(rank_, op); }
 bool SimRunner::Done(int op) { return sim_->ranks_[rank_].ops[op].finished; }
 Status SimRunner::Finish(int op) {
   // The simulator steps a walker only once the ops it would wait for have finished.
-  MOTLEY_CHECK(sim_->ranks_[rank_].ops[op].finished);
+  RankState& r = sim_->ranks_[rank_];
+  MOTLEY_CHECK(r.ops[op].finished);
+  if (auto it = std::find(r.unnoticed.begin(), r.unnoticed.end(), op); it != r.unnoticed.end()) {
+    const Op& o = sim_->s_.programs[rank_].ops[op];
+    r.memory -= o.device_free_bytes;
+    r.host -= o.host_free_bytes;
+    r.unnoticed.erase(it);
+  }
   return Status::Ok();
 }
 
@@ -190,24 +197,27 @@ void Simulator::Advance(int rank) {
   RankState& r = ranks_[rank];
   const Program& p = s_.programs[rank];
   while (error_.ok()) {
-    TryStart(rank);
-    if (r.holding >= 0 && !r.ops[r.holding].finished) return;
-    r.holding = -1;
-    // What the collectives and sends that ended since held goes now: the runtime's host lets it go
-    // when it next looks — before it issues the next op (the walker finishes the collectives that
-    // are done), or as it waits on one — not while it is inside a compute op.
-    for (int j : r.unnoticed) {
-      r.memory -= p.ops[j].device_free_bytes;
-      r.host -= p.ops[j].host_free_bytes;
+    // The host looks at its communication whenever one of the rank's ops ends. Between ops what
+    // the collectives and sends that ended held goes. From inside a compute op (the runtime looks
+    // while an emulated device's compute is stretched, after the op's layers) the walker finishes
+    // the collectives that are done — what each held goes as it finishes (SimRunner::Finish) —
+    // and starts those queued behind them, not the gradient norm (it would block the host); a
+    // delivered send's tensor counts until the op ends, as the op's layers ran with it.
+    const bool inside = r.holding >= 0 && !r.ops[r.holding].finished;
+    if (!inside) {
+      for (int j : r.unnoticed) {
+        r.memory -= p.ops[j].device_free_bytes;
+        r.host -= p.ops[j].host_free_bytes;
+      }
+      r.unnoticed.clear();
     }
-    r.unnoticed.clear();
-    // The walker finishes the collectives that are done and starts those queued behind them.
-    if (Status st = r.walker->Poll(); !st.ok()) {
+    if (Status st = r.walker->Poll(/*may_block=*/!inside); !st.ok()) {
       error_ = st;
       return;
     }
     TryStart(rank);
-    if (r.holding >= 0) continue;  // it started the gradient norm: the host is inside it
+    if (r.holding >= 0 && !r.ops[r.holding].finished) return;
+    r.holding = -1;
     if (r.cursor == static_cast<int>(p.ops.size())) return;
     for (int j : r.walker->Blockers(r.cursor))
       if (!r.ops[j].finished) return;  // its end resumes the rank
@@ -314,7 +324,7 @@ void Simulator::Finish(int rank, int i, double time) {
   st.finished = true;
   st.end = time;
   if (IsCollective(op.kind) || op.kind == OpKind::kSend) {
-    r.unnoticed.push_back(i);
+    r.unnoticed.push_back(i);  // what it held goes when the host looks (Advance, SimRunner::Finish)
   } else {
     r.memory -= op.device_free_bytes;
     r.host -= op.host_free_bytes;

@@ -395,10 +395,10 @@ TEST(Simulator, PipelineMemoryCountsActivationsOfEveryMicrobatchInFlight) {
   const double layer_backward = LayerBackwardBytesPerToken(m, 16, Precision::kBf16, false) * 16;
   const double layer_grads = ParamsPerLayer(m) * StateBytes(Precision::kBf16).grads;
   // Stage 0 (2 layers) peaks in its first backward: 4 microbatches x 2 saved layer inputs, the
-  // received output gradient of microbatch 0, the output of microbatch 3 (its send completes
-  // while the host waits inside the backward for that gradient; the host lets a sent tensor go
-  // only between ops, as the runtime does), and the backward's working memory (a recomputed
-  // layer's backward and its weights' gradients before they are added to the ministage's).
+  // received output gradient of microbatch 0, the output of microbatch 3 (its send completes as
+  // the host enters the backward, which runs its layers with the tensor still there: the host lets
+  // a delivered tensor go between ops), and the backward's working memory (a recomputed layer's
+  // backward and its weights' gradients before they are added to the ministage's).
   EXPECT_DOUBLE_EQ(kept->devices[0].peak_memory_bytes, static0 + 4 * 2 * act + 2 * act + layer_backward + layer_grads);
 
   p.offload_activations = true;

@@ -84,12 +84,22 @@ double DeviceEmulation::LateComputeSeconds(double elapsed_s, double cpu_s, doubl
   return emulated_s ? std::max(0.0, elapsed_s - *emulated_s) : 0.0;
 }
 
-double DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s, double* late_s) const {
+double DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s, double* late_s,
+                                       const std::function<void()>& while_sleeping) const {
   double sleep_s = ExtraComputeSeconds(elapsed_s, cpu_s, matmul_cpu_s);
   const double made_up_s = std::min(sleep_s, *late_s);
   *late_s += LateComputeSeconds(elapsed_s, cpu_s, matmul_cpu_s) - made_up_s;
   sleep_s -= made_up_s;
-  SleepSeconds(sleep_s);
+  if (!while_sleeping || sleep_s <= 0) {
+    SleepSeconds(sleep_s);
+    return sleep_s;
+  }
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(sleep_s));
+  for (Clock::time_point now = Clock::now(); now < end; now = Clock::now()) {
+    while_sleeping();
+    std::this_thread::sleep_until(std::min(end, Clock::now() + std::chrono::milliseconds(1)));
+  }
   return sleep_s;
 }
 

@@ -8,6 +8,8 @@
 // at once.
 #pragma once
 
+#include <functional>
+
 #include <optional>
 #include <vector>
 
@@ -45,7 +47,10 @@ class DeviceEmulation {
   /// Sleeps ExtraComputeSeconds(...) less what earlier ops ran late (`*late_s`, taken from as it
   /// is used and added to when this op runs late), so that over a run of compute ops the rank
   /// keeps its emulated speed when the host makes it wait now and then. Returns the time slept.
-  double StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s, double* late_s) const;
+  /// `while_sleeping`, when given, is called about every millisecond of the sleep (the host looks
+  /// at its communication while the device it emulates computes); the sleep still ends on time.
+  double StretchCompute(double elapsed_s, double cpu_s, double matmul_cpu_s, double* late_s,
+                        const std::function<void()>& while_sleeping = {}) const;
   /// How long sending `bytes` to cluster device `peer_device` takes on the emulated link (0 when
   /// not emulated).
   double TransferSeconds(double bytes, int peer_device) const;

@@ -74,6 +74,19 @@ TEST(DeviceEmulation, AMatmulStragglerSlowsOnlyTheMatrixMultiplications) {
   EXPECT_EQ(e.ExtraComputeSeconds(0.020, 0.020, 0.010), 0);
 }
 
+// While it sleeps to the device's time the host looks at its communication about every
+// millisecond (the executor's PollInCompute); the sleep still lasts the whole time.
+TEST(DeviceEmulation, TheStretchLetsTheHostLookAroundWhileItSleeps) {
+  const Cluster c = TwoNodes();
+  DeviceEmulation slow(c, 2);  // speed factor 4
+  double late_s = 0;
+  int looks = 0;
+  const double slept = Seconds([&] { slow.StretchCompute(0.030, 0.020, 0, &late_s, [&] { ++looks; }); });
+  EXPECT_GE(slept, 0.050);
+  EXPECT_GE(looks, 10);  // 50 ms in steps of at most 1 ms, however the host schedules this thread
+  EXPECT_LE(looks, 51);
+}
+
 TEST(DeviceEmulation, ComputeLastsSpeedFactorTimesItsCpuTime) {
   const Cluster c = TwoNodes();
   DeviceEmulation slow(c, 2), fast(c, 0), off;

@@ -8,6 +8,7 @@
 #include <future>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -66,7 +67,13 @@ class Executor::StepRun : public OpRunner {
     try {
       // The program as the lowering wrote it: with gradient clipping, its updates already wait
       // for the kGradNorm op (plan/lower.cc).
-      MOTLEY_RETURN_IF_ERROR(ProgramWalker(prog_, this, &ex_.schedule_.collectives).Run());
+      ProgramWalker walker(prog_, this, &ex_.schedule_.collectives);
+      struct Watch {  // the walker the compute ops poll while they run (PollInCompute)
+        ProgramWalker** at;
+        ~Watch() { *at = nullptr; }
+      } watch{&walker_};
+      walker_ = &walker;
+      MOTLEY_RETURN_IF_ERROR(walker.Run());
       MOTLEY_RETURN_IF_ERROR(FinishSends());
       // Without clipping nothing needed them earlier: the loss and the squared gradient norm,
       // summed over ranks, for the report.
@@ -167,7 +174,11 @@ class Executor::StepRun : public OpRunner {
     if (in_.die_mid_step && i == static_cast<int>(prog_.ops.size()) / 2) ::raise(SIGKILL);
     if (device_timed_) op_start_event_[i] = RecordTimingEvent(ex_.copies_->device());
     ex_.copies_->Pump();  // the next pieces of the parameter copies in flight
-    // Sent activations go once delivered (the simulator frees them at the send's end too).
+    MOTLEY_RETURN_IF_ERROR(CollectDeliveredSends());
+    return StartArrivedGathers();
+  }
+  // Sent activations go once delivered (the simulator frees them at the send's end too).
+  Status CollectDeliveredSends() {
     for (auto it = sends_.begin(); it != sends_.end();) {
       if (!it->first.Done()) {
         ++it;
@@ -184,7 +195,29 @@ class Executor::StepRun : public OpRunner {
       MOTLEY_RETURN_IF_ERROR(it->get());
       it = emulated_sends_.erase(it);
     }
-    return StartArrivedGathers();
+    return Status::Ok();
+  }
+  // The host looks at its communication from inside a compute op while an emulated device's
+  // compute is stretched (about every millisecond): what was sent and delivered goes, collectives
+  // done finish and the next queued one starts (ProgramWalker::Poll; never the gradient norm,
+  // which blocks). So a rank's collectives follow one another as they end rather than only between
+  // ops, as on a device's communication stream. (Not between layers: what a collective held would
+  // then go before or after the op's own peak by a race of a few milliseconds; the simulator counts
+  // it held through the op's layers.) The host's time here is left out of the op's stretch.
+  void PollInCompute() {
+    if (walker_ == nullptr || polling_ || !poll_status_.ok()) return;
+    polling_ = true;
+    const double cpu_s = ComputeCpuSeconds(), matmul_s = MatmulCpuSeconds();
+    const auto wall = Clock::now();
+    Status st = CollectDeliveredSends();
+    if (st.ok()) st = walker_->Poll(/*may_block=*/false);
+    if (!st.ok()) poll_status_ = st;
+    if (segment_) {
+      segment_->cpu_s += ComputeCpuSeconds() - cpu_s;
+      segment_->matmul_s += MatmulCpuSeconds() - matmul_s;
+      segment_->wall += Clock::now() - wall;
+    }
+    polling_ = false;
   }
   // Collectives stay in flight (on the comm stream) until an op needs them; the rest finish here.
   bool Done(int i) override {
@@ -266,6 +299,7 @@ class Executor::StepRun : public OpRunner {
         break;
       }
     }
+    MOTLEY_RETURN_IF_ERROR(std::exchange(poll_status_, Status::Ok()));
     double elapsed = Since(t);
     if (IsCompute(op.kind)) {
       const double waited_s = report_.comm_s + ex_.tp_clock_.host_s() - comm_before_s;
@@ -296,9 +330,12 @@ class Executor::StepRun : public OpRunner {
     if (!segment_) return;
     ex_.emulation_.StretchCompute(Since(segment_->wall) - (report_.comm_s - segment_->comm_s),
                                   ComputeCpuSeconds() - segment_->cpu_s, MatmulCpuSeconds() - segment_->matmul_s,
-                                  &report_.late_s);
+                                  &report_.late_s, [this] { PollInCompute(); });
   }
   std::optional<Segment> segment_;
+  ProgramWalker* walker_ = nullptr;  // the step's, while it runs
+  bool polling_ = false;
+  Status poll_status_ = Status::Ok();  // a failure seen by PollInCompute, returned after the op
 
   // Keeps op i's span for the trace: host times on CPU; on a GPU (where the host runs ahead) timing
   // events on the compute stream, or on the side streams for the copies the op started.
