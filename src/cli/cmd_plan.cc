@@ -113,6 +113,11 @@ int RunPlan(const std::vector<std::string>& args) {
   if (!cluster.ok()) return fail(cluster.status());
   Result<ModelSpec> model = LoadModel(model_ref);
   if (!model.ok()) return fail(model.status());
+  if (seq_len > model->max_seq_len)
+    return fail(Status::InvalidArgument(fmt::format(
+        "--seq-len {} is longer than {}'s max_seq_len ({}): shorten it, or give a model file with a larger "
+        "max_seq_len",
+        seq_len, model->name, model->max_seq_len)));
   std::optional<Profile> profile;
   if (!profile_path.empty()) {
     Result<Profile> p = LoadAnyProfile(profile_path);

@@ -231,7 +231,22 @@ StrategyOutcome PlanOneStrategy(const std::string& strategy, const Cluster& clus
                                 const PlannerCosts& costs, const PlanRequest& request, const PlanEvaluator& evaluate) {
   if (strategy == "auto") {
     std::vector<StrategyOutcome> all = PlanEveryStrategy(cluster, model, costs, request, evaluate);
-    StrategyOutcome best = Failed("auto", Status::Infeasible("auto: no strategy found a plan that fits"));
+    // When none has a plan, say why: one reason when every strategy gave the same (an input no
+    // plan can satisfy), else each strategy's.
+    std::vector<std::string> reasons;
+    std::string why;
+    for (const auto& o : all) {
+      if (o.status.ok()) continue;
+      if (std::find(reasons.begin(), reasons.end(), o.status.message()) == reasons.end())
+        reasons.push_back(o.status.message());
+      why += fmt::format("{}{}: {}", why.empty() ? "" : "; ", o.strategy, o.status.message());
+    }
+    const bool all_failed = std::none_of(all.begin(), all.end(), [](const StrategyOutcome& o) { return o.status.ok(); });
+    StrategyOutcome best =
+        all_failed && reasons.size() == 1
+            ? Failed("auto", all.front().status)
+            : Failed("auto", Status::Infeasible(fmt::format("auto: no strategy found a plan that fits{}",
+                                                            why.empty() ? "" : " (" + why + ")")));
     for (auto& o : all)
       if (!o.plan.groups.empty() && Better(o, best)) best = o;
     if (!best.plan.groups.empty())

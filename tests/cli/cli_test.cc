@@ -438,3 +438,15 @@ TEST(Cli, NumericFlagsOutOfTheirRangeSayWhichAndWhy) {
   }
   EXPECT_FALSE(std::filesystem::exists(out));  // nothing was written
 }
+
+// When no plan can be made, `motley plan` says why: a sequence longer than the model takes, at
+// once; a model too big for every strategy, each strategy's reason.
+TEST(Cli, PlanSaysWhyNoStrategyFoundAPlan) {
+  CliRun longer = Motley("plan --cluster local-emulated --model llama-1m --seq-len 4096 --global-batch-tokens 8192");
+  EXPECT_EQ(longer.exit_code, 1) << longer.output;
+  EXPECT_CONTAINS(longer.output, "--seq-len 4096 is longer than llama-1m's max_seq_len (256)");
+  CliRun big = Motley("plan --cluster local-emulated --model llama-7b --seq-len 128 --global-batch-tokens 4096");
+  EXPECT_EQ(big.exit_code, 1) << big.output;
+  EXPECT_CONTAINS(big.output, "auto: no strategy found a plan that fits (zorse: ");
+  EXPECT_CONTAINS(big.output, "; poplar: ");
+}
