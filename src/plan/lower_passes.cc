@@ -168,7 +168,7 @@ void Lowerer::IssuePrefetchesEarly() {
     if (std::none_of(p.ops.begin(), p.ops.end(), [](const Op& op) { return op.kind == OpKind::kActPrefetch; }))
       continue;
     std::vector<int> anchor(n);
-    std::vector<std::pair<int, int>> moved;  // (anchor, prefetch), in program order
+    std::vector<std::pair<int, int>> moved;  // (anchor, prefetch), in program order: anchors never decrease
     int last_on_lane = -1;
     int computes[2] = {-1, -1};  // the last two compute ops so far, the latest first
     for (int i = 0; i < n; ++i) {
@@ -184,7 +184,6 @@ void Lowerer::IssuePrefetchesEarly() {
       moved.push_back({a, i});
       last_on_lane = i;
     }
-    std::stable_sort(moved.begin(), moved.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     std::vector<int> order;
     order.reserve(n);
     size_t next = 0;

@@ -20,8 +20,6 @@ namespace motley {
 namespace {
 
 struct OpState {
-  bool issued = false;   // the rank's walker reached it (ProgramWalker::Step)
-  bool started = false;  // its inputs were there (deps finished) and its lane free
   bool finished = false;
   double start = 0;
   double end = 0;
@@ -162,7 +160,6 @@ bool Simulator::DepsDone(int rank, const Op& op) const {
 bool Simulator::Issue(int rank, int i) {
   RankState& r = ranks_[rank];
   const Op& op = s_.programs[rank].ops[i];
-  r.ops[i].issued = true;
   r.waiting.push_back(i);
   if (IsHostCopy(op.kind)) r.queued[LaneOf(op)].push_back(i);
   if (HoldsTheHost(op, s_)) {
@@ -175,7 +172,6 @@ bool Simulator::Issue(int rank, int i) {
 void Simulator::Begin(int rank, int i) {
   RankState& r = ranks_[rank];
   const Op& op = s_.programs[rank].ops[i];
-  r.ops[i].started = true;
   r.ops[i].start = now_;
   r.memory += op.device_alloc_bytes;
   r.peak_memory = std::max(r.peak_memory, r.memory);
