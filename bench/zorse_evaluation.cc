@@ -78,7 +78,11 @@ int Main(int argc, char** argv) {
     model.max_seq_len = std::max(model.max_seq_len, cell.seq_len);  // the paper trains at 4096 on cluster A
     CostModel costs(cluster, model, &profile, cell.seq_len, Precision::kFp16, true);
     const PlanEvaluator evaluate = SimulationEvaluator(cluster, model, costs);
-    PlanRequest req{(1 << 20) / cell.seq_len, cell.seq_len, Precision::kFp16, true};
+    PlanRequest req;
+    req.global_batch_sequences = (1 << 20) / cell.seq_len;
+    req.seq_len = cell.seq_len;
+    req.precision = Precision::kFp16;
+    req.leave_devices_out = false;  // the paper's systems train on every GPU of the cluster
     std::map<std::string, StrategyOutcome> out;
     for (const auto& s : strategies) out[s] = PlanWithStrategy(s, cluster, model, costs, req, evaluate);
     auto tflops = [&](const std::string& s) {

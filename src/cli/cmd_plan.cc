@@ -1,7 +1,9 @@
 // motley plan --cluster C --model M --seq-len S --global-batch-tokens N [--strategy ...]
 //             [--profile F] [--compare] [--explain] [--json] [-o plan.toml]
+#include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,6 +23,35 @@
 
 namespace motley::cli {
 namespace {
+
+// The devices of the cluster a plan leaves out, ascending.
+std::vector<int> LeftOut(const Plan& plan, const Cluster& cluster) {
+  std::vector<bool> used(cluster.num_devices(), false);
+  for (const auto& g : plan.groups)
+    for (const auto& d : g.devices)
+      if (d.device >= 0 && d.device < cluster.num_devices()) used[d.device] = true;
+  std::vector<int> out;
+  for (int d = 0; d < cluster.num_devices(); ++d)
+    if (!used[d]) out.push_back(d);
+  return out;
+}
+
+// Left-out devices by node: "t4 x96 (nodes east1-t4-0..east1-t4-11), ..." — whole nodes by name.
+std::string DescribeLeftOut(const std::vector<int>& devices, const Cluster& cluster) {
+  std::map<std::string, int> per_type;
+  std::vector<std::string> nodes;
+  for (int d : devices) {
+    ++per_type[cluster.spec(d).name];
+    const std::string& node = cluster.node_of(d).name;
+    if (nodes.empty() || nodes.back() != node) nodes.push_back(node);
+  }
+  std::vector<std::string> types;
+  for (const auto& [type, n] : per_type) types.push_back(fmt::format("{} x{}", type, n));
+  const size_t shown = std::min<size_t>(nodes.size(), 6);
+  return fmt::format("{} (node{} {}{})", fmt::join(types, ", "), nodes.size() == 1 ? "" : "s",
+                     fmt::join(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                     nodes.size() > shown ? fmt::format(" and {} more", nodes.size() - shown) : "");
+}
 
 nlohmann::json OutcomeJson(const StrategyOutcome& o, int64_t tokens) {
   nlohmann::json groups = nlohmann::json::array();
@@ -56,6 +87,26 @@ nlohmann::json OutcomeJson(const StrategyOutcome& o, int64_t tokens) {
       {"explain", o.explain}};
   if (!o.status.ok()) j["error"] = o.status.message();
   return j;
+}
+
+// Where the planning time went (--explain --json): the evaluator's lowering and simulation, and
+// each strategy's whole time and its part in the evaluator (the rest is its own search).
+nlohmann::json TimingJson(double planning_s, const EvaluationStats& stats, const std::vector<StrategyOutcome>& rows) {
+  nlohmann::json strategies = nlohmann::json::array();
+  for (const auto& o : rows)
+    strategies.push_back({{"strategy", o.strategy},
+                          {"total_s", o.plan_s},
+                          {"search_s", o.plan_s - o.evaluate_s},
+                          {"evaluate_s", o.evaluate_s},
+                          {"evaluations", o.evaluations},
+                          {"device_subsets_planned", o.subsets_planned},
+                          {"device_subsets_skipped", o.subsets_skipped}});
+  return {{"planning_s", planning_s},
+          {"plans_simulated", stats.evaluations},
+          {"plans_asked_again", stats.cached},
+          {"lower_s", stats.lower_s},
+          {"simulate_s", stats.simulate_s},
+          {"strategies", strategies}};
 }
 
 }  // namespace
@@ -130,21 +181,26 @@ int RunPlan(const std::vector<std::string>& args) {
   request.precision = *PrecisionFromName(precision_name);
   request.gradient_clipping = clipping;
   CostModel costs(*cluster, *model, profile ? &*profile : nullptr, seq_len, request.precision, true);
-  const PlanEvaluator evaluate = SimulationEvaluator(*cluster, *model, costs);
+  EvaluationStats stats;
+  const PlanEvaluator evaluate = SimulationEvaluator(*cluster, *model, costs, &stats);
 
+  const auto start = std::chrono::steady_clock::now();
   std::vector<StrategyOutcome> rows;
   StrategyOutcome chosen;
-  if (compare) {
-    rows = PlanEveryStrategy(*cluster, *model, costs, request, evaluate);
-    chosen.status = Status::Infeasible("no strategy found a plan that fits");
-    for (const auto& o : rows) {
-      if (strategy != "auto" && o.strategy != strategy) continue;
-      if (o.status.ok() && (!chosen.status.ok() || o.evaluation.step_time_s < chosen.evaluation.step_time_s))
-        chosen = o;
+  if (compare || strategy == "auto") {
+    rows = PlanEveryStrategy(*cluster, *model, costs, request, evaluate,
+                             compare ? EveryStrategy::kEachItsBest : EveryStrategy::kOnlyTheBest);
+    chosen = BestOutcome(rows);
+    if (strategy != "auto") {
+      chosen.status = Status::Infeasible(fmt::format("{} found no plan that fits", strategy));
+      for (const auto& o : rows)
+        if (o.strategy == strategy) chosen = o;
     }
   } else {
     chosen = PlanWithStrategy(strategy, *cluster, *model, costs, request, evaluate);
+    rows.push_back(chosen);
   }
+  const double planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The written plan names what it is for and carries its routing, so it runs unchanged.
   if (!chosen.plan.groups.empty()) {
     chosen.plan.model = model_ref;
@@ -164,6 +220,8 @@ int RunPlan(const std::vector<std::string>& args) {
   const int64_t tokens = global_batch_tokens;
   if (json) {
     nlohmann::json j = OutcomeJson(chosen, tokens);
+    if (!chosen.plan.groups.empty()) j["devices_left_out"] = LeftOut(chosen.plan, *cluster);
+    if (explain) j["timing"] = TimingJson(planning_s, stats, rows);
     if (compare) {
       j["candidates"] = nlohmann::json::array();
       for (const auto& o : rows) j["candidates"].push_back(OutcomeJson(o, tokens));
@@ -193,6 +251,9 @@ int RunPlan(const std::vector<std::string>& args) {
   fmt::print("plan: {} on {} ({} devices), {}: {} groups, ZeRO-{}, {} schedule\n", chosen.strategy,
              cluster->name, chosen.plan.num_devices(), model->name, chosen.plan.groups.size(),
              chosen.plan.zero_stage, PipelineScheduleName(chosen.plan.schedule));
+  if (const std::vector<int> out = LeftOut(chosen.plan, *cluster); !out.empty())
+    fmt::print("left out: {} of the {} devices, {} — a plan with them steps slower{}\n", out.size(),
+               cluster->num_devices(), DescribeLeftOut(out, *cluster), explain ? "" : " (--explain says how much)");
   fmt::print("predicted step {} | {:.0f} tokens/s | {:.1f} TFLOPS | HFU {:.1f}%\n",
              FormatDuration(chosen.evaluation.step_time_s), tokens / chosen.evaluation.step_time_s,
              chosen.evaluation.tflops, 100 * chosen.evaluation.hfu);
@@ -211,6 +272,14 @@ int RunPlan(const std::vector<std::string>& args) {
                  100 * (with_s / without_s - 1),
                  e->fits_memory ? "" : fmt::format("; {} it, this plan does not fit", clipping ? "without" : "with"));
     }
+  }
+  if (explain) {
+    fmt::print("planning took {}: {} plans simulated ({} asked for again), lowering {}, simulating {}", FormatDuration(planning_s),
+               stats.evaluations, stats.cached, FormatDuration(stats.lower_s), FormatDuration(stats.simulate_s));
+    for (const auto& o : rows)
+      fmt::print("; {} {} ({} in the simulator, {} of {} device subsets)", o.strategy, FormatDuration(o.plan_s),
+                 FormatDuration(o.evaluate_s), o.subsets_planned, o.subsets_planned + o.subsets_skipped);
+    fmt::print("\n");
   }
   if (!out_path.empty()) fmt::print("written to {}\n", out_path);
   return kExitOk;

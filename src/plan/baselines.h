@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,15 @@ struct PlanRequest {
   Precision precision = Precision::kBf16;
   bool activation_checkpointing = true;
   bool gradient_clipping = true;  // the job clips to a global norm: every plan is judged with it (Plan::gradient_clipping)
+  // The devices a plan may use (ascending ids; empty = every device). When empty and
+  // `leave_devices_out`, motley's own strategies (zorse, poplar) also plan on subsets of the
+  // cluster (device_subsets.h) and keep the fastest plan; the baselines always use every device.
+  std::vector<int> devices;
+  bool leave_devices_out = true;
+  // A step another plan already achieves: device subsets (the whole cluster included) that cannot
+  // beat it are not planned. "auto" passes its best so far; a strategy's own best may then go
+  // unfound, so --compare passes nothing.
+  double only_faster_than_s = std::numeric_limits<double>::infinity();
 };
 
 struct StrategyOutcome {
@@ -33,6 +43,13 @@ struct StrategyOutcome {
   Plan plan;
   PlanEvaluation evaluation;
   std::string explain;
+  // Where the strategy's time went: all of it, and the part spent in the evaluator (the rest is
+  // its own search).
+  double plan_s = 0;
+  double evaluate_s = 0;
+  int evaluations = 0;  // calls to the evaluator (some answered from its memory)
+  int subsets_planned = 0;  // device subsets planned on (the whole cluster included)
+  int subsets_skipped = 0;  // ... and skipped: their lower bound was no faster than a plan found
 };
 
 /// One strategy by name ("auto" included). The outcome's status says when it found nothing.
@@ -40,9 +57,18 @@ StrategyOutcome PlanWithStrategy(const std::string& strategy, const Cluster& clu
                                  const PlannerCosts& costs, const PlanRequest& request,
                                  const PlanEvaluator& evaluate);
 
-/// Every strategy but "auto", in the order of StrategyNames().
+/// Every strategy but "auto", in the order of StrategyNames(). kEachItsBest: each strategy's best
+/// plan (--compare). kOnlyTheBest: what "auto" needs, the best plan of all: a strategy skips the
+/// device subsets that cannot beat the best plan found so far (its row may then be slower than
+/// its own best, or say it was not planned).
+enum class EveryStrategy { kEachItsBest, kOnlyTheBest };
 std::vector<StrategyOutcome> PlanEveryStrategy(const Cluster& cluster, const ModelSpec& model,
                                                const PlannerCosts& costs, const PlanRequest& request,
-                                               const PlanEvaluator& evaluate);
+                                               const PlanEvaluator& evaluate,
+                                               EveryStrategy mode = EveryStrategy::kEachItsBest);
+
+/// What "auto" answers from every strategy's outcome: the fastest plan that fits; when none fits,
+/// why (one reason when they all agree, else each strategy's).
+StrategyOutcome BestOutcome(const std::vector<StrategyOutcome>& all);
 
 }  // namespace motley

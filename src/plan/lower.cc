@@ -52,6 +52,9 @@ Status Lowerer::Setup() {
       Program p;
       p.rank = rank;
       p.device = d.device;
+      // Roughly the ops it will hold (a compute op, a transfer or two and a copy per microbatch and
+      // ministage, its collectives): growing a vector of ops moves them all.
+      p.ops.reserve(plan_.groups[g].ministages.size() * static_cast<size_t>(4 * d.num_microbatches + 6) + 16);
       s_.programs.push_back(std::move(p));
     }
   }
@@ -258,8 +261,10 @@ Result<Schedule> Lowerer::Run() {
   for (const auto& p : s_.programs)
     for (const auto& op : p.ops)
       if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward) s_.hardware_flops_per_step += op.flops;
-  std::string problem = CheckSchedule(s_);
-  MOTLEY_CHECK_MSG(problem.empty(), problem);
+  if (check_) {
+    std::string problem = CheckSchedule(s_);
+    MOTLEY_CHECK_MSG(problem.empty(), problem);
+  }
   return std::move(s_);
 }
 
@@ -267,8 +272,9 @@ Result<Schedule> Lowerer::Run() {
 
 namespace motley {
 
-Result<Schedule> LowerPlan(const Plan& plan, const Cluster& cluster, const ModelSpec& model) {
-  return lowering::Lowerer(plan, cluster, model).Run();
+Result<Schedule> LowerPlan(const Plan& plan, const Cluster& cluster, const ModelSpec& model,
+                           const LowerOptions& options) {
+  return lowering::Lowerer(plan, cluster, model, options.check).Run();
 }
 
 }  // namespace motley

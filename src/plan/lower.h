@@ -51,6 +51,12 @@ namespace motley {
 
 /// REQUIRES: nothing; the plan is validated first (ValidatePlan) and lowering-specific limits are
 /// reported as errors.
-Result<Schedule> LowerPlan(const Plan& plan, const Cluster& cluster, const ModelSpec& model);
+struct LowerOptions {
+  // Check the schedule's invariants (CheckSchedule) and stop on a violation. The planner, which
+  // lowers hundreds of plans to judge them, turns it off; whatever runs a schedule keeps it on.
+  bool check = true;
+};
+Result<Schedule> LowerPlan(const Plan& plan, const Cluster& cluster, const ModelSpec& model,
+                           const LowerOptions& options = {});
 
 }  // namespace motley

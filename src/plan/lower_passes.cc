@@ -55,8 +55,8 @@ void Lowerer::HoldUpdatesForTheNorm() {
     for (size_t i = 0; i < n; ++i)
       if (held[i]) order.push_back(i);
     for (size_t k = 0; k < order.size(); ++k) index[order[k]] = static_cast<int>(k < static_cast<size_t>(norm_at) ? k : k + 1);
-    auto remap = [&](const std::vector<int32_t>& deps, bool keep_held) {
-      std::vector<int32_t> out;
+    auto remap = [&](const OpDeps& deps, bool keep_held) {
+      OpDeps out;
       for (int d : deps)
         if (keep_held || !held[d]) out.push_back(index[d]);
       std::sort(out.begin(), out.end());
@@ -70,7 +70,7 @@ void Lowerer::HoldUpdatesForTheNorm() {
         norm.deps = remap(norm.deps, false);
         ops.push_back(norm);
       }
-      Op op = p.ops[order[k]];
+      Op op = std::move(p.ops[order[k]]);
       op.deps = remap(op.deps, held[order[k]]);
       // An update, and the state brought back for one, wait for the norm (the simulator starts
       // an op once its lane and deps allow, the runtime in program order: both after the norm).

@@ -86,7 +86,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
     const double work = WorkForward(v, m);
     fwd.device_alloc_bytes = work + SavedExtra(v, m) + output + input;
     fwd.device_free_bytes = work;
-    fwd.deps = deps;
+    fwd.deps.assign(deps.begin(), deps.end());
     // The input becomes the first saved boundary; the output is kept when a send or this rank's
     // next ministage takes it.
     fwd.reads.push_back(Buf(BufferKind::kParams, v));
@@ -176,7 +176,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
     grads_allocated_[{r, v}] = true;
   }
   bwd.device_free_bytes = work + act + SavedExtra(v, m) + output_grad;
-  bwd.deps = deps;
+  bwd.deps.assign(deps.begin(), deps.end());
   bwd.reads = {Buf(BufferKind::kParams, v), Buf(BufferKind::kSaved, v, m)};
   if (v + 1 < num_ministages_) bwd.reads.push_back(Buf(BufferKind::kOutputGrad, v, m));
   bwd.frees = {bwd.reads.begin() + 1, bwd.reads.end()};

@@ -33,8 +33,8 @@ struct Policy {
 
 class Lowerer {
  public:
-  Lowerer(const Plan& plan, const Cluster& cluster, const ModelSpec& model)
-      : plan_(plan), cluster_(cluster), model_(model) {}
+  Lowerer(const Plan& plan, const Cluster& cluster, const ModelSpec& model, bool check = true)
+      : plan_(plan), cluster_(cluster), model_(model), check_(check) {}
 
   Result<Schedule> Run();
 
@@ -142,6 +142,7 @@ class Lowerer {
   const Plan& plan_;
   const Cluster& cluster_;
   const ModelSpec& model_;
+  const bool check_;  // CheckSchedule on the result
   Policy policy_;
   Schedule s_;
   std::vector<PlacedMinistage> ministages_;

@@ -100,18 +100,22 @@ std::vector<std::vector<int>> SplitMinKCuts(const WeightedGraph& graph) {
 }
 
 WeightedGraph NodeBandwidthGraph(const Cluster& cluster) {
-  WeightedGraph g;
-  g.num_vertices = static_cast<int>(cluster.nodes.size());
-  std::vector<int> first_device;
+  std::vector<std::vector<int>> node_devices;
   int d = 0;
   for (const auto& node : cluster.nodes) {
-    first_device.push_back(d);
-    d += node.num_devices;
+    node_devices.emplace_back();
+    for (int i = 0; i < node.num_devices; ++i) node_devices.back().push_back(d++);
   }
+  return NodeBandwidthGraph(cluster, node_devices);
+}
+
+WeightedGraph NodeBandwidthGraph(const Cluster& cluster, const std::vector<std::vector<int>>& node_devices) {
+  WeightedGraph g;
+  g.num_vertices = static_cast<int>(node_devices.size());
   for (int a = 0; a < g.num_vertices; ++a) {
     for (int b = a + 1; b < g.num_vertices; ++b) {
-      const double bw = cluster.LinkBetween(first_device[a], first_device[b]).bandwidth_bytes_per_s;
-      g.edges.push_back({a, b, bw * cluster.nodes[a].num_devices * cluster.nodes[b].num_devices});
+      const double bw = cluster.LinkBetween(node_devices[a].front(), node_devices[b].front()).bandwidth_bytes_per_s;
+      g.edges.push_back({a, b, bw * static_cast<double>(node_devices[a].size() * node_devices[b].size())});
     }
   }
   return g;

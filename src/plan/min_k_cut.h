@@ -32,5 +32,8 @@ double CutWeight(const WeightedGraph& graph, const std::vector<int>& part);
 /// share a type and links, so no good partition separates them): vertex i is cluster node i, and
 /// the edge between two nodes weighs the bandwidth of all device pairs across them.
 WeightedGraph NodeBandwidthGraph(const Cluster& cluster);
+/// The same over some devices of some nodes: vertex i stands for `node_devices[i]` (devices of one
+/// node), weighted by those devices only.
+WeightedGraph NodeBandwidthGraph(const Cluster& cluster, const std::vector<std::vector<int>>& node_devices);
 
 }  // namespace motley

@@ -9,10 +9,10 @@
 namespace motley {
 namespace {
 
-bool Contains(const std::vector<Buffer>& buffers, const Buffer& b) {
+bool Contains(const Buffers& buffers, const Buffer& b) {
   return std::find(buffers.begin(), buffers.end(), b) != buffers.end();
 }
-bool Overlaps(const std::vector<Buffer>& a, const std::vector<Buffer>& b) {
+bool Overlaps(const Buffers& a, const Buffers& b) {
   return std::any_of(a.begin(), a.end(), [&](const Buffer& x) { return Contains(b, x); });
 }
 

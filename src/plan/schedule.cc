@@ -172,7 +172,8 @@ std::string ScheduleHash(const Schedule& s) {
 
 namespace {
 
-nlohmann::json BuffersToJson(const std::vector<Buffer>& buffers) {
+template <typename Range>
+nlohmann::json BuffersToJson(const Range& buffers) {
   nlohmann::json out = nlohmann::json::array();
   for (const Buffer& b : buffers) out.push_back(BufferName(b));
   return out;
@@ -198,7 +199,7 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
       if (op.peer >= 0) o["peer"] = op.peer;
       if (op.collective >= 0) o["collective"] = op.collective;
       if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) o["tag"] = op.tag;
-      if (!op.deps.empty()) o["deps"] = op.deps;
+      if (!op.deps.empty()) o["deps"] = std::vector<int32_t>(op.deps.begin(), op.deps.end());
       if (op.device_alloc_bytes > 0) o["device_alloc_bytes"] = op.device_alloc_bytes;
       if (op.device_free_bytes > 0) o["device_free_bytes"] = op.device_free_bytes;
       if (op.host_alloc_bytes > 0) o["host_alloc_bytes"] = op.host_alloc_bytes;

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
 #include <nlohmann/json.hpp>
 
 namespace motley {
@@ -86,6 +87,11 @@ struct Op;
 int LaneOf(const Op& op);
 std::string_view LaneName(int lane);
 
+// An op's dependencies and buffers: a few each, kept inside the op (a schedule of a thousand
+// ranks holds millions of ops, and the planner lowers hundreds of schedules).
+using OpDeps = boost::container::small_vector<int32_t, 4>;
+using Buffers = boost::container::small_vector<Buffer, 2>;
+
 struct Op {
   OpKind kind = OpKind::kForward;
   Stream stream = Stream::kCompute;
@@ -102,12 +108,12 @@ struct Op {
   int32_t peer = -1;          // send/recv: the other rank
   int32_t collective = -1;    // collectives: index into Schedule::collectives
   int64_t tag = 0;            // send/recv: names the transfer (unique per pair and step; message_tags.h)
-  std::vector<int32_t> deps;  // ops of this rank (indices) that must finish first
+  OpDeps deps;               // ops of this rank (indices) that must finish first
   double params = 0;          // optimizer step: parameters in the shard it updates
 
   // What the op does to this rank's buffers. A buffer is read and written only while it is held
   // (written before, not freed since); `frees` are its last use here.
-  std::vector<Buffer> reads, writes, frees;
+  Buffers reads, writes, frees;
   // Backward: the ministage's gradients are read (reduced or applied) before another backward adds
   // to them — the end of a run of backwards (FlexTP returns borrowed units' gradients here).
   bool gradients_complete = false;

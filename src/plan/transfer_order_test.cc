@@ -12,13 +12,13 @@ Op Transfer(OpKind kind, int peer, int64_t tag, std::vector<int32_t> deps = {}) 
   op.peer = peer;
   op.tag = tag;
   op.bytes = 1 << 20;
-  op.deps = std::move(deps);
+  op.deps.assign(deps.begin(), deps.end());
   return op;
 }
 Op Compute(std::vector<int32_t> deps = {}) {
   Op op;
   op.kind = OpKind::kForward;
-  op.deps = std::move(deps);
+  op.deps.assign(deps.begin(), deps.end());
   return op;
 }
 Schedule TwoRanks(std::vector<Op> rank0, std::vector<Op> rank1) {

@@ -12,6 +12,7 @@
 
 #include "core/units.h"
 #include "cost/state_bytes.h"
+#include "plan/evaluate_all.h"
 #include "plan/min_k_cut.h"
 
 namespace motley {
@@ -232,7 +233,8 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
             // the memory model elsewhere, and the difference is said.
             const std::optional<int64_t> measured =
                 num_groups == 1 && tp == 1 && !request.offload && s == model.num_layers &&
-                        static_cast<int>(groups[g].size()) == cluster.num_devices()
+                        static_cast<int>(groups[g].size()) ==
+                            (request.devices.empty() ? cluster.num_devices() : static_cast<int>(request.devices.size()))
                     ? costs.MeasuredMaxMicrobatch(groups[g][i], 2, static_cast<int>(groups[g].size()))
                     : std::nullopt;
             if (measured) {
@@ -268,23 +270,28 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
 Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
                             const ZorseRequest& request, const PlanEvaluator& evaluate) {
   if (request.global_batch_sequences < 1) return Status::InvalidArgument("zorse planner: empty global batch");
-  // Phase 1: cut the node graph into k groups for every k.
-  const WeightedGraph graph = NodeBandwidthGraph(cluster);
-  const auto partitions = SplitMinKCuts(graph);
-  std::vector<int> first_device;
-  int next = 0;
-  for (const auto& n : cluster.nodes) {
-    first_device.push_back(next);
-    next += n.num_devices;
+  // Phase 1: cut the graph of the nodes it may use into k groups for every k.
+  std::vector<bool> allowed(cluster.num_devices(), request.devices.empty());
+  for (int d : request.devices) allowed[d] = true;
+  std::vector<std::vector<int>> node_devices;  // per used node, its devices
+  {
+    int d = 0;
+    for (const auto& n : cluster.nodes) {
+      std::vector<int> mine;
+      for (int i = 0; i < n.num_devices; ++i, ++d)
+        if (allowed[d]) mine.push_back(d);
+      if (!mine.empty()) node_devices.push_back(std::move(mine));
+    }
   }
+  const WeightedGraph graph = NodeBandwidthGraph(cluster, node_devices);
+  const auto partitions = SplitMinKCuts(graph);
   std::vector<ZorseCandidate> all;
   const int max_k =
       request.max_groups > 0 ? std::min<int>(request.max_groups, graph.num_vertices) : graph.num_vertices;
   for (int k = 1; k <= max_k; ++k) {
     std::vector<std::vector<int>> groups(k);
-    for (int node = 0; node < graph.num_vertices; ++node)
-      for (int i = 0; i < cluster.nodes[node].num_devices; ++i)
-        groups[partitions[k - 1][node]].push_back(first_device[node] + i);
+    for (int v = 0; v < graph.num_vertices; ++v)
+      for (int d : node_devices[v]) groups[partitions[k - 1][v]].push_back(d);
     // Phase 2.
     auto candidates = ZorseCandidatesForGroups(cluster, model, costs, request, groups);
     for (auto& c : candidates) c.why = fmt::format("cut into {} by SPLIT: {}", k, c.why);
@@ -309,9 +316,13 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
   // Re-rank the best few with the evaluator; keep the fastest that fits.
   double best = std::numeric_limits<double>::infinity();
   const size_t n = std::min<size_t>(all.size(), std::max(1, request.candidates_to_evaluate));
+  std::vector<Plan> plans;
+  for (size_t i = 0; i < n; ++i) plans.push_back(all[i].plan);
+  const std::vector<Result<PlanEvaluation>> evaluations = EvaluateAll(plans, evaluate);
   std::vector<std::pair<double, size_t>> evaluated;
   for (size_t i = 0; i < n; ++i) {
-    MOTLEY_ASSIGN_OR_RETURN(PlanEvaluation e, evaluate(all[i].plan));
+    if (!evaluations[i].ok()) return evaluations[i].status();
+    const PlanEvaluation& e = *evaluations[i];
     if (!e.fits_memory) continue;
     evaluated.push_back({e.step_time_s, i});
     if (e.step_time_s < best) {

@@ -54,6 +54,7 @@ struct ZorseRequest {
   PipelineSchedule schedule = PipelineSchedule::kInterleaved;  // 1F1B needs max_ministages = 1
   bool try_tensor_parallel = false;  // also try pairs of NVLink-connected devices as TP runs
   bool even_microbatches = false;    // every data-parallel replica of a group gets the same count
+  std::vector<int> devices;          // the devices it may use (whole nodes, ascending); empty = all
 };
 
 struct ZorseCandidate {

@@ -6,8 +6,19 @@
 
 namespace motley {
 
+/// Where an evaluator's time went (`motley plan --explain --json` reports it).
+struct EvaluationStats {
+  int evaluations = 0;  // plans lowered and simulated
+  int cached = 0;       // plans asked for again (another strategy, or another device subset, made the same)
+  double lower_s = 0;     // summed over the threads that evaluate (evaluate_all.h)
+  double simulate_s = 0;
+};
+
 /// REQUIRES: the arguments outlive the evaluator. Fills in Zorse routing for pipeline plans that
-/// have none.
-PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model, const CostModel& costs);
+/// have none. Remembers what it has evaluated: the same plan (whichever strategy made it) is
+/// simulated once. May be called from several threads at once. `stats`, when given, is filled as it
+/// goes.
+PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model, const CostModel& costs,
+                                  EvaluationStats* stats = nullptr);
 
 }  // namespace motley

@@ -326,7 +326,10 @@ TEST(Strategies, EveryPlanFitsItsMemoryModelLowersAndRunsToTheEnd) {
     ModelSpec m = *FindModelPreset(k.model);
     CostModel costs(cluster, m, nullptr, k.seq_len, k.precision, true);
     const PlanEvaluator evaluate = SimulationEvaluator(cluster, m, costs);
-    PlanRequest req{k.sequences, k.seq_len, k.precision, true};
+    PlanRequest req;
+    req.global_batch_sequences = k.sequences;
+    req.seq_len = k.seq_len;
+    req.precision = k.precision;
     int planned = 0;
     for (const auto& o : PlanEveryStrategy(cluster, m, costs, req, evaluate)) {
       if (o.plan.groups.empty()) continue;  // a strategy may find nothing; it must say why

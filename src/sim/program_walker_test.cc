@@ -136,7 +136,7 @@ Program TinyProgram() {
       params{BufferKind::kParams, 0}, moments{BufferKind::kMoments, 0};
   Program p;
   p.resident = {params, shard, moments, grads, grad_shard};
-  auto op = [](OpKind kind, std::vector<Buffer> reads, std::vector<Buffer> writes, std::vector<Buffer> frees = {}) {
+  auto op = [](OpKind kind, Buffers reads, Buffers writes, Buffers frees = {}) {
     Op o;
     o.kind = kind;
     o.ministage = 0;
@@ -178,8 +178,8 @@ TEST(ProgramWalker, ACollectiveReachedWhileAnotherRunsWaitsInAQueueAndTheHostGoe
       params1{BufferKind::kParams, 1}, params2{BufferKind::kParams, 2};
   Program p;
   p.resident = {grads0, grad_shard0, shard1, params2};
-  auto op = [](OpKind kind, int ministage, std::vector<Buffer> reads, std::vector<Buffer> writes,
-               std::vector<Buffer> frees = {}) {
+  auto op = [](OpKind kind, int ministage, Buffers reads, Buffers writes,
+               Buffers frees = {}) {
     Op o;
     o.kind = kind;
     o.ministage = ministage;

@@ -25,11 +25,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-bool Has(const std::vector<Buffer>& buffers, BufferKind kind) {
+bool Has(const Buffers& buffers, BufferKind kind) {
   return std::any_of(buffers.begin(), buffers.end(), [&](const Buffer& b) { return b.kind == kind; });
 }
 // The op's buffer of `kind` (the activation a send reads, a receive writes, ...). REQUIRES: one.
-const Buffer& Find(const std::vector<Buffer>& buffers, BufferKind kind) {
+const Buffer& Find(const Buffers& buffers, BufferKind kind) {
   auto it = std::find_if(buffers.begin(), buffers.end(), [&](const Buffer& b) { return b.kind == kind; });
   MOTLEY_CHECK(it != buffers.end());
   return *it;
