@@ -441,6 +441,36 @@ TEST(Cli, NumericFlagsOutOfTheirRangeSayWhichAndWhy) {
 
 // When no plan can be made, `motley plan` says why: a sequence longer than the model takes, at
 // once; a model too big for every strategy, each strategy's reason.
+TEST(Cli, PlanExplainsWhereItsTimeWentAndWhichDevicesItLeftOut) {
+  // Eight A100s and twenty-four T4s on slow links for a small model: the T4s only slow it down.
+  TempDir dir;
+  const std::string cluster = dir.Write("mixed.toml",
+                                        "[[nodes]]\nname = \"fast\"\ndevice = \"a100-40gb\"\ncount = 8\n"
+                                        "interconnect = \"nvswitch\"\nnic_bandwidth = \"100Gbps\"\n"
+                                        "[[nodes]]\nname = \"slow\"\nreplicas = 3\ndevice = \"t4\"\ncount = 8\n"
+                                        "nic_bandwidth = \"10Gbps\"\n");
+  const std::string base = "plan --cluster " + cluster + " --model llama-100m --seq-len 256 --global-batch-tokens 16384";
+  CliRun r = Motley(base + " --explain --json", true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  ASSERT_TRUE(j.contains("timing")) << r.output;
+  EXPECT_GT(j["timing"]["plans_simulated"].get<int>(), 0);
+  EXPECT_GT(j["timing"]["planning_s"].get<double>(), 0);
+  ASSERT_EQ(j["timing"]["strategies"].size(), 7u);
+  for (const auto& s : j["timing"]["strategies"]) {
+    EXPECT_GE(s["total_s"].get<double>(), s["evaluate_s"].get<double>()) << s.dump();
+    EXPECT_GE(s["device_subsets_planned"].get<int>() + s["device_subsets_skipped"].get<int>(),
+              s["strategy"] == "zorse" || s["strategy"] == "poplar" ? 2 : 0)
+        << s.dump();
+  }
+  ASSERT_FALSE(j["devices_left_out"].empty()) << r.output;
+  EXPECT_EQ(j["devices_left_out"][0].get<int>(), 8);  // the first T4
+  EXPECT_CONTAINS(j["explain"].get<std::string>(), "devices out (8 devices: without the t4 nodes)");
+  CliRun text = Motley(base + " --explain", true);
+  EXPECT_CONTAINS(text.output, "left out: 24 of the 32 devices, t4 x24 (nodes slow-0, slow-1, slow-2)");
+  EXPECT_CONTAINS(text.output, "planning took ");
+}
+
 TEST(Cli, PlanSaysWhyNoStrategyFoundAPlan) {
   CliRun longer = Motley("plan --cluster local-emulated --model llama-1m --seq-len 4096 --global-batch-tokens 8192");
   EXPECT_EQ(longer.exit_code, 1) << longer.output;
