@@ -7,6 +7,9 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <functional>
+#include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -54,6 +57,15 @@ double StageParams(const ModelSpec& m, const LayerRange& r) {
   if (r.begin == 0) p += EmbeddingParams(m);
   if (r.end == m.num_layers) p += HeadParams(m);
   return p;
+}
+
+// A partition numbered by first appearance (0 for the first vertex's part, ...), so equal
+// partitions compare equal.
+std::vector<int> CanonicalPartition(const std::vector<int>& part) {
+  std::map<int, int> renumber;
+  std::vector<int> out;
+  for (int p : part) out.push_back(renumber.emplace(p, static_cast<int>(renumber.size())).first->second);
+  return out;
 }
 
 }  // namespace
@@ -253,6 +265,9 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
         c.plan = std::move(p);
         c.model_step_s = step;
         c.model_peak_bytes = worst;
+        c.tp_degree = tp;
+        c.microbatch = b;
+        c.ministages = s;
         std::vector<std::string> sizes;
         for (int g = 0; g < num_groups; ++g)
           sizes.push_back(fmt::format("{}x{} layers", groups[g].size(), layers[g]));
@@ -285,16 +300,42 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
   }
   const WeightedGraph graph = NodeBandwidthGraph(cluster, node_devices);
   const auto partitions = SplitMinKCuts(graph);
-  std::vector<ZorseCandidate> all;
+  // The groupings: SPLIT's cut into k for every k; and, on a few nodes, every way to group them
+  // (SPLIT keeps fast links inside groups, which is not always what pays: a slow node may do
+  // better as a stage of its own than beside a fast one).
   const int max_k =
       request.max_groups > 0 ? std::min<int>(request.max_groups, graph.num_vertices) : graph.num_vertices;
-  for (int k = 1; k <= max_k; ++k) {
+  std::vector<std::pair<std::vector<int>, std::string>> groupings;  // node -> group, and how it was found
+  for (int k = 1; k <= max_k; ++k) groupings.push_back({partitions[k - 1], fmt::format("cut into {} by SPLIT", k)});
+  if (graph.num_vertices <= request.exhaustive_groupings_up_to_nodes) {
+    std::set<std::vector<int>> seen;
+    for (const auto& [part, _] : groupings) seen.insert(CanonicalPartition(part));
+    std::vector<int> part(graph.num_vertices, 0);
+    std::function<void(int, int)> visit = [&](int v, int used) {
+      if (v == graph.num_vertices) {
+        if (used <= max_k && seen.insert(part).second) groupings.push_back({part, fmt::format("{} group(s) of nodes", used)});
+        return;
+      }
+      for (int p = 0; p <= used; ++p) {
+        part[v] = p;
+        visit(v + 1, std::max(used, p + 1));
+      }
+    };
+    visit(0, 0);
+  }
+  std::vector<ZorseCandidate> all;
+  for (size_t gi = 0; gi < groupings.size(); ++gi) {
+    const auto& [part, how] = groupings[gi];
+    const int k = *std::max_element(part.begin(), part.end()) + 1;
     std::vector<std::vector<int>> groups(k);
     for (int v = 0; v < graph.num_vertices; ++v)
-      for (int d : node_devices[v]) groups[partitions[k - 1][v]].push_back(d);
+      for (int d : node_devices[v]) groups[part[v]].push_back(d);
     // Phase 2.
     auto candidates = ZorseCandidatesForGroups(cluster, model, costs, request, groups);
-    for (auto& c : candidates) c.why = fmt::format("cut into {} by SPLIT: {}", k, c.why);
+    for (auto& c : candidates) {
+      c.why = fmt::format("{}: {}", how, c.why);
+      c.grouping = static_cast<int>(gi);
+    }
     all.insert(all.end(), std::make_move_iterator(candidates.begin()),
                std::make_move_iterator(candidates.end()));
   }
@@ -336,6 +377,63 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     return Status::Infeasible(fmt::format(
         "zorse planner: the {} best candidates by the memory model all ran out of memory in the simulator",
         n));
+  // Climb: the latency model misranks neighbours of the best plan it found (another ministage
+  // count, microbatch size or grouping), so the evaluator judges those too.
+  std::map<std::tuple<int, int, int64_t, int>, size_t> index;  // (grouping, tp, microbatch, ministages)
+  std::map<int, std::vector<int64_t>> sizes;                    // per grouping, its microbatch sizes
+  std::vector<int> liked;                                       // groupings by their best model step
+  for (size_t i = 0; i < all.size(); ++i) {
+    const ZorseCandidate& c = all[i];
+    index.emplace(std::make_tuple(c.grouping, c.tp_degree, c.microbatch, c.ministages), i);
+    sizes[c.grouping].push_back(c.microbatch);
+    if (std::find(liked.begin(), liked.end(), c.grouping) == liked.end()) liked.push_back(c.grouping);
+  }
+  for (auto& [_, v] : sizes) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  }
+  std::set<size_t> judged;
+  for (size_t i = 0; i < n; ++i) judged.insert(i);
+  size_t at = evaluated.front().second;
+  for (const auto& [s, i] : evaluated)
+    if (s == best) at = i;
+  for (int round = 0; round < request.climb_rounds; ++round) {
+    const ZorseCandidate& c = all[at];
+    std::vector<size_t> next;
+    auto consider = [&](int g, int64_t b, int s) {
+      auto it = index.find({g, c.tp_degree, b, s});
+      if (it != index.end() && judged.insert(it->second).second) next.push_back(it->second);
+    };
+    for (int s : {c.ministages * 2, c.ministages / 2, c.ministages + 1, c.ministages - 1})
+      consider(c.grouping, c.microbatch, s);
+    const auto& b = sizes[c.grouping];
+    const auto pos = std::lower_bound(b.begin(), b.end(), c.microbatch) - b.begin();
+    if (pos > 0) consider(c.grouping, b[pos - 1], c.ministages);
+    if (pos + 1 < static_cast<std::ptrdiff_t>(b.size())) consider(c.grouping, b[pos + 1], c.ministages);
+    for (size_t k = 0, other = 0; k < liked.size() && other < 3; ++k)
+      if (liked[k] != c.grouping) {
+        consider(liked[k], c.microbatch, c.ministages);
+        ++other;
+      }
+    if (next.empty()) break;
+    std::vector<Plan> more;
+    for (size_t i : next) more.push_back(all[i].plan);
+    const std::vector<Result<PlanEvaluation>> answers = EvaluateAll(more, evaluate);
+    const size_t was = at;
+    for (size_t k = 0; k < next.size(); ++k) {
+      if (!answers[k].ok()) return answers[k].status();
+      if (!answers[k]->fits_memory) continue;
+      evaluated.push_back({answers[k]->step_time_s, next[k]});
+      if (answers[k]->step_time_s < best) {
+        best = answers[k]->step_time_s;
+        at = next[k];
+        out.plan = all[at].plan;
+        out.predicted_step_s = best;
+        out.explain = all[at].why + "; found by climbing from the latency model's choices";
+      }
+    }
+    if (at == was) break;
+  }
   std::sort(evaluated.begin(), evaluated.end());
   for (const auto& [t, i] : evaluated) out.considered.push_back(all[i]);
   return out;

@@ -49,6 +49,14 @@ struct ZorseRequest {
   // decides alone). The latency model misranks: on the Zorse clusters the simulator's best plan was
   // 7th-20th by it, up to 43% faster than the best of the first 6 (bench/reports/zorse_evaluation.md).
   int candidates_to_evaluate = 20;
+  // On this many nodes or fewer every grouping of the nodes is tried (Bell(6) = 203 of them), not
+  // only SPLIT's cuts.
+  int exhaustive_groupings_up_to_nodes = 6;
+  // After the re-ranking, the best plan's neighbours (twice or half as many ministages, one more
+  // or fewer; the next microbatch sizes; the same in the groupings the latency model likes best)
+  // are judged by the evaluator too, and the search moves to a better one, this many times at
+  // most (0: no climbing).
+  int climb_rounds = 4;
   // Variations for the baselines that share this search (baselines.h):
   int max_ministages = 0;  // 0 = up to the smallest group's layers; 1 = plain stages
   PipelineSchedule schedule = PipelineSchedule::kInterleaved;  // 1F1B needs max_ministages = 1
@@ -62,6 +70,12 @@ struct ZorseCandidate {
   double model_step_s = 0;      // the latency model's estimate
   double model_peak_bytes = 0;  // the memory model's worst device
   std::string why;              // the cut, the layer split, the microbatch size and ministage count
+  // Where it sits in the search: its grouping (PlanZorse's numbering), tensor-parallel degree,
+  // microbatch size and ministages per group.
+  int grouping = 0;
+  int tp_degree = 1;
+  int64_t microbatch = 1;
+  int ministages = 1;
 };
 
 struct ZorsePlan {
