@@ -119,12 +119,16 @@ int main(int argc, char** argv) {
       "| cluster | GPUs | strategy zorse | auto | auto's plan | simulated step | devices left out |\n"
       "|---|---|---|---|---|---|---|\n");
   std::vector<double> chain;  // auto's step on C, C x2, C x4, C x8
+  std::vector<std::string> chain_text;
   for (const auto& c : cases) {
     const Measured z = Plan(c.cluster, "zorse", profile, rounds);
     const Measured a = Plan(c.cluster, "auto", profile, rounds);
     table += fmt::format("| {} | {} | {:.2f} s | {:.2f} s | {} | {:.2f} s | {} |\n", c.name, c.gpus, z.wall_s, a.wall_s,
                          a.strategy, a.step_s, a.left_out);
-    if (c.name.starts_with("C")) chain.push_back(a.step_s);
+    if (c.name.starts_with("C")) {
+      chain.push_back(a.step_s);
+      chain_text.push_back(fmt::format("{:.2f} s", a.step_s));
+    }
     std::fflush(stdout);
   }
   bool monotone = true;
@@ -133,7 +137,7 @@ int main(int argc, char** argv) {
       fmt::format("`motley plan`, whole process, median of {} runs; Llama-13B, 1M tokens of 2,048; {}.\n\n{}\n"
                   "C, C x2, C x4, C x8 (auto): simulated steps {}: {}\n",
                   rounds, profile.empty() ? "roofline compute" : "the published per-layer latencies", table,
-                  fmt::join(chain, " s, "), monotone ? "non-increasing" : "NOT non-increasing");
+                  fmt::join(chain_text, ", "), monotone ? "non-increasing" : "NOT non-increasing");
   std::fputs(text.c_str(), stdout);
   if (!report_path.empty()) std::ofstream(report_path) << text;
   std::filesystem::remove_all(dir);

@@ -130,6 +130,9 @@ int RunTrain(const std::vector<std::string>& args) {
   app.add_flag("--single-process", single_process,
                "train in this process even when the job's cluster has several devices");
   app.add_option("--profile", options.profile_path, "with --plan: predict the step from this profile and report both");
+  app.add_flag("--even-if-predicted-oom", options.even_if_predicted_oom,
+               "with --plan: start the plan even when the simulator predicts it runs out of memory (a device that "
+               "does run out is then planned again, more frugally)");
   app.add_option("--trace", options.trace_path, "with --plan: write a Chrome trace of one step of the real run");
   app.add_option("--trace-step", options.trace_step, "with --trace: the step to record (from 1)")->capture_default_str();
   app.add_option("--baseline-steps", options.baseline_steps,

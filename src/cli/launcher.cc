@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -62,6 +63,7 @@ int Launch(const LaunchOptions& o) {
   ::sigaction(SIGTERM, &sa, nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
+  const pid_t launcher = ::getpid();
   for (int r = 0; r < o.nproc; ++r) {
     int fds[2];
     if (::pipe(fds) != 0) {
@@ -70,6 +72,10 @@ int Launch(const LaunchOptions& o) {
     }
     const pid_t pid = ::fork();
     if (pid == 0) {
+      // A rank outlives no launcher: when it dies (kill -9 included), the kernel sends the rank
+      // SIGTERM; a launcher already gone before this line means the rank never starts.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(1);
       ::dup2(fds[1], STDOUT_FILENO);
       ::dup2(fds[1], STDERR_FILENO);
       ::close(fds[0]);

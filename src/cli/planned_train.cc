@@ -241,6 +241,11 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
     if (!given.ok()) return fail(given.status());
     Result<PlanEvaluation> predicted = evaluate(*given);
     if (!predicted.ok()) return fail(predicted.status());
+    if (!predicted->fits_memory && !options.even_if_predicted_oom)
+      return fail(Status::OutOfMemory(fmt::format(
+          "{}: the simulator predicts this plan runs out of memory ({}); not started. Plan again (motley plan, or "
+          "motley train {} without --plan), or pass --even-if-predicted-oom to try it anyway",
+          options.plan_path, predicted->oom, job.file.empty() ? "JOB" : job.file)));
     fmt::print("plan: {} (given), predicted step {}{}\n", options.plan_path, FormatDuration(predicted->step_time_s),
                predicted->fits_memory ? "" : fmt::format(" — predicted not to fit: {}", predicted->oom));
     PrintPlan(*given);

@@ -78,7 +78,14 @@ TEST(Escalation, AStepOutOfMemoryIsRunAgainUnderAMoreFrugalPlanFromTheSameState)
   // overflows device 0: its step 3 runs out of memory, is planned again, and runs from step 2's state.
   CliRun first = RunCommandLine(motley + "job.toml --plan even.toml --steps 2 --no-validation 2>&1");
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  CliRun r = RunCommandLine(motley + "job.toml --plan big.toml --steps 4 --no-validation --resume run 2>&1");
+  // Refused as it is: the simulator predicts the overflow.
+  CliRun refused = RunCommandLine(motley + "job.toml --plan big.toml --steps 4 --no-validation --resume run 2>&1");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_CONTAINS(refused.output, "big.toml: the simulator predicts this plan runs out of memory (");
+  EXPECT_CONTAINS(refused.output, "pass --even-if-predicted-oom to try it anyway");
+  EXPECT_EQ(refused.output.find("] training"), std::string::npos) << "it started: " << refused.output;
+  CliRun r = RunCommandLine(motley + "job.toml --plan big.toml --steps 4 --no-validation --resume run "
+                                     "--even-if-predicted-oom 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "predicted not to fit");
   EXPECT_CONTAINS(r.output, "rank 0 failed first: out of memory on rank 0");

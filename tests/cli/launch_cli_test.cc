@@ -54,6 +54,21 @@ TEST(LaunchCli, AKilledRankIsNamedWithoutTheLauncherToo) {
   }
 }
 
+TEST(LaunchCli, RanksStopWhenTheirLauncherIsKilled) {
+  // The launcher killed with -9 (it cannot pass anything on): its ranks must not train on.
+  const std::string cmd = std::string(MOTLEY_BIN) +
+                          " launch --nproc 2 -- sleep 300 > /dev/null 2>&1 & L=$!; "
+                          "for i in $(seq 100); do K=$(pgrep -P $L | tr '\\n' ' '); "
+                          "[ $(echo $K | wc -w) -ge 2 ] && break; sleep 0.1; done; "
+                          "echo ranks: $K; kill -9 $L; sleep 3; "
+                          "for k in $K; do if [ -e /proc/$k ] && ! grep -q ') Z' /proc/$k/stat; then "
+                          "echo alive: $k; kill -9 $k; fi; done; echo checked";
+  const std::string out = Shell(cmd).output;
+  EXPECT_CONTAINS(out, "checked");
+  EXPECT_EQ(out.find("ranks: \n"), std::string::npos) << "the ranks never started: " << out;
+  EXPECT_EQ(out.find("alive:"), std::string::npos) << out;
+}
+
 TEST(LaunchCli, UsageErrors) {
   CliRun no_cmd = Motley("launch --nproc 2");
   EXPECT_EQ(no_cmd.exit_code, 2);

@@ -31,6 +31,9 @@ struct TrainOptions {
   std::string trace_path;  // a Chrome trace of one step of the real run, in the simulator's format
   std::string profile_path;  // with a plan: rank 0 predicts the step with it and reports both
   int64_t baseline_steps = 0;  // planned runs: first measure the even split for this many steps
+  // `motley train JOB --plan P`: start P even when the simulator predicts it runs out of memory
+  // (refused otherwise: it would run until the step that overflows, then fail or be re-planned).
+  bool even_if_predicted_oom = false;
   int64_t trace_step = 2;  // which step (from 1) the trace records
   // A rank that fails writes what failed here, as rank-R.json (rank, device, step, out_of_memory,
   // message), for the `motley train` that launched it and may retry with a more frugal plan
