@@ -106,6 +106,31 @@ TEST(TrainCli, AnUncaughtFailureIsOneMessageAndBadStepCountsAreRefused) {
   EXPECT_CONTAINS(steps.output, "--steps: must be at least 1, got -5");
 }
 
+TEST(TrainCli, TwoRunsIntoOneFolderAtOnceRunExactlyOne) {
+  TempDir dir;
+  const std::string base = "cd '" + dir.path().string() + "' && " + MOTLEY_BIN +
+                           " train default --single-process --no-validation";
+  const std::string run = base + " --steps 15";
+  Shell("(" + run + " > a.txt 2>&1; echo $? > a.rc) & (" + run + " > b.txt 2>&1; echo $? > b.rc) & wait");
+  auto read = [&](const std::string& name) {
+    std::ifstream in(dir.Join(name));
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string a = read("a.rc"), b = read("b.rc");
+  EXPECT_TRUE((a == "0\n" && b == "1\n") || (a == "1\n" && b == "0\n")) << a << b << read("a.txt") << read("b.txt");
+  EXPECT_CONTAINS(read(a == "1\n" ? "a.txt" : "b.txt"),
+                  "checkpoints/default: another run is writing its checkpoints and metrics here (");
+  // The survivor's metrics are its own: 15 steps, once each.
+  std::ifstream metrics(dir.Join("checkpoints/default/metrics.jsonl"));
+  int steps = 0;
+  for (std::string line; std::getline(metrics, line);) steps += line.find("\"loss\"") != std::string::npos &&
+                                                                line.find("\"val_loss\"") == std::string::npos;
+  EXPECT_EQ(steps, 15);
+  // Once it has ended, the folder is free: the next run resumes from it.
+  CliRun next = RunCommandLine(base + " --resume checkpoints/default --steps 16 2>&1");
+  EXPECT_EQ(next.exit_code, 0) << next.output;
+}
+
 TEST(TrainCli, BadDataGetsOneClearError) {
   TempDir dir;
   ASSERT_EQ(Motley("data prepare --input " + dir.Write("t.txt", SmallText()) + " -o " + dir.Join("data")).exit_code, 0);

@@ -1,6 +1,13 @@
 #include "runtime/train/checkpoint.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -9,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
+#include "core/json_read.h"
 #include "core/model_parse.h"
 #include "runtime/train/safetensors.h"
 
@@ -30,7 +38,11 @@ uint32_t StateChecksum(nlohmann::json j) {
 Result<nlohmann::json> ReadStateFile(const std::string& dir) {
   const std::string path = (fs::path(dir) / kStateFile).string();
   MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  Result<nlohmann::json> parsed = ParseJson(text, path);
+  if (!parsed.ok())
+    return Status::InvalidArgument(fmt::format("{}; corrupted or not a motley trainer state: use another checkpoint",
+                                               parsed.status().message()));
+  nlohmann::json j = std::move(*parsed);
   if (!j.is_object() || !j.contains("checksum") || !j["checksum"].is_string() || !j.contains("files") ||
       !j["files"].is_object())
     return Status::InvalidArgument(fmt::format("{}: corrupted or not a motley trainer state; use another checkpoint",
@@ -87,7 +99,7 @@ Result<std::map<std::string, std::string>> WeightFiles(const std::string& dir) {
                                         "directory",
                                         dir));
   MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(index.string()));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, index.string()));
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     return Status::InvalidArgument(fmt::format("{}: expected a JSON object with \"weight_map\"", index.string()));
   for (const auto& [name, file] : j["weight_map"].items()) {
@@ -99,6 +111,37 @@ Result<std::map<std::string, std::string>> WeightFiles(const std::string& dir) {
 }
 
 }  // namespace
+
+Result<std::unique_ptr<RunDirLock>> RunDirLock::Acquire(const std::string& run_dir) {
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) return Status::IoError(fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
+  const std::string path = (fs::path(run_dir) / ".lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IoError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char holder[256] = {};
+    const ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
+    ::close(fd);
+    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "another process";
+    while (!who.empty() && std::isspace(static_cast<unsigned char>(who.back()))) who.pop_back();
+    return Status::InvalidArgument(fmt::format(
+        "{}: another run is writing its checkpoints and metrics here ({}); wait for it to end, or give this run "
+        "another folder ([checkpoint] dir in the job file)",
+        run_dir, who));
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = fmt::format("pid {} on {}\n", ::getpid(), host);
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    // The lock holds without the note; only the message to a second run is poorer.
+  }
+  return std::unique_ptr<RunDirLock>(new RunDirLock(fd));
+}
+
+RunDirLock::~RunDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
 
 Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::vector<ParamShard>& shards,
                       const TrainerState& state) {
@@ -147,9 +190,16 @@ Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::
   j["checksum"] = Hex(StateChecksum(j));
   MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / kStateFile).string(), j.dump(2) + "\n"));
 
-  fs::remove_all(dir, ec);
-  fs::rename(tmp, dir, ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot rename {} into place: {}", dir, tmp, ec.message()));
+  // Into place: swapped with the checkpoint there in one step (renameat2's RENAME_EXCHANGE), so a
+  // crash leaves one whole checkpoint under the name, never none; the old one is then removed.
+  if (fs::exists(dir, ec)) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0)
+      return Status::IoError(fmt::format("{}: cannot swap {} into place: {}", dir, tmp, std::strerror(errno)));
+    fs::remove_all(tmp, ec);
+  } else {
+    fs::rename(tmp, dir, ec);
+    if (ec) return Status::IoError(fmt::format("{}: cannot rename {} into place: {}", dir, tmp, ec.message()));
+  }
   const fs::path parent = fs::path(dir).parent_path();
   return FsyncDirectory(parent.empty() ? "." : parent.string());
 }
@@ -161,6 +211,11 @@ Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, 
   if (ec) return Status::IoError(fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
   const std::string name = fmt::format("step-{:06d}", state.step);
   const std::string dir = (fs::path(run_dir) / name).string();
+  // What an interrupted save left behind.
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (entry.is_directory() && file.starts_with("step-") && file.ends_with(".tmp")) fs::remove_all(entry.path(), ec);
+  }
   MOTLEY_RETURN_IF_ERROR(SaveCheckpoint(dir, model, shards, state));
   MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(run_dir) / "latest").string(), name + "\n"));
   std::vector<std::string> steps;

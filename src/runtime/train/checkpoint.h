@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,11 +38,29 @@ struct TrainerState {
   std::string job_file;
 };
 
-/// Writes a checkpoint into `dir` (replacing one there).
+/// Held by the process that writes a run's checkpoints and metrics (rank 0, or the single process):
+/// an exclusive lock on `<run_dir>/.lock`, which names the holder. A second run into the same
+/// folder gets an error naming the first; the kernel releases the lock when the process ends, even
+/// when it is killed.
+class RunDirLock {
+ public:
+  static Result<std::unique_ptr<RunDirLock>> Acquire(const std::string& run_dir);
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+
+ private:
+  explicit RunDirLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+/// Writes a checkpoint into `dir`, replacing one there atomically (the old one is in place until
+/// the new one is whole).
 Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::vector<ParamShard>& shards,
                       const TrainerState& state);
 
-/// Saves `<run_dir>/step-NNNNNN`, points `<run_dir>/latest` at it, keeps the newest `keep`.
+/// Saves `<run_dir>/step-NNNNNN`, points `<run_dir>/latest` at it, keeps the newest `keep`. First
+/// removes what an interrupted save left (`step-*.tmp`).
 /// Returns the checkpoint's directory.
 Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, LlamaModelImpl& model,
                                       const std::vector<ParamShard>& shards, const TrainerState& state);

@@ -117,6 +117,50 @@ TEST(Checkpoint, SavesAndLoadsWeightsOptimizerAndState) {
   fs::remove_all(dir);
 }
 
+TEST(Checkpoint, ASavedStepIsReplacedWholeAndAnInterruptedSavesLeftoversGo) {
+  fs::path dir = TempDir("motley_ckpt_replace");
+  LlamaModel model(Tiny(), 1);
+  std::vector<ParamShard> shards = WholeParameterShards(*model);
+  TrainerState state;
+  state.step = 4;
+  state.total_steps = 10;
+  state.seed = 1;
+  state.precision = "fp32";
+  const std::string run = (dir / "run").string();
+  ASSERT_TRUE(SaveRunCheckpoint(run, 0, *model, shards, state).ok());
+  // What a save killed halfway leaves: a .tmp beside the checkpoints.
+  fs::create_directories(fs::path(run) / "step-000005.tmp");
+  std::ofstream(fs::path(run) / "step-000005.tmp" / "model.safetensors") << "half";
+  // The same step saved again (a run resumed from it and stopped at once) with other weights.
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.add_(1.0);
+  ASSERT_TRUE(SaveRunCheckpoint(run, 0, *model, shards, state).ok());
+  EXPECT_FALSE(fs::exists(fs::path(run) / "step-000005.tmp"));
+  EXPECT_FALSE(fs::exists(fs::path(run) / "step-000004.tmp"));
+  LlamaModel back(Tiny(), 2);
+  ASSERT_TRUE(LoadModelWeights((fs::path(run) / "step-000004").string(), *back).ok());
+  for (const auto& p : model->named_parameters())
+    EXPECT_TRUE(torch::equal(p.value(), back->named_parameters()[p.key()])) << p.key();
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, ARunsFolderIsLockedWhileItWrites) {
+  fs::path dir = TempDir("motley_ckpt_lock");
+  const std::string run = (dir / "run").string();
+  {
+    std::unique_ptr<RunDirLock> first = RunDirLock::Acquire(run).value();
+    // flock locks belong to open files: a second open, as another process would make, is refused.
+    Result<std::unique_ptr<RunDirLock>> second = RunDirLock::Acquire(run);
+    ASSERT_FALSE(second.ok());
+    EXPECT_NE(second.status().message().find("another run is writing its checkpoints and metrics here (pid " +
+                                             std::to_string(::getpid())),
+              std::string::npos)
+        << second.status().message();
+  }
+  EXPECT_TRUE(RunDirLock::Acquire(run).ok());  // released with its holder
+  fs::remove_all(dir);
+}
+
 TEST(Checkpoint, CorruptionIsDetectedWithAClearError) {
   fs::path dir = TempDir("motley_ckpt_bad");
   LlamaModel model(Tiny(), 1);

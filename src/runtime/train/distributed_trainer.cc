@@ -172,6 +172,7 @@ class PlannedRun {
   std::unique_ptr<TrainingData> data_;
   std::unique_ptr<Executor> executor_;
   MetricsLog metrics_;
+  std::unique_ptr<RunDirLock> dir_lock_;  // rank 0: the run's folder is this run's
   TrainerState state_;
   TrainSummary summary_;
   bool lead_ = false;
@@ -261,7 +262,10 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
 
   const std::string metrics_path =
       options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
-  if (lead_) MOTLEY_RETURN_IF_ERROR(metrics_.Open(metrics_path));
+  if (lead_) {
+    MOTLEY_ASSIGN_OR_RETURN(dir_lock_, RunDirLock::Acquire(job.checkpoint.dir));
+    MOTLEY_RETURN_IF_ERROR(metrics_.Open(metrics_path));
+  }
 
   tokens_per_step_ = tc.global_batch_sequences * tc.seq_len;
   TrainStart start;

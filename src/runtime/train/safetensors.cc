@@ -1,4 +1,5 @@
 #include "runtime/train/safetensors.h"
+#include "core/json_read.h"
 
 #include <cstdint>
 #include <fstream>
@@ -84,7 +85,9 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
         fmt::format("{}: not a safetensors file (header length {} in a file of {} bytes)", path, n, file_size));
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
-  nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  Result<nlohmann::json> parsed = ParseJson(text, path + " (its header)");
+  if (!parsed.ok()) return Status::InvalidArgument(fmt::format("not a safetensors file: {}", parsed.status().message()));
+  nlohmann::json header = std::move(*parsed);
   if (!header.is_object())
     return Status::InvalidArgument(fmt::format("{}: not a safetensors file (the header is not a JSON object)", path));
   SafetensorsFile f;

@@ -125,6 +125,7 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
     scaler.Restore(loaded.loss_scale, loaded.loss_scale_good_steps);
   }
 
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<RunDirLock> dir_lock, RunDirLock::Acquire(job.checkpoint.dir));
   const std::string metrics_path =
       options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
   MetricsLog metrics;
