@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the config-parser fuzzer with clang (libFuzzer + ASan + UBSan) and runs it.
+# Builds the readers' fuzzer with clang (libFuzzer + ASan + UBSan) and runs it.
 #   fuzz/run.sh [RUNS]     default 1,000,000 executions
 # Seeds come from examples/ (each file once per parser); new crashes land in fuzz/crashes/.
 set -euo pipefail
@@ -11,8 +11,9 @@ cmake --build build-fuzz --target config_parsers_fuzzer
 seeds=build-fuzz/seeds
 rm -rf "$seeds" && mkdir -p "$seeds" fuzz/crashes
 i=0
-for f in examples/clusters/*.toml examples/models/*.toml examples/jobs/*.toml fuzz/regressions/*; do
-  for selector in 0 1 2 3; do
+for f in examples/clusters/*.toml examples/models/*.toml examples/jobs/*.toml examples/plans/*.toml \
+         fuzz/seeds/* fuzz/regressions/*; do
+  for selector in 0 1 2 3 4 5 6 7 8; do
     { printf "\\x0$selector"; if [[ "$f" == fuzz/regressions/* ]]; then tail -c +2 "$f"; else cat "$f"; fi; } \
       > "$seeds/seed-$i-$selector"
   done

@@ -1,5 +1,6 @@
 // Reading model shapes: a TOML model file, a Hugging Face config.json (as is), or a preset name.
 #include "core/model_parse.h"
+#include "core/json_read.h"
 
 #include <cstdint>
 #include <algorithm>
@@ -117,25 +118,7 @@ std::string HfConfigJson(const ModelSpec& m, std::string_view torch_dtype) {
 }
 
 Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& file) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // Translate the byte offset into line:column.
-    int line = 1, column = 1;
-    for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    return Status::InvalidArgument(
-        fmt::format("{}:{}:{}: error: JSON syntax: {}", file, line, column, e.what()));
-  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
-    return Status::InvalidArgument(fmt::format("{}: error: cannot read the JSON: {}", file, e.what()));
-  }
+  MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, file));
   if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: error: expected a JSON object", file));
 
   Diagnostics diag;

@@ -1,5 +1,7 @@
 #include "data/data_prepare.h"
 
+#include <algorithm>
+
 #include <cstdint>
 #include <cmath>
 #include <filesystem>
@@ -8,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_read.h"
 #include "data/token_file.h"
 
 namespace motley {
@@ -146,21 +149,43 @@ Result<DataManifest> ReadDataManifest(const std::string& dir) {
     return Status::NotFound(fmt::format("{}: missing; a data directory is made by `motley data prepare` (or give "
                                         "a .bin file)",
                                         path));
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return ParseDataManifest(text, path);
+}
+
+Result<DataManifest> ParseDataManifest(std::string_view text, const std::string& path) {
+  MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, path));
   DataManifest m;
-  if (!j.is_object() || !j.contains("vocab_size") || !j["vocab_size"].is_number_integer() ||
-      !j.contains("train_files") || !j["train_files"].is_array())
-    return Status::InvalidArgument(fmt::format("{}: not a motley data manifest (needs vocab_size and train_files); "
-                                               "re-run `motley data prepare`",
-                                               path));
+  auto bad = [&](const std::string& what) {
+    return Status::InvalidArgument(
+        fmt::format("{}: {}; this is not the data.json `motley data prepare` writes: prepare the data again", path, what));
+  };
+  if (!j.is_object()) return bad("expected a JSON object");
+  if (!j.contains("vocab_size") || !j["vocab_size"].is_number_integer() || j["vocab_size"].get<int64_t>() < 1 ||
+      j["vocab_size"].get<int64_t>() > (int64_t{1} << 24))
+    return bad("\"vocab_size\" must be a whole number from 1 to 16,777,216");
   m.vocab_size = j["vocab_size"].get<int64_t>();
-  m.tokenizer = j.value("tokenizer", "");
-  for (const auto& f : j["train_files"]) {
-    if (!f.is_string()) return Status::InvalidArgument(fmt::format("{}: train_files must be file names", path));
-    m.train_files.push_back(f.get<std::string>());
+  if (j.contains("tokenizer")) {
+    if (!j["tokenizer"].is_string()) return bad("\"tokenizer\" must be a string (\"byte\" or a .model file)");
+    m.tokenizer = j["tokenizer"].get<std::string>();
   }
-  if (j.contains("validation_file") && j["validation_file"].is_string())
-    m.validation_file = j["validation_file"].get<std::string>();
+  if (!j.contains("train_files") || !j["train_files"].is_array() || j["train_files"].empty())
+    return bad("\"train_files\" must list at least one .bin file");
+  // A file name inside the directory: no absolute paths or parent folders (a manifest names its own shards).
+  auto file_name = [&](const nlohmann::json& f, const std::string& key) -> Result<std::string> {
+    if (!f.is_string() || f.get<std::string>().empty()) return bad(fmt::format("\"{}\" must hold file names", key));
+    const fs::path p(f.get<std::string>());
+    if (p.is_absolute() || std::any_of(p.begin(), p.end(), [](const fs::path& part) { return part == ".."; }))
+      return bad(fmt::format("\"{}\" names {}, outside the data directory", key, p.string()));
+    return p.string();
+  };
+  for (const auto& f : j["train_files"]) {
+    MOTLEY_ASSIGN_OR_RETURN(std::string name, file_name(f, "train_files"));
+    m.train_files.push_back(name);
+  }
+  if (j.contains("validation_file") && !j["validation_file"].is_null()) {
+    MOTLEY_ASSIGN_OR_RETURN(m.validation_file, file_name(j["validation_file"], "validation_file"));
+  }
   return m;
 }
 

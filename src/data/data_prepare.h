@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -50,5 +51,7 @@ struct DataManifest {
   std::string validation_file;           // "" when there is none
 };
 Result<DataManifest> ReadDataManifest(const std::string& dir);
+/// The same from the text of a data.json (`path` for messages).
+Result<DataManifest> ParseDataManifest(std::string_view text, const std::string& path);
 
 }  // namespace motley

@@ -3,6 +3,8 @@
 #include <fstream>
 #include <set>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <sentencepiece_trainer.h>
@@ -222,6 +224,39 @@ TEST(TrainingData, BuiltinHoldsOutValidationAndChecksVocabulary) {
   Result<TrainingData> long_seq = OpenTrainingData(config, "", 256, 100'000'000);
   ASSERT_FALSE(long_seq.ok());
   EXPECT_NE(long_seq.status().message().find("too few for one window"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace motley
+
+namespace motley {
+namespace {
+
+TEST(DataManifest, EveryFieldIsCheckedBeforeUse) {
+  const auto dir = std::filesystem::temp_directory_path() / ("motley_manifest_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto read = [&](const std::string& json) {
+    std::ofstream(dir / "data.json") << json;
+    return ReadDataManifest(dir.string());
+  };
+  const std::string good_files = R"("train_files": ["train.bin"], "validation_file": "val.bin")";
+  ASSERT_TRUE(read(R"({"vocab_size": 256, "tokenizer": "byte", )" + good_files + "}").ok());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"vocab_size": 256, "train_files": []})", "\"train_files\" must list at least one .bin file"},
+      {R"({"vocab_size": 256, "tokenizer": 5, )" + good_files + "}", "\"tokenizer\" must be a string"},
+      {R"({"vocab_size": -3, )" + good_files + "}", "\"vocab_size\" must be a whole number from 1"},
+      {R"({"vocab_size": 256, "train_files": [7]})", "\"train_files\" must hold file names"},
+      {R"({"vocab_size": 256, "train_files": ["../../etc/passwd"]})", "outside the data directory"},
+      {R"({"vocab_size": 256, "vocab_size": 300, )" + good_files + "}", "key \"vocab_size\" appears twice"},
+      {"[1, 2]", "expected a JSON object"},
+  };
+  for (const auto& [json, expected] : cases) {
+    Result<DataManifest> m = read(json);
+    ASSERT_FALSE(m.ok()) << json;
+    EXPECT_NE(m.status().message().find(expected), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find("data.json"), std::string::npos) << m.status().message();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

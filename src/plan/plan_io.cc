@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "core/toml_reader.h"
+#include "core/json_read.h"
 
 namespace motley {
 namespace {
@@ -143,12 +144,7 @@ Result<Plan> ParsePlanToml(std::string_view text, const std::string& file) {
 }
 
 Result<Plan> ParsePlanJson(std::string_view text, const std::string& file) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(fmt::format("{}: error: cannot read the JSON: {}", file, e.what()));
-  }
+  MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, file));
   if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: error: a plan is a JSON object", file));
   auto node = JsonToToml(j);
   return ReadPlan(*node->as_table(), file);

@@ -1,4 +1,5 @@
 #include "sim/profile.h"
+#include "core/json_read.h"
 
 #include <cstdint>
 #include <algorithm>
@@ -87,12 +88,7 @@ const ProfileEntry* Profile::Find(std::string_view device_type, const ModelSpec&
 }
 
 Result<Profile> ParseProfileJson(std::string_view text, const std::string& file) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(fmt::format("{}: error: cannot read the JSON: {}", file, e.what()));
-  }
+  MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, file));
   auto bad = [&](const std::string& what) {
     return Status::InvalidArgument(
         fmt::format("{}: error: {}; see the format in src/sim/profile.h", file, what));
@@ -239,12 +235,7 @@ nlohmann::json ProfileToJson(const Profile& profile) {
 }
 
 Result<Profile> ImportZorseMeasured(std::string_view latencies_json, const std::string& file) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(latencies_json);
-  } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(fmt::format("{}: error: cannot read the JSON: {}", file, e.what()));
-  }
+  MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(latencies_json, file));
   const std::map<std::string, std::string> models = {{"deepspeedllama_7b", "llama-7b"},
                                                      {"deepspeedllama_13b", "llama-13b"},
                                                      {"deepspeedllama_33b", "llama-33b"},

@@ -471,6 +471,18 @@ TEST(Cli, PlanExplainsWhereItsTimeWentAndWhichDevicesItLeftOut) {
   EXPECT_CONTAINS(text.output, "planning took ");
 }
 
+TEST(Cli, JsonInputsNestedTooDeepOrWithARepeatedKeyGetOneClearError) {
+  TempDir dir;
+  const std::string deep = dir.Write("deep.json", std::string(50000, '[') + std::string(50000, ']'));
+  CliRun nested = Motley("simulate --plan " + deep);
+  EXPECT_EQ(nested.exit_code, 1) << nested.output;
+  EXPECT_CONTAINS(nested.output, "deep.json: error: nested more than 64 levels deep");
+  const std::string twice = dir.Write("config.json", R"({"model_type": "llama", "hidden_size": 64, "hidden_size": 128})");
+  CliRun repeated = Motley("describe --model " + twice);
+  EXPECT_EQ(repeated.exit_code, 1) << repeated.output;
+  EXPECT_CONTAINS(repeated.output, "config.json: error: key \"hidden_size\" appears twice in one object");
+}
+
 TEST(Cli, PlanSaysWhyNoStrategyFoundAPlan) {
   CliRun longer = Motley("plan --cluster local-emulated --model llama-1m --seq-len 4096 --global-batch-tokens 8192");
   EXPECT_EQ(longer.exit_code, 1) << longer.output;
