@@ -276,8 +276,9 @@ StrategyOutcome PlanOnSubsets(const std::string& strategy, const Cluster& cluste
       continue;
     }
     if (!o.status.ok() || (best.status.ok() && !Better(o, best))) continue;
-    o.explain += fmt::format("; leaves {} of the {} devices out ({})", cluster.num_devices() - static_cast<int>(subsets[i].devices.size()),
-                             cluster.num_devices(), subsets[i].description);
+    const int left_out = cluster.num_devices() - static_cast<int>(subsets[i].devices.size());
+    o.explain += fmt::format("; leaves {} of the {} devices out ({})", left_out, cluster.num_devices(),
+                             subsets[i].description);
     if (whole.status.ok())
       o.explain += fmt::format(": with every device the best plan steps in {}, without those {}",
                                FormatDuration(whole.evaluation.step_time_s), FormatDuration(o.evaluation.step_time_s));
