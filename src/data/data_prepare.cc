@@ -81,6 +81,9 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
       return Status::NotFound(fmt::format("{}: no such input file (give text files to --input)", in));
     p.bytes_total += static_cast<int64_t>(fs::file_size(in, ec));
   }
+  if (p.bytes_total == 0)
+    return Status::InvalidArgument(fmt::format("{}: empty: there is no text to train on; give text files to --input",
+                                               fmt::join(options.inputs, ", ")));
   std::error_code ec;
   fs::create_directories(options.output_dir, ec);
   if (ec) return Status::IoError(fmt::format("{}: cannot create the output directory: {}", options.output_dir, ec.message()));
@@ -120,6 +123,10 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
     MOTLEY_RETURN_IF_ERROR(train.Append(tokens.data(), n_train));
     MOTLEY_RETURN_IF_ERROR(val.Append(tokens.data() + n_train, n_val));
   }
+  if (train.total() == 0)
+    return Status::InvalidArgument(fmt::format("{}: no training tokens came out of the text (with --validation-fraction {} "
+                                               "of it held out); give more text or a smaller fraction",
+                                               fmt::join(options.inputs, ", "), options.validation_fraction));
   summary.bytes = p.bytes_total;
   summary.train_tokens = train.total();
   summary.validation_tokens = val.num_tokens();

@@ -232,6 +232,21 @@ TEST(TrainingData, BuiltinHoldsOutValidationAndChecksVocabulary) {
 namespace motley {
 namespace {
 
+TEST(DataPrepare, AnEmptyInputIsRefused) {
+  const auto dir = std::filesystem::temp_directory_path() / ("motley_empty_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "empty.txt").flush();
+  PrepareOptions o;
+  o.inputs = {(dir / "empty.txt").string()};
+  o.output_dir = (dir / "out").string();
+  Result<PrepareSummary> s = PrepareData(o, ByteTokenizer());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("empty.txt: empty: there is no text to train on"), std::string::npos)
+      << s.status().message();
+  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(DataManifest, EveryFieldIsCheckedBeforeUse) {
   const auto dir = std::filesystem::temp_directory_path() / ("motley_manifest_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -68,6 +68,17 @@ TEST(Safetensors, RoundTripsEveryDtypeWithTheStandardHeader) {
   }
   // Converted on load.
   EXPECT_TRUE(torch::allclose(f.Load("b", torch::kFloat32).value(), tensors[1].tensor.to(torch::kFloat32)));
+  // A shape whose size overflows, or larger than the file: refused before any allocation.
+  for (const std::string shape : {"[4611686018427387904, 4]", "[1000000, 1000000]", "3"}) {
+    const std::string header = R"({"x": {"dtype": "F32", "shape": )" + shape + R"(, "data_offsets": [0, 0]}})";
+    std::string file(8, '\0');
+    for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    const std::string bad_path = (dir / "overflow.safetensors").string();
+    std::ofstream(bad_path, std::ios::binary) << file << header;
+    Result<SafetensorsFile> overflow = SafetensorsFile::Open(bad_path);
+    ASSERT_FALSE(overflow.ok()) << shape;
+    EXPECT_NE(overflow.status().message().find("tensor x: shape"), std::string::npos) << overflow.status().message();
+  }
   // Truncated: the offsets no longer fit.
   fs::resize_file(path, fs::file_size(path) - 4);
   Result<SafetensorsFile> cut = SafetensorsFile::Open(path);

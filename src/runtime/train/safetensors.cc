@@ -1,6 +1,7 @@
 #include "runtime/train/safetensors.h"
 #include "core/json_read.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 
@@ -111,10 +112,16 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     e.dtype = value["dtype"].get<std::string>();
     const DtypeName* d = ByName(e.dtype);
     if (d == nullptr) return bad(fmt::format("unsupported dtype {}", e.dtype));
+    if (!value["shape"].is_array() || value["shape"].size() > 16) return bad("shape must be a list of at most 16 sizes");
+    // Checked against the file before anything is allocated, without overflowing: no tensor holds
+    // more elements than the file has bytes.
     int64_t numel = 1;
     for (const auto& s : value["shape"]) {
       if (!s.is_number_integer() || s.get<int64_t>() < 0) return bad("shape must hold non-negative integers");
       e.shape.push_back(s.get<int64_t>());
+      if (e.shape.back() > 0 && numel > std::max<int64_t>(data_size, 0) / e.shape.back())
+        return bad(fmt::format("shape {} holds more elements than the file's {} data bytes", value["shape"].dump(),
+                               data_size));
       numel *= e.shape.back();
     }
     const auto& off = value["data_offsets"];
