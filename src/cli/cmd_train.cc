@@ -139,6 +139,9 @@ int RunTrain(const std::vector<std::string>& args) {
                  "on a cluster: first train the even split for this many steps and report the measured speed-up")
       ->check(AtLeast(0));
   app.add_flag("!--no-checkpoint", options.checkpoint_at_end, "do not write a checkpoint at the end");
+  app.add_flag("--overwrite", options.overwrite,
+               "start over in a checkpoint folder that holds another run's checkpoints (they and its metrics are "
+               "removed); without it such a run is refused unless it resumes (--resume)");
   app.add_flag("!--no-validation", options.validate, "skip validation");
   app.add_option("--failure-reports", options.failure_report_dir,
                  "a rank that fails writes what failed here (for the supervising `motley train`)")->group("");

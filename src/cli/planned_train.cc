@@ -182,6 +182,14 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
     return kExitFailure;
   };
   const TrainingConfig& tc = job.training;
+  // Before measuring anything: the folder is this run's (with --overwrite, another run's checkpoints
+  // and metrics go now; rank 0 claims it again when it starts).
+  if (options.checkpoint_at_end) {
+    Result<std::unique_ptr<RunDirLock>> lock = RunDirLock::Acquire(job.checkpoint.dir);  // not while a run writes
+    if (!lock.ok()) return fail(lock.status());
+    if (Status s = ClaimRunDir(job.checkpoint.dir, !options.resume.empty(), options.overwrite, true); !s.ok())
+      return fail(s);
+  }
   const LocalDevices here = ProbeLocalDevices();
   const bool on_cpu = options.device == "cpu" || here.num_cuda_devices == 0;
   if (!on_cpu)

@@ -717,7 +717,7 @@ TEST(DistributedTrain, TrainOnAClusterMeasuresPlansLaunchesAndComparesWithThePre
   // Again: the profile comes from the cache. With a measured baseline (the even split), the
   // profile is calibrated on that run (online profiling) before the plan is chosen again.
   const std::string first_profile = motley::ReadFileToString(dir.Join("run/profile.json")).value();
-  r = RunCommandLine(cmd.substr(0, cmd.size() - 5) + " --baseline-steps 4 2>&1");
+  r = RunCommandLine(cmd.substr(0, cmd.size() - 5) + " --baseline-steps 4 --overwrite 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "profile: cpu: measured before");
   EXPECT_CONTAINS(r.output, "the even split first, for 4 steps");

@@ -129,6 +129,19 @@ TEST(TrainCli, TwoRunsIntoOneFolderAtOnceRunExactlyOne) {
   // Once it has ended, the folder is free: the next run resumes from it.
   CliRun next = RunCommandLine(base + " --resume checkpoints/default --steps 16 2>&1");
   EXPECT_EQ(next.exit_code, 0) << next.output;
+  // A run that does not resume is refused there, unless it says to start over.
+  CliRun again = RunCommandLine(base + " --steps 3 2>&1");
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_CONTAINS(again.output, "checkpoints/default: holds another run's checkpoints (latest: step-000016); continue "
+                                "that run with --resume checkpoints/default, start over here with --overwrite");
+  CliRun over = RunCommandLine(base + " --steps 3 --overwrite 2>&1");
+  ASSERT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_FALSE(fs::exists(dir.Join("checkpoints/default/step-000015")));
+  std::ifstream fresh(dir.Join("checkpoints/default/metrics.jsonl"));
+  int lines = 0;
+  for (std::string line; std::getline(fresh, line);) lines += line.find("\"loss\"") != std::string::npos &&
+                                                            line.find("\"val_loss\"") == std::string::npos;
+  EXPECT_EQ(lines, 3);  // this run's steps only
 }
 
 TEST(TrainCli, BadDataGetsOneClearError) {

@@ -139,6 +139,27 @@ Result<std::unique_ptr<RunDirLock>> RunDirLock::Acquire(const std::string& run_d
   return std::unique_ptr<RunDirLock>(new RunDirLock(fd));
 }
 
+Status ClaimRunDir(const std::string& run_dir, bool resuming, bool overwrite, bool clean) {
+  std::error_code ec;
+  const fs::path latest = fs::path(run_dir) / "latest";
+  if (resuming || !fs::exists(latest, ec)) return Status::Ok();
+  if (!overwrite) {
+    Result<std::string> name = ReadFileToString(latest.string());
+    std::string step = name.ok() ? *name : "?";
+    while (!step.empty() && std::isspace(static_cast<unsigned char>(step.back()))) step.pop_back();
+    return Status::InvalidArgument(fmt::format(
+        "{}: holds another run's checkpoints (latest: {}); continue that run with --resume {}, start over here with "
+        "--overwrite (its checkpoints and metrics are removed), or give this run another folder ([checkpoint] dir)",
+        run_dir, step.size() > 64 ? step.substr(0, 64) + "..." : step, run_dir));
+  }
+  if (!clean) return Status::Ok();
+  for (const auto& entry : fs::directory_iterator(run_dir, ec))
+    if (entry.is_directory() && entry.path().filename().string().starts_with("step-")) fs::remove_all(entry.path(), ec);
+  fs::remove(latest, ec);
+  fs::remove(fs::path(run_dir) / "metrics.jsonl", ec);
+  return Status::Ok();
+}
+
 RunDirLock::~RunDirLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
 }

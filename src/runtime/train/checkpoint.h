@@ -54,6 +54,11 @@ class RunDirLock {
   int fd_ = -1;
 };
 
+/// Whether a run that is not resuming may write its checkpoints into `run_dir`: not when the folder
+/// holds another run's (a `latest`), unless `overwrite` — then that run's step folders, `latest` and
+/// metrics.jsonl are removed (only when `clean`; without, nothing is touched).
+Status ClaimRunDir(const std::string& run_dir, bool resuming, bool overwrite, bool clean);
+
 /// Writes a checkpoint into `dir`, replacing one there atomically (the old one is in place until
 /// the new one is whole).
 Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::vector<ParamShard>& shards,

@@ -264,6 +264,8 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
       options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
   if (lead_) {
     MOTLEY_ASSIGN_OR_RETURN(dir_lock_, RunDirLock::Acquire(job.checkpoint.dir));
+    if (options.checkpoint_at_end)
+      MOTLEY_RETURN_IF_ERROR(ClaimRunDir(job.checkpoint.dir, !options.resume.empty(), options.overwrite, true));
     MOTLEY_RETURN_IF_ERROR(metrics_.Open(metrics_path));
   }
 

@@ -126,6 +126,8 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   }
 
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<RunDirLock> dir_lock, RunDirLock::Acquire(job.checkpoint.dir));
+  if (options.checkpoint_at_end)
+    MOTLEY_RETURN_IF_ERROR(ClaimRunDir(job.checkpoint.dir, !options.resume.empty(), options.overwrite, true));
   const std::string metrics_path =
       options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
   MetricsLog metrics;

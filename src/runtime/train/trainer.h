@@ -25,6 +25,7 @@ struct TrainOptions {
   int64_t microbatch_sequences = 0;   // 0 = the whole batch at once
   int threads = 0;                    // torch's CPU threads; 0 = 1 (OpenBLAS threads the matmuls)
   bool checkpoint_at_end = true;
+  bool overwrite = false;             // a run not resuming may take over a folder holding another run's checkpoints
   bool validate = true;               // validation at the job's interval and at the end
   // Several processes (distributed_trainer.h):
   std::string plan_path;   // the plan each rank executes ("" = train in this process)
