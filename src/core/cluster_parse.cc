@@ -57,11 +57,18 @@ void ParseDeviceType(const std::string& name, TomlTable& t, GpuCatalog* catalog)
   catalog->Upsert(std::move(spec));
 }
 
-EmulationConfig ParseEmulation(TomlTable& t) {
+EmulationConfig ParseEmulation(TomlTable& t, const GpuSpec* spec) {
   EmulationConfig emu;
   if (auto v = t.Number("speed_factor", 0.0, 1000.0, Need::kOptional, /*min_exclusive=*/true))
     emu.speed_factor = *v;
-  if (auto v = t.Bytes("memory")) emu.memory_bytes = *v;
+  if (auto v = t.Bytes("memory")) {
+    emu.memory_bytes = *v;
+    // An emulated device stands for one of its type: it cannot offer more memory than the type has.
+    if (spec != nullptr && spec->memory_bytes > 0 && *v > spec->memory_bytes)
+      t.Error("memory", fmt::format("{} is more than a {} has ({}); an emulated device offers at most its type's "
+                                    "memory: lower it, or declare a [device_types] entry with more",
+                                    FormatBytes(*v), spec->name, FormatBytes(spec->memory_bytes)));
+  }
   if (auto v = t.Bandwidth("link_bandwidth")) emu.link_bandwidth_bytes_per_s = *v;
   t.Finish();
   return emu;
@@ -113,7 +120,7 @@ std::vector<NodeSpec> ParseNode(TomlTable& t, const GpuCatalog& catalog) {
   if (auto v = t.Bandwidth("nic_bandwidth")) node.nic_bandwidth_bytes_per_s = *v;
   if (auto v = t.String("region")) node.region = *v;
   for (auto& e : t.TableArray("emulation", Need::kOptional, /*allow_single=*/true))
-    node.emulation.push_back(ParseEmulation(e));
+    node.emulation.push_back(ParseEmulation(e, spec));
   if (node.emulation.size() > 1 && static_cast<int>(node.emulation.size()) != node.num_devices) {
     t.Error("emulation", fmt::format("has {} entries but the node has count = {} devices; give one "
                                      "[nodes.emulation] table for all, or one [[nodes.emulation]] per device",

@@ -147,6 +147,22 @@ nic_bandwidth = "10Gbps"
   EXPECT_DOUBLE_EQ(c.LinkBetween(0, 2).bandwidth_bytes_per_s, 1e9 / 8);  // min NIC
 }
 
+TEST(Cluster, AnEmulatedDeviceOffersNoMoreMemoryThanItsType) {
+  Result<Cluster> r = ParseClusterToml(R"([[nodes]]
+name = "a"
+device = "t4"
+count = 1
+[nodes.emulation]
+memory = "64GiB"
+)",
+                                       "big.toml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("big.toml:6:10: error: nodes[0].emulation.memory: 64.0 GiB is more than a t4 "
+                                      "has (16.0 GiB)"),
+            std::string::npos)
+      << r.status().message();
+}
+
 TEST(Cluster, FileCanAddAndOverrideDeviceTypes) {
   Cluster c = Parse(R"(
 [device_types.a800]
