@@ -356,6 +356,7 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
   }
   // Re-rank the best few with the evaluator; keep the fastest that fits.
   double best = std::numeric_limits<double>::infinity();
+  size_t at = 0;  // the best candidate judged so far
   const size_t n = std::min<size_t>(all.size(), std::max(1, request.candidates_to_evaluate));
   std::vector<Plan> plans;
   for (size_t i = 0; i < n; ++i) plans.push_back(all[i].plan);
@@ -368,6 +369,7 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     evaluated.push_back({e.step_time_s, i});
     if (e.step_time_s < best) {
       best = e.step_time_s;
+      at = i;
       out.plan = all[i].plan;
       out.predicted_step_s = e.step_time_s;
       out.explain = all[i].why;
@@ -394,9 +396,6 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
   }
   std::set<size_t> judged;
   for (size_t i = 0; i < n; ++i) judged.insert(i);
-  size_t at = evaluated.front().second;
-  for (const auto& [s, i] : evaluated)
-    if (s == best) at = i;
   for (int round = 0; round < request.climb_rounds; ++round) {
     const ZorseCandidate& c = all[at];
     std::vector<size_t> next;

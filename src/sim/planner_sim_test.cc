@@ -292,15 +292,21 @@ double ExhaustiveBestS(const Cluster& cluster, const ModelSpec& m, const CostMod
   return best;
 }
 
-TEST(ZorsePlanner, WithinFivePercentOfExhaustiveSearchOnEightGpus) {
-  Cluster cluster = MixedEightGpus();
-  ModelSpec m = *FindModelPreset("llama-7b");
-  CostModel costs(cluster, m, nullptr, 1024, Precision::kFp16, true);
+// The search the exhaustive comparisons run: Llama-7B, 32 sequences of 1,024, microbatches up to 8.
+ZorseRequest Llama7bOnAFewGpus() {
   ZorseRequest req;
   req.global_batch_sequences = 32;
   req.seq_len = 1024;
   req.precision = Precision::kFp16;
   req.max_microbatch = 8;
+  return req;
+}
+
+TEST(ZorsePlanner, WithinFivePercentOfExhaustiveSearchOnEightGpus) {
+  Cluster cluster = MixedEightGpus();
+  ModelSpec m = *FindModelPreset("llama-7b");
+  CostModel costs(cluster, m, nullptr, 1024, Precision::kFp16, true);
+  const ZorseRequest req = Llama7bOnAFewGpus();
   ZorsePlan zp = PlanZorse(cluster, m, costs, req, SimulatorEvaluator(cluster, m, costs)).value();
   const double exhaustive = ExhaustiveBestS(cluster, m, costs, req);
   std::printf("zorse planner %.4f s, exhaustive best %.4f s (%s)\n", zp.predicted_step_s, exhaustive,
@@ -329,11 +335,7 @@ TEST(ZorsePlanner, RegretAgainstExhaustiveSearchOnRandomClusters) {
   for (int trial = 0; trial < 20; ++trial) {
     Cluster cluster = RandomCluster(rng);
     CostModel costs(cluster, m, nullptr, 1024, Precision::kFp16, true);
-    ZorseRequest req;
-    req.global_batch_sequences = 32;
-    req.seq_len = 1024;
-    req.precision = Precision::kFp16;
-    req.max_microbatch = 8;
+    const ZorseRequest req = Llama7bOnAFewGpus();
     Result<ZorsePlan> zp = PlanZorse(cluster, m, costs, req, SimulatorEvaluator(cluster, m, costs));
     const double exhaustive = ExhaustiveBestS(cluster, m, costs, req);
     if (!zp.ok()) {
