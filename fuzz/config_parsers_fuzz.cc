@@ -4,20 +4,29 @@
 #include <string>
 #include <string_view>
 
+#include "core/checkpoint_format.h"
 #include "core/cluster_parse.h"
 #include "core/job_parse.h"
 #include "core/json_read.h"
 #include "core/model_parse.h"
+#include "core/safetensors_header.h"
 #include "data/data_prepare.h"
+#include "data/token_file.h"
 #include "plan/plan_io.h"
 #include "sim/profile.h"
 
 namespace motley {
 
-void FuzzConfigParsers(const uint8_t* data, size_t size) {
-  if (size < 1) return;
-  std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 9) {
+const char* FuzzReaderName(int reader) {
+  static constexpr const char* kNames[kNumFuzzReaders] = {
+      "cluster",      "model",           "job",           "hf-config",  "plan-toml",
+      "plan-json",    "profile-json",    "zorse-latencies", "data-json", "safetensors",
+      "trainer-state", "latest",         "token-file"};
+  return reader >= 0 && reader < kNumFuzzReaders ? kNames[reader] : "?";
+}
+
+void FuzzReader(int reader, std::string_view text) {
+  switch (reader) {
     case 0: {
       Result<Cluster> c = ParseClusterToml(text, "fuzz.toml");
       if (c.ok() && c->num_devices() > 1) (void)c->LinkBetween(0, c->num_devices() - 1);
@@ -50,7 +59,25 @@ void FuzzConfigParsers(const uint8_t* data, size_t size) {
     case 8:
       (void)ParseDataManifest(text, "data.json");
       break;
+    case 9:
+      (void)ParseSafetensorsBytes(text, "fuzz.safetensors");
+      break;
+    case 10:
+      (void)ParseTrainerState(text, "trainer_state.json");
+      break;
+    case 11:
+      (void)ParseLatest(text, "latest");
+      break;
+    case 12:
+      // The header as TokenFile::Open reads it: the first bytes, and the file's size.
+      (void)ParseTokenFileHeader(text.substr(0, 12), static_cast<int64_t>(text.size()), "fuzz.bin");
+      break;
   }
+}
+
+void FuzzConfigParsers(const uint8_t* data, size_t size) {
+  if (size < 1) return;
+  FuzzReader(data[0] % kNumFuzzReaders, std::string_view(reinterpret_cast<const char*>(data + 1), size - 1));
 }
 
 }  // namespace motley

@@ -1,13 +1,22 @@
-// One fuzz input through motley's readers. The first byte picks the reader (mod 9: cluster, model,
-// job, Hugging Face config.json, plan TOML, plan JSON, profile JSON, Zorse's latencies JSON, a data
-// directory's data.json); the rest is the file's text. Shared by the libFuzzer
-// target and the regression test that replays fuzz/regressions/ in every build.
+// One fuzz input through motley's readers: every file a user or another program hands motley.
+// Shared by the libFuzzer target and the regression test that replays fuzz/regressions/ in every
+// build. FuzzConfigParsers takes the reader from the first byte (mod kNumFuzzReaders) and the file
+// from the rest; FuzzReader runs one reader on a whole input (fuzz/run.sh pins each in turn).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace motley {
+
+inline constexpr int kNumFuzzReaders = 13;
+
+/// 0 cluster, 1 model, 2 job, 3 hf-config, 4 plan-toml, 5 plan-json, 6 profile-json,
+/// 7 zorse-latencies, 8 data-json, 9 safetensors, 10 trainer-state, 11 latest, 12 token-file.
+const char* FuzzReaderName(int reader);
+
+void FuzzReader(int reader, std::string_view file);
 
 void FuzzConfigParsers(const uint8_t* data, size_t size);
 

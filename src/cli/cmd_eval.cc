@@ -1,4 +1,5 @@
 // motley eval --checkpoint DIR --data FILE.bin --seq-len S --num-sequences N [--json]
+#include <cmath>
 #include <cstdint>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -55,7 +56,12 @@ int RunEval(const std::vector<std::string>& args) {
   if (!loaded.ok()) return fail(loaded);
   model->to(device);
   model->eval();
-  const EvalResult r = EvaluateLoss(*model, *data, seq_len, num_sequences, device);
+  const Result<EvalResult> evaluated = EvaluateLoss(*model, *data, seq_len, num_sequences, device);
+  if (!evaluated.ok()) return fail(evaluated.status());
+  const EvalResult& r = *evaluated;
+  if (!std::isfinite(r.loss))
+    return fail(Status::InvalidArgument(fmt::format("{}: the loss is {} on {}: the weights or the data are corrupted",
+                                                    *dir, r.loss, data->name())));
   if (json) {
     fmt::print("{}\n", nlohmann::json({{"loss", r.loss},
                                        {"sequences", r.sequences},

@@ -1,4 +1,5 @@
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -38,9 +39,11 @@ TEST(TokenFile, RoundTripsNarrowAndWideTokens) {
     TokenFile f = TokenFile::Open(path, vocab).value();
     EXPECT_EQ(f.num_tokens(), 1000);
     EXPECT_EQ(f.bytes_per_token(), vocab > 65536 ? 4 : 2);
-    for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(f[i], tokens[i]);
+    std::vector<int64_t> all;
+    ASSERT_TRUE(f.Copy(0, 1000, &all).ok());
+    for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(all[i], tokens[i]);
     std::vector<int64_t> window;
-    f.Copy(10, 5, &window);
+    ASSERT_TRUE(f.Copy(10, 5, &window).ok());
     EXPECT_EQ(window[4], tokens[14]);
   }
   fs::remove_all(dir);
@@ -72,6 +75,46 @@ TEST(TokenFile, BadFilesGetClearErrors) {
       << vocab.status().message();
   EXPECT_EQ(TokenFile::Open((dir / "missing.bin").string()).status().code(), StatusCode::kNotFound);
   fs::remove_all(dir);
+}
+
+// A shard cut short while a job reads it (#28: it was memory-mapped, and the job died of SIGBUS):
+// the read that reaches past its new end is an error naming the file; what is still there reads.
+TEST(TokenFile, AShardCutShortUnderARunningJobIsAnErrorNamingIt) {
+  fs::path dir = TempDir("motley_cut_tokens");
+  const std::string path = (dir / "train.bin").string();
+  std::vector<uint32_t> tokens(5000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i % 251);
+  ASSERT_TRUE(WriteTokenFile(path, tokens, 256).ok());
+  TokenDataset data = TokenDataset::OpenFiles({path}, 256).value();
+  fs::resize_file(path, 1024 + 2 * 1000);  // the header and the first 1,000 tokens stay
+  std::vector<int64_t> out;
+  ASSERT_TRUE(data.Copy(990, 10, &out).ok());
+  EXPECT_EQ(out[9], 999 % 251);
+  out.clear();
+  Status cut = data.Copy(3000, 64, &out);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.message().find(path + ": changed while the job reads it: tokens 3000..3064 are gone (the file now "
+                                      "has 3024 bytes, 11024 when it was opened)"),
+            std::string::npos)
+      << cut.message();
+  std::vector<int64_t> windows;
+  EXPECT_FALSE(SampleTrainingWindows(data, 1, 0, 0, 64, 128, &windows).ok());  // some window lies beyond
+  fs::remove_all(dir);
+}
+
+// The header reader alone (fuzzed): sizes and counts checked against the file, never trusted.
+TEST(TokenFile, HeadersAreCheckedAgainstTheFileSize) {
+  std::string header(1024, '\0');
+  const int32_t fields[3] = {kTokenFileMagic, 1, 10};
+  std::memcpy(header.data(), fields, sizeof fields);
+  EXPECT_EQ(ParseTokenFileHeader(header, 1024 + 20, "a.bin").value().num_tokens, 10);
+  EXPECT_NE(ParseTokenFileHeader(header, 1024 + 22, "a.bin").status().message().find("truncated or padded"),
+            std::string::npos);
+  const int32_t negative[3] = {kTokenFileMagic, 2, -4};
+  std::memcpy(header.data(), negative, sizeof negative);
+  EXPECT_FALSE(ParseTokenFileHeader(header, 1024 - 16, "a.bin").ok());
+  EXPECT_NE(ParseTokenFileHeader(header.substr(0, 5), 5, "a.bin").status().message().find("shorter than the"),
+            std::string::npos);
 }
 
 TEST(DataSampler, DeterministicUniformAndInRange) {
@@ -116,21 +159,21 @@ TEST(TokenDataset, WindowsCrossShardBoundaries) {
   for (int64_t begin : {0, 45, 49, 50, 100, 109, 110, 170}) {
     a.clear();
     b.clear();
-    files.Copy(begin, 10, &a);
-    memory.Copy(begin, 10, &b);
+    ASSERT_TRUE(files.Copy(begin, 10, &a).ok());
+    ASSERT_TRUE(memory.Copy(begin, 10, &b).ok());
     EXPECT_EQ(a, b) << begin;
     EXPECT_EQ(a[0], static_cast<int64_t>(all[begin]));
   }
   // Evaluation windows: window i = tokens [i*S, (i+1)*S + 1).
   EXPECT_EQ(NumEvaluationWindows(files, 16), 11);
-  EvaluationWindows(files, 2, 3, 16, &a);
+  ASSERT_TRUE(EvaluationWindows(files, 2, 3, 16, &a).ok());
   ASSERT_EQ(a.size(), 3u * 17);
   EXPECT_EQ(a[0], static_cast<int64_t>(all[32]));
   EXPECT_EQ(a[16], static_cast<int64_t>(all[48]));
   EXPECT_EQ(a[17], static_cast<int64_t>(all[48]));
   // Training windows follow the sampler, for any split of the batch.
-  SampleTrainingWindows(files, 7, 3, 0, 4, 16, &a);
-  SampleTrainingWindows(files, 7, 3, 2, 2, 16, &b);
+  ASSERT_TRUE(SampleTrainingWindows(files, 7, 3, 0, 4, 16, &a).ok());
+  ASSERT_TRUE(SampleTrainingWindows(files, 7, 3, 2, 2, 16, &b).ok());
   EXPECT_TRUE(std::equal(b.begin(), b.end(), a.begin() + 2 * 17));
   fs::remove_all(dir);
 }

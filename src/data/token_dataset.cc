@@ -29,37 +29,42 @@ TokenDataset TokenDataset::FromTokens(std::vector<uint32_t> tokens, std::string 
   return d;
 }
 
-void TokenDataset::Copy(int64_t begin, int64_t count, std::vector<int64_t>* out) const {
+Status TokenDataset::Copy(int64_t begin, int64_t count, std::vector<int64_t>* out) const {
   MOTLEY_CHECK_GE(begin, 0);
   MOTLEY_CHECK_LE(begin + count, num_tokens_);
   const size_t at = out->size();
-  out->resize(at + static_cast<size_t>(count));
   if (files_.empty()) {
-    std::copy(memory_.begin() + begin, memory_.begin() + begin + count, out->begin() + static_cast<ptrdiff_t>(at));
-    return;
+    out->insert(out->end(), memory_.begin() + begin, memory_.begin() + begin + count);
+    return Status::Ok();
   }
+  out->resize(at + static_cast<size_t>(count));
   // The file holding `begin`, then onwards across shard boundaries.
   size_t f = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin()) - 1;
+  std::vector<int64_t> part;
   for (int64_t i = 0; i < count;) {
     const int64_t local = begin + i - offsets_[f];
     const int64_t n = std::min(count - i, files_[f].num_tokens() - local);
-    for (int64_t j = 0; j < n; ++j) (*out)[at + static_cast<size_t>(i + j)] = files_[f][local + j];
+    MOTLEY_RETURN_IF_ERROR(files_[f].Copy(local, n, &part));
+    std::copy(part.begin(), part.end(), out->begin() + static_cast<ptrdiff_t>(at + static_cast<size_t>(i)));
     i += n;
     ++f;
   }
+  return Status::Ok();
 }
 
-void SampleTrainingWindows(const TokenDataset& data, uint64_t seed, int64_t step, int64_t first, int64_t count,
-                           int64_t seq_len, std::vector<int64_t>* out) {
+Status SampleTrainingWindows(const TokenDataset& data, uint64_t seed, int64_t step, int64_t first, int64_t count,
+                             int64_t seq_len, std::vector<int64_t>* out) {
   out->clear();
   for (int64_t i = first; i < first + count; ++i)
-    data.Copy(SampleWindowStart(seed, step, i, data.num_tokens(), seq_len), seq_len + 1, out);
+    MOTLEY_RETURN_IF_ERROR(data.Copy(SampleWindowStart(seed, step, i, data.num_tokens(), seq_len), seq_len + 1, out));
+  return Status::Ok();
 }
 
-void EvaluationWindows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
-                       std::vector<int64_t>* out) {
+Status EvaluationWindows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
+                         std::vector<int64_t>* out) {
   out->clear();
-  for (int64_t i = first; i < first + count; ++i) data.Copy(i * seq_len, seq_len + 1, out);
+  for (int64_t i = first; i < first + count; ++i) MOTLEY_RETURN_IF_ERROR(data.Copy(i * seq_len, seq_len + 1, out));
+  return Status::Ok();
 }
 
 int64_t NumEvaluationWindows(const TokenDataset& data, int64_t seq_len) {

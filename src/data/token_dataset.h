@@ -14,16 +14,17 @@ namespace motley {
 
 class TokenDataset {
  public:
-  /// Shards read through mmap; every token must be below `vocab_size` (when > 0).
+  /// Shards read as needed; every token must be below `vocab_size` (when > 0).
   static Result<TokenDataset> OpenFiles(const std::vector<std::string>& paths, int64_t vocab_size);
   static TokenDataset FromTokens(std::vector<uint32_t> tokens, std::string name);
 
   int64_t num_tokens() const { return num_tokens_; }
   /// What it was opened from, for messages ("data/train.bin", "built-in corpus (train)").
   const std::string& name() const { return name_; }
-  /// Appends tokens [begin, begin + count) of the concatenated stream to `out`.
+  /// Appends tokens [begin, begin + count) of the concatenated stream to `out`; an error names a
+  /// shard cut short since it was opened.
   /// REQUIRES: begin + count <= num_tokens().
-  void Copy(int64_t begin, int64_t count, std::vector<int64_t>* out) const;
+  Status Copy(int64_t begin, int64_t count, std::vector<int64_t>* out) const;
 
  private:
   std::string name_;
@@ -36,14 +37,14 @@ class TokenDataset {
 /// Sequences [first, first + count) of training step `step`: each a window of seq_len + 1 tokens
 /// (inputs, then the targets shifted by one) at SampleWindowStart(seed, step, index). Row-major
 /// [count, seq_len + 1] into `out`.
-void SampleTrainingWindows(const TokenDataset& data, uint64_t seed, int64_t step, int64_t first, int64_t count,
+Status SampleTrainingWindows(const TokenDataset& data, uint64_t seed, int64_t step, int64_t first, int64_t count,
                            int64_t seq_len, std::vector<int64_t>* out);
 
 /// Evaluation windows [first, first + count): window i holds tokens [i*S, (i+1)*S + 1) — inputs are
 /// its first S tokens, targets its last S. Row-major [count, S + 1] into `out`.
 /// REQUIRES: (first + count) * S + 1 <= data.num_tokens().
-void EvaluationWindows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
-                       std::vector<int64_t>* out);
+Status EvaluationWindows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
+                         std::vector<int64_t>* out);
 
 /// How many evaluation windows of `seq_len` the data holds.
 int64_t NumEvaluationWindows(const TokenDataset& data, int64_t seq_len);

@@ -2,10 +2,11 @@
 
 #include <cstdint>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 
@@ -115,44 +116,54 @@ Status WriteTokenFile(const std::string& path, const std::vector<uint32_t>& toke
   return w.Finish();
 }
 
-Result<TokenFile> TokenFile::Open(const std::string& path, int64_t vocab_size) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return Status::NotFound(fmt::format("{}: cannot open the token file: {}", path, std::strerror(errno)));
-  struct stat st {};
-  ::fstat(fd, &st);
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size < kHeaderBytes) {
-    ::close(fd);
+Result<TokenFileHeader> ParseTokenFileHeader(std::string_view first_bytes, int64_t file_bytes,
+                                             const std::string& path) {
+  if (file_bytes < static_cast<int64_t>(kHeaderBytes) || first_bytes.size() < 3 * sizeof(int32_t))
     return Status::InvalidArgument(fmt::format("{}: truncated: {} bytes, shorter than the {}-byte header", path,
-                                               size, kHeaderBytes));
-  }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) return Status::IoError(fmt::format("{}: mmap failed: {}", path, std::strerror(errno)));
-  TokenFile f;
-  f.data_ = static_cast<const uint8_t*>(map);
-  f.size_ = size;
+                                               file_bytes, kHeaderBytes));
   int32_t header[3];
-  std::memcpy(header, f.data_, sizeof header);
+  std::memcpy(header, first_bytes.data(), sizeof header);
   if (header[0] != kTokenFileMagic)
     return Status::InvalidArgument(fmt::format("{}: wrong magic {} (expected {}): not a tokenized .bin shard; make "
                                                "one with `motley data prepare`",
                                                path, header[0], kTokenFileMagic));
   if (header[1] != 1 && header[1] != 2)
     return Status::InvalidArgument(fmt::format("{}: unknown version {} (1: uint16 tokens, 2: uint32)", path, header[1]));
-  f.bytes_per_token_ = header[1] == 1 ? 2 : 4;
-  f.num_tokens_ = header[2];
-  const size_t expected = kHeaderBytes + static_cast<size_t>(f.num_tokens_) * f.bytes_per_token_;
-  if (header[2] < 0 || size != expected)
+  TokenFileHeader h;
+  h.bytes_per_token = header[1] == 1 ? 2 : 4;
+  h.num_tokens = header[2];
+  const int64_t expected = static_cast<int64_t>(kHeaderBytes) + h.num_tokens * h.bytes_per_token;
+  if (header[2] < 0 || file_bytes != expected)
     return Status::InvalidArgument(fmt::format("{}: truncated or padded: the header says {} tokens ({} bytes with the "
                                                "header) but the file has {} bytes",
-                                               path, header[2], expected, size));
+                                               path, header[2], expected, file_bytes));
+  return h;
+}
+
+Result<TokenFile> TokenFile::Open(const std::string& path, int64_t vocab_size) {
+  TokenFile f;
+  f.path_ = path;
+  f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd_ < 0) return Status::NotFound(fmt::format("{}: cannot open the token file: {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(f.fd_, &st) != 0) return Status::IoError(fmt::format("{}: cannot stat: {}", path, std::strerror(errno)));
+  char first[3 * sizeof(int32_t)] = {};
+  const ssize_t got = ::pread(f.fd_, first, sizeof first, 0);
+  MOTLEY_ASSIGN_OR_RETURN(
+      TokenFileHeader header,
+      ParseTokenFileHeader(std::string_view(first, got > 0 ? static_cast<size_t>(got) : 0), st.st_size, path));
+  f.bytes_per_token_ = header.bytes_per_token;
+  f.num_tokens_ = header.num_tokens;
   if (vocab_size > 0) {
-    for (int64_t i = 0; i < f.num_tokens_; ++i) {
-      if (f[i] >= vocab_size)
-        return Status::InvalidArgument(fmt::format("{}: token {} at position {} is outside the model's vocabulary of "
-                                                   "{}; the data was tokenized for another vocabulary",
-                                                   path, f[i], i, vocab_size));
+    constexpr int64_t kChunk = int64_t{1} << 20;
+    std::vector<int64_t> tokens;
+    for (int64_t begin = 0; begin < f.num_tokens_; begin += kChunk) {
+      MOTLEY_RETURN_IF_ERROR(f.Copy(begin, std::min(kChunk, f.num_tokens_ - begin), &tokens));
+      for (size_t i = 0; i < tokens.size(); ++i)
+        if (tokens[i] >= vocab_size)
+          return Status::InvalidArgument(fmt::format("{}: token {} at position {} is outside the model's vocabulary of "
+                                                     "{}; the data was tokenized for another vocabulary",
+                                                     path, tokens[i], begin + static_cast<int64_t>(i), vocab_size));
     }
   }
   return f;
@@ -161,32 +172,51 @@ Result<TokenFile> TokenFile::Open(const std::string& path, int64_t vocab_size) {
 TokenFile::TokenFile(TokenFile&& o) noexcept { *this = std::move(o); }
 
 TokenFile& TokenFile::operator=(TokenFile&& o) noexcept {
-  std::swap(data_, o.data_);
-  std::swap(size_, o.size_);
+  std::swap(fd_, o.fd_);
+  std::swap(path_, o.path_);
   std::swap(num_tokens_, o.num_tokens_);
   std::swap(bytes_per_token_, o.bytes_per_token_);
   return *this;
 }
 
 TokenFile::~TokenFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
-uint32_t TokenFile::operator[](int64_t i) const {
-  const uint8_t* p = data_ + kHeaderBytes + static_cast<size_t>(i) * bytes_per_token_;
-  if (bytes_per_token_ == 2) {
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
+Status TokenFile::Copy(int64_t begin, int64_t count, std::vector<int64_t>* out) const {
+  MOTLEY_CHECK(begin >= 0 && count >= 0 && begin + count <= num_tokens_);
+  const size_t bytes = static_cast<size_t>(count) * static_cast<size_t>(bytes_per_token_);
+  std::vector<uint8_t> raw(bytes);
+  const off_t offset = static_cast<off_t>(kHeaderBytes) + static_cast<off_t>(begin) * bytes_per_token_;
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd_, raw.data() + done, bytes - done, offset + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      struct stat st {};
+      ::fstat(fd_, &st);
+      return Status::IoError(fmt::format(
+          "{}: changed while the job reads it: tokens {}..{} are gone (the file now has {} bytes, {} when it was "
+          "opened){}; leave a job's data unchanged while it runs (prepare new data into another folder)",
+          path_, begin, begin + count, st.st_size,
+          static_cast<int64_t>(kHeaderBytes) + num_tokens_ * bytes_per_token_,
+          n < 0 ? fmt::format(" ({})", std::strerror(errno)) : std::string()));
+    }
+    done += static_cast<size_t>(n);
   }
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-void TokenFile::Copy(int64_t begin, int64_t count, std::vector<int64_t>* out) const {
   out->resize(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) (*out)[i] = (*this)[begin + i];
+  for (int64_t i = 0; i < count; ++i) {
+    if (bytes_per_token_ == 2) {
+      uint16_t v;
+      std::memcpy(&v, raw.data() + 2 * i, 2);
+      (*out)[i] = v;
+    } else {
+      uint32_t v;
+      std::memcpy(&v, raw.data() + 4 * i, 4);
+      (*out)[i] = v;
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace motley

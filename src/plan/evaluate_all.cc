@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -10,14 +12,25 @@ namespace motley {
 std::vector<Result<PlanEvaluation>> EvaluateAll(const std::vector<Plan>& plans, const PlanEvaluator& evaluate) {
   std::vector<std::optional<Result<PlanEvaluation>>> answers(plans.size());
   std::atomic<size_t> next{0};
+  // An exception in a worker (bad_alloc, say) would end the process from its thread; it is carried
+  // to the caller's thread instead, after every worker has stopped, and thrown there.
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
   auto work = [&] {
-    for (size_t i = next++; i < plans.size(); i = next++) answers[i].emplace(evaluate(plans[i]));
+    try {
+      for (size_t i = next++; i < plans.size(); i = next++) answers[i].emplace(evaluate(plans[i]));
+    } catch (...) {
+      next = plans.size();
+      std::lock_guard lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+    }
   };
   const size_t threads = std::min<size_t>(plans.size(), std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::jthread> pool;
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   pool.clear();  // joins
+  if (failure) std::rethrow_exception(failure);
   std::vector<Result<PlanEvaluation>> out;
   out.reserve(plans.size());
   for (auto& a : answers) out.push_back(std::move(*a));

@@ -185,6 +185,10 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
         error(fmt::format("{}: microbatch_size ({}) must be >= 1", dwhere, d.microbatch_size));
       if (d.num_microbatches < 0)
         error(fmt::format("{}: num_microbatches ({}) must be >= 0", dwhere, d.num_microbatches));
+      if (d.num_microbatches > kMaxMicrobatchesPerDevice)
+        error(fmt::format("{}: num_microbatches ({}) is more than motley runs in one step ({}: a step's program "
+                          "holds a few ops per microbatch); use a larger microbatch_size or a smaller global batch",
+                          dwhere, d.num_microbatches, kMaxMicrobatchesPerDevice));
       if (d.last_microbatch_size < 0 || d.last_microbatch_size > d.microbatch_size)
         error(
             fmt::format("{}: last_microbatch_size ({}) must be between 0 (same as the others) and "

@@ -101,6 +101,10 @@ struct Plan {
   bool operator==(const Plan&) const = default;
 };
 
+/// The most microbatches one device processes in a step (a step's program holds a few ops per
+/// microbatch and ministage; a global batch of billions of sequences would exhaust memory lowering it).
+inline constexpr int64_t kMaxMicrobatchesPerDevice = int64_t{1} << 16;
+
 /// Checks a plan against a cluster and a model: layers cover the model in order, every device
 /// exists and appears once, batch sizes agree across the pipeline, the routing is consistent.
 /// Messages name the group, the device and every factor.

@@ -86,12 +86,30 @@ TEST(TrainCli, PrepareTrainResumeAndEvaluate) {
                           " --seq-len 64 --num-sequences 4");
   EXPECT_EQ(corrupt.exit_code, 1);
   EXPECT_CONTAINS(corrupt.output, "model.safetensors: checksum mismatch");
+  // The same weights as a Hugging Face folder (no checksums) with a corrupted weight: refused by the
+  // values no trained model holds (#28: it evaluated to exit 0), naming the tensor.
+  fs::create_directories(dir.Join("hf"));
+  for (const char* name : {"config.json", "model.safetensors"})
+    fs::copy_file(dir.Join("run/step-000003/") + name, dir.Join("hf/") + name);
+  CliRun clean = Motley("eval --checkpoint " + dir.Join("hf") + " --data " + dir.Join("data") +
+                        " --seq-len 64 --num-sequences 4");
+  EXPECT_EQ(clean.exit_code, 0) << clean.output;
+  {
+    std::fstream f(dir.Join("hf/model.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-64, std::ios::end);
+    for (int i = 0; i < 8; ++i) f.put('\x7f');  // 0x7f7f7f7f: 3.4e38
+  }
+  CliRun hf = Motley("eval --checkpoint " + dir.Join("hf") + " --data " + dir.Join("data") +
+                     " --seq-len 64 --num-sequences 4");
+  EXPECT_EQ(hf.exit_code, 1) << hf.output;
+  EXPECT_CONTAINS(hf.output, "holds an implausibly large value (largest magnitude 3.39");
+  EXPECT_CONTAINS(hf.output, "the file is taken for corrupted; download or export it again");
 }
 
-// A failure nothing below catches (here the filesystem refusing a 5,000-character checkpoint
-// name in `latest`) is one line and exit 1, not "terminate called"; meaningless step counts are
+// A `latest` naming a 5,000-character folder (the filesystem refused it with an exception that
+// ended in "terminate called") is one clear error naming the file; meaningless step counts are
 // refused, not ignored.
-TEST(TrainCli, AnUncaughtFailureIsOneMessageAndBadStepCountsAreRefused) {
+TEST(TrainCli, ABadLatestFileIsOneMessageAndBadStepCountsAreRefused) {
   TempDir dir;
   fs::create_directories(dir.path() / "run");
   dir.Write("run/latest", std::string(5000, 'x') + "\n");
@@ -99,7 +117,7 @@ TEST(TrainCli, AnUncaughtFailureIsOneMessageAndBadStepCountsAreRefused) {
   CliRun r = Motley("eval --checkpoint " + dir.Join("run") + " --data " + dir.Join("val.bin") +
                     " --seq-len 8 --num-sequences 1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_CONTAINS(r.output, "motley: filesystem error");
+  EXPECT_CONTAINS(r.output, dir.Join("run/latest") + ": must name the newest checkpoint folder as motley writes it");
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
   CliRun steps = Motley("train default --steps -5");
   EXPECT_EQ(steps.exit_code, 2) << steps.output;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <algorithm>
@@ -17,6 +18,7 @@
 
 #include "core/file_io.h"
 #include "core/json_read.h"
+#include "core/checkpoint_format.h"
 #include "core/model_parse.h"
 #include "runtime/train/safetensors.h"
 
@@ -25,61 +27,42 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kStateFile = "trainer_state.json";
-constexpr const char* kFormat = "motley-checkpoint-1";
+// Beyond fp16's largest value (65,504) many times over: no trained weight is this large.
+constexpr double kLargestPlausibleWeight = 1e8;
 
 std::string Hex(uint32_t v) { return fmt::format("{:08x}", v); }
 
-// The state file's own checksum covers its JSON without the "checksum" field.
-uint32_t StateChecksum(nlohmann::json j) {
-  j.erase("checksum");
-  return Crc32(j.dump());
-}
-
-Result<nlohmann::json> ReadStateFile(const std::string& dir) {
+Result<TrainerStateFile> ReadStateFile(const std::string& dir) {
   const std::string path = (fs::path(dir) / kStateFile).string();
   MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  Result<nlohmann::json> parsed = ParseJson(text, path);
-  if (!parsed.ok())
-    return Status::InvalidArgument(fmt::format("{}; corrupted or not a motley trainer state: use another checkpoint",
-                                               parsed.status().message()));
-  nlohmann::json j = std::move(*parsed);
-  if (!j.is_object() || !j.contains("checksum") || !j["checksum"].is_string() || !j.contains("files") ||
-      !j["files"].is_object())
-    return Status::InvalidArgument(fmt::format("{}: corrupted or not a motley trainer state; use another checkpoint",
-                                               path));
-  if (j["checksum"].get<std::string>() != Hex(StateChecksum(j)))
-    return Status::InvalidArgument(fmt::format("{}: checksum mismatch: the file is corrupted; use another checkpoint",
-                                               path));
-  return j;
+  return ParseTrainerState(text, path);
 }
 
 }  // namespace
 
 Result<int64_t> CheckpointStep(const std::string& dir) {
-  MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ReadStateFile(dir));
-  if (!j.contains("step") || !j["step"].is_number_integer())
-    return Status::InvalidArgument(fmt::format("{}/{}: no step; use another checkpoint", dir, kStateFile));
-  return j["step"].get<int64_t>();
+  MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile f, ReadStateFile(dir));
+  return f.state.step;
 }
 
 namespace {
 
 // Verifies the size and CRC-32 of every file the state lists.
-Status VerifyFiles(const std::string& dir, const nlohmann::json& state) {
-  for (const auto& [name, info] : state["files"].items()) {
+Status VerifyFiles(const std::string& dir, const TrainerStateFile& state) {
+  for (const auto& [name, record] : state.files) {
     const std::string path = (fs::path(dir) / name).string();
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
     if (ec) return Status::NotFound(fmt::format("{}: missing from the checkpoint", path));
-    if (static_cast<int64_t>(size) != info.value("bytes", int64_t{-1}))
+    if (static_cast<int64_t>(size) != record.bytes)
       return Status::InvalidArgument(fmt::format("{}: {} bytes but the checkpoint recorded {} (truncated or "
                                                  "replaced); use another checkpoint",
-                                                 path, size, info.value("bytes", int64_t{-1})));
+                                                 path, size, record.bytes));
     MOTLEY_ASSIGN_OR_RETURN(uint32_t crc, FileCrc32(path));
-    if (Hex(crc) != info.value("crc32", ""))
+    if (crc != record.crc32)
       return Status::InvalidArgument(fmt::format("{}: checksum mismatch (crc32 {} , recorded {}): the file is "
                                                  "corrupted; use another checkpoint",
-                                                 path, Hex(crc), info.value("crc32", "")));
+                                                 path, Hex(crc), Hex(record.crc32)));
   }
   return Status::Ok();
 }
@@ -171,9 +154,10 @@ Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) return Status::IoError(fmt::format("{}: cannot create: {}", tmp, ec.message()));
-  nlohmann::json files = nlohmann::json::object();
+  TrainerStateFile out;
+  out.state = state;
   auto record = [&](const std::string& name, uint32_t crc) {
-    files[name] = {{"bytes", static_cast<int64_t>(fs::file_size(fs::path(tmp) / name))}, {"crc32", Hex(crc)}};
+    out.files[name] = {static_cast<int64_t>(fs::file_size(fs::path(tmp) / name)), crc};
   };
   uint32_t crc = 0;
   MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / "config.json").string(), HfConfigJson(model.spec()), &crc));
@@ -196,20 +180,7 @@ Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::
   MOTLEY_RETURN_IF_ERROR(WriteSafetensors((fs::path(tmp) / "optimizer.safetensors").string(), moments, {}, &crc));
   record("optimizer.safetensors", crc);
 
-  nlohmann::json j = {{"format", kFormat},
-                      {"step", state.step},
-                      {"updates", state.updates},
-                      {"total_steps", state.total_steps},
-                      {"seed", state.seed},
-                      {"tokens_seen", state.tokens_seen},
-                      {"loss_scale", state.loss_scale},
-                      {"loss_scale_good_steps", state.loss_scale_good_steps},
-                      {"precision", state.precision},
-                      {"job_file", state.job_file},
-                      {"data_sampler", "counter-based: (seed, step, index) determines every window"},
-                      {"files", files}};
-  j["checksum"] = Hex(StateChecksum(j));
-  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / kStateFile).string(), j.dump(2) + "\n"));
+  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / kStateFile).string(), TrainerStateJson(out)));
 
   // Into place: swapped with the checkpoint there in one step (renameat2's RENAME_EXCHANGE), so a
   // crash leaves one whole checkpoint under the name, never none; the old one is then removed.
@@ -230,7 +201,7 @@ Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, 
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   if (ec) return Status::IoError(fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
-  const std::string name = fmt::format("step-{:06d}", state.step);
+  const std::string name = CheckpointFolderName(state.step);
   const std::string dir = (fs::path(run_dir) / name).string();
   // What an interrupted save left behind.
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
@@ -256,8 +227,8 @@ Result<std::string> ResolveCheckpointDir(const std::string& path) {
     return Status::NotFound(fmt::format("{}: no such checkpoint directory", path));
   const fs::path latest = fs::path(path) / "latest";
   if (fs::exists(latest)) {
-    MOTLEY_ASSIGN_OR_RETURN(std::string name, ReadFileToString(latest.string()));
-    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+    MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(latest.string()));
+    MOTLEY_ASSIGN_OR_RETURN(std::string name, ParseLatest(text, latest.string()));
     const fs::path dir = fs::path(path) / name;
     if (!fs::is_directory(dir))
       return Status::NotFound(fmt::format("{}: names {}, which is missing", latest.string(), dir.string()));
@@ -273,8 +244,9 @@ Result<ModelSpec> LoadCheckpointModelSpec(const std::string& dir) {
 }
 
 Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model) {
-  if (fs::exists(fs::path(dir) / kStateFile)) {
-    MOTLEY_ASSIGN_OR_RETURN(nlohmann::json state, ReadStateFile(dir));
+  const bool checksummed = fs::exists(fs::path(dir) / kStateFile);
+  if (checksummed) {
+    MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile state, ReadStateFile(dir));
     MOTLEY_RETURN_IF_ERROR(VerifyFiles(dir, state));
   }
   MOTLEY_ASSIGN_OR_RETURN(auto files, WeightFiles(dir));
@@ -302,6 +274,17 @@ Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model) {
       return Status::InvalidArgument(fmt::format("{}: {} has shape {} but the model (config.json) needs {}",
                                                  it->second, p.key(), fmt::join(t.sizes().vec(), "x"),
                                                  fmt::join(p.value().sizes().vec(), "x")));
+    // A Hugging Face folder has no checksums: a weight no trained model holds (not finite, or of a
+    // magnitude beyond fp16's range many times over) is taken for corruption rather than evaluated.
+    if (!checksummed && t.is_floating_point() && t.numel() > 0) {
+      const double largest = t.abs().max().item<double>();
+      if (!std::isfinite(largest) || largest > kLargestPlausibleWeight)
+        return Status::InvalidArgument(fmt::format(
+            "{}: {} holds {} (largest magnitude {:g}): no trained model has such weights, so the file is taken "
+            "for corrupted; download or export it again",
+            it->second, p.key(), std::isfinite(largest) ? "an implausibly large value" : "NaN or infinite values",
+            largest));
+    }
     p.value().copy_(t);
   }
   if (!missing.empty())
@@ -323,18 +306,9 @@ Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<Param
     return Status::NotFound(fmt::format("{}: no {}; resuming needs a motley checkpoint (a Hugging Face directory "
                                         "only holds weights)",
                                         dir, kStateFile));
-  MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ReadStateFile(dir));
-  MOTLEY_RETURN_IF_ERROR(VerifyFiles(dir, j));
-  TrainerState s;
-  s.step = j.value("step", int64_t{0});
-  s.updates = j.value("updates", s.step);
-  s.total_steps = j.value("total_steps", int64_t{0});
-  s.seed = j.value("seed", uint64_t{0});
-  s.tokens_seen = j.value("tokens_seen", int64_t{0});
-  s.loss_scale = j.value("loss_scale", 1.0);
-  s.loss_scale_good_steps = j.value("loss_scale_good_steps", int64_t{0});
-  s.precision = j.value("precision", "");
-  s.job_file = j.value("job_file", "");
+  MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile file, ReadStateFile(dir));
+  MOTLEY_RETURN_IF_ERROR(VerifyFiles(dir, file));
+  const TrainerState s = file.state;
   MOTLEY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open((fs::path(dir) / "optimizer.safetensors").string()));
   torch::NoGradGuard no_grad;
   for (auto& shard : shards) {

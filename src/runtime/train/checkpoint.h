@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checkpoint_format.h"
 #include "core/job.h"
 #include "core/model.h"
 #include "core/status.h"
@@ -25,18 +26,6 @@
 #include "runtime/model/llama_model.h"
 
 namespace motley {
-
-struct TrainerState {
-  int64_t step = 0;         // training steps done; the next step to run
-  int64_t updates = 0;      // optimizer updates applied (fewer than steps when fp16 skipped some)
-  int64_t total_steps = 0;  // the run's length (the learning-rate schedule depends on it)
-  uint64_t seed = 0;        // data order: the sampler is counter-based, (seed, step, index) is its state
-  int64_t tokens_seen = 0;
-  double loss_scale = 1.0;  // fp16's dynamic loss scale
-  int64_t loss_scale_good_steps = 0;
-  std::string precision;
-  std::string job_file;
-};
 
 /// Held by the process that writes a run's checkpoints and metrics (rank 0, or the single process):
 /// an exclusive lock on `<run_dir>/.lock`, which names the holder. A second run into the same

@@ -1,6 +1,7 @@
 #include "runtime/train/distributed_trainer.h"
 
 #include <cstdint>
+#include <stdexcept>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -306,8 +307,9 @@ Status PlannedRun::Validate(int64_t step) {
   if (lead_) {
     AssembledModel a = Assemble(job_.model, job_.training.precision, full);
     a.model->eval();
-    const double loss =
-        EvaluateLoss(*a.model, *data_->validation, job_.training.seq_len, val_sequences_, torch::kCPU).loss;
+    MOTLEY_ASSIGN_OR_RETURN(const EvalResult eval, EvaluateLoss(*a.model, *data_->validation, job_.training.seq_len,
+                                                                val_sequences_, torch::kCPU));
+    const double loss = eval.loss;
     if (!summary_.first_validation_loss) summary_.first_validation_loss = loss;
     summary_.last_validation_loss = loss;
     metrics_.Write({{"step", step}, {"val_loss", loss}});
@@ -337,7 +339,11 @@ Status PlannedRun::Step() {
   in.lr = LearningRate(job_.optimizer, job_.lr_schedule, step, total_steps_);
   in.update = state_.updates + 1;
   in.tokens = [&](int64_t first, int64_t n) {
-    SampleTrainingWindows(data_->train, job_.training.seed, step, first, n, seq, &windows_);
+    // The executor takes tokens from a callback; a shard cut short under the job is an exception
+    // here, turned into this rank's error by the rank's guard (and named to the others).
+    if (Status read = SampleTrainingWindows(data_->train, job_.training.seed, step, first, n, seq, &windows_);
+        !read.ok())
+      throw std::runtime_error(read.message());
     return torch::from_blob(windows_.data(), {n, seq + 1}, torch::kInt64).clone();
   };
   in.die_mid_step = comm_->rank() == options_.die_rank && step + 1 == options_.die_at_step;

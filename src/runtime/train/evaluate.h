@@ -17,8 +17,9 @@ struct EvalResult {
   int64_t tokens = 0;
 };
 
+/// An error when the data cannot be read (a shard cut short while the job runs).
 /// REQUIRES: num_sequences <= NumEvaluationWindows(data, seq_len).
-EvalResult EvaluateLoss(LlamaModelImpl& model, const TokenDataset& data, int64_t seq_len, int64_t num_sequences,
+Result<EvalResult> EvaluateLoss(LlamaModelImpl& model, const TokenDataset& data, int64_t seq_len, int64_t num_sequences,
                         torch::Device device, int64_t batch_sequences = 8);
 
 }  // namespace motley

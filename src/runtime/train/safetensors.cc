@@ -1,5 +1,4 @@
 #include "runtime/train/safetensors.h"
-#include "core/json_read.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -72,69 +71,12 @@ Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>&
 }
 
 Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(fmt::format("{}: cannot open the safetensors file", path));
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<int64_t>(in.tellg());
-  in.seekg(0);
-  uint8_t le[8] = {};
-  in.read(reinterpret_cast<char*>(le), 8);
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(le[i]) << (8 * i);
-  if (!in || n > static_cast<uint64_t>(file_size - 8) || n > (100u << 20))
-    return Status::InvalidArgument(
-        fmt::format("{}: not a safetensors file (header length {} in a file of {} bytes)", path, n, file_size));
-  std::string text(n, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(n));
-  Result<nlohmann::json> parsed = ParseJson(text, path + " (its header)");
-  if (!parsed.ok()) return Status::InvalidArgument(fmt::format("not a safetensors file: {}", parsed.status().message()));
-  nlohmann::json header = std::move(*parsed);
-  if (!header.is_object())
-    return Status::InvalidArgument(fmt::format("{}: not a safetensors file (the header is not a JSON object)", path));
+  MOTLEY_ASSIGN_OR_RETURN(SafetensorsHeader header, ReadSafetensorsHeader(path));
   SafetensorsFile f;
   f.path_ = path;
-  f.data_start_ = 8 + static_cast<int64_t>(n);
-  const int64_t data_size = file_size - f.data_start_;
-  for (const auto& [name, value] : header.items()) {
-    if (name == "__metadata__") {
-      if (value.is_object())
-        for (const auto& [k, v] : value.items())
-          if (v.is_string()) f.metadata_[k] = v.get<std::string>();
-      continue;
-    }
-    auto bad = [&](const std::string& why) {
-      return Status::InvalidArgument(fmt::format("{}: tensor {}: {}", path, name, why));
-    };
-    if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") || !value.contains("data_offsets"))
-      return bad("needs dtype, shape and data_offsets");
-    Entry e;
-    if (!value["dtype"].is_string()) return bad("dtype must be a string");
-    e.dtype = value["dtype"].get<std::string>();
-    const DtypeName* d = ByName(e.dtype);
-    if (d == nullptr) return bad(fmt::format("unsupported dtype {}", e.dtype));
-    if (!value["shape"].is_array() || value["shape"].size() > 16) return bad("shape must be a list of at most 16 sizes");
-    // Checked against the file before anything is allocated, without overflowing: no tensor holds
-    // more elements than the file has bytes.
-    int64_t numel = 1;
-    for (const auto& s : value["shape"]) {
-      if (!s.is_number_integer() || s.get<int64_t>() < 0) return bad("shape must hold non-negative integers");
-      e.shape.push_back(s.get<int64_t>());
-      if (e.shape.back() > 0 && numel > std::max<int64_t>(data_size, 0) / e.shape.back())
-        return bad(fmt::format("shape {} holds more elements than the file's {} data bytes", value["shape"].dump(),
-                               data_size));
-      numel *= e.shape.back();
-    }
-    const auto& off = value["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() || !off[1].is_number_integer())
-      return bad("data_offsets must be [begin, end]");
-    e.begin = off[0].get<int64_t>();
-    e.end = off[1].get<int64_t>();
-    if (e.begin < 0 || e.end < e.begin || e.end > data_size || e.end - e.begin != numel * d->bytes)
-      return bad(fmt::format("data_offsets [{}, {}] do not hold {} x {} bytes within the file's {} data bytes "
-                             "(truncated?)",
-                             e.begin, e.end, numel, d->bytes, data_size));
-    f.entries_[name] = std::move(e);
-  }
+  f.entries_ = std::move(header.entries);
+  f.metadata_ = std::move(header.metadata);
+  f.data_start_ = header.data_start;
   return f;
 }
 

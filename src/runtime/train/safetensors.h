@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "core/safetensors_header.h"
 #include "core/status.h"
 
 namespace motley {
@@ -28,11 +29,7 @@ class SafetensorsFile {
   /// Reads and checks the header (names, dtypes, offsets within the file).
   static Result<SafetensorsFile> Open(const std::string& path);
 
-  struct Entry {
-    std::string dtype;
-    std::vector<int64_t> shape;
-    int64_t begin = 0, end = 0;  // byte offsets after the header
-  };
+  using Entry = SafetensorsEntry;
   const std::map<std::string, Entry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return path_; }

@@ -151,10 +151,11 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   TrainSummary summary;
   const int64_t val_sequences =
       data.validation ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data.validation, seq)) : 0;
-  auto validate = [&](int64_t step) {
-    if (val_sequences <= 0) return;
+  auto validate = [&](int64_t step) -> Status {
+    if (val_sequences <= 0) return Status::Ok();
     model->eval();
-    const double loss = EvaluateLoss(*model, *data.validation, seq, val_sequences, device).loss;
+    MOTLEY_ASSIGN_OR_RETURN(const EvalResult eval, EvaluateLoss(*model, *data.validation, seq, val_sequences, device));
+    const double loss = eval.loss;
     model->train();
     if (!summary.first_validation_loss) summary.first_validation_loss = loss;
     summary.last_validation_loss = loss;
@@ -173,7 +174,7 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   double timed_s = 0;
   int64_t timed_tokens = 0;
   std::vector<int64_t> windows;
-  if (state.step == 0) validate(0);
+  if (state.step == 0) MOTLEY_RETURN_IF_ERROR(validate(0));
   while (state.step < total_steps) {
     const auto step_start = Clock::now();
     const int64_t step = state.step;  // 0-based index of this step: the sampler's and the schedule's key
@@ -182,7 +183,7 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
     double loss_sum = 0;
     for (int64_t first = 0; first < batch; first += micro) {
       const int64_t n = std::min(micro, batch - first);
-      SampleTrainingWindows(data.train, tc.seed, step, first, n, seq, &windows);
+      MOTLEY_RETURN_IF_ERROR(SampleTrainingWindows(data.train, tc.seed, step, first, n, seq, &windows));
       torch::Tensor tokens = torch::from_blob(windows.data(), {n, seq + 1}, torch::kInt64).to(device);
       torch::Tensor logits = model->forward(tokens.narrow(1, 0, seq), tc.activation_checkpointing);
       // This microbatch's share of the step's mean loss.
@@ -225,7 +226,7 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
     }
     metrics.Write(line);
     observer->OnStep(m);
-    if (ValidationDue(job, state.step, total_steps)) validate(state.step);
+    if (ValidationDue(job, state.step, total_steps)) MOTLEY_RETURN_IF_ERROR(validate(state.step));
     if (CheckpointDue(job, state.step, total_steps)) MOTLEY_RETURN_IF_ERROR(checkpoint());
   }
   if (options.checkpoint_at_end && summary.steps_run > 0) MOTLEY_RETURN_IF_ERROR(checkpoint());
