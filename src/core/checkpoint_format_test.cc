@@ -1,6 +1,7 @@
 #include "core/checkpoint_format.h"
 
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
@@ -61,7 +62,7 @@ TEST(TrainerStateFormat, EveryFieldIsCheckedEvenUnderAValidChecksum) {
                         Case{"/files/model.safetensors", 7, "files.\"model.safetensors\" must be"},
                         Case{"/files/model.safetensors/crc32", "xyz", "files.\"model.safetensors\".crc32: not 8"},
                         Case{"/files/model.safetensors/bytes", -1, "files.\"model.safetensors\".bytes must be a size"},
-                        Case{"/files/..", {{"bytes", 1}, {"crc32", "00000000"}}, "\"..\" is not a file name"}}) {
+                        Case{"/files/..", {{"bytes", 1}, {"crc32", "00000000"}}, "files: \"..\" is not a file name"}}) {
     nlohmann::json j = good;
     j[nlohmann::json::json_pointer(c.pointer)] = c.value;
     Result<TrainerStateFile> r = ParseTrainerState(Resigned(j), "ck/trainer_state.json");
@@ -89,7 +90,7 @@ TEST(TrainerStateFormat, TheFuzzSeedsAreAccepted) {
 TEST(LatestFile, NamesAStepFolderOrSaysWhatIsWrong) {
   EXPECT_EQ(ParseLatest("step-000012\n", "run/latest").value(), "step-000012");
   EXPECT_EQ(CheckpointFolderName(12), "step-000012");
-  for (const std::string bad : {std::string(5000, 'x'), std::string("../../etc"), std::string("step-"),
+  for (const std::string& bad : {std::string(5000, 'x'), std::string("../../etc"), std::string("step-"),
                                 std::string("step-12/../x"), std::string("")}) {
     Result<std::string> r = ParseLatest(bad, "run/latest");
     ASSERT_FALSE(r.ok()) << bad;

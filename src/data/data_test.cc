@@ -199,11 +199,11 @@ TEST(DataPrepare, SplitsEveryInputAndWritesAManifest) {
   TokenDataset train = OpenTokenData(options.output_dir, "train", 256).value();
   TokenDataset val = OpenTokenData(options.output_dir, "val", 256).value();
   std::vector<int64_t> t;
-  train.Copy(0, train.num_tokens(), &t);
+  ASSERT_TRUE(train.Copy(0, train.num_tokens(), &t).ok());
   std::string decoded(t.begin(), t.end());
   EXPECT_EQ(decoded, text_a.substr(0, text_a.size() - na / 10) + text_b.substr(0, 900));
   t.clear();
-  val.Copy(0, val.num_tokens(), &t);
+  ASSERT_TRUE(val.Copy(0, val.num_tokens(), &t).ok());
   EXPECT_EQ(std::string(t.begin(), t.end()), text_a.substr(text_a.size() - na / 10) + text_b.substr(900));
   // Shards roll over and concatenate back to the same stream.
   options.output_dir = (dir / "sharded").string();
@@ -212,9 +212,9 @@ TEST(DataPrepare, SplitsEveryInputAndWritesAManifest) {
   EXPECT_EQ(s.train_files.size(), static_cast<size_t>((s.train_tokens + 999) / 1000));
   TokenDataset sharded = OpenTokenData(options.output_dir, "train", 256).value();
   std::vector<int64_t> u;
-  sharded.Copy(0, sharded.num_tokens(), &u);
+  ASSERT_TRUE(sharded.Copy(0, sharded.num_tokens(), &u).ok());
   t.clear();
-  train.Copy(0, train.num_tokens(), &t);
+  ASSERT_TRUE(train.Copy(0, train.num_tokens(), &t).ok());
   EXPECT_EQ(t, u);
   // A model vocabulary smaller than the data's is refused at open, naming both.
   Result<TokenDataset> small = OpenTokenData(options.output_dir, "train", 128);

@@ -439,6 +439,17 @@ TEST(Cli, NumericFlagsOutOfTheirRangeSayWhichAndWhy) {
   EXPECT_FALSE(std::filesystem::exists(out));  // nothing was written
 }
 
+// A global batch of 2^32 sequences (#28: the lowering ran out of memory in a worker thread and the
+// process ended in "terminate called") is refused for the microbatches it would need per step.
+TEST(Cli, AGlobalBatchTooLargeToRunIsRefusedNotCrashed) {
+  CliRun r = Motley("plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 549755813888 "
+                    "--precision fp32");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "is more than motley runs in one step (65536");
+  EXPECT_CONTAINS(r.output, "use a larger microbatch_size or a smaller global batch");
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+}
+
 // When no plan can be made, `motley plan` says why: a sequence longer than the model takes, at
 // once; a model too big for every strategy, each strategy's reason.
 TEST(Cli, PlanExplainsWhereItsTimeWentAndWhichDevicesItLeftOut) {

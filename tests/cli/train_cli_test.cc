@@ -124,6 +124,16 @@ TEST(TrainCli, ABadLatestFileIsOneMessageAndBadStepCountsAreRefused) {
   EXPECT_CONTAINS(steps.output, "--steps: must be at least 1, got -5");
 }
 
+// A metrics line that cannot be written (here a full device) stops the run with an error naming
+// the file (#28: metrics were lost without a word on a full disk).
+TEST(TrainCli, MetricsThatCannotBeWrittenStopTheRunNamingTheFile) {
+  TempDir dir;
+  CliRun r = Motley("train default --single-process --steps 2 --no-checkpoint --no-validation --metrics /dev/full",
+                    false, dir.path().string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "/dev/full: cannot append the metrics: No space left on device");
+}
+
 TEST(TrainCli, TwoRunsIntoOneFolderAtOnceRunExactlyOne) {
   TempDir dir;
   const std::string base = "cd '" + dir.path().string() + "' && " + MOTLEY_BIN +

@@ -161,7 +161,7 @@ class PlannedRun {
  private:
   PlannedRun(const JobSpec& job, const TrainOptions& options) : job_(job), options_(options) {}
   Status SetUp(TrainObserver* observer);
-  void Record(const StepInputs& in, const RankStepReport& report, const std::vector<RankStepTimes>& ranks);
+  Status Record(const StepInputs& in, const RankStepReport& report, const std::vector<RankStepTimes>& ranks);
 
   const JobSpec& job_;
   const TrainOptions& options_;
@@ -312,7 +312,7 @@ Status PlannedRun::Validate(int64_t step) {
     const double loss = eval.loss;
     if (!summary_.first_validation_loss) summary_.first_validation_loss = loss;
     summary_.last_validation_loss = loss;
-    metrics_.Write({{"step", step}, {"val_loss", loss}});
+    MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"step", step}, {"val_loss", loss}}));
     observer_->OnValidation(step, loss);
   }
   return comm_->Barrier(comm_->world());
@@ -363,11 +363,11 @@ Status PlannedRun::Step() {
       summary_.trace_path = options_.trace_path;
     }
   }
-  Record(in, report, ranks);
-  return Status::Ok();
+  return Record(in, report, ranks);
 }
 
-void PlannedRun::Record(const StepInputs& in, const RankStepReport& report, const std::vector<RankStepTimes>& ranks) {
+Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
+                          const std::vector<RankStepTimes>& ranks) {
   ++state_.step;
   ++state_.updates;
   state_.tokens_seen += tokens_per_step_;
@@ -414,7 +414,7 @@ void PlannedRun::Record(const StepInputs& in, const RankStepReport& report, cons
                           {"late_s", r.late_s},
                           {"bytes_sent", r.bytes_sent},
                           {"peak_memory_bytes", r.peak_memory_bytes}});
-    metrics_.Write({{"step", m.step},
+    MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"step", m.step},
                     {"loss", m.loss},
                     {"lr", m.lr},
                     {"tokens_per_s", m.tokens_per_s},
@@ -422,9 +422,10 @@ void PlannedRun::Record(const StepInputs& in, const RankStepReport& report, cons
                     {"step_time_s", m.step_time_s},
                     {"pruned_fraction", m.pruned_fraction},
                     {"migrated_units", m.migrated_units},
-                    {"ranks", per_rank}});
+                    {"ranks", per_rank}}));
   }
   observer_->OnStep(m);
+  return Status::Ok();
 }
 
 Result<TrainSummary> PlannedRun::Finish() {

@@ -1,9 +1,14 @@
-// MetricsLog: the JSON-lines metrics file of a run, appended to and flushed line by line so a
-// crash loses nothing already reported.
+// MetricsLog: the JSON-lines metrics file of a run, appended to with one write per line so a crash
+// loses nothing already reported, and a line that cannot be written (a full disk) is an error
+// naming the file rather than a metric silently lost.
 #pragma once
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -15,18 +20,46 @@ namespace motley {
 
 class MetricsLog {
  public:
+  MetricsLog() = default;
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  ~MetricsLog() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
   Status Open(const std::string& path) {
     std::error_code ec;
     const std::filesystem::path p(path);
     if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-    out_.open(path, std::ios::app);
-    if (!out_) return Status::IoError(fmt::format("{}: cannot open the metrics file for appending", path));
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      return Status::IoError(fmt::format("{}: cannot open the metrics file for appending: {}", path,
+                                         std::strerror(errno)));
+    path_ = path;
     return Status::Ok();
   }
-  void Write(const nlohmann::json& j) { out_ << j.dump() << "\n" << std::flush; }
+
+  /// Appends one line; nothing when no file was opened.
+  Status Write(const nlohmann::json& j) {
+    if (fd_ < 0) return Status::Ok();
+    const std::string line = j.dump() + "\n";
+    size_t done = 0;
+    while (done < line.size()) {
+      const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        return Status::IoError(fmt::format("{}: cannot append the metrics: {}; free space there or give the run "
+                                           "another folder (the checkpoints written so far are intact)",
+                                           path_, n < 0 ? std::strerror(errno) : "nothing written"));
+      done += static_cast<size_t>(n);
+    }
+    return Status::Ok();
+  }
 
  private:
-  std::ofstream out_;
+  int fd_ = -1;
+  std::string path_;
 };
 
 }  // namespace motley

@@ -159,8 +159,9 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
     model->train();
     if (!summary.first_validation_loss) summary.first_validation_loss = loss;
     summary.last_validation_loss = loss;
-    metrics.Write({{"step", step}, {"val_loss", loss}});
+    MOTLEY_RETURN_IF_ERROR(metrics.Write({{"step", step}, {"val_loss", loss}}));
     observer->OnValidation(step, loss);
+    return Status::Ok();
   };
   auto checkpoint = [&]() -> Status {
     MOTLEY_ASSIGN_OR_RETURN(summary.checkpoint_dir,
@@ -224,7 +225,7 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
       line["loss_scale"] = m.loss_scale;
       line["skipped"] = m.skipped;
     }
-    metrics.Write(line);
+    MOTLEY_RETURN_IF_ERROR(metrics.Write(line));
     observer->OnStep(m);
     if (ValidationDue(job, state.step, total_steps)) MOTLEY_RETURN_IF_ERROR(validate(state.step));
     if (CheckpointDue(job, state.step, total_steps)) MOTLEY_RETURN_IF_ERROR(checkpoint());
