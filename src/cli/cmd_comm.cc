@@ -53,7 +53,7 @@ int RunComm(const std::vector<std::string>& args) {
   CLI::App* check = app.add_subcommand("check", "verify collectives and transfers, measure all-reduce bandwidth");
   double size_mb = 4, timeout_s = 120, die_after_s = 0;
   int iterations = 5, die_rank = -1;
-  std::string device_name = "auto";
+  std::string device_name = "auto", fault = "kill";
   check->add_option("--device", device_name,
                     "auto (each rank its GPU when every rank of the host has one: NCCL), cpu (Gloo) or cuda")
       ->capture_default_str();
@@ -62,6 +62,9 @@ int RunComm(const std::vector<std::string>& args) {
   check->add_option("--timeout", timeout_s, "seconds one operation may take")->capture_default_str();
   check->add_option("--die-rank", die_rank, "fault injection: this rank kills itself (SIGKILL) ...");
   check->add_option("--die-after", die_after_s, "... this many seconds into the bandwidth test");
+  check->add_option("--fault", fault, "... by: kill (SIGKILL), stop (SIGSTOP: it hangs) or error (exits 1 with a message)")
+      ->check(CLI::IsMember({"kill", "stop", "error"}))
+      ->capture_default_str();
   if (auto rc = ParseArgs(app, args)) return *rc;
 
   auto fail = [](const Status& s) {
@@ -79,17 +82,25 @@ int RunComm(const std::vector<std::string>& args) {
   Result<std::unique_ptr<Communicator>> comm = Communicator::Connect(*rv, config);
   if (!comm.ok()) return fail(comm.status());
   Communicator& c = **comm;
+  // From here a failure is reported to the other ranks first, so that they stop at once naming
+  // this rank and its error (a rank that merely exits would look finished to them).
+  auto fail_here = [&](const Status& s) {
+    c.ReportFailure(s.message());
+    return fail(s);
+  };
   const auto on = torch::TensorOptions().dtype(torch::kFloat32).device(*device);
-  if (Status s = CheckCollectives(c, on); !s.ok()) return fail(s);
+  if (Status s = CheckCollectives(c, on); !s.ok()) return fail_here(s);
 
   torch::Tensor payload = torch::ones({static_cast<int64_t>(size_mb * 1e6 / 4)}, on);
   const auto start = std::chrono::steady_clock::now();
   double elapsed = 0;
   for (int i = 0; i < iterations; ++i) {
     if (c.rank() == die_rank &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= die_after_s)
-      ::raise(SIGKILL);
-    if (Status s = c.AllReduceSum(c.world(), payload); !s.ok()) return fail(s);
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= die_after_s) {
+      if (fault == "error") return fail_here(Status::Internal(fmt::format("fault injection: rank {} fails", c.rank())));
+      ::raise(fault == "stop" ? SIGSTOP : SIGKILL);
+    }
+    if (Status s = c.AllReduceSum(c.world(), payload); !s.ok()) return fail_here(s);
     if (device->is_cuda()) SynchronizeDevice(*device);  // NCCL's wait holds only the stream
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }

@@ -50,7 +50,9 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view header_json, i
   const int64_t data_size = file_bytes - h.data_start;
   if (data_size < 0)
     return Status::InvalidArgument(fmt::format("{}: the header runs past the file's {} bytes", path, file_bytes));
-  for (const auto& [name, value] : header.items()) {
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();  // (not a structured binding: clang's lambdas cannot capture one)
+    const nlohmann::json& value = item.value();
     if (name == "__metadata__") {
       if (value.is_object())
         for (const auto& [k, v] : value.items())
