@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <limits>
 
@@ -190,9 +191,11 @@ StrategyOutcome Pipelines(const std::string& strategy, const Cluster& cluster, c
     z.max_ministages = 1;
     z.schedule = PipelineSchedule::k1F1B;
     z.try_tensor_parallel = true;
-    // HexiScale chooses by its own cost model; like torchtitan-het's, its best six are judged by
-    // the simulator (motley's own search re-ranks twenty).
-    z.candidates_to_evaluate = 6;
+    // Without offload, HexiScale fits a model by more, smaller stages: nodes split into up to 8.
+    z.split_nodes_up_to = 8;
+    // HexiScale chooses by its own cost model; its best ten of each kind (tensor-parallel width,
+    // nodes whole or split) are judged by the simulator (motley's own search re-ranks twenty).
+    z.candidates_to_evaluate = 10;
   }
   Result<ZorsePlan> p = PlanZorse(cluster, model, costs, z, evaluate);
   if (!p.ok()) return Failed(strategy, p.status());
@@ -227,8 +230,12 @@ StrategyOutcome TorchTitanHet(const Cluster& cluster, const ModelSpec& model, co
     return Failed("torchtitan-het", Status::Infeasible("torchtitan-het: no symmetric mesh fits"));
   std::sort(all.begin(), all.end(),
             [](const auto& a, const auto& b) { return a.model_step_s < b.model_step_s; });
+  // The best six of each tensor-parallel width by the latency model are judged by the simulator
+  // (the model misranks widths against each other).
   Proposals proposals;
-  for (size_t i = 0; i < std::min<size_t>(all.size(), 6); ++i) proposals.Add(all[i].plan, all[i].why);
+  std::map<int, int> taken;
+  for (const ZorseCandidate& c : all)
+    if (taken[c.tp_degree]++ < 6) proposals.Add(c.plan, c.why);
   return BestProposal("torchtitan-het", std::move(proposals),
                       Failed("torchtitan-het", Status::Infeasible("torchtitan-het: no mesh fits in the simulator")),
                       evaluate);

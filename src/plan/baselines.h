@@ -4,10 +4,12 @@
 //  * deepspeed-even: ZeRO with the same batch on every device (the lowest stage that fits).
 //  * cephalo: ZeRO-3 over all devices, an uneven batch by speed and gradient accumulation.
 //  * fastest-only: Poplar on the homogeneous subset of the fastest GPU type.
-//  * hexiscale: asymmetric pipeline + ZeRO-2 (+ tensor-parallel pairs inside NVLink nodes), 1F1B,
-//    no offload, no ministages.
+//  * hexiscale: asymmetric pipeline + ZeRO-2 (+ tensor parallelism of width 2-8 inside NVLink or
+//    NVSwitch nodes), stages of whole nodes or of nodes split into 2, 4 or 8, 1F1B, no offload, no
+//    ministages.
 //  * torchtitan-het: a symmetric mesh — pipeline stages of equal size x data parallel (ZeRO-2) x
-//    tensor parallel — with layers split by stage speed, 1F1B; best over every valid mesh.
+//    tensor parallel (width 2-8 inside NVLink or NVSwitch nodes) — with layers split by stage
+//    speed, 1F1B; best over every valid mesh.
 //  * auto: the best plan of all of the above.
 #pragma once
 

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "core/cluster_parse.h"
@@ -104,6 +105,24 @@ TEST(Plan, PipelinesNeedOneMicrobatchSize) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("same microbatch_size (1 here, 2 on groups[0].devices[0])"), std::string::npos)
       << s.message();
+}
+
+// #28: a plan file with num_microbatches of 2^39 (accepted by the reader) ran the lowering out of
+// memory; the count is refused with the limit and the fix.
+TEST(Plan, MicrobatchCountsBeyondWhatAStepRunsAreRefused) {
+  Cluster c = LoadCluster("local-emulated").value();
+  for (int64_t count : {int64_t{10'000'000}, int64_t{1} << 39}) {
+    Plan p = TwoGroupPipeline();
+    for (auto& g : p.groups)
+      for (auto& d : g.devices) d.num_microbatches = count;
+    Status s = ValidatePlan(p, c, *FindModelPreset("llama-tiny"));
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find(fmt::format("groups[0].devices[0] (device 0): num_microbatches ({}) is more than "
+                                           "motley runs in one step ({}:",
+                                           count, kMaxMicrobatchesPerDevice)),
+              std::string::npos)
+        << s.message();
+  }
 }
 
 // Random plans of every shape round-trip exactly through TOML and JSON.

@@ -101,27 +101,28 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
   const std::vector<int> layers(layers64.begin(), layers64.end());
   int max_ministages = *std::min_element(layers.begin(), layers.end());
   if (request.max_ministages > 0) max_ministages = std::min(max_ministages, request.max_ministages);
-  // Tensor parallelism in pairs, only where every pair shares a node with NVLink.
+  // Tensor parallelism of width 2, 4 or 8 (as the baselines' systems try), only where every run of
+  // that many consecutive devices of a group shares a node with NVLink or NVSwitch.
   std::vector<int> tp_options = {1};
   // (The runtime splits untied models only: see runtime/executor/executor.cc.)
-  if (request.try_tensor_parallel && !model.tie_embeddings && model.num_heads % 2 == 0 && model.num_kv_heads % 2 == 0 &&
-      model.ffn_size % 2 == 0) {
-    bool pairs = true;
+  for (int tp = 2; request.try_tensor_parallel && !model.tie_embeddings && tp <= request.max_tensor_parallel;
+       tp *= 2) {
+    bool runs = model.num_heads % tp == 0 && model.num_kv_heads % tp == 0 && model.ffn_size % tp == 0;
     for (const auto& g : groups) {
-      if (g.size() % 2 != 0) pairs = false;
-      for (size_t i = 0; pairs && i + 1 < g.size(); i += 2) {
+      if (g.size() % tp != 0) runs = false;
+      for (size_t i = 0; runs && i < g.size(); i += tp) {
         const auto& node = cluster.node_of(g[i]);
-        pairs = cluster.devices[g[i]].node == cluster.devices[g[i + 1]].node &&
-                node.interconnect != Interconnect::kPcie;
+        runs = node.interconnect != Interconnect::kPcie;
+        for (int j = 1; runs && j < tp; ++j) runs = cluster.devices[g[i + j]].node == cluster.devices[g[i]].node;
       }
     }
-    if (pairs) tp_options.push_back(2);
+    if (runs) tp_options.push_back(tp);
   }
-
   for (int tp : tp_options)
     for (int64_t b = 1; b <= std::min<int64_t>(request.max_microbatch, request.global_batch_sequences); ++b) {
       if (request.global_batch_sequences % b != 0) continue;
       const int64_t num_mb = request.global_batch_sequences / b;
+      if (num_mb > kMaxMicrobatchesPerDevice) continue;  // more than any device runs in a step (plan.h)
       // Each device's share of the microbatches follows its speed at this size.
       std::vector<std::vector<int64_t>> counts;
       std::vector<std::vector<double>> fwd(num_groups),
@@ -181,9 +182,9 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
           if (tp > 1) {  // two all-reduces per layer and pass, per microbatch, not overlapped
             double most = 0;
             for (int64_t c : counts[g]) most = std::max(most, static_cast<double>(c));
-            const std::vector<int> pair = {groups[g][0], groups[g][1]};
+            const std::vector<int> run(groups[g].begin(), groups[g].begin() + tp);
             const double ar =
-                most * 2 * ms_layers * costs.CollectiveS(OpKind::kAllReduce, pair, act_per_seq * b);
+                most * 2 * ms_layers * costs.CollectiveS(OpKind::kAllReduce, run, act_per_seq * b);
             visit_f += ar / ms_layers;
             visit_b += ar / ms_layers;
           }
@@ -234,7 +235,13 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
             // layer's, or the head's where the group holds it).
             bytes += ms_params * state.grads;
             const double act = act_per_seq * b;
-            const double saved = request.offload ? 2.0 * ms_layers * act : counts[g][i] * layers[g] * act;
+            // Without offload every microbatch in flight keeps its layers' boundary activations: all
+            // of them under GPipe; under 1F1B a device's warm-up, as many as the stages from its
+            // group on (pipeline_order.cc).
+            const double in_flight = request.schedule == PipelineSchedule::k1F1B
+                                         ? static_cast<double>(std::min<int64_t>(counts[g][i], num_groups - g))
+                                         : static_cast<double>(counts[g][i]);
+            const double saved = request.offload ? 2.0 * ms_layers * act : in_flight * layers[g] * act;
             bytes += saved + 4 * act +
                      CheckpointedBackwardBytes(model, request.seq_len, request.precision,
                                                static_cast<double>(b) * request.seq_len, holds_head[g], tp);
@@ -274,7 +281,8 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
         c.why = fmt::format(
             "{} group(s) [{}], microbatch {} ({} microbatches), {} ministage(s) per group{}; model: {} "
             "step, {} worst device",
-            num_groups, fmt::join(sizes, ", "), b, num_mb, s, tp > 1 ? ", tensor parallel pairs" : "",
+            num_groups, fmt::join(sizes, ", "), b, num_mb, s,
+            tp > 1 ? fmt::format(", tensor parallel in runs of {}", tp) : std::string(),
             FormatDuration(step), FormatBytes(worst)) + measured_note;
         out.push_back(std::move(c));
       }
@@ -285,6 +293,13 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
 Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
                             const ZorseRequest& request, const PlanEvaluator& evaluate) {
   if (request.global_batch_sequences < 1) return Status::InvalidArgument("zorse planner: empty global batch");
+  if (request.global_batch_sequences / request.max_microbatch > kMaxMicrobatchesPerDevice)
+    return Status::InvalidArgument(fmt::format(
+        "zorse planner: a global batch of {} sequences needs at least {} microbatches (of up to {} sequences), more "
+        "than motley runs in one step ({}); use a smaller global batch",
+        request.global_batch_sequences,
+        (request.global_batch_sequences + request.max_microbatch - 1) / request.max_microbatch, request.max_microbatch,
+        kMaxMicrobatchesPerDevice));
   // Phase 1: cut the graph of the nodes it may use into k groups for every k.
   std::vector<bool> allowed(cluster.num_devices(), request.devices.empty());
   for (int d : request.devices) allowed[d] = true;
@@ -323,13 +338,47 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     };
     visit(0, 0);
   }
-  std::vector<ZorseCandidate> all;
-  for (size_t gi = 0; gi < groupings.size(); ++gi) {
-    const auto& [part, how] = groupings[gi];
+  // Each grouping as groups of devices.
+  std::vector<std::pair<std::vector<std::vector<int>>, std::string>> device_groupings;
+  std::vector<int> split_of_grouping;  // 1: whole nodes; f: nodes split in f
+  std::set<std::vector<std::vector<int>>> seen_groups;
+  auto add_grouping = [&](const std::vector<std::vector<int>>& parts, const std::vector<int>& part,
+                          const std::string& how, int split = 1) {
     const int k = *std::max_element(part.begin(), part.end()) + 1;
     std::vector<std::vector<int>> groups(k);
-    for (int v = 0; v < graph.num_vertices; ++v)
-      for (int d : node_devices[v]) groups[part[v]].push_back(d);
+    for (size_t v = 0; v < part.size(); ++v)
+      for (int d : parts[v]) groups[part[v]].push_back(d);
+    std::vector<std::vector<int>> key = groups;
+    for (auto& g : key) std::sort(g.begin(), g.end());
+    std::sort(key.begin(), key.end());
+    if (seen_groups.insert(key).second) {
+      device_groupings.push_back({std::move(groups), how});
+      split_of_grouping.push_back(split);
+    }
+  };
+  for (const auto& [part, how] : groupings) add_grouping(node_devices, part, how);
+  // Nodes split into 2, 4, ... equal parts (a node whose devices do not divide stays whole), and
+  // SPLIT's cuts of the parts: as many stages as parts at most, each of at least one layer.
+  for (int f = 2; f <= request.split_nodes_up_to; f *= 2) {
+    std::vector<std::vector<int>> parts;
+    for (const auto& devices : node_devices) {
+      const int n = static_cast<int>(devices.size());
+      const int pieces = n % f == 0 ? f : 1;
+      for (int p = 0; p < pieces; ++p)
+        parts.emplace_back(devices.begin() + p * (n / pieces), devices.begin() + (p + 1) * (n / pieces));
+    }
+    // No node divides, or more parts than layers (a stage holds at least one).
+    if (parts.size() == node_devices.size() || parts.size() > static_cast<size_t>(model.num_layers)) break;
+    const WeightedGraph split_graph = NodeBandwidthGraph(cluster, parts);
+    const auto split_partitions = SplitMinKCuts(split_graph);
+    const int most = std::min<int>({split_graph.num_vertices, static_cast<int>(model.num_layers),
+                                    request.max_groups > 0 ? request.max_groups : split_graph.num_vertices});
+    for (int k = graph.num_vertices + 1; k <= most; ++k)
+      add_grouping(parts, split_partitions[k - 1], fmt::format("nodes split in {}, cut into {} by SPLIT", f, k), f);
+  }
+  std::vector<ZorseCandidate> all;
+  for (size_t gi = 0; gi < device_groupings.size(); ++gi) {
+    const auto& [groups, how] = device_groupings[gi];
     // Phase 2.
     auto candidates = ZorseCandidatesForGroups(cluster, model, costs, request, groups);
     for (auto& c : candidates) {
@@ -354,17 +403,27 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     out.considered.push_back(all.front());
     return out;
   }
-  // Re-rank the best few with the evaluator; keep the fastest that fits.
+  // Re-rank the best few with the evaluator; keep the fastest that fits. The best few of each kind
+  // of candidate (tensor-parallel width, nodes whole or split): the latency model misranks kinds
+  // against each other, so a wider search must not crowd out the plans a narrower one would judge.
   double best = std::numeric_limits<double>::infinity();
   size_t at = 0;  // the best candidate judged so far
-  const size_t n = std::min<size_t>(all.size(), std::max(1, request.candidates_to_evaluate));
+  const size_t per_kind = static_cast<size_t>(std::max(1, request.candidates_to_evaluate));
+  std::vector<size_t> chosen;
+  {
+    std::map<std::pair<int, int>, size_t> taken;  // (tp, split) -> candidates chosen
+    for (size_t i = 0; i < all.size(); ++i)
+      if (taken[{all[i].tp_degree, split_of_grouping[all[i].grouping]}]++ < per_kind) chosen.push_back(i);
+  }
+  const size_t n = chosen.size();
   std::vector<Plan> plans;
-  for (size_t i = 0; i < n; ++i) plans.push_back(all[i].plan);
+  for (size_t i : chosen) plans.push_back(all[i].plan);
   const std::vector<Result<PlanEvaluation>> evaluations = EvaluateAll(plans, evaluate);
   std::vector<std::pair<double, size_t>> evaluated;
-  for (size_t i = 0; i < n; ++i) {
-    if (!evaluations[i].ok()) return evaluations[i].status();
-    const PlanEvaluation& e = *evaluations[i];
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = chosen[k];
+    if (!evaluations[k].ok()) return evaluations[k].status();
+    const PlanEvaluation& e = *evaluations[k];
     if (!e.fits_memory) continue;
     evaluated.push_back({e.step_time_s, i});
     if (e.step_time_s < best) {
@@ -394,8 +453,7 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     std::sort(v.begin(), v.end());
     v.erase(std::unique(v.begin(), v.end()), v.end());
   }
-  std::set<size_t> judged;
-  for (size_t i = 0; i < n; ++i) judged.insert(i);
+  std::set<size_t> judged(chosen.begin(), chosen.end());
   for (int round = 0; round < request.climb_rounds; ++round) {
     const ZorseCandidate& c = all[at];
     std::vector<size_t> next;

@@ -60,7 +60,12 @@ struct ZorseRequest {
   // Variations for the baselines that share this search (baselines.h):
   int max_ministages = 0;  // 0 = up to the smallest group's layers; 1 = plain stages
   PipelineSchedule schedule = PipelineSchedule::kInterleaved;  // 1F1B needs max_ministages = 1
-  bool try_tensor_parallel = false;  // also try pairs of NVLink-connected devices as TP runs
+  bool try_tensor_parallel = false;  // also try runs of 2, 4, ... NVLink/NVSwitch-connected devices as TP
+  int max_tensor_parallel = 8;       // ... up to this width
+  // Besides groupings of whole nodes, split every node into 2, 4, ... equal stages, up to this many
+  // (SPLIT's cuts of the parts): more, smaller pipeline stages, as systems without offload use to
+  // fit a model (1: whole nodes only).
+  int split_nodes_up_to = 1;
   bool even_microbatches = false;    // every data-parallel replica of a group gets the same count
   std::vector<int> devices;          // the devices it may use (whole nodes, ascending); empty = all
 };

@@ -33,6 +33,8 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     plan.strategy.clear();
     plan.model.clear();
     plan.cluster.clear();
+    // Checked before the routing, which takes time and memory in proportion to the microbatches.
+    MOTLEY_RETURN_IF_ERROR(ValidatePlan(plan, cluster, model));
     FillZorseRouting(&plan, costs);
     std::string key = PlanToJson(plan).dump();
     {

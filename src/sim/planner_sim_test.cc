@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <set>
 
 #include "plan/plan_io.h"
 
@@ -355,6 +356,67 @@ TEST(ZorsePlanner, RegretAgainstExhaustiveSearchOnRandomClusters) {
 
 namespace motley {
 namespace {
+
+// #24 part 4: the baselines' searches as the systems search — tensor parallelism of width 2, 4 and
+// 8 where a run of that many devices shares an NVLink or NVSwitch node, and stages of split nodes.
+TEST(Baselines, TensorParallelWidthsUpToEightInsideFastNodes) {
+  Cluster cluster = LoadCluster("zorse-a").value();  // 2 nodes of 2 H100-NVL (NVLink), 2 of 8 A100 (NVSwitch)
+  ModelSpec m = *FindModelPreset("llama-7b");
+  CostModel costs(cluster, m, nullptr, 1024, Precision::kFp16, true);
+  ZorseRequest z;
+  z.global_batch_sequences = 64;
+  z.seq_len = 1024;
+  z.precision = Precision::kFp16;
+  z.offload = false;
+  z.max_ministages = 1;
+  z.schedule = PipelineSchedule::k1F1B;
+  z.try_tensor_parallel = true;
+  auto widths = [&](std::vector<std::vector<int>> groups) {
+    std::set<int> tp;
+    for (const ZorseCandidate& c : ZorseCandidatesForGroups(cluster, m, costs, z, groups)) {
+      tp.insert(c.tp_degree);
+      for (const GroupPlan& g : c.plan.groups) EXPECT_EQ(g.tp_degree, c.tp_degree);
+    }
+    return tp;
+  };
+  // The A100 nodes: runs of 2, 4 or 8 inside each.
+  EXPECT_EQ(widths({{4, 5, 6, 7, 8, 9, 10, 11}, {12, 13, 14, 15, 16, 17, 18, 19}}), (std::set<int>{1, 2, 4, 8}));
+  // The H100-NVL pairs: a run of 4 would cross nodes.
+  EXPECT_EQ(widths({{0, 1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}}), (std::set<int>{1, 2}));
+  z.max_tensor_parallel = 2;
+  EXPECT_EQ(widths({{4, 5, 6, 7, 8, 9, 10, 11}, {12, 13, 14, 15, 16, 17, 18, 19}}), (std::set<int>{1, 2}));
+}
+
+TEST(Baselines, HexiscaleSplitsNodesIntoStagesAndJudgesEveryKind) {
+  Cluster cluster = LoadCluster("zorse-a").value();
+  ModelSpec m = *FindModelPreset("tinyllama-1.1b");
+  CostModel costs(cluster, m, nullptr, 1024, Precision::kBf16, true);
+  const PlanEvaluator evaluate = SimulationEvaluator(cluster, m, costs);
+  ZorseRequest z;
+  z.global_batch_sequences = 64;
+  z.seq_len = 1024;
+  z.offload = false;
+  z.max_ministages = 1;
+  z.schedule = PipelineSchedule::k1F1B;
+  z.candidates_to_evaluate = 2;
+  z.split_nodes_up_to = 8;
+  ZorsePlan p = PlanZorse(cluster, m, costs, z, evaluate).value();
+  // Judged: plans of whole nodes and plans of more stages than the cluster's 4 nodes.
+  bool whole = false, split = false;
+  for (const ZorseCandidate& c : p.considered) {
+    whole = whole || c.plan.groups.size() <= 4;
+    split = split || c.plan.groups.size() > 4;
+    if (c.plan.groups.size() > 4) {
+      EXPECT_NE(c.why.find("nodes split in"), std::string::npos) << c.why;
+    }
+  }
+  EXPECT_TRUE(whole);
+  EXPECT_TRUE(split);
+  // Without splitting, no plan has more stages than nodes.
+  z.split_nodes_up_to = 1;
+  for (const ZorseCandidate& c : PlanZorse(cluster, m, costs, z, evaluate).value().considered)
+    EXPECT_LE(c.plan.groups.size(), 4u);
+}
 
 TEST(Strategies, EveryPlanFitsItsMemoryModelLowersAndRunsToTheEnd) {
   struct Case {

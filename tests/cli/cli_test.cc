@@ -445,8 +445,8 @@ TEST(Cli, AGlobalBatchTooLargeToRunIsRefusedNotCrashed) {
   CliRun r = Motley("plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 549755813888 "
                     "--precision fp32");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_CONTAINS(r.output, "is more than motley runs in one step (65536");
-  EXPECT_CONTAINS(r.output, "use a larger microbatch_size or a smaller global batch");
+  EXPECT_CONTAINS(r.output, "more than motley runs in one step (65536");
+  EXPECT_CONTAINS(r.output, "a smaller global batch");
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
 }
 
