@@ -147,7 +147,8 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
   if (auto t = root.Table("training", Need::kRequired)) ParseTraining(*t, &job.training);
   if (auto t = root.Table("data")) ParseData(*t, &job.data);
   if (auto t = root.Table("optimizer")) ParseOptimizer(*t, &job.optimizer);
-  if (auto t = root.Table("lr_schedule")) ParseLrSchedule(*t, &job.lr_schedule);
+  std::optional<TomlTable> lr_schedule = root.Table("lr_schedule");
+  if (lr_schedule) ParseLrSchedule(*lr_schedule, &job.lr_schedule);
   if (auto t = root.Table("checkpoint")) ParseCheckpoint(*t, &job.checkpoint);
   if (auto t = root.Table("plan")) ParsePlan(*t, &job.plan);
   if (auto t = root.Table("tensor_parallel")) ParseTensorParallel(*t, &job.tensor_parallel);
@@ -210,11 +211,12 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
       }
     }
   }
-  if (!root.Has("lr_schedule") || !root.Table("lr_schedule")->Has("warmup_steps")) {
+  // (lr_schedule read once, above: it may be missing, or not a table — an error said there.)
+  if (!lr_schedule || !lr_schedule->Has("warmup_steps")) {
     // The default warm-up never outlasts a short run: at most a tenth of it.
     job.lr_schedule.warmup_steps = std::min(job.lr_schedule.warmup_steps, job.training.steps / 10);
   }
-  if (auto t = root.Table("lr_schedule"); t && job.lr_schedule.warmup_steps > job.training.steps) {
+  if (auto& t = lr_schedule; t && job.lr_schedule.warmup_steps > job.training.steps) {
     t->Error("warmup_steps", fmt::format("warmup_steps ({}) is longer than the run (training.steps = {}); "
                                          "lower it",
                                          job.lr_schedule.warmup_steps, job.training.steps));

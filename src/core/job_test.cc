@@ -83,6 +83,14 @@ TEST(JobErrors, GlobalBatchMustBeWholeSequences) {
             std::string::npos);
 }
 
+// Found by the fuzzer: a section given as a value (lr_schedule = 6656) read the missing table
+// (undefined behaviour); it is one error naming the key.
+TEST(JobErrors, ASectionGivenAsAValueIsOneError) {
+  const std::string e = Error("model = \"llama-1m\"\ncluster = \"local-emulated\"\nlr_schedule = 6656\n[training]\n"
+                              "seq_len = 128\nglobal_batch_tokens = 4096\n");
+  EXPECT_NE(e.find("job.toml:3:15: error: lr_schedule: expected a table, got an integer"), std::string::npos) << e;
+}
+
 TEST(Job, EmulatedStragglersSlowEveryComputeOrOnlyTheMatmuls) {
   Result<JobSpec> j = ParseJobToml(std::string(kMinimal) +
                                        "[[emulation.stragglers]]\nrank = 1\nslowdown = 4\n"
