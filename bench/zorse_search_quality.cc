@@ -72,6 +72,7 @@ int Main(int argc, char** argv) {
       "| cluster | nodes | planner's step | plans it simulated | random search's best | random plans simulated | "
       "regret | planner / random search time |\n|---|---|---|---|---|---|---|---|\n");
   std::mt19937_64 rng(seed);
+  std::string notes;
   double worst_regret = 0;
   for (const Cell& cell : {Cell{"zorse-a", 4096}, Cell{"zorse-b", 1024}, Cell{"zorse-c", 512}}) {
     const Cluster cluster = LoadCluster(cell.cluster).value();
@@ -105,6 +106,7 @@ int Main(int argc, char** argv) {
     z.precision = req.precision;
     start = std::chrono::steady_clock::now();
     std::vector<Plan> plans;
+    std::vector<std::string> whys;
     int attempts = 0;
     while (static_cast<int>(plans.size()) < samples && attempts < 100 * samples) {
       ++attempts;
@@ -117,17 +119,25 @@ int Main(int argc, char** argv) {
       std::erase_if(groups, [](const auto& g) { return g.empty(); });
       std::vector<ZorseCandidate> candidates = ZorseCandidatesForGroups(cluster, model, costs, z, groups);
       if (candidates.empty()) continue;
-      plans.push_back(candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)].plan);
+      const ZorseCandidate& pick = candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)];
+      plans.push_back(pick.plan);
+      whys.push_back(pick.why);
     }
     const std::vector<Result<PlanEvaluation>> judged = EvaluateAll(plans, evaluate);
     const double random_s = Since(start);
     double best = std::numeric_limits<double>::infinity();
     int fitting = 0;
-    for (const auto& e : judged)
-      if (e.ok() && e->fits_memory) {
+    std::string best_why;
+    for (size_t i = 0; i < judged.size(); ++i)
+      if (judged[i].ok() && judged[i]->fits_memory) {
         ++fitting;
-        best = std::min(best, e->step_time_s);
+        if (judged[i]->step_time_s < best) {
+          best = judged[i]->step_time_s;
+          best_why = whys[i];
+        }
       }
+    notes += fmt::format("- {}: the planner's plan: {}\n  the random search's best: {}\n", cell.cluster,
+                         planned.explain, best_why);
     const double regret = std::max(0.0, planned.evaluation.step_time_s / best - 1);
     worst_regret = std::max(worst_regret, regret);
     report += fmt::format("| {} | {} | {} | {} | {} | {} ({} fit) | {:.2f}% | {:.1f} s / {:.0f} s |\n", cell.cluster,
@@ -135,7 +145,7 @@ int Main(int argc, char** argv) {
                           FormatDuration(best), plans.size(), fitting, 100 * regret, plan_s, random_s);
     std::fprintf(stderr, "%s done\n", cell.cluster.c_str());
   }
-  report += fmt::format("\nWorst regret: {:.2f}%\n", 100 * worst_regret);
+  report += fmt::format("\nWorst regret: {:.2f}%\n\n{}", 100 * worst_regret, notes);
   std::printf("%s", report.c_str());
   if (!out_path.empty()) std::ofstream(out_path) << report;
   return 0;

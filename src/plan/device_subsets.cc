@@ -9,10 +9,7 @@
 #include <fmt/format.h>
 
 namespace motley {
-namespace {
 
-// What makes two nodes interchangeable to a planner: their devices, links and region, and for
-// a node some [[links]] entry names, the node itself.
 std::string NodeClass(const Cluster& c, int node, int first_device) {
   const NodeSpec& n = c.nodes[node];
   std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}", n.device_type, n.num_devices, InterconnectName(n.interconnect),
@@ -25,8 +22,6 @@ std::string NodeClass(const Cluster& c, int node, int first_device) {
     if (o.a == n.name || o.b == n.name) key += "|" + n.name;
   return key;
 }
-
-}  // namespace
 
 std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
                                         const SubsetWork& work) {

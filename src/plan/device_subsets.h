@@ -46,6 +46,10 @@ struct SubsetWork {
                                  // working set is split over it)
 };
 
+/// What makes two nodes interchangeable to a planner: their devices, links and region (and, for a
+/// node some [[links]] entry names, the node itself). `first_device` is the node's first device.
+std::string NodeClass(const Cluster& cluster, int node, int first_device);
+
 /// The whole cluster first, then every other subset by ascending lower bound (ties: more devices
 /// first).
 std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,

@@ -15,6 +15,7 @@
 
 #include "core/units.h"
 #include "cost/state_bytes.h"
+#include "plan/device_subsets.h"
 #include "plan/evaluate_all.h"
 #include "plan/min_k_cut.h"
 
@@ -304,13 +305,18 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
   std::vector<bool> allowed(cluster.num_devices(), request.devices.empty());
   for (int d : request.devices) allowed[d] = true;
   std::vector<std::vector<int>> node_devices;  // per used node, its devices
+  std::vector<std::string> node_class;         // ... and its class (nodes of a class are interchangeable)
   {
     int d = 0;
-    for (const auto& n : cluster.nodes) {
+    for (int n = 0; n < static_cast<int>(cluster.nodes.size()); ++n) {
       std::vector<int> mine;
-      for (int i = 0; i < n.num_devices; ++i, ++d)
+      const int first = d;
+      for (int i = 0; i < cluster.nodes[n].num_devices; ++i, ++d)
         if (allowed[d]) mine.push_back(d);
-      if (!mine.empty()) node_devices.push_back(std::move(mine));
+      if (!mine.empty()) {
+        node_class.push_back(fmt::format("{}|{}", NodeClass(cluster, n, first), mine.size()));
+        node_devices.push_back(std::move(mine));
+      }
     }
   }
   const WeightedGraph graph = NodeBandwidthGraph(cluster, node_devices);
@@ -387,6 +393,80 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     }
     all.insert(all.end(), std::make_move_iterator(candidates.begin()),
                std::make_move_iterator(candidates.end()));
+  }
+  // On more nodes than every grouping can be tried on, the latency model also climbs from the
+  // groupings it likes best to their neighbours: one node of a class moved to another group or to a
+  // group of its own (SPLIT keeps fast links inside groups; a mix of kinds of node may balance
+  // better, and the model may know it).
+  if (graph.num_vertices > request.exhaustive_groupings_up_to_nodes && request.grouping_climb_rounds > 0) {
+    auto canonical = [](std::vector<int> part) { return CanonicalPartition(part); };
+    // Which nodes of each class a group holds does not matter: a grouping is its class counts.
+    auto signature = [&](const std::vector<int>& part) {
+      std::map<int, std::map<std::string, int>> counts;
+      for (size_t v = 0; v < part.size(); ++v) ++counts[part[v]][node_class[v]];
+      std::vector<std::map<std::string, int>> out;
+      for (auto& [_, c] : counts) out.push_back(std::move(c));
+      std::sort(out.begin(), out.end());
+      return out;
+    };
+    auto best_step = [&](const std::vector<int>& part, std::vector<ZorseCandidate>* candidates) {
+      const int k = *std::max_element(part.begin(), part.end()) + 1;
+      std::vector<std::vector<int>> groups(k);
+      for (size_t v = 0; v < part.size(); ++v)
+        for (int d : node_devices[v]) groups[part[v]].push_back(d);
+      *candidates = ZorseCandidatesForGroups(cluster, model, costs, request, groups);
+      double best = std::numeric_limits<double>::infinity();
+      for (const auto& c : *candidates) best = std::min(best, c.model_step_s);
+      return best;
+    };
+    std::set<std::vector<std::map<std::string, int>>> visited;
+    for (const auto& [part, _] : groupings) visited.insert(signature(part));
+    // The starts: the whole-node groupings whose best candidate the model likes best.
+    std::vector<std::pair<double, size_t>> liked_groupings;
+    for (size_t gi = 0; gi < groupings.size(); ++gi) {
+      double best = std::numeric_limits<double>::infinity();
+      for (const auto& c : all)
+        if (c.grouping == static_cast<int>(gi)) best = std::min(best, c.model_step_s);
+      if (best < std::numeric_limits<double>::infinity()) liked_groupings.push_back({best, gi});
+    }
+    std::sort(liked_groupings.begin(), liked_groupings.end());
+    for (size_t start = 0; start < std::min<size_t>(liked_groupings.size(), 2); ++start) {
+      std::vector<int> part = groupings[liked_groupings[start].second].first;
+      double current = liked_groupings[start].first;
+      for (int round = 0; round < request.grouping_climb_rounds; ++round) {
+        const int k = *std::max_element(part.begin(), part.end()) + 1;
+        std::vector<int> best_part;
+        std::vector<ZorseCandidate> best_candidates;
+        double best = current;
+        std::set<std::pair<std::string, std::pair<int, int>>> tried;  // (class, (from, to))
+        for (size_t v = 0; v < part.size(); ++v)
+          for (int to = 0; to <= std::min(k, max_k - 1); ++to) {
+            if (to == part[v] || !tried.insert({node_class[v], {part[v], to}}).second) continue;
+            std::vector<int> next = part;
+            next[v] = to;
+            next = canonical(next);
+            if (!visited.insert(signature(next)).second) continue;
+            std::vector<ZorseCandidate> candidates;
+            const double step = best_step(next, &candidates);
+            if (step < best) {
+              best = step;
+              best_part = std::move(next);
+              best_candidates = std::move(candidates);
+            }
+          }
+        if (best_part.empty()) break;
+        part = std::move(best_part);
+        current = best;
+        const int gi = static_cast<int>(device_groupings.size());
+        add_grouping(node_devices, part, "climbed by the latency model from SPLIT's cuts");
+        if (static_cast<int>(device_groupings.size()) == gi) break;  // (the same groups as one tried)
+        for (auto& c : best_candidates) {
+          c.why = fmt::format("{}: {}", device_groupings[gi].second, c.why);
+          c.grouping = gi;
+          all.push_back(std::move(c));
+        }
+      }
+    }
   }
   if (all.empty())
     return Status::Infeasible(

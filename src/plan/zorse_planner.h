@@ -52,6 +52,9 @@ struct ZorseRequest {
   // On this many nodes or fewer every grouping of the nodes is tried (Bell(6) = 203 of them), not
   // only SPLIT's cuts.
   int exhaustive_groupings_up_to_nodes = 6;
+  // On more nodes, the latency model climbs this many steps from the two groupings it likes best
+  // (one node moved to another group or a new one per step; 0: SPLIT's cuts only).
+  int grouping_climb_rounds = 6;
   // After the re-ranking, the best plan's neighbours (twice or half as many ministages, one more
   // or fewer; the next microbatch sizes; the same in the groupings the latency model likes best)
   // are judged by the evaluator too, and the search moves to a better one, this many times at

@@ -1,4 +1,6 @@
 #include "sim/profile.h"
+
+#include <charconv>
 #include "core/json_read.h"
 
 #include <cstdint>
@@ -137,8 +139,11 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
       }
       if (e.contains("tp_points")) {
         for (const auto& [degree, list] : e.at("tp_points").items()) {
-          const int tp = std::stoi(degree);
-          if (tp < 2) return bad(fmt::format("entry for {}: tp_points degree {} must be 2 or more", entry.device_type, tp));
+          int tp = 0;
+          const auto [end, error] = std::from_chars(degree.data(), degree.data() + degree.size(), tp);
+          if (error != std::errc() || end != degree.data() + degree.size() || tp < 2 || tp > 1024)
+            return bad(fmt::format("entry for {}: tp_points key \"{}\" must be a tensor-parallel degree (2, 4, ...)",
+                                   entry.device_type, degree.substr(0, 40)));
           for (const auto& pt : list) {
             ProfilePoint point{pt.at("microbatch").get<double>(), pt.at("forward_ms").get<double>(),
                                pt.at("backward_ms").get<double>()};
@@ -254,7 +259,10 @@ Result<Profile> ImportZorseMeasured(std::string_view latencies_json, const std::
             e.device_type = spec->name;
             e.model = preset;
             e.hidden_size = model->hidden_size;
-            e.seq_len = std::stoll(seq);
+            const auto [end, error] = std::from_chars(seq.data(), seq.data() + seq.size(), e.seq_len);
+            if (error != std::errc() || end != seq.data() + seq.size() || e.seq_len < 1)
+              return Status::InvalidArgument(fmt::format("{}: {}.{}: \"{}\" is not a sequence length", file,
+                                                         source_name, gpu, seq.substr(0, 40)));
             e.precision = ProfilePrecision(dtype);
             e.backward_includes_recompute = true;
             e.forward_fit = LinearFit{data.at(0).at(0).get<double>(), data.at(0).at(1).get<double>()};

@@ -108,6 +108,15 @@ TEST(Profile, BadFilesSayWhatIsWrong) {
       "p.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("forward_ms and backward_ms > 0"), std::string::npos);
+  // Found by the fuzzer: a tp_points key that is not a number threw from std::stoi (an uncaught
+  // std::invalid_argument ended the process).
+  Result<Profile> key = ParseProfileJson(
+      R"({"format": "motley-profile-1", "entries": [{"device_type": "t4", "hidden_size": 8, "seq_len": 8,
+          "points": [{"microbatch": 1, "forward_ms": 1, "backward_ms": 2}], "tp_points": {"two": []}}]})",
+      "p.json");
+  ASSERT_FALSE(key.ok());
+  EXPECT_NE(key.status().message().find("tp_points key \"two\" must be a tensor-parallel degree"), std::string::npos)
+      << key.status().message();
 }
 
 TEST(Profile, ImportsTheZorseMeasurements) {
