@@ -346,7 +346,7 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
   }
   // Each grouping as groups of devices.
   std::vector<std::pair<std::vector<std::vector<int>>, std::string>> device_groupings;
-  std::vector<int> split_of_grouping;  // 1: whole nodes; f: nodes split in f
+  std::vector<int> split_of_grouping;  // 1: whole nodes; f: nodes split in f; 0: found by the climb below
   std::set<std::vector<std::vector<int>>> seen_groups;
   auto add_grouping = [&](const std::vector<std::vector<int>>& parts, const std::vector<int>& part,
                           const std::string& how, int split = 1) {
@@ -458,7 +458,7 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
         part = std::move(best_part);
         current = best;
         const int gi = static_cast<int>(device_groupings.size());
-        add_grouping(node_devices, part, "climbed by the latency model from SPLIT's cuts");
+        add_grouping(node_devices, part, "climbed by the latency model from SPLIT's cuts", /*split=*/0);
         if (static_cast<int>(device_groupings.size()) == gi) break;  // (the same groups as one tried)
         for (auto& c : best_candidates) {
           c.why = fmt::format("{}: {}", device_groupings[gi].second, c.why);
@@ -484,8 +484,9 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     return out;
   }
   // Re-rank the best few with the evaluator; keep the fastest that fits. The best few of each kind
-  // of candidate (tensor-parallel width, nodes whole or split): the latency model misranks kinds
-  // against each other, so a wider search must not crowd out the plans a narrower one would judge.
+  // of candidate (tensor-parallel width; nodes whole, split, or grouped by the climb): the latency
+  // model misranks kinds against each other, so a wider search must not crowd out the plans a
+  // narrower one would judge.
   double best = std::numeric_limits<double>::infinity();
   size_t at = 0;  // the best candidate judged so far
   const size_t per_kind = static_cast<size_t>(std::max(1, request.candidates_to_evaluate));
