@@ -484,9 +484,9 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     return out;
   }
   // Re-rank the best few with the evaluator; keep the fastest that fits. The best few of each kind
-  // of candidate (tensor-parallel width; nodes whole, split, or grouped by the climb): the latency
-  // model misranks kinds against each other, so a wider search must not crowd out the plans a
-  // narrower one would judge.
+  // of candidate (tensor-parallel width; nodes whole, split, or grouped by the climb — of these,
+  // half as many): the latency model misranks kinds against each other, so a wider search must not
+  // crowd out the plans a narrower one would judge.
   double best = std::numeric_limits<double>::infinity();
   size_t at = 0;  // the best candidate judged so far
   const size_t per_kind = static_cast<size_t>(std::max(1, request.candidates_to_evaluate));
@@ -494,7 +494,9 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
   {
     std::map<std::pair<int, int>, size_t> taken;  // (tp, split) -> candidates chosen
     for (size_t i = 0; i < all.size(); ++i)
-      if (taken[{all[i].tp_degree, split_of_grouping[all[i].grouping]}]++ < per_kind) chosen.push_back(i);
+      if (const int split = split_of_grouping[all[i].grouping];
+          taken[{all[i].tp_degree, split}]++ < (split == 0 ? per_kind / 2 + 1 : per_kind))
+        chosen.push_back(i);
   }
   const size_t n = chosen.size();
   std::vector<Plan> plans;
