@@ -42,6 +42,14 @@ inline CliRun Motley(const std::string& args, bool stdout_only = false, const st
                         (stdout_only ? " 2>/dev/null" : " 2>&1"));
 }
 
+// Whether a line of rank `rank`'s output (the launcher's "[rank R] " prefix) holds `text`.
+inline bool RankSaid(const std::string& output, int rank, const std::string& text) {
+  const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+  for (size_t at = 0; (at = output.find(prefix, at)) != std::string::npos; ++at)
+    if (output.substr(at, output.find('\n', at) - at).find(text) != std::string::npos) return true;
+  return false;
+}
+
 inline std::string Example(const std::string& rel) { return std::string(MOTLEY_SOURCE_DIR) + "/examples/" + rel; }
 
 class TempDir {

@@ -647,15 +647,9 @@ TEST(DistributedTrain, AKilledRankMidStepStopsEveryRankWithItsName) {
                     false, dir.path().string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_CONTAINS(r.output, "motley launch: failed: rank 1 was killed by signal 9");
-  for (int k : {0, 2}) {
-    const std::string prefix = "[rank " + std::to_string(k) + "] ";
-    bool named = false;
-    for (size_t at = 0; (at = r.output.find(prefix, at)) != std::string::npos; ++at) {
-      const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
-      named = named || line.find("1 stopped responding") != std::string::npos;
-    }
-    EXPECT_TRUE(named) << "rank " << k << " did not name rank 1:\n" << r.output;
-  }
+  for (int k : {0, 2})
+    EXPECT_TRUE(RankSaid(r.output, k, "1 stopped responding"))
+        << "rank " << k << " did not name rank 1:\n" << r.output;
 }
 
 TEST(DistributedTrain, ResumingAPipelineContinuesExactlyAsTheUninterruptedRun) {

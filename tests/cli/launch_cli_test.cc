@@ -26,15 +26,9 @@ TEST(LaunchCli, AKilledRankStopsTheRunWithItsNameUnderTheLauncher) {
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_CONTAINS(run.output, "motley launch: failed: rank 1 was killed by signal 9");
   // Each survivor names the dead rank itself.
-  for (int r : {0, 2}) {
-    const std::string prefix = "[rank " + std::to_string(r) + "] ";
-    bool named = false;
-    for (size_t at = 0; (at = run.output.find(prefix, at)) != std::string::npos; ++at) {
-      const std::string line = run.output.substr(at, run.output.find('\n', at) - at);
-      named = named || line.find("1 stopped responding") != std::string::npos;
-    }
-    EXPECT_TRUE(named) << "rank " << r << " did not name rank 1:\n" << run.output;
-  }
+  for (int r : {0, 2})
+    EXPECT_TRUE(RankSaid(run.output, r, "1 stopped responding"))
+        << "rank " << r << " did not name rank 1:\n" << run.output;
 }
 
 // #28: a rank that exits with an error (not a crash) is seen as failed at once — the others stop
@@ -46,15 +40,9 @@ TEST(LaunchCli, ARankFailingWithAnErrorStopsTheOthersWithinSecondsNamingIt) {
   const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(run.exit_code, 1) << run.output;
   // Each survivor names it: from its watchdog, or from the collective the failed rank left.
-  for (int r : {0, 2}) {
-    const std::string prefix = "[rank " + std::to_string(r) + "] ";
-    bool named = false;
-    for (size_t at = 0; (at = run.output.find(prefix, at)) != std::string::npos; ++at) {
-      const std::string line = run.output.substr(at, run.output.find('\n', at) - at);
-      named = named || line.find("rank 1 failed first: fault injection: rank 1 fails") != std::string::npos;
-    }
-    EXPECT_TRUE(named) << "rank " << r << " did not name rank 1 and its error:\n" << run.output;
-  }
+  for (int r : {0, 2})
+    EXPECT_TRUE(RankSaid(run.output, r, "rank 1 failed first: fault injection: rank 1 fails"))
+        << "rank " << r << " did not name rank 1 and its error:\n" << run.output;
   EXPECT_CONTAINS(run.output, "motley launch: failed: rank 1 exited with code 1");
   EXPECT_LT(elapsed_s, 15) << run.output;  // started, ran a second, failed, and the others stopped
 }
