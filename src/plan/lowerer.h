@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,16 @@ struct Policy {
   bool gather_once = false;            // 1F1B pipelines with ZeRO-3: once per step, kept
   bool reduce_per_microbatch = false;  // ZeRO-2/3 in data parallelism
 };
+
+struct PairHash {
+  template <typename A, typename B>
+  size_t operator()(const std::pair<A, B>& p) const {
+    const uint64_t a = static_cast<uint64_t>(p.first), b = static_cast<uint64_t>(p.second);
+    return std::hash<uint64_t>()(a * 0x9E3779B97F4A7C15ull ^ b);
+  }
+};
+template <typename K, typename V>
+using PairMap = std::unordered_map<K, V, PairHash>;
 
 class Lowerer {
  public:
@@ -156,22 +167,23 @@ class Lowerer {
   std::vector<int> group_of_rank_;
   double param_bytes_ = 2, grad_bytes_ = 2, opt_bytes_ = 12, act_bytes_ = 2;
 
-  // Per-rank bookkeeping for dependencies.
-  std::map<std::pair<int, int>, int> gather_op_;     // (rank, v) -> op of the current visit's gather
-  std::map<std::pair<int, int>, int> prefetch_op_;   // (rank, v) -> current visit's param prefetch
-  std::map<std::pair<int, int>, int> last_compute_;  // (rank, v) -> last compute op of the current visit
-  std::map<std::pair<int, int>, int> release_op_;    // (rank, visit number) -> op after which params are gone
-  std::map<std::pair<int, int>, bool> grads_allocated_;  // (rank, v) -> full gradient buffer held
-  std::map<std::pair<int, int>, int> reductions_;       // (rank, v) -> reduce-scatters so far this step
-  std::map<std::pair<int, int64_t>, int> forward_op_;    // (rank, v * num_mb + m) -> forward op
-  std::map<std::pair<int, int64_t>, int> act_offload_op_;
+  // Per-rank bookkeeping for dependencies: looked up, never iterated (hash maps: the lowering of a
+  // plan with many microbatches does hundreds of thousands of lookups).
+  PairMap<std::pair<int, int>, int> gather_op_;     // (rank, v) -> op of the current visit's gather
+  PairMap<std::pair<int, int>, int> prefetch_op_;   // (rank, v) -> current visit's param prefetch
+  PairMap<std::pair<int, int>, int> last_compute_;  // (rank, v) -> last compute op of the current visit
+  PairMap<std::pair<int, int>, int> release_op_;    // (rank, visit number) -> op after which params are gone
+  PairMap<std::pair<int, int>, bool> grads_allocated_;  // (rank, v) -> full gradient buffer held
+  PairMap<std::pair<int, int>, int> reductions_;       // (rank, v) -> reduce-scatters so far this step
+  PairMap<std::pair<int, int64_t>, int> forward_op_;    // (rank, v * num_mb + m) -> forward op
+  PairMap<std::pair<int, int64_t>, int> act_offload_op_;
   std::vector<std::vector<int>> backward_ops_;  // per rank, in order
-  std::map<int, int> pending_tp_allreduce_;     // rank -> TP all-reduce the next compute waits for
-  std::map<std::pair<int, int>, int>
+  std::unordered_map<int, int> pending_tp_allreduce_;  // rank -> TP all-reduce the next compute waits for
+  PairMap<std::pair<int, int>, int>
       last_reduce_;                             // (rank, v) -> reduce the next backward's gradients wait for
-  std::map<int, std::vector<int>> reduce_ops_;  // rank -> its gradient reductions, in order
+  std::unordered_map<int, std::vector<int>> reduce_ops_;  // rank -> its gradient reductions, in order
   int tp_collective_ = -1;                      // the TP all-reduce of the task being emitted
-  std::map<std::pair<int, int>, int> visit_number_;  // (group, pass*V + v) -> ordinal of the visit
+  PairMap<std::pair<int, int>, int> visit_number_;  // (group, pass*V + v) -> ordinal of the visit
 };
 
 }  // namespace motley::lowering
