@@ -85,6 +85,10 @@ int RunComm(const std::vector<std::string>& args) {
   // From here a failure is reported to the other ranks first, so that they stop at once naming
   // this rank and its error (a rank that merely exits would look finished to them).
   auto fail_here = [&](const Status& s) {
+    if (c.AnotherRankFailedFirst()) {  // a consequence of another rank's failure, which the message names
+      fail(s);
+      return kExitPeerFailed;
+    }
     c.ReportFailure(s.message());
     return fail(s);
   };

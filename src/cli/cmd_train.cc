@@ -104,7 +104,7 @@ int RunTrainWithPlan(const JobSpec& job, const TrainOptions& options, bool lead)
   observer.Finish();
   if (!s.ok()) {
     fmt::print(stderr, "motley train: {}\n", s.status().message());
-    return kExitFailure;
+    return s.status().code() == StatusCode::kPeerFailed ? kExitPeerFailed : kExitFailure;
   }
   if (lead) PrintSummary(*s);
   return kExitOk;

@@ -20,6 +20,7 @@ enum class StatusCode {
   kOutOfMemory,      // a plan or an op that does not fit a device
   kInfeasible,       // no plan satisfies the constraints
   kInternal,         // a failure in a library we call
+  kPeerFailed,       // another rank of the run failed first; this one stops because of it
 };
 
 class [[nodiscard]] Status {
@@ -32,6 +33,7 @@ class [[nodiscard]] Status {
   static Status OutOfMemory(std::string msg) { return {StatusCode::kOutOfMemory, std::move(msg)}; }
   static Status Infeasible(std::string msg) { return {StatusCode::kInfeasible, std::move(msg)}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  static Status PeerFailed(std::string msg) { return {StatusCode::kPeerFailed, std::move(msg)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

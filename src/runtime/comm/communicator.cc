@@ -175,6 +175,9 @@ void Communicator::Watch() {
       if (const std::string failed = reported_ ? "" : ReportedFailure(*watch_store_); !failed.empty()) {
         fmt::print(stderr, "motley: rank {}: {}; exiting\n", rv_.rank, failed);
         std::fflush(stderr);
+        // The rank hosting the store keeps it a little longer, so that the others read the report
+        // too (gone with it, they would blame the store, and the launcher the wrong rank).
+        if (rv_.launcher_rank == 0) std::this_thread::sleep_for(Ms(2 * config_.heartbeat_interval_s + 0.5));
         std::_Exit(3);  // kExitPeerFailed (cli/command.h): the launcher blames the rank that failed
       }
       for (int r = 0; r < rv_.world_size; ++r) {
@@ -216,6 +219,16 @@ void Communicator::ReportFailure(const std::string& why) {
     const int64_t n = store_->add(FailuresKey(), 1);
     store_->set(FailureKey(n), std::vector<uint8_t>(text.begin(), text.end()));
   } catch (const std::exception&) {
+  }
+}
+
+bool Communicator::AnotherRankFailedFirst() {
+  if (!store_ || rv_.world_size == 1) return false;
+  try {
+    const std::string failed = ReportedFailure(*store_);
+    return !failed.empty() && !failed.starts_with(fmt::format("rank {} failed first", rv_.rank));
+  } catch (const std::exception&) {
+    return false;
   }
 }
 

@@ -111,6 +111,9 @@ class Communicator {
   /// Why an operation failed: a rank that reported a failure, the ranks whose heartbeats stopped
   /// (waits up to the heartbeat timeout for the evidence), or that none did.
   std::string DiagnoseFailure();
+  /// Whether another rank has reported a failure (ReportFailure) before any of this rank's: this
+  /// rank's own error is then a consequence, and it exits as kExitPeerFailed (cli/command.h).
+  bool AnotherRankFailedFirst();
   /// This rank ends with an error: says so in the rendezvous store, where every other rank's
   /// watchdog reads it within a heartbeat and exits naming this rank and `why` — instead of waiting
   /// in a collective with it until the operation's timeout.

@@ -146,6 +146,7 @@ class PlannedRun {
   Status Validate(int64_t step);
   Status Checkpoint();
   /// This rank ends with an error: the others hear of it at once (Communicator::ReportFailure).
+  bool AnotherRankFailedFirst() { return comm_ && comm_->AnotherRankFailedFirst(); }
   void ReportFailure(const std::string& why) {
     if (comm_) comm_->ReportFailure(why);
   }
@@ -514,6 +515,8 @@ Result<TrainSummary> RunToTheEnd(const JobSpec& job, const TrainOptions& options
   if (Status s = TrainSteps(*run, job, options); !s.ok()) {
     // The step it failed in: the one after the last finished (validating or checkpointing after
     // step N fails "in" step N + 1 too: the retry starts from a state before it).
+    // A consequence of another rank's failure (which the message names): not this rank's to report.
+    if (run->AnotherRankFailedFirst()) return Status::PeerFailed(s.message());
     WriteFailureReport(options, run->rank(), run->device(), run->step() + 1, s);
     run->ReportFailure(s.message());  // the other ranks stop now, naming this one, not at a timeout
     return s;
