@@ -357,19 +357,25 @@ TEST(ZorsePlanner, RegretAgainstExhaustiveSearchOnRandomClusters) {
 namespace motley {
 namespace {
 
+// The search HexiScale and TorchTitan-Het share with Zorse's: plain stages, 1F1B, no offload.
+ZorseRequest PipelineBaselineRequest(int64_t sequences, int64_t seq_len, Precision precision) {
+  ZorseRequest z;
+  z.global_batch_sequences = sequences;
+  z.seq_len = seq_len;
+  z.precision = precision;
+  z.offload = false;
+  z.max_ministages = 1;
+  z.schedule = PipelineSchedule::k1F1B;
+  return z;
+}
+
 // #24 part 4: the baselines' searches as the systems search — tensor parallelism of width 2, 4 and
 // 8 where a run of that many devices shares an NVLink or NVSwitch node, and stages of split nodes.
 TEST(Baselines, TensorParallelWidthsUpToEightInsideFastNodes) {
   Cluster cluster = LoadCluster("zorse-a").value();  // 2 nodes of 2 H100-NVL (NVLink), 2 of 8 A100 (NVSwitch)
   ModelSpec m = *FindModelPreset("llama-7b");
   CostModel costs(cluster, m, nullptr, 1024, Precision::kFp16, true);
-  ZorseRequest z;
-  z.global_batch_sequences = 64;
-  z.seq_len = 1024;
-  z.precision = Precision::kFp16;
-  z.offload = false;
-  z.max_ministages = 1;
-  z.schedule = PipelineSchedule::k1F1B;
+  ZorseRequest z = PipelineBaselineRequest(64, 1024, Precision::kFp16);
   z.try_tensor_parallel = true;
   auto widths = [&](std::vector<std::vector<int>> groups) {
     std::set<int> tp;
@@ -392,12 +398,7 @@ TEST(Baselines, HexiscaleSplitsNodesIntoStagesAndJudgesEveryKind) {
   ModelSpec m = *FindModelPreset("tinyllama-1.1b");
   CostModel costs(cluster, m, nullptr, 1024, Precision::kBf16, true);
   const PlanEvaluator evaluate = SimulationEvaluator(cluster, m, costs);
-  ZorseRequest z;
-  z.global_batch_sequences = 64;
-  z.seq_len = 1024;
-  z.offload = false;
-  z.max_ministages = 1;
-  z.schedule = PipelineSchedule::k1F1B;
+  ZorseRequest z = PipelineBaselineRequest(64, 1024, Precision::kBf16);
   z.candidates_to_evaluate = 2;
   z.split_nodes_up_to = 8;
   ZorsePlan p = PlanZorse(cluster, m, costs, z, evaluate).value();
