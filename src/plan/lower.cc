@@ -52,9 +52,9 @@ Status Lowerer::Setup() {
       Program p;
       p.rank = rank;
       p.device = d.device;
-      // Roughly the ops it will hold (a compute op, a transfer or two and a copy per microbatch and
-      // ministage, its collectives): growing a vector of ops moves them all.
-      p.ops.reserve(plan_.groups[g].ministages.size() * static_cast<size_t>(4 * d.num_microbatches + 6) + 16);
+      // Roughly the ops it will hold (per microbatch and ministage: two computes, their transfers and
+      // copies; its collectives): growing a vector of ops moves them all.
+      p.ops.reserve(plan_.groups[g].ministages.size() * static_cast<size_t>(8 * d.num_microbatches + 6) + 16);
       s_.programs.push_back(std::move(p));
     }
   }
@@ -183,7 +183,7 @@ Op Lowerer::StageOp(OpKind kind, Stream stream, int v) const {
   return op;
 }
 
-int Lowerer::Emit(int rank, Op op) {
+int Lowerer::Emit(int rank, Op&& op) {
   auto& ops = s_.programs[rank].ops;
   ops.push_back(std::move(op));
   return static_cast<int>(ops.size()) - 1;

@@ -7,6 +7,8 @@
 #include <tuple>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "core/check.h"
 #include "plan/lowerer.h"
 
@@ -110,7 +112,7 @@ void Lowerer::AddBufferDeps() {
   };
   struct Uses {
     int writer = -1;
-    std::vector<std::pair<int, int>> readers;  // (lane, op); lane -1: a send
+    boost::container::small_vector<std::pair<int, int>, 2> readers;  // (lane, op); lane -1: a send
   };
   for (Program& p : s_.programs) {
     std::unordered_map<uint64_t, Uses> uses;
@@ -209,23 +211,18 @@ void Lowerer::IssuePrefetchesEarly() {
 }
 
 void Lowerer::MarkCompleteGradients() {
+  // From the end: per ministage, whether what comes next for its gradients is a read (or the end of
+  // the step: complete) or another backward adding to them (not complete).
   for (Program& p : s_.programs) {
-    for (size_t i = 0; i < p.ops.size(); ++i) {
-      if (p.ops[i].kind != OpKind::kBackward) continue;
-      const int v = p.ops[i].ministage;
-      bool complete = true;  // nothing after it on this rank: the step ends
-      for (size_t j = i + 1; j < p.ops.size(); ++j) {
-        const Op& next = p.ops[j];
-        const auto reads_grads = std::any_of(next.reads.begin(), next.reads.end(), [&](const Buffer& b) {
-          return b.ministage == v && (b.kind == BufferKind::kGrads || b.kind == BufferKind::kGradShard);
-        });
-        if (reads_grads) break;
-        if (next.kind == OpKind::kBackward && next.ministage == v) {
-          complete = false;
-          break;
-        }
+    std::vector<bool> read_next(num_ministages_, true);
+    for (size_t i = p.ops.size(); i-- > 0;) {
+      Op& op = p.ops[i];
+      if (op.kind == OpKind::kBackward) {
+        op.gradients_complete = read_next[op.ministage];
+        read_next[op.ministage] = false;
       }
-      p.ops[i].gradients_complete = complete;
+      for (const Buffer& b : op.reads)
+        if (b.kind == BufferKind::kGrads || b.kind == BufferKind::kGradShard) read_next[b.ministage] = true;
     }
   }
 }

@@ -116,7 +116,7 @@ class Lowerer {
   void EmitPipeline();      // lower_pipeline.cc
 
   // ---- Emission ----
-  int Emit(int rank, Op op);
+  int Emit(int rank, Op&& op);
   /// An op of `kind` on `stream` touching ministage v's ministage and layers.
   Op StageOp(OpKind kind, Stream stream, int v) const;
   int NewCollective(OpKind kind, const std::vector<int>& ranks, double bytes);

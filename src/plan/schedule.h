@@ -90,9 +90,17 @@ std::string_view LaneName(int lane);
 // An op's dependencies and buffers: a few each, kept inside the op (a schedule of a thousand
 // ranks holds millions of ops, and the planner lowers hundreds of schedules).
 using OpDeps = boost::container::small_vector<int32_t, 4>;
-using Buffers = boost::container::small_vector<Buffer, 2>;
+using Buffers = boost::container::small_vector<Buffer, 3>;  // a backward reads three
 
 struct Op {
+  // Moves are noexcept (small_vector's are not declared so), so that a growing vector of ops moves
+  // them rather than copying every one.
+  Op() = default;
+  Op(const Op&) = default;
+  Op& operator=(const Op&) = default;
+  Op(Op&&) noexcept = default;
+  Op& operator=(Op&&) noexcept = default;
+
   OpKind kind = OpKind::kForward;
   Stream stream = Stream::kCompute;
   int32_t ministage = -1;   // index into Schedule::ministages; -1 if none

@@ -486,37 +486,61 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
   // Re-rank the best few with the evaluator; keep the fastest that fits. The best few of each kind
   // of candidate (tensor-parallel width; nodes whole, split, or grouped by the climb — of these,
   // half as many): the latency model misranks kinds against each other, so a wider search must not
-  // crowd out the plans a narrower one would judge.
+  // crowd out the plans a narrower one would judge. Judged in rounds: the first few of every
+  // kind, then more only of the kinds whose best so far is near the best of all (a kind the
+  // simulator finds far slower is not one the latency model's next choices will rescue).
   double best = std::numeric_limits<double>::infinity();
   size_t at = 0;  // the best candidate judged so far
   const size_t per_kind = static_cast<size_t>(std::max(1, request.candidates_to_evaluate));
-  std::vector<size_t> chosen;
-  {
-    std::map<std::pair<int, int>, size_t> taken;  // (tp, split) -> candidates chosen
-    for (size_t i = 0; i < all.size(); ++i)
-      if (const int split = split_of_grouping[all[i].grouping];
-          taken[{all[i].tp_degree, split}]++ < (split == 0 ? per_kind / 2 + 1 : per_kind))
-        chosen.push_back(i);
-  }
-  const size_t n = chosen.size();
-  std::vector<Plan> plans;
-  for (size_t i : chosen) plans.push_back(all[i].plan);
-  const std::vector<Result<PlanEvaluation>> evaluations = EvaluateAll(plans, evaluate);
-  std::vector<std::pair<double, size_t>> evaluated;
-  for (size_t k = 0; k < n; ++k) {
-    const size_t i = chosen[k];
-    if (!evaluations[k].ok()) return evaluations[k].status();
-    const PlanEvaluation& e = *evaluations[k];
-    if (!e.fits_memory) continue;
-    evaluated.push_back({e.step_time_s, i});
-    if (e.step_time_s < best) {
-      best = e.step_time_s;
-      at = i;
-      out.plan = all[i].plan;
-      out.predicted_step_s = e.step_time_s;
-      out.explain = all[i].why;
+  struct Kind {
+    std::vector<size_t> queue;  // its candidates, best by the model first, up to its share
+    size_t taken = 0;
+    double best = std::numeric_limits<double>::infinity();
+  };
+  std::map<std::pair<int, int>, Kind> kinds;  // (tp, split)
+  std::map<size_t, std::pair<int, int>> kind_of;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const int split = split_of_grouping[all[i].grouping];
+    Kind& k = kinds[{all[i].tp_degree, split}];
+    if (k.queue.size() < (split == 0 ? per_kind / 2 + 1 : per_kind)) {
+      k.queue.push_back(i);
+      kind_of[i] = {all[i].tp_degree, split};
     }
   }
+  std::vector<size_t> chosen;  // every candidate judged, in the order judged
+  std::vector<std::pair<double, size_t>> evaluated;
+  const auto first = static_cast<size_t>(std::max(1, request.first_judged_per_kind));
+  const auto more = static_cast<size_t>(std::max(1, request.more_judged_per_kind));
+  for (size_t batch = first;; batch = more) {
+    std::vector<size_t> next;
+    for (auto& [_, k] : kinds) {
+      const bool promising = k.taken == 0 || !std::isfinite(best) || k.best <= best * (1 + request.kind_slack);
+      if (!promising) continue;
+      for (size_t n = 0; n < batch && k.taken < k.queue.size(); ++n) next.push_back(k.queue[k.taken++]);
+    }
+    if (next.empty()) break;
+    std::vector<Plan> plans;
+    for (size_t i : next) plans.push_back(all[i].plan);
+    const std::vector<Result<PlanEvaluation>> evaluations = EvaluateAll(plans, evaluate);
+    for (size_t k = 0; k < next.size(); ++k) {
+      const size_t i = next[k];
+      chosen.push_back(i);
+      if (!evaluations[k].ok()) return evaluations[k].status();
+      const PlanEvaluation& e = *evaluations[k];
+      if (!e.fits_memory) continue;
+      evaluated.push_back({e.step_time_s, i});
+      Kind& kind = kinds[kind_of[i]];
+      kind.best = std::min(kind.best, e.step_time_s);
+      if (e.step_time_s < best || (e.step_time_s == best && i < at)) {
+        best = e.step_time_s;
+        at = i;
+        out.plan = all[i].plan;
+        out.predicted_step_s = e.step_time_s;
+        out.explain = all[i].why;
+      }
+    }
+  }
+  const size_t n = chosen.size();
   if (evaluated.empty())
     return Status::Infeasible(fmt::format(
         "zorse planner: the {} best candidates by the memory model all ran out of memory in the simulator",

@@ -49,6 +49,12 @@ struct ZorseRequest {
   // decides alone). The latency model misranks: on the Zorse clusters the simulator's best plan was
   // 7th-20th by it, up to 43% faster than the best of the first 6 (bench/reports/zorse_evaluation.md).
   int candidates_to_evaluate = 20;
+  // ... judged in rounds: this many of each kind first (tensor-parallel width; nodes whole, split
+  // or climbed), then this many more at a time of the kinds whose best simulated step is within
+  // `kind_slack` of the best of all, until a kind has had its share.
+  int first_judged_per_kind = 4;
+  int more_judged_per_kind = 4;
+  double kind_slack = 0.03;
   // On this many nodes or fewer every grouping of the nodes is tried (Bell(6) = 203 of them), not
   // only SPLIT's cuts.
   int exhaustive_groupings_up_to_nodes = 6;
