@@ -335,6 +335,49 @@ TEST_F(DistributedEquivalence, EveryPlanMatchesOneProcessAfterFiveSteps) {
   }
 }
 
+// Resume under any plan (#25): a checkpoint written at step 2 by one plan resumes under every
+// other — another world size, family (data parallelism, Poplar's uneven batches, Zorse's routed
+// interleaved pipeline, a tensor-parallel team beside a tp1 group), ZeRO stage and offload — and
+// after step 5 the parameters and moments are those of one process (fp64). Parameters, AdamW
+// moments, the step, the LR schedule and the data position carry over.
+TEST_F(DistributedEquivalence, ACheckpointOfAnyPlanResumesUnderAnyOther) {
+  const char* names[] = {"dp3-zero0-last-batch", "poplar-dp5-zero2-accumulation-last-batch",
+                         "interleaved-zero3-routing-6-ranks", "pipeline-tp2-then-tp1-offload"};
+  const std::string reference = Reference(1, true);
+  // Each plan trains 5 steps, checkpointing every 2 (its step 5 is the contract's own check).
+  for (const char* a : names) {
+    const PlanCase& c = Case(a);
+    ASSERT_EQ(c.clip, 1);
+    ASSERT_TRUE(c.checkpointing);
+    auto d = Train(c, std::string("from-") + a, reference, "", "interval_steps = 2\nkeep = 5\n");
+    ASSERT_TRUE(d);
+    EXPECT_LT(d->params, kFp64Tolerance);
+  }
+  for (const char* a : names)
+    for (const char* b : names) {
+      if (std::string(a) == b) continue;
+      SCOPED_TRACE(std::string(a) + " -> " + b);
+      const PlanCase& c = Case(b);
+      const std::string name = std::string("resume-") + a + "-as-" + b;
+      const std::string plan = dir_->Write(name + ".plan.toml", PlanHeader() + c.body);
+      dir_->Write(name + ".toml", Job(dir_->Join(name), c.clip, c.checkpointing));
+      CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
+                            ".toml --plan " + plan + " --resume " + dir_->Join(std::string("from-") + a + "/step-000002"),
+                        false, dir_->path().string());
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_CONTAINS(r.output, "steps 3..5 of 5");
+      const std::string got = dir_->Join(name + "/step-000005/"), ref = dir_->Join(reference + "/step-000005/");
+      const double params = MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors");
+      const double moments = MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors");
+      std::cout << name << ": relative difference of the parameters " << params << ", of the moments " << moments
+                << "\n";
+      EXPECT_GE(params, 0);
+      EXPECT_LT(params, kFp64Tolerance);
+      EXPECT_GE(moments, 0);
+      EXPECT_LT(moments, kFp64Tolerance);
+    }
+}
+
 // The asynchronous copy path a GPU takes (tickets, waits, gathers deferred until their shard
 // arrives, host buffers reused) run on CPU: copies on worker threads, each a little late
 // (copy_engine.h). Every plan with offload must still match one process.
@@ -374,6 +417,21 @@ TEST_F(DistributedEquivalence, Fp32PlansStayWithinTheMeasuredNoiseFloor) {
     EXPECT_LT(d->params, 10 * floor_params);
     EXPECT_LT(d->moments, 10 * floor_moments);
   }
+  // Precision changes on resume too (#25): two fp64 steps of one plan, then three fp32 steps of
+  // another, stay within the same floor of fp32 training, and the run checkpoints in fp32.
+  auto fp64 = Train(Case("dp3-zero3-uneven"), "fp64-then-fp32", Reference(0, true), "", "interval_steps = 2\nkeep = 5\n");
+  ASSERT_TRUE(fp64);
+  const PlanCase& next = Case("interleaved-offload-uneven");
+  const std::string plan = dir_->Write("fp32-resumed.plan.toml", PlanHeader("fp32") + "gradient_clipping = false\n" + next.body);
+  dir_->Write("fp32-resumed.toml", Job(dir_->Join("fp32-resumed"), 0, true, "fp32"));
+  CliRun r = Motley("launch --nproc " + std::to_string(next.ranks) + " -- " + MOTLEY_BIN +
+                        " train fp32-resumed.toml --plan " + plan + " --resume " + dir_->Join("fp64-then-fp32/step-000002"),
+                    false, dir_->path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string resumed = dir_->Join("fp32-resumed/step-000005/");
+  EXPECT_FALSE(AllF64(resumed + "model.safetensors"));
+  EXPECT_LT(MaxRelativeDifference(resumed + "model.safetensors", ref + "model.safetensors"), 10 * floor_params);
+  EXPECT_LT(MaxRelativeDifference(resumed + "optimizer.safetensors", ref + "optimizer.safetensors"), 10 * floor_moments);
 }
 
 // FlexTP's modes on tensor-parallel teams (issue #9 §6): `off` and `migrate` are exact with or
