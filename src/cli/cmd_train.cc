@@ -51,6 +51,13 @@ class ConsoleObserver : public TrainObserver {
     line_.Print(fmt::format("step {}: validation loss {:.4f}", step, loss));
   }
   void OnCheckpoint(const std::string& dir) override { line_.Print(fmt::format("checkpoint: {}", dir)); }
+  void OnStraggler(int64_t step, int rank, const std::string& device, double slowdown, bool straggling) override {
+    line_.Print(straggling ? fmt::format("step {}: straggler: rank {} ({}) computes {:.1f}x as long as in its first "
+                                         "steps ([straggler_detection])",
+                                         step, rank, device, slowdown)
+                           : fmt::format("step {}: rank {} ({}) has recovered ({:.1f}x its first steps)", step, rank,
+                                         device, slowdown));
+  }
   void Finish() { line_.Finish(); }
 
  private:

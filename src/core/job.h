@@ -84,6 +84,16 @@ struct TensorParallelConfig {
   int64_t stats_interval_steps = 10;  // priority statistics refreshed every this many steps (FlexTP's "epoch")
 };
 
+/// [straggler_detection]: naming ranks that slow down during a run, in every kind of plan (the
+/// runtime's StragglerMonitor). Each rank is compared with itself — its compute seconds a step
+/// against the median of its first measured steps — so devices of different speeds are not
+/// stragglers for being different.
+struct StragglerDetectionConfig {
+  double threshold = 0.3;      // slower than its own early steps by more than this fraction: straggling
+  int64_t baseline_steps = 3;  // steps measured for each rank's norm (after the first, a warm-up)
+  int64_t persist_steps = 3;   // consecutive steps beyond (or back within) the threshold before it is said
+};
+
 /// [[emulation.stragglers]]: a rank made slower at run time, for tests and benchmarks (its compute
 /// ops stretched `slowdown` times from step `from_step` through `to_step`, 1-based; 0 = to the end).
 struct EmulatedStraggler {
@@ -110,6 +120,7 @@ struct JobSpec {
   CheckpointConfig checkpoint;
   PlanConfig plan;
   TensorParallelConfig tensor_parallel;
+  StragglerDetectionConfig straggler_detection;
   std::vector<EmulatedStraggler> stragglers;  // [[emulation.stragglers]]
 };
 

@@ -97,6 +97,13 @@ void ParseTensorParallel(TomlTable& t, TensorParallelConfig* c) {
   t.Finish();
 }
 
+void ParseStragglerDetection(TomlTable& t, StragglerDetectionConfig* c) {
+  if (auto v = t.Number("threshold", 0.01, 100.0)) c->threshold = *v;
+  if (auto v = t.Int("baseline_steps", 1, 1000)) c->baseline_steps = *v;
+  if (auto v = t.Int("persist_steps", 1, 1000)) c->persist_steps = *v;
+  t.Finish();
+}
+
 void ParseEmulation(TomlTable& t, std::vector<EmulatedStraggler>* out) {
   for (auto& s : t.TableArray("stragglers", Need::kOptional, /*allow_single=*/true)) {
     EmulatedStraggler e;
@@ -152,6 +159,7 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
   if (auto t = root.Table("checkpoint")) ParseCheckpoint(*t, &job.checkpoint);
   if (auto t = root.Table("plan")) ParsePlan(*t, &job.plan);
   if (auto t = root.Table("tensor_parallel")) ParseTensorParallel(*t, &job.tensor_parallel);
+  if (auto t = root.Table("straggler_detection")) ParseStragglerDetection(*t, &job.straggler_detection);
   if (auto t = root.Table("emulation")) ParseEmulation(*t, &job.stragglers);
   root.Finish();
 

@@ -710,6 +710,57 @@ TEST(DistributedTrain, AKilledRankMidStepStopsEveryRankWithItsName) {
         << "rank " << k << " did not name rank 1:\n" << r.output;
 }
 
+// Stragglers in every kind of plan (#25): a rank slowed 4x from step 5 — in data parallelism, in a
+// pipeline — is named with its slowdown in the log and the metrics, and recovers when it speeds
+// up again; the others are not named.
+TEST(DistributedTrain, AStragglerIsNamedInDataParallelismAndInAPipeline) {
+  struct Case {
+    const char* plan;
+    int slowed;
+  };
+  for (const Case& c : {Case{"dp3-zero0-last-batch", 1}, Case{"pipeline3-1f1b-asymmetric", 2}}) {
+    SCOPED_TRACE(c.plan);
+    TempDir dir;
+    dir.Write("model.toml", kModel);
+    dir.Write("cluster.toml", kCluster);
+    const PlanCase& p = PlanNamed(c.plan);
+    const std::string plan = dir.Write("plan.toml", PlanHeader("fp32") + p.body);
+    std::string job = Job(dir.Join("run"), p.clip, p.checkpointing, "fp32");
+    job.replace(job.find("steps = 5"), 9, "steps = 16");
+    // A 4x straggler against a threshold of 2x: CPU noise on a busy machine stays below it.
+    job += "[straggler_detection]\nthreshold = 1.0\n[[emulation.stragglers]]\nrank = " + std::to_string(c.slowed) +
+           "\nslowdown = 4\nfrom_step = 5\nto_step = 10\n";
+    dir.Write("job.toml", job);
+    CliRun r = Motley("launch --nproc " + std::to_string(p.ranks) + " -- " + std::string(MOTLEY_BIN) +
+                          " train job.toml --plan plan.toml --metrics m.jsonl",
+                      false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_CONTAINS(r.output, "straggler: rank " + std::to_string(c.slowed) + " (device " + std::to_string(c.slowed));
+    EXPECT_CONTAINS(r.output, "rank " + std::to_string(c.slowed) + " (device " + std::to_string(c.slowed) +
+                                  ", cpu) has recovered");
+    for (int k = 0; k < p.ranks; ++k) {
+      if (k != c.slowed) {
+        EXPECT_EQ(r.output.find("straggler: rank " + std::to_string(k)), std::string::npos) << r.output;
+      }
+    }
+    // The metrics: the straggler listed with its slowdown while it straggles.
+    std::ifstream metrics(dir.Join("m.jsonl"));
+    double worst = 0;
+    int steps_listed = 0;
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.contains("stragglers")) continue;
+      for (const auto& s : j["stragglers"]) {
+        EXPECT_EQ(s["rank"].get<int>(), c.slowed);
+        worst = std::max(worst, s["slowdown"].get<double>());
+        ++steps_listed;
+      }
+    }
+    EXPECT_GT(worst, 2.0);
+    EXPECT_GE(steps_listed, 3);
+  }
+}
+
 TEST(DistributedTrain, ResumingAPipelineContinuesExactlyAsTheUninterruptedRun) {
   TempDir dir;
   dir.Write("model.toml", kModel);

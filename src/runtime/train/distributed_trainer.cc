@@ -1,4 +1,5 @@
 #include "runtime/train/distributed_trainer.h"
+#include "runtime/train/straggler_monitor.h"
 
 #include <cstdint>
 #include <stdexcept>
@@ -174,6 +175,7 @@ class PlannedRun {
   std::unique_ptr<TrainingData> data_;
   std::unique_ptr<Executor> executor_;
   MetricsLog metrics_;
+  std::unique_ptr<StragglerMonitor> stragglers_;  // every rank's compute against its own norm
   std::unique_ptr<RunDirLock> dir_lock_;  // rank 0: the run's folder is this run's
   TrainerState state_;
   TrainSummary summary_;
@@ -297,6 +299,7 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
                        ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data_->validation, tc.seq_len))
                        : 0;
   rank_sums_.assign(comm_->world_size(), {});
+  stragglers_ = std::make_unique<StragglerMonitor>(job.straggler_detection, comm_->world_size());
   run_start_ = Clock::now();
   return Status::Ok();
 }
@@ -404,10 +407,20 @@ Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
       rank_sums_[k].peak_memory_bytes = std::max(rank_sums_[k].peak_memory_bytes, ranks[k].peak_memory_bytes);
     }
   }
+  std::vector<double> compute_s;
+  for (const auto& r : ranks) compute_s.push_back(r.compute_s);
+  for (const StragglerMonitor::Change& c : stragglers_->Observe(compute_s)) {
+    const int device = schedule_.programs[c.rank].device;
+    observer_->OnStraggler(m.step, c.rank, fmt::format("device {}, {}", device, job_.cluster.spec(device).name),
+                           c.slowdown, c.straggling);
+  }
   if (lead_) {
-    nlohmann::json per_rank = nlohmann::json::array();
-    for (const auto& r : ranks)
+    nlohmann::json per_rank = nlohmann::json::array(), straggling = nlohmann::json::array();
+    for (const auto& r : ranks) {
+      if (stragglers_->straggling(r.rank))
+        straggling.push_back({{"rank", r.rank}, {"slowdown", stragglers_->slowdown(r.rank)}});
       per_rank.push_back({{"rank", r.rank},
+                          {"slowdown", stragglers_->slowdown(r.rank)},
                           {"compute_s", r.compute_s},
                           {"comm_s", r.comm_s},
                           {"copy_s", r.copy_s},
@@ -415,6 +428,7 @@ Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
                           {"late_s", r.late_s},
                           {"bytes_sent", r.bytes_sent},
                           {"peak_memory_bytes", r.peak_memory_bytes}});
+    }
     MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"step", m.step},
                     {"loss", m.loss},
                     {"lr", m.lr},
@@ -423,6 +437,7 @@ Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
                     {"step_time_s", m.step_time_s},
                     {"pruned_fraction", m.pruned_fraction},
                     {"migrated_units", m.migrated_units},
+                    {"stragglers", straggling},
                     {"ranks", per_rank}}));
   }
   observer_->OnStep(m);

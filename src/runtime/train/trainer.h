@@ -117,6 +117,10 @@ class TrainObserver {
   virtual void OnStep(const StepMetrics&) {}
   virtual void OnValidation(int64_t /*step*/, double /*loss*/) {}
   virtual void OnCheckpoint(const std::string& /*dir*/) {}
+  /// A rank began straggling (its compute `slowdown` times its own norm) or recovered, at `step`
+  /// (straggler_monitor.h); `device` describes it.
+  virtual void OnStraggler(int64_t /*step*/, int /*rank*/, const std::string& /*device*/, double /*slowdown*/,
+                           bool /*straggling*/) {}
 };
 
 // Shared by the single-process and the distributed trainer.

@@ -1,0 +1,44 @@
+#include "runtime/train/straggler_monitor.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace motley {
+
+StragglerMonitor::StragglerMonitor(const StragglerDetectionConfig& config, int ranks)
+    : config_(config), ranks_(static_cast<size_t>(ranks)) {}
+
+std::vector<StragglerMonitor::Change> StragglerMonitor::Observe(const std::vector<double>& compute_s) {
+  MOTLEY_CHECK_EQ(compute_s.size(), ranks_.size());
+  std::vector<Change> changes;
+  ++observed_;
+  if (observed_ == 1) return changes;  // the first step warms up (allocations, caches)
+  if (observed_ <= config_.baseline_steps + 1) {
+    for (size_t k = 0; k < ranks_.size(); ++k) {
+      RankState& r = ranks_[k];
+      r.early.push_back(compute_s[k]);
+      if (observed_ == config_.baseline_steps + 1) {
+        std::vector<double> v = r.early;
+        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+        r.norm_s = v[v.size() / 2];
+      }
+    }
+    return changes;
+  }
+  for (size_t k = 0; k < ranks_.size(); ++k) {
+    RankState& r = ranks_[k];
+    if (r.norm_s <= 0) continue;  // a rank that computes nothing
+    r.slowdown = compute_s[k] / r.norm_s;
+    const bool beyond = r.slowdown > 1 + config_.threshold;
+    r.run = beyond != r.straggling ? r.run + 1 : 0;
+    if (r.run >= config_.persist_steps) {
+      r.straggling = beyond;
+      r.run = 0;
+      changes.push_back({static_cast<int>(k), r.slowdown, beyond});
+    }
+  }
+  return changes;
+}
+
+}  // namespace motley
