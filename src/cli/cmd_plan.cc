@@ -104,6 +104,7 @@ nlohmann::json TimingJson(double planning_s, const EvaluationStats& stats, const
   return {{"planning_s", planning_s},
           {"plans_simulated", stats.evaluations},
           {"plans_asked_again", stats.cached},
+          {"plans_stopped", stats.stopped},
           {"lower_s", stats.lower_s},
           {"simulate_s", stats.simulate_s},
           {"strategies", strategies}};
@@ -262,7 +263,7 @@ int RunPlan(const std::vector<std::string>& args) {
     // What clipping costs this plan: the same plan with its updates after each ministage.
     Plan other = chosen.plan;
     other.gradient_clipping = !other.gradient_clipping;
-    Result<PlanEvaluation> e = evaluate(other);
+    Result<PlanEvaluation> e = evaluate(other, {});
     if (e.ok()) {
       const double with_s = clipping ? chosen.evaluation.step_time_s : e->step_time_s;
       const double without_s = clipping ? e->step_time_s : chosen.evaluation.step_time_s;
@@ -274,8 +275,10 @@ int RunPlan(const std::vector<std::string>& args) {
     }
   }
   if (explain) {
-    fmt::print("planning took {}: {} plans simulated ({} asked for again), lowering {}, simulating {}", FormatDuration(planning_s),
-               stats.evaluations, stats.cached, FormatDuration(stats.lower_s), FormatDuration(stats.simulate_s));
+    fmt::print("planning took {}: {} plans simulated ({} asked for again, {} stopped once slower than the best so "
+               "far), lowering {}, simulating {}",
+               FormatDuration(planning_s), stats.evaluations, stats.cached, stats.stopped, FormatDuration(stats.lower_s),
+               FormatDuration(stats.simulate_s));
     for (const auto& o : rows)
       fmt::print("; {} {} ({} in the simulator, {} of {} device subsets)", o.strategy, FormatDuration(o.plan_s),
                  FormatDuration(o.evaluate_s), o.subsets_planned, o.subsets_planned + o.subsets_skipped);

@@ -247,7 +247,7 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
   if (!options.plan_path.empty()) {
     Result<Plan> given = LoadPlanFile(options.plan_path);
     if (!given.ok()) return fail(given.status());
-    Result<PlanEvaluation> predicted = evaluate(*given);
+    Result<PlanEvaluation> predicted = evaluate(*given, {});
     if (!predicted.ok()) return fail(predicted.status());
     if (!predicted->fits_memory && !options.even_if_predicted_oom)
       return fail(Status::OutOfMemory(fmt::format(

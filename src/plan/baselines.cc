@@ -43,9 +43,10 @@ StrategyOutcome Evaluated(const std::string& strategy, Plan plan, std::string ex
   return o;
 }
 
-StrategyOutcome Evaluated(const std::string& strategy, Plan plan, std::string explain, const PlanEvaluator& evaluate) {
+StrategyOutcome Evaluated(const std::string& strategy, Plan plan, std::string explain, const PlanEvaluator& evaluate,
+                          const EvaluateBound& bound) {
   plan.strategy = strategy;
-  const Result<PlanEvaluation> e = evaluate(plan);
+  const Result<PlanEvaluation> e = evaluate(plan, bound);
   return Evaluated(strategy, std::move(plan), std::move(explain), e);
 }
 
@@ -66,9 +67,9 @@ struct Proposals {
   }
 };
 StrategyOutcome BestProposal(const std::string& strategy, Proposals proposals, StrategyOutcome best,
-                             const PlanEvaluator& evaluate) {
+                             const PlanEvaluator& evaluate, const EvaluateBound& bound) {
   for (Plan& p : proposals.plans) p.strategy = strategy;
-  const std::vector<Result<PlanEvaluation>> e = EvaluateAll(proposals.plans, evaluate);
+  const std::vector<Result<PlanEvaluation>> e = EvaluateAll(proposals.plans, evaluate, bound);
   for (size_t i = 0; i < e.size(); ++i) {
     StrategyOutcome o = Evaluated(strategy, std::move(proposals.plans[i]), std::move(proposals.explain[i]), e[i]);
     if (Better(o, best)) best = std::move(o);
@@ -106,7 +107,7 @@ StrategyOutcome PoplarBest(const std::string& strategy, int first, int last, con
     if (p->plan.zero_stage != stage) continue;  // raised: that stage is tried on its own
     proposals.Add(p->plan, p->explain);
   }
-  return BestProposal(strategy, std::move(proposals), std::move(best), evaluate);
+  return BestProposal(strategy, std::move(proposals), std::move(best), evaluate, {request.only_faster_than_s});
 }
 
 StrategyOutcome DeepSpeedEven(const Cluster& cluster, const ModelSpec& model, const PlanRequest& request,
@@ -154,7 +155,7 @@ StrategyOutcome DeepSpeedEven(const Cluster& cluster, const ModelSpec& model, co
     proposals.Add(p, fmt::format("ZeRO-{}, {} sequences per device in microbatches of up to {}", stage,
                                  request.global_batch_sequences / n, mbs));
   }
-  return BestProposal("deepspeed-even", std::move(proposals), std::move(best), evaluate);
+  return BestProposal("deepspeed-even", std::move(proposals), std::move(best), evaluate, {request.only_faster_than_s});
 }
 
 StrategyOutcome FastestOnly(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
@@ -186,6 +187,7 @@ StrategyOutcome Pipelines(const std::string& strategy, const Cluster& cluster, c
   z.activation_checkpointing = request.activation_checkpointing;
   z.gradient_clipping = request.gradient_clipping;
   z.devices = request.devices;
+  z.bound.stop_after_s = request.only_faster_than_s;
   if (strategy == "hexiscale") {
     z.offload = false;
     z.max_ministages = 1;
@@ -199,7 +201,7 @@ StrategyOutcome Pipelines(const std::string& strategy, const Cluster& cluster, c
   }
   Result<ZorsePlan> p = PlanZorse(cluster, model, costs, z, evaluate);
   if (!p.ok()) return Failed(strategy, p.status());
-  return Evaluated(strategy, p->plan, p->explain, evaluate);
+  return Evaluated(strategy, p->plan, p->explain, evaluate, z.bound);
 }
 
 StrategyOutcome TorchTitanHet(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
@@ -238,7 +240,7 @@ StrategyOutcome TorchTitanHet(const Cluster& cluster, const ModelSpec& model, co
     if (taken[c.tp_degree]++ < 6) proposals.Add(c.plan, c.why);
   return BestProposal("torchtitan-het", std::move(proposals),
                       Failed("torchtitan-het", Status::Infeasible("torchtitan-het: no mesh fits in the simulator")),
-                      evaluate);
+                      evaluate, {request.only_faster_than_s});
 }
 
 }  // namespace
@@ -309,7 +311,7 @@ StrategyOutcome PlanWithStrategy(const std::string& strategy, const Cluster& clu
   int running = 0, evaluations = 0;
   double evaluate_s = 0;
   std::chrono::steady_clock::time_point busy_since;
-  const PlanEvaluator as_run = [&](const Plan& given) {
+  const PlanEvaluator as_run = [&](const Plan& given, const EvaluateBound& bound) {
     {
       std::lock_guard lock(mutex);
       if (running++ == 0) busy_since = std::chrono::steady_clock::now();
@@ -317,7 +319,7 @@ StrategyOutcome PlanWithStrategy(const std::string& strategy, const Cluster& clu
     }
     Plan plan = given;
     plan.gradient_clipping = request.gradient_clipping;
-    Result<PlanEvaluation> e = evaluate(plan);
+    Result<PlanEvaluation> e = evaluate(plan, bound);
     std::lock_guard lock(mutex);
     if (--running == 0) evaluate_s += SecondsSince(busy_since);
     return e;

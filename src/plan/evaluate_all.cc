@@ -9,7 +9,8 @@
 
 namespace motley {
 
-std::vector<Result<PlanEvaluation>> EvaluateAll(const std::vector<Plan>& plans, const PlanEvaluator& evaluate) {
+std::vector<Result<PlanEvaluation>> EvaluateAll(const std::vector<Plan>& plans, const PlanEvaluator& evaluate,
+                                                const EvaluateBound& bound) {
   std::vector<std::optional<Result<PlanEvaluation>>> answers(plans.size());
   std::atomic<size_t> next{0};
   // An exception in a worker (bad_alloc, say) would end the process from its thread; it is carried
@@ -18,7 +19,7 @@ std::vector<Result<PlanEvaluation>> EvaluateAll(const std::vector<Plan>& plans, 
   std::mutex failure_mutex;
   auto work = [&] {
     try {
-      for (size_t i = next++; i < plans.size(); i = next++) answers[i].emplace(evaluate(plans[i]));
+      for (size_t i = next++; i < plans.size(); i = next++) answers[i].emplace(evaluate(plans[i], bound));
     } catch (...) {
       next = plans.size();
       std::lock_guard lock(failure_mutex);

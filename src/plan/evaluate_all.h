@@ -9,8 +9,9 @@
 
 namespace motley {
 
-/// evaluate(plans[i]) for every i, in parallel; the answers in the plans' order. REQUIRES:
+/// evaluate(plans[i], bound) for every i, in parallel; the answers in the plans' order. REQUIRES:
 /// `evaluate` may be called from several threads at once (SimulationEvaluator may).
-std::vector<Result<PlanEvaluation>> EvaluateAll(const std::vector<Plan>& plans, const PlanEvaluator& evaluate);
+std::vector<Result<PlanEvaluation>> EvaluateAll(const std::vector<Plan>& plans, const PlanEvaluator& evaluate,
+                                                const EvaluateBound& bound = {});
 
 }  // namespace motley

@@ -248,6 +248,10 @@ Result<Schedule> Lowerer::Run() {
   } else {
     EmitPipeline();
   }
+  if (options_.stop_after_emission && options_.stop_after_emission(s_)) {
+    if (options_.stopped != nullptr) *options_.stopped = true;
+    return Schedule{};
+  }
 
   if (plan_.gradient_clipping) HoldUpdatesForTheNorm();
   AddBufferDeps();
@@ -274,7 +278,7 @@ namespace motley {
 
 Result<Schedule> LowerPlan(const Plan& plan, const Cluster& cluster, const ModelSpec& model,
                            const LowerOptions& options) {
-  return lowering::Lowerer(plan, cluster, model, options.check).Run();
+  return lowering::Lowerer(plan, cluster, model, options).Run();
 }
 
 }  // namespace motley

@@ -41,6 +41,8 @@
 //    data flow; the executors follow these and never read the plan.
 #pragma once
 
+#include <functional>
+
 #include "core/cluster.h"
 #include "core/model.h"
 #include "core/status.h"
@@ -55,6 +57,12 @@ struct LowerOptions {
   // Check the schedule's invariants (CheckSchedule) and stop on a violation. The planner, which
   // lowers hundreds of plans to judge them, turns it off; whatever runs a schedule keeps it on.
   bool check = true;
+  // The planner's early exit: called once every op is emitted, before the passes that order them
+  // and add their deps (clipping's hold, the buffers', the prefetches'). When it says so, the
+  // lowering stops there, sets *stopped and returns an empty schedule (a plan the planner already
+  // knows to be slower than one it has: its compute alone takes longer).
+  std::function<bool(const Schedule&)> stop_after_emission;
+  bool* stopped = nullptr;
 };
 Result<Schedule> LowerPlan(const Plan& plan, const Cluster& cluster, const ModelSpec& model,
                            const LowerOptions& options = {});

@@ -16,6 +16,7 @@
 #include "core/model.h"
 #include "core/status.h"
 #include "cost/state_bytes.h"
+#include "plan/lower.h"
 #include "plan/pipeline_order.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"
@@ -44,8 +45,8 @@ using PairMap = std::unordered_map<K, V, PairHash>;
 
 class Lowerer {
  public:
-  Lowerer(const Plan& plan, const Cluster& cluster, const ModelSpec& model, bool check = true)
-      : plan_(plan), cluster_(cluster), model_(model), check_(check) {}
+  Lowerer(const Plan& plan, const Cluster& cluster, const ModelSpec& model, const LowerOptions& options)
+      : plan_(plan), cluster_(cluster), model_(model), check_(options.check), options_(options) {}
 
   Result<Schedule> Run();
 
@@ -154,6 +155,7 @@ class Lowerer {
   const Cluster& cluster_;
   const ModelSpec& model_;
   const bool check_;  // CheckSchedule on the result
+  const LowerOptions& options_;
   Policy policy_;
   Schedule s_;
   std::vector<PlacedMinistage> ministages_;

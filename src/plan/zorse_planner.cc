@@ -509,19 +509,24 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
   }
   std::vector<size_t> chosen;  // every candidate judged, in the order judged
   std::vector<std::pair<double, size_t>> evaluated;
+  // With a plan from elsewhere (request.bound), candidates are simulated only until they are
+  // beyond the slack of it, and a kind is near the best when near the better of the two: a kind
+  // whose plans all stopped is not (a strategy that cannot win judges only its first few).
+  const EvaluateBound stop{request.bound.stop_after_s * (1 + request.kind_slack)};
   const auto first = static_cast<size_t>(std::max(1, request.first_judged_per_kind));
   const auto more = static_cast<size_t>(std::max(1, request.more_judged_per_kind));
   for (size_t batch = first;; batch = more) {
     std::vector<size_t> next;
     for (auto& [_, k] : kinds) {
-      const bool promising = k.taken == 0 || !std::isfinite(best) || k.best <= best * (1 + request.kind_slack);
+      const double near = std::min(best, request.bound.stop_after_s);
+      const bool promising = k.taken == 0 || !std::isfinite(near) || k.best <= near * (1 + request.kind_slack);
       if (!promising) continue;
       for (size_t n = 0; n < batch && k.taken < k.queue.size(); ++n) next.push_back(k.queue[k.taken++]);
     }
     if (next.empty()) break;
     std::vector<Plan> plans;
     for (size_t i : next) plans.push_back(all[i].plan);
-    const std::vector<Result<PlanEvaluation>> evaluations = EvaluateAll(plans, evaluate);
+    const std::vector<Result<PlanEvaluation>> evaluations = EvaluateAll(plans, evaluate, stop);
     for (size_t k = 0; k < next.size(); ++k) {
       const size_t i = next[k];
       chosen.push_back(i);
@@ -582,7 +587,7 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     if (next.empty()) break;
     std::vector<Plan> more;
     for (size_t i : next) more.push_back(all[i].plan);
-    const std::vector<Result<PlanEvaluation>> answers = EvaluateAll(more, evaluate);
+    const std::vector<Result<PlanEvaluation>> answers = EvaluateAll(more, evaluate, stop);
     const size_t was = at;
     for (size_t k = 0; k < next.size(); ++k) {
       if (!answers[k].ok()) return answers[k].status();

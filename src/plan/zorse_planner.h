@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,17 @@ struct PlanEvaluation {
   double tflops = 0;
   double hfu = 0;
   std::string oom;  // which device runs out, when one does
+  // The evaluation stopped at the bound it was given (EvaluateBound): the step is longer than that
+  // bound, and step_time_s (where it stopped) is only a lower bound of it.
+  bool stopped = false;
 };
-using PlanEvaluator = std::function<Result<PlanEvaluation>(const Plan&)>;
+/// What a search already has: a plan stepping in `stop_after_s`. An evaluation may stop once it
+/// knows the plan steps slower (auto, after its first strategies: the others' candidates are
+/// simulated only as far as that step). Infinity: evaluate fully.
+struct EvaluateBound {
+  double stop_after_s = std::numeric_limits<double>::infinity();
+};
+using PlanEvaluator = std::function<Result<PlanEvaluation>(const Plan&, const EvaluateBound&)>;
 
 struct ZorseRequest {
   int64_t global_batch_sequences = 0;
@@ -66,6 +76,8 @@ struct ZorseRequest {
   // are judged by the evaluator too, and the search moves to a better one, this many times at
   // most (0: no climbing).
   int climb_rounds = 4;
+  // Candidates are simulated only until they step slower than this (a plan another strategy has).
+  EvaluateBound bound;
   // Variations for the baselines that share this search (baselines.h):
   int max_ministages = 0;  // 0 = up to the smallest group's layers; 1 = plain stages
   PipelineSchedule schedule = PipelineSchedule::kInterleaved;  // 1F1B needs max_ministages = 1

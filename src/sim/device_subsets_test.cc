@@ -130,7 +130,7 @@ TEST(EvaluateAll, AnswersEveryPlanOnceInItsOrder) {
   std::vector<Plan> plans(37);
   for (size_t i = 0; i < plans.size(); ++i) plans[i].seq_len = static_cast<int64_t>(i + 1);
   std::atomic<int> calls{0};
-  const PlanEvaluator evaluate = [&](const Plan& p) -> Result<PlanEvaluation> {
+  const PlanEvaluator evaluate = [&](const Plan& p, const EvaluateBound&) -> Result<PlanEvaluation> {
     ++calls;
     if (p.seq_len == 5) return Status::InvalidArgument("five");
     PlanEvaluation e;
@@ -164,12 +164,12 @@ TEST(SimulationEvaluator, SimulatesAPlanOnceWhicheverStrategyMadeIt) {
   const int simulated = stats.evaluations;
   Plan same = poplar.plan;
   same.strategy = "someone-else";
-  const PlanEvaluation again = evaluate(same).value();
+  const PlanEvaluation again = evaluate(same, {}).value();
   EXPECT_EQ(stats.evaluations, simulated);
   EXPECT_GE(stats.cached, 1);
   EXPECT_EQ(again.step_time_s, poplar.evaluation.step_time_s);
   same.groups[0].devices[0].num_microbatches += 1;  // a different plan is simulated
-  (void)evaluate(same);
+  (void)evaluate(same, {});
   EXPECT_EQ(stats.evaluations, simulated + 1);
 }
 

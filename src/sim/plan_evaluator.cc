@@ -1,6 +1,8 @@
 #include "sim/plan_evaluator.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,10 +26,12 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
                                   EvaluationStats* stats) {
   struct Memory {
     std::mutex mutex;  // the evaluator is called from several threads (evaluate_all.h)
-    std::map<std::string, PlanEvaluation> seen;
+    // Each plan's evaluation, with the bound it was simulated under (a stopped one answers again
+    // only under a bound no higher).
+    std::map<std::string, std::pair<PlanEvaluation, double>> seen;
   };
   auto memory = std::make_shared<Memory>();
-  return [&cluster, &model, &costs, stats, memory](const Plan& given) -> Result<PlanEvaluation> {
+  return [&cluster, &model, &costs, stats, memory](const Plan& given, const EvaluateBound& bound) -> Result<PlanEvaluation> {
     Plan plan = given;
     // What the plan runs, not who made it or for which files.
     plan.strategy.clear();
@@ -39,30 +43,57 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     std::string key = PlanToJson(plan).dump();
     {
       std::lock_guard lock(memory->mutex);
-      if (auto it = memory->seen.find(key); it != memory->seen.end()) {
+      if (auto it = memory->seen.find(key);
+          it != memory->seen.end() && (!it->second.first.stopped || bound.stop_after_s <= it->second.second)) {
         if (stats != nullptr) ++stats->cached;
-        return it->second;
+        return it->second.first;
       }
     }
     auto start = std::chrono::steady_clock::now();
-    MOTLEY_ASSIGN_OR_RETURN(Schedule s, LowerPlan(plan, cluster, model, {.check = false}));
+    // Under a bound, a plan whose busiest rank's compute alone (its compute ops run one after
+    // another) takes longer is stopped before its ops are ordered and simulated.
+    LowerOptions lowering;
+    lowering.check = false;
+    bool stopped_lowering = false;
+    double compute_s = 0;
+    if (std::isfinite(bound.stop_after_s)) {
+      lowering.stopped = &stopped_lowering;
+      lowering.stop_after_emission = [&](const Schedule& emitted) {
+        for (const Program& p : emitted.programs) {
+          double rank_s = 0;
+          for (const Op& op : p.ops)
+            if (IsCompute(op.kind)) rank_s += costs.ComputeS(p.device, op);
+          compute_s = std::max(compute_s, rank_s);
+        }
+        return compute_s > bound.stop_after_s * (1 + 1e-9);
+      };
+    }
+    MOTLEY_ASSIGN_OR_RETURN(Schedule s, LowerPlan(plan, cluster, model, lowering));
     const double lower_s = SecondsSince(start);
     start = std::chrono::steady_clock::now();
-    MOTLEY_ASSIGN_OR_RETURN(SimResult r, Simulate(s, cluster, costs, {.check_buffers = false}));
+    SimResult r;
+    if (stopped_lowering) {
+      r.stopped = true;
+      r.step_time_s = compute_s;
+    } else {
+      MOTLEY_ASSIGN_OR_RETURN(r, Simulate(s, cluster, costs, {.check_buffers = false, .stop_after_s = bound.stop_after_s}));
+    }
     const double simulate_s = SecondsSince(start);
     std::lock_guard lock(memory->mutex);
     if (stats != nullptr) {
       ++stats->evaluations;
+      stats->stopped += r.stopped ? 1 : 0;
       stats->lower_s += lower_s;
       stats->simulate_s += simulate_s;
     }
     PlanEvaluation e;
     e.step_time_s = r.step_time_s;
     e.fits_memory = r.fits_memory;
+    e.stopped = r.stopped;
     e.tflops = r.tflops;
     e.hfu = r.hfu;
     e.oom = r.oom_message;
-    memory->seen.emplace(std::move(key), e);
+    memory->seen.insert_or_assign(std::move(key), std::make_pair(e, bound.stop_after_s));
     return e;
   };
 }

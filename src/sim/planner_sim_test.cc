@@ -279,7 +279,7 @@ double ExhaustiveBestS(const Cluster& cluster, const ModelSpec& m, const CostMod
         for (int k = 0; k < cluster.nodes[i].num_devices; ++k) groups[part[i]].push_back(d++);
       const PlanEvaluator evaluate = SimulationEvaluator(cluster, m, costs);
       for (const auto& c : ZorseCandidatesForGroups(cluster, m, costs, req, groups)) {
-        PlanEvaluation e = evaluate(c.plan).value();
+        PlanEvaluation e = evaluate(c.plan, {}).value();
         if (e.fits_memory) best = std::min(best, e.step_time_s);
       }
       return;

@@ -381,6 +381,11 @@ Result<SimResult> Simulator::Run() {
     const Event e = events_.top();
     events_.pop();
     if (e.generation != ranks_[e.rank].ops[e.op].generation) continue;  // a copy's link share changed since
+    if (e.time > config_.stop_after_s) {
+      result.stopped = true;
+      result.step_time_s = e.time;
+      break;
+    }
     ++result.num_events;
     now_ = e.time;
     Finish(e.rank, e.op, e.time);
@@ -390,9 +395,11 @@ Result<SimResult> Simulator::Run() {
   MOTLEY_RETURN_IF_ERROR(error_);
 
   // Every op must have finished; otherwise say where each rank is stuck.
-  if (std::string stuck = Stuck(); !stuck.empty())
-    return Status::Internal("the schedule cannot finish (deadlock):" + stuck);
-  for (RankState& r : ranks_) MOTLEY_RETURN_IF_ERROR(r.walker->End());
+  if (!result.stopped) {
+    if (std::string stuck = Stuck(); !stuck.empty())
+      return Status::Internal("the schedule cannot finish (deadlock):" + stuck);
+    for (RankState& r : ranks_) MOTLEY_RETURN_IF_ERROR(r.walker->End());
+  }
 
   double peak_flops = 0;
   for (int rank = 0; rank < n; ++rank) {

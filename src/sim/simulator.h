@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ namespace motley {
 struct SimConfig {
   bool record_trace = false;  // keep every op's start and end for WriteChromeTrace
   bool check_buffers = true;  // the walker checks what each rank holds (ProgramWalker::set_check_buffers)
+  // Stop once the clock passes this (a planner that already has a plan this fast): the result is
+  // then `stopped`, its step_time_s only a lower bound and its memory what was seen so far.
+  double stop_after_s = std::numeric_limits<double>::infinity();
 };
 
 struct DeviceSimReport {
@@ -62,6 +66,7 @@ struct SimResult {
   double hfu = 0;     // tflops over the plan's devices' dense peak
   double mfu = 0;     // model FLOPs (no recomputation) over the same peak
   bool fits_memory = true;
+  bool stopped = false;                  // at SimConfig::stop_after_s, before the step ended
   std::string oom_message;               // names every device over its capacity
   std::vector<DeviceSimReport> devices;  // by rank
   int64_t num_events = 0;               // ops finished (each op once)
