@@ -140,6 +140,10 @@ int RunTrain(const std::vector<std::string>& args) {
   app.add_flag("--even-if-predicted-oom", options.even_if_predicted_oom,
                "with --plan: start the plan even when the simulator predicts it runs out of memory (a device that "
                "does run out is then planned again, more frugally)");
+  app.add_option("--max-restarts", options.max_restarts,
+                 "on a cluster: when a rank dies, plan again without its node and resume from the newest "
+                 "checkpoint, up to this many times (default 0: the run fails)")
+      ->check(AtLeast(0));
   app.add_option("--trace", options.trace_path, "with --plan: write a Chrome trace of one step of the real run");
   app.add_option("--trace-step", options.trace_step, "with --trace: the step to record (from 1)")->capture_default_str();
   app.add_option("--baseline-steps", options.baseline_steps,

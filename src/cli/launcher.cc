@@ -55,6 +55,7 @@ bool Failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 }  // namespace
 
 int Launch(const LaunchOptions& o) {
+  if (o.failed_rank != nullptr) *o.failed_rank = -1;
   const int port = o.master_port > 0 ? o.master_port : FreeTcpPort();
   std::vector<Rank> ranks(static_cast<size_t>(o.nproc));
   struct sigaction sa {};
@@ -190,6 +191,7 @@ int Launch(const LaunchOptions& o) {
       }
     }
     if (blame < o.nproc) fmt::print(stderr, "motley launch: failed: rank {} {}\n", blame, Describe(*ranks[blame].status));
+    if (o.failed_rank != nullptr) *o.failed_rank = blame < o.nproc ? blame : -1;
     return 1;
   }
   return 0;

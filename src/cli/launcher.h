@@ -18,6 +18,7 @@ struct LaunchOptions {
   int master_port = 0;                // 0 = a free port
   double stop_grace_s = 20;           // after a failure, before SIGTERM to the rest
   double kill_grace_s = 5;            // after SIGTERM, before SIGKILL
+  int* failed_rank = nullptr;         // when given: the rank blamed for a failure, or -1
 };
 
 /// Runs the ranks to completion; returns 0 when all exit 0, else 1.

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -104,6 +105,54 @@ std::string Indented(std::string lines) {
   return lines;
 }
 
+
+// The cluster device each rank of `plan` runs on (ranks in plan order, as lowering numbers them).
+std::vector<int> RankDevices(const Plan& plan) {
+  std::vector<int> out;
+  for (const GroupPlan& g : plan.groups)
+    for (const DevicePlan& d : g.devices) out.push_back(d.device);
+  return out;
+}
+
+// Where a restarted run continues: the newest checkpoint this supervised run wrote, else where it
+// began. Sets `args`' --resume and returns what to say.
+std::string ResumePoint(const SupervisedRun& run, fs::file_time_type started, int64_t failed_step,
+                        std::vector<std::string>* args) {
+  const std::string checkpoint = CheckpointWrittenSince(run.job.checkpoint.dir, started);
+  if (!checkpoint.empty()) {
+    *args = WithoutOption(*args, "--resume");
+    args->insert(args->end(), {"--resume", checkpoint});
+    const Result<int64_t> at = CheckpointStep(checkpoint);
+    const int64_t step = at.ok() ? *at : -1;
+    if (failed_step <= 0) return fmt::format("from the checkpoint of step {} ({})", step, checkpoint);
+    return fmt::format("from the checkpoint of step {} ({}): {} again from the same weights and data", step, checkpoint,
+                       Steps(step + 1, failed_step));
+  }
+  if (!run.options.resume.empty()) return fmt::format("from {} again (no checkpoint since)", run.options.resume);
+  if (failed_step <= 0) return "from the start (no checkpoint since)";
+  return fmt::format("from the start (no checkpoint since): {} again from the same seed and data", Steps(1, failed_step));
+}
+
+// A lost node: `plan` again on the devices left, after those of `lost_nodes`.
+Result<StrategyOutcome> PlanWithout(const SupervisedRun& run, const Plan& plan, const std::set<int>& lost_nodes) {
+  const JobSpec& job = run.job;
+  PlanRequest request = run.request;
+  request.devices.clear();
+  for (int d = 0; d < job.cluster.num_devices(); ++d)
+    if (!lost_nodes.contains(job.cluster.devices[d].node)) request.devices.push_back(d);
+  if (request.devices.empty()) return Status::Infeasible("no device is left to train on");
+  const TrainingConfig& tc = job.training;
+  CostModel costs(job.cluster, job.model, &run.profile, tc.seq_len, tc.precision, tc.activation_checkpointing);
+  const PlanEvaluator evaluate = SimulationEvaluator(job.cluster, job.model, costs);
+  StrategyOutcome o = PlanWithStrategy(run.strategy, job.cluster, job.model, costs, request, evaluate);
+  if (!o.status.ok())
+    return Status::Infeasible(fmt::format("no plan on the {} devices left: {}", request.devices.size(), o.status.message()));
+  o.plan.model = plan.model;
+  o.plan.cluster = plan.cluster;
+  FillZorseRouting(&o.plan, costs);
+  return o;
+}
+
 }  // namespace
 
 int LaunchEscalating(const SupervisedRun& run, Plan plan) {
@@ -113,10 +162,14 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
   Cluster planning = job.cluster;  // gathers the memory caps the failures teach
   std::vector<std::string> args = WithoutOption(WithoutOption(run.args, "--plan"), "--profile");
   EscalationConfig config;
+  std::set<int> lost_nodes;
+  int restarts = 0;
   for (int attempt = 0;; ++attempt) {
     std::error_code ec;
     fs::remove_all(reports, ec);
+    int failed_rank = -1;
     LaunchOptions launch;
+    launch.failed_rank = &failed_rank;
     launch.nproc = plan.num_devices();
     launch.command = {run.self, "train"};
     launch.command.insert(launch.command.end(), args.begin(), args.end());
@@ -126,7 +179,43 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
     const int rc = Launch(launch);
     if (rc == 0) return rc;
     const std::vector<RankFailure> failures = ReadFailureReports(reports.string());
-    if (std::none_of(failures.begin(), failures.end(), [](const RankFailure& f) { return f.out_of_memory; })) return rc;
+    if (std::none_of(failures.begin(), failures.end(), [](const RankFailure& f) { return f.out_of_memory; })) {
+      // A rank died: its node is lost; the others go on without it, from the newest checkpoint.
+      const std::vector<int> devices = RankDevices(plan);
+      if (restarts >= run.options.max_restarts || failed_rank < 0 || failed_rank >= static_cast<int>(devices.size()))
+        return rc;
+      ++restarts;
+      const int device = devices[failed_rank];
+      const int node = job.cluster.devices[device].node;
+      lost_nodes.insert(node);
+      Result<StrategyOutcome> next = PlanWithout(run, plan, lost_nodes);
+      if (!next.ok()) {
+        fmt::print(stderr, "motley train: rank {} (device {}) failed and {}\n", failed_rank, device,
+                   next.status().message());
+        return rc;
+      }
+      if (Status s = AtomicWriteFile(run.plan_path, PlanToToml(next->plan)); !s.ok()) {
+        fmt::print(stderr, "motley train: {}\n", s.message());
+        return kExitFailure;
+      }
+      // The fault injected for tests happened once: the restarted ranks do not repeat it.
+      args = WithoutOption(WithoutOption(args, "--die-rank"), "--die-at-step");
+      const std::string from = ResumePoint(run, started, 0, &args);
+      fmt::print("\nrank {} (device {}, node {}) failed: its node is lost — restart {} of {}: {} on the {} devices "
+                 "left, predicted step {}\nresuming {}\n",
+                 failed_rank, device, job.cluster.nodes[node].name, restarts, run.options.max_restarts,
+                 next->strategy, next->plan.num_devices(), FormatDuration(next->evaluation.step_time_s), from);
+      PrintPlan(next->plan);
+      fmt::print("\n");
+      std::fflush(stdout);
+      std::ofstream(run.metrics_path, std::ios::app)
+          << nlohmann::json{{"event", "restart"}, {"failed_rank", failed_rank}, {"device", device},
+                            {"lost_node", job.cluster.nodes[node].name}, {"devices", next->plan.num_devices()},
+                            {"plan", run.plan_path}}.dump()
+          << "\n";
+      plan = std::move(next->plan);
+      continue;
+    }
     if (attempt >= config.max_escalations) {
       fmt::print(stderr, "motley train: still out of memory after {} more frugal plans; giving up\n", attempt);
       return rc;
@@ -145,24 +234,11 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
         return kExitFailure;
       }
     // The same state: the checkpoint this run wrote last, or the run's start (as it began).
-    const std::string checkpoint = CheckpointWrittenSince(job.checkpoint.dir, started);
     int64_t failed_step = 0;
     for (const RankFailure& f : failures)
       if (f.out_of_memory) failed_step = failed_step == 0 ? f.step : std::min(failed_step, f.step);
-    std::string from;
-    if (!checkpoint.empty()) {
-      args = WithoutOption(args, "--resume");
-      args.insert(args.end(), {"--resume", checkpoint});
-      const Result<int64_t> at = CheckpointStep(checkpoint);
-      const int64_t step = at.ok() ? *at : -1;
-      from = fmt::format("from the checkpoint of step {} ({}): {} again from the same weights and data", step,
-                         checkpoint, Steps(step + 1, failed_step));
-    } else {
-      from = run.options.resume.empty()
-                 ? fmt::format("from the start (no checkpoint since): {} again from the same seed and data",
-                               Steps(1, failed_step))
-                 : fmt::format("from {} again (no checkpoint since)", run.options.resume);
-    }
+    const std::string checkpoint = CheckpointWrittenSince(job.checkpoint.dir, started);
+    const std::string from = ResumePoint(run, started, failed_step, &args);
     fmt::print("\nout of memory — {}\nthe plan, more frugal ({}; the failed one kept as {}):\n  {}\nretrying {}\n\n",
                e->why, e->strategy, failed_path, Indented(e->changes), from);
     std::fflush(stdout);

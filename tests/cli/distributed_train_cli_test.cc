@@ -789,6 +789,56 @@ TEST(DistributedTrain, ResumingAPipelineContinuesExactlyAsTheUninterruptedRun) {
             0);
 }
 
+// A lost node (#25): three one-device nodes, checkpoints every 5 steps, rank 2 killed in step 15.
+// With --max-restarts the run plans again on the two devices left, resumes from step 10 and
+// finishes; its parameters are those of a run that switched to that plan at step 10 (fp64).
+TEST(DistributedTrain, ALostNodeIsPlannedAroundAndTheRunFinishesOnTheSurvivors) {
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  std::string cluster = std::string("name = \"three-nodes\"\n") + kCpuType;
+  for (const char* node : {"a", "b", "c"})
+    cluster += std::string("[[nodes]]\nname = \"") + node +
+               "\"\ndevice = \"cpu\"\ncount = 1\ninterconnect = \"pcie\"\nintra_bandwidth = \"10GB/s\"\n"
+               "nic_bandwidth = \"10Gbps\"\n[nodes.emulation]\nspeed_factor = 2.0\n";
+  dir.Write("cluster.toml", cluster);
+  std::string job = Job(dir.Join("run"), 1, true);
+  job.replace(job.find("steps = 5"), 9, "steps = 20");
+  job += "interval_steps = 5\nkeep = 10\n[plan]\nstrategy = \"poplar\"\n";
+  dir.Write("job.toml", job);
+  const std::string plan = dir.Write("plan.toml", PlanHeader() + PlanNamed("dp3-zero0-last-batch").body);
+  const std::string cmd = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") + "' " +
+                          MOTLEY_BIN + " train job.toml --plan plan.toml --max-restarts 1 --die-rank 2 --die-at-step 15 2>&1";
+  CliRun r = RunCommandLine(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "rank 2 (device 2, node c) failed: its node is lost — restart 1 of 1");
+  EXPECT_CONTAINS(r.output, "on the 2 devices left");
+  EXPECT_CONTAINS(r.output, "resuming from the checkpoint of step 10");
+  EXPECT_CONTAINS(r.output, "steps 11..20 of 20");
+  EXPECT_CONTAINS(r.output, "[rank 0] done: 10 steps");
+  const std::string replanned = motley::ReadFileToString(dir.Join("run/plan.toml")).value();
+  EXPECT_EQ(replanned.find("devices = [0, 1, 2]"), std::string::npos) << replanned;
+  // The metrics say so.
+  EXPECT_CONTAINS(motley::ReadFileToString(dir.Join("run/metrics.jsonl")).value(), "\"event\":\"restart\"");
+  // The same plan from the same checkpoint, by hand: the same parameters.
+  std::string by_hand = Job(dir.Join("by-hand"), 1, true);
+  by_hand.replace(by_hand.find("steps = 5"), 9, "steps = 20");
+  dir.Write("by-hand.toml", by_hand);
+  int ranks = 0;
+  for (size_t at = replanned.find("[[groups]]"); at != std::string::npos; at = replanned.find("[[groups]]", at + 1)) {
+    const size_t devices = replanned.find("devices = [", at);
+    const size_t end = replanned.find(']', devices);
+    ranks += 1 + static_cast<int>(std::count(replanned.begin() + static_cast<std::ptrdiff_t>(devices),
+                                             replanned.begin() + static_cast<std::ptrdiff_t>(end), ','));
+  }
+  ASSERT_EQ(ranks, 2);
+  CliRun again = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train by-hand.toml --plan run/plan.toml --resume run/step-000010",
+                        false, dir.path().string());
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_LT(MaxRelativeDifference(dir.Join("run/step-000020/model.safetensors"), dir.Join("by-hand/step-000020/model.safetensors")),
+            kFp64Tolerance);
+  EXPECT_GE(MaxRelativeDifference(dir.Join("run/step-000020/model.safetensors"), dir.Join("by-hand/step-000020/model.safetensors")), 0);
+}
+
 TEST(DistributedTrain, TrainOnAClusterMeasuresPlansLaunchesAndComparesWithThePrediction) {
   TempDir dir;
   dir.Write("model.toml", kModel);

@@ -35,6 +35,10 @@ struct TrainOptions {
   // `motley train JOB --plan P`: start P even when the simulator predicts it runs out of memory
   // (refused otherwise: it would run until the step that overflows, then fail or be re-planned).
   bool even_if_predicted_oom = false;
+  // `motley train JOB` on a cluster: when a rank dies (not out of memory), its node is taken as lost
+  // and the run is planned again without it and resumed from the newest checkpoint, this many
+  // times at most (0: the run fails).
+  int max_restarts = 0;
   int64_t trace_step = 2;  // which step (from 1) the trace records
   // A rank that fails writes what failed here, as rank-R.json (rank, device, step, out_of_memory,
   // message), for the `motley train` that launched it and may retry with a more frugal plan
