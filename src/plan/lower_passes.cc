@@ -65,27 +65,43 @@ void Lowerer::HoldUpdatesForTheNorm() {
       out.erase(std::unique(out.begin(), out.end()), out.end());
       return out;
     };
-    std::vector<Op> ops;
-    ops.reserve(n + 1);
-    for (size_t k = 0; k < order.size(); ++k) {
-      if (static_cast<int>(k) == norm_at) {
-        norm.deps = remap(norm.deps, false);
-        ops.push_back(norm);
+    // In place: the ops before the first held one keep their places (their deps point backwards,
+    // at ops that stay); the rest close up, and the norm and the held ops follow them.
+    size_t first = 0;
+    while (first < n && !held[first]) ++first;
+    std::vector<Op> held_ops;
+    size_t w = first;
+    for (size_t i = 0; i < n; ++i) {
+      Op& op = p.ops[i];
+      if (i < first) {
+        std::sort(op.deps.begin(), op.deps.end());
+        op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
+        continue;
       }
-      Op op = std::move(p.ops[order[k]]);
-      op.deps = remap(op.deps, held[order[k]]);
+      if (held[i]) {
+        held_ops.push_back(std::move(op));
+        held_ops.back().deps = remap(held_ops.back().deps, true);
+        continue;
+      }
+      op.deps = remap(op.deps, false);
+      if (w != i) p.ops[w] = std::move(op);
+      ++w;
+    }
+    MOTLEY_CHECK_EQ(static_cast<int>(w), norm_at);
+    p.ops.resize(w);
+    p.ops.reserve(n + 1);
+    norm.deps = remap(norm.deps, false);
+    p.ops.push_back(std::move(norm));
+    for (Op& op : held_ops) {
       // An update, and the state brought back for one, wait for the norm (the simulator starts
       // an op once its lane and deps allow, the runtime in program order: both after the norm).
-      if (op.kind == OpKind::kOptimizerStep || (held[order[k]] && op.kind == OpKind::kParamPrefetch)) {
+      if (op.kind == OpKind::kOptimizerStep || op.kind == OpKind::kParamPrefetch) {
         op.deps.push_back(norm_at);
         std::sort(op.deps.begin(), op.deps.end());
       }
-      ops.push_back(std::move(op));
+      p.ops.push_back(std::move(op));
     }
-    if (norm_at == static_cast<int>(order.size())) {  // nothing held (a rank without updates)
-      norm.deps = remap(norm.deps, false);
-      ops.push_back(norm);
-    }
+    std::vector<Op>& ops = p.ops;
     // The state that comes back for the updates: at most two ministages at a time (a prefetch
     // waits until the ministage two updates back has gone to the host again).
     std::vector<int> offloads;
@@ -97,7 +113,6 @@ void Lowerer::HoldUpdatesForTheNorm() {
         std::sort(op.deps.begin(), op.deps.end());
       }
     }
-    p.ops = std::move(ops);
   }
 }
 
