@@ -383,10 +383,14 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
       add_grouping(parts, split_partitions[k - 1], fmt::format("nodes split in {}, cut into {} by SPLIT", f, k), f);
   }
   std::vector<ZorseCandidate> all;
+  // Phase 2, for every grouping (on every core; the models are read-only).
+  std::vector<std::vector<ZorseCandidate>> per_grouping(device_groupings.size());
+  ForEachOnEveryCore(device_groupings.size(), [&](size_t gi) {
+    per_grouping[gi] = ZorseCandidatesForGroups(cluster, model, costs, request, device_groupings[gi].first);
+  });
   for (size_t gi = 0; gi < device_groupings.size(); ++gi) {
-    const auto& [groups, how] = device_groupings[gi];
-    // Phase 2.
-    auto candidates = ZorseCandidatesForGroups(cluster, model, costs, request, groups);
+    const std::string& how = device_groupings[gi].second;
+    auto& candidates = per_grouping[gi];
     for (auto& c : candidates) {
       c.why = fmt::format("{}: {}", how, c.why);
       c.grouping = static_cast<int>(gi);
@@ -439,6 +443,7 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
         std::vector<ZorseCandidate> best_candidates;
         double best = current;
         std::set<std::pair<std::string, std::pair<int, int>>> tried;  // (class, (from, to))
+        std::vector<std::vector<int>> neighbours;
         for (size_t v = 0; v < part.size(); ++v)
           for (int to = 0; to <= std::min(k, max_k - 1); ++to) {
             if (to == part[v] || !tried.insert({node_class[v], {part[v], to}}).second) continue;
@@ -446,14 +451,21 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
             next[v] = to;
             next = canonical(next);
             if (!visited.insert(signature(next)).second) continue;
-            std::vector<ZorseCandidate> candidates;
-            const double step = best_step(next, &candidates);
-            if (step < best) {
-              best = step;
-              best_part = std::move(next);
-              best_candidates = std::move(candidates);
-            }
+            neighbours.push_back(std::move(next));
           }
+        // Judged on every core (each neighbour's candidates dropped: a thousand devices' plans
+        // each, they are made again for the one taken); the first of the best, in the order above.
+        std::vector<double> steps(neighbours.size());
+        ForEachOnEveryCore(neighbours.size(), [&](size_t i) {
+          std::vector<ZorseCandidate> candidates;
+          steps[i] = best_step(neighbours[i], &candidates);
+        });
+        for (size_t i = 0; i < neighbours.size(); ++i)
+          if (steps[i] < best) {
+            best = steps[i];
+            best_part = neighbours[i];
+          }
+        if (!best_part.empty()) best_step(best_part, &best_candidates);
         if (best_part.empty()) break;
         part = std::move(best_part);
         current = best;
