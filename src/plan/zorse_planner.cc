@@ -510,14 +510,10 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     double best = std::numeric_limits<double>::infinity();
   };
   std::map<std::pair<int, int>, Kind> kinds;  // (tp, split)
-  std::map<size_t, std::pair<int, int>> kind_of;
+  auto kind_of = [&](size_t i) { return std::make_pair(all[i].tp_degree, split_of_grouping[all[i].grouping]); };
   for (size_t i = 0; i < all.size(); ++i) {
-    const int split = split_of_grouping[all[i].grouping];
-    Kind& k = kinds[{all[i].tp_degree, split}];
-    if (k.queue.size() < (split == 0 ? per_kind / 2 + 1 : per_kind)) {
-      k.queue.push_back(i);
-      kind_of[i] = {all[i].tp_degree, split};
-    }
+    Kind& k = kinds[kind_of(i)];
+    if (k.queue.size() < (kind_of(i).second == 0 ? per_kind / 2 + 1 : per_kind)) k.queue.push_back(i);
   }
   std::vector<size_t> chosen;  // every candidate judged, in the order judged
   std::vector<std::pair<double, size_t>> evaluated;
@@ -546,7 +542,7 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
       const PlanEvaluation& e = *evaluations[k];
       if (!e.fits_memory) continue;
       evaluated.push_back({e.step_time_s, i});
-      Kind& kind = kinds[kind_of[i]];
+      Kind& kind = kinds[kind_of(i)];
       kind.best = std::min(kind.best, e.step_time_s);
       if (e.step_time_s < best || (e.step_time_s == best && i < at)) {
         best = e.step_time_s;

@@ -1,0 +1,150 @@
+// Elastic training across processes (#25): stragglers named in every kind of plan, a pipeline
+// resumed exactly, and a lost node planned around by the supervising `motley train`.
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_helpers.h"
+#include "cli/plan_cases.h"
+#include "cli/training_fixtures.h"
+#include "core/file_io.h"
+
+namespace {
+
+using namespace motley_test;
+
+// Stragglers in every kind of plan (#25): a rank slowed 4x from step 5 — in data parallelism, in a
+// pipeline — is named with its slowdown in the log and the metrics, and recovers when it speeds
+// up again; the others are not named.
+TEST(DistributedTrain, AStragglerIsNamedInDataParallelismAndInAPipeline) {
+  struct Case {
+    const char* plan;
+    int slowed;
+  };
+  for (const Case& c : {Case{"dp3-zero0-last-batch", 1}, Case{"pipeline3-1f1b-asymmetric", 2}}) {
+    SCOPED_TRACE(c.plan);
+    TempDir dir;
+    dir.Write("model.toml", kModel);
+    // Emulated devices 8x slower than this machine: a step's compute is the emulated time, not
+    // what a busy host's scheduling makes of a tiny model's few milliseconds.
+    dir.Write("cluster.toml", kCluster + "[nodes.emulation]\nspeed_factor = 8.0\n");
+    const PlanCase& p = PlanNamed(c.plan);
+    const std::string plan = dir.Write("plan.toml", PlanHeader("fp32") + p.body);
+    std::string job = Job(dir.Join("run"), p.clip, p.checkpointing, "fp32");
+    job.replace(job.find("steps = 5"), 9, "steps = 16");
+    // A 4x straggler against a threshold of 2x.
+    job += "[straggler_detection]\nthreshold = 1.0\n[[emulation.stragglers]]\nrank = " + std::to_string(c.slowed) +
+           "\nslowdown = 4\nfrom_step = 5\nto_step = 10\n";
+    dir.Write("job.toml", job);
+    CliRun r = Motley("launch --nproc " + std::to_string(p.ranks) + " -- " + std::string(MOTLEY_BIN) +
+                          " train job.toml --plan plan.toml --metrics m.jsonl",
+                      false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_CONTAINS(r.output, "straggler: rank " + std::to_string(c.slowed) + " (device " + std::to_string(c.slowed));
+    EXPECT_CONTAINS(r.output, "rank " + std::to_string(c.slowed) + " (device " + std::to_string(c.slowed) +
+                                  ", cpu) has recovered");
+    for (int k = 0; k < p.ranks; ++k) {
+      if (k != c.slowed) {
+        EXPECT_EQ(r.output.find("straggler: rank " + std::to_string(k)), std::string::npos) << r.output;
+      }
+    }
+    // The metrics: the straggler listed with its slowdown while it straggles.
+    std::ifstream metrics(dir.Join("m.jsonl"));
+    double worst = 0;
+    int steps_listed = 0;
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.contains("stragglers")) continue;
+      for (const auto& s : j["stragglers"]) {
+        EXPECT_EQ(s["rank"].get<int>(), c.slowed);
+        worst = std::max(worst, s["slowdown"].get<double>());
+        ++steps_listed;
+      }
+    }
+    EXPECT_GT(worst, 2.0);
+    EXPECT_GE(steps_listed, 3);
+  }
+}
+
+TEST(DistributedTrain, ResumingAPipelineContinuesExactlyAsTheUninterruptedRun) {
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  dir.Write("cluster.toml", kCluster);
+  // Interleaved ministages with offload (moments on the host), checkpoints every 3 steps.
+  const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
+                                                              "seq_len = 16\nprecision = \"fp32\"\n") + PlanNamed("interleaved-offload-uneven").body);
+  std::string job = Job(dir.Join("run"), 1, true, "fp32");
+  job.replace(job.find("steps = 5"), 9, "steps = 6");
+  job += "interval_steps = 3\nkeep = 5\n";
+  dir.Write("job.toml", job);
+  const std::string launch = "launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml ";
+  CliRun r = Motley(launch + "--metrics full.jsonl", false, dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::rename(dir.Join("run/step-000006"), dir.Join("uninterrupted"));
+  r = Motley(launch + "--resume run/step-000003 --metrics resumed.jsonl", false, dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "steps 4..6 of 6");
+  EXPECT_EQ(MaxRelativeDifference(dir.Join("run/step-000006/model.safetensors"),
+                                  dir.Join("uninterrupted/model.safetensors")),
+            0);
+  EXPECT_EQ(MaxRelativeDifference(dir.Join("run/step-000006/optimizer.safetensors"),
+                                  dir.Join("uninterrupted/optimizer.safetensors")),
+            0);
+}
+
+// A lost node (#25): three one-device nodes, checkpoints every 5 steps, rank 2 killed in step 15.
+// With --max-restarts the run plans again on the two devices left, resumes from step 10 and
+// finishes; its parameters are those of a run that switched to that plan at step 10 (fp64).
+TEST(DistributedTrain, ALostNodeIsPlannedAroundAndTheRunFinishesOnTheSurvivors) {
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  std::string cluster = std::string("name = \"three-nodes\"\n") + kCpuType;
+  for (const char* node : {"a", "b", "c"})
+    cluster += std::string("[[nodes]]\nname = \"") + node +
+               "\"\ndevice = \"cpu\"\ncount = 1\ninterconnect = \"pcie\"\nintra_bandwidth = \"10GB/s\"\n"
+               "nic_bandwidth = \"10Gbps\"\n[nodes.emulation]\nspeed_factor = 2.0\n";
+  dir.Write("cluster.toml", cluster);
+  std::string job = Job(dir.Join("run"), 1, true);
+  job.replace(job.find("steps = 5"), 9, "steps = 20");
+  job += "interval_steps = 5\nkeep = 10\n[plan]\nstrategy = \"poplar\"\n";
+  dir.Write("job.toml", job);
+  const std::string plan = dir.Write("plan.toml", PlanHeader() + PlanNamed("dp3-zero0-last-batch").body);
+  const std::string cmd = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") + "' " +
+                          MOTLEY_BIN + " train job.toml --plan plan.toml --max-restarts 1 --die-rank 2 --die-at-step 15 2>&1";
+  CliRun r = RunCommandLine(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "rank 2 (device 2, node c) failed: its node is lost — restart 1 of 1");
+  EXPECT_CONTAINS(r.output, "on the 2 devices left");
+  EXPECT_CONTAINS(r.output, "resuming from the checkpoint of step 10");
+  EXPECT_CONTAINS(r.output, "steps 11..20 of 20");
+  EXPECT_CONTAINS(r.output, "[rank 0] done: 10 steps");
+  const std::string replanned = motley::ReadFileToString(dir.Join("run/plan.toml")).value();
+  EXPECT_EQ(replanned.find("devices = [0, 1, 2]"), std::string::npos) << replanned;
+  // The metrics say so.
+  EXPECT_CONTAINS(motley::ReadFileToString(dir.Join("run/metrics.jsonl")).value(), "\"event\":\"restart\"");
+  // The same plan from the same checkpoint, by hand: the same parameters.
+  std::string by_hand = Job(dir.Join("by-hand"), 1, true);
+  by_hand.replace(by_hand.find("steps = 5"), 9, "steps = 20");
+  dir.Write("by-hand.toml", by_hand);
+  int ranks = 0;
+  for (size_t at = replanned.find("[[groups]]"); at != std::string::npos; at = replanned.find("[[groups]]", at + 1)) {
+    const size_t devices = replanned.find("devices = [", at);
+    const size_t end = replanned.find(']', devices);
+    ranks += 1 + static_cast<int>(std::count(replanned.begin() + static_cast<std::ptrdiff_t>(devices),
+                                             replanned.begin() + static_cast<std::ptrdiff_t>(end), ','));
+  }
+  ASSERT_EQ(ranks, 2);
+  CliRun again = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train by-hand.toml --plan run/plan.toml --resume run/step-000010",
+                        false, dir.path().string());
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_LT(MaxRelativeDifference(dir.Join("run/step-000020/model.safetensors"), dir.Join("by-hand/step-000020/model.safetensors")),
+            kFp64Tolerance);
+  EXPECT_GE(MaxRelativeDifference(dir.Join("run/step-000020/model.safetensors"), dir.Join("by-hand/step-000020/model.safetensors")), 0);
+}
+
+}  // namespace
