@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "cost/state_bytes.h"
 #include "plan/lowerer.h"
+#include "plan/state_shares.h"
 
 namespace motley::lowering {
 
@@ -39,6 +40,8 @@ Status Lowerer::Setup() {
   // Ranks in plan order.
   group_ranks_.assign(plan_.groups.size(), {});
   dp_ranks_.assign(plan_.groups.size(), {});
+  state_shares_.clear();
+  for (const GroupPlan& g : plan_.groups) state_shares_.push_back(ReplicaStateShares(g));
   std::map<int, int> rank_of_device;
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     dp_ranks_[g].assign(plan_.groups[g].tp_degree, {});
@@ -205,6 +208,8 @@ std::vector<int> Lowerer::EmitCollective(OpKind kind, int g, int v, double bytes
   std::map<int, int> op_of_rank;
   for (const auto& ranks : dp_ranks_[g]) {
     const int c = NewCollective(kind, ranks, bytes);
+    if (kind == OpKind::kAllGather || kind == OpKind::kReduceScatter)
+      s_.collectives[c].uneven_factor = UnevenCollectiveFactor(state_shares_[g]);
     for (int r : ranks) {
       Op op = StageOp(kind, Stream::kComm, v);
       op.embedding = ministages_[v].layers.begin == 0;
@@ -225,19 +230,19 @@ Result<Schedule> Lowerer::Run() {
 
   // Static memory per rank.
   for (int g = 0; g < num_groups; ++g) {
-    const int d = DpDegree(g);
-    double device = 0, host = 0;
-    for (int v = 0; v < num_ministages_; ++v) {
-      if (ministages_[v].group != g) continue;
-      // With offload the resident ministage keeps its shard and moments; full parameters per visit.
-      const StatePlacement placement = !policy_.offload_params ? StatePlacement::kDevice
-                                       : Resident(v)           ? StatePlacement::kResidentShard
-                                                               : StatePlacement::kHost;
-      const RankStateBytes state = ZeroStateBytes(RankParams(v), d, plan_.zero_stage, plan_.precision, placement);
-      device += state.device;
-      host += state.host;
-    }
     for (int r : group_ranks_[g]) {
+      double device = 0, host = 0;
+      for (int v = 0; v < num_ministages_; ++v) {
+        if (ministages_[v].group != g) continue;
+        // With offload the resident ministage keeps its shard and moments; full parameters per visit.
+        const StatePlacement placement = !policy_.offload_params ? StatePlacement::kDevice
+                                         : Resident(v)           ? StatePlacement::kResidentShard
+                                                                 : StatePlacement::kHost;
+        const RankStateBytes state =
+            ZeroStateBytes(RankParams(v), ShardDivisor(g, r), plan_.zero_stage, plan_.precision, placement);
+        device += state.device;
+        host += state.host;
+      }
       s_.programs[r].static_device_bytes = device;
       s_.programs[r].static_host_bytes = host;
     }

@@ -74,8 +74,8 @@ void Lowerer::EmitDataParallel() {
             }
             op.device_free_bytes = full;
             op.frees.push_back(Buf(BufferKind::kGrads, v));
-            AddGlooReduceScatterBuffer(op, full, group_ranks_[0].size());
-            CountReduceOutput(op, r, v, full / DpDegree(0), DpDegree(0));
+            AddGlooReduceScatterBuffer(op, 0, r, full);
+            CountReduceOutput(op, r, v, ShardOf(0, r, full), DpDegree(0));
             grads_allocated_[{r, v}] = false;
             last_reduce_[{r, v}] = ops[j];
             reduce_ops_[r].push_back(ops[j]);

@@ -259,6 +259,7 @@ void Lowerer::DescribeState() {
     m.first_rank = group_ranks_[g].front();
     m.num_ranks = static_cast<int32_t>(group_ranks_[g].size());
     m.tp_degree = Tp(g);
+    m.state_shares = state_shares_[g];
     s_.ministages.push_back(m);
   }
   for (Program& p : s_.programs) {

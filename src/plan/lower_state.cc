@@ -13,9 +13,7 @@ namespace motley::lowering {
 
 // Before a visit to ministage v (a pass over its microbatches): bring the parameters in.
 void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
-  const int d = DpDegree(g);
   const double full = RankParams(v) * param_bytes_;
-  const double shard = RankParams(v) / d;
   const int visit = visit_number_[{g, (backward ? 1 : 0) * num_ministages_ + v}];
   std::vector<int> prefetch(group_ranks_[g].size(), -1);
   // The backward visit brings the moments for the update that follows it, unless the update waits
@@ -23,6 +21,7 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
   const bool with_moments = backward && !StateReturnsForTheUpdate(v);
   for (size_t i = 0; i < group_ranks_[g].size(); ++i) {
     const int r = group_ranks_[g][i];
+    const double shard = ShardOf(g, r, RankParams(v));
     if (!policy_.offload_params || Resident(v)) continue;
     if (continuation && !with_moments) continue;  // the parameters are still gathered: nothing to bring
     Op op = StageOp(OpKind::kParamPrefetch, Stream::kH2D, v);
@@ -46,7 +45,7 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
     if (prefetch[i] >= 0) {
       op.deps.push_back(prefetch[i]);
       if (!with_moments) {  // the shard is not needed after the gather
-        op.device_free_bytes = shard * param_bytes_;
+        op.device_free_bytes = ShardOf(g, r, RankParams(v)) * param_bytes_;
         op.frees.push_back(Buf(BufferKind::kShard, v));
       }
     } else if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) {
@@ -75,11 +74,11 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
   const int d = DpDegree(g);
   const double params = RankParams(v);
   const double full_grads = params * grad_bytes_;
-  const double shard = plan_.zero_stage == 0 ? params : params / d;
   const OpKind reduce = plan_.zero_stage == 0 ? OpKind::kAllReduce : OpKind::kReduceScatter;
   std::vector<int> ops = EmitCollective(reduce, g, v, full_grads);
   for (size_t i = 0; i < ops.size(); ++i) {
     const int r = group_ranks_[g][i];
+    const double shard = plan_.zero_stage == 0 ? params : ShardOf(g, r, params);
     reduce_ops_[r].push_back(ops[i]);
     Op& op = s_.programs[r].ops[ops[i]];
     if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end()) op.deps.push_back(lc->second);
@@ -98,7 +97,7 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
       grads_allocated_[{r, v}] = false;
     }
     if (reduce == OpKind::kReduceScatter) CountReduceOutput(op, r, v, shard * grad_bytes_, d);
-    if (reduce == OpKind::kReduceScatter) AddGlooReduceScatterBuffer(op, full_grads, group_ranks_[g].size());
+    if (reduce == OpKind::kReduceScatter) AddGlooReduceScatterBuffer(op, g, r, full_grads);
     Op step = StageOp(OpKind::kOptimizerStep, Stream::kCompute, v);
     step.flops = kAdamFlopsPerParam * shard;
     step.params = shard;
@@ -137,7 +136,6 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
 }
 
 void Lowerer::EmitFinishBackward(int g, int v) {
-  const int d = DpDegree(g);
   const double params = RankParams(v);
   const bool sharded = policy_.gather_per_visit || policy_.gather_once;
   // With sharded parameters the full ones go after the visit's last backward (the optimizer step
@@ -157,7 +155,7 @@ void Lowerer::EmitFinishBackward(int g, int v) {
     s_.programs[r].ops[release].frees.push_back(Buf(BufferKind::kParams, v));
     if (policy_.offload_params && !Resident(v)) {  // the updated shard and moments go back to the host
       Op off = StageOp(OpKind::kParamOffload, Stream::kD2H, v);
-      off.bytes = params / d * (param_bytes_ + opt_bytes_);
+      off.bytes = ShardOf(g, r, params) * (param_bytes_ + opt_bytes_);
       off.device_free_bytes = off.bytes;
       off.reads = {Buf(BufferKind::kShard, v), Buf(BufferKind::kMoments, v)};
       off.frees = off.reads;

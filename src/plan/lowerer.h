@@ -66,10 +66,13 @@ class Lowerer {
   double BackwardFlops(int v, int64_t m) const;
   double SavedExtra(int v, int64_t m) const;  // beyond the input boundary
   // Emulated (CPU) ranks reduce-scatter over Gloo, which has no reduce-scatter: an all-to-all
-  // into a buffer as large as the gradients, held while the collective runs. (Gloo's all-gather
-  // would hold one as large as the parameters; motley gathers by broadcasts in place instead.)
-  void AddGlooReduceScatterBuffer(Op& op, double full_bytes, size_t group_size) const {
-    const double bytes = GlooReduceScatterBytes(full_bytes, static_cast<int>(group_size), cluster_.emulated());
+  // into a buffer of every member's piece of this rank's shard — as large as the gradients with
+  // even shards — held while the collective runs. (Gloo's all-gather would hold one as large as the
+  // parameters; motley gathers by broadcasts in place instead.)
+  void AddGlooReduceScatterBuffer(Op& op, int g, int r, double full_bytes) const {
+    const int members = static_cast<int>(dp_ranks_[g].front().size());
+    const double received = state_shares_[g].empty() ? full_bytes : members * ShardOf(g, r, full_bytes);
+    const double bytes = GlooReduceScatterBytes(received, members, cluster_.emulated());
     op.device_alloc_bytes += bytes;
     op.device_free_bytes += bytes;
   }
@@ -104,6 +107,18 @@ class Lowerer {
   /// else every ministage's state would be on the device together until the norm.
   bool StateReturnsForTheUpdate(int v) const {
     return plan_.gradient_clipping && policy_.offload_params && !Resident(v);
+  }
+  /// Rank r's shard of `x` (a ministage's parameters, or their bytes) in group g: x / replicas with
+  /// even shares (divided, so that even plans lower to exactly what they always did), its replica's
+  /// share of x otherwise.
+  double ShardOf(int g, int r, double x) const {
+    if (state_shares_[g].empty()) return x / DpDegree(g);
+    return x * state_shares_[g][(r - group_ranks_[g].front()) / Tp(g)];
+  }
+  /// The same as a number of replicas (ZeroStateBytes divides by it).
+  double ShardDivisor(int g, int r) const {
+    if (state_shares_[g].empty()) return DpDegree(g);
+    return 1 / state_shares_[g][(r - group_ranks_[g].front()) / Tp(g)];
   }
   /// The ranks of the tensor-parallel run led by `leader`.
   std::vector<int> Members(int leader) const {
@@ -166,6 +181,7 @@ class Lowerer {
   std::vector<std::vector<int>> routing_rank_;  // [group][microbatch] -> rank
   std::vector<std::vector<int>> group_ranks_;   // [group] -> ranks
   std::vector<std::vector<std::vector<int>>> dp_ranks_;  // [group][tp index] -> ranks that reduce together
+  std::vector<std::vector<double>> state_shares_;        // [group] -> per replica (state_shares.h); empty: even
   std::vector<int> group_of_rank_;
   double param_bytes_ = 2, grad_bytes_ = 2, opt_bytes_ = 12, act_bytes_ = 2;
 

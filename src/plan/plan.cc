@@ -1,5 +1,6 @@
 #include "plan/plan.h"
 
+#include <cmath>
 #include <cstdint>
 #include <algorithm>
 #include <map>
@@ -201,6 +202,34 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
               "same microbatch_size ({} here, {} on groups[0].devices[0]) and no last_microbatch_size",
               dwhere, d.microbatch_size, first_microbatch_size));
       }
+    }
+    if (!g.state_shares.empty()) {
+      double sum = 0;
+      bool positive = true;
+      for (size_t di = 0; di < g.state_shares.size(); ++di) {
+        positive = positive && g.state_shares[di] > 0;
+        if (g.is_tp_leader(di)) sum += g.state_shares[di];
+        if (g.tp_degree >= 1 && di < g.devices.size() &&
+            g.state_shares[di] != g.state_shares[di - di % g.tp_degree])
+          error(fmt::format("{}.state_shares[{}]: a tensor-parallel team of {} devices holds one share of the "
+                            "state, so its members' state_shares must equal its first device's ({:g})",
+                            where, di, g.tp_degree, g.state_shares[di - di % g.tp_degree]));
+      }
+      if (g.state_shares.size() != g.devices.size())
+        error(fmt::format("{}: state_shares has {} entries but devices has {}; give one per device", where,
+                          g.state_shares.size(), g.devices.size()));
+      else if (plan.zero_stage < 1)
+        error(fmt::format("{}: state_shares size each device's shard of the ZeRO state, but zero_stage = 0 keeps "
+                          "all of it on every device; use zero_stage 1, 2 or 3, or remove state_shares",
+                          where));
+      else if (!positive)
+        error(fmt::format("{}: every state share must be > 0 (each device holds a piece of the state); "
+                          "remove a device from the group instead",
+                          where));
+      else if (std::abs(sum - 1) > 1e-3)
+        error(fmt::format("{}: state_shares of the group's {} {} sum to {:g}; they must sum to 1", where,
+                          g.devices.size() / std::max(1, g.tp_degree),
+                          g.tp_degree > 1 ? "tensor-parallel teams (one entry each counted)" : "devices", sum));
     }
     if (g.num_microbatches() < 1) error(fmt::format("{}: its devices process no microbatch", where));
     if (plan.is_pipeline()) {

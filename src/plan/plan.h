@@ -66,6 +66,11 @@ struct GroupPlan {
   /// Pipelines: the device of this group that processes each global microbatch (size = number of
   /// microbatches). Empty for pure data parallelism.
   std::vector<int> routing;
+  /// The share of the group's ZeRO state (parameter shard, gradient shard, AdamW moments) each
+  /// device holds, apart from its share of the batch (Cephalo; plan/state_shares.h). Empty: even
+  /// shards. Given: one per device, > 0, a tensor-parallel team's alike, its teams' summing to 1;
+  /// needs zero_stage >= 1.
+  std::vector<double> state_shares;
 
   int num_ministages() const { return static_cast<int>(ministages.size()); }
   int num_layers() const;

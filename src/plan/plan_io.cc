@@ -36,6 +36,25 @@ std::optional<std::vector<int64_t>> IntArray(TomlTable& t, std::string_view key,
   return out;
 }
 
+// Reads an array of numbers (integers or floats) within [min, max].
+std::optional<std::vector<double>> NumberArray(TomlTable& t, std::string_view key, double min, double max,
+                                               Need need) {
+  const toml::array* values = t.Array(key, need);
+  if (values == nullptr) return std::nullopt;
+  std::vector<double> out;
+  for (const toml::node& n : *values) {
+    const std::optional<double> v = n.is_integer() ? std::optional<double>(static_cast<double>(*n.value<int64_t>()))
+                                    : n.is_floating_point() ? n.value<double>()
+                                                            : std::nullopt;
+    if (!v || !(*v >= min && *v <= max)) {
+      t.Error(key, fmt::format("expected an array of numbers between {:g} and {:g}", min, max));
+      return std::nullopt;
+    }
+    out.push_back(*v);
+  }
+  return out;
+}
+
 GroupPlan ReadGroup(TomlTable& t) {
   GroupPlan g;
   constexpr int64_t kBig = int64_t{1} << 40;
@@ -60,6 +79,7 @@ GroupPlan ReadGroup(TomlTable& t) {
   auto lasts = IntArray(t, "last_microbatch_size", 0, kBig, Need::kOptional);
   if (auto routing = IntArray(t, "routing", 0, 1 << 20, Need::kOptional))
     g.routing.assign(routing->begin(), routing->end());
+  auto shares = NumberArray(t, "state_shares", 0, 1, Need::kOptional);
   t.Finish();
   if (!devices || !sizes || !counts) return g;
   auto check_len = [&](std::string_view key, size_t n) {
@@ -68,8 +88,10 @@ GroupPlan ReadGroup(TomlTable& t) {
     return false;
   };
   if (!check_len("microbatch_size", sizes->size()) || !check_len("num_microbatches", counts->size()) ||
-      (lasts && !check_len("last_microbatch_size", lasts->size())))
+      (lasts && !check_len("last_microbatch_size", lasts->size())) ||
+      (shares && !check_len("state_shares", shares->size())))
     return g;
+  if (shares) g.state_shares = *shares;
   for (size_t i = 0; i < devices->size(); ++i) {
     g.devices.push_back(
         DevicePlan{static_cast<int>((*devices)[i]), (*sizes)[i], (*counts)[i], lasts ? (*lasts)[i] : 0});
@@ -176,6 +198,7 @@ std::string PlanToToml(const Plan& p) {
         fmt::join(c.counts, ", "));
     if (c.any_last) out += fmt::format("last_microbatch_size = [{}]\n", fmt::join(c.lasts, ", "));
     if (!g.routing.empty()) out += fmt::format("routing = [{}]\n", fmt::join(g.routing, ", "));
+    if (!g.state_shares.empty()) out += fmt::format("state_shares = [{}]\n", fmt::join(g.state_shares, ", "));
   }
   return out;
 }
@@ -193,6 +216,7 @@ nlohmann::json PlanToJson(const Plan& p) {
                          {"num_microbatches", c.counts}};
     if (c.any_last) gj["last_microbatch_size"] = c.lasts;
     if (!g.routing.empty()) gj["routing"] = g.routing;
+    if (!g.state_shares.empty()) gj["state_shares"] = g.state_shares;
     groups.push_back(gj);
   }
   nlohmann::json out = {{"strategy", p.strategy},

@@ -23,8 +23,8 @@ Plan TwoGroupPipeline() {
   p.zero_stage = 2;
   p.offload_params = true;
   p.offload_activations = true;
-  GroupPlan a{{{0, 1}}, 1, {{0, 2, 3, 0}, {1, 2, 1, 0}}, {0, 1, 0, 0}};
-  GroupPlan b{{{1, 2}}, 1, {{2, 2, 2, 0}, {3, 2, 2, 0}}, {}};
+  GroupPlan a{{{0, 1}}, 1, {{0, 2, 3, 0}, {1, 2, 1, 0}}, {0, 1, 0, 0}, {}};
+  GroupPlan b{{{1, 2}}, 1, {{2, 2, 2, 0}, {3, 2, 2, 0}}, {}, {}};
   p.groups = {a, b};
   return p;
 }
@@ -42,7 +42,7 @@ TEST(Plan, InterleavedMinistagesGoRoundRobinAcrossGroups) {
   EXPECT_EQ(m[2], (std::vector<LayerRange>{{8, 10}, {17, 18}}));
   Plan p;
   p.schedule = PipelineSchedule::kInterleaved;
-  for (auto& r : m) p.groups.push_back(GroupPlan{r, 1, {}, {}});
+  for (auto& r : m) p.groups.push_back(GroupPlan{r, 1, {}, {}, {}});
   auto stages = MinistagesByLayer(p);
   ASSERT_EQ(stages.size(), 6u);
   EXPECT_EQ(stages[2].group, 2);

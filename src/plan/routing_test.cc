@@ -14,8 +14,8 @@ TEST(ZorseRouting, FirstGroupByEarliestFinishLaterGroupsByMostRemainingWork) {
   p.schedule = PipelineSchedule::kGPipe;
   // Group 0: device 0 takes 1 s per microbatch (3 of them), device 1 takes 3 s (1 of them).
   // Group 1: device 2 is slow (2 s, 2 microbatches), device 3 fast (1 s, 2 microbatches).
-  p.groups = {GroupPlan{{{0, 1}}, 1, {{0, 1, 3, 0}, {1, 1, 1, 0}}, {}},
-              GroupPlan{{{1, 2}}, 1, {{2, 1, 2, 0}, {3, 1, 2, 0}}, {}}};
+  p.groups = {GroupPlan{{{0, 1}}, 1, {{0, 1, 3, 0}, {1, 1, 1, 0}}, {}, {}},
+              GroupPlan{{{1, 2}}, 1, {{2, 1, 2, 0}, {3, 1, 2, 0}}, {}, {}}};
   std::map<int, double> seconds = {{0, 1}, {1, 3}, {2, 2}, {3, 1}};
   auto routing = ZorseRouting(p, [&](int, int device) { return seconds[device]; });
   // Group 0: mb0 -> dev0 (finishes at 1 vs 3), mb1 -> dev0 (2 vs 3), mb2 -> dev0 (3 vs 3, first wins),
@@ -47,8 +47,8 @@ TEST(ZorseRouting, SlowDeviceGetsTheEarlyMicrobatches) {
   // One slow device among fast ones in the second group: it is handed work first so that it does
   // not finish last.
   Plan p;
-  p.groups = {GroupPlan{{{0, 1}}, 1, {{0, 1, 6, 0}}, {}},
-              GroupPlan{{{1, 2}}, 1, {{1, 1, 2, 0}, {2, 1, 2, 0}, {3, 1, 2, 0}}, {}}};
+  p.groups = {GroupPlan{{{0, 1}}, 1, {{0, 1, 6, 0}}, {}, {}},
+              GroupPlan{{{1, 2}}, 1, {{1, 1, 2, 0}, {2, 1, 2, 0}, {3, 1, 2, 0}}, {}, {}}};
   auto routing = ZorseRouting(p, [](int, int device) { return device == 3 ? 4.0 : 1.0; });
   EXPECT_EQ(routing[1][0], 3);
   EXPECT_EQ(routing[1][1], 3);

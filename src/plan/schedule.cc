@@ -227,10 +227,11 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
     nlohmann::json j = {{"kind", OpKindName(c.kind)}, {"ranks", c.ranks}, {"bytes", c.bytes}};
     if (c.tensor_parallel) j["tensor_parallel"] = true;
     if (c.calls != 1) j["calls"] = c.calls;
+    if (c.uneven_factor != 1) j["uneven_factor"] = c.uneven_factor;
     collectives.push_back(std::move(j));
   }
   nlohmann::json ministages = nlohmann::json::array();
-  for (const auto& m : s.ministages)
+  for (const auto& m : s.ministages) {
     ministages.push_back({{"group", m.group},
                           {"index", m.index},
                           {"layers", {m.layer_begin, m.layer_end}},
@@ -238,6 +239,8 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
                           {"head", m.head},
                           {"ranks", {m.first_rank, m.first_rank + m.num_ranks}},
                           {"tp_degree", m.tp_degree}});
+    if (!m.state_shares.empty()) ministages.back()["state_shares"] = m.state_shares;
+  }
   return {{"seq_len", s.seq_len},
           {"global_batch_tokens", s.global_batch_tokens},
           {"microbatch_sequences", s.microbatch_sequences},

@@ -141,6 +141,9 @@ struct Collective {
   bool tensor_parallel = false;  // a TP group's activation all-reduces (inside the compute, at run time)
   int32_t calls = 1;             // separate calls of bytes / calls each it stands for (a TP team's: two a
                                  // layer in each forward, recomputed forward and backward)
+  /// Uneven state shares (plan/state_shares.h): the pieces are uneven, and the collective takes as
+  /// long as an even one of this many times the bytes. 1: even.
+  double uneven_factor = 1;
 };
 
 /// A ministage of the plan (Schedule::ministages, in layer order) and the ranks that run it.
@@ -154,6 +157,9 @@ struct ScheduleMinistage {
   int32_t first_rank = 0;   // its group's ranks: [first_rank, first_rank + num_ranks)
   int32_t num_ranks = 1;
   int32_t tp_degree = 1;    // tensor-parallel teams of this many consecutive ranks
+  /// Each data-parallel replica's share of the ministage's ZeRO state (plan/state_shares.h: the
+  /// runtime splits the flat buffer by SplitState); empty: even shards.
+  std::vector<double> state_shares;
 };
 
 struct Program {

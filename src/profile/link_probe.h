@@ -29,7 +29,9 @@ struct LinkProbeConfig {
   int64_t min_bytes = 4 << 10;   // smallest message
   int64_t max_bytes = 64 << 20;  // largest message (sizes grow 8x from the smallest)
   double max_transfer_s = 0.05;  // skip sizes the cluster file says take longer than this one way
-  int repeats = 3;               // round trips per size (the median counts), after one warm-up
+  int repeats = 3;               // round trips per size at least (the fastest counts), after one warm-up ...
+  double min_time_per_size_s = 0.05;  // ... and more, up to max_repeats, until the size was timed this long
+  int max_repeats = 32;
   int64_t collective_bytes = 4 << 10;  // the all-reduce that measures a collective's overhead ...
   int collective_calls = 40;           // ... this many times (the lower quartile counts), after one warm-up
   torch::Device device = torch::kCPU;  // where the buffers live: a rank's GPU sends over NCCL, as training does

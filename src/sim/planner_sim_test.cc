@@ -261,7 +261,7 @@ TEST(ZorsePlanner, PlansThatFitAndBeatEvenDataParallelism) {
   even.seq_len = 128;
   even.precision = Precision::kFp32;
   even.zero_stage = 2;
-  even.groups = {GroupPlan{{{0, 4}}, 1, {{0, 2, 4, 0}, {1, 2, 4, 0}, {2, 2, 4, 0}, {3, 2, 4, 0}}, {}}};
+  even.groups = {GroupPlan{{{0, 4}}, 1, {{0, 2, 4, 0}, {1, 2, 4, 0}, {2, 2, 4, 0}, {3, 2, 4, 0}}, {}, {}}};
   EXPECT_LT(zp.predicted_step_s, SimulatedStepS(even, cluster, m)) << zp.explain;
 }
 

@@ -145,8 +145,8 @@ speed_factor = 3.0
   Plan p;
   p.seq_len = 128;
   p.zero_stage = 0;
-  p.groups = {GroupPlan{{{0, 2}}, 1, {{0, 1, 8, 0}}, {}},
-              GroupPlan{{{2, 4}}, 1, {{1, 1, 6, 0}, {2, 1, 2, 0}}, {}}};
+  p.groups = {GroupPlan{{{0, 2}}, 1, {{0, 1, 8, 0}}, {}, {}},
+              GroupPlan{{{2, 4}}, 1, {{1, 1, 6, 0}, {2, 1, 2, 0}}, {}, {}}};
   CostModel costs(cluster, m, &profile, p.seq_len, p.precision, true);
   // When the last forward of group 1 (ranks 1 and 2) ends.
   auto stage_end = [&](const Plan& plan) {
@@ -177,7 +177,7 @@ TEST(Simulator, TensorParallelismSplitsComputeAndMemoryAndPaysTwoAllReducesPerLa
   Plan one;
   one.seq_len = 128;
   one.zero_stage = 0;
-  one.groups = {GroupPlan{{{0, 4}}, 1, {{0, 2, 2, 0}}, {}}};
+  one.groups = {GroupPlan{{{0, 4}}, 1, {{0, 2, 2, 0}}, {}, {}}};
   Plan two = one;
   two.groups[0].tp_degree = 2;
   two.groups[0].devices = {{0, 2, 2, 0}, {1, 2, 2, 0}};
@@ -348,7 +348,7 @@ TEST(Simulator, MemoryPeakOfASmallDataParallelScheduleMatchesHandComputation) {
     p.seq_len = 32;
     p.precision = b.precision;
     p.zero_stage = 0;
-    p.groups = {GroupPlan{{{0, 3}}, 1, {{0, 2, 2, 1}}, {}}};
+    p.groups = {GroupPlan{{{0, 3}}, 1, {{0, 2, 2, 1}}, {}, {}}};
     Result<Schedule> s = LowerPlan(p, cluster, m);
     ASSERT_TRUE(s.ok()) << s.status().message();
     CostModel costs(cluster, m, nullptr, p.seq_len, p.precision, true);

@@ -52,7 +52,8 @@ count = )" + std::to_string(n) +
 }
 
 /// A random plan over up to `num_devices` devices of a FastCluster: any plan family, ZeRO stage,
-/// checkpointing, offload, clipping, uneven microbatch counts, tensor parallelism in pairs, routing.
+/// checkpointing, offload, clipping, uneven microbatch counts, tensor parallelism in pairs, routing,
+/// uneven state shares.
 inline Plan RandomPlan(std::mt19937& rng, int num_devices, const ModelSpec& m) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   Plan p;
@@ -119,6 +120,20 @@ inline Plan RandomPlan(std::mt19937& rng, int num_devices, const ModelSpec& m) {
       gp.routing = routing;
     }
     p.groups.push_back(gp);
+  }
+  // Uneven state shares (Cephalo) now and then, from a generator of their own (the plans the
+  // tests drew before shares existed stay the same).
+  std::mt19937 shares_rng(static_cast<unsigned>(total * 7919 + mbs * 31 + used * 3 + p.zero_stage));
+  if (p.zero_stage >= 1 && shares_rng() % 2 == 0) {
+    for (GroupPlan& gp : p.groups) {
+      for (size_t i = 0; i < gp.devices.size(); i += gp.tp_degree) {
+        const double weight = 1 + static_cast<double>(shares_rng() % 4);  // 1..4
+        for (int k = 0; k < gp.tp_degree; ++k) gp.state_shares.push_back(weight);
+      }
+      double sum = 0;
+      for (size_t i = 0; i < gp.state_shares.size(); i += gp.tp_degree) sum += gp.state_shares[i];
+      for (double& s : gp.state_shares) s /= sum;
+    }
   }
   return p;
 }

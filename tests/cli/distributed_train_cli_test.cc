@@ -2,7 +2,8 @@
 // at every ZeRO stage with uneven batches, pipelines (GPipe, 1F1B, Zorse's interleaved ministages)
 // with asymmetric groups, uneven microbatch counts, custom routing, 1..L ministages, tensor-parallel
 // teams (alone, with ZeRO across teams, in a pipeline beside a tp1 group), parameter and
-// activation offload, with and without gradient clipping — run by `motley launch` as 2-6 ranks,
+// activation offload, state shares apart from batch shares (Cephalo), with and without gradient
+// clipping — run by `motley launch` as 2-6 ranks,
 // ends 5 steps with the parameters and AdamW moments of a single-process run: in fp64 within 1e-10
 // (kFp64Tolerance), in fp32 within a noise floor measured in the same run.
 #include <cstdint>
@@ -129,12 +130,14 @@ TEST_F(DistributedEquivalence, EveryPlanMatchesOneProcessAfterFiveSteps) {
 
 // Resume under any plan (#25): a checkpoint written at step 2 by one plan resumes under every
 // other — another world size, family (data parallelism, Poplar's uneven batches, Zorse's routed
-// interleaved pipeline, a tensor-parallel team beside a tp1 group), ZeRO stage and offload — and
+// interleaved pipeline, a tensor-parallel team beside a tp1 group, Cephalo's uneven state shares),
+// ZeRO stage and offload — and
 // after step 5 the parameters and moments are those of one process (fp64). Parameters, AdamW
 // moments, the step, the LR schedule and the data position carry over.
 TEST_F(DistributedEquivalence, ACheckpointOfAnyPlanResumesUnderAnyOther) {
   const char* names[] = {"dp3-zero0-last-batch", "poplar-dp5-zero2-accumulation-last-batch",
-                         "interleaved-zero3-routing-6-ranks", "pipeline-tp2-then-tp1-offload"};
+                         "interleaved-zero3-routing-6-ranks", "pipeline-tp2-then-tp1-offload",
+                         "cephalo-dp3-zero3-state-shares"};
   const std::string reference = Reference(1, true);
   // Each plan trains 5 steps, checkpointing every 2 (its step 5 is the contract's own check).
   for (const char* a : names) {

@@ -3,6 +3,7 @@
 // `motley train --plan` prints them. A plan the planner judged to fit must not run out of memory.
 #include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -173,6 +174,87 @@ tp_degree = 1
       }
     }
   }
+  }
+}
+
+// Cephalo's state shares (#24): the same parameter-heavy model in ZeRO-2 and ZeRO-3 data
+// parallelism over two ranks, rank 0 holding 80% of the state: each rank's peak follows its share,
+// as predicted.
+TEST(MemoryPrediction, UnevenStateSharesShowInEachRanksPeakAsPredicted) {
+  TempDir dir;
+  dir.Write("m.toml", R"(name = "llama-13m"
+hidden_size = 512
+num_layers = 4
+num_heads = 8
+num_kv_heads = 4
+ffn_size = 1536
+vocab_size = 256
+max_seq_len = 64
+tie_embeddings = false
+)");
+  dir.Write("c.toml", R"(name = "two"
+[device_types.emu-cpu]
+memory = "4GiB"
+memory_bandwidth = "10GB/s"
+fp16_flops = "50GFLOPS"
+fp32_flops = "50GFLOPS"
+host_link = "10GB/s"
+[[nodes]]
+name = "n"
+device = "emu-cpu"
+count = 2
+interconnect = "pcie"
+intra_bandwidth = "10GB/s"
+[nodes.emulation]
+speed_factor = 1.0
+)");
+  const std::string job = dir.Write("job.toml", R"(model = "m.toml"
+cluster = "c.toml"
+[training]
+steps = 3
+seq_len = 32
+global_batch_sequences = 4
+precision = "fp32"
+[data]
+train = "builtin"
+[optimizer]
+grad_clip_norm = 0.0
+)");
+  for (const int zero : {2, 3}) {
+    const std::string name = "zero" + std::to_string(zero);
+    const std::string plan = dir.Write(name + ".plan.toml", R"(strategy = "manual"
+seq_len = 32
+precision = "fp32"
+gradient_clipping = false
+zero_stage = )" + std::to_string(zero) + R"(
+[[groups]]
+ministages = [[0, 1], [1, 2], [2, 3], [3, 4]]
+devices = [0, 1]
+microbatch_size = [1, 1]
+num_microbatches = [2, 2]
+state_shares = [0.8, 0.2]
+)");
+    const std::string metrics = dir.Join(name + ".jsonl");
+    CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train " + job + " --plan " + plan +
+                      " --no-checkpoint --no-validation --metrics " + metrics);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<double> predicted = PredictedMib(r.output);
+    const MeasuredPeaks measured = MeasuredMib(metrics);
+    ASSERT_EQ(predicted.size(), 2u) << r.output;
+    ASSERT_EQ(measured.smallest.size(), 2u) << r.output;
+    std::cout << name << ": predicted " << predicted[0] << " / " << predicted[1] << " MiB, measured "
+              << measured.smallest[0] << ".." << measured.largest[0] << " / " << measured.smallest[1] << ".."
+              << measured.largest[1] << " MiB\n";
+    // The sharded state (ZeRO-2: gradients and moments, 12 bytes a parameter in fp32; ZeRO-3 the
+    // parameters as well) is four times as large on rank 0 as on rank 1; the full parameters
+    // (ZeRO-2), the gathered layers (ZeRO-3) and the activations are alike (here: 225 / 122 MiB and
+    // 240 / 107 MiB predicted).
+    EXPECT_GT(predicted[0], (zero == 2 ? 1.6 : 2.0) * predicted[1]) << r.output;
+    EXPECT_GT(measured.smallest[0], (zero == 2 ? 1.6 : 2.0) * measured.largest[1]) << r.output;
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_LE(measured.smallest[rank], 1.10 * predicted[rank]) << name << ", rank " << rank << "\n" << r.output;
+      EXPECT_GE(measured.largest[rank], 0.90 * predicted[rank]) << name << ", rank " << rank << "\n" << r.output;
+    }
   }
 }
 

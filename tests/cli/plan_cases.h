@@ -210,6 +210,50 @@ devices = [3, 4]
 microbatch_size = [2, 2]
 num_microbatches = [3, 3]
 )"},
+    // Cephalo (#24): each device's share of the ZeRO state apart from its share of the batch.
+    {"cephalo-dp3-zero3-state-shares", 3, 1, true, R"(zero_stage = 3
+[[groups]]
+ministages = [[0, 1], [1, 2], [2, 3], [3, 4]]
+devices = [0, 1, 2]
+microbatch_size = [2, 4, 2]
+num_microbatches = [2, 1, 2]
+state_shares = [0.6, 0.1, 0.3]
+)"},
+    {"dp3-zero1-state-shares", 3, 0, true, R"(schedule = "gpipe"
+zero_stage = 1
+[[groups]]
+ministages = [[0, 4]]
+devices = [0, 1, 2]
+microbatch_size = [4, 2, 2]
+num_microbatches = [1, 2, 2]
+state_shares = [0.15, 0.55, 0.3]
+)"},
+    {"interleaved-offload-state-shares-tp2", 4, 1, true, R"(schedule = "interleaved"
+zero_stage = 2
+offload_params = true
+[[groups]]
+ministages = [[0, 1], [2, 3]]
+devices = [0, 1]
+microbatch_size = [3, 3]
+num_microbatches = [3, 1]
+state_shares = [0.8, 0.2]
+[[groups]]
+ministages = [[1, 2], [3, 4]]
+tp_degree = 2
+devices = [2, 3]
+microbatch_size = [3, 3]
+num_microbatches = [4, 4]
+)"},
+    {"tp2-dp2-zero2-state-shares", 4, 0, true, R"(schedule = "gpipe"
+zero_stage = 2
+[[groups]]
+ministages = [[0, 2], [2, 4]]
+tp_degree = 2
+devices = [0, 1, 2, 3]
+microbatch_size = [4, 4, 2, 2]
+num_microbatches = [2, 2, 2, 2]
+state_shares = [0.25, 0.25, 0.75, 0.75]
+)"},
 };
 
 inline const PlanCase& PlanNamed(const std::string& name) {

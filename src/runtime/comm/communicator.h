@@ -68,7 +68,8 @@ class PendingTransfer {
   PendingTransfer(c10::intrusive_ptr<c10d::Work> work, std::string what, class Communicator* comm,
                   std::function<void()> then = {});
   /// Several operations that complete together (issued in this order on every member).
-  PendingTransfer(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string what, class Communicator* comm);
+  PendingTransfer(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string what, class Communicator* comm,
+                  std::function<void()> then = {});
   Status Wait();
   /// Whether Wait() would return at once (never blocks).
   bool Done() const;
@@ -96,13 +97,19 @@ class Communicator {
   // untouched until Wait()). A group of one completes at once.
   Status AllReduceSum(CommGroup& g, torch::Tensor& t);
   Result<PendingTransfer> StartAllReduceSum(CommGroup& g, torch::Tensor& t);
-  Result<PendingTransfer> StartAllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out);
-  Result<PendingTransfer> StartReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out);
-  /// `out` = the members' `shard`s concatenated in group order (equal sizes); `shard` may be this
-  /// member's own part of `out` (in place).
-  Status AllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out);
-  /// `out` = this member's chunk of the sum of every member's `in` (in split into size() chunks).
-  Status ReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out);
+  Result<PendingTransfer> StartAllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out,
+                                         const std::vector<int64_t>& counts = {});
+  Result<PendingTransfer> StartReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out,
+                                                const std::vector<int64_t>& counts = {});
+  /// `out` = the members' `shard`s concatenated in group order: equal sizes, or member i's
+  /// `counts[i]` elements (uneven state shares); `shard` may be this member's own part of `out`
+  /// (in place).
+  Status AllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out,
+                   const std::vector<int64_t>& counts = {});
+  /// `out` = this member's chunk of the sum of every member's `in` (in split into size() equal
+  /// chunks, or into chunks of `counts[i]` elements).
+  Status ReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out,
+                          const std::vector<int64_t>& counts = {});
   Status Broadcast(CommGroup& g, torch::Tensor& t, int root_index);
   Status Barrier(CommGroup& g);
   Result<PendingTransfer> Send(const torch::Tensor& t, int peer, int64_t tag);

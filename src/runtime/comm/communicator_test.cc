@@ -97,6 +97,31 @@ TEST(Communicator, CollectivesAndTransfersGiveTheRightValues) {
   });
 }
 
+// Uneven state shares (plan/state_shares.h): pieces of 3, 1 and 0 elements (an empty piece too).
+TEST(Communicator, GathersAndReduceScattersUnevenPieces) {
+  RunRanks(3, [](Communicator& c) {
+    const int r = c.rank();
+    const std::vector<int64_t> counts = {3, 1, 0};
+    const int64_t begin[] = {0, 3, 4};
+    torch::Tensor gathered = torch::empty({4});
+    torch::Tensor piece = torch::full({counts[r]}, static_cast<float>(r + 1));
+    ASSERT_TRUE(c.AllGather(c.world(), piece, gathered, counts).ok());
+    EXPECT_TRUE(torch::equal(gathered, torch::tensor({1.f, 1.f, 1.f, 2.f})));
+
+    // In place: the piece is this member's part of the output.
+    torch::Tensor in_place = torch::zeros({4});
+    in_place.narrow(0, begin[r], counts[r]).fill_(static_cast<float>(10 * (r + 1)));
+    torch::Tensor own = in_place.narrow(0, begin[r], counts[r]);
+    ASSERT_TRUE(c.AllGather(c.world(), own, in_place, counts).ok());
+    EXPECT_TRUE(torch::equal(in_place, torch::tensor({10.f, 10.f, 10.f, 20.f})));
+
+    torch::Tensor in = torch::arange(4, torch::kFloat32) * (r + 1);  // sum: arange * 6
+    torch::Tensor out = torch::full({counts[r]}, -1.f);
+    ASSERT_TRUE(c.ReduceScatterSum(c.world(), in, out, counts).ok());
+    EXPECT_TRUE(torch::equal(out, (torch::arange(4, torch::kFloat32) * 6).narrow(0, begin[r], counts[r])));
+  });
+}
+
 TEST(Communicator, TransfersMatchInTheOrderTheyAreIssuedNotByTag) {
   // NCCL's rule on every backend: the k-th send from a to b meets b's k-th receive from a. Both
   // directions of the pair are in flight at once (on NCCL, each has its own stream).

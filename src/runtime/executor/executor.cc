@@ -111,7 +111,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
   for (auto& [v, params] : owned) {
     auto state = std::make_unique<MinistageState>(std::move(params), prog.dp_size, prog.dp_index,
                                                   schedule.sharded_optimizer, ex->copies_.get(),
-                                                  /*shard_in_flat=*/!schedule.sharded_params);
+                                                  /*shard_in_flat=*/!schedule.sharded_params,
+                                                  schedule.ministages[v].state_shares);
     if (schedule.sharded_optimizer && !resident.count({BufferKind::kShard, v})) state->Offload();
     if (!resident.count({BufferKind::kParams, v})) state->ReleaseFlat();
     ex->ministages_[v] = std::move(state);
@@ -215,7 +216,7 @@ Result<Executor::FullState> Executor::GatherFullState() {
         torch::Tensor part = parts[k].to(torch::kCPU).contiguous();
         if (s.sharded() && g != nullptr && g->size() > 1) {
           full[k] = torch::empty({s.padded_numel()}, part.options());
-          MOTLEY_RETURN_IF_ERROR(comm_->AllGather(*g, part, full[k]));
+          MOTLEY_RETURN_IF_ERROR(comm_->AllGather(*g, part, full[k], s.shard_counts()));
         } else {
           full[k] = part;
         }

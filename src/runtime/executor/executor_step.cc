@@ -606,7 +606,7 @@ class Executor::StepRun : public OpRunner {
       // first reduction after an update writes into the (zeroed) shard itself: no second buffer.
       torch::Tensor out = g->size() == 1 ? full : state.TakeZeroGradShard();
       if (!out.defined()) out = torch::empty({state.shard_numel()}, full.options());
-      MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartReduceScatterSum(*g, full, out));
+      MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartReduceScatterSum(*g, full, out, state.shard_counts()));
       f.bytes = static_cast<double>(full.nbytes());
       const bool release = Has(op.frees, BufferKind::kGrads);  // ZeRO >= 2: only the shard stays
       f.then = [&state, out, full, release]() mutable {
@@ -629,7 +629,9 @@ class Executor::StepRun : public OpRunner {
     report_.bytes_sent += passes * (n - 1) / n * f.bytes;
     std::vector<int> devices;
     for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
-    f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, passes);
+    // Uneven pieces: paced by the largest, as the simulator times it.
+    f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes * ex_.schedule_.collectives[op.collective].uneven_factor,
+                                                  devices, passes);
     QueueOnEmulatedLink(f);
     in_flight_[static_cast<int>(i)] = std::move(f);
     return Status::Ok();
@@ -647,13 +649,14 @@ class Executor::StepRun : public OpRunner {
     torch::Tensor& flat = state.AllocateFlat();
     torch::Tensor& shard = state.shard();
     MOTLEY_CHECK(shard.defined());
-    MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartAllGather(*g, shard, flat));
+    MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartAllGather(*g, shard, flat, state.shard_counts()));
     f.bytes = static_cast<double>(flat.nbytes());
     const double n = g->size();
     report_.bytes_sent += (n - 1) / n * f.bytes;
     std::vector<int> devices;
     for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
-    f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, 1);
+    f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes * ex_.schedule_.collectives[op.collective].uneven_factor,
+                                                  devices, 1);
     QueueOnEmulatedLink(f);
     return Status::Ok();
   }

@@ -4,13 +4,14 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "plan/state_shares.h"
 #include "runtime/train/adamw.h"
 #include "runtime/emulation/memory_ledger.h"
 
 namespace motley {
 
 MinistageState::MinistageState(std::vector<NamedParameter> params, int dp_size, int dp_index, bool sharded_optimizer,
-                               CopyEngine* copies, bool shard_in_flat)
+                               CopyEngine* copies, bool shard_in_flat, const std::vector<double>& state_shares)
     : params_(std::move(params)),
       sharded_(sharded_optimizer),
       shard_in_flat_(sharded_optimizer && shard_in_flat),
@@ -24,8 +25,11 @@ MinistageState::MinistageState(std::vector<NamedParameter> params, int dp_size, 
   }
   dp_size_ = sharded_ ? dp_size : 1;
   dp_index_ = sharded_ ? dp_index : 0;
-  shard_numel_ = (numel_ + dp_size_ - 1) / dp_size_;
-  shard_begin_ = dp_index_ * shard_numel_;
+  const StateSplit split = SplitState(numel_, dp_size_, sharded_ ? state_shares : std::vector<double>{});
+  shard_numel_ = split.numel[dp_index_];
+  shard_begin_ = split.begin[dp_index_];
+  padded_numel_ = split.padded_numel;
+  if (!split.even) shard_counts_ = split.numel;
   dtype_ = params_.empty() ? torch::kFloat32 : params_[0].param.scalar_type();  // the master dtype
   const auto options = torch::TensorOptions().dtype(dtype_).device(device_);
   flat_ = torch::zeros({padded_numel()}, options);

@@ -1,7 +1,8 @@
 // MinistageState: one ministage's parameters, gradients and AdamW state on one rank, laid out for
 // ZeRO. The ministage's parameters are views into one flat buffer (padded to a multiple of the
 // data-parallel degree d); rank i of the group owns elements [i*S, (i+1)*S) of it, S = padded / d:
-// the master shard of the parameters, the gradient shard and the AdamW moments. ZeRO-0 owns the
+// the master shard of the parameters, the gradient shard and the AdamW moments — or, with uneven
+// state shares (plan/state_shares.h), the unpadded buffer split by the shares. ZeRO-0 owns the
 // whole buffer.
 //
 // The full parameters are "gathered" (the model's tensors point into the flat buffer) or
@@ -35,12 +36,16 @@ class MinistageState {
   /// `shard_in_flat` (the full parameters are never released: ZeRO-1/2 without parameter offload)
   /// the master shard is the owned part of the flat buffer, not a copy of it: the update writes
   /// the parameters in place and the gather fills in the other ranks' parts.
+  /// `state_shares`: each replica's share of the state (Schedule ministage's); empty: even shards.
   MinistageState(std::vector<NamedParameter> params, int dp_size, int dp_index, bool sharded_optimizer,
-                 CopyEngine* copies, bool shard_in_flat = false);
+                 CopyEngine* copies, bool shard_in_flat = false, const std::vector<double>& state_shares = {});
 
   int64_t numel() const { return numel_; }
-  int64_t padded_numel() const { return shard_numel_ * dp_size_; }
+  int64_t padded_numel() const { return padded_numel_; }
   int64_t shard_numel() const { return shard_numel_; }
+  /// Every replica's shard size, for the collectives that gather and reduce-scatter uneven shards;
+  /// empty when the shards are even.
+  const std::vector<int64_t>& shard_counts() const { return shard_counts_; }
   const std::vector<NamedParameter>& params() const { return params_; }
 
   // ---- Full parameters ----
@@ -136,7 +141,8 @@ class MinistageState {
   torch::Dtype dtype_ = torch::kFloat32;  // the master dtype: the parameters' (fp32, or fp64)
   CopyTicket shard_ready_, moments_ready_, host_ready_;  // the last prefetches and the last offload
   CopyTicket shard_read_, moments_read_;  // the last prefetches again: they read the host copies
-  int64_t numel_ = 0, shard_numel_ = 0, shard_begin_ = 0;
+  int64_t numel_ = 0, shard_numel_ = 0, shard_begin_ = 0, padded_numel_ = 0;
+  std::vector<int64_t> shard_counts_;  // uneven shares only
   torch::Tensor flat_, grad_flat_, shard_, grad_shard_, exp_avg_, exp_avg_sq_;
   bool grad_shard_zero_ = false;  // grad_shard_ holds zeros (ClearGradients, nothing added since)
   torch::Tensor host_shard_, host_exp_avg_, host_exp_avg_sq_;
