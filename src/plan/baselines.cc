@@ -11,6 +11,7 @@
 
 #include "core/job.h"
 #include "core/units.h"
+#include "plan/cephalo_planner.h"
 #include "plan/device_subsets.h"
 #include "plan/evaluate_all.h"
 #include "plan/memory_model.h"
@@ -110,6 +111,23 @@ StrategyOutcome PoplarBest(const std::string& strategy, int first, int last, con
   return BestProposal(strategy, std::move(proposals), std::move(best), evaluate, {request.only_faster_than_s});
 }
 
+StrategyOutcome Cephalo(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
+                        const PlanRequest& request, const PlanEvaluator& evaluate) {
+  CephaloRequest r;
+  r.global_batch_sequences = request.global_batch_sequences;
+  r.seq_len = request.seq_len;
+  r.precision = request.precision;
+  r.activation_checkpointing = request.activation_checkpointing;
+  r.devices = Devices(cluster, request);
+  Result<std::vector<CephaloPlan>> candidates = PlanCephalo(cluster, model, costs, r);
+  if (!candidates.ok()) return Failed("cephalo", candidates.status());
+  Proposals proposals;
+  for (CephaloPlan& c : *candidates) proposals.Add(std::move(c.plan), std::move(c.explain));
+  return BestProposal("cephalo", std::move(proposals),
+                      Failed("cephalo", Status::Infeasible("cephalo: no candidate plan could be simulated")), evaluate,
+                      {request.only_faster_than_s});
+}
+
 StrategyOutcome DeepSpeedEven(const Cluster& cluster, const ModelSpec& model, const PlanRequest& request,
                               const PlanEvaluator& evaluate) {
   const std::vector<int> devices = Devices(cluster, request);
@@ -128,7 +146,8 @@ StrategyOutcome DeepSpeedEven(const Cluster& cluster, const ModelSpec& model, co
                                 request.seq_len,
                                 request.activation_checkpointing,
                                 stage >= 2 ? unit : 0,
-                                cluster.emulated()};
+                                cluster.emulated(),
+                                -1};
     int64_t mbs = std::numeric_limits<int64_t>::max();
     for (int d : devices) mbs = std::min(mbs, DataParallelMaxMicrobatch(mem, cluster.memory_bytes(d), 256));
     if (mbs < 1) continue;
@@ -349,8 +368,7 @@ StrategyOutcome PlanOneStrategy(const std::string& strategy, const Cluster& clus
     return Pipelines(strategy, cluster, model, costs, request, evaluate);
   if (strategy == "poplar")
     return PoplarBest("poplar", 0, 3, Devices(cluster, request), cluster, model, costs, request, evaluate);
-  if (strategy == "cephalo")
-    return PoplarBest("cephalo", 3, 3, Devices(cluster, request), cluster, model, costs, request, evaluate);
+  if (strategy == "cephalo") return Cephalo(cluster, model, costs, request, evaluate);
   if (strategy == "deepspeed-even") return DeepSpeedEven(cluster, model, request, evaluate);
   if (strategy == "fastest-only") return FastestOnly(cluster, model, costs, request, evaluate);
   if (strategy == "torchtitan-het") return TorchTitanHet(cluster, model, costs, request, evaluate);

@@ -2,7 +2,8 @@
 // (zorse, poplar) and the baselines of the Zorse and Poplar evaluations, each as a Plan.
 //
 //  * deepspeed-even: ZeRO with the same batch on every device (the lowest stage that fits).
-//  * cephalo: ZeRO-3 over all devices, an uneven batch by speed and gradient accumulation.
+//  * cephalo: ZeRO-3 over all devices, each device's batch by its speed (gradient accumulation)
+//    and its share of the state by the memory its batch leaves (cephalo_planner.h).
 //  * fastest-only: Poplar on the homogeneous subset of the fastest GPU type.
 //  * hexiscale: asymmetric pipeline + ZeRO-2 (+ tensor parallelism of width 2-8 inside NVLink or
 //    NVSwitch nodes), stages of whole nodes or of nodes split into 2, 4 or 8, 1F1B, no offload, no

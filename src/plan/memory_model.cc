@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <limits>
 
 #include "core/check.h"
 #include "cost/state_bytes.h"
@@ -12,17 +13,28 @@ DataParallelMemoryInput PerLayerDataParallel(const ModelSpec& model, Precision p
                                              int dp_degree, int64_t seq_len, bool activation_checkpointing,
                                              bool gloo_reduce_scatter) {
   DataParallelMemoryInput in{&model, precision, zero_stage, dp_degree, seq_len, activation_checkpointing, 0,
-                             gloo_reduce_scatter};
+                             gloo_reduce_scatter, -1};
   if (zero_stage >= 2)
     in.max_ministage_params =
         static_cast<double>(ParamsPerLayer(model) + std::max(EmbeddingParams(model), HeadParams(model)));
   return in;
 }
 
+namespace {
+
+// The replicas the state is divided by: the degree, or one over the device's share (infinite for
+// none: nothing sharded held).
+double ShardDivisor(const DataParallelMemoryInput& in) {
+  if (in.state_share < 0) return in.dp_degree;
+  return in.state_share > 0 ? 1 / in.state_share : std::numeric_limits<double>::infinity();
+}
+
+}  // namespace
+
 double DataParallelStaticBytes(const DataParallelMemoryInput& in) {
   MOTLEY_CHECK(in.model != nullptr);
   const double p = static_cast<double>(TotalParams(*in.model));
-  return ZeroStateBytes(p, in.dp_degree, in.zero_stage, in.precision).device;
+  return ZeroStateBytes(p, ShardDivisor(in), in.zero_stage, in.precision).device;
 }
 
 double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbatch) {
@@ -39,9 +51,12 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
   const double unit = in.max_ministage_params > 0 ? in.max_ministage_params : p;
   const double gathered = in.zero_stage == 3 ? 2 * unit * s.params : 0;
   double grads = in.zero_stage >= 2 ? 2 * unit * s.grads : 0;
-  if (in.zero_stage >= 1) grads += GlooReduceScatterBytes(unit * s.grads, in.dp_degree, in.gloo_reduce_scatter);
+  // Gloo's all-to-all receives every member's piece of this device's shard: the unit's gradients
+  // with even shares.
+  const double received = in.state_share < 0 ? unit * s.grads : in.dp_degree * in.state_share * unit * s.grads;
+  if (in.zero_stage >= 1) grads += GlooReduceScatterBytes(received, in.dp_degree, in.gloo_reduce_scatter);
   // A reduction after the step's first writes beside the gradient shard (the runtime adds it in).
-  if (in.zero_stage >= 1 && in.dp_degree >= 2) grads += unit * s.grads / in.dp_degree;
+  if (in.zero_stage >= 1 && in.dp_degree >= 2) grads += unit * s.grads / ShardDivisor(in);
   const double forward =
       saved + (in.activation_checkpointing ? LayerForwardPeakBytesPerToken(m, in.seq_len, in.precision, false) * tokens : 0) +
       logits + gathered + grads;

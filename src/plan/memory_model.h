@@ -22,6 +22,9 @@ struct DataParallelMemoryInput {
   /// Emulated (CPU) devices: Gloo has no reduce-scatter, and its all-to-all stand-in holds a buffer
   /// as large as the unit's gradients while it runs.
   bool gloo_reduce_scatter = false;
+  /// This device's share of the sharded state (Cephalo's state shares, plan/state_shares.h);
+  /// negative: an even one, 1 / dp_degree. 0: none (what the device holds apart from its state).
+  double state_share = -1;
 };
 
 /// A data-parallel plan as Poplar lays it out: one ministage per layer from ZeRO-2 (the largest

@@ -12,11 +12,8 @@
 #include "plan/memory_model.h"
 
 namespace motley {
-namespace {
-
-// Communication of one synchronisation at a ZeRO stage (see lower.h for what each stage moves).
-double SyncS(const PlannerCosts& costs, const std::vector<int>& devices, const ModelSpec& model, Precision p,
-             int zero_stage) {
+double DataParallelSyncS(const PlannerCosts& costs, const std::vector<int>& devices, const ModelSpec& model,
+                         Precision p, int zero_stage) {
   const double params = static_cast<double>(TotalParams(model));
   const StateBytesPerParam s = StateBytes(p);
   switch (zero_stage) {
@@ -32,8 +29,6 @@ double SyncS(const PlannerCosts& costs, const std::vector<int>& devices, const M
              costs.CollectiveS(OpKind::kReduceScatter, devices, params * s.grads);
   }
 }
-
-}  // namespace
 
 Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
                               const PoplarRequest& request) {
@@ -96,7 +91,7 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
     }
     curves.push_back(std::move(c));
   }
-  const double sync_s = SyncS(costs, devices, model, request.precision, mem.zero_stage);
+  const double sync_s = DataParallelSyncS(costs, devices, model, request.precision, mem.zero_stage);
   MOTLEY_ASSIGN_OR_RETURN(out.allocation,
                           PoplarAllocate(curves, mem.zero_stage, request.global_batch_sequences, sync_s));
 

@@ -33,6 +33,11 @@ struct PoplarPlan {
   std::string explain;
 };
 
+/// Communication of one synchronisation of the whole model's state at a ZeRO stage (lower.h says
+/// what each stage moves), over `devices` with even shards.
+double DataParallelSyncS(const PlannerCosts& costs, const std::vector<int>& devices, const ModelSpec& model,
+                         Precision p, int zero_stage);
+
 Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
                               const PoplarRequest& request);
 

@@ -9,7 +9,7 @@ const std::vector<StrategyInfo>& Strategies() {
       {"poplar", "data-parallel", "ZeRO 0-3 with a batch size per GPU from its measured speed curve"},
       {"torchtitan-het", "pipeline", "baseline: symmetric PP x DP (ZeRO-2) x TP mesh, uneven layer split"},
       {"hexiscale", "pipeline", "baseline: asymmetric PP + ZeRO-2 + TP, no offload or ministages"},
-      {"cephalo", "data-parallel", "baseline: ZeRO-3 over all GPUs, uneven batch, gradient accumulation"},
+      {"cephalo", "data-parallel", "baseline: ZeRO-3 over all GPUs, batch by speed, state shards by memory"},
       {"deepspeed-even", "data-parallel", "baseline: ZeRO with the same batch on every GPU"},
       {"fastest-only", "data-parallel", "baseline: only the fastest GPU type, homogeneous"},
   };
