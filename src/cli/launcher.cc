@@ -29,6 +29,7 @@ struct Rank {
   int out_fd = -1;  // read end of the rank's stdout+stderr
   std::string pending;  // a partial line
   std::optional<int> status;  // waitpid status once it exited
+  bool stopped_by_us = false;  // it exited after the launcher began stopping the ranks
 };
 
 void PrintLines(int rank, std::string& pending, bool flush_all) {
@@ -148,6 +149,7 @@ int Launch(const LaunchOptions& o) {
       int status = 0;
       if (::waitpid(rk.pid, &status, WNOHANG) == rk.pid) {
         rk.status = status;
+        rk.stopped_by_us = terminated_at.has_value();
         if (Failed(status)) failed_order.push_back(r);
         if (Failed(status) && first_failure < 0) {
           first_failure = r;
@@ -180,18 +182,27 @@ int Launch(const LaunchOptions& o) {
       signal_all(SIGKILL);
   }
   if (first_failure >= 0) {
-    // The rank to blame: the first to fail of its own accord, not one that stopped because another
-    // failed (exit code kExitPeerFailed) — such a rank may exit first.
+    // The rank to blame: one killed by a signal the launcher did not send (a rank that died: the
+    // others' errors follow from it, whatever they exit with — under load a survivor may give up
+    // before it can tell a peer died), else the first to fail of its own accord, not one that
+    // stopped because another failed (exit code kExitPeerFailed) — such a rank may exit first.
     int blame = first_failure;
-    for (int r : failed_order) {
-      const int st = *ranks[r].status;
-      if (!(WIFEXITED(st) && WEXITSTATUS(st) == kExitPeerFailed)) {
-        blame = r;
-        break;
+    auto killed = [&](int r) { return WIFSIGNALED(*ranks[r].status) && !ranks[r].stopped_by_us; };
+    const auto died = std::find_if(failed_order.begin(), failed_order.end(), killed);
+    if (died != failed_order.end()) {
+      blame = *died;
+    } else {
+      for (int r : failed_order) {
+        const int st = *ranks[r].status;
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == kExitPeerFailed)) {
+          blame = r;
+          break;
+        }
       }
     }
     if (blame < o.nproc) fmt::print(stderr, "motley launch: failed: rank {} {}\n", blame, Describe(*ranks[blame].status));
-    if (o.failed_rank != nullptr) *o.failed_rank = blame < o.nproc ? blame : -1;
+    // An interrupted run blames no rank (nothing to restart without).
+    if (o.failed_rank != nullptr) *o.failed_rank = blame < o.nproc && !g_interrupted ? blame : -1;
     return 1;
   }
   return 0;

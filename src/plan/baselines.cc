@@ -217,6 +217,7 @@ StrategyOutcome Pipelines(const std::string& strategy, const Cluster& cluster, c
     // HexiScale chooses by its own cost model; its best ten of each kind (tensor-parallel width,
     // nodes whole or split) are judged by the simulator (motley's own search re-ranks twenty).
     z.candidates_to_evaluate = 10;
+    z.first_judged_per_kind = 10;  // all of them at once: its choice is its own model's ten
   }
   Result<ZorsePlan> p = PlanZorse(cluster, model, costs, z, evaluate);
   if (!p.ok()) return Failed(strategy, p.status());

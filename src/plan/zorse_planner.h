@@ -64,7 +64,7 @@ struct ZorseRequest {
   // `kind_slack` of the best of all, until a kind has had its share.
   int first_judged_per_kind = 4;
   int more_judged_per_kind = 4;
-  double kind_slack = 0.03;
+  double kind_slack = 0.10;
   // On this many nodes or fewer every grouping of the nodes is tried (Bell(6) = 203 of them), not
   // only SPLIT's cuts.
   int exhaustive_groupings_up_to_nodes = 6;
