@@ -35,6 +35,26 @@ std::vector<double> FillStateShares(const std::vector<double>& room_shares) {
 
 namespace {
 
+// Shares in millionths summing to exactly a million, as the plan file writes them (largest
+// remainders round up; no share below one millionth).
+std::vector<double> InMillionths(const std::vector<double>& shares) {
+  constexpr int64_t kUnits = 1'000'000;
+  std::vector<int64_t> units;
+  std::vector<std::pair<double, size_t>> remainders;
+  int64_t given = 0;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    const double exact = shares[i] * kUnits;
+    units.push_back(std::max<int64_t>(1, static_cast<int64_t>(std::floor(exact))));
+    given += units.back();
+    remainders.push_back({exact - std::floor(exact), i});
+  }
+  std::sort(remainders.begin(), remainders.end(), std::greater<>());
+  for (size_t k = 0; given < kUnits; k = (k + 1) % remainders.size(), ++given) ++units[remainders[k].second];
+  std::vector<double> out;
+  for (int64_t u : units) out.push_back(static_cast<double>(u) / kUnits);
+  return out;
+}
+
 // One device's memory as a function of its microbatch and its share of the state (linear in the
 // share: the shard, its gradient and moments, and the buffers sized by it).
 struct DeviceMemory {
@@ -102,18 +122,7 @@ Result<std::vector<CephaloPlan>> PlanCephalo(const Cluster& cluster, const Model
   auto propose = [&](const std::vector<int64_t>& limits, const std::string& how,
                      PoplarAllocation* allocation) -> Result<std::optional<CephaloPlan>> {
     std::vector<PoplarDeviceCurve> curves;
-    for (int i = 0; i < n; ++i) {
-      PoplarDeviceCurve c;
-      c.device = devices[i];
-      c.max_microbatch = limits[i];
-      for (int64_t b = 1;; b = std::min(b * 2, c.max_microbatch)) {
-        c.sizes.push_back(static_cast<double>(b));
-        c.times_s.push_back(model.num_layers * costs.Slowdown(c.device) *
-                            (costs.LayerForwardS(c.device, b) + costs.LayerBackwardS(c.device, b)));
-        if (b == c.max_microbatch) break;
-      }
-      curves.push_back(std::move(c));
-    }
+    for (int i = 0; i < n; ++i) curves.push_back(SpeedCurve(costs, model, devices[i], limits[i]));
     MOTLEY_ASSIGN_OR_RETURN(*allocation, PoplarAllocate(curves, 3, request.global_batch_sequences, sync_s));
     rooms.clear();
     for (int i = 0; i < n; ++i) rooms.push_back(memory[i].Room(allocation->devices[i].microbatch_size));
@@ -131,24 +140,10 @@ Result<std::vector<CephaloPlan>> PlanCephalo(const Cluster& cluster, const Model
     const int layers = static_cast<int>(model.num_layers);
     g.ministages = SplitLayers(0, layers, layers);
     g.devices = allocation->devices;
-    // Millionths in the plan file, summing to exactly a million (largest remainders round up; no
-    // share below one); even shares are left out (even, padded shards).
+    // Even shares are left out of the plan (even, padded shards).
     const bool even = std::all_of(shares.begin(), shares.end(),
                                   [&](double s) { return std::abs(s - 1.0 / n) < 1e-9; });
-    constexpr int64_t kUnits = 1'000'000;
-    std::vector<int64_t> units;
-    std::vector<std::pair<double, int>> remainders;
-    int64_t given = 0;
-    for (int i = 0; i < n; ++i) {
-      const double exact = shares[i] * kUnits;
-      units.push_back(std::max<int64_t>(1, static_cast<int64_t>(std::floor(exact))));
-      given += units.back();
-      remainders.push_back({exact - std::floor(exact), i});
-    }
-    std::sort(remainders.begin(), remainders.end(), std::greater<>());
-    for (size_t k = 0; given < kUnits; k = (k + 1) % remainders.size(), ++given) ++units[remainders[k].second];
-    for (int64_t u : units) out.state_shares.push_back(static_cast<double>(u) / kUnits);
-    if (!even) g.state_shares = out.state_shares;
+    if (!even) g.state_shares = InMillionths(shares);
     p.groups = {g};
     const auto [lo, hi] = std::minmax_element(shares.begin(), shares.end());
     out.explain = fmt::format(

@@ -39,8 +39,7 @@ struct CephaloRequest {
 };
 
 struct CephaloPlan {
-  Plan plan;
-  std::vector<double> state_shares;  // per device, in plan order (also in the plan when uneven)
+  Plan plan;  // its group's state_shares empty when even
   std::string explain;
 };
 

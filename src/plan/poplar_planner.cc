@@ -30,6 +30,19 @@ double DataParallelSyncS(const PlannerCosts& costs, const std::vector<int>& devi
   }
 }
 
+PoplarDeviceCurve SpeedCurve(const PlannerCosts& costs, const ModelSpec& model, int device, int64_t max_microbatch) {
+  PoplarDeviceCurve c;
+  c.device = device;
+  c.max_microbatch = max_microbatch;
+  for (int64_t b = 1;; b = std::min(b * 2, c.max_microbatch)) {
+    c.sizes.push_back(static_cast<double>(b));
+    c.times_s.push_back(model.num_layers * costs.Slowdown(c.device) *
+                        (costs.LayerForwardS(c.device, b) + costs.LayerBackwardS(c.device, b)));
+    if (b == c.max_microbatch) break;
+  }
+  return c;
+}
+
 Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
                               const PoplarRequest& request) {
   std::vector<int> devices = request.devices;
@@ -77,20 +90,9 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
     raised += (raised.empty() ? "" : "; ") + short_of;
   }
 
-  // Speed curves at 1, 2, 4, ... up to each device's largest microbatch.
   std::vector<PoplarDeviceCurve> curves;
-  for (size_t i = 0; i < devices.size(); ++i) {
-    PoplarDeviceCurve c;
-    c.device = devices[i];
-    c.max_microbatch = out.max_microbatch[i];
-    for (int64_t b = 1;; b = std::min(b * 2, c.max_microbatch)) {
-      c.sizes.push_back(static_cast<double>(b));
-      c.times_s.push_back(model.num_layers * costs.Slowdown(c.device) *
-                          (costs.LayerForwardS(c.device, b) + costs.LayerBackwardS(c.device, b)));
-      if (b == c.max_microbatch) break;
-    }
-    curves.push_back(std::move(c));
-  }
+  for (size_t i = 0; i < devices.size(); ++i)
+    curves.push_back(SpeedCurve(costs, model, devices[i], out.max_microbatch[i]));
   const double sync_s = DataParallelSyncS(costs, devices, model, request.precision, mem.zero_stage);
   MOTLEY_ASSIGN_OR_RETURN(out.allocation,
                           PoplarAllocate(curves, mem.zero_stage, request.global_batch_sequences, sync_s));

@@ -59,6 +59,37 @@ MeasuredPeaks MeasuredMib(const std::string& metrics_path) {
   return out;
 }
 
+// A model whose training state outweighs its activations (13M parameters, 32-token sequences),
+// and two emulated CPU devices to train it on.
+constexpr const char* kParameterHeavyModel = R"(name = "llama-13m"
+hidden_size = 512
+num_layers = 4
+num_heads = 8
+num_kv_heads = 4
+ffn_size = 1536
+vocab_size = 256
+max_seq_len = 64
+rope_theta = 10000.0
+norm_eps = 1e-5
+tie_embeddings = false
+)";
+constexpr const char* kTwoCpus = R"(name = "two"
+[device_types.emu-cpu]
+memory = "4GiB"
+memory_bandwidth = "10GB/s"
+fp16_flops = "50GFLOPS"
+fp32_flops = "50GFLOPS"
+host_link = "10GB/s"
+[[nodes]]
+name = "n"
+device = "emu-cpu"
+count = 2
+interconnect = "pcie"
+intra_bandwidth = "10GB/s"
+[nodes.emulation]
+speed_factor = 1.0
+)";
+
 // The default job's three example plans (a pipeline, Poplar's uneven batches, the even split).
 // Checkpointing keeps each layer's input and recomputes one layer at a time, as the simulator
 // counts it (before: the runtime recomputed a whole ministage at once and used 31-54% more than
@@ -96,34 +127,8 @@ TEST(MemoryPrediction, EachRanksPeakIsWithinTenPercentOfTheSimulators) {
 // prediction.
 TEST(MemoryPrediction, AParameterHeavyModelsPeakIsWithinTenPercentOfTheSimulators) {
   TempDir dir;
-  dir.Write("m.toml", R"(name = "llama-13m"
-hidden_size = 512
-num_layers = 4
-num_heads = 8
-num_kv_heads = 4
-ffn_size = 1536
-vocab_size = 256
-max_seq_len = 64
-rope_theta = 10000.0
-norm_eps = 1e-5
-tie_embeddings = false
-)");
-  dir.Write("c.toml", R"(name = "two"
-[device_types.emu-cpu]
-memory = "4GiB"
-memory_bandwidth = "10GB/s"
-fp16_flops = "50GFLOPS"
-fp32_flops = "50GFLOPS"
-host_link = "10GB/s"
-[[nodes]]
-name = "n"
-device = "emu-cpu"
-count = 2
-interconnect = "pcie"
-intra_bandwidth = "10GB/s"
-[nodes.emulation]
-speed_factor = 1.0
-)");
+  dir.Write("m.toml", kParameterHeavyModel);
+  dir.Write("c.toml", kTwoCpus);
   // With gradient clipping (every update after the global norm: the schedule holds every
   // ministage's gradients and, with offload, its shard until then) and without.
   for (const std::string clip : {"0.0", "1.0"}) {
@@ -182,32 +187,8 @@ tp_degree = 1
 // as predicted.
 TEST(MemoryPrediction, UnevenStateSharesShowInEachRanksPeakAsPredicted) {
   TempDir dir;
-  dir.Write("m.toml", R"(name = "llama-13m"
-hidden_size = 512
-num_layers = 4
-num_heads = 8
-num_kv_heads = 4
-ffn_size = 1536
-vocab_size = 256
-max_seq_len = 64
-tie_embeddings = false
-)");
-  dir.Write("c.toml", R"(name = "two"
-[device_types.emu-cpu]
-memory = "4GiB"
-memory_bandwidth = "10GB/s"
-fp16_flops = "50GFLOPS"
-fp32_flops = "50GFLOPS"
-host_link = "10GB/s"
-[[nodes]]
-name = "n"
-device = "emu-cpu"
-count = 2
-interconnect = "pcie"
-intra_bandwidth = "10GB/s"
-[nodes.emulation]
-speed_factor = 1.0
-)");
+  dir.Write("m.toml", kParameterHeavyModel);
+  dir.Write("c.toml", kTwoCpus);
   const std::string job = dir.Write("job.toml", R"(model = "m.toml"
 cluster = "c.toml"
 [training]
