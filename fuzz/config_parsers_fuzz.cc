@@ -10,6 +10,7 @@
 #include "core/json_read.h"
 #include "core/model_parse.h"
 #include "core/safetensors_header.h"
+#include "core/shard_index.h"
 #include "data/data_prepare.h"
 #include "data/token_file.h"
 #include "plan/plan_io.h"
@@ -21,7 +22,7 @@ const char* FuzzReaderName(int reader) {
   static constexpr const char* kNames[kNumFuzzReaders] = {
       "cluster",      "model",           "job",           "hf-config",  "plan-toml",
       "plan-json",    "profile-json",    "zorse-latencies", "data-json", "safetensors",
-      "trainer-state", "latest",         "token-file"};
+      "trainer-state", "latest",         "token-file",    "shard-index"};
   return reader >= 0 && reader < kNumFuzzReaders ? kNames[reader] : "?";
 }
 
@@ -71,6 +72,9 @@ void FuzzReader(int reader, std::string_view text) {
     case 12:
       // The header as TokenFile::Open reads it: the first bytes, and the file's size.
       (void)ParseTokenFileHeader(text.substr(0, 12), static_cast<int64_t>(text.size()), "fuzz.bin");
+      break;
+    case 13:
+      (void)ParseShardIndex(text, "shards.json");
       break;
   }
 }

@@ -158,6 +158,8 @@ int RunTrain(const std::vector<std::string>& args) {
                  "a rank that fails writes what failed here (for the supervising `motley train`)")->group("");
   app.add_option("--die-rank", options.die_rank, "fault injection (tests): this rank kills itself ...")->group("");
   app.add_option("--die-at-step", options.die_at_step, "... halfway through this step")->group("");
+  app.add_flag("--die-in-checkpoint", options.die_in_checkpoint, "... or in the checkpoint after it, its part written")
+      ->group("");
   app.add_option("--perturb-rank", options.perturb_rank, "fault injection (tests): this rank's loss ...")->group("");
   app.add_option("--perturb-loss", options.perturb_loss_factor, "... is multiplied by this factor ...")->group("");
   app.add_option("--perturb-microbatch", options.perturb_microbatch, "... for this global microbatch only")->group("");

@@ -38,6 +38,7 @@ int RunTrain(const std::vector<std::string>& args);
 int RunEval(const std::vector<std::string>& args);
 int RunLaunch(const std::vector<std::string>& args);
 int RunComm(const std::vector<std::string>& args);
+int RunCheckpoint(const std::vector<std::string>& args);
 int RunProfile(const std::vector<std::string>& args);
 int RunCalibrate(const std::vector<std::string>& args);
 

@@ -8,7 +8,7 @@ namespace motley::cli {
 #ifdef MOTLEY_TORCH_HELPER
 namespace {
 // `motley` without libtorch: these run in `motley-torch` (torch_helper.h), named by index.
-constexpr const char* kTorchCommands[] = {"train", "eval", "profile", "comm"};
+constexpr const char* kTorchCommands[] = {"train", "eval", "profile", "comm", "checkpoint"};
 template <int kCommand>
 int RunInHelper(const std::vector<std::string>& args) {
   std::vector<std::string> all = {kTorchCommands[kCommand]};
@@ -48,6 +48,8 @@ const std::vector<Command>& Commands() {
        MOTLEY_TORCH_COMMAND(RunProfile, 2)},
       {"comm", "check that launched ranks can talk: collectives with known values, bandwidth",
        MOTLEY_TORCH_COMMAND(RunComm, 3)},
+      {"checkpoint", "a checkpoint's contents (info), or a sharded one consolidated for Hugging Face and eval (export)",
+       MOTLEY_TORCH_COMMAND(RunCheckpoint, 4)},
 #undef MOTLEY_TORCH_COMMAND
 #endif
       {"launch", "start N local ranks of a command with the rendezvous set; stop all when one fails", &RunLaunch},

@@ -122,6 +122,10 @@ const GpuCatalog& GpuCatalog::Builtin() {
 }
 
 const GpuSpec* GpuCatalog::Find(std::string_view name) const {
+  // Exact names first: the simulator asks for a device's spec per op, and a case-folding
+  // comparison over the whole catalog showed in the planner's profile.
+  for (const auto& s : specs_)
+    if (s.name == name) return &s;
   for (const auto& s : specs_)
     if (EqualsIgnoreCase(s.name, name)) return &s;
   for (const auto& s : specs_)

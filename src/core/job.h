@@ -61,6 +61,9 @@ struct CheckpointConfig {
   std::string dir = "checkpoints/run";  // relative to the working directory
   int64_t interval_steps = 0;           // 0 = only at the end
   int64_t keep = 2;                     // newest checkpoints kept on disk
+  // A distributed run's form: "sharded" (every rank writes its own state at once; `motley
+  // checkpoint export` consolidates) or "consolidated" (gathered onto rank 0, as one process writes).
+  std::string format = "sharded";
 };
 
 /// Owned by the planner.

@@ -78,6 +78,7 @@ void ParseCheckpoint(TomlTable& t, CheckpointConfig* c) {
   if (auto v = t.String("dir")) c->dir = *v;
   if (auto v = t.Int("interval_steps", 0, kMaxSteps)) c->interval_steps = *v;
   if (auto v = t.Int("keep", 1, 1000)) c->keep = *v;
+  if (auto v = t.Choice("format", {"sharded", "consolidated"})) c->format = *v;
   t.Finish();
 }
 

@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -21,8 +23,24 @@ struct SafetensorsValues {
   std::map<std::string, std::vector<double>> tensors;
   std::map<std::string, std::string> dtypes;
 };
+// A file of a consolidated checkpoint: `path` itself, or — when `path` names model.safetensors or
+// optimizer.safetensors in a sharded checkpoint (a distributed run's) — that file of its export
+// (`motley checkpoint export`, written once beside the run folder).
+inline std::string ConsolidatedFile(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path file(path), checkpoint = file.parent_path();
+  if (fs::exists(file) || !fs::exists(checkpoint / "shards.json")) return path;
+  const fs::path run = checkpoint.parent_path();
+  const fs::path out = run.parent_path() / ("exported-" + run.filename().string() + "-" + checkpoint.filename().string());
+  if (!fs::exists(out / "trainer_state.json")) {
+    const std::string cmd = std::string(MOTLEY_BIN) + " checkpoint export '" + checkpoint.string() + "' '" + out.string() + "' > /dev/null";
+    if (std::system(cmd.c_str()) != 0) return path;
+  }
+  return (out / file.filename()).string();
+}
+
 inline SafetensorsValues ReadSafetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(ConsolidatedFile(path), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   SafetensorsValues out;
   if (bytes.size() < 8) return out;

@@ -35,9 +35,11 @@ class LedgerAllocator final : public c10::Allocator {
     const bool counted = !HostMemoryScope::active();
     if (counted && !ledger_->Reserve(bytes))
       throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, ledger_->OutOfMemoryMessage(bytes));
+    if (!counted) ledger_->ReserveHost(bytes);
     void* base = nullptr;
     if (posix_memalign(&base, kHeader, n + kHeader) != 0) {
       if (counted) ledger_->Release(bytes);
+      if (!counted) ledger_->ReleaseHost(bytes);
       throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__},
                                   "out of host memory: cannot allocate " + FormatBytes(static_cast<double>(n)));
     }
@@ -55,7 +57,11 @@ class LedgerAllocator final : public c10::Allocator {
   static void Free(void* data) {
     if (data == nullptr) return;
     void* base = static_cast<char*>(data) - kHeader;
-    if (static_cast<size_t*>(base)[1] != 0) ledger_->Release(static_cast<int64_t>(static_cast<size_t*>(base)[0]));
+    const auto bytes = static_cast<int64_t>(static_cast<size_t*>(base)[0]);
+    if (static_cast<size_t*>(base)[1] != 0)
+      ledger_->Release(bytes);
+    else
+      ledger_->ReleaseHost(bytes);
     std::free(base);
   }
   static inline MemoryLedger* ledger_ = nullptr;

@@ -28,10 +28,21 @@ class MemoryLedger {
   int64_t peak_bytes() const { return peak_bytes_; }
   /// Starts a new peak measurement from the current use.
   void ResetPeak() { peak_bytes_ = used_bytes_.load(); }
+  /// Host memory: what tensors made in a HostMemoryScope hold (never limited), and its peak since
+  /// ResetHostPeak — e.g. what a checkpoint gathers onto a rank.
+  int64_t host_used_bytes() const { return host_used_bytes_; }
+  int64_t host_peak_bytes() const { return host_peak_bytes_; }
+  void ResetHostPeak() { host_peak_bytes_ = host_used_bytes_.load(); }
 
   // Allocator plumbing (memory_ledger.cc).
   bool Reserve(int64_t bytes);
   void Release(int64_t bytes) { used_bytes_ -= bytes; }
+  void ReserveHost(int64_t bytes) {
+    const int64_t now = host_used_bytes_ += bytes;
+    for (int64_t peak = host_peak_bytes_; now > peak && !host_peak_bytes_.compare_exchange_weak(peak, now);) {
+    }
+  }
+  void ReleaseHost(int64_t bytes) { host_used_bytes_ -= bytes; }
   std::string OutOfMemoryMessage(int64_t bytes) const;
 
  private:
@@ -39,6 +50,8 @@ class MemoryLedger {
   std::atomic<int64_t> capacity_bytes_{0};
   std::atomic<int64_t> used_bytes_{0};
   std::atomic<int64_t> peak_bytes_{0};
+  std::atomic<int64_t> host_used_bytes_{0};
+  std::atomic<int64_t> host_peak_bytes_{0};
   std::string owner_ = "this process";
 };
 

@@ -32,6 +32,16 @@ int OwnerOf(const std::string& name, const std::vector<ScheduleMinistage>& minis
 
 }  // namespace
 
+std::set<std::string> RankParameterNames(const Schedule& schedule, int rank, LlamaModelImpl& model) {
+  std::set<std::string> names;
+  const int group = schedule.programs.at(rank).group;
+  for (const auto& p : model.named_parameters()) {
+    const int v = OwnerOf(p.key(), schedule.ministages, static_cast<int>(model.spec().num_layers));
+    if (v >= 0 && schedule.ministages[v].group == group) names.insert(p.key());
+  }
+  return names;
+}
+
 Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, const Cluster& cluster, LlamaModel model,
                                                    Communicator* comm, const ExecutorConfig& config) {
   const int world = comm->world_size();
@@ -180,6 +190,35 @@ Status Executor::LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg
       return Status::InvalidArgument(fmt::format("the checkpoint has no optimizer moments for {}", missing));
   }
   return Status::Ok();
+}
+
+std::vector<StatePiece> Executor::OwnedState() {
+  torch::NoGradGuard no_grad;
+  copies_->Synchronize();  // offloaded shards and moments are read on the host below
+  std::vector<StatePiece> out;
+  const Program& prog = schedule_.programs[rank_];
+  for (auto& [v, state] : ministages_) {
+    if (!state->sharded() && prog.dp_index != 0) continue;  // a ZeRO-0 replica: the first one writes
+    const auto& names = ministage_params_.at(v);
+    std::map<std::string, std::vector<int64_t>> shapes(names.begin(), names.end());
+    for (const MinistageState::OwnedPiece& p : state->OwnedPieces()) {
+      const std::string& name = state->params()[p.param].name;
+      const int k = LayerWeightIndex(name);
+      const bool split = tp_degree_ > 1 && k >= 0 && IsSplitWeight(k);
+      if (!split && tp_index_ != 0) continue;  // the team's copies are alike: its first rank writes
+      StatePiece piece;
+      piece.param = name;
+      piece.shape = shapes.at(name);
+      piece.tp_degree = split ? tp_degree_ : 1;
+      piece.tp_index = split ? tp_index_ : 0;
+      piece.begin = p.begin;
+      piece.values = p.values.to(torch::kCPU);
+      piece.exp_avg = p.exp_avg.to(torch::kCPU);
+      piece.exp_avg_sq = p.exp_avg_sq.to(torch::kCPU);
+      out.push_back(std::move(piece));
+    }
+  }
+  return out;
 }
 
 Result<Executor::FullState> Executor::GatherFullState() {

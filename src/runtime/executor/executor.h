@@ -49,6 +49,7 @@
 #include "runtime/flextp/flextp_team.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/executor/ministage_state.h"
+#include "runtime/train/checkpoint.h"
 #include "runtime/model/tensor_parallel.h"
 #include "sim/simulator.h"
 
@@ -98,6 +99,9 @@ struct RankStepReport {
   std::vector<TraceEvent> trace;  // with ExecutorConfig::record_trace
 };
 
+/// The parameters (Hugging Face names) `rank` holds under `schedule`: its group's ministages'.
+std::set<std::string> RankParameterNames(const Schedule& schedule, int rank, LlamaModelImpl& model);
+
 class Executor {
  public:
   /// Builds this rank's state: its ministages' flat buffers and shards (from the model's current
@@ -114,6 +118,10 @@ class Executor {
     std::map<std::string, torch::Tensor> params, exp_avg, exp_avg_sq;
   };
   Result<FullState> GatherFullState();
+  /// The state this rank owns, for a sharded checkpoint: each piece once across the cluster (a
+  /// ZeRO-0 replica other than the first, and a tensor-parallel rank's copy of a weight its team does
+  /// not split, hold copies and give none). On the CPU.
+  std::vector<StatePiece> OwnedState();
   /// Resuming: sets this rank's part of the AdamW moments from whole-parameter ones (a checkpoint's).
   Status LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
                      const std::map<std::string, torch::Tensor>& exp_avg_sq);

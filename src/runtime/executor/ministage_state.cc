@@ -172,6 +172,20 @@ std::string MinistageState::LoadMoments(const std::map<std::string, torch::Tenso
   return "";
 }
 
+std::vector<MinistageState::OwnedPiece> MinistageState::OwnedPieces() const {
+  std::vector<OwnedPiece> out;
+  const torch::Tensor master = MasterShard(), m1 = Moment(0), m2 = Moment(1);
+  // ZeRO-0: the master is the flat buffer and the shard all of it (shard_begin_ is 0).
+  for (const Range& r : ranges_) {
+    const int64_t lo = std::max(r.flat_begin, shard_begin_);
+    const int64_t hi = std::min(r.flat_begin + r.numel, shard_begin_ + shard_numel_);
+    if (lo >= hi) continue;
+    out.push_back({r.param, lo - r.flat_begin, hi - lo, master.narrow(0, lo - shard_begin_, hi - lo),
+                   m1.narrow(0, lo - shard_begin_, hi - lo), m2.narrow(0, lo - shard_begin_, hi - lo)});
+  }
+  return out;
+}
+
 void MinistageState::ClearGradients() {
   if (grad_shard_.defined()) grad_shard_.zero_();
   grad_shard_zero_ = grad_shard_.defined();

@@ -105,6 +105,17 @@ class MinistageState {
   std::string LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
                           const std::map<std::string, torch::Tensor>& exp_avg_sq);
 
+  // ---- Checkpoints ----
+  /// The elements this rank's state owns, per parameter: [begin, begin + count) of the parameter's
+  /// (tensor-parallel slice's) elements, with views of their master values and moments, wherever
+  /// they are (synchronize the copy engine first). ZeRO-0 owns every element on every replica.
+  struct OwnedPiece {
+    size_t param;  // index into params()
+    int64_t begin, count;
+    torch::Tensor values, exp_avg, exp_avg_sq;
+  };
+  std::vector<OwnedPiece> OwnedPieces() const;
+
   // ---- Offload ----
   bool on_host() const { return host_shard_.defined() && !shard_.defined(); }
   /// Shard and moments to host memory; the device copies are freed.

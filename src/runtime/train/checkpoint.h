@@ -11,10 +11,18 @@
 // holds step-NNNNNN checkpoints and a `latest` file naming the newest; older ones beyond `keep` go.
 // Loading weights also accepts a Hugging Face directory: config.json with model.safetensors, or
 // shards listed in model.safetensors.index.json.
+//
+// A distributed run writes a sharded checkpoint instead of model/optimizer.safetensors: every rank
+// writes the state it owns into rank-NNNNN.safetensors at once (nothing is gathered), rank 0 then
+// writes shards.json (core/shard_index.h: which file holds which elements) and the trainer state
+// listing every file's size and CRC-32, and moves the folder into place. Loading assembles each
+// parameter a rank needs from the pieces, whatever plan wrote them (resharding); `motley
+// checkpoint export` writes the consolidated form above.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +67,34 @@ Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::
 Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, LlamaModelImpl& model,
                                       const std::vector<ParamShard>& shards, const TrainerState& state);
 
+/// A piece of one rank's state for a sharded checkpoint: elements [begin, begin + count) of a
+/// parameter (or of its tensor-parallel slice `tp_index` of `tp_degree`), values and moments, 1-D.
+struct StatePiece {
+  std::string param;
+  std::vector<int64_t> shape;  // the whole parameter's
+  int tp_degree = 1, tp_index = 0;
+  int64_t begin = 0;
+  torch::Tensor values, exp_avg, exp_avg_sq;
+};
+
+/// Rank 0, before the ranks write: `<run_dir>/step-NNNNNN.tmp`, empty (what interrupted saves left
+/// is removed). Returns its path.
+Result<std::string> BeginShardedCheckpoint(const std::string& run_dir, int64_t step);
+
+/// Every rank: its pieces into `<tmp>`/rank-NNNNN.safetensors, written and fsynced. A rank with
+/// no pieces writes nothing (bytes 0).
+Result<CheckpointFileRecord> WriteRankShards(const std::string& tmp, int rank, const std::vector<StatePiece>& pieces);
+
+/// Rank 0, after every rank wrote (`rank_files`: each rank's record, by rank): checks the pieces
+/// tile every parameter of `spec` exactly once, writes shards.json, config.json and the trainer
+/// state, moves the folder into place, points `latest` at it and keeps the newest `keep`.
+Result<std::string> FinishShardedCheckpoint(const std::string& run_dir, int64_t keep, const std::string& tmp,
+                                            const ModelSpec& spec, const std::vector<CheckpointFileRecord>& rank_files,
+                                            const TrainerState& state);
+
+/// Whether `dir` holds a sharded checkpoint (a shards.json).
+bool IsShardedCheckpoint(const std::string& dir);
+
 /// The step a checkpoint was written after (its trainer state, checksum verified).
 Result<int64_t> CheckpointStep(const std::string& dir);
 
@@ -69,10 +105,19 @@ Result<std::string> ResolveCheckpointDir(const std::string& path);
 Result<ModelSpec> LoadCheckpointModelSpec(const std::string& dir);
 
 /// Loads the weights into `model` (converted to its dtype). Every model parameter must be present
-/// with its shape; a motley checkpoint's checksums are verified first.
-Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model);
+/// with its shape; a motley checkpoint's checksums are verified first (of a sharded one: the files
+/// it reads). `only`: when not empty, only the parameters it names are read (a rank's own).
+Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std::set<std::string>& only = {});
 
 /// Loads the optimizer moments into `shards` and returns the trainer state (motley checkpoints only).
 Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<ParamShard>& shards);
+
+/// Every file of a motley checkpoint against its recorded size and CRC-32 (a sharded one's index
+/// too). Returns the checkpoint's trainer state.
+Result<TrainerStateFile> VerifyCheckpoint(const std::string& dir);
+
+/// Writes a checkpoint of any form as a consolidated one at `out` (resumable, and what Hugging Face
+/// tools read): the whole model assembled on the host.
+Status ExportCheckpoint(const std::string& dir, const std::string& out);
 
 }  // namespace motley

@@ -7,6 +7,8 @@
 
 #include "core/file_io.h"
 #include "core/model_parse.h"
+#include "core/shard_index.h"
+#include "runtime/model/tensor_parallel.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/loss_scaler.h"
 #include "runtime/train/safetensors.h"
@@ -247,6 +249,111 @@ TEST(Checkpoint, LoadsAShardedHuggingFaceDirectory) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("missing 1 weight(s), first lm_head.weight"), std::string::npos) << s.message();
   fs::remove_all(dir);
+}
+
+// A sharded checkpoint as four ranks would write it: tensor-parallel pairs (the split weights as
+// two slices), each slice's elements cut between two data-parallel ranks at uneven points, the
+// weights no team splits written by the first pair only. Loading assembles every parameter and
+// moment exactly; the export is the consolidated form of the same state.
+TEST(ShardedCheckpoint, PiecesFromAnyLayoutLoadAsTheWholeModel) {
+  fs::path run = TempDir("motley_sharded");
+  const ModelSpec spec = Tiny();
+  LlamaModel model(spec, 3);
+  model->set_precision(Precision::kFp64);
+  std::vector<ParamShard> shards = WholeParameterShards(*model);
+  torch::manual_seed(5);
+  for (auto& s : shards) {
+    s.exp_avg = torch::randn_like(s.param);
+    s.exp_avg_sq = torch::rand_like(s.param);
+  }
+  std::vector<std::vector<StatePiece>> ranks(4);
+  for (const auto& s : shards) {
+    const int k = LayerWeightIndex(s.name);
+    const int tp = k >= 0 && IsSplitWeight(k) ? 2 : 1;
+    for (int t = 0; t < tp; ++t) {
+      auto slice = [&](const torch::Tensor& x) {
+        return (tp > 1 ? SliceLayerWeight(spec, k, x, t, tp) : x).contiguous().reshape(-1);
+      };
+      const torch::Tensor v = slice(s.param.detach()), m = slice(s.exp_avg), w = slice(s.exp_avg_sq);
+      const int64_t cut = v.numel() / 3;  // ranks 2t and 2t+1 hold a third and the rest
+      for (int half = 0; half < 2; ++half) {
+        const int64_t begin = half == 0 ? 0 : cut, count = half == 0 ? cut : v.numel() - cut;
+        ranks[2 * t + half].push_back({s.name, s.param.sizes().vec(), tp, t, begin, v.narrow(0, begin, count),
+                                       m.narrow(0, begin, count), w.narrow(0, begin, count)});
+      }
+    }
+  }
+  TrainerState state;
+  state.step = 7;
+  state.total_steps = 20;
+  state.precision = "fp64";
+  const std::string tmp = BeginShardedCheckpoint(run.string(), 7).value();
+  std::vector<CheckpointFileRecord> records;
+  for (int r = 0; r < 4; ++r) records.push_back(WriteRankShards(tmp, r, ranks[r]).value());
+  // A rank's file missing from the records: its pieces leave holes, and nothing moves into place.
+  std::vector<CheckpointFileRecord> lost = records;
+  lost[3] = {};
+  Result<std::string> holes = FinishShardedCheckpoint(run.string(), 2, tmp, spec, lost, state);
+  ASSERT_FALSE(holes.ok());
+  EXPECT_NE(holes.status().message().find("(slice 1 of 2): the pieces cover"), std::string::npos)
+      << holes.status().message();
+  EXPECT_FALSE(fs::exists(run / "latest"));
+  const std::string dir = FinishShardedCheckpoint(run.string(), 2, tmp, spec, records, state).value();
+  EXPECT_EQ(dir, (run / "step-000007").string());
+  EXPECT_TRUE(IsShardedCheckpoint(dir));
+  EXPECT_FALSE(fs::exists(run / "step-000007.tmp"));
+  EXPECT_FALSE(fs::exists(run / "step-000007" / "model.safetensors"));
+  EXPECT_EQ(ReadFileToString((run / "latest").string()).value(), "step-000007\n");
+
+  auto expect_same = [&](LlamaModelImpl& got, std::vector<ParamShard>& got_shards) {
+    auto want = model->named_parameters();
+    for (const auto& p : got.named_parameters()) EXPECT_TRUE(torch::equal(p.value(), want[p.key()])) << p.key();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      EXPECT_TRUE(torch::equal(got_shards[i].exp_avg, shards[i].exp_avg)) << shards[i].name;
+      EXPECT_TRUE(torch::equal(got_shards[i].exp_avg_sq, shards[i].exp_avg_sq)) << shards[i].name;
+    }
+  };
+  LlamaModel loaded(spec, 99);
+  loaded->set_precision(Precision::kFp64);
+  ASSERT_TRUE(LoadModelWeights(dir, *loaded).ok());
+  std::vector<ParamShard> loaded_shards = WholeParameterShards(*loaded);
+  Result<TrainerState> s = LoadTrainingState(dir, loaded_shards);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->step, 7);
+  expect_same(*loaded, loaded_shards);
+
+  // Only some parameters (a rank's own): the others keep their values.
+  LlamaModel partial(spec, 99);
+  partial->set_precision(Precision::kFp64);
+  const torch::Tensor before = partial->named_parameters()["model.embed_tokens.weight"].clone();
+  ASSERT_TRUE(LoadModelWeights(dir, *partial, {"model.layers.1.mlp.up_proj.weight"}).ok());
+  EXPECT_TRUE(torch::equal(partial->named_parameters()["model.layers.1.mlp.up_proj.weight"],
+                           model->named_parameters()["model.layers.1.mlp.up_proj.weight"]));
+  EXPECT_TRUE(torch::equal(partial->named_parameters()["model.embed_tokens.weight"], before));
+
+  // The export: consolidated, and the same state.
+  const std::string out = (run / "export").string();
+  ASSERT_TRUE(ExportCheckpoint(dir, out).ok());
+  EXPECT_TRUE(fs::exists(fs::path(out) / "model.safetensors"));
+  EXPECT_FALSE(IsShardedCheckpoint(out));
+  LlamaModel exported(spec, 99);
+  exported->set_precision(Precision::kFp64);
+  ASSERT_TRUE(LoadModelWeights(out, *exported).ok());
+  std::vector<ParamShard> exported_shards = WholeParameterShards(*exported);
+  ASSERT_TRUE(LoadTrainingState(out, exported_shards).ok());
+  expect_same(*exported, exported_shards);
+  EXPECT_TRUE(VerifyCheckpoint(dir).ok());
+
+  // A flipped byte in one rank's file: named, with what to do.
+  FlipByte(fs::path(dir) / "rank-00003.safetensors", 5);
+  LlamaModel again(spec, 99);
+  again->set_precision(Precision::kFp64);
+  Status corrupt = LoadModelWeights(dir, *again);
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_NE(corrupt.message().find("rank-00003.safetensors: checksum mismatch"), std::string::npos) << corrupt.message();
+  EXPECT_NE(corrupt.message().find("use another checkpoint"), std::string::npos);
+  EXPECT_FALSE(VerifyCheckpoint(dir).ok());
+  fs::remove_all(run);
 }
 
 TEST(LossScaler, SkipsOverflowsHalvesAndGrows) {

@@ -5,7 +5,9 @@
 #include <stdexcept>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
+#include <set>
 #include <optional>
 
 #include <fmt/format.h>
@@ -146,6 +148,7 @@ class PlannedRun {
   Status Step();
   Status Validate(int64_t step);
   Status Checkpoint();
+  Status ShardedCheckpoint(int64_t* host_bytes);
   /// This rank ends with an error: the others hear of it at once (Communicator::ReportFailure).
   bool AnotherRankFailedFirst() { return comm_ && comm_->AnotherRankFailedFirst(); }
   void ReportFailure(const std::string& why) {
@@ -244,8 +247,12 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   std::map<std::string, torch::Tensor> exp_avg, exp_avg_sq;
   if (!options.resume.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(options.resume));
-    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir, *model));
+    // Only the parameters this rank holds are read (from a sharded checkpoint: only the files that
+    // hold their pieces, whatever plan wrote them).
+    const std::set<std::string> mine = RankParameterNames(schedule_, comm_->rank(), *model);
+    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir, *model, mine));
     std::vector<ParamShard> whole = WholeParameterShards(*model);
+    std::erase_if(whole, [&](const ParamShard& s) { return !mine.count(s.name); });
     MOTLEY_ASSIGN_OR_RETURN(loaded, LoadTrainingState(dir, whole));
     MOTLEY_RETURN_IF_ERROR(CheckResumable(dir, loaded.seed, loaded.step, job, total_steps_));
     for (const auto& s : whole) {
@@ -322,16 +329,68 @@ Status PlannedRun::Validate(int64_t step) {
   return comm_->Barrier(comm_->world());
 }
 
+// A checkpoint, in the job's form. The metrics record how much host memory it took on a rank
+// (sharded: the most any rank added; consolidated: rank 0's, which holds the whole model).
 Status PlannedRun::Checkpoint() {
-  HostMemoryScope host;  // the gathered model is host memory, not the (emulated) device's
-  MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor_->GatherFullState());
+  MemoryLedger& ledger = MemoryLedger::Install();
+  ledger.ResetHostPeak();
+  const int64_t host_before = ledger.host_used_bytes();
+  int64_t host_bytes = 0;
+  if (job_.checkpoint.format == "sharded") {
+    MOTLEY_RETURN_IF_ERROR(ShardedCheckpoint(&host_bytes));
+  } else {
+    HostMemoryScope host;  // the gathered model is host memory, not the (emulated) device's
+    MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor_->GatherFullState());
+    if (lead_) {
+      AssembledModel a = Assemble(job_.model, job_.training.precision, full);
+      MOTLEY_ASSIGN_OR_RETURN(summary_.checkpoint_dir, SaveRunCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep,
+                                                                         *a.model, a.shards, state_));
+      host_bytes = ledger.host_peak_bytes() - host_before;
+    }
+  }
   if (lead_) {
-    AssembledModel a = Assemble(job_.model, job_.training.precision, full);
-    MOTLEY_ASSIGN_OR_RETURN(summary_.checkpoint_dir, SaveRunCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep,
-                                                                       *a.model, a.shards, state_));
+    MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"event", "checkpoint"},
+                                           {"step", state_.step},
+                                           {"form", job_.checkpoint.format},
+                                           {"dir", summary_.checkpoint_dir},
+                                           {"host_bytes", host_bytes}}));
     observer_->OnCheckpoint(summary_.checkpoint_dir);
   }
   return comm_->Barrier(comm_->world());
+}
+
+// Every rank writes the state it owns at once; rank 0 then writes the index and moves the folder
+// into place (checkpoint.h). Nothing is gathered: a rank's host holds no more than its own state.
+// `host_bytes` (rank 0): the most host memory a rank added while writing.
+Status PlannedRun::ShardedCheckpoint(int64_t* host_bytes) {
+  MemoryLedger& ledger = MemoryLedger::Install();
+  const int64_t host_before = ledger.host_used_bytes();
+  HostMemoryScope host;  // the pieces' host copies are host memory, not the (emulated) device's
+  std::string tmp;
+  if (lead_) {
+    MOTLEY_ASSIGN_OR_RETURN(tmp, BeginShardedCheckpoint(job_.checkpoint.dir, state_.step));
+  }
+  MOTLEY_RETURN_IF_ERROR(comm_->Barrier(comm_->world()));
+  if (!lead_) tmp = (fs::path(job_.checkpoint.dir) / (CheckpointFolderName(state_.step) + ".tmp")).string();
+  MOTLEY_ASSIGN_OR_RETURN(const CheckpointFileRecord mine, WriteRankShards(tmp, comm_->rank(), executor_->OwnedState()));
+  if (comm_->rank() == options_.die_rank && options_.die_in_checkpoint && state_.step == options_.die_at_step)
+    ::raise(SIGKILL);  // fault injection: a rank lost with the checkpoint half written
+  // Each rank's file record and host memory to every rank: bytes, CRC-32, host bytes added.
+  torch::Tensor record = torch::tensor({mine.bytes, static_cast<int64_t>(mine.crc32),
+                                        ledger.host_peak_bytes() - host_before},
+                                       torch::kInt64);
+  torch::Tensor records = torch::empty({3 * comm_->world_size()}, torch::kInt64);
+  MOTLEY_RETURN_IF_ERROR(comm_->AllGather(comm_->world(), record, records));
+  if (lead_) {
+    std::vector<CheckpointFileRecord> files;
+    for (int r = 0; r < comm_->world_size(); ++r) {
+      files.push_back({records[3 * r].item<int64_t>(), static_cast<uint32_t>(records[3 * r + 1].item<int64_t>())});
+      *host_bytes = std::max(*host_bytes, records[3 * r + 2].item<int64_t>());
+    }
+    MOTLEY_ASSIGN_OR_RETURN(summary_.checkpoint_dir, FinishShardedCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep,
+                                                                             tmp, job_.model, files, state_));
+  }
+  return Status::Ok();
 }
 
 Status PlannedRun::Step() {
@@ -350,7 +409,8 @@ Status PlannedRun::Step() {
       throw std::runtime_error(read.message());
     return torch::from_blob(windows_.data(), {n, seq + 1}, torch::kInt64).clone();
   };
-  in.die_mid_step = comm_->rank() == options_.die_rank && step + 1 == options_.die_at_step;
+  in.die_mid_step =
+      comm_->rank() == options_.die_rank && step + 1 == options_.die_at_step && !options_.die_in_checkpoint;
   if (comm_->rank() == options_.perturb_rank) {
     in.loss_factor = options_.perturb_loss_factor;
     in.loss_factor_microbatch = options_.perturb_microbatch;

@@ -47,6 +47,8 @@ struct TrainOptions {
   // Fault injection for tests: this rank kills itself halfway through this step's program (from 1).
   int die_rank = -1;
   int64_t die_at_step = 0;
+  // ... or, with this, once it has written its part of the (sharded) checkpoint after that step.
+  bool die_in_checkpoint = false;
   // Fault injection for tests: this rank multiplies its loss by this factor (see StepInputs).
   int perturb_rank = -1;
   double perturb_loss_factor = 1;
