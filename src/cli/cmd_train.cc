@@ -58,6 +58,9 @@ class ConsoleObserver : public TrainObserver {
                            : fmt::format("step {}: rank {} ({}) has recovered ({:.1f}x its first steps)", step, rank,
                                          device, slowdown));
   }
+  void OnRebalance(int64_t step, const std::string& message) override {
+    line_.Print(fmt::format("step {}: rebalance: {}", step, message));
+  }
   void Finish() { line_.Finish(); }
 
  private:

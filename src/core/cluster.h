@@ -82,6 +82,10 @@ struct Cluster {
   // this (a supervising `motley train` sets it after a device ran out of memory; never read from a
   // cluster file). Device id -> bytes.
   std::map<int, double> memory_cap_bytes;
+  // What a run has measured some devices' compute to take: this many times what the profile (and
+  // the emulation) says — a throttled or shared GPU; planning scales their compute by it (live
+  // rebalancing sets it; never read from a cluster file). Device id -> factor.
+  std::map<int, double> measured_slowdown;
 
   /// Derives devices, regions and the override index. REQUIRES: nodes validated.
   void Finalize();

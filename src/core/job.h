@@ -95,6 +95,12 @@ struct StragglerDetectionConfig {
   double threshold = 0.3;      // slower than its own early steps by more than this fraction: straggling
   int64_t baseline_steps = 3;  // steps measured for each rank's norm (after the first, a warm-up)
   int64_t persist_steps = 3;   // consecutive steps beyond (or back within) the threshold before it is said
+  // Live rebalancing: when a rank begins (or stops) straggling, plan again for the devices as
+  // measured — each device's batch, or a pipeline's layer split, every rank on its device — and
+  // switch to that plan at the step boundary, the state moved between ranks (no restart, nothing
+  // written). Only when the new plan is predicted faster by `rebalance_min_gain`.
+  bool rebalance = false;
+  double rebalance_min_gain = 0.05;
 };
 
 /// [[emulation.stragglers]]: a rank made slower at run time, for tests and benchmarks (its compute

@@ -102,6 +102,8 @@ void ParseStragglerDetection(TomlTable& t, StragglerDetectionConfig* c) {
   if (auto v = t.Number("threshold", 0.01, 100.0)) c->threshold = *v;
   if (auto v = t.Int("baseline_steps", 1, 1000)) c->baseline_steps = *v;
   if (auto v = t.Int("persist_steps", 1, 1000)) c->persist_steps = *v;
+  if (auto v = t.Bool("rebalance")) c->rebalance = *v;
+  if (auto v = t.Number("rebalance_min_gain", 0.0, 0.9)) c->rebalance_min_gain = *v;
   t.Finish();
 }
 

@@ -15,6 +15,7 @@ enum class TagRange : int64_t {
   kFlexTp = 2,      // FlexTP's column migrations inside a tensor-parallel team
   kLinkProbe = 3,   // motley profile's link measurements
   kTrace = 4,       // collecting every rank's trace on rank 0
+  kRebalance = 5,   // live rebalancing: the state moving to the ranks of the new plan
 };
 constexpr int64_t kTagsPerRange = int64_t{1} << 28;
 

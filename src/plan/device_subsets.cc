@@ -17,7 +17,10 @@ std::string NodeClass(const Cluster& c, int node, int first_device) {
                                 c.memory_bytes(first_device));
   for (const auto& e : n.emulation)
     key += fmt::format("|{}:{}:{}", e.speed_factor, e.memory_bytes.value_or(-1), e.link_bandwidth_bytes_per_s.value_or(-1));
-  for (int d = first_device; d < first_device + n.num_devices; ++d) key += fmt::format("|{}", c.memory_bytes(d));
+  for (int d = first_device; d < first_device + n.num_devices; ++d) {
+    key += fmt::format("|{}", c.memory_bytes(d));
+    if (auto it = c.measured_slowdown.find(d); it != c.measured_slowdown.end()) key += fmt::format("x{}", it->second);
+  }
   for (const auto& o : c.overrides)
     if (o.a == n.name || o.b == n.name) key += "|" + n.name;
   return key;

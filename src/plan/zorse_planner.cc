@@ -91,11 +91,12 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
     for (int d : g) s += layer_rate(d);
     return s;
   };
-  std::stable_sort(groups.begin(), groups.end(), [&](const auto& a, const auto& b) {
-    const double ba = RingBandwidth(cluster, a), bb = RingBandwidth(cluster, b);
-    if (ba != bb) return ba > bb;
-    return group_speed(a) > group_speed(b);
-  });
+  if (!request.keep_group_order)
+    std::stable_sort(groups.begin(), groups.end(), [&](const auto& a, const auto& b) {
+      const double ba = RingBandwidth(cluster, a), bb = RingBandwidth(cluster, b);
+      if (ba != bb) return ba > bb;
+      return group_speed(a) > group_speed(b);
+    });
   std::vector<double> speeds;
   for (const auto& g : groups) speeds.push_back(group_speed(g));
   const std::vector<int64_t> layers64 = Proportional(num_layers, speeds, 1);

@@ -54,6 +54,9 @@ struct ZorseRequest {
   // each ministage's shard, moments and gradient shard stay on the device until the step's end.
   bool gradient_clipping = true;
   int max_groups = 0;              // 0 = up to one group per node
+  // ZorseCandidatesForGroups: the pipeline's stages in the groups' order as given, not by
+  // bandwidth and speed (live rebalancing: every rank keeps its device and place).
+  bool keep_group_order = false;
   int max_microbatch = 64;         // largest microbatch size tried
   // The best this many by the latency model are re-ranked by the evaluator (0: the latency model
   // decides alone). The latency model misranks: on the Zorse clusters the simulator's best plan was

@@ -82,7 +82,9 @@ double CostModel::LayerBackwardS(int device, double sequences) const {
 
 double CostModel::Slowdown(int device) const {
   const EmulationConfig* emu = cluster_.emulation(device);
-  return emu != nullptr ? emu->speed_factor : 1.0;
+  const auto measured = cluster_.measured_slowdown.find(device);
+  return (emu != nullptr ? emu->speed_factor : 1.0) *
+         (measured != cluster_.measured_slowdown.end() ? measured->second : 1.0);
 }
 
 double CostModel::ComputeS(int device, const Op& op) const {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include "cli/plan_cases.h"
 #include "cli/training_fixtures.h"
 #include "core/file_io.h"
+#include "plan/plan_io.h"
 
 namespace {
 
@@ -68,6 +70,83 @@ TEST(DistributedTrain, AStragglerIsNamedInDataParallelismAndInAPipeline) {
     }
     EXPECT_GT(worst, 2.0);
     EXPECT_GE(steps_listed, 3);
+  }
+}
+
+// Live rebalancing (#25): rank 1 slowed 3x from step 5 — in a 3-way data-parallel plan, and in a
+// 3-stage pipeline. The ranks name it, plan again for the devices as measured (fewer sequences on
+// device 1, or fewer layers on its stage; every rank on its device), and switch at the step
+// boundary — the state moved between them, no restart. The run still matches one process (fp64),
+// and equals a run resumed at the switch under the new plan.
+TEST(DistributedTrain, AStragglerIsRebalancedLiveAndTheRunStaysExact) {
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  dir.Write("cluster.toml", kCluster + "[nodes.emulation]\nspeed_factor = 8.0\n");
+  auto job = [&](const std::string& name, bool rebalance) {
+    std::string j = Job(dir.Join(name), 1, true);
+    j.replace(j.find("steps = 5"), 9, "steps = 14");
+    j += "interval_steps = 1\nkeep = 20\n[straggler_detection]\nbaseline_steps = 2\npersist_steps = 2\nrebalance = " +
+         std::string(rebalance ? "true" : "false") + "\n[[emulation.stragglers]]\nrank = 1\nslowdown = 3\nfrom_step = 5\n";
+    return dir.Write(name + ".toml", j);
+  };
+  std::string ref = Job(dir.Join("ref"), 1, true);
+  ref.replace(ref.find("steps = 5"), 9, "steps = 14");
+  dir.Write("ref.toml", ref);
+  ASSERT_EQ(Motley("train ref.toml --single-process", false, dir.path().string()).exit_code, 0);
+  const std::string launch = "launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train ";
+  for (const char* name : {"dp3-zero0-last-batch", "pipeline3-1f1b-asymmetric"}) {
+    SCOPED_TRACE(name);
+    const PlanCase& p = PlanNamed(name);
+    ASSERT_EQ(p.clip, 1);
+    ASSERT_TRUE(p.checkpointing);
+    const std::string run = std::string("run-") + name, plan = dir.Write(run + ".plan.toml", PlanHeader() + p.body);
+    CliRun r = Motley(launch + job(run, true) + " --plan " + plan, false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_CONTAINS(r.output, "straggler: rank 1 (device 1");
+    EXPECT_CONTAINS(r.output, "rebalance: devices as measured (device 1 ");
+    // The first switch the metrics record: after which step, and the plan it switched to.
+    int64_t at = -1;
+    std::string next;
+    std::istringstream metrics(motley::ReadFileToString(dir.Join(run + "/metrics.jsonl")).value());
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("event", "") != "rebalance" || !j.value("switched", false) || at >= 0) continue;
+      at = j["step"].get<int64_t>();
+      next = j["plan"].get<std::string>();
+      EXPECT_GT(j["slowdowns"]["1"].get<double>(), 2.0) << line;
+      EXPECT_LT(j["predicted_step_s"].get<double>(), j["current_step_s"].get<double>()) << line;
+    }
+    ASSERT_GE(at, 5) << r.output;
+    ASSERT_LT(at, 14) << r.output;
+    const std::string replanned = motley::ReadFileToString(next).value();
+    const motley::Plan before = motley::ParsePlanToml(PlanHeader() + p.body, plan).value();
+    const motley::Plan after = motley::ParsePlanToml(replanned, next).value();
+    ASSERT_EQ(after.groups.size(), before.groups.size()) << replanned;
+    for (size_t g = 0; g < after.groups.size(); ++g)
+      for (size_t i = 0; i < after.groups[g].devices.size(); ++i)
+        EXPECT_EQ(after.groups[g].devices[i].device, before.groups[g].devices[i].device) << "every rank on its device";
+    if (after.groups.size() == 1) {  // fewer sequences on device 1
+      EXPECT_CONTAINS(r.output, "switching to poplar");
+      EXPECT_LT(after.groups[0].devices[1].sequences(), before.groups[0].devices[1].sequences()) << replanned;
+    } else {  // fewer layers on its stage
+      EXPECT_CONTAINS(r.output, "switching to the same 3 groups");
+      EXPECT_LT(after.groups[1].num_layers(), before.groups[1].num_layers()) << replanned;
+    }
+    // The new plan from the switch on, resumed from the checkpoint of that step; and one process.
+    const std::string by_hand = std::string("by-hand-") + name;
+    CliRun again = Motley(launch + job(by_hand, false) + " --plan " + next + " --resume " +
+                              dir.Join(run + "/step-" + std::string(6 - std::to_string(at).size(), '0') + std::to_string(at)),
+                          false, dir.path().string());
+    ASSERT_EQ(again.exit_code, 0) << again.output;
+    const std::string final_step = "/step-000014/model.safetensors";
+    const double vs_one = MaxRelativeDifference(dir.Join(run) + final_step, dir.Join("ref") + final_step);
+    const double vs_by_hand = MaxRelativeDifference(dir.Join(run) + final_step, dir.Join(by_hand) + final_step);
+    std::cout << name << ": switched after step " << at << "; against one process " << vs_one
+              << ", against the new plan from there " << vs_by_hand << "\n";
+    EXPECT_GE(vs_one, 0);
+    EXPECT_LT(vs_one, kFp64Tolerance);
+    EXPECT_GE(vs_by_hand, 0);
+    EXPECT_LT(vs_by_hand, kFp64Tolerance);
   }
 }
 

@@ -76,6 +76,35 @@ Status VerifyFiles(const std::string& dir, const TrainerStateFile& state) {
   return Status::Ok();
 }
 
+}  // namespace
+
+Result<torch::Tensor> AssembleParameter(const ModelSpec& spec, const std::string& name, const ShardedParameter& param,
+                                        const std::vector<const ShardPiece*>& pieces,
+                                        const std::function<Result<torch::Tensor>(const ShardPiece&)>& elements,
+                                        torch::Dtype dtype) {
+  const int64_t slice = SliceElements(param);
+  std::vector<torch::Tensor> slices;
+  for (int t = 0; t < param.tp_degree; ++t) slices.push_back(torch::empty({slice}, dtype));
+  for (const ShardPiece* p : pieces) {
+    MOTLEY_ASSIGN_OR_RETURN(torch::Tensor t, elements(*p));
+    if (t.numel() != p->count)
+      return Status::InvalidArgument(fmt::format("{}: a piece of {} holds {} elements where {} were expected",
+                                                 p->file, name, t.numel(), p->count));
+    slices[p->tp_index].narrow(0, p->begin, p->count).copy_(t.reshape(-1));
+  }
+  if (param.tp_degree == 1) return slices[0].view(param.shape);
+  const int k = LayerWeightIndex(name);
+  if (k < 0 || !IsSplitWeight(k))
+    return Status::InvalidArgument(fmt::format("{} is stored as {} slices but is not a weight tensor parallelism "
+                                               "splits; use another checkpoint",
+                                               name, param.tp_degree));
+  const std::vector<int64_t> shape = SliceShape(spec, k, param.shape, param.tp_degree);
+  for (auto& s : slices) s = s.view(shape);
+  return JoinLayerWeight(spec, k, slices);
+}
+
+namespace {
+
 // A sharded checkpoint being read: its index, and its rank files opened (and verified) on first use.
 class ShardedReader {
  public:
@@ -103,32 +132,19 @@ class ShardedReader {
 
   // The whole parameter `name` (values or a moment), assembled from its pieces, in `dtype`.
   Result<torch::Tensor> Load(const ModelSpec& spec, const std::string& name, ShardTensor what, torch::Dtype dtype) {
-    const ShardedParameter& param = index_.parameters.at(name);
-    const int64_t slice = SliceElements(param);
-    std::vector<torch::Tensor> slices;
-    for (int t = 0; t < param.tp_degree; ++t) slices.push_back(torch::empty({slice}, dtype));
-    for (size_t i : pieces_[name]) {
-      const ShardPiece& p = index_.pieces[i];
-      MOTLEY_ASSIGN_OR_RETURN(const SafetensorsFile* f, File(p.file));
-      const std::string key = ShardTensorName(p.param, p.tp_index, p.begin, what);
-      if (!f->contains(key))
-        return Status::InvalidArgument(fmt::format("{}: lacks {}, which {} says it holds; use another checkpoint",
-                                                   f->path(), key, kShardIndexFile));
-      MOTLEY_ASSIGN_OR_RETURN(torch::Tensor t, f->Load(key, dtype));
-      if (t.numel() != p.count)
-        return Status::InvalidArgument(fmt::format("{}: {} holds {} elements, {} says {}; use another checkpoint",
-                                                   f->path(), key, t.numel(), kShardIndexFile, p.count));
-      slices[p.tp_index].narrow(0, p.begin, p.count).copy_(t.reshape(-1));
-    }
-    if (param.tp_degree == 1) return slices[0].view(param.shape);
-    const int k = LayerWeightIndex(name);
-    if (k < 0 || !IsSplitWeight(k))
-      return Status::InvalidArgument(fmt::format("{}: {} is stored as {} slices but is not a weight tensor parallelism "
-                                                 "splits; use another checkpoint",
-                                                 dir_, name, param.tp_degree));
-    const std::vector<int64_t> shape = SliceShape(spec, k, param.shape, param.tp_degree);
-    for (auto& s : slices) s = s.view(shape);
-    return JoinLayerWeight(spec, k, slices);
+    std::vector<const ShardPiece*> pieces;
+    for (size_t i : pieces_[name]) pieces.push_back(&index_.pieces[i]);
+    return AssembleParameter(
+        spec, name, index_.parameters.at(name), pieces,
+        [&](const ShardPiece& p) -> Result<torch::Tensor> {
+          MOTLEY_ASSIGN_OR_RETURN(const SafetensorsFile* f, File(p.file));
+          const std::string key = ShardTensorName(p.param, p.tp_index, p.begin, what);
+          if (!f->contains(key))
+            return Status::InvalidArgument(fmt::format("{}: lacks {}, which {} says it holds; use another checkpoint",
+                                                       f->path(), key, kShardIndexFile));
+          return f->Load(key, dtype);
+        },
+        dtype);
   }
 
  private:

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -28,6 +29,7 @@
 
 #include "core/checkpoint_format.h"
 #include "core/job.h"
+#include "core/shard_index.h"
 #include "core/model.h"
 #include "core/status.h"
 #include "runtime/train/adamw.h"
@@ -91,6 +93,14 @@ Result<CheckpointFileRecord> WriteRankShards(const std::string& tmp, int rank, c
 Result<std::string> FinishShardedCheckpoint(const std::string& run_dir, int64_t keep, const std::string& tmp,
                                             const ModelSpec& spec, const std::vector<CheckpointFileRecord>& rank_files,
                                             const TrainerState& state);
+
+/// A whole parameter (or one of its moments) from pieces that tile it (shard_index.h), in `dtype`:
+/// `elements(p)` gives piece p's elements; tensor-parallel slices are joined as the model splits
+/// them. (Loading a sharded checkpoint, and live rebalancing's state moves.)
+Result<torch::Tensor> AssembleParameter(const ModelSpec& spec, const std::string& name, const ShardedParameter& param,
+                                        const std::vector<const ShardPiece*>& pieces,
+                                        const std::function<Result<torch::Tensor>(const ShardPiece&)>& elements,
+                                        torch::Dtype dtype);
 
 /// Whether `dir` holds a sharded checkpoint (a shards.json).
 bool IsShardedCheckpoint(const std::string& dir);

@@ -50,5 +50,26 @@ TEST(StragglerMonitor, WithinTheThresholdIsNotStraggling) {
   EXPECT_EQ(c2[0].rank, 0);
 }
 
+// After a rebalance the norms are measured again; the rank the new plan was made slow for stays
+// straggling until it runs faster than its new norm by the threshold, said with its speed-up.
+TEST(StragglerMonitor, AfterARestartASlowRankRecoversWhenItSpeedsUp) {
+  StragglerDetectionConfig c;
+  StragglerMonitor m(c, 2);
+  m.Restart({false, true});
+  EXPECT_TRUE(m.straggling(1));
+  EXPECT_TRUE(m.Observe({9.0, 9.0}).empty());  // warm-up
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(m.Observe({1.0, 2.0}).empty());
+  EXPECT_TRUE(m.Observe({1.0, 1.7}).empty());  // 15% faster: within the threshold
+  EXPECT_TRUE(m.Observe({1.0, 0.7}).empty());
+  EXPECT_TRUE(m.Observe({1.0, 0.65}).empty());
+  const auto recovered = m.Observe({1.0, 0.7});
+  ASSERT_EQ(recovered.size(), 1u);
+  EXPECT_EQ(recovered[0].rank, 1);
+  EXPECT_FALSE(recovered[0].straggling);
+  EXPECT_NEAR(recovered[0].slowdown, 0.35, 1e-12);  // the median of the three steps that said it
+  EXPECT_FALSE(m.straggling(1));
+  EXPECT_FALSE(m.straggling(0));
+}
+
 }  // namespace
 }  // namespace motley

@@ -127,6 +127,9 @@ class TrainObserver {
   /// (straggler_monitor.h); `device` describes it.
   virtual void OnStraggler(int64_t /*step*/, int /*rank*/, const std::string& /*device*/, double /*slowdown*/,
                            bool /*straggling*/) {}
+  /// Live rebalancing ([straggler_detection] rebalance): what was re-planned after `step`, and
+  /// whether the run switched to it.
+  virtual void OnRebalance(int64_t /*step*/, const std::string& /*message*/) {}
 };
 
 // Shared by the single-process and the distributed trainer.
