@@ -211,17 +211,24 @@ void Lowerer::IssuePrefetchesEarly() {
       while (next < moved.size() && moved[next].first == i) order.push_back(moved[next++].second);
     }
     MOTLEY_CHECK_EQ(static_cast<int>(order.size()), n);
+    // The ops before the first that moves keep their places and their deps (which point backwards,
+    // at ops that stay too); only the rest are moved and renumbered.
+    int first = 0;
+    while (first < n && order[first] == first) ++first;
+    for (int k = 0; k < first; ++k)
+      if (!std::is_sorted(p.ops[k].deps.begin(), p.ops[k].deps.end())) std::sort(p.ops[k].deps.begin(), p.ops[k].deps.end());
+    if (first == n) continue;
     std::vector<int> index(n);
     for (int k = 0; k < n; ++k) index[order[k]] = k;
-    std::vector<Op> ops;
-    ops.reserve(n);
-    for (int k = 0; k < n; ++k) {
+    std::vector<Op> moved_ops;
+    moved_ops.reserve(static_cast<size_t>(n - first));
+    for (int k = first; k < n; ++k) {
       Op op = std::move(p.ops[order[k]]);
       for (int32_t& d : op.deps) d = index[d];
       std::sort(op.deps.begin(), op.deps.end());
-      ops.push_back(std::move(op));
+      moved_ops.push_back(std::move(op));
     }
-    p.ops = std::move(ops);
+    std::move(moved_ops.begin(), moved_ops.end(), p.ops.begin() + first);
   }
 }
 

@@ -70,8 +70,9 @@ double CutWeight(const WeightedGraph& graph, const std::vector<int>& part) {
   return w;
 }
 
-std::vector<std::vector<int>> SplitMinKCuts(const WeightedGraph& graph) {
+std::vector<std::vector<int>> SplitMinKCuts(const WeightedGraph& graph, int max_parts) {
   const int n = graph.num_vertices;
+  const int parts = max_parts > 0 ? std::min(max_parts, n) : n;
   std::vector<std::vector<int>> partitions;
   if (n == 0) return partitions;
   std::vector<int> part(n, 0);
@@ -79,7 +80,7 @@ std::vector<std::vector<int>> SplitMinKCuts(const WeightedGraph& graph) {
   for (int v = 0; v < n; ++v) members[0].push_back(v);
   std::vector<Cut> cuts = {MinCutOf(graph, members[0])};
   partitions.push_back(part);
-  while (static_cast<int>(members.size()) < n) {
+  while (static_cast<int>(members.size()) < parts) {
     // Split the part whose minimum cut is lightest.
     size_t best = 0;
     for (size_t p = 1; p < cuts.size(); ++p)

@@ -21,9 +21,9 @@ struct WeightedGraph {
   std::vector<Edge> edges;
 };
 
-/// partitions[k - 1][v] is the part (0..k-1) of vertex v in the k-way partition, k = 1..n.
-/// REQUIRES: weights >= 0.
-std::vector<std::vector<int>> SplitMinKCuts(const WeightedGraph& graph);
+/// partitions[k - 1][v] is the part (0..k-1) of vertex v in the k-way partition, k = 1..n (or
+/// 1..max_parts when given: SPLIT stops there). REQUIRES: weights >= 0.
+std::vector<std::vector<int>> SplitMinKCuts(const WeightedGraph& graph, int max_parts = 0);
 
 /// Total weight of the edges whose ends lie in different parts.
 double CutWeight(const WeightedGraph& graph, const std::vector<int>& part);

@@ -321,12 +321,14 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     }
   }
   const WeightedGraph graph = NodeBandwidthGraph(cluster, node_devices);
-  const auto partitions = SplitMinKCuts(graph);
   // The groupings: SPLIT's cut into k for every k; and, on a few nodes, every way to group them
   // (SPLIT keeps fast links inside groups, which is not always what pays: a slow node may do
-  // better as a stage of its own than beside a fast one).
-  const int max_k =
-      request.max_groups > 0 ? std::min<int>(request.max_groups, graph.num_vertices) : graph.num_vertices;
+  // better as a stage of its own than beside a fast one). No more groups than layers: a stage
+  // holds one at least.
+  const int max_k = std::min<int>(
+      request.max_groups > 0 ? std::min<int>(request.max_groups, graph.num_vertices) : graph.num_vertices,
+      static_cast<int>(model.num_layers));
+  const auto partitions = SplitMinKCuts(graph, max_k);
   std::vector<std::pair<std::vector<int>, std::string>> groupings;  // node -> group, and how it was found
   for (int k = 1; k <= max_k; ++k) groupings.push_back({partitions[k - 1], fmt::format("cut into {} by SPLIT", k)});
   if (graph.num_vertices <= request.exhaustive_groupings_up_to_nodes) {
@@ -377,9 +379,9 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     // No node divides, or more parts than layers (a stage holds at least one).
     if (parts.size() == node_devices.size() || parts.size() > static_cast<size_t>(model.num_layers)) break;
     const WeightedGraph split_graph = NodeBandwidthGraph(cluster, parts);
-    const auto split_partitions = SplitMinKCuts(split_graph);
     const int most = std::min<int>({split_graph.num_vertices, static_cast<int>(model.num_layers),
                                     request.max_groups > 0 ? request.max_groups : split_graph.num_vertices});
+    const auto split_partitions = SplitMinKCuts(split_graph, most);
     for (int k = graph.num_vertices + 1; k <= most; ++k)
       add_grouping(parts, split_partitions[k - 1], fmt::format("nodes split in {}, cut into {} by SPLIT", f, k), f);
   }

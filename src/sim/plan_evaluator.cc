@@ -50,8 +50,43 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
       }
     }
     auto start = std::chrono::steady_clock::now();
-    // Under a bound, a plan whose busiest rank's compute alone (its compute ops run one after
-    // another) takes longer is stopped before its ops are ordered and simulated.
+    // Under a bound, first from the plan alone: each device's forwards and backwards over its
+    // group's layers (no head, no update: less than its compute ops will take). A plan whose
+    // busiest device already takes longer is stopped before it is lowered.
+    if (std::isfinite(bound.stop_after_s)) {
+      double least_s = 0;
+      for (const GroupPlan& g : plan.groups) {
+        Op pass;
+        pass.layer_begin = 0;
+        pass.layer_end = g.num_layers();  // (compute takes the count of layers, not where they are)
+        pass.tp_degree = g.tp_degree;
+        for (const DevicePlan& d : g.devices) {
+          double device_s = 0;
+          for (int64_t i = 0; i < d.num_microbatches; ++i) {
+            pass.sequences = d.microbatch_size_at(i);
+            for (OpKind kind : {OpKind::kForward, OpKind::kBackward}) {
+              pass.kind = kind;
+              device_s += costs.ComputeS(d.device, pass);
+            }
+          }
+          least_s = std::max(least_s, device_s);
+        }
+      }
+      if (least_s > bound.stop_after_s * (1 + 1e-9)) {
+        PlanEvaluation e;
+        e.step_time_s = least_s;
+        e.stopped = true;
+        std::lock_guard lock(memory->mutex);
+        if (stats != nullptr) {
+          ++stats->evaluations;
+          ++stats->stopped;
+        }
+        memory->seen.insert_or_assign(std::move(key), std::make_pair(e, bound.stop_after_s));
+        return e;
+      }
+    }
+    // ... then once its ops are emitted: its busiest rank's compute alone (its compute ops run one
+    // after another), before they are ordered and simulated.
     LowerOptions lowering;
     lowering.check = false;
     bool stopped_lowering = false;
