@@ -81,7 +81,7 @@ Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
   const double ratio = balance().prune_ratio[options_.index];
   if (ratio > 0 && !layers_.empty()) {
     std::vector<double> variation;
-    for (const auto& [layer, l] : layers_) variation.push_back(l.mean_variation);
+    for (const auto& [layer, l] : layers_) variation.push_back(l.priority.mean_variation());
     const std::vector<double> r =
         LayerPruneRatios(variation, ratio, options_.config.layer_decay, options_.config.max_prune_ratio);
     size_t i = 0;
@@ -90,42 +90,11 @@ Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
   return Status::Ok();
 }
 
-void FlexTpTeam::Refresh(Layer& l, const std::vector<torch::Tensor>& w) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor now = UnitRows(w).to(torch::kCPU, torch::kFloat64);
-  if (!l.previous.defined()) {
-    l.previous = now;
-    l.variation = torch::zeros({now.size(0)}, torch::kFloat64);
-    l.pruned_since = torch::zeros({now.size(0)}, torch::kBool);
-  } else {
-    // Incremental: a unit pruned since the last refresh keeps its variation and its snapshot.
-    torch::Tensor fresh = (now - l.previous).abs().mean(1);
-    torch::Tensor keep_old = l.pruned_since;
-    l.variation = torch::where(keep_old, l.variation, fresh);
-    l.previous = torch::where(keep_old.unsqueeze(1), l.previous, now);
-    l.pruned_since.zero_();
-  }
-  l.mean_variation = l.variation.mean().item<double>();
-  l.refreshed_step = step_;
-}
-
 torch::Tensor FlexTpTeam::Keep(Layer& l, double ratio, torch::Device device) {
   const int64_t units = options_.costs.units, own = units - balance().given[options_.index];
   const auto prune = static_cast<int64_t>(std::llround(ratio * static_cast<double>(own)));
   if (prune <= 0 && own == units) return {};
-  // Priority: the smallest variation first; equal ones round-robin from a point that moves each step.
-  const double* var = l.variation.data_ptr<double>();
-  std::vector<int64_t> order(own);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    if (var[a] != var[b]) return var[a] < var[b];
-    return (a + units - step_ % units) % units < (b + units - step_ % units) % units;
-  });
-  bool* pruned = l.pruned_since.data_ptr<bool>();
-  for (int64_t i = 0; i < prune; ++i) pruned[order[i]] = true;
-  std::vector<int64_t> keep(order.begin() + prune, order.end());
-  std::sort(keep.begin(), keep.end());
-  return torch::tensor(keep, torch::kInt64).to(device);
+  return torch::tensor(l.priority.Keep(own, prune, step_), torch::kInt64).to(device);
 }
 
 int64_t FlexTpTeam::Tag(int layer, bool attention, bool gradients, size_t move) {
@@ -186,7 +155,8 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   l.work = LayerWork();
   l.borrowed.clear();
   torch::NoGradGuard no_grad;
-  if (l.refreshed_step < 0 || step_ - l.refreshed_step >= options_.config.stats_interval_steps) Refresh(l, w);
+  if (!l.priority.refreshed() || step_ - l.priority.refreshed_step() >= options_.config.stats_interval_steps)
+    l.priority.Refresh(UnitRows(w), step_);
   const TeamBalance& b = balance();
   const int me = options_.index;
   const int64_t h = w[6].size(1);

@@ -8,7 +8,8 @@
 //      it borrows from stragglers, sent by their owner to each receiver (its run only, point to point);
 //   3. after each backward, returns the borrowed units' gradients to their owner (point to point,
 //      each receiver its runs).
-// The per-layer pruning ratios differ by how much each layer's weights moved (LayerPruneRatios).
+// The per-layer pruning ratios differ by how much each layer's weights moved (LayerPruneRatios);
+// the priority, its incremental refresh and the lineage are UnitPriority's (unit_priority.h).
 #pragma once
 
 #include <chrono>
@@ -27,6 +28,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/flextp/flextp_balancer.h"
 #include "runtime/flextp/layer_work.h"
+#include "runtime/flextp/unit_priority.h"
 
 namespace motley {
 
@@ -80,14 +82,8 @@ class FlexTpTeam {
     LayerWork work;
     bool active = false;  // work has something in it this step
     std::vector<Borrowed> borrowed;
-    // Priority statistics (on the CPU).
-    torch::Tensor previous;       // [units, 3 * hidden]: gate row, up row, down column of each unit at the last refresh
-    torch::Tensor variation;      // [units] float64: mean |change| of each unit's weights
-    torch::Tensor pruned_since;   // [units] bool: pruned at some point since the last refresh
-    double mean_variation = 0;
-    int64_t refreshed_step = -1;
+    UnitPriority priority;  // which own units ZERO-resizing prunes first
   };
-  void Refresh(Layer& l, const std::vector<torch::Tensor>& w);
   // The rows (MLP units or attention groups) this rank computes for stragglers this step, each
   // sent by its owner (`own_rows`: this rank's, when it is one); their runs go to `out`.
   torch::Tensor Borrow(int layer, bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
