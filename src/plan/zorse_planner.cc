@@ -537,7 +537,10 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     if (next.empty()) break;
     std::vector<Plan> plans;
     for (size_t i : next) plans.push_back(all[i].plan);
-    const std::vector<Result<PlanEvaluation>> evaluations = EvaluateAll(plans, evaluate, stop);
+    // Beyond the slack of the best so far (here or elsewhere) a candidate can neither win nor keep
+    // its kind near the best: its simulation stops there.
+    const EvaluateBound stop_now{std::min(request.bound.stop_after_s, best) * (1 + request.kind_slack)};
+    const std::vector<Result<PlanEvaluation>> evaluations = EvaluateAll(plans, evaluate, stop_now);
     for (size_t k = 0; k < next.size(); ++k) {
       const size_t i = next[k];
       chosen.push_back(i);
@@ -598,7 +601,9 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     if (next.empty()) break;
     std::vector<Plan> more;
     for (size_t i : next) more.push_back(all[i].plan);
-    const std::vector<Result<PlanEvaluation>> answers = EvaluateAll(more, evaluate, stop);
+    // Only a faster plan moves the climb: a slower one's simulation stops at the best.
+    const std::vector<Result<PlanEvaluation>> answers =
+        EvaluateAll(more, evaluate, EvaluateBound{std::min(stop.stop_after_s, best)});
     const size_t was = at;
     for (size_t k = 0; k < next.size(); ++k) {
       if (!answers[k].ok()) return answers[k].status();

@@ -51,8 +51,8 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     }
     auto start = std::chrono::steady_clock::now();
     // Under a bound, first from the plan alone: each device's forwards and backwards over its
-    // group's layers (no head, no update: less than its compute ops will take). A plan whose
-    // busiest device already takes longer is stopped before it is lowered.
+    // group's layers (no head, no update: less than its compute ops will take), and each group's
+    // gradient reduction. A plan that already takes longer is stopped before it is lowered.
     if (std::isfinite(bound.stop_after_s)) {
       double least_s = 0;
       for (const GroupPlan& g : plan.groups) {
@@ -70,6 +70,22 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
             }
           }
           least_s = std::max(least_s, device_s);
+        }
+        // And a group of several replicas synchronises its layers every step, on each rank's
+        // communication stream (one collective at a time): ZeRO-0 all-reduces the gradients;
+        // ZeRO >= 1 reduce-scatters them and all-gathers the updated parameters (ZeRO-3: at
+        // least once). Split into several collectives, each call pays its fixed costs again.
+        const size_t tp = static_cast<size_t>(std::max(1, g.tp_degree));
+        if (g.devices.size() / tp > 1) {
+          std::vector<int> ring;
+          for (size_t i = 0; i < g.devices.size(); i += tp) ring.push_back(g.devices[i].device);
+          const double params = static_cast<double>(g.num_layers()) * static_cast<double>(ParamsPerLayer(model)) /
+                                static_cast<double>(tp);
+          const StateBytesPerParam bytes = StateBytes(plan.precision);
+          least_s = std::max(least_s, plan.zero_stage == 0
+                                          ? costs.CollectiveS(OpKind::kAllReduce, ring, params * bytes.grads)
+                                          : costs.CollectiveS(OpKind::kReduceScatter, ring, params * bytes.grads) +
+                                                costs.CollectiveS(OpKind::kAllGather, ring, params * bytes.params));
         }
       }
       if (least_s > bound.stop_after_s * (1 + 1e-9)) {

@@ -106,7 +106,8 @@ TEST(MemoryPrediction, EachRanksPeakIsWithinTenPercentOfTheSimulators) {
     const std::string metrics = dir.Join(plan + ".jsonl");
     const std::string file = plan == "local-even-tp2" ? dir.Join(plan + ".toml") : Example("plans/" + plan + ".toml");
     CliRun r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train default --plan " + file +
-                      " --steps 4 --no-checkpoint --no-validation --metrics " + metrics);
+                      " --steps 4 --no-checkpoint --no-validation --metrics " + metrics,
+                      false, dir.path().string());  // its run folder there, not beside another test's
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::vector<double> predicted = PredictedMib(r.output);
     const MeasuredPeaks measured = MeasuredMib(metrics);
@@ -166,7 +167,8 @@ tp_degree = 1
       const std::string plan = dir.Write("p" + name + ".toml", text);
       const std::string metrics = dir.Join("m" + name + ".jsonl");
       CliRun r = Motley("launch --nproc " + std::to_string(ranks) + " -- " + std::string(MOTLEY_BIN) + " train " + job +
-                        " --plan " + plan + " --no-checkpoint --no-validation --metrics " + metrics);
+                        " --plan " + plan + " --no-checkpoint --no-validation --metrics " + metrics,
+                        false, dir.path().string());
       ASSERT_EQ(r.exit_code, 0) << r.output;
       const std::vector<double> predicted = PredictedMib(r.output);
       const MeasuredPeaks measured = MeasuredMib(metrics);
@@ -217,7 +219,8 @@ state_shares = [0.8, 0.2]
 )");
     const std::string metrics = dir.Join(name + ".jsonl");
     CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train " + job + " --plan " + plan +
-                      " --no-checkpoint --no-validation --metrics " + metrics);
+                      " --no-checkpoint --no-validation --metrics " + metrics,
+                      false, dir.path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::vector<double> predicted = PredictedMib(r.output);
     const MeasuredPeaks measured = MeasuredMib(metrics);

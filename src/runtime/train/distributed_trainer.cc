@@ -209,7 +209,12 @@ class PlannedRun {
 Result<std::unique_ptr<PlannedRun>> PlannedRun::Start(const JobSpec& job, const TrainOptions& options,
                                                       TrainObserver* observer) {
   auto run = std::unique_ptr<PlannedRun>(new PlannedRun(job, options));
-  MOTLEY_RETURN_IF_ERROR(run->SetUp(observer));
+  if (Status s = run->SetUp(observer); !s.ok()) {
+    // Once connected, the others hear of it now (naming this rank), not at a collective's timeout.
+    if (run->AnotherRankFailedFirst()) return Status::PeerFailed(s.message());
+    run->ReportFailure(s.message());
+    return s;
+  }
   return run;
 }
 
