@@ -172,7 +172,10 @@ void Communicator::Watch() {
   while (!stop_) {
     try {
       watch_store_->add(HeartbeatKey(rv_.rank), 1);
-      if (const std::string failed = reported_ ? "" : ReportedFailure(*watch_store_); !failed.empty()) {
+      // Another rank's report: this rank's own may land between the check of reported_ and the
+      // read (its main thread reporting now), and is this rank's to end by itself.
+      if (const std::string failed = reported_ ? "" : ReportedFailure(*watch_store_);
+          !failed.empty() && !failed.starts_with(fmt::format("rank {} failed first", rv_.rank))) {
         fmt::print(stderr, "motley: rank {}: {}; exiting\n", rv_.rank, failed);
         std::fflush(stderr);
         // The rank hosting the store keeps it a little longer, so that the others read the report
