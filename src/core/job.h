@@ -80,10 +80,17 @@ struct TensorParallelConfig {
   /// computed by the others), "resize" (lossy: a straggler prunes MLP units), "semi" (both, by a
   /// cost model; lossy when it prunes).
   std::string mode = "off";
+  /// How a straggler's migrated units travel: "broadcast-reduce" (FlexTP §IV-A: the straggler
+  /// broadcasts its whole migrated block to the team, each normal rank computes its run of it, and
+  /// the runs' weight gradients come back in one sum-reduce), "point-to-point" (each receiver is
+  /// sent only its run and returns its gradients itself), or "auto": broadcast-reduce on GPUs,
+  /// point to point on CPU ranks (UsesBroadcastReduce says why). Outputs join the block's all-reduce.
+  std::string migration = "auto";
   double straggler_threshold = 0.05;  // slower than the team's normal ranks by more than this: a straggler
   double recheck_change = 0.10;       // re-balance when a rank's own speed moved by more than this
   double max_prune_ratio = 0.5;       // at most this fraction of a straggler's MLP units pruned
-  double layer_decay = 0.8;           // per-layer pruning ratios: layers that change more prune fewer
+  double layer_decay = 0.8;           // how far per-layer ratios follow their weights' variation (FlexTP §III-B; 0: uniform)
+  bool resize_attention = true;       // ZERO-resizing prunes the attention's projections too, not only the MLP
   int64_t stats_interval_steps = 10;  // priority statistics refreshed every this many steps (FlexTP's "epoch")
 };
 

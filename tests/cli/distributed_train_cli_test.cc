@@ -312,6 +312,70 @@ TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
   }
 }
 
+// Migration in a team of four (FlexTP §IV-A), both ways a straggler's units travel: broadcast-reduce
+// (the straggler broadcasts its whole block, each normal rank computes its run, the gradients come
+// home in one sum-reduce per block) and point to point. Both are exact in fp64, with one straggler
+// and with two (two blocks, each broadcast to every rank).
+TEST_F(DistributedEquivalence, MigrationInATeamOfFourIsExactEitherWay) {
+  // Four key/value heads, so that each of four ranks holds an attention group.
+  std::string model = kModel;
+  model.replace(model.find("num_kv_heads = 2"), 16, "num_kv_heads = 4");
+  dir_->Write("model-mha.toml", model);
+  auto with_model = [](std::string text) {
+    text.replace(text.find("model.toml"), 10, "model-mha.toml");
+    return text;
+  };
+  dir_->Write("ref-mha.toml", with_model(Job(dir_->Join("ref-mha"), 0, true)));
+  ASSERT_EQ(Motley("train ref-mha.toml --single-process", false, dir_->path().string()).exit_code, 0);
+  const std::string plan = dir_->Write("tp4.plan.toml", with_model(PlanHeader()) + "gradient_clipping = false\n" + R"(schedule = "gpipe"
+zero_stage = 0
+[[groups]]
+ministages = [[0, 2], [2, 4]]
+tp_degree = 4
+devices = [0, 1, 2, 3]
+microbatch_size = [3, 3, 3, 3]
+num_microbatches = [4, 4, 4, 4]
+)");
+  struct MigrationCase {
+    const char* name;
+    const char* migration;
+    std::vector<int> stragglers;
+  };
+  const MigrationCase cases[] = {
+      {"broadcast-one", "broadcast-reduce", {3}},
+      {"point-to-point-one", "point-to-point", {3}},
+      {"broadcast-two", "broadcast-reduce", {1, 3}},
+  };
+  for (const MigrationCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string name = std::string("tp4-") + c.name;
+    std::string job = with_model(Job(dir_->Join(name), 0, true)) + "[tensor_parallel]\nmode = \"migrate\"\nmigration = \"" +
+                      c.migration + "\"\n";
+    for (int s : c.stragglers)
+      job += "[[emulation.stragglers]]\nrank = " + std::to_string(s) + "\nslowdown = 6\nfrom_step = 2\n";
+    dir_->Write(name + ".toml", job);
+    CliRun r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train " + name + ".toml --plan " + plan +
+                          " --metrics " + name + ".jsonl",
+                      false, dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    double moved = 0;
+    std::ifstream metrics(dir_->Join(name + ".jsonl"));
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.contains("migrated_units")) moved = std::max(moved, j["migrated_units"].get<double>());
+    }
+    EXPECT_GT(moved, 0) << "nothing migrated";
+    const std::string got = dir_->Join(name + "/step-000005/"), ref = dir_->Join("ref-mha/step-000005/");
+    const double params = MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors");
+    const double moments = MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors");
+    std::cout << name << ": moved up to " << moved << " units; relative difference of the parameters " << params
+              << ", of the moments " << moments << "\n";
+    EXPECT_GE(params, 0);
+    EXPECT_LT(params, kFp64Tolerance);
+    EXPECT_LT(moments, kFp64Tolerance);
+  }
+}
+
 TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
   // The plan's batch differs from the job's.
   const std::string plan = dir_->Write("bad.plan.toml", PlanHeader() +

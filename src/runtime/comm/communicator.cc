@@ -474,6 +474,20 @@ Status Communicator::Broadcast(CommGroup& g, torch::Tensor& t, int root_index) {
   return Status::Ok();
 }
 
+Status Communicator::ReduceSum(CommGroup& g, torch::Tensor& t, int root_index) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  if (g.size() == 1) return Status::Ok();
+  std::function<void()> back;
+  std::vector<torch::Tensor> v = {Stage(g, t, true, &back)};
+  c10d::ReduceOptions o;
+  o.rootRank = root_index;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(g, v[0]));
+  MOTLEY_RETURN_IF_ERROR(Run(fmt::format("reduce over {}", g.name), [&] { return pg->reduce(v, o); }));
+  if (back) back();
+  return Status::Ok();
+}
+
 Status Communicator::Barrier(CommGroup& g) {
   MOTLEY_CHECK_GE(g.index, 0);
   if (g.size() == 1) return Status::Ok();

@@ -111,6 +111,8 @@ class Communicator {
   Status ReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out,
                           const std::vector<int64_t>& counts = {});
   Status Broadcast(CommGroup& g, torch::Tensor& t, int root_index);
+  /// The members' `t` summed into the root's `t` (the others' `t` are left undefined in value).
+  Status ReduceSum(CommGroup& g, torch::Tensor& t, int root_index);
   Status Barrier(CommGroup& g);
   Result<PendingTransfer> Send(const torch::Tensor& t, int peer, int64_t tag);
   Result<PendingTransfer> Recv(torch::Tensor& t, int peer, int64_t tag);

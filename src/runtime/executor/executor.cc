@@ -144,6 +144,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
       if (config.tensor_parallel.mode != "off") {
         FlexTpTeam::Options o;
         o.config = config.tensor_parallel;
+        o.gpu = config.device.is_cuda();
         o.spec = spec;
         o.tp = tp;
         o.index = ex->tp_index_;

@@ -59,6 +59,11 @@ FlexTpBalancer::FlexTpBalancer(const TensorParallelConfig& config, int team_size
 namespace {
 
 double MigrationSeconds(const TeamBalance& b, const FlexTpCosts& c, int r) {
+  if (c.broadcast_reduce) {
+    int64_t units = 0, groups = 0;
+    for (size_t s = 0; s < b.given.size(); ++s) units += b.given[s], groups += b.given_groups[s];
+    return c.migrate_s_per_unit * static_cast<double>(units) + c.migrate_s_per_group * static_cast<double>(groups);
+  }
   return c.migrate_s_per_unit * static_cast<double>(b.given[r] + b.received(r, false)) +
          c.migrate_s_per_group * static_cast<double>(b.given_groups[r] + b.received(r, true));
 }
@@ -68,7 +73,8 @@ double MigrationSeconds(const TeamBalance& b, const FlexTpCosts& c, int r) {
 double FlexTpBalancer::OwnWork(const TeamBalance& b, int r) const {
   const double u = static_cast<double>(costs_.units), g = static_cast<double>(std::max<int64_t>(costs_.groups, 1));
   const double mlp = (u - static_cast<double>(b.given[r])) * (1 - b.prune_ratio[r]) / u;
-  const double attention = static_cast<double>(costs_.groups - b.given_groups[r]) / g;
+  const double attention = static_cast<double>(costs_.groups - b.given_groups[r]) / g *
+                           (1 - b.prune_ratio[r] * costs_.attention_prunable);
   return (costs_.mlp_fraction * mlp + costs_.attention_fraction * attention) /
          (costs_.mlp_fraction + costs_.attention_fraction);
 }
@@ -172,7 +178,11 @@ TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
     t.predicted_s.resize(team_size_);
     for (int r = 0; r < team_size_; ++r) t.predicted_s[r] = RankTime(t, nominal, r);
   };
-  const auto stragglers = StragglersBySkew(nominal, config_.straggler_threshold);
+  // SEMI judges by the fastest rank (its migration is loss-free, so the strictest criterion);
+  // migrate and resize by the team's average (FlexTP §IV-B, §III-A; straggler_detector.h).
+  const StragglerReference criterion =
+      mode_ == FlexTpMode::kSemi ? StragglerReference::kFastest : StragglerReference::kAverage;
+  const auto stragglers = StragglersBySkew(nominal, config_.straggler_threshold, criterion);
   if (mode_ == FlexTpMode::kOff || stragglers.empty()) {
     finish(b);
     return b;
@@ -181,7 +191,9 @@ TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
   for (int r = 0; r < team_size_; ++r)
     if (std::none_of(stragglers.begin(), stragglers.end(), [&](const auto& s) { return s.first == r; }))
       normal.push_back(r);
-  double reference = 0;  // what a straggler catches up with: the normal ranks' mean
+  // What a straggler catches up with: the normal ranks' mean (they are all within the threshold of
+  // the reference; for SEMI that is within it of the fastest).
+  double reference = 0;
   for (int r : normal) reference += nominal[r] / static_cast<double>(normal.size());
 
   const int64_t units = costs_.units, groups = costs_.groups;
@@ -237,12 +249,17 @@ TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
         TeamBalance c = b;
         move(c, s, a, true);
         move(c, s, m, false);
-        if (may_prune && m < units) {
-          const double mlp_share = costs_.mlp_fraction / (costs_.mlp_fraction + costs_.attention_fraction);
-          const double per_unit = (1 - fixed_) * mlp_share * nominal[s] / static_cast<double>(units);
+        if (may_prune) {
+          // The straggler's time a pruning ratio of 1 would save: its own units left, and its
+          // attention groups' projections.
+          const double all = costs_.mlp_fraction + costs_.attention_fraction;
+          const double prunable =
+              (1 - fixed_) * nominal[s] *
+              (costs_.mlp_fraction / all * static_cast<double>(units - m) / static_cast<double>(units) +
+               costs_.attention_fraction / all * costs_.attention_prunable * static_cast<double>(groups - a) /
+                   static_cast<double>(std::max<int64_t>(groups, 1)));
           const double gap = RankTime(c, nominal, s) - reference;
-          c.prune_ratio[s] =
-              std::clamp(gap / (per_unit * static_cast<double>(units - m)), 0.0, config_.max_prune_ratio);
+          if (prunable > 0) c.prune_ratio[s] = std::clamp(gap / prunable, 0.0, config_.max_prune_ratio);
         }
         double time_s = 0;
         for (int r = 0; r < team_size_; ++r)
@@ -266,39 +283,53 @@ TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
   return b;
 }
 
-std::vector<double> LayerPruneRatios(const std::vector<double>& layer_variation, double ratio, double decay,
-                                     double max_ratio) {
-  const size_t n = layer_variation.size();
+std::vector<double> LayerPruneRatios(const std::vector<std::vector<double>>& unit_variation, double ratio,
+                                     double decay, double max_ratio) {
+  const size_t n = unit_variation.size();
   std::vector<double> out(n, std::min(ratio, max_ratio));
-  if (n < 2 || ratio <= 0) return out;
-  const auto [lo, hi] = std::minmax_element(layer_variation.begin(), layer_variation.end());
-  if (*hi <= *lo) return out;
-  // Rank 0 = the layer that moved most: weight decay^(n-1); the one that moved least: 1.
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return layer_variation[a] > layer_variation[b]; });
+  std::vector<double> all;
+  for (const auto& v : unit_variation) all.insert(all.end(), v.begin(), v.end());
+  if (n < 2 || ratio <= 0 || all.empty()) return out;
+  const double threshold = Median(all);
+  std::vector<double> candidates(n, 0);  // each layer's share of units below the threshold
+  double mean = 0;
+  for (size_t l = 0; l < n; ++l) {
+    const auto& v = unit_variation[l];
+    if (!v.empty())
+      candidates[l] = static_cast<double>(std::count_if(v.begin(), v.end(), [&](double x) { return x < threshold; })) /
+                      static_cast<double>(v.size());
+    mean += candidates[l] / static_cast<double>(n);
+  }
+  if (mean <= 0) return out;
   std::vector<double> weight(n);
-  for (size_t i = 0; i < n; ++i) weight[order[i]] = std::pow(decay, static_cast<double>(n - 1 - i));
+  for (size_t l = 0; l < n; ++l) weight[l] = (1 - decay) + decay * candidates[l] / mean;
   // Scale to the mean `ratio`, capping and handing the excess on (water-filling).
   std::vector<bool> capped(n, false);
   double budget = ratio * static_cast<double>(n);
   for (size_t round = 0; round < n; ++round) {
     double w = 0;
-    for (size_t i = 0; i < n; ++i)
-      if (!capped[i]) w += weight[i];
-    if (w <= 0) break;
+    size_t open = 0;
+    for (size_t l = 0; l < n; ++l)
+      if (!capped[l]) w += weight[l], ++open;
+    if (open == 0) break;
     bool changed = false;
-    for (size_t i = 0; i < n; ++i)
-      if (!capped[i]) out[i] = budget * weight[i] / w;
-    for (size_t i = 0; i < n; ++i)
-      if (!capped[i] && out[i] > max_ratio) {
-        out[i] = max_ratio;
-        capped[i] = true;
+    for (size_t l = 0; l < n; ++l)
+      if (!capped[l]) out[l] = w > 0 ? budget * weight[l] / w : budget / static_cast<double>(open);
+    for (size_t l = 0; l < n; ++l)
+      if (!capped[l] && out[l] > max_ratio) {
+        out[l] = max_ratio;
+        capped[l] = true;
         budget -= max_ratio;
         changed = true;
       }
     if (!changed) break;
+    // With the rule giving the rest nothing, they share what is left evenly.
+    double rest = 0;
+    for (size_t l = 0; l < n; ++l)
+      if (!capped[l]) rest += weight[l];
+    if (rest <= 0)
+      for (size_t l = 0; l < n; ++l)
+        if (!capped[l]) weight[l] = 1;
   }
   return out;
 }

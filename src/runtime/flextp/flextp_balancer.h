@@ -6,12 +6,16 @@
 //   - migrate (§IV-A): the straggler's last units and groups are computed by the normal ranks,
 //     each taking a contiguous run of them (virtual renumbering); exact;
 //   - resize (§III): the straggler prunes a ratio of the units it computes (dual pruning, zeros
-//     imputed for their gradients); the ratio closes the gap to the normal ranks (Eq. 1); lossy;
+//     imputed for their gradients) and, with `attention_prunable`, the same ratio of its attention
+//     projections' hidden features; the ratio closes the gap to the normal ranks (Eq. 1); lossy;
 //   - semi (§IV-B/C): both, by a cost model — stragglers are served heaviest first; each moves the
 //     units whose migration the receivers absorb without becoming the bottleneck, and prunes the
 //     rest of its gap. Among splits within `straggler_threshold` of the fastest predicted step,
 //     the one that prunes least wins (our reading of Eq. 2: balance the straggler's resizing cost
 //     against the receivers' migration cost).
+//
+// How the units travel is the team's `migration` (flextp_team.h): broadcast-reduce, FlexTP's
+// choice, or point to point; the cost model charges each rank its part of either.
 //
 // Torch-free and deterministic: every rank of the team feeds it the same all-gathered times and
 // gets the same balance. It works on each rank's *nominal* time — the measured time divided by
@@ -47,6 +51,7 @@ struct UnitMove {
 
 struct TeamBalance {
   std::vector<double> prune_ratio;  // per rank: the fraction of the units it computes of its own that it prunes
+                                    // (and of its attention projections' features)
   std::vector<int64_t> given;       // per rank: its own MLP units computed elsewhere (the last `given` of its slice)
   std::vector<int64_t> given_groups;  // per rank: its own attention groups computed elsewhere (the last ones)
   std::vector<UnitMove> moves;
@@ -64,8 +69,14 @@ struct FlexTpCosts {
   int64_t groups = 0;                   // attention groups per rank (kv heads / tp)
   double mlp_fraction = 0.6;            // the share of a rank's compute in its MLP units
   double attention_fraction = 0.25;     // ... and in its attention groups
+  double attention_prunable = 0;        // the part of the attention's work ZERO-resizing prunes (its projections;
+                                        // the scores are not): 0, only the MLP is pruned
   double migrate_s_per_unit = 0;        // a migrated MLP unit's communication per step, on sender and receiver
   double migrate_s_per_group = 0;       // ... an attention group's
+  // Broadcast-reduce migration: every rank of the team takes part in each straggler's broadcast
+  // (and the reduce of its gradients), so each pays for every migrated unit; point to point, a
+  // rank pays for the units it gives and those it receives.
+  bool broadcast_reduce = false;
 };
 
 class FlexTpBalancer {
@@ -113,11 +124,18 @@ class FlexTpBalancer {
   std::vector<double> last_compute_s_;
 };
 
-/// Per-layer pruning ratios (FlexTP's differentiated ratios, §III-B): the layers sorted by how much
-/// their weights moved, the one that moved most gets weight decay^(L-1), the next decay^(L-2)..., the
-/// least 1; scaled so that the mean ratio is `ratio`, each capped at `max_ratio` (the excess goes to
-/// the others while they have room). Equal variations (or none measured yet): `ratio` everywhere.
-std::vector<double> LayerPruneRatios(const std::vector<double>& layer_variation, double ratio, double decay,
-                                     double max_ratio);
+/// Per-layer pruning ratios (FlexTP's differentiated ratios, §III-B), from each layer's units'
+/// weight variations. The paper: a unit is a pruning candidate when its variation is below a
+/// threshold (an epoch's iterations times a "micro-threshold"), a layer's candidate share suggests its
+/// ratio, and a decay factor (0.8) blends that with the uniform ratio of Eq. (1) so that the team
+/// still keeps pace. The extracted text lost the formulas' symbols and the micro-threshold's value;
+/// our reading: the threshold is the median variation of all the rank's units (scale-free: weights
+/// move by about the learning rate a step, whatever it is), layer l's share of candidates c_l, and
+///   ratio_l = ratio x ((1 - decay) + decay x c_l / mean(c)),
+/// so the mean ratio is `ratio` (Eq. 1 still holds), layers that moved least prune most; each is
+/// capped at `max_ratio`, the excess handed to the others (evenly when the rule gives them none).
+/// No candidates anywhere (equal variations, or none measured yet): `ratio` everywhere.
+std::vector<double> LayerPruneRatios(const std::vector<std::vector<double>>& unit_variation, double ratio,
+                                     double decay, double max_ratio);
 
 }  // namespace motley

@@ -51,6 +51,37 @@ TEST(FlexTpBalancer, ResizeClosesTheGapByEquationOne) {
   EXPECT_DOUBLE_EQ(capped.Update({1.0, 2.0}).prune_ratio[1], 0.5);
 }
 
+TEST(FlexTpBalancer, ResizingTheAttentionTooPrunesLessOfEach) {
+  // MLP 0.5 of a rank's work, attention 0.25 (0.8 of it in its projections), the rest 0.25 fixed.
+  // Straggler at 2 s: pruning everything prunable would save 0.75 x 2 x (2/3 + 1/3 x 0.8) = 1.4 s;
+  // the gap is 1 s, so the ratio is 1 / 1.4 — against 1 / (0.75 x 2 x 2/3) = 1 with the MLP alone.
+  FlexTpCosts c = Costs();
+  c.groups = 4;
+  c.mlp_fraction = 0.5;
+  c.attention_fraction = 0.25;
+  c.attention_prunable = 0.8;
+  FlexTpBalancer both(Mode("resize", 0.9), 2, c);
+  const TeamBalance& t = both.Update({1.0, 2.0});
+  EXPECT_NEAR(t.prune_ratio[1], 1 / 1.4, 1e-9);
+  EXPECT_NEAR(t.predicted_s[1], 1.0, 1e-9);
+  c.attention_prunable = 0;
+  FlexTpBalancer mlp_only(Mode("resize", 0.95), 2, c);
+  EXPECT_NEAR(mlp_only.Update({1.0, 2.0}).prune_ratio[1], 0.95, 1e-9);  // 1.0 wanted, capped
+}
+
+TEST(FlexTpBalancer, BroadcastReduceChargesEveryRankTheWholeBlock) {
+  // Point to point a receiver pays for its own run; by broadcast-reduce for the straggler's whole
+  // block, so the cost model moves no more, and every rank's prediction carries the block.
+  FlexTpCosts p2p = Costs(0.002), bcast = Costs(0.002);
+  bcast.broadcast_reduce = true;
+  FlexTpBalancer a(Mode("migrate"), 4, p2p), b(Mode("migrate"), 4, bcast);
+  const TeamBalance& ta = a.Update({1.0, 1.0, 1.0, 4.0});
+  const TeamBalance& tb = b.Update({1.0, 1.0, 1.0, 4.0});
+  ASSERT_GT(tb.given[3], 0);
+  EXPECT_LE(tb.given[3], ta.given[3]);
+  for (int r = 0; r < 3; ++r) EXPECT_GE(tb.predicted_s[r], 0.002 * static_cast<double>(tb.given[3])) << r;
+}
+
 TEST(FlexTpBalancer, MigrationMovesContiguousRunsToTheNormalRanks) {
   FlexTpBalancer b(Mode("migrate"), 4, Costs());
   const TeamBalance& t = b.Update({1.0, 1.0, 1.0, 4.0});
@@ -191,18 +222,29 @@ TEST(FlexTpBalancer, LearnsTheFixedShareAndTheBorrowedCostFromTheSteps) {
   EXPECT_LT(MaxOf(times), 0.8 * 4.0);
 }
 
-TEST(LayerPruneRatios, DifferentiatedByVariationWithTheMeanKept) {
-  const std::vector<double> r = LayerPruneRatios({0.3, 0.1, 0.2, 0.4}, 0.2, 0.8, 0.9);
-  EXPECT_NEAR(std::accumulate(r.begin(), r.end(), 0.0) / 4, 0.2, 1e-12);
-  EXPECT_GT(r[1], r[2]);  // moved least: pruned most
-  EXPECT_GT(r[2], r[0]);
-  EXPECT_GT(r[0], r[3]);
-  EXPECT_NEAR(r[2] / r[1], 0.8, 1e-12);
-  // Equal variations: uniform. A cap hands the excess to the others.
-  EXPECT_EQ(LayerPruneRatios({1, 1, 1}, 0.3, 0.8, 0.9), std::vector<double>(3, 0.3));
-  const std::vector<double> c = LayerPruneRatios({0.0, 1.0}, 0.5, 0.1, 0.6);
-  EXPECT_DOUBLE_EQ(c[0], 0.6);
-  EXPECT_NEAR(c[1], 0.4, 1e-12);
+TEST(LayerPruneRatios, LayersWithMoreUnitsBelowTheMedianPruneMore) {
+  // Median of all units 2: layer 0 all candidates, layer 1 none; weights 0.2 + 0.8 x 1 / 0.5 = 1.8
+  // and 0.2, so 0.25 x 1.8 = 0.45 and 0.25 x 0.2 = 0.05 (mean 0.25).
+  std::vector<double> r = LayerPruneRatios({{1, 1, 1, 1}, {3, 3, 3, 3}}, 0.25, 0.8, 0.9);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_NEAR(r[0], 0.45, 1e-12);
+  EXPECT_NEAR(r[1], 0.05, 1e-12);
+  // Median 3.5: shares 1, 1/2, 0 (mean 1/2), weights 1.8, 1.0, 0.2; ratio 0.3 -> 0.54, 0.3, 0.06.
+  r = LayerPruneRatios({{1, 2}, {1, 5}, {5, 6}}, 0.3, 0.8, 0.9);
+  EXPECT_NEAR(r[0], 0.54, 1e-12);
+  EXPECT_NEAR(r[1], 0.30, 1e-12);
+  EXPECT_NEAR(r[2], 0.06, 1e-12);
+  // Decay 0: uniform whatever moved. Equal variations (no candidates) or none measured: uniform.
+  EXPECT_EQ(LayerPruneRatios({{1, 2}, {5, 6}}, 0.3, 0.0, 0.9), std::vector<double>(2, 0.3));
+  EXPECT_EQ(LayerPruneRatios({{1, 1}, {1, 1}, {1, 1}}, 0.3, 0.8, 0.9), std::vector<double>(3, 0.3));
+  EXPECT_EQ(LayerPruneRatios({{}, {}}, 0.3, 0.8, 0.9), std::vector<double>(2, 0.3));
+  // A cap hands the excess to the others, evenly when the rule gave them nothing: the mean holds.
+  r = LayerPruneRatios({{0, 0}, {1, 1}}, 0.5, 0.8, 0.6);  // weights 1.8, 0.2: 0.9 -> 0.6, the rest 0.4
+  EXPECT_DOUBLE_EQ(r[0], 0.6);
+  EXPECT_NEAR(r[1], 0.4, 1e-12);
+  r = LayerPruneRatios({{0, 0}, {1, 1}}, 0.5, 1.0, 0.6);  // weights 2, 0
+  EXPECT_DOUBLE_EQ(r[0], 0.6);
+  EXPECT_NEAR(r[1], 0.4, 1e-12);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const
   c.groups = spec.num_kv_heads / tp;
   c.mlp_fraction = 0.9 * mlp / (mlp + attention);
   c.attention_fraction = 0.9 * attention / (mlp + attention);
+  c.attention_prunable = 2 * (2 * h * h + 2 * h * kv) / attention;  // the projections' part
   const double bandwidth = cluster.LinkBetween(a, b).bandwidth_bytes_per_s;
   const double per_step = static_cast<double>(layer_visits + layer_backwards);
   const double unit_bytes = 3 * h * 4;  // a gate row, an up row and a down column in fp32
@@ -41,8 +42,23 @@ FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const
   return c;
 }
 
+bool UsesBroadcastReduce(const TensorParallelConfig& config, bool gpu) {
+  return config.migration == "broadcast-reduce" || (config.migration == "auto" && gpu);
+}
+
+namespace {
+
+FlexTpCosts ForConfig(FlexTpCosts costs, const TensorParallelConfig& config, bool gpu) {
+  costs.broadcast_reduce = UsesBroadcastReduce(config, gpu);
+  if (!config.resize_attention) costs.attention_prunable = 0;
+  return costs;
+}
+
+}  // namespace
+
 FlexTpTeam::FlexTpTeam(Options options)
-    : options_(std::move(options)), balancer_(options_.config, options_.tp, options_.costs) {
+    : options_(std::move(options)),
+      balancer_(options_.config, options_.tp, ForConfig(options_.costs, options_.config, options_.gpu)) {
   MOTLEY_CHECK(options_.comm != nullptr && options_.team != nullptr);
 }
 
@@ -68,9 +84,15 @@ Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
                group_floats = (2.0 * options_.spec.num_heads / options_.spec.num_kv_heads + 2) *
                               static_cast<double>(options_.spec.head_dim()) * h;
   double per_float = 0;
+  int64_t all_given = 0, all_given_groups = 0;
+  for (size_t r = 0; r < last.given.size(); ++r) all_given += last.given[r], all_given_groups += last.given_groups[r];
   for (int r = 0; r < options_.tp && !last.given.empty(); ++r) {
-    const double floats = unit_floats * static_cast<double>(last.given[r] + last.received(r, false)) +
-                          group_floats * static_cast<double>(last.given_groups[r] + last.received(r, true));
+    // Broadcast-reduce: every rank moves every straggler's block; point to point, its own moves.
+    const double floats =
+        broadcast_reduce()
+            ? unit_floats * static_cast<double>(all_given) + group_floats * static_cast<double>(all_given_groups)
+            : unit_floats * static_cast<double>(last.given[r] + last.received(r, false)) +
+                  group_floats * static_cast<double>(last.given_groups[r] + last.received(r, true));
     if (floats > 0 && migration[r] > 0 && (per_float == 0 || migration[r] / floats < per_float))
       per_float = migration[r] / floats;
   }
@@ -80,8 +102,11 @@ Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
   layer_ratio_.clear();
   const double ratio = balance().prune_ratio[options_.index];
   if (ratio > 0 && !layers_.empty()) {
-    std::vector<double> variation;
-    for (const auto& [layer, l] : layers_) variation.push_back(l.priority.mean_variation());
+    std::vector<std::vector<double>> variation;
+    for (const auto& [layer, l] : layers_) {
+      const torch::Tensor& v = l.priority.variation();
+      variation.emplace_back(v.data_ptr<double>(), v.data_ptr<double>() + v.numel());
+    }
     const std::vector<double> r =
         LayerPruneRatios(variation, ratio, options_.config.layer_decay, options_.config.max_prune_ratio);
     size_t i = 0;
@@ -104,19 +129,37 @@ int64_t FlexTpTeam::Tag(int layer, bool attention, bool gradients, size_t move) 
          static_cast<int64_t>(move));
 }
 
-Status FlexTpTeam::WaitAll(std::vector<Result<PendingTransfer>>& transfers, const torch::Device& device) {
+Status FlexTpTeam::Timed(const torch::Device& device, const std::function<Status()>& communicate) {
   // The executor's clock first: its hook may stretch the compute before the wait, which is not
   // the migration's time.
   const CommClock::Mark start_for_executor = options_.clock != nullptr ? options_.clock->Start(device) : CommClock::Mark{};
   const CommClock::Mark start = migration_clock_.Start(device);
-  Status first = Status::Ok();
-  for (auto& t : transfers) {
-    Status s = t.ok() ? t->Wait() : t.status();
-    if (!s.ok() && first.ok()) first = s;
-  }
+  Status s = communicate();
   migration_clock_.Stop(start, device);
   if (options_.clock != nullptr) options_.clock->Stop(start_for_executor, device);
-  return first;
+  return s;
+}
+
+Status FlexTpTeam::WaitAll(std::vector<Result<PendingTransfer>>& transfers, const torch::Device& device) {
+  return Timed(device, [&] {
+    Status first = Status::Ok();
+    for (auto& t : transfers) {
+      Status s = t.ok() ? t->Wait() : t.status();
+      if (!s.ok() && first.ok()) first = s;
+    }
+    return first;
+  });
+}
+
+std::vector<FlexTpTeam::Block> FlexTpTeam::Blocks(bool attention) const {
+  const TeamBalance& b = balance();
+  const int64_t total = attention ? options_.costs.groups : options_.costs.units;
+  std::vector<Block> out;
+  for (int s = 0; s < options_.tp; ++s) {
+    const int64_t count = (attention ? b.given_groups : b.given)[s];
+    if (count > 0) out.push_back({s, total - count, count});
+  }
+  return out;
 }
 
 torch::Tensor FlexTpTeam::Borrow(int layer, bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
@@ -124,8 +167,27 @@ torch::Tensor FlexTpTeam::Borrow(int layer, bool attention, const torch::Tensor&
   const TeamBalance& b = balance();
   const int me = options_.index;
   std::vector<torch::Tensor> rows, sent;
-  std::vector<Result<PendingTransfer>> transfers;
   int64_t at = 0;
+  if (broadcast_reduce()) {
+    // Each straggler broadcasts its whole block to the team (all ranks take part: a c10d
+    // broadcast is the group's); each receiver computes its runs of it (virtual renumbering).
+    for (const Block& block : Blocks(attention)) {
+      row_shape[0] = block.count;
+      torch::Tensor buffer = block.from == me ? own_rows.narrow(0, block.begin, block.count).contiguous()
+                                              : torch::empty(row_shape, options);
+      Status st = Timed(options.device(), [&] { return options_.comm->Broadcast(*options_.team, buffer, block.from); });
+      if (!st.ok()) throw std::runtime_error(fmt::format("FlexTP migration: {}", st.message()));
+      for (size_t j = 0; j < b.moves.size(); ++j) {
+        const UnitMove& m = b.moves[j];
+        if (m.attention != attention || m.from != block.from || m.to != me) continue;
+        rows.push_back(buffer.narrow(0, m.begin - block.begin, m.count));
+        out->push_back({m.from, m.begin, m.count, at, attention, j});
+        at += m.count;
+      }
+    }
+    return rows.empty() ? torch::Tensor() : torch::cat(rows, 0);
+  }
+  std::vector<Result<PendingTransfer>> transfers;
   for (size_t j = 0; j < b.moves.size(); ++j) {
     const UnitMove& m = b.moves[j];
     if (m.attention != attention) continue;
@@ -163,6 +225,15 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   auto ratio = layer_ratio_.find(layer);
   l.work.keep = Keep(l, ratio != layer_ratio_.end() ? ratio->second : b.prune_ratio[me], w[6].device());
   if (b.given_groups[me] > 0) l.work.attention_keep = options_.costs.groups - b.given_groups[me];
+  if (balancer_.costs().attention_prunable > 0) {  // ZERO-resizing of the attention: its projections' features
+    if (!l.attention_priority.refreshed() ||
+        step_ - l.attention_priority.refreshed_step() >= options_.config.stats_interval_steps)
+      l.attention_priority.Refresh(AttentionFeatureRows(w), step_);
+    const double r = ratio != layer_ratio_.end() ? ratio->second : b.prune_ratio[me];
+    const auto prune = static_cast<int64_t>(std::llround(r * static_cast<double>(h)));
+    if (prune > 0 && l.work.attention_keep != 0)
+      l.work.attention_features = torch::tensor(l.attention_priority.Keep(h, prune, step_), torch::kInt64).to(l.device);
+  }
   const auto master = w[6].options();  // the gradients in the master dtype
   // MLP units, then attention groups.
   const torch::Tensor units = Borrow(layer, false, b.given[me] > 0 ? UnitRows(w) : torch::Tensor(), {0, 3 * h},
@@ -185,7 +256,8 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
     l.work.attention = groups;
     l.work.grad_attention = torch::zeros(groups.sizes(), master);
   }
-  l.active = l.work.keep.defined() || l.work.gate.defined() || l.work.attention_keep >= 0 || groups.defined();
+  l.active = l.work.keep.defined() || l.work.gate.defined() || l.work.attention_keep >= 0 || groups.defined() ||
+             l.work.attention_features.defined();
   return l.active ? &l.work : nullptr;
 }
 
@@ -202,17 +274,49 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
     if (it == layers_.end() || it->second.built_step != step_) continue;  // not run here this step
     Layer& l = it->second;
     const auto master = torch::TensorOptions().dtype(l.dtype).device(l.device);
+    // A borrowed run's gradients packed as its weights were.
+    auto packed = [&](const Borrowed& r) {
+      return r.attention ? l.work.grad_attention.narrow(0, r.at, r.count)
+                         : torch::cat({l.work.grad_gate.narrow(0, r.at, r.count), l.work.grad_up.narrow(0, r.at, r.count),
+                                       l.work.grad_down.narrow(1, r.at, r.count).t()},
+                                      1);
+    };
+    // The owner adds the gradients of its units (or groups) [begin, begin + g.size(0)).
+    auto add_home = [&](bool attention, int64_t begin, const torch::Tensor& g) {
+      if (attention) {
+        add(layer, 1, 0, begin * per * d, g.narrow(1, 0, per * d).reshape({-1, h}));
+        add(layer, 2, 0, begin * d, g.narrow(1, per * d, d).reshape({-1, h}));
+        add(layer, 3, 0, begin * d, g.narrow(1, (per + 1) * d, d).reshape({-1, h}));
+        add(layer, 4, 1, begin * per * d, g.narrow(1, (per + 2) * d, per * d).reshape({-1, h}).t());
+      } else {
+        add(layer, 6, 0, begin, g.narrow(1, 0, h));
+        add(layer, 7, 0, begin, g.narrow(1, h, h));
+        add(layer, 8, 1, begin, g.narrow(1, 2 * h, h).t());
+      }
+    };
+    if (broadcast_reduce()) {
+      // Per straggler and kind, one sum-reduce of its block: each receiver's runs in place, zeros
+      // elsewhere (adding zeros is exact), so the owner gets every run's gradients at once.
+      for (const bool attention : {false, true})
+        for (const Block& block : Blocks(attention)) {
+          torch::Tensor sum = attention ? torch::zeros({block.count, group_rows, h}, master)
+                                        : torch::zeros({block.count, 3 * h}, master);
+          for (const Borrowed& r : l.borrowed)
+            if (r.attention == attention && r.from == block.from)
+              sum.narrow(0, r.begin - block.begin, r.count).copy_(packed(r));
+          MOTLEY_RETURN_IF_ERROR(
+              Timed(l.device, [&] { return options_.comm->ReduceSum(*options_.team, sum, block.from); }));
+          if (block.from == me) add_home(attention, block.begin, sum);
+        }
+      for (torch::Tensor* g : {&l.work.grad_gate, &l.work.grad_up, &l.work.grad_down, &l.work.grad_attention})
+        if (g->defined()) g->zero_();
+      continue;
+    }
     // Receivers send each borrowed run's gradients home (packed as the weights were); owners receive them.
     std::vector<torch::Tensor> buffers;
     std::vector<Result<PendingTransfer>> transfers;
     for (const Borrowed& r : l.borrowed) {
-      if (r.attention) {
-        buffers.push_back(l.work.grad_attention.narrow(0, r.at, r.count).contiguous());
-      } else {
-        buffers.push_back(torch::cat({l.work.grad_gate.narrow(0, r.at, r.count), l.work.grad_up.narrow(0, r.at, r.count),
-                                      l.work.grad_down.narrow(1, r.at, r.count).t()},
-                                     1));
-      }
+      buffers.push_back(packed(r).contiguous());
       transfers.push_back(options_.comm->Send(buffers.back(), options_.team->ranks[r.from],
                                               Tag(layer, r.attention, true, r.move)));
     }
@@ -230,17 +334,7 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
     MOTLEY_RETURN_IF_ERROR(WaitAll(transfers, l.device));
     for (size_t i = 0; i < incoming.size(); ++i) {
       const UnitMove& m = *incoming[i];
-      const torch::Tensor& g = buffers[l.borrowed.size() + i];
-      if (m.attention) {
-        add(layer, 1, 0, m.begin * per * d, g.narrow(1, 0, per * d).reshape({-1, h}));
-        add(layer, 2, 0, m.begin * d, g.narrow(1, per * d, d).reshape({-1, h}));
-        add(layer, 3, 0, m.begin * d, g.narrow(1, (per + 1) * d, d).reshape({-1, h}));
-        add(layer, 4, 1, m.begin * per * d, g.narrow(1, (per + 2) * d, per * d).reshape({-1, h}).t());
-      } else {
-        add(layer, 6, 0, m.begin, g.narrow(1, 0, h));
-        add(layer, 7, 0, m.begin, g.narrow(1, h, h));
-        add(layer, 8, 1, m.begin, g.narrow(1, 2 * h, h).t());
-      }
+      add_home(m.attention, m.begin, buffers[l.borrowed.size() + i]);
     }
     for (torch::Tensor* g : {&l.work.grad_gate, &l.work.grad_up, &l.work.grad_down, &l.work.grad_attention})
       if (g->defined()) g->zero_();

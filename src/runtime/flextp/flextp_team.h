@@ -5,9 +5,13 @@
 //      priority — smallest weight variation first (FlexTP §III-B), variation measured every
 //      `stats_interval_steps` and kept for units pruned meanwhile (the incremental update that
 //      keeps a pruned unit from looking idle forever), ties broken round-robin — and the units
-//      it borrows from stragglers, sent by their owner to each receiver (its run only, point to point);
-//   3. after each backward, returns the borrowed units' gradients to their owner (point to point,
-//      each receiver its runs).
+//      it borrows from stragglers: each straggler broadcasts its migrated block to the team and each
+//      receiver computes its run of it (FlexTP §IV-A; `migration = "point-to-point"`: the owner
+//      sends each receiver just its run);
+//   3. after each backward, returns the borrowed units' gradients to their owner: one sum-reduce of
+//      each straggler's block, every receiver's runs in place (point to point: each receiver sends
+//      its runs). Outputs and input gradients need no transfer of their own: the borrowed part's
+//      joins the rank's own before the block's all-reduce (reduce merging).
 // The per-layer pruning ratios differ by how much each layer's weights moved (LayerPruneRatios);
 // the priority, its incremental refresh and the lineage are UnitPriority's (unit_priority.h).
 #pragma once
@@ -32,6 +36,13 @@
 
 namespace motley {
 
+/// Whether a team migrates by broadcast-reduce: `migration` = "broadcast-reduce", or "auto" on GPUs.
+/// On CPU ranks (Gloo) "auto" sends point to point: Gloo's broadcast and reduce over loopback moved a
+/// straggler's block slower than its runs sent one by one (bench/reports/flextp_stragglers.md,
+/// session 22: one rank 4x slow, 1.56x vs 1.36x the step with no straggler; half the ranks 4x, 2.11x
+/// vs 1.74x), where NCCL's pipelined trees and rings are what the paper's choice counts on.
+bool UsesBroadcastReduce(const TensorParallelConfig& config, bool gpu);
+
 class FlexTpTeam {
  public:
   struct Options {
@@ -39,6 +50,7 @@ class FlexTpTeam {
     ModelSpec spec;
     int tp = 2;     // team size
     int index = 0;  // this rank's place in the team
+    bool gpu = false;  // CUDA tensors (NCCL), else CPU (Gloo): `migration = "auto"` follows it
     Communicator* comm = nullptr;
     CommGroup* team = nullptr;  // the team's communicator group (its ranks in team order)
     FlexTpCosts costs;
@@ -51,14 +63,13 @@ class FlexTpTeam {
   Status BeginStep(int64_t step, double last_compute_s);
 
   /// Layer `layer`'s MLP work this step (null: all own units, nothing borrowed). The first call
-  /// for a layer in a step moves the stragglers' units: each owner sends every receiver just the
-  /// run it computes (point to point — a broadcast would give every rank all of them). Every rank
+  /// for a layer in a step moves the stragglers' units (broadcast, or point to point). Every rank
   /// of the team calls it for the same layers in the same order, as they run the same ops. Throws
   /// std::runtime_error when a transfer fails (it runs inside a layer's forward).
   LayerWork* Work(int layer, const std::vector<torch::Tensor>& w);
 
   /// After a backward through layers [begin, end): returns the borrowed units' gradients to their
-  /// owners (each receiver sends its runs to their owner, point to point), who get them through
+  /// owners (a sum-reduce per straggler, or each receiver's runs point to point), who get them through
   /// `add(layer, k, dim, begin, part)` — the gradient of the part of their layer weight k
   /// (DecoderLayerImpl::weights() order) from `begin` along `dim`.
   using AddGradient = std::function<void(int layer, int k, int dim, int64_t begin, const torch::Tensor& part)>;
@@ -83,6 +94,7 @@ class FlexTpTeam {
     bool active = false;  // work has something in it this step
     std::vector<Borrowed> borrowed;
     UnitPriority priority;  // which own units ZERO-resizing prunes first
+    UnitPriority attention_priority;  // ... and which hidden features of the attention's projections
   };
   // The rows (MLP units or attention groups) this rank computes for stragglers this step, each
   // sent by its owner (`own_rows`: this rank's, when it is one); their runs go to `out`.
@@ -90,9 +102,18 @@ class FlexTpTeam {
                        torch::TensorOptions options, std::vector<Borrowed>* out);
   // The tag of move `move`'s transfer for `layer`: its weights out, or its gradients back.
   static int64_t Tag(int layer, bool attention, bool gradients, size_t move);
+  // Runs `communicate` (on tensors on `device`), counting its time as the migration's.
+  Status Timed(const torch::Device& device, const std::function<Status()>& communicate);
   // Waits for `transfers` (of tensors on `device`), counting the time as communication; the first
   // failure, if any.
   Status WaitAll(std::vector<Result<PendingTransfer>>& transfers, const torch::Device& device);
+  // A straggler's migrated block this step: its last `count` units (or groups), from `begin`.
+  struct Block {
+    int from = 0;
+    int64_t begin = 0, count = 0;
+  };
+  std::vector<Block> Blocks(bool attention) const;
+  bool broadcast_reduce() const { return UsesBroadcastReduce(options_.config, options_.gpu); }
   torch::Tensor Keep(Layer& l, double ratio, torch::Device device);
 
   Options options_;

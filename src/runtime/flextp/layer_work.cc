@@ -100,7 +100,14 @@ struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
 
 torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
                                const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
-                               const torch::Tensor& cos, const torch::Tensor& sin) {
+                               const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& features) {
+  if (features.defined()) {  // ZERO-resizing: the kept features' columns in, rows out
+    const torch::Tensor out =
+        AttentionPartial(spec, hidden.index_select(-1, features), q_w.index_select(1, features),
+                         k_w.index_select(1, features), v_w.index_select(1, features), o_w.index_select(0, features),
+                         cos, sin);
+    return torch::zeros_like(hidden).index_copy(-1, features, out);
+  }
   const int64_t b = hidden.size(0), s = hidden.size(1), d = spec.head_dim();
   const int64_t heads = q_w.size(0) / d, kv_heads = k_w.size(0) / d;
   namespace F = torch::nn::functional;
@@ -138,7 +145,7 @@ torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidde
 torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
                                 const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
                                 const torch::Tensor& cos, const torch::Tensor& sin, LayerWork* work) {
-  if (work == nullptr || (work->attention_keep < 0 && !work->attention.defined()))
+  if (work == nullptr || (work->attention_keep < 0 && !work->attention.defined() && !work->attention_features.defined()))
     return AttentionPartial(spec, hidden, q_w, k_w, v_w, o_w, cos, sin);
   const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads;
   const int64_t keep = work->attention_keep < 0 ? k_w.size(0) / d : work->attention_keep;
@@ -147,11 +154,15 @@ torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidd
   torch::Tensor out = keep == 0 ? hidden * 0
                                 : AttentionPartial(spec, hidden, q_w.narrow(0, 0, keep * per * d),
                                                    k_w.narrow(0, 0, keep * d), v_w.narrow(0, 0, keep * d),
-                                                   o_w.narrow(1, 0, keep * per * d), cos, sin);
+                                                   o_w.narrow(1, 0, keep * per * d), cos, sin, work->attention_features);
   if (work->attention.defined())
     out = out + BorrowedAttention::apply(hidden, cos, sin, static_cast<int64_t>(reinterpret_cast<intptr_t>(&spec)),
                                          static_cast<int64_t>(reinterpret_cast<intptr_t>(work)));
   return out;
+}
+
+torch::Tensor AttentionFeatureRows(const std::vector<torch::Tensor>& w) {
+  return torch::cat({w[1].t(), w[2].t(), w[3].t(), w[4]}, 1);
 }
 
 torch::Tensor AttentionGroupRows(const ModelSpec& spec, const std::vector<torch::Tensor>& w) {

@@ -23,6 +23,10 @@ struct LayerWork {
   torch::Tensor gate, up, down;  // borrowed units' weights [n, hidden], [n, hidden], [hidden, n]; undefined: none
   torch::Tensor grad_gate, grad_up, grad_down;  // their gradients, accumulated (the master dtype, same shapes)
   int64_t attention_keep = -1;   // own attention groups computed (the first ones); -1: all
+  // ZERO-resizing of the attention: int64 indices of the hidden features its own projections keep —
+  // the input columns of q, k and v and the output rows of o (the pruned ones' partial products
+  // are missing, their gradients zeros); undefined: all.
+  torch::Tensor attention_features;
   torch::Tensor attention;       // borrowed groups [n, rows, hidden] (AttentionGroupRows); undefined: none
   torch::Tensor grad_attention;  // their gradients, accumulated (the master dtype, same shape)
 };
@@ -38,15 +42,22 @@ torch::Tensor MlpWithWork(const torch::Tensor& m, const torch::Tensor& gate_w, c
 /// Attention heads' partial output (before the all-reduce) for weights q [hq*d, hidden], k and v
 /// [hkv*d, hidden], o [hidden, hq*d] (cast to hidden's dtype by the caller) — one rank's heads, or
 /// any whole groups of them.
+/// `features` (int64, optional): only those hidden features enter the projections and leave o
+/// (ZERO-resizing); the others' output is zero.
 torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
                                const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
-                               const torch::Tensor& cos, const torch::Tensor& sin);
+                               const torch::Tensor& cos, const torch::Tensor& sin,
+                               const torch::Tensor& features = torch::Tensor());
 
 /// The attention of one rank under `work` (null: all own groups): its first work->attention_keep
 /// groups plus the borrowed ones. Same contract as MlpWithWork for `hidden`.
 torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
                                 const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
                                 const torch::Tensor& cos, const torch::Tensor& sin, LayerWork* work);
+
+/// One rank's attention weights (layer weights 1-4) by hidden feature: [hidden, rows] — each
+/// feature's column of q, k and v, then its row of o (what ZERO-resizing of the attention prunes).
+torch::Tensor AttentionFeatureRows(const std::vector<torch::Tensor>& w);
 
 /// One rank's attention weights (layer weights 1-4) as groups: [groups, (2 * q_per_kv + 2) * head_dim,
 /// hidden] — each group's q rows, k rows, v rows, then its o columns as rows.

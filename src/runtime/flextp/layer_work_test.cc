@@ -71,5 +71,44 @@ TEST(LayerWork, PrunedUnitsGetZeroGradientsAndTheRestTheSubnetworks) {
   EXPECT_FALSE(torch::allclose(pruned, MlpWithWork(m, w.gate, w.up, w.down, nullptr), 1e-3, 1e-3));
 }
 
+TEST(LayerWork, PrunedAttentionFeaturesMissOnlyTheirPartialProducts) {
+  ModelSpec spec;
+  spec.hidden_size = 8;
+  spec.num_heads = 2;
+  spec.num_kv_heads = 1;  // head_dim 4, one group of two query heads
+  torch::manual_seed(5);
+  auto param = [](std::vector<int64_t> shape) { return torch::randn(shape, torch::kFloat64).requires_grad_(true); };
+  torch::Tensor q = param({8, 8}), k = param({4, 8}), v = param({4, 8}), o = param({8, 8});
+  const torch::Tensor hidden = torch::randn({2, 3, 8}, torch::kFloat64).requires_grad_(true);
+  const torch::Tensor cos = torch::cos(torch::randn({3, 4}, torch::kFloat64)),
+                      sin = torch::sin(torch::randn({3, 4}, torch::kFloat64));
+  const torch::Tensor full = AttentionPartial(spec, hidden, q, k, v, o, cos, sin);
+  // Every feature kept: the whole attention.
+  LayerWork all;
+  all.attention_features = torch::arange(8, torch::kInt64);
+  EXPECT_TRUE(torch::allclose(AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &all), full, 1e-12, 1e-12));
+  // Features 1, 4 and 6 pruned: the same as their columns of q, k, v and rows of o set to zero.
+  LayerWork work;
+  work.attention_features = torch::tensor(std::vector<int64_t>{0, 2, 3, 5, 7}, torch::kInt64);
+  const torch::Tensor pruned = AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &work);
+  torch::Tensor column = torch::ones({8}, torch::kFloat64);
+  for (int64_t f : {1, 4, 6}) column[f] = 0;
+  const torch::Tensor expect =
+      AttentionPartial(spec, hidden, q * column, k * column, v * column, o * column.unsqueeze(1), cos, sin);
+  EXPECT_TRUE(torch::allclose(pruned, expect, 1e-12, 1e-12));
+  EXPECT_FALSE(torch::allclose(pruned, full, 1e-3, 1e-3));
+  // Their weights' gradients are zeros (the imputation); the kept ones' are the subnetwork's.
+  const auto g = torch::autograd::grad({pruned.pow(2).sum()}, {q, k, v, o, hidden});
+  const auto ge = torch::autograd::grad({expect.pow(2).sum()}, {q, k, v, o});
+  for (int64_t f : {1, 4, 6}) {
+    EXPECT_EQ(g[0].select(1, f).abs().max().item<double>(), 0) << f;
+    EXPECT_EQ(g[1].select(1, f).abs().max().item<double>(), 0) << f;
+    EXPECT_EQ(g[2].select(1, f).abs().max().item<double>(), 0) << f;
+    EXPECT_EQ(g[3][f].abs().max().item<double>(), 0) << f;
+    EXPECT_EQ(g[4].select(2, f).abs().max().item<double>(), 0) << f;  // this rank adds nothing to them
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::allclose(g[i], ge[i] * (i == 3 ? column.unsqueeze(1) : column), 1e-12, 1e-12)) << i;
+}
+
 }  // namespace
 }  // namespace motley

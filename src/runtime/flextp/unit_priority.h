@@ -1,4 +1,5 @@
-// UnitPriority: which of a rank's own MLP units ZERO-resizing prunes in one layer (FlexTP §III-B).
+// UnitPriority: which of a rank's own MLP units ZERO-resizing prunes in one layer (FlexTP §III-B) —
+// or, given AttentionFeatureRows, which hidden features of its attention projections.
 //   - Priority pruning: the units whose weights moved least since the last refresh go first (a
 //     unit's variation: the mean |change| of its gate row, up row and down column); ties take turns
 //     (round-robin from a point that moves each step).
