@@ -1,4 +1,5 @@
-// motley simulate --plan P [--cluster C] [--model M] [--profile F] [--trace T] [--json]
+// motley simulate --plan P [--cluster C] [--model M] [--profile F] [--straggler D=F]... [--flextp-mode M]
+//                 [--trace T] [--json]
 #include <fstream>
 
 #include <fmt/format.h>
@@ -20,7 +21,8 @@ int RunSimulate(const std::vector<std::string>& args) {
       "Simulate one training step of a plan: step time, tokens/s, TFLOPs, HFU, per-device busy "
       "time and peak memory, and a Chrome trace.",
       "motley simulate");
-  std::string plan_path, cluster, model, profile_path, trace_path;
+  std::string plan_path, cluster, model, profile_path, trace_path, flextp_mode;
+  std::vector<std::string> stragglers;
   bool json = false;
   app.add_option("--plan", plan_path, "a plan file (.toml or .json)")->required();
   app.add_option("--cluster", cluster, "the cluster (default: the plan's)");
@@ -28,6 +30,10 @@ int RunSimulate(const std::vector<std::string>& args) {
   app.add_option("--profile", profile_path,
                  "measured layer times: a motley profile, or the Zorse measurements' model_latencies.json "
                  "(default: the roofline model from the GPU catalog)");
+  app.add_option("--straggler", stragglers,
+                 "DEVICE=FACTOR: that device computes FACTOR times slower (repeatable), e.g. --straggler 1=4");
+  app.add_option("--flextp-mode", flextp_mode, "FlexTP in the plan's tensor-parallel teams (default: the plan's)")
+      ->check(CLI::IsMember({"off", "migrate", "resize", "semi"}));
   app.add_option("--trace", trace_path, "write a Chrome/Perfetto trace of the step to this file");
   app.add_flag("--json", json, "print JSON");
   if (auto rc = ParseArgs(app, args)) return *rc;
@@ -38,6 +44,26 @@ int RunSimulate(const std::vector<std::string>& args) {
   };
   Result<PlanInputs> in = LoadPlanInputs(plan_path, cluster, model);
   if (!in.ok()) return fail(in.status());
+  for (const std::string& s : stragglers) {
+    const size_t eq = s.find('=');
+    int device = -1;
+    double factor = 0;
+    try {
+      size_t used = 0;
+      if (eq != std::string::npos) device = std::stoi(s.substr(0, eq), &used);
+      if (eq != std::string::npos && used == eq) factor = std::stod(s.substr(eq + 1), &used);
+      if (used != s.size() - eq - 1) factor = 0;
+    } catch (const std::exception&) {
+      factor = 0;
+    }
+    if (device < 0 || device >= in->cluster.num_devices() || !(factor >= 1) || factor > 1000)
+      return fail(Status::InvalidArgument(fmt::format(
+          "--straggler {}: give DEVICE=FACTOR, a device of cluster {} (0..{}) and how many times slower it "
+          "computes (1 to 1000), e.g. --straggler 1=4",
+          s, in->cluster.name, in->cluster.num_devices() - 1)));
+    in->cluster.measured_slowdown[device] = factor;
+  }
+  if (!flextp_mode.empty()) in->plan.flextp_mode = flextp_mode;
   std::optional<Profile> profile;
   if (!profile_path.empty()) {
     Result<Profile> p = LoadAnyProfile(profile_path);
@@ -85,6 +111,7 @@ int RunSimulate(const std::vector<std::string>& args) {
                           {"num_ops", s->num_ops()},
                           {"schedule_hash", ScheduleHash(*s)},
                           {"global_batch_tokens", s->global_batch_tokens},
+                          {"flextp_mode", s->flextp_mode},
                           {"devices", devices}};
     fmt::print("{}\n", out.dump(2));
     return kExitOk;
@@ -93,6 +120,13 @@ int RunSimulate(const std::vector<std::string>& args) {
              in->plan.groups.size(), in->plan.num_devices(), PipelineScheduleName(in->plan.schedule),
              in->plan.zero_stage, in->cluster.name, in->model.name);
   if (routed > 0) fmt::print("routing: Zorse's cross-stage routing computed for {} group(s)\n", routed);
+  if (!stragglers.empty() || s->flextp_mode != "off") {
+    std::vector<std::string> slow;
+    for (const auto& [device, factor] : in->cluster.measured_slowdown)
+      slow.push_back(fmt::format("device {} {:g}x slower", device, factor));
+    fmt::print("stragglers: {}; FlexTP in tensor-parallel teams: {}\n", slow.empty() ? "none" : fmt::format("{}", fmt::join(slow, ", ")),
+               s->flextp_mode);
+  }
   fmt::print("schedule {} ({} ops; `motley train --plan` prints the same for the program it runs)\n",
              ScheduleHash(*s), s->num_ops());
   fmt::print("step {}  |  {:.0f} tokens/s  |  {:.1f} TFLOPS  |  HFU {:.1f}%  MFU {:.1f}%  |  memory: {}\n\n",

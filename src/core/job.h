@@ -74,7 +74,7 @@ struct PlanConfig {
 };
 
 /// [tensor_parallel]: how a tensor-parallel team keeps pace with stragglers (FlexTP;
-/// runtime/flextp/flextp_balancer.h). Only plans with tp_degree > 1 use it.
+/// cost/flextp_balancer.h). Only plans with tp_degree > 1 use it.
 struct TensorParallelConfig {
   /// "off" (exact, the team waits for its slowest rank), "migrate" (exact: a straggler's MLP units
   /// computed by the others), "resize" (lossy: a straggler prunes MLP units), "semi" (both, by a
@@ -86,7 +86,12 @@ struct TensorParallelConfig {
   /// sent only its run and returns its gradients itself), or "auto": broadcast-reduce on GPUs,
   /// point to point on CPU ranks (UsesBroadcastReduce says why). Outputs join the block's all-reduce.
   std::string migration = "auto";
-  double straggler_threshold = 0.05;  // slower than the team's normal ranks by more than this: a straggler
+  double straggler_threshold = 0.05;  // slower than the team's reference by more than this: a straggler
+  /// What `semi` judges stragglers against: "fastest" (FlexTP §IV-B's strictest criterion, the
+  /// team's fastest rank) or "average" (the team's mean, as migrate and resize always do, §III-A).
+  /// On ranks whose speed is noisy the strict criterion names ranks within noise of the fastest
+  /// stragglers, which then neither take work nor keep theirs (bench/reports/flextp_stragglers.md).
+  std::string semi_reference = "average";
   double recheck_change = 0.10;       // re-balance when a rank's own speed moved by more than this
   double max_prune_ratio = 0.5;       // at most this fraction of a straggler's MLP units pruned
   double layer_decay = 0.8;           // how far per-layer ratios follow their weights' variation (FlexTP §III-B; 0: uniform)

@@ -254,6 +254,7 @@ void Lowerer::DescribeState() {
   s_.sharded_optimizer = plan_.zero_stage >= 1;
   s_.sharded_params = plan_.zero_stage == 3 || plan_.offload_params;
   s_.activation_checkpointing = plan_.activation_checkpointing;
+  s_.flextp_mode = plan_.flextp_mode.empty() ? "off" : plan_.flextp_mode;
   for (int v = 0; v < num_ministages_; ++v) {
     const int g = ministages_[v].group;
     ScheduleMinistage m;

@@ -112,6 +112,9 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
   auto error = [&](std::string msg) { errors.push_back(std::move(msg)); };
 
   if (plan.groups.empty()) error("the plan has no groups; add at least one [[groups]]");
+  if (!plan.flextp_mode.empty() && plan.flextp_mode != "off" && plan.flextp_mode != "migrate" &&
+      plan.flextp_mode != "resize" && plan.flextp_mode != "semi")
+    error(fmt::format("flextp_mode = \"{}\" is not a FlexTP mode; use off, migrate, resize or semi", plan.flextp_mode));
   if (plan.zero_stage < 0 || plan.zero_stage > 3)
     error(fmt::format("zero_stage = {} is not a ZeRO stage; use 0, 1, 2 or 3", plan.zero_stage));
   if (plan.seq_len < 1 || plan.seq_len > model.max_seq_len)

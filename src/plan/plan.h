@@ -97,6 +97,10 @@ struct Plan {
   /// offloads after it — waits for the end of the backward pass instead of following its
   /// ministage's backward (Zorse's interleaved updates; lower.h). false: no clipping.
   bool gradient_clipping = true;
+  /// FlexTP in the plan's tensor-parallel teams (runtime/flextp, cost/flextp_balancer.h): "off",
+  /// "migrate", "resize" or "semi"; "" (none given): the job's [tensor_parallel] mode when it trains,
+  /// "off" when simulated. The simulator predicts a straggling team's step under it.
+  std::string flextp_mode;
   std::vector<GroupPlan> groups;     // pipeline order
 
   bool is_pipeline() const { return groups.size() > 1; }

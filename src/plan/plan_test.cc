@@ -140,6 +140,8 @@ Plan RandomPlan(std::mt19937& rng) {
   p.offload_params = pick(0, 1);
   p.offload_activations = pick(0, 1);
   p.gradient_clipping = pick(0, 1);
+  const char* flextp_modes[] = {"", "off", "migrate", "resize", "semi"};
+  p.flextp_mode = flextp_modes[pick(0, 4)];
   int layer = 0, device = 0;
   for (int g = pick(1, 4); g > 0; --g) {
     GroupPlan gp;

@@ -241,7 +241,7 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
                           {"tp_degree", m.tp_degree}});
     if (!m.state_shares.empty()) ministages.back()["state_shares"] = m.state_shares;
   }
-  return {{"seq_len", s.seq_len},
+  nlohmann::json out = {{"seq_len", s.seq_len},
           {"global_batch_tokens", s.global_batch_tokens},
           {"microbatch_sequences", s.microbatch_sequences},
           {"ministages", std::move(ministages)},
@@ -252,6 +252,8 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
           {"hardware_flops_per_step", s.hardware_flops_per_step},
           {"programs", std::move(programs)},
           {"collectives", std::move(collectives)}};
+  if (s.flextp_mode != "off") out["flextp_mode"] = s.flextp_mode;  // (older schedules' hashes unchanged)
+  return out;
 }
 
 std::string ScheduleListing(const Schedule& s) {

@@ -188,6 +188,7 @@ struct Schedule {
   bool sharded_optimizer = false;         // ZeRO >= 1: each rank updates its shard
   bool sharded_params = false;            // ZeRO-3 or offload: full parameters only during visits
   bool activation_checkpointing = false;  // forwards keep the layer boundaries; backwards recompute
+  std::string flextp_mode = "off";        // FlexTP in tensor-parallel teams (Plan::flextp_mode)
   double model_flops_per_step = 0;     // without recomputation (MFU)
   double hardware_flops_per_step = 0;  // what the ops execute (HFU)
   std::vector<Program> programs;       // one per rank; rank r runs on programs[r].device

@@ -47,6 +47,7 @@ class CostModel : public PlannerCosts {
   /// Whether a device's compute times come from the profile ("profile") or the roofline.
   std::string ComputeSource(int device) const;
   const Cluster& cluster() const { return cluster_; }
+  const ModelSpec& model() const { return model_; }
 
  private:
   const ProfileEntry* Entry(int device) const;

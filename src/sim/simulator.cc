@@ -1,5 +1,7 @@
 #include "sim/simulator.h"
 
+#include "sim/flextp_prediction.h"
+
 #include <cstdint>
 #include <algorithm>
 #include <array>
@@ -97,7 +99,8 @@ struct RankState {
 class Simulator {
  public:
   Simulator(const Schedule& s, const Cluster& c, const CostModel& costs, const SimConfig& config)
-      : s_(s), cluster_(c), costs_(costs), config_(config) {}
+      : s_(s), cluster_(c), costs_(costs), config_(config),
+        flextp_factor_(FlexTpComputeFactors(s, costs, config.tensor_parallel)) {}
 
   Result<SimResult> Run();
 
@@ -118,6 +121,7 @@ class Simulator {
   const Cluster& cluster_;
   const CostModel& costs_;
   const SimConfig& config_;
+  std::vector<double> flextp_factor_;  // each rank's compute under FlexTP (flextp_prediction.h)
   double now_ = 0;
   Status error_ = Status::Ok();  // the first breach a walker found
   std::vector<RankState> ranks_;
@@ -243,7 +247,8 @@ void Simulator::TryStart(int rank) {
       case OpKind::kForward:
       case OpKind::kBackward:
       case OpKind::kOptimizerStep: {
-        const double d = costs_.ComputeS(device, op);
+        double d = costs_.ComputeS(device, op);
+        if (op.tp_degree > 1 && op.kind != OpKind::kOptimizerStep) d *= flextp_factor_[rank];
         r.compute_busy += d;
         Push(now_ + d, rank, i);
         break;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/job.h"
 #include "core/status.h"
 #include "plan/schedule.h"
 #include "sim/cost_model.h"
@@ -30,6 +31,7 @@ struct SimConfig {
   // Stop once the clock passes this (a planner that already has a plan this fast): the result is
   // then `stopped`, its step_time_s only a lower bound and its memory what was seen so far.
   double stop_after_s = std::numeric_limits<double>::infinity();
+  TensorParallelConfig tensor_parallel = {};  // FlexTP's thresholds (its mode is the schedule's): flextp_prediction.h
 };
 
 struct DeviceSimReport {

@@ -13,6 +13,7 @@
 #include "plan/plan_io.h"
 #include "plan/program_walker.h"
 #include "plan/transfer_order.h"
+#include "sim/flextp_prediction.h"
 #include "sim/routing_costs.h"
 #include "sim/test_models.h"
 
@@ -215,6 +216,45 @@ TEST(Simulator, TensorParallelismSplitsComputeAndMemoryAndPaysTwoAllReducesPerLa
   CostModel with_overhead(cluster, m, &measured, 128, Precision::kBf16, true);
   SimResult r3 = Simulate(s2, cluster, with_overhead).value();
   EXPECT_NEAR(r3.step_time_s, r2.step_time_s + (2 * (8 + 16) + 1) * 1e-3, 1e-4);
+}
+
+// FlexTP in the simulator (flextp_prediction.h): a 4x straggler in a team of four. Off, the team
+// waits for it at every all-reduce; under each mode every rank computes what the FlexTpBalancer —
+// the runtime's — gives it, so the step is the slowest rank's share.
+TEST(Simulator, AStragglingTensorParallelTeamStepsAsFlexTpBalancesIt) {
+  const ModelSpec m = LayerHeavyModel(4);
+  const Cluster cluster = FastCluster(4);
+  const Profile profile = FlatProfile(m, 128);
+  Plan plan;
+  plan.seq_len = 128;
+  plan.zero_stage = 0;
+  plan.groups = {GroupPlan{{{0, 4}}, 4, {{0, 2, 2, 0}, {1, 2, 2, 0}, {2, 2, 2, 0}, {3, 2, 2, 0}}, {}, {}}};
+  auto run = [&](const std::string& mode, double slowdown) {
+    Cluster c = cluster;
+    if (slowdown > 1) c.measured_slowdown[1] = slowdown;
+    const CostModel costs(c, m, &profile, 128, Precision::kBf16, true);
+    Plan p = plan;
+    p.flextp_mode = mode;
+    const Schedule s = LowerPlan(p, c, m).value();
+    EXPECT_EQ(s.flextp_mode, mode);
+    return std::make_pair(Simulate(s, c, costs).value().step_time_s, FlexTpComputeFactors(s, costs, {}));
+  };
+  const double even = run("off", 1).first;
+  for (const char* mode : {"migrate", "resize", "semi"}) EXPECT_NEAR(run(mode, 1).first, even, 1e-12) << mode;
+  const auto [off, off_factors] = run("off", 4);
+  EXPECT_NEAR(off, 4 * even, 0.05 * even);
+  EXPECT_EQ(off_factors, std::vector<double>(4, 1.0));
+  for (const char* mode : {"resize", "migrate", "semi"}) {
+    const auto [step, factor] = run(mode, 4);
+    double slowest = 0;
+    for (int r = 0; r < 4; ++r) slowest = std::max(slowest, (r == 1 ? 4.0 : 1.0) * factor[r]);
+    EXPECT_NEAR(step, even * slowest, 0.05 * even * slowest) << mode;
+    EXPECT_LT(step, 0.7 * off) << mode;
+    EXPECT_LT(factor[1], 1) << mode;  // the straggler computes less
+    if (std::string(mode) != "resize") {
+      EXPECT_GT(factor[0], 1) << mode;  // ... the others take some
+    }
+  }
 }
 
 // Two ranks: an all-gather posted, then a forward that runs while it is in flight; a second forward

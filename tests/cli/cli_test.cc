@@ -352,6 +352,45 @@ TEST(Cli, APlanWrittenToAnotherFolderFindsItsClusterFile) {
   EXPECT_CONTAINS(sim.output, "on cluster local-emulated");
 }
 
+// `motley simulate --straggler D=F [--flextp-mode M]`: a straggler in a tensor-parallel team, off
+// (the team waits for it) and as FlexTP's migration balances it (sim/flextp_prediction.h).
+TEST(Cli, SimulatePredictsAStragglingTeamUnderEachFlexTpMode) {
+  TempDir dir;
+  const std::string plan = dir.Write("tp.toml", R"(model = "llama-1m"
+cluster = "local-emulated"
+seq_len = 128
+precision = "fp32"
+schedule = "gpipe"
+zero_stage = 0
+[[groups]]
+ministages = [[0, 4]]
+tp_degree = 2
+devices = [0, 1]
+microbatch_size = [2, 2]
+num_microbatches = [16, 16]
+)");
+  auto step = [&](const std::string& flags, const std::string& mode) {
+    CliRun r = Motley("simulate --plan " + plan + " --json " + flags, true);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output);
+    EXPECT_EQ(j["flextp_mode"], mode) << flags;
+    return j["step_time_s"].get<double>();
+  };
+  const double even = step("", "off");
+  const double off = step("--straggler 1=4", "off");
+  const double migrate = step("--straggler 1=4 --flextp-mode migrate", "migrate");
+  EXPECT_GT(off, 2 * even);
+  EXPECT_LT(migrate, 0.8 * off);
+  EXPECT_GT(migrate, even);
+  EXPECT_NEAR(step("--flextp-mode semi", "semi"), even, 1e-9 * even);  // nothing to balance
+  CliRun text = Motley("simulate --plan " + plan + " --straggler 1=4 --flextp-mode semi");
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_CONTAINS(text.output, "stragglers: device 1 4x slower; FlexTP in tensor-parallel teams: semi");
+  CliRun bad = Motley("simulate --plan " + plan + " --straggler 7=4");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_CONTAINS(bad.output, "--straggler 7=4: give DEVICE=FACTOR, a device of cluster local-emulated (0..3)");
+}
+
 TEST(Cli, PlanChoosesComparesAndWritesAPlanThatSimulatesUnchanged) {
   TempDir dir;
   const std::string out = dir.Write("plan.toml", "");

@@ -141,9 +141,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
     // This rank's team: its layers run with the team's all-reduces inside.
     if (c.tensor_parallel && g->index >= 0 && !ex->tp_region_.reduce) {
       ex->tp_region_ = MakeTensorParallelRegion(comm, g, &ex->tp_clock_);
-      if (config.tensor_parallel.mode != "off") {
+      if (schedule.flextp_mode != "off") {
         FlexTpTeam::Options o;
-        o.config = config.tensor_parallel;
+        o.config = config.tensor_parallel;  // its thresholds; the mode is the schedule's
+        o.config.mode = schedule.flextp_mode;
         o.gpu = config.device.is_cuda();
         o.spec = spec;
         o.tp = tp;

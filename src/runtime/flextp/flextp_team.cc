@@ -16,49 +16,9 @@ torch::Tensor UnitRows(const std::vector<torch::Tensor>& w) {
   return torch::cat({w[6], w[7], w[8].t()}, 1);
 }
 
-FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const Cluster& cluster, int a, int b,
-                           int64_t layer_visits, int64_t layer_backwards) {
-  const double h = static_cast<double>(spec.hidden_size), f = static_cast<double>(spec.ffn_size),
-               kv = static_cast<double>(spec.kv_dim()), s = static_cast<double>(seq_len);
-  // Per token and layer (multiply-adds x 2): the MLP's three matrices; the attention's four, and
-  // the scores and their weighted sum. The rest of a rank's work (norms, embedding, head, the
-  // optimizer) is put at a tenth.
-  const double mlp = 6 * h * f, attention = 2 * (2 * h * h + 2 * h * kv) + 4 * s * h;
-  FlexTpCosts c;
-  c.units = spec.ffn_size / tp;
-  c.groups = spec.num_kv_heads / tp;
-  c.mlp_fraction = 0.9 * mlp / (mlp + attention);
-  c.attention_fraction = 0.9 * attention / (mlp + attention);
-  c.attention_prunable = 2 * (2 * h * h + 2 * h * kv) / attention;  // the projections' part
-  const double bandwidth = cluster.LinkBetween(a, b).bandwidth_bytes_per_s;
-  const double per_step = static_cast<double>(layer_visits + layer_backwards);
-  const double unit_bytes = 3 * h * 4;  // a gate row, an up row and a down column in fp32
-  const double group_bytes = (2.0 * static_cast<double>(spec.num_heads / spec.num_kv_heads) + 2) *
-                             static_cast<double>(spec.head_dim()) * h * 4;
-  if (bandwidth > 0 && a != b) {
-    c.migrate_s_per_unit = unit_bytes * per_step / bandwidth;
-    c.migrate_s_per_group = group_bytes * per_step / bandwidth;
-  }
-  return c;
-}
-
-bool UsesBroadcastReduce(const TensorParallelConfig& config, bool gpu) {
-  return config.migration == "broadcast-reduce" || (config.migration == "auto" && gpu);
-}
-
-namespace {
-
-FlexTpCosts ForConfig(FlexTpCosts costs, const TensorParallelConfig& config, bool gpu) {
-  costs.broadcast_reduce = UsesBroadcastReduce(config, gpu);
-  if (!config.resize_attention) costs.attention_prunable = 0;
-  return costs;
-}
-
-}  // namespace
-
 FlexTpTeam::FlexTpTeam(Options options)
     : options_(std::move(options)),
-      balancer_(options_.config, options_.tp, ForConfig(options_.costs, options_.config, options_.gpu)) {
+      balancer_(options_.config, options_.tp, ForTeamConfig(options_.costs, options_.config, options_.gpu)) {
   MOTLEY_CHECK(options_.comm != nullptr && options_.team != nullptr);
 }
 

@@ -30,18 +30,11 @@
 #include "core/status.h"
 #include "runtime/comm/comm_clock.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/flextp/flextp_balancer.h"
+#include "cost/flextp_balancer.h"
 #include "runtime/flextp/layer_work.h"
 #include "runtime/flextp/unit_priority.h"
 
 namespace motley {
-
-/// Whether a team migrates by broadcast-reduce: `migration` = "broadcast-reduce", or "auto" on GPUs.
-/// On CPU ranks (Gloo) "auto" sends point to point: Gloo's broadcast and reduce over loopback moved a
-/// straggler's block slower than its runs sent one by one (bench/reports/flextp_stragglers.md,
-/// session 22: one rank 4x slow, 1.56x vs 1.36x the step with no straggler; half the ranks 4x, 2.11x
-/// vs 1.74x), where NCCL's pipelined trees and rings are what the paper's choice counts on.
-bool UsesBroadcastReduce(const TensorParallelConfig& config, bool gpu);
 
 class FlexTpTeam {
  public:
@@ -123,13 +116,6 @@ class FlexTpTeam {
   std::map<int, Layer> layers_;
   std::map<int, double> layer_ratio_;  // this step's pruning ratio per layer (this rank)
 };
-
-/// The balancer's cost model for a team of `tp` ranks on cluster devices `a` and `b` (two of its
-/// members): the MLP's share of a layer's FLOPs at `seq_len`, and a moved unit's traffic per step
-/// — its weights sent once per layer visit and its gradients returned after each of the
-/// `layer_backwards` backwards of a layer this rank runs a step — over the link between them.
-FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const Cluster& cluster, int a, int b,
-                           int64_t layer_visits, int64_t layer_backwards);
 
 /// A unit's weights as one row: gate row, up row, down column ([units, 3 * hidden]) of a slice.
 torch::Tensor UnitRows(const std::vector<torch::Tensor>& w);

@@ -1,4 +1,4 @@
-#include "runtime/flextp/straggler_detector.h"
+#include "cost/straggler_detector.h"
 
 #include <algorithm>
 #include <numeric>

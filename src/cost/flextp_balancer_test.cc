@@ -1,4 +1,4 @@
-#include "runtime/flextp/flextp_balancer.h"
+#include "cost/flextp_balancer.h"
 
 #include <algorithm>
 #include <numeric>

@@ -34,7 +34,9 @@
 #include <string>
 #include <vector>
 
+#include "core/cluster.h"
 #include "core/job.h"
+#include "core/model.h"
 
 namespace motley {
 
@@ -123,6 +125,26 @@ class FlexTpBalancer {
   TeamBalance last_ran_;  // the balance of the step before the last, and its times
   std::vector<double> last_compute_s_;
 };
+
+/// The balancer's cost model for a team of `tp` ranks on cluster devices `a` and `b` (two of its
+/// members): the MLP's share of a layer's FLOPs at `seq_len`, and a moved unit's traffic per step
+/// — its weights sent once per layer visit and its gradients returned after each of the
+/// `layer_backwards` backwards of a layer this rank runs a step — over the link between them.
+FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const Cluster& cluster, int a, int b,
+                           int64_t layer_visits, int64_t layer_backwards);
+
+/// Whether a team migrates by broadcast-reduce: `migration` = "broadcast-reduce", or "auto" on GPUs.
+/// On CPU ranks (Gloo) "auto" sends point to point: over loopback Gloo's broadcast and reduce moved a
+/// straggler's block no faster than its runs sent one by one — in three runs of
+/// bench/flextp_stragglers (session 22) half the ranks 4x slow stepped 2.11x / 1.86x / 1.91x the
+/// no-straggler step by broadcast-reduce against 1.74x / 1.69x / 1.77x point to point (one rank 4x:
+/// 1.56x / 1.44x / 1.59x against 1.36x / 1.38x / 1.86x) — where NCCL's pipelined trees and rings
+/// are what the paper's choice counts on.
+bool UsesBroadcastReduce(const TensorParallelConfig& config, bool gpu);
+
+/// `costs` as a team with `config` runs: its migration's form (UsesBroadcastReduce) and whether the
+/// attention is pruned too (resize_attention).
+FlexTpCosts ForTeamConfig(FlexTpCosts costs, const TensorParallelConfig& config, bool gpu);
 
 /// Per-layer pruning ratios (FlexTP's differentiated ratios, §III-B), from each layer's units'
 /// weight variations. The paper: a unit is a pruning candidate when its variation is below a

@@ -4,8 +4,9 @@
 //   - for resizing (and migration alone), the average of all tasks (§III-A: "compare the locally
 //     recorded runtime of task-i with the average of all tasks" — a compromise, since a strict
 //     criterion makes many ranks prune);
-//   - for SEMI-migration, the fastest task (§IV-B: "we can use the most strict criterion, i.e., the
-//     minimum runtime among all tasks", migration being loss-free).
+//   - for SEMI-migration, the paper takes the fastest task (§IV-B: "we can use the most strict
+//     criterion, i.e., the minimum runtime among all tasks", migration being loss-free): its
+//     `semi_reference = "fastest"`; the default stays the average (core/job.h says why).
 // SEMI serves the stragglers heaviest skew first. What a straggler catches up with and how (Eq. 1's
 // pruning ratio, migration) is the FlexTpBalancer's (flextp_balancer.h), which also re-decides only
 // when a rank's time moved by `recheck_change` (FlexTP updates the reference on demand).

@@ -1,0 +1,519 @@
+#include "runtime/train/planned_run.h"
+
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <set>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/file_io.h"
+#include "core/message_tags.h"
+#include "data/training_data.h"
+#include "plan/lower.h"
+#include "plan/plan_io.h"
+#include "plan/transfer_order.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/device/cuda_device.h"
+#include "runtime/train/evaluate.h"
+#include "runtime/executor/executor.h"
+#include "runtime/model/llama_model.h"
+#include "runtime/train/lr_schedule.h"
+#include "runtime/emulation/memory_ledger.h"
+#include "runtime/train/metrics_log.h"
+#include "runtime/model/precision_dtypes.h"
+#include "runtime/device/rank_device.h"
+#include "sim/routing_costs.h"
+#include "sim/cost_model.h"
+#include "sim/profile.h"
+#include "sim/replan.h"
+#include "sim/simulator.h"
+#include "core/shard_index.h"
+#include "core/units.h"
+
+namespace motley {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int kRankFields = 9;  // compute, comm, copy, step, bytes sent, peak memory, pruned, migrated, late
+
+// The plan must describe the job's batch: same sequence length, global batch and precision.
+Status CheckPlanMatchesJob(const Plan& plan, const JobSpec& job, const std::string& plan_path) {
+  const TrainingConfig& tc = job.training;
+  if (plan.seq_len != tc.seq_len)
+    return Status::InvalidArgument(fmt::format("{}: seq_len = {} but the job {} trains with seq_len = {}; plan the "
+                                               "job again (motley plan) or fix [training] seq_len",
+                                               plan_path, plan.seq_len, job.file, tc.seq_len));
+  if (plan.global_batch_sequences() != tc.global_batch_sequences)
+    return Status::InvalidArgument(fmt::format(
+        "{}: the plan's microbatches add up to {} sequences a step but the job {} has global_batch_sequences = {}; "
+        "make microbatch_size x num_microbatches of each group sum to {}",
+        plan_path, plan.global_batch_sequences(), job.file, tc.global_batch_sequences, tc.global_batch_sequences));
+  if (plan.precision != tc.precision)
+    return Status::InvalidArgument(fmt::format("{}: precision = \"{}\" but the job {} says \"{}\"; make them agree",
+                                               plan_path, PrecisionName(plan.precision), job.file,
+                                               PrecisionName(tc.precision)));
+  const bool clipping = job.optimizer.grad_clip_norm > 0;
+  if (plan.gradient_clipping != clipping)
+    return Status::InvalidArgument(fmt::format(
+        "{}: gradient_clipping = {}{} but the job {} has [optimizer] grad_clip_norm = {}; the plan's schedule "
+        "places the updates by it — set gradient_clipping = {} in the plan (or plan the job again)",
+        plan_path, plan.gradient_clipping, plan.gradient_clipping ? " (the default)" : "", job.file,
+        job.optimizer.grad_clip_norm, clipping));
+  return Status::Ok();
+}
+
+// Every rank's per-step figures, on every rank.
+Result<std::vector<RankStepTimes>> GatherRankTimes(Communicator& comm, const RankStepReport& r) {
+  torch::Tensor mine = torch::tensor(
+      {r.compute_s, r.comm_s, r.copy_s, r.step_s, r.bytes_sent, r.peak_memory_bytes, r.pruned_fraction,
+       static_cast<double>(r.migrated_units), r.late_s},
+      torch::kFloat64);
+  torch::Tensor all = torch::empty({comm.world_size() * kRankFields}, torch::kFloat64);
+  MOTLEY_RETURN_IF_ERROR(comm.AllGather(comm.world(), mine, all));
+  std::vector<RankStepTimes> out;
+  auto a = all.accessor<double, 1>();
+  for (int k = 0; k < comm.world_size(); ++k) {
+    const int b = k * kRankFields;
+    out.push_back({k, a[b], a[b + 1], a[b + 2], a[b + 3] - a[b], a[b + 8], a[b + 4], a[b + 5], a[b + 6], a[b + 7]});
+  }
+  return out;
+}
+
+// Every rank's trace events of one step, on rank 0.
+Result<std::vector<TraceEvent>> GatherTrace(Communicator& comm, const std::vector<TraceEvent>& mine) {
+  constexpr int kFields = 5;  // op, start, end, host start, host end
+  torch::Tensor counts = torch::zeros({comm.world_size()}, torch::kInt64);
+  counts[comm.rank()] = static_cast<int64_t>(mine.size());
+  MOTLEY_RETURN_IF_ERROR(comm.AllReduceSum(comm.world(), counts));
+  auto pack = [](const std::vector<TraceEvent>& ev) {
+    torch::Tensor t = torch::empty({static_cast<int64_t>(ev.size()) * kFields + 1}, torch::kFloat64);
+    for (size_t i = 0; i < ev.size(); ++i) {
+      const double fields[kFields] = {static_cast<double>(ev[i].op), ev[i].start_s, ev[i].end_s, ev[i].host_start_s,
+                                      ev[i].host_end_s};
+      for (int k = 0; k < kFields; ++k) t[kFields * i + k] = fields[k];
+    }
+    return t;
+  };
+  std::vector<TraceEvent> out;
+  const int64_t tag = MessageTag(TagRange::kTrace, 0);
+  if (comm.rank() != 0) {
+    MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm.Send(pack(mine), 0, tag));
+    MOTLEY_RETURN_IF_ERROR(p.Wait());
+    return out;
+  }
+  out = mine;
+  for (int r = 1; r < comm.world_size(); ++r) {
+    torch::Tensor t = torch::empty({counts[r].item<int64_t>() * kFields + 1}, torch::kFloat64);
+    MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, comm.Recv(t, r, tag));
+    MOTLEY_RETURN_IF_ERROR(p.Wait());
+    const auto at = [&](int64_t i, int k) { return t[kFields * i + k].item<double>(); };
+    for (int64_t i = 0; i < counts[r].item<int64_t>(); ++i)
+      out.push_back({r, static_cast<int>(at(i, 0)), at(i, 1), at(i, 2), at(i, 3), at(i, 4)});
+  }
+  return out;
+}
+
+// A whole model on rank 0 holding the gathered parameters, with AdamW shards for checkpoints.
+struct AssembledModel {
+  LlamaModel model{nullptr};
+  std::vector<ParamShard> shards;
+};
+AssembledModel Assemble(const ModelSpec& spec, Precision precision, const Executor::FullState& state) {
+  AssembledModel a;
+  a.model = LlamaModel(spec, 0);
+  a.model->set_precision(precision);
+  torch::NoGradGuard no_grad;
+  for (auto& p : a.model->named_parameters()) p.value().copy_(state.params.at(p.key()));
+  a.shards = WholeParameterShards(*a.model);
+  for (auto& s : a.shards) {
+    s.exp_avg = state.exp_avg.at(s.name);
+    s.exp_avg_sq = state.exp_avg_sq.at(s.name);
+  }
+  return a;
+}
+
+}  // namespace
+
+
+Result<std::unique_ptr<PlannedRun>> PlannedRun::Start(const JobSpec& job, const TrainOptions& options,
+                                                      TrainObserver* observer) {
+  auto run = std::unique_ptr<PlannedRun>(new PlannedRun(job, options));
+  if (Status s = run->SetUp(observer); !s.ok()) {
+    // Once connected, the others hear of it now (naming this rank), not at a collective's timeout.
+    if (run->AnotherRankFailedFirst()) return Status::PeerFailed(s.message());
+    run->ReportFailure(s.message());
+    return s;
+  }
+  return run;
+}
+
+Status PlannedRun::SetUp(TrainObserver* observer) {
+  const JobSpec& job = job_;
+  const TrainOptions& options = options_;
+  const TrainingConfig& tc = job.training;
+  total_steps_ = options.steps > 0 ? options.steps : tc.steps;
+  if (tc.precision == Precision::kFp16)
+    return Status::InvalidArgument("[training] precision = \"fp16\": the multi-process runtime has no loss scaling "
+                                   "yet; use \"bf16\" (same speed on GPUs since Ampere) or \"fp32\"");
+  at::set_num_threads(options.threads > 0 ? options.threads : 1);
+  MemoryLedger& ledger = MemoryLedger::Install();  // counts every tensor from here on
+
+  MOTLEY_ASSIGN_OR_RETURN(plan_, LoadPlanFile(options.plan_path));
+  MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan_, job, options.plan_path));
+  FillDefaultRouting(&plan_, job.cluster, job.model);  // a hand-written plan's: as simulate's
+  // FlexTP's mode is the plan's (the schedule carries it to the executor); a plan without one
+  // takes the job's [tensor_parallel] mode.
+  if (plan_.flextp_mode.empty()) plan_.flextp_mode = job.tensor_parallel.mode;
+  MOTLEY_ASSIGN_OR_RETURN(schedule_, LowerPlan(plan_, job.cluster, job.model));
+  // Transfers and collectives match in the order they are issued (NCCL's rule, and Gloo's here).
+  if (std::string problem = CheckTransferOrder(schedule_); !problem.empty())
+    return Status::Internal(fmt::format("{}: the plan's schedule cannot run: {}", options.plan_path, problem));
+  MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
+  rv.rank = PlanRankOf(schedule_, job.cluster, rv.launcher_rank, rv.world_size);  // each device runs its own part
+  MOTLEY_ASSIGN_OR_RETURN(torch::Device rank_device, RankDevice(options.device, rv));
+  SetCurrentDevice(rank_device);
+  CommConfig comm_config;
+  comm_config.gpu = rank_device.is_cuda();
+  MOTLEY_ASSIGN_OR_RETURN(comm_, Communicator::Connect(rv, comm_config));
+  lead_ = comm_->rank() == 0;
+  if (observer != nullptr && lead_) observer_ = observer;
+
+  const std::string job_dir = job.file.empty() ? "" : fs::path(job.file).parent_path().string();
+  MOTLEY_ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
+  data_ = std::make_unique<TrainingData>(std::move(data));
+
+  LlamaModel model(job.model, tc.seed);
+  model->set_precision(tc.precision);
+  ExecutorConfig config;
+  config.device = rank_device;
+  config.master_dtype = MasterDtype(tc.precision);
+  config.compute_dtype = MixedComputeDtype(tc.precision);
+  config.optimizer = job.optimizer;
+  config.tensor_parallel = job.tensor_parallel;
+  config.stragglers = job.stragglers;
+  config.cpu_copy_threads = options.cpu_copy_threads;
+  executor_config_ = config;
+  // Resuming: every rank reads the checkpoint (the weights before its ministages are cut out,
+  // the moments after) — the same files a single-process run writes and reads.
+  TrainerState loaded;
+  std::map<std::string, torch::Tensor> exp_avg, exp_avg_sq;
+  if (!options.resume.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(options.resume));
+    // Only the parameters this rank holds are read (from a sharded checkpoint: only the files that
+    // hold their pieces, whatever plan wrote them).
+    const std::set<std::string> mine = RankParameterNames(schedule_, comm_->rank(), *model);
+    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir, *model, mine));
+    std::vector<ParamShard> whole = WholeParameterShards(*model);
+    std::erase_if(whole, [&](const ParamShard& s) { return !mine.count(s.name); });
+    MOTLEY_ASSIGN_OR_RETURN(loaded, LoadTrainingState(dir, whole));
+    MOTLEY_RETURN_IF_ERROR(CheckResumable(dir, loaded.seed, loaded.step, job, total_steps_));
+    for (const auto& s : whole) {
+      exp_avg[s.name] = s.exp_avg;
+      exp_avg_sq[s.name] = s.exp_avg_sq;
+    }
+  }
+  // The model stays on the CPU: each rank's ministage buffers are made on its device from it.
+  MOTLEY_ASSIGN_OR_RETURN(executor_, Executor::Create(schedule_, job.cluster, model, comm_.get(), config));
+  if (!options.resume.empty()) MOTLEY_RETURN_IF_ERROR(executor_->LoadMoments(exp_avg, exp_avg_sq));
+  // The emulated device's memory, from here on (the whole model was built above only to
+  // initialise every rank's part identically).
+  const int device = executor_->program().device;
+  if (const EmulationConfig* emu = job.cluster.emulation(device); emu != nullptr) {
+    ledger.set_capacity_bytes(static_cast<int64_t>(job.cluster.memory_bytes(device)));
+    ledger.set_owner(fmt::format("rank {} (device {} of {}, emulated)", comm_->rank(), device, job.cluster.name));
+  }
+
+  const std::string metrics_path =
+      options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
+  if (lead_) {
+    MOTLEY_ASSIGN_OR_RETURN(dir_lock_, RunDirLock::Acquire(job.checkpoint.dir));
+    if (options.checkpoint_at_end)
+      MOTLEY_RETURN_IF_ERROR(ClaimRunDir(job.checkpoint.dir, !options.resume.empty(), options.overwrite, true));
+    MOTLEY_RETURN_IF_ERROR(metrics_.Open(metrics_path));
+  }
+
+  tokens_per_step_ = tc.global_batch_sequences * tc.seq_len;
+  TrainStart start;
+  start.device = fmt::format("{} rank{} on {} ({} plan, {})", comm_->world_size(), comm_->world_size() == 1 ? "" : "s",
+                             rank_device.is_cuda() ? "CUDA, one GPU each" : "CPU", plan_.strategy, options.plan_path);
+  start.precision = std::string(PrecisionName(tc.precision));
+  start.schedule_hash = ScheduleHash(schedule_);
+  start.parameters = TotalParams(job.model);
+  start.total_steps = total_steps_;
+  start.first_step = loaded.step;
+  start.tokens_per_step = tokens_per_step_;
+  start.train_data = data_->train.name();
+  start.validation_data = data_->validation ? data_->validation->name() : "";
+  start.metrics_path = metrics_path;
+  observer_->OnStart(start);
+
+  state_.total_steps = total_steps_;
+  state_.seed = tc.seed;
+  state_.precision = start.precision;
+  state_.job_file = job.file;
+  state_.step = loaded.step;
+  state_.updates = loaded.updates;
+  state_.tokens_seen = loaded.tokens_seen;
+  val_sequences_ = data_->validation
+                       ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data_->validation, tc.seq_len))
+                       : 0;
+  rank_sums_.assign(comm_->world_size(), {});
+  stragglers_ = std::make_unique<StragglerMonitor>(job.straggler_detection, comm_->world_size());
+  changed_factor_.assign(comm_->world_size(), 1.0);
+  run_start_ = Clock::now();
+  return Status::Ok();
+}
+
+Status PlannedRun::Validate(int64_t step) {
+  if (val_sequences_ <= 0 || !options_.validate) return Status::Ok();
+  HostMemoryScope host;  // the gathered model is host memory, not the (emulated) device's
+  MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor_->GatherFullState());
+  if (lead_) {
+    AssembledModel a = Assemble(job_.model, job_.training.precision, full);
+    a.model->eval();
+    MOTLEY_ASSIGN_OR_RETURN(const EvalResult eval, EvaluateLoss(*a.model, *data_->validation, job_.training.seq_len,
+                                                                val_sequences_, torch::kCPU));
+    const double loss = eval.loss;
+    if (!summary_.first_validation_loss) summary_.first_validation_loss = loss;
+    summary_.last_validation_loss = loss;
+    MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"step", step}, {"val_loss", loss}}));
+    observer_->OnValidation(step, loss);
+  }
+  return comm_->Barrier(comm_->world());
+}
+
+// A checkpoint, in the job's form. The metrics record how much host memory it took on a rank
+// (sharded: the most any rank added; consolidated: rank 0's, which holds the whole model).
+Status PlannedRun::Checkpoint() {
+  MemoryLedger& ledger = MemoryLedger::Install();
+  ledger.ResetHostPeak();
+  const int64_t host_before = ledger.host_used_bytes();
+  int64_t host_bytes = 0;
+  if (job_.checkpoint.format == "sharded") {
+    MOTLEY_RETURN_IF_ERROR(ShardedCheckpoint(&host_bytes));
+  } else {
+    HostMemoryScope host;  // the gathered model is host memory, not the (emulated) device's
+    MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor_->GatherFullState());
+    if (lead_) {
+      AssembledModel a = Assemble(job_.model, job_.training.precision, full);
+      MOTLEY_ASSIGN_OR_RETURN(summary_.checkpoint_dir, SaveRunCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep,
+                                                                         *a.model, a.shards, state_));
+      host_bytes = ledger.host_peak_bytes() - host_before;
+    }
+  }
+  if (lead_) {
+    MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"event", "checkpoint"},
+                                           {"step", state_.step},
+                                           {"form", job_.checkpoint.format},
+                                           {"dir", summary_.checkpoint_dir},
+                                           {"host_bytes", host_bytes}}));
+    observer_->OnCheckpoint(summary_.checkpoint_dir);
+  }
+  return comm_->Barrier(comm_->world());
+}
+
+// Every rank writes the state it owns at once; rank 0 then writes the index and moves the folder
+// into place (checkpoint.h). Nothing is gathered: a rank's host holds no more than its own state.
+// `host_bytes` (rank 0): the most host memory a rank added while writing.
+Status PlannedRun::ShardedCheckpoint(int64_t* host_bytes) {
+  MemoryLedger& ledger = MemoryLedger::Install();
+  const int64_t host_before = ledger.host_used_bytes();
+  HostMemoryScope host;  // the pieces' host copies are host memory, not the (emulated) device's
+  std::string tmp;
+  if (lead_) {
+    MOTLEY_ASSIGN_OR_RETURN(tmp, BeginShardedCheckpoint(job_.checkpoint.dir, state_.step));
+  }
+  MOTLEY_RETURN_IF_ERROR(comm_->Barrier(comm_->world()));
+  if (!lead_) tmp = (fs::path(job_.checkpoint.dir) / (CheckpointFolderName(state_.step) + ".tmp")).string();
+  MOTLEY_ASSIGN_OR_RETURN(const CheckpointFileRecord mine, WriteRankShards(tmp, comm_->rank(), executor_->OwnedState()));
+  if (comm_->rank() == options_.die_rank && options_.die_in_checkpoint && state_.step == options_.die_at_step)
+    ::raise(SIGKILL);  // fault injection: a rank lost with the checkpoint half written
+  // Each rank's file record and host memory to every rank: bytes, CRC-32, host bytes added.
+  torch::Tensor record = torch::tensor({mine.bytes, static_cast<int64_t>(mine.crc32),
+                                        ledger.host_peak_bytes() - host_before},
+                                       torch::kInt64);
+  torch::Tensor records = torch::empty({3 * comm_->world_size()}, torch::kInt64);
+  MOTLEY_RETURN_IF_ERROR(comm_->AllGather(comm_->world(), record, records));
+  if (lead_) {
+    std::vector<CheckpointFileRecord> files;
+    for (int r = 0; r < comm_->world_size(); ++r) {
+      files.push_back({records[3 * r].item<int64_t>(), static_cast<uint32_t>(records[3 * r + 1].item<int64_t>())});
+      *host_bytes = std::max(*host_bytes, records[3 * r + 2].item<int64_t>());
+    }
+    MOTLEY_ASSIGN_OR_RETURN(summary_.checkpoint_dir, FinishShardedCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep,
+                                                                             tmp, job_.model, files, state_));
+  }
+  return Status::Ok();
+}
+
+Status PlannedRun::Step() {
+  const int64_t step = state_.step, seq = job_.training.seq_len;
+  const bool trace = !options_.trace_path.empty() && step + 1 == std::min(options_.trace_step, total_steps_);
+  if (trace) MOTLEY_RETURN_IF_ERROR(comm_->Barrier(comm_->world()));  // one time origin for every rank
+  StepInputs in;
+  in.step = step;
+  in.lr = LearningRate(job_.optimizer, job_.lr_schedule, step, total_steps_);
+  in.update = state_.updates + 1;
+  in.tokens = [&](int64_t first, int64_t n) {
+    // The executor takes tokens from a callback; a shard cut short under the job is an exception
+    // here, turned into this rank's error by the rank's guard (and named to the others).
+    if (Status read = SampleTrainingWindows(data_->train, job_.training.seed, step, first, n, seq, &windows_);
+        !read.ok())
+      throw std::runtime_error(read.message());
+    return torch::from_blob(windows_.data(), {n, seq + 1}, torch::kInt64).clone();
+  };
+  in.die_mid_step =
+      comm_->rank() == options_.die_rank && step + 1 == options_.die_at_step && !options_.die_in_checkpoint;
+  if (comm_->rank() == options_.perturb_rank) {
+    in.loss_factor = options_.perturb_loss_factor;
+    in.loss_factor_microbatch = options_.perturb_microbatch;
+  }
+  executor_->set_record_trace(trace);
+  MOTLEY_ASSIGN_OR_RETURN(RankStepReport report, executor_->RunStep(in));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<RankStepTimes> ranks, GatherRankTimes(*comm_, report));
+  if (trace) {
+    MOTLEY_ASSIGN_OR_RETURN(std::vector<TraceEvent> events, GatherTrace(*comm_, report.trace));
+    if (lead_) {
+      SimResult sim;
+      sim.trace = std::move(events);
+      MOTLEY_RETURN_IF_ERROR(AtomicWriteFile(options_.trace_path, ChromeTraceJson(schedule_, job_.cluster, sim)));
+      summary_.trace_path = options_.trace_path;
+    }
+  }
+  MOTLEY_RETURN_IF_ERROR(Record(in, report, ranks));
+  if (job_.straggler_detection.rebalance && !changes_.empty() && !done()) return Rebalance(changes_);
+  return Status::Ok();
+}
+
+Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
+                          const std::vector<RankStepTimes>& ranks) {
+  ++state_.step;
+  ++state_.updates;
+  state_.tokens_seen += tokens_per_step_;
+  StepMetrics m;
+  m.step = state_.step;
+  m.total_steps = total_steps_;
+  m.loss = report.loss;
+  m.lr = in.lr;
+  m.grad_norm = report.grad_norm;
+  m.step_time_s = 0;
+  for (const auto& r : ranks) m.step_time_s = std::max(m.step_time_s, r.compute_s + r.idle_s);
+  m.tokens_per_s = static_cast<double>(tokens_per_step_) / m.step_time_s;
+  m.ranks = ranks;
+  m.flextp = schedule_.flextp_mode != "off";
+  for (const auto& r : ranks) {
+    m.pruned_fraction = std::max(m.pruned_fraction, r.pruned_fraction);
+    m.migrated_units = std::max(m.migrated_units, r.migrated_units);
+  }
+  if (summary_.steps_run == 0) summary_.first_loss = m.loss;
+  summary_.last_loss = m.loss;
+  if (++summary_.steps_run > 1) {
+    timed_s_ += m.step_time_s;
+    timed_tokens_ += tokens_per_step_;
+    ++timed_steps_;
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      rank_sums_[k].rank = static_cast<int>(k);
+      rank_sums_[k].compute_s += ranks[k].compute_s;
+      rank_sums_[k].comm_s += ranks[k].comm_s;
+      rank_sums_[k].copy_s += ranks[k].copy_s;
+      rank_sums_[k].idle_s += ranks[k].idle_s;
+      rank_sums_[k].late_s += ranks[k].late_s;
+      rank_sums_[k].bytes_sent += ranks[k].bytes_sent;
+      rank_sums_[k].peak_memory_bytes = std::max(rank_sums_[k].peak_memory_bytes, ranks[k].peak_memory_bytes);
+    }
+  }
+  std::vector<double> compute_s;
+  for (const auto& r : ranks) compute_s.push_back(r.compute_s);
+  changes_ = stragglers_->Observe(compute_s);
+  for (const StragglerMonitor::Change& c : changes_) {
+    const int device = schedule_.programs[c.rank].device;
+    observer_->OnStraggler(m.step, c.rank, fmt::format("device {}, {}", device, job_.cluster.spec(device).name),
+                           c.slowdown, c.straggling);
+  }
+  if (lead_) {
+    nlohmann::json per_rank = nlohmann::json::array(), straggling = nlohmann::json::array();
+    for (const auto& r : ranks) {
+      if (stragglers_->straggling(r.rank))
+        straggling.push_back({{"rank", r.rank}, {"slowdown", stragglers_->slowdown(r.rank)}});
+      per_rank.push_back({{"rank", r.rank},
+                          {"slowdown", stragglers_->slowdown(r.rank)},
+                          {"compute_s", r.compute_s},
+                          {"comm_s", r.comm_s},
+                          {"copy_s", r.copy_s},
+                          {"idle_s", r.idle_s},
+                          {"late_s", r.late_s},
+                          {"bytes_sent", r.bytes_sent},
+                          {"peak_memory_bytes", r.peak_memory_bytes}});
+    }
+    MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"step", m.step},
+                    {"loss", m.loss},
+                    {"lr", m.lr},
+                    {"tokens_per_s", m.tokens_per_s},
+                    {"grad_norm", m.grad_norm},
+                    {"step_time_s", m.step_time_s},
+                    {"pruned_fraction", m.pruned_fraction},
+                    {"migrated_units", m.migrated_units},
+                    {"stragglers", straggling},
+                    {"ranks", per_rank}}));
+  }
+  observer_->OnStep(m);
+  return Status::Ok();
+}
+
+Result<TrainSummary> PlannedRun::Finish() {
+  const TrainingConfig& tc = job_.training;
+  summary_.wall_s = std::chrono::duration<double>(Clock::now() - run_start_).count();
+  SetThroughput(job_, timed_s_, timed_tokens_, &summary_);
+  if (timed_steps_ > 0) {
+    for (auto& r : rank_sums_) {
+      r.compute_s /= static_cast<double>(timed_steps_);
+      r.comm_s /= static_cast<double>(timed_steps_);
+      r.copy_s /= static_cast<double>(timed_steps_);
+      r.idle_s /= static_cast<double>(timed_steps_);
+      r.late_s /= static_cast<double>(timed_steps_);
+      r.bytes_sent /= static_cast<double>(timed_steps_);
+    }
+    summary_.ranks = rank_sums_;
+    summary_.step_s = timed_s_ / static_cast<double>(timed_steps_);
+  }
+  // Hardware FLOPs per second over the plan's devices' peak, measured and predicted (not for
+  // emulated devices, whose catalog peaks are nominal).
+  double peak = 0;
+  for (const Program& p : schedule_.programs) {
+    const GpuSpec& spec = job_.cluster.spec(p.device);
+    const EmulationConfig* emu = job_.cluster.emulation(p.device);
+    peak += PeakFlops(spec, tc.precision) / (emu != nullptr ? emu->speed_factor : 1.0);
+  }
+  if (job_.cluster.emulated()) peak = 0;
+  if (summary_.step_s > 0 && peak > 0) summary_.hfu = schedule_.hardware_flops_per_step / summary_.step_s / peak;
+  if (lead_) {
+    // The simulator's account of the same schedule: its memory always (it needs no timings), its
+    // times with a profile.
+    std::optional<Profile> profile;
+    if (!options_.profile_path.empty()) {
+      MOTLEY_ASSIGN_OR_RETURN(profile, LoadProfileFile(options_.profile_path));
+    }
+    CostModel costs(job_.cluster, job_.model, profile ? &*profile : nullptr, tc.seq_len, tc.precision,
+                    schedule_.activation_checkpointing);
+    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule_, job_.cluster, costs));
+    for (const auto& d : sim.devices) summary_.predicted_peak_memory_bytes.push_back(d.peak_memory_bytes);
+    if (profile) {
+      summary_.predicted_step_s = sim.step_time_s;
+      summary_.predicted_hfu = peak > 0 ? schedule_.hardware_flops_per_step / sim.step_time_s / peak : 0;
+      for (const auto& d : sim.devices) summary_.predicted_compute_s.push_back(d.compute_busy_s);
+    }
+  }
+  return summary_;
+}
+
+}  // namespace motley

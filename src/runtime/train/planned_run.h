@@ -1,0 +1,90 @@
+// PlannedRun: one rank's run of a plan (TrainWithPlan, distributed_trainer.h) — set up once, then
+// step, record, validate and checkpoint (planned_run.cc); with [straggler_detection] rebalance, a
+// switch to a plan made for the devices as measured at a step boundary (planned_run_rebalance.cc).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/job.h"
+#include "core/status.h"
+#include "plan/plan.h"
+#include "plan/schedule.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/executor/executor.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/metrics_log.h"
+#include "runtime/train/straggler_monitor.h"
+#include "runtime/train/trainer.h"
+#include "data/training_data.h"
+
+namespace motley {
+
+class PlannedRun {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static Result<std::unique_ptr<PlannedRun>> Start(const JobSpec& job, const TrainOptions& options,
+                                                   TrainObserver* observer);
+  bool done() const { return state_.step >= total_steps_; }
+  /// One step: this rank's program, every rank's figures, the trace when asked for.
+  Status Step();
+  Status Validate(int64_t step);
+  Status Checkpoint();
+  Status ShardedCheckpoint(int64_t* host_bytes);
+  /// This rank ends with an error: the others hear of it at once (Communicator::ReportFailure).
+  bool AnotherRankFailedFirst() { return comm_ && comm_->AnotherRankFailedFirst(); }
+  void ReportFailure(const std::string& why) {
+    if (comm_) comm_->ReportFailure(why);
+  }
+  /// Throughput, the per-rank averages and the simulator's account of the same schedule.
+  Result<TrainSummary> Finish();
+
+  int64_t step() const { return state_.step; }
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+  int device() const { return schedule_.programs.empty() ? -1 : schedule_.programs[rank()].device; }
+  int64_t total_steps() const { return total_steps_; }
+  int64_t steps_run() const { return summary_.steps_run; }
+
+ private:
+  PlannedRun(const JobSpec& job, const TrainOptions& options) : job_(job), options_(options) {}
+  Status SetUp(TrainObserver* observer);
+  Status Record(const StepInputs& in, const RankStepReport& report, const std::vector<RankStepTimes>& ranks);
+  // Live rebalancing ([straggler_detection] rebalance).
+  Status Rebalance(const std::vector<StragglerMonitor::Change>& changes);
+  Status SwitchTo(const Plan& next);
+
+  const JobSpec& job_;
+  const TrainOptions& options_;
+  TrainObserver quiet_;
+  TrainObserver* observer_ = &quiet_;  // rank 0's observer; the others stay quiet
+  Plan plan_;
+  Schedule schedule_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<TrainingData> data_;
+  std::unique_ptr<Executor> executor_;
+  MetricsLog metrics_;
+  std::unique_ptr<StragglerMonitor> stragglers_;  // every rank's compute against its own norm
+  std::vector<StragglerMonitor::Change> changes_;  // the last step's
+  ExecutorConfig executor_config_;
+  // Live rebalancing: the slowdowns the current plan was made for (device -> factor), and each
+  // rank's change since (its last straggling or recovery's factor; 1 = none).
+  std::map<int, double> planned_slowdown_;
+  std::vector<double> changed_factor_;
+  std::unique_ptr<RunDirLock> dir_lock_;  // rank 0: the run's folder is this run's
+  TrainerState state_;
+  TrainSummary summary_;
+  bool lead_ = false;
+  int64_t total_steps_ = 0, tokens_per_step_ = 0, val_sequences_ = 0;
+  std::vector<int64_t> windows_;
+  // Steps after the first (the first warms up), summed.
+  Clock::time_point run_start_;
+  double timed_s_ = 0;
+  int64_t timed_tokens_ = 0, timed_steps_ = 0;
+  std::vector<RankStepTimes> rank_sums_;
+};
+
+}  // namespace motley

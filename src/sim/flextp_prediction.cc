@@ -1,0 +1,52 @@
+#include "sim/flextp_prediction.h"
+
+#include <algorithm>
+#include <set>
+
+#include "cost/flextp_balancer.h"
+
+namespace motley {
+
+std::vector<double> FlexTpComputeFactors(const Schedule& schedule, const CostModel& costs,
+                                         const TensorParallelConfig& config) {
+  std::vector<double> factor(schedule.programs.size(), 1.0);
+  if (schedule.flextp_mode == "off") return factor;
+  TensorParallelConfig team_config = config;
+  team_config.mode = schedule.flextp_mode;
+  const Cluster& cluster = costs.cluster();
+  std::set<std::vector<int32_t>> teams;
+  for (const Collective& c : schedule.collectives) {
+    if (!c.tensor_parallel || c.ranks.size() < 2 || !teams.insert(c.ranks).second) continue;
+    const int tp = static_cast<int>(c.ranks.size());
+    std::vector<double> nominal;
+    for (const int32_t r : c.ranks) {
+      double t = 0;
+      for (const Op& op : schedule.programs[r].ops)
+        if ((op.kind == OpKind::kForward || op.kind == OpKind::kBackward) && op.tp_degree > 1)
+          t += costs.ComputeS(schedule.programs[r].device, op);
+      nominal.push_back(t);
+    }
+    if (*std::min_element(nominal.begin(), nominal.end()) <= 0) continue;
+    // The migration's traffic a step: each layer's weights once, its gradients after each backward
+    // (as the executor counts them for the runtime's balancer).
+    const Program& first = schedule.programs[c.ranks.front()];
+    std::set<int> visited;
+    int64_t backwards = 0;
+    for (const Op& op : first.ops) {
+      if (op.kind == OpKind::kForward) visited.insert(op.ministage);
+      if (op.kind == OpKind::kBackward) backwards += op.layer_end - op.layer_begin;
+    }
+    int64_t visits = 0;
+    for (const int v : visited) visits += schedule.ministages[v].layer_end - schedule.ministages[v].layer_begin;
+    const FlexTpCosts team_costs =
+        ForTeamConfig(FlexTpCostsFor(costs.model(), tp, schedule.seq_len, cluster, first.device,
+                                     schedule.programs[c.ranks.back()].device, visits, backwards),
+                      team_config, !cluster.emulated());
+    FlexTpBalancer balancer(team_config, tp, team_costs);
+    const TeamBalance& balance = balancer.Update(nominal);
+    for (int i = 0; i < tp; ++i) factor[c.ranks[i]] = balance.predicted_s[i] / nominal[i];
+  }
+  return factor;
+}
+
+}  // namespace motley
