@@ -15,6 +15,7 @@
 //
 //   build/bench/flextp_stragglers [--steps N] [--slows matmul|compute] [--only "4x"] [-o report.md]
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -141,6 +142,80 @@ Outcome Train(const fs::path& dir, const std::string& name, const std::string& j
   return o;
 }
 
+// The simulator's step for the team with ranks `slow` computing `factor` times slower (every
+// compute op: `--straggler`) under FlexTP mode `mode` (sim/flextp_prediction.h); 0 when it failed.
+double Predicted(const fs::path& dir, const std::vector<int>& slow, double factor, const std::string& mode) {
+  std::string flags;
+  for (int r : slow) flags += fmt::format(" --straggler {}={}", r, factor);
+  int code = 0;
+  const std::string out = Run("cd '" + dir.string() + "' && " + std::string(MOTLEY_BIN) +
+                                  " simulate --plan plan.toml --json --flextp-mode " + mode + flags + " 2>/dev/null",
+                              &code);
+  if (code != 0) return 0;
+  return nlohmann::json::parse(out)["step_time_s"].get<double>();
+}
+
+// One scenario's ratio to its no-straggler step, measured and simulated, by mode.
+struct Point {
+  bool half = false;  // half the ranks slowed, else one
+  double factor = 1;
+  std::string mode;
+  double measured = 0, simulated = 0;
+};
+
+// FlexTP's Figure-style plot: step time against skew per mode, one panel for one slow rank and one
+// for half the ranks; measured solid, the simulator dashed.
+std::string Plot(const std::vector<Point>& points) {
+  const char* modes[] = {"off", "migrate-p2p", "resize", "semi"};
+  const char* colors[] = {"#888888", "#1f77b4", "#d62728", "#2ca02c"};
+  const double panel_w = 300, panel_h = 220, left = 50, top = 30, gap = 60;
+  double max_y = 2;
+  for (const Point& p : points) max_y = std::max({max_y, p.measured, p.simulated});
+  max_y = std::ceil(max_y);
+  auto x_of = [&](int panel, double factor) {
+    return left + panel * (panel_w + gap) + panel_w * (std::log2(factor) - 1) / 2;  // 2x, 4x, 8x
+  };
+  auto y_of = [&](double ratio) { return top + panel_h * (1 - (ratio - 1) / (max_y - 1)); };
+  std::string svg = fmt::format(
+      "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='12'>\n",
+      left + 2 * panel_w + gap + 130, top + panel_h + 50);
+  for (int panel = 0; panel < 2; ++panel) {
+    const double x0 = left + panel * (panel_w + gap);
+    svg += fmt::format("<text x='{}' y='{}' font-weight='bold'>{}</text>\n", x0, top - 12,
+                       panel == 0 ? "one rank slow" : "half the ranks slow");
+    svg += fmt::format("<rect x='{}' y='{}' width='{}' height='{}' fill='none' stroke='#ccc'/>\n", x0, top, panel_w,
+                       panel_h);
+    for (double f : {2.0, 4.0, 8.0})
+      svg += fmt::format("<text x='{:.1f}' y='{}' text-anchor='middle'>{:.0f}x</text>\n", x_of(panel, f),
+                         top + panel_h + 16, f);
+    for (int y = 1; y <= static_cast<int>(max_y); ++y)
+      svg += fmt::format("<text x='{}' y='{:.1f}' text-anchor='end'>{}x</text>\n", x0 - 4, y_of(y) + 4, y);
+    for (int m = 0; m < 4; ++m)
+      for (const bool simulated : {false, true}) {
+        std::string path;
+        for (const Point& p : points)
+          if (p.half == (panel == 1) && p.mode == modes[m] && (simulated ? p.simulated : p.measured) > 0)
+            path += fmt::format("{}{:.1f},{:.1f}", path.empty() ? "" : " ", x_of(panel, p.factor),
+                                y_of(simulated ? p.simulated : p.measured));
+        if (!path.empty())
+          svg += fmt::format("<polyline points='{}' fill='none' stroke='{}' stroke-width='2'{}/>\n", path, colors[m],
+                             simulated ? " stroke-dasharray='5,4'" : "");
+      }
+  }
+  svg += fmt::format("<text x='{}' y='{}' text-anchor='middle'>skew of the slow rank(s)</text>\n",
+                     left + panel_w + gap / 2, top + panel_h + 40);
+  const double lx = left + 2 * panel_w + gap + 15;
+  for (int m = 0; m < 4; ++m)
+    svg += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='{}' stroke-width='2'/><text x='{}' y='{}'>{}</text>\n",
+                       lx, top + 10 + 18 * m, lx + 20, top + 10 + 18 * m, colors[m], lx + 26, top + 14 + 18 * m,
+                       modes[m]);
+  svg += fmt::format("<text x='{}' y='{}'>solid: measured</text><text x='{}' y='{}'>dashed: simulator</text>\n", lx,
+                     top + 100, lx, top + 116);
+  svg += fmt::format("<text x='{}' y='{}' transform='rotate(-90 {} {})' text-anchor='middle'>step / no-straggler step</text>\n",
+                     14, top + panel_h / 2, 14, top + panel_h / 2);
+  return svg + "</svg>\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,6 +259,7 @@ int main(int argc, char** argv) {
   // Each scenario is judged against the team without stragglers measured right before it: this
   // machine's speed drifts by 10-15% over the minutes the benchmark runs.
   std::string rows;
+  std::vector<Point> points;
   std::vector<double> baselines;
   Outcome first_baseline;
   int index = 0;
@@ -193,25 +269,33 @@ int main(int argc, char** argv) {
     if (baselines.empty()) first_baseline = none;
     baselines.push_back(none.step_s);
     Outcome exact;
+    const double predicted_none = Predicted(dir, {}, 1, "off");
     for (const char* mode : {"off", "migrate-bcast", "migrate-p2p", "resize", "semi", "semi-fastest"}) {
       const Outcome o = Train(dir, fmt::format("s{}-{}", index, mode), Job(steps, mode, s.slow, s.factor, slows), steps);
       if (std::string(mode) == "off") exact = o;
       if (!o.ok) {
-        rows += fmt::format("| {} | {} | failed | | | | | | | |\n", s.name, mode);
+        rows += fmt::format("| {} | {} | failed | | | | | | | | |\n", s.name, mode);
         continue;
       }
       auto rel = [](double a, double b) { return b != 0 ? fmt::format("{:+.2f}%", 100 * (a - b) / b) : std::string(); };
-      rows += fmt::format("| {} | {} | {:.0f} ms | {:.2f}x ({:.0f} ms) | {:.4f} | {} | {:.4f} | {} | {:.1f}% | {:.0f} |\n",
-                          s.name, mode, o.step_s * 1e3, o.step_s / none.step_s, none.step_s * 1e3, o.loss,
-                          rel(o.loss, exact.loss), o.val_loss, rel(o.val_loss, exact.val_loss), 100 * o.pruned, o.moved);
+      const std::string m = mode;
+      const double predicted =
+          Predicted(dir, s.slow, s.factor, m.starts_with("migrate") ? "migrate" : m.starts_with("semi") ? "semi" : m);
+      points.push_back({s.slow.size() > 1, s.factor, m, o.step_s / none.step_s,
+                        predicted > 0 && predicted_none > 0 ? predicted / predicted_none : 0});
+      rows += fmt::format("| {} | {} | {:.0f} ms | {:.2f}x ({:.0f} ms) | {} | {:.4f} | {} | {:.4f} | {} | {:.1f}% | {:.0f} |\n",
+                          s.name, mode, o.step_s * 1e3, o.step_s / none.step_s, none.step_s * 1e3,
+                          predicted > 0 && predicted_none > 0 ? fmt::format("{:.2f}x", predicted / predicted_none) : "-",
+                          o.loss, rel(o.loss, exact.loss), o.val_loss, rel(o.val_loss, exact.val_loss), 100 * o.pruned,
+                          o.moved);
     }
     ++index;
   }
   const auto [lo, hi] = std::minmax_element(baselines.begin(), baselines.end());
   std::string table =
-      "| stragglers | mode | step | vs no straggler (its step) | loss | vs exact | validation loss | vs exact | pruned "
-      "(max) | units moved |\n|---|---|---|---|---|---|---|---|---|---|\n";
-  table += fmt::format("| none | off | {:.0f} ms (median of {}; {:.0f}-{:.0f} ms) | 1.00x | {:.4f} | | {:.4f} | | | |\n",
+      "| stragglers | mode | step | vs no straggler (its step) | simulator: vs no straggler | loss | vs exact | validation "
+      "loss | vs exact | pruned (max) | units moved |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+  table += fmt::format("| none | off | {:.0f} ms (median of {}; {:.0f}-{:.0f} ms) | 1.00x | 1.00x | {:.4f} | | {:.4f} | | | |\n",
                        Median(baselines) * 1e3, baselines.size(), *lo * 1e3, *hi * 1e3, first_baseline.loss,
                        first_baseline.val_loss);
   table += rows;
@@ -224,14 +308,22 @@ int main(int argc, char** argv) {
       "straggler, trained right before the scenario. Losses after step {} and on 32 validation windows, against mode off (exact) in the "
       "same scenario. `migrate-bcast` moves a straggler's units by broadcast-reduce (FlexTP §IV-A), `migrate-p2p` the "
       "same units point to point; `semi` migrates as `migration = \"auto\"` does on CPU ranks (point to point) and judges "
-      "stragglers against the team's average, `semi-fastest` against its fastest rank (FlexTP §IV-B).\n\n{}",
+      "stragglers against the team's average, `semi-fastest` against its fastest rank (FlexTP §IV-B). `simulator`: "
+      "`motley simulate --straggler r=F --flextp-mode M` on the same plan against its step with no straggler (the "
+      "whole device slowed, the roofline's timings; its migration point to point, its semi judged by the average).\n\n{}",
       steps, slows, slows,
       slows == "matmul" ? "their matrix multiplications (aten::mm, addmm: the linear projections, forward and backward) "
                           "stretched to that many times their CPU time, as FlexTP's evaluation injects stragglers"
                         : "every compute op stretched to that many times its CPU time, as a slower device",
       steps, steps, table);
   std::cout << md;
-  if (!args.report_path.empty()) std::ofstream(args.report_path) << md;
+  if (!args.report_path.empty()) {
+    std::ofstream(args.report_path) << md;
+    // The plot beside the report: <report>.svg.
+    const fs::path svg = fs::path(args.report_path).replace_extension(".svg");
+    std::ofstream(svg) << Plot(points);
+    std::cout << "plot: " << svg.string() << "\n";
+  }
   fs::remove_all(dir);
   return 0;
 }
