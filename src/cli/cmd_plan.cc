@@ -18,6 +18,7 @@
 #include "core/units.h"
 #include "plan/baselines.h"
 #include "plan/plan_io.h"
+#include "sim/flextp_choice.h"
 #include "sim/plan_evaluator.h"
 #include "sim/routing_costs.h"
 
@@ -53,7 +54,46 @@ std::string DescribeLeftOut(const std::vector<int>& devices, const Cluster& clus
                      nodes.size() > shown ? fmt::format(" and {} more", nodes.size() - shown) : "");
 }
 
-nlohmann::json OutcomeJson(const StrategyOutcome& o, int64_t tokens) {
+// The plan's tensor-parallel degrees: "-" (none), "4" (every group) or "4/4/1" (per group).
+std::string TensorParallelColumn(const Plan& plan) {
+  std::vector<int> tp;
+  bool any = false, same = true;
+  for (const auto& g : plan.groups) {
+    tp.push_back(g.tp_degree);
+    any = any || g.tp_degree > 1;
+    same = same && g.tp_degree == plan.groups.front().tp_degree;
+  }
+  if (!any) return "-";
+  return same ? fmt::format("{}", tp.front()) : fmt::format("{}", fmt::join(tp, "/"));
+}
+
+// Why a plan with tensor-parallel teams: against the fastest plan without them among `rows`.
+// Under auto alone (not --compare) strategies that could not beat the best so far were not planned.
+std::string TensorParallelWhy(const StrategyOutcome& chosen, const std::vector<StrategyOutcome>& rows, bool every) {
+  if (rows.size() == 1) return fmt::format("{}'s search chose it", chosen.strategy);
+  const StrategyOutcome* best = nullptr;
+  for (const auto& o : rows)
+    if (o.status.ok() && !o.plan.groups.empty() && TensorParallelColumn(o.plan) == "-" &&
+        (best == nullptr || o.evaluation.step_time_s < best->evaluation.step_time_s))
+      best = &o;
+  if (best == nullptr)
+    return every ? "no plan without tensor parallelism fits" : "no strategy without it could step faster";
+  return fmt::format("{:.0f}% faster than the best plan without it, {}'s {}",
+                     100 * (best->evaluation.step_time_s / chosen.evaluation.step_time_s - 1), best->strategy,
+                     FormatDuration(best->evaluation.step_time_s));
+}
+
+nlohmann::json FlexTpJson(const FlexTpChoice& c) {
+  nlohmann::json modes = nlohmann::json::object();
+  for (const auto& [mode, step] : c.step_s) modes[mode] = step;
+  return {{"device", c.probe.device},
+          {"factor", c.probe.factor},
+          {"step_time_s", c.straggling_step_s},
+          {"step_time_s_by_mode", modes},
+          {"why", c.why}};
+}
+
+nlohmann::json OutcomeJson(const StrategyOutcome& o, int64_t tokens, const FlexTpChoice* flextp) {
   nlohmann::json groups = nlohmann::json::array();
   for (const auto& g : o.plan.groups) {
     nlohmann::json devices = nlohmann::json::array(), microbatches = nlohmann::json::array(),
@@ -85,6 +125,8 @@ nlohmann::json OutcomeJson(const StrategyOutcome& o, int64_t tokens) {
       {"schedule", PipelineScheduleName(o.plan.schedule)},
       {"groups", groups},
       {"explain", o.explain}};
+  if (!o.plan.flextp_mode.empty()) j["flextp_mode"] = o.plan.flextp_mode;
+  if (flextp != nullptr) j["straggler"] = FlexTpJson(*flextp);
   if (!o.status.ok()) j["error"] = o.status.message();
   return j;
 }
@@ -120,7 +162,7 @@ int RunPlan(const std::vector<std::string>& args) {
   std::string cluster_ref, model_ref, strategy = "auto", profile_path, out_path;
   int64_t seq_len = 0, global_batch_tokens = 0;
   bool compare = false, explain = false, json = false, clipping = true;
-  std::string precision_name = "bf16";
+  std::string precision_name = "bf16", flextp_mode = "auto", straggler;
   app.add_option("--cluster", cluster_ref, "a cluster file or built-in cluster name")->required();
   app.add_option("--model", model_ref, "a preset, model .toml or Hugging Face config.json")->required();
   app.add_option("--seq-len", seq_len, "tokens per sequence")
@@ -140,6 +182,13 @@ int RunPlan(const std::vector<std::string>& args) {
                "plan for a job without gradient clipping ([optimizer] grad_clip_norm = 0): updates follow each "
                "ministage's backward instead of waiting for the global norm");
   app.add_flag("--compare", compare, "one row per strategy");
+  app.add_option("--flextp-mode", flextp_mode,
+                 "FlexTP in tensor-parallel plans: auto (default: migrate when the simulator predicts it beats "
+                 "waiting for a straggler, else off), off, migrate, resize or semi (lossy)")
+      ->check(CLI::IsMember({"auto", "off", "migrate", "resize", "semi"}));
+  app.add_option("--straggler", straggler,
+                 "DEVICE=FACTOR: judge FlexTP's modes, and every plan, with this device FACTOR times slower "
+                 "(default: a tensor-parallel plan's first team's first device, 2x)");
   app.add_flag("--explain", explain,
                "why the cut, layer split, microbatch size and ministage count were chosen");
   app.add_flag("--json", json, "print JSON");
@@ -176,6 +225,12 @@ int RunPlan(const std::vector<std::string>& args) {
     if (!p.ok()) return fail(p.status());
     profile = *p;
   }
+  std::optional<StragglerProbe> probe;
+  if (!straggler.empty()) {
+    Result<StragglerProbe> p = ParseStragglerProbe(straggler, *cluster, "--straggler");
+    if (!p.ok()) return fail(p.status());
+    probe = *p;
+  }
   PlanRequest request;
   request.global_batch_sequences = global_batch_tokens / seq_len;
   request.seq_len = seq_len;
@@ -202,6 +257,29 @@ int RunPlan(const std::vector<std::string>& args) {
     rows.push_back(chosen);
   }
   const double planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // FlexTP's mode for plans with tensor-parallel teams, judged with a straggler (sim/flextp_choice.h):
+  // the chosen plan's, and with --compare every row's. Keyed by strategy.
+  std::map<std::string, FlexTpChoice> flextp;
+  for (StrategyOutcome* o : [&] {
+         std::vector<StrategyOutcome*> all = {&chosen};
+         if (compare)
+           for (auto& r : rows) all.push_back(&r);
+         return all;
+       }()) {
+    if (o->plan.groups.empty()) continue;
+    if (!flextp.count(o->strategy)) {
+      Result<FlexTpChoice> c = ChooseFlexTpMode(o->plan, *cluster, *model, profile ? &*profile : nullptr,
+                                                flextp_mode, probe);
+      if (!c.ok()) return fail(c.status());
+      if (c->step_s.empty()) continue;
+      flextp[o->strategy] = *c;
+    }
+    o->plan.flextp_mode = flextp[o->strategy].mode;
+  }
+  auto flextp_of = [&](const StrategyOutcome& o) -> const FlexTpChoice* {
+    auto it = flextp.find(o.strategy);
+    return it == flextp.end() || o.plan.groups.empty() ? nullptr : &it->second;
+  };
   // The written plan names what it is for and carries its routing, so it runs unchanged.
   if (!chosen.plan.groups.empty()) {
     chosen.plan.model = model_ref;
@@ -220,28 +298,42 @@ int RunPlan(const std::vector<std::string>& args) {
 
   const int64_t tokens = global_batch_tokens;
   if (json) {
-    nlohmann::json j = OutcomeJson(chosen, tokens);
+    nlohmann::json j = OutcomeJson(chosen, tokens, flextp_of(chosen));
     if (!chosen.plan.groups.empty()) j["devices_left_out"] = LeftOut(chosen.plan, *cluster);
     if (explain) j["timing"] = TimingJson(planning_s, stats, rows);
     if (compare) {
       j["candidates"] = nlohmann::json::array();
-      for (const auto& o : rows) j["candidates"].push_back(OutcomeJson(o, tokens));
+      for (const auto& o : rows) j["candidates"].push_back(OutcomeJson(o, tokens, flextp_of(o)));
     }
     fmt::print("{}\n", j.dump(2));
     return chosen.status.ok() ? kExitOk : kExitFailure;
   }
   if (compare) {
-    TablePrinter t({"strategy", "step", "tokens/s", "TFLOPS", "HFU", "memory"});
-    t.AlignRight({1, 2, 3, 4});
+    // Tensor parallelism and FlexTP's columns when some plan has a team or a straggler was given.
+    const bool tp_columns = !flextp.empty();
+    std::vector<std::string> header = {"strategy", "step", "tokens/s", "TFLOPS", "HFU"};
+    if (tp_columns) header.insert(header.end(), {"TP", "FlexTP", "straggling step"});
+    header.push_back("memory");
+    TablePrinter t(header);
+    t.AlignRight(tp_columns ? std::vector<size_t>{1, 2, 3, 4, 7} : std::vector<size_t>{1, 2, 3, 4});
     for (const auto& o : rows) {
       const bool has = !o.plan.groups.empty();
-      t.AddRow({o.strategy, has ? FormatDuration(o.evaluation.step_time_s) : "-",
-                has ? fmt::format("{:.0f}", tokens / o.evaluation.step_time_s) : "-",
-                has ? fmt::format("{:.1f}", o.evaluation.tflops) : "-",
-                has ? fmt::format("{:.1f}%", 100 * o.evaluation.hfu) : "-",
-                !has                       ? "no plan"
-                : o.evaluation.fits_memory ? "fits"
-                                           : "OOM: " + o.evaluation.oom});
+      std::vector<std::string> row = {o.strategy, has ? FormatDuration(o.evaluation.step_time_s) : "-",
+                                      has ? fmt::format("{:.0f}", tokens / o.evaluation.step_time_s) : "-",
+                                      has ? fmt::format("{:.1f}", o.evaluation.tflops) : "-",
+                                      has ? fmt::format("{:.1f}%", 100 * o.evaluation.hfu) : "-"};
+      if (tp_columns) {
+        const FlexTpChoice* c = flextp_of(o);
+        row.push_back(has ? TensorParallelColumn(o.plan) : "-");
+        row.push_back(c != nullptr && !c->mode.empty() ? c->mode : "-");
+        row.push_back(c != nullptr ? fmt::format("{} (device {} {:g}x)", FormatDuration(c->straggling_step_s),
+                                                 c->probe.device, c->probe.factor)
+                                   : "-");
+      }
+      row.push_back(!has                       ? "no plan"
+                    : o.evaluation.fits_memory ? "fits"
+                                               : "OOM: " + o.evaluation.oom);
+      t.AddRow(row);
     }
     fmt::print("{}\n", t.ToString());
     if (explain)
@@ -258,6 +350,13 @@ int RunPlan(const std::vector<std::string>& args) {
   fmt::print("predicted step {} | {:.0f} tokens/s | {:.1f} TFLOPS | HFU {:.1f}%\n",
              FormatDuration(chosen.evaluation.step_time_s), tokens / chosen.evaluation.step_time_s,
              chosen.evaluation.tflops, 100 * chosen.evaluation.hfu);
+  if (const FlexTpChoice* c = flextp_of(chosen)) {
+    if (c->mode.empty())
+      fmt::print("straggler: {}\n", c->why);
+    else
+      fmt::print("tensor parallel: {} ({}); {}\n", TensorParallelColumn(chosen.plan),
+                 TensorParallelWhy(chosen, rows, compare), c->why);
+  }
   if (explain && !compare) fmt::print("why: {}\n", chosen.explain);
   if (explain) {
     // What clipping costs this plan: the same plan with its updates after each ministage.

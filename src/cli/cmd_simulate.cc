@@ -11,6 +11,7 @@
 #include "cli/table_printer.h"
 #include "core/units.h"
 #include "plan/lower.h"
+#include "sim/flextp_choice.h"
 #include "sim/routing_costs.h"
 #include "sim/simulator.h"
 
@@ -45,23 +46,9 @@ int RunSimulate(const std::vector<std::string>& args) {
   Result<PlanInputs> in = LoadPlanInputs(plan_path, cluster, model);
   if (!in.ok()) return fail(in.status());
   for (const std::string& s : stragglers) {
-    const size_t eq = s.find('=');
-    int device = -1;
-    double factor = 0;
-    try {
-      size_t used = 0;
-      if (eq != std::string::npos) device = std::stoi(s.substr(0, eq), &used);
-      if (eq != std::string::npos && used == eq) factor = std::stod(s.substr(eq + 1), &used);
-      if (used != s.size() - eq - 1) factor = 0;
-    } catch (const std::exception&) {
-      factor = 0;
-    }
-    if (device < 0 || device >= in->cluster.num_devices() || !(factor >= 1) || factor > 1000)
-      return fail(Status::InvalidArgument(fmt::format(
-          "--straggler {}: give DEVICE=FACTOR, a device of cluster {} (0..{}) and how many times slower it "
-          "computes (1 to 1000), e.g. --straggler 1=4",
-          s, in->cluster.name, in->cluster.num_devices() - 1)));
-    in->cluster.measured_slowdown[device] = factor;
+    Result<StragglerProbe> p = ParseStragglerProbe(s, in->cluster, "--straggler");
+    if (!p.ok()) return fail(p.status());
+    in->cluster.measured_slowdown[p->device] = p->factor;
   }
   if (!flextp_mode.empty()) in->plan.flextp_mode = flextp_mode;
   std::optional<Profile> profile;

@@ -236,6 +236,7 @@ StrategyOutcome TorchTitanHet(const Cluster& cluster, const ModelSpec& model, co
   z.max_ministages = 1;
   z.schedule = PipelineSchedule::k1F1B;
   z.try_tensor_parallel = true;
+  z.uniform_tensor_parallel = true;  // TorchTitan's device mesh: one TP width everywhere
   z.even_microbatches = true;
   const std::vector<int> devices = Devices(cluster, request);
   const int n = static_cast<int>(devices.size());

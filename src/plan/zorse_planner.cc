@@ -69,6 +69,14 @@ std::vector<int> CanonicalPartition(const std::vector<int>& part) {
   return out;
 }
 
+// ", tensor parallel in runs of 4" (every group), ", tensor parallel per group: 4, 4, 1" or "".
+std::string TensorParallelNote(const std::vector<int>& tp_of) {
+  if (std::all_of(tp_of.begin(), tp_of.end(), [](int t) { return t == 1; })) return "";
+  if (std::all_of(tp_of.begin(), tp_of.end(), [&](int t) { return t == tp_of[0]; }))
+    return fmt::format(", tensor parallel in runs of {}", tp_of[0]);
+  return fmt::format(", tensor parallel per group: {}", fmt::join(tp_of, ", "));
+}
+
 }  // namespace
 
 std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, const ModelSpec& model,
@@ -103,24 +111,37 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
   const std::vector<int> layers(layers64.begin(), layers64.end());
   int max_ministages = *std::min_element(layers.begin(), layers.end());
   if (request.max_ministages > 0) max_ministages = std::min(max_ministages, request.max_ministages);
-  // Tensor parallelism of width 2, 4 or 8 (as the baselines' systems try), only where every run of
-  // that many consecutive devices of a group shares a node with NVLink or NVSwitch.
-  std::vector<int> tp_options = {1};
-  // (The runtime splits untied models only: see runtime/executor/executor.cc.)
-  for (int tp = 2; request.try_tensor_parallel && !model.tie_embeddings && tp <= request.max_tensor_parallel;
-       tp *= 2) {
-    bool runs = model.num_heads % tp == 0 && model.num_kv_heads % tp == 0 && model.ffn_size % tp == 0;
-    for (const auto& g : groups) {
-      if (g.size() % tp != 0) runs = false;
-      for (size_t i = 0; runs && i < g.size(); i += tp) {
-        const auto& node = cluster.node_of(g[i]);
-        runs = node.interconnect != Interconnect::kPcie;
-        for (int j = 1; runs && j < tp; ++j) runs = cluster.devices[g[i + j]].node == cluster.devices[g[i]].node;
-      }
+  // Tensor parallelism of width 2, 4 or 8 inside a group where every run of that many consecutive
+  // devices shares a node with NVLink or NVSwitch (the runtime splits untied models only: see
+  // runtime/executor/executor.cc). A width w gives each group the widest such degree up to w — a
+  // group of NVLink nodes splits its layers, one on PCIe nodes does not — unless
+  // `uniform_tensor_parallel` (a symmetric mesh: w in every group, or not at all).
+  const auto group_can_split = [&](const std::vector<int>& g, int tp) {
+    if (model.num_heads % tp != 0 || model.num_kv_heads % tp != 0 || model.ffn_size % tp != 0) return false;
+    if (g.size() % tp != 0) return false;
+    for (size_t i = 0; i < g.size(); i += tp) {
+      if (cluster.node_of(g[i]).interconnect == Interconnect::kPcie) return false;
+      for (int j = 1; j < tp; ++j)
+        if (cluster.devices[g[i + j]].node != cluster.devices[g[i]].node) return false;
     }
-    if (runs) tp_options.push_back(tp);
+    return true;
+  };
+  std::vector<std::pair<int, std::vector<int>>> tp_options = {{1, std::vector<int>(num_groups, 1)}};
+  for (int w = 2; request.try_tensor_parallel && !model.tie_embeddings && w <= request.max_tensor_parallel; w *= 2) {
+    std::vector<int> per_group(num_groups, 1);
+    bool all = true;
+    for (int g = 0; g < num_groups; ++g) {
+      for (int tp = w; tp > 1; tp /= 2)
+        if (group_can_split(groups[g], tp)) {
+          per_group[g] = tp;
+          break;
+        }
+      all = all && per_group[g] == w;
+    }
+    if (request.uniform_tensor_parallel && !all) continue;
+    if (per_group != tp_options.back().second) tp_options.push_back({w, per_group});
   }
-  for (int tp : tp_options)
+  for (const auto& [width, tp_of] : tp_options)
     for (int64_t b = 1; b <= std::min<int64_t>(request.max_microbatch, request.global_batch_sequences); ++b) {
       if (request.global_batch_sequences % b != 0) continue;
       const int64_t num_mb = request.global_batch_sequences / b;
@@ -133,9 +154,9 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
         std::vector<double> rates;  // per tensor-parallel run (its leader)
         for (size_t i = 0; i < groups[g].size(); ++i) {
           const int d = groups[g][i];
-          fwd[g].push_back(costs.LayerForwardS(d, static_cast<double>(b)) * costs.Slowdown(d) / tp);
-          bwd[g].push_back(costs.LayerBackwardS(d, static_cast<double>(b)) * costs.Slowdown(d) / tp);
-          if (i % tp == 0) rates.push_back(1.0 / (fwd[g].back() + bwd[g].back()));
+          fwd[g].push_back(costs.LayerForwardS(d, static_cast<double>(b)) * costs.Slowdown(d) / tp_of[g]);
+          bwd[g].push_back(costs.LayerBackwardS(d, static_cast<double>(b)) * costs.Slowdown(d) / tp_of[g]);
+          if (i % tp_of[g] == 0) rates.push_back(1.0 / (fwd[g].back() + bwd[g].back()));
         }
         std::vector<int64_t> per_run = Proportional(num_mb, rates, 0), per_device;
         if (request.even_microbatches) {
@@ -145,7 +166,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
             per_run.assign(rates.size(), num_mb / static_cast<int64_t>(rates.size()));
         }
         if (per_run.empty()) break;
-        for (size_t i = 0; i < groups[g].size(); ++i) per_device.push_back(per_run[i / tp]);
+        for (size_t i = 0; i < groups[g].size(); ++i) per_device.push_back(per_run[i / tp_of[g]]);
         counts.push_back(per_device);
       }
       if (static_cast<int>(counts.size()) != num_groups) continue;  // this size cannot be split evenly
@@ -164,7 +185,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
         for (int g = 0; g < num_groups; ++g) {
           GroupPlan gp;
           gp.ministages = ranges[g];
-          gp.tp_degree = tp;
+          gp.tp_degree = tp_of[g];
           for (size_t i = 0; i < groups[g].size(); ++i)
             gp.devices.push_back({groups[g][i], b, counts[g][i], 0});
           p.groups.push_back(gp);
@@ -180,11 +201,11 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
             visit_b = std::max(visit_b, counts[g][i] * bwd[g][i]);
           }
           const double ms_layers = static_cast<double>(layers[g]) / s;
-          const double ms_params = StageParams(model, ranges[g][0]) / tp;
-          if (tp > 1) {  // two all-reduces per layer and pass, per microbatch, not overlapped
+          const double ms_params = StageParams(model, ranges[g][0]) / tp_of[g];
+          if (tp_of[g] > 1) {  // two all-reduces per layer and pass, per microbatch, not overlapped
             double most = 0;
             for (int64_t c : counts[g]) most = std::max(most, static_cast<double>(c));
-            const std::vector<int> run(groups[g].begin(), groups[g].begin() + tp);
+            const std::vector<int> run(groups[g].begin(), groups[g].begin() + tp_of[g]);
             const double ar =
                 most * 2 * ms_layers * costs.CollectiveS(OpKind::kAllReduce, run, act_per_seq * b);
             visit_f += ar / ms_layers;
@@ -214,9 +235,9 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
         for (int g = 0; g < num_groups; ++g)
           for (const auto& r : ranges[g]) holds_head[g] = holds_head[g] || r.end == model.num_layers;
         for (int g = 0; g < num_groups && fits; ++g) {
-          const double d = static_cast<double>(groups[g].size()) / tp;
+          const double d = static_cast<double>(groups[g].size()) / tp_of[g];
           double ms_params = 0;
-          for (const auto& r : ranges[g]) ms_params = std::max(ms_params, StageParams(model, r) / tp);
+          for (const auto& r : ranges[g]) ms_params = std::max(ms_params, StageParams(model, r) / tp_of[g]);
           const int ms_layers = (layers[g] + s - 1) / s;
           for (size_t i = 0; i < groups[g].size(); ++i) {
             double bytes = 0;
@@ -225,12 +246,12 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
               // visit until the updates after the global norm, which bring back the shard and
               // moments of two ministages at a time (plan/lower_state.cc).
               bytes += 2 * ms_params * state.params + 2 * ms_params / d * (state.params + state.optimizer);
-              for (const auto& r : ranges[g]) bytes += StageParams(model, r) / tp / d * state.grads;
+              for (const auto& r : ranges[g]) bytes += StageParams(model, r) / tp_of[g] / d * state.grads;
             } else if (request.offload) {
               bytes += 2 * ms_params * state.params + 2 * ms_params / d * (state.params + state.optimizer);
             } else {  // ZeRO-2: full parameters stay, gradients and optimizer state sharded
               for (const auto& r : ranges[g]) {
-                bytes += ZeroStateBytes(StageParams(model, r) / tp, d, 2, request.precision).device;
+                bytes += ZeroStateBytes(StageParams(model, r) / tp_of[g], d, 2, request.precision).device;
               }
             }
             // One ministage's full gradients, and the larger checkpointed piece's backward (a
@@ -246,14 +267,14 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
             const double saved = request.offload ? 2.0 * ms_layers * act : in_flight * layers[g] * act;
             bytes += saved + 4 * act +
                      CheckpointedBackwardBytes(model, request.seq_len, request.precision,
-                                               static_cast<double>(b) * request.seq_len, holds_head[g], tp);
+                                               static_cast<double>(b) * request.seq_len, holds_head[g], tp_of[g]);
             worst = std::max(worst, bytes);
             const bool modelled_fits = bytes <= cluster.memory_bytes(groups[g][i]);
             // One group of every device, one ministage per layer, ZeRO-2 in place: the very step the
             // profiler's memory probe ran (profile/memory_probe.h). Its measured limit decides there;
             // the memory model elsewhere, and the difference is said.
             const std::optional<int64_t> measured =
-                num_groups == 1 && tp == 1 && !request.offload && s == model.num_layers &&
+                num_groups == 1 && tp_of[g] == 1 && !request.offload && s == model.num_layers &&
                         static_cast<int>(groups[g].size()) ==
                             (request.devices.empty() ? cluster.num_devices() : static_cast<int>(request.devices.size()))
                     ? costs.MeasuredMaxMicrobatch(groups[g][i], 2, static_cast<int>(groups[g].size()))
@@ -274,7 +295,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
         c.plan = std::move(p);
         c.model_step_s = step;
         c.model_peak_bytes = worst;
-        c.tp_degree = tp;
+        c.tp_degree = width;
         c.microbatch = b;
         c.ministages = s;
         std::vector<std::string> sizes;
@@ -284,7 +305,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
             "{} group(s) [{}], microbatch {} ({} microbatches), {} ministage(s) per group{}; model: {} "
             "step, {} worst device",
             num_groups, fmt::join(sizes, ", "), b, num_mb, s,
-            tp > 1 ? fmt::format(", tensor parallel in runs of {}", tp) : std::string(),
+            TensorParallelNote(tp_of),
             FormatDuration(step), FormatBytes(worst)) + measured_note;
         out.push_back(std::move(c));
       }

@@ -85,7 +85,8 @@ struct ZorseRequest {
   int max_ministages = 0;  // 0 = up to the smallest group's layers; 1 = plain stages
   PipelineSchedule schedule = PipelineSchedule::kInterleaved;  // 1F1B needs max_ministages = 1
   bool try_tensor_parallel = false;  // also try runs of 2, 4, ... NVLink/NVSwitch-connected devices as TP
-  int max_tensor_parallel = 8;       // ... up to this width
+  int max_tensor_parallel = 8;       // ... up to this width, each group the widest its nodes allow
+  bool uniform_tensor_parallel = false;  // ... or one width in every group (a symmetric mesh)
   // Besides groupings of whole nodes, split every node into 2, 4, ... equal stages, up to this many
   // (SPLIT's cuts of the parts): more, smaller pipeline stages, as systems without offload use to
   // fit a model (1: whole nodes only).

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <set>
 
@@ -384,28 +385,39 @@ ZorseRequest PipelineBaselineRequest(int64_t sequences, int64_t seq_len, Precisi
   return z;
 }
 
-// #24 part 4: the baselines' searches as the systems search — tensor parallelism of width 2, 4 and
-// 8 where a run of that many devices shares an NVLink or NVSwitch node, and stages of split nodes.
+// #24 part 4 / #26 part 3: tensor parallelism of width 2, 4 and 8 where a run of that many devices
+// shares an NVLink or NVSwitch node — per group (each group the widest its nodes allow, up to the
+// width), or one width everywhere (TorchTitan's symmetric mesh).
 TEST(Baselines, TensorParallelWidthsUpToEightInsideFastNodes) {
   Cluster cluster = LoadCluster("zorse-a").value();  // 2 nodes of 2 H100-NVL (NVLink), 2 of 8 A100 (NVSwitch)
   ModelSpec m = *FindModelPreset("llama-7b");
   CostModel costs(cluster, m, nullptr, 1024, Precision::kFp16, true);
   ZorseRequest z = PipelineBaselineRequest(64, 1024, Precision::kFp16);
   z.try_tensor_parallel = true;
-  auto widths = [&](std::vector<std::vector<int>> groups) {
-    std::set<int> tp;
+  // Each width's per-group degrees, as the candidates carry them.
+  auto degrees = [&](std::vector<std::vector<int>> groups) {
+    std::map<int, std::set<std::vector<int>>> out;
     for (const ZorseCandidate& c : ZorseCandidatesForGroups(cluster, m, costs, z, groups)) {
-      tp.insert(c.tp_degree);
-      for (const GroupPlan& g : c.plan.groups) EXPECT_EQ(g.tp_degree, c.tp_degree);
+      std::vector<int> tp;
+      for (const GroupPlan& g : c.plan.groups) tp.push_back(g.tp_degree);
+      out[c.tp_degree].insert(tp);
     }
-    return tp;
+    return out;
   };
-  // The A100 nodes: runs of 2, 4 or 8 inside each.
-  EXPECT_EQ(widths({{4, 5, 6, 7, 8, 9, 10, 11}, {12, 13, 14, 15, 16, 17, 18, 19}}), (std::set<int>{1, 2, 4, 8}));
-  // The H100-NVL pairs: a run of 4 would cross nodes.
-  EXPECT_EQ(widths({{0, 1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}}), (std::set<int>{1, 2}));
+  using Degrees = std::map<int, std::set<std::vector<int>>>;
+  const std::vector<std::vector<int>> a100s = {{4, 5, 6, 7, 8, 9, 10, 11}, {12, 13, 14, 15, 16, 17, 18, 19}};
+  const std::vector<std::vector<int>> mixed = {{0, 1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}};
+  // The A100 nodes: runs of 2, 4 or 8 inside each, in both groups.
+  EXPECT_EQ(degrees(a100s), (Degrees{{1, {{1, 1}}}, {2, {{2, 2}}}, {4, {{4, 4}}}, {8, {{8, 8}}}}));
+  // The H100-NVL pairs cap their group at 2 (a run of 4 would cross nodes); the A100 group (first:
+  // groups are ordered by their links, §4.3.3) goes on.
+  EXPECT_EQ(degrees(mixed), (Degrees{{1, {{1, 1}}}, {2, {{2, 2}}}, {4, {{4, 2}}}, {8, {{8, 2}}}}));
+  // A symmetric mesh: only the widths every group allows.
+  z.uniform_tensor_parallel = true;
+  EXPECT_EQ(degrees(mixed), (Degrees{{1, {{1, 1}}}, {2, {{2, 2}}}}));
+  z.uniform_tensor_parallel = false;
   z.max_tensor_parallel = 2;
-  EXPECT_EQ(widths({{4, 5, 6, 7, 8, 9, 10, 11}, {12, 13, 14, 15, 16, 17, 18, 19}}), (std::set<int>{1, 2}));
+  EXPECT_EQ(degrees(a100s), (Degrees{{1, {{1, 1}}}, {2, {{2, 2}}}}));
 }
 
 TEST(Baselines, HexiscaleSplitsNodesIntoStagesAndJudgesEveryKind) {

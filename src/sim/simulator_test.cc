@@ -13,6 +13,7 @@
 #include "plan/plan_io.h"
 #include "plan/program_walker.h"
 #include "plan/transfer_order.h"
+#include "sim/flextp_choice.h"
 #include "sim/flextp_prediction.h"
 #include "sim/routing_costs.h"
 #include "sim/test_models.h"
@@ -254,6 +255,77 @@ TEST(Simulator, AStragglingTensorParallelTeamStepsAsFlexTpBalancesIt) {
     if (std::string(mode) != "resize") {
       EXPECT_GT(factor[0], 1) << mode;  // ... the others take some
     }
+  }
+}
+
+// #26 part 3: the plan's FlexTP mode chosen by the simulator (flextp_choice.h). With free links a
+// 3x straggler's team steps faster migrating than waiting, so "auto" picks migrate; where moving a
+// unit costs more than computing it, off. A named mode is kept; a plan without a team has no mode,
+// and is judged only with a straggler given.
+TEST(FlexTpChoice, AutoMigratesWhereItPaysAndOtherwiseWaits) {
+  const ModelSpec m = LayerHeavyModel(4);
+  const Profile profile = FlatProfile(m, 128);
+  Plan plan;
+  plan.seq_len = 128;
+  plan.zero_stage = 0;
+  plan.groups = {GroupPlan{{{0, 4}}, 4, {{0, 2, 2, 0}, {1, 2, 2, 0}, {2, 2, 2, 0}, {3, 2, 2, 0}}, {}, {}}};
+  const Cluster fast = FastCluster(4);
+  const StragglerProbe probe{1, 3};
+  const FlexTpChoice migrate = ChooseFlexTpMode(plan, fast, m, &profile, "auto", probe).value();
+  EXPECT_EQ(migrate.mode, "migrate");
+  ASSERT_EQ(migrate.step_s.size(), 2u);
+  EXPECT_LT(migrate.step_s[1].second, 0.8 * migrate.step_s[0].second);  // migrate against off
+  EXPECT_EQ(migrate.straggling_step_s, migrate.step_s[1].second);
+  // The default probe: the first team's first device, 2x.
+  const FlexTpChoice by_default = ChooseFlexTpMode(plan, fast, m, &profile, "auto", std::nullopt).value();
+  EXPECT_EQ(by_default.probe.device, 0);
+  EXPECT_EQ(by_default.probe.factor, 2);
+
+  // Links of 1 MB/s: a migrated unit's weights and gradients take longer than its compute.
+  const Cluster slow = ParseClusterToml(R"(
+[network]
+intra_node_latency = "1ns"
+[device_types.unit]
+memory = "64GiB"
+memory_bandwidth = "1000TB/s"
+fp16_flops = "100TFLOPS"
+fp32_flops = "100TFLOPS"
+host_link = "1000TB/s"
+[[nodes]]
+name = "n"
+device = "unit"
+interconnect = "pcie"
+intra_bandwidth = "1MB/s"
+count = 4
+)",
+                                       "slow.toml")
+                               .value();
+  const FlexTpChoice off = ChooseFlexTpMode(plan, slow, m, &profile, "auto", probe).value();
+  EXPECT_EQ(off.mode, "off");
+  EXPECT_GE(off.step_s[1].second, 0.99 * off.step_s[0].second);
+
+  const FlexTpChoice semi = ChooseFlexTpMode(plan, fast, m, &profile, "semi", probe).value();
+  EXPECT_EQ(semi.mode, "semi");
+  EXPECT_EQ(semi.step_s.size(), 1u);
+
+  Plan dp = plan;
+  dp.groups[0].tp_degree = 1;
+  EXPECT_TRUE(ChooseFlexTpMode(dp, fast, m, &profile, "auto", std::nullopt).value().step_s.empty());
+  const FlexTpChoice judged = ChooseFlexTpMode(dp, fast, m, &profile, "auto", probe).value();
+  EXPECT_EQ(judged.mode, "");
+  const double even = ChooseFlexTpMode(dp, fast, m, &profile, "auto", StragglerProbe{1, 1}).value().straggling_step_s;
+  EXPECT_NEAR(judged.straggling_step_s, 3 * even, 0.1 * even);  // the replicas wait for device 1
+}
+
+TEST(FlexTpChoice, AStragglerIsDeviceEqualsFactor) {
+  const Cluster c = FastCluster(4);
+  const StragglerProbe p = ParseStragglerProbe("2=3.5", c, "--straggler").value();
+  EXPECT_EQ(p.device, 2);
+  EXPECT_EQ(p.factor, 3.5);
+  for (const char* bad : {"4=2", "2", "=2", "2=0.5", "2=x", "2=3x"}) {
+    Result<StragglerProbe> r = ParseStragglerProbe(bad, c, "--straggler");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("DEVICE=FACTOR"), std::string::npos) << r.status().message();
   }
 }
 

@@ -391,6 +391,54 @@ num_microbatches = [16, 16]
   EXPECT_CONTAINS(bad.output, "--straggler 7=4: give DEVICE=FACTOR, a device of cluster local-emulated (0..3)");
 }
 
+// #26 part 3: on a cluster of NVLink/NVSwitch nodes the pipeline searches split layers per group in
+// teams, each plan with a team names its FlexTP mode — chosen by the simulator with a straggler —
+// and the written plan carries it.
+TEST(Cli, PlanCompareShowsTensorParallelPlansWithTheirFlexTpMode) {
+  TempDir dir;
+  const std::string base =
+      "plan --cluster zorse-a --model llama-13b --seq-len 2048 --global-batch-tokens 131072 ";
+  CliRun r = Motley(base + "--compare --json", true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  int with_teams = 0;
+  for (const auto& c : j["candidates"]) {
+    if (c["groups"].empty()) continue;
+    bool teams = false;
+    for (const auto& g : c["groups"]) teams = teams || g["tp_degree"].get<int>() > 1;
+    EXPECT_EQ(c.contains("flextp_mode"), teams) << c["strategy"];
+    EXPECT_EQ(c.contains("straggler"), teams) << c["strategy"];
+    if (!teams) continue;
+    ++with_teams;
+    const auto& s = c["straggler"];
+    const double off = s["step_time_s_by_mode"]["off"], migrate = s["step_time_s_by_mode"]["migrate"];
+    EXPECT_EQ(c["flextp_mode"], migrate < 0.99 * off ? "migrate" : "off") << c["strategy"];
+    EXPECT_GT(off, c["step_time_s"].get<double>()) << c["strategy"];  // a 2x straggler slows the team
+  }
+  EXPECT_GE(with_teams, 1) << r.output;
+  CliRun table = Motley(base + "--compare --straggler 0=3 --flextp-mode semi");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_CONTAINS(table.output, "FlexTP");
+  EXPECT_CONTAINS(table.output, "semi");
+  EXPECT_CONTAINS(table.output, "(device 0 3x)");
+  // One strategy that splits layers: why, its mode, and the mode in the plan it writes.
+  const std::string out = dir.Join("tp.toml");
+  CliRun hexiscale = Motley(base + "--strategy hexiscale --straggler 4=2 -o " + out);
+  ASSERT_EQ(hexiscale.exit_code, 0) << hexiscale.output;
+  EXPECT_CONTAINS(hexiscale.output, "(hexiscale's search chose it); FlexTP ");
+  EXPECT_CONTAINS(hexiscale.output, "with device 4 2x slower");
+  motley::Result<std::string> written = motley::ReadFileToString(out);
+  ASSERT_TRUE(written.ok());
+  EXPECT_CONTAINS(*written, "flextp_mode = ");
+  CliRun sim = Motley("simulate --plan " + out + " --json", true);
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  const std::string simulated = nlohmann::json::parse(sim.output)["flextp_mode"].get<std::string>();
+  EXPECT_CONTAINS(*written, "flextp_mode = \"" + simulated + "\"");
+  CliRun bad = Motley(base + "--straggler 20=2");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_CONTAINS(bad.output, "--straggler 20=2: give DEVICE=FACTOR, a device of cluster zorse-a (0..19)");
+}
+
 TEST(Cli, PlanChoosesComparesAndWritesAPlanThatSimulatesUnchanged) {
   TempDir dir;
   const std::string out = dir.Write("plan.toml", "");
