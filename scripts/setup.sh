@@ -19,6 +19,10 @@ PACKAGES=(
   libfmt-dev libspdlog-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libboost-graph-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # the Python module (python/) and its tests, for Debian's /usr/bin/python3
+  pybind11-dev python3-dev python3-pytest
+  # the report page's test in a real browser (tests/browser; skipped without it)
+  chromium
   # fuzzing the config parsers (fuzz/README.md): clang with libFuzzer
   clang libclang-rt-14-dev
 )

@@ -8,11 +8,9 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/plan_inputs.h"
+#include "cli/simulate_query.h"
 #include "cli/table_printer.h"
 #include "core/units.h"
-#include "plan/lower.h"
-#include "sim/flextp_choice.h"
-#include "sim/routing_costs.h"
 #include "sim/simulator.h"
 
 namespace motley::cli {
@@ -43,29 +41,20 @@ int RunSimulate(const std::vector<std::string>& args) {
     fmt::print(stderr, "{}\n", s.message());
     return kExitFailure;
   };
-  Result<PlanInputs> in = LoadPlanInputs(plan_path, cluster, model);
-  if (!in.ok()) return fail(in.status());
-  for (const std::string& s : stragglers) {
-    Result<StragglerProbe> p = ParseStragglerProbe(s, in->cluster, "--straggler");
-    if (!p.ok()) return fail(p.status());
-    in->cluster.measured_slowdown[p->device] = p->factor;
-  }
-  if (!flextp_mode.empty()) in->plan.flextp_mode = flextp_mode;
-  std::optional<Profile> profile;
-  if (!profile_path.empty()) {
-    Result<Profile> p = LoadAnyProfile(profile_path);
-    if (!p.ok()) return fail(p.status());
-    profile = *p;
-  }
-  CostModel costs(in->cluster, in->model, profile ? &*profile : nullptr, in->plan.seq_len, in->plan.precision,
-                  in->plan.activation_checkpointing);
-  const int routed = FillDefaultRouting(&in->plan, in->cluster, in->model);
-  Result<Schedule> s = LowerPlan(in->plan, in->cluster, in->model);
-  if (!s.ok()) return fail(s.status());
-  SimConfig config;
-  config.record_trace = !trace_path.empty();
-  Result<SimResult> r = Simulate(*s, in->cluster, costs, config);
-  if (!r.ok()) return fail(r.status());
+  SimulateQuery query;
+  query.plan_path = plan_path;
+  query.cluster = cluster;
+  query.model = model;
+  query.profile = profile_path;
+  query.stragglers = stragglers;
+  query.flextp_mode = flextp_mode;
+  query.record_trace = !trace_path.empty();
+  Result<SimulateAnswer> answer = AnswerSimulateQuery(query);
+  if (!answer.ok()) return fail(answer.status());
+  const PlanInputs* in = &answer->in;
+  const Schedule* s = &answer->schedule;
+  const SimResult* r = &answer->result;
+  const int routed = answer->routed;
   if (!trace_path.empty()) {
     std::ofstream out(trace_path);
     out << ChromeTraceJson(*s, in->cluster, *r);
@@ -73,34 +62,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   }
 
   if (json) {
-    nlohmann::json devices = nlohmann::json::array();
-    for (const auto& d : r->devices) {
-      devices.push_back({{"rank", d.rank},
-                         {"device", d.device},
-                         {"device_type", d.device_type},
-                         {"compute_source", d.compute_source},
-                         {"busy_fraction", d.busy_fraction},
-                         {"idle_fraction", d.idle_fraction},
-                         {"compute_busy_s", d.compute_busy_s},
-                         {"comm_busy_s", d.comm_busy_s},
-                         {"peak_memory_bytes", d.peak_memory_bytes},
-                         {"capacity_bytes", d.capacity_bytes},
-                         {"out_of_memory", d.out_of_memory},
-                         {"peak_host_bytes", d.peak_host_bytes}});
-    }
-    nlohmann::json out = {{"step_time_s", r->step_time_s},
-                          {"tokens_per_s", r->tokens_per_s},
-                          {"tflops", r->tflops},
-                          {"hfu", r->hfu},
-                          {"mfu", r->mfu},
-                          {"fits_memory", r->fits_memory},
-                          {"oom", r->oom_message},
-                          {"num_ops", s->num_ops()},
-                          {"schedule_hash", ScheduleHash(*s)},
-                          {"global_batch_tokens", s->global_batch_tokens},
-                          {"flextp_mode", s->flextp_mode},
-                          {"devices", devices}};
-    fmt::print("{}\n", out.dump(2));
+    fmt::print("{}\n", SimulateAnswerJson(*answer).dump(2));
     return kExitOk;
   }
   fmt::print("plan {} ({} groups, {} devices, {} schedule, ZeRO-{}) on cluster {}, model {}\n", plan_path,

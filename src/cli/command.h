@@ -30,6 +30,7 @@ int RunValidate(const std::vector<std::string>& args);
 int RunCatalog(const std::vector<std::string>& args);
 int RunDescribe(const std::vector<std::string>& args);
 int RunDemo(const std::vector<std::string>& args);
+int RunReport(const std::vector<std::string>& args);
 int RunSchedule(const std::vector<std::string>& args);
 int RunSimulate(const std::vector<std::string>& args);
 int RunPlan(const std::vector<std::string>& args);

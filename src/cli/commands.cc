@@ -32,6 +32,8 @@ const std::vector<Command>& Commands() {
        &RunSchedule},
       {"simulate", "simulate a training step of a plan: step time, TFLOPs, HFU, memory per device, trace",
        &RunSimulate},
+      {"report", "one HTML page on a plan, its simulated step, memory and every strategy, and a run's measurements",
+       &RunReport},
       {"calibrate", "scale a profile's compute times to what a real run of a plan measured (online profiling)",
        &RunCalibrate},
 #if defined(MOTLEY_WITH_TORCH) || defined(MOTLEY_TORCH_HELPER)

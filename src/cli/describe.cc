@@ -202,4 +202,53 @@ std::string DescribeClusterText(const Cluster& c) {
   return out;
 }
 
+nlohmann::json DescribeJobJson(const JobSpec& job) {
+  const TrainingConfig& t = job.training;
+  const TensorParallelConfig& tp = job.tensor_parallel;
+  return {{"file", job.file},
+          {"model_ref", job.model_ref},
+          {"cluster_ref", job.cluster_ref},
+          {"model", DescribeModelJson(job.model, t.seq_len, t.precision)},
+          {"cluster", DescribeClusterJson(job.cluster)},
+          {"training",
+           {{"steps", t.steps},
+            {"seq_len", t.seq_len},
+            {"global_batch_sequences", t.global_batch_sequences},
+            {"global_batch_tokens", t.global_batch_tokens()},
+            {"precision", PrecisionName(t.precision)},
+            {"activation_checkpointing", t.activation_checkpointing},
+            {"seed", t.seed}}},
+          {"data",
+           {{"train", job.data.train},
+            {"validation", job.data.validation},
+            {"tokenizer", job.data.tokenizer},
+            {"validation_interval_steps", job.data.validation_interval_steps},
+            {"validation_sequences", job.data.validation_sequences}}},
+          {"optimizer",
+           {{"lr", job.optimizer.lr},
+            {"beta1", job.optimizer.beta1},
+            {"beta2", job.optimizer.beta2},
+            {"eps", job.optimizer.eps},
+            {"weight_decay", job.optimizer.weight_decay},
+            {"grad_clip_norm", job.optimizer.grad_clip_norm}}},
+          {"lr_schedule",
+           {{"warmup_steps", job.lr_schedule.warmup_steps},
+            {"decay", job.lr_schedule.decay},
+            {"min_lr_ratio", job.lr_schedule.min_lr_ratio}}},
+          {"checkpoint",
+           {{"dir", job.checkpoint.dir},
+            {"interval_steps", job.checkpoint.interval_steps},
+            {"keep", job.checkpoint.keep},
+            {"format", job.checkpoint.format}}},
+          {"plan", {{"strategy", job.plan.strategy}, {"profile", job.plan.profile}}},
+          {"tensor_parallel",
+           {{"mode", tp.mode},
+            {"migration", tp.migration},
+            {"straggler_threshold", tp.straggler_threshold},
+            {"semi_reference", tp.semi_reference},
+            {"max_prune_ratio", tp.max_prune_ratio},
+            {"resize_attention", tp.resize_attention}}},
+          {"emulated_stragglers", job.stragglers.size()}};
+}
+
 }  // namespace motley::cli

@@ -38,8 +38,14 @@ std::string ReferenceFromPlanAt(const std::string& plan_path, const std::string&
 
 Result<PlanInputs> LoadPlanInputs(const std::string& plan_path, const std::string& cluster_flag,
                                   const std::string& model_flag) {
+  MOTLEY_ASSIGN_OR_RETURN(Plan plan, LoadPlanFile(plan_path));
+  return PlanInputsFor(std::move(plan), plan_path, cluster_flag, model_flag);
+}
+
+Result<PlanInputs> PlanInputsFor(Plan plan, const std::string& plan_path, const std::string& cluster_flag,
+                                 const std::string& model_flag) {
   PlanInputs in;
-  MOTLEY_ASSIGN_OR_RETURN(in.plan, LoadPlanFile(plan_path));
+  in.plan = std::move(plan);
   const std::string cluster_ref = !cluster_flag.empty() ? cluster_flag : Resolve(plan_path, in.plan.cluster);
   const std::string model_ref = !model_flag.empty() ? model_flag : Resolve(plan_path, in.plan.model);
   if (cluster_ref.empty())

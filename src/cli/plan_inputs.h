@@ -28,6 +28,10 @@ std::string ReferenceFromPlanAt(const std::string& plan_path, const std::string&
 
 Result<PlanInputs> LoadPlanInputs(const std::string& plan_path, const std::string& cluster_flag,
                                   const std::string& model_flag);
+/// The same for a plan already read (`plan_path`: where its references are relative to, and the
+/// name its errors carry).
+Result<PlanInputs> PlanInputsFor(Plan plan, const std::string& plan_path, const std::string& cluster_flag,
+                                 const std::string& model_flag);
 
 /// A motley profile, or the Zorse authors' model_latencies.json (imported on the fly).
 Result<Profile> LoadAnyProfile(const std::string& path);

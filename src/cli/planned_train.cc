@@ -1,5 +1,6 @@
 #include "cli/planned_train.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -161,6 +162,10 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
   const auto started = fs::file_time_type::clock::now();
   Cluster planning = job.cluster;  // gathers the memory caps the failures teach
   std::vector<std::string> args = WithoutOption(WithoutOption(run.args, "--plan"), "--profile");
+  // The run's folder keeps one step's trace, for `motley report --run` to lay beside the simulated
+  // step — unless the command asked for one elsewhere.
+  if (std::none_of(args.begin(), args.end(), [](const std::string& a) { return a == "--trace" || a.starts_with("--trace="); }))
+    args.insert(args.end(), {"--trace", (fs::path(job.checkpoint.dir) / "trace.json").string()});
   EscalationConfig config;
   std::set<int> lost_nodes;
   int restarts = 0;

@@ -1,0 +1,162 @@
+// The `motley` Python module: the torch-free half of motley — cluster, model, job and plan files,
+// the planner and the simulator — for scripts and notebooks. Each function answers what the
+// matching command prints with --json, as a dict (the same fields: the same code makes them,
+// cli/plan_query.h, cli/simulate_query.h, cli/describe.h). Bad input raises motley.MotleyError with
+// the command line's message (the file, line, key and fix).
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "cli/describe.h"
+#include "cli/job_input.h"
+#include "cli/plan_inputs.h"
+#include "cli/plan_query.h"
+#include "cli/simulate_query.h"
+#include "core/cluster_parse.h"
+#include "core/model_parse.h"
+#include "plan/plan_io.h"
+
+namespace py = pybind11;
+
+namespace motley::python {
+namespace {
+
+// JSON crosses by text: Python's json module makes the dict, with Python's own types.
+py::object ToPython(const nlohmann::json& j) { return py::module_::import("json").attr("loads")(j.dump()); }
+
+nlohmann::json FromPython(const py::object& o) {
+  return nlohmann::json::parse(py::module_::import("json").attr("dumps")(o).cast<std::string>());
+}
+
+// Raised to Python as motley.MotleyError (a ValueError).
+struct MotleyException : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <typename T>
+T ValueOrRaise(Result<T> r) {
+  if (!r.ok()) throw MotleyException(r.status().message());
+  return std::move(r).value();
+}
+
+py::object Describe(const std::optional<std::string>& cluster, const std::optional<std::string>& model,
+                    std::optional<int64_t> seq_len, const std::string& precision) {
+  if (!cluster && !model) throw MotleyException("describe: give cluster=... or model=... (or both)");
+  const std::optional<Precision> p = PrecisionFromName(precision);
+  if (!p) throw MotleyException("precision \"" + precision + "\": use fp32, bf16, fp16 or fp64");
+  nlohmann::json out = nlohmann::json::object();
+  if (model) {
+    const ModelSpec m = ValueOrRaise(LoadModel(*model));
+    out = cli::DescribeModelJson(m, seq_len.value_or(m.max_seq_len), *p);
+  }
+  if (cluster) {
+    nlohmann::json c = cli::DescribeClusterJson(ValueOrRaise(LoadCluster(*cluster)));
+    if (model)
+      out["cluster"] = c;
+    else
+      out = c;
+  }
+  return ToPython(out);
+}
+
+py::object PlanFor(const std::string& cluster, const std::string& model, int64_t seq_len,
+                   int64_t global_batch_tokens, const std::string& strategy, const std::string& precision,
+                   const std::optional<std::string>& profile, bool compare, bool gradient_clipping,
+                   const std::string& flextp_mode, const std::optional<std::string>& straggler, bool timing) {
+  cli::PlanQuery q;
+  q.cluster = cluster;
+  q.model = model;
+  q.seq_len = seq_len;
+  q.global_batch_tokens = global_batch_tokens;
+  q.strategy = strategy;
+  q.precision = precision;
+  q.profile = profile.value_or("");
+  q.compare = compare;
+  q.gradient_clipping = gradient_clipping;
+  q.flextp_mode = flextp_mode;
+  q.straggler = straggler.value_or("");
+  cli::PlanAnswer a;
+  {
+    py::gil_scoped_release release;  // planning takes seconds on large clusters and uses threads
+    a = ValueOrRaise(cli::AnswerPlanQuery(q));
+  }
+  return ToPython(cli::PlanAnswerJson(a, timing));
+}
+
+py::object SimulatePlan(const py::object& plan, const std::optional<std::string>& cluster,
+                        const std::optional<std::string>& model, const std::optional<std::string>& profile,
+                        const std::vector<std::string>& stragglers, const std::optional<std::string>& flextp_mode) {
+  cli::SimulateQuery q;
+  if (py::isinstance<py::str>(plan) || py::hasattr(plan, "__fspath__")) {
+    q.plan_path = py::str(py::module_::import("os").attr("fspath")(plan)).cast<std::string>();
+  } else {
+    // A dict as plan() returns under "plan", or as load_plan() gives.
+    q.plan = ValueOrRaise(ParsePlanJson(FromPython(plan).dump(), "plan"));
+  }
+  q.cluster = cluster.value_or("");
+  q.model = model.value_or("");
+  q.profile = profile.value_or("");
+  q.stragglers = stragglers;
+  q.flextp_mode = flextp_mode.value_or("");
+  cli::SimulateAnswer a;
+  {
+    py::gil_scoped_release release;
+    a = ValueOrRaise(cli::AnswerSimulateQuery(q));
+  }
+  return ToPython(cli::SimulateAnswerJson(a));
+}
+
+py::object LoadPlan(const std::string& path) {
+  const cli::PlanInputs in = ValueOrRaise(cli::LoadPlanInputs(path, "", ""));
+  return ToPython(PlanToJson(in.plan));
+}
+
+}  // namespace
+}  // namespace motley::python
+
+PYBIND11_MODULE(motley, m) {
+  using namespace motley::python;
+  namespace cli = motley::cli;
+  m.doc() = "motley: plan and simulate LLM training on heterogeneous GPU clusters (the torch-free half).";
+  m.attr("__version__") = MOTLEY_VERSION;
+  py::register_exception<MotleyException>(m, "MotleyError", PyExc_ValueError);
+
+  m.def(
+      "load_cluster",
+      [](const std::string& ref) { return ToPython(cli::DescribeClusterJson(ValueOrRaise(motley::LoadCluster(ref)))); },
+      py::arg("cluster"),
+      "A cluster file or built-in name (local-emulated, zorse-a, ...): its devices, nodes, links and derived figures "
+      "(`motley describe --cluster C --json`).");
+  m.def(
+      "load_model",
+      [](const std::string& ref, std::optional<int64_t> seq_len, const std::string& precision) {
+        return Describe(std::nullopt, ref, seq_len, precision);
+      },
+      py::arg("model"), py::arg("seq_len") = py::none(), py::arg("precision") = "bf16",
+      "A model preset, model .toml or Hugging Face config.json: its shape and derived figures "
+      "(`motley describe --model M --json`).");
+  m.def(
+      "load_job",
+      [](const std::string& ref) { return ToPython(cli::DescribeJobJson(ValueOrRaise(cli::LoadJobArgument(ref)))); },
+      py::arg("job"), "A job file or built-in job name (default): its settings with defaults filled in.");
+  m.def("load_plan", &LoadPlan, py::arg("path"),
+        "A plan file (.toml or .json), checked against the cluster and model it names: the plan as a dict, which "
+        "simulate() takes.");
+  m.def("describe", &Describe, py::kw_only(), py::arg("cluster") = py::none(), py::arg("model") = py::none(),
+        py::arg("seq_len") = py::none(), py::arg("precision") = "bf16", "`motley describe ... --json`.");
+  m.def("plan", &PlanFor, py::arg("cluster"), py::arg("model"), py::kw_only(), py::arg("seq_len"),
+        py::arg("global_batch_tokens"), py::arg("strategy") = "auto", py::arg("precision") = "bf16",
+        py::arg("profile") = py::none(), py::arg("compare") = false, py::arg("gradient_clipping") = true,
+        py::arg("flextp_mode") = "auto", py::arg("straggler") = py::none(), py::arg("timing") = false,
+        "`motley plan ... --json`: the chosen plan's figures, the plan itself under \"plan\" (pass it to "
+        "simulate()), every strategy's under \"candidates\" with compare=True, and \"error\" when none fits.");
+  m.def("simulate", &SimulatePlan, py::arg("plan"), py::kw_only(), py::arg("cluster") = py::none(),
+        py::arg("model") = py::none(), py::arg("profile") = py::none(),
+        py::arg("stragglers") = std::vector<std::string>{}, py::arg("flextp_mode") = py::none(),
+        "`motley simulate --plan P --json`: one step of a plan (a file path, or a dict from plan() or load_plan()); "
+        "stragglers as [\"DEVICE=FACTOR\", ...].");
+}

@@ -1,0 +1,210 @@
+// motley report (--plan P | --job J | --run DIR) [--cluster C] [--model M] [--profile F]
+//               [--no-compare] [-o report.html]
+// One self-contained HTML page (report_page.h): the cluster and the plan, one simulated step device
+// by device, peak memory against capacity, every strategy compared, and — for a run's folder — the
+// measured step beside the simulated one, the loss, throughput and the run's events.
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "cli/job_input.h"
+#include "cli/plan_inputs.h"
+#include "cli/plan_query.h"
+#include "cli/report_page.h"
+#include "core/file_io.h"
+#include "core/toml_reader.h"
+#include "plan/baselines.h"
+#include "plan/lower.h"
+#include "sim/cost_model.h"
+#include "sim/flextp_choice.h"
+#include "sim/plan_evaluator.h"
+#include "sim/routing_costs.h"
+
+namespace motley::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+Result<RunRecord> ReadRun(const std::string& dir) {
+  RunRecord run;
+  run.dir = dir;
+  const std::string metrics = (fs::path(dir) / "metrics.jsonl").string();
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(metrics));
+  size_t line_no = 0;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    ++line_no;
+    const std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      if (begin >= text.size()) break;  // a last line cut short by a run still writing
+      return Status::InvalidArgument(fmt::format("{}:{}: not a JSON object: a metrics file of `motley train` has one "
+                                                 "per line; remove the line or give the run's own folder",
+                                                 metrics, line_no));
+    }
+    run.metrics.push_back(std::move(j));
+  }
+  const fs::path trace = fs::path(dir) / "trace.json";
+  std::error_code ec;
+  if (fs::exists(trace, ec)) {
+    MOTLEY_ASSIGN_OR_RETURN(std::string t, ReadTextFile(trace.string()));
+    nlohmann::json j = nlohmann::json::parse(t, nullptr, false);
+    if (j.is_discarded())
+      return Status::InvalidArgument(
+          fmt::format("{}: not JSON: a trace written by `motley train --trace`; remove it to report without it",
+                      trace.string()));
+    run.trace = std::move(j);
+  }
+  return run;
+}
+
+}  // namespace
+
+int RunReport(const std::vector<std::string>& args) {
+  CLI::App app(
+      "Write one self-contained HTML page on a plan (and every strategy's), its simulated step and "
+      "memory, and — for a run's folder — what the run measured.",
+      "motley report");
+  std::string plan_path, job_ref, run_dir, cluster_ref, model_ref, profile_path, out_path;
+  bool no_compare = false;
+  auto* plan_opt = app.add_option("--plan", plan_path, "a plan file");
+  auto* job_opt = app.add_option("--job", job_ref, "a job file or built-in job (default): planned as `motley train` plans it");
+  auto* run_opt = app.add_option("--run", run_dir,
+                                 "a run's folder (its checkpoint dir: plan.toml, metrics.jsonl, profile.json, trace.json)");
+  plan_opt->excludes(job_opt)->excludes(run_opt);
+  job_opt->excludes(run_opt);
+  app.add_option("--cluster", cluster_ref, "the cluster (default: the plan's)");
+  app.add_option("--model", model_ref, "the model (default: the plan's)");
+  app.add_option("--profile", profile_path,
+                 "measured layer times (a motley profile or Zorse's model_latencies.json; default: the run's "
+                 "profile.json, else the roofline)");
+  app.add_flag("--no-compare", no_compare, "skip planning every strategy for the comparison");
+  app.add_option("-o,--output", out_path, "the page (default: report.html, or DIR/report.html for --run)");
+  if (auto rc = ParseArgs(app, args)) return *rc;
+  auto fail = [](const Status& s) {
+    fmt::print(stderr, "{}\n", s.message());
+    return kExitFailure;
+  };
+  if (plan_path.empty() && job_ref.empty() && run_dir.empty()) {
+    fmt::print(stderr, "motley report: give --plan FILE, --job FILE|default or --run DIR\n");
+    return kExitUsage;
+  }
+
+  // The plan, what it runs on, and the profile.
+  PlanInputs in;
+  std::string subject;
+  std::optional<RunRecord> run;
+  if (!run_dir.empty()) {
+    const fs::path plan_file = fs::path(run_dir) / "plan.toml";
+    std::error_code ec;
+    if (!fs::exists(plan_file, ec))
+      return fail(Status::InvalidArgument(fmt::format(
+          "{}: no plan.toml: give the folder a `motley train` run wrote (its [checkpoint] dir), or --plan FILE",
+          run_dir)));
+    Result<PlanInputs> loaded = LoadPlanInputs(plan_file.string(), cluster_ref, model_ref);
+    if (!loaded.ok()) return fail(loaded.status());
+    in = std::move(*loaded);
+    Result<RunRecord> r = ReadRun(run_dir);
+    if (!r.ok()) return fail(r.status());
+    run = std::move(*r);
+    if (profile_path.empty() && fs::exists(fs::path(run_dir) / "profile.json", ec))
+      profile_path = (fs::path(run_dir) / "profile.json").string();
+    subject = "run " + run_dir;
+  } else if (!plan_path.empty()) {
+    Result<PlanInputs> loaded = LoadPlanInputs(plan_path, cluster_ref, model_ref);
+    if (!loaded.ok()) return fail(loaded.status());
+    in = std::move(*loaded);
+    subject = "plan " + plan_path;
+  }
+  std::optional<Profile> profile;
+  if (!profile_path.empty()) {
+    Result<Profile> p = LoadAnyProfile(profile_path);
+    if (!p.ok()) return fail(p.status());
+    profile = std::move(*p);
+  }
+  if (!job_ref.empty()) {
+    Result<JobSpec> job = LoadJobArgument(job_ref);
+    if (!job.ok()) return fail(job.status());
+    in.cluster = job->cluster;
+    in.model = job->model;
+    const TrainingConfig& t = job->training;
+    const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, t.seq_len, t.precision,
+                          t.activation_checkpointing);
+    PlanRequest request;
+    request.global_batch_sequences = t.global_batch_sequences;
+    request.seq_len = t.seq_len;
+    request.precision = t.precision;
+    request.activation_checkpointing = t.activation_checkpointing;
+    request.gradient_clipping = job->optimizer.grad_clip_norm > 0;
+    const StrategyOutcome o = PlanWithStrategy(job->plan.strategy, in.cluster, in.model, costs, request,
+                                               SimulationEvaluator(in.cluster, in.model, costs));
+    if (!o.status.ok()) return fail(o.status);
+    in.plan = o.plan;
+    FillZorseRouting(&in.plan, costs);
+    subject = "job " + job_ref;
+  }
+
+  // One step, simulated with its trace.
+  const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, in.plan.seq_len, in.plan.precision,
+                        in.plan.activation_checkpointing);
+  FillDefaultRouting(&in.plan, in.cluster, in.model);
+  Result<Schedule> schedule = LowerPlan(in.plan, in.cluster, in.model);
+  if (!schedule.ok()) return fail(schedule.status());
+  SimConfig config;
+  config.record_trace = true;
+  Result<SimResult> sim = Simulate(*schedule, in.cluster, costs, config);
+  if (!sim.ok()) return fail(sim.status());
+
+  // Every strategy for the same model, cluster and batch.
+  std::vector<CompareRow> compare;
+  if (!no_compare) {
+    PlanRequest request;
+    request.global_batch_sequences = schedule->global_batch_tokens / in.plan.seq_len;
+    request.seq_len = in.plan.seq_len;
+    request.precision = in.plan.precision;
+    request.activation_checkpointing = in.plan.activation_checkpointing;
+    request.gradient_clipping = in.plan.gradient_clipping;
+    const PlanEvaluator evaluate = SimulationEvaluator(in.cluster, in.model, costs);
+    compare.push_back({"this plan (" + in.plan.strategy + ")", sim->step_time_s, sim->tokens_per_s,
+                       TensorParallelColumn(in.plan), in.plan.flextp_mode.empty() ? "-" : in.plan.flextp_mode,
+                       sim->fits_memory ? "" : "out of memory", true});
+    for (const StrategyOutcome& o :
+         PlanEveryStrategy(in.cluster, in.model, costs, request, evaluate, EveryStrategy::kEachItsBest)) {
+      CompareRow row{o.strategy, -1, 0, "-", "-", o.status.ok() ? o.explain : o.status.message(), false};
+      if (!o.plan.groups.empty() && o.status.ok()) {
+        row.step_s = o.evaluation.step_time_s;
+        row.tokens_per_s = static_cast<double>(schedule->global_batch_tokens) / o.evaluation.step_time_s;
+        row.tensor_parallel = TensorParallelColumn(o.plan);
+        if (row.tensor_parallel != "-") {
+          Result<FlexTpChoice> c =
+              ChooseFlexTpMode(o.plan, in.cluster, in.model, profile ? &*profile : nullptr, "auto", std::nullopt);
+          if (c.ok()) row.flextp = c->mode;
+        }
+      }
+      compare.push_back(std::move(row));
+    }
+  }
+
+  ReportInputs page;
+  page.subject = subject;
+  page.cluster = &in.cluster;
+  page.model = &in.model;
+  page.plan = &in.plan;
+  page.schedule = &*schedule;
+  page.sim = &*sim;
+  page.compare = std::move(compare);
+  page.run = run ? &*run : nullptr;
+  if (out_path.empty()) out_path = run_dir.empty() ? "report.html" : (fs::path(run_dir) / "report.html").string();
+  if (Status s = AtomicWriteFile(out_path, ReportHtml(page)); !s.ok()) return fail(s);
+  fmt::print("report: {} ({}; open it in a browser, nothing is fetched)\n", out_path, subject);
+  return kExitOk;
+}
+
+}  // namespace motley::cli

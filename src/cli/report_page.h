@@ -1,0 +1,48 @@
+// The report page (`motley report`): one self-contained HTML file — inline SVG and CSS, no script,
+// nothing fetched — on a plan, its simulated step and, given a run's folder, what the run measured.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "plan/plan.h"
+#include "plan/schedule.h"
+#include "sim/simulator.h"
+
+namespace motley::cli {
+
+/// What a run left in its folder (`motley train`'s checkpoint dir).
+struct RunRecord {
+  std::string dir;
+  std::vector<nlohmann::json> metrics;  // metrics.jsonl, line by line
+  std::optional<nlohmann::json> trace;  // trace.json: one step of the run, in the simulator's trace format
+};
+
+/// One strategy of `motley plan --compare`.
+struct CompareRow {
+  std::string strategy;
+  double step_s = -1;  // < 0: no plan
+  double tokens_per_s = 0;
+  std::string tensor_parallel = "-", flextp = "-", note;
+  bool chosen = false;
+};
+
+struct ReportInputs {
+  std::string subject;  // what the page is about: "plan P", "job J", "run D"
+  const Cluster* cluster = nullptr;
+  const ModelSpec* model = nullptr;
+  const Plan* plan = nullptr;
+  const Schedule* schedule = nullptr;
+  const SimResult* sim = nullptr;  // simulated with its trace recorded
+  std::vector<CompareRow> compare;
+  const RunRecord* run = nullptr;
+};
+
+std::string ReportHtml(const ReportInputs& in);
+
+}  // namespace motley::cli

@@ -1,0 +1,76 @@
+#include "cli/simulate_query.h"
+
+#include <fmt/format.h>
+
+#include "plan/lower.h"
+#include "sim/cost_model.h"
+#include "sim/flextp_choice.h"
+#include "sim/routing_costs.h"
+
+namespace motley::cli {
+
+Result<SimulateAnswer> AnswerSimulateQuery(const SimulateQuery& query) {
+  SimulateAnswer a;
+  Result<PlanInputs> in_or = query.plan ? PlanInputsFor(*query.plan, "plan", query.cluster, query.model)
+                                        : LoadPlanInputs(query.plan_path, query.cluster, query.model);
+  MOTLEY_ASSIGN_OR_RETURN(a.in, std::move(in_or));
+  PlanInputs& in = a.in;
+  for (const std::string& s : query.stragglers) {
+    MOTLEY_ASSIGN_OR_RETURN(StragglerProbe p, ParseStragglerProbe(s, in.cluster, "--straggler"));
+    in.cluster.measured_slowdown[p.device] = p.factor;
+  }
+  if (!query.flextp_mode.empty()) {
+    if (query.flextp_mode != "off" && query.flextp_mode != "migrate" && query.flextp_mode != "resize" &&
+        query.flextp_mode != "semi")
+      return Status::InvalidArgument(
+          fmt::format("FlexTP mode \"{}\": use off, migrate, resize or semi", query.flextp_mode));
+    in.plan.flextp_mode = query.flextp_mode;
+  }
+  std::optional<Profile> profile;
+  if (!query.profile.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(profile, LoadAnyProfile(query.profile));
+  }
+  const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, in.plan.seq_len, in.plan.precision,
+                        in.plan.activation_checkpointing);
+  a.routed = FillDefaultRouting(&in.plan, in.cluster, in.model);
+  MOTLEY_ASSIGN_OR_RETURN(a.schedule, LowerPlan(in.plan, in.cluster, in.model));
+  SimConfig config;
+  config.record_trace = query.record_trace;
+  MOTLEY_ASSIGN_OR_RETURN(a.result, Simulate(a.schedule, in.cluster, costs, config));
+  return a;
+}
+
+nlohmann::json SimulateAnswerJson(const SimulateAnswer& answer) {
+  const SimResult* r = &answer.result;
+  const Schedule* s = &answer.schedule;
+  nlohmann::json devices = nlohmann::json::array();
+  for (const auto& d : r->devices) {
+    devices.push_back({{"rank", d.rank},
+                       {"device", d.device},
+                       {"device_type", d.device_type},
+                       {"compute_source", d.compute_source},
+                       {"busy_fraction", d.busy_fraction},
+                       {"idle_fraction", d.idle_fraction},
+                       {"compute_busy_s", d.compute_busy_s},
+                       {"comm_busy_s", d.comm_busy_s},
+                       {"peak_memory_bytes", d.peak_memory_bytes},
+                       {"capacity_bytes", d.capacity_bytes},
+                       {"out_of_memory", d.out_of_memory},
+                       {"peak_host_bytes", d.peak_host_bytes}});
+  }
+  nlohmann::json out = {{"step_time_s", r->step_time_s},
+                        {"tokens_per_s", r->tokens_per_s},
+                        {"tflops", r->tflops},
+                        {"hfu", r->hfu},
+                        {"mfu", r->mfu},
+                        {"fits_memory", r->fits_memory},
+                        {"oom", r->oom_message},
+                        {"num_ops", s->num_ops()},
+                        {"schedule_hash", ScheduleHash(*s)},
+                        {"global_batch_tokens", s->global_batch_tokens},
+                        {"flextp_mode", s->flextp_mode},
+                        {"devices", devices}};
+  return out;
+}
+
+}  // namespace motley::cli
