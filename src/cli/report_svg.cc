@@ -165,9 +165,9 @@ std::string Memory(const std::string& id, const std::vector<MemoryRow>& rows) {
                        FormatBytes(r.predicted_bytes));
     std::string text = fmt::format("predicted {} of {}", FormatBytes(r.predicted_bytes), FormatBytes(r.capacity_bytes));
     if (r.measured_bytes >= 0) {
-      out += fmt::format("<rect class=\"measured\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"3\" height=\"20\"><title>{}: "
+      out += fmt::format("<rect class=\"measured\" x=\"{:.0f}\" y=\"{:.0f}\" width=\"4\" height=\"20\"><title>{}: "
                          "measured peak {}</title></rect>\n",
-                         kLabelW + x(r.measured_bytes) - 1.5, y, Escape(r.label), FormatBytes(r.measured_bytes));
+                         std::round(kLabelW + x(r.measured_bytes) - 2), y, Escape(r.label), FormatBytes(r.measured_bytes));
       text += fmt::format(", measured {}", FormatBytes(r.measured_bytes));
     }
     out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"value\">{}</text>\n",

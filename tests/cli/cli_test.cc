@@ -13,6 +13,7 @@
 
 #include "cli/cli_helpers.h"
 #include "core/file_io.h"
+#include "core/units.h"
 
 namespace {
 
@@ -484,6 +485,47 @@ TEST(Cli, PlanChoosesComparesAndWritesAPlanThatSimulatesUnchanged) {
       Motley("plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 4000");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_CONTAINS(bad.output, "--global-batch-tokens (4000) is not a multiple of --seq-len (128)");
+}
+
+// #27: `motley report` writes one self-contained page — every section, no script, nothing fetched —
+// and bad input is one clear error (the browser's view of the pages: tests/browser).
+TEST(Cli, ReportWritesOneSelfContainedPageAndRefusesWhatIsNotARun) {
+  TempDir dir;
+  const std::string page = dir.Join("plan.html");
+  CliRun r = Motley("report --plan " + std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-zorse.toml -o " + page);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "report: " + page);
+  const std::string html = motley::ReadFileToString(page).value();
+  for (const char* id : {"id=\"summary\"", "id=\"cluster\"", "id=\"timeline-simulated\"", "id=\"memory-chart\"",
+                         "id=\"compare-chart\"", "this plan (", "deepspeed-even"})
+    EXPECT_CONTAINS(html, id);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // only SVG's namespace
+  EXPECT_EQ(html.find("https://"), std::string::npos);
+  // The simulated step on the page is the simulator's.
+  CliRun sim = Motley("simulate --plan " + std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-zorse.toml --json", true);
+  const double step = nlohmann::json::parse(sim.output)["step_time_s"].get<double>();
+  EXPECT_CONTAINS(html, "Simulated: " + motley::FormatDuration(step) + " a step.");
+
+  CliRun none = Motley("report");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_CONTAINS(none.output, "give --plan FILE, --job FILE|default or --run DIR");
+  CliRun empty = Motley("report --run " + dir.Join("nothing"));
+  EXPECT_NE(empty.exit_code, 0);
+  EXPECT_CONTAINS(empty.output, "no plan.toml: give the folder a `motley train` run wrote");
+  // A run folder whose metrics are not a run's: the file and the line.
+  std::filesystem::create_directories(dir.Join("run"));
+  std::filesystem::copy_file(std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-zorse.toml", dir.Join("run/plan.toml"));
+  dir.Write("run/metrics.jsonl", "{\"step\":1,\"loss\":5.0}\nnot json\n{\"step\":2,\"loss\":4.0}\n");
+  CliRun bad = Motley("report --run " + dir.Join("run") + " --no-compare");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_CONTAINS(bad.output, dir.Join("run/metrics.jsonl") + ":2: not a JSON object");
+  dir.Write("run/metrics.jsonl", "{\"step\":1,\"loss\":5.0,\"step_time_s\":1.0}\n{\"step\":2,\"loss\":4.0,\"step_time_s\":1.0}\n{\"step\":3,\"lo");
+  CliRun cut = Motley("report --run " + dir.Join("run") + " --no-compare");
+  EXPECT_EQ(cut.exit_code, 0) << cut.output;  // a last line still being written is left out
+  const std::string run_page = motley::ReadFileToString(dir.Join("run/report.html")).value();
+  EXPECT_CONTAINS(run_page, "id=\"loss-chart\"");
+  EXPECT_CONTAINS(run_page, "No trace of the run");
 }
 
 TEST(Cli, DemoDescribesTheDefaultJob) {
