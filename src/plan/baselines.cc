@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -215,9 +216,13 @@ StrategyOutcome Pipelines(const std::string& strategy, const Cluster& cluster, c
     // Without offload, HexiScale fits a model by more, smaller stages: nodes split into up to 8.
     z.split_nodes_up_to = 8;
     // HexiScale chooses by its own cost model; its best ten of each kind (tensor-parallel width,
-    // nodes whole or split) are judged by the simulator (motley's own search re-ranks twenty).
+    // nodes whole or split) are judged by the simulator (motley's own search re-ranks twenty), all
+    // at once. Against a plan another strategy already has (auto), four of each kind first and the
+    // other six of the kinds near it: with tensor parallelism per group, a cluster with a few
+    // NVLink nodes has a kind per width, and HexiScale's plan matters to auto only if it wins.
     z.candidates_to_evaluate = 10;
-    z.first_judged_per_kind = 10;  // all of them at once: its choice is its own model's ten
+    z.first_judged_per_kind = std::isfinite(request.only_faster_than_s) ? 4 : 10;
+    z.more_judged_per_kind = 6;
   }
   Result<ZorsePlan> p = PlanZorse(cluster, model, costs, z, evaluate);
   if (!p.ok()) return Failed(strategy, p.status());

@@ -139,6 +139,14 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
       all = all && per_group[g] == w;
     }
     if (request.uniform_tensor_parallel && !all) continue;
+    // Teams in a minority of the devices leave the pipeline's bottleneck where it was (on Zorse's
+    // cluster C, its two NVLink nodes of sixteen: eight more kinds of candidate, none better).
+    size_t in_teams = 0, devices = 0;
+    for (int g = 0; g < num_groups; ++g) {
+      devices += groups[g].size();
+      if (per_group[g] > 1) in_teams += groups[g].size();
+    }
+    if (2 * in_teams < devices) continue;
     if (per_group != tp_options.back().second) tp_options.push_back({w, per_group});
   }
   for (const auto& [width, tp_of] : tp_options)
@@ -535,7 +543,18 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
   };
   std::map<std::pair<int, int>, Kind> kinds;  // (tp, split)
   auto kind_of = [&](size_t i) { return std::make_pair(all[i].tp_degree, split_of_grouping[all[i].grouping]); };
+  // A tensor-parallel candidate is judged only where its teams pay in the latency model: where the
+  // same plan without them (grouping, microbatch, ministages) fits and steps no slower, the teams
+  // only add all-reduces to groups that are not the bottleneck. (On Zorse's cluster C teams fit only
+  // its two NVLink nodes: dozens of such candidates judged for nothing tripled HexiScale's time.)
+  std::map<std::tuple<int, int64_t, int>, double> without_teams;  // (grouping, microbatch, ministages)
+  for (const ZorseCandidate& c : all)
+    if (c.tp_degree == 1) without_teams[{c.grouping, c.microbatch, c.ministages}] = c.model_step_s;
   for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].tp_degree > 1) {
+      auto twin = without_teams.find({all[i].grouping, all[i].microbatch, all[i].ministages});
+      if (twin != without_teams.end() && twin->second <= all[i].model_step_s) continue;
+    }
     Kind& k = kinds[kind_of(i)];
     if (k.queue.size() < (kind_of(i).second == 0 ? per_kind / 2 + 1 : per_kind)) k.queue.push_back(i);
   }

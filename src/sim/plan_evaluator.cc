@@ -60,7 +60,15 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
         pass.layer_begin = 0;
         pass.layer_end = g.num_layers();  // (compute takes the count of layers, not where they are)
         pass.tp_degree = g.tp_degree;
-        for (const DevicePlan& d : g.devices) {
+        const size_t tp_size = static_cast<size_t>(std::max(1, g.tp_degree));
+        for (size_t di = 0; di < g.devices.size(); ++di) {
+          const DevicePlan& d = g.devices[di];
+          // A tensor-parallel team's all-reduces block its compute (lower_task.cc): two per layer
+          // in the forward, two in the backward and two more in its recomputed forward.
+          std::vector<int> team;
+          for (size_t k = 0; tp_size > 1 && k < tp_size && di - di % tp_size + k < g.devices.size(); ++k)
+            team.push_back(g.devices[di - di % tp_size + k].device);
+          const double tp_calls = 2.0 * g.num_layers() * (plan.activation_checkpointing ? 3 : 2);
           double device_s = 0;
           for (int64_t i = 0; i < d.num_microbatches; ++i) {
             pass.sequences = d.microbatch_size_at(i);
@@ -68,6 +76,11 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
               pass.kind = kind;
               device_s += costs.ComputeS(d.device, pass);
             }
+            if (team.size() > 1)
+              device_s += tp_calls * costs.CollectiveS(OpKind::kAllReduce, team,
+                                                       static_cast<double>(pass.sequences) * static_cast<double>(plan.seq_len) *
+                                                           static_cast<double>(model.hidden_size) *
+                                                           BytesPerElement(plan.precision));
           }
           least_s = std::max(least_s, device_s);
         }
@@ -110,10 +123,23 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     if (std::isfinite(bound.stop_after_s)) {
       lowering.stopped = &stopped_lowering;
       lowering.stop_after_emission = [&](const Schedule& emitted) {
+        std::vector<double> tp_collective_s(emitted.collectives.size(), -1);  // a team's all-reduces, once each
         for (const Program& p : emitted.programs) {
           double rank_s = 0;
-          for (const Op& op : p.ops)
+          for (const Op& op : p.ops) {
             if (IsCompute(op.kind)) rank_s += costs.ComputeS(p.device, op);
+            // A tensor-parallel team's all-reduces block its compute, as the simulator runs them.
+            if (IsCollective(op.kind) && op.collective >= 0 && emitted.collectives[op.collective].tensor_parallel) {
+              double& c_s = tp_collective_s[op.collective];
+              if (c_s < 0) {
+                const Collective& c = emitted.collectives[op.collective];
+                std::vector<int> devices;
+                for (const int32_t r : c.ranks) devices.push_back(emitted.programs[r].device);
+                c_s = c.calls * costs.CollectiveS(c.kind, devices, c.bytes / std::max(1, c.calls));
+              }
+              rank_s += c_s;
+            }
+          }
           compute_s = std::max(compute_s, rank_s);
         }
         return compute_s > bound.stop_after_s * (1 + 1e-9);
