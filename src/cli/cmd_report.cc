@@ -132,6 +132,13 @@ int RunReport(const std::vector<std::string>& args) {
   if (!job_ref.empty()) {
     Result<JobSpec> job = LoadJobArgument(job_ref);
     if (!job.ok()) return fail(job.status());
+    if (!profile && !job->plan.profile.empty()) {  // the job's own [plan] profile, relative to the job file
+      const fs::path given(job->plan.profile);
+      Result<Profile> p =
+          LoadAnyProfile(given.is_absolute() ? given.string() : (fs::path(job->file).parent_path() / given).string());
+      if (!p.ok()) return fail(p.status());
+      profile = std::move(*p);
+    }
     in.cluster = job->cluster;
     in.model = job->model;
     const TrainingConfig& t = job->training;
