@@ -45,12 +45,7 @@ int RunDemo(const std::vector<std::string>& args) {
   // Plan the job with every strategy on the same cost models, each plan judged by the simulator.
   CostModel costs(job->cluster, job->model, nullptr, t.seq_len, t.precision, t.activation_checkpointing);
   const PlanEvaluator evaluate = SimulationEvaluator(job->cluster, job->model, costs);
-  PlanRequest request;
-  request.global_batch_sequences = t.global_batch_sequences;
-  request.seq_len = t.seq_len;
-  request.precision = t.precision;
-  request.activation_checkpointing = t.activation_checkpointing;
-  request.gradient_clipping = job->optimizer.grad_clip_norm > 0;
+  const PlanRequest request = PlanRequestForJob(*job);
   std::vector<StrategyOutcome> plans = PlanEveryStrategy(job->cluster, job->model, costs, request, evaluate);
   const StrategyOutcome* best = nullptr;
   double even_s = 0;

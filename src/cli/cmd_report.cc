@@ -144,13 +144,7 @@ int RunReport(const std::vector<std::string>& args) {
     const TrainingConfig& t = job->training;
     const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, t.seq_len, t.precision,
                           t.activation_checkpointing);
-    PlanRequest request;
-    request.global_batch_sequences = t.global_batch_sequences;
-    request.seq_len = t.seq_len;
-    request.precision = t.precision;
-    request.activation_checkpointing = t.activation_checkpointing;
-    request.gradient_clipping = job->optimizer.grad_clip_norm > 0;
-    const StrategyOutcome o = PlanWithStrategy(job->plan.strategy, in.cluster, in.model, costs, request,
+    const StrategyOutcome o = PlanWithStrategy(job->plan.strategy, in.cluster, in.model, costs, PlanRequestForJob(*job),
                                                SimulationEvaluator(in.cluster, in.model, costs));
     if (!o.status.ok()) return fail(o.status);
     in.plan = o.plan;

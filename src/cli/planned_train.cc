@@ -312,12 +312,7 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
     }
   }
   // 2. The plan, and the even split for comparison (or the plan given, as it is).
-  PlanRequest request;
-  request.global_batch_sequences = tc.global_batch_sequences;
-  request.seq_len = tc.seq_len;
-  request.precision = tc.precision;
-  request.activation_checkpointing = tc.activation_checkpointing;
-  request.gradient_clipping = job.optimizer.grad_clip_norm > 0;
+  const PlanRequest request = PlanRequestForJob(job);
   CostModel costs(job.cluster, job.model, &profile, tc.seq_len, tc.precision, tc.activation_checkpointing);
   const PlanEvaluator evaluate = SimulationEvaluator(job.cluster, job.model, costs);
   const std::string self = fs::read_symlink("/proc/self/exe").string();

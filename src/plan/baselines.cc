@@ -328,6 +328,17 @@ StrategyOutcome PlanOnSubsets(const std::string& strategy, const Cluster& cluste
 
 }  // namespace
 
+PlanRequest PlanRequestForJob(const JobSpec& job) {
+  const TrainingConfig& t = job.training;
+  PlanRequest request;
+  request.global_batch_sequences = t.global_batch_sequences;
+  request.seq_len = t.seq_len;
+  request.precision = t.precision;
+  request.activation_checkpointing = t.activation_checkpointing;
+  request.gradient_clipping = job.optimizer.grad_clip_norm > 0;
+  return request;
+}
+
 StrategyOutcome PlanWithStrategy(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
                                  const PlannerCosts& costs, const PlanRequest& request,
                                  const PlanEvaluator& evaluate) {

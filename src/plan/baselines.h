@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/job.h"
 #include "plan/zorse_planner.h"
 
 namespace motley {
@@ -39,6 +40,10 @@ struct PlanRequest {
   // unfound, so --compare passes nothing.
   double only_faster_than_s = std::numeric_limits<double>::infinity();
 };
+
+/// What a job asks the planner for: its batch, sequence length, precision, checkpointing and
+/// clipping ([training], [optimizer] grad_clip_norm).
+PlanRequest PlanRequestForJob(const JobSpec& job);
 
 struct StrategyOutcome {
   std::string strategy;

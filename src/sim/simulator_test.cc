@@ -282,24 +282,7 @@ TEST(FlexTpChoice, AutoMigratesWhereItPaysAndOtherwiseWaits) {
   EXPECT_EQ(by_default.probe.factor, 2);
 
   // Links of 1 MB/s: a migrated unit's weights and gradients take longer than its compute.
-  const Cluster slow = ParseClusterToml(R"(
-[network]
-intra_node_latency = "1ns"
-[device_types.unit]
-memory = "64GiB"
-memory_bandwidth = "1000TB/s"
-fp16_flops = "100TFLOPS"
-fp32_flops = "100TFLOPS"
-host_link = "1000TB/s"
-[[nodes]]
-name = "n"
-device = "unit"
-interconnect = "pcie"
-intra_bandwidth = "1MB/s"
-count = 4
-)",
-                                       "slow.toml")
-                               .value();
+  const Cluster slow = FastCluster(4, "64GiB", "1MB/s");
   const FlexTpChoice off = ChooseFlexTpMode(plan, slow, m, &profile, "auto", probe).value();
   EXPECT_EQ(off.mode, "off");
   EXPECT_GE(off.step_s[1].second, 0.99 * off.step_s[0].second);

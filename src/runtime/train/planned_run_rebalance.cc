@@ -89,13 +89,8 @@ Status PlannedRun::Rebalance(const std::vector<StragglerMonitor::Change>& change
   std::string text, message;
   nlohmann::json event = {{"event", "rebalance"}, {"step", step}};
   if (lead_) {
-    const TrainingConfig& tc = job_.training;
-    PlanRequest request;
-    request.global_batch_sequences = tc.global_batch_sequences;
-    request.seq_len = tc.seq_len;
-    request.precision = tc.precision;
+    PlanRequest request = PlanRequestForJob(job_);
     request.activation_checkpointing = plan_.activation_checkpointing;
-    request.gradient_clipping = job_.optimizer.grad_clip_norm > 0;
     std::optional<Profile> profile;
     std::string profile_path = options_.profile_path;
     if (profile_path.empty() && !job_.plan.profile.empty())
