@@ -200,12 +200,7 @@ StrategyOutcome FastestOnly(const Cluster& cluster, const ModelSpec& model, cons
 StrategyOutcome Pipelines(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
                           const PlannerCosts& costs, const PlanRequest& request,
                           const PlanEvaluator& evaluate) {
-  ZorseRequest z;
-  z.global_batch_sequences = request.global_batch_sequences;
-  z.seq_len = request.seq_len;
-  z.precision = request.precision;
-  z.activation_checkpointing = request.activation_checkpointing;
-  z.gradient_clipping = request.gradient_clipping;
+  ZorseRequest z = ZorseRequestFor(request);
   z.devices = request.devices;
   z.bound.stop_after_s = request.only_faster_than_s;
   if (strategy == "hexiscale") {
@@ -231,12 +226,7 @@ StrategyOutcome Pipelines(const std::string& strategy, const Cluster& cluster, c
 
 StrategyOutcome TorchTitanHet(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
                               const PlanRequest& request, const PlanEvaluator& evaluate) {
-  ZorseRequest z;
-  z.global_batch_sequences = request.global_batch_sequences;
-  z.seq_len = request.seq_len;
-  z.precision = request.precision;
-  z.activation_checkpointing = request.activation_checkpointing;
-  z.gradient_clipping = request.gradient_clipping;
+  ZorseRequest z = ZorseRequestFor(request);
   z.offload = false;
   z.max_ministages = 1;
   z.schedule = PipelineSchedule::k1F1B;
@@ -327,6 +317,16 @@ StrategyOutcome PlanOnSubsets(const std::string& strategy, const Cluster& cluste
 }
 
 }  // namespace
+
+ZorseRequest ZorseRequestFor(const PlanRequest& request) {
+  ZorseRequest z;
+  z.global_batch_sequences = request.global_batch_sequences;
+  z.seq_len = request.seq_len;
+  z.precision = request.precision;
+  z.activation_checkpointing = request.activation_checkpointing;
+  z.gradient_clipping = request.gradient_clipping;
+  return z;
+}
 
 PlanRequest PlanRequestForJob(const JobSpec& job) {
   const TrainingConfig& t = job.training;

@@ -45,6 +45,10 @@ struct PlanRequest {
 /// clipping ([training], [optimizer] grad_clip_norm).
 PlanRequest PlanRequestForJob(const JobSpec& job);
 
+/// The pipeline search's request for what `request` asks (batch, sequence length, precision,
+/// checkpointing, clipping); the rest at ZorseRequest's defaults.
+ZorseRequest ZorseRequestFor(const PlanRequest& request);
+
 struct StrategyOutcome {
   std::string strategy;
   Status status;  // why it has no plan, when it has none

@@ -90,12 +90,7 @@ Result<Replanned> ReplanInPlace(const Plan& current, const Cluster& measured, co
       groups.emplace_back();
       for (const DevicePlan& d : g.devices) groups.back().push_back(d.device);
     }
-    ZorseRequest z;
-    z.global_batch_sequences = request.global_batch_sequences;
-    z.seq_len = request.seq_len;
-    z.precision = request.precision;
-    z.activation_checkpointing = request.activation_checkpointing;
-    z.gradient_clipping = request.gradient_clipping;
+    ZorseRequest z = ZorseRequestFor(request);
     z.offload = current.offload_params;
     z.schedule = current.schedule;
     z.devices = ranks;
