@@ -3,7 +3,9 @@
 // emulated stragglers slow down — one rank 2x, 4x, 8x; then half the ranks (two) 2x, 4x, 8x — under
 // each mode: off (the team waits), migrate (migrate-bcast: by broadcast-reduce, FlexTP's;
 // migrate-p2p: point to point), resize, semi (migrating as `migration = "auto"` does on CPU ranks:
-// point to point; stragglers judged against the average, and semi-fastest: against the fastest rank). Reported per scenario and mode: the
+// point to point; stragglers judged against the average and split by FlexTP's cost model (Eq. 2-3,
+// with its pre-test); semi-search: split by motley's earlier grid search; semi-fastest: the cost
+// model, stragglers judged against the fastest rank). Reported per scenario and mode: the
 // median step time over steps 3..N and its ratio to the same team without stragglers (measured in
 // the same run), the final training and validation losses against exact training on the same data
 // (mode off, which is exact), the largest pruned fraction and the units moved.
@@ -100,12 +102,13 @@ lr = 3e-3
 mode = "{}"
 migration = "{}"
 semi_reference = "{}"
+semi_solver = "{}"
 )",
                               steps, mode == "migrate-p2p" || mode == "migrate-bcast" ? "migrate"
-                                     : mode == "semi-fastest"                         ? "semi"
+                                     : mode.starts_with("semi")                       ? "semi"
                                                                                       : mode,
                               mode == "migrate-p2p" ? "point-to-point" : mode == "migrate-bcast" ? "broadcast-reduce" : "auto",
-                              mode == "semi-fastest" ? "fastest" : "average");
+                              mode == "semi-fastest" ? "fastest" : "average", mode == "semi-search" ? "search" : "cost-model");
   for (int r : slow)
     j += fmt::format("[[emulation.stragglers]]\nrank = {}\nslowdown = {}\nslows = \"{}\"\n", r, factor, slows);
   return j;
@@ -270,7 +273,7 @@ int main(int argc, char** argv) {
     baselines.push_back(none.step_s);
     Outcome exact;
     const double predicted_none = Predicted(dir, {}, 1, "off");
-    for (const char* mode : {"off", "migrate-bcast", "migrate-p2p", "resize", "semi", "semi-fastest"}) {
+    for (const char* mode : {"off", "migrate-bcast", "migrate-p2p", "resize", "semi", "semi-search", "semi-fastest"}) {
       const Outcome o = Train(dir, fmt::format("s{}-{}", index, mode), Job(steps, mode, s.slow, s.factor, slows), steps);
       if (std::string(mode) == "off") exact = o;
       if (!o.ok) {
@@ -308,7 +311,9 @@ int main(int argc, char** argv) {
       "straggler, trained right before the scenario. Losses after step {} and on 32 validation windows, against mode off (exact) in the "
       "same scenario. `migrate-bcast` moves a straggler's units by broadcast-reduce (FlexTP §IV-A), `migrate-p2p` the "
       "same units point to point; `semi` migrates as `migration = \"auto\"` does on CPU ranks (point to point) and judges "
-      "stragglers against the team's average, `semi-fastest` against its fastest rank (FlexTP §IV-B). `simulator`: "
+      "stragglers against the team's average, splitting each straggler's gap by FlexTP's cost model (Eq. 2-3, the costs "
+      "from its pre-test), `semi-search` by motley's earlier grid search (the least pruning within 5% of the fastest "
+      "split), `semi-fastest` the cost model judging stragglers against the team's fastest rank (FlexTP §IV-B). `simulator`: "
       "`motley simulate --straggler r=F --flextp-mode M` on the same plan against its step with no straggler (the "
       "whole device slowed, the roofline's timings; its migration point to point, its semi judged by the average).\n\n{}",
       steps, slows, slows,

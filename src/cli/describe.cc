@@ -246,6 +246,7 @@ nlohmann::json DescribeJobJson(const JobSpec& job) {
             {"migration", tp.migration},
             {"straggler_threshold", tp.straggler_threshold},
             {"semi_reference", tp.semi_reference},
+            {"semi_solver", tp.semi_solver},
             {"max_prune_ratio", tp.max_prune_ratio},
             {"resize_attention", tp.resize_attention}}},
           {"emulated_stragglers", job.stragglers.size()}};

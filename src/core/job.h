@@ -92,6 +92,13 @@ struct TensorParallelConfig {
   /// On ranks whose speed is noisy the strict criterion names ranks within noise of the fastest
   /// stragglers, which then neither take work nor keep theirs (bench/reports/flextp_stragglers.md).
   std::string semi_reference = "average";
+  /// How `semi` splits a straggler's gap between migration and resizing: "cost-model" (FlexTP
+  /// §IV-B/C: Eq. 2 balances a single straggler's resizing cost against the receivers' migration
+  /// cost; Eq. 3 lets the heaviest stragglers migrate while migration is cost-effective and the rest
+  /// resize; the costs from the pre-test run before the first step) or "search" (motley's earlier
+  /// choice: every split on a grid, the least pruning among the nearly fastest; kept to compare,
+  /// bench/reports/flextp_stragglers.md).
+  std::string semi_solver = "cost-model";
   double recheck_change = 0.10;       // re-balance when a rank's own speed moved by more than this
   double max_prune_ratio = 0.5;       // at most this fraction of a straggler's MLP units pruned
   double layer_decay = 0.8;           // how far per-layer ratios follow their weights' variation (FlexTP §III-B; 0: uniform)

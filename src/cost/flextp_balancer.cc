@@ -60,11 +60,21 @@ namespace {
 
 double MigrationSeconds(const TeamBalance& b, const FlexTpCosts& c, int r) {
   if (c.broadcast_reduce) {
-    int64_t units = 0, groups = 0;
-    for (size_t s = 0; s < b.given.size(); ++s) units += b.given[s], groups += b.given_groups[s];
-    return c.migrate_s_per_unit * static_cast<double>(units) + c.migrate_s_per_group * static_cast<double>(groups);
+    int64_t units = 0, groups = 0, blocks = 0;
+    for (size_t s = 0; s < b.given.size(); ++s) {
+      units += b.given[s], groups += b.given_groups[s];
+      blocks += b.given[s] + b.given_groups[s] > 0 ? 1 : 0;
+    }
+    return c.migrate_s_fixed * static_cast<double>(blocks) + c.migrate_s_per_unit * static_cast<double>(units) +
+           c.migrate_s_per_group * static_cast<double>(groups);
   }
-  return c.migrate_s_per_unit * static_cast<double>(b.given[r] + b.received(r, false)) +
+  // Point to point: a fixed cost for its own block and for each straggler it borrows from.
+  int64_t blocks = b.given[r] + b.given_groups[r] > 0 ? 1 : 0;
+  std::vector<bool> from(b.given.size(), false);
+  for (const UnitMove& m : b.moves)
+    if (m.to == r && m.count > 0 && !from[m.from]) from[m.from] = true, ++blocks;
+  return c.migrate_s_fixed * static_cast<double>(blocks) +
+         c.migrate_s_per_unit * static_cast<double>(b.given[r] + b.received(r, false)) +
          c.migrate_s_per_group * static_cast<double>(b.given_groups[r] + b.received(r, true));
 }
 
@@ -91,8 +101,18 @@ double FlexTpBalancer::Load(const TeamBalance& b, int r) const {
   return fixed_ + (1 - fixed_) * (OwnWork(b, r) + borrowed_ * BorrowedWork(b, r));
 }
 
+// ZERO-resizing's own cost for rank r (FlexTpCosts::resize_*), per second of its nominal time.
+double FlexTpBalancer::ResizeOverhead(const TeamBalance& b, int r) const {
+  const double p = b.prune_ratio[r];
+  if (p <= 0) return 0;
+  const double u = static_cast<double>(costs_.units);
+  const double mlp_share = costs_.mlp_fraction / (costs_.mlp_fraction + costs_.attention_fraction);
+  return (1 - fixed_) * mlp_share * (u - static_cast<double>(b.given[r])) / u *
+         (costs_.resize_fixed + costs_.resize_per_ratio * p);
+}
+
 double FlexTpBalancer::RankTime(const TeamBalance& b, const std::vector<double>& nominal, int r) const {
-  return nominal[r] * Load(b, r) + MigrationSeconds(b, costs_, r);
+  return nominal[r] * (Load(b, r) + ResizeOverhead(b, r)) + MigrationSeconds(b, costs_, r);
 }
 
 namespace {
@@ -153,7 +173,8 @@ const TeamBalance& FlexTpBalancer::Update(const std::vector<double>& compute_s) 
   // Nominal times: what each rank would have taken at its own share. (The measured compute time
   // excludes the migration's communication.)
   nominal_s_.resize(compute_s.size());
-  for (int r = 0; r < team_size_; ++r) nominal_s_[r] = std::max(1e-9, compute_s[r]) / Load(balance_, r);
+  for (int r = 0; r < team_size_; ++r)
+    nominal_s_[r] = std::max(1e-9, compute_s[r]) / (Load(balance_, r) + ResizeOverhead(balance_, r));
   rebalanced_ = decided_at_s_.empty() || learned;
   for (size_t r = 0; r < decided_at_s_.size() && !rebalanced_; ++r)
     rebalanced_ = std::abs(nominal_s_[r] - decided_at_s_[r]) > config_.recheck_change * decided_at_s_[r];
@@ -167,6 +188,154 @@ const TeamBalance& FlexTpBalancer::Update(const std::vector<double>& compute_s) 
 void FlexTpBalancer::ObserveMigrationCosts(double s_per_unit, double s_per_group) {
   if (s_per_unit > 0) costs_.migrate_s_per_unit = s_per_unit;
   if (s_per_group > 0) costs_.migrate_s_per_group = s_per_group;
+}
+
+void FlexTpBalancer::UsePretest(const SemiPretest& pretest) {
+  costs_ = WithPretest(costs_, pretest);
+  decided_at_s_.clear();  // the next Update decides anew
+}
+
+void FlexTpBalancer::Move(TeamBalance& c, int s, int64_t count, bool attention, const std::vector<int>& normal,
+                          const std::vector<double>& nominal) const {
+  const int64_t total = attention ? costs_.groups : costs_.units;
+  c.moves.erase(std::remove_if(c.moves.begin(), c.moves.end(),
+                               [&](const UnitMove& mv) { return mv.from == s && mv.attention == attention; }),
+                c.moves.end());
+  (attention ? c.given_groups : c.given)[s] = count;
+  const int64_t chunk = attention ? 1 : std::max<int64_t>(1, count / (8 * static_cast<int64_t>(normal.size())));
+  std::vector<int64_t> to(team_size_, 0);
+  for (int64_t left = count; left > 0;) {
+    const int64_t n = std::min(chunk, left);
+    int best = normal.front();
+    double best_s = 1e300;
+    for (int r : normal) {
+      c.moves.push_back({s, r, 0, n, attention});
+      const double t = RankTime(c, nominal, r);
+      c.moves.pop_back();
+      if (t < best_s) best_s = t, best = r;
+    }
+    c.moves.push_back({s, best, 0, n, attention});
+    to[best] += n;
+    left -= n;
+  }
+  c.moves.erase(std::remove_if(c.moves.begin(), c.moves.end(),
+                               [&](const UnitMove& mv) { return mv.from == s && mv.attention == attention; }),
+                c.moves.end());
+  int64_t begin = total - count;
+  for (int r = 0; r < team_size_; ++r)
+    if (to[r] > 0) {
+      c.moves.push_back({s, r, begin, to[r], attention});
+      begin += to[r];
+    }
+}
+
+void FlexTpBalancer::MoveWork(TeamBalance& c, int s, int64_t units, const std::vector<int>& normal,
+                              const std::vector<double>& nominal) const {
+  Move(c, s, units * costs_.groups / costs_.units, true, normal, nominal);
+  Move(c, s, units, false, normal, nominal);
+}
+
+void FlexTpBalancer::PruneToCatchUp(TeamBalance& c, int s, double target, const std::vector<double>& nominal) const {
+  // The straggler's time a pruning ratio of 1 would save: its own units left, and its attention
+  // groups' projections.
+  const double all = costs_.mlp_fraction + costs_.attention_fraction;
+  const double units = static_cast<double>(costs_.units), groups = static_cast<double>(costs_.groups);
+  const double prunable =
+      (1 - fixed_) * nominal[s] *
+      (costs_.mlp_fraction / all * (units - static_cast<double>(c.given[s])) / units +
+       costs_.attention_fraction / all * costs_.attention_prunable *
+           (groups - static_cast<double>(c.given_groups[s])) / std::max(groups, 1.0));
+  c.prune_ratio[s] = 0;
+  const double gap = RankTime(c, nominal, s) - target;  // Eq. 1: the savings offset the gap
+  if (prunable > 0) c.prune_ratio[s] = std::clamp(gap / prunable, 0.0, config_.max_prune_ratio);
+}
+
+// FlexTP §IV-B. Who migrates (Eq. 3): heaviest first, straggler k migrates while that is
+// cost-effective — the time it would save by migrating the work that brings it alone to the
+// reference (T_k - T_ref) exceeds the most any receiver pays for the work of stragglers 1..k
+// (transfers and borrowed compute); the first that is not ends it. A single straggler migrates.
+// How much (Eq. 2): the work the migrating stragglers would need is split into a migrated part and a
+// pruned part (Eq. 1's ratio to the reference, capped at `max_prune_ratio`) so that the stragglers'
+// resizing cost — ZERO-resizing's overhead, and what the cap leaves — balances the receivers'
+// migration cost: one share of each migrating straggler's work, found by bisection (the
+// stragglers' lead over the slowest receiver falls as the share grows). With resizing free and
+// within its cap the balance is at no migration: SEMI "solely runs resizing if the speed
+// difference is tolerable". The stragglers that do not migrate prune by Eq. 1 to the pace the
+// migration leaves (the slowest receiver).
+// Our reading where the paper is silent: Eq. 2's balance also sizes the migration of several
+// stragglers (the paper migrates their whole excess, which overloads the receivers when half the
+// team straggles), and the receivers are the normal ranks only.
+void FlexTpBalancer::SemiSplit(TeamBalance& b, const std::vector<double>& nominal, const std::vector<int>& stragglers,
+                               const std::vector<int>& normal, double reference) const {
+  const int64_t units = costs_.units;
+  auto slowest = [&](const TeamBalance& c, const std::vector<int>& ranks) {
+    double t = 0;
+    for (int r : ranks) t = std::max(t, RankTime(c, nominal, r));
+    return t;
+  };
+  // The units that bring straggler s alone to the reference by migration (all of them if none do).
+  auto needed = [&](int s) {
+    int64_t lo = 0, hi = units;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      TeamBalance c = b;
+      MoveWork(c, s, mid, normal, nominal);
+      if (RankTime(c, nominal, s) <= reference) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return lo;
+  };
+  // Eq. 3: the migrating stragglers and the work each needs.
+  std::vector<std::pair<int, int64_t>> migrating;
+  const double receivers_before = slowest(b, normal);
+  TeamBalance cumulative = b;
+  for (int s : stragglers) {
+    const int64_t work = needed(s);
+    MoveWork(cumulative, s, work, normal, nominal);
+    const double cost = slowest(cumulative, normal) - receivers_before;
+    const double reduction = RankTime(b, nominal, s) - reference;
+    if (stragglers.size() > 1 && reduction <= cost) break;
+    migrating.push_back({s, work});
+  }
+  // Eq. 2: the migrated share k / units of that work; the others prune to the pace it leaves.
+  std::vector<int> migrants;
+  for (const auto& [s, work] : migrating) migrants.push_back(s);
+  auto split = [&](int64_t k) {
+    TeamBalance c = b;
+    for (const auto& [s, work] : migrating) MoveWork(c, s, work * k / units, normal, nominal);
+    const double pace = std::max(reference, slowest(c, normal));
+    for (int s : stragglers)
+      PruneToCatchUp(c, s, std::find(migrants.begin(), migrants.end(), s) != migrants.end() ? reference : pace,
+                     nominal);
+    return c;
+  };
+  auto lead = [&](const TeamBalance& c) { return slowest(c, migrants) - slowest(c, normal); };
+  TeamBalance lo_b = split(0);
+  if (migrating.empty() || lead(lo_b) <= 0) {  // resizing alone keeps pace
+    b = std::move(lo_b);
+    return;
+  }
+  TeamBalance hi_b = split(units);
+  if (lead(hi_b) >= 0) {  // even migrating all that work leaves a straggler behind
+    b = std::move(hi_b);
+    return;
+  }
+  int64_t lo = 0, hi = units;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    TeamBalance c = split(mid);
+    if (lead(c) > 0) {
+      lo = mid, lo_b = std::move(c);
+    } else {
+      hi = mid, hi_b = std::move(c);
+    }
+  }
+  std::vector<int> team(team_size_);
+  std::iota(team.begin(), team.end(), 0);
+  b = slowest(lo_b, team) <= slowest(hi_b, team) ? std::move(lo_b) : std::move(hi_b);
 }
 
 TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
@@ -197,41 +366,16 @@ TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
   double reference = 0;
   for (int r : normal) reference += nominal[r] / static_cast<double>(normal.size());
 
+  if (mode_ == FlexTpMode::kSemi && config_.semi_solver == "cost-model") {
+    std::vector<int> order;
+    for (const auto& [s, skew] : stragglers) order.push_back(s);
+    SemiSplit(b, nominal, order, normal, reference);
+    finish(b);
+    return b;
+  }
   const int64_t units = costs_.units, groups = costs_.groups;
   const bool may_move = mode_ == FlexTpMode::kMigrate || mode_ == FlexTpMode::kSemi;
   const bool may_prune = mode_ == FlexTpMode::kResize || mode_ == FlexTpMode::kSemi;
-  // Moves `count` of straggler s's units (or groups), a chunk at a time, each to the receiver that
-  // would finish first with it; then one contiguous run per receiver, in rank order (virtual
-  // renumbering) from the end of s's slice.
-  auto move = [&](TeamBalance& c, int s, int64_t count, bool attention) {
-    const int64_t total = attention ? groups : units;
-    (attention ? c.given_groups : c.given)[s] = count;
-    const int64_t chunk = attention ? 1 : std::max<int64_t>(1, count / (8 * static_cast<int64_t>(normal.size())));
-    std::vector<int64_t> to(team_size_, 0);
-    for (int64_t left = count; left > 0;) {
-      const int64_t n = std::min(chunk, left);
-      int best = normal.front();
-      double best_s = 1e300;
-      for (int r : normal) {
-        c.moves.push_back({s, r, 0, n, attention});
-        const double t = RankTime(c, nominal, r);
-        c.moves.pop_back();
-        if (t < best_s) best_s = t, best = r;
-      }
-      c.moves.push_back({s, best, 0, n, attention});
-      to[best] += n;
-      left -= n;
-    }
-    c.moves.erase(std::remove_if(c.moves.begin(), c.moves.end(),
-                                 [&](const UnitMove& mv) { return mv.from == s && mv.attention == attention; }),
-                  c.moves.end());
-    int64_t begin = total - count;
-    for (int r = 0; r < team_size_; ++r)
-      if (to[r] > 0) {
-        c.moves.push_back({s, r, begin, to[r], attention});
-        begin += to[r];
-      }
-  };
   // Stragglers not served yet: an option for the one being served is judged without them (they
   // are slow whatever it does, and will be served next).
   std::vector<bool> pending(team_size_, false);
@@ -248,20 +392,9 @@ TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
     for (int64_t a = 0; a <= (may_move ? groups : 0); ++a)
       for (int64_t m = 0; m <= (may_move ? units : 0); m = (m == units ? units + 1 : std::min(units, m + step))) {
         TeamBalance c = b;
-        move(c, s, a, true);
-        move(c, s, m, false);
-        if (may_prune) {
-          // The straggler's time a pruning ratio of 1 would save: its own units left, and its
-          // attention groups' projections.
-          const double all = costs_.mlp_fraction + costs_.attention_fraction;
-          const double prunable =
-              (1 - fixed_) * nominal[s] *
-              (costs_.mlp_fraction / all * static_cast<double>(units - m) / static_cast<double>(units) +
-               costs_.attention_fraction / all * costs_.attention_prunable * static_cast<double>(groups - a) /
-                   static_cast<double>(std::max<int64_t>(groups, 1)));
-          const double gap = RankTime(c, nominal, s) - reference;
-          if (prunable > 0) c.prune_ratio[s] = std::clamp(gap / prunable, 0.0, config_.max_prune_ratio);
-        }
+        Move(c, s, a, true, normal, nominal);
+        Move(c, s, m, false, normal, nominal);
+        if (may_prune) PruneToCatchUp(c, s, reference, nominal);
         double time_s = 0;
         for (int r = 0; r < team_size_; ++r)
           if (!pending[r]) time_s = std::max(time_s, RankTime(c, nominal, r));
@@ -354,11 +487,51 @@ FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const
   const double unit_bytes = 3 * h * 4;  // a gate row, an up row and a down column in fp32
   const double group_bytes = (2.0 * static_cast<double>(spec.num_heads / spec.num_kv_heads) + 2) *
                              static_cast<double>(spec.head_dim()) * h * 4;
+  c.layer_passes = layer_visits + layer_backwards;
   if (bandwidth > 0 && a != b) {
     c.migrate_s_per_unit = unit_bytes * per_step / bandwidth;
     c.migrate_s_per_group = group_bytes * per_step / bandwidth;
   }
   return c;
+}
+
+LineFit FitLine(const std::vector<std::pair<double, double>>& samples) {
+  LineFit f;
+  if (samples.empty()) return f;
+  const double n = static_cast<double>(samples.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : samples) sx += x, sy += y, sxx += x * x, sxy += x * y;
+  const double var = sxx - sx * sx / n;
+  if (samples.size() >= 2 && var > 1e-12 * std::max(1.0, sxx)) {
+    f.slope = (sxy - sx * sy / n) / var;
+    f.fixed = (sy - f.slope * sx) / n;
+  }
+  if (samples.size() < 2 || var <= 1e-12 * std::max(1.0, sxx) || f.fixed < 0) {
+    f.fixed = 0;  // a line through the origin
+    f.slope = sxx > 0 ? sxy / sxx : 0;
+  }
+  if (f.slope < 0) {  // no trend: the mean, flat
+    f.slope = 0;
+    f.fixed = sy / n;
+  }
+  f.fixed = std::max(0.0, f.fixed);
+  f.slope = std::max(0.0, f.slope);
+  return f;
+}
+
+FlexTpCosts WithPretest(FlexTpCosts costs, const SemiPretest& pretest) {
+  if (!pretest.resize.empty()) {
+    const LineFit f = FitLine(pretest.resize);
+    costs.resize_fixed = f.fixed;
+    costs.resize_per_ratio = f.slope;
+  }
+  if (!pretest.migrate.empty()) {
+    const LineFit f = FitLine(pretest.migrate);
+    const double passes = static_cast<double>(std::max<int64_t>(1, costs.layer_passes));
+    costs.migrate_s_fixed = f.fixed * passes;
+    costs.migrate_s_per_unit = f.slope * passes;
+  }
+  return costs;
 }
 
 bool UsesBroadcastReduce(const TensorParallelConfig& config, bool gpu) {

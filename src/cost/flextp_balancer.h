@@ -8,11 +8,16 @@
 //   - resize (§III): the straggler prunes a ratio of the units it computes (dual pruning, zeros
 //     imputed for their gradients) and, with `attention_prunable`, the same ratio of its attention
 //     projections' hidden features; the ratio closes the gap to the normal ranks (Eq. 1); lossy;
-//   - semi (§IV-B/C): both, by a cost model — stragglers are served heaviest first; each moves the
-//     units whose migration the receivers absorb without becoming the bottleneck, and prunes the
-//     rest of its gap. Among splits within `straggler_threshold` of the fastest predicted step,
-//     the one that prunes least wins (our reading of Eq. 2: balance the straggler's resizing cost
-//     against the receivers' migration cost).
+//   - semi (§IV-B/C): both, by FlexTP's cost model (`semi_solver = "cost-model"`, SemiSplit below):
+//     a single straggler splits its gap by Eq. 2 — the units it migrates are those that balance
+//     its own resizing cost (ZERO-resizing's allocation and extraction, FlexTpCosts::resize_*)
+//     against the receivers' migration cost (transfers and borrowed compute), the rest it prunes;
+//     several stragglers, heaviest first, migrate while Eq. 3 finds it cost-effective (the time a
+//     straggler saves exceeds the most any receiver pays for the cumulative migrated work) and the
+//     rest resize to the pace the migration leaves. The costs come from FlexTP's pre-test
+//     (FlexTpTeam runs it before the first step) and what the steps measure since.
+//     `semi_solver = "search"`: every split on a grid, the one that prunes least among those within
+//     `straggler_threshold` of the fastest (motley's earlier reading, kept to compare).
 //
 // How the units travel is the team's `migration` (flextp_team.h): broadcast-reduce, FlexTP's
 // choice, or point to point; the cost model charges each rank its part of either.
@@ -32,6 +37,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cluster.h"
@@ -79,7 +85,34 @@ struct FlexTpCosts {
   // (and the reduce of its gradients), so each pays for every migrated unit; point to point, a
   // rank pays for the units it gives and those it receives.
   bool broadcast_reduce = false;
+  // A migration's fixed cost a step (the transfers' latency: a block each layer pass), paid by a
+  // rank for each straggler whose block it sends or receives, beside migrate_s_per_unit.
+  double migrate_s_fixed = 0;
+  // ZERO-resizing's own cost (FlexTP Eq. 2: allocating the reduced submatrices, extracting the kept
+  // dimensions and imputing the pruned ones' gradients) at pruning ratio p > 0, as a fraction of the
+  // pruning rank's MLP time: resize_fixed + resize_per_ratio x p. FlexTP's pre-test measures both
+  // (FlexTpTeam); without one, 0 (pruning p of the units saves p of their time).
+  double resize_fixed = 0, resize_per_ratio = 0;
+  int64_t layer_passes = 0;  // the layer visits and backwards a rank runs a step (a migration's transfers)
 };
+
+/// FlexTP's pre-test (Algorithm 2, line 1), as sampling points; SemiFit turns them into costs.
+struct SemiPretest {
+  std::vector<std::pair<double, double>> resize;   // (pruning ratio, the MLP's extra time over (1 - ratio) of it, a fraction)
+  std::vector<std::pair<double, double>> migrate;  // (units moved, seconds one layer pass's transfer of them took)
+};
+
+/// A line through sampling points by least squares, its intercept and slope kept at least 0 (the
+/// paper: "we extract several sampling points ... to simulate the curve trend").
+struct LineFit {
+  double fixed = 0, slope = 0;
+};
+LineFit FitLine(const std::vector<std::pair<double, double>>& samples);
+
+/// `costs` with the pre-test's measurements: the resize overhead's line, and the migration's fixed and
+/// per-unit seconds a step (a layer pass's transfer times `layer_passes`; where no layer passes are
+/// known, 1). Costs without samples stay as they were.
+FlexTpCosts WithPretest(FlexTpCosts costs, const SemiPretest& pretest);
 
 class FlexTpBalancer {
  public:
@@ -93,6 +126,8 @@ class FlexTpBalancer {
   /// Measured migration costs (seconds per moved unit or group and step; 0: keep the estimate).
   void ObserveMigrationCosts(double s_per_unit, double s_per_group);
   const FlexTpCosts& costs() const { return costs_; }
+  /// FlexTP's pre-test: its measured costs replace the estimates (and re-decide at the next Update).
+  void UsePretest(const SemiPretest& pretest);
   /// Each rank's compute time at its nominal load, from the last measurement.
   const std::vector<double>& nominal_s() const { return nominal_s_; }
   /// Whether the last Update decided anew (else the previous balance stands).
@@ -104,6 +139,21 @@ class FlexTpBalancer {
 
  private:
   TeamBalance Decide(const std::vector<double>& nominal) const;
+  // SEMI by FlexTP's cost model (Eq. 2 and 3) for `stragglers` (heaviest first) catching up with
+  // `reference`, the `normal` ranks receiving.
+  void SemiSplit(TeamBalance& b, const std::vector<double>& nominal, const std::vector<int>& stragglers,
+                 const std::vector<int>& normal, double reference) const;
+  // Moves `count` of straggler s's units (or groups) to the normal ranks: a chunk at a time to the
+  // receiver that would finish first, then one contiguous run per receiver from the end of s's slice.
+  void Move(TeamBalance& b, int s, int64_t count, bool attention, const std::vector<int>& normal,
+            const std::vector<double>& nominal) const;
+  // SEMI's workload unit: `units` of straggler s's MLP units and the same share of its groups.
+  void MoveWork(TeamBalance& b, int s, int64_t units, const std::vector<int>& normal,
+                const std::vector<double>& nominal) const;
+  // Eq. 1: the pruning ratio that brings straggler s down to `target` under b (capped), set in b.
+  void PruneToCatchUp(TeamBalance& b, int s, double target, const std::vector<double>& nominal) const;
+  // ZERO-resizing's own cost for rank r under b, per second of its nominal time.
+  double ResizeOverhead(const TeamBalance& b, int r) const;
   double RankTime(const TeamBalance& b, const std::vector<double>& nominal, int r) const;
   double Load(const TeamBalance& b, int r) const;
   // The work rank r computes of its own units and of others', each relative to its own share.

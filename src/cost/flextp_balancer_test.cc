@@ -222,6 +222,110 @@ TEST(FlexTpBalancer, LearnsTheFixedShareAndTheBorrowedCostFromTheSteps) {
   EXPECT_LT(MaxOf(times), 0.8 * 4.0);
 }
 
+TensorParallelConfig Semi(const std::string& solver, double max_prune = 0.9, const std::string& reference = "average") {
+  TensorParallelConfig c = Mode("semi", max_prune);
+  c.semi_solver = solver;
+  c.semi_reference = reference;
+  return c;
+}
+
+TEST(FitLine, LeastSquaresThroughThePreTestsPoints) {
+  LineFit f = FitLine({{0.125, 0.1}, {0.25, 0.15}, {0.5, 0.25}});  // 0.05 + 0.4 x exactly
+  EXPECT_NEAR(f.fixed, 0.05, 1e-12);
+  EXPECT_NEAR(f.slope, 0.4, 1e-12);
+  f = FitLine({{2, 0.5}, {4, 2}});  // -1 + 0.75 x: a negative intercept, so through the origin instead
+  EXPECT_NEAR(f.fixed, 0.0, 1e-12);
+  EXPECT_NEAR(f.slope, (2 * 0.5 + 4 * 2) / 20.0, 1e-12);
+  f = FitLine({{1, 0.3}, {2, 0.1}});  // falling: no trend, the mean
+  EXPECT_NEAR(f.fixed, 0.2, 1e-12);
+  EXPECT_EQ(f.slope, 0);
+  f = FitLine({{4, 2}});
+  EXPECT_NEAR(f.slope, 0.5, 1e-12);
+  EXPECT_EQ(FitLine({}).slope, 0);
+  // The migration's points are a layer pass's transfer: a step has `layer_passes` of them.
+  FlexTpCosts c = Costs();
+  c.layer_passes = 10;
+  SemiPretest pretest;
+  pretest.migrate = {{10, 0.002}, {20, 0.003}};  // 1 ms + 0.1 ms a unit
+  pretest.resize = {{0.25, 0.1}, {0.5, 0.1}};
+  const FlexTpCosts with = WithPretest(c, pretest);
+  EXPECT_NEAR(with.migrate_s_fixed, 0.01, 1e-12);
+  EXPECT_NEAR(with.migrate_s_per_unit, 0.001, 1e-12);
+  EXPECT_NEAR(with.resize_fixed, 0.1, 1e-12);
+  EXPECT_NEAR(with.resize_per_ratio, 0, 1e-12);
+}
+
+// Eq. 2 by hand. Two ranks {1 s, 2 s}, MLP 0.75 of the work (100 units), migration free, and
+// ZERO-resizing costing 20% of the straggler's remaining MLP time whatever the ratio. Moving m
+// units: the receiver takes 1 + 0.0075 m; the straggler prunes to 1 s by Eq. 1 and pays the
+// overhead, 2 x 0.75 x (1 - m/100) x 0.2 = 0.3 - 0.003 m. Balanced at m = 0.3 / 0.0105 = 28.6:
+// a step of 1.214 s, against 1.3 s resizing alone and 1.333 s migrating alone.
+TEST(SemiCostModel, EquationTwoBalancesTheResizingCostAgainstTheMigrationCost) {
+  FlexTpCosts c = Costs();
+  c.resize_fixed = 0.2;
+  FlexTpBalancer semi(Semi("cost-model"), 2, c);
+  const TeamBalance& t = semi.Update({1.0, 2.0});
+  EXPECT_GE(t.given[1], 28);
+  EXPECT_LE(t.given[1], 29);
+  EXPECT_GT(t.prune_ratio[1], 0.5);
+  EXPECT_NEAR(MaxOf(t.predicted_s), 1 + 0.0075 * 0.3 / 0.0105, 0.005);
+  FlexTpBalancer resize(Mode("resize", 0.9), 2, c), migrate(Mode("migrate"), 2, c);
+  EXPECT_NEAR(MaxOf(resize.Update({1.0, 2.0}).predicted_s), 1.3, 1e-9);
+  EXPECT_GT(MaxOf(migrate.Update({1.0, 2.0}).predicted_s), 1.33);
+  // Without the overhead and within the cap, the skew is tolerable: resizing alone (ratio 0.5/1.125).
+  FlexTpBalancer tolerable(Semi("cost-model"), 2, Costs());
+  const TeamBalance& u = tolerable.Update({1.0, 1.5});
+  EXPECT_TRUE(u.moves.empty());
+  EXPECT_NEAR(u.prune_ratio[1], 0.5 / 1.125, 1e-9);
+  // Pruning capped at 0.5: the cap's remainder migrates, balanced against the receiver.
+  FlexTpBalancer capped(Semi("cost-model", 0.5), 2, Costs());
+  const TeamBalance& v = capped.Update({1.0, 2.0});
+  EXPECT_GT(v.given[1], 0);
+  EXPECT_NEAR(v.predicted_s[0], v.predicted_s[1], 0.01);
+}
+
+// Eq. 3 by hand. Judged against the fastest rank, ranks 2 (4 s) and 3 (2 s) straggle; a moved unit
+// costs 4 ms on each side. Rank 2 needs all its 100 units moved to get near 1 s: the two receivers
+// then take 1 + 0.375 + 0.2 = 1.575 s, a cost of 0.575 s against a saving of 3 s — cost-effective.
+// Rank 3 needs 91 more: 2.1 s, a cost of 1.1 s against its 1 s — not. So rank 2 migrates (and prunes
+// what Eq. 2 leaves it) and rank 3 only resizes, to the pace that leaves.
+TEST(SemiCostModel, EquationThreeMigratesTheHeaviestWhileItIsCostEffective) {
+  FlexTpBalancer semi(Semi("cost-model", 0.9, "fastest"), 4, Costs(0.004));
+  const TeamBalance& t = semi.Update({1.0, 1.0, 4.0, 2.0});
+  EXPECT_GT(t.given[2], 0);
+  EXPECT_EQ(t.given[3], 0);
+  EXPECT_GT(t.prune_ratio[3], 0);
+  EXPECT_EQ(t.received(2) + t.received(3), 0) << "stragglers do not take work";
+  // Rank 3 prunes to the slowest receiver's time, no further.
+  EXPECT_NEAR(t.predicted_s[3], std::max(t.predicted_s[0], t.predicted_s[1]), 1e-9);
+  EXPECT_LT(MaxOf(t.predicted_s), 1.6);
+  // Cheaper migration: rank 3's turns cost-effective too (both give work, rank 3 prunes nothing).
+  FlexTpBalancer cheap(Semi("cost-model", 0.9, "fastest"), 4, Costs(0.0));
+  const TeamBalance& u = cheap.Update({1.0, 1.0, 4.0, 2.0});
+  EXPECT_GT(u.given[3], 0);
+  // Half the team 4x slow, resizing capped at 0.5: both migrate, and Eq. 2 sizes their share so
+  // the receivers are not overloaded — faster than migrating their whole excess.
+  FlexTpBalancer half(Semi("cost-model", 0.5), 4, Costs()), migrate(Mode("migrate"), 4, Costs());
+  const TeamBalance& h = half.Update({1.0, 1.0, 4.0, 4.0});
+  EXPECT_GT(h.given[2], 0);
+  EXPECT_GT(h.given[3], 0);
+  EXPECT_GT(h.prune_ratio[2], 0);
+  EXPECT_LT(MaxOf(h.predicted_s), MaxOf(migrate.Update({1.0, 1.0, 4.0, 4.0}).predicted_s));
+}
+
+// Both solvers on the same teams: the search may prune less, the cost model is never slower than
+// it by more than the search's own tolerance (it balances where the search samples a grid).
+TEST(SemiCostModel, AgainstTheSearchOnTheSameTeams) {
+  const std::vector<std::vector<double>> teams = {
+      {1.0, 1.0, 1.0, 2.0}, {1.0, 1.0, 1.0, 4.0}, {1.0, 1.0, 1.0, 8.0}, {1.0, 1.0, 2.0, 2.0}, {1.0, 1.0, 4.0, 4.0}};
+  for (const auto& times : teams) {
+    FlexTpBalancer model(Semi("cost-model", 0.5), 4, Costs(0.0005)), search(Semi("search", 0.5), 4, Costs(0.0005));
+    const double a = MaxOf(model.Update(times).predicted_s), b = MaxOf(search.Update(times).predicted_s);
+    EXPECT_LE(a, b * 1.06) << "team " << times[3];
+    EXPECT_LT(a, MaxOf(times)) << "team " << times[3];
+  }
+}
+
 TEST(LayerPruneRatios, LayersWithMoreUnitsBelowTheMedianPruneMore) {
   // Median of all units 2: layer 0 all candidates, layer 1 none; weights 0.2 + 0.8 x 1 / 0.5 = 1.8
   // and 0.2, so 0.25 x 1.8 = 0.45 and 0.25 x 0.2 = 0.05 (mean 0.25).

@@ -152,6 +152,11 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
         o.comm = comm;
         o.team = g;
         o.clock = &ex->tp_clock_;
+        o.device = config.device;
+        o.dtype = config.compute_dtype.value_or(config.master_dtype);
+        int64_t most_sequences = 1;
+        for (int64_t n : schedule.microbatch_sequences) most_sequences = std::max(most_sequences, n);
+        o.pretest_tokens = most_sequences * schedule.seq_len;
         int64_t visits = 0, backwards = 0;
         for (const Op& op : prog.ops)
           if (op.kind == OpKind::kBackward)

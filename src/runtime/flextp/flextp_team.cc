@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/message_tags.h"
+#include "runtime/device/cuda_device.h"
 
 namespace motley {
 
@@ -22,8 +23,96 @@ FlexTpTeam::FlexTpTeam(Options options)
   MOTLEY_CHECK(options_.comm != nullptr && options_.team != nullptr);
 }
 
+Result<SemiPretest> FlexTpTeam::Pretest() {
+  const std::vector<double> ratios = {0.125, 0.25, 0.5};
+  const int64_t units = options_.costs.units, h = options_.spec.hidden_size;
+  const std::vector<int64_t> counts = {std::max<int64_t>(1, units / 8), std::max<int64_t>(1, units / 4),
+                                       std::max<int64_t>(1, units / 2)};
+  const torch::Device device = options_.device;
+  const auto opts = torch::TensorOptions().dtype(options_.dtype).device(device);
+  auto now = [&] {
+    SynchronizeDevice(device);
+    return std::chrono::steady_clock::now();
+  };
+  auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  std::vector<double> mine;
+  {
+    // ZERO-resizing: the fastest of three forward-and-backward passes at each ratio.
+    // (Values do not matter to the timing; the random generator is the training's, left alone.)
+    const torch::Tensor gate = torch::full({units, h}, 0.01, opts), up = torch::full({units, h}, 0.02, opts),
+                        down = torch::full({h, units}, 0.01, opts);
+    const torch::Tensor input = torch::full({1, std::max<int64_t>(1, options_.pretest_tokens), h}, 0.1, opts);
+    auto time_mlp = [&](double ratio) {
+      LayerWork work;
+      const auto keep = static_cast<int64_t>(std::llround((1 - ratio) * static_cast<double>(units)));
+      if (ratio > 0) work.keep = torch::arange(keep, torch::TensorOptions().dtype(torch::kInt64).device(device));
+      double best = 1e300;
+      for (int rep = 0; rep < 3; ++rep) {
+        const torch::Tensor m = input.detach().requires_grad_(true);
+        const torch::Tensor g = gate.detach().requires_grad_(true), u = up.detach().requires_grad_(true),
+                            d = down.detach().requires_grad_(true);
+        const auto start = now();
+        MlpWithWork(m, g, u, d, ratio > 0 ? &work : nullptr).sum().backward();
+        best = std::min(best, seconds(start, now()));
+      }
+      return best;
+    };
+    time_mlp(0);  // warm-up
+    const double whole = time_mlp(0);
+    for (double ratio : ratios) mine.push_back((time_mlp(ratio) - (1 - ratio) * whole) / whole);
+  }
+  {
+    // Migration: one layer pass's transfer of `count` units' rows, as the team moves them.
+    const int me = options_.index;
+    for (int64_t count : counts) {
+      torch::Tensor rows = torch::zeros({count, 3 * h}, opts);
+      MOTLEY_RETURN_IF_ERROR(options_.comm->Barrier(*options_.team));
+      const auto start = now();
+      if (broadcast_reduce()) {
+        MOTLEY_RETURN_IF_ERROR(options_.comm->Broadcast(*options_.team, rows, 0));
+      } else if (me == 0 || me == 1) {
+        std::vector<Result<PendingTransfer>> t;
+        t.push_back(me == 0 ? options_.comm->Send(rows, options_.team->ranks[1], Tag(0, false, false, 1023))
+                            : options_.comm->Recv(rows, options_.team->ranks[0], Tag(0, false, false, 1023)));
+        for (auto& x : t) MOTLEY_RETURN_IF_ERROR(x.ok() ? x->Wait() : x.status());
+      }
+      mine.push_back(seconds(start, now()));
+    }
+  }
+  const int64_t n = static_cast<int64_t>(mine.size());
+  torch::Tensor all = torch::empty({n * options_.tp}, torch::kFloat64);
+  MOTLEY_RETURN_IF_ERROR(options_.comm->AllGather(*options_.team, torch::tensor(mine, torch::kFloat64), all));
+  SemiPretest out;
+  for (size_t i = 0; i < ratios.size(); ++i) {
+    std::vector<double> v;
+    for (int r = 0; r < options_.tp; ++r) v.push_back(all[r * n + static_cast<int64_t>(i)].item<double>());
+    std::nth_element(v.begin(), v.begin() + static_cast<int64_t>(v.size() / 2), v.end());
+    out.resize.push_back({ratios[i], std::max(0.0, v[v.size() / 2])});
+  }
+  for (size_t i = 0; i < counts.size(); ++i) {
+    double slowest = 0;
+    for (int r = 0; r < options_.tp; ++r)
+      slowest = std::max(slowest, all[r * n + static_cast<int64_t>(ratios.size() + i)].item<double>());
+    out.migrate.push_back({static_cast<double>(counts[i]), slowest});
+  }
+  return out;
+}
+
 Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
   step_ = step;
+  if (!pretested_ && options_.pretest_tokens > 0 && options_.config.mode == "semi" &&
+      options_.config.semi_solver == "cost-model") {
+    pretested_ = true;
+    MOTLEY_ASSIGN_OR_RETURN(const SemiPretest pretest, Pretest());
+    balancer_.UsePretest(pretest);
+    const FlexTpCosts& c = balancer_.costs();
+    if (options_.index == 0)
+      fmt::print(stderr,
+                 "FlexTP pre-test (team of {} from rank {}): resizing costs {:.1f}% + {:.1f}% x ratio of the MLP's "
+                 "time; migrating costs {:.3f} ms + {:.4f} ms a unit a step\n",
+                 options_.tp, options_.team->ranks.front(), 100 * c.resize_fixed, 100 * c.resize_per_ratio,
+                 1e3 * c.migrate_s_fixed, 1e3 * c.migrate_s_per_unit);
+  }
   // Each rank's compute time and time in the migration's broadcasts and returns, last step.
   // (The last step's device work is done: the executor waited for it.)
   const double migration_s = migration_clock_.host_s() + migration_clock_.DeviceSeconds();

@@ -48,12 +48,27 @@ class FlexTpTeam {
     CommGroup* team = nullptr;  // the team's communicator group (its ranks in team order)
     FlexTpCosts costs;
     CommClock* clock = nullptr;  // accumulates the time in the moves of units and their gradient returns
+    // FlexTP's pre-test (Pretest): the device and dtype a layer's MLP computes in, and the tokens of
+    // a microbatch (0: no pre-test).
+    torch::Device device = torch::kCPU;
+    torch::Dtype dtype = torch::kFloat32;
+    int64_t pretest_tokens = 0;
   };
   explicit FlexTpTeam(Options options);
 
   /// A step begins: all-gathers the last step's compute time (0 before the first step: no change),
-  /// re-balances, forgets the last step's borrowed weights. Collective over the team.
+  /// re-balances, forgets the last step's borrowed weights. Before the first step of a `semi` team
+  /// solved by the cost model, runs the pre-test. Collective over the team.
   Status BeginStep(int64_t step, double last_compute_s);
+
+  /// FlexTP's pre-test (Algorithm 2, line 1): ZERO-resizing's own cost at pruning ratios 1/8, 1/4
+  /// and 1/2 — an MLP slice's forward and backward on a microbatch with that share of its units
+  /// pruned, its time beyond (1 - ratio) of the unpruned one's, as a fraction of that — and one layer
+  /// pass's migration of 1/8, 1/4 and 1/2 of a rank's units (a broadcast from the team's first rank,
+  /// or a send to its second, as the team migrates). Every rank's figures are all-gathered; the
+  /// resize fractions' median and the transfers' slowest rank make the samples, the same on every
+  /// rank. Collective over the team; returns what it measured.
+  Result<SemiPretest> Pretest();
 
   /// Layer `layer`'s MLP work this step (null: all own units, nothing borrowed). The first call
   /// for a layer in a step moves the stragglers' units (broadcast, or point to point). Every rank
@@ -111,6 +126,7 @@ class FlexTpTeam {
 
   Options options_;
   FlexTpBalancer balancer_;
+  bool pretested_ = false;
   int64_t step_ = 0;
   CommClock migration_clock_;  // this step's time in the migration's moves and gradient returns
   std::map<int, Layer> layers_;
