@@ -102,6 +102,18 @@ Status Lowerer::Setup() {
     }
     num_mb_ = static_cast<int64_t>(sequences_.size());
   }
+  const size_t ranks = s_.programs.size(), ministages = static_cast<size_t>(num_ministages_);
+  int max_tp = 1;
+  for (const GroupPlan& g : plan_.groups) max_tp = std::max(max_tp, g.tp_degree);
+  gather_op_.Reset(ranks, ministages, -1);
+  last_compute_.Reset(ranks, ministages, -1);
+  grads_allocated_.Reset(ranks, ministages, false);
+  reductions_.Reset(ranks, ministages, 0);
+  last_reduce_.Reset(ranks, ministages, -1);
+  forward_op_.Reset(ministages * static_cast<size_t>(num_mb_), max_tp, -1);
+  act_offload_op_.Reset(ministages * static_cast<size_t>(num_mb_), max_tp, -1);
+  pending_tp_allreduce_.assign(ranks, -1);
+  reduce_ops_.assign(ranks, {});
   return Status::Ok();
 }
 

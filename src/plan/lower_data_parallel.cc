@@ -46,8 +46,8 @@ void Lowerer::EmitDataParallel() {
       if (!policy_.gather_per_microbatch) return;
       const int number = first_visit + static_cast<int>(i);
       for (int r : group_ranks_[0]) {
-        auto lc = last_compute_.find({r, v});
-        int release_at = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
+        const int release_at = last_compute_.has(r, v) ? last_compute_(r, v) : gather_op_(r, v);
+        MOTLEY_CHECK(release_at >= 0);
         s_.programs[r].ops[release_at].device_free_bytes += RankParams(v) * param_bytes_;
         s_.programs[r].ops[release_at].frees.push_back(Buf(BufferKind::kParams, v));
         release_op_[{r, number}] = release_at;
@@ -63,12 +63,11 @@ void Lowerer::EmitDataParallel() {
           for (size_t j = 0; j < ops.size(); ++j) {
             const int r = group_ranks_[0][j];
             Op& op = s_.programs[r].ops[ops[j]];
-            if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end())
-              op.deps.push_back(lc->second);
+            if (last_compute_.has(r, v)) op.deps.push_back(last_compute_(r, v));
             // A device without a microbatch at this index contributes zeros.
             op.reads.push_back(Buf(BufferKind::kGrads, v));
             op.writes.push_back(Buf(BufferKind::kGradShard, v));
-            if (!grads_allocated_[{r, v}]) {
+            if (!grads_allocated_(r, v)) {
               op.device_alloc_bytes = full;
               op.writes.push_back(Buf(BufferKind::kGrads, v));
             }
@@ -76,8 +75,8 @@ void Lowerer::EmitDataParallel() {
             op.frees.push_back(Buf(BufferKind::kGrads, v));
             AddGlooReduceScatterBuffer(op, 0, r, full);
             CountReduceOutput(op, r, v, ShardOf(0, r, full), DpDegree(0));
-            grads_allocated_[{r, v}] = false;
-            last_reduce_[{r, v}] = ops[j];
+            grads_allocated_(r, v) = false;
+            last_reduce_(r, v) = ops[j];
             reduce_ops_[r].push_back(ops[j]);
           }
         } else {
@@ -86,7 +85,7 @@ void Lowerer::EmitDataParallel() {
       } else if (k + 1 == max_index) {
         EmitReduceAndStep(0, v);
       }
-      for (int r : group_ranks_[0]) gather_op_.erase({r, v});
+      for (int r : group_ranks_[0]) gather_op_.erase(r, v);
     };
     if (policy_.gather_per_microbatch) prepare(0);
     int finishing = -1;  // a backward visit whose finish waits for the next visit's gather

@@ -117,31 +117,43 @@ void Lowerer::HoldUpdatesForTheNorm() {
 }
 
 void Lowerer::AddBufferDeps() {
-  // Buffers by a packed key; per buffer its last writer (or freer) and its readers since. Ops on one
-  // lane run in order, so of a lane's readers the last one is enough — except sends, which leave
-  // their lane when posted (the simulator) and are all kept. (Keeps the deps short: a gather
-  // after thirty microbatches' forwards waits for the last one, not for thirty.)
-  const auto key = [](const Buffer& b) {
-    return (static_cast<uint64_t>(b.kind) << 56) | (static_cast<uint64_t>(static_cast<uint32_t>(b.ministage)) << 24) |
-           static_cast<uint64_t>(static_cast<uint32_t>(b.microbatch + 1) & 0xffffff);
-  };
+  // Per buffer its last writer (or freer) and its readers since. Ops on one lane run in order, so
+  // of a lane's readers the last one is enough — except sends, which leave their lane when posted
+  // (the simulator) and are all kept. (Keeps the deps short: a gather after thirty microbatches'
+  // forwards waits for the last one, not for thirty.) Buffers are numbered densely by (kind,
+  // ministage, microbatch); one table serves every program, its touched cells reset after each.
   struct Uses {
     int writer = -1;
     boost::container::small_vector<std::pair<int, int>, 2> readers;  // (lane, op); lane -1: a send
   };
+  constexpr size_t kKinds = static_cast<size_t>(BufferKind::kHostSaved) + 1;
+  const size_t per_ministage = static_cast<size_t>(num_mb_) + 1;  // microbatch -1 (none) .. num_mb - 1
+  const auto index = [&](const Buffer& b) {
+    MOTLEY_CHECK(b.ministage >= 0 && b.ministage < num_ministages_ && b.microbatch >= -1 && b.microbatch < num_mb_);
+    return (static_cast<size_t>(b.kind) * static_cast<size_t>(num_ministages_) + static_cast<size_t>(b.ministage)) *
+               per_ministage +
+           static_cast<size_t>(b.microbatch + 1);
+  };
+  std::vector<Uses> uses(kKinds * static_cast<size_t>(num_ministages_) * per_ministage);
+  std::vector<size_t> touched;
   for (Program& p : s_.programs) {
-    std::unordered_map<uint64_t, Uses> uses;
-    uses.reserve(p.ops.size());
+    for (size_t i : touched) uses[i] = Uses{};
+    touched.clear();
+    auto use = [&](const Buffer& b) -> Uses& {
+      const size_t i = index(b);
+      Uses& u = uses[i];
+      if (u.writer < 0 && u.readers.empty()) touched.push_back(i);  // (touched twice is harmless)
+      return u;
+    };
     for (int j = 0; j < static_cast<int>(p.ops.size()); ++j) {
       Op& op = p.ops[j];
       const size_t before = op.deps.size();
       for (const Buffer& b : op.reads)
-        if (auto u = uses.find(key(b)); u != uses.end() && u->second.writer >= 0) op.deps.push_back(u->second.writer);
+        if (const Uses& u = uses[index(b)]; u.writer >= 0) op.deps.push_back(u.writer);
       for (const Buffer& b : op.writes) {
-        auto u = uses.find(key(b));
-        if (u == uses.end()) continue;
-        if (u->second.writer >= 0) op.deps.push_back(u->second.writer);
-        for (const auto& [lane, k] : u->second.readers) op.deps.push_back(k);
+        const Uses& u = uses[index(b)];
+        if (u.writer >= 0) op.deps.push_back(u.writer);
+        for (const auto& [lane, k] : u.readers) op.deps.push_back(k);
       }
       if (op.deps.size() != before) {
         std::sort(op.deps.begin(), op.deps.end());
@@ -149,7 +161,7 @@ void Lowerer::AddBufferDeps() {
       }
       const int lane = op.kind == OpKind::kSend ? -1 : LaneOf(op);
       for (const Buffer& b : op.reads) {
-        auto& readers = uses[key(b)].readers;
+        auto& readers = use(b).readers;
         auto same = std::find_if(readers.begin(), readers.end(), [&](const auto& r) { return lane >= 0 && r.first == lane; });
         if (same != readers.end()) {
           same->second = j;
@@ -158,12 +170,12 @@ void Lowerer::AddBufferDeps() {
         }
       }
       for (const Buffer& b : op.writes) {
-        Uses& u = uses[key(b)];
+        Uses& u = use(b);
         u.writer = j;
         u.readers.clear();
       }
       // A buffer is one slot: writing it anew waits for the op that freed it (and its readers).
-      for (const Buffer& b : op.frees) uses[key(b)].writer = j;
+      for (const Buffer& b : op.frees) use(b).writer = j;
     }
   }
 }

@@ -32,7 +32,6 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
     // At most two ministages resident: wait until the one two visits back is gone.
     if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) op.deps.push_back(it->second);
     prefetch[i] = Emit(r, std::move(op));
-    prefetch_op_[{r, v}] = prefetch[i];
   }
   if (continuation) return;
   std::vector<int> gathers = EmitCollective(OpKind::kAllGather, g, v, full);
@@ -51,8 +50,8 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
     } else if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) {
       op.deps.push_back(it->second);
     }
-    gather_op_[{r, v}] = gathers[i];
-    last_compute_.erase({r, v});
+    gather_op_(r, v) = gathers[i];
+    last_compute_.erase(r, v);
   }
 }
 
@@ -61,8 +60,8 @@ void Lowerer::EmitFinishForward(int g, int v) {
   const double full = RankParams(v) * param_bytes_;
   const int visit = visit_number_[{g, v}];
   for (int r : group_ranks_[g]) {
-    auto lc = last_compute_.find({r, v});
-    int release = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
+    const int release = last_compute_.has(r, v) ? last_compute_(r, v) : gather_op_(r, v);
+    MOTLEY_CHECK(release >= 0);
     s_.programs[r].ops[release].device_free_bytes += full;
     s_.programs[r].ops[release].frees.push_back(Buf(BufferKind::kParams, v));
     release_op_[{r, visit}] = release;
@@ -81,20 +80,20 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
     const double shard = plan_.zero_stage == 0 ? params : ShardOf(g, r, params);
     reduce_ops_[r].push_back(ops[i]);
     Op& op = s_.programs[r].ops[ops[i]];
-    if (auto lc = last_compute_.find({r, v}); lc != last_compute_.end()) op.deps.push_back(lc->second);
+    if (last_compute_.has(r, v)) op.deps.push_back(last_compute_(r, v));
     op.reads.push_back(Buf(BufferKind::kGrads, v));
     // ZeRO-0 reduces in place; ZeRO-1 clears the full gradients after; ZeRO >= 2 frees them.
     if (plan_.zero_stage <= 1) op.writes.push_back(Buf(BufferKind::kGrads, v));
     if (plan_.zero_stage >= 1) op.writes.push_back(Buf(BufferKind::kGradShard, v));
     if (plan_.zero_stage >= 2) {
       // The full gradient buffer goes away once reduced; the shard stays.
-      if (!grads_allocated_[{r, v}]) {  // a device with no microbatch contributes zeros
+      if (!grads_allocated_(r, v)) {  // a device with no microbatch contributes zeros
         op.device_alloc_bytes = full_grads;
         op.writes.push_back(Buf(BufferKind::kGrads, v));
       }
       op.device_free_bytes = full_grads;
       op.frees.push_back(Buf(BufferKind::kGrads, v));
-      grads_allocated_[{r, v}] = false;
+      grads_allocated_(r, v) = false;
     }
     if (reduce == OpKind::kReduceScatter) CountReduceOutput(op, r, v, shard * grad_bytes_, d);
     if (reduce == OpKind::kReduceScatter) AddGlooReduceScatterBuffer(op, g, r, full_grads);
@@ -120,7 +119,7 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
       step.frees.push_back(grads);
     }
     const int step_op = Emit(r, std::move(step));
-    last_compute_[{r, v}] = step_op;
+    last_compute_(r, v) = step_op;
   }
   if (plan_.zero_stage == 1 || (plan_.zero_stage == 2 && !policy_.offload_params)) {
     // Replicated parameters: gather the updated shards.
@@ -128,7 +127,8 @@ void Lowerer::EmitReduceAndStep(int g, int v) {
     for (size_t i = 0; i < gathers.size(); ++i) {
       const int r = group_ranks_[g][i];
       Op& op = s_.programs[r].ops[gathers[i]];
-      op.deps.push_back(last_compute_[{r, v}]);
+      MOTLEY_CHECK(last_compute_.has(r, v));
+      op.deps.push_back(last_compute_(r, v));
       op.reads.push_back(Buf(BufferKind::kShard, v));
       op.writes.push_back(Buf(BufferKind::kParams, v));
     }
@@ -143,8 +143,7 @@ void Lowerer::EmitFinishBackward(int g, int v) {
   // norm, does not hold every ministage's full parameters with them.
   std::map<int, int> last_use;
   for (int r : group_ranks_[g]) {
-    auto lc = last_compute_.find({r, v});
-    last_use[r] = lc != last_compute_.end() ? lc->second : gather_op_[{r, v}];
+    last_use[r] = last_compute_.has(r, v) ? last_compute_(r, v) : gather_op_(r, v);
   }
   if (!policy_.reduce_per_microbatch) EmitReduceAndStep(g, v);
   const int visit = visit_number_[{g, num_ministages_ + v}];
@@ -159,7 +158,8 @@ void Lowerer::EmitFinishBackward(int g, int v) {
       off.device_free_bytes = off.bytes;
       off.reads = {Buf(BufferKind::kShard, v), Buf(BufferKind::kMoments, v)};
       off.frees = off.reads;
-      off.deps.push_back(last_compute_.at({r, v}));  // the update
+      MOTLEY_CHECK(last_compute_.has(r, v));
+      off.deps.push_back(last_compute_(r, v));  // the update
       release = Emit(r, std::move(off));
     }
     release_op_[{r, visit}] = release;

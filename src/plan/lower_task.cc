@@ -54,10 +54,10 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
     return out;
   };
   std::vector<int32_t> deps;
-  if (auto it = gather_op_.find({r, v}); it != gather_op_.end()) deps.push_back(it->second);
-  if (auto it = pending_tp_allreduce_.find(r); it != pending_tp_allreduce_.end()) {
-    deps.push_back(it->second);
-    pending_tp_allreduce_.erase(it);
+  if (gather_op_.has(r, v)) deps.push_back(gather_op_(r, v));
+  if (pending_tp_allreduce_[r] >= 0) {
+    deps.push_back(pending_tp_allreduce_[r]);
+    pending_tp_allreduce_[r] = -1;
   }
   auto tp_allreduce = [&](int compute_op) {
     if (tp_collective_ < 0) return;
@@ -100,8 +100,8 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
       if (kept_here || !peers_out(v + 1).empty()) fwd.writes.push_back(Buf(BufferKind::kInput, v + 1, m));
     }
     const int f = Emit(r, std::move(fwd));
-    forward_op_[{r, key}] = f;
-    last_compute_[{r, v}] = f;
+    forward_op_(key, k) = f;
+    last_compute_(r, v) = f;
     tp_allreduce(f);
     if (plan_.offload_activations) {
       Op off = base_op(OpKind::kActOffload, Stream::kD2H);
@@ -111,7 +111,7 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
       off.reads = off.frees = {Buf(BufferKind::kSaved, v, m)};
       off.writes = {Buf(BufferKind::kHostSaved, v, m)};
       off.deps.push_back(f);
-      act_offload_op_[{r, key}] = Emit(r, std::move(off));
+      act_offload_op_(key, k) = Emit(r, std::move(off));
     }
     if (v + 1 < num_ministages_) {
       const std::vector<int> peers = peers_out(v + 1);
@@ -158,7 +158,8 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
     pre.host_free_bytes = pre.bytes;
     pre.reads = pre.frees = {Buf(BufferKind::kHostSaved, v, m)};
     pre.writes = {Buf(BufferKind::kSaved, v, m)};
-    pre.deps.push_back(act_offload_op_.at({r, key}));
+    MOTLEY_CHECK(act_offload_op_.has(key, k));
+    pre.deps.push_back(act_offload_op_(key, k));
     // One microbatch ahead: start when the backward two before this one has finished.
     if (bwd_list.size() >= 2) pre.deps.push_back(bwd_list[bwd_list.size() - 2]);
     deps.push_back(Emit(r, std::move(pre)));
@@ -171,9 +172,9 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
   const double output_grad = v + 1 < num_ministages_ ? act : 0;
   const double full_grads = RankParams(v) * grad_bytes_;
   bwd.device_alloc_bytes = work + input_grad;
-  if (plan_.zero_stage >= 2 && !grads_allocated_[{r, v}]) {
+  if (plan_.zero_stage >= 2 && !grads_allocated_(r, v)) {
     bwd.device_alloc_bytes += full_grads;
-    grads_allocated_[{r, v}] = true;
+    grads_allocated_(r, v) = true;
   }
   bwd.device_free_bytes = work + act + SavedExtra(v, m) + output_grad;
   bwd.deps.assign(deps.begin(), deps.end());
@@ -185,18 +186,18 @@ void Lowerer::EmitTaskOnRank(const Task& t, int r, int k) {
     const bool kept_here = RankOf(v - 1, m) <= r && r < RankOf(v - 1, m) + Tp(ministages_[v - 1].group);
     if (kept_here || !peers_out(v - 1).empty()) bwd.writes.push_back(Buf(BufferKind::kOutputGrad, v - 1, m));
   }
-  if (auto it = forward_op_.find({r, key}); it != forward_op_.end()) bwd.deps.push_back(it->second);
+  if (forward_op_.has(key, k)) bwd.deps.push_back(forward_op_(key, k));
   // The gradient buffer is reused: the previous microbatch's reduction must have read it. And at
   // most two gradient buffers are in flight: wait for the reduction before the latest one.
-  if (auto it = last_reduce_.find({r, v}); it != last_reduce_.end()) {
-    bwd.deps.push_back(it->second);
-    last_reduce_.erase(it);
+  if (last_reduce_.has(r, v)) {
+    bwd.deps.push_back(last_reduce_(r, v));
+    last_reduce_.erase(r, v);
   }
   if (policy_.reduce_per_microbatch && reduce_ops_[r].size() >= 2)
     bwd.deps.push_back(reduce_ops_[r][reduce_ops_[r].size() - 2]);
   const int b = Emit(r, std::move(bwd));
   bwd_list.push_back(b);
-  last_compute_[{r, v}] = b;
+  last_compute_(r, v) = b;
   tp_allreduce(b);
   if (v > 0) {
     const std::vector<int> peers = peers_out(v - 1);

@@ -43,6 +43,28 @@ struct PairHash {
 template <typename K, typename V>
 using PairMap = std::unordered_map<K, V, PairHash>;
 
+/// Values keyed by two small non-negative integers (a rank and a ministage; a task and its rank's
+/// index in the team), in one flat array whose cells start `empty`: the lowering reads and writes
+/// these a few times per task, hundreds of thousands of times for a plan with many microbatches.
+template <typename T>
+class Grid {
+ public:
+  void Reset(size_t rows, size_t cols, T empty) {
+    cols_ = cols;
+    empty_ = empty;
+    cells_.assign(rows * cols, empty);
+  }
+  T& operator()(size_t row, size_t col) { return cells_[row * cols_ + col]; }
+  T operator()(size_t row, size_t col) const { return cells_[row * cols_ + col]; }
+  bool has(size_t row, size_t col) const { return (*this)(row, col) != empty_; }
+  void erase(size_t row, size_t col) { (*this)(row, col) = empty_; }
+
+ private:
+  size_t cols_ = 0;
+  T empty_{};
+  std::vector<T> cells_;
+};
+
 class Lowerer {
  public:
   Lowerer(const Plan& plan, const Cluster& cluster, const ModelSpec& model, const LowerOptions& options)
@@ -81,7 +103,7 @@ class Lowerer {
   // offload); a later one into a shard-sized buffer, added into the shard when it completes.
   // (A group of one adds its full gradients, the shard's size, into the shard: no other buffer.)
   void CountReduceOutput(Op& op, int r, int v, double shard_bytes, int dp) {
-    if (reductions_[{r, v}]++ == 0) {
+    if (reductions_(r, v)++ == 0) {
       if (policy_.offload_params) op.device_alloc_bytes += shard_bytes;
     } else if (dp >= 2) {
       op.device_alloc_bytes += shard_bytes;
@@ -187,19 +209,17 @@ class Lowerer {
 
   // Per-rank bookkeeping for dependencies: looked up, never iterated (hash maps: the lowering of a
   // plan with many microbatches does hundreds of thousands of lookups).
-  PairMap<std::pair<int, int>, int> gather_op_;     // (rank, v) -> op of the current visit's gather
-  PairMap<std::pair<int, int>, int> prefetch_op_;   // (rank, v) -> current visit's param prefetch
-  PairMap<std::pair<int, int>, int> last_compute_;  // (rank, v) -> last compute op of the current visit
-  PairMap<std::pair<int, int>, int> release_op_;    // (rank, visit number) -> op after which params are gone
-  PairMap<std::pair<int, int>, bool> grads_allocated_;  // (rank, v) -> full gradient buffer held
-  PairMap<std::pair<int, int>, int> reductions_;       // (rank, v) -> reduce-scatters so far this step
-  PairMap<std::pair<int, int64_t>, int> forward_op_;    // (rank, v * num_mb + m) -> forward op
-  PairMap<std::pair<int, int64_t>, int> act_offload_op_;
+  Grid<int> gather_op_;           // (rank, v) -> op of the current visit's gather, or -1
+  Grid<int> last_compute_;        // (rank, v) -> last compute op of the current visit, or -1
+  Grid<uint8_t> grads_allocated_; // (rank, v) -> full gradient buffer held (not vector<bool>: cells by reference)
+  Grid<int> reductions_;          // (rank, v) -> reduce-scatters so far this step
+  Grid<int> last_reduce_;         // (rank, v) -> reduce the next backward's gradients wait for, or -1
+  Grid<int> forward_op_;          // (v * num_mb + m, index in the team) -> forward op, or -1
+  Grid<int> act_offload_op_;      // (v * num_mb + m, index in the team) -> its boundary's offload, or -1
+  PairMap<std::pair<int, int>, int> release_op_;  // (rank, visit number) -> op after which params are gone
   std::vector<std::vector<int>> backward_ops_;  // per rank, in order
-  std::unordered_map<int, int> pending_tp_allreduce_;  // rank -> TP all-reduce the next compute waits for
-  PairMap<std::pair<int, int>, int>
-      last_reduce_;                             // (rank, v) -> reduce the next backward's gradients wait for
-  std::unordered_map<int, std::vector<int>> reduce_ops_;  // rank -> its gradient reductions, in order
+  std::vector<int> pending_tp_allreduce_;       // per rank: TP all-reduce the next compute waits for, or -1
+  std::vector<std::vector<int>> reduce_ops_;    // per rank: its gradient reductions, in order
   int tp_collective_ = -1;                      // the TP all-reduce of the task being emitted
   PairMap<std::pair<int, int>, int> visit_number_;  // (group, pass*V + v) -> ordinal of the visit
 };
