@@ -273,6 +273,8 @@ StrategyOutcome WithClipping(StrategyOutcome o, bool clipping) {
 StrategyOutcome PlanOneStrategy(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
                                 const PlannerCosts& costs, const PlanRequest& request, const PlanEvaluator& evaluate);
 
+constexpr double kSubsetBoundSlack = 0.10;
+
 // The strategy on the whole cluster and on every subset whose lower bound could still beat the
 // best plan found (device_subsets.h); the fastest plan that fits.
 StrategyOutcome PlanOnSubsets(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
@@ -294,6 +296,11 @@ StrategyOutcome PlanOnSubsets(const std::string& strategy, const Cluster& cluste
     }
     PlanRequest r = request;
     if (i > 0) r.devices = subsets[i].devices;
+    // A subset's search is bounded by the best plan so far with the slack its rounds keep kinds
+    // alive by (ZorseRequest::kind_slack): its candidates near the best still run to the end, so
+    // its rounds widen the same kinds; the rest stop early.
+    if (i > 0 && best.status.ok())
+      r.only_faster_than_s = std::min(r.only_faster_than_s, best.evaluation.step_time_s * (1 + kSubsetBoundSlack));
     StrategyOutcome o = PlanOneStrategy(strategy, cluster, model, costs, r, evaluate);
     ++planned;
     if (i == 0) {
