@@ -96,7 +96,7 @@ struct FlexTpCosts {
   int64_t layer_passes = 0;  // the layer visits and backwards a rank runs a step (a migration's transfers)
 };
 
-/// FlexTP's pre-test (Algorithm 2, line 1), as sampling points; SemiFit turns them into costs.
+/// FlexTP's pre-test (Algorithm 2, line 1), as sampling points; WithPretest turns them into costs.
 struct SemiPretest {
   std::vector<std::pair<double, double>> resize;   // (pruning ratio, the MLP's extra time over (1 - ratio) of it, a fraction)
   std::vector<std::pair<double, double>> migrate;  // (units moved, seconds one layer pass's transfer of them took)
