@@ -207,8 +207,9 @@ class Lowerer {
   std::vector<int> group_of_rank_;
   double param_bytes_ = 2, grad_bytes_ = 2, opt_bytes_ = 12, act_bytes_ = 2;
 
-  // Per-rank bookkeeping for dependencies: looked up, never iterated (hash maps: the lowering of a
-  // plan with many microbatches does hundreds of thousands of lookups).
+  // Per-rank bookkeeping for dependencies: looked up, never iterated (flat grids where the keys are
+  // dense, hash maps where they are not: the lowering of a plan with many microbatches does hundreds
+  // of thousands of lookups).
   Grid<int> gather_op_;           // (rank, v) -> op of the current visit's gather, or -1
   Grid<int> last_compute_;        // (rank, v) -> last compute op of the current visit, or -1
   Grid<uint8_t> grads_allocated_; // (rank, v) -> full gradient buffer held (not vector<bool>: cells by reference)

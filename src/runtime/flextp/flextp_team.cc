@@ -71,10 +71,11 @@ Result<SemiPretest> FlexTpTeam::Pretest() {
       if (broadcast_reduce()) {
         MOTLEY_RETURN_IF_ERROR(options_.comm->Broadcast(*options_.team, rows, 0));
       } else if (me == 0 || me == 1) {
-        std::vector<Result<PendingTransfer>> t;
-        t.push_back(me == 0 ? options_.comm->Send(rows, options_.team->ranks[1], Tag(0, false, false, 1023))
-                            : options_.comm->Recv(rows, options_.team->ranks[0], Tag(0, false, false, 1023)));
-        for (auto& x : t) MOTLEY_RETURN_IF_ERROR(x.ok() ? x->Wait() : x.status());
+        // (Before the first step no move is in flight: the last move's tag of layer 0 is free.)
+        const int64_t tag = Tag(0, false, false, 1023);
+        Result<PendingTransfer> t = me == 0 ? options_.comm->Send(rows, options_.team->ranks[1], tag)
+                                            : options_.comm->Recv(rows, options_.team->ranks[0], tag);
+        MOTLEY_RETURN_IF_ERROR(t.ok() ? t->Wait() : t.status());
       }
       mine.push_back(seconds(start, now()));
     }
