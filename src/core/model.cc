@@ -52,6 +52,14 @@ int64_t HeadParams(const ModelSpec& m) {
   return m.hidden_size + (m.tie_embeddings ? 0 : m.vocab_size * m.hidden_size);
 }
 
+double EmbeddingParamsPerRank(const ModelSpec& m, int tp) {
+  return static_cast<double>(EmbeddingParams(m)) / std::max(1, tp);
+}
+
+double HeadParamsPerRank(const ModelSpec& m, int tp) {
+  return static_cast<double>(m.hidden_size) + static_cast<double>(HeadParams(m) - m.hidden_size) / std::max(1, tp);
+}
+
 int64_t TotalParams(const ModelSpec& m) {
   return EmbeddingParams(m) + m.num_layers * ParamsPerLayer(m) + HeadParams(m);
 }
@@ -140,8 +148,8 @@ double LayerForwardPeakBytesPerToken(const ModelSpec& m, int64_t seq_len, Precis
   return std::max(attention, mlp);
 }
 
-double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p) {
-  return 2 * LogitsBytesPerToken(m, p) + static_cast<double>(m.hidden_size) * RmsNormKeptBytes(p);
+double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p, int tp) {
+  return 2 * LogitsBytesPerToken(m, p) / std::max(1, tp) + static_cast<double>(m.hidden_size) * RmsNormKeptBytes(p);
 }
 
 double CheckpointedBackwardBytes(const ModelSpec& m, int64_t seq_len, Precision p, double tokens, bool head, int tp) {
@@ -149,7 +157,7 @@ double CheckpointedBackwardBytes(const ModelSpec& m, int64_t seq_len, Precision 
   const double layer = LayerBackwardBytesPerToken(m, seq_len, p, false, tp) * tokens +
                        static_cast<double>(ParamsPerLayer(m)) / std::max(1, tp) * grads;
   if (!head) return layer;
-  return std::max(layer, HeadBackwardBytesPerToken(m, p) * tokens + static_cast<double>(HeadParams(m)) * grads);
+  return std::max(layer, HeadBackwardBytesPerToken(m, p, tp) * tokens + HeadParamsPerRank(m, tp) * grads);
 }
 
 double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention, int tp) {

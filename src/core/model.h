@@ -41,6 +41,10 @@ int64_t ParamsPerLayer(const ModelSpec& m);
 int64_t EmbeddingParams(const ModelSpec& m);  // model.embed_tokens
 /// Final norm plus lm_head (0 for lm_head when tied).
 int64_t HeadParams(const ModelSpec& m);
+/// What one rank of a tensor-parallel team of `tp` holds of them: its vocabulary rows of the
+/// embedding and of lm_head (runtime/model/tensor_parallel.h), the final norm whole.
+double EmbeddingParamsPerRank(const ModelSpec& m, int tp);
+double HeadParamsPerRank(const ModelSpec& m, int tp);
 int64_t TotalParams(const ModelSpec& m);
 
 // ---- FLOPs (a multiply-add counts 2) ------------------------------------------------------------
@@ -100,7 +104,8 @@ double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision
 /// What the head's backward holds at its peak, per token: the logits, their log-softmax and the
 /// gradients of both (twice LogitsBytesPerToken), and what the final RMSNorm keeps — measured at
 /// 3.95-4.07 x vocab x 4 bytes plus ~3 h x 4 in fp32 (the memory ledger, vocab 256 and 2048).
-double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p);
+/// With `tp`, one rank's: its columns of the logits.
+double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p, int tp = 1);
 /// What a checkpointed backward holds at its peak beyond the saved boundaries, for `tokens` tokens
 /// of a microbatch: it recomputes and differentiates one piece at a time — a decoder layer (its
 /// backward, LayerBackwardBytesPerToken, and its weights' gradients as autograd returns them before

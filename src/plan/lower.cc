@@ -129,8 +129,11 @@ double Lowerer::RankParams(int v) const {
   const int tp = Tp(ministages_[v].group);
   if (tp == 1) return StageParams(v);
   const double norms = 2.0 * static_cast<double>(model_.hidden_size);  // a layer's two RMSNorm weights
-  const double layers = ministages_[v].layers.size();
-  return StageParams(v) - layers * (ParamsPerLayer(model_) - norms) * (1.0 - 1.0 / tp);
+  const LayerRange& r = ministages_[v].layers;
+  double p = static_cast<double>(r.size()) * (norms + (ParamsPerLayer(model_) - norms) / tp);
+  if (r.begin == 0) p += EmbeddingParamsPerRank(model_, tp);  // its vocabulary rows
+  if (r.end == model_.num_layers) p += HeadParamsPerRank(model_, tp);
+  return p;
 }
 
 double Lowerer::ForwardFlops(int v, int64_t m) const {
@@ -157,8 +160,8 @@ double Lowerer::SavedExtra(int v, int64_t m) const {
 }
 
 double Lowerer::WorkForward(int v, int64_t m) const {
-  // A tensor-parallel rank holds its share of a layer's activations (model.h) and, as every rank of
-  // the team computes the replicated head, all of the logits.
+  // A tensor-parallel rank holds its share of a layer's activations (model.h) and its columns of
+  // the logits (the vocabulary split).
   const int tp = Tp(ministages_[v].group);
   // Checkpointed, a layer keeps nothing: its working set while it runs (model.h). Without, what
   // each layer keeps is counted as the task's output.
@@ -166,7 +169,7 @@ double Lowerer::WorkForward(int v, int64_t m) const {
                     ? LayerForwardPeakBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m)
                     : 0;
   if (ministages_[v].layers.end == model_.num_layers)
-    work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision);
+    work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision) / tp;
   return work;
 }
 
@@ -181,10 +184,11 @@ double Lowerer::WorkBackward(int v, int64_t m) const {
   // together before they are added into the ministage's; counted with the head's working set as
   // well (not measured apart).
   const double layer_params = static_cast<double>(ParamsPerLayer(model_)) / tp;
-  const double piece_params = static_cast<double>(ms.layers.size()) * layer_params + (head ? HeadParams(model_) : 0);
+  const double piece_params =
+      static_cast<double>(ms.layers.size()) * layer_params + (head ? HeadParamsPerRank(model_, tp) : 0);
   double work = LayerBackwardBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m);
   work += piece_params * StateBytes(plan_.precision).grads;
-  if (head) work += Tokens(m) * HeadBackwardBytesPerToken(model_, plan_.precision);
+  if (head) work += Tokens(m) * HeadBackwardBytesPerToken(model_, plan_.precision, tp);
   return work;
 }
 

@@ -19,9 +19,23 @@ void Lowerer::EmitTask(const Task& t) {
     // Megatron-style: two all-reduces of the activations per layer (attention, MLP) in each pass —
     // a backward with recomputation runs the forward's again before its own. Each is a call of
     // its own (a latency each), inside the compute op at run time.
-    const int passes = t.backward && plan_.activation_checkpointing ? 2 : 1;
-    const int calls = 2 * passes * ministages_[t.v].layers.size();
-    collective = NewCollective(OpKind::kAllReduce, Members(leader), calls * Act(t.m));
+    const bool recompute = t.backward && plan_.activation_checkpointing;
+    const LayerRange& layers = ministages_[t.v].layers;
+    int calls = 2 * (recompute ? 2 : 1) * layers.size();
+    double bytes = calls * Act(t.m);
+    // The vocabulary split (runtime/model/tensor_parallel.h): the embedding's lookups are summed
+    // where it runs forward (again in a checkpointed backward); the loss gathers each rank's two
+    // figures a token wherever it is computed (a forward, a backward); the head's input gradient is
+    // summed in backward.
+    if (layers.begin == 0 && (!t.backward || recompute)) {
+      calls += 1;
+      bytes += Act(t.m);
+    }
+    if (layers.end == model_.num_layers) {
+      calls += t.backward ? 2 : 1;
+      bytes += 2.0 * Tokens(t.m) * sizeof(double) * tp + (t.backward ? Act(t.m) : 0);
+    }
+    collective = NewCollective(OpKind::kAllReduce, Members(leader), bytes);
     s_.collectives[collective].tensor_parallel = true;
     s_.collectives[collective].calls = calls;
   }

@@ -80,8 +80,8 @@ class Lowerer {
   double Tokens(int64_t m) const { return static_cast<double>(sequences_[m]) * plan_.seq_len; }
   double Act(int64_t m) const { return Tokens(m) * model_.hidden_size * act_bytes_; }
   double StageParams(int v) const;
-  /// Parameters of ministage v one rank holds in full: the stage's, its layers' matrices split by
-  /// its group's TP; the norms, the embedding and the head whole on every rank of a team (as the
+  /// Parameters of ministage v one rank holds in full: the stage's, its layers' matrices, the
+  /// embedding and the head split by its group's TP; the norms whole on every rank of a team (as the
   /// runtime holds them: runtime/model/tensor_parallel.cc).
   double RankParams(int v) const;
   double ForwardFlops(int v, int64_t m) const;

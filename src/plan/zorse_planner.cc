@@ -112,12 +112,14 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
   int max_ministages = *std::min_element(layers.begin(), layers.end());
   if (request.max_ministages > 0) max_ministages = std::min(max_ministages, request.max_ministages);
   // Tensor parallelism of width 2, 4 or 8 inside a group where every run of that many consecutive
-  // devices shares a node with NVLink or NVSwitch (the runtime splits untied models only: see
-  // runtime/executor/executor.cc). A width w gives each group the widest such degree up to w — a
+  // devices shares a node with NVLink or NVSwitch (the layers, the embedding and the head split:
+  // runtime/model/tensor_parallel.h). A width w gives each group the widest such degree up to w — a
   // group of NVLink nodes splits its layers, one on PCIe nodes does not — unless
   // `uniform_tensor_parallel` (a symmetric mesh: w in every group, or not at all).
   const auto group_can_split = [&](const std::vector<int>& g, int tp) {
-    if (model.num_heads % tp != 0 || model.num_kv_heads % tp != 0 || model.ffn_size % tp != 0) return false;
+    if (model.num_heads % tp != 0 || model.num_kv_heads % tp != 0 || model.ffn_size % tp != 0 ||
+        model.vocab_size % tp != 0)
+      return false;
     if (g.size() % tp != 0) return false;
     for (size_t i = 0; i < g.size(); i += tp) {
       if (cluster.node_of(g[i]).interconnect == Interconnect::kPcie) return false;
@@ -127,7 +129,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
     return true;
   };
   std::vector<std::pair<int, std::vector<int>>> tp_options = {{1, std::vector<int>(num_groups, 1)}};
-  for (int w = 2; request.try_tensor_parallel && !model.tie_embeddings && w <= request.max_tensor_parallel; w *= 2) {
+  for (int w = 2; request.try_tensor_parallel && w <= request.max_tensor_parallel; w *= 2) {
     std::vector<int> per_group(num_groups, 1);
     bool all = true;
     for (int g = 0; g < num_groups; ++g) {

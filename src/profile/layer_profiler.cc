@@ -198,7 +198,7 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
   // One tensor-parallel rank's layer, per degree the heads allow: its slices of the weights, the
   // region's all-reduces left out (the schedule has them as ops of their own).
   const TensorParallelRegion no_reduce{[](const torch::Tensor& t) { return t; },
-                                       [](const torch::Tensor& t) { return t; }, nullptr};
+                                       [](const torch::Tensor& t) { return t; }, nullptr, -1, nullptr};
   struct TpLayer {
     int tp = 0;
     LlamaModel model{nullptr};

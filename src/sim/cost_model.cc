@@ -99,13 +99,14 @@ double CostModel::ComputeS(int device, const Op& op) const {
   const ProfileEntry* entry = Entry(device);
   const double mb = static_cast<double>(op.sequences);
   // With tensor parallelism a rank runs its share of each layer — measured at that degree when the
-  // profile has it, else the whole layer's time divided by the degree — and the replicated head whole.
-  const int tp = op.tp_degree;
+  // profile has it, else the whole layer's time divided by the degree — and its vocabulary columns
+  // of the head (the head's time divided by the degree).
+  const int tp = std::max(1, op.tp_degree);
   switch (op.kind) {
     case OpKind::kForward: {
       const std::optional<double> share = entry && tp > 1 ? entry->TpForwardS(tp, mb) : std::nullopt;
       t = layers * (share ? *share : LayerForwardS(device, mb) / tp) +
-          (op.head && entry && entry->HeadForwardS(mb) ? *entry->HeadForwardS(mb) : head_forward_s);
+          (op.head && entry && entry->HeadForwardS(mb) ? *entry->HeadForwardS(mb) : head_forward_s) / tp;
       break;
     }
     case OpKind::kBackward: {
@@ -113,7 +114,7 @@ double CostModel::ComputeS(int device, const Op& op) const {
       if (share && entry->backward_includes_recompute && !recompute_) *share -= *entry->TpForwardS(tp, mb);
       if (share && !entry->backward_includes_recompute && recompute_) *share += *entry->TpForwardS(tp, mb);
       t = layers * (share ? *share : LayerBackwardS(device, mb) / tp) +
-          (op.head && entry && entry->HeadBackwardS(mb) ? *entry->HeadBackwardS(mb) : 2 * head_forward_s);
+          (op.head && entry && entry->HeadBackwardS(mb) ? *entry->HeadBackwardS(mb) : 2 * head_forward_s) / tp;
       break;
     }
     case OpKind::kOptimizerStep:

@@ -79,12 +79,13 @@ TEST(Profile, ATensorParallelRankTakesItsMeasuredShareOfALayerAndTheWholeHead) {
   fwd.head = true;
   fwd.sequences = 4;
   fwd.tp_degree = 2;
-  EXPECT_NEAR(costs.ComputeS(0, fwd), (3 * 24 + 8) * 1e-3, 1e-12);
+  // The head: a rank's vocabulary columns, the measured whole head divided by the degree.
+  EXPECT_NEAR(costs.ComputeS(0, fwd), (3 * 24 + 8 / 2.0) * 1e-3, 1e-12);
   Op bwd = fwd;
   bwd.kind = OpKind::kBackward;
-  EXPECT_NEAR(costs.ComputeS(0, bwd), (3 * 72 + 24) * 1e-3, 1e-12);
-  fwd.tp_degree = 4;  // not measured: the whole layer divided, the head whole
-  EXPECT_NEAR(costs.ComputeS(0, fwd), (3 * 40.0 / 4 + 8) * 1e-3, 1e-12);
+  EXPECT_NEAR(costs.ComputeS(0, bwd), (3 * 72 + 24 / 2.0) * 1e-3, 1e-12);
+  fwd.tp_degree = 4;  // not measured: the whole layer divided, and the head
+  EXPECT_NEAR(costs.ComputeS(0, fwd), (3 * 40.0 / 4 + 8 / 4.0) * 1e-3, 1e-12);
 }
 
 TEST(Profile, MeasuredLinksReplaceTheClustersFigures) {

@@ -185,9 +185,11 @@ TEST(Simulator, TensorParallelismSplitsComputeAndMemoryAndPaysTwoAllReducesPerLa
   two.groups[0].devices = {{0, 2, 2, 0}, {1, 2, 2, 0}};
   Schedule s1 = LowerPlan(one, cluster, m).value();
   Schedule s2 = LowerPlan(two, cluster, m).value();
-  // Each rank holds its half of the layers' matrices; the norms, the embedding and the head whole.
+  // Each rank holds its half of the layers' matrices and of the embedding's and the head's vocabulary
+  // rows; the norms whole.
   const double whole = static_cast<double>(TotalParams(m));
-  const double per_rank = whole - 4 * (static_cast<double>(ParamsPerLayer(m)) - 2.0 * m.hidden_size) / 2;
+  const double vocab_rows = 2.0 * m.vocab_size * m.hidden_size;  // the embedding and lm_head
+  const double per_rank = whole - 4 * (static_cast<double>(ParamsPerLayer(m)) - 2.0 * m.hidden_size) / 2 - vocab_rows / 2;
   EXPECT_DOUBLE_EQ(s2.programs[0].static_device_bytes, s1.programs[0].static_device_bytes * per_rank / whole);
   EXPECT_DOUBLE_EQ(s2.hardware_flops_per_step, s1.hardware_flops_per_step);  // the same work, split
   ASSERT_TRUE(two.activation_checkpointing);
@@ -197,10 +199,13 @@ TEST(Simulator, TensorParallelismSplitsComputeAndMemoryAndPaysTwoAllReducesPerLa
     if (op.kind == OpKind::kAllReduce && s2.collectives[op.collective].ranks.size() == 2) {
       ++allreduces;
       const Collective& c = s2.collectives[op.collective];
-      // Two calls per layer x 4 layers in a forward; a backward recomputes the forward's first.
+      // Two calls per layer x 4 layers in a forward, the embedding's sum and the loss's gather; a
+      // backward recomputes the forward's first, then gathers for the loss and sums the head's
+      // input gradient.
       const bool backward = s2.programs[1].ops[op.deps.front()].kind == OpKind::kBackward;
-      EXPECT_EQ(c.calls, backward ? 16 : 8);
-      EXPECT_DOUBLE_EQ(op.bytes, c.calls * act);
+      EXPECT_EQ(c.calls, backward ? 16 + 1 + 2 : 8 + 1 + 1);
+      const double loss_gather = 2.0 * 2 * 128 * sizeof(double) * 2;  // two figures a token from each rank
+      EXPECT_DOUBLE_EQ(op.bytes, (backward ? 18 : 9) * act + loss_gather);
     }
   }
   EXPECT_EQ(allreduces, 2 * 2);  // a forward and a backward per microbatch
@@ -209,14 +214,14 @@ TEST(Simulator, TensorParallelismSplitsComputeAndMemoryAndPaysTwoAllReducesPerLa
   // Compute halves (4 layers x (10 + 20) ms x 2 microbatches = 240 ms -> 120 ms) on free links.
   EXPECT_NEAR(r1.step_time_s, 0.240, 1e-3);
   EXPECT_NEAR(r2.step_time_s, 0.120, 1e-3);
-  // A measured overhead of 1 ms a collective call: each microbatch's forward (8 calls) and
-  // backward (16) pay it at every call, in series with the compute, and so does the step's one
+  // A measured overhead of 1 ms a collective call: each microbatch's forward (10 calls) and
+  // backward (19) pay it at every call, in series with the compute, and so does the step's one
   // all-reduce of the gradient norm over the team.
   Profile measured = profile;
   measured.links.push_back({"n", "n", 1e15, 0, 1e-3});
   CostModel with_overhead(cluster, m, &measured, 128, Precision::kBf16, true);
   SimResult r3 = Simulate(s2, cluster, with_overhead).value();
-  EXPECT_NEAR(r3.step_time_s, r2.step_time_s + (2 * (8 + 16) + 1) * 1e-3, 1e-4);
+  EXPECT_NEAR(r3.step_time_s, r2.step_time_s + (2 * (10 + 19) + 1) * 1e-3, 1e-4);
 }
 
 // FlexTP in the simulator (flextp_prediction.h): a 4x straggler in a team of four. Off, the team

@@ -376,6 +376,58 @@ num_microbatches = [4, 4, 4, 4]
   }
 }
 
+// Tied embeddings under tensor parallelism (issue #26): the team splits the one matrix by vocabulary
+// rows (the lookup and the head both use a rank's rows; the loss from its logit columns) — exact in
+// fp64 against one process, with clipping (the slices' gradient norm counted once) and with ZeRO-2
+// across two teams without checkpointing.
+TEST_F(DistributedEquivalence, TiedEmbeddingsSplitTheVocabularyExactly) {
+  dir_->Write("model-tied.toml", std::string(kModel) + "tie_embeddings = true\n");
+  auto with_model = [](std::string text) {
+    text.replace(text.find("model.toml"), 10, "model-tied.toml");
+    return text;
+  };
+  struct TiedCase {
+    const char* name;
+    int ranks;
+    double clip;
+    bool checkpointing;
+    const char* body;
+  };
+  const TiedCase cases[] = {
+      {"tied-tp2-clip", 2, 1, true, R"(schedule = "gpipe"
+zero_stage = 0
+[[groups]]
+ministages = [[0, 4]]
+tp_degree = 2
+devices = [0, 1]
+microbatch_size = [3, 3]
+num_microbatches = [4, 4]
+)"},
+      {"tied-tp2-dp2-zero2", 4, 0, false, Case("tp2-dp2-zero2-uneven-no-checkpointing").body},
+  };
+  for (const TiedCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string ref = std::string(c.name) + "-ref";
+    dir_->Write(ref + ".toml", with_model(Job(dir_->Join(ref), c.clip, c.checkpointing)));
+    CliRun r = Motley("train " + ref + ".toml --single-process", false, dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string plan = dir_->Write(std::string(c.name) + ".plan.toml",
+                                         with_model(PlanHeader()) + (c.clip > 0 ? "" : "gradient_clipping = false\n") + c.body);
+    dir_->Write(std::string(c.name) + ".toml", with_model(Job(dir_->Join(c.name), c.clip, c.checkpointing)));
+    r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + c.name + ".toml --plan " +
+                   plan,
+               false, dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string got = dir_->Join(std::string(c.name) + "/step-000005/"), want = dir_->Join(ref + "/step-000005/");
+    const double params = MaxRelativeDifference(got + "model.safetensors", want + "model.safetensors");
+    const double moments = MaxRelativeDifference(got + "optimizer.safetensors", want + "optimizer.safetensors");
+    std::cout << c.name << ": relative difference of the parameters " << params << ", of the moments " << moments << "\n";
+    EXPECT_GE(params, 0) << "the checkpoints differ in their tensors";
+    EXPECT_LT(params, kFp64Tolerance);
+    EXPECT_LT(moments, kFp64Tolerance);
+  }
+}
+
 TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
   // The plan's batch differs from the job's.
   const std::string plan = dir_->Write("bad.plan.toml", PlanHeader() +

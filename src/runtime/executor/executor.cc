@@ -54,10 +54,6 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
     if (m.tp_degree > 1) {
       if (Status s = CheckTensorParallelDegree(spec, m.tp_degree); !s.ok())
         return Status::InvalidArgument(fmt::format("group {}: {}", m.group, s.message()));
-      if (spec.tie_embeddings)
-        return Status::InvalidArgument(fmt::format(
-            "group {} has tp_degree = {} and the model ties its embeddings; tensor parallelism needs an untied model",
-            m.group, m.tp_degree));
     }
   bool offloads_activations = false;
   for (const Program& p : schedule.programs)
@@ -106,9 +102,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
       MOTLEY_CHECK_GE(v, 0);
       ex->ministage_params_[v].push_back({p.key(), p.value().sizes().vec()});
       if (ministages[v].group == group) {
-        const int k = LayerWeightIndex(p.key());
-        if (tp > 1 && k >= 0 && IsSplitWeight(k))  // this rank's slice of the matrix
-          p.value().set_data(SliceLayerWeight(spec, k, p.value(), ex->tp_index_, tp).contiguous().clone());
+        if (tp > 1 && IsSplitParameter(p.key()))  // this rank's slice of the matrix
+          p.value().set_data(SliceParameter(spec, p.key(), p.value(), ex->tp_index_, tp).contiguous().clone());
         owned[v].push_back({p.key(), p.value()});
       } else {
         p.value().set_data(torch::empty({0}, p.value().options()));
@@ -140,7 +135,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
     ex->collective_group_.push_back(g->index >= 0 ? g : nullptr);
     // This rank's team: its layers run with the team's all-reduces inside.
     if (c.tensor_parallel && g->index >= 0 && !ex->tp_region_.reduce) {
-      ex->tp_region_ = MakeTensorParallelRegion(comm, g, &ex->tp_clock_);
+      ex->tp_region_ = MakeTensorParallelRegion(comm, g, &ex->tp_clock_, VocabBegin(spec, ex->tp_index_, tp));
       if (schedule.flextp_mode != "off") {
         FlexTpTeam::Options o;
         o.config = config.tensor_parallel;  // its thresholds; the mode is the schedule's
@@ -189,8 +184,7 @@ Status Executor::LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg
   if (tp_degree_ > 1)
     for (auto* m : {&m1, &m2})
       for (auto& [name, t] : *m)
-        if (const int k = LayerWeightIndex(name); k >= 0 && IsSplitWeight(k))
-          t = SliceLayerWeight(model_->spec(), k, t, tp_index_, tp_degree_);
+        if (IsSplitParameter(name)) t = SliceParameter(model_->spec(), name, t, tp_index_, tp_degree_);
   for (auto& [v, state] : ministages_) {
     const std::string missing = state->LoadMoments(m1, m2);
     if (!missing.empty())
@@ -210,8 +204,7 @@ std::vector<StatePiece> Executor::OwnedState() {
     std::map<std::string, std::vector<int64_t>> shapes(names.begin(), names.end());
     for (const MinistageState::OwnedPiece& p : state->OwnedPieces()) {
       const std::string& name = state->params()[p.param].name;
-      const int k = LayerWeightIndex(name);
-      const bool split = tp_degree_ > 1 && k >= 0 && IsSplitWeight(k);
+      const bool split = tp_degree_ > 1 && IsSplitParameter(name);
       if (!split && tp_index_ != 0) continue;  // the team's copies are alike: its first rank writes
       StatePiece piece;
       piece.param = name;
@@ -243,8 +236,7 @@ Result<Executor::FullState> Executor::GatherFullState() {
     int64_t numel = 0, local_numel = 0;
     std::vector<std::vector<int64_t>> local;
     for (const auto& [name, shape] : names) {
-      const int k = LayerWeightIndex(name);
-      local.push_back(tp > 1 && k >= 0 ? SliceShape(model_->spec(), k, shape, tp) : shape);
+      local.push_back(tp > 1 ? SliceParameterShape(model_->spec(), name, shape, tp) : shape);
       numel += c10::multiply_integers(shape);
       local_numel += c10::multiply_integers(local.back());
     }
@@ -289,8 +281,7 @@ Result<Executor::FullState> Executor::GatherFullState() {
             const int64_t n = c10::multiply_integers(local[i]);
             std::vector<torch::Tensor> parts;
             for (const auto& s : slices) parts.push_back(s.narrow(0, at, n).view(local[i]));
-            const int w = LayerWeightIndex(names[i].first);
-            joined.push_back((w >= 0 ? JoinLayerWeight(model_->spec(), w, parts) : parts[0]).reshape(-1));
+            joined.push_back(JoinParameter(model_->spec(), names[i].first, parts).reshape(-1));
             at += n;
           }
           full[k] = torch::cat(joined);

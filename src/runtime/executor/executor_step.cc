@@ -148,7 +148,7 @@ class Executor::StepRun : public OpRunner {
     const int64_t seq = logits.size(1);
     double share = static_cast<double>(Sequences(m)) / static_cast<double>(ex_.batch_sequences_);
     if (in_.loss_factor_microbatch < 0 || in_.loss_factor_microbatch == m) share *= in_.loss_factor;
-    return NextTokenLoss(logits, Tokens(m).narrow(1, 1, seq)) * share;
+    return ex_.model_->Loss(logits, Tokens(m).narrow(1, 1, seq)) * share;
   }
 
   // An input activation or output gradient, at its last use here: a receive's buffer or what this
@@ -390,11 +390,10 @@ class Executor::StepRun : public OpRunner {
       out = ex_.model_->Run(slice, leaf, false);
       graph_[{v, m}] = {leaf, out};
     }
-    if (slice.head) {
-      if (ex_.tp_index_ == 0) {  // a team computes the head on every rank: count it once
-        torch::NoGradGuard no_grad;
-        loss_sum_ += Loss(out, m).to(torch::kFloat64);  // on the device: no wait for the GPU here
-      }
+    if (slice.head) {  // every rank of a team computes the loss (its gather is the team's); one counts it
+      torch::NoGradGuard no_grad;
+      torch::Tensor loss = Loss(out, m).to(torch::kFloat64);  // on the device: no wait for the GPU here
+      if (ex_.tp_index_ == 0) loss_sum_ += loss;
     }
     for (const Buffer& b : op.writes)  // the next ministage's input, when a send or this rank takes it
       if (b.kind == BufferKind::kInput) activations_[b] = out.detach();
@@ -490,11 +489,8 @@ class Executor::StepRun : public OpRunner {
     torch::NoGradGuard no_grad;
     MinistageState& state = State(v);
     if (!state.sharded() && ex_.program().dp_index != 0) return torch::zeros({}, Float64());
-    if (ex_.tp_index_ != 0)  // the team's replicated parameters (norms, embedding, head) count on index 0
-      return state.GradSquaredSum([](const std::string& name) {
-        const int k = LayerWeightIndex(name);
-        return k >= 0 && IsSplitWeight(k);
-      });
+    if (ex_.tp_index_ != 0)  // the team's replicated parameters (the norms) count on index 0
+      return state.GradSquaredSum([](const std::string& name) { return IsSplitParameter(name); });
     const torch::Tensor& g = state.sharded() ? state.GradShard() : state.GradFlat();
     return SumOfSquares(g);
   }

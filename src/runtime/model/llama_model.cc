@@ -145,7 +145,18 @@ std::pair<torch::Tensor, torch::Tensor> LlamaModelImpl::Rotary(int64_t seq_len, 
 }
 
 torch::Tensor LlamaModelImpl::Run(const ModelSlice& slice, const torch::Tensor& input, bool checkpoint_layers) {
-  torch::Tensor x = slice.embedding ? embed_tokens->forward(input) : input;
+  const bool vocab_split = tp_ != nullptr && tp_->vocab_begin >= 0;
+  torch::Tensor x = input;
+  if (slice.embedding && vocab_split) {
+    // This rank's rows: the tokens outside them look up nothing (zeros), the team sums the lookups.
+    const torch::Tensor& w = embed_tokens->weight;
+    const torch::Tensor local = input - tp_->vocab_begin;
+    const torch::Tensor mine = local.ge(0).logical_and(local.lt(w.size(0)));
+    x = tp_->reduce(torch::nn::functional::embedding(local.clamp(0, w.size(0) - 1), w) *
+                    mine.unsqueeze(-1).to(w.scalar_type()));
+  } else if (slice.embedding) {
+    x = embed_tokens->forward(input);
+  }
   if (compute_dtype_ && x.scalar_type() != *compute_dtype_) x = x.to(*compute_dtype_);
   auto [cos, sin] = Rotary(x.size(1), x.scalar_type(), x.device());
   for (int i = slice.layer_begin; i < slice.layer_end; ++i) {
@@ -159,8 +170,14 @@ torch::Tensor LlamaModelImpl::Run(const ModelSlice& slice, const torch::Tensor& 
   }
   if (!slice.head) return x;
   x = norm->forward(x);
+  if (vocab_split) x = tp_->enter(x);  // this rank's columns of the logits; the team sums x's gradient
   const torch::Tensor& head = lm_head ? lm_head->weight : embed_tokens->weight;
   return torch::nn::functional::linear(x, head.scalar_type() == x.scalar_type() ? head : head.to(x.scalar_type()));
+}
+
+torch::Tensor LlamaModelImpl::Loss(const torch::Tensor& logits, const torch::Tensor& targets) const {
+  if (tp_ != nullptr && tp_->vocab_begin >= 0) return tp_->loss(logits, targets);
+  return NextTokenLoss(logits, targets);
 }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens, bool checkpoint_layers) {

@@ -68,6 +68,10 @@ struct TensorParallelRegion {
   /// FlexTP (optional): this rank's share of layer `layer`'s MLP this step (layer_work.h), from the
   /// layer's weights; null: all of its own units, nothing borrowed.
   std::function<LayerWork*(int layer, const std::vector<torch::Tensor>& w)> layer_work;
+  /// The vocabulary split (tensor_parallel.h): this rank's first row of the embedding and the head,
+  /// and the loss from its columns of the logits (logits, targets). -1: the vocabulary is whole.
+  int64_t vocab_begin = -1;
+  std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> loss;
 };
 
 /// The layer's computation as a function of explicit weights (in DecoderLayerImpl::weights() order).
@@ -89,6 +93,8 @@ class LlamaModelImpl : public torch::nn::Module {
   torch::Tensor Run(const ModelSlice& slice, const torch::Tensor& input, bool checkpoint_layers);
   /// The whole model on token ids.
   torch::Tensor forward(const torch::Tensor& tokens, bool checkpoint_layers = false);
+  /// NextTokenLoss of Run's logits — with the vocabulary split, the team's (VocabParallelLoss).
+  torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& targets) const;
 
   const ModelSpec& spec() const { return spec_; }
   /// Mixed precision: the parameters stay as they are (fp32 masters) and the activations and the
@@ -98,7 +104,8 @@ class LlamaModelImpl : public torch::nn::Module {
   /// drawn at construction, converted) and the compute dtype of mixed precision.
   void set_precision(Precision p);
   /// Tensor parallelism: the layers hold this rank's slices and run with these region boundaries
-  /// (not with checkpoint_layers). Null: off.
+  /// (not with checkpoint_layers); with the region's vocab_begin >= 0 the embedding and the head
+  /// hold this rank's vocabulary rows, Run's logits are its columns and Loss is the team's. Null: off.
   void set_tensor_parallel(const TensorParallelRegion* tp) { tp_ = tp; }
   /// Rotary tables for `seq_len` positions in `dtype` on `device`: cos, sin [seq, head_dim].
   /// Made once per (length, dtype, device) and kept: made on the host and copied each time, they

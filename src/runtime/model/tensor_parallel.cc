@@ -84,6 +84,49 @@ int LayerWeightIndex(const std::string& name) {
 
 bool IsSplitWeight(size_t k) { return k != 0 && k != 5; }
 
+namespace {
+
+// The embedding and the head split along their vocabulary rows.
+bool IsVocabParameter(const std::string& name) {
+  return name == "model.embed_tokens.weight" || name == "lm_head.weight";
+}
+
+}  // namespace
+
+bool IsSplitParameter(const std::string& name) {
+  if (IsVocabParameter(name)) return true;
+  const int k = LayerWeightIndex(name);
+  return k >= 0 && IsSplitWeight(k);
+}
+
+torch::Tensor SliceParameter(const ModelSpec& spec, const std::string& name, const torch::Tensor& full, int index,
+                             int tp) {
+  if (IsVocabParameter(name)) {
+    const int64_t per = full.size(0) / tp;
+    return full.narrow(0, index * per, per);
+  }
+  const int k = LayerWeightIndex(name);
+  return k >= 0 ? SliceLayerWeight(spec, k, full, index, tp) : full;
+}
+
+std::vector<int64_t> SliceParameterShape(const ModelSpec& spec, const std::string& name, std::vector<int64_t> full,
+                                         int tp) {
+  if (IsVocabParameter(name)) {
+    full[0] /= tp;
+    return full;
+  }
+  const int k = LayerWeightIndex(name);
+  return k >= 0 ? SliceShape(spec, k, full, tp) : full;
+}
+
+torch::Tensor JoinParameter(const ModelSpec& spec, const std::string& name, const std::vector<torch::Tensor>& slices) {
+  if (IsVocabParameter(name)) return torch::cat(slices, 0);
+  const int k = LayerWeightIndex(name);
+  return k >= 0 ? JoinLayerWeight(spec, k, slices) : slices.front();
+}
+
+int64_t VocabBegin(const ModelSpec& spec, int index, int tp) { return index * (spec.vocab_size / tp); }
+
 torch::Tensor SliceLayerWeight(const ModelSpec& spec, size_t k, const torch::Tensor& full, int index, int tp) {
   const Split s = SplitOf(spec, k);
   if (s.dim < 0) return full;
@@ -104,6 +147,11 @@ Status CheckTensorParallelDegree(const ModelSpec& spec, int tp) {
         "tp_degree = {} does not divide model {}'s heads ({}), key/value heads ({}) and ffn_size ({}); use a divisor "
         "of all three",
         tp, spec.name, spec.num_heads, spec.num_kv_heads, spec.ffn_size));
+  if (spec.vocab_size % tp != 0)
+    return Status::InvalidArgument(fmt::format(
+        "tp_degree = {} does not divide model {}'s vocab_size ({}), which a tensor-parallel team splits; pad the "
+        "vocabulary to a multiple of {} (vocab_size = {}) or use a divisor of it",
+        tp, spec.name, spec.vocab_size, tp, (spec.vocab_size + tp - 1) / tp * tp));
   return Status::Ok();
 }
 
@@ -120,13 +168,72 @@ torch::Tensor JoinLayerWeight(const ModelSpec& spec, size_t k, const std::vector
   return torch::cat(slices, s.dim);
 }
 
-TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group, CommClock* clock) {
+TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group, CommClock* clock,
+                                              int64_t vocab_begin) {
   auto g = std::make_shared<RegionGroup>(RegionGroup{comm, group, clock});
   const auto address = static_cast<int64_t>(reinterpret_cast<intptr_t>(g.get()));
   TensorParallelRegion r;
   r.enter = [g, address](const torch::Tensor& x) { return EnterRegion::apply(x, address); };
   r.reduce = [g, address](const torch::Tensor& x) { return ReduceRegion::apply(x, address); };
+  r.vocab_begin = vocab_begin;
+  if (vocab_begin >= 0)
+    r.loss = [g, vocab_begin](const torch::Tensor& logits, const torch::Tensor& targets) {
+      return VocabParallelLoss(g->comm, g->group, logits, targets, vocab_begin, g->clock);
+    };
   return r;
+}
+
+namespace {
+
+// The cross-entropy of a team's logit columns (VocabParallelLoss). Forward: per token, this rank's
+// log-sum-exp over its columns and its target logit (0 when the target is not among its columns),
+// all-gathered; the token's log-sum-exp over the team's, less the sum of the target logits.
+// Backward: softmax of this rank's columns (from the whole log-sum-exp) less the one-hot target.
+struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallelCrossEntropy> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
+                               int64_t vocab_begin, int64_t group) {
+    const RegionGroup& g = *reinterpret_cast<const RegionGroup*>(group);
+    const torch::Tensor l = (logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32))
+                                .reshape({-1, logits.size(-1)});
+    const int64_t columns = l.size(1);
+    const torch::Tensor local = targets.reshape({-1}) - vocab_begin;
+    const torch::Tensor mine = local.ge(0).logical_and(local.lt(columns));
+    const torch::Tensor index = local.clamp(0, columns - 1);
+    const torch::Tensor target = l.gather(1, index.unsqueeze(1)).squeeze(1) * mine.to(l.scalar_type());
+    torch::Tensor parts = torch::stack({torch::logsumexp(l, 1), target}).contiguous();  // [2, tokens]
+    const int members = g.group->size();
+    torch::Tensor all = torch::empty({members * parts.numel()}, parts.options());
+    const CommClock::Mark start = g.clock != nullptr ? g.clock->Start(parts.device()) : CommClock::Mark{};
+    Status s = g.comm->AllGather(*g.group, parts.reshape({-1}), all);
+    if (g.clock != nullptr) g.clock->Stop(start, parts.device());
+    if (!s.ok()) throw std::runtime_error(fmt::format("tensor-parallel loss all-gather: {}", s.message()));
+    all = all.view({members, 2, -1});
+    const torch::Tensor lse = torch::logsumexp(all.select(1, 0), 0);
+    const torch::Tensor loss = (lse - all.select(1, 1).sum(0)).mean();
+    ctx->save_for_backward({l, lse, index, mine});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
+    ctx->saved_data["shape"] = logits.sizes().vec();
+    return loss;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &l = saved[0], &lse = saved[1], &index = saved[2], &mine = saved[3];
+    torch::Tensor g = torch::exp(l - lse.unsqueeze(1));
+    g.scatter_add_(1, index.unsqueeze(1), -mine.to(g.scalar_type()).unsqueeze(1));
+    g.mul_(grads[0] / static_cast<double>(l.size(0)));
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    return {g.to(dtype).view(ctx->saved_data["shape"].toIntVector()), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor VocabParallelLoss(Communicator* comm, CommGroup* group, const torch::Tensor& logits,
+                                const torch::Tensor& targets, int64_t vocab_begin, CommClock* clock) {
+  RegionGroup g{comm, group, clock};
+  return VocabParallelCrossEntropy::apply(logits, targets, vocab_begin,
+                                          static_cast<int64_t>(reinterpret_cast<intptr_t>(&g)));
 }
 
 }  // namespace motley

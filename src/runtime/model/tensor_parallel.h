@@ -5,6 +5,14 @@
 // attention and the MLP each end in one all-reduce of the partial outputs forward, and each begins
 // with one all-reduce of the input's gradient backward (TensorParallelRegion's reduce and enter).
 //
+// The vocabulary splits too (Megatron's vocabulary-parallel embedding and head, issue #26): rank i
+// holds rows [i V/t, (i+1) V/t) of the embedding and of the head — one matrix when the embeddings are
+// tied. Its lookup zeroes the tokens outside its rows and the team sums the lookups (one all-reduce);
+// its head computes its columns of the logits from the whole hidden state (entering the region), and
+// the loss is computed from the slices (VocabParallelLoss): each rank's log-sum-exp and target logit
+// per token, gathered in one all-gather; backward needs no communication. No rank ever holds the
+// whole logits.
+//
 // This file: the slicing of a layer's weights and the two region boundaries over a Communicator
 // group. The executor's use of it (tp_degree > 1 in a plan) and FlexTP's straggler handling build
 // on these.
@@ -23,8 +31,21 @@
 
 namespace motley {
 
-/// Whether a model's layers split over `tp` ranks: heads, key/value heads and ffn divisible by it.
+/// Whether a model splits over `tp` ranks: heads, key/value heads, ffn and vocabulary divisible by it.
 Status CheckTensorParallelDegree(const ModelSpec& spec, int tp);
+
+/// Any parameter of the model by name: whether a tensor-parallel team splits it (the layers' matrices,
+/// the embedding and the head; not the norms), rank `index` of `tp`'s slice of it (a view), the
+/// shape of a slice, and the whole from every rank's slice.
+bool IsSplitParameter(const std::string& name);
+torch::Tensor SliceParameter(const ModelSpec& spec, const std::string& name, const torch::Tensor& full, int index,
+                             int tp);
+std::vector<int64_t> SliceParameterShape(const ModelSpec& spec, const std::string& name, std::vector<int64_t> full,
+                                         int tp);
+torch::Tensor JoinParameter(const ModelSpec& spec, const std::string& name, const std::vector<torch::Tensor>& slices);
+
+/// The first vocabulary row of rank `index` of `tp` (CheckTensorParallelDegree: equal slices).
+int64_t VocabBegin(const ModelSpec& spec, int index, int tp);
 
 /// Rank `index` of `tp`'s slice of one layer's weights (DecoderLayerImpl::weights() order), as
 /// views of `full` where the slice is contiguous and copies elsewhere.
@@ -47,7 +68,17 @@ torch::Tensor JoinLayerWeight(const ModelSpec& spec, size_t k, const std::vector
 
 /// The region boundaries over `group` (a tensor-parallel group of the communicator). A failed
 /// all-reduce throws (inside autograd there is no Status to return); the message names the group.
-/// `clock` (optional) accumulates the time spent in the all-reduces.
-TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group, CommClock* clock = nullptr);
+/// `clock` (optional) accumulates the time spent in the all-reduces. `vocab_begin` >= 0: the team
+/// splits the vocabulary and this rank's rows start there (VocabBegin); the region's `loss` is then
+/// VocabParallelLoss over the group.
+TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group, CommClock* clock = nullptr,
+                                              int64_t vocab_begin = -1);
+
+/// Mean next-token cross-entropy from one rank's columns of the logits, [batch, seq, V/t] for
+/// vocabulary rows [vocab_begin, vocab_begin + V/t), against targets [batch, seq]: the same value on
+/// every rank of `group` as NextTokenLoss of the whole logits, and the gradient of this rank's
+/// columns. In fp32 (fp64 for fp64 logits) whatever the logits' dtype.
+torch::Tensor VocabParallelLoss(Communicator* comm, CommGroup* group, const torch::Tensor& logits,
+                                const torch::Tensor& targets, int64_t vocab_begin, CommClock* clock = nullptr);
 
 }  // namespace motley

@@ -1,5 +1,6 @@
 #include "runtime/model/tensor_parallel.h"
 
+#include <map>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -100,6 +101,71 @@ TEST(TensorParallel, TwoRanksComputeTheLayerAndItsGradientsAsOneDevice) {
   }
 }
 
+// The vocabulary split (issue #26): two ranks, each with its half of the embedding and the head
+// (one matrix when tied) and its slices of the layers, compute the whole model's loss and, joined,
+// its gradients — in fp64 within reassociation, tied and untied, with a target in each half.
+TEST(TensorParallel, TwoRanksSplitTheVocabularyAsOneDevice) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    ModelSpec spec = Spec();
+    spec.num_layers = 2;
+    spec.tie_embeddings = tied;
+    LlamaModel whole(spec, 4);
+    whole->set_precision(Precision::kFp64);
+    torch::manual_seed(6);
+    const torch::Tensor tokens = torch::randint(spec.vocab_size, {3, 9}, torch::kInt64);
+    const torch::Tensor input = tokens.narrow(1, 0, 8), targets = tokens.narrow(1, 1, 8);
+    ASSERT_TRUE(targets.lt(spec.vocab_size / 2).any().item<bool>() && targets.ge(spec.vocab_size / 2).any().item<bool>());
+    const torch::Tensor loss1 = whole->Loss(whole->forward(input), targets);
+    loss1.backward();
+    std::map<std::string, torch::Tensor> grads1;
+    for (const auto& p : whole->named_parameters()) grads1[p.key()] = p.value().grad().clone();
+    EXPECT_EQ(grads1.count("lm_head.weight"), tied ? 0u : 1u);
+
+    std::mutex mu;
+    std::vector<double> losses(2);
+    std::vector<std::map<std::string, torch::Tensor>> grads(2);
+    std::vector<int64_t> logit_columns(2);
+    // Made here: a model draws its weights from the global generator, which the ranks' threads share.
+    std::vector<LlamaModel> models = {LlamaModel(spec, 4), LlamaModel(spec, 4)};
+    RunRanks(2, [&](Communicator& c) {
+      const int r = c.rank();
+      LlamaModel mine = models[r];
+      mine->set_precision(Precision::kFp64);
+      {
+        torch::NoGradGuard no_grad;
+        for (auto& p : mine->named_parameters())
+          if (IsSplitParameter(p.key())) p.value().set_data(SliceParameter(spec, p.key(), p.value(), r, 2).clone());
+      }
+      TensorParallelRegion region = MakeTensorParallelRegion(&c, &c.world(), nullptr, VocabBegin(spec, r, 2));
+      mine->set_tensor_parallel(&region);
+      const torch::Tensor logits = mine->forward(input);
+      const torch::Tensor loss = mine->Loss(logits, targets);
+      loss.backward();
+      std::lock_guard<std::mutex> lock(mu);
+      logit_columns[r] = logits.size(-1);
+      losses[r] = loss.item<double>();
+      for (const auto& p : mine->named_parameters()) grads[r][p.key()] = p.value().grad().clone();
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(logit_columns[r], spec.vocab_size / 2) << "rank " << r << " holds only its columns of the logits";
+      EXPECT_NEAR(losses[r], loss1.item<double>(), 1e-13) << "rank " << r;
+    }
+    for (const auto& [name, g1] : grads1) {
+      const torch::Tensor joined = IsSplitParameter(name) ? JoinParameter(spec, name, {grads[0][name], grads[1][name]})
+                                                          : grads[0][name];
+      EXPECT_LT(RelativeError(joined, g1), 1e-12) << name;
+      if (!IsSplitParameter(name)) {
+        EXPECT_LT(RelativeError(grads[1][name], g1), 1e-12) << name << " on rank 1";
+      }
+    }
+  }
+  Status odd = CheckTensorParallelDegree([] { ModelSpec s = Spec(); s.vocab_size = 65; return s; }(), 2);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.message().find("vocab_size (65)"), std::string::npos) << odd.message();
+  EXPECT_NE(odd.message().find("vocab_size = 66"), std::string::npos) << odd.message();
+}
+
 // What one rank's share of a decoder layer keeps for backward and holds at the peak of its backward,
 // counted by the memory ledger, against what the memory model counts (core/model.h:
 // LayerActivationBytesPerToken, LayerBackwardBytesPerToken) — for the whole layer and a
@@ -111,7 +177,7 @@ TEST(TensorParallel, ARanksActivationsAreWhatTheMemoryModelCounts) {
   DecoderLayer layer(spec);
   LlamaModel model(spec, 1);
   const TensorParallelRegion region{[](const torch::Tensor& t) { return t; },
-                                    [](const torch::Tensor& t) { return t; }, nullptr};
+                                    [](const torch::Tensor& t) { return t; }, nullptr, -1, nullptr};
   const int64_t batch = 8;
   for (Precision p : {Precision::kFp32, Precision::kFp64}) {
     const torch::Dtype dtype = p == Precision::kFp64 ? torch::kFloat64 : torch::kFloat32;

@@ -93,14 +93,13 @@ Result<torch::Tensor> AssembleParameter(const ModelSpec& spec, const std::string
     slices[p->tp_index].narrow(0, p->begin, p->count).copy_(t.reshape(-1));
   }
   if (param.tp_degree == 1) return slices[0].view(param.shape);
-  const int k = LayerWeightIndex(name);
-  if (k < 0 || !IsSplitWeight(k))
+  if (!IsSplitParameter(name))
     return Status::InvalidArgument(fmt::format("{} is stored as {} slices but is not a weight tensor parallelism "
                                                "splits; use another checkpoint",
                                                name, param.tp_degree));
-  const std::vector<int64_t> shape = SliceShape(spec, k, param.shape, param.tp_degree);
+  const std::vector<int64_t> shape = SliceParameterShape(spec, name, param.shape, param.tp_degree);
   for (auto& s : slices) s = s.view(shape);
-  return JoinLayerWeight(spec, k, slices);
+  return JoinParameter(spec, name, slices);
 }
 
 namespace {

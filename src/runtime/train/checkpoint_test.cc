@@ -268,11 +268,10 @@ TEST(ShardedCheckpoint, PiecesFromAnyLayoutLoadAsTheWholeModel) {
   }
   std::vector<std::vector<StatePiece>> ranks(4);
   for (const auto& s : shards) {
-    const int k = LayerWeightIndex(s.name);
-    const int tp = k >= 0 && IsSplitWeight(k) ? 2 : 1;
+    const int tp = IsSplitParameter(s.name) ? 2 : 1;  // the layers' matrices, the embedding and the head
     for (int t = 0; t < tp; ++t) {
       auto slice = [&](const torch::Tensor& x) {
-        return (tp > 1 ? SliceLayerWeight(spec, k, x, t, tp) : x).contiguous().reshape(-1);
+        return (tp > 1 ? SliceParameter(spec, s.name, x, t, tp) : x).contiguous().reshape(-1);
       };
       const torch::Tensor v = slice(s.param.detach()), m = slice(s.exp_avg), w = slice(s.exp_avg_sq);
       const int64_t cut = v.numel() / 3;  // ranks 2t and 2t+1 hold a third and the rest
