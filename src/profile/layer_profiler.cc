@@ -19,6 +19,7 @@
 #include "runtime/device/cuda_device.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/emulation/memory_ledger.h"
+#include "runtime/flextp/resize_pretest.h"
 #include "runtime/model/precision_dtypes.h"
 #include "runtime/model/tensor_parallel.h"
 
@@ -314,6 +315,14 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
           d, config);
       e.tp_points[t.tp].push_back({static_cast<double>(mb), f, b});
     }
+  }
+  // ZERO-resizing's own cost (FlexTP's pre-test) on the MLP slice of a rank at the widest degree
+  // profiled, over the largest microbatch measured.
+  if (!tp_layers.empty() && !e.points.empty()) {
+    const int tp = tp_layers.back().tp;
+    say(fmt::format("{}: ZERO-resizing's overhead on a {}-way MLP slice", device_type, tp));
+    e.resize_overhead = TimeResizeOverhead(model.ffn_size / tp, model.hidden_size,
+                                           static_cast<int64_t>(e.points.back().microbatch) * seq_len, d, act);
   }
   return e;
 }

@@ -65,6 +65,13 @@ TEST(LayerProfiler, MeasuresLayerAndHeadTimesAtEveryMicrobatch) {
     }
   }
   EXPECT_FALSE(e->tp_points.empty());
+  // ZERO-resizing's overhead (FlexTP's pre-test) at its three ratios, each a fraction >= 0.
+  ASSERT_EQ(e->resize_overhead.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(e->resize_overhead[i].first, std::vector<double>({0.125, 0.25, 0.5})[i]);
+    EXPECT_GE(e->resize_overhead[i].second, 0);
+    EXPECT_TRUE(std::isfinite(e->resize_overhead[i].second));
+  }
   // It round-trips through the profile file and is found for its type and shape.
   Profile p;
   p.entries.push_back(*e);

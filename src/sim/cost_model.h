@@ -48,9 +48,11 @@ class CostModel : public PlannerCosts {
   std::string ComputeSource(int device) const;
   const Cluster& cluster() const { return cluster_; }
   const ModelSpec& model() const { return model_; }
+  /// The profile's entry for a device's type, this model's shape, sequence length and precision;
+  /// null without one.
+  const ProfileEntry* Entry(int device) const;
 
  private:
-  const ProfileEntry* Entry(int device) const;
   /// The cluster's link, replaced by the profile's measurement between the two nodes if it has one.
   Link LinkBetween(int a, int b) const;
 

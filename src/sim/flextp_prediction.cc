@@ -38,10 +38,25 @@ std::vector<double> FlexTpComputeFactors(const Schedule& schedule, const CostMod
     }
     int64_t visits = 0;
     for (const int v : visited) visits += schedule.ministages[v].layer_end - schedule.ministages[v].layer_begin;
-    const FlexTpCosts team_costs =
+    FlexTpCosts team_costs =
         ForTeamConfig(FlexTpCostsFor(costs.model(), tp, schedule.seq_len, cluster, first.device,
                                      schedule.programs[c.ranks.back()].device, visits, backwards),
                       team_config, !cluster.emulated());
+    // ZERO-resizing's own cost where the profile measured it (its pre-test points; the median over
+    // the team's ranks at each ratio, as the runtime's pre-test takes it). Else resizing is free.
+    SemiPretest pretest;
+    std::vector<const ProfileEntry*> measured;
+    for (const int32_t r : c.ranks)
+      if (const ProfileEntry* e = costs.Entry(schedule.programs[r].device); e != nullptr && !e->resize_overhead.empty())
+        measured.push_back(e);
+    for (size_t i = 0; !measured.empty() && i < measured.front()->resize_overhead.size(); ++i) {
+      std::vector<double> v;
+      for (const ProfileEntry* e : measured)
+        if (i < e->resize_overhead.size()) v.push_back(e->resize_overhead[i].second);
+      std::nth_element(v.begin(), v.begin() + static_cast<int64_t>(v.size() / 2), v.end());
+      pretest.resize.push_back({measured.front()->resize_overhead[i].first, v[v.size() / 2]});
+    }
+    team_costs = WithPretest(team_costs, pretest);
     FlexTpBalancer balancer(team_config, tp, team_costs);
     const TeamBalance& balance = balancer.Update(nominal);
     for (int i = 0; i < tp; ++i) factor[c.ranks[i]] = balance.predicted_s[i] / nominal[i];

@@ -109,6 +109,14 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
       entry.backward_includes_recompute = e.value("backward_includes_recompute", true);
       entry.max_microbatch = e.value("max_microbatch", int64_t{0});
       entry.optimizer_ms_per_mparam = e.value("optimizer_ms_per_mparam", 0.0);
+      for (const auto& pt : e.value("resize_overhead", nlohmann::json::array())) {
+        const double ratio = pt.at(0).get<double>(), fraction = pt.at(1).get<double>();
+        if (!(ratio > 0 && ratio < 1) || !(fraction >= 0))
+          return bad(fmt::format("entry for {}: resize_overhead needs [ratio, fraction] pairs with 0 < ratio < 1 "
+                                 "and fraction >= 0",
+                                 entry.device_type));
+        entry.resize_overhead.push_back({ratio, fraction});
+      }
       if (e.contains("limits")) {
         const auto& l = e.at("limits");
         MeasuredLimits limits;
@@ -203,6 +211,11 @@ nlohmann::json ProfileToJson(const Profile& profile) {
                             {"points", points},
                             {"max_microbatch", e.max_microbatch}};
     if (e.optimizer_ms_per_mparam > 0) entry["optimizer_ms_per_mparam"] = e.optimizer_ms_per_mparam;
+    if (!e.resize_overhead.empty()) {
+      nlohmann::json points = nlohmann::json::array();
+      for (const auto& [ratio, fraction] : e.resize_overhead) points.push_back({ratio, fraction});
+      entry["resize_overhead"] = points;
+    }
     if (e.limits)
       entry["limits"] = {{"dp_degree", e.limits->dp_degree},
                          {"num_layers", e.limits->num_layers},

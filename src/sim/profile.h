@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -80,6 +81,11 @@ struct ProfileEntry {
   /// AdamW's update, per million parameters of the shard ("optimizer_ms_per_mparam"; 0 = not
   /// measured: costed from the device's memory bandwidth).
   double optimizer_ms_per_mparam = 0;
+  /// ZERO-resizing's own cost on the device (FlexTP's pre-test, runtime/flextp/resize_pretest.h):
+  /// (pruning ratio, the pruned MLP's extra time as a fraction of the unpruned one's), measured on
+  /// a tensor-parallel rank's MLP slice ("resize_overhead": [[ratio, fraction], ...]; optional —
+  /// without it the simulator prices resizing as free).
+  std::vector<std::pair<double, double>> resize_overhead;
 
   /// Layer times at `microbatch` sequences, in seconds.
   double ForwardS(double microbatch) const;

@@ -6,6 +6,7 @@
 
 
 #include <gtest/gtest.h>
+#include <iostream>
 
 #include "core/cluster_parse.h"
 #include "cost/state_bytes.h"
@@ -261,6 +262,40 @@ TEST(Simulator, AStragglingTensorParallelTeamStepsAsFlexTpBalancesIt) {
       EXPECT_GT(factor[0], 1) << mode;  // ... the others take some
     }
   }
+}
+
+// ZERO-resizing is not free where the profile measured its overhead (FlexTP's pre-test points,
+// ProfileEntry::resize_overhead): the simulator prices it as the runtime's balancer does after its
+// pre-test, so a resizing team's predicted step is slower than with free resizing, and SEMI — which
+// weighs resizing against migration by those costs — never predicts a slower step than it would
+// have had to accept (its choice with free resizing costs at least that much once resizing is priced).
+TEST(Simulator, ResizingCostsWhatTheProfilesPreTestMeasured) {
+  const ModelSpec m = LayerHeavyModel(4);
+  Cluster cluster = FastCluster(4);
+  cluster.measured_slowdown[1] = 4;
+  Plan plan;
+  plan.seq_len = 128;
+  plan.zero_stage = 0;
+  plan.groups = {GroupPlan{{{0, 4}}, 4, {{0, 2, 2, 0}, {1, 2, 2, 0}, {2, 2, 2, 0}, {3, 2, 2, 0}}, {}, {}}};
+  auto step = [&](const std::string& mode, const std::vector<std::pair<double, double>>& overhead) {
+    Profile profile = FlatProfile(m, 128);
+    profile.entries[0].resize_overhead = overhead;
+    const CostModel costs(cluster, m, &profile, 128, Precision::kBf16, true);
+    Plan p = plan;
+    p.flextp_mode = mode;
+    const Schedule s = LowerPlan(p, cluster, m).value();
+    return Simulate(s, cluster, costs).value().step_time_s;
+  };
+  // Measured: resizing costs 25% of the MLP's time plus 40% x the ratio (0.3, 0.35, 0.45).
+  const std::vector<std::pair<double, double>> costly = {{0.125, 0.3}, {0.25, 0.35}, {0.5, 0.45}};
+  const double free_resize = step("resize", {}), priced_resize = step("resize", costly);
+  EXPECT_GT(priced_resize, 1.05 * free_resize);
+  EXPECT_NEAR(step("resize", {{0.125, 0}, {0.5, 0}}), free_resize, 1e-12);  // measured free: as before
+  const double free_semi = step("semi", {}), priced_semi = step("semi", costly);
+  EXPECT_GE(priced_semi, free_semi - 1e-12);
+  EXPECT_LT(priced_semi, priced_resize);  // it migrates instead of paying for resizing alone
+  std::cout << "4x straggler: resize " << free_resize << " s free, " << priced_resize << " s priced; semi "
+            << free_semi << " s free, " << priced_semi << " s priced\n";
 }
 
 // #26 part 3: the plan's FlexTP mode chosen by the simulator (flextp_choice.h). With free links a

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/message_tags.h"
 #include "runtime/device/cuda_device.h"
+#include "runtime/flextp/resize_pretest.h"
 
 namespace motley {
 
@@ -36,31 +37,9 @@ Result<SemiPretest> FlexTpTeam::Pretest() {
   };
   auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   std::vector<double> mine;
-  {
-    // ZERO-resizing: the fastest of three forward-and-backward passes at each ratio.
-    // (Values do not matter to the timing; the random generator is the training's, left alone.)
-    const torch::Tensor gate = torch::full({units, h}, 0.01, opts), up = torch::full({units, h}, 0.02, opts),
-                        down = torch::full({h, units}, 0.01, opts);
-    const torch::Tensor input = torch::full({1, std::max<int64_t>(1, options_.pretest_tokens), h}, 0.1, opts);
-    auto time_mlp = [&](double ratio) {
-      LayerWork work;
-      const auto keep = static_cast<int64_t>(std::llround((1 - ratio) * static_cast<double>(units)));
-      if (ratio > 0) work.keep = torch::arange(keep, torch::TensorOptions().dtype(torch::kInt64).device(device));
-      double best = 1e300;
-      for (int rep = 0; rep < 3; ++rep) {
-        const torch::Tensor m = input.detach().requires_grad_(true);
-        const torch::Tensor g = gate.detach().requires_grad_(true), u = up.detach().requires_grad_(true),
-                            d = down.detach().requires_grad_(true);
-        const auto start = now();
-        MlpWithWork(m, g, u, d, ratio > 0 ? &work : nullptr).sum().backward();
-        best = std::min(best, seconds(start, now()));
-      }
-      return best;
-    };
-    time_mlp(0);  // warm-up
-    const double whole = time_mlp(0);
-    for (double ratio : ratios) mine.push_back((time_mlp(ratio) - (1 - ratio) * whole) / whole);
-  }
+  // ZERO-resizing: its overhead at each ratio (resize_pretest.h); the median over the team below.
+  for (const auto& point : TimeResizeOverhead(units, h, options_.pretest_tokens, device, options_.dtype, ratios))
+    mine.push_back(point.second);
   {
     // Migration: one layer pass's transfer of `count` units' rows, as the team moves them.
     const int me = options_.index;
