@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -609,6 +610,27 @@ TEST(Cli, PlanExplainsWhereItsTimeWentAndWhichDevicesItLeftOut) {
   CliRun text = Motley(base + " --explain", true);
   EXPECT_CONTAINS(text.output, "left out: 24 of the 32 devices, t4 x24 (nodes slow-0, slow-1, slow-2)");
   EXPECT_CONTAINS(text.output, "planning took ");
+}
+
+TEST(Cli, PlanningCommandsAnswerTheSameWhateverTheHeapSwitches) {
+  // `plan`, `simulate` and `schedule` start themselves again with glibc's huge-page switch added to
+  // GLIBC_TUNABLES (cli/main.cc) unless it is there: with it unset, beside another switch of the
+  // user's, and with the user's own setting (no restart) they answer alike.
+  const std::string args = "plan --cluster " + Example("clusters/zorse-a.toml") +
+                           " --model llama-100m --seq-len 1024 --global-batch-tokens 262144 --json";
+  std::vector<nlohmann::json> answers;
+  for (const std::string env : {"env -u GLIBC_TUNABLES", "env GLIBC_TUNABLES=glibc.malloc.check=0",
+                                "env GLIBC_TUNABLES=glibc.malloc.hugetlb=0"}) {
+    CliRun r = RunCommandLine(env + " " + std::string(MOTLEY_BIN) + " " + args + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << env << "\n" << r.output;
+    auto j = nlohmann::json::parse(r.output);
+    answers.push_back({{"plan", j["plan"]}, {"step_time_s", j["step_time_s"]}});
+  }
+  EXPECT_EQ(answers[0], answers[1]);
+  EXPECT_EQ(answers[0], answers[2]);
+  CliRun schedule = RunCommandLine("env -u GLIBC_TUNABLES " + std::string(MOTLEY_BIN) + " schedule --help 2>&1");
+  EXPECT_EQ(schedule.exit_code, 0) << schedule.output;
+  EXPECT_CONTAINS(schedule.output, "Lower a plan to its schedule");
 }
 
 TEST(Cli, JsonInputsNestedTooDeepOrWithARepeatedKeyGetOneClearError) {
