@@ -148,12 +148,16 @@ torch::Tensor LlamaModelImpl::Run(const ModelSlice& slice, const torch::Tensor& 
   const bool vocab_split = tp_ != nullptr && tp_->vocab_begin >= 0;
   torch::Tensor x = input;
   if (slice.embedding && vocab_split) {
-    // This rank's rows: the tokens outside them look up nothing (zeros), the team sums the lookups.
+    // This rank's rows: the tokens outside them look up nothing (zeros), the team sums the lookups
+    // — in the compute dtype, as the schedule counts the call's bytes: one rank holds each token's
+    // row, so casting before the sum gives the very values casting after it would.
     const torch::Tensor& w = embed_tokens->weight;
     const torch::Tensor local = input - tp_->vocab_begin;
     const torch::Tensor mine = local.ge(0).logical_and(local.lt(w.size(0)));
-    x = tp_->reduce(torch::nn::functional::embedding(local.clamp(0, w.size(0) - 1), w) *
-                    mine.unsqueeze(-1).to(w.scalar_type()));
+    torch::Tensor rows = torch::nn::functional::embedding(local.clamp(0, w.size(0) - 1), w) *
+                         mine.unsqueeze(-1).to(w.scalar_type());
+    if (compute_dtype_ && rows.scalar_type() != *compute_dtype_) rows = rows.to(*compute_dtype_);
+    x = tp_->reduce(rows);
   } else if (slice.embedding) {
     x = embed_tokens->forward(input);
   }
