@@ -175,8 +175,17 @@ torch::Tensor LlamaModelImpl::Run(const ModelSlice& slice, const torch::Tensor& 
   if (!slice.head) return x;
   x = norm->forward(x);
   if (vocab_split) x = tp_->enter(x);  // this rank's columns of the logits; the team sums x's gradient
-  const torch::Tensor& head = lm_head ? lm_head->weight : embed_tokens->weight;
+  const torch::Tensor& head = lm_head ? lm_head->weight : head_copy_.defined() ? head_copy_ : embed_tokens->weight;
   return torch::nn::functional::linear(x, head.scalar_type() == x.scalar_type() ? head : head.to(x.scalar_type()));
+}
+
+void LlamaModelImpl::UntieHead() {
+  MOTLEY_CHECK(spec_.tie_embeddings && !head_copy_.defined());
+  torch::NoGradGuard no_grad;
+  // A module of its own named "lm_head" holding "weight", as an untied model's Linear does (whose
+  // constructor would draw from the global generator).
+  auto holder = register_module("lm_head", std::make_shared<torch::nn::Module>());
+  head_copy_ = holder->register_parameter("weight", embed_tokens->weight.detach().clone());
 }
 
 torch::Tensor LlamaModelImpl::Loss(const torch::Tensor& logits, const torch::Tensor& targets) const {

@@ -107,6 +107,13 @@ class LlamaModelImpl : public torch::nn::Module {
   /// (not with checkpoint_layers); with the region's vocab_begin >= 0 the embedding and the head
   /// hold this rank's vocabulary rows, Run's logits are its columns and Loss is the team's. Null: off.
   void set_tensor_parallel(const TensorParallelRegion* tp) { tp_ = tp; }
+  /// A tied model's head gets its own copy of the embedding matrix, `lm_head.weight` (no random
+  /// draw): for a plan whose embedding and head sit in different ministages, each copy then takes
+  /// its own gradient, and the two gradients summed are the tied matrix's (each copy updated with
+  /// the sum stays equal to the other). REQUIRES: spec().tie_embeddings; at most once.
+  void UntieHead();
+  /// Whether the head runs on UntieHead's copy.
+  bool head_is_tied_copy() const { return head_copy_.defined(); }
   /// Rotary tables for `seq_len` positions in `dtype` on `device`: cos, sin [seq, head_dim].
   /// Made once per (length, dtype, device) and kept: made on the host and copied each time, they
   /// cost every forward on a GPU a copy from pageable memory, which blocks the host until the
@@ -123,6 +130,7 @@ class LlamaModelImpl : public torch::nn::Module {
   ModelSpec spec_;
   std::optional<torch::Dtype> compute_dtype_;
   const TensorParallelRegion* tp_ = nullptr;
+  torch::Tensor head_copy_;  // UntieHead's copy ("lm_head.weight"); undefined: the head uses the embedding
   mutable std::map<std::tuple<int64_t, torch::Dtype, c10::DeviceType, c10::DeviceIndex>,
                    std::pair<torch::Tensor, torch::Tensor>>
       rotary_;  // Rotary()'s tables, by (seq_len, dtype, device)

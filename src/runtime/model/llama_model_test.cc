@@ -97,5 +97,39 @@ TEST(LlamaModel, RecomputationGivesTheSameGradients) {
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::allclose(plain[i], recomputed[i], 1e-12, 1e-14)) << i;
 }
 
+TEST(LlamaModel, AnUntiedHeadsGradientAndTheEmbeddingsSumToTheTiedMatrixs) {
+  ModelSpec spec = TinyGqa();
+  spec.tie_embeddings = true;
+  LlamaModel tied(spec, 9);
+  tied->set_precision(Precision::kFp64);
+  LlamaModel copied(spec, 9);
+  copied->set_precision(Precision::kFp64);
+  copied->UntieHead();
+  ASSERT_TRUE(copied->head_is_tied_copy());
+  EXPECT_FALSE(tied->head_is_tied_copy());
+  const auto params = copied->named_parameters();
+  ASSERT_TRUE(params.contains("lm_head.weight"));
+  EXPECT_EQ(params.size(), tied->named_parameters().size() + 1);
+  EXPECT_TRUE(torch::equal(params["lm_head.weight"], tied->embed_tokens->weight));
+  // Nothing shared: the copy is a tensor of its own.
+  EXPECT_NE(params["lm_head.weight"].data_ptr(), copied->embed_tokens->weight.data_ptr());
+
+  torch::Tensor tokens = torch::randint(0, spec.vocab_size, {3, 8});
+  torch::Tensor tied_loss = NextTokenLoss(tied->forward(tokens), tokens);
+  torch::Tensor copied_loss = NextTokenLoss(copied->forward(tokens), tokens);
+  EXPECT_NEAR(tied_loss.item<double>(), copied_loss.item<double>(), 1e-14);
+  tied_loss.backward();
+  copied_loss.backward();
+  const torch::Tensor embedding = copied->embed_tokens->weight.grad();
+  const torch::Tensor head = params["lm_head.weight"].grad();
+  ASSERT_TRUE(embedding.defined() && head.defined());
+  EXPECT_GT(head.abs().max().item<double>(), 0);  // each copy takes a gradient of its own
+  EXPECT_TRUE(torch::allclose(embedding + head, tied->embed_tokens->weight.grad(), 1e-12, 1e-14));
+  for (const auto& p : tied->named_parameters()) {
+    if (p.key() == "model.embed_tokens.weight") continue;
+    EXPECT_TRUE(torch::allclose(p.value().grad(), params[p.key()].grad(), 1e-12, 1e-14)) << p.key();
+  }
+}
+
 }  // namespace
 }  // namespace motley
