@@ -52,6 +52,8 @@ int64_t HeadParams(const ModelSpec& m) {
   return m.hidden_size + (m.tie_embeddings ? 0 : m.vocab_size * m.hidden_size);
 }
 
+int64_t TiedCopyParams(const ModelSpec& m) { return m.tie_embeddings ? EmbeddingParams(m) : 0; }
+
 double EmbeddingParamsPerRank(const ModelSpec& m, int tp) {
   return static_cast<double>(EmbeddingParams(m)) / std::max(1, tp);
 }
@@ -157,7 +159,10 @@ double CheckpointedBackwardBytes(const ModelSpec& m, int64_t seq_len, Precision 
   const double layer = LayerBackwardBytesPerToken(m, seq_len, p, false, tp) * tokens +
                        static_cast<double>(ParamsPerLayer(m)) / std::max(1, tp) * grads;
   if (!head) return layer;
-  return std::max(layer, HeadBackwardBytesPerToken(m, p, tp) * tokens + HeadParamsPerRank(m, tp) * grads);
+  // The head's weights' gradients: the final norm's and a vocabulary-by-hidden matrix's (lm_head's,
+  // or the tied embedding's or its copy's: autograd returns one as large).
+  const double head_params = static_cast<double>(m.hidden_size) + EmbeddingParamsPerRank(m, tp);
+  return std::max(layer, HeadBackwardBytesPerToken(m, p, tp) * tokens + head_params * grads);
 }
 
 double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention, int tp) {

@@ -41,6 +41,10 @@ int64_t ParamsPerLayer(const ModelSpec& m);
 int64_t EmbeddingParams(const ModelSpec& m);  // model.embed_tokens
 /// Final norm plus lm_head (0 for lm_head when tied).
 int64_t HeadParams(const ModelSpec& m);
+/// A tied model split into several ministages keeps a copy of the embedding matrix with the head
+/// (the runtime's LlamaModelImpl::UntieHead), whose gradient the schedule sums with the
+/// embedding's: its parameters, 0 when untied. (Not in HeadParams: one ministage needs no copy.)
+int64_t TiedCopyParams(const ModelSpec& m);
 /// What one rank of a tensor-parallel team of `tp` holds of them: its vocabulary rows of the
 /// embedding and of lm_head (runtime/model/tensor_parallel.h), the final norm whole.
 double EmbeddingParamsPerRank(const ModelSpec& m, int tp);

@@ -122,6 +122,7 @@ double Lowerer::StageParams(int v) const {
   double p = static_cast<double>(r.size()) * ParamsPerLayer(model_);
   if (r.begin == 0) p += EmbeddingParams(model_);
   if (r.end == model_.num_layers) p += HeadParams(model_);
+  if (TiedCopies() && v == num_ministages_ - 1) p += EmbeddingParams(model_);  // the head's copy
   return p;
 }
 
@@ -133,6 +134,7 @@ double Lowerer::RankParams(int v) const {
   double p = static_cast<double>(r.size()) * (norms + (ParamsPerLayer(model_) - norms) / tp);
   if (r.begin == 0) p += EmbeddingParamsPerRank(model_, tp);  // its vocabulary rows
   if (r.end == model_.num_layers) p += HeadParamsPerRank(model_, tp);
+  if (TiedCopies() && v == num_ministages_ - 1) p += EmbeddingParamsPerRank(model_, tp);  // the head's copy
   return p;
 }
 
@@ -185,7 +187,8 @@ double Lowerer::WorkBackward(int v, int64_t m) const {
   // well (not measured apart).
   const double layer_params = static_cast<double>(ParamsPerLayer(model_)) / tp;
   const double piece_params =
-      static_cast<double>(ms.layers.size()) * layer_params + (head ? HeadParamsPerRank(model_, tp) : 0);
+      static_cast<double>(ms.layers.size()) * layer_params + (head ? HeadParamsPerRank(model_, tp) : 0) +
+      (head && TiedCopies() ? EmbeddingParamsPerRank(model_, tp) : 0);
   double work = LayerBackwardBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m);
   work += piece_params * StateBytes(plan_.precision).grads;
   if (head) work += Tokens(m) * HeadBackwardBytesPerToken(model_, plan_.precision, tp);

@@ -55,37 +55,41 @@ void Lowerer::EmitDataParallel() {
     };
     auto finish = [&](size_t i) {
       const int v = visits[i].second;
-      if (policy_.reduce_per_microbatch) {
-        // Gradients of this microbatch; the optimizer steps once, after the last one.
-        if (k + 1 < max_index) {
-          const double full = RankParams(v) * grad_bytes_;
-          std::vector<int> ops = EmitCollective(OpKind::kReduceScatter, 0, v, full);
-          for (size_t j = 0; j < ops.size(); ++j) {
-            const int r = group_ranks_[0][j];
-            Op& op = s_.programs[r].ops[ops[j]];
-            if (last_compute_.has(r, v)) op.deps.push_back(last_compute_(r, v));
-            // A device without a microbatch at this index contributes zeros.
-            op.reads.push_back(Buf(BufferKind::kGrads, v));
-            op.writes.push_back(Buf(BufferKind::kGradShard, v));
-            if (!grads_allocated_(r, v)) {
-              op.device_alloc_bytes = full;
-              op.writes.push_back(Buf(BufferKind::kGrads, v));
+      for (int r : group_ranks_[0]) gather_op_.erase(r, v);
+      if (!policy_.reduce_per_microbatch && k + 1 < max_index) return;
+      // A tied model's two copies (the embedding's, the head's) are summed before either is reduced.
+      ReduceAfterTiedSum(v, [this, v, k, max_index] {
+        if (policy_.reduce_per_microbatch) {
+          // Gradients of this microbatch; the optimizer steps once, after the last one.
+          if (k + 1 < max_index) {
+            const double full = RankParams(v) * grad_bytes_;
+            std::vector<int> ops = EmitCollective(OpKind::kReduceScatter, 0, v, full);
+            for (size_t j = 0; j < ops.size(); ++j) {
+              const int r = group_ranks_[0][j];
+              Op& op = s_.programs[r].ops[ops[j]];
+              if (last_compute_.has(r, v)) op.deps.push_back(last_compute_(r, v));
+              // A device without a microbatch at this index contributes zeros.
+              op.reads.push_back(Buf(BufferKind::kGrads, v));
+              op.writes.push_back(Buf(BufferKind::kGradShard, v));
+              if (!grads_allocated_(r, v)) {
+                op.device_alloc_bytes = full;
+                op.writes.push_back(Buf(BufferKind::kGrads, v));
+              }
+              op.device_free_bytes = full;
+              op.frees.push_back(Buf(BufferKind::kGrads, v));
+              AddGlooReduceScatterBuffer(op, 0, r, full);
+              CountReduceOutput(op, r, v, ShardOf(0, r, full), DpDegree(0));
+              grads_allocated_(r, v) = false;
+              last_reduce_(r, v) = ops[j];
+              reduce_ops_[r].push_back(ops[j]);
             }
-            op.device_free_bytes = full;
-            op.frees.push_back(Buf(BufferKind::kGrads, v));
-            AddGlooReduceScatterBuffer(op, 0, r, full);
-            CountReduceOutput(op, r, v, ShardOf(0, r, full), DpDegree(0));
-            grads_allocated_(r, v) = false;
-            last_reduce_(r, v) = ops[j];
-            reduce_ops_[r].push_back(ops[j]);
+          } else {
+            EmitReduceAndStep(0, v);
           }
         } else {
           EmitReduceAndStep(0, v);
         }
-      } else if (k + 1 == max_index) {
-        EmitReduceAndStep(0, v);
-      }
-      for (int r : group_ranks_[0]) gather_op_.erase(r, v);
+      });
     };
     if (policy_.gather_per_microbatch) prepare(0);
     int finishing = -1;  // a backward visit whose finish waits for the next visit's gather

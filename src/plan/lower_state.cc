@@ -2,8 +2,10 @@
 // them after, the reduction, the optimizer step and what follows it.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -145,14 +147,19 @@ void Lowerer::EmitFinishBackward(int g, int v) {
   for (int r : group_ranks_[g]) {
     last_use[r] = last_compute_.has(r, v) ? last_compute_(r, v) : gather_op_(r, v);
   }
-  if (!policy_.reduce_per_microbatch) EmitReduceAndStep(g, v);
   const int visit = visit_number_[{g, num_ministages_ + v}];
   for (int r : group_ranks_[g]) {
     if (!sharded) continue;
-    int release = last_use[r];
-    s_.programs[r].ops[release].device_free_bytes += params * param_bytes_;
-    s_.programs[r].ops[release].frees.push_back(Buf(BufferKind::kParams, v));
-    if (policy_.offload_params && !Resident(v)) {  // the updated shard and moments go back to the host
+    s_.programs[r].ops[last_use[r]].device_free_bytes += params * param_bytes_;
+    s_.programs[r].ops[last_use[r]].frees.push_back(Buf(BufferKind::kParams, v));
+    release_op_[{r, visit}] = last_use[r];
+  }
+  if (policy_.reduce_per_microbatch) return;
+  ReduceAfterTiedSum(v, [this, g, v, params, sharded, visit] {
+    EmitReduceAndStep(g, v);
+    for (int r : group_ranks_[g]) {
+      if (!sharded || !policy_.offload_params || Resident(v)) continue;
+      // The updated shard and moments go back to the host.
       Op off = StageOp(OpKind::kParamOffload, Stream::kD2H, v);
       off.bytes = ShardOf(g, r, params) * (param_bytes_ + opt_bytes_);
       off.device_free_bytes = off.bytes;
@@ -160,9 +167,67 @@ void Lowerer::EmitFinishBackward(int g, int v) {
       off.frees = off.reads;
       MOTLEY_CHECK(last_compute_.has(r, v));
       off.deps.push_back(last_compute_(r, v));  // the update
-      release = Emit(r, std::move(off));
+      release_op_[{r, visit}] = Emit(r, std::move(off));
     }
-    release_op_[{r, visit}] = release;
+  });
+}
+
+void Lowerer::ReduceAfterTiedSum(int v, std::function<void()> reduce) {
+  if (!HoldsTiedCopy(v)) {
+    reduce();
+    return;
+  }
+  held_reduction_[v == 0 ? 0 : 1] = std::move(reduce);
+  if (!held_reduction_[0] || !held_reduction_[1]) return;
+  EmitTiedGradSum();
+  std::exchange(held_reduction_[1], nullptr)();
+  std::exchange(held_reduction_[0], nullptr)();
+}
+
+// The tied copies' gradients summed (Collective::tied_embedding): on each rank of one group that
+// holds both ministages, alone; across two groups, by the ranks of the same place in their
+// tensor-parallel teams (each holds the same vocabulary rows). After the last backward of each
+// copy's ministage; the reductions wait for it.
+void Lowerer::EmitTiedGradSum() {
+  const int e = 0, h = num_ministages_ - 1;
+  const int ge = ministages_[e].group, gh = ministages_[h].group;
+  const int tp = Tp(gh);
+  MOTLEY_CHECK(ge == gh || Tp(ge) == tp);  // ValidatePlan
+  const double bytes = EmbeddingParamsPerRank(model_, tp) * grad_bytes_;
+  std::vector<std::vector<int>> sets;
+  if (ge == gh) {
+    for (int r : group_ranks_[ge]) sets.push_back({r});
+  } else {
+    for (int k = 0; k < tp; ++k) {
+      sets.emplace_back();
+      for (int g : {ge, gh})
+        for (int r : group_ranks_[g])
+          if ((r - group_ranks_[g].front()) % tp == k) sets.back().push_back(r);
+    }
+  }
+  for (const std::vector<int>& members : sets) {
+    const int c = NewCollective(OpKind::kAllReduce, members, bytes);
+    s_.collectives[c].tied_embedding = true;
+    for (int r : members) {
+      Op op = StageOp(OpKind::kAllReduce, Stream::kComm, group_of_rank_[r] == ge ? e : h);
+      op.embedding = true;
+      op.head = true;
+      op.bytes = bytes;
+      op.collective = c;
+      for (int u : {e, h}) {
+        if (ministages_[u].group != group_of_rank_[r]) continue;
+        if (last_compute_.has(r, u)) op.deps.push_back(last_compute_(r, u));
+        op.reads.push_back(Buf(BufferKind::kGrads, u));
+        op.writes.push_back(Buf(BufferKind::kGrads, u));
+        if (plan_.zero_stage >= 2 && !grads_allocated_(r, u)) {  // no microbatch here: zeros
+          op.device_alloc_bytes += RankParams(u) * grad_bytes_;
+          grads_allocated_(r, u) = true;
+        }
+      }
+      const int i = Emit(r, std::move(op));
+      for (int u : {e, h})
+        if (ministages_[u].group == group_of_rank_[r]) last_compute_(r, u) = i;
+    }
   }
 }
 

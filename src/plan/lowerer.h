@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -168,6 +169,18 @@ class Lowerer {
   void EmitFinishForward(int g, int v);
   void EmitFinishBackward(int g, int v);
   void EmitReduceAndStep(int g, int v);
+  // ---- A tied model in several ministages (lower_state.cc) ----
+  /// The head's ministage holds a copy of the embedding matrix (the runtime's
+  /// LlamaModelImpl::UntieHead), whose gradient is summed with the embedding's before either is
+  /// reduced.
+  bool TiedCopies() const { return model_.tie_embeddings && num_ministages_ > 1; }
+  bool HoldsTiedCopy(int v) const { return TiedCopies() && (v == 0 || v == num_ministages_ - 1); }
+  /// Emits `reduce` (ministage v's gradient reduction and what follows it) now — or, for the two
+  /// ministages that hold the tied copies, once both have reached theirs: then the sum of the
+  /// copies (EmitTiedGradSum) and both reductions, the head's first.
+  void ReduceAfterTiedSum(int v, std::function<void()> reduce);
+  void EmitTiedGradSum();
+  std::function<void()> held_reduction_[2];  // the embedding's, the head's: waiting for the other
   /// Gradient clipping: moves every update (and what follows it) after the global norm.
   void HoldUpdatesForTheNorm();
   /// A transfer's tag: unique per direction, receiving ministage and microbatch (opaque to executors).

@@ -14,9 +14,9 @@ DataParallelMemoryInput PerLayerDataParallel(const ModelSpec& model, Precision p
                                              bool gloo_reduce_scatter) {
   DataParallelMemoryInput in{&model, precision, zero_stage, dp_degree, seq_len, activation_checkpointing, 0,
                              gloo_reduce_scatter, -1};
-  if (zero_stage >= 2)
-    in.max_ministage_params =
-        static_cast<double>(ParamsPerLayer(model) + std::max(EmbeddingParams(model), HeadParams(model)));
+  if (zero_stage >= 2)  // a ministage a layer: the last holds the head (and a tied model's copy)
+    in.max_ministage_params = static_cast<double>(
+        ParamsPerLayer(model) + std::max(EmbeddingParams(model), HeadParams(model) + TiedCopyParams(model)));
   return in;
 }
 
@@ -31,15 +31,22 @@ double ShardDivisor(const DataParallelMemoryInput& in) {
 
 }  // namespace
 
+// The parameters a device holds state for: a tied model in a ministage a layer keeps a copy of the
+// embedding matrix with the head (runtime: LlamaModelImpl::UntieHead).
+double HeldParams(const DataParallelMemoryInput& in) {
+  const double copy = in.max_ministage_params > 0 ? static_cast<double>(TiedCopyParams(*in.model)) : 0;
+  return static_cast<double>(TotalParams(*in.model)) + copy;
+}
+
 double DataParallelStaticBytes(const DataParallelMemoryInput& in) {
   MOTLEY_CHECK(in.model != nullptr);
-  const double p = static_cast<double>(TotalParams(*in.model));
+  const double p = HeldParams(in);
   return ZeroStateBytes(p, ShardDivisor(in), in.zero_stage, in.precision).device;
 }
 
 double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbatch) {
   const ModelSpec& m = *in.model;
-  const double p = static_cast<double>(TotalParams(m));
+  const double p = HeldParams(in);
   const StateBytesPerParam s = StateBytes(in.precision);
   const double tokens = static_cast<double>(microbatch) * in.seq_len;
   const double act = tokens * m.hidden_size * BytesPerElement(in.precision);

@@ -283,6 +283,23 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
             gi, cur.front().begin, gi - 1, prev.back().end, PipelineScheduleName(plan.schedule)));
     }
   }
+  // A tied model whose embedding and head are in different groups sums the two copies' gradients
+  // between ranks that hold the same vocabulary rows: the two groups split it alike.
+  if (model.tie_embeddings) {
+    int first = -1, last = -1;
+    for (size_t gi = 0; gi < plan.groups.size(); ++gi)
+      for (const auto& r : plan.groups[gi].ministages) {
+        if (r.begin == 0) first = static_cast<int>(gi);
+        if (r.end == model.num_layers) last = static_cast<int>(gi);
+      }
+    if (first >= 0 && last >= 0 && first != last &&
+        plan.groups[first].tp_degree != plan.groups[last].tp_degree)
+      error(fmt::format(
+          "groups[{}] holds the embedding with tp_degree = {} and groups[{}] the head with tp_degree = {}; model "
+          "'{}' ties them (tie_embeddings = true), so both groups must split its vocabulary alike: give them the "
+          "same tp_degree",
+          first, plan.groups[first].tp_degree, last, plan.groups[last].tp_degree, model.name));
+  }
   if (errors.empty()) return Status::Ok();
   std::string joined;
   for (const auto& e : errors) joined += (joined.empty() ? "" : "\n") + std::string("plan: ") + e;

@@ -228,6 +228,7 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
     if (c.tensor_parallel) j["tensor_parallel"] = true;
     if (c.calls != 1) j["calls"] = c.calls;
     if (c.uneven_factor != 1) j["uneven_factor"] = c.uneven_factor;
+    if (c.tied_embedding) j["tied_embedding"] = true;
     collectives.push_back(std::move(j));
   }
   nlohmann::json ministages = nlohmann::json::array();
@@ -273,7 +274,8 @@ std::string ScheduleListing(const Schedule& s) {
       if (op.tp_degree > 1) what += fmt::format(" /tp{}", op.tp_degree);
       if (op.peer >= 0) what += fmt::format(" {} rank {}", op.kind == OpKind::kSend ? "to" : "from", op.peer);
       if (op.collective >= 0)
-        what += fmt::format(" over {} ranks", s.collectives[op.collective].ranks.size());
+        what += fmt::format(" over {} ranks{}", s.collectives[op.collective].ranks.size(),
+                            s.collectives[op.collective].tied_embedding ? " (tied embedding)" : "");
       if (op.flops > 0) what += fmt::format(" {:.3g} FLOP", op.flops);
       if (op.bytes > 0) what += " " + FormatBytes(op.bytes);
       std::string deps;

@@ -144,6 +144,12 @@ struct Collective {
   /// Uneven state shares (plan/state_shares.h): the pieces are uneven, and the collective takes as
   /// long as an even one of this many times the bytes. 1: even.
   double uneven_factor = 1;
+  /// A tied model in several ministages (the head's ministage holds a copy of the embedding matrix):
+  /// each member adds the copies it holds (the embedding's, the head's) and the members sum them
+  /// (an all-reduce; one member: only the local sum). Members of two groups (the embedding's and
+  /// the head's) then keep the sum on their group's first replica and zeros on the others, so that
+  /// each group's reduction of its gradients gives every copy the whole sum.
+  bool tied_embedding = false;
 };
 
 /// A ministage of the plan (Schedule::ministages, in layer order) and the ranks that run it.

@@ -57,6 +57,7 @@ double StageParams(const ModelSpec& m, const LayerRange& r) {
   double p = static_cast<double>(r.size()) * ParamsPerLayer(m);
   if (r.begin == 0) p += EmbeddingParams(m);
   if (r.end == m.num_layers) p += HeadParams(m);
+  if (r.end == m.num_layers && r.begin > 0) p += TiedCopyParams(m);  // the model is split: the head's copy
   return p;
 }
 
@@ -151,7 +152,10 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
     if (2 * in_teams < devices) continue;
     if (per_group != tp_options.back().second) tp_options.push_back({w, per_group});
   }
-  for (const auto& [width, tp_of] : tp_options)
+  for (const auto& [width, tp_of] : tp_options) {
+    // A tied model sums its embedding's and head's gradients between ranks holding the same
+    // vocabulary rows: the first group (the embedding's) and the last (the head's) split it alike.
+    if (model.tie_embeddings && tp_of.front() != tp_of.back()) continue;
     for (int64_t b = 1; b <= std::min<int64_t>(request.max_microbatch, request.global_batch_sequences); ++b) {
       if (request.global_batch_sequences % b != 0) continue;
       const int64_t num_mb = request.global_batch_sequences / b;
@@ -320,6 +324,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
         out.push_back(std::move(c));
       }
     }
+  }
   return out;
 }
 

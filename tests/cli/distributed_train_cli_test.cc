@@ -432,6 +432,96 @@ num_microbatches = [4, 4]
   }
 }
 
+// A tied model in several ministages (issue #26): the head's ministage holds a copy of the matrix
+// and the schedule sums the two copies' gradients before either is reduced — on each rank when one
+// group holds both, between the groups' ranks with the same vocabulary rows when two do. Exact in
+// fp64 against one process for the plan families that split a model: data parallelism with several
+// ministages (ZeRO-1; ZeRO-3's per-layer ministages, whose reductions run per microbatch), pipelines
+// of replicated groups (1F1B, routing, clipping), interleaved groups with uneven microbatch counts
+// and offload, ZeRO-3 with routing over 6 ranks, and tensor-parallel teams in both groups. A
+// checkpoint holds the one matrix, so a tied run resumes under a plan of one ministage and back.
+// Groups that split the vocabulary differently are one clear error.
+TEST_F(DistributedEquivalence, TiedEmbeddingsAcrossMinistagesTrainExactly) {
+  dir_->Write("model-tied.toml", std::string(kModel) + "tie_embeddings = true\n");
+  auto with_model = [](std::string text) {
+    text.replace(text.find("model.toml"), 10, "model-tied.toml");
+    return text;
+  };
+  const PlanCase both_tp2{"pipeline-tp2-both", 4, 1, true, R"(schedule = "gpipe"
+zero_stage = 1
+[[groups]]
+ministages = [[0, 2]]
+tp_degree = 2
+devices = [0, 1]
+microbatch_size = [2, 2]
+num_microbatches = [6, 6]
+[[groups]]
+ministages = [[2, 4]]
+tp_degree = 2
+devices = [2, 3]
+microbatch_size = [2, 2]
+num_microbatches = [6, 6]
+)"};
+  std::vector<PlanCase> cases;
+  for (const char* name : {"dp2-zero1-4-ministages-no-checkpointing", "poplar-dp4-zero3-per-layer-prefetch",
+                           "pipeline2x2-1f1b-round-robin", "interleaved-offload-uneven",
+                           "interleaved-zero3-routing-6-ranks", "dp3-zero0-last-batch"})
+    cases.push_back(Case(name));
+  cases.push_back(both_tp2);
+  std::set<std::string> references;
+  for (const PlanCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string ref = std::string("tied-ref-") + Reference(c.clip, c.checkpointing);
+    if (references.insert(ref).second) {
+      dir_->Write(ref + ".toml", with_model(Job(dir_->Join(ref), c.clip, c.checkpointing)));
+      CliRun r = Motley("train " + ref + ".toml --single-process", false, dir_->path().string());
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+    }
+    const std::string name = std::string("tied-") + c.name;
+    const std::string plan =
+        dir_->Write(name + ".plan.toml", with_model(PlanHeader()) + (c.clip > 0 ? "" : "gradient_clipping = false\n") + c.body);
+    dir_->Write(name + ".toml", with_model(Job(dir_->Join(name), c.clip, c.checkpointing)) + "interval_steps = 2\nkeep = 5\n");
+    CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
+                          ".toml --plan " + plan,
+                      false, dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string got = dir_->Join(name + "/step-000005/"), want = dir_->Join(ref + "/step-000005/");
+    const double params = MaxRelativeDifference(got + "model.safetensors", want + "model.safetensors");
+    const double moments = MaxRelativeDifference(got + "optimizer.safetensors", want + "optimizer.safetensors");
+    std::cout << name << ": relative difference of the parameters " << params << ", of the moments " << moments << "\n";
+    EXPECT_GE(params, 0) << "the checkpoints differ in their tensors (a tied model saves one matrix)";
+    EXPECT_LT(params, kFp64Tolerance);
+    EXPECT_LT(moments, kFp64Tolerance);
+  }
+  // Step 2 of a pipeline resumed by one ministage on three ranks, and of that plan by a pipeline.
+  for (const auto& [from, to] : {std::pair{"pipeline2x2-1f1b-round-robin", "dp3-zero0-last-batch"},
+                                 std::pair{"dp3-zero0-last-batch", "pipeline2x2-1f1b-round-robin"}}) {
+    SCOPED_TRACE(std::string(from) + " -> " + to);
+    const PlanCase& c = Case(to);
+    const std::string name = std::string("tied-resume-") + from + "-as-" + to;
+    const std::string plan = dir_->Write(name + ".plan.toml", with_model(PlanHeader()) + c.body);
+    dir_->Write(name + ".toml", with_model(Job(dir_->Join(name), c.clip, c.checkpointing)));
+    CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
+                          ".toml --plan " + plan + " --resume " + dir_->Join(std::string("tied-") + from + "/step-000002"),
+                      false, dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_CONTAINS(r.output, "steps 3..5 of 5");
+    const std::string got = dir_->Join(name + "/step-000005/"),
+                      want = dir_->Join("tied-ref-" + Reference(1, true) + "/step-000005/");
+    const double params = MaxRelativeDifference(got + "model.safetensors", want + "model.safetensors");
+    const double moments = MaxRelativeDifference(got + "optimizer.safetensors", want + "optimizer.safetensors");
+    std::cout << name << ": relative difference of the parameters " << params << ", of the moments " << moments << "\n";
+    EXPECT_GE(params, 0);
+    EXPECT_LT(params, kFp64Tolerance);
+    EXPECT_LT(moments, kFp64Tolerance);
+  }
+  const std::string mismatched =
+      dir_->Write("tied-mismatched.plan.toml", with_model(PlanHeader()) + Case("pipeline-tp2-then-tp1-offload").body);
+  CliRun r = Motley("simulate --plan " + mismatched, false, dir_->path().string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "ties them (tie_embeddings = true), so both groups must split its vocabulary alike");
+}
+
 TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
   // The plan's batch differs from the job's.
   const std::string plan = dir_->Write("bad.plan.toml", PlanHeader() +

@@ -30,14 +30,43 @@ int OwnerOf(const std::string& name, const std::vector<ScheduleMinistage>& minis
   return -1;
 }
 
+// A tied model in several ministages: the head's ministage holds its own copy of the embedding
+// matrix (LlamaModelImpl::UntieHead), summed with the embedding's by the schedule
+// (Collective::tied_embedding).
+bool TiedCopies(const Schedule& schedule, const ModelSpec& spec) {
+  return spec.tie_embeddings && schedule.ministages.size() > 1;
+}
+constexpr char kEmbedding[] = "model.embed_tokens.weight";
+constexpr char kHead[] = "lm_head.weight";
+
+// The two copies are summed between ranks that hold the same vocabulary rows (plan validation says
+// so too; a schedule from elsewhere is checked here).
+Status ValidateTiedGroups(const Schedule& schedule, const ModelSpec& spec) {
+  if (!TiedCopies(schedule, spec)) return Status::Ok();
+  const ScheduleMinistage& first = schedule.ministages.front();
+  const ScheduleMinistage& last = schedule.ministages.back();
+  if (first.group != last.group && first.tp_degree != last.tp_degree)
+    return Status::InvalidArgument(fmt::format(
+        "the model ties its embeddings (tie_embeddings = true) and group {} holds the embedding with tp_degree {} "
+        "while group {} holds the head with tp_degree {}; give both groups the same tp_degree",
+        first.group, first.tp_degree, last.group, last.tp_degree));
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::set<std::string> RankParameterNames(const Schedule& schedule, int rank, LlamaModelImpl& model) {
   std::set<std::string> names;
   const int group = schedule.programs.at(rank).group;
+  const int num_layers = static_cast<int>(model.spec().num_layers);
   for (const auto& p : model.named_parameters()) {
-    const int v = OwnerOf(p.key(), schedule.ministages, static_cast<int>(model.spec().num_layers));
+    const int v = OwnerOf(p.key(), schedule.ministages, num_layers);
     if (v >= 0 && schedule.ministages[v].group == group) names.insert(p.key());
+  }
+  // The head's copy of a tied embedding is made from (and saved as) the embedding matrix.
+  if (TiedCopies(schedule, model.spec()) && schedule.ministages.back().group == group) {
+    names.insert(kEmbedding);
+    names.erase(kHead);
   }
   return names;
 }
@@ -63,10 +92,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
         "the plan offloads or shards parameters (offload_params, offload_activations or zero_stage = 3) with "
         "activation_checkpointing = false; the runtime recomputes ministages from their boundaries in that case — "
         "set activation_checkpointing = true");
-  if (spec.tie_embeddings && schedule.ministages.size() > 1)
-    return Status::InvalidArgument(
-        "the model ties its embeddings (tie_embeddings = true) and the plan splits it into several ministages; "
-        "tied weights across ministages are not supported yet — use one ministage or an untied model");
+  if (Status s = ValidateTiedGroups(schedule, spec); !s.ok()) return s;
   for (const EmulatedStraggler& s : config.stragglers)
     if (s.rank >= world)
       return Status::InvalidArgument(fmt::format(
@@ -93,7 +119,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
   ex->tp_degree_ = tp;
   ex->tp_index_ = prog.tp_index;
 
-  // Parameters by ministage; other ministages' parameters are freed here.
+  // Parameters by ministage; other ministages' parameters are freed here. A tied model in several
+  // ministages gives the head its own copy of the embedding matrix first (the schedule sums their
+  // gradients).
+  if (TiedCopies(schedule, spec)) model->UntieHead();
   std::map<int, std::vector<NamedParameter>> owned;
   {
     torch::NoGradGuard no_grad;
@@ -181,6 +210,9 @@ Status Executor::LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg
                              const std::map<std::string, torch::Tensor>& exp_avg_sq) {
   // With tensor parallelism this rank holds slices: so do its moments.
   std::map<std::string, torch::Tensor> m1 = exp_avg, m2 = exp_avg_sq;
+  if (model_->head_is_tied_copy())  // the head's copy has the embedding's moments (the same updates)
+    for (auto* m : {&m1, &m2})
+      if (m->count(kEmbedding) && !m->count(kHead)) (*m)[kHead] = m->at(kEmbedding);
   if (tp_degree_ > 1)
     for (auto* m : {&m1, &m2})
       for (auto& [name, t] : *m)
@@ -204,6 +236,7 @@ std::vector<StatePiece> Executor::OwnedState() {
     std::map<std::string, std::vector<int64_t>> shapes(names.begin(), names.end());
     for (const MinistageState::OwnedPiece& p : state->OwnedPieces()) {
       const std::string& name = state->params()[p.param].name;
+      if (name == kHead && model_->head_is_tied_copy()) continue;  // the embedding's owners write the matrix
       const bool split = tp_degree_ > 1 && IsSplitParameter(name);
       if (!split && tp_index_ != 0) continue;  // the team's copies are alike: its first rank writes
       StatePiece piece;
@@ -247,6 +280,7 @@ Result<Executor::FullState> Executor::GatherFullState() {
       CommGroup* g = nullptr;
       for (size_t c = 0; c < schedule_.collectives.size() && g == nullptr; ++c)
         if (collective_group_[c] != nullptr && !schedule_.collectives[c].tensor_parallel &&
+            !schedule_.collectives[c].tied_embedding &&             // over two groups
             schedule_.collectives[c].kind != OpKind::kGradNorm &&  // over every rank, not the group
             schedule_.collectives[c].ranks.front() == leader + tp_index_)
           g = collective_group_[c];
@@ -310,6 +344,8 @@ Result<Executor::FullState> Executor::GatherFullState() {
       at += n;
     }
   }
+  if (model_->head_is_tied_copy())  // the head's copy equals the embedding: the model has one matrix
+    for (auto* m : {&out.params, &out.exp_avg, &out.exp_avg_sq}) m->erase(kHead);
   return out;
 }
 

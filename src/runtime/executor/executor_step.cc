@@ -272,6 +272,10 @@ class Executor::StepRun : public OpRunner {
       case OpKind::kAllReduce:
         // A tensor-parallel team's activation all-reduces ran inside the compute op before it.
         if (ex_.schedule_.collectives[op.collective].tensor_parallel) break;
+        if (ex_.schedule_.collectives[op.collective].tied_embedding) {
+          MOTLEY_RETURN_IF_ERROR(SumTiedCopies(i, op));
+          break;
+        }
         MOTLEY_RETURN_IF_ERROR(Collective(i, op));
         break;
       case OpKind::kParamPrefetch:
@@ -489,6 +493,12 @@ class Executor::StepRun : public OpRunner {
     torch::NoGradGuard no_grad;
     MinistageState& state = State(v);
     if (!state.sharded() && ex_.program().dp_index != 0) return torch::zeros({}, Float64());
+    if (ex_.model_->head_is_tied_copy() && v + 1 == static_cast<int>(ex_.schedule_.ministages.size())) {
+      // The head's copy of a tied embedding holds the embedding's gradient: it counts there, once.
+      const bool first = ex_.tp_index_ == 0;
+      return state.GradSquaredSum(
+          [first](const std::string& name) { return name != "lm_head.weight" && (first || IsSplitParameter(name)); });
+    }
     if (ex_.tp_index_ != 0)  // the team's replicated parameters (the norms) count on index 0
       return state.GradSquaredSum([](const std::string& name) { return IsSplitParameter(name); });
     const torch::Tensor& g = state.sharded() ? state.GradShard() : state.GradFlat();
@@ -628,6 +638,44 @@ class Executor::StepRun : public OpRunner {
     // Uneven pieces: paced by the largest, as the simulator times it.
     f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes * ex_.schedule_.collectives[op.collective].uneven_factor,
                                                   devices, passes);
+    QueueOnEmulatedLink(f);
+    in_flight_[static_cast<int>(i)] = std::move(f);
+    return Status::Ok();
+  }
+
+  // A tied model in several ministages (Collective::tied_embedding): the embedding's and the head's
+  // copies of the matrix this rank holds are summed here, then over the collective's members (the
+  // two groups' ranks with the same vocabulary rows), of whom each group's first replica keeps the
+  // sum and the others zeros — so that each group's reduction gives both copies the whole sum.
+  Status SumTiedCopies(size_t i, const Op& op) {
+    torch::NoGradGuard no_grad;
+    const int head = static_cast<int>(ex_.schedule_.ministages.size()) - 1;
+    torch::Tensor embedding, copy;
+    if (ex_.ministages_.count(0)) embedding = State(0).GradFlatOf("model.embed_tokens.weight");
+    if (ex_.ministages_.count(head)) copy = State(head).GradFlatOf("lm_head.weight");
+    MOTLEY_CHECK(embedding.defined() || copy.defined());
+    torch::Tensor sum = embedding.defined() ? embedding : copy;
+    if (embedding.defined() && copy.defined()) {
+      embedding.add_(copy);
+      copy.copy_(embedding);
+    }
+    CommGroup* g = ex_.collective_group_.at(op.collective);
+    if (g == nullptr || g->size() == 1) return Status::Ok();
+    InFlight f;
+    f.start = Clock::now();
+    f.start_s = Since(start_);
+    f.ministage = op.ministage;
+    MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartAllReduceSum(*g, sum));
+    f.bytes = static_cast<double>(sum.nbytes());
+    const bool keeps = ex_.program().dp_index == 0;
+    f.then = [sum, keeps]() mutable {
+      if (!keeps) sum.zero_();
+    };
+    const double n = g->size();
+    report_.bytes_sent += 2 * (n - 1) / n * f.bytes;
+    std::vector<int> devices;
+    for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
+    f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, 2);
     QueueOnEmulatedLink(f);
     in_flight_[static_cast<int>(i)] = std::move(f);
     return Status::Ok();

@@ -131,6 +131,12 @@ std::vector<ParamShard> MinistageState::OptimizerShards() {
   return out;
 }
 
+torch::Tensor MinistageState::GradFlatOf(const std::string& name) {
+  for (const Range& r : ranges_)
+    if (params_[r.param].name == name) return GradFlat().narrow(0, r.flat_begin, r.numel);
+  return torch::Tensor();
+}
+
 torch::Tensor MinistageState::GradSquaredSum(const std::function<bool(const std::string&)>& counts) {
   torch::Tensor& grad = sharded_ ? GradShard() : GradFlat();
   torch::Tensor sum = torch::zeros({}, grad.options().dtype(torch::kFloat64));

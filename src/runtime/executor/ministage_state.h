@@ -70,6 +70,8 @@ class MinistageState {
   torch::Tensor& GradFlat();
   bool has_grad_flat() const { return grad_flat_.defined(); }
   void ReleaseGradFlat() { grad_flat_ = torch::Tensor(); }
+  /// Parameter `name`'s part of GradFlat() (a flat view); undefined when the ministage lacks it.
+  torch::Tensor GradFlatOf(const std::string& name);
   /// Adds a parameter's gradient (index into params()) into the flat gradient.
   void AccumulateGrad(size_t index, const torch::Tensor& grad);
   /// The owned gradient shard, accumulating reduce-scatter outputs (ZeRO >= 1).
