@@ -67,8 +67,8 @@ bool Plans(int argc, char** argv) {
 
 // Their memory comes in huge pages: glibc reads this switch (`glibc.malloc.hugetlb=1`: transparent
 // huge pages for the heap) only from the environment at start, so the process starts itself again
-// once with it. On Zorse's C, `motley plan` took 30k page faults without it and 700 with it, and
-// 0.81x the wall time (five paired runs). Where the kernel has no transparent huge pages it changes
+// once with it. On Zorse's C, `motley plan` took 30k page faults without it and ~760 with it, and
+// 0.81x the wall time (seven paired runs). Where the kernel has no transparent huge pages it changes
 // nothing; where the exec fails the command runs as it is.
 void RestartWithHugePages(char** argv) {
   const char* tunables = std::getenv("GLIBC_TUNABLES");

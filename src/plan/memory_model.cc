@@ -29,14 +29,14 @@ double ShardDivisor(const DataParallelMemoryInput& in) {
   return in.state_share > 0 ? 1 / in.state_share : std::numeric_limits<double>::infinity();
 }
 
-}  // namespace
-
 // The parameters a device holds state for: a tied model in a ministage a layer keeps a copy of the
 // embedding matrix with the head (runtime: LlamaModelImpl::UntieHead).
 double HeldParams(const DataParallelMemoryInput& in) {
   const double copy = in.max_ministage_params > 0 ? static_cast<double>(TiedCopyParams(*in.model)) : 0;
   return static_cast<double>(TotalParams(*in.model)) + copy;
 }
+
+}  // namespace
 
 double DataParallelStaticBytes(const DataParallelMemoryInput& in) {
   MOTLEY_CHECK(in.model != nullptr);
