@@ -64,6 +64,6 @@ for n in "${counts[@]}"; do
     sed "s/num_microbatches = \[8\]/num_microbatches = [$n]/" bench/gpu/offload-$mode.toml > "$LOGS/plan-$n-$mode.toml"
     printf '%-4s %-4s ' "$n" "$mode"
     build-gpu/motley simulate --plan "$LOGS/plan-$n-$mode.toml" --cluster bench/gpu/h100.toml \
-      --model bench/gpu/llama-850m.toml --profile "$LOGS/profile.json" 2>&1 | sed -n 2p
+      --model bench/gpu/llama-850m.toml --profile "$LOGS/profile.json" 2>&1 | grep -m1 "^step"
   done
 done

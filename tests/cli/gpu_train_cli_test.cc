@@ -39,7 +39,7 @@ TEST(DistributedTrainGpu, OffloadOnTheGpuTrainsTheSameModelAsWithoutIt) {
   // Four ministages on one GPU: with offload the shard, moments and boundaries go to pinned host
   // memory on side streams and come back; without it they stay. fp64, no clipping (interleaved updates).
   const std::string head =
-      PlanHeader() + "schedule = \"interleaved\"\nzero_stage = 2\nactivation_checkpointing = true\n";
+      PlanHeader() + "schedule = \"interleaved\"\nzero_stage = 2\nactivation_checkpointing = true\ngradient_clipping = false\n";
   const std::string group =
       "[[groups]]\nministages = [[0, 1], [1, 2], [2, 3], [3, 4]]\ndevices = [0]\nmicrobatch_size = [4]\n"
       "num_microbatches = [3]\n";
@@ -82,7 +82,7 @@ device = "h100-sxm"
 count = 2
 interconnect = "nvlink"
 )");
-  const std::string head = PlanHeader();
+  const std::string head = PlanHeader() + "gradient_clipping = false\n";  // the jobs clip nothing
   dir.Write("pipeline.plan.toml", head + R"(schedule = "1f1b"
 zero_stage = 0
 [[groups]]
