@@ -469,7 +469,7 @@ std::vector<double> LayerPruneRatios(const std::vector<std::vector<double>>& uni
 }
 
 FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const Cluster& cluster, int a, int b,
-                           int64_t layer_visits, int64_t layer_backwards) {
+                           int64_t layers, int64_t gradient_returns) {
   const double h = static_cast<double>(spec.hidden_size), f = static_cast<double>(spec.ffn_size),
                kv = static_cast<double>(spec.kv_dim()), s = static_cast<double>(seq_len);
   // Per token and layer (multiply-adds x 2): the MLP's three matrices; the attention's four, and
@@ -483,11 +483,12 @@ FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const
   c.attention_fraction = 0.9 * attention / (mlp + attention);
   c.attention_prunable = 2 * (2 * h * h + 2 * h * kv) / attention;  // the projections' part
   const double bandwidth = cluster.LinkBetween(a, b).bandwidth_bytes_per_s;
-  const double per_step = static_cast<double>(layer_visits + layer_backwards);
+  const double per_step = 2.0 * static_cast<double>(layers);  // out and back
   const double unit_bytes = 3 * h * 4;  // a gate row, an up row and a down column in fp32
   const double group_bytes = (2.0 * static_cast<double>(spec.num_heads / spec.num_kv_heads) + 2) *
                              static_cast<double>(spec.head_dim()) * h * 4;
-  c.layer_passes = layer_visits + layer_backwards;
+  c.layer_passes = 2 * layers;
+  c.exchanges = layers + gradient_returns;
   if (bandwidth > 0 && a != b) {
     c.migrate_s_per_unit = unit_bytes * per_step / bandwidth;
     c.migrate_s_per_group = group_bytes * per_step / bandwidth;
@@ -528,7 +529,8 @@ FlexTpCosts WithPretest(FlexTpCosts costs, const SemiPretest& pretest) {
   if (!pretest.migrate.empty()) {
     const LineFit f = FitLine(pretest.migrate);
     const double passes = static_cast<double>(std::max<int64_t>(1, costs.layer_passes));
-    costs.migrate_s_fixed = f.fixed * passes;
+    const double exchanges = costs.exchanges > 0 ? static_cast<double>(costs.exchanges) : passes;
+    costs.migrate_s_fixed = f.fixed * exchanges;
     costs.migrate_s_per_unit = f.slope * passes;
   }
   return costs;

@@ -93,7 +93,9 @@ struct FlexTpCosts {
   // pruning rank's MLP time: resize_fixed + resize_per_ratio x p. FlexTP's pre-test measures both
   // (FlexTpTeam); without one, 0 (pruning p of the units saves p of their time).
   double resize_fixed = 0, resize_per_ratio = 0;
-  int64_t layer_passes = 0;  // the layer visits and backwards a rank runs a step (a migration's transfers)
+  int64_t layer_passes = 0;  // the layer transfers a moved unit makes a step: its weights out, its gradients back
+  int64_t exchanges = 0;     // the migration's transfers a rank waits for a step: each layer's weights, each
+                             // backward's return of its layers' gradients (0: layer_passes)
 };
 
 /// FlexTP's pre-test (Algorithm 2, line 1), as sampling points; WithPretest turns them into costs.
@@ -110,8 +112,8 @@ struct LineFit {
 LineFit FitLine(const std::vector<std::pair<double, double>>& samples);
 
 /// `costs` with the pre-test's measurements: the resize overhead's line, and the migration's fixed and
-/// per-unit seconds a step (a layer pass's transfer times `layer_passes`; where no layer passes are
-/// known, 1). Costs without samples stay as they were.
+/// per-unit seconds a step (one transfer's latency times `exchanges`, its per-unit time times
+/// `layer_passes`; where none are known, 1). Costs without samples stay as they were.
 FlexTpCosts WithPretest(FlexTpCosts costs, const SemiPretest& pretest);
 
 class FlexTpBalancer {
@@ -178,10 +180,11 @@ class FlexTpBalancer {
 
 /// The balancer's cost model for a team of `tp` ranks on cluster devices `a` and `b` (two of its
 /// members): the MLP's share of a layer's FLOPs at `seq_len`, and a moved unit's traffic per step
-/// — its weights sent once per layer visit and its gradients returned after each of the
-/// `layer_backwards` backwards of a layer this rank runs a step — over the link between them.
+/// over the link between them, as FlexTpTeam moves it — its weights once a step for each of the
+/// `layers` a rank runs, its gradients (summed over the microbatches) once a step home, all the
+/// layers of a backward in one exchange: `gradient_returns` exchanges a step.
 FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const Cluster& cluster, int a, int b,
-                           int64_t layer_visits, int64_t layer_backwards);
+                           int64_t layers, int64_t gradient_returns);
 
 /// Whether a team migrates by broadcast-reduce: `migration` = "broadcast-reduce", or "auto" on GPUs.
 /// On CPU ranks (Gloo) "auto" sends point to point: over loopback Gloo's broadcast and reduce moved a

@@ -242,14 +242,19 @@ TEST(FitLine, LeastSquaresThroughThePreTestsPoints) {
   f = FitLine({{4, 2}});
   EXPECT_NEAR(f.slope, 0.5, 1e-12);
   EXPECT_EQ(FitLine({}).slope, 0);
-  // The migration's points are a layer pass's transfer: a step has `layer_passes` of them.
+  // The migration's points are one transfer: a unit makes `layer_passes` of them a step, a rank
+  // waits for `exchanges` (its latency, once each).
   FlexTpCosts c = Costs();
   c.layer_passes = 10;
   SemiPretest pretest;
   pretest.migrate = {{10, 0.002}, {20, 0.003}};  // 1 ms + 0.1 ms a unit
   pretest.resize = {{0.25, 0.1}, {0.5, 0.1}};
-  const FlexTpCosts with = WithPretest(c, pretest);
-  EXPECT_NEAR(with.migrate_s_fixed, 0.01, 1e-12);
+  FlexTpCosts with = WithPretest(c, pretest);
+  EXPECT_NEAR(with.migrate_s_fixed, 0.01, 1e-12);  // no exchanges known: one a layer pass
+  EXPECT_NEAR(with.migrate_s_per_unit, 0.001, 1e-12);
+  c.exchanges = 6;  // 5 layers' weights, one backward returning all their gradients
+  with = WithPretest(c, pretest);
+  EXPECT_NEAR(with.migrate_s_fixed, 0.006, 1e-12);
   EXPECT_NEAR(with.migrate_s_per_unit, 0.001, 1e-12);
   EXPECT_NEAR(with.resize_fixed, 0.1, 1e-12);
   EXPECT_NEAR(with.resize_per_ratio, 0, 1e-12);

@@ -27,20 +27,20 @@ std::vector<double> FlexTpComputeFactors(const Schedule& schedule, const CostMod
       nominal.push_back(t);
     }
     if (*std::min_element(nominal.begin(), nominal.end()) <= 0) continue;
-    // The migration's traffic a step: each layer's weights once, its gradients after each backward
-    // (as the executor counts them for the runtime's balancer).
+    // The migration's traffic a step: each layer's weights once, its gradients home once, all the
+    // layers of a ministage in one exchange (as the executor counts them for the runtime's balancer).
     const Program& first = schedule.programs[c.ranks.front()];
     std::set<int> visited;
-    int64_t backwards = 0;
+    int64_t returns = 0;
     for (const Op& op : first.ops) {
       if (op.kind == OpKind::kForward) visited.insert(op.ministage);
-      if (op.kind == OpKind::kBackward) backwards += op.layer_end - op.layer_begin;
+      if (op.kind == OpKind::kBackward && op.gradients_complete) ++returns;
     }
-    int64_t visits = 0;
-    for (const int v : visited) visits += schedule.ministages[v].layer_end - schedule.ministages[v].layer_begin;
+    int64_t layers = 0;
+    for (const int v : visited) layers += schedule.ministages[v].layer_end - schedule.ministages[v].layer_begin;
     FlexTpCosts team_costs =
         ForTeamConfig(FlexTpCostsFor(costs.model(), tp, schedule.seq_len, cluster, first.device,
-                                     schedule.programs[c.ranks.back()].device, visits, backwards),
+                                     schedule.programs[c.ranks.back()].device, layers, returns),
                       team_config, !cluster.emulated());
     // ZERO-resizing's own cost where the profile measured it (its pre-test points; the median over
     // the team's ranks at each ratio, as the runtime's pre-test takes it). Else resizing is free.

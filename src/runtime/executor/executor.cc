@@ -181,13 +181,14 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
         int64_t most_sequences = 1;
         for (int64_t n : schedule.microbatch_sequences) most_sequences = std::max(most_sequences, n);
         o.pretest_tokens = most_sequences * schedule.seq_len;
-        int64_t visits = 0, backwards = 0;
+        // The migration's transfers, as FlexTpTeam makes them: each layer's weights once a step,
+        // each backward that completes a ministage's gradients returns its layers' at once.
+        int64_t layers = 0, returns = 0;
         for (const Op& op : prog.ops)
-          if (op.kind == OpKind::kBackward)
-            backwards += ministages[op.ministage].layer_end - ministages[op.ministage].layer_begin;
-        for (const auto& [v, params] : owned) visits += ministages[v].layer_end - ministages[v].layer_begin;
+          if (op.kind == OpKind::kBackward && op.gradients_complete) ++returns;
+        for (const auto& [v, params] : owned) layers += ministages[v].layer_end - ministages[v].layer_begin;
         o.costs = FlexTpCostsFor(spec, tp, schedule.seq_len, cluster, schedule.programs[c.ranks.front()].device,
-                                 schedule.programs[c.ranks.back()].device, visits, backwards);
+                                 schedule.programs[c.ranks.back()].device, layers, returns);
         ex->flextp_ = std::make_unique<FlexTpTeam>(std::move(o));
         FlexTpTeam* team = ex->flextp_.get();
         ex->tp_region_.layer_work = [team](int layer, const std::vector<torch::Tensor>& w) {

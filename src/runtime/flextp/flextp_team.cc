@@ -298,76 +298,88 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
   const int64_t h = options_.spec.hidden_size;
   const int64_t d = options_.spec.head_dim(), per = options_.spec.num_heads / options_.spec.num_kv_heads;
   const int64_t group_rows = (2 * per + 2) * d;
+  // The layers run here this step (every rank of the team ran the same ones). All their returns go
+  // at once — one sum-reduce per straggler and kind, or every run's transfer posted before any is
+  // waited for — so a backward pays one exchange's latency, not one per layer.
+  std::vector<std::pair<int, Layer*>> ran;
   for (int layer = begin; layer < end; ++layer) {
     auto it = layers_.find(layer);
-    if (it == layers_.end() || it->second.built_step != step_) continue;  // not run here this step
-    Layer& l = it->second;
-    const auto master = torch::TensorOptions().dtype(l.dtype).device(l.device);
-    // A borrowed run's gradients packed as its weights were.
-    auto packed = [&](const Borrowed& r) {
-      return r.attention ? l.work.grad_attention.narrow(0, r.at, r.count)
-                         : torch::cat({l.work.grad_gate.narrow(0, r.at, r.count), l.work.grad_up.narrow(0, r.at, r.count),
-                                       l.work.grad_down.narrow(1, r.at, r.count).t()},
-                                      1);
-    };
-    // The owner adds the gradients of its units (or groups) [begin, begin + g.size(0)).
-    auto add_home = [&](bool attention, int64_t begin, const torch::Tensor& g) {
-      if (attention) {
-        add(layer, 1, 0, begin * per * d, g.narrow(1, 0, per * d).reshape({-1, h}));
-        add(layer, 2, 0, begin * d, g.narrow(1, per * d, d).reshape({-1, h}));
-        add(layer, 3, 0, begin * d, g.narrow(1, (per + 1) * d, d).reshape({-1, h}));
-        add(layer, 4, 1, begin * per * d, g.narrow(1, (per + 2) * d, per * d).reshape({-1, h}).t());
-      } else {
-        add(layer, 6, 0, begin, g.narrow(1, 0, h));
-        add(layer, 7, 0, begin, g.narrow(1, h, h));
-        add(layer, 8, 1, begin, g.narrow(1, 2 * h, h).t());
-      }
-    };
-    if (broadcast_reduce()) {
-      // Per straggler and kind, one sum-reduce of its block: each receiver's runs in place, zeros
-      // elsewhere (adding zeros is exact), so the owner gets every run's gradients at once.
-      for (const bool attention : {false, true})
-        for (const Block& block : Blocks(attention)) {
-          torch::Tensor sum = attention ? torch::zeros({block.count, group_rows, h}, master)
-                                        : torch::zeros({block.count, 3 * h}, master);
-          for (const Borrowed& r : l.borrowed)
-            if (r.attention == attention && r.from == block.from)
-              sum.narrow(0, r.begin - block.begin, r.count).copy_(packed(r));
-          MOTLEY_RETURN_IF_ERROR(
-              Timed(l.device, [&] { return options_.comm->ReduceSum(*options_.team, sum, block.from); }));
-          if (block.from == me) add_home(attention, block.begin, sum);
-        }
-      for (torch::Tensor* g : {&l.work.grad_gate, &l.work.grad_up, &l.work.grad_down, &l.work.grad_attention})
-        if (g->defined()) g->zero_();
-      continue;
-    }
-    // Receivers send each borrowed run's gradients home (packed as the weights were); owners receive them.
-    std::vector<torch::Tensor> buffers;
-    std::vector<Result<PendingTransfer>> transfers;
-    for (const Borrowed& r : l.borrowed) {
-      buffers.push_back(packed(r).contiguous());
-      transfers.push_back(options_.comm->Send(buffers.back(), options_.team->ranks[r.from],
-                                              Tag(layer, r.attention, true, r.move)));
-    }
-    // In the order the receivers send them (transfers match in order): MLP runs, then groups.
-    std::vector<const UnitMove*> incoming;
-    for (size_t k = 0; k < 2 * b.moves.size(); ++k) {
-      const size_t j = k % b.moves.size();
-      const UnitMove& m = b.moves[j];
-      if (m.from != me || m.attention != (k >= b.moves.size())) continue;
-      buffers.push_back(m.attention ? torch::empty({m.count, group_rows, h}, master) : torch::empty({m.count, 3 * h}, master));
-      transfers.push_back(
-          options_.comm->Recv(buffers.back(), options_.team->ranks[m.to], Tag(layer, m.attention, true, j)));
-      incoming.push_back(&m);
-    }
-    MOTLEY_RETURN_IF_ERROR(WaitAll(transfers, l.device));
-    for (size_t i = 0; i < incoming.size(); ++i) {
-      const UnitMove& m = *incoming[i];
-      add_home(m.attention, m.begin, buffers[l.borrowed.size() + i]);
-    }
-    for (torch::Tensor* g : {&l.work.grad_gate, &l.work.grad_up, &l.work.grad_down, &l.work.grad_attention})
-      if (g->defined()) g->zero_();
+    if (it != layers_.end() && it->second.built_step == step_) ran.emplace_back(layer, &it->second);
   }
+  if (ran.empty()) return Status::Ok();
+  const torch::Device device = ran.front().second->device;
+  const auto master = torch::TensorOptions().dtype(ran.front().second->dtype).device(device);
+  // A borrowed run's gradients packed as its weights were.
+  auto packed = [&](const Layer& l, const Borrowed& r) {
+    return r.attention ? l.work.grad_attention.narrow(0, r.at, r.count)
+                       : torch::cat({l.work.grad_gate.narrow(0, r.at, r.count), l.work.grad_up.narrow(0, r.at, r.count),
+                                     l.work.grad_down.narrow(1, r.at, r.count).t()},
+                                    1);
+  };
+  // The owner adds the gradients of its units (or groups) [begin, begin + g.size(0)) of `layer`.
+  auto add_home = [&](int layer, bool attention, int64_t begin, const torch::Tensor& g) {
+    if (attention) {
+      add(layer, 1, 0, begin * per * d, g.narrow(1, 0, per * d).reshape({-1, h}));
+      add(layer, 2, 0, begin * d, g.narrow(1, per * d, d).reshape({-1, h}));
+      add(layer, 3, 0, begin * d, g.narrow(1, (per + 1) * d, d).reshape({-1, h}));
+      add(layer, 4, 1, begin * per * d, g.narrow(1, (per + 2) * d, per * d).reshape({-1, h}).t());
+    } else {
+      add(layer, 6, 0, begin, g.narrow(1, 0, h));
+      add(layer, 7, 0, begin, g.narrow(1, h, h));
+      add(layer, 8, 1, begin, g.narrow(1, 2 * h, h).t());
+    }
+  };
+  if (broadcast_reduce()) {
+    // Per straggler and kind, one sum-reduce of its blocks of every layer run: each receiver's runs
+    // in place, zeros elsewhere (adding zeros is exact), so the owner gets every run's gradients at once.
+    const auto layers = static_cast<int64_t>(ran.size());
+    for (const bool attention : {false, true})
+      for (const Block& block : Blocks(attention)) {
+        torch::Tensor sum = attention ? torch::zeros({layers, block.count, group_rows, h}, master)
+                                      : torch::zeros({layers, block.count, 3 * h}, master);
+        for (int64_t i = 0; i < layers; ++i)
+          for (const Borrowed& r : ran[static_cast<size_t>(i)].second->borrowed)
+            if (r.attention == attention && r.from == block.from)
+              sum[i].narrow(0, r.begin - block.begin, r.count).copy_(packed(*ran[static_cast<size_t>(i)].second, r));
+        MOTLEY_RETURN_IF_ERROR(Timed(device, [&] { return options_.comm->ReduceSum(*options_.team, sum, block.from); }));
+        if (block.from == me)
+          for (int64_t i = 0; i < layers; ++i) add_home(ran[static_cast<size_t>(i)].first, attention, block.begin, sum[i]);
+      }
+  } else {
+    // Receivers send each borrowed run's gradients home (packed as the weights were); owners receive
+    // them — every layer's at once (each transfer has its layer's tag).
+    std::vector<torch::Tensor> sent, received;
+    std::vector<Result<PendingTransfer>> transfers;
+    struct Incoming {
+      int layer;
+      const UnitMove* move;
+    };
+    std::vector<Incoming> incoming;
+    for (const auto& [layer, l] : ran) {
+      for (const Borrowed& r : l->borrowed) {
+        sent.push_back(packed(*l, r).contiguous());
+        transfers.push_back(
+            options_.comm->Send(sent.back(), options_.team->ranks[r.from], Tag(layer, r.attention, true, r.move)));
+      }
+      // In the order the receivers send them (transfers of a tag match in order): MLP runs, then groups.
+      for (size_t k = 0; k < 2 * b.moves.size(); ++k) {
+        const size_t j = k % b.moves.size();
+        const UnitMove& m = b.moves[j];
+        if (m.from != me || m.attention != (k >= b.moves.size())) continue;
+        received.push_back(m.attention ? torch::empty({m.count, group_rows, h}, master)
+                                       : torch::empty({m.count, 3 * h}, master));
+        transfers.push_back(
+            options_.comm->Recv(received.back(), options_.team->ranks[m.to], Tag(layer, m.attention, true, j)));
+        incoming.push_back({layer, &m});
+      }
+    }
+    MOTLEY_RETURN_IF_ERROR(WaitAll(transfers, device));
+    for (size_t i = 0; i < incoming.size(); ++i)
+      add_home(incoming[i].layer, incoming[i].move->attention, incoming[i].move->begin, received[i]);
+  }
+  for (auto& [layer, l] : ran)
+    for (torch::Tensor* g : {&l->work.grad_gate, &l->work.grad_up, &l->work.grad_down, &l->work.grad_attention})
+      if (g->defined()) g->zero_();
   return Status::Ok();
 }
 

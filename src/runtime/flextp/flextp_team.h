@@ -9,8 +9,8 @@
 //      receiver computes its run of it (FlexTP §IV-A; `migration = "point-to-point"`: the owner
 //      sends each receiver just its run);
 //   3. after each backward, returns the borrowed units' gradients to their owner: one sum-reduce of
-//      each straggler's block, every receiver's runs in place (point to point: each receiver sends
-//      its runs). Outputs and input gradients need no transfer of their own: the borrowed part's
+//      each straggler's blocks of every layer the backward ran, every receiver's runs in place (point
+//      to point: each receiver sends its runs, all layers' posted before any is waited for). Outputs and input gradients need no transfer of their own: the borrowed part's
 //      joins the rank's own before the block's all-reduce (reduce merging).
 // The per-layer pruning ratios differ by how much each layer's weights moved (LayerPruneRatios);
 // the priority, its incremental refresh and the lineage are UnitPriority's (unit_priority.h).
@@ -77,7 +77,8 @@ class FlexTpTeam {
   LayerWork* Work(int layer, const std::vector<torch::Tensor>& w);
 
   /// After a backward through layers [begin, end): returns the borrowed units' gradients to their
-  /// owners (a sum-reduce per straggler, or each receiver's runs point to point), who get them through
+  /// owners (a sum-reduce per straggler and kind for all those layers, or each receiver's runs point
+  /// to point, all at once), who get them through
   /// `add(layer, k, dim, begin, part)` — the gradient of the part of their layer weight k
   /// (DecoderLayerImpl::weights() order) from `begin` along `dim`.
   using AddGradient = std::function<void(int layer, int k, int dim, int64_t begin, const torch::Tensor& part)>;
