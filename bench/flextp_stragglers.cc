@@ -1,5 +1,5 @@
 // FlexTP's scenarios at small scale (issue #9; ../shared/papers/flextp.txt §V): a tensor-parallel
-// team of 4 ranks (one group, tp_degree = 4) trains a 2-layer Llama (hidden 512, ffn 2048) while
+// team of 4 ranks (one group, tp_degree = 4) trains a 2-layer Llama (hidden 512, 16 heads, ffn 2048) while
 // emulated stragglers slow down — one rank 2x, 4x, 8x; then half the ranks (two) 2x, 4x, 8x — under
 // each mode: off (the team waits), migrate (migrate-bcast: by broadcast-reduce, FlexTP's;
 // migrate-p2p: point to point), resize, semi (migrating as `migration = "auto"` does on CPU ranks:
@@ -15,12 +15,14 @@
 // --slows compute as a whole slower device (every compute op, the optimizer and the replicated
 // work included).
 //
-//   build/bench/flextp_stragglers [--steps N] [--slows matmul|compute] [--only "4x"] [-o report.md]
+//   build/bench/flextp_stragglers [--steps N] [--rounds R] [--slows matmul|compute] [--only "4x"]
+//                                 [--modes off,semi,...] [-o report.md]
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,11 +37,14 @@ using motley_bench::Run;
 
 namespace {
 
+// 16 heads: 4 attention groups a rank, as a real model's team has several (Llama-7B at tp 4: 8).
+// A team moves whole groups, and the attention's all-reduce waits for its slowest rank whatever the
+// MLPs do: with 8 heads (2 groups a rank) a 4x straggler could keep only half its attention or none.
 constexpr char kModel[] = R"(name = "flextp-bench"
 hidden_size = 512
 num_layers = 2
-num_heads = 8
-num_kv_heads = 8
+num_heads = 16
+num_kv_heads = 16
 ffn_size = 2048
 vocab_size = 256
 max_seq_len = 128
@@ -117,6 +122,7 @@ semi_solver = "{}"
 struct Outcome {
   bool ok = false;
   double step_s = 0, loss = 0, val_loss = 0, pruned = 0, moved = 0;
+  std::vector<double> compute_s;  // per rank: the median compute time of a timed step
 };
 
 Outcome Train(const fs::path& dir, const std::string& name, const std::string& job, int steps) {
@@ -132,24 +138,31 @@ Outcome Train(const fs::path& dir, const std::string& name, const std::string& j
     return o;
   }
   std::vector<double> times;
+  std::vector<std::vector<double>> compute;
   for (const auto& j : motley_bench::ReadJsonLines((dir / (name + ".jsonl")).string())) {
     if (j.contains("val_loss")) o.val_loss = j["val_loss"];
     if (!j.contains("step_time_s")) continue;
-    if (j["step"].get<int>() > 2) times.push_back(j["step_time_s"]);
+    if (j["step"].get<int>() > 2) {
+      times.push_back(j["step_time_s"]);
+      compute.resize(j["ranks"].size());
+      for (size_t r = 0; r < compute.size(); ++r) compute[r].push_back(j["ranks"][r]["compute_s"]);
+    }
     if (j["step"].get<int>() == steps) o.loss = j["loss"];
     o.pruned = std::max(o.pruned, j.value("pruned_fraction", 0.0));
     o.moved = std::max(o.moved, j.value("migrated_units", 0.0));
   }
   o.step_s = Median(times);
+  for (const auto& c : compute) o.compute_s.push_back(Median(c));
   o.ok = true;
   return o;
 }
 
-// The simulator's step for the team with ranks `slow` computing `factor` times slower (every
+// The simulator's step for the team with ranks `slow` computing `factor[i]` times slower (every
 // compute op: `--straggler`) under FlexTP mode `mode` (sim/flextp_prediction.h); 0 when it failed.
-double Predicted(const fs::path& dir, const std::vector<int>& slow, double factor, const std::string& mode) {
+double Predicted(const fs::path& dir, const std::vector<int>& slow, const std::vector<double>& factor,
+                 const std::string& mode) {
   std::string flags;
-  for (int r : slow) flags += fmt::format(" --straggler {}={}", r, factor);
+  for (size_t i = 0; i < slow.size(); ++i) flags += fmt::format(" --straggler {}={:.4f}", slow[i], factor[i]);
   int code = 0;
   const std::string out = Run("cd '" + dir.string() + "' && " + std::string(MOTLEY_BIN) +
                                   " simulate --plan plan.toml --json --flextp-mode " + mode + flags + " 2>/dev/null",
@@ -224,16 +237,32 @@ std::string Plot(const std::vector<Point>& points) {
 int main(int argc, char** argv) {
   // --slows and --only are this benchmark's own; the rest are every benchmark's.
   std::string slows = "matmul", only;
+  std::vector<std::string> modes = {"off", "migrate-bcast", "migrate-p2p", "resize", "semi", "semi-search", "semi-fastest"};
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--slows" && i + 1 < argc) {
       slows = argv[++i];
     } else if (std::string(argv[i]) == "--only" && i + 1 < argc) {
       only = argv[++i];
+    } else if (std::string(argv[i]) == "--modes" && i + 1 < argc) {  // e.g. "off,semi" (off is always run: the exact losses)
+      modes = {"off"};
+      std::string list = argv[++i];
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        if (const std::string m = list.substr(at, comma - at); !m.empty() && m != "off") modes.push_back(m);
+        at = comma + 1;
+      }
     } else {
       rest.push_back(argv[i]);
     }
   }
+  for (const std::string& m : modes)
+    if (m != "off" && m != "migrate-bcast" && m != "migrate-p2p" && m != "resize" && m != "semi" && m != "semi-search" &&
+        m != "semi-fastest") {
+      std::cerr << "flextp_stragglers: --modes takes off, migrate-bcast, migrate-p2p, resize, semi, semi-search, "
+                   "semi-fastest; not '" << m << "'\n";
+      return 2;
+    }
   if (slows != "matmul" && slows != "compute") {
     std::cerr << "flextp_stragglers: --slows is matmul or compute, not '" << slows << "'\n";
     return 2;
@@ -259,38 +288,83 @@ int main(int argc, char** argv) {
     scenarios.erase(std::remove_if(scenarios.begin(), scenarios.end(),
                                    [&](const Scenario& s) { return s.name.find(only) == std::string::npos; }),
                     scenarios.end());
-  // Each scenario is judged against the team without stragglers measured right before it: this
-  // machine's speed drifts by 10-15% over the minutes the benchmark runs.
+  // Each run with stragglers is judged against the team without stragglers measured right before
+  // it (in its round): this machine's speed drifts by 10-15% over the minutes the benchmark runs,
+  // and a run's step by as much again. With --rounds R every scenario runs R times over (the team
+  // without stragglers, then each mode); a mode's figure is the median of its R paired ratios, with
+  // their range.
   std::string rows;
   std::vector<Point> points;
   std::vector<double> baselines;
+  std::string factors_said;  // the simulator's straggler factors, measured
   Outcome first_baseline;
   int index = 0;
   for (const Scenario& s : scenarios) {
-    const Outcome none = Train(dir, fmt::format("s{}-none", index), Job(steps, "off", {}, 1, slows), steps);
-    if (!none.ok) return 1;
-    if (baselines.empty()) first_baseline = none;
-    baselines.push_back(none.step_s);
-    Outcome exact;
-    const double predicted_none = Predicted(dir, {}, 1, "off");
-    for (const char* mode : {"off", "migrate-bcast", "migrate-p2p", "resize", "semi", "semi-search", "semi-fastest"}) {
-      const Outcome o = Train(dir, fmt::format("s{}-{}", index, mode), Job(steps, mode, s.slow, s.factor, slows), steps);
-      if (std::string(mode) == "off") exact = o;
-      if (!o.ok) {
+    const double predicted_none = Predicted(dir, {}, {}, "off");
+    std::map<std::string, std::vector<Outcome>> runs;  // by mode, one a round
+    std::map<std::string, std::vector<double>> ratios;
+    std::vector<double> nones;
+    // The simulator's stragglers are whole devices that many times slower. With `--slows matmul`
+    // a straggler's other work keeps its speed, so the simulator is given the slowdown of the
+    // straggler's whole compute as mode off measured it (against the other ranks' mean; the median
+    // over the rounds) — a measured figure of this run, as `motley calibrate` scales a profile to a run.
+    std::vector<std::vector<double>> measured_factor(s.slow.size());
+    for (int round = 0; round < args.rounds; ++round) {
+      const Outcome none = Train(dir, fmt::format("s{}-r{}-none", index, round), Job(steps, "off", {}, 1, slows), steps);
+      if (!none.ok) return 1;
+      if (baselines.empty()) first_baseline = none;
+      baselines.push_back(none.step_s);
+      nones.push_back(none.step_s);
+      for (const std::string& mode : modes) {
+        const Outcome o =
+            Train(dir, fmt::format("s{}-r{}-{}", index, round, mode), Job(steps, mode, s.slow, s.factor, slows), steps);
+        if (!o.ok) continue;
+        runs[mode].push_back(o);
+        ratios[mode].push_back(o.step_s / none.step_s);
+        if (mode == "off") {
+          double others = 0;
+          int n = 0;
+          for (size_t r = 0; r < o.compute_s.size(); ++r)
+            if (std::find(s.slow.begin(), s.slow.end(), static_cast<int>(r)) == s.slow.end()) others += o.compute_s[r], ++n;
+          for (size_t i = 0; i < s.slow.size() && n > 0; ++i)
+            measured_factor[i].push_back(o.compute_s[static_cast<size_t>(s.slow[i])] / (others / n));
+        }
+      }
+    }
+    std::vector<double> effective(s.slow.size(), s.factor);
+    if (slows == "matmul") {
+      std::string said;
+      for (size_t i = 0; i < s.slow.size(); ++i) {
+        if (!measured_factor[i].empty()) effective[i] = Median(measured_factor[i]);
+        said += fmt::format("{}rank {} {:.2f}x", i ? ", " : "", s.slow[i], effective[i]);
+      }
+      factors_said += fmt::format("{}{}: {}", factors_said.empty() ? "" : "; ", s.name, said);
+    }
+    const std::vector<Outcome>& exact = runs["off"];
+    for (const std::string& mode : modes) {
+      const std::vector<Outcome>& o = runs[mode];
+      if (o.empty()) {
         rows += fmt::format("| {} | {} | failed | | | | | | | | |\n", s.name, mode);
         continue;
       }
-      auto rel = [](double a, double b) { return b != 0 ? fmt::format("{:+.2f}%", 100 * (a - b) / b) : std::string(); };
-      const std::string m = mode;
-      const double predicted =
-          Predicted(dir, s.slow, s.factor, m.starts_with("migrate") ? "migrate" : m.starts_with("semi") ? "semi" : m);
-      points.push_back({s.slow.size() > 1, s.factor, m, o.step_s / none.step_s,
+      // Losses: the first round's (an exact mode's are the same every round), against mode off's.
+      auto rel = [&](double a, double b) { return b != 0 ? fmt::format("{:+.2f}%", 100 * (a - b) / b) : std::string(); };
+      const double predicted = Predicted(dir, s.slow, effective,
+                                         mode.starts_with("migrate") ? "migrate" : mode.starts_with("semi") ? "semi" : mode);
+      const std::vector<double>& r = ratios[mode];
+      const double ratio = Median(r);
+      std::vector<double> steps_s;
+      for (const Outcome& x : o) steps_s.push_back(x.step_s);
+      points.push_back({s.slow.size() > 1, s.factor, mode, ratio,
                         predicted > 0 && predicted_none > 0 ? predicted / predicted_none : 0});
-      rows += fmt::format("| {} | {} | {:.0f} ms | {:.2f}x ({:.0f} ms) | {} | {:.4f} | {} | {:.4f} | {} | {:.1f}% | {:.0f} |\n",
-                          s.name, mode, o.step_s * 1e3, o.step_s / none.step_s, none.step_s * 1e3,
-                          predicted > 0 && predicted_none > 0 ? fmt::format("{:.2f}x", predicted / predicted_none) : "-",
-                          o.loss, rel(o.loss, exact.loss), o.val_loss, rel(o.val_loss, exact.val_loss), 100 * o.pruned,
-                          o.moved);
+      const auto [rlo, rhi] = std::minmax_element(r.begin(), r.end());
+      rows += fmt::format(
+          "| {} | {} | {:.0f} ms | {:.2f}x{} ({:.0f} ms) | {} | {:.4f} | {} | {:.4f} | {} | {:.1f}% | {:.0f} |\n", s.name,
+          mode, Median(steps_s) * 1e3, ratio, r.size() > 1 ? fmt::format(" ({:.2f}-{:.2f})", *rlo, *rhi) : "",
+          Median(nones) * 1e3,
+          predicted > 0 && predicted_none > 0 ? fmt::format("{:.2f}x", predicted / predicted_none) : "-", o[0].loss,
+          exact.empty() ? "" : rel(o[0].loss, exact[0].loss), o[0].val_loss,
+          exact.empty() ? "" : rel(o[0].val_loss, exact[0].val_loss), 100 * o[0].pruned, o[0].moved);
     }
     ++index;
   }
@@ -303,24 +377,29 @@ int main(int argc, char** argv) {
                        first_baseline.val_loss);
   table += rows;
   const std::string md = fmt::format(
-      "# FlexTP's straggler scenarios, measured\n\n`build/bench/flextp_stragglers --steps {} --slows {}`: one tensor-parallel "
-      "team of 4 CPU ranks (tp_degree = 4; Gloo) trains a 2-layer Llama (hidden 512, 8 heads, ffn 2048, fp32, 8 x 64 "
+      "# FlexTP's straggler scenarios, measured\n\n`build/bench/flextp_stragglers --steps {} --rounds {} --slows {}`: one tensor-parallel "
+      "team of 4 CPU ranks (tp_degree = 4; Gloo) trains a 2-layer Llama (hidden 512, 16 heads, ffn 2048, fp32, 8 x 64 "
       "tokens a step, no recomputation) on the built-in corpus; emulated stragglers are slowed from step 1 "
       "(`[[emulation.stragglers]]`, `slows = \"{}\"`: {}). Step: median "
       "over steps 3..{} (the balancer decides after step 1); `vs no straggler`: against the same team with no "
-      "straggler, trained right before the scenario. Losses after step {} and on 32 validation windows, against mode off (exact) in the "
+      "straggler, trained right before (with several rounds: the median of the paired ratios, their range in brackets, "
+      "and the median no-straggler step). Losses (the first round's) after step {} and on 32 validation windows, against mode off (exact) in the "
       "same scenario. `migrate-bcast` moves a straggler's units by broadcast-reduce (FlexTP §IV-A), `migrate-p2p` the "
       "same units point to point; `semi` migrates as `migration = \"auto\"` does on CPU ranks (point to point) and judges "
       "stragglers against the team's average, splitting each straggler's gap by FlexTP's cost model (Eq. 2-3, the costs "
       "from its pre-test), `semi-search` by motley's earlier grid search (the least pruning within 5% of the fastest "
       "split), `semi-fastest` the cost model judging stragglers against the team's fastest rank (FlexTP §IV-B). `simulator`: "
       "`motley simulate --straggler r=F --flextp-mode M` on the same plan against its step with no straggler (the "
-      "whole device slowed, the roofline's timings; its migration point to point, its semi judged by the average).\n\n{}",
-      steps, slows, slows,
+      "roofline's timings; its migration point to point, its semi judged by the average; F the straggler's whole "
+      "slowdown: {}).\n\n{}",
+      steps, args.rounds, slows, slows,
       slows == "matmul" ? "their matrix multiplications (aten::mm, addmm: the linear projections, forward and backward) "
                           "stretched to that many times their CPU time, as FlexTP's evaluation injects stragglers"
                         : "every compute op stretched to that many times its CPU time, as a slower device",
-      steps, steps, table);
+      steps, steps,
+      slows == "matmul" ? "its compute against the other ranks' as mode off measured it, " + factors_said
+                        : std::string("the slowdown itself"),
+      table);
   std::cout << md;
   if (!args.report_path.empty()) {
     std::ofstream(args.report_path) << md;
