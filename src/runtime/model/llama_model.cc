@@ -134,6 +134,7 @@ void LlamaModelImpl::set_precision(Precision p) {
 std::pair<torch::Tensor, torch::Tensor> LlamaModelImpl::Rotary(int64_t seq_len, torch::Dtype dtype,
                                                                torch::Device device) const {
   const auto key = std::make_tuple(seq_len, dtype, device.type(), device.index());
+  const std::lock_guard<std::mutex> lock(rotary_mutex_);
   if (auto it = rotary_.find(key); it != rotary_.end()) return it->second;
   const int64_t d = spec_.head_dim();
   auto f64 = torch::TensorOptions().dtype(torch::kFloat64);

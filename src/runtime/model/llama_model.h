@@ -10,6 +10,7 @@
 #pragma once
 
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -134,6 +135,7 @@ class LlamaModelImpl : public torch::nn::Module {
   mutable std::map<std::tuple<int64_t, torch::Dtype, c10::DeviceType, c10::DeviceIndex>,
                    std::pair<torch::Tensor, torch::Tensor>>
       rotary_;  // Rotary()'s tables, by (seq_len, dtype, device)
+  mutable std::mutex rotary_mutex_;  // rotary_'s: several threads may run one model (the profiler's load)
 };
 TORCH_MODULE(LlamaModel);
 

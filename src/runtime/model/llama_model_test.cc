@@ -1,6 +1,10 @@
 #include "runtime/model/llama_model.h"
 
+#include <atomic>
 #include <cstdint>
+#include <thread>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 namespace motley {
@@ -128,6 +132,37 @@ TEST(LlamaModel, AnUntiedHeadsGradientAndTheEmbeddingsSumToTheTiedMatrixs) {
   for (const auto& p : tied->named_parameters()) {
     if (p.key() == "model.embed_tokens.weight") continue;
     EXPECT_TRUE(torch::allclose(p.value().grad(), params[p.key()].grad(), 1e-12, 1e-14)) << p.key();
+  }
+}
+
+// One model run by several threads at once (the profiler's background load does this): the
+// rotary tables, built on first use, are built once and shared, never raced for.
+TEST(LlamaModel, SeveralThreadsRunOneModelAtOnce) {
+  ModelSpec spec = TinyGqa();
+  spec.num_layers = 1;
+  const ModelSlice layer{false, 0, 1, false};
+  constexpr int kThreads = 4;
+  for (int round = 0; round < 100; ++round) {
+    LlamaModel model(spec, round);  // constructed here: construction draws from the global generator
+    std::vector<torch::Tensor> inputs, alone(kThreads), together(kThreads);
+    for (int t = 0; t < kThreads; ++t) inputs.push_back(torch::randn({1, 3 + t, spec.hidden_size}));
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        ++ready;
+        while (ready.load() < kThreads) {
+        }
+        torch::NoGradGuard no_grad;
+        together[t] = model->Run(layer, inputs[t], false);  // each a sequence length of its own
+      });
+    for (auto& th : threads) th.join();
+    LlamaModel fresh(spec, round);
+    torch::NoGradGuard no_grad;
+    for (int t = 0; t < kThreads; ++t) {
+      alone[t] = fresh->Run(layer, inputs[t], false);
+      EXPECT_TRUE(torch::equal(alone[t], together[t])) << "round " << round << ", thread " << t;
+    }
   }
 }
 
