@@ -158,10 +158,11 @@ Outcome Train(const fs::path& dir, const std::string& name, const std::string& j
 }
 
 // The simulator's step for the team with ranks `slow` computing `factor[i]` times slower (every
-// compute op: `--straggler`) under FlexTP mode `mode` (sim/flextp_prediction.h); 0 when it failed.
-double Predicted(const fs::path& dir, const std::vector<int>& slow, const std::vector<double>& factor,
-                 const std::string& mode) {
-  std::string flags;
+// compute op: `--straggler`) under FlexTP mode `mode` (sim/flextp_prediction.h), with `profile`
+// (empty: the roofline); 0 when it failed.
+double Predicted(const fs::path& dir, const std::string& profile, const std::vector<int>& slow,
+                 const std::vector<double>& factor, const std::string& mode) {
+  std::string flags = profile.empty() ? "" : " --profile " + profile;
   for (size_t i = 0; i < slow.size(); ++i) flags += fmt::format(" --straggler {}={:.4f}", slow[i], factor[i]);
   int code = 0;
   const std::string out = Run("cd '" + dir.string() + "' && " + std::string(MOTLEY_BIN) +
@@ -237,11 +238,14 @@ std::string Plot(const std::vector<Point>& points) {
 int main(int argc, char** argv) {
   // --slows and --only are this benchmark's own; the rest are every benchmark's.
   std::string slows = "matmul", only;
+  bool keep = false;
   std::vector<std::string> modes = {"off", "migrate-bcast", "migrate-p2p", "resize", "semi", "semi-search", "semi-fastest"};
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--slows" && i + 1 < argc) {
       slows = argv[++i];
+    } else if (std::string(argv[i]) == "--keep") {  // leave the runs' files (jobs, metrics) for a look
+      keep = true;
     } else if (std::string(argv[i]) == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (std::string(argv[i]) == "--modes" && i + 1 < argc) {  // e.g. "off,semi" (off is always run: the exact losses)
@@ -299,8 +303,23 @@ int main(int argc, char** argv) {
   std::string factors_said;  // the simulator's straggler factors, measured
   Outcome first_baseline;
   int index = 0;
+  // The simulator's timings: the team's device measured (`motley profile`), then, for each
+  // scenario, calibrated on its no-straggler runs (`motley calibrate`: the compute and the
+  // collectives as the team measured them running together) — the roofline when that fails.
+  std::string profile;
+  {
+    int code = 0;
+    const std::string out = Run("cd '" + dir.string() + "' && " + std::string(MOTLEY_BIN) +
+                                    " profile --cluster cluster.toml --model model.toml --seq-len 64 --precision fp32 "
+                                    "--max-microbatch 8 -o profile.json 2>&1",
+                                &code);
+    if (code == 0)
+      profile = "profile.json";
+    else
+      std::cerr << "motley profile failed (the simulator falls back on the roofline):\n" << out;
+  }
+  std::string calibration_said;
   for (const Scenario& s : scenarios) {
-    const double predicted_none = Predicted(dir, {}, {}, "off");
     std::map<std::string, std::vector<Outcome>> runs;  // by mode, one a round
     std::map<std::string, std::vector<double>> ratios;
     std::vector<double> nones;
@@ -331,6 +350,24 @@ int main(int argc, char** argv) {
         }
       }
     }
+    std::string scenario_profile;
+    if (!profile.empty()) {
+      std::string metrics;
+      for (int round = 0; round < args.rounds; ++round) metrics += fmt::format(" --metrics s{}-r{}-none.jsonl", index, round);
+      const std::string calibrated = fmt::format("calibrated-s{}.json", index);
+      int code = 0;
+      const std::string out = Run("cd '" + dir.string() + "' && " + std::string(MOTLEY_BIN) + " calibrate --profile " +
+                                      profile + " --plan plan.toml" + metrics + " -o " + calibrated + " 2>&1",
+                                  &code);
+      if (code == 0) {
+        scenario_profile = calibrated;
+        if (calibration_said.empty()) calibration_said = out;  // the first scenario's, for the report
+      } else {
+        std::cerr << "motley calibrate failed (the simulator takes the profile as measured):\n" << out;
+        scenario_profile = profile;
+      }
+    }
+    const double predicted_none = Predicted(dir, scenario_profile, {}, {}, "off");
     std::vector<double> effective(s.slow.size(), s.factor);
     if (slows == "matmul") {
       std::string said;
@@ -349,7 +386,7 @@ int main(int argc, char** argv) {
       }
       // Losses: the first round's (an exact mode's are the same every round), against mode off's.
       auto rel = [&](double a, double b) { return b != 0 ? fmt::format("{:+.2f}%", 100 * (a - b) / b) : std::string(); };
-      const double predicted = Predicted(dir, s.slow, effective,
+      const double predicted = Predicted(dir, scenario_profile, s.slow, effective,
                                          mode.starts_with("migrate") ? "migrate" : mode.starts_with("semi") ? "semi" : mode);
       const std::vector<double>& r = ratios[mode];
       const double ratio = Median(r);
@@ -389,16 +426,18 @@ int main(int argc, char** argv) {
       "stragglers against the team's average, splitting each straggler's gap by FlexTP's cost model (Eq. 2-3, the costs "
       "from its pre-test), `semi-search` by motley's earlier grid search (the least pruning within 5% of the fastest "
       "split), `semi-fastest` the cost model judging stragglers against the team's fastest rank (FlexTP §IV-B). `simulator`: "
-      "`motley simulate --straggler r=F --flextp-mode M` on the same plan against its step with no straggler (the "
-      "roofline's timings; its migration point to point, its semi judged by the average; F the straggler's whole "
-      "slowdown: {}).\n\n{}",
+      "`motley simulate --straggler r=F --flextp-mode M` on the same plan against its step with no straggler, with "
+      "the team's device profiled (`motley profile`) and calibrated on each scenario's no-straggler runs "
+      "(`motley calibrate`: their compute and their communication, which sets every collective's per-call overhead){} "
+      "(its migration point to point, its semi judged by the average; F the straggler's whole slowdown: {}).\n\n{}{}",
       steps, args.rounds, slows, slows,
       slows == "matmul" ? "their matrix multiplications (aten::mm, addmm: the linear projections, forward and backward) "
                           "stretched to that many times their CPU time, as FlexTP's evaluation injects stragglers"
                         : "every compute op stretched to that many times its CPU time, as a slower device",
-      steps, steps,
+      steps, steps, profile.empty() ? " — here the roofline: `motley profile` failed" : "",
       slows == "matmul" ? "its compute against the other ranks' as mode off measured it, " + factors_said
                         : std::string("the slowdown itself"),
+      calibration_said.empty() ? "" : "The first scenario's calibration:\n\n```\n" + calibration_said + "```\n\n",
       table);
   std::cout << md;
   if (!args.report_path.empty()) {
@@ -408,6 +447,9 @@ int main(int argc, char** argv) {
     std::ofstream(svg) << Plot(points);
     std::cout << "plot: " << svg.string() << "\n";
   }
-  fs::remove_all(dir);
+  if (keep)
+    std::cout << "runs kept in " << dir.string() << "\n";
+  else
+    fs::remove_all(dir);
   return 0;
 }

@@ -16,5 +16,10 @@ Result<std::vector<double>> MedianRankCompute(const std::string& path, int from_
 /// The same over several runs of one plan (their steps pooled): a machine whose speed drifts
 /// between runs is calibrated on its typical speed, not on one run's.
 Result<std::vector<double>> MedianRankCompute(const std::vector<std::string>& paths, int from_step);
+/// Each rank's median communication time per step (`ranks[].comm_s`: its collectives, transfers
+/// and the waits inside them), pooled over several runs of one plan.
+Result<std::vector<double>> MedianRankComm(const std::vector<std::string>& paths, int from_step);
+/// Either of the two by the per-rank field's name.
+Result<std::vector<double>> MedianRankTimes(const std::vector<std::string>& paths, const char* field, int from_step);
 
 }  // namespace motley::cli

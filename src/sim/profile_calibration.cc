@@ -1,5 +1,6 @@
 #include "sim/profile_calibration.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -61,17 +62,32 @@ Result<std::vector<TypeCalibration>> CalibrateProfile(Profile* profile, const Si
   return out;
 }
 
+namespace {
+
+// The plan simulated with `profile`, routed as the run was.
+Result<SimResult> SimulateWith(const Profile& profile, const Plan& plan, const Cluster& cluster, const ModelSpec& model) {
+  CostModel costs(cluster, model, &profile, plan.seq_len, plan.precision, plan.activation_checkpointing);
+  Plan routed = plan;
+  FillDefaultRouting(&routed, cluster, model);  // the routing the run had
+  MOTLEY_ASSIGN_OR_RETURN(Schedule schedule, LowerPlan(routed, cluster, model));
+  return Simulate(schedule, cluster, costs);
+}
+
+double MeanCommS(const SimResult& sim) {
+  double sum = 0;
+  for (const DeviceSimReport& d : sim.devices) sum += d.comm_busy_s;
+  return sim.devices.empty() ? 0 : sum / static_cast<double>(sim.devices.size());
+}
+
+}  // namespace
+
 Result<std::vector<TypeCalibration>> CalibrateToRun(Profile* profile, const Plan& plan, const Cluster& cluster,
                                                     const ModelSpec& model, const std::vector<double>& measured_compute_s) {
   Profile calibrated = *profile;
   std::vector<TypeCalibration> first;
   std::map<std::string, double> scale;
   for (int round = 0; round < 5; ++round) {
-    CostModel costs(cluster, model, &calibrated, plan.seq_len, plan.precision, plan.activation_checkpointing);
-    Plan routed = plan;
-    FillDefaultRouting(&routed, cluster, model);  // the routing the run had
-    MOTLEY_ASSIGN_OR_RETURN(Schedule schedule, LowerPlan(routed, cluster, model));
-    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule, cluster, costs));
+    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, SimulateWith(calibrated, plan, cluster, model));
     MOTLEY_ASSIGN_OR_RETURN(std::vector<TypeCalibration> c,
                             CalibrateProfile(&calibrated, sim, measured_compute_s, model, plan.seq_len, plan.precision));
     if (round == 0) first = c;
@@ -85,6 +101,82 @@ Result<std::vector<TypeCalibration>> CalibrateToRun(Profile* profile, const Plan
   for (TypeCalibration& k : first) k.scale = scale[k.device_type];
   *profile = std::move(calibrated);
   return first;
+}
+
+Result<CommCalibration> CalibrateCommunication(Profile* profile, const Plan& plan, const Cluster& cluster,
+                                               const ModelSpec& model, const std::vector<double>& measured_comm_s) {
+  {
+    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, SimulateWith(*profile, plan, cluster, model));
+    if (measured_comm_s.size() != sim.devices.size())
+      return Status::InvalidArgument(fmt::format("the run has {} ranks and the plan {}: the metrics are not of this plan",
+                                                 measured_comm_s.size(), sim.devices.size()));
+  }
+  CommCalibration out;
+  for (double c : measured_comm_s) out.measured_comm_s += c / static_cast<double>(measured_comm_s.size());
+  if (out.measured_comm_s <= 0)
+    return Status::InvalidArgument("the run measured no communication (comm_s): nothing to calibrate the links by");
+  Profile p = *profile;
+  // Every pair of nodes the cluster joins, measured or not: a link the profile lacks is added
+  // with the cluster's figures, so that its collectives take the same overhead.
+  for (size_t a = 0; a < cluster.nodes.size(); ++a)
+    for (size_t b = a; b < cluster.nodes.size(); ++b) {
+      int da = -1, db = -1;
+      for (int d = 0; d < cluster.num_devices(); ++d) {
+        if (cluster.devices[d].node == static_cast<int>(a) && da < 0) {
+          da = d;
+          if (a == b) continue;
+        }
+        if (cluster.devices[d].node == static_cast<int>(b) && db < 0 && d != da) db = d;
+      }
+      if (da < 0 || db < 0) continue;  // a node of one device has no link within
+      const std::string& na = cluster.nodes[a].name;
+      const std::string& nb = cluster.nodes[b].name;
+      const bool known = std::any_of(p.links.begin(), p.links.end(), [&](const ProfileLink& l) {
+        return (l.a == na && l.b == nb) || (l.a == nb && l.b == na);
+      });
+      if (known) continue;
+      const Link l = cluster.LinkBetween(da, db);
+      p.links.push_back({na, nb, l.bandwidth_bytes_per_s, l.latency_s, l.collective_overhead_s});
+      ++out.links_added;
+    }
+  if (p.links.empty()) return Status::InvalidArgument("the cluster has no links between devices: nothing to calibrate");
+  std::vector<double> base;
+  for (const ProfileLink& l : p.links) base.push_back(l.collective_overhead_s);
+  const double lowest = -*std::min_element(base.begin(), base.end());
+  auto comm_with = [&](double added_s) -> Result<double> {
+    for (size_t i = 0; i < p.links.size(); ++i) p.links[i].collective_overhead_s = base[i] + added_s;
+    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, SimulateWith(p, plan, cluster, model));
+    return MeanCommS(sim);
+  };
+  MOTLEY_ASSIGN_OR_RETURN(out.simulated_comm_s, comm_with(0));
+  // The simulated communication grows with the overhead: bisect between the lowest it may be and
+  // an amount that overshoots.
+  double lo = lowest, hi = 1e-3;
+  MOTLEY_ASSIGN_OR_RETURN(double at_lo, comm_with(lo));
+  if (at_lo >= out.measured_comm_s) {
+    out.clamped = true;
+    hi = lo;
+  } else {
+    for (;;) {
+      MOTLEY_ASSIGN_OR_RETURN(double at_hi, comm_with(hi));
+      if (at_hi >= out.measured_comm_s) break;
+      if (hi > 100)
+        return Status::InvalidArgument(fmt::format(
+            "the run's communication ({:.1f} ms a step) is not in this plan's collectives: even at {:.0f} s a call the "
+            "simulator's is {:.1f} ms; the metrics are not of a run of this plan",
+            1e3 * out.measured_comm_s, hi, 1e3 * at_hi));
+      hi *= 4;
+    }
+    for (int i = 0; i < 60 && hi - lo > 1e-9; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      MOTLEY_ASSIGN_OR_RETURN(double at_mid, comm_with(mid));
+      (at_mid < out.measured_comm_s ? lo : hi) = mid;
+    }
+  }
+  out.overhead_added_s = hi;
+  MOTLEY_ASSIGN_OR_RETURN(out.calibrated_comm_s, comm_with(hi));
+  *profile = std::move(p);
+  return out;
 }
 
 }  // namespace motley

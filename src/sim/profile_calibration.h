@@ -42,4 +42,24 @@ Result<std::vector<TypeCalibration>> CalibrateProfile(Profile* profile, const Si
 Result<std::vector<TypeCalibration>> CalibrateToRun(Profile* profile, const Plan& plan, const Cluster& cluster,
                                                     const ModelSpec& model, const std::vector<double>& measured_compute_s);
 
+/// What CalibrateCommunication found and did.
+struct CommCalibration {
+  double measured_comm_s = 0;    // the run's communication a step, the mean over its ranks
+  double simulated_comm_s = 0;   // the simulator's for the same ranks, before
+  double calibrated_comm_s = 0;  // ... and after
+  double overhead_added_s = 0;   // added to every link's per-call collective overhead (may be < 0)
+  int links_added = 0;           // links the profile lacked, added with the cluster's figures
+  bool clamped = false;          // the overhead could not go lower (the run communicated less)
+};
+
+/// Online profiling of the links: what a collective costs inside a real step — the runtime's
+/// calls an op of the schedule makes, Gloo's threads among the ranks', a host's scheduling — is not
+/// what a link probe times alone. Adds one amount to every link's per-call collective overhead in
+/// `*profile` (the links the profile lacks first taken from the cluster) so that the simulated
+/// communication of `plan` (mean over the ranks, waits included, as the runtime counts it) equals
+/// `measured_comm_s` (per rank, a step). The overhead stays >= 0 on every link (`clamped` when that
+/// bound stops it). Errors: sizes that disagree, a run without communication.
+Result<CommCalibration> CalibrateCommunication(Profile* profile, const Plan& plan, const Cluster& cluster,
+                                               const ModelSpec& model, const std::vector<double>& measured_comm_s);
+
 }  // namespace motley

@@ -105,5 +105,70 @@ TEST(CalibrateProfile, MetricsOfAnotherPlanAreOneClearError) {
   EXPECT_NEAR(profile.entries[0].points[0].forward_ms, 10, 1e-12) << "a failed calibration leaves the profile alone";
 }
 
+// A data-parallel plan over the two nodes: its gradients' all-reduce crosses their link.
+Plan DataParallel() {
+  Plan p;
+  p.seq_len = 128;
+  p.precision = Precision::kBf16;
+  p.schedule = PipelineSchedule::kGPipe;
+  p.zero_stage = 0;
+  GroupPlan gp;
+  gp.ministages = {{0, 4}};
+  gp.devices = {{0, 1, 4, 0}, {1, 1, 4, 0}};
+  p.groups.push_back(gp);
+  return p;
+}
+
+double MeanComm(const Cluster& cluster, const ModelSpec& m, const Profile& profile) {
+  CostModel costs(cluster, m, &profile, 128, Precision::kBf16, true);
+  const SimResult sim = Simulate(LowerPlan(DataParallel(), cluster, m).value(), cluster, costs).value();
+  return 0.5 * (sim.devices[0].comm_busy_s + sim.devices[1].comm_busy_s);
+}
+
+TEST(CalibrateCommunication, TheLinksOverheadMakesThePlansCommunicationTheRuns) {
+  const Cluster cluster = TwoTypes();
+  const ModelSpec m = Model();
+  Profile profile = Flat(m);
+  const double before_s = MeanComm(cluster, m, profile);
+  // The run spent 40 ms more a step in its collectives than the links' figures say, one rank more
+  // than the other (the mean counts).
+  const std::vector<double> measured = {before_s + 0.030, before_s + 0.050};
+  Result<CommCalibration> c = CalibrateCommunication(&profile, DataParallel(), cluster, m, measured);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_NEAR(c->measured_comm_s, before_s + 0.040, 1e-12);
+  EXPECT_NEAR(c->simulated_comm_s, before_s, 1e-9);
+  EXPECT_EQ(c->links_added, 1);  // na <-> nb, from the cluster (one device a node: no link within)
+  ASSERT_EQ(profile.links.size(), 1u);
+  EXPECT_GT(c->overhead_added_s, 0);
+  EXPECT_FALSE(c->clamped);
+  EXPECT_NEAR(c->calibrated_comm_s, c->measured_comm_s, 1e-6);
+  EXPECT_NEAR(MeanComm(cluster, m, profile), c->measured_comm_s, 1e-6) << "the calibrated profile predicts it";
+  // Calibrated again on the same figures: nothing more to add, nothing added twice.
+  Result<CommCalibration> again = CalibrateCommunication(&profile, DataParallel(), cluster, m, measured);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->links_added, 0);
+  EXPECT_NEAR(again->overhead_added_s, 0, 1e-6);
+}
+
+TEST(CalibrateCommunication, LessThanTheLinksAllowIsClampedAndNoneIsAnError) {
+  const Cluster cluster = TwoTypes();
+  const ModelSpec m = Model();
+  Profile profile = Flat(m);
+  const double before_s = MeanComm(cluster, m, profile);
+  ASSERT_GT(before_s, 0);
+  Result<CommCalibration> low = CalibrateCommunication(&profile, DataParallel(), cluster, m, {before_s / 2, before_s / 2});
+  ASSERT_TRUE(low.ok()) << low.status().message();
+  EXPECT_TRUE(low->clamped);
+  EXPECT_NEAR(low->calibrated_comm_s, before_s, 1e-9) << "the overhead stays >= 0";
+  Profile untouched = Flat(m);
+  Result<CommCalibration> none = CalibrateCommunication(&untouched, DataParallel(), cluster, m, {0, 0});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no communication"), std::string::npos) << none.status().message();
+  Result<CommCalibration> ranks = CalibrateCommunication(&untouched, DataParallel(), cluster, m, {0.1});
+  ASSERT_FALSE(ranks.ok());
+  EXPECT_NE(ranks.status().message().find("1 ranks and the plan 2"), std::string::npos) << ranks.status().message();
+  EXPECT_TRUE(untouched.links.empty()) << "a failed calibration leaves the profile alone";
+}
+
 }  // namespace
 }  // namespace motley

@@ -242,7 +242,8 @@ TEST(Cli, SimulateReportsTheIssueFields) {
 }
 
 // Online profiling: a run's measured compute, against the plan's simulation with a profile,
-// scales the profile per device type; the calibrated profile then predicts that compute.
+// scales the profile per device type, and its communication sets the links' per-call overhead;
+// the calibrated profile then predicts both.
 TEST(Cli, CalibrateScalesTheProfileToTheRun) {
   TempDir dir;
   const std::string plan = Example("plans/local-even-dp.toml");
@@ -264,7 +265,10 @@ TEST(Cli, CalibrateScalesTheProfileToTheRun) {
   for (int step = 1; step <= 5; ++step) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const auto& d : before["devices"])
-      ranks.push_back({{"rank", d["rank"]}, {"compute_s", (step < 3 ? 2.8 : 1.4) * d["compute_busy_s"].get<double>()}});
+      ranks.push_back({{"rank", d["rank"]},
+                       {"compute_s", (step < 3 ? 2.8 : 1.4) * d["compute_busy_s"].get<double>()},
+                       // its waits for the others' compute 1.4x too, and 50 ms more in its collectives
+                       {"comm_s", 1.4 * d["comm_busy_s"].get<double>() + 0.05}});
     metrics += nlohmann::json{{"step", step}, {"step_time_s", 1.0}, {"ranks", ranks}}.dump() + "\n";
   }
   dir.Write("run.jsonl", metrics);
@@ -278,6 +282,16 @@ TEST(Cli, CalibrateScalesTheProfileToTheRun) {
     EXPECT_NEAR(after["devices"][r]["compute_busy_s"].get<double>(),
                 1.4 * before["devices"][r]["compute_busy_s"].get<double>(),
                 1e-3 * before["devices"][r]["compute_busy_s"].get<double>());
+  // ... and its links: the ranks' communication, on the mean, is what the run measured.
+  EXPECT_CONTAINS(c.output, "communication: measured");
+  double comm_before = 0, comm_after = 0;
+  for (size_t r = 0; r < before["devices"].size(); ++r) {
+    comm_before += before["devices"][r]["comm_busy_s"].get<double>();
+    comm_after += after["devices"][r]["comm_busy_s"].get<double>();
+  }
+  const double ranks = static_cast<double>(before["devices"].size());
+  EXPECT_NEAR(comm_after / ranks, 1.4 * comm_before / ranks + 0.05, 1e-3);
+  EXPECT_EQ(c.output.find("no lower"), std::string::npos) << c.output;
   // Metrics of another plan (one rank): one clear error, no file written.
   dir.Write("other.jsonl", R"({"step": 3, "ranks": [{"rank": 0, "compute_s": 0.1}]})" "\n");
   CliRun bad = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " + dir.Join("other.jsonl") +
