@@ -303,7 +303,8 @@ int main(int argc, char** argv) {
   std::string factors_said;  // the simulator's straggler factors, measured
   Outcome first_baseline;
   int index = 0;
-  // The simulator's timings: the team's device measured (`motley profile`), then, for each
+  // The simulator's timings: the team's device and links measured (`motley profile --links`: the
+  // moves of a migration go over Gloo's point to point here, not the cluster file's 10 GB/s), then, for each
   // scenario, calibrated on its no-straggler runs (`motley calibrate`: the compute and the
   // collectives as the team measured them running together) — the roofline when that fails.
   std::string profile;
@@ -311,7 +312,7 @@ int main(int argc, char** argv) {
     int code = 0;
     const std::string out = Run("cd '" + dir.string() + "' && " + std::string(MOTLEY_BIN) +
                                     " profile --cluster cluster.toml --model model.toml --seq-len 64 --precision fp32 "
-                                    "--max-microbatch 8 -o profile.json 2>&1",
+                                    "--max-microbatch 8 --links -o profile.json 2>&1",
                                 &code);
     if (code == 0)
       profile = "profile.json";
