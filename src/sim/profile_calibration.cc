@@ -105,37 +105,33 @@ Result<std::vector<TypeCalibration>> CalibrateToRun(Profile* profile, const Plan
 
 Result<CommCalibration> CalibrateCommunication(Profile* profile, const Plan& plan, const Cluster& cluster,
                                                const ModelSpec& model, const std::vector<double>& measured_comm_s) {
-  {
-    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, SimulateWith(*profile, plan, cluster, model));
-    if (measured_comm_s.size() != sim.devices.size())
-      return Status::InvalidArgument(fmt::format("the run has {} ranks and the plan {}: the metrics are not of this plan",
-                                                 measured_comm_s.size(), sim.devices.size()));
-  }
+  MOTLEY_ASSIGN_OR_RETURN(const SimResult before, SimulateWith(*profile, plan, cluster, model));
+  if (measured_comm_s.size() != before.devices.size())
+    return Status::InvalidArgument(fmt::format("the run has {} ranks and the plan {}: the metrics are not of this plan",
+                                               measured_comm_s.size(), before.devices.size()));
   CommCalibration out;
+  out.simulated_comm_s = MeanCommS(before);
   for (double c : measured_comm_s) out.measured_comm_s += c / static_cast<double>(measured_comm_s.size());
   if (out.measured_comm_s <= 0)
     return Status::InvalidArgument("the run measured no communication (comm_s): nothing to calibrate the links by");
   Profile p = *profile;
   // Every pair of nodes the cluster joins, measured or not: a link the profile lacks is added
-  // with the cluster's figures, so that its collectives take the same overhead.
+  // with the cluster's figures (the same link the simulator costs without it), so that its
+  // collectives take the same overhead. A node of one device has no link within.
+  std::vector<std::vector<int>> devices_of(cluster.nodes.size());
+  for (int d = 0; d < cluster.num_devices(); ++d) devices_of[static_cast<size_t>(cluster.devices[d].node)].push_back(d);
   for (size_t a = 0; a < cluster.nodes.size(); ++a)
     for (size_t b = a; b < cluster.nodes.size(); ++b) {
-      int da = -1, db = -1;
-      for (int d = 0; d < cluster.num_devices(); ++d) {
-        if (cluster.devices[d].node == static_cast<int>(a) && da < 0) {
-          da = d;
-          if (a == b) continue;
-        }
-        if (cluster.devices[d].node == static_cast<int>(b) && db < 0 && d != da) db = d;
-      }
-      if (da < 0 || db < 0) continue;  // a node of one device has no link within
+      const std::vector<int>& da = devices_of[a];
+      const std::vector<int>& db = devices_of[b];
+      if (da.empty() || db.empty() || (a == b && da.size() < 2)) continue;
       const std::string& na = cluster.nodes[a].name;
       const std::string& nb = cluster.nodes[b].name;
       const bool known = std::any_of(p.links.begin(), p.links.end(), [&](const ProfileLink& l) {
         return (l.a == na && l.b == nb) || (l.a == nb && l.b == na);
       });
       if (known) continue;
-      const Link l = cluster.LinkBetween(da, db);
+      const Link l = cluster.LinkBetween(da[0], a == b ? da[1] : db[0]);
       p.links.push_back({na, nb, l.bandwidth_bytes_per_s, l.latency_s, l.collective_overhead_s});
       ++out.links_added;
     }
@@ -148,7 +144,6 @@ Result<CommCalibration> CalibrateCommunication(Profile* profile, const Plan& pla
     MOTLEY_ASSIGN_OR_RETURN(SimResult sim, SimulateWith(p, plan, cluster, model));
     return MeanCommS(sim);
   };
-  MOTLEY_ASSIGN_OR_RETURN(out.simulated_comm_s, comm_with(0));
   // The simulated communication grows with the overhead: bisect between the lowest it may be and
   // an amount that overshoots.
   double lo = lowest, hi = 1e-3;
