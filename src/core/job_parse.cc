@@ -95,6 +95,7 @@ void ParseTensorParallel(TomlTable& t, TensorParallelConfig* c) {
   if (auto v = t.Choice("semi_reference", {"average", "fastest"})) c->semi_reference = *v;
   if (auto v = t.Choice("semi_solver", {"cost-model", "search"})) c->semi_solver = *v;
   if (auto v = t.Number("recheck_change", 0.0, 10.0)) c->recheck_change = *v;
+  if (auto v = t.Int("decision_window_steps", 1, 100)) c->decision_window_steps = *v;
   if (auto v = t.Number("max_prune_ratio", 0.0, 0.95)) c->max_prune_ratio = *v;
   if (auto v = t.Number("layer_decay", 0.0, 1.0, Need::kOptional, true)) c->layer_decay = *v;
   if (auto v = t.Int("stats_interval_steps", 1, kMaxSteps)) c->stats_interval_steps = *v;

@@ -170,11 +170,18 @@ bool FlexTpBalancer::Learn(const std::vector<double>& compute_s) {
 const TeamBalance& FlexTpBalancer::Update(const std::vector<double>& compute_s) {
   MOTLEY_CHECK_EQ(static_cast<int>(compute_s.size()), team_size_);
   const bool learned = Learn(compute_s);
-  // Nominal times: what each rank would have taken at its own share. (The measured compute time
-  // excludes the migration's communication.)
+  window_.push_back({compute_s, balance_});
+  const size_t window = static_cast<size_t>(std::max<int64_t>(1, config_.decision_window_steps));
+  if (window_.size() > window) window_.erase(window_.begin(), window_.end() - static_cast<int64_t>(window));
+  // Nominal times: what each rank would have taken at its own share (the measured compute time
+  // excludes the migration's communication), its median over the window.
   nominal_s_.resize(compute_s.size());
-  for (int r = 0; r < team_size_; ++r)
-    nominal_s_[r] = std::max(1e-9, compute_s[r]) / (Load(balance_, r) + ResizeOverhead(balance_, r));
+  for (int r = 0; r < team_size_; ++r) {
+    std::vector<double> each;
+    for (const Measured& m : window_)
+      each.push_back(std::max(1e-9, m.compute_s[r]) / (Load(m.ran, r) + ResizeOverhead(m.ran, r)));
+    nominal_s_[r] = Median(each);
+  }
   rebalanced_ = decided_at_s_.empty() || learned;
   for (size_t r = 0; r < decided_at_s_.size() && !rebalanced_; ++r)
     rebalanced_ = std::abs(nominal_s_[r] - decided_at_s_[r]) > config_.recheck_change * decided_at_s_[r];

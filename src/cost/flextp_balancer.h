@@ -24,8 +24,13 @@
 //
 // Torch-free and deterministic: every rank of the team feeds it the same all-gathered times and
 // gets the same balance. It works on each rank's *nominal* time — the measured time divided by
-// the load it carried (so a straggler that pruned is still known to be slow) — and re-balances only
-// when some rank's nominal time moved by more than `recheck_change` since the last decision.
+// the load it carried (so a straggler that pruned is still known to be slow), its median over the
+// last `decision_window_steps` steps (each step's nominal time recomputed under the load model as
+// it stands) — and re-balances only when some rank's nominal time moved by more than
+// `recheck_change` since the last decision. The window is ours, not the paper's (FlexTP decides
+// each iteration on its last one): on a shared host one step of one rank runs 30-100% long now and
+// then (bench/reports/flextp_stragglers.md), and a decision on that step moves or prunes work for a
+// slowdown that is gone by the next.
 //
 // The load model learns from what happened: a rank's time is nominal x (fixed + (1 - fixed) x
 // (own movable work + borrowed x the units it computes for others)). `fixed` (norms, residuals,
@@ -176,6 +181,11 @@ class FlexTpBalancer {
   bool fixed_learned_ = false, borrowed_learned_ = false;
   TeamBalance last_ran_;  // the balance of the step before the last, and its times
   std::vector<double> last_compute_s_;
+  struct Measured {
+    std::vector<double> compute_s;
+    TeamBalance ran;  // the balance the step ran under
+  };
+  std::vector<Measured> window_;  // the last decision_window_steps steps, oldest first
 };
 
 /// The balancer's cost model for a team of `tp` ranks on cluster devices `a` and `b` (two of its

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace motley {
@@ -175,10 +176,49 @@ TEST(FlexTpBalancer, AStragglerThatPrunedIsStillKnownSlowAndTheBalanceHolds) {
   EXPECT_FALSE(b.rebalanced());
   EXPECT_NEAR(b.nominal_s()[1], 2.0, 1e-9);
   EXPECT_EQ(second.prune_ratio, first.prune_ratio);
-  // The straggler recovers: its measured time falls below the others'; re-decided, no pruning.
+  // The straggler recovers: its measured time falls below the others'. With the window of three
+  // steps, one step of it is not yet its median: the balance holds; the second is: no pruning.
+  b.Update({1.0, first.predicted_s[1] / 2});
+  EXPECT_FALSE(b.rebalanced());
+  EXPECT_EQ(b.balance().prune_ratio, first.prune_ratio);
   b.Update({1.0, first.predicted_s[1] / 2});
   EXPECT_TRUE(b.rebalanced());
   EXPECT_FALSE(b.balance().any());
+}
+
+// Each rank is judged by its median over the last decision_window_steps steps: one slow step of one
+// rank (a shared host's hiccup) moves nothing; a second in a row is a straggler. With a window of 1,
+// FlexTP's own rule, the hiccup is acted on at once.
+TEST(FlexTpBalancer, OneSlowStepIsAHiccupTwoAreAStraggler) {
+  for (const std::string mode : {"migrate", "resize", "semi"}) {
+    for (const int64_t window : {3, 1}) {
+      TensorParallelConfig config = Mode(mode, 0.9);
+      config.decision_window_steps = window;
+      FlexTpBalancer b(config, 4, Costs());
+      // A step's times at these speeds (each rank's time at its own share) under the balance it ran
+      // with: the cost model's own prediction (free migration here), as a team that follows it measures.
+      auto step = [&](const std::vector<double>& speed) -> const TeamBalance& {
+        std::vector<double> times = speed;
+        if (!b.nominal_s().empty())
+          for (int r = 0; r < 4; ++r) times[r] = speed[r] * b.balance().predicted_s[r] / b.nominal_s()[r];
+        return b.Update(times);
+      };
+      const std::string what = fmt::format("{}, window {}", mode, window);
+      EXPECT_FALSE(step({1.0, 1.0, 1.0, 1.0}).any()) << what;
+      EXPECT_FALSE(step({1.0, 1.0, 1.0, 1.0}).any()) << what;
+      const TeamBalance hiccup = step({1.0, 1.0, 3.0, 1.0});
+      if (window == 1) {
+        EXPECT_TRUE(hiccup.prune_ratio[2] > 0 || hiccup.given[2] > 0) << what << ": acted on at once";
+        continue;
+      }
+      EXPECT_FALSE(hiccup.any()) << what << ": one slow step";
+      EXPECT_FALSE(b.rebalanced()) << what;
+      const TeamBalance& t = step({1.0, 1.0, 3.0, 1.0});
+      EXPECT_TRUE(b.rebalanced()) << what;
+      EXPECT_TRUE(t.prune_ratio[2] > 0 || t.given[2] > 0) << what << ": two slow steps are a straggler";
+      EXPECT_NEAR(b.nominal_s()[2], 3.0, 1e-9) << what;
+    }
+  }
 }
 
 // A team whose real costs differ from the FLOP estimate: 30% of a rank's work stays with it

@@ -126,7 +126,11 @@ Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
       per_float = migration[r] / floats;
   }
   if (per_float > 0) balancer_.ObserveMigrationCosts(per_float * unit_floats, per_float * group_floats);
-  if (std::all_of(times.begin(), times.end(), [](double t) { return t > 0; })) balancer_.Update(times);
+  // The team's first step is not judged: it paid the run's one-time costs (allocations, the first
+  // use of each kernel and connection), which on the bench's team made one normal rank's step twice
+  // the others' and would have moved work to it and from it for a step.
+  const bool first_step = ++steps_begun_ == 2;
+  if (!first_step && std::all_of(times.begin(), times.end(), [](double t) { return t > 0; })) balancer_.Update(times);
   // This rank's per-layer ratios: its uniform ratio shared out by how much each layer moved.
   layer_ratio_.clear();
   const double ratio = balance().prune_ratio[options_.index];

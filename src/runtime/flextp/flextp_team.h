@@ -56,8 +56,8 @@ class FlexTpTeam {
   };
   explicit FlexTpTeam(Options options);
 
-  /// A step begins: all-gathers the last step's compute time (0 before the first step: no change),
-  /// re-balances, forgets the last step's borrowed weights. Before the first step of a `semi` team
+  /// A step begins: all-gathers the last step's compute time (0 before the first step; the first
+  /// step's is not judged: no change), re-balances, forgets the last step's borrowed weights. Before the first step of a `semi` team
   /// solved by the cost model, runs the pre-test. Collective over the team.
   Status BeginStep(int64_t step, double last_compute_s);
 
@@ -128,6 +128,7 @@ class FlexTpTeam {
   Options options_;
   FlexTpBalancer balancer_;
   bool pretested_ = false;
+  int64_t steps_begun_ = 0;  // BeginStep calls so far
   int64_t step_ = 0;
   CommClock migration_clock_;  // this step's time in the migration's moves and gradient returns
   std::map<int, Layer> layers_;
