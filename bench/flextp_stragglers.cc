@@ -5,7 +5,8 @@
 // migrate-p2p: point to point), resize, semi (migrating as `migration = "auto"` does on CPU ranks:
 // point to point; stragglers judged against the average and split by FlexTP's cost model (Eq. 2-3,
 // with its pre-test); semi-search: split by motley's earlier grid search; semi-fastest: the cost
-// model, stragglers judged against the fastest rank). Reported per scenario and mode: the
+// model, stragglers judged against the fastest rank; semi-last-step: semi deciding on each step's
+// times alone, FlexTP's rule, where motley judges each rank by its median over three steps). Reported per scenario and mode: the
 // median step time over steps 3..N and its ratio to the same team without stragglers (measured in
 // the same run), the final training and validation losses against exact training on the same data
 // (mode off, which is exact), the largest pruned fraction and the units moved.
@@ -108,12 +109,14 @@ mode = "{}"
 migration = "{}"
 semi_reference = "{}"
 semi_solver = "{}"
+decision_window_steps = {}
 )",
                               steps, mode == "migrate-p2p" || mode == "migrate-bcast" ? "migrate"
                                      : mode.starts_with("semi")                       ? "semi"
                                                                                       : mode,
                               mode == "migrate-p2p" ? "point-to-point" : mode == "migrate-bcast" ? "broadcast-reduce" : "auto",
-                              mode == "semi-fastest" ? "fastest" : "average", mode == "semi-search" ? "search" : "cost-model");
+                              mode == "semi-fastest" ? "fastest" : "average", mode == "semi-search" ? "search" : "cost-model",
+                              mode == "semi-last-step" ? 1 : 3);
   for (int r : slow)
     j += fmt::format("[[emulation.stragglers]]\nrank = {}\nslowdown = {}\nslows = \"{}\"\n", r, factor, slows);
   return j;
@@ -239,7 +242,8 @@ int main(int argc, char** argv) {
   // --slows and --only are this benchmark's own; the rest are every benchmark's.
   std::string slows = "matmul", only;
   bool keep = false;
-  std::vector<std::string> modes = {"off", "migrate-bcast", "migrate-p2p", "resize", "semi", "semi-search", "semi-fastest"};
+  std::vector<std::string> modes = {"off",  "migrate-bcast", "migrate-p2p", "resize",
+                                    "semi", "semi-search",   "semi-fastest", "semi-last-step"};
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--slows" && i + 1 < argc) {
@@ -262,9 +266,9 @@ int main(int argc, char** argv) {
   }
   for (const std::string& m : modes)
     if (m != "off" && m != "migrate-bcast" && m != "migrate-p2p" && m != "resize" && m != "semi" && m != "semi-search" &&
-        m != "semi-fastest") {
+        m != "semi-fastest" && m != "semi-last-step") {
       std::cerr << "flextp_stragglers: --modes takes off, migrate-bcast, migrate-p2p, resize, semi, semi-search, "
-                   "semi-fastest; not '" << m << "'\n";
+                   "semi-fastest, semi-last-step; not '" << m << "'\n";
       return 2;
     }
   if (slows != "matmul" && slows != "compute") {
@@ -426,7 +430,9 @@ int main(int argc, char** argv) {
       "same units point to point; `semi` migrates as `migration = \"auto\"` does on CPU ranks (point to point) and judges "
       "stragglers against the team's average, splitting each straggler's gap by FlexTP's cost model (Eq. 2-3, the costs "
       "from its pre-test), `semi-search` by motley's earlier grid search (the least pruning within 5% of the fastest "
-      "split), `semi-fastest` the cost model judging stragglers against the team's fastest rank (FlexTP §IV-B). `simulator`: "
+      "split), `semi-fastest` the cost model judging stragglers against the team's fastest rank (FlexTP §IV-B), "
+      "`semi-last-step` semi deciding on each step's times alone (FlexTP's rule; `decision_window_steps = 1`, where the "
+      "others judge each rank by its median over three steps). `simulator`: "
       "`motley simulate --straggler r=F --flextp-mode M` on the same plan against its step with no straggler, with "
       "the team's device profiled (`motley profile`) and calibrated on each scenario's no-straggler runs "
       "(`motley calibrate`: their compute and their communication, which sets every collective's per-call overhead){} "

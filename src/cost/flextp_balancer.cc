@@ -51,6 +51,8 @@ FlexTpBalancer::FlexTpBalancer(const TensorParallelConfig& config, int team_size
   if (costs_.groups == 0) costs_.attention_fraction = 0;
   MOTLEY_CHECK_GT(costs_.mlp_fraction + costs_.attention_fraction, 0);
   fixed_ = std::max(0.0, 1 - costs_.mlp_fraction - costs_.attention_fraction);
+  MOTLEY_CHECK_GT(costs_.borrowed_cost, 0);
+  borrowed_ = costs_.borrowed_cost;
   balance_.prune_ratio.assign(team_size, 0);
   balance_.given.assign(team_size, 0);
   balance_.given_groups.assign(team_size, 0);
@@ -199,6 +201,7 @@ void FlexTpBalancer::ObserveMigrationCosts(double s_per_unit, double s_per_group
 
 void FlexTpBalancer::UsePretest(const SemiPretest& pretest) {
   costs_ = WithPretest(costs_, pretest);
+  if (last_compute_s_.empty()) borrowed_ = costs_.borrowed_cost;  // nothing learned from steps yet
   decided_at_s_.clear();  // the next Update decides anew
 }
 
@@ -533,6 +536,7 @@ FlexTpCosts WithPretest(FlexTpCosts costs, const SemiPretest& pretest) {
     costs.resize_fixed = f.fixed;
     costs.resize_per_ratio = f.slope;
   }
+  if (pretest.borrowed_cost > 0) costs.borrowed_cost = pretest.borrowed_cost;
   if (!pretest.migrate.empty()) {
     const LineFit f = FitLine(pretest.migrate);
     const double passes = static_cast<double>(std::max<int64_t>(1, costs.layer_passes));

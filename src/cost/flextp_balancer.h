@@ -35,7 +35,8 @@
 // The load model learns from what happened: a rank's time is nominal x (fixed + (1 - fixed) x
 // (own movable work + borrowed x the units it computes for others)). `fixed` (norms, residuals,
 // embedding, head, optimizer: work no unit takes along) starts at 1 - mlp_fraction -
-// attention_fraction and `borrowed` (a unit computed for another rank, against one's own) at 1;
+// attention_fraction and `borrowed` (a unit computed for another rank, against one's own) at
+// FlexTpCosts::borrowed_cost (1 unless measured);
 // whenever a balance changes a rank's load, the two steps' times re-estimate them — `fixed` from
 // ranks that gave work away, `borrowed` from ranks that took it — and a change re-decides.
 #pragma once
@@ -98,6 +99,9 @@ struct FlexTpCosts {
   // pruning rank's MLP time: resize_fixed + resize_per_ratio x p. FlexTP's pre-test measures both
   // (FlexTpTeam); without one, 0 (pruning p of the units saves p of their time).
   double resize_fixed = 0, resize_per_ratio = 0;
+  // A unit computed for another rank against one of the rank's own (ProfileEntry::borrowed_cost
+  // where the profile measured it): where the balancer's load model starts; the steps refine it.
+  double borrowed_cost = 1;
   int64_t layer_passes = 0;  // the layer transfers a moved unit makes a step: its weights out, its gradients back
   int64_t exchanges = 0;     // the migration's transfers a rank waits for a step: each layer's weights, each
                              // backward's return of its layers' gradients (0: layer_passes)
@@ -107,6 +111,7 @@ struct FlexTpCosts {
 struct SemiPretest {
   std::vector<std::pair<double, double>> resize;   // (pruning ratio, the MLP's extra time over (1 - ratio) of it, a fraction)
   std::vector<std::pair<double, double>> migrate;  // (units moved, seconds one layer pass's transfer of them took)
+  double borrowed_cost = 0;  // a borrowed unit's compute against an own one's (the team's median; 0: not measured)
 };
 
 /// A line through sampling points by least squares, its intercept and slope kept at least 0 (the
@@ -116,8 +121,8 @@ struct LineFit {
 };
 LineFit FitLine(const std::vector<std::pair<double, double>>& samples);
 
-/// `costs` with the pre-test's measurements: the resize overhead's line, and the migration's fixed and
-/// per-unit seconds a step (one transfer's latency times `exchanges`, its per-unit time times
+/// `costs` with the pre-test's measurements: the resize overhead's line, a borrowed unit's cost, and
+/// the migration's fixed and per-unit seconds a step (one transfer's latency times `exchanges`, its per-unit time times
 /// `layer_passes`; where none are known, 1). Costs without samples stay as they were.
 FlexTpCosts WithPretest(FlexTpCosts costs, const SemiPretest& pretest);
 

@@ -72,7 +72,7 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
     // What measured it is part of the key: a CPU's stand-in figures for a GPU type (an emulated or
     // CPU-only run, say on a cluster's login node sharing the home directory) are not the GPU's.
     const std::string key =
-        fmt::format("v10|{}|on-{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}|tp{}|dp{}|g{}", type,
+        fmt::format("v11|{}|on-{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}|tp{}|dp{}|g{}", type,
                     ProfilingDevice().is_cuda() ? "cuda" : "cpu", model.hidden_size,
                     model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_size, model.vocab_size,
                     model.tie_embeddings, seq_len, PrecisionName(precision), memory_bytes,

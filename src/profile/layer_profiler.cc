@@ -316,13 +316,14 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
       e.tp_points[t.tp].push_back({static_cast<double>(mb), f, b});
     }
   }
-  // ZERO-resizing's own cost (FlexTP's pre-test) on the MLP slice of a rank at the widest degree
-  // profiled, over the largest microbatch measured.
+  // ZERO-resizing's own cost and migration's borrowed compute (FlexTP's pre-test) on the MLP slice
+  // of a rank at the widest degree profiled, over the largest microbatch measured.
   if (!tp_layers.empty() && !e.points.empty()) {
     const int tp = tp_layers.back().tp;
-    say(fmt::format("{}: ZERO-resizing's overhead on a {}-way MLP slice", device_type, tp));
-    e.resize_overhead = TimeResizeOverhead(model.ffn_size / tp, model.hidden_size,
-                                           static_cast<int64_t>(e.points.back().microbatch) * seq_len, d, act);
+    say(fmt::format("{}: ZERO-resizing's overhead and a borrowed unit's cost on a {}-way MLP slice", device_type, tp));
+    const int64_t tokens = static_cast<int64_t>(e.points.back().microbatch) * seq_len;
+    e.resize_overhead = TimeResizeOverhead(model.ffn_size / tp, model.hidden_size, tokens, d, act);
+    e.borrowed_cost = TimeBorrowedCost(model.ffn_size / tp, model.hidden_size, tokens, d, act);
   }
   return e;
 }

@@ -57,6 +57,15 @@ std::vector<double> FlexTpComputeFactors(const Schedule& schedule, const CostMod
       pretest.resize.push_back({measured.front()->resize_overhead[i].first, v[v.size() / 2]});
     }
     team_costs = WithPretest(team_costs, pretest);
+    // Migration's borrowed compute where the profile measured it (the median over the team's ranks).
+    std::vector<double> borrowed;
+    for (const int32_t r : c.ranks)
+      if (const ProfileEntry* e = costs.Entry(schedule.programs[r].device); e != nullptr && e->borrowed_cost > 0)
+        borrowed.push_back(e->borrowed_cost);
+    if (!borrowed.empty()) {
+      std::nth_element(borrowed.begin(), borrowed.begin() + static_cast<int64_t>(borrowed.size() / 2), borrowed.end());
+      team_costs.borrowed_cost = borrowed[borrowed.size() / 2];
+    }
     FlexTpBalancer balancer(team_config, tp, team_costs);
     const TeamBalance& balance = balancer.Update(nominal);
     for (int i = 0; i < tp; ++i) factor[c.ranks[i]] = balance.predicted_s[i] / nominal[i];

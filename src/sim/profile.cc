@@ -117,6 +117,11 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
                                  entry.device_type));
         entry.resize_overhead.push_back({ratio, fraction});
       }
+      entry.borrowed_cost = e.value("borrowed_cost", 0.0);
+      if (!(entry.borrowed_cost == 0 || (entry.borrowed_cost > 0 && entry.borrowed_cost <= 100)))
+        return bad(fmt::format("entry for {}: borrowed_cost is a borrowed unit's time against an own unit's, above 0 "
+                               "and at most 100 (or leave it out), not {}",
+                               entry.device_type, entry.borrowed_cost));
       if (e.contains("limits")) {
         const auto& l = e.at("limits");
         MeasuredLimits limits;
@@ -216,6 +221,7 @@ nlohmann::json ProfileToJson(const Profile& profile) {
       for (const auto& [ratio, fraction] : e.resize_overhead) points.push_back({ratio, fraction});
       entry["resize_overhead"] = points;
     }
+    if (e.borrowed_cost > 0) entry["borrowed_cost"] = e.borrowed_cost;
     if (e.limits)
       entry["limits"] = {{"dp_degree", e.limits->dp_degree},
                          {"num_layers", e.limits->num_layers},

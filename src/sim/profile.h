@@ -86,6 +86,10 @@ struct ProfileEntry {
   /// a tensor-parallel rank's MLP slice ("resize_overhead": [[ratio, fraction], ...]; optional —
   /// without it the simulator prices resizing as free).
   std::vector<std::pair<double, double>> resize_overhead;
+  /// Migration's borrowed compute on the device (runtime/flextp/resize_pretest.h: TimeBorrowedCost):
+  /// what a unit computed for another rank costs against one of the rank's own, on a tensor-parallel
+  /// rank's MLP slice ("borrowed_cost"; 0 = not measured: the simulator prices it as an own unit).
+  double borrowed_cost = 0;
 
   /// Layer times at `microbatch` sequences, in seconds.
   double ForwardS(double microbatch) const;

@@ -40,18 +40,27 @@ TEST(Profile, JsonRoundTripAndLookup) {
   Profile p;
   p.entries.push_back(Entry());
   p.entries[0].resize_overhead = {{0.125, 0.3}, {0.5, 0.45}};
+  p.entries[0].borrowed_cost = 1.7;
   p.links.push_back({"a", "b", 1e9, 1e-5, 2e-4});
   Result<Profile> back = ParseProfileJson(ProfileToJson(p).dump(), "p.json");
   ASSERT_TRUE(back.ok()) << back.status().message();
   ASSERT_EQ(back->entries.size(), 1u);
   EXPECT_DOUBLE_EQ(back->entries[0].ForwardS(3), 0.020);
   EXPECT_EQ(back->entries[0].resize_overhead, p.entries[0].resize_overhead);
+  EXPECT_DOUBLE_EQ(back->entries[0].borrowed_cost, 1.7);
   // A ratio outside (0, 1) is one clear error.
   nlohmann::json bad = ProfileToJson(p);
   bad["entries"][0]["resize_overhead"][1][0] = 1.5;
   Result<Profile> rejected = ParseProfileJson(bad.dump(), "p.json");
   ASSERT_FALSE(rejected.ok());
   EXPECT_NE(rejected.status().message().find("p.json: error: entry for t4: resize_overhead needs [ratio, fraction]"),
+            std::string::npos)
+      << rejected.status().message();
+  nlohmann::json negative = ProfileToJson(p);
+  negative["entries"][0]["borrowed_cost"] = -1;
+  rejected = ParseProfileJson(negative.dump(), "p.json");
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_NE(rejected.status().message().find("p.json: error: entry for t4: borrowed_cost is a borrowed unit's time"),
             std::string::npos)
       << rejected.status().message();
   EXPECT_EQ(back->links[0].b, "b");

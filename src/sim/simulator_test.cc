@@ -264,6 +264,34 @@ TEST(Simulator, AStragglingTensorParallelTeamStepsAsFlexTpBalancesIt) {
   }
 }
 
+// Migration's borrowed compute where the profile measured it (ProfileEntry::borrowed_cost, `motley
+// profile`): a unit computed for another rank costing twice an own one makes a migrating team's
+// predicted step slower than at par, and the balancer — the runtime's, starting from the same
+// figure — moves fewer units; measured at par (1), the prediction is the unmeasured one.
+TEST(Simulator, MigrationsBorrowedComputeCostsWhatTheProfileMeasured) {
+  const ModelSpec m = LayerHeavyModel(4);
+  Cluster cluster = FastCluster(4);
+  cluster.measured_slowdown[1] = 4;
+  Plan plan;
+  plan.seq_len = 128;
+  plan.zero_stage = 0;
+  plan.groups = {GroupPlan{{{0, 4}}, 4, {{0, 2, 2, 0}, {1, 2, 2, 0}, {2, 2, 2, 0}, {3, 2, 2, 0}}, {}, {}}};
+  plan.flextp_mode = "migrate";
+  auto run = [&](double borrowed_cost) {
+    Profile profile = FlatProfile(m, 128);
+    profile.entries[0].borrowed_cost = borrowed_cost;
+    const CostModel costs(cluster, m, &profile, 128, Precision::kBf16, true);
+    const Schedule s = LowerPlan(plan, cluster, m).value();
+    return std::make_pair(Simulate(s, cluster, costs).value().step_time_s, FlexTpComputeFactors(s, costs, {}));
+  };
+  const auto [unmeasured, unmeasured_factor] = run(0);
+  const auto [par, par_factor] = run(1);
+  const auto [twice, twice_factor] = run(2);
+  EXPECT_NEAR(par, unmeasured, 1e-12);
+  EXPECT_GT(twice, 1.05 * par);
+  EXPECT_GT(twice_factor[1], par_factor[1]) << "the straggler keeps more of its work";
+}
+
 // ZERO-resizing is not free where the profile measured its overhead (FlexTP's pre-test points,
 // ProfileEntry::resize_overhead): the simulator prices it as the runtime's balancer does after its
 // pre-test, so a resizing team's predicted step is slower than with free resizing, and SEMI — which

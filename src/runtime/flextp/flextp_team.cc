@@ -40,6 +40,8 @@ Result<SemiPretest> FlexTpTeam::Pretest() {
   // ZERO-resizing: its overhead at each ratio (resize_pretest.h); the median over the team below.
   for (const auto& point : TimeResizeOverhead(units, h, options_.pretest_tokens, device, options_.dtype, ratios))
     mine.push_back(point.second);
+  // Migration's borrowed compute (resize_pretest.h), as `motley profile` measures it for the simulator.
+  mine.push_back(TimeBorrowedCost(units, h, options_.pretest_tokens, device, options_.dtype));
   {
     // Migration: one layer pass's transfer of `count` units' rows, as the team moves them.
     const int me = options_.index;
@@ -69,10 +71,16 @@ Result<SemiPretest> FlexTpTeam::Pretest() {
     std::nth_element(v.begin(), v.begin() + static_cast<int64_t>(v.size() / 2), v.end());
     out.resize.push_back({ratios[i], std::max(0.0, v[v.size() / 2])});
   }
+  {
+    std::vector<double> v;
+    for (int r = 0; r < options_.tp; ++r) v.push_back(all[r * n + static_cast<int64_t>(ratios.size())].item<double>());
+    std::nth_element(v.begin(), v.begin() + static_cast<int64_t>(v.size() / 2), v.end());
+    out.borrowed_cost = v[v.size() / 2];
+  }
   for (size_t i = 0; i < counts.size(); ++i) {
     double slowest = 0;
     for (int r = 0; r < options_.tp; ++r)
-      slowest = std::max(slowest, all[r * n + static_cast<int64_t>(ratios.size() + i)].item<double>());
+      slowest = std::max(slowest, all[r * n + static_cast<int64_t>(ratios.size() + 1 + i)].item<double>());
     out.migrate.push_back({static_cast<double>(counts[i]), slowest});
   }
   return out;
@@ -89,9 +97,10 @@ Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
     if (options_.index == 0)
       fmt::print(stderr,
                  "FlexTP pre-test (team of {} from rank {}): resizing costs {:.1f}% + {:.1f}% x ratio of the MLP's "
-                 "time; migrating costs {:.3f} ms + {:.4f} ms a unit a step\n",
+                 "time; migrating costs {:.3f} ms + {:.4f} ms a unit a step, a borrowed unit computes at {:.2f}x an "
+                 "own one\n",
                  options_.tp, options_.team->ranks.front(), 100 * c.resize_fixed, 100 * c.resize_per_ratio,
-                 1e3 * c.migrate_s_fixed, 1e3 * c.migrate_s_per_unit);
+                 1e3 * c.migrate_s_fixed, 1e3 * c.migrate_s_per_unit, c.borrowed_cost);
   }
   // Each rank's compute time and time in the migration's broadcasts and returns, last step.
   // (The last step's device work is done: the executor waited for it.)

@@ -63,10 +63,11 @@ class FlexTpTeam {
 
   /// FlexTP's pre-test (Algorithm 2, line 1): ZERO-resizing's own cost at pruning ratios 1/8, 1/4
   /// and 1/2 — an MLP slice's forward and backward on a microbatch with that share of its units
-  /// pruned, its time beyond (1 - ratio) of the unpruned one's, as a fraction of that — and one layer
-  /// pass's migration of 1/8, 1/4 and 1/2 of a rank's units (a broadcast from the team's first rank,
-  /// or a send to its second, as the team migrates). Every rank's figures are all-gathered; the
-  /// resize fractions' median and the transfers' slowest rank make the samples, the same on every
+  /// pruned, its time beyond (1 - ratio) of the unpruned one's, as a fraction of that — a borrowed
+  /// unit's compute against an own one's (TimeBorrowedCost), and one layer pass's migration of 1/8,
+  /// 1/4 and 1/2 of a rank's units (a broadcast from the team's first rank, or a send to its second,
+  /// as the team migrates). Every rank's figures are all-gathered; the resize fractions' and the
+  /// borrowed cost's medians and the transfers' slowest rank make the samples, the same on every
   /// rank. Collective over the team; returns what it measured.
   Result<SemiPretest> Pretest();
 

@@ -43,4 +43,43 @@ std::vector<std::pair<double, double>> TimeResizeOverhead(int64_t units, int64_t
   return out;
 }
 
+double TimeBorrowedCost(int64_t units, int64_t hidden, int64_t tokens, torch::Device device, torch::Dtype dtype) {
+  const auto opts = torch::TensorOptions().dtype(dtype).device(device);
+  auto now = [&] {
+    SynchronizeDevice(device);
+    return std::chrono::steady_clock::now();
+  };
+  units = std::max<int64_t>(2, units);
+  const int64_t half = units / 2;
+  const torch::Tensor gate = torch::full({units, hidden}, 0.01, opts), up = torch::full({units, hidden}, 0.02, opts),
+                      down = torch::full({hidden, units}, 0.01, opts);
+  const torch::Tensor input = torch::full({1, std::max<int64_t>(1, tokens), hidden}, 0.1, opts);
+  LayerWork borrowed;  // half a slice more, as received from a straggler
+  borrowed.gate = gate.narrow(0, 0, half).clone();
+  borrowed.up = up.narrow(0, 0, half).clone();
+  borrowed.down = down.narrow(1, 0, half).contiguous();
+  borrowed.grad_gate = torch::zeros_like(borrowed.gate);
+  borrowed.grad_up = torch::zeros_like(borrowed.up);
+  borrowed.grad_down = torch::zeros_like(borrowed.down);
+  auto time_mlp = [&](int64_t own, LayerWork* work) {
+    const torch::Tensor g0 = gate.narrow(0, 0, own).contiguous(), u0 = up.narrow(0, 0, own).contiguous(),
+                        d0 = down.narrow(1, 0, own).contiguous();
+    double best = 1e300;
+    for (int rep = 0; rep < 3; ++rep) {
+      const torch::Tensor m = input.detach().requires_grad_(true);
+      const torch::Tensor g = g0.detach().requires_grad_(true), u = u0.detach().requires_grad_(true),
+                          d = d0.detach().requires_grad_(true);
+      const auto start = now();
+      MlpWithWork(m, g, u, d, work).sum().backward();
+      best = std::min(best, std::chrono::duration<double>(now() - start).count());
+    }
+    return best;
+  };
+  time_mlp(units, &borrowed);  // warm-up
+  const double whole = time_mlp(units, nullptr), less = time_mlp(units - half, nullptr),
+               more = time_mlp(units, &borrowed);
+  const double own_s = whole - less, borrowed_s = more - whole;
+  return own_s > 0 ? std::max(0.1, borrowed_s / own_s) : 1.0;
+}
+
 }  // namespace motley
