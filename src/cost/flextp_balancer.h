@@ -70,6 +70,9 @@ struct TeamBalance {
   std::vector<int64_t> given_groups;  // per rank: its own attention groups computed elsewhere (the last ones)
   std::vector<UnitMove> moves;
   std::vector<double> predicted_s;  // per rank: the cost model's compute time under this balance
+  // The team's: every attention and MLP block ends in the team's all-reduce, so each lasts as long
+  // as its slowest rank (FlexTpBalancer::TeamTime); at least the slowest rank's predicted_s.
+  double team_s = 0;
 
   bool any() const;
   int64_t received(int rank, bool attention = false) const;
@@ -144,6 +147,12 @@ class FlexTpBalancer {
   const std::vector<double>& nominal_s() const { return nominal_s_; }
   /// Whether the last Update decided anew (else the previous balance stands).
   bool rebalanced() const { return rebalanced_; }
+  /// The team's compute time under `b` at `nominal` times, block by block: each rank's attention
+  /// and MLP blocks as its predicted time splits them (its own work there, what it computes for
+  /// others, the block's share of the work no unit takes along; resizing's overhead in the MLP),
+  /// the slowest rank's of each, plus the slowest rank's migration transfers. Ranks with skip[r]
+  /// are left out (skip empty: none). What migrate and resize choose by.
+  double TeamTime(const TeamBalance& b, const std::vector<double>& nominal, const std::vector<bool>& skip) const;
   /// The learned load model: the share of a rank's work no unit takes along, and the cost of a
   /// borrowed unit against an own one.
   double fixed_fraction() const { return fixed_; }
@@ -159,7 +168,8 @@ class FlexTpBalancer {
   // receiver that would finish first, then one contiguous run per receiver from the end of s's slice.
   void Move(TeamBalance& b, int s, int64_t count, bool attention, const std::vector<int>& normal,
             const std::vector<double>& nominal) const;
-  // SEMI's workload unit: `units` of straggler s's MLP units and the same share of its groups.
+  // SEMI's workload unit: `units` of straggler s's MLP units and its attention groups — the same
+  // share of them, or the number that leaves the team's time block by block (TeamTime) least.
   void MoveWork(TeamBalance& b, int s, int64_t units, const std::vector<int>& normal,
                 const std::vector<double>& nominal) const;
   // Eq. 1: the pruning ratio that brings straggler s down to `target` under b (capped), set in b.
@@ -167,6 +177,7 @@ class FlexTpBalancer {
   // ZERO-resizing's own cost for rank r under b, per second of its nominal time.
   double ResizeOverhead(const TeamBalance& b, int r) const;
   double RankTime(const TeamBalance& b, const std::vector<double>& nominal, int r) const;
+
   double Load(const TeamBalance& b, int r) const;
   // The work rank r computes of its own units and of others', each relative to its own share.
   double OwnWork(const TeamBalance& b, int r) const;

@@ -68,7 +68,10 @@ std::vector<double> FlexTpComputeFactors(const Schedule& schedule, const CostMod
     }
     FlexTpBalancer balancer(team_config, tp, team_costs);
     const TeamBalance& balance = balancer.Update(nominal);
-    for (int i = 0; i < tp; ++i) factor[c.ranks[i]] = balance.predicted_s[i] / nominal[i];
+    if (!balance.any()) continue;  // the team's all-reduces wait for its slowest rank, as in mode off
+    // Every rank's tensor-parallel ops last the team's time (TeamBalance::team_s): each block ends in
+    // the team's all-reduce, so a rank whose step is short in all waits for the slowest in each block.
+    for (int i = 0; i < tp; ++i) factor[c.ranks[i]] = balance.team_s / nominal[i];
   }
   return factor;
 }

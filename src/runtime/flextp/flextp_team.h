@@ -57,8 +57,9 @@ class FlexTpTeam {
   explicit FlexTpTeam(Options options);
 
   /// A step begins: all-gathers the last step's compute time (0 before the first step; the first
-  /// step's is not judged: no change), re-balances, forgets the last step's borrowed weights. Before the first step of a `semi` team
-  /// solved by the cost model, runs the pre-test. Collective over the team.
+  /// step's is not judged: no change), re-balances, forgets the last step's borrowed weights. Before
+  /// the first step of a `semi` team solved by the cost model, runs the pre-test. Collective over
+  /// the team.
   Status BeginStep(int64_t step, double last_compute_s);
 
   /// FlexTP's pre-test (Algorithm 2, line 1): ZERO-resizing's own cost at pruning ratios 1/8, 1/4
