@@ -22,6 +22,13 @@
 // How the units travel is the team's `migration` (flextp_team.h): broadcast-reduce, FlexTP's
 // choice, or point to point; the cost model charges each rank its part of either.
 //
+// A split is judged by the team's time block by block (TeamTime), not by its slowest rank's step:
+// every attention and MLP block ends in the team's all-reduce, so a straggler that keeps its
+// attention groups while giving its MLP units away is the slowest rank in every attention block and
+// the receivers in every MLP block — balanced over the step, yet the team waits in both. (On the
+// FlexTP bench's team, splits chosen by the slowest rank's step ran 1.8x the no-straggler step
+// where the per-rank model had them at 1.2x: bench/reports/flextp_stragglers.md, session 29.)
+//
 // Torch-free and deterministic: every rank of the team feeds it the same all-gathered times and
 // gets the same balance. It works on each rank's *nominal* time — the measured time divided by
 // the load it carried (so a straggler that pruned is still known to be slow), its median over the
