@@ -225,6 +225,15 @@ TEST(Simulator, TensorParallelismSplitsComputeAndMemoryAndPaysTwoAllReducesPerLa
   EXPECT_NEAR(r3.step_time_s, r2.step_time_s + (2 * (10 + 19) + 1) * 1e-3, 1e-4);
 }
 
+// One tensor-parallel team of four ranks (tp_degree 4, ZeRO 0), each 2 microbatches of 2 sequences.
+Plan TeamOfFourPlan() {
+  Plan plan;
+  plan.seq_len = 128;
+  plan.zero_stage = 0;
+  plan.groups = {GroupPlan{{{0, 4}}, 4, {{0, 2, 2, 0}, {1, 2, 2, 0}, {2, 2, 2, 0}, {3, 2, 2, 0}}, {}, {}}};
+  return plan;
+}
+
 // FlexTP in the simulator (flextp_prediction.h): a 4x straggler in a team of four. Off, the team
 // waits for it at every all-reduce; under each mode every rank computes what the FlexTpBalancer —
 // the runtime's — gives it, so the step is the slowest rank's share.
@@ -232,10 +241,7 @@ TEST(Simulator, AStragglingTensorParallelTeamStepsAsFlexTpBalancesIt) {
   const ModelSpec m = LayerHeavyModel(4);
   const Cluster cluster = FastCluster(4);
   const Profile profile = FlatProfile(m, 128);
-  Plan plan;
-  plan.seq_len = 128;
-  plan.zero_stage = 0;
-  plan.groups = {GroupPlan{{{0, 4}}, 4, {{0, 2, 2, 0}, {1, 2, 2, 0}, {2, 2, 2, 0}, {3, 2, 2, 0}}, {}, {}}};
+  Plan plan = TeamOfFourPlan();
   auto run = [&](const std::string& mode, double slowdown) {
     Cluster c = cluster;
     if (slowdown > 1) c.measured_slowdown[1] = slowdown;
@@ -272,10 +278,7 @@ TEST(Simulator, MigrationsBorrowedComputeCostsWhatTheProfileMeasured) {
   const ModelSpec m = LayerHeavyModel(4);
   Cluster cluster = FastCluster(4);
   cluster.measured_slowdown[1] = 4;
-  Plan plan;
-  plan.seq_len = 128;
-  plan.zero_stage = 0;
-  plan.groups = {GroupPlan{{{0, 4}}, 4, {{0, 2, 2, 0}, {1, 2, 2, 0}, {2, 2, 2, 0}, {3, 2, 2, 0}}, {}, {}}};
+  Plan plan = TeamOfFourPlan();
   plan.flextp_mode = "migrate";
   auto run = [&](double borrowed_cost) {
     Profile profile = FlatProfile(m, 128);
@@ -301,10 +304,7 @@ TEST(Simulator, ResizingCostsWhatTheProfilesPreTestMeasured) {
   const ModelSpec m = LayerHeavyModel(4);
   Cluster cluster = FastCluster(4);
   cluster.measured_slowdown[1] = 4;
-  Plan plan;
-  plan.seq_len = 128;
-  plan.zero_stage = 0;
-  plan.groups = {GroupPlan{{{0, 4}}, 4, {{0, 2, 2, 0}, {1, 2, 2, 0}, {2, 2, 2, 0}, {3, 2, 2, 0}}, {}, {}}};
+  Plan plan = TeamOfFourPlan();
   auto step = [&](const std::string& mode, const std::vector<std::pair<double, double>>& overhead) {
     Profile profile = FlatProfile(m, 128);
     profile.entries[0].resize_overhead = overhead;
@@ -335,10 +335,7 @@ TEST(Simulator, ResizingCostsWhatTheProfilesPreTestMeasured) {
 TEST(FlexTpChoice, AutoMigratesWhereItPaysAndOtherwiseWaits) {
   const ModelSpec m = LayerHeavyModel(4);
   const Profile profile = FlatProfile(m, 128);
-  Plan plan;
-  plan.seq_len = 128;
-  plan.zero_stage = 0;
-  plan.groups = {GroupPlan{{{0, 4}}, 4, {{0, 2, 2, 0}, {1, 2, 2, 0}, {2, 2, 2, 0}, {3, 2, 2, 0}}, {}, {}}};
+  Plan plan = TeamOfFourPlan();
   const Cluster fast = FastCluster(4);
   const StragglerProbe probe{1, 3};
   const FlexTpChoice migrate = ChooseFlexTpMode(plan, fast, m, &profile, "auto", probe).value();
