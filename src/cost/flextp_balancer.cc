@@ -24,6 +24,18 @@ bool TeamBalance::any() const {
   return false;
 }
 
+FlexTpRankLoad RankLoad(const TeamBalance& b, int rank) {
+  FlexTpRankLoad l;
+  const auto r = static_cast<size_t>(rank);
+  if (r < b.predicted_s.size()) l.predicted_s = b.predicted_s[r];
+  if (r < b.prune_ratio.size()) l.prune_ratio = b.prune_ratio[r];
+  if (r < b.given.size()) l.units_given = b.given[r];
+  if (r < b.given_groups.size()) l.groups_given = b.given_groups[r];
+  l.units_received = b.received(rank, false);
+  l.groups_received = b.received(rank, true);
+  return l;
+}
+
 int64_t TeamBalance::received(int rank, bool attention) const {
   int64_t n = 0;
   for (const UnitMove& m : moves)

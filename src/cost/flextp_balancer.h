@@ -88,6 +88,15 @@ struct TeamBalance {
   double pruned_fraction(int64_t units_per_rank) const;
 };
 
+/// One rank's part of a balance, as a run's metrics report it per rank and step.
+struct FlexTpRankLoad {
+  double predicted_s = 0;  // the cost model's compute time for the rank under the balance (0: not decided yet)
+  double prune_ratio = 0;
+  int64_t units_given = 0, groups_given = 0;        // its own MLP units and attention groups computed elsewhere
+  int64_t units_received = 0, groups_received = 0;  // others' it computes
+};
+FlexTpRankLoad RankLoad(const TeamBalance& b, int rank);
+
 struct FlexTpCosts {
   int64_t units = 0;                    // MLP units per rank (ffn / tp)
   int64_t groups = 0;                   // attention groups per rank (kv heads / tp)

@@ -277,12 +277,26 @@ TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
     if (!d) continue;
     // What the team did, from the metrics: units moved, units pruned.
     double moved = 0, pruned = 0;
+    int64_t straggler_gave = 0;  // the most units and groups the straggler gave in a step, by its ranks' metrics
     std::ifstream metrics(dir_->Join(name + ".jsonl"));
     for (std::string line; std::getline(metrics, line);) {
       const nlohmann::json j = nlohmann::json::parse(line);
       if (!j.contains("migrated_units")) continue;
       moved = std::max(moved, j["migrated_units"].get<double>());
       pruned = std::max(pruned, j["pruned_fraction"].get<double>());
+      // Each rank's part of the balance: what the teams gave is what they received.
+      int64_t given = 0, received = 0;
+      for (const auto& r : j["ranks"]) {
+        ASSERT_EQ(r.contains("flextp"), std::string(c.mode) != "off") << line;
+        if (!r.contains("flextp")) continue;
+        const auto& f = r["flextp"];
+        given += f["units_given"].get<int64_t>() + f["groups_given"].get<int64_t>();
+        received += f["units_received"].get<int64_t>() + f["groups_received"].get<int64_t>();
+        if (r["rank"].get<int>() == c.straggler)
+          straggler_gave = std::max(straggler_gave, f["units_given"].get<int64_t>() + f["groups_given"].get<int64_t>());
+      }
+      EXPECT_EQ(given, received) << line;
+      EXPECT_GE(static_cast<double>(given), j["migrated_units"].get<double>()) << line;  // (the most of any team)
     }
     const bool slowed = c.straggler >= 0 && std::string(c.mode) != "off";
     if (c.exact) {
@@ -290,6 +304,7 @@ TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
       EXPECT_LT(d->moments, kFp64Tolerance);
       EXPECT_EQ(pruned, 0);
       EXPECT_EQ(moved > 0, slowed) << "moved " << moved;
+      EXPECT_EQ(straggler_gave > 0, slowed) << "the straggler's metrics say it gave " << straggler_gave;
       // An 8x straggler on two ranks must hand over ~80% of its work, well beyond its MLP's share
       // (its 32 MLP units): the attention group moves too, and the training stays exact.
       if (slowed && c.slowdown >= 8 && std::string(c.slows) == "compute") {

@@ -96,6 +96,7 @@ struct RankStepReport {
   double peak_memory_bytes = 0;  // the memory ledger's peak during the step
   double pruned_fraction = 0;    // FlexTP: the share of this rank's team's MLP units pruned (lossy modes)
   int64_t migrated_units = 0;    // FlexTP: MLP units its team's stragglers had computed by others
+  FlexTpRankLoad flextp;          // FlexTP: this rank's part of its team's balance this step
   std::vector<TraceEvent> trace;  // with ExecutorConfig::record_trace
 };
 

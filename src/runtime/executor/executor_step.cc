@@ -795,6 +795,7 @@ Result<RankStepReport> Executor::RunStep(const StepInputs& in) {
   if (flextp_) {
     report.pruned_fraction = flextp_->pruned_fraction();
     report.migrated_units = flextp_->migrated_units();
+    report.flextp = flextp_->load();
   }
   return report;
 }

@@ -89,6 +89,8 @@ class FlexTpTeam {
   const TeamBalance& balance() const { return balancer_.balance(); }
   double pruned_fraction() const { return balance().pruned_fraction(options_.costs.units); }
   int64_t migrated_units() const { return balance().migrated_units(); }
+  /// This rank's part of the balance it runs this step.
+  FlexTpRankLoad load() const { return RankLoad(balance(), options_.index); }
 
  private:
   struct Borrowed {

@@ -65,31 +65,33 @@ GroupWeights Unpack(const ModelSpec& spec, const torch::Tensor& rows) {
           rows.narrow(1, (per + 1) * d, d).reshape({-1, h}), rows.narrow(1, (per + 2) * d, per * d).reshape({-1, h}).t()};
 }
 
-// Borrowed attention groups: recomputed in the backward (attention's own backward is not written
-// out here); their weight gradients go to the work's accumulator, the input's flows on.
+// Borrowed attention groups: their weights are not this rank's parameters, so the forward keeps
+// its own graph — the input and the groups' weights as leaves — in the work (LayerWork::
+// attention_graphs), and the backward runs it: the weights' gradient goes to the work's
+// accumulator, the input's flows on. (Recomputing the forward in the backward instead made a
+// borrowed group cost a third more than an own one.)
 struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& cos,
                                const torch::Tensor& sin, int64_t spec, int64_t work) {
+    LayerWork& w = *reinterpret_cast<LayerWork*>(work);
     ctx->saved_data["work"] = work;
-    ctx->saved_data["spec"] = spec;
-    ctx->save_for_backward({hidden, cos, sin});
-    const ModelSpec& s = *reinterpret_cast<const ModelSpec*>(spec);
-    const GroupWeights g = Unpack(s, Cast(reinterpret_cast<const LayerWork*>(work)->attention, hidden));
-    return AttentionPartial(s, hidden, g.q, g.k, g.v, g.o, cos, sin);
+    ctx->saved_data["graph"] = static_cast<int64_t>(w.attention_graphs.size());
+    LayerWork::AttentionGraph g{hidden.detach().requires_grad_(true),
+                                Cast(w.attention, hidden).detach().requires_grad_(true), {}};
+    {
+      torch::AutoGradMode enable(true);
+      const GroupWeights gw = Unpack(*reinterpret_cast<const ModelSpec*>(spec), g.rows);
+      g.out = AttentionPartial(*reinterpret_cast<const ModelSpec*>(spec), g.hidden, gw.q, gw.k, gw.v, gw.o, cos, sin);
+    }
+    torch::Tensor out = g.out.detach();
+    w.attention_graphs.push_back(std::move(g));
+    return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     LayerWork& w = *reinterpret_cast<LayerWork*>(ctx->saved_data["work"].toInt());
-    const ModelSpec& s = *reinterpret_cast<const ModelSpec*>(ctx->saved_data["spec"].toInt());
-    const auto saved = ctx->get_saved_variables();
-    torch::Tensor hidden = saved[0].detach().requires_grad_(true);
-    torch::Tensor rows = w.attention.detach().requires_grad_(true);
-    torch::Tensor out;
-    {
-      torch::AutoGradMode enable(true);
-      const GroupWeights g = Unpack(s, Cast(rows, hidden));
-      out = AttentionPartial(s, hidden, g.q, g.k, g.v, g.o, saved[1], saved[2]);
-    }
-    auto grads = torch::autograd::grad({out}, {hidden, rows}, {grad_out[0]});
+    LayerWork::AttentionGraph& g = w.attention_graphs.at(static_cast<size_t>(ctx->saved_data["graph"].toInt()));
+    auto grads = torch::autograd::grad({g.out}, {g.hidden, g.rows}, {grad_out[0]});
+    g = {};  // its activations are no longer needed
     torch::NoGradGuard no_grad;
     w.grad_attention.add_(grads[1].to(w.grad_attention.scalar_type()));
     return {grads[0], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
@@ -155,9 +157,15 @@ torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidd
                                 : AttentionPartial(spec, hidden, q_w.narrow(0, 0, keep * per * d),
                                                    k_w.narrow(0, 0, keep * d), v_w.narrow(0, 0, keep * d),
                                                    o_w.narrow(1, 0, keep * per * d), cos, sin, work->attention_features);
-  if (work->attention.defined())
-    out = out + BorrowedAttention::apply(hidden, cos, sin, static_cast<int64_t>(reinterpret_cast<intptr_t>(&spec)),
-                                         static_cast<int64_t>(reinterpret_cast<intptr_t>(work)));
+  if (work->attention.defined()) {
+    if (torch::GradMode::is_enabled()) {
+      out = out + BorrowedAttention::apply(hidden, cos, sin, static_cast<int64_t>(reinterpret_cast<intptr_t>(&spec)),
+                                           static_cast<int64_t>(reinterpret_cast<intptr_t>(work)));
+    } else {  // no backward will follow (evaluation, or a checkpointed layer's first forward): no graph kept
+      const GroupWeights g = Unpack(spec, Cast(work->attention, hidden));
+      out = out + AttentionPartial(spec, hidden, g.q, g.k, g.v, g.o, cos, sin);
+    }
+  }
   return out;
 }
 

@@ -29,6 +29,12 @@ struct LayerWork {
   torch::Tensor attention_features;
   torch::Tensor attention;       // borrowed groups [n, rows, hidden] (AttentionGroupRows); undefined: none
   torch::Tensor grad_attention;  // their gradients, accumulated (the master dtype, same shape)
+  // The borrowed groups' forward graphs, one per forward that needs a backward, each released by
+  // its backward (the borrowed groups are not recomputed: they cost what the rank's own do).
+  struct AttentionGraph {
+    torch::Tensor hidden, rows, out;  // the forward's leaves (input, the groups' weights) and its output
+  };
+  std::vector<AttentionGraph> attention_graphs;
 };
 
 /// The SwiGLU MLP of one rank: its own units (`gate_w`, `up_w`, `down_w`, restricted to work->keep)

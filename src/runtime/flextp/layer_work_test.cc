@@ -110,5 +110,49 @@ TEST(LayerWork, PrunedAttentionFeaturesMissOnlyTheirPartialProducts) {
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::allclose(g[i], ge[i] * (i == 3 ? column.unsqueeze(1) : column), 1e-12, 1e-12)) << i;
 }
 
+// A straggler's last attention group computed by this rank: the output and every gradient are the
+// owner's, the group's weight gradient lands in the work's accumulator, and the forward's graph is
+// kept only while a backward is to come (released by it; none without gradients).
+TEST(LayerWork, BorrowedAttentionGroupsComputeWhatTheOwnerWouldHave) {
+  ModelSpec spec;
+  spec.hidden_size = 8;
+  spec.num_heads = 4;
+  spec.num_kv_heads = 2;  // head_dim 2, two groups of two query heads
+  torch::manual_seed(7);
+  auto param = [](std::vector<int64_t> shape) { return torch::randn(shape, torch::kFloat64).requires_grad_(true); };
+  torch::Tensor q = param({8, 8}), k = param({4, 8}), v = param({4, 8}), o = param({8, 8});
+  const torch::Tensor hidden = torch::randn({2, 3, 8}, torch::kFloat64).requires_grad_(true);
+  const torch::Tensor cos = torch::cos(torch::randn({3, 2}, torch::kFloat64)),
+                      sin = torch::sin(torch::randn({3, 2}, torch::kFloat64));
+  const torch::Tensor full = AttentionPartial(spec, hidden, q, k, v, o, cos, sin);
+  const auto want = torch::autograd::grad({full.pow(2).sum()}, {q, k, v, o, hidden});
+
+  // This rank computes its first group and, for the owner, the second.
+  LayerWork work;
+  work.attention_keep = 1;
+  work.attention = AttentionGroupRows(spec, {torch::Tensor(), q, k, v, o}).detach().narrow(0, 1, 1).clone();
+  work.grad_attention = torch::zeros_like(work.attention);
+  const torch::Tensor split = AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &work);
+  EXPECT_TRUE(torch::allclose(split, full, 1e-12, 1e-12));
+  ASSERT_EQ(work.attention_graphs.size(), 1u);
+  const auto got = torch::autograd::grad({split.pow(2).sum()}, {q, k, v, o, hidden});
+  EXPECT_TRUE(torch::allclose(got[4], want[4], 1e-12, 1e-12));  // the input's gradient, both groups'
+  // Own group: its rows of q, k, v and columns of o; the borrowed group's arrive in the accumulator.
+  EXPECT_TRUE(torch::allclose(got[0].narrow(0, 0, 4), want[0].narrow(0, 0, 4), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(got[3].narrow(1, 0, 4), want[3].narrow(1, 0, 4), 1e-12, 1e-12));
+  EXPECT_EQ(got[0].narrow(0, 4, 4).abs().max().item<double>(), 0);
+  const torch::Tensor want_rows = AttentionGroupRows(spec, {torch::Tensor(), want[0], want[1], want[2], want[3]});
+  EXPECT_TRUE(torch::allclose(work.grad_attention, want_rows.narrow(0, 1, 1), 1e-12, 1e-12));
+  EXPECT_FALSE(work.attention_graphs[0].out.defined()) << "the backward releases the forward's graph";
+
+  {  // Without gradients (evaluation, a checkpointed layer's first forward): the same output, no graph.
+    torch::NoGradGuard no_grad;
+    LayerWork eval = work;
+    eval.attention_graphs.clear();
+    EXPECT_TRUE(torch::allclose(AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &eval), full, 1e-12, 1e-12));
+    EXPECT_TRUE(eval.attention_graphs.empty());
+  }
+}
+
 }  // namespace
 }  // namespace motley

@@ -44,7 +44,9 @@ namespace motley {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr int kRankFields = 9;  // compute, comm, copy, step, bytes sent, peak memory, pruned, migrated, late
+// compute, comm, copy, step, bytes sent, peak memory, pruned, migrated, late; FlexTP's load: predicted,
+// prune ratio, units and groups given, units and groups received
+constexpr int kRankFields = 15;
 
 // The plan must describe the job's batch: same sequence length, global batch and precision.
 Status CheckPlanMatchesJob(const Plan& plan, const JobSpec& job, const std::string& plan_path) {
@@ -76,7 +78,9 @@ Status CheckPlanMatchesJob(const Plan& plan, const JobSpec& job, const std::stri
 Result<std::vector<RankStepTimes>> GatherRankTimes(Communicator& comm, const RankStepReport& r) {
   torch::Tensor mine = torch::tensor(
       {r.compute_s, r.comm_s, r.copy_s, r.step_s, r.bytes_sent, r.peak_memory_bytes, r.pruned_fraction,
-       static_cast<double>(r.migrated_units), r.late_s},
+       static_cast<double>(r.migrated_units), r.late_s, r.flextp.predicted_s, r.flextp.prune_ratio,
+       static_cast<double>(r.flextp.units_given), static_cast<double>(r.flextp.groups_given),
+       static_cast<double>(r.flextp.units_received), static_cast<double>(r.flextp.groups_received)},
       torch::kFloat64);
   torch::Tensor all = torch::empty({comm.world_size() * kRankFields}, torch::kFloat64);
   MOTLEY_RETURN_IF_ERROR(comm.AllGather(comm.world(), mine, all));
@@ -84,7 +88,9 @@ Result<std::vector<RankStepTimes>> GatherRankTimes(Communicator& comm, const Ran
   auto a = all.accessor<double, 1>();
   for (int k = 0; k < comm.world_size(); ++k) {
     const int b = k * kRankFields;
-    out.push_back({k, a[b], a[b + 1], a[b + 2], a[b + 3] - a[b], a[b + 8], a[b + 4], a[b + 5], a[b + 6], a[b + 7]});
+    auto count = [&](int i) { return static_cast<int64_t>(std::llround(a[b + i])); };
+    out.push_back({k, a[b], a[b + 1], a[b + 2], a[b + 3] - a[b], a[b + 8], a[b + 4], a[b + 5], a[b + 6], a[b + 7],
+                   {a[b + 9], a[b + 10], count(11), count(12), count(13), count(14)}});
   }
   return out;
 }
@@ -454,6 +460,13 @@ Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
                           {"late_s", r.late_s},
                           {"bytes_sent", r.bytes_sent},
                           {"peak_memory_bytes", r.peak_memory_bytes}});
+      if (m.flextp)  // what FlexTP's balance had this rank do, and the compute its cost model expected
+        per_rank.back()["flextp"] = {{"predicted_compute_s", r.flextp.predicted_s},
+                                     {"prune_ratio", r.flextp.prune_ratio},
+                                     {"units_given", r.flextp.units_given},
+                                     {"groups_given", r.flextp.groups_given},
+                                     {"units_received", r.flextp.units_received},
+                                     {"groups_received", r.flextp.groups_received}};
     }
     MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"step", m.step},
                     {"loss", m.loss},

@@ -14,6 +14,7 @@
 
 #include "core/job.h"
 #include "core/status.h"
+#include "cost/flextp_balancer.h"
 
 namespace motley {
 
@@ -68,6 +69,7 @@ struct RankStepTimes {
   double peak_memory_bytes = 0;
   double pruned_fraction = 0;  // FlexTP: the share of its tensor-parallel team's MLP units pruned
   double migrated_units = 0;   // FlexTP: MLP units its team's stragglers had computed by others
+  FlexTpRankLoad flextp;       // FlexTP: its part of its team's balance (all 0 without a FlexTP mode)
 };
 
 struct StepMetrics {
