@@ -1,5 +1,6 @@
 // motley simulate --plan P [--cluster C] [--model M] [--profile F] [--straggler D=F]... [--flextp-mode M]
 //                 [--trace T] [--json]
+#include <algorithm>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -90,6 +91,26 @@ int RunSimulate(const std::vector<std::string>& args) {
               FormatBytes(d.capacity_bytes), FormatBytes(d.peak_host_bytes), d.compute_source});
   }
   fmt::print("{}", t.ToString());
+  // FlexTP's balance in each team it acts in (the run's metrics report the same per rank and step).
+  for (const FlexTpTeamPrediction& team : r->flextp_teams) {
+    const double slowest = *std::max_element(team.alone_s.begin(), team.alone_s.end());
+    fmt::print("\nFlexTP {} in the team of ranks {}: {} of tensor-parallel compute a step", s->flextp_mode,
+               fmt::join(team.ranks, ", "), FormatDuration(team.balance.any() ? team.balance.team_s : slowest));
+    if (!team.balance.any()) {
+      fmt::print(" (nothing moved or pruned: no rank beyond the straggler threshold)\n");
+      continue;
+    }
+    fmt::print(" block by block, where waiting for its slowest rank takes {}\n", FormatDuration(slowest));
+    TablePrinter b({"rank", "alone", "balanced", "units given", "groups given", "units taken", "groups taken", "pruned"});
+    b.AlignRight({0, 1, 2, 3, 4, 5, 6, 7});
+    for (size_t i = 0; i < team.ranks.size(); ++i) {
+      const FlexTpRankLoad l = RankLoad(team.balance, static_cast<int>(i));
+      b.AddRow({std::to_string(team.ranks[i]), FormatDuration(team.alone_s[i]), FormatDuration(l.predicted_s),
+                std::to_string(l.units_given), std::to_string(l.groups_given), std::to_string(l.units_received),
+                std::to_string(l.groups_received), fmt::format("{:.0f}%", 100 * l.prune_ratio)});
+    }
+    fmt::print("{}", b.ToString());
+  }
   if (!r->fits_memory) fmt::print("\nout of memory: {}\n", r->oom_message);
   if (!trace_path.empty()) fmt::print("\ntrace: {} (open it in Perfetto or chrome://tracing)\n", trace_path);
   return r->fits_memory ? kExitOk : kExitFailure;

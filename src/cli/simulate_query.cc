@@ -1,5 +1,7 @@
 #include "cli/simulate_query.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "plan/lower.h"
@@ -70,6 +72,27 @@ nlohmann::json SimulateAnswerJson(const SimulateAnswer& answer) {
                         {"global_batch_tokens", s->global_batch_tokens},
                         {"flextp_mode", s->flextp_mode},
                         {"devices", devices}};
+  // FlexTP's balance in each team it acts in: what each rank gives, takes and prunes, and the
+  // compute the cost model expects of it (as a run's metrics report them per rank and step).
+  nlohmann::json teams = nlohmann::json::array();
+  for (const FlexTpTeamPrediction& t : r->flextp_teams) {
+    nlohmann::json members = nlohmann::json::array();
+    for (size_t i = 0; i < t.ranks.size(); ++i) {
+      const FlexTpRankLoad l = RankLoad(t.balance, static_cast<int>(i));
+      members.push_back({{"rank", t.ranks[i]},
+                         {"alone_compute_s", t.alone_s[i]},
+                         {"predicted_compute_s", t.balance.any() ? l.predicted_s : t.alone_s[i]},
+                         {"prune_ratio", l.prune_ratio},
+                         {"units_given", l.units_given},
+                         {"groups_given", l.groups_given},
+                         {"units_received", l.units_received},
+                         {"groups_received", l.groups_received}});
+    }
+    teams.push_back({{"team_compute_s", t.balance.any() ? t.balance.team_s
+                                                          : *std::max_element(t.alone_s.begin(), t.alone_s.end())},
+                     {"ranks", members}});
+  }
+  out["flextp_teams"] = teams;
   return out;
 }
 

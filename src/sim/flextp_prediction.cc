@@ -7,10 +7,10 @@
 
 namespace motley {
 
-std::vector<double> FlexTpComputeFactors(const Schedule& schedule, const CostModel& costs,
-                                         const TensorParallelConfig& config) {
-  std::vector<double> factor(schedule.programs.size(), 1.0);
-  if (schedule.flextp_mode == "off") return factor;
+std::vector<FlexTpTeamPrediction> PredictFlexTpTeams(const Schedule& schedule, const CostModel& costs,
+                                                     const TensorParallelConfig& config) {
+  std::vector<FlexTpTeamPrediction> out;
+  if (schedule.flextp_mode == "off") return out;
   TensorParallelConfig team_config = config;
   team_config.mode = schedule.flextp_mode;
   const Cluster& cluster = costs.cluster();
@@ -67,11 +67,18 @@ std::vector<double> FlexTpComputeFactors(const Schedule& schedule, const CostMod
       team_costs.borrowed_cost = borrowed[borrowed.size() / 2];
     }
     FlexTpBalancer balancer(team_config, tp, team_costs);
-    const TeamBalance& balance = balancer.Update(nominal);
-    if (!balance.any()) continue;  // the team's all-reduces wait for its slowest rank, as in mode off
+    out.push_back({c.ranks, nominal, balancer.Update(nominal)});
+  }
+  return out;
+}
+
+std::vector<double> FlexTpComputeFactors(const Schedule& schedule, const std::vector<FlexTpTeamPrediction>& teams) {
+  std::vector<double> factor(schedule.programs.size(), 1.0);
+  for (const FlexTpTeamPrediction& t : teams) {
+    if (!t.balance.any()) continue;  // the team's all-reduces wait for its slowest rank, as in mode off
     // Every rank's tensor-parallel ops last the team's time (TeamBalance::team_s): each block ends in
     // the team's all-reduce, so a rank whose step is short in all waits for the slowest in each block.
-    for (int i = 0; i < tp; ++i) factor[c.ranks[i]] = balance.team_s / nominal[i];
+    for (size_t i = 0; i < t.ranks.size(); ++i) factor[t.ranks[i]] = t.balance.team_s / t.alone_s[i];
   }
   return factor;
 }

@@ -100,7 +100,8 @@ class Simulator {
  public:
   Simulator(const Schedule& s, const Cluster& c, const CostModel& costs, const SimConfig& config)
       : s_(s), cluster_(c), costs_(costs), config_(config),
-        flextp_factor_(FlexTpComputeFactors(s, costs, config.tensor_parallel)) {}
+        flextp_teams_(PredictFlexTpTeams(s, costs, config.tensor_parallel)),
+        flextp_factor_(FlexTpComputeFactors(s, flextp_teams_)) {}
 
   Result<SimResult> Run();
 
@@ -121,7 +122,8 @@ class Simulator {
   const Cluster& cluster_;
   const CostModel& costs_;
   const SimConfig& config_;
-  std::vector<double> flextp_factor_;  // each rank's compute under FlexTP (flextp_prediction.h)
+  std::vector<FlexTpTeamPrediction> flextp_teams_;  // FlexTP's balance in each team (flextp_prediction.h)
+  std::vector<double> flextp_factor_;  // each rank's compute under it
   double now_ = 0;
   Status error_ = Status::Ok();  // the first breach a walker found
   std::vector<RankState> ranks_;
@@ -383,6 +385,7 @@ Result<SimResult> Simulator::Run() {
   }
   for (int rank = 0; rank < n; ++rank) Advance(rank);
   SimResult result;
+  result.flextp_teams = flextp_teams_;
   while (!events_.empty() && error_.ok()) {
     const Event e = events_.top();
     events_.pop();

@@ -22,6 +22,7 @@
 #include "core/status.h"
 #include "plan/schedule.h"
 #include "sim/cost_model.h"
+#include "sim/flextp_prediction.h"
 
 namespace motley {
 
@@ -73,6 +74,7 @@ struct SimResult {
   std::vector<DeviceSimReport> devices;  // by rank
   int64_t num_events = 0;               // ops finished (each op once)
   std::vector<TraceEvent> trace;
+  std::vector<FlexTpTeamPrediction> flextp_teams;  // FlexTP's balance of each team the schedule's mode acts in
 };
 
 /// Runs one training step. A schedule that cannot finish (a recv with no send, a collective a

@@ -399,9 +399,41 @@ num_microbatches = [16, 16]
   EXPECT_LT(migrate, 0.8 * off);
   EXPECT_GT(migrate, even);
   EXPECT_NEAR(step("--flextp-mode semi", "semi"), even, 1e-9 * even);  // nothing to balance
+  // The balance the prediction rests on, per rank: under migration the straggler gives, the other
+  // takes what it gives, and the team's compute is below the straggler's alone; resizing prunes
+  // on the straggler alone and moves nothing.
+  auto team = [&](const std::string& mode) {
+    CliRun r = Motley("simulate --plan " + plan + " --json --straggler 1=4 --flextp-mode " + mode, true);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const auto teams = nlohmann::json::parse(r.output)["flextp_teams"];
+    EXPECT_EQ(teams.size(), 1u) << r.output;
+    return teams.empty() ? nlohmann::json() : teams[0];
+  };
+  const auto migrated = team("migrate");
+  ASSERT_EQ(migrated["ranks"].size(), 2u);
+  const auto &fast = migrated["ranks"][0], &slow = migrated["ranks"][1];
+  EXPECT_EQ(slow["rank"], 1);
+  EXPECT_GT(slow["units_given"].get<int64_t>(), 0);
+  EXPECT_EQ(fast["units_received"], slow["units_given"]);
+  EXPECT_EQ(fast["groups_received"], slow["groups_given"]);
+  EXPECT_EQ(fast["units_given"].get<int64_t>() + slow["units_received"].get<int64_t>(), 0);
+  EXPECT_NEAR(slow["alone_compute_s"].get<double>(), 4 * fast["alone_compute_s"].get<double>(),
+              1e-6 * slow["alone_compute_s"].get<double>());
+  EXPECT_LT(migrated["team_compute_s"].get<double>(), 0.8 * slow["alone_compute_s"].get<double>());
+  EXPECT_EQ(slow["prune_ratio"], 0);
+  const auto resized = team("resize");
+  EXPECT_GT(resized["ranks"][1]["prune_ratio"].get<double>(), 0);
+  EXPECT_EQ(resized["ranks"][0]["prune_ratio"], 0);
+  EXPECT_EQ(resized["ranks"][1]["units_given"], 0);
+  {  // mode off: no team balanced
+    CliRun r = Motley("simulate --plan " + plan + " --json --straggler 1=4", true);
+    EXPECT_TRUE(nlohmann::json::parse(r.output)["flextp_teams"].empty());
+  }
   CliRun text = Motley("simulate --plan " + plan + " --straggler 1=4 --flextp-mode semi");
   EXPECT_EQ(text.exit_code, 0);
   EXPECT_CONTAINS(text.output, "stragglers: device 1 4x slower; FlexTP in tensor-parallel teams: semi");
+  EXPECT_CONTAINS(text.output, "FlexTP semi in the team of ranks 0, 1:");
+  EXPECT_CONTAINS(text.output, "units given");
   CliRun bad = Motley("simulate --plan " + plan + " --straggler 7=4");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_CONTAINS(bad.output, "--straggler 7=4: give DEVICE=FACTOR, a device of cluster local-emulated (0..3)");
