@@ -108,8 +108,7 @@ struct TensorParallelConfig {
   /// (A run's first step, which pays one-time costs, is never judged: the team balances from its
   /// third step.)
   int64_t decision_window_steps = 3;
-  double max_prune_ratio = 0.5;       // at most this fraction of a straggler's MLP units pruned (of its whole
-                                      // slice: one that migrates part of it may prune more of what it keeps)
+  double max_prune_ratio = 0.5;       // at most this fraction of a straggler's MLP units pruned
   double layer_decay = 0.8;           // how far per-layer ratios follow their weights' variation (FlexTP §III-B; 0: uniform)
   bool resize_attention = true;       // ZERO-resizing prunes the attention's projections too, not only the MLP
   int64_t stats_interval_steps = 10;  // priority statistics refreshed every this many steps (FlexTP's "epoch")

@@ -24,15 +24,6 @@ bool TeamBalance::any() const {
   return false;
 }
 
-double PruneCap(double max_prune_ratio, int64_t units, int64_t given, int64_t groups, int64_t given_groups,
-                bool attention_pruned) {
-  double cap = 0.95;
-  if (units > given) cap = std::min(cap, max_prune_ratio * static_cast<double>(units) / static_cast<double>(units - given));
-  if (attention_pruned && groups > given_groups)
-    cap = std::min(cap, max_prune_ratio * static_cast<double>(groups) / static_cast<double>(groups - given_groups));
-  return std::max(0.0, cap);
-}
-
 FlexTpRankLoad RankLoad(const TeamBalance& b, int rank) {
   FlexTpRankLoad l;
   const auto r = static_cast<size_t>(rank);
@@ -316,10 +307,7 @@ void FlexTpBalancer::PruneToCatchUp(TeamBalance& c, int s, double target, const 
            (groups - static_cast<double>(c.given_groups[s])) / std::max(groups, 1.0));
   c.prune_ratio[s] = 0;
   const double gap = RankTime(c, nominal, s) - target;  // Eq. 1: the savings offset the gap
-  if (prunable > 0)
-    c.prune_ratio[s] = std::clamp(gap / prunable, 0.0,
-                                  PruneCap(config_.max_prune_ratio, costs_.units, c.given[s], costs_.groups,
-                                           c.given_groups[s], costs_.attention_prunable > 0));
+  if (prunable > 0) c.prune_ratio[s] = std::clamp(gap / prunable, 0.0, config_.max_prune_ratio);
 }
 
 // FlexTP §IV-B. Who migrates (Eq. 3): heaviest first, straggler k migrates while that is
@@ -327,18 +315,16 @@ void FlexTpBalancer::PruneToCatchUp(TeamBalance& c, int s, double target, const 
 // reference (T_k - T_ref) exceeds the most any receiver pays for the work of stragglers 1..k
 // (transfers and borrowed compute); the first that is not ends it. A single straggler migrates.
 // How much (Eq. 2): the work the migrating stragglers would need is split into a migrated part and a
-// pruned part (Eq. 1's ratio to the reference, capped by `max_prune_ratio`: PruneCap) so that the stragglers'
+// pruned part (Eq. 1's ratio to the reference, capped at `max_prune_ratio`) so that the stragglers'
 // resizing cost — ZERO-resizing's overhead, and what the cap leaves — balances the receivers'
-// migration cost: one share of each migrating straggler's work, the one that leaves the team's time
-// least (over the step alone, where the stragglers' lead over the slowest receiver falls to zero;
-// block by block, where the team's blocks even out — TeamTime, what it is judged by). With resizing
-// free and within its cap the balance is at no migration: SEMI "solely runs resizing if the speed
+// migration cost: one share of each migrating straggler's work, found by bisection (the
+// stragglers' lead over the slowest receiver falls as the share grows). With resizing free and
+// within its cap the balance is at no migration: SEMI "solely runs resizing if the speed
 // difference is tolerable". The stragglers that do not migrate prune by Eq. 1 to the pace the
 // migration leaves (the slowest receiver).
 // Our reading where the paper is silent: Eq. 2's balance also sizes the migration of several
 // stragglers (the paper migrates their whole excess, which overloads the receivers when half the
-// team straggles), the receivers are the normal ranks only, and the balance is the team's block by
-// block (the paper prices a straggler's iteration as a whole).
+// team straggles), and the receivers are the normal ranks only.
 void FlexTpBalancer::SemiSplit(TeamBalance& b, const std::vector<double>& nominal, const std::vector<int>& stragglers,
                                const std::vector<int>& normal, double reference) const {
   const int64_t units = costs_.units;
@@ -386,36 +372,30 @@ void FlexTpBalancer::SemiSplit(TeamBalance& b, const std::vector<double>& nomina
                      nominal);
     return c;
   };
+  auto lead = [&](const TeamBalance& c) { return slowest(c, migrants) - slowest(c, normal); };
   TeamBalance lo_b = split(0);
-  if (migrating.empty() || slowest(lo_b, migrants) <= slowest(lo_b, normal)) {  // resizing alone keeps pace
+  if (migrating.empty() || lead(lo_b) <= 0) {  // resizing alone keeps pace
     b = std::move(lo_b);
     return;
   }
-  // Eq. 2's balance, judged block by block: every attention and MLP block ends in the team's
-  // all-reduce, so the split is the share of the work migrated that leaves the team's time
-  // (TeamTime) least — where the stragglers' and the receivers' blocks even out. Over the step
-  // alone (the per-rank balance) a straggler could be even with the receivers while slowest in
-  // every MLP block and idle in the attention's. A grid over the share, then every share beside
-  // its best; ties go to the share that prunes less.
-  const std::vector<bool> none;
-  auto better = [&](const TeamBalance& c, double t, const TeamBalance& than, double than_t) {
-    return t < than_t * (1 - 1e-12) ||
-           (t <= than_t * (1 + 1e-12) && c.pruned_fraction(units) < than.pruned_fraction(units));
-  };
-  TeamBalance best = std::move(lo_b);
-  double best_t = TeamTime(best, nominal, none);
-  int64_t best_k = 0;
-  const int64_t grid = std::max<int64_t>(1, units / 128);
-  auto consider = [&](int64_t k) {
-    TeamBalance c = split(k);
-    const double t = TeamTime(c, nominal, none);
-    if (better(c, t, best, best_t)) best = std::move(c), best_t = t, best_k = k;
-  };
-  for (int64_t k = grid; k < units + grid; k += grid) consider(std::min(k, units));
-  const int64_t around = best_k;
-  for (int64_t k = std::max<int64_t>(0, around - grid + 1); k < std::min(units, around + grid); ++k)
-    if (k != around) consider(k);
-  b = std::move(best);
+  TeamBalance hi_b = split(units);
+  if (lead(hi_b) >= 0) {  // even migrating all that work leaves a straggler behind
+    b = std::move(hi_b);
+    return;
+  }
+  int64_t lo = 0, hi = units;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    TeamBalance c = split(mid);
+    if (lead(c) > 0) {
+      lo = mid, lo_b = std::move(c);
+    } else {
+      hi = mid, hi_b = std::move(c);
+    }
+  }
+  std::vector<int> team(team_size_);
+  std::iota(team.begin(), team.end(), 0);
+  b = slowest(lo_b, team) <= slowest(hi_b, team) ? std::move(lo_b) : std::move(hi_b);
 }
 
 TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {

@@ -97,14 +97,6 @@ struct FlexTpRankLoad {
 };
 FlexTpRankLoad RankLoad(const TeamBalance& b, int rank);
 
-/// The most a rank may prune of the MLP units it computes of its own (and of its kept attention
-/// groups' features, when `attention_pruned`) after giving `given` of its `units` and
-/// `given_groups` of its `groups` away: `max_prune_ratio` bounds the share of its whole slice
-/// pruned — what costs accuracy is how many units miss their update — so a straggler that
-/// migrates part of its slice may prune more of what it keeps (never above 0.95 of it).
-double PruneCap(double max_prune_ratio, int64_t units, int64_t given, int64_t groups, int64_t given_groups,
-                bool attention_pruned);
-
 struct FlexTpCosts {
   int64_t units = 0;                    // MLP units per rank (ffn / tp)
   int64_t groups = 0;                   // attention groups per rank (kv heads / tp)

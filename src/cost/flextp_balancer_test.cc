@@ -378,25 +378,6 @@ TEST(SemiCostModel, EquationTwoBalancesTheResizingCostAgainstTheMigrationCost) {
   EXPECT_NEAR(v.predicted_s[0], v.predicted_s[1], 0.01);
 }
 
-// The cap bounds the units pruned, a share of the straggler's whole slice, not of those it keeps.
-// Two ranks {1 s, 4 s}, 100 units (0.75 of the work), resizing and migration free, at most 50 units
-// pruned. Giving g and pruning the 50: the straggler takes 4 (0.25 + 0.0075 (50 - g)) = 2.5 - 0.03 g,
-// the receiver 1 + 0.0075 g — even at g = 40 (1.3 s a step), the straggler pruning 50 of the 60 it
-// keeps. Capping the share of those kept at 0.5 instead balanced at g = 66.7 and 1.5 s.
-TEST(SemiCostModel, ThePruneCapBoundsTheUnitsPrunedNotTheShareOfThoseKept) {
-  FlexTpBalancer semi(Semi("cost-model", 0.5), 2, Costs());
-  const TeamBalance& t = semi.Update({1.0, 4.0});
-  EXPECT_GE(t.given[1], 39);
-  EXPECT_LE(t.given[1], 41);
-  EXPECT_LE(t.prune_ratio[1] * static_cast<double>(100 - t.given[1]), 50 + 1e-9);
-  EXPECT_GT(t.prune_ratio[1], 0.8);
-  EXPECT_NEAR(MaxOf(t.predicted_s), 1.3, 0.01);
-  EXPECT_DOUBLE_EQ(PruneCap(0.5, 100, 40, 0, 0, false), 50.0 / 60);
-  EXPECT_DOUBLE_EQ(PruneCap(0.5, 100, 0, 4, 0, true), 0.5);     // resizing alone: the cap as given
-  EXPECT_DOUBLE_EQ(PruneCap(0.5, 100, 40, 4, 0, true), 0.5);    // its attention kept whole bounds it too
-  EXPECT_DOUBLE_EQ(PruneCap(0.5, 100, 90, 4, 3, true), 0.95);   // never all of what it keeps
-}
-
 // Eq. 3 by hand. Judged against the fastest rank, ranks 2 (4 s) and 3 (2 s) straggle; a moved unit
 // costs 4 ms on each side. Rank 2 needs all its 100 units moved to get near 1 s: the two receivers
 // then take 1 + 0.375 + 0.2 = 1.575 s, a cost of 0.575 s against a saving of 3 s — cost-effective.

@@ -149,12 +149,8 @@ Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
       const torch::Tensor& v = l.priority.variation();
       variation.emplace_back(v.data_ptr<double>(), v.data_ptr<double>() + v.numel());
     }
-    const TeamBalance& b = balance();
-    const int me = options_.index;
-    const std::vector<double> r = LayerPruneRatios(
-        variation, ratio, options_.config.layer_decay,
-        PruneCap(options_.config.max_prune_ratio, options_.costs.units, b.given[me], options_.costs.groups,
-                 b.given_groups[me], balancer_.costs().attention_prunable > 0));
+    const std::vector<double> r =
+        LayerPruneRatios(variation, ratio, options_.config.layer_decay, options_.config.max_prune_ratio);
     size_t i = 0;
     for (const auto& [layer, l] : layers_) layer_ratio_[layer] = r[i++];
   }
