@@ -71,17 +71,32 @@ TEST(LayerWork, PrunedUnitsGetZeroGradientsAndTheRestTheSubnetworks) {
   EXPECT_FALSE(torch::allclose(pruned, MlpWithWork(m, w.gate, w.up, w.down, nullptr), 1e-3, 1e-3));
 }
 
-TEST(LayerWork, PrunedAttentionFeaturesMissOnlyTheirPartialProducts) {
+// One rank's attention of hidden size 8 (fp64, weights and input needing gradients): `heads` query
+// heads in groups of heads / kv_heads, a [2, 3, 8] input and rotary tables for 3 positions.
+struct Attention {
   ModelSpec spec;
-  spec.hidden_size = 8;
-  spec.num_heads = 2;
-  spec.num_kv_heads = 1;  // head_dim 4, one group of two query heads
-  torch::manual_seed(5);
+  torch::Tensor q, k, v, o, hidden, cos, sin;
+};
+Attention MakeAttention(int64_t heads, int64_t kv_heads, uint64_t seed) {
+  Attention a;
+  a.spec.hidden_size = 8;
+  a.spec.num_heads = heads;
+  a.spec.num_kv_heads = kv_heads;
+  const int64_t d = 8 / heads;
+  torch::manual_seed(seed);
   auto param = [](std::vector<int64_t> shape) { return torch::randn(shape, torch::kFloat64).requires_grad_(true); };
-  torch::Tensor q = param({8, 8}), k = param({4, 8}), v = param({4, 8}), o = param({8, 8});
-  const torch::Tensor hidden = torch::randn({2, 3, 8}, torch::kFloat64).requires_grad_(true);
-  const torch::Tensor cos = torch::cos(torch::randn({3, 4}, torch::kFloat64)),
-                      sin = torch::sin(torch::randn({3, 4}, torch::kFloat64));
+  a.q = param({8, 8}), a.k = param({kv_heads * d, 8}), a.v = param({kv_heads * d, 8}), a.o = param({8, 8});
+  a.hidden = torch::randn({2, 3, 8}, torch::kFloat64).requires_grad_(true);
+  a.cos = torch::cos(torch::randn({3, d}, torch::kFloat64));
+  a.sin = torch::sin(torch::randn({3, d}, torch::kFloat64));
+  return a;
+}
+
+TEST(LayerWork, PrunedAttentionFeaturesMissOnlyTheirPartialProducts) {
+  Attention a = MakeAttention(2, 1, 5);  // head_dim 4, one group of two query heads
+  const ModelSpec& spec = a.spec;
+  torch::Tensor &q = a.q, &k = a.k, &v = a.v, &o = a.o;
+  const torch::Tensor &hidden = a.hidden, &cos = a.cos, &sin = a.sin;
   const torch::Tensor full = AttentionPartial(spec, hidden, q, k, v, o, cos, sin);
   // Every feature kept: the whole attention.
   LayerWork all;
@@ -114,16 +129,10 @@ TEST(LayerWork, PrunedAttentionFeaturesMissOnlyTheirPartialProducts) {
 // owner's, the group's weight gradient lands in the work's accumulator, and the forward's graph is
 // kept only while a backward is to come (released by it; none without gradients).
 TEST(LayerWork, BorrowedAttentionGroupsComputeWhatTheOwnerWouldHave) {
-  ModelSpec spec;
-  spec.hidden_size = 8;
-  spec.num_heads = 4;
-  spec.num_kv_heads = 2;  // head_dim 2, two groups of two query heads
-  torch::manual_seed(7);
-  auto param = [](std::vector<int64_t> shape) { return torch::randn(shape, torch::kFloat64).requires_grad_(true); };
-  torch::Tensor q = param({8, 8}), k = param({4, 8}), v = param({4, 8}), o = param({8, 8});
-  const torch::Tensor hidden = torch::randn({2, 3, 8}, torch::kFloat64).requires_grad_(true);
-  const torch::Tensor cos = torch::cos(torch::randn({3, 2}, torch::kFloat64)),
-                      sin = torch::sin(torch::randn({3, 2}, torch::kFloat64));
+  Attention a = MakeAttention(4, 2, 7);  // head_dim 2, two groups of two query heads
+  const ModelSpec& spec = a.spec;
+  torch::Tensor &q = a.q, &k = a.k, &v = a.v, &o = a.o;
+  const torch::Tensor &hidden = a.hidden, &cos = a.cos, &sin = a.sin;
   const torch::Tensor full = AttentionPartial(spec, hidden, q, k, v, o, cos, sin);
   const auto want = torch::autograd::grad({full.pow(2).sum()}, {q, k, v, o, hidden});
 
