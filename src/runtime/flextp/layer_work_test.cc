@@ -94,9 +94,7 @@ Attention MakeAttention(int64_t heads, int64_t kv_heads, uint64_t seed) {
 
 TEST(LayerWork, PrunedAttentionFeaturesMissOnlyTheirPartialProducts) {
   Attention a = MakeAttention(2, 1, 5);  // head_dim 4, one group of two query heads
-  const ModelSpec& spec = a.spec;
-  torch::Tensor &q = a.q, &k = a.k, &v = a.v, &o = a.o;
-  const torch::Tensor &hidden = a.hidden, &cos = a.cos, &sin = a.sin;
+  auto& [spec, q, k, v, o, hidden, cos, sin] = a;
   const torch::Tensor full = AttentionPartial(spec, hidden, q, k, v, o, cos, sin);
   // Every feature kept: the whole attention.
   LayerWork all;
@@ -130,9 +128,7 @@ TEST(LayerWork, PrunedAttentionFeaturesMissOnlyTheirPartialProducts) {
 // kept only while a backward is to come (released by it; none without gradients).
 TEST(LayerWork, BorrowedAttentionGroupsComputeWhatTheOwnerWouldHave) {
   Attention a = MakeAttention(4, 2, 7);  // head_dim 2, two groups of two query heads
-  const ModelSpec& spec = a.spec;
-  torch::Tensor &q = a.q, &k = a.k, &v = a.v, &o = a.o;
-  const torch::Tensor &hidden = a.hidden, &cos = a.cos, &sin = a.sin;
+  auto& [spec, q, k, v, o, hidden, cos, sin] = a;
   const torch::Tensor full = AttentionPartial(spec, hidden, q, k, v, o, cos, sin);
   const auto want = torch::autograd::grad({full.pow(2).sum()}, {q, k, v, o, hidden});
 
