@@ -93,14 +93,14 @@ int RunSimulate(const std::vector<std::string>& args) {
   fmt::print("{}", t.ToString());
   // FlexTP's balance in each team it acts in (the run's metrics report the same per rank and step).
   for (const FlexTpTeamPrediction& team : r->flextp_teams) {
-    const double slowest = *std::max_element(team.alone_s.begin(), team.alone_s.end());
     fmt::print("\nFlexTP {} in the team of ranks {}: {} of tensor-parallel compute a step", s->flextp_mode,
-               fmt::join(team.ranks, ", "), FormatDuration(team.balance.any() ? team.balance.team_s : slowest));
+               fmt::join(team.ranks, ", "), FormatDuration(FlexTpTeamComputeS(team)));
     if (!team.balance.any()) {
       fmt::print(" (nothing moved or pruned: no rank beyond the straggler threshold)\n");
       continue;
     }
-    fmt::print(" block by block, where waiting for its slowest rank takes {}\n", FormatDuration(slowest));
+    fmt::print(" block by block, where waiting for its slowest rank takes {}\n",
+               FormatDuration(*std::max_element(team.alone_s.begin(), team.alone_s.end())));
     TablePrinter b({"rank", "alone", "balanced", "units given", "groups given", "units taken", "groups taken", "pruned"});
     b.AlignRight({0, 1, 2, 3, 4, 5, 6, 7});
     for (size_t i = 0; i < team.ranks.size(); ++i) {

@@ -81,19 +81,21 @@ nlohmann::json SimulateAnswerJson(const SimulateAnswer& answer) {
       const FlexTpRankLoad l = RankLoad(t.balance, static_cast<int>(i));
       members.push_back({{"rank", t.ranks[i]},
                          {"alone_compute_s", t.alone_s[i]},
-                         {"predicted_compute_s", t.balance.any() ? l.predicted_s : t.alone_s[i]},
+                         {"predicted_compute_s", l.predicted_s},
                          {"prune_ratio", l.prune_ratio},
                          {"units_given", l.units_given},
                          {"groups_given", l.groups_given},
                          {"units_received", l.units_received},
                          {"groups_received", l.groups_received}});
     }
-    teams.push_back({{"team_compute_s", t.balance.any() ? t.balance.team_s
-                                                          : *std::max_element(t.alone_s.begin(), t.alone_s.end())},
-                     {"ranks", members}});
+    teams.push_back({{"team_compute_s", FlexTpTeamComputeS(t)}, {"ranks", members}});
   }
   out["flextp_teams"] = teams;
   return out;
+}
+
+double FlexTpTeamComputeS(const FlexTpTeamPrediction& team) {
+  return team.balance.any() ? team.balance.team_s : *std::max_element(team.alone_s.begin(), team.alone_s.end());
 }
 
 }  // namespace motley::cli

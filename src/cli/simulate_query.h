@@ -38,4 +38,8 @@ Result<SimulateAnswer> AnswerSimulateQuery(const SimulateQuery& query);
 /// `motley simulate --json`.
 nlohmann::json SimulateAnswerJson(const SimulateAnswer& answer);
 
+/// A FlexTP team's predicted compute a step: block by block under its balance, or its slowest rank's
+/// when the balance moved and pruned nothing (its all-reduces wait for that rank).
+double FlexTpTeamComputeS(const FlexTpTeamPrediction& team);
+
 }  // namespace motley::cli
