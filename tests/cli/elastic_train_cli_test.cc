@@ -95,12 +95,26 @@ TEST(DistributedTrain, AStragglerIsRebalancedLiveAndTheRunStaysExact) {
   dir.Write("ref.toml", ref);
   ASSERT_EQ(Motley("train ref.toml --single-process", false, dir.path().string()).exit_code, 0);
   const std::string launch = "launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train ";
-  for (const char* name : {"dp3-zero0-last-batch", "pipeline3-1f1b-asymmetric"}) {
+  // The data-parallel plan gives device 1 the most sequences (5 of 12, a last microbatch of 2), so
+  // any slowdown the ranks measure above 1.5x must take some away, however busy the machine makes
+  // the measurement: at 1.5x its fair share is 3 of 12. (A plan that starts it at 3 could keep 3
+  // when a busy host measures its 3x as 1.6x — CI saw that.)
+  const std::string dp_body = R"(schedule = "gpipe"
+zero_stage = 0
+[[groups]]
+ministages = [[0, 4]]
+devices = [0, 1, 2]
+microbatch_size = [3, 3, 2]
+num_microbatches = [1, 2, 2]
+last_microbatch_size = [0, 2, 0]
+)";
+  ASSERT_EQ(PlanNamed("pipeline3-1f1b-asymmetric").clip, 1);
+  ASSERT_TRUE(PlanNamed("pipeline3-1f1b-asymmetric").checkpointing);
+  const std::pair<const char*, std::string> cases[] = {{"dp3-device1-heaviest", dp_body},
+                                                       {"pipeline3-1f1b-asymmetric", PlanNamed("pipeline3-1f1b-asymmetric").body}};
+  for (const auto& [name, body] : cases) {
     SCOPED_TRACE(name);
-    const PlanCase& p = PlanNamed(name);
-    ASSERT_EQ(p.clip, 1);
-    ASSERT_TRUE(p.checkpointing);
-    const std::string run = std::string("run-") + name, plan = dir.Write(run + ".plan.toml", PlanHeader() + p.body);
+    const std::string run = std::string("run-") + name, plan = dir.Write(run + ".plan.toml", PlanHeader() + body);
     CliRun r = Motley(launch + job(run, true) + " --plan " + plan, false, dir.path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_CONTAINS(r.output, "straggler: rank 1 (device 1");
@@ -128,7 +142,7 @@ TEST(DistributedTrain, AStragglerIsRebalancedLiveAndTheRunStaysExact) {
     ASSERT_GE(at, 5) << r.output;
     ASSERT_LT(at, 14) << r.output;
     const std::string replanned = motley::ReadFileToString(next).value();
-    const motley::Plan before = motley::ParsePlanToml(PlanHeader() + p.body, plan).value();
+    const motley::Plan before = motley::ParsePlanToml(PlanHeader() + body, plan).value();
     const motley::Plan after = motley::ParsePlanToml(replanned, next).value();
     ASSERT_EQ(after.groups.size(), before.groups.size()) << replanned;
     for (size_t g = 0; g < after.groups.size(); ++g)
