@@ -398,6 +398,49 @@ void FlexTpBalancer::SemiSplit(TeamBalance& b, const std::vector<double>& nomina
   b = slowest(lo_b, team) <= slowest(hi_b, team) ? std::move(lo_b) : std::move(hi_b);
 }
 
+void FlexTpBalancer::Search(TeamBalance& b, const std::vector<double>& nominal,
+                            const std::vector<std::pair<int, double>>& stragglers, const std::vector<int>& normal,
+                            double reference, bool may_move, bool may_prune) const {
+  const int64_t units = costs_.units, groups = costs_.groups;
+  // Stragglers not served yet: an option for the one being served is judged without them (they
+  // are slow whatever it does, and will be served next).
+  std::vector<bool> pending(team_size_, false);
+  for (const auto& [s, skew] : stragglers) pending[s] = true;
+  for (const auto& [s, skew] : stragglers) {
+    (void)skew;
+    pending[s] = false;
+    struct Option {
+      TeamBalance b;
+      double time_s, pruned;
+    };
+    std::vector<Option> options;
+    const int64_t step = std::max<int64_t>(1, units / 20);
+    for (int64_t a = 0; a <= (may_move ? groups : 0); ++a)
+      for (int64_t m = 0; m <= (may_move ? units : 0); m = (m == units ? units + 1 : std::min(units, m + step))) {
+        TeamBalance c = b;
+        Move(c, s, a, true, normal, nominal);
+        Move(c, s, m, false, normal, nominal);
+        if (may_prune) PruneToCatchUp(c, s, reference, nominal);
+        // The team's time block by block (TeamTime): a balance even over the step but not within
+        // each block still waits at every block's all-reduce.
+        const double time_s = TeamTime(c, nominal, pending);
+        options.push_back({c, time_s, c.prune_ratio[s] * static_cast<double>(units - m)});
+      }
+    double fastest = 1e300;
+    for (const Option& o : options) fastest = std::min(fastest, o.time_s);
+    const Option* pick = nullptr;
+    for (const Option& o : options) {
+      if (may_move && may_prune) {  // the least pruning among the nearly fastest
+        if (o.time_s <= fastest * (1 + config_.straggler_threshold) && (pick == nullptr || o.pruned < pick->pruned))
+          pick = &o;
+      } else if (pick == nullptr || o.time_s < pick->time_s) {
+        pick = &o;
+      }
+    }
+    b = pick->b;
+  }
+}
+
 TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
   TeamBalance b;
   b.prune_ratio.assign(team_size_, 0);
@@ -430,50 +473,22 @@ TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
   if (mode_ == FlexTpMode::kSemi && config_.semi_solver == "cost-model") {
     std::vector<int> order;
     for (const auto& [s, skew] : stragglers) order.push_back(s);
-    SemiSplit(b, nominal, order, normal, reference);
-    finish(b);
-    return b;
+    TeamBalance split = b;
+    SemiSplit(split, nominal, order, normal, reference);
+    finish(split);
+    // Our guard where the paper is silent: Eq. 2 balances the stragglers' resizing cost against the
+    // receivers' migration cost, which is not the team's time; when the same cost model finds
+    // migration alone (exact) faster block by block, SEMI migrates. (On the FlexTP bench with one
+    // rank 4x, Eq. 2 pruned half of what the straggler kept and ran 1.21-1.28x the no-straggler
+    // step where migration alone ran 1.14-1.16x: bench/reports/flextp_stragglers.md, session 31.)
+    TeamBalance moved = b;
+    Search(moved, nominal, stragglers, normal, reference, /*may_move=*/true, /*may_prune=*/false);
+    finish(moved);
+    return moved.team_s < split.team_s ? moved : split;
   }
-  const int64_t units = costs_.units, groups = costs_.groups;
-  const bool may_move = mode_ == FlexTpMode::kMigrate || mode_ == FlexTpMode::kSemi;
-  const bool may_prune = mode_ == FlexTpMode::kResize || mode_ == FlexTpMode::kSemi;
-  // Stragglers not served yet: an option for the one being served is judged without them (they
-  // are slow whatever it does, and will be served next).
-  std::vector<bool> pending(team_size_, false);
-  for (const auto& [s, skew] : stragglers) pending[s] = true;
-  for (const auto& [s, skew] : stragglers) {
-    (void)skew;
-    pending[s] = false;
-    struct Option {
-      TeamBalance b;
-      double time_s, pruned;
-    };
-    std::vector<Option> options;
-    const int64_t step = std::max<int64_t>(1, units / 20);
-    for (int64_t a = 0; a <= (may_move ? groups : 0); ++a)
-      for (int64_t m = 0; m <= (may_move ? units : 0); m = (m == units ? units + 1 : std::min(units, m + step))) {
-        TeamBalance c = b;
-        Move(c, s, a, true, normal, nominal);
-        Move(c, s, m, false, normal, nominal);
-        if (may_prune) PruneToCatchUp(c, s, reference, nominal);
-        // The team's time block by block (TeamTime): a balance even over the step but not within
-        // each block still waits at every block's all-reduce.
-        const double time_s = TeamTime(c, nominal, pending);
-        options.push_back({c, time_s, c.prune_ratio[s] * static_cast<double>(units - m)});
-      }
-    double fastest = 1e300;
-    for (const Option& o : options) fastest = std::min(fastest, o.time_s);
-    const Option* pick = nullptr;
-    for (const Option& o : options) {
-      if (mode_ == FlexTpMode::kSemi) {  // the least pruning among the nearly fastest
-        if (o.time_s <= fastest * (1 + config_.straggler_threshold) && (pick == nullptr || o.pruned < pick->pruned))
-          pick = &o;
-      } else if (pick == nullptr || o.time_s < pick->time_s) {
-        pick = &o;
-      }
-    }
-    b = pick->b;
-  }
+  Search(b, nominal, stragglers, normal, reference,
+         /*may_move=*/mode_ == FlexTpMode::kMigrate || mode_ == FlexTpMode::kSemi,
+         /*may_prune=*/mode_ == FlexTpMode::kResize || mode_ == FlexTpMode::kSemi);
   finish(b);
   return b;
 }

@@ -15,7 +15,8 @@
 //     several stragglers, heaviest first, migrate while Eq. 3 finds it cost-effective (the time a
 //     straggler saves exceeds the most any receiver pays for the cumulative migrated work) and the
 //     rest resize to the pace the migration leaves. The costs come from FlexTP's pre-test
-//     (FlexTpTeam runs it before the first step) and what the steps measure since.
+//     (FlexTpTeam runs it before the first step) and what the steps measure since. Our guard: when
+//     the same model finds migration alone (exact) faster than Eq. 2's split, SEMI migrates.
 //     `semi_solver = "search"`: every split on a grid, the one that prunes least among those within
 //     `straggler_threshold` of the fastest (motley's earlier reading, kept to compare).
 //
@@ -180,6 +181,12 @@ class FlexTpBalancer {
   // `reference`, the `normal` ranks receiving.
   void SemiSplit(TeamBalance& b, const std::vector<double>& nominal, const std::vector<int>& stragglers,
                  const std::vector<int>& normal, double reference) const;
+  // Every split on a grid for each straggler in turn (heaviest first): the groups and units it
+  // moves (`may_move`), the ratio that then catches it up with `reference` (`may_prune`); the one
+  // the team's time block by block (TeamTime) finds fastest — with both, the least pruning among
+  // those within straggler_threshold of the fastest.
+  void Search(TeamBalance& b, const std::vector<double>& nominal, const std::vector<std::pair<int, double>>& stragglers,
+              const std::vector<int>& normal, double reference, bool may_move, bool may_prune) const;
   // Moves `count` of straggler s's units (or groups) to the normal ranks: a chunk at a time to the
   // receiver that would finish first, then one contiguous run per receiver from the end of s's slice.
   void Move(TeamBalance& b, int s, int64_t count, bool attention, const std::vector<int>& normal,

@@ -378,6 +378,28 @@ TEST(SemiCostModel, EquationTwoBalancesTheResizingCostAgainstTheMigrationCost) {
   EXPECT_NEAR(v.predicted_s[0], v.predicted_s[1], 0.01);
 }
 
+// Our guard on Eq. 2. The same two ranks, pruning capped at 0.5 and ZERO-resizing costing 80% of
+// the straggler's remaining MLP time: pruning saves less than it costs. Eq. 2 still prunes (it weighs
+// the straggler's resizing cost against the receiver's migration cost, not the team's step): alone
+// it moves 62 units and prunes 12% of the rest, a team step of 1.465 s by the same model, where
+// migrating alone balances with 44 units moved (r = 5/9 of the straggler's units kept:
+// 2 (0.25 + 0.75 r) = 1 + 0.75 (1 - r)), 1.333 s (1.3375 block by block). So SEMI migrates.
+TEST(SemiCostModel, MigratesAloneWhenTheModelFindsThatFasterThanEquationTwo) {
+  FlexTpCosts c = Costs();
+  c.resize_fixed = 0.8;
+  FlexTpBalancer semi(Semi("cost-model", 0.5), 2, c), migrate(Mode("migrate"), 2, c);
+  const TeamBalance& t = semi.Update({1.0, 2.0});
+  EXPECT_EQ(t.prune_ratio[1], 0);
+  EXPECT_GE(t.given[1], 44);
+  EXPECT_LE(t.given[1], 45);
+  EXPECT_NEAR(MaxOf(t.predicted_s), 1 + 0.75 * 4 / 9.0, 0.01);
+  EXPECT_EQ(t.given, migrate.Update({1.0, 2.0}).given);
+  // With ZERO-resizing's cost at 20% (the test above) Eq. 2's split is the faster one and stands.
+  c.resize_fixed = 0.2;
+  FlexTpBalancer cheap(Semi("cost-model", 0.5), 2, c);
+  EXPECT_GT(cheap.Update({1.0, 2.0}).prune_ratio[1], 0);
+}
+
 // Eq. 3 by hand. Judged against the fastest rank, ranks 2 (4 s) and 3 (2 s) straggle; a moved unit
 // costs 4 ms on each side. Rank 2 needs all its 100 units moved to get near 1 s: the two receivers
 // then take 1 + 0.375 + 0.2 = 1.575 s, a cost of 0.575 s against a saving of 3 s — cost-effective.
