@@ -108,10 +108,11 @@ microbatch_size = [3, 3, 2]
 num_microbatches = [1, 2, 2]
 last_microbatch_size = [0, 2, 0]
 )";
-  ASSERT_EQ(PlanNamed("pipeline3-1f1b-asymmetric").clip, 1);
-  ASSERT_TRUE(PlanNamed("pipeline3-1f1b-asymmetric").checkpointing);
+  const PlanCase& pipeline = PlanNamed("pipeline3-1f1b-asymmetric");
+  ASSERT_EQ(pipeline.clip, 1);
+  ASSERT_TRUE(pipeline.checkpointing);
   const std::pair<const char*, std::string> cases[] = {{"dp3-device1-heaviest", dp_body},
-                                                       {"pipeline3-1f1b-asymmetric", PlanNamed("pipeline3-1f1b-asymmetric").body}};
+                                                       {pipeline.name, pipeline.body}};
   for (const auto& [name, body] : cases) {
     SCOPED_TRACE(name);
     const std::string run = std::string("run-") + name, plan = dir.Write(run + ".plan.toml", PlanHeader() + body);
