@@ -63,6 +63,7 @@ nlohmann::json DescribeModelJson(const ModelSpec& m, int64_t seq_len, Precision 
       {"vocab_size", m.vocab_size},
       {"max_seq_len", m.max_seq_len},
       {"rope_theta", m.rope_theta},
+      {"rope_scaling", RopeScalingTypeName(m.rope_scaling.type)},
       {"norm_eps", m.norm_eps},
       {"tie_embeddings", m.tie_embeddings},
       {"parameters", params},

@@ -11,6 +11,22 @@
 
 namespace motley {
 
+/// The scaling of rotary position embeddings that a Llama config.json names in `rope_scaling`
+/// (Hugging Face's rope types; the formulas in core/rope.h). kNone: plain RoPE.
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kDynamic, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;                             // linear, dynamic, llama3: > 0 (>= 1 for dynamic, llama3)
+  double low_freq_factor = 1.0;                    // llama3
+  double high_freq_factor = 4.0;                   // llama3: > low_freq_factor
+  int64_t original_max_position_embeddings = 0;    // llama3: the context the model was pre-trained on
+
+  bool operator==(const RopeScaling&) const = default;
+};
+
+/// "none", "linear", "dynamic" or "llama3" (the config's rope_type).
+const char* RopeScalingTypeName(RopeScaling::Type type);
+
 struct ModelSpec {
   std::string name;
   int64_t hidden_size = 0;
@@ -23,6 +39,7 @@ struct ModelSpec {
   double rope_theta = 10000.0;
   double norm_eps = 1e-6;
   bool tie_embeddings = false;  // lm_head shares model.embed_tokens.weight
+  RopeScaling rope_scaling;     // rotary frequencies' scaling (Llama 3.1/3.2 configs: llama3)
 
   int64_t head_dim() const { return hidden_size / num_heads; }
   int64_t kv_dim() const { return num_kv_heads * head_dim(); }

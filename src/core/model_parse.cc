@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/rope.h"
 #include "core/suggest.h"
 #include "core/toml_reader.h"
 
@@ -51,6 +55,30 @@ void CheckShape(const ModelSpec& m, const std::function<std::string(std::string_
   }
 }
 
+// What each rope type needs of its fields (`key` as in CheckShape: the file's own names).
+void CheckRopeScaling(const RopeScaling& r, const std::function<std::string(std::string_view)>& key,
+                      const ErrorAt& error) {
+  using Type = RopeScaling::Type;
+  if (r.type == Type::kNone) return;
+  const bool linear = r.type == Type::kLinear;
+  if (linear ? !(r.factor > 0) : !(r.factor >= 1))
+    error(key("factor"), fmt::format("{} {}: a {} scaling needs a factor {}", key("factor"), r.factor,
+                                     RopeScalingTypeName(r.type), linear ? "> 0" : ">= 1 (it extends the context)"));
+  if (r.type != Type::kLlama3) return;
+  if (!(r.low_freq_factor > 0))
+    error(key("low_freq_factor"), fmt::format("{} {} must be > 0", key("low_freq_factor"), r.low_freq_factor));
+  if (!(r.high_freq_factor > r.low_freq_factor))
+    error(key("high_freq_factor"),
+          fmt::format("{} ({}) must be greater than {} ({}): llama3 scaling interpolates between the two",
+                      key("high_freq_factor"), r.high_freq_factor, key("low_freq_factor"), r.low_freq_factor));
+  if (r.original_max_position_embeddings < 1)
+    error(key("original_max_position_embeddings"),
+          fmt::format("{} must be a positive integer: the context the model was pre-trained on",
+                      key("original_max_position_embeddings")));
+}
+
+constexpr const char* kRopeTypesSupported = "motley supports \"default\", \"linear\", \"dynamic\" and \"llama3\"";
+
 }  // namespace
 
 Result<ModelSpec> ParseModelToml(std::string_view text, const std::string& file) {
@@ -87,6 +115,29 @@ Result<ModelSpec> ParseModelToml(std::string_view text, const std::string& file)
   if (auto v = t.Number("rope_theta", 0.0, 1e12, Need::kOptional, true)) m.rope_theta = *v;
   if (auto v = t.Number("norm_eps", 0.0, 1.0, Need::kOptional, true)) m.norm_eps = *v;
   if (auto v = t.Bool("tie_embeddings")) m.tie_embeddings = *v;
+  if (auto r = t.Table("rope_scaling")) {
+    // As a config.json's rope_scaling: type = "llama3" with its factors, "linear" or "dynamic".
+    RopeScaling& rs = m.rope_scaling;
+    if (auto type = r->Choice("type", {"default", "linear", "dynamic", "llama3"}, Need::kRequired)) {
+      rs = RopeScaling{};
+      rs.type = *type == "linear"    ? RopeScaling::Type::kLinear
+                : *type == "dynamic" ? RopeScaling::Type::kDynamic
+                : *type == "llama3"  ? RopeScaling::Type::kLlama3
+                                     : RopeScaling::Type::kNone;
+    }
+    const Need need = rs.type == RopeScaling::Type::kNone ? Need::kOptional : Need::kRequired;
+    const Need llama3 = rs.type == RopeScaling::Type::kLlama3 ? Need::kRequired : Need::kOptional;
+    if (auto v = r->Number("factor", 0.0, 1e6, need, true)) rs.factor = *v;
+    if (auto v = r->Number("low_freq_factor", 0.0, 1e6, llama3, true)) rs.low_freq_factor = *v;
+    if (auto v = r->Number("high_freq_factor", 0.0, 1e6, llama3, true)) rs.high_freq_factor = *v;
+    if (auto v = r->Int("original_max_position_embeddings", 1, kMaxSeqLen, llama3))
+      rs.original_max_position_embeddings = *v;
+    r->Finish();
+    if (!diag.has_errors())
+      CheckRopeScaling(
+          rs, [](std::string_view k) { return fmt::format("rope_scaling.{}", k); },
+          [&](std::string_view key, const std::string& msg) { r->Error(key, msg); });
+  }
   t.Finish();
   if (m.name.empty()) m.name = std::filesystem::path(file).stem().string();
   if (!diag.has_errors()) {
@@ -114,6 +165,18 @@ std::string HfConfigJson(const ModelSpec& m, std::string_view torch_dtype) {
                               {"hidden_act", "silu"},
                               {"attention_bias", false},
                               {"torch_dtype", torch_dtype}};
+  const RopeScaling& r = m.rope_scaling;
+  if (r.type == RopeScaling::Type::kNone) {
+    j["rope_scaling"] = nullptr;
+  } else {
+    nlohmann::ordered_json rs = {{"rope_type", RopeScalingTypeName(r.type)}, {"factor", r.factor}};
+    if (r.type == RopeScaling::Type::kLlama3) {
+      rs["low_freq_factor"] = r.low_freq_factor;
+      rs["high_freq_factor"] = r.high_freq_factor;
+      rs["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    }
+    j["rope_scaling"] = rs;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -192,6 +255,91 @@ Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& fi
       m.tie_embeddings = it->get<bool>();
     } else {
       error("tie_word_embeddings", fmt::format("expected true or false, got {}", it->dump()));
+    }
+  }
+  // Every other field that changes the math is honoured (rope_scaling) or refused, naming what
+  // motley supports: a model trained or evaluated here is the model the file describes.
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) continue;
+    error(key, fmt::format("{} {}: motley's Llama has no biases in its {} projections; it supports {} = false",
+                           key, it->dump(), std::string_view(key) == "mlp_bias" ? "MLP" : "attention", key));
+  }
+  if (auto it = j.find("hidden_act"); it != j.end() && !it->is_null()) {
+    const bool silu = it->is_string() && (it->get<std::string>() == "silu" || it->get<std::string>() == "swish");
+    if (!silu)
+      error("hidden_act", fmt::format("{}: motley's Llama MLP is SwiGLU; it supports hidden_act \"silu\"", it->dump()));
+  }
+  if (auto it = j.find("attention_dropout"); it != j.end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() != 0.0)
+      error("attention_dropout",
+            fmt::format("{}: motley trains without dropout; it supports attention_dropout 0.0", it->dump()));
+  }
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
+    auto rs_error = [&](std::string_view key, const std::string& msg) { error(key, "rope_scaling: " + msg); };
+    if (!it->is_object()) {
+      error("rope_scaling", fmt::format("expected an object or null, got {}", it->dump()));
+    } else {
+      const nlohmann::json& r = *it;
+      std::string type;
+      for (const char* key : {"rope_type", "type"}) {
+        auto t = r.find(key);
+        if (t == r.end()) continue;
+        if (!t->is_string()) {
+          rs_error(key, fmt::format("{} {}: expected a string; {}", key, t->dump(), kRopeTypesSupported));
+        } else if (!type.empty() && t->get<std::string>() != type) {
+          rs_error(key, fmt::format("\"type\" and \"rope_type\" disagree (\"{}\" and \"{}\")", type, t->get<std::string>()));
+        } else {
+          type = t->get<std::string>();
+        }
+      }
+      RopeScaling& rs = m.rope_scaling;
+      using Type = RopeScaling::Type;
+      std::vector<std::string> keys = {"rope_type", "type"};
+      if (type == "default") {
+        rs.type = Type::kNone;
+      } else if (type == "linear" || type == "dynamic") {
+        rs.type = type == "linear" ? Type::kLinear : Type::kDynamic;
+        keys.push_back("factor");
+      } else if (type == "llama3") {
+        rs.type = Type::kLlama3;
+        keys.insert(keys.end(), {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+      } else if (type.empty()) {
+        rs_error("rope_scaling", fmt::format("names no rope_type; {}", kRopeTypesSupported));
+      } else {
+        rs_error(r.contains("rope_type") ? "rope_type" : "type",
+                 fmt::format("rope type \"{}\" is not implemented; {}", type, kRopeTypesSupported));
+      }
+      if (!type.empty() && type != "default" && (type == "linear" || type == "dynamic" || type == "llama3")) {
+        auto number = [&](const char* key, double* out) {
+          auto v = r.find(key);
+          if (v == r.end() || v->is_null())
+            rs_error(key, fmt::format("a {} scaling needs \"{}\"", type, key));
+          else if (!v->is_number())
+            rs_error(key, fmt::format("{} {}: expected a number", key, v->dump()));
+          else
+            *out = v->get<double>();
+        };
+        number("factor", &rs.factor);
+        if (rs.type == Type::kLlama3) {
+          number("low_freq_factor", &rs.low_freq_factor);
+          number("high_freq_factor", &rs.high_freq_factor);
+          double original = 0;
+          number("original_max_position_embeddings", &original);
+          rs.original_max_position_embeddings = static_cast<int64_t>(original);
+          if (original != static_cast<double>(rs.original_max_position_embeddings))
+            rs_error("original_max_position_embeddings", "expected an integer");
+        }
+        // A key motley does not know may change the math (attention_factor, beta_fast, ...): refused.
+        for (const auto& [key, value] : r.items()) {
+          if (std::find(keys.begin(), keys.end(), key) != keys.end() || value.is_null()) continue;
+          rs_error(key, fmt::format("\"{}\" is not part of a {} scaling as motley implements it (its keys: {}); "
+                                    "remove it or use a model whose config does without",
+                                    key, type, fmt::join(keys, ", ")));
+        }
+        CheckRopeScaling(
+            rs, [](std::string_view k) { return std::string(k); }, rs_error);
+      }
     }
   }
   if (auto v = get_int("head_dim", kMaxHidden, false);

@@ -1,10 +1,16 @@
 #include "core/model.h"
 
 #include <cstdint>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "core/builtin_files.h"
 #include "core/model_parse.h"
+#include "core/rope.h"
+
+#include <cmath>
+#include <numbers>
+#include <string>
 
 namespace motley {
 namespace {
@@ -184,6 +190,156 @@ TEST(ModelParse, HuggingFaceConfigRoundTrips) {
     EXPECT_EQ(back.norm_eps, preset.norm_eps);
     EXPECT_EQ(back.tie_embeddings, preset.tie_embeddings);
   }
+}
+
+// Llama 3.2 1B's config.json as Hugging Face publishes it (the fields that shape the model).
+std::string Llama32Config(const std::string& rope_scaling, const std::string& extra = "") {
+  return R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "head_dim": 64,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "intermediate_size": 8192,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 16,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": )" + rope_scaling + R"(,
+  "rope_theta": 500000.0,)" + extra + R"(
+  "tie_word_embeddings": true,
+  "vocab_size": 128256
+})";
+}
+
+constexpr const char* kLlama3Scaling = R"({"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192, "rope_type": "llama3"})";
+
+TEST(ModelParse, Llama3RopeScalingIsReadAndWrittenBack) {
+  Result<ModelSpec> m = ParseHfConfigJson(Llama32Config(kLlama3Scaling), "llama-3.2-1b/config.json");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(m->rope_scaling.factor, 32.0);
+  EXPECT_EQ(m->rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(m->rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(m->rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_TRUE(m->tie_embeddings);
+  ModelSpec back = ParseHfConfigJson(HfConfigJson(*m), "config.json").value();
+  EXPECT_EQ(back.rope_scaling, m->rope_scaling);
+  // Older configs name the type "type"; linear and dynamic need only a factor.
+  for (const char* type : {"linear", "dynamic"}) {
+    Result<ModelSpec> t = ParseHfConfigJson(
+        Llama32Config(fmt::format(R"({{"type": "{}", "factor": 2.0}})", type)), "config.json");
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    EXPECT_STREQ(RopeScalingTypeName(t->rope_scaling.type), type);
+    EXPECT_EQ(ParseHfConfigJson(HfConfigJson(*t), "c.json").value().rope_scaling, t->rope_scaling);
+  }
+  Result<ModelSpec> plain = ParseHfConfigJson(Llama32Config(R"({"rope_type": "default"})"), "config.json");
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->rope_scaling.type, RopeScaling::Type::kNone);
+  // In a model .toml as a table.
+  Result<ModelSpec> toml = ParseModelToml(
+      "base = \"llama-tiny\"\n[rope_scaling]\ntype = \"llama3\"\nfactor = 8.0\nlow_freq_factor = 1.0\n"
+      "high_freq_factor = 4.0\noriginal_max_position_embeddings = 32\n",
+      "m.toml");
+  ASSERT_TRUE(toml.ok()) << toml.status().message();
+  EXPECT_EQ(toml->rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(toml->rope_scaling.original_max_position_embeddings, 32);
+}
+
+TEST(ModelParseErrors, FieldsThatChangeTheMathAreRefusedByName) {
+  struct Case {
+    std::string config, expected;
+  };
+  const std::vector<Case> cases = {
+      {Llama32Config(R"({"rope_type": "yarn", "factor": 4.0})"),
+       "rope_scaling: rope type \"yarn\" is not implemented; motley supports \"default\", \"linear\", \"dynamic\" "
+       "and \"llama3\""},
+      {Llama32Config(R"({"rope_type": "longrope", "factor": 4.0})"), "rope type \"longrope\" is not implemented"},
+      {Llama32Config(R"({"rope_type": "linear", "factor": 2.0, "attention_factor": 0.5})"),
+       "\"attention_factor\" is not part of a linear scaling"},
+      {Llama32Config(R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+                         "original_max_position_embeddings": 8192})"),
+       "high_freq_factor (1) must be greater than low_freq_factor (4)"},
+      {Llama32Config(R"({"rope_type": "llama3", "factor": 8.0})"), "a llama3 scaling needs \"low_freq_factor\""},
+      {Llama32Config(R"({"rope_type": "dynamic", "factor": 0.5})"), "factor 0.5: a dynamic scaling needs a factor >= 1"},
+      {Llama32Config("null", "\n  \"hidden_act\": \"gelu\","), "hidden_act: \"gelu\": motley's Llama MLP is SwiGLU"},
+      {Llama32Config("null", "\n  \"mlp_bias\": true,"), "mlp_bias true: motley's Llama has no biases in its MLP"},
+      {Llama32Config("null", "\n  \"attention_dropout\": 0.1,"), "motley trains without dropout"},
+  };
+  for (const Case& c : cases) {
+    Result<ModelSpec> m = ParseHfConfigJson(c.config, "config.json");
+    ASSERT_FALSE(m.ok()) << c.expected;
+    EXPECT_NE(m.status().message().find(c.expected), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find("config.json:"), std::string::npos) << m.status().message();
+  }
+  std::string biased = Llama32Config("null");
+  biased.replace(biased.find("\"attention_bias\": false"), 23, "\"attention_bias\": true");
+  Result<ModelSpec> b = ParseHfConfigJson(biased, "config.json");
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("config.json:3:3: error: attention_bias: attention_bias true: motley's Llama "
+                                      "has no biases in its attention projections; it supports attention_bias = "
+                                      "false"),
+            std::string::npos)
+      << b.status().message();
+  std::string head_dim = Llama32Config("null");
+  head_dim.replace(head_dim.find("\"head_dim\": 64"), 14, "\"head_dim\": 128");
+  Result<ModelSpec> h = ParseHfConfigJson(head_dim, "config.json");
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("motley supports head_dim = hidden_size / num_attention_heads"),
+            std::string::npos);
+  Result<ModelSpec> toml = ParseModelToml("base = \"llama-tiny\"\n[rope_scaling]\ntype = \"yarn\"\n", "m.toml");
+  ASSERT_FALSE(toml.ok());
+  EXPECT_NE(toml.status().message().find("m.toml:3:8"), std::string::npos) << toml.status().message();
+}
+
+TEST(Rope, PlainLinearAndDynamicFrequencies) {
+  ModelSpec m = *FindModelPreset("llama-tiny");  // head dimension 8, 64 positions
+  const std::vector<double> plain = RopeInverseFrequencies(m, 16);
+  ASSERT_EQ(plain.size(), 4u);
+  for (size_t i = 0; i < plain.size(); ++i)
+    EXPECT_DOUBLE_EQ(plain[i], 1.0 / std::pow(10000.0, 2.0 * static_cast<double>(i) / 8.0));
+  m.rope_scaling = {RopeScaling::Type::kLinear, 4.0};
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_DOUBLE_EQ(RopeInverseFrequencies(m, 16)[i], plain[i] / 4.0);
+  // Dynamic NTK: plain RoPE within the context; beyond it, theta grows by (f S / P - (f - 1))^(d / (d - 2)).
+  m.rope_scaling = {RopeScaling::Type::kDynamic, 2.0};
+  EXPECT_EQ(RopeInverseFrequencies(m, 64), plain);
+  const double theta = 10000.0 * std::pow(2.0 * 128 / 64 - 1, 8.0 / 6.0);
+  const std::vector<double> longer = RopeInverseFrequencies(m, 128);
+  for (size_t i = 0; i < plain.size(); ++i)
+    EXPECT_NEAR(longer[i], 1.0 / std::pow(theta, 2.0 * static_cast<double>(i) / 8.0), 1e-15);
+}
+
+TEST(Rope, Llama3KeepsHighFrequenciesDividesLowOnesAndBlendsBetween) {
+  ModelSpec m = ParseHfConfigJson(Llama32Config(kLlama3Scaling), "config.json").value();
+  ModelSpec plain_model = m;
+  plain_model.rope_scaling = {};
+  const std::vector<double> plain = RopeInverseFrequencies(plain_model, 4096), scaled = RopeInverseFrequencies(m, 4096);
+  ASSERT_EQ(scaled.size(), 32u);
+  int kept = 0, divided = 0, blended = 0;
+  for (size_t i = 0; i < scaled.size(); ++i) {
+    const double wavelen = 2 * std::numbers::pi / plain[i], ratio = scaled[i] / plain[i];
+    if (wavelen < 8192.0 / 4) {
+      EXPECT_EQ(ratio, 1.0) << i;
+      ++kept;
+    } else if (wavelen > 8192.0 / 1) {
+      EXPECT_DOUBLE_EQ(ratio, 1.0 / 32) << i;
+      ++divided;
+    } else {
+      EXPECT_GT(ratio, 1.0 / 32) << i;
+      EXPECT_LT(ratio, 1.0) << i;
+      ++blended;
+    }
+    if (i > 0) EXPECT_LE(ratio, scaled[i - 1] / plain[i - 1]) << i;  // longer waves are scaled more
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(blended, 0);
 }
 
 TEST(ModelParseErrors, HeadsMustDivideHiddenWithEveryFactorPrinted) {

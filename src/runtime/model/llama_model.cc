@@ -6,6 +6,7 @@
 #include "runtime/model/precision_dtypes.h"
 
 #include "core/check.h"
+#include "core/rope.h"
 
 namespace motley {
 namespace {
@@ -136,9 +137,10 @@ std::pair<torch::Tensor, torch::Tensor> LlamaModelImpl::Rotary(int64_t seq_len, 
   const auto key = std::make_tuple(seq_len, dtype, device.type(), device.index());
   const std::lock_guard<std::mutex> lock(rotary_mutex_);
   if (auto it = rotary_.find(key); it != rotary_.end()) return it->second;
-  const int64_t d = spec_.head_dim();
   auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  torch::Tensor inv_freq = 1.0 / torch::pow(spec_.rope_theta, torch::arange(0, d, 2, f64) / static_cast<double>(d));
+  // The config's rope_scaling applied (core/rope.h); in fp64, then in the compute dtype.
+  const std::vector<double> frequencies = RopeInverseFrequencies(spec_, seq_len);
+  torch::Tensor inv_freq = torch::tensor(frequencies, f64);
   torch::Tensor freqs = torch::outer(torch::arange(seq_len, f64), inv_freq);
   torch::Tensor emb = torch::cat({freqs, freqs}, -1);
   torch::NoGradGuard no_grad;

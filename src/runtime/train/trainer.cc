@@ -46,7 +46,7 @@ Status CheckPrecisionOn(Precision p, const torch::Device& device) {
 bool SameShape(const ModelSpec& a, const ModelSpec& b) {
   return a.hidden_size == b.hidden_size && a.num_layers == b.num_layers && a.num_heads == b.num_heads &&
          a.num_kv_heads == b.num_kv_heads && a.ffn_size == b.ffn_size && a.vocab_size == b.vocab_size &&
-         a.tie_embeddings == b.tie_embeddings;
+         a.tie_embeddings == b.tie_embeddings && a.rope_theta == b.rope_theta && a.rope_scaling == b.rope_scaling;
 }
 
 }  // namespace
