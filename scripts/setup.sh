@@ -17,6 +17,8 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   # libraries (DESIGN.md: well-kept libraries over hand-written code)
   libfmt-dev libspdlog-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libboost-graph-dev
+  # tokenizer.json's pre-tokenizer regular expressions (Unicode classes)
+  libpcre2-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # the Python module (python/) and its tests, for Debian's /usr/bin/python3
@@ -31,6 +33,8 @@ if [ "$WITH_TORCH" = "ON" ]; then
   # process with libtorch: its embedded protobuf clashes with libtorch's at load time), and OpenBLAS so
   # libtorch's matmuls do not fall back to the slow reference BLAS (shared/notes/libtorch.md).
   PACKAGES+=(libtorch-dev libgloo-dev libsentencepiece-dev libopenblas0-pthread)
+  # The reference Llama the tests compare motley's logits with (tests/reference, Debian's python3)
+  PACKAGES+=(python3-torch)
 fi
 
 missing=()

@@ -1,4 +1,5 @@
-// motley data prepare --input TEXT_FILE... --tokenizer byte|PATH.model -o DIR
+// motley data prepare --input TEXT|JSONL|FOLDER... [--tokenizer byte|PATH.model|DIR|tokenizer.json]
+//                     [--init-from HF_DIR] [--text-field text] [--skip-bad-lines] -o DIR
 //
 // Built twice: into `motley` (byte tokenizer in-process; a sentencepiece model is handed to the
 // helper) and into the torch-free `motley-data` helper (MOTLEY_WITH_SENTENCEPIECE), which loads
@@ -13,6 +14,7 @@
 #include "cli/command.h"
 #include "cli/progress_line.h"
 #include "data/data_prepare.h"
+#include "data/hf_tokenizer.h"
 #ifdef MOTLEY_WITH_SENTENCEPIECE
 #include "data/sentencepiece_tokenizer.h"
 #endif
@@ -52,10 +54,21 @@ int RunData(const std::vector<std::string>& args) {
   app.require_subcommand(1);
   CLI::App* prepare = app.add_subcommand("prepare", "tokenize text files into DIR/train*.bin, DIR/val.bin, DIR/data.json");
   PrepareOptions options;
-  std::string tokenizer_name = "byte";
-  prepare->add_option("--input", options.inputs, "text files to tokenize (any number)")->required()->expected(1, -1);
-  prepare->add_option("--tokenizer", tokenizer_name, "byte (built in, vocabulary 256) or a sentencepiece .model file")
+  std::string tokenizer_name, init_from;
+  prepare
+      ->add_option("--input", options.inputs,
+                   "text files (a document each), .jsonl files (a document per line) or folders of them")
+      ->required()
+      ->expected(1, -1);
+  prepare->add_option("--tokenizer", tokenizer_name,
+                      "byte (built in, vocabulary 256; the default without --init-from), a Hugging Face tokenizer.json "
+                      "or the folder holding it, or a sentencepiece .model file");
+  prepare->add_option("--init-from", init_from,
+                      "the Hugging Face model folder a run starts from: its tokenizer.json is the default tokenizer");
+  prepare->add_option("--text-field", options.text_field, "the field of a JSON line that holds its text")
       ->capture_default_str();
+  prepare->add_flag("--skip-bad-lines", options.skip_bad_lines,
+                    "skip malformed JSON lines and count them (without it, one is an error naming file:line)");
   prepare->add_option("-o,--output", options.output_dir, "the output directory")->required();
   prepare->add_option("--validation-fraction", options.validation_fraction,
                       "of each input's tokens, taken from its end for validation")
@@ -66,9 +79,19 @@ int RunData(const std::vector<std::string>& args) {
       ->check(AtLeast(1));
   if (auto rc = ParseArgs(app, args)) return *rc;
 
+  if (tokenizer_name.empty()) tokenizer_name = init_from.empty() ? "byte" : init_from;
   std::unique_ptr<Tokenizer> tokenizer;
+  const HfTokenizer* hf = nullptr;
   if (tokenizer_name == "byte") {
     tokenizer = std::make_unique<ByteTokenizer>();
+  } else if (fs::path(tokenizer_name).extension() != ".model") {
+    Result<std::unique_ptr<HfTokenizer>> t = HfTokenizer::Load(tokenizer_name);
+    if (!t.ok()) {
+      fmt::print(stderr, "motley data: {}\n", t.status().message());
+      return kExitFailure;
+    }
+    hf = t->get();
+    tokenizer = std::move(*t);
   } else {
 #ifdef MOTLEY_WITH_SENTENCEPIECE
     Result<std::unique_ptr<Tokenizer>> t = LoadSentencePieceTokenizer(tokenizer_name);
@@ -97,6 +120,10 @@ int RunData(const std::vector<std::string>& args) {
   }
   fmt::print("{}: {:.1f} MB tokenized with {} (vocabulary {})\n", options.output_dir, s->bytes / 1e6,
              tokenizer->name(), tokenizer->vocab_size());
+  fmt::print("  documents:  {}{}\n", s->documents,
+             s->skipped_lines > 0 ? fmt::format(" ({} malformed JSON line(s) skipped)", s->skipped_lines) : "");
+  if (hf != nullptr && hf->replaced_invalid_utf8() > 0)
+    fmt::print("  note: {} invalid UTF-8 sequence(s) read as U+FFFD\n", hf->replaced_invalid_utf8());
   fmt::print("  train:      {} tokens in {} shard(s)\n", s->train_tokens, s->train_files.size());
   fmt::print("  validation: {} tokens ({})\n", s->validation_tokens, s->validation_file);
   fmt::print("  manifest:   {}\n", s->manifest_file);

@@ -1,6 +1,7 @@
 // motley train JOB [--steps N] [--resume DIR] [--device auto|cpu|cuda] [--metrics FILE]
 #include <cstdint>
 #include <cmath>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -13,6 +14,7 @@
 #include "runtime/train/distributed_trainer.h"
 #include "runtime/comm/rendezvous.h"
 #include "runtime/train/trainer.h"
+#include "core/job_parse.h"
 #include "core/units.h"
 
 namespace motley::cli {
@@ -123,6 +125,7 @@ int RunTrainWithPlan(const JobSpec& job, const TrainOptions& options, bool lead)
 }  // namespace
 
 int RunTrain(const std::vector<std::string>& args) {
+  namespace fs = std::filesystem;
   CLI::App app("Train a job's model on its data in this process (CUDA when present, else CPU).", "motley train");
   std::string job_path;
   TrainOptions options;
@@ -130,6 +133,10 @@ int RunTrain(const std::vector<std::string>& args) {
   app.add_option("--steps", options.steps, "the run's total length in steps (default: the job's)")
       ->check(AtLeast(1));
   app.add_option("--resume", options.resume, "continue from a checkpoint directory (or a run directory's latest)");
+  std::string init_from;
+  app.add_option("--init-from", init_from,
+                 "start from a Hugging Face model folder (config.json, safetensors, tokenizer.json): its config is the "
+                 "model, its weights the start (the job's [model] init_from, replaced)");
   app.add_option("--device", options.device, "auto, cpu or cuda")->capture_default_str();
   app.add_option("--metrics", options.metrics_path, "the JSON-lines metrics file (default: <checkpoint dir>/metrics.jsonl)");
   app.add_option("--microbatch", options.microbatch_sequences, "sequences per forward/backward (default: the whole batch)");
@@ -174,6 +181,18 @@ int RunTrain(const std::vector<std::string>& args) {
   if (!job.ok()) {
     fmt::print(stderr, "{}\n", job.status().message());
     return kExitFailure;
+  }
+  if (!init_from.empty()) {
+    const std::string dir = fs::absolute(init_from).lexically_normal().string();
+    Status s = ApplyInitFrom(&*job, dir);
+    if (s.ok() && job->training.seq_len > job->model.max_seq_len)
+      s = Status::InvalidArgument(fmt::format("{}: [training] seq_len ({}) exceeds {}/config.json's "
+                                              "max_position_embeddings ({}); lower seq_len",
+                                              job->file, job->training.seq_len, dir, job->model.max_seq_len));
+    if (!s.ok()) {
+      fmt::print(stderr, "motley train: --init-from {}: {}\n", init_from, s.message());
+      return kExitFailure;
+    }
   }
   Result<Rendezvous> rv = RendezvousFromEnv();
   if (!rv.ok()) {

@@ -34,7 +34,7 @@ struct TrainingConfig {
 struct DataConfig {
   std::string train = "builtin";            // a .bin shard or directory of shards, or "builtin" (our corpus)
   std::string validation;                   // "" = the held-out split of `train`
-  std::string tokenizer = "byte";           // "byte" or a sentencepiece .model file
+  std::string tokenizer = "byte";           // "byte", a sentencepiece .model, or a tokenizer.json (or its folder)
   int64_t validation_interval_steps = 100;  // 0 = only at the end
   int64_t validation_sequences = 64;        // per validation pass
 };
@@ -146,6 +146,11 @@ struct EmulatedStraggler {
 struct JobSpec {
   std::string file;         // where it came from, for messages
   std::string model_ref;    // as written: a preset or a path (resolved relative to the job file)
+  // [model] init_from (or `motley train --init-from`): a Hugging Face model folder — config.json,
+  // safetensors (one file or sharded), tokenizer.json — the run starts from: its config.json is the
+  // model, its weights the starting point (each rank reads only the tensors its part holds). Resolved;
+  // "" = random initialisation from the seed.
+  std::string init_from;
   std::string cluster_ref;  // as written: a built-in cluster name or a path
   ModelSpec model;
   Cluster cluster;

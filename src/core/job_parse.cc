@@ -3,8 +3,10 @@
 #include <cstdint>
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/cluster_parse.h"
 #include "core/model_parse.h"
@@ -143,6 +145,60 @@ bool LooksLikePath(const std::string& ref) {
 
 }  // namespace
 
+std::string ModelMathDifference(const ModelSpec& a, const ModelSpec& b) {
+  std::vector<std::string> d;
+  auto add = [&](const char* name, const auto& x, const auto& y) {
+    if (x != y) d.push_back(fmt::format("{} {} vs {}", name, x, y));
+  };
+  add("hidden_size", a.hidden_size, b.hidden_size);
+  add("num_layers", a.num_layers, b.num_layers);
+  add("num_heads", a.num_heads, b.num_heads);
+  add("num_kv_heads", a.num_kv_heads, b.num_kv_heads);
+  add("ffn_size", a.ffn_size, b.ffn_size);
+  add("vocab_size", a.vocab_size, b.vocab_size);
+  add("rope_theta", a.rope_theta, b.rope_theta);
+  add("norm_eps", a.norm_eps, b.norm_eps);
+  add("tie_embeddings", a.tie_embeddings, b.tie_embeddings);
+  if (!(a.rope_scaling == b.rope_scaling))
+    d.push_back(fmt::format("rope_scaling {} vs {}", RopeScalingTypeName(a.rope_scaling.type),
+                            RopeScalingTypeName(b.rope_scaling.type)));
+  return fmt::format("{}", fmt::join(d, ", "));
+}
+
+Status ApplyInitFrom(JobSpec* job, const std::string& dir, const std::optional<std::string>& shape) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(std::filesystem::path(dir) / "config.json", ec))
+    return Status::NotFound(fmt::format("{}: not a Hugging Face model folder (no config.json); give the folder that "
+                                        "holds config.json and the safetensors",
+                                        dir));
+  MOTLEY_ASSIGN_OR_RETURN(ModelSpec from, LoadModel(dir));
+  // A shape the job gives too must be the folder's (the job's `shape`, or a `model` it names).
+  std::optional<ModelSpec> given;
+  std::string given_name;
+  if (shape) {
+    MOTLEY_ASSIGN_OR_RETURN(given, LoadModel(*shape));
+    given_name = *shape;
+  } else if (job->init_from != dir && job->model.hidden_size > 0) {
+    given = job->model;
+    given_name = job->model_ref.empty() ? job->model.name : job->model_ref;
+  }
+  if (given) {
+    const std::string diff = ModelMathDifference(*given, from);
+    if (!diff.empty())
+      return Status::InvalidArgument(fmt::format(
+          "the job's model {} and {}/config.json disagree ({}); the run starts from the folder's weights, so its "
+          "config.json is the model: drop the job's shape or start from a folder of that shape",
+          given_name, dir, diff));
+  }
+  if (job->model_ref.empty() || job->init_from != dir) job->model_ref = dir;
+  job->init_from = dir;
+  job->model = from;
+  // The folder's tokenizer is the run's, unless the job names another.
+  if (job->data.tokenizer == "byte" && std::filesystem::is_regular_file(std::filesystem::path(dir) / "tokenizer.json", ec))
+    job->data.tokenizer = dir;
+  return Status::Ok();
+}
+
 const std::vector<std::string>& StrategyNames() {
   static const std::vector<std::string> names = {"auto",      "zorse",   "poplar",         "torchtitan-het",
                                                  "hexiscale", "cephalo", "deepspeed-even", "fastest-only"};
@@ -157,7 +213,18 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
 
   JobSpec job;
   job.file = file;
-  auto model_ref = root.String("model", Need::kRequired);
+  // `model = "preset or file"`, or a [model] table: init_from = "HF folder" (its config.json is the
+  // model) and, optionally, shape = "preset or file" that must agree with it.
+  std::optional<std::string> model_ref, init_from, shape;
+  std::optional<TomlTable> model_table;
+  if (const toml::node* n = table->get("model"); n != nullptr && n->is_table()) {
+    model_table = root.Table("model");
+    init_from = model_table->String("init_from", Need::kRequired);
+    shape = model_table->String("shape");
+    model_table->Finish();
+  } else {
+    model_ref = root.String("model", Need::kRequired);
+  }
   auto cluster_ref = root.String("cluster", Need::kRequired);
   if (auto t = root.Table("training", Need::kRequired)) ParseTraining(*t, &job.training);
   if (auto t = root.Table("data")) ParseData(*t, &job.data);
@@ -174,6 +241,17 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
   // The model and cluster the job names; their own errors carry their own file names.
   std::string nested_errors;
   bool have_model = false, have_cluster = false;
+  if (init_from && options.resolve_files) {
+    job.model_ref = *init_from;
+    job.init_from = RelativeTo(file, *init_from);
+    if (Status s = ApplyInitFrom(&job, job.init_from, shape ? std::optional<std::string>(FindModelPreset(*shape) ? *shape : RelativeTo(file, *shape))
+                                                            : std::nullopt);
+        !s.ok()) {
+      model_table->Error("init_from", s.message());
+    } else {
+      have_model = true;
+    }
+  }
   if (model_ref) {
     job.model_ref = *model_ref;
     bool is_path = LooksLikePath(*model_ref) && !FindModelPreset(*model_ref);

@@ -62,6 +62,45 @@ class ShardedWriter {
   std::vector<std::string> names_;
 };
 
+Result<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs) {
+  std::vector<std::string> files;
+  for (const std::string& in : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      // A folder: every regular file under it (hidden ones aside), in path order.
+      std::vector<std::string> found;
+      for (auto it = fs::recursive_directory_iterator(in, ec); !ec && it != fs::recursive_directory_iterator();
+           it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (!name.empty() && name[0] == '.') {
+          if (it->is_directory(ec)) it.disable_recursion_pending();
+          continue;
+        }
+        if (it->is_regular_file(ec)) found.push_back(it->path().string());
+      }
+      if (ec) return Status::IoError(fmt::format("{}: cannot list the folder: {}", in, ec.message()));
+      if (found.empty()) return Status::NotFound(fmt::format("{}: the folder holds no files to tokenize", in));
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (fs::is_regular_file(in, ec)) {
+      files.push_back(in);
+    } else {
+      return Status::NotFound(fmt::format("{}: no such input file or folder (give text or .jsonl files, or folders of "
+                                          "them, to --input)",
+                                          in));
+    }
+  }
+  return files;
+}
+
+bool IsJsonl(const std::string& path) {
+  const std::string ext = fs::path(path).extension().string();
+  return ext == ".jsonl" || ext == ".ndjson";
+}
+
+// The largest document read whole (a tokenizer.json tokenizer encodes each document at once).
+constexpr int64_t kMaxDocumentBytes = int64_t{1} << 31;
+
 }  // namespace
 
 Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenizer& tokenizer,
@@ -72,13 +111,9 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
   PrepareProgress p;
   if (options.shard_tokens < 1)
     return Status::InvalidArgument(fmt::format("shard_tokens must be at least 1, got {}", options.shard_tokens));
-  if (!(options.validation_fraction >= 0 && options.validation_fraction <= 1))
-    return Status::InvalidArgument(
-        fmt::format("validation_fraction must be between 0 and 1, got {}", options.validation_fraction));
-  for (const std::string& in : options.inputs) {
+  MOTLEY_ASSIGN_OR_RETURN(const std::vector<std::string> inputs, ExpandInputs(options.inputs));
+  for (const std::string& in : inputs) {
     std::error_code ec;
-    if (!fs::is_regular_file(in, ec))
-      return Status::NotFound(fmt::format("{}: no such input file (give text files to --input)", in));
     p.bytes_total += static_cast<int64_t>(fs::file_size(in, ec));
   }
   if (p.bytes_total == 0)
@@ -93,31 +128,92 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
   PrepareSummary summary;
   summary.validation_file = (fs::path(options.output_dir) / "val.bin").string();
   MOTLEY_ASSIGN_OR_RETURN(TokenFileWriter val, TokenFileWriter::Create(summary.validation_file, vocab));
+  // A tokenizer that marks documents (BOS, EOS) encodes each whole: its pieces may span any cut.
+  const bool whole_documents = tokenizer.document_start() >= 0 || !tokenizer.hash().empty();
 
   std::vector<char> buffer(options.chunk_bytes);
-  for (const std::string& in : options.inputs) {
+  for (const std::string& in : inputs) {
     std::ifstream file(in, std::ios::binary);
     if (!file) return Status::IoError(fmt::format("{}: cannot read", in));
     p.input = in;
-    // Tokenize the whole input, chunk by chunk, cutting chunks at a line end so that no word is split.
     std::vector<uint32_t> tokens;
-    std::string carry;
-    while (file) {
-      file.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-      const auto got = static_cast<size_t>(file.gcount());
-      if (got == 0) break;
-      std::string text = carry + std::string(buffer.data(), got);
-      size_t cut = text.size();
-      if (file && text.rfind('\n') != std::string::npos) cut = text.rfind('\n') + 1;
-      carry = text.substr(cut);
-      text.resize(cut);
-      MOTLEY_RETURN_IF_ERROR(tokenizer.Encode(text, &tokens));
-      p.bytes_done += static_cast<int64_t>(got);
+    auto report = [&](int64_t bytes) {
+      p.bytes_done += bytes;
       p.tokens = train.total() + val.num_tokens() + static_cast<int64_t>(tokens.size());
       if (progress) progress(p);
+    };
+    // One document: BOS, its ids, EOS (as the tokenizer has them).
+    auto document = [&](std::string_view text) -> Status {
+      if (tokenizer.document_start() >= 0) tokens.push_back(static_cast<uint32_t>(tokenizer.document_start()));
+      MOTLEY_RETURN_IF_ERROR(tokenizer.Encode(text, &tokens));
+      if (tokenizer.document_separator() >= 0) tokens.push_back(static_cast<uint32_t>(tokenizer.document_separator()));
+      ++summary.documents;
+      return Status::Ok();
+    };
+    if (IsJsonl(in)) {
+      // JSON Lines: one document per line, its text under options.text_field.
+      std::string line;
+      int64_t line_no = 0;
+      while (std::getline(file, line)) {
+        ++line_no;
+        const int64_t bytes = static_cast<int64_t>(line.size()) + 1;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) {
+          report(bytes);
+          continue;
+        }
+        std::string problem;
+        nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (j.is_discarded()) {
+          problem = "not valid JSON";
+        } else if (!j.is_object()) {
+          problem = fmt::format("expected a JSON object with a \"{}\" field", options.text_field);
+        } else if (!j.contains(options.text_field)) {
+          problem = fmt::format("no \"{}\" field (give the field that holds the text with --text-field)",
+                                options.text_field);
+        } else if (!j[options.text_field].is_string()) {
+          problem = fmt::format("\"{}\" is not a string", options.text_field);
+        }
+        if (!problem.empty()) {
+          if (!options.skip_bad_lines)
+            return Status::InvalidArgument(
+                fmt::format("{}:{}: {}; fix the line, or pass --skip-bad-lines to skip such lines and count them", in,
+                            line_no, problem));
+          ++summary.skipped_lines;
+          report(bytes);
+          continue;
+        }
+        MOTLEY_RETURN_IF_ERROR(document(j[options.text_field].get_ref<const std::string&>()));
+        report(bytes);
+      }
+    } else if (whole_documents) {
+      const auto size = static_cast<int64_t>(fs::file_size(in, ec));
+      if (size > kMaxDocumentBytes)
+        return Status::InvalidArgument(fmt::format("{}: {:.1f} GB in one document; split it into several files or a "
+                                                   ".jsonl (one document per line)",
+                                                   in, static_cast<double>(size) / 1e9));
+      std::string text(static_cast<size_t>(size), '\0');
+      file.read(text.data(), size);
+      MOTLEY_RETURN_IF_ERROR(document(text));
+      report(size);
+    } else {
+      // Tokenize the whole input, chunk by chunk, cutting chunks at a line end so that no word is split.
+      std::string carry;
+      while (file) {
+        file.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+        const auto got = static_cast<size_t>(file.gcount());
+        if (got == 0) break;
+        std::string text = carry + std::string(buffer.data(), got);
+        size_t cut = text.size();
+        if (file && text.rfind('\n') != std::string::npos) cut = text.rfind('\n') + 1;
+        carry = text.substr(cut);
+        text.resize(cut);
+        MOTLEY_RETURN_IF_ERROR(tokenizer.Encode(text, &tokens));
+        report(static_cast<int64_t>(got));
+      }
+      if (!carry.empty()) MOTLEY_RETURN_IF_ERROR(tokenizer.Encode(carry, &tokens));
+      if (tokenizer.document_separator() >= 0) tokens.push_back(static_cast<uint32_t>(tokenizer.document_separator()));
+      ++summary.documents;
     }
-    if (!carry.empty()) MOTLEY_RETURN_IF_ERROR(tokenizer.Encode(carry, &tokens));
-    if (tokenizer.document_separator() >= 0) tokens.push_back(static_cast<uint32_t>(tokenizer.document_separator()));
     const auto n_val = static_cast<size_t>(std::floor(options.validation_fraction * static_cast<double>(tokens.size())));
     const size_t n_train = tokens.size() - n_val;
     MOTLEY_RETURN_IF_ERROR(train.Append(tokens.data(), n_train));
@@ -141,7 +237,10 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
                              {"train_tokens", summary.train_tokens},
                              {"validation_file", "val.bin"},
                              {"validation_tokens", summary.validation_tokens},
+                             {"documents", summary.documents},
                              {"inputs", options.inputs}};
+  if (!tokenizer.hash().empty()) manifest["tokenizer_hash"] = tokenizer.hash();
+  if (summary.skipped_lines > 0) manifest["skipped_lines"] = summary.skipped_lines;
   summary.manifest_file = (fs::path(options.output_dir) / "data.json").string();
   std::ofstream out(summary.manifest_file);
   out << manifest.dump(2) << "\n";
@@ -175,6 +274,10 @@ Result<DataManifest> ParseDataManifest(std::string_view text, const std::string&
   if (j.contains("tokenizer")) {
     if (!j["tokenizer"].is_string()) return bad("\"tokenizer\" must be a string (\"byte\" or a .model file)");
     m.tokenizer = j["tokenizer"].get<std::string>();
+  }
+  if (j.contains("tokenizer_hash")) {
+    if (!j["tokenizer_hash"].is_string()) return bad("\"tokenizer_hash\" must be a string");
+    m.tokenizer_hash = j["tokenizer_hash"].get<std::string>();
   }
   if (!j.contains("train_files") || !j["train_files"].is_array() || j["train_files"].empty())
     return bad("\"train_files\" must list at least one .bin file");

@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <sentencepiece_trainer.h>
 
 #include "data/builtin_corpus.h"
 #include "data/data_prepare.h"
 #include "data/data_sampler.h"
+#include "data/hf_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/token_dataset.h"
 #include "data/token_file.h"
@@ -224,6 +226,118 @@ TEST(DataPrepare, SplitsEveryInputAndWritesAManifest) {
       << small.status().message();
   EXPECT_FALSE(PrepareData({.inputs = {(dir / "nope.txt").string()}, .output_dir = options.output_dir}, ByteTokenizer())
                    .ok());
+  fs::remove_all(dir);
+}
+
+// A tokenizer.json small enough to write here: byte-level, no merges, <|bos|> 256 and <|eos|> 257.
+std::string TinyTokenizerJson(bool with_bos) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    int cp = b;
+    if (!printable) {
+      cp = 256;
+      for (int k = 0; k < b; ++k) cp += !((k >= '!' && k <= '~') || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF));
+    }
+    std::string key;
+    if (cp < 0x80) {
+      key.push_back(static_cast<char>(cp));
+    } else {
+      key.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      key.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+    vocab[key] = b;
+  }
+  nlohmann::json j = {{"added_tokens", {{{"id", 256}, {"content", "<|bos|>"}, {"special", true}},
+                                        {{"id", 257}, {"content", "<|eos|>"}, {"special", true}}}},
+                      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+                      {"decoder", {{"type", "ByteLevel"}}},
+                      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  if (with_bos)
+    j["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", {{{"SpecialToken", {{"id", "<|bos|>"}}}}, {{"Sequence", {{"id", "A"}}}}}}};
+  return j.dump();
+}
+
+TEST(DataPrepare, JsonLinesFoldersAndDocumentsBetweenBosAndEos) {
+  fs::path dir = TempDir("motley_jsonl");
+  fs::create_directories(dir / "tok");
+  std::ofstream(dir / "tok" / "tokenizer.json") << TinyTokenizerJson(true);
+  std::ofstream(dir / "tok" / "tokenizer_config.json") << R"({"eos_token": "<|eos|>"})";
+  auto tokenizer = HfTokenizer::Load((dir / "tok").string());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  fs::create_directories(dir / "corpus" / "sub");
+  fs::create_directories(dir / "corpus" / ".hidden");
+  std::ofstream(dir / "corpus" / "a.jsonl") << R"({"text": "ab", "id": 1})" << "\n\n"
+                                            << R"({"body": "x", "text": "c"})" << "\n";
+  std::ofstream(dir / "corpus" / "sub" / "b.txt") << "de";
+  std::ofstream(dir / "corpus" / ".hidden" / "c.txt") << "never read";
+  PrepareOptions options;
+  options.inputs = {(dir / "corpus").string()};
+  options.output_dir = (dir / "out").string();
+  options.validation_fraction = 0;
+  PrepareSummary s = PrepareData(options, **tokenizer).value();
+  EXPECT_EQ(s.documents, 3);
+  TokenDataset train = OpenTokenData(options.output_dir, "train", 258).value();
+  std::vector<int64_t> t;
+  ASSERT_TRUE(train.Copy(0, train.num_tokens(), &t).ok());
+  EXPECT_EQ(t, (std::vector<int64_t>{256, 'a', 'b', 257, 256, 'c', 257, 256, 'd', 'e', 257}));
+  // The data records its tokenizer: a run with another refuses it, naming both.
+  EXPECT_EQ(ReadDataManifest(options.output_dir).value().tokenizer_hash, (*tokenizer)->hash());
+  EXPECT_TRUE(OpenTokenData(options.output_dir, "train", 258, {"tok", (*tokenizer)->hash()}).ok());
+  fs::create_directories(dir / "other");
+  std::ofstream(dir / "other" / "tokenizer.json") << TinyTokenizerJson(false);
+  auto other = HfTokenizer::Load((dir / "other").string());
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE((*other)->hash(), (*tokenizer)->hash());
+  Result<TokenDataset> refused = OpenTokenData(options.output_dir, "train", 258, {"other", (*other)->hash()});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("prepared with the tokenizer " + (dir / "tok" / "tokenizer.json").string()),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("the run tokenizes with other"), std::string::npos);
+  // Through the job's [data] section: the tokenizer named there.
+  DataConfig config;
+  config.train = options.output_dir;
+  config.tokenizer = (dir / "other").string();
+  Result<TrainingData> data = OpenTrainingData(config, "", 258, 4);
+  ASSERT_FALSE(data.ok());
+  EXPECT_NE(data.status().message().find("prepare it again"), std::string::npos) << data.status().message();
+  fs::remove_all(dir);
+}
+
+TEST(DataPrepare, AMalformedJsonLineIsAnErrorNamingFileAndLineOrSkippedAndCounted) {
+  fs::path dir = TempDir("motley_badjsonl");
+  const std::string file = (dir / "docs.jsonl").string();
+  std::ofstream(file) << R"({"text": "fine"})" << "\n"
+                      << R"({"text": "cut off)" << "\n"
+                      << R"({"content": "wrong field"})" << "\n"
+                      << R"({"text": 42})" << "\n"
+                      << R"({"text": "also fine"})" << "\n";
+  PrepareOptions options;
+  options.inputs = {file};
+  options.output_dir = (dir / "out").string();
+  Result<PrepareSummary> s = PrepareData(options, ByteTokenizer());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find(file + ":2: not valid JSON; fix the line, or pass --skip-bad-lines"),
+            std::string::npos)
+      << s.status().message();
+  options.skip_bad_lines = true;
+  s = PrepareData(options, ByteTokenizer());
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->skipped_lines, 3);
+  EXPECT_EQ(s->documents, 2);
+  EXPECT_EQ(s->train_tokens + s->validation_tokens, 4 + 9);
+  // The field is the user's to name.
+  options.skip_bad_lines = false;
+  options.inputs = {(dir / "other.jsonl").string()};
+  std::ofstream(options.inputs[0]) << R"({"content": "x"})" << "\n";
+  options.text_field = "body";
+  s = PrepareData(options, ByteTokenizer());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find(":1: no \"body\" field (give the field that holds the text with --text-field)"),
+            std::string::npos)
+      << s.status().message();
   fs::remove_all(dir);
 }
 

@@ -24,6 +24,11 @@ class Tokenizer {
   virtual std::string Decode(const std::vector<uint32_t>& ids) const = 0;
   /// The id appended between documents, or -1 for none (the byte tokenizer: text files concatenate).
   virtual int64_t document_separator() const { return -1; }
+  /// The id put before each document (a model's BOS), or -1 for none.
+  virtual int64_t document_start() const { return -1; }
+  /// What identifies the tokenizer's behaviour (prepared data records it; a run refuses data made by
+  /// another): "" where the name says it all.
+  virtual std::string hash() const { return ""; }
 };
 
 class ByteTokenizer : public Tokenizer {

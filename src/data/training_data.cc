@@ -7,6 +7,7 @@
 
 #include "data/builtin_corpus.h"
 #include "data/data_prepare.h"
+#include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 
 namespace motley {
@@ -29,10 +30,18 @@ Status CheckLength(const TokenDataset& d, int64_t seq_len) {
 
 }  // namespace
 
-Result<TokenDataset> OpenTokenData(const std::string& path, const std::string& split, int64_t vocab_size) {
+Result<TokenDataset> OpenTokenData(const std::string& path, const std::string& split, int64_t vocab_size,
+                                   const ExpectedTokenizer& expected) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) return TokenDataset::OpenFiles({path}, vocab_size);
   MOTLEY_ASSIGN_OR_RETURN(DataManifest m, ReadDataManifest(path));
+  if (!expected.hash.empty() && m.tokenizer_hash != expected.hash)
+    return Status::InvalidArgument(fmt::format(
+        "{}: the data was prepared with the tokenizer {} ({}) but the run tokenizes with {} (hash {}); prepare it "
+        "again: motley data prepare --tokenizer {} --input ... -o {}",
+        (fs::path(path) / "data.json").string(), m.tokenizer,
+        m.tokenizer_hash.empty() ? "no tokenizer.json hash" : "hash " + m.tokenizer_hash, expected.name,
+        expected.hash, expected.name, path));
   if (vocab_size > 0 && m.vocab_size > vocab_size)
     return Status::InvalidArgument(fmt::format(
         "{}: the data was tokenized with a vocabulary of {} ({}) but the model's vocab_size is {}; prepare the data "
@@ -52,7 +61,19 @@ Result<TokenDataset> OpenTokenData(const std::string& path, const std::string& s
 Result<TrainingData> OpenTrainingData(const DataConfig& config, const std::string& base_dir, int64_t vocab_size,
                                       int64_t seq_len) {
   TrainingData data;
+  // A tokenizer.json (or a model folder holding one) names the tokenizer the data must come from.
+  ExpectedTokenizer expected;
+  if (config.tokenizer != "byte" && fs::path(config.tokenizer).extension() != ".model") {
+    const std::string where = Resolve(config.tokenizer, base_dir);
+    MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<HfTokenizer> t, HfTokenizer::Load(where));
+    expected = {where, t->hash()};
+  }
   if (config.train == "builtin") {
+    if (!expected.hash.empty())
+      return Status::InvalidArgument(fmt::format(
+          "[data] train = \"builtin\" is the built-in corpus in bytes, but the run tokenizes with {}; prepare text "
+          "with it (motley data prepare --tokenizer {} --input TEXT -o DIR) and set [data] train = \"DIR\"",
+          expected.name, expected.name));
     ByteTokenizer bytes;
     if (vocab_size < bytes.vocab_size())
       return Status::InvalidArgument(fmt::format(
@@ -68,14 +89,14 @@ Result<TrainingData> OpenTrainingData(const DataConfig& config, const std::strin
     if (config.validation.empty()) data.validation = TokenDataset::FromTokens(std::move(val), "built-in corpus (validation)");
   } else {
     const std::string path = Resolve(config.train, base_dir);
-    MOTLEY_ASSIGN_OR_RETURN(data.train, OpenTokenData(path, "train", vocab_size));
+    MOTLEY_ASSIGN_OR_RETURN(data.train, OpenTokenData(path, "train", vocab_size, expected));
     std::error_code ec;
     if (config.validation.empty() && fs::is_directory(path, ec)) {
-      MOTLEY_ASSIGN_OR_RETURN(data.validation, OpenTokenData(path, "val", vocab_size));
+      MOTLEY_ASSIGN_OR_RETURN(data.validation, OpenTokenData(path, "val", vocab_size, expected));
     }
   }
   if (!config.validation.empty()) {
-    MOTLEY_ASSIGN_OR_RETURN(data.validation, OpenTokenData(Resolve(config.validation, base_dir), "val", vocab_size));
+    MOTLEY_ASSIGN_OR_RETURN(data.validation, OpenTokenData(Resolve(config.validation, base_dir), "val", vocab_size, expected));
   }
   MOTLEY_RETURN_IF_ERROR(CheckLength(data.train, seq_len));
   if (data.validation) MOTLEY_RETURN_IF_ERROR(CheckLength(*data.validation, seq_len));

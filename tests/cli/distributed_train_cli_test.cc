@@ -537,6 +537,38 @@ num_microbatches = [6, 6]
   EXPECT_CONTAINS(r.output, "ties them (tie_embeddings = true), so both groups must split its vocabulary alike");
 }
 
+// Starting from a Hugging Face folder (#47): a fine-tune under a ZeRO-3, a pipeline and a
+// tensor-parallel plan — each rank reading only the tensors its part holds — ends 5 steps with
+// the parameters and moments of one process started from the same folder (fp64). The folder is a
+// trained model exported as Hugging Face tools write it (config.json and model.safetensors only).
+TEST_F(DistributedEquivalence, AFineTuneFromAHuggingFaceFolderMatchesOneProcessUnderEveryFamily) {
+  CliRun r = Motley("checkpoint export " + Reference(0, true) + "/step-000005 hf-start", false, dir_->path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::remove(dir_->path() / "hf-start" / "trainer_state.json");
+  fs::remove(dir_->path() / "hf-start" / "optimizer.safetensors");
+  const std::string hf = dir_->Join("hf-start");
+  for (double clip : {0.0, 1.0}) {
+    const std::string name = std::string("ft-ref-clip") + (clip > 0 ? "1" : "0");
+    dir_->Write(name + ".toml", Job(dir_->Join(name), clip, true));
+    r = Motley("train " + name + ".toml --single-process --init-from " + hf + " --metrics " + name + ".jsonl", false,
+               dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  // The fine-tune started from the folder, not from the seed: it differs from the run the folder
+  // came from at the same step count.
+  EXPECT_GT(MaxRelativeDifference(dir_->Join("ft-ref-clip0/step-000005/model.safetensors"),
+                                  dir_->Join(Reference(0, true) + "/step-000005/model.safetensors")),
+            1e-3);
+  for (const char* plan : {"dp3-zero3-uneven", "pipeline2-gpipe", "tp2-zero0"}) {
+    const PlanCase& c = Case(plan);
+    auto d = Train(c, std::string("ft-") + plan, std::string("ft-ref-clip") + (c.clip > 0 ? "1" : "0"),
+                   "--init-from " + hf);
+    ASSERT_TRUE(d) << plan;
+    EXPECT_LT(d->params, kFp64Tolerance) << plan;
+    EXPECT_LT(d->moments, kFp64Tolerance) << plan;
+  }
+}
+
 TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
   // The plan's batch differs from the job's.
   const std::string plan = dir_->Write("bad.plan.toml", PlanHeader() +

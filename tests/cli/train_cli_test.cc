@@ -1,4 +1,5 @@
 // End-to-end tests of `motley data prepare`, `motley train` and `motley eval`.
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <sstream>
@@ -104,6 +105,64 @@ TEST(TrainCli, PrepareTrainResumeAndEvaluate) {
   EXPECT_EQ(hf.exit_code, 1) << hf.output;
   EXPECT_CONTAINS(hf.output, "holds an implausibly large value (largest magnitude 3.39");
   EXPECT_CONTAINS(hf.output, "the file is taken for corrupted; download or export it again");
+}
+
+// `motley train --init-from` and [model] init_from (#47): the first step trains the folder's
+// weights — on data whose every window is alike, its loss is `motley eval` of the folder — and a
+// shape the job gives that disagrees with the folder's config.json is one error naming both.
+TEST(TrainCli, AFineTuneStartsFromTheFoldersWeights) {
+  TempDir dir;
+  // A folder as Hugging Face tools write one: a short run's weights, config.json and model.safetensors.
+  const std::string text = dir.Write("text.txt", SmallText());
+  ASSERT_EQ(Motley("data prepare --input " + text + " -o " + dir.Join("data")).exit_code, 0);
+  const std::string job = dir.Write("job.toml", JobToml(dir, 2));
+  CliRun first = Motley("train " + job + " --single-process");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  fs::create_directories(dir.Join("hf"));
+  for (const char* name : {"config.json", "model.safetensors"})
+    fs::copy_file(dir.Join("run/step-000002/") + name, dir.Join("hf/") + name);
+  // Data of one repeated byte: every training window is the first validation window.
+  ASSERT_EQ(Motley("data prepare --input " + dir.Write("same.txt", std::string(8000, 'e')) + " -o " + dir.Join("same"))
+                .exit_code,
+            0);
+  const std::string ft = dir.Write(
+      "ft.toml", "model = \"llama-1m\"\ncluster = \"local-emulated\"\n[training]\nsteps = 1\nseq_len = 64\n"
+                 "global_batch_sequences = 4\nprecision = \"fp32\"\n[data]\ntrain = \"same\"\n"
+                 "validation_interval_steps = 0\n[checkpoint]\ndir = \"" + dir.Join("ft") + "\"\n");
+  CliRun tuned = Motley("train " + ft + " --single-process --no-validation --init-from " + dir.Join("hf"));
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  double first_loss = -1;
+  for (const auto& m : ReadJsonLines(dir.Join("ft") + "/metrics.jsonl"))
+    if (m.contains("loss") && m["step"] == 1) first_loss = m["loss"].get<double>();
+  CliRun eval = Motley("eval --checkpoint " + dir.Join("hf") + " --data " + dir.Join("same") +
+                           " --seq-len 64 --num-sequences 4 --json",
+                       /*stdout_only=*/true);
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  const double eval_loss = nlohmann::json::parse(eval.output)["loss"].get<double>();
+  EXPECT_NEAR(first_loss, eval_loss, 1e-5 * eval_loss);
+  // Without the folder the same job starts from random weights: a loss near ln(256).
+  CliRun scratch = Motley("train " + ft + " --single-process --no-validation --overwrite");
+  ASSERT_EQ(scratch.exit_code, 0) << scratch.output;
+  for (const auto& m : ReadJsonLines(dir.Join("ft") + "/metrics.jsonl")) {
+    if (m.contains("loss") && m["step"] == 1) EXPECT_GT(std::abs(m["loss"].get<double>() - eval_loss), 0.1);
+  }
+
+  // [model] init_from in the job file, relative to it; a shape that disagrees is refused, naming both.
+  const std::string in_job = dir.Write(
+      "in-job.toml", "cluster = \"local-emulated\"\n[model]\ninit_from = \"hf\"\nshape = \"llama-tiny\"\n"
+                     "[training]\nsteps = 1\nseq_len = 16\nglobal_batch_sequences = 4\nprecision = \"fp32\"\n");
+  CliRun bad = Motley("train " + in_job + " --single-process");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_CONTAINS(bad.output, "in-job.toml:3:");
+  EXPECT_CONTAINS(bad.output, "the job's model");
+  EXPECT_CONTAINS(bad.output, "llama-tiny and " + dir.Join("hf") + "/config.json disagree (hidden_size 32 vs 128");
+  CliRun wrong = Motley("train " + job + " --single-process --init-from " + dir.Join("data"));
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_CONTAINS(wrong.output, "not a Hugging Face model folder (no config.json)");
+  CliRun other = Motley("validate " + dir.Write("ok-job.toml", "cluster = \"local-emulated\"\n[model]\ninit_from = "
+                                                               "\"hf\"\n[training]\nsteps = 1\nseq_len = 16\n"
+                                                               "global_batch_sequences = 4\nprecision = \"fp32\"\n"));
+  EXPECT_EQ(other.exit_code, 0) << other.output;
 }
 
 // A `latest` naming a 5,000-character folder (the filesystem refused it with an exception that

@@ -213,6 +213,10 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   // the moments after) — the same files a single-process run writes and reads.
   TrainerState loaded;
   std::map<std::string, torch::Tensor> exp_avg, exp_avg_sq;
+  // Starting from a Hugging Face folder: each rank reads only the tensors its part of the plan holds.
+  if (!job.init_from.empty() && options.resume.empty()) {
+    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(job.init_from, *model, RankParameterNames(schedule_, comm_->rank(), *model)));
+  }
   if (!options.resume.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(options.resume));
     // Only the parameters this rank holds are read (from a sharded checkpoint: only the files that

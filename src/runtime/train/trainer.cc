@@ -109,6 +109,8 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   state.precision = std::string(PrecisionName(tc.precision));
   state.job_file = job.file;
   LossScaler scaler;
+  // A Hugging Face folder to start from (converted to the run's master precision as it is read).
+  if (!job.init_from.empty() && options.resume.empty()) MOTLEY_RETURN_IF_ERROR(LoadModelWeights(job.init_from, *model));
   if (!options.resume.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(options.resume));
     MOTLEY_ASSIGN_OR_RETURN(ModelSpec saved, LoadCheckpointModelSpec(dir));

@@ -1,0 +1,726 @@
+#include "data/hf_tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/json_read.h"
+#include "core/toml_reader.h"
+#include "data/utf8.h"
+
+namespace motley {
+namespace fs = std::filesystem;
+
+namespace {
+
+// A compiled PCRE2 pattern (UTF, UCP: \p{L}, \s and \d by Unicode), JIT-compiled when it can be.
+class Regex {
+ public:
+  static Result<std::shared_ptr<Regex>> Compile(const std::string& pattern, const std::string& where) {
+    int error = 0;
+    PCRE2_SIZE offset = 0;
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                     PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+    if (code == nullptr) {
+      std::array<PCRE2_UCHAR, 256> message{};
+      pcre2_get_error_message(error, message.data(), message.size());
+      return Status::InvalidArgument(fmt::format("{}: the regular expression {} does not compile at offset {}: {}",
+                                                 where, nlohmann::json(pattern).dump(), offset,
+                                                 reinterpret_cast<const char*>(message.data())));
+    }
+    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // without JIT (unsupported CPU) it still matches
+    return std::shared_ptr<Regex>(new Regex(code));
+  }
+  ~Regex() { pcre2_code_free(code_); }
+
+  /// Every match of the pattern in `text` (valid UTF-8), as [begin, end) byte ranges, left to right.
+  void Matches(std::string_view text, std::vector<std::pair<size_t, size_t>>* out) const {
+    thread_local std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
+        pcre2_match_data_create(1, nullptr), &pcre2_match_data_free);
+    size_t at = 0;
+    while (at <= text.size()) {
+      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at,
+                                 PCRE2_NO_UTF_CHECK, data.get(), nullptr);
+      if (rc < 0) break;  // PCRE2_ERROR_NOMATCH, or a limit: the rest is one gap
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.get());
+      if (ov[1] > ov[0]) {
+        out->emplace_back(ov[0], ov[1]);
+        at = ov[1];
+      } else {  // an empty match: step over one code point
+        at = ov[0] + (ov[0] < text.size() ? Utf8Length(static_cast<unsigned char>(text[ov[0]])) : 1);
+      }
+    }
+  }
+
+ private:
+  explicit Regex(pcre2_code* code) : code_(code) {}
+  pcre2_code* code_;
+};
+
+// GPT-2's byte-level alphabet: printable bytes stand for themselves, the rest for code points from
+// 256 up, so that every byte is a visible character in vocabulary files.
+struct ByteAlphabet {
+  std::array<uint32_t, 256> to_cp{};
+  std::unordered_map<uint32_t, uint8_t> to_byte;
+  ByteAlphabet() {
+    uint32_t extra = 256;
+    for (uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      to_cp[b] = printable ? b : extra++;
+      to_byte[to_cp[b]] = static_cast<uint8_t>(b);
+    }
+  }
+};
+const ByteAlphabet& Bytes() {
+  static const ByteAlphabet alphabet;
+  return alphabet;
+}
+
+// GPT-2's pre-tokenizer pattern, which ByteLevel uses when its use_regex is true.
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kMetaspace = "\xE2\x96\x81";  // ▁
+
+struct Normalizer {
+  enum class Kind { kPrepend, kReplace } kind;
+  std::string text, content;  // Prepend: text; Replace: text -> content (a literal)
+  std::shared_ptr<Regex> regex;  // Replace with a Regex pattern
+};
+
+struct PreTokenizer {
+  enum class Kind { kSplit, kByteLevel, kMetaspace } kind = Kind::kSplit;
+  std::shared_ptr<Regex> regex;  // Split (its pattern), ByteLevel with use_regex
+  bool remove = false;           // Split: behaviour "Removed" (else "Isolated")
+  bool invert = false;           // Split: the gaps are the pieces
+  bool add_prefix_space = false;  // ByteLevel
+  std::string replacement;        // Metaspace
+  std::string prepend_scheme;     // Metaspace: always, first, never
+  bool split = true;              // Metaspace
+};
+
+struct Decoder {
+  enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace };
+  Decoder(Kind k, std::string p = "", std::string c = "", int begin = 0, int end = 0)
+      : kind(k), pattern(std::move(p)), content(std::move(c)), start(begin), stop(end) {}
+  Kind kind;
+  std::string pattern, content;  // Replace; Strip's content; Metaspace's replacement
+  int start = 0, stop = 0;       // Strip
+  bool prepend = true;           // Metaspace: strip the first token's leading space
+};
+
+struct AddedToken {
+  std::string content;
+  uint32_t id = 0;
+  bool special = false;
+};
+
+}  // namespace
+
+struct HfTokenizer::Impl {
+  bool byte_level = false;  // the vocabulary is written in the byte alphabet
+  bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
+  int64_t unk_id = -1;
+  std::unordered_map<std::string, uint32_t> piece_to_id;  // byte-level: by raw bytes
+  std::vector<std::string> id_to_piece;                   // byte-level: raw bytes
+  std::vector<bool> is_added;                             // by id: an added token (decoded as its content)
+  std::array<int64_t, 256> byte_id{};                     // byte-level: each byte's token; else <0xXX>
+  BpeMerges merges;
+  std::vector<Normalizer> normalizers;
+  std::vector<PreTokenizer> pre_tokenizers;
+  std::vector<Decoder> decoders;
+  std::vector<AddedToken> added;                          // longest first
+  std::array<std::vector<const AddedToken*>, 256> added_by_first{};
+  // Words seen before (byte-level pre-tokenized text repeats its words): their ids.
+  mutable std::mutex cache_mutex;
+  mutable std::unordered_map<std::string, std::vector<uint32_t>> cache;
+
+  std::string Normalize(std::string text) const;
+  // Pieces of one segment (between added tokens); `first`: the segment starts the input.
+  std::vector<std::string> PreTokenize(std::string text, bool first) const;
+  void EncodeWord(const std::string& word, std::vector<uint32_t>* out) const;
+};
+
+namespace {
+
+std::string ReplaceAll(std::string_view text, std::string_view from, std::string_view to) {
+  if (from.empty()) return std::string(text);
+  std::string out;
+  size_t at = 0;
+  for (size_t hit; (hit = text.find(from, at)) != std::string_view::npos; at = hit + from.size()) {
+    out.append(text.substr(at, hit - at));
+    out.append(to);
+  }
+  out.append(text.substr(at));
+  return out;
+}
+
+// Splits `pieces` further: each piece's matches of `regex` and the gaps between them.
+std::vector<std::string> SplitPieces(const std::vector<std::string>& pieces, const Regex& regex, bool remove,
+                                     bool invert) {
+  std::vector<std::string> out;
+  std::vector<std::pair<size_t, size_t>> matches;
+  for (const std::string& p : pieces) {
+    matches.clear();
+    regex.Matches(p, &matches);
+    size_t at = 0;
+    for (const auto& [b, e] : matches) {
+      if (b > at) out.push_back(p.substr(at, b - at));
+      if (!(remove || invert)) out.push_back(p.substr(b, e - b));
+      at = e;
+    }
+    if (at < p.size()) out.push_back(p.substr(at));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string HfTokenizer::Impl::Normalize(std::string text) const {
+  for (const Normalizer& n : normalizers) {
+    if (n.kind == Normalizer::Kind::kPrepend) {
+      if (!text.empty()) text = n.text + text;
+    } else if (n.regex) {
+      std::vector<std::pair<size_t, size_t>> matches;
+      n.regex->Matches(text, &matches);
+      std::string out;
+      size_t at = 0;
+      for (const auto& [b, e] : matches) out += text.substr(at, b - at) + n.content, at = e;
+      text = out + text.substr(at);
+    } else {
+      text = ReplaceAll(text, n.text, n.content);
+    }
+  }
+  return text;
+}
+
+std::vector<std::string> HfTokenizer::Impl::PreTokenize(std::string text, bool first) const {
+  std::vector<std::string> pieces = {std::move(text)};
+  for (const PreTokenizer& p : pre_tokenizers) {
+    switch (p.kind) {
+      case PreTokenizer::Kind::kSplit:
+        pieces = SplitPieces(pieces, *p.regex, p.remove, p.invert);
+        break;
+      case PreTokenizer::Kind::kByteLevel:
+        if (p.add_prefix_space)
+          for (std::string& s : pieces)
+            if (s.empty() || s[0] != ' ') s = " " + s;
+        if (p.regex) pieces = SplitPieces(pieces, *p.regex, false, false);
+        break;
+      case PreTokenizer::Kind::kMetaspace: {
+        std::vector<std::string> out;
+        for (std::string& s : pieces) {
+          s = ReplaceAll(s, " ", p.replacement);
+          const bool prepend = p.prepend_scheme == "always" || (p.prepend_scheme == "first" && first);
+          if (prepend && s.rfind(p.replacement, 0) != 0) s = p.replacement + s;
+          first = false;
+          if (!p.split) {
+            out.push_back(s);
+            continue;
+          }
+          // Each replacement starts a piece (merged with what follows it).
+          size_t at = 0;
+          for (size_t hit = s.find(p.replacement, 1); hit != std::string::npos; hit = s.find(p.replacement, hit + 1)) {
+            if (hit > at) out.push_back(s.substr(at, hit - at));
+            at = hit;
+          }
+          out.push_back(s.substr(at));
+        }
+        pieces = std::move(out);
+        break;
+      }
+    }
+  }
+  pieces.erase(std::remove_if(pieces.begin(), pieces.end(), [](const std::string& s) { return s.empty(); }),
+               pieces.end());
+  return pieces;
+}
+
+void HfTokenizer::Impl::EncodeWord(const std::string& word, std::vector<uint32_t>* out) const {
+  if (ignore_merges) {
+    if (auto it = piece_to_id.find(word); it != piece_to_id.end()) {
+      out->push_back(it->second);
+      return;
+    }
+  }
+  std::vector<uint32_t> symbols;
+  symbols.reserve(word.size());
+  if (byte_level) {
+    for (unsigned char b : word) symbols.push_back(static_cast<uint32_t>(byte_id[b]));
+  } else {
+    bool last_unk = false;
+    for (size_t at = 0; at < word.size();) {
+      const size_t len = Utf8Length(static_cast<unsigned char>(word[at]));
+      auto it = piece_to_id.find(word.substr(at, len));
+      if (it != piece_to_id.end()) {
+        symbols.push_back(it->second);
+        last_unk = false;
+      } else if (byte_fallback && std::all_of(word.begin() + static_cast<std::ptrdiff_t>(at),
+                                              word.begin() + static_cast<std::ptrdiff_t>(at + len),
+                                              [&](char c) { return byte_id[static_cast<unsigned char>(c)] >= 0; })) {
+        for (size_t k = at; k < at + len; ++k)
+          symbols.push_back(static_cast<uint32_t>(byte_id[static_cast<unsigned char>(word[k])]));
+        last_unk = false;
+      } else if (!(fuse_unk && last_unk)) {
+        symbols.push_back(static_cast<uint32_t>(unk_id));
+        last_unk = true;
+      }
+      at += len;
+    }
+  }
+  merges.Apply(&symbols);
+  out->insert(out->end(), symbols.begin(), symbols.end());
+}
+
+HfTokenizer::HfTokenizer() = default;
+HfTokenizer::~HfTokenizer() = default;
+
+Status HfTokenizer::Encode(std::string_view raw, std::vector<uint32_t>* out) const {
+  int64_t replaced = 0;
+  const std::string text = ReplaceInvalidUtf8(raw, &replaced);
+  replaced_ += replaced;
+  const Impl& im = *impl_;
+  // Segments between added tokens, the longest added token at the leftmost place first.
+  auto encode_segment = [&](std::string_view segment, bool first) {
+    if (segment.empty()) return;
+    std::string normalized = im.Normalize(std::string(segment));
+    for (const std::string& piece : im.PreTokenize(std::move(normalized), first)) {
+      if (piece.size() > 64) {  // long pieces (a whole sentencepiece-style document) are not cached
+        im.EncodeWord(piece, out);
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(im.cache_mutex);
+        if (auto it = im.cache.find(piece); it != im.cache.end()) {
+          out->insert(out->end(), it->second.begin(), it->second.end());
+          continue;
+        }
+      }
+      const size_t begin = out->size();
+      im.EncodeWord(piece, out);
+      std::lock_guard<std::mutex> lock(im.cache_mutex);
+      if (im.cache.size() < (1u << 20))
+        im.cache.emplace(piece, std::vector<uint32_t>(out->begin() + static_cast<std::ptrdiff_t>(begin), out->end()));
+    }
+  };
+  size_t at = 0, segment_start = 0;
+  bool first = true;
+  while (at < text.size()) {
+    const AddedToken* hit = nullptr;
+    for (const AddedToken* t : im.added_by_first[static_cast<unsigned char>(text[at])])
+      if (text.compare(at, t->content.size(), t->content) == 0) {
+        hit = t;
+        break;
+      }
+    if (hit == nullptr) {
+      ++at;
+      continue;
+    }
+    encode_segment(std::string_view(text).substr(segment_start, at - segment_start), first);
+    out->push_back(hit->id);
+    first = false;
+    at += hit->content.size();
+    segment_start = at;
+  }
+  encode_segment(std::string_view(text).substr(segment_start), first);
+  return Status::Ok();
+}
+
+std::string HfTokenizer::Decode(const std::vector<uint32_t>& ids) const {
+  const Impl& im = *impl_;
+  std::vector<std::string> tokens;
+  for (uint32_t id : ids) tokens.push_back(id < im.id_to_piece.size() ? im.id_to_piece[id] : std::string("\xEF\xBF\xBD"));
+  if (im.byte_level) {  // pieces are raw bytes already
+    std::string text;
+    for (const std::string& t : tokens) text += t;
+    return text;
+  }
+  for (const Decoder& d : im.decoders) {
+    switch (d.kind) {
+      case Decoder::Kind::kByteLevel:
+        break;
+      case Decoder::Kind::kReplace:
+        for (std::string& t : tokens) t = ReplaceAll(t, d.pattern, d.content);
+        break;
+      case Decoder::Kind::kByteFallback: {
+        // Runs of <0xXX> tokens become their bytes; a run that is not UTF-8 becomes U+FFFD per byte.
+        std::vector<std::string> out;
+        std::string bytes;
+        int run = 0;
+        auto flush = [&] {
+          if (run == 0) return;
+          int64_t bad = 0;
+          std::string valid = ReplaceInvalidUtf8(bytes, &bad);
+          if (bad > 0) {
+            valid.clear();
+            for (int k = 0; k < run; ++k) valid += "\xEF\xBF\xBD";
+          }
+          out.push_back(valid);
+          bytes.clear();
+          run = 0;
+        };
+        for (const std::string& t : tokens) {
+          unsigned value = 0;
+          if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>' &&
+              std::sscanf(t.c_str() + 3, "%2X", &value) == 1) {
+            bytes.push_back(static_cast<char>(value));
+            ++run;
+          } else {
+            flush();
+            out.push_back(t);
+          }
+        }
+        flush();
+        tokens = std::move(out);
+        break;
+      }
+      case Decoder::Kind::kFuse: {
+        std::string all;
+        for (const std::string& t : tokens) all += t;
+        tokens = {all};
+        break;
+      }
+      case Decoder::Kind::kStrip:
+        for (std::string& t : tokens) {
+          int start = 0, stop = 0;
+          while (start < d.start && t.compare(static_cast<size_t>(start) * d.content.size(), d.content.size(), d.content) == 0) ++start;
+          t.erase(0, static_cast<size_t>(start) * d.content.size());
+          while (stop < d.stop && t.size() >= d.content.size() &&
+                 t.compare(t.size() - d.content.size(), d.content.size(), d.content) == 0) {
+            t.erase(t.size() - d.content.size());
+            ++stop;
+          }
+        }
+        break;
+      case Decoder::Kind::kMetaspace:
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          tokens[i] = ReplaceAll(tokens[i], d.content, " ");
+          if (i == 0 && d.prepend && !tokens[i].empty() && tokens[i][0] == ' ') tokens[i].erase(0, 1);
+        }
+        break;
+    }
+  }
+  std::string text;
+  for (const std::string& t : tokens) text += t;
+  return text;
+}
+
+// ---- Loading ------------------------------------------------------------------------------------
+
+namespace {
+
+// One error, naming the file, the component's place and what motley supports.
+Status Unsupported(const std::string& file, const std::string& where, const std::string& what,
+                   const std::string& supported) {
+  return Status::InvalidArgument(
+      fmt::format("{}: {}: {} is not supported; motley reads {}", file, where, what, supported));
+}
+
+std::string TypeOf(const nlohmann::json& j) { return j.is_object() ? j.value("type", std::string("?")) : j.dump(); }
+
+// A token named in tokenizer_config.json / special_tokens_map.json: "text" or {"content": "text"}.
+std::optional<std::string> TokenText(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  return std::nullopt;
+}
+
+Result<nlohmann::json> ReadJsonFile(const fs::path& path) {
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path.string()));
+  return ParseJson(text, path.string());
+}
+
+uint64_t Fnv1a(std::string_view bytes, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path) {
+  fs::path file(path);
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) file /= "tokenizer.json";
+  if (!fs::is_regular_file(file, ec))
+    return Status::NotFound(fmt::format("{}: no tokenizer.json (give a Hugging Face model folder or its tokenizer.json)",
+                                        file.string()));
+  const std::string where = file.string();
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(where));
+  MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, where));
+  std::unique_ptr<HfTokenizer> t(new HfTokenizer());
+  t->path_ = where;
+  t->impl_ = std::make_unique<Impl>();
+  Impl& im = *t->impl_;
+  const ByteAlphabet& alphabet = Bytes();
+
+  try {
+    // The model: BPE only.
+    const nlohmann::json& model = j.at("model");
+    if (TypeOf(model) != "BPE")
+      return Unsupported(where, "model.type", nlohmann::json(TypeOf(model)).dump(), "BPE models (Llama 2, Llama 3)");
+    // The vocabulary is byte-level when a ByteLevel pre-tokenizer or decoder says so.
+    const std::string dump_pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"].dump() : "";
+    const std::string dump_dec = j.contains("decoder") ? j["decoder"].dump() : "";
+    im.byte_level = dump_pre.find("\"ByteLevel\"") != std::string::npos ||
+                    dump_dec.find("\"ByteLevel\"") != std::string::npos;
+    im.byte_fallback = model.value("byte_fallback", false);
+    im.fuse_unk = model.value("fuse_unk", false);
+    im.ignore_merges = model.value("ignore_merges", false);
+    if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0.0)
+      return Unsupported(where, "model.dropout", model["dropout"].dump(), "BPE without dropout");
+
+    auto to_piece = [&](const std::string& s) -> Result<std::string> {
+      if (!im.byte_level) return s;
+      std::string bytes;
+      for (size_t at = 0; at < s.size(); at += Utf8Length(static_cast<unsigned char>(s[at]))) {
+        auto it = alphabet.to_byte.find(DecodeUtf8(s, at));
+        if (it == alphabet.to_byte.end())
+          return Status::InvalidArgument(fmt::format(
+              "{}: model.vocab: {} is not written in the byte-level alphabet its ByteLevel pre-tokenizer uses",
+              where, nlohmann::json(s).dump()));
+        bytes.push_back(static_cast<char>(it->second));
+      }
+      return bytes;
+    };
+    int64_t max_id = -1;
+    std::vector<std::pair<std::string, uint32_t>> vocab;
+    for (const auto& [key, value] : model.at("vocab").items()) {
+      if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= (int64_t{1} << 31))
+        return Status::InvalidArgument(fmt::format("{}: model.vocab[{}]: expected a token id, got {}", where,
+                                                   nlohmann::json(key).dump(), value.dump()));
+      MOTLEY_ASSIGN_OR_RETURN(std::string piece, to_piece(key));
+      vocab.emplace_back(std::move(piece), value.get<uint32_t>());
+      max_id = std::max<int64_t>(max_id, value.get<int64_t>());
+    }
+    std::vector<AddedToken> added;
+    if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+      for (const auto& a : j["added_tokens"]) {
+        AddedToken token{a.at("content").get<std::string>(), a.at("id").get<uint32_t>(), a.value("special", false)};
+        if (token.content.empty())
+          return Status::InvalidArgument(fmt::format("{}: added_tokens: token {} has empty content", where, token.id));
+        max_id = std::max<int64_t>(max_id, token.id);
+        added.push_back(std::move(token));
+      }
+    }
+    if (max_id < 0) return Status::InvalidArgument(fmt::format("{}: model.vocab is empty", where));
+    t->vocab_size_ = max_id + 1;
+    im.id_to_piece.assign(static_cast<size_t>(max_id + 1), std::string());
+    im.is_added.assign(static_cast<size_t>(max_id + 1), false);
+    for (auto& [piece, id] : vocab) {
+      im.id_to_piece[id] = piece;
+      im.piece_to_id.emplace(std::move(piece), id);
+    }
+    for (const AddedToken& a : added) {
+      im.id_to_piece[a.id] = a.content;
+      im.is_added[a.id] = true;
+    }
+    im.byte_id.fill(-1);
+    for (int b = 0; b < 256; ++b) {
+      const std::string key = im.byte_level ? std::string(1, static_cast<char>(b)) : fmt::format("<0x{:02X}>", b);
+      if (auto it = im.piece_to_id.find(key); it != im.piece_to_id.end()) im.byte_id[static_cast<size_t>(b)] = it->second;
+      else if (im.byte_level)
+        return Status::InvalidArgument(fmt::format(
+            "{}: model.vocab lacks the byte {:#04x}: a byte-level vocabulary holds all 256 bytes", where, b));
+    }
+    if (model.contains("unk_token") && model["unk_token"].is_string()) {
+      auto it = im.piece_to_id.find(model["unk_token"].get<std::string>());
+      if (it != im.piece_to_id.end()) im.unk_id = it->second;
+    }
+    if (!im.byte_level && im.unk_id < 0 && !im.byte_fallback)
+      return Status::InvalidArgument(fmt::format(
+          "{}: model: neither unk_token nor byte_fallback: text outside the vocabulary could not be encoded", where));
+    // Merges: "a b" strings (older files) or ["a", "b"] pairs.
+    for (const auto& m : model.at("merges")) {
+      std::string a, b;
+      if (m.is_string()) {
+        const std::string s = m.get<std::string>();
+        const size_t space = s.find(' ', 1);
+        if (space == std::string::npos)
+          return Status::InvalidArgument(fmt::format("{}: model.merges: {} is not \"left right\"", where, m.dump()));
+        a = s.substr(0, space), b = s.substr(space + 1);
+      } else if (m.is_array() && m.size() == 2) {
+        a = m[0].get<std::string>(), b = m[1].get<std::string>();
+      } else {
+        return Status::InvalidArgument(fmt::format("{}: model.merges: {} is not a pair", where, m.dump()));
+      }
+      MOTLEY_ASSIGN_OR_RETURN(std::string pa, to_piece(a));
+      MOTLEY_ASSIGN_OR_RETURN(std::string pb, to_piece(b));
+      auto ia = im.piece_to_id.find(pa), ib = im.piece_to_id.find(pb), im_ = im.piece_to_id.find(pa + pb);
+      if (ia == im.piece_to_id.end() || ib == im.piece_to_id.end() || im_ == im.piece_to_id.end())
+        return Status::InvalidArgument(fmt::format("{}: model.merges: {} names a token the vocabulary lacks", where,
+                                                   m.dump()));
+      im.merges.Add(ia->second, ib->second, im_->second);
+    }
+
+    // Normalizers.
+    std::function<Status(const nlohmann::json&, const std::string&)> normalizer =
+        [&](const nlohmann::json& n, const std::string& at) -> Status {
+      if (n.is_null()) return Status::Ok();
+      const std::string type = TypeOf(n);
+      if (type == "Sequence") {
+        for (size_t i = 0; i < n.at("normalizers").size(); ++i)
+          MOTLEY_RETURN_IF_ERROR(normalizer(n["normalizers"][i], fmt::format("{}.normalizers[{}]", at, i)));
+      } else if (type == "Prepend") {
+        im.normalizers.push_back({Normalizer::Kind::kPrepend, n.at("prepend").get<std::string>(), "", nullptr});
+      } else if (type == "Replace") {
+        const nlohmann::json& p = n.at("pattern");
+        Normalizer r{Normalizer::Kind::kReplace, "", n.at("content").get<std::string>(), nullptr};
+        if (p.contains("String")) {
+          r.text = p["String"].get<std::string>();
+        } else {
+          MOTLEY_ASSIGN_OR_RETURN(r.regex, Regex::Compile(p.at("Regex").get<std::string>(), where + ": " + at));
+        }
+        im.normalizers.push_back(std::move(r));
+      } else {
+        return Unsupported(where, at, fmt::format("normalizer {}", nlohmann::json(type).dump()),
+                           "the normalizers Sequence, Prepend and Replace (Llama 2 and 3 use no others)");
+      }
+      return Status::Ok();
+    };
+    if (j.contains("normalizer")) MOTLEY_RETURN_IF_ERROR(normalizer(j["normalizer"], "normalizer"));
+
+    // Pre-tokenizers.
+    std::function<Status(const nlohmann::json&, const std::string&)> pre =
+        [&](const nlohmann::json& p, const std::string& at) -> Status {
+      if (p.is_null()) return Status::Ok();
+      const std::string type = TypeOf(p);
+      if (type == "Sequence") {
+        for (size_t i = 0; i < p.at("pretokenizers").size(); ++i)
+          MOTLEY_RETURN_IF_ERROR(pre(p["pretokenizers"][i], fmt::format("{}.pretokenizers[{}]", at, i)));
+      } else if (type == "Split") {
+        PreTokenizer s;
+        s.kind = PreTokenizer::Kind::kSplit;
+        const std::string behavior = p.value("behavior", std::string("Isolated"));
+        if (behavior != "Isolated" && behavior != "Removed")
+          return Unsupported(where, at + ".behavior", nlohmann::json(behavior).dump(),
+                             "Split with the behaviours Isolated and Removed");
+        s.remove = behavior == "Removed";
+        s.invert = p.value("invert", false);
+        if (s.invert)
+          return Unsupported(where, at + ".invert", "true", "Split with invert false");
+        const nlohmann::json& pattern = p.at("pattern");
+        std::string regex = pattern.contains("Regex") ? pattern["Regex"].get<std::string>() : std::string();
+        if (pattern.contains("String")) {  // a literal: quoted for PCRE2
+          regex = "\\Q" + pattern["String"].get<std::string>() + "\\E";
+        }
+        MOTLEY_ASSIGN_OR_RETURN(s.regex, Regex::Compile(regex, where + ": " + at + ".pattern"));
+        im.pre_tokenizers.push_back(std::move(s));
+      } else if (type == "ByteLevel") {
+        PreTokenizer b;
+        b.kind = PreTokenizer::Kind::kByteLevel;
+        b.add_prefix_space = p.value("add_prefix_space", false);
+        if (p.value("use_regex", true)) {
+          MOTLEY_ASSIGN_OR_RETURN(b.regex, Regex::Compile(kGpt2Pattern, where));
+        }
+        im.pre_tokenizers.push_back(std::move(b));
+      } else if (type == "Metaspace") {
+        PreTokenizer m;
+        m.kind = PreTokenizer::Kind::kMetaspace;
+        m.replacement = p.value("replacement", std::string(kMetaspace));
+        m.prepend_scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
+        m.split = p.value("split", true);
+        if (m.prepend_scheme != "always" && m.prepend_scheme != "first" && m.prepend_scheme != "never")
+          return Unsupported(where, at + ".prepend_scheme", nlohmann::json(m.prepend_scheme).dump(),
+                             "always, first and never");
+        im.pre_tokenizers.push_back(std::move(m));
+      } else {
+        return Unsupported(where, at, fmt::format("pre-tokenizer {}", nlohmann::json(type).dump()),
+                           "the pre-tokenizers Sequence, Split, ByteLevel and Metaspace");
+      }
+      return Status::Ok();
+    };
+    if (j.contains("pre_tokenizer")) MOTLEY_RETURN_IF_ERROR(pre(j["pre_tokenizer"], "pre_tokenizer"));
+
+    // Decoders.
+    std::function<Status(const nlohmann::json&, const std::string&)> decoder =
+        [&](const nlohmann::json& d, const std::string& at) -> Status {
+      if (d.is_null()) return Status::Ok();
+      const std::string type = TypeOf(d);
+      if (type == "Sequence") {
+        for (size_t i = 0; i < d.at("decoders").size(); ++i)
+          MOTLEY_RETURN_IF_ERROR(decoder(d["decoders"][i], fmt::format("{}.decoders[{}]", at, i)));
+      } else if (type == "ByteLevel") {
+        im.decoders.push_back({Decoder::Kind::kByteLevel});
+      } else if (type == "Replace") {
+        const nlohmann::json& p = d.at("pattern");
+        if (!p.contains("String")) return Unsupported(where, at + ".pattern", p.dump(), "Replace with a String pattern");
+        im.decoders.push_back({Decoder::Kind::kReplace, p["String"].get<std::string>(), d.at("content").get<std::string>()});
+      } else if (type == "ByteFallback") {
+        im.decoders.push_back({Decoder::Kind::kByteFallback});
+      } else if (type == "Fuse") {
+        im.decoders.push_back({Decoder::Kind::kFuse});
+      } else if (type == "Strip") {
+        im.decoders.push_back({Decoder::Kind::kStrip, "", d.at("content").get<std::string>(), d.value("start", 0),
+                               d.value("stop", 0)});
+      } else if (type == "Metaspace") {
+        Decoder m{Decoder::Kind::kMetaspace, "", d.value("replacement", std::string(kMetaspace))};
+        m.prepend = d.value("prepend_scheme", std::string("always")) != "never" && d.value("add_prefix_space", true);
+        im.decoders.push_back(std::move(m));
+      } else {
+        return Unsupported(where, at, fmt::format("decoder {}", nlohmann::json(type).dump()),
+                           "the decoders Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip and Metaspace");
+      }
+      return Status::Ok();
+    };
+    if (j.contains("decoder")) MOTLEY_RETURN_IF_ERROR(decoder(j["decoder"], "decoder"));
+
+    // Added tokens, longest first where several start alike.
+    im.added = added;
+    std::stable_sort(im.added.begin(), im.added.end(),
+                     [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+    for (const AddedToken& a : im.added) im.added_by_first[static_cast<unsigned char>(a.content[0])].push_back(&a);
+
+    // BOS and EOS: tokenizer_config.json, else special_tokens_map.json, else the post-processor's
+    // template (its leading special token is BOS).
+    const fs::path folder = file.parent_path();
+    std::optional<std::string> bos, eos;
+    std::optional<bool> add_bos, add_eos;
+    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
+      if (!fs::is_regular_file(folder / name, ec)) continue;
+      MOTLEY_ASSIGN_OR_RETURN(nlohmann::json c, ReadJsonFile(folder / name));
+      if (!bos) bos = TokenText(c, "bos_token");
+      if (!eos) eos = TokenText(c, "eos_token");
+      if (!add_bos && c.contains("add_bos_token") && c["add_bos_token"].is_boolean()) add_bos = c["add_bos_token"].get<bool>();
+      if (!add_eos && c.contains("add_eos_token") && c["add_eos_token"].is_boolean()) add_eos = c["add_eos_token"].get<bool>();
+    }
+    std::optional<std::string> template_bos;
+    std::function<void(const nlohmann::json&)> find_template = [&](const nlohmann::json& p) {
+      if (!p.is_object()) return;
+      if (TypeOf(p) == "Sequence" && p.contains("processors"))
+        for (const auto& q : p["processors"]) find_template(q);
+      if (TypeOf(p) == "TemplateProcessing" && p.contains("single") && !p["single"].empty() &&
+          p["single"][0].contains("SpecialToken"))
+        template_bos = p["single"][0]["SpecialToken"].at("id").get<std::string>();
+    };
+    if (j.contains("post_processor")) find_template(j["post_processor"]);
+    if (!bos) bos = template_bos;
+    t->add_bos_ = add_bos.value_or(template_bos.has_value());
+    auto id_of = [&](const std::optional<std::string>& s, const char* what) -> Result<int64_t> {
+      if (!s) return int64_t{-1};
+      for (const AddedToken& a : im.added)
+        if (a.content == *s) return int64_t{a.id};
+      if (auto it = im.piece_to_id.find(im.byte_level ? *s : *s); it != im.piece_to_id.end()) return int64_t{it->second};
+      return Status::InvalidArgument(fmt::format("{}: the {} token {} is not in the vocabulary", where, what,
+                                                 nlohmann::json(*s).dump()));
+    };
+    MOTLEY_ASSIGN_OR_RETURN(t->bos_id_, id_of(bos, "BOS"));
+    MOTLEY_ASSIGN_OR_RETURN(t->eos_id_, id_of(eos, "EOS"));
+    if (t->bos_id_ < 0) t->add_bos_ = false;
+    (void)add_eos;  // EOS ends every document in prepared data whatever the config says
+    t->hash_ = fmt::format("{:016x}", Fnv1a(fmt::format("|bos={}|add_bos={}|eos={}", t->bos_id_, t->add_bos_, t->eos_id_),
+                                            Fnv1a(text)));
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: not a tokenizer.json motley can read: {}", where, e.what()));
+  }
+  return t;
+}
+
+}  // namespace motley
