@@ -13,6 +13,9 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/progress_line.h"
+#include "core/toml_reader.h"
+#include "data/bpe_trainer.h"
+#include "data/builtin_corpus.h"
 #include "data/data_prepare.h"
 #include "data/hf_tokenizer.h"
 #ifdef MOTLEY_WITH_SENTENCEPIECE
@@ -77,7 +80,54 @@ int RunData(const std::vector<std::string>& args) {
   prepare->add_option("--shard-tokens", options.shard_tokens, "tokens per training shard")
       ->capture_default_str()
       ->check(AtLeast(1));
+  CLI::App* train_tok = app.add_subcommand(
+      "train-tokenizer", "learn a byte-level BPE tokenizer from text: DIR/tokenizer.json (Llama 3's layout) and "
+                         "tokenizer_config.json");
+  std::vector<std::string> tok_inputs;
+  std::string tok_out;
+  BpeTrainingOptions tok_options;
+  train_tok->add_option("--input", tok_inputs, "text files, folders of them, or \"builtin\" (motley's built-in corpus)")
+      ->required()
+      ->expected(1, -1);
+  train_tok->add_option("--vocab-size", tok_options.vocab_size, "tokens: 256 bytes, the merges, BOS and EOS")
+      ->capture_default_str();
+  train_tok->add_option("-o,--output", tok_out, "the folder to write")->required();
   if (auto rc = ParseArgs(app, args)) return *rc;
+
+  if (train_tok->parsed()) {
+    std::vector<std::string> texts;
+    std::vector<std::string> files;
+    for (const std::string& in : tok_inputs) {
+      if (in == "builtin") {
+        texts.push_back(std::string(BuiltinCorpus()));
+        continue;
+      }
+      Result<std::vector<std::string>> found = ExpandInputFiles({in});
+      if (!found.ok()) {
+        fmt::print(stderr, "motley data: {}\n", found.status().message());
+        return kExitFailure;
+      }
+      files.insert(files.end(), found->begin(), found->end());
+    }
+    for (const std::string& f : files) {
+      Result<std::string> text = ReadTextFile(f);
+      if (!text.ok()) {
+        fmt::print(stderr, "motley data: {}\n", text.status().message());
+        return kExitFailure;
+      }
+      texts.push_back(std::move(*text));
+    }
+    const std::vector<std::string_view> views(texts.begin(), texts.end());
+    Result<BpeTrainingSummary> s = TrainByteLevelBpe(views, tok_out, tok_options);
+    if (!s.ok()) {
+      fmt::print(stderr, "motley data: {}\n", s.status().message());
+      return kExitFailure;
+    }
+    fmt::print("{}/tokenizer.json: byte-level BPE, {} tokens ({} merges learned from {} distinct words), BOS "
+               "<|begin_of_text|>, EOS <|end_of_text|>\n",
+               tok_out, s->vocab_size, s->merges, s->words);
+    return kExitOk;
+  }
 
   if (tokenizer_name.empty()) tokenizer_name = init_from.empty() ? "byte" : init_from;
   std::unique_ptr<Tokenizer> tokenizer;

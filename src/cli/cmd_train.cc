@@ -50,7 +50,7 @@ class ConsoleObserver : public TrainObserver {
                  m.step == m.total_steps);
   }
   void OnValidation(int64_t step, double loss) override {
-    line_.Print(fmt::format("step {}: validation loss {:.4f}", step, loss));
+    line_.Print(fmt::format("step {}: validation loss {:.4f} (perplexity {:.1f})", step, loss, std::exp(loss)));
   }
   void OnCheckpoint(const std::string& dir) override { line_.Print(fmt::format("checkpoint: {}", dir)); }
   void OnStraggler(int64_t step, int rank, const std::string& device, double slowdown, bool straggling) override {
@@ -75,7 +75,8 @@ void PrintSummary(const TrainSummary& s) {
   fmt::print("done: {} steps in {}, loss {:.4f} -> {:.4f}", s.steps_run, FormatDuration(s.wall_s), s.first_loss,
              s.last_loss);
   if (s.first_validation_loss)
-    fmt::print(", validation loss {:.4f} -> {:.4f}", *s.first_validation_loss, *s.last_validation_loss);
+    fmt::print(", validation loss {:.4f} -> {:.4f} (perplexity {:.1f} -> {:.1f})", *s.first_validation_loss,
+               *s.last_validation_loss, std::exp(*s.first_validation_loss), std::exp(*s.last_validation_loss));
   fmt::print("\n  {} tokens/s, {:.3f} model TFLOP/s ({:.3f} with recomputation)\n", Count(s.tokens_per_s),
              s.model_tflops_per_s, s.hardware_tflops_per_s);
   if (s.step_s > 0) {

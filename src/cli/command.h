@@ -40,6 +40,7 @@ int RunEval(const std::vector<std::string>& args);
 int RunLaunch(const std::vector<std::string>& args);
 int RunComm(const std::vector<std::string>& args);
 int RunCheckpoint(const std::vector<std::string>& args);
+int RunInitModel(const std::vector<std::string>& args);
 int RunProfile(const std::vector<std::string>& args);
 int RunCalibrate(const std::vector<std::string>& args);
 

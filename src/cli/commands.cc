@@ -8,7 +8,7 @@ namespace motley::cli {
 #ifdef MOTLEY_TORCH_HELPER
 namespace {
 // `motley` without libtorch: these run in `motley-torch` (torch_helper.h), named by index.
-constexpr const char* kTorchCommands[] = {"train", "eval", "profile", "comm", "checkpoint"};
+constexpr const char* kTorchCommands[] = {"train", "eval", "profile", "comm", "checkpoint", "init-model"};
 template <int kCommand>
 int RunInHelper(const std::vector<std::string>& args) {
   std::vector<std::string> all = {kTorchCommands[kCommand]};
@@ -52,10 +52,14 @@ const std::vector<Command>& Commands() {
        MOTLEY_TORCH_COMMAND(RunComm, 3)},
       {"checkpoint", "a checkpoint's contents (info), or a sharded one consolidated for Hugging Face and eval (export)",
        MOTLEY_TORCH_COMMAND(RunCheckpoint, 4)},
+      {"init-model", "write a Hugging Face model folder of freshly initialised weights for a run to start from",
+       MOTLEY_TORCH_COMMAND(RunInitModel, 5)},
 #undef MOTLEY_TORCH_COMMAND
 #endif
       {"launch", "start N local ranks of a command with the rendezvous set; stop all when one fails", &RunLaunch},
-      {"data", "prepare training data: tokenize text files into .bin shards (byte or sentencepiece)", &RunData},
+      {"data", "prepare training data (byte, sentencepiece or a model's tokenizer.json; text, folders, JSONL), "
+               "or train a tokenizer",
+       &RunData},
   };
   return commands;
 }

@@ -195,7 +195,7 @@ Status ApplyInitFrom(JobSpec* job, const std::string& dir, const std::optional<s
   job->model = from;
   // The folder's tokenizer is the run's, unless the job names another.
   if (job->data.tokenizer == "byte" && std::filesystem::is_regular_file(std::filesystem::path(dir) / "tokenizer.json", ec))
-    job->data.tokenizer = dir;
+    job->data.tokenizer = std::filesystem::absolute(dir, ec).lexically_normal().string();  // not relative to the job
   return Status::Ok();
 }
 

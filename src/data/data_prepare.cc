@@ -62,7 +62,9 @@ class ShardedWriter {
   std::vector<std::string> names_;
 };
 
-Result<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs) {
+}  // namespace
+
+Result<std::vector<std::string>> ExpandInputFiles(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
   for (const std::string& in : inputs) {
     std::error_code ec;
@@ -93,6 +95,8 @@ Result<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& in
   return files;
 }
 
+namespace {
+
 bool IsJsonl(const std::string& path) {
   const std::string ext = fs::path(path).extension().string();
   return ext == ".jsonl" || ext == ".ndjson";
@@ -111,7 +115,7 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
   PrepareProgress p;
   if (options.shard_tokens < 1)
     return Status::InvalidArgument(fmt::format("shard_tokens must be at least 1, got {}", options.shard_tokens));
-  MOTLEY_ASSIGN_OR_RETURN(const std::vector<std::string> inputs, ExpandInputs(options.inputs));
+  MOTLEY_ASSIGN_OR_RETURN(const std::vector<std::string> inputs, ExpandInputFiles(options.inputs));
   for (const std::string& in : inputs) {
     std::error_code ec;
     p.bytes_total += static_cast<int64_t>(fs::file_size(in, ec));

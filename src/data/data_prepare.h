@@ -49,6 +49,10 @@ struct PrepareSummary {
 Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenizer& tokenizer,
                                    const std::function<void(const PrepareProgress&)>& progress = {});
 
+/// Input paths as files: a folder becomes every regular file under it (hidden ones aside), in path
+/// order; a path that is neither file nor folder is an error naming it.
+Result<std::vector<std::string>> ExpandInputFiles(const std::vector<std::string>& inputs);
+
 /// The data.json of a prepared directory.
 struct DataManifest {
   std::string tokenizer;

@@ -1,8 +1,5 @@
 #include "data/hf_tokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <algorithm>
 #include <array>
 #include <filesystem>
@@ -14,6 +11,8 @@
 
 #include "core/json_read.h"
 #include "core/toml_reader.h"
+#include "data/byte_level.h"
+#include "data/regex.h"
 #include "data/utf8.h"
 
 namespace motley {
@@ -21,71 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A compiled PCRE2 pattern (UTF, UCP: \p{L}, \s and \d by Unicode), JIT-compiled when it can be.
-class Regex {
- public:
-  static Result<std::shared_ptr<Regex>> Compile(const std::string& pattern, const std::string& where) {
-    int error = 0;
-    PCRE2_SIZE offset = 0;
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                     PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
-    if (code == nullptr) {
-      std::array<PCRE2_UCHAR, 256> message{};
-      pcre2_get_error_message(error, message.data(), message.size());
-      return Status::InvalidArgument(fmt::format("{}: the regular expression {} does not compile at offset {}: {}",
-                                                 where, nlohmann::json(pattern).dump(), offset,
-                                                 reinterpret_cast<const char*>(message.data())));
-    }
-    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // without JIT (unsupported CPU) it still matches
-    return std::shared_ptr<Regex>(new Regex(code));
-  }
-  ~Regex() { pcre2_code_free(code_); }
-
-  /// Every match of the pattern in `text` (valid UTF-8), as [begin, end) byte ranges, left to right.
-  void Matches(std::string_view text, std::vector<std::pair<size_t, size_t>>* out) const {
-    thread_local std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
-        pcre2_match_data_create(1, nullptr), &pcre2_match_data_free);
-    size_t at = 0;
-    while (at <= text.size()) {
-      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at,
-                                 PCRE2_NO_UTF_CHECK, data.get(), nullptr);
-      if (rc < 0) break;  // PCRE2_ERROR_NOMATCH, or a limit: the rest is one gap
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.get());
-      if (ov[1] > ov[0]) {
-        out->emplace_back(ov[0], ov[1]);
-        at = ov[1];
-      } else {  // an empty match: step over one code point
-        at = ov[0] + (ov[0] < text.size() ? Utf8Length(static_cast<unsigned char>(text[ov[0]])) : 1);
-      }
-    }
-  }
-
- private:
-  explicit Regex(pcre2_code* code) : code_(code) {}
-  pcre2_code* code_;
-};
-
-// GPT-2's byte-level alphabet: printable bytes stand for themselves, the rest for code points from
-// 256 up, so that every byte is a visible character in vocabulary files.
-struct ByteAlphabet {
-  std::array<uint32_t, 256> to_cp{};
-  std::unordered_map<uint32_t, uint8_t> to_byte;
-  ByteAlphabet() {
-    uint32_t extra = 256;
-    for (uint32_t b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      to_cp[b] = printable ? b : extra++;
-      to_byte[to_cp[b]] = static_cast<uint8_t>(b);
-    }
-  }
-};
-const ByteAlphabet& Bytes() {
-  static const ByteAlphabet alphabet;
-  return alphabet;
-}
-
-// GPT-2's pre-tokenizer pattern, which ByteLevel uses when its use_regex is true.
-constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr const char* kMetaspace = "\xE2\x96\x81";  // ▁
 
 struct Normalizer {
@@ -459,7 +393,6 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path) 
   t->path_ = where;
   t->impl_ = std::make_unique<Impl>();
   Impl& im = *t->impl_;
-  const ByteAlphabet& alphabet = Bytes();
 
   try {
     // The model: BPE only.
@@ -479,16 +412,12 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path) 
 
     auto to_piece = [&](const std::string& s) -> Result<std::string> {
       if (!im.byte_level) return s;
-      std::string bytes;
-      for (size_t at = 0; at < s.size(); at += Utf8Length(static_cast<unsigned char>(s[at]))) {
-        auto it = alphabet.to_byte.find(DecodeUtf8(s, at));
-        if (it == alphabet.to_byte.end())
-          return Status::InvalidArgument(fmt::format(
-              "{}: model.vocab: {} is not written in the byte-level alphabet its ByteLevel pre-tokenizer uses",
-              where, nlohmann::json(s).dump()));
-        bytes.push_back(static_cast<char>(it->second));
-      }
-      return bytes;
+      std::optional<std::string> bytes = ByteLevelDecode(s);
+      if (!bytes)
+        return Status::InvalidArgument(fmt::format(
+            "{}: model.vocab: {} is not written in the byte-level alphabet its ByteLevel pre-tokenizer uses", where,
+            nlohmann::json(s).dump()));
+      return *bytes;
     };
     int64_t max_id = -1;
     std::vector<std::pair<std::string, uint32_t>> vocab;
@@ -618,7 +547,7 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path) 
         b.kind = PreTokenizer::Kind::kByteLevel;
         b.add_prefix_space = p.value("add_prefix_space", false);
         if (p.value("use_regex", true)) {
-          MOTLEY_ASSIGN_OR_RETURN(b.regex, Regex::Compile(kGpt2Pattern, where));
+          MOTLEY_ASSIGN_OR_RETURN(b.regex, Regex::Compile(kGpt2PreTokenizerPattern, where));
         }
         im.pre_tokenizers.push_back(std::move(b));
       } else if (type == "Metaspace") {

@@ -52,6 +52,9 @@ TEST(Cli, ValidateAcceptsEveryExample) {
   int count = 0;
   for (const auto& dir : {"clusters", "models", "jobs"}) {
     for (const auto& e : fs::directory_iterator(Example(dir))) {
+      // The fine-tune example starts from a folder its README set-up writes first; validated after
+      // that set-up in TrainCli.TheFineTuneExampleRunsAsTheReadmeSays.
+      if (e.path().filename() == "finetune.toml") continue;
       files += " " + e.path().string();
       ++count;
     }

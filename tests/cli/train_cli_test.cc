@@ -165,6 +165,40 @@ TEST(TrainCli, AFineTuneStartsFromTheFoldersWeights) {
   EXPECT_EQ(other.exit_code, 0) << other.output;
 }
 
+// The README's fine-tuning example, as its commands say, in a copy of the repository's layout: a
+// tokenizer trained on tinyshakespeare, a Hugging Face folder of fresh weights with it, the text
+// prepared with the folder's tokenizer, then examples/jobs/finetune.toml (shortened, one process):
+// validation perplexity falls.
+TEST(TrainCli, TheFineTuneExampleRunsAsTheReadmeSays) {
+  const fs::path shakespeare = fs::path(MOTLEY_SOURCE_DIR) / ".." / "shared" / "data" / "tinyshakespeare" / "input.txt";
+  if (!fs::exists(shakespeare)) GTEST_SKIP() << shakespeare << " is missing (the example reads it from ../shared)";
+  TempDir dir;
+  fs::create_directories(dir.path() / "examples" / "jobs");
+  fs::copy_file(Example("jobs/finetune.toml"), dir.path() / "examples" / "jobs" / "finetune.toml");
+  const std::string root = dir.path().string(), text = shakespeare.string();
+  for (const std::string& step :
+       {"data train-tokenizer --input " + text + " --vocab-size 1024 -o build/finetune/hf",
+        std::string("init-model --hf build/finetune/hf --model llama-1m"),
+        "data prepare --init-from build/finetune/hf --input " + text + " -o build/finetune/data",
+        std::string("validate examples/jobs/finetune.toml")}) {
+    CliRun r = Motley(step, false, root);
+    ASSERT_EQ(r.exit_code, 0) << step << "\n" << r.output;
+  }
+  CliRun train = Motley("train examples/jobs/finetune.toml --single-process --steps 40", false, root);
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  std::vector<double> perplexities;
+  std::istringstream lines(train.output);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t at = line.find("(perplexity ");
+    if (at != std::string::npos && line.find(": validation loss") != std::string::npos)
+      perplexities.push_back(std::stod(line.substr(at + 12)));
+  }
+  // Fresh weights start near the vocabulary's size (a uniform guess over 1,024 tokens).
+  ASSERT_GE(perplexities.size(), 2u) << train.output;
+  EXPECT_LT(perplexities.back(), perplexities.front()) << train.output;
+  EXPECT_LT(perplexities.back(), 0.5 * 1024) << train.output;
+}
+
 // A `latest` naming a 5,000-character folder (the filesystem refused it with an exception that
 // ended in "terminate called") is one clear error naming the file; meaningless step counts are
 // refused, not ignored.
