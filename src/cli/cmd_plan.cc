@@ -74,8 +74,13 @@ int RunPlan(const std::vector<std::string>& args) {
   app.add_option("--strategy", query.strategy,
                  "auto|zorse|poplar|torchtitan-het|hexiscale|cephalo|deepspeed-even|fastest-only")
       ->check(CLI::IsMember(StrategyNames()));
-  app.add_option("--precision", query.precision, "fp32, bf16, fp16 or fp64 (default bf16)")
-      ->check(CLI::IsMember(PrecisionNames()));
+  app.add_option("--precision", query.precision,
+                 "fp32, bf16, fp16 or fp64 (default bf16), or auto: bf16 where every device has it, else fp16")
+      ->check(CLI::IsMember([] {
+        std::vector<std::string> names = PrecisionNames();
+        names.push_back("auto");
+        return names;
+      }()));
   app.add_option("--profile", query.profile,
                  "measured layer times (motley profile or Zorse's model_latencies.json)");
   app.add_flag("!--no-gradient-clipping", query.gradient_clipping,
@@ -164,6 +169,7 @@ int RunPlan(const std::vector<std::string>& args) {
         fmt::print("{}: {}\n", o.strategy, o.status.ok() ? o.explain : o.status.message());
   }
   if (!chosen.status.ok()) return fail(chosen.status);
+  if (!a.precision_reason.empty()) fmt::print("precision: {}\n", a.precision_reason);
   fmt::print("plan: {} on {} ({} devices), {}: {} groups, ZeRO-{}, {} schedule\n", chosen.strategy,
              cluster.name, chosen.plan.num_devices(), a.model->name, chosen.plan.groups.size(),
              chosen.plan.zero_stage, PipelineScheduleName(chosen.plan.schedule));

@@ -174,6 +174,9 @@ int RunTrain(const std::vector<std::string>& args) {
   app.add_option("--perturb-rank", options.perturb_rank, "fault injection (tests): this rank's loss ...")->group("");
   app.add_option("--perturb-loss", options.perturb_loss_factor, "... is multiplied by this factor ...")->group("");
   app.add_option("--perturb-microbatch", options.perturb_microbatch, "... for this global microbatch only")->group("");
+  app.add_option("--overflow-rank", options.overflow_rank, "fault injection (tests): with loss scaling, this rank's "
+                 "gradients overflow ...")->group("");
+  app.add_option("--overflow-step", options.overflow_step, "... in this step (from 1)")->group("");
   app.add_flag("--cpu-copy-threads", options.cpu_copy_threads,
                "tests: offload copies on CPU asynchronous on worker threads, as on a GPU")->group("");
   if (auto rc = ParseArgs(app, args)) return *rc;
@@ -200,6 +203,8 @@ int RunTrain(const std::vector<std::string>& args) {
     fmt::print(stderr, "motley train: {}\n", rv.status().message());
     return kExitFailure;
   }
+  if (!job->training.precision_reason.empty() && rv->rank == 0)
+    fmt::print("precision = \"auto\": {}\n", job->training.precision_reason);
   if (rv->world_size > 1 && options.plan_path.empty()) {
     fmt::print(stderr, "motley train: started as rank {} of {} ({}) but no --plan was given; every rank executes its "
                "part of a plan — add --plan PLAN.toml (motley plan writes one)\n", rv->rank, rv->world_size, rv->source);

@@ -122,10 +122,10 @@ Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query) {
     return Status::InvalidArgument(fmt::format(
         "global batch of {} tokens in sequences of {}: give a positive sequence length and a multiple of it, e.g. {}",
         tokens, seq_len, std::max<int64_t>(1, tokens / std::max<int64_t>(seq_len, 1)) * std::max<int64_t>(seq_len, 1)));
-  const std::optional<Precision> precision = PrecisionFromName(query.precision);
-  if (!precision)
+  std::optional<Precision> precision = PrecisionFromName(query.precision);
+  if (!precision && query.precision != "auto")
     return Status::InvalidArgument(
-        fmt::format("precision \"{}\": use one of {}", query.precision, fmt::join(PrecisionNames(), ", ")));
+        fmt::format("precision \"{}\": use one of {}, or auto", query.precision, fmt::join(PrecisionNames(), ", ")));
   const std::vector<std::string> strategies = StrategyNames();
   if (std::find(strategies.begin(), strategies.end(), query.strategy) == strategies.end())
     return Status::InvalidArgument(
@@ -138,6 +138,7 @@ Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query) {
   MOTLEY_ASSIGN_OR_RETURN(ModelSpec model, LoadModel(query.model));
   a.cluster = std::make_unique<Cluster>(std::move(cluster));
   a.model = std::make_unique<ModelSpec>(std::move(model));
+  if (!precision) precision = a.cluster->TrainingPrecision(&a.precision_reason);  // --precision auto
   if (seq_len > a.model->max_seq_len)
     return Status::InvalidArgument(fmt::format(
         "--seq-len {} is longer than {}'s max_seq_len ({}): shorten it, or give a model file with a larger "

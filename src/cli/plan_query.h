@@ -46,6 +46,7 @@ struct PlanAnswer {
   std::unique_ptr<EvaluationStats> stats;
   PlanEvaluator evaluate;
   PlanRequest request;
+  std::string precision_reason;       // --precision auto: the precision chosen, and why
   std::vector<StrategyOutcome> rows;  // one per strategy asked (all with compare or auto)
   StrategyOutcome chosen;             // its plan names the model and cluster as the query did, with routing
   std::map<std::string, FlexTpChoice> flextp;  // by strategy: plans with tensor-parallel teams, or all with a straggler

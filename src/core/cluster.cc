@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <limits>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "core/check.h"
 
 namespace motley {
@@ -73,6 +76,25 @@ const EmulationConfig* Cluster::emulation(int device) const {
 
 bool Cluster::emulated() const {
   return std::any_of(nodes.begin(), nodes.end(), [](const NodeSpec& n) { return !n.emulation.empty(); });
+}
+
+Precision Cluster::TrainingPrecision(std::string* why) const {
+  if (emulated()) {
+    *why = "fp32: the emulated devices are CPU processes (CPU matmuls lack fp16, and bf16 is slow there)";
+    return Precision::kFp32;
+  }
+  std::vector<std::string> without;
+  for (const auto& n : nodes) {
+    const GpuSpec* s = catalog.Find(n.device_type);
+    if (s != nullptr && !s->supports_bf16 && std::find(without.begin(), without.end(), s->name) == without.end())
+      without.push_back(s->name);
+  }
+  if (without.empty()) {
+    *why = "bf16: every device type computes in it";
+    return Precision::kBf16;
+  }
+  *why = fmt::format("fp16 with dynamic loss scaling: {} cannot compute in bf16", fmt::join(without, ", "));
+  return Precision::kFp16;
 }
 
 double Cluster::memory_bytes(int device) const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/gpu_catalog.h"
+#include "core/precision.h"
 
 namespace motley {
 
@@ -96,6 +97,10 @@ struct Cluster {
   /// The emulation settings of a device, or nullptr when it is not emulated.
   const EmulationConfig* emulation(int device) const;
   bool emulated() const;
+  /// The precision to train in when the user says "auto": bf16 where every device type computes in
+  /// it, else fp16 (with loss scaling: V100, T4), fp32 on emulated (CPU) devices; `why` says which
+  /// and why.
+  Precision TrainingPrecision(std::string* why) const;
   /// The memory a device offers: the emulated capacity when set, else its type's memory; no more
   /// than its memory_cap_bytes.
   double memory_bytes(int device) const;

@@ -22,9 +22,14 @@ struct TrainingConfig {
   /// fp64 trains every value in fp64: to check that a plan trains the same model as one device
   /// (to ~1e-10), or to debug one (README, "Precisions").
   Precision precision = Precision::kBf16;
+  /// precision = "auto": what the cluster chose and why (Cluster::TrainingPrecision); "" when given.
+  std::string precision_reason;
   /// Recompute each layer's activations in backward from the saved layer boundary: less memory
   /// for about a third more compute. Zorse and our planners assume it on.
   bool activation_checkpointing = true;
+  /// Dynamic loss scaling: on by default with fp16 (which needs it), off otherwise; `loss_scaling =
+  /// true` turns it on in any precision (tests check the mechanism in fp64, where it is exact).
+  bool loss_scaling = false;
   uint64_t seed = 1234;  // model init and data order
 
   int64_t global_batch_tokens() const { return global_batch_sequences * seq_len; }

@@ -44,8 +44,20 @@ void ParseTraining(TomlTable& t, TrainingConfig* c) {
         "missing the global batch: add global_batch_tokens = N (a multiple of seq_len) or "
         "global_batch_sequences = N");
   }
-  if (auto v = t.Choice("precision", PrecisionNames())) c->precision = *PrecisionFromName(*v);
+  std::vector<std::string> precisions = PrecisionNames();
+  precisions.push_back("auto");
+  if (auto v = t.Choice("precision", precisions)) {
+    if (*v == "auto") c->precision_reason = "auto";  // resolved once the cluster is read
+    else c->precision = *PrecisionFromName(*v);
+  }
   if (auto v = t.Bool("activation_checkpointing")) c->activation_checkpointing = *v;
+  c->loss_scaling = c->precision == Precision::kFp16;
+  if (auto v = t.Bool("loss_scaling")) {
+    if (!*v && c->precision == Precision::kFp16)
+      t.Error("loss_scaling", "fp16 needs loss scaling (small gradients underflow without it); keep it on or use "
+                              "precision = \"bf16\" or \"fp32\"");
+    c->loss_scaling = *v || c->precision == Precision::kFp16;
+  }
   if (auto v = t.Int("seed", 0, INT64_MAX)) c->seed = static_cast<uint64_t>(*v);
   t.Finish();
 }
@@ -284,6 +296,14 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
   }
 
   // Checks across components.
+  if (job.training.precision_reason == "auto") {
+    if (have_cluster) {
+      job.training.precision = job.cluster.TrainingPrecision(&job.training.precision_reason);
+      job.training.loss_scaling = job.training.loss_scaling || job.training.precision == Precision::kFp16;
+    } else {
+      job.training.precision_reason.clear();
+    }
+  }
   if (auto t = root.Table("training")) {
     const TrainingConfig& tr = job.training;
     if (have_model && tr.seq_len > job.model.max_seq_len) {

@@ -277,7 +277,10 @@ Result<Schedule> Lowerer::Run() {
     return Schedule{};
   }
 
-  if (plan_.gradient_clipping) HoldUpdatesForTheNorm();
+  // Clipping needs the global norm before any update; loss scaling needs to know that no rank's
+  // gradients overflowed — the same collective answers both.
+  if (plan_.gradient_clipping || plan_.loss_scaled()) HoldUpdatesForTheNorm();
+  s_.loss_scaling = plan_.loss_scaled();
   AddBufferDeps();
   IssuePrefetchesEarly();
   MarkCompleteGradients();

@@ -129,7 +129,7 @@ class Lowerer {
   /// and moments come back for it then (two ministages at a time), not at its backward visit —
   /// else every ministage's state would be on the device together until the norm.
   bool StateReturnsForTheUpdate(int v) const {
-    return plan_.gradient_clipping && policy_.offload_params && !Resident(v);
+    return (plan_.gradient_clipping || plan_.loss_scaled()) && policy_.offload_params && !Resident(v);
   }
   /// Rank r's shard of `x` (a ministage's parameters, or their bytes) in group g: x / replicas with
   /// even shares (divided, so that even plans lower to exactly what they always did), its replica's

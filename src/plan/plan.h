@@ -97,6 +97,12 @@ struct Plan {
   /// offloads after it — waits for the end of the backward pass instead of following its
   /// ministage's backward (Zorse's interleaved updates; lower.h). false: no clipping.
   bool gradient_clipping = true;
+  /// Dynamic loss scaling (always with fp16; in another precision only when asked — tests check the
+  /// mechanism in fp64). Every rank must skip or apply the same step, so as with clipping every
+  /// update waits for the kGradNorm collective, whose sum holds each rank's found-inf (a non-finite
+  /// gradient makes the global norm non-finite on every rank at once).
+  bool loss_scaling = false;
+  bool loss_scaled() const { return loss_scaling || precision == Precision::kFp16; }
   /// FlexTP in the plan's tensor-parallel teams (runtime/flextp, cost/flextp_balancer.h): "off",
   /// "migrate", "resize" or "semi"; "" (none given): the job's [tensor_parallel] mode when it trains,
   /// "off" when simulated. The simulator predicts a straggling team's step under it.

@@ -114,6 +114,7 @@ Result<Plan> ReadPlan(const toml::table& table, const std::string& file) {
   if (auto v = root.Bool("offload_params")) p.offload_params = *v;
   if (auto v = root.Bool("offload_activations")) p.offload_activations = *v;
   if (auto v = root.Bool("gradient_clipping")) p.gradient_clipping = *v;
+  if (auto v = root.Bool("loss_scaling")) p.loss_scaling = *v;
   if (auto v = root.Choice("flextp_mode", {"off", "migrate", "resize", "semi"})) p.flextp_mode = *v;
   for (auto& g : root.TableArray("groups", Need::kRequired)) p.groups.push_back(ReadGroup(g));
   root.Finish();
@@ -188,6 +189,7 @@ std::string PlanToToml(const Plan& p) {
       p.cluster.empty() ? "" : fmt::format("cluster = \"{}\"\n", p.cluster), p.seq_len,
       PrecisionName(p.precision), PipelineScheduleName(p.schedule), p.zero_stage, p.activation_checkpointing,
       p.offload_params, p.offload_activations, p.gradient_clipping);
+  if (p.loss_scaling) out += "loss_scaling = true\n";
   if (!p.flextp_mode.empty()) out += fmt::format("flextp_mode = \"{}\"\n", p.flextp_mode);
   for (const auto& g : p.groups) {
     const DeviceColumns c(g);
@@ -234,6 +236,7 @@ nlohmann::json PlanToJson(const Plan& p) {
   if (!p.model.empty()) out["model"] = p.model;
   if (!p.cluster.empty()) out["cluster"] = p.cluster;
   if (!p.flextp_mode.empty()) out["flextp_mode"] = p.flextp_mode;
+  if (p.loss_scaling) out["loss_scaling"] = true;
   return out;
 }
 

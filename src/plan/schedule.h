@@ -195,6 +195,10 @@ struct Schedule {
   bool sharded_params = false;            // ZeRO-3 or offload: full parameters only during visits
   bool activation_checkpointing = false;  // forwards keep the layer boundaries; backwards recompute
   std::string flextp_mode = "off";        // FlexTP in tensor-parallel teams (Plan::flextp_mode)
+  /// Dynamic loss scaling (Plan::loss_scaled): backwards run on the loss times the step's scale,
+  /// the kGradNorm collective tells every rank whether any gradient overflowed, and then every rank
+  /// skips its updates or applies them unscaled.
+  bool loss_scaling = false;
   double model_flops_per_step = 0;     // without recomputation (MFU)
   double hardware_flops_per_step = 0;  // what the ops execute (HFU)
   std::vector<Program> programs;       // one per rank; rank r runs on programs[r].device

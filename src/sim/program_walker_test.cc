@@ -355,6 +355,40 @@ TEST(ProgramWalker, AtTheGlobalNormNoShardedPlanHoldsFullParameters) {
   EXPECT_GT(checked, 50);
 }
 
+// Loss scaling without clipping (#47): fp16 plans (and any plan with loss_scaling) get the one
+// kGradNorm collective — every rank learns whether any rank overflowed — and every update waits
+// for it, on every rank; without either, no rank has the collective.
+TEST(ProgramWalker, LossScalingHoldsEveryUpdateForTheFoundInfCollective) {
+  std::mt19937 rng(5);
+  ModelSpec m = LayerHeavyModel(8);
+  m.vocab_size = 32;
+  Cluster cluster = FastCluster(8);
+  int checked = 0;
+  for (int i = 0; i < 100; ++i) {
+    Plan plan = RandomPlan(rng, 8, m);
+    plan.gradient_clipping = false;
+    plan.loss_scaling = i % 2 == 0;
+    plan.precision = i % 4 == 0 ? Precision::kFp16 : Precision::kFp32;
+    Result<Schedule> s = LowerPlan(plan, cluster, m);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ(s->loss_scaling, plan.loss_scaled());
+    for (const Program& p : s->programs) {
+      int norm = -1;
+      for (size_t k = 0; k < p.ops.size(); ++k)
+        if (p.ops[k].kind == OpKind::kGradNorm) norm = static_cast<int>(k);
+      ASSERT_EQ(norm >= 0, plan.loss_scaled()) << "plan " << i << " rank " << p.rank;
+      if (norm < 0) continue;
+      // Every optimizer step comes after the collective (in program order and by its deps).
+      for (size_t k = 0; k < p.ops.size(); ++k) {
+        if (p.ops[k].kind != OpKind::kOptimizerStep) continue;
+        EXPECT_GT(static_cast<int>(k), norm) << "plan " << i << " rank " << p.rank;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
 // The simulator runs ops on parallel streams as soon as their deps allow, with no hazard checks of
 // its own (unlike the walker): so the lowering's deps alone must keep the data flow — or the
 // simulator would time a program the runtime does not run.

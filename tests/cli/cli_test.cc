@@ -703,3 +703,23 @@ TEST(Cli, PlanSaysWhyNoStrategyFoundAPlan) {
   EXPECT_CONTAINS(big.output, "auto: no strategy found a plan that fits (zorse: ");
   EXPECT_CONTAINS(big.output, "; poplar: ");
 }
+
+namespace {
+// precision = "auto" (#47): bf16 where every device type has it, else fp16 with loss scaling, and
+// the plan says which and why.
+TEST(Cli, AutoPrecisionIsBf16WhereEveryDeviceHasItElseFp16AndSaysWhy) {
+  CliRun mixed = Motley("plan --cluster zorse-b --model llama-7b --seq-len 1024 --global-batch-tokens 1048576 "
+                        "--precision auto --strategy deepspeed-even");
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.output;
+  EXPECT_CONTAINS(mixed.output, "precision: fp16 with dynamic loss scaling: v100-16gb, t4 cannot compute in bf16");
+  CliRun modern = Motley("plan --cluster poplar-a --model llama-7b --seq-len 1024 --global-batch-tokens 1048576 "
+                         "--precision auto --strategy deepspeed-even");
+  ASSERT_EQ(modern.exit_code, 0) << modern.output;
+  EXPECT_CONTAINS(modern.output, "precision: bf16: every device type computes in it");
+  TempDir dir;
+  CliRun job = Motley("validate " + dir.Write("auto.toml", "model = \"llama-1m\"\ncluster = \"zorse-b\"\n[training]\n"
+                                                           "seq_len = 128\nglobal_batch_sequences = 8\n"
+                                                           "precision = \"auto\"\n"));
+  EXPECT_EQ(job.exit_code, 0) << job.output;
+}
+}  // namespace

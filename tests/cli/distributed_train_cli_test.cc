@@ -569,6 +569,80 @@ TEST_F(DistributedEquivalence, AFineTuneFromAHuggingFaceFolderMatchesOneProcessU
   }
 }
 
+// fp16's dynamic loss scaling across processes (#47), checked in fp64 where it is exact (scaling by
+// a power of two): rank 2 of a 4-rank pipeline overflows in step 3, and every rank skips that step
+// — the run ends equal to one process that skipped it, the scale halved. A checkpoint after step 4
+// resumes under another plan with the scale and its history.
+TEST_F(DistributedEquivalence, LossScalingSkipsAnOverflowOnEveryRankAndResumesUnderAnyPlan) {
+  auto job = [&](const std::string& name, const std::string& checkpoint) {
+    std::string j = Job(dir_->Join(name), 1.0, true);
+    j.replace(j.find("seed = 7\n"), 9, "seed = 7\nloss_scaling = true\n");
+    return dir_->Write(name + ".toml", j + checkpoint);
+  };
+  job("ls-ref", "");
+  CliRun r = Motley("train ls-ref.toml --single-process --overflow-step 3 --metrics ls-ref.jsonl", false,
+                    dir_->path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const PlanCase& pipeline = Case("pipeline2x2-1f1b-round-robin");
+  ASSERT_EQ(pipeline.ranks, 4);
+  const std::string plan = dir_->Write("ls-pipeline.plan.toml", PlanHeader() + "loss_scaling = true\n" + pipeline.body);
+  job("ls-pipeline", "interval_steps = 2\nkeep = 5\n");
+  r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train ls-pipeline.toml --plan " + plan +
+                 " --overflow-rank 2 --overflow-step 3 --metrics ls-pipeline.jsonl",
+             false, dir_->path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Step 3 skipped and the scale halved, as one process does.
+  for (const char* run : {"ls-ref", "ls-pipeline"}) {
+    std::ifstream in(dir_->Join(std::string(run) + ".jsonl"));
+    std::map<int, nlohmann::json> steps;
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json m = nlohmann::json::parse(line);
+      if (m.contains("loss")) steps[m["step"].get<int>()] = m;
+    }
+    ASSERT_EQ(steps.size(), 5u) << run;
+    for (int step = 1; step <= 5; ++step) {
+      EXPECT_EQ(steps[step]["skipped"].get<bool>(), step == 3) << run << " step " << step;
+      EXPECT_EQ(steps[step]["loss_scale"].get<double>(), step < 3 ? 65536.0 : 32768.0) << run << " step " << step;
+    }
+  }
+  const std::string ref = dir_->Join("ls-ref/step-000005/"), got = dir_->Join("ls-pipeline/step-000005/");
+  EXPECT_LT(MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors"), kFp64Tolerance);
+  EXPECT_LT(MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors"), kFp64Tolerance);
+  // The skip mattered: the run that applied step 3 ends elsewhere.
+  EXPECT_GT(MaxRelativeDifference(got + "model.safetensors",
+                                  dir_->Join(Reference(1, true) + "/step-000005/model.safetensors")),
+            1e-6);
+  // The checkpoint after step 4 holds the scale and its history; resumed under a 3-rank ZeRO-0 plan.
+  const nlohmann::json state =
+      nlohmann::json::parse(std::ifstream(dir_->Join("ls-pipeline/step-000004/trainer_state.json")));
+  EXPECT_EQ(state["loss_scale"].get<double>(), 32768.0) << state.dump();
+  EXPECT_EQ(state["loss_scale_good_steps"].get<int64_t>(), 1) << state.dump();
+  const PlanCase& dp = Case("dp3-zero0-last-batch");
+  const std::string dp_plan = dir_->Write("ls-dp.plan.toml", PlanHeader() + "loss_scaling = true\n" + dp.body);
+  job("ls-resumed", "");
+  r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train ls-resumed.toml --plan " + dp_plan +
+                 " --resume " + dir_->Join("ls-pipeline/step-000004") + " --metrics ls-resumed.jsonl",
+             false, dir_->path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string resumed = dir_->Join("ls-resumed/step-000005/");
+  EXPECT_LT(MaxRelativeDifference(resumed + "model.safetensors", ref + "model.safetensors"), kFp64Tolerance);
+  EXPECT_LT(MaxRelativeDifference(resumed + "optimizer.safetensors", ref + "optimizer.safetensors"), kFp64Tolerance);
+  std::ifstream in(dir_->Join("ls-resumed.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json m = nlohmann::json::parse(line);
+    if (m.contains("loss")) {
+      EXPECT_EQ(m["loss_scale"].get<double>(), 32768.0) << line;
+    }
+  }
+  // A plan without loss scaling for a job with it is refused, naming the key.
+  dir_->Write("ls-noscale.plan.toml", PlanHeader() + pipeline.body);
+  r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train ls-ref.toml --plan ls-noscale.plan.toml",
+             false, dir_->path().string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "ls-noscale.plan.toml: the plan has no loss scaling but the job");
+  EXPECT_CONTAINS(r.output, "set loss_scaling = true in the plan");
+}
+
 TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
   // The plan's batch differs from the job's.
   const std::string plan = dir_->Write("bad.plan.toml", PlanHeader() +

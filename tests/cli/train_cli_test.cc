@@ -132,8 +132,9 @@ TEST(TrainCli, AFineTuneStartsFromTheFoldersWeights) {
   CliRun tuned = Motley("train " + ft + " --single-process --no-validation --init-from " + dir.Join("hf"));
   ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
   double first_loss = -1;
-  for (const auto& m : ReadJsonLines(dir.Join("ft") + "/metrics.jsonl"))
+  for (const auto& m : ReadJsonLines(dir.Join("ft") + "/metrics.jsonl")) {
     if (m.contains("loss") && m["step"] == 1) first_loss = m["loss"].get<double>();
+  }
   CliRun eval = Motley("eval --checkpoint " + dir.Join("hf") + " --data " + dir.Join("same") +
                            " --seq-len 64 --num-sequences 4 --json",
                        /*stdout_only=*/true);
@@ -144,7 +145,9 @@ TEST(TrainCli, AFineTuneStartsFromTheFoldersWeights) {
   CliRun scratch = Motley("train " + ft + " --single-process --no-validation --overwrite");
   ASSERT_EQ(scratch.exit_code, 0) << scratch.output;
   for (const auto& m : ReadJsonLines(dir.Join("ft") + "/metrics.jsonl")) {
-    if (m.contains("loss") && m["step"] == 1) EXPECT_GT(std::abs(m["loss"].get<double>() - eval_loss), 0.1);
+    if (m.contains("loss") && m["step"] == 1) {
+      EXPECT_GT(std::abs(m["loss"].get<double>() - eval_loss), 0.1);
+    }
   }
 
   // [model] init_from in the job file, relative to it; a shape that disagrees is refused, naming both.

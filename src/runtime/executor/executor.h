@@ -79,12 +79,17 @@ struct StepInputs {
   // `loss_factor` — 0 drops the microbatch, 1 + 1e-6 scales its gradients slightly.
   double loss_factor = 1;
   int64_t loss_factor_microbatch = -1;
+  /// Loss scaling (Schedule::loss_scaling): the backwards run on the loss times this; the updates
+  /// divide it out, or are all skipped when any rank's gradients overflowed.
+  double loss_scale = 1;
+  bool inject_overflow = false;  // fault injection (tests): an infinite gradient on this rank this step
 };
 
 /// What one rank did in one step.
 struct RankStepReport {
   double loss = 0;        // the global batch's mean loss (the same on every rank)
-  double grad_norm = 0;   // global, before clipping (the same on every rank)
+  double grad_norm = 0;   // global, before clipping (the same on every rank); unscaled
+  bool skipped = false;   // loss scaling: a gradient overflowed on some rank, so no rank updated
   double step_s = 0;
   double compute_s = 0;   // forward, backward and optimizer ops (emulated slowness included)
   double comm_s = 0;      // collectives and waits for transfers (waiting for peers included)

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <csignal>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <future>
 #include <optional>
 #include <set>
@@ -60,6 +62,7 @@ class Executor::StepRun : public OpRunner {
     if (device.is_cuda()) ResetPeakDeviceMemory(device);
     loss_sum_ = torch::zeros({}, Float64());
     norm_sq_ = torch::zeros({}, Float64());
+    inject_overflow_ = in_.inject_overflow;
     start_ = Clock::now();
     device_timed_ = ex_.config_.record_trace && device.is_cuda();
     ex_.copies_->set_timed(device_timed_);
@@ -149,6 +152,11 @@ class Executor::StepRun : public OpRunner {
     double share = static_cast<double>(Sequences(m)) / static_cast<double>(ex_.batch_sequences_);
     if (in_.loss_factor_microbatch < 0 || in_.loss_factor_microbatch == m) share *= in_.loss_factor;
     return ex_.model_->Loss(logits, Tokens(m).narrow(1, 1, seq)) * share;
+  }
+  // What a backward differentiates: the loss, times the step's scale under loss scaling.
+  torch::Tensor BackwardLoss(const torch::Tensor& logits, int64_t m) {
+    torch::Tensor loss = Loss(logits, m);
+    return ex_.schedule_.loss_scaling ? loss * in_.loss_scale : loss;
   }
 
   // An input activation or output gradient, at its last use here: a receive's buffer or what this
@@ -259,6 +267,10 @@ class Executor::StepRun : public OpRunner {
         break;
       case OpKind::kGradNorm:  // its deps, the gradient reductions, are complete (above)
         for (const auto& [v, state] : ex_.ministages_) norm_sq_ += NormSquared(v);
+        // Loss scaling: a rank whose gradients overflowed makes the sum non-finite on every rank
+        // (whether or not its own elements count toward the norm), so every rank skips the step.
+        if (ex_.schedule_.loss_scaling && !LocalGradientsFinite())
+          norm_sq_ += std::numeric_limits<double>::infinity();
         MOTLEY_RETURN_IF_ERROR(SumLossAndNorm());
         break;
       case OpKind::kSend:
@@ -443,7 +455,7 @@ class Executor::StepRun : public OpRunner {
       for (int k = Pieces(slice) - 1; k >= 0; --k) {
         const torch::Tensor leaf = saved.select(0, k).detach().requires_grad_(true);
         torch::Tensor root = ex_.model_->Run(Piece(slice, k), leaf, false);
-        if (IsHead(slice, k)) root = Loss(root, m);
+        if (IsHead(slice, k)) root = BackwardLoss(root, m);
         grad = back_propagate(root, leaf, grad);
       }
       if (slice.embedding) back_propagate(ex_.model_->Run(EmbeddingOf(slice), EmbeddingInput(m), false), {}, grad);
@@ -453,7 +465,7 @@ class Executor::StepRun : public OpRunner {
       MOTLEY_CHECK(it != graph_.end());
       auto [leaf, root] = it->second;
       graph_.erase(it);
-      if (slice.head) root = Loss(root, m);
+      if (slice.head) root = BackwardLoss(root, m);
       grad_in = back_propagate(root, slice.embedding ? torch::Tensor() : leaf, slice.head ? torch::Tensor() : grad_out);
     }
     torch::NoGradGuard no_grad;
@@ -477,6 +489,14 @@ class Executor::StepRun : public OpRunner {
     const int v = op.ministage;
     MinistageState& state = State(v);
     std::vector<ParamShard> shards = state.OptimizerShards();
+    if (ex_.schedule_.loss_scaling) {
+      if (report_.skipped) {  // some rank's gradients overflowed: no rank updates this step
+        state.ClearGradients();
+        return Status::Ok();
+      }
+      for (auto& s : shards)
+        if (s.grad.defined()) s.grad.div_(in_.loss_scale);
+    }
     if (norm_known_) {
       ClipGradients(shards, report_.grad_norm, ex_.config_.optimizer.grad_clip_norm);
     } else {
@@ -485,6 +505,24 @@ class Executor::StepRun : public OpRunner {
     AdamW(ex_.config_.optimizer).Step(shards, in_.lr, in_.update);
     state.ClearGradients();
     return Status::Ok();
+  }
+
+  // Whether every gradient this rank holds for its updates is finite (loss scaling's found-inf).
+  // With fault injection (tests), one of them is made infinite first, as an fp16 overflow would.
+  bool LocalGradientsFinite() {
+    torch::NoGradGuard no_grad;
+    bool finite = true;
+    for (const auto& [v, unused] : ex_.ministages_) {
+      MinistageState& state = State(v);
+      torch::Tensor g = state.sharded() ? state.GradShard() : state.GradFlat();
+      if (!g.defined() || g.numel() == 0) continue;
+      if (inject_overflow_) {
+        g.view(-1)[0] = std::numeric_limits<double>::infinity();
+        inject_overflow_ = false;
+      }
+      finite = finite && torch::isfinite(g).all().item<bool>();
+    }
+    return finite;
   }
 
   // This rank's part of the squared global gradient norm for stage v. Each element counts once:
@@ -512,6 +550,10 @@ class Executor::StepRun : public OpRunner {
     report_.comm_s += Since(t);
     report_.loss = sums[0].item<double>();
     report_.grad_norm = std::sqrt(sums[1].item<double>());
+    if (ex_.schedule_.loss_scaling) {
+      report_.skipped = !std::isfinite(report_.grad_norm);
+      report_.grad_norm /= in_.loss_scale;
+    }
     norm_known_ = true;
     return Status::Ok();
   }
@@ -738,6 +780,7 @@ class Executor::StepRun : public OpRunner {
   }
   Executor& ex_;
   const StepInputs& in_;
+  bool inject_overflow_ = false;  // StepInputs::inject_overflow, until it is done
   const Program& prog_;
   Clock::time_point start_;
   RankStepReport report_;

@@ -10,16 +10,18 @@ bool LossScaler::UnscaleAndUpdate(std::vector<ParamShard>& shards) {
     s.grad.div_(scale_);
     finite = finite && torch::isfinite(s.grad).all().item<bool>();
   }
+  Update(finite);
+  return finite;
+}
+
+void LossScaler::Update(bool finite) {
   if (!finite) {
     scale_ *= config_.backoff_factor;
     good_steps_ = 0;
-    return false;
-  }
-  if (++good_steps_ >= config_.growth_interval) {
+  } else if (++good_steps_ >= config_.growth_interval) {
     scale_ *= config_.growth_factor;
     good_steps_ = 0;
   }
-  return true;
 }
 
 }  // namespace motley

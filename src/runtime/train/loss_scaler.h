@@ -31,6 +31,10 @@ class LossScaler {
   /// Divides the gradients by the scale; returns false (skip this step) when any is inf or NaN.
   /// Updates the scale either way.
   bool UnscaleAndUpdate(std::vector<ParamShard>& shards);
+  /// The scale's update after a step whose gradients were finite (`finite`) or not — what
+  /// UnscaleAndUpdate does after its check, for a step whose check was made elsewhere (the
+  /// multi-process runtime: one collective decides for every rank).
+  void Update(bool finite);
 
  private:
   LossScalerConfig config_;

@@ -71,6 +71,12 @@ Status CheckPlanMatchesJob(const Plan& plan, const JobSpec& job, const std::stri
         "places the updates by it — set gradient_clipping = {} in the plan (or plan the job again)",
         plan_path, plan.gradient_clipping, plan.gradient_clipping ? " (the default)" : "", job.file,
         job.optimizer.grad_clip_norm, clipping));
+  if (plan.loss_scaled() != tc.loss_scaling)
+    return Status::InvalidArgument(fmt::format(
+        "{}: the plan {} loss scaling but the job {} {}; the plan's schedule places the updates by it — set "
+        "loss_scaling = {} in the plan (or plan the job again)",
+        plan_path, plan.loss_scaled() ? "has" : "has no", job.file,
+        tc.loss_scaling ? "scales its loss ([training] loss_scaling, fp16)" : "does not", tc.loss_scaling));
   return Status::Ok();
 }
 
@@ -168,9 +174,6 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   const TrainOptions& options = options_;
   const TrainingConfig& tc = job.training;
   total_steps_ = options.steps > 0 ? options.steps : tc.steps;
-  if (tc.precision == Precision::kFp16)
-    return Status::InvalidArgument("[training] precision = \"fp16\": the multi-process runtime has no loss scaling "
-                                   "yet; use \"bf16\" (same speed on GPUs since Ampere) or \"fp32\"");
   at::set_num_threads(options.threads > 0 ? options.threads : 1);
   MemoryLedger& ledger = MemoryLedger::Install();  // counts every tensor from here on
 
@@ -273,6 +276,10 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   state_.job_file = job.file;
   state_.step = loaded.step;
   state_.updates = loaded.updates;
+  // Loss scaling: every rank keeps the same scale (each step's skip is decided by one collective).
+  if (tc.loss_scaling && !options.resume.empty()) scaler_.Restore(loaded.loss_scale, loaded.loss_scale_good_steps);
+  state_.loss_scale = scaler_.scale();
+  state_.loss_scale_good_steps = scaler_.good_steps();
   state_.tokens_seen = loaded.tokens_seen;
   val_sequences_ = data_->validation
                        ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data_->validation, tc.seq_len))
@@ -374,6 +381,8 @@ Status PlannedRun::Step() {
   in.step = step;
   in.lr = LearningRate(job_.optimizer, job_.lr_schedule, step, total_steps_);
   in.update = state_.updates + 1;
+  in.loss_scale = job_.training.loss_scaling ? scaler_.scale() : 1.0;
+  in.inject_overflow = comm_->rank() == options_.overflow_rank && step + 1 == options_.overflow_step;
   in.tokens = [&](int64_t first, int64_t n) {
     // The executor takes tokens from a callback; a shard cut short under the job is an exception
     // here, turned into this rank's error by the rank's guard (and named to the others).
@@ -408,7 +417,12 @@ Status PlannedRun::Step() {
 Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
                           const std::vector<RankStepTimes>& ranks) {
   ++state_.step;
-  ++state_.updates;
+  if (!report.skipped) ++state_.updates;
+  if (job_.training.loss_scaling) {
+    scaler_.Update(!report.skipped);
+    state_.loss_scale = scaler_.scale();
+    state_.loss_scale_good_steps = scaler_.good_steps();
+  }
   state_.tokens_seen += tokens_per_step_;
   StepMetrics m;
   m.step = state_.step;
@@ -416,6 +430,8 @@ Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
   m.loss = report.loss;
   m.lr = in.lr;
   m.grad_norm = report.grad_norm;
+  m.skipped = report.skipped;
+  m.loss_scale = scaler_.scale();  // after this step's update, as one process reports it
   m.step_time_s = 0;
   for (const auto& r : ranks) m.step_time_s = std::max(m.step_time_s, r.compute_s + r.idle_s);
   m.tokens_per_s = static_cast<double>(tokens_per_step_) / m.step_time_s;
@@ -472,16 +488,21 @@ Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
                                      {"units_received", r.flextp.units_received},
                                      {"groups_received", r.flextp.groups_received}};
     }
-    MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"step", m.step},
-                    {"loss", m.loss},
-                    {"lr", m.lr},
-                    {"tokens_per_s", m.tokens_per_s},
-                    {"grad_norm", m.grad_norm},
-                    {"step_time_s", m.step_time_s},
-                    {"pruned_fraction", m.pruned_fraction},
-                    {"migrated_units", m.migrated_units},
-                    {"stragglers", straggling},
-                    {"ranks", per_rank}}));
+    nlohmann::json line = {{"step", m.step},
+                           {"loss", m.loss},
+                           {"lr", m.lr},
+                           {"tokens_per_s", m.tokens_per_s},
+                           {"grad_norm", m.grad_norm},
+                           {"step_time_s", m.step_time_s},
+                           {"pruned_fraction", m.pruned_fraction},
+                           {"migrated_units", m.migrated_units},
+                           {"stragglers", straggling},
+                           {"ranks", per_rank}};
+    if (job_.training.loss_scaling) {
+      line["loss_scale"] = m.loss_scale;
+      line["skipped"] = m.skipped;
+    }
+    MOTLEY_RETURN_IF_ERROR(metrics_.Write(line));
   }
   observer_->OnStep(m);
   return Status::Ok();

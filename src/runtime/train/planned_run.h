@@ -19,6 +19,7 @@
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/metrics_log.h"
 #include "runtime/train/straggler_monitor.h"
+#include "runtime/train/loss_scaler.h"
 #include "runtime/train/trainer.h"
 #include "data/training_data.h"
 
@@ -76,6 +77,7 @@ class PlannedRun {
   std::vector<double> changed_factor_;
   std::unique_ptr<RunDirLock> dir_lock_;  // rank 0: the run's folder is this run's
   TrainerState state_;
+  LossScaler scaler_;  // [training] loss_scaling: the same on every rank
   TrainSummary summary_;
   bool lead_ = false;
   int64_t total_steps_ = 0, tokens_per_step_ = 0, val_sequences_ = 0;

@@ -1,6 +1,7 @@
 #include "runtime/train/trainer.h"
 
 #include <cstdint>
+#include <limits>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -192,10 +193,14 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
       // This microbatch's share of the step's mean loss.
       torch::Tensor loss = NextTokenLoss(logits, tokens.narrow(1, 1, seq)) * (static_cast<double>(n) / batch);
       loss_sum += loss.item<double>();
-      (tc.precision == Precision::kFp16 ? loss * scaler.scale() : loss).backward();
+      (tc.loss_scaling ? loss * scaler.scale() : loss).backward();
+    }
+    if (tc.loss_scaling && step + 1 == options.overflow_step) {  // fault injection (tests): an fp16 overflow
+      torch::NoGradGuard no_grad;
+      shards.front().grad.view(-1)[0] = std::numeric_limits<double>::infinity();
     }
     bool apply = true;
-    if (tc.precision == Precision::kFp16) apply = scaler.UnscaleAndUpdate(shards);
+    if (tc.loss_scaling) apply = scaler.UnscaleAndUpdate(shards);
     StepMetrics m;
     if (apply) {
       m.grad_norm = std::sqrt(GradNormSquared(shards));
@@ -223,7 +228,7 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
     nlohmann::json line = {{"step", m.step},           {"loss", m.loss},
                            {"lr", m.lr},               {"tokens_per_s", m.tokens_per_s},
                            {"grad_norm", m.grad_norm}, {"step_time_s", m.step_time_s}};
-    if (tc.precision == Precision::kFp16) {
+    if (tc.loss_scaling) {
       line["loss_scale"] = m.loss_scale;
       line["skipped"] = m.skipped;
     }

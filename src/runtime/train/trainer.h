@@ -54,6 +54,10 @@ struct TrainOptions {
   int perturb_rank = -1;
   double perturb_loss_factor = 1;
   int64_t perturb_microbatch = -1;  // only this global microbatch; -1: every one
+  // Fault injection for tests: with loss scaling, this rank's gradients overflow (one is made
+  // infinite) in this step (from 1; 0: never) — every rank must then skip the step.
+  int overflow_rank = 0;
+  int64_t overflow_step = 0;
   bool cpu_copy_threads = false;  // tests: CPU offload copies asynchronous, as on a GPU (copy_engine.h)
 };
 
