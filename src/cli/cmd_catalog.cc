@@ -41,16 +41,19 @@ int RunCatalog(const std::vector<std::string>& args) {
                      {"supports_bf16", s.supports_bf16},
                      {"host_link_bytes_per_s", s.host_link_bytes_per_s},
                      {"nvlink_bytes_per_s", s.nvlink_bytes_per_s},
-                     {"source", s.source}});
+                     {"source", s.source},
+                     {"reserve_bytes", s.reserve_bytes},
+                     {"reserve_source", s.reserve_source}});
     }
     fmt::print("{}\n", out.dump(2));
     return kExitOk;
   }
   TablePrinter table(
-      {"type", "memory", "fp16/bf16", "fp32", "fp64", "mem bw", "host link", "nvlink", "bf16", "name"});
-  table.AlignRight({1, 2, 3, 4, 5, 6, 7});
+      {"type", "memory", "reserve", "fp16/bf16", "fp32", "fp64", "mem bw", "host link", "nvlink", "bf16", "name"});
+  table.AlignRight({1, 2, 3, 4, 5, 6, 7, 8});
   for (const auto& s : catalog.specs()) {
-    table.AddRow({s.name, FormatBytes(s.memory_bytes), FormatFlops(s.peak_fp16_flops),
+    table.AddRow({s.name, FormatBytes(s.memory_bytes), s.reserve_bytes > 0 ? FormatBytes(s.reserve_bytes) : "-",
+                  FormatFlops(s.peak_fp16_flops),
                   FormatFlops(s.peak_fp32_flops), FormatFlops(s.peak_fp64_flops),
                   FormatBandwidth(s.memory_bandwidth_bytes_per_s),
                   FormatBandwidth(s.host_link_bytes_per_s),
@@ -59,7 +62,9 @@ int RunCatalog(const std::vector<std::string>& args) {
   }
   fmt::print("{}", table.ToString());
   fmt::print(
-      "\nfp16/bf16: dense tensor-core peak. Bandwidths per direction. Sources: motley catalog --json.\n");
+      "\nfp16/bf16: dense tensor-core peak. Bandwidths per direction. reserve: what CUDA's context, NCCL's buffers and "
+      "the allocator's fragmentation keep (plans use the rest; [device_types.X] reserve overrides it). Sources: "
+      "motley catalog --json.\n");
   return kExitOk;
 }
 

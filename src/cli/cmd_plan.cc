@@ -188,6 +188,20 @@ int RunPlan(const std::vector<std::string>& args) {
   }
   if (explain && !query.compare) fmt::print("why: {}\n", chosen.explain);
   if (explain) {
+    // The memory planned within, per device type: its memory less what CUDA, NCCL and the allocator keep.
+    std::map<std::string, int> seen;
+    for (int d = 0; d < cluster.num_devices(); ++d) {
+      const std::string& type = cluster.spec(d).name;
+      if (seen[type]++ > 0) continue;
+      const double reserve = cluster.reserve_bytes(d);
+      fmt::print("memory: {} — {} usable of {} ({}){}\n", type, FormatBytes(cluster.usable_memory_bytes(d)),
+                 FormatBytes(cluster.memory_bytes(d)),
+                 reserve > 0 ? fmt::format("a {} reserve: {}", FormatBytes(reserve), cluster.spec(d).reserve_source)
+                             : "no reserve: emulated or none given",
+                 "");
+    }
+  }
+  if (explain) {
     // What clipping costs this plan: the same plan with its updates after each ministage.
     Plan other = chosen.plan;
     other.gradient_clipping = !other.gradient_clipping;

@@ -140,6 +140,7 @@ nlohmann::json DescribeClusterJson(const Cluster& c) {
     types.push_back({{"type", type},
                      {"count", count},
                      {"memory_bytes", s->memory_bytes},
+                     {"reserve_bytes", s->reserve_bytes},
                      {"peak_fp16_flops", s->peak_fp16_flops}});
   }
   nlohmann::json links = nlohmann::json::array();

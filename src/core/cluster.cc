@@ -97,6 +97,13 @@ Precision Cluster::TrainingPrecision(std::string* why) const {
   return Precision::kFp16;
 }
 
+double Cluster::reserve_bytes(int device) const {
+  if (emulation(device) != nullptr) return 0;
+  return std::min(spec(device).reserve_bytes, memory_bytes(device));
+}
+
+double Cluster::usable_memory_bytes(int device) const { return memory_bytes(device) - reserve_bytes(device); }
+
 double Cluster::memory_bytes(int device) const {
   const EmulationConfig* emu = emulation(device);
   const double capacity = emu != nullptr && emu->memory_bytes ? *emu->memory_bytes : spec(device).memory_bytes;

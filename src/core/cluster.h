@@ -104,6 +104,11 @@ struct Cluster {
   /// The memory a device offers: the emulated capacity when set, else its type's memory; no more
   /// than its memory_cap_bytes.
   double memory_bytes(int device) const;
+  /// What CUDA, NCCL and the allocator keep of it (GpuSpec::reserve_bytes); 0 on an emulated device
+  /// (a CPU process whose emulated memory is all the run's).
+  double reserve_bytes(int device) const;
+  /// memory_bytes less the reserve: what planners, the memory model and the simulator plan within.
+  double usable_memory_bytes(int device) const;
   Link LinkBetween(int a, int b) const;
   double total_peak_fp16_flops() const;
   double total_memory_bytes() const;

@@ -53,6 +53,30 @@ void ParseDeviceType(const std::string& name, TomlTable& t, GpuCatalog* catalog)
   if (auto v = t.Bandwidth("nvlink")) spec.nvlink_bytes_per_s = *v;
   if (auto v = t.String("source")) spec.source = *v;
   if (spec.source.empty()) spec.source = "cluster file " + t.file();
+  // What CUDA, NCCL and the allocator keep for themselves (GpuSpec::reserve_bytes): the base's
+  // catalog default unless given; "0B" where a device keeps nothing back (a CPU process).
+  if (t.Has("reserve")) {
+    const std::optional<std::string> text = t.String("reserve");
+    if (text && (*text == "0" || *text == "0B" || *text == "0GiB")) {
+      spec.reserve_bytes = 0;
+      spec.reserve_source = "cluster file " + t.file();
+    } else if (text) {
+      t.Allow("reserve");
+      Result<double> bytes = ParseBytes(*text);
+      if (!bytes.ok()) {
+        t.Error("reserve", bytes.status().message());
+      } else if (spec.memory_bytes > 0 && *bytes >= spec.memory_bytes) {
+        t.Error("reserve", fmt::format("reserve {} is not less than the device's memory {}: give what CUDA, NCCL and "
+                                       "the allocator keep (typically 1-3 GiB)",
+                                       FormatBytes(*bytes), FormatBytes(spec.memory_bytes)));
+      } else {
+        spec.reserve_bytes = *bytes;
+        spec.reserve_source = "cluster file " + t.file();
+      }
+    }
+  } else {
+    t.Allow("reserve");
+  }
   t.Finish();
   catalog->Upsert(std::move(spec));
 }

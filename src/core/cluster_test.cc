@@ -163,6 +163,35 @@ memory = "64GiB"
       << r.status().message();
 }
 
+// Each GPU type keeps a reserve for CUDA's context, NCCL's buffers and fragmentation (#47): a
+// catalog default per generation with its source, overridden per device type, never on emulated
+// devices; one that is not below the memory is an error naming the key.
+TEST(Cluster, DeviceTypesReserveMemoryThatPlansDoNotUse) {
+  for (const GpuSpec& s : GpuCatalog::Builtin().specs()) {
+    EXPECT_GE(s.reserve_bytes, 1.0 * (1 << 30)) << s.name;
+    EXPECT_LE(s.reserve_bytes, 3.0 * (1 << 30)) << s.name;
+    EXPECT_NE(s.reserve_source.find("CUDA context"), std::string::npos) << s.name;
+  }
+  const std::string nodes = "[[nodes]]\nname = \"a\"\ndevice = \"t4\"\ncount = 1\n";
+  Cluster plain = ParseClusterToml(nodes, "c.toml").value();
+  EXPECT_DOUBLE_EQ(plain.reserve_bytes(0), 1.25 * (1 << 30));
+  EXPECT_DOUBLE_EQ(plain.usable_memory_bytes(0), 16.0 * (1 << 30) - 1.25 * (1 << 30));
+  Cluster given = ParseClusterToml("[device_types.t4]\nbase = \"t4\"\nreserve = \"3GiB\"\n" + nodes, "c.toml").value();
+  EXPECT_DOUBLE_EQ(given.reserve_bytes(0), 3.0 * (1 << 30));
+  EXPECT_EQ(given.spec(0).reserve_source, "cluster file c.toml");
+  Cluster none = ParseClusterToml("[device_types.t4]\nbase = \"t4\"\nreserve = \"0B\"\n" + nodes, "c.toml").value();
+  EXPECT_EQ(none.reserve_bytes(0), 0);
+  Cluster emulated = ParseClusterToml(nodes + "[nodes.emulation]\nspeed_factor = 2.0\nmemory = \"1GiB\"\n", "c.toml").value();
+  EXPECT_EQ(emulated.reserve_bytes(0), 0);
+  EXPECT_DOUBLE_EQ(emulated.usable_memory_bytes(0), 1.0 * (1 << 30));
+  Result<Cluster> bad = ParseClusterToml("[device_types.t4]\nbase = \"t4\"\nreserve = \"20GiB\"\n" + nodes, "c.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("c.toml:3:11: error: device_types.t4.reserve: reserve 20.0 GiB is not less "
+                                        "than the device's memory 16.0 GiB"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 TEST(Cluster, FileCanAddAndOverrideDeviceTypes) {
   Cluster c = Parse(R"(
 [device_types.a800]

@@ -24,6 +24,13 @@ struct GpuSpec {
   double host_link_bytes_per_s = 0;  // PCIe to the host, per direction
   double nvlink_bytes_per_s = 0;     // NVLink per GPU, per direction; 0 when the type has none
   std::string source;                // where the figures come from
+  /// Memory a training process cannot use for its own tensors: the CUDA context (with cuBLAS's and
+  /// cuDNN's workspaces), NCCL's buffers, and what the caching allocator holds reserved but unused
+  /// at training's peaks (fragmentation). Planners, the memory model and the simulator plan within
+  /// memory_bytes - reserve_bytes. A catalog default per GPU generation, overridden per device
+  /// type in a cluster file (`reserve = "2GiB"`), measured on a GPU by `motley profile`.
+  double reserve_bytes = 0;
+  std::string reserve_source;        // where the reserve comes from
 };
 
 /// The type's peak FLOP/s for compute in precision `p` (fp16 and bf16 share the tensor-core figure).

@@ -150,7 +150,7 @@ StrategyOutcome DeepSpeedEven(const Cluster& cluster, const ModelSpec& model, co
                                 cluster.emulated(),
                                 -1};
     int64_t mbs = std::numeric_limits<int64_t>::max();
-    for (int d : devices) mbs = std::min(mbs, DataParallelMaxMicrobatch(mem, cluster.memory_bytes(d), 256));
+    for (int d : devices) mbs = std::min(mbs, DataParallelMaxMicrobatch(mem, cluster.usable_memory_bytes(d), 256));
     if (mbs < 1) continue;
     // The same batch everywhere (the remainder, if any, one sequence each to the first devices).
     Plan p;

@@ -104,14 +104,14 @@ Result<std::vector<CephaloPlan>> PlanCephalo(const Cluster& cluster, const Model
   std::vector<DeviceMemory> memory;
   std::vector<int64_t> caps, even_caps;
   for (int d : devices) {
-    memory.push_back({layout, cluster.memory_bytes(d)});
+    memory.push_back({layout, cluster.usable_memory_bytes(d)});
     caps.push_back(memory.back().LargestMicrobatch(request.max_microbatch));
     even_caps.push_back(memory.back().LargestMicrobatch(request.max_microbatch, 1.0 / n));
     if (caps.back() == 0)
       return Status::OutOfMemory(fmt::format(
           "cephalo: device {} ({}, {}) cannot hold a microbatch of 1 sequence of {} tokens of {} even with none of "
           "the training state ({} needed); shorten the sequences or use a pipeline (strategy zorse)",
-          d, cluster.spec(d).name, FormatBytes(cluster.memory_bytes(d)), request.seq_len, model.name,
+          d, cluster.spec(d).name, FormatBytes(cluster.usable_memory_bytes(d)) + " usable", request.seq_len, model.name,
           FormatBytes(memory.back().Without(1))));
   }
   const double sync_s = DataParallelSyncS(costs, devices, model, request.precision, 3);

@@ -14,11 +14,11 @@ std::string NodeClass(const Cluster& c, int node, int first_device) {
   const NodeSpec& n = c.nodes[node];
   std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}", n.device_type, n.num_devices, InterconnectName(n.interconnect),
                                 n.intra_bandwidth_bytes_per_s, n.nic_bandwidth_bytes_per_s, n.region,
-                                c.memory_bytes(first_device));
+                                c.usable_memory_bytes(first_device));
   for (const auto& e : n.emulation)
     key += fmt::format("|{}:{}:{}", e.speed_factor, e.memory_bytes.value_or(-1), e.link_bandwidth_bytes_per_s.value_or(-1));
   for (int d = first_device; d < first_device + n.num_devices; ++d) {
-    key += fmt::format("|{}", c.memory_bytes(d));
+    key += fmt::format("|{}", c.usable_memory_bytes(d));
     if (auto it = c.measured_slowdown.find(d); it != c.measured_slowdown.end()) key += fmt::format("x{}", it->second);
   }
   for (const auto& o : c.overrides)
@@ -44,7 +44,7 @@ std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec&
       // No plan runs a larger microbatch on this device: one layer's checkpointed backward (the
       // least any backward holds) would not fit, even split over the widest tensor parallelism.
       if (CheckpointedBackwardBytes(model, work.seq_len, work.precision, static_cast<double>(b * work.seq_len), false,
-                                    work.max_tp_degree) > cluster.memory_bytes(first))
+                                    work.max_tp_degree) > cluster.usable_memory_bytes(first))
         break;
       const double sequences = static_cast<double>(b);
       best = std::min(best, (costs.LayerForwardS(first, sequences) + costs.LayerBackwardS(first, sequences)) / sequences);

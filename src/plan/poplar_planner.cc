@@ -72,7 +72,7 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
     for (int d : devices) {
       // Measured by the profiler where it measured this model, degree and memory (Poplar's
       // Algorithm 1 against the device's allocator); the memory model otherwise, and as a cross-check.
-      const int64_t modelled = DataParallelMaxMicrobatch(mem, cluster.memory_bytes(d), request.max_microbatch);
+      const int64_t modelled = DataParallelMaxMicrobatch(mem, cluster.usable_memory_bytes(d), request.max_microbatch);
       const std::optional<int64_t> measured = costs.MeasuredMaxMicrobatch(d, mem.zero_stage, mem.dp_degree);
       out.max_microbatch.push_back(measured ? std::min(*measured, request.max_microbatch) : modelled);
       if (measured && !limits_note.count(cluster.spec(d).name))
@@ -81,9 +81,9 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
                         cluster.spec(d).name, out.max_microbatch.back(), modelled);
       if (out.max_microbatch.back() == 0 && short_of.empty())
         short_of = measured ? fmt::format("device {} ({}, {}) fits no sequence at ZeRO-{} (measured)", d,
-                                          cluster.spec(d).name, FormatBytes(cluster.memory_bytes(d)), mem.zero_stage)
+                                          cluster.spec(d).name, FormatBytes(cluster.usable_memory_bytes(d)) + " usable", mem.zero_stage)
                             : fmt::format("device {} ({}, {}) needs {} at ZeRO-{}", d, cluster.spec(d).name,
-                                          FormatBytes(cluster.memory_bytes(d)),
+                                          FormatBytes(cluster.usable_memory_bytes(d)) + " usable",
                                           FormatBytes(DataParallelPeakBytes(mem, 1)), mem.zero_stage);
     }
     if (short_of.empty()) break;

@@ -283,7 +283,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
                      CheckpointedBackwardBytes(model, request.seq_len, request.precision,
                                                static_cast<double>(b) * request.seq_len, holds_head[g], tp_of[g]);
             worst = std::max(worst, bytes);
-            const bool modelled_fits = bytes <= cluster.memory_bytes(groups[g][i]);
+            const bool modelled_fits = bytes <= cluster.usable_memory_bytes(groups[g][i]);
             // One group of every device, one ministage per layer, ZeRO-2 in place: the very step the
             // profiler's memory probe ran (profile/memory_probe.h). Its measured limit decides there;
             // the memory model elsewhere, and the difference is said.

@@ -424,16 +424,20 @@ Result<SimResult> Simulator::Run() {
     d.busy_fraction = result.step_time_s > 0 ? r.compute_busy / result.step_time_s : 0;
     d.idle_fraction = 1 - d.busy_fraction;
     d.peak_memory_bytes = r.peak_memory;
-    d.capacity_bytes = cluster_.memory_bytes(device);
+    d.capacity_bytes = cluster_.usable_memory_bytes(device);
     d.out_of_memory = r.peak_memory > d.capacity_bytes;
     d.peak_host_bytes = r.peak_host;
     d.end_memory_bytes = r.memory;
     d.end_host_bytes = r.host;
     if (d.out_of_memory) {
       result.fits_memory = false;
-      result.oom_message += fmt::format("{}device {} ({}, rank {}) needs {} of {}",
-                                        result.oom_message.empty() ? "" : "; ", device, d.device_type, rank,
-                                        FormatBytes(d.peak_memory_bytes), FormatBytes(d.capacity_bytes));
+      const double reserve = cluster_.reserve_bytes(device);
+      result.oom_message += fmt::format(
+          "{}device {} ({}, rank {}) needs {} of {}{}", result.oom_message.empty() ? "" : "; ", device, d.device_type,
+          rank, FormatBytes(d.peak_memory_bytes), FormatBytes(d.capacity_bytes),
+          reserve > 0 ? fmt::format(" (its {} less the {} CUDA, NCCL and the allocator keep)",
+                                    FormatBytes(cluster_.memory_bytes(device)), FormatBytes(reserve))
+                      : "");
     }
     peak_flops += costs_.PeakFlops(device);
     result.devices.push_back(d);

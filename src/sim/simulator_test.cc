@@ -5,6 +5,7 @@
 #include <random>
 
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <iostream>
 
@@ -616,6 +617,40 @@ TEST(Simulator, ReportsOutOfMemoryNamingTheDevice) {
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->fits_memory);
   EXPECT_NE(r->oom_message.find("device 0 (unit, rank 0) needs"), std::string::npos) << r->oom_message;
+}
+
+// The memory the GPU does not give (#47): the simulator plans within memory less the reserve, and a
+// step that fits the nominal memory but not what is left is out of memory, naming the reserve.
+TEST(Simulator, PlansWithinMemoryLessTheReserveThatCudaAndNcclKeep) {
+  ModelSpec m = LayerHeavyModel(4);
+  Cluster roomy = FastCluster(2, "64GiB");
+  Plan p = GPipe(2, 2, m);
+  CostModel costs(roomy, m, nullptr, p.seq_len, p.precision, true);
+  Result<SimResult> base = Simulate(LowerPlan(p, roomy, m).value(), roomy, costs);
+  ASSERT_TRUE(base.ok());
+  const double peak = base->devices[0].peak_memory_bytes;
+  ASSERT_GT(peak, 0);
+  // Memory 10% above the peak: fits with no reserve, not with a reserve of a fifth of it.
+  auto cluster_with = [&](const std::string& reserve) {
+    const std::string memory = fmt::format("{:.0f}B", peak * 1.1);
+    std::string text = "[device_types.unit]\nmemory = \"" + memory +
+                       "\"\nmemory_bandwidth = \"1000TB/s\"\nfp16_flops = \"100TFLOPS\"\nfp32_flops = \"100TFLOPS\"\n"
+                       "host_link = \"1000TB/s\"\n" + reserve +
+                       "[[nodes]]\nname = \"n\"\ndevice = \"unit\"\ninterconnect = \"pcie\"\nintra_bandwidth = "
+                       "\"1000TB/s\"\ncount = 2\n";
+    return ParseClusterToml(text, "reserve.toml").value();
+  };
+  for (const std::string& reserve : {std::string(""), fmt::format("reserve = \"{:.0f}B\"\n", peak * 0.22)}) {
+    Cluster c = cluster_with(reserve);
+    EXPECT_NEAR(c.usable_memory_bytes(0), c.memory_bytes(0) - c.reserve_bytes(0), 1);
+    Result<SimResult> r = Simulate(LowerPlan(p, c, m).value(), c, CostModel(c, m, nullptr, p.seq_len, p.precision, true));
+    ASSERT_TRUE(r.ok());
+    EXPECT_NEAR(r->devices[0].capacity_bytes, c.usable_memory_bytes(0), 1);
+    EXPECT_EQ(r->fits_memory, reserve.empty()) << r->oom_message;
+    if (!reserve.empty()) {
+      EXPECT_NE(r->oom_message.find("CUDA, NCCL and the allocator keep"), std::string::npos) << r->oom_message;
+    }
+  }
 }
 
 TEST(Simulator, DeadlockIsAnErrorNamingTheStuckRanks) {
