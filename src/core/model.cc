@@ -9,19 +9,19 @@ const std::vector<ModelSpec>& ModelPresets() {
   // name, hidden, layers, heads, kv heads, ffn, vocab, max seq, rope theta, norm eps, tied
   static const std::vector<ModelSpec> presets = {
       // LLaMA-1 (Touvron et al. 2023, Table 2), the shapes of the Zorse paper's evaluation.
-      {"llama-7b", 4096, 32, 32, 32, 11008, 32000, 2048, 10000.0, 1e-6, false},
-      {"llama-13b", 5120, 40, 40, 40, 13824, 32000, 2048, 10000.0, 1e-6, false},
-      {"llama-33b", 6656, 60, 52, 52, 17920, 32000, 2048, 10000.0, 1e-6, false},
-      {"llama-65b", 8192, 80, 64, 64, 22016, 32000, 2048, 10000.0, 1e-5, false},
+      {"llama-7b", 4096, 32, 32, 32, 11008, 32000, 2048, 10000.0, 1e-6, false, {}},
+      {"llama-13b", 5120, 40, 40, 40, 13824, 32000, 2048, 10000.0, 1e-6, false, {}},
+      {"llama-33b", 6656, 60, 52, 52, 17920, 32000, 2048, 10000.0, 1e-6, false, {}},
+      {"llama-65b", 8192, 80, 64, 64, 22016, 32000, 2048, 10000.0, 1e-5, false, {}},
       // Meta Llama 3 8B (its Hugging Face config.json).
-      {"llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0, 1e-5, false},
+      {"llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0, 1e-5, false, {}},
       // TinyLlama 1.1B (its Hugging Face config.json).
-      {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0, 1e-5, false},
+      {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0, 1e-5, false, {}},
       // Small shapes of our own: ~100M for GPU checks, ~1M for CPU training, and a tiny one for
       // unit tests. Byte-level vocabulary (256) for the two smallest.
-      {"llama-100m", 768, 12, 12, 4, 2048, 32000, 1024, 10000.0, 1e-5, false},
-      {"llama-1m", 128, 4, 4, 2, 384, 256, 256, 10000.0, 1e-5, false},
-      {"llama-tiny", 32, 2, 4, 2, 64, 256, 64, 10000.0, 1e-5, false},
+      {"llama-100m", 768, 12, 12, 4, 2048, 32000, 1024, 10000.0, 1e-5, false, {}},
+      {"llama-1m", 128, 4, 4, 2, 384, 256, 256, 10000.0, 1e-5, false, {}},
+      {"llama-tiny", 32, 2, 4, 2, 64, 256, 64, 10000.0, 1e-5, false, {}},
   };
   return presets;
 }
@@ -54,12 +54,19 @@ int64_t HeadParams(const ModelSpec& m) {
 
 int64_t TiedCopyParams(const ModelSpec& m) { return m.tie_embeddings ? EmbeddingParams(m) : 0; }
 
+int64_t PaddedVocabSize(const ModelSpec& m, int tp) {
+  if (tp <= 1 || m.vocab_size % tp == 0) return m.vocab_size;
+  const int64_t unit = kVocabPadGranule * tp;
+  return (m.vocab_size + unit - 1) / unit * unit;
+}
+
 double EmbeddingParamsPerRank(const ModelSpec& m, int tp) {
-  return static_cast<double>(EmbeddingParams(m)) / std::max(1, tp);
+  return static_cast<double>(PaddedVocabSize(m, tp) * m.hidden_size) / std::max(1, tp);
 }
 
 double HeadParamsPerRank(const ModelSpec& m, int tp) {
-  return static_cast<double>(m.hidden_size) + static_cast<double>(HeadParams(m) - m.hidden_size) / std::max(1, tp);
+  return static_cast<double>(m.hidden_size) +
+         (m.tie_embeddings ? 0.0 : static_cast<double>(PaddedVocabSize(m, tp) * m.hidden_size) / std::max(1, tp));
 }
 
 int64_t TotalParams(const ModelSpec& m) {
@@ -151,7 +158,9 @@ double LayerForwardPeakBytesPerToken(const ModelSpec& m, int64_t seq_len, Precis
 }
 
 double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p, int tp) {
-  return 2 * LogitsBytesPerToken(m, p) / std::max(1, tp) + static_cast<double>(m.hidden_size) * RmsNormKeptBytes(p);
+  const double padded = static_cast<double>(PaddedVocabSize(m, tp)) / static_cast<double>(m.vocab_size);
+  return 2 * LogitsBytesPerToken(m, p) * padded / std::max(1, tp) +
+         static_cast<double>(m.hidden_size) * RmsNormKeptBytes(p);
 }
 
 double CheckpointedBackwardBytes(const ModelSpec& m, int64_t seq_len, Precision p, double tokens, bool head, int tp) {

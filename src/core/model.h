@@ -62,6 +62,11 @@ int64_t HeadParams(const ModelSpec& m);
 /// (the runtime's LlamaModelImpl::UntieHead), whose gradient the schedule sums with the
 /// embedding's: its parameters, 0 when untied. (Not in HeadParams: one ministage needs no copy.)
 int64_t TiedCopyParams(const ModelSpec& m);
+/// The vocabulary a tensor-parallel team of `tp` splits: vocab_size when `tp` divides it, else padded
+/// as Megatron pads it, to a multiple of `tp` x kVocabPadGranule (the padded rows — the last rank's
+/// slice ends in them — are zero, masked out of the loss, never trained and never exported).
+inline constexpr int64_t kVocabPadGranule = 8;  // a multiple of 8 rows: tensor cores' fp16 alignment
+int64_t PaddedVocabSize(const ModelSpec& m, int tp);
 /// What one rank of a tensor-parallel team of `tp` holds of them: its vocabulary rows of the
 /// embedding and of lm_head (runtime/model/tensor_parallel.h), the final norm whole.
 double EmbeddingParamsPerRank(const ModelSpec& m, int tp);

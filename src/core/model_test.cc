@@ -343,7 +343,9 @@ TEST(Rope, Llama3KeepsHighFrequenciesDividesLowOnesAndBlendsBetween) {
       EXPECT_LT(ratio, 1.0) << i;
       ++blended;
     }
-    if (i > 0) EXPECT_LE(ratio, scaled[i - 1] / plain[i - 1]) << i;  // longer waves are scaled more
+    if (i > 0) {
+      EXPECT_LE(ratio, scaled[i - 1] / plain[i - 1]) << i;  // longer waves are scaled more
+    }
   }
   EXPECT_GT(kept, 0);
   EXPECT_GT(divided, 0);

@@ -64,7 +64,7 @@ std::string RankShardFileName(int rank) { return fmt::format("rank-{:05d}.safete
 
 int64_t SliceElements(const ShardedParameter& p) {
   int64_t n = 1;
-  for (int64_t d : p.shape) n *= d;
+  for (size_t i = 0; i < p.shape.size(); ++i) n *= i == 0 && p.padded_rows > 0 ? p.padded_rows : p.shape[i];
   return p.tp_degree > 0 ? n / p.tp_degree : n;
 }
 
@@ -82,8 +82,11 @@ Status ValidateShardIndex(const ShardIndex& index, const std::string& path) {
   }
   for (const auto& [name, param] : index.parameters) {
     if (param.tp_degree < 1) return bad(fmt::format("{}: tp_degree {} (must be >= 1)", name, param.tp_degree));
+    if (param.padded_rows != 0 && (param.shape.empty() || param.padded_rows < param.shape[0]))
+      return bad(fmt::format("{}: padded_rows {} is fewer than its rows", name, param.padded_rows));
     int64_t numel = 1;
-    for (int64_t d : param.shape) {
+    for (size_t i = 0; i < param.shape.size(); ++i) {
+      const int64_t d = i == 0 && param.padded_rows > 0 ? param.padded_rows : param.shape[i];
       if (d < 0 || (d > 0 && numel > std::numeric_limits<int64_t>::max() / d))
         return bad(fmt::format("{}: shape is not a tensor's", name));
       numel *= d;
@@ -143,6 +146,8 @@ Result<ShardIndex> ParseShardIndex(std::string_view text, const std::string& pat
     if (p.contains("tp_degree") && !integer(p["tp_degree"], 1, 4096, &tp))
       return bad(fmt::format("parameters.\"{}\".tp_degree must be an integer from 1 to 4096", name));
     param.tp_degree = static_cast<int>(tp);
+    if (p.contains("padded_rows") && !integer(p["padded_rows"], 1, std::numeric_limits<int64_t>::max(), &param.padded_rows))
+      return bad(fmt::format("parameters.\"{}\".padded_rows must be a positive integer", name));
     index.parameters[name] = param;
   }
   for (size_t i = 0; i < j["pieces"].size(); ++i) {
@@ -168,7 +173,10 @@ Result<ShardIndex> ParseShardIndex(std::string_view text, const std::string& pat
 
 std::string ShardIndexJson(const ShardIndex& index) {
   nlohmann::json params = nlohmann::json::object();
-  for (const auto& [name, p] : index.parameters) params[name] = {{"shape", p.shape}, {"tp_degree", p.tp_degree}};
+  for (const auto& [name, p] : index.parameters) {
+    params[name] = {{"shape", p.shape}, {"tp_degree", p.tp_degree}};
+    if (p.padded_rows > 0) params[name]["padded_rows"] = p.padded_rows;
+  }
   nlohmann::json pieces = nlohmann::json::array();
   for (const ShardPiece& p : index.pieces)
     pieces.push_back(

@@ -32,6 +32,9 @@ inline constexpr const char* kShardIndexFile = "shards.json";
 struct ShardedParameter {
   std::vector<int64_t> shape;  // the whole parameter's
   int tp_degree = 1;           // slices it is stored as (a tensor-parallel team's split)
+  /// A vocabulary a team padded (PaddedVocabSize): the slices' rows together, beyond shape[0]; the
+  /// padded rows are zero and dropped when the slices are joined. 0: not padded.
+  int64_t padded_rows = 0;
 };
 
 struct ShardPiece {

@@ -158,13 +158,12 @@ Status ValidatePlan(const Plan& plan, const Cluster& cluster, const ModelSpec& m
     }
     if (g.devices.empty()) error(fmt::format("{}: has no devices", where));
     if (g.tp_degree < 1 || g.devices.size() % g.tp_degree != 0 || model.num_heads % g.tp_degree != 0 ||
-        model.num_kv_heads % g.tp_degree != 0 || model.ffn_size % g.tp_degree != 0 ||
-        model.vocab_size % g.tp_degree != 0) {
+        model.num_kv_heads % g.tp_degree != 0 || model.ffn_size % g.tp_degree != 0) {
+      // (The vocabulary need not divide: a team pads it, PaddedVocabSize.)
       error(fmt::format(
           "{}: tp_degree ({}) must divide the group's {} devices and the model's {} heads, {} key/value "
-          "heads, ffn_size {} and vocab_size {}",
-          where, g.tp_degree, g.devices.size(), model.num_heads, model.num_kv_heads, model.ffn_size,
-          model.vocab_size));
+          "heads and ffn_size {}",
+          where, g.tp_degree, g.devices.size(), model.num_heads, model.num_kv_heads, model.ffn_size));
     } else {
       for (size_t di = 0; di < g.devices.size(); ++di) {
         const DevicePlan& leader = g.devices[di - di % g.tp_degree];

@@ -118,9 +118,7 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
   // group of NVLink nodes splits its layers, one on PCIe nodes does not — unless
   // `uniform_tensor_parallel` (a symmetric mesh: w in every group, or not at all).
   const auto group_can_split = [&](const std::vector<int>& g, int tp) {
-    if (model.num_heads % tp != 0 || model.num_kv_heads % tp != 0 || model.ffn_size % tp != 0 ||
-        model.vocab_size % tp != 0)
-      return false;
+    if (model.num_heads % tp != 0 || model.num_kv_heads % tp != 0 || model.ffn_size % tp != 0) return false;
     if (g.size() % tp != 0) return false;
     for (size_t i = 0; i < g.size(); i += tp) {
       if (cluster.node_of(g[i]).interconnect == Interconnect::kPcie) return false;

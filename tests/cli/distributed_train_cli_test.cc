@@ -643,6 +643,51 @@ TEST_F(DistributedEquivalence, LossScalingSkipsAnOverflowOnEveryRankAndResumesUn
   EXPECT_CONTAINS(r.output, "set loss_scaling = true in the plan");
 }
 
+// A team whose width does not divide the vocabulary (#47): three ranks over 256 tokens pad it as
+// Megatron does (to 264: a multiple of 3 x 8), the padded rows zero, out of the loss, never
+// trained — the run ends equal to one process (fp64), tied or untied, and what it exports holds the
+// model's 256 rows.
+TEST_F(DistributedEquivalence, AWidthThatDoesNotDivideTheVocabularyPadsItExactly) {
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    const std::string tag = tied ? "tied" : "untied";
+    dir_->Write("eq6-" + tag + ".toml", std::string("name = \"eq6\"\nhidden_size = 48\nnum_layers = 2\nnum_heads = 6\n"
+                                                     "num_kv_heads = 3\nffn_size = 96\nvocab_size = 256\n"
+                                                     "max_seq_len = 64\ntie_embeddings = ") +
+                                             (tied ? "true" : "false") + "\n");
+    auto job = [&](const std::string& name) {
+      std::string j = Job(dir_->Join(name), 1.0, true);
+      j.replace(j.find("model.toml"), 10, "eq6-" + tag + ".toml");
+      return dir_->Write(name + ".toml", j);
+    };
+    job("vp-ref-" + tag);
+    CliRun r = Motley("train vp-ref-" + tag + ".toml --single-process", false, dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::string header = PlanHeader();
+    header.replace(header.find("model.toml"), 10, "eq6-" + tag + ".toml");
+    const std::string plan = dir_->Write("vp-" + tag + ".plan.toml", header + R"(schedule = "gpipe"
+zero_stage = 0
+[[groups]]
+ministages = [[0, 2]]
+tp_degree = 3
+devices = [0, 1, 2]
+microbatch_size = [4, 4, 4]
+num_microbatches = [3, 3, 3]
+)");
+    job("vp-tp3-" + tag);
+    r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train vp-tp3-" + tag + ".toml --plan " + plan,
+               false, dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string ref = dir_->Join("vp-ref-" + tag + "/step-000005/"), got = dir_->Join("vp-tp3-" + tag + "/step-000005/");
+    EXPECT_LT(MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors"), kFp64Tolerance);
+    EXPECT_LT(MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors"), kFp64Tolerance);
+    const SafetensorsValues exported = ReadSafetensors(got + "model.safetensors");
+    ASSERT_TRUE(exported.tensors.count("model.embed_tokens.weight"));
+    EXPECT_EQ(exported.tensors.at("model.embed_tokens.weight").size(), 256u * 48u);
+    EXPECT_EQ(exported.tensors.count("lm_head.weight"), tied ? 0u : 1u);
+  }
+}
+
 TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
   // The plan's batch differs from the job's.
   const std::string plan = dir_->Write("bad.plan.toml", PlanHeader() +

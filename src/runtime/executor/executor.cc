@@ -164,7 +164,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
     ex->collective_group_.push_back(g->index >= 0 ? g : nullptr);
     // This rank's team: its layers run with the team's all-reduces inside.
     if (c.tensor_parallel && g->index >= 0 && !ex->tp_region_.reduce) {
-      ex->tp_region_ = MakeTensorParallelRegion(comm, g, &ex->tp_clock_, VocabBegin(spec, ex->tp_index_, tp));
+      ex->tp_region_ = MakeTensorParallelRegion(comm, g, &ex->tp_clock_, VocabBegin(spec, ex->tp_index_, tp),
+                                                spec.vocab_size);
       if (schedule.flextp_mode != "off") {
         FlexTpTeam::Options o;
         o.config = config.tensor_parallel;  // its thresholds; the mode is the schedule's
@@ -245,6 +246,8 @@ std::vector<StatePiece> Executor::OwnedState() {
       piece.shape = shapes.at(name);
       piece.tp_degree = split ? tp_degree_ : 1;
       piece.tp_index = split ? tp_index_ : 0;
+      if (split && IsVocabParameterName(name) && PaddedVocabSize(model_->spec(), tp_degree_) != model_->spec().vocab_size)
+        piece.padded_rows = PaddedVocabSize(model_->spec(), tp_degree_);
       piece.begin = p.begin;
       piece.values = p.values.to(torch::kCPU);
       piece.exp_avg = p.exp_avg.to(torch::kCPU);

@@ -86,12 +86,13 @@ bool IsSplitWeight(size_t k) { return k != 0 && k != 5; }
 
 namespace {
 
-// The embedding and the head split along their vocabulary rows.
-bool IsVocabParameter(const std::string& name) {
-  return name == "model.embed_tokens.weight" || name == "lm_head.weight";
-}
+bool IsVocabParameter(const std::string& name) { return IsVocabParameterName(name); }
 
 }  // namespace
+
+bool IsVocabParameterName(const std::string& name) {
+  return name == "model.embed_tokens.weight" || name == "lm_head.weight";
+}
 
 bool IsSplitParameter(const std::string& name) {
   if (IsVocabParameter(name)) return true;
@@ -102,8 +103,14 @@ bool IsSplitParameter(const std::string& name) {
 torch::Tensor SliceParameter(const ModelSpec& spec, const std::string& name, const torch::Tensor& full, int index,
                              int tp) {
   if (IsVocabParameter(name)) {
-    const int64_t per = full.size(0) / tp;
-    return full.narrow(0, index * per, per);
+    // Rows [index * per, (index + 1) * per) of the padded vocabulary: a view, or — where the slice
+    // runs past the real rows — its real rows followed by zero rows.
+    const int64_t per = PaddedVocabSize(spec, tp) / tp, begin = index * per;
+    const int64_t real = std::clamp<int64_t>(full.size(0) - begin, 0, per);
+    if (real == per) return full.narrow(0, begin, per);
+    torch::Tensor out = torch::zeros({per, full.size(1)}, full.options());
+    if (real > 0) out.narrow(0, 0, real).copy_(full.narrow(0, begin, real));
+    return out;
   }
   const int k = LayerWeightIndex(name);
   return k >= 0 ? SliceLayerWeight(spec, k, full, index, tp) : full;
@@ -112,7 +119,7 @@ torch::Tensor SliceParameter(const ModelSpec& spec, const std::string& name, con
 std::vector<int64_t> SliceParameterShape(const ModelSpec& spec, const std::string& name, std::vector<int64_t> full,
                                          int tp) {
   if (IsVocabParameter(name)) {
-    full[0] /= tp;
+    full[0] = PaddedVocabSize(spec, tp) / tp;
     return full;
   }
   const int k = LayerWeightIndex(name);
@@ -120,12 +127,12 @@ std::vector<int64_t> SliceParameterShape(const ModelSpec& spec, const std::strin
 }
 
 torch::Tensor JoinParameter(const ModelSpec& spec, const std::string& name, const std::vector<torch::Tensor>& slices) {
-  if (IsVocabParameter(name)) return torch::cat(slices, 0);
+  if (IsVocabParameter(name)) return torch::cat(slices, 0).narrow(0, 0, spec.vocab_size);  // the padding dropped
   const int k = LayerWeightIndex(name);
   return k >= 0 ? JoinLayerWeight(spec, k, slices) : slices.front();
 }
 
-int64_t VocabBegin(const ModelSpec& spec, int index, int tp) { return index * (spec.vocab_size / tp); }
+int64_t VocabBegin(const ModelSpec& spec, int index, int tp) { return index * (PaddedVocabSize(spec, tp) / tp); }
 
 torch::Tensor SliceLayerWeight(const ModelSpec& spec, size_t k, const torch::Tensor& full, int index, int tp) {
   const Split s = SplitOf(spec, k);
@@ -147,11 +154,6 @@ Status CheckTensorParallelDegree(const ModelSpec& spec, int tp) {
         "tp_degree = {} does not divide model {}'s heads ({}), key/value heads ({}) and ffn_size ({}); use a divisor "
         "of all three",
         tp, spec.name, spec.num_heads, spec.num_kv_heads, spec.ffn_size));
-  if (spec.vocab_size % tp != 0)
-    return Status::InvalidArgument(fmt::format(
-        "tp_degree = {} does not divide model {}'s vocab_size ({}), which a tensor-parallel team splits; pad the "
-        "vocabulary to a multiple of {} (vocab_size = {}) or use a divisor of it",
-        tp, spec.name, spec.vocab_size, tp, (spec.vocab_size + tp - 1) / tp * tp));
   return Status::Ok();
 }
 
@@ -169,7 +171,7 @@ torch::Tensor JoinLayerWeight(const ModelSpec& spec, size_t k, const std::vector
 }
 
 TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group, CommClock* clock,
-                                              int64_t vocab_begin) {
+                                              int64_t vocab_begin, int64_t vocab_size) {
   auto g = std::make_shared<RegionGroup>(RegionGroup{comm, group, clock});
   const auto address = static_cast<int64_t>(reinterpret_cast<intptr_t>(g.get()));
   TensorParallelRegion r;
@@ -177,8 +179,8 @@ TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* gro
   r.reduce = [g, address](const torch::Tensor& x) { return ReduceRegion::apply(x, address); };
   r.vocab_begin = vocab_begin;
   if (vocab_begin >= 0)
-    r.loss = [g, vocab_begin](const torch::Tensor& logits, const torch::Tensor& targets) {
-      return VocabParallelLoss(g->comm, g->group, logits, targets, vocab_begin, g->clock);
+    r.loss = [g, vocab_begin, vocab_size](const torch::Tensor& logits, const torch::Tensor& targets) {
+      return VocabParallelLoss(g->comm, g->group, logits, targets, vocab_begin, g->clock, vocab_size);
     };
   return r;
 }
@@ -191,11 +193,18 @@ namespace {
 // Backward: softmax of this rank's columns (from the whole log-sum-exp) less the one-hot target.
 struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallelCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
-                               int64_t vocab_begin, int64_t group) {
+                               int64_t vocab_begin, int64_t group, int64_t vocab_size) {
     const RegionGroup& g = *reinterpret_cast<const RegionGroup*>(group);
-    const torch::Tensor l = (logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32))
-                                .reshape({-1, logits.size(-1)});
+    torch::Tensor l = (logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32))
+                          .reshape({-1, logits.size(-1)});
     const int64_t columns = l.size(1);
+    // The padded vocabulary's rows (PaddedVocabSize) are no tokens: out of the log-sum-exp (and so
+    // of the gradient, exp(-inf) = 0).
+    const int64_t real = vocab_size < 0 ? columns : std::clamp<int64_t>(vocab_size - vocab_begin, 0, columns);
+    if (real < columns) {
+      l = l.clone();
+      l.narrow(1, real, columns - real).fill_(-std::numeric_limits<double>::infinity());
+    }
     const torch::Tensor local = targets.reshape({-1}) - vocab_begin;
     const torch::Tensor mine = local.ge(0).logical_and(local.lt(columns));
     const torch::Tensor index = local.clamp(0, columns - 1);
@@ -223,17 +232,18 @@ struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParalle
     g.mul_(grads[0] / static_cast<double>(l.size(0)));
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     return {g.to(dtype).view(ctx->saved_data["shape"].toIntVector()), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor VocabParallelLoss(Communicator* comm, CommGroup* group, const torch::Tensor& logits,
-                                const torch::Tensor& targets, int64_t vocab_begin, CommClock* clock) {
+                                const torch::Tensor& targets, int64_t vocab_begin, CommClock* clock,
+                                int64_t vocab_size) {
   RegionGroup g{comm, group, clock};
   return VocabParallelCrossEntropy::apply(logits, targets, vocab_begin,
-                                          static_cast<int64_t>(reinterpret_cast<intptr_t>(&g)));
+                                          static_cast<int64_t>(reinterpret_cast<intptr_t>(&g)), vocab_size);
 }
 
 }  // namespace motley

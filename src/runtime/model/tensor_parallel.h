@@ -31,20 +31,23 @@
 
 namespace motley {
 
-/// Whether a model splits over `tp` ranks: heads, key/value heads, ffn and vocabulary divisible by it.
+/// Whether a model splits over `tp` ranks: heads, key/value heads and ffn divisible by it (the
+/// vocabulary is padded where it does not divide: PaddedVocabSize).
 Status CheckTensorParallelDegree(const ModelSpec& spec, int tp);
 
 /// Any parameter of the model by name: whether a tensor-parallel team splits it (the layers' matrices,
 /// the embedding and the head; not the norms), rank `index` of `tp`'s slice of it (a view), the
 /// shape of a slice, and the whole from every rank's slice.
 bool IsSplitParameter(const std::string& name);
+/// The embedding and the head: split along their (padded) vocabulary rows.
+bool IsVocabParameterName(const std::string& name);
 torch::Tensor SliceParameter(const ModelSpec& spec, const std::string& name, const torch::Tensor& full, int index,
                              int tp);
 std::vector<int64_t> SliceParameterShape(const ModelSpec& spec, const std::string& name, std::vector<int64_t> full,
                                          int tp);
 torch::Tensor JoinParameter(const ModelSpec& spec, const std::string& name, const std::vector<torch::Tensor>& slices);
 
-/// The first vocabulary row of rank `index` of `tp` (CheckTensorParallelDegree: equal slices).
+/// The first vocabulary row of rank `index` of `tp`: equal slices of the padded vocabulary.
 int64_t VocabBegin(const ModelSpec& spec, int index, int tp);
 
 /// Rank `index` of `tp`'s slice of one layer's weights (DecoderLayerImpl::weights() order), as
@@ -72,13 +75,15 @@ torch::Tensor JoinLayerWeight(const ModelSpec& spec, size_t k, const std::vector
 /// splits the vocabulary and this rank's rows start there (VocabBegin); the region's `loss` is then
 /// VocabParallelLoss over the group.
 TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group, CommClock* clock = nullptr,
-                                              int64_t vocab_begin = -1);
+                                              int64_t vocab_begin = -1, int64_t vocab_size = -1);
 
 /// Mean next-token cross-entropy from one rank's columns of the logits, [batch, seq, V/t] for
 /// vocabulary rows [vocab_begin, vocab_begin + V/t), against targets [batch, seq]: the same value on
 /// every rank of `group` as NextTokenLoss of the whole logits, and the gradient of this rank's
 /// columns. In fp32 (fp64 for fp64 logits) whatever the logits' dtype.
+/// `vocab_size` (>= 0): the real vocabulary; columns past it are padding (PaddedVocabSize), out of the loss.
 torch::Tensor VocabParallelLoss(Communicator* comm, CommGroup* group, const torch::Tensor& logits,
-                                const torch::Tensor& targets, int64_t vocab_begin, CommClock* clock = nullptr);
+                                const torch::Tensor& targets, int64_t vocab_begin, CommClock* clock = nullptr,
+                                int64_t vocab_size = -1);
 
 }  // namespace motley

@@ -358,6 +358,7 @@ Result<CheckpointFileRecord> WriteRankShards(const std::string& tmp, int rank, c
   std::vector<NamedTensor> tensors;
   for (const StatePiece& p : pieces) {
     params[p.param] = {{"shape", p.shape}, {"tp_degree", p.tp_degree}};
+    if (p.padded_rows > 0) params[p.param]["padded_rows"] = p.padded_rows;
     tensors.push_back({ShardTensorName(p.param, p.tp_index, p.begin, ShardTensor::kValues), p.values});
     tensors.push_back({ShardTensorName(p.param, p.tp_index, p.begin, ShardTensor::kExpAvg), p.exp_avg});
     tensors.push_back({ShardTensorName(p.param, p.tp_index, p.begin, ShardTensor::kExpAvgSq), p.exp_avg_sq});
@@ -387,9 +388,11 @@ Result<std::string> FinishShardedCheckpoint(const std::string& run_dir, int64_t 
       return Status::Internal(fmt::format("{}: no parameter shapes in its metadata", f.path()));
     MOTLEY_ASSIGN_OR_RETURN(nlohmann::json params, ParseJson(meta->second, f.path()));
     for (const auto& [name, p] : params.items()) {
-      ShardedParameter param{p.at("shape").get<std::vector<int64_t>>(), p.at("tp_degree").get<int>()};
+      ShardedParameter param{p.at("shape").get<std::vector<int64_t>>(), p.at("tp_degree").get<int>(),
+                             p.value("padded_rows", int64_t{0})};
       auto [it, inserted] = index.parameters.emplace(name, param);
-      if (!inserted && (it->second.shape != param.shape || it->second.tp_degree != param.tp_degree))
+      if (!inserted && (it->second.shape != param.shape || it->second.tp_degree != param.tp_degree ||
+                        it->second.padded_rows != param.padded_rows))
         return Status::Internal(fmt::format("{}: {} is stored in two layouts by two ranks", tmp, name));
     }
     for (const auto& [key, entry] : f.entries()) {
@@ -408,7 +411,11 @@ Result<std::string> FinishShardedCheckpoint(const std::string& run_dir, int64_t 
   const std::string index_path = (fs::path(tmp) / kShardIndexFile).string();
   MOTLEY_RETURN_IF_ERROR(ValidateShardIndex(index, index_path));
   int64_t elements = 0;
-  for (const auto& [name, p] : index.parameters) elements += SliceElements(p) * p.tp_degree;
+  for (const auto& [name, p] : index.parameters) {  // the model's elements, padding aside
+    int64_t n = 1;
+    for (int64_t d : p.shape) n *= d;
+    elements += n;
+  }
   if (elements != TotalParams(spec))
     return Status::Internal(fmt::format("{}: the ranks wrote {} parameters, the model has {}", tmp, elements,
                                         TotalParams(spec)));

@@ -77,6 +77,7 @@ struct StatePiece {
   int tp_degree = 1, tp_index = 0;
   int64_t begin = 0;
   torch::Tensor values, exp_avg, exp_avg_sq;
+  int64_t padded_rows = 0;  // a padded vocabulary's rows over the slices (ShardedParameter::padded_rows)
 };
 
 /// Rank 0, before the ranks write: `<run_dir>/step-NNNNNN.tmp`, empty (what interrupted saves left

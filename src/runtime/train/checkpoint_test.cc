@@ -278,7 +278,7 @@ TEST(ShardedCheckpoint, PiecesFromAnyLayoutLoadAsTheWholeModel) {
       for (int half = 0; half < 2; ++half) {
         const int64_t begin = half == 0 ? 0 : cut, count = half == 0 ? cut : v.numel() - cut;
         ranks[2 * t + half].push_back({s.name, s.param.sizes().vec(), tp, t, begin, v.narrow(0, begin, count),
-                                       m.narrow(0, begin, count), w.narrow(0, begin, count)});
+                                       m.narrow(0, begin, count), w.narrow(0, begin, count), 0});
       }
     }
   }
