@@ -4,11 +4,14 @@
 #      from Debian packages unpacked into a prefix when the machine cannot install them
 #      (DEBS=folder of .deb files: libfmt-dev libfmt9 nlohmann-json3-dev libtomlplusplus-dev
 #      libtomlplusplus3 libcli11-dev libboost1.74-dev libgtest-dev libsentencepiece-dev
-#      libsentencepiece0, from `apt-get download` on Debian bookworm);
+#      libsentencepiece0 libpcre2-dev libpcre2-8-0, from `apt-get download` on Debian bookworm);
 #   2. the GPU tests (the CLI suite's DistributedTrainGpu cases);
 #   3. the offload benchmark (offload_overhead.sh);
 #   4. a profile of the benchmark's model on this GPU, and the simulator's step for the benchmark's
-#      plans with it (to lay beside the measured steps of 3).
+#      plans with it (to lay beside the measured steps of 3);
+#   5. issue #47: the memory CUDA and NCCL keep (context, NCCL buffers, the allocator's reserved but
+#      unused) against the catalog's reserve; fp16 with loss scaling and an injected overflow; a
+#      fine-tune from a Hugging Face folder motley writes, in bf16.
 # Logs go to LOGS (default: gpu-logs/).
 #
 #   DEBS=.gpu-deps LOGS=out bench/gpu/check.sh [MICROBATCHES...]
@@ -67,3 +70,65 @@ for n in "${counts[@]}"; do
       --model bench/gpu/llama-850m.toml --profile "$LOGS/profile.json" 2>&1 | grep -m1 "^step"
   done
 done
+
+echo "== #47: the memory CUDA, NCCL and the allocator keep (the catalog says: $(build-gpu/motley catalog --json | \
+  python3 -c 'import json,sys; print({s["name"]: round(s["reserve_bytes"]/2**30, 2) for s in json.load(sys.stdin)}.get("h100-sxm"))') GiB for h100-sxm)"
+timeout 120 python3 - <<'PY' 2>&1 | tee "$LOGS/reserve.txt"
+import os, torch, torch.distributed as dist
+GiB = 2**30
+free0, total = torch.cuda.mem_get_info()
+torch.zeros(1, device="cuda")  # the context
+free1, _ = torch.cuda.mem_get_info()
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
+dist.init_process_group("nccl", rank=0, world_size=1)
+x = torch.ones(1 << 20, device="cuda"); dist.all_reduce(x); torch.cuda.synchronize()
+free2, _ = torch.cuda.mem_get_info()
+# Fragmentation: a training-like churn of differently sized blocks, then what is reserved but unused.
+blocks = [torch.empty(int(s) << 20, dtype=torch.uint8, device="cuda") for s in (512, 96, 1024, 33, 700, 128) * 8]
+del blocks[::2]
+frag = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+print(f"context {(total - free0 + free0 - free1) / GiB:.2f} GiB (before: {(total - free0) / GiB:.2f} used), "
+      f"NCCL {(free1 - free2) / GiB:.2f} GiB, reserved-but-unused {frag / GiB:.2f} GiB, "
+      f"total {(total - free2) / GiB + frag / GiB:.2f} GiB")
+dist.destroy_process_group()
+PY
+echo "== #47: fp16 with loss scaling, an overflow injected in step 3 (one process)"
+mkdir -p "$LOGS/fp16"
+cat > "$LOGS/fp16/job.toml" <<'TOML'
+model = "llama-100m"
+cluster = "../../bench/gpu/h100.toml"
+[training]
+steps = 6
+seq_len = 256
+global_batch_sequences = 8
+precision = "fp16"
+[data]
+validation_interval_steps = 0
+[checkpoint]
+dir = "fp16-run"
+TOML
+(cd "$LOGS/fp16" && timeout 300 ../../build-gpu/motley train job.toml --single-process --device cuda --no-checkpoint \
+  --overflow-step 3 --metrics m.jsonl 2>&1 | tail -3; grep -o '"loss_scale":[0-9.e+]*,"skipped":[a-z]*' m.jsonl 2>/dev/null \
+  || grep -o '"skipped":[a-z]*' m.jsonl)
+echo "== #47: a fine-tune from a Hugging Face folder motley writes, bf16"
+mkdir -p "$LOGS/ft"
+build-gpu/motley data train-tokenizer --input build-gpu/../examples --vocab-size 1024 -o "$LOGS/ft/hf" 2>&1 | tail -1 || true
+build-gpu/motley init-model --hf "$LOGS/ft/hf" --model llama-100m 2>&1 | tail -1
+build-gpu/motley data prepare --init-from "$LOGS/ft/hf" --input README.md docs -o "$LOGS/ft/data" 2>&1 | tail -2
+cat > "$LOGS/ft/job.toml" <<'TOML'
+cluster = "../../bench/gpu/h100.toml"
+[model]
+init_from = "hf"
+[training]
+steps = 20
+seq_len = 256
+global_batch_sequences = 8
+precision = "bf16"
+[data]
+train = "data"
+validation_interval_steps = 10
+validation_sequences = 4
+[checkpoint]
+dir = "ft-run"
+TOML
+(cd "$LOGS/ft" && timeout 300 ../../build-gpu/motley train job.toml --single-process --device cuda --no-checkpoint 2>&1 | tail -4)
