@@ -10,11 +10,12 @@
 
 namespace motley {
 
-inline constexpr int kNumFuzzReaders = 14;
+inline constexpr int kNumFuzzReaders = 16;
 
 /// 0 cluster, 1 model, 2 job, 3 hf-config, 4 plan-toml, 5 plan-json, 6 profile-json,
 /// 7 zorse-latencies, 8 data-json, 9 safetensors, 10 trainer-state, 11 latest, 12 token-file,
-/// 13 shard-index.
+/// 13 shard-index, 14 tokenizer-json (a tokenizer.json, then a text through it), 15 tokenizer-text
+/// (any bytes through a byte-level and a sentencepiece-style tokenizer, and decoded back).
 const char* FuzzReaderName(int reader);
 
 void FuzzReader(int reader, std::string_view file);

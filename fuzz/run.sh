@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 RUNS="${1:-1000000}"
 shift || true
 NAMES=(cluster model job hf-config plan-toml plan-json profile-json zorse-latencies data-json safetensors
-       trainer-state latest token-file shard-index)
+       trainer-state latest token-file shard-index tokenizer-json tokenizer-text)
 CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOTLEY_FUZZ=ON \
   -DMOTLEY_WITH_TORCH=OFF -DMOTLEY_BUILD_TESTS=OFF -DMOTLEY_BUILD_BENCH=OFF >/dev/null
 cmake --build build-fuzz --target config_parsers_fuzzer

@@ -349,6 +349,9 @@ std::string HfTokenizer::Decode(const std::vector<uint32_t>& ids) const {
 
 namespace {
 
+// The most token ids a tokenizer.json may hold (as a model's vocab_size: core/model_parse.cc).
+constexpr int64_t kMaxTokenizerVocab = int64_t{1} << 24;
+
 // One error, naming the file, the component's place and what motley supports.
 Status Unsupported(const std::string& file, const std::string& where, const std::string& what,
                    const std::string& supported) {
@@ -386,9 +389,15 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path) 
   if (!fs::is_regular_file(file, ec))
     return Status::NotFound(fmt::format("{}: no tokenizer.json (give a Hugging Face model folder or its tokenizer.json)",
                                         file.string()));
-  const std::string where = file.string();
-  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(where));
+  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(file.string()));
+  return FromJson(text, file.string(), file.parent_path().string());
+}
+
+Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text, const std::string& where,
+                                                           const std::string& folder_name) {
+  std::error_code ec;
   MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, where));
+  if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: expected a JSON object", where));
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
   t->path_ = where;
   t->impl_ = std::make_unique<Impl>();
@@ -422,7 +431,7 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path) 
     int64_t max_id = -1;
     std::vector<std::pair<std::string, uint32_t>> vocab;
     for (const auto& [key, value] : model.at("vocab").items()) {
-      if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= (int64_t{1} << 31))
+      if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= kMaxTokenizerVocab)
         return Status::InvalidArgument(fmt::format("{}: model.vocab[{}]: expected a token id, got {}", where,
                                                    nlohmann::json(key).dump(), value.dump()));
       MOTLEY_ASSIGN_OR_RETURN(std::string piece, to_piece(key));
@@ -432,7 +441,11 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path) 
     std::vector<AddedToken> added;
     if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
       for (const auto& a : j["added_tokens"]) {
-        AddedToken token{a.at("content").get<std::string>(), a.at("id").get<uint32_t>(), a.value("special", false)};
+        const nlohmann::json& id = a.at("id");
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxTokenizerVocab)
+          return Status::InvalidArgument(fmt::format("{}: added_tokens: id {} is not a token id below {}", where,
+                                                     id.dump(), kMaxTokenizerVocab));
+        AddedToken token{a.at("content").get<std::string>(), id.get<uint32_t>(), a.value("special", false)};
         if (token.content.empty())
           return Status::InvalidArgument(fmt::format("{}: added_tokens: token {} has empty content", where, token.id));
         max_id = std::max<int64_t>(max_id, token.id);
@@ -463,9 +476,12 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path) 
       auto it = im.piece_to_id.find(model["unk_token"].get<std::string>());
       if (it != im.piece_to_id.end()) im.unk_id = it->second;
     }
-    if (!im.byte_level && im.unk_id < 0 && !im.byte_fallback)
+    const bool every_byte = std::all_of(im.byte_id.begin(), im.byte_id.end(), [](int64_t id) { return id >= 0; });
+    if (!im.byte_level && im.unk_id < 0 && !(im.byte_fallback && every_byte))
       return Status::InvalidArgument(fmt::format(
-          "{}: model: neither unk_token nor byte_fallback: text outside the vocabulary could not be encoded", where));
+          "{}: model: neither an unk_token in the vocabulary nor byte_fallback with all 256 <0xXX> tokens: text "
+          "outside the vocabulary could not be encoded",
+          where));
     // Merges: "a b" strings (older files) or ["a", "b"] pairs.
     for (const auto& m : model.at("merges")) {
       std::string a, b;
@@ -587,8 +603,13 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path) 
       } else if (type == "Fuse") {
         im.decoders.push_back({Decoder::Kind::kFuse});
       } else if (type == "Strip") {
-        im.decoders.push_back({Decoder::Kind::kStrip, "", d.at("content").get<std::string>(), d.value("start", 0),
-                               d.value("stop", 0)});
+        const std::string content = d.at("content").get<std::string>();
+        const int start = d.value("start", 0), stop = d.value("stop", 0);
+        if (content.empty() || start < 0 || stop < 0 || start > 1024 || stop > 1024)
+          return Unsupported(where, at, fmt::format("Strip of {} x {} and {} x {}", start, nlohmann::json(content).dump(),
+                                                    stop, nlohmann::json(content).dump()),
+                             "Strip of a non-empty content, at most 1024 times");
+        im.decoders.push_back({Decoder::Kind::kStrip, "", content, start, stop});
       } else if (type == "Metaspace") {
         Decoder m{Decoder::Kind::kMetaspace, "", d.value("replacement", std::string(kMetaspace))};
         m.prepend = d.value("prepend_scheme", std::string("always")) != "never" && d.value("add_prefix_space", true);
@@ -609,11 +630,11 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path) 
 
     // BOS and EOS: tokenizer_config.json, else special_tokens_map.json, else the post-processor's
     // template (its leading special token is BOS).
-    const fs::path folder = file.parent_path();
+    const fs::path folder = folder_name;
     std::optional<std::string> bos, eos;
     std::optional<bool> add_bos, add_eos;
     for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
-      if (!fs::is_regular_file(folder / name, ec)) continue;
+      if (folder_name.empty() || !fs::is_regular_file(folder / name, ec)) continue;
       MOTLEY_ASSIGN_OR_RETURN(nlohmann::json c, ReadJsonFile(folder / name));
       if (!bos) bos = TokenText(c, "bos_token");
       if (!eos) eos = TokenText(c, "eos_token");

@@ -28,6 +28,10 @@ class HfTokenizer : public Tokenizer {
  public:
   /// `path`: a tokenizer.json, or a folder holding one (a Hugging Face model folder).
   static Result<std::unique_ptr<HfTokenizer>> Load(const std::string& path);
+  /// The same from a tokenizer.json's text (`where` names it in messages); BOS and EOS from the
+  /// tokenizer_config.json / special_tokens_map.json in `folder` when it is not "".
+  static Result<std::unique_ptr<HfTokenizer>> FromJson(std::string_view text, const std::string& where,
+                                                      const std::string& folder = "");
   ~HfTokenizer() override;
 
   /// The tokenizer.json's path.
