@@ -44,14 +44,15 @@ NCCL_HINT="$("$PYTHON" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 
 
 missing=()
 for header in fmt/format.h nlohmann/json.hpp toml++/toml.h CLI/CLI.hpp boost/graph/stoer_wagner_min_cut.hpp \
-  gtest/gtest.h sentencepiece_processor.h; do
-  if ! echo "#include <$header>" | "${CXX:-c++}" -std=c++20 "${DEPS_FLAGS[@]}" -x c++ -fsyntax-only - 2>/dev/null; then
+  gtest/gtest.h sentencepiece_processor.h pcre2.h; do
+  if ! printf '#define PCRE2_CODE_UNIT_WIDTH 8\n#include <%s>\n' "$header" |
+      "${CXX:-c++}" -std=c++20 "${DEPS_FLAGS[@]}" -x c++ -fsyntax-only - 2>/dev/null; then
     missing+=("$header")
   fi
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "motley build-gpu: missing headers: ${missing[*]} (Debian: libfmt-dev nlohmann-json3-dev" \
-    "libtomlplusplus-dev libcli11-dev libboost-graph-dev libgtest-dev libsentencepiece-dev)" >&2
+    "libtomlplusplus-dev libcli11-dev libboost-graph-dev libgtest-dev libsentencepiece-dev libpcre2-dev)" >&2
   exit 1
 fi
 
