@@ -1,5 +1,6 @@
 // motley train JOB [--steps N] [--resume DIR] [--device auto|cpu|cuda] [--metrics FILE]
 #include <cstdint>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 
@@ -208,6 +209,7 @@ int RunTrain(const std::vector<std::string>& args) {
   if (!job->init_from.empty() && rv->rank == 0 && options.resume.empty())
     fmt::print("starting from {} ({:.2f}M parameters, tokenizer {})\n", job->init_from,
                static_cast<double>(TotalParams(job->model)) / 1e6, job->data.tokenizer);
+  std::fflush(stdout);  // before any error on stderr
   if (rv->world_size > 1 && options.plan_path.empty()) {
     fmt::print(stderr, "motley train: started as rank {} of {} ({}) but no --plan was given; every rank executes its "
                "part of a plan — add --plan PLAN.toml (motley plan writes one)\n", rv->rank, rv->world_size, rv->source);
