@@ -119,7 +119,7 @@ GpuCatalog MakeBuiltin() {
           s.reserve_source = std::string("motley's default for ") + g.note +
                              ": CUDA context 0.3-1 GiB (CUDA lazy loading; PyTorch CUDA semantics), NCCL "
                              "buffers 4 MiB per channel and peer (NCCL docs), caching-allocator "
-                             "fragmentation 5-15% of the peak; measure it with motley profile on the GPU";
+                             "fragmentation 5-15% of the peak; a cluster file's reserve = ... replaces it";
           c.Upsert(std::move(s));
       }
   return c;

@@ -28,7 +28,7 @@ struct GpuSpec {
   /// cuDNN's workspaces), NCCL's buffers, and what the caching allocator holds reserved but unused
   /// at training's peaks (fragmentation). Planners, the memory model and the simulator plan within
   /// memory_bytes - reserve_bytes. A catalog default per GPU generation, overridden per device
-  /// type in a cluster file (`reserve = "2GiB"`), measured on a GPU by `motley profile`.
+  /// type in a cluster file (`reserve = "2GiB"`). (`motley profile` does not measure it yet.)
   double reserve_bytes = 0;
   std::string reserve_source;        // where the reserve comes from
 };
