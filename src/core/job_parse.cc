@@ -190,7 +190,7 @@ Status ApplyInitFrom(JobSpec* job, const std::string& dir, const std::optional<s
   if (shape) {
     MOTLEY_ASSIGN_OR_RETURN(given, LoadModel(*shape));
     given_name = *shape;
-  } else if (job->init_from != dir && job->model.hidden_size > 0) {
+  } else if (job->model.hidden_size > 0) {
     given = job->model;
     given_name = job->model_ref.empty() ? job->model.name : job->model_ref;
   }
@@ -202,7 +202,7 @@ Status ApplyInitFrom(JobSpec* job, const std::string& dir, const std::optional<s
           "config.json is the model: drop the job's shape or start from a folder of that shape",
           given_name, dir, diff));
   }
-  if (job->model_ref.empty() || job->init_from != dir) job->model_ref = dir;
+  job->model_ref = dir;
   job->init_from = dir;
   job->model = from;
   // The folder's tokenizer is the run's, unless the job names another.
@@ -254,13 +254,12 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
   std::string nested_errors;
   bool have_model = false, have_cluster = false;
   if (init_from && options.resolve_files) {
-    job.model_ref = *init_from;
-    job.init_from = RelativeTo(file, *init_from);
-    if (Status s = ApplyInitFrom(&job, job.init_from, shape ? std::optional<std::string>(FindModelPreset(*shape) ? *shape : RelativeTo(file, *shape))
-                                                            : std::nullopt);
-        !s.ok()) {
+    const std::optional<std::string> shape_ref =
+        shape ? std::optional<std::string>(FindModelPreset(*shape) ? *shape : RelativeTo(file, *shape)) : std::nullopt;
+    if (Status s = ApplyInitFrom(&job, RelativeTo(file, *init_from), shape_ref); !s.ok()) {
       model_table->Error("init_from", s.message());
     } else {
+      job.model_ref = *init_from;  // as written
       have_model = true;
     }
   }

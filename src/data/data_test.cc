@@ -12,6 +12,7 @@
 #include <sentencepiece_trainer.h>
 
 #include "data/builtin_corpus.h"
+#include "data/byte_level.h"
 #include "data/data_prepare.h"
 #include "data/data_sampler.h"
 #include "data/hf_tokenizer.h"
@@ -232,22 +233,7 @@ TEST(DataPrepare, SplitsEveryInputAndWritesAManifest) {
 // A tokenizer.json small enough to write here: byte-level, no merges, <|bos|> 256 and <|eos|> 257.
 std::string TinyTokenizerJson(bool with_bos) {
   nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    int cp = b;
-    if (!printable) {
-      cp = 256;
-      for (int k = 0; k < b; ++k) cp += !((k >= '!' && k <= '~') || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF));
-    }
-    std::string key;
-    if (cp < 0x80) {
-      key.push_back(static_cast<char>(cp));
-    } else {
-      key.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      key.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-    vocab[key] = b;
-  }
+  for (int b = 0; b < 256; ++b) vocab[ByteLevelEncode(std::string(1, static_cast<char>(b)))] = b;
   nlohmann::json j = {{"added_tokens", {{{"id", 256}, {"content", "<|bos|>"}, {"special", true}},
                                         {{"id", 257}, {"content", "<|eos|>"}, {"special", true}}}},
                       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/bpe_merges.h"
+#include "data/byte_level.h"
 #include "data/utf8.h"
 
 namespace motley {
@@ -30,20 +31,8 @@ fs::path Folder(const std::string& name, const nlohmann::json& tokenizer, const 
   return dir;
 }
 
-// GPT-2's byte alphabet for one byte, as vocabulary files write it.
-std::string ByteChar(int b) {
-  const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-  int cp = b;
-  if (!printable) {
-    int extra = 256;
-    for (int k = 0; k < b; ++k)
-      if (!((k >= '!' && k <= '~') || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF))) ++extra;
-    cp = extra;
-  }
-  std::string s;
-  AppendUtf8(static_cast<uint32_t>(cp), &s);
-  return s;
-}
+// One byte as byte-level vocabulary files write it.
+std::string ByteChar(int b) { return ByteLevelEncode(std::string(1, static_cast<char>(b))); }
 
 constexpr const char* kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
