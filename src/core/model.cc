@@ -105,7 +105,11 @@ StateBytesPerParam StateBytes(Precision p) {
 }
 
 double LogitsBytesPerToken(const ModelSpec& m, Precision p) {
-  return 2.0 * static_cast<double>(m.vocab_size) * BytesPerElement(MasterPrecision(p));
+  return static_cast<double>(m.vocab_size) * (BytesPerElement(p) + BytesPerElement(MasterPrecision(p)));
+}
+
+double LossSavedBytesPerToken(const ModelSpec& m, Precision p, int tp) {
+  return static_cast<double>(PaddedVocabSize(m, tp)) / std::max(1, tp) * BytesPerElement(MasterPrecision(p));
 }
 
 double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p) {
@@ -159,7 +163,13 @@ double LayerForwardPeakBytesPerToken(const ModelSpec& m, int64_t seq_len, Precis
 
 double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p, int tp) {
   const double padded = static_cast<double>(PaddedVocabSize(m, tp)) / static_cast<double>(m.vocab_size);
-  return 2 * LogitsBytesPerToken(m, p) * padded / std::max(1, tp) +
+  return LogitsBytesPerToken(m, p) * padded / std::max(1, tp) +
+         static_cast<double>(m.hidden_size) * RmsNormKeptBytes(p);
+}
+
+double HeadBackwardExtraBytesPerToken(const ModelSpec& m, Precision p, int tp) {
+  const double c = BytesPerElement(p), master = BytesPerElement(MasterPrecision(p));
+  return static_cast<double>(PaddedVocabSize(m, tp)) / std::max(1, tp) * (c < master ? c : 0) +
          static_cast<double>(m.hidden_size) * RmsNormKeptBytes(p);
 }
 

@@ -98,9 +98,13 @@ struct StateBytesPerParam {
 };
 StateBytesPerParam StateBytes(Precision p);
 
-/// The logits and their gradient, per token: in fp32 whatever the compute precision (fp64 in fp64),
-/// as the loss computes them.
+/// The head's forward at its peak, per token: the logits in the compute precision and the loss's
+/// copy of them in the master precision (fp32, fp64 in fp64), which becomes the softmax in place
+/// (runtime/model/cross_entropy.h) — the whole vocabulary's.
 double LogitsBytesPerToken(const ModelSpec& m, Precision p);
+/// What the loss keeps from its forward to its backward, per token: the softmax of one rank's
+/// columns (of `tp`) in the master precision.
+double LossSavedBytesPerToken(const ModelSpec& m, Precision p, int tp = 1);
 /// The activation saved at a layer boundary (the residual stream), per token.
 double BoundaryActivationBytesPerToken(const ModelSpec& m, Precision p);
 /// Activations one decoder layer keeps for its backward without recomputation, per token, as
@@ -127,11 +131,16 @@ double LayerForwardPeakBytesPerToken(const ModelSpec& m, int64_t seq_len, Precis
 /// thousand tokens and more (tensor_parallel_test; the weights' gradients aside, which a schedule
 /// counts as gradients), counted as 1.2.
 double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention, int tp = 1);
-/// What the head's backward holds at its peak, per token: the logits, their log-softmax and the
-/// gradients of both (twice LogitsBytesPerToken), and what the final RMSNorm keeps — measured at
-/// 3.95-4.07 x vocab x 4 bytes plus ~3 h x 4 in fp32 (the memory ledger, vocab 256 and 2048).
+/// What the head's piece of a checkpointed backward holds at its peak, per token: its recomputed
+/// forward (LogitsBytesPerToken) — its backward holds no more: the saved softmax becomes the
+/// gradient in place, plus that gradient in the compute precision when it is lower — and what the
+/// final RMSNorm keeps. Counted by the memory ledger (cross_entropy_test: fp32 and fp64, within 3%).
 /// With `tp`, one rank's: its columns of the logits.
 double HeadBackwardBytesPerToken(const ModelSpec& m, Precision p, int tp = 1);
+/// A backward through a head whose forward kept its softmax (LossSavedBytesPerToken, no
+/// recomputation): what it holds beyond that, per token — the logits' gradient cast to the compute
+/// precision when it is lower, and the final RMSNorm's.
+double HeadBackwardExtraBytesPerToken(const ModelSpec& m, Precision p, int tp = 1);
 /// What a checkpointed backward holds at its peak beyond the saved boundaries, for `tokens` tokens
 /// of a microbatch: it recomputes and differentiates one piece at a time — a decoder layer (its
 /// backward, LayerBackwardBytesPerToken, and its weights' gradients as autograd returns them before

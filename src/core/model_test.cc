@@ -84,7 +84,7 @@ TEST(Model, Fp64DoublesEveryByteCountOfFp32) {
   EXPECT_DOUBLE_EQ(LayerActivationBytesPerToken(m, 2048, Precision::kFp64, false),
                    2 * LayerActivationBytesPerToken(m, 2048, Precision::kFp32, false));
   EXPECT_DOUBLE_EQ(LogitsBytesPerToken(m, Precision::kFp64), 2 * 32000 * 8.0);
-  EXPECT_DOUBLE_EQ(LogitsBytesPerToken(m, Precision::kBf16), 2 * 32000 * 4.0);  // fp32 logits in mixed precision
+  EXPECT_DOUBLE_EQ(LogitsBytesPerToken(m, Precision::kBf16), 32000 * (2 + 4.0));  // bf16 logits, the loss's fp32 copy
 }
 
 TEST(Model, TensorParallelRanksHoldTheirShareOfALayersActivations) {

@@ -157,7 +157,10 @@ double Lowerer::SavedExtra(int v, int64_t m) const {
   // Checkpointing keeps each layer's input (the first is the stage's input) and the head's.
   const bool head = ministages_[v].layers.end == model_.num_layers;
   if (plan_.activation_checkpointing) return (n - 1 + (head ? 1 : 0)) * Act(m);
-  return n * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false, Tp(ministages_[v].group)) *
+  // Without, every layer's activations and the loss's softmax.
+  const int tp = Tp(ministages_[v].group);
+  return (n * LayerActivationBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) +
+          (head ? LossSavedBytesPerToken(model_, plan_.precision, tp) : 0)) *
          Tokens(m);
 }
 
@@ -170,8 +173,13 @@ double Lowerer::WorkForward(int v, int64_t m) const {
   double work = plan_.activation_checkpointing
                     ? LayerForwardPeakBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m)
                     : 0;
-  if (ministages_[v].layers.end == model_.num_layers)
-    work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision) / tp;
+  // The head: its columns of the logits in the compute precision and the loss's master-precision
+  // copy, which a forward that keeps activations keeps as its softmax (SavedExtra).
+  if (ministages_[v].layers.end == model_.num_layers) {
+    const double padded = static_cast<double>(PaddedVocabSize(model_, tp)) / static_cast<double>(model_.vocab_size);
+    work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision) * padded / tp;
+    if (!plan_.activation_checkpointing) work -= Tokens(m) * LossSavedBytesPerToken(model_, plan_.precision, tp);
+  }
   return work;
 }
 
@@ -191,7 +199,7 @@ double Lowerer::WorkBackward(int v, int64_t m) const {
       (head && TiedCopies() ? EmbeddingParamsPerRank(model_, tp) : 0);
   double work = LayerBackwardBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m);
   work += piece_params * StateBytes(plan_.precision).grads;
-  if (head) work += Tokens(m) * HeadBackwardBytesPerToken(model_, plan_.precision, tp);
+  if (head) work += Tokens(m) * HeadBackwardExtraBytesPerToken(model_, plan_.precision, tp);
   return work;
 }
 

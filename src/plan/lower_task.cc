@@ -24,7 +24,7 @@ void Lowerer::EmitTask(const Task& t) {
     int calls = 2 * (recompute ? 2 : 1) * layers.size();
     double bytes = calls * Act(t.m);
     // The vocabulary split (runtime/model/tensor_parallel.h): the embedding's lookups are summed
-    // where it runs forward (again in a checkpointed backward); the loss gathers each rank's two
+    // where it runs forward (again in a checkpointed backward); the loss gathers each rank's three
     // figures a token wherever it is computed (a forward, a backward); the head's input gradient is
     // summed in backward.
     if (layers.begin == 0 && (!t.backward || recompute)) {
@@ -33,7 +33,7 @@ void Lowerer::EmitTask(const Task& t) {
     }
     if (layers.end == model_.num_layers) {
       calls += t.backward ? 2 : 1;
-      bytes += 2.0 * Tokens(t.m) * sizeof(double) * tp + (t.backward ? Act(t.m) : 0);
+      bytes += 3.0 * Tokens(t.m) * sizeof(double) * tp + (t.backward ? Act(t.m) : 0);
     }
     collective = NewCollective(OpKind::kAllReduce, Members(leader), bytes);
     s_.collectives[collective].tensor_parallel = true;

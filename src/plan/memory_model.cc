@@ -74,7 +74,8 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
       in.activation_checkpointing
           ? CheckpointedBackwardBytes(m, in.seq_len, in.precision, tokens, /*head=*/true)
           : LayerBackwardBytesPerToken(m, in.seq_len, in.precision, false) * tokens +
-                HeadBackwardBytesPerToken(m, in.precision) * tokens + unit * s.grads;
+                (LossSavedBytesPerToken(m, in.precision) + HeadBackwardExtraBytesPerToken(m, in.precision)) * tokens +
+                unit * s.grads;
   // Between ministages the gradient of a layer boundary arrives while the next one is made.
   const double backward = saved + working + 2 * act + gathered + grads;
   return DataParallelStaticBytes(in) + std::max(forward, backward);

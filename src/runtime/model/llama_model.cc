@@ -3,6 +3,7 @@
 #include "runtime/model/llama_model.h"
 
 #include "runtime/flextp/layer_work.h"
+#include "runtime/model/cross_entropy.h"
 #include "runtime/model/precision_dtypes.h"
 
 #include "core/check.h"
@@ -202,8 +203,7 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens, bool checkpoi
 
 torch::Tensor NextTokenLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
   // In fp32 (or fp64) whatever the compute precision: the softmax over a large vocabulary needs it.
-  const torch::Tensor l = logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32);
-  return torch::nn::functional::cross_entropy(l.reshape({-1, l.size(-1)}), targets.reshape({-1}));
+  return CrossEntropyLoss(logits, targets);
 }
 
 }  // namespace motley

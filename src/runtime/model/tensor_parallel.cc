@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/model/cross_entropy.h"
+
 namespace motley {
 namespace {
 
@@ -185,65 +187,21 @@ TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* gro
   return r;
 }
 
-namespace {
-
-// The cross-entropy of a team's logit columns (VocabParallelLoss). Forward: per token, this rank's
-// log-sum-exp over its columns and its target logit (0 when the target is not among its columns),
-// all-gathered; the token's log-sum-exp over the team's, less the sum of the target logits.
-// Backward: softmax of this rank's columns (from the whole log-sum-exp) less the one-hot target.
-struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallelCrossEntropy> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
-                               int64_t vocab_begin, int64_t group, int64_t vocab_size) {
-    const RegionGroup& g = *reinterpret_cast<const RegionGroup*>(group);
-    torch::Tensor l = (logits.scalar_type() == torch::kFloat64 ? logits : logits.to(torch::kFloat32))
-                          .reshape({-1, logits.size(-1)});
-    const int64_t columns = l.size(1);
-    // The padded vocabulary's rows (PaddedVocabSize) are no tokens: out of the log-sum-exp (and so
-    // of the gradient, exp(-inf) = 0).
-    const int64_t real = vocab_size < 0 ? columns : std::clamp<int64_t>(vocab_size - vocab_begin, 0, columns);
-    if (real < columns) {
-      l = l.clone();
-      l.narrow(1, real, columns - real).fill_(-std::numeric_limits<double>::infinity());
-    }
-    const torch::Tensor local = targets.reshape({-1}) - vocab_begin;
-    const torch::Tensor mine = local.ge(0).logical_and(local.lt(columns));
-    const torch::Tensor index = local.clamp(0, columns - 1);
-    const torch::Tensor target = l.gather(1, index.unsqueeze(1)).squeeze(1) * mine.to(l.scalar_type());
-    torch::Tensor parts = torch::stack({torch::logsumexp(l, 1), target}).contiguous();  // [2, tokens]
-    const int members = g.group->size();
-    torch::Tensor all = torch::empty({members * parts.numel()}, parts.options());
-    const CommClock::Mark start = g.clock != nullptr ? g.clock->Start(parts.device()) : CommClock::Mark{};
-    Status s = g.comm->AllGather(*g.group, parts.reshape({-1}), all);
-    if (g.clock != nullptr) g.clock->Stop(start, parts.device());
-    if (!s.ok()) throw std::runtime_error(fmt::format("tensor-parallel loss all-gather: {}", s.message()));
-    all = all.view({members, 2, -1});
-    const torch::Tensor lse = torch::logsumexp(all.select(1, 0), 0);
-    const torch::Tensor loss = (lse - all.select(1, 1).sum(0)).mean();
-    ctx->save_for_backward({l, lse, index, mine});
-    ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
-    ctx->saved_data["shape"] = logits.sizes().vec();
-    return loss;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &l = saved[0], &lse = saved[1], &index = saved[2], &mine = saved[3];
-    torch::Tensor g = torch::exp(l - lse.unsqueeze(1));
-    g.scatter_add_(1, index.unsqueeze(1), -mine.to(g.scalar_type()).unsqueeze(1));
-    g.mul_(grads[0] / static_cast<double>(l.size(0)));
-    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
-    return {g.to(dtype).view(ctx->saved_data["shape"].toIntVector()), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
-  }
-};
-
-}  // namespace
-
 torch::Tensor VocabParallelLoss(Communicator* comm, CommGroup* group, const torch::Tensor& logits,
                                 const torch::Tensor& targets, int64_t vocab_begin, CommClock* clock,
                                 int64_t vocab_size) {
-  RegionGroup g{comm, group, clock};
-  return VocabParallelCrossEntropy::apply(logits, targets, vocab_begin,
-                                          static_cast<int64_t>(reinterpret_cast<intptr_t>(&g)), vocab_size);
+  // Each rank's three figures a token (cross_entropy.h), all-gathered in one call.
+  const TeamGather gather = [&](const torch::Tensor& parts) {
+    const int members = group->size();
+    torch::Tensor all = torch::empty({members * parts.numel()}, parts.options());
+    const CommClock::Mark start = clock != nullptr ? clock->Start(parts.device()) : CommClock::Mark{};
+    Status s = comm->AllGather(*group, parts.contiguous().reshape({-1}), all);
+    if (clock != nullptr) clock->Stop(start, parts.device());
+    if (!s.ok()) throw std::runtime_error(fmt::format("tensor-parallel loss all-gather: {}", s.message()));
+    return all.view({members, parts.size(0), parts.size(1)});
+  };
+  const int64_t real = vocab_size < 0 ? -1 : std::max<int64_t>(vocab_size - vocab_begin, 0);
+  return CrossEntropyLoss(logits, targets, vocab_begin, real, &gather);
 }
 
 }  // namespace motley
