@@ -6,6 +6,7 @@
 // clipping — run by `motley launch` as 2-6 ranks,
 // ends 5 steps with the parameters and AdamW moments of a single-process run: in fp64 within 1e-10
 // (kFp64Tolerance), in fp32 within a noise floor measured in the same run.
+#include <array>
 #include <cstdint>
 #include <algorithm>
 #include <cmath>
@@ -27,6 +28,7 @@
 #include "cli/plan_cases.h"
 #include "cli/training_fixtures.h"
 #include "core/file_io.h"
+#include "core/units.h"
 
 namespace {
 
@@ -566,6 +568,35 @@ TEST_F(DistributedEquivalence, AFineTuneFromAHuggingFaceFolderMatchesOneProcessU
     ASSERT_TRUE(d) << plan;
     EXPECT_LT(d->params, kFp64Tolerance) << plan;
     EXPECT_LT(d->moments, kFp64Tolerance) << plan;
+    // Each rank says what it read and the host memory loading took (the memory ledger's peak from
+    // before the model was made): a pipeline's stages each read their own layers, and a rank's
+    // loading holds its part and nothing more (the file's values are read into the parameters).
+    std::map<int, std::array<double, 3>> loaded;  // rank: part, whole, peak
+    std::istringstream lines(d->output);
+    for (std::string line; std::getline(lines, line);) {
+      const size_t at = line.find(": loaded its part of ");
+      if (at == std::string::npos) continue;
+      const int rank = std::stoi(line.substr(line.rfind("rank ", at) + 5));
+      const size_t comma = line.find(", ", line.find(" tensors", at));
+      const size_t of = line.find(" of ", comma);
+      const size_t semi = line.find(';', of);
+      auto bytes = [](const std::string& text) { return motley::ParseBytes(text).value(); };
+      loaded[rank] = {bytes(line.substr(comma + 2, of - comma - 2)), bytes(line.substr(of + 4, semi - of - 4)),
+                      bytes(line.substr(line.rfind(" at ") + 4))};
+    }
+    ASSERT_EQ(static_cast<int>(loaded.size()), c.ranks) << plan << ": one line a rank\n" << d->output;
+    for (const auto& [rank, b] : loaded) {
+      const auto [part, whole, peak] = b;
+      SCOPED_TRACE(std::string(plan) + " rank " + std::to_string(rank) + ": part " + std::to_string(part) + " of " +
+                   std::to_string(whole) + ", peak " + std::to_string(peak));
+      EXPECT_GE(peak, 0.99 * part);
+      if (std::string(plan) == "pipeline2-gpipe") {
+        EXPECT_LT(part, 0.75 * whole) << "a stage reads its own layers";
+        EXPECT_LT(peak, 1.05 * part) << "loading holds the part, not the model";
+      } else {
+        EXPECT_LT(peak, 1.05 * whole);  // a ZeRO-3 or TP team reads its group's tensors whole
+      }
+    }
   }
 }
 

@@ -63,9 +63,11 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return RmsNorm(x, weight, eps); }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelSpec& s) : spec(s) {
+DecoderLayerImpl::DecoderLayerImpl(const ModelSpec& s, bool allocate) : spec(s) {
   const int64_t h = s.hidden_size, kv = s.kv_dim(), f = s.ffn_size;
-  auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  auto linear = [allocate](int64_t in, int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(allocate ? in : 1, allocate ? out : 1).bias(false));
+  };
   self_attn = register_module("self_attn", std::make_shared<torch::nn::Module>());
   mlp = register_module("mlp", std::make_shared<torch::nn::Module>());
   q_proj = self_attn->register_module("q_proj", linear(h, h));
@@ -128,8 +130,67 @@ LlamaModelImpl::LlamaModelImpl(const ModelSpec& spec, uint64_t seed) : spec_(spe
   }
 }
 
+namespace {
+
+// One element, expanded to `shape`: every element reads it, and an in-place write is refused.
+torch::Tensor Placeholder(at::IntArrayRef shape, torch::Dtype dtype) {
+  return torch::zeros({1}, dtype).expand(shape);
+}
+
+}  // namespace
+
+LlamaModelImpl::LlamaModelImpl(const ModelSpec& spec, uint64_t seed, const std::set<std::string>& materialize,
+                               torch::Dtype dtype)
+    : spec_(spec) {
+  torch::manual_seed(seed);
+  model = register_module("model", std::make_shared<torch::nn::Module>());
+  embed_tokens = model->register_module("embed_tokens", torch::nn::Embedding(1, 1));
+  for (int64_t i = 0; i < spec.num_layers; ++i) layers->push_back(DecoderLayer(spec, /*allocate=*/false));
+  model->register_module("layers", layers);
+  norm = model->register_module("norm", RMSNorm(spec.hidden_size, spec.norm_eps));
+  if (!spec.tie_embeddings)
+    lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(1, 1).bias(false)));
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    const std::vector<int64_t> shape = LlamaParameterShape(spec, p.key());
+    if (!materialize.count(p.key())) {
+      p.value().set_data(Placeholder(shape, dtype));
+      continue;
+    }
+    torch::Tensor t = torch::empty(shape, dtype);
+    if (p.key().find("norm") != std::string::npos) {
+      t.fill_(1.0);
+    } else {
+      t.normal_(0.0, 0.02);
+    }
+    p.value().set_data(t);
+  }
+}
+
+bool IsPlaceholder(const torch::Tensor& t) {
+  return t.defined() && t.numel() > 1 &&
+         t.storage().nbytes() < static_cast<size_t>(t.numel()) * static_cast<size_t>(t.element_size());
+}
+
+std::vector<int64_t> LlamaParameterShape(const ModelSpec& spec, const std::string& name) {
+  const int64_t h = spec.hidden_size, kv = spec.kv_dim(), f = spec.ffn_size;
+  auto ends = [&](std::string_view suffix) { return name.ends_with(suffix); };
+  if (ends("embed_tokens.weight") || ends("lm_head.weight")) return {spec.vocab_size, h};
+  if (ends("norm.weight")) return {h};
+  if (ends("q_proj.weight") || ends("o_proj.weight")) return {h, h};
+  if (ends("k_proj.weight") || ends("v_proj.weight")) return {kv, h};
+  if (ends("gate_proj.weight") || ends("up_proj.weight")) return {f, h};
+  if (ends("down_proj.weight")) return {h, f};
+  MOTLEY_CHECK_MSG(false, "no parameter " + name);
+  return {};
+}
+
 void LlamaModelImpl::set_precision(Precision p) {
-  to(MasterDtype(p));
+  // As Module::to, but a placeholder stays one (converting it would make the whole matrix).
+  const torch::Dtype dtype = MasterDtype(p);
+  torch::NoGradGuard no_grad;
+  for (auto& param : parameters())
+    param.set_data(IsPlaceholder(param) ? Placeholder(param.sizes(), dtype) : param.to(dtype));
   set_compute_dtype(MixedComputeDtype(p));
 }
 
@@ -189,7 +250,9 @@ void LlamaModelImpl::UntieHead() {
   // A module of its own named "lm_head" holding "weight", as an untied model's Linear does (whose
   // constructor would draw from the global generator).
   auto holder = register_module("lm_head", std::make_shared<torch::nn::Module>());
-  head_copy_ = holder->register_parameter("weight", embed_tokens->weight.detach().clone());
+  const torch::Tensor& w = embed_tokens->weight;
+  head_copy_ = holder->register_parameter(
+      "weight", IsPlaceholder(w) ? Placeholder(w.sizes(), w.scalar_type()) : w.detach().clone());
 }
 
 torch::Tensor LlamaModelImpl::Loss(const torch::Tensor& logits, const torch::Tensor& targets) const {

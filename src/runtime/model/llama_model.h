@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -46,7 +47,8 @@ TORCH_MODULE(RMSNorm);
 /// input_layernorm, post_attention_layernorm).
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit DecoderLayerImpl(const ModelSpec& spec);
+  /// `allocate` false: 1x1 weights, to be replaced (LlamaModelImpl's `materialize`).
+  explicit DecoderLayerImpl(const ModelSpec& spec, bool allocate = true);
   /// x: [batch, seq, hidden]; cos/sin: [seq, head_dim].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   /// The weights in a fixed order (the checkpointed path recomputes with them).
@@ -87,6 +89,13 @@ class LlamaModelImpl : public torch::nn::Module {
  public:
   /// Parameters initialised as Llama does (normal, std 0.02; norms 1), from `seed`.
   LlamaModelImpl(const ModelSpec& spec, uint64_t seed);
+  /// Only the parameters named in `materialize` hold memory (initialised as above, though not with
+  /// the values the whole model would draw: for a rank that loads them from a checkpoint or a
+  /// Hugging Face folder); every other is a placeholder of its shape that holds one element, reads
+  /// as zeros and cannot be written (IsPlaceholder). No moment holds the whole model.
+  /// `dtype`: the parameters' (the master dtype, so that set_precision converts nothing).
+  LlamaModelImpl(const ModelSpec& spec, uint64_t seed, const std::set<std::string>& materialize,
+                 torch::Dtype dtype = torch::kFloat32);
 
   /// Runs a slice. With the embedding, `input` is token ids [batch, seq] (int64); otherwise the
   /// hidden states [batch, seq, hidden] at layer `slice.layer_begin`. Returns logits
@@ -138,6 +147,11 @@ class LlamaModelImpl : public torch::nn::Module {
   mutable std::mutex rotary_mutex_;  // rotary_'s: several threads may run one model (the profiler's load)
 };
 TORCH_MODULE(LlamaModel);
+
+/// Whether `t` is a placeholder parameter (LlamaModelImpl's `materialize`): fewer bytes than elements.
+bool IsPlaceholder(const torch::Tensor& t);
+/// The shape of the model's parameter `name` (HF's names, as named_parameters() gives them).
+std::vector<int64_t> LlamaParameterShape(const ModelSpec& spec, const std::string& name);
 
 /// Mean next-token cross-entropy (computed in fp32): logits [batch, seq, vocab] against targets
 /// [batch, seq].

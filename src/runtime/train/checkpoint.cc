@@ -530,15 +530,18 @@ Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std
     if (!f.contains(p.key()))
       return Status::InvalidArgument(fmt::format("{}: the index names this file for {} but it lacks it", it->second,
                                                  p.key()));
-    MOTLEY_ASSIGN_OR_RETURN(torch::Tensor t, f.Load(p.key(), p.value().scalar_type()));
-    if (t.sizes() != p.value().sizes())
+    const std::vector<int64_t>& shape = f.entries().at(p.key()).shape;
+    if (shape != p.value().sizes().vec())
       return Status::InvalidArgument(fmt::format("{}: {} has shape {} but the model (config.json) needs {}",
-                                                 it->second, p.key(), fmt::join(t.sizes().vec(), "x"),
+                                                 it->second, p.key(), fmt::join(shape, "x"),
                                                  fmt::join(p.value().sizes().vec(), "x")));
+    // Straight into the parameter (nothing beside it when the file holds its dtype).
+    MOTLEY_RETURN_IF_ERROR(f.LoadInto(p.key(), p.value()));
+    const torch::Tensor& t = p.value();
     // A Hugging Face folder has no checksums: a weight no trained model holds (not finite, or of a
     // magnitude beyond fp16's range many times over) is taken for corruption rather than evaluated.
     if (!checksummed && t.is_floating_point() && t.numel() > 0) {
-      const double largest = t.abs().max().item<double>();
+      const double largest = std::max(t.max().item<double>(), -t.min().item<double>());
       if (!std::isfinite(largest) || largest > kLargestPlausibleWeight)
         return Status::InvalidArgument(fmt::format(
             "{}: {} holds {} (largest magnitude {:g}): no trained model has such weights, so the file is taken "
@@ -546,7 +549,6 @@ Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std
             it->second, p.key(), std::isfinite(largest) ? "an implausibly large value" : "NaN or infinite values",
             largest));
     }
-    p.value().copy_(t);
   }
   if (!missing.empty())
     return Status::InvalidArgument(fmt::format("{}: missing {} weight(s), first {}: the weights do not match "

@@ -154,6 +154,24 @@ AssembledModel Assemble(const ModelSpec& spec, Precision precision, const Execut
   return a;
 }
 
+// One line a rank: what it read of the model and the host memory loading took (the memory
+// ledger's peak from before the model was made), against the whole model.
+void PrintLoadedPart(int rank, LlamaModelImpl& model, const ModelSpec& spec, int64_t peak_bytes) {
+  int64_t part_bytes = 0, whole_bytes = 0, tensors = 0, all = 0;
+  for (const auto& p : model.named_parameters()) {
+    const int64_t bytes = p.value().numel() * p.value().element_size();
+    whole_bytes += bytes;
+    ++all;
+    if (IsPlaceholder(p.value())) continue;
+    part_bytes += bytes;
+    ++tensors;
+  }
+  fmt::print("rank {}: loaded its part of {}: {} of {} tensors, {} of {}; host memory while loading peaked at {}\n",
+             rank, spec.name, tensors, all, FormatBytes(static_cast<double>(part_bytes)),
+             FormatBytes(static_cast<double>(whole_bytes)), FormatBytes(static_cast<double>(peak_bytes)));
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 
@@ -201,7 +219,20 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   MOTLEY_ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
   data_ = std::make_unique<TrainingData>(std::move(data));
 
-  LlamaModel model(job.model, tc.seed);
+  // A rank that loads its weights (a Hugging Face folder, a checkpoint) makes only the parameters
+  // its part of the plan holds; a fresh run draws the whole model from the seed on every rank, so
+  // that each part is what one process draws.
+  const bool loads_weights = !options.resume.empty() || !job.init_from.empty();
+  const int64_t load_start = ledger.used_bytes();
+  ledger.ResetPeak();
+  std::set<std::string> mine;
+  LlamaModel model{nullptr};
+  if (loads_weights) {
+    mine = RankParameterNames(schedule_, comm_->rank(), *LlamaModel(job.model, tc.seed, std::set<std::string>{}));
+    model = LlamaModel(job.model, tc.seed, mine, MasterDtype(tc.precision));
+  } else {
+    model = LlamaModel(job.model, tc.seed);
+  }
   model->set_precision(tc.precision);
   ExecutorConfig config;
   config.device = rank_device;
@@ -216,16 +247,17 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   // the moments after) — the same files a single-process run writes and reads.
   TrainerState loaded;
   std::map<std::string, torch::Tensor> exp_avg, exp_avg_sq;
-  // Starting from a Hugging Face folder: each rank reads only the tensors its part of the plan holds.
-  if (!job.init_from.empty() && options.resume.empty()) {
-    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(job.init_from, *model, RankParameterNames(schedule_, comm_->rank(), *model)));
-  }
+  std::string dir;  // the checkpoint it resumes from
   if (!options.resume.empty()) {
-    MOTLEY_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(options.resume));
-    // Only the parameters this rank holds are read (from a sharded checkpoint: only the files that
-    // hold their pieces, whatever plan wrote them).
-    const std::set<std::string> mine = RankParameterNames(schedule_, comm_->rank(), *model);
-    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir, *model, mine));
+    MOTLEY_ASSIGN_OR_RETURN(dir, ResolveCheckpointDir(options.resume));
+  }
+  // Each rank reads only the tensors its part of the plan holds (from a sharded checkpoint: only
+  // the files that hold their pieces, whatever plan wrote them).
+  if (loads_weights) {
+    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir.empty() ? job.init_from : dir, *model, mine));
+    PrintLoadedPart(comm_->rank(), *model, job.model, ledger.peak_bytes() - load_start);
+  }
+  if (!dir.empty()) {
     std::vector<ParamShard> whole = WholeParameterShards(*model);
     std::erase_if(whole, [&](const ParamShard& s) { return !mine.count(s.name); });
     MOTLEY_ASSIGN_OR_RETURN(loaded, LoadTrainingState(dir, whole));
@@ -238,7 +270,7 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   // The model stays on the CPU: each rank's ministage buffers are made on its device from it.
   MOTLEY_ASSIGN_OR_RETURN(executor_, Executor::Create(schedule_, job.cluster, model, comm_.get(), config));
   if (!options.resume.empty()) MOTLEY_RETURN_IF_ERROR(executor_->LoadMoments(exp_avg, exp_avg_sq));
-  // The emulated device's memory, from here on (the whole model was built above only to
+  // The emulated device's memory, from here on (a fresh run built the whole model above only to
   // initialise every rank's part identically).
   const int device = executor_->program().device;
   if (const EmulationConfig* emu = job.cluster.emulation(device); emu != nullptr) {

@@ -23,6 +23,7 @@
 #include "plan/transfer_order.h"
 #include "runtime/emulation/memory_ledger.h"
 #include "runtime/model/llama_model.h"
+#include "runtime/model/precision_dtypes.h"
 #include "sim/profile.h"
 #include "sim/replan.h"
 
@@ -172,10 +173,12 @@ Status PlannedRun::SwitchTo(const Plan& next_plan) {
   {
     HostMemoryScope host;  // the state on its way is host memory, as a GPU rank stages it
     torch::NoGradGuard no_grad;
-    model = LlamaModel(job_.model, tc.seed);
-    model->set_precision(tc.precision);
+    // Parameter names from a model that holds none; then the model of this rank's new part only.
     std::vector<std::set<std::string>> needs;
-    for (int q = 0; q < world; ++q) needs.push_back(RankParameterNames(next, q, *model));
+    LlamaModel names(job_.model, tc.seed, std::set<std::string>{});
+    for (int q = 0; q < world; ++q) needs.push_back(RankParameterNames(next, q, *names));
+    model = LlamaModel(job_.model, tc.seed, needs[me], MasterDtype(tc.precision));
+    model->set_precision(tc.precision);
     // Every rank's pieces, known to all: which elements of which parameter each owns now.
     std::vector<StatePiece> mine = executor_->OwnedState();
     nlohmann::json list = nlohmann::json::array();

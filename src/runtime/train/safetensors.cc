@@ -92,4 +92,21 @@ Result<torch::Tensor> SafetensorsFile::Load(const std::string& name, torch::Dtyp
   return raw.to(dtype);
 }
 
+Status SafetensorsFile::LoadInto(const std::string& name, torch::Tensor& dest) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return Status::NotFound(fmt::format("{}: no tensor named {}", path_, name));
+  const Entry& e = it->second;
+  if (ByName(e.dtype)->dtype != dest.scalar_type() || !dest.is_contiguous() || e.shape != dest.sizes().vec()) {
+    MOTLEY_ASSIGN_OR_RETURN(torch::Tensor t, Load(name, dest.scalar_type()));
+    torch::NoGradGuard no_grad;
+    dest.copy_(t.view(dest.sizes()));
+    return Status::Ok();
+  }
+  std::ifstream in(path_, std::ios::binary);
+  in.seekg(data_start_ + e.begin);
+  in.read(static_cast<char*>(dest.data_ptr()), e.end - e.begin);
+  if (!in) return Status::IoError(fmt::format("{}: cannot read tensor {}", path_, name));
+  return Status::Ok();
+}
+
 }  // namespace motley

@@ -36,6 +36,9 @@ class SafetensorsFile {
   bool contains(const std::string& name) const { return entries_.count(name) > 0; }
   /// The tensor `name` on the CPU, converted to `dtype`.
   Result<torch::Tensor> Load(const std::string& name, torch::Dtype dtype) const;
+  /// The tensor `name` into `dest` (its shape; converted to its dtype): read straight into its
+  /// memory when the dtypes match, so loading holds nothing beside the parameter.
+  Status LoadInto(const std::string& name, torch::Tensor& dest) const;
 
  private:
   std::string path_;
