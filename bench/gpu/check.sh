@@ -92,6 +92,8 @@ print(f"context {(total - free0 + free0 - free1) / GiB:.2f} GiB (before: {(total
       f"total {(total - free2) / GiB + frag / GiB:.2f} GiB")
 dist.destroy_process_group()
 PY
+echo "motley profile measured (reserve in $LOGS/profile.json):"
+python3 -c 'import json,sys; [print(" ", e["device_type"], {k: round(v / 2**30, 2) for k, v in e.get("reserve", {}).items()}, "GiB") for e in json.load(open(sys.argv[1]))["entries"]]' "$LOGS/profile.json"
 echo "== #47: fp16 with loss scaling, an overflow injected in step 3 (one process)"
 mkdir -p "$LOGS/fp16"
 cat > "$LOGS/fp16/job.toml" <<'TOML'

@@ -146,6 +146,7 @@ Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query) {
         seq_len, a.model->name, a.model->max_seq_len));
   if (!query.profile.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(Profile p, LoadAnyProfile(query.profile));
+    MOTLEY_RETURN_IF_ERROR(ApplyMeasuredReserves(p, query.profile, a.cluster.get()));
     a.profile = std::make_unique<Profile>(std::move(p));
   }
   std::optional<StragglerProbe> probe;

@@ -256,8 +256,9 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
   }
 }
 
-int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainOptions& options,
+int RunPlannedTrain(const std::string& job_arg, const JobSpec& job_as_given, const TrainOptions& options,
                     const std::vector<std::string>& args) {
+  JobSpec job = job_as_given;  // its cluster takes the reserves the profile measured
   auto fail = [](const Status& s) {
     fmt::print(stderr, "motley train: {}\n", s.message());
     return kExitFailure;
@@ -311,6 +312,8 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job, const TrainO
                    l.latency_s * 1e6, l.collective_overhead_s * 1e6);
     }
   }
+  // A GPU's measured reserve replaces the catalog's default (not the cluster file's).
+  if (Status s = ApplyMeasuredReserves(profile, "the profile", &job.cluster); !s.ok()) return fail(s);
   // 2. The plan, and the even split for comparison (or the plan given, as it is).
   const PlanRequest request = PlanRequestForJob(job);
   CostModel costs(job.cluster, job.model, &profile, tc.seq_len, tc.precision, tc.activation_checkpointing);

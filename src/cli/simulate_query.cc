@@ -31,6 +31,7 @@ Result<SimulateAnswer> AnswerSimulateQuery(const SimulateQuery& query) {
   std::optional<Profile> profile;
   if (!query.profile.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(profile, LoadAnyProfile(query.profile));
+    MOTLEY_RETURN_IF_ERROR(ApplyMeasuredReserves(*profile, query.profile, &in.cluster));
   }
   const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, in.plan.seq_len, in.plan.precision,
                         in.plan.activation_checkpointing);

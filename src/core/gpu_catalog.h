@@ -28,7 +28,8 @@ struct GpuSpec {
   /// cuDNN's workspaces), NCCL's buffers, and what the caching allocator holds reserved but unused
   /// at training's peaks (fragmentation). Planners, the memory model and the simulator plan within
   /// memory_bytes - reserve_bytes. A catalog default per GPU generation, overridden per device
-  /// type in a cluster file (`reserve = "2GiB"`). (`motley profile` does not measure it yet.)
+  /// type in a cluster file (`reserve = "2GiB"`), or measured by `motley profile` on the GPU
+  /// (sim/profile.h: MeasuredReserve; a cluster file's figure stands over it).
   double reserve_bytes = 0;
   std::string reserve_source;        // where the reserve comes from
 };

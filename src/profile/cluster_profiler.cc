@@ -6,11 +6,14 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
 #include "core/file_io.h"
+#include "core/units.h"
+#include "profile/reserve_probe.h"
 #include "runtime/device/cuda_device.h"
 
 namespace motley {
@@ -72,7 +75,7 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
     // What measured it is part of the key: a CPU's stand-in figures for a GPU type (an emulated or
     // CPU-only run, say on a cluster's login node sharing the home directory) are not the GPU's.
     const std::string key =
-        fmt::format("v11|{}|on-{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}|tp{}|dp{}|g{}", type,
+        fmt::format("v12|{}|on-{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}|tp{}|dp{}|g{}", type,
                     ProfilingDevice().is_cuda() ? "cuda" : "cpu", model.hidden_size,
                     model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_size, model.vocab_size,
                     model.tie_embeddings, seq_len, PrecisionName(precision), memory_bytes,
@@ -91,8 +94,20 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
     }
     // Its limits for the whole model in data parallelism over every device of the cluster.
     const ProfileMemoryContext context{cluster.num_devices(), cluster.emulated()};
+    // On a GPU, what it keeps beyond the tensors (reserve_probe.h), around the measurement.
+    std::optional<ReserveProbe> reserve;
+    if (ProfilingDevice().is_cuda() && !cluster.emulated()) {
+      Result<ReserveProbe> r = ReserveProbe::Start(ProfilingDevice());
+      if (r.ok()) reserve = *r;
+    }
     MOTLEY_ASSIGN_OR_RETURN(ProfileEntry entry, ProfileDeviceType(type, model, seq_len, precision, memory_bytes,
                                                                   layers, context, options.progress));
+    if (reserve) {
+      entry.reserve = reserve->Finish();
+      say(fmt::format("{}: reserve {} (context {}, communication {}, fragmentation {})", type,
+                      FormatBytes(entry.reserve->total_bytes()), FormatBytes(entry.reserve->context_bytes),
+                      FormatBytes(entry.reserve->communication_bytes), FormatBytes(entry.reserve->fragmentation_bytes)));
+    }
     Profile one;
     one.entries.push_back(entry);
     std::error_code ec;

@@ -3,6 +3,7 @@
 #include <charconv>
 #include "core/json_read.h"
 
+#include <cmath>
 #include <cstdint>
 #include <algorithm>
 #include <map>
@@ -11,6 +12,7 @@
 
 #include "core/gpu_catalog.h"
 #include "core/toml_reader.h"
+#include "core/units.h"
 
 namespace motley {
 namespace {
@@ -176,6 +178,16 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
         entry.backward_fit =
             LinearFit{f.at("backward").at(0).get<double>(), f.at("backward").at(1).get<double>()};
       }
+      if (e.contains("reserve")) {
+        const nlohmann::json& r = e.at("reserve");
+        MeasuredReserve m{r.at("context_bytes").get<double>(), r.at("communication_bytes").get<double>(),
+                          r.at("fragmentation_bytes").get<double>()};
+        for (double v : {m.context_bytes, m.communication_bytes, m.fragmentation_bytes})
+          if (!std::isfinite(v) || v < 0)
+            return bad(fmt::format("entry for {}: reserve figures must be bytes >= 0, got {}", entry.device_type,
+                                   r.dump()));
+        entry.reserve = m;
+      }
       if (entry.points.empty() && !entry.forward_fit)
         return bad(fmt::format("entry for {} has neither points nor a fit", entry.device_type));
       p.entries.push_back(std::move(entry));
@@ -193,6 +205,30 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
     return bad(fmt::format("malformed entry: {}", e.what()));
   }
   return p;
+}
+
+Status ApplyMeasuredReserves(const Profile& profile, const std::string& file, Cluster* cluster) {
+  std::map<std::string, MeasuredReserve> largest;
+  for (const ProfileEntry& e : profile.entries)
+    if (e.reserve && (!largest.count(e.device_type) || e.reserve->total_bytes() > largest[e.device_type].total_bytes()))
+      largest[e.device_type] = *e.reserve;
+  for (const auto& [type, m] : largest) {
+    const GpuSpec* spec = cluster->catalog.Find(type);
+    if (spec == nullptr || spec->reserve_source.starts_with("cluster file")) continue;
+    if (m.total_bytes() >= spec->memory_bytes)
+      return Status::InvalidArgument(fmt::format(
+          "{}: the reserve measured on {} ({}) is not less than its memory ({}): profile that GPU again with nothing "
+          "else running on it",
+          file, type, FormatBytes(m.total_bytes()), FormatBytes(spec->memory_bytes)));
+    GpuSpec measured = *spec;
+    measured.reserve_bytes = m.total_bytes();
+    measured.reserve_source = fmt::format("measured by motley profile ({}: context {}, communication {}, "
+                                          "fragmentation {})",
+                                          file, FormatBytes(m.context_bytes), FormatBytes(m.communication_bytes),
+                                          FormatBytes(m.fragmentation_bytes));
+    cluster->catalog.Upsert(std::move(measured));
+  }
+  return Status::Ok();
 }
 
 Result<Profile> LoadProfileFile(const std::string& path) {
@@ -222,6 +258,10 @@ nlohmann::json ProfileToJson(const Profile& profile) {
       entry["resize_overhead"] = points;
     }
     if (e.borrowed_cost > 0) entry["borrowed_cost"] = e.borrowed_cost;
+    if (e.reserve)
+      entry["reserve"] = {{"context_bytes", e.reserve->context_bytes},
+                          {"communication_bytes", e.reserve->communication_bytes},
+                          {"fragmentation_bytes", e.reserve->fragmentation_bytes}};
     if (e.limits)
       entry["limits"] = {{"dp_degree", e.limits->dp_degree},
                          {"num_layers", e.limits->num_layers},

@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/cluster.h"
 #include "core/model.h"
 #include "core/status.h"
 
@@ -56,6 +57,18 @@ struct MeasuredLimits {
   double total_params = 0;
   int64_t capacity_bytes = 0;
   std::array<int64_t, 4> max_microbatch_by_zero{};
+};
+
+/// What CUDA, a communicator and the caching allocator kept on a GPU of the entry's type, measured
+/// by `motley profile` on it (profile/reserve_probe.h; "reserve": {"context_bytes": ...,
+/// "communication_bytes": ..., "fragmentation_bytes": ...}): the driver's memory in use beyond
+/// torch's once the context exists; what a one-rank NCCL group's first all-reduce added; the
+/// allocator's reserved-but-unallocated bytes at the profile's peak step.
+struct MeasuredReserve {
+  double context_bytes = 0;
+  double communication_bytes = 0;
+  double fragmentation_bytes = 0;
+  double total_bytes() const { return context_bytes + communication_bytes + fragmentation_bytes; }
 };
 
 struct ProfileEntry {
@@ -90,6 +103,8 @@ struct ProfileEntry {
   /// what a unit computed for another rank costs against one of the rank's own, on a tensor-parallel
   /// rank's MLP slice ("borrowed_cost"; 0 = not measured: the simulator prices it as an own unit).
   double borrowed_cost = 0;
+  /// Measured on a GPU only ("reserve"; absent on a CPU or emulated device: the catalog's default).
+  std::optional<MeasuredReserve> reserve;
 
   /// Layer times at `microbatch` sequences, in seconds.
   double ForwardS(double microbatch) const;
@@ -118,6 +133,12 @@ struct Profile {
   const ProfileEntry* Find(std::string_view device_type, const ModelSpec& model, int64_t seq_len,
                            Precision precision) const;
 };
+
+/// A profile's measured reserves (ProfileEntry::reserve; the largest of a type's entries) replace
+/// the catalog's defaults for those device types in `cluster`, named as measured by `file` — not a
+/// reserve the cluster file gives (the user's word stands). An error when a measured reserve is not
+/// less than the type's memory.
+Status ApplyMeasuredReserves(const Profile& profile, const std::string& file, Cluster* cluster);
 
 Result<Profile> ParseProfileJson(std::string_view text, const std::string& file);
 Result<Profile> LoadProfileFile(const std::string& path);

@@ -165,3 +165,47 @@ TEST(Profile, ImportsTheZorseMeasurements) {
 
 }  // namespace
 }  // namespace motley
+
+namespace motley {
+namespace {
+
+// A reserve `motley profile` measured on a GPU (#47) replaces the catalog's default for that type
+// in plan, simulate and train — not one the cluster file gives; the source says which; it survives
+// the file; an impossible figure is refused.
+TEST(Profile, AMeasuredReserveReplacesTheCatalogsDefault) {
+  const std::string text = R"({"format": "motley-profile-1", "entries": [
+    {"device_type": "t4", "hidden_size": 64, "seq_len": 32, "precision": "fp16",
+     "points": [{"microbatch": 1, "forward_ms": 1, "backward_ms": 2}],
+     "reserve": {"context_bytes": 400000000, "communication_bytes": 200000000, "fragmentation_bytes": 100000000}}]})";
+  Profile p = ParseProfileJson(text, "p.json").value();
+  ASSERT_TRUE(p.entries[0].reserve);
+  EXPECT_DOUBLE_EQ(p.entries[0].reserve->total_bytes(), 7e8);
+  Profile back = ParseProfileJson(ProfileToJson(p).dump(), "back.json").value();
+  ASSERT_TRUE(back.entries[0].reserve);
+  EXPECT_DOUBLE_EQ(back.entries[0].reserve->communication_bytes, 2e8);
+
+  const std::string nodes = "[[nodes]]\nname = \"a\"\ndevice = \"t4\"\ncount = 1\n";
+  Cluster plain = ParseClusterToml(nodes, "c.toml").value();
+  ASSERT_TRUE(ApplyMeasuredReserves(p, "p.json", &plain).ok());
+  EXPECT_DOUBLE_EQ(plain.reserve_bytes(0), 7e8);
+  EXPECT_EQ(plain.spec(0).reserve_source.rfind("measured by motley profile (p.json: context", 0), 0)
+      << plain.spec(0).reserve_source;
+  Cluster given = ParseClusterToml("[device_types.t4]\nbase = \"t4\"\nreserve = \"3GiB\"\n" + nodes, "c.toml").value();
+  ASSERT_TRUE(ApplyMeasuredReserves(p, "p.json", &given).ok());
+  EXPECT_DOUBLE_EQ(given.reserve_bytes(0), 3.0 * (1 << 30)) << "the cluster file's word stands";
+
+  std::string huge = text;
+  huge.replace(huge.find("400000000"), 9, "40000000000");
+  Status s = ApplyMeasuredReserves(ParseProfileJson(huge, "huge.json").value(), "huge.json", &plain);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("huge.json: the reserve measured on t4"), std::string::npos) << s.message();
+  std::string negative = text;
+  negative.replace(negative.find("100000000}"), 9, "-10000000");
+  Result<Profile> bad = ParseProfileJson(negative, "neg.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("reserve figures must be bytes >= 0"), std::string::npos)
+      << bad.status().message();
+}
+
+}  // namespace
+}  // namespace motley

@@ -32,6 +32,25 @@ int64_t PeakDeviceMemoryBytes(const torch::Device& device) {
   return c10::cuda::CUDACachingAllocator::getDeviceStats(AllocatorReady(device)).allocated_bytes[0].peak;
 }
 
+int64_t PeakReservedDeviceMemoryBytes(const torch::Device& device) {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(AllocatorReady(device)).reserved_bytes[0].peak;
+}
+
+int64_t ReservedDeviceMemoryBytes(const torch::Device& device) {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(AllocatorReady(device)).reserved_bytes[0].current;
+}
+
+int64_t DeviceMemoryInUseBytes(const torch::Device& device) {
+  const c10::DeviceIndex index = AllocatorReady(device);
+  int previous = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&previous));
+  C10_CUDA_CHECK(cudaSetDevice(index));
+  size_t free = 0, total = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  C10_CUDA_CHECK(cudaSetDevice(previous));
+  return static_cast<int64_t>(total - free);
+}
+
 double EventSeconds(const c10::Event& from, const c10::Event& to) {
   float ms = 0;
   C10_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.eventId()),
@@ -42,6 +61,9 @@ double EventSeconds(const c10::Event& from, const c10::Event& to) {
 bool BuiltWithCuda() { return false; }
 void ResetPeakDeviceMemory(const torch::Device&) {}
 int64_t PeakDeviceMemoryBytes(const torch::Device&) { return 0; }
+int64_t PeakReservedDeviceMemoryBytes(const torch::Device&) { return 0; }
+int64_t ReservedDeviceMemoryBytes(const torch::Device&) { return 0; }
+int64_t DeviceMemoryInUseBytes(const torch::Device&) { return 0; }
 double EventSeconds(const c10::Event&, const c10::Event&) { return 0; }
 #endif
 

@@ -18,6 +18,13 @@ bool BuiltWithCuda();
 void ResetPeakDeviceMemory(const torch::Device& device);
 /// The largest amount of `device`'s memory allocated through torch since the last reset.
 int64_t PeakDeviceMemoryBytes(const torch::Device& device);
+/// The caching allocator's largest reserved amount (its segments, used or not) since the last reset.
+int64_t PeakReservedDeviceMemoryBytes(const torch::Device& device);
+/// The caching allocator's reserved amount now.
+int64_t ReservedDeviceMemoryBytes(const torch::Device& device);
+/// The device's memory in use by anything, as the driver counts it (total less free): the context,
+/// libraries' buffers, the allocator's segments, other processes'.
+int64_t DeviceMemoryInUseBytes(const torch::Device& device);
 /// The host waits for all work queued on `device`.
 void SynchronizeDevice(const torch::Device& device);
 /// Makes `device` the calling thread's current CUDA device.

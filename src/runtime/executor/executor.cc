@@ -129,9 +129,11 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
     for (auto& p : model->named_parameters()) {
       const int v = OwnerOf(p.key(), ministages, static_cast<int>(spec.num_layers));
       MOTLEY_CHECK_GE(v, 0);
-      ex->ministage_params_[v].push_back({p.key(), p.value().sizes().vec()});
+      const std::vector<int64_t> full = LlamaParameterShape(spec, p.key());
+      ex->ministage_params_[v].push_back({p.key(), full});
       if (ministages[v].group == group) {
-        if (tp > 1 && IsSplitParameter(p.key()))  // this rank's slice of the matrix
+        // This rank's slice of the matrix (unless it was loaded as one: LoadModelWeights' WeightSlice).
+        if (tp > 1 && IsSplitParameter(p.key()) && p.value().sizes().vec() == full)
           p.value().set_data(SliceParameter(spec, p.key(), p.value(), ex->tp_index_, tp).contiguous().clone());
         owned[v].push_back({p.key(), p.value()});
       } else {
@@ -146,7 +148,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
     auto state = std::make_unique<MinistageState>(std::move(params), prog.dp_size, prog.dp_index,
                                                   schedule.sharded_optimizer, ex->copies_.get(),
                                                   /*shard_in_flat=*/!schedule.sharded_params,
-                                                  schedule.ministages[v].state_shares);
+                                                  schedule.ministages[v].state_shares,
+                                                  config.shard_source ? &config.shard_source : nullptr);
+    MOTLEY_RETURN_IF_ERROR(state->source_status());
     if (schedule.sharded_optimizer && !resident.count({BufferKind::kShard, v})) state->Offload();
     if (!resident.count({BufferKind::kParams, v})) state->ReleaseFlat();
     ex->ministages_[v] = std::move(state);

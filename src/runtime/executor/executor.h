@@ -55,6 +55,8 @@
 
 namespace motley {
 
+using ShardSource = std::function<Status(const std::string& name, int64_t begin, torch::Tensor dest)>;
+
 struct ExecutorConfig {
   torch::Device device = torch::kCPU;
   torch::Dtype master_dtype = torch::kFloat32;  // parameters, gradients, moments (fp64 in fp64)
@@ -64,6 +66,10 @@ struct ExecutorConfig {
   TensorParallelConfig tensor_parallel;        // FlexTP in tensor-parallel teams (flextp_team.h)
   std::vector<EmulatedStraggler> stragglers;   // run-time slowdowns of ranks
   bool cpu_copy_threads = false;  // tests: CPU offload copies asynchronous on threads, as on a GPU (copy_engine.h)
+  /// Where a ZeRO-3 rank's master shard comes from when the model holds placeholders for its
+  /// parameters (LlamaModelImpl's `materialize`: a run that starts from a folder reads its shards
+  /// only): elements [begin, begin + dest.numel()) of parameter `name`, flattened, into `dest`.
+  ShardSource shard_source;
 };
 
 /// One step's inputs on this rank.

@@ -7,11 +7,13 @@
 #include "plan/state_shares.h"
 #include "runtime/train/adamw.h"
 #include "runtime/emulation/memory_ledger.h"
+#include "runtime/model/llama_model.h"
 
 namespace motley {
 
 MinistageState::MinistageState(std::vector<NamedParameter> params, int dp_size, int dp_index, bool sharded_optimizer,
-                               CopyEngine* copies, bool shard_in_flat, const std::vector<double>& state_shares)
+                               CopyEngine* copies, bool shard_in_flat, const std::vector<double>& state_shares,
+                               const std::function<Status(const std::string&, int64_t, torch::Tensor)>* source)
     : params_(std::move(params)),
       sharded_(sharded_optimizer),
       shard_in_flat_(sharded_optimizer && shard_in_flat),
@@ -33,7 +35,19 @@ MinistageState::MinistageState(std::vector<NamedParameter> params, int dp_size, 
   dtype_ = params_.empty() ? torch::kFloat32 : params_[0].param.scalar_type();  // the master dtype
   const auto options = torch::TensorOptions().dtype(dtype_).device(device_);
   flat_ = torch::zeros({padded_numel()}, options);
-  for (const Range& r : ranges_) flat_.narrow(0, r.flat_begin, r.numel).copy_(params_[r.param].param.reshape(-1));
+  for (const Range& r : ranges_) {
+    const torch::Tensor& p = params_[r.param].param;
+    if (!IsPlaceholder(p)) {
+      flat_.narrow(0, r.flat_begin, r.numel).copy_(p.reshape(-1));
+      continue;
+    }
+    // A placeholder: its elements in this rank's shard from the source (the rest are gathered).
+    MOTLEY_CHECK_MSG(source != nullptr, "a placeholder parameter without a source: " + params_[r.param].name);
+    const int64_t begin = std::max(r.flat_begin, shard_begin_), end = std::min(r.flat_begin + r.numel,
+                                                                                shard_begin_ + shard_numel_);
+    if (begin < end && source_status_.ok())
+      source_status_ = (*source)(params_[r.param].name, begin - r.flat_begin, flat_.narrow(0, begin, end - begin));
+  }
   PointParamsAt(flat_);
   if (sharded_) {
     shard_ = flat_.narrow(0, shard_begin_, shard_numel_);

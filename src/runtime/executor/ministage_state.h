@@ -20,6 +20,7 @@
 
 #include <torch/torch.h>
 
+#include "core/status.h"
 #include "runtime/train/adamw.h"
 #include "runtime/executor/copy_engine.h"
 
@@ -37,8 +38,13 @@ class MinistageState {
   /// the master shard is the owned part of the flat buffer, not a copy of it: the update writes
   /// the parameters in place and the gather fills in the other ranks' parts.
   /// `state_shares`: each replica's share of the state (Schedule ministage's); empty: even shards.
+  /// `source`: the values of a placeholder parameter's elements in this rank's shard (the others
+  /// stay zero until gathered); REQUIRED when a parameter is a placeholder. Its first error is
+  /// source_status().
   MinistageState(std::vector<NamedParameter> params, int dp_size, int dp_index, bool sharded_optimizer,
-                 CopyEngine* copies, bool shard_in_flat = false, const std::vector<double>& state_shares = {});
+                 CopyEngine* copies, bool shard_in_flat = false, const std::vector<double>& state_shares = {},
+                 const std::function<Status(const std::string&, int64_t, torch::Tensor)>* source = nullptr);
+  const Status& source_status() const { return source_status_; }
 
   int64_t numel() const { return numel_; }
   int64_t padded_numel() const { return padded_numel_; }
@@ -136,6 +142,7 @@ class MinistageState {
   bool ShardArrived() const { return shard_ready_.finished(); }
 
  private:
+  Status source_status_;
   struct Range {
     size_t param;          // index into params_
     int64_t flat_begin;    // where the parameter starts in the flat buffer

@@ -4,6 +4,7 @@
 
 #include "runtime/flextp/layer_work.h"
 #include "runtime/model/cross_entropy.h"
+#include "runtime/model/tensor_parallel.h"
 #include "runtime/model/precision_dtypes.h"
 
 #include "core/check.h"
@@ -140,7 +141,7 @@ torch::Tensor Placeholder(at::IntArrayRef shape, torch::Dtype dtype) {
 }  // namespace
 
 LlamaModelImpl::LlamaModelImpl(const ModelSpec& spec, uint64_t seed, const std::set<std::string>& materialize,
-                               torch::Dtype dtype)
+                               torch::Dtype dtype, int tp)
     : spec_(spec) {
   torch::manual_seed(seed);
   model = register_module("model", std::make_shared<torch::nn::Module>());
@@ -157,7 +158,9 @@ LlamaModelImpl::LlamaModelImpl(const ModelSpec& spec, uint64_t seed, const std::
       p.value().set_data(Placeholder(shape, dtype));
       continue;
     }
-    torch::Tensor t = torch::empty(shape, dtype);
+    torch::Tensor t = torch::empty(tp > 1 && IsSplitParameter(p.key()) ? SliceParameterShape(spec, p.key(), shape, tp)
+                                                                       : shape,
+                                   dtype);
     if (p.key().find("norm") != std::string::npos) {
       t.fill_(1.0);
     } else {

@@ -93,9 +93,11 @@ class LlamaModelImpl : public torch::nn::Module {
   /// the values the whole model would draw: for a rank that loads them from a checkpoint or a
   /// Hugging Face folder); every other is a placeholder of its shape that holds one element, reads
   /// as zeros and cannot be written (IsPlaceholder). No moment holds the whole model.
-  /// `dtype`: the parameters' (the master dtype, so that set_precision converts nothing).
+  /// `dtype`: the parameters' (the master dtype, so that set_precision converts nothing). `tp` > 1:
+  /// the split parameters it makes hold one rank's slice of `tp` (tensor_parallel.h), for a rank
+  /// that reads its slices (LoadModelWeights' WeightSlice).
   LlamaModelImpl(const ModelSpec& spec, uint64_t seed, const std::set<std::string>& materialize,
-                 torch::Dtype dtype = torch::kFloat32);
+                 torch::Dtype dtype = torch::kFloat32, int tp = 1);
 
   /// Runs a slice. With the embedding, `input` is token ids [batch, seq] (int64); otherwise the
   /// hidden states [batch, seq, hidden] at layer `slice.layer_begin`. Returns logits

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <set>
 
 #include <fmt/format.h>
@@ -464,7 +465,7 @@ namespace {
 
 // The sharded form of LoadModelWeights.
 Status LoadShardedWeights(const std::string& dir, const TrainerStateFile& state, LlamaModelImpl& model,
-                          const std::set<std::string>& only) {
+                          const std::set<std::string>& only, WeightSlice slice) {
   MOTLEY_ASSIGN_OR_RETURN(ShardedReader reader, ShardedReader::Open(dir, state));
   std::vector<std::string> missing;
   torch::NoGradGuard no_grad;
@@ -476,6 +477,8 @@ Status LoadShardedWeights(const std::string& dir, const TrainerStateFile& state,
     }
     MOTLEY_ASSIGN_OR_RETURN(torch::Tensor t, reader.Load(model.spec(), p.key(), ShardTensor::kValues,
                                                          p.value().scalar_type()));
+    if (slice.tp > 1 && IsSplitParameter(p.key()) && t.sizes() == LlamaParameterShape(model.spec(), p.key()))
+      t = SliceParameter(model.spec(), p.key(), t, slice.index, slice.tp);
     if (t.sizes() != p.value().sizes())
       return Status::InvalidArgument(fmt::format("{}: {} has shape {} but the model (config.json) needs {}", dir,
                                                  p.key(), fmt::join(t.sizes().vec(), "x"),
@@ -499,12 +502,60 @@ Status LoadShardedWeights(const std::string& dir, const TrainerStateFile& state,
 
 }  // namespace
 
-Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std::set<std::string>& only) {
+Result<std::function<Status(const std::string&, int64_t, torch::Tensor)>> FolderShardSource(
+    const std::string& dir, LlamaModelImpl& model) {
+  if (IsShardedCheckpoint(dir))
+    return Status::InvalidArgument(fmt::format("{}: a sharded checkpoint; export it first (motley checkpoint export)", dir));
+  MOTLEY_ASSIGN_OR_RETURN(auto files, WeightFiles(dir));
+  std::vector<std::string> missing, unexpected;
+  const auto named = model.named_parameters();
+  for (const auto& p : named)
+    if (!files.count(p.key())) missing.push_back(p.key());
+  for (const auto& [name, file] : files)
+    if (!named.contains(name) && !name.ends_with("rotary_emb.inv_freq")) unexpected.push_back(name);
+  if (!missing.empty())
+    return Status::InvalidArgument(fmt::format("{}: missing {} weight(s), first {}: the weights do not match "
+                                               "config.json",
+                                               dir, missing.size(), missing.front()));
+  if (!unexpected.empty())
+    return Status::InvalidArgument(fmt::format("{}: {} weight(s) the model does not have, first {}: the weights do not "
+                                               "match config.json",
+                                               dir, unexpected.size(), unexpected.front()));
+  const bool tied = model.spec().tie_embeddings;
+  auto open = std::make_shared<std::map<std::string, SafetensorsFile>>();
+  return std::function<Status(const std::string&, int64_t, torch::Tensor)>(
+      [files = std::move(files), open, tied](const std::string& param, int64_t begin, torch::Tensor dest) -> Status {
+    const std::string name = tied && param == "lm_head.weight" ? "model.embed_tokens.weight" : param;
+    auto it = files.find(name);
+    if (it == files.end()) return Status::NotFound(fmt::format("no file holds {}", name));
+    if (!open->count(it->second)) {
+      MOTLEY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(it->second));
+      open->emplace(it->second, std::move(f));
+    }
+    MOTLEY_ASSIGN_OR_RETURN(torch::Tensor mapped, open->at(it->second).Map(name));
+    const torch::Tensor range = mapped.reshape({-1}).narrow(0, begin, dest.numel());
+    if (range.is_floating_point() && range.numel() > 0) {
+      const double largest = std::max(range.max().item<double>(), -range.min().item<double>());
+      if (!std::isfinite(largest) || largest > kLargestPlausibleWeight)
+        return Status::InvalidArgument(fmt::format(
+            "{}: {} holds {} (largest magnitude {:g}): no trained model has such weights, so the file is taken for "
+            "corrupted; download or export it again",
+            it->second, name, std::isfinite(largest) ? "an implausibly large value" : "NaN or infinite values",
+            largest));
+    }
+    torch::NoGradGuard no_grad;
+    dest.copy_(range);
+    return Status::Ok();
+  });
+}
+
+Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std::set<std::string>& only,
+                        WeightSlice slice) {
   const bool checksummed = fs::exists(fs::path(dir) / kStateFile);
   if (checksummed) {
     MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile state, ReadStateFile(dir));
     MOTLEY_RETURN_IF_ERROR(VerifyFiles(dir, state));
-    if (IsShardedCheckpoint(dir)) return LoadShardedWeights(dir, state, model, only);
+    if (IsShardedCheckpoint(dir)) return LoadShardedWeights(dir, state, model, only, slice);
   }
   MOTLEY_ASSIGN_OR_RETURN(auto files, WeightFiles(dir));
   std::map<std::string, SafetensorsFile> open;
@@ -531,12 +582,19 @@ Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std
       return Status::InvalidArgument(fmt::format("{}: the index names this file for {} but it lacks it", it->second,
                                                  p.key()));
     const std::vector<int64_t>& shape = f.entries().at(p.key()).shape;
-    if (shape != p.value().sizes().vec())
+    const bool sliced = slice.tp > 1 && IsSplitParameter(p.key());
+    const std::vector<int64_t> want = sliced ? LlamaParameterShape(model.spec(), p.key()) : p.value().sizes().vec();
+    if (shape != want)
       return Status::InvalidArgument(fmt::format("{}: {} has shape {} but the model (config.json) needs {}",
-                                                 it->second, p.key(), fmt::join(shape, "x"),
-                                                 fmt::join(p.value().sizes().vec(), "x")));
-    // Straight into the parameter (nothing beside it when the file holds its dtype).
-    MOTLEY_RETURN_IF_ERROR(f.LoadInto(p.key(), p.value()));
+                                                 it->second, p.key(), fmt::join(shape, "x"), fmt::join(want, "x")));
+    if (sliced) {
+      // This rank's slice, from the file's pages that hold it.
+      MOTLEY_ASSIGN_OR_RETURN(torch::Tensor mapped, f.Map(p.key()));
+      p.value().copy_(SliceParameter(model.spec(), p.key(), mapped, slice.index, slice.tp));
+    } else {
+      // Straight into the parameter (nothing beside it when the file holds its dtype).
+      MOTLEY_RETURN_IF_ERROR(f.LoadInto(p.key(), p.value()));
+    }
     const torch::Tensor& t = p.value();
     // A Hugging Face folder has no checksums: a weight no trained model holds (not finite, or of a
     // magnitude beyond fp16's range many times over) is taken for corruption rather than evaluated.

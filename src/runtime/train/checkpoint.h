@@ -115,10 +115,27 @@ Result<std::string> ResolveCheckpointDir(const std::string& path);
 /// The model shape in `dir`/config.json.
 Result<ModelSpec> LoadCheckpointModelSpec(const std::string& dir);
 
+/// A tensor-parallel rank's slices: rank `index` of a `tp`-wide team reads its slice of every split
+/// parameter (tensor_parallel.h: SliceParameter), into a model parameter of the slice's shape.
+struct WeightSlice {
+  int index = 0;
+  int tp = 1;  // 1: whole tensors
+};
+
 /// Loads the weights into `model` (converted to its dtype). Every model parameter must be present
 /// with its shape; a motley checkpoint's checksums are verified first (of a sharded one: the files
 /// it reads). `only`: when not empty, only the parameters it names are read (a rank's own).
-Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std::set<std::string>& only = {});
+/// `slice`: a tensor-parallel rank's slices of them (from a single-file or Hugging Face folder, the
+/// slice's pages of the file only).
+Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std::set<std::string>& only = {},
+                        WeightSlice slice = {});
+
+/// What a ZeRO-3 rank reads of a folder (ExecutorConfig::shard_source): a range of one parameter's
+/// elements, from the pages of the file that hold them. Checks first that the folder holds every
+/// parameter of `model` and no other (a sharded motley checkpoint is not such a folder: an error).
+/// A tied model's head copy ("lm_head.weight") reads the embedding.
+Result<std::function<Status(const std::string&, int64_t, torch::Tensor)>> FolderShardSource(
+    const std::string& dir, LlamaModelImpl& model);
 
 /// Loads the optimizer moments into `shards` and returns the trainer state (motley checkpoints only).
 Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<ParamShard>& shards);

@@ -9,6 +9,9 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <functional>
+#include <memory>
+#include <numeric>
 #include <set>
 #include <optional>
 
@@ -154,21 +157,37 @@ AssembledModel Assemble(const ModelSpec& spec, Precision precision, const Execut
   return a;
 }
 
-// One line a rank: what it read of the model and the host memory loading took (the memory
-// ledger's peak from before the model was made), against the whole model.
-void PrintLoadedPart(int rank, LlamaModelImpl& model, const ModelSpec& spec, int64_t peak_bytes) {
-  int64_t part_bytes = 0, whole_bytes = 0, tensors = 0, all = 0;
+// What a rank read of the model to start: whole tensors and slices made in the model, and bytes of
+// ZeRO-3 shards read into its device buffers (ExecutorConfig::shard_source).
+struct LoadedPart {
+  int64_t tensors = 0, slices = 0, all = 0;
+  int64_t part_bytes = 0, whole_bytes = 0;
+  std::shared_ptr<int64_t> shard_bytes = std::make_shared<int64_t>(0);
+};
+
+LoadedPart MeasureLoadedPart(LlamaModelImpl& model, const ModelSpec& spec) {
+  LoadedPart l;
   for (const auto& p : model.named_parameters()) {
-    const int64_t bytes = p.value().numel() * p.value().element_size();
-    whole_bytes += bytes;
-    ++all;
+    const std::vector<int64_t> shape = LlamaParameterShape(spec, p.key());
+    const int64_t whole = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+    l.whole_bytes += whole * p.value().element_size();
+    ++l.all;
     if (IsPlaceholder(p.value())) continue;
-    part_bytes += bytes;
-    ++tensors;
+    l.part_bytes += p.value().numel() * p.value().element_size();
+    ++(p.value().numel() < whole ? l.slices : l.tensors);
   }
-  fmt::print("rank {}: loaded its part of {}: {} of {} tensors, {} of {}; host memory while loading peaked at {}\n",
-             rank, spec.name, tensors, all, FormatBytes(static_cast<double>(part_bytes)),
-             FormatBytes(static_cast<double>(whole_bytes)), FormatBytes(static_cast<double>(peak_bytes)));
+  return l;
+}
+
+// One line a rank: what it read of the model and the host memory loading took (the memory
+// ledger's peak from before the model was made to before its device buffers), against the whole.
+void PrintLoadedPart(int rank, const ModelSpec& spec, const LoadedPart& l, int64_t peak_bytes) {
+  std::string what = fmt::format("{} of {} tensors", l.tensors + l.slices, l.all);
+  if (l.slices > 0) what += fmt::format(" ({} of them slices)", l.slices);
+  if (*l.shard_bytes > 0) what = l.tensors + l.slices > 0 ? what + " and ZeRO-3 shards" : "ZeRO-3 shards";
+  fmt::print("rank {}: loaded its part of {}: {}, {} of {}; host memory while loading peaked at {}\n", rank,
+             spec.name, what, FormatBytes(static_cast<double>(l.part_bytes + *l.shard_bytes)),
+             FormatBytes(static_cast<double>(l.whole_bytes)), FormatBytes(static_cast<double>(peak_bytes)));
   std::fflush(stdout);
 }
 
@@ -225,11 +244,25 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   const bool loads_weights = !options.resume.empty() || !job.init_from.empty();
   const int64_t load_start = ledger.used_bytes();
   ledger.ResetPeak();
+  // Starting from a folder, a tensor-parallel rank reads its slices only (a checkpoint it resumes
+  // from is read whole: its moments are laid out by whole parameters).
   std::set<std::string> mine;
+  WeightSlice slice;
+  if (options.resume.empty()) {
+    const Program& mine_program = schedule_.programs[comm_->rank()];
+    for (const ScheduleMinistage& m : schedule_.ministages)
+      if (m.group == mine_program.group) slice = {mine_program.tp_index, m.tp_degree};
+  }
+  // Starting from a folder, a ZeRO-3 rank (without tensor parallelism) reads its shards only,
+  // straight into its device buffers (ExecutorConfig::shard_source): its model holds none.
+  const Program& program = schedule_.programs[comm_->rank()];
+  const bool reads_shards = !job.init_from.empty() && options.resume.empty() && schedule_.sharded_params &&
+                            slice.tp == 1 && program.dp_size > 1;
   LlamaModel model{nullptr};
   if (loads_weights) {
     mine = RankParameterNames(schedule_, comm_->rank(), *LlamaModel(job.model, tc.seed, std::set<std::string>{}));
-    model = LlamaModel(job.model, tc.seed, mine, MasterDtype(tc.precision));
+    model = LlamaModel(job.model, tc.seed, reads_shards ? std::set<std::string>{} : mine, MasterDtype(tc.precision),
+                       slice.tp);
   } else {
     model = LlamaModel(job.model, tc.seed);
   }
@@ -253,9 +286,23 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   }
   // Each rank reads only the tensors its part of the plan holds (from a sharded checkpoint: only
   // the files that hold their pieces, whatever plan wrote them).
+  LoadedPart part;
+  int64_t load_peak = 0;
+  if (loads_weights && !reads_shards)
+    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir.empty() ? job.init_from : dir, *model, mine, slice));
+  if (reads_shards) {
+    MOTLEY_ASSIGN_OR_RETURN(ShardSource source, FolderShardSource(job.init_from, *model));
+    config.shard_source = [source, read = part.shard_bytes](const std::string& name, int64_t begin,
+                                                            torch::Tensor dest) {
+      *read += dest.numel() * dest.element_size();
+      return source(name, begin, dest);
+    };
+  }
   if (loads_weights) {
-    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir.empty() ? job.init_from : dir, *model, mine));
-    PrintLoadedPart(comm_->rank(), *model, job.model, ledger.peak_bytes() - load_start);
+    const std::shared_ptr<int64_t> shard_bytes = part.shard_bytes;  // the source's counter
+    part = MeasureLoadedPart(*model, job.model);
+    part.shard_bytes = shard_bytes;
+    load_peak = ledger.peak_bytes() - load_start;
   }
   if (!dir.empty()) {
     std::vector<ParamShard> whole = WholeParameterShards(*model);
@@ -269,6 +316,7 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   }
   // The model stays on the CPU: each rank's ministage buffers are made on its device from it.
   MOTLEY_ASSIGN_OR_RETURN(executor_, Executor::Create(schedule_, job.cluster, model, comm_.get(), config));
+  if (loads_weights) PrintLoadedPart(comm_->rank(), job.model, part, load_peak);
   if (!options.resume.empty()) MOTLEY_RETURN_IF_ERROR(executor_->LoadMoments(exp_avg, exp_avg_sq));
   // The emulated device's memory, from here on (a fresh run built the whole model above only to
   // initialise every rank's part identically).

@@ -1,8 +1,14 @@
 #include "runtime/train/safetensors.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -90,6 +96,25 @@ Result<torch::Tensor> SafetensorsFile::Load(const std::string& name, torch::Dtyp
   in.read(static_cast<char*>(raw.data_ptr()), e.end - e.begin);
   if (!in) return Status::IoError(fmt::format("{}: cannot read tensor {}", path_, name));
   return raw.to(dtype);
+}
+
+Result<torch::Tensor> SafetensorsFile::Map(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return Status::NotFound(fmt::format("{}: no tensor named {}", path_, name));
+  const Entry& e = it->second;
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IoError(fmt::format("{}: cannot open: {}", path_, std::strerror(errno)));
+  const auto page = static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+  const int64_t begin = data_start_ + e.begin, aligned = begin / page * page;
+  const auto length = static_cast<size_t>(data_start_ + e.end - aligned);
+  void* base = length > 0 ? ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE, fd, aligned) : nullptr;
+  ::close(fd);
+  if (base == MAP_FAILED) return Status::IoError(fmt::format("{}: cannot map tensor {}: {}", path_, name, std::strerror(errno)));
+  auto unmap = [base, length](void*) {
+    if (base != nullptr) ::munmap(base, length);
+  };
+  return torch::from_blob(static_cast<char*>(base) + (begin - aligned), e.shape, unmap,
+                          torch::TensorOptions().dtype(ByName(e.dtype)->dtype));
 }
 
 Status SafetensorsFile::LoadInto(const std::string& name, torch::Tensor& dest) const {

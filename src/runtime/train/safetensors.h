@@ -39,6 +39,10 @@ class SafetensorsFile {
   /// The tensor `name` into `dest` (its shape; converted to its dtype): read straight into its
   /// memory when the dtypes match, so loading holds nothing beside the parameter.
   Status LoadInto(const std::string& name, torch::Tensor& dest) const;
+  /// The tensor `name` as a read-only view of the file mapped into memory, in the file's dtype:
+  /// copying a slice of it reads that slice's pages and no others (the map is released with the
+  /// last tensor that views it).
+  Result<torch::Tensor> Map(const std::string& name) const;
 
  private:
   std::string path_;
