@@ -9,8 +9,8 @@
 // holds rows [i V/t, (i+1) V/t) of the embedding and of the head — one matrix when the embeddings are
 // tied. Its lookup zeroes the tokens outside its rows and the team sums the lookups (one all-reduce);
 // its head computes its columns of the logits from the whole hidden state (entering the region), and
-// the loss is computed from the slices (VocabParallelLoss): each rank's log-sum-exp and target logit
-// per token, gathered in one all-gather; backward needs no communication. No rank ever holds the
+// the loss is computed from the slices (VocabParallelLoss, cross_entropy.h): each rank's maximum, sum of
+// exponentials and target logit per token, gathered in one all-gather; backward needs no communication. No rank ever holds the
 // whole logits.
 //
 // This file: the slicing of a layer's weights and the two region boundaries over a Communicator
