@@ -1,14 +1,9 @@
+// Reading checkpoints and model folders (checkpoint.h): checksums, the step, weights whole or by
+// part, the training state; writing them is checkpoint_save.cc.
 #include "runtime/train/checkpoint.h"
 
-#include <fcntl.h>
-#include <stdio.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <algorithm>
 #include <filesystem>
 #include <memory>
@@ -30,14 +25,13 @@ namespace motley {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kStateFile = "trainer_state.json";
 // Beyond fp16's largest value (65,504) many times over: no trained weight is this large.
 constexpr double kLargestPlausibleWeight = 1e8;
 
 std::string Hex(uint32_t v) { return fmt::format("{:08x}", v); }
 
 Result<TrainerStateFile> ReadStateFile(const std::string& dir) {
-  const std::string path = (fs::path(dir) / kStateFile).string();
+  const std::string path = (fs::path(dir) / kTrainerStateFile).string();
   MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   return ParseTrainerState(text, path);
 }
@@ -193,247 +187,6 @@ Result<std::map<std::string, std::string>> WeightFiles(const std::string& dir) {
 
 }  // namespace
 
-Result<std::unique_ptr<RunDirLock>> RunDirLock::Acquire(const std::string& run_dir) {
-  std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
-  const std::string path = (fs::path(run_dir) / ".lock").string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    char holder[256] = {};
-    const ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
-    ::close(fd);
-    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "another process";
-    while (!who.empty() && std::isspace(static_cast<unsigned char>(who.back()))) who.pop_back();
-    return Status::InvalidArgument(fmt::format(
-        "{}: another run is writing its checkpoints and metrics here ({}); wait for it to end, or give this run "
-        "another folder ([checkpoint] dir in the job file)",
-        run_dir, who));
-  }
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  const std::string me = fmt::format("pid {} on {}\n", ::getpid(), host);
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
-    // The lock holds without the note; only the message to a second run is poorer.
-  }
-  return std::unique_ptr<RunDirLock>(new RunDirLock(fd));
-}
-
-Status ClaimRunDir(const std::string& run_dir, bool resuming, bool overwrite, bool clean) {
-  std::error_code ec;
-  const fs::path latest = fs::path(run_dir) / "latest";
-  if (resuming || !fs::exists(latest, ec)) return Status::Ok();
-  if (!overwrite) {
-    Result<std::string> name = ReadFileToString(latest.string());
-    std::string step = name.ok() ? *name : "?";
-    while (!step.empty() && std::isspace(static_cast<unsigned char>(step.back()))) step.pop_back();
-    return Status::InvalidArgument(fmt::format(
-        "{}: holds another run's checkpoints (latest: {}); continue that run with --resume {}, start over here with "
-        "--overwrite (its checkpoints and metrics are removed), or give this run another folder ([checkpoint] dir)",
-        run_dir, step.size() > 64 ? step.substr(0, 64) + "..." : step, run_dir));
-  }
-  if (!clean) return Status::Ok();
-  for (const auto& entry : fs::directory_iterator(run_dir, ec))
-    if (entry.is_directory() && entry.path().filename().string().starts_with("step-")) fs::remove_all(entry.path(), ec);
-  fs::remove(latest, ec);
-  fs::remove(fs::path(run_dir) / "metrics.jsonl", ec);
-  return Status::Ok();
-}
-
-RunDirLock::~RunDirLock() {
-  if (fd_ >= 0) ::close(fd_);  // releases the lock
-}
-
-namespace {
-
-// A whole checkpoint folder `tmp` into place as `dir`: swapped with the checkpoint there in one step
-// (renameat2's RENAME_EXCHANGE), so a crash leaves one whole checkpoint under the name, never none;
-// the old one is then removed.
-Status MoveIntoPlace(const std::string& tmp, const std::string& dir) {
-  std::error_code ec;
-  if (fs::exists(dir, ec)) {
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0)
-      return Status::IoError(fmt::format("{}: cannot swap {} into place: {}", dir, tmp, std::strerror(errno)));
-    fs::remove_all(tmp, ec);
-  } else {
-    fs::rename(tmp, dir, ec);
-    if (ec) return Status::IoError(fmt::format("{}: cannot rename {} into place: {}", dir, tmp, ec.message()));
-  }
-  const fs::path parent = fs::path(dir).parent_path();
-  return FsyncDirectory(parent.empty() ? "." : parent.string());
-}
-
-// What interrupted saves left in a run folder (step-*.tmp).
-void RemoveInterruptedSaves(const std::string& run_dir) {
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
-    const std::string file = entry.path().filename().string();
-    if (entry.is_directory() && file.starts_with("step-") && file.ends_with(".tmp")) fs::remove_all(entry.path(), ec);
-  }
-}
-
-// `latest` names the new checkpoint `name`; of the older ones, the newest `keep` stay.
-Status PointLatestAndPrune(const std::string& run_dir, const std::string& name, int64_t keep) {
-  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(run_dir) / "latest").string(), name + "\n"));
-  std::error_code ec;
-  std::vector<std::string> steps;
-  for (const auto& entry : fs::directory_iterator(run_dir, ec))
-    if (entry.is_directory() && entry.path().filename().string().starts_with("step-") &&
-        !entry.path().filename().string().ends_with(".tmp"))
-      steps.push_back(entry.path().filename().string());
-  std::sort(steps.begin(), steps.end());
-  for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < steps.size(); ++i)
-    if (steps[i] != name) fs::remove_all(fs::path(run_dir) / steps[i], ec);
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::vector<ParamShard>& shards,
-                      const TrainerState& state) {
-  const std::string tmp = dir + ".tmp";
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot create: {}", tmp, ec.message()));
-  TrainerStateFile out;
-  out.state = state;
-  auto record = [&](const std::string& name, uint32_t crc) {
-    out.files[name] = {static_cast<int64_t>(fs::file_size(fs::path(tmp) / name)), crc};
-  };
-  uint32_t crc = 0;
-  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / "config.json").string(), HfConfigJson(model.spec()), &crc));
-  record("config.json", crc);
-
-  std::vector<NamedTensor> weights;
-  // In the master dtype: fp32, or fp64 for an fp64 run.
-  for (const auto& p : model.named_parameters())
-    weights.push_back({p.key(), p.value().scalar_type() == torch::kFloat64 ? p.value() : p.value().to(torch::kFloat32)});
-  MOTLEY_RETURN_IF_ERROR(WriteSafetensors((fs::path(tmp) / "model.safetensors").string(), weights,
-                                          {{"format", "pt"}}, &crc));
-  record("model.safetensors", crc);
-
-  std::vector<NamedTensor> moments;
-  for (const auto& s : shards) {
-    if (!s.exp_avg.defined()) continue;
-    moments.push_back({s.name + ".exp_avg", s.exp_avg});
-    moments.push_back({s.name + ".exp_avg_sq", s.exp_avg_sq});
-  }
-  MOTLEY_RETURN_IF_ERROR(WriteSafetensors((fs::path(tmp) / "optimizer.safetensors").string(), moments, {}, &crc));
-  record("optimizer.safetensors", crc);
-
-  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / kStateFile).string(), TrainerStateJson(out)));
-  return MoveIntoPlace(tmp, dir);
-}
-
-Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, LlamaModelImpl& model,
-                                      const std::vector<ParamShard>& shards, const TrainerState& state) {
-  std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
-  const std::string name = CheckpointFolderName(state.step);
-  const std::string dir = (fs::path(run_dir) / name).string();
-  RemoveInterruptedSaves(run_dir);
-  MOTLEY_RETURN_IF_ERROR(SaveCheckpoint(dir, model, shards, state));
-  MOTLEY_RETURN_IF_ERROR(PointLatestAndPrune(run_dir, name, keep));
-  return dir;
-}
-
-Result<std::string> BeginShardedCheckpoint(const std::string& run_dir, int64_t step) {
-  std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
-  RemoveInterruptedSaves(run_dir);
-  const std::string tmp = (fs::path(run_dir) / (CheckpointFolderName(step) + ".tmp")).string();
-  fs::create_directories(tmp, ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot create: {}", tmp, ec.message()));
-  return tmp;
-}
-
-Result<CheckpointFileRecord> WriteRankShards(const std::string& tmp, int rank, const std::vector<StatePiece>& pieces) {
-  CheckpointFileRecord record;
-  if (pieces.empty()) return record;
-  // The parameters' shapes and splits travel in the file's metadata, for the index rank 0 writes.
-  nlohmann::json params = nlohmann::json::object();
-  std::vector<NamedTensor> tensors;
-  for (const StatePiece& p : pieces) {
-    params[p.param] = {{"shape", p.shape}, {"tp_degree", p.tp_degree}};
-    if (p.padded_rows > 0) params[p.param]["padded_rows"] = p.padded_rows;
-    tensors.push_back({ShardTensorName(p.param, p.tp_index, p.begin, ShardTensor::kValues), p.values});
-    tensors.push_back({ShardTensorName(p.param, p.tp_index, p.begin, ShardTensor::kExpAvg), p.exp_avg});
-    tensors.push_back({ShardTensorName(p.param, p.tp_index, p.begin, ShardTensor::kExpAvgSq), p.exp_avg_sq});
-  }
-  const std::string path = (fs::path(tmp) / RankShardFileName(rank)).string();
-  MOTLEY_RETURN_IF_ERROR(WriteSafetensors(path, tensors, {{"parameters", params.dump()}}, &record.crc32));
-  std::error_code ec;
-  record.bytes = static_cast<int64_t>(fs::file_size(path, ec));
-  if (ec) return Status::IoError(fmt::format("{}: written but unreadable: {}", path, ec.message()));
-  return record;
-}
-
-Result<std::string> FinishShardedCheckpoint(const std::string& run_dir, int64_t keep, const std::string& tmp,
-                                            const ModelSpec& spec, const std::vector<CheckpointFileRecord>& rank_files,
-                                            const TrainerState& state) {
-  // The index, from the rank files' headers.
-  ShardIndex index;
-  TrainerStateFile out;
-  out.state = state;
-  for (size_t r = 0; r < rank_files.size(); ++r) {
-    if (rank_files[r].bytes == 0) continue;
-    const std::string file = RankShardFileName(static_cast<int>(r));
-    out.files[file] = rank_files[r];
-    MOTLEY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open((fs::path(tmp) / file).string()));
-    auto meta = f.metadata().find("parameters");
-    if (meta == f.metadata().end())
-      return Status::Internal(fmt::format("{}: no parameter shapes in its metadata", f.path()));
-    MOTLEY_ASSIGN_OR_RETURN(nlohmann::json params, ParseJson(meta->second, f.path()));
-    for (const auto& [name, p] : params.items()) {
-      ShardedParameter param{p.at("shape").get<std::vector<int64_t>>(), p.at("tp_degree").get<int>(),
-                             p.value("padded_rows", int64_t{0})};
-      auto [it, inserted] = index.parameters.emplace(name, param);
-      if (!inserted && (it->second.shape != param.shape || it->second.tp_degree != param.tp_degree ||
-                        it->second.padded_rows != param.padded_rows))
-        return Status::Internal(fmt::format("{}: {} is stored in two layouts by two ranks", tmp, name));
-    }
-    for (const auto& [key, entry] : f.entries()) {
-      ShardPiece piece;
-      ShardTensor what = ShardTensor::kValues;
-      if (!ParseShardTensorName(key, &piece.param, &piece.tp_index, &piece.begin, &what))
-        return Status::Internal(fmt::format("{}: {} is not a piece's tensor", f.path(), key));
-      if (what != ShardTensor::kValues) continue;
-      int64_t count = 1;
-      for (int64_t d : entry.shape) count *= d;
-      piece.count = count;
-      piece.file = file;
-      index.pieces.push_back(std::move(piece));
-    }
-  }
-  const std::string index_path = (fs::path(tmp) / kShardIndexFile).string();
-  MOTLEY_RETURN_IF_ERROR(ValidateShardIndex(index, index_path));
-  int64_t elements = 0;
-  for (const auto& [name, p] : index.parameters) {  // the model's elements, padding aside
-    int64_t n = 1;
-    for (int64_t d : p.shape) n *= d;
-    elements += n;
-  }
-  if (elements != TotalParams(spec))
-    return Status::Internal(fmt::format("{}: the ranks wrote {} parameters, the model has {}", tmp, elements,
-                                        TotalParams(spec)));
-  uint32_t crc = 0;
-  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile(index_path, ShardIndexJson(index), &crc));
-  out.files[kShardIndexFile] = {static_cast<int64_t>(fs::file_size(index_path)), crc};
-  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / "config.json").string(), HfConfigJson(spec), &crc));
-  out.files["config.json"] = {static_cast<int64_t>(fs::file_size(fs::path(tmp) / "config.json")), crc};
-  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / kStateFile).string(), TrainerStateJson(out)));
-  MOTLEY_RETURN_IF_ERROR(FsyncDirectory(tmp));
-  const std::string name = CheckpointFolderName(state.step);
-  const std::string dir = (fs::path(run_dir) / name).string();
-  MOTLEY_RETURN_IF_ERROR(MoveIntoPlace(tmp, dir));
-  MOTLEY_RETURN_IF_ERROR(PointLatestAndPrune(run_dir, name, keep));
-  return dir;
-}
-
 bool IsShardedCheckpoint(const std::string& dir) {
   std::error_code ec;
   return fs::exists(fs::path(dir) / kShardIndexFile, ec);
@@ -551,7 +304,7 @@ Result<std::function<Status(const std::string&, int64_t, torch::Tensor)>> Folder
 
 Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std::set<std::string>& only,
                         WeightSlice slice) {
-  const bool checksummed = fs::exists(fs::path(dir) / kStateFile);
+  const bool checksummed = fs::exists(fs::path(dir) / kTrainerStateFile);
   if (checksummed) {
     MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile state, ReadStateFile(dir));
     MOTLEY_RETURN_IF_ERROR(VerifyFiles(dir, state));
@@ -623,10 +376,10 @@ Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std
 }
 
 Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<ParamShard>& shards) {
-  if (!fs::exists(fs::path(dir) / kStateFile))
+  if (!fs::exists(fs::path(dir) / kTrainerStateFile))
     return Status::NotFound(fmt::format("{}: no {}; resuming needs a motley checkpoint (a Hugging Face directory "
                                         "only holds weights)",
-                                        dir, kStateFile));
+                                        dir, kTrainerStateFile));
   MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile file, ReadStateFile(dir));
   MOTLEY_RETURN_IF_ERROR(VerifyFiles(dir, file));
   const TrainerState s = file.state;
@@ -668,8 +421,8 @@ Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<Param
 }
 
 Result<TrainerStateFile> VerifyCheckpoint(const std::string& dir) {
-  if (!fs::exists(fs::path(dir) / kStateFile))
-    return Status::NotFound(fmt::format("{}: no {}; not a motley checkpoint", dir, kStateFile));
+  if (!fs::exists(fs::path(dir) / kTrainerStateFile))
+    return Status::NotFound(fmt::format("{}: no {}; not a motley checkpoint", dir, kTrainerStateFile));
   MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile state, ReadStateFile(dir));
   for (const auto& [name, record] : state.files) MOTLEY_RETURN_IF_ERROR(VerifyFile(dir, name, record));
   if (IsShardedCheckpoint(dir)) MOTLEY_RETURN_IF_ERROR(ShardedReader::Open(dir, state).status());
@@ -686,7 +439,7 @@ Status ExportCheckpoint(const std::string& dir, const std::string& out) {
   std::vector<ParamShard> shards = WholeParameterShards(*model);
   MOTLEY_ASSIGN_OR_RETURN(TrainerState loaded, LoadTrainingState(dir, shards));
   std::error_code ec;
-  if (fs::exists(out, ec) && !fs::exists(fs::path(out) / kStateFile, ec) && !fs::is_empty(out, ec))
+  if (fs::exists(out, ec) && !fs::exists(fs::path(out) / kTrainerStateFile, ec) && !fs::is_empty(out, ec))
     return Status::InvalidArgument(fmt::format("{}: exists and is not a checkpoint; export into a new folder", out));
   return SaveCheckpoint(out, *model, shards, loaded);
 }

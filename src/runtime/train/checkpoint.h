@@ -37,6 +37,9 @@
 
 namespace motley {
 
+/// The file of a motley checkpoint that holds its trainer state and the other files' checksums.
+inline constexpr char kTrainerStateFile[] = "trainer_state.json";
+
 /// Held by the process that writes a run's checkpoints and metrics (rank 0, or the single process):
 /// an exclusive lock on `<run_dir>/.lock`, which names the holder. A second run into the same
 /// folder gets an error naming the first; the kernel releases the lock when the process ends, even

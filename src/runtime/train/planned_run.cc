@@ -9,9 +9,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
-#include <functional>
 #include <memory>
-#include <numeric>
 #include <set>
 #include <optional>
 
@@ -30,6 +28,7 @@
 #include "runtime/train/evaluate.h"
 #include "runtime/executor/executor.h"
 #include "runtime/model/llama_model.h"
+#include "runtime/train/loaded_part.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/emulation/memory_ledger.h"
 #include "runtime/train/metrics_log.h"
@@ -157,40 +156,6 @@ AssembledModel Assemble(const ModelSpec& spec, Precision precision, const Execut
   return a;
 }
 
-// What a rank read of the model to start: whole tensors and slices made in the model, and bytes of
-// ZeRO-3 shards read into its device buffers (ExecutorConfig::shard_source).
-struct LoadedPart {
-  int64_t tensors = 0, slices = 0, all = 0;
-  int64_t part_bytes = 0, whole_bytes = 0;
-  std::shared_ptr<int64_t> shard_bytes = std::make_shared<int64_t>(0);
-};
-
-LoadedPart MeasureLoadedPart(LlamaModelImpl& model, const ModelSpec& spec) {
-  LoadedPart l;
-  for (const auto& p : model.named_parameters()) {
-    const std::vector<int64_t> shape = LlamaParameterShape(spec, p.key());
-    const int64_t whole = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
-    l.whole_bytes += whole * p.value().element_size();
-    ++l.all;
-    if (IsPlaceholder(p.value())) continue;
-    l.part_bytes += p.value().numel() * p.value().element_size();
-    ++(p.value().numel() < whole ? l.slices : l.tensors);
-  }
-  return l;
-}
-
-// One line a rank: what it read of the model and the host memory loading took (the memory
-// ledger's peak from before the model was made to before its device buffers), against the whole.
-void PrintLoadedPart(int rank, const ModelSpec& spec, const LoadedPart& l, int64_t peak_bytes) {
-  std::string what = fmt::format("{} of {} tensors", l.tensors + l.slices, l.all);
-  if (l.slices > 0) what += fmt::format(" ({} of them slices)", l.slices);
-  if (*l.shard_bytes > 0) what = l.tensors + l.slices > 0 ? what + " and ZeRO-3 shards" : "ZeRO-3 shards";
-  fmt::print("rank {}: loaded its part of {}: {}, {} of {}; host memory while loading peaked at {}\n", rank,
-             spec.name, what, FormatBytes(static_cast<double>(l.part_bytes + *l.shard_bytes)),
-             FormatBytes(static_cast<double>(l.whole_bytes)), FormatBytes(static_cast<double>(peak_bytes)));
-  std::fflush(stdout);
-}
-
 }  // namespace
 
 
@@ -245,17 +210,13 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   const int64_t load_start = ledger.used_bytes();
   ledger.ResetPeak();
   // Starting from a folder, a tensor-parallel rank reads its slices only (a checkpoint it resumes
-  // from is read whole: its moments are laid out by whole parameters).
+  // from is read whole: its moments are laid out by whole parameters), and a ZeRO-3 rank (without
+  // tensor parallelism) its shards, straight into its device buffers (ExecutorConfig::shard_source).
   std::set<std::string> mine;
   WeightSlice slice;
-  if (options.resume.empty()) {
-    const Program& mine_program = schedule_.programs[comm_->rank()];
-    for (const ScheduleMinistage& m : schedule_.ministages)
-      if (m.group == mine_program.group) slice = {mine_program.tp_index, m.tp_degree};
-  }
-  // Starting from a folder, a ZeRO-3 rank (without tensor parallelism) reads its shards only,
-  // straight into its device buffers (ExecutorConfig::shard_source): its model holds none.
   const Program& program = schedule_.programs[comm_->rank()];
+  for (const ScheduleMinistage& m : schedule_.ministages)
+    if (m.group == program.group && options.resume.empty()) slice = {program.tp_index, m.tp_degree};
   const bool reads_shards = !job.init_from.empty() && options.resume.empty() && schedule_.sharded_params &&
                             slice.tp == 1 && program.dp_size > 1;
   LlamaModel model{nullptr};
