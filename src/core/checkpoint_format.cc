@@ -38,6 +38,16 @@ Result<uint32_t> ParseHex32(const std::string& s) {
 
 std::string CheckpointFolderName(int64_t step) { return fmt::format("step-{:06d}", step); }
 
+std::optional<int64_t> CheckpointFolderStep(std::string_view name) {
+  if (!name.starts_with("step-") || name.size() <= 5 || name.size() > 5 + 18) return std::nullopt;
+  int64_t step = 0;
+  for (char c : name.substr(5)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    step = step * 10 + (c - '0');
+  }
+  return step;
+}
+
 Result<TrainerStateFile> ParseTrainerState(std::string_view text, const std::string& path) {
   const std::string fix = "the checkpoint is corrupted or not motley's; resume from another one";
   Result<nlohmann::json> parsed = ParseJson(text, path);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -55,5 +56,9 @@ Result<std::string> ParseLatest(std::string_view text, const std::string& path);
 
 /// The name of the checkpoint folder after `step` steps: "step-000012".
 std::string CheckpointFolderName(int64_t step);
+/// The step a checkpoint folder's name says ("step-" and 1-18 digits, as CheckpointFolderName
+/// writes it), or nullopt for any other name. Folders are ordered by it, never by their names as text
+/// (step-1000000 comes after step-999999).
+std::optional<int64_t> CheckpointFolderStep(std::string_view name);
 
 }  // namespace motley

@@ -12,6 +12,9 @@
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -110,14 +113,16 @@ void RemoveInterruptedSaves(const std::string& run_dir) {
 Status PointLatestAndPrune(const std::string& run_dir, const std::string& name, int64_t keep) {
   MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(run_dir) / "latest").string(), name + "\n"));
   std::error_code ec;
-  std::vector<std::string> steps;
-  for (const auto& entry : fs::directory_iterator(run_dir, ec))
-    if (entry.is_directory() && entry.path().filename().string().starts_with("step-") &&
-        !entry.path().filename().string().ends_with(".tmp"))
-      steps.push_back(entry.path().filename().string());
+  // Checkpoint folders by their step as a number (a folder of another name is not motley's to prune).
+  std::vector<std::pair<int64_t, std::string>> steps;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    const std::string folder = entry.path().filename().string();
+    if (const std::optional<int64_t> step = CheckpointFolderStep(folder); step && entry.is_directory())
+      steps.emplace_back(*step, folder);
+  }
   std::sort(steps.begin(), steps.end());
   for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < steps.size(); ++i)
-    if (steps[i] != name) fs::remove_all(fs::path(run_dir) / steps[i], ec);
+    if (steps[i].second != name) fs::remove_all(fs::path(run_dir) / steps[i].second, ec);
   return Status::Ok();
 }
 

@@ -127,6 +127,17 @@ TEST(Checkpoint, SavesAndLoadsWeightsOptimizerAndState) {
   EXPECT_FALSE(fs::exists(fs::path(run) / "step-000007"));
   EXPECT_TRUE(fs::exists(fs::path(run) / "step-000008"));
   EXPECT_EQ(ResolveCheckpointDir(run).value(), (fs::path(run) / "step-000009").string());
+  // Past step 999,999 the folders are ordered by their steps, not as text (#48): step-1000000 is
+  // the newest, step-999998 the oldest; a folder of another name is left alone.
+  const fs::path long_run = dir / "long-run";
+  for (const char* old : {"step-999998", "step-999999", "step-notes"}) fs::create_directories(long_run / old);
+  state.step = 1000000;
+  ASSERT_TRUE(SaveRunCheckpoint(long_run.string(), 2, *model, shards, state).ok());
+  EXPECT_FALSE(fs::exists(long_run / "step-999998"));
+  EXPECT_TRUE(fs::exists(long_run / "step-999999"));
+  EXPECT_TRUE(fs::exists(long_run / "step-1000000"));
+  EXPECT_TRUE(fs::exists(long_run / "step-notes"));
+  EXPECT_EQ(ResolveCheckpointDir(long_run.string()).value(), (long_run / "step-1000000").string());
   fs::remove_all(dir);
 }
 
