@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -192,19 +193,47 @@ bool IsShardedCheckpoint(const std::string& dir) {
   return fs::exists(fs::path(dir) / kShardIndexFile, ec);
 }
 
+namespace {
+
+// The run folder's checkpoint folder of the highest step (by number), or "" when it has none.
+std::string NewestCheckpointFolder(const fs::path& run_dir) {
+  std::error_code ec;
+  std::pair<int64_t, std::string> newest{-1, ""};
+  for (const auto& entry : fs::directory_iterator(run_dir, ec))
+    if (const auto step = CheckpointFolderStep(entry.path().filename().string()); step && entry.is_directory(ec))
+      newest = std::max(newest, {*step, entry.path().string()});
+  return newest.second;
+}
+
+}  // namespace
+
 Result<std::string> ResolveCheckpointDir(const std::string& path) {
   std::error_code ec;
   if (!fs::is_directory(path, ec))
     return Status::NotFound(fmt::format("{}: no such checkpoint directory", path));
   const fs::path latest = fs::path(path) / "latest";
+  const std::string newest = NewestCheckpointFolder(path);
   if (fs::exists(latest)) {
     MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(latest.string()));
-    MOTLEY_ASSIGN_OR_RETURN(std::string name, ParseLatest(text, latest.string()));
-    const fs::path dir = fs::path(path) / name;
+    Result<std::string> name = ParseLatest(text, latest.string());
+    if (!name.ok() && !newest.empty())
+      return Status::InvalidArgument(fmt::format("{}; the newest checkpoint folder there is {}", name.status().message(),
+                                                 newest));
+    if (!name.ok()) return name.status();
+    const fs::path dir = fs::path(path) / *name;
     if (!fs::is_directory(dir))
-      return Status::NotFound(fmt::format("{}: names {}, which is missing", latest.string(), dir.string()));
+      return Status::NotFound(fmt::format("{}: names {}, which is missing{}", latest.string(), dir.string(),
+                                          newest.empty() ? ""
+                                                         : fmt::format("; the newest checkpoint folder there is {}: "
+                                                                       "resume from it, or write its name into {}",
+                                                                       newest, latest.string())));
     return dir.string();
   }
+  // A run folder without `latest` (it was lost): not a checkpoint itself; name the newest one.
+  if (!newest.empty() && !fs::exists(fs::path(path) / kTrainerStateFile) && !fs::exists(fs::path(path) / "config.json"))
+    return Status::NotFound(fmt::format("{}: a run folder without its latest file; the newest checkpoint folder there "
+                                        "is {}: resume from it",
+                                        path, newest));
   return path;
 }
 

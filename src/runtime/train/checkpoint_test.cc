@@ -138,6 +138,21 @@ TEST(Checkpoint, SavesAndLoadsWeightsOptimizerAndState) {
   EXPECT_TRUE(fs::exists(long_run / "step-1000000"));
   EXPECT_TRUE(fs::exists(long_run / "step-notes"));
   EXPECT_EQ(ResolveCheckpointDir(long_run.string()).value(), (long_run / "step-1000000").string());
+  // A `latest` that names a missing folder, or none at all, says which folder is the newest.
+  fs::remove_all(long_run / "step-1000000");
+  Result<std::string> missing = ResolveCheckpointDir(long_run.string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("which is missing; the newest checkpoint folder there is " +
+                                            (long_run / "step-999999").string()),
+            std::string::npos)
+      << missing.status().message();
+  fs::remove(long_run / "latest");
+  Result<std::string> lost = ResolveCheckpointDir(long_run.string());
+  ASSERT_FALSE(lost.ok());
+  EXPECT_NE(lost.status().message().find("without its latest file; the newest checkpoint folder there is " +
+                                         (long_run / "step-999999").string()),
+            std::string::npos)
+      << lost.status().message();
   fs::remove_all(dir);
 }
 
