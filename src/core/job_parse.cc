@@ -137,6 +137,15 @@ void ParseEmulation(TomlTable& t, std::vector<EmulatedStraggler>* out) {
     if (e.to_step != 0 && e.to_step < e.from_step)
       s.Error("to_step", fmt::format("to_step ({}) comes before from_step ({}); give a later step, or 0 for the end",
                                      e.to_step, e.from_step));
+    // Two entries slowing one rank in the same steps would multiply: one entry a rank and window.
+    auto last = [](const EmulatedStraggler& x) { return x.to_step == 0 ? kMaxSteps : x.to_step; };
+    for (size_t i = 0; i < out->size(); ++i) {
+      const EmulatedStraggler& o = (*out)[i];
+      if (o.rank == e.rank && e.from_step <= last(o) && o.from_step <= last(e))
+        s.Error("rank", fmt::format("rank {} is already slowed in steps {}..{} by stragglers entry {}; give one entry "
+                                    "a rank for each window of steps (from_step/to_step), windows that do not overlap",
+                                    e.rank, std::max(e.from_step, o.from_step), std::min(last(e), last(o)), i + 1));
+    }
     s.Finish();
     out->push_back(e);
   }

@@ -105,6 +105,17 @@ TEST(Job, EmulatedStragglersSlowEveryComputeOrOnlyTheMatmuls) {
   EXPECT_NE(e.find("job.toml:11"), std::string::npos) << e;
   EXPECT_NE(e.find("slows"), std::string::npos) << e;
   EXPECT_NE(e.find("matmul"), std::string::npos) << e;
+  // Two entries for one rank in the same steps would multiply (#48): an error naming the steps;
+  // windows that do not overlap are two slowdowns in turn.
+  const std::string twice = Error(std::string(kMinimal) + "[[emulation.stragglers]]\nrank = 1\nslowdown = 4\n" +
+                                  "[[emulation.stragglers]]\nrank = 1\nslowdown = 2\nfrom_step = 5\nto_step = 9\n");
+  EXPECT_NE(twice.find("rank 1 is already slowed in steps 5..9 by stragglers entry 1"), std::string::npos) << twice;
+  Result<JobSpec> turns = ParseJobToml(std::string(kMinimal) +
+                                           "[[emulation.stragglers]]\nrank = 1\nslowdown = 4\nto_step = 4\n"
+                                           "[[emulation.stragglers]]\nrank = 1\nslowdown = 2\nfrom_step = 5\n",
+                                       "job.toml");
+  ASSERT_TRUE(turns.ok()) << turns.status().message();
+  EXPECT_EQ(turns->stragglers.size(), 2u);
 }
 
 TEST(JobErrors, CrossComponentChecksNameEveryFactor) {
