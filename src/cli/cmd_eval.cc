@@ -40,6 +40,11 @@ int RunEval(const std::vector<std::string>& args) {
   if (!dir.ok()) return fail(dir.status());
   Result<ModelSpec> spec = LoadCheckpointModelSpec(*dir);
   if (!spec.ok()) return fail(spec.status());
+  if (seq_len > spec->max_seq_len)
+    return fail(Status::InvalidArgument(fmt::format(
+        "--seq-len {}: longer than the {} positions {} was made for (its config.json's max_position_embeddings); "
+        "give at most {}",
+        seq_len, spec->max_seq_len, *dir, spec->max_seq_len)));
   Result<TokenDataset> data = OpenTokenData(data_path, "val", spec->vocab_size);
   if (!data.ok()) return fail(data.status());
   const int64_t available = NumEvaluationWindows(*data, seq_len);

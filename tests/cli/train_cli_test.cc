@@ -77,6 +77,12 @@ TEST(TrainCli, PrepareTrainResumeAndEvaluate) {
                            " --seq-len 64 --num-sequences 100000");
   EXPECT_EQ(too_many.exit_code, 1);
   EXPECT_CONTAINS(too_many.output, "ask for at most");
+  // Windows longer than the model's positions are refused, naming its limit (#48).
+  CliRun too_long = Motley("eval --checkpoint " + dir.Join("run") + " --data " + dir.Join("data/val.bin") +
+                           " --seq-len 100000 --num-sequences 1");
+  EXPECT_EQ(too_long.exit_code, 1);
+  EXPECT_CONTAINS(too_long.output, "--seq-len 100000: longer than the");
+  EXPECT_CONTAINS(too_long.output, "give at most");
   // A corrupted checkpoint: the checksum catches it.
   {
     std::fstream f(dir.Join("run/step-000004/model.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
