@@ -282,6 +282,32 @@ Status LoadShardedWeights(const std::string& dir, const TrainerStateFile& state,
   return Status::Ok();
 }
 
+// A weight no trained model holds (not finite, or of a magnitude beyond fp16's range many times
+// over) is taken for corruption rather than evaluated: a Hugging Face folder has no checksums.
+Status CheckPlausibleWeight(const std::string& file, const std::string& name, const torch::Tensor& t) {
+  if (!t.is_floating_point() || t.numel() == 0) return Status::Ok();
+  const double largest = std::max(t.max().item<double>(), -t.min().item<double>());
+  if (std::isfinite(largest) && largest <= kLargestPlausibleWeight) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "{}: {} holds {} (largest magnitude {:g}): no trained model has such weights, so the file is taken for "
+      "corrupted; download or export it again",
+      file, name, std::isfinite(largest) ? "an implausibly large value" : "NaN or infinite values", largest));
+}
+
+// The folder's weights against the model's: one error naming the first missing or extra one.
+Status CheckWeightNames(const std::string& dir, const std::vector<std::string>& missing,
+                        const std::vector<std::string>& unexpected) {
+  if (!missing.empty())
+    return Status::InvalidArgument(fmt::format("{}: missing {} weight(s), first {}: the weights do not match "
+                                               "config.json",
+                                               dir, missing.size(), missing.front()));
+  if (!unexpected.empty())
+    return Status::InvalidArgument(fmt::format("{}: {} weight(s) the model does not have, first {}: the weights do not "
+                                               "match config.json",
+                                               dir, unexpected.size(), unexpected.front()));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::function<Status(const std::string&, int64_t, torch::Tensor)>> FolderShardSource(
@@ -295,14 +321,7 @@ Result<std::function<Status(const std::string&, int64_t, torch::Tensor)>> Folder
     if (!files.count(p.key())) missing.push_back(p.key());
   for (const auto& [name, file] : files)
     if (!named.contains(name) && !name.ends_with("rotary_emb.inv_freq")) unexpected.push_back(name);
-  if (!missing.empty())
-    return Status::InvalidArgument(fmt::format("{}: missing {} weight(s), first {}: the weights do not match "
-                                               "config.json",
-                                               dir, missing.size(), missing.front()));
-  if (!unexpected.empty())
-    return Status::InvalidArgument(fmt::format("{}: {} weight(s) the model does not have, first {}: the weights do not "
-                                               "match config.json",
-                                               dir, unexpected.size(), unexpected.front()));
+  MOTLEY_RETURN_IF_ERROR(CheckWeightNames(dir, missing, unexpected));
   const bool tied = model.spec().tie_embeddings;
   auto open = std::make_shared<std::map<std::string, SafetensorsFile>>();
   return std::function<Status(const std::string&, int64_t, torch::Tensor)>(
@@ -316,15 +335,7 @@ Result<std::function<Status(const std::string&, int64_t, torch::Tensor)>> Folder
     }
     MOTLEY_ASSIGN_OR_RETURN(torch::Tensor mapped, open->at(it->second).Map(name));
     const torch::Tensor range = mapped.reshape({-1}).narrow(0, begin, dest.numel());
-    if (range.is_floating_point() && range.numel() > 0) {
-      const double largest = std::max(range.max().item<double>(), -range.min().item<double>());
-      if (!std::isfinite(largest) || largest > kLargestPlausibleWeight)
-        return Status::InvalidArgument(fmt::format(
-            "{}: {} holds {} (largest magnitude {:g}): no trained model has such weights, so the file is taken for "
-            "corrupted; download or export it again",
-            it->second, name, std::isfinite(largest) ? "an implausibly large value" : "NaN or infinite values",
-            largest));
-    }
+    MOTLEY_RETURN_IF_ERROR(CheckPlausibleWeight(it->second, name, range));
     torch::NoGradGuard no_grad;
     dest.copy_(range);
     return Status::Ok();
@@ -377,31 +388,13 @@ Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std
       // Straight into the parameter (nothing beside it when the file holds its dtype).
       MOTLEY_RETURN_IF_ERROR(f.LoadInto(p.key(), p.value()));
     }
-    const torch::Tensor& t = p.value();
-    // A Hugging Face folder has no checksums: a weight no trained model holds (not finite, or of a
-    // magnitude beyond fp16's range many times over) is taken for corruption rather than evaluated.
-    if (!checksummed && t.is_floating_point() && t.numel() > 0) {
-      const double largest = std::max(t.max().item<double>(), -t.min().item<double>());
-      if (!std::isfinite(largest) || largest > kLargestPlausibleWeight)
-        return Status::InvalidArgument(fmt::format(
-            "{}: {} holds {} (largest magnitude {:g}): no trained model has such weights, so the file is taken "
-            "for corrupted; download or export it again",
-            it->second, p.key(), std::isfinite(largest) ? "an implausibly large value" : "NaN or infinite values",
-            largest));
-    }
+    if (!checksummed) MOTLEY_RETURN_IF_ERROR(CheckPlausibleWeight(it->second, p.key(), p.value()));
   }
-  if (!missing.empty())
-    return Status::InvalidArgument(fmt::format("{}: missing {} weight(s), first {}: the weights do not match "
-                                               "config.json",
-                                               dir, missing.size(), missing.front()));
   std::vector<std::string> unexpected;
-  for (const auto& [name, file] : files)
-    if (!used.count(name) && !name.ends_with("rotary_emb.inv_freq")) unexpected.push_back(name);
-  if (!unexpected.empty())
-    return Status::InvalidArgument(fmt::format("{}: {} weight(s) the model does not have, first {}: the weights do not "
-                                               "match config.json",
-                                               dir, unexpected.size(), unexpected.front()));
-  return Status::Ok();
+  if (missing.empty())
+    for (const auto& [name, file] : files)
+      if (!used.count(name) && !name.ends_with("rotary_emb.inv_freq")) unexpected.push_back(name);
+  return CheckWeightNames(dir, missing, unexpected);
 }
 
 Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<ParamShard>& shards) {
