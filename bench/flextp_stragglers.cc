@@ -38,20 +38,32 @@ using motley_bench::Run;
 
 namespace {
 
-// 16 heads: 4 attention groups a rank, as a real model's team has several (Llama-7B at tp 4: 8).
-// A team moves whole groups, and the attention's all-reduce waits for its slowest rank whatever the
-// MLPs do: with 8 heads (2 groups a rank) a 4x straggler could keep only half its attention or none.
-constexpr char kModel[] = R"(name = "flextp-bench"
-hidden_size = 512
+// The team's shape. The default — 4 ranks, 16 heads: 4 a rank, as a real model's team has several
+// (Llama-7B at tp 4: 8). `--team gqa*`: 3 ranks of a grouped-query model with 3 key/value heads:
+// each rank holds a single key/value group, as Llama 3 8B's ranks do at
+// width 8 — where only query heads can move; its straggler is one rank 3x. `--team gqa`: 12 query
+// heads, 4 to a key/value head as Llama 3's; `--team gqa-2`: 6, 2 to a key/value head.
+struct Team {
+  int ranks = 4;
+  int hidden = 512, heads = 16, kv_heads = 16, ffn = 2048;
+  double speed_factor = 4;  // the ranks share this machine's cores: each one's compute stretched that much
+};
+
+std::string ModelToml(const Team& t) {
+  return fmt::format(R"(name = "flextp-bench"
+hidden_size = {}
 num_layers = 2
-num_heads = 16
-num_kv_heads = 16
-ffn_size = 2048
+num_heads = {}
+num_kv_heads = {}
+ffn_size = {}
 vocab_size = 256
 max_seq_len = 128
-)";
+)",
+                     t.hidden, t.heads, t.kv_heads, t.ffn);
+}
 
-constexpr char kCluster[] = R"(name = "cpu-team"
+std::string ClusterToml(const Team& t) {
+  return fmt::format(R"(name = "cpu-team"
 [device_types.cpu]
 display_name = "one CPU process"
 memory = "4GiB"
@@ -63,17 +75,26 @@ source = "motley bench"
 [[nodes]]
 name = "a"
 device = "cpu"
-count = 4
+count = {}
 interconnect = "nvlink"
 intra_bandwidth = "10GB/s"
-# Four ranks share this machine's cores: every rank's compute is stretched to four times its own,
+# The ranks share this machine's cores: every rank's compute is stretched to as many times its own,
 # so the team is not bound by the oversubscription and its all-reduces take ~25% of a step (a GPU
 # team over NVLink, FlexTP's setting, spends 10-30%); the stragglers' slowdowns multiply on top.
 [nodes.emulation]
-speed_factor = 4.0
-)";
+speed_factor = {}
+)",
+                     t.ranks, t.speed_factor);
+}
 
-constexpr char kPlan[] = R"(model = "model.toml"
+std::string PlanToml(const Team& t) {
+  std::string devices, fours, twos;
+  for (int r = 0; r < t.ranks; ++r) {
+    devices += fmt::format("{}{}", r ? ", " : "", r);
+    fours += r ? ", 4" : "4";
+    twos += r ? ", 2" : "2";
+  }
+  return fmt::format(R"(model = "model.toml"
 cluster = "cluster.toml"
 seq_len = 64
 precision = "fp32"
@@ -82,11 +103,13 @@ zero_stage = 0
 activation_checkpointing = false
 [[groups]]
 ministages = [[0, 2]]
-tp_degree = 4
-devices = [0, 1, 2, 3]
-microbatch_size = [4, 4, 4, 4]
-num_microbatches = [2, 2, 2, 2]
-)";
+tp_degree = {}
+devices = [{}]
+microbatch_size = [{}]
+num_microbatches = [{}]
+)",
+                     t.ranks, devices, fours, twos);
+}
 
 std::string Job(int steps, const std::string& mode, const std::vector<int>& slow, double factor,
                 const std::string& slows) {
@@ -125,14 +148,15 @@ decision_window_steps = {}
 struct Outcome {
   bool ok = false;
   double step_s = 0, loss = 0, val_loss = 0, pruned = 0, moved = 0;
+  double steady_s = 0;  // the median step over the run's second half (the balance settled)
   std::vector<double> compute_s;  // per rank: the median compute time of a timed step
 };
 
-Outcome Train(const fs::path& dir, const std::string& name, const std::string& job, int steps) {
+Outcome Train(const fs::path& dir, const std::string& name, const std::string& job, int steps, int ranks) {
   const std::string motley = MOTLEY_BIN;
   std::ofstream(dir / (name + ".toml")) << job;
   int code = 0;
-  const std::string out = Run("cd '" + dir.string() + "' && " + motley + " launch --nproc 4 -- " + motley + " train " +
+  const std::string out = Run("cd '" + dir.string() + "' && " + motley + " launch --nproc " + std::to_string(ranks) + " -- " + motley + " train " +
                                   name + ".toml --plan plan.toml --no-checkpoint --metrics " + name + ".jsonl",
                               &code);
   Outcome o;
@@ -140,13 +164,14 @@ Outcome Train(const fs::path& dir, const std::string& name, const std::string& j
     std::cerr << name << " failed:\n" << out;
     return o;
   }
-  std::vector<double> times;
+  std::vector<double> times, steady;
   std::vector<std::vector<double>> compute;
   for (const auto& j : motley_bench::ReadJsonLines((dir / (name + ".jsonl")).string())) {
     if (j.contains("val_loss")) o.val_loss = j["val_loss"];
     if (!j.contains("step_time_s")) continue;
     if (j["step"].get<int>() > 2) {
       times.push_back(j["step_time_s"]);
+      if (j["step"].get<int>() > steps / 2) steady.push_back(j["step_time_s"]);
       compute.resize(j["ranks"].size());
       for (size_t r = 0; r < compute.size(); ++r) compute[r].push_back(j["ranks"][r]["compute_s"]);
     }
@@ -155,6 +180,7 @@ Outcome Train(const fs::path& dir, const std::string& name, const std::string& j
     o.moved = std::max(o.moved, j.value("migrated_units", 0.0));
   }
   o.step_s = Median(times);
+  o.steady_s = Median(steady);
   for (const auto& c : compute) o.compute_s.push_back(Median(c));
   o.ok = true;
   return o;
@@ -240,7 +266,7 @@ std::string Plot(const std::vector<Point>& points) {
 
 int main(int argc, char** argv) {
   // --slows and --only are this benchmark's own; the rest are every benchmark's.
-  std::string slows = "matmul", only;
+  std::string slows = "matmul", only, team_name = "default";
   bool keep = false;
   std::vector<std::string> modes = {"off",  "migrate-bcast", "migrate-p2p", "resize",
                                     "semi", "semi-search",   "semi-fastest", "semi-last-step"};
@@ -250,6 +276,8 @@ int main(int argc, char** argv) {
       slows = argv[++i];
     } else if (std::string(argv[i]) == "--keep") {  // leave the runs' files (jobs, metrics) for a look
       keep = true;
+    } else if (std::string(argv[i]) == "--team" && i + 1 < argc) {
+      team_name = argv[++i];
     } else if (std::string(argv[i]) == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (std::string(argv[i]) == "--modes" && i + 1 < argc) {  // e.g. "off,semi" (off is always run: the exact losses)
@@ -271,6 +299,13 @@ int main(int argc, char** argv) {
                    "semi-fastest, semi-last-step; not '" << m << "'\n";
       return 2;
     }
+  if (team_name != "default" && team_name != "gqa" && team_name != "gqa-2") {
+    std::cerr << "flextp_stragglers: --team is default, gqa or gqa-2, not '" << team_name << "'\n";
+    return 2;
+  }
+  Team team;
+  if (team_name == "gqa") team = {3, 384, 12, 3, 1536, 3};   // Llama 3's 4 query heads a key/value head
+  if (team_name == "gqa-2") team = {3, 384, 6, 3, 1536, 3};  // 2 a key/value head: 2 query heads a rank
   if (slows != "matmul" && slows != "compute") {
     std::cerr << "flextp_stragglers: --slows is matmul or compute, not '" << slows << "'\n";
     return 2;
@@ -280,9 +315,9 @@ int main(int argc, char** argv) {
   if (!motley_bench::ParseBenchArgs(static_cast<int>(rest.size()), rest.data(), "flextp_stragglers", &args)) return 2;
   const int steps = args.steps;
   const fs::path dir = motley_bench::MakeWorkDir("motley_bench_flextp");
-  std::ofstream(dir / "model.toml") << kModel;
-  std::ofstream(dir / "cluster.toml") << kCluster;
-  std::ofstream(dir / "plan.toml") << kPlan;
+  std::ofstream(dir / "model.toml") << ModelToml(team);
+  std::ofstream(dir / "cluster.toml") << ClusterToml(team);
+  std::ofstream(dir / "plan.toml") << PlanToml(team);
 
   struct Scenario {
     std::string name;
@@ -290,8 +325,12 @@ int main(int argc, char** argv) {
     double factor;
   };
   std::vector<Scenario> scenarios;
-  for (double f : {2.0, 4.0, 8.0}) scenarios.push_back({fmt::format("one rank {:.0f}x", f), {1}, f});
-  for (double f : {2.0, 4.0, 8.0}) scenarios.push_back({fmt::format("half the ranks {:.0f}x", f), {1, 3}, f});
+  if (team_name.starts_with("gqa")) {
+    scenarios.push_back({"one rank 3x", {1}, 3.0});
+  } else {
+    for (double f : {2.0, 4.0, 8.0}) scenarios.push_back({fmt::format("one rank {:.0f}x", f), {1}, f});
+    for (double f : {2.0, 4.0, 8.0}) scenarios.push_back({fmt::format("half the ranks {:.0f}x", f), {1, 3}, f});
+  }
   if (!only.empty())  // --only "4x": the scenarios whose name contains it
     scenarios.erase(std::remove_if(scenarios.begin(), scenarios.end(),
                                    [&](const Scenario& s) { return s.name.find(only) == std::string::npos; }),
@@ -326,7 +365,7 @@ int main(int argc, char** argv) {
   std::string calibration_said;
   for (const Scenario& s : scenarios) {
     std::map<std::string, std::vector<Outcome>> runs;  // by mode, one a round
-    std::map<std::string, std::vector<double>> ratios;
+    std::map<std::string, std::vector<double>> ratios, steady_ratios;
     std::vector<double> nones;
     // The simulator's stragglers are whole devices that many times slower. With `--slows matmul`
     // a straggler's other work keeps its speed, so the simulator is given the slowdown of the
@@ -334,17 +373,20 @@ int main(int argc, char** argv) {
     // over the rounds) — a measured figure of this run, as `motley calibrate` scales a profile to a run.
     std::vector<std::vector<double>> measured_factor(s.slow.size());
     for (int round = 0; round < args.rounds; ++round) {
-      const Outcome none = Train(dir, fmt::format("s{}-r{}-none", index, round), Job(steps, "off", {}, 1, slows), steps);
+      const Outcome none = Train(dir, fmt::format("s{}-r{}-none", index, round), Job(steps, "off", {}, 1, slows), steps,
+                                 team.ranks);
       if (!none.ok) return 1;
       if (baselines.empty()) first_baseline = none;
       baselines.push_back(none.step_s);
       nones.push_back(none.step_s);
       for (const std::string& mode : modes) {
         const Outcome o =
-            Train(dir, fmt::format("s{}-r{}-{}", index, round, mode), Job(steps, mode, s.slow, s.factor, slows), steps);
+            Train(dir, fmt::format("s{}-r{}-{}", index, round, mode), Job(steps, mode, s.slow, s.factor, slows), steps,
+                  team.ranks);
         if (!o.ok) continue;
         runs[mode].push_back(o);
         ratios[mode].push_back(o.step_s / none.step_s);
+        steady_ratios[mode].push_back(o.steady_s / none.steady_s);
         if (mode == "off") {
           double others = 0;
           int n = 0;
@@ -386,7 +428,7 @@ int main(int argc, char** argv) {
     for (const std::string& mode : modes) {
       const std::vector<Outcome>& o = runs[mode];
       if (o.empty()) {
-        rows += fmt::format("| {} | {} | failed | | | | | | | | |\n", s.name, mode);
+        rows += fmt::format("| {} | {} | failed | | | | | | | | | |\n", s.name, mode);
         continue;
       }
       // Losses: the first round's (an exact mode's are the same every round), against mode off's.
@@ -400,10 +442,12 @@ int main(int argc, char** argv) {
       points.push_back({s.slow.size() > 1, s.factor, mode, ratio,
                         predicted > 0 && predicted_none > 0 ? predicted / predicted_none : 0});
       const auto [rlo, rhi] = std::minmax_element(r.begin(), r.end());
+      const std::vector<double>& sr = steady_ratios[mode];
+      const auto [slo, shi] = std::minmax_element(sr.begin(), sr.end());
       rows += fmt::format(
-          "| {} | {} | {:.0f} ms | {:.2f}x{} ({:.0f} ms) | {} | {:.4f} | {} | {:.4f} | {} | {:.1f}% | {:.0f} |\n", s.name,
-          mode, Median(steps_s) * 1e3, ratio, r.size() > 1 ? fmt::format(" ({:.2f}-{:.2f})", *rlo, *rhi) : "",
-          Median(nones) * 1e3,
+          "| {} | {} | {:.0f} ms | {:.2f}x{} ({:.0f} ms) | {:.2f}x{} | {} | {:.4f} | {} | {:.4f} | {} | {:.1f}% | {:.0f} |\n",
+          s.name, mode, Median(steps_s) * 1e3, ratio, r.size() > 1 ? fmt::format(" ({:.2f}-{:.2f})", *rlo, *rhi) : "",
+          Median(nones) * 1e3, Median(sr), sr.size() > 1 ? fmt::format(" ({:.2f}-{:.2f})", *slo, *shi) : "",
           predicted > 0 && predicted_none > 0 ? fmt::format("{:.2f}x", predicted / predicted_none) : "-", o[0].loss,
           exact.empty() ? "" : rel(o[0].loss, exact[0].loss), o[0].val_loss,
           exact.empty() ? "" : rel(o[0].val_loss, exact[0].val_loss), 100 * o[0].pruned, o[0].moved);
@@ -412,20 +456,21 @@ int main(int argc, char** argv) {
   }
   const auto [lo, hi] = std::minmax_element(baselines.begin(), baselines.end());
   std::string table =
-      "| stragglers | mode | step | vs no straggler (its step) | simulator: vs no straggler | loss | vs exact | validation "
-      "loss | vs exact | pruned (max) | units moved |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
-  table += fmt::format("| none | off | {:.0f} ms (median of {}; {:.0f}-{:.0f} ms) | 1.00x | 1.00x | {:.4f} | | {:.4f} | | | |\n",
+      "| stragglers | mode | step | vs no straggler (its step) | second half: vs no straggler | simulator: vs no straggler | "
+      "loss | vs exact | validation loss | vs exact | pruned (max) | units moved |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  table += fmt::format("| none | off | {:.0f} ms (median of {}; {:.0f}-{:.0f} ms) | 1.00x | 1.00x | 1.00x | {:.4f} | | {:.4f} | | | |\n",
                        Median(baselines) * 1e3, baselines.size(), *lo * 1e3, *hi * 1e3, first_baseline.loss,
                        first_baseline.val_loss);
   table += rows;
   const std::string md = fmt::format(
-      "# FlexTP's straggler scenarios, measured\n\n`build/bench/flextp_stragglers --steps {} --rounds {} --slows {}`: one tensor-parallel "
-      "team of 4 CPU ranks (tp_degree = 4; Gloo) trains a 2-layer Llama (hidden 512, 16 heads, ffn 2048, fp32, 8 x 64 "
-      "tokens a step, no recomputation) on the built-in corpus; emulated stragglers are slowed from step 1 "
+      "# FlexTP's straggler scenarios, measured\n\n`build/bench/flextp_stragglers --steps {} --rounds {} --slows {}{}`: one tensor-parallel "
+      "team of {} CPU ranks (tp_degree = {}; Gloo) trains a 2-layer Llama (hidden {}, {} query heads, {} key/value heads, "
+      "ffn {}, fp32, 8 x 64 tokens a step, no recomputation) on the built-in corpus; emulated stragglers are slowed from step 1 "
       "(`[[emulation.stragglers]]`, `slows = \"{}\"`: {}). Step: median "
       "over steps 3..{} (the balancer decides after step 1); `vs no straggler`: against the same team with no "
       "straggler, trained right before (with several rounds: the median of the paired ratios, their range in brackets, "
-      "and the median no-straggler step). Losses (the first round's) after step {} and on 32 validation windows, against mode off (exact) in the "
+      "and the median no-straggler step); `second half`: the same over the run's second half alone, the balance "
+      "settled (its steady state). Losses (the first round's) after step {} and on 32 validation windows, against mode off (exact) in the "
       "same scenario. `migrate-bcast` moves a straggler's units by broadcast-reduce (FlexTP §IV-A), `migrate-p2p` the "
       "same units point to point; `semi` migrates as `migration = \"auto\"` does on CPU ranks (point to point) and judges "
       "stragglers against the team's average, splitting each straggler's gap by FlexTP's cost model (Eq. 2-3, the costs "
@@ -437,7 +482,8 @@ int main(int argc, char** argv) {
       "the team's device profiled (`motley profile`) and calibrated on each scenario's no-straggler runs "
       "(`motley calibrate`: their compute and their communication, which sets every collective's per-call overhead){} "
       "(its migration point to point, its semi judged by the average; F the straggler's whole slowdown: {}).\n\n{}{}",
-      steps, args.rounds, slows, slows,
+      steps, args.rounds, slows, team_name == "default" ? "" : " --team " + team_name, team.ranks, team.ranks,
+      team.hidden, team.heads, team.kv_heads, team.ffn, slows,
       slows == "matmul" ? "their matrix multiplications (aten::mm, addmm: the linear projections, forward and backward) "
                           "stretched to that many times their CPU time, as FlexTP's evaluation injects stragglers"
                         : "every compute op stretched to that many times its CPU time, as a slower device",

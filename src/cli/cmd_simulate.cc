@@ -101,13 +101,13 @@ int RunSimulate(const std::vector<std::string>& args) {
     }
     fmt::print(" block by block, where waiting for its slowest rank takes {}\n",
                FormatDuration(*std::max_element(team.alone_s.begin(), team.alone_s.end())));
-    TablePrinter b({"rank", "alone", "balanced", "units given", "groups given", "units taken", "groups taken", "pruned"});
+    TablePrinter b({"rank", "alone", "balanced", "units given", "heads given", "units taken", "heads taken", "pruned"});
     b.AlignRight({0, 1, 2, 3, 4, 5, 6, 7});
     for (size_t i = 0; i < team.ranks.size(); ++i) {
       const FlexTpRankLoad l = RankLoad(team.balance, static_cast<int>(i));
       b.AddRow({std::to_string(team.ranks[i]), FormatDuration(team.alone_s[i]), FormatDuration(l.predicted_s),
-                std::to_string(l.units_given), std::to_string(l.groups_given), std::to_string(l.units_received),
-                std::to_string(l.groups_received), fmt::format("{:.0f}%", 100 * l.prune_ratio)});
+                std::to_string(l.units_given), std::to_string(l.heads_given), std::to_string(l.units_received),
+                std::to_string(l.heads_received), fmt::format("{:.0f}%", 100 * l.prune_ratio)});
     }
     fmt::print("{}", b.ToString());
   }

@@ -85,9 +85,9 @@ nlohmann::json SimulateAnswerJson(const SimulateAnswer& answer) {
                          {"predicted_compute_s", l.predicted_s},
                          {"prune_ratio", l.prune_ratio},
                          {"units_given", l.units_given},
-                         {"groups_given", l.groups_given},
+                         {"heads_given", l.heads_given},
                          {"units_received", l.units_received},
-                         {"groups_received", l.groups_received}});
+                         {"heads_received", l.heads_received}});
     }
     teams.push_back({{"team_compute_s", FlexTpTeamComputeS(t)}, {"ranks", members}});
   }

@@ -30,9 +30,9 @@ FlexTpRankLoad RankLoad(const TeamBalance& b, int rank) {
   if (r < b.predicted_s.size()) l.predicted_s = b.predicted_s[r];
   if (r < b.prune_ratio.size()) l.prune_ratio = b.prune_ratio[r];
   if (r < b.given.size()) l.units_given = b.given[r];
-  if (r < b.given_groups.size()) l.groups_given = b.given_groups[r];
+  if (r < b.given_heads.size()) l.heads_given = b.given_heads[r];
   l.units_received = b.received(rank, false);
-  l.groups_received = b.received(rank, true);
+  l.heads_received = b.received(rank, true);
   return l;
 }
 
@@ -60,57 +60,82 @@ double TeamBalance::pruned_fraction(int64_t units_per_rank) const {
 FlexTpBalancer::FlexTpBalancer(const TensorParallelConfig& config, int team_size, FlexTpCosts costs)
     : config_(config), mode_(FlexTpModeFromName(config.mode)), team_size_(team_size), costs_(costs) {
   MOTLEY_CHECK_GT(costs_.units, 0);
-  if (costs_.groups == 0) costs_.attention_fraction = 0;
+  if (costs_.heads == 0) costs_.attention_fraction = 0;
   MOTLEY_CHECK_GT(costs_.mlp_fraction + costs_.attention_fraction, 0);
   fixed_ = std::max(0.0, 1 - costs_.mlp_fraction - costs_.attention_fraction);
   MOTLEY_CHECK_GT(costs_.borrowed_cost, 0);
   borrowed_ = costs_.borrowed_cost;
   balance_.prune_ratio.assign(team_size, 0);
   balance_.given.assign(team_size, 0);
-  balance_.given_groups.assign(team_size, 0);
+  balance_.given_heads.assign(team_size, 0);
 }
 
 namespace {
 
 double MigrationSeconds(const TeamBalance& b, const FlexTpCosts& c, int r) {
   if (c.broadcast_reduce) {
-    int64_t units = 0, groups = 0, blocks = 0;
+    int64_t units = 0, heads = 0, blocks = 0;
     for (size_t s = 0; s < b.given.size(); ++s) {
-      units += b.given[s], groups += b.given_groups[s];
-      blocks += b.given[s] + b.given_groups[s] > 0 ? 1 : 0;
+      units += b.given[s], heads += b.given_heads[s];
+      blocks += b.given[s] + b.given_heads[s] > 0 ? 1 : 0;
     }
     return c.migrate_s_fixed * static_cast<double>(blocks) + c.migrate_s_per_unit * static_cast<double>(units) +
-           c.migrate_s_per_group * static_cast<double>(groups);
+           c.migrate_s_per_head * static_cast<double>(heads);
   }
   // Point to point: a fixed cost for its own block and for each straggler it borrows from.
-  int64_t blocks = b.given[r] + b.given_groups[r] > 0 ? 1 : 0;
+  int64_t blocks = b.given[r] + b.given_heads[r] > 0 ? 1 : 0;
   std::vector<bool> from(b.given.size(), false);
   for (const UnitMove& m : b.moves)
     if (m.to == r && m.count > 0 && !from[m.from]) from[m.from] = true, ++blocks;
   return c.migrate_s_fixed * static_cast<double>(blocks) +
          c.migrate_s_per_unit * static_cast<double>(b.given[r] + b.received(r, false)) +
-         c.migrate_s_per_group * static_cast<double>(b.given_groups[r] + b.received(r, true));
+         c.migrate_s_per_head * static_cast<double>(b.given_heads[r] + b.received(r, true));
+}
+
+// The key/value groups a run of `count` heads from head `begin` touches, `per` heads to a group.
+int64_t GroupsTouched(int64_t begin, int64_t count, int64_t per) {
+  return count <= 0 ? 0 : (begin + count - 1) / per - begin / per + 1;
 }
 
 }  // namespace
 
+double FlexTpBalancer::OwnAttention(const TeamBalance& b, int r) const {
+  const int64_t per = std::max<int64_t>(1, costs_.heads_per_group);
+  const double heads = static_cast<double>(std::max<int64_t>(costs_.heads, 1));
+  const double groups = static_cast<double>(std::max<int64_t>(costs_.heads / per, 1));
+  const int64_t kept = costs_.heads - b.given_heads[r];  // its first heads: the groups they reach
+  return (1 - costs_.kv_fraction) * static_cast<double>(kept) / heads +
+         costs_.kv_fraction * static_cast<double>(GroupsTouched(0, kept, per)) / groups;
+}
+
+double FlexTpBalancer::BorrowedAttention(const TeamBalance& b, int r) const {
+  const int64_t per = std::max<int64_t>(1, costs_.heads_per_group);
+  const double heads = static_cast<double>(std::max<int64_t>(costs_.heads, 1));
+  const double groups = static_cast<double>(std::max<int64_t>(costs_.heads / per, 1));
+  double work = 0;
+  for (const UnitMove& m : b.moves)
+    if (m.attention && m.to == r)
+      work += (1 - costs_.kv_fraction) * static_cast<double>(m.count) / heads +
+              costs_.kv_fraction * static_cast<double>(GroupsTouched(m.begin, m.count, per)) / groups;
+  return work;
+}
+
 double FlexTpBalancer::OwnWork(const TeamBalance& b, int r) const {
-  const double u = static_cast<double>(costs_.units), g = static_cast<double>(std::max<int64_t>(costs_.groups, 1));
+  const double u = static_cast<double>(costs_.units);
   const double mlp = (u - static_cast<double>(b.given[r])) * (1 - b.prune_ratio[r]) / u;
-  const double attention = static_cast<double>(costs_.groups - b.given_groups[r]) / g *
-                           (1 - b.prune_ratio[r] * costs_.attention_prunable);
+  const double attention = OwnAttention(b, r) * (1 - b.prune_ratio[r] * costs_.attention_prunable);
   return (costs_.mlp_fraction * mlp + costs_.attention_fraction * attention) /
          (costs_.mlp_fraction + costs_.attention_fraction);
 }
 
 double FlexTpBalancer::BorrowedWork(const TeamBalance& b, int r) const {
-  const double u = static_cast<double>(costs_.units), g = static_cast<double>(std::max<int64_t>(costs_.groups, 1));
+  const double u = static_cast<double>(costs_.units);
   return (costs_.mlp_fraction * static_cast<double>(b.received(r, false)) / u +
-          costs_.attention_fraction * static_cast<double>(b.received(r, true)) / g) /
+          costs_.attention_fraction * BorrowedAttention(b, r)) /
          (costs_.mlp_fraction + costs_.attention_fraction);
 }
 
-// A rank's work under a balance relative to its own nominal share (1 = its own units and groups).
+// A rank's work under a balance relative to its own nominal share (1 = its own units and heads).
 double FlexTpBalancer::Load(const TeamBalance& b, int r) const {
   return fixed_ + (1 - fixed_) * (OwnWork(b, r) + borrowed_ * BorrowedWork(b, r));
 }
@@ -131,7 +156,7 @@ double FlexTpBalancer::RankTime(const TeamBalance& b, const std::vector<double>&
 
 double FlexTpBalancer::TeamTime(const TeamBalance& b, const std::vector<double>& nominal,
                                 const std::vector<bool>& skip) const {
-  const double u = static_cast<double>(costs_.units), g = static_cast<double>(std::max<int64_t>(costs_.groups, 1));
+  const double u = static_cast<double>(costs_.units);
   const double all = costs_.mlp_fraction + costs_.attention_fraction;
   const double mlp_share = costs_.mlp_fraction / all, attention_share = costs_.attention_fraction / all;
   double attention = 0, mlp = 0, transfers = 0;
@@ -139,14 +164,12 @@ double FlexTpBalancer::TeamTime(const TeamBalance& b, const std::vector<double>&
     if (!skip.empty() && skip[r]) continue;
     // Each block's share of the work no unit takes along (its norm, its residual) goes with it.
     const double own_mlp = (u - static_cast<double>(b.given[r])) * (1 - b.prune_ratio[r]) / u;
-    const double own_attention = static_cast<double>(costs_.groups - b.given_groups[r]) / g *
-                                 (1 - b.prune_ratio[r] * costs_.attention_prunable);
+    const double own_attention = OwnAttention(b, r) * (1 - b.prune_ratio[r] * costs_.attention_prunable);
     mlp = std::max(mlp, nominal[r] * (mlp_share * (fixed_ + (1 - fixed_) * (own_mlp + borrowed_ *
                                                                                   static_cast<double>(b.received(r, false)) / u)) +
                                       ResizeOverhead(b, r)));
     attention = std::max(attention, nominal[r] * attention_share *
-                                        (fixed_ + (1 - fixed_) * (own_attention + borrowed_ *
-                                                                                      static_cast<double>(b.received(r, true)) / g)));
+                                        (fixed_ + (1 - fixed_) * (own_attention + borrowed_ * BorrowedAttention(b, r))));
     transfers = std::max(transfers, MigrationSeconds(b, costs_, r));
   }
   return attention + mlp + transfers;
@@ -229,9 +252,9 @@ const TeamBalance& FlexTpBalancer::Update(const std::vector<double>& compute_s) 
   return balance_;
 }
 
-void FlexTpBalancer::ObserveMigrationCosts(double s_per_unit, double s_per_group) {
+void FlexTpBalancer::ObserveMigrationCosts(double s_per_unit, double s_per_head) {
   if (s_per_unit > 0) costs_.migrate_s_per_unit = s_per_unit;
-  if (s_per_group > 0) costs_.migrate_s_per_group = s_per_group;
+  if (s_per_head > 0) costs_.migrate_s_per_head = s_per_head;
 }
 
 void FlexTpBalancer::UsePretest(const SemiPretest& pretest) {
@@ -242,11 +265,11 @@ void FlexTpBalancer::UsePretest(const SemiPretest& pretest) {
 
 void FlexTpBalancer::Move(TeamBalance& c, int s, int64_t count, bool attention, const std::vector<int>& normal,
                           const std::vector<double>& nominal) const {
-  const int64_t total = attention ? costs_.groups : costs_.units;
+  const int64_t total = attention ? costs_.heads : costs_.units;
   c.moves.erase(std::remove_if(c.moves.begin(), c.moves.end(),
                                [&](const UnitMove& mv) { return mv.from == s && mv.attention == attention; }),
                 c.moves.end());
-  (attention ? c.given_groups : c.given)[s] = count;
+  (attention ? c.given_heads : c.given)[s] = count;
   const int64_t chunk = attention ? 1 : std::max<int64_t>(1, count / (8 * static_cast<int64_t>(normal.size())));
   std::vector<int64_t> to(team_size_, 0);
   for (int64_t left = count; left > 0;) {
@@ -276,15 +299,15 @@ void FlexTpBalancer::Move(TeamBalance& c, int s, int64_t count, bool attention, 
 
 void FlexTpBalancer::MoveWork(TeamBalance& c, int s, int64_t units, const std::vector<int>& normal,
                               const std::vector<double>& nominal) const {
-  // With the units, the number of its attention groups that keeps the team's time block by block
+  // With the units, the number of its query heads that keeps the team's time block by block
   // least (TeamTime over s and the receivers): the same share as the units unless another is better.
   std::vector<bool> skip(team_size_, true);
   skip[s] = false;
   for (int r : normal) skip[r] = false;
-  const int64_t share = units * costs_.groups / costs_.units;
+  const int64_t share = units * costs_.heads / costs_.units;
   TeamBalance best;
   double best_s = 0;
-  for (int64_t a = -1; a <= costs_.groups; ++a) {
+  for (int64_t a = -1; a <= costs_.heads; ++a) {
     if (a == share) continue;
     TeamBalance t = c;
     Move(t, s, a < 0 ? share : a, true, normal, nominal);
@@ -297,14 +320,12 @@ void FlexTpBalancer::MoveWork(TeamBalance& c, int s, int64_t units, const std::v
 
 void FlexTpBalancer::PruneToCatchUp(TeamBalance& c, int s, double target, const std::vector<double>& nominal) const {
   // The straggler's time a pruning ratio of 1 would save: its own units left, and its attention
-  // groups' projections.
+  // heads' projections.
   const double all = costs_.mlp_fraction + costs_.attention_fraction;
-  const double units = static_cast<double>(costs_.units), groups = static_cast<double>(costs_.groups);
-  const double prunable =
-      (1 - fixed_) * nominal[s] *
-      (costs_.mlp_fraction / all * (units - static_cast<double>(c.given[s])) / units +
-       costs_.attention_fraction / all * costs_.attention_prunable *
-           (groups - static_cast<double>(c.given_groups[s])) / std::max(groups, 1.0));
+  const double units = static_cast<double>(costs_.units);
+  const double prunable = (1 - fixed_) * nominal[s] *
+                          (costs_.mlp_fraction / all * (units - static_cast<double>(c.given[s])) / units +
+                           costs_.attention_fraction / all * costs_.attention_prunable * OwnAttention(c, s));
   c.prune_ratio[s] = 0;
   const double gap = RankTime(c, nominal, s) - target;  // Eq. 1: the savings offset the gap
   if (prunable > 0) c.prune_ratio[s] = std::clamp(gap / prunable, 0.0, config_.max_prune_ratio);
@@ -401,7 +422,7 @@ void FlexTpBalancer::SemiSplit(TeamBalance& b, const std::vector<double>& nomina
 void FlexTpBalancer::Search(TeamBalance& b, const std::vector<double>& nominal,
                             const std::vector<std::pair<int, double>>& stragglers, const std::vector<int>& normal,
                             double reference, bool may_move, bool may_prune) const {
-  const int64_t units = costs_.units, groups = costs_.groups;
+  const int64_t units = costs_.units, heads = costs_.heads;
   // Stragglers not served yet: an option for the one being served is judged without them (they
   // are slow whatever it does, and will be served next).
   std::vector<bool> pending(team_size_, false);
@@ -415,7 +436,7 @@ void FlexTpBalancer::Search(TeamBalance& b, const std::vector<double>& nominal,
     };
     std::vector<Option> options;
     const int64_t step = std::max<int64_t>(1, units / 20);
-    for (int64_t a = 0; a <= (may_move ? groups : 0); ++a)
+    for (int64_t a = 0; a <= (may_move ? heads : 0); ++a)
       for (int64_t m = 0; m <= (may_move ? units : 0); m = (m == units ? units + 1 : std::min(units, m + step))) {
         TeamBalance c = b;
         Move(c, s, a, true, normal, nominal);
@@ -445,7 +466,7 @@ TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
   TeamBalance b;
   b.prune_ratio.assign(team_size_, 0);
   b.given.assign(team_size_, 0);
-  b.given_groups.assign(team_size_, 0);
+  b.given_heads.assign(team_size_, 0);
   auto finish = [&](TeamBalance& t) {
     t.predicted_s.resize(team_size_);
     for (int r = 0; r < team_size_; ++r) t.predicted_s[r] = RankTime(t, nominal, r);
@@ -554,20 +575,23 @@ FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const
   const double mlp = 6 * h * f, attention = 2 * (2 * h * h + 2 * h * kv) + 4 * s * h;
   FlexTpCosts c;
   c.units = spec.ffn_size / tp;
-  c.groups = spec.num_kv_heads / tp;
+  c.heads = spec.num_heads / tp;
+  c.heads_per_group = spec.num_heads / spec.num_kv_heads;
   c.mlp_fraction = 0.9 * mlp / (mlp + attention);
   c.attention_fraction = 0.9 * attention / (mlp + attention);
   c.attention_prunable = 2 * (2 * h * h + 2 * h * kv) / attention;  // the projections' part
+  c.kv_fraction = 2 * 2 * h * kv / attention;                         // the key and value projections' part
   const double bandwidth = cluster.LinkBetween(a, b).bandwidth_bytes_per_s;
   const double per_step = 2.0 * static_cast<double>(layers);  // out and back
   const double unit_bytes = 3 * h * 4;  // a gate row, an up row and a down column in fp32
-  const double group_bytes = (2.0 * static_cast<double>(spec.num_heads / spec.num_kv_heads) + 2) *
-                             static_cast<double>(spec.head_dim()) * h * 4;
+  // A query head: its q rows and o columns, and its group's k and v rows (FlexTpTeam moves a head
+  // with its group's key and value: the receiver computes them).
+  const double head_bytes = 4 * static_cast<double>(spec.head_dim()) * h * 4;
   c.layer_passes = 2 * layers;
   c.exchanges = layers + gradient_returns;
   if (bandwidth > 0 && a != b) {
     c.migrate_s_per_unit = unit_bytes * per_step / bandwidth;
-    c.migrate_s_per_group = group_bytes * per_step / bandwidth;
+    c.migrate_s_per_head = head_bytes * per_step / bandwidth;
   }
   return c;
 }

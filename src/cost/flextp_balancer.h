@@ -1,10 +1,14 @@
 // FlexTpBalancer: how a tensor-parallel team shares its layers' work this step (FlexTP, issue #9
 // §3-§6). Each rank of a team owns `units` MLP units (its ffn/t rows of gate and up, columns of
-// down) and `groups` attention groups (a key/value head with its query heads: rows of q, k, v and
-// columns of o). When a rank straggles — slower than the team's normal ranks by more than a threshold (§III-A) — the
+// down) and `heads` attention units — query heads: a head's rows of q and columns of o, with the
+// rows of k and v of its key/value group (FlexTP moves whole heads; a rank holding a single
+// key/value group, as Llama 3 8B's do at width 8, can still move part of its attention). When a rank straggles — slower than the team's normal ranks by more than a threshold (§III-A) — the
 // team can
-//   - migrate (§IV-A): the straggler's last units and groups are computed by the normal ranks,
-//     each taking a contiguous run of them (virtual renumbering); exact;
+//   - migrate (§IV-A): the straggler's last units and heads are computed by the normal ranks,
+//     each taking a contiguous run of them (virtual renumbering); exact. A run of heads needs the
+//     key and value of each group it touches: its receiver computes them (and the owner still does
+//     for a group it keeps some heads of), so the model costs a run by the heads it holds and the
+//     groups it touches;
 //   - resize (§III): the straggler prunes a ratio of the units it computes (dual pruning, zeros
 //     imputed for their gradients) and, with `attention_prunable`, the same ratio of its attention
 //     projections' hidden features; the ratio closes the gap to the normal ranks (Eq. 1); lossy;
@@ -25,7 +29,7 @@
 //
 // A split is judged by the team's time block by block (TeamTime), not by its slowest rank's step:
 // every attention and MLP block ends in the team's all-reduce, so a straggler that keeps its
-// attention groups while giving its MLP units away is the slowest rank in every attention block and
+// attention heads while giving its MLP units away is the slowest rank in every attention block and
 // the receivers in every MLP block — balanced over the step, yet the team waits in both. (On the
 // FlexTP bench's team, splits chosen by the slowest rank's step ran 1.8x the no-straggler step
 // where the per-rank model had them at 1.2x: bench/reports/flextp_stragglers.md, session 29.)
@@ -63,19 +67,19 @@ namespace motley {
 enum class FlexTpMode { kOff, kMigrate, kResize, kSemi };
 FlexTpMode FlexTpModeFromName(const std::string& name);  // REQUIRES: a name the job parser accepts
 
-/// Units (or attention groups) [begin, begin + count) of rank `from`'s slice computed by rank `to`
+/// Units (or attention heads) [begin, begin + count) of rank `from`'s slice computed by rank `to`
 /// this step.
 struct UnitMove {
   int from = 0, to = 0;
   int64_t begin = 0, count = 0;
-  bool attention = false;  // attention groups, else MLP units
+  bool attention = false;  // query heads, else MLP units
 };
 
 struct TeamBalance {
   std::vector<double> prune_ratio;  // per rank: the fraction of the units it computes of its own that it prunes
                                     // (and of its attention projections' features)
   std::vector<int64_t> given;       // per rank: its own MLP units computed elsewhere (the last `given` of its slice)
-  std::vector<int64_t> given_groups;  // per rank: its own attention groups computed elsewhere (the last ones)
+  std::vector<int64_t> given_heads;  // per rank: its own query heads computed elsewhere (the last ones)
   std::vector<UnitMove> moves;
   std::vector<double> predicted_s;  // per rank: the cost model's compute time under this balance
   // The team's: every attention and MLP block ends in the team's all-reduce, so each lasts as long
@@ -84,7 +88,7 @@ struct TeamBalance {
 
   bool any() const;
   int64_t received(int rank, bool attention = false) const;
-  int64_t migrated_units() const;  // MLP units and attention groups
+  int64_t migrated_units() const;  // MLP units and query heads
   /// The team's pruned units over all its units.
   double pruned_fraction(int64_t units_per_rank) const;
 };
@@ -93,20 +97,23 @@ struct TeamBalance {
 struct FlexTpRankLoad {
   double predicted_s = 0;  // the cost model's compute time for the rank under the balance (0: not decided yet)
   double prune_ratio = 0;
-  int64_t units_given = 0, groups_given = 0;        // its own MLP units and attention groups computed elsewhere
-  int64_t units_received = 0, groups_received = 0;  // others' it computes
+  int64_t units_given = 0, heads_given = 0;        // its own MLP units and query heads computed elsewhere
+  int64_t units_received = 0, heads_received = 0;  // others' it computes
 };
 FlexTpRankLoad RankLoad(const TeamBalance& b, int rank);
 
 struct FlexTpCosts {
   int64_t units = 0;                    // MLP units per rank (ffn / tp)
-  int64_t groups = 0;                   // attention groups per rank (kv heads / tp)
+  int64_t heads = 0;                    // query heads per rank (num_heads / tp)
+  int64_t heads_per_group = 1;          // query heads a key/value head serves (1: multi-head attention)
   double mlp_fraction = 0.6;            // the share of a rank's compute in its MLP units
-  double attention_fraction = 0.25;     // ... and in its attention groups
+  double attention_fraction = 0.25;     // ... and in its attention heads
+  double kv_fraction = 0;               // the part of the attention's work in the key/value projections: a
+                                        // group's, computed once by each rank that computes any of its heads
   double attention_prunable = 0;        // the part of the attention's work ZERO-resizing prunes (its projections;
                                         // the scores are not): 0, only the MLP is pruned
   double migrate_s_per_unit = 0;        // a migrated MLP unit's communication per step, on sender and receiver
-  double migrate_s_per_group = 0;       // ... an attention group's
+  double migrate_s_per_head = 0;        // ... a query head's (its q rows, o columns, and its group's k and v rows)
   // Broadcast-reduce migration: every rank of the team takes part in each straggler's broadcast
   // (and the reduce of its gradients), so each pays for every migrated unit; point to point, a
   // rank pays for the units it gives and those it receives.
@@ -155,8 +162,8 @@ class FlexTpBalancer {
   const TeamBalance& Update(const std::vector<double>& compute_s);
 
   const TeamBalance& balance() const { return balance_; }
-  /// Measured migration costs (seconds per moved unit or group and step; 0: keep the estimate).
-  void ObserveMigrationCosts(double s_per_unit, double s_per_group);
+  /// Measured migration costs (seconds per moved unit or head and step; 0: keep the estimate).
+  void ObserveMigrationCosts(double s_per_unit, double s_per_head);
   const FlexTpCosts& costs() const { return costs_; }
   /// FlexTP's pre-test: its measured costs replace the estimates (and re-decide at the next Update).
   void UsePretest(const SemiPretest& pretest);
@@ -181,17 +188,17 @@ class FlexTpBalancer {
   // `reference`, the `normal` ranks receiving.
   void SemiSplit(TeamBalance& b, const std::vector<double>& nominal, const std::vector<int>& stragglers,
                  const std::vector<int>& normal, double reference) const;
-  // Every split on a grid for each straggler in turn (heaviest first): the groups and units it
+  // Every split on a grid for each straggler in turn (heaviest first): the heads and units it
   // moves (`may_move`), the ratio that then catches it up with `reference` (`may_prune`); the one
   // the team's time block by block (TeamTime) finds fastest — with both, the least pruning among
   // those within straggler_threshold of the fastest.
   void Search(TeamBalance& b, const std::vector<double>& nominal, const std::vector<std::pair<int, double>>& stragglers,
               const std::vector<int>& normal, double reference, bool may_move, bool may_prune) const;
-  // Moves `count` of straggler s's units (or groups) to the normal ranks: a chunk at a time to the
+  // Moves `count` of straggler s's units (or heads) to the normal ranks: a chunk at a time to the
   // receiver that would finish first, then one contiguous run per receiver from the end of s's slice.
   void Move(TeamBalance& b, int s, int64_t count, bool attention, const std::vector<int>& normal,
             const std::vector<double>& nominal) const;
-  // SEMI's workload unit: `units` of straggler s's MLP units and its attention groups — the same
+  // SEMI's workload unit: `units` of straggler s's MLP units and its query heads — the same
   // share of them, or the number that leaves the team's time block by block (TeamTime) least.
   void MoveWork(TeamBalance& b, int s, int64_t units, const std::vector<int>& normal,
                 const std::vector<double>& nominal) const;
@@ -205,6 +212,10 @@ class FlexTpBalancer {
   // The work rank r computes of its own units and of others', each relative to its own share.
   double OwnWork(const TeamBalance& b, int r) const;
   double BorrowedWork(const TeamBalance& b, int r) const;
+  // The same for its attention alone, relative to its own attention (unpruned): the heads' part
+  // by heads, the key/value part by the groups those heads touch.
+  double OwnAttention(const TeamBalance& b, int r) const;
+  double BorrowedAttention(const TeamBalance& b, int r) const;
   // Re-estimates fixed_ and borrowed_ from two steps that ran under different balances; true
   // when either moved enough to re-decide.
   bool Learn(const std::vector<double>& compute_s);

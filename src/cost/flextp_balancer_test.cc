@@ -19,7 +19,7 @@ TensorParallelConfig Mode(const std::string& mode, double max_prune = 0.5) {
 FlexTpCosts Costs(double migrate_s_per_unit = 0) {
   FlexTpCosts c;
   c.units = 100;
-  c.groups = 0;  // MLP units only
+  c.heads = 0;  // MLP units only
   c.mlp_fraction = 0.75;
   c.migrate_s_per_unit = migrate_s_per_unit;
   return c;
@@ -57,7 +57,7 @@ TEST(FlexTpBalancer, ResizingTheAttentionTooPrunesLessOfEach) {
   // Straggler at 2 s: pruning everything prunable would save 0.75 x 2 x (2/3 + 1/3 x 0.8) = 1.4 s;
   // the gap is 1 s, so the ratio is 1 / 1.4 — against 1 / (0.75 x 2 x 2/3) = 1 with the MLP alone.
   FlexTpCosts c = Costs();
-  c.groups = 4;
+  c.heads = 4;
   c.mlp_fraction = 0.5;
   c.attention_fraction = 0.25;
   c.attention_prunable = 0.8;
@@ -125,25 +125,25 @@ TEST(FlexTpBalancer, SemiPrunesLessThanResizeAndIsNearlyAsFast) {
   EXPECT_LT(MaxOf(s2.predicted_s), MaxOf(migrate2.Update({1.0, 4.0}).predicted_s));
 }
 
-TEST(FlexTpBalancer, AttentionGroupsMoveTooWhenTheMlpIsNotEnough) {
+TEST(FlexTpBalancer, AttentionHeadsMoveTooWhenTheMlpIsNotEnough) {
   // MLP 0.6, attention 0.3 of the work: moving the MLP alone leaves a 4x straggler at 1.6.
   FlexTpCosts c = Costs();
   c.mlp_fraction = 0.6;
-  c.groups = 2;
+  c.heads = 2;
   c.attention_fraction = 0.3;
   FlexTpBalancer with_attention(Mode("migrate"), 4, c);
   const TeamBalance& t = with_attention.Update({1.0, 1.0, 1.0, 4.0});
-  EXPECT_GT(t.given_groups[3], 0);
+  EXPECT_GT(t.given_heads[3], 0);
   EXPECT_LT(MaxOf(t.predicted_s), 1.4);
   EXPECT_GT(t.received(0, true) + t.received(1, true) + t.received(2, true), 0);
-  int64_t next = 2 - t.given_groups[3];
+  int64_t next = 2 - t.given_heads[3];
   for (const UnitMove& m : t.moves)
     if (m.attention) {
       EXPECT_EQ(m.begin, next);
       next += m.count;
     }
   EXPECT_EQ(next, 2);
-  c.groups = 0;
+  c.heads = 0;
   FlexTpBalancer mlp_only(Mode("migrate"), 4, c);
   EXPECT_GT(MaxOf(mlp_only.Update({1.0, 1.0, 1.0, 4.0}).predicted_s), MaxOf(t.predicted_s));
 }
@@ -227,7 +227,7 @@ TEST(FlexTpBalancer, OneSlowStepIsAHiccupTwoAreAStraggler) {
 TEST(FlexTpBalancer, LearnsTheFixedShareAndTheBorrowedCostFromTheSteps) {
   FlexTpCosts c = Costs();
   c.mlp_fraction = 0.5;
-  c.groups = 2;
+  c.heads = 2;
   c.attention_fraction = 0.25;
   const double true_fixed = 0.3, true_borrowed = 1.5;
   const std::vector<double> speed = {1.0, 4.0, 1.0, 1.0};  // rank 1 is 4x slower
@@ -237,7 +237,7 @@ TEST(FlexTpBalancer, LearnsTheFixedShareAndTheBorrowedCostFromTheSteps) {
     std::vector<double> out;
     for (int r = 0; r < 4; ++r) {
       const double u = 100, g = 2;
-      const double own = (0.5 * (u - t.given[r]) / u + 0.25 * (g - t.given_groups[r]) / g) / 0.75;
+      const double own = (0.5 * (u - t.given[r]) / u + 0.25 * (g - t.given_heads[r]) / g) / 0.75;
       const double borrowed = (0.5 * t.received(r, false) / u + 0.25 * t.received(r, true) / g) / 0.75;
       out.push_back(speed[r] * (true_fixed + (1 - true_fixed) * (own + true_borrowed * borrowed)));
     }
@@ -246,7 +246,7 @@ TEST(FlexTpBalancer, LearnsTheFixedShareAndTheBorrowedCostFromTheSteps) {
   TeamBalance t;
   t.prune_ratio.assign(4, 0);
   t.given.assign(4, 0);
-  t.given_groups.assign(4, 0);
+  t.given_heads.assign(4, 0);
   std::vector<double> times = measure(t);
   for (int step = 0; step < 8; ++step) {
     t = b.Update(times);
@@ -272,14 +272,14 @@ TEST(FlexTpBalancer, TheTeamWaitsForTheSlowestRankInEachBlock) {
   FlexTpCosts c = Costs();
   c.mlp_fraction = 0.5;
   c.attention_fraction = 0.25;
-  c.groups = 2;
+  c.heads = 2;
   const FlexTpBalancer b(Mode("migrate"), 2, c);
   TeamBalance t{{0, 0}, {0, 50}, {0, 0}, {{1, 0, 50, 50, false}}, {}};
   EXPECT_NEAR(b.TeamTime(t, {1.0, 2.0}, {}), 2.0 / 3 + 11.0 / 12, 1e-12);
   EXPECT_NEAR(b.TeamTime(t, {1.0, 2.0}, {false, true}), 1.25, 1e-12) << "rank 1 left out";
   // One of its attention groups moved too: rank 1's attention block 2/3 x (0.25 + 0.75 / 2) = 5/12,
   // rank 0's 1/3 x (0.25 + 0.75 x 1.5) = 11/24, now the slowest.
-  t.given_groups = {0, 1};
+  t.given_heads = {0, 1};
   t.moves.push_back({1, 0, 1, 1, true});
   EXPECT_NEAR(b.TeamTime(t, {1.0, 2.0}, {}), 11.0 / 24 + 11.0 / 12, 1e-12);
 }
@@ -297,18 +297,65 @@ TEST(FlexTpBalancer, MigrationBalancesEachBlock) {
   for (const Case& k : {Case{0.2, 3.0}, Case{0.3, 3.0}, Case{0.2, 4.0}, Case{0.45, 4.0}}) {
     FlexTpCosts c = Costs();
     c.units = 512;
-    c.groups = 4;
+    c.heads = 4;
     c.mlp_fraction = 0.9 - k.attention_fraction;
     c.attention_fraction = k.attention_fraction;
     for (const std::string mode : {"migrate", "semi"}) {
       FlexTpBalancer b(Mode(mode, 0.9), 4, c);
       const TeamBalance& t = b.Update({1.0, k.slowdown, 1.0, 1.0});
       const std::string what = fmt::format("{}: attention {}, {}x", mode, k.attention_fraction, k.slowdown);
-      EXPECT_GT(t.given_groups[1], 0) << what;
+      EXPECT_GT(t.given_heads[1], 0) << what;
       EXPECT_LE(t.team_s, 1.05 * MaxOf(t.predicted_s)) << what;
       EXPECT_GE(t.team_s, MaxOf(t.predicted_s) - 1e-12) << what;
     }
   }
+}
+
+// Grouped-query attention (issue #47 §8b): a run of query heads needs the key and value of each
+// group it touches, so where the heads split decides what the receivers compute. A team of three,
+// 4 heads a rank in groups of 2, the key/value projections 0.4 of the attention; rank 2 (2x slow)
+// gives its last 3 heads. Rank 1 taking heads 2-3 (one group: 0.6 x 2/4 + 0.4 x 1/2 = 0.5 of an own
+// attention) and rank 0 head 1 (0.35) beats rank 0 taking heads 1-2 (two groups: 0.7) and rank 1
+// head 3 (0.35): the attention block lasts 1/3 x (0.25 + 0.75 x 1.5) against 1/3 x (0.25 + 0.75 x
+// 1.7); the MLP block is the straggler's, 2 x 2/3, either way.
+TEST(FlexTpBalancer, AQueryHeadRunCostsTheKeyAndValueOfEachGroupItTouches) {
+  FlexTpCosts c = Costs();
+  c.mlp_fraction = 0.5;
+  c.attention_fraction = 0.25;
+  c.heads = 4;
+  c.heads_per_group = 2;
+  c.kv_fraction = 0.4;
+  const FlexTpBalancer b(Mode("migrate"), 3, c);
+  TeamBalance within{{0, 0, 0}, {0, 0, 0}, {0, 0, 3}, {{2, 0, 1, 1, true}, {2, 1, 2, 2, true}}, {}};
+  TeamBalance across{{0, 0, 0}, {0, 0, 0}, {0, 0, 3}, {{2, 0, 1, 2, true}, {2, 1, 3, 1, true}}, {}};
+  EXPECT_NEAR(b.TeamTime(within, {1.0, 1.0, 2.0}, {}), (0.25 + 0.75 * 1.5) / 3 + 4.0 / 3, 1e-12);
+  EXPECT_NEAR(b.TeamTime(across, {1.0, 1.0, 2.0}, {}), (0.25 + 0.75 * 1.7) / 3 + 4.0 / 3, 1e-12);
+}
+
+// A rank holding a single key/value group (Llama 3 8B at width 8; here 2 query heads a rank, a team
+// of three, one rank 3x): its attention is no longer all or nothing — each normal rank takes one of
+// its query heads (and computes the group's key and value for it), and the team's step comes
+// within reach of what the MLP alone allows.
+TEST(FlexTpBalancer, ARankWithOneKeyValueGroupSharesItsQueryHeads) {
+  FlexTpCosts c = Costs();
+  c.units = 512;
+  c.mlp_fraction = 0.6;
+  c.attention_fraction = 0.3;
+  c.heads = 2;
+  c.heads_per_group = 2;
+  c.kv_fraction = 0.3;
+  FlexTpBalancer b(Mode("migrate"), 3, c);
+  const TeamBalance& t = b.Update({1.0, 3.0, 1.0});
+  EXPECT_EQ(t.given_heads[1], 2);
+  EXPECT_EQ(t.received(0, true), 1);
+  EXPECT_EQ(t.received(2, true), 1);
+  // Against the same team moving whole groups (a group's heads as one unit): the attention block
+  // waits on the one receiver that took the group.
+  FlexTpCosts whole = c;
+  whole.heads = 1;
+  whole.heads_per_group = 1;
+  FlexTpBalancer groups(Mode("migrate"), 3, whole);
+  EXPECT_LT(t.team_s, groups.Update({1.0, 3.0, 1.0}).team_s);
 }
 
 TensorParallelConfig Semi(const std::string& solver, double max_prune = 0.9, const std::string& reference = "average") {

@@ -418,7 +418,7 @@ num_microbatches = [16, 16]
   EXPECT_EQ(slow["rank"], 1);
   EXPECT_GT(slow["units_given"].get<int64_t>(), 0);
   EXPECT_EQ(fast["units_received"], slow["units_given"]);
-  EXPECT_EQ(fast["groups_received"], slow["groups_given"]);
+  EXPECT_EQ(fast["heads_received"], slow["heads_given"]);
   EXPECT_EQ(fast["units_given"].get<int64_t>() + slow["units_received"].get<int64_t>(), 0);
   EXPECT_NEAR(slow["alone_compute_s"].get<double>(), 4 * fast["alone_compute_s"].get<double>(),
               1e-6 * slow["alone_compute_s"].get<double>());

@@ -292,10 +292,10 @@ TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
         ASSERT_EQ(r.contains("flextp"), std::string(c.mode) != "off") << line;
         if (!r.contains("flextp")) continue;
         const auto& f = r["flextp"];
-        given += f["units_given"].get<int64_t>() + f["groups_given"].get<int64_t>();
-        received += f["units_received"].get<int64_t>() + f["groups_received"].get<int64_t>();
+        given += f["units_given"].get<int64_t>() + f["heads_given"].get<int64_t>();
+        received += f["units_received"].get<int64_t>() + f["heads_received"].get<int64_t>();
         if (r["rank"].get<int>() == c.straggler)
-          straggler_gave = std::max(straggler_gave, f["units_given"].get<int64_t>() + f["groups_given"].get<int64_t>());
+          straggler_gave = std::max(straggler_gave, f["units_given"].get<int64_t>() + f["heads_given"].get<int64_t>());
       }
       EXPECT_EQ(given, received) << line;
       EXPECT_GE(static_cast<double>(given), j["migrated_units"].get<double>()) << line;  // (the most of any team)

@@ -118,23 +118,21 @@ Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
   // broadcasts and returns waited on nobody) tells the transfer time.
   const TeamBalance& last = balance();
   const double h = static_cast<double>(options_.spec.hidden_size);
-  const double unit_floats = 3 * h,
-               group_floats = (2.0 * options_.spec.num_heads / options_.spec.num_kv_heads + 2) *
-                              static_cast<double>(options_.spec.head_dim()) * h;
+  const double unit_floats = 3 * h, head_floats = 4 * static_cast<double>(options_.spec.head_dim()) * h;
   double per_float = 0;
-  int64_t all_given = 0, all_given_groups = 0;
-  for (size_t r = 0; r < last.given.size(); ++r) all_given += last.given[r], all_given_groups += last.given_groups[r];
+  int64_t all_given = 0, all_given_heads = 0;
+  for (size_t r = 0; r < last.given.size(); ++r) all_given += last.given[r], all_given_heads += last.given_heads[r];
   for (int r = 0; r < options_.tp && !last.given.empty(); ++r) {
     // Broadcast-reduce: every rank moves every straggler's block; point to point, its own moves.
     const double floats =
         broadcast_reduce()
-            ? unit_floats * static_cast<double>(all_given) + group_floats * static_cast<double>(all_given_groups)
+            ? unit_floats * static_cast<double>(all_given) + head_floats * static_cast<double>(all_given_heads)
             : unit_floats * static_cast<double>(last.given[r] + last.received(r, false)) +
-                  group_floats * static_cast<double>(last.given_groups[r] + last.received(r, true));
+                  head_floats * static_cast<double>(last.given_heads[r] + last.received(r, true));
     if (floats > 0 && migration[r] > 0 && (per_float == 0 || migration[r] / floats < per_float))
       per_float = migration[r] / floats;
   }
-  if (per_float > 0) balancer_.ObserveMigrationCosts(per_float * unit_floats, per_float * group_floats);
+  if (per_float > 0) balancer_.ObserveMigrationCosts(per_float * unit_floats, per_float * head_floats);
   // The team's first step is not judged: it paid the run's one-time costs (allocations, the first
   // use of each kernel and connection), which on the bench's team made one normal rank's step twice
   // the others' and would have moved work to it and from it for a step.
@@ -195,10 +193,10 @@ Status FlexTpTeam::WaitAll(std::vector<Result<PendingTransfer>>& transfers, cons
 
 std::vector<FlexTpTeam::Block> FlexTpTeam::Blocks(bool attention) const {
   const TeamBalance& b = balance();
-  const int64_t total = attention ? options_.costs.groups : options_.costs.units;
+  const int64_t total = attention ? options_.costs.heads : options_.costs.units;
   std::vector<Block> out;
   for (int s = 0; s < options_.tp; ++s) {
-    const int64_t count = (attention ? b.given_groups : b.given)[s];
+    const int64_t count = (attention ? b.given_heads : b.given)[s];
     if (count > 0) out.push_back({s, total - count, count});
   }
   return out;
@@ -266,7 +264,7 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   const int64_t h = w[6].size(1);
   auto ratio = layer_ratio_.find(layer);
   l.work.keep = Keep(l, ratio != layer_ratio_.end() ? ratio->second : b.prune_ratio[me], w[6].device());
-  if (b.given_groups[me] > 0) l.work.attention_keep = options_.costs.groups - b.given_groups[me];
+  if (b.given_heads[me] > 0) l.work.attention_keep = options_.costs.heads - b.given_heads[me];
   if (balancer_.costs().attention_prunable > 0) {  // ZERO-resizing of the attention: its projections' features
     if (!l.attention_priority.refreshed() ||
         step_ - l.attention_priority.refreshed_step() >= options_.config.stats_interval_steps)
@@ -277,7 +275,7 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
       l.work.attention_features = torch::tensor(l.attention_priority.Keep(h, prune, step_), torch::kInt64).to(l.device);
   }
   const auto master = w[6].options();  // the gradients in the master dtype
-  // MLP units, then attention groups.
+  // MLP units, then query heads.
   const torch::Tensor units = Borrow(layer, false, b.given[me] > 0 ? UnitRows(w) : torch::Tensor(), {0, 3 * h},
                                      w[6].options(), &l.borrowed);
   if (units.defined()) {
@@ -288,17 +286,20 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
     l.work.grad_up = torch::zeros({units.size(0), h}, master);
     l.work.grad_down = torch::zeros({h, units.size(0)}, master);
   }
-  const int64_t group_rows = (2 * options_.spec.num_heads / options_.spec.num_kv_heads + 2) * options_.spec.head_dim();
-  const torch::Tensor groups =
-      options_.costs.groups > 0
-          ? Borrow(layer, true, b.given_groups[me] > 0 ? AttentionGroupRows(options_.spec, w) : torch::Tensor(),
-                   {0, group_rows, h}, w[1].options(), &l.borrowed)
+  const int64_t head_rows = 4 * options_.spec.head_dim();
+  const torch::Tensor heads =
+      options_.costs.heads > 0
+          ? Borrow(layer, true, b.given_heads[me] > 0 ? AttentionHeadRows(options_.spec, w) : torch::Tensor(),
+                   {0, head_rows, h}, w[1].options(), &l.borrowed)
           : torch::Tensor();
-  if (groups.defined()) {
-    l.work.attention = groups;
-    l.work.grad_attention = torch::zeros(groups.sizes(), master);
+  if (heads.defined()) {
+    l.work.attention = heads;
+    l.work.grad_attention = torch::zeros(heads.sizes(), master);
+    const int64_t per = options_.spec.num_heads / options_.spec.num_kv_heads;
+    for (const Borrowed& r : l.borrowed)
+      if (r.attention) l.work.attention_runs.push_back({r.at, r.count, r.begin % per});
   }
-  l.active = l.work.keep.defined() || l.work.gate.defined() || l.work.attention_keep >= 0 || groups.defined() ||
+  l.active = l.work.keep.defined() || l.work.gate.defined() || l.work.attention_keep >= 0 || heads.defined() ||
              l.work.attention_features.defined();
   return l.active ? &l.work : nullptr;
 }
@@ -309,8 +310,7 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
   torch::NoGradGuard no_grad;
   const int me = options_.index;
   const int64_t h = options_.spec.hidden_size;
-  const int64_t d = options_.spec.head_dim(), per = options_.spec.num_heads / options_.spec.num_kv_heads;
-  const int64_t group_rows = (2 * per + 2) * d;
+  const int64_t head_rows = 4 * options_.spec.head_dim();
   // The layers run here this step (every rank of the team ran the same ones). All their returns go
   // at once — one sum-reduce per straggler and kind, or every run's transfer posted before any is
   // waited for — so a backward pays one exchange's latency, not one per layer.
@@ -329,13 +329,15 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
                                      l.work.grad_down.narrow(1, r.at, r.count).t()},
                                     1);
   };
-  // The owner adds the gradients of its units (or groups) [begin, begin + g.size(0)) of `layer`.
+  // The owner adds the gradients of its units (or heads) [begin, begin + g.size(0)) of `layer`. A
+  // head's key and value rows are its group's: every copy's gradient is summed into them.
   auto add_home = [&](int layer, bool attention, int64_t begin, const torch::Tensor& g) {
     if (attention) {
-      add(layer, 1, 0, begin * per * d, g.narrow(1, 0, per * d).reshape({-1, h}));
-      add(layer, 2, 0, begin * d, g.narrow(1, per * d, d).reshape({-1, h}));
-      add(layer, 3, 0, begin * d, g.narrow(1, (per + 1) * d, d).reshape({-1, h}));
-      add(layer, 4, 1, begin * per * d, g.narrow(1, (per + 2) * d, per * d).reshape({-1, h}).t());
+      const HeadParts p = SumHeadRows(options_.spec, begin, g);
+      add(layer, 1, 0, p.q_row, p.q);
+      add(layer, 2, 0, p.kv_row, p.k);
+      add(layer, 3, 0, p.kv_row, p.v);
+      add(layer, 4, 1, p.q_row, p.o);
     } else {
       add(layer, 6, 0, begin, g.narrow(1, 0, h));
       add(layer, 7, 0, begin, g.narrow(1, h, h));
@@ -348,7 +350,7 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
     const auto layers = static_cast<int64_t>(ran.size());
     for (const bool attention : {false, true})
       for (const Block& block : Blocks(attention)) {
-        torch::Tensor sum = attention ? torch::zeros({layers, block.count, group_rows, h}, master)
+        torch::Tensor sum = attention ? torch::zeros({layers, block.count, head_rows, h}, master)
                                       : torch::zeros({layers, block.count, 3 * h}, master);
         for (int64_t i = 0; i < layers; ++i)
           for (const Borrowed& r : ran[static_cast<size_t>(i)].second->borrowed)
@@ -374,12 +376,12 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
         transfers.push_back(
             options_.comm->Send(sent.back(), options_.team->ranks[r.from], Tag(layer, r.attention, true, r.move)));
       }
-      // In the order the receivers send them (transfers of a tag match in order): MLP runs, then groups.
+      // In the order the receivers send them (transfers of a tag match in order): MLP runs, then heads.
       for (size_t k = 0; k < 2 * b.moves.size(); ++k) {
         const size_t j = k % b.moves.size();
         const UnitMove& m = b.moves[j];
         if (m.from != me || m.attention != (k >= b.moves.size())) continue;
-        received.push_back(m.attention ? torch::empty({m.count, group_rows, h}, master)
+        received.push_back(m.attention ? torch::empty({m.count, head_rows, h}, master)
                                        : torch::empty({m.count, 3 * h}, master));
         transfers.push_back(
             options_.comm->Recv(received.back(), options_.team->ranks[m.to], Tag(layer, m.attention, true, j)));

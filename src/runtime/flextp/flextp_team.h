@@ -96,7 +96,7 @@ class FlexTpTeam {
   struct Borrowed {
     int from = 0;
     int64_t begin = 0, count = 0, at = 0;  // the owner's units [begin, begin + count) at rows [at, at + count)
-    bool attention = false;                // attention groups, else MLP units
+    bool attention = false;                // query heads, else MLP units
     size_t move = 0;                       // its index in the balance's moves (the transfers' tag)
   };
   struct Layer {
@@ -109,7 +109,7 @@ class FlexTpTeam {
     UnitPriority priority;  // which own units ZERO-resizing prunes first
     UnitPriority attention_priority;  // ... and which hidden features of the attention's projections
   };
-  // The rows (MLP units or attention groups) this rank computes for stragglers this step, each
+  // The rows (MLP units or query heads) this rank computes for stragglers this step, each
   // sent by its owner (`own_rows`: this rank's, when it is one); their runs go to `out`.
   torch::Tensor Borrow(int layer, bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
                        torch::TensorOptions options, std::vector<Borrowed>* out);
@@ -120,7 +120,7 @@ class FlexTpTeam {
   // Waits for `transfers` (of tensors on `device`), counting the time as communication; the first
   // failure, if any.
   Status WaitAll(std::vector<Result<PendingTransfer>>& transfers, const torch::Device& device);
-  // A straggler's migrated block this step: its last `count` units (or groups), from `begin`.
+  // A straggler's migrated block this step: its last `count` units (or heads), from `begin`.
   struct Block {
     int from = 0;
     int64_t begin = 0, count = 0;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/check.h"
+
 namespace motley {
 namespace {
 
@@ -55,17 +57,29 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-// A group block [n, rows, hidden] as the four attention weights of its n groups.
-struct GroupWeights {
-  torch::Tensor q, k, v, o;
-};
-GroupWeights Unpack(const ModelSpec& spec, const torch::Tensor& rows) {
+// The borrowed heads' partial output: each owner's run of them (HeadRun) with the key and value
+// heads of the groups it touches — each taken from the run's first head in that group, so a group
+// is computed once a run (its other heads' copies get no gradient; their owner sums every copy's).
+torch::Tensor BorrowedHeads(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& rows,
+                            std::vector<LayerWork::HeadRun> runs, const torch::Tensor& cos, const torch::Tensor& sin) {
   const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads, h = rows.size(2);
-  return {rows.narrow(1, 0, per * d).reshape({-1, h}), rows.narrow(1, per * d, d).reshape({-1, h}),
-          rows.narrow(1, (per + 1) * d, d).reshape({-1, h}), rows.narrow(1, (per + 2) * d, per * d).reshape({-1, h}).t()};
+  if (runs.empty()) runs.push_back({0, rows.size(0), 0});
+  torch::Tensor out;
+  for (const LayerWork::HeadRun& run : runs) {
+    const torch::Tensor r = rows.narrow(0, run.at, run.count);
+    std::vector<int64_t> firsts;  // the run's first head in each group it touches
+    for (int64_t j = 0; j < run.count; j = (run.offset + j) / per * per + per - run.offset) firsts.push_back(j);
+    const torch::Tensor kv = r.index_select(0, torch::tensor(firsts, torch::kInt64).to(rows.device()));
+    const torch::Tensor part =
+        AttentionPartial(spec, hidden, r.narrow(1, 0, d).reshape({-1, h}), kv.narrow(1, d, d).reshape({-1, h}),
+                         kv.narrow(1, 2 * d, d).reshape({-1, h}), r.narrow(1, 3 * d, d).reshape({-1, h}).t(), cos, sin,
+                         torch::Tensor(), run.offset);
+    out = out.defined() ? out + part : part;
+  }
+  return out;
 }
 
-// Borrowed attention groups: their weights are not this rank's parameters, so the forward keeps
+// Borrowed attention heads: their weights are not this rank's parameters, so the forward keeps
 // its own graph — the input and the groups' weights as leaves — in the work (LayerWork::
 // attention_graphs), and the backward runs it: the weights' gradient goes to the work's
 // accumulator, the input's flows on. (Recomputing the forward in the backward instead made a
@@ -80,8 +94,7 @@ struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
                                 Cast(w.attention, hidden).detach().requires_grad_(true), {}};
     {
       torch::AutoGradMode enable(true);
-      const GroupWeights gw = Unpack(*reinterpret_cast<const ModelSpec*>(spec), g.rows);
-      g.out = AttentionPartial(*reinterpret_cast<const ModelSpec*>(spec), g.hidden, gw.q, gw.k, gw.v, gw.o, cos, sin);
+      g.out = BorrowedHeads(*reinterpret_cast<const ModelSpec*>(spec), g.hidden, g.rows, w.attention_runs, cos, sin);
     }
     torch::Tensor out = g.out.detach();
     w.attention_graphs.push_back(std::move(g));
@@ -102,12 +115,13 @@ struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
 
 torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
                                const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
-                               const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& features) {
+                               const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& features,
+                               int64_t first_head_offset) {
   if (features.defined()) {  // ZERO-resizing: the kept features' columns in, rows out
     const torch::Tensor out =
         AttentionPartial(spec, hidden.index_select(-1, features), q_w.index_select(1, features),
                          k_w.index_select(1, features), v_w.index_select(1, features), o_w.index_select(0, features),
-                         cos, sin);
+                         cos, sin, torch::Tensor(), first_head_offset);
     return torch::zeros_like(hidden).index_copy(-1, features, out);
   }
   const int64_t b = hidden.size(0), s = hidden.size(1), d = spec.head_dim();
@@ -118,9 +132,19 @@ torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidde
   torch::Tensor v = F::linear(hidden, v_w).view({b, s, kv_heads, d}).transpose(1, 2);
   q = q * cos + RotateHalf(q) * sin;
   k = k * cos + RotateHalf(k) * sin;
-  if (kv_heads != heads) {  // grouped-query attention: each key/value head serves a group
-    k = k.repeat_interleave(heads / kv_heads, 1);
-    v = v.repeat_interleave(heads / kv_heads, 1);
+  const int64_t per = spec.num_heads / spec.num_kv_heads;  // query heads a key/value head serves
+  if (first_head_offset == 0 && heads == kv_heads * per) {
+    if (per > 1) {  // grouped-query attention: each key/value head serves a group
+      k = k.repeat_interleave(per, 1);
+      v = v.repeat_interleave(per, 1);
+    }
+  } else {  // a run of heads from within a group (FlexTP's moved heads, a rank's kept ones)
+    MOTLEY_CHECK_EQ(kv_heads, (first_head_offset + heads - 1) / per + 1);
+    const torch::Tensor group =
+        torch::div(torch::arange(first_head_offset, first_head_offset + heads, torch::kInt64), per, "floor")
+            .to(hidden.device());
+    k = k.index_select(1, group);
+    v = v.index_select(1, group);
   }
   torch::Tensor attn;
 #if TORCH_VERSION_MAJOR >= 2
@@ -150,20 +174,20 @@ torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidd
   if (work == nullptr || (work->attention_keep < 0 && !work->attention.defined() && !work->attention_features.defined()))
     return AttentionPartial(spec, hidden, q_w, k_w, v_w, o_w, cos, sin);
   const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads;
-  const int64_t keep = work->attention_keep < 0 ? k_w.size(0) / d : work->attention_keep;
-  // (With no group of its own left, still a function of hidden: the team's all-reduce of its
+  const int64_t keep = work->attention_keep < 0 ? q_w.size(0) / d : work->attention_keep;
+  const int64_t groups = (keep + per - 1) / per;  // the key/value heads its kept heads use
+  // (With no head of its own left, still a function of hidden: the team's all-reduce of its
   // gradient must run on every rank.)
   torch::Tensor out = keep == 0 ? hidden * 0
-                                : AttentionPartial(spec, hidden, q_w.narrow(0, 0, keep * per * d),
-                                                   k_w.narrow(0, 0, keep * d), v_w.narrow(0, 0, keep * d),
-                                                   o_w.narrow(1, 0, keep * per * d), cos, sin, work->attention_features);
+                                : AttentionPartial(spec, hidden, q_w.narrow(0, 0, keep * d), k_w.narrow(0, 0, groups * d),
+                                                   v_w.narrow(0, 0, groups * d), o_w.narrow(1, 0, keep * d), cos, sin,
+                                                   work->attention_features);
   if (work->attention.defined()) {
     if (torch::GradMode::is_enabled()) {
       out = out + BorrowedAttention::apply(hidden, cos, sin, static_cast<int64_t>(reinterpret_cast<intptr_t>(&spec)),
                                            static_cast<int64_t>(reinterpret_cast<intptr_t>(work)));
     } else {  // no backward will follow (evaluation, or a checkpointed layer's first forward): no graph kept
-      const GroupWeights g = Unpack(spec, Cast(work->attention, hidden));
-      out = out + AttentionPartial(spec, hidden, g.q, g.k, g.v, g.o, cos, sin);
+      out = out + BorrowedHeads(spec, hidden, Cast(work->attention, hidden), work->attention_runs, cos, sin);
     }
   }
   return out;
@@ -173,12 +197,24 @@ torch::Tensor AttentionFeatureRows(const std::vector<torch::Tensor>& w) {
   return torch::cat({w[1].t(), w[2].t(), w[3].t(), w[4]}, 1);
 }
 
-torch::Tensor AttentionGroupRows(const ModelSpec& spec, const std::vector<torch::Tensor>& w) {
+torch::Tensor AttentionHeadRows(const ModelSpec& spec, const std::vector<torch::Tensor>& w) {
   const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads, h = w[1].size(1);
-  const int64_t groups = w[2].size(0) / d;
-  return torch::cat({w[1].reshape({groups, per * d, h}), w[2].reshape({groups, d, h}), w[3].reshape({groups, d, h}),
-                     w[4].t().reshape({groups, per * d, h})},
+  const int64_t heads = w[1].size(0) / d, groups = w[2].size(0) / d;
+  return torch::cat({w[1].reshape({heads, d, h}), w[2].reshape({groups, d, h}).repeat_interleave(per, 0),
+                     w[3].reshape({groups, d, h}).repeat_interleave(per, 0), w[4].t().reshape({heads, d, h})},
                     1);
+}
+
+HeadParts SumHeadRows(const ModelSpec& spec, int64_t begin, const torch::Tensor& rows) {
+  const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads, h = rows.size(2), n = rows.size(0);
+  const int64_t first_group = begin / per, groups = (begin + n - 1) / per - first_group + 1;
+  const torch::Tensor group =
+      torch::div(torch::arange(begin, begin + n, torch::kInt64), per, "floor").sub_(first_group).to(rows.device());
+  auto by_group = [&](int64_t row) {
+    return torch::zeros({groups, d, h}, rows.options()).index_add_(0, group, rows.narrow(1, row, d)).reshape({-1, h});
+  };
+  return {begin * d, first_group * d, rows.narrow(1, 0, d).reshape({-1, h}), by_group(d), by_group(2 * d),
+          rows.narrow(1, 3 * d, d).reshape({-1, h}).t()};
 }
 
 torch::Tensor MlpWithWork(const torch::Tensor& m, const torch::Tensor& gate_w, const torch::Tensor& up_w,

@@ -5,9 +5,10 @@
 //     leaves zeros (the imputation) for the pruned ones: `keep` is this layer's entry of the lineage
 //     table — and it may compute units borrowed from a straggler, whose weights arrived from their owner
 //     and whose gradients accumulate in `grad_*` until they are returned.
-//   - Attention: it may compute only its first `attention_keep` groups (a key/value head and its
-//     query heads; a straggler's last groups are computed elsewhere) and groups borrowed from a
-//     straggler (`attention`, packed by AttentionGroupRows).
+//   - Attention: it may compute only its first `attention_keep` query heads (with the key/value
+//     heads of the groups they belong to; a straggler's last heads are computed elsewhere) and heads
+//     borrowed from a straggler (`attention`, packed by AttentionHeadRows: each with its group's key
+//     and value rows, which the borrower computes once for each group a run touches).
 // The borrowed part's output joins this rank's own before the block's all-reduce, so migration
 // adds no reduce of its own (FlexTP §IV-A, reduce merging).
 #pragma once
@@ -22,15 +23,21 @@ struct LayerWork {
   torch::Tensor keep;            // int64 indices of this rank's own MLP units it computes; undefined: all
   torch::Tensor gate, up, down;  // borrowed units' weights [n, hidden], [n, hidden], [hidden, n]; undefined: none
   torch::Tensor grad_gate, grad_up, grad_down;  // their gradients, accumulated (the master dtype, same shapes)
-  int64_t attention_keep = -1;   // own attention groups computed (the first ones); -1: all
+  int64_t attention_keep = -1;   // own query heads computed (the first ones); -1: all
   // ZERO-resizing of the attention: int64 indices of the hidden features its own projections keep —
   // the input columns of q, k and v and the output rows of o (the pruned ones' partial products
   // are missing, their gradients zeros); undefined: all.
   torch::Tensor attention_features;
-  torch::Tensor attention;       // borrowed groups [n, rows, hidden] (AttentionGroupRows); undefined: none
+  torch::Tensor attention;       // borrowed query heads [n, 4 * head_dim, hidden] (AttentionHeadRows); undefined: none
   torch::Tensor grad_attention;  // their gradients, accumulated (the master dtype, same shape)
-  // The borrowed groups' forward graphs, one per forward that needs a backward, each released by
-  // its backward (the borrowed groups are not recomputed: they cost what the rank's own do).
+  // The borrowed heads by owner's run: `count` heads from row `at` of `attention`, the first of them
+  // `offset` heads into its key/value group. Empty: one run of them all from a group's first head.
+  struct HeadRun {
+    int64_t at = 0, count = 0, offset = 0;
+  };
+  std::vector<HeadRun> attention_runs;
+  // The borrowed heads' forward graphs, one per forward that needs a backward, each released by
+  // its backward (the borrowed heads are not recomputed: they cost what the rank's own do).
   struct AttentionGraph {
     torch::Tensor hidden, rows, out;  // the forward's leaves (input, the groups' weights) and its output
   };
@@ -47,16 +54,18 @@ torch::Tensor MlpWithWork(const torch::Tensor& m, const torch::Tensor& gate_w, c
 
 /// Attention heads' partial output (before the all-reduce) for weights q [hq*d, hidden], k and v
 /// [hkv*d, hidden], o [hidden, hq*d] (cast to hidden's dtype by the caller) — one rank's heads, or
-/// any whole groups of them.
+/// any run of them: query head j uses key/value head (first_head_offset + j) / (num_heads /
+/// num_kv_heads), the run's first head being `first_head_offset` heads into its group, and k and v
+/// holding the groups the run touches.
 /// `features` (int64, optional): only those hidden features enter the projections and leave o
 /// (ZERO-resizing); the others' output is zero.
 torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
                                const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
                                const torch::Tensor& cos, const torch::Tensor& sin,
-                               const torch::Tensor& features = torch::Tensor());
+                               const torch::Tensor& features = torch::Tensor(), int64_t first_head_offset = 0);
 
-/// The attention of one rank under `work` (null: all own groups): its first work->attention_keep
-/// groups plus the borrowed ones. Same contract as MlpWithWork for `hidden`.
+/// The attention of one rank under `work` (null: all own heads): its first work->attention_keep
+/// heads plus the borrowed ones. Same contract as MlpWithWork for `hidden`.
 torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
                                 const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
                                 const torch::Tensor& cos, const torch::Tensor& sin, LayerWork* work);
@@ -65,8 +74,18 @@ torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidd
 /// feature's column of q, k and v, then its row of o (what ZERO-resizing of the attention prunes).
 torch::Tensor AttentionFeatureRows(const std::vector<torch::Tensor>& w);
 
-/// One rank's attention weights (layer weights 1-4) as groups: [groups, (2 * q_per_kv + 2) * head_dim,
-/// hidden] — each group's q rows, k rows, v rows, then its o columns as rows.
-torch::Tensor AttentionGroupRows(const ModelSpec& spec, const std::vector<torch::Tensor>& w);
+/// One rank's attention weights (layer weights 1-4) as query heads: [heads, 4 * head_dim, hidden] —
+/// each head's q rows, its group's k rows and v rows, then its o columns as rows.
+torch::Tensor AttentionHeadRows(const ModelSpec& spec, const std::vector<torch::Tensor>& w);
+
+/// Heads [begin, begin + n) of a rank packed as AttentionHeadRows packs them ([n, 4 * head_dim,
+/// hidden]; their gradients, say), as parts of the four weights: rows of q and columns of o from
+/// row (column) begin * head_dim; rows of k and v of the groups the heads touch, from row
+/// (begin / heads a group) * head_dim — each group's copies summed, as their gradients add.
+struct HeadParts {
+  int64_t q_row = 0, kv_row = 0;
+  torch::Tensor q, k, v, o;  // [n * d, hidden], [groups * d, hidden] (twice), [hidden, n * d]
+};
+HeadParts SumHeadRows(const ModelSpec& spec, int64_t begin, const torch::Tensor& rows);
 
 }  // namespace motley

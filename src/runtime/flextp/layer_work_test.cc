@@ -123,31 +123,36 @@ TEST(LayerWork, PrunedAttentionFeaturesMissOnlyTheirPartialProducts) {
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::allclose(g[i], ge[i] * (i == 3 ? column.unsqueeze(1) : column), 1e-12, 1e-12)) << i;
 }
 
-// A straggler's last attention group computed by this rank: the output and every gradient are the
-// owner's, the group's weight gradient lands in the work's accumulator, and the forward's graph is
+// A straggler's last query heads computed by this rank: the output and every gradient are the
+// owner's, the heads' weight gradients land in the work's accumulator, and the forward's graph is
 // kept only while a backward is to come (released by it; none without gradients).
-TEST(LayerWork, BorrowedAttentionGroupsComputeWhatTheOwnerWouldHave) {
+TEST(LayerWork, BorrowedAttentionHeadsComputeWhatTheOwnerWouldHave) {
   Attention a = MakeAttention(4, 2, 7);  // head_dim 2, two groups of two query heads
   auto& [spec, q, k, v, o, hidden, cos, sin] = a;
   const torch::Tensor full = AttentionPartial(spec, hidden, q, k, v, o, cos, sin);
   const auto want = torch::autograd::grad({full.pow(2).sum()}, {q, k, v, o, hidden});
 
-  // This rank computes its first group and, for the owner, the second.
+  // This rank computes its first group's two heads and, for the owner, the second group's.
   LayerWork work;
-  work.attention_keep = 1;
-  work.attention = AttentionGroupRows(spec, {torch::Tensor(), q, k, v, o}).detach().narrow(0, 1, 1).clone();
+  work.attention_keep = 2;
+  work.attention = AttentionHeadRows(spec, {torch::Tensor(), q, k, v, o}).detach().narrow(0, 2, 2).clone();
   work.grad_attention = torch::zeros_like(work.attention);
   const torch::Tensor split = AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &work);
   EXPECT_TRUE(torch::allclose(split, full, 1e-12, 1e-12));
   ASSERT_EQ(work.attention_graphs.size(), 1u);
   const auto got = torch::autograd::grad({split.pow(2).sum()}, {q, k, v, o, hidden});
   EXPECT_TRUE(torch::allclose(got[4], want[4], 1e-12, 1e-12));  // the input's gradient, both groups'
-  // Own group: its rows of q, k, v and columns of o; the borrowed group's arrive in the accumulator.
+  // Own heads: their rows of q, k, v and columns of o; the borrowed heads' arrive in the accumulator.
   EXPECT_TRUE(torch::allclose(got[0].narrow(0, 0, 4), want[0].narrow(0, 0, 4), 1e-12, 1e-12));
   EXPECT_TRUE(torch::allclose(got[3].narrow(1, 0, 4), want[3].narrow(1, 0, 4), 1e-12, 1e-12));
   EXPECT_EQ(got[0].narrow(0, 4, 4).abs().max().item<double>(), 0);
-  const torch::Tensor want_rows = AttentionGroupRows(spec, {torch::Tensor(), want[0], want[1], want[2], want[3]});
-  EXPECT_TRUE(torch::allclose(work.grad_attention, want_rows.narrow(0, 1, 1), 1e-12, 1e-12));
+  const HeadParts home = SumHeadRows(spec, 2, work.grad_attention);
+  EXPECT_EQ(home.q_row, 4);
+  EXPECT_EQ(home.kv_row, 2);
+  EXPECT_TRUE(torch::allclose(home.q, want[0].narrow(0, 4, 4), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(home.k, want[1].narrow(0, 2, 2), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(home.v, want[2].narrow(0, 2, 2), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(home.o, want[3].narrow(1, 4, 4), 1e-12, 1e-12));
   EXPECT_FALSE(work.attention_graphs[0].out.defined()) << "the backward releases the forward's graph";
 
   {  // Without gradients (evaluation, a checkpointed layer's first forward): the same output, no graph.
@@ -157,6 +162,51 @@ TEST(LayerWork, BorrowedAttentionGroupsComputeWhatTheOwnerWouldHave) {
     EXPECT_TRUE(torch::allclose(AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &eval), full, 1e-12, 1e-12));
     EXPECT_TRUE(eval.attention_graphs.empty());
   }
+}
+
+// Grouped-query attention where a rank's heads split within a key/value group (a rank holding a
+// single group, as Llama 3 8B's do at width 8): the owner keeps head 0, one borrower computes heads
+// 1-2 (a run from the middle of group 0 into group 1), another head 3. Each computes the key and
+// value of the groups its heads touch; the outputs add up to the owner's, and the gradients — each
+// copy of a group's key and value summed at home — to its gradients, exactly.
+TEST(LayerWork, QueryHeadsOfOneKeyValueGroupSplitAcrossRanksExactly) {
+  Attention a = MakeAttention(4, 2, 11);  // head_dim 2, two groups of two query heads
+  auto& [spec, q, k, v, o, hidden, cos, sin] = a;
+  const torch::Tensor full = AttentionPartial(spec, hidden, q, k, v, o, cos, sin);
+  const auto want = torch::autograd::grad({full.pow(2).sum()}, {q, k, v, o, hidden});
+  const torch::Tensor rows = AttentionHeadRows(spec, {torch::Tensor(), q, k, v, o}).detach();
+
+  LayerWork owner;
+  owner.attention_keep = 1;
+  LayerWork x, y;  // the borrowers: none of their own heads here, only the owner's
+  x.attention_keep = y.attention_keep = 0;
+  x.attention = rows.narrow(0, 1, 2).clone();
+  x.attention_runs = {{0, 2, 1}};  // heads 1-2: the first of them one head into its group
+  y.attention = rows.narrow(0, 3, 1).clone();
+  y.attention_runs = {{0, 1, 1}};
+  for (LayerWork* w : {&x, &y}) w->grad_attention = torch::zeros_like(w->attention);
+  const torch::Tensor split = AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &owner) +
+                              AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &x) +
+                              AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &y);
+  EXPECT_TRUE(torch::allclose(split, full, 1e-12, 1e-12));
+  auto got = torch::autograd::grad({split.pow(2).sum()}, {q, k, v, o, hidden});
+  EXPECT_TRUE(torch::allclose(got[4], want[4], 1e-12, 1e-12));
+  // The owner's own gradients cover head 0 and group 0's key and value as head 0 uses them.
+  EXPECT_EQ(got[0].narrow(0, 2, 6).abs().max().item<double>(), 0);
+  EXPECT_EQ(got[1].narrow(0, 2, 2).abs().max().item<double>(), 0);
+  EXPECT_FALSE(torch::allclose(got[1].narrow(0, 0, 2), want[1].narrow(0, 0, 2), 1e-6, 1e-6)) << "group 0 is shared";
+  // Each borrower's runs come home and are added where they belong.
+  for (auto [w, begin] : {std::pair<LayerWork*, int64_t>{&x, 1}, {&y, 3}}) {
+    const HeadParts p = SumHeadRows(spec, begin, w->grad_attention);
+    got[0].narrow(0, p.q_row, p.q.size(0)).add_(p.q);
+    got[1].narrow(0, p.kv_row, p.k.size(0)).add_(p.k);
+    got[2].narrow(0, p.kv_row, p.v.size(0)).add_(p.v);
+    got[3].narrow(1, p.q_row, p.o.size(1)).add_(p.o);
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-12, 1e-12)) << "weight " << i + 1;
+  // A run computes a group's key and value once: the copies beside the run's first head in a group
+  // get no gradient (x's head 2 is group 1's first in its run, so both of x's heads carry one).
+  EXPECT_GT(x.grad_attention[1].narrow(0, 2, 4).abs().max().item<double>(), 0);
 }
 
 }  // namespace

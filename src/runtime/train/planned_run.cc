@@ -47,7 +47,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // compute, comm, copy, step, bytes sent, peak memory, pruned, migrated, late; FlexTP's load: predicted,
-// prune ratio, units and groups given, units and groups received
+// prune ratio, units and heads given, units and heads received
 constexpr int kRankFields = 15;
 
 // The plan must describe the job's batch: same sequence length, global batch and precision.
@@ -87,8 +87,8 @@ Result<std::vector<RankStepTimes>> GatherRankTimes(Communicator& comm, const Ran
   torch::Tensor mine = torch::tensor(
       {r.compute_s, r.comm_s, r.copy_s, r.step_s, r.bytes_sent, r.peak_memory_bytes, r.pruned_fraction,
        static_cast<double>(r.migrated_units), r.late_s, r.flextp.predicted_s, r.flextp.prune_ratio,
-       static_cast<double>(r.flextp.units_given), static_cast<double>(r.flextp.groups_given),
-       static_cast<double>(r.flextp.units_received), static_cast<double>(r.flextp.groups_received)},
+       static_cast<double>(r.flextp.units_given), static_cast<double>(r.flextp.heads_given),
+       static_cast<double>(r.flextp.units_received), static_cast<double>(r.flextp.heads_received)},
       torch::kFloat64);
   torch::Tensor all = torch::empty({comm.world_size() * kRankFields}, torch::kFloat64);
   MOTLEY_RETURN_IF_ERROR(comm.AllGather(comm.world(), mine, all));
@@ -525,9 +525,9 @@ Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
         per_rank.back()["flextp"] = {{"predicted_compute_s", r.flextp.predicted_s},
                                      {"prune_ratio", r.flextp.prune_ratio},
                                      {"units_given", r.flextp.units_given},
-                                     {"groups_given", r.flextp.groups_given},
+                                     {"heads_given", r.flextp.heads_given},
                                      {"units_received", r.flextp.units_received},
-                                     {"groups_received", r.flextp.groups_received}};
+                                     {"heads_received", r.flextp.heads_received}};
     }
     nlohmann::json line = {{"step", m.step},
                            {"loss", m.loss},
