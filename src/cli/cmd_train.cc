@@ -178,6 +178,9 @@ int RunTrain(const std::vector<std::string>& args) {
   app.add_option("--overflow-rank", options.overflow_rank, "fault injection (tests): with loss scaling, this rank's "
                  "gradients overflow ...")->group("");
   app.add_option("--overflow-step", options.overflow_step, "... in this step (from 1)")->group("");
+  app.add_option("--diverge-rank", options.diverge_rank, "fault injection (tests): this rank's loss is NaN ...")
+      ->group("");
+  app.add_option("--diverge-at-step", options.diverge_at_step, "... in this step (from 1)")->group("");
   app.add_flag("--cpu-copy-threads", options.cpu_copy_threads,
                "tests: offload copies on CPU asynchronous on worker threads, as on a GPU")->group("");
   if (auto rc = ParseArgs(app, args)) return *rc;

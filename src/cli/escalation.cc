@@ -35,6 +35,7 @@ std::vector<RankFailure> ReadFailureReports(const std::string& dir) {
       f.device = j.value("device", -1);
       f.step = j.value("step", int64_t{0});
       f.out_of_memory = j.value("out_of_memory", false);
+      f.diverged = j.value("diverged", false);
       f.message = j.value("message", std::string());
     } catch (const nlohmann::json::exception&) {
       continue;

@@ -29,6 +29,7 @@ struct RankFailure {
   int device = -1;        // cluster device id
   int64_t step = 0;       // the step it failed in (from 1)
   bool out_of_memory = false;
+  bool diverged = false;  // the run diverged ([divergence]): nothing to restart or replan
   std::string message;
 };
 

@@ -184,6 +184,8 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
     const int rc = Launch(launch);
     if (rc == 0) return rc;
     const std::vector<RankFailure> failures = ReadFailureReports(reports.string());
+    // A diverged run stopped as its job asked (rank 0 said why): no device is to blame.
+    if (std::any_of(failures.begin(), failures.end(), [](const RankFailure& f) { return f.diverged; })) return rc;
     if (std::none_of(failures.begin(), failures.end(), [](const RankFailure& f) { return f.out_of_memory; })) {
       // A rank died: its node is lost; the others go on without it, from the newest checkpoint.
       const std::vector<int> devices = RankDevices(plan);

@@ -97,6 +97,14 @@ Result<TrainerStateFile> ParseTrainerState(std::string_view text, const std::str
       return bad(fmt::format("\"loss_scale\" must be a positive number, got {}", v.dump()));
     s.loss_scale = v.get<double>();
   }
+  MOTLEY_RETURN_IF_ERROR(integer("data_skip_steps", &s.data_skip_steps, 0, false));
+  MOTLEY_RETURN_IF_ERROR(integer("rollbacks", &s.rollbacks, 0, false));
+  if (j.contains("lr_factor")) {
+    const nlohmann::json& v = j["lr_factor"];
+    if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 1)
+      return bad(fmt::format("\"lr_factor\" must be a number in (0, 1], got {}", v.dump()));
+    s.lr_factor = v.get<double>();
+  }
   MOTLEY_RETURN_IF_ERROR(text_field("precision", &s.precision));
   MOTLEY_RETURN_IF_ERROR(text_field("job_file", &s.job_file));
 
@@ -133,6 +141,9 @@ std::string TrainerStateJson(const TrainerStateFile& file) {
                       {"loss_scale_good_steps", s.loss_scale_good_steps},
                       {"precision", s.precision},
                       {"job_file", s.job_file},
+                      {"lr_factor", s.lr_factor},
+                      {"data_skip_steps", s.data_skip_steps},
+                      {"rollbacks", s.rollbacks},
                       {"data_sampler", "counter-based: (seed, step, index) determines every window"},
                       {"files", files}};
   j["checksum"] = Hex(StateChecksum(j));

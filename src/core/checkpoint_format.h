@@ -30,6 +30,12 @@ struct TrainerState {
   int64_t loss_scale_good_steps = 0;
   std::string precision;
   std::string job_file;
+  // After rollbacks from a diverged step ([divergence] action = "rollback"): the learning rate
+  // from here on is the schedule's times lr_factor, and step k draws the data windows of step
+  // k + data_skip_steps.
+  double lr_factor = 1.0;
+  int64_t data_skip_steps = 0;
+  int64_t rollbacks = 0;
 };
 
 /// A file of the checkpoint as it was written: its size and CRC-32, checked before loading.

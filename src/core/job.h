@@ -135,6 +135,19 @@ struct StragglerDetectionConfig {
   double rebalance_min_gain = 0.05;
 };
 
+/// [divergence]: what a run does when a step's loss or gradient norm is not finite (NaN or
+/// infinite) on any rank. The step is never applied and no checkpoint is written (or pruned)
+/// after it; then the run stops naming the step, the ranks and the last good checkpoint, or rolls
+/// back to that checkpoint and goes on as large runs' logbooks do by hand: the learning rate
+/// lowered and the data windows that led there skipped. (With fp16 loss scaling a non-finite
+/// gradient is an overflow: the step is skipped and the scale lowered, as always.)
+struct DivergenceConfig {
+  std::string action = "stop";  // "stop" | "rollback"
+  double lr_factor = 0.5;       // rollback: the learning rate from then on, times this (each rollback again)
+  bool skip_data = true;        // rollback: the replayed steps take the windows after the diverged step's
+  int64_t max_rollbacks = 3;    // rollback: then the run stops
+};
+
 /// [[emulation.stragglers]]: a rank made slower at run time, for tests and benchmarks (its compute
 /// ops stretched `slowdown` times from step `from_step` through `to_step`, 1-based; 0 = to the end).
 struct EmulatedStraggler {
@@ -167,6 +180,7 @@ struct JobSpec {
   PlanConfig plan;
   TensorParallelConfig tensor_parallel;
   StragglerDetectionConfig straggler_detection;
+  DivergenceConfig divergence;
   std::vector<EmulatedStraggler> stragglers;  // [[emulation.stragglers]]
 };
 

@@ -126,6 +126,14 @@ void ParseStragglerDetection(TomlTable& t, StragglerDetectionConfig* c) {
   t.Finish();
 }
 
+void ParseDivergence(TomlTable& t, DivergenceConfig* c) {
+  if (auto v = t.Choice("action", {"stop", "rollback"})) c->action = *v;
+  if (auto v = t.Number("lr_factor", 0.0, 1.0, Need::kOptional, true)) c->lr_factor = *v;
+  if (auto v = t.Bool("skip_data")) c->skip_data = *v;
+  if (auto v = t.Int("max_rollbacks", 1, 1000)) c->max_rollbacks = *v;
+  t.Finish();
+}
+
 void ParseEmulation(TomlTable& t, std::vector<EmulatedStraggler>* out) {
   for (auto& s : t.TableArray("stragglers", Need::kOptional, /*allow_single=*/true)) {
     EmulatedStraggler e;
@@ -256,6 +264,7 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
   if (auto t = root.Table("plan")) ParsePlan(*t, &job.plan);
   if (auto t = root.Table("tensor_parallel")) ParseTensorParallel(*t, &job.tensor_parallel);
   if (auto t = root.Table("straggler_detection")) ParseStragglerDetection(*t, &job.straggler_detection);
+  if (auto t = root.Table("divergence")) ParseDivergence(*t, &job.divergence);
   if (auto t = root.Table("emulation")) ParseEmulation(*t, &job.stragglers);
   root.Finish();
 

@@ -34,6 +34,7 @@
 #include <tuple>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -96,6 +97,11 @@ struct RankStepReport {
   double loss = 0;        // the global batch's mean loss (the same on every rank)
   double grad_norm = 0;   // global, before clipping (the same on every rank); unscaled
   bool skipped = false;   // loss scaling: a gradient overflowed on some rank, so no rank updated
+  // The step's loss or gradient norm was not finite (without loss scaling): where the norm was
+  // summed before the updates (clipping), no rank updated; the ranks whose own part was not finite.
+  bool diverged = false;
+  std::vector<int> diverged_ranks;  // where it began: the ranks whose own loss was not finite, else own gradients
+  std::string diverged_in;          // "loss" or "gradients"
   double step_s = 0;
   double compute_s = 0;   // forward, backward and optimizer ops (emulated slowness included)
   double comm_s = 0;      // collectives and waits for transfers (waiting for peers included)

@@ -489,6 +489,10 @@ class Executor::StepRun : public OpRunner {
     const int v = op.ministage;
     MinistageState& state = State(v);
     std::vector<ParamShard> shards = state.OptimizerShards();
+    if (report_.diverged) {  // the loss or the norm is not finite: no rank updates (the run stops or rolls back)
+      state.ClearGradients();
+      return Status::Ok();
+    }
     if (ex_.schedule_.loss_scaling) {
       if (report_.skipped) {  // some rank's gradients overflowed: no rank updates this step
         state.ClearGradients();
@@ -543,16 +547,33 @@ class Executor::StepRun : public OpRunner {
     return SumOfSquares(g);
   }
   // The step's loss and global gradient norm: this rank's parts summed over every rank.
+  // With them, two flags a rank: whether its own part of the loss, and of the norm, was not finite
+  // (where a divergence began, for the message; the sums alone would only say that it did).
   Status SumLossAndNorm() {
     const auto t = Clock::now();
-    torch::Tensor sums = torch::stack({loss_sum_, norm_sq_}).to(torch::kCPU);
+    const int world = ex_.comm_->world_size();
+    torch::Tensor sums = torch::zeros({2 + 2 * world}, torch::kFloat64);
+    sums.narrow(0, 0, 2).copy_(torch::stack({loss_sum_, norm_sq_}).to(torch::kCPU));
+    const double* local = sums.data_ptr<double>();
+    if (!std::isfinite(local[0])) sums[2 + ex_.rank_] = 1.0;
+    if (!std::isfinite(local[1])) sums[2 + world + ex_.rank_] = 1.0;
     MOTLEY_RETURN_IF_ERROR(ex_.comm_->AllReduceSum(ex_.comm_->world(), sums));
     report_.comm_s += Since(t);
     report_.loss = sums[0].item<double>();
     report_.grad_norm = std::sqrt(sums[1].item<double>());
     if (ex_.schedule_.loss_scaling) {
-      report_.skipped = !std::isfinite(report_.grad_norm);
+      report_.skipped = !std::isfinite(report_.grad_norm) || !std::isfinite(report_.loss);
       report_.grad_norm /= in_.loss_scale;
+    } else if (!std::isfinite(report_.loss) || !std::isfinite(report_.grad_norm)) {
+      report_.diverged = true;
+      // Where it began: the ranks whose own loss was not finite (their gradients then spread it
+      // through every reduction), else those whose own gradients were not.
+      for (const int part : {0, 1}) {
+        for (int r = 0; r < world; ++r)
+          if (sums[2 + part * world + r].item<double>() != 0) report_.diverged_ranks.push_back(r);
+        report_.diverged_in = part == 0 ? "loss" : "gradients";
+        if (!report_.diverged_ranks.empty()) break;
+      }
     }
     norm_known_ = true;
     return Status::Ok();

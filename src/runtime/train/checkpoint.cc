@@ -342,13 +342,36 @@ Result<std::function<Status(const std::string&, int64_t, torch::Tensor)>> Folder
   });
 }
 
+namespace {
+
+// A motley checkpoint's weights are checksummed, so only their values can be wrong: one with NaN
+// or infinite weights was written after a run diverged (motley no longer writes one) and is
+// refused for resuming, exporting and evaluating alike.
+Status CheckFiniteWeights(const std::string& dir, LlamaModelImpl& model, const std::set<std::string>& only) {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : model.named_parameters()) {
+    if ((!only.empty() && !only.count(p.key())) || IsPlaceholder(p.value()) || !p.value().is_floating_point()) continue;
+    if (!torch::isfinite(p.value()).all().item<bool>())
+      return Status::InvalidArgument(fmt::format(
+          "{}: {} holds NaN or infinite values: the run had diverged when it wrote this checkpoint; resume, export "
+          "or evaluate an earlier one (its folder's other step-* checkpoints)",
+          dir, p.key()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std::set<std::string>& only,
                         WeightSlice slice) {
   const bool checksummed = fs::exists(fs::path(dir) / kTrainerStateFile);
   if (checksummed) {
     MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile state, ReadStateFile(dir));
     MOTLEY_RETURN_IF_ERROR(VerifyFiles(dir, state));
-    if (IsShardedCheckpoint(dir)) return LoadShardedWeights(dir, state, model, only, slice);
+    if (IsShardedCheckpoint(dir)) {
+      MOTLEY_RETURN_IF_ERROR(LoadShardedWeights(dir, state, model, only, slice));
+      return CheckFiniteWeights(dir, model, only);
+    }
   }
   MOTLEY_ASSIGN_OR_RETURN(auto files, WeightFiles(dir));
   std::map<std::string, SafetensorsFile> open;
@@ -394,7 +417,8 @@ Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std
   if (missing.empty())
     for (const auto& [name, file] : files)
       if (!used.count(name) && !name.ends_with("rotary_emb.inv_freq")) unexpected.push_back(name);
-  return CheckWeightNames(dir, missing, unexpected);
+  MOTLEY_RETURN_IF_ERROR(CheckWeightNames(dir, missing, unexpected));
+  return checksummed ? CheckFiniteWeights(dir, model, only) : Status::Ok();
 }
 
 Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<ParamShard>& shards) {

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -154,6 +155,45 @@ TEST(Checkpoint, SavesAndLoadsWeightsOptimizerAndState) {
             std::string::npos)
       << lost.status().message();
   fs::remove_all(dir);
+}
+
+// A checkpoint written with NaN or infinite weights (what a diverged run wrote before #48) is
+// refused by everything that reads its weights — resuming, exporting, evaluating — naming the
+// parameter and the way out; the rollbacks' figures in the trainer state survive a round trip.
+TEST(Checkpoint, NonFiniteWeightsAreRefusedAndRollbackFiguresRoundTrip) {
+  fs::path dir = TempDir("motley_ckpt_nan");
+  LlamaModel model(Tiny(), 1);
+  std::vector<ParamShard> shards = WholeParameterShards(*model);
+  for (auto& s : shards) {
+    s.exp_avg = torch::zeros_like(s.param);
+    s.exp_avg_sq = torch::zeros_like(s.param);
+  }
+  TrainerState state{.step = 4, .updates = 4, .total_steps = 10, .seed = 1, .precision = "fp32"};
+  state.lr_factor = 0.25;
+  state.data_skip_steps = 3;
+  state.rollbacks = 2;
+  const std::string good = SaveRunCheckpoint((dir / "good").string(), 2, *model, shards, state).value();
+  std::vector<ParamShard> again = WholeParameterShards(*model);
+  const TrainerState loaded = LoadTrainingState(good, again).value();
+  EXPECT_EQ(loaded.lr_factor, 0.25);
+  EXPECT_EQ(loaded.data_skip_steps, 3);
+  EXPECT_EQ(loaded.rollbacks, 2);
+  {
+    torch::NoGradGuard no_grad;
+    model->named_parameters()["model.layers.1.mlp.up_proj.weight"].view(-1)[5] = std::nan("");
+  }
+  const std::string bad = SaveRunCheckpoint((dir / "bad").string(), 2, *model, shards, state).value();
+  LlamaModel other(Tiny(), 2);
+  const Status load = LoadModelWeights(bad, *other);
+  ASSERT_FALSE(load.ok());
+  EXPECT_NE(load.message().find("model.layers.1.mlp.up_proj.weight holds NaN or infinite values"), std::string::npos)
+      << load.message();
+  EXPECT_NE(load.message().find("an earlier one"), std::string::npos) << load.message();
+  const Status exported = ExportCheckpoint(bad, (dir / "out").string());
+  ASSERT_FALSE(exported.ok());
+  EXPECT_NE(exported.message().find("NaN or infinite"), std::string::npos) << exported.message();
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  EXPECT_TRUE(LoadModelWeights(good, *other).ok());
 }
 
 TEST(Checkpoint, ASavedStepIsReplacedWholeAndAnInterruptedSavesLeftoversGo) {

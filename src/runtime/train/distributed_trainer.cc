@@ -31,12 +31,14 @@ Status TrainSteps(PlannedRun& run, const JobSpec& job, const TrainOptions& optio
 }
 
 // What failed on this rank, for a supervising `motley train` (TrainOptions::failure_report_dir).
-void WriteFailureReport(const TrainOptions& options, int rank, int device, int64_t step, const Status& s) {
+void WriteFailureReport(const TrainOptions& options, int rank, int device, int64_t step, const Status& s,
+                        bool diverged) {
   if (options.failure_report_dir.empty()) return;
   const nlohmann::json j = {{"rank", rank},
                             {"device", device},
                             {"step", step},
                             {"out_of_memory", s.code() == StatusCode::kOutOfMemory},
+                            {"diverged", diverged},
                             {"message", s.message()}};
   std::error_code ec;
   fs::create_directories(options.failure_report_dir, ec);
@@ -50,8 +52,14 @@ Result<TrainSummary> RunToTheEnd(const JobSpec& job, const TrainOptions& options
     // The step it failed in: the one after the last finished (validating or checkpointing after
     // step N fails "in" step N + 1 too: the retry starts from a state before it).
     // A consequence of another rank's failure (which the message names): not this rank's to report.
+    // A diverged run: every rank knows at once; rank 0 says so (and reports it), the others follow.
+    if (run->diverged() && run->rank() != 0) return Status::PeerFailed("stopped with the run, which diverged");
+    if (run->diverged()) {
+      WriteFailureReport(options, run->rank(), run->device(), run->step() + 1, s, true);
+      return s;
+    }
     if (run->AnotherRankFailedFirst()) return Status::PeerFailed(s.message());
-    WriteFailureReport(options, run->rank(), run->device(), run->step() + 1, s);
+    WriteFailureReport(options, run->rank(), run->device(), run->step() + 1, s, false);
     run->ReportFailure(s.message());  // the other ranks stop now, naming this one, not at a timeout
     return s;
   }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <set>
 #include <optional>
@@ -322,6 +323,9 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   state_.loss_scale = scaler_.scale();
   state_.loss_scale_good_steps = scaler_.good_steps();
   state_.tokens_seen = loaded.tokens_seen;
+  state_.lr_factor = loaded.lr_factor;  // rollbacks before the checkpoint carry on
+  state_.data_skip_steps = loaded.data_skip_steps;
+  state_.rollbacks = loaded.rollbacks;
   val_sequences_ = data_->validation
                        ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data_->validation, tc.seq_len))
                        : 0;
@@ -420,14 +424,15 @@ Status PlannedRun::Step() {
   if (trace) MOTLEY_RETURN_IF_ERROR(comm_->Barrier(comm_->world()));  // one time origin for every rank
   StepInputs in;
   in.step = step;
-  in.lr = LearningRate(job_.optimizer, job_.lr_schedule, step, total_steps_);
+  in.lr = LearningRate(job_.optimizer, job_.lr_schedule, step, total_steps_) * state_.lr_factor;
   in.update = state_.updates + 1;
   in.loss_scale = job_.training.loss_scaling ? scaler_.scale() : 1.0;
   in.inject_overflow = comm_->rank() == options_.overflow_rank && step + 1 == options_.overflow_step;
   in.tokens = [&](int64_t first, int64_t n) {
     // The executor takes tokens from a callback; a shard cut short under the job is an exception
     // here, turned into this rank's error by the rank's guard (and named to the others).
-    if (Status read = SampleTrainingWindows(data_->train, job_.training.seed, step, first, n, seq, &windows_);
+    if (Status read = SampleTrainingWindows(data_->train, job_.training.seed, step + state_.data_skip_steps, first, n,
+                                            seq, &windows_);
         !read.ok())
       throw std::runtime_error(read.message());
     return torch::from_blob(windows_.data(), {n, seq + 1}, torch::kInt64).clone();
@@ -438,8 +443,13 @@ Status PlannedRun::Step() {
     in.loss_factor = options_.perturb_loss_factor;
     in.loss_factor_microbatch = options_.perturb_microbatch;
   }
+  if (comm_->rank() == options_.diverge_rank && step + 1 == options_.diverge_at_step && !divergence_injected_) {
+    divergence_injected_ = true;  // (a rolled-back run replays the step: it does not diverge again)
+    in.loss_factor = std::numeric_limits<double>::quiet_NaN();
+  }
   executor_->set_record_trace(trace);
   MOTLEY_ASSIGN_OR_RETURN(RankStepReport report, executor_->RunStep(in));
+  if (report.diverged) return Diverged(report);  // every rank knows: the step's reduction told them all
   MOTLEY_ASSIGN_OR_RETURN(std::vector<RankStepTimes> ranks, GatherRankTimes(*comm_, report));
   if (trace) {
     MOTLEY_ASSIGN_OR_RETURN(std::vector<TraceEvent> events, GatherTrace(*comm_, report.trace));

@@ -49,6 +49,9 @@ class PlannedRun {
   int device() const { return schedule_.programs.empty() ? -1 : schedule_.programs[rank()].device; }
   int64_t total_steps() const { return total_steps_; }
   int64_t steps_run() const { return summary_.steps_run; }
+  /// The run stopped at a diverged step ([divergence]): every rank knows it at once (the step's
+  /// one reduction told them all), so none of them blames another.
+  bool diverged() const { return diverged_; }
 
  private:
   PlannedRun(const JobSpec& job, const TrainOptions& options) : job_(job), options_(options) {}
@@ -57,6 +60,10 @@ class PlannedRun {
   // Live rebalancing ([straggler_detection] rebalance).
   Status Rebalance(const std::vector<StragglerMonitor::Change>& changes);
   Status SwitchTo(const Plan& next);
+  // A diverged step ([divergence]; planned_run_divergence.cc): stop, or roll back to the last good
+  // checkpoint and go on.
+  Status Diverged(const RankStepReport& report);
+  Status RollBack(const std::string& dir);
 
   const JobSpec& job_;
   const TrainOptions& options_;
@@ -80,6 +87,8 @@ class PlannedRun {
   LossScaler scaler_;  // [training] loss_scaling: the same on every rank
   TrainSummary summary_;
   bool lead_ = false;
+  bool diverged_ = false;
+  bool divergence_injected_ = false;  // fault injection (tests): once a process
   int64_t total_steps_ = 0, tokens_per_step_ = 0, val_sequences_ = 0;
   std::vector<int64_t> windows_;
   // Steps after the first (the first warms up), summed.

@@ -13,6 +13,7 @@
 #include "data/training_data.h"
 #include "runtime/train/adamw.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/divergence.h"
 #include "runtime/train/evaluate.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/train/loss_scaler.h"
@@ -125,6 +126,9 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
     state.step = loaded.step;
     state.updates = loaded.updates;
     state.tokens_seen = loaded.tokens_seen;
+    state.lr_factor = loaded.lr_factor;  // rollbacks before the checkpoint carry on
+    state.data_skip_steps = loaded.data_skip_steps;
+    state.rollbacks = loaded.rollbacks;
     scaler.Restore(loaded.loss_scale, loaded.loss_scale_good_steps);
   }
 
@@ -178,20 +182,26 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   double timed_s = 0;
   int64_t timed_tokens = 0;
   std::vector<int64_t> windows;
+  bool nan_injected = false;
   if (state.step == 0) MOTLEY_RETURN_IF_ERROR(validate(0));
   while (state.step < total_steps) {
     const auto step_start = Clock::now();
     const int64_t step = state.step;  // 0-based index of this step: the sampler's and the schedule's key
-    const double lr = LearningRate(job.optimizer, job.lr_schedule, step, total_steps);
+    const double lr = LearningRate(job.optimizer, job.lr_schedule, step, total_steps) * state.lr_factor;
+    // Fault injection (tests): this step's loss is NaN, once a process.
+    const bool inject_nan = options.diverge_rank == 0 && step + 1 == options.diverge_at_step && !nan_injected;
+    nan_injected = nan_injected || inject_nan;
     for (auto& s : shards) s.grad.zero_();
     double loss_sum = 0;
     for (int64_t first = 0; first < batch; first += micro) {
       const int64_t n = std::min(micro, batch - first);
-      MOTLEY_RETURN_IF_ERROR(SampleTrainingWindows(data.train, tc.seed, step, first, n, seq, &windows));
+      MOTLEY_RETURN_IF_ERROR(
+          SampleTrainingWindows(data.train, tc.seed, step + state.data_skip_steps, first, n, seq, &windows));
       torch::Tensor tokens = torch::from_blob(windows.data(), {n, seq + 1}, torch::kInt64).to(device);
       torch::Tensor logits = model->forward(tokens.narrow(1, 0, seq), tc.activation_checkpointing);
       // This microbatch's share of the step's mean loss.
       torch::Tensor loss = NextTokenLoss(logits, tokens.narrow(1, 1, seq)) * (static_cast<double>(n) / batch);
+      if (inject_nan) loss = loss * std::numeric_limits<double>::quiet_NaN();
       loss_sum += loss.item<double>();
       (tc.loss_scaling ? loss * scaler.scale() : loss).backward();
     }
@@ -202,8 +212,35 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
     bool apply = true;
     if (tc.loss_scaling) apply = scaler.UnscaleAndUpdate(shards);
     StepMetrics m;
+    if (apply) m.grad_norm = std::sqrt(GradNormSquared(shards));
+    if (!tc.loss_scaling && (!std::isfinite(loss_sum) || !std::isfinite(m.grad_norm))) {
+      // Diverged ([divergence]): not applied; stop, or go back to the last good checkpoint.
+      const std::string what = DivergedStep(step + 1, loss_sum, m.grad_norm, {}, "");
+      const std::string good = LastGoodCheckpoint(job.checkpoint.dir, options.resume);
+      const bool back = RollsBack(job.divergence, good, state.rollbacks);
+      MOTLEY_RETURN_IF_ERROR(metrics.Write({{"event", "diverged"},
+                                            {"step", step + 1},
+                                            {"loss", fmt::format("{}", loss_sum)},
+                                            {"grad_norm", fmt::format("{}", m.grad_norm)},
+                                            {"action", back ? "rollback" : "stop"}}));
+      if (!back) return StopDiverged(what, good, job.divergence, state.rollbacks);
+      MOTLEY_RETURN_IF_ERROR(LoadModelWeights(good, *model));
+      MOTLEY_ASSIGN_OR_RETURN(const TrainerState loaded, LoadTrainingState(good, shards));
+      state = RolledBack(job.divergence, state, loaded, step + 1);
+      scaler.Restore(loaded.loss_scale, loaded.loss_scale_good_steps);
+      fmt::print(stderr, "motley train: {} — rolled back to {} (step {}); the learning rate is now {}x the schedule's "
+                 "(rollback {} of {})\n", what, good, state.step, state.lr_factor, state.rollbacks,
+                 job.divergence.max_rollbacks);
+      MOTLEY_RETURN_IF_ERROR(metrics.Write({{"event", "rollback"},
+                                            {"step", step + 1},
+                                            {"to_step", state.step},
+                                            {"checkpoint", good},
+                                            {"lr_factor", state.lr_factor},
+                                            {"data_skip_steps", state.data_skip_steps},
+                                            {"rollbacks", state.rollbacks}}));
+      continue;
+    }
     if (apply) {
-      m.grad_norm = std::sqrt(GradNormSquared(shards));
       ClipGradients(shards, m.grad_norm, job.optimizer.grad_clip_norm);
       adamw.Step(shards, lr, ++state.updates);
     }

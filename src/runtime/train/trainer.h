@@ -58,6 +58,10 @@ struct TrainOptions {
   // infinite) in this step (from 1; 0: never) — every rank must then skip the step.
   int overflow_rank = 0;
   int64_t overflow_step = 0;
+  // Fault injection for tests: this rank's loss is NaN in this step (from 1; once a process) — the
+  // run diverges there ([divergence]).
+  int diverge_rank = -1;
+  int64_t diverge_at_step = 0;
   bool cpu_copy_threads = false;  // tests: CPU offload copies asynchronous, as on a GPU (copy_engine.h)
 };
 
