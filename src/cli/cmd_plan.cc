@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/file_io.h"
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/plan_inputs.h"
@@ -126,9 +127,10 @@ int RunPlan(const std::vector<std::string>& args) {
     Plan written = chosen.plan;
     written.model = ReferenceFromPlanAt(out_path, written.model);
     written.cluster = ReferenceFromPlanAt(out_path, written.cluster);
-    std::ofstream out(out_path);
-    out << (out_path.ends_with(".json") ? PlanToJson(written).dump(2) + "\n" : PlanToToml(written));
-    if (!out) return fail(Status::IoError(fmt::format("{}: cannot write the plan", out_path)));
+    if (Status s = AtomicWriteFile(out_path, out_path.ends_with(".json") ? PlanToJson(written).dump(2) + "\n"
+                                                                          : PlanToToml(written));
+        !s.ok())
+      return fail(s);
   }
 
   const int64_t tokens = global_batch_tokens;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/file_io.h"
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/plan_inputs.h"
@@ -57,9 +58,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   const SimResult* r = &answer->result;
   const int routed = answer->routed;
   if (!trace_path.empty()) {
-    std::ofstream out(trace_path);
-    out << ChromeTraceJson(*s, in->cluster, *r);
-    if (!out) return fail(Status::IoError(fmt::format("{}: cannot write the trace", trace_path)));
+    if (Status st = AtomicWriteFile(trace_path, ChromeTraceJson(*s, in->cluster, *r)); !st.ok()) return fail(st);
   }
 
   if (json) {

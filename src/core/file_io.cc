@@ -2,8 +2,10 @@
 
 #include <cstdint>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -17,34 +19,91 @@
 namespace motley {
 namespace fs = std::filesystem;
 
-Status AtomicWriteFile(const std::string& path, const std::function<Status(const AppendFn&)>& write,
-                       uint32_t* crc32) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return Status::IoError(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-  boost::crc_32_type crc;
+Result<OutputTarget> ResolveOutput(const std::string& path) {
+  OutputTarget out{path, false};
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return out;  // nothing there: a new file
+  // A symbolic link is followed — what it points to is written, the link stays — hop by hop, so
+  // that a dangling one's target is created.
+  for (int hops = 0; S_ISLNK(st.st_mode); ++hops) {
+    std::error_code ec;
+    const fs::path to = fs::read_symlink(out.path, ec);
+    if (ec || hops == 40)
+      return Status::InvalidArgument(fmt::format("{}: a symbolic link that cannot be followed ({}); give a file path",
+                                                 path, ec ? ec.message() : "too many levels"));
+    out.path = (to.is_absolute() ? to : fs::path(out.path).parent_path() / to).string();
+    if (::lstat(out.path.c_str(), &st) != 0) return out;  // a dangling link: its target is created
+  }
+  if (S_ISREG(st.st_mode)) return out;
+  if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
+    out.through = true;
+    return out;
+  }
+  const char* what = S_ISDIR(st.st_mode) ? "a directory" : S_ISSOCK(st.st_mode) ? "a socket" : "a block device";
+  return Status::InvalidArgument(fmt::format(
+      "{}: is {}; motley writes a file here only where there is none, a regular file, a character device or a pipe — "
+      "give a file path{}",
+      path, what, S_ISDIR(st.st_mode) ? fmt::format(" (e.g. {})", (fs::path(path) / "out").string()) : ""));
+}
+
+Result<std::pair<std::string, int>> CreateTempBeside(const std::string& target) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = fmt::format("{}.tmp-{}-{}", target, ::getpid(), counter++);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST)
+      return Status::InvalidArgument(fmt::format("{}: exists and motley did not create it in this run; remove it", tmp));
+    return Status::IoError(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
+  }
+  return std::make_pair(tmp, fd);
+}
+
+namespace {
+
+// Writes `write`'s bytes to `fd` (named `name` for messages), their CRC-32 into `crc`.
+Status WriteAllTo(int fd, const std::string& name, const std::function<Status(const AppendFn&)>& write,
+                  boost::crc_32_type* crc) {
   auto append = [&](const void* data, size_t size) -> Status {
-    crc.process_bytes(data, size);
+    crc->process_bytes(data, size);
     const char* c = static_cast<const char*>(data);
     while (size > 0) {
       const ssize_t w = ::write(fd, c, size);
-      if (w <= 0) return Status::IoError(fmt::format("{}: write failed: {}", tmp, std::strerror(errno)));
+      if (w <= 0) return Status::IoError(fmt::format("{}: write failed: {}", name, std::strerror(errno)));
       c += w;
       size -= static_cast<size_t>(w);
     }
     return Status::Ok();
   };
-  Status s = write(append);
+  return write(append);
+}
+
+}  // namespace
+
+Status AtomicWriteFile(const std::string& path, const std::function<Status(const AppendFn&)>& write,
+                       uint32_t* crc32) {
+  MOTLEY_ASSIGN_OR_RETURN(const OutputTarget target, ResolveOutput(path));
+  boost::crc_32_type crc;
+  if (target.through) {  // a character device or a pipe: written in place, never replaced
+    const int fd = ::open(target.path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return Status::IoError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    Status s = WriteAllTo(fd, path, write, &crc);
+    ::close(fd);
+    if (s.ok() && crc32 != nullptr) *crc32 = crc.checksum();
+    return s;
+  }
+  MOTLEY_ASSIGN_OR_RETURN(const auto created, CreateTempBeside(target.path));
+  const auto& [tmp, fd] = created;
+  Status s = WriteAllTo(fd, tmp, write, &crc);
   if (s.ok() && ::fsync(fd) != 0) s = Status::IoError(fmt::format("{}: fsync failed: {}", tmp, std::strerror(errno)));
   if (::close(fd) != 0 && s.ok()) s = Status::IoError(fmt::format("{}: close failed: {}", tmp, std::strerror(errno)));
-  if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0)
+  if (s.ok() && std::rename(tmp.c_str(), target.path.c_str()) != 0)
     s = Status::IoError(fmt::format("{}: rename failed: {}", path, std::strerror(errno)));
   if (!s.ok()) {
-    std::remove(tmp.c_str());
+    std::remove(tmp.c_str());  // this process's own temporary
     return s;
   }
   if (crc32 != nullptr) *crc32 = crc.checksum();
-  const fs::path parent = fs::path(path).parent_path();
+  const fs::path parent = fs::path(target.path).parent_path();
   return FsyncDirectory(parent.empty() ? "." : parent.string());
 }
 

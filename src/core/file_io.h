@@ -7,10 +7,29 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/status.h"
 
 namespace motley {
+
+/// The one rule for every file motley writes (issue #48), what AtomicWriteFile and the data
+/// writers follow:
+///   - a path that does not exist, or names a regular file: a temporary beside it that this
+///     process creates (never one that was there: O_EXCL, a name of its own), renamed over it;
+///   - a character device or a pipe (`-o /dev/null`): written through — it stays what it is;
+///   - a symbolic link: followed — what it points to is written by these rules, the link stays;
+///   - a directory, a socket or a block device: refused, naming the path and the fix.
+/// Nothing the writer did not create is removed.
+struct OutputTarget {
+  std::string path;      // where to write: the path given, or what its links point to
+  bool through = false;  // a character device or a pipe: written in place
+};
+Result<OutputTarget> ResolveOutput(const std::string& path);
+
+/// A temporary file beside `target` created by this process alone (O_EXCL, O_NOFOLLOW): its name,
+/// and its descriptor (open for writing).
+Result<std::pair<std::string, int>> CreateTempBeside(const std::string& target);
 
 /// Calls `write(append)` where `append(bytes, n)` adds to the file; returns the bytes' CRC-32 in
 /// `crc32` when not null.

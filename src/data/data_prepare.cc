@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/file_io.h"
 #include "core/json_read.h"
 #include "data/token_file.h"
 
@@ -246,9 +247,7 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
   if (!tokenizer.hash().empty()) manifest["tokenizer_hash"] = tokenizer.hash();
   if (summary.skipped_lines > 0) manifest["skipped_lines"] = summary.skipped_lines;
   summary.manifest_file = (fs::path(options.output_dir) / "data.json").string();
-  std::ofstream out(summary.manifest_file);
-  out << manifest.dump(2) << "\n";
-  if (!out) return Status::IoError(fmt::format("{}: cannot write", summary.manifest_file));
+  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile(summary.manifest_file, manifest.dump(2) + "\n"));
   return summary;
 }
 

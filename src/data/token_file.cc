@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/file_io.h"
 
 namespace motley {
 namespace {
@@ -24,11 +25,15 @@ constexpr size_t kHeaderBytes = kHeaderInts * sizeof(int32_t);
 
 Result<TokenFileWriter> TokenFileWriter::Create(const std::string& path, int64_t vocab_size) {
   TokenFileWriter w;
-  w.path_ = path;
-  w.tmp_ = path + ".tmp";
+  // The output rule (core/file_io.h): a temporary of this process's own, renamed over the file.
+  MOTLEY_ASSIGN_OR_RETURN(const OutputTarget target, ResolveOutput(path));
+  if (target.through)
+    return Status::InvalidArgument(fmt::format("{}: is a device or a pipe; a token file is written into a folder", path));
+  MOTLEY_ASSIGN_OR_RETURN(const auto created, CreateTempBeside(target.path));
+  w.path_ = target.path;
+  w.tmp_ = created.first;
+  w.fd_ = created.second;
   w.wide_ = vocab_size > 65536;
-  w.fd_ = ::open(w.tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (w.fd_ < 0) return Status::IoError(fmt::format("{}: cannot create: {}", w.tmp_, std::strerror(errno)));
   w.buffer_.resize(kHeaderBytes, 0);  // the header, completed by Finish()
   return w;
 }

@@ -3,6 +3,7 @@
 #include "runtime/train/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -34,8 +35,16 @@ Result<std::unique_ptr<RunDirLock>> RunDirLock::Acquire(const std::string& run_d
   fs::create_directories(run_dir, ec);
   if (ec) return Status::IoError(fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
   const std::string path = (fs::path(run_dir) / ".lock").string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Never through a link: a planted one would have the lock's note written over what it names.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0 && errno == ELOOP)
+    return Status::InvalidArgument(fmt::format("{}: is a symbolic link, not motley's lock file; remove it", path));
   if (fd < 0) return Status::IoError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::InvalidArgument(fmt::format("{}: is not a regular file, not motley's lock file; remove it", path));
+  }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     char holder[256] = {};
     const ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
@@ -132,9 +141,15 @@ Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::
                       const TrainerState& state) {
   const std::string tmp = dir + ".tmp";
   std::error_code ec;
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot create: {}", tmp, ec.message()));
+  // Never removed: what is there was not made by this run (a run folder's interrupted saves are
+  // cleared before, RemoveInterruptedSaves).
+  if (fs::exists(fs::symlink_status(tmp, ec)))
+    return Status::InvalidArgument(fmt::format(
+        "{}: exists and this command did not create it (a leftover of an interrupted export, or someone else's); "
+        "remove it, or write the checkpoint elsewhere",
+        tmp));
+  if (!fs::create_directory(tmp, ec) || ec)
+    return Status::IoError(fmt::format("{}: cannot create: {}", tmp, ec ? ec.message() : "it appeared meanwhile"));
   TrainerStateFile out;
   out.state = state;
   auto record = [&](const std::string& name, uint32_t crc) {
