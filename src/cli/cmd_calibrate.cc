@@ -15,7 +15,9 @@
 #include "cli/run_metrics.h"
 #include "cli/table_printer.h"
 #include "core/file_io.h"
+#include "plan/lower.h"
 #include "sim/profile_calibration.h"
+#include "sim/routing_costs.h"
 
 namespace motley::cli {
 
@@ -41,10 +43,16 @@ int RunCalibrate(const std::vector<std::string>& args) {
     fmt::print(stderr, "{}\n", s.message());
     return kExitFailure;
   };
-  Result<std::vector<double>> measured = MedianRankCompute(metrics_paths, from_step);
-  if (!measured.ok()) return fail(measured.status());
   Result<PlanInputs> in = LoadPlanInputs(plan_path, "", "");
   if (!in.ok()) return fail(in.status());
+  // The schedule the plan lowers to, as a run of it does: only the steps that ran it count.
+  Plan lowered_plan = in->plan;
+  FillDefaultRouting(&lowered_plan, in->cluster, in->model);
+  Result<Schedule> schedule = LowerPlan(lowered_plan, in->cluster, in->model);
+  if (!schedule.ok()) return fail(schedule.status());
+  const std::string hash = ScheduleHash(*schedule);
+  Result<std::vector<double>> measured = MedianRankCompute(metrics_paths, from_step, hash);
+  if (!measured.ok()) return fail(measured.status());
   Result<Profile> profile = LoadAnyProfile(profile_path);
   if (!profile.ok()) return fail(profile.status());
   Profile calibrated = *profile;
@@ -54,7 +62,7 @@ int RunCalibrate(const std::vector<std::string>& args) {
   // The links too, from the same run: the collectives' cost inside a step (a plan without
   // communication leaves them as they are).
   std::string links_said;
-  Result<std::vector<double>> comm = MedianRankComm(metrics_paths, from_step);
+  Result<std::vector<double>> comm = MedianRankComm(metrics_paths, from_step, hash);
   Result<CommCalibration> cc = comm.ok() ? CalibrateCommunication(&calibrated, in->plan, in->cluster, in->model, *comm)
                                          : Result<CommCalibration>(comm.status());
   if (!cc.ok()) {

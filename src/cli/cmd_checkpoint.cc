@@ -34,6 +34,9 @@ int RunCheckpoint(const std::vector<std::string>& args) {
   if (info->parsed()) {
     Result<TrainerStateFile> state = VerifyCheckpoint(*dir);
     if (!state.ok()) return fail(state.status());
+    if (Status loads = CheckCheckpointLoads(*dir); !loads.ok())
+      return fail(Status::InvalidArgument(
+          fmt::format("every checksum verified, but the checkpoint does not load: {}", loads.message())));
     int64_t bytes = 0, ranks = 0;
     for (const auto& [name, record] : state->files) {
       bytes += record.bytes;
@@ -44,6 +47,7 @@ int RunCheckpoint(const std::vector<std::string>& args) {
                IsShardedCheckpoint(*dir) ? fmt::format("sharded: {} rank file(s) and an index", ranks)
                                          : std::string("consolidated"),
                state->files.size(), static_cast<double>(bytes) / (1 << 20));
+    fmt::print("  every weight loads (names, shapes, finite values)\n");
     for (const auto& [name, record] : state->files) fmt::print("  {:<28} {:>12} bytes\n", name, record.bytes);
     return kExitOk;
   }

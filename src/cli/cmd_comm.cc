@@ -57,11 +57,14 @@ int RunComm(const std::vector<std::string>& args) {
   check->add_option("--device", device_name,
                     "auto (each rank its GPU when every rank of the host has one: NCCL), cpu (Gloo) or cuda")
       ->capture_default_str();
-  check->add_option("--size-mb", size_mb, "all-reduce payload for the bandwidth test")->capture_default_str();
-  check->add_option("--iterations", iterations, "timed all-reduces")->capture_default_str();
-  check->add_option("--timeout", timeout_s, "seconds one operation may take")->capture_default_str();
-  check->add_option("--die-rank", die_rank, "fault injection: this rank kills itself (SIGKILL) ...");
-  check->add_option("--die-after", die_after_s, "... this many seconds into the bandwidth test");
+  // (What cannot measure is refused: no all-reduce timed, an empty payload, a fault that cannot fire.)
+  check->add_option("--size-mb", size_mb, "all-reduce payload for the bandwidth test")
+      ->check(Between(0.001, 16384))
+      ->capture_default_str();
+  check->add_option("--iterations", iterations, "timed all-reduces")->check(Between(1, 1e9))->capture_default_str();
+  check->add_option("--timeout", timeout_s, "seconds one operation may take")->check(Between(1, 86400))->capture_default_str();
+  check->add_option("--die-rank", die_rank, "fault injection: this rank kills itself (SIGKILL) ...")->check(AtLeast(0));
+  check->add_option("--die-after", die_after_s, "... this many seconds into the bandwidth test")->check(AtLeast(0));
   check->add_option("--fault", fault, "... by: kill (SIGKILL), stop (SIGSTOP: it hangs) or error (exits 1 with a message)")
       ->check(CLI::IsMember({"kill", "stop", "error"}))
       ->capture_default_str();
@@ -92,6 +95,10 @@ int RunComm(const std::vector<std::string>& args) {
     c.ReportFailure(s.message());
     return fail(s);
   };
+  if (die_rank >= c.world_size())  // every rank says so: the fault asked for could never fire
+    return fail(Status::InvalidArgument(fmt::format(
+        "--die-rank {}: no such rank — this launch has {} (0..{}); the fault would never fire", die_rank,
+        c.world_size(), c.world_size() - 1)));
   const auto on = torch::TensorOptions().dtype(torch::kFloat32).device(*device);
   if (Status s = CheckCollectives(c, on); !s.ok()) return fail_here(s);
 
@@ -108,6 +115,11 @@ int RunComm(const std::vector<std::string>& args) {
     if (device->is_cuda()) SynchronizeDevice(*device);  // NCCL's wait holds only the stream
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+  if (c.rank() == die_rank)  // the test ended before the fault's time came
+    return fail_here(Status::InvalidArgument(fmt::format(
+        "--die-after {}: the bandwidth test took {:.3f} s, so the fault never fired — give a shorter --die-after or "
+        "more --iterations",
+        die_after_s, elapsed)));
   const int w = c.world_size();
   const double bus_gbps = iterations > 0 && elapsed > 0
                               ? 2.0 * (w - 1) / w * payload.numel() * 4 * iterations * 8 / elapsed / 1e9

@@ -166,6 +166,8 @@ int RunTrain(const std::vector<std::string>& args) {
                "start over in a checkpoint folder that holds another run's checkpoints (they and its metrics are "
                "removed); without it such a run is refused unless it resumes (--resume)");
   app.add_flag("!--no-validation", options.validate, "skip validation");
+  app.add_flag("--metrics-append", options.metrics_append,
+               "add this run's lines to an existing metrics file (a new run refuses one that holds another run's)");
   app.add_option("--failure-reports", options.failure_report_dir,
                  "a rank that fails writes what failed here (for the supervising `motley train`)")->group("");
   app.add_option("--die-rank", options.die_rank, "fault injection (tests): this rank kills itself ...")->group("");

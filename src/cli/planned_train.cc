@@ -176,7 +176,7 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
     LaunchOptions launch;
     launch.failed_rank = &failed_rank;
     launch.nproc = plan.num_devices();
-    launch.command = {run.self, "train"};
+    launch.command = {run.self, "train", "--metrics-append"};  // its attempts and events share one file
     launch.command.insert(launch.command.end(), args.begin(), args.end());
     for (const std::string& a : {std::string("--plan"), run.plan_path, std::string("--profile"), run.profile_path,
                                  std::string("--failure-reports"), reports.string()})
@@ -387,7 +387,7 @@ int RunPlannedTrain(const std::string& job_arg, const JobSpec& job_as_given, con
     LaunchOptions base;
     base.nproc = even.plan.num_devices();
     base.command = {self, "train", job_arg, "--plan", even_path, "--steps", std::to_string(options.baseline_steps),
-                    "--metrics", even_metrics, "--no-checkpoint", "--no-validation"};
+                    "--metrics", even_metrics, "--metrics-append", "--no-checkpoint", "--no-validation"};
     const std::streamoff from = FileSize(even_metrics);
     if (Launch(base) != 0) return fail(Status::Internal("the even-split baseline failed (see above)"));
     baseline_s = MeanStepSeconds(even_metrics, from);

@@ -14,23 +14,48 @@ namespace {
 using RankTimes = std::map<int, std::vector<double>>;
 
 // Appends the per-rank times `field` of `path`'s steps from `from_step` on to `by_rank`; how many steps.
+// With `schedule_hash`, only the steps that ran that schedule count (the metrics name it at a run's
+// start and at each live rebalance); a file whose steps all ran another is refused, naming both.
 Result<int> ReadRankTimes(const std::string& path, const char* field, int from_step, std::streamoff from_byte,
-                          RankTimes* by_rank) {
+                          const std::string& schedule_hash, RankTimes* by_rank) {
   std::ifstream in(path);
   if (!in) return Status::NotFound(fmt::format("{}: cannot read the metrics", path));
   in.seekg(from_byte);
   int line_no = 0, steps = 0;
+  std::string running, other;  // the schedule the steps run now; one they ran that is not the plan's
   for (std::string line; std::getline(in, line);) {
     ++line_no;
     if (line.empty()) continue;
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded())
+    auto bad = [&](const std::string& why) {
       return Status::InvalidArgument(
-          fmt::format("{}:{}: not a JSON line; give the file `motley train --metrics` wrote", path, line_no));
-    if (!j.contains("ranks") || !j.contains("step") || j["step"].get<int>() < from_step) continue;
-    for (const auto& r : j["ranks"]) (*by_rank)[r.value("rank", -1)].push_back(r.value(field, 0.0));
+          fmt::format("{}:{}: {}; give the file `motley train --metrics` wrote", path, line_no, why));
+    };
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    if (j.contains("schedule_hash")) {
+      if (!j["schedule_hash"].is_string()) return bad("\"schedule_hash\" is not a string");
+      running = j["schedule_hash"].get<std::string>();
+    }
+    if (!j.contains("ranks") || !j.contains("step")) continue;
+    if (!j["step"].is_number_integer() || !j["ranks"].is_array()) return bad("\"step\" or \"ranks\" of the wrong type");
+    if (j["step"].get<int64_t>() < from_step) continue;
+    if (!schedule_hash.empty() && !running.empty() && running != schedule_hash) {
+      other = running;
+      continue;
+    }
+    for (const auto& r : j["ranks"]) {
+      if (!r.is_object() || !r.value("rank", nlohmann::json()).is_number_integer() ||
+          !r.value(field, nlohmann::json(0.0)).is_number())
+        return bad(fmt::format("a rank's \"rank\" or \"{}\" of the wrong type", field));
+      (*by_rank)[r["rank"].get<int>()].push_back(r.value(field, 0.0));
+    }
     ++steps;
   }
+  if (steps == 0 && !other.empty())
+    return Status::InvalidArgument(fmt::format(
+        "{}: its steps ran schedule {}, but the plan lowers to schedule {}: these are the metrics of a run of another "
+        "plan (or model, or cluster); give those of a run of this plan (`motley train --plan PLAN --metrics FILE`)",
+        path, other, schedule_hash));
   if (steps == 0)
     return Status::InvalidArgument(fmt::format(
         "{}: no step from {} on with per-rank times; train the plan with `motley train --plan PLAN --metrics {}` for "
@@ -54,25 +79,28 @@ Result<std::vector<double>> Medians(const std::string& what, RankTimes& by_rank)
 
 Result<std::vector<double>> MedianRankCompute(const std::string& path, int from_step, std::streamoff from_byte) {
   RankTimes by_rank;
-  MOTLEY_RETURN_IF_ERROR(ReadRankTimes(path, "compute_s", from_step, from_byte, &by_rank).status());
+  MOTLEY_RETURN_IF_ERROR(ReadRankTimes(path, "compute_s", from_step, from_byte, "", &by_rank).status());
   return Medians(path, by_rank);
 }
 
-Result<std::vector<double>> MedianRankCompute(const std::vector<std::string>& paths, int from_step) {
-  return MedianRankTimes(paths, "compute_s", from_step);
+Result<std::vector<double>> MedianRankCompute(const std::vector<std::string>& paths, int from_step,
+                                              const std::string& schedule_hash) {
+  return MedianRankTimes(paths, "compute_s", from_step, schedule_hash);
 }
 
-Result<std::vector<double>> MedianRankComm(const std::vector<std::string>& paths, int from_step) {
-  return MedianRankTimes(paths, "comm_s", from_step);
+Result<std::vector<double>> MedianRankComm(const std::vector<std::string>& paths, int from_step,
+                                           const std::string& schedule_hash) {
+  return MedianRankTimes(paths, "comm_s", from_step, schedule_hash);
 }
 
-Result<std::vector<double>> MedianRankTimes(const std::vector<std::string>& paths, const char* field, int from_step) {
+Result<std::vector<double>> MedianRankTimes(const std::vector<std::string>& paths, const char* field, int from_step,
+                                            const std::string& schedule_hash) {
   if (paths.empty()) return Status::InvalidArgument("no metrics file given");
   RankTimes all;
   size_t ranks = 0;
   for (size_t i = 0; i < paths.size(); ++i) {
     RankTimes one;
-    MOTLEY_RETURN_IF_ERROR(ReadRankTimes(paths[i], field, from_step, 0, &one).status());
+    MOTLEY_RETURN_IF_ERROR(ReadRankTimes(paths[i], field, from_step, 0, schedule_hash, &one).status());
     if (i > 0 && one.size() != ranks)
       return Status::InvalidArgument(fmt::format(
           "{}: {} rank(s), but {} has {}; give the metrics of runs of the same plan", paths[i], one.size(), paths[0], ranks));

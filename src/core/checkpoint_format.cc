@@ -107,6 +107,7 @@ Result<TrainerStateFile> ParseTrainerState(std::string_view text, const std::str
   }
   MOTLEY_RETURN_IF_ERROR(text_field("precision", &s.precision));
   MOTLEY_RETURN_IF_ERROR(text_field("job_file", &s.job_file));
+  MOTLEY_RETURN_IF_ERROR(text_field("plan", &s.plan_toml));
 
   if (!j.contains("files") || !j["files"].is_object()) return bad("no \"files\" object");
   for (const auto& [name, info] : j["files"].items()) {
@@ -146,6 +147,7 @@ std::string TrainerStateJson(const TrainerStateFile& file) {
                       {"rollbacks", s.rollbacks},
                       {"data_sampler", "counter-based: (seed, step, index) determines every window"},
                       {"files", files}};
+  if (!s.plan_toml.empty()) j["plan"] = s.plan_toml;
   j["checksum"] = Hex(StateChecksum(j));
   return j.dump(2) + "\n";
 }

@@ -36,6 +36,9 @@ struct TrainerState {
   double lr_factor = 1.0;
   int64_t data_skip_steps = 0;
   int64_t rollbacks = 0;
+  // The plan the run was on when it wrote the checkpoint, where a live rebalance had switched it
+  // from the one it was launched with (TOML; "" = the launched one): a resume takes it up again.
+  std::string plan_toml;
 };
 
 /// A file of the checkpoint as it was written: its size and CRC-32, checked before loading.

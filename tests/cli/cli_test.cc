@@ -335,6 +335,28 @@ TEST(Cli, CalibrateScalesTheProfileToTheRun) {
   EXPECT_CONTAINS(mixed.output, "other.jsonl: 1 rank(s), but");
   EXPECT_CONTAINS(mixed.output, "first.jsonl");
   EXPECT_FALSE(fs::exists(dir.Join("mixed.json")));
+  // The metrics name the schedule their steps ran (#48): another plan's with as many ranks — which
+  // the count cannot tell — is refused naming both schedules; and of a run that rebalanced onto
+  // this plan's schedule only the steps after the switch count (before it: 5x, left out).
+  const std::string hash = before["schedule_hash"].get<std::string>();
+  const std::string first_steps = motley::ReadFileToString(first).value();
+  dir.Write("another-schedule.jsonl", std::string(R"({"event": "start", "schedule_hash": "0123456789abcdef"})") + "\n" +
+                                          first_steps);
+  CliRun foreign = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " +
+                          dir.Join("another-schedule.jsonl") + " -o " + dir.Join("foreign.json"));
+  EXPECT_EQ(foreign.exit_code, 1);
+  EXPECT_CONTAINS(foreign.output, "ran schedule 0123456789abcdef, but the plan lowers to schedule " + hash);
+  EXPECT_FALSE(fs::exists(dir.Join("foreign.json")));
+  const std::string slow_steps = motley::ReadFileToString(run("slow.jsonl", {5.0, 5.0, 5.0})).value();
+  dir.Write("rebalanced.jsonl", std::string(R"({"event": "start", "schedule_hash": "0123456789abcdef"})") + "\n" +
+                                    slow_steps + nlohmann::json{{"event", "rebalance"}, {"schedule_hash", hash}}.dump() +
+                                    "\n" + first_steps);
+  CliRun switched = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " +
+                           dir.Join("rebalanced.jsonl") + " -o " + dir.Join("switched.json"));
+  ASSERT_EQ(switched.exit_code, 0) << switched.output;
+  EXPECT_NEAR(simulate(dir.Join("switched.json"))["devices"][0]["compute_busy_s"].get<double>(),
+              before["devices"][0]["compute_busy_s"].get<double>(),
+              1e-3 * before["devices"][0]["compute_busy_s"].get<double>());
 }
 
 TEST(Cli, ScheduleListsEveryRankAndBadPlansSayWhy) {

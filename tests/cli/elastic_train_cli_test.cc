@@ -162,7 +162,17 @@ last_microbatch_size = [0, 2, 0]
                               dir.Join(run + "/step-" + std::string(6 - std::to_string(at).size(), '0') + std::to_string(at)),
                           false, dir.path().string());
     ASSERT_EQ(again.exit_code, 0) << again.output;
+    // The same checkpoint resumed with the plan the run was launched with: the checkpoint records
+    // the plan it was on, the run takes that up and says so (#48: it went back to the old plan).
+    const std::string resumed = std::string("resumed-") + name;
+    CliRun taken_up = Motley(launch + job(resumed, false) + " --plan " + plan + " --resume " +
+                                 dir.Join(run + "/step-" + std::string(6 - std::to_string(at).size(), '0') +
+                                          std::to_string(at)),
+                             false, dir.path().string());
+    ASSERT_EQ(taken_up.exit_code, 0) << taken_up.output;
+    EXPECT_CONTAINS(taken_up.output, "resuming on the plan the run was last on");
     const std::string final_step = "/step-000014/model.safetensors";
+    EXPECT_LT(MaxRelativeDifference(dir.Join(resumed) + final_step, dir.Join(by_hand) + final_step), kFp64Tolerance);
     const double vs_one = MaxRelativeDifference(dir.Join(run) + final_step, dir.Join("ref") + final_step);
     const double vs_by_hand = MaxRelativeDifference(dir.Join(run) + final_step, dir.Join(by_hand) + final_step);
     std::cout << name << ": switched after step " << at << "; against one process " << vs_one

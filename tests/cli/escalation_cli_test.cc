@@ -29,7 +29,7 @@ void Replace(std::string* text, const std::string& from, const std::string& to) 
 }
 
 // Each step's loss, the last record of the step (a replayed step's line follows the failed one's);
-// and the escalation events (not the checkpoints').
+// and the escalation events (not the checkpoints', nor each launch's start).
 struct Metrics {
   std::map<int64_t, double> loss;
   std::vector<nlohmann::json> events;
@@ -40,7 +40,7 @@ Metrics ReadMetrics(const std::string& path) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line);
-    if (j.contains("event") && j["event"] != "checkpoint") m.events.push_back(j);
+    if (j.contains("event") && j["event"] != "checkpoint" && j["event"] != "start") m.events.push_back(j);
     if (j.contains("loss")) m.loss[j["step"].get<int64_t>()] = j["loss"].get<double>();
   }
   return m;

@@ -107,6 +107,21 @@ TEST(LaunchCli, UsageErrors) {
   CliRun typo = Shell(std::string(MOTLEY_BIN) + " comm check --device gpu");
   EXPECT_EQ(typo.exit_code, 1);
   EXPECT_CONTAINS(typo.output, "--device gpu: expected auto, cpu or cuda");
+  // What cannot measure is refused (#48): no timed all-reduce, no payload, a fault that cannot fire.
+  CliRun zero = Shell(std::string(MOTLEY_BIN) + " comm check --iterations 0");
+  EXPECT_EQ(zero.exit_code, 2) << zero.output;
+  EXPECT_CONTAINS(zero.output, "--iterations: must be between 1 and 1000000000, got 0");
+  CliRun empty = Shell(std::string(MOTLEY_BIN) + " comm check --size-mb 0");
+  EXPECT_EQ(empty.exit_code, 2) << empty.output;
+  EXPECT_CONTAINS(empty.output, "--size-mb: must be between");
+  CliRun nobody = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " comm check --size-mb 0.1 --die-rank 5");
+  EXPECT_EQ(nobody.exit_code, 1) << nobody.output;
+  EXPECT_CONTAINS(nobody.output, "--die-rank 5: no such rank — this launch has 2 (0..1)");
+  CliRun never = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) +
+                        " comm check --size-mb 0.1 --iterations 2 --die-rank 1 --die-after 3600");
+  EXPECT_EQ(never.exit_code, 1) << never.output;
+  EXPECT_CONTAINS(never.output, "--die-after 3600: the bandwidth test took");
+  EXPECT_CONTAINS(never.output, "the fault never fired");
 }
 
 }  // namespace

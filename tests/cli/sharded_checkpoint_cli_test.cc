@@ -119,6 +119,7 @@ num_microbatches = [2, 2, 2]
   ASSERT_EQ(info.exit_code, 0) << info.output;
   EXPECT_CONTAINS(info.output, "step 4 of 4, sharded: 3 rank file(s) and an index");
   EXPECT_CONTAINS(info.output, "every checksum verified");
+  EXPECT_CONTAINS(info.output, "every weight loads (names, shapes, finite values)");  // #48: it loads what it verifies
 }
 
 // kill -9 of a rank after it wrote its part of step 4's checkpoint, before the checkpoint was whole:

@@ -236,6 +236,24 @@ TEST(TrainCli, MetricsThatCannotBeWrittenStopTheRunNamingTheFile) {
   EXPECT_CONTAINS(r.output, "/dev/full: cannot append the metrics: No space left on device");
 }
 
+// A new run refuses a metrics file that holds another run's lines (#48: a fresh run appended to
+// it, mixing two runs' steps) — unless told to add to it or to start it anew.
+TEST(TrainCli, ANewRunRefusesAnotherRunsMetricsUnlessToldToAppendOrOverwrite) {
+  TempDir dir;
+  const std::string run = "train default --single-process --steps 2 --no-checkpoint --no-validation --metrics m.jsonl";
+  ASSERT_EQ(Motley(run, false, dir.path().string()).exit_code, 0);
+  const size_t lines = ReadJsonLines(dir.Join("m.jsonl")).size();
+  CliRun r = Motley(run, false, dir.path().string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "m.jsonl: holds another run's metrics");
+  EXPECT_CONTAINS(r.output, "--metrics-append");
+  EXPECT_EQ(ReadJsonLines(dir.Join("m.jsonl")).size(), lines);
+  ASSERT_EQ(Motley(run + " --metrics-append", false, dir.path().string()).exit_code, 0);
+  EXPECT_EQ(ReadJsonLines(dir.Join("m.jsonl")).size(), 2 * lines);
+  ASSERT_EQ(Motley(run + " --overwrite", false, dir.path().string()).exit_code, 0);
+  EXPECT_EQ(ReadJsonLines(dir.Join("m.jsonl")).size(), lines);
+}
+
 TEST(TrainCli, TwoRunsIntoOneFolderAtOnceRunExactlyOne) {
   TempDir dir;
   const std::string base = "cd '" + dir.path().string() + "' && " + MOTLEY_BIN +

@@ -19,6 +19,7 @@
 #include "core/model_parse.h"
 #include "core/precision.h"
 #include "core/shard_index.h"
+#include "runtime/model/precision_dtypes.h"
 #include "runtime/model/tensor_parallel.h"
 #include "runtime/train/safetensors.h"
 
@@ -42,6 +43,11 @@ Result<TrainerStateFile> ReadStateFile(const std::string& dir) {
 Result<int64_t> CheckpointStep(const std::string& dir) {
   MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile f, ReadStateFile(dir));
   return f.state.step;
+}
+
+Result<TrainerState> CheckpointTrainerState(const std::string& dir) {
+  MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile f, ReadStateFile(dir));
+  return f.state;
 }
 
 namespace {
@@ -362,12 +368,13 @@ Status CheckFiniteWeights(const std::string& dir, LlamaModelImpl& model, const s
 
 }  // namespace
 
-Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std::set<std::string>& only,
-                        WeightSlice slice) {
+// LoadModelWeights after the checksums (`verify`: checks them first).
+static Status LoadWeights(const std::string& dir, LlamaModelImpl& model, const std::set<std::string>& only,
+                          WeightSlice slice, bool verify) {
   const bool checksummed = fs::exists(fs::path(dir) / kTrainerStateFile);
   if (checksummed) {
     MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile state, ReadStateFile(dir));
-    MOTLEY_RETURN_IF_ERROR(VerifyFiles(dir, state));
+    if (verify) MOTLEY_RETURN_IF_ERROR(VerifyFiles(dir, state));
     if (IsShardedCheckpoint(dir)) {
       MOTLEY_RETURN_IF_ERROR(LoadShardedWeights(dir, state, model, only, slice));
       return CheckFiniteWeights(dir, model, only);
@@ -419,6 +426,31 @@ Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std
       if (!used.count(name) && !name.ends_with("rotary_emb.inv_freq")) unexpected.push_back(name);
   MOTLEY_RETURN_IF_ERROR(CheckWeightNames(dir, missing, unexpected));
   return checksummed ? CheckFiniteWeights(dir, model, only) : Status::Ok();
+}
+
+Status LoadModelWeights(const std::string& dir, LlamaModelImpl& model, const std::set<std::string>& only,
+                        WeightSlice slice) {
+  return LoadWeights(dir, model, only, slice, /*verify=*/true);
+}
+
+Status CheckCheckpointLoads(const std::string& dir) {
+  MOTLEY_ASSIGN_OR_RETURN(const ModelSpec spec, LoadCheckpointModelSpec(dir));
+  MOTLEY_ASSIGN_OR_RETURN(const TrainerStateFile state, ReadStateFile(dir));
+  const std::optional<Precision> precision = PrecisionFromName(state.state.precision);
+  const torch::Dtype dtype = precision ? MasterDtype(*precision) : torch::kFloat32;
+  // The parameters a layer at a time (a model larger than this host's memory is still checked),
+  // each group loaded as a resume loads it: names, shapes, values.
+  std::map<std::string, std::set<std::string>> groups;
+  for (const auto& p : LlamaModel(spec, 0, std::set<std::string>{})->named_parameters()) {
+    const std::string& name = p.key();
+    const size_t at = name.rfind("model.layers.", 0) == 0 ? name.find('.', 13) : std::string::npos;
+    groups[at == std::string::npos ? "rest" : name.substr(0, at)].insert(name);
+  }
+  for (const auto& [group, names] : groups) {
+    LlamaModel part(spec, 0, names, dtype);
+    MOTLEY_RETURN_IF_ERROR(LoadWeights(dir, *part, names, {}, /*verify=*/false));
+  }
+  return Status::Ok();
 }
 
 Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<ParamShard>& shards) {

@@ -111,6 +111,8 @@ bool IsShardedCheckpoint(const std::string& dir);
 
 /// The step a checkpoint was written after (its trainer state, checksum verified).
 Result<int64_t> CheckpointStep(const std::string& dir);
+/// A checkpoint's trainer state (checksum verified; its files are not read).
+Result<TrainerState> CheckpointTrainerState(const std::string& dir);
 
 /// A checkpoint directory as given, or the one a run directory's `latest` names.
 Result<std::string> ResolveCheckpointDir(const std::string& path);
@@ -146,6 +148,9 @@ Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<Param
 /// Every file of a motley checkpoint against its recorded size and CRC-32 (a sharded one's index
 /// too). Returns the checkpoint's trainer state.
 Result<TrainerStateFile> VerifyCheckpoint(const std::string& dir);
+/// Whether a checkpoint (verified) loads: every weight its config.json needs is there with its
+/// shape and finite values, read a layer at a time as a resume reads them.
+Status CheckCheckpointLoads(const std::string& dir);
 
 /// Writes a checkpoint of any form as a consolidated one at `out` (resumable, and what Hugging Face
 /// tools read): the whole model assembled on the host.

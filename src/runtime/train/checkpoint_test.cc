@@ -194,6 +194,24 @@ TEST(Checkpoint, NonFiniteWeightsAreRefusedAndRollbackFiguresRoundTrip) {
   EXPECT_NE(exported.message().find("NaN or infinite"), std::string::npos) << exported.message();
   EXPECT_FALSE(fs::exists(dir / "out"));
   EXPECT_TRUE(LoadModelWeights(good, *other).ok());
+  // `checkpoint info` loads what it verifies: the NaN one does not load, the good one does.
+  EXPECT_TRUE(VerifyCheckpoint(bad).ok());
+  EXPECT_FALSE(CheckCheckpointLoads(bad).ok());
+  EXPECT_TRUE(CheckCheckpointLoads(good).ok());
+  // Nor does one whose config.json (checksummed anew) no longer describes its tensors.
+  ModelSpec wider = Tiny();
+  wider.ffn_size *= 2;
+  const std::string config = HfConfigJson(wider);
+  ASSERT_TRUE(AtomicWriteFile((fs::path(good) / "config.json").string(), config).ok());
+  TrainerStateFile file = ParseTrainerState(ReadFileToString((fs::path(good) / "trainer_state.json").string()).value(),
+                                            "trainer_state.json")
+                              .value();
+  file.files["config.json"] = {static_cast<int64_t>(config.size()), Crc32(config)};
+  ASSERT_TRUE(AtomicWriteFile((fs::path(good) / "trainer_state.json").string(), TrainerStateJson(file)).ok());
+  ASSERT_TRUE(VerifyCheckpoint(good).ok()) << "every checksum verifies";
+  const Status loads = CheckCheckpointLoads(good);
+  ASSERT_FALSE(loads.ok());
+  EXPECT_NE(loads.message().find("but the model (config.json) needs"), std::string::npos) << loads.message();
 }
 
 TEST(Checkpoint, ASavedStepIsReplacedWholeAndAnInterruptedSavesLeftoversGo) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,12 +28,22 @@ class MetricsLog {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  Status Open(const std::string& path) {
+  /// Opens `path` for appending. A new run's file must be new or empty: one holding lines (another
+  /// run's) is refused — appending would mix two runs — unless `append` (a resumed run goes on, or
+  /// the user asked) or `overwrite` (it is emptied).
+  Status Open(const std::string& path, bool append = true, bool overwrite = false) {
     std::error_code ec;
     const std::filesystem::path p(path);
     if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
     if (fd_ >= 0) ::close(fd_);
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    struct stat st {};
+    const bool has_lines = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+    if (has_lines && !append && !overwrite)
+      return Status::InvalidArgument(fmt::format(
+          "{}: holds another run's metrics ({} bytes); a new run would mix its steps with them — give "
+          "--metrics-append to add to it, --overwrite to start it anew, or another --metrics path",
+          path, st.st_size));
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (has_lines && !append ? O_TRUNC : 0), 0644);
     if (fd_ < 0)
       return Status::IoError(fmt::format("{}: cannot open the metrics file for appending: {}", path,
                                          std::strerror(errno)));

@@ -181,6 +181,7 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   MemoryLedger& ledger = MemoryLedger::Install();  // counts every tensor from here on
 
   MOTLEY_ASSIGN_OR_RETURN(plan_, LoadPlanFile(options.plan_path));
+  MOTLEY_RETURN_IF_ERROR(TakeUpResumedPlan());
   MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan_, job, options.plan_path));
   FillDefaultRouting(&plan_, job.cluster, job.model);  // a hand-written plan's: as simulate's
   // FlexTP's mode is the plan's (the schedule carries it to the executor); a plan without one
@@ -199,6 +200,7 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   MOTLEY_ASSIGN_OR_RETURN(comm_, Communicator::Connect(rv, comm_config));
   lead_ = comm_->rank() == 0;
   if (observer != nullptr && lead_) observer_ = observer;
+  if (lead_ && !resumed_plan_note_.empty()) fmt::print("{}\n", resumed_plan_note_);
 
   const std::string job_dir = job.file.empty() ? "" : fs::path(job.file).parent_path().string();
   MOTLEY_ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
@@ -294,7 +296,8 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
     MOTLEY_ASSIGN_OR_RETURN(dir_lock_, RunDirLock::Acquire(job.checkpoint.dir));
     if (options.checkpoint_at_end)
       MOTLEY_RETURN_IF_ERROR(ClaimRunDir(job.checkpoint.dir, !options.resume.empty(), options.overwrite, true));
-    MOTLEY_RETURN_IF_ERROR(metrics_.Open(metrics_path));
+    MOTLEY_RETURN_IF_ERROR(
+        metrics_.Open(metrics_path, !options.resume.empty() || options.metrics_append, options.overwrite));
   }
 
   tokens_per_step_ = tc.global_batch_sequences * tc.seq_len;
@@ -326,6 +329,13 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   state_.lr_factor = loaded.lr_factor;  // rollbacks before the checkpoint carry on
   state_.data_skip_steps = loaded.data_skip_steps;
   state_.rollbacks = loaded.rollbacks;
+  // The metrics say which schedule their steps ran (calibrate checks it against a plan's).
+  if (lead_)
+    MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"event", "start"},
+                                           {"first_step", state_.step},
+                                           {"ranks", comm_->world_size()},
+                                           {"plan", options.plan_path},
+                                           {"schedule_hash", ScheduleHash(schedule_)}}));
   val_sequences_ = data_->validation
                        ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data_->validation, tc.seq_len))
                        : 0;

@@ -60,6 +60,10 @@ class PlannedRun {
   // Live rebalancing ([straggler_detection] rebalance).
   Status Rebalance(const std::vector<StragglerMonitor::Change>& changes);
   Status SwitchTo(const Plan& next);
+  // Resuming a checkpoint written after a live rebalance: the plan the run was last on, not the one
+  // given (the checkpoint records it), said so.
+  Status TakeUpResumedPlan();
+  std::string resumed_plan_note_;
   // A diverged step ([divergence]; planned_run_divergence.cc): stop, or roll back to the last good
   // checkpoint and go on.
   Status Diverged(const RankStepReport& report);

@@ -141,6 +141,7 @@ Status PlannedRun::Rebalance(const std::vector<StragglerMonitor::Change>& change
     const auto start = Clock::now();
     MOTLEY_RETURN_IF_ERROR(SwitchTo(next));
     event["switch_s"] = std::chrono::duration<double>(Clock::now() - start).count();
+    event["schedule_hash"] = ScheduleHash(schedule_);  // the steps from here on ran this one
     planned_slowdown_ = measured.measured_slowdown;
     changed_factor_.assign(changed_factor_.size(), 1.0);
     std::vector<bool> slow;
@@ -247,8 +248,26 @@ Status PlannedRun::SwitchTo(const Plan& next_plan) {
   executor_.reset();
   schedule_ = std::move(next);
   plan_ = next_plan;
+  state_.plan_toml = PlanToToml(plan_);  // the checkpoints from here on record it (a resume takes it up)
   MOTLEY_ASSIGN_OR_RETURN(executor_, Executor::Create(schedule_, job_.cluster, model, comm_.get(), executor_config_));
   return executor_->LoadMoments(whole[1], whole[2]);
+}
+
+Status PlannedRun::TakeUpResumedPlan() {
+  if (options_.resume.empty()) return Status::Ok();
+  MOTLEY_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpointDir(options_.resume));
+  MOTLEY_ASSIGN_OR_RETURN(const TrainerState saved, CheckpointTrainerState(dir));
+  if (saved.plan_toml.empty()) return Status::Ok();
+  MOTLEY_ASSIGN_OR_RETURN(Plan last,
+                          ParsePlanToml(saved.plan_toml, dir + "/trainer_state.json (the plan the run was last on)"));
+  state_.plan_toml = saved.plan_toml;
+  if (PlanToToml(last) == PlanToToml(plan_)) return Status::Ok();
+  plan_ = std::move(last);
+  resumed_plan_note_ = fmt::format(
+      "resuming on the plan the run was last on — a live rebalance switched it from the one it was launched with; "
+      "{} records it — not {}",
+      dir, options_.plan_path);
+  return Status::Ok();
 }
 
 }  // namespace motley

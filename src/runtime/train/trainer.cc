@@ -138,7 +138,7 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   const std::string metrics_path =
       options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
   MetricsLog metrics;
-  MOTLEY_RETURN_IF_ERROR(metrics.Open(metrics_path));
+  MOTLEY_RETURN_IF_ERROR(metrics.Open(metrics_path, !options.resume.empty() || options.metrics_append, options.overwrite));
 
   const int64_t batch = tc.global_batch_sequences, seq = tc.seq_len;
   const int64_t micro = options.microbatch_sequences > 0 ? std::min(options.microbatch_sequences, batch) : batch;

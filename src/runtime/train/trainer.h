@@ -45,6 +45,9 @@ struct TrainOptions {
   // message), for the `motley train` that launched it and may retry with a more frugal plan
   // (cli/escalation.h). "" = none.
   std::string failure_report_dir;
+  // Add to an existing metrics file (a new run refuses one that holds lines otherwise; a resumed
+  // run always adds to it).
+  bool metrics_append = false;
   // Fault injection for tests: this rank kills itself halfway through this step's program (from 1).
   int die_rank = -1;
   int64_t die_at_step = 0;
