@@ -1,6 +1,7 @@
 #include "cli/run_metrics.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -18,6 +19,9 @@ using RankTimes = std::map<int, std::vector<double>>;
 // start and at each live rebalance); a file whose steps all ran another is refused, naming both.
 Result<int> ReadRankTimes(const std::string& path, const char* field, int from_step, std::streamoff from_byte,
                           const std::string& schedule_hash, RankTimes* by_rank) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))  // never /dev/zero's endless line
+    return Status::InvalidArgument(fmt::format("{}: is not a regular file; give the metrics file itself", path));
   std::ifstream in(path);
   if (!in) return Status::NotFound(fmt::format("{}: cannot read the metrics", path));
   in.seekg(from_byte);

@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/toml_reader.h"
+
 namespace motley {
 namespace {
 namespace fs = std::filesystem;
@@ -88,6 +90,18 @@ TEST(OutputRule, ADirectoryIsRefusedNamingItAndTheFix) {
   EXPECT_NE(s.message().find((dir / "sub").string() + ": is a directory"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("give a file path"), std::string::npos) << s.message();
   EXPECT_EQ(Read(dir / "sub" / "keep"), "kept");
+}
+
+// The readers' side (#48 item 4): a whole-file input is never a device, a pipe or a folder
+// (`--profile /dev/zero` was read until the host ran out of memory).
+TEST(InputRule, AWholeFileInputIsNeverADeviceOrAFolder) {
+  for (const char* path : {"/dev/zero", "/tmp"}) {
+    const Result<std::string> text = ReadTextFile(path);
+    ASSERT_FALSE(text.ok()) << path;
+    EXPECT_NE(text.status().message().find(std::string(path) + ": is not a regular file"), std::string::npos)
+        << text.status().message();
+  }
+  EXPECT_EQ(ReadTextFile("/no/such/file").status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace

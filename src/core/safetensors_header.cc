@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -96,6 +97,19 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view header_json, i
                              e.begin, e.end, numel, e.element_bytes, data_size));
     h.entries[name] = std::move(e);
   }
+  // Every tensor its own bytes: two whose ranges overlap would each read the other's (the format
+  // lays them out one after another).
+  std::vector<std::pair<std::pair<int64_t, int64_t>, const std::string*>> ranges;
+  for (const auto& [name, e] : h.entries)
+    if (e.end > e.begin) ranges.push_back({{e.begin, e.end}, &name});
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first.first < ranges[i - 1].first.second)
+      return Status::InvalidArgument(fmt::format(
+          "{}: tensors {} (bytes {}-{}) and {} (bytes {}-{}) overlap: each tensor must have bytes of its own; the "
+          "file is damaged or not written by a safetensors writer",
+          path, *ranges[i - 1].second, ranges[i - 1].first.first, ranges[i - 1].first.second, *ranges[i].second,
+          ranges[i].first.first, ranges[i].first.second));
   return h;
 }
 

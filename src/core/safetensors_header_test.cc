@@ -51,7 +51,11 @@ TEST(SafetensorsHeader, ShapesOffsetsAndLengthsAreCheckedAgainstTheFile) {
              "data_offsets must be [begin, end]"},
         Case{R"({"w": {"dtype": "Q4", "shape": [2], "data_offsets": [0, 8]}})", 8, "unsupported dtype Q4"},
         Case{R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", 8, "non-negative integers"},
-        Case{R"([1, 2])", 0, "the header is not a JSON object"}}) {
+        Case{R"([1, 2])", 0, "the header is not a JSON object"},
+        // Two tensors sharing bytes (#48): each would read the other's.
+        Case{R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+                 "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+             16, "tensors a (bytes 0-16) and b (bytes 8-16) overlap"}}) {
     Result<SafetensorsHeader> h = ParseSafetensorsBytes(File(c.header, c.data), "m.safetensors");
     ASSERT_FALSE(h.ok()) << c.header;
     EXPECT_NE(h.status().message().find(c.message), std::string::npos) << h.status().message();

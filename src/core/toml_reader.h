@@ -97,7 +97,11 @@ class TomlTable {
 /// Returns nullptr on a syntax error.
 std::unique_ptr<toml::table> ParseTomlText(std::string_view text, const std::string& file, Diagnostics* diag);
 
-/// Reads a whole file into a string; NotFound / IoError with the path on failure.
+/// The largest text input motley reads whole (a configuration, a profile, a metrics file, a trace).
+inline constexpr uintmax_t kMaxTextFileBytes = uintmax_t{1} << 30;
+
+/// Reads a whole file into a string; NotFound / IoError with the path on failure, and one error for
+/// what is not a regular file (a device, a pipe, a folder) or is larger than kMaxTextFileBytes.
 Result<std::string> ReadTextFile(const std::string& path);
 
 }  // namespace motley

@@ -81,4 +81,16 @@ TEST(OutputRule, EveryOutputFlagWritesThroughADeviceFollowsALinkAndRefusesAFolde
   if (!can_mknod) GTEST_SKIP() << "mknod needs root: the device node cases were not run";
 }
 
+// The readers' side (#48 item 4): `--profile /dev/zero` or `--metrics /dev/zero` is one error naming
+// it, at once — not a read until the host runs out of memory.
+TEST(InputRule, ADeviceGivenAsAnInputIsOneErrorAtOnce) {
+  const std::string plan = std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-zorse.toml";
+  CliRun profile = Motley("simulate --plan " + plan + " --profile /dev/zero");
+  EXPECT_EQ(profile.exit_code, 1) << profile.output;
+  EXPECT_CONTAINS(profile.output, "/dev/zero: is not a regular file");
+  CliRun metrics = Motley("calibrate --profile /dev/null --plan " + plan + " --metrics /dev/zero -o /dev/null");
+  EXPECT_EQ(metrics.exit_code, 1) << metrics.output;
+  EXPECT_CONTAINS(metrics.output, "is not a regular file");
+}
+
 }  // namespace

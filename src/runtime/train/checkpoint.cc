@@ -187,7 +187,14 @@ Result<std::map<std::string, std::string>> WeightFiles(const std::string& dir) {
   for (const auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string())
       return Status::InvalidArgument(fmt::format("{}: weight_map[\"{}\"] must be a file name", index.string(), name));
-    files[name] = (fs::path(dir) / file.get<std::string>()).string();
+    // A file of the folder itself: never a path out of it (../, absolute) nor into a subfolder.
+    const std::string f = file.get<std::string>();
+    if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\\') != std::string::npos)
+      return Status::InvalidArgument(fmt::format(
+          "{}: weight_map[\"{}\"] is \"{}\", not the name of a file in the folder; an index names only its own "
+          "folder's files (download the folder again)",
+          index.string(), name, f));
+    files[name] = (fs::path(dir) / f).string();
   }
   return files;
 }

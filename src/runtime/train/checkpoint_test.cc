@@ -214,6 +214,22 @@ TEST(Checkpoint, NonFiniteWeightsAreRefusedAndRollbackFiguresRoundTrip) {
   EXPECT_NE(loads.message().find("but the model (config.json) needs"), std::string::npos) << loads.message();
 }
 
+// A Hugging Face index names only its own folder's files (#48): one pointing out of it (../,
+// absolute) or into a subfolder is refused before anything is read.
+TEST(Checkpoint, AnIndexPointingOutOfItsFolderIsRefused) {
+  fs::path dir = TempDir("motley_ckpt_index");
+  for (const char* file : {"../model-00001.safetensors", "/etc/passwd", "sub/model.safetensors"}) {
+    std::ofstream(dir / "model.safetensors.index.json")
+        << nlohmann::json{{"weight_map", {{"model.embed_tokens.weight", file}}}}.dump();
+    LlamaModel model(Tiny(), 1);
+    const Status s = LoadModelWeights(dir.string(), *model);
+    ASSERT_FALSE(s.ok()) << file;
+    EXPECT_NE(s.message().find(std::string("is \"") + file + "\", not the name of a file in the folder"),
+              std::string::npos)
+        << s.message();
+  }
+}
+
 TEST(Checkpoint, ASavedStepIsReplacedWholeAndAnInterruptedSavesLeftoversGo) {
   fs::path dir = TempDir("motley_ckpt_replace");
   LlamaModel model(Tiny(), 1);

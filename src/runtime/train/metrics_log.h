@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -36,14 +37,20 @@ class MetricsLog {
     const std::filesystem::path p(path);
     if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
     if (fd_ >= 0) ::close(fd_);
+    // Another run's steps are there when a line holds a loss (a run that stopped before its first
+    // step left only its start: added to, not refused).
     struct stat st {};
-    const bool has_lines = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-    if (has_lines && !append && !overwrite)
+    bool has_steps = false;
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && !append) {
+      std::ifstream in(path);
+      for (std::string line; !has_steps && std::getline(in, line);) has_steps = line.find("\"loss\"") != std::string::npos;
+    }
+    if (has_steps && !overwrite)
       return Status::InvalidArgument(fmt::format(
           "{}: holds another run's metrics ({} bytes); a new run would mix its steps with them — give "
           "--metrics-append to add to it, --overwrite to start it anew, or another --metrics path",
           path, st.st_size));
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (has_lines && !append ? O_TRUNC : 0), 0644);
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (has_steps ? O_TRUNC : 0), 0644);
     if (fd_ < 0)
       return Status::IoError(fmt::format("{}: cannot open the metrics file for appending: {}", path,
                                          std::strerror(errno)));
