@@ -247,6 +247,7 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   std::string dir;  // the checkpoint it resumes from
   if (!options.resume.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(dir, ResolveCheckpointDir(options.resume));
+    MOTLEY_RETURN_IF_ERROR(CheckResumedModel(dir, job));  // as one process refuses it
   }
   // Each rank reads only the tensors its part of the plan holds (from a sharded checkpoint: only
   // the files that hold their pieces, whatever plan wrote them).

@@ -45,12 +45,6 @@ Status CheckPrecisionOn(Precision p, const torch::Device& device) {
   return Status::Ok();
 }
 
-bool SameShape(const ModelSpec& a, const ModelSpec& b) {
-  return a.hidden_size == b.hidden_size && a.num_layers == b.num_layers && a.num_heads == b.num_heads &&
-         a.num_kv_heads == b.num_kv_heads && a.ffn_size == b.ffn_size && a.vocab_size == b.vocab_size &&
-         a.tie_embeddings == b.tie_embeddings && a.rope_theta == b.rope_theta && a.rope_scaling == b.rope_scaling;
-}
-
 }  // namespace
 
 bool ValidationDue(const JobSpec& job, int64_t step, int64_t total) {
@@ -61,6 +55,20 @@ bool ValidationDue(const JobSpec& job, int64_t step, int64_t total) {
 bool CheckpointDue(const JobSpec& job, int64_t step, int64_t total) {
   const int64_t ci = job.checkpoint.interval_steps;
   return ci > 0 && step % ci == 0 && step != total;
+}
+
+Status CheckResumedModel(const std::string& dir, const JobSpec& job) {
+  MOTLEY_ASSIGN_OR_RETURN(const ModelSpec saved, LoadCheckpointModelSpec(dir));
+  const ModelSpec& a = saved;
+  const ModelSpec& b = job.model;
+  const bool same = a.hidden_size == b.hidden_size && a.num_layers == b.num_layers && a.num_heads == b.num_heads &&
+                    a.num_kv_heads == b.num_kv_heads && a.ffn_size == b.ffn_size && a.vocab_size == b.vocab_size &&
+                    a.tie_embeddings == b.tie_embeddings && a.rope_theta == b.rope_theta &&
+                    a.rope_scaling == b.rope_scaling;
+  if (same) return Status::Ok();
+  return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint's model (config.json) differs from the job's "
+                                             "model {}; resume with the job that wrote it",
+                                             dir, job.model_ref));
 }
 
 Status CheckResumable(const std::string& dir, uint64_t seed, int64_t step, const JobSpec& job, int64_t total_steps) {
@@ -115,11 +123,7 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   if (!job.init_from.empty() && options.resume.empty()) MOTLEY_RETURN_IF_ERROR(LoadModelWeights(job.init_from, *model));
   if (!options.resume.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(options.resume));
-    MOTLEY_ASSIGN_OR_RETURN(ModelSpec saved, LoadCheckpointModelSpec(dir));
-    if (!SameShape(saved, job.model))
-      return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint's model (config.json) differs from the "
-                                                 "job's model {}; resume with the job that wrote it",
-                                                 dir, job.model_ref));
+    MOTLEY_RETURN_IF_ERROR(CheckResumedModel(dir, job));
     MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir, *model));
     MOTLEY_ASSIGN_OR_RETURN(TrainerState loaded, LoadTrainingState(dir, shards));
     MOTLEY_RETURN_IF_ERROR(CheckResumable(dir, loaded.seed, loaded.step, job, total_steps));

@@ -149,6 +149,9 @@ class TrainObserver {
 /// After `step` (from 1) of `total`: validate now? checkpoint now (the end has its own)?
 bool ValidationDue(const JobSpec& job, int64_t step, int64_t total);
 bool CheckpointDue(const JobSpec& job, int64_t step, int64_t total);
+/// A checkpoint resumed under `job`: its config.json must describe the job's model (shape, rotary
+/// base and scaling, tying) — in one process and in a planned run alike.
+Status CheckResumedModel(const std::string& dir, const JobSpec& job);
 /// Whether a checkpoint's state can continue this job: same seed (the data order), not at the end.
 /// `dir` names the checkpoint in messages.
 Status CheckResumable(const std::string& dir, uint64_t seed, int64_t step, const JobSpec& job, int64_t total_steps);
