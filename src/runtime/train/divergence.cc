@@ -74,4 +74,30 @@ TrainerState RolledBack(const DivergenceConfig& config, const TrainerState& now,
   return s;
 }
 
+std::string RolledBackMessage(const std::string& what, const std::string& good, const TrainerState& s,
+                              const DivergenceConfig& config) {
+  return fmt::format("{} — rolled back to {} (step {}); the learning rate is now {}x the schedule's{} (rollback {} of {})",
+                     what, good, s.step, s.lr_factor,
+                     config.skip_data ? fmt::format(", the data {} steps further on", s.data_skip_steps) : "",
+                     s.rollbacks, config.max_rollbacks);
+}
+
+nlohmann::json DivergedEvent(int64_t step, double loss, double grad_norm, const std::vector<int>& ranks,
+                             const std::string& in, bool rolls_back) {
+  nlohmann::json j = {{"event", "diverged"},
+                      {"step", step},
+                      {"loss", fmt::format("{}", loss)},  // (as text: JSON has no NaN)
+                      {"grad_norm", fmt::format("{}", grad_norm)},
+                      {"action", rolls_back ? "rollback" : "stop"}};
+  if (!ranks.empty()) j["ranks"] = ranks, j["in"] = in;
+  return j;
+}
+
+nlohmann::json RollbackEvent(int64_t step, const std::string& good, const TrainerState& s) {
+  return {{"event", "rollback"},       {"step", step},
+          {"to_step", s.step},         {"checkpoint", good},
+          {"lr_factor", s.lr_factor},  {"data_skip_steps", s.data_skip_steps},
+          {"rollbacks", s.rollbacks}};
+}
+
 }  // namespace motley

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/checkpoint_format.h"
 #include "core/job.h"
 #include "core/status.h"
@@ -37,5 +39,14 @@ bool RollsBack(const DivergenceConfig& config, const std::string& good, int64_t 
 /// and the data moved on past the diverged step's windows (`skip_data`), one rollback more.
 TrainerState RolledBack(const DivergenceConfig& config, const TrainerState& now, const TrainerState& loaded,
                         int64_t diverged_step);
+
+/// What a rollback says to the user (one line, after `what`) and the metrics' event for it: from
+/// diverged step `step` back to checkpoint `good`, the state now `s`.
+std::string RolledBackMessage(const std::string& what, const std::string& good, const TrainerState& s,
+                              const DivergenceConfig& config);
+nlohmann::json RollbackEvent(int64_t step, const std::string& good, const TrainerState& s);
+/// The metrics' event for diverged step `step` (`ranks`/`in` as DivergedStep takes them).
+nlohmann::json DivergedEvent(int64_t step, double loss, double grad_norm, const std::vector<int>& ranks,
+                             const std::string& in, bool rolls_back);
 
 }  // namespace motley

@@ -22,36 +22,17 @@ Status PlannedRun::Diverged(const RankStepReport& report) {
   const std::string what = DivergedStep(step, report.loss, report.grad_norm, report.diverged_ranks, report.diverged_in);
   const std::string good = LastGoodCheckpoint(job_.checkpoint.dir, options_.resume);
   const bool back = RollsBack(job_.divergence, good, state_.rollbacks);
-  if (lead_) {
-    nlohmann::json ranks = report.diverged_ranks;
-    MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"event", "diverged"},
-                                           {"step", step},
-                                           {"loss", fmt::format("{}", report.loss)},
-                                           {"grad_norm", fmt::format("{}", report.grad_norm)},
-                                           {"ranks", ranks},
-                                           {"in", report.diverged_in},
-                                           {"action", back ? "rollback" : "stop"}}));
-  }
+  if (lead_)
+    MOTLEY_RETURN_IF_ERROR(metrics_.Write(
+        DivergedEvent(step, report.loss, report.grad_norm, report.diverged_ranks, report.diverged_in, back)));
   if (!back) {
     diverged_ = true;
     return StopDiverged(what, good, job_.divergence, state_.rollbacks);
   }
   MOTLEY_RETURN_IF_ERROR(RollBack(good));
-  const TrainerState& s = state_;
   if (lead_) {
-    fmt::print(stderr,
-               "motley train: {} — rolled back to {} (step {}); the learning rate is now {}x the schedule's{} "
-               "(rollback {} of {})\n",
-               what, good, s.step, s.lr_factor,
-               job_.divergence.skip_data ? fmt::format(", the data {} steps further on", s.data_skip_steps) : "",
-               s.rollbacks, job_.divergence.max_rollbacks);
-    MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"event", "rollback"},
-                                           {"step", step},
-                                           {"to_step", s.step},
-                                           {"checkpoint", good},
-                                           {"lr_factor", s.lr_factor},
-                                           {"data_skip_steps", s.data_skip_steps},
-                                           {"rollbacks", s.rollbacks}}));
+    fmt::print(stderr, "motley train: {}\n", RolledBackMessage(what, good, state_, job_.divergence));
+    MOTLEY_RETURN_IF_ERROR(metrics_.Write(RollbackEvent(step, good, state_)));
   }
   return Status::Ok();
 }

@@ -222,26 +222,14 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
       const std::string what = DivergedStep(step + 1, loss_sum, m.grad_norm, {}, "");
       const std::string good = LastGoodCheckpoint(job.checkpoint.dir, options.resume);
       const bool back = RollsBack(job.divergence, good, state.rollbacks);
-      MOTLEY_RETURN_IF_ERROR(metrics.Write({{"event", "diverged"},
-                                            {"step", step + 1},
-                                            {"loss", fmt::format("{}", loss_sum)},
-                                            {"grad_norm", fmt::format("{}", m.grad_norm)},
-                                            {"action", back ? "rollback" : "stop"}}));
+      MOTLEY_RETURN_IF_ERROR(metrics.Write(DivergedEvent(step + 1, loss_sum, m.grad_norm, {}, "", back)));
       if (!back) return StopDiverged(what, good, job.divergence, state.rollbacks);
       MOTLEY_RETURN_IF_ERROR(LoadModelWeights(good, *model));
       MOTLEY_ASSIGN_OR_RETURN(const TrainerState loaded, LoadTrainingState(good, shards));
       state = RolledBack(job.divergence, state, loaded, step + 1);
       scaler.Restore(loaded.loss_scale, loaded.loss_scale_good_steps);
-      fmt::print(stderr, "motley train: {} — rolled back to {} (step {}); the learning rate is now {}x the schedule's "
-                 "(rollback {} of {})\n", what, good, state.step, state.lr_factor, state.rollbacks,
-                 job.divergence.max_rollbacks);
-      MOTLEY_RETURN_IF_ERROR(metrics.Write({{"event", "rollback"},
-                                            {"step", step + 1},
-                                            {"to_step", state.step},
-                                            {"checkpoint", good},
-                                            {"lr_factor", state.lr_factor},
-                                            {"data_skip_steps", state.data_skip_steps},
-                                            {"rollbacks", state.rollbacks}}));
+      fmt::print(stderr, "motley train: {}\n", RolledBackMessage(what, good, state, job.divergence));
+      MOTLEY_RETURN_IF_ERROR(metrics.Write(RollbackEvent(step + 1, good, state)));
       continue;
     }
     if (apply) {
