@@ -46,6 +46,9 @@ T ValueOrRaise(Result<T> r) {
 py::object Describe(const std::optional<std::string>& cluster, const std::optional<std::string>& model,
                     std::optional<int64_t> seq_len, const std::string& precision) {
   if (!cluster && !model) throw MotleyException("describe: give cluster=... or model=... (or both)");
+  if (seq_len && (*seq_len < 1 || *seq_len > cli::kMaxPlanSeqLen))  // as motley describe --seq-len
+    throw MotleyException("describe: seq_len " + std::to_string(*seq_len) + ": must be between 1 and " +
+                          std::to_string(cli::kMaxPlanSeqLen));
   const std::optional<Precision> p = PrecisionFromName(precision);
   if (!p) throw MotleyException("precision \"" + precision + "\": use fp32, bf16, fp16 or fp64");
   nlohmann::json out = nlohmann::json::object();

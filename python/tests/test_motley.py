@@ -96,6 +96,14 @@ def test_bad_input_raises_motley_error_naming_the_file_line_and_key(tmp_path):
         motley.simulate({"groups": []})
     with pytest.raises(motley.MotleyError):
         motley.load_job(str(tmp_path / "missing.toml"))
+    # The command line's ranges hold here too (#48): a batch of 2^45 tokens, a sequence of -1, 0 or 2^62.
+    with pytest.raises(motley.MotleyError, match="global_batch_tokens 35184372088832: must be between"):
+        motley.plan("local-emulated", "llama-1m", seq_len=128, global_batch_tokens=2**45)
+    for bad in (-1, 0, 2**62):
+        with pytest.raises(motley.MotleyError, match="seq_len"):
+            motley.describe(model="llama-1m", seq_len=bad)
+        with pytest.raises(motley.MotleyError, match="seq_len"):
+            motley.plan("local-emulated", "llama-1m", seq_len=bad, global_batch_tokens=4096)
 
 
 def test_a_plan_that_cannot_fit_answers_with_its_reason():

@@ -68,10 +68,10 @@ int RunPlan(const std::vector<std::string>& args) {
   app.add_option("--model", query.model, "a preset, model .toml or Hugging Face config.json")->required();
   app.add_option("--seq-len", seq_len, "tokens per sequence")
       ->required()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+      ->check(CLI::Range(int64_t{1}, kMaxPlanSeqLen));
   app.add_option("--global-batch-tokens", global_batch_tokens, "tokens per step (a multiple of --seq-len)")
       ->required()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+      ->check(CLI::Range(int64_t{1}, kMaxPlanBatchTokens));
   app.add_option("--strategy", query.strategy,
                  "auto|zorse|poplar|torchtitan-het|hexiscale|cephalo|deepspeed-even|fastest-only")
       ->check(CLI::IsMember(StrategyNames()));

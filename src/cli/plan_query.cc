@@ -118,6 +118,15 @@ Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query) {
   PlanAnswer a;
   a.query = query;
   const int64_t seq_len = query.seq_len, tokens = query.global_batch_tokens;
+  // The command line's ranges, for every caller (the Python module's plan() included: a batch of
+  // 2^45 tokens planned for hours).
+  if (seq_len < 1 || seq_len > kMaxPlanSeqLen)
+    return Status::InvalidArgument(
+        fmt::format("seq_len {}: must be between 1 and {} (as motley plan --seq-len)", seq_len, kMaxPlanSeqLen));
+  if (tokens < 1 || tokens > kMaxPlanBatchTokens)
+    return Status::InvalidArgument(fmt::format("global_batch_tokens {}: must be between 1 and {} (as motley plan "
+                                               "--global-batch-tokens)",
+                                               tokens, kMaxPlanBatchTokens));
   if (seq_len < 1 || tokens < 1 || tokens % seq_len != 0)
     return Status::InvalidArgument(fmt::format(
         "global batch of {} tokens in sequences of {}: give a positive sequence length and a multiple of it, e.g. {}",

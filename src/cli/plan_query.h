@@ -55,6 +55,11 @@ struct PlanAnswer {
   const FlexTpChoice* FlexTpOf(const StrategyOutcome& o) const;
 };
 
+/// The largest sequence and global batch a plan is made for (the command line's flags and the
+/// Python module's plan() alike).
+inline constexpr int64_t kMaxPlanSeqLen = int64_t{1} << 24;
+inline constexpr int64_t kMaxPlanBatchTokens = int64_t{1} << 40;
+
 /// Errors (bad files, sizes or flags) name the input and the fix. A query no plan satisfies is an
 /// answer whose chosen outcome says why (status not ok).
 Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query);
