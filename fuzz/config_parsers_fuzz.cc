@@ -14,6 +14,8 @@
 #include "core/cluster_parse.h"
 #include "core/job_parse.h"
 #include "core/json_read.h"
+#include "core/metrics_file.h"
+#include "core/trace_file.h"
 #include "core/model_parse.h"
 #include "core/safetensors_header.h"
 #include "core/shard_index.h"
@@ -22,6 +24,7 @@
 #include "data/hf_tokenizer.h"
 #include "data/regex.h"
 #include "data/token_file.h"
+#include "cli/simulate_query.h"
 #include "plan/plan_io.h"
 #include "sim/profile.h"
 
@@ -32,7 +35,7 @@ const char* FuzzReaderName(int reader) {
       "cluster",      "model",           "job",           "hf-config",  "plan-toml",
       "plan-json",    "profile-json",    "zorse-latencies", "data-json", "safetensors",
       "trainer-state", "latest",         "token-file",    "shard-index", "tokenizer-json",
-      "tokenizer-text"};
+      "tokenizer-text", "metrics",       "trace",         "python-plan"};
   return reader >= 0 && reader < kNumFuzzReaders ? kNames[reader] : "?";
 }
 
@@ -132,6 +135,22 @@ void FuzzReader(int reader, std::string_view text) {
         std::vector<uint32_t> ids;
         if (t->Encode(text, &ids).ok()) (void)t->Decode(ids);
       }
+      break;
+    }
+    case 16:
+      (void)ParseMetricsJsonl(text, "metrics.jsonl");
+      break;
+    case 17:
+      (void)ParseTraceJson(text, "trace.json");
+      break;
+    case 18: {
+      Result<Plan> plan = ParsePlanJson(text, "plan");
+      if (!plan.ok()) break;
+      cli::SimulateQuery q;
+      q.plan = std::move(*plan);
+      q.cluster = "local-emulated";  // built in: no file is read
+      q.model = "llama-1m";
+      (void)cli::AnswerSimulateQuery(q);
       break;
     }
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the readers' fuzzer with clang (libFuzzer + ASan + UBSan) and runs every reader in turn.
 #   fuzz/run.sh [RUNS] [READER...]   RUNS executions per reader (default 1,000,000); READER numbers
-#                                    or names (default all 14; fuzz/config_parsers_fuzz.h lists them)
+#                                    or names (default all 19; fuzz/config_parsers_fuzz.h lists them)
 # Seeds: every example and fuzz/seeds/ file, and fuzz/regressions/ (without their selector byte).
 # New crashes land in fuzz/crashes/; a summary table (executions, seconds, crashes per reader) is
 # printed at the end and written to build-fuzz/summary.md.
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 RUNS="${1:-1000000}"
 shift || true
 NAMES=(cluster model job hf-config plan-toml plan-json profile-json zorse-latencies data-json safetensors
-       trainer-state latest token-file shard-index tokenizer-json tokenizer-text)
+       trainer-state latest token-file shard-index tokenizer-json tokenizer-text metrics trace python-plan)
 CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOTLEY_FUZZ=ON \
   -DMOTLEY_WITH_TORCH=OFF -DMOTLEY_BUILD_TESTS=OFF -DMOTLEY_BUILD_BENCH=OFF >/dev/null
 cmake --build build-fuzz --target config_parsers_fuzzer

@@ -28,14 +28,27 @@ namespace {
 // JSON crosses by text: Python's json module makes the dict, with Python's own types.
 py::object ToPython(const nlohmann::json& j) { return py::module_::import("json").attr("loads")(j.dump()); }
 
-nlohmann::json FromPython(const py::object& o) {
-  return nlohmann::json::parse(py::module_::import("json").attr("dumps")(o).cast<std::string>());
-}
-
 // Raised to Python as motley.MotleyError (a ValueError).
 struct MotleyException : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// `o` as JSON text for a reader, through the checks every file gets: what JSON cannot hold (NaN,
+// infinity, a key that is not a string, an object that is not a dict, list or scalar) and a dict
+// nested past any reader's depth are a MotleyError naming `argument`, not Python's own exception.
+std::string JsonTextFromPython(const py::object& o, const std::string& argument) {
+  std::string text;
+  try {
+    text = py::module_::import("json").attr("dumps")(o, py::arg("allow_nan") = false).cast<std::string>();
+  } catch (py::error_already_set& e) {
+    const std::string why = e.matches(PyExc_RecursionError)
+                                ? std::string("nested too deeply")
+                                : std::string(py::str(e.value()));
+    throw MotleyException(argument + ": not a plan as plan() or load_plan() gives it: " + why.substr(0, 200) +
+                          "; pass the dict under \"plan\" of plan(), or a plan file's path");
+  }
+  return text;
+}
 
 template <typename T>
 T ValueOrRaise(Result<T> r) {
@@ -98,7 +111,7 @@ py::object SimulatePlan(const py::object& plan, const std::optional<std::string>
     q.plan_path = py::str(py::module_::import("os").attr("fspath")(plan)).cast<std::string>();
   } else {
     // A dict as plan() returns under "plan", or as load_plan() gives.
-    q.plan = ValueOrRaise(ParsePlanJson(FromPython(plan).dump(), "plan"));
+    q.plan = ValueOrRaise(ParsePlanJson(JsonTextFromPython(plan, "plan"), "plan"));
   }
   q.cluster = cluster.value_or("");
   q.model = model.value_or("");

@@ -94,6 +94,25 @@ def test_bad_input_raises_motley_error_naming_the_file_line_and_key(tmp_path):
         motley.simulate(example("plans", "local-zorse.toml"), stragglers=["9=2"])
     with pytest.raises(motley.MotleyError):
         motley.simulate({"groups": []})
+    # What JSON cannot hold, or no reader would walk, is a MotleyError naming the argument (#48).
+    plan = motley.load_plan(example("plans", "local-zorse.toml"))
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(motley.MotleyError, match="^plan: .*Out of range float"):
+            motley.simulate(dict(plan, seq_len=value))
+    deep = {}
+    for _ in range(100000):
+        deep = {"a": deep}
+    with pytest.raises(motley.MotleyError, match="^plan: .*nested too deeply"):
+        motley.simulate(dict(plan, extra=deep))
+    shallow_but_deep = {}
+    for _ in range(200):
+        shallow_but_deep = {"a": shallow_but_deep}
+    with pytest.raises(motley.MotleyError, match="nested more than"):
+        motley.simulate(dict(plan, extra=shallow_but_deep))
+    with pytest.raises(motley.MotleyError, match="^plan: "):
+        motley.simulate(dict(plan, extra=object()))
+    with pytest.raises(motley.MotleyError, match="seq_len"):
+        motley.simulate(dict(plan, seq_len=2**64 - 1))
     with pytest.raises(motley.MotleyError):
         motley.load_job(str(tmp_path / "missing.toml"))
     # The command line's ranges hold here too (#48): a batch of 2^45 tokens, a sequence of -1, 0 or 2^62.

@@ -32,35 +32,15 @@ namespace fs = std::filesystem;
 Result<RunRecord> ReadRun(const std::string& dir) {
   RunRecord run;
   run.dir = dir;
-  const std::string metrics = (fs::path(dir) / "metrics.jsonl").string();
-  MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(metrics));
-  size_t line_no = 0;
-  for (size_t begin = 0; begin < text.size();) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    ++line_no;
-    const std::string line = text.substr(begin, end - begin);
-    begin = end + 1;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      if (begin >= text.size()) break;  // a last line cut short by a run still writing
-      return Status::InvalidArgument(fmt::format("{}:{}: not a JSON object: a metrics file of `motley train` has one "
-                                                 "per line; remove the line or give the run's own folder",
-                                                 metrics, line_no));
-    }
-    run.metrics.push_back(std::move(j));
-  }
+  MOTLEY_ASSIGN_OR_RETURN(run.metrics, ReadMetricsFile((fs::path(dir) / "metrics.jsonl").string()));
   const fs::path trace = fs::path(dir) / "trace.json";
   std::error_code ec;
   if (fs::exists(trace, ec)) {
-    MOTLEY_ASSIGN_OR_RETURN(std::string t, ReadTextFile(trace.string()));
-    nlohmann::json j = nlohmann::json::parse(t, nullptr, false);
-    if (j.is_discarded())
+    Result<std::vector<TraceSpan>> spans = ReadTraceFile(trace.string());
+    if (!spans.ok())
       return Status::InvalidArgument(
-          fmt::format("{}: not JSON: a trace written by `motley train --trace`; remove it to report without it",
-                      trace.string()));
-    run.trace = std::move(j);
+          fmt::format("{} (remove {} to report the run without its trace)", spans.status().message(), trace.string()));
+    run.trace = std::move(*spans);
   }
   return run;
 }
@@ -158,6 +138,7 @@ int RunReport(const std::vector<std::string>& args) {
   FillDefaultRouting(&in.plan, in.cluster, in.model);
   Result<Schedule> schedule = LowerPlan(in.plan, in.cluster, in.model);
   if (!schedule.ok()) return fail(schedule.status());
+  if (run) run->schedule_hash = ScheduleHash(*schedule);
   SimConfig config;
   config.record_trace = true;
   Result<SimResult> sim = Simulate(*schedule, in.cluster, costs, config);

@@ -1,5 +1,9 @@
 #include "cli/planned_train.h"
 
+#include <cmath>
+
+#include "core/metrics_file.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -55,14 +59,13 @@ std::string Resolvable(const std::string& ref, const std::string& job_file) {
 // The mean step time in a metrics file's lines from byte `from` on, without the first two steps
 // (warm-up); 0 when there are none.
 double MeanStepSeconds(const std::string& path, std::streamoff from) {
-  std::ifstream in(path);
-  in.seekg(from);
+  Result<std::vector<MetricsLine>> lines = ReadMetricsFile(path, from);
+  if (!lines.ok()) return 0;
   double sum = 0;
   int n = 0;
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("step_time_s") || j.value("step", 0) <= 2) continue;
-    sum += j["step_time_s"].get<double>();
+  for (const MetricsLine& m : *lines) {
+    if (!m.event.empty() || !m.step_time_s || !std::isfinite(*m.step_time_s) || m.step.value_or(0) <= 2) continue;
+    sum += *m.step_time_s;
     ++n;
   }
   return n > 0 ? sum / n : 0;

@@ -1,6 +1,7 @@
 #include "cli/report_page.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -55,26 +56,33 @@ svg::SpanKind KindOf(const std::string& op_kind) {
 
 // One row per rank from a trace in the simulator's Chrome format (a run's trace.json is the same);
 // times from the trace's first span. `span_s`: the last end.
-std::vector<svg::TimelineRow> TraceRows(const nlohmann::json& trace, const Schedule& s, const Cluster& c,
+std::vector<svg::TimelineRow> TraceRows(const std::vector<TraceSpan>& trace, const Schedule& s, const Cluster& c,
                                         double* span_s) {
   std::vector<svg::TimelineRow> rows(s.programs.size());
   for (size_t r = 0; r < rows.size(); ++r) rows[r].label = DeviceLabel(s, c, static_cast<int>(r));
   double first = 1e300;
-  const nlohmann::json& events = trace.contains("traceEvents") ? trace.at("traceEvents") : trace;
-  if (!events.is_array()) return rows;
-  for (const auto& e : events)
-    if (e.value("ph", "") == "X" && e.contains("ts")) first = std::min(first, e.at("ts").get<double>());
+  for (const TraceSpan& e : trace) first = std::min(first, e.start_us);
   *span_s = 0;
-  for (const auto& e : events) {
-    if (e.value("ph", "") != "X" || !e.contains("ts") || !e.contains("pid")) continue;
-    const int rank = e.at("pid").get<int>();
-    if (rank < 0 || rank >= static_cast<int>(rows.size())) continue;
-    const double start = (e.at("ts").get<double>() - first) * 1e-6;
-    const double end = start + e.value("dur", 0.0) * 1e-6;
-    rows[rank].spans.push_back({start, end, KindOf(e.value("cat", "")), e.value("name", "")});
+  for (const TraceSpan& e : trace) {
+    if (e.rank >= static_cast<int>(rows.size())) continue;
+    const double start = (e.start_us - first) * 1e-6;
+    const double end = start + e.duration_us * 1e-6;
+    rows[e.rank].spans.push_back({start, end, KindOf(e.category), e.name});
     *span_s = std::max(*span_s, end);
   }
   return rows;
+}
+
+// Whether each metrics line ran the page's schedule: the start and rebalance events name the
+// schedule the steps after them run; lines before any name count (metrics older than the hash).
+std::vector<bool> OfThisSchedule(const RunRecord& run) {
+  std::vector<bool> out;
+  std::string running;
+  for (const MetricsLine& m : run.metrics) {
+    if (!m.schedule_hash.empty()) running = m.schedule_hash;
+    out.push_back(running.empty() || run.schedule_hash.empty() || running == run.schedule_hash);
+  }
+  return out;
 }
 
 std::string SummarySection(const ReportInputs& in) {
@@ -102,23 +110,30 @@ std::string SummarySection(const ReportInputs& in) {
                                            100 * r.hfu, r.fits_memory ? "fits" : "OUT OF MEMORY"));
   if (in.run != nullptr) {
     std::vector<double> steps;
-    double loss = -1, val = -1;
-    int64_t last = 0;
-    for (const auto& m : in.run->metrics) {
-      if (m.contains("step_time_s") && m.value("step", 0) > 1) steps.push_back(m.at("step_time_s").get<double>());
-      if (m.contains("loss")) loss = m.at("loss").get<double>(), last = m.value("step", int64_t{0});
-      if (m.contains("val_loss")) val = m.at("val_loss").get<double>();
+    std::optional<double> loss, val;
+    int64_t last = 0, other_plans = 0;
+    const std::vector<bool> ours = OfThisSchedule(*in.run);
+    for (size_t i = 0; i < in.run->metrics.size(); ++i) {
+      const MetricsLine& m = in.run->metrics[i];
+      if (!m.event.empty()) continue;
+      if (m.step_time_s && std::isfinite(*m.step_time_s) && m.step.value_or(0) > 1)
+        (ours[i] ? steps.push_back(*m.step_time_s) : void(++other_plans));
+      if (m.loss) loss = *m.loss, last = std::max(last, m.step.value_or(0));
+      if (m.val_loss) val = *m.val_loss;
     }
-    std::string measured = "no step measured";
+    std::string measured = "no step of this plan measured";
     if (!steps.empty()) {
       std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
       const double median = steps[steps.size() / 2];
       measured = fmt::format("median step {} ({:.2f}x the simulated), {:.0f} tokens/s", FormatDuration(median),
                              median / r.step_time_s, static_cast<double>(in.schedule->global_batch_tokens) / median);
     }
+    if (other_plans > 0)
+      measured += fmt::format(" ({} of its {} steps; {} ran another plan before a restart or rebalance, left out)",
+                              steps.size(), steps.size() + other_plans, other_plans);
     out += Row("run", fmt::format("{}: {} steps; {}{}{}", in.run->dir, last, measured,
-                                  loss >= 0 ? fmt::format("; last loss {:.4f}", loss) : "",
-                                  val >= 0 ? fmt::format(", validation {:.4f}", val) : ""));
+                                  loss ? fmt::format("; last loss {:.4f}", *loss) : "",
+                                  val ? fmt::format(", validation {:.4f}", *val) : ""));
   }
   out += "</table></section>\n";
   return out;
@@ -235,14 +250,13 @@ std::string TimelineSection(const ReportInputs& in) {
 
 std::string MemorySection(const ReportInputs& in) {
   std::vector<double> measured(in.schedule->programs.size(), -1);
-  if (in.run != nullptr)
-    for (const auto& m : in.run->metrics)
-      if (m.contains("ranks") && m.at("ranks").is_array())
-        for (const auto& r : m.at("ranks")) {
-          const int rank = r.value("rank", -1);
-          if (rank >= 0 && rank < static_cast<int>(measured.size()))
-            measured[rank] = std::max(measured[rank], r.value("peak_memory_bytes", -1.0));
-        }
+  if (in.run != nullptr) {
+    const std::vector<bool> ours = OfThisSchedule(*in.run);  // another plan's ranks are other devices
+    for (size_t i = 0; i < in.run->metrics.size(); ++i)
+      if (ours[i])
+        for (const MetricsRank& r : in.run->metrics[i].ranks)
+          if (r.rank < static_cast<int>(measured.size())) measured[r.rank] = std::max(measured[r.rank], r.peak_memory_bytes);
+  }
   std::vector<svg::MemoryRow> rows;
   for (const DeviceSimReport& d : in.sim->devices)
     rows.push_back({DeviceLabel(*in.schedule, *in.cluster, d.rank), d.capacity_bytes, d.peak_memory_bytes,
@@ -260,28 +274,31 @@ std::string RunSection(const RunRecord& run) {
   svg::Series loss{"loss", {}, "#1f77b4", false}, val{"validation loss", {}, "#b6992d", true},
       tokens{"tokens/s", {}, "#59a14f", false};
   std::vector<std::string> events;
-  for (const auto& m : run.metrics) {
-    const double step = m.value("step", 0.0);
-    if (m.contains("loss")) loss.points.push_back({step, m.at("loss").get<double>()});
-    if (m.contains("val_loss")) val.points.push_back({step, m.at("val_loss").get<double>()});
-    if (m.contains("tokens_per_s") && step > 1) tokens.points.push_back({step, m.at("tokens_per_s").get<double>()});
-    if (m.contains("event")) {
-      nlohmann::json rest = m;
+  int64_t last_step = -1;  // an event without a step of its own (a restart) happened after this one
+  for (const MetricsLine& m : run.metrics) {
+    if (m.event.empty() && m.step) last_step = std::max(last_step, *m.step);
+    const double step = static_cast<double>(m.step.value_or(last_step));
+    auto finite = [](const std::optional<double>& v) { return v && std::isfinite(*v); };
+    if (m.event.empty() && finite(m.loss)) loss.points.push_back({step, *m.loss});
+    if (finite(m.val_loss)) val.points.push_back({step, *m.val_loss});
+    if (m.event.empty() && finite(m.tokens_per_s) && step > 1) tokens.points.push_back({step, *m.tokens_per_s});
+    const std::string when = m.step ? std::to_string(*m.step)
+                             : last_step >= 0 ? fmt::format("after {}", last_step)
+                                              : std::string("-");
+    if (!m.event.empty()) {
+      nlohmann::json rest = m.fields;
       rest.erase("event");
       rest.erase("step");
-      events.push_back(fmt::format("<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
-                                   m.value("step", int64_t{-1}),
-                                   Escape(m.at("event").is_string() ? m.at("event").get<std::string>() : m.at("event").dump()),
-                                   Escape(rest.dump().substr(0, 300))));
+      events.push_back(fmt::format("<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>", when,
+                                   Escape(m.event), Escape(rest.dump().substr(0, 300))));
     }
-    if (m.contains("stragglers") && m.at("stragglers").is_array() && !m.at("stragglers").empty())
-      events.push_back(fmt::format("<tr><td class=\"num\">{}</td><td>straggler</td><td>{}</td></tr>",
-                                   static_cast<int64_t>(step), Escape(m.at("stragglers").dump())));
-    if (m.value("migrated_units", 0.0) > 0 || m.value("pruned_fraction", 0.0) > 0)
+    if (!m.stragglers.empty())
+      events.push_back(fmt::format("<tr><td class=\"num\">{}</td><td>straggler</td><td>{}</td></tr>", when,
+                                   Escape(m.stragglers.dump().substr(0, 300))));
+    if (m.migrated_units > 0 || m.pruned_fraction > 0)
       events.push_back(fmt::format("<tr><td class=\"num\">{}</td><td>FlexTP</td><td>migrated units {:g}, pruned "
                                    "{:.1f}%</td></tr>",
-                                   static_cast<int64_t>(step), m.value("migrated_units", 0.0),
-                                   100 * m.value("pruned_fraction", 0.0)));
+                                   when, m.migrated_units, 100 * m.pruned_fraction));
   }
   std::string out = fmt::format("<section id=\"run\"><h2>The run: {}</h2>\n", Escape(run.dir));
   out += "<h3>Loss</h3>" + svg::Lines("loss-chart", {loss, val}, "step", "loss");

@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
+#include <cmath>
+#include <string_view>
 #include <map>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include "core/metrics_file.h"
 
 namespace motley::cli {
 
@@ -19,39 +20,24 @@ using RankTimes = std::map<int, std::vector<double>>;
 // start and at each live rebalance); a file whose steps all ran another is refused, naming both.
 Result<int> ReadRankTimes(const std::string& path, const char* field, int from_step, std::streamoff from_byte,
                           const std::string& schedule_hash, RankTimes* by_rank) {
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))  // never /dev/zero's endless line
-    return Status::InvalidArgument(fmt::format("{}: is not a regular file; give the metrics file itself", path));
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(fmt::format("{}: cannot read the metrics", path));
-  in.seekg(from_byte);
-  int line_no = 0, steps = 0;
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<MetricsLine> lines, ReadMetricsFile(path, from_byte));
+  const bool compute = std::string_view(field) == "compute_s";
+  int steps = 0;
   std::string running, other;  // the schedule the steps run now; one they ran that is not the plan's
-  for (std::string line; std::getline(in, line);) {
-    ++line_no;
-    if (line.empty()) continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    auto bad = [&](const std::string& why) {
-      return Status::InvalidArgument(
-          fmt::format("{}:{}: {}; give the file `motley train --metrics` wrote", path, line_no, why));
-    };
-    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
-    if (j.contains("schedule_hash")) {
-      if (!j["schedule_hash"].is_string()) return bad("\"schedule_hash\" is not a string");
-      running = j["schedule_hash"].get<std::string>();
-    }
-    if (!j.contains("ranks") || !j.contains("step")) continue;
-    if (!j["step"].is_number_integer() || !j["ranks"].is_array()) return bad("\"step\" or \"ranks\" of the wrong type");
-    if (j["step"].get<int64_t>() < from_step) continue;
+  for (const MetricsLine& m : lines) {
+    if (!m.schedule_hash.empty()) running = m.schedule_hash;
+    if (!m.event.empty() || m.ranks.empty() || !m.step || *m.step < from_step) continue;
     if (!schedule_hash.empty() && !running.empty() && running != schedule_hash) {
       other = running;
       continue;
     }
-    for (const auto& r : j["ranks"]) {
-      if (!r.is_object() || !r.value("rank", nlohmann::json()).is_number_integer() ||
-          !r.value(field, nlohmann::json(0.0)).is_number())
-        return bad(fmt::format("a rank's \"rank\" or \"{}\" of the wrong type", field));
-      (*by_rank)[r["rank"].get<int>()].push_back(r.value(field, 0.0));
+    for (const MetricsRank& r : m.ranks) {
+      const std::optional<double>& v = compute ? r.compute_s : r.comm_s;
+      if (v && !std::isfinite(*v))
+        return Status::InvalidArgument(fmt::format("{}:{}: rank {}'s \"{}\" is not a number; give the file "
+                                                   "`motley train --metrics` wrote",
+                                                   path, m.line, r.rank, field));
+      (*by_rank)[r.rank].push_back(v.value_or(0.0));
     }
     ++steps;
   }

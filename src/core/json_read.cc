@@ -59,10 +59,33 @@ Result<nlohmann::json> ParseJson(std::string_view text, const std::string& file,
     return Status::InvalidArgument(fmt::format("{}: error: {}", file, r.message));
   } catch (const nlohmann::json::parse_error& e) {
     return Status::InvalidArgument(
-        fmt::format("{}:{}: error: not valid JSON: {}", file, LineColumn(text, e.byte), e.what()));
+        fmt::format("{}:{}: error: not valid JSON: {}", file, LineColumn(text, e.byte), JsonErrorText(e)));
   } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(fmt::format("{}: error: not valid JSON: {}", file, e.what()));
+    return Status::InvalidArgument(fmt::format("{}: error: not valid JSON: {}", file, JsonErrorText(e)));
   }
+}
+
+std::string JsonErrorText(const nlohmann::json::exception& e) {
+  std::string_view text = e.what();
+  if (text.starts_with("[json.exception.")) {
+    const size_t end = text.find("] ");
+    if (end != std::string_view::npos) text.remove_prefix(end + 2);
+  }
+  if (text.starts_with("parse error at ")) {
+    const size_t colon = text.find(": ");
+    if (colon != std::string_view::npos) text.remove_prefix(colon + 2);
+  }
+  return std::string(text);
+}
+
+std::optional<int64_t> JsonInt64(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  return std::nullopt;
 }
 
 }  // namespace motley

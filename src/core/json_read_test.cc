@@ -1,5 +1,6 @@
 #include "core/json_read.h"
 
+#include <cstdint>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -41,6 +42,28 @@ TEST(ParseJson, SyntaxErrorsAtLineAndColumn) {
   Result<nlohmann::json> j = ParseJson("{\n  \"a\": 1,\n  \"b\": }\n", "f.json");
   ASSERT_FALSE(j.ok());
   EXPECT_NE(j.status().message().find("f.json:3:"), std::string::npos) << j.status().message();
+  // What nlohmann says, without its tag: "[json.exception.parse_error.101] parse error at line ...".
+  EXPECT_EQ(j.status().message().find("json.exception"), std::string::npos) << j.status().message();
+  EXPECT_EQ(j.status().message().find("parse error at"), std::string::npos) << j.status().message();
+}
+
+TEST(JsonInt64, AnIntegerBeyondInt64IsNotOne) {
+  EXPECT_EQ(JsonInt64(nlohmann::json::parse("9223372036854775807")), INT64_MAX);
+  EXPECT_EQ(JsonInt64(nlohmann::json::parse("-9223372036854775808")), INT64_MIN);
+  // nlohmann would read these as -9223372036854775808 and -1.
+  EXPECT_EQ(JsonInt64(nlohmann::json::parse("9223372036854775808")), std::nullopt);
+  EXPECT_EQ(JsonInt64(nlohmann::json::parse("18446744073709551615")), std::nullopt);
+  EXPECT_EQ(JsonInt64(nlohmann::json::parse("1.0")), std::nullopt);
+  EXPECT_EQ(JsonInt64(nlohmann::json::parse("\"1\"")), std::nullopt);
+}
+
+TEST(JsonErrorText, DropsTheLibrarysTag) {
+  try {
+    (void)nlohmann::json::parse("[1]").at(0).get<std::string>();
+    FAIL();
+  } catch (const nlohmann::json::exception& e) {
+    EXPECT_EQ(JsonErrorText(e), "type must be string, but is number");
+  }
 }
 
 }  // namespace

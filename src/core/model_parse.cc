@@ -210,12 +210,12 @@ Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& fi
       error(key, fmt::format("expected an integer, got {}", it->dump()));
       return std::nullopt;
     }
-    int64_t v = it->get<int64_t>();
-    if (v < 1 || v > max) {
-      error(key, fmt::format("{} is out of range; it must be between 1 and {}", v, max));
+    const std::optional<int64_t> v = JsonInt64(*it);
+    if (!v || *v < 1 || *v > max) {
+      error(key, fmt::format("{} is out of range; it must be between 1 and {}", it->dump(), max));
       return std::nullopt;
     }
-    return v;
+    return *v;
   };
   auto get_number = [&](std::string_view key, double max) -> std::optional<double> {
     auto it = j.find(key);

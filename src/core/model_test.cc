@@ -176,6 +176,22 @@ TEST(ModelParse, HuggingFaceConfigAsIs) {
   EXPECT_DOUBLE_EQ(m->norm_eps, 1e-5);
 }
 
+// #48: a number past int64 is shown as written, not as nlohmann wraps it (-1, -9223372036854775808).
+TEST(ModelParse, AHuggingFaceSizeBeyondInt64IsShownAsWritten) {
+  for (const char* big : {"18446744073709551615", "9223372036854775808"}) {
+    std::string config = HfConfigJson(*FindModelPreset("llama-1m"));
+    const size_t at = config.find("\"max_position_embeddings\": ");
+    ASSERT_NE(at, std::string::npos);
+    const size_t value = at + std::string("\"max_position_embeddings\": ").size();
+    config.replace(value, config.find(',', value) - value, big);
+    Result<ModelSpec> m = ParseHfConfigJson(config, "config.json");
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find(std::string("max_position_embeddings: ") + big + " is out of range"),
+              std::string::npos)
+        << m.status().message();
+  }
+}
+
 TEST(ModelParse, HuggingFaceConfigRoundTrips) {
   for (const ModelSpec& preset : ModelPresets()) {
     ModelSpec back = ParseHfConfigJson(HfConfigJson(preset), "config.json").value();

@@ -344,7 +344,7 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
     t->hash_ = fmt::format("{:016x}", Fnv1a(fmt::format("|bos={}|add_bos={}|eos={}", t->bos_id_, t->add_bos_, t->eos_id_),
                                             Fnv1a(text)));
   } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(fmt::format("{}: not a tokenizer.json motley can read: {}", where, e.what()));
+    return Status::InvalidArgument(fmt::format("{}: not a tokenizer.json motley can read: {}", where, JsonErrorText(e)));
   }
   return t;
 }

@@ -281,10 +281,18 @@ StrategyOutcome PlanOnSubsets(const std::string& strategy, const Cluster& cluste
                               const PlannerCosts& costs, const PlanRequest& request, const PlanEvaluator& evaluate) {
   const std::vector<DeviceSubset> subsets = DeviceSubsets(
       cluster, model, costs, {request.global_batch_sequences, request.seq_len, request.precision, 256, 2});
+  // Every subset skipped: its bound is no better than another strategy's plan, or (an infinite
+  // bound, device_subsets.h) no device can run one sequence at all.
   StrategyOutcome best = Failed(
-      strategy, Status::Infeasible(fmt::format("{}: not planned: no plan on these devices can step faster than {}, "
-                                               "which another strategy achieves",
-                                               strategy, FormatDuration(request.only_faster_than_s))));
+      strategy, Status::Infeasible(
+                    std::isfinite(request.only_faster_than_s)
+                        ? fmt::format("{}: not planned: no plan on these devices can step faster than {}, which "
+                                      "another strategy achieves",
+                                      strategy, FormatDuration(request.only_faster_than_s))
+                        : fmt::format("{}: not planned: no device here can hold one layer's backward for one "
+                                      "sequence of {} tokens of {}, even split over tensor parallelism; shorten "
+                                      "the sequences or add devices with more memory",
+                                      strategy, request.seq_len, model.name)));
   StrategyOutcome whole = best;
   int planned = 0, skipped = 0;
   for (size_t i = 0; i < subsets.size(); ++i) {

@@ -136,7 +136,8 @@ std::unique_ptr<toml::node> JsonToToml(const nlohmann::json& j) {
     return a;
   }
   if (j.is_boolean()) return std::make_unique<toml::value<bool>>(j.get<bool>());
-  if (j.is_number_integer()) return std::make_unique<toml::value<int64_t>>(j.get<int64_t>());
+  // An integer beyond int64 (nlohmann would wrap 2^64 - 1 to -1) stays a number the reader refuses.
+  if (j.is_number_integer() && JsonInt64(j)) return std::make_unique<toml::value<int64_t>>(*JsonInt64(j));
   if (j.is_number()) return std::make_unique<toml::value<double>>(j.get<double>());
   if (j.is_string()) return std::make_unique<toml::value<std::string>>(j.get<std::string>());
   return std::make_unique<toml::value<std::string>>("");

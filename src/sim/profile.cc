@@ -100,13 +100,23 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
   if (!j.is_object() || j.value("format", "") != "motley-profile-1")
     return bad("not a motley profile (expected \"format\": \"motley-profile-1\")");
   Profile p;
+  std::string where = "\"entries\"";  // what is being read, for a message about a field of the wrong type
   try {
+    if (!j.value("entries", nlohmann::json::array()).is_array()) return bad("\"entries\" must be a list");
     for (const auto& e : j.value("entries", nlohmann::json::array())) {
+      where = fmt::format("entry {}", p.entries.size());
       ProfileEntry entry;
       entry.device_type = e.at("device_type").get<std::string>();
+      where = fmt::format("entry {} ({})", p.entries.size(), entry.device_type.substr(0, 60));
       entry.model = e.value("model", "");
-      entry.hidden_size = e.at("hidden_size").get<int64_t>();
-      entry.seq_len = e.at("seq_len").get<int64_t>();
+      for (const auto& [key, into] : std::initializer_list<std::pair<const char*, int64_t*>>{
+               {"hidden_size", &entry.hidden_size}, {"seq_len", &entry.seq_len}}) {
+        const std::optional<int64_t> v = JsonInt64(e.at(key));
+        if (!v || *v < 1 || *v > (int64_t{1} << 24))
+          return bad(fmt::format("{}: \"{}\" must be an integer from 1 to 2^24, not {}", where, key,
+                                 e.at(key).dump().substr(0, 40)));
+        *into = *v;
+      }
       entry.precision = ProfilePrecision(e.value("precision", "bf16"));
       entry.backward_includes_recompute = e.value("backward_includes_recompute", true);
       entry.max_microbatch = e.value("max_microbatch", int64_t{0});
@@ -193,6 +203,7 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
       p.entries.push_back(std::move(entry));
     }
     for (const auto& l : j.value("links", nlohmann::json::array())) {
+      where = fmt::format("link {}", p.links.size());
       ProfileLink link;
       link.a = l.at("between").at(0).get<std::string>();
       link.b = l.at("between").at(1).get<std::string>();
@@ -202,7 +213,7 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
       p.links.push_back(std::move(link));
     }
   } catch (const nlohmann::json::exception& e) {
-    return bad(fmt::format("malformed entry: {}", e.what()));
+    return bad(fmt::format("{}: a field is missing or of the wrong type ({})", where, JsonErrorText(e)));
   }
   return p;
 }

@@ -137,6 +137,26 @@ TEST(Profile, BadFilesSayWhatIsWrong) {
   ASSERT_FALSE(key.ok());
   EXPECT_NE(key.status().message().find("tp_points key \"two\" must be a tensor-parallel degree"), std::string::npos)
       << key.status().message();
+  // #48: a field of the wrong type names the entry, without the JSON library's tag; a size beyond
+  // int64 is shown as written.
+  Result<Profile> type = ParseProfileJson(
+      R"({"format": "motley-profile-1", "entries": [{"device_type": "t4", "hidden_size": 8, "seq_len": 8,
+          "points": [{"microbatch": "one", "forward_ms": 1, "backward_ms": 2}]}]})",
+      "p.json");
+  ASSERT_FALSE(type.ok());
+  EXPECT_NE(type.status().message().find("p.json: error: entry 0 (t4): a field is missing or of the wrong type (type "
+                                         "must be number, but is string)"),
+            std::string::npos)
+      << type.status().message();
+  EXPECT_EQ(type.status().message().find("json.exception"), std::string::npos);
+  Result<Profile> big = ParseProfileJson(
+      R"({"format": "motley-profile-1", "entries": [{"device_type": "t4", "hidden_size": 18446744073709551615,
+          "seq_len": 8, "points": []}]})",
+      "p.json");
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("\"hidden_size\" must be an integer from 1 to 2^24, not 18446744073709551615"),
+            std::string::npos)
+      << big.status().message();
 }
 
 TEST(Profile, ImportsTheZorseMeasurements) {

@@ -33,10 +33,12 @@ inline CliRun RunCommandLine(const std::string& cmd) {
 #ifdef MOTLEY_BIN
   // Every error path motley's tests reach (#48): one message for a person, never a library's raw
   // exception text.
-  if (r.exit_code != 0 && cmd.find(MOTLEY_BIN) != std::string::npos)
-    for (const char* raw : {"json.exception", "c10::", "std::", "what():"})
+  if (r.exit_code != 0 && cmd.find(MOTLEY_BIN) != std::string::npos) {
+    for (const char* raw : {"json.exception", "c10::", "std::", "what():"}) {
       EXPECT_EQ(r.output.find(raw), std::string::npos)
           << "raw exception text '" << raw << "' reached the user of `" << cmd << "`:\n" << r.output;
+    }
+  }
 #endif
   return r;
 }

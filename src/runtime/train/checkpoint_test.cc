@@ -98,8 +98,16 @@ TEST(Checkpoint, SavesAndLoadsWeightsOptimizerAndState) {
     s.exp_avg = torch::randn_like(s.param);
     s.exp_avg_sq = torch::rand_like(s.param);
   }
-  TrainerState state{.step = 7, .updates = 6, .total_steps = 10, .seed = 99, .tokens_seen = 700, .loss_scale = 512,
-                     .loss_scale_good_steps = 3, .precision = "fp32", .job_file = "job.toml"};
+  TrainerState state;
+  state.step = 7;
+  state.updates = 6;
+  state.total_steps = 10;
+  state.seed = 99;
+  state.tokens_seen = 700;
+  state.loss_scale = 512;
+  state.loss_scale_good_steps = 3;
+  state.precision = "fp32";
+  state.job_file = "job.toml";
   const std::string run = (dir / "run").string();
   const std::string saved = SaveRunCheckpoint(run, 2, *model, shards, state).value();
   EXPECT_EQ(ResolveCheckpointDir(run).value(), saved);
@@ -168,7 +176,12 @@ TEST(Checkpoint, NonFiniteWeightsAreRefusedAndRollbackFiguresRoundTrip) {
     s.exp_avg = torch::zeros_like(s.param);
     s.exp_avg_sq = torch::zeros_like(s.param);
   }
-  TrainerState state{.step = 4, .updates = 4, .total_steps = 10, .seed = 1, .precision = "fp32"};
+  TrainerState state;
+  state.step = 4;
+  state.updates = 4;
+  state.total_steps = 10;
+  state.seed = 1;
+  state.precision = "fp32";
   state.lr_factor = 0.25;
   state.data_skip_steps = 3;
   state.rollbacks = 2;
