@@ -119,6 +119,7 @@ nlohmann::json DescribeClusterJson(const Cluster& c) {
                            {"intra_bandwidth_bytes_per_s", n.intra_bandwidth_bytes_per_s},
                            {"nic_bandwidth_bytes_per_s", n.nic_bandwidth_bytes_per_s},
                            {"region", n.region}};
+    if (!n.host.empty()) node["host"] = n.host;
     if (!n.emulation.empty()) {
       nlohmann::json emu = nlohmann::json::array();
       for (const auto& e : n.emulation) {

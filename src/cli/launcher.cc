@@ -8,11 +8,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <string_view>
+#include <utility>
 #include <cstring>
 #include <optional>
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/net.h"
 
@@ -53,11 +57,93 @@ std::string Describe(int status) {
 
 bool Failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
 
+// The words of a remote-start template, split at spaces, with {host} and {index} replaced.
+std::vector<std::string> RemoteWords(const std::string& remote, const LaunchHost& host, int index) {
+  std::vector<std::string> words;
+  size_t begin = 0;
+  while (begin < remote.size()) {
+    const size_t end = std::min(remote.find(' ', begin), remote.size());
+    if (end > begin) {
+      std::string w = remote.substr(begin, end - begin);
+      for (const auto& [key, value] : {std::pair<std::string, std::string>{"{host}", host.name},
+                                       {"{index}", std::to_string(index)}})
+        for (size_t at; (at = w.find(key)) != std::string::npos;) w.replace(at, key.size(), value);
+      words.push_back(std::move(w));
+    }
+    begin = end + 1;
+  }
+  return words;
+}
+
 }  // namespace
 
-int Launch(const LaunchOptions& o) {
+std::string ShellQuote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=:,+@%") ==
+                        std::string::npos)
+    return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+Result<std::vector<LaunchHost>> ParseLaunchHosts(const std::string& text) {
+  std::vector<LaunchHost> hosts;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string part = text.substr(begin, end - begin);
+    begin = end + 1;
+    LaunchHost h;
+    const size_t colon = part.rfind(':');
+    h.name = colon == std::string::npos ? part : part.substr(0, colon);
+    if (colon != std::string::npos) {
+      const std::string n = part.substr(colon + 1);
+      if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1 ||
+          std::stoi(n) > 1024)
+        return Status::InvalidArgument(fmt::format(
+            "--hosts: \"{}\": the ranks on a host are a number from 1 to 1024 after the colon, as in node1:4", part));
+      h.nproc = std::stoi(n);
+    }
+    if (h.name.empty() || h.name.find_first_of(" \t'\"$`\\;&|<>(){}") != std::string::npos)
+      return Status::InvalidArgument(fmt::format(
+          "--hosts: \"{}\": give each host as NAME or NAME:RANKS, separated by commas (e.g. node1:4,node2:4)", part));
+    hosts.push_back(h);
+  }
+  return hosts;
+}
+
+std::vector<std::string> RemoteRankArgv(const LaunchOptions& o, int host_index, const std::vector<std::string>& env,
+                                        const std::string& working_dir) {
+  std::vector<std::string> argv = RemoteWords(o.remote, o.hosts[host_index], host_index);
+  std::string line = "cd " + ShellQuote(working_dir) + " && exec env";
+  for (const std::string& e : env) line += " " + ShellQuote(e);
+  for (const std::string& a : o.command) line += " " + ShellQuote(a);
+  argv.push_back(line);
+  return argv;
+}
+
+int Launch(const LaunchOptions& options) {
+  LaunchOptions o = options;
+  // Each rank's host and local rank: one host (this machine) without hosts.
+  std::vector<int> host_of, local_of;
+  std::vector<int> per_host;
+  if (o.hosts.empty()) {
+    per_host = {o.nproc};
+  } else {
+    for (const LaunchHost& h : o.hosts) per_host.push_back(h.nproc);
+    o.nproc = 0;
+    for (int n : per_host) o.nproc += n;
+    if (options.master_addr == LaunchOptions().master_addr) o.master_addr = o.hosts[0].name;
+  }
+  for (size_t h = 0; h < per_host.size(); ++h)
+    for (int l = 0; l < per_host[h]; ++l) {
+      host_of.push_back(static_cast<int>(h));
+      local_of.push_back(l);
+    }
   if (o.failed_rank != nullptr) *o.failed_rank = -1;
   const int port = o.master_port > 0 ? o.master_port : FreeTcpPort();
+  std::error_code cwd_error;
+  const std::string working_dir = std::filesystem::current_path(cwd_error).string();
   std::vector<Rank> ranks(static_cast<size_t>(o.nproc));
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
@@ -83,22 +169,38 @@ int Launch(const LaunchOptions& o) {
       ::close(fds[0]);
       ::close(fds[1]);
       ::setenv("RANK", std::to_string(r).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(local_of[r]).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(per_host[host_of[r]]).c_str(), 1);
       ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       // Like torchrun: ranks sharing a machine get one math-library thread each unless told
       // otherwise, or N ranks x all-cores threads fight over the cores.
-      if (o.nproc > 1) {
+      if (per_host[host_of[r]] > 1) {
         ::setenv("OMP_NUM_THREADS", "1", 0);
         ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
       }
+      std::vector<std::string> words = o.command;
+      if (!o.hosts.empty()) {
+        // On another host the environment travels in the command line (ssh does not pass it):
+        // the rendezvous, and the math libraries' and motley's own settings.
+        std::vector<std::string> env;
+        for (char** e = environ; *e != nullptr; ++e) {
+          const std::string_view v(*e);
+          for (const char* name : {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
+                                   "MASTER_PORT=", "OMP_", "OPENBLAS_", "MOTLEY_"})
+            if (v.starts_with(name)) {
+              env.emplace_back(v);
+              break;
+            }
+        }
+        words = RemoteRankArgv(o, host_of[r], env, working_dir);
+      }
       std::vector<char*> argv;
-      for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+      for (const auto& a : words) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
       ::execvp(argv[0], argv.data());
-      fmt::print(stderr, "motley launch: cannot run {}: {}\n", o.command[0], std::strerror(errno));
+      fmt::print(stderr, "motley launch: cannot run {}: {}\n", words[0], std::strerror(errno));
       std::fflush(stderr);
       ::_exit(127);
     }
@@ -106,8 +208,14 @@ int Launch(const LaunchOptions& o) {
     ranks[r].pid = pid;
     ranks[r].out_fd = fds[0];
   }
-  fmt::print(stderr, "motley launch: {} ranks of '{}' (rendezvous {}:{})\n", o.nproc, o.command[0], o.master_addr,
-             port);
+  std::string where;
+  if (!o.hosts.empty()) {
+    std::vector<std::string> hosts;
+    for (const LaunchHost& h : o.hosts) hosts.push_back(fmt::format("{}:{}", h.name, h.nproc));
+    where = fmt::format(" on {} hosts ({}) through '{}'", o.hosts.size(), fmt::join(hosts, ","), o.remote);
+  }
+  fmt::print(stderr, "motley launch: {} ranks of '{}'{} (rendezvous {}:{})\n", o.nproc, o.command[0], where,
+             o.master_addr, port);
 
   std::optional<Clock::time_point> failed_at, terminated_at;
   int first_failure = -1;

@@ -1,6 +1,8 @@
 // Reading and validating a cluster file. The format: README.md ("Files") and examples/clusters/.
 #include "core/cluster_parse.h"
 
+#include <algorithm>
+
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -143,6 +145,13 @@ std::vector<NodeSpec> ParseNode(TomlTable& t, const GpuCatalog& catalog) {
   }
   if (auto v = t.Bandwidth("nic_bandwidth")) node.nic_bandwidth_bytes_per_s = *v;
   if (auto v = t.String("region")) node.region = *v;
+  if (auto v = t.String("host")) {
+    if (v->find_first_of(" \t\n'\"$`\\;&|<>(){}") != std::string::npos)
+      t.Error("host", fmt::format("\"{}\" is not a hostname or address; give the name or address its ranks run on",
+                                  *v));
+    else
+      node.host = *v;
+  }
   for (auto& e : t.TableArray("emulation", Need::kOptional, /*allow_single=*/true))
     node.emulation.push_back(ParseEmulation(e, spec));
   if (node.emulation.size() > 1 && static_cast<int>(node.emulation.size()) != node.num_devices) {
@@ -152,6 +161,9 @@ std::vector<NodeSpec> ParseNode(TomlTable& t, const GpuCatalog& catalog) {
   }
   t.Finish();
 
+  if (!node.host.empty() && replicas > 1)
+    t.Error("replicas", "a node with a host stands for one machine; give each of its replicas its own [[nodes]] "
+                        "entry with its own host");
   std::vector<NodeSpec> out;
   if (!name) return out;
   for (int r = 0; r < replicas; ++r) {
@@ -212,6 +224,12 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
     root.Error("nodes", "the cluster has no nodes; add at least one [[nodes]] section");
 
   // Whole-cluster checks.
+  // Hosts: every node names its host, or none does (ranks find their devices by host, or by order).
+  for (size_t i = 0; i < node_tables.size(); ++i)
+    if (!node_tables[i].Has("host") && node_tables[i].Has("name") &&
+        std::any_of(c.nodes.begin(), c.nodes.end(), [](const NodeSpec& n) { return !n.host.empty(); }))
+      node_tables[i].ErrorHere("missing host: other nodes name the host they run on, so every node must (ranks "
+                               "find their devices by host); add host = \"<its hostname or address>\"");
   std::set<std::string> regions;
   for (const auto& n : c.nodes) regions.insert(n.region);
   if (c.nodes.size() > 1) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/net.h"
+
 #include "core/builtin_files.h"
 #include "core/cluster_parse.h"
 
@@ -281,7 +283,7 @@ TEST(ClusterErrors, UnknownKeySuggestsAndListsValidKeys) {
                    "'nic_bandwidth'?"),
             std::string::npos)
       << e;
-  EXPECT_NE(e.find("Valid keys here: count, device, emulation, interconnect, intra_bandwidth, name, "
+  EXPECT_NE(e.find("Valid keys here: count, device, emulation, host, interconnect, intra_bandwidth, name, "
                    "nic_bandwidth, region, replicas"),
             std::string::npos)
       << e;
@@ -384,6 +386,39 @@ TEST(ClusterErrors, SyntaxErrorHasAPosition) {
   std::string e = Error("[[nodes]]\nname = \"a\ndevice = \"t4\"\n");
   EXPECT_NE(e.find("c.toml:2:"), std::string::npos) << e;
   EXPECT_NE(e.find("TOML syntax"), std::string::npos) << e;
+}
+
+// #50: a node names the host it is; every node does, or none.
+TEST(ClusterErrors, HostsAreNamedOnEveryNodeOrNone) {
+  const std::string two = "[[nodes]]\nname = \"a\"\ndevice = \"t4\"\nnic_bandwidth = \"10Gbps\"\nhost = \"10.0.0.1\"\n"
+                          "[[nodes]]\nname = \"b\"\ndevice = \"t4\"\nnic_bandwidth = \"10Gbps\"\n";
+  std::string e = Error(two);
+  EXPECT_NE(e.find("c.toml:6:1: error: [nodes[1]]: missing host: other nodes name the host they run on, so every node must"),
+            std::string::npos)
+      << e;
+  Result<Cluster> ok = ParseClusterToml(two + "host = \"node-b.example\"\n", "c.toml");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->nodes[0].host, "10.0.0.1");
+  EXPECT_EQ(ok->nodes[1].host, "node-b.example");
+  e = Error("[[nodes]]\nname = \"a\"\ndevice = \"t4\"\nreplicas = 2\nnic_bandwidth = \"10Gbps\"\nhost = \"x\"\n");
+  EXPECT_NE(e.find("a node with a host stands for one machine"), std::string::npos) << e;
+  e = Error("[[nodes]]\nname = \"a\"\ndevice = \"t4\"\nhost = \"a b; rm\"\n");
+  EXPECT_NE(e.find("is not a hostname or address"), std::string::npos) << e;
+}
+
+TEST(ThisHost, AHostIsItsNameOrAnAddressOfIt) {
+  const ThisHost me{"node-7.cluster", {"127.0.0.1", "10.1.2.3", "fe80::1"}};
+  EXPECT_TRUE(IsThisHost("node-7.cluster", me));
+  EXPECT_TRUE(IsThisHost("node-7", me));
+  EXPECT_TRUE(IsThisHost("10.1.2.3", me));
+  EXPECT_FALSE(IsThisHost("10.1.2.4", me));
+  EXPECT_FALSE(IsThisHost("", me));
+  EXPECT_FALSE(IsThisHost("localhost", ThisHost{"other", {"10.9.9.9"}}));  // loopback names no host
+  EXPECT_EQ(me.Describe(), "node-7.cluster (10.1.2.3)");
+  const ThisHost found = FindThisHost();
+  EXPECT_FALSE(found.addresses.empty());  // loopback at least
+  EXPECT_EQ(LocalAddressToward("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(LocalAddressToward("no-such-host.invalid"), "");
 }
 
 TEST(ClusterErrors, UnknownBuiltinClusterSuggests) {

@@ -94,6 +94,18 @@ TEST(LaunchCli, UsageErrors) {
   CliRun no_cmd = Motley("launch --nproc 2");
   EXPECT_EQ(no_cmd.exit_code, 2);
   EXPECT_CONTAINS(no_cmd.output, "give the command after --");
+  CliRun neither = Motley("launch -- /bin/true");
+  EXPECT_EQ(neither.exit_code, 2);
+  EXPECT_CONTAINS(neither.output, "give --nproc N (ranks on this machine) or --hosts NAME:RANKS,...");
+  CliRun hosts = Motley("launch --hosts node1:0 -- /bin/true");
+  EXPECT_EQ(hosts.exit_code, 2);
+  EXPECT_CONTAINS(hosts.output, "--hosts: \"node1:0\": the ranks on a host are a number from 1 to 1024");
+  CliRun both = Motley("launch --nproc 2 --hosts a:1 -- /bin/true");
+  EXPECT_EQ(both.exit_code, 2);
+  // A remote start that fails is the rank's failure, named.
+  CliRun remote = Motley("launch --hosts a:1,b:1 --remote '/nonexistent/remote {host}' -- /bin/true");
+  EXPECT_EQ(remote.exit_code, 1);
+  EXPECT_CONTAINS(remote.output, "cannot run /nonexistent/remote");
   CliRun missing = Motley("launch --nproc 2 -- /nonexistent/prog");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_CONTAINS(missing.output, "cannot run /nonexistent/prog");

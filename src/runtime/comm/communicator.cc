@@ -1,5 +1,9 @@
 #include "runtime/comm/communicator.h"
 
+#include <cstdlib>
+
+#include "core/net.h"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -47,10 +51,17 @@ c10::intrusive_ptr<CommBackend> MakeGloo(const c10::intrusive_ptr<c10d::Store>& 
   return {};
 #else
   auto opts = c10d::ProcessGroupGloo::Options::create();
-  // Loopback for single-host runs; otherwise the interface that reaches this host's name.
+  // Loopback for single-host runs. Across hosts: GLOO_SOCKET_IFNAME's interface when set (as in
+  // PyTorch), else the address this host reaches the rendezvous from — the one its peers can reach
+  // (a hostname may resolve to loopback, as on many cloud images).
+  const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
+  const std::string toward = LocalAddressToward(rv.master_addr);
   opts->devices.push_back(rv.master_addr == "127.0.0.1" || rv.master_addr == "localhost"
                               ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                              : c10d::ProcessGroupGloo::createDefaultDevice());
+                          : interface != nullptr && *interface != '\0'
+                              ? c10d::ProcessGroupGloo::createDeviceForInterface(interface)
+                          : !toward.empty() ? c10d::ProcessGroupGloo::createDeviceForHostname(toward)
+                                            : c10d::ProcessGroupGloo::createDefaultDevice());
   opts->timeout = Ms(timeout_s);
   return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix, store), rank,
                                                      size, opts);

@@ -1,6 +1,9 @@
 #include "runtime/device/rank_device.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace motley {
 
@@ -26,6 +29,39 @@ int PlanRankOf(const Schedule& schedule, const Cluster& cluster, int launcher_ra
   for (const Program& p : schedule.programs)
     if (p.device == launcher_rank) return p.rank;
   return launcher_rank;
+}
+
+Result<int> PlanRankOnHost(const Schedule& schedule, const Cluster& cluster, const Rendezvous& rv, const ThisHost& me) {
+  const bool hosts = std::any_of(cluster.nodes.begin(), cluster.nodes.end(), [](const NodeSpec& n) { return !n.host.empty(); });
+  if (!hosts) return PlanRankOf(schedule, cluster, rv.launcher_rank, rv.world_size);
+  if (static_cast<int>(schedule.programs.size()) != rv.world_size)
+    return Status::InvalidArgument(fmt::format("the plan runs {} ranks but the launcher started {}; start one rank per "
+                                               "device of the plan",
+                                               schedule.programs.size(), rv.world_size));
+  // The plan's devices on this host, in the cluster file's order, and every host the plan uses.
+  std::vector<int> here;
+  std::vector<std::string> used;
+  for (const Program& p : schedule.programs) {
+    const NodeSpec& node = cluster.node_of(p.device);
+    const std::string where = fmt::format("{} (node '{}')", node.host, node.name);
+    if (std::find(used.begin(), used.end(), where) == used.end()) used.push_back(where);
+    if (IsThisHost(node.host, me)) here.push_back(p.device);
+  }
+  std::sort(here.begin(), here.end());
+  const std::string who = fmt::format("rank {} (local rank {} of {})", rv.launcher_rank, rv.local_rank, rv.local_world_size);
+  if (here.empty())
+    return Status::InvalidArgument(fmt::format(
+        "{} runs on {}, but the plan puts no device on this host: it expects its ranks on {}; start the ranks on "
+        "those hosts, or name this host in the cluster file's [[nodes]] host",
+        who, me.Describe(), fmt::join(used, ", ")));
+  if (rv.local_rank >= static_cast<int>(here.size()) || rv.local_world_size != static_cast<int>(here.size()))
+    return Status::InvalidArgument(fmt::format(
+        "{} runs on {}, where the plan has {} device(s) ({}): start exactly {} rank(s) on this host",
+        who, me.Describe(), here.size(), fmt::join(here, ", "), here.size()));
+  const int device = here[static_cast<size_t>(rv.local_rank)];
+  for (const Program& p : schedule.programs)
+    if (p.device == device) return p.rank;
+  return Status::Internal("a device of the plan has no program");  // unreachable: `here` came from the programs
 }
 
 Status CheckClusterFitsThisHost(const Cluster& cluster, int visible_gpus, const std::string& job_file) {

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "core/cluster.h"
+#include "core/net.h"
 #include "core/status.h"
 #include "plan/schedule.h"
 #include "runtime/comm/rendezvous.h"
@@ -25,6 +26,14 @@ Result<torch::Device> RankDevice(const std::string& name, const Rendezvous& rv, 
 /// runs on the A100. Elsewhere (an emulated cluster, whose ranks all share this host; a plan over
 /// some of the devices) the launcher's rank.
 int PlanRankOf(const Schedule& schedule, const Cluster& cluster, int launcher_rank, int world_size);
+
+/// Where the cluster file names its nodes' hosts: the rank this process runs, found from the host
+/// it runs on (`me`) and its local rank — the plan's devices on this host, in the cluster file's
+/// order, one per local rank — whatever order the launcher numbered the hosts in. An error, before
+/// any step, names the rank, where it runs and where the plan expected it: a host the plan puts no
+/// device on, more ranks started here than the plan has devices here, or fewer. Without hosts in
+/// the cluster file: PlanRankOf.
+Result<int> PlanRankOnHost(const Schedule& schedule, const Cluster& cluster, const Rendezvous& rv, const ThisHost& me);
 
 /// Whether one rank per device of `cluster` may all start on this host, which sees `visible_gpus`
 /// GPUs: yes for an emulated cluster, with no GPU at all (CPU ranks stand in for the devices), or

@@ -85,5 +85,59 @@ nic_bandwidth = "100Gbps"
   EXPECT_EQ(PlanRankOf(s, emulated, 0, 4), 0);
 }
 
+// #50: where the cluster names its hosts, a rank finds its device by its host and local rank,
+// whatever order the launcher numbered the hosts in; a rank on a host the plan does not use, or
+// more or fewer ranks on a host than the plan has devices there, is refused naming both.
+TEST(RankDevice, OnNamedHostsARankFindsItsDeviceByHostAndLocalRank) {
+  const Cluster hosts = ParseClusterToml(R"(name = "hosts"
+[[nodes]]
+name = "a"
+device = "h100-sxm"
+count = 2
+nic_bandwidth = "100Gbps"
+host = "10.0.0.1"
+[[nodes]]
+name = "b"
+device = "a100-80gb"
+count = 2
+nic_bandwidth = "100Gbps"
+host = "10.0.0.2"
+)", "c.toml").value();
+  Schedule s;
+  for (int device : {2, 3, 0, 1}) {  // the plan lists the A100s (host b) first
+    Program p;
+    p.rank = static_cast<int32_t>(s.programs.size());
+    p.device = device;
+    s.programs.push_back(p);
+  }
+  ThisHost b{"node-b", {"127.0.0.1", "10.0.0.2"}};
+  Rendezvous rv;
+  rv.world_size = 4;
+  rv.launcher_rank = 0;  // the launcher numbered host b first
+  rv.local_rank = 1;
+  rv.local_world_size = 2;
+  EXPECT_EQ(PlanRankOnHost(s, hosts, rv, b).value(), 1);  // device 3: the plan's rank 1
+  ThisHost a{"node-a", {"10.0.0.1"}};
+  rv.launcher_rank = 3;
+  EXPECT_EQ(PlanRankOnHost(s, hosts, rv, a).value(), 3);  // device 1
+  ThisHost elsewhere{"node-c", {"10.0.0.3"}};
+  Result<int> lost = PlanRankOnHost(s, hosts, rv, elsewhere);
+  ASSERT_FALSE(lost.ok());
+  EXPECT_NE(lost.status().message().find("rank 3 (local rank 1 of 2) runs on node-c (10.0.0.3), but the plan puts no "
+                                         "device on this host: it expects its ranks on 10.0.0.2 (node 'b'), 10.0.0.1 "
+                                         "(node 'a')"),
+            std::string::npos)
+      << lost.status().message();
+  rv.local_world_size = 3;
+  rv.local_rank = 2;
+  Result<int> crowded = PlanRankOnHost(s, hosts, rv, a);
+  ASSERT_FALSE(crowded.ok());
+  EXPECT_NE(crowded.status().message().find("where the plan has 2 device(s) (0, 1): start exactly 2 rank(s) on this host"),
+            std::string::npos)
+      << crowded.status().message();
+  rv.world_size = 3;
+  EXPECT_FALSE(PlanRankOnHost(s, hosts, rv, a).ok());  // the plan runs 4 ranks
+}
+
 }  // namespace
 }  // namespace motley

@@ -173,7 +173,9 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   if (std::string problem = CheckTransferOrder(schedule_); !problem.empty())
     return Status::Internal(fmt::format("{}: the plan's schedule cannot run: {}", options.plan_path, problem));
   MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
-  rv.rank = PlanRankOf(schedule_, job.cluster, rv.launcher_rank, rv.world_size);  // each device runs its own part
+  // Each device runs its own part: found by host and local rank where the cluster names hosts,
+  // else by the launcher's order. A rank on the wrong host stops here, before any step.
+  MOTLEY_ASSIGN_OR_RETURN(rv.rank, PlanRankOnHost(schedule_, job.cluster, rv, FindThisHost()));
   MOTLEY_ASSIGN_OR_RETURN(torch::Device rank_device, RankDevice(options.device, rv));
   SetCurrentDevice(rank_device);
   CommConfig comm_config;
