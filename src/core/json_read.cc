@@ -75,6 +75,11 @@ std::string JsonErrorText(const nlohmann::json::exception& e) {
     const size_t colon = text.find(": ");
     if (colon != std::string_view::npos) text.remove_prefix(colon + 2);
   }
+  // The library's words for a missing key or a value of the wrong kind, in the user's.
+  if (text.starts_with("key '") && text.ends_with("' not found"))
+    return fmt::format("\"{}\" is missing", text.substr(5, text.size() - 5 - 11));
+  if (text.starts_with("cannot use at() with "))
+    return fmt::format("an object or a list was expected, not a {}", text.substr(21));
   return std::string(text);
 }
 

@@ -64,6 +64,18 @@ TEST(JsonErrorText, DropsTheLibrarysTag) {
   } catch (const nlohmann::json::exception& e) {
     EXPECT_EQ(JsonErrorText(e), "type must be string, but is number");
   }
+  try {
+    (void)nlohmann::json::parse("{}").at("device_type");
+    FAIL();
+  } catch (const nlohmann::json::exception& e) {
+    EXPECT_EQ(JsonErrorText(e), "\"device_type\" is missing");
+  }
+  try {
+    (void)nlohmann::json::parse("\"ab\"").at(0);
+    FAIL();
+  } catch (const nlohmann::json::exception& e) {
+    EXPECT_EQ(JsonErrorText(e), "an object or a list was expected, not a string");
+  }
 }
 
 }  // namespace

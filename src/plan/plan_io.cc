@@ -168,9 +168,25 @@ Result<Plan> ParsePlanToml(std::string_view text, const std::string& file) {
   return ReadPlan(*table, file);
 }
 
+// The key path of the first integer beyond int64 in `j` ("" if none): no plan figure is that large,
+// and converted it would read as a float (or, by nlohmann, as a negative number).
+std::string IntegerBeyondInt64(const nlohmann::json& j, const std::string& path) {
+  if (j.is_number_unsigned() && !JsonInt64(j)) return path.empty() ? "(the plan)" : path;
+  if (j.is_object())
+    for (const auto& [k, v] : j.items())
+      if (std::string found = IntegerBeyondInt64(v, path.empty() ? k : path + "." + k); !found.empty()) return found;
+  if (j.is_array())
+    for (size_t i = 0; i < j.size(); ++i)
+      if (std::string found = IntegerBeyondInt64(j[i], fmt::format("{}[{}]", path, i)); !found.empty()) return found;
+  return "";
+}
+
 Result<Plan> ParsePlanJson(std::string_view text, const std::string& file) {
   MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, file));
   if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: error: a plan is a JSON object", file));
+  if (const std::string key = IntegerBeyondInt64(j, ""); !key.empty())
+    return Status::InvalidArgument(
+        fmt::format("{}: error: {}: a number beyond 2^63 - 1 is out of range for every plan figure", file, key));
   auto node = JsonToToml(j);
   return ReadPlan(*node->as_table(), file);
 }

@@ -193,6 +193,14 @@ TEST(PlanIo, BadPlanFilesGetPositionedErrors) {
   ASSERT_FALSE(j.ok());
   EXPECT_NE(j.status().message().find("groups[0].devices: expected an array of integers"), std::string::npos)
       << j.status().message();
+  // #48: an integer beyond int64 is named, not read as a float or wrapped to a negative number.
+  Result<Plan> big = ParsePlanJson(
+      "{\"seq_len\": 8, \"groups\": [{\"ministages\": [[0, 1]], \"devices\": [0], "
+      "\"microbatch_size\": [18446744073709551615], \"num_microbatches\": [1]}]}",
+      "p.json");
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().message(),
+            "p.json: error: groups[0].microbatch_size[0]: a number beyond 2^63 - 1 is out of range for every plan figure");
 }
 
 }  // namespace

@@ -647,6 +647,17 @@ TEST(Cli, ReportMeasuresOnlyThePlansOwnStepsAndRefusesMistypedFields) {
   for (const CliRun* failed : {&step, &rank, &trace}) EXPECT_EQ(failed->output.find("json.exception"), std::string::npos);
 }
 
+// #48: a sequence no device can run even one layer of says so — not "can step faster than inf s".
+TEST(Cli, ASequenceNoDeviceCanHoldIsNamedNotAnInfiniteTime) {
+  TempDir dir;
+  const std::string model = dir.Write("long.toml", "base = \"llama-65b\"\nname = \"long65\"\nmax_seq_len = 16777216\n");
+  CliRun r = Motley("plan --cluster local-emulated --model " + model +
+                    " --seq-len 1048576 --global-batch-tokens 1048576 --strategy poplar");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "no device here can hold one layer's backward for one sequence of 1048576 tokens of long65");
+  EXPECT_EQ(r.output.find("inf s"), std::string::npos) << r.output;
+}
+
 TEST(Cli, DemoDescribesTheDefaultJob) {
   CliRun r = Motley("demo");
   EXPECT_EQ(r.exit_code, 0) << r.output;
