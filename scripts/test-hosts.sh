@@ -5,7 +5,7 @@
 #   scripts/test-hosts.sh up N [--bandwidth RATE] [--rate HOST=RATE ...] [--prefix P]
 #   scripts/test-hosts.sh down [--prefix P]
 #   scripts/test-hosts.sh status [--prefix P]
-#   scripts/test-hosts.sh exec [--prefix P] HOST COMMAND-LINE
+#   scripts/test-hosts.sh exec [--prefix P] HOST COMMAND...
 #
 # `up 3` makes hosts P0, P1, P2 (default prefix "mh") at 10.77.0.10, .11, .12 on bridge Pbr,
 # with every host's link (both directions) limited to RATE (tc units: 1gbit, 100mbit; default
@@ -26,8 +26,12 @@ if [ "$action" = exec ]; then
   # down, so that the caller's process is the rank (signals and the parent-death signal reach it).
   prefix=mh
   if [ "${1:-}" = --prefix ]; then prefix=${2:?--prefix needs a name}; shift 2; fi
-  [ $# -eq 2 ] || { echo "test-hosts: exec needs HOST and one command line" >&2; exit 2; }
+  # As ssh: HOST, then the command's words, joined by spaces into one line for sh (so that this
+  # also serves as Open MPI's remote agent, plm_rsh_agent).
+  [ $# -ge 2 ] || { echo "test-hosts: exec needs HOST and a command line" >&2; exit 2; }
   host=$1
+  shift
+  line="$*"
   ns=$host
   case "$host" in
     10.77.0.*) ns="${prefix}$(( ${host##*.} - 10 ))" ;;
@@ -36,7 +40,7 @@ if [ "$action" = exec ]; then
     echo "test-hosts: no test host '$host' (namespace $ns); make them with: scripts/test-hosts.sh up N" >&2
     exit 3
   fi
-  exec ip netns exec "$ns" sh -c "$2"
+  exec ip netns exec "$ns" sh -c "$line"
 fi
 count=0
 if [ "$action" = up ]; then

@@ -3,8 +3,8 @@
 // ranks on them through `ip netns exec` (scripts/test-hosts.sh exec). A pipeline whose stages sit on different hosts trains the
 // model one process trains (fp64, 1e-10) over Gloo between the hosts' addresses — also when the
 // launcher numbers the hosts the other way round (ranks find their devices by host and local rank)
-// — and a rank on a host the plan puts no device on stops before any step, naming where it runs and
-// where the plan expected it. Skipped, saying why, where namespaces cannot be made (not root).
+// — and under Open MPI's mpirun (its remote agent entering the namespaces); a rank on a host the plan
+// puts no device on stops before any step, naming where it runs and where the plan expected it. Skipped, saying why, where namespaces cannot be made (not root).
 #include <unistd.h>
 
 #include <cstdlib>
@@ -59,7 +59,7 @@ std::string Launch(const std::string& hosts, const std::string& name, const std:
          " train " + name + ".toml --plan " + plan + " --metrics " + name + ".jsonl";
 }
 
-TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessInEitherHostOrder) {
+TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchAndMpirun) {
   TestHosts hosts;
   if (!hosts.why_not().empty()) GTEST_SKIP() << hosts.why_not();
   TempDir dir;
@@ -86,6 +86,26 @@ TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessInEitherHostOrder) {
     EXPECT_GE(d, 0);
     EXPECT_LT(d, kFp64Tolerance);
     EXPECT_LT(m, kFp64Tolerance);
+  }
+
+  // Open MPI's mpirun, started on the first host, its remote agent entering the other: the store
+  // runs on MASTER_ADDR's host whichever rank mpirun put there.
+  if (Shell("command -v mpirun").exit_code != 0) {
+    ADD_FAILURE() << "mpirun is not installed: scripts/setup.sh installs Debian's openmpi-bin";
+  } else {
+    dir.Write("mpi.toml", Job(dir.Join("mpi"), c.clip, c.checkpointing));
+    CliRun r = Shell("cd '" + dir.path().string() + "' && ip netns exec " + kPrefix + "0 mpirun --allow-run-as-root "
+                     "--host 10.77.0.11:2,10.77.0.10:2 --mca plm_rsh_agent '" + kHosts + " exec --prefix " + kPrefix +
+                     "' --mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 -x MASTER_ADDR=10.77.0.11 "
+                     "-x MASTER_PORT=" + std::to_string(20000 + ::getpid() % 20000) + " " + MOTLEY_BIN +
+                     " train mpi.toml --plan " + plan + " --metrics mpi.jsonl");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_CONTAINS(r.output, "on 4 ranks");
+    const double d = MaxRelativeDifference(dir.Join("mpi/step-000005/model.safetensors"),
+                                           dir.Join("ref/step-000005/model.safetensors"));
+    std::cout << "mpirun: relative difference of the parameters " << d << "\n";
+    EXPECT_GE(d, 0);
+    EXPECT_LT(d, kFp64Tolerance);
   }
 
   // The plan expects its second stage on a host nobody started: the ranks on 10.77.0.11 say so and

@@ -116,7 +116,7 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(const Rendezvous& rv
   c->rv_ = rv;
   c->config_ = config;
   try {
-    c->store_ = ConnectStore(rv, rv.launcher_rank == 0, config.connect_timeout_s);
+    c->store_ = ConnectStore(rv, rv.hosts_store, config.connect_timeout_s);
     // Wait until every rank has arrived, so that a missing one is reported by name.
     c->store_->add(fmt::format("motley/arrived/{}", rv.rank), 1);
     const auto deadline = Clock::now() + Ms(config.connect_timeout_s);
@@ -140,8 +140,14 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(const Rendezvous& rv
       c->watchdog_ = std::thread([p = c.get()] { p->Watch(); });
     }
   } catch (const std::exception& e) {
-    return Status::IoError(fmt::format("rank {}: cannot connect to the rendezvous at {}:{}: {}", rv.rank,
-                                       rv.master_addr, rv.master_port, std::string(e.what()).substr(0, 300)));
+    return Status::IoError(fmt::format(
+        "rank {}: cannot connect to the rendezvous at {}:{}: {}{}", rv.rank, rv.master_addr, rv.master_port,
+        std::string(e.what()).substr(0, 300),
+        rv.source == std::string("torchrun / motley launch")
+            ? ""
+            : fmt::format("; under {} the store runs on the rank with local rank 0 on MASTER_ADDR's host: set "
+                          "MASTER_ADDR to an address of a host the ranks run on",
+                          rv.source)));
   }
   return c;
 }
@@ -150,11 +156,11 @@ Communicator::~Communicator() {
   try {
     if (store_) {
       store_->add(DoneKey(rv_.rank), 1);
-      // Rank 0 hosts the store: it stays until every live rank has finished, so that the others'
+      // The rank hosting the store stays until every live rank has finished, so that the others'
       // watchdogs do not take its exit for a crash. A rank whose heartbeat stood still for three
       // intervals is dead or hung: not waited for.
       const auto patience = Ms(3 * config_.heartbeat_interval_s + 0.5);
-      for (int r = 0; rv_.launcher_rank == 0 && r < rv_.world_size;) {
+      for (int r = 0; rv_.hosts_store && r < rv_.world_size;) {
         int64_t beat = store_->add(HeartbeatKey(r), 0);
         auto since = Clock::now();
         while (store_->add(DoneKey(r), 0) == 0) {
@@ -191,7 +197,7 @@ void Communicator::Watch() {
         std::fflush(stderr);
         // The rank hosting the store keeps it a little longer, so that the others read the report
         // too (gone with it, they would blame the store, and the launcher the wrong rank).
-        if (rv_.launcher_rank == 0) std::this_thread::sleep_for(Ms(2 * config_.heartbeat_interval_s + 0.5));
+        if (rv_.hosts_store) std::this_thread::sleep_for(Ms(2 * config_.heartbeat_interval_s + 0.5));
         std::_Exit(3);  // kExitPeerFailed (cli/command.h): the launcher blames the rank that failed
       }
       for (int r = 0; r < rv_.world_size; ++r) {

@@ -44,6 +44,19 @@ TEST(Rendezvous, ReadsEveryLauncherAndExplainsGaps) {
                        .value();
   EXPECT_EQ(mpi.source, "Open MPI");
   EXPECT_EQ(mpi.rank, 1);
+  // Who hosts the store (#50): launcher rank 0 under torchrun; under mpirun and srun, which may put
+  // rank 0 anywhere, local rank 0 on MASTER_ADDR's host — here, this machine's loopback, rank 0.
+  EXPECT_FALSE(torchrun.hosts_store);
+  EXPECT_FALSE(mpi.hosts_store);  // h0 is not this host
+  Rendezvous here = RendezvousFromEnv(Env({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                           {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                                           {"MASTER_ADDR", FindThisHost().hostname}}))
+                        .value();
+  EXPECT_TRUE(here.hosts_store);  // rank 3, but the first on MASTER_ADDR's host
+  here = RendezvousFromEnv(Env({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"MASTER_ADDR", FindThisHost().hostname}}))
+             .value();
+  EXPECT_FALSE(here.hosts_store);
   // Open MPI without MASTER_ADDR: the fix is named.
   Result<Rendezvous> no_addr = RendezvousFromEnv(Env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
   ASSERT_FALSE(no_addr.ok());

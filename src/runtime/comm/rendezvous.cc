@@ -1,5 +1,7 @@
 #include "runtime/comm/rendezvous.h"
 
+#include "core/net.h"
+
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -72,6 +74,11 @@ Result<Rendezvous> RendezvousFromEnv(const GetEnv& getenv) {
   if (getenv("MASTER_PORT") != nullptr) {
     MOTLEY_ASSIGN_OR_RETURN(r.master_port, ReadInt(getenv, "MASTER_PORT", 1, 65535));
   }
+  const bool loopback = r.master_addr.starts_with("127.") || r.master_addr == "localhost" || r.master_addr == "::1";
+  if (r.source == std::string("torchrun / motley launch") || r.world_size == 1 || loopback)
+    r.hosts_store = r.rank == 0;
+  else
+    r.hosts_store = r.local_rank == 0 && IsThisHost(r.master_addr, FindThisHost());
   return r;
 }
 

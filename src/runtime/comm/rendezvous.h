@@ -14,7 +14,11 @@ namespace motley {
 
 struct Rendezvous {
   int rank = 0;           // this process's rank in the run (a plan may renumber it: PlanRankOf)
-  int launcher_rank = 0;  // the rank the launcher gave it: 0 hosts the rendezvous store at MASTER_ADDR
+  int launcher_rank = 0;  // the rank the launcher gave it
+  // Whether this process hosts the rendezvous store at MASTER_ADDR: launcher rank 0 under torchrun
+  // and `motley launch` (which put it there); under mpirun and srun, which may place rank 0 on any
+  // host, the rank with local rank 0 on MASTER_ADDR's host.
+  bool hosts_store = true;
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
