@@ -60,7 +60,7 @@ Result<TrainerStateFile> ParseTrainerState(std::string_view text, const std::str
   if (!j.contains("checksum") || !j["checksum"].is_string()) return bad("no \"checksum\" string");
   if (j["checksum"].get<std::string>() != Hex(StateChecksum(j)))
     return bad("checksum mismatch: the file was changed after it was written");
-  if (j.value("format", std::string()) != kFormat)
+  if (!j.contains("format") || j["format"] != kFormat)
     return bad(fmt::format("\"format\" must be \"{}\"", kFormat));
 
   TrainerStateFile out;

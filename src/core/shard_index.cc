@@ -122,7 +122,7 @@ Result<ShardIndex> ParseShardIndex(std::string_view text, const std::string& pat
   const nlohmann::json& j = *parsed;
   auto bad = [&](const std::string& why) { return Status::InvalidArgument(fmt::format("{}: {}; {}", path, why, kFix)); };
   if (!j.is_object()) return bad("expected a JSON object");
-  if (j.value("format", std::string()) != kFormat) return bad(fmt::format("\"format\" must be \"{}\"", kFormat));
+  if (!j.contains("format") || j["format"] != kFormat) return bad(fmt::format("\"format\" must be \"{}\"", kFormat));
   if (!j.contains("parameters") || !j["parameters"].is_object()) return bad("no \"parameters\" object");
   if (!j.contains("pieces") || !j["pieces"].is_array()) return bad("no \"pieces\" array");
   auto integer = [](const nlohmann::json& v, int64_t min, int64_t max, int64_t* out) {

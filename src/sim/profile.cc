@@ -97,7 +97,8 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
     return Status::InvalidArgument(
         fmt::format("{}: error: {}; see the format in src/sim/profile.h", file, what));
   };
-  if (!j.is_object() || j.value("format", "") != "motley-profile-1")
+  // (Found by the fuzzer: a "format" that is not a string threw from nlohmann's value().)
+  if (!j.is_object() || !j.contains("format") || j["format"] != "motley-profile-1")
     return bad("not a motley profile (expected \"format\": \"motley-profile-1\")");
   Profile p;
   std::string where = "\"entries\"";  // what is being read, for a message about a field of the wrong type
