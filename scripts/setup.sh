@@ -28,8 +28,8 @@ PACKAGES=(
   # fuzzing the config parsers (fuzz/README.md): clang with libFuzzer
   clang libclang-rt-14-dev
   # several hosts (tests/cli/multi_host_cli_test.cc): network namespaces and tc (scripts/test-hosts.sh),
-  # Open MPI's mpirun
-  iproute2 openmpi-bin
+  # Open MPI's mpirun, Slurm with munge (scripts/test-slurm.sh)
+  iproute2 openmpi-bin slurm-wlm munge
 )
 if [ "$WITH_TORCH" = "ON" ]; then
   # libtorch 1.13 (CPU) with c10d's Gloo headers, sentencepiece for tokenizers (never link it into a

@@ -3,7 +3,8 @@
 // ranks on them through `ip netns exec` (scripts/test-hosts.sh exec). A pipeline whose stages sit on different hosts trains the
 // model one process trains (fp64, 1e-10) over Gloo between the hosts' addresses — also when the
 // launcher numbers the hosts the other way round (ranks find their devices by host and local rank)
-// — and under Open MPI's mpirun (its remote agent entering the namespaces); a rank on a host the plan
+// — and under Open MPI's mpirun (its remote agent entering the namespaces) and Slurm's srun (a
+// slurmctld and a slurmd per host, scripts/test-slurm.sh); a rank on a host the plan
 // puts no device on stops before any step, naming where it runs and where the plan expected it. Skipped, saying why, where namespaces cannot be made (not root).
 #include <unistd.h>
 
@@ -23,6 +24,7 @@ namespace {
 using namespace motley_test;
 
 const std::string kHosts = std::string(MOTLEY_SOURCE_DIR) + "/scripts/test-hosts.sh";
+const std::string kSlurm = std::string(MOTLEY_SOURCE_DIR) + "/scripts/test-slurm.sh";
 constexpr char kPrefix[] = "mhtest";
 
 // The hosts, made for the test and taken down after it (also when it fails).
@@ -36,7 +38,10 @@ class TestHosts {
     CliRun up = Shell(kHosts + " up 2 --bandwidth 1gbit --rate " + kPrefix + "1=200mbit --prefix " + kPrefix);
     if (up.exit_code != 0) why_not_ = "scripts/test-hosts.sh up failed:\n" + up.output;
   }
-  ~TestHosts() { Shell(kHosts + " down --prefix " + kPrefix); }
+  ~TestHosts() {
+    Shell(kSlurm + " down --prefix " + kPrefix);
+    Shell(kHosts + " down --prefix " + kPrefix);
+  }
   const std::string& why_not() const { return why_not_; }
 
  private:
@@ -59,7 +64,7 @@ std::string Launch(const std::string& hosts, const std::string& name, const std:
          " train " + name + ".toml --plan " + plan + " --metrics " + name + ".jsonl";
 }
 
-TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchAndMpirun) {
+TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirunAndSrun) {
   TestHosts hosts;
   if (!hosts.why_not().empty()) GTEST_SKIP() << hosts.why_not();
   TempDir dir;
@@ -104,6 +109,27 @@ TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchAndMpi
     const double d = MaxRelativeDifference(dir.Join("mpi/step-000005/model.safetensors"),
                                            dir.Join("ref/step-000005/model.safetensors"));
     std::cout << "mpirun: relative difference of the parameters " << d << "\n";
+    EXPECT_GE(d, 0);
+    EXPECT_LT(d, kFp64Tolerance);
+  }
+
+  // Slurm: slurmctld and a slurmd per host (scripts/test-slurm.sh), srun on the first host.
+  CliRun slurm = Shell(kSlurm + " up 2 --prefix " + kPrefix);
+  if (slurm.exit_code != 0) {
+    ADD_FAILURE() << "no Slurm cluster on the test hosts (scripts/setup.sh installs slurm-wlm and munge):\n"
+                  << slurm.output;
+  } else {
+    dir.Write("slurm.toml", Job(dir.Join("slurm"), c.clip, c.checkpointing));
+    CliRun r = Shell("cd '" + dir.path().string() + "' && ip netns exec " + kPrefix + "0 env SLURM_CONF=/tmp/motley-slurm-" +
+                     kPrefix + "/slurm.conf MASTER_PORT=" + std::to_string(20000 + (::getpid() + 7) % 20000) +
+                     " srun -N2 --ntasks-per-node=2 " + MOTLEY_BIN + " train slurm.toml --plan " + plan +
+                     " --metrics slurm.jsonl");
+    Shell(kSlurm + " down --prefix " + kPrefix);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_CONTAINS(r.output, "on 4 ranks");
+    const double d = MaxRelativeDifference(dir.Join("slurm/step-000005/model.safetensors"),
+                                           dir.Join("ref/step-000005/model.safetensors"));
+    std::cout << "srun: relative difference of the parameters " << d << "\n";
     EXPECT_GE(d, 0);
     EXPECT_LT(d, kFp64Tolerance);
   }
