@@ -21,6 +21,7 @@ inline void RunRanks(int world, const std::function<void(Communicator&)>& body, 
       Rendezvous rv;
       rv.rank = r;
       rv.launcher_rank = r;
+      rv.hosts_store = r == 0;
       rv.world_size = world;
       rv.master_port = port;
       CommConfig config;

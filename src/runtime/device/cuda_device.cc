@@ -51,6 +51,12 @@ int64_t DeviceMemoryInUseBytes(const torch::Device& device) {
   return static_cast<int64_t>(total - free);
 }
 
+GpuIdentity IdentifyGpu(const torch::Device& device) {
+  cudaDeviceProp props{};
+  C10_CUDA_CHECK(cudaGetDeviceProperties(&props, device.index() < 0 ? 0 : device.index()));
+  return {props.name, static_cast<int64_t>(props.totalGlobalMem)};
+}
+
 double EventSeconds(const c10::Event& from, const c10::Event& to) {
   float ms = 0;
   C10_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.eventId()),
@@ -59,6 +65,7 @@ double EventSeconds(const c10::Event& from, const c10::Event& to) {
 }
 #else
 bool BuiltWithCuda() { return false; }
+GpuIdentity IdentifyGpu(const torch::Device&) { return {}; }
 void ResetPeakDeviceMemory(const torch::Device&) {}
 int64_t PeakDeviceMemoryBytes(const torch::Device&) { return 0; }
 int64_t PeakReservedDeviceMemoryBytes(const torch::Device&) { return 0; }

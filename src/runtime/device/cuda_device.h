@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include <c10/core/Event.h>
 #include <torch/torch.h>
@@ -25,6 +26,12 @@ int64_t ReservedDeviceMemoryBytes(const torch::Device& device);
 /// The device's memory in use by anything, as the driver counts it (total less free): the context,
 /// libraries' buffers, the allocator's segments, other processes'.
 int64_t DeviceMemoryInUseBytes(const torch::Device& device);
+/// CUDA's name of `device` ("NVIDIA A100-SXM4-80GB") and its total memory; "" and 0 in the CPU-only build.
+struct GpuIdentity {
+  std::string name;
+  int64_t total_bytes = 0;
+};
+GpuIdentity IdentifyGpu(const torch::Device& device);
 /// The host waits for all work queued on `device`.
 void SynchronizeDevice(const torch::Device& device);
 /// Makes `device` the calling thread's current CUDA device.

@@ -1,9 +1,12 @@
 #include "runtime/device/rank_device.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include "core/units.h"
 
 namespace motley {
 
@@ -62,6 +65,28 @@ Result<int> PlanRankOnHost(const Schedule& schedule, const Cluster& cluster, con
   for (const Program& p : schedule.programs)
     if (p.device == device) return p.rank;
   return Status::Internal("a device of the plan has no program");  // unreachable: `here` came from the programs
+}
+
+Status CheckRankGpu(const Cluster& cluster, int device, int rank, const std::string& name, int64_t total_bytes) {
+  const GpuSpec& spec = cluster.spec(device);
+  const NodeSpec& node = cluster.node_of(device);
+  auto lower = [](std::string s) {
+    std::string out;
+    for (char c : s)
+      if (c != ' ' && c != '-' && c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  const std::string model = lower(spec.name.substr(0, spec.name.find('-')));
+  const bool named = model.size() >= 2 && lower(spec.display_name).find(model) != std::string::npos;
+  const double ratio = spec.memory_bytes > 0 ? static_cast<double>(total_bytes) / spec.memory_bytes : 1;
+  if ((named && lower(name).find(model) == std::string::npos) || ratio < 0.9 || ratio > 1.1)
+    return Status::InvalidArgument(fmt::format(
+        "rank {} runs on a {} with {}, but the plan made its part for device {} of node '{}'{}: a {} with {}; start "
+        "it on the host and GPU the plan expects, or describe this GPU in the cluster file",
+        rank, name, FormatBytes(static_cast<double>(total_bytes)), device, node.name,
+        node.host.empty() ? "" : " on " + node.host, spec.display_name.empty() ? spec.name : spec.display_name,
+        FormatBytes(spec.memory_bytes)));
+  return Status::Ok();
 }
 
 Status CheckClusterFitsThisHost(const Cluster& cluster, int visible_gpus, const std::string& job_file) {

@@ -35,6 +35,13 @@ int PlanRankOf(const Schedule& schedule, const Cluster& cluster, int launcher_ra
 /// the cluster file: PlanRankOf.
 Result<int> PlanRankOnHost(const Schedule& schedule, const Cluster& cluster, const Rendezvous& rv, const ThisHost& me);
 
+/// Whether the GPU this rank found (CUDA's `name` and total memory) is the kind the plan made its
+/// part for (`device` of `cluster`): its memory within 10% of the type's, and its name holding the
+/// type's model (a100, h100, t4, ...: the catalog name's first word, where the type's display name
+/// has it). A mismatch — a launcher that put the rank on another host or GPU — is one error naming
+/// the rank, what it found and what the plan expected.
+Status CheckRankGpu(const Cluster& cluster, int device, int rank, const std::string& name, int64_t total_bytes);
+
 /// Whether one rank per device of `cluster` may all start on this host, which sees `visible_gpus`
 /// GPUs: yes for an emulated cluster, with no GPU at all (CPU ranks stand in for the devices), or
 /// with a GPU per device. A cluster of more GPUs than this host has spans several hosts: the error

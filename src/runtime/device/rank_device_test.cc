@@ -139,5 +139,32 @@ host = "10.0.0.2"
   EXPECT_FALSE(PlanRankOnHost(s, hosts, rv, a).ok());  // the plan runs 4 ranks
 }
 
+// #50: on a GPU, a rank checks that it is the kind of GPU the plan made its part for.
+TEST(RankDevice, ARankOnAnotherKindOfGpuIsRefusedNamingBoth) {
+  const Cluster c = ParseClusterToml(R"(name = "mixed"
+[[nodes]]
+name = "h"
+device = "h100-sxm"
+nic_bandwidth = "100Gbps"
+host = "gpu-a"
+[[nodes]]
+name = "l"
+device = "l4"
+nic_bandwidth = "100Gbps"
+host = "gpu-b"
+)", "c.toml").value();
+  const int64_t gib = int64_t{1} << 30;
+  EXPECT_TRUE(CheckRankGpu(c, 0, 0, "NVIDIA H100 80GB HBM3", 80 * gib - 400 * (int64_t{1} << 20)).ok());
+  EXPECT_TRUE(CheckRankGpu(c, 1, 1, "NVIDIA L4", static_cast<int64_t>(c.spec(1).memory_bytes)).ok());
+  // An A10G has an L4's memory, but not its name; an H100 NVL is an H100 with 94 GB.
+  const Status a10g = CheckRankGpu(c, 1, 1, "NVIDIA A10G", static_cast<int64_t>(c.spec(1).memory_bytes));
+  ASSERT_FALSE(a10g.ok());
+  EXPECT_NE(a10g.message().find("rank 1 runs on a NVIDIA A10G with"), std::string::npos) << a10g.message();
+  EXPECT_NE(a10g.message().find("but the plan made its part for device 1 of node 'l' on gpu-b"), std::string::npos)
+      << a10g.message();
+  EXPECT_FALSE(CheckRankGpu(c, 0, 0, "NVIDIA H100 NVL", 94 * gib).ok());
+  EXPECT_FALSE(CheckRankGpu(c, 0, 0, "NVIDIA L4", static_cast<int64_t>(c.spec(1).memory_bytes)).ok());
+}
+
 }  // namespace
 }  // namespace motley

@@ -178,6 +178,11 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   MOTLEY_ASSIGN_OR_RETURN(rv.rank, PlanRankOnHost(schedule_, job.cluster, rv, FindThisHost()));
   MOTLEY_ASSIGN_OR_RETURN(torch::Device rank_device, RankDevice(options.device, rv));
   SetCurrentDevice(rank_device);
+  if (rank_device.is_cuda() && !job.cluster.emulated()) {  // the GPU is the kind the plan made this part for
+    const GpuIdentity gpu = IdentifyGpu(rank_device);
+    MOTLEY_RETURN_IF_ERROR(CheckRankGpu(job.cluster, schedule_.programs[rv.rank].device, rv.launcher_rank, gpu.name,
+                                        gpu.total_bytes));
+  }
   CommConfig comm_config;
   comm_config.gpu = rank_device.is_cuda();
   MOTLEY_ASSIGN_OR_RETURN(comm_, Communicator::Connect(rv, comm_config));
