@@ -11,7 +11,8 @@
 #      plans with it (to lay beside the measured steps of 3);
 #   5. issue #47: the memory CUDA and NCCL keep (context, NCCL buffers, the allocator's reserved but
 #      unused) against the catalog's reserve; fp16 with loss scaling and an injected overflow; a
-#      fine-tune from a Hugging Face folder motley writes, in bf16.
+#      fine-tune from a Hugging Face folder motley writes, in bf16;
+#   6. issue #50: a rank on another kind of GPU than the plan made its part for is refused.
 # Logs go to LOGS (default: gpu-logs/).
 #
 #   DEBS=.gpu-deps LOGS=out bench/gpu/check.sh [MICROBATCHES...]
@@ -134,3 +135,28 @@ validation_sequences = 4
 dir = "ft-run"
 TOML
 (cd "$LOGS/ft" && timeout 300 ../../build-gpu/motley train job.toml --single-process --device cuda --no-checkpoint 2>&1 | tail -4)
+echo "== #50: a rank on another kind of GPU than the plan's is refused before any step"
+mkdir -p "$LOGS/wrong-gpu"
+cat > "$LOGS/wrong-gpu/cluster.toml" <<'TOML'
+name = "claims-an-l4"
+[[nodes]]
+name = "here"
+device = "l4"
+host = "127.0.0.1"
+TOML
+cat > "$LOGS/wrong-gpu/job.toml" <<'TOML'
+model = "llama-100m"
+cluster = "cluster.toml"
+[training]
+steps = 2
+seq_len = 256
+global_batch_sequences = 4
+precision = "bf16"
+[data]
+validation_interval_steps = 0
+[checkpoint]
+dir = "run"
+TOML
+(cd "$LOGS/wrong-gpu" && ../../build-gpu/motley plan --cluster cluster.toml --model llama-100m --seq-len 256 \
+   --global-batch-tokens 1024 -o plan.toml >/dev/null 2>&1 && timeout 120 ../../build-gpu/motley launch --nproc 1 -- \
+   ../../build-gpu/motley train job.toml --plan plan.toml --device cuda --no-checkpoint 2>&1 | grep -E "runs on a|done" | head -2)
