@@ -148,4 +148,29 @@ Result<std::string> ReadFileToString(const std::string& path) {
   return ss.str();
 }
 
+Status CheckFolderWritable(const std::string& dir, const std::string& who) {
+  auto refused = [&](const std::string& why) {
+    return Status::IoError(fmt::format(
+        "{} cannot write the checkpoint folder {} ({}): every rank writes its part of a checkpoint there, so the "
+        "folder must be shared by every host (a network or parallel filesystem) and writable by each rank's user; "
+        "set [checkpoint] dir to such a folder",
+        who, dir, why));
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return refused(ec.message());
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string probe =
+      (std::filesystem::path(dir) / fmt::format(".write-probe-{}-{}", host, ::getpid())).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return refused(std::strerror(errno));
+  const bool written = ::write(fd, "ok", 2) == 2;
+  const int write_errno = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!written) return refused(std::strerror(write_errno));
+  return Status::Ok();
+}
+
 }  // namespace motley

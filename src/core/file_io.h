@@ -48,4 +48,9 @@ Status FsyncDirectory(const std::string& dir);
 /// The whole file as a string, or a NotFound/IoError naming it.
 Result<std::string> ReadFileToString(const std::string& path);
 
+/// Whether this process can create, write and remove a file in `dir` (made if missing): a rank's
+/// check, before any step, that it can write the run's shared checkpoint folder. The error names
+/// `who` ("rank 3 on node-b (10.0.0.2)"), the folder and why.
+Status CheckFolderWritable(const std::string& dir, const std::string& who);
+
 }  // namespace motley

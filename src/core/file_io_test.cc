@@ -106,3 +106,27 @@ TEST(InputRule, AWholeFileInputIsNeverADeviceOrAFolder) {
 
 }  // namespace
 }  // namespace motley
+
+namespace motley {
+namespace {
+
+// #50: a rank checks, before any step, that it can write the shared checkpoint folder.
+TEST(CheckFolderWritable, ARankThatCannotWriteTheFolderSaysWhoAndWhere) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "writable-check";
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(CheckFolderWritable((dir / "run").string(), "rank 0").ok());  // made, written, left clean
+  EXPECT_TRUE(std::filesystem::is_empty(dir / "run"));
+  std::ofstream(dir / "a-file") << "x";
+  const Status file = CheckFolderWritable((dir / "a-file").string(), "rank 3 on node-b (10.0.0.2)");
+  ASSERT_FALSE(file.ok());
+  EXPECT_NE(file.message().find("rank 3 on node-b (10.0.0.2) cannot write the checkpoint folder " +
+                                (dir / "a-file").string()),
+            std::string::npos)
+      << file.message();
+  EXPECT_NE(file.message().find("shared by every host"), std::string::npos);
+  EXPECT_FALSE(CheckFolderWritable("/proc/motley-cannot-be-made", "rank 1").ok());
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace motley

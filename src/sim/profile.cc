@@ -120,7 +120,12 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
       }
       entry.precision = ProfilePrecision(e.value("precision", "bf16"));
       entry.backward_includes_recompute = e.value("backward_includes_recompute", true);
-      entry.max_microbatch = e.value("max_microbatch", int64_t{0});
+      if (e.contains("max_microbatch")) {
+        const std::optional<int64_t> m = JsonInt64(e.at("max_microbatch"));
+        if (!m || *m < 0 || *m > (int64_t{1} << 24))
+          return bad(fmt::format("{}: \"max_microbatch\" must be a whole number from 0 to 2^24", where));
+        entry.max_microbatch = *m;
+      }
       entry.optimizer_ms_per_mparam = e.value("optimizer_ms_per_mparam", 0.0);
       for (const auto& pt : e.value("resize_overhead", nlohmann::json::array())) {
         const double ratio = pt.at(0).get<double>(), fraction = pt.at(1).get<double>();
@@ -137,17 +142,26 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
                                entry.device_type, entry.borrowed_cost));
       if (e.contains("limits")) {
         const auto& l = e.at("limits");
+        // Integers read as integers: nlohmann would cast a float beyond int64 (1e63) without a check
+        // (found by the fuzzer: undefined behaviour).
+        auto whole = [&](const nlohmann::json& v, int64_t max) -> std::optional<int64_t> {
+          const std::optional<int64_t> i = JsonInt64(v);
+          return i && *i >= 0 && *i <= max ? i : std::nullopt;
+        };
+        const auto& by_zero = l.at("max_microbatch_by_zero");
+        const std::optional<int64_t> dp = whole(l.at("dp_degree"), 1 << 20), layers = whole(l.at("num_layers"), 1 << 20),
+                                     capacity = whole(l.at("capacity_bytes"), int64_t{1} << 50);
+        if (!dp || *dp < 1 || !layers || !capacity || !by_zero.is_array() || by_zero.size() != 4 ||
+            !std::all_of(by_zero.begin(), by_zero.end(), [&](const nlohmann::json& v) { return whole(v, 1 << 24); }))
+          return bad(fmt::format("{}: \"limits\" needs whole numbers: dp_degree >= 1, num_layers, capacity_bytes and "
+                                 "max_microbatch_by_zero with 4 values (ZeRO-0 to 3)",
+                                 where));
         MeasuredLimits limits;
-        limits.dp_degree = l.at("dp_degree").get<int>();
-        limits.num_layers = l.at("num_layers").get<int64_t>();
+        limits.dp_degree = static_cast<int>(*dp);
+        limits.num_layers = *layers;
         limits.total_params = l.at("total_params").get<double>();
-        limits.capacity_bytes = l.at("capacity_bytes").get<int64_t>();
-        const auto by_zero = l.at("max_microbatch_by_zero").get<std::vector<int64_t>>();
-        if (by_zero.size() != 4 || limits.dp_degree < 1)
-          return bad(fmt::format("entry for {}: \"limits\" needs dp_degree >= 1 and max_microbatch_by_zero with "
-                                 "4 values (ZeRO-0 to 3)",
-                                 entry.device_type));
-        for (size_t z = 0; z < 4; ++z) limits.max_microbatch_by_zero[z] = by_zero[z];
+        limits.capacity_bytes = *capacity;
+        for (size_t z = 0; z < 4; ++z) limits.max_microbatch_by_zero[z] = *whole(by_zero[z], 1 << 24);
         entry.limits = limits;
       }
       for (const char* key : {"points", "head_points"}) {

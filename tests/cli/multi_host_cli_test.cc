@@ -3,7 +3,7 @@
 // ranks on them through `ip netns exec` (scripts/test-hosts.sh exec). A pipeline whose stages sit on different hosts trains the
 // model one process trains (fp64, 1e-10) over Gloo between the hosts' addresses — also when the
 // launcher numbers the hosts the other way round (ranks find their devices by host and local rank)
-// — and under Open MPI's mpirun (its remote agent entering the namespaces) and Slurm's srun (a
+// — a checkpoint written on one host layout resumes under the other — and under Open MPI's mpirun (its remote agent entering the namespaces) and Slurm's srun (a
 // slurmctld and a slurmd per host, scripts/test-slurm.sh); a rank on a host the plan
 // puts no device on stops before any step, naming where it runs and where the plan expected it. Skipped, saying why, where namespaces cannot be made (not root).
 #include <unistd.h>
@@ -58,10 +58,10 @@ std::string Cluster(const std::string& host0, const std::string& host1) {
 }
 
 std::string Launch(const std::string& hosts, const std::string& name, const std::string& plan,
-                   const std::string& extra = "") {
+                   const std::string& extra = "", const std::string& train_extra = "") {
   return "launch --hosts " + hosts + " --remote '" + kHosts + " exec --prefix " + kPrefix + " {host}' " + extra +
-         " -- " + MOTLEY_BIN +
-         " train " + name + ".toml --plan " + plan + " --metrics " + name + ".jsonl";
+         " -- " + MOTLEY_BIN + " train " + name + ".toml --plan " + plan + " --metrics " + name + ".jsonl " +
+         train_extra;
 }
 
 TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirunAndSrun) {
@@ -76,11 +76,11 @@ TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirun
   CliRun ref = Motley("train ref.toml --single-process --metrics ref.jsonl", false, dir.path().string());
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
   // The run `name` ended where one process did: parameters and AdamW moments within fp64's tolerance.
-  auto expect_as_one_process = [&](const std::string& name) {
-    const double d = MaxRelativeDifference(dir.Join(name + "/step-000005/model.safetensors"),
-                                           dir.Join("ref/step-000005/model.safetensors"));
-    const double m = MaxRelativeDifference(dir.Join(name + "/step-000005/optimizer.safetensors"),
-                                           dir.Join("ref/step-000005/optimizer.safetensors"));
+  auto expect_as_one_process = [&](const std::string& name, const std::string& step = "step-000005") {
+    const double d = MaxRelativeDifference(dir.Join(name + "/" + step + "/model.safetensors"),
+                                           dir.Join("ref/" + step + "/model.safetensors"));
+    const double m = MaxRelativeDifference(dir.Join(name + "/" + step + "/optimizer.safetensors"),
+                                           dir.Join("ref/" + step + "/optimizer.safetensors"));
     std::cout << name << ": relative difference of the parameters " << d << ", of the moments " << m << "\n";
     EXPECT_GE(d, 0);
     EXPECT_LT(d, kFp64Tolerance);
@@ -96,6 +96,17 @@ TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirun
     EXPECT_CONTAINS(r.output, "on 2 hosts");
     expect_as_one_process(name);
   }
+
+  // The in-order run's checkpoint resumes with the hosts the other way round (each rank now on
+  // the other host, its part read from the shared folder) and ends step 7 where one process does.
+  CliRun ref7 = Motley("train ref.toml --single-process --steps 7 --resume ref --metrics ref.jsonl", false,
+                       dir.path().string());
+  ASSERT_EQ(ref7.exit_code, 0) << ref7.output;
+  CliRun resumed = Motley(Launch("10.77.0.11:2,10.77.0.10:2", "run-in-order", plan, "",
+                                 "--steps 7 --resume " + dir.Join("run-in-order")),
+                          false, dir.path().string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  expect_as_one_process("run-in-order", "step-000007");
 
   // Open MPI's mpirun, started on the first host, its remote agent entering the other: the store
   // runs on MASTER_ADDR's host whichever rank mpirun put there.

@@ -281,6 +281,11 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
 
   const std::string metrics_path =
       options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
+  // Every rank writes its part of a sharded checkpoint: one on a host that cannot write the folder
+  // stops now, named, not at the first save.
+  if ((options.checkpoint_at_end || job.checkpoint.interval_steps > 0) && job.checkpoint.format == "sharded")
+    MOTLEY_RETURN_IF_ERROR(CheckFolderWritable(
+        job.checkpoint.dir, fmt::format("rank {} on {}", comm_->rank(), FindThisHost().Describe())));
   if (lead_) {
     MOTLEY_ASSIGN_OR_RETURN(dir_lock_, RunDirLock::Acquire(job.checkpoint.dir));
     if (options.checkpoint_at_end)
