@@ -3,7 +3,8 @@
 // ranks on them through `ip netns exec` (scripts/test-hosts.sh exec). A pipeline whose stages sit on different hosts trains the
 // model one process trains (fp64, 1e-10) over Gloo between the hosts' addresses — also when the
 // launcher numbers the hosts the other way round (ranks find their devices by host and local rank)
-// — a checkpoint written on one host layout resumes under the other — and under Open MPI's mpirun (its remote agent entering the namespaces) and Slurm's srun (a
+// — a checkpoint written on one host layout resumes under the other, `motley profile --links` measures
+// the shaped link between the hosts — and under Open MPI's mpirun (its remote agent entering the namespaces) and Slurm's srun (a
 // slurmctld and a slurmd per host, scripts/test-slurm.sh); a rank on a host the plan
 // puts no device on stops before any step, naming where it runs and where the plan expected it. Skipped, saying why, where namespaces cannot be made (not root).
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/cli_helpers.h"
 #include "cli/plan_cases.h"
@@ -140,6 +142,24 @@ TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirun
     EXPECT_CONTAINS(r.output, "on 4 ranks");
     expect_as_one_process("slurm");
   }
+
+  // `motley profile --links` across the hosts measures the shaped link between them (200 Mbit/s,
+  // the slower host's): within 10%.
+  CliRun links = Motley("launch --hosts 10.77.0.10:2,10.77.0.11:2 --remote '" + kHosts + " exec --prefix " + kPrefix +
+                            " {host}' -- " + MOTLEY_BIN +
+                            " profile --cluster cluster.toml --model model.toml --seq-len 16 --links -o links.json",
+                        false, dir.path().string());
+  ASSERT_EQ(links.exit_code, 0) << links.output;
+  bool measured = false;
+  const nlohmann::json profile = nlohmann::json::parse(motley::ReadFileToString(dir.Join("links.json")).value());
+  for (const auto& l : profile["links"])
+    if (l["between"][0] != l["between"][1]) {
+      const double mbit_s = l["bandwidth_bytes_per_s"].get<double>() * 8 / 1e6;
+      std::cout << "measured between the hosts: " << mbit_s << " Mbit/s (shaped to 200)\n";
+      EXPECT_NEAR(mbit_s, 200, 20);
+      measured = true;
+    }
+  EXPECT_TRUE(measured) << "no link between the hosts in the profile:\n" << profile.dump(1);
 
   // The plan expects its second stage on a host nobody started: the ranks on 10.77.0.11 say so and
   // stop before any step.
