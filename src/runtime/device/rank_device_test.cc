@@ -7,6 +7,18 @@
 namespace motley {
 namespace {
 
+// A schedule whose rank r runs on devices[r] (only what rank mapping reads).
+Schedule ProgramsOn(const std::vector<int>& devices) {
+  Schedule s;
+  for (int device : devices) {
+    Program p;
+    p.rank = static_cast<int32_t>(s.programs.size());
+    p.device = device;
+    s.programs.push_back(p);
+  }
+  return s;
+}
+
 Rendezvous Host(int local_rank, int local_world_size) {
   Rendezvous rv;
   rv.world_size = 2 * local_world_size;
@@ -67,13 +79,7 @@ device = "a100-80gb"
 count = 2
 nic_bandwidth = "100Gbps"
 )", "c.toml").value();
-  Schedule s;
-  for (int device : {2, 3, 0, 1}) {
-    Program p;
-    p.rank = static_cast<int32_t>(s.programs.size());
-    p.device = device;
-    s.programs.push_back(p);
-  }
+  const Schedule s = ProgramsOn({2, 3, 0, 1});
   EXPECT_EQ(PlanRankOf(s, real, 0, 4), 2);  // process 0 (an H100) runs the plan's rank 2 (device 0)
   EXPECT_EQ(PlanRankOf(s, real, 3, 4), 1);
   // A plan over some of the devices, or an emulated cluster: the launcher's rank.
@@ -103,13 +109,7 @@ count = 2
 nic_bandwidth = "100Gbps"
 host = "10.0.0.2"
 )", "c.toml").value();
-  Schedule s;
-  for (int device : {2, 3, 0, 1}) {  // the plan lists the A100s (host b) first
-    Program p;
-    p.rank = static_cast<int32_t>(s.programs.size());
-    p.device = device;
-    s.programs.push_back(p);
-  }
+  const Schedule s = ProgramsOn({2, 3, 0, 1});  // the plan lists the A100s (host b) first
   ThisHost b{"node-b", {"127.0.0.1", "10.0.0.2"}};
   Rendezvous rv;
   rv.world_size = 4;
