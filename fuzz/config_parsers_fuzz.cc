@@ -24,7 +24,7 @@
 #include "data/hf_tokenizer.h"
 #include "data/regex.h"
 #include "data/token_file.h"
-#include "cli/simulate_query.h"
+#include "api/simulate_query.h"
 #include "plan/plan_io.h"
 #include "sim/profile.h"
 
@@ -146,11 +146,11 @@ void FuzzReader(int reader, std::string_view text) {
     case 18: {
       Result<Plan> plan = ParsePlanJson(text, "plan");
       if (!plan.ok()) break;
-      cli::SimulateQuery q;
+      SimulateQuery q;
       q.plan = std::move(*plan);
       q.cluster = "local-emulated";  // built in: no file is read
       q.model = "llama-1m";
-      (void)cli::AnswerSimulateQuery(q);
+      (void)AnswerSimulateQuery(q);
       break;
     }
   }

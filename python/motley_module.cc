@@ -1,7 +1,7 @@
 // The `motley` Python module: the torch-free half of motley — cluster, model, job and plan files,
 // the planner and the simulator — for scripts and notebooks. Each function answers what the
 // matching command prints with --json, as a dict (the same fields: the same code makes them,
-// cli/plan_query.h, cli/simulate_query.h, cli/describe.h). Bad input raises motley.MotleyError with
+// api/plan_query.h, api/simulate_query.h, api/describe.h). Bad input raises motley.MotleyError with
 // the command line's message (the file, line, key and fix).
 #include <optional>
 #include <stdexcept>
@@ -11,11 +11,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "cli/describe.h"
-#include "cli/job_input.h"
-#include "cli/plan_inputs.h"
-#include "cli/plan_query.h"
-#include "cli/simulate_query.h"
+#include "api/describe.h"
+#include "api/job_input.h"
+#include "api/plan_inputs.h"
+#include "api/plan_query.h"
+#include "api/simulate_query.h"
 #include "core/cluster_parse.h"
 #include "core/model_parse.h"
 #include "plan/plan_io.h"
@@ -59,18 +59,18 @@ T ValueOrRaise(Result<T> r) {
 py::object Describe(const std::optional<std::string>& cluster, const std::optional<std::string>& model,
                     std::optional<int64_t> seq_len, const std::string& precision) {
   if (!cluster && !model) throw MotleyException("describe: give cluster=... or model=... (or both)");
-  if (seq_len && (*seq_len < 1 || *seq_len > cli::kMaxPlanSeqLen))  // as motley describe --seq-len
+  if (seq_len && (*seq_len < 1 || *seq_len > kMaxPlanSeqLen))  // as motley describe --seq-len
     throw MotleyException("describe: seq_len " + std::to_string(*seq_len) + ": must be between 1 and " +
-                          std::to_string(cli::kMaxPlanSeqLen));
+                          std::to_string(kMaxPlanSeqLen));
   const std::optional<Precision> p = PrecisionFromName(precision);
   if (!p) throw MotleyException("precision \"" + precision + "\": use fp32, bf16, fp16 or fp64");
   nlohmann::json out = nlohmann::json::object();
   if (model) {
     const ModelSpec m = ValueOrRaise(LoadModel(*model));
-    out = cli::DescribeModelJson(m, seq_len.value_or(m.max_seq_len), *p);
+    out = DescribeModelJson(m, seq_len.value_or(m.max_seq_len), *p);
   }
   if (cluster) {
-    nlohmann::json c = cli::DescribeClusterJson(ValueOrRaise(LoadCluster(*cluster)));
+    nlohmann::json c = DescribeClusterJson(ValueOrRaise(LoadCluster(*cluster)));
     if (model)
       out["cluster"] = c;
     else
@@ -83,7 +83,7 @@ py::object PlanFor(const std::string& cluster, const std::string& model, int64_t
                    int64_t global_batch_tokens, const std::string& strategy, const std::string& precision,
                    const std::optional<std::string>& profile, bool compare, bool gradient_clipping,
                    const std::string& flextp_mode, const std::optional<std::string>& straggler, bool timing) {
-  cli::PlanQuery q;
+  PlanQuery q;
   q.cluster = cluster;
   q.model = model;
   q.seq_len = seq_len;
@@ -95,18 +95,18 @@ py::object PlanFor(const std::string& cluster, const std::string& model, int64_t
   q.gradient_clipping = gradient_clipping;
   q.flextp_mode = flextp_mode;
   q.straggler = straggler.value_or("");
-  cli::PlanAnswer a;
+  PlanAnswer a;
   {
     py::gil_scoped_release release;  // planning takes seconds on large clusters and uses threads
-    a = ValueOrRaise(cli::AnswerPlanQuery(q));
+    a = ValueOrRaise(AnswerPlanQuery(q));
   }
-  return ToPython(cli::PlanAnswerJson(a, timing));
+  return ToPython(PlanAnswerJson(a, timing));
 }
 
 py::object SimulatePlan(const py::object& plan, const std::optional<std::string>& cluster,
                         const std::optional<std::string>& model, const std::optional<std::string>& profile,
                         const std::vector<std::string>& stragglers, const std::optional<std::string>& flextp_mode) {
-  cli::SimulateQuery q;
+  SimulateQuery q;
   if (py::isinstance<py::str>(plan) || py::hasattr(plan, "__fspath__")) {
     q.plan_path = py::str(py::module_::import("os").attr("fspath")(plan)).cast<std::string>();
   } else {
@@ -118,16 +118,16 @@ py::object SimulatePlan(const py::object& plan, const std::optional<std::string>
   q.profile = profile.value_or("");
   q.stragglers = stragglers;
   q.flextp_mode = flextp_mode.value_or("");
-  cli::SimulateAnswer a;
+  SimulateAnswer a;
   {
     py::gil_scoped_release release;
-    a = ValueOrRaise(cli::AnswerSimulateQuery(q));
+    a = ValueOrRaise(AnswerSimulateQuery(q));
   }
-  return ToPython(cli::SimulateAnswerJson(a));
+  return ToPython(SimulateAnswerJson(a));
 }
 
 py::object LoadPlan(const std::string& path) {
-  const cli::PlanInputs in = ValueOrRaise(cli::LoadPlanInputs(path, "", ""));
+  const PlanInputs in = ValueOrRaise(LoadPlanInputs(path, "", ""));
   return ToPython(PlanToJson(in.plan));
 }
 
@@ -136,14 +136,13 @@ py::object LoadPlan(const std::string& path) {
 
 PYBIND11_MODULE(motley, m) {
   using namespace motley::python;
-  namespace cli = motley::cli;
   m.doc() = "motley: plan and simulate LLM training on heterogeneous GPU clusters (the torch-free half).";
   m.attr("__version__") = MOTLEY_VERSION;
   py::register_exception<MotleyException>(m, "MotleyError", PyExc_ValueError);
 
   m.def(
       "load_cluster",
-      [](const std::string& ref) { return ToPython(cli::DescribeClusterJson(ValueOrRaise(motley::LoadCluster(ref)))); },
+      [](const std::string& ref) { return ToPython(motley::DescribeClusterJson(ValueOrRaise(motley::LoadCluster(ref)))); },
       py::arg("cluster"),
       "A cluster file or built-in name (local-emulated, zorse-a, ...): its devices, nodes, links and derived figures "
       "(`motley describe --cluster C --json`).");
@@ -157,7 +156,7 @@ PYBIND11_MODULE(motley, m) {
       "(`motley describe --model M --json`).");
   m.def(
       "load_job",
-      [](const std::string& ref) { return ToPython(cli::DescribeJobJson(ValueOrRaise(cli::LoadJobArgument(ref)))); },
+      [](const std::string& ref) { return ToPython(motley::DescribeJobJson(ValueOrRaise(motley::LoadJobArgument(ref)))); },
       py::arg("job"), "A job file or built-in job name (default): its settings with defaults filled in.");
   m.def("load_plan", &LoadPlan, py::arg("path"),
         "A plan file (.toml or .json), checked against the cluster and model it names: the plan as a dict, which "

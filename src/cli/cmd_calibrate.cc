@@ -11,9 +11,9 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/plan_inputs.h"
-#include "cli/run_metrics.h"
-#include "cli/table_printer.h"
+#include "api/plan_inputs.h"
+#include "supervise/run_metrics.h"
+#include "api/table_printer.h"
 #include "core/file_io.h"
 #include "plan/lower.h"
 #include "sim/profile_calibration.h"

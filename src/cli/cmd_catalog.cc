@@ -4,7 +4,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/table_printer.h"
+#include "api/table_printer.h"
 #include "core/cluster_parse.h"
 #include "core/units.h"
 

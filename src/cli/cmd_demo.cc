@@ -5,8 +5,8 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/describe.h"
-#include "cli/table_printer.h"
+#include "api/describe.h"
+#include "api/table_printer.h"
 #include "core/builtin_files.h"
 #include "core/job_parse.h"
 #include "core/units.h"

@@ -4,7 +4,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/describe.h"
+#include "api/describe.h"
 #include "core/cluster_parse.h"
 #include "core/model_parse.h"
 

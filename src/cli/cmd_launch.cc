@@ -6,7 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/launcher.h"
+#include "supervise/launcher.h"
 
 namespace motley::cli {
 

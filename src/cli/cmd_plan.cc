@@ -11,9 +11,9 @@
 #include "core/file_io.h"
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/plan_inputs.h"
-#include "cli/plan_query.h"
-#include "cli/table_printer.h"
+#include "api/plan_inputs.h"
+#include "api/plan_query.h"
+#include "api/table_printer.h"
 #include "core/units.h"
 #include "plan/plan_io.h"
 

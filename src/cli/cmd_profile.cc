@@ -20,8 +20,8 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/link_measurement.h"
-#include "cli/table_printer.h"
+#include "supervise/link_measurement.h"
+#include "api/table_printer.h"
 #include "core/cluster_parse.h"
 #include "core/file_io.h"
 #include "core/model_parse.h"
@@ -31,7 +31,7 @@
 #include "runtime/device/cuda_device.h"
 #include "profile/link_probe.h"
 #include "runtime/device/rank_device.h"
-#include "runtime/comm/rendezvous.h"
+#include "core/rendezvous.h"
 
 namespace motley::cli {
 namespace {

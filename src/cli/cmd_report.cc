@@ -11,9 +11,9 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/job_input.h"
-#include "cli/plan_inputs.h"
-#include "cli/plan_query.h"
+#include "api/job_input.h"
+#include "api/plan_inputs.h"
+#include "api/plan_query.h"
 #include "cli/report_page.h"
 #include "core/file_io.h"
 #include "core/toml_reader.h"

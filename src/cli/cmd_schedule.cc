@@ -3,7 +3,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/plan_inputs.h"
+#include "api/plan_inputs.h"
 #include "plan/lower.h"
 #include "sim/routing_costs.h"
 

@@ -9,9 +9,9 @@
 #include "core/file_io.h"
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/plan_inputs.h"
-#include "cli/simulate_query.h"
-#include "cli/table_printer.h"
+#include "api/plan_inputs.h"
+#include "api/simulate_query.h"
+#include "api/table_printer.h"
 #include "core/units.h"
 #include "sim/simulator.h"
 

@@ -8,12 +8,12 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/job_input.h"
-#include "cli/planned_train.h"
+#include "api/job_input.h"
+#include "supervise/job_supervisor.h"
 #include "cli/progress_line.h"
 #include "plan/plan_io.h"
 #include "runtime/train/distributed_trainer.h"
-#include "runtime/comm/rendezvous.h"
+#include "core/rendezvous.h"
 #include "runtime/train/trainer.h"
 #include "core/job_parse.h"
 #include "core/units.h"
@@ -221,13 +221,13 @@ int RunTrain(const std::vector<std::string>& args) {
     return kExitFailure;
   }
   // A plan of several devices without a launcher: launch its ranks, and plan more frugally if one
-  // runs out of memory (planned_train.h).
+  // runs out of memory (supervise/job_supervisor.h).
   if (!options.plan_path.empty() && rv->world_size == 1 && !single_process) {
     Result<Plan> plan = LoadPlanFile(options.plan_path);
-    if (plan.ok() && plan->num_devices() > 1) return RunPlannedTrain(job_path, *job, options, args);
+    if (plan.ok() && plan->num_devices() > 1) return SuperviseJob(job_path, *job, options, args);
   }
   if (!options.plan_path.empty()) return RunTrainWithPlan(*job, options, rv->rank == 0);
-  if (job->cluster.num_devices() > 1 && !single_process) return RunPlannedTrain(job_path, *job, options, args);
+  if (job->cluster.num_devices() > 1 && !single_process) return SuperviseJob(job_path, *job, options, args);
   ConsoleObserver observer;
   Result<TrainSummary> s = Train(*job, options, &observer);
   observer.Finish();

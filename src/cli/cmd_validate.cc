@@ -5,7 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "cli/plan_inputs.h"
+#include "api/plan_inputs.h"
 #include "core/config_file.h"
 #include "core/toml_reader.h"
 #include "plan/lower.h"

@@ -7,14 +7,9 @@
 #include <string_view>
 #include <vector>
 
-namespace motley::cli {
+#include "core/exit_codes.h"  // kExit*: every command returns one
 
-/// Exit codes shared by all commands.
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;  // the command ran and found a problem (invalid file, OOM plan)
-constexpr int kExitUsage = 2;    // the command line itself is wrong
-/// A rank stopped because another failed or died (its watchdog: runtime/comm/communicator.cc).
-constexpr int kExitPeerFailed = 3;
+namespace motley::cli {
 
 struct Command {
   std::string_view name;

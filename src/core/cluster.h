@@ -17,8 +17,8 @@ namespace motley {
 enum class Interconnect { kNvSwitch, kNvLink, kPcie };
 std::string_view InterconnectName(Interconnect ic);
 
-/// Emulation of one device by a local process (DESIGN.md "Heterogeneity without a heterogeneous
-/// cluster"). Off unless the cluster file has an [nodes.emulation] table.
+/// Emulation of one device by a local process (docs/design.md, "Device emulation").
+/// Off unless the cluster file has an [nodes.emulation] table.
 struct EmulationConfig {
   double speed_factor = 1.0;           // compute ops take this many times longer (2.0 = half as fast)
   std::optional<double> memory_bytes;  // capacity the ledger enforces; default: the type's memory

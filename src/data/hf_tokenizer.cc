@@ -58,7 +58,7 @@ std::vector<std::string> SplitPieces(const std::vector<std::string>& pieces, con
 
 }  // namespace
 
-std::string HfTokenizer::Impl::Normalize(std::string text) const {
+std::string hf::TokenizerParts::Normalize(std::string text) const {
   for (const Normalizer& n : normalizers) {
     if (n.kind == Normalizer::Kind::kPrepend) {
       if (!text.empty()) text = n.text + text;
@@ -76,7 +76,7 @@ std::string HfTokenizer::Impl::Normalize(std::string text) const {
   return text;
 }
 
-std::vector<std::string> HfTokenizer::Impl::PreTokenize(std::string text, bool first) const {
+std::vector<std::string> hf::TokenizerParts::PreTokenize(std::string text, bool first) const {
   std::vector<std::string> pieces = {std::move(text)};
   for (const PreTokenizer& p : pre_tokenizers) {
     switch (p.kind) {
@@ -118,7 +118,7 @@ std::vector<std::string> HfTokenizer::Impl::PreTokenize(std::string text, bool f
   return pieces;
 }
 
-void HfTokenizer::Impl::EncodeWord(const std::string& word, std::vector<uint32_t>* out) const {
+void hf::TokenizerParts::EncodeWord(const std::string& word, std::vector<uint32_t>* out) const {
   if (ignore_merges) {
     if (auto it = piece_to_id.find(word); it != piece_to_id.end()) {
       out->push_back(it->second);
@@ -161,7 +161,7 @@ Status HfTokenizer::Encode(std::string_view raw, std::vector<uint32_t>* out) con
   int64_t replaced = 0;
   const std::string text = ReplaceInvalidUtf8(raw, &replaced);
   replaced_ += replaced;
-  const Impl& im = *impl_;
+  const hf::TokenizerParts& im = *impl_;
   // Segments between added tokens, the longest added token at the leftmost place first.
   auto encode_segment = [&](std::string_view segment, bool first) {
     if (segment.empty()) return;
@@ -209,7 +209,7 @@ Status HfTokenizer::Encode(std::string_view raw, std::vector<uint32_t>* out) con
 }
 
 std::string HfTokenizer::Decode(const std::vector<uint32_t>& ids) const {
-  const Impl& im = *impl_;
+  const hf::TokenizerParts& im = *impl_;
   std::vector<std::string> tokens;
   for (uint32_t id : ids) tokens.push_back(id < im.id_to_piece.size() ? im.id_to_piece[id] : std::string("\xEF\xBF\xBD"));
   if (im.byte_level) {  // pieces are raw bytes already

@@ -24,6 +24,10 @@
 
 namespace motley {
 
+namespace hf {
+struct TokenizerParts;  // hf_tokenizer_parts.h
+}  // namespace hf
+
 class HfTokenizer : public Tokenizer {
  public:
   /// `path`: a tokenizer.json, or a folder holding one (a Hugging Face model folder).
@@ -49,15 +53,13 @@ class HfTokenizer : public Tokenizer {
   /// How many invalid UTF-8 subparts Encode has replaced so far.
   int64_t replaced_invalid_utf8() const { return replaced_; }
 
-  struct Impl;
-
  private:
   HfTokenizer();
   std::string path_, hash_;
   int64_t vocab_size_ = 0, bos_id_ = -1, eos_id_ = -1;
   bool add_bos_ = false;
   mutable int64_t replaced_ = 0;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<hf::TokenizerParts> impl_;
 };
 
 }  // namespace motley

@@ -1,5 +1,5 @@
 // Reading a tokenizer.json (HfTokenizer::Load, FromJson): its model, normalizers, pre-tokenizers,
-// decoders and added tokens into HfTokenizer::Impl (hf_tokenizer_parts.h), and BOS/EOS from the
+// decoders and added tokens into hf::TokenizerParts (hf_tokenizer_parts.h), and BOS/EOS from the
 // files beside it. Anything outside what hf_tokenizer.cc runs is refused here, by name.
 #include <algorithm>
 #include <filesystem>
@@ -94,8 +94,8 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
   if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: expected a JSON object", where));
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
   t->path_ = where;
-  t->impl_ = std::make_unique<Impl>();
-  Impl& im = *t->impl_;
+  t->impl_ = std::make_unique<hf::TokenizerParts>();
+  hf::TokenizerParts& im = *t->impl_;
 
   try {
     // The model: BPE only.

@@ -1,4 +1,4 @@
-// The parts of a tokenizer.json tokenizer (HfTokenizer's Impl): read from the file by
+// The parts of a tokenizer.json tokenizer (what HfTokenizer holds): read from the file by
 // hf_tokenizer_json.cc, run by hf_tokenizer.cc. Internal to those two files.
 #pragma once
 
@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "data/bpe_merges.h"
-#include "data/hf_tokenizer.h"
 #include "data/regex.h"
 
 namespace motley {
@@ -51,9 +50,7 @@ struct AddedToken {
   bool special = false;
 };
 
-}  // namespace hf
-
-struct HfTokenizer::Impl {
+struct TokenizerParts {
   bool byte_level = false;  // the vocabulary is written in the byte alphabet
   bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
   int64_t unk_id = -1;
@@ -61,11 +58,11 @@ struct HfTokenizer::Impl {
   std::vector<std::string> id_to_piece;                   // byte-level: raw bytes
   std::array<int64_t, 256> byte_id{};                     // byte-level: each byte's token; else <0xXX>
   BpeMerges merges;
-  std::vector<hf::Normalizer> normalizers;
-  std::vector<hf::PreTokenizer> pre_tokenizers;
-  std::vector<hf::Decoder> decoders;
-  std::vector<hf::AddedToken> added;                          // longest first
-  std::array<std::vector<const hf::AddedToken*>, 256> added_by_first{};
+  std::vector<Normalizer> normalizers;
+  std::vector<PreTokenizer> pre_tokenizers;
+  std::vector<Decoder> decoders;
+  std::vector<AddedToken> added;                          // longest first
+  std::array<std::vector<const AddedToken*>, 256> added_by_first{};
   // Words seen before (byte-level pre-tokenized text repeats its words): their ids.
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<uint32_t>> cache;
@@ -76,4 +73,5 @@ struct HfTokenizer::Impl {
   void EncodeWord(const std::string& word, std::vector<uint32_t>* out) const;
 };
 
+}  // namespace hf
 }  // namespace motley

@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "plan/zorse_planner.h"
+#include "plan/plan_evaluation.h"
 
 namespace motley {
 

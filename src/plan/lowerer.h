@@ -17,7 +17,7 @@
 #include "core/model.h"
 #include "core/status.h"
 #include "cost/state_bytes.h"
-#include "plan/lower.h"
+#include "plan/lower_options.h"
 #include "plan/pipeline_order.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"

@@ -1,4 +1,4 @@
-// Plan: everything about *how* to train, as one serialisable data object (DESIGN.md). Planners
+// Plan: everything about *how* to train, as one serialisable data object (docs/design.md). Planners
 // produce Plans; the schedule lowering, the simulator and the runtime read nothing else.
 //
 // A plan is a pipeline of groups. Each group does data parallelism (ZeRO) over its devices and owns

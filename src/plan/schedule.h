@@ -1,5 +1,5 @@
 // Schedule: a Plan lowered to one op program per rank — the contract between planning and
-// execution (DESIGN.md). The simulator runs it against cost models; the runtime runs it with
+// execution (docs/design.md, "The schedule contract"). The simulator runs it against cost models; the runtime runs it with
 // tensors. Every op names its stream, its work (FLOPs or bytes), its memory effects and the ops of
 // the same rank it waits for; ranks synchronise only through matched send/recv pairs and
 // collectives.

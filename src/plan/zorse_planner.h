@@ -20,29 +20,10 @@
 #include "core/model.h"
 #include "core/status.h"
 #include "plan/plan.h"
+#include "plan/plan_evaluation.h"
 #include "plan/planner_costs.h"
 
 namespace motley {
-
-/// What the simulator says of a plan: its step time and whether it fits. An evaluator fills in a
-/// pipeline plan's routing when it has none (Zorse's, routing.h).
-struct PlanEvaluation {
-  double step_time_s = 0;
-  bool fits_memory = true;
-  double tflops = 0;
-  double hfu = 0;
-  std::string oom;  // which device runs out, when one does
-  // The evaluation stopped at the bound it was given (EvaluateBound): the step is longer than that
-  // bound, and step_time_s (where it stopped) is only a lower bound of it.
-  bool stopped = false;
-};
-/// What a search already has: a plan stepping in `stop_after_s`. An evaluation may stop once it
-/// knows the plan steps slower (auto, after its first strategies: the others' candidates are
-/// simulated only as far as that step). Infinity: evaluate fully.
-struct EvaluateBound {
-  double stop_after_s = std::numeric_limits<double>::infinity();
-};
-using PlanEvaluator = std::function<Result<PlanEvaluation>(const Plan&, const EvaluateBound&)>;
 
 struct ZorseRequest {
   int64_t global_batch_sequences = 0;

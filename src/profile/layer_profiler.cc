@@ -15,7 +15,7 @@
 
 #include "core/units.h"
 #include "profile/memory_probe.h"
-#include "runtime/train/adamw.h"
+#include "runtime/optim/adamw.h"
 #include "runtime/device/cuda_device.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/emulation/memory_ledger.h"
@@ -125,22 +125,6 @@ class BackgroundLoad {
 };
 
 }  // namespace
-
-PieceParams PieceParamsOf(LlamaModel& model) {
-  PieceParams out;
-  for (auto& p : model->named_parameters()) {
-    if (p.key().rfind("model.layers.0.", 0) == 0) out.layer.push_back(p.value());
-    if (p.key() == "model.norm.weight" || p.key() == "lm_head.weight" ||
-        (model->spec().tie_embeddings && p.key() == "model.embed_tokens.weight"))
-      out.head.push_back(p.value());
-  }
-  return out;
-}
-
-c10::Device ProfilingDevice() {
-  if (!torch::cuda::is_available()) return torch::Device(torch::kCPU);
-  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice();  // a launched rank's own
-}
 
 Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const ModelSpec& model, int64_t seq_len,
                                        Precision precision, int64_t memory_bytes, const LayerProfilerConfig& config,

@@ -21,6 +21,7 @@
 #include <c10/core/Device.h>
 
 #include "core/model.h"
+#include "profile/profiling_model.h"
 #include "core/status.h"
 #include "runtime/model/llama_model.h"
 #include "sim/profile.h"
@@ -47,16 +48,6 @@ struct ProfileMemoryContext {
   int dp_degree = 0;
   bool gloo_reduce_scatter = false;
 };
-
-/// The parameters of a one-layer model's pieces (its spec has num_layers = 1): the decoder layer's,
-/// and the head's (the final norm and the LM head, and the embedding when tied).
-struct PieceParams {
-  std::vector<torch::Tensor> layer, head;
-};
-PieceParams PieceParamsOf(LlamaModel& model);
-
-/// The device ProfileDeviceType measures on: the calling thread's current GPU, else the CPU.
-c10::Device ProfilingDevice();
 
 /// Measures a device type on ProfilingDevice(). `progress` is told what is being measured.
 /// Only the embedding, one decoder layer and the head are built, so any model whose single layer

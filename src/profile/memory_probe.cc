@@ -9,7 +9,7 @@
 #include "core/check.h"
 #include "cost/state_bytes.h"
 #include "plan/memory_model.h"
-#include "profile/layer_profiler.h"
+#include "profile/profiling_model.h"
 #include "runtime/device/cuda_device.h"
 #include "runtime/emulation/memory_ledger.h"
 #include "runtime/model/llama_model.h"

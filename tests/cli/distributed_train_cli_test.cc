@@ -1,4 +1,4 @@
-// The correctness contract across processes (DESIGN.md): every lossless plan — data parallelism
+// The correctness contract across processes (docs/design.md): every lossless plan — data parallelism
 // at every ZeRO stage with uneven batches, pipelines (GPipe, 1F1B, Zorse's interleaved ministages)
 // with asymmetric groups, uneven microbatch counts, custom routing, 1..L ministages, tensor-parallel
 // teams (alone, with ZeRO across teams, in a pipeline beside a tp1 group), parameter and

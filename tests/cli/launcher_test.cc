@@ -1,6 +1,6 @@
 // The launcher's host handling, in-process (#50): --hosts parsed with one message per mistake, and
 // the line each remote rank runs, quoted for a shell.
-#include "cli/launcher.h"
+#include "supervise/launcher.h"
 
 #include <gtest/gtest.h>
 

@@ -25,6 +25,7 @@
 #endif
 
 #include "core/check.h"
+#include "core/exit_codes.h"
 #include "core/message_tags.h"
 
 namespace motley {
@@ -198,7 +199,7 @@ void Communicator::Watch() {
         // The rank hosting the store keeps it a little longer, so that the others read the report
         // too (gone with it, they would blame the store, and the launcher the wrong rank).
         if (rv_.hosts_store) std::this_thread::sleep_for(Ms(2 * config_.heartbeat_interval_s + 0.5));
-        std::_Exit(3);  // kExitPeerFailed (cli/command.h): the launcher blames the rank that failed
+        std::_Exit(kExitPeerFailed);  // the launcher blames the rank that failed
       }
       for (int r = 0; r < rv_.world_size; ++r) {
         if (r == rv_.rank || watch_store_->add(DoneKey(r), 0) > 0) continue;
@@ -212,7 +213,7 @@ void Communicator::Watch() {
                              "killed or hangs); exiting\n",
                      rv_.rank, r, config_.heartbeat_timeout_s);
           std::fflush(stderr);
-          std::_Exit(3);
+          std::_Exit(kExitPeerFailed);
         }
       }
     } catch (const std::exception& e) {
@@ -222,7 +223,7 @@ void Communicator::Watch() {
                  "or was killed; exiting\n",
                  rv_.rank, rv_.master_addr, rv_.master_port);
       std::fflush(stderr);
-      std::_Exit(3);
+      std::_Exit(kExitPeerFailed);
     }
     for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(Ms(config_.heartbeat_interval_s / 10));
   }

@@ -38,7 +38,7 @@
 
 #include "core/status.h"
 #include "runtime/comm/nccl_backend.h"
-#include "runtime/comm/rendezvous.h"
+#include "core/rendezvous.h"
 
 namespace motley {
 
@@ -121,7 +121,7 @@ class Communicator {
   /// (waits up to the heartbeat timeout for the evidence), or that none did.
   std::string DiagnoseFailure();
   /// Whether another rank has reported a failure (ReportFailure) before any of this rank's: this
-  /// rank's own error is then a consequence, and it exits as kExitPeerFailed (cli/command.h).
+  /// rank's own error is then a consequence, and it exits as kExitPeerFailed (core/exit_codes.h).
   bool AnotherRankFailedFirst();
   /// This rank ends with an error: says so in the rendezvous store, where every other rank's
   /// watchdog reads it within a heartbeat and exits naming this rank and `why` — instead of waiting

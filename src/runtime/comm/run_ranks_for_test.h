@@ -9,7 +9,7 @@
 
 #include "core/net.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/comm/rendezvous.h"
+#include "core/rendezvous.h"
 
 namespace motley {
 

@@ -10,7 +10,7 @@
 #include "core/net.h"
 #include "core/status.h"
 #include "plan/schedule.h"
-#include "runtime/comm/rendezvous.h"
+#include "core/rendezvous.h"
 
 namespace motley {
 

@@ -1,5 +1,5 @@
-// DeviceEmulation: makes one CPU process behave like a slower device on slower links (DESIGN.md,
-// "Heterogeneity without a heterogeneous cluster"). A compute op is stretched by sleeping until it
+// DeviceEmulation: makes one CPU process behave like a slower device on slower links (docs/design.md,
+// "Device emulation"). A compute op is stretched by sleeping until it
 // has taken speed_factor times the CPU time it used — CPU time, not wall time, so that ranks
 // sharing a machine's cores (and slowed by one another) are still speed_factor times slower than
 // this machine's process would be alone; transfers are stretched to the bandwidth of the

@@ -1,5 +1,5 @@
-// MemoryLedger: the memory of an emulated device (DESIGN.md, "Heterogeneity without a heterogeneous
-// cluster"). Installed as libtorch's CPU allocator, it counts every byte the process's tensors hold
+// MemoryLedger: the memory of an emulated device (docs/design.md, "Device
+// emulation"). Installed as libtorch's CPU allocator, it counts every byte the process's tensors hold
 // — the rank's "device" memory — and refuses an allocation that would pass the emulated capacity
 // with c10::OutOfMemoryError, the error a GPU's allocator raises, so the profiler and the runtime
 // handle emulated and real out-of-memory alike. Host memory (offloaded parameters, activations)

@@ -50,7 +50,7 @@
 #include "runtime/flextp/flextp_team.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/executor/ministage_state.h"
-#include "runtime/train/checkpoint.h"
+#include "runtime/optim/state_piece.h"
 #include "runtime/model/tensor_parallel.h"
 #include "sim/simulator.h"
 

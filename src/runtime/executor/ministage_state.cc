@@ -5,7 +5,7 @@
 
 #include "core/check.h"
 #include "plan/state_shares.h"
-#include "runtime/train/adamw.h"
+#include "runtime/optim/adamw.h"
 #include "runtime/emulation/memory_ledger.h"
 #include "runtime/model/llama_model.h"
 

@@ -21,7 +21,7 @@
 #include <torch/torch.h>
 
 #include "core/status.h"
-#include "runtime/train/adamw.h"
+#include "runtime/optim/adamw.h"
 #include "runtime/executor/copy_engine.h"
 
 namespace motley {

@@ -22,6 +22,7 @@
 #include <torch/torch.h>
 
 #include "core/model.h"
+#include "runtime/model/tensor_parallel_region.h"
 
 namespace motley {
 
@@ -61,21 +62,6 @@ class DecoderLayerImpl : public torch::nn::Module {
   ModelSpec spec;
 };
 TORCH_MODULE(DecoderLayer);
-
-/// Tensor parallelism's two region boundaries (Megatron's f and g; runtime/model/tensor_parallel.h):
-/// `enter` is the identity forward and sums the gradient over the group backward; `reduce` sums the
-/// partial outputs over the group forward and is the identity backward.
-struct LayerWork;
-struct TensorParallelRegion {
-  std::function<torch::Tensor(const torch::Tensor&)> enter, reduce;
-  /// FlexTP (optional): this rank's share of layer `layer`'s MLP this step (layer_work.h), from the
-  /// layer's weights; null: all of its own units, nothing borrowed.
-  std::function<LayerWork*(int layer, const std::vector<torch::Tensor>& w)> layer_work;
-  /// The vocabulary split (tensor_parallel.h): this rank's first row of the embedding and the head,
-  /// and the loss from its columns of the logits (logits, targets). -1: the vocabulary is whole.
-  int64_t vocab_begin = -1;
-  std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> loss;
-};
 
 /// The layer's computation as a function of explicit weights (in DecoderLayerImpl::weights() order).
 /// With `tp`, the weights are one rank's shards (tensor_parallel.h: its heads of q/k/v and columns

@@ -27,7 +27,7 @@
 #include "core/status.h"
 #include "runtime/comm/comm_clock.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/model/llama_model.h"
+#include "runtime/model/tensor_parallel_region.h"
 
 namespace motley {
 

@@ -1,3 +1,4 @@
+#include "runtime/model/llama_model.h"
 #include "runtime/model/tensor_parallel.h"
 
 #include <map>

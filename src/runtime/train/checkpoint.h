@@ -32,7 +32,8 @@
 #include "core/shard_index.h"
 #include "core/model.h"
 #include "core/status.h"
-#include "runtime/train/adamw.h"
+#include "runtime/optim/adamw.h"
+#include "runtime/optim/state_piece.h"
 #include "runtime/model/llama_model.h"
 
 namespace motley {
@@ -71,17 +72,6 @@ Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::
 /// Returns the checkpoint's directory.
 Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, LlamaModelImpl& model,
                                       const std::vector<ParamShard>& shards, const TrainerState& state);
-
-/// A piece of one rank's state for a sharded checkpoint: elements [begin, begin + count) of a
-/// parameter (or of its tensor-parallel slice `tp_index` of `tp_degree`), values and moments, 1-D.
-struct StatePiece {
-  std::string param;
-  std::vector<int64_t> shape;  // the whole parameter's
-  int tp_degree = 1, tp_index = 0;
-  int64_t begin = 0;
-  torch::Tensor values, exp_avg, exp_avg_sq;
-  int64_t padded_rows = 0;  // a padded vocabulary's rows over the slices (ShardedParameter::padded_rows)
-};
 
 /// Rank 0, before the ranks write: `<run_dir>/step-NNNNNN.tmp`, empty (what interrupted saves left
 /// is removed). Returns its path.

@@ -2,7 +2,7 @@
 // executes its program of the plan's schedule (executor.h) step after step. Rank 0 reports,
 // validates and writes checkpoints; the others only compute and communicate. Same data order,
 // loss weighting and optimizer as the single-process trainer, so a lossless plan trains the same
-// model (DESIGN.md, "Correctness contract").
+// model (docs/design.md, "The correctness contract").
 #pragma once
 
 #include "core/job.h"

@@ -16,7 +16,7 @@
 
 #include "core/model_parse.h"
 #include "runtime/model/precision_dtypes.h"
-#include "runtime/train/adamw.h"
+#include "runtime/optim/adamw.h"
 #include "runtime/train/checkpoint.h"
 
 namespace motley {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/train/adamw.h"
+#include "runtime/optim/adamw.h"
 
 namespace motley {
 

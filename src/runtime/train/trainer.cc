@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/training_data.h"
-#include "runtime/train/adamw.h"
+#include "runtime/optim/adamw.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/divergence.h"
 #include "runtime/train/evaluate.h"

@@ -43,7 +43,7 @@ struct TrainOptions {
   int64_t trace_step = 2;  // which step (from 1) the trace records
   // A rank that fails writes what failed here, as rank-R.json (rank, device, step, out_of_memory,
   // message), for the `motley train` that launched it and may retry with a more frugal plan
-  // (cli/escalation.h). "" = none.
+  // (supervise/escalation.h). "" = none.
   std::string failure_report_dir;
   // Add to an existing metrics file (a new run refuses one that holds lines otherwise; a resumed
   // run always adds to it).
