@@ -23,16 +23,18 @@ using motley_bench::Median;
 using motley_bench::Run;
 
 struct Measured {
-  double wall_s = 0;   // median over rounds
-  double step_s = 0;   // the chosen plan's simulated step
+  double wall_s = 0;  // median over rounds
+  double step_s = 0;  // the chosen plan's simulated step
   int devices_used = 0;
   int left_out = 0;
   std::string strategy;
 };
 
-Measured Plan(const std::string& cluster, const std::string& strategy, const std::string& profile, int rounds) {
+Measured Plan(const std::string& cluster, const std::string& strategy, const std::string& profile,
+              int rounds) {
   const std::string cmd = fmt::format(
-      "{} plan --cluster '{}' --model llama-13b --seq-len 2048 --global-batch-tokens 1048576 --strategy {} --json{}",
+      "{} plan --cluster '{}' --model llama-13b --seq-len 2048 --global-batch-tokens 1048576 --strategy {} "
+      "--json{}",
       MOTLEY_BIN, cluster, strategy, profile.empty() ? "" : " --profile '" + profile + "'");
   std::vector<double> walls;
   Measured m;
@@ -58,7 +60,8 @@ Measured Plan(const std::string& cluster, const std::string& strategy, const std
 
 // Zorse's cluster C with every `replicas` count multiplied.
 std::string Scaled(const std::filesystem::path& dir, int times) {
-  const std::string text = motley_bench::ReadFile(std::string(MOTLEY_SOURCE_DIR) + "/examples/clusters/zorse-c.toml");
+  const std::string text =
+      motley_bench::ReadFile(std::string(MOTLEY_SOURCE_DIR) + "/examples/clusters/zorse-c.toml");
   std::string out;
   std::smatch m;
   std::string rest = text;
@@ -78,8 +81,10 @@ std::string Synthetic1024(const std::filesystem::path& dir) {
   const char* types[] = {"h100-sxm", "a100-80gb", "a100-40gb", "v100-32gb", "a10g", "t4"};
   std::string text = "[network]\ninter_region_bandwidth = \"10Gbps\"\n";
   for (int n = 0; n < 128; ++n)
-    text += fmt::format("[[nodes]]\nname = \"n{}\"\ndevice = \"{}\"\ncount = 8\nnic_bandwidth = \"{}Gbps\"\nregion = \"r{}\"\n",
-                        n, types[n % 6], 25 * (1 + n % 4), n % 4);
+    text += fmt::format(
+        "[[nodes]]\nname = \"n{}\"\ndevice = \"{}\"\ncount = 8\nnic_bandwidth = \"{}Gbps\"\nregion = "
+        "\"r{}\"\n",
+        n, types[n % 6], 25 * (1 + n % 4), n % 4);
   const std::string path = (dir / "synthetic-1024.toml").string();
   std::ofstream(path) << text;
   return path;
@@ -99,7 +104,8 @@ int main(int argc, char** argv) {
     } else if (a == "-o" && i + 1 < argc) {
       report_path = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--profile model_latencies.json] [--rounds N] [-o report.md]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--profile model_latencies.json] [--rounds N] [-o report.md]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -123,8 +129,8 @@ int main(int argc, char** argv) {
   for (const auto& c : cases) {
     const Measured z = Plan(c.cluster, "zorse", profile, rounds);
     const Measured a = Plan(c.cluster, "auto", profile, rounds);
-    table += fmt::format("| {} | {} | {:.2f} s | {:.2f} s | {} | {:.2f} s | {} |\n", c.name, c.gpus, z.wall_s, a.wall_s,
-                         a.strategy, a.step_s, a.left_out);
+    table += fmt::format("| {} | {} | {:.2f} s | {:.2f} s | {} | {:.2f} s | {} |\n", c.name, c.gpus, z.wall_s,
+                         a.wall_s, a.strategy, a.step_s, a.left_out);
     if (c.name.starts_with("C")) {
       chain.push_back(a.step_s);
       chain_text.push_back(fmt::format("{:.2f} s", a.step_s));
@@ -133,11 +139,11 @@ int main(int argc, char** argv) {
   }
   bool monotone = true;
   for (size_t i = 1; i < chain.size(); ++i) monotone = monotone && chain[i] <= chain[i - 1] * (1 + 1e-9);
-  const std::string text =
-      fmt::format("`motley plan`, whole process, median of {} runs; Llama-13B, 1M tokens of 2,048; {}.\n\n{}\n"
-                  "C, C x2, C x4, C x8 (auto): simulated steps {}: {}\n",
-                  rounds, profile.empty() ? "roofline compute" : "the published per-layer latencies", table,
-                  fmt::join(chain_text, ", "), monotone ? "non-increasing" : "NOT non-increasing");
+  const std::string text = fmt::format(
+      "`motley plan`, whole process, median of {} runs; Llama-13B, 1M tokens of 2,048; {}.\n\n{}\n"
+      "C, C x2, C x4, C x8 (auto): simulated steps {}: {}\n",
+      rounds, profile.empty() ? "roofline compute" : "the published per-layer latencies", table,
+      fmt::join(chain_text, ", "), monotone ? "non-increasing" : "NOT non-increasing");
   std::fputs(text.c_str(), stdout);
   if (!report_path.empty()) std::ofstream(report_path) << text;
   std::filesystem::remove_all(dir);

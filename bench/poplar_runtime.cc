@@ -26,7 +26,7 @@ namespace {
 
 struct ClusterCase {
   std::string name, description;
-  std::vector<double> speed;       // per device
+  std::vector<double> speed;        // per device
   std::vector<std::string> memory;  // per device
 };
 
@@ -69,31 +69,41 @@ int main(int argc, char** argv) {
   const fs::path dir = motley_bench::MakeWorkDir("motley_bench_poplar");
   const std::string cd = "cd '" + dir.string() + "' && ";
   const std::vector<ClusterCase> clusters = {
-      {"equal-speed", "equal speed, unequal memory (2 GiB, 2 GiB, 256 MiB, 256 MiB)", {2, 2, 2, 2},
+      {"equal-speed",
+       "equal speed, unequal memory (2 GiB, 2 GiB, 256 MiB, 256 MiB)",
+       {2, 2, 2, 2},
        {"2GiB", "2GiB", "256MiB", "256MiB"}},
-      {"unequal-speed", "unequal speed (factors 2, 2, 6, 6), equal memory", {2, 2, 6, 6},
+      {"unequal-speed",
+       "unequal speed (factors 2, 2, 6, 6), equal memory",
+       {2, 2, 6, 6},
        {"1GiB", "1GiB", "1GiB", "1GiB"}},
-      {"both-unequal", "both unequal (factors 2, 3, 4, 6; 2 GiB .. 256 MiB)", {2, 3, 4, 6},
+      {"both-unequal",
+       "both unequal (factors 2, 3, 4, 6; 2 GiB .. 256 MiB)",
+       {2, 3, 4, 6},
        {"2GiB", "1GiB", "512MiB", "256MiB"}},
   };
   std::string table =
-      "| cluster | ZeRO | Poplar allocation | measured step | same batch everywhere | measured step | speed-up | "
+      "| cluster | ZeRO | Poplar allocation | measured step | same batch everywhere | measured step | "
+      "speed-up | "
       "simulated (Poplar / same) |\n|---|---|---|---|---|---|---|---|\n";
   int code = 0;
   for (const ClusterCase& c : clusters) {
     std::ofstream(dir / "cluster.toml") << ClusterToml(c);
-    std::string job = motley_bench::ReadFile((fs::path(MOTLEY_SOURCE_DIR) / "examples/jobs/default.toml").string());
+    std::string job =
+        motley_bench::ReadFile((fs::path(MOTLEY_SOURCE_DIR) / "examples/jobs/default.toml").string());
     job = std::regex_replace(job, std::regex("cluster = \"local-emulated\""), "cluster = \"cluster.toml\"");
     std::ofstream(dir / "job.toml") << job;
-    std::string out = Run(cd + motley + " profile --cluster cluster.toml --model llama-1m --seq-len 128 "
-                                        "--precision fp32 --max-microbatch 32 -o profile.json",
+    std::string out = Run(cd + motley +
+                              " profile --cluster cluster.toml --model llama-1m --seq-len 128 "
+                              "--precision fp32 --max-microbatch 32 -o profile.json",
                           &code);
     if (code != 0) {
       std::cerr << out;
       return 1;
     }
-    const std::string args = " --profile profile.json --cluster cluster.toml --model llama-1m --seq-len 128 "
-                             "--global-batch-tokens 4096 --precision fp32 ";
+    const std::string args =
+        " --profile profile.json --cluster cluster.toml --model llama-1m --seq-len 128 "
+        "--global-batch-tokens 4096 --precision fp32 ";
     Run(cd + motley + " plan" + args + "--strategy poplar -o poplar.toml", &code);
     if (code != 0) return 1;
     Run(cd + motley + " plan" + args + "--strategy deepspeed-even -o even.toml", &code);
@@ -121,23 +131,28 @@ int main(int argc, char** argv) {
         for (const auto& j : motley_bench::ReadJsonLines((dir / metrics).string()))
           if (j.contains("step_time_s") && j["step"].get<int>() > 2) times.push_back(j["step_time_s"]);
         measured[k] = Median(times);
-        const std::string sim = Run(cd + motley + " simulate --profile profile.json --plan " + name + " --json", &code);
+        const std::string sim =
+            Run(cd + motley + " simulate --profile profile.json --plan " + name + " --json", &code);
         try {
           simulated[k] = nlohmann::json::parse(sim.substr(sim.find('{')))["step_time_s"];
         } catch (...) {
         }
       }
-      table += fmt::format("| {} | {} | [{}] | {:.0f} ms | [8, 8, 8, 8] | {:.0f} ms | **{:.2f}x** | {:.0f} / {:.0f} ms |\n",
-                           c.description, stage, alloc.size() > 1 ? alloc[1].str() : "?", measured[0] * 1e3,
-                           measured[1] * 1e3, measured[0] > 0 ? measured[1] / measured[0] : 0, simulated[0] * 1e3,
-                           simulated[1] * 1e3);
+      table += fmt::format(
+          "| {} | {} | [{}] | {:.0f} ms | [8, 8, 8, 8] | {:.0f} ms | **{:.2f}x** | {:.0f} / {:.0f} ms |\n",
+          c.description, stage, alloc.size() > 1 ? alloc[1].str() : "?", measured[0] * 1e3, measured[1] * 1e3,
+          measured[0] > 0 ? measured[1] / measured[0] : 0, simulated[0] * 1e3, simulated[1] * 1e3);
     }
   }
   const std::string md = fmt::format(
-      "# Poplar's data parallelism, measured\n\n`build/bench/poplar_runtime --steps {}`: the default job (llama-1m, "
-      "32 x 128 tokens a step, fp32) on three emulated 4-device clusters, at every ZeRO stage: Poplar's allocation "
-      "(`motley plan --strategy poplar` with the measured profile; sequences per device shown) against the same "
-      "8 sequences on every device. Median measured step over steps 3..{}; the simulator's prediction for both.\n\n{}",
+      "# Poplar's data parallelism, measured\n\n`build/bench/poplar_runtime --steps {}`: the default job "
+      "(llama-1m, "
+      "32 x 128 tokens a step, fp32) on three emulated 4-device clusters, at every ZeRO stage: Poplar's "
+      "allocation "
+      "(`motley plan --strategy poplar` with the measured profile; sequences per device shown) against the "
+      "same "
+      "8 sequences on every device. Median measured step over steps 3..{}; the simulator's prediction for "
+      "both.\n\n{}",
       steps, steps, table);
   std::cout << md;
   if (!report_path.empty()) std::ofstream(report_path) << md;

@@ -52,7 +52,8 @@ interconnect = "pcie"
 intra_bandwidth = "10GB/s"
 )toml";
   for (int d = 0; d < 4; ++d)
-    s += fmt::format("[[nodes.emulation]]\nspeed_factor = {}\n", d == kSlowRank ? slowed_factor : kSpeedFactor);
+    s += fmt::format("[[nodes.emulation]]\nspeed_factor = {}\n",
+                     d == kSlowRank ? slowed_factor : kSpeedFactor);
   return s;
 }
 
@@ -67,8 +68,8 @@ Measured Train(const fs::path& dir, const std::string& job, const std::string& p
   const std::string motley = MOTLEY_BIN;
   const std::string metrics = job + ".jsonl";
   int code = 0;
-  const std::string out = Run(cd + motley + " launch --nproc 4 -- " + motley + " train " + job + " --plan " + plan +
-                                  " --profile profile.json --steps " + std::to_string(steps) +
+  const std::string out = Run(cd + motley + " launch --nproc 4 -- " + motley + " train " + job + " --plan " +
+                                  plan + " --profile profile.json --steps " + std::to_string(steps) +
                                   " --no-checkpoint --no-validation --metrics " + metrics,
                               &code);
   Measured m;
@@ -88,7 +89,8 @@ Measured Train(const fs::path& dir, const std::string& job, const std::string& p
 
 double MedianFrom(const Measured& m, int first_step) {
   std::vector<double> v;
-  for (size_t i = static_cast<size_t>(std::max(first_step, 1) - 1); i < m.step_s.size(); ++i) v.push_back(m.step_s[i]);
+  for (size_t i = static_cast<size_t>(std::max(first_step, 1) - 1); i < m.step_s.size(); ++i)
+    v.push_back(m.step_s[i]);
   return Median(v);
 }
 
@@ -106,10 +108,12 @@ int main(int argc, char** argv) {
 
   std::ofstream(dir / "cluster.toml") << ClusterToml(kSpeedFactor);
   std::ofstream(dir / "slowed.toml") << ClusterToml(kSpeedFactor * kSlowdown);
-  std::string job = motley_bench::ReadFile((fs::path(MOTLEY_SOURCE_DIR) / "examples/jobs/default.toml").string());
+  std::string job =
+      motley_bench::ReadFile((fs::path(MOTLEY_SOURCE_DIR) / "examples/jobs/default.toml").string());
   job = std::regex_replace(job, std::regex("strategy = \"auto\""), "strategy = \"poplar\"");
-  const std::string straggler = fmt::format("[[emulation.stragglers]]\nrank = {}\nslowdown = {}\nfrom_step = {}\n",
-                                            kSlowRank, kSlowdown, kFromStep);
+  const std::string straggler =
+      fmt::format("[[emulation.stragglers]]\nrank = {}\nslowdown = {}\nfrom_step = {}\n", kSlowRank,
+                  kSlowdown, kFromStep);
   auto write_job = [&](const std::string& name, const std::string& cluster, const std::string& extra) {
     std::ofstream(dir / name) << std::regex_replace(job, std::regex("cluster = \"local-emulated\""),
                                                     "cluster = \"" + cluster + "\"")
@@ -119,15 +123,17 @@ int main(int argc, char** argv) {
   write_job("off.toml", "cluster.toml", "\n" + straggler);
   write_job("slowed.job.toml", "slowed.toml", "");
 
-  std::string out = Run(cd + motley + " profile --cluster cluster.toml --model llama-1m --seq-len 128 --precision fp32 "
-                                      "--max-microbatch 32 -o profile.json",
+  std::string out = Run(cd + motley +
+                            " profile --cluster cluster.toml --model llama-1m --seq-len 128 --precision fp32 "
+                            "--max-microbatch 32 -o profile.json",
                         &code);
   if (code != 0) {
     std::cerr << out;
     return 1;
   }
-  const std::string plan_args = " --profile profile.json --model llama-1m --seq-len 128 --global-batch-tokens 4096 "
-                                "--precision fp32 --strategy poplar ";
+  const std::string plan_args =
+      " --profile profile.json --model llama-1m --seq-len 128 --global-batch-tokens 4096 "
+      "--precision fp32 --strategy poplar ";
   Run(cd + motley + " plan --cluster cluster.toml" + plan_args + "-o equal.plan.toml", &code);
   if (code != 0) return 1;
   Run(cd + motley + " plan --cluster slowed.toml" + plan_args + "-o slowed.plan.toml", &code);
@@ -138,16 +144,19 @@ int main(int argc, char** argv) {
   const Measured planned = Train(dir, "slowed.job.toml", "slowed.plan.toml", steps);
   if (live.step_s.empty() || off.step_s.empty() || planned.step_s.empty()) return 1;
   const int from = live.switched_after > 0 ? live.switched_after + 3 : kFromStep + 10;
-  const std::vector<double> early(live.step_s.begin() + 2,
-                                  live.step_s.begin() + std::min<std::ptrdiff_t>(kFromStep - 1, std::ssize(live.step_s)));
+  const std::vector<double> early(
+      live.step_s.begin() + 2,
+      live.step_s.begin() + std::min<std::ptrdiff_t>(kFromStep - 1, std::ssize(live.step_s)));
   const double before = Median(early);
   const double l = MedianFrom(live, from), o = MedianFrom(off, from), p = MedianFrom(planned, from);
   std::smatch alloc;
   const std::string slowed_plan = motley_bench::ReadFile((dir / "slowed.plan.toml").string());
   std::regex_search(slowed_plan, alloc, std::regex("microbatch_size = \\[([^\\]]*)\\]"));
   const std::string md = fmt::format(
-      "# Live rebalancing, measured\n\n`build/bench/rebalance_live --steps {}`: the default job (llama-1m, 32 x 128 "
-      "tokens a step, fp32) on four equal emulated devices (speed factor {}), Poplar's plan, rank {} slowed {}x from "
+      "# Live rebalancing, measured\n\n`build/bench/rebalance_live --steps {}`: the default job (llama-1m, "
+      "32 x 128 "
+      "tokens a step, fp32) on four equal emulated devices (speed factor {}), Poplar's plan, rank {} slowed "
+      "{}x from "
       "step {}. Median measured step from step {} (three steps after the switch) to {}.\n\n"
       "| run | median step | vs the plan for the slowed cluster |\n|---|---|---|\n"
       "| before the straggler (steps 3..{}) | {:.0f} ms | |\n"
@@ -156,8 +165,8 @@ int main(int argc, char** argv) {
       "| planned for the slowed cluster from the start (microbatches [{}]) | {:.0f} ms | 1 |\n\n"
       "Live against not rebalancing: **{:.2f}x** the step time. The switch: {}\n",
       steps, kSpeedFactor, kSlowRank, kSlowdown, kFromStep, from, steps, kFromStep - 1, before * 1e3,
-      live.switched_after, l * 1e3, p > 0 ? l / p : 0, o * 1e3, p > 0 ? o / p : 0, alloc.size() > 1 ? alloc[1].str() : "?",
-      p * 1e3, o > 0 ? l / o : 0, live.message);
+      live.switched_after, l * 1e3, p > 0 ? l / p : 0, o * 1e3, p > 0 ? o / p : 0,
+      alloc.size() > 1 ? alloc[1].str() : "?", p * 1e3, o > 0 ? l / o : 0, live.message);
   std::cout << md;
   if (!args.report_path.empty()) std::ofstream(args.report_path) << md;
   fs::remove_all(dir);

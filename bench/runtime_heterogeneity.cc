@@ -33,7 +33,8 @@ using motley_bench::Run;
 
 namespace {
 
-constexpr char kSymmetricPipeline[] = R"(# Two stages of two devices each, two layers each: symmetric in layers and devices.
+constexpr char kSymmetricPipeline[] =
+    R"(# Two stages of two devices each, two layers each: symmetric in layers and devices.
 strategy = "manual"
 model = "llama-1m"
 cluster = "local-emulated"
@@ -71,13 +72,18 @@ int main(int argc, char** argv) {
   const fs::path dir = motley_bench::MakeWorkDir("motley_bench_het");
   const std::string cd = "cd '" + dir.string() + "' && ";
   int code = 0;
-  std::ofstream(dir / "job.toml") << motley_bench::ReadFile((fs::path(MOTLEY_SOURCE_DIR) / "examples/jobs/default.toml").string());
+  std::ofstream(dir / "job.toml") << motley_bench::ReadFile(
+      (fs::path(MOTLEY_SOURCE_DIR) / "examples/jobs/default.toml").string());
   std::string out;
-  Run(cd + motley + " profile --cluster local-emulated --model llama-1m --seq-len 128 --precision fp32 "
-             "--max-microbatch 32 -o profile.json", &code);
+  Run(cd + motley +
+          " profile --cluster local-emulated --model llama-1m --seq-len 128 --precision fp32 "
+          "--max-microbatch 32 -o profile.json",
+      &code);
   if (code != 0) return 1;
-  const std::string plan_args = "--profile profile.json --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 4096 "
-                                "--precision fp32";
+  const std::string plan_args =
+      "--profile profile.json --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens "
+      "4096 "
+      "--precision fp32";
   Run(cd + motley + " plan " + plan_args + " -o motley.toml", &code);
   if (code != 0) return 1;
   Run(cd + motley + " plan " + plan_args + " --strategy deepspeed-even -o even.toml", &code);
@@ -89,9 +95,10 @@ int main(int argc, char** argv) {
                            {"symmetric pipeline", "symmetric.toml", 0, 0, {}}};
   for (Row& row : rows) {
     const std::string metrics = row.plan + ".jsonl";
-    out = Run(cd + motley + " launch --nproc 4 -- " + motley + " train job.toml --plan " + row.plan +
-                  " --steps " + std::to_string(steps) + " --no-checkpoint --no-validation --metrics " + metrics,
-              &code);
+    out =
+        Run(cd + motley + " launch --nproc 4 -- " + motley + " train job.toml --plan " + row.plan +
+                " --steps " + std::to_string(steps) + " --no-checkpoint --no-validation --metrics " + metrics,
+            &code);
     if (code != 0) {
       std::cerr << row.name << " failed:\n" << out;
       return 1;
@@ -107,7 +114,8 @@ int main(int argc, char** argv) {
     }
     row.measured_s = Median(times);
     for (auto& c : compute) row.compute_s.push_back(Median(c) * 1e3);
-    const std::string sim = Run(cd + motley + " simulate --profile profile.json --plan " + row.plan + " --json", &code);
+    const std::string sim =
+        Run(cd + motley + " simulate --profile profile.json --plan " + row.plan + " --json", &code);
     try {
       row.simulated_s = nlohmann::json::parse(sim.substr(sim.find('{')))["step_time_s"];
     } catch (...) {
@@ -117,8 +125,10 @@ int main(int argc, char** argv) {
 
   std::string md = fmt::format(
       "# Emulated heterogeneity, measured\n\n`build/bench/runtime_heterogeneity --steps {}`: the default job "
-      "(llama-1m, 32 x 128 tokens a step, fp32) on `local-emulated` — 4 ranks; ranks 2 and 3 are 3x slower than ranks 0 "
-      "and 1 (speed factors 6 and 2) with half the memory; the two pairs are joined by a 1 Gbit/s link. Median step time over steps 3..{} as measured by the "
+      "(llama-1m, 32 x 128 tokens a step, fp32) on `local-emulated` — 4 ranks; ranks 2 and 3 are 3x slower "
+      "than ranks 0 "
+      "and 1 (speed factors 6 and 2) with half the memory; the two pairs are joined by a 1 Gbit/s link. "
+      "Median step time over steps 3..{} as measured by the "
       "runtime, and the simulator's prediction for the same plan with the measured profile.\n\n"
       "| plan | measured step | vs even split | simulated step | compute per rank (ms, median) |\n"
       "|---|---|---|---|---|\n",

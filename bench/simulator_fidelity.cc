@@ -30,7 +30,8 @@ using motley_bench::Run;
 
 namespace {
 
-constexpr char kHeader[] = "model = \"llama-1m\"\ncluster = \"local-emulated\"\nseq_len = 128\nprecision = \"fp32\"\n";
+constexpr char kHeader[] =
+    "model = \"llama-1m\"\ncluster = \"local-emulated\"\nseq_len = 128\nprecision = \"fp32\"\n";
 
 // Hand-made plans the planners would not choose, to cover offload, ZeRO-3, 1F1B (one and two devices
 // per stage), tensor parallelism and a pipeline at ZeRO-3. Every plan clips gradients (the default).
@@ -120,7 +121,7 @@ struct Row {
   std::string name;
   int ranks = 0;
   double measured_s = 0, simulated_s = 0, calibrated_s = 0;
-  std::vector<double> round_s;  // each round's median step
+  std::vector<double> round_s;                   // each round's median step
   double measured_peak = 0, simulated_peak = 0;  // the largest rank's, bytes
   bool sim_fits = true, ran = true;
   std::string note;
@@ -153,19 +154,23 @@ int main(int argc, char** argv) {
   int code = 0;
   std::ofstream(dir / "job.toml") << motley_bench::ReadFile(
       (fs::path(MOTLEY_SOURCE_DIR) / "examples/jobs/default.toml").string());
-  std::string out = Run(cd + motley +
-                            " profile --cluster local-emulated --model llama-1m --seq-len 128 --precision fp32 "
-                            "--max-microbatch 32 --links -o profile.json",
-                        &code);
+  std::string out =
+      Run(cd + motley +
+              " profile --cluster local-emulated --model llama-1m --seq-len 128 --precision fp32 "
+              "--max-microbatch 32 --links -o profile.json",
+          &code);
   if (code != 0) {
     std::cerr << out;
     return 1;
   }
   // The plans: every strategy's, then the hand-made ones.
   std::vector<std::string> names;
-  for (const char* s : {"zorse", "poplar", "deepspeed-even", "cephalo", "hexiscale", "torchtitan-het", "fastest-only"}) {
-    Run(cd + motley + " plan --profile profile.json --cluster local-emulated --model llama-1m --seq-len 128 "
-                      "--global-batch-tokens 4096 --precision fp32 --strategy " + s + " -o " + s + ".toml",
+  for (const char* s :
+       {"zorse", "poplar", "deepspeed-even", "cephalo", "hexiscale", "torchtitan-het", "fastest-only"}) {
+    Run(cd + motley +
+            " plan --profile profile.json --cluster local-emulated --model llama-1m --seq-len 128 "
+            "--global-batch-tokens 4096 --precision fp32 --strategy " +
+            s + " -o " + s + ".toml",
         &code);
     if (code == 0) names.push_back(s);
   }
@@ -178,26 +183,30 @@ int main(int argc, char** argv) {
   for (const std::string& name : names) {
     Row row;
     row.name = name;
-    const std::string sim = Run(cd + motley + " simulate --profile profile.json --plan " + name + ".toml --json", &code);
+    const std::string sim =
+        Run(cd + motley + " simulate --profile profile.json --plan " + name + ".toml --json", &code);
     try {
       const auto j = nlohmann::json::parse(sim.substr(sim.find('{')));
       row.simulated_s = j["step_time_s"];
       row.sim_fits = j.value("fits_memory", true);
       row.ranks = static_cast<int>(j["devices"].size());
-      for (const auto& d : j["devices"]) row.simulated_peak = std::max(row.simulated_peak, d["peak_memory_bytes"].get<double>());
+      for (const auto& d : j["devices"])
+        row.simulated_peak = std::max(row.simulated_peak, d["peak_memory_bytes"].get<double>());
     } catch (...) {
       row.note = "simulation failed";
     }
     rows.push_back(row);
   }
-  auto metrics_of = [](const std::string& name, int round) { return fmt::format("{}.{}.jsonl", name, round); };
+  auto metrics_of = [](const std::string& name, int round) {
+    return fmt::format("{}.{}.jsonl", name, round);
+  };
   for (int round = 0; round < rounds; ++round) {
     for (Row& row : rows) {
       if (!row.note.empty()) continue;  // did not simulate, or failed in an earlier round
       const std::string metrics = metrics_of(row.name, round);
-      out = Run(cd + motley + " launch --nproc " + std::to_string(row.ranks) + " -- " + motley + " train job.toml --plan " +
-                    row.name + ".toml --steps " + std::to_string(steps) + " --no-checkpoint --no-validation --metrics " +
-                    metrics,
+      out = Run(cd + motley + " launch --nproc " + std::to_string(row.ranks) + " -- " + motley +
+                    " train job.toml --plan " + row.name + ".toml --steps " + std::to_string(steps) +
+                    " --no-checkpoint --no-validation --metrics " + metrics,
                 &code);
       if (code != 0) {
         row.ran = false;
@@ -208,7 +217,8 @@ int main(int argc, char** argv) {
       for (const auto& j : motley_bench::ReadJsonLines((dir / metrics).string())) {
         if (!j.contains("step_time_s") || j["step"].get<int>() <= 2) continue;
         times.push_back(j["step_time_s"]);
-        for (const auto& r : j["ranks"]) row.measured_peak = std::max(row.measured_peak, r["peak_memory_bytes"].get<double>());
+        for (const auto& r : j["ranks"])
+          row.measured_peak = std::max(row.measured_peak, r["peak_memory_bytes"].get<double>());
       }
       row.round_s.push_back(Median(times));
     }
@@ -219,7 +229,8 @@ int main(int argc, char** argv) {
   // Online profiling: the profile calibrated on the even split's run predicts every plan again.
   const std::string calibration_plan = "deepspeed-even";
   std::string calibration_runs;
-  for (int round = 0; round < rounds; ++round) calibration_runs += " --metrics " + metrics_of(calibration_plan, round);
+  for (int round = 0; round < rounds; ++round)
+    calibration_runs += " --metrics " + metrics_of(calibration_plan, round);
   std::string calibration = Run(cd + motley + " calibrate --profile profile.json --plan " + calibration_plan +
                                     ".toml" + calibration_runs + " -o calibrated.json",
                                 &code);
@@ -232,17 +243,19 @@ int main(int argc, char** argv) {
     if (code == 0) row.calibrated_s = nlohmann::json::parse(sim.substr(sim.find('{')))["step_time_s"];
   }
 
-  std::vector<double> errors, measured, simulated, calibrated_errors, calibrated_simulated, calibrated_measured;
+  std::vector<double> errors, measured, simulated, calibrated_errors, calibrated_simulated,
+      calibrated_measured;
   bool surprise_oom = false;
   std::string table =
-      "| plan | ranks | measured step | rounds (min-max) | simulated step | error | calibrated simulation | error | "
+      "| plan | ranks | measured step | rounds (min-max) | simulated step | error | calibrated simulation | "
+      "error | "
       "measured peak (largest rank) | simulated peak |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& r : rows) {
     if (!r.ran && r.sim_fits) surprise_oom = surprise_oom || r.note == "ran out of memory";
     if (r.measured_s <= 0) {
-      table += fmt::format("| {} | {} | {} | — | {:.0f} ms | — | — | — | — | {:.1f} MiB |\n", r.name, r.ranks, r.note,
-                           r.simulated_s * 1e3, r.simulated_peak / (1 << 20));
+      table += fmt::format("| {} | {} | {} | — | {:.0f} ms | — | — | — | — | {:.1f} MiB |\n", r.name, r.ranks,
+                           r.note, r.simulated_s * 1e3, r.simulated_peak / (1 << 20));
       continue;
     }
     const double err = (r.simulated_s - r.measured_s) / r.measured_s;
@@ -259,21 +272,29 @@ int main(int argc, char** argv) {
       calibrated_simulated.push_back(r.calibrated_s);
     }
     const auto [lo, hi] = std::minmax_element(r.round_s.begin(), r.round_s.end());
-    table += fmt::format("| {} | {} | {:.0f} ms | {:.0f}-{:.0f} ms | {:.0f} ms | {:+.1f}% | {} | {:.1f} MiB | {:.1f} MiB |\n",
-                         r.name, r.ranks, r.measured_s * 1e3, *lo * 1e3, *hi * 1e3, r.simulated_s * 1e3, 100 * err, cal,
-                         r.measured_peak / (1 << 20), r.simulated_peak / (1 << 20));
+    table += fmt::format(
+        "| {} | {} | {:.0f} ms | {:.0f}-{:.0f} ms | {:.0f} ms | {:+.1f}% | {} | {:.1f} MiB | {:.1f} MiB |\n",
+        r.name, r.ranks, r.measured_s * 1e3, *lo * 1e3, *hi * 1e3, r.simulated_s * 1e3, 100 * err, cal,
+        r.measured_peak / (1 << 20), r.simulated_peak / (1 << 20));
   }
   std::string md = fmt::format(
-      "# Simulator fidelity, measured\n\n`build/bench/simulator_fidelity --steps {} --rounds {}`: the default job (llama-1m, 32 x 128 "
-      "tokens a step, fp32) on `local-emulated` (4 ranks: speed factors 2, 2, 6, 6; 1 GiB, 1 GiB, 512 MiB, 512 MiB; "
-      "a 1 Gbit/s link between the pairs). Each plan trained for real by `motley launch` {} times, round by round "
-      "(measured step: the median over the rounds of each run's median step over steps 3..{}) and simulated with the profile `motley profile` measured on the same machine.\n\n{}\n"
-      "Median |error| of the step time: **{:.1f}%** over {} plans; Kendall tau between measured and simulated order: "
+      "# Simulator fidelity, measured\n\n`build/bench/simulator_fidelity --steps {} --rounds {}`: the "
+      "default job (llama-1m, 32 x 128 "
+      "tokens a step, fp32) on `local-emulated` (4 ranks: speed factors 2, 2, 6, 6; 1 GiB, 1 GiB, 512 MiB, "
+      "512 MiB; "
+      "a 1 Gbit/s link between the pairs). Each plan trained for real by `motley launch` {} times, round by "
+      "round "
+      "(measured step: the median over the rounds of each run's median step over steps 3..{}) and simulated "
+      "with the profile `motley profile` measured on the same machine.\n\n{}\n"
+      "Median |error| of the step time: **{:.1f}%** over {} plans; Kendall tau between measured and "
+      "simulated order: "
       "**{:.2f}**; a plan predicted to fit ran out of memory: **{}**.\n\n"
-      "With the profile calibrated on the {} runs (`motley calibrate`, their steps pooled): median |error| **{:.1f}%** over the {} other "
+      "With the profile calibrated on the {} runs (`motley calibrate`, their steps pooled): median |error| "
+      "**{:.1f}%** over the {} other "
       "plans; Kendall tau **{:.2f}**.\n\n```\n{}```\n",
-      steps, rounds, rounds, steps, table, 100 * Median(errors), errors.size(), KendallTau(measured, simulated),
-      surprise_oom ? "yes" : "no", calibration_plan, 100 * Median(calibrated_errors), calibrated_errors.size(),
+      steps, rounds, rounds, steps, table, 100 * Median(errors), errors.size(),
+      KendallTau(measured, simulated), surprise_oom ? "yes" : "no", calibration_plan,
+      100 * Median(calibrated_errors), calibrated_errors.size(),
       KendallTau(calibrated_measured, calibrated_simulated), calibration);
   std::cout << md;
   if (!report_path.empty()) std::ofstream(report_path) << md;

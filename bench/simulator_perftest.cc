@@ -3,8 +3,8 @@
 // groups of 16 GPUs, Zorse's interleaved schedule with ZeRO-2 and offload, 64 microbatches per
 // group. Lowering and simulation are timed apart; events per second is the simulator's rate. Also
 // the transfer-order check (plan/transfer_order.h) on the same step.
-#include <cstdint>
 #include <benchmark/benchmark.h>
+#include <cstdint>
 
 #include "core/cluster_parse.h"
 #include "plan/lower.h"

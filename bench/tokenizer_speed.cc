@@ -9,6 +9,7 @@
 //
 //   tokenizer_speed [--text ../shared/data/tinyshakespeare/input.txt] [--repeats 5]
 // Needs the reference npm packages (ctest installs them: Reference.InstallNpmPackages).
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,13 +18,12 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
+#include <nlohmann/json.hpp>
 
 #include "data/hf_tokenizer.h"
 
@@ -61,8 +61,8 @@ double MedianSeconds(int repeats, F&& f) {
 double NodeSeconds(const fs::path& folder, const fs::path& text, int repeats) {
   std::vector<double> s;
   for (int i = 0; i < repeats; ++i) {
-    const std::string cmd = fmt::format("cd {} && taskset -c 0 node tokenizers.mjs bench {} {} 1", kNpm.string(),
-                                        folder.string(), text.string());
+    const std::string cmd = fmt::format("cd {} && taskset -c 0 node tokenizers.mjs bench {} {} 1",
+                                        kNpm.string(), folder.string(), text.string());
     FILE* p = popen(cmd.c_str(), "r");
     std::string out;
     char buf[256];
@@ -79,14 +79,16 @@ double NodeSeconds(const fs::path& folder, const fs::path& text, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  fs::path text_path = fs::path(MOTLEY_SOURCE_DIR) / ".." / "shared" / "data" / "tinyshakespeare" / "input.txt";
+  fs::path text_path =
+      fs::path(MOTLEY_SOURCE_DIR) / ".." / "shared" / "data" / "tinyshakespeare" / "input.txt";
   int repeats = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::string(argv[i]) == "--text") text_path = argv[i + 1];
     if (std::string(argv[i]) == "--repeats") repeats = std::atoi(argv[i + 1]);
   }
   if (!fs::exists(kNpm / "node_modules" / "@huggingface" / "tokenizers")) {
-    fmt::print(stderr, "tokenizer_speed: the reference npm packages are not in {} (run ctest -R Reference first)\n",
+    fmt::print(stderr,
+               "tokenizer_speed: the reference npm packages are not in {} (run ctest -R Reference first)\n",
                kNpm.string());
     return 1;
   }
@@ -100,12 +102,15 @@ int main(int argc, char** argv) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("motley_tokbench_{}", ::getpid());
   fs::create_directories(dir);
   auto node = [&](const std::string& args) {
-    if (std::system(fmt::format("cd {} && node tokenizers.mjs {}", kNpm.string(), args).c_str()) != 0) std::exit(1);
+    if (std::system(fmt::format("cd {} && node tokenizers.mjs {}", kNpm.string(), args).c_str()) != 0)
+      std::exit(1);
   };
   node(fmt::format("llama3-folder {}", (dir / "llama3").string()));
   node(fmt::format("sp-folder {} {} 400", (dir / "sp").string(), text_path.string()));
   fmt::print("text: {} ({:.2f} MB), median of {} encodings on one core\n\n", text_path.string(), mb, repeats);
-  fmt::print("| tokenizer | implementation | tokens | seconds | MB/s | motley's speed-up |\n|---|---|---|---|---|---|\n");
+  fmt::print(
+      "| tokenizer | implementation | tokens | seconds | MB/s | motley's speed-up "
+      "|\n|---|---|---|---|---|---|\n");
 
   for (const char* kind : {"llama3", "sp"}) {
     auto t = HfTokenizer::Load((dir / kind).string());
@@ -119,16 +124,18 @@ int main(int argc, char** argv) {
       (void)(*t)->Encode(text, &ids);
     });
     const double js = NodeSeconds(dir / kind, text_path, repeats);
-    const std::string name = std::string(kind) == "llama3" ? "Llama 3 byte-level BPE" : "sentencepiece-style BPE (400 merges)";
+    const std::string name =
+        std::string(kind) == "llama3" ? "Llama 3 byte-level BPE" : "sentencepiece-style BPE (400 merges)";
     fmt::print("| {} | motley HfTokenizer | {} | {:.3f} | {:.2f} | |\n", name, ids.size(), ours, mb / ours);
-    fmt::print("| {} | @huggingface/tokenizers (JS) | | {:.3f} | {:.2f} | {:.2f}x |\n", name, js, mb / js, js / ours);
+    fmt::print("| {} | @huggingface/tokenizers (JS) | | {:.3f} | {:.2f} | {:.2f}x |\n", name, js, mb / js,
+               js / ours);
     if (std::string(kind) == "sp") {
       // sentencepiece's own BPE on a model of about the same vocabulary, trained on the same text.
       const int vocab = static_cast<int>((*t)->vocab_size());
-      const auto status = sentencepiece::SentencePieceTrainer::Train(fmt::format(
-          "--input={} --model_prefix={} --model_type=bpe --vocab_size={} --byte_fallback=true "
-          "--character_coverage=1.0 --minloglevel=2",
-          text_path.string(), (dir / "spm").string(), vocab));
+      const auto status = sentencepiece::SentencePieceTrainer::Train(
+          fmt::format("--input={} --model_prefix={} --model_type=bpe --vocab_size={} --byte_fallback=true "
+                      "--character_coverage=1.0 --minloglevel=2",
+                      text_path.string(), (dir / "spm").string(), vocab));
       if (!status.ok()) {
         fmt::print(stderr, "sentencepiece training: {}\n", status.ToString());
         return 1;
@@ -137,8 +144,10 @@ int main(int argc, char** argv) {
       if (!spm.Load((dir / "spm.model").string()).ok()) return 1;
       std::vector<int> spm_ids;
       const double theirs = MedianSeconds(repeats, [&] { (void)spm.Encode(text, &spm_ids); });
-      fmt::print("| sentencepiece BPE (vocabulary {}) | sentencepiece library (C++) | {} | {:.3f} | {:.2f} | {:.2f}x |\n",
-                 vocab, spm_ids.size(), theirs, mb / theirs, theirs / ours);
+      fmt::print(
+          "| sentencepiece BPE (vocabulary {}) | sentencepiece library (C++) | {} | {:.3f} | {:.2f} | "
+          "{:.2f}x |\n",
+          vocab, spm_ids.size(), theirs, mb / theirs, theirs / ours);
     }
   }
   fs::remove_all(dir);

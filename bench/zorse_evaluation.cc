@@ -5,8 +5,8 @@
 // paper's figures, with ratios. Writes a markdown report and an SVG plot.
 //
 //   build/bench/zorse_evaluation ../shared/data/zorse-measured/model_latencies.json bench/reports
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>

@@ -50,7 +50,8 @@ int Main(int argc, char** argv) {
     } else if (latencies.empty() && a[0] != '-') {
       latencies = a;
     } else {
-      std::fprintf(stderr, "usage: %s MODEL_LATENCIES_JSON [--samples N] [--seed S] [-o report.md]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s MODEL_LATENCIES_JSON [--samples N] [--seed S] [-o report.md]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -69,7 +70,8 @@ int Main(int argc, char** argv) {
     int64_t seq_len;
   };
   std::string report = fmt::format(
-      "| cluster | nodes | planner's step | plans it simulated | random search's best | random plans simulated | "
+      "| cluster | nodes | planner's step | plans it simulated | random search's best | random plans "
+      "simulated | "
       "regret | planner / random search time |\n|---|---|---|---|---|---|---|---|\n");
   std::mt19937_64 rng(seed);
   std::string notes;
@@ -119,7 +121,8 @@ int Main(int argc, char** argv) {
       std::erase_if(groups, [](const auto& g) { return g.empty(); });
       std::vector<ZorseCandidate> candidates = ZorseCandidatesForGroups(cluster, model, costs, z, groups);
       if (candidates.empty()) continue;
-      const ZorseCandidate& pick = candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)];
+      const ZorseCandidate& pick =
+          candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng)];
       plans.push_back(pick.plan);
       whys.push_back(pick.why);
     }
@@ -140,9 +143,10 @@ int Main(int argc, char** argv) {
                          planned.explain, best_why);
     const double regret = std::max(0.0, planned.evaluation.step_time_s / best - 1);
     worst_regret = std::max(worst_regret, regret);
-    report += fmt::format("| {} | {} | {} | {} | {} | {} ({} fit) | {:.2f}% | {:.1f} s / {:.0f} s |\n", cell.cluster,
-                          num_nodes, FormatDuration(planned.evaluation.step_time_s), planned.evaluations,
-                          FormatDuration(best), plans.size(), fitting, 100 * regret, plan_s, random_s);
+    report += fmt::format("| {} | {} | {} | {} | {} | {} ({} fit) | {:.2f}% | {:.1f} s / {:.0f} s |\n",
+                          cell.cluster, num_nodes, FormatDuration(planned.evaluation.step_time_s),
+                          planned.evaluations, FormatDuration(best), plans.size(), fitting, 100 * regret,
+                          plan_s, random_s);
     std::fprintf(stderr, "%s done\n", cell.cluster.c_str());
   }
   report += fmt::format("\nWorst regret: {:.2f}%\n\n{}", 100 * worst_regret, notes);

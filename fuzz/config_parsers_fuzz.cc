@@ -4,27 +4,27 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <string>
-#include <vector>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
+#include "api/simulate_query.h"
 #include "core/check.h"
 #include "core/checkpoint_format.h"
 #include "core/cluster_parse.h"
 #include "core/job_parse.h"
 #include "core/json_read.h"
 #include "core/metrics_file.h"
-#include "core/trace_file.h"
 #include "core/model_parse.h"
 #include "core/safetensors_header.h"
 #include "core/shard_index.h"
+#include "core/trace_file.h"
 #include "data/byte_level.h"
 #include "data/data_prepare.h"
 #include "data/hf_tokenizer.h"
 #include "data/regex.h"
 #include "data/token_file.h"
-#include "api/simulate_query.h"
 #include "plan/plan_io.h"
 #include "sim/profile.h"
 
@@ -32,10 +32,13 @@ namespace motley {
 
 const char* FuzzReaderName(int reader) {
   static constexpr const char* kNames[kNumFuzzReaders] = {
-      "cluster",      "model",           "job",           "hf-config",  "plan-toml",
-      "plan-json",    "profile-json",    "zorse-latencies", "data-json", "safetensors",
-      "trainer-state", "latest",         "token-file",    "shard-index", "tokenizer-json",
-      "tokenizer-text", "metrics",       "trace",         "python-plan"};
+      "cluster",        "model",           "job",
+      "hf-config",      "plan-toml",       "plan-json",
+      "profile-json",   "zorse-latencies", "data-json",
+      "safetensors",    "trainer-state",   "latest",
+      "token-file",     "shard-index",     "tokenizer-json",
+      "tokenizer-text", "metrics",         "trace",
+      "python-plan"};
   return reader >= 0 && reader < kNumFuzzReaders ? kNames[reader] : "?";
 }
 
@@ -93,7 +96,8 @@ void FuzzReader(int reader, std::string_view text) {
       Result<std::unique_ptr<HfTokenizer>> t = HfTokenizer::FromJson(text, "tokenizer.json");
       if (t.ok()) {
         std::vector<uint32_t> ids;
-        if ((*t)->Encode("Hello, world! 12345  \n\t<s> \xF0\x9F\x98\x80 \xFF end", &ids).ok()) (void)(*t)->Decode(ids);
+        if ((*t)->Encode("Hello, world! 12345  \n\t<s> \xF0\x9F\x98\x80 \xFF end", &ids).ok())
+          (void)(*t)->Decode(ids);
       }
       break;
     }
@@ -104,26 +108,41 @@ void FuzzReader(int reader, std::string_view text) {
         for (int b = 0; b < 256; ++b) byte_vocab[ByteLevelEncode(std::string(1, static_cast<char>(b)))] = b;
         byte_vocab[ByteLevelEncode(" t")] = 256;
         byte_vocab[ByteLevelEncode("he")] = 257;
-        const nlohmann::json byte_level = {
-            {"added_tokens", {{{"id", 258}, {"content", "<|end|>"}}}},
-            {"pre_tokenizer", {{"type", "Sequence"},
-                               {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", kLlama3PreTokenizerPattern}}},
-                                                   {"behavior", "Isolated"}},
-                                                  {{"type", "ByteLevel"}, {"use_regex", false}}}}}},
-            {"model", {{"type", "BPE"}, {"vocab", byte_vocab}, {"merges", {ByteLevelEncode(" ") + " t", "h e"}},
-                       {"ignore_merges", true}}}};
+        const nlohmann::json byte_level = {{"added_tokens", {{{"id", 258}, {"content", "<|end|>"}}}},
+                                           {"pre_tokenizer",
+                                            {{"type", "Sequence"},
+                                             {"pretokenizers",
+                                              {{{"type", "Split"},
+                                                {"pattern", {{"Regex", kLlama3PreTokenizerPattern}}},
+                                                {"behavior", "Isolated"}},
+                                               {{"type", "ByteLevel"}, {"use_regex", false}}}}}},
+                                           {"model",
+                                            {{"type", "BPE"},
+                                             {"vocab", byte_vocab},
+                                             {"merges", {ByteLevelEncode(" ") + " t", "h e"}},
+                                             {"ignore_merges", true}}}};
         nlohmann::json sp_vocab = {{"<unk>", 0}, {"\u2581", 1}, {"a", 2}, {"\u2581a", 3}};
         for (int b = 0; b < 256; ++b) sp_vocab[fmt::format("<0x{:02X}>", b)] = 4 + b;
         const nlohmann::json sp = {
-            {"normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", "\u2581"}},
-                                                                 {{"type", "Replace"}, {"pattern", {{"String", " "}}},
-                                                                  {"content", "\u2581"}}}}}},
-            {"decoder", {{"type", "Sequence"}, {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}},
-                                                             {"content", " "}},
-                                                            {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
-                                                            {{"type", "Strip"}, {"content", " "}, {"start", 1}}}}}},
-            {"model", {{"type", "BPE"}, {"vocab", sp_vocab}, {"merges", {"\u2581 a"}}, {"unk_token", "<unk>"},
-                       {"byte_fallback", true}, {"fuse_unk", true}}}};
+            {"normalizer",
+             {{"type", "Sequence"},
+              {"normalizers",
+               {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}}},
+            {"decoder",
+             {{"type", "Sequence"},
+              {"decoders",
+               {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                {{"type", "ByteFallback"}},
+                {{"type", "Fuse"}},
+                {{"type", "Strip"}, {"content", " "}, {"start", 1}}}}}},
+            {"model",
+             {{"type", "BPE"},
+              {"vocab", sp_vocab},
+              {"merges", {"\u2581 a"}},
+              {"unk_token", "<unk>"},
+              {"byte_fallback", true},
+              {"fuse_unk", true}}}};
         for (const nlohmann::json& j : {byte_level, sp}) {
           Result<std::unique_ptr<HfTokenizer>> r = HfTokenizer::FromJson(j.dump(), "fuzz");
           MOTLEY_CHECK(r.ok());

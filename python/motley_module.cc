@@ -41,9 +41,8 @@ std::string JsonTextFromPython(const py::object& o, const std::string& argument)
   try {
     text = py::module_::import("json").attr("dumps")(o, py::arg("allow_nan") = false).cast<std::string>();
   } catch (py::error_already_set& e) {
-    const std::string why = e.matches(PyExc_RecursionError)
-                                ? std::string("nested too deeply")
-                                : std::string(py::str(e.value()));
+    const std::string why =
+        e.matches(PyExc_RecursionError) ? std::string("nested too deeply") : std::string(py::str(e.value()));
     throw MotleyException(argument + ": not a plan as plan() or load_plan() gives it: " + why.substr(0, 200) +
                           "; pass the dict under \"plan\" of plan(), or a plan file's path");
   }
@@ -105,7 +104,8 @@ py::object PlanFor(const std::string& cluster, const std::string& model, int64_t
 
 py::object SimulatePlan(const py::object& plan, const std::optional<std::string>& cluster,
                         const std::optional<std::string>& model, const std::optional<std::string>& profile,
-                        const std::vector<std::string>& stragglers, const std::optional<std::string>& flextp_mode) {
+                        const std::vector<std::string>& stragglers,
+                        const std::optional<std::string>& flextp_mode) {
   SimulateQuery q;
   if (py::isinstance<py::str>(plan) || py::hasattr(plan, "__fspath__")) {
     q.plan_path = py::str(py::module_::import("os").attr("fspath")(plan)).cast<std::string>();
@@ -142,9 +142,12 @@ PYBIND11_MODULE(motley, m) {
 
   m.def(
       "load_cluster",
-      [](const std::string& ref) { return ToPython(motley::DescribeClusterJson(ValueOrRaise(motley::LoadCluster(ref)))); },
+      [](const std::string& ref) {
+        return ToPython(motley::DescribeClusterJson(ValueOrRaise(motley::LoadCluster(ref))));
+      },
       py::arg("cluster"),
-      "A cluster file or built-in name (local-emulated, zorse-a, ...): its devices, nodes, links and derived figures "
+      "A cluster file or built-in name (local-emulated, zorse-a, ...): its devices, nodes, links and derived "
+      "figures "
       "(`motley describe --cluster C --json`).");
   m.def(
       "load_model",
@@ -156,22 +159,27 @@ PYBIND11_MODULE(motley, m) {
       "(`motley describe --model M --json`).");
   m.def(
       "load_job",
-      [](const std::string& ref) { return ToPython(motley::DescribeJobJson(ValueOrRaise(motley::LoadJobArgument(ref)))); },
+      [](const std::string& ref) {
+        return ToPython(motley::DescribeJobJson(ValueOrRaise(motley::LoadJobArgument(ref))));
+      },
       py::arg("job"), "A job file or built-in job name (default): its settings with defaults filled in.");
   m.def("load_plan", &LoadPlan, py::arg("path"),
-        "A plan file (.toml or .json), checked against the cluster and model it names: the plan as a dict, which "
+        "A plan file (.toml or .json), checked against the cluster and model it names: the plan as a dict, "
+        "which "
         "simulate() takes.");
   m.def("describe", &Describe, py::kw_only(), py::arg("cluster") = py::none(), py::arg("model") = py::none(),
         py::arg("seq_len") = py::none(), py::arg("precision") = "bf16", "`motley describe ... --json`.");
-  m.def("plan", &PlanFor, py::arg("cluster"), py::arg("model"), py::kw_only(), py::arg("seq_len"),
-        py::arg("global_batch_tokens"), py::arg("strategy") = "auto", py::arg("precision") = "bf16",
-        py::arg("profile") = py::none(), py::arg("compare") = false, py::arg("gradient_clipping") = true,
-        py::arg("flextp_mode") = "auto", py::arg("straggler") = py::none(), py::arg("timing") = false,
-        "`motley plan ... --json`: the chosen plan's figures, the plan itself under \"plan\" (pass it to "
-        "simulate()), every strategy's under \"candidates\" with compare=True, and \"error\" when none fits.");
+  m.def(
+      "plan", &PlanFor, py::arg("cluster"), py::arg("model"), py::kw_only(), py::arg("seq_len"),
+      py::arg("global_batch_tokens"), py::arg("strategy") = "auto", py::arg("precision") = "bf16",
+      py::arg("profile") = py::none(), py::arg("compare") = false, py::arg("gradient_clipping") = true,
+      py::arg("flextp_mode") = "auto", py::arg("straggler") = py::none(), py::arg("timing") = false,
+      "`motley plan ... --json`: the chosen plan's figures, the plan itself under \"plan\" (pass it to "
+      "simulate()), every strategy's under \"candidates\" with compare=True, and \"error\" when none fits.");
   m.def("simulate", &SimulatePlan, py::arg("plan"), py::kw_only(), py::arg("cluster") = py::none(),
         py::arg("model") = py::none(), py::arg("profile") = py::none(),
         py::arg("stragglers") = std::vector<std::string>{}, py::arg("flextp_mode") = py::none(),
-        "`motley simulate --plan P --json`: one step of a plan (a file path, or a dict from plan() or load_plan()); "
+        "`motley simulate --plan P --json`: one step of a plan (a file path, or a dict from plan() or "
+        "load_plan()); "
         "stragglers as [\"DEVICE=FACTOR\", ...].");
 }

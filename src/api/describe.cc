@@ -1,7 +1,7 @@
 #include "api/describe.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <map>
 

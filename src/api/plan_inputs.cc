@@ -32,7 +32,8 @@ std::string ReferenceFromPlanAt(const std::string& plan_path, const std::string&
   const std::filesystem::path file = std::filesystem::absolute(ref, ec);
   const std::filesystem::path folder = std::filesystem::absolute(plan_path, ec).parent_path();
   if (ec) return ref;
-  const std::filesystem::path relative = file.lexically_normal().lexically_relative(folder.lexically_normal());
+  const std::filesystem::path relative =
+      file.lexically_normal().lexically_relative(folder.lexically_normal());
   return relative.empty() ? file.lexically_normal().string() : relative.string();
 }
 

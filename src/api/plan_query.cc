@@ -65,7 +65,8 @@ nlohmann::json OutcomeJson(const StrategyOutcome& o, int64_t tokens, const FlexT
 
 // Where the planning time went (--explain --json): the evaluator's lowering and simulation, and
 // each strategy's whole time and its part in the evaluator (the rest is its own search).
-nlohmann::json TimingJson(double planning_s, const EvaluationStats& stats, const std::vector<StrategyOutcome>& rows) {
+nlohmann::json TimingJson(double planning_s, const EvaluationStats& stats,
+                          const std::vector<StrategyOutcome>& rows) {
   nlohmann::json strategies = nlohmann::json::array();
   for (const auto& o : rows)
     strategies.push_back({{"strategy", o.strategy},
@@ -75,12 +76,9 @@ nlohmann::json TimingJson(double planning_s, const EvaluationStats& stats, const
                           {"evaluations", o.evaluations},
                           {"device_subsets_planned", o.subsets_planned},
                           {"device_subsets_skipped", o.subsets_skipped}});
-  return {{"planning_s", planning_s},
-          {"plans_simulated", stats.evaluations},
-          {"plans_asked_again", stats.cached},
-          {"plans_stopped", stats.stopped},
-          {"lower_s", stats.lower_s},
-          {"simulate_s", stats.simulate_s},
+  return {{"planning_s", planning_s},          {"plans_simulated", stats.evaluations},
+          {"plans_asked_again", stats.cached}, {"plans_stopped", stats.stopped},
+          {"lower_s", stats.lower_s},          {"simulate_s", stats.simulate_s},
           {"strategies", strategies}};
 }
 
@@ -121,20 +119,23 @@ Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query) {
   // The command line's ranges, for every caller (the Python module's plan() included: a batch of
   // 2^45 tokens planned for hours).
   if (seq_len < 1 || seq_len > kMaxPlanSeqLen)
-    return Status::InvalidArgument(
-        fmt::format("seq_len {}: must be between 1 and {} (as motley plan --seq-len)", seq_len, kMaxPlanSeqLen));
+    return Status::InvalidArgument(fmt::format(
+        "seq_len {}: must be between 1 and {} (as motley plan --seq-len)", seq_len, kMaxPlanSeqLen));
   if (tokens < 1 || tokens > kMaxPlanBatchTokens)
-    return Status::InvalidArgument(fmt::format("global_batch_tokens {}: must be between 1 and {} (as motley plan "
-                                               "--global-batch-tokens)",
-                                               tokens, kMaxPlanBatchTokens));
+    return Status::InvalidArgument(
+        fmt::format("global_batch_tokens {}: must be between 1 and {} (as motley plan "
+                    "--global-batch-tokens)",
+                    tokens, kMaxPlanBatchTokens));
   if (seq_len < 1 || tokens < 1 || tokens % seq_len != 0)
     return Status::InvalidArgument(fmt::format(
-        "global batch of {} tokens in sequences of {}: give a positive sequence length and a multiple of it, e.g. {}",
-        tokens, seq_len, std::max<int64_t>(1, tokens / std::max<int64_t>(seq_len, 1)) * std::max<int64_t>(seq_len, 1)));
+        "global batch of {} tokens in sequences of {}: give a positive sequence length and a multiple of it, "
+        "e.g. {}",
+        tokens, seq_len,
+        std::max<int64_t>(1, tokens / std::max<int64_t>(seq_len, 1)) * std::max<int64_t>(seq_len, 1)));
   std::optional<Precision> precision = PrecisionFromName(query.precision);
   if (!precision && query.precision != "auto")
-    return Status::InvalidArgument(
-        fmt::format("precision \"{}\": use one of {}, or auto", query.precision, fmt::join(PrecisionNames(), ", ")));
+    return Status::InvalidArgument(fmt::format("precision \"{}\": use one of {}, or auto", query.precision,
+                                               fmt::join(PrecisionNames(), ", ")));
   const std::vector<std::string> strategies = StrategyNames();
   if (std::find(strategies.begin(), strategies.end(), query.strategy) == strategies.end())
     return Status::InvalidArgument(
@@ -160,7 +161,8 @@ Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query) {
   }
   std::optional<StragglerProbe> probe;
   if (!query.straggler.empty()) {
-    MOTLEY_ASSIGN_OR_RETURN(StragglerProbe p, ParseStragglerProbe(query.straggler, *a.cluster, "--straggler"));
+    MOTLEY_ASSIGN_OR_RETURN(StragglerProbe p,
+                            ParseStragglerProbe(query.straggler, *a.cluster, "--straggler"));
     probe = p;
   }
   a.request.global_batch_sequences = tokens / seq_len;
@@ -197,7 +199,8 @@ Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query) {
        }()) {
     if (o->plan.groups.empty()) continue;
     if (!a.flextp.count(o->strategy)) {
-      Result<FlexTpChoice> c = ChooseFlexTpMode(o->plan, *a.cluster, *a.model, a.profile.get(), query.flextp_mode, probe);
+      Result<FlexTpChoice> c =
+          ChooseFlexTpMode(o->plan, *a.cluster, *a.model, a.profile.get(), query.flextp_mode, probe);
       if (!c.ok()) return c.status();
       if (c->step_s.empty()) continue;
       a.flextp[o->strategy] = *c;

@@ -29,11 +29,11 @@ struct PlanQuery {
   int64_t global_batch_tokens = 0;  // a multiple of seq_len
   std::string strategy = "auto";
   std::string precision = "bf16";
-  std::string profile;              // a motley profile or Zorse's model_latencies.json ("" = roofline)
+  std::string profile;  // a motley profile or Zorse's model_latencies.json ("" = roofline)
   bool gradient_clipping = true;
-  bool compare = false;             // every strategy's best, not only what auto needs
-  std::string flextp_mode = "auto"; // FlexTP in tensor-parallel plans (sim/flextp_choice.h)
-  std::string straggler;            // "DEVICE=FACTOR" to judge every plan with ("" = none)
+  bool compare = false;              // every strategy's best, not only what auto needs
+  std::string flextp_mode = "auto";  // FlexTP in tensor-parallel plans (sim/flextp_choice.h)
+  std::string straggler;             // "DEVICE=FACTOR" to judge every plan with ("" = none)
 };
 
 struct PlanAnswer {
@@ -49,7 +49,8 @@ struct PlanAnswer {
   std::string precision_reason;       // --precision auto: the precision chosen, and why
   std::vector<StrategyOutcome> rows;  // one per strategy asked (all with compare or auto)
   StrategyOutcome chosen;             // its plan names the model and cluster as the query did, with routing
-  std::map<std::string, FlexTpChoice> flextp;  // by strategy: plans with tensor-parallel teams, or all with a straggler
+  std::map<std::string, FlexTpChoice>
+      flextp;  // by strategy: plans with tensor-parallel teams, or all with a straggler
   double planning_s = 0;
 
   const FlexTpChoice* FlexTpOf(const StrategyOutcome& o) const;

@@ -33,8 +33,8 @@ Result<SimulateAnswer> AnswerSimulateQuery(const SimulateQuery& query) {
     MOTLEY_ASSIGN_OR_RETURN(profile, LoadAnyProfile(query.profile));
     MOTLEY_RETURN_IF_ERROR(ApplyMeasuredReserves(*profile, query.profile, &in.cluster));
   }
-  const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, in.plan.seq_len, in.plan.precision,
-                        in.plan.activation_checkpointing);
+  const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, in.plan.seq_len,
+                        in.plan.precision, in.plan.activation_checkpointing);
   a.routed = FillDefaultRouting(&in.plan, in.cluster, in.model);
   MOTLEY_ASSIGN_OR_RETURN(a.schedule, LowerPlan(in.plan, in.cluster, in.model));
   SimConfig config;
@@ -96,7 +96,8 @@ nlohmann::json SimulateAnswerJson(const SimulateAnswer& answer) {
 }
 
 double FlexTpTeamComputeS(const FlexTpTeamPrediction& team) {
-  return team.balance.any() ? team.balance.team_s : *std::max_element(team.alone_s.begin(), team.alone_s.end());
+  return team.balance.any() ? team.balance.team_s
+                            : *std::max_element(team.alone_s.begin(), team.alone_s.end());
 }
 
 }  // namespace motley

@@ -27,8 +27,9 @@ struct SimulateQuery {
 };
 
 struct SimulateAnswer {
-  PlanInputs in;     // the plan as simulated (routing filled, mode set), its cluster (stragglers applied) and model
-  int routed = 0;    // groups whose cross-stage routing was computed
+  PlanInputs
+      in;  // the plan as simulated (routing filled, mode set), its cluster (stragglers applied) and model
+  int routed = 0;  // groups whose cross-stage routing was computed
   Schedule schedule;
   SimResult result;
 };

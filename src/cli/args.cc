@@ -55,7 +55,9 @@ CLI::Validator Between(double min, double max) {
       [min, max](std::string& text) -> std::string {
         double value = 0;
         if (!CLI::detail::lexical_cast(text, value)) return "must be a number, got '" + text + "'";
-        return value >= min && value <= max ? "" : fmt::format("must be between {} and {}, got {}", min, max, text);
+        return value >= min && value <= max
+                   ? ""
+                   : fmt::format("must be between {} and {}, got {}", min, max, text);
       },
       fmt::format("in [{}, {}]", min, max));
 }

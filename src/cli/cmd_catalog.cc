@@ -2,9 +2,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "api/table_printer.h"
 #include "cli/args.h"
 #include "cli/command.h"
-#include "api/table_printer.h"
 #include "core/cluster_parse.h"
 #include "core/units.h"
 
@@ -48,22 +48,23 @@ int RunCatalog(const std::vector<std::string>& args) {
     fmt::print("{}\n", out.dump(2));
     return kExitOk;
   }
-  TablePrinter table(
-      {"type", "memory", "reserve", "fp16/bf16", "fp32", "fp64", "mem bw", "host link", "nvlink", "bf16", "name"});
+  TablePrinter table({"type", "memory", "reserve", "fp16/bf16", "fp32", "fp64", "mem bw", "host link",
+                      "nvlink", "bf16", "name"});
   table.AlignRight({1, 2, 3, 4, 5, 6, 7, 8});
   for (const auto& s : catalog.specs()) {
-    table.AddRow({s.name, FormatBytes(s.memory_bytes), s.reserve_bytes > 0 ? FormatBytes(s.reserve_bytes) : "-",
-                  FormatFlops(s.peak_fp16_flops),
+    table.AddRow({s.name, FormatBytes(s.memory_bytes),
+                  s.reserve_bytes > 0 ? FormatBytes(s.reserve_bytes) : "-", FormatFlops(s.peak_fp16_flops),
                   FormatFlops(s.peak_fp32_flops), FormatFlops(s.peak_fp64_flops),
-                  FormatBandwidth(s.memory_bandwidth_bytes_per_s),
-                  FormatBandwidth(s.host_link_bytes_per_s),
+                  FormatBandwidth(s.memory_bandwidth_bytes_per_s), FormatBandwidth(s.host_link_bytes_per_s),
                   s.nvlink_bytes_per_s > 0 ? FormatBandwidth(s.nvlink_bytes_per_s) : "-",
                   s.supports_bf16 ? "yes" : "no", s.display_name});
   }
   fmt::print("{}", table.ToString());
   fmt::print(
-      "\nfp16/bf16: dense tensor-core peak. Bandwidths per direction. reserve: what CUDA's context, NCCL's buffers and "
-      "the allocator's fragmentation keep (plans use the rest; [device_types.X] reserve overrides it). Sources: "
+      "\nfp16/bf16: dense tensor-core peak. Bandwidths per direction. reserve: what CUDA's context, NCCL's "
+      "buffers and "
+      "the allocator's fragmentation keep (plans use the rest; [device_types.X] reserve overrides it). "
+      "Sources: "
       "motley catalog --json.\n");
   return kExitOk;
 }

@@ -15,14 +15,17 @@ int RunCheckpoint(const std::vector<std::string>& args) {
                "motley checkpoint");
   app.require_subcommand(1);
   std::string in, out;
-  CLI::App* info = app.add_subcommand("info", "step, form and files of a checkpoint, every checksum verified");
+  CLI::App* info =
+      app.add_subcommand("info", "step, form and files of a checkpoint, every checksum verified");
   info->add_option("checkpoint", in, "a checkpoint folder, or a run folder (its latest)")->required();
   CLI::App* exp = app.add_subcommand(
-      "export", "write a checkpoint (sharded or not) as one consolidated folder: config.json, model.safetensors "
-                "(what Hugging Face tools and motley eval read), optimizer.safetensors and the trainer state "
-                "(resumable)");
+      "export",
+      "write a checkpoint (sharded or not) as one consolidated folder: config.json, model.safetensors "
+      "(what Hugging Face tools and motley eval read), optimizer.safetensors and the trainer state "
+      "(resumable)");
   exp->add_option("checkpoint", in, "a checkpoint folder, or a run folder (its latest)")->required();
-  exp->add_option("out", out, "the folder to write (replaced atomically when it holds a checkpoint)")->required();
+  exp->add_option("out", out, "the folder to write (replaced atomically when it holds a checkpoint)")
+      ->required();
   if (auto rc = ParseArgs(app, args)) return *rc;
 
   auto fail = [](const Status& s) {
@@ -42,8 +45,8 @@ int RunCheckpoint(const std::vector<std::string>& args) {
       bytes += record.bytes;
       ranks += name.starts_with("rank-") ? 1 : 0;
     }
-    fmt::print("{}: step {} of {}, {}, {} file(s), {:.1f} MiB, every checksum verified\n", *dir, state->state.step,
-               state->state.total_steps,
+    fmt::print("{}: step {} of {}, {}, {} file(s), {:.1f} MiB, every checksum verified\n", *dir,
+               state->state.step, state->state.total_steps,
                IsShardedCheckpoint(*dir) ? fmt::format("sharded: {} rank file(s) and an index", ranks)
                                          : std::string("consolidated"),
                state->files.size(), static_cast<double>(bytes) / (1 << 20));
@@ -52,8 +55,9 @@ int RunCheckpoint(const std::vector<std::string>& args) {
     return kExitOk;
   }
   if (Status s = ExportCheckpoint(*dir, out); !s.ok()) return fail(s);
-  fmt::print("{} -> {}: consolidated (config.json, model.safetensors, optimizer.safetensors, trainer_state.json)\n",
-             *dir, out);
+  fmt::print(
+      "{} -> {}: consolidated (config.json, model.safetensors, optimizer.safetensors, trainer_state.json)\n",
+      *dir, out);
   return kExitOk;
 }
 

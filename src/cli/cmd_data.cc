@@ -32,10 +32,11 @@ namespace {
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   const fs::path helper = self.parent_path() / "motley-data";
   if (ec || !fs::exists(helper)) {
-    fmt::print(stderr,
-               "motley data: sentencepiece tokenizers run in the helper 'motley-data', which is missing beside {} "
-               "(build it: ninja -C build motley-data)\n",
-               self.string());
+    fmt::print(
+        stderr,
+        "motley data: sentencepiece tokenizers run in the helper 'motley-data', which is missing beside {} "
+        "(build it: ninja -C build motley-data)\n",
+        self.string());
     return kExitFailure;
   }
   std::vector<std::string> argv_s = {"motley-data", "data"};
@@ -55,7 +56,8 @@ int RunData(const std::vector<std::string>& args) {
   CLI::App app("Prepare training data: tokenize text files into .bin shards with a validation split.",
                "motley data");
   app.require_subcommand(1);
-  CLI::App* prepare = app.add_subcommand("prepare", "tokenize text files into DIR/train*.bin, DIR/val.bin, DIR/data.json");
+  CLI::App* prepare =
+      app.add_subcommand("prepare", "tokenize text files into DIR/train*.bin, DIR/val.bin, DIR/data.json");
   PrepareOptions options;
   std::string tokenizer_name, init_from;
   prepare
@@ -63,30 +65,37 @@ int RunData(const std::vector<std::string>& args) {
                    "text files (a document each), .jsonl files (a document per line) or folders of them")
       ->required()
       ->expected(1, -1);
-  prepare->add_option("--tokenizer", tokenizer_name,
-                      "byte (built in, vocabulary 256; the default without --init-from), a Hugging Face tokenizer.json "
-                      "or the folder holding it, or a sentencepiece .model file");
-  prepare->add_option("--init-from", init_from,
-                      "the Hugging Face model folder a run starts from: its tokenizer.json is the default tokenizer");
+  prepare->add_option(
+      "--tokenizer", tokenizer_name,
+      "byte (built in, vocabulary 256; the default without --init-from), a Hugging Face tokenizer.json "
+      "or the folder holding it, or a sentencepiece .model file");
+  prepare->add_option(
+      "--init-from", init_from,
+      "the Hugging Face model folder a run starts from: its tokenizer.json is the default tokenizer");
   prepare->add_option("--text-field", options.text_field, "the field of a JSON line that holds its text")
       ->capture_default_str();
-  prepare->add_flag("--skip-bad-lines", options.skip_bad_lines,
-                    "skip malformed JSON lines and count them (without it, one is an error naming file:line)");
+  prepare->add_flag(
+      "--skip-bad-lines", options.skip_bad_lines,
+      "skip malformed JSON lines and count them (without it, one is an error naming file:line)");
   prepare->add_option("-o,--output", options.output_dir, "the output directory")->required();
-  prepare->add_option("--validation-fraction", options.validation_fraction,
-                      "of each input's tokens, taken from its end for validation")
+  prepare
+      ->add_option("--validation-fraction", options.validation_fraction,
+                   "of each input's tokens, taken from its end for validation")
       ->capture_default_str()
       ->check(Between(0, 1));
   prepare->add_option("--shard-tokens", options.shard_tokens, "tokens per training shard")
       ->capture_default_str()
       ->check(AtLeast(1));
   CLI::App* train_tok = app.add_subcommand(
-      "train-tokenizer", "learn a byte-level BPE tokenizer from text: DIR/tokenizer.json (Llama 3's layout) and "
-                         "tokenizer_config.json");
+      "train-tokenizer",
+      "learn a byte-level BPE tokenizer from text: DIR/tokenizer.json (Llama 3's layout) and "
+      "tokenizer_config.json");
   std::vector<std::string> tok_inputs;
   std::string tok_out;
   BpeTrainingOptions tok_options;
-  train_tok->add_option("--input", tok_inputs, "text files, folders of them, or \"builtin\" (motley's built-in corpus)")
+  train_tok
+      ->add_option("--input", tok_inputs,
+                   "text files, folders of them, or \"builtin\" (motley's built-in corpus)")
       ->required()
       ->expected(1, -1);
   train_tok->add_option("--vocab-size", tok_options.vocab_size, "tokens: 256 bytes, the merges, BOS and EOS")
@@ -123,9 +132,10 @@ int RunData(const std::vector<std::string>& args) {
       fmt::print(stderr, "motley data: {}\n", s.status().message());
       return kExitFailure;
     }
-    fmt::print("{}/tokenizer.json: byte-level BPE, {} tokens ({} merges learned from {} distinct words), BOS "
-               "<|begin_of_text|>, EOS <|end_of_text|>\n",
-               tok_out, s->vocab_size, s->merges, s->words);
+    fmt::print(
+        "{}/tokenizer.json: byte-level BPE, {} tokens ({} merges learned from {} distinct words), BOS "
+        "<|begin_of_text|>, EOS <|end_of_text|>\n",
+        tok_out, s->vocab_size, s->merges, s->words);
     return kExitOk;
   }
 
@@ -160,7 +170,8 @@ int RunData(const std::vector<std::string>& args) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double frac = p.bytes_total > 0 ? static_cast<double>(p.bytes_done) / p.bytes_total : 1.0;
     line.Update(fmt::format("tokenizing {}: {:.0f}% of {:.1f} MB, {} tokens, {:.1f} MB/s, ETA {}", p.input,
-                            100 * frac, p.bytes_total / 1e6, p.tokens, p.bytes_done / 1e6 / std::max(elapsed, 1e-9),
+                            100 * frac, p.bytes_total / 1e6, p.tokens,
+                            p.bytes_done / 1e6 / std::max(elapsed, 1e-9),
                             FormatDuration(frac > 0 ? elapsed * (1 - frac) / frac : -1)));
   });
   line.Finish();
@@ -170,8 +181,9 @@ int RunData(const std::vector<std::string>& args) {
   }
   fmt::print("{}: {:.1f} MB tokenized with {} (vocabulary {})\n", options.output_dir, s->bytes / 1e6,
              tokenizer->name(), tokenizer->vocab_size());
-  fmt::print("  documents:  {}{}\n", s->documents,
-             s->skipped_lines > 0 ? fmt::format(" ({} malformed JSON line(s) skipped)", s->skipped_lines) : "");
+  fmt::print(
+      "  documents:  {}{}\n", s->documents,
+      s->skipped_lines > 0 ? fmt::format(" ({} malformed JSON line(s) skipped)", s->skipped_lines) : "");
   if (hf != nullptr && hf->replaced_invalid_utf8() > 0)
     fmt::print("  note: {} invalid UTF-8 sequence(s) read as U+FFFD\n", hf->replaced_invalid_utf8());
   fmt::print("  train:      {} tokens in {} shard(s)\n", s->train_tokens, s->train_files.size());

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 
-#include "cli/args.h"
-#include "cli/command.h"
 #include "api/describe.h"
 #include "api/table_printer.h"
+#include "cli/args.h"
+#include "cli/command.h"
 #include "core/builtin_files.h"
 #include "core/job_parse.h"
 #include "core/units.h"

@@ -1,10 +1,10 @@
 // motley describe --cluster FILE | --model NAME|FILE [--seq-len S] [--precision P] [--json]
-#include <cstdint>
 #include <fmt/format.h>
+#include <cstdint>
 
+#include "api/describe.h"
 #include "cli/args.h"
 #include "cli/command.h"
-#include "api/describe.h"
 #include "core/cluster_parse.h"
 #include "core/model_parse.h"
 

@@ -1,7 +1,7 @@
 // motley eval --checkpoint DIR --data FILE.bin --seq-len S --num-sequences N [--json]
+#include <fmt/format.h>
 #include <cmath>
 #include <cstdint>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
@@ -20,9 +20,11 @@ int RunEval(const std::vector<std::string>& args) {
   std::string checkpoint, data_path, device_name = "auto";
   int64_t seq_len = 0, num_sequences = 0;
   bool json = false;
-  app.add_option("--checkpoint", checkpoint, "a checkpoint directory (config.json + safetensors), or a run directory")
+  app.add_option("--checkpoint", checkpoint,
+                 "a checkpoint directory (config.json + safetensors), or a run directory")
       ->required();
-  app.add_option("--data", data_path, "a .bin token file, or a directory from `motley data prepare` (its val.bin)")
+  app.add_option("--data", data_path,
+                 "a .bin token file, or a directory from `motley data prepare` (its val.bin)")
       ->required();
   app.add_option("--seq-len", seq_len, "tokens per window")->required()->check(CLI::PositiveNumber);
   app.add_option("--num-sequences", num_sequences, "how many windows, from the start")
@@ -41,20 +43,22 @@ int RunEval(const std::vector<std::string>& args) {
   Result<ModelSpec> spec = LoadCheckpointModelSpec(*dir);
   if (!spec.ok()) return fail(spec.status());
   if (seq_len > spec->max_seq_len)
-    return fail(Status::InvalidArgument(fmt::format(
-        "--seq-len {}: longer than the {} positions {} was made for (its config.json's max_position_embeddings); "
-        "give at most {}",
-        seq_len, spec->max_seq_len, *dir, spec->max_seq_len)));
+    return fail(
+        Status::InvalidArgument(fmt::format("--seq-len {}: longer than the {} positions {} was made for (its "
+                                            "config.json's max_position_embeddings); "
+                                            "give at most {}",
+                                            seq_len, spec->max_seq_len, *dir, spec->max_seq_len)));
   Result<TokenDataset> data = OpenTokenData(data_path, "val", spec->vocab_size);
   if (!data.ok()) return fail(data.status());
   const int64_t available = NumEvaluationWindows(*data, seq_len);
   if (num_sequences > available)
-    return fail(Status::InvalidArgument(fmt::format("--num-sequences {}: {} holds {} tokens, {} windows of {} (+1 "
-                                                    "target); ask for at most {}",
-                                                    num_sequences, data->name(), data->num_tokens(), available,
-                                                    seq_len, available)));
+    return fail(Status::InvalidArgument(
+        fmt::format("--num-sequences {}: {} holds {} tokens, {} windows of {} (+1 "
+                    "target); ask for at most {}",
+                    num_sequences, data->name(), data->num_tokens(), available, seq_len, available)));
   const bool cuda = device_name == "cuda" || (device_name == "auto" && torch::cuda::is_available());
-  if (cuda && !torch::cuda::is_available()) return fail(Status::InvalidArgument("--device cuda: no CUDA device"));
+  if (cuda && !torch::cuda::is_available())
+    return fail(Status::InvalidArgument("--device cuda: no CUDA device"));
   const torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   LlamaModel model(*spec, 0);
   Status loaded = LoadModelWeights(*dir, *model);
@@ -65,8 +69,8 @@ int RunEval(const std::vector<std::string>& args) {
   if (!evaluated.ok()) return fail(evaluated.status());
   const EvalResult& r = *evaluated;
   if (!std::isfinite(r.loss))
-    return fail(Status::InvalidArgument(fmt::format("{}: the loss is {} on {}: the weights or the data are corrupted",
-                                                    *dir, r.loss, data->name())));
+    return fail(Status::InvalidArgument(fmt::format(
+        "{}: the loss is {} on {}: the weights or the data are corrupted", *dir, r.loss, data->name())));
   if (json) {
     fmt::print("{}\n", nlohmann::json({{"loss", r.loss},
                                        {"sequences", r.sequences},
@@ -75,8 +79,8 @@ int RunEval(const std::vector<std::string>& args) {
                                        {"data", data->name()}})
                            .dump());
   } else {
-    fmt::print("{}: loss {:.6f} nats/token (perplexity {:.3f}) over {} windows of {} tokens of {}\n", *dir, r.loss,
-               std::exp(r.loss), r.sequences, seq_len, data->name());
+    fmt::print("{}: loss {:.6f} nats/token (perplexity {:.3f}) over {} windows of {} tokens of {}\n", *dir,
+               r.loss, std::exp(r.loss), r.sequences, seq_len, data->name());
   }
   return kExitOk;
 }

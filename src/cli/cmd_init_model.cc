@@ -19,9 +19,10 @@
 namespace motley::cli {
 
 int RunInitModel(const std::vector<std::string>& args) {
-  CLI::App app("Write a Hugging Face model folder (config.json, model.safetensors) of a model with freshly "
-               "initialised weights, for a run to start from ([model] init_from).",
-               "motley init-model");
+  CLI::App app(
+      "Write a Hugging Face model folder (config.json, model.safetensors) of a model with freshly "
+      "initialised weights, for a run to start from ([model] init_from).",
+      "motley init-model");
   std::string dir, model_ref, dtype = "bf16";
   uint64_t seed = 1234;
   app.add_option("--hf", dir, "the folder to write (a tokenizer.json there sets the vocabulary)")->required();
@@ -45,8 +46,8 @@ int RunInitModel(const std::vector<std::string>& args) {
     Result<std::unique_ptr<HfTokenizer>> t = HfTokenizer::Load(dir);
     if (!t.ok()) return fail(t.status().message());
     if ((*t)->vocab_size() != spec->vocab_size) {
-      note = fmt::format(" (vocabulary {} from {}/tokenizer.json; {} has {})", (*t)->vocab_size(), dir, model_ref,
-                         spec->vocab_size);
+      note = fmt::format(" (vocabulary {} from {}/tokenizer.json; {} has {})", (*t)->vocab_size(), dir,
+                         model_ref, spec->vocab_size);
       spec->vocab_size = (*t)->vocab_size();
     }
   }

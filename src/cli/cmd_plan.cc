@@ -8,12 +8,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file_io.h"
-#include "cli/args.h"
-#include "cli/command.h"
 #include "api/plan_inputs.h"
 #include "api/plan_query.h"
 #include "api/table_printer.h"
+#include "cli/args.h"
+#include "cli/command.h"
+#include "core/file_io.h"
 #include "core/units.h"
 #include "plan/plan_io.h"
 
@@ -38,7 +38,8 @@ std::string DescribeLeftOut(const std::vector<int>& devices, const Cluster& clus
 }
 
 // Under auto alone (not --compare) strategies that could not beat the best so far were not planned.
-std::string TensorParallelWhy(const StrategyOutcome& chosen, const std::vector<StrategyOutcome>& rows, bool every) {
+std::string TensorParallelWhy(const StrategyOutcome& chosen, const std::vector<StrategyOutcome>& rows,
+                              bool every) {
   if (rows.size() == 1) return fmt::format("{}'s search chose it", chosen.strategy);
   const StrategyOutcome* best = nullptr;
   for (const auto& o : rows)
@@ -75,8 +76,9 @@ int RunPlan(const std::vector<std::string>& args) {
   app.add_option("--strategy", query.strategy,
                  "auto|zorse|poplar|torchtitan-het|hexiscale|cephalo|deepspeed-even|fastest-only")
       ->check(CLI::IsMember(StrategyNames()));
-  app.add_option("--precision", query.precision,
-                 "fp32, bf16, fp16 or fp64 (default bf16), or auto: bf16 where every device has it, else fp16")
+  app.add_option(
+         "--precision", query.precision,
+         "fp32, bf16, fp16 or fp64 (default bf16), or auto: bf16 where every device has it, else fp16")
       ->check(CLI::IsMember([] {
         std::vector<std::string> names = PrecisionNames();
         names.push_back("auto");
@@ -84,13 +86,15 @@ int RunPlan(const std::vector<std::string>& args) {
       }()));
   app.add_option("--profile", query.profile,
                  "measured layer times (motley profile or Zorse's model_latencies.json)");
-  app.add_flag("!--no-gradient-clipping", query.gradient_clipping,
-               "plan for a job without gradient clipping ([optimizer] grad_clip_norm = 0): updates follow each "
-               "ministage's backward instead of waiting for the global norm");
+  app.add_flag(
+      "!--no-gradient-clipping", query.gradient_clipping,
+      "plan for a job without gradient clipping ([optimizer] grad_clip_norm = 0): updates follow each "
+      "ministage's backward instead of waiting for the global norm");
   app.add_flag("--compare", query.compare, "one row per strategy");
-  app.add_option("--flextp-mode", query.flextp_mode,
-                 "FlexTP in tensor-parallel plans: auto (default: migrate when the simulator predicts it beats "
-                 "waiting for a straggler, else off), off, migrate, resize or semi (lossy)")
+  app.add_option(
+         "--flextp-mode", query.flextp_mode,
+         "FlexTP in tensor-parallel plans: auto (default: migrate when the simulator predicts it beats "
+         "waiting for a straggler, else off), off, migrate, resize or semi (lossy)")
       ->check(CLI::IsMember({"auto", "off", "migrate", "resize", "semi"}));
   app.add_option("--straggler", query.straggler,
                  "DEVICE=FACTOR: judge FlexTP's modes, and every plan, with this device FACTOR times slower "
@@ -127,8 +131,8 @@ int RunPlan(const std::vector<std::string>& args) {
     Plan written = chosen.plan;
     written.model = ReferenceFromPlanAt(out_path, written.model);
     written.cluster = ReferenceFromPlanAt(out_path, written.cluster);
-    if (Status s = AtomicWriteFile(out_path, out_path.ends_with(".json") ? PlanToJson(written).dump(2) + "\n"
-                                                                          : PlanToToml(written));
+    if (Status s = AtomicWriteFile(
+            out_path, out_path.ends_with(".json") ? PlanToJson(written).dump(2) + "\n" : PlanToToml(written));
         !s.ok())
       return fail(s);
   }
@@ -160,9 +164,7 @@ int RunPlan(const std::vector<std::string>& args) {
                                                  c->probe.device, c->probe.factor)
                                    : "-");
       }
-      row.push_back(!has                       ? "no plan"
-                    : o.evaluation.fits_memory ? "fits"
-                                               : "OOM: " + o.evaluation.oom);
+      row.push_back(!has ? "no plan" : o.evaluation.fits_memory ? "fits" : "OOM: " + o.evaluation.oom);
       t.AddRow(row);
     }
     fmt::print("{}\n", t.ToString());
@@ -177,7 +179,8 @@ int RunPlan(const std::vector<std::string>& args) {
              chosen.plan.zero_stage, PipelineScheduleName(chosen.plan.schedule));
   if (const std::vector<int> out = LeftOut(chosen.plan, cluster); !out.empty())
     fmt::print("left out: {} of the {} devices, {} — a plan with them steps slower{}\n", out.size(),
-               cluster.num_devices(), DescribeLeftOut(out, cluster), explain ? "" : " (--explain says how much)");
+               cluster.num_devices(), DescribeLeftOut(out, cluster),
+               explain ? "" : " (--explain says how much)");
   fmt::print("predicted step {} | {:.0f} tokens/s | {:.1f} TFLOPS | HFU {:.1f}%\n",
              FormatDuration(chosen.evaluation.step_time_s), tokens / chosen.evaluation.step_time_s,
              chosen.evaluation.tflops, 100 * chosen.evaluation.hfu);
@@ -198,8 +201,9 @@ int RunPlan(const std::vector<std::string>& args) {
       const double reserve = cluster.reserve_bytes(d);
       fmt::print("memory: {} — {} usable of {} ({}){}\n", type, FormatBytes(cluster.usable_memory_bytes(d)),
                  FormatBytes(cluster.memory_bytes(d)),
-                 reserve > 0 ? fmt::format("a {} reserve: {}", FormatBytes(reserve), cluster.spec(d).reserve_source)
-                             : "no reserve: emulated or none given",
+                 reserve > 0
+                     ? fmt::format("a {} reserve: {}", FormatBytes(reserve), cluster.spec(d).reserve_source)
+                     : "no reserve: emulated or none given",
                  "");
     }
   }
@@ -211,22 +215,26 @@ int RunPlan(const std::vector<std::string>& args) {
     if (e.ok()) {
       const double with_s = query.gradient_clipping ? chosen.evaluation.step_time_s : e->step_time_s;
       const double without_s = query.gradient_clipping ? e->step_time_s : chosen.evaluation.step_time_s;
-      fmt::print("gradient clipping: {} (with it every update waits for the global norm): step {} with it, {} "
-                 "without ({:+.1f}%){}\n",
-                 query.gradient_clipping ? "on" : "off (--no-gradient-clipping)", FormatDuration(with_s), FormatDuration(without_s),
-                 100 * (with_s / without_s - 1),
-                 e->fits_memory ? "" : fmt::format("; {} it, this plan does not fit", query.gradient_clipping ? "without" : "with"));
+      fmt::print(
+          "gradient clipping: {} (with it every update waits for the global norm): step {} with it, {} "
+          "without ({:+.1f}%){}\n",
+          query.gradient_clipping ? "on" : "off (--no-gradient-clipping)", FormatDuration(with_s),
+          FormatDuration(without_s), 100 * (with_s / without_s - 1),
+          e->fits_memory
+              ? ""
+              : fmt::format("; {} it, this plan does not fit", query.gradient_clipping ? "without" : "with"));
     }
   }
   if (explain) {
-    fmt::print("planning took {}: {} plans simulated ({} asked for again, {} stopped once slower than the best so "
-               "far), lowering {}, simulating {}",
-               FormatDuration(a.planning_s), a.stats->evaluations, a.stats->cached, a.stats->stopped,
-               FormatDuration(a.stats->lower_s),
-               FormatDuration(a.stats->simulate_s));
+    fmt::print(
+        "planning took {}: {} plans simulated ({} asked for again, {} stopped once slower than the best so "
+        "far), lowering {}, simulating {}",
+        FormatDuration(a.planning_s), a.stats->evaluations, a.stats->cached, a.stats->stopped,
+        FormatDuration(a.stats->lower_s), FormatDuration(a.stats->simulate_s));
     for (const auto& o : rows)
-      fmt::print("; {} {} ({} in the simulator, {} of {} device subsets)", o.strategy, FormatDuration(o.plan_s),
-                 FormatDuration(o.evaluate_s), o.subsets_planned, o.subsets_planned + o.subsets_skipped);
+      fmt::print("; {} {} ({} in the simulator, {} of {} device subsets)", o.strategy,
+                 FormatDuration(o.plan_s), FormatDuration(o.evaluate_s), o.subsets_planned,
+                 o.subsets_planned + o.subsets_skipped);
     fmt::print("\n");
   }
   if (!out_path.empty()) fmt::print("written to {}\n", out_path);

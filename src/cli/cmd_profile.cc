@@ -11,27 +11,27 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
+#include "api/table_printer.h"
 #include "cli/args.h"
 #include "cli/command.h"
-#include "supervise/link_measurement.h"
-#include "api/table_printer.h"
 #include "core/cluster_parse.h"
 #include "core/file_io.h"
 #include "core/model_parse.h"
+#include "core/rendezvous.h"
 #include "core/units.h"
 #include "plan/memory_model.h"
 #include "profile/cluster_profiler.h"
-#include "runtime/device/cuda_device.h"
 #include "profile/link_probe.h"
+#include "runtime/device/cuda_device.h"
 #include "runtime/device/rank_device.h"
-#include "core/rendezvous.h"
+#include "supervise/link_measurement.h"
 
 namespace motley::cli {
 namespace {
@@ -40,12 +40,14 @@ namespace fs = std::filesystem;
 
 void PrintEntries(const Profile& profile) {
   if (profile.entries.empty()) return;
-  TablePrinter t({"device type", "microbatch", "layer fwd", "layer bwd", "head fwd", "head bwd", "one layer fits"});
+  TablePrinter t(
+      {"device type", "microbatch", "layer fwd", "layer bwd", "head fwd", "head bwd", "one layer fits"});
   t.AlignRight({1, 2, 3, 4, 5, 6});
   for (const auto& e : profile.entries)
     for (size_t i = 0; i < e.points.size(); ++i)
       t.AddRow({i == 0 ? e.device_type : "", fmt::format("{:.0f}", e.points[i].microbatch),
-                fmt::format("{:.2f} ms", e.points[i].forward_ms), fmt::format("{:.2f} ms", e.points[i].backward_ms),
+                fmt::format("{:.2f} ms", e.points[i].forward_ms),
+                fmt::format("{:.2f} ms", e.points[i].backward_ms),
                 i < e.head_points.size() ? fmt::format("{:.2f} ms", e.head_points[i].forward_ms) : "-",
                 i < e.head_points.size() ? fmt::format("{:.2f} ms", e.head_points[i].backward_ms) : "-",
                 i == 0 ? std::to_string(e.max_microbatch) : ""});
@@ -55,9 +57,11 @@ void PrintEntries(const Profile& profile) {
 // The measured limits beside the memory model's, for data parallelism over the whole cluster.
 void PrintLimits(const Profile& profile, const ModelSpec& model, int64_t seq_len, Precision precision,
                  bool gloo_reduce_scatter) {
-  if (std::none_of(profile.entries.begin(), profile.entries.end(), [](const ProfileEntry& e) { return e.limits; }))
+  if (std::none_of(profile.entries.begin(), profile.entries.end(),
+                   [](const ProfileEntry& e) { return e.limits; }))
     return;
-  TablePrinter t({"device type", "memory", "devices", "ZeRO stage", "largest microbatch", "memory model says"});
+  TablePrinter t(
+      {"device type", "memory", "devices", "ZeRO stage", "largest microbatch", "memory model says"});
   t.AlignRight({1, 2, 3, 4, 5});
   for (const auto& e : profile.entries) {
     if (!e.limits) continue;
@@ -65,14 +69,17 @@ void PrintLimits(const Profile& profile, const ModelSpec& model, int64_t seq_len
     for (int z = 0; z < 4; ++z) {
       const DataParallelMemoryInput in =
           PerLayerDataParallel(model, precision, z, l.dp_degree, seq_len, true, gloo_reduce_scatter);
-      t.AddRow({z == 0 ? e.device_type : "", z == 0 ? FormatBytes(static_cast<double>(l.capacity_bytes)) : "",
-                z == 0 ? std::to_string(l.dp_degree) : "", fmt::format("{}", z),
-                std::to_string(l.max_microbatch_by_zero[z]),
-                std::to_string(DataParallelMaxMicrobatch(in, static_cast<double>(l.capacity_bytes), 1 << 20))});
+      t.AddRow(
+          {z == 0 ? e.device_type : "", z == 0 ? FormatBytes(static_cast<double>(l.capacity_bytes)) : "",
+           z == 0 ? std::to_string(l.dp_degree) : "", fmt::format("{}", z),
+           std::to_string(l.max_microbatch_by_zero[z]),
+           std::to_string(DataParallelMaxMicrobatch(in, static_cast<double>(l.capacity_bytes), 1 << 20))});
     }
   }
-  fmt::print("the whole model in data parallelism, checkpointed (measured without holding it: profile/memory_probe.h)\n{}",
-             t.ToString());
+  fmt::print(
+      "the whole model in data parallelism, checkpointed (measured without holding it: "
+      "profile/memory_probe.h)\n{}",
+      t.ToString());
 }
 
 void PrintLinks(const Cluster& cluster, const std::vector<ProfileLink>& links) {
@@ -93,8 +100,10 @@ void PrintLinks(const Cluster& cluster, const std::vector<ProfileLink>& links) {
     }
     const Link nominal = cluster.LinkBetween(a, b);
     t.AddRow({l.a == l.b ? l.a + " (within)" : l.a + " <-> " + l.b, FormatBandwidth(l.bandwidth_bytes_per_s),
-              fmt::format("{:.0f} us", l.latency_s * 1e6), fmt::format("{:.0f} us a call", l.collective_overhead_s * 1e6),
-              fmt::format("{}, {:.0f} us", FormatBandwidth(nominal.bandwidth_bytes_per_s), nominal.latency_s * 1e6)});
+              fmt::format("{:.0f} us", l.latency_s * 1e6),
+              fmt::format("{:.0f} us a call", l.collective_overhead_s * 1e6),
+              fmt::format("{}, {:.0f} us", FormatBandwidth(nominal.bandwidth_bytes_per_s),
+                          nominal.latency_s * 1e6)});
   }
   fmt::print("{}", t.ToString());
 }
@@ -103,7 +112,8 @@ void PrintLinks(const Cluster& cluster, const std::vector<ProfileLink>& links) {
 Result<std::vector<std::string>> AllGatherText(Communicator& comm, const std::string& mine) {
   const int w = comm.world_size();
   torch::Tensor lengths = torch::empty({w}, torch::kInt64);
-  MOTLEY_RETURN_IF_ERROR(comm.AllGather(comm.world(), torch::tensor({static_cast<int64_t>(mine.size())}), lengths));
+  MOTLEY_RETURN_IF_ERROR(
+      comm.AllGather(comm.world(), torch::tensor({static_cast<int64_t>(mine.size())}), lengths));
   const int64_t longest = std::max<int64_t>(1, lengths.max().item<int64_t>());
   torch::Tensor padded = torch::zeros({longest}, torch::kUInt8);
   std::memcpy(padded.data_ptr(), mine.data(), mine.size());
@@ -129,9 +139,10 @@ struct Request {
 // Under a launcher: this rank's part; the whole profile on rank 0 (empty elsewhere).
 Result<Profile> ProfileLaunched(Request& req, const Rendezvous& rv) {
   if (rv.world_size != req.cluster.num_devices())
-    return Status::InvalidArgument(fmt::format(
-        "under a launcher, motley profile needs one rank per device of {} ({} devices), but {} ranks were started",
-        req.cluster.name, req.cluster.num_devices(), rv.world_size));
+    return Status::InvalidArgument(
+        fmt::format("under a launcher, motley profile needs one rank per device of {} ({} devices), but {} "
+                    "ranks were started",
+                    req.cluster.name, req.cluster.num_devices(), rv.world_size));
   // Each rank on its own GPU when every rank of the host has one (as training runs), else the CPU.
   MOTLEY_ASSIGN_OR_RETURN(torch::Device device, RankDevice("auto", rv));
   SetCurrentDevice(device);
@@ -143,7 +154,11 @@ Result<Profile> ProfileLaunched(Request& req, const Rendezvous& rv) {
   if (req.links) {
     LinkProbeConfig lc;
     lc.device = device;
-    if (rv.rank == 0) lc.progress = [](const std::string& s) { fmt::print("  measuring {}\n", s); std::fflush(stdout); };
+    if (rv.rank == 0)
+      lc.progress = [](const std::string& s) {
+        fmt::print("  measuring {}\n", s);
+        std::fflush(stdout);
+      };
     MOTLEY_ASSIGN_OR_RETURN(profile.links, MeasureLinks(*comm, req.cluster, lc));
   }
   if (!req.model) return profile;
@@ -153,7 +168,8 @@ Result<Profile> ProfileLaunched(Request& req, const Rendezvous& rv) {
     if (device == rv.rank) req.options.only_types.push_back(type);
   Profile mine;
   if (!req.options.only_types.empty()) {
-    MOTLEY_ASSIGN_OR_RETURN(mine, ProfileCluster(req.cluster, *req.model, req.seq_len, req.precision, req.options));
+    MOTLEY_ASSIGN_OR_RETURN(mine,
+                            ProfileCluster(req.cluster, *req.model, req.seq_len, req.precision, req.options));
   }
   MOTLEY_ASSIGN_OR_RETURN(std::vector<std::string> parts, AllGatherText(*comm, ProfileToJson(mine).dump()));
   if (rv.rank != 0) return Profile();
@@ -169,22 +185,27 @@ Result<Profile> ProfileHere(const Request& req) {
   Profile profile;
   if (req.links && req.cluster.num_devices() > 1) {
     if (!req.cluster.emulated())
-      return Status::InvalidArgument(fmt::format(
-          "--links on {}, a cluster of real devices: run motley profile under your launcher with one rank per "
-          "device ({} ranks: torchrun --no-python, srun or mpirun ... motley profile --cluster {} ... --links)",
-          req.cluster.name, req.cluster.num_devices(), req.cluster_ref));
+      return Status::InvalidArgument(
+          fmt::format("--links on {}, a cluster of real devices: run motley profile under your launcher with "
+                      "one rank per "
+                      "device ({} ranks: torchrun --no-python, srun or mpirun ... motley profile --cluster "
+                      "{} ... --links)",
+                      req.cluster.name, req.cluster.num_devices(), req.cluster_ref));
     fmt::print("measuring the links of {}: one local rank per device\n", req.cluster.name);
-    const std::string ref = fs::exists(req.cluster_ref) ? fs::absolute(req.cluster_ref).string() : req.cluster_ref;
+    const std::string ref =
+        fs::exists(req.cluster_ref) ? fs::absolute(req.cluster_ref).string() : req.cluster_ref;
     // The ranks' result goes through a scratch folder, removed afterwards whatever happened.
     const fs::path scratch = fs::temp_directory_path() / fmt::format("motley-links-{}", ::getpid());
-    Result<std::vector<ProfileLink>> links = MeasureLinksLocally(ref, req.cluster.num_devices(), scratch.string());
+    Result<std::vector<ProfileLink>> links =
+        MeasureLinksLocally(ref, req.cluster.num_devices(), scratch.string());
     std::error_code ec;
     fs::remove_all(scratch, ec);
     if (!links.ok()) return links.status();
     profile.links = std::move(*links);
   }
   if (req.model) {
-    MOTLEY_ASSIGN_OR_RETURN(Profile p, ProfileCluster(req.cluster, *req.model, req.seq_len, req.precision, req.options));
+    MOTLEY_ASSIGN_OR_RETURN(Profile p,
+                            ProfileCluster(req.cluster, *req.model, req.seq_len, req.precision, req.options));
     profile.entries = std::move(p.entries);
   }
   return profile;
@@ -193,10 +214,11 @@ Result<Profile> ProfileHere(const Request& req) {
 }  // namespace
 
 int RunProfile(const std::vector<std::string>& args) {
-  CLI::App app("Measure each device type of a cluster for a model: layer and head times at several microbatch "
-               "sizes, and the largest microbatch that fits; with --links, the links too. The planner and simulator "
-               "read the result (--profile).",
-               "motley profile");
+  CLI::App app(
+      "Measure each device type of a cluster for a model: layer and head times at several microbatch "
+      "sizes, and the largest microbatch that fits; with --links, the links too. The planner and simulator "
+      "read the result (--profile).",
+      "motley profile");
   std::string model_ref, out_path, precision_name = "bf16";
   Request req;
   bool no_cache = false, links_only = false;
@@ -205,10 +227,12 @@ int RunProfile(const std::vector<std::string>& args) {
   app.add_option("--seq-len", req.seq_len, "tokens per sequence (required)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_flag("--links", req.links,
-               "also measure the links (ping-pong per distinct pair of node configurations): under a launcher with one "
+               "also measure the links (ping-pong per distinct pair of node configurations): under a "
+               "launcher with one "
                "rank per device, or by itself on an emulated local cluster");
   app.add_flag("--links-only", links_only, "measure the links only")->group("");
-  app.add_option("--precision", precision_name, "fp32, bf16, fp16 or fp64")->check(CLI::IsMember(PrecisionNames()))
+  app.add_option("--precision", precision_name, "fp32, bf16, fp16 or fp64")
+      ->check(CLI::IsMember(PrecisionNames()))
       ->capture_default_str();
   app.add_option("--max-microbatch", req.options.layers.max_microbatch_cap, "stop the fit search here")
       ->capture_default_str();
@@ -222,7 +246,10 @@ int RunProfile(const std::vector<std::string>& args) {
     return kExitFailure;
   };
   req.options.use_cache = !no_cache;
-  req.options.progress = [](const std::string& s) { fmt::print("  {}\n", s); std::fflush(stdout); };
+  req.options.progress = [](const std::string& s) {
+    fmt::print("  {}\n", s);
+    std::fflush(stdout);
+  };
   req.links = req.links || links_only;
 
   Result<Cluster> cluster = LoadCluster(req.cluster_ref);

@@ -9,11 +9,11 @@
 
 #include <fmt/format.h>
 
-#include "cli/args.h"
-#include "cli/command.h"
 #include "api/job_input.h"
 #include "api/plan_inputs.h"
 #include "api/plan_query.h"
+#include "cli/args.h"
+#include "cli/command.h"
 #include "cli/report_page.h"
 #include "core/file_io.h"
 #include "core/toml_reader.h"
@@ -38,8 +38,8 @@ Result<RunRecord> ReadRun(const std::string& dir) {
   if (fs::exists(trace, ec)) {
     Result<std::vector<TraceSpan>> spans = ReadTraceFile(trace.string());
     if (!spans.ok())
-      return Status::InvalidArgument(
-          fmt::format("{} (remove {} to report the run without its trace)", spans.status().message(), trace.string()));
+      return Status::InvalidArgument(fmt::format("{} (remove {} to report the run without its trace)",
+                                                 spans.status().message(), trace.string()));
     run.trace = std::move(*spans);
   }
   return run;
@@ -55,9 +55,11 @@ int RunReport(const std::vector<std::string>& args) {
   std::string plan_path, job_ref, run_dir, cluster_ref, model_ref, profile_path, out_path;
   bool no_compare = false;
   auto* plan_opt = app.add_option("--plan", plan_path, "a plan file");
-  auto* job_opt = app.add_option("--job", job_ref, "a job file or built-in job (default): planned as `motley train` plans it");
-  auto* run_opt = app.add_option("--run", run_dir,
-                                 "a run's folder (its checkpoint dir: plan.toml, metrics.jsonl, profile.json, trace.json)");
+  auto* job_opt = app.add_option("--job", job_ref,
+                                 "a job file or built-in job (default): planned as `motley train` plans it");
+  auto* run_opt = app.add_option(
+      "--run", run_dir,
+      "a run's folder (its checkpoint dir: plan.toml, metrics.jsonl, profile.json, trace.json)");
   plan_opt->excludes(job_opt)->excludes(run_opt);
   job_opt->excludes(run_opt);
   app.add_option("--cluster", cluster_ref, "the cluster (default: the plan's)");
@@ -85,9 +87,10 @@ int RunReport(const std::vector<std::string>& args) {
     const fs::path plan_file = fs::path(run_dir) / "plan.toml";
     std::error_code ec;
     if (!fs::exists(plan_file, ec))
-      return fail(Status::InvalidArgument(fmt::format(
-          "{}: no plan.toml: give the folder a `motley train` run wrote (its [checkpoint] dir), or --plan FILE",
-          run_dir)));
+      return fail(
+          Status::InvalidArgument(fmt::format("{}: no plan.toml: give the folder a `motley train` run wrote "
+                                              "(its [checkpoint] dir), or --plan FILE",
+                                              run_dir)));
     Result<PlanInputs> loaded = LoadPlanInputs(plan_file.string(), cluster_ref, model_ref);
     if (!loaded.ok()) return fail(loaded.status());
     in = std::move(*loaded);
@@ -114,8 +117,8 @@ int RunReport(const std::vector<std::string>& args) {
     if (!job.ok()) return fail(job.status());
     if (!profile && !job->plan.profile.empty()) {  // the job's own [plan] profile, relative to the job file
       const fs::path given(job->plan.profile);
-      Result<Profile> p =
-          LoadAnyProfile(given.is_absolute() ? given.string() : (fs::path(job->file).parent_path() / given).string());
+      Result<Profile> p = LoadAnyProfile(
+          given.is_absolute() ? given.string() : (fs::path(job->file).parent_path() / given).string());
       if (!p.ok()) return fail(p.status());
       profile = std::move(*p);
     }
@@ -124,8 +127,9 @@ int RunReport(const std::vector<std::string>& args) {
     const TrainingConfig& t = job->training;
     const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, t.seq_len, t.precision,
                           t.activation_checkpointing);
-    const StrategyOutcome o = PlanWithStrategy(job->plan.strategy, in.cluster, in.model, costs, PlanRequestForJob(*job),
-                                               SimulationEvaluator(in.cluster, in.model, costs));
+    const StrategyOutcome o =
+        PlanWithStrategy(job->plan.strategy, in.cluster, in.model, costs, PlanRequestForJob(*job),
+                         SimulationEvaluator(in.cluster, in.model, costs));
     if (!o.status.ok()) return fail(o.status);
     in.plan = o.plan;
     FillZorseRouting(&in.plan, costs);
@@ -133,8 +137,8 @@ int RunReport(const std::vector<std::string>& args) {
   }
 
   // One step, simulated with its trace.
-  const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, in.plan.seq_len, in.plan.precision,
-                        in.plan.activation_checkpointing);
+  const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, in.plan.seq_len,
+                        in.plan.precision, in.plan.activation_checkpointing);
   FillDefaultRouting(&in.plan, in.cluster, in.model);
   Result<Schedule> schedule = LowerPlan(in.plan, in.cluster, in.model);
   if (!schedule.ok()) return fail(schedule.status());
@@ -165,8 +169,8 @@ int RunReport(const std::vector<std::string>& args) {
         row.tokens_per_s = static_cast<double>(schedule->global_batch_tokens) / o.evaluation.step_time_s;
         row.tensor_parallel = TensorParallelColumn(o.plan);
         if (row.tensor_parallel != "-") {
-          Result<FlexTpChoice> c =
-              ChooseFlexTpMode(o.plan, in.cluster, in.model, profile ? &*profile : nullptr, "auto", std::nullopt);
+          Result<FlexTpChoice> c = ChooseFlexTpMode(o.plan, in.cluster, in.model,
+                                                    profile ? &*profile : nullptr, "auto", std::nullopt);
           if (c.ok()) row.flextp = c->mode;
         }
       }
@@ -183,7 +187,8 @@ int RunReport(const std::vector<std::string>& args) {
   page.sim = &*sim;
   page.compare = std::move(compare);
   page.run = run ? &*run : nullptr;
-  if (out_path.empty()) out_path = run_dir.empty() ? "report.html" : (fs::path(run_dir) / "report.html").string();
+  if (out_path.empty())
+    out_path = run_dir.empty() ? "report.html" : (fs::path(run_dir) / "report.html").string();
   if (Status s = AtomicWriteFile(out_path, ReportHtml(page)); !s.ok()) return fail(s);
   fmt::print("report: {} ({}; open it in a browser, nothing is fetched)\n", out_path, subject);
   return kExitOk;

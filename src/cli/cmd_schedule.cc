@@ -1,9 +1,9 @@
 // motley schedule --plan P [--cluster C] [--model M] [--json]: the per-rank op programs.
 #include <fmt/format.h>
 
+#include "api/plan_inputs.h"
 #include "cli/args.h"
 #include "cli/command.h"
-#include "api/plan_inputs.h"
 #include "plan/lower.h"
 #include "sim/routing_costs.h"
 

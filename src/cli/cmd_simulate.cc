@@ -6,12 +6,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file_io.h"
-#include "cli/args.h"
-#include "cli/command.h"
 #include "api/plan_inputs.h"
 #include "api/simulate_query.h"
 #include "api/table_printer.h"
+#include "cli/args.h"
+#include "cli/command.h"
+#include "core/file_io.h"
 #include "core/units.h"
 #include "sim/simulator.h"
 
@@ -31,9 +31,11 @@ int RunSimulate(const std::vector<std::string>& args) {
   app.add_option("--profile", profile_path,
                  "measured layer times: a motley profile, or the Zorse measurements' model_latencies.json "
                  "(default: the roofline model from the GPU catalog)");
-  app.add_option("--straggler", stragglers,
-                 "DEVICE=FACTOR: that device computes FACTOR times slower (repeatable), e.g. --straggler 1=4");
-  app.add_option("--flextp-mode", flextp_mode, "FlexTP in the plan's tensor-parallel teams (default: the plan's)")
+  app.add_option(
+      "--straggler", stragglers,
+      "DEVICE=FACTOR: that device computes FACTOR times slower (repeatable), e.g. --straggler 1=4");
+  app.add_option("--flextp-mode", flextp_mode,
+                 "FlexTP in the plan's tensor-parallel teams (default: the plan's)")
       ->check(CLI::IsMember({"off", "migrate", "resize", "semi"}));
   app.add_option("--trace", trace_path, "write a Chrome/Perfetto trace of the step to this file");
   app.add_flag("--json", json, "print JSON");
@@ -58,7 +60,8 @@ int RunSimulate(const std::vector<std::string>& args) {
   const SimResult* r = &answer->result;
   const int routed = answer->routed;
   if (!trace_path.empty()) {
-    if (Status st = AtomicWriteFile(trace_path, ChromeTraceJson(*s, in->cluster, *r)); !st.ok()) return fail(st);
+    if (Status st = AtomicWriteFile(trace_path, ChromeTraceJson(*s, in->cluster, *r)); !st.ok())
+      return fail(st);
   }
 
   if (json) {
@@ -73,8 +76,8 @@ int RunSimulate(const std::vector<std::string>& args) {
     std::vector<std::string> slow;
     for (const auto& [device, factor] : in->cluster.measured_slowdown)
       slow.push_back(fmt::format("device {} {:g}x slower", device, factor));
-    fmt::print("stragglers: {}; FlexTP in tensor-parallel teams: {}\n", slow.empty() ? "none" : fmt::format("{}", fmt::join(slow, ", ")),
-               s->flextp_mode);
+    fmt::print("stragglers: {}; FlexTP in tensor-parallel teams: {}\n",
+               slow.empty() ? "none" : fmt::format("{}", fmt::join(slow, ", ")), s->flextp_mode);
   }
   fmt::print("schedule {} ({} ops; `motley train --plan` prints the same for the program it runs)\n",
              ScheduleHash(*s), s->num_ops());
@@ -100,13 +103,15 @@ int RunSimulate(const std::vector<std::string>& args) {
     }
     fmt::print(" block by block, where waiting for its slowest rank takes {}\n",
                FormatDuration(*std::max_element(team.alone_s.begin(), team.alone_s.end())));
-    TablePrinter b({"rank", "alone", "balanced", "units given", "heads given", "units taken", "heads taken", "pruned"});
+    TablePrinter b(
+        {"rank", "alone", "balanced", "units given", "heads given", "units taken", "heads taken", "pruned"});
     b.AlignRight({0, 1, 2, 3, 4, 5, 6, 7});
     for (size_t i = 0; i < team.ranks.size(); ++i) {
       const FlexTpRankLoad l = RankLoad(team.balance, static_cast<int>(i));
       b.AddRow({std::to_string(team.ranks[i]), FormatDuration(team.alone_s[i]), FormatDuration(l.predicted_s),
-                std::to_string(l.units_given), std::to_string(l.heads_given), std::to_string(l.units_received),
-                std::to_string(l.heads_received), fmt::format("{:.0f}%", 100 * l.prune_ratio)});
+                std::to_string(l.units_given), std::to_string(l.heads_given),
+                std::to_string(l.units_received), std::to_string(l.heads_received),
+                fmt::format("{:.0f}%", 100 * l.prune_ratio)});
     }
     fmt::print("{}", b.ToString());
   }

@@ -3,9 +3,9 @@
 
 #include <fmt/format.h>
 
+#include "api/plan_inputs.h"
 #include "cli/args.h"
 #include "cli/command.h"
-#include "api/plan_inputs.h"
 #include "core/config_file.h"
 #include "core/toml_reader.h"
 #include "plan/lower.h"

@@ -72,7 +72,8 @@ bool Plans(int argc, char** argv) {
 // nothing; where the exec fails the command runs as it is.
 void RestartWithHugePages(char** argv) {
   const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.hugetlb") != nullptr) return;  // set (by us or the user)
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.hugetlb") != nullptr)
+    return;  // set (by us or the user)
   std::string value = "glibc.malloc.hugetlb=1";
   if (tunables != nullptr && *tunables != '\0') value = std::string(tunables) + ":" + value;
   if (::setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0) return;

@@ -1,7 +1,7 @@
 #include "cli/progress_line.h"
 
-#include <cstdint>
 #include <unistd.h>
+#include <cstdint>
 
 #include <cmath>
 
@@ -10,7 +10,9 @@
 namespace motley::cli {
 
 ProgressLine::ProgressLine(double log_interval_s)
-    : tty_(::isatty(STDERR_FILENO) == 1), log_interval_s_(log_interval_s), last_(std::chrono::steady_clock::now()) {}
+    : tty_(::isatty(STDERR_FILENO) == 1),
+      log_interval_s_(log_interval_s),
+      last_(std::chrono::steady_clock::now()) {}
 
 ProgressLine::~ProgressLine() { Finish(); }
 

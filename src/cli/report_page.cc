@@ -48,7 +48,8 @@ std::string DeviceLabel(const Schedule& s, const Cluster& c, int rank) {
 }
 
 svg::SpanKind KindOf(const std::string& op_kind) {
-  if (op_kind == "forward" || op_kind == "backward" || op_kind == "optimizer_step") return svg::SpanKind::kCompute;
+  if (op_kind == "forward" || op_kind == "backward" || op_kind == "optimizer_step")
+    return svg::SpanKind::kCompute;
   if (op_kind.find("offload") != std::string::npos || op_kind.find("prefetch") != std::string::npos)
     return svg::SpanKind::kCopy;
   return svg::SpanKind::kCommunication;
@@ -56,8 +57,8 @@ svg::SpanKind KindOf(const std::string& op_kind) {
 
 // One row per rank from a trace in the simulator's Chrome format (a run's trace.json is the same);
 // times from the trace's first span. `span_s`: the last end.
-std::vector<svg::TimelineRow> TraceRows(const std::vector<TraceSpan>& trace, const Schedule& s, const Cluster& c,
-                                        double* span_s) {
+std::vector<svg::TimelineRow> TraceRows(const std::vector<TraceSpan>& trace, const Schedule& s,
+                                        const Cluster& c, double* span_s) {
   std::vector<svg::TimelineRow> rows(s.programs.size());
   for (size_t r = 0; r < rows.size(); ++r) rows[r].label = DeviceLabel(s, c, static_cast<int>(r));
   double first = 1e300;
@@ -94,20 +95,23 @@ std::string SummarySection(const ReportInputs& in) {
   std::vector<std::string> kinds;
   for (const auto& [t, n] : types) kinds.push_back(fmt::format("{} x{}", t, n));
   std::string out = "<section id=\"summary\"><h2>Summary</h2><table class=\"figures\">\n";
-  out += Row("cluster", fmt::format("{}: {} devices on {} nodes in {} region(s)", in.cluster->name,
-                                    in.cluster->num_devices(), in.cluster->nodes.size(), in.cluster->regions.size()));
+  out += Row("cluster",
+             fmt::format("{}: {} devices on {} nodes in {} region(s)", in.cluster->name,
+                         in.cluster->num_devices(), in.cluster->nodes.size(), in.cluster->regions.size()));
   out += Row("model", fmt::format("{}: {} parameters, {} layers, hidden {}", in.model->name,
-                                  FormatCount(static_cast<double>(TotalParams(*in.model))), in.model->num_layers,
-                                  in.model->hidden_size));
-  out += Row("plan", fmt::format("{}: {} group(s) on {} devices ({}), ZeRO-{}, {} schedule{}{}", p.strategy,
-                                 p.groups.size(), p.num_devices(), fmt::join(kinds, ", "), p.zero_stage,
-                                 PipelineScheduleName(p.schedule), p.offload_params ? ", parameters offloaded" : "",
-                                 p.flextp_mode.empty() ? "" : ", FlexTP " + p.flextp_mode));
+                                  FormatCount(static_cast<double>(TotalParams(*in.model))),
+                                  in.model->num_layers, in.model->hidden_size));
+  out += Row("plan",
+             fmt::format("{}: {} group(s) on {} devices ({}), ZeRO-{}, {} schedule{}{}", p.strategy,
+                         p.groups.size(), p.num_devices(), fmt::join(kinds, ", "), p.zero_stage,
+                         PipelineScheduleName(p.schedule), p.offload_params ? ", parameters offloaded" : "",
+                         p.flextp_mode.empty() ? "" : ", FlexTP " + p.flextp_mode));
   out += Row("batch", fmt::format("{} tokens a step in sequences of {}, {}", in.schedule->global_batch_tokens,
                                   p.seq_len, PrecisionName(p.precision)));
-  out += Row("simulated step", fmt::format("{} | {:.0f} tokens/s | {} | HFU {:.1f}% | memory {}",
-                                           FormatDuration(r.step_time_s), r.tokens_per_s, FormatFlops(r.tflops * 1e12),
-                                           100 * r.hfu, r.fits_memory ? "fits" : "OUT OF MEMORY"));
+  out += Row("simulated step",
+             fmt::format("{} | {:.0f} tokens/s | {} | HFU {:.1f}% | memory {}", FormatDuration(r.step_time_s),
+                         r.tokens_per_s, FormatFlops(r.tflops * 1e12), 100 * r.hfu,
+                         r.fits_memory ? "fits" : "OUT OF MEMORY"));
   if (in.run != nullptr) {
     std::vector<double> steps;
     std::optional<double> loss, val;
@@ -123,14 +127,17 @@ std::string SummarySection(const ReportInputs& in) {
     }
     std::string measured = "no step of this plan measured";
     if (!steps.empty()) {
-      std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
+      std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2),
+                       steps.end());
       const double median = steps[steps.size() / 2];
-      measured = fmt::format("median step {} ({:.2f}x the simulated), {:.0f} tokens/s", FormatDuration(median),
-                             median / r.step_time_s, static_cast<double>(in.schedule->global_batch_tokens) / median);
+      measured =
+          fmt::format("median step {} ({:.2f}x the simulated), {:.0f} tokens/s", FormatDuration(median),
+                      median / r.step_time_s, static_cast<double>(in.schedule->global_batch_tokens) / median);
     }
     if (other_plans > 0)
-      measured += fmt::format(" ({} of its {} steps; {} ran another plan before a restart or rebalance, left out)",
-                              steps.size(), steps.size() + other_plans, other_plans);
+      measured +=
+          fmt::format(" ({} of its {} steps; {} ran another plan before a restart or rebalance, left out)",
+                      steps.size(), steps.size() + other_plans, other_plans);
     out += Row("run", fmt::format("{}: {} steps; {}{}{}", in.run->dir, last, measured,
                                   loss ? fmt::format("; last loss {:.4f}", *loss) : "",
                                   val ? fmt::format(", validation {:.4f}", *val) : ""));
@@ -157,13 +164,16 @@ std::string ClusterSection(const ReportInputs& in) {
       if (d.device < 0 || d.device >= c.num_devices()) continue;
       role[d.device].group = static_cast<int>(gi);
       role[d.device].text = fmt::format(
-          "group {}: layers {}-{} in {} ministage(s){}; {} microbatch(es) of {} = {} sequences ({:.1f}% of the "
+          "group {}: layers {}-{} in {} ministage(s){}; {} microbatch(es) of {} = {} sequences ({:.1f}% of "
+          "the "
           "group's){}",
           gi, g.ministages.front().begin, g.ministages.back().end - 1, g.ministages.size(),
-          g.tp_degree > 1 ? fmt::format(", tensor parallel x{} (rank {} of its team)", g.tp_degree, i % g.tp_degree)
-                          : "",
+          g.tp_degree > 1
+              ? fmt::format(", tensor parallel x{} (rank {} of its team)", g.tp_degree, i % g.tp_degree)
+              : "",
           d.num_microbatches, d.microbatch_size, d.sequences(),
-          100.0 * static_cast<double>(d.sequences()) / std::max<double>(1, static_cast<double>(g.sequences())),
+          100.0 * static_cast<double>(d.sequences()) /
+              std::max<double>(1, static_cast<double>(g.sequences())),
           g.state_shares.empty() ? "" : fmt::format("; state share {:.1f}%", 100 * g.state_shares[i]));
     }
   }
@@ -180,28 +190,31 @@ std::string ClusterSection(const ReportInputs& in) {
       for (const Device& d : c.devices) {
         if (d.node != static_cast<int>(n)) continue;
         const Role& r = role[d.id];
-        const std::string tip = fmt::format("device {} ({}, {}): {}", d.id, c.spec(d.id).name,
-                                            FormatBytes(c.memory_bytes(d.id)),
-                                            r.group < 0 ? "left out of the plan" : r.text);
-        out += fmt::format(
-            "<div class=\"dev{}\" style=\"{}\" title=\"{}\">dev {}<br>{}<br>{}</div>", r.group < 0 ? " out" : "",
-            r.group < 0 ? "" : fmt::format("background:{}", kGroupColors[r.group % 10]), Escape(tip), d.id,
-            r.group < 0 ? "left out" : fmt::format("group {}", r.group),
-            Escape(c.spec(d.id).name.substr(0, 12)));
+        const std::string tip =
+            fmt::format("device {} ({}, {}): {}", d.id, c.spec(d.id).name, FormatBytes(c.memory_bytes(d.id)),
+                        r.group < 0 ? "left out of the plan" : r.text);
+        out += fmt::format("<div class=\"dev{}\" style=\"{}\" title=\"{}\">dev {}<br>{}<br>{}</div>",
+                           r.group < 0 ? " out" : "",
+                           r.group < 0 ? "" : fmt::format("background:{}", kGroupColors[r.group % 10]),
+                           Escape(tip), d.id, r.group < 0 ? "left out" : fmt::format("group {}", r.group),
+                           Escape(c.spec(d.id).name.substr(0, 12)));
       }
       out += "</div>\n";
     }
     out += "</div>\n";
   }
   // The groups in pipeline order.
-  out += "<table><tr><th>group</th><th>devices</th><th>layers</th><th>ministages</th><th>TP</th>"
-         "<th>sequences a step per device (microbatches x size)</th><th>routing: microbatches per device</th></tr>\n";
+  out +=
+      "<table><tr><th>group</th><th>devices</th><th>layers</th><th>ministages</th><th>TP</th>"
+      "<th>sequences a step per device (microbatches x size)</th><th>routing: microbatches per "
+      "device</th></tr>\n";
   for (size_t gi = 0; gi < p.groups.size(); ++gi) {
     const GroupPlan& g = p.groups[gi];
     std::vector<std::string> devices, shares, ranges;
     for (const auto& d : g.devices) {
       devices.push_back(std::to_string(d.device));
-      shares.push_back(fmt::format("{}: {} ({}x{})", d.device, d.sequences(), d.num_microbatches, d.microbatch_size));
+      shares.push_back(
+          fmt::format("{}: {} ({}x{})", d.device, d.sequences(), d.num_microbatches, d.microbatch_size));
     }
     for (const auto& m : g.ministages) ranges.push_back(fmt::format("[{},{})", m.begin, m.end));
     std::map<int, int> routed;
@@ -209,11 +222,12 @@ std::string ClusterSection(const ReportInputs& in) {
     std::vector<std::string> routing;
     for (const auto& [d, n] : routed) routing.push_back(fmt::format("{}: {}", d, n));
     out += fmt::format(
-        "<tr><td><span class=\"legend\"><i style=\"background:{}\"></i></span>{}</td><td>{}</td><td>{}-{}</td>"
+        "<tr><td><span class=\"legend\"><i "
+        "style=\"background:{}\"></i></span>{}</td><td>{}</td><td>{}-{}</td>"
         "<td>{} {}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-        kGroupColors[gi % 10], gi, fmt::join(devices, ", "), g.ministages.front().begin, g.ministages.back().end - 1,
-        g.ministages.size(), fmt::join(ranges, " "), g.tp_degree, fmt::join(shares, "; "),
-        routing.empty() ? "-" : fmt::format("{}", fmt::join(routing, ", ")));
+        kGroupColors[gi % 10], gi, fmt::join(devices, ", "), g.ministages.front().begin,
+        g.ministages.back().end - 1, g.ministages.size(), fmt::join(ranges, " "), g.tp_degree,
+        fmt::join(shares, "; "), routing.empty() ? "-" : fmt::format("{}", fmt::join(routing, ", ")));
   }
   out += "</table></section>\n";
   return out;
@@ -222,11 +236,12 @@ std::string ClusterSection(const ReportInputs& in) {
 std::string TimelineSection(const ReportInputs& in) {
   const Schedule& s = *in.schedule;
   std::vector<svg::TimelineRow> simulated(s.programs.size());
-  for (size_t r = 0; r < simulated.size(); ++r) simulated[r].label = DeviceLabel(s, *in.cluster, static_cast<int>(r));
+  for (size_t r = 0; r < simulated.size(); ++r)
+    simulated[r].label = DeviceLabel(s, *in.cluster, static_cast<int>(r));
   for (const TraceEvent& t : in.sim->trace) {
     const Op& op = s.programs[t.rank].ops[t.op];
-    simulated[t.rank].spans.push_back({t.start_s, t.end_s, KindOf(std::string(OpKindName(op.kind))),
-                                       std::string(OpKindName(op.kind))});
+    simulated[t.rank].spans.push_back(
+        {t.start_s, t.end_s, KindOf(std::string(OpKindName(op.kind))), std::string(OpKindName(op.kind))});
   }
   double measured_s = 0;
   std::vector<svg::TimelineRow> measured;
@@ -237,10 +252,13 @@ std::string TimelineSection(const ReportInputs& in) {
   out += svg::Timeline("timeline-simulated", simulated, axis);
   if (in.run != nullptr) {
     if (measured.empty())
-      out += "<p class=\"note\">No trace of the run (trace.json in its folder: <code>motley train --plan P --trace "
-             "DIR/trace.json</code>; <code>motley train JOB</code> writes one).</p>\n";
+      out +=
+          "<p class=\"note\">No trace of the run (trace.json in its folder: <code>motley train --plan P "
+          "--trace "
+          "DIR/trace.json</code>; <code>motley train JOB</code> writes one).</p>\n";
     else {
-      out += fmt::format("<p class=\"sub\">Measured: one step of the run, {}.</p>\n", FormatDuration(measured_s));
+      out += fmt::format("<p class=\"sub\">Measured: one step of the run, {}.</p>\n",
+                         FormatDuration(measured_s));
       out += svg::Timeline("timeline-measured", measured, axis);
     }
   }
@@ -255,15 +273,18 @@ std::string MemorySection(const ReportInputs& in) {
     for (size_t i = 0; i < in.run->metrics.size(); ++i)
       if (ours[i])
         for (const MetricsRank& r : in.run->metrics[i].ranks)
-          if (r.rank < static_cast<int>(measured.size())) measured[r.rank] = std::max(measured[r.rank], r.peak_memory_bytes);
+          if (r.rank < static_cast<int>(measured.size()))
+            measured[r.rank] = std::max(measured[r.rank], r.peak_memory_bytes);
   }
   std::vector<svg::MemoryRow> rows;
   for (const DeviceSimReport& d : in.sim->devices)
     rows.push_back({DeviceLabel(*in.schedule, *in.cluster, d.rank), d.capacity_bytes, d.peak_memory_bytes,
                     measured[d.rank]});
   std::string out = "<section id=\"memory\"><h2>Peak memory against capacity</h2>\n";
-  out += "<div class=\"legend\"><span><i style=\"background:#7a9cc6\"></i>predicted peak</span><span><i "
-         "style=\"background:#e15759\"></i>measured peak</span><span><i class=\"idle-key\"></i>capacity</span></div>";
+  out +=
+      "<div class=\"legend\"><span><i style=\"background:#7a9cc6\"></i>predicted peak</span><span><i "
+      "style=\"background:#e15759\"></i>measured peak</span><span><i "
+      "class=\"idle-key\"></i>capacity</span></div>";
   out += svg::Memory("memory-chart", rows);
   if (!in.sim->fits_memory) out += fmt::format("<p class=\"bad\">{}</p>\n", Escape(in.sim->oom_message));
   out += "</section>\n";
@@ -281,8 +302,9 @@ std::string RunSection(const RunRecord& run) {
     auto finite = [](const std::optional<double>& v) { return v && std::isfinite(*v); };
     if (m.event.empty() && finite(m.loss)) loss.points.push_back({step, *m.loss});
     if (finite(m.val_loss)) val.points.push_back({step, *m.val_loss});
-    if (m.event.empty() && finite(m.tokens_per_s) && step > 1) tokens.points.push_back({step, *m.tokens_per_s});
-    const std::string when = m.step ? std::to_string(*m.step)
+    if (m.event.empty() && finite(m.tokens_per_s) && step > 1)
+      tokens.points.push_back({step, *m.tokens_per_s});
+    const std::string when = m.step           ? std::to_string(*m.step)
                              : last_step >= 0 ? fmt::format("after {}", last_step)
                                               : std::string("-");
     if (!m.event.empty()) {
@@ -296,9 +318,10 @@ std::string RunSection(const RunRecord& run) {
       events.push_back(fmt::format("<tr><td class=\"num\">{}</td><td>straggler</td><td>{}</td></tr>", when,
                                    Escape(m.stragglers.dump().substr(0, 300))));
     if (m.migrated_units > 0 || m.pruned_fraction > 0)
-      events.push_back(fmt::format("<tr><td class=\"num\">{}</td><td>FlexTP</td><td>migrated units {:g}, pruned "
-                                   "{:.1f}%</td></tr>",
-                                   when, m.migrated_units, 100 * m.pruned_fraction));
+      events.push_back(
+          fmt::format("<tr><td class=\"num\">{}</td><td>FlexTP</td><td>migrated units {:g}, pruned "
+                      "{:.1f}%</td></tr>",
+                      when, m.migrated_units, 100 * m.pruned_fraction));
   }
   std::string out = fmt::format("<section id=\"run\"><h2>The run: {}</h2>\n", Escape(run.dir));
   out += "<h3>Loss</h3>" + svg::Lines("loss-chart", {loss, val}, "step", "loss");
@@ -321,19 +344,22 @@ std::string CompareSection(const std::vector<CompareRow>& rows) {
   std::vector<svg::Bar> bars;
   for (const CompareRow& r : rows)
     bars.push_back({r.strategy, r.step_s > 0 ? r.tokens_per_s : 0,
-                    r.step_s > 0 ? fmt::format("{:.0f} tokens/s, step {}", r.tokens_per_s, FormatDuration(r.step_s))
-                                 : "no plan: " + r.note.substr(0, 90),
+                    r.step_s > 0
+                        ? fmt::format("{:.0f} tokens/s, step {}", r.tokens_per_s, FormatDuration(r.step_s))
+                        : "no plan: " + r.note.substr(0, 90),
                     r.chosen});
   std::string out = "<section id=\"compare\"><h2>Every strategy (motley plan --compare)</h2>\n";
   out += svg::Bars("compare-chart", bars, "simulated tokens/s (longer is faster)");
-  out += "<table><tr><th>strategy</th><th>step</th><th>tokens/s</th><th>TP</th><th>FlexTP</th><th>note</th></tr>\n";
+  out +=
+      "<table><tr><th>strategy</th><th>step</th><th>tokens/s</th><th>TP</th><th>FlexTP</th><th>note</th></"
+      "tr>\n";
   for (const CompareRow& r : rows)
-    out += fmt::format("<tr><td>{}{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td>"
-                       "<td class=\"note\">{}</td></tr>\n",
-                       Escape(r.strategy), r.chosen ? " (chosen)" : "",
-                       r.step_s > 0 ? FormatDuration(r.step_s) : "-",
-                       r.step_s > 0 ? fmt::format("{:.0f}", r.tokens_per_s) : "-", Escape(r.tensor_parallel),
-                       Escape(r.flextp), Escape(r.note));
+    out += fmt::format(
+        "<tr><td>{}{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td>"
+        "<td class=\"note\">{}</td></tr>\n",
+        Escape(r.strategy), r.chosen ? " (chosen)" : "", r.step_s > 0 ? FormatDuration(r.step_s) : "-",
+        r.step_s > 0 ? fmt::format("{:.0f}", r.tokens_per_s) : "-", Escape(r.tensor_parallel),
+        Escape(r.flextp), Escape(r.note));
   out += "</table></section>\n";
   return out;
 }
@@ -342,17 +368,19 @@ std::string CompareSection(const std::vector<CompareRow>& rows) {
 
 std::string ReportHtml(const ReportInputs& in) {
   std::string out = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
-  out += fmt::format("<title>motley report: {}</title>\n<style>{}</style></head><body>\n", Escape(in.subject), kStyle);
-  out += fmt::format("<h1>motley report</h1><p class=\"sub\">{} — model {} on cluster {}</p>\n", Escape(in.subject),
-                     Escape(in.model->name), Escape(in.cluster->name));
+  out += fmt::format("<title>motley report: {}</title>\n<style>{}</style></head><body>\n", Escape(in.subject),
+                     kStyle);
+  out += fmt::format("<h1>motley report</h1><p class=\"sub\">{} — model {} on cluster {}</p>\n",
+                     Escape(in.subject), Escape(in.model->name), Escape(in.cluster->name));
   out += SummarySection(in);
   out += ClusterSection(in);
   out += TimelineSection(in);
   out += MemorySection(in);
   if (in.run != nullptr) out += RunSection(*in.run);
   if (!in.compare.empty()) out += CompareSection(in.compare);
-  out += "<p class=\"note\">Made by motley; every figure above is in <code>motley simulate --json</code>, "
-         "<code>motley plan --compare --json</code> and the run's metrics.jsonl.</p>\n</body></html>\n";
+  out +=
+      "<p class=\"note\">Made by motley; every figure above is in <code>motley simulate --json</code>, "
+      "<code>motley plan --compare --json</code> and the run's metrics.jsonl.</p>\n</body></html>\n";
   return out;
 }
 

@@ -8,8 +8,8 @@
 
 #include "core/cluster.h"
 #include "core/metrics_file.h"
-#include "core/trace_file.h"
 #include "core/model.h"
+#include "core/trace_file.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"
 #include "sim/simulator.h"
@@ -19,8 +19,9 @@ namespace motley::cli {
 /// What a run left in its folder (`motley train`'s checkpoint dir).
 struct RunRecord {
   std::string dir;
-  std::vector<MetricsLine> metrics;                // metrics.jsonl, line by line
-  std::optional<std::vector<TraceSpan>> trace;  // trace.json: one step of the run, in the simulator's trace format
+  std::vector<MetricsLine> metrics;  // metrics.jsonl, line by line
+  std::optional<std::vector<TraceSpan>>
+      trace;  // trace.json: one step of the run, in the simulator's trace format
   // The schedule of the plan the page is about: the measured step and memory are those of the
   // steps that ran it (a restarted or rebalanced run's other plans' steps are left out, and said so).
   std::string schedule_hash;

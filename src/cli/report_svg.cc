@@ -11,8 +11,8 @@
 namespace motley::cli::svg {
 namespace {
 
-constexpr double kWidth = 1000;    // the chart area's width
-constexpr double kLabelW = 230;    // the labels' column
+constexpr double kWidth = 1000;                                       // the chart area's width
+constexpr double kLabelW = 230;                                       // the labels' column
 constexpr const char* kColors[] = {"#4e79a7", "#f28e2b", "#59a14f"};  // compute, communication, copies
 constexpr const char* kKindNames[] = {"compute", "communication", "copies"};
 
@@ -37,11 +37,20 @@ std::string Escape(const std::string& text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -59,17 +68,19 @@ std::string Timeline(const std::string& id, const std::vector<TimelineRow>& rows
   const double band_y[] = {2, 12, 17}, band_h[] = {9, 4, 4};
   for (size_t r = 0; r < rows.size(); ++r) {
     const double y = top + row_h * static_cast<double>(r);
-    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"label\" text-anchor=\"end\">{}</text>\n", kLabelW - 6,
-                       y + 13, Escape(rows[r].label));
-    out += fmt::format("<rect class=\"idle\" x=\"{}\" y=\"{:.1f}\" width=\"{}\" height=\"{}\"><title>{}: idle where "
-                       "no band is drawn</title></rect>\n",
-                       kLabelW, y + 1, kWidth, row_h - 3, Escape(rows[r].label));
+    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"label\" text-anchor=\"end\">{}</text>\n",
+                       kLabelW - 6, y + 13, Escape(rows[r].label));
+    out += fmt::format(
+        "<rect class=\"idle\" x=\"{}\" y=\"{:.1f}\" width=\"{}\" height=\"{}\"><title>{}: idle where "
+        "no band is drawn</title></rect>\n",
+        kLabelW, y + 1, kWidth, row_h - 3, Escape(rows[r].label));
     // Per kind, spans merged when less than a pixel apart: a step of thousands of ops stays light.
     for (int k = 0; k < 3; ++k) {
       std::vector<const Span*> spans;
       for (const Span& s : rows[r].spans)
         if (static_cast<int>(s.kind) == k) spans.push_back(&s);
-      std::sort(spans.begin(), spans.end(), [](const Span* a, const Span* b) { return a->start_s < b->start_s; });
+      std::sort(spans.begin(), spans.end(),
+                [](const Span* a, const Span* b) { return a->start_s < b->start_s; });
       for (size_t i = 0; i < spans.size();) {
         double begin = spans[i]->start_s, end = spans[i]->end_s, busy = 0;
         std::map<std::string, int> ops;
@@ -82,19 +93,20 @@ std::string Timeline(const std::string& id, const std::vector<TimelineRow>& rows
         std::string what;
         for (const auto& [name, n] : ops) what += fmt::format("{}{} x{}", what.empty() ? "" : ", ", name, n);
         out += fmt::format(
-            "<rect class=\"{}\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"><title>{}: {} "
+            "<rect class=\"{}\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" "
+            "fill=\"{}\"><title>{}: {} "
             "{}–{} ({} busy): {}</title></rect>\n",
-            kKindNames[k], kLabelW + begin * scale, y + band_y[k], std::max(0.5, (end - begin) * scale), band_h[k],
-            kColors[k], Escape(rows[r].label), kKindNames[k], FormatDuration(begin), FormatDuration(end),
-            FormatDuration(busy), Escape(what));
+            kKindNames[k], kLabelW + begin * scale, y + band_y[k], std::max(0.5, (end - begin) * scale),
+            band_h[k], kColors[k], Escape(rows[r].label), kKindNames[k], FormatDuration(begin),
+            FormatDuration(end), FormatDuration(busy), Escape(what));
         i = j;
       }
     }
   }
   // The time axis.
   const double y_axis = top + row_h * static_cast<double>(rows.size()) + 4;
-  out += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"axis\"/>\n", kLabelW, y_axis,
-                     kLabelW + kWidth, y_axis);
+  out += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"axis\"/>\n", kLabelW,
+                     y_axis, kLabelW + kWidth, y_axis);
   const double step = NiceStep(axis_s, 8);
   for (double t = 0; axis_s > 0 && t <= axis_s * 1.0001; t += step)
     out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n",
@@ -124,12 +136,13 @@ std::string Bars(const std::string& id, const std::vector<Bar>& bars, const std:
     const Bar& b = bars[i];
     const double y = top + row_h * static_cast<double>(i);
     const double w = most > 0 && b.value > 0 ? width * b.value / most : 0;
-    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"label{}\" text-anchor=\"end\">{}</text>\n", kLabelW - 6,
-                       y + 15, b.highlight ? " strong" : "", Escape(b.label));
+    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"label{}\" text-anchor=\"end\">{}</text>\n",
+                       kLabelW - 6, y + 15, b.highlight ? " strong" : "", Escape(b.label));
     if (w > 0)
-      out += fmt::format("<rect class=\"bar{}\" x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"16\"><title>{}: "
-                         "{}</title></rect>\n",
-                         b.highlight ? " chosen" : "", kLabelW, y + 3, w, Escape(b.label), Escape(b.text));
+      out += fmt::format(
+          "<rect class=\"bar{}\" x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"16\"><title>{}: "
+          "{}</title></rect>\n",
+          b.highlight ? " chosen" : "", kLabelW, y + 3, w, Escape(b.label), Escape(b.text));
     out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"value\">{}</text>\n", kLabelW + w + 6, y + 15,
                        Escape(b.text));
   }
@@ -154,24 +167,29 @@ std::string Memory(const std::string& id, const std::vector<MemoryRow>& rows) {
     const MemoryRow& r = rows[i];
     const double y = top + row_h * static_cast<double>(i);
     const bool over = r.predicted_bytes > r.capacity_bytes || r.measured_bytes > r.capacity_bytes;
-    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"label\" text-anchor=\"end\">{}</text>\n", kLabelW - 6,
-                       y + 14, Escape(r.label));
-    out += fmt::format("<rect class=\"capacity\" x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"16\"><title>{}: "
-                       "capacity {}</title></rect>\n",
-                       kLabelW, y + 2, x(r.capacity_bytes), Escape(r.label), FormatBytes(r.capacity_bytes));
-    out += fmt::format("<rect class=\"predicted{}\" x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"10\"><title>{}: "
-                       "predicted peak {}</title></rect>\n",
-                       over ? " over" : "", kLabelW, y + 5, x(r.predicted_bytes), Escape(r.label),
-                       FormatBytes(r.predicted_bytes));
-    std::string text = fmt::format("predicted {} of {}", FormatBytes(r.predicted_bytes), FormatBytes(r.capacity_bytes));
+    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"label\" text-anchor=\"end\">{}</text>\n",
+                       kLabelW - 6, y + 14, Escape(r.label));
+    out += fmt::format(
+        "<rect class=\"capacity\" x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"16\"><title>{}: "
+        "capacity {}</title></rect>\n",
+        kLabelW, y + 2, x(r.capacity_bytes), Escape(r.label), FormatBytes(r.capacity_bytes));
+    out += fmt::format(
+        "<rect class=\"predicted{}\" x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"10\"><title>{}: "
+        "predicted peak {}</title></rect>\n",
+        over ? " over" : "", kLabelW, y + 5, x(r.predicted_bytes), Escape(r.label),
+        FormatBytes(r.predicted_bytes));
+    std::string text =
+        fmt::format("predicted {} of {}", FormatBytes(r.predicted_bytes), FormatBytes(r.capacity_bytes));
     if (r.measured_bytes >= 0) {
-      out += fmt::format("<rect class=\"measured\" x=\"{:.0f}\" y=\"{:.0f}\" width=\"4\" height=\"20\"><title>{}: "
-                         "measured peak {}</title></rect>\n",
-                         std::round(kLabelW + x(r.measured_bytes) - 2), y, Escape(r.label), FormatBytes(r.measured_bytes));
+      out += fmt::format(
+          "<rect class=\"measured\" x=\"{:.0f}\" y=\"{:.0f}\" width=\"4\" height=\"20\"><title>{}: "
+          "measured peak {}</title></rect>\n",
+          std::round(kLabelW + x(r.measured_bytes) - 2), y, Escape(r.label), FormatBytes(r.measured_bytes));
       text += fmt::format(", measured {}", FormatBytes(r.measured_bytes));
     }
-    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"value\">{}</text>\n",
-                       kLabelW + std::max(x(r.capacity_bytes), x(r.measured_bytes)) + 8, y + 14, Escape(text));
+    out +=
+        fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"value\">{}</text>\n",
+                    kLabelW + std::max(x(r.capacity_bytes), x(r.measured_bytes)) + 8, y + 14, Escape(text));
   }
   out += "</svg>\n";
   return out;
@@ -199,18 +217,20 @@ std::string Lines(const std::string& id, const std::vector<Series>& series, cons
       "xmlns=\"http://www.w3.org/2000/svg\">\n",
       Escape(id), left + w + 20, top + h + bottom, left + w + 20, top + h + bottom);
   for (double y = y0; y <= y1 + ystep / 2; y += ystep)
-    out += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/><text x=\"{}\" "
-                       "y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\">{}</text>\n",
-                       left, py(y), left + w, py(y), left - 6, py(y) + 4, AxisNumber(y));
+    out += fmt::format(
+        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/><text x=\"{}\" "
+        "y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\">{}</text>\n",
+        left, py(y), left + w, py(y), left - 6, py(y) + 4, AxisNumber(y));
   const double xstep = NiceStep(x1 - x0, 8);
   for (double x = std::ceil(x0 / xstep) * xstep; x <= x1 + xstep / 100; x += xstep)
     out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n", px(x),
                        top + h + 16, AxisNumber(x));
-  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n", left + w / 2,
-                     top + h + 34, Escape(x_label));
-  out += fmt::format("<text x=\"14\" y=\"{}\" class=\"tick\" transform=\"rotate(-90 14 {})\" "
-                     "text-anchor=\"middle\">{}</text>\n",
-                     top + h / 2, top + h / 2, Escape(y_label));
+  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n",
+                     left + w / 2, top + h + 34, Escape(x_label));
+  out += fmt::format(
+      "<text x=\"14\" y=\"{}\" class=\"tick\" transform=\"rotate(-90 14 {})\" "
+      "text-anchor=\"middle\">{}</text>\n",
+      top + h / 2, top + h / 2, Escape(y_label));
   for (const Series& s : series) {
     std::string points;
     for (const auto& [x, y] : s.points)
@@ -218,20 +238,23 @@ std::string Lines(const std::string& id, const std::vector<Series>& series, cons
     if (s.dots) {
       for (const auto& [x, y] : s.points)
         if (std::isfinite(x) && std::isfinite(y))
-          out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{} at {}: {}</title>"
-                             "</circle>\n",
-                             px(x), py(y), s.color, Escape(s.name), AxisNumber(x), AxisNumber(y));
+          out += fmt::format(
+              "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{} at {}: {}</title>"
+              "</circle>\n",
+              px(x), py(y), s.color, Escape(s.name), AxisNumber(x), AxisNumber(y));
     }
-    out += fmt::format("<polyline class=\"series\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" points=\"{}\">"
-                       "<title>{}</title></polyline>\n",
-                       s.color, s.dots ? 1 : 1.6, points, Escape(s.name));
+    out += fmt::format(
+        "<polyline class=\"series\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" points=\"{}\">"
+        "<title>{}</title></polyline>\n",
+        s.color, s.dots ? 1 : 1.6, points, Escape(s.name));
   }
   // The key.
   double kx = left + 10;
   for (const Series& s : series) {
-    out += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"12\" height=\"4\" fill=\"{}\"/><text x=\"{:.1f}\" "
-                       "y=\"{}\" class=\"tick\">{}</text>\n",
-                       kx, top + 6, s.color, kx + 16, top + 11, Escape(s.name));
+    out += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{}\" width=\"12\" height=\"4\" fill=\"{}\"/><text x=\"{:.1f}\" "
+        "y=\"{}\" class=\"tick\">{}</text>\n",
+        kx, top + 6, s.color, kx + 16, top + 11, Escape(s.name));
     kx += 30 + 7.0 * static_cast<double>(s.name.size());
   }
   out += "</svg>\n";

@@ -32,8 +32,8 @@ std::string TimelineLegend();
 // Bars: one per label, longer is more.
 struct Bar {
   std::string label;
-  double value = 0;     // <= 0: drawn as missing
-  std::string text;     // printed after the bar
+  double value = 0;  // <= 0: drawn as missing
+  std::string text;  // printed after the bar
   bool highlight = false;
 };
 std::string Bars(const std::string& id, const std::vector<Bar>& bars, const std::string& axis_label);

@@ -32,10 +32,11 @@ bool HaveTorchHelper() {
 int ExecTorchHelper(const std::vector<std::string>& args) {
   const fs::path helper = HelperPath();
   if (!HaveTorchHelper()) {
-    fmt::print(stderr,
-               "motley {}: this command runs in 'motley-torch', the build of motley with libtorch, which is missing "
-               "beside this executable (build it: ninja -C build motley-torch)\n",
-               args.empty() ? std::string() : args.front());
+    fmt::print(
+        stderr,
+        "motley {}: this command runs in 'motley-torch', the build of motley with libtorch, which is missing "
+        "beside this executable (build it: ninja -C build motley-torch)\n",
+        args.empty() ? std::string() : args.front());
     return kExitFailure;
   }
   std::vector<std::string> argv_s = {"motley"};

@@ -27,9 +27,10 @@ Result<uint32_t> ParseHex32(const std::string& s) {
   if (s.size() != 8) return Status::InvalidArgument("not 8 hexadecimal digits");
   uint32_t v = 0;
   for (char c : s) {
-    if (!std::isxdigit(static_cast<unsigned char>(c))) return Status::InvalidArgument("not 8 hexadecimal digits");
-    v = v * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
-                                                                                    : std::tolower(c) - 'a' + 10);
+    if (!std::isxdigit(static_cast<unsigned char>(c)))
+      return Status::InvalidArgument("not 8 hexadecimal digits");
+    v = v * 16 + static_cast<uint32_t>(
+                     std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : std::tolower(c) - 'a' + 10);
   }
   return v;
 }
@@ -68,7 +69,8 @@ Result<TrainerStateFile> ParseTrainerState(std::string_view text, const std::str
   auto integer = [&](const char* key, int64_t* into, int64_t min, bool required) -> Status {
     if (!j.contains(key)) return required ? bad(fmt::format("no \"{}\"", key)) : Status::Ok();
     const nlohmann::json& v = j[key];
-    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX) || v.get<int64_t>() < min)
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX) ||
+        v.get<int64_t>() < min)
       return bad(fmt::format("\"{}\" must be an integer >= {}, got {}", key, min, v.dump()));
     *into = v.get<int64_t>();
     return Status::Ok();
@@ -85,7 +87,8 @@ Result<TrainerStateFile> ParseTrainerState(std::string_view text, const std::str
   MOTLEY_RETURN_IF_ERROR(integer("total_steps", &s.total_steps, 0, false));
   MOTLEY_RETURN_IF_ERROR(integer("tokens_seen", &s.tokens_seen, 0, false));
   MOTLEY_RETURN_IF_ERROR(integer("loss_scale_good_steps", &s.loss_scale_good_steps, 0, false));
-  if (s.updates > s.step) return bad(fmt::format("\"updates\" ({}) exceeds \"step\" ({})", s.updates, s.step));
+  if (s.updates > s.step)
+    return bad(fmt::format("\"updates\" ({}) exceeds \"step\" ({})", s.updates, s.step));
   if (j.contains("seed")) {
     if (!j["seed"].is_number_unsigned())
       return bad(fmt::format("\"seed\" must be a non-negative integer, got {}", j["seed"].dump()));
@@ -115,9 +118,11 @@ Result<TrainerStateFile> ParseTrainerState(std::string_view text, const std::str
       return bad(fmt::format("files: \"{}\" is not a file name within the checkpoint", name));
     if (!info.is_object() || !info.contains("bytes") || !info["bytes"].is_number_integer() ||
         !info.contains("crc32") || !info["crc32"].is_string())
-      return bad(fmt::format("files.\"{}\" must be {{\"bytes\": <integer>, \"crc32\": \"<8 hex digits>\"}}", name));
+      return bad(
+          fmt::format("files.\"{}\" must be {{\"bytes\": <integer>, \"crc32\": \"<8 hex digits>\"}}", name));
     CheckpointFileRecord r;
-    if (info["bytes"].is_number_unsigned() ? info["bytes"].get<uint64_t>() > INT64_MAX : info["bytes"].get<int64_t>() < 0)
+    if (info["bytes"].is_number_unsigned() ? info["bytes"].get<uint64_t>() > INT64_MAX
+                                           : info["bytes"].get<int64_t>() < 0)
       return bad(fmt::format("files.\"{}\".bytes must be a size, got {}", name, info["bytes"].dump()));
     r.bytes = info["bytes"].get<int64_t>();
     Result<uint32_t> crc = ParseHex32(info["crc32"].get<std::string>());
@@ -162,7 +167,8 @@ Result<std::string> ParseLatest(std::string_view text, const std::string& path) 
     for (char& c : shown)
       if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
     return Status::InvalidArgument(fmt::format(
-        "{}: must name the newest checkpoint folder as motley writes it (\"step-\" and digits), but holds \"{}{}\"; "
+        "{}: must name the newest checkpoint folder as motley writes it (\"step-\" and digits), but holds "
+        "\"{}{}\"; "
         "the run folder is corrupted: write the newest step-NNNNNN folder's name into it, or resume from a "
         "checkpoint folder directly",
         path, shown, name.size() > 40 ? "..." : ""));

@@ -1,7 +1,7 @@
 #include "core/checkpoint_format.h"
 
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
@@ -53,21 +53,23 @@ TEST(TrainerStateFormat, EveryFieldIsCheckedEvenUnderAValidChecksum) {
     nlohmann::json value;
     const char* message;
   };
-  for (const Case& c : {Case{"/step", "twelve", "\"step\" must be an integer >= 0, got \"twelve\""},
-                        Case{"/step", -3, "\"step\" must be an integer >= 0, got -3"},
-                        Case{"/updates", 13, "\"updates\" (13) exceeds \"step\" (12)"},
-                        Case{"/seed", -1, "\"seed\" must be a non-negative integer, got -1"},
-                        Case{"/loss_scale", "big", "\"loss_scale\" must be a positive number"},
-                        Case{"/precision", 5, "\"precision\" must be a string, got 5"},
-                        Case{"/files/model.safetensors", 7, "files.\"model.safetensors\" must be"},
-                        Case{"/files/model.safetensors/crc32", "xyz", "files.\"model.safetensors\".crc32: not 8"},
-                        Case{"/files/model.safetensors/bytes", -1, "files.\"model.safetensors\".bytes must be a size"},
-                        Case{"/files/..", {{"bytes", 1}, {"crc32", "00000000"}}, "files: \"..\" is not a file name"}}) {
+  for (const Case& c :
+       {Case{"/step", "twelve", "\"step\" must be an integer >= 0, got \"twelve\""},
+        Case{"/step", -3, "\"step\" must be an integer >= 0, got -3"},
+        Case{"/updates", 13, "\"updates\" (13) exceeds \"step\" (12)"},
+        Case{"/seed", -1, "\"seed\" must be a non-negative integer, got -1"},
+        Case{"/loss_scale", "big", "\"loss_scale\" must be a positive number"},
+        Case{"/precision", 5, "\"precision\" must be a string, got 5"},
+        Case{"/files/model.safetensors", 7, "files.\"model.safetensors\" must be"},
+        Case{"/files/model.safetensors/crc32", "xyz", "files.\"model.safetensors\".crc32: not 8"},
+        Case{"/files/model.safetensors/bytes", -1, "files.\"model.safetensors\".bytes must be a size"},
+        Case{"/files/..", {{"bytes", 1}, {"crc32", "00000000"}}, "files: \"..\" is not a file name"}}) {
     nlohmann::json j = good;
     j[nlohmann::json::json_pointer(c.pointer)] = c.value;
     Result<TrainerStateFile> r = ParseTrainerState(Resigned(j), "ck/trainer_state.json");
     ASSERT_FALSE(r.ok()) << c.pointer;
-    EXPECT_NE(r.status().message().find(std::string("ck/trainer_state.json: ") + c.message), std::string::npos)
+    EXPECT_NE(r.status().message().find(std::string("ck/trainer_state.json: ") + c.message),
+              std::string::npos)
         << r.status().message();
   }
   nlohmann::json edited = good;
@@ -91,10 +93,11 @@ TEST(LatestFile, NamesAStepFolderOrSaysWhatIsWrong) {
   EXPECT_EQ(ParseLatest("step-000012\n", "run/latest").value(), "step-000012");
   EXPECT_EQ(CheckpointFolderName(12), "step-000012");
   for (const std::string& bad : {std::string(5000, 'x'), std::string("../../etc"), std::string("step-"),
-                                std::string("step-12/../x"), std::string("")}) {
+                                 std::string("step-12/../x"), std::string("")}) {
     Result<std::string> r = ParseLatest(bad, "run/latest");
     ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_NE(r.status().message().find("run/latest: must name the newest checkpoint folder"), std::string::npos)
+    EXPECT_NE(r.status().message().find("run/latest: must name the newest checkpoint folder"),
+              std::string::npos)
         << r.status().message();
     EXPECT_LT(r.status().message().size(), 400u);  // a 5,000-character name is not repeated whole
   }

@@ -86,7 +86,8 @@ Precision Cluster::TrainingPrecision(std::string* why) const {
   std::vector<std::string> without;
   for (const auto& n : nodes) {
     const GpuSpec* s = catalog.Find(n.device_type);
-    if (s != nullptr && !s->supports_bf16 && std::find(without.begin(), without.end(), s->name) == without.end())
+    if (s != nullptr && !s->supports_bf16 &&
+        std::find(without.begin(), without.end(), s->name) == without.end())
       without.push_back(s->name);
   }
   if (without.empty()) {
@@ -106,7 +107,8 @@ double Cluster::usable_memory_bytes(int device) const { return memory_bytes(devi
 
 double Cluster::memory_bytes(int device) const {
   const EmulationConfig* emu = emulation(device);
-  const double capacity = emu != nullptr && emu->memory_bytes ? *emu->memory_bytes : spec(device).memory_bytes;
+  const double capacity =
+      emu != nullptr && emu->memory_bytes ? *emu->memory_bytes : spec(device).memory_bytes;
   auto cap = memory_cap_bytes.find(device);
   return cap != memory_cap_bytes.end() ? std::min(capacity, cap->second) : capacity;
 }

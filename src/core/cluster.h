@@ -33,7 +33,8 @@ struct NodeSpec {
   double intra_bandwidth_bytes_per_s = 0;  // between two devices of this node, per direction
   double nic_bandwidth_bytes_per_s = 0;    // to other nodes; 0 only in a single-node cluster
   std::string region = "default";
-  std::string host;  // the machine it is (a hostname or address; "" = unnamed): ranks find their devices by it
+  std::string
+      host;  // the machine it is (a hostname or address; "" = unnamed): ranks find their devices by it
   std::vector<EmulationConfig> emulation;  // empty, or one per device
 };
 

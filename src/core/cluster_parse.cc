@@ -68,9 +68,10 @@ void ParseDeviceType(const std::string& name, TomlTable& t, GpuCatalog* catalog)
       if (!bytes.ok()) {
         t.Error("reserve", bytes.status().message());
       } else if (spec.memory_bytes > 0 && *bytes >= spec.memory_bytes) {
-        t.Error("reserve", fmt::format("reserve {} is not less than the device's memory {}: give what CUDA, NCCL and "
-                                       "the allocator keep (typically 1-3 GiB)",
-                                       FormatBytes(*bytes), FormatBytes(spec.memory_bytes)));
+        t.Error("reserve",
+                fmt::format("reserve {} is not less than the device's memory {}: give what CUDA, NCCL and "
+                            "the allocator keep (typically 1-3 GiB)",
+                            FormatBytes(*bytes), FormatBytes(spec.memory_bytes)));
       } else {
         spec.reserve_bytes = *bytes;
         spec.reserve_source = "cluster file " + t.file();
@@ -91,9 +92,10 @@ EmulationConfig ParseEmulation(TomlTable& t, const GpuSpec* spec) {
     emu.memory_bytes = *v;
     // An emulated device stands for one of its type: it cannot offer more memory than the type has.
     if (spec != nullptr && spec->memory_bytes > 0 && *v > spec->memory_bytes)
-      t.Error("memory", fmt::format("{} is more than a {} has ({}); an emulated device offers at most its type's "
-                                    "memory: lower it, or declare a [device_types] entry with more",
-                                    FormatBytes(*v), spec->name, FormatBytes(spec->memory_bytes)));
+      t.Error("memory",
+              fmt::format("{} is more than a {} has ({}); an emulated device offers at most its type's "
+                          "memory: lower it, or declare a [device_types] entry with more",
+                          FormatBytes(*v), spec->name, FormatBytes(spec->memory_bytes)));
   }
   if (auto v = t.Bandwidth("link_bandwidth")) emu.link_bandwidth_bytes_per_s = *v;
   t.Finish();
@@ -147,8 +149,9 @@ std::vector<NodeSpec> ParseNode(TomlTable& t, const GpuCatalog& catalog) {
   if (auto v = t.String("region")) node.region = *v;
   if (auto v = t.String("host")) {
     if (v->find_first_of(" \t\n'\"$`\\;&|<>(){}") != std::string::npos)
-      t.Error("host", fmt::format("\"{}\" is not a hostname or address; give the name or address its ranks run on",
-                                  *v));
+      t.Error(
+          "host",
+          fmt::format("\"{}\" is not a hostname or address; give the name or address its ranks run on", *v));
     else
       node.host = *v;
   }
@@ -162,8 +165,9 @@ std::vector<NodeSpec> ParseNode(TomlTable& t, const GpuCatalog& catalog) {
   t.Finish();
 
   if (!node.host.empty() && replicas > 1)
-    t.Error("replicas", "a node with a host stands for one machine; give each of its replicas its own [[nodes]] "
-                        "entry with its own host");
+    t.Error("replicas",
+            "a node with a host stands for one machine; give each of its replicas its own [[nodes]] "
+            "entry with its own host");
   std::vector<NodeSpec> out;
   if (!name) return out;
   for (int r = 0; r < replicas; ++r) {
@@ -228,8 +232,9 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
   for (size_t i = 0; i < node_tables.size(); ++i)
     if (!node_tables[i].Has("host") && node_tables[i].Has("name") &&
         std::any_of(c.nodes.begin(), c.nodes.end(), [](const NodeSpec& n) { return !n.host.empty(); }))
-      node_tables[i].ErrorHere("missing host: other nodes name the host they run on, so every node must (ranks "
-                               "find their devices by host); add host = \"<its hostname or address>\"");
+      node_tables[i].ErrorHere(
+          "missing host: other nodes name the host they run on, so every node must (ranks "
+          "find their devices by host); add host = \"<its hostname or address>\"");
   std::set<std::string> regions;
   for (const auto& n : c.nodes) regions.insert(n.region);
   if (c.nodes.size() > 1) {

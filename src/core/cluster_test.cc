@@ -159,9 +159,10 @@ memory = "64GiB"
 )",
                                        "big.toml");
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("big.toml:6:10: error: nodes[0].emulation.memory: 64.0 GiB is more than a t4 "
-                                      "has (16.0 GiB)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.status().message().find("big.toml:6:10: error: nodes[0].emulation.memory: 64.0 GiB is more than a t4 "
+                                "has (16.0 GiB)"),
+      std::string::npos)
       << r.status().message();
 }
 
@@ -178,19 +179,25 @@ TEST(Cluster, DeviceTypesReserveMemoryThatPlansDoNotUse) {
   Cluster plain = ParseClusterToml(nodes, "c.toml").value();
   EXPECT_DOUBLE_EQ(plain.reserve_bytes(0), 1.25 * (1 << 30));
   EXPECT_DOUBLE_EQ(plain.usable_memory_bytes(0), 16.0 * (1 << 30) - 1.25 * (1 << 30));
-  Cluster given = ParseClusterToml("[device_types.t4]\nbase = \"t4\"\nreserve = \"3GiB\"\n" + nodes, "c.toml").value();
+  Cluster given =
+      ParseClusterToml("[device_types.t4]\nbase = \"t4\"\nreserve = \"3GiB\"\n" + nodes, "c.toml").value();
   EXPECT_DOUBLE_EQ(given.reserve_bytes(0), 3.0 * (1 << 30));
   EXPECT_EQ(given.spec(0).reserve_source, "cluster file c.toml");
-  Cluster none = ParseClusterToml("[device_types.t4]\nbase = \"t4\"\nreserve = \"0B\"\n" + nodes, "c.toml").value();
+  Cluster none =
+      ParseClusterToml("[device_types.t4]\nbase = \"t4\"\nreserve = \"0B\"\n" + nodes, "c.toml").value();
   EXPECT_EQ(none.reserve_bytes(0), 0);
-  Cluster emulated = ParseClusterToml(nodes + "[nodes.emulation]\nspeed_factor = 2.0\nmemory = \"1GiB\"\n", "c.toml").value();
+  Cluster emulated =
+      ParseClusterToml(nodes + "[nodes.emulation]\nspeed_factor = 2.0\nmemory = \"1GiB\"\n", "c.toml")
+          .value();
   EXPECT_EQ(emulated.reserve_bytes(0), 0);
   EXPECT_DOUBLE_EQ(emulated.usable_memory_bytes(0), 1.0 * (1 << 30));
-  Result<Cluster> bad = ParseClusterToml("[device_types.t4]\nbase = \"t4\"\nreserve = \"20GiB\"\n" + nodes, "c.toml");
+  Result<Cluster> bad =
+      ParseClusterToml("[device_types.t4]\nbase = \"t4\"\nreserve = \"20GiB\"\n" + nodes, "c.toml");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("c.toml:3:11: error: device_types.t4.reserve: reserve 20.0 GiB is not less "
-                                        "than the device's memory 16.0 GiB"),
-            std::string::npos)
+  EXPECT_NE(
+      bad.status().message().find("c.toml:3:11: error: device_types.t4.reserve: reserve 20.0 GiB is not less "
+                                  "than the device's memory 16.0 GiB"),
+      std::string::npos)
       << bad.status().message();
 }
 
@@ -390,17 +397,20 @@ TEST(ClusterErrors, SyntaxErrorHasAPosition) {
 
 // #50: a node names the host it is; every node does, or none.
 TEST(ClusterErrors, HostsAreNamedOnEveryNodeOrNone) {
-  const std::string two = "[[nodes]]\nname = \"a\"\ndevice = \"t4\"\nnic_bandwidth = \"10Gbps\"\nhost = \"10.0.0.1\"\n"
-                          "[[nodes]]\nname = \"b\"\ndevice = \"t4\"\nnic_bandwidth = \"10Gbps\"\n";
+  const std::string two =
+      "[[nodes]]\nname = \"a\"\ndevice = \"t4\"\nnic_bandwidth = \"10Gbps\"\nhost = \"10.0.0.1\"\n"
+      "[[nodes]]\nname = \"b\"\ndevice = \"t4\"\nnic_bandwidth = \"10Gbps\"\n";
   std::string e = Error(two);
-  EXPECT_NE(e.find("c.toml:6:1: error: [nodes[1]]: missing host: other nodes name the host they run on, so every node must"),
+  EXPECT_NE(e.find("c.toml:6:1: error: [nodes[1]]: missing host: other nodes name the host they run on, so "
+                   "every node must"),
             std::string::npos)
       << e;
   Result<Cluster> ok = ParseClusterToml(two + "host = \"node-b.example\"\n", "c.toml");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
   EXPECT_EQ(ok->nodes[0].host, "10.0.0.1");
   EXPECT_EQ(ok->nodes[1].host, "node-b.example");
-  e = Error("[[nodes]]\nname = \"a\"\ndevice = \"t4\"\nreplicas = 2\nnic_bandwidth = \"10Gbps\"\nhost = \"x\"\n");
+  e = Error(
+      "[[nodes]]\nname = \"a\"\ndevice = \"t4\"\nreplicas = 2\nnic_bandwidth = \"10Gbps\"\nhost = \"x\"\n");
   EXPECT_NE(e.find("a node with a host stands for one machine"), std::string::npos) << e;
   e = Error("[[nodes]]\nname = \"a\"\ndevice = \"t4\"\nhost = \"a b; rm\"\n");
   EXPECT_NE(e.find("is not a hostname or address"), std::string::npos) << e;

@@ -1,9 +1,9 @@
 #include "core/file_io.h"
 
-#include <cstdint>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cstdint>
 
 #include <atomic>
 #include <cerrno>
@@ -13,8 +13,8 @@
 #include <sstream>
 #include <vector>
 
-#include <boost/crc.hpp>
 #include <fmt/format.h>
+#include <boost/crc.hpp>
 
 namespace motley {
 namespace fs = std::filesystem;
@@ -29,8 +29,9 @@ Result<OutputTarget> ResolveOutput(const std::string& path) {
     std::error_code ec;
     const fs::path to = fs::read_symlink(out.path, ec);
     if (ec || hops == 40)
-      return Status::InvalidArgument(fmt::format("{}: a symbolic link that cannot be followed ({}); give a file path",
-                                                 path, ec ? ec.message() : "too many levels"));
+      return Status::InvalidArgument(
+          fmt::format("{}: a symbolic link that cannot be followed ({}); give a file path", path,
+                      ec ? ec.message() : "too many levels"));
     out.path = (to.is_absolute() ? to : fs::path(out.path).parent_path() / to).string();
     if (::lstat(out.path.c_str(), &st) != 0) return out;  // a dangling link: its target is created
   }
@@ -39,9 +40,12 @@ Result<OutputTarget> ResolveOutput(const std::string& path) {
     out.through = true;
     return out;
   }
-  const char* what = S_ISDIR(st.st_mode) ? "a directory" : S_ISSOCK(st.st_mode) ? "a socket" : "a block device";
+  const char* what = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "a block device";
   return Status::InvalidArgument(fmt::format(
-      "{}: is {}; motley writes a file here only where there is none, a regular file, a character device or a pipe — "
+      "{}: is {}; motley writes a file here only where there is none, a regular file, a character device or "
+      "a pipe — "
       "give a file path{}",
       path, what, S_ISDIR(st.st_mode) ? fmt::format(" (e.g. {})", (fs::path(path) / "out").string()) : ""));
 }
@@ -52,7 +56,8 @@ Result<std::pair<std::string, int>> CreateTempBeside(const std::string& target) 
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     if (errno == EEXIST)
-      return Status::InvalidArgument(fmt::format("{}: exists and motley did not create it in this run; remove it", tmp));
+      return Status::InvalidArgument(
+          fmt::format("{}: exists and motley did not create it in this run; remove it", tmp));
     return Status::IoError(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
   }
   return std::make_pair(tmp, fd);
@@ -94,8 +99,10 @@ Status AtomicWriteFile(const std::string& path, const std::function<Status(const
   MOTLEY_ASSIGN_OR_RETURN(const auto created, CreateTempBeside(target.path));
   const auto& [tmp, fd] = created;
   Status s = WriteAllTo(fd, tmp, write, &crc);
-  if (s.ok() && ::fsync(fd) != 0) s = Status::IoError(fmt::format("{}: fsync failed: {}", tmp, std::strerror(errno)));
-  if (::close(fd) != 0 && s.ok()) s = Status::IoError(fmt::format("{}: close failed: {}", tmp, std::strerror(errno)));
+  if (s.ok() && ::fsync(fd) != 0)
+    s = Status::IoError(fmt::format("{}: fsync failed: {}", tmp, std::strerror(errno)));
+  if (::close(fd) != 0 && s.ok())
+    s = Status::IoError(fmt::format("{}: close failed: {}", tmp, std::strerror(errno)));
   if (s.ok() && std::rename(tmp.c_str(), target.path.c_str()) != 0)
     s = Status::IoError(fmt::format("{}: rename failed: {}", path, std::strerror(errno)));
   if (!s.ok()) {
@@ -108,7 +115,8 @@ Status AtomicWriteFile(const std::string& path, const std::function<Status(const
 }
 
 Status AtomicWriteFile(const std::string& path, std::string_view content, uint32_t* crc32) {
-  return AtomicWriteFile(path, [&](const AppendFn& append) { return append(content.data(), content.size()); }, crc32);
+  return AtomicWriteFile(
+      path, [&](const AppendFn& append) { return append(content.data(), content.size()); }, crc32);
 }
 
 Result<uint32_t> FileCrc32(const std::string& path) {
@@ -132,7 +140,8 @@ uint32_t Crc32(std::string_view bytes) {
 
 Status FsyncDirectory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return Status::IoError(fmt::format("{}: cannot open the directory: {}", dir, std::strerror(errno)));
+  if (fd < 0)
+    return Status::IoError(fmt::format("{}: cannot open the directory: {}", dir, std::strerror(errno)));
   const int rc = ::fsync(fd);
   ::close(fd);
   if (rc != 0) return Status::IoError(fmt::format("{}: fsync failed: {}", dir, std::strerror(errno)));
@@ -150,11 +159,13 @@ Result<std::string> ReadFileToString(const std::string& path) {
 
 Status CheckFolderWritable(const std::string& dir, const std::string& who) {
   auto refused = [&](const std::string& why) {
-    return Status::IoError(fmt::format(
-        "{} cannot write the checkpoint folder {} ({}): every rank writes its part of a checkpoint there, so the "
-        "folder must be shared by every host (a network or parallel filesystem) and writable by each rank's user; "
-        "set [checkpoint] dir to such a folder",
-        who, dir, why));
+    return Status::IoError(
+        fmt::format("{} cannot write the checkpoint folder {} ({}): every rank writes its part of a "
+                    "checkpoint there, so the "
+                    "folder must be shared by every host (a network or parallel filesystem) and writable by "
+                    "each rank's user; "
+                    "set [checkpoint] dir to such a folder",
+                    who, dir, why));
   };
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

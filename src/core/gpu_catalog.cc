@@ -114,13 +114,13 @@ GpuCatalog MakeBuiltin() {
   for (const Generation& g : generations)
     for (const char* name : g.types)
       if (const GpuSpec* found = c.Find(name)) {
-          GpuSpec s = *found;
-          s.reserve_bytes = g.reserve;
-          s.reserve_source = std::string("motley's default for ") + g.note +
-                             ": CUDA context 0.3-1 GiB (CUDA lazy loading; PyTorch CUDA semantics), NCCL "
-                             "buffers 4 MiB per channel and peer (NCCL docs), caching-allocator "
-                             "fragmentation 5-15% of the peak; a cluster file's reserve = ... replaces it";
-          c.Upsert(std::move(s));
+        GpuSpec s = *found;
+        s.reserve_bytes = g.reserve;
+        s.reserve_source = std::string("motley's default for ") + g.note +
+                           ": CUDA context 0.3-1 GiB (CUDA lazy loading; PyTorch CUDA semantics), NCCL "
+                           "buffers 4 MiB per channel and peer (NCCL docs), caching-allocator "
+                           "fragmentation 5-15% of the peak; a cluster file's reserve = ... replaces it";
+        c.Upsert(std::move(s));
       }
   return c;
 }

@@ -31,7 +31,7 @@ struct GpuSpec {
   /// type in a cluster file (`reserve = "2GiB"`), or measured by `motley profile` on the GPU
   /// (sim/profile.h: MeasuredReserve; a cluster file's figure stands over it).
   double reserve_bytes = 0;
-  std::string reserve_source;        // where the reserve comes from
+  std::string reserve_source;  // where the reserve comes from
 };
 
 /// The type's peak FLOP/s for compute in precision `p` (fp16 and bf16 share the tensor-core figure).

@@ -37,9 +37,9 @@ struct TrainingConfig {
 
 /// Where tokens come from. Owned by the data loader.
 struct DataConfig {
-  std::string train = "builtin";            // a .bin shard or directory of shards, or "builtin" (our corpus)
-  std::string validation;                   // "" = the held-out split of `train`
-  std::string tokenizer = "byte";           // "byte", a sentencepiece .model, or a tokenizer.json (or its folder)
+  std::string train = "builtin";   // a .bin shard or directory of shards, or "builtin" (our corpus)
+  std::string validation;          // "" = the held-out split of `train`
+  std::string tokenizer = "byte";  // "byte", a sentencepiece .model, or a tokenizer.json (or its folder)
   int64_t validation_interval_steps = 100;  // 0 = only at the end
   int64_t validation_sequences = 64;        // per validation pass
 };
@@ -104,7 +104,7 @@ struct TensorParallelConfig {
   /// choice: every split on a grid, the least pruning among the nearly fastest; kept to compare,
   /// bench/reports/flextp_stragglers.md).
   std::string semi_solver = "cost-model";
-  double recheck_change = 0.10;       // re-balance when a rank's own speed moved by more than this
+  double recheck_change = 0.10;  // re-balance when a rank's own speed moved by more than this
   /// The balancer judges each rank by the median of its speeds over the last this many steps: a
   /// hiccup of one step moves no work (nor prunes any, which would cost accuracy for nothing), a
   /// real slowdown is acted on at its second step. 1: the last step alone, as FlexTP decides each
@@ -113,10 +113,12 @@ struct TensorParallelConfig {
   /// (A run's first step, which pays one-time costs, is never judged: the team balances from its
   /// third step.)
   int64_t decision_window_steps = 3;
-  double max_prune_ratio = 0.5;       // at most this fraction of a straggler's MLP units pruned
-  double layer_decay = 0.8;           // how far per-layer ratios follow their weights' variation (FlexTP §III-B; 0: uniform)
-  bool resize_attention = true;       // ZERO-resizing prunes the attention's projections too, not only the MLP
-  int64_t stats_interval_steps = 10;  // priority statistics refreshed every this many steps (FlexTP's "epoch")
+  double max_prune_ratio = 0.5;  // at most this fraction of a straggler's MLP units pruned
+  double layer_decay =
+      0.8;  // how far per-layer ratios follow their weights' variation (FlexTP §III-B; 0: uniform)
+  bool resize_attention = true;  // ZERO-resizing prunes the attention's projections too, not only the MLP
+  int64_t stats_interval_steps =
+      10;  // priority statistics refreshed every this many steps (FlexTP's "epoch")
 };
 
 /// [straggler_detection]: naming ranks that slow down during a run, in every kind of plan (the
@@ -162,8 +164,8 @@ struct EmulatedStraggler {
 };
 
 struct JobSpec {
-  std::string file;         // where it came from, for messages
-  std::string model_ref;    // as written: a preset or a path (resolved relative to the job file)
+  std::string file;       // where it came from, for messages
+  std::string model_ref;  // as written: a preset or a path (resolved relative to the job file)
   // [model] init_from (or `motley train --init-from`): a Hugging Face model folder — config.json,
   // safetensors (one file or sharded), tokenizer.json — the run starts from: its config.json is the
   // model, its weights the starting point (each rank reads only the tensors its part holds). Resolved;

@@ -1,7 +1,7 @@
 #include "core/job_parse.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 
@@ -47,15 +47,18 @@ void ParseTraining(TomlTable& t, TrainingConfig* c) {
   std::vector<std::string> precisions = PrecisionNames();
   precisions.push_back("auto");
   if (auto v = t.Choice("precision", precisions)) {
-    if (*v == "auto") c->precision_reason = "auto";  // resolved once the cluster is read
-    else c->precision = *PrecisionFromName(*v);
+    if (*v == "auto")
+      c->precision_reason = "auto";  // resolved once the cluster is read
+    else
+      c->precision = *PrecisionFromName(*v);
   }
   if (auto v = t.Bool("activation_checkpointing")) c->activation_checkpointing = *v;
   c->loss_scaling = c->precision == Precision::kFp16;
   if (auto v = t.Bool("loss_scaling")) {
     if (!*v && c->precision == Precision::kFp16)
-      t.Error("loss_scaling", "fp16 needs loss scaling (small gradients underflow without it); keep it on or use "
-                              "precision = \"bf16\" or \"fp32\"");
+      t.Error("loss_scaling",
+              "fp16 needs loss scaling (small gradients underflow without it); keep it on or use "
+              "precision = \"bf16\" or \"fp32\"");
     c->loss_scaling = *v || c->precision == Precision::kFp16;
   }
   if (auto v = t.Int("seed", 0, INT64_MAX)) c->seed = static_cast<uint64_t>(*v);
@@ -143,16 +146,19 @@ void ParseEmulation(TomlTable& t, std::vector<EmulatedStraggler>* out) {
     if (auto v = s.Int("from_step", 1, kMaxSteps)) e.from_step = *v;
     if (auto v = s.Int("to_step", 0, kMaxSteps)) e.to_step = *v;
     if (e.to_step != 0 && e.to_step < e.from_step)
-      s.Error("to_step", fmt::format("to_step ({}) comes before from_step ({}); give a later step, or 0 for the end",
-                                     e.to_step, e.from_step));
+      s.Error("to_step",
+              fmt::format("to_step ({}) comes before from_step ({}); give a later step, or 0 for the end",
+                          e.to_step, e.from_step));
     // Two entries slowing one rank in the same steps would multiply: one entry a rank and window.
     auto last = [](const EmulatedStraggler& x) { return x.to_step == 0 ? kMaxSteps : x.to_step; };
     for (size_t i = 0; i < out->size(); ++i) {
       const EmulatedStraggler& o = (*out)[i];
       if (o.rank == e.rank && e.from_step <= last(o) && o.from_step <= last(e))
-        s.Error("rank", fmt::format("rank {} is already slowed in steps {}..{} by stragglers entry {}; give one entry "
-                                    "a rank for each window of steps (from_step/to_step), windows that do not overlap",
-                                    e.rank, std::max(e.from_step, o.from_step), std::min(last(e), last(o)), i + 1));
+        s.Error(
+            "rank",
+            fmt::format("rank {} is already slowed in steps {}..{} by stragglers entry {}; give one entry "
+                        "a rank for each window of steps (from_step/to_step), windows that do not overlap",
+                        e.rank, std::max(e.from_step, o.from_step), std::min(last(e), last(o)), i + 1));
     }
     s.Finish();
     out->push_back(e);
@@ -197,9 +203,10 @@ std::string ModelMathDifference(const ModelSpec& a, const ModelSpec& b) {
 Status ApplyInitFrom(JobSpec* job, const std::string& dir, const std::optional<std::string>& shape) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(std::filesystem::path(dir) / "config.json", ec))
-    return Status::NotFound(fmt::format("{}: not a Hugging Face model folder (no config.json); give the folder that "
-                                        "holds config.json and the safetensors",
-                                        dir));
+    return Status::NotFound(
+        fmt::format("{}: not a Hugging Face model folder (no config.json); give the folder that "
+                    "holds config.json and the safetensors",
+                    dir));
   MOTLEY_ASSIGN_OR_RETURN(ModelSpec from, LoadModel(dir));
   // A shape the job gives too must be the folder's (the job's `shape`, or a `model` it names).
   std::optional<ModelSpec> given;
@@ -214,17 +221,20 @@ Status ApplyInitFrom(JobSpec* job, const std::string& dir, const std::optional<s
   if (given) {
     const std::string diff = ModelMathDifference(*given, from);
     if (!diff.empty())
-      return Status::InvalidArgument(fmt::format(
-          "the job's model {} and {}/config.json disagree ({}); the run starts from the folder's weights, so its "
-          "config.json is the model: drop the job's shape or start from a folder of that shape",
-          given_name, dir, diff));
+      return Status::InvalidArgument(
+          fmt::format("the job's model {} and {}/config.json disagree ({}); the run starts from the folder's "
+                      "weights, so its "
+                      "config.json is the model: drop the job's shape or start from a folder of that shape",
+                      given_name, dir, diff));
   }
   job->model_ref = dir;
   job->init_from = dir;
   job->model = from;
   // The folder's tokenizer is the run's, unless the job names another.
-  if (job->data.tokenizer == "byte" && std::filesystem::is_regular_file(std::filesystem::path(dir) / "tokenizer.json", ec))
-    job->data.tokenizer = std::filesystem::absolute(dir, ec).lexically_normal().string();  // not relative to the job
+  if (job->data.tokenizer == "byte" &&
+      std::filesystem::is_regular_file(std::filesystem::path(dir) / "tokenizer.json", ec))
+    job->data.tokenizer =
+        std::filesystem::absolute(dir, ec).lexically_normal().string();  // not relative to the job
   return Status::Ok();
 }
 
@@ -273,7 +283,8 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
   bool have_model = false, have_cluster = false;
   if (init_from && options.resolve_files) {
     const std::optional<std::string> shape_ref =
-        shape ? std::optional<std::string>(FindModelPreset(*shape) ? *shape : RelativeTo(file, *shape)) : std::nullopt;
+        shape ? std::optional<std::string>(FindModelPreset(*shape) ? *shape : RelativeTo(file, *shape))
+              : std::nullopt;
     if (Status s = ApplyInitFrom(&job, RelativeTo(file, *init_from), shape_ref); !s.ok()) {
       model_table->Error("init_from", s.message());
     } else {

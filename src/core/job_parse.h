@@ -24,7 +24,8 @@ Result<JobSpec> LoadJobFile(const std::string& path);
 /// its config.json becomes the job's model — a shape the job gives too (`shape`, or the model the
 /// job named) must agree, else one error naming both and what differs — and its tokenizer.json the
 /// run's tokenizer unless [data] names one.
-Status ApplyInitFrom(JobSpec* job, const std::string& dir, const std::optional<std::string>& shape = std::nullopt);
+Status ApplyInitFrom(JobSpec* job, const std::string& dir,
+                     const std::optional<std::string>& shape = std::nullopt);
 
 /// The fields that change the math where two models differ ("hidden_size 32 vs 64, ..."), "" when none.
 std::string ModelMathDifference(const ModelSpec& a, const ModelSpec& b);

@@ -86,16 +86,19 @@ TEST(JobErrors, GlobalBatchMustBeWholeSequences) {
 // Found by the fuzzer: a section given as a value (lr_schedule = 6656) read the missing table
 // (undefined behaviour); it is one error naming the key.
 TEST(JobErrors, ASectionGivenAsAValueIsOneError) {
-  const std::string e = Error("model = \"llama-1m\"\ncluster = \"local-emulated\"\nlr_schedule = 6656\n[training]\n"
-                              "seq_len = 128\nglobal_batch_tokens = 4096\n");
-  EXPECT_NE(e.find("job.toml:3:15: error: lr_schedule: expected a table, got an integer"), std::string::npos) << e;
+  const std::string e = Error(
+      "model = \"llama-1m\"\ncluster = \"local-emulated\"\nlr_schedule = 6656\n[training]\n"
+      "seq_len = 128\nglobal_batch_tokens = 4096\n");
+  EXPECT_NE(e.find("job.toml:3:15: error: lr_schedule: expected a table, got an integer"), std::string::npos)
+      << e;
 }
 
 TEST(Job, EmulatedStragglersSlowEveryComputeOrOnlyTheMatmuls) {
-  Result<JobSpec> j = ParseJobToml(std::string(kMinimal) +
-                                       "[[emulation.stragglers]]\nrank = 1\nslowdown = 4\n"
-                                       "[[emulation.stragglers]]\nrank = 2\nslowdown = 2\nslows = \"matmul\"\n",
-                                   "job.toml");
+  Result<JobSpec> j =
+      ParseJobToml(std::string(kMinimal) +
+                       "[[emulation.stragglers]]\nrank = 1\nslowdown = 4\n"
+                       "[[emulation.stragglers]]\nrank = 2\nslowdown = 2\nslows = \"matmul\"\n",
+                   "job.toml");
   ASSERT_TRUE(j.ok()) << j.status().message();
   ASSERT_EQ(j->stragglers.size(), 2u);
   EXPECT_EQ(j->stragglers[0].slows, "compute");
@@ -107,13 +110,16 @@ TEST(Job, EmulatedStragglersSlowEveryComputeOrOnlyTheMatmuls) {
   EXPECT_NE(e.find("matmul"), std::string::npos) << e;
   // Two entries for one rank in the same steps would multiply (#48): an error naming the steps;
   // windows that do not overlap are two slowdowns in turn.
-  const std::string twice = Error(std::string(kMinimal) + "[[emulation.stragglers]]\nrank = 1\nslowdown = 4\n" +
-                                  "[[emulation.stragglers]]\nrank = 1\nslowdown = 2\nfrom_step = 5\nto_step = 9\n");
-  EXPECT_NE(twice.find("rank 1 is already slowed in steps 5..9 by stragglers entry 1"), std::string::npos) << twice;
-  Result<JobSpec> turns = ParseJobToml(std::string(kMinimal) +
-                                           "[[emulation.stragglers]]\nrank = 1\nslowdown = 4\nto_step = 4\n"
-                                           "[[emulation.stragglers]]\nrank = 1\nslowdown = 2\nfrom_step = 5\n",
-                                       "job.toml");
+  const std::string twice =
+      Error(std::string(kMinimal) + "[[emulation.stragglers]]\nrank = 1\nslowdown = 4\n" +
+            "[[emulation.stragglers]]\nrank = 1\nslowdown = 2\nfrom_step = 5\nto_step = 9\n");
+  EXPECT_NE(twice.find("rank 1 is already slowed in steps 5..9 by stragglers entry 1"), std::string::npos)
+      << twice;
+  Result<JobSpec> turns =
+      ParseJobToml(std::string(kMinimal) +
+                       "[[emulation.stragglers]]\nrank = 1\nslowdown = 4\nto_step = 4\n"
+                       "[[emulation.stragglers]]\nrank = 1\nslowdown = 2\nfrom_step = 5\n",
+                   "job.toml");
   ASSERT_TRUE(turns.ok()) << turns.status().message();
   EXPECT_EQ(turns->stragglers.size(), 2u);
 }

@@ -33,7 +33,8 @@ Result<nlohmann::json> ParseJson(std::string_view text, const std::string& file,
   auto check = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using Event = nlohmann::json::parse_event_t;
     if (depth > max_depth)
-      throw Refused{fmt::format("nested more than {} levels deep; no motley file needs that many", max_depth)};
+      throw Refused{
+          fmt::format("nested more than {} levels deep; no motley file needs that many", max_depth)};
     if (event == Event::object_start) {
       keys.emplace_back();
       path.resize(keys.size());
@@ -45,9 +46,10 @@ Result<nlohmann::json> ParseJson(std::string_view text, const std::string& file,
       const std::string key = parsed.get<std::string>();
       if (!keys.back().insert(key).second) {
         const std::vector<std::string> leading(path.begin(), path.end() - 1);
-        throw Refused{fmt::format("key \"{}\" appears twice in one object{} (the second would silently replace the "
-                                  "first); keep one",
-                                  key, leading.empty() ? "" : fmt::format(" (under \"{}\")", fmt::join(leading, "\" > \"")))};
+        throw Refused{fmt::format(
+            "key \"{}\" appears twice in one object{} (the second would silently replace the "
+            "first); keep one",
+            key, leading.empty() ? "" : fmt::format(" (under \"{}\")", fmt::join(leading, "\" > \"")))};
       }
       path.back() = key;
     }

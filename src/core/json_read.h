@@ -20,7 +20,8 @@ inline constexpr int kMaxJsonDepth = 64;
 
 /// Parses `text` (from `file`, for messages). Errors: "<file>:<line>:<column>: error: ..." for
 /// malformed JSON, "<file>: error: ..." for depth and repeated keys.
-Result<nlohmann::json> ParseJson(std::string_view text, const std::string& file, int max_depth = kMaxJsonDepth);
+Result<nlohmann::json> ParseJson(std::string_view text, const std::string& file,
+                                 int max_depth = kMaxJsonDepth);
 
 /// What a JSON library error says, for a user: without nlohmann's "[json.exception.type_error.302] "
 /// tag and, for a parse error, without its "parse error at line L, column C: " (messages name the

@@ -20,12 +20,14 @@ TEST(ParseJson, RefusesARepeatedKeyNamingItAndWhereItIs) {
   Result<nlohmann::json> top = ParseJson(R"({"hidden_size": 64, "hidden_size": 128})", "config.json");
   ASSERT_FALSE(top.ok());
   EXPECT_EQ(top.status().message(),
-            "config.json: error: key \"hidden_size\" appears twice in one object (the second would silently replace "
+            "config.json: error: key \"hidden_size\" appears twice in one object (the second would silently "
+            "replace "
             "the first); keep one");
   Result<nlohmann::json> inner = ParseJson(R"({"groups": {"first": {"n": 1, "n": 2}}, "z": 0})", "plan.json");
   ASSERT_FALSE(inner.ok());
-  EXPECT_NE(inner.status().message().find("key \"n\" appears twice in one object (under \"groups\" > \"first\")"),
-            std::string::npos)
+  EXPECT_NE(
+      inner.status().message().find("key \"n\" appears twice in one object (under \"groups\" > \"first\")"),
+      std::string::npos)
       << inner.status().message();
 }
 

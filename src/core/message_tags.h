@@ -10,12 +10,12 @@
 namespace motley {
 
 enum class TagRange : int64_t {
-  kSchedule = 0,    // the schedule's sends and receives (activations and their gradients), by the lowering
-  kStateGather = 1, // assembling the full parameters and moments on rank 0 (checkpoints, validation)
-  kFlexTp = 2,      // FlexTP's column migrations inside a tensor-parallel team
-  kLinkProbe = 3,   // motley profile's link measurements
-  kTrace = 4,       // collecting every rank's trace on rank 0
-  kRebalance = 5,   // live rebalancing: the state moving to the ranks of the new plan
+  kSchedule = 0,     // the schedule's sends and receives (activations and their gradients), by the lowering
+  kStateGather = 1,  // assembling the full parameters and moments on rank 0 (checkpoints, validation)
+  kFlexTp = 2,       // FlexTP's column migrations inside a tensor-parallel team
+  kLinkProbe = 3,    // motley profile's link measurements
+  kTrace = 4,        // collecting every rank's trace on rank 0
+  kRebalance = 5,    // live rebalancing: the state moving to the ranks of the new plan
 };
 constexpr int64_t kTagsPerRange = int64_t{1} << 28;
 

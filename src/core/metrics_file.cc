@@ -21,34 +21,39 @@ class LineReader {
   LineReader(const nlohmann::json& j, const std::string& file, int line) : j_(j), file_(file), line_(line) {}
 
   Status Error(std::string_view field, std::string_view what) const {
-    return Status::InvalidArgument(fmt::format("{}:{}: \"{}\" {}; give the file `motley train --metrics` wrote "
-                                               "(or remove the line)",
-                                               file_, line_, field, what));
+    return Status::InvalidArgument(
+        fmt::format("{}:{}: \"{}\" {}; give the file `motley train --metrics` wrote "
+                    "(or remove the line)",
+                    file_, line_, field, what));
   }
 
   // A number or null (a non-finite figure, as the run writes it): NaN for null.
-  Result<std::optional<double>> Number(const nlohmann::json& in, std::string_view key, std::string_view name) const {
+  Result<std::optional<double>> Number(const nlohmann::json& in, std::string_view key,
+                                       std::string_view name) const {
     auto it = in.find(key);
     if (it == in.end()) return std::optional<double>();
     if (it->is_null()) return std::optional<double>(std::numeric_limits<double>::quiet_NaN());
-    if (!it->is_number()) return Error(name, fmt::format("must be a number, not {}", it->dump().substr(0, 40)));
+    if (!it->is_number())
+      return Error(name, fmt::format("must be a number, not {}", it->dump().substr(0, 40)));
     return std::optional<double>(it->get<double>());
   }
 
-  Result<std::optional<int64_t>> Integer(const nlohmann::json& in, std::string_view key, int64_t min, int64_t max,
-                                         std::string_view name) const {
+  Result<std::optional<int64_t>> Integer(const nlohmann::json& in, std::string_view key, int64_t min,
+                                         int64_t max, std::string_view name) const {
     auto it = in.find(key);
     if (it == in.end()) return std::optional<int64_t>();
     const std::optional<int64_t> v = JsonInt64(*it);
     if (!v || *v < min || *v > max)
-      return Error(name, fmt::format("must be an integer from {} to {}, not {}", min, max, it->dump().substr(0, 40)));
+      return Error(
+          name, fmt::format("must be an integer from {} to {}, not {}", min, max, it->dump().substr(0, 40)));
     return v;
   }
 
   Result<std::string> String(std::string_view key) const {
     auto it = j_.find(key);
     if (it == j_.end()) return std::string();
-    if (!it->is_string()) return Error(key, fmt::format("must be a string, not {}", it->dump().substr(0, 40)));
+    if (!it->is_string())
+      return Error(key, fmt::format("must be a string, not {}", it->dump().substr(0, 40)));
     return it->get<std::string>();
   }
 
@@ -58,7 +63,8 @@ class LineReader {
     MOTLEY_ASSIGN_OR_RETURN(m.event, String("event"));
     MOTLEY_ASSIGN_OR_RETURN(m.schedule_hash, String("schedule_hash"));
     MOTLEY_ASSIGN_OR_RETURN(m.step, Integer(j_, "step", -1, kMaxStep, "step"));
-    MOTLEY_ASSIGN_OR_RETURN(std::optional<int64_t> first, Integer(j_, "first_step", 0, kMaxStep, "first_step"));
+    MOTLEY_ASSIGN_OR_RETURN(std::optional<int64_t> first,
+                            Integer(j_, "first_step", 0, kMaxStep, "first_step"));
     if (!m.step) m.step = first;  // a start says where its steps begin
     MOTLEY_ASSIGN_OR_RETURN(m.loss, Number(j_, "loss", "loss"));
     MOTLEY_ASSIGN_OR_RETURN(m.val_loss, Number(j_, "val_loss", "val_loss"));
@@ -76,18 +82,21 @@ class LineReader {
     }
     // "ranks": a step's per-rank figures (a start event writes the rank count there instead).
     if (auto it = j_.find("ranks"); it != j_.end() && !it->is_number_integer()) {
-      if (!it->is_array()) return Error("ranks", "must be a list of the ranks' figures (or a start's rank count)");
+      if (!it->is_array())
+        return Error("ranks", "must be a list of the ranks' figures (or a start's rank count)");
       for (size_t i = 0; i < it->size(); ++i) {
         const nlohmann::json& r = (*it)[i];
         const std::string name = fmt::format("ranks[{}]", i);
         if (!r.is_object()) return Error(name, "must be an object");
         MetricsRank rank;
-        MOTLEY_ASSIGN_OR_RETURN(std::optional<int64_t> id, Integer(r, "rank", 0, kMaxRank - 1, name + ".rank"));
+        MOTLEY_ASSIGN_OR_RETURN(std::optional<int64_t> id,
+                                Integer(r, "rank", 0, kMaxRank - 1, name + ".rank"));
         if (!id) return Error(name + ".rank", "is missing");
         rank.rank = static_cast<int>(*id);
         MOTLEY_ASSIGN_OR_RETURN(rank.compute_s, Number(r, "compute_s", name + ".compute_s"));
         MOTLEY_ASSIGN_OR_RETURN(rank.comm_s, Number(r, "comm_s", name + ".comm_s"));
-        MOTLEY_ASSIGN_OR_RETURN(std::optional<double> peak, Number(r, "peak_memory_bytes", name + ".peak_memory_bytes"));
+        MOTLEY_ASSIGN_OR_RETURN(std::optional<double> peak,
+                                Number(r, "peak_memory_bytes", name + ".peak_memory_bytes"));
         if (peak && std::isfinite(*peak)) rank.peak_memory_bytes = *peak;
         m.ranks.push_back(rank);
       }
@@ -104,7 +113,8 @@ class LineReader {
 
 }  // namespace
 
-Result<std::vector<MetricsLine>> ParseMetricsJsonl(std::string_view text, const std::string& file, int first_line) {
+Result<std::vector<MetricsLine>> ParseMetricsJsonl(std::string_view text, const std::string& file,
+                                                   int first_line) {
   std::vector<MetricsLine> out;
   int line_no = first_line - 1;
   for (size_t begin = 0; begin < text.size();) {
@@ -118,10 +128,10 @@ Result<std::vector<MetricsLine>> ParseMetricsJsonl(std::string_view text, const 
     Result<nlohmann::json> j = ParseJson(line, file);
     if (!j.ok() || !j->is_object()) {
       if (last) break;  // a last line cut short by a run still writing
-      return Status::InvalidArgument(
-          fmt::format("{}:{}: not a JSON object (a metrics file has one a line, as `motley train --metrics` writes "
-                      "it); remove the line",
-                      file, line_no));
+      return Status::InvalidArgument(fmt::format(
+          "{}:{}: not a JSON object (a metrics file has one a line, as `motley train --metrics` writes "
+          "it); remove the line",
+          file, line_no));
     }
     MOTLEY_ASSIGN_OR_RETURN(MetricsLine m, LineReader(*j, file, line_no).Read());
     out.push_back(std::move(m));
@@ -131,8 +141,10 @@ Result<std::vector<MetricsLine>> ParseMetricsJsonl(std::string_view text, const 
 
 Result<std::vector<MetricsLine>> ReadMetricsFile(const std::string& path, std::streamoff from_byte) {
   MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));  // a regular file, within the cap
-  const size_t from = std::min<size_t>(text.size(), static_cast<size_t>(std::max<std::streamoff>(0, from_byte)));
-  const int first_line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(from), '\n'));
+  const size_t from =
+      std::min<size_t>(text.size(), static_cast<size_t>(std::max<std::streamoff>(0, from_byte)));
+  const int first_line =
+      1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(from), '\n'));
   return ParseMetricsJsonl(std::string_view(text).substr(from), path, first_line);
 }
 

@@ -23,7 +23,7 @@ namespace motley {
 struct MetricsRank {
   int rank = 0;
   std::optional<double> compute_s, comm_s;  // absent where the line has none
-  double peak_memory_bytes = -1;             // < 0: not measured
+  double peak_memory_bytes = -1;            // < 0: not measured
 };
 
 /// One line. A number the run could not write (a non-finite loss is written as null) reads as NaN.
@@ -34,16 +34,16 @@ struct MetricsLine {
   std::string schedule_hash;    // the schedule the steps from here on run ("" where the line names none)
   std::optional<double> loss, val_loss, step_time_s, tokens_per_s;
   double migrated_units = 0, pruned_fraction = 0;
-  std::vector<MetricsRank> ranks;                        // a step's per-rank figures
+  std::vector<MetricsRank> ranks;                       // a step's per-rank figures
   nlohmann::json stragglers = nlohmann::json::array();  // the ranks straggling at this step
-  nlohmann::json fields;                                 // the whole line as written
+  nlohmann::json fields;                                // the whole line as written
 };
 
 /// Reads `text` (from `file`, for messages). A last line cut short (a run still writing it) is left
 /// out; any other line that is not an object, or a field of the wrong type or out of range, is an
 /// error "<file>:<line>: ..." naming the field and the fix.
 Result<std::vector<MetricsLine>> ParseMetricsJsonl(std::string_view text, const std::string& file,
-                                                    int first_line = 1);
+                                                   int first_line = 1);
 
 /// Reads the metrics file at `path` from byte `from_byte` on (where a restarted run's lines begin).
 /// A path that is not a regular file, or one over the text cap, is refused.

@@ -45,7 +45,8 @@ TEST(MetricsFile, ReadsStepsAndEventsTyped) {
 TEST(MetricsFile, AFieldOfTheWrongTypeNamesTheLineAndField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{\"step\":\"one\"}", "m.jsonl:2: \"step\" must be an integer from -1 to"},
-      {"{\"step\":18446744073709551615}", "\"step\" must be an integer from -1 to 9007199254740992, not 18446744073709551615"},
+      {"{\"step\":18446744073709551615}",
+       "\"step\" must be an integer from -1 to 9007199254740992, not 18446744073709551615"},
       {"{\"step\":1,\"loss\":\"low\"}", "m.jsonl:2: \"loss\" must be a number, not \"low\""},
       {"{\"event\":7}", "\"event\" must be a string"},
       {"{\"ranks\":{\"rank\":0}}", "\"ranks\" must be a list"},

@@ -1,7 +1,7 @@
 #include "core/model.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 
 namespace motley {
 
@@ -66,7 +66,8 @@ double EmbeddingParamsPerRank(const ModelSpec& m, int tp) {
 
 double HeadParamsPerRank(const ModelSpec& m, int tp) {
   return static_cast<double>(m.hidden_size) +
-         (m.tie_embeddings ? 0.0 : static_cast<double>(PaddedVocabSize(m, tp) * m.hidden_size) / std::max(1, tp));
+         (m.tie_embeddings ? 0.0
+                           : static_cast<double>(PaddedVocabSize(m, tp) * m.hidden_size) / std::max(1, tp));
 }
 
 int64_t TotalParams(const ModelSpec& m) {
@@ -156,7 +157,8 @@ double LayerForwardPeakBytesPerToken(const ModelSpec& m, int64_t seq_len, Precis
   // The scores and their softmax in the master precision (and the compute precision's copies when
   // lower: derived, not measured).
   if (!fused_attention)
-    attention += static_cast<double>(m.num_heads) / t * static_cast<double>(seq_len) * (2 * master + (c < master ? c : 0));
+    attention += static_cast<double>(m.num_heads) / t * static_cast<double>(seq_len) *
+                 (2 * master + (c < master ? c : 0));
   const double mlp = (3 * h + 4.0 * static_cast<double>(m.ffn_size) / t) * c;
   return std::max(attention, mlp);
 }
@@ -173,7 +175,8 @@ double HeadBackwardExtraBytesPerToken(const ModelSpec& m, Precision p, int tp) {
          static_cast<double>(m.hidden_size) * RmsNormKeptBytes(p);
 }
 
-double CheckpointedBackwardBytes(const ModelSpec& m, int64_t seq_len, Precision p, double tokens, bool head, int tp) {
+double CheckpointedBackwardBytes(const ModelSpec& m, int64_t seq_len, Precision p, double tokens, bool head,
+                                 int tp) {
   const double grads = StateBytes(p).grads;
   const double layer = LayerBackwardBytesPerToken(m, seq_len, p, false, tp) * tokens +
                        static_cast<double>(ParamsPerLayer(m)) / std::max(1, tp) * grads;
@@ -184,7 +187,8 @@ double CheckpointedBackwardBytes(const ModelSpec& m, int64_t seq_len, Precision 
   return std::max(layer, HeadBackwardBytesPerToken(m, p, tp) * tokens + head_params * grads);
 }
 
-double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention, int tp) {
+double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
+                                  int tp) {
   return 1.2 * LayerActivationBytesPerToken(m, seq_len, p, fused_attention, tp);
 }
 

@@ -16,10 +16,10 @@ namespace motley {
 struct RopeScaling {
   enum class Type { kNone, kLinear, kDynamic, kLlama3 };
   Type type = Type::kNone;
-  double factor = 1.0;                             // linear, dynamic, llama3: > 0 (>= 1 for dynamic, llama3)
-  double low_freq_factor = 1.0;                    // llama3
-  double high_freq_factor = 4.0;                   // llama3: > low_freq_factor
-  int64_t original_max_position_embeddings = 0;    // llama3: the context the model was pre-trained on
+  double factor = 1.0;                           // linear, dynamic, llama3: > 0 (>= 1 for dynamic, llama3)
+  double low_freq_factor = 1.0;                  // llama3
+  double high_freq_factor = 4.0;                 // llama3: > low_freq_factor
+  int64_t original_max_position_embeddings = 0;  // llama3: the context the model was pre-trained on
 
   bool operator==(const RopeScaling&) const = default;
 };
@@ -44,7 +44,6 @@ struct ModelSpec {
   int64_t head_dim() const { return hidden_size / num_heads; }
   int64_t kv_dim() const { return num_kv_heads * head_dim(); }
 };
-
 
 /// Built-in shapes: the LLaMA-1 models of the Zorse paper, Llama 3 8B, TinyLlama, and tiny test
 /// models.
@@ -130,7 +129,8 @@ double LayerForwardPeakBytesPerToken(const ModelSpec& m, int64_t seq_len, Precis
 /// flight while they are consumed — measured at 1.15-1.19 times the saved activations at a
 /// thousand tokens and more (tensor_parallel_test; the weights' gradients aside, which a schedule
 /// counts as gradients), counted as 1.2.
-double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention, int tp = 1);
+double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
+                                  int tp = 1);
 /// What the head's piece of a checkpointed backward holds at its peak, per token: its recomputed
 /// forward (LogitsBytesPerToken) — its backward holds no more: the saved softmax becomes the
 /// gradient in place, plus that gradient in the compute precision when it is lower — and what the

@@ -2,8 +2,8 @@
 #include "core/model_parse.h"
 #include "core/json_read.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -62,22 +62,26 @@ void CheckRopeScaling(const RopeScaling& r, const std::function<std::string(std:
   if (r.type == Type::kNone) return;
   const bool linear = r.type == Type::kLinear;
   if (linear ? !(r.factor > 0) : !(r.factor >= 1))
-    error(key("factor"), fmt::format("{} {}: a {} scaling needs a factor {}", key("factor"), r.factor,
-                                     RopeScalingTypeName(r.type), linear ? "> 0" : ">= 1 (it extends the context)"));
+    error(key("factor"),
+          fmt::format("{} {}: a {} scaling needs a factor {}", key("factor"), r.factor,
+                      RopeScalingTypeName(r.type), linear ? "> 0" : ">= 1 (it extends the context)"));
   if (r.type != Type::kLlama3) return;
   if (!(r.low_freq_factor > 0))
-    error(key("low_freq_factor"), fmt::format("{} {} must be > 0", key("low_freq_factor"), r.low_freq_factor));
+    error(key("low_freq_factor"),
+          fmt::format("{} {} must be > 0", key("low_freq_factor"), r.low_freq_factor));
   if (!(r.high_freq_factor > r.low_freq_factor))
-    error(key("high_freq_factor"),
-          fmt::format("{} ({}) must be greater than {} ({}): llama3 scaling interpolates between the two",
-                      key("high_freq_factor"), r.high_freq_factor, key("low_freq_factor"), r.low_freq_factor));
+    error(
+        key("high_freq_factor"),
+        fmt::format("{} ({}) must be greater than {} ({}): llama3 scaling interpolates between the two",
+                    key("high_freq_factor"), r.high_freq_factor, key("low_freq_factor"), r.low_freq_factor));
   if (r.original_max_position_embeddings < 1)
     error(key("original_max_position_embeddings"),
           fmt::format("{} must be a positive integer: the context the model was pre-trained on",
                       key("original_max_position_embeddings")));
 }
 
-constexpr const char* kRopeTypesSupported = "motley supports \"default\", \"linear\", \"dynamic\" and \"llama3\"";
+constexpr const char* kRopeTypesSupported =
+    "motley supports \"default\", \"linear\", \"dynamic\" and \"llama3\"";
 
 }  // namespace
 
@@ -262,13 +266,16 @@ Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& fi
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     auto it = j.find(key);
     if (it == j.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) continue;
-    error(key, fmt::format("{} {}: motley's Llama has no biases in its {} projections; it supports {} = false",
-                           key, it->dump(), std::string_view(key) == "mlp_bias" ? "MLP" : "attention", key));
+    error(key,
+          fmt::format("{} {}: motley's Llama has no biases in its {} projections; it supports {} = false",
+                      key, it->dump(), std::string_view(key) == "mlp_bias" ? "MLP" : "attention", key));
   }
   if (auto it = j.find("hidden_act"); it != j.end() && !it->is_null()) {
-    const bool silu = it->is_string() && (it->get<std::string>() == "silu" || it->get<std::string>() == "swish");
+    const bool silu =
+        it->is_string() && (it->get<std::string>() == "silu" || it->get<std::string>() == "swish");
     if (!silu)
-      error("hidden_act", fmt::format("{}: motley's Llama MLP is SwiGLU; it supports hidden_act \"silu\"", it->dump()));
+      error("hidden_act",
+            fmt::format("{}: motley's Llama MLP is SwiGLU; it supports hidden_act \"silu\"", it->dump()));
   }
   if (auto it = j.find("attention_dropout"); it != j.end() && !it->is_null()) {
     if (!it->is_number() || it->get<double>() != 0.0)
@@ -288,7 +295,8 @@ Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& fi
         if (!t->is_string()) {
           rs_error(key, fmt::format("{} {}: expected a string; {}", key, t->dump(), kRopeTypesSupported));
         } else if (!type.empty() && t->get<std::string>() != type) {
-          rs_error(key, fmt::format("\"type\" and \"rope_type\" disagree (\"{}\" and \"{}\")", type, t->get<std::string>()));
+          rs_error(key, fmt::format("\"type\" and \"rope_type\" disagree (\"{}\" and \"{}\")", type,
+                                    t->get<std::string>()));
         } else {
           type = t->get<std::string>();
         }
@@ -303,7 +311,8 @@ Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& fi
         keys.push_back("factor");
       } else if (type == "llama3") {
         rs.type = Type::kLlama3;
-        keys.insert(keys.end(), {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+        keys.insert(keys.end(),
+                    {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
       } else if (type.empty()) {
         rs_error("rope_scaling", fmt::format("names no rope_type; {}", kRopeTypesSupported));
       } else {
@@ -333,9 +342,10 @@ Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& fi
         // A key motley does not know may change the math (attention_factor, beta_fast, ...): refused.
         for (const auto& [key, value] : r.items()) {
           if (std::find(keys.begin(), keys.end(), key) != keys.end() || value.is_null()) continue;
-          rs_error(key, fmt::format("\"{}\" is not part of a {} scaling as motley implements it (its keys: {}); "
-                                    "remove it or use a model whose config does without",
-                                    key, type, fmt::join(keys, ", ")));
+          rs_error(key,
+                   fmt::format("\"{}\" is not part of a {} scaling as motley implements it (its keys: {}); "
+                               "remove it or use a model whose config does without",
+                               key, type, fmt::join(keys, ", ")));
         }
         CheckRopeScaling(
             rs, [](std::string_view k) { return std::string(k); }, rs_error);

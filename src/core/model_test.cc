@@ -1,8 +1,8 @@
 #include "core/model.h"
 
-#include <cstdint>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <cstdint>
 
 #include "core/builtin_files.h"
 #include "core/model_parse.h"
@@ -80,11 +80,13 @@ TEST(Model, StateBytesPerPrecision) {
 
 TEST(Model, Fp64DoublesEveryByteCountOfFp32) {
   const ModelSpec& m = *FindModelPreset("llama-7b");
-  EXPECT_DOUBLE_EQ(BoundaryActivationBytesPerToken(m, Precision::kFp64), 2 * BoundaryActivationBytesPerToken(m, Precision::kFp32));
+  EXPECT_DOUBLE_EQ(BoundaryActivationBytesPerToken(m, Precision::kFp64),
+                   2 * BoundaryActivationBytesPerToken(m, Precision::kFp32));
   EXPECT_DOUBLE_EQ(LayerActivationBytesPerToken(m, 2048, Precision::kFp64, false),
                    2 * LayerActivationBytesPerToken(m, 2048, Precision::kFp32, false));
   EXPECT_DOUBLE_EQ(LogitsBytesPerToken(m, Precision::kFp64), 2 * 32000 * 8.0);
-  EXPECT_DOUBLE_EQ(LogitsBytesPerToken(m, Precision::kBf16), 32000 * (2 + 4.0));  // bf16 logits, the loss's fp32 copy
+  EXPECT_DOUBLE_EQ(LogitsBytesPerToken(m, Precision::kBf16),
+                   32000 * (2 + 4.0));  // bf16 logits, the loss's fp32 copy
 }
 
 TEST(Model, TensorParallelRanksHoldTheirShareOfALayersActivations) {
@@ -226,8 +228,10 @@ std::string Llama32Config(const std::string& rope_scaling, const std::string& ex
   "num_key_value_heads": 8,
   "pretraining_tp": 1,
   "rms_norm_eps": 1e-05,
-  "rope_scaling": )" + rope_scaling + R"(,
-  "rope_theta": 500000.0,)" + extra + R"(
+  "rope_scaling": )" +
+         rope_scaling + R"(,
+  "rope_theta": 500000.0,)" +
+         extra + R"(
   "tie_word_embeddings": true,
   "vocab_size": 128256
 })";
@@ -281,19 +285,25 @@ TEST(ModelParseErrors, FieldsThatChangeTheMathAreRefusedByName) {
   };
   const std::vector<Case> cases = {
       {Llama32Config(R"({"rope_type": "yarn", "factor": 4.0})"),
-       "rope_scaling: rope type \"yarn\" is not implemented; motley supports \"default\", \"linear\", \"dynamic\" "
+       "rope_scaling: rope type \"yarn\" is not implemented; motley supports \"default\", \"linear\", "
+       "\"dynamic\" "
        "and \"llama3\""},
-      {Llama32Config(R"({"rope_type": "longrope", "factor": 4.0})"), "rope type \"longrope\" is not implemented"},
+      {Llama32Config(R"({"rope_type": "longrope", "factor": 4.0})"),
+       "rope type \"longrope\" is not implemented"},
       {Llama32Config(R"({"rope_type": "linear", "factor": 2.0, "attention_factor": 0.5})"),
        "\"attention_factor\" is not part of a linear scaling"},
-      {Llama32Config(R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+      {Llama32Config(
+           R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
                          "original_max_position_embeddings": 8192})"),
        "high_freq_factor (1) must be greater than low_freq_factor (4)"},
-      {Llama32Config(R"({"rope_type": "llama3", "factor": 8.0})"), "a llama3 scaling needs \"low_freq_factor\""},
-      {Llama32Config(R"({"rope_type": "dynamic", "factor": 0.5})"), "factor 0.5: a dynamic scaling needs a factor >= 1"},
+      {Llama32Config(R"({"rope_type": "llama3", "factor": 8.0})"),
+       "a llama3 scaling needs \"low_freq_factor\""},
+      {Llama32Config(R"({"rope_type": "dynamic", "factor": 0.5})"),
+       "factor 0.5: a dynamic scaling needs a factor >= 1"},
       {Replaced("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\""),
        "hidden_act: \"gelu\": motley's Llama MLP is SwiGLU"},
-      {Replaced("\"mlp_bias\": false", "\"mlp_bias\": true"), "mlp_bias true: motley's Llama has no biases in its MLP"},
+      {Replaced("\"mlp_bias\": false", "\"mlp_bias\": true"),
+       "mlp_bias true: motley's Llama has no biases in its MLP"},
       {Replaced("\"attention_dropout\": 0.0", "\"attention_dropout\": 0.1"), "motley trains without dropout"},
   };
   for (const Case& c : cases) {
@@ -306,10 +316,11 @@ TEST(ModelParseErrors, FieldsThatChangeTheMathAreRefusedByName) {
   biased.replace(biased.find("\"attention_bias\": false"), 23, "\"attention_bias\": true");
   Result<ModelSpec> b = ParseHfConfigJson(biased, "config.json");
   ASSERT_FALSE(b.ok());
-  EXPECT_NE(b.status().message().find("config.json:3:3: error: attention_bias: attention_bias true: motley's Llama "
-                                      "has no biases in its attention projections; it supports attention_bias = "
-                                      "false"),
-            std::string::npos)
+  EXPECT_NE(
+      b.status().message().find("config.json:3:3: error: attention_bias: attention_bias true: motley's Llama "
+                                "has no biases in its attention projections; it supports attention_bias = "
+                                "false"),
+      std::string::npos)
       << b.status().message();
   std::string head_dim = Llama32Config("null");
   head_dim.replace(head_dim.find("\"head_dim\": 64"), 14, "\"head_dim\": 128");
@@ -317,7 +328,8 @@ TEST(ModelParseErrors, FieldsThatChangeTheMathAreRefusedByName) {
   ASSERT_FALSE(h.ok());
   EXPECT_NE(h.status().message().find("motley supports head_dim = hidden_size / num_attention_heads"),
             std::string::npos);
-  Result<ModelSpec> toml = ParseModelToml("base = \"llama-tiny\"\n[rope_scaling]\ntype = \"yarn\"\n", "m.toml");
+  Result<ModelSpec> toml =
+      ParseModelToml("base = \"llama-tiny\"\n[rope_scaling]\ntype = \"yarn\"\n", "m.toml");
   ASSERT_FALSE(toml.ok());
   EXPECT_NE(toml.status().message().find("m.toml:3:8"), std::string::npos) << toml.status().message();
 }
@@ -329,7 +341,8 @@ TEST(Rope, PlainLinearAndDynamicFrequencies) {
   for (size_t i = 0; i < plain.size(); ++i)
     EXPECT_DOUBLE_EQ(plain[i], 1.0 / std::pow(10000.0, 2.0 * static_cast<double>(i) / 8.0));
   m.rope_scaling = {RopeScaling::Type::kLinear, 4.0};
-  for (size_t i = 0; i < plain.size(); ++i) EXPECT_DOUBLE_EQ(RopeInverseFrequencies(m, 16)[i], plain[i] / 4.0);
+  for (size_t i = 0; i < plain.size(); ++i)
+    EXPECT_DOUBLE_EQ(RopeInverseFrequencies(m, 16)[i], plain[i] / 4.0);
   // Dynamic NTK: plain RoPE within the context; beyond it, theta grows by (f S / P - (f - 1))^(d / (d - 2)).
   m.rope_scaling = {RopeScaling::Type::kDynamic, 2.0};
   EXPECT_EQ(RopeInverseFrequencies(m, 64), plain);
@@ -343,7 +356,8 @@ TEST(Rope, Llama3KeepsHighFrequenciesDividesLowOnesAndBlendsBetween) {
   ModelSpec m = ParseHfConfigJson(Llama32Config(kLlama3Scaling), "config.json").value();
   ModelSpec plain_model = m;
   plain_model.rope_scaling = {};
-  const std::vector<double> plain = RopeInverseFrequencies(plain_model, 4096), scaled = RopeInverseFrequencies(m, 4096);
+  const std::vector<double> plain = RopeInverseFrequencies(plain_model, 4096),
+                            scaled = RopeInverseFrequencies(m, 4096);
   ASSERT_EQ(scaled.size(), 32u);
   int kept = 0, divided = 0, blended = 0;
   for (size_t i = 0; i < scaled.size(); ++i) {

@@ -55,7 +55,8 @@ ThisHost FindThisHost() {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) == 0) {
     for (ifaddrs* i = list; i != nullptr; i = i->ifa_next)
-      if (i->ifa_addr != nullptr && (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6)) {
+      if (i->ifa_addr != nullptr &&
+          (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6)) {
         const std::string a = AddressText(i->ifa_addr);
         if (!a.empty() && std::find(me.addresses.begin(), me.addresses.end(), a) == me.addresses.end())
           me.addresses.push_back(a);

@@ -15,8 +15,8 @@ Result<int> ReadInt(const GetEnv& getenv, const char* name, int min, int max) {
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
   if (*v == '\0' || *end != '\0' || x < min || x > max)
-    return Status::InvalidArgument(fmt::format("environment variable {}={}: expected an integer in [{}, {}]", name, v,
-                                               min, max));
+    return Status::InvalidArgument(
+        fmt::format("environment variable {}={}: expected an integer in [{}, {}]", name, v, min, max));
   return static_cast<int>(x);
 }
 
@@ -50,7 +50,8 @@ Result<Rendezvous> RendezvousFromEnv(const GetEnv& getenv) {
   if (getenv(found->rank) == nullptr || getenv(found->world) == nullptr)
     return Status::InvalidArgument(fmt::format("{} is set but {} is not; a launcher sets both ({})",
                                                getenv(found->rank) ? found->rank : found->world,
-                                               getenv(found->rank) ? found->world : found->rank, found->source));
+                                               getenv(found->rank) ? found->world : found->rank,
+                                               found->source));
   MOTLEY_ASSIGN_OR_RETURN(r.world_size, ReadInt(getenv, found->world, 1, 1 << 20));
   MOTLEY_ASSIGN_OR_RETURN(r.rank, ReadInt(getenv, found->rank, 0, r.world_size - 1));
   r.launcher_rank = r.rank;
@@ -64,17 +65,20 @@ Result<Rendezvous> RendezvousFromEnv(const GetEnv& getenv) {
   }
   if (const char* addr = getenv("MASTER_ADDR")) {
     r.master_addr = addr;
-  } else if (const char* slurm = getenv("SLURM_LAUNCH_NODE_IPADDR"); slurm && r.source == std::string("Slurm")) {
+  } else if (const char* slurm = getenv("SLURM_LAUNCH_NODE_IPADDR");
+             slurm && r.source == std::string("Slurm")) {
     r.master_addr = slurm;
   } else if (r.world_size > 1 && r.source != std::string("torchrun / motley launch")) {
-    return Status::InvalidArgument(fmt::format("{} started {} ranks but MASTER_ADDR is not set; export MASTER_ADDR=<the "
-                                               "host of rank 0> (mpirun: -x MASTER_ADDR=host)",
-                                               r.source, r.world_size));
+    return Status::InvalidArgument(
+        fmt::format("{} started {} ranks but MASTER_ADDR is not set; export MASTER_ADDR=<the "
+                    "host of rank 0> (mpirun: -x MASTER_ADDR=host)",
+                    r.source, r.world_size));
   }
   if (getenv("MASTER_PORT") != nullptr) {
     MOTLEY_ASSIGN_OR_RETURN(r.master_port, ReadInt(getenv, "MASTER_PORT", 1, 65535));
   }
-  const bool loopback = r.master_addr.starts_with("127.") || r.master_addr == "localhost" || r.master_addr == "::1";
+  const bool loopback =
+      r.master_addr.starts_with("127.") || r.master_addr == "localhost" || r.master_addr == "::1";
   if (r.source == std::string("torchrun / motley launch") || r.world_size == 1 || loopback)
     r.hosts_store = r.rank == 0;
   else

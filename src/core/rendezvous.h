@@ -23,7 +23,7 @@ struct Rendezvous {
   int local_rank = 0;
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;  // torchrun's default
+  int master_port = 29500;                // torchrun's default
   std::string source = "single process";  // which launcher's variables were read
 };
 

@@ -7,10 +7,14 @@ namespace motley {
 
 const char* RopeScalingTypeName(RopeScaling::Type type) {
   switch (type) {
-    case RopeScaling::Type::kNone: return "none";
-    case RopeScaling::Type::kLinear: return "linear";
-    case RopeScaling::Type::kDynamic: return "dynamic";
-    case RopeScaling::Type::kLlama3: return "llama3";
+    case RopeScaling::Type::kNone:
+      return "none";
+    case RopeScaling::Type::kLinear:
+      return "linear";
+    case RopeScaling::Type::kDynamic:
+      return "dynamic";
+    case RopeScaling::Type::kLlama3:
+      return "llama3";
   }
   return "none";
 }
@@ -20,7 +24,8 @@ std::vector<double> RopeInverseFrequencies(const ModelSpec& m, int64_t seq_len) 
   const int64_t d = m.head_dim();
   double theta = m.rope_theta;
   if (s.type == RopeScaling::Type::kDynamic && seq_len > m.max_seq_len) {
-    const double grown = s.factor * static_cast<double>(seq_len) / static_cast<double>(m.max_seq_len) - (s.factor - 1);
+    const double grown =
+        s.factor * static_cast<double>(seq_len) / static_cast<double>(m.max_seq_len) - (s.factor - 1);
     theta *= std::pow(grown, static_cast<double>(d) / static_cast<double>(d - 2));
   }
   std::vector<double> inv(static_cast<size_t>(d / 2));
@@ -36,7 +41,8 @@ std::vector<double> RopeInverseFrequencies(const ModelSpec& m, int64_t seq_len) 
       if (wavelen > low_wavelen) {
         f /= s.factor;
       } else if (wavelen >= high_wavelen) {  // the medium band: interpolated between the two
-        const double smooth = (context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        const double smooth =
+            (context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
         f = (1 - smooth) * f / s.factor + smooth * f;
       }
     }

@@ -32,7 +32,8 @@ struct SafetensorsHeader {
 };
 
 /// The header length the first 8 bytes give, checked against the file's size.
-Result<int64_t> SafetensorsHeaderLength(const uint8_t (&prefix)[8], int64_t file_bytes, const std::string& path);
+Result<int64_t> SafetensorsHeaderLength(const uint8_t (&prefix)[8], int64_t file_bytes,
+                                        const std::string& path);
 
 /// The header's JSON (`header_json`, of a file of `file_bytes` bytes; `path` for messages).
 Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view header_json, int64_t file_bytes,

@@ -26,8 +26,9 @@ TEST(SafetensorsHeader, TheFuzzSeedIsAccepted) {
 
 TEST(SafetensorsHeader, ReadsEntriesAndMetadata) {
   Result<SafetensorsHeader> h = ParseSafetensorsBytes(
-      File(R"({"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}})",
-           24),
+      File(
+          R"({"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}})",
+          24),
       "m.safetensors");
   ASSERT_TRUE(h.ok()) << h.status().message();
   EXPECT_EQ(h->metadata.at("format"), "pt");
@@ -62,7 +63,10 @@ TEST(SafetensorsHeader, ShapesOffsetsAndLengthsAreCheckedAgainstTheFile) {
   }
   std::string lying = File("{}", 0);
   lying[0] = 100;  // a header longer than the file
-  EXPECT_NE(ParseSafetensorsBytes(lying, "m.safetensors").status().message().find("header length 100 in a file of 10"),
+  EXPECT_NE(ParseSafetensorsBytes(lying, "m.safetensors")
+                .status()
+                .message()
+                .find("header length 100 in a file of 10"),
             std::string::npos);
   EXPECT_FALSE(ParseSafetensorsBytes("abc", "m.safetensors").ok());
 }

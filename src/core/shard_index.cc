@@ -69,19 +69,25 @@ int64_t SliceElements(const ShardedParameter& p) {
 }
 
 Status ValidateShardIndex(const ShardIndex& index, const std::string& path) {
-  auto bad = [&](const std::string& why) { return Status::InvalidArgument(fmt::format("{}: {}", path, why)); };
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument(fmt::format("{}: {}", path, why));
+  };
   // Per (parameter, slice): its pieces' ranges, sorted, must run from 0 to the slice's end.
   std::map<std::pair<std::string, int>, std::vector<std::pair<int64_t, int64_t>>> ranges;
   for (const ShardPiece& p : index.pieces) {
     auto it = index.parameters.find(p.param);
-    if (it == index.parameters.end()) return bad(fmt::format("a piece in {} names \"{}\", not a parameter the index lists", p.file, p.param));
+    if (it == index.parameters.end())
+      return bad(fmt::format("a piece in {} names \"{}\", not a parameter the index lists", p.file, p.param));
     if (p.tp_index < 0 || p.tp_index >= it->second.tp_degree)
-      return bad(fmt::format("a piece of {} in {} is slice {} of {}", p.param, p.file, p.tp_index, it->second.tp_degree));
-    if (p.count <= 0 || p.begin < 0) return bad(fmt::format("a piece of {} in {} is empty or begins before 0", p.param, p.file));
+      return bad(fmt::format("a piece of {} in {} is slice {} of {}", p.param, p.file, p.tp_index,
+                             it->second.tp_degree));
+    if (p.count <= 0 || p.begin < 0)
+      return bad(fmt::format("a piece of {} in {} is empty or begins before 0", p.param, p.file));
     ranges[{p.param, p.tp_index}].push_back({p.begin, p.begin + p.count});
   }
   for (const auto& [name, param] : index.parameters) {
-    if (param.tp_degree < 1) return bad(fmt::format("{}: tp_degree {} (must be >= 1)", name, param.tp_degree));
+    if (param.tp_degree < 1)
+      return bad(fmt::format("{}: tp_degree {} (must be >= 1)", name, param.tp_degree));
     if (param.padded_rows != 0 && (param.shape.empty() || param.padded_rows < param.shape[0]))
       return bad(fmt::format("{}: padded_rows {} is fewer than its rows", name, param.padded_rows));
     int64_t numel = 1;
@@ -97,7 +103,8 @@ Status ValidateShardIndex(const ShardIndex& index, const std::string& path) {
     for (int t = 0; t < param.tp_degree; ++t) {
       auto it = ranges.find({name, t});
       if (slice == 0) continue;
-      if (it == ranges.end()) return bad(fmt::format("no rank file holds {} (slice {} of {})", name, t, param.tp_degree));
+      if (it == ranges.end())
+        return bad(fmt::format("no rank file holds {} (slice {} of {})", name, t, param.tp_degree));
       std::vector<std::pair<int64_t, int64_t>>& r = it->second;
       std::sort(r.begin(), r.end());
       int64_t at = 0;
@@ -120,9 +127,12 @@ Result<ShardIndex> ParseShardIndex(std::string_view text, const std::string& pat
   Result<nlohmann::json> parsed = ParseJson(text, path);
   if (!parsed.ok()) return Status::InvalidArgument(fmt::format("{}; {}", parsed.status().message(), kFix));
   const nlohmann::json& j = *parsed;
-  auto bad = [&](const std::string& why) { return Status::InvalidArgument(fmt::format("{}: {}; {}", path, why, kFix)); };
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument(fmt::format("{}: {}; {}", path, why, kFix));
+  };
   if (!j.is_object()) return bad("expected a JSON object");
-  if (!j.contains("format") || j["format"] != kFormat) return bad(fmt::format("\"format\" must be \"{}\"", kFormat));
+  if (!j.contains("format") || j["format"] != kFormat)
+    return bad(fmt::format("\"format\" must be \"{}\"", kFormat));
   if (!j.contains("parameters") || !j["parameters"].is_object()) return bad("no \"parameters\" object");
   if (!j.contains("pieces") || !j["pieces"].is_array()) return bad("no \"pieces\" array");
   auto integer = [](const nlohmann::json& v, int64_t min, int64_t max, int64_t* out) {
@@ -146,7 +156,8 @@ Result<ShardIndex> ParseShardIndex(std::string_view text, const std::string& pat
     if (p.contains("tp_degree") && !integer(p["tp_degree"], 1, 4096, &tp))
       return bad(fmt::format("parameters.\"{}\".tp_degree must be an integer from 1 to 4096", name));
     param.tp_degree = static_cast<int>(tp);
-    if (p.contains("padded_rows") && !integer(p["padded_rows"], 1, std::numeric_limits<int64_t>::max(), &param.padded_rows))
+    if (p.contains("padded_rows") &&
+        !integer(p["padded_rows"], 1, std::numeric_limits<int64_t>::max(), &param.padded_rows))
       return bad(fmt::format("parameters.\"{}\".padded_rows must be a positive integer", name));
     index.parameters[name] = param;
   }
@@ -157,11 +168,15 @@ Result<ShardIndex> ParseShardIndex(std::string_view text, const std::string& pat
     if (!p.is_object() || !p.contains("file") || !p["file"].is_string() || !p.contains("param") ||
         !p["param"].is_string() || !integer(p.value("tp_index", nlohmann::json(0)), 0, 4095, &tp_index) ||
         !p.contains("begin") || !integer(p["begin"], 0, std::numeric_limits<int64_t>::max(), &piece.begin) ||
-        !p.contains("count") || !integer(p["count"], 1, std::numeric_limits<int64_t>::max() - piece.begin, &piece.count))
-      return bad(fmt::format("pieces[{}] must be {{\"file\", \"param\", \"tp_index\", \"begin\", \"count\" >= 1}}", i));
+        !p.contains("count") ||
+        !integer(p["count"], 1, std::numeric_limits<int64_t>::max() - piece.begin, &piece.count))
+      return bad(fmt::format(
+          "pieces[{}] must be {{\"file\", \"param\", \"tp_index\", \"begin\", \"count\" >= 1}}", i));
     piece.file = p["file"].get<std::string>();
-    if (piece.file.empty() || piece.file.find('/') != std::string::npos || piece.file == "." || piece.file == "..")
-      return bad(fmt::format("pieces[{}].file \"{}\" is not a file name within the checkpoint", i, piece.file));
+    if (piece.file.empty() || piece.file.find('/') != std::string::npos || piece.file == "." ||
+        piece.file == "..")
+      return bad(
+          fmt::format("pieces[{}].file \"{}\" is not a file name within the checkpoint", i, piece.file));
     piece.param = p["param"].get<std::string>();
     piece.tp_index = static_cast<int>(tp_index);
     index.pieces.push_back(std::move(piece));
@@ -179,8 +194,11 @@ std::string ShardIndexJson(const ShardIndex& index) {
   }
   nlohmann::json pieces = nlohmann::json::array();
   for (const ShardPiece& p : index.pieces)
-    pieces.push_back(
-        {{"file", p.file}, {"param", p.param}, {"tp_index", p.tp_index}, {"begin", p.begin}, {"count", p.count}});
+    pieces.push_back({{"file", p.file},
+                      {"param", p.param},
+                      {"tp_index", p.tp_index},
+                      {"begin", p.begin},
+                      {"count", p.count}});
   nlohmann::json j = {{"format", kFormat}, {"parameters", params}, {"pieces", pieces}};
   return j.dump(1) + "\n";
 }

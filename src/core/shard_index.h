@@ -57,7 +57,8 @@ enum class ShardTensor { kValues, kExpAvg, kExpAvgSq };
 std::string ShardTensorName(std::string_view param, int tp_index, int64_t begin, ShardTensor what);
 
 /// The inverse of ShardTensorName; false for a name it does not write.
-bool ParseShardTensorName(std::string_view name, std::string* param, int* tp_index, int64_t* begin, ShardTensor* what);
+bool ParseShardTensorName(std::string_view name, std::string* param, int* tp_index, int64_t* begin,
+                          ShardTensor* what);
 
 /// The rank file's name: "rank-00003.safetensors".
 std::string RankShardFileName(int rank);

@@ -11,8 +11,10 @@ ShardIndex TwoSlices() {
   ShardIndex index;
   index.parameters["w"] = {{4, 6}, 2};
   index.parameters["norm.weight"] = {{6}, 1};
-  index.pieces = {{"rank-00000.safetensors", "w", 0, 0, 5},  {"rank-00001.safetensors", "w", 0, 5, 7},
-                  {"rank-00002.safetensors", "w", 1, 0, 12}, {"rank-00000.safetensors", "norm.weight", 0, 0, 6}};
+  index.pieces = {{"rank-00000.safetensors", "w", 0, 0, 5},
+                  {"rank-00001.safetensors", "w", 0, 5, 7},
+                  {"rank-00002.safetensors", "w", 1, 0, 12},
+                  {"rank-00000.safetensors", "norm.weight", 0, 0, 6}};
   return index;
 }
 
@@ -36,7 +38,8 @@ TEST(ShardIndex, EveryElementInExactlyOnePiece) {
   gap.pieces[1].count = 6;
   Status s = ValidateShardIndex(gap, "ck/shards.json");
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("ck/shards.json: w (slice 0 of 2): elements 5..5 are in no rank file"), std::string::npos)
+  EXPECT_NE(s.message().find("ck/shards.json: w (slice 0 of 2): elements 5..5 are in no rank file"),
+            std::string::npos)
       << s.message();
 
   ShardIndex overlap = TwoSlices();
@@ -62,21 +65,24 @@ TEST(ShardIndex, EveryElementInExactlyOnePiece) {
 }
 
 TEST(ShardIndex, RefusesWhatIsNotAnIndex) {
-  for (const char* text : {"[]", R"({"format": "motley-shards-1"})", R"({"format": "x", "parameters": {}, "pieces": []})",
-                           R"({"format": "motley-shards-1", "parameters": {"w": {"shape": [-1]}}, "pieces": []})",
-                           R"({"format": "motley-shards-1", "parameters": {"w": {"shape": [2]}},
+  for (const char* text :
+       {"[]", R"({"format": "motley-shards-1"})", R"({"format": "x", "parameters": {}, "pieces": []})",
+        R"({"format": "motley-shards-1", "parameters": {"w": {"shape": [-1]}}, "pieces": []})",
+        R"({"format": "motley-shards-1", "parameters": {"w": {"shape": [2]}},
                                "pieces": [{"file": "../x", "param": "w", "begin": 0, "count": 2}]})",
-                           R"({"format": "motley-shards-1", "parameters": {"w": {"shape": [2]}},
+        R"({"format": "motley-shards-1", "parameters": {"w": {"shape": [2]}},
                                "pieces": [{"file": "a", "param": "w", "begin": 0, "count": 0}]})"}) {
     Result<ShardIndex> r = ParseShardIndex(text, "dir/shards.json");
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.status().message().rfind("dir/shards.json", 0), 0u) << r.status().message();
-    EXPECT_NE(r.status().message().find("resume from another one"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("resume from another one"), std::string::npos)
+        << r.status().message();
   }
 }
 
 TEST(ShardIndex, TensorNamesRoundTrip) {
-  const std::string name = ShardTensorName("layers.3.self_attn.q_proj.weight", 2, 1234, ShardTensor::kExpAvgSq);
+  const std::string name =
+      ShardTensorName("layers.3.self_attn.q_proj.weight", 2, 1234, ShardTensor::kExpAvgSq);
   EXPECT_EQ(name, "layers.3.self_attn.q_proj.weight#2#1234#exp_avg_sq");
   std::string param;
   int tp = -1;
@@ -87,7 +93,8 @@ TEST(ShardIndex, TensorNamesRoundTrip) {
   EXPECT_EQ(tp, 2);
   EXPECT_EQ(begin, 1234);
   EXPECT_EQ(what, ShardTensor::kExpAvgSq);
-  for (const char* not_ours : {"model.embed_tokens.weight", "w#0#0#grad", "w#x#0#values", "#0#0#values", "w#0#-1#values"})
+  for (const char* not_ours :
+       {"model.embed_tokens.weight", "w#0#0#grad", "w#x#0#values", "#0#0#values", "w#0#-1#values"})
     EXPECT_FALSE(ParseShardTensorName(not_ours, &param, &tp, &begin, &what)) << not_ours;
   EXPECT_EQ(RankShardFileName(3), "rank-00003.safetensors");
 }

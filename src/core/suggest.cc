@@ -1,8 +1,8 @@
 #include "core/suggest.h"
 
-#include <cstdint>
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 
 namespace motley {
 

@@ -1,8 +1,8 @@
 #include "core/toml_reader.h"
 
-#include <cstdint>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -309,15 +309,16 @@ Result<std::string> ReadTextFile(const std::string& path) {
   std::error_code ec;
   const std::filesystem::file_status st = std::filesystem::status(path, ec);
   if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
-    return Status::InvalidArgument(fmt::format(
-        "{}: is not a regular file ({}); give the file itself", path,
-        std::filesystem::is_directory(st) ? "a folder" : "a device, a pipe or a socket"));
+    return Status::InvalidArgument(
+        fmt::format("{}: is not a regular file ({}); give the file itself", path,
+                    std::filesystem::is_directory(st) ? "a folder" : "a device, a pipe or a socket"));
   if (!ec && std::filesystem::exists(st)) {
     const uintmax_t bytes = std::filesystem::file_size(path, ec);
     if (!ec && bytes > kMaxTextFileBytes)
-      return Status::InvalidArgument(fmt::format("{}: is {} MiB; motley reads inputs of this kind up to {} MiB — is it "
-                                                 "the right file?",
-                                                 path, bytes >> 20, kMaxTextFileBytes >> 20));
+      return Status::InvalidArgument(
+          fmt::format("{}: is {} MiB; motley reads inputs of this kind up to {} MiB — is it "
+                      "the right file?",
+                      path, bytes >> 20, kMaxTextFileBytes >> 20));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound(fmt::format("{}: cannot open the file (does it exist?)", path));

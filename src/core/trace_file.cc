@@ -29,7 +29,9 @@ Result<std::vector<TraceSpan>> ParseTraceJson(std::string_view text, const std::
     if (!e.is_object()) return bad(fmt::format("event {} is not an object", i));
     auto ph = e.find("ph");
     if (ph == e.end() || !ph->is_string() || ph->get<std::string>() != "X") continue;  // only complete spans
-    auto field = [&](const char* key) { return bad(fmt::format("event {}: \"{}\" is missing or of the wrong type", i, key)); };
+    auto field = [&](const char* key) {
+      return bad(fmt::format("event {}: \"{}\" is missing or of the wrong type", i, key));
+    };
     TraceSpan s;
     auto pid = e.find("pid");
     const std::optional<int64_t> rank = pid == e.end() ? std::nullopt : JsonInt64(*pid);
@@ -39,11 +41,12 @@ Result<std::vector<TraceSpan>> ParseTraceJson(std::string_view text, const std::
     if (ts == e.end() || !ts->is_number() || !std::isfinite(ts->get<double>())) return field("ts");
     s.start_us = ts->get<double>();
     if (auto dur = e.find("dur"); dur != e.end()) {
-      if (!dur->is_number() || !std::isfinite(dur->get<double>()) || dur->get<double>() < 0) return field("dur");
+      if (!dur->is_number() || !std::isfinite(dur->get<double>()) || dur->get<double>() < 0)
+        return field("dur");
       s.duration_us = dur->get<double>();
     }
-    for (const auto& [key, into] :
-         std::initializer_list<std::pair<const char*, std::string*>>{{"cat", &s.category}, {"name", &s.name}}) {
+    for (const auto& [key, into] : std::initializer_list<std::pair<const char*, std::string*>>{
+             {"cat", &s.category}, {"name", &s.name}}) {
       auto it = e.find(key);
       if (it == e.end()) continue;
       if (!it->is_string()) return field(key);

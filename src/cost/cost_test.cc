@@ -7,7 +7,9 @@
 namespace motley {
 namespace {
 
-Link Make(LinkKind kind, double gbytes_per_s, double latency_s) { return {kind, gbytes_per_s * 1e9, latency_s}; }
+Link Make(LinkKind kind, double gbytes_per_s, double latency_s) {
+  return {kind, gbytes_per_s * 1e9, latency_s};
+}
 
 TEST(CommCost, TransferIsLatencyPlusBytesOverBandwidth) {
   EXPECT_DOUBLE_EQ(TransferS(Make(LinkKind::kIntraNode, 10, 1e-5), 1e9), 1e-5 + 0.1);
@@ -23,7 +25,8 @@ int NodeOf(int d) { return d / 4; }
 
 TEST(CommCost, ARingOnOneNodeMovesTwoPassesOfThreeQuartersForAnAllReduce) {
   // n = 4: 2 passes x 3 steps x 1/4 of 1 GB at 100 GB/s.
-  EXPECT_DOUBLE_EQ(CollectiveS({0, 1, 2, 3}, 1e9, kAllReducePasses, TwoNodes, NodeOf), 2 * 3 * 0.25e9 / 100e9);
+  EXPECT_DOUBLE_EQ(CollectiveS({0, 1, 2, 3}, 1e9, kAllReducePasses, TwoNodes, NodeOf),
+                   2 * 3 * 0.25e9 / 100e9);
   EXPECT_DOUBLE_EQ(CollectiveS({0, 1, 2, 3}, 1e9, 1, TwoNodes, NodeOf), 3 * 0.25e9 / 100e9);
   EXPECT_EQ(CollectiveS({2}, 1e9, 2, TwoNodes, NodeOf), 0);
 }
@@ -63,8 +66,10 @@ TEST(StateBytes, EachZeroStageShardsOneMoreKindOfState) {
   EXPECT_DOUBLE_EQ(ZeroStateBytes(p, d, 1, Precision::kBf16).device,
                    p * (s.params + s.grads) + p / d * (s.grads + s.optimizer));
   EXPECT_DOUBLE_EQ(ZeroStateBytes(p, 1, 1, Precision::kBf16).device, p * (s.params + s.grads + s.optimizer));
-  EXPECT_DOUBLE_EQ(ZeroStateBytes(p, d, 2, Precision::kBf16).device, p * s.params + p / d * (s.grads + s.optimizer));
-  EXPECT_DOUBLE_EQ(ZeroStateBytes(p, d, 3, Precision::kBf16).device, p / d * (s.params + s.grads + s.optimizer));
+  EXPECT_DOUBLE_EQ(ZeroStateBytes(p, d, 2, Precision::kBf16).device,
+                   p * s.params + p / d * (s.grads + s.optimizer));
+  EXPECT_DOUBLE_EQ(ZeroStateBytes(p, d, 3, Precision::kBf16).device,
+                   p / d * (s.params + s.grads + s.optimizer));
   const RankStateBytes host = ZeroStateBytes(p, d, 2, Precision::kBf16, StatePlacement::kHost);
   EXPECT_EQ(host.device, 0);
   EXPECT_DOUBLE_EQ(host.host, p / d * (s.params + s.optimizer));

@@ -72,111 +72,6 @@ FlexTpBalancer::FlexTpBalancer(const TensorParallelConfig& config, int team_size
 
 namespace {
 
-double MigrationSeconds(const TeamBalance& b, const FlexTpCosts& c, int r) {
-  if (c.broadcast_reduce) {
-    int64_t units = 0, heads = 0, blocks = 0;
-    for (size_t s = 0; s < b.given.size(); ++s) {
-      units += b.given[s], heads += b.given_heads[s];
-      blocks += b.given[s] + b.given_heads[s] > 0 ? 1 : 0;
-    }
-    return c.migrate_s_fixed * static_cast<double>(blocks) + c.migrate_s_per_unit * static_cast<double>(units) +
-           c.migrate_s_per_head * static_cast<double>(heads);
-  }
-  // Point to point: a fixed cost for its own block and for each straggler it borrows from.
-  int64_t blocks = b.given[r] + b.given_heads[r] > 0 ? 1 : 0;
-  std::vector<bool> from(b.given.size(), false);
-  for (const UnitMove& m : b.moves)
-    if (m.to == r && m.count > 0 && !from[m.from]) from[m.from] = true, ++blocks;
-  return c.migrate_s_fixed * static_cast<double>(blocks) +
-         c.migrate_s_per_unit * static_cast<double>(b.given[r] + b.received(r, false)) +
-         c.migrate_s_per_head * static_cast<double>(b.given_heads[r] + b.received(r, true));
-}
-
-// The key/value groups a run of `count` heads from head `begin` touches, `per` heads to a group.
-int64_t GroupsTouched(int64_t begin, int64_t count, int64_t per) {
-  return count <= 0 ? 0 : (begin + count - 1) / per - begin / per + 1;
-}
-
-}  // namespace
-
-double FlexTpBalancer::OwnAttention(const TeamBalance& b, int r) const {
-  const int64_t per = std::max<int64_t>(1, costs_.heads_per_group);
-  const double heads = static_cast<double>(std::max<int64_t>(costs_.heads, 1));
-  const double groups = static_cast<double>(std::max<int64_t>(costs_.heads / per, 1));
-  const int64_t kept = costs_.heads - b.given_heads[r];  // its first heads: the groups they reach
-  return (1 - costs_.kv_fraction) * static_cast<double>(kept) / heads +
-         costs_.kv_fraction * static_cast<double>(GroupsTouched(0, kept, per)) / groups;
-}
-
-double FlexTpBalancer::BorrowedAttention(const TeamBalance& b, int r) const {
-  const int64_t per = std::max<int64_t>(1, costs_.heads_per_group);
-  const double heads = static_cast<double>(std::max<int64_t>(costs_.heads, 1));
-  const double groups = static_cast<double>(std::max<int64_t>(costs_.heads / per, 1));
-  double work = 0;
-  for (const UnitMove& m : b.moves)
-    if (m.attention && m.to == r)
-      work += (1 - costs_.kv_fraction) * static_cast<double>(m.count) / heads +
-              costs_.kv_fraction * static_cast<double>(GroupsTouched(m.begin, m.count, per)) / groups;
-  return work;
-}
-
-double FlexTpBalancer::OwnWork(const TeamBalance& b, int r) const {
-  const double u = static_cast<double>(costs_.units);
-  const double mlp = (u - static_cast<double>(b.given[r])) * (1 - b.prune_ratio[r]) / u;
-  const double attention = OwnAttention(b, r) * (1 - b.prune_ratio[r] * costs_.attention_prunable);
-  return (costs_.mlp_fraction * mlp + costs_.attention_fraction * attention) /
-         (costs_.mlp_fraction + costs_.attention_fraction);
-}
-
-double FlexTpBalancer::BorrowedWork(const TeamBalance& b, int r) const {
-  const double u = static_cast<double>(costs_.units);
-  return (costs_.mlp_fraction * static_cast<double>(b.received(r, false)) / u +
-          costs_.attention_fraction * BorrowedAttention(b, r)) /
-         (costs_.mlp_fraction + costs_.attention_fraction);
-}
-
-// A rank's work under a balance relative to its own nominal share (1 = its own units and heads).
-double FlexTpBalancer::Load(const TeamBalance& b, int r) const {
-  return fixed_ + (1 - fixed_) * (OwnWork(b, r) + borrowed_ * BorrowedWork(b, r));
-}
-
-// ZERO-resizing's own cost for rank r (FlexTpCosts::resize_*), per second of its nominal time.
-double FlexTpBalancer::ResizeOverhead(const TeamBalance& b, int r) const {
-  const double p = b.prune_ratio[r];
-  if (p <= 0) return 0;
-  const double u = static_cast<double>(costs_.units);
-  const double mlp_share = costs_.mlp_fraction / (costs_.mlp_fraction + costs_.attention_fraction);
-  return (1 - fixed_) * mlp_share * (u - static_cast<double>(b.given[r])) / u *
-         (costs_.resize_fixed + costs_.resize_per_ratio * p);
-}
-
-double FlexTpBalancer::RankTime(const TeamBalance& b, const std::vector<double>& nominal, int r) const {
-  return nominal[r] * (Load(b, r) + ResizeOverhead(b, r)) + MigrationSeconds(b, costs_, r);
-}
-
-double FlexTpBalancer::TeamTime(const TeamBalance& b, const std::vector<double>& nominal,
-                                const std::vector<bool>& skip) const {
-  const double u = static_cast<double>(costs_.units);
-  const double all = costs_.mlp_fraction + costs_.attention_fraction;
-  const double mlp_share = costs_.mlp_fraction / all, attention_share = costs_.attention_fraction / all;
-  double attention = 0, mlp = 0, transfers = 0;
-  for (int r = 0; r < team_size_; ++r) {
-    if (!skip.empty() && skip[r]) continue;
-    // Each block's share of the work no unit takes along (its norm, its residual) goes with it.
-    const double own_mlp = (u - static_cast<double>(b.given[r])) * (1 - b.prune_ratio[r]) / u;
-    const double own_attention = OwnAttention(b, r) * (1 - b.prune_ratio[r] * costs_.attention_prunable);
-    mlp = std::max(mlp, nominal[r] * (mlp_share * (fixed_ + (1 - fixed_) * (own_mlp + borrowed_ *
-                                                                                  static_cast<double>(b.received(r, false)) / u)) +
-                                      ResizeOverhead(b, r)));
-    attention = std::max(attention, nominal[r] * attention_share *
-                                        (fixed_ + (1 - fixed_) * (own_attention + borrowed_ * BorrowedAttention(b, r))));
-    transfers = std::max(transfers, MigrationSeconds(b, costs_, r));
-  }
-  return attention + mlp + transfers;
-}
-
-namespace {
-
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -195,7 +90,8 @@ bool FlexTpBalancer::Learn(const std::vector<double>& compute_s) {
     std::vector<double> fixed, borrowed;
     for (int r = 0; r < team_size_; ++r) {
       const double o1 = OwnWork(last_ran_, r), o2 = OwnWork(balance_, r);
-      if (!timed(r) || BorrowedWork(last_ran_, r) > 0 || BorrowedWork(balance_, r) > 0 || std::abs(o2 - o1) < 0.25)
+      if (!timed(r) || BorrowedWork(last_ran_, r) > 0 || BorrowedWork(balance_, r) > 0 ||
+          std::abs(o2 - o1) < 0.25)
         continue;
       const double den = ratio(r) * (1 - o1) - (1 - o2);  // rho (f + (1-f) o1) = f + (1-f) o2
       if (std::abs(den) > 1e-9) fixed.push_back((o2 - ratio(r) * o1) / den);
@@ -260,17 +156,18 @@ void FlexTpBalancer::ObserveMigrationCosts(double s_per_unit, double s_per_head)
 void FlexTpBalancer::UsePretest(const SemiPretest& pretest) {
   costs_ = WithPretest(costs_, pretest);
   if (last_compute_s_.empty()) borrowed_ = costs_.borrowed_cost;  // nothing learned from steps yet
-  decided_at_s_.clear();  // the next Update decides anew
+  decided_at_s_.clear();                                          // the next Update decides anew
 }
 
-void FlexTpBalancer::Move(TeamBalance& c, int s, int64_t count, bool attention, const std::vector<int>& normal,
-                          const std::vector<double>& nominal) const {
+void FlexTpBalancer::Move(TeamBalance& c, int s, int64_t count, bool attention,
+                          const std::vector<int>& normal, const std::vector<double>& nominal) const {
   const int64_t total = attention ? costs_.heads : costs_.units;
   c.moves.erase(std::remove_if(c.moves.begin(), c.moves.end(),
                                [&](const UnitMove& mv) { return mv.from == s && mv.attention == attention; }),
                 c.moves.end());
   (attention ? c.given_heads : c.given)[s] = count;
-  const int64_t chunk = attention ? 1 : std::max<int64_t>(1, count / (8 * static_cast<int64_t>(normal.size())));
+  const int64_t chunk =
+      attention ? 1 : std::max<int64_t>(1, count / (8 * static_cast<int64_t>(normal.size())));
   std::vector<int64_t> to(team_size_, 0);
   for (int64_t left = count; left > 0;) {
     const int64_t n = std::min(chunk, left);
@@ -318,7 +215,8 @@ void FlexTpBalancer::MoveWork(TeamBalance& c, int s, int64_t units, const std::v
   c = std::move(best);
 }
 
-void FlexTpBalancer::PruneToCatchUp(TeamBalance& c, int s, double target, const std::vector<double>& nominal) const {
+void FlexTpBalancer::PruneToCatchUp(TeamBalance& c, int s, double target,
+                                    const std::vector<double>& nominal) const {
   // The straggler's time a pruning ratio of 1 would save: its own units left, and its attention
   // heads' projections.
   const double all = costs_.mlp_fraction + costs_.attention_fraction;
@@ -346,8 +244,9 @@ void FlexTpBalancer::PruneToCatchUp(TeamBalance& c, int s, double target, const 
 // Our reading where the paper is silent: Eq. 2's balance also sizes the migration of several
 // stragglers (the paper migrates their whole excess, which overloads the receivers when half the
 // team straggles), and the receivers are the normal ranks only.
-void FlexTpBalancer::SemiSplit(TeamBalance& b, const std::vector<double>& nominal, const std::vector<int>& stragglers,
-                               const std::vector<int>& normal, double reference) const {
+void FlexTpBalancer::SemiSplit(TeamBalance& b, const std::vector<double>& nominal,
+                               const std::vector<int>& stragglers, const std::vector<int>& normal,
+                               double reference) const {
   const int64_t units = costs_.units;
   auto slowest = [&](const TeamBalance& c, const std::vector<int>& ranks) {
     double t = 0;
@@ -389,8 +288,8 @@ void FlexTpBalancer::SemiSplit(TeamBalance& b, const std::vector<double>& nomina
     for (const auto& [s, work] : migrating) MoveWork(c, s, work * k / units, normal, nominal);
     const double pace = std::max(reference, slowest(c, normal));
     for (int s : stragglers)
-      PruneToCatchUp(c, s, std::find(migrants.begin(), migrants.end(), s) != migrants.end() ? reference : pace,
-                     nominal);
+      PruneToCatchUp(
+          c, s, std::find(migrants.begin(), migrants.end(), s) != migrants.end() ? reference : pace, nominal);
     return c;
   };
   auto lead = [&](const TeamBalance& c) { return slowest(c, migrants) - slowest(c, normal); };
@@ -420,8 +319,9 @@ void FlexTpBalancer::SemiSplit(TeamBalance& b, const std::vector<double>& nomina
 }
 
 void FlexTpBalancer::Search(TeamBalance& b, const std::vector<double>& nominal,
-                            const std::vector<std::pair<int, double>>& stragglers, const std::vector<int>& normal,
-                            double reference, bool may_move, bool may_prune) const {
+                            const std::vector<std::pair<int, double>>& stragglers,
+                            const std::vector<int>& normal, double reference, bool may_move,
+                            bool may_prune) const {
   const int64_t units = costs_.units, heads = costs_.heads;
   // Stragglers not served yet: an option for the one being served is judged without them (they
   // are slow whatever it does, and will be served next).
@@ -437,7 +337,8 @@ void FlexTpBalancer::Search(TeamBalance& b, const std::vector<double>& nominal,
     std::vector<Option> options;
     const int64_t step = std::max<int64_t>(1, units / 20);
     for (int64_t a = 0; a <= (may_move ? heads : 0); ++a)
-      for (int64_t m = 0; m <= (may_move ? units : 0); m = (m == units ? units + 1 : std::min(units, m + step))) {
+      for (int64_t m = 0; m <= (may_move ? units : 0);
+           m = (m == units ? units + 1 : std::min(units, m + step))) {
         TeamBalance c = b;
         Move(c, s, a, true, normal, nominal);
         Move(c, s, m, false, normal, nominal);
@@ -452,7 +353,8 @@ void FlexTpBalancer::Search(TeamBalance& b, const std::vector<double>& nominal,
     const Option* pick = nullptr;
     for (const Option& o : options) {
       if (may_move && may_prune) {  // the least pruning among the nearly fastest
-        if (o.time_s <= fastest * (1 + config_.straggler_threshold) && (pick == nullptr || o.pruned < pick->pruned))
+        if (o.time_s <= fastest * (1 + config_.straggler_threshold) &&
+            (pick == nullptr || o.pruned < pick->pruned))
           pick = &o;
       } else if (pick == nullptr || o.time_s < pick->time_s) {
         pick = &o;
@@ -527,8 +429,9 @@ std::vector<double> LayerPruneRatios(const std::vector<std::vector<double>>& uni
   for (size_t l = 0; l < n; ++l) {
     const auto& v = unit_variation[l];
     if (!v.empty())
-      candidates[l] = static_cast<double>(std::count_if(v.begin(), v.end(), [&](double x) { return x < threshold; })) /
-                      static_cast<double>(v.size());
+      candidates[l] =
+          static_cast<double>(std::count_if(v.begin(), v.end(), [&](double x) { return x < threshold; })) /
+          static_cast<double>(v.size());
     mean += candidates[l] / static_cast<double>(n);
   }
   if (mean <= 0) return out;
@@ -563,88 +466,6 @@ std::vector<double> LayerPruneRatios(const std::vector<std::vector<double>>& uni
         if (!capped[l]) weight[l] = 1;
   }
   return out;
-}
-
-FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const Cluster& cluster, int a, int b,
-                           int64_t layers, int64_t gradient_returns) {
-  const double h = static_cast<double>(spec.hidden_size), f = static_cast<double>(spec.ffn_size),
-               kv = static_cast<double>(spec.kv_dim()), s = static_cast<double>(seq_len);
-  // Per token and layer (multiply-adds x 2): the MLP's three matrices; the attention's four, and
-  // the scores and their weighted sum. The rest of a rank's work (norms, embedding, head, the
-  // optimizer) is put at a tenth.
-  const double mlp = 6 * h * f, attention = 2 * (2 * h * h + 2 * h * kv) + 4 * s * h;
-  FlexTpCosts c;
-  c.units = spec.ffn_size / tp;
-  c.heads = spec.num_heads / tp;
-  c.heads_per_group = spec.num_heads / spec.num_kv_heads;
-  c.mlp_fraction = 0.9 * mlp / (mlp + attention);
-  c.attention_fraction = 0.9 * attention / (mlp + attention);
-  c.attention_prunable = 2 * (2 * h * h + 2 * h * kv) / attention;  // the projections' part
-  c.kv_fraction = 2 * 2 * h * kv / attention;                         // the key and value projections' part
-  const double bandwidth = cluster.LinkBetween(a, b).bandwidth_bytes_per_s;
-  const double per_step = 2.0 * static_cast<double>(layers);  // out and back
-  const double unit_bytes = 3 * h * 4;  // a gate row, an up row and a down column in fp32
-  // A query head: its q rows and o columns, and its group's k and v rows (FlexTpTeam moves a head
-  // with its group's key and value: the receiver computes them).
-  const double head_bytes = 4 * static_cast<double>(spec.head_dim()) * h * 4;
-  c.layer_passes = 2 * layers;
-  c.exchanges = layers + gradient_returns;
-  if (bandwidth > 0 && a != b) {
-    c.migrate_s_per_unit = unit_bytes * per_step / bandwidth;
-    c.migrate_s_per_head = head_bytes * per_step / bandwidth;
-  }
-  return c;
-}
-
-LineFit FitLine(const std::vector<std::pair<double, double>>& samples) {
-  LineFit f;
-  if (samples.empty()) return f;
-  const double n = static_cast<double>(samples.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const auto& [x, y] : samples) sx += x, sy += y, sxx += x * x, sxy += x * y;
-  const double var = sxx - sx * sx / n;
-  if (samples.size() >= 2 && var > 1e-12 * std::max(1.0, sxx)) {
-    f.slope = (sxy - sx * sy / n) / var;
-    f.fixed = (sy - f.slope * sx) / n;
-  }
-  if (samples.size() < 2 || var <= 1e-12 * std::max(1.0, sxx) || f.fixed < 0) {
-    f.fixed = 0;  // a line through the origin
-    f.slope = sxx > 0 ? sxy / sxx : 0;
-  }
-  if (f.slope < 0) {  // no trend: the mean, flat
-    f.slope = 0;
-    f.fixed = sy / n;
-  }
-  f.fixed = std::max(0.0, f.fixed);
-  f.slope = std::max(0.0, f.slope);
-  return f;
-}
-
-FlexTpCosts WithPretest(FlexTpCosts costs, const SemiPretest& pretest) {
-  if (!pretest.resize.empty()) {
-    const LineFit f = FitLine(pretest.resize);
-    costs.resize_fixed = f.fixed;
-    costs.resize_per_ratio = f.slope;
-  }
-  if (pretest.borrowed_cost > 0) costs.borrowed_cost = pretest.borrowed_cost;
-  if (!pretest.migrate.empty()) {
-    const LineFit f = FitLine(pretest.migrate);
-    const double passes = static_cast<double>(std::max<int64_t>(1, costs.layer_passes));
-    const double exchanges = costs.exchanges > 0 ? static_cast<double>(costs.exchanges) : passes;
-    costs.migrate_s_fixed = f.fixed * exchanges;
-    costs.migrate_s_per_unit = f.slope * passes;
-  }
-  return costs;
-}
-
-bool UsesBroadcastReduce(const TensorParallelConfig& config, bool gpu) {
-  return config.migration == "broadcast-reduce" || (config.migration == "auto" && gpu);
-}
-
-FlexTpCosts ForTeamConfig(FlexTpCosts costs, const TensorParallelConfig& config, bool gpu) {
-  costs.broadcast_reduce = UsesBroadcastReduce(config, gpu);
-  if (!config.resize_attention) costs.attention_prunable = 0;
-  return costs;
 }
 
 }  // namespace motley

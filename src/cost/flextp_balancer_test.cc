@@ -258,7 +258,8 @@ TEST(FlexTpBalancer, LearnsTheFixedShareAndTheBorrowedCostFromTheSteps) {
   // And the balance it settles on is no worse than the one the estimate alone chose (balancing
   // each block, with two attention groups a rank, both settle on the same split here).
   FlexTpBalancer estimate(Mode("migrate"), 4, c);
-  const std::vector<double> first = measure(estimate.Update(measure(TeamBalance{{0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}, {}, {}})));
+  const std::vector<double> first =
+      measure(estimate.Update(measure(TeamBalance{{0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}, {}, {}})));
   EXPECT_LE(MaxOf(times), MaxOf(first) + 1e-12);
   EXPECT_LT(MaxOf(times), 0.8 * 4.0);
 }
@@ -358,7 +359,8 @@ TEST(FlexTpBalancer, ARankWithOneKeyValueGroupSharesItsQueryHeads) {
   EXPECT_LT(t.team_s, groups.Update({1.0, 3.0, 1.0}).team_s);
 }
 
-TensorParallelConfig Semi(const std::string& solver, double max_prune = 0.9, const std::string& reference = "average") {
+TensorParallelConfig Semi(const std::string& solver, double max_prune = 0.9,
+                          const std::string& reference = "average") {
   TensorParallelConfig c = Mode("semi", max_prune);
   c.semi_solver = solver;
   c.semi_reference = reference;
@@ -479,10 +481,14 @@ TEST(SemiCostModel, EquationThreeMigratesTheHeaviestWhileItIsCostEffective) {
 // Both solvers on the same teams: the search may prune less, the cost model is never slower than
 // it by more than the search's own tolerance (it balances where the search samples a grid).
 TEST(SemiCostModel, AgainstTheSearchOnTheSameTeams) {
-  const std::vector<std::vector<double>> teams = {
-      {1.0, 1.0, 1.0, 2.0}, {1.0, 1.0, 1.0, 4.0}, {1.0, 1.0, 1.0, 8.0}, {1.0, 1.0, 2.0, 2.0}, {1.0, 1.0, 4.0, 4.0}};
+  const std::vector<std::vector<double>> teams = {{1.0, 1.0, 1.0, 2.0},
+                                                  {1.0, 1.0, 1.0, 4.0},
+                                                  {1.0, 1.0, 1.0, 8.0},
+                                                  {1.0, 1.0, 2.0, 2.0},
+                                                  {1.0, 1.0, 4.0, 4.0}};
   for (const auto& times : teams) {
-    FlexTpBalancer model(Semi("cost-model", 0.5), 4, Costs(0.0005)), search(Semi("search", 0.5), 4, Costs(0.0005));
+    FlexTpBalancer model(Semi("cost-model", 0.5), 4, Costs(0.0005)),
+        search(Semi("search", 0.5), 4, Costs(0.0005));
     const double a = MaxOf(model.Update(times).predicted_s), b = MaxOf(search.Update(times).predicted_s);
     EXPECT_LE(a, b * 1.06) << "team " << times[3];
     EXPECT_LT(a, MaxOf(times)) << "team " << times[3];

@@ -25,7 +25,8 @@ double ReferenceTime(const std::vector<double>& compute_s, StragglerReference re
 
 /// The ranks slower than the reference by more than `threshold`, heaviest skew first (the order
 /// SEMI-migration serves them in), with their skew T_i / T_reference.
-std::vector<std::pair<int, double>> StragglersBySkew(const std::vector<double>& compute_s, double threshold,
-                                                     StragglerReference reference = StragglerReference::kAverage);
+std::vector<std::pair<int, double>> StragglersBySkew(
+    const std::vector<double>& compute_s, double threshold,
+    StragglerReference reference = StragglerReference::kAverage);
 
 }  // namespace motley

@@ -18,7 +18,8 @@ void BpeMerges::Apply(std::vector<uint32_t>* symbols) const {
     return;
   }
   std::vector<int> next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1, prev[static_cast<size_t>(i)] = i - 1;
+  for (int i = 0; i < n; ++i)
+    next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1, prev[static_cast<size_t>(i)] = i - 1;
   std::vector<bool> alive(static_cast<size_t>(n), true);
   // (rank, left position, left id, right id): the lowest rank first, then the leftmost.
   using Candidate = std::tuple<uint32_t, int, uint32_t, uint32_t>;

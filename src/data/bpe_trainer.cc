@@ -14,13 +14,15 @@
 
 namespace motley {
 
-Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>& texts, const std::string& dir,
-                                             const BpeTrainingOptions& options) {
+Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>& texts,
+                                             const std::string& dir, const BpeTrainingOptions& options) {
   if (options.vocab_size < 258 || options.vocab_size > (int64_t{1} << 20))
-    return Status::InvalidArgument(fmt::format("--vocab-size {}: a byte-level BPE needs at least 258 (256 bytes and BOS, "
-                                               "EOS) and at most 1,048,576",
-                                               options.vocab_size));
-  MOTLEY_ASSIGN_OR_RETURN(std::shared_ptr<Regex> pattern, Regex::Compile(kLlama3PreTokenizerPattern, "pre-tokenizer"));
+    return Status::InvalidArgument(
+        fmt::format("--vocab-size {}: a byte-level BPE needs at least 258 (256 bytes and BOS, "
+                    "EOS) and at most 1,048,576",
+                    options.vocab_size));
+  MOTLEY_ASSIGN_OR_RETURN(std::shared_ptr<Regex> pattern,
+                          Regex::Compile(kLlama3PreTokenizerPattern, "pre-tokenizer"));
   // The words and how often each occurs, in the order first met (ties between pairs break by it).
   std::unordered_map<std::string, size_t> index;
   std::vector<std::pair<std::vector<int32_t>, int64_t>> words;
@@ -52,15 +54,18 @@ Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>
     int64_t order = 0;
     for (const auto& [symbols, count] : words)
       for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-        const uint64_t key = uint64_t{static_cast<uint32_t>(symbols[i])} << 32 | static_cast<uint32_t>(symbols[i + 1]);
+        const uint64_t key =
+            uint64_t{static_cast<uint32_t>(symbols[i])} << 32 | static_cast<uint32_t>(symbols[i + 1]);
         auto [it, fresh] = pairs.try_emplace(key, 0, order++);
         it->second.first += count;
       }
     const auto best = std::max_element(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) {
-      return a.second.first != b.second.first ? a.second.first < b.second.first : a.second.second > b.second.second;
+      return a.second.first != b.second.first ? a.second.first < b.second.first
+                                              : a.second.second > b.second.second;
     });
     if (best == pairs.end() || best->second.first < options.min_pair_count) break;
-    const auto left = static_cast<int32_t>(best->first >> 32), right = static_cast<int32_t>(best->first & 0xffffffffu);
+    const auto left = static_cast<int32_t>(best->first >> 32),
+               right = static_cast<int32_t>(best->first & 0xffffffffu);
     const auto merged = static_cast<int32_t>(pieces.size());
     pieces.push_back(pieces[static_cast<size_t>(left)] + pieces[static_cast<size_t>(right)]);
     merges.emplace_back(left, right);
@@ -83,11 +88,12 @@ Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>
   for (size_t id = 0; id < pieces.size(); ++id) vocab[ByteLevelEncode(pieces[id])] = id;
   nlohmann::json merge_list = nlohmann::json::array();
   for (const auto& [l, r] : merges)
-    merge_list.push_back({ByteLevelEncode(pieces[static_cast<size_t>(l)]), ByteLevelEncode(pieces[static_cast<size_t>(r)])});
+    merge_list.push_back(
+        {ByteLevelEncode(pieces[static_cast<size_t>(l)]), ByteLevelEncode(pieces[static_cast<size_t>(r)])});
   const auto bos = static_cast<int64_t>(pieces.size()), eos = bos + 1;
   auto special = [](int64_t id, const char* content) {
-    return nlohmann::ordered_json{{"id", id},          {"content", content}, {"single_word", false},
-                                  {"lstrip", false},   {"rstrip", false},    {"normalized", false},
+    return nlohmann::ordered_json{{"id", id},        {"content", content}, {"single_word", false},
+                                  {"lstrip", false}, {"rstrip", false},    {"normalized", false},
                                   {"special", true}};
   };
   nlohmann::ordered_json j = {
@@ -99,21 +105,40 @@ Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>
       {"pre_tokenizer",
        {{"type", "Sequence"},
         {"pretokenizers",
-         {{{"type", "Split"}, {"pattern", {{"Regex", kLlama3PreTokenizerPattern}}}, {"behavior", "Isolated"},
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", kLlama3PreTokenizerPattern}}},
+           {"behavior", "Isolated"},
            {"invert", false}},
-          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
+          {{"type", "ByteLevel"},
+           {"add_prefix_space", false},
+           {"trim_offsets", true},
+           {"use_regex", false}}}}}},
       {"post_processor",
        {{"type", "TemplateProcessing"},
-        {"single", {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-        {"pair", {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                  {{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 1}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+        {"single",
+         {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair",
+         {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+          {{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 1}}}},
+          {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
         {"special_tokens",
-         {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {bos}}, {"tokens", {"<|begin_of_text|>"}}}}}}}},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+         {{"<|begin_of_text|>",
+           {{"id", "<|begin_of_text|>"}, {"ids", {bos}}, {"tokens", {"<|begin_of_text|>"}}}}}}}},
+      {"decoder",
+       {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
       {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", true},
-        {"vocab", vocab}, {"merges", merge_list}}}};
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", true},
+        {"vocab", vocab},
+        {"merges", merge_list}}}};
   nlohmann::ordered_json config = {{"add_bos_token", true},
                                    {"add_eos_token", false},
                                    {"bos_token", "<|begin_of_text|>"},
@@ -123,9 +148,10 @@ Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IoError(fmt::format("{}: cannot create the folder: {}", dir, ec.message()));
-  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((std::filesystem::path(dir) / "tokenizer.json").string(), j.dump() + "\n"));
   MOTLEY_RETURN_IF_ERROR(
-      AtomicWriteFile((std::filesystem::path(dir) / "tokenizer_config.json").string(), config.dump(2) + "\n"));
+      AtomicWriteFile((std::filesystem::path(dir) / "tokenizer.json").string(), j.dump() + "\n"));
+  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((std::filesystem::path(dir) / "tokenizer_config.json").string(),
+                                         config.dump(2) + "\n"));
   BpeTrainingSummary summary;
   summary.merges = static_cast<int64_t>(merges.size());
   summary.vocab_size = eos + 1;

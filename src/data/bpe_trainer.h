@@ -16,7 +16,7 @@
 namespace motley {
 
 struct BpeTrainingOptions {
-  int64_t vocab_size = 2048;  // bytes (256) + merges + the two special tokens
+  int64_t vocab_size = 2048;   // bytes (256) + merges + the two special tokens
   int64_t min_pair_count = 2;  // stop early when no pair occurs this often
 };
 
@@ -25,7 +25,7 @@ struct BpeTrainingSummary {
 };
 
 /// Learns the merges from `texts` and writes `dir`/tokenizer.json and tokenizer_config.json.
-Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>& texts, const std::string& dir,
-                                             const BpeTrainingOptions& options = {});
+Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>& texts,
+                                             const std::string& dir, const BpeTrainingOptions& options = {});
 
 }  // namespace motley

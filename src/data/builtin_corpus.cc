@@ -6,20 +6,20 @@
 namespace motley {
 namespace {
 
-constexpr std::array<const char*, 12> kNames = {"Mara", "Tomas", "Ilse", "Ravi", "Nell", "Otto",
-                                                "Wren", "Basil", "Juno", "Peder", "Ada", "Lior"};
-constexpr std::array<const char*, 10> kPlaces = {"the mill",   "the harbour", "the old bridge", "the market",
-                                                 "the orchard", "the library", "the bakery",    "the forge",
-                                                 "the chapel",  "the lighthouse"};
-constexpr std::array<const char*, 10> kThings = {"a lantern", "a basket of pears", "three candles", "a letter",
-                                                 "a coil of rope", "a loaf of rye bread", "a brass key",
-                                                 "a jar of honey", "a map of the coast", "a wooden flute"};
-constexpr std::array<const char*, 6> kWeather = {"the rain had stopped", "a cold wind came off the sea",
-                                                 "the sun was low", "fog lay on the river",
-                                                 "the first snow was falling", "the bells were ringing"};
+constexpr std::array<const char*, 12> kNames = {"Mara", "Tomas", "Ilse", "Ravi",  "Nell", "Otto",
+                                                "Wren", "Basil", "Juno", "Peder", "Ada",  "Lior"};
+constexpr std::array<const char*, 10> kPlaces = {
+    "the mill",    "the harbour", "the old bridge", "the market", "the orchard",
+    "the library", "the bakery",  "the forge",      "the chapel", "the lighthouse"};
+constexpr std::array<const char*, 10> kThings = {
+    "a lantern",           "a basket of pears", "three candles",  "a letter",           "a coil of rope",
+    "a loaf of rye bread", "a brass key",       "a jar of honey", "a map of the coast", "a wooden flute"};
+constexpr std::array<const char*, 6> kWeather = {
+    "the rain had stopped", "a cold wind came off the sea", "the sun was low",
+    "fog lay on the river", "the first snow was falling",   "the bells were ringing"};
 constexpr std::array<const char*, 21> kNumbers = {
-    "zero",    "one",     "two",       "three",    "four",     "five",    "six",
-    "seven",   "eight",   "nine",      "ten",      "eleven",   "twelve",  "thirteen",
+    "zero",     "one",     "two",     "three",     "four",     "five",     "six",
+    "seven",    "eight",   "nine",    "ten",       "eleven",   "twelve",   "thirteen",
     "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"};
 
 // A small deterministic generator (64-bit LCG), so the corpus is the same everywhere.

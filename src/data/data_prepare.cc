@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 
@@ -52,8 +52,8 @@ class ShardedWriter {
   Status Roll() {
     if (current_) MOTLEY_RETURN_IF_ERROR(current_->Finish());
     names_.push_back(fmt::format("train_{:03d}.bin", names_.size()));
-    MOTLEY_ASSIGN_OR_RETURN(TokenFileWriter w, TokenFileWriter::Create((fs::path(dir_) / names_.back()).string(),
-                                                                       vocab_size_));
+    MOTLEY_ASSIGN_OR_RETURN(TokenFileWriter w,
+                            TokenFileWriter::Create((fs::path(dir_) / names_.back()).string(), vocab_size_));
     current_ = std::make_unique<TokenFileWriter>(std::move(w));
     return Status::Ok();
   }
@@ -72,8 +72,8 @@ Result<std::vector<std::string>> ExpandInputFiles(const std::vector<std::string>
     if (fs::is_directory(in, ec)) {
       // A folder: every regular file under it (hidden ones aside), in path order.
       std::vector<std::string> found;
-      for (auto it = fs::recursive_directory_iterator(in, ec); !ec && it != fs::recursive_directory_iterator();
-           it.increment(ec)) {
+      for (auto it = fs::recursive_directory_iterator(in, ec);
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
         const std::string name = it->path().filename().string();
         if (!name.empty() && name[0] == '.') {
           if (it->is_directory(ec)) it.disable_recursion_pending();
@@ -82,15 +82,17 @@ Result<std::vector<std::string>> ExpandInputFiles(const std::vector<std::string>
         if (it->is_regular_file(ec)) found.push_back(it->path().string());
       }
       if (ec) return Status::IoError(fmt::format("{}: cannot list the folder: {}", in, ec.message()));
-      if (found.empty()) return Status::NotFound(fmt::format("{}: the folder holds no files to tokenize", in));
+      if (found.empty())
+        return Status::NotFound(fmt::format("{}: the folder holds no files to tokenize", in));
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
     } else if (fs::is_regular_file(in, ec)) {
       files.push_back(in);
     } else {
-      return Status::NotFound(fmt::format("{}: no such input file or folder (give text or .jsonl files, or folders of "
-                                          "them, to --input)",
-                                          in));
+      return Status::NotFound(
+          fmt::format("{}: no such input file or folder (give text or .jsonl files, or folders of "
+                      "them, to --input)",
+                      in));
     }
   }
   return files;
@@ -112,21 +114,26 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
                                    const std::function<void(const PrepareProgress&)>& progress) {
   if (options.inputs.empty()) return Status::InvalidArgument("no input files: give --input TEXT_FILE...");
   if (!(options.validation_fraction >= 0 && options.validation_fraction < 1))
-    return Status::InvalidArgument(fmt::format("--validation-fraction {} must be in [0, 1)", options.validation_fraction));
+    return Status::InvalidArgument(
+        fmt::format("--validation-fraction {} must be in [0, 1)", options.validation_fraction));
   PrepareProgress p;
   if (options.shard_tokens < 1)
-    return Status::InvalidArgument(fmt::format("shard_tokens must be at least 1, got {}", options.shard_tokens));
+    return Status::InvalidArgument(
+        fmt::format("shard_tokens must be at least 1, got {}", options.shard_tokens));
   MOTLEY_ASSIGN_OR_RETURN(const std::vector<std::string> inputs, ExpandInputFiles(options.inputs));
   for (const std::string& in : inputs) {
     std::error_code ec;
     p.bytes_total += static_cast<int64_t>(fs::file_size(in, ec));
   }
   if (p.bytes_total == 0)
-    return Status::InvalidArgument(fmt::format("{}: empty: there is no text to train on; give text files to --input",
-                                               fmt::join(options.inputs, ", ")));
+    return Status::InvalidArgument(
+        fmt::format("{}: empty: there is no text to train on; give text files to --input",
+                    fmt::join(options.inputs, ", ")));
   std::error_code ec;
   fs::create_directories(options.output_dir, ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot create the output directory: {}", options.output_dir, ec.message()));
+  if (ec)
+    return Status::IoError(
+        fmt::format("{}: cannot create the output directory: {}", options.output_dir, ec.message()));
 
   const int64_t vocab = tokenizer.vocab_size();
   ShardedWriter train(options.output_dir, vocab, options.shard_tokens);
@@ -149,9 +156,11 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
     };
     // One document: BOS, its ids, EOS (as the tokenizer has them).
     auto document = [&](std::string_view text) -> Status {
-      if (tokenizer.document_start() >= 0) tokens.push_back(static_cast<uint32_t>(tokenizer.document_start()));
+      if (tokenizer.document_start() >= 0)
+        tokens.push_back(static_cast<uint32_t>(tokenizer.document_start()));
       MOTLEY_RETURN_IF_ERROR(tokenizer.Encode(text, &tokens));
-      if (tokenizer.document_separator() >= 0) tokens.push_back(static_cast<uint32_t>(tokenizer.document_separator()));
+      if (tokenizer.document_separator() >= 0)
+        tokens.push_back(static_cast<uint32_t>(tokenizer.document_separator()));
       ++summary.documents;
       return Status::Ok();
     };
@@ -180,9 +189,9 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
         }
         if (!problem.empty()) {
           if (!options.skip_bad_lines)
-            return Status::InvalidArgument(
-                fmt::format("{}:{}: {}; fix the line, or pass --skip-bad-lines to skip such lines and count them", in,
-                            line_no, problem));
+            return Status::InvalidArgument(fmt::format(
+                "{}:{}: {}; fix the line, or pass --skip-bad-lines to skip such lines and count them", in,
+                line_no, problem));
           ++summary.skipped_lines;
           report(bytes);
           continue;
@@ -193,9 +202,10 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
     } else if (whole_documents) {
       const auto size = static_cast<int64_t>(fs::file_size(in, ec));
       if (size > kMaxDocumentBytes)
-        return Status::InvalidArgument(fmt::format("{}: {:.1f} GB in one document; split it into several files or a "
-                                                   ".jsonl (one document per line)",
-                                                   in, static_cast<double>(size) / 1e9));
+        return Status::InvalidArgument(
+            fmt::format("{}: {:.1f} GB in one document; split it into several files or a "
+                        ".jsonl (one document per line)",
+                        in, static_cast<double>(size) / 1e9));
       std::string text(static_cast<size_t>(size), '\0');
       file.read(text.data(), size);
       MOTLEY_RETURN_IF_ERROR(document(text));
@@ -216,18 +226,21 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
         report(static_cast<int64_t>(got));
       }
       if (!carry.empty()) MOTLEY_RETURN_IF_ERROR(tokenizer.Encode(carry, &tokens));
-      if (tokenizer.document_separator() >= 0) tokens.push_back(static_cast<uint32_t>(tokenizer.document_separator()));
+      if (tokenizer.document_separator() >= 0)
+        tokens.push_back(static_cast<uint32_t>(tokenizer.document_separator()));
       ++summary.documents;
     }
-    const auto n_val = static_cast<size_t>(std::floor(options.validation_fraction * static_cast<double>(tokens.size())));
+    const auto n_val =
+        static_cast<size_t>(std::floor(options.validation_fraction * static_cast<double>(tokens.size())));
     const size_t n_train = tokens.size() - n_val;
     MOTLEY_RETURN_IF_ERROR(train.Append(tokens.data(), n_train));
     MOTLEY_RETURN_IF_ERROR(val.Append(tokens.data() + n_train, n_val));
   }
   if (train.total() == 0)
-    return Status::InvalidArgument(fmt::format("{}: no training tokens came out of the text (with --validation-fraction {} "
-                                               "of it held out); give more text or a smaller fraction",
-                                               fmt::join(options.inputs, ", "), options.validation_fraction));
+    return Status::InvalidArgument(
+        fmt::format("{}: no training tokens came out of the text (with --validation-fraction {} "
+                    "of it held out); give more text or a smaller fraction",
+                    fmt::join(options.inputs, ", "), options.validation_fraction));
   summary.bytes = p.bytes_total;
   summary.train_tokens = train.total();
   summary.validation_tokens = val.num_tokens();
@@ -255,9 +268,10 @@ Result<DataManifest> ReadDataManifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / "data.json").string();
   std::ifstream in(path);
   if (!in)
-    return Status::NotFound(fmt::format("{}: missing; a data directory is made by `motley data prepare` (or give "
-                                        "a .bin file)",
-                                        path));
+    return Status::NotFound(
+        fmt::format("{}: missing; a data directory is made by `motley data prepare` (or give "
+                    "a .bin file)",
+                    path));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return ParseDataManifest(text, path);
 }
@@ -267,11 +281,12 @@ Result<DataManifest> ParseDataManifest(std::string_view text, const std::string&
   DataManifest m;
   auto bad = [&](const std::string& what) {
     return Status::InvalidArgument(
-        fmt::format("{}: {}; this is not the data.json `motley data prepare` writes: prepare the data again", path, what));
+        fmt::format("{}: {}; this is not the data.json `motley data prepare` writes: prepare the data again",
+                    path, what));
   };
   if (!j.is_object()) return bad("expected a JSON object");
-  if (!j.contains("vocab_size") || !j["vocab_size"].is_number_integer() || j["vocab_size"].get<int64_t>() < 1 ||
-      j["vocab_size"].get<int64_t>() > (int64_t{1} << 24))
+  if (!j.contains("vocab_size") || !j["vocab_size"].is_number_integer() ||
+      j["vocab_size"].get<int64_t>() < 1 || j["vocab_size"].get<int64_t>() > (int64_t{1} << 24))
     return bad("\"vocab_size\" must be a whole number from 1 to 16,777,216");
   m.vocab_size = j["vocab_size"].get<int64_t>();
   if (j.contains("tokenizer")) {
@@ -286,7 +301,8 @@ Result<DataManifest> ParseDataManifest(std::string_view text, const std::string&
     return bad("\"train_files\" must list at least one .bin file");
   // A file name inside the directory: no absolute paths or parent folders (a manifest names its own shards).
   auto file_name = [&](const nlohmann::json& f, const std::string& key) -> Result<std::string> {
-    if (!f.is_string() || f.get<std::string>().empty()) return bad(fmt::format("\"{}\" must hold file names", key));
+    if (!f.is_string() || f.get<std::string>().empty())
+      return bad(fmt::format("\"{}\" must hold file names", key));
     const fs::path p(f.get<std::string>());
     if (p.is_absolute() || std::any_of(p.begin(), p.end(), [](const fs::path& part) { return part == ".."; }))
       return bad(fmt::format("\"{}\" names {}, outside the data directory", key, p.string()));

@@ -23,10 +23,10 @@ struct PrepareOptions {
   // Text files (each one document), JSON Lines files (.jsonl, .ndjson: a document per line) and
   // folders of them (every file under the folder, hidden ones aside, in path order).
   std::vector<std::string> inputs;
-  std::string text_field = "text";     // a JSON line's text
-  bool skip_bad_lines = false;         // a malformed JSON line is skipped and counted, not an error
+  std::string text_field = "text";  // a JSON line's text
+  bool skip_bad_lines = false;      // a malformed JSON line is skipped and counted, not an error
   std::string output_dir;
-  double validation_fraction = 0.05;  // of each input's tokens, taken from its end
+  double validation_fraction = 0.05;   // of each input's tokens, taken from its end
   int64_t shard_tokens = 500'000'000;  // tokens per training shard (the format allows 2^31 - 1)
   size_t chunk_bytes = 4 << 20;        // read and tokenize this much at a time
 };
@@ -39,7 +39,7 @@ struct PrepareProgress {
 
 struct PrepareSummary {
   int64_t bytes = 0;
-  int64_t documents = 0;      // each ends with the tokenizer's EOS (and starts with its BOS) where it has them
+  int64_t documents = 0;  // each ends with the tokenizer's EOS (and starts with its BOS) where it has them
   int64_t skipped_lines = 0;  // malformed JSON lines skipped (--skip-bad-lines)
   int64_t train_tokens = 0, validation_tokens = 0;
   std::vector<std::string> train_files;

@@ -62,7 +62,8 @@ TEST(TokenFile, BadFilesGetClearErrors) {
   fs::resize_file(cut, fs::file_size(cut) - 10);
   Result<TokenFile> truncated = TokenFile::Open(cut);
   ASSERT_FALSE(truncated.ok());
-  EXPECT_NE(truncated.status().message().find("truncated or padded: the header says 100 tokens"), std::string::npos)
+  EXPECT_NE(truncated.status().message().find("truncated or padded: the header says 100 tokens"),
+            std::string::npos)
       << truncated.status().message();
   // Wrong magic.
   const std::string text = (dir / "text.bin").string();
@@ -96,9 +97,10 @@ TEST(TokenFile, AShardCutShortUnderARunningJobIsAnErrorNamingIt) {
   out.clear();
   Status cut = data.Copy(3000, 64, &out);
   ASSERT_FALSE(cut.ok());
-  EXPECT_NE(cut.message().find(path + ": changed while the job reads it: tokens 3000..3064 are gone (the file now "
-                                      "has 3024 bytes, 11024 when it was opened)"),
-            std::string::npos)
+  EXPECT_NE(
+      cut.message().find(path + ": changed while the job reads it: tokens 3000..3064 are gone (the file now "
+                                "has 3024 bytes, 11024 when it was opened)"),
+      std::string::npos)
       << cut.message();
   std::vector<int64_t> windows;
   EXPECT_FALSE(SampleTrainingWindows(data, 1, 0, 0, 64, 128, &windows).ok());  // some window lies beyond
@@ -225,7 +227,8 @@ TEST(DataPrepare, SplitsEveryInputAndWritesAManifest) {
   EXPECT_NE(small.status().message().find("vocabulary of 256 (byte) but the model's vocab_size is 128"),
             std::string::npos)
       << small.status().message();
-  EXPECT_FALSE(PrepareData({.inputs = {(dir / "nope.txt").string()}, .output_dir = options.output_dir}, ByteTokenizer())
+  EXPECT_FALSE(PrepareData({.inputs = {(dir / "nope.txt").string()}, .output_dir = options.output_dir},
+                           ByteTokenizer())
                    .ok());
   fs::remove_all(dir);
 }
@@ -234,14 +237,17 @@ TEST(DataPrepare, SplitsEveryInputAndWritesAManifest) {
 std::string TinyTokenizerJson(bool with_bos) {
   nlohmann::json vocab = nlohmann::json::object();
   for (int b = 0; b < 256; ++b) vocab[ByteLevelEncode(std::string(1, static_cast<char>(b)))] = b;
-  nlohmann::json j = {{"added_tokens", {{{"id", 256}, {"content", "<|bos|>"}, {"special", true}},
-                                        {{"id", 257}, {"content", "<|eos|>"}, {"special", true}}}},
-                      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-                      {"decoder", {{"type", "ByteLevel"}}},
-                      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  nlohmann::json j = {
+      {"added_tokens",
+       {{{"id", 256}, {"content", "<|bos|>"}, {"special", true}},
+        {{"id", 257}, {"content", "<|eos|>"}, {"special", true}}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
   if (with_bos)
-    j["post_processor"] = {{"type", "TemplateProcessing"},
-                           {"single", {{{"SpecialToken", {{"id", "<|bos|>"}}}}, {{"Sequence", {{"id", "A"}}}}}}};
+    j["post_processor"] = {
+        {"type", "TemplateProcessing"},
+        {"single", {{{"SpecialToken", {{"id", "<|bos|>"}}}}, {{"Sequence", {{"id", "A"}}}}}}};
   return j.dump();
 }
 
@@ -254,8 +260,10 @@ TEST(DataPrepare, JsonLinesFoldersAndDocumentsBetweenBosAndEos) {
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
   fs::create_directories(dir / "corpus" / "sub");
   fs::create_directories(dir / "corpus" / ".hidden");
-  std::ofstream(dir / "corpus" / "a.jsonl") << R"({"text": "ab", "id": 1})" << "\n\n"
-                                            << R"({"body": "x", "text": "c"})" << "\n";
+  std::ofstream(dir / "corpus" / "a.jsonl") << R"({"text": "ab", "id": 1})"
+                                            << "\n\n"
+                                            << R"({"body": "x", "text": "c"})"
+                                            << "\n";
   std::ofstream(dir / "corpus" / "sub" / "b.txt") << "de";
   std::ofstream(dir / "corpus" / ".hidden" / "c.txt") << "never read";
   PrepareOptions options;
@@ -278,7 +286,8 @@ TEST(DataPrepare, JsonLinesFoldersAndDocumentsBetweenBosAndEos) {
   EXPECT_NE((*other)->hash(), (*tokenizer)->hash());
   Result<TokenDataset> refused = OpenTokenData(options.output_dir, "train", 258, {"other", (*other)->hash()});
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("prepared with the tokenizer " + (dir / "tok" / "tokenizer.json").string()),
+  EXPECT_NE(refused.status().message().find("prepared with the tokenizer " +
+                                            (dir / "tok" / "tokenizer.json").string()),
             std::string::npos)
       << refused.status().message();
   EXPECT_NE(refused.status().message().find("the run tokenizes with other"), std::string::npos);
@@ -295,11 +304,16 @@ TEST(DataPrepare, JsonLinesFoldersAndDocumentsBetweenBosAndEos) {
 TEST(DataPrepare, AMalformedJsonLineIsAnErrorNamingFileAndLineOrSkippedAndCounted) {
   fs::path dir = TempDir("motley_badjsonl");
   const std::string file = (dir / "docs.jsonl").string();
-  std::ofstream(file) << R"({"text": "fine"})" << "\n"
-                      << R"({"text": "cut off)" << "\n"
-                      << R"({"content": "wrong field"})" << "\n"
-                      << R"({"text": 42})" << "\n"
-                      << R"({"text": "also fine"})" << "\n";
+  std::ofstream(file) << R"({"text": "fine"})"
+                      << "\n"
+                      << R"({"text": "cut off)"
+                      << "\n"
+                      << R"({"content": "wrong field"})"
+                      << "\n"
+                      << R"({"text": 42})"
+                      << "\n"
+                      << R"({"text": "also fine"})"
+                      << "\n";
   PrepareOptions options;
   options.inputs = {file};
   options.output_dir = (dir / "out").string();
@@ -317,11 +331,13 @@ TEST(DataPrepare, AMalformedJsonLineIsAnErrorNamingFileAndLineOrSkippedAndCounte
   // The field is the user's to name.
   options.skip_bad_lines = false;
   options.inputs = {(dir / "other.jsonl").string()};
-  std::ofstream(options.inputs[0]) << R"({"content": "x"})" << "\n";
+  std::ofstream(options.inputs[0]) << R"({"content": "x"})"
+                                   << "\n";
   options.text_field = "body";
   s = PrepareData(options, ByteTokenizer());
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find(":1: no \"body\" field (give the field that holds the text with --text-field)"),
+  EXPECT_NE(s.status().message().find(
+                ":1: no \"body\" field (give the field that holds the text with --text-field)"),
             std::string::npos)
       << s.status().message();
   fs::remove_all(dir);
@@ -359,8 +375,9 @@ TEST(TrainingData, BuiltinHoldsOutValidationAndChecksVocabulary) {
   DataConfig config;
   TrainingData d = OpenTrainingData(config, "", 256, 128).value();
   ASSERT_TRUE(d.validation.has_value());
-  EXPECT_NEAR(static_cast<double>(d.validation->num_tokens()) / (d.train.num_tokens() + d.validation->num_tokens()),
-              0.05, 1e-3);
+  EXPECT_NEAR(
+      static_cast<double>(d.validation->num_tokens()) / (d.train.num_tokens() + d.validation->num_tokens()),
+      0.05, 1e-3);
   Result<TrainingData> small = OpenTrainingData(config, "", 128, 128);
   ASSERT_FALSE(small.ok());
   EXPECT_NE(small.status().message().find("vocabulary 256"), std::string::npos);

@@ -18,11 +18,11 @@
 
 namespace motley {
 
+using hf::AddedToken;
 using hf::Decoder;
+using hf::kMetaspace;
 using hf::Normalizer;
 using hf::PreTokenizer;
-using hf::AddedToken;
-using hf::kMetaspace;
 
 namespace {
 
@@ -39,7 +39,8 @@ std::string ReplaceAll(std::string_view text, std::string_view from, std::string
 }
 
 // Splits `pieces` further: each piece's matches of `regex` (unless `remove`) and the gaps between them.
-std::vector<std::string> SplitPieces(const std::vector<std::string>& pieces, const Regex& regex, bool remove) {
+std::vector<std::string> SplitPieces(const std::vector<std::string>& pieces, const Regex& regex,
+                                     bool remove) {
   std::vector<std::string> out;
   std::vector<std::pair<size_t, size_t>> matches;
   for (const std::string& p : pieces) {
@@ -102,7 +103,8 @@ std::vector<std::string> hf::TokenizerParts::PreTokenize(std::string text, bool 
           }
           // Each replacement starts a piece (merged with what follows it).
           size_t at = 0;
-          for (size_t hit = s.find(p.replacement, 1); hit != std::string::npos; hit = s.find(p.replacement, hit + 1)) {
+          for (size_t hit = s.find(p.replacement, 1); hit != std::string::npos;
+               hit = s.find(p.replacement, hit + 1)) {
             if (hit > at) out.push_back(s.substr(at, hit - at));
             at = hit;
           }
@@ -137,9 +139,10 @@ void hf::TokenizerParts::EncodeWord(const std::string& word, std::vector<uint32_
       if (it != piece_to_id.end()) {
         symbols.push_back(it->second);
         last_unk = false;
-      } else if (byte_fallback && std::all_of(word.begin() + static_cast<std::ptrdiff_t>(at),
-                                              word.begin() + static_cast<std::ptrdiff_t>(at + len),
-                                              [&](char c) { return byte_id[static_cast<unsigned char>(c)] >= 0; })) {
+      } else if (byte_fallback &&
+                 std::all_of(word.begin() + static_cast<std::ptrdiff_t>(at),
+                             word.begin() + static_cast<std::ptrdiff_t>(at + len),
+                             [&](char c) { return byte_id[static_cast<unsigned char>(c)] >= 0; })) {
         for (size_t k = at; k < at + len; ++k)
           symbols.push_back(static_cast<uint32_t>(byte_id[static_cast<unsigned char>(word[k])]));
         last_unk = false;
@@ -182,7 +185,8 @@ Status HfTokenizer::Encode(std::string_view raw, std::vector<uint32_t>* out) con
       im.EncodeWord(piece, out);
       std::lock_guard<std::mutex> lock(im.cache_mutex);
       if (im.cache.size() < (1u << 20))
-        im.cache.emplace(piece, std::vector<uint32_t>(out->begin() + static_cast<std::ptrdiff_t>(begin), out->end()));
+        im.cache.emplace(
+            piece, std::vector<uint32_t>(out->begin() + static_cast<std::ptrdiff_t>(begin), out->end()));
     }
   };
   size_t at = 0, segment_start = 0;
@@ -211,7 +215,8 @@ Status HfTokenizer::Encode(std::string_view raw, std::vector<uint32_t>* out) con
 std::string HfTokenizer::Decode(const std::vector<uint32_t>& ids) const {
   const hf::TokenizerParts& im = *impl_;
   std::vector<std::string> tokens;
-  for (uint32_t id : ids) tokens.push_back(id < im.id_to_piece.size() ? im.id_to_piece[id] : std::string("\xEF\xBF\xBD"));
+  for (uint32_t id : ids)
+    tokens.push_back(id < im.id_to_piece.size() ? im.id_to_piece[id] : std::string("\xEF\xBF\xBD"));
   if (im.byte_level) {  // pieces are raw bytes already
     std::string text;
     for (const std::string& t : tokens) text += t;
@@ -265,7 +270,9 @@ std::string HfTokenizer::Decode(const std::vector<uint32_t>& ids) const {
       case Decoder::Kind::kStrip:
         for (std::string& t : tokens) {
           int start = 0, stop = 0;
-          while (start < d.start && t.compare(static_cast<size_t>(start) * d.content.size(), d.content.size(), d.content) == 0) ++start;
+          while (start < d.start &&
+                 t.compare(static_cast<size_t>(start) * d.content.size(), d.content.size(), d.content) == 0)
+            ++start;
           t.erase(0, static_cast<size_t>(start) * d.content.size());
           while (stop < d.stop && t.size() >= d.content.size() &&
                  t.compare(t.size() - d.content.size(), d.content.size(), d.content) == 0) {

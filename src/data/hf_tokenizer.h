@@ -35,7 +35,7 @@ class HfTokenizer : public Tokenizer {
   /// The same from a tokenizer.json's text (`where` names it in messages); BOS and EOS from the
   /// tokenizer_config.json / special_tokens_map.json in `folder` when it is not "".
   static Result<std::unique_ptr<HfTokenizer>> FromJson(std::string_view text, const std::string& where,
-                                                      const std::string& folder = "");
+                                                       const std::string& folder = "");
   ~HfTokenizer() override;
 
   /// The tokenizer.json's path.

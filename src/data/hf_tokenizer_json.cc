@@ -21,9 +21,9 @@ namespace fs = std::filesystem;
 
 using hf::AddedToken;
 using hf::Decoder;
+using hf::kMetaspace;
 using hf::Normalizer;
 using hf::PreTokenizer;
-using hf::kMetaspace;
 
 namespace {
 
@@ -37,14 +37,17 @@ Status Unsupported(const std::string& file, const std::string& where, const std:
       fmt::format("{}: {}: {} is not supported; motley reads {}", file, where, what, supported));
 }
 
-std::string TypeOf(const nlohmann::json& j) { return j.is_object() ? j.value("type", std::string("?")) : j.dump(); }
+std::string TypeOf(const nlohmann::json& j) {
+  return j.is_object() ? j.value("type", std::string("?")) : j.dump();
+}
 
 // A token named in tokenizer_config.json / special_tokens_map.json: "text" or {"content": "text"}.
 std::optional<std::string> TokenText(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::nullopt;
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
   return std::nullopt;
 }
 
@@ -52,8 +55,8 @@ std::optional<std::string> TokenText(const nlohmann::json& j, const char* key) {
 // `list`), each in turn, named by their place ("pre_tokenizer.pretokenizers[1]").
 Status ReadComponents(const nlohmann::json& j, const std::string& key, const char* list,
                       const std::function<Status(const nlohmann::json&, const std::string&)>& one) {
-  std::function<Status(const nlohmann::json&, const std::string&)> walk = [&](const nlohmann::json& c,
-                                                                            const std::string& at) -> Status {
+  std::function<Status(const nlohmann::json&, const std::string&)> walk =
+      [&](const nlohmann::json& c, const std::string& at) -> Status {
     if (c.is_null()) return Status::Ok();
     if (TypeOf(c) != "Sequence") return one(c, at);
     for (size_t i = 0; i < c.at(list).size(); ++i)
@@ -81,8 +84,8 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path) 
   std::error_code ec;
   if (fs::is_directory(file, ec)) file /= "tokenizer.json";
   if (!fs::is_regular_file(file, ec))
-    return Status::NotFound(fmt::format("{}: no tokenizer.json (give a Hugging Face model folder or its tokenizer.json)",
-                                        file.string()));
+    return Status::NotFound(fmt::format(
+        "{}: no tokenizer.json (give a Hugging Face model folder or its tokenizer.json)", file.string()));
   MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(file.string()));
   return FromJson(text, file.string(), file.parent_path().string());
 }
@@ -101,7 +104,8 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
     // The model: BPE only.
     const nlohmann::json& model = j.at("model");
     if (TypeOf(model) != "BPE")
-      return Unsupported(where, "model.type", nlohmann::json(TypeOf(model)).dump(), "BPE models (Llama 2, Llama 3)");
+      return Unsupported(where, "model.type", nlohmann::json(TypeOf(model)).dump(),
+                         "BPE models (Llama 2, Llama 3)");
     // The vocabulary is byte-level when a ByteLevel pre-tokenizer or decoder says so.
     const std::string dump_pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"].dump() : "";
     const std::string dump_dec = j.contains("decoder") ? j["decoder"].dump() : "";
@@ -118,14 +122,15 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
       std::optional<std::string> bytes = ByteLevelDecode(s);
       if (!bytes)
         return Status::InvalidArgument(fmt::format(
-            "{}: model.vocab: {} is not written in the byte-level alphabet its ByteLevel pre-tokenizer uses", where,
-            nlohmann::json(s).dump()));
+            "{}: model.vocab: {} is not written in the byte-level alphabet its ByteLevel pre-tokenizer uses",
+            where, nlohmann::json(s).dump()));
       return *bytes;
     };
     int64_t max_id = -1;
     std::vector<std::pair<std::string, uint32_t>> vocab;
     for (const auto& [key, value] : model.at("vocab").items()) {
-      if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= kMaxTokenizerVocab)
+      if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+          value.get<int64_t>() >= kMaxTokenizerVocab)
         return Status::InvalidArgument(fmt::format("{}: model.vocab[{}]: expected a token id, got {}", where,
                                                    nlohmann::json(key).dump(), value.dump()));
       MOTLEY_ASSIGN_OR_RETURN(std::string piece, to_piece(key));
@@ -137,11 +142,12 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
       for (const auto& a : j["added_tokens"]) {
         const nlohmann::json& id = a.at("id");
         if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxTokenizerVocab)
-          return Status::InvalidArgument(fmt::format("{}: added_tokens: id {} is not a token id below {}", where,
-                                                     id.dump(), kMaxTokenizerVocab));
+          return Status::InvalidArgument(fmt::format("{}: added_tokens: id {} is not a token id below {}",
+                                                     where, id.dump(), kMaxTokenizerVocab));
         AddedToken token{a.at("content").get<std::string>(), id.get<uint32_t>(), a.value("special", false)};
         if (token.content.empty())
-          return Status::InvalidArgument(fmt::format("{}: added_tokens: token {} has empty content", where, token.id));
+          return Status::InvalidArgument(
+              fmt::format("{}: added_tokens: token {} has empty content", where, token.id));
         max_id = std::max<int64_t>(max_id, token.id);
         added.push_back(std::move(token));
       }
@@ -158,8 +164,10 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
     }
     im.byte_id.fill(-1);
     for (int b = 0; b < 256; ++b) {
-      const std::string key = im.byte_level ? std::string(1, static_cast<char>(b)) : fmt::format("<0x{:02X}>", b);
-      if (auto it = im.piece_to_id.find(key); it != im.piece_to_id.end()) im.byte_id[static_cast<size_t>(b)] = it->second;
+      const std::string key =
+          im.byte_level ? std::string(1, static_cast<char>(b)) : fmt::format("<0x{:02X}>", b);
+      if (auto it = im.piece_to_id.find(key); it != im.piece_to_id.end())
+        im.byte_id[static_cast<size_t>(b)] = it->second;
       else if (im.byte_level)
         return Status::InvalidArgument(fmt::format(
             "{}: model.vocab lacks the byte {:#04x}: a byte-level vocabulary holds all 256 bytes", where, b));
@@ -168,12 +176,14 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
       auto it = im.piece_to_id.find(model["unk_token"].get<std::string>());
       if (it != im.piece_to_id.end()) im.unk_id = it->second;
     }
-    const bool every_byte = std::all_of(im.byte_id.begin(), im.byte_id.end(), [](int64_t id) { return id >= 0; });
+    const bool every_byte =
+        std::all_of(im.byte_id.begin(), im.byte_id.end(), [](int64_t id) { return id >= 0; });
     if (!im.byte_level && im.unk_id < 0 && !(im.byte_fallback && every_byte))
-      return Status::InvalidArgument(fmt::format(
-          "{}: model: neither an unk_token in the vocabulary nor byte_fallback with all 256 <0xXX> tokens: text "
-          "outside the vocabulary could not be encoded",
-          where));
+      return Status::InvalidArgument(
+          fmt::format("{}: model: neither an unk_token in the vocabulary nor byte_fallback with all 256 "
+                      "<0xXX> tokens: text "
+                      "outside the vocabulary could not be encoded",
+                      where));
     // Merges: "a b" strings (older files) or ["a", "b"] pairs.
     for (const auto& m : model.at("merges")) {
       std::string a, b;
@@ -181,7 +191,8 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
         const std::string s = m.get<std::string>();
         const size_t space = s.find(' ', 1);
         if (space == std::string::npos)
-          return Status::InvalidArgument(fmt::format("{}: model.merges: {} is not \"left right\"", where, m.dump()));
+          return Status::InvalidArgument(
+              fmt::format("{}: model.merges: {} is not \"left right\"", where, m.dump()));
         a = s.substr(0, space), b = s.substr(space + 1);
       } else if (m.is_array() && m.size() == 2) {
         a = m[0].get<std::string>(), b = m[1].get<std::string>();
@@ -192,8 +203,8 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
       MOTLEY_ASSIGN_OR_RETURN(std::string pb, to_piece(b));
       auto ia = im.piece_to_id.find(pa), ib = im.piece_to_id.find(pb), im_ = im.piece_to_id.find(pa + pb);
       if (ia == im.piece_to_id.end() || ib == im.piece_to_id.end() || im_ == im.piece_to_id.end())
-        return Status::InvalidArgument(fmt::format("{}: model.merges: {} names a token the vocabulary lacks", where,
-                                                   m.dump()));
+        return Status::InvalidArgument(
+            fmt::format("{}: model.merges: {} names a token the vocabulary lacks", where, m.dump()));
       im.merges.Add(ia->second, ib->second, im_->second);
     }
 
@@ -201,14 +212,16 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
     auto normalizer = [&](const nlohmann::json& n, const std::string& at) -> Status {
       const std::string type = TypeOf(n);
       if (type == "Prepend") {
-        im.normalizers.push_back({Normalizer::Kind::kPrepend, n.at("prepend").get<std::string>(), "", nullptr});
+        im.normalizers.push_back(
+            {Normalizer::Kind::kPrepend, n.at("prepend").get<std::string>(), "", nullptr});
       } else if (type == "Replace") {
         const nlohmann::json& p = n.at("pattern");
         Normalizer r{Normalizer::Kind::kReplace, "", n.at("content").get<std::string>(), nullptr};
         if (p.contains("String")) {
           r.text = p["String"].get<std::string>();
         } else {
-          MOTLEY_ASSIGN_OR_RETURN(r.regex, Regex::Compile(p.at("Regex").get<std::string>(), where + ": " + at));
+          MOTLEY_ASSIGN_OR_RETURN(r.regex,
+                                  Regex::Compile(p.at("Regex").get<std::string>(), where + ": " + at));
         }
         im.normalizers.push_back(std::move(r));
       } else {
@@ -272,8 +285,10 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
         im.decoders.push_back({Decoder::Kind::kByteLevel});
       } else if (type == "Replace") {
         const nlohmann::json& p = d.at("pattern");
-        if (!p.contains("String")) return Unsupported(where, at + ".pattern", p.dump(), "Replace with a String pattern");
-        im.decoders.push_back({Decoder::Kind::kReplace, p["String"].get<std::string>(), d.at("content").get<std::string>()});
+        if (!p.contains("String"))
+          return Unsupported(where, at + ".pattern", p.dump(), "Replace with a String pattern");
+        im.decoders.push_back(
+            {Decoder::Kind::kReplace, p["String"].get<std::string>(), d.at("content").get<std::string>()});
       } else if (type == "ByteFallback") {
         im.decoders.push_back({Decoder::Kind::kByteFallback});
       } else if (type == "Fuse") {
@@ -282,17 +297,21 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
         const std::string content = d.at("content").get<std::string>();
         const int start = d.value("start", 0), stop = d.value("stop", 0);
         if (content.empty() || start < 0 || stop < 0 || start > 1024 || stop > 1024)
-          return Unsupported(where, at, fmt::format("Strip of {} x {} and {} x {}", start, nlohmann::json(content).dump(),
-                                                    stop, nlohmann::json(content).dump()),
-                             "Strip of a non-empty content, at most 1024 times");
+          return Unsupported(
+              where, at,
+              fmt::format("Strip of {} x {} and {} x {}", start, nlohmann::json(content).dump(), stop,
+                          nlohmann::json(content).dump()),
+              "Strip of a non-empty content, at most 1024 times");
         im.decoders.push_back({Decoder::Kind::kStrip, "", content, start, stop});
       } else if (type == "Metaspace") {
         Decoder m{Decoder::Kind::kMetaspace, "", d.value("replacement", std::string(kMetaspace))};
-        m.prepend = d.value("prepend_scheme", std::string("always")) != "never" && d.value("add_prefix_space", true);
+        m.prepend =
+            d.value("prepend_scheme", std::string("always")) != "never" && d.value("add_prefix_space", true);
         im.decoders.push_back(std::move(m));
       } else {
-        return Unsupported(where, at, fmt::format("decoder {}", nlohmann::json(type).dump()),
-                           "the decoders Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip and Metaspace");
+        return Unsupported(
+            where, at, fmt::format("decoder {}", nlohmann::json(type).dump()),
+            "the decoders Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip and Metaspace");
       }
       return Status::Ok();
     };
@@ -300,9 +319,11 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
 
     // Added tokens, longest first where several start alike.
     im.added = added;
-    std::stable_sort(im.added.begin(), im.added.end(),
-                     [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
-    for (const AddedToken& a : im.added) im.added_by_first[static_cast<unsigned char>(a.content[0])].push_back(&a);
+    std::stable_sort(im.added.begin(), im.added.end(), [](const AddedToken& a, const AddedToken& b) {
+      return a.content.size() > b.content.size();
+    });
+    for (const AddedToken& a : im.added)
+      im.added_by_first[static_cast<unsigned char>(a.content[0])].push_back(&a);
 
     // BOS and EOS: tokenizer_config.json, else special_tokens_map.json, else the post-processor's
     // template (its leading special token is BOS).
@@ -314,8 +335,10 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
       MOTLEY_ASSIGN_OR_RETURN(nlohmann::json c, ReadJsonFile(folder / name));
       if (!bos) bos = TokenText(c, "bos_token");
       if (!eos) eos = TokenText(c, "eos_token");
-      if (!add_bos && c.contains("add_bos_token") && c["add_bos_token"].is_boolean()) add_bos = c["add_bos_token"].get<bool>();
-      if (!add_eos && c.contains("add_eos_token") && c["add_eos_token"].is_boolean()) add_eos = c["add_eos_token"].get<bool>();
+      if (!add_bos && c.contains("add_bos_token") && c["add_bos_token"].is_boolean())
+        add_bos = c["add_bos_token"].get<bool>();
+      if (!add_eos && c.contains("add_eos_token") && c["add_eos_token"].is_boolean())
+        add_eos = c["add_eos_token"].get<bool>();
     }
     std::optional<std::string> template_bos;
     std::function<void(const nlohmann::json&)> find_template = [&](const nlohmann::json& p) {
@@ -333,7 +356,8 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
       if (!s) return int64_t{-1};
       for (const AddedToken& a : im.added)
         if (a.content == *s) return int64_t{a.id};
-      if (auto it = im.piece_to_id.find(im.byte_level ? *s : *s); it != im.piece_to_id.end()) return int64_t{it->second};
+      if (auto it = im.piece_to_id.find(im.byte_level ? *s : *s); it != im.piece_to_id.end())
+        return int64_t{it->second};
       return Status::InvalidArgument(fmt::format("{}: the {} token {} is not in the vocabulary", where, what,
                                                  nlohmann::json(*s).dump()));
     };
@@ -341,10 +365,12 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text
     MOTLEY_ASSIGN_OR_RETURN(t->eos_id_, id_of(eos, "EOS"));
     if (t->bos_id_ < 0) t->add_bos_ = false;
     (void)add_eos;  // EOS ends every document in prepared data whatever the config says
-    t->hash_ = fmt::format("{:016x}", Fnv1a(fmt::format("|bos={}|add_bos={}|eos={}", t->bos_id_, t->add_bos_, t->eos_id_),
-                                            Fnv1a(text)));
+    t->hash_ = fmt::format(
+        "{:016x}",
+        Fnv1a(fmt::format("|bos={}|add_bos={}|eos={}", t->bos_id_, t->add_bos_, t->eos_id_), Fnv1a(text)));
   } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(fmt::format("{}: not a tokenizer.json motley can read: {}", where, JsonErrorText(e)));
+    return Status::InvalidArgument(
+        fmt::format("{}: not a tokenizer.json motley can read: {}", where, JsonErrorText(e)));
   }
   return t;
 }

@@ -20,14 +20,14 @@ inline constexpr const char* kMetaspace = "\xE2\x96\x81";  // ▁
 
 struct Normalizer {
   enum class Kind { kPrepend, kReplace } kind;
-  std::string text, content;  // Prepend: text; Replace: text -> content (a literal)
+  std::string text, content;     // Prepend: text; Replace: text -> content (a literal)
   std::shared_ptr<Regex> regex;  // Replace with a Regex pattern
 };
 
 struct PreTokenizer {
   enum class Kind { kSplit, kByteLevel, kMetaspace } kind = Kind::kSplit;
-  std::shared_ptr<Regex> regex;  // Split (its pattern), ByteLevel with use_regex
-  bool remove = false;           // Split: behaviour "Removed" (else "Isolated")
+  std::shared_ptr<Regex> regex;   // Split (its pattern), ByteLevel with use_regex
+  bool remove = false;            // Split: behaviour "Removed" (else "Isolated")
   bool add_prefix_space = false;  // ByteLevel
   std::string replacement;        // Metaspace
   std::string prepend_scheme;     // Metaspace: always, first, never
@@ -61,7 +61,7 @@ struct TokenizerParts {
   std::vector<Normalizer> normalizers;
   std::vector<PreTokenizer> pre_tokenizers;
   std::vector<Decoder> decoders;
-  std::vector<AddedToken> added;                          // longest first
+  std::vector<AddedToken> added;  // longest first
   std::array<std::vector<const AddedToken*>, 256> added_by_first{};
   // Words seen before (byte-level pre-tokenized text repeats its words): their ids.
   mutable std::mutex cache_mutex;

@@ -3,11 +3,11 @@
 // fallback. (tests/reference checks both kinds against independent implementations on real text.)
 #include "data/hf_tokenizer.h"
 
+#include <unistd.h>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -22,7 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path Folder(const std::string& name, const nlohmann::json& tokenizer, const nlohmann::json& config = nullptr) {
+fs::path Folder(const std::string& name, const nlohmann::json& tokenizer,
+                const nlohmann::json& config = nullptr) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("motley_tok_{}_{}", name, ::getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -48,7 +49,10 @@ nlohmann::json ByteLevelTokenizer() {
           {"pre_tokenizer",
            {{"type", "Sequence"},
             {"pretokenizers",
-             {{{"type", "Split"}, {"pattern", {{"Regex", kLlama3Pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+             {{{"type", "Split"},
+               {"pattern", {{"Regex", kLlama3Pattern}}},
+               {"behavior", "Isolated"},
+               {"invert", false}},
               {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
           {"decoder", {{"type", "ByteLevel"}}},
           {"model",
@@ -65,7 +69,8 @@ std::vector<uint32_t> Encode(const HfTokenizer& t, std::string_view text) {
 }
 
 TEST(HfTokenizer, ByteLevelBpeMergesWithinThePatternsPieces) {
-  const fs::path dir = Folder("bytelevel", ByteLevelTokenizer(), {{"bos_token", nullptr}, {"eos_token", "<|end|>"}});
+  const fs::path dir =
+      Folder("bytelevel", ByteLevelTokenizer(), {{"bos_token", nullptr}, {"eos_token", "<|end|>"}});
   auto t = HfTokenizer::Load(dir.string());
   ASSERT_TRUE(t.ok()) << t.status().message();
   EXPECT_EQ((*t)->vocab_size(), 262);
@@ -85,8 +90,13 @@ TEST(HfTokenizer, ByteLevelBpeMergesWithinThePatternsPieces) {
 TEST(HfTokenizer, InvalidUtf8BecomesOneReplacementPerMaximalSubpart) {
   int64_t replaced = 0;
   // WHATWG: a lone continuation, a truncated 3-byte sequence, a surrogate's encoding (3 subparts).
-  EXPECT_EQ(ReplaceInvalidUtf8("a\x80" "b\xE2\x82" "c\xED\xA0\x80", &replaced),
-            "a\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(ReplaceInvalidUtf8("a\x80"
+                               "b\xE2\x82"
+                               "c\xED\xA0\x80",
+                               &replaced),
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD"
+            "c\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(replaced, 5);
   EXPECT_EQ(ReplaceInvalidUtf8("ok ✓", &replaced), "ok ✓");
   EXPECT_EQ(replaced, 0);
@@ -153,12 +163,16 @@ TEST(HfTokenizer, ComponentsOutsideWhatMotleyReadsAreRefusedByName) {
   };
   const std::vector<Case> cases = {
       {[](nlohmann::json& j) { j["model"]["type"] = "Unigram"; }, "model.type: \"Unigram\" is not supported"},
-      {[](nlohmann::json& j) { j["normalizer"] = {{"type", "NFKC"}}; }, "normalizer: normalizer \"NFKC\" is not supported"},
+      {[](nlohmann::json& j) {
+         j["normalizer"] = {{"type", "NFKC"}};
+       },
+       "normalizer: normalizer \"NFKC\" is not supported"},
       {[](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "MergedWithPrevious"; },
        "pre_tokenizer.pretokenizers[0].behavior: \"MergedWithPrevious\" is not supported"},
       {[](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed"; },
        "does not compile at offset"},
-      {[](nlohmann::json& j) { j["model"]["merges"].push_back("x yz"); }, "names a token the vocabulary lacks"},
+      {[](nlohmann::json& j) { j["model"]["merges"].push_back("x yz"); },
+       "names a token the vocabulary lacks"},
   };
   for (const Case& c : cases) {
     nlohmann::json j = ByteLevelTokenizer();

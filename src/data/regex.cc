@@ -20,9 +20,9 @@ Result<std::shared_ptr<Regex>> Regex::Compile(const std::string& pattern, const 
   if (code == nullptr) {
     std::array<PCRE2_UCHAR, 256> message{};
     pcre2_get_error_message(error, message.data(), message.size());
-    return Status::InvalidArgument(fmt::format("{}: the regular expression {} does not compile at offset {}: {}", where,
-                                               nlohmann::json(pattern).dump(), offset,
-                                               reinterpret_cast<const char*>(message.data())));
+    return Status::InvalidArgument(
+        fmt::format("{}: the regular expression {} does not compile at offset {}: {}", where,
+                    nlohmann::json(pattern).dump(), offset, reinterpret_cast<const char*>(message.data())));
   }
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // without JIT (an unsupported CPU) it still matches
   return std::shared_ptr<Regex>(new Regex(code));
@@ -35,8 +35,8 @@ void Regex::Matches(std::string_view text, std::vector<std::pair<size_t, size_t>
       pcre2_match_data_create(1, nullptr), &pcre2_match_data_free);
   size_t at = 0;
   while (at <= text.size()) {
-    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at, PCRE2_NO_UTF_CHECK,
-                               data.get(), nullptr);
+    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at,
+                               PCRE2_NO_UTF_CHECK, data.get(), nullptr);
     if (rc < 0) break;  // PCRE2_ERROR_NOMATCH, or a limit: the rest is one gap
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.get());
     if (ov[1] > ov[0]) {

@@ -19,7 +19,8 @@ class SentencePieceTokenizer : public Tokenizer {
   Status Encode(std::string_view text, std::vector<uint32_t>* out) const override {
     std::vector<int> ids;
     const auto status = processor_.Encode(text, &ids);
-    if (!status.ok()) return Status::InvalidArgument(fmt::format("{}: encoding failed: {}", path_, status.ToString()));
+    if (!status.ok())
+      return Status::InvalidArgument(fmt::format("{}: encoding failed: {}", path_, status.ToString()));
     out->insert(out->end(), ids.begin(), ids.end());
     return Status::Ok();
   }
@@ -40,9 +41,10 @@ class SentencePieceTokenizer : public Tokenizer {
 
 Result<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& model_path) {
   if (!std::filesystem::is_regular_file(model_path))
-    return Status::NotFound(fmt::format("{}: no such sentencepiece model; give --tokenizer byte or the path of a "
-                                        "tokenizer.model file",
-                                        model_path));
+    return Status::NotFound(
+        fmt::format("{}: no such sentencepiece model; give --tokenizer byte or the path of a "
+                    "tokenizer.model file",
+                    model_path));
   auto t = std::make_unique<SentencePieceTokenizer>(model_path);
   const auto status = t->processor().Load(model_path);
   if (!status.ok())

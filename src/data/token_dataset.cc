@@ -1,7 +1,7 @@
 #include "data/token_dataset.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 
 #include "core/check.h"
 #include "data/data_sampler.h"
@@ -39,7 +39,8 @@ Status TokenDataset::Copy(int64_t begin, int64_t count, std::vector<int64_t>* ou
   }
   out->resize(at + static_cast<size_t>(count));
   // The file holding `begin`, then onwards across shard boundaries.
-  size_t f = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin()) - 1;
+  size_t f =
+      static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin()) - 1;
   std::vector<int64_t> part;
   for (int64_t i = 0; i < count;) {
     const int64_t local = begin + i - offsets_[f];
@@ -52,18 +53,20 @@ Status TokenDataset::Copy(int64_t begin, int64_t count, std::vector<int64_t>* ou
   return Status::Ok();
 }
 
-Status SampleTrainingWindows(const TokenDataset& data, uint64_t seed, int64_t step, int64_t first, int64_t count,
-                             int64_t seq_len, std::vector<int64_t>* out) {
+Status SampleTrainingWindows(const TokenDataset& data, uint64_t seed, int64_t step, int64_t first,
+                             int64_t count, int64_t seq_len, std::vector<int64_t>* out) {
   out->clear();
   for (int64_t i = first; i < first + count; ++i)
-    MOTLEY_RETURN_IF_ERROR(data.Copy(SampleWindowStart(seed, step, i, data.num_tokens(), seq_len), seq_len + 1, out));
+    MOTLEY_RETURN_IF_ERROR(
+        data.Copy(SampleWindowStart(seed, step, i, data.num_tokens(), seq_len), seq_len + 1, out));
   return Status::Ok();
 }
 
 Status EvaluationWindows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
                          std::vector<int64_t>* out) {
   out->clear();
-  for (int64_t i = first; i < first + count; ++i) MOTLEY_RETURN_IF_ERROR(data.Copy(i * seq_len, seq_len + 1, out));
+  for (int64_t i = first; i < first + count; ++i)
+    MOTLEY_RETURN_IF_ERROR(data.Copy(i * seq_len, seq_len + 1, out));
   return Status::Ok();
 }
 

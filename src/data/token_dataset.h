@@ -29,16 +29,16 @@ class TokenDataset {
  private:
   std::string name_;
   std::vector<TokenFile> files_;
-  std::vector<int64_t> offsets_;    // the first token of each file in the stream
-  std::vector<uint32_t> memory_;    // when built from memory
+  std::vector<int64_t> offsets_;  // the first token of each file in the stream
+  std::vector<uint32_t> memory_;  // when built from memory
   int64_t num_tokens_ = 0;
 };
 
 /// Sequences [first, first + count) of training step `step`: each a window of seq_len + 1 tokens
 /// (inputs, then the targets shifted by one) at SampleWindowStart(seed, step, index). Row-major
 /// [count, seq_len + 1] into `out`.
-Status SampleTrainingWindows(const TokenDataset& data, uint64_t seed, int64_t step, int64_t first, int64_t count,
-                           int64_t seq_len, std::vector<int64_t>* out);
+Status SampleTrainingWindows(const TokenDataset& data, uint64_t seed, int64_t step, int64_t first,
+                             int64_t count, int64_t seq_len, std::vector<int64_t>* out);
 
 /// Evaluation windows [first, first + count): window i holds tokens [i*S, (i+1)*S + 1) — inputs are
 /// its first S tokens, targets its last S. Row-major [count, S + 1] into `out`.

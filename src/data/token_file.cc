@@ -1,9 +1,9 @@
 #include "data/token_file.h"
 
-#include <cstdint>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cstdint>
 
 #include <algorithm>
 #include <cerrno>
@@ -28,7 +28,8 @@ Result<TokenFileWriter> TokenFileWriter::Create(const std::string& path, int64_t
   // The output rule (core/file_io.h): a temporary of this process's own, renamed over the file.
   MOTLEY_ASSIGN_OR_RETURN(const OutputTarget target, ResolveOutput(path));
   if (target.through)
-    return Status::InvalidArgument(fmt::format("{}: is a device or a pipe; a token file is written into a folder", path));
+    return Status::InvalidArgument(
+        fmt::format("{}: is a device or a pipe; a token file is written into a folder", path));
   MOTLEY_ASSIGN_OR_RETURN(const auto created, CreateTempBeside(target.path));
   w.path_ = target.path;
   w.tmp_ = created.first;
@@ -124,24 +125,27 @@ Status WriteTokenFile(const std::string& path, const std::vector<uint32_t>& toke
 Result<TokenFileHeader> ParseTokenFileHeader(std::string_view first_bytes, int64_t file_bytes,
                                              const std::string& path) {
   if (file_bytes < static_cast<int64_t>(kHeaderBytes) || first_bytes.size() < 3 * sizeof(int32_t))
-    return Status::InvalidArgument(fmt::format("{}: truncated: {} bytes, shorter than the {}-byte header", path,
-                                               file_bytes, kHeaderBytes));
+    return Status::InvalidArgument(fmt::format("{}: truncated: {} bytes, shorter than the {}-byte header",
+                                               path, file_bytes, kHeaderBytes));
   int32_t header[3];
   std::memcpy(header, first_bytes.data(), sizeof header);
   if (header[0] != kTokenFileMagic)
-    return Status::InvalidArgument(fmt::format("{}: wrong magic {} (expected {}): not a tokenized .bin shard; make "
-                                               "one with `motley data prepare`",
-                                               path, header[0], kTokenFileMagic));
+    return Status::InvalidArgument(
+        fmt::format("{}: wrong magic {} (expected {}): not a tokenized .bin shard; make "
+                    "one with `motley data prepare`",
+                    path, header[0], kTokenFileMagic));
   if (header[1] != 1 && header[1] != 2)
-    return Status::InvalidArgument(fmt::format("{}: unknown version {} (1: uint16 tokens, 2: uint32)", path, header[1]));
+    return Status::InvalidArgument(
+        fmt::format("{}: unknown version {} (1: uint16 tokens, 2: uint32)", path, header[1]));
   TokenFileHeader h;
   h.bytes_per_token = header[1] == 1 ? 2 : 4;
   h.num_tokens = header[2];
   const int64_t expected = static_cast<int64_t>(kHeaderBytes) + h.num_tokens * h.bytes_per_token;
   if (header[2] < 0 || file_bytes != expected)
-    return Status::InvalidArgument(fmt::format("{}: truncated or padded: the header says {} tokens ({} bytes with the "
-                                               "header) but the file has {} bytes",
-                                               path, header[2], expected, file_bytes));
+    return Status::InvalidArgument(
+        fmt::format("{}: truncated or padded: the header says {} tokens ({} bytes with the "
+                    "header) but the file has {} bytes",
+                    path, header[2], expected, file_bytes));
   return h;
 }
 
@@ -149,14 +153,17 @@ Result<TokenFile> TokenFile::Open(const std::string& path, int64_t vocab_size) {
   TokenFile f;
   f.path_ = path;
   f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd_ < 0) return Status::NotFound(fmt::format("{}: cannot open the token file: {}", path, std::strerror(errno)));
+  if (f.fd_ < 0)
+    return Status::NotFound(fmt::format("{}: cannot open the token file: {}", path, std::strerror(errno)));
   struct stat st {};
-  if (::fstat(f.fd_, &st) != 0) return Status::IoError(fmt::format("{}: cannot stat: {}", path, std::strerror(errno)));
+  if (::fstat(f.fd_, &st) != 0)
+    return Status::IoError(fmt::format("{}: cannot stat: {}", path, std::strerror(errno)));
   char first[3 * sizeof(int32_t)] = {};
   const ssize_t got = ::pread(f.fd_, first, sizeof first, 0);
   MOTLEY_ASSIGN_OR_RETURN(
       TokenFileHeader header,
-      ParseTokenFileHeader(std::string_view(first, got > 0 ? static_cast<size_t>(got) : 0), st.st_size, path));
+      ParseTokenFileHeader(std::string_view(first, got > 0 ? static_cast<size_t>(got) : 0), st.st_size,
+                           path));
   f.bytes_per_token_ = header.bytes_per_token;
   f.num_tokens_ = header.num_tokens;
   if (vocab_size > 0) {
@@ -166,9 +173,10 @@ Result<TokenFile> TokenFile::Open(const std::string& path, int64_t vocab_size) {
       MOTLEY_RETURN_IF_ERROR(f.Copy(begin, std::min(kChunk, f.num_tokens_ - begin), &tokens));
       for (size_t i = 0; i < tokens.size(); ++i)
         if (tokens[i] >= vocab_size)
-          return Status::InvalidArgument(fmt::format("{}: token {} at position {} is outside the model's vocabulary of "
-                                                     "{}; the data was tokenized for another vocabulary",
-                                                     path, tokens[i], begin + static_cast<int64_t>(i), vocab_size));
+          return Status::InvalidArgument(
+              fmt::format("{}: token {} at position {} is outside the model's vocabulary of "
+                          "{}; the data was tokenized for another vocabulary",
+                          path, tokens[i], begin + static_cast<int64_t>(i), vocab_size));
     }
   }
   return f;
@@ -201,7 +209,8 @@ Status TokenFile::Copy(int64_t begin, int64_t count, std::vector<int64_t>* out) 
       struct stat st {};
       ::fstat(fd_, &st);
       return Status::IoError(fmt::format(
-          "{}: changed while the job reads it: tokens {}..{} are gone (the file now has {} bytes, {} when it was "
+          "{}: changed while the job reads it: tokens {}..{} are gone (the file now has {} bytes, {} when it "
+          "was "
           "opened){}; leave a job's data unchanged while it runs (prepare new data into another folder)",
           path_, begin, begin + count, st.st_size,
           static_cast<int64_t>(kHeaderBytes) + num_tokens_ * bytes_per_token_,

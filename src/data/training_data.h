@@ -22,8 +22,8 @@ struct TrainingData {
 };
 
 /// `base_dir`: where relative paths start (the job file's directory).
-Result<TrainingData> OpenTrainingData(const DataConfig& config, const std::string& base_dir, int64_t vocab_size,
-                                      int64_t seq_len);
+Result<TrainingData> OpenTrainingData(const DataConfig& config, const std::string& base_dir,
+                                      int64_t vocab_size, int64_t seq_len);
 
 /// The tokenizer a run's data must have been prepared with: a tokenizer.json's path and hash
 /// (HfTokenizer). Empty: no check (the byte tokenizer, a sentencepiece model).

@@ -60,9 +60,12 @@ std::string ReplaceInvalidUtf8(std::string_view text, int64_t* replaced) {
 uint32_t DecodeUtf8(std::string_view text, size_t at) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data()) + at;
   switch (Utf8Length(s[0])) {
-    case 1: return s[0];
-    case 2: return (uint32_t{s[0]} & 0x1F) << 6 | (s[1] & 0x3F);
-    case 3: return (uint32_t{s[0]} & 0x0F) << 12 | (uint32_t{s[1]} & 0x3F) << 6 | (s[2] & 0x3F);
+    case 1:
+      return s[0];
+    case 2:
+      return (uint32_t{s[0]} & 0x1F) << 6 | (s[1] & 0x3F);
+    case 3:
+      return (uint32_t{s[0]} & 0x0F) << 12 | (uint32_t{s[1]} & 0x3F) << 6 | (s[2] & 0x3F);
     default:
       return (uint32_t{s[0]} & 0x07) << 18 | (uint32_t{s[1]} & 0x3F) << 12 | (uint32_t{s[2]} & 0x3F) << 6 |
              (s[3] & 0x3F);

@@ -1,12 +1,12 @@
 #include "plan/baselines.h"
 
-#include <cstdint>
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
-#include <limits>
 
 #include <fmt/format.h>
 
@@ -33,7 +33,8 @@ StrategyOutcome Failed(const std::string& strategy, Status status) {
 }
 
 // A plan with what the evaluator said of it, as an outcome.
-StrategyOutcome Evaluated(const std::string& strategy, Plan plan, std::string explain, const Result<PlanEvaluation>& e) {
+StrategyOutcome Evaluated(const std::string& strategy, Plan plan, std::string explain,
+                          const Result<PlanEvaluation>& e) {
   plan.strategy = strategy;
   if (!e.ok()) return Failed(strategy, e.status());
   StrategyOutcome o;
@@ -45,8 +46,8 @@ StrategyOutcome Evaluated(const std::string& strategy, Plan plan, std::string ex
   return o;
 }
 
-StrategyOutcome Evaluated(const std::string& strategy, Plan plan, std::string explain, const PlanEvaluator& evaluate,
-                          const EvaluateBound& bound) {
+StrategyOutcome Evaluated(const std::string& strategy, Plan plan, std::string explain,
+                          const PlanEvaluator& evaluate, const EvaluateBound& bound) {
   plan.strategy = strategy;
   const Result<PlanEvaluation> e = evaluate(plan, bound);
   return Evaluated(strategy, std::move(plan), std::move(explain), e);
@@ -73,7 +74,8 @@ StrategyOutcome BestProposal(const std::string& strategy, Proposals proposals, S
   for (Plan& p : proposals.plans) p.strategy = strategy;
   const std::vector<Result<PlanEvaluation>> e = EvaluateAll(proposals.plans, evaluate, bound);
   for (size_t i = 0; i < e.size(); ++i) {
-    StrategyOutcome o = Evaluated(strategy, std::move(proposals.plans[i]), std::move(proposals.explain[i]), e[i]);
+    StrategyOutcome o =
+        Evaluated(strategy, std::move(proposals.plans[i]), std::move(proposals.explain[i]), e[i]);
     if (Better(o, best)) best = std::move(o);
   }
   return best;
@@ -109,7 +111,8 @@ StrategyOutcome PoplarBest(const std::string& strategy, int first, int last, con
     if (p->plan.zero_stage != stage) continue;  // raised: that stage is tried on its own
     proposals.Add(p->plan, p->explain);
   }
-  return BestProposal(strategy, std::move(proposals), std::move(best), evaluate, {request.only_faster_than_s});
+  return BestProposal(strategy, std::move(proposals), std::move(best), evaluate,
+                      {request.only_faster_than_s});
 }
 
 StrategyOutcome Cephalo(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
@@ -125,8 +128,8 @@ StrategyOutcome Cephalo(const Cluster& cluster, const ModelSpec& model, const Pl
   Proposals proposals;
   for (CephaloPlan& c : *candidates) proposals.Add(std::move(c.plan), std::move(c.explain));
   return BestProposal("cephalo", std::move(proposals),
-                      Failed("cephalo", Status::Infeasible("cephalo: no candidate plan could be simulated")), evaluate,
-                      {request.only_faster_than_s});
+                      Failed("cephalo", Status::Infeasible("cephalo: no candidate plan could be simulated")),
+                      evaluate, {request.only_faster_than_s});
 }
 
 StrategyOutcome DeepSpeedEven(const Cluster& cluster, const ModelSpec& model, const PlanRequest& request,
@@ -150,7 +153,8 @@ StrategyOutcome DeepSpeedEven(const Cluster& cluster, const ModelSpec& model, co
                                 cluster.emulated(),
                                 -1};
     int64_t mbs = std::numeric_limits<int64_t>::max();
-    for (int d : devices) mbs = std::min(mbs, DataParallelMaxMicrobatch(mem, cluster.usable_memory_bytes(d), 256));
+    for (int d : devices)
+      mbs = std::min(mbs, DataParallelMaxMicrobatch(mem, cluster.usable_memory_bytes(d), 256));
     if (mbs < 1) continue;
     // The same batch everywhere (the remainder, if any, one sequence each to the first devices).
     Plan p;
@@ -175,15 +179,15 @@ StrategyOutcome DeepSpeedEven(const Cluster& cluster, const ModelSpec& model, co
     proposals.Add(p, fmt::format("ZeRO-{}, {} sequences per device in microbatches of up to {}", stage,
                                  request.global_batch_sequences / n, mbs));
   }
-  return BestProposal("deepspeed-even", std::move(proposals), std::move(best), evaluate, {request.only_faster_than_s});
+  return BestProposal("deepspeed-even", std::move(proposals), std::move(best), evaluate,
+                      {request.only_faster_than_s});
 }
 
 StrategyOutcome FastestOnly(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
                             const PlanRequest& request, const PlanEvaluator& evaluate) {
   auto peak = [&](int d) {
     const GpuSpec& s = cluster.spec(d);
-    return PeakFlops(s, request.precision) /
-           costs.Slowdown(d);
+    return PeakFlops(s, request.precision) / costs.Slowdown(d);
   };
   double fastest = 0;
   for (int d : Devices(cluster, request)) fastest = std::max(fastest, peak(d));
@@ -254,9 +258,10 @@ StrategyOutcome TorchTitanHet(const Cluster& cluster, const ModelSpec& model, co
   std::map<int, int> taken;
   for (const ZorseCandidate& c : all)
     if (taken[c.tp_degree]++ < 6) proposals.Add(c.plan, c.why);
-  return BestProposal("torchtitan-het", std::move(proposals),
-                      Failed("torchtitan-het", Status::Infeasible("torchtitan-het: no mesh fits in the simulator")),
-                      evaluate, {request.only_faster_than_s});
+  return BestProposal(
+      "torchtitan-het", std::move(proposals),
+      Failed("torchtitan-het", Status::Infeasible("torchtitan-het: no mesh fits in the simulator")), evaluate,
+      {request.only_faster_than_s});
 }
 
 }  // namespace
@@ -271,28 +276,31 @@ StrategyOutcome WithClipping(StrategyOutcome o, bool clipping) {
 }
 
 StrategyOutcome PlanOneStrategy(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
-                                const PlannerCosts& costs, const PlanRequest& request, const PlanEvaluator& evaluate);
+                                const PlannerCosts& costs, const PlanRequest& request,
+                                const PlanEvaluator& evaluate);
 
 constexpr double kSubsetBoundSlack = 0.10;
 
 // The strategy on the whole cluster and on every subset whose lower bound could still beat the
 // best plan found (device_subsets.h); the fastest plan that fits.
 StrategyOutcome PlanOnSubsets(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
-                              const PlannerCosts& costs, const PlanRequest& request, const PlanEvaluator& evaluate) {
+                              const PlannerCosts& costs, const PlanRequest& request,
+                              const PlanEvaluator& evaluate) {
   const std::vector<DeviceSubset> subsets = DeviceSubsets(
       cluster, model, costs, {request.global_batch_sequences, request.seq_len, request.precision, 256, 2});
   // Every subset skipped: its bound is no better than another strategy's plan, or (an infinite
   // bound, device_subsets.h) no device can run one sequence at all.
-  StrategyOutcome best = Failed(
-      strategy, Status::Infeasible(
-                    std::isfinite(request.only_faster_than_s)
-                        ? fmt::format("{}: not planned: no plan on these devices can step faster than {}, which "
-                                      "another strategy achieves",
-                                      strategy, FormatDuration(request.only_faster_than_s))
-                        : fmt::format("{}: not planned: no device here can hold one layer's backward for one "
-                                      "sequence of {} tokens of {}, even split over tensor parallelism; shorten "
-                                      "the sequences or add devices with more memory",
-                                      strategy, request.seq_len, model.name)));
+  StrategyOutcome best =
+      Failed(strategy,
+             Status::Infeasible(
+                 std::isfinite(request.only_faster_than_s)
+                     ? fmt::format("{}: not planned: no plan on these devices can step faster than {}, which "
+                                   "another strategy achieves",
+                                   strategy, FormatDuration(request.only_faster_than_s))
+                     : fmt::format("{}: not planned: no device here can hold one layer's backward for one "
+                                   "sequence of {} tokens of {}, even split over tensor parallelism; shorten "
+                                   "the sequences or add devices with more memory",
+                                   strategy, request.seq_len, model.name)));
   StrategyOutcome whole = best;
   int planned = 0, skipped = 0;
   for (size_t i = 0; i < subsets.size(); ++i) {
@@ -308,7 +316,8 @@ StrategyOutcome PlanOnSubsets(const std::string& strategy, const Cluster& cluste
     // alive by (ZorseRequest::kind_slack): its candidates near the best still run to the end, so
     // its rounds widen the same kinds; the rest stop early.
     if (i > 0 && best.status.ok())
-      r.only_faster_than_s = std::min(r.only_faster_than_s, best.evaluation.step_time_s * (1 + kSubsetBoundSlack));
+      r.only_faster_than_s =
+          std::min(r.only_faster_than_s, best.evaluation.step_time_s * (1 + kSubsetBoundSlack));
     StrategyOutcome o = PlanOneStrategy(strategy, cluster, model, costs, r, evaluate);
     ++planned;
     if (i == 0) {
@@ -320,8 +329,9 @@ StrategyOutcome PlanOnSubsets(const std::string& strategy, const Cluster& cluste
     o.explain += fmt::format("; leaves {} of the {} devices out ({})", left_out, cluster.num_devices(),
                              subsets[i].description);
     if (whole.status.ok())
-      o.explain += fmt::format(": with every device the best plan steps in {}, without those {}",
-                               FormatDuration(whole.evaluation.step_time_s), FormatDuration(o.evaluation.step_time_s));
+      o.explain +=
+          fmt::format(": with every device the best plan steps in {}, without those {}",
+                      FormatDuration(whole.evaluation.step_time_s), FormatDuration(o.evaluation.step_time_s));
     else
       o.explain += fmt::format(": with every device, {}", whole.status.message());
     best = std::move(o);
@@ -394,9 +404,11 @@ StrategyOutcome PlanWithStrategy(const std::string& strategy, const Cluster& clu
 namespace {
 
 StrategyOutcome PlanOneStrategy(const std::string& strategy, const Cluster& cluster, const ModelSpec& model,
-                                const PlannerCosts& costs, const PlanRequest& request, const PlanEvaluator& evaluate) {
+                                const PlannerCosts& costs, const PlanRequest& request,
+                                const PlanEvaluator& evaluate) {
   if (strategy == "auto")
-    return BestOutcome(PlanEveryStrategy(cluster, model, costs, request, evaluate, EveryStrategy::kOnlyTheBest));
+    return BestOutcome(
+        PlanEveryStrategy(cluster, model, costs, request, evaluate, EveryStrategy::kOnlyTheBest));
   if (strategy == "zorse" || strategy == "hexiscale")
     return Pipelines(strategy, cluster, model, costs, request, evaluate);
   if (strategy == "poplar")
@@ -421,7 +433,8 @@ StrategyOutcome BestOutcome(const std::vector<StrategyOutcome>& all) {
       reasons.push_back(o.status.message());
     why += fmt::format("{}{}: {}", why.empty() ? "" : "; ", o.strategy, o.status.message());
   }
-  const bool all_failed = std::none_of(all.begin(), all.end(), [](const StrategyOutcome& o) { return o.status.ok(); });
+  const bool all_failed =
+      std::none_of(all.begin(), all.end(), [](const StrategyOutcome& o) { return o.status.ok(); });
   StrategyOutcome best =
       all_failed && reasons.size() == 1
           ? Failed("auto", all.front().status)

@@ -29,7 +29,8 @@ struct PlanRequest {
   int64_t seq_len = 1024;
   Precision precision = Precision::kBf16;
   bool activation_checkpointing = true;
-  bool gradient_clipping = true;  // the job clips to a global norm: every plan is judged with it (Plan::gradient_clipping)
+  bool gradient_clipping =
+      true;  // the job clips to a global norm: every plan is judged with it (Plan::gradient_clipping)
   // The devices a plan may use (ascending ids; empty = every device). When empty and
   // `leave_devices_out`, motley's own strategies (zorse, poplar) also plan on subsets of the
   // cluster (device_subsets.h) and keep the fastest plan; the baselines always use every device.
@@ -59,7 +60,7 @@ struct StrategyOutcome {
   // its own search).
   double plan_s = 0;
   double evaluate_s = 0;
-  int evaluations = 0;  // calls to the evaluator (some answered from its memory)
+  int evaluations = 0;      // calls to the evaluator (some answered from its memory)
   int subsets_planned = 0;  // device subsets planned on (the whole cluster included)
   int subsets_skipped = 0;  // ... and skipped: their lower bound was no faster than a plan found
 };

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <utility>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -99,8 +99,8 @@ Result<std::vector<CephaloPlan>> PlanCephalo(const Cluster& cluster, const Model
   if (devices.empty())
     for (int d = 0; d < cluster.num_devices(); ++d) devices.push_back(d);
   const int n = static_cast<int>(devices.size());
-  const DataParallelMemoryInput layout = PerLayerDataParallel(model, request.precision, 3, n, request.seq_len,
-                                                              request.activation_checkpointing, cluster.emulated());
+  const DataParallelMemoryInput layout = PerLayerDataParallel(
+      model, request.precision, 3, n, request.seq_len, request.activation_checkpointing, cluster.emulated());
   std::vector<DeviceMemory> memory;
   std::vector<int64_t> caps, even_caps;
   for (int d : devices) {
@@ -109,10 +109,11 @@ Result<std::vector<CephaloPlan>> PlanCephalo(const Cluster& cluster, const Model
     even_caps.push_back(memory.back().LargestMicrobatch(request.max_microbatch, 1.0 / n));
     if (caps.back() == 0)
       return Status::OutOfMemory(fmt::format(
-          "cephalo: device {} ({}, {}) cannot hold a microbatch of 1 sequence of {} tokens of {} even with none of "
+          "cephalo: device {} ({}, {}) cannot hold a microbatch of 1 sequence of {} tokens of {} even with "
+          "none of "
           "the training state ({} needed); shorten the sequences or use a pipeline (strategy zorse)",
-          d, cluster.spec(d).name, FormatBytes(cluster.usable_memory_bytes(d)) + " usable", request.seq_len, model.name,
-          FormatBytes(memory.back().Without(1))));
+          d, cluster.spec(d).name, FormatBytes(cluster.usable_memory_bytes(d)) + " usable", request.seq_len,
+          model.name, FormatBytes(memory.back().Without(1))));
   }
   const double sync_s = DataParallelSyncS(costs, devices, model, request.precision, 3);
   const double state_bytes = memory.front().PerShare(1);
@@ -141,16 +142,16 @@ Result<std::vector<CephaloPlan>> PlanCephalo(const Cluster& cluster, const Model
     g.ministages = SplitLayers(0, layers, layers);
     g.devices = allocation->devices;
     // Even shares are left out of the plan (even, padded shards).
-    const bool even = std::all_of(shares.begin(), shares.end(),
-                                  [&](double s) { return std::abs(s - 1.0 / n) < 1e-9; });
+    const bool even =
+        std::all_of(shares.begin(), shares.end(), [&](double s) { return std::abs(s - 1.0 / n) < 1e-9; });
     if (!even) g.state_shares = InMillionths(shares);
     p.groups = {g};
     const auto [lo, hi] = std::minmax_element(shares.begin(), shares.end());
-    out.explain = fmt::format(
-        "ZeRO-3; batches by speed{} ({}); state by memory: {}", how, allocation->explain,
-        even ? "even shards (every device has room for its even share)"
-             : fmt::format("shares {:.2f}%..{:.2f}% of {} (even: {:.2f}%)", 100 * *lo, 100 * *hi,
-                           FormatBytes(state_bytes), 100.0 / n));
+    out.explain =
+        fmt::format("ZeRO-3; batches by speed{} ({}); state by memory: {}", how, allocation->explain,
+                    even ? "even shards (every device has room for its even share)"
+                         : fmt::format("shares {:.2f}%..{:.2f}% of {} (even: {:.2f}%)", 100 * *lo, 100 * *hi,
+                                       FormatBytes(state_bytes), 100.0 / n));
     return std::optional<CephaloPlan>(std::move(out));
   };
 
@@ -158,7 +159,8 @@ Result<std::vector<CephaloPlan>> PlanCephalo(const Cluster& cluster, const Model
   PoplarAllocation allocation;
   // Microbatches capped so that even shards fit (Poplar's ZeRO-3), where every device can.
   if (std::all_of(even_caps.begin(), even_caps.end(), [](int64_t c) { return c > 0; })) {
-    MOTLEY_ASSIGN_OR_RETURN(std::optional<CephaloPlan> p, propose(even_caps, ", capped for even shards", &allocation));
+    MOTLEY_ASSIGN_OR_RETURN(std::optional<CephaloPlan> p,
+                            propose(even_caps, ", capped for even shards", &allocation));
     if (p) out.push_back(std::move(*p));
   }
   // Microbatches capped by the activations alone, the state placed where room is left; while it

@@ -12,22 +12,24 @@ namespace motley {
 
 std::string NodeClass(const Cluster& c, int node, int first_device) {
   const NodeSpec& n = c.nodes[node];
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}", n.device_type, n.num_devices, InterconnectName(n.interconnect),
-                                n.intra_bandwidth_bytes_per_s, n.nic_bandwidth_bytes_per_s, n.region,
-                                c.usable_memory_bytes(first_device));
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}", n.device_type, n.num_devices,
+                                InterconnectName(n.interconnect), n.intra_bandwidth_bytes_per_s,
+                                n.nic_bandwidth_bytes_per_s, n.region, c.usable_memory_bytes(first_device));
   for (const auto& e : n.emulation)
-    key += fmt::format("|{}:{}:{}", e.speed_factor, e.memory_bytes.value_or(-1), e.link_bandwidth_bytes_per_s.value_or(-1));
+    key += fmt::format("|{}:{}:{}", e.speed_factor, e.memory_bytes.value_or(-1),
+                       e.link_bandwidth_bytes_per_s.value_or(-1));
   for (int d = first_device; d < first_device + n.num_devices; ++d) {
     key += fmt::format("|{}", c.usable_memory_bytes(d));
-    if (auto it = c.measured_slowdown.find(d); it != c.measured_slowdown.end()) key += fmt::format("x{}", it->second);
+    if (auto it = c.measured_slowdown.find(d); it != c.measured_slowdown.end())
+      key += fmt::format("x{}", it->second);
   }
   for (const auto& o : c.overrides)
     if (o.a == n.name || o.b == n.name) key += "|" + n.name;
   return key;
 }
 
-std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
-                                        const SubsetWork& work) {
+std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec& model,
+                                        const PlannerCosts& costs, const SubsetWork& work) {
   const int64_t global_batch_sequences = work.global_batch_sequences;
   const int num_nodes = static_cast<int>(cluster.nodes.size());
   std::vector<int> first_device(num_nodes);
@@ -36,18 +38,21 @@ std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec&
   // Each device's best time per sequence through every layer (forward and backward), and each
   // node's speed (its first device's: a node holds one kind of device).
   std::vector<double> seconds_per_sequence(cluster.num_devices());
-  const int64_t largest_microbatch = std::max<int64_t>(1, std::min(work.max_microbatch, global_batch_sequences));
+  const int64_t largest_microbatch =
+      std::max<int64_t>(1, std::min(work.max_microbatch, global_batch_sequences));
   for (int n = 0; n < num_nodes; ++n) {
     const int first = first_device[n];
     double best = std::numeric_limits<double>::infinity();
     for (int64_t b = 1; b <= largest_microbatch; ++b) {
       // No plan runs a larger microbatch on this device: one layer's checkpointed backward (the
       // least any backward holds) would not fit, even split over the widest tensor parallelism.
-      if (CheckpointedBackwardBytes(model, work.seq_len, work.precision, static_cast<double>(b * work.seq_len), false,
+      if (CheckpointedBackwardBytes(model, work.seq_len, work.precision,
+                                    static_cast<double>(b * work.seq_len), false,
                                     work.max_tp_degree) > cluster.usable_memory_bytes(first))
         break;
       const double sequences = static_cast<double>(b);
-      best = std::min(best, (costs.LayerForwardS(first, sequences) + costs.LayerBackwardS(first, sequences)) / sequences);
+      best = std::min(
+          best, (costs.LayerForwardS(first, sequences) + costs.LayerBackwardS(first, sequences)) / sequences);
     }
     for (int d = first; d < first + cluster.nodes[n].num_devices; ++d)
       seconds_per_sequence[d] = best * costs.Slowdown(d) * static_cast<double>(model.num_layers);
@@ -56,13 +61,15 @@ std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec&
     double rate = 0;  // sequences per second, all devices together
     for (int d : devices)
       if (std::isfinite(seconds_per_sequence[d])) rate += 1.0 / seconds_per_sequence[d];
-    return rate > 0 ? static_cast<double>(global_batch_sequences) / rate : std::numeric_limits<double>::infinity();
+    return rate > 0 ? static_cast<double>(global_batch_sequences) / rate
+                    : std::numeric_limits<double>::infinity();
   };
 
   std::vector<std::string> node_class(num_nodes);
   for (int n = 0; n < num_nodes; ++n) node_class[n] = NodeClass(cluster, n, first_device[n]);
   std::set<double, std::greater<>> speeds;  // per-device speed of each node, fastest first
-  for (int n = 0; n < num_nodes; ++n) speeds.insert(1.0 / seconds_per_sequence[first_device[n]]);  // 0: fits no sequence
+  for (int n = 0; n < num_nodes; ++n)
+    speeds.insert(1.0 / seconds_per_sequence[first_device[n]]);  // 0: fits no sequence
 
   std::vector<DeviceSubset> out;
   std::set<std::vector<int>> seen;

@@ -52,7 +52,7 @@ std::string NodeClass(const Cluster& cluster, int node, int first_device);
 
 /// The whole cluster first, then every other subset by ascending lower bound (ties: more devices
 /// first).
-std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
-                                        const SubsetWork& work);
+std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec& model,
+                                        const PlannerCosts& costs, const SubsetWork& work);
 
 }  // namespace motley

@@ -170,15 +170,18 @@ double Lowerer::WorkForward(int v, int64_t m) const {
   const int tp = Tp(ministages_[v].group);
   // Checkpointed, a layer keeps nothing: its working set while it runs (model.h). Without, what
   // each layer keeps is counted as the task's output.
-  double work = plan_.activation_checkpointing
-                    ? LayerForwardPeakBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m)
-                    : 0;
+  double work =
+      plan_.activation_checkpointing
+          ? LayerForwardPeakBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m)
+          : 0;
   // The head: its columns of the logits in the compute precision and the loss's master-precision
   // copy, which a forward that keeps activations keeps as its softmax (SavedExtra).
   if (ministages_[v].layers.end == model_.num_layers) {
-    const double padded = static_cast<double>(PaddedVocabSize(model_, tp)) / static_cast<double>(model_.vocab_size);
+    const double padded =
+        static_cast<double>(PaddedVocabSize(model_, tp)) / static_cast<double>(model_.vocab_size);
     work += Tokens(m) * LogitsBytesPerToken(model_, plan_.precision) * padded / tp;
-    if (!plan_.activation_checkpointing) work -= Tokens(m) * LossSavedBytesPerToken(model_, plan_.precision, tp);
+    if (!plan_.activation_checkpointing)
+      work -= Tokens(m) * LossSavedBytesPerToken(model_, plan_.precision, tp);
   }
   return work;
 }
@@ -194,9 +197,9 @@ double Lowerer::WorkBackward(int v, int64_t m) const {
   // together before they are added into the ministage's; counted with the head's working set as
   // well (not measured apart).
   const double layer_params = static_cast<double>(ParamsPerLayer(model_)) / tp;
-  const double piece_params =
-      static_cast<double>(ms.layers.size()) * layer_params + (head ? HeadParamsPerRank(model_, tp) : 0) +
-      (head && TiedCopies() ? EmbeddingParamsPerRank(model_, tp) : 0);
+  const double piece_params = static_cast<double>(ms.layers.size()) * layer_params +
+                              (head ? HeadParamsPerRank(model_, tp) : 0) +
+                              (head && TiedCopies() ? EmbeddingParamsPerRank(model_, tp) : 0);
   double work = LayerBackwardBytesPerToken(model_, plan_.seq_len, plan_.precision, false, tp) * Tokens(m);
   work += piece_params * StateBytes(plan_.precision).grads;
   if (head) work += Tokens(m) * HeadBackwardExtraBytesPerToken(model_, plan_.precision, tp);

@@ -17,9 +17,9 @@
 //    all-gather them after the sharded optimizer step. ZeRO-3 in data parallelism: all-gather
 //    before every forward and backward of every microbatch index, freed after, the next
 //    ministage's gather issued before this one computes (prefetch: at most two gathered); the
-//    last ministage turns around from forward to backward with its parameters in place. Pipelines with ZeRO-3 or
-//    offload_params: all-gathered once per ministage per pass; with offload_params the shard lives
-//    on the host and is prefetched, at most two ministages resident (the current and the next).
+//    last ministage turns around from forward to backward with its parameters in place. Pipelines with ZeRO-3
+//    or offload_params: all-gathered once per ministage per pass; with offload_params the shard lives on the
+//    host and is prefetched, at most two ministages resident (the current and the next).
 //  * Gradients. ZeRO-0: all-reduce once per step; ZeRO-1: reduce-scatter once per step.
 //    ZeRO-2/3 in data parallelism: reduce-scatter after every microbatch index (a device that has
 //    run out of microbatches contributes zeros, as in Poplar's last step). ZeRO-2/3 in pipelines (Zorse):
@@ -46,8 +46,8 @@
 #include "core/cluster.h"
 #include "core/model.h"
 #include "core/status.h"
-#include "plan/plan.h"
 #include "plan/lower_options.h"
+#include "plan/plan.h"
 #include "plan/schedule.h"
 
 namespace motley {

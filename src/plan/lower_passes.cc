@@ -1,10 +1,10 @@
 // Passes over the finished programs: gradient clipping's hold of the updates, the deps the
 // buffers imply, where gradients are complete, and the state executors start from.
 #include <algorithm>
-#include <unordered_map>
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/container/small_vector.hpp>
@@ -56,7 +56,8 @@ void Lowerer::HoldUpdatesForTheNorm() {
     const int norm_at = static_cast<int>(order.size());
     for (size_t i = 0; i < n; ++i)
       if (held[i]) order.push_back(i);
-    for (size_t k = 0; k < order.size(); ++k) index[order[k]] = static_cast<int>(k < static_cast<size_t>(norm_at) ? k : k + 1);
+    for (size_t k = 0; k < order.size(); ++k)
+      index[order[k]] = static_cast<int>(k < static_cast<size_t>(norm_at) ? k : k + 1);
     auto remap = [&](const OpDeps& deps, bool keep_held) {
       OpDeps out;
       for (int d : deps)
@@ -129,8 +130,10 @@ void Lowerer::AddBufferDeps() {
   constexpr size_t kKinds = static_cast<size_t>(BufferKind::kHostSaved) + 1;
   const size_t per_ministage = static_cast<size_t>(num_mb_) + 1;  // microbatch -1 (none) .. num_mb - 1
   const auto index = [&](const Buffer& b) {
-    MOTLEY_CHECK(b.ministage >= 0 && b.ministage < num_ministages_ && b.microbatch >= -1 && b.microbatch < num_mb_);
-    return (static_cast<size_t>(b.kind) * static_cast<size_t>(num_ministages_) + static_cast<size_t>(b.ministage)) *
+    MOTLEY_CHECK(b.ministage >= 0 && b.ministage < num_ministages_ && b.microbatch >= -1 &&
+                 b.microbatch < num_mb_);
+    return (static_cast<size_t>(b.kind) * static_cast<size_t>(num_ministages_) +
+            static_cast<size_t>(b.ministage)) *
                per_ministage +
            static_cast<size_t>(b.microbatch + 1);
   };
@@ -162,7 +165,8 @@ void Lowerer::AddBufferDeps() {
       const int lane = op.kind == OpKind::kSend ? -1 : LaneOf(op);
       for (const Buffer& b : op.reads) {
         auto& readers = use(b).readers;
-        auto same = std::find_if(readers.begin(), readers.end(), [&](const auto& r) { return lane >= 0 && r.first == lane; });
+        auto same = std::find_if(readers.begin(), readers.end(),
+                                 [&](const auto& r) { return lane >= 0 && r.first == lane; });
         if (same != readers.end()) {
           same->second = j;
         } else {
@@ -194,7 +198,8 @@ void Lowerer::IssuePrefetchesEarly() {
     // lane, and the compute op two before its reader (so it runs beside one compute op, not
     // during the forwards when its reader is a step's first backward). Prefetches with one anchor
     // keep their order.
-    if (std::none_of(p.ops.begin(), p.ops.end(), [](const Op& op) { return op.kind == OpKind::kActPrefetch; }))
+    if (std::none_of(p.ops.begin(), p.ops.end(),
+                     [](const Op& op) { return op.kind == OpKind::kActPrefetch; }))
       continue;
     std::vector<int> anchor(n);
     std::vector<std::pair<int, int>> moved;  // (anchor, prefetch), in program order: anchors never decrease
@@ -228,7 +233,8 @@ void Lowerer::IssuePrefetchesEarly() {
     int first = 0;
     while (first < n && order[first] == first) ++first;
     for (int k = 0; k < first; ++k)
-      if (!std::is_sorted(p.ops[k].deps.begin(), p.ops[k].deps.end())) std::sort(p.ops[k].deps.begin(), p.ops[k].deps.end());
+      if (!std::is_sorted(p.ops[k].deps.begin(), p.ops[k].deps.end()))
+        std::sort(p.ops[k].deps.begin(), p.ops[k].deps.end());
     if (first == n) continue;
     std::vector<int> index(n);
     for (int k = 0; k < n; ++k) index[order[k]] = k;
@@ -296,7 +302,8 @@ void Lowerer::DescribeState() {
       if (plan_.zero_stage >= 1 && !on_host) p.resident.push_back(Buf(BufferKind::kShard, v));
       if (!on_host) p.resident.push_back(Buf(BufferKind::kMoments, v));
       if (plan_.zero_stage <= 1) p.resident.push_back(Buf(BufferKind::kGrads, v));
-      if (plan_.zero_stage >= 1 && !policy_.offload_params) p.resident.push_back(Buf(BufferKind::kGradShard, v));
+      if (plan_.zero_stage >= 1 && !policy_.offload_params)
+        p.resident.push_back(Buf(BufferKind::kGradShard, v));
     }
   }
 }

@@ -16,7 +16,7 @@ void Lowerer::EmitPipeline() {
   // Visits and where their preparation and finish go in the global order.
   std::vector<Task> order = PipelineOrder(plan_, ministages_, num_mb_, routing_rank_);
   std::vector<std::vector<std::pair<bool, int>>> visits(num_groups);  // per group, in order
-  std::map<std::pair<int, int>, std::pair<size_t, size_t>> span;  // (g, pass*V+v) -> first, last position
+  std::map<std::pair<int, int>, std::pair<size_t, size_t>> span;      // (g, pass*V+v) -> first, last position
   for (size_t i = 0; i < order.size(); ++i) {
     const Task& t = order[i];
     const int g = ministages_[t.v].group;
@@ -36,8 +36,7 @@ void Lowerer::EmitPipeline() {
       const auto [backward, v] = visits[g][k];
       const int key = (backward ? 1 : 0) * num_ministages_ + v;
       // The last ministage turns around: its backward follows its forward with parameters in place.
-      const bool continuation =
-          k > 0 && backward && !visits[g][k - 1].first && visits[g][k - 1].second == v;
+      const bool continuation = k > 0 && backward && !visits[g][k - 1].first && visits[g][k - 1].second == v;
       const bool continued =
           k + 1 < visits[g].size() && !backward && visits[g][k + 1].first && visits[g][k + 1].second == v;
       if (policy_.gather_per_visit || (policy_.gather_once && !backward)) {

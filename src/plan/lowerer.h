@@ -216,25 +216,26 @@ class Lowerer {
   std::vector<std::vector<int>> routing_rank_;  // [group][microbatch] -> rank
   std::vector<std::vector<int>> group_ranks_;   // [group] -> ranks
   std::vector<std::vector<std::vector<int>>> dp_ranks_;  // [group][tp index] -> ranks that reduce together
-  std::vector<std::vector<double>> state_shares_;        // [group] -> per replica (state_shares.h); empty: even
+  std::vector<std::vector<double>> state_shares_;  // [group] -> per replica (state_shares.h); empty: even
   std::vector<int> group_of_rank_;
   double param_bytes_ = 2, grad_bytes_ = 2, opt_bytes_ = 12, act_bytes_ = 2;
 
   // Per-rank bookkeeping for dependencies: looked up, never iterated (flat grids where the keys are
   // dense, hash maps where they are not: the lowering of a plan with many microbatches does hundreds
   // of thousands of lookups).
-  Grid<int> gather_op_;           // (rank, v) -> op of the current visit's gather, or -1
-  Grid<int> last_compute_;        // (rank, v) -> last compute op of the current visit, or -1
-  Grid<uint8_t> grads_allocated_; // (rank, v) -> full gradient buffer held (not vector<bool>: cells by reference)
-  Grid<int> reductions_;          // (rank, v) -> reduce-scatters so far this step
-  Grid<int> last_reduce_;         // (rank, v) -> reduce the next backward's gradients wait for, or -1
-  Grid<int> forward_op_;          // (v * num_mb + m, index in the team) -> forward op, or -1
-  Grid<int> act_offload_op_;      // (v * num_mb + m, index in the team) -> its boundary's offload, or -1
+  Grid<int> gather_op_;     // (rank, v) -> op of the current visit's gather, or -1
+  Grid<int> last_compute_;  // (rank, v) -> last compute op of the current visit, or -1
+  Grid<uint8_t>
+      grads_allocated_;       // (rank, v) -> full gradient buffer held (not vector<bool>: cells by reference)
+  Grid<int> reductions_;      // (rank, v) -> reduce-scatters so far this step
+  Grid<int> last_reduce_;     // (rank, v) -> reduce the next backward's gradients wait for, or -1
+  Grid<int> forward_op_;      // (v * num_mb + m, index in the team) -> forward op, or -1
+  Grid<int> act_offload_op_;  // (v * num_mb + m, index in the team) -> its boundary's offload, or -1
   PairMap<std::pair<int, int>, int> release_op_;  // (rank, visit number) -> op after which params are gone
-  std::vector<std::vector<int>> backward_ops_;  // per rank, in order
-  std::vector<int> pending_tp_allreduce_;       // per rank: TP all-reduce the next compute waits for, or -1
-  std::vector<std::vector<int>> reduce_ops_;    // per rank: its gradient reductions, in order
-  int tp_collective_ = -1;                      // the TP all-reduce of the task being emitted
+  std::vector<std::vector<int>> backward_ops_;    // per rank, in order
+  std::vector<int> pending_tp_allreduce_;         // per rank: TP all-reduce the next compute waits for, or -1
+  std::vector<std::vector<int>> reduce_ops_;      // per rank: its gradient reductions, in order
+  int tp_collective_ = -1;                        // the TP all-reduce of the task being emitted
   PairMap<std::pair<int, int>, int> visit_number_;  // (group, pass*V + v) -> ordinal of the visit
 };
 

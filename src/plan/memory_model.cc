@@ -1,7 +1,7 @@
 #include "plan/memory_model.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "core/check.h"
@@ -12,8 +12,9 @@ namespace motley {
 DataParallelMemoryInput PerLayerDataParallel(const ModelSpec& model, Precision precision, int zero_stage,
                                              int dp_degree, int64_t seq_len, bool activation_checkpointing,
                                              bool gloo_reduce_scatter) {
-  DataParallelMemoryInput in{&model, precision, zero_stage, dp_degree, seq_len, activation_checkpointing, 0,
-                             gloo_reduce_scatter, -1};
+  DataParallelMemoryInput in{
+      &model, precision,           zero_stage, dp_degree, seq_len, activation_checkpointing,
+      0,      gloo_reduce_scatter, -1};
   if (zero_stage >= 2)  // a ministage a layer: the last holds the head (and a tied model's copy)
     in.max_ministage_params = static_cast<double>(
         ParamsPerLayer(model) + std::max(EmbeddingParams(model), HeadParams(model) + TiedCopyParams(model)));
@@ -60,13 +61,16 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
   double grads = in.zero_stage >= 2 ? 2 * unit * s.grads : 0;
   // Gloo's all-to-all receives every member's piece of this device's shard: the unit's gradients
   // with even shares.
-  const double received = in.state_share < 0 ? unit * s.grads : in.dp_degree * in.state_share * unit * s.grads;
+  const double received =
+      in.state_share < 0 ? unit * s.grads : in.dp_degree * in.state_share * unit * s.grads;
   if (in.zero_stage >= 1) grads += GlooReduceScatterBytes(received, in.dp_degree, in.gloo_reduce_scatter);
   // A reduction after the step's first writes beside the gradient shard (the runtime adds it in).
   if (in.zero_stage >= 1 && in.dp_degree >= 2) grads += unit * s.grads / ShardDivisor(in);
-  const double forward =
-      saved + (in.activation_checkpointing ? LayerForwardPeakBytesPerToken(m, in.seq_len, in.precision, false) * tokens : 0) +
-      logits + gathered + grads;
+  const double forward = saved +
+                         (in.activation_checkpointing
+                              ? LayerForwardPeakBytesPerToken(m, in.seq_len, in.precision, false) * tokens
+                              : 0) +
+                         logits + gathered + grads;
   // Checkpointed, the backward recomputes one piece at a time (a layer, or the head) and the larger
   // counts; without, autograd runs through the ministage at once and returns all its weights'
   // gradients together (counted with the head's working set as well).
@@ -74,7 +78,8 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
       in.activation_checkpointing
           ? CheckpointedBackwardBytes(m, in.seq_len, in.precision, tokens, /*head=*/true)
           : LayerBackwardBytesPerToken(m, in.seq_len, in.precision, false) * tokens +
-                (LossSavedBytesPerToken(m, in.precision) + HeadBackwardExtraBytesPerToken(m, in.precision)) * tokens +
+                (LossSavedBytesPerToken(m, in.precision) + HeadBackwardExtraBytesPerToken(m, in.precision)) *
+                    tokens +
                 unit * s.grads;
   // Between ministages the gradient of a layer boundary arrives while the next one is made.
   const double backward = saved + working + 2 * act + gathered + grads;

@@ -115,7 +115,8 @@ WeightedGraph NodeBandwidthGraph(const Cluster& cluster, const std::vector<std::
   g.num_vertices = static_cast<int>(node_devices.size());
   for (int a = 0; a < g.num_vertices; ++a) {
     for (int b = a + 1; b < g.num_vertices; ++b) {
-      const double bw = cluster.LinkBetween(node_devices[a].front(), node_devices[b].front()).bandwidth_bytes_per_s;
+      const double bw =
+          cluster.LinkBetween(node_devices[a].front(), node_devices[b].front()).bandwidth_bytes_per_s;
       g.edges.push_back({a, b, bw * static_cast<double>(node_devices[a].size() * node_devices[b].size())});
     }
   }

@@ -1,7 +1,7 @@
 #include "plan/pipeline_order.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <optional>
 
@@ -102,18 +102,20 @@ std::optional<std::vector<Task>> UnitCostOrder(const std::vector<std::vector<Tas
 
 }  // namespace
 
-std::vector<Task> PipelineOrder(const Plan& plan, const std::vector<PlacedMinistage>& ministages, int64_t num_mb,
-                                const std::vector<std::vector<int>>& worker_of) {
+std::vector<Task> PipelineOrder(const Plan& plan, const std::vector<PlacedMinistage>& ministages,
+                                int64_t num_mb, const std::vector<std::vector<int>>& worker_of) {
   const int num_ministages = static_cast<int>(ministages.size());
   if (plan.schedule == PipelineSchedule::k1F1B && !worker_of.empty()) {
     // Each device's own 1F1B. A routing that interleaves microbatches across a stage's devices
     // unlike the next stage's can make those windows wait for each other (a device at its limit
     // waiting for a backward queued behind a forward it has yet to send); such plans keep the
     // stage-wide 1F1B below, whose windows count the stage's microbatches.
-    if (auto order = UnitCostOrder(TaskSequences(plan, ministages, num_mb, worker_of), num_ministages, num_mb))
+    if (auto order =
+            UnitCostOrder(TaskSequences(plan, ministages, num_mb, worker_of), num_ministages, num_mb))
       return *order;
   }
-  std::optional<std::vector<Task>> order = UnitCostOrder(TaskSequences(plan, ministages, num_mb, {}), num_ministages, num_mb);
+  std::optional<std::vector<Task>> order =
+      UnitCostOrder(TaskSequences(plan, ministages, num_mb, {}), num_ministages, num_mb);
   MOTLEY_CHECK_MSG(order.has_value(), "pipeline task sequences deadlock");
   return *order;
 }

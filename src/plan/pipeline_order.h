@@ -24,6 +24,7 @@ struct Task {
 /// `worker_of[g][m]`: which of group g's workers (devices, or tensor-parallel runs: any id) runs
 /// microbatch m; empty: one worker per group.
 std::vector<Task> PipelineOrder(const Plan& plan, const std::vector<PlacedMinistage>& ministages,
-                                int64_t num_microbatches, const std::vector<std::vector<int>>& worker_of = {});
+                                int64_t num_microbatches,
+                                const std::vector<std::vector<int>>& worker_of = {});
 
 }  // namespace motley

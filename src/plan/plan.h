@@ -107,7 +107,7 @@ struct Plan {
   /// "migrate", "resize" or "semi"; "" (none given): the job's [tensor_parallel] mode when it trains,
   /// "off" when simulated. The simulator predicts a straggling team's step under it.
   std::string flextp_mode;
-  std::vector<GroupPlan> groups;     // pipeline order
+  std::vector<GroupPlan> groups;  // pipeline order
 
   bool is_pipeline() const { return groups.size() > 1; }
   int64_t global_batch_sequences() const { return groups.empty() ? 0 : groups.front().sequences(); }

@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/toml_reader.h"
 #include "core/json_read.h"
+#include "core/toml_reader.h"
 
 namespace motley {
 namespace {
@@ -43,7 +43,8 @@ std::optional<std::vector<double>> NumberArray(TomlTable& t, std::string_view ke
   if (values == nullptr) return std::nullopt;
   std::vector<double> out;
   for (const toml::node& n : *values) {
-    const std::optional<double> v = n.is_integer() ? std::optional<double>(static_cast<double>(*n.value<int64_t>()))
+    const std::optional<double> v = n.is_integer()
+                                        ? std::optional<double>(static_cast<double>(*n.value<int64_t>()))
                                     : n.is_floating_point() ? n.value<double>()
                                                             : std::nullopt;
     if (!v || !(*v >= min && *v <= max)) {
@@ -174,10 +175,12 @@ std::string IntegerBeyondInt64(const nlohmann::json& j, const std::string& path)
   if (j.is_number_unsigned() && !JsonInt64(j)) return path.empty() ? "(the plan)" : path;
   if (j.is_object())
     for (const auto& [k, v] : j.items())
-      if (std::string found = IntegerBeyondInt64(v, path.empty() ? k : path + "." + k); !found.empty()) return found;
+      if (std::string found = IntegerBeyondInt64(v, path.empty() ? k : path + "." + k); !found.empty())
+        return found;
   if (j.is_array())
     for (size_t i = 0; i < j.size(); ++i)
-      if (std::string found = IntegerBeyondInt64(j[i], fmt::format("{}[{}]", path, i)); !found.empty()) return found;
+      if (std::string found = IntegerBeyondInt64(j[i], fmt::format("{}[{}]", path, i)); !found.empty())
+        return found;
   return "";
 }
 
@@ -185,8 +188,8 @@ Result<Plan> ParsePlanJson(std::string_view text, const std::string& file) {
   MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, file));
   if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: error: a plan is a JSON object", file));
   if (const std::string key = IntegerBeyondInt64(j, ""); !key.empty())
-    return Status::InvalidArgument(
-        fmt::format("{}: error: {}: a number beyond 2^63 - 1 is out of range for every plan figure", file, key));
+    return Status::InvalidArgument(fmt::format(
+        "{}: error: {}: a number beyond 2^63 - 1 is out of range for every plan figure", file, key));
   auto node = JsonToToml(j);
   return ReadPlan(*node->as_table(), file);
 }
@@ -200,7 +203,8 @@ std::string PlanToToml(const Plan& p) {
   std::string out = fmt::format(
       "# motley plan: {} groups over {} devices, {} sequences of {} tokens per step\n"
       "strategy = \"{}\"\n{}{}seq_len = {}\nprecision = \"{}\"\nschedule = \"{}\"\nzero_stage = {}\n"
-      "activation_checkpointing = {}\noffload_params = {}\noffload_activations = {}\ngradient_clipping = {}\n",
+      "activation_checkpointing = {}\noffload_params = {}\noffload_activations = {}\ngradient_clipping = "
+      "{}\n",
       p.groups.size(), p.num_devices(), p.global_batch_sequences(), p.seq_len, p.strategy,
       p.model.empty() ? "" : fmt::format("model = \"{}\"\n", p.model),
       p.cluster.empty() ? "" : fmt::format("cluster = \"{}\"\n", p.cluster), p.seq_len,

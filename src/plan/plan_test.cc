@@ -117,10 +117,11 @@ TEST(Plan, MicrobatchCountsBeyondWhatAStepRunsAreRefused) {
       for (auto& d : g.devices) d.num_microbatches = count;
     Status s = ValidatePlan(p, c, *FindModelPreset("llama-tiny"));
     ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find(fmt::format("groups[0].devices[0] (device 0): num_microbatches ({}) is more than "
-                                           "motley runs in one step ({}:",
-                                           count, kMaxMicrobatchesPerDevice)),
-              std::string::npos)
+    EXPECT_NE(
+        s.message().find(fmt::format("groups[0].devices[0] (device 0): num_microbatches ({}) is more than "
+                                     "motley runs in one step ({}:",
+                                     count, kMaxMicrobatchesPerDevice)),
+        std::string::npos)
         << s.message();
   }
 }
@@ -200,7 +201,8 @@ TEST(PlanIo, BadPlanFilesGetPositionedErrors) {
       "p.json");
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.status().message(),
-            "p.json: error: groups[0].microbatch_size[0]: a number beyond 2^63 - 1 is out of range for every plan figure");
+            "p.json: error: groups[0].microbatch_size[0]: a number beyond 2^63 - 1 is out of range for every "
+            "plan figure");
 }
 
 }  // namespace

@@ -25,7 +25,8 @@ class PlannerCosts {
   /// The largest microbatch of the whole model's data-parallel step at `zero_stage` over
   /// `dp_degree` devices that the profiler measured to fit on `device`, or nullopt when not
   /// measured for this model, degree and memory (then a planner uses its memory model).
-  virtual std::optional<int64_t> MeasuredMaxMicrobatch(int /*device*/, int /*zero_stage*/, int /*dp_degree*/) const {
+  virtual std::optional<int64_t> MeasuredMaxMicrobatch(int /*device*/, int /*zero_stage*/,
+                                                       int /*dp_degree*/) const {
     return std::nullopt;
   }
 };

@@ -1,8 +1,8 @@
 #include "plan/poplar_allocator.h"
 
-#include <cstdint>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <set>
 

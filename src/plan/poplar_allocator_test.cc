@@ -1,7 +1,7 @@
 #include "plan/poplar_allocator.h"
 
-#include <cstdint>
 #include <gtest/gtest.h>
+#include <cstdint>
 
 #include "plan/monotone_spline.h"
 

@@ -1,7 +1,7 @@
 #include "plan/poplar_planner.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -30,7 +30,8 @@ double DataParallelSyncS(const PlannerCosts& costs, const std::vector<int>& devi
   }
 }
 
-PoplarDeviceCurve SpeedCurve(const PlannerCosts& costs, const ModelSpec& model, int device, int64_t max_microbatch) {
+PoplarDeviceCurve SpeedCurve(const PlannerCosts& costs, const ModelSpec& model, int device,
+                             int64_t max_microbatch) {
   PoplarDeviceCurve c;
   c.device = device;
   c.max_microbatch = max_microbatch;
@@ -50,9 +51,9 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
     for (int d = 0; d < cluster.num_devices(); ++d) devices.push_back(d);
   PoplarPlan out;
   // ZeRO-2/3 reduce (and ZeRO-3 gathers) one layer at a time: one ministage per layer.
-  DataParallelMemoryInput mem = PerLayerDataParallel(model, request.precision, request.zero_stage,
-                                                     static_cast<int>(devices.size()), request.seq_len,
-                                                     request.activation_checkpointing, cluster.emulated());
+  DataParallelMemoryInput mem =
+      PerLayerDataParallel(model, request.precision, request.zero_stage, static_cast<int>(devices.size()),
+                           request.seq_len, request.activation_checkpointing, cluster.emulated());
   // The lowest stage at which every device fits a microbatch of one sequence.
   std::string raised;
   std::map<std::string, std::string> limits_note;  // by device type, where the profile measured them
@@ -72,7 +73,8 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
     for (int d : devices) {
       // Measured by the profiler where it measured this model, degree and memory (Poplar's
       // Algorithm 1 against the device's allocator); the memory model otherwise, and as a cross-check.
-      const int64_t modelled = DataParallelMaxMicrobatch(mem, cluster.usable_memory_bytes(d), request.max_microbatch);
+      const int64_t modelled =
+          DataParallelMaxMicrobatch(mem, cluster.usable_memory_bytes(d), request.max_microbatch);
       const std::optional<int64_t> measured = costs.MeasuredMaxMicrobatch(d, mem.zero_stage, mem.dp_degree);
       out.max_microbatch.push_back(measured ? std::min(*measured, request.max_microbatch) : modelled);
       if (measured && !limits_note.count(cluster.spec(d).name))
@@ -80,11 +82,13 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
             fmt::format("{}: at most {} sequences a microbatch (measured; the memory model says {})",
                         cluster.spec(d).name, out.max_microbatch.back(), modelled);
       if (out.max_microbatch.back() == 0 && short_of.empty())
-        short_of = measured ? fmt::format("device {} ({}, {}) fits no sequence at ZeRO-{} (measured)", d,
-                                          cluster.spec(d).name, FormatBytes(cluster.usable_memory_bytes(d)) + " usable", mem.zero_stage)
-                            : fmt::format("device {} ({}, {}) needs {} at ZeRO-{}", d, cluster.spec(d).name,
-                                          FormatBytes(cluster.usable_memory_bytes(d)) + " usable",
-                                          FormatBytes(DataParallelPeakBytes(mem, 1)), mem.zero_stage);
+        short_of = measured
+                       ? fmt::format("device {} ({}, {}) fits no sequence at ZeRO-{} (measured)", d,
+                                     cluster.spec(d).name,
+                                     FormatBytes(cluster.usable_memory_bytes(d)) + " usable", mem.zero_stage)
+                       : fmt::format("device {} ({}, {}) needs {} at ZeRO-{}", d, cluster.spec(d).name,
+                                     FormatBytes(cluster.usable_memory_bytes(d)) + " usable",
+                                     FormatBytes(DataParallelPeakBytes(mem, 1)), mem.zero_stage);
     }
     if (short_of.empty()) break;
     raised += (raised.empty() ? "" : "; ") + short_of;
@@ -113,8 +117,8 @@ Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, co
   for (const auto& [type, note] : limits_note) limits += "; " + note;
   out.explain =
       fmt::format("ZeRO-{}{}{}; {}", mem.zero_stage,
-                  raised.empty() ? "" : fmt::format(" (raised from ZeRO-{}: {})", request.zero_stage, raised), limits,
-                  out.allocation.explain);
+                  raised.empty() ? "" : fmt::format(" (raised from ZeRO-{}: {})", request.zero_stage, raised),
+                  limits, out.allocation.explain);
   return out;
 }
 

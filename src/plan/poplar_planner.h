@@ -40,7 +40,8 @@ double DataParallelSyncS(const PlannerCosts& costs, const std::vector<int>& devi
 
 /// A device's speed curve: forward and backward of every layer at microbatches of 1, 2, 4, ... up
 /// to `max_microbatch` (>= 1).
-PoplarDeviceCurve SpeedCurve(const PlannerCosts& costs, const ModelSpec& model, int device, int64_t max_microbatch);
+PoplarDeviceCurve SpeedCurve(const PlannerCosts& costs, const ModelSpec& model, int device,
+                             int64_t max_microbatch);
 
 Result<PoplarPlan> PlanPoplar(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
                               const PoplarRequest& request);

@@ -43,7 +43,8 @@ Status ProgramWalker::End() {
       if (!resident.count(b)) diff += fmt::format(" {} left over;", BufferName(b));
     for (const Buffer& b : resident)
       if (!held_.count(b)) diff += fmt::format(" {} missing;", BufferName(b));
-    return Status::Internal(fmt::format("rank {}: the step ended without its resident state:{}", program_.rank, diff));
+    return Status::Internal(
+        fmt::format("rank {}: the step ended without its resident state:{}", program_.rank, diff));
   }
   return Status::Ok();
 }
@@ -65,7 +66,8 @@ std::vector<int> ProgramWalker::Blockers(int i) const {
 
 bool ProgramWalker::Queues(int i) const {
   const Op& op = program_.ops[i];
-  return IsCollective(op.kind) && !(collectives_ != nullptr && (*collectives_)[op.collective].tensor_parallel);
+  return IsCollective(op.kind) &&
+         !(collectives_ != nullptr && (*collectives_)[op.collective].tensor_parallel);
 }
 
 Status ProgramWalker::Poll(bool may_block) {
@@ -136,8 +138,8 @@ Status ProgramWalker::Release(int i) {
   const Op& op = program_.ops[i];
   for (const Buffer& b : op.frees) {
     if (check_buffers_ && !held_.erase(b))
-      return Status::Internal(fmt::format("rank {} op {} ({}) frees {}, which the rank does not hold", program_.rank,
-                                          i, OpKindName(op.kind), BufferName(b)));
+      return Status::Internal(fmt::format("rank {} op {} ({}) frees {}, which the rank does not hold",
+                                          program_.rank, i, OpKindName(op.kind), BufferName(b)));
     MOTLEY_RETURN_IF_ERROR(runner_->Free(b));
   }
   return Status::Ok();

@@ -53,7 +53,8 @@ class ProgramWalker {
  public:
   /// `collectives`: the schedule's (Schedule::collectives), to tell a tensor-parallel team's
   /// all-reduces — run inside the compute op before them, never queued — from the rest.
-  ProgramWalker(const Program& program, OpRunner* runner, const std::vector<Collective>* collectives = nullptr)
+  ProgramWalker(const Program& program, OpRunner* runner,
+                const std::vector<Collective>* collectives = nullptr)
       : program_(program), runner_(runner), collectives_(collectives) {}
 
   /// Runs every op of the program, then finishes whatever is still in flight, and checks the
@@ -88,7 +89,7 @@ class ProgramWalker {
 
  private:
   Status FinishOp(int op, bool may_block = true);
-  Status Release(int op);  // op's frees go
+  Status Release(int op);                     // op's frees go
   Status StartQueued(bool may_block = true);  // the queued collectives, while none is running
   Status StartOp(int op);
   bool Queues(int op) const;  // a collective that runs one at a time

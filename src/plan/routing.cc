@@ -1,7 +1,7 @@
 #include "plan/routing.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include "core/check.h"

@@ -67,7 +67,8 @@ std::string_view BufferKindName(BufferKind kind) {
 }
 
 std::string BufferName(const Buffer& b) {
-  if (b.microbatch >= 0) return fmt::format("{}(ms{}, mb{})", BufferKindName(b.kind), b.ministage, b.microbatch);
+  if (b.microbatch >= 0)
+    return fmt::format("{}(ms{}, mb{})", BufferKindName(b.kind), b.ministage, b.microbatch);
   return fmt::format("{}(ms{})", BufferKindName(b.kind), b.ministage);
 }
 
@@ -243,16 +244,16 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
     if (!m.state_shares.empty()) ministages.back()["state_shares"] = m.state_shares;
   }
   nlohmann::json out = {{"seq_len", s.seq_len},
-          {"global_batch_tokens", s.global_batch_tokens},
-          {"microbatch_sequences", s.microbatch_sequences},
-          {"ministages", std::move(ministages)},
-          {"sharded_optimizer", s.sharded_optimizer},
-          {"sharded_params", s.sharded_params},
-          {"activation_checkpointing", s.activation_checkpointing},
-          {"model_flops_per_step", s.model_flops_per_step},
-          {"hardware_flops_per_step", s.hardware_flops_per_step},
-          {"programs", std::move(programs)},
-          {"collectives", std::move(collectives)}};
+                        {"global_batch_tokens", s.global_batch_tokens},
+                        {"microbatch_sequences", s.microbatch_sequences},
+                        {"ministages", std::move(ministages)},
+                        {"sharded_optimizer", s.sharded_optimizer},
+                        {"sharded_params", s.sharded_params},
+                        {"activation_checkpointing", s.activation_checkpointing},
+                        {"model_flops_per_step", s.model_flops_per_step},
+                        {"hardware_flops_per_step", s.hardware_flops_per_step},
+                        {"programs", std::move(programs)},
+                        {"collectives", std::move(collectives)}};
   if (s.flextp_mode != "off") out["flextp_mode"] = s.flextp_mode;  // (older schedules' hashes unchanged)
   return out;
 }

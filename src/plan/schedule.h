@@ -1,8 +1,7 @@
 // Schedule: a Plan lowered to one op program per rank — the contract between planning and
-// execution (docs/design.md, "The schedule contract"). The simulator runs it against cost models; the runtime runs it with
-// tensors. Every op names its stream, its work (FLOPs or bytes), its memory effects and the ops of
-// the same rank it waits for; ranks synchronise only through matched send/recv pairs and
-// collectives.
+// execution (docs/design.md, "The schedule contract"). The simulator runs it against cost models; the runtime
+// runs it with tensors. Every op names its stream, its work (FLOPs or bytes), its memory effects and the ops
+// of the same rank it waits for; ranks synchronise only through matched send/recv pairs and collectives.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +27,7 @@ enum class OpKind : uint8_t {
   kActOffload,     // a layer-boundary activation, device -> host
   kActPrefetch,    // the same, host -> device, before its backward
   kOptimizerStep,  // AdamW on the rank's shard of a ministage
-  kGradNorm,       // gradient clipping: the global gradient norm (and the step's loss), summed over every rank
+  kGradNorm,  // gradient clipping: the global gradient norm (and the step's loss), summed over every rank
 };
 std::string_view OpKindName(OpKind kind);
 /// The collectives: every member rank has one op naming the same Schedule::collectives entry.
@@ -106,18 +105,18 @@ struct Op {
   int32_t ministage = -1;   // index into Schedule::ministages; -1 if none
   int32_t layer_begin = 0;  // decoder layers [layer_begin, layer_end) the op touches
   int32_t layer_end = 0;
-  bool embedding = false;     // compute/params also cover the embedding (first ministage)
-  bool head = false;          // ... the final norm and LM head (last ministage)
-  int32_t microbatch = -1;    // pipelines: global microbatch index; data parallelism: local index
-  int64_t sequences = 0;      // sequences in the microbatch (compute, activation transfers)
-  int32_t tp_degree = 1;      // compute: the op's layers are split over this many tensor-parallel ranks
-  double flops = 0;           // compute ops: floating-point operations executed
-  double bytes = 0;           // transfers: bytes this rank sends/receives/copies; collectives: payload
-  int32_t peer = -1;          // send/recv: the other rank
-  int32_t collective = -1;    // collectives: index into Schedule::collectives
-  int64_t tag = 0;            // send/recv: names the transfer (unique per pair and step; message_tags.h)
-  OpDeps deps;               // ops of this rank (indices) that must finish first
-  double params = 0;          // optimizer step: parameters in the shard it updates
+  bool embedding = false;   // compute/params also cover the embedding (first ministage)
+  bool head = false;        // ... the final norm and LM head (last ministage)
+  int32_t microbatch = -1;  // pipelines: global microbatch index; data parallelism: local index
+  int64_t sequences = 0;    // sequences in the microbatch (compute, activation transfers)
+  int32_t tp_degree = 1;    // compute: the op's layers are split over this many tensor-parallel ranks
+  double flops = 0;         // compute ops: floating-point operations executed
+  double bytes = 0;         // transfers: bytes this rank sends/receives/copies; collectives: payload
+  int32_t peer = -1;        // send/recv: the other rank
+  int32_t collective = -1;  // collectives: index into Schedule::collectives
+  int64_t tag = 0;          // send/recv: names the transfer (unique per pair and step; message_tags.h)
+  OpDeps deps;              // ops of this rank (indices) that must finish first
+  double params = 0;        // optimizer step: parameters in the shard it updates
 
   // What the op does to this rank's buffers. A buffer is read and written only while it is held
   // (written before, not freed since); `frees` are its last use here.
@@ -136,8 +135,8 @@ struct Op {
 /// One instance of a collective: every member rank has exactly one op naming it.
 struct Collective {
   OpKind kind = OpKind::kAllGather;
-  std::vector<int32_t> ranks;  // members, in ring order
-  double bytes = 0;            // the full (unsharded) payload
+  std::vector<int32_t> ranks;    // members, in ring order
+  double bytes = 0;              // the full (unsharded) payload
   bool tensor_parallel = false;  // a TP group's activation all-reduces (inside the compute, at run time)
   int32_t calls = 1;             // separate calls of bytes / calls each it stands for (a TP team's: two a
                                  // layer in each forward, recomputed forward and backward)
@@ -158,11 +157,11 @@ struct ScheduleMinistage {
   int32_t index = 0;        // its position among the group's ministages
   int32_t layer_begin = 0;  // decoder layers [layer_begin, layer_end)
   int32_t layer_end = 0;
-  bool embedding = false;   // it also holds the embedding (the first ministage)
-  bool head = false;        // ... the final norm and the LM head (the last)
-  int32_t first_rank = 0;   // its group's ranks: [first_rank, first_rank + num_ranks)
+  bool embedding = false;  // it also holds the embedding (the first ministage)
+  bool head = false;       // ... the final norm and the LM head (the last)
+  int32_t first_rank = 0;  // its group's ranks: [first_rank, first_rank + num_ranks)
   int32_t num_ranks = 1;
-  int32_t tp_degree = 1;    // tensor-parallel teams of this many consecutive ranks
+  int32_t tp_degree = 1;  // tensor-parallel teams of this many consecutive ranks
   /// Each data-parallel replica's share of the ministage's ZeRO state (plan/state_shares.h: the
   /// runtime splits the flat buffer by SplitState); empty: even shards.
   std::vector<double> state_shares;

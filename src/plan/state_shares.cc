@@ -39,7 +39,8 @@ StateSplit SplitState(int64_t numel, int dp, const std::vector<double>& shares) 
   for (int i = 0; i < dp; ++i) {
     MOTLEY_CHECK_GT(shares[i], 0.0);
     cumulative += shares[i];
-    const int64_t end = i + 1 == dp ? numel : std::min<int64_t>(numel, std::llround(numel * cumulative / total));
+    const int64_t end =
+        i + 1 == dp ? numel : std::min<int64_t>(numel, std::llround(numel * cumulative / total));
     s.begin.push_back(at);
     s.numel.push_back(std::max<int64_t>(0, end - at));
     at = std::max(at, end);

@@ -93,15 +93,19 @@ TEST(StateShares, ValidationNamesTheGroupTheSumAndTheFix) {
     Status s = ValidatePlan(p, c, m);
     return s.ok() ? std::string("ok") : s.message();
   };
-  EXPECT_NE(message([](Plan& p) { p.groups[0].state_shares = {0.5, 0.3, 0.3}; })
-                .find("groups[0]: state_shares of the group's 3 devices sum to 1.1; they must sum to 1"),
+  EXPECT_NE(message([](Plan& p) {
+              p.groups[0].state_shares = {0.5, 0.3, 0.3};
+            }).find("groups[0]: state_shares of the group's 3 devices sum to 1.1; they must sum to 1"),
             std::string::npos);
-  EXPECT_NE(message([](Plan& p) { p.groups[0].state_shares = {0.5, 0.5}; })
-                .find("groups[0]: state_shares has 2 entries but devices has 3"),
+  EXPECT_NE(message([](Plan& p) {
+              p.groups[0].state_shares = {0.5, 0.5};
+            }).find("groups[0]: state_shares has 2 entries but devices has 3"),
             std::string::npos);
   EXPECT_NE(message([](Plan& p) { p.zero_stage = 0; }).find("zero_stage = 0 keeps all of it on every device"),
             std::string::npos);
-  EXPECT_NE(message([](Plan& p) { p.groups[0].state_shares = {0.5, 0.5, 0}; }).find("every state share must be > 0"),
+  EXPECT_NE(message([](Plan& p) {
+              p.groups[0].state_shares = {0.5, 0.5, 0};
+            }).find("every state share must be > 0"),
             std::string::npos);
   const std::string team = message([](Plan& p) {
     p.groups[0].tp_degree = 2;
@@ -125,7 +129,8 @@ TEST(StateShares, TheLoweringSizesEachRanksStateAndTheCollectivesByThem) {
   double total = 0;
   for (const Program& p : se.programs) total += p.static_device_bytes;
   const double shares[] = {0.5, 0.3, 0.2};
-  for (int r = 0; r < 3; ++r) EXPECT_NEAR(su.programs[r].static_device_bytes, shares[r] * total, 1e-6 * total);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NEAR(su.programs[r].static_device_bytes, shares[r] * total, 1e-6 * total);
   // The optimizer step of a ministage updates the rank's share of its parameters.
   for (int r = 0; r < 3; ++r) {
     double updated = 0, updated_even = 0;
@@ -144,7 +149,8 @@ TEST(StateShares, TheLoweringSizesEachRanksStateAndTheCollectivesByThem) {
     }
   }
   EXPECT_GT(uneven_collectives, 0);
-  for (const ScheduleMinistage& ms : su.ministages) EXPECT_EQ(ms.state_shares, (std::vector<double>{0.5, 0.3, 0.2}));
+  for (const ScheduleMinistage& ms : su.ministages)
+    EXPECT_EQ(ms.state_shares, (std::vector<double>{0.5, 0.3, 0.2}));
   for (const ScheduleMinistage& ms : se.ministages) EXPECT_TRUE(ms.state_shares.empty());
   EXPECT_NE(ScheduleHash(su), ScheduleHash(se));
 }

@@ -16,18 +16,19 @@ bool IsTransfer(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }
 std::string Describe(const Schedule& s, int r, int i) {
   const Op& op = s.programs[r].ops[i];
   if (op.kind == OpKind::kSend) return fmt::format("op {} (send to rank {}, tag {})", i, op.peer, op.tag);
-  if (op.kind == OpKind::kRecv) return fmt::format("op {} (receive from rank {}, tag {})", i, op.peer, op.tag);
+  if (op.kind == OpKind::kRecv)
+    return fmt::format("op {} (receive from rank {}, tag {})", i, op.peer, op.tag);
   if (IsCollective(op.kind)) return fmt::format("op {} ({} #{})", i, OpKindName(op.kind), op.collective);
   return fmt::format("op {} ({})", i, OpKindName(op.kind));
 }
 
 // One rank's program sorted onto the streams it runs on under NCCL.
 struct RankQueues {
-  std::vector<int> queue_of;               // op -> queue
-  std::vector<std::vector<int>> queues;    // queue -> ops, in program order; queue 0 = compute
-  std::vector<size_t> head;                // queue -> next op
-  std::vector<int> compute_before;         // op -> compute-queue ops before it in program order
-  std::vector<bool> waits_for_compute;     // op -> its stream first waits for the compute stream
+  std::vector<int> queue_of;                  // op -> queue
+  std::vector<std::vector<int>> queues;       // queue -> ops, in program order; queue 0 = compute
+  std::vector<size_t> head;                   // queue -> next op
+  std::vector<int> compute_before;            // op -> compute-queue ops before it in program order
+  std::vector<bool> waits_for_compute;        // op -> its stream first waits for the compute stream
   std::vector<int> partner_rank, partner_op;  // send/recv -> the op it meets
   std::vector<bool> started, done;
 };
@@ -78,7 +79,8 @@ std::string CheckTransferOrder(const Schedule& s) {
         if (!c.tensor_parallel && c.ranks.size() > 1) {
           std::vector<int32_t> members = c.ranks;
           std::sort(members.begin(), members.end());
-          auto [it, inserted] = group_of_members.try_emplace(members, static_cast<int>(group_of_members.size()));
+          auto [it, inserted] =
+              group_of_members.try_emplace(members, static_cast<int>(group_of_members.size()));
           queue_index = queue(2, it->second);
           rq.waits_for_compute[i] = true;
         }
@@ -97,7 +99,8 @@ std::string CheckTransferOrder(const Schedule& s) {
   for (int a = 0; a < num_ranks; ++a) {
     std::map<int, std::vector<int>> sends;  // peer -> ops
     for (size_t i = 0; i < s.programs[a].ops.size(); ++i)
-      if (s.programs[a].ops[i].kind == OpKind::kSend) sends[s.programs[a].ops[i].peer].push_back(static_cast<int>(i));
+      if (s.programs[a].ops[i].kind == OpKind::kSend)
+        sends[s.programs[a].ops[i].peer].push_back(static_cast<int>(i));
     for (const auto& [b, send_ops] : sends) {
       std::vector<int> recv_ops;
       for (size_t j = 0; j < s.programs[b].ops.size(); ++j)
@@ -111,7 +114,8 @@ std::string CheckTransferOrder(const Schedule& s) {
         const Op& recv = s.programs[b].ops[recv_ops[k]];
         if (send.tag != recv.tag || send.bytes != recv.bytes)
           return fmt::format(
-              "matched in order, rank {}'s send #{} to rank {} ({}) would meet rank {}'s receive #{} from it ({}): "
+              "matched in order, rank {}'s send #{} to rank {} ({}) would meet rank {}'s receive #{} from it "
+              "({}): "
               "the two ranks order their transfers differently",
               a, k + 1, b, Describe(s, a, send_ops[k]), b, k + 1, Describe(s, b, recv_ops[k]));
         q[a].partner_rank[send_ops[k]] = b;
@@ -208,12 +212,12 @@ std::string CheckTransferOrder(const Schedule& s) {
         std::string why;
         if (rq.started[i]) {
           why = IsTransfer(s.programs[r].ops[i].kind) ? fmt::format("waits for rank {}", rq.partner_rank[i])
-                                                     : "waits for the group";
+                                                      : "waits for the group";
         } else {
           const int qi = rq.queue_of[i];
           const int before = rq.queues[qi][rq.head[qi]];
           why = before != static_cast<int>(i) ? fmt::format("queued behind {}", Describe(s, r, before))
-                                             : "waits for ops it depends on or the compute before it";
+                                              : "waits for ops it depends on or the compute before it";
         }
         stuck += fmt::format("\n  rank {}: {} {}", r, Describe(s, r, static_cast<int>(i)), why);
       }

@@ -43,7 +43,8 @@ TEST(TransferOrder, TransfersIssuedInAnotherOrderAreNamed) {
   Schedule s = TwoRanks({Transfer(OpKind::kSend, 1, 5), Transfer(OpKind::kSend, 1, 6)},
                         {Transfer(OpKind::kRecv, 0, 6), Transfer(OpKind::kRecv, 0, 5)});
   const std::string problem = CheckTransferOrder(s);
-  EXPECT_NE(problem.find("rank 0's send #1 to rank 1 (op 0 (send to rank 1, tag 5)) would meet rank 1's receive #1"),
+  EXPECT_NE(problem.find(
+                "rank 0's send #1 to rank 1 (op 0 (send to rank 1, tag 5)) would meet rank 1's receive #1"),
             std::string::npos)
       << problem;
   EXPECT_NE(problem.find("order their transfers differently"), std::string::npos);
@@ -56,7 +57,8 @@ TEST(TransferOrder, ASendWaitingForComputeThatWaitsForThePeerIsADeadlock) {
                         {Transfer(OpKind::kRecv, 0, 2), Compute({0}), Transfer(OpKind::kSend, 0, 1)});
   const std::string problem = CheckTransferOrder(s);
   EXPECT_NE(problem.find("2 ranks would wait for each other forever"), std::string::npos) << problem;
-  EXPECT_NE(problem.find("rank 0: op 0 (receive from rank 1, tag 1) waits for rank 1"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("rank 0: op 0 (receive from rank 1, tag 1) waits for rank 1"), std::string::npos)
+      << problem;
   // The same with the sends before the compute runs.
   Schedule fine = TwoRanks({Transfer(OpKind::kSend, 1, 2), Transfer(OpKind::kRecv, 1, 1), Compute({1})},
                            {Transfer(OpKind::kSend, 0, 1), Transfer(OpKind::kRecv, 0, 2), Compute({1})});
@@ -76,7 +78,8 @@ TEST(TransferOrder, AGroupsCollectivesInAnotherOrderAreNamed) {
   s.programs[0].ops = {collective(OpKind::kAllGather, 0), collective(OpKind::kReduceScatter, 1)};
   s.programs[1].ops = {collective(OpKind::kReduceScatter, 1), collective(OpKind::kAllGather, 0)};
   const std::string problem = CheckTransferOrder(s);
-  EXPECT_NE(problem.find("the members order the group's collectives differently"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("the members order the group's collectives differently"), std::string::npos)
+      << problem;
   std::swap(s.programs[1].ops[0], s.programs[1].ops[1]);
   EXPECT_EQ(CheckTransferOrder(s), "");
 }

@@ -1,13 +1,13 @@
 #include "plan/zorse_planner.h"
 
-#include <cstdint>
 #include <algorithm>
-#include <optional>
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
-#include <functional>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -273,13 +273,15 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
             // Without offload every microbatch in flight keeps its layers' boundary activations: all
             // of them under GPipe; under 1F1B a device's warm-up, as many as the stages from its
             // group on (pipeline_order.cc).
-            const double in_flight = request.schedule == PipelineSchedule::k1F1B
-                                         ? static_cast<double>(std::min<int64_t>(counts[g][i], num_groups - g))
-                                         : static_cast<double>(counts[g][i]);
+            const double in_flight =
+                request.schedule == PipelineSchedule::k1F1B
+                    ? static_cast<double>(std::min<int64_t>(counts[g][i], num_groups - g))
+                    : static_cast<double>(counts[g][i]);
             const double saved = request.offload ? 2.0 * ms_layers * act : in_flight * layers[g] * act;
-            bytes += saved + 4 * act +
-                     CheckpointedBackwardBytes(model, request.seq_len, request.precision,
-                                               static_cast<double>(b) * request.seq_len, holds_head[g], tp_of[g]);
+            bytes +=
+                saved + 4 * act +
+                CheckpointedBackwardBytes(model, request.seq_len, request.precision,
+                                          static_cast<double>(b) * request.seq_len, holds_head[g], tp_of[g]);
             worst = std::max(worst, bytes);
             const bool modelled_fits = bytes <= cluster.usable_memory_bytes(groups[g][i]);
             // One group of every device, one ministage per layer, ZeRO-2 in place: the very step the
@@ -287,15 +289,17 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
             // the memory model elsewhere, and the difference is said.
             const std::optional<int64_t> measured =
                 num_groups == 1 && tp_of[g] == 1 && !request.offload && s == model.num_layers &&
-                        static_cast<int>(groups[g].size()) ==
-                            (request.devices.empty() ? cluster.num_devices() : static_cast<int>(request.devices.size()))
+                        static_cast<int>(groups[g].size()) == (request.devices.empty()
+                                                                   ? cluster.num_devices()
+                                                                   : static_cast<int>(request.devices.size()))
                     ? costs.MeasuredMaxMicrobatch(groups[g][i], 2, static_cast<int>(groups[g].size()))
                     : std::nullopt;
             if (measured) {
               if ((b <= *measured) != modelled_fits && measured_note.empty())
-                measured_note = fmt::format("; device {} fits at most {} sequences a microbatch (measured), where the "
-                                            "memory model says {}",
-                                            groups[g][i], *measured, modelled_fits ? "it fits" : "it does not");
+                measured_note = fmt::format(
+                    "; device {} fits at most {} sequences a microbatch (measured), where the "
+                    "memory model says {}",
+                    groups[g][i], *measured, modelled_fits ? "it fits" : "it does not");
               if (b > *measured) fits = false;
             } else if (!modelled_fits) {
               fits = false;
@@ -313,12 +317,13 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
         std::vector<std::string> sizes;
         for (int g = 0; g < num_groups; ++g)
           sizes.push_back(fmt::format("{}x{} layers", groups[g].size(), layers[g]));
-        c.why = fmt::format(
-            "{} group(s) [{}], microbatch {} ({} microbatches), {} ministage(s) per group{}; model: {} "
-            "step, {} worst device",
-            num_groups, fmt::join(sizes, ", "), b, num_mb, s,
-            TensorParallelNote(tp_of),
-            FormatDuration(step), FormatBytes(worst)) + measured_note;
+        c.why =
+            fmt::format(
+                "{} group(s) [{}], microbatch {} ({} microbatches), {} ministage(s) per group{}; model: {} "
+                "step, {} worst device",
+                num_groups, fmt::join(sizes, ", "), b, num_mb, s, TensorParallelNote(tp_of),
+                FormatDuration(step), FormatBytes(worst)) +
+            measured_note;
         out.push_back(std::move(c));
       }
     }
@@ -330,12 +335,13 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
                             const ZorseRequest& request, const PlanEvaluator& evaluate) {
   if (request.global_batch_sequences < 1) return Status::InvalidArgument("zorse planner: empty global batch");
   if (request.global_batch_sequences / request.max_microbatch > kMaxMicrobatchesPerDevice)
-    return Status::InvalidArgument(fmt::format(
-        "zorse planner: a global batch of {} sequences needs at least {} microbatches (of up to {} sequences), more "
-        "than motley runs in one step ({}); use a smaller global batch",
-        request.global_batch_sequences,
-        (request.global_batch_sequences + request.max_microbatch - 1) / request.max_microbatch, request.max_microbatch,
-        kMaxMicrobatchesPerDevice));
+    return Status::InvalidArgument(
+        fmt::format("zorse planner: a global batch of {} sequences needs at least {} microbatches (of up to "
+                    "{} sequences), more "
+                    "than motley runs in one step ({}); use a smaller global batch",
+                    request.global_batch_sequences,
+                    (request.global_batch_sequences + request.max_microbatch - 1) / request.max_microbatch,
+                    request.max_microbatch, kMaxMicrobatchesPerDevice));
   // Phase 1: cut the graph of the nodes it may use into k groups for every k.
   std::vector<bool> allowed(cluster.num_devices(), request.devices.empty());
   for (int d : request.devices) allowed[d] = true;
@@ -364,14 +370,16 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
       static_cast<int>(model.num_layers));
   const auto partitions = SplitMinKCuts(graph, max_k);
   std::vector<std::pair<std::vector<int>, std::string>> groupings;  // node -> group, and how it was found
-  for (int k = 1; k <= max_k; ++k) groupings.push_back({partitions[k - 1], fmt::format("cut into {} by SPLIT", k)});
+  for (int k = 1; k <= max_k; ++k)
+    groupings.push_back({partitions[k - 1], fmt::format("cut into {} by SPLIT", k)});
   if (graph.num_vertices <= request.exhaustive_groupings_up_to_nodes) {
     std::set<std::vector<int>> seen;
     for (const auto& [part, _] : groupings) seen.insert(CanonicalPartition(part));
     std::vector<int> part(graph.num_vertices, 0);
     std::function<void(int, int)> visit = [&](int v, int used) {
       if (v == graph.num_vertices) {
-        if (used <= max_k && seen.insert(part).second) groupings.push_back({part, fmt::format("{} group(s) of nodes", used)});
+        if (used <= max_k && seen.insert(part).second)
+          groupings.push_back({part, fmt::format("{} group(s) of nodes", used)});
         return;
       }
       for (int p = 0; p <= used; ++p) {
@@ -417,7 +425,8 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
                                     request.max_groups > 0 ? request.max_groups : split_graph.num_vertices});
     const auto split_partitions = SplitMinKCuts(split_graph, most);
     for (int k = graph.num_vertices + 1; k <= most; ++k)
-      add_grouping(parts, split_partitions[k - 1], fmt::format("nodes split in {}, cut into {} by SPLIT", f, k), f);
+      add_grouping(parts, split_partitions[k - 1],
+                   fmt::format("nodes split in {}, cut into {} by SPLIT", f, k), f);
   }
   std::vector<ZorseCandidate> all;
   // Phase 2, for every grouping (on every core; the models are read-only).
@@ -547,7 +556,9 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     double best = std::numeric_limits<double>::infinity();
   };
   std::map<std::pair<int, int>, Kind> kinds;  // (tp, split)
-  auto kind_of = [&](size_t i) { return std::make_pair(all[i].tp_degree, split_of_grouping[all[i].grouping]); };
+  auto kind_of = [&](size_t i) {
+    return std::make_pair(all[i].tp_degree, split_of_grouping[all[i].grouping]);
+  };
   // A tensor-parallel candidate is judged only where its teams pay in the latency model: where the
   // same plan without them (grouping, microbatch, ministages) fits and steps no slower, the teams
   // only add all-reduces to groups that are not the bottleneck. (On Zorse's cluster C teams fit only
@@ -575,7 +586,8 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
     std::vector<size_t> next;
     for (auto& [_, k] : kinds) {
       const double near = std::min(best, request.bound.stop_after_s);
-      const bool promising = k.taken == 0 || !std::isfinite(near) || k.best <= near * (1 + request.kind_slack);
+      const bool promising =
+          k.taken == 0 || !std::isfinite(near) || k.best <= near * (1 + request.kind_slack);
       if (!promising) continue;
       for (size_t n = 0; n < batch && k.taken < k.queue.size(); ++n) next.push_back(k.queue[k.taken++]);
     }
@@ -612,8 +624,8 @@ Result<ZorsePlan> PlanZorse(const Cluster& cluster, const ModelSpec& model, cons
   // Climb: the latency model misranks neighbours of the best plan it found (another ministage
   // count, microbatch size or grouping), so the evaluator judges those too.
   std::map<std::tuple<int, int, int64_t, int>, size_t> index;  // (grouping, tp, microbatch, ministages)
-  std::map<int, std::vector<int64_t>> sizes;                    // per grouping, its microbatch sizes
-  std::vector<int> liked;                                       // groupings by their best model step
+  std::map<int, std::vector<int64_t>> sizes;                   // per grouping, its microbatch sizes
+  std::vector<int> liked;                                      // groupings by their best model step
   for (size_t i = 0; i < all.size(); ++i) {
     const ZorseCandidate& c = all[i];
     index.emplace(std::make_tuple(c.grouping, c.tp_degree, c.microbatch, c.ministages), i);

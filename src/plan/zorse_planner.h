@@ -30,15 +30,15 @@ struct ZorseRequest {
   int64_t seq_len = 1024;
   Precision precision = Precision::kBf16;
   bool activation_checkpointing = true;
-  bool offload = true;             // parameter and activation offload (Zorse's default)
+  bool offload = true;  // parameter and activation offload (Zorse's default)
   // The job clips gradients to a global norm: every update waits for it (lower.h), so with offload
   // each ministage's shard, moments and gradient shard stay on the device until the step's end.
   bool gradient_clipping = true;
-  int max_groups = 0;              // 0 = up to one group per node
+  int max_groups = 0;  // 0 = up to one group per node
   // ZorseCandidatesForGroups: the pipeline's stages in the groups' order as given, not by
   // bandwidth and speed (live rebalancing: every rank keeps its device and place).
   bool keep_group_order = false;
-  int max_microbatch = 64;         // largest microbatch size tried
+  int max_microbatch = 64;  // largest microbatch size tried
   // The best this many by the latency model are re-ranked by the evaluator (0: the latency model
   // decides alone). The latency model misranks: on the Zorse clusters the simulator's best plan was
   // 7th-20th by it, up to 43% faster than the best of the first 6 (bench/reports/zorse_evaluation.md).
@@ -65,15 +65,15 @@ struct ZorseRequest {
   // Variations for the baselines that share this search (baselines.h):
   int max_ministages = 0;  // 0 = up to the smallest group's layers; 1 = plain stages
   PipelineSchedule schedule = PipelineSchedule::kInterleaved;  // 1F1B needs max_ministages = 1
-  bool try_tensor_parallel = false;  // also try runs of 2, 4, ... NVLink/NVSwitch-connected devices as TP
-  int max_tensor_parallel = 8;       // ... up to this width, each group the widest its nodes allow
+  bool try_tensor_parallel = false;      // also try runs of 2, 4, ... NVLink/NVSwitch-connected devices as TP
+  int max_tensor_parallel = 8;           // ... up to this width, each group the widest its nodes allow
   bool uniform_tensor_parallel = false;  // ... or one width in every group (a symmetric mesh)
   // Besides groupings of whole nodes, split every node into 2, 4, ... equal stages, up to this many
   // (SPLIT's cuts of the parts): more, smaller pipeline stages, as systems without offload use to
   // fit a model (1: whole nodes only).
   int split_nodes_up_to = 1;
-  bool even_microbatches = false;    // every data-parallel replica of a group gets the same count
-  std::vector<int> devices;          // the devices it may use (whole nodes, ascending); empty = all
+  bool even_microbatches = false;  // every data-parallel replica of a group gets the same count
+  std::vector<int> devices;        // the devices it may use (whole nodes, ascending); empty = all
 };
 
 struct ZorseCandidate {

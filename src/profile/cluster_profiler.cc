@@ -21,8 +21,10 @@ namespace fs = std::filesystem;
 
 std::string ProfileCacheDir() {
   if (const char* d = std::getenv("MOTLEY_CACHE_DIR"); d != nullptr && *d) return d;
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d != nullptr && *d) return (fs::path(d) / "motley").string();
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h) return (fs::path(h) / ".cache" / "motley").string();
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d != nullptr && *d)
+    return (fs::path(d) / "motley").string();
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h)
+    return (fs::path(h) / ".cache" / "motley").string();
   return ".motley-cache";
 }
 
@@ -30,13 +32,14 @@ std::vector<std::pair<std::string, int>> DeviceTypesByFirstDevice(const Cluster&
   std::vector<std::pair<std::string, int>> out;
   for (int d = 0; d < cluster.num_devices(); ++d) {
     const std::string& type = cluster.spec(d).name;
-    if (std::none_of(out.begin(), out.end(), [&](const auto& t) { return t.first == type; })) out.push_back({type, d});
+    if (std::none_of(out.begin(), out.end(), [&](const auto& t) { return t.first == type; }))
+      out.push_back({type, d});
   }
   return out;
 }
 
-Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, int64_t seq_len, Precision precision,
-                               const ClusterProfileOptions& options) {
+Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, int64_t seq_len,
+                               Precision precision, const ClusterProfileOptions& options) {
   auto say = [&](const std::string& s) {
     if (options.progress) options.progress(s);
   };
@@ -75,9 +78,9 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
     // What measured it is part of the key: a CPU's stand-in figures for a GPU type (an emulated or
     // CPU-only run, say on a cluster's login node sharing the home directory) are not the GPU's.
     const std::string key =
-        fmt::format("v12|{}|on-{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}|tp{}|dp{}|g{}", type,
-                    ProfilingDevice().is_cuda() ? "cuda" : "cpu", model.hidden_size,
-                    model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_size, model.vocab_size,
+        fmt::format("v12|{}|on-{}|h{}|l{}|a{}|kv{}|f{}|v{}|t{}|s{}|{}|m{}|{}|r{}|c{}|bg{}|tp{}|dp{}|g{}",
+                    type, ProfilingDevice().is_cuda() ? "cuda" : "cpu", model.hidden_size, model.num_layers,
+                    model.num_heads, model.num_kv_heads, model.ffn_size, model.vocab_size,
                     model.tie_embeddings, seq_len, PrecisionName(precision), memory_bytes,
                     fmt::join(options.layers.microbatches, ","), options.layers.repeats,
                     options.layers.max_microbatch_cap, fmt::join(layers.background_speed_factors, ","),
@@ -100,19 +103,23 @@ Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, i
       Result<ReserveProbe> r = ReserveProbe::Start(ProfilingDevice());
       if (r.ok()) reserve = *r;
     }
-    MOTLEY_ASSIGN_OR_RETURN(ProfileEntry entry, ProfileDeviceType(type, model, seq_len, precision, memory_bytes,
-                                                                  layers, context, options.progress));
+    MOTLEY_ASSIGN_OR_RETURN(
+        ProfileEntry entry,
+        ProfileDeviceType(type, model, seq_len, precision, memory_bytes, layers, context, options.progress));
     if (reserve) {
       entry.reserve = reserve->Finish();
       say(fmt::format("{}: reserve {} (context {}, communication {}, fragmentation {})", type,
                       FormatBytes(entry.reserve->total_bytes()), FormatBytes(entry.reserve->context_bytes),
-                      FormatBytes(entry.reserve->communication_bytes), FormatBytes(entry.reserve->fragmentation_bytes)));
+                      FormatBytes(entry.reserve->communication_bytes),
+                      FormatBytes(entry.reserve->fragmentation_bytes)));
     }
     Profile one;
     one.entries.push_back(entry);
     std::error_code ec;
     fs::create_directories(file.parent_path(), ec);
-    if (!ec) (void)AtomicWriteFile(file.string(), ProfileToJson(one).dump(1));  // a failed cache write only costs time
+    if (!ec)
+      (void)AtomicWriteFile(file.string(),
+                            ProfileToJson(one).dump(1));  // a failed cache write only costs time
     profile.entries.push_back(std::move(entry));
   }
   return profile;

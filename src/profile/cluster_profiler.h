@@ -33,8 +33,8 @@ struct ClusterProfileOptions {
 /// device order: under a launcher, that device's rank measures the type.
 std::vector<std::pair<std::string, int>> DeviceTypesByFirstDevice(const Cluster& cluster);
 
-Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, int64_t seq_len, Precision precision,
-                               const ClusterProfileOptions& options);
+Result<Profile> ProfileCluster(const Cluster& cluster, const ModelSpec& model, int64_t seq_len,
+                               Precision precision, const ClusterProfileOptions& options);
 
 /// The cache directory (see above).
 std::string ProfileCacheDir();

@@ -15,13 +15,13 @@
 
 #include "core/units.h"
 #include "profile/memory_probe.h"
-#include "runtime/optim/adamw.h"
 #include "runtime/device/cuda_device.h"
-#include "runtime/model/llama_model.h"
 #include "runtime/emulation/memory_ledger.h"
 #include "runtime/flextp/resize_pretest.h"
+#include "runtime/model/llama_model.h"
 #include "runtime/model/precision_dtypes.h"
 #include "runtime/model/tensor_parallel.h"
+#include "runtime/optim/adamw.h"
 
 // OpenBLAS's thread count, when torch's BLAS is OpenBLAS (a weak reference: absent otherwise).
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
@@ -48,11 +48,9 @@ class RankLikeThreads {
 
 using Clock = std::chrono::steady_clock;
 
-
 void Sync(const torch::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize();
 }
-
 
 double MedianMs(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -126,9 +124,9 @@ class BackgroundLoad {
 
 }  // namespace
 
-Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const ModelSpec& model, int64_t seq_len,
-                                       Precision precision, int64_t memory_bytes, const LayerProfilerConfig& config,
-                                       const ProfileMemoryContext& memory,
+Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const ModelSpec& model,
+                                       int64_t seq_len, Precision precision, int64_t memory_bytes,
+                                       const LayerProfilerConfig& config, const ProfileMemoryContext& memory,
                                        const std::function<void(const std::string&)>& progress) {
   auto say = [&](const std::string& s) {
     if (progress) progress(s);
@@ -142,13 +140,15 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
   e.backward_includes_recompute = true;
   // Measured limits: the least any plan needs (the pieces alone), then the whole model's
   // data-parallel step at each ZeRO stage over the cluster's devices (memory_probe.h).
-  say(fmt::format("{}: largest microbatch of one layer that fits in {} MiB", device_type, memory_bytes >> 20));
+  say(fmt::format("{}: largest microbatch of one layer that fits in {} MiB", device_type,
+                  memory_bytes >> 20));
   MemoryProbe probe{&model, seq_len, precision, 0, memory.dp_degree, memory.gloo_reduce_scatter, true};
   e.max_microbatch = ProbeMaxMicrobatch(probe, memory_bytes, config.max_microbatch_cap);
   if (e.max_microbatch == 0)
     return Status::OutOfMemory(fmt::format(
         "{}: not even one sequence of {} tokens through one layer of {} (with the embedding, the head and "
-        "their training state) fits in its {} of memory; shorten the sequences or use a device with more memory",
+        "their training state) fits in its {} of memory; shorten the sequences or use a device with more "
+        "memory",
         device_type, seq_len, model.name, FormatBytes(static_cast<double>(memory_bytes))));
   if (memory.dp_degree > 0) {
     MeasuredLimits limits;
@@ -200,7 +200,8 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
     for (auto& p : t.model->named_parameters()) {
       if (p.key().rfind("model.layers.0.", 0) != 0) continue;
       const int k = LayerWeightIndex(p.key());
-      if (k >= 0 && IsSplitWeight(k)) p.value().set_data(SliceLayerWeight(model, k, p.value(), 0, tp).contiguous().clone());
+      if (k >= 0 && IsSplitWeight(k))
+        p.value().set_data(SliceLayerWeight(model, k, p.value(), 0, tp).contiguous().clone());
       t.params.push_back(p.value());
     }
     t.model->to(d);
@@ -241,7 +242,8 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
   for (int64_t mb : config.microbatches) {
     if (mb > e.max_microbatch) break;
     say(fmt::format("{}: layer and head at microbatch {}", device_type, mb));
-    torch::Tensor x = torch::randn({mb, seq_len, model.hidden_size}, torch::TensorOptions().dtype(act).device(d));
+    torch::Tensor x =
+        torch::randn({mb, seq_len, model.hidden_size}, torch::TensorOptions().dtype(act).device(d));
     torch::Tensor targets = torch::randint(model.vocab_size, {mb, seq_len}, torch::kInt64).to(d);
     // As the executor: forward without a graph; backward = forward with a graph + back-propagation.
     auto forward = [&](const ModelSlice& s, bool with_loss) {
@@ -265,7 +267,8 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
     std::optional<BackgroundLoad> load;
     if (d.is_cpu() && !config.background_speed_factors.empty()) {
       auto other = std::make_shared<LlamaModel>(pieces, 2);
-      const torch::Tensor ox = torch::randn({mb, seq_len, model.hidden_size}, torch::TensorOptions().dtype(act));
+      const torch::Tensor ox =
+          torch::randn({mb, seq_len, model.hidden_size}, torch::TensorOptions().dtype(act));
       load.emplace(config.background_speed_factors, [other, ox, layer] {
         torch::Tensor leaf = ox.detach().requires_grad_(true);
         torch::Tensor y = (*other)->Run(layer, leaf, false);
@@ -279,7 +282,8 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
     e.points.push_back(lp);
     e.head_points.push_back(hp);
     for (TpLayer& t : tp_layers) {
-      say(fmt::format("{}: a layer split over {} tensor-parallel ranks at microbatch {}", device_type, t.tp, mb));
+      say(fmt::format("{}: a layer split over {} tensor-parallel ranks at microbatch {}", device_type, t.tp,
+                      mb));
       const double f = TimeMs(
           [&] {
             torch::NoGradGuard no_grad;
@@ -292,7 +296,8 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
             torch::Tensor y = t.model->Run(layer, leaf, false);
             std::vector<torch::Tensor> inputs = t.params;
             inputs.push_back(leaf);
-            const std::vector<torch::Tensor> grads = torch::autograd::grad({y}, inputs, {torch::ones_like(y)});
+            const std::vector<torch::Tensor> grads =
+                torch::autograd::grad({y}, inputs, {torch::ones_like(y)});
             torch::NoGradGuard no_grad;
             for (size_t i = 0; i < t.params.size(); ++i) t.grads[i].add_(grads[i]);
           },
@@ -304,7 +309,8 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
   // of a rank at the widest degree profiled, over the largest microbatch measured.
   if (!tp_layers.empty() && !e.points.empty()) {
     const int tp = tp_layers.back().tp;
-    say(fmt::format("{}: ZERO-resizing's overhead and a borrowed unit's cost on a {}-way MLP slice", device_type, tp));
+    say(fmt::format("{}: ZERO-resizing's overhead and a borrowed unit's cost on a {}-way MLP slice",
+                    device_type, tp));
     const int64_t tokens = static_cast<int64_t>(e.points.back().microbatch) * seq_len;
     e.resize_overhead = TimeResizeOverhead(model.ffn_size / tp, model.hidden_size, tokens, d, act);
     e.borrowed_cost = TimeBorrowedCost(model.ffn_size / tp, model.hidden_size, tokens, d, act);

@@ -21,8 +21,8 @@
 #include <c10/core/Device.h>
 
 #include "core/model.h"
-#include "profile/profiling_model.h"
 #include "core/status.h"
+#include "profile/profiling_model.h"
 #include "runtime/model/llama_model.h"
 #include "sim/profile.h"
 
@@ -30,8 +30,8 @@ namespace motley {
 
 struct LayerProfilerConfig {
   std::vector<int64_t> microbatches = {1, 2, 4, 8, 16};  // measured sizes (those that fit, up to the cap)
-  int warmup = 1;        // untimed runs per size
-  int repeats = 5;       // timed runs per size; the median counts
+  int warmup = 1;                                        // untimed runs per size
+  int repeats = 5;                                       // timed runs per size; the median counts
   int64_t max_microbatch_cap = 256;  // the search stops here (a larger microbatch is never planned)
   /// CPU: measure under the load of the other emulated devices sharing this machine — one worker
   /// thread per entry, running the same layer with that device's speed factor as its duty cycle
@@ -52,8 +52,9 @@ struct ProfileMemoryContext {
 /// Measures a device type on ProfilingDevice(). `progress` is told what is being measured.
 /// Only the embedding, one decoder layer and the head are built, so any model whose single layer
 /// fits can be profiled; the memory limits come from memory_probe.h.
-Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const ModelSpec& model, int64_t seq_len,
-                                       Precision precision, int64_t memory_bytes, const LayerProfilerConfig& config,
+Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const ModelSpec& model,
+                                       int64_t seq_len, Precision precision, int64_t memory_bytes,
+                                       const LayerProfilerConfig& config,
                                        const ProfileMemoryContext& memory = {},
                                        const std::function<void(const std::string&)>& progress = {});
 

@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "core/cluster_parse.h"
-#include "profile/cluster_profiler.h"
 #include "plan/memory_model.h"
+#include "profile/cluster_profiler.h"
 #include "profile/memory_probe.h"
 
 namespace motley {
@@ -58,7 +58,8 @@ TEST(LayerProfiler, MeasuresLayerAndHeadTimesAtEveryMicrobatch) {
   EXPECT_GT(e->optimizer_ms_per_mparam, 0);
   // A layer's share on a tensor-parallel rank, at every degree the heads allow and no other.
   for (int tp : c.tp_degrees) {
-    const bool allowed = Tiny().num_kv_heads % tp == 0 && Tiny().num_heads % tp == 0 && Tiny().ffn_size % tp == 0;
+    const bool allowed =
+        Tiny().num_kv_heads % tp == 0 && Tiny().num_heads % tp == 0 && Tiny().ffn_size % tp == 0;
     ASSERT_EQ(e->tp_points.count(tp), allowed ? 1u : 0u) << "tp " << tp;
     if (allowed) {
       ASSERT_EQ(e->tp_points.at(tp).size(), 3u);
@@ -111,9 +112,11 @@ TEST(LayerProfiler, ProfilesAModelLargerThanTheDevice) {
     for (int64_t mb : {1, 2}) {
       const MemoryProbe probe{&big, 32, Precision::kFp32, z, 8, true, false};
       const double measured = static_cast<double>(RunMemoryProbe(probe, mb, 0).peak_bytes);
-      const double modelled = DataParallelPeakBytes(PerLayerDataParallel(big, Precision::kFp32, z, 8, 32, true, true), mb);
-      EXPECT_NEAR(modelled / measured, 1.0, 0.15) << "ZeRO-" << z << ", " << mb << " sequences: measured "
-                                                  << measured / 1048576 << " MiB, model " << modelled / 1048576;
+      const double modelled =
+          DataParallelPeakBytes(PerLayerDataParallel(big, Precision::kFp32, z, 8, 32, true, true), mb);
+      EXPECT_NEAR(modelled / measured, 1.0, 0.15)
+          << "ZeRO-" << z << ", " << mb << " sequences: measured " << measured / 1048576 << " MiB, model "
+          << modelled / 1048576;
     }
   }
   // A device that cannot hold one layer is a clear error naming the fix.
@@ -123,7 +126,8 @@ TEST(LayerProfiler, ProfilesAModelLargerThanTheDevice) {
 }
 
 TEST(ClusterProfiler, MeasuresEachTypeOnceAndReusesTheCache) {
-  const auto dir = std::filesystem::temp_directory_path() / ("motley_profile_cache_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("motley_profile_cache_" + std::to_string(::getpid()));
   ::setenv("MOTLEY_CACHE_DIR", dir.c_str(), 1);
   Result<Cluster> cluster = LoadCluster("local-emulated");  // one type, emulated at two memory sizes
   ASSERT_TRUE(cluster.ok());

@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "core/units.h"
 #include "core/message_tags.h"
+#include "core/units.h"
 #include "runtime/device/cuda_device.h"
 #include "runtime/emulation/device_emulation.h"
 
@@ -29,7 +29,8 @@ Fit FitLine(const std::vector<double>& bytes, const std::vector<double>& seconds
   double mx = 0, my = 0;
   for (size_t i = 0; i < bytes.size(); ++i) mx += bytes[i] / n, my += seconds[i] / n;
   double cov = 0, var = 0;
-  for (size_t i = 0; i < bytes.size(); ++i) cov += (bytes[i] - mx) * (seconds[i] - my), var += (bytes[i] - mx) * (bytes[i] - mx);
+  for (size_t i = 0; i < bytes.size(); ++i)
+    cov += (bytes[i] - mx) * (seconds[i] - my), var += (bytes[i] - mx) * (bytes[i] - mx);
   Fit f;
   const double slope = var > 0 ? cov / var : 0;
   if (slope > 0) {
@@ -49,7 +50,8 @@ std::string NodeConfigKey(const Cluster& cluster, int node) {
   std::string key = fmt::format("{}|{}|{}|{:g}|{:g}|{}", n.device_type, static_cast<int>(n.interconnect),
                                 n.num_devices >= 2 ? 2 : 1, n.intra_bandwidth_bytes_per_s,
                                 n.nic_bandwidth_bytes_per_s, n.region);
-  for (const EmulationConfig& e : n.emulation) key += fmt::format("|{:g}", e.link_bandwidth_bytes_per_s.value_or(0));
+  for (const EmulationConfig& e : n.emulation)
+    key += fmt::format("|{:g}", e.link_bandwidth_bytes_per_s.value_or(0));
   // A node named in a link override has links of its own.
   for (const LinkOverride& o : cluster.overrides)
     if (o.a == n.name || o.b == n.name) key += "|" + n.name;
@@ -64,7 +66,8 @@ std::vector<std::vector<int>> ConfigGroups(const Cluster& cluster, std::vector<i
   std::vector<std::vector<int>> groups;
   config_of_node->assign(cluster.nodes.size(), -1);
   for (size_t n = 0; n < cluster.nodes.size(); ++n) {
-    auto [it, fresh] = index.emplace(NodeConfigKey(cluster, static_cast<int>(n)), static_cast<int>(groups.size()));
+    auto [it, fresh] =
+        index.emplace(NodeConfigKey(cluster, static_cast<int>(n)), static_cast<int>(groups.size()));
     if (fresh) groups.emplace_back();
     groups[it->second].push_back(static_cast<int>(n));
     (*config_of_node)[n] = it->second;
@@ -99,8 +102,8 @@ std::vector<ProbePair> Pairs(const Cluster& cluster, std::vector<int>* config_of
     for (size_t e = c; e < groups.size(); ++e) {
       if (c == e && groups[c].size() < 2) continue;
       const int na = groups[c][0], nb = c == e ? groups[c][1] : groups[e][0];
-      pairs.push_back({FirstDevice(cluster, na), FirstDevice(cluster, nb), static_cast<int>(c), static_cast<int>(e),
-                       false});
+      pairs.push_back({FirstDevice(cluster, na), FirstDevice(cluster, nb), static_cast<int>(c),
+                       static_cast<int>(e), false});
     }
   return pairs;
 }
@@ -117,10 +120,10 @@ std::vector<std::pair<int, int>> LinkProbePairs(const Cluster& cluster) {
 Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster& cluster,
                                               const LinkProbeConfig& config) {
   if (comm.world_size() != cluster.num_devices())
-    return Status::InvalidArgument(fmt::format(
-        "measuring links needs one rank per device of {} ({} devices) but {} ranks were started "
-        "(motley launch --nproc {})",
-        cluster.name, cluster.num_devices(), comm.world_size(), cluster.num_devices()));
+    return Status::InvalidArgument(
+        fmt::format("measuring links needs one rank per device of {} ({} devices) but {} ranks were started "
+                    "(motley launch --nproc {})",
+                    cluster.name, cluster.num_devices(), comm.world_size(), cluster.num_devices()));
   std::vector<int> config_of_node;
   const std::vector<ProbePair> pairs = Pairs(cluster, &config_of_node);
   const int me = comm.rank();
@@ -138,7 +141,8 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
     const ProbePair& p = pairs[k];
     if (config.progress && me == 0)
       config.progress(fmt::format("link {} <-> {} ({})", cluster.nodes[cluster.devices[p.a].node].name,
-                                  cluster.nodes[cluster.devices[p.b].node].name, p.intra ? "within the node" : "between nodes"));
+                                  cluster.nodes[cluster.devices[p.b].node].name,
+                                  p.intra ? "within the node" : "between nodes"));
     if (me != p.a && me != p.b) continue;
     const int peer = me == p.a ? p.b : p.a;
     const Link nominal = cluster.LinkBetween(p.a, p.b);
@@ -147,20 +151,23 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
     for (int64_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= 8) {
       const double predicted = nominal.latency_s + static_cast<double>(bytes) / nominal.bandwidth_bytes_per_s;
       if (sizes.size() >= 2 && predicted > config.max_transfer_s) break;
-      torch::Tensor buffer = torch::zeros({bytes / 4}, torch::TensorOptions().dtype(torch::kFloat32).device(config.device));
+      torch::Tensor buffer =
+          torch::zeros({bytes / 4}, torch::TensorOptions().dtype(torch::kFloat32).device(config.device));
       // Noise on a loaded host only ever adds time, and it weighs most on the small messages, whose
       // inflated times flatten the fitted line (a link that seems faster than it is): each size is
       // timed often enough to fill `min_time_per_size_s` (both ranks count alike, from the cluster
       // file's figures) and its fastest round trip counts.
-      const int repeats = std::clamp(static_cast<int>(std::ceil(config.min_time_per_size_s / (2 * predicted))),
-                                     config.repeats, std::max(config.repeats, config.max_repeats));
+      const int repeats =
+          std::clamp(static_cast<int>(std::ceil(config.min_time_per_size_s / (2 * predicted))),
+                     config.repeats, std::max(config.repeats, config.max_repeats));
       std::vector<double> trips;
       for (int rep = 0; rep <= repeats; ++rep, ++tag) {
         const auto t = Clock::now();
         for (int leg = 0; leg < 2; ++leg) {
           const bool sending = (leg == 0) == (me == p.a);
           if (sending) {
-            SleepSeconds(emulation.TransferSeconds(static_cast<double>(bytes), peer));  // as the executor paces sends
+            SleepSeconds(
+                emulation.TransferSeconds(static_cast<double>(bytes), peer));  // as the executor paces sends
             MOTLEY_ASSIGN_OR_RETURN(PendingTransfer s, comm.Send(buffer, peer, tag));
             MOTLEY_RETURN_IF_ERROR(s.Wait());
           } else {
@@ -188,7 +195,8 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
       const auto t = Clock::now();
       MOTLEY_RETURN_IF_ERROR(comm.AllReduceSum(*pair_groups[k], small));
       if (config.device.is_cuda()) SynchronizeDevice(config.device);
-      SleepSeconds(emulation.CollectiveSeconds(static_cast<double>(config.collective_bytes), {p.a, p.b}, 2) - Since(t));
+      SleepSeconds(emulation.CollectiveSeconds(static_cast<double>(config.collective_bytes), {p.a, p.b}, 2) -
+                   Since(t));
       if (rep > 0) calls.push_back(Since(t));
     }
     // The calls' times are bimodal on a host whose cores idle between them (a CPU host: 0.2-0.4 ms
@@ -210,7 +218,8 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
   std::map<std::pair<int, int>, Figures> by_config;
   std::map<int, Figures> intra;
   for (size_t k = 0; k < pairs.size(); ++k) {
-    const Figures r{results[static_cast<int64_t>(k)][0].item<double>(), results[static_cast<int64_t>(k)][1].item<double>(),
+    const Figures r{results[static_cast<int64_t>(k)][0].item<double>(),
+                    results[static_cast<int64_t>(k)][1].item<double>(),
                     results[static_cast<int64_t>(k)][2].item<double>()};
     if (pairs[k].intra) {
       intra[pairs[k].config_a] = r;

@@ -34,7 +34,8 @@ struct LinkProbeConfig {
   int max_repeats = 32;
   int64_t collective_bytes = 4 << 10;  // the all-reduce that measures a collective's overhead ...
   int collective_calls = 40;           // ... this many times (the lower quartile counts), after one warm-up
-  torch::Device device = torch::kCPU;  // where the buffers live: a rank's GPU sends over NCCL, as training does
+  torch::Device device =
+      torch::kCPU;  // where the buffers live: a rank's GPU sends over NCCL, as training does
   std::function<void(const std::string&)> progress;
 };
 

@@ -18,7 +18,6 @@
 namespace motley {
 namespace {
 
-
 // The probe's step on `d`; throws c10::OutOfMemoryError when it does not fit.
 void ProbeStep(const MemoryProbe& probe, int64_t microbatch, const torch::Device& d) {
   const ModelSpec& model = *probe.model;
@@ -61,16 +60,18 @@ void ProbeStep(const MemoryProbe& probe, int64_t microbatch, const torch::Device
     if (z >= 1) ballast += GlooReduceScatterBytes(unit * s.grads, dp, probe.gloo_reduce_scatter);
     if (z >= 1 && dp >= 2) ballast += unit * s.grads / dp;
   }
-  const torch::Tensor ballast_bytes =
-      torch::empty({static_cast<int64_t>(std::max(0.0, ballast))}, torch::TensorOptions().dtype(torch::kUInt8).device(d));
+  const torch::Tensor ballast_bytes = torch::empty({static_cast<int64_t>(std::max(0.0, ballast))},
+                                                   torch::TensorOptions().dtype(torch::kUInt8).device(d));
 
   const torch::Dtype act = ActivationDtype(probe.precision);
   const auto act_options = torch::TensorOptions().dtype(act).device(d);
   // Every layer's input kept for the backward (checkpointing), and the head's.
   const int64_t layers = probe.pieces_only ? 1 : model.num_layers;
   std::vector<torch::Tensor> boundaries;
-  for (int64_t l = 0; l <= layers; ++l) boundaries.push_back(torch::randn({microbatch, probe.seq_len, model.hidden_size}, act_options));
-  torch::Tensor tokens = torch::randint(model.vocab_size, {microbatch, probe.seq_len + 1}, torch::kInt64).to(d);
+  for (int64_t l = 0; l <= layers; ++l)
+    boundaries.push_back(torch::randn({microbatch, probe.seq_len, model.hidden_size}, act_options));
+  torch::Tensor tokens =
+      torch::randint(model.vocab_size, {microbatch, probe.seq_len + 1}, torch::kInt64).to(d);
   const ModelSlice layer{false, 0, 1, false}, head{false, 1, 1, true}, embedding{true, 0, 0, false};
   {
     torch::NoGradGuard no_grad;  // the forward keeps nothing but the boundaries
@@ -88,7 +89,8 @@ void ProbeStep(const MemoryProbe& probe, int64_t microbatch, const torch::Device
     torch::Tensor logits = m->Run(head, leaf, false);
     std::vector<torch::Tensor> inputs = pieces_params.head;
     inputs.push_back(leaf);
-    std::vector<torch::Tensor> g = torch::autograd::grad({NextTokenLoss(logits, tokens.narrow(1, 1, probe.seq_len))}, inputs);
+    std::vector<torch::Tensor> g =
+        torch::autograd::grad({NextTokenLoss(logits, tokens.narrow(1, 1, probe.seq_len))}, inputs);
     dy = g.back();
     g.pop_back();
     add_grads(pieces_params.head, g);
@@ -133,7 +135,8 @@ ProbeMemory RunMemoryProbe(const MemoryProbe& probe, int64_t microbatch, int64_t
   } catch (const c10::OutOfMemoryError&) {
     out.ran = false;
   }
-  out.peak_bytes = device_base >= 0 ? PeakDeviceMemoryBytes(d) - device_base : ledger.peak_bytes() - ledger_base;
+  out.peak_bytes =
+      device_base >= 0 ? PeakDeviceMemoryBytes(d) - device_base : ledger.peak_bytes() - ledger_base;
   ledger.set_capacity_bytes(saved);
   return out;
 }

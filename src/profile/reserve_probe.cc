@@ -12,7 +12,8 @@ namespace motley {
 
 Result<ReserveProbe> ReserveProbe::Start(const torch::Device& device) {
   if (!device.is_cuda() || !BuiltWithCuda())
-    return Status::InvalidArgument(fmt::format("the reserve is measured on a CUDA device, not on {}", device.str()));
+    return Status::InvalidArgument(
+        fmt::format("the reserve is measured on a CUDA device, not on {}", device.str()));
   ReserveProbe probe;
   probe.device_ = device;
   SynchronizeDevice(device);

@@ -1,7 +1,7 @@
 #include "sim/cost_compute.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 
 namespace motley {
 

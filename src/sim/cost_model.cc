@@ -1,7 +1,7 @@
 #include "sim/cost_model.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "cost/comm_cost.h"
@@ -114,7 +114,8 @@ double CostModel::ComputeS(int device, const Op& op) const {
       if (share && entry->backward_includes_recompute && !recompute_) *share -= *entry->TpForwardS(tp, mb);
       if (share && !entry->backward_includes_recompute && recompute_) *share += *entry->TpForwardS(tp, mb);
       t = layers * (share ? *share : LayerBackwardS(device, mb) / tp) +
-          (op.head && entry && entry->HeadBackwardS(mb) ? *entry->HeadBackwardS(mb) : 2 * head_forward_s) / tp;
+          (op.head && entry && entry->HeadBackwardS(mb) ? *entry->HeadBackwardS(mb) : 2 * head_forward_s) /
+              tp;
       break;
     }
     case OpKind::kOptimizerStep:
@@ -122,7 +123,8 @@ double CostModel::ComputeS(int device, const Op& op) const {
         t = op.params * 1e-6 * entry->optimizer_ms_per_mparam * 1e-3;  // measured
       } else {
         // Memory-bound: read and write parameters, gradients and optimizer state once.
-        t = std::max(op.flops / motley::PeakFlops(spec, MasterPrecision(precision_)), op.bytes / spec.memory_bandwidth_bytes_per_s);
+        t = std::max(op.flops / motley::PeakFlops(spec, MasterPrecision(precision_)),
+                     op.bytes / spec.memory_bandwidth_bytes_per_s);
       }
       break;
     default:

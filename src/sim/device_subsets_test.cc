@@ -36,7 +36,8 @@ count = 2
 nic_bandwidth = "25Gbps"
 )",
                                  times, 2 * times);
-  if (slower) text += "[[nodes]]\nname = \"p100\"\ndevice = \"p100\"\ncount = 2\nnic_bandwidth = \"10Gbps\"\n";
+  if (slower)
+    text += "[[nodes]]\nname = \"p100\"\ndevice = \"p100\"\ncount = 2\nnic_bandwidth = \"10Gbps\"\n";
   return ParseClusterToml(text, fmt::format("mixed-x{}{}", times, slower ? "-p100" : "")).value();
 }
 
@@ -45,7 +46,8 @@ SubsetWork Work() { return {64, 256, Precision::kBf16, 256, 2}; }
 TEST(DeviceSubsets, ADoubledClusterHoldsTheClusterAndASlowerNodeAddedLeavesItAsTheFirstThreshold) {
   const ModelSpec m = *FindModelPreset("llama-100m");
   const Cluster one = Mixed(1), two = Mixed(2), with_p100 = Mixed(1, true);
-  const CostModel c1(one, m, nullptr, 256, Precision::kBf16, true), c2(two, m, nullptr, 256, Precision::kBf16, true),
+  const CostModel c1(one, m, nullptr, 256, Precision::kBf16, true),
+      c2(two, m, nullptr, 256, Precision::kBf16, true),
       cp(with_p100, m, nullptr, 256, Precision::kBf16, true);
   const auto of_one = DeviceSubsets(one, m, c1, Work());
   const auto of_two = DeviceSubsets(two, m, c2, Work());
@@ -91,7 +93,8 @@ TEST(DeviceSubsets, NoPlanOnASubsetStepsFasterThanItsLowerBound) {
       if (!o.status.ok()) continue;
       ++checked;
       EXPECT_GE(o.evaluation.step_time_s, s.lower_bound_s) << o.strategy << " on " << s.description;
-      EXPECT_LE(o.plan.num_devices(), static_cast<int>(s.devices.size())) << o.strategy << " on " << s.description;
+      EXPECT_LE(o.plan.num_devices(), static_cast<int>(s.devices.size()))
+          << o.strategy << " on " << s.description;
     }
   }
   EXPECT_GT(checked, 20);
@@ -104,14 +107,16 @@ TEST(Planner, MoreDevicesNeverGiveASlowerPlan) {
   PlanRequest r;
   r.global_batch_sequences = 64;
   r.seq_len = 256;
-  const std::vector<std::vector<Cluster>> chains = {{Mixed(1), Mixed(2), Mixed(4)}, {Mixed(1), Mixed(1, true)}};
+  const std::vector<std::vector<Cluster>> chains = {{Mixed(1), Mixed(2), Mixed(4)},
+                                                    {Mixed(1), Mixed(1, true)}};
   int left_out = 0;
   for (const auto& chain : chains)
     for (const std::string strategy : {"auto", "zorse", "poplar"}) {
       double previous_s = 0;
       for (const Cluster& cluster : chain) {
         const CostModel costs(cluster, m, nullptr, 256, Precision::kBf16, true);
-        const StrategyOutcome o = PlanWithStrategy(strategy, cluster, m, costs, r, SimulationEvaluator(cluster, m, costs));
+        const StrategyOutcome o =
+            PlanWithStrategy(strategy, cluster, m, costs, r, SimulationEvaluator(cluster, m, costs));
         ASSERT_TRUE(o.status.ok()) << strategy << " on " << cluster.name << ": " << o.status.message();
         if (previous_s > 0) {
           EXPECT_LE(o.evaluation.step_time_s, previous_s * (1 + 1e-9)) << strategy << " on " << cluster.name;

@@ -12,8 +12,8 @@ namespace motley {
 namespace {
 
 // The plan's step with `probe` straggling, its teams under `mode`.
-Result<double> StragglingStepS(Plan plan, const Cluster& cluster, const ModelSpec& model, const Profile* profile,
-                               const StragglerProbe& probe, const std::string& mode,
+Result<double> StragglingStepS(Plan plan, const Cluster& cluster, const ModelSpec& model,
+                               const Profile* profile, const StragglerProbe& probe, const std::string& mode,
                                const TensorParallelConfig& config) {
   Cluster slowed = cluster;
   slowed.measured_slowdown[probe.device] = cluster.measured_slowdown.count(probe.device) > 0
@@ -33,7 +33,8 @@ Result<double> StragglingStepS(Plan plan, const Cluster& cluster, const ModelSpe
 
 Result<FlexTpChoice> ChooseFlexTpMode(const Plan& plan, const Cluster& cluster, const ModelSpec& model,
                                       const Profile* profile, const std::string& requested,
-                                      std::optional<StragglerProbe> probe, const TensorParallelConfig& config) {
+                                      std::optional<StragglerProbe> probe,
+                                      const TensorParallelConfig& config) {
   FlexTpChoice choice;
   const GroupPlan* team = nullptr;
   for (const GroupPlan& g : plan.groups)
@@ -53,7 +54,8 @@ Result<FlexTpChoice> ChooseFlexTpMode(const Plan& plan, const Cluster& cluster, 
   else
     modes = {requested};
   for (const std::string& m : modes) {
-    MOTLEY_ASSIGN_OR_RETURN(double step, StragglingStepS(plan, cluster, model, profile, choice.probe, m, config));
+    MOTLEY_ASSIGN_OR_RETURN(double step,
+                            StragglingStepS(plan, cluster, model, profile, choice.probe, m, config));
     choice.step_s.push_back({m, step});
   }
   const std::string slow = fmt::format("device {} {:g}x slower", choice.probe.device, choice.probe.factor);
@@ -71,7 +73,8 @@ Result<FlexTpChoice> ChooseFlexTpMode(const Plan& plan, const Cluster& cluster, 
       choice.straggling_step_s = migrate;
     }
     choice.why = fmt::format(
-        "FlexTP {}: with {} its team's step is predicted {} migrating the straggler's units (exact), {} waiting for "
+        "FlexTP {}: with {} its team's step is predicted {} migrating the straggler's units (exact), {} "
+        "waiting for "
         "it (off){}",
         choice.mode, slow, FormatDuration(migrate), FormatDuration(off),
         choice.mode == "off" ? ": migration's traffic costs what it saves" : "");
@@ -82,7 +85,8 @@ Result<FlexTpChoice> ChooseFlexTpMode(const Plan& plan, const Cluster& cluster, 
   return choice;
 }
 
-Result<StragglerProbe> ParseStragglerProbe(const std::string& text, const Cluster& cluster, const std::string& flag) {
+Result<StragglerProbe> ParseStragglerProbe(const std::string& text, const Cluster& cluster,
+                                           const std::string& flag) {
   const size_t eq = text.find('=');
   StragglerProbe p{-1, 0};
   try {
@@ -94,10 +98,11 @@ Result<StragglerProbe> ParseStragglerProbe(const std::string& text, const Cluste
     p.factor = 0;
   }
   if (p.device < 0 || p.device >= cluster.num_devices() || !(p.factor >= 1) || p.factor > 1000)
-    return Status::InvalidArgument(fmt::format(
-        "{} {}: give DEVICE=FACTOR, a device of cluster {} (0..{}) and how many times slower it computes (1 to "
-        "1000), e.g. {} 1=4",
-        flag, text, cluster.name, cluster.num_devices() - 1, flag));
+    return Status::InvalidArgument(
+        fmt::format("{} {}: give DEVICE=FACTOR, a device of cluster {} (0..{}) and how many times slower it "
+                    "computes (1 to "
+                    "1000), e.g. {} 1=4",
+                    flag, text, cluster.name, cluster.num_devices() - 1, flag));
   return p;
 }
 

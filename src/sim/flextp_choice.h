@@ -31,7 +31,7 @@ struct FlexTpChoice {
   std::string mode;      // for the plan ("" when it has no tensor-parallel group)
   StragglerProbe probe;  // the straggler the modes were judged with
   std::vector<std::pair<std::string, double>> step_s;  // each mode judged, its predicted step with the probe
-  double straggling_step_s = 0;                       // ... under `mode` (the plan's mode when it has no team)
+  double straggling_step_s = 0;  // ... under `mode` (the plan's mode when it has no team)
   std::string why;
 };
 
@@ -40,9 +40,11 @@ struct FlexTpChoice {
 /// when a probe is given). Thresholds from `config` (its mode is ignored).
 Result<FlexTpChoice> ChooseFlexTpMode(const Plan& plan, const Cluster& cluster, const ModelSpec& model,
                                       const Profile* profile, const std::string& requested,
-                                      std::optional<StragglerProbe> probe, const TensorParallelConfig& config = {});
+                                      std::optional<StragglerProbe> probe,
+                                      const TensorParallelConfig& config = {});
 
 /// "D=F" (device D, F times slower) for a device of `cluster`; the error names the flag and the fix.
-Result<StragglerProbe> ParseStragglerProbe(const std::string& text, const Cluster& cluster, const std::string& flag);
+Result<StragglerProbe> ParseStragglerProbe(const std::string& text, const Cluster& cluster,
+                                           const std::string& flag);
 
 }  // namespace motley

@@ -37,7 +37,8 @@ std::vector<FlexTpTeamPrediction> PredictFlexTpTeams(const Schedule& schedule, c
       if (op.kind == OpKind::kBackward && op.gradients_complete) ++returns;
     }
     int64_t layers = 0;
-    for (const int v : visited) layers += schedule.ministages[v].layer_end - schedule.ministages[v].layer_begin;
+    for (const int v : visited)
+      layers += schedule.ministages[v].layer_end - schedule.ministages[v].layer_begin;
     FlexTpCosts team_costs =
         ForTeamConfig(FlexTpCostsFor(costs.model(), tp, schedule.seq_len, cluster, first.device,
                                      schedule.programs[c.ranks.back()].device, layers, returns),
@@ -47,7 +48,8 @@ std::vector<FlexTpTeamPrediction> PredictFlexTpTeams(const Schedule& schedule, c
     SemiPretest pretest;
     std::vector<const ProfileEntry*> measured;
     for (const int32_t r : c.ranks)
-      if (const ProfileEntry* e = costs.Entry(schedule.programs[r].device); e != nullptr && !e->resize_overhead.empty())
+      if (const ProfileEntry* e = costs.Entry(schedule.programs[r].device);
+          e != nullptr && !e->resize_overhead.empty())
         measured.push_back(e);
     for (size_t i = 0; !measured.empty() && i < measured.front()->resize_overhead.size(); ++i) {
       std::vector<double> v;
@@ -60,10 +62,12 @@ std::vector<FlexTpTeamPrediction> PredictFlexTpTeams(const Schedule& schedule, c
     // Migration's borrowed compute where the profile measured it (the median over the team's ranks).
     std::vector<double> borrowed;
     for (const int32_t r : c.ranks)
-      if (const ProfileEntry* e = costs.Entry(schedule.programs[r].device); e != nullptr && e->borrowed_cost > 0)
+      if (const ProfileEntry* e = costs.Entry(schedule.programs[r].device);
+          e != nullptr && e->borrowed_cost > 0)
         borrowed.push_back(e->borrowed_cost);
     if (!borrowed.empty()) {
-      std::nth_element(borrowed.begin(), borrowed.begin() + static_cast<int64_t>(borrowed.size() / 2), borrowed.end());
+      std::nth_element(borrowed.begin(), borrowed.begin() + static_cast<int64_t>(borrowed.size() / 2),
+                       borrowed.end());
       team_costs.borrowed_cost = borrowed[borrowed.size() / 2];
     }
     FlexTpBalancer balancer(team_config, tp, team_costs);
@@ -72,7 +76,8 @@ std::vector<FlexTpTeamPrediction> PredictFlexTpTeams(const Schedule& schedule, c
   return out;
 }
 
-std::vector<double> FlexTpComputeFactors(const Schedule& schedule, const std::vector<FlexTpTeamPrediction>& teams) {
+std::vector<double> FlexTpComputeFactors(const Schedule& schedule,
+                                         const std::vector<FlexTpTeamPrediction>& teams) {
   std::vector<double> factor(schedule.programs.size(), 1.0);
   for (const FlexTpTeamPrediction& t : teams) {
     if (!t.balance.any()) continue;  // the team's all-reduces wait for its slowest rank, as in mode off

@@ -22,9 +22,9 @@ namespace motley {
 
 /// One tensor-parallel team as the simulator predicts FlexTP balances it.
 struct FlexTpTeamPrediction {
-  std::vector<int32_t> ranks;     // team order
-  std::vector<double> alone_s;    // each rank's tensor-parallel compute a step at its own share, at its speed
-  TeamBalance balance;            // the balancer's decision; balance.any() false: nothing moved or pruned
+  std::vector<int32_t> ranks;   // team order
+  std::vector<double> alone_s;  // each rank's tensor-parallel compute a step at its own share, at its speed
+  TeamBalance balance;          // the balancer's decision; balance.any() false: nothing moved or pruned
 };
 
 /// The schedule's tensor-parallel teams with slow ranks, under its FlexTP mode (none with mode "off").
@@ -33,7 +33,8 @@ std::vector<FlexTpTeamPrediction> PredictFlexTpTeams(const Schedule& schedule, c
 
 /// Each rank's compute stretch (by rank; 1 outside tensor-parallel teams and in teams that moved
 /// and pruned nothing).
-std::vector<double> FlexTpComputeFactors(const Schedule& schedule, const std::vector<FlexTpTeamPrediction>& teams);
+std::vector<double> FlexTpComputeFactors(const Schedule& schedule,
+                                         const std::vector<FlexTpTeamPrediction>& teams);
 inline std::vector<double> FlexTpComputeFactors(const Schedule& schedule, const CostModel& costs,
                                                 const TensorParallelConfig& config) {
   return FlexTpComputeFactors(schedule, PredictFlexTpTeams(schedule, costs, config));

@@ -31,7 +31,8 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     std::map<std::string, std::pair<PlanEvaluation, double>> seen;
   };
   auto memory = std::make_shared<Memory>();
-  return [&cluster, &model, &costs, stats, memory](const Plan& given, const EvaluateBound& bound) -> Result<PlanEvaluation> {
+  return [&cluster, &model, &costs, stats, memory](const Plan& given,
+                                                   const EvaluateBound& bound) -> Result<PlanEvaluation> {
     Plan plan = given;
     // What the plan runs, not who made it or for which files.
     plan.strategy.clear();
@@ -44,7 +45,8 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     {
       std::lock_guard lock(memory->mutex);
       if (auto it = memory->seen.find(key);
-          it != memory->seen.end() && (!it->second.first.stopped || bound.stop_after_s <= it->second.second)) {
+          it != memory->seen.end() &&
+          (!it->second.first.stopped || bound.stop_after_s <= it->second.second)) {
         if (stats != nullptr) ++stats->cached;
         return it->second.first;
       }
@@ -77,10 +79,11 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
               device_s += costs.ComputeS(d.device, pass);
             }
             if (team.size() > 1)
-              device_s += tp_calls * costs.CollectiveS(OpKind::kAllReduce, team,
-                                                       static_cast<double>(pass.sequences) * static_cast<double>(plan.seq_len) *
-                                                           static_cast<double>(model.hidden_size) *
-                                                           BytesPerElement(plan.precision));
+              device_s += tp_calls *
+                          costs.CollectiveS(
+                              OpKind::kAllReduce, team,
+                              static_cast<double>(pass.sequences) * static_cast<double>(plan.seq_len) *
+                                  static_cast<double>(model.hidden_size) * BytesPerElement(plan.precision));
           }
           least_s = std::max(least_s, device_s);
         }
@@ -92,13 +95,14 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
         if (g.devices.size() / tp > 1) {
           std::vector<int> ring;
           for (size_t i = 0; i < g.devices.size(); i += tp) ring.push_back(g.devices[i].device);
-          const double params = static_cast<double>(g.num_layers()) * static_cast<double>(ParamsPerLayer(model)) /
-                                static_cast<double>(tp);
+          const double params = static_cast<double>(g.num_layers()) *
+                                static_cast<double>(ParamsPerLayer(model)) / static_cast<double>(tp);
           const StateBytesPerParam bytes = StateBytes(plan.precision);
-          least_s = std::max(least_s, plan.zero_stage == 0
-                                          ? costs.CollectiveS(OpKind::kAllReduce, ring, params * bytes.grads)
-                                          : costs.CollectiveS(OpKind::kReduceScatter, ring, params * bytes.grads) +
-                                                costs.CollectiveS(OpKind::kAllGather, ring, params * bytes.params));
+          least_s =
+              std::max(least_s, plan.zero_stage == 0
+                                    ? costs.CollectiveS(OpKind::kAllReduce, ring, params * bytes.grads)
+                                    : costs.CollectiveS(OpKind::kReduceScatter, ring, params * bytes.grads) +
+                                          costs.CollectiveS(OpKind::kAllGather, ring, params * bytes.params));
         }
       }
       if (least_s > bound.stop_after_s * (1 + 1e-9)) {
@@ -123,13 +127,15 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     if (std::isfinite(bound.stop_after_s)) {
       lowering.stopped = &stopped_lowering;
       lowering.stop_after_emission = [&](const Schedule& emitted) {
-        std::vector<double> tp_collective_s(emitted.collectives.size(), -1);  // a team's all-reduces, once each
+        std::vector<double> tp_collective_s(emitted.collectives.size(),
+                                            -1);  // a team's all-reduces, once each
         for (const Program& p : emitted.programs) {
           double rank_s = 0;
           for (const Op& op : p.ops) {
             if (IsCompute(op.kind)) rank_s += costs.ComputeS(p.device, op);
             // A tensor-parallel team's all-reduces block its compute, as the simulator runs them.
-            if (IsCollective(op.kind) && op.collective >= 0 && emitted.collectives[op.collective].tensor_parallel) {
+            if (IsCollective(op.kind) && op.collective >= 0 &&
+                emitted.collectives[op.collective].tensor_parallel) {
               double& c_s = tp_collective_s[op.collective];
               if (c_s < 0) {
                 const Collective& c = emitted.collectives[op.collective];
@@ -153,7 +159,8 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
       r.stopped = true;
       r.step_time_s = compute_s;
     } else {
-      MOTLEY_ASSIGN_OR_RETURN(r, Simulate(s, cluster, costs, {.check_buffers = false, .stop_after_s = bound.stop_after_s}));
+      MOTLEY_ASSIGN_OR_RETURN(
+          r, Simulate(s, cluster, costs, {.check_buffers = false, .stop_after_s = bound.stop_after_s}));
     }
     const double simulate_s = SecondsSince(start);
     std::lock_guard lock(memory->mutex);

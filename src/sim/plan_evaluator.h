@@ -11,7 +11,7 @@ struct EvaluationStats {
   int evaluations = 0;  // plans lowered and simulated
   int cached = 0;       // plans asked for again (another strategy, or another device subset, made the same)
   int stopped = 0;      // simulations stopped once slower than a plan already found (EvaluateBound)
-  double lower_s = 0;     // summed over the threads that evaluate (evaluate_all.h)
+  double lower_s = 0;   // summed over the threads that evaluate (evaluate_all.h)
   double simulate_s = 0;
 };
 

@@ -48,7 +48,8 @@ TEST(MemoryModel, BoundsTheSimulatedPeakOfDataParallelPlans) {
     for (int d = 0; d < n; ++d) g.devices.push_back({d, pick(1, 6), pick(1, 3), 0});
     if (p.zero_stage >= 1 && n >= 2 && trial % 2 == 1) {
       double sum = 0;
-      for (int d = 0; d < n; ++d) sum += g.state_shares.emplace_back(1.0 + static_cast<double>(shares_rng() % 5));
+      for (int d = 0; d < n; ++d)
+        sum += g.state_shares.emplace_back(1.0 + static_cast<double>(shares_rng() % 5));
       for (double& x : g.state_shares) x /= sum;
       ++uneven;
     }
@@ -61,10 +62,9 @@ TEST(MemoryModel, BoundsTheSimulatedPeakOfDataParallelPlans) {
     const double unit =
         per_layer ? static_cast<double>(ParamsPerLayer(m) + std::max(EmbeddingParams(m), HeadParams(m)))
                   : static_cast<double>(TotalParams(m));
-    DataParallelMemoryInput in{&m,       p.precision,
-                               p.zero_stage, n,
-                               p.seq_len, p.activation_checkpointing,
-                               unit,     cluster.emulated(), -1};
+    DataParallelMemoryInput in{&m,   p.precision,        p.zero_stage,
+                               n,    p.seq_len,          p.activation_checkpointing,
+                               unit, cluster.emulated(), -1};
     const StateBytesPerParam sb = StateBytes(p.precision);
     const double act =
         64.0 * 6 * m.hidden_size * BytesPerElement(p.precision);  // the largest microbatch's boundary
@@ -159,7 +159,8 @@ count = 4
 }
 
 TEST(PoplarPlanner, UsesTheProfilesMeasuredLimitsAndSaysWhereTheyDifferFromTheMemoryModel) {
-  Cluster cluster = LoadCluster("local-emulated").value();  // devices 2 and 3 have 512 MiB, 0 and 1 have 1 GiB
+  Cluster cluster =
+      LoadCluster("local-emulated").value();  // devices 2 and 3 have 512 MiB, 0 and 1 have 1 GiB
   ModelSpec m = *FindModelPreset("llama-1m");
   Profile profile;
   ProfileEntry e;
@@ -189,7 +190,8 @@ TEST(PoplarPlanner, UsesTheProfilesMeasuredLimitsAndSaysWhereTheyDifferFromTheMe
   PoplarPlan pp = PlanPoplar(cluster, m, costs, req).value();
   EXPECT_EQ(pp.plan.zero_stage, 2) << pp.explain;
   EXPECT_NE(pp.explain.find("fits no sequence at ZeRO-0 (measured)"), std::string::npos) << pp.explain;
-  EXPECT_NE(pp.explain.find("at most 3 sequences a microbatch (measured; the memory model says"), std::string::npos)
+  EXPECT_NE(pp.explain.find("at most 3 sequences a microbatch (measured; the memory model says"),
+            std::string::npos)
       << pp.explain;
   EXPECT_EQ(pp.max_microbatch[2], 3);
   EXPECT_GT(pp.max_microbatch[0], 3);  // the memory model's, for the 1 GiB devices
@@ -338,8 +340,9 @@ Cluster RandomCluster(std::mt19937& rng) {
   std::string text;
   const int nodes = pick(3, 4);
   for (int n = 0; n < nodes; ++n)
-    text += fmt::format("[[nodes]]\nname = \"n{}\"\ndevice = \"{}\"\ncount = {}\nnic_bandwidth = \"{}Gbps\"\n", n,
-                        types[pick(0, 3)], pick(1, 4), 10 * pick(1, 10));
+    text +=
+        fmt::format("[[nodes]]\nname = \"n{}\"\ndevice = \"{}\"\ncount = {}\nnic_bandwidth = \"{}Gbps\"\n", n,
+                    types[pick(0, 3)], pick(1, 4), 10 * pick(1, 10));
   return ParseClusterToml(text, "random.toml").value();
 }
 
@@ -406,7 +409,8 @@ TEST(Baselines, TensorParallelWidthsUpToEightInsideFastNodes) {
   };
   using Degrees = std::map<int, std::set<std::vector<int>>>;
   const std::vector<std::vector<int>> a100s = {{4, 5, 6, 7, 8, 9, 10, 11}, {12, 13, 14, 15, 16, 17, 18, 19}};
-  const std::vector<std::vector<int>> mixed = {{0, 1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}};
+  const std::vector<std::vector<int>> mixed = {{0, 1, 2, 3},
+                                               {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}};
   // The A100 nodes: runs of 2, 4 or 8 inside each, in both groups.
   EXPECT_EQ(degrees(a100s), (Degrees{{1, {{1, 1}}}, {2, {{2, 2}}}, {4, {{4, 4}}}, {8, {{8, 8}}}}));
   // The H100-NVL pairs cap their group at 2 (a run of 4 would cross nodes); the A100 group (first:
@@ -531,7 +535,8 @@ TEST(CephaloPlanner, KeepsEvenShardsWhereEveryDeviceHasRoom) {
   req.global_batch_sequences = 32;
   req.seq_len = 128;
   req.precision = Precision::kFp32;
-  const StrategyOutcome o = PlanWithStrategy("cephalo", cluster, m, costs, req, SimulationEvaluator(cluster, m, costs));
+  const StrategyOutcome o =
+      PlanWithStrategy("cephalo", cluster, m, costs, req, SimulationEvaluator(cluster, m, costs));
   ASSERT_TRUE(o.status.ok()) << o.status.message();
   EXPECT_EQ(o.plan.zero_stage, 3);
   EXPECT_TRUE(o.plan.groups.at(0).state_shares.empty());

@@ -3,9 +3,9 @@
 #include <charconv>
 #include "core/json_read.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
@@ -130,16 +130,18 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
       for (const auto& pt : e.value("resize_overhead", nlohmann::json::array())) {
         const double ratio = pt.at(0).get<double>(), fraction = pt.at(1).get<double>();
         if (!(ratio > 0 && ratio < 1) || !(fraction >= 0))
-          return bad(fmt::format("entry for {}: resize_overhead needs [ratio, fraction] pairs with 0 < ratio < 1 "
-                                 "and fraction >= 0",
-                                 entry.device_type));
+          return bad(
+              fmt::format("entry for {}: resize_overhead needs [ratio, fraction] pairs with 0 < ratio < 1 "
+                          "and fraction >= 0",
+                          entry.device_type));
         entry.resize_overhead.push_back({ratio, fraction});
       }
       entry.borrowed_cost = e.value("borrowed_cost", 0.0);
       if (!(entry.borrowed_cost == 0 || (entry.borrowed_cost > 0 && entry.borrowed_cost <= 100)))
-        return bad(fmt::format("entry for {}: borrowed_cost is a borrowed unit's time against an own unit's, above 0 "
-                               "and at most 100 (or leave it out), not {}",
-                               entry.device_type, entry.borrowed_cost));
+        return bad(fmt::format(
+            "entry for {}: borrowed_cost is a borrowed unit's time against an own unit's, above 0 "
+            "and at most 100 (or leave it out), not {}",
+            entry.device_type, entry.borrowed_cost));
       if (e.contains("limits")) {
         const auto& l = e.at("limits");
         // Integers read as integers: nlohmann would cast a float beyond int64 (1e63) without a check
@@ -149,13 +151,16 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
           return i && *i >= 0 && *i <= max ? i : std::nullopt;
         };
         const auto& by_zero = l.at("max_microbatch_by_zero");
-        const std::optional<int64_t> dp = whole(l.at("dp_degree"), 1 << 20), layers = whole(l.at("num_layers"), 1 << 20),
+        const std::optional<int64_t> dp = whole(l.at("dp_degree"), 1 << 20),
+                                     layers = whole(l.at("num_layers"), 1 << 20),
                                      capacity = whole(l.at("capacity_bytes"), int64_t{1} << 50);
         if (!dp || *dp < 1 || !layers || !capacity || !by_zero.is_array() || by_zero.size() != 4 ||
-            !std::all_of(by_zero.begin(), by_zero.end(), [&](const nlohmann::json& v) { return whole(v, 1 << 24); }))
-          return bad(fmt::format("{}: \"limits\" needs whole numbers: dp_degree >= 1, num_layers, capacity_bytes and "
-                                 "max_microbatch_by_zero with 4 values (ZeRO-0 to 3)",
-                                 where));
+            !std::all_of(by_zero.begin(), by_zero.end(),
+                         [&](const nlohmann::json& v) { return whole(v, 1 << 24); }))
+          return bad(fmt::format(
+              "{}: \"limits\" needs whole numbers: dp_degree >= 1, num_layers, capacity_bytes and "
+              "max_microbatch_by_zero with 4 values (ZeRO-0 to 3)",
+              where));
         MeasuredLimits limits;
         limits.dp_degree = static_cast<int>(*dp);
         limits.num_layers = *layers;
@@ -182,14 +187,16 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
           int tp = 0;
           const auto [end, error] = std::from_chars(degree.data(), degree.data() + degree.size(), tp);
           if (error != std::errc() || end != degree.data() + degree.size() || tp < 2 || tp > 1024)
-            return bad(fmt::format("entry for {}: tp_points key \"{}\" must be a tensor-parallel degree (2, 4, ...)",
-                                   entry.device_type, degree.substr(0, 40)));
+            return bad(
+                fmt::format("entry for {}: tp_points key \"{}\" must be a tensor-parallel degree (2, 4, ...)",
+                            entry.device_type, degree.substr(0, 40)));
           for (const auto& pt : list) {
             ProfilePoint point{pt.at("microbatch").get<double>(), pt.at("forward_ms").get<double>(),
                                pt.at("backward_ms").get<double>()};
             if (!(point.microbatch > 0) || !(point.forward_ms > 0) || !(point.backward_ms > 0))
-              return bad(fmt::format("entry for {}: tp_points need microbatch, forward_ms and backward_ms > 0",
-                                     entry.device_type));
+              return bad(
+                  fmt::format("entry for {}: tp_points need microbatch, forward_ms and backward_ms > 0",
+                              entry.device_type));
             entry.tp_points[tp].push_back(point);
           }
           std::sort(entry.tp_points[tp].begin(), entry.tp_points[tp].end(),
@@ -209,8 +216,8 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
                           r.at("fragmentation_bytes").get<double>()};
         for (double v : {m.context_bytes, m.communication_bytes, m.fragmentation_bytes})
           if (!std::isfinite(v) || v < 0)
-            return bad(fmt::format("entry for {}: reserve figures must be bytes >= 0, got {}", entry.device_type,
-                                   r.dump()));
+            return bad(fmt::format("entry for {}: reserve figures must be bytes >= 0, got {}",
+                                   entry.device_type, r.dump()));
         entry.reserve = m;
       }
       if (entry.points.empty() && !entry.forward_fit)
@@ -236,22 +243,25 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
 Status ApplyMeasuredReserves(const Profile& profile, const std::string& file, Cluster* cluster) {
   std::map<std::string, MeasuredReserve> largest;
   for (const ProfileEntry& e : profile.entries)
-    if (e.reserve && (!largest.count(e.device_type) || e.reserve->total_bytes() > largest[e.device_type].total_bytes()))
+    if (e.reserve &&
+        (!largest.count(e.device_type) || e.reserve->total_bytes() > largest[e.device_type].total_bytes()))
       largest[e.device_type] = *e.reserve;
   for (const auto& [type, m] : largest) {
     const GpuSpec* spec = cluster->catalog.Find(type);
     if (spec == nullptr || spec->reserve_source.starts_with("cluster file")) continue;
     if (m.total_bytes() >= spec->memory_bytes)
-      return Status::InvalidArgument(fmt::format(
-          "{}: the reserve measured on {} ({}) is not less than its memory ({}): profile that GPU again with nothing "
-          "else running on it",
-          file, type, FormatBytes(m.total_bytes()), FormatBytes(spec->memory_bytes)));
+      return Status::InvalidArgument(
+          fmt::format("{}: the reserve measured on {} ({}) is not less than its memory ({}): profile that "
+                      "GPU again with nothing "
+                      "else running on it",
+                      file, type, FormatBytes(m.total_bytes()), FormatBytes(spec->memory_bytes)));
     GpuSpec measured = *spec;
     measured.reserve_bytes = m.total_bytes();
-    measured.reserve_source = fmt::format("measured by motley profile ({}: context {}, communication {}, "
-                                          "fragmentation {})",
-                                          file, FormatBytes(m.context_bytes), FormatBytes(m.communication_bytes),
-                                          FormatBytes(m.fragmentation_bytes));
+    measured.reserve_source = fmt::format(
+        "measured by motley profile ({}: context {}, communication {}, "
+        "fragmentation {})",
+        file, FormatBytes(m.context_bytes), FormatBytes(m.communication_bytes),
+        FormatBytes(m.fragmentation_bytes));
     cluster->catalog.Upsert(std::move(measured));
   }
   return Status::Ok();
@@ -297,7 +307,8 @@ nlohmann::json ProfileToJson(const Profile& profile) {
     if (!e.head_points.empty()) {
       nlohmann::json head = nlohmann::json::array();
       for (const auto& pt : e.head_points)
-        head.push_back({{"microbatch", pt.microbatch}, {"forward_ms", pt.forward_ms}, {"backward_ms", pt.backward_ms}});
+        head.push_back(
+            {{"microbatch", pt.microbatch}, {"forward_ms", pt.forward_ms}, {"backward_ms", pt.backward_ms}});
       entry["head_points"] = head;
     }
     if (!e.tp_points.empty()) {
@@ -305,7 +316,9 @@ nlohmann::json ProfileToJson(const Profile& profile) {
       for (const auto& [degree, list] : e.tp_points) {
         nlohmann::json pts = nlohmann::json::array();
         for (const auto& pt : list)
-          pts.push_back({{"microbatch", pt.microbatch}, {"forward_ms", pt.forward_ms}, {"backward_ms", pt.backward_ms}});
+          pts.push_back({{"microbatch", pt.microbatch},
+                         {"forward_ms", pt.forward_ms},
+                         {"backward_ms", pt.backward_ms}});
         tp[std::to_string(degree)] = pts;
       }
       entry["tp_points"] = tp;

@@ -15,10 +15,12 @@ namespace motley {
 
 Result<std::vector<TypeCalibration>> CalibrateProfile(Profile* profile, const SimResult& simulated,
                                                       const std::vector<double>& measured_compute_s,
-                                                      const ModelSpec& model, int64_t seq_len, Precision precision) {
+                                                      const ModelSpec& model, int64_t seq_len,
+                                                      Precision precision) {
   if (measured_compute_s.size() != simulated.devices.size())
-    return Status::InvalidArgument(fmt::format("the run has {} ranks and the plan {}: the metrics are not of this plan",
-                                               measured_compute_s.size(), simulated.devices.size()));
+    return Status::InvalidArgument(
+        fmt::format("the run has {} ranks and the plan {}: the metrics are not of this plan",
+                    measured_compute_s.size(), simulated.devices.size()));
   std::map<std::string, TypeCalibration> by_type;
   for (const DeviceSimReport& d : simulated.devices) {
     if (d.compute_source != "profile" || d.compute_busy_s <= 0 || measured_compute_s[d.rank] <= 0) continue;
@@ -36,15 +38,17 @@ Result<std::vector<TypeCalibration>> CalibrateProfile(Profile* profile, const Si
   for (auto& [type, c] : by_type) {
     c.scale = c.measured_compute_s / c.simulated_compute_s;
     if (c.scale > 5 || c.scale < 0.2)
-      return Status::InvalidArgument(fmt::format(
-          "{}: the run measured {:.1f} ms of compute a step where the plan predicts {:.1f} ms ({:.2f}x): the metrics "
-          "are not of a run of this plan on this cluster",
-          type, 1e3 * c.measured_compute_s, 1e3 * c.simulated_compute_s, c.scale));
+      return Status::InvalidArgument(
+          fmt::format("{}: the run measured {:.1f} ms of compute a step where the plan predicts {:.1f} ms "
+                      "({:.2f}x): the metrics "
+                      "are not of a run of this plan on this cluster",
+                      type, 1e3 * c.measured_compute_s, 1e3 * c.simulated_compute_s, c.scale));
     const ProfileEntry* found = profile->Find(type, model, seq_len, precision);
     if (found == nullptr)
-      return Status::InvalidArgument(fmt::format("{}: the profile has no entry for this model, sequence length and "
-                                                 "precision; calibrate with the profile the plan was simulated with",
-                                                 type));
+      return Status::InvalidArgument(
+          fmt::format("{}: the profile has no entry for this model, sequence length and "
+                      "precision; calibrate with the profile the plan was simulated with",
+                      type));
     entries.push_back(&profile->entries[static_cast<size_t>(found - profile->entries.data())]);
     out.push_back(c);
   }
@@ -65,7 +69,8 @@ Result<std::vector<TypeCalibration>> CalibrateProfile(Profile* profile, const Si
 namespace {
 
 // The plan simulated with `profile`, routed as the run was.
-Result<SimResult> SimulateWith(const Profile& profile, const Plan& plan, const Cluster& cluster, const ModelSpec& model) {
+Result<SimResult> SimulateWith(const Profile& profile, const Plan& plan, const Cluster& cluster,
+                               const ModelSpec& model) {
   CostModel costs(cluster, model, &profile, plan.seq_len, plan.precision, plan.activation_checkpointing);
   Plan routed = plan;
   FillDefaultRouting(&routed, cluster, model);  // the routing the run had
@@ -81,15 +86,17 @@ double MeanCommS(const SimResult& sim) {
 
 }  // namespace
 
-Result<std::vector<TypeCalibration>> CalibrateToRun(Profile* profile, const Plan& plan, const Cluster& cluster,
-                                                    const ModelSpec& model, const std::vector<double>& measured_compute_s) {
+Result<std::vector<TypeCalibration>> CalibrateToRun(Profile* profile, const Plan& plan,
+                                                    const Cluster& cluster, const ModelSpec& model,
+                                                    const std::vector<double>& measured_compute_s) {
   Profile calibrated = *profile;
   std::vector<TypeCalibration> first;
   std::map<std::string, double> scale;
   for (int round = 0; round < 5; ++round) {
     MOTLEY_ASSIGN_OR_RETURN(SimResult sim, SimulateWith(calibrated, plan, cluster, model));
-    MOTLEY_ASSIGN_OR_RETURN(std::vector<TypeCalibration> c,
-                            CalibrateProfile(&calibrated, sim, measured_compute_s, model, plan.seq_len, plan.precision));
+    MOTLEY_ASSIGN_OR_RETURN(
+        std::vector<TypeCalibration> c,
+        CalibrateProfile(&calibrated, sim, measured_compute_s, model, plan.seq_len, plan.precision));
     if (round == 0) first = c;
     bool settled = true;
     for (const TypeCalibration& k : c) {
@@ -104,22 +111,26 @@ Result<std::vector<TypeCalibration>> CalibrateToRun(Profile* profile, const Plan
 }
 
 Result<CommCalibration> CalibrateCommunication(Profile* profile, const Plan& plan, const Cluster& cluster,
-                                               const ModelSpec& model, const std::vector<double>& measured_comm_s) {
+                                               const ModelSpec& model,
+                                               const std::vector<double>& measured_comm_s) {
   MOTLEY_ASSIGN_OR_RETURN(const SimResult before, SimulateWith(*profile, plan, cluster, model));
   if (measured_comm_s.size() != before.devices.size())
-    return Status::InvalidArgument(fmt::format("the run has {} ranks and the plan {}: the metrics are not of this plan",
-                                               measured_comm_s.size(), before.devices.size()));
+    return Status::InvalidArgument(
+        fmt::format("the run has {} ranks and the plan {}: the metrics are not of this plan",
+                    measured_comm_s.size(), before.devices.size()));
   CommCalibration out;
   out.simulated_comm_s = MeanCommS(before);
   for (double c : measured_comm_s) out.measured_comm_s += c / static_cast<double>(measured_comm_s.size());
   if (out.measured_comm_s <= 0)
-    return Status::InvalidArgument("the run measured no communication (comm_s): nothing to calibrate the links by");
+    return Status::InvalidArgument(
+        "the run measured no communication (comm_s): nothing to calibrate the links by");
   Profile p = *profile;
   // Every pair of nodes the cluster joins, measured or not: a link the profile lacks is added
   // with the cluster's figures (the same link the simulator costs without it), so that its
   // collectives take the same overhead. A node of one device has no link within.
   std::vector<std::vector<int>> devices_of(cluster.nodes.size());
-  for (int d = 0; d < cluster.num_devices(); ++d) devices_of[static_cast<size_t>(cluster.devices[d].node)].push_back(d);
+  for (int d = 0; d < cluster.num_devices(); ++d)
+    devices_of[static_cast<size_t>(cluster.devices[d].node)].push_back(d);
   for (size_t a = 0; a < cluster.nodes.size(); ++a)
     for (size_t b = a; b < cluster.nodes.size(); ++b) {
       const std::vector<int>& da = devices_of[a];
@@ -135,7 +146,8 @@ Result<CommCalibration> CalibrateCommunication(Profile* profile, const Plan& pla
       p.links.push_back({na, nb, l.bandwidth_bytes_per_s, l.latency_s, l.collective_overhead_s});
       ++out.links_added;
     }
-  if (p.links.empty()) return Status::InvalidArgument("the cluster has no links between devices: nothing to calibrate");
+  if (p.links.empty())
+    return Status::InvalidArgument("the cluster has no links between devices: nothing to calibrate");
   std::vector<double> base;
   for (const ProfileLink& l : p.links) base.push_back(l.collective_overhead_s);
   const double lowest = -*std::min_element(base.begin(), base.end());
@@ -156,10 +168,11 @@ Result<CommCalibration> CalibrateCommunication(Profile* profile, const Plan& pla
       MOTLEY_ASSIGN_OR_RETURN(double at_hi, comm_with(hi));
       if (at_hi >= out.measured_comm_s) break;
       if (hi > 100)
-        return Status::InvalidArgument(fmt::format(
-            "the run's communication ({:.1f} ms a step) is not in this plan's collectives: even at {:.0f} s a call the "
-            "simulator's is {:.1f} ms; the metrics are not of a run of this plan",
-            1e3 * out.measured_comm_s, hi, 1e3 * at_hi));
+        return Status::InvalidArgument(
+            fmt::format("the run's communication ({:.1f} ms a step) is not in this plan's collectives: even "
+                        "at {:.0f} s a call the "
+                        "simulator's is {:.1f} ms; the metrics are not of a run of this plan",
+                        1e3 * out.measured_comm_s, hi, 1e3 * at_hi));
       hi *= 4;
     }
     for (int i = 0; i < 60 && hi - lo > 1e-9; ++i) {

@@ -33,14 +33,16 @@ struct TypeCalibration {
 /// 5x either way (the metrics are not of this plan) or when no rank could be calibrated.
 Result<std::vector<TypeCalibration>> CalibrateProfile(Profile* profile, const SimResult& simulated,
                                                       const std::vector<double>& measured_compute_s,
-                                                      const ModelSpec& model, int64_t seq_len, Precision precision);
+                                                      const ModelSpec& model, int64_t seq_len,
+                                                      Precision precision);
 
 /// CalibrateProfile in rounds: simulate `plan` with the profile, scale, again — until the
 /// simulated compute of every calibrated type matches what was measured (parts the profile does
 /// not give, like a roofline-costed head, are left as they are, so one round undershoots). The
 /// returned calibrations carry the first round's measured and simulated compute and the total scale.
-Result<std::vector<TypeCalibration>> CalibrateToRun(Profile* profile, const Plan& plan, const Cluster& cluster,
-                                                    const ModelSpec& model, const std::vector<double>& measured_compute_s);
+Result<std::vector<TypeCalibration>> CalibrateToRun(Profile* profile, const Plan& plan,
+                                                    const Cluster& cluster, const ModelSpec& model,
+                                                    const std::vector<double>& measured_compute_s);
 
 /// What CalibrateCommunication found and did.
 struct CommCalibration {
@@ -60,6 +62,7 @@ struct CommCalibration {
 /// `measured_comm_s` (per rank, a step). The overhead stays >= 0 on every link (`clamped` when that
 /// bound stops it). Errors: sizes that disagree, a run without communication.
 Result<CommCalibration> CalibrateCommunication(Profile* profile, const Plan& plan, const Cluster& cluster,
-                                               const ModelSpec& model, const std::vector<double>& measured_comm_s);
+                                               const ModelSpec& model,
+                                               const std::vector<double>& measured_comm_s);
 
 }  // namespace motley

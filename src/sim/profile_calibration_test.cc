@@ -20,9 +20,11 @@ Cluster TwoTypes() {
   std::string nodes;
   for (const char* t : {"a", "b"})
     nodes += std::string("[[nodes]]\nname = \"n") + t + "\"\ndevice = \"" + t +
-             "\"\ninterconnect = \"pcie\"\nintra_bandwidth = \"1000TB/s\"\nnic_bandwidth = \"1000TB/s\"\ncount = 1\n";
-  return ParseClusterToml("[network]\nintra_node_latency = \"1ns\"\ninter_node_latency = \"1ns\"\n" + types + nodes,
-                          "two.toml")
+             "\"\ninterconnect = \"pcie\"\nintra_bandwidth = \"1000TB/s\"\nnic_bandwidth = "
+             "\"1000TB/s\"\ncount = 1\n";
+  return ParseClusterToml(
+             "[network]\nintra_node_latency = \"1ns\"\ninter_node_latency = \"1ns\"\n" + types + nodes,
+             "two.toml")
       .value();
 }
 
@@ -73,8 +75,10 @@ TEST(CalibrateProfile, ScalesEachTypeByWhatItsRanksMeasured) {
   Profile profile = Flat(m);
   const SimResult before = SimulateTwoStages(cluster, m, profile);
   // The run: type a's rank took 1.5x its predicted compute, type b's 0.8x.
-  const std::vector<double> measured = {1.5 * before.devices[0].compute_busy_s, 0.8 * before.devices[1].compute_busy_s};
-  Result<std::vector<TypeCalibration>> c = CalibrateProfile(&profile, before, measured, m, 128, Precision::kBf16);
+  const std::vector<double> measured = {1.5 * before.devices[0].compute_busy_s,
+                                        0.8 * before.devices[1].compute_busy_s};
+  Result<std::vector<TypeCalibration>> c =
+      CalibrateProfile(&profile, before, measured, m, 128, Precision::kBf16);
   ASSERT_TRUE(c.ok()) << c.status().message();
   ASSERT_EQ(c->size(), 2u);
   EXPECT_EQ((*c)[0].device_type, "a");
@@ -95,14 +99,18 @@ TEST(CalibrateProfile, MetricsOfAnotherPlanAreOneClearError) {
   const ModelSpec m = Model();
   Profile profile = Flat(m);
   const SimResult sim = SimulateTwoStages(cluster, m, profile);
-  Result<std::vector<TypeCalibration>> ranks = CalibrateProfile(&profile, sim, {1.0}, m, 128, Precision::kBf16);
+  Result<std::vector<TypeCalibration>> ranks =
+      CalibrateProfile(&profile, sim, {1.0}, m, 128, Precision::kBf16);
   ASSERT_FALSE(ranks.ok());
-  EXPECT_NE(ranks.status().message().find("1 ranks and the plan 2"), std::string::npos) << ranks.status().message();
+  EXPECT_NE(ranks.status().message().find("1 ranks and the plan 2"), std::string::npos)
+      << ranks.status().message();
   const std::vector<double> far = {10 * sim.devices[0].compute_busy_s, sim.devices[1].compute_busy_s};
   Result<std::vector<TypeCalibration>> off = CalibrateProfile(&profile, sim, far, m, 128, Precision::kBf16);
   ASSERT_FALSE(off.ok());
-  EXPECT_NE(off.status().message().find("not of a run of this plan"), std::string::npos) << off.status().message();
-  EXPECT_NEAR(profile.entries[0].points[0].forward_ms, 10, 1e-12) << "a failed calibration leaves the profile alone";
+  EXPECT_NE(off.status().message().find("not of a run of this plan"), std::string::npos)
+      << off.status().message();
+  EXPECT_NEAR(profile.entries[0].points[0].forward_ms, 10, 1e-12)
+      << "a failed calibration leaves the profile alone";
 }
 
 // A data-parallel plan over the two nodes: its gradients' all-reduce crosses their link.
@@ -142,7 +150,8 @@ TEST(CalibrateCommunication, TheLinksOverheadMakesThePlansCommunicationTheRuns) 
   EXPECT_GT(c->overhead_added_s, 0);
   EXPECT_FALSE(c->clamped);
   EXPECT_NEAR(c->calibrated_comm_s, c->measured_comm_s, 1e-6);
-  EXPECT_NEAR(MeanComm(cluster, m, profile), c->measured_comm_s, 1e-6) << "the calibrated profile predicts it";
+  EXPECT_NEAR(MeanComm(cluster, m, profile), c->measured_comm_s, 1e-6)
+      << "the calibrated profile predicts it";
   // Calibrated again on the same figures: nothing more to add, nothing added twice.
   Result<CommCalibration> again = CalibrateCommunication(&profile, DataParallel(), cluster, m, measured);
   ASSERT_TRUE(again.ok()) << again.status().message();
@@ -156,7 +165,8 @@ TEST(CalibrateCommunication, LessThanTheLinksAllowIsClampedAndNoneIsAnError) {
   Profile profile = Flat(m);
   const double before_s = MeanComm(cluster, m, profile);
   ASSERT_GT(before_s, 0);
-  Result<CommCalibration> low = CalibrateCommunication(&profile, DataParallel(), cluster, m, {before_s / 2, before_s / 2});
+  Result<CommCalibration> low =
+      CalibrateCommunication(&profile, DataParallel(), cluster, m, {before_s / 2, before_s / 2});
   ASSERT_TRUE(low.ok()) << low.status().message();
   EXPECT_TRUE(low->clamped);
   EXPECT_NEAR(low->calibrated_comm_s, before_s, 1e-9) << "the overhead stays >= 0";
@@ -166,7 +176,8 @@ TEST(CalibrateCommunication, LessThanTheLinksAllowIsClampedAndNoneIsAnError) {
   EXPECT_NE(none.status().message().find("no communication"), std::string::npos) << none.status().message();
   Result<CommCalibration> ranks = CalibrateCommunication(&untouched, DataParallel(), cluster, m, {0.1});
   ASSERT_FALSE(ranks.ok());
-  EXPECT_NE(ranks.status().message().find("1 ranks and the plan 2"), std::string::npos) << ranks.status().message();
+  EXPECT_NE(ranks.status().message().find("1 ranks and the plan 2"), std::string::npos)
+      << ranks.status().message();
   EXPECT_TRUE(untouched.links.empty()) << "a failed calibration leaves the profile alone";
 }
 

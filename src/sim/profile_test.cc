@@ -53,14 +53,16 @@ TEST(Profile, JsonRoundTripAndLookup) {
   bad["entries"][0]["resize_overhead"][1][0] = 1.5;
   Result<Profile> rejected = ParseProfileJson(bad.dump(), "p.json");
   ASSERT_FALSE(rejected.ok());
-  EXPECT_NE(rejected.status().message().find("p.json: error: entry for t4: resize_overhead needs [ratio, fraction]"),
+  EXPECT_NE(rejected.status().message().find(
+                "p.json: error: entry for t4: resize_overhead needs [ratio, fraction]"),
             std::string::npos)
       << rejected.status().message();
   nlohmann::json negative = ProfileToJson(p);
   negative["entries"][0]["borrowed_cost"] = -1;
   rejected = ParseProfileJson(negative.dump(), "p.json");
   ASSERT_FALSE(rejected.ok());
-  EXPECT_NE(rejected.status().message().find("p.json: error: entry for t4: borrowed_cost is a borrowed unit's time"),
+  EXPECT_NE(rejected.status().message().find(
+                "p.json: error: entry for t4: borrowed_cost is a borrowed unit's time"),
             std::string::npos)
       << rejected.status().message();
   EXPECT_EQ(back->links[0].b, "b");
@@ -135,7 +137,8 @@ TEST(Profile, BadFilesSayWhatIsWrong) {
           "points": [{"microbatch": 1, "forward_ms": 1, "backward_ms": 2}], "tp_points": {"two": []}}]})",
       "p.json");
   ASSERT_FALSE(key.ok());
-  EXPECT_NE(key.status().message().find("tp_points key \"two\" must be a tensor-parallel degree"), std::string::npos)
+  EXPECT_NE(key.status().message().find("tp_points key \"two\" must be a tensor-parallel degree"),
+            std::string::npos)
       << key.status().message();
   // #48: a field of the wrong type names the entry, without the JSON library's tag; a size beyond
   // int64 is shown as written.
@@ -144,8 +147,9 @@ TEST(Profile, BadFilesSayWhatIsWrong) {
           "points": [{"microbatch": "one", "forward_ms": 1, "backward_ms": 2}]}]})",
       "p.json");
   ASSERT_FALSE(type.ok());
-  EXPECT_NE(type.status().message().find("p.json: error: entry 0 (t4): a field is missing or of the wrong type (type "
-                                         "must be number, but is string)"),
+  EXPECT_NE(type.status().message().find(
+                "p.json: error: entry 0 (t4): a field is missing or of the wrong type (type "
+                "must be number, but is string)"),
             std::string::npos)
       << type.status().message();
   EXPECT_EQ(type.status().message().find("json.exception"), std::string::npos);
@@ -154,7 +158,8 @@ TEST(Profile, BadFilesSayWhatIsWrong) {
           "seq_len": 8, "points": []}]})",
       "p.json");
   ASSERT_FALSE(big.ok());
-  EXPECT_NE(big.status().message().find("\"hidden_size\" must be an integer from 1 to 2^24, not 18446744073709551615"),
+  EXPECT_NE(big.status().message().find(
+                "\"hidden_size\" must be an integer from 1 to 2^24, not 18446744073709551615"),
             std::string::npos)
       << big.status().message();
 }
@@ -210,7 +215,8 @@ TEST(Profile, AMeasuredReserveReplacesTheCatalogsDefault) {
   EXPECT_DOUBLE_EQ(plain.reserve_bytes(0), 7e8);
   EXPECT_EQ(plain.spec(0).reserve_source.rfind("measured by motley profile (p.json: context", 0), 0)
       << plain.spec(0).reserve_source;
-  Cluster given = ParseClusterToml("[device_types.t4]\nbase = \"t4\"\nreserve = \"3GiB\"\n" + nodes, "c.toml").value();
+  Cluster given =
+      ParseClusterToml("[device_types.t4]\nbase = \"t4\"\nreserve = \"3GiB\"\n" + nodes, "c.toml").value();
   ASSERT_TRUE(ApplyMeasuredReserves(p, "p.json", &given).ok());
   EXPECT_DOUBLE_EQ(given.reserve_bytes(0), 3.0 * (1 << 30)) << "the cluster file's word stands";
 

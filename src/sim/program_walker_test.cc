@@ -45,15 +45,18 @@ class RecordingOpRunner : public OpRunner {
     if (i <= last) problems.push_back(fmt::format("op {} started out of program order (after {})", i, last));
     last = i;
     for (int d : op.deps)
-      if (!finished_.count(d)) problems.push_back(fmt::format("op {} started before its dep {} finished", i, d));
+      if (!finished_.count(d))
+        problems.push_back(fmt::format("op {} started before its dep {} finished", i, d));
     // Read after write: the buffer's last writer has finished. Write after read or write: every
     // earlier reader and writer of it has.
     for (const Buffer& b : op.reads)
       if (auto w = writer_.find(b); w != writer_.end() && w->second != i && !finished_.count(w->second))
-        problems.push_back(fmt::format("op {} reads {} while op {} still writes it", i, BufferName(b), w->second));
+        problems.push_back(
+            fmt::format("op {} reads {} while op {} still writes it", i, BufferName(b), w->second));
     for (const Buffer& b : op.writes) {
       if (auto w = writer_.find(b); w != writer_.end() && !finished_.count(w->second))
-        problems.push_back(fmt::format("op {} writes {} while op {} still writes it", i, BufferName(b), w->second));
+        problems.push_back(
+            fmt::format("op {} writes {} while op {} still writes it", i, BufferName(b), w->second));
       for (int r : readers_[b])
         if (!finished_.count(r))
           problems.push_back(fmt::format("op {} writes {} while op {} still reads it", i, BufferName(b), r));
@@ -84,7 +87,8 @@ class RecordingOpRunner : public OpRunner {
   Status Free(const Buffer& b) override {
     log.push_back("free " + BufferName(b));
     for (int r : readers_[b])
-      if (!finished_.count(r)) problems.push_back(fmt::format("{} freed while op {} reads it", BufferName(b), r));
+      if (!finished_.count(r))
+        problems.push_back(fmt::format("{} freed while op {} reads it", BufferName(b), r));
     readers_.erase(b);
     writer_.erase(b);
     ++frees;
@@ -122,7 +126,8 @@ TEST(ProgramWalker, RandomPlansRunWithEveryCollectiveAndTransferInFlightAsLongAs
         Status st = Walk(p, &runner);
         ASSERT_TRUE(st.ok()) << "plan " << i << " rank " << p.rank << ": " << st.message() << "\n"
                              << PlanToToml(plan);
-        ASSERT_TRUE(runner.problems.empty()) << "plan " << i << " rank " << p.rank << ": " << runner.problems[0];
+        ASSERT_TRUE(runner.problems.empty())
+            << "plan " << i << " rank " << p.rank << ": " << runner.problems[0];
         if (done_after < 0 && runner.max_in_flight > 1) ++overlapped;
       }
     }
@@ -132,8 +137,8 @@ TEST(ProgramWalker, RandomPlansRunWithEveryCollectiveAndTransferInFlightAsLongAs
 
 // A hand-made program: ministage 0 on one rank, ZeRO-1 style.
 Program TinyProgram() {
-  const Buffer grads{BufferKind::kGrads, 0}, grad_shard{BufferKind::kGradShard, 0}, shard{BufferKind::kShard, 0},
-      params{BufferKind::kParams, 0}, moments{BufferKind::kMoments, 0};
+  const Buffer grads{BufferKind::kGrads, 0}, grad_shard{BufferKind::kGradShard, 0},
+      shard{BufferKind::kShard, 0}, params{BufferKind::kParams, 0}, moments{BufferKind::kMoments, 0};
   Program p;
   p.resident = {params, shard, moments, grads, grad_shard};
   auto op = [](OpKind kind, Buffers reads, Buffers writes, Buffers frees = {}) {
@@ -146,12 +151,14 @@ Program TinyProgram() {
     return o;
   };
   p.ops.push_back(op(OpKind::kForward, {params}, {{BufferKind::kSaved, 0, 0}}));
-  p.ops.push_back(op(OpKind::kBackward, {params, {BufferKind::kSaved, 0, 0}}, {grads}, {{BufferKind::kSaved, 0, 0}}));
+  p.ops.push_back(
+      op(OpKind::kBackward, {params, {BufferKind::kSaved, 0, 0}}, {grads}, {{BufferKind::kSaved, 0, 0}}));
   p.ops.push_back(op(OpKind::kReduceScatter, {grads}, {grads, grad_shard}));
   p.ops.push_back(op(OpKind::kForward, {params}, {{BufferKind::kSaved, 0, 1}}));  // races with nothing
   p.ops.push_back(op(OpKind::kOptimizerStep, {shard, grad_shard, moments}, {shard, grad_shard, moments}));
   p.ops.push_back(op(OpKind::kAllGather, {shard}, {params}));
-  p.ops.push_back(op(OpKind::kBackward, {params, {BufferKind::kSaved, 0, 1}}, {grads}, {{BufferKind::kSaved, 0, 1}}));
+  p.ops.push_back(
+      op(OpKind::kBackward, {params, {BufferKind::kSaved, 0, 1}}, {grads}, {{BufferKind::kSaved, 0, 1}}));
   return p;
 }
 
@@ -164,9 +171,9 @@ TEST(ProgramWalker, FinishesACollectiveRightBeforeTheFirstOpThatRacesWithIt) {
   // before the optimizer step reads the gradient shard; the gather ends before the backward
   // reads the parameters.
   const std::vector<std::string> expected = {
-      "start 0 forward",        "start 1 backward",       "free saved(ms0, mb0)", "start 2 reduce_scatter",
-      "start 3 forward",        "finish 2",               "start 4 optimizer_step", "start 5 all_gather",
-      "finish 5",               "start 6 backward",       "free saved(ms0, mb1)"};
+      "start 0 forward", "start 1 backward", "free saved(ms0, mb0)",   "start 2 reduce_scatter",
+      "start 3 forward", "finish 2",         "start 4 optimizer_step", "start 5 all_gather",
+      "finish 5",        "start 6 backward", "free saved(ms0, mb1)"};
   EXPECT_EQ(runner.log, expected);
 }
 
@@ -174,12 +181,11 @@ TEST(ProgramWalker, FinishesACollectiveRightBeforeTheFirstOpThatRacesWithIt) {
 // while the host goes on to a forward that needs neither; it starts once the reduce-scatter has
 // finished: when an op needs the gather, or as soon as the walker sees the reduce-scatter done.
 TEST(ProgramWalker, ACollectiveReachedWhileAnotherRunsWaitsInAQueueAndTheHostGoesOn) {
-  const Buffer grads0{BufferKind::kGrads, 0}, grad_shard0{BufferKind::kGradShard, 0}, shard1{BufferKind::kShard, 1},
-      params1{BufferKind::kParams, 1}, params2{BufferKind::kParams, 2};
+  const Buffer grads0{BufferKind::kGrads, 0}, grad_shard0{BufferKind::kGradShard, 0},
+      shard1{BufferKind::kShard, 1}, params1{BufferKind::kParams, 1}, params2{BufferKind::kParams, 2};
   Program p;
   p.resident = {grads0, grad_shard0, shard1, params2};
-  auto op = [](OpKind kind, int ministage, Buffers reads, Buffers writes,
-               Buffers frees = {}) {
+  auto op = [](OpKind kind, int ministage, Buffers reads, Buffers writes, Buffers frees = {}) {
     Op o;
     o.kind = kind;
     o.ministage = ministage;
@@ -196,9 +202,9 @@ TEST(ProgramWalker, ACollectiveReachedWhileAnotherRunsWaitsInAQueueAndTheHostGoe
   RecordingOpRunner when_needed(p);
   ASSERT_TRUE(Walk(p, &when_needed).ok());
   EXPECT_TRUE(when_needed.problems.empty()) << when_needed.problems[0];
-  EXPECT_EQ(when_needed.log, (std::vector<std::string>{"start 0 reduce_scatter", "start 2 forward", "finish 0",
-                                                       "start 1 all_gather", "finish 1", "start 3 backward",
-                                                       "free params(ms1)"}));
+  EXPECT_EQ(when_needed.log, (std::vector<std::string>{"start 0 reduce_scatter", "start 2 forward",
+                                                       "finish 0", "start 1 all_gather", "finish 1",
+                                                       "start 3 backward", "free params(ms1)"}));
 
   // Done two ops after it started: the gather is queued at op 1 and starts at op 2, when the
   // walker sees the reduce-scatter done.
@@ -206,8 +212,8 @@ TEST(ProgramWalker, ACollectiveReachedWhileAnotherRunsWaitsInAQueueAndTheHostGoe
   ASSERT_TRUE(Walk(p, &soon).ok());
   EXPECT_TRUE(soon.problems.empty()) << soon.problems[0];
   EXPECT_EQ(soon.log, (std::vector<std::string>{"start 0 reduce_scatter", "finish 0", "start 1 all_gather",
-                                                   "start 2 forward", "finish 1", "start 3 backward",
-                                                   "free params(ms1)"}));
+                                                "start 2 forward", "finish 1", "start 3 backward",
+                                                "free params(ms1)"}));
 }
 
 // Looking from inside a compute op (Poll with may_block false), the walker starts a queued
@@ -229,7 +235,8 @@ TEST(ProgramWalker, APollFromInsideAComputeOpStartsNoGradientNorm) {
   walker.Begin();
   ASSERT_TRUE(walker.Step(0).ok());
   ASSERT_TRUE(walker.Step(1).ok());  // finishes the reduce-scatter first: the norm reads its shard
-  EXPECT_EQ(runner.log, (std::vector<std::string>{"start 0 reduce_scatter", "finish 0", "start 1 grad_norm"}));
+  EXPECT_EQ(runner.log,
+            (std::vector<std::string>{"start 0 reduce_scatter", "finish 0", "start 1 grad_norm"}));
 
   // The norm queued behind a running reduction that a poll from inside a compute op finishes.
   Program q = p;
@@ -244,7 +251,8 @@ TEST(ProgramWalker, APollFromInsideAComputeOpStartsNoGradientNorm) {
   ASSERT_TRUE(w.Poll(/*may_block=*/false).ok());
   EXPECT_EQ(queued.log, (std::vector<std::string>{"start 0 reduce_scatter", "finish 0"}));
   ASSERT_TRUE(w.Poll(/*may_block=*/true).ok());
-  EXPECT_EQ(queued.log, (std::vector<std::string>{"start 0 reduce_scatter", "finish 0", "start 1 grad_norm"}));
+  EXPECT_EQ(queued.log,
+            (std::vector<std::string>{"start 0 reduce_scatter", "finish 0", "start 1 grad_norm"}));
   ASSERT_TRUE(w.End().ok());
 }
 
@@ -254,7 +262,8 @@ TEST(ProgramWalker, AReadOfSomethingNotHeldIsAnErrorNamingTheOpAndTheBuffer) {
   RecordingOpRunner runner(p);
   Status st = Walk(p, &runner);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("op 3 (forward) reads params(ms0), which the rank does not hold"), std::string::npos)
+  EXPECT_NE(st.message().find("op 3 (forward) reads params(ms0), which the rank does not hold"),
+            std::string::npos)
       << st.message();
 }
 
@@ -307,10 +316,11 @@ TEST(ProgramWalker, EveryLoweredScheduleOfTheRandomPlansKeepsItsBufferDiscipline
         if (op.kind == OpKind::kSend) {
           bool matched = false;
           for (const Op& other : s->programs[op.peer].ops)
-            matched = matched || (other.kind == OpKind::kRecv && other.peer == p.rank && other.tag == op.tag &&
-                                  other.writes == op.reads);
-          ASSERT_TRUE(matched) << "plan " << i << ": rank " << p.rank << " sends " << BufferName(op.reads.at(0))
-                               << " to rank " << op.peer << " and nothing there receives it";
+            matched = matched || (other.kind == OpKind::kRecv && other.peer == p.rank &&
+                                  other.tag == op.tag && other.writes == op.reads);
+          ASSERT_TRUE(matched) << "plan " << i << ": rank " << p.rank << " sends "
+                               << BufferName(op.reads.at(0)) << " to rank " << op.peer
+                               << " and nothing there receives it";
         }
   }
 }
@@ -418,7 +428,8 @@ TEST(ProgramWalker, TheSimulatorsTimelineKeepsEveryBufferHazardThroughTheDepsAlo
         auto ended = [&](int k) { return span.at({p.rank, k}).second <= start + 1e-12; };
         auto where = [&](int k, const Buffer& b, const char* what) {
           return fmt::format("plan {} rank {}: op {} ({}) {} {} before op {} ({}) is done\n{}", i, p.rank, j,
-                             OpKindName(op.kind), what, BufferName(b), k, OpKindName(p.ops[k].kind), PlanToToml(plan));
+                             OpKindName(op.kind), what, BufferName(b), k, OpKindName(p.ops[k].kind),
+                             PlanToToml(plan));
         };
         for (const Buffer& b : op.reads)
           if (auto w = writer.find(b); w != writer.end()) {

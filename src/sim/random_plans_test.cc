@@ -128,12 +128,14 @@ TEST(Lowering, RandomPlansOfATiedModelSumTheCopiesBeforeReducingThem) {
       if (prog.group != ge && prog.group != gh) continue;
       if (prog.group == gh) {
         EXPECT_GE(prog.static_device_bytes + prog.static_host_bytes,
-                  untied->programs[prog.rank].static_device_bytes + untied->programs[prog.rank].static_host_bytes - 1);
+                  untied->programs[prog.rank].static_device_bytes +
+                      untied->programs[prog.rank].static_host_bytes - 1);
       }
       // Per held copy: its last backward < the sum < its first reduction after the sum.
       int tie = -1;
       for (size_t k = 0; k < prog.ops.size(); ++k)
-        if (prog.ops[k].collective >= 0 && s->collectives[prog.ops[k].collective].tied_embedding) tie = static_cast<int>(k);
+        if (prog.ops[k].collective >= 0 && s->collectives[prog.ops[k].collective].tied_embedding)
+          tie = static_cast<int>(k);
       ASSERT_GE(tie, 0) << "rank " << prog.rank << " holds a copy";
       for (int v : {0, last}) {
         if (s->ministages[v].group != prog.group) continue;
@@ -141,12 +143,14 @@ TEST(Lowering, RandomPlansOfATiedModelSumTheCopiesBeforeReducingThem) {
         for (size_t k = 0; k < prog.ops.size(); ++k) {
           const Op& op = prog.ops[k];
           if (op.kind == OpKind::kBackward && op.ministage == v) last_backward = static_cast<int>(k);
-          if ((op.kind == OpKind::kReduceScatter || (op.kind == OpKind::kAllReduce && !s->collectives[op.collective].tied_embedding &&
-                                                     !s->collectives[op.collective].tensor_parallel)) &&
+          if ((op.kind == OpKind::kReduceScatter ||
+               (op.kind == OpKind::kAllReduce && !s->collectives[op.collective].tied_embedding &&
+                !s->collectives[op.collective].tensor_parallel)) &&
               op.ministage == v && static_cast<int>(k) > tie && first_reduce_after < 0)
             first_reduce_after = static_cast<int>(k);
         }
-        if (p.zero_stage >= 2 && p.groups.size() == 1 && !p.is_pipeline()) continue;  // reduced per microbatch
+        if (p.zero_stage >= 2 && p.groups.size() == 1 && !p.is_pipeline())
+          continue;  // reduced per microbatch
         EXPECT_LT(last_backward, tie) << "plan " << i << " rank " << prog.rank << " ministage " << v;
         EXPECT_GT(first_reduce_after, tie) << "plan " << i << " rank " << prog.rank << " ministage " << v;
       }

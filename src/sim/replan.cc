@@ -47,7 +47,8 @@ bool Reorder(Plan* plan, const std::vector<int>& order) {
 std::string Batches(const Plan& plan) {
   std::string out;
   for (const GroupPlan& g : plan.groups)
-    for (const DevicePlan& d : g.devices) out += fmt::format("{}{}:{}", out.empty() ? "" : " ", d.device, d.sequences());
+    for (const DevicePlan& d : g.devices)
+      out += fmt::format("{}{}:{}", out.empty() ? "" : " ", d.device, d.sequences());
   return out;
 }
 
@@ -61,7 +62,8 @@ std::string Layers(const Plan& plan) {
 
 Result<Replanned> ReplanInPlace(const Plan& current, const Cluster& measured, const ModelSpec& model,
                                 const Profile* profile, const PlanRequest& request) {
-  const CostModel costs(measured, model, profile, request.seq_len, request.precision, request.activation_checkpointing);
+  const CostModel costs(measured, model, profile, request.seq_len, request.precision,
+                        request.activation_checkpointing);
   const PlanEvaluator evaluate = SimulationEvaluator(measured, model, costs);
   const std::vector<int> ranks = RankDevices(current);
   Replanned out;
@@ -76,7 +78,8 @@ Result<Replanned> ReplanInPlace(const Plan& current, const Cluster& measured, co
     r.leave_devices_out = false;
     const std::string strategy = current.strategy == "cephalo" ? "cephalo" : "poplar";
     StrategyOutcome o = PlanWithStrategy(strategy, measured, model, costs, r, evaluate);
-    if (!o.status.ok()) return Status::Infeasible(fmt::format("no {} plan: {}", strategy, o.status.message()));
+    if (!o.status.ok())
+      return Status::Infeasible(fmt::format("no {} plan: {}", strategy, o.status.message()));
     if (!Reorder(&o.plan, ranks))
       return Status::Infeasible(fmt::format("the {} plan does not keep every rank on its device", strategy));
     out.plan = o.plan;
@@ -96,8 +99,9 @@ Result<Replanned> ReplanInPlace(const Plan& current, const Cluster& measured, co
     z.devices = ranks;
     z.keep_group_order = true;
     std::vector<ZorseCandidate> candidates = ZorseCandidatesForGroups(measured, model, costs, z, groups);
-    std::sort(candidates.begin(), candidates.end(),
-              [](const ZorseCandidate& a, const ZorseCandidate& b) { return a.model_step_s < b.model_step_s; });
+    std::sort(candidates.begin(), candidates.end(), [](const ZorseCandidate& a, const ZorseCandidate& b) {
+      return a.model_step_s < b.model_step_s;
+    });
     double best = std::numeric_limits<double>::infinity();
     int judged = 0;
     for (ZorseCandidate& c : candidates) {

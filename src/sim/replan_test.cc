@@ -25,8 +25,10 @@ TEST(ReplanInPlace, DataParallelismMovesBatchOffASlowedDevice) {
   const Cluster cluster = LoadCluster("local-emulated").value();
   const ModelSpec model = *FindModelPreset("llama-1m");
   const PlanRequest request = Request(64);
-  CostModel costs(cluster, model, nullptr, request.seq_len, request.precision, request.activation_checkpointing);
-  StrategyOutcome first = PlanWithStrategy("poplar", cluster, model, costs, request, SimulationEvaluator(cluster, model, costs));
+  CostModel costs(cluster, model, nullptr, request.seq_len, request.precision,
+                  request.activation_checkpointing);
+  StrategyOutcome first =
+      PlanWithStrategy("poplar", cluster, model, costs, request, SimulationEvaluator(cluster, model, costs));
   ASSERT_TRUE(first.status.ok()) << first.status.message();
   ASSERT_EQ(first.plan.groups.size(), 1u);
   Cluster measured = cluster;

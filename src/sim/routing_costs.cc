@@ -24,7 +24,8 @@ int FillZorseRouting(Plan* plan, const CostModel& costs) {
 
 int FillDefaultRouting(Plan* plan, const Cluster& cluster, const ModelSpec& model) {
   if (!plan->is_pipeline()) return 0;
-  const CostModel roofline(cluster, model, nullptr, plan->seq_len, plan->precision, plan->activation_checkpointing);
+  const CostModel roofline(cluster, model, nullptr, plan->seq_len, plan->precision,
+                           plan->activation_checkpointing);
   return FillZorseRouting(plan, roofline);
 }
 

@@ -2,12 +2,12 @@
 
 #include "sim/flextp_prediction.h"
 
-#include <cstdint>
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <deque>
-#include <memory>
 #include <map>
+#include <memory>
 #include <queue>
 #include <tuple>
 
@@ -85,13 +85,13 @@ struct RankState {
   std::vector<OpState> ops;
   std::unique_ptr<SimRunner> runner;
   std::unique_ptr<ProgramWalker> walker;
-  int cursor = 0;                                  // the next op the walker issues
-  int holding = -1;                                // an issued op the host is inside (HoldsTheHost)
-  std::vector<int> waiting;                        // issued, not started, in program order
-  std::vector<int> unnoticed;                      // collectives and sends ended, their memory still held
-  std::array<std::deque<int>, kNumLanes> queued;   // issued copies per lane: the head runs
-  double link_free_s = 0;                          // the rank's sends take its link one after another
-  std::array<HostLink, 2> host_link;               // to the device, to the host
+  int cursor = 0;                                 // the next op the walker issues
+  int holding = -1;                               // an issued op the host is inside (HoldsTheHost)
+  std::vector<int> waiting;                       // issued, not started, in program order
+  std::vector<int> unnoticed;                     // collectives and sends ended, their memory still held
+  std::array<std::deque<int>, kNumLanes> queued;  // issued copies per lane: the head runs
+  double link_free_s = 0;                         // the rank's sends take its link one after another
+  std::array<HostLink, 2> host_link;              // to the device, to the host
   double memory = 0, peak_memory = 0, host = 0, peak_host = 0;
   double compute_busy = 0, comm_busy = 0;
 };
@@ -99,7 +99,10 @@ struct RankState {
 class Simulator {
  public:
   Simulator(const Schedule& s, const Cluster& c, const CostModel& costs, const SimConfig& config)
-      : s_(s), cluster_(c), costs_(costs), config_(config),
+      : s_(s),
+        cluster_(c),
+        costs_(costs),
+        config_(config),
         flextp_teams_(PredictFlexTpTeams(s, costs, config.tensor_parallel)),
         flextp_factor_(FlexTpComputeFactors(s, flextp_teams_)) {}
 
@@ -113,8 +116,12 @@ class Simulator {
   bool DepsDone(int rank, const Op& op) const;
   void Begin(int rank, int op);
   void Finish(int rank, int op, double time);
-  void Push(double time, int rank, int op) { events_.push({time, seq_++, rank, op, ranks_[rank].ops[op].generation}); }
-  HostLink& LinkOf(int rank, const Op& op) { return ranks_[rank].host_link[op.stream == Stream::kH2D ? 0 : 1]; }
+  void Push(double time, int rank, int op) {
+    events_.push({time, seq_++, rank, op, ranks_[rank].ops[op].generation});
+  }
+  HostLink& LinkOf(int rank, const Op& op) {
+    return ranks_[rank].host_link[op.stream == Stream::kH2D ? 0 : 1];
+  }
   void Reschedule(int rank, HostLink& link);
   std::string Stuck() const;
 
@@ -123,7 +130,7 @@ class Simulator {
   const CostModel& costs_;
   const SimConfig& config_;
   std::vector<FlexTpTeamPrediction> flextp_teams_;  // FlexTP's balance in each team (flextp_prediction.h)
-  std::vector<double> flextp_factor_;  // each rank's compute under it
+  std::vector<double> flextp_factor_;               // each rank's compute under it
   double now_ = 0;
   Status error_ = Status::Ok();  // the first breach a walker found
   std::vector<RankState> ranks_;
@@ -133,8 +140,8 @@ class Simulator {
     int rank, op;
     double arrival_s;  // when its data is there
   };
-  std::map<SendKey, PostedSend> posted_sends_;            // sends waiting for their receive
-  std::map<SendKey, std::pair<int, int>> posted_recvs_;   // receives posted before their send: (rank, op)
+  std::map<SendKey, PostedSend> posted_sends_;           // sends waiting for their receive
+  std::map<SendKey, std::pair<int, int>> posted_recvs_;  // receives posted before their send: (rank, op)
   std::vector<std::vector<std::pair<int, int>>> collective_arrivals_;  // per collective: (rank, op) so far
   std::vector<int> device_of_rank_;
 };
@@ -311,7 +318,8 @@ void Simulator::TryStart(int rank) {
           for (int m : c.ranks) devices.push_back(device_of_rank_[m]);
           // Uneven state shares: paced by the largest piece (plan/state_shares.h).
           const double bytes = c.bytes * c.uneven_factor / c.calls;
-          const double end = c.ranks.size() == 1 ? now_ : now_ + c.calls * costs_.CollectiveS(c.kind, devices, bytes);
+          const double end =
+              c.ranks.size() == 1 ? now_ : now_ + c.calls * costs_.CollectiveS(c.kind, devices, bytes);
           for (const auto& [m, j] : arrived) Push(end, m, j);
         }
         break;
@@ -433,8 +441,8 @@ Result<SimResult> Simulator::Run() {
       result.fits_memory = false;
       const double reserve = cluster_.reserve_bytes(device);
       result.oom_message += fmt::format(
-          "{}device {} ({}, rank {}) needs {} of {}{}", result.oom_message.empty() ? "" : "; ", device, d.device_type,
-          rank, FormatBytes(d.peak_memory_bytes), FormatBytes(d.capacity_bytes),
+          "{}device {} ({}, rank {}) needs {} of {}{}", result.oom_message.empty() ? "" : "; ", device,
+          d.device_type, rank, FormatBytes(d.peak_memory_bytes), FormatBytes(d.capacity_bytes),
           reserve > 0 ? fmt::format(" (its {} less the {} CUDA, NCCL and the allocator keep)",
                                     FormatBytes(cluster_.memory_bytes(device)), FormatBytes(reserve))
                       : "");

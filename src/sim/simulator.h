@@ -32,7 +32,8 @@ struct SimConfig {
   // Stop once the clock passes this (a planner that already has a plan this fast): the result is
   // then `stopped`, its step_time_s only a lower bound and its memory what was seen so far.
   double stop_after_s = std::numeric_limits<double>::infinity();
-  TensorParallelConfig tensor_parallel = {};  // FlexTP's thresholds (its mode is the schedule's): flextp_prediction.h
+  TensorParallelConfig tensor_parallel =
+      {};  // FlexTP's thresholds (its mode is the schedule's): flextp_prediction.h
 };
 
 struct DeviceSimReport {
@@ -72,9 +73,10 @@ struct SimResult {
   bool stopped = false;                  // at SimConfig::stop_after_s, before the step ended
   std::string oom_message;               // names every device over its capacity
   std::vector<DeviceSimReport> devices;  // by rank
-  int64_t num_events = 0;               // ops finished (each op once)
+  int64_t num_events = 0;                // ops finished (each op once)
   std::vector<TraceEvent> trace;
-  std::vector<FlexTpTeamPrediction> flextp_teams;  // FlexTP's balance of each team the schedule's mode acts in
+  std::vector<FlexTpTeamPrediction>
+      flextp_teams;  // FlexTP's balance of each team the schedule's mode acts in
 };
 
 /// Runs one training step. A schedule that cannot finish (a recv with no send, a collective a

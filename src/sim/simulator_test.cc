@@ -4,7 +4,6 @@
 #include <map>
 #include <random>
 
-
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <iostream>
@@ -103,8 +102,10 @@ TEST(Simulator, OneFOneBBubbleMatchesTheFormulaWithAnyNumberOfDevicesPerStage) {
       ASSERT_TRUE(r.ok()) << r.status().message();
       const double expected = static_cast<double>(p - 1) / (m + p - 1);
       for (const auto& dev : r->devices)
-        EXPECT_NEAR(dev.idle_fraction, expected, expected * 0.01) << "d=" << d << " p=" << p << " m=" << m << " rank " << dev.rank;
-      EXPECT_NEAR(r->step_time_s, (m + p - 1) * 2 * (0.010 + 0.020), 1e-3) << "d=" << d << " p=" << p << " m=" << m;
+        EXPECT_NEAR(dev.idle_fraction, expected, expected * 0.01)
+            << "d=" << d << " p=" << p << " m=" << m << " rank " << dev.rank;
+      EXPECT_NEAR(r->step_time_s, (m + p - 1) * 2 * (0.010 + 0.020), 1e-3)
+          << "d=" << d << " p=" << p << " m=" << m;
       // And each device keeps at most p - stage microbatches in flight, as 1F1B promises.
       for (const Program& prog : s->programs) {
         const int stage = prog.rank / d;
@@ -191,7 +192,8 @@ TEST(Simulator, TensorParallelismSplitsComputeAndMemoryAndPaysTwoAllReducesPerLa
   // rows; the norms whole.
   const double whole = static_cast<double>(TotalParams(m));
   const double vocab_rows = 2.0 * m.vocab_size * m.hidden_size;  // the embedding and lm_head
-  const double per_rank = whole - 4 * (static_cast<double>(ParamsPerLayer(m)) - 2.0 * m.hidden_size) / 2 - vocab_rows / 2;
+  const double per_rank =
+      whole - 4 * (static_cast<double>(ParamsPerLayer(m)) - 2.0 * m.hidden_size) / 2 - vocab_rows / 2;
   EXPECT_DOUBLE_EQ(s2.programs[0].static_device_bytes, s1.programs[0].static_device_bytes * per_rank / whole);
   EXPECT_DOUBLE_EQ(s2.hardware_flops_per_step, s1.hardware_flops_per_step);  // the same work, split
   ASSERT_TRUE(two.activation_checkpointing);
@@ -286,7 +288,8 @@ TEST(Simulator, MigrationsBorrowedComputeCostsWhatTheProfileMeasured) {
     profile.entries[0].borrowed_cost = borrowed_cost;
     const CostModel costs(cluster, m, &profile, 128, Precision::kBf16, true);
     const Schedule s = LowerPlan(plan, cluster, m).value();
-    return std::make_pair(Simulate(s, cluster, costs).value().step_time_s, FlexTpComputeFactors(s, costs, {}));
+    return std::make_pair(Simulate(s, cluster, costs).value().step_time_s,
+                          FlexTpComputeFactors(s, costs, {}));
   };
   const auto [unmeasured, unmeasured_factor] = run(0);
   const auto [par, par_factor] = run(1);
@@ -364,7 +367,8 @@ TEST(FlexTpChoice, AutoMigratesWhereItPaysAndOtherwiseWaits) {
   EXPECT_TRUE(ChooseFlexTpMode(dp, fast, m, &profile, "auto", std::nullopt).value().step_s.empty());
   const FlexTpChoice judged = ChooseFlexTpMode(dp, fast, m, &profile, "auto", probe).value();
   EXPECT_EQ(judged.mode, "");
-  const double even = ChooseFlexTpMode(dp, fast, m, &profile, "auto", StragglerProbe{1, 1}).value().straggling_step_s;
+  const double even =
+      ChooseFlexTpMode(dp, fast, m, &profile, "auto", StragglerProbe{1, 1}).value().straggling_step_s;
   EXPECT_NEAR(judged.straggling_step_s, 3 * even, 0.1 * even);  // the replicas wait for device 1
 }
 
@@ -533,7 +537,8 @@ TEST(Simulator, MemoryPeakOfASmallDataParallelScheduleMatchesHandComputation) {
     // Backward: the 4 saved inputs and one recomputed piece at a time, the larger of a layer (its
     // backward, and its weights' gradients as autograd returns them before they are added into the
     // ministage's) and the head (its recomputed logits and the loss's copy, and its weights').
-    const double layer_piece = LayerBackwardBytesPerToken(m, 32, b.precision, false) * tokens + ParamsPerLayer(m) * b.grads;
+    const double layer_piece =
+        LayerBackwardBytesPerToken(m, 32, b.precision, false) * tokens + ParamsPerLayer(m) * b.grads;
     const double head_piece = HeadBackwardBytesPerToken(m, b.precision) * tokens + HeadParams(m) * b.grads;
     const double backward_peak = 4 * act + std::max(layer_piece, head_piece);
     EXPECT_DOUBLE_EQ(r->devices[0].peak_memory_bytes, static_bytes + std::max(forward_peak, backward_peak));
@@ -562,7 +567,8 @@ TEST(Simulator, PipelineMemoryCountsActivationsOfEveryMicrobatchInFlight) {
   // the host enters the backward, which runs its layers with the tensor still there: the host lets
   // a delivered tensor go between ops), and the backward's working memory (a recomputed layer's
   // backward and its weights' gradients before they are added to the ministage's).
-  EXPECT_DOUBLE_EQ(kept->devices[0].peak_memory_bytes, static0 + 4 * 2 * act + 2 * act + layer_backward + layer_grads);
+  EXPECT_DOUBLE_EQ(kept->devices[0].peak_memory_bytes,
+                   static0 + 4 * 2 * act + 2 * act + layer_backward + layer_grads);
 
   p.offload_activations = true;
   Result<Schedule> off = LowerPlan(p, cluster, m);
@@ -595,7 +601,9 @@ TEST(Lowering, AnActivationPrefetchComesOneComputeOpBeforeItsBackward) {
         size_t j = i + 1;
         for (; j < prog.ops.size(); ++j) {
           const Op& op = prog.ops[j];
-          if (op.kind == OpKind::kBackward && std::find(op.reads.begin(), op.reads.end(), saved) != op.reads.end()) break;
+          if (op.kind == OpKind::kBackward &&
+              std::find(op.reads.begin(), op.reads.end(), saved) != op.reads.end())
+            break;
           if (IsCompute(op.kind)) ++computes;
         }
         ASSERT_LT(j, prog.ops.size()) << "rank " << prog.rank << " op " << i << ": no backward reads it";
@@ -633,22 +641,26 @@ TEST(Simulator, PlansWithinMemoryLessTheReserveThatCudaAndNcclKeep) {
   // Memory 10% above the peak: fits with no reserve, not with a reserve of a fifth of it.
   auto cluster_with = [&](const std::string& reserve) {
     const std::string memory = fmt::format("{:.0f}B", peak * 1.1);
-    std::string text = "[device_types.unit]\nmemory = \"" + memory +
-                       "\"\nmemory_bandwidth = \"1000TB/s\"\nfp16_flops = \"100TFLOPS\"\nfp32_flops = \"100TFLOPS\"\n"
-                       "host_link = \"1000TB/s\"\n" + reserve +
-                       "[[nodes]]\nname = \"n\"\ndevice = \"unit\"\ninterconnect = \"pcie\"\nintra_bandwidth = "
-                       "\"1000TB/s\"\ncount = 2\n";
+    std::string text =
+        "[device_types.unit]\nmemory = \"" + memory +
+        "\"\nmemory_bandwidth = \"1000TB/s\"\nfp16_flops = \"100TFLOPS\"\nfp32_flops = \"100TFLOPS\"\n"
+        "host_link = \"1000TB/s\"\n" +
+        reserve +
+        "[[nodes]]\nname = \"n\"\ndevice = \"unit\"\ninterconnect = \"pcie\"\nintra_bandwidth = "
+        "\"1000TB/s\"\ncount = 2\n";
     return ParseClusterToml(text, "reserve.toml").value();
   };
   for (const std::string& reserve : {std::string(""), fmt::format("reserve = \"{:.0f}B\"\n", peak * 0.22)}) {
     Cluster c = cluster_with(reserve);
     EXPECT_NEAR(c.usable_memory_bytes(0), c.memory_bytes(0) - c.reserve_bytes(0), 1);
-    Result<SimResult> r = Simulate(LowerPlan(p, c, m).value(), c, CostModel(c, m, nullptr, p.seq_len, p.precision, true));
+    Result<SimResult> r =
+        Simulate(LowerPlan(p, c, m).value(), c, CostModel(c, m, nullptr, p.seq_len, p.precision, true));
     ASSERT_TRUE(r.ok());
     EXPECT_NEAR(r->devices[0].capacity_bytes, c.usable_memory_bytes(0), 1);
     EXPECT_EQ(r->fits_memory, reserve.empty()) << r->oom_message;
     if (!reserve.empty()) {
-      EXPECT_NE(r->oom_message.find("CUDA, NCCL and the allocator keep"), std::string::npos) << r->oom_message;
+      EXPECT_NE(r->oom_message.find("CUDA, NCCL and the allocator keep"), std::string::npos)
+          << r->oom_message;
     }
   }
 }
@@ -687,8 +699,10 @@ TEST(Simulator, DeadlockIsAnErrorNamingTheStuckRanks) {
   CostModel costs(cluster, m, nullptr, 8, Precision::kBf16, true);
   Result<SimResult> r = Simulate(s, cluster, costs);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("rank 0 waits at op 1 (forward)"), std::string::npos) << r.status().message();
-  EXPECT_NE(r.status().message().find("rank 1 waits at op 1 (forward)"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("rank 0 waits at op 1 (forward)"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("rank 1 waits at op 1 (forward)"), std::string::npos)
+      << r.status().message();
 
   // Without the forward between them, the same receives and sends finish.
   for (Program& p : s.programs) p.ops = {p.ops[0], p.ops[2]};
@@ -715,7 +729,8 @@ TEST(Simulator, ActivationCopiesShareTheHostLinkWithParameterCopiesInsteadOfQueu
   s.seq_len = 128;
   Program p;
   p.ops = {copy(OpKind::kParamPrefetch, Stream::kH2D, 100e6), copy(OpKind::kActPrefetch, Stream::kH2D, 10e6),
-           copy(OpKind::kParamPrefetch, Stream::kH2D, 100e6), copy(OpKind::kParamOffload, Stream::kD2H, 100e6)};
+           copy(OpKind::kParamPrefetch, Stream::kH2D, 100e6),
+           copy(OpKind::kParamOffload, Stream::kD2H, 100e6)};
   s.programs.push_back(p);
   Result<SimResult> r = Simulate(s, cluster, costs, {.record_trace = true});
   ASSERT_TRUE(r.ok()) << r.status().message();

@@ -30,7 +30,8 @@ inline ModelSpec LayerHeavyModel(int layers) {
 
 // A cluster of `n` identical devices on one node with (almost) free links, so that compute alone
 // shapes the timeline.
-inline Cluster FastCluster(int n, const std::string& memory = "64GiB", const std::string& intra_bandwidth = "1000TB/s") {
+inline Cluster FastCluster(int n, const std::string& memory = "64GiB",
+                           const std::string& intra_bandwidth = "1000TB/s") {
   std::string text = R"(
 [network]
 intra_node_latency = "1ns"
@@ -45,7 +46,8 @@ host_link = "1000TB/s"
 name = "n"
 device = "unit"
 interconnect = "pcie"
-intra_bandwidth = ")" + intra_bandwidth + R"("
+intra_bandwidth = ")" +
+                     intra_bandwidth + R"("
 count = )" + std::to_string(n) +
                      "\n";
   return ParseClusterToml(text, "fast.toml").value();

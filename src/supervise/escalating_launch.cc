@@ -53,7 +53,8 @@ std::string Steps(int64_t first, int64_t last) {
 }
 
 std::string Indented(std::string lines) {
-  for (size_t at = lines.find('\n'); at != std::string::npos; at = lines.find('\n', at + 3)) lines.replace(at, 1, "\n  ");
+  for (size_t at = lines.find('\n'); at != std::string::npos; at = lines.find('\n', at + 3))
+    lines.replace(at, 1, "\n  ");
   return lines;
 }
 
@@ -76,16 +77,19 @@ std::string ResumePoint(const SupervisedRun& run, fs::file_time_type started, in
     const Result<int64_t> at = CheckpointStep(checkpoint);
     const int64_t step = at.ok() ? *at : -1;
     if (failed_step <= 0) return fmt::format("from the checkpoint of step {} ({})", step, checkpoint);
-    return fmt::format("from the checkpoint of step {} ({}): {} again from the same weights and data", step, checkpoint,
-                       Steps(step + 1, failed_step));
+    return fmt::format("from the checkpoint of step {} ({}): {} again from the same weights and data", step,
+                       checkpoint, Steps(step + 1, failed_step));
   }
-  if (!run.options.resume.empty()) return fmt::format("from {} again (no checkpoint since)", run.options.resume);
+  if (!run.options.resume.empty())
+    return fmt::format("from {} again (no checkpoint since)", run.options.resume);
   if (failed_step <= 0) return "from the start (no checkpoint since)";
-  return fmt::format("from the start (no checkpoint since): {} again from the same seed and data", Steps(1, failed_step));
+  return fmt::format("from the start (no checkpoint since): {} again from the same seed and data",
+                     Steps(1, failed_step));
 }
 
 // A lost node: `plan` again on the devices left, after those of `lost_nodes`.
-Result<StrategyOutcome> PlanWithout(const SupervisedRun& run, const Plan& plan, const std::set<int>& lost_nodes) {
+Result<StrategyOutcome> PlanWithout(const SupervisedRun& run, const Plan& plan,
+                                    const std::set<int>& lost_nodes) {
   const JobSpec& job = run.job;
   PlanRequest request = run.request;
   request.devices.clear();
@@ -93,11 +97,13 @@ Result<StrategyOutcome> PlanWithout(const SupervisedRun& run, const Plan& plan, 
     if (!lost_nodes.contains(job.cluster.devices[d].node)) request.devices.push_back(d);
   if (request.devices.empty()) return Status::Infeasible("no device is left to train on");
   const TrainingConfig& tc = job.training;
-  CostModel costs(job.cluster, job.model, &run.profile, tc.seq_len, tc.precision, tc.activation_checkpointing);
+  CostModel costs(job.cluster, job.model, &run.profile, tc.seq_len, tc.precision,
+                  tc.activation_checkpointing);
   const PlanEvaluator evaluate = SimulationEvaluator(job.cluster, job.model, costs);
   StrategyOutcome o = PlanWithStrategy(run.strategy, job.cluster, job.model, costs, request, evaluate);
   if (!o.status.ok())
-    return Status::Infeasible(fmt::format("no plan on the {} devices left: {}", request.devices.size(), o.status.message()));
+    return Status::Infeasible(
+        fmt::format("no plan on the {} devices left: {}", request.devices.size(), o.status.message()));
   o.plan.model = plan.model;
   o.plan.cluster = plan.cluster;
   FillZorseRouting(&o.plan, costs);
@@ -113,8 +119,8 @@ void PrintPlan(const Plan& plan) {
     for (const auto& d : group.devices)
       devices.push_back(fmt::format("{}:{}x{}", d.device, d.num_microbatches, d.microbatch_size));
     for (const auto& r : group.ministages) layers.push_back(fmt::format("{}-{}", r.begin, r.end - 1));
-    fmt::print("  group {}: devices {} (device:microbatches x sequences), layers {}\n", g, fmt::join(devices, " "),
-               fmt::join(layers, " | "));
+    fmt::print("  group {}: devices {} (device:microbatches x sequences), layers {}\n", g,
+               fmt::join(devices, " "), fmt::join(layers, " | "));
   }
 }
 
@@ -123,10 +129,10 @@ namespace {
 // The state of one supervised run across its launches.
 struct Supervision {
   const SupervisedRun& run;
-  fs::path reports;                        // where the ranks write their failure reports
-  fs::file_time_type started;              // checkpoints written since are this run's
-  Cluster planning;                        // the cluster with the memory caps the failures taught
-  std::vector<std::string> args;           // every rank's arguments (its --resume moves on)
+  fs::path reports;               // where the ranks write their failure reports
+  fs::file_time_type started;     // checkpoints written since are this run's
+  Cluster planning;               // the cluster with the memory caps the failures taught
+  std::vector<std::string> args;  // every rank's arguments (its --resume moves on)
   std::set<int> lost_nodes;
   int restarts = 0;
 };
@@ -145,8 +151,8 @@ int LaunchOnce(const Supervision& s, const Plan& plan, int* failed_rank) {
   launch.nproc = plan.num_devices();
   launch.command = {s.run.self, "train", "--metrics-append"};  // its attempts and events share one file
   launch.command.insert(launch.command.end(), s.args.begin(), s.args.end());
-  for (const std::string& a : {std::string("--plan"), s.run.plan_path, std::string("--profile"), s.run.profile_path,
-                               std::string("--failure-reports"), s.reports.string()})
+  for (const std::string& a : {std::string("--plan"), s.run.plan_path, std::string("--profile"),
+                               s.run.profile_path, std::string("--failure-reports"), s.reports.string()})
     launch.command.push_back(a);
   return Launch(launch);
 }
@@ -155,7 +161,8 @@ int LaunchOnce(const Supervision& s, const Plan& plan, int* failed_rank) {
 Next AroundLostNode(Supervision& s, const Plan& plan, int failed_rank, int rc) {
   const JobSpec& job = s.run.job;
   const std::vector<int> devices = RankDevices(plan);
-  if (s.restarts >= s.run.options.max_restarts || failed_rank < 0 || failed_rank >= static_cast<int>(devices.size()))
+  if (s.restarts >= s.run.options.supervisor.max_restarts || failed_rank < 0 ||
+      failed_rank >= static_cast<int>(devices.size()))
     return {std::nullopt, rc};
   ++s.restarts;
   const int device = devices[failed_rank];
@@ -163,7 +170,8 @@ Next AroundLostNode(Supervision& s, const Plan& plan, int failed_rank, int rc) {
   s.lost_nodes.insert(node);
   Result<StrategyOutcome> next = PlanWithout(s.run, plan, s.lost_nodes);
   if (!next.ok()) {
-    fmt::print(stderr, "motley train: rank {} (device {}) failed and {}\n", failed_rank, device, next.status().message());
+    fmt::print(stderr, "motley train: rank {} (device {}) failed and {}\n", failed_rank, device,
+               next.status().message());
     return {std::nullopt, rc};
   }
   if (Status st = AtomicWriteFile(s.run.plan_path, PlanToToml(next->plan)); !st.ok()) {
@@ -173,17 +181,22 @@ Next AroundLostNode(Supervision& s, const Plan& plan, int failed_rank, int rc) {
   // The fault injected for tests happened once: the restarted ranks do not repeat it.
   s.args = WithoutOption(WithoutOption(s.args, "--die-rank"), "--die-at-step");
   const std::string from = ResumePoint(s.run, s.started, 0, &s.args);
-  fmt::print("\nrank {} (device {}, node {}) failed: its node is lost — restart {} of {}: {} on the {} devices "
-             "left, predicted step {}\nresuming {}\n",
-             failed_rank, device, job.cluster.nodes[node].name, s.restarts, s.run.options.max_restarts, next->strategy,
-             next->plan.num_devices(), FormatDuration(next->evaluation.step_time_s), from);
+  fmt::print(
+      "\nrank {} (device {}, node {}) failed: its node is lost — restart {} of {}: {} on the {} devices "
+      "left, predicted step {}\nresuming {}\n",
+      failed_rank, device, job.cluster.nodes[node].name, s.restarts, s.run.options.supervisor.max_restarts,
+      next->strategy, next->plan.num_devices(), FormatDuration(next->evaluation.step_time_s), from);
   PrintPlan(next->plan);
   fmt::print("\n");
   std::fflush(stdout);
   std::ofstream(s.run.metrics_path, std::ios::app)
-      << nlohmann::json{{"event", "restart"}, {"failed_rank", failed_rank}, {"device", device},
-                        {"lost_node", job.cluster.nodes[node].name}, {"devices", next->plan.num_devices()},
-                        {"plan", s.run.plan_path}}.dump()
+      << nlohmann::json{{"event", "restart"},
+                        {"failed_rank", failed_rank},
+                        {"device", device},
+                        {"lost_node", job.cluster.nodes[node].name},
+                        {"devices", next->plan.num_devices()},
+                        {"plan", s.run.plan_path}}
+             .dump()
       << "\n";
   return {std::move(next->plan), 0};
 }
@@ -192,15 +205,17 @@ Next AroundLostNode(Supervision& s, const Plan& plan, int failed_rank, int rc) {
 // every rank starts from it, from the same state (the checkpoint this run wrote last, or its start).
 Next MoreFrugal(Supervision& s, const Plan& plan, const std::vector<RankFailure>& failures, int attempt) {
   const SupervisedRun& run = s.run;
-  Result<Escalation> e = PlanMoreFrugally(plan, failures, run.strategy, run.request, run.job.model, run.profile,
-                                          &s.planning);
+  Result<Escalation> e =
+      PlanMoreFrugally(plan, failures, run.strategy, run.request, run.job.model, run.profile, &s.planning);
   if (!e.ok()) {
     fmt::print(stderr, "motley train: {}\n", e.status().message());
     return {};
   }
   const std::string failed_path =
-      (fs::path(run.plan_path).parent_path() / fmt::format("plan-out-of-memory-{}.toml", attempt + 1)).string();
-  for (const auto& [path, p] : {std::pair<std::string, const Plan*>{failed_path, &plan}, {run.plan_path, &e->plan}})
+      (fs::path(run.plan_path).parent_path() / fmt::format("plan-out-of-memory-{}.toml", attempt + 1))
+          .string();
+  for (const auto& [path, p] :
+       {std::pair<std::string, const Plan*>{failed_path, &plan}, {run.plan_path, &e->plan}})
     if (Status st = AtomicWriteFile(path, PlanToToml(*p)); !st.ok()) {
       fmt::print(stderr, "motley train: {}\n", st.message());
       return {};
@@ -210,13 +225,15 @@ Next MoreFrugal(Supervision& s, const Plan& plan, const std::vector<RankFailure>
     if (f.out_of_memory) failed_step = failed_step == 0 ? f.step : std::min(failed_step, f.step);
   const std::string checkpoint = CheckpointWrittenSince(run.job.checkpoint.dir, s.started);
   const std::string from = ResumePoint(run, s.started, failed_step, &s.args);
-  fmt::print("\nout of memory — {}\nthe plan, more frugal ({}; the failed one kept as {}):\n  {}\nretrying {}\n\n",
-             e->why, e->strategy, failed_path, Indented(e->changes), from);
+  fmt::print(
+      "\nout of memory — {}\nthe plan, more frugal ({}; the failed one kept as {}):\n  {}\nretrying {}\n\n",
+      e->why, e->strategy, failed_path, Indented(e->changes), from);
   std::fflush(stdout);
   // The metrics say so, before the replayed steps' lines (the last line of a step is its result).
   std::ofstream(run.metrics_path, std::ios::app)
-      << nlohmann::json{{"event", "escalation"}, {"step", failed_step}, {"why", e->why}, {"changes", e->changes},
-                        {"plan", run.plan_path}, {"resume", checkpoint}}.dump()
+      << nlohmann::json{{"event", "escalation"}, {"step", failed_step},   {"why", e->why},
+                        {"changes", e->changes}, {"plan", run.plan_path}, {"resume", checkpoint}}
+             .dump()
       << "\n";
   return {std::move(e->plan), 0};
 }
@@ -225,8 +242,13 @@ Next MoreFrugal(Supervision& s, const Plan& plan, const std::vector<RankFailure>
 
 int LaunchEscalating(const SupervisedRun& run, Plan plan) {
   const JobSpec& job = run.job;
-  Supervision s{run, fs::path(job.checkpoint.dir) / "failures", fs::file_time_type::clock::now(), job.cluster,
-                WithoutOption(WithoutOption(run.args, "--plan"), "--profile"), {}, 0};
+  Supervision s{run,
+                fs::path(job.checkpoint.dir) / "failures",
+                fs::file_time_type::clock::now(),
+                job.cluster,
+                WithoutOption(WithoutOption(run.args, "--plan"), "--profile"),
+                {},
+                0};
   // The run's folder keeps one step's trace, for `motley report --run` to lay beside the simulated
   // step — unless the command asked for one elsewhere.
   if (std::none_of(s.args.begin(), s.args.end(),
@@ -239,14 +261,17 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
     if (rc == 0) return rc;
     const std::vector<RankFailure> failures = ReadFailureReports(s.reports.string());
     // A diverged run stopped as its job asked (rank 0 said why): no device is to blame.
-    if (std::any_of(failures.begin(), failures.end(), [](const RankFailure& f) { return f.diverged; })) return rc;
+    if (std::any_of(failures.begin(), failures.end(), [](const RankFailure& f) { return f.diverged; }))
+      return rc;
     const bool out_of_memory =
         std::any_of(failures.begin(), failures.end(), [](const RankFailure& f) { return f.out_of_memory; });
     if (out_of_memory && attempt >= config.max_escalations) {
-      fmt::print(stderr, "motley train: still out of memory after {} more frugal plans; giving up\n", attempt);
+      fmt::print(stderr, "motley train: still out of memory after {} more frugal plans; giving up\n",
+                 attempt);
       return rc;
     }
-    Next next = out_of_memory ? MoreFrugal(s, plan, failures, attempt) : AroundLostNode(s, plan, failed_rank, rc);
+    Next next =
+        out_of_memory ? MoreFrugal(s, plan, failures, attempt) : AroundLostNode(s, plan, failed_rank, rc);
     if (!next.plan) return next.rc;
     plan = std::move(*next.plan);
   }

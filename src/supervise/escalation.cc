@@ -42,7 +42,8 @@ std::vector<RankFailure> ReadFailureReports(const std::string& dir) {
     }
     out.push_back(std::move(f));
   }
-  std::sort(out.begin(), out.end(), [](const RankFailure& a, const RankFailure& b) { return a.rank < b.rank; });
+  std::sort(out.begin(), out.end(),
+            [](const RankFailure& a, const RankFailure& b) { return a.rank < b.rank; });
   return out;
 }
 
@@ -79,11 +80,13 @@ std::map<int, Placement> PlacementOf(const Plan& p) {
 
 std::string DescribePlanChange(const Plan& before, const Plan& after) {
   std::vector<std::string> lines;
-  if (before.strategy != after.strategy) lines.push_back(fmt::format("strategy {} -> {}", before.strategy, after.strategy));
+  if (before.strategy != after.strategy)
+    lines.push_back(fmt::format("strategy {} -> {}", before.strategy, after.strategy));
   if (before.zero_stage != after.zero_stage)
     lines.push_back(fmt::format("ZeRO-{} -> ZeRO-{}", before.zero_stage, after.zero_stage));
   if (before.schedule != after.schedule)
-    lines.push_back(fmt::format("{} -> {} schedule", PipelineScheduleName(before.schedule), PipelineScheduleName(after.schedule)));
+    lines.push_back(fmt::format("{} -> {} schedule", PipelineScheduleName(before.schedule),
+                                PipelineScheduleName(after.schedule)));
   if (before.offload_params != after.offload_params)
     lines.push_back(fmt::format("parameter offload {}", after.offload_params ? "on" : "off"));
   if (before.offload_activations != after.offload_activations)
@@ -97,7 +100,8 @@ std::string DescribePlanChange(const Plan& before, const Plan& after) {
   for (int d : devices) {
     auto x = a.find(d), y = b.find(d);
     if (x == a.end()) {
-      lines.push_back(fmt::format("device {}: added ({} sequences a microbatch x count)", d, y->second.batches));
+      lines.push_back(
+          fmt::format("device {}: added ({} sequences a microbatch x count)", d, y->second.batches));
       continue;
     }
     if (y == b.end()) {
@@ -119,16 +123,19 @@ std::string DescribePlanChange(const Plan& before, const Plan& after) {
 }
 
 Result<Escalation> PlanMoreFrugally(const Plan& failed, const std::vector<RankFailure>& failures,
-                                    const std::string& strategy, const PlanRequest& request, const ModelSpec& model,
-                                    const Profile& profile, Cluster* cluster, const EscalationConfig& config) {
+                                    const std::string& strategy, const PlanRequest& request,
+                                    const ModelSpec& model, const Profile& profile, Cluster* cluster,
+                                    const EscalationConfig& config) {
   // What the failed plan was predicted to hold on each device (its ranks' peaks).
-  CostModel costs(*cluster, model, &profile, request.seq_len, request.precision, request.activation_checkpointing);
+  CostModel costs(*cluster, model, &profile, request.seq_len, request.precision,
+                  request.activation_checkpointing);
   Plan routed = failed;
   FillDefaultRouting(&routed, *cluster, model);
   MOTLEY_ASSIGN_OR_RETURN(Schedule schedule, LowerPlan(routed, *cluster, model));
   MOTLEY_ASSIGN_OR_RETURN(SimResult sim, Simulate(schedule, *cluster, costs));
   std::map<int, double> predicted;
-  for (const DeviceSimReport& d : sim.devices) predicted[d.device] = std::max(predicted[d.device], d.peak_memory_bytes);
+  for (const DeviceSimReport& d : sim.devices)
+    predicted[d.device] = std::max(predicted[d.device], d.peak_memory_bytes);
 
   std::vector<std::string> why;
   for (const RankFailure& f : failures) {
@@ -136,19 +143,22 @@ Result<Escalation> PlanMoreFrugally(const Plan& failed, const std::vector<RankFa
     const double capacity = cluster->memory_bytes(f.device);
     const double cap = config.cap_fraction * std::min(capacity, predicted[f.device]);
     cluster->memory_cap_bytes[f.device] = cap;
-    why.push_back(fmt::format("rank {} (device {}, {}) ran out of memory in step {} where the plan predicted a peak of "
-                              "{} of {}: planning again with {} for it",
-                              f.rank, f.device, cluster->spec(f.device).name, f.step, FormatBytes(predicted[f.device]),
-                              FormatBytes(capacity), FormatBytes(cap)));
+    why.push_back(
+        fmt::format("rank {} (device {}, {}) ran out of memory in step {} where the plan predicted a peak of "
+                    "{} of {}: planning again with {} for it",
+                    f.rank, f.device, cluster->spec(f.device).name, f.step, FormatBytes(predicted[f.device]),
+                    FormatBytes(capacity), FormatBytes(cap)));
   }
   if (why.empty()) return Status::InvalidArgument("no rank ran out of memory: nothing to escalate");
 
-  CostModel capped(*cluster, model, &profile, request.seq_len, request.precision, request.activation_checkpointing);
+  CostModel capped(*cluster, model, &profile, request.seq_len, request.precision,
+                   request.activation_checkpointing);
   const PlanEvaluator evaluate = SimulationEvaluator(*cluster, model, capped);
   StrategyOutcome next = PlanWithStrategy(strategy, *cluster, model, capped, request, evaluate);
   if (!next.status.ok() || !next.evaluation.fits_memory)
     return Status::OutOfMemory(fmt::format(
-        "{}; but no {} plan fits then ({}): the model needs more memory than these devices offer — add devices or "
+        "{}; but no {} plan fits then ({}): the model needs more memory than these devices offer — add "
+        "devices or "
         "memory, or lower [training] global_batch_sequences",
         fmt::join(why, "; "), strategy, next.status.ok() ? next.evaluation.oom : next.status.message()));
   next.plan.model = failed.model;

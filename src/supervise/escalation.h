@@ -17,8 +17,8 @@
 #include "core/cluster.h"
 #include "core/model.h"
 #include "core/status.h"
-#include "plan/plan.h"
 #include "plan/baselines.h"
+#include "plan/plan.h"
 #include "sim/profile.h"
 
 namespace motley {
@@ -26,8 +26,8 @@ namespace motley {
 /// What a rank that failed wrote (runtime/train/distributed_trainer.cc).
 struct RankFailure {
   int rank = -1;
-  int device = -1;        // cluster device id
-  int64_t step = 0;       // the step it failed in (from 1)
+  int device = -1;   // cluster device id
+  int64_t step = 0;  // the step it failed in (from 1)
   bool out_of_memory = false;
   bool diverged = false;  // the run diverged ([divergence]): nothing to restart or replan
   std::string message;
@@ -54,8 +54,9 @@ struct Escalation {
 /// caps learnt so far (Cluster::memory_cap_bytes) and gets the new ones. An error when no plan of
 /// `strategy` fits under the caps.
 Result<Escalation> PlanMoreFrugally(const Plan& failed, const std::vector<RankFailure>& failures,
-                                    const std::string& strategy, const PlanRequest& request, const ModelSpec& model,
-                                    const Profile& profile, Cluster* cluster, const EscalationConfig& config = {});
+                                    const std::string& strategy, const PlanRequest& request,
+                                    const ModelSpec& model, const Profile& profile, Cluster* cluster,
+                                    const EscalationConfig& config = {});
 
 /// One line per difference between two plans of the same cluster, e.g. "ZeRO-2 -> ZeRO-3",
 /// "device 0: 1 x 26 sequences -> 2 x 13". "" when they are the same.

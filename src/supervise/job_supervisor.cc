@@ -45,7 +45,8 @@ double MeanStepSeconds(const std::string& path, std::streamoff from) {
   double sum = 0;
   int n = 0;
   for (const MetricsLine& m : *lines) {
-    if (!m.event.empty() || !m.step_time_s || !std::isfinite(*m.step_time_s) || m.step.value_or(0) <= 2) continue;
+    if (!m.event.empty() || !m.step_time_s || !std::isfinite(*m.step_time_s) || m.step.value_or(0) <= 2)
+      continue;
     sum += *m.step_time_s;
     ++n;
   }
@@ -98,8 +99,9 @@ Result<Profile> ProfileForJob(const JobSpec& job, const TrainOptions& options) {
   };
   Result<Profile> profile = ProfileCluster(job.cluster, job.model, tc.seq_len, tc.precision, po);
   if (!profile.ok() || !job.cluster.emulated() || job.cluster.num_devices() < 2) return profile;
-  Result<std::vector<ProfileLink>> links = MeasureLinksLocally(
-      Resolvable(job.cluster_ref, job.file), job.cluster.num_devices(), (fs::path(job.checkpoint.dir) / "links").string());
+  Result<std::vector<ProfileLink>> links =
+      MeasureLinksLocally(Resolvable(job.cluster_ref, job.file), job.cluster.num_devices(),
+                          (fs::path(job.checkpoint.dir) / "links").string());
   if (!links.ok()) return links.status();
   profile->links = *links;
   for (const ProfileLink& l : profile->links)
@@ -133,7 +135,8 @@ Result<JobPlans> PlanForJob(const JobSpec& job, const Profile& profile, const Pl
 void PrintPlans(const JobPlans& p, const TrainingConfig& tc) {
   const Plan& plan = p.chosen.plan;
   fmt::print("plan: {} — {} group(s), ZeRO-{}, {} schedule{}{}\n", p.chosen.strategy, plan.groups.size(),
-             plan.zero_stage, PipelineScheduleName(plan.schedule), plan.offload_params ? ", parameter offload" : "",
+             plan.zero_stage, PipelineScheduleName(plan.schedule),
+             plan.offload_params ? ", parameter offload" : "",
              plan.offload_activations ? ", activation offload" : "");
   PrintPlan(plan);
   if (!p.chosen.explain.empty()) fmt::print("  why: {}\n", p.chosen.explain);
@@ -160,37 +163,51 @@ int LaunchGivenPlan(const JobSpec& job, const TrainOptions& options, const std::
   if (!given.ok()) return fail(given.status());
   Result<PlanEvaluation> predicted = SimulationEvaluator(job.cluster, job.model, costs)(*given, {});
   if (!predicted.ok()) return fail(predicted.status());
-  if (!predicted->fits_memory && !options.even_if_predicted_oom)
-    return fail(Status::OutOfMemory(fmt::format(
-        "{}: the simulator predicts this plan runs out of memory ({}); not started. Plan again (motley plan, or "
-        "motley train {} without --plan), or pass --even-if-predicted-oom to try it anyway",
-        options.plan_path, predicted->oom, job.file.empty() ? "JOB" : job.file)));
-  fmt::print("plan: {} (given), predicted step {}{}\n", options.plan_path, FormatDuration(predicted->step_time_s),
+  if (!predicted->fits_memory && !options.supervisor.even_if_predicted_oom)
+    return fail(Status::OutOfMemory(
+        fmt::format("{}: the simulator predicts this plan runs out of memory ({}); not started. Plan again "
+                    "(motley plan, or "
+                    "motley train {} without --plan), or pass --even-if-predicted-oom to try it anyway",
+                    options.plan_path, predicted->oom, job.file.empty() ? "JOB" : job.file)));
+  fmt::print("plan: {} (given), predicted step {}{}\n", options.plan_path,
+             FormatDuration(predicted->step_time_s),
              predicted->fits_memory ? "" : fmt::format(" — predicted not to fit: {}", predicted->oom));
   PrintPlan(*given);
   // The ranks read a copy: a more frugal plan replaces it, never the file given.
   if (Status s = WritePlanAndProfile(files, *given, profile); !s.ok()) return fail(s);
   std::fflush(stdout);
-  SupervisedRun run{job, options, args, files.self, files.plan, files.profile, files.metrics, profile, request,
-                    job.plan.strategy};
+  SupervisedRun run{job,           options,       args,    files.self, files.plan,
+                    files.profile, files.metrics, profile, request,    job.plan.strategy};
   return LaunchEscalating(run, *given);
 }
 
-// 4. The baseline, measured: the even split trained for options.baseline_steps; then online
+// 4. The baseline, measured: the even split trained for options.supervisor.baseline_steps; then online
 // profiling — the profile scaled to what the devices computed all running together, and the job
 // planned again with it (`profile` and `plans` take the result, and the files are rewritten).
 // Returns the even split's mean step.
 Result<double> MeasureBaseline(const JobSpec& job, const std::string& job_arg, const TrainOptions& options,
-                               const JobFiles& files, const PlanRequest& request, Profile* profile, JobPlans* plans) {
+                               const JobFiles& files, const PlanRequest& request, Profile* profile,
+                               JobPlans* plans) {
   const std::string even_path = (files.dir / "baseline-even-split.toml").string();
   const std::string even_metrics = (files.dir / "baseline-even-split.jsonl").string();
   if (Status s = AtomicWriteFile(even_path, PlanToToml(plans->even.plan)); !s.ok()) return s;
-  fmt::print("\nthe even split first, for {} steps (to measure the speed-up):\n", options.baseline_steps);
+  fmt::print("\nthe even split first, for {} steps (to measure the speed-up):\n",
+             options.supervisor.baseline_steps);
   std::fflush(stdout);
   LaunchOptions base;
   base.nproc = plans->even.plan.num_devices();
-  base.command = {files.self, "train", job_arg, "--plan", even_path, "--steps", std::to_string(options.baseline_steps),
-                  "--metrics", even_metrics, "--metrics-append", "--no-checkpoint", "--no-validation"};
+  base.command = {files.self,
+                  "train",
+                  job_arg,
+                  "--plan",
+                  even_path,
+                  "--steps",
+                  std::to_string(options.supervisor.baseline_steps),
+                  "--metrics",
+                  even_metrics,
+                  "--metrics-append",
+                  "--no-checkpoint",
+                  "--no-validation"};
   const std::streamoff from = FileSize(even_metrics);
   if (Launch(base) != 0) return Status::Internal("the even-split baseline failed (see above)");
   const double baseline_s = MeanStepSeconds(even_metrics, from);
@@ -206,7 +223,8 @@ Result<double> MeasureBaseline(const JobSpec& job, const std::string& job_arg, c
   }
   std::vector<std::string> scales;
   for (const TypeCalibration& k : *c) scales.push_back(fmt::format("{} x{:.2f}", k.device_type, k.scale));
-  fmt::print("\nprofile calibrated on the even split's run (compute {}); planning again:\n", fmt::join(scales, ", "));
+  fmt::print("\nprofile calibrated on the even split's run (compute {}); planning again:\n",
+             fmt::join(scales, ", "));
   *profile = std::move(calibrated);
   Result<JobPlans> again = PlanForJob(job, *profile, request);
   if (!again.ok() || !again->even.status.ok()) return baseline_s;
@@ -216,7 +234,8 @@ Result<double> MeasureBaseline(const JobSpec& job, const std::string& job_arg, c
     PrintPlan(again->chosen.plan);
   }
   *plans = std::move(*again);
-  fmt::print("predicted step {}; the even split: {} — {:.2f}x\n", FormatDuration(plans->chosen.evaluation.step_time_s),
+  fmt::print("predicted step {}; the even split: {} — {:.2f}x\n",
+             FormatDuration(plans->chosen.evaluation.step_time_s),
              FormatDuration(plans->even.evaluation.step_time_s),
              plans->even.evaluation.step_time_s / plans->chosen.evaluation.step_time_s);
   if (Status s = WritePlanAndProfile(files, plans->chosen.plan, *profile); !s.ok()) return s;
@@ -235,7 +254,8 @@ int SuperviseJob(const std::string& job_arg, const JobSpec& job_as_given, const 
   // Before measuring anything: the folder is this run's (with --overwrite, another run's checkpoints
   // and metrics go now; rank 0 claims it again when it starts).
   if (options.checkpoint_at_end) {
-    Result<std::unique_ptr<RunDirLock>> lock = RunDirLock::Acquire(job.checkpoint.dir);  // not while a run writes
+    Result<std::unique_ptr<RunDirLock>> lock =
+        RunDirLock::Acquire(job.checkpoint.dir);  // not while a run writes
     if (!lock.ok()) return fail(lock.status());
     if (Status s = ClaimRunDir(job.checkpoint.dir, !options.resume.empty(), options.overwrite, true); !s.ok())
       return fail(s);
@@ -243,9 +263,11 @@ int SuperviseJob(const std::string& job_arg, const JobSpec& job_as_given, const 
   const LocalDevices here = ProbeLocalDevices();
   const bool on_cpu = options.device == "cpu" || here.num_cuda_devices == 0;
   if (!on_cpu)
-    if (Status s = CheckClusterFitsThisHost(job.cluster, here.num_cuda_devices, job_arg); !s.ok()) return fail(s);
-  fmt::print("{} devices in {}: measure, plan, then launch one rank per device{}\n", job.cluster.num_devices(),
-             job.cluster.name, !job.cluster.emulated() && on_cpu ? " (CPU ranks stand in for them)" : "");
+    if (Status s = CheckClusterFitsThisHost(job.cluster, here.num_cuda_devices, job_arg); !s.ok())
+      return fail(s);
+  fmt::print("{} devices in {}: measure, plan, then launch one rank per device{}\n",
+             job.cluster.num_devices(), job.cluster.name,
+             !job.cluster.emulated() && on_cpu ? " (CPU ranks stand in for them)" : "");
 
   Result<Profile> profile = ProfileForJob(job, options);  // 1
   if (!profile.ok()) return fail(profile.status());
@@ -262,7 +284,8 @@ int SuperviseJob(const std::string& job_arg, const JobSpec& job_as_given, const 
   fmt::print("plan: {}\n", files.plan);
 
   double baseline_s = 0;  // 4
-  if (options.baseline_steps > 0 && plans->even.status.ok() && plans->even.evaluation.fits_memory) {
+  if (options.supervisor.baseline_steps > 0 && plans->even.status.ok() &&
+      plans->even.evaluation.fits_memory) {
     Result<double> measured = MeasureBaseline(job, job_arg, options, files, request, &*profile, &*plans);
     if (!measured.ok()) return fail(measured.status());
     baseline_s = *measured;
@@ -271,15 +294,16 @@ int SuperviseJob(const std::string& job_arg, const JobSpec& job_as_given, const 
   }
 
   const std::streamoff from = FileSize(files.metrics);  // 5
-  SupervisedRun run{job, options, args, files.self, files.plan, files.profile, files.metrics, *profile, request,
-                    job.plan.strategy};
+  SupervisedRun run{job,           options,       args,     files.self, files.plan,
+                    files.profile, files.metrics, *profile, request,    job.plan.strategy};
   const int rc = LaunchEscalating(run, plans->chosen.plan);
   if (rc == 0 && baseline_s > 0) {
     const double plan_s = MeanStepSeconds(files.metrics, from);
     if (plan_s > 0)
-      fmt::print("measured: {} {:.0f} ms a step, the even split {:.0f} ms — {:.2f}x faster (predicted {:.2f}x)\n",
-                 plans->chosen.strategy, plan_s * 1e3, baseline_s * 1e3, baseline_s / plan_s,
-                 plans->even.evaluation.step_time_s / plans->chosen.evaluation.step_time_s);
+      fmt::print(
+          "measured: {} {:.0f} ms a step, the even split {:.0f} ms — {:.2f}x faster (predicted {:.2f}x)\n",
+          plans->chosen.strategy, plan_s * 1e3, baseline_s * 1e3, baseline_s / plan_s,
+          plans->even.evaluation.step_time_s / plans->chosen.evaluation.step_time_s);
   }
   return rc;
 }

@@ -3,17 +3,17 @@
 
 #include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 #include <utility>
-#include <cstring>
-#include <optional>
-#include <algorithm>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -30,9 +30,9 @@ void OnSignal(int sig) { g_interrupted = sig; }
 
 struct Rank {
   pid_t pid = -1;
-  int out_fd = -1;  // read end of the rank's stdout+stderr
-  std::string pending;  // a partial line
-  std::optional<int> status;  // waitpid status once it exited
+  int out_fd = -1;             // read end of the rank's stdout+stderr
+  std::string pending;         // a partial line
+  std::optional<int> status;   // waitpid status once it exited
   bool stopped_by_us = false;  // it exited after the launcher began stopping the ranks
 };
 
@@ -65,8 +65,8 @@ std::vector<std::string> RemoteWords(const std::string& remote, const LaunchHost
     const size_t end = std::min(remote.find(' ', begin), remote.size());
     if (end > begin) {
       std::string w = remote.substr(begin, end - begin);
-      for (const auto& [key, value] : {std::pair<std::string, std::string>{"{host}", host.name},
-                                       {"{index}", std::to_string(index)}})
+      for (const auto& [key, value] :
+           {std::pair<std::string, std::string>{"{host}", host.name}, {"{index}", std::to_string(index)}})
         for (size_t at; (at = w.find(key)) != std::string::npos;) w.replace(at, key.size(), value);
       words.push_back(std::move(w));
     }
@@ -78,8 +78,9 @@ std::vector<std::string> RemoteWords(const std::string& remote, const LaunchHost
 }  // namespace
 
 std::string ShellQuote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=:,+@%") ==
-                        std::string::npos)
+  if (!s.empty() &&
+      s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=:,+@%") ==
+          std::string::npos)
     return s;
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -98,22 +99,24 @@ Result<std::vector<LaunchHost>> ParseLaunchHosts(const std::string& text) {
     h.name = colon == std::string::npos ? part : part.substr(0, colon);
     if (colon != std::string::npos) {
       const std::string n = part.substr(colon + 1);
-      if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1 ||
-          std::stoi(n) > 1024)
+      if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoi(n) < 1 || std::stoi(n) > 1024)
         return Status::InvalidArgument(fmt::format(
-            "--hosts: \"{}\": the ranks on a host are a number from 1 to 1024 after the colon, as in node1:4", part));
+            "--hosts: \"{}\": the ranks on a host are a number from 1 to 1024 after the colon, as in node1:4",
+            part));
       h.nproc = std::stoi(n);
     }
     if (h.name.empty() || h.name.find_first_of(" \t'\"$`\\;&|<>(){}") != std::string::npos)
       return Status::InvalidArgument(fmt::format(
-          "--hosts: \"{}\": give each host as NAME or NAME:RANKS, separated by commas (e.g. node1:4,node2:4)", part));
+          "--hosts: \"{}\": give each host as NAME or NAME:RANKS, separated by commas (e.g. node1:4,node2:4)",
+          part));
     hosts.push_back(h);
   }
   return hosts;
 }
 
-std::vector<std::string> RemoteRankArgv(const LaunchOptions& o, int host_index, const std::vector<std::string>& env,
-                                        const std::string& working_dir) {
+std::vector<std::string> RemoteRankArgv(const LaunchOptions& o, int host_index,
+                                        const std::vector<std::string>& env, const std::string& working_dir) {
   std::vector<std::string> argv = RemoteWords(o.remote, o.hosts[host_index], host_index);
   std::string line = "cd " + ShellQuote(working_dir) + " && exec env";
   for (const std::string& e : env) line += " " + ShellQuote(e);
@@ -262,7 +265,8 @@ int Launch(const LaunchOptions& options) {
         if (Failed(status) && first_failure < 0) {
           first_failure = r;
           failed_at = Clock::now();
-          fmt::print(stderr, "motley launch: rank {} {}; waiting up to {:.0f} s for the other ranks to stop\n", r,
+          fmt::print(stderr,
+                     "motley launch: rank {} {}; waiting up to {:.0f} s for the other ranks to stop\n", r,
                      Describe(status), o.stop_grace_s);
         } else if (Failed(status)) {
           fmt::print(stderr, "motley launch: rank {} {}\n", r, Describe(status));
@@ -271,7 +275,8 @@ int Launch(const LaunchOptions& options) {
         all_done = false;
       }
     }
-    if (all_done && std::all_of(ranks.begin(), ranks.end(), [](const Rank& rk) { return rk.out_fd < 0; })) break;
+    if (all_done && std::all_of(ranks.begin(), ranks.end(), [](const Rank& rk) { return rk.out_fd < 0; }))
+      break;
     if (all_done && fds.empty()) break;
     // Stopping.
     if (g_interrupted && !terminated_at) {
@@ -281,8 +286,10 @@ int Launch(const LaunchOptions& options) {
       if (first_failure < 0) first_failure = o.nproc;  // the run failed, though no rank did
     }
     const auto now = Clock::now();
-    if (failed_at && !terminated_at && std::chrono::duration<double>(now - *failed_at).count() > o.stop_grace_s) {
-      fmt::print(stderr, "motley launch: stopping the ranks still running after rank {} failed\n", first_failure);
+    if (failed_at && !terminated_at &&
+        std::chrono::duration<double>(now - *failed_at).count() > o.stop_grace_s) {
+      fmt::print(stderr, "motley launch: stopping the ranks still running after rank {} failed\n",
+                 first_failure);
       signal_all(SIGTERM);
       terminated_at = now;
     }
@@ -308,7 +315,8 @@ int Launch(const LaunchOptions& options) {
         }
       }
     }
-    if (blame < o.nproc) fmt::print(stderr, "motley launch: failed: rank {} {}\n", blame, Describe(*ranks[blame].status));
+    if (blame < o.nproc)
+      fmt::print(stderr, "motley launch: failed: rank {} {}\n", blame, Describe(*ranks[blame].status));
     // An interrupted run blames no rank (nothing to restart without).
     if (o.failed_rank != nullptr) *o.failed_rank = blame < o.nproc && !g_interrupted ? blame : -1;
     return 1;

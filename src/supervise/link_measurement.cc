@@ -18,8 +18,13 @@ Result<std::vector<ProfileLink>> MeasureLinksLocally(const std::string& cluster_
   fs::remove(out, ec);
   LaunchOptions launch;
   launch.nproc = num_devices;
-  launch.command = {fs::read_symlink("/proc/self/exe").string(), "profile", "--cluster", cluster_ref, "--links-only",
-                    "-o", out};
+  launch.command = {fs::read_symlink("/proc/self/exe").string(),
+                    "profile",
+                    "--cluster",
+                    cluster_ref,
+                    "--links-only",
+                    "-o",
+                    out};
   if (Launch(launch) != 0) return Status::Internal("measuring the links failed (see above)");
   MOTLEY_ASSIGN_OR_RETURN(Profile p, LoadProfileFile(out));
   return p.links;

@@ -89,13 +89,14 @@ dir = "ckpt"
 [plan]
 strategy = "auto"
 )");
-  const std::string cmd = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") + "' " +
-                          MOTLEY_BIN + " train job.toml 2>&1";
+  const std::string cmd = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") +
+                          "' " + MOTLEY_BIN + " train job.toml 2>&1";
   CliRun r = RunCommandLine(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Measured without the whole model: one layer's limit, then the whole model's at every stage.
   EXPECT_CONTAINS(r.output, "profile: emu-cpu: largest microbatch of one layer that fits in 128 MiB");
-  EXPECT_CONTAINS(r.output, "profile: emu-cpu: largest microbatch of the whole model at ZeRO-3 over 4 devices");
+  EXPECT_CONTAINS(r.output,
+                  "profile: emu-cpu: largest microbatch of the whole model at ZeRO-3 over 4 devices");
   EXPECT_CONTAINS(r.output, "training 25.44M parameters on 4 ranks");
   // The state of one device's share in ZeRO-0 (16 bytes a parameter) is far beyond 128 MiB.
   EXPECT_GT(16 * 25.44e6, 3 * 128.0 * 1024 * 1024);
@@ -123,21 +124,25 @@ using namespace motley_test;
 // at once naming it and its error — not at a collective's timeout, blaming the network.
 TEST(BigModel, ARankOutOfMemoryStopsTheOthersNamingIt) {
   TempDir dir;
-  std::string cluster = motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/clusters/local-emulated.toml").value();
+  std::string cluster =
+      motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/clusters/local-emulated.toml")
+          .value();
   for (const std::string memory : {"memory = \"1GiB\"", "memory = \"512MiB\""})
     cluster.replace(cluster.find(memory), memory.size(), "memory = \"48MiB\"");
   dir.Write("c.toml", cluster);
-  std::string plan = motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-even-dp.toml").value();
+  std::string plan =
+      motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-even-dp.toml").value();
   plan.replace(plan.find("cluster = \"local-emulated\""), 26, "cluster = \"c.toml\"");
   plan.replace(plan.find("microbatch_size = [2, 2, 2, 2]"), 30, "microbatch_size = [26, 2, 2, 2]");
   plan.replace(plan.find("num_microbatches = [4, 4, 4, 4]"), 31, "num_microbatches = [1, 4, 4, 4]");
   dir.Write("p.toml", plan);
-  std::string job = motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/jobs/default.toml").value();
+  std::string job =
+      motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/jobs/default.toml").value();
   job.replace(job.find("cluster = \"local-emulated\""), 26, "cluster = \"c.toml\"");
   job.replace(job.find("global_batch_sequences = 32"), 27, "global_batch_sequences = 50");
   dir.Write("job.toml", job);
-  CliRun r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train " + dir.Join("job.toml") + " --plan " +
-                    dir.Join("p.toml") + " --steps 2 --no-checkpoint --no-validation");
+  CliRun r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train " + dir.Join("job.toml") +
+                    " --plan " + dir.Join("p.toml") + " --steps 2 --no-checkpoint --no-validation");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "rank 0: out of memory on rank 0");
   EXPECT_CONTAINS(r.output, "rank 0 failed first: out of memory on rank 0");

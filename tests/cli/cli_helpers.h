@@ -36,7 +36,8 @@ inline CliRun RunCommandLine(const std::string& cmd) {
   if (r.exit_code != 0 && cmd.find(MOTLEY_BIN) != std::string::npos) {
     for (const char* raw : {"json.exception", "c10::", "std::", "what():"}) {
       EXPECT_EQ(r.output.find(raw), std::string::npos)
-          << "raw exception text '" << raw << "' reached the user of `" << cmd << "`:\n" << r.output;
+          << "raw exception text '" << raw << "' reached the user of `" << cmd << "`:\n"
+          << r.output;
     }
   }
 #endif
@@ -60,7 +61,9 @@ inline bool RankSaid(const std::string& output, int rank, const std::string& tex
   return false;
 }
 
-inline std::string Example(const std::string& rel) { return std::string(MOTLEY_SOURCE_DIR) + "/examples/" + rel; }
+inline std::string Example(const std::string& rel) {
+  return std::string(MOTLEY_SOURCE_DIR) + "/examples/" + rel;
+}
 
 class TempDir {
  public:

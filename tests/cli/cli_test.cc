@@ -1,7 +1,7 @@
 // End-to-end tests of the motley command line: run the built binary, check exit codes and output.
-#include <cstdint>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cstdint>
 
 #include <cstdio>
 #include <filesystem>
@@ -250,9 +250,9 @@ TEST(Cli, SimulateReportsTheIssueFields) {
 TEST(Cli, CalibrateScalesTheProfileToTheRun) {
   TempDir dir;
   const std::string plan = Example("plans/local-even-dp.toml");
-  const std::string profile = dir.Write(
-      "profile.json",
-      R"({"format": "motley-profile-1", "entries": [{"device_type": "emu-cpu", "model": "llama-1m",
+  const std::string profile =
+      dir.Write("profile.json",
+                R"({"format": "motley-profile-1", "entries": [{"device_type": "emu-cpu", "model": "llama-1m",
           "hidden_size": 128, "seq_len": 128, "precision": "fp32",
           "points": [{"microbatch": 1, "forward_ms": 1.0, "backward_ms": 3.0},
                      {"microbatch": 8, "forward_ms": 6.0, "backward_ms": 18.0}],
@@ -275,8 +275,8 @@ TEST(Cli, CalibrateScalesTheProfileToTheRun) {
     metrics += nlohmann::json{{"step", step}, {"step_time_s", 1.0}, {"ranks", ranks}}.dump() + "\n";
   }
   dir.Write("run.jsonl", metrics);
-  CliRun c = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " + dir.Join("run.jsonl") +
-                    " -o " + dir.Join("calibrated.json"));
+  CliRun c = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " +
+                    dir.Join("run.jsonl") + " -o " + dir.Join("calibrated.json"));
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_CONTAINS(c.output, "emu-cpu");
   EXPECT_CONTAINS(c.output, "1.4");
@@ -296,9 +296,10 @@ TEST(Cli, CalibrateScalesTheProfileToTheRun) {
   EXPECT_NEAR(comm_after / ranks, 1.4 * comm_before / ranks + 0.05, 1e-3);
   EXPECT_EQ(c.output.find("no lower"), std::string::npos) << c.output;
   // Metrics of another plan (one rank): one clear error, no file written.
-  dir.Write("other.jsonl", R"({"step": 3, "ranks": [{"rank": 0, "compute_s": 0.1}]})" "\n");
-  CliRun bad = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " + dir.Join("other.jsonl") +
-                      " -o " + dir.Join("bad.json"));
+  dir.Write("other.jsonl", R"({"step": 3, "ranks": [{"rank": 0, "compute_s": 0.1}]})"
+                           "\n");
+  CliRun bad = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " +
+                      dir.Join("other.jsonl") + " -o " + dir.Join("bad.json"));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_CONTAINS(bad.output, "other.jsonl");
   EXPECT_CONTAINS(bad.output, "not of this plan");
@@ -316,7 +317,8 @@ TEST(Cli, CalibrateScalesTheProfileToTheRun) {
     }
     return dir.Write(name, text);
   };
-  const std::string first = run("first.jsonl", {1.0, 1.0, 1.3}), second = run("second.jsonl", {1.3, 1.6, 1.6, 1.6});
+  const std::string first = run("first.jsonl", {1.0, 1.0, 1.3}),
+                    second = run("second.jsonl", {1.3, 1.6, 1.6, 1.6});
   for (const auto& [files, scale] : std::vector<std::pair<std::string, double>>{
            {first, 1.0}, {second, 1.6}, {first + " --metrics " + second, 1.3}}) {
     CliRun p = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " + files + " -o " +
@@ -329,8 +331,8 @@ TEST(Cli, CalibrateScalesTheProfileToTheRun) {
         << files;
   }
   // A run of another plan among them: one error naming both files, nothing written.
-  CliRun mixed = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " + first + " --metrics " +
-                        dir.Join("other.jsonl") + " -o " + dir.Join("mixed.json"));
+  CliRun mixed = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " + first +
+                        " --metrics " + dir.Join("other.jsonl") + " -o " + dir.Join("mixed.json"));
   EXPECT_EQ(mixed.exit_code, 1);
   EXPECT_CONTAINS(mixed.output, "other.jsonl: 1 rank(s), but");
   EXPECT_CONTAINS(mixed.output, "first.jsonl");
@@ -340,17 +342,17 @@ TEST(Cli, CalibrateScalesTheProfileToTheRun) {
   // this plan's schedule only the steps after the switch count (before it: 5x, left out).
   const std::string hash = before["schedule_hash"].get<std::string>();
   const std::string first_steps = motley::ReadFileToString(first).value();
-  dir.Write("another-schedule.jsonl", std::string(R"({"event": "start", "schedule_hash": "0123456789abcdef"})") + "\n" +
-                                          first_steps);
+  dir.Write("another-schedule.jsonl",
+            std::string(R"({"event": "start", "schedule_hash": "0123456789abcdef"})") + "\n" + first_steps);
   CliRun foreign = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " +
                           dir.Join("another-schedule.jsonl") + " -o " + dir.Join("foreign.json"));
   EXPECT_EQ(foreign.exit_code, 1);
   EXPECT_CONTAINS(foreign.output, "ran schedule 0123456789abcdef, but the plan lowers to schedule " + hash);
   EXPECT_FALSE(fs::exists(dir.Join("foreign.json")));
   const std::string slow_steps = motley::ReadFileToString(run("slow.jsonl", {5.0, 5.0, 5.0})).value();
-  dir.Write("rebalanced.jsonl", std::string(R"({"event": "start", "schedule_hash": "0123456789abcdef"})") + "\n" +
-                                    slow_steps + nlohmann::json{{"event", "rebalance"}, {"schedule_hash", hash}}.dump() +
-                                    "\n" + first_steps);
+  dir.Write("rebalanced.jsonl",
+            std::string(R"({"event": "start", "schedule_hash": "0123456789abcdef"})") + "\n" + slow_steps +
+                nlohmann::json{{"event", "rebalance"}, {"schedule_hash", hash}}.dump() + "\n" + first_steps);
   CliRun switched = Motley("calibrate --profile " + profile + " --plan " + plan + " --metrics " +
                            dir.Join("rebalanced.jsonl") + " -o " + dir.Join("switched.json"));
   ASSERT_EQ(switched.exit_code, 0) << switched.output;
@@ -384,9 +386,11 @@ TEST(Cli, ScheduleListsEveryRankAndBadPlansSayWhy) {
 TEST(Cli, APlanWrittenToAnotherFolderFindsItsClusterFile) {
   TempDir dir;
   const std::string out = dir.Join("elsewhere.toml");
-  CliRun r = Motley("plan --cluster examples/clusters/local-emulated.toml --model llama-1m --seq-len 128 "
-                    "--global-batch-tokens 4096 --precision fp32 --strategy poplar -o " + out,
-                    false, MOTLEY_SOURCE_DIR);
+  CliRun r = Motley(
+      "plan --cluster examples/clusters/local-emulated.toml --model llama-1m --seq-len 128 "
+      "--global-batch-tokens 4096 --precision fp32 --strategy poplar -o " +
+          out,
+      false, MOTLEY_SOURCE_DIR);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   CliRun sim = Motley("simulate --plan " + out);
   EXPECT_EQ(sim.exit_code, 0) << sim.output;
@@ -461,7 +465,8 @@ num_microbatches = [16, 16]
   EXPECT_CONTAINS(text.output, "units given");
   CliRun bad = Motley("simulate --plan " + plan + " --straggler 7=4");
   EXPECT_NE(bad.exit_code, 0);
-  EXPECT_CONTAINS(bad.output, "--straggler 7=4: give DEVICE=FACTOR, a device of cluster local-emulated (0..3)");
+  EXPECT_CONTAINS(bad.output,
+                  "--straggler 7=4: give DEVICE=FACTOR, a device of cluster local-emulated (0..3)");
 }
 
 // #26 part 3: on a cluster of NVLink/NVSwitch nodes the pipeline searches split layers per group in
@@ -545,7 +550,8 @@ TEST(Cli, PlanChoosesComparesAndWritesAPlanThatSimulatesUnchanged) {
   EXPECT_EQ(zorse.exit_code, 0) << zorse.output;
   EXPECT_CONTAINS(zorse.output, "why: cut into");
   // What clipping costs the plan; planned without it, the plan says so and its schedule differs.
-  EXPECT_CONTAINS(zorse.output, "gradient clipping: on (with it every update waits for the global norm): step ");
+  EXPECT_CONTAINS(zorse.output,
+                  "gradient clipping: on (with it every update waits for the global norm): step ");
   const std::string unclipped = out + ".unclipped.toml";
   CliRun off = Motley(base + " --strategy zorse --no-gradient-clipping --explain -o " + unclipped);
   EXPECT_EQ(off.exit_code, 0) << off.output;
@@ -562,11 +568,13 @@ TEST(Cli, PlanChoosesComparesAndWritesAPlanThatSimulatesUnchanged) {
 // #48: a sequence no device can run even one layer of says so — not "can step faster than inf s".
 TEST(Cli, ASequenceNoDeviceCanHoldIsNamedNotAnInfiniteTime) {
   TempDir dir;
-  const std::string model = dir.Write("long.toml", "base = \"llama-65b\"\nname = \"long65\"\nmax_seq_len = 16777216\n");
+  const std::string model =
+      dir.Write("long.toml", "base = \"llama-65b\"\nname = \"long65\"\nmax_seq_len = 16777216\n");
   CliRun r = Motley("plan --cluster local-emulated --model " + model +
                     " --seq-len 1048576 --global-batch-tokens 1048576 --strategy poplar");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_CONTAINS(r.output, "no device here can hold one layer's backward for one sequence of 1048576 tokens of long65");
+  EXPECT_CONTAINS(
+      r.output, "no device here can hold one layer's backward for one sequence of 1048576 tokens of long65");
   EXPECT_EQ(r.output.find("inf s"), std::string::npos) << r.output;
 }
 
@@ -596,13 +604,14 @@ TEST(Cli, NumericFlagsOutOfTheirRangeSayWhichAndWhy) {
   struct Case {
     std::string args, message;
   };
-  for (const Case& c : {Case{"data prepare --input " + text + " -o " + out + " --shard-tokens 0",
-                             "--shard-tokens: must be at least 1, got 0"},
-                        Case{"data prepare --input " + text + " -o " + out + " --shard-tokens -5",
-                             "--shard-tokens: must be at least 1, got -5"},
-                        Case{"data prepare --input " + text + " -o " + out + " --validation-fraction 2",
-                             "--validation-fraction: must be between 0 and 1, got 2"},
-                        Case{"launch --nproc 1 --stop-grace -1 -- true", "--stop-grace: must be at least 0, got -1"}}) {
+  for (const Case& c :
+       {Case{"data prepare --input " + text + " -o " + out + " --shard-tokens 0",
+             "--shard-tokens: must be at least 1, got 0"},
+        Case{"data prepare --input " + text + " -o " + out + " --shard-tokens -5",
+             "--shard-tokens: must be at least 1, got -5"},
+        Case{"data prepare --input " + text + " -o " + out + " --validation-fraction 2",
+             "--validation-fraction: must be between 0 and 1, got 2"},
+        Case{"launch --nproc 1 --stop-grace -1 -- true", "--stop-grace: must be at least 0, got -1"}}) {
     CliRun r = Motley(c.args);
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
     EXPECT_CONTAINS(r.output, c.message);
@@ -613,8 +622,9 @@ TEST(Cli, NumericFlagsOutOfTheirRangeSayWhichAndWhy) {
 // A global batch of 2^32 sequences (#28: the lowering ran out of memory in a worker thread and the
 // process ended in "terminate called") is refused for the microbatches it would need per step.
 TEST(Cli, AGlobalBatchTooLargeToRunIsRefusedNotCrashed) {
-  CliRun r = Motley("plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 549755813888 "
-                    "--precision fp32");
+  CliRun r = Motley(
+      "plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 549755813888 "
+      "--precision fp32");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_CONTAINS(r.output, "more than motley runs in one step (65536");
   EXPECT_CONTAINS(r.output, "a smaller global batch");
@@ -626,12 +636,14 @@ TEST(Cli, AGlobalBatchTooLargeToRunIsRefusedNotCrashed) {
 TEST(Cli, PlanExplainsWhereItsTimeWentAndWhichDevicesItLeftOut) {
   // Eight A100s and twenty-four T4s on slow links for a small model: the T4s only slow it down.
   TempDir dir;
-  const std::string cluster = dir.Write("mixed.toml",
-                                        "[[nodes]]\nname = \"fast\"\ndevice = \"a100-40gb\"\ncount = 8\n"
-                                        "interconnect = \"nvswitch\"\nnic_bandwidth = \"100Gbps\"\n"
-                                        "[[nodes]]\nname = \"slow\"\nreplicas = 3\ndevice = \"t4\"\ncount = 8\n"
-                                        "nic_bandwidth = \"10Gbps\"\n");
-  const std::string base = "plan --cluster " + cluster + " --model llama-100m --seq-len 256 --global-batch-tokens 16384";
+  const std::string cluster =
+      dir.Write("mixed.toml",
+                "[[nodes]]\nname = \"fast\"\ndevice = \"a100-40gb\"\ncount = 8\n"
+                "interconnect = \"nvswitch\"\nnic_bandwidth = \"100Gbps\"\n"
+                "[[nodes]]\nname = \"slow\"\nreplicas = 3\ndevice = \"t4\"\ncount = 8\n"
+                "nic_bandwidth = \"10Gbps\"\n");
+  const std::string base =
+      "plan --cluster " + cluster + " --model llama-100m --seq-len 256 --global-batch-tokens 16384";
   CliRun r = Motley(base + " --explain --json", true);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
@@ -669,7 +681,8 @@ TEST(Cli, PlanningCommandsAnswerTheSameWhateverTheHeapSwitches) {
   }
   EXPECT_EQ(answers[0], answers[1]);
   EXPECT_EQ(answers[0], answers[2]);
-  CliRun schedule = RunCommandLine("env -u GLIBC_TUNABLES " + std::string(MOTLEY_BIN) + " schedule --help 2>&1");
+  CliRun schedule =
+      RunCommandLine("env -u GLIBC_TUNABLES " + std::string(MOTLEY_BIN) + " schedule --help 2>&1");
   EXPECT_EQ(schedule.exit_code, 0) << schedule.output;
   EXPECT_CONTAINS(schedule.output, "Lower a plan to its schedule");
 }
@@ -680,17 +693,20 @@ TEST(Cli, JsonInputsNestedTooDeepOrWithARepeatedKeyGetOneClearError) {
   CliRun nested = Motley("simulate --plan " + deep);
   EXPECT_EQ(nested.exit_code, 1) << nested.output;
   EXPECT_CONTAINS(nested.output, "deep.json: error: nested more than 64 levels deep");
-  const std::string twice = dir.Write("config.json", R"({"model_type": "llama", "hidden_size": 64, "hidden_size": 128})");
+  const std::string twice =
+      dir.Write("config.json", R"({"model_type": "llama", "hidden_size": 64, "hidden_size": 128})");
   CliRun repeated = Motley("describe --model " + twice);
   EXPECT_EQ(repeated.exit_code, 1) << repeated.output;
   EXPECT_CONTAINS(repeated.output, "config.json: error: key \"hidden_size\" appears twice in one object");
 }
 
 TEST(Cli, PlanSaysWhyNoStrategyFoundAPlan) {
-  CliRun longer = Motley("plan --cluster local-emulated --model llama-1m --seq-len 4096 --global-batch-tokens 8192");
+  CliRun longer =
+      Motley("plan --cluster local-emulated --model llama-1m --seq-len 4096 --global-batch-tokens 8192");
   EXPECT_EQ(longer.exit_code, 1) << longer.output;
   EXPECT_CONTAINS(longer.output, "--seq-len 4096 is longer than llama-1m's max_seq_len (256)");
-  CliRun big = Motley("plan --cluster local-emulated --model llama-7b --seq-len 128 --global-batch-tokens 4096");
+  CliRun big =
+      Motley("plan --cluster local-emulated --model llama-7b --seq-len 128 --global-batch-tokens 4096");
   EXPECT_EQ(big.exit_code, 1) << big.output;
   EXPECT_CONTAINS(big.output, "auto: no strategy found a plan that fits (zorse: ");
   EXPECT_CONTAINS(big.output, "; poplar: ");
@@ -700,18 +716,22 @@ namespace {
 // precision = "auto" (#47): bf16 where every device type has it, else fp16 with loss scaling, and
 // the plan says which and why.
 TEST(Cli, AutoPrecisionIsBf16WhereEveryDeviceHasItElseFp16AndSaysWhy) {
-  CliRun mixed = Motley("plan --cluster zorse-b --model llama-7b --seq-len 1024 --global-batch-tokens 1048576 "
-                        "--precision auto --strategy deepspeed-even");
+  CliRun mixed = Motley(
+      "plan --cluster zorse-b --model llama-7b --seq-len 1024 --global-batch-tokens 1048576 "
+      "--precision auto --strategy deepspeed-even");
   ASSERT_EQ(mixed.exit_code, 0) << mixed.output;
-  EXPECT_CONTAINS(mixed.output, "precision: fp16 with dynamic loss scaling: v100-16gb, t4 cannot compute in bf16");
-  CliRun modern = Motley("plan --cluster poplar-a --model llama-7b --seq-len 1024 --global-batch-tokens 1048576 "
-                         "--precision auto --strategy deepspeed-even");
+  EXPECT_CONTAINS(mixed.output,
+                  "precision: fp16 with dynamic loss scaling: v100-16gb, t4 cannot compute in bf16");
+  CliRun modern = Motley(
+      "plan --cluster poplar-a --model llama-7b --seq-len 1024 --global-batch-tokens 1048576 "
+      "--precision auto --strategy deepspeed-even");
   ASSERT_EQ(modern.exit_code, 0) << modern.output;
   EXPECT_CONTAINS(modern.output, "precision: bf16: every device type computes in it");
   TempDir dir;
-  CliRun job = Motley("validate " + dir.Write("auto.toml", "model = \"llama-1m\"\ncluster = \"zorse-b\"\n[training]\n"
-                                                           "seq_len = 128\nglobal_batch_sequences = 8\n"
-                                                           "precision = \"auto\"\n"));
+  CliRun job = Motley("validate " + dir.Write("auto.toml",
+                                              "model = \"llama-1m\"\ncluster = \"zorse-b\"\n[training]\n"
+                                              "seq_len = 128\nglobal_batch_sequences = 8\n"
+                                              "precision = \"auto\"\n"));
   EXPECT_EQ(job.exit_code, 0) << job.output;
 }
 }  // namespace

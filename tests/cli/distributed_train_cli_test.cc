@@ -6,15 +6,15 @@
 // clipping — run by `motley launch` as 2-6 ranks,
 // ends 5 steps with the parameters and AdamW moments of a single-process run: in fp64 within 1e-10
 // (kFp64Tolerance), in fp32 within a noise floor measured in the same run.
-#include <array>
-#include <cstdint>
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <limits>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -62,11 +62,13 @@ class DistributedEquivalence : public ::testing::Test {
     double params = -1, moments = -1;
     std::string output;
   };
-  static std::optional<Differences> Train(const PlanCase& c, const std::string& name, const std::string& reference,
-                                          const std::string& extra = "", const std::string& job_extra = "",
+  static std::optional<Differences> Train(const PlanCase& c, const std::string& name,
+                                          const std::string& reference, const std::string& extra = "",
+                                          const std::string& job_extra = "",
                                           const std::string& precision = "fp64") {
-    const std::string plan = dir_->Write(name + ".plan.toml", PlanHeader(precision) +
-                                                                  (c.clip > 0 ? "" : "gradient_clipping = false\n") + c.body);
+    const std::string plan =
+        dir_->Write(name + ".plan.toml",
+                    PlanHeader(precision) + (c.clip > 0 ? "" : "gradient_clipping = false\n") + c.body);
     dir_->Write(name + ".toml", Job(dir_->Join(name), c.clip, c.checkpointing, precision) + job_extra);
     CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
                           ".toml --plan " + plan + " --metrics " + name + ".jsonl " + extra,
@@ -159,15 +161,18 @@ TEST_F(DistributedEquivalence, ACheckpointOfAnyPlanResumesUnderAnyOther) {
       const std::string plan = dir_->Write(name + ".plan.toml", PlanHeader() + c.body);
       dir_->Write(name + ".toml", Job(dir_->Join(name), c.clip, c.checkpointing));
       CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
-                            ".toml --plan " + plan + " --resume " + dir_->Join(std::string("from-") + a + "/step-000002"),
+                            ".toml --plan " + plan + " --resume " +
+                            dir_->Join(std::string("from-") + a + "/step-000002"),
                         false, dir_->path().string());
       ASSERT_EQ(r.exit_code, 0) << r.output;
       EXPECT_CONTAINS(r.output, "steps 3..5 of 5");
-      const std::string got = dir_->Join(name + "/step-000005/"), ref = dir_->Join(reference + "/step-000005/");
+      const std::string got = dir_->Join(name + "/step-000005/"),
+                        ref = dir_->Join(reference + "/step-000005/");
       const double params = MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors");
-      const double moments = MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors");
-      std::cout << name << ": relative difference of the parameters " << params << ", of the moments " << moments
-                << "\n";
+      const double moments =
+          MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors");
+      std::cout << name << ": relative difference of the parameters " << params << ", of the moments "
+                << moments << "\n";
       EXPECT_GE(params, 0);
       EXPECT_LT(params, kFp64Tolerance);
       EXPECT_GE(moments, 0);
@@ -184,7 +189,8 @@ TEST_F(DistributedEquivalence, OffloadWithAsynchronousCopiesMatchesOneProcess) {
     if (std::string(c.body).find("offload_") == std::string::npos) continue;
     SCOPED_TRACE(c.name);
     ++offload_plans;
-    auto d = Train(c, std::string("async-") + c.name, Reference(c.clip, c.checkpointing), "--cpu-copy-threads");
+    auto d =
+        Train(c, std::string("async-") + c.name, Reference(c.clip, c.checkpointing), "--cpu-copy-threads");
     if (!d) continue;
     EXPECT_LT(d->params, kFp64Tolerance);
     EXPECT_LT(d->moments, kFp64Tolerance);
@@ -199,14 +205,18 @@ TEST_F(DistributedEquivalence, Fp32PlansStayWithinTheMeasuredNoiseFloor) {
   dir_->Write("ref32.toml", Job(dir_->Join("ref32"), 0, true, "fp32"));
   dir_->Write("ref32-mb4.toml", Job(dir_->Join("ref32-mb4"), 0, true, "fp32"));
   ASSERT_EQ(Motley("train ref32.toml --single-process", false, dir_->path().string()).exit_code, 0);
-  ASSERT_EQ(Motley("train ref32-mb4.toml --single-process --microbatch 4", false, dir_->path().string()).exit_code, 0);
+  ASSERT_EQ(
+      Motley("train ref32-mb4.toml --single-process --microbatch 4", false, dir_->path().string()).exit_code,
+      0);
   const std::string ref = dir_->Join("ref32/step-000005/"), mb4 = dir_->Join("ref32-mb4/step-000005/");
   const double floor_params = MaxRelativeDifference(mb4 + "model.safetensors", ref + "model.safetensors");
-  const double floor_moments = MaxRelativeDifference(mb4 + "optimizer.safetensors", ref + "optimizer.safetensors");
+  const double floor_moments =
+      MaxRelativeDifference(mb4 + "optimizer.safetensors", ref + "optimizer.safetensors");
   ASSERT_GT(floor_params, 0) << "two microbatchings agree exactly: no floor to measure";
   ASSERT_GT(floor_moments, 0);
   ASSERT_LT(floor_params, 1e-3) << "the single process does not reproduce itself";
-  std::cout << "fp32 noise floor after 5 steps: parameters " << floor_params << ", moments " << floor_moments << "\n";
+  std::cout << "fp32 noise floor after 5 steps: parameters " << floor_params << ", moments " << floor_moments
+            << "\n";
   for (const char* name : {"dp3-zero3-uneven", "interleaved-offload-uneven"}) {
     SCOPED_TRACE(name);
     auto d = Train(Case(name), std::string("fp32-") + name, "ref32", "", "", "fp32");
@@ -216,19 +226,24 @@ TEST_F(DistributedEquivalence, Fp32PlansStayWithinTheMeasuredNoiseFloor) {
   }
   // Precision changes on resume too (#25): two fp64 steps of one plan, then three fp32 steps of
   // another, stay within the same floor of fp32 training, and the run checkpoints in fp32.
-  auto fp64 = Train(Case("dp3-zero3-uneven"), "fp64-then-fp32", Reference(0, true), "", "interval_steps = 2\nkeep = 5\n");
+  auto fp64 = Train(Case("dp3-zero3-uneven"), "fp64-then-fp32", Reference(0, true), "",
+                    "interval_steps = 2\nkeep = 5\n");
   ASSERT_TRUE(fp64);
   const PlanCase& next = Case("interleaved-offload-uneven");
-  const std::string plan = dir_->Write("fp32-resumed.plan.toml", PlanHeader("fp32") + "gradient_clipping = false\n" + next.body);
+  const std::string plan =
+      dir_->Write("fp32-resumed.plan.toml", PlanHeader("fp32") + "gradient_clipping = false\n" + next.body);
   dir_->Write("fp32-resumed.toml", Job(dir_->Join("fp32-resumed"), 0, true, "fp32"));
   CliRun r = Motley("launch --nproc " + std::to_string(next.ranks) + " -- " + MOTLEY_BIN +
-                        " train fp32-resumed.toml --plan " + plan + " --resume " + dir_->Join("fp64-then-fp32/step-000002"),
+                        " train fp32-resumed.toml --plan " + plan + " --resume " +
+                        dir_->Join("fp64-then-fp32/step-000002"),
                     false, dir_->path().string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string resumed = dir_->Join("fp32-resumed/step-000005/");
   EXPECT_FALSE(AllF64(resumed + "model.safetensors"));
-  EXPECT_LT(MaxRelativeDifference(resumed + "model.safetensors", ref + "model.safetensors"), 10 * floor_params);
-  EXPECT_LT(MaxRelativeDifference(resumed + "optimizer.safetensors", ref + "optimizer.safetensors"), 10 * floor_moments);
+  EXPECT_LT(MaxRelativeDifference(resumed + "model.safetensors", ref + "model.safetensors"),
+            10 * floor_params);
+  EXPECT_LT(MaxRelativeDifference(resumed + "optimizer.safetensors", ref + "optimizer.safetensors"),
+            10 * floor_moments);
 }
 
 // FlexTP's modes on tensor-parallel teams (issue #9 §6): `off` and `migrate` are exact with or
@@ -273,13 +288,14 @@ TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
     // Without an emulated straggler, CPU timing noise alone must not count as one.
     if (c.straggler < 0) job += "straggler_threshold = 0.5\n";
     if (c.straggler >= 0)
-      job += "[[emulation.stragglers]]\nrank = " + std::to_string(c.straggler) + "\nslowdown = " +
-             std::to_string(c.slowdown) + "\nfrom_step = 2\nslows = \"" + c.slows + "\"\n";
+      job += "[[emulation.stragglers]]\nrank = " + std::to_string(c.straggler) +
+             "\nslowdown = " + std::to_string(c.slowdown) + "\nfrom_step = 2\nslows = \"" + c.slows + "\"\n";
     auto d = Train(plan, name, Reference(plan.clip, plan.checkpointing), "", job);
     if (!d) continue;
     // What the team did, from the metrics: units moved, units pruned.
     double moved = 0, pruned = 0;
-    int64_t straggler_gave = 0;  // the most units and groups the straggler gave in a step, by its ranks' metrics
+    int64_t straggler_gave =
+        0;  // the most units and groups the straggler gave in a step, by its ranks' metrics
     std::ifstream metrics(dir_->Join(name + ".jsonl"));
     for (std::string line; std::getline(metrics, line);) {
       const nlohmann::json j = nlohmann::json::parse(line);
@@ -295,10 +311,12 @@ TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
         given += f["units_given"].get<int64_t>() + f["heads_given"].get<int64_t>();
         received += f["units_received"].get<int64_t>() + f["heads_received"].get<int64_t>();
         if (r["rank"].get<int>() == c.straggler)
-          straggler_gave = std::max(straggler_gave, f["units_given"].get<int64_t>() + f["heads_given"].get<int64_t>());
+          straggler_gave =
+              std::max(straggler_gave, f["units_given"].get<int64_t>() + f["heads_given"].get<int64_t>());
       }
       EXPECT_EQ(given, received) << line;
-      EXPECT_GE(static_cast<double>(given), j["migrated_units"].get<double>()) << line;  // (the most of any team)
+      EXPECT_GE(static_cast<double>(given), j["migrated_units"].get<double>())
+          << line;  // (the most of any team)
     }
     const bool slowed = c.straggler >= 0 && std::string(c.mode) != "off";
     if (c.exact) {
@@ -322,7 +340,8 @@ TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
       // moves between runs: 0.15-1.1% across the twelve measured (six runs) on this team, a 4x
       // straggler pruning up to half of its 32 units a layer; FlexTP's bench (512 units a rank)
       // stays within 0.6% at 4x.
-      const auto got = losses(name + ".jsonl"), want = losses(Reference(plan.clip, plan.checkpointing) + ".jsonl");
+      const auto got = losses(name + ".jsonl"),
+                 want = losses(Reference(plan.clip, plan.checkpointing) + ".jsonl");
       ASSERT_EQ(got.size(), want.size());
       double worst = 0;
       for (const auto& [step, loss] : want) worst = std::max(worst, std::abs(got.at(step) - loss) / loss);
@@ -348,7 +367,8 @@ TEST_F(DistributedEquivalence, MigrationInATeamOfFourIsExactEitherWay) {
   };
   dir_->Write("ref-mha.toml", with_model(Job(dir_->Join("ref-mha"), 0, true)));
   ASSERT_EQ(Motley("train ref-mha.toml --single-process", false, dir_->path().string()).exit_code, 0);
-  const std::string plan = dir_->Write("tp4.plan.toml", with_model(PlanHeader()) + "gradient_clipping = false\n" + R"(schedule = "gpipe"
+  const std::string plan = dir_->Write(
+      "tp4.plan.toml", with_model(PlanHeader()) + "gradient_clipping = false\n" + R"(schedule = "gpipe"
 zero_stage = 0
 [[groups]]
 ministages = [[0, 2], [2, 4]]
@@ -370,13 +390,13 @@ num_microbatches = [4, 4, 4, 4]
   for (const MigrationCase& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string name = std::string("tp4-") + c.name;
-    std::string job = with_model(Job(dir_->Join(name), 0, true)) + "[tensor_parallel]\nmode = \"migrate\"\nmigration = \"" +
-                      c.migration + "\"\n";
+    std::string job = with_model(Job(dir_->Join(name), 0, true)) +
+                      "[tensor_parallel]\nmode = \"migrate\"\nmigration = \"" + c.migration + "\"\n";
     for (int s : c.stragglers)
       job += "[[emulation.stragglers]]\nrank = " + std::to_string(s) + "\nslowdown = 6\nfrom_step = 2\n";
     dir_->Write(name + ".toml", job);
-    CliRun r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train " + name + ".toml --plan " + plan +
-                          " --metrics " + name + ".jsonl",
+    CliRun r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train " + name + ".toml --plan " +
+                          plan + " --metrics " + name + ".jsonl",
                       false, dir_->path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     double moved = 0;
@@ -388,9 +408,10 @@ num_microbatches = [4, 4, 4, 4]
     EXPECT_GT(moved, 0) << "nothing migrated";
     const std::string got = dir_->Join(name + "/step-000005/"), ref = dir_->Join("ref-mha/step-000005/");
     const double params = MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors");
-    const double moments = MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors");
-    std::cout << name << ": moved up to " << moved << " units; relative difference of the parameters " << params
-              << ", of the moments " << moments << "\n";
+    const double moments =
+        MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors");
+    std::cout << name << ": moved up to " << moved << " units; relative difference of the parameters "
+              << params << ", of the moments " << moments << "\n";
     EXPECT_GE(params, 0);
     EXPECT_LT(params, kFp64Tolerance);
     EXPECT_LT(moments, kFp64Tolerance);
@@ -432,17 +453,21 @@ num_microbatches = [4, 4]
     dir_->Write(ref + ".toml", with_model(Job(dir_->Join(ref), c.clip, c.checkpointing)));
     CliRun r = Motley("train " + ref + ".toml --single-process", false, dir_->path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const std::string plan = dir_->Write(std::string(c.name) + ".plan.toml",
-                                         with_model(PlanHeader()) + (c.clip > 0 ? "" : "gradient_clipping = false\n") + c.body);
+    const std::string plan =
+        dir_->Write(std::string(c.name) + ".plan.toml",
+                    with_model(PlanHeader()) + (c.clip > 0 ? "" : "gradient_clipping = false\n") + c.body);
     dir_->Write(std::string(c.name) + ".toml", with_model(Job(dir_->Join(c.name), c.clip, c.checkpointing)));
-    r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + c.name + ".toml --plan " +
-                   plan,
+    r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + c.name +
+                   ".toml --plan " + plan,
                false, dir_->path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const std::string got = dir_->Join(std::string(c.name) + "/step-000005/"), want = dir_->Join(ref + "/step-000005/");
+    const std::string got = dir_->Join(std::string(c.name) + "/step-000005/"),
+                      want = dir_->Join(ref + "/step-000005/");
     const double params = MaxRelativeDifference(got + "model.safetensors", want + "model.safetensors");
-    const double moments = MaxRelativeDifference(got + "optimizer.safetensors", want + "optimizer.safetensors");
-    std::cout << c.name << ": relative difference of the parameters " << params << ", of the moments " << moments << "\n";
+    const double moments =
+        MaxRelativeDifference(got + "optimizer.safetensors", want + "optimizer.safetensors");
+    std::cout << c.name << ": relative difference of the parameters " << params << ", of the moments "
+              << moments << "\n";
     EXPECT_GE(params, 0) << "the checkpoints differ in their tensors";
     EXPECT_LT(params, kFp64Tolerance);
     EXPECT_LT(moments, kFp64Tolerance);
@@ -496,16 +521,20 @@ num_microbatches = [6, 6]
     }
     const std::string name = std::string("tied-") + c.name;
     const std::string plan =
-        dir_->Write(name + ".plan.toml", with_model(PlanHeader()) + (c.clip > 0 ? "" : "gradient_clipping = false\n") + c.body);
-    dir_->Write(name + ".toml", with_model(Job(dir_->Join(name), c.clip, c.checkpointing)) + "interval_steps = 2\nkeep = 5\n");
+        dir_->Write(name + ".plan.toml",
+                    with_model(PlanHeader()) + (c.clip > 0 ? "" : "gradient_clipping = false\n") + c.body);
+    dir_->Write(name + ".toml", with_model(Job(dir_->Join(name), c.clip, c.checkpointing)) +
+                                    "interval_steps = 2\nkeep = 5\n");
     CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
                           ".toml --plan " + plan,
                       false, dir_->path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::string got = dir_->Join(name + "/step-000005/"), want = dir_->Join(ref + "/step-000005/");
     const double params = MaxRelativeDifference(got + "model.safetensors", want + "model.safetensors");
-    const double moments = MaxRelativeDifference(got + "optimizer.safetensors", want + "optimizer.safetensors");
-    std::cout << name << ": relative difference of the parameters " << params << ", of the moments " << moments << "\n";
+    const double moments =
+        MaxRelativeDifference(got + "optimizer.safetensors", want + "optimizer.safetensors");
+    std::cout << name << ": relative difference of the parameters " << params << ", of the moments "
+              << moments << "\n";
     EXPECT_GE(params, 0) << "the checkpoints differ in their tensors (a tied model saves one matrix)";
     EXPECT_LT(params, kFp64Tolerance);
     EXPECT_LT(moments, kFp64Tolerance);
@@ -519,24 +548,28 @@ num_microbatches = [6, 6]
     const std::string plan = dir_->Write(name + ".plan.toml", with_model(PlanHeader()) + c.body);
     dir_->Write(name + ".toml", with_model(Job(dir_->Join(name), c.clip, c.checkpointing)));
     CliRun r = Motley("launch --nproc " + std::to_string(c.ranks) + " -- " + MOTLEY_BIN + " train " + name +
-                          ".toml --plan " + plan + " --resume " + dir_->Join(std::string("tied-") + from + "/step-000002"),
+                          ".toml --plan " + plan + " --resume " +
+                          dir_->Join(std::string("tied-") + from + "/step-000002"),
                       false, dir_->path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_CONTAINS(r.output, "steps 3..5 of 5");
     const std::string got = dir_->Join(name + "/step-000005/"),
                       want = dir_->Join("tied-ref-" + Reference(1, true) + "/step-000005/");
     const double params = MaxRelativeDifference(got + "model.safetensors", want + "model.safetensors");
-    const double moments = MaxRelativeDifference(got + "optimizer.safetensors", want + "optimizer.safetensors");
-    std::cout << name << ": relative difference of the parameters " << params << ", of the moments " << moments << "\n";
+    const double moments =
+        MaxRelativeDifference(got + "optimizer.safetensors", want + "optimizer.safetensors");
+    std::cout << name << ": relative difference of the parameters " << params << ", of the moments "
+              << moments << "\n";
     EXPECT_GE(params, 0);
     EXPECT_LT(params, kFp64Tolerance);
     EXPECT_LT(moments, kFp64Tolerance);
   }
-  const std::string mismatched =
-      dir_->Write("tied-mismatched.plan.toml", with_model(PlanHeader()) + Case("pipeline-tp2-then-tp1-offload").body);
+  const std::string mismatched = dir_->Write(
+      "tied-mismatched.plan.toml", with_model(PlanHeader()) + Case("pipeline-tp2-then-tp1-offload").body);
   CliRun r = Motley("simulate --plan " + mismatched, false, dir_->path().string());
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_CONTAINS(r.output, "ties them (tie_embeddings = true), so both groups must split its vocabulary alike");
+  EXPECT_CONTAINS(r.output,
+                  "ties them (tie_embeddings = true), so both groups must split its vocabulary alike");
 }
 
 // Starting from a Hugging Face folder (#47): a fine-tune under a ZeRO-3, a pipeline and a
@@ -544,7 +577,8 @@ num_microbatches = [6, 6]
 // the parameters and moments of one process started from the same folder (fp64). The folder is a
 // trained model exported as Hugging Face tools write it (config.json and model.safetensors only).
 TEST_F(DistributedEquivalence, AFineTuneFromAHuggingFaceFolderMatchesOneProcessUnderEveryFamily) {
-  CliRun r = Motley("checkpoint export " + Reference(0, true) + "/step-000005 hf-start", false, dir_->path().string());
+  CliRun r = Motley("checkpoint export " + Reference(0, true) + "/step-000005 hf-start", false,
+                    dir_->path().string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   fs::remove(dir_->path() / "hf-start" / "trainer_state.json");
   fs::remove(dir_->path() / "hf-start" / "optimizer.safetensors");
@@ -552,8 +586,8 @@ TEST_F(DistributedEquivalence, AFineTuneFromAHuggingFaceFolderMatchesOneProcessU
   for (double clip : {0.0, 1.0}) {
     const std::string name = std::string("ft-ref-clip") + (clip > 0 ? "1" : "0");
     dir_->Write(name + ".toml", Job(dir_->Join(name), clip, true));
-    r = Motley("train " + name + ".toml --single-process --init-from " + hf + " --metrics " + name + ".jsonl", false,
-               dir_->path().string());
+    r = Motley("train " + name + ".toml --single-process --init-from " + hf + " --metrics " + name + ".jsonl",
+               false, dir_->path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   // The fine-tune started from the folder, not from the seed: it differs from the run the folder
@@ -583,16 +617,17 @@ TEST_F(DistributedEquivalence, AFineTuneFromAHuggingFaceFolderMatchesOneProcessU
       const size_t comma = line.rfind(", ", semi);
       const size_t of = line.find(" of ", comma);
       auto bytes = [](const std::string& text) { return motley::ParseBytes(text).value(); };
-      loaded[rank] = {bytes(line.substr(comma + 2, of - comma - 2)), bytes(line.substr(of + 4, semi - of - 4)),
-                      bytes(line.substr(line.rfind(" at ") + 4))};
+      loaded[rank] = {bytes(line.substr(comma + 2, of - comma - 2)),
+                      bytes(line.substr(of + 4, semi - of - 4)), bytes(line.substr(line.rfind(" at ") + 4))};
     }
     ASSERT_EQ(static_cast<int>(loaded.size()), c.ranks) << plan << ": one line a rank\n" << d->output;
     for (const auto& [rank, b] : loaded) {
       const auto [part, whole, peak] = b;
-      SCOPED_TRACE(std::string(plan) + " rank " + std::to_string(rank) + ": part " + std::to_string(part) + " of " +
-                   std::to_string(whole) + ", peak " + std::to_string(peak));
-      EXPECT_LT(part, 0.75 * whole) << "a stage reads its own layers, a tensor-parallel rank its slices, a ZeRO-3 "
-                                       "rank its shards";
+      SCOPED_TRACE(std::string(plan) + " rank " + std::to_string(rank) + ": part " + std::to_string(part) +
+                   " of " + std::to_string(whole) + ", peak " + std::to_string(peak));
+      EXPECT_LT(part, 0.75 * whole)
+          << "a stage reads its own layers, a tensor-parallel rank its slices, a ZeRO-3 "
+             "rank its shards";
       if (std::string(plan) == "dp3-zero3-uneven") {
         EXPECT_LT(peak, 0.05 * part) << "the shards are read into the device's buffers, not the host's";
       } else {
@@ -619,7 +654,8 @@ TEST_F(DistributedEquivalence, LossScalingSkipsAnOverflowOnEveryRankAndResumesUn
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const PlanCase& pipeline = Case("pipeline2x2-1f1b-round-robin");
   ASSERT_EQ(pipeline.ranks, 4);
-  const std::string plan = dir_->Write("ls-pipeline.plan.toml", PlanHeader() + "loss_scaling = true\n" + pipeline.body);
+  const std::string plan =
+      dir_->Write("ls-pipeline.plan.toml", PlanHeader() + "loss_scaling = true\n" + pipeline.body);
   job("ls-pipeline", "interval_steps = 2\nkeep = 5\n");
   r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train ls-pipeline.toml --plan " + plan +
                  " --overflow-rank 2 --overflow-step 3 --metrics ls-pipeline.jsonl",
@@ -636,12 +672,14 @@ TEST_F(DistributedEquivalence, LossScalingSkipsAnOverflowOnEveryRankAndResumesUn
     ASSERT_EQ(steps.size(), 5u) << run;
     for (int step = 1; step <= 5; ++step) {
       EXPECT_EQ(steps[step]["skipped"].get<bool>(), step == 3) << run << " step " << step;
-      EXPECT_EQ(steps[step]["loss_scale"].get<double>(), step < 3 ? 65536.0 : 32768.0) << run << " step " << step;
+      EXPECT_EQ(steps[step]["loss_scale"].get<double>(), step < 3 ? 65536.0 : 32768.0)
+          << run << " step " << step;
     }
   }
   const std::string ref = dir_->Join("ls-ref/step-000005/"), got = dir_->Join("ls-pipeline/step-000005/");
   EXPECT_LT(MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors"), kFp64Tolerance);
-  EXPECT_LT(MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors"), kFp64Tolerance);
+  EXPECT_LT(MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors"),
+            kFp64Tolerance);
   // The skip mattered: the run that applied step 3 ends elsewhere.
   EXPECT_GT(MaxRelativeDifference(got + "model.safetensors",
                                   dir_->Join(Reference(1, true) + "/step-000005/model.safetensors")),
@@ -652,7 +690,8 @@ TEST_F(DistributedEquivalence, LossScalingSkipsAnOverflowOnEveryRankAndResumesUn
   EXPECT_EQ(state["loss_scale"].get<double>(), 32768.0) << state.dump();
   EXPECT_EQ(state["loss_scale_good_steps"].get<int64_t>(), 1) << state.dump();
   const PlanCase& dp = Case("dp3-zero0-last-batch");
-  const std::string dp_plan = dir_->Write("ls-dp.plan.toml", PlanHeader() + "loss_scaling = true\n" + dp.body);
+  const std::string dp_plan =
+      dir_->Write("ls-dp.plan.toml", PlanHeader() + "loss_scaling = true\n" + dp.body);
   job("ls-resumed", "");
   r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train ls-resumed.toml --plan " + dp_plan +
                  " --resume " + dir_->Join("ls-pipeline/step-000004") + " --metrics ls-resumed.jsonl",
@@ -660,7 +699,8 @@ TEST_F(DistributedEquivalence, LossScalingSkipsAnOverflowOnEveryRankAndResumesUn
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string resumed = dir_->Join("ls-resumed/step-000005/");
   EXPECT_LT(MaxRelativeDifference(resumed + "model.safetensors", ref + "model.safetensors"), kFp64Tolerance);
-  EXPECT_LT(MaxRelativeDifference(resumed + "optimizer.safetensors", ref + "optimizer.safetensors"), kFp64Tolerance);
+  EXPECT_LT(MaxRelativeDifference(resumed + "optimizer.safetensors", ref + "optimizer.safetensors"),
+            kFp64Tolerance);
   std::ifstream in(dir_->Join("ls-resumed.jsonl"));
   for (std::string line; std::getline(in, line);) {
     nlohmann::json m = nlohmann::json::parse(line);
@@ -670,8 +710,9 @@ TEST_F(DistributedEquivalence, LossScalingSkipsAnOverflowOnEveryRankAndResumesUn
   }
   // A plan without loss scaling for a job with it is refused, naming the key.
   dir_->Write("ls-noscale.plan.toml", PlanHeader() + pipeline.body);
-  r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train ls-ref.toml --plan ls-noscale.plan.toml",
-             false, dir_->path().string());
+  r = Motley(
+      "launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train ls-ref.toml --plan ls-noscale.plan.toml",
+      false, dir_->path().string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_CONTAINS(r.output, "ls-noscale.plan.toml: the plan has no loss scaling but the job");
   EXPECT_CONTAINS(r.output, "set loss_scaling = true in the plan");
@@ -685,10 +726,11 @@ TEST_F(DistributedEquivalence, AWidthThatDoesNotDivideTheVocabularyPadsItExactly
   for (const bool tied : {false, true}) {
     SCOPED_TRACE(tied ? "tied" : "untied");
     const std::string tag = tied ? "tied" : "untied";
-    dir_->Write("eq6-" + tag + ".toml", std::string("name = \"eq6\"\nhidden_size = 48\nnum_layers = 2\nnum_heads = 6\n"
-                                                     "num_kv_heads = 3\nffn_size = 96\nvocab_size = 256\n"
-                                                     "max_seq_len = 64\ntie_embeddings = ") +
-                                             (tied ? "true" : "false") + "\n");
+    dir_->Write("eq6-" + tag + ".toml",
+                std::string("name = \"eq6\"\nhidden_size = 48\nnum_layers = 2\nnum_heads = 6\n"
+                            "num_kv_heads = 3\nffn_size = 96\nvocab_size = 256\n"
+                            "max_seq_len = 64\ntie_embeddings = ") +
+                    (tied ? "true" : "false") + "\n");
     auto job = [&](const std::string& name) {
       std::string j = Job(dir_->Join(name), 1.0, true);
       j.replace(j.find("model.toml"), 10, "eq6-" + tag + ".toml");
@@ -709,12 +751,15 @@ microbatch_size = [4, 4, 4]
 num_microbatches = [3, 3, 3]
 )");
     job("vp-tp3-" + tag);
-    r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train vp-tp3-" + tag + ".toml --plan " + plan,
-               false, dir_->path().string());
+    r = Motley(
+        "launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train vp-tp3-" + tag + ".toml --plan " + plan,
+        false, dir_->path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const std::string ref = dir_->Join("vp-ref-" + tag + "/step-000005/"), got = dir_->Join("vp-tp3-" + tag + "/step-000005/");
+    const std::string ref = dir_->Join("vp-ref-" + tag + "/step-000005/"),
+                      got = dir_->Join("vp-tp3-" + tag + "/step-000005/");
     EXPECT_LT(MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors"), kFp64Tolerance);
-    EXPECT_LT(MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors"), kFp64Tolerance);
+    EXPECT_LT(MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors"),
+              kFp64Tolerance);
     const SafetensorsValues exported = ReadSafetensors(got + "model.safetensors");
     ASSERT_TRUE(exported.tensors.count("model.embed_tokens.weight"));
     EXPECT_EQ(exported.tensors.at("model.embed_tokens.weight").size(), 256u * 48u);
@@ -725,9 +770,9 @@ num_microbatches = [3, 3, 3]
 TEST_F(DistributedEquivalence, AMismatchedPlanIsOneClearError) {
   // The plan's batch differs from the job's.
   const std::string plan = dir_->Write("bad.plan.toml", PlanHeader() +
-                                                           "[[groups]]\nministages = [[0, 4]]\n"
-                                                           "devices = [0, 1]\nmicrobatch_size = [4, 4]\n"
-                                                           "num_microbatches = [1, 1]\n");
+                                                            "[[groups]]\nministages = [[0, 4]]\n"
+                                                            "devices = [0, 1]\nmicrobatch_size = [4, 4]\n"
+                                                            "num_microbatches = [1, 1]\n");
   CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train " + Reference(1, true) +
                         ".toml --plan " + plan,
                     false, dir_->path().string());
@@ -804,8 +849,9 @@ TEST(DistributedTrain, AnEmulatedDeviceRunsOutOfMemoryWithTheGpuError) {
   dir.Write("plan.toml", kEvenDp2);
   dir.Write("job.toml", Job(dir.Join("run"), 1, true, "fp32"));
   // Device 1 has 256 KiB: the step fails with the out-of-memory error, naming the rank and device.
-  dir.Write("cluster.toml", TwoDeviceCluster("[[nodes.emulation]]\nspeed_factor = 1.0\n"
-                                             "[[nodes.emulation]]\nspeed_factor = 1.0\nmemory = \"256KiB\"\n"));
+  dir.Write("cluster.toml",
+            TwoDeviceCluster("[[nodes.emulation]]\nspeed_factor = 1.0\n"
+                             "[[nodes.emulation]]\nspeed_factor = 1.0\nmemory = \"256KiB\"\n"));
   CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml",
                     false, dir.path().string());
   EXPECT_NE(r.exit_code, 0);
@@ -863,7 +909,8 @@ devices = [2]
 microbatch_size = [2]
 num_microbatches = [6]
 )");
-  dir.Write("profile.json", R"({"format": "motley-profile-1", "entries": [{"device_type": "cpu", "model": "eq4",
+  dir.Write("profile.json",
+            R"({"format": "motley-profile-1", "entries": [{"device_type": "cpu", "model": "eq4",
       "hidden_size": 32, "seq_len": 16, "precision": "fp32",
       "points": [{"microbatch": 1, "forward_ms": 1.0, "backward_ms": 3.0},
                  {"microbatch": 8, "forward_ms": 6.0, "backward_ms": 18.0}]}]})");
@@ -884,7 +931,8 @@ num_microbatches = [6]
   EXPECT_CONTAINS(train.output, "schedule: " + hash);
   // The routing given is not the block order a plan without one would have had: the hash differs.
   std::string routed = motley::ReadFileToString(dir.Join("plan.toml")).value();
-  routed.replace(routed.find("num_microbatches = [3, 3]"), 25, "num_microbatches = [3, 3]\nrouting = [0, 0, 0, 1, 1, 1]");
+  routed.replace(routed.find("num_microbatches = [3, 3]"), 25,
+                 "num_microbatches = [3, 3]\nrouting = [0, 0, 0, 1, 1, 1]");
   dir.Write("block.plan.toml", routed);
   CliRun block = Motley("simulate --plan block.plan.toml --json", true, dir.path().string());
   ASSERT_EQ(block.exit_code, 0) << block.output;
@@ -921,8 +969,10 @@ TEST(DistributedTrain, AKilledRankMidStepStopsEveryRankWithItsName) {
   TempDir dir;
   dir.Write("model.toml", kModel);
   dir.Write("cluster.toml", kCluster);
-  const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
-                                                              "seq_len = 16\nprecision = \"fp32\"\n") + PlanNamed("pipeline3-1f1b-asymmetric").body);
+  const std::string plan =
+      dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
+                                         "seq_len = 16\nprecision = \"fp32\"\n") +
+                                 PlanNamed("pipeline3-1f1b-asymmetric").body);
   std::string job = Job(dir.Join("run"), 1, true, "fp32");
   job.replace(job.find("steps = 5"), 9, "steps = 500");
   dir.Write("job.toml", job);
@@ -932,8 +982,8 @@ TEST(DistributedTrain, AKilledRankMidStepStopsEveryRankWithItsName) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_CONTAINS(r.output, "motley launch: failed: rank 1 was killed by signal 9");
   for (int k : {0, 2})
-    EXPECT_TRUE(RankSaid(r.output, k, "1 stopped responding"))
-        << "rank " << k << " did not name rank 1:\n" << r.output;
+    EXPECT_TRUE(RankSaid(r.output, k, "1 stopped responding")) << "rank " << k << " did not name rank 1:\n"
+                                                               << r.output;
 }
 
 TEST(DistributedTrain, TrainOnAClusterMeasuresPlansLaunchesAndComparesWithThePrediction) {
@@ -943,15 +993,17 @@ TEST(DistributedTrain, TrainOnAClusterMeasuresPlansLaunchesAndComparesWithThePre
   std::string cluster = kCluster;
   cluster.replace(cluster.find("cpu6"), 4, "cpu3");
   cluster.replace(cluster.find("count = 6"), 9, "count = 2");
-  dir.Write("cluster.toml", cluster + "nic_bandwidth = \"1Gbps\"\n[nodes.emulation]\nspeed_factor = 2.0\n"
-                                "[[nodes]]\nname = \"b\"\ndevice = \"cpu\"\ncount = 1\ninterconnect = \"pcie\"\n"
-                                "intra_bandwidth = \"10GB/s\"\nnic_bandwidth = \"1Gbps\"\n"
-                                "[nodes.emulation]\nspeed_factor = 6.0\nmemory = \"512MiB\"\n");
+  dir.Write("cluster.toml",
+            cluster +
+                "nic_bandwidth = \"1Gbps\"\n[nodes.emulation]\nspeed_factor = 2.0\n"
+                "[[nodes]]\nname = \"b\"\ndevice = \"cpu\"\ncount = 1\ninterconnect = \"pcie\"\n"
+                "intra_bandwidth = \"10GB/s\"\nnic_bandwidth = \"1Gbps\"\n"
+                "[nodes.emulation]\nspeed_factor = 6.0\nmemory = \"512MiB\"\n");
   std::string job = Job(dir.Join("run"), 1, true, "fp32");
   job.replace(job.find("steps = 5"), 9, "steps = 6");
   dir.Write("job.toml", job + "[plan]\nstrategy = \"poplar\"\n");
-  const std::string cmd = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") + "' " +
-                          MOTLEY_BIN + " train job.toml 2>&1";
+  const std::string cmd = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") +
+                          "' " + MOTLEY_BIN + " train job.toml 2>&1";
   CliRun r = RunCommandLine(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "3 devices in cpu3: measure, plan, then launch one rank per device");
@@ -975,7 +1027,8 @@ TEST(DistributedTrain, TrainOnAClusterMeasuresPlansLaunchesAndComparesWithThePre
   EXPECT_CONTAINS(r.output, "the even split first, for 4 steps");
   EXPECT_CONTAINS(r.output, "profile calibrated on the even split's run (compute cpu x");
   EXPECT_CONTAINS(r.output, "measured: poplar");
-  EXPECT_NE(motley::ReadFileToString(dir.Join("run/profile.json")).value(), first_profile) << "the ranks read the calibrated profile";
+  EXPECT_NE(motley::ReadFileToString(dir.Join("run/profile.json")).value(), first_profile)
+      << "the ranks read the calibrated profile";
 }
 
 }  // namespace

@@ -32,12 +32,15 @@ std::string JobWithCheckpoints(const TempDir& dir, double clip, int steps, int i
                                const std::string& divergence = "") {
   std::string job = Job(dir.Join("run"), clip, true, "fp32");
   job.replace(job.find("steps = 5"), 9, "steps = " + std::to_string(steps));
-  return job + "interval_steps = " + std::to_string(interval) + "\nkeep = " + std::to_string(keep) + "\n" + divergence;
+  return job + "interval_steps = " + std::to_string(interval) + "\nkeep = " + std::to_string(keep) + "\n" +
+         divergence;
 }
 
 std::string PlanFile(const TempDir& dir, const PlanCase& c) {
-  return dir.Write("plan.toml", "model = \"model.toml\"\ncluster = \"cluster.toml\"\nseq_len = 16\nprecision = \"fp32\"\n" +
-                                    std::string(c.clip > 0 ? "" : "gradient_clipping = false\n") + c.body);
+  return dir.Write(
+      "plan.toml",
+      "model = \"model.toml\"\ncluster = \"cluster.toml\"\nseq_len = 16\nprecision = \"fp32\"\n" +
+          std::string(c.clip > 0 ? "" : "gradient_clipping = false\n") + c.body);
 }
 
 // Without clipping (the updates run before the step's norm is summed) and with it (the norm is
@@ -57,9 +60,9 @@ TEST(Divergence, ADivergedRunStopsNamingTheStepTheRankAndTheLastGoodCheckpoint) 
     const PlanCase& plan = PlanNamed(c.plan);
     dir.Write("job.toml", JobWithCheckpoints(dir, plan.clip, 6, 1, 2));
     PlanFile(dir, plan);
-    const CliRun r = Motley("launch --nproc " + std::to_string(plan.ranks) + " -- " + std::string(MOTLEY_BIN) +
-                                " train job.toml --plan plan.toml --diverge-rank " + std::to_string(c.loss_rank) +
-                                " --diverge-at-step 4",
+    const CliRun r = Motley("launch --nproc " + std::to_string(plan.ranks) + " -- " +
+                                std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml --diverge-rank " +
+                                std::to_string(c.loss_rank) + " --diverge-at-step 4",
                             false, dir.path().string());
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_CONTAINS(r.output, "step 4: the loss is nan");
@@ -100,7 +103,8 @@ TEST(Divergence, RollbackGoesBackToTheLastGoodCheckpointAndOnWithALowerLearningR
   dir.Write("model.toml", kModel);
   dir.Write("cluster.toml", kCluster);
   const PlanCase& plan = PlanNamed("dp2-zero2-uneven");
-  dir.Write("job.toml", JobWithCheckpoints(dir, plan.clip, 6, 2, 3, "[divergence]\naction = \"rollback\"\nlr_factor = 0.5\n"));
+  dir.Write("job.toml", JobWithCheckpoints(dir, plan.clip, 6, 2, 3,
+                                           "[divergence]\naction = \"rollback\"\nlr_factor = 0.5\n"));
   PlanFile(dir, plan);
   const CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) +
                               " train job.toml --plan plan.toml --diverge-rank 0 --diverge-at-step 4",
@@ -142,7 +146,8 @@ TEST(Divergence, OneProcessStopsOrRollsBackTheSameWay) {
   dir.Write("model.toml", kModel);
   dir.Write("cluster.toml", kCluster);
   dir.Write("job.toml", JobWithCheckpoints(dir, 1, 5, 2, 1));
-  CliRun r = Motley("train job.toml --single-process --diverge-rank 0 --diverge-at-step 3", false, dir.path().string());
+  CliRun r = Motley("train job.toml --single-process --diverge-rank 0 --diverge-at-step 3", false,
+                    dir.path().string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_CONTAINS(r.output, "step 3: the loss is nan");
   EXPECT_CONTAINS(r.output, "the last good checkpoint is " + dir.Join("run/step-000002") + " (step 2)");

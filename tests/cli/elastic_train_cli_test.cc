@@ -41,14 +41,15 @@ TEST(DistributedTrain, AStragglerIsNamedInDataParallelismAndInAPipeline) {
     std::string job = Job(dir.Join("run"), p.clip, p.checkpointing, "fp32");
     job.replace(job.find("steps = 5"), 9, "steps = 16");
     // A 4x straggler against a threshold of 2x.
-    job += "[straggler_detection]\nthreshold = 1.0\n[[emulation.stragglers]]\nrank = " + std::to_string(c.slowed) +
-           "\nslowdown = 4\nfrom_step = 5\nto_step = 10\n";
+    job += "[straggler_detection]\nthreshold = 1.0\n[[emulation.stragglers]]\nrank = " +
+           std::to_string(c.slowed) + "\nslowdown = 4\nfrom_step = 5\nto_step = 10\n";
     dir.Write("job.toml", job);
     CliRun r = Motley("launch --nproc " + std::to_string(p.ranks) + " -- " + std::string(MOTLEY_BIN) +
                           " train job.toml --plan plan.toml --metrics m.jsonl",
                       false, dir.path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_CONTAINS(r.output, "straggler: rank " + std::to_string(c.slowed) + " (device " + std::to_string(c.slowed));
+    EXPECT_CONTAINS(r.output,
+                    "straggler: rank " + std::to_string(c.slowed) + " (device " + std::to_string(c.slowed));
     EXPECT_CONTAINS(r.output, "rank " + std::to_string(c.slowed) + " (device " + std::to_string(c.slowed) +
                                   ", cpu) has recovered");
     for (int k = 0; k < p.ranks; ++k) {
@@ -86,8 +87,10 @@ TEST(DistributedTrain, AStragglerIsRebalancedLiveAndTheRunStaysExact) {
   auto job = [&](const std::string& name, bool rebalance) {
     std::string j = Job(dir.Join(name), 1, true);
     j.replace(j.find("steps = 5"), 9, "steps = 14");
-    j += "interval_steps = 1\nkeep = 20\n[straggler_detection]\nbaseline_steps = 2\npersist_steps = 2\nrebalance = " +
-         std::string(rebalance ? "true" : "false") + "\n[[emulation.stragglers]]\nrank = 1\nslowdown = 3\nfrom_step = 5\n";
+    j += "interval_steps = 1\nkeep = 20\n[straggler_detection]\nbaseline_steps = 2\npersist_steps = "
+         "2\nrebalance = " +
+         std::string(rebalance ? "true" : "false") +
+         "\n[[emulation.stragglers]]\nrank = 1\nslowdown = 3\nfrom_step = 5\n";
     return dir.Write(name + ".toml", j);
   };
   std::string ref = Job(dir.Join("ref"), 1, true);
@@ -115,7 +118,8 @@ last_microbatch_size = [0, 2, 0]
                                                        {pipeline.name, pipeline.body}};
   for (const auto& [name, body] : cases) {
     SCOPED_TRACE(name);
-    const std::string run = std::string("run-") + name, plan = dir.Write(run + ".plan.toml", PlanHeader() + body);
+    const std::string run = std::string("run-") + name,
+                      plan = dir.Write(run + ".plan.toml", PlanHeader() + body);
     CliRun r = Motley(launch + job(run, true) + " --plan " + plan, false, dir.path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_CONTAINS(r.output, "straggler: rank 1 (device 1");
@@ -123,7 +127,8 @@ last_microbatch_size = [0, 2, 0]
     // ranks share the cores and the others may show slowed too — 1.7x was seen.
     const std::smatch measured = [&] {
       std::smatch m;
-      std::regex_search(r.output, m, std::regex(R"(rebalance: devices as measured \([^)]*device 1 ([0-9.]+)x)"));
+      std::regex_search(r.output, m,
+                        std::regex(R"(rebalance: devices as measured \([^)]*device 1 ([0-9.]+)x)"));
       return m;
     }();
     ASSERT_FALSE(measured.empty()) << r.output;
@@ -148,7 +153,8 @@ last_microbatch_size = [0, 2, 0]
     ASSERT_EQ(after.groups.size(), before.groups.size()) << replanned;
     for (size_t g = 0; g < after.groups.size(); ++g)
       for (size_t i = 0; i < after.groups[g].devices.size(); ++i)
-        EXPECT_EQ(after.groups[g].devices[i].device, before.groups[g].devices[i].device) << "every rank on its device";
+        EXPECT_EQ(after.groups[g].devices[i].device, before.groups[g].devices[i].device)
+            << "every rank on its device";
     if (after.groups.size() == 1) {  // fewer sequences on device 1
       EXPECT_CONTAINS(r.output, "switching to poplar");
       EXPECT_LT(after.groups[0].devices[1].sequences(), before.groups[0].devices[1].sequences()) << replanned;
@@ -158,23 +164,26 @@ last_microbatch_size = [0, 2, 0]
     }
     // The new plan from the switch on, resumed from the checkpoint of that step; and one process.
     const std::string by_hand = std::string("by-hand-") + name;
-    CliRun again = Motley(launch + job(by_hand, false) + " --plan " + next + " --resume " +
-                              dir.Join(run + "/step-" + std::string(6 - std::to_string(at).size(), '0') + std::to_string(at)),
-                          false, dir.path().string());
+    CliRun again = Motley(
+        launch + job(by_hand, false) + " --plan " + next + " --resume " +
+            dir.Join(run + "/step-" + std::string(6 - std::to_string(at).size(), '0') + std::to_string(at)),
+        false, dir.path().string());
     ASSERT_EQ(again.exit_code, 0) << again.output;
     // The same checkpoint resumed with the plan the run was launched with: the checkpoint records
     // the plan it was on, the run takes that up and says so (#48: it went back to the old plan).
     const std::string resumed = std::string("resumed-") + name;
-    CliRun taken_up = Motley(launch + job(resumed, false) + " --plan " + plan + " --resume " +
-                                 dir.Join(run + "/step-" + std::string(6 - std::to_string(at).size(), '0') +
-                                          std::to_string(at)),
-                             false, dir.path().string());
+    CliRun taken_up = Motley(
+        launch + job(resumed, false) + " --plan " + plan + " --resume " +
+            dir.Join(run + "/step-" + std::string(6 - std::to_string(at).size(), '0') + std::to_string(at)),
+        false, dir.path().string());
     ASSERT_EQ(taken_up.exit_code, 0) << taken_up.output;
     EXPECT_CONTAINS(taken_up.output, "resuming on the plan the run was last on");
     const std::string final_step = "/step-000014/model.safetensors";
-    EXPECT_LT(MaxRelativeDifference(dir.Join(resumed) + final_step, dir.Join(by_hand) + final_step), kFp64Tolerance);
+    EXPECT_LT(MaxRelativeDifference(dir.Join(resumed) + final_step, dir.Join(by_hand) + final_step),
+              kFp64Tolerance);
     const double vs_one = MaxRelativeDifference(dir.Join(run) + final_step, dir.Join("ref") + final_step);
-    const double vs_by_hand = MaxRelativeDifference(dir.Join(run) + final_step, dir.Join(by_hand) + final_step);
+    const double vs_by_hand =
+        MaxRelativeDifference(dir.Join(run) + final_step, dir.Join(by_hand) + final_step);
     std::cout << name << ": switched after step " << at << "; against one process " << vs_one
               << ", against the new plan from there " << vs_by_hand << "\n";
     EXPECT_GE(vs_one, 0);
@@ -189,13 +198,16 @@ TEST(DistributedTrain, ResumingAPipelineContinuesExactlyAsTheUninterruptedRun) {
   dir.Write("model.toml", kModel);
   dir.Write("cluster.toml", kCluster);
   // Interleaved ministages with offload (moments on the host), checkpoints every 3 steps.
-  const std::string plan = dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
-                                                              "seq_len = 16\nprecision = \"fp32\"\n") + PlanNamed("interleaved-offload-uneven").body);
+  const std::string plan =
+      dir.Write("plan.toml", std::string("model = \"model.toml\"\ncluster = \"cluster.toml\"\n"
+                                         "seq_len = 16\nprecision = \"fp32\"\n") +
+                                 PlanNamed("interleaved-offload-uneven").body);
   std::string job = Job(dir.Join("run"), 1, true, "fp32");
   job.replace(job.find("steps = 5"), 9, "steps = 6");
   job += "interval_steps = 3\nkeep = 5\n";
   dir.Write("job.toml", job);
-  const std::string launch = "launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml ";
+  const std::string launch =
+      "launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train job.toml --plan plan.toml ";
   CliRun r = Motley(launch + "--metrics full.jsonl", false, dir.path().string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   fs::rename(dir.Join("run/step-000006"), dir.Join("uninterrupted"));
@@ -227,8 +239,9 @@ TEST(DistributedTrain, ALostNodeIsPlannedAroundAndTheRunFinishesOnTheSurvivors) 
   job += "interval_steps = 5\nkeep = 10\n[plan]\nstrategy = \"poplar\"\n";
   dir.Write("job.toml", job);
   const std::string plan = dir.Write("plan.toml", PlanHeader() + PlanNamed("dp3-zero0-last-batch").body);
-  const std::string cmd = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") + "' " +
-                          MOTLEY_BIN + " train job.toml --plan plan.toml --max-restarts 1 --die-rank 2 --die-at-step 15 2>&1";
+  const std::string cmd =
+      "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") + "' " + MOTLEY_BIN +
+      " train job.toml --plan plan.toml --max-restarts 1 --die-rank 2 --die-at-step 15 2>&1";
   CliRun r = RunCommandLine(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "rank 2 (device 2, node c) failed: its node is lost — restart 1 of 1");
@@ -245,19 +258,24 @@ TEST(DistributedTrain, ALostNodeIsPlannedAroundAndTheRunFinishesOnTheSurvivors) 
   by_hand.replace(by_hand.find("steps = 5"), 9, "steps = 20");
   dir.Write("by-hand.toml", by_hand);
   int ranks = 0;
-  for (size_t at = replanned.find("[[groups]]"); at != std::string::npos; at = replanned.find("[[groups]]", at + 1)) {
+  for (size_t at = replanned.find("[[groups]]"); at != std::string::npos;
+       at = replanned.find("[[groups]]", at + 1)) {
     const size_t devices = replanned.find("devices = [", at);
     const size_t end = replanned.find(']', devices);
     ranks += 1 + static_cast<int>(std::count(replanned.begin() + static_cast<std::ptrdiff_t>(devices),
                                              replanned.begin() + static_cast<std::ptrdiff_t>(end), ','));
   }
   ASSERT_EQ(ranks, 2);
-  CliRun again = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train by-hand.toml --plan run/plan.toml --resume run/step-000010",
+  CliRun again = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) +
+                            " train by-hand.toml --plan run/plan.toml --resume run/step-000010",
                         false, dir.path().string());
   ASSERT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_LT(MaxRelativeDifference(dir.Join("run/step-000020/model.safetensors"), dir.Join("by-hand/step-000020/model.safetensors")),
+  EXPECT_LT(MaxRelativeDifference(dir.Join("run/step-000020/model.safetensors"),
+                                  dir.Join("by-hand/step-000020/model.safetensors")),
             kFp64Tolerance);
-  EXPECT_GE(MaxRelativeDifference(dir.Join("run/step-000020/model.safetensors"), dir.Join("by-hand/step-000020/model.safetensors")), 0);
+  EXPECT_GE(MaxRelativeDifference(dir.Join("run/step-000020/model.safetensors"),
+                                  dir.Join("by-hand/step-000020/model.safetensors")),
+            0);
 }
 
 }  // namespace

@@ -46,7 +46,8 @@ max_seq_len = 64
 
 // The plan files' header for the model and cluster above.
 inline std::string PlanHeader(const std::string& precision = "fp64") {
-  return "model = \"model.toml\"\ncluster = \"cluster.toml\"\nseq_len = 16\nprecision = \"" + precision + "\"\n";
+  return "model = \"model.toml\"\ncluster = \"cluster.toml\"\nseq_len = 16\nprecision = \"" + precision +
+         "\"\n";
 }
 
 }  // namespace motley_test

@@ -72,20 +72,22 @@ TEST(Escalation, AStepOutOfMemoryIsRunAgainUnderAMoreFrugalPlanFromTheSameState)
   Replace(&big, "num_microbatches = [4, 4, 4, 4]", "num_microbatches = [1, 4, 4, 4]");
   dir.Write("big.toml", big);
 
-  const std::string motley = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") + "' " +
-                             MOTLEY_BIN + " train ";
+  const std::string motley = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") +
+                             "' " + MOTLEY_BIN + " train ";
   // Two steps under the even split (a checkpoint at the end), then on to step 4 under the plan that
   // overflows device 0: its step 3 runs out of memory, is planned again, and runs from step 2's state.
   CliRun first = RunCommandLine(motley + "job.toml --plan even.toml --steps 2 --no-validation 2>&1");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   // Refused as it is: the simulator predicts the overflow.
-  CliRun refused = RunCommandLine(motley + "job.toml --plan big.toml --steps 4 --no-validation --resume run 2>&1");
+  CliRun refused =
+      RunCommandLine(motley + "job.toml --plan big.toml --steps 4 --no-validation --resume run 2>&1");
   EXPECT_EQ(refused.exit_code, 1) << refused.output;
   EXPECT_CONTAINS(refused.output, "big.toml: the simulator predicts this plan runs out of memory (");
   EXPECT_CONTAINS(refused.output, "pass --even-if-predicted-oom to try it anyway");
   EXPECT_EQ(refused.output.find("] training"), std::string::npos) << "it started: " << refused.output;
-  CliRun r = RunCommandLine(motley + "job.toml --plan big.toml --steps 4 --no-validation --resume run "
-                                     "--even-if-predicted-oom 2>&1");
+  CliRun r = RunCommandLine(motley +
+                            "job.toml --plan big.toml --steps 4 --no-validation --resume run "
+                            "--even-if-predicted-oom 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "predicted not to fit");
   EXPECT_CONTAINS(r.output, "rank 0 failed first: out of memory on rank 0");
@@ -99,7 +101,8 @@ TEST(Escalation, AStepOutOfMemoryIsRunAgainUnderAMoreFrugalPlanFromTheSameState)
   EXPECT_EQ(motley::ReadFileToString(dir.Join("big.toml")).value(), big);
 
   // The same run without the detour: 4 steps under the even split.
-  CliRun reference = RunCommandLine(motley + "reference.toml --plan even.toml --steps 4 --no-validation 2>&1");
+  CliRun reference =
+      RunCommandLine(motley + "reference.toml --plan even.toml --steps 4 --no-validation 2>&1");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const Metrics got = ReadMetrics(dir.Join("run/metrics.jsonl"));
   const Metrics want = ReadMetrics(dir.Join("reference/metrics.jsonl"));
@@ -108,7 +111,8 @@ TEST(Escalation, AStepOutOfMemoryIsRunAgainUnderAMoreFrugalPlanFromTheSameState)
   EXPECT_EQ(got.events[0]["step"], 3);
   ASSERT_EQ(want.loss.size(), 4u);
   ASSERT_EQ(got.loss.size(), 4u) << "a step skipped or added";
-  for (int64_t step = 1; step <= 4; ++step) EXPECT_NEAR(got.loss.at(step), want.loss.at(step), 1e-10) << "step " << step;
+  for (int64_t step = 1; step <= 4; ++step)
+    EXPECT_NEAR(got.loss.at(step), want.loss.at(step), 1e-10) << "step " << step;
 }
 
 }  // namespace

@@ -38,26 +38,29 @@ TEST(DistributedTrainGpu, OffloadOnTheGpuTrainsTheSameModelAsWithoutIt) {
   dir.Write("cluster.toml", kOneGpuCluster);
   // Four ministages on one GPU: with offload the shard, moments and boundaries go to pinned host
   // memory on side streams and come back; without it they stay. fp64, no clipping (interleaved updates).
-  const std::string head =
-      PlanHeader() + "schedule = \"interleaved\"\nzero_stage = 2\nactivation_checkpointing = true\ngradient_clipping = false\n";
+  const std::string head = PlanHeader() +
+                           "schedule = \"interleaved\"\nzero_stage = 2\nactivation_checkpointing = "
+                           "true\ngradient_clipping = false\n";
   const std::string group =
       "[[groups]]\nministages = [[0, 1], [1, 2], [2, 3], [3, 4]]\ndevices = [0]\nmicrobatch_size = [4]\n"
       "num_microbatches = [3]\n";
   dir.Write("on.plan.toml", head + "offload_params = true\noffload_activations = true\n" + group);
   dir.Write("off.plan.toml", head + "offload_params = false\noffload_activations = false\n" + group);
-  for (const char* name : {"ref", "on", "off"}) dir.Write(std::string(name) + ".toml", Job(dir.Join(name), 0, true));
+  for (const char* name : {"ref", "on", "off"})
+    dir.Write(std::string(name) + ".toml", Job(dir.Join(name), 0, true));
   CliRun ref = Motley("train ref.toml --single-process --device cuda", false, dir.path().string());
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
   for (const char* name : {"on", "off"}) {
     SCOPED_TRACE(name);
-    CliRun r = Motley(std::string("train ") + name + ".toml --device cuda --plan " + name + ".plan.toml", false,
-                      dir.path().string());
+    CliRun r = Motley(std::string("train ") + name + ".toml --device cuda --plan " + name + ".plan.toml",
+                      false, dir.path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_CONTAINS(r.output, "CUDA");
     const std::string got = dir.Join(std::string(name) + "/step-000005/");
     EXPECT_LT(MaxRelativeDifference(got + "model.safetensors", dir.Join("ref/step-000005/model.safetensors")),
               kFp64Tolerance);
-    EXPECT_LT(MaxRelativeDifference(got + "optimizer.safetensors", dir.Join("ref/step-000005/optimizer.safetensors")),
+    EXPECT_LT(MaxRelativeDifference(got + "optimizer.safetensors",
+                                    dir.Join("ref/step-000005/optimizer.safetensors")),
               kFp64Tolerance);
   }
   // Offload moves bytes, not values: on and off run the same kernels on the same values (a GPU's
@@ -106,20 +109,21 @@ devices = [0, 1]
 microbatch_size = [4, 2]
 num_microbatches = [2, 2]
 )");
-  for (const char* name : {"ref", "pipeline", "zero"}) dir.Write(std::string(name) + ".toml", Job(dir.Join(name), 0, true));
+  for (const char* name : {"ref", "pipeline", "zero"})
+    dir.Write(std::string(name) + ".toml", Job(dir.Join(name), 0, true));
   CliRun ref = Motley("train ref.toml --single-process --device cuda", false, dir.path().string());
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
   for (const char* name : {"pipeline", "zero"}) {
     SCOPED_TRACE(name);
-    CliRun r = Motley(std::string("launch --nproc 2 -- ") + MOTLEY_BIN + " train " + name + ".toml --device cuda --plan " +
-                          name + ".plan.toml",
+    CliRun r = Motley(std::string("launch --nproc 2 -- ") + MOTLEY_BIN + " train " + name +
+                          ".toml --device cuda --plan " + name + ".plan.toml",
                       false, dir.path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::string got = dir.Join(std::string(name) + "/step-000005/");
     EXPECT_LT(MaxRelativeDifference(got + "model.safetensors", dir.Join("ref/step-000005/model.safetensors")),
               kFp64Tolerance);
-    EXPECT_LT(MaxRelativeDifference(got + "optimizer.safetensors", dir.Join("ref/step-000005/optimizer.safetensors")),
+    EXPECT_LT(MaxRelativeDifference(got + "optimizer.safetensors",
+                                    dir.Join("ref/step-000005/optimizer.safetensors")),
               kFp64Tolerance);
   }
 }
-

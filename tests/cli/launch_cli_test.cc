@@ -1,8 +1,8 @@
 // `motley launch` and failure handling across ranks: a dead rank is named by every survivor and
 // the run ends (no test here measures how fast: a hang meets ctest's timeout), with or without
 // motley's launcher.
-#include <chrono>
 #include <gtest/gtest.h>
+#include <chrono>
 
 #include "cli/cli_helpers.h"
 
@@ -27,22 +27,24 @@ TEST(LaunchCli, AKilledRankStopsTheRunWithItsNameUnderTheLauncher) {
   EXPECT_CONTAINS(run.output, "motley launch: failed: rank 1 was killed by signal 9");
   // Each survivor names the dead rank itself.
   for (int r : {0, 2})
-    EXPECT_TRUE(RankSaid(run.output, r, "1 stopped responding"))
-        << "rank " << r << " did not name rank 1:\n" << run.output;
+    EXPECT_TRUE(RankSaid(run.output, r, "1 stopped responding")) << "rank " << r << " did not name rank 1:\n"
+                                                                 << run.output;
 }
 
 // #28: a rank that exits with an error (not a crash) is seen as failed at once — the others stop
 // within seconds naming it and its error, not at a collective's timeout — and the launcher blames it.
 TEST(LaunchCli, ARankFailingWithAnErrorStopsTheOthersWithinSecondsNamingIt) {
   const auto start = std::chrono::steady_clock::now();
-  CliRun run = Motley("launch --nproc 3 -- motley comm check --size-mb 1 --iterations 100000000 --die-rank 1 "
-                      "--die-after 1 --fault error");
+  CliRun run = Motley(
+      "launch --nproc 3 -- motley comm check --size-mb 1 --iterations 100000000 --die-rank 1 "
+      "--die-after 1 --fault error");
   const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(run.exit_code, 1) << run.output;
   // Each survivor names it: from its watchdog, or from the collective the failed rank left.
   for (int r : {0, 2})
     EXPECT_TRUE(RankSaid(run.output, r, "rank 1 failed first: fault injection: rank 1 fails"))
-        << "rank " << r << " did not name rank 1 and its error:\n" << run.output;
+        << "rank " << r << " did not name rank 1 and its error:\n"
+        << run.output;
   EXPECT_CONTAINS(run.output, "motley launch: failed: rank 1 exited with code 1");
   EXPECT_LT(elapsed_s, 15) << run.output;  // started, ran a second, failed, and the others stopped
 }
@@ -50,8 +52,9 @@ TEST(LaunchCli, ARankFailingWithAnErrorStopsTheOthersWithinSecondsNamingIt) {
 // A rank that hangs (stopped, its heartbeat too): the others name it, the launcher stops it after
 // its grace and blames it — not a rank that exited because of it.
 TEST(LaunchCli, AHungRankIsNamedByTheOthersAndBlamedByTheLauncher) {
-  CliRun run = Motley("launch --nproc 3 --stop-grace 2 -- motley comm check --size-mb 1 --iterations 100000000 "
-                      "--die-rank 2 --die-after 1 --fault stop");
+  CliRun run = Motley(
+      "launch --nproc 3 --stop-grace 2 -- motley comm check --size-mb 1 --iterations 100000000 "
+      "--die-rank 2 --die-after 1 --fault stop");
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_CONTAINS(run.output, "rank 2 stopped responding");
   EXPECT_CONTAINS(run.output, "motley launch: failed: rank 2 was killed by signal 9");
@@ -126,7 +129,8 @@ TEST(LaunchCli, UsageErrors) {
   CliRun empty = Shell(std::string(MOTLEY_BIN) + " comm check --size-mb 0");
   EXPECT_EQ(empty.exit_code, 2) << empty.output;
   EXPECT_CONTAINS(empty.output, "--size-mb: must be between");
-  CliRun nobody = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " comm check --size-mb 0.1 --die-rank 5");
+  CliRun nobody =
+      Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " comm check --size-mb 0.1 --die-rank 5");
   EXPECT_EQ(nobody.exit_code, 1) << nobody.output;
   EXPECT_CONTAINS(nobody.output, "--die-rank 5: no such rank — this launch has 2 (0..1)");
   CliRun never = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) +

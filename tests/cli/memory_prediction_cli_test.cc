@@ -21,7 +21,8 @@ namespace {
 std::vector<double> PredictedMib(const std::string& output) {
   static const std::regex row(R"(rank \d+ .* \(([0-9.]+) (KiB|MiB|GiB)\)\n)");
   std::vector<double> out;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), row); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), row); it != std::sregex_iterator();
+       ++it) {
     const double x = std::stod((*it)[1]);
     const std::string unit = (*it)[2];
     out.push_back(unit == "KiB" ? x / 1024 : unit == "GiB" ? x * 1024 : x);
@@ -100,13 +101,15 @@ TEST(MemoryPrediction, EachRanksPeakIsWithinTenPercentOfTheSimulators) {
   // of the heads' and the MLP's activations, the layer boundaries and the logits on every rank).
   std::string tp2 = motley::ReadFileToString(Example("plans/local-even-dp.toml")).value();
   tp2.replace(tp2.find("tp_degree = 1"), 13, "tp_degree = 2");
-  tp2.replace(tp2.find("num_microbatches = [4, 4, 4, 4]"), 31, "num_microbatches = [8, 8, 8, 8]");  // a team's batch
+  tp2.replace(tp2.find("num_microbatches = [4, 4, 4, 4]"), 31,
+              "num_microbatches = [8, 8, 8, 8]");  // a team's batch
   dir.Write("local-even-tp2.toml", tp2);
   for (const std::string plan : {"local-zorse", "local-poplar", "local-even-dp", "local-even-tp2"}) {
     const std::string metrics = dir.Join(plan + ".jsonl");
-    const std::string file = plan == "local-even-tp2" ? dir.Join(plan + ".toml") : Example("plans/" + plan + ".toml");
+    const std::string file =
+        plan == "local-even-tp2" ? dir.Join(plan + ".toml") : Example("plans/" + plan + ".toml");
     CliRun r = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train default --plan " + file +
-                      " --steps 4 --no-checkpoint --no-validation --metrics " + metrics,
+                          " --steps 4 --no-checkpoint --no-validation --metrics " + metrics,
                       false, dir.path().string());  // its run folder there, not beside another test's
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::vector<double> predicted = PredictedMib(r.output);
@@ -114,8 +117,10 @@ TEST(MemoryPrediction, EachRanksPeakIsWithinTenPercentOfTheSimulators) {
     ASSERT_EQ(predicted.size(), 4u) << r.output;
     ASSERT_EQ(measured.smallest.size(), 4u) << r.output;
     for (size_t rank = 0; rank < 4; ++rank) {
-      EXPECT_LE(measured.smallest[rank], 1.10 * predicted[rank]) << plan << " rank " << rank << "\n" << r.output;
-      EXPECT_GE(measured.largest[rank], 0.90 * predicted[rank]) << plan << " rank " << rank << "\n" << r.output;
+      EXPECT_LE(measured.smallest[rank], 1.10 * predicted[rank]) << plan << " rank " << rank << "\n"
+                                                                 << r.output;
+      EXPECT_GE(measured.largest[rank], 0.90 * predicted[rank]) << plan << " rank " << rank << "\n"
+                                                                << r.output;
     }
   }
 }
@@ -133,7 +138,7 @@ TEST(MemoryPrediction, AParameterHeavyModelsPeakIsWithinTenPercentOfTheSimulator
   // With gradient clipping (every update after the global norm: the schedule holds every
   // ministage's gradients and, with offload, its shard until then) and without.
   for (const std::string clip : {"0.0", "1.0"}) {
-  const std::string job = dir.Write("job" + clip + ".toml", R"(model = "m.toml"
+    const std::string job = dir.Write("job" + clip + ".toml", R"(model = "m.toml"
 cluster = "c.toml"
 [training]
 steps = 3
@@ -145,10 +150,10 @@ activation_checkpointing = true
 train = "builtin"
 [optimizer]
 grad_clip_norm = )" + clip + "\n");
-  for (const std::string offload : {"false", "true"}) {
-    for (const int ranks : {1, 2}) {
-      const std::string name = std::to_string(ranks) + "-" + offload + "-clip" + clip;
-      std::string text = R"(strategy = "manual"
+    for (const std::string offload : {"false", "true"}) {
+      for (const int ranks : {1, 2}) {
+        const std::string name = std::to_string(ranks) + "-" + offload + "-clip" + clip;
+        std::string text = R"(strategy = "manual"
 model = "m.toml"
 cluster = "c.toml"
 seq_len = 32
@@ -160,27 +165,30 @@ activation_checkpointing = true
 ministages = [[0, 2], [2, 4]]
 tp_degree = 1
 )";
-      text += ranks == 1 ? "devices = [0]\nmicrobatch_size = [1]\nnum_microbatches = [4]\n"
-                         : "devices = [0, 1]\nmicrobatch_size = [1, 1]\nnum_microbatches = [2, 2]\n";
-      text = "offload_params = " + offload + "\noffload_activations = " + offload + "\ngradient_clipping = " +
-             (clip == "0.0" ? "false" : "true") + "\n" + text;
-      const std::string plan = dir.Write("p" + name + ".toml", text);
-      const std::string metrics = dir.Join("m" + name + ".jsonl");
-      CliRun r = Motley("launch --nproc " + std::to_string(ranks) + " -- " + std::string(MOTLEY_BIN) + " train " + job +
-                        " --plan " + plan + " --no-checkpoint --no-validation --metrics " + metrics,
-                        false, dir.path().string());
-      ASSERT_EQ(r.exit_code, 0) << r.output;
-      const std::vector<double> predicted = PredictedMib(r.output);
-      const MeasuredPeaks measured = MeasuredMib(metrics);
-      ASSERT_EQ(predicted.size(), static_cast<size_t>(ranks)) << r.output;
-      ASSERT_EQ(measured.smallest.size(), static_cast<size_t>(ranks)) << r.output;
-      for (int rank = 0; rank < ranks; ++rank) {
-        EXPECT_GT(predicted[rank], 150) << r.output;  // the training state dominates (16 B a parameter)
-        EXPECT_LE(measured.smallest[rank], 1.10 * predicted[rank]) << name << ", rank " << rank << "\n" << r.output;
-        EXPECT_GE(measured.largest[rank], 0.90 * predicted[rank]) << name << ", rank " << rank << "\n" << r.output;
+        text += ranks == 1 ? "devices = [0]\nmicrobatch_size = [1]\nnum_microbatches = [4]\n"
+                           : "devices = [0, 1]\nmicrobatch_size = [1, 1]\nnum_microbatches = [2, 2]\n";
+        text = "offload_params = " + offload + "\noffload_activations = " + offload +
+               "\ngradient_clipping = " + (clip == "0.0" ? "false" : "true") + "\n" + text;
+        const std::string plan = dir.Write("p" + name + ".toml", text);
+        const std::string metrics = dir.Join("m" + name + ".jsonl");
+        CliRun r =
+            Motley("launch --nproc " + std::to_string(ranks) + " -- " + std::string(MOTLEY_BIN) + " train " +
+                       job + " --plan " + plan + " --no-checkpoint --no-validation --metrics " + metrics,
+                   false, dir.path().string());
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        const std::vector<double> predicted = PredictedMib(r.output);
+        const MeasuredPeaks measured = MeasuredMib(metrics);
+        ASSERT_EQ(predicted.size(), static_cast<size_t>(ranks)) << r.output;
+        ASSERT_EQ(measured.smallest.size(), static_cast<size_t>(ranks)) << r.output;
+        for (int rank = 0; rank < ranks; ++rank) {
+          EXPECT_GT(predicted[rank], 150) << r.output;  // the training state dominates (16 B a parameter)
+          EXPECT_LE(measured.smallest[rank], 1.10 * predicted[rank]) << name << ", rank " << rank << "\n"
+                                                                     << r.output;
+          EXPECT_GE(measured.largest[rank], 0.90 * predicted[rank]) << name << ", rank " << rank << "\n"
+                                                                    << r.output;
+        }
       }
     }
-  }
   }
 }
 
@@ -219,7 +227,7 @@ state_shares = [0.8, 0.2]
 )");
     const std::string metrics = dir.Join(name + ".jsonl");
     CliRun r = Motley("launch --nproc 2 -- " + std::string(MOTLEY_BIN) + " train " + job + " --plan " + plan +
-                      " --no-checkpoint --no-validation --metrics " + metrics,
+                          " --no-checkpoint --no-validation --metrics " + metrics,
                       false, dir.path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::vector<double> predicted = PredictedMib(r.output);
@@ -236,8 +244,10 @@ state_shares = [0.8, 0.2]
     EXPECT_GT(predicted[0], (zero == 2 ? 1.6 : 2.0) * predicted[1]) << r.output;
     EXPECT_GT(measured.smallest[0], (zero == 2 ? 1.6 : 2.0) * measured.largest[1]) << r.output;
     for (int rank = 0; rank < 2; ++rank) {
-      EXPECT_LE(measured.smallest[rank], 1.10 * predicted[rank]) << name << ", rank " << rank << "\n" << r.output;
-      EXPECT_GE(measured.largest[rank], 0.90 * predicted[rank]) << name << ", rank " << rank << "\n" << r.output;
+      EXPECT_LE(measured.smallest[rank], 1.10 * predicted[rank]) << name << ", rank " << rank << "\n"
+                                                                 << r.output;
+      EXPECT_GE(measured.largest[rank], 0.90 * predicted[rank]) << name << ", rank " << rank << "\n"
+                                                                << r.output;
     }
   }
 }

@@ -1,12 +1,13 @@
 // Several hosts for real (#50): two network namespaces on one bridge (scripts/test-hosts.sh), each a
 // host with its own address and a token-bucket-shaped link, and `motley launch --hosts` starting
-// ranks on them through `ip netns exec` (scripts/test-hosts.sh exec). A pipeline whose stages sit on different hosts trains the
-// model one process trains (fp64, 1e-10) over Gloo between the hosts' addresses — also when the
-// launcher numbers the hosts the other way round (ranks find their devices by host and local rank)
-// — a checkpoint written on one host layout resumes under the other, `motley profile --links` measures
-// the shaped link between the hosts — and under Open MPI's mpirun (its remote agent entering the namespaces) and Slurm's srun (a
-// slurmctld and a slurmd per host, scripts/test-slurm.sh); a rank on a host the plan
-// puts no device on stops before any step, naming where it runs and where the plan expected it. Skipped, saying why, where namespaces cannot be made (not root).
+// ranks on them through `ip netns exec` (scripts/test-hosts.sh exec). A pipeline whose stages sit on
+// different hosts trains the model one process trains (fp64, 1e-10) over Gloo between the hosts' addresses —
+// also when the launcher numbers the hosts the other way round (ranks find their devices by host and local
+// rank) — a checkpoint written on one host layout resumes under the other, `motley profile --links` measures
+// the shaped link between the hosts — and under Open MPI's mpirun (its remote agent entering the namespaces)
+// and Slurm's srun (a slurmctld and a slurmd per host, scripts/test-slurm.sh); a rank on a host the plan puts
+// no device on stops before any step, naming where it runs and where the plan expected it. Skipped, saying
+// why, where namespaces cannot be made (not root).
 #include <unistd.h>
 
 #include <cstdlib>
@@ -54,16 +55,18 @@ class TestHosts {
 std::string Cluster(const std::string& host0, const std::string& host1) {
   std::string out = std::string("name = \"two-hosts\"\n") + kCpuType;
   for (const auto& [name, host] : {std::pair<std::string, std::string>{"first", host0}, {"second", host1}})
-    out += "[[nodes]]\nname = \"" + name + "\"\ndevice = \"cpu\"\ncount = 2\ninterconnect = \"pcie\"\n"
-           "intra_bandwidth = \"10GB/s\"\nnic_bandwidth = \"1Gbps\"\nhost = \"" + host + "\"\n";
+    out += "[[nodes]]\nname = \"" + name +
+           "\"\ndevice = \"cpu\"\ncount = 2\ninterconnect = \"pcie\"\n"
+           "intra_bandwidth = \"10GB/s\"\nnic_bandwidth = \"1Gbps\"\nhost = \"" +
+           host + "\"\n";
   return out;
 }
 
 std::string Launch(const std::string& hosts, const std::string& name, const std::string& plan,
                    const std::string& extra = "", const std::string& train_extra = "") {
-  return "launch --hosts " + hosts + " --remote '" + kHosts + " exec --prefix " + kPrefix + " {host}' " + extra +
-         " -- " + MOTLEY_BIN + " train " + name + ".toml --plan " + plan + " --metrics " + name + ".jsonl " +
-         train_extra;
+  return "launch --hosts " + hosts + " --remote '" + kHosts + " exec --prefix " + kPrefix + " {host}' " +
+         extra + " -- " + MOTLEY_BIN + " train " + name + ".toml --plan " + plan + " --metrics " + name +
+         ".jsonl " + train_extra;
 }
 
 TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirunAndSrun) {
@@ -72,7 +75,8 @@ TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirun
   TempDir dir;
   dir.Write("cluster.toml", Cluster("10.77.0.10", "10.77.0.11"));
   dir.Write("model.toml", kModel);
-  const PlanCase& c = PlanNamed("pipeline2x2-1f1b-round-robin");  // stage 0 on the first host, stage 1 on the second
+  const PlanCase& c =
+      PlanNamed("pipeline2x2-1f1b-round-robin");  // stage 0 on the first host, stage 1 on the second
   const std::string plan = dir.Write("plan.toml", PlanHeader() + c.body);
   dir.Write("ref.toml", Job(dir.Join("ref"), c.clip, c.checkpointing));
   CliRun ref = Motley("train ref.toml --single-process --metrics ref.jsonl", false, dir.path().string());
@@ -116,11 +120,15 @@ TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirun
     ADD_FAILURE() << "mpirun is not installed: scripts/setup.sh installs Debian's openmpi-bin";
   } else {
     dir.Write("mpi.toml", Job(dir.Join("mpi"), c.clip, c.checkpointing));
-    CliRun r = Shell("cd '" + dir.path().string() + "' && ip netns exec " + kPrefix + "0 mpirun --allow-run-as-root "
-                     "--host 10.77.0.11:2,10.77.0.10:2 --mca plm_rsh_agent '" + kHosts + " exec --prefix " + kPrefix +
-                     "' --mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 -x MASTER_ADDR=10.77.0.11 "
-                     "-x MASTER_PORT=" + std::to_string(20000 + ::getpid() % 20000) + " " + MOTLEY_BIN +
-                     " train mpi.toml --plan " + plan + " --metrics mpi.jsonl");
+    CliRun r =
+        Shell("cd '" + dir.path().string() + "' && ip netns exec " + kPrefix +
+              "0 mpirun --allow-run-as-root "
+              "--host 10.77.0.11:2,10.77.0.10:2 --mca plm_rsh_agent '" +
+              kHosts + " exec --prefix " + kPrefix +
+              "' --mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 -x MASTER_ADDR=10.77.0.11 "
+              "-x MASTER_PORT=" +
+              std::to_string(20000 + ::getpid() % 20000) + " " + MOTLEY_BIN + " train mpi.toml --plan " +
+              plan + " --metrics mpi.jsonl");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_CONTAINS(r.output, "on 4 ranks");
     expect_as_one_process("mpi");
@@ -133,10 +141,10 @@ TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirun
                   << slurm.output;
   } else {
     dir.Write("slurm.toml", Job(dir.Join("slurm"), c.clip, c.checkpointing));
-    CliRun r = Shell("cd '" + dir.path().string() + "' && ip netns exec " + kPrefix + "0 env SLURM_CONF=/tmp/motley-slurm-" +
-                     kPrefix + "/slurm.conf MASTER_PORT=" + std::to_string(20000 + (::getpid() + 7) % 20000) +
-                     " srun -N2 --ntasks-per-node=2 " + MOTLEY_BIN + " train slurm.toml --plan " + plan +
-                     " --metrics slurm.jsonl");
+    CliRun r = Shell("cd '" + dir.path().string() + "' && ip netns exec " + kPrefix +
+                     "0 env SLURM_CONF=/tmp/motley-slurm-" + kPrefix + "/slurm.conf MASTER_PORT=" +
+                     std::to_string(20000 + (::getpid() + 7) % 20000) + " srun -N2 --ntasks-per-node=2 " +
+                     MOTLEY_BIN + " train slurm.toml --plan " + plan + " --metrics slurm.jsonl");
     Shell(kSlurm + " down --prefix " + kPrefix);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_CONTAINS(r.output, "on 4 ranks");
@@ -145,13 +153,15 @@ TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirun
 
   // `motley profile --links` across the hosts measures the shaped link between them (200 Mbit/s,
   // the slower host's): within 10%.
-  CliRun links = Motley("launch --hosts 10.77.0.10:2,10.77.0.11:2 --remote '" + kHosts + " exec --prefix " + kPrefix +
-                            " {host}' -- " + MOTLEY_BIN +
-                            " profile --cluster cluster.toml --model model.toml --seq-len 16 --links -o links.json",
-                        false, dir.path().string());
+  CliRun links =
+      Motley("launch --hosts 10.77.0.10:2,10.77.0.11:2 --remote '" + kHosts + " exec --prefix " + kPrefix +
+                 " {host}' -- " + MOTLEY_BIN +
+                 " profile --cluster cluster.toml --model model.toml --seq-len 16 --links -o links.json",
+             false, dir.path().string());
   ASSERT_EQ(links.exit_code, 0) << links.output;
   bool measured = false;
-  const nlohmann::json profile = nlohmann::json::parse(motley::ReadFileToString(dir.Join("links.json")).value());
+  const nlohmann::json profile =
+      nlohmann::json::parse(motley::ReadFileToString(dir.Join("links.json")).value());
   for (const auto& l : profile["links"])
     if (l["between"][0] != l["between"][1]) {
       const double mbit_s = l["bandwidth_bytes_per_s"].get<double>() * 8 / 1e6;
@@ -165,13 +175,14 @@ TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirun
   // stop before any step.
   dir.Write("cluster.toml", Cluster("10.77.0.10", "10.77.0.99"));
   dir.Write("wrong.toml", Job(dir.Join("wrong"), c.clip, c.checkpointing));
-  CliRun wrong =
-      Motley(Launch("10.77.0.10:2,10.77.0.11:2", "wrong", plan, "--stop-grace 2"), false, dir.path().string());
+  CliRun wrong = Motley(Launch("10.77.0.10:2,10.77.0.11:2", "wrong", plan, "--stop-grace 2"), false,
+                        dir.path().string());
   EXPECT_NE(wrong.exit_code, 0);
   EXPECT_CONTAINS(wrong.output, "rank 2 (local rank 0 of 2) runs on");
   EXPECT_CONTAINS(wrong.output, "(10.77.0.11)");
-  EXPECT_CONTAINS(wrong.output, "but the plan puts no device on this host: it expects its ranks on 10.77.0.10 (node "
-                                "'first'), 10.77.0.99 (node 'second')");
+  EXPECT_CONTAINS(wrong.output,
+                  "but the plan puts no device on this host: it expects its ranks on 10.77.0.10 (node "
+                  "'first'), 10.77.0.99 (node 'second')");
   motley::Result<std::string> read = motley::ReadFileToString(dir.Join("wrong.jsonl"));
   const std::string metrics = read.ok() ? *read : "";
   EXPECT_EQ(metrics.find("\"step\":"), std::string::npos) << "a step ran:\n" << metrics;

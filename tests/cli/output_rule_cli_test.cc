@@ -31,7 +31,8 @@ TEST(OutputRule, EveryOutputFlagWritesThroughADeviceFollowsALinkAndRefusesAFolde
     std::string command;  // OUT stands for the output path
   };
   const std::vector<Flag> flags = {
-      {"plan -o", "plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 4096 -o OUT"},
+      {"plan -o",
+       "plan --cluster local-emulated --model llama-1m --seq-len 128 --global-batch-tokens 4096 -o OUT"},
       {"simulate --trace", "simulate --plan " + plan + " --trace OUT"},
       {"report -o", "report --plan " + plan + " -o OUT"},
   };
@@ -88,7 +89,8 @@ TEST(InputRule, ADeviceGivenAsAnInputIsOneErrorAtOnce) {
   CliRun profile = Motley("simulate --plan " + plan + " --profile /dev/zero");
   EXPECT_EQ(profile.exit_code, 1) << profile.output;
   EXPECT_CONTAINS(profile.output, "/dev/zero: is not a regular file");
-  CliRun metrics = Motley("calibrate --profile /dev/null --plan " + plan + " --metrics /dev/zero -o /dev/null");
+  CliRun metrics =
+      Motley("calibrate --profile /dev/null --plan " + plan + " --metrics /dev/zero -o /dev/null");
   EXPECT_EQ(metrics.exit_code, 1) << metrics.output;
   EXPECT_CONTAINS(metrics.output, "is not a regular file");
 }

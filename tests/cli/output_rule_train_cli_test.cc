@@ -44,7 +44,8 @@ TEST(OutputRule, ExportKeepsAForeignTemporaryAndTheLockFileIsNeverALink) {
   dir.Write("job2.toml", job);
   r = Motley("train job2.toml --single-process", false, dir.path().string());
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_CONTAINS(r.output, dir.Join("run2/.lock") + ": is a symbolic link, not motley's lock file; remove it");
+  EXPECT_CONTAINS(r.output,
+                  dir.Join("run2/.lock") + ": is a symbolic link, not motley's lock file; remove it");
   EXPECT_EQ(motley::ReadFileToString(dir.Join("victim.txt")).value(), "precious");
 }
 

@@ -32,9 +32,10 @@ nic_bandwidth = "200Mbps"
 [nodes.emulation]
 speed_factor = 1.0
 )");
-  CliRun r = Motley("profile --cluster cluster.toml --model model.toml --seq-len 16 --precision fp32 --links "
-                    "--max-microbatch 2 --repeats 1 -o profile.json",
-                    false, dir.path().string());
+  CliRun r = Motley(
+      "profile --cluster cluster.toml --model model.toml --seq-len 16 --precision fp32 --links "
+      "--max-microbatch 2 --repeats 1 -o profile.json",
+      false, dir.path().string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "a <-> b");
   std::ifstream in(dir.Join("profile.json"));
@@ -82,10 +83,11 @@ nic_bandwidth = "200Mbps"
 [nodes.emulation]
 speed_factor = 1.0
 )");
-  CliRun r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) +
-                        " profile --cluster cluster.toml --model model.toml --seq-len 16 --precision fp32 --links "
-                        "--max-microbatch 2 --repeats 1 --no-cache -o profile.json",
-                    false, dir.path().string());
+  CliRun r =
+      Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) +
+                 " profile --cluster cluster.toml --model model.toml --seq-len 16 --precision fp32 --links "
+                 "--max-microbatch 2 --repeats 1 --no-cache -o profile.json",
+             false, dir.path().string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Rank 0 measured cpu, rank 2 (node b's device) cpu-b; rank 0 wrote both.
   EXPECT_CONTAINS(r.output, "[rank 0]   cpu: layer and head at microbatch 1");
@@ -101,7 +103,8 @@ speed_factor = 1.0
                             " profile --cluster cluster.toml --model model.toml --seq-len 16 --links",
                         false, dir.path().string());
   EXPECT_NE(wrong.exit_code, 0);
-  EXPECT_CONTAINS(wrong.output, "needs one rank per device of two-types (3 devices), but 2 ranks were started");
+  EXPECT_CONTAINS(wrong.output,
+                  "needs one rank per device of two-types (3 devices), but 2 ranks were started");
 }
 
 }  // namespace

@@ -20,18 +20,20 @@ using namespace motley_test;
 TEST(Cli, ReportWritesOneSelfContainedPageAndRefusesWhatIsNotARun) {
   TempDir dir;
   const std::string page = dir.Join("plan.html");
-  CliRun r = Motley("report --plan " + std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-zorse.toml -o " + page);
+  CliRun r = Motley("report --plan " + std::string(MOTLEY_SOURCE_DIR) +
+                    "/examples/plans/local-zorse.toml -o " + page);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "report: " + page);
   const std::string html = motley::ReadFileToString(page).value();
-  for (const char* id : {"id=\"summary\"", "id=\"cluster\"", "id=\"timeline-simulated\"", "id=\"memory-chart\"",
-                         "id=\"compare-chart\"", "this plan (", "deepspeed-even"})
+  for (const char* id : {"id=\"summary\"", "id=\"cluster\"", "id=\"timeline-simulated\"",
+                         "id=\"memory-chart\"", "id=\"compare-chart\"", "this plan (", "deepspeed-even"})
     EXPECT_CONTAINS(html, id);
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // only SVG's namespace
   EXPECT_EQ(html.find("https://"), std::string::npos);
   // The simulated step on the page is the simulator's.
-  CliRun sim = Motley("simulate --plan " + std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-zorse.toml --json", true);
+  CliRun sim = Motley(
+      "simulate --plan " + std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-zorse.toml --json", true);
   const double step = nlohmann::json::parse(sim.output)["step_time_s"].get<double>();
   EXPECT_CONTAINS(html, "Simulated: " + motley::FormatDuration(step) + " a step.");
 
@@ -43,12 +45,15 @@ TEST(Cli, ReportWritesOneSelfContainedPageAndRefusesWhatIsNotARun) {
   EXPECT_CONTAINS(empty.output, "no plan.toml: give the folder a `motley train` run wrote");
   // A run folder whose metrics are not a run's: the file and the line.
   std::filesystem::create_directories(dir.Join("run"));
-  std::filesystem::copy_file(std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-zorse.toml", dir.Join("run/plan.toml"));
+  std::filesystem::copy_file(std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-zorse.toml",
+                             dir.Join("run/plan.toml"));
   dir.Write("run/metrics.jsonl", "{\"step\":1,\"loss\":5.0}\nnot json\n{\"step\":2,\"loss\":4.0}\n");
   CliRun bad = Motley("report --run " + dir.Join("run") + " --no-compare");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_CONTAINS(bad.output, dir.Join("run/metrics.jsonl") + ":2: not a JSON object");
-  dir.Write("run/metrics.jsonl", "{\"step\":1,\"loss\":5.0,\"step_time_s\":1.0}\n{\"step\":2,\"loss\":4.0,\"step_time_s\":1.0}\n{\"step\":3,\"lo");
+  dir.Write("run/metrics.jsonl",
+            "{\"step\":1,\"loss\":5.0,\"step_time_s\":1.0}\n{\"step\":2,\"loss\":4.0,\"step_time_s\":1.0}\n{"
+            "\"step\":3,\"lo");
   CliRun cut = Motley("report --run " + dir.Join("run") + " --no-compare");
   EXPECT_EQ(cut.exit_code, 0) << cut.output;  // a last line still being written is left out
   const std::string run_page = motley::ReadFileToString(dir.Join("run/report.html")).value();
@@ -67,10 +72,13 @@ TEST(Cli, ReportMeasuresOnlyThePlansOwnStepsAndRefusesMistypedFields) {
   const std::string hash = nlohmann::json::parse(sim.output)["schedule_hash"].get<std::string>();
   std::filesystem::create_directories(dir.Join("run"));
   std::filesystem::copy_file(plan, dir.Join("run/plan.toml"));
-  std::string metrics = "{\"event\":\"start\",\"first_step\":0,\"ranks\":2,\"schedule_hash\":\"0123456789abcdef\"}\n";
+  std::string metrics =
+      "{\"event\":\"start\",\"first_step\":0,\"ranks\":2,\"schedule_hash\":\"0123456789abcdef\"}\n";
   for (int step = 1; step <= 3; ++step)
-    metrics += fmt::format("{{\"step\":{},\"loss\":5.0,\"step_time_s\":9.0,\"ranks\":[{{\"rank\":0,"
-                           "\"peak_memory_bytes\":1e15}}]}}\n", step);
+    metrics += fmt::format(
+        "{{\"step\":{},\"loss\":5.0,\"step_time_s\":9.0,\"ranks\":[{{\"rank\":0,"
+        "\"peak_memory_bytes\":1e15}}]}}\n",
+        step);
   metrics += "{\"event\":\"restart\",\"failed_rank\":1}\n";
   metrics += "{\"event\":\"start\",\"first_step\":3,\"ranks\":4,\"schedule_hash\":\"" + hash + "\"}\n";
   for (int step = 4; step <= 6; ++step)
@@ -98,8 +106,10 @@ TEST(Cli, ReportMeasuresOnlyThePlansOwnStepsAndRefusesMistypedFields) {
   CliRun trace = Motley("report --run " + dir.Join("run") + " --no-compare");
   EXPECT_NE(trace.exit_code, 0);
   EXPECT_CONTAINS(trace.output, "trace.json: error: event 1: \"pid\" is missing or of the wrong type");
-  EXPECT_CONTAINS(trace.output, "remove " + dir.Join("run/trace.json") + " to report the run without its trace");
-  for (const CliRun* failed : {&step, &rank, &trace}) EXPECT_EQ(failed->output.find("json.exception"), std::string::npos);
+  EXPECT_CONTAINS(trace.output,
+                  "remove " + dir.Join("run/trace.json") + " to report the run without its trace");
+  for (const CliRun* failed : {&step, &rank, &trace})
+    EXPECT_EQ(failed->output.find("json.exception"), std::string::npos);
 }
 
 }  // namespace

@@ -28,14 +28,15 @@ TEST(ResumeChecks, APlannedRunRefusesACheckpointOfAnotherModelAsOneProcessDoes) 
   other.replace(other.find(dir.Join("run")), dir.Join("run").size(), dir.Join("run2"));
   dir.Write("other.toml", other);
   const PlanCase& plan = PlanNamed("dp3-zero0-last-batch");
-  std::string text = "model = \"other-model.toml\"\ncluster = \"cluster.toml\"\nseq_len = 16\nprecision = \"fp32\"\n";
+  std::string text =
+      "model = \"other-model.toml\"\ncluster = \"cluster.toml\"\nseq_len = 16\nprecision = \"fp32\"\n";
   dir.Write("plan.toml", text + plan.body);
   const std::string resume = " --resume " + dir.Join("run/step-000002");
   r = Motley("train other.toml --single-process" + resume, false, dir.path().string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_CONTAINS(r.output, "the checkpoint's model (config.json) differs from the job's model");
-  r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train other.toml --plan plan.toml" + resume, false,
-             dir.path().string());
+  r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train other.toml --plan plan.toml" + resume,
+             false, dir.path().string());
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "the checkpoint's model (config.json) differs from the job's model");
 }

@@ -21,8 +21,10 @@ TEST(RunGuarded, EveryEscapingFailureIsOneLineAndExitOne) {
   int code = -1;
   EXPECT_EQ(Guarded([] { return 0; }, &code), "");
   EXPECT_EQ(code, 0);
-  EXPECT_EQ(Guarded([]() -> int { throw std::runtime_error("data/train.bin: changed while the job reads it"); }, &code),
-            "motley: data/train.bin: changed while the job reads it\n");
+  EXPECT_EQ(
+      Guarded([]() -> int { throw std::runtime_error("data/train.bin: changed while the job reads it"); },
+              &code),
+      "motley: data/train.bin: changed while the job reads it\n");
   EXPECT_EQ(code, 1);
   EXPECT_NE(Guarded([]() -> int { throw std::bad_alloc(); }, &code).find("motley: out of host memory"),
             std::string::npos);

@@ -23,17 +23,20 @@ std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
 std::string SmallText() {
   std::string text;
   for (int i = 0; i < 600; ++i)
-    text += "The " + std::to_string(i % 7) + " cats sat on " + std::to_string(i % 5) + " mats near the river.\n";
+    text +=
+        "The " + std::to_string(i % 7) + " cats sat on " + std::to_string(i % 5) + " mats near the river.\n";
   return text;
 }
 
 std::string JobToml(const TempDir& dir, int steps) {
   return "model = \"llama-1m\"\ncluster = \"local-emulated\"\n"
-         "[training]\nsteps = " + std::to_string(steps) +
+         "[training]\nsteps = " +
+         std::to_string(steps) +
          "\nseq_len = 64\nglobal_batch_sequences = 4\nprecision = \"fp32\"\n"
          "[data]\ntrain = \"data\"\nvalidation_interval_steps = 2\nvalidation_sequences = 4\n"
          "[lr_schedule]\nwarmup_steps = 1\n"
-         "[checkpoint]\ndir = \"" + dir.Join("run") + "\"\n";
+         "[checkpoint]\ndir = \"" +
+         dir.Join("run") + "\"\n";
 }
 
 TEST(TrainCli, PrepareTrainResumeAndEvaluate) {
@@ -59,7 +62,8 @@ TEST(TrainCli, PrepareTrainResumeAndEvaluate) {
     if (m.contains("val_loss")) last_val = m["val_loss"].get<double>();
     if (m.contains("loss")) {
       ++steps_seen;
-      for (const char* key : {"step", "loss", "lr", "tokens_per_s", "grad_norm"}) EXPECT_TRUE(m.contains(key)) << key;
+      for (const char* key : {"step", "loss", "lr", "tokens_per_s", "grad_norm"})
+        EXPECT_TRUE(m.contains(key)) << key;
     }
   }
   EXPECT_EQ(steps_seen, 4);
@@ -85,7 +89,8 @@ TEST(TrainCli, PrepareTrainResumeAndEvaluate) {
   EXPECT_CONTAINS(too_long.output, "give at most");
   // A corrupted checkpoint: the checksum catches it.
   {
-    std::fstream f(dir.Join("run/step-000004/model.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(dir.Join("run/step-000004/model.safetensors"),
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-3, std::ios::end);
     f.put('\x7f');
   }
@@ -128,13 +133,16 @@ TEST(TrainCli, AFineTuneStartsFromTheFoldersWeights) {
   for (const char* name : {"config.json", "model.safetensors"})
     fs::copy_file(dir.Join("run/step-000002/") + name, dir.Join("hf/") + name);
   // Data of one repeated byte: every training window is the first validation window.
-  ASSERT_EQ(Motley("data prepare --input " + dir.Write("same.txt", std::string(8000, 'e')) + " -o " + dir.Join("same"))
+  ASSERT_EQ(Motley("data prepare --input " + dir.Write("same.txt", std::string(8000, 'e')) + " -o " +
+                   dir.Join("same"))
                 .exit_code,
             0);
-  const std::string ft = dir.Write(
-      "ft.toml", "model = \"llama-1m\"\ncluster = \"local-emulated\"\n[training]\nsteps = 1\nseq_len = 64\n"
-                 "global_batch_sequences = 4\nprecision = \"fp32\"\n[data]\ntrain = \"same\"\n"
-                 "validation_interval_steps = 0\n[checkpoint]\ndir = \"" + dir.Join("ft") + "\"\n");
+  const std::string ft =
+      dir.Write("ft.toml",
+                "model = \"llama-1m\"\ncluster = \"local-emulated\"\n[training]\nsteps = 1\nseq_len = 64\n"
+                "global_batch_sequences = 4\nprecision = \"fp32\"\n[data]\ntrain = \"same\"\n"
+                "validation_interval_steps = 0\n[checkpoint]\ndir = \"" +
+                    dir.Join("ft") + "\"\n");
   CliRun tuned = Motley("train " + ft + " --single-process --no-validation --init-from " + dir.Join("hf"));
   ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
   double first_loss = -1;
@@ -157,20 +165,23 @@ TEST(TrainCli, AFineTuneStartsFromTheFoldersWeights) {
   }
 
   // [model] init_from in the job file, relative to it; a shape that disagrees is refused, naming both.
-  const std::string in_job = dir.Write(
-      "in-job.toml", "cluster = \"local-emulated\"\n[model]\ninit_from = \"hf\"\nshape = \"llama-tiny\"\n"
-                     "[training]\nsteps = 1\nseq_len = 16\nglobal_batch_sequences = 4\nprecision = \"fp32\"\n");
+  const std::string in_job =
+      dir.Write("in-job.toml",
+                "cluster = \"local-emulated\"\n[model]\ninit_from = \"hf\"\nshape = \"llama-tiny\"\n"
+                "[training]\nsteps = 1\nseq_len = 16\nglobal_batch_sequences = 4\nprecision = \"fp32\"\n");
   CliRun bad = Motley("train " + in_job + " --single-process");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_CONTAINS(bad.output, "in-job.toml:3:");
   EXPECT_CONTAINS(bad.output, "the job's model");
-  EXPECT_CONTAINS(bad.output, "llama-tiny and " + dir.Join("hf") + "/config.json disagree (hidden_size 32 vs 128");
+  EXPECT_CONTAINS(bad.output,
+                  "llama-tiny and " + dir.Join("hf") + "/config.json disagree (hidden_size 32 vs 128");
   CliRun wrong = Motley("train " + job + " --single-process --init-from " + dir.Join("data"));
   EXPECT_EQ(wrong.exit_code, 1);
   EXPECT_CONTAINS(wrong.output, "not a Hugging Face model folder (no config.json)");
-  CliRun other = Motley("validate " + dir.Write("ok-job.toml", "cluster = \"local-emulated\"\n[model]\ninit_from = "
-                                                               "\"hf\"\n[training]\nsteps = 1\nseq_len = 16\n"
-                                                               "global_batch_sequences = 4\nprecision = \"fp32\"\n"));
+  CliRun other = Motley("validate " + dir.Write("ok-job.toml",
+                                                "cluster = \"local-emulated\"\n[model]\ninit_from = "
+                                                "\"hf\"\n[training]\nsteps = 1\nseq_len = 16\n"
+                                                "global_batch_sequences = 4\nprecision = \"fp32\"\n"));
   EXPECT_EQ(other.exit_code, 0) << other.output;
 }
 
@@ -179,8 +190,10 @@ TEST(TrainCli, AFineTuneStartsFromTheFoldersWeights) {
 // prepared with the folder's tokenizer, then examples/jobs/finetune.toml (shortened, one process):
 // validation perplexity falls.
 TEST(TrainCli, TheFineTuneExampleRunsAsTheReadmeSays) {
-  const fs::path shakespeare = fs::path(MOTLEY_SOURCE_DIR) / ".." / "shared" / "data" / "tinyshakespeare" / "input.txt";
-  if (!fs::exists(shakespeare)) GTEST_SKIP() << shakespeare << " is missing (the example reads it from ../shared)";
+  const fs::path shakespeare =
+      fs::path(MOTLEY_SOURCE_DIR) / ".." / "shared" / "data" / "tinyshakespeare" / "input.txt";
+  if (!fs::exists(shakespeare))
+    GTEST_SKIP() << shakespeare << " is missing (the example reads it from ../shared)";
   TempDir dir;
   fs::create_directories(dir.path() / "examples" / "jobs");
   fs::copy_file(Example("jobs/finetune.toml"), dir.path() / "examples" / "jobs" / "finetune.toml");
@@ -219,7 +232,8 @@ TEST(TrainCli, ABadLatestFileIsOneMessageAndBadStepCountsAreRefused) {
   CliRun r = Motley("eval --checkpoint " + dir.Join("run") + " --data " + dir.Join("val.bin") +
                     " --seq-len 8 --num-sequences 1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_CONTAINS(r.output, dir.Join("run/latest") + ": must name the newest checkpoint folder as motley writes it");
+  EXPECT_CONTAINS(r.output,
+                  dir.Join("run/latest") + ": must name the newest checkpoint folder as motley writes it");
   EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
   CliRun steps = Motley("train default --steps -5");
   EXPECT_EQ(steps.exit_code, 2) << steps.output;
@@ -230,8 +244,9 @@ TEST(TrainCli, ABadLatestFileIsOneMessageAndBadStepCountsAreRefused) {
 // the file (#28: metrics were lost without a word on a full disk).
 TEST(TrainCli, MetricsThatCannotBeWrittenStopTheRunNamingTheFile) {
   TempDir dir;
-  CliRun r = Motley("train default --single-process --steps 2 --no-checkpoint --no-validation --metrics /dev/full",
-                    false, dir.path().string());
+  CliRun r =
+      Motley("train default --single-process --steps 2 --no-checkpoint --no-validation --metrics /dev/full",
+             false, dir.path().string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_CONTAINS(r.output, "/dev/full: cannot append the metrics: No space left on device");
 }
@@ -240,7 +255,8 @@ TEST(TrainCli, MetricsThatCannotBeWrittenStopTheRunNamingTheFile) {
 // it, mixing two runs' steps) — unless told to add to it or to start it anew.
 TEST(TrainCli, ANewRunRefusesAnotherRunsMetricsUnlessToldToAppendOrOverwrite) {
   TempDir dir;
-  const std::string run = "train default --single-process --steps 2 --no-checkpoint --no-validation --metrics m.jsonl";
+  const std::string run =
+      "train default --single-process --steps 2 --no-checkpoint --no-validation --metrics m.jsonl";
   ASSERT_EQ(Motley(run, false, dir.path().string()).exit_code, 0);
   const size_t lines = ReadJsonLines(dir.Join("m.jsonl")).size();
   CliRun r = Motley(run, false, dir.path().string());
@@ -256,8 +272,8 @@ TEST(TrainCli, ANewRunRefusesAnotherRunsMetricsUnlessToldToAppendOrOverwrite) {
 
 TEST(TrainCli, TwoRunsIntoOneFolderAtOnceRunExactlyOne) {
   TempDir dir;
-  const std::string base = "cd '" + dir.path().string() + "' && " + MOTLEY_BIN +
-                           " train default --single-process --no-validation";
+  const std::string base =
+      "cd '" + dir.path().string() + "' && " + MOTLEY_BIN + " train default --single-process --no-validation";
   const std::string run = base + " --steps 15";
   Shell("(" + run + " > a.txt 2>&1; echo $? > a.rc) & (" + run + " > b.txt 2>&1; echo $? > b.rc) & wait");
   auto read = [&](const std::string& name) {
@@ -265,14 +281,15 @@ TEST(TrainCli, TwoRunsIntoOneFolderAtOnceRunExactlyOne) {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   };
   const std::string a = read("a.rc"), b = read("b.rc");
-  EXPECT_TRUE((a == "0\n" && b == "1\n") || (a == "1\n" && b == "0\n")) << a << b << read("a.txt") << read("b.txt");
+  EXPECT_TRUE((a == "0\n" && b == "1\n") || (a == "1\n" && b == "0\n"))
+      << a << b << read("a.txt") << read("b.txt");
   EXPECT_CONTAINS(read(a == "1\n" ? "a.txt" : "b.txt"),
                   "checkpoints/default: another run is writing its checkpoints and metrics here (");
   // The survivor's metrics are its own: 15 steps, once each.
   std::ifstream metrics(dir.Join("checkpoints/default/metrics.jsonl"));
   int steps = 0;
-  for (std::string line; std::getline(metrics, line);) steps += line.find("\"loss\"") != std::string::npos &&
-                                                                line.find("\"val_loss\"") == std::string::npos;
+  for (std::string line; std::getline(metrics, line);)
+    steps += line.find("\"loss\"") != std::string::npos && line.find("\"val_loss\"") == std::string::npos;
   EXPECT_EQ(steps, 15);
   // Once it has ended, the folder is free: the next run resumes from it.
   CliRun next = RunCommandLine(base + " --resume checkpoints/default --steps 16 2>&1");
@@ -280,21 +297,24 @@ TEST(TrainCli, TwoRunsIntoOneFolderAtOnceRunExactlyOne) {
   // A run that does not resume is refused there, unless it says to start over.
   CliRun again = RunCommandLine(base + " --steps 3 2>&1");
   EXPECT_EQ(again.exit_code, 1) << again.output;
-  EXPECT_CONTAINS(again.output, "checkpoints/default: holds another run's checkpoints (latest: step-000016); continue "
-                                "that run with --resume checkpoints/default, start over here with --overwrite");
+  EXPECT_CONTAINS(again.output,
+                  "checkpoints/default: holds another run's checkpoints (latest: step-000016); continue "
+                  "that run with --resume checkpoints/default, start over here with --overwrite");
   CliRun over = RunCommandLine(base + " --steps 3 --overwrite 2>&1");
   ASSERT_EQ(over.exit_code, 0) << over.output;
   EXPECT_FALSE(fs::exists(dir.Join("checkpoints/default/step-000015")));
   std::ifstream fresh(dir.Join("checkpoints/default/metrics.jsonl"));
   int lines = 0;
-  for (std::string line; std::getline(fresh, line);) lines += line.find("\"loss\"") != std::string::npos &&
-                                                            line.find("\"val_loss\"") == std::string::npos;
+  for (std::string line; std::getline(fresh, line);)
+    lines += line.find("\"loss\"") != std::string::npos && line.find("\"val_loss\"") == std::string::npos;
   EXPECT_EQ(lines, 3);  // this run's steps only
 }
 
 TEST(TrainCli, BadDataGetsOneClearError) {
   TempDir dir;
-  ASSERT_EQ(Motley("data prepare --input " + dir.Write("t.txt", SmallText()) + " -o " + dir.Join("data")).exit_code, 0);
+  ASSERT_EQ(
+      Motley("data prepare --input " + dir.Write("t.txt", SmallText()) + " -o " + dir.Join("data")).exit_code,
+      0);
   const std::string job = dir.Write("job.toml", JobToml(dir, 2));
   // Truncated shard.
   fs::resize_file(dir.Join("data/train.bin"), fs::file_size(dir.Join("data/train.bin")) - 7);

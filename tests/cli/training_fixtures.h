@@ -33,9 +33,11 @@ inline std::string ConsolidatedFile(const std::string& path) {
   const fs::path file(path), checkpoint = file.parent_path();
   if (fs::exists(file) || !fs::exists(checkpoint / "shards.json")) return path;
   const fs::path run = checkpoint.parent_path();
-  const fs::path out = run.parent_path() / ("exported-" + run.filename().string() + "-" + checkpoint.filename().string());
+  const fs::path out =
+      run.parent_path() / ("exported-" + run.filename().string() + "-" + checkpoint.filename().string());
   if (!fs::exists(out / "trainer_state.json")) {
-    const std::string cmd = std::string(MOTLEY_BIN) + " checkpoint export '" + checkpoint.string() + "' '" + out.string() + "' > /dev/null";
+    const std::string cmd = std::string(MOTLEY_BIN) + " checkpoint export '" + checkpoint.string() + "' '" +
+                            out.string() + "' > /dev/null";
     if (std::system(cmd.c_str()) != 0) return path;
   }
   return (out / file.filename()).string();
@@ -100,13 +102,15 @@ inline double MaxRelativeDifference(const std::string& a_path, const std::string
   return worst;
 }
 
-inline std::string Job(const std::string& dir, double clip, bool checkpointing, const std::string& precision = "fp64") {
+inline std::string Job(const std::string& dir, double clip, bool checkpointing,
+                       const std::string& precision = "fp64") {
   return "model = \"model.toml\"\ncluster = \"cluster.toml\"\n[training]\nsteps = 5\nseq_len = 16\n"
-         "global_batch_sequences = 12\nprecision = \"" + precision + "\"\nseed = 7\nactivation_checkpointing = " +
-         std::string(checkpointing ? "true" : "false") +
+         "global_batch_sequences = 12\nprecision = \"" +
+         precision +
+         "\"\nseed = 7\nactivation_checkpointing = " + std::string(checkpointing ? "true" : "false") +
          "\n[data]\ntrain = \"builtin\"\nvalidation_interval_steps = 0\nvalidation_sequences = 4\n"
-         "[optimizer]\nlr = 1e-2\ngrad_clip_norm = " + std::to_string(clip) +
-         "\n[lr_schedule]\nwarmup_steps = 2\n[checkpoint]\ndir = \"" + dir + "\"\n";
+         "[optimizer]\nlr = 1e-2\ngrad_clip_norm = " +
+         std::to_string(clip) + "\n[lr_schedule]\nwarmup_steps = 2\n[checkpoint]\ndir = \"" + dir + "\"\n";
 }
 
 }  // namespace motley_test

@@ -5,13 +5,13 @@
 //   - a Llama 2-style sentencepiece BPE with byte fallback (merges learned by the reference script).
 // Token ids must be identical on the whole of tinyshakespeare and on a text written to break
 // tokenizers. Skipped, saying why, where node or the registry is missing.
+#include <unistd.h>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -25,7 +25,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kNpm = MOTLEY_REFERENCE_NPM;
-const fs::path kShakespeare = fs::path(MOTLEY_SOURCE_DIR) / ".." / "shared" / "data" / "tinyshakespeare" / "input.txt";
+const fs::path kShakespeare =
+    fs::path(MOTLEY_SOURCE_DIR) / ".." / "shared" / "data" / "tinyshakespeare" / "input.txt";
 
 // Emoji (with modifiers and joiners), CJK, combining marks, right-to-left scripts, runs of spaces,
 // tabs and newlines, digits of every length and other scripts' digits, contractions in both cases,
@@ -81,11 +82,13 @@ class TokenizerReference : public ::testing::Test {
     while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
     if (i == a.size() && i == b.size()) return "";
     auto around = [&](const std::vector<uint32_t>& v) {
-      std::vector<uint32_t> part(v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), i > 3 ? i - 3 : 0)),
-                                 v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), i + 5)));
+      std::vector<uint32_t> part(
+          v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), i > 3 ? i - 3 : 0)),
+          v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), i + 5)));
       return nlohmann::json(part).dump();
     };
-    return fmt::format("lengths {} and {}; first difference at {}: {} vs {}", a.size(), b.size(), i, around(a), around(b));
+    return fmt::format("lengths {} and {}; first difference at {}: {} vs {}", a.size(), b.size(), i,
+                       around(a), around(b));
   }
 
   fs::path dir_;
@@ -110,7 +113,8 @@ TEST_F(TokenizerReference, Llama3IdsEqualBothReferencesOnShakespeareAndATortureT
     ASSERT_TRUE((*t)->Encode(ReadFile(text), &ids).ok());
     ASSERT_NO_FATAL_FAILURE(Node(fmt::format("encode {} {} {}", (dir_ / "llama3").string(), text.string(),
                                              (dir_ / "hf.json").string())));
-    ASSERT_NO_FATAL_FAILURE(Node(fmt::format("encode-llama3 {} {}", text.string(), (dir_ / "l3.json").string())));
+    ASSERT_NO_FATAL_FAILURE(
+        Node(fmt::format("encode-llama3 {} {}", text.string(), (dir_ / "l3.json").string())));
     EXPECT_EQ(Difference(ids, ReadIds(dir_ / "hf.json")), "") << "against @huggingface/tokenizers";
     EXPECT_EQ(Difference(ids, ReadIds(dir_ / "l3.json")), "") << "against llama3-tokenizer-js";
     EXPECT_GT(ids.size(), 100u);
@@ -120,12 +124,15 @@ TEST_F(TokenizerReference, Llama3IdsEqualBothReferencesOnShakespeareAndATortureT
   ASSERT_TRUE((*t)->Encode(TortureText(), &ids).ok());
   const std::string decoded = (*t)->Decode(ids);
   EXPECT_NE(decoded.find("👨‍👩‍👧‍👦🇫🇷"), std::string::npos);
-  EXPECT_NE(decoded.find("Invalid: \xEF\xBF\xBD \xEF\xBF\xBD( \xEF\xBF\xBD \xEF\xBF\xBD "), std::string::npos) << decoded;
+  EXPECT_NE(decoded.find("Invalid: \xEF\xBF\xBD \xEF\xBF\xBD( \xEF\xBF\xBD \xEF\xBF\xBD "), std::string::npos)
+      << decoded;
 }
 
 TEST_F(TokenizerReference, SentencePieceStyleIdsEqualTheReferenceOnShakespeareAndATortureText) {
-  if (!fs::exists(kShakespeare)) GTEST_SKIP() << kShakespeare << " is missing: its merges are learned from it";
-  ASSERT_NO_FATAL_FAILURE(Node(fmt::format("sp-folder {} {} 400", (dir_ / "sp").string(), kShakespeare.string())));
+  if (!fs::exists(kShakespeare))
+    GTEST_SKIP() << kShakespeare << " is missing: its merges are learned from it";
+  ASSERT_NO_FATAL_FAILURE(
+      Node(fmt::format("sp-folder {} {} 400", (dir_ / "sp").string(), kShakespeare.string())));
   auto t = HfTokenizer::Load((dir_ / "sp").string());
   ASSERT_TRUE(t.ok()) << t.status().message();
   EXPECT_EQ((*t)->document_start(), 1);      // <s>
@@ -134,8 +141,8 @@ TEST_F(TokenizerReference, SentencePieceStyleIdsEqualTheReferenceOnShakespeareAn
     SCOPED_TRACE(text.string());
     std::vector<uint32_t> ids;
     ASSERT_TRUE((*t)->Encode(ReadFile(text), &ids).ok());
-    ASSERT_NO_FATAL_FAILURE(
-        Node(fmt::format("encode {} {} {}", (dir_ / "sp").string(), text.string(), (dir_ / "sp.json").string())));
+    ASSERT_NO_FATAL_FAILURE(Node(
+        fmt::format("encode {} {} {}", (dir_ / "sp").string(), text.string(), (dir_ / "sp.json").string())));
     EXPECT_EQ(Difference(ids, ReadIds(dir_ / "sp.json")), "") << "against @huggingface/tokenizers";
   }
   // Characters outside the vocabulary come back from their bytes.

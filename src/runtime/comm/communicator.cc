@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <map>
 
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -45,8 +45,9 @@ c10::intrusive_ptr<c10d::Store> ConnectStore(const Rendezvous& rv, bool server, 
   return c10::make_intrusive<c10d::TCPStore>(rv.master_addr, o);
 }
 
-c10::intrusive_ptr<CommBackend> MakeGloo(const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
-                                         int rank, int size, const Rendezvous& rv, double timeout_s) {
+c10::intrusive_ptr<CommBackend> MakeGloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                         const std::string& prefix, int rank, int size, const Rendezvous& rv,
+                                         double timeout_s) {
 #if !MOTLEY_HAVE_GLOO
   (void)store, (void)prefix, (void)rank, (void)size, (void)rv, (void)timeout_s;
   return {};
@@ -64,8 +65,8 @@ c10::intrusive_ptr<CommBackend> MakeGloo(const c10::intrusive_ptr<c10d::Store>& 
                           : !toward.empty() ? c10d::ProcessGroupGloo::createDeviceForHostname(toward)
                                             : c10d::ProcessGroupGloo::createDefaultDevice());
   opts->timeout = Ms(timeout_s);
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix, store), rank,
-                                                     size, opts);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix, store),
+                                                     rank, size, opts);
 #endif
 }
 
@@ -124,10 +125,10 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(const Rendezvous& rv
     for (int r = 0; r < rv.world_size; ++r) {
       while (c->store_->add(fmt::format("motley/arrived/{}", r), 0) == 0) {
         if (Clock::now() > deadline)
-          return Status::IoError(fmt::format("rank {}: rank {} did not join the rendezvous at {}:{} within {:.0f} s; "
-                                             "check that all {} ranks were started with the same MASTER_ADDR/PORT",
-                                             rv.rank, r, rv.master_addr, rv.master_port, config.connect_timeout_s,
-                                             rv.world_size));
+          return Status::IoError(fmt::format(
+              "rank {}: rank {} did not join the rendezvous at {}:{} within {:.0f} s; "
+              "check that all {} ranks were started with the same MASTER_ADDR/PORT",
+              rv.rank, r, rv.master_addr, rv.master_port, config.connect_timeout_s, rv.world_size));
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
@@ -146,9 +147,10 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(const Rendezvous& rv
         std::string(e.what()).substr(0, 300),
         rv.source == std::string("torchrun / motley launch")
             ? ""
-            : fmt::format("; under {} the store runs on the rank with local rank 0 on MASTER_ADDR's host: set "
-                          "MASTER_ADDR to an address of a host the ranks run on",
-                          rv.source)));
+            : fmt::format(
+                  "; under {} the store runs on the rank with local rank 0 on MASTER_ADDR's host: set "
+                  "MASTER_ADDR to an address of a host the ranks run on",
+                  rv.source)));
   }
   return c;
 }
@@ -209,19 +211,22 @@ void Communicator::Watch() {
           last = beat;
           when = Clock::now();
         } else if (std::chrono::duration<double>(Clock::now() - when).count() > config_.heartbeat_timeout_s) {
-          fmt::print(stderr, "motley: rank {}: rank {} stopped responding (no heartbeat for {:.0f} s: it crashed, was "
-                             "killed or hangs); exiting\n",
-                     rv_.rank, r, config_.heartbeat_timeout_s);
+          fmt::print(
+              stderr,
+              "motley: rank {}: rank {} stopped responding (no heartbeat for {:.0f} s: it crashed, was "
+              "killed or hangs); exiting\n",
+              rv_.rank, r, config_.heartbeat_timeout_s);
           std::fflush(stderr);
           std::_Exit(kExitPeerFailed);
         }
       }
     } catch (const std::exception& e) {
       if (stop_) return;
-      fmt::print(stderr,
-                 "motley: rank {}: the launcher's rank 0 (the rendezvous store at {}:{}) is unreachable: it crashed "
-                 "or was killed; exiting\n",
-                 rv_.rank, rv_.master_addr, rv_.master_port);
+      fmt::print(
+          stderr,
+          "motley: rank {}: the launcher's rank 0 (the rendezvous store at {}:{}) is unreachable: it crashed "
+          "or was killed; exiting\n",
+          rv_.rank, rv_.master_addr, rv_.master_port);
       std::fflush(stderr);
       std::_Exit(kExitPeerFailed);
     }
@@ -234,7 +239,8 @@ void Communicator::ReportFailure(const std::string& why) {
   try {
     // The error without its own "rank R: " (the report names the rank).
     std::string error = why.substr(0, 2000);
-    if (const std::string own = fmt::format("rank {}: ", rv_.rank); error.rfind(own, 0) == 0) error = error.substr(own.size());
+    if (const std::string own = fmt::format("rank {}: ", rv_.rank); error.rfind(own, 0) == 0)
+      error = error.substr(own.size());
     const std::string text = fmt::format("rank {} failed first: {}", rv_.rank, error);
     reported_ = true;  // this rank's watchdog leaves it to end by itself
     const int64_t n = store_->add(FailuresKey(), 1);
@@ -259,7 +265,8 @@ std::string Communicator::DiagnoseFailure() {
     if (std::string failed = ReportedFailure(*store_); !failed.empty()) return failed;
     std::map<int, int64_t> before;
     for (int r = 0; r < rv_.world_size; ++r) before[r] = store_->add(HeartbeatKey(r), 0);
-    std::this_thread::sleep_for(Ms(std::min(config_.heartbeat_timeout_s, 3 * config_.heartbeat_interval_s + 0.5)));
+    std::this_thread::sleep_for(
+        Ms(std::min(config_.heartbeat_timeout_s, 3 * config_.heartbeat_interval_s + 0.5)));
     std::vector<int> stopped;
     for (int r = 0; r < rv_.world_size; ++r)
       if (r != rv_.rank && store_->add(DoneKey(r), 0) == 0 && store_->add(HeartbeatKey(r), 0) == before[r])
@@ -277,8 +284,8 @@ Result<CommGroup*> Communicator::NewGroup(std::vector<int> ranks) {
   g->ranks = std::move(ranks);
   for (int i = 0; i < g->size(); ++i) {
     if (g->ranks[i] < 0 || g->ranks[i] >= world_size())
-      return Status::InvalidArgument(fmt::format("group {}: rank {} outside the world of {}", g->name, g->ranks[i],
-                                                 world_size()));
+      return Status::InvalidArgument(
+          fmt::format("group {}: rank {} outside the world of {}", g->name, g->ranks[i], world_size()));
     if (g->ranks[i] == rank()) g->index = i;
   }
   if (g->index >= 0) MOTLEY_RETURN_IF_ERROR(MakeProcessGroups(*g, "motley/group/" + g->name));
@@ -295,14 +302,15 @@ Status Communicator::MakeProcessGroups(CommGroup& g, const std::string& prefix) 
   }
   if (!g.pg && !config_.gpu && g.size() > 1)
     return Status::InvalidArgument(fmt::format(
-        "rank {}: this build of motley has no Gloo (it was built against PyTorch's wheel, which ships no Gloo "
+        "rank {}: this build of motley has no Gloo (it was built against PyTorch's wheel, which ships no "
+        "Gloo "
         "headers), so CPU ranks cannot communicate; run CPU and emulated clusters with the CPU build "
         "(scripts/setup.sh), or give each rank a GPU (--device cuda)",
         rank()));
   if (config_.gpu) {
     gpu_ = torch::Device(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice());
-    auto nccl = MakeNcclBackend(c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", store_), g.index, g.size(),
-                                config_.timeout_s);
+    auto nccl = MakeNcclBackend(c10::make_intrusive<c10d::PrefixStore>(prefix + "/nccl", store_), g.index,
+                                g.size(), config_.timeout_s);
     if (!nccl.ok()) return nccl.status();
     g.gpu_pg = *nccl;
   }
@@ -312,18 +320,20 @@ Status Communicator::MakeProcessGroups(CommGroup& g, const std::string& prefix) 
 Result<CommBackend*> Communicator::For(CommGroup& g, const torch::Tensor& t) {
   if (!t.is_cuda()) {
     if (!g.pg)
-      return Status::Internal(fmt::format("rank {}: a CPU tensor for group {}, which has no Gloo process group",
-                                          rank(), g.name));
+      return Status::Internal(
+          fmt::format("rank {}: a CPU tensor for group {}, which has no Gloo process group", rank(), g.name));
     return g.pg.get();
   }
   if (!g.gpu_pg)
-    return Status::Internal(fmt::format("rank {}: a CUDA tensor for group {}, which has no NCCL process group "
-                                        "(the communicator was connected without CommConfig::gpu)",
-                                        rank(), g.name));
+    return Status::Internal(
+        fmt::format("rank {}: a CUDA tensor for group {}, which has no NCCL process group "
+                    "(the communicator was connected without CommConfig::gpu)",
+                    rank(), g.name));
   return g.gpu_pg.get();
 }
 
-torch::Tensor Communicator::Stage(CommGroup& g, const torch::Tensor& t, bool result, std::function<void()>* back) {
+torch::Tensor Communicator::Stage(CommGroup& g, const torch::Tensor& t, bool result,
+                                  std::function<void()>* back) {
   if (t.is_cuda() || g.pg || !g.gpu_pg) return t;
   torch::Tensor on_gpu = t.to(gpu_);
   if (result) {
@@ -337,7 +347,8 @@ torch::Tensor Communicator::Stage(CommGroup& g, const torch::Tensor& t, bool res
   return on_gpu;
 }
 
-Status Communicator::Run(const std::string& what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
+Status Communicator::Run(const std::string& what,
+                         const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
   try {
     start()->wait();
     return Status::Ok();
@@ -347,8 +358,8 @@ Status Communicator::Run(const std::string& what, const std::function<c10::intru
 }
 
 Status Communicator::Failed(const std::string& what, const std::exception& e) {
-  return Status::IoError(fmt::format("rank {}: {} failed: {} ({})", rank(), what, std::string(e.what()).substr(0, 200),
-                                     DiagnoseFailure()));
+  return Status::IoError(fmt::format("rank {}: {} failed: {} ({})", rank(), what,
+                                     std::string(e.what()).substr(0, 200), DiagnoseFailure()));
 }
 
 Result<PendingTransfer> Communicator::StartAllReduceSum(CommGroup& g, torch::Tensor& t) {
@@ -376,8 +387,8 @@ std::vector<int64_t> Offsets(const std::vector<int64_t>& counts, int members, in
 
 }  // namespace
 
-Result<PendingTransfer> Communicator::StartAllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out,
-                                                     const std::vector<int64_t>& counts) {
+Result<PendingTransfer> Communicator::StartAllGather(CommGroup& g, const torch::Tensor& shard,
+                                                     torch::Tensor& out, const std::vector<int64_t>& counts) {
   MOTLEY_CHECK_GE(g.index, 0);
   const std::vector<int64_t> offset = Offsets(counts, g.size(), shard.numel());
   MOTLEY_CHECK(counts.empty() || static_cast<int>(counts.size()) == g.size());
@@ -420,7 +431,8 @@ Result<PendingTransfer> Communicator::StartAllGather(CommGroup& g, const torch::
   }
 }
 
-Result<PendingTransfer> Communicator::StartReduceScatterSum(CommGroup& g, const torch::Tensor& in, torch::Tensor& out,
+Result<PendingTransfer> Communicator::StartReduceScatterSum(CommGroup& g, const torch::Tensor& in,
+                                                            torch::Tensor& out,
                                                             const std::vector<int64_t>& counts) {
   MOTLEY_CHECK_GE(g.index, 0);
   const std::vector<int64_t> offset = Offsets(counts, g.size(), out.numel());
@@ -518,7 +530,8 @@ Status Communicator::Barrier(CommGroup& g) {
 
 Result<Communicator::Route> Communicator::RouteFor(const torch::Tensor& t, int peer, bool sending) {
   if (peer < 0 || peer >= world_size() || peer == rank())
-    return Status::Internal(fmt::format("rank {}: a transfer with rank {} (world of {})", rank(), peer, world_size()));
+    return Status::Internal(
+        fmt::format("rank {}: a transfer with rank {} (world of {})", rank(), peer, world_size()));
   if (!t.is_cuda()) {
     MOTLEY_ASSIGN_OR_RETURN(CommBackend * pg, For(*world_, t));
     return Route{pg, peer, 0};  // one tag: matched in order, as on NCCL
@@ -539,12 +552,14 @@ Result<Communicator::Route> Communicator::RouteFor(const torch::Tensor& t, int p
 Result<PendingTransfer> Communicator::Send(const torch::Tensor& t, int peer, int64_t tag) {
   MOTLEY_CHECK(t.is_contiguous());
   std::vector<torch::Tensor> v = {Stage(*world_, t, false, nullptr)};
-  const std::string what = fmt::format("send of {} elements to rank {} ({})", t.numel(), peer, DescribeTag(tag));
+  const std::string what =
+      fmt::format("send of {} elements to rank {} ({})", t.numel(), peer, DescribeTag(tag));
   MOTLEY_ASSIGN_OR_RETURN(Route route, RouteFor(v[0], peer, true));
   try {
     return PendingTransfer(route.pg->send(v, route.peer, route.tag), what, this);
   } catch (const std::exception& e) {
-    return Status::IoError(fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
+    return Status::IoError(
+        fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
   }
 }
 
@@ -552,12 +567,14 @@ Result<PendingTransfer> Communicator::Recv(torch::Tensor& t, int peer, int64_t t
   MOTLEY_CHECK(t.is_contiguous());
   std::function<void()> back;
   std::vector<torch::Tensor> v = {Stage(*world_, t, true, &back)};
-  const std::string what = fmt::format("receive of {} elements from rank {} ({})", t.numel(), peer, DescribeTag(tag));
+  const std::string what =
+      fmt::format("receive of {} elements from rank {} ({})", t.numel(), peer, DescribeTag(tag));
   MOTLEY_ASSIGN_OR_RETURN(Route route, RouteFor(v[0], peer, false));
   try {
     return PendingTransfer(route.pg->recv(v, route.peer, route.tag), what, this, back);
   } catch (const std::exception& e) {
-    return Status::IoError(fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
+    return Status::IoError(
+        fmt::format("rank {}: {} failed: {}", rank(), what, std::string(e.what()).substr(0, 200)));
   }
 }
 

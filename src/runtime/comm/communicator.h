@@ -2,9 +2,9 @@
 // tensors (here, CI, emulated devices, and the small CPU-side exchanges of GPU runs), NCCL for
 // GPU tensors (CommConfig::gpu; one GPU per rank). Each operation picks by its tensor's device.
 // PyTorch's pip wheels ship no Gloo headers: built against one (scripts/build-gpu.sh), motley has
-// NCCL only, and the CPU-side exchanges of a GPU run travel through the GPU. Every operation returns a Status: a
-// timeout or a broken connection becomes an error naming the operation, its peers and the rank
-// that stopped responding, never a hang.
+// NCCL only, and the CPU-side exchanges of a GPU run travel through the GPU. Every operation returns a
+// Status: a timeout or a broken connection becomes an error naming the operation, its peers and the rank that
+// stopped responding, never a hang.
 //
 // A watchdog thread beats a heartbeat in the rendezvous store every second and watches the other
 // ranks': when one stops for `heartbeat_timeout_s` (it crashed or was killed), this process prints
@@ -32,19 +32,19 @@
 #include <thread>
 #include <vector>
 
+#include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/torch.h>
 
+#include "core/rendezvous.h"
 #include "core/status.h"
 #include "runtime/comm/nccl_backend.h"
-#include "core/rendezvous.h"
 
 namespace motley {
 
 struct CommConfig {
-  double timeout_s = 120;           // one operation's limit
-  double connect_timeout_s = 120;   // waiting for every rank at start-up
+  double timeout_s = 120;          // one operation's limit
+  double connect_timeout_s = 120;  // waiting for every rank at start-up
   double heartbeat_interval_s = 1;
   double heartbeat_timeout_s = 15;  // silence after which a rank counts as dead; 0 = no watchdog
   bool gpu = false;                 // also an NCCL group beside each Gloo one, for CUDA tensors
@@ -68,8 +68,8 @@ class PendingTransfer {
   PendingTransfer(c10::intrusive_ptr<c10d::Work> work, std::string what, class Communicator* comm,
                   std::function<void()> then = {});
   /// Several operations that complete together (issued in this order on every member).
-  PendingTransfer(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string what, class Communicator* comm,
-                  std::function<void()> then = {});
+  PendingTransfer(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string what,
+                  class Communicator* comm, std::function<void()> then = {});
   Status Wait();
   /// Whether Wait() would return at once (never blocks).
   bool Done() const;

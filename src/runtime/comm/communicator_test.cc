@@ -5,8 +5,8 @@
 
 #include "core/message_tags.h"
 #include "core/net.h"
-#include "runtime/comm/communicator.h"
 #include "core/rendezvous.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/comm/run_ranks_for_test.h"
 
 namespace motley {
@@ -20,7 +20,8 @@ TEST(Communicator, CollectivesAndTransfersGiveTheRightValues) {
     EXPECT_TRUE(torch::equal(sum, torch::full({4}, 6.0)));
 
     torch::Tensor gathered = torch::empty({6});
-    ASSERT_TRUE(c.AllGather(c.world(), torch::full({2}, static_cast<double>(r)).to(torch::kFloat32), gathered).ok());
+    ASSERT_TRUE(
+        c.AllGather(c.world(), torch::full({2}, static_cast<double>(r)).to(torch::kFloat32), gathered).ok());
     EXPECT_TRUE(torch::equal(gathered, torch::tensor({0.f, 0.f, 1.f, 1.f, 2.f, 2.f})));
 
     torch::Tensor in = torch::arange(6, torch::kFloat32) + r;
@@ -112,20 +113,24 @@ TEST(Communicator, AMissingRankIsNamedAtConnect) {
 }
 
 TEST(Communicator, ATimeoutIsAnErrorNotAHang) {
-  RunRanks(2, [](Communicator& c) {
-    if (c.rank() == 0) {
-      torch::Tensor t = torch::empty({4});
-      // Nobody sends: the receive must give up after the timeout with a message naming the peer.
-      Result<PendingTransfer> recv = c.Recv(t, 1, MessageTag(TagRange::kStateGather, 7));
-      ASSERT_TRUE(recv.ok());
-      Status s = recv->Wait();
-      ASSERT_FALSE(s.ok());
-      EXPECT_NE(s.message().find("receive of 4 elements from rank 1 (state gather message 7) failed"), std::string::npos)
-          << s.message();
-    } else {
-      std::this_thread::sleep_for(std::chrono::seconds(3));  // alive, but silent
-    }
-  }, /*timeout_s=*/1);
+  RunRanks(
+      2,
+      [](Communicator& c) {
+        if (c.rank() == 0) {
+          torch::Tensor t = torch::empty({4});
+          // Nobody sends: the receive must give up after the timeout with a message naming the peer.
+          Result<PendingTransfer> recv = c.Recv(t, 1, MessageTag(TagRange::kStateGather, 7));
+          ASSERT_TRUE(recv.ok());
+          Status s = recv->Wait();
+          ASSERT_FALSE(s.ok());
+          EXPECT_NE(s.message().find("receive of 4 elements from rank 1 (state gather message 7) failed"),
+                    std::string::npos)
+              << s.message();
+        } else {
+          std::this_thread::sleep_for(std::chrono::seconds(3));  // alive, but silent
+        }
+      },
+      /*timeout_s=*/1);
 }
 
 }  // namespace

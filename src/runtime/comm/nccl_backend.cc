@@ -10,8 +10,8 @@
 
 namespace motley {
 
-Result<c10::intrusive_ptr<CommBackend>> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                        int size, double timeout_s) {
+Result<c10::intrusive_ptr<CommBackend>> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                        int rank, int size, double timeout_s) {
 #ifdef MOTLEY_WITH_NCCL
   try {
     auto opts = c10d::ProcessGroupNCCL::Options::create();
@@ -26,10 +26,11 @@ Result<c10::intrusive_ptr<CommBackend>> MakeNcclBackend(const c10::intrusive_ptr
   (void)store;
   (void)size;
   (void)timeout_s;
-  return Status::InvalidArgument(fmt::format(
-      "rank {}: this build of motley has no NCCL (its libtorch has no CUDA): GPU tensors cannot be communicated; "
-      "build with scripts/build-gpu.sh on a GPU machine, or train with --device cpu",
-      rank));
+  return Status::InvalidArgument(
+      fmt::format("rank {}: this build of motley has no NCCL (its libtorch has no CUDA): GPU tensors cannot "
+                  "be communicated; "
+                  "build with scripts/build-gpu.sh on a GPU machine, or train with --device cpu",
+                  rank));
 #endif
 }
 

@@ -3,8 +3,8 @@
 // MakeNcclBackend says why there is none.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -25,7 +25,7 @@ using CommBackend = c10d::ProcessGroup;
 
 /// A process group over NCCL of `size` ranks meeting in `store` (a prefix store per group).
 /// The calling thread's current CUDA device is this rank's.
-Result<c10::intrusive_ptr<CommBackend>> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                        int size, double timeout_s);
+Result<c10::intrusive_ptr<CommBackend>> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                        int rank, int size, double timeout_s);
 
 }  // namespace motley

@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "core/net.h"
-#include "runtime/comm/communicator.h"
 #include "core/rendezvous.h"
+#include "runtime/comm/communicator.h"
 
 namespace motley {
 

@@ -8,9 +8,9 @@
 
 #include "core/cluster.h"
 #include "core/net.h"
+#include "core/rendezvous.h"
 #include "core/status.h"
 #include "plan/schedule.h"
-#include "core/rendezvous.h"
 
 namespace motley {
 
@@ -33,14 +33,16 @@ int PlanRankOf(const Schedule& schedule, const Cluster& cluster, int launcher_ra
 /// any step, names the rank, where it runs and where the plan expected it: a host the plan puts no
 /// device on, more ranks started here than the plan has devices here, or fewer. Without hosts in
 /// the cluster file: PlanRankOf.
-Result<int> PlanRankOnHost(const Schedule& schedule, const Cluster& cluster, const Rendezvous& rv, const ThisHost& me);
+Result<int> PlanRankOnHost(const Schedule& schedule, const Cluster& cluster, const Rendezvous& rv,
+                           const ThisHost& me);
 
 /// Whether the GPU this rank found (CUDA's `name` and total memory) is the kind the plan made its
 /// part for (`device` of `cluster`): its memory within 10% of the type's, and its name holding the
 /// type's model (a100, h100, t4, ...: the catalog name's first word, where the type's display name
 /// has it). A mismatch — a launcher that put the rank on another host or GPU — is one error naming
 /// the rank, what it found and what the plan expected.
-Status CheckRankGpu(const Cluster& cluster, int device, int rank, const std::string& name, int64_t total_bytes);
+Status CheckRankGpu(const Cluster& cluster, int device, int rank, const std::string& name,
+                    int64_t total_bytes);
 
 /// Whether one rank per device of `cluster` may all start on this host, which sees `visible_gpus`
 /// GPUs: yes for an emulated cluster, with no GPU at all (CPU ranks stand in for the devices), or

@@ -55,12 +55,15 @@ device = "h100-sxm"
 count = 8
 replicas = 2
 nic_bandwidth = "400Gbps"
-)", "c.toml").value();
+)",
+                                        "c.toml")
+                           .value();
   EXPECT_TRUE(CheckClusterFitsThisHost(gpus, 16, "job.toml").ok());
   EXPECT_TRUE(CheckClusterFitsThisHost(gpus, 0, "job.toml").ok());  // CPU ranks stand in for the GPUs
   const Status s = CheckClusterFitsThisHost(gpus, 8, "job.toml");
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("cluster two-nodes has 16 devices but this host sees 8 GPU(s)"), std::string::npos)
+  EXPECT_NE(s.message().find("cluster two-nodes has 16 devices but this host sees 8 GPU(s)"),
+            std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("--no-python motley train job.toml --plan plan.toml"), std::string::npos);
 }
@@ -78,7 +81,9 @@ name = "a"
 device = "a100-80gb"
 count = 2
 nic_bandwidth = "100Gbps"
-)", "c.toml").value();
+)",
+                                        "c.toml")
+                           .value();
   const Schedule s = ProgramsOn({2, 3, 0, 1});
   EXPECT_EQ(PlanRankOf(s, real, 0, 4), 2);  // process 0 (an H100) runs the plan's rank 2 (device 0)
   EXPECT_EQ(PlanRankOf(s, real, 3, 4), 1);
@@ -108,7 +113,9 @@ device = "a100-80gb"
 count = 2
 nic_bandwidth = "100Gbps"
 host = "10.0.0.2"
-)", "c.toml").value();
+)",
+                                         "c.toml")
+                            .value();
   const Schedule s = ProgramsOn({2, 3, 0, 1});  // the plan lists the A100s (host b) first
   ThisHost b{"node-b", {"127.0.0.1", "10.0.0.2"}};
   Rendezvous rv;
@@ -123,16 +130,18 @@ host = "10.0.0.2"
   ThisHost elsewhere{"node-c", {"10.0.0.3"}};
   Result<int> lost = PlanRankOnHost(s, hosts, rv, elsewhere);
   ASSERT_FALSE(lost.ok());
-  EXPECT_NE(lost.status().message().find("rank 3 (local rank 1 of 2) runs on node-c (10.0.0.3), but the plan puts no "
-                                         "device on this host: it expects its ranks on 10.0.0.2 (node 'b'), 10.0.0.1 "
-                                         "(node 'a')"),
+  EXPECT_NE(lost.status().message().find(
+                "rank 3 (local rank 1 of 2) runs on node-c (10.0.0.3), but the plan puts no "
+                "device on this host: it expects its ranks on 10.0.0.2 (node 'b'), 10.0.0.1 "
+                "(node 'a')"),
             std::string::npos)
       << lost.status().message();
   rv.local_world_size = 3;
   rv.local_rank = 2;
   Result<int> crowded = PlanRankOnHost(s, hosts, rv, a);
   ASSERT_FALSE(crowded.ok());
-  EXPECT_NE(crowded.status().message().find("where the plan has 2 device(s) (0, 1): start exactly 2 rank(s) on this host"),
+  EXPECT_NE(crowded.status().message().find(
+                "where the plan has 2 device(s) (0, 1): start exactly 2 rank(s) on this host"),
             std::string::npos)
       << crowded.status().message();
   rv.world_size = 3;
@@ -152,7 +161,9 @@ name = "l"
 device = "l4"
 nic_bandwidth = "100Gbps"
 host = "gpu-b"
-)", "c.toml").value();
+)",
+                                     "c.toml")
+                        .value();
   const int64_t gib = int64_t{1} << 30;
   EXPECT_TRUE(CheckRankGpu(c, 0, 0, "NVIDIA H100 80GB HBM3", 80 * gib - 400 * (int64_t{1} << 20)).ok());
   EXPECT_TRUE(CheckRankGpu(c, 1, 1, "NVIDIA L4", static_cast<int64_t>(c.spec(1).memory_bytes)).ok());
@@ -160,7 +171,8 @@ host = "gpu-b"
   const Status a10g = CheckRankGpu(c, 1, 1, "NVIDIA A10G", static_cast<int64_t>(c.spec(1).memory_bytes));
   ASSERT_FALSE(a10g.ok());
   EXPECT_NE(a10g.message().find("rank 1 runs on a NVIDIA A10G with"), std::string::npos) << a10g.message();
-  EXPECT_NE(a10g.message().find("but the plan made its part for device 1 of node 'l' on gpu-b"), std::string::npos)
+  EXPECT_NE(a10g.message().find("but the plan made its part for device 1 of node 'l' on gpu-b"),
+            std::string::npos)
       << a10g.message();
   EXPECT_FALSE(CheckRankGpu(c, 0, 0, "NVIDIA H100 NVL", 94 * gib).ok());
   EXPECT_FALSE(CheckRankGpu(c, 0, 0, "NVIDIA L4", static_cast<int64_t>(c.spec(1).memory_bytes)).ok());

@@ -95,7 +95,8 @@ double DeviceEmulation::StretchCompute(double elapsed_s, double cpu_s, double ma
     return sleep_s;
   }
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(sleep_s));
+  const Clock::time_point end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(sleep_s));
   for (Clock::time_point now = Clock::now(); now < end; now = Clock::now()) {
     while_sleeping();
     std::this_thread::sleep_until(std::min(end, Clock::now() + std::chrono::milliseconds(1)));

@@ -40,7 +40,8 @@ nic_bandwidth = "1GB/s"
 [nodes.emulation]
 speed_factor = 4.0
 memory = "512MiB"
-)", "t.toml");
+)",
+                                       "t.toml");
   EXPECT_TRUE(c.ok()) << c.status().message();
   return *c;
 }

@@ -12,9 +12,9 @@
 namespace motley {
 namespace {
 
-// Each allocation carries its size, and whether the ledger counts it, in a 64-byte header before the data (which keeps libtorch's
-// 64-byte alignment). The data pointer is its own deleter context, as raw_allocate() requires (some
-// kernels, e.g. bf16 ones, allocate through it).
+// Each allocation carries its size, and whether the ledger counts it, in a 64-byte header before the data
+// (which keeps libtorch's 64-byte alignment). The data pointer is its own deleter context, as raw_allocate()
+// requires (some kernels, e.g. bf16 ones, allocate through it).
 constexpr size_t kHeader = 64;
 
 // libtorch 2.3 made Allocator::allocate non-const and added copy_data.
@@ -40,8 +40,8 @@ class LedgerAllocator final : public c10::Allocator {
     if (posix_memalign(&base, kHeader, n + kHeader) != 0) {
       if (counted) ledger_->Release(bytes);
       if (!counted) ledger_->ReleaseHost(bytes);
-      throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__},
-                                  "out of host memory: cannot allocate " + FormatBytes(static_cast<double>(n)));
+      throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, "out of host memory: cannot allocate " +
+                                                                      FormatBytes(static_cast<double>(n)));
     }
     static_cast<size_t*>(base)[0] = n;
     static_cast<size_t*>(base)[1] = counted ? 1 : 0;
@@ -50,7 +50,9 @@ class LedgerAllocator final : public c10::Allocator {
   }
   c10::DeleterFnPtr raw_deleter() const override { return &Free; }
 #if MOTLEY_ALLOCATOR_COPY_DATA
-  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
 #endif
 
  private:
@@ -102,7 +104,8 @@ bool MemoryLedger::Reserve(int64_t bytes) {
 
 std::string MemoryLedger::OutOfMemoryMessage(int64_t bytes) const {
   return fmt::format("out of memory on {}: tried to allocate {}; {} of the emulated capacity of {} in use",
-                     owner_, FormatBytes(static_cast<double>(bytes)), FormatBytes(static_cast<double>(used_bytes_)),
+                     owner_, FormatBytes(static_cast<double>(bytes)),
+                     FormatBytes(static_cast<double>(used_bytes_)),
                      FormatBytes(static_cast<double>(capacity_bytes_)));
 }
 
@@ -110,13 +113,15 @@ torch::Tensor HostEmptyLike(const torch::Tensor& like) {
   const size_t n = like.nbytes();
   void* p = std::malloc(n == 0 ? 1 : n);
   if (p == nullptr) throw std::bad_alloc();
-  return torch::from_blob(p, like.sizes(), [](void* q) { std::free(q); },
-                          torch::TensorOptions().dtype(like.dtype()).device(torch::kCPU));
+  return torch::from_blob(
+      p, like.sizes(), [](void* q) { std::free(q); },
+      torch::TensorOptions().dtype(like.dtype()).device(torch::kCPU));
 }
 
 torch::Tensor HostCopy(const torch::Tensor& src) {
   torch::Tensor s = src.contiguous();
-  if (torch::cuda::is_available()) return s.to(torch::TensorOptions().device(torch::kCPU).pinned_memory(true), false, true);
+  if (torch::cuda::is_available())
+    return s.to(torch::TensorOptions().device(torch::kCPU).pinned_memory(true), false, true);
   torch::Tensor out = HostEmptyLike(s);
   if (s.nbytes() > 0) std::memcpy(out.data_ptr(), s.data_ptr(), s.nbytes());
   return out;

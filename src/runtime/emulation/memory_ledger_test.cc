@@ -20,7 +20,8 @@ TEST(MemoryLedger, CountsTensorsAndRefusesPastCapacityWithTheGpuError) {
       ADD_FAILURE() << "an allocation past the capacity succeeded";
     } catch (const c10::OutOfMemoryError& e) {
       const std::string what = e.what_without_backtrace();
-      EXPECT_NE(what.find("out of memory on rank 3 (test): tried to allocate 4.00 MiB"), std::string::npos) << what;
+      EXPECT_NE(what.find("out of memory on rank 3 (test): tried to allocate 4.00 MiB"), std::string::npos)
+          << what;
     }
     // Smaller allocations still fit, and the peak follows them.
     torch::Tensor small = torch::zeros({1 << 18}, torch::kFloat32);  // 1 MiB

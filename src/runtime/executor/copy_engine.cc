@@ -19,8 +19,8 @@ namespace {
 
 std::shared_ptr<c10::Event> RecordOn(const c10::Stream& stream, bool timed = false) {
   // Events time only when asked: timing costs a little on every record.
-  auto e = std::make_shared<c10::Event>(stream.device_type(),
-                                        timed ? c10::EventFlag::BACKEND_DEFAULT : c10::EventFlag::PYTORCH_DEFAULT);
+  auto e = std::make_shared<c10::Event>(
+      stream.device_type(), timed ? c10::EventFlag::BACKEND_DEFAULT : c10::EventFlag::PYTORCH_DEFAULT);
   e->record(stream);
   return e;
 }
@@ -124,7 +124,7 @@ torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after
                                  const torch::Tensor& reuse, CopyLane lane) {
   *done = {};
   if (!asynchronous()) return HostCopy(t);
-  QueueAll(after);  // its completion is recorded before this copy waits for it
+  QueueAll(after);                     // its completion is recorded before this copy waits for it
   torch::Tensor src = t.contiguous();  // (a copy kernel on the compute stream when t is a view)
   if (threads_) {
     const bool fits = reuse.defined() && reuse.sizes() == src.sizes() && reuse.dtype() == src.dtype() &&
@@ -151,12 +151,13 @@ torch::Tensor CopyEngine::ToHost(const torch::Tensor& t, const CopyTicket& after
   }
   // `src` may be freed by the caller now: its memory is not reused until the copy is done.
   impl.recordDataPtrOnStream(src.storage().data_ptr(), side);
-  StartOnSide(0, lane, side, host, src,
-              [produced, after, side] {
-                produced->block(side);
-                if (after.pending()) after.done->block(side);
-              },
-              done);
+  StartOnSide(
+      0, lane, side, host, src,
+      [produced, after, side] {
+        produced->block(side);
+        if (after.pending()) after.done->block(side);
+      },
+      done);
   return host;
 }
 
@@ -186,9 +187,12 @@ torch::Tensor CopyEngine::ToDevice(const torch::Tensor& host, const CopyTicket& 
   }
   // The compute stream reads (and later frees) it: not reused before that work is done.
   impl.recordDataPtrOnStream(out.storage().data_ptr(), compute);
-  StartOnSide(1, lane, side, out, host, [after, side] {
-    if (after.pending()) after.done->block(side);
-  }, done);
+  StartOnSide(
+      1, lane, side, out, host,
+      [after, side] {
+        if (after.pending()) after.done->block(side);
+      },
+      done);
   return out;
 }
 
@@ -229,7 +233,8 @@ void CopyEngine::Feed(int direction, torch::Tensor dst, torch::Tensor src, std::
   const int64_t n = s.numel();
   const int64_t count = std::max<int64_t>(1, (n + piece - 1) / piece);
   if (threads_) {
-    CopyWorker* worker = (direction == 0 ? host_workers_ : device_workers_)[static_cast<int>(CopyLane::kParams)].get();
+    CopyWorker* worker =
+        (direction == 0 ? host_workers_ : device_workers_)[static_cast<int>(CopyLane::kParams)].get();
     auto finished = std::make_shared<std::promise<void>>();
     auto failed = std::make_shared<bool>(false);  // read and written on the worker only
     done->done_on_host = finished->get_future().share();
@@ -298,7 +303,8 @@ void CopyEngine::Queue(int direction, int64_t bytes) {
 void CopyEngine::QueueAll(const CopyTicket& ticket) {
   if (ticket.job == nullptr) return;
   for (int direction = 0; direction < 2 && !ticket.job->all_queued; ++direction)
-    if (std::find(feeding_[direction].begin(), feeding_[direction].end(), ticket.job) != feeding_[direction].end())
+    if (std::find(feeding_[direction].begin(), feeding_[direction].end(), ticket.job) !=
+        feeding_[direction].end())
       while (!ticket.job->all_queued) Queue(direction, 1);  // a piece at a time, up to and including it
 }
 

@@ -13,8 +13,9 @@
 // (HostCopy), prefetched ones are new ledger-counted tensors; tickets stay empty. With
 // `threads`, CPU copies are asynchronous instead, each direction and lane a worker thread that
 // runs its copies in order (like a side stream) a little late, into a destination that holds NaN
-// until then, and Wait() blocks the host until the copy is done: the asynchronous path the executor takes on a GPU — tickets, deferred gathers,
-// reused host buffers — then runs in CPU tests, where a missing wait reads a half-made tensor.
+// until then, and Wait() blocks the host until the copy is done: the asynchronous path the executor takes on
+// a GPU — tickets, deferred gathers, reused host buffers — then runs in CPU tests, where a missing wait reads
+// a half-made tensor.
 //
 // A parameter lane's copy (a ministage's shard and moments: gigabytes) is fed to its stream a
 // piece at a time: Pump() (the executor calls it before every op) queues the next pieces of each
@@ -115,15 +116,16 @@ class CopyEngine {
   std::deque<std::shared_ptr<CopyJob>> feeding_[2];
 
   // CPU threads: the same on the lane's worker.
-  void StartOnWorker(int direction, CopyLane lane, torch::Tensor dst, torch::Tensor src, std::function<void()> first,
-                     CopyTicket* done);
+  void StartOnWorker(int direction, CopyLane lane, torch::Tensor dst, torch::Tensor src,
+                     std::function<void()> first, CopyTicket* done);
   // GPU: copies `src` into `dst` on `side` after `first` (the waits the copy starts after): at once
   // for activations, fed in pieces for parameters. `direction`: 0 to host, 1 to device.
-  void StartOnSide(int direction, CopyLane lane, const c10::Stream& side, torch::Tensor dst, torch::Tensor src,
-                   std::function<void()> first, CopyTicket* done);
+  void StartOnSide(int direction, CopyLane lane, const c10::Stream& side, torch::Tensor dst,
+                   torch::Tensor src, std::function<void()> first, CopyTicket* done);
   // A parameter-lane copy of `src` into `dst` in pieces, fed by Pump(); `first` runs before the
   // first piece (the waits the copy starts after).
-  void Feed(int direction, torch::Tensor dst, torch::Tensor src, std::function<void()> first, CopyTicket* done);
+  void Feed(int direction, torch::Tensor dst, torch::Tensor src, std::function<void()> first,
+            CopyTicket* done);
   void Queue(int direction, int64_t bytes);  // queues pieces of that direction's jobs, up to `bytes`
   void QueueAll(const CopyTicket& ticket);   // queues the rest of `ticket`'s copy (and those before it)
 };

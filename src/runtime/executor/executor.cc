@@ -46,10 +46,11 @@ Status ValidateTiedGroups(const Schedule& schedule, const ModelSpec& spec) {
   const ScheduleMinistage& first = schedule.ministages.front();
   const ScheduleMinistage& last = schedule.ministages.back();
   if (first.group != last.group && first.tp_degree != last.tp_degree)
-    return Status::InvalidArgument(fmt::format(
-        "the model ties its embeddings (tie_embeddings = true) and group {} holds the embedding with tp_degree {} "
-        "while group {} holds the head with tp_degree {}; give both groups the same tp_degree",
-        first.group, first.tp_degree, last.group, last.tp_degree));
+    return Status::InvalidArgument(
+        fmt::format("the model ties its embeddings (tie_embeddings = true) and group {} holds the embedding "
+                    "with tp_degree {} "
+                    "while group {} holds the head with tp_degree {}; give both groups the same tp_degree",
+                    first.group, first.tp_degree, last.group, last.tp_degree));
   return Status::Ok();
 }
 
@@ -71,13 +72,15 @@ std::set<std::string> RankParameterNames(const Schedule& schedule, int rank, Lla
   return names;
 }
 
-Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, const Cluster& cluster, LlamaModel model,
-                                                   Communicator* comm, const ExecutorConfig& config) {
+Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, const Cluster& cluster,
+                                                   LlamaModel model, Communicator* comm,
+                                                   const ExecutorConfig& config) {
   const int world = comm->world_size();
   if (static_cast<int>(schedule.programs.size()) != world)
-    return Status::InvalidArgument(fmt::format("the plan has {} devices but {} processes were started; launch one "
-                                               "process per device (motley launch --nproc {})",
-                                               schedule.programs.size(), world, schedule.programs.size()));
+    return Status::InvalidArgument(
+        fmt::format("the plan has {} devices but {} processes were started; launch one "
+                    "process per device (motley launch --nproc {})",
+                    schedule.programs.size(), world, schedule.programs.size()));
   const ModelSpec& spec = model->spec();
   for (const ScheduleMinistage& m : schedule.ministages)
     if (m.tp_degree > 1) {
@@ -90,14 +93,15 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
   if (!schedule.activation_checkpointing && (schedule.sharded_params || offloads_activations))
     return Status::InvalidArgument(
         "the plan offloads or shards parameters (offload_params, offload_activations or zero_stage = 3) with "
-        "activation_checkpointing = false; the runtime recomputes ministages from their boundaries in that case — "
+        "activation_checkpointing = false; the runtime recomputes ministages from their boundaries in that "
+        "case — "
         "set activation_checkpointing = true");
   if (Status s = ValidateTiedGroups(schedule, spec); !s.ok()) return s;
   for (const EmulatedStraggler& s : config.stragglers)
     if (s.rank >= world)
       return Status::InvalidArgument(fmt::format(
-          "[[emulation.stragglers]] names rank {} but the run has {} ranks (0..{}); name one of them", s.rank, world,
-          world - 1));
+          "[[emulation.stragglers]] names rank {} but the run has {} ranks (0..{}); name one of them", s.rank,
+          world, world - 1));
 
   auto ex = std::unique_ptr<Executor>(new Executor());
   ex->schedule_ = schedule;
@@ -134,7 +138,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
       if (ministages[v].group == group) {
         // This rank's slice of the matrix (unless it was loaded as one: LoadModelWeights' WeightSlice).
         if (tp > 1 && IsSplitParameter(p.key()) && p.value().sizes().vec() == full)
-          p.value().set_data(SliceParameter(spec, p.key(), p.value(), ex->tp_index_, tp).contiguous().clone());
+          p.value().set_data(
+              SliceParameter(spec, p.key(), p.value(), ex->tp_index_, tp).contiguous().clone());
         owned[v].push_back({p.key(), p.value()});
       } else {
         p.value().set_data(torch::empty({0}, p.value().options()));
@@ -145,11 +150,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
   // parameters not held are gathered per visit.
   std::set<Buffer> resident(prog.resident.begin(), prog.resident.end());
   for (auto& [v, params] : owned) {
-    auto state = std::make_unique<MinistageState>(std::move(params), prog.dp_size, prog.dp_index,
-                                                  schedule.sharded_optimizer, ex->copies_.get(),
-                                                  /*shard_in_flat=*/!schedule.sharded_params,
-                                                  schedule.ministages[v].state_shares,
-                                                  config.shard_source ? &config.shard_source : nullptr);
+    auto state = std::make_unique<MinistageState>(
+        std::move(params), prog.dp_size, prog.dp_index, schedule.sharded_optimizer, ex->copies_.get(),
+        /*shard_in_flat=*/!schedule.sharded_params, schedule.ministages[v].state_shares,
+        config.shard_source ? &config.shard_source : nullptr);
     MOTLEY_RETURN_IF_ERROR(state->source_status());
     if (schedule.sharded_optimizer && !resident.count({BufferKind::kShard, v})) state->Offload();
     if (!resident.count({BufferKind::kParams, v})) state->ReleaseFlat();
@@ -192,8 +196,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
         for (const Op& op : prog.ops)
           if (op.kind == OpKind::kBackward && op.gradients_complete) ++returns;
         for (const auto& [v, params] : owned) layers += ministages[v].layer_end - ministages[v].layer_begin;
-        o.costs = FlexTpCostsFor(spec, tp, schedule.seq_len, cluster, schedule.programs[c.ranks.front()].device,
-                                 schedule.programs[c.ranks.back()].device, layers, returns);
+        o.costs =
+            FlexTpCostsFor(spec, tp, schedule.seq_len, cluster, schedule.programs[c.ranks.front()].device,
+                           schedule.programs[c.ranks.back()].device, layers, returns);
         ex->flextp_ = std::make_unique<FlexTpTeam>(std::move(o));
         FlexTpTeam* team = ex->flextp_.get();
         ex->tp_region_.layer_work = [team](int layer, const std::vector<torch::Tensor>& w) {
@@ -250,7 +255,8 @@ std::vector<StatePiece> Executor::OwnedState() {
       piece.shape = shapes.at(name);
       piece.tp_degree = split ? tp_degree_ : 1;
       piece.tp_index = split ? tp_index_ : 0;
-      if (split && IsVocabParameterName(name) && PaddedVocabSize(model_->spec(), tp_degree_) != model_->spec().vocab_size)
+      if (split && IsVocabParameterName(name) &&
+          PaddedVocabSize(model_->spec(), tp_degree_) != model_->spec().vocab_size)
         piece.padded_rows = PaddedVocabSize(model_->spec(), tp_degree_);
       piece.begin = p.begin;
       piece.values = p.values.to(torch::kCPU);
@@ -273,7 +279,9 @@ Result<Executor::FullState> Executor::GatherFullState() {
     const int leader = schedule_.ministages[v].first_rank;
     const int tp = schedule_.ministages[v].tp_degree;
     // Tags: per ministage, three tensors to rank 0 and three from each of the first team's ranks.
-    const auto tag = [&](int from, int k) { return MessageTag(TagRange::kStateGather, (3 * static_cast<int64_t>(v) + k) * (tp + 1) + from); };
+    const auto tag = [&](int from, int k) {
+      return MessageTag(TagRange::kStateGather, (3 * static_cast<int64_t>(v) + k) * (tp + 1) + from);
+    };
     int64_t numel = 0, local_numel = 0;
     std::vector<std::vector<int64_t>> local;
     for (const auto& [name, shape] : names) {
@@ -288,7 +296,7 @@ Result<Executor::FullState> Executor::GatherFullState() {
       CommGroup* g = nullptr;
       for (size_t c = 0; c < schedule_.collectives.size() && g == nullptr; ++c)
         if (collective_group_[c] != nullptr && !schedule_.collectives[c].tensor_parallel &&
-            !schedule_.collectives[c].tied_embedding &&             // over two groups
+            !schedule_.collectives[c].tied_embedding &&            // over two groups
             schedule_.collectives[c].kind != OpKind::kGradNorm &&  // over every rank, not the group
             schedule_.collectives[c].ranks.front() == leader + tp_index_)
           g = collective_group_[c];

@@ -30,11 +30,11 @@
 
 #include <functional>
 #include <map>
-#include <set>
-#include <tuple>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <torch/torch.h>
@@ -43,15 +43,15 @@
 #include "core/job.h"
 #include "core/status.h"
 #include "plan/schedule.h"
-#include "runtime/comm/communicator.h"
 #include "runtime/comm/comm_clock.h"
-#include "runtime/executor/copy_engine.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/emulation/device_emulation.h"
+#include "runtime/executor/copy_engine.h"
+#include "runtime/executor/ministage_state.h"
 #include "runtime/flextp/flextp_team.h"
 #include "runtime/model/llama_model.h"
-#include "runtime/executor/ministage_state.h"
-#include "runtime/optim/state_piece.h"
 #include "runtime/model/tensor_parallel.h"
+#include "runtime/optim/state_piece.h"
 #include "sim/simulator.h"
 
 namespace motley {
@@ -63,10 +63,11 @@ struct ExecutorConfig {
   torch::Dtype master_dtype = torch::kFloat32;  // parameters, gradients, moments (fp64 in fp64)
   std::optional<torch::Dtype> compute_dtype;    // mixed precision's bf16; unset: the master dtype
   OptimizerConfig optimizer;
-  bool record_trace = false;  // keep every op's start and end (seconds from the step's start)
-  TensorParallelConfig tensor_parallel;        // FlexTP in tensor-parallel teams (flextp_team.h)
-  std::vector<EmulatedStraggler> stragglers;   // run-time slowdowns of ranks
-  bool cpu_copy_threads = false;  // tests: CPU offload copies asynchronous on threads, as on a GPU (copy_engine.h)
+  bool record_trace = false;                  // keep every op's start and end (seconds from the step's start)
+  TensorParallelConfig tensor_parallel;       // FlexTP in tensor-parallel teams (flextp_team.h)
+  std::vector<EmulatedStraggler> stragglers;  // run-time slowdowns of ranks
+  bool cpu_copy_threads =
+      false;  // tests: CPU offload copies asynchronous on threads, as on a GPU (copy_engine.h)
   /// Where a ZeRO-3 rank's master shard comes from when the model holds placeholders for its
   /// parameters (LlamaModelImpl's `materialize`: a run that starts from a folder reads its shards
   /// only): elements [begin, begin + dest.numel()) of parameter `name`, flattened, into `dest`.
@@ -74,45 +75,51 @@ struct ExecutorConfig {
 };
 
 /// One step's inputs on this rank.
-struct StepInputs {
-  int64_t step = 0;     // 0-based
-  double lr = 0;
-  int64_t update = 1;   // AdamW's step count, from 1
-  /// Token windows [n, seq + 1] (int64, CPU) for the global batch's sequences [first, first + n).
-  std::function<torch::Tensor(int64_t first, int64_t n)> tokens;
-  bool die_mid_step = false;  // fault injection (tests): SIGKILL this process halfway through the program
-  // Fault injection (tests: a comparison must see it): this rank's loss of global microbatch
-  // `loss_factor_microbatch` (every microbatch it computes the loss of, when -1) is multiplied by
-  // `loss_factor` — 0 drops the microbatch, 1 + 1e-6 scales its gradients slightly.
+/// Faults a test injects into one rank's step (TrainOptions::faults says which rank and step).
+struct StepFaults {
+  bool die_mid_step = false;  // SIGKILL this process halfway through the program
+  // This rank's loss of global microbatch `loss_factor_microbatch` (every microbatch it computes
+  // the loss of, when -1) is multiplied by `loss_factor` — 0 drops the microbatch, 1 + 1e-6 scales
+  // its gradients slightly (a comparison must see it), NaN makes the run diverge.
   double loss_factor = 1;
   int64_t loss_factor_microbatch = -1;
+  bool inject_overflow = false;  // an infinite gradient on this rank this step (loss scaling)
+};
+
+struct StepInputs {
+  int64_t step = 0;  // 0-based
+  double lr = 0;
+  int64_t update = 1;  // AdamW's step count, from 1
+  /// Token windows [n, seq + 1] (int64, CPU) for the global batch's sequences [first, first + n).
+  std::function<torch::Tensor(int64_t first, int64_t n)> tokens;
   /// Loss scaling (Schedule::loss_scaling): the backwards run on the loss times this; the updates
   /// divide it out, or are all skipped when any rank's gradients overflowed.
   double loss_scale = 1;
-  bool inject_overflow = false;  // fault injection (tests): an infinite gradient on this rank this step
+  StepFaults faults;  // tests only
 };
 
 /// What one rank did in one step.
 struct RankStepReport {
-  double loss = 0;        // the global batch's mean loss (the same on every rank)
-  double grad_norm = 0;   // global, before clipping (the same on every rank); unscaled
-  bool skipped = false;   // loss scaling: a gradient overflowed on some rank, so no rank updated
+  double loss = 0;       // the global batch's mean loss (the same on every rank)
+  double grad_norm = 0;  // global, before clipping (the same on every rank); unscaled
+  bool skipped = false;  // loss scaling: a gradient overflowed on some rank, so no rank updated
   // The step's loss or gradient norm was not finite (without loss scaling): where the norm was
   // summed before the updates (clipping), no rank updated; the ranks whose own part was not finite.
   bool diverged = false;
-  std::vector<int> diverged_ranks;  // where it began: the ranks whose own loss was not finite, else own gradients
-  std::string diverged_in;          // "loss" or "gradients"
+  std::vector<int>
+      diverged_ranks;       // where it began: the ranks whose own loss was not finite, else own gradients
+  std::string diverged_in;  // "loss" or "gradients"
   double step_s = 0;
-  double compute_s = 0;   // forward, backward and optimizer ops (emulated slowness included)
-  double comm_s = 0;      // collectives and waits for transfers (waiting for peers included)
-  double copy_s = 0;      // offload and prefetch copies
+  double compute_s = 0;  // forward, backward and optimizer ops (emulated slowness included)
+  double comm_s = 0;     // collectives and waits for transfers (waiting for peers included)
+  double copy_s = 0;     // offload and prefetch copies
   // Emulated devices: how far compute ran past the emulated speed because the host made it wait
   // (ranks sharing its cores), less what later ops of the step made up (DeviceEmulation::StretchCompute).
   double late_s = 0;
-  double bytes_sent = 0;  // point-to-point and this rank's share of collective traffic
-  double peak_memory_bytes = 0;  // the memory ledger's peak during the step
-  double pruned_fraction = 0;    // FlexTP: the share of this rank's team's MLP units pruned (lossy modes)
-  int64_t migrated_units = 0;    // FlexTP: MLP units its team's stragglers had computed by others
+  double bytes_sent = 0;          // point-to-point and this rank's share of collective traffic
+  double peak_memory_bytes = 0;   // the memory ledger's peak during the step
+  double pruned_fraction = 0;     // FlexTP: the share of this rank's team's MLP units pruned (lossy modes)
+  int64_t migrated_units = 0;     // FlexTP: MLP units its team's stragglers had computed by others
   FlexTpRankLoad flextp;          // FlexTP: this rank's part of its team's balance this step
   std::vector<TraceEvent> trace;  // with ExecutorConfig::record_trace
 };
@@ -125,8 +132,9 @@ class Executor {
   /// Builds this rank's state: its ministages' flat buffers and shards (from the model's current
   /// parameters), the communication groups. Collective: every rank calls it with the same schedule.
   /// The cluster is for device emulation only.
-  static Result<std::unique_ptr<Executor>> Create(const Schedule& schedule, const Cluster& cluster, LlamaModel model,
-                                                  Communicator* comm, const ExecutorConfig& config);
+  static Result<std::unique_ptr<Executor>> Create(const Schedule& schedule, const Cluster& cluster,
+                                                  LlamaModel model, Communicator* comm,
+                                                  const ExecutorConfig& config);
 
   Result<RankStepReport> RunStep(const StepInputs& in);
 
@@ -160,17 +168,19 @@ class Executor {
   DeviceEmulation emulation_;
   std::unique_ptr<CopyEngine> copies_;  // offload and prefetch (side streams on a GPU)
   int rank_ = 0;
-  std::map<int, std::vector<std::pair<std::string, std::vector<int64_t>>>> ministage_params_;  // all ministages' (name, shape)
-  std::map<int, std::unique_ptr<MinistageState>> ministages_;  // by Schedule::ministages index, the ones this rank runs
-  std::vector<CommGroup*> collective_group_;                    // per schedule collective (null: not a member)
-  std::vector<int64_t> microbatch_first_;                       // global sequence offset per microbatch
+  std::map<int, std::vector<std::pair<std::string, std::vector<int64_t>>>>
+      ministage_params_;  // all ministages' (name, shape)
+  std::map<int, std::unique_ptr<MinistageState>>
+      ministages_;                            // by Schedule::ministages index, the ones this rank runs
+  std::vector<CommGroup*> collective_group_;  // per schedule collective (null: not a member)
+  std::vector<int64_t> microbatch_first_;     // global sequence offset per microbatch
   int64_t batch_sequences_ = 0;
   // Tensor parallelism (tensor_parallel.h): this rank's place in its team and the team's region.
   int tp_degree_ = 1, tp_index_ = 0;
   TensorParallelRegion tp_region_;
-  CommClock tp_clock_;                    // time inside the team's all-reduces and FlexTP's moves (communication)
-  std::unique_ptr<FlexTpTeam> flextp_;    // mode != off
-  double last_compute_s_ = 0;             // the last step's compute time (FlexTP's straggler detection)
+  CommClock tp_clock_;  // time inside the team's all-reduces and FlexTP's moves (communication)
+  std::unique_ptr<FlexTpTeam> flextp_;  // mode != off
+  double last_compute_s_ = 0;           // the last step's compute time (FlexTP's straggler detection)
 };
 
 }  // namespace motley

@@ -26,9 +26,9 @@ void Executor::StepRun::PollInCompute() {
 
 void Executor::StepRun::StretchSegment() {
   if (!segment_) return;
-  ex_.emulation_.StretchCompute(Since(segment_->wall) - (report_.comm_s - segment_->comm_s),
-                                ComputeCpuSeconds() - segment_->cpu_s, MatmulCpuSeconds() - segment_->matmul_s,
-                                &report_.late_s, [this] { PollInCompute(); });
+  ex_.emulation_.StretchCompute(
+      Since(segment_->wall) - (report_.comm_s - segment_->comm_s), ComputeCpuSeconds() - segment_->cpu_s,
+      MatmulCpuSeconds() - segment_->matmul_s, &report_.late_s, [this] { PollInCompute(); });
 }
 
 void Executor::StepRun::Trace(int i, double start_s) {

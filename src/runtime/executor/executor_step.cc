@@ -23,7 +23,7 @@ Result<RankStepReport> Executor::StepRun::Run() {
   if (device.is_cuda()) ResetPeakDeviceMemory(device);
   loss_sum_ = torch::zeros({}, Float64());
   norm_sq_ = torch::zeros({}, Float64());
-  inject_overflow_ = in_.inject_overflow;
+  inject_overflow_ = in_.faults.inject_overflow;
   start_ = Clock::now();
   device_timed_ = ex_.config_.record_trace && device.is_cuda();
   ex_.copies_->set_timed(device_timed_);
@@ -62,10 +62,10 @@ Result<RankStepReport> Executor::StepRun::Run() {
     }
   }
   if (!boundary_.empty() || !host_boundary_.empty() || !activations_.empty() || !recvs_.empty())
-    return Status::Internal(fmt::format("rank {}: the step ended with tensors left between ops ({} boundaries, {} "
-                                        "offloaded, {} activations and gradients, {} receives)",
-                                        ex_.rank_, boundary_.size(), host_boundary_.size(), activations_.size(),
-                                        recvs_.size()));
+    return Status::Internal(
+        fmt::format("rank {}: the step ended with tensors left between ops ({} boundaries, {} "
+                    "offloaded, {} activations and gradients, {} receives)",
+                    ex_.rank_, boundary_.size(), host_boundary_.size(), activations_.size(), recvs_.size()));
   report_.step_s = Since(start_);
   report_.peak_memory_bytes =
       static_cast<double>(device.is_cuda() ? PeakDeviceMemoryBytes(device) : ledger.peak_bytes());
@@ -86,7 +86,8 @@ const torch::Tensor& Executor::StepRun::Tokens(int64_t m) {
 torch::Tensor Executor::StepRun::Loss(const torch::Tensor& logits, int64_t m) {
   const int64_t seq = logits.size(1);
   double share = static_cast<double>(Sequences(m)) / static_cast<double>(ex_.batch_sequences_);
-  if (in_.loss_factor_microbatch < 0 || in_.loss_factor_microbatch == m) share *= in_.loss_factor;
+  if (in_.faults.loss_factor_microbatch < 0 || in_.faults.loss_factor_microbatch == m)
+    share *= in_.faults.loss_factor;
   return ex_.model_->Loss(logits, Tokens(m).narrow(1, 1, seq)) * share;
 }
 
@@ -105,7 +106,8 @@ Result<torch::Tensor> Executor::StepRun::Take(const Buffer& b) {
     return out;
   }
   auto it = activations_.find(b);
-  if (it == activations_.end()) return Status::Internal(fmt::format("rank {}: no {}", ex_.rank_, BufferName(b)));
+  if (it == activations_.end())
+    return Status::Internal(fmt::format("rank {}: no {}", ex_.rank_, BufferName(b)));
   torch::Tensor out = it->second;
   activations_.erase(it);
   return out;
@@ -122,7 +124,8 @@ Status Executor::StepRun::Free(const Buffer& b) {
 Result<bool> Executor::StepRun::Start(int index) {
   const size_t i = static_cast<size_t>(index);
   const Op& op = prog_.ops[i];
-  if (op.kind == OpKind::kOptimizerStep) State(op.ministage).WaitReady(true);  // a prefetched shard and moments
+  if (op.kind == OpKind::kOptimizerStep)
+    State(op.ministage).WaitReady(true);  // a prefetched shard and moments
   const auto t = Clock::now();
   const double op_start_s = Since(start_);
   // Waits for received data and the tensor-parallel all-reduces inside the op count as communication.
@@ -131,7 +134,8 @@ Result<bool> Executor::StepRun::Start(int index) {
   // On a GPU the host only queues the kernels: the op's compute time is the device's, between
   // timing events on the compute stream (after the waits for its inputs queued above).
   std::shared_ptr<c10::Event> device_start;
-  if (IsCompute(op.kind) && ex_.config_.device.is_cuda()) device_start = RecordTimingEvent(ex_.copies_->device());
+  if (IsCompute(op.kind) && ex_.config_.device.is_cuda())
+    device_start = RecordTimingEvent(ex_.copies_->device());
   switch (op.kind) {
     case OpKind::kForward:
       MOTLEY_RETURN_IF_ERROR(Forward(op));
@@ -184,9 +188,8 @@ Result<bool> Executor::StepRun::Start(int index) {
     case OpKind::kActPrefetch: {
       auto it = host_boundary_.find({op.ministage, op.microbatch});
       MOTLEY_CHECK(it != host_boundary_.end());
-      boundary_[it->first] =
-          ex_.copies_->ToDevice(it->second, host_boundary_done_[it->first], &boundary_ready_[it->first],
-                                CopyLane::kActivations);
+      boundary_[it->first] = ex_.copies_->ToDevice(it->second, host_boundary_done_[it->first],
+                                                   &boundary_ready_[it->first], CopyLane::kActivations);
       host_boundary_done_.erase(it->first);
       host_boundary_.erase(it);
       break;
@@ -282,7 +285,8 @@ Status Executor::StepRun::Backward(const Op& op) {
   if (ex_.schedule_.activation_checkpointing) {
     auto it = boundary_.find({v, m});
     if (it == boundary_.end())
-      return Status::Internal(fmt::format("rank {}: no saved boundary for stage {} microbatch {}", ex_.rank_, v, m));
+      return Status::Internal(
+          fmt::format("rank {}: no saved boundary for stage {} microbatch {}", ex_.rank_, v, m));
     if (auto ready = boundary_ready_.find({v, m}); ready != boundary_ready_.end()) {
       ex_.copies_->Wait(ready->second);  // a prefetched boundary
       boundary_ready_.erase(ready);
@@ -298,7 +302,8 @@ Status Executor::StepRun::Backward(const Op& op) {
       if (IsHead(slice, k)) root = BackwardLoss(root, m);
       grad = back_propagate(root, leaf, grad);
     }
-    if (slice.embedding) back_propagate(ex_.model_->Run(EmbeddingOf(slice), EmbeddingInput(m), false), {}, grad);
+    if (slice.embedding)
+      back_propagate(ex_.model_->Run(EmbeddingOf(slice), EmbeddingInput(m), false), {}, grad);
     grad_in = grad;
   } else {
     auto it = graph_.find({v, m});
@@ -306,20 +311,23 @@ Status Executor::StepRun::Backward(const Op& op) {
     auto [leaf, root] = it->second;
     graph_.erase(it);
     if (slice.head) root = BackwardLoss(root, m);
-    grad_in = back_propagate(root, slice.embedding ? torch::Tensor() : leaf, slice.head ? torch::Tensor() : grad_out);
+    grad_in = back_propagate(root, slice.embedding ? torch::Tensor() : leaf,
+                             slice.head ? torch::Tensor() : grad_out);
   }
   torch::NoGradGuard no_grad;
   for (const Buffer& b : op.writes)  // the previous ministage's output gradient, when taken
     if (b.kind == BufferKind::kOutputGrad) activations_[b] = grad_in;
   if (ex_.flextp_ && op.gradients_complete) {  // FlexTP migration: the borrowed units' gradients go home
-    MOTLEY_RETURN_IF_ERROR(ex_.flextp_->ReturnGradients(
-        slice.layer_begin, slice.layer_end, [&](int layer, int k, int dim, int64_t begin, const torch::Tensor& g) {
-          const std::string prefix = fmt::format("model.layers.{}.", layer);
-          for (size_t i = 0; i < state.params().size(); ++i) {
-            const std::string& name = state.params()[i].name;
-            if (name.rfind(prefix, 0) == 0 && LayerWeightIndex(name) == k) state.AccumulateGradPart(i, dim, begin, g);
-          }
-        }));
+    MOTLEY_RETURN_IF_ERROR(
+        ex_.flextp_->ReturnGradients(slice.layer_begin, slice.layer_end,
+                                     [&](int layer, int k, int dim, int64_t begin, const torch::Tensor& g) {
+                                       const std::string prefix = fmt::format("model.layers.{}.", layer);
+                                       for (size_t i = 0; i < state.params().size(); ++i) {
+                                         const std::string& name = state.params()[i].name;
+                                         if (name.rfind(prefix, 0) == 0 && LayerWeightIndex(name) == k)
+                                           state.AccumulateGradPart(i, dim, begin, g);
+                                       }
+                                     }));
   }
   return Status::Ok();
 }
@@ -329,7 +337,8 @@ Status Executor::StepRun::OptimizerStep(const Op& op) {
   const int v = op.ministage;
   MinistageState& state = State(v);
   std::vector<ParamShard> shards = state.OptimizerShards();
-  if (report_.diverged) {  // the loss or the norm is not finite: no rank updates (the run stops or rolls back)
+  if (report_
+          .diverged) {  // the loss or the norm is not finite: no rank updates (the run stops or rolls back)
     state.ClearGradients();
     return Status::Ok();
   }
@@ -374,8 +383,9 @@ torch::Tensor Executor::StepRun::NormSquared(int v) {
   if (ex_.model_->head_is_tied_copy() && v + 1 == static_cast<int>(ex_.schedule_.ministages.size())) {
     // The head's copy of a tied embedding holds the embedding's gradient: it counts there, once.
     const bool first = ex_.tp_index_ == 0;
-    return state.GradSquaredSum(
-        [first](const std::string& name) { return name != "lm_head.weight" && (first || IsSplitParameter(name)); });
+    return state.GradSquaredSum([first](const std::string& name) {
+      return name != "lm_head.weight" && (first || IsSplitParameter(name));
+    });
   }
   if (ex_.tp_index_ != 0)  // the team's replicated parameters (the norms) count on index 0
     return state.GradSquaredSum([](const std::string& name) { return IsSplitParameter(name); });
@@ -412,7 +422,6 @@ Status Executor::StepRun::SumLossAndNorm() {
   norm_known_ = true;
   return Status::Ok();
 }
-
 
 Result<RankStepReport> Executor::RunStep(const StepInputs& in) {
   double slowdown = 1, matmul_slowdown = 1;

@@ -51,17 +51,21 @@ class Executor::StepRun : public OpRunner {
     // op's end. (Stretched once at the end, a rank waited at every all-reduce for a partner the
     // host had paused — CPU-scale jitter, summed over ~100 waits a step — and a slower
     // partner's lag showed up only after the op.)
-    ex_.tp_clock_.set_hooks([this] { StretchSegment(); }, [this] { if (segment_) segment_ = SegmentMark(); });
+    ex_.tp_clock_.set_hooks([this] { StretchSegment(); },
+                            [this] {
+                              if (segment_) segment_ = SegmentMark();
+                            });
   }
   ~StepRun() override { ex_.tp_clock_.set_hooks(nullptr, nullptr); }
   StepRun(const StepRun&) = delete;
   StepRun& operator=(const StepRun&) = delete;
 
   Result<RankStepReport> Run();
+
  private:
   using Clock = step_run::Clock;
   using Key = std::pair<int, int64_t>;  // (ministage, microbatch)
-  struct InFlight;                       // a collective started and not yet finished
+  struct InFlight;                      // a collective started and not yet finished
   struct PendingRecv {
     PendingTransfer transfer;
     torch::Tensor buffer;
@@ -120,7 +124,9 @@ class Executor::StepRun : public OpRunner {
     Clock::time_point wall;
     double cpu_s = 0, matmul_s = 0, comm_s = 0;
   };
-  Segment SegmentMark() const { return {Clock::now(), ComputeCpuSeconds(), MatmulCpuSeconds(), report_.comm_s}; }
+  Segment SegmentMark() const {
+    return {Clock::now(), ComputeCpuSeconds(), MatmulCpuSeconds(), report_.comm_s};
+  }
   void StretchSegment();
   std::optional<Segment> segment_;
   ProgramWalker* walker_ = nullptr;  // the step's, while it runs
@@ -140,13 +146,16 @@ class Executor::StepRun : public OpRunner {
   bool LocalGradientsFinite();
 
   // This rank's part of the squared global gradient norm for stage v. Each element counts once:
-  // ZeRO >= 1 owners hold disjoint shards; with ZeRO-0 every member holds the whole, so only the first counts.
+  // ZeRO >= 1 owners hold disjoint shards; with ZeRO-0 every member holds the whole, so only the first
+  // counts.
   torch::Tensor NormSquared(int v);
   // The step's loss and global gradient norm: this rank's parts summed over every rank.
   // With them, two flags a rank: whether its own part of the loss, and of the norm, was not finite
   // (where a divergence began, for the message; the sums alone would only say that it did).
   Status SumLossAndNorm();
-  torch::TensorOptions Float64() const { return torch::TensorOptions().dtype(torch::kFloat64).device(ex_.config_.device); }
+  torch::TensorOptions Float64() const {
+    return torch::TensorOptions().dtype(torch::kFloat64).device(ex_.config_.device);
+  }
 
   Status Send(const Op& op);
   Status Recv(const Op& op);
@@ -188,7 +197,8 @@ class Executor::StepRun : public OpRunner {
   std::map<int64_t, torch::Tensor> tokens_;
   std::map<Key, torch::Tensor> boundary_, host_boundary_;
   std::map<Buffer, torch::Tensor> activations_;  // inputs and output gradients made here, until taken
-  std::map<Key, CopyTicket> boundary_ready_, host_boundary_done_;  // activation prefetches and offloads in flight
+  std::map<Key, CopyTicket> boundary_ready_,
+      host_boundary_done_;  // activation prefetches and offloads in flight
   std::map<Key, std::pair<torch::Tensor, torch::Tensor>> graph_;  // no checkpointing: (input leaf, output)
   std::map<Buffer, PendingRecv> recvs_;                           // by the buffer they write
   std::vector<std::pair<PendingTransfer, torch::Tensor>> sends_;
@@ -197,7 +207,7 @@ class Executor::StepRun : public OpRunner {
   struct InFlight {
     PendingTransfer transfer;
     Clock::time_point start;
-    double start_s = 0;   // from the step's start (trace)
+    double start_s = 0;  // from the step's start (trace)
     double bytes = 0;
     double needed_s = 0;  // what the emulated link needs; 0 when not emulated
     double ready_s = 0;   // when the emulated link has carried it (from the step's start)
@@ -213,7 +223,7 @@ class Executor::StepRun : public OpRunner {
   bool device_timed_ = false;
   std::shared_ptr<c10::Event> origin_;
   std::map<int, std::shared_ptr<c10::Event>> op_start_event_;
-  std::vector<DeviceSpan> device_spans_;  // parallel to report_.trace
+  std::vector<DeviceSpan> device_spans_;   // parallel to report_.trace
   std::vector<DeviceSpan> compute_spans_;  // on a GPU: every compute op's, on the device
 };
 

@@ -20,8 +20,8 @@
 #include "core/model_parse.h"
 #include "plan/lower.h"
 #include "plan/plan_io.h"
-#include "sim/routing_costs.h"
 #include "runtime/comm/run_ranks_for_test.h"
+#include "sim/routing_costs.h"
 
 namespace motley {
 namespace {
@@ -86,7 +86,7 @@ Trained Train(const std::string& plan_text, double clip, bool checkpointing, dou
       in.step = step;
       in.lr = 1e-2;
       in.update = step + 1;
-      if (comm.rank() == 1) in.loss_factor = rank1_loss_factor;  // fault injection: the test can fail
+      if (comm.rank() == 1) in.faults.loss_factor = rank1_loss_factor;  // fault injection: the test can fail
       in.tokens = [&, step](int64_t first, int64_t n) { return windows[step].narrow(0, first, n); };
       Result<RankStepReport> r = (*ex)->RunStep(in);
       ASSERT_TRUE(r.ok()) << "rank " << comm.rank() << " step " << step << ": " << r.status().message();
@@ -129,7 +129,8 @@ TEST_P(ExecutorInProcess, TrainsTheSameModelAsOneDevice) {
   const Trained plan = Train(motley_test::PlanHeader() + c.body, c.clip, c.checkpointing);
   ASSERT_EQ(plan.losses.size(), reference.losses.size());
   for (size_t i = 0; i < plan.losses.size(); ++i)
-    EXPECT_NEAR(plan.losses[i], reference.losses[i], motley_test::kFp64Tolerance) << "the loss of step " << i + 1;
+    EXPECT_NEAR(plan.losses[i], reference.losses[i], motley_test::kFp64Tolerance)
+        << "the loss of step " << i + 1;
   ASSERT_EQ(plan.params.size(), reference.params.size());
   double worst = 0;
   std::string where;
@@ -145,7 +146,8 @@ TEST_P(ExecutorInProcess, TrainsTheSameModelAsOneDevice) {
   const torch::Tensor& w = reference.params.begin()->second;
   LlamaModel initial(TheSetup().model, 7);
   initial->set_precision(Precision::kFp64);
-  EXPECT_GT((w - initial->named_parameters()[reference.params.begin()->first]).abs().max().item<double>(), 1e-4);
+  EXPECT_GT((w - initial->named_parameters()[reference.params.begin()->first]).abs().max().item<double>(),
+            1e-4);
 }
 
 // The comparison sees a one-in-a-million change to one rank's gradients (~1e-7 after the steps):

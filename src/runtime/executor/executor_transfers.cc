@@ -13,7 +13,7 @@ namespace motley {
 using namespace step_run;
 
 Status Executor::StepRun::BeforeOp(int i) {
-  if (in_.die_mid_step && i == static_cast<int>(prog_.ops.size()) / 2) ::raise(SIGKILL);
+  if (in_.faults.die_mid_step && i == static_cast<int>(prog_.ops.size()) / 2) ::raise(SIGKILL);
   if (device_timed_) op_start_event_[i] = RecordTimingEvent(ex_.copies_->device());
   ex_.copies_->Pump();  // the next pieces of the parameter copies in flight
   MOTLEY_RETURN_IF_ERROR(CollectDeliveredSends());
@@ -50,12 +50,13 @@ Status Executor::StepRun::Send(const Op& op) {
   MOTLEY_CHECK_EQ(op.reads.size(), 1u);
   auto it = activations_.find(op.reads[0]);
   if (it == activations_.end())
-    return Status::Internal(fmt::format("rank {}: no {} to send to rank {}", ex_.rank_, BufferName(op.reads[0]), op.peer));
+    return Status::Internal(
+        fmt::format("rank {}: no {} to send to rank {}", ex_.rank_, BufferName(op.reads[0]), op.peer));
   torch::Tensor t = it->second.contiguous();
   if (!op.frees.empty()) activations_.erase(it);  // the last send of it
   report_.bytes_sent += static_cast<double>(t.nbytes());
-  const double delay = ex_.emulation_.TransferSeconds(static_cast<double>(t.nbytes()),
-                                                      ex_.schedule_.programs[op.peer].device);
+  const double delay =
+      ex_.emulation_.TransferSeconds(static_cast<double>(t.nbytes()), ex_.schedule_.programs[op.peer].device);
   Communicator* comm = ex_.comm_;
   const int peer = op.peer;
   const int64_t tag = op.tag;
@@ -138,7 +139,8 @@ Status Executor::StepRun::Collective(size_t i, const Op& op) {
     // first reduction after an update writes into the (zeroed) shard itself: no second buffer.
     torch::Tensor out = g->size() == 1 ? full : state.TakeZeroGradShard();
     if (!out.defined()) out = torch::empty({state.shard_numel()}, full.options());
-    MOTLEY_ASSIGN_OR_RETURN(f.transfer, ex_.comm_->StartReduceScatterSum(*g, full, out, state.shard_counts()));
+    MOTLEY_ASSIGN_OR_RETURN(f.transfer,
+                            ex_.comm_->StartReduceScatterSum(*g, full, out, state.shard_counts()));
     f.bytes = static_cast<double>(full.nbytes());
     const bool release = Has(op.frees, BufferKind::kGrads);  // ZeRO >= 2: only the shard stays
     f.then = [&state, out, full, release]() mutable {
@@ -162,8 +164,8 @@ Status Executor::StepRun::Collective(size_t i, const Op& op) {
   std::vector<int> devices;
   for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
   // Uneven pieces: paced by the largest, as the simulator times it.
-  f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes * ex_.schedule_.collectives[op.collective].uneven_factor,
-                                                devices, passes);
+  f.needed_s = ex_.emulation_.CollectiveSeconds(
+      f.bytes * ex_.schedule_.collectives[op.collective].uneven_factor, devices, passes);
   QueueOnEmulatedLink(f);
   in_flight_[static_cast<int>(i)] = std::move(f);
   return Status::Ok();
@@ -220,8 +222,8 @@ Status Executor::StepRun::StartGather(int i, InFlight& f) {
   report_.bytes_sent += (n - 1) / n * f.bytes;
   std::vector<int> devices;
   for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
-  f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes * ex_.schedule_.collectives[op.collective].uneven_factor,
-                                                devices, 1);
+  f.needed_s = ex_.emulation_.CollectiveSeconds(
+      f.bytes * ex_.schedule_.collectives[op.collective].uneven_factor, devices, 1);
   QueueOnEmulatedLink(f);
   return Status::Ok();
 }

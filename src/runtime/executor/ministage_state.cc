@@ -1,19 +1,20 @@
 #include "runtime/executor/ministage_state.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 
 #include "core/check.h"
 #include "plan/state_shares.h"
-#include "runtime/optim/adamw.h"
 #include "runtime/emulation/memory_ledger.h"
 #include "runtime/model/llama_model.h"
+#include "runtime/optim/adamw.h"
 
 namespace motley {
 
-MinistageState::MinistageState(std::vector<NamedParameter> params, int dp_size, int dp_index, bool sharded_optimizer,
-                               CopyEngine* copies, bool shard_in_flat, const std::vector<double>& state_shares,
-                               const std::function<Status(const std::string&, int64_t, torch::Tensor)>* source)
+MinistageState::MinistageState(
+    std::vector<NamedParameter> params, int dp_size, int dp_index, bool sharded_optimizer, CopyEngine* copies,
+    bool shard_in_flat, const std::vector<double>& state_shares,
+    const std::function<Status(const std::string&, int64_t, torch::Tensor)>* source)
     : params_(std::move(params)),
       sharded_(sharded_optimizer),
       shard_in_flat_(sharded_optimizer && shard_in_flat),
@@ -43,10 +44,11 @@ MinistageState::MinistageState(std::vector<NamedParameter> params, int dp_size, 
     }
     // A placeholder: its elements in this rank's shard from the source (the rest are gathered).
     MOTLEY_CHECK_MSG(source != nullptr, "a placeholder parameter without a source: " + params_[r.param].name);
-    const int64_t begin = std::max(r.flat_begin, shard_begin_), end = std::min(r.flat_begin + r.numel,
-                                                                                shard_begin_ + shard_numel_);
+    const int64_t begin = std::max(r.flat_begin, shard_begin_),
+                  end = std::min(r.flat_begin + r.numel, shard_begin_ + shard_numel_);
     if (begin < end && source_status_.ok())
-      source_status_ = (*source)(params_[r.param].name, begin - r.flat_begin, flat_.narrow(0, begin, end - begin));
+      source_status_ =
+          (*source)(params_[r.param].name, begin - r.flat_begin, flat_.narrow(0, begin, end - begin));
   }
   PointParamsAt(flat_);
   if (sharded_) {
@@ -58,7 +60,8 @@ MinistageState::MinistageState(std::vector<NamedParameter> params, int dp_size, 
 }
 
 void MinistageState::PointParamsAt(const torch::Tensor& flat) {
-  for (const Range& r : ranges_) params_[r.param].param.set_data(flat.narrow(0, r.flat_begin, r.numel).view(r.shape));
+  for (const Range& r : ranges_)
+    params_[r.param].param.set_data(flat.narrow(0, r.flat_begin, r.numel).view(r.shape));
 }
 
 torch::Tensor& MinistageState::AllocateFlat() {
@@ -114,7 +117,8 @@ void MinistageState::AddToGradShard(torch::Tensor reduced) {
   MOTLEY_CHECK(sharded_);
   MOTLEY_CHECK_EQ(reduced.numel(), shard_numel_);
   grad_shard_zero_ = false;
-  if (grad_shard_.defined() && reduced.data_ptr() == grad_shard_.data_ptr()) return;  // reduced into the shard
+  if (grad_shard_.defined() && reduced.data_ptr() == grad_shard_.data_ptr())
+    return;  // reduced into the shard
   if (grad_shard_.defined()) {
     grad_shard_.add_(reduced);
   } else {
@@ -186,8 +190,10 @@ std::string MinistageState::LoadMoments(const std::map<std::string, torch::Tenso
     const int64_t lo = std::max(r.flat_begin, shard_begin_);
     const int64_t hi = std::min(r.flat_begin + r.numel, shard_begin_ + shard_numel_);
     if (lo >= hi) continue;
-    m1.narrow(0, lo - shard_begin_, hi - lo).copy_(a->second.reshape(-1).narrow(0, lo - r.flat_begin, hi - lo));
-    m2.narrow(0, lo - shard_begin_, hi - lo).copy_(b->second.reshape(-1).narrow(0, lo - r.flat_begin, hi - lo));
+    m1.narrow(0, lo - shard_begin_, hi - lo)
+        .copy_(a->second.reshape(-1).narrow(0, lo - r.flat_begin, hi - lo));
+    m2.narrow(0, lo - shard_begin_, hi - lo)
+        .copy_(b->second.reshape(-1).narrow(0, lo - r.flat_begin, hi - lo));
   }
   return "";
 }

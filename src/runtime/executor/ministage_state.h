@@ -21,8 +21,8 @@
 #include <torch/torch.h>
 
 #include "core/status.h"
-#include "runtime/optim/adamw.h"
 #include "runtime/executor/copy_engine.h"
+#include "runtime/optim/adamw.h"
 
 namespace motley {
 
@@ -144,8 +144,8 @@ class MinistageState {
  private:
   Status source_status_;
   struct Range {
-    size_t param;          // index into params_
-    int64_t flat_begin;    // where the parameter starts in the flat buffer
+    size_t param;        // index into params_
+    int64_t flat_begin;  // where the parameter starts in the flat buffer
     int64_t numel;
     std::vector<int64_t> shape;
   };
@@ -158,7 +158,7 @@ class MinistageState {
   bool shard_in_flat_ = false;  // shard_ is a view of flat_
   CopyEngine* copies_;
   torch::Device device_;
-  torch::Dtype dtype_ = torch::kFloat32;  // the master dtype: the parameters' (fp32, or fp64)
+  torch::Dtype dtype_ = torch::kFloat32;                 // the master dtype: the parameters' (fp32, or fp64)
   CopyTicket shard_ready_, moments_ready_, host_ready_;  // the last prefetches and the last offload
   CopyTicket shard_read_, moments_read_;  // the last prefetches again: they read the host copies
   int64_t numel_ = 0, shard_numel_ = 0, shard_begin_ = 0, padded_numel_ = 0;

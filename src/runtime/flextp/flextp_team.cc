@@ -14,9 +14,7 @@
 
 namespace motley {
 
-torch::Tensor UnitRows(const std::vector<torch::Tensor>& w) {
-  return torch::cat({w[6], w[7], w[8].t()}, 1);
-}
+torch::Tensor UnitRows(const std::vector<torch::Tensor>& w) { return torch::cat({w[6], w[7], w[8].t()}, 1); }
 
 FlexTpTeam::FlexTpTeam(Options options)
     : options_(std::move(options)),
@@ -38,7 +36,8 @@ Result<SemiPretest> FlexTpTeam::Pretest() {
   auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   std::vector<double> mine;
   // ZERO-resizing: its overhead at each ratio (resize_pretest.h); the median over the team below.
-  for (const auto& point : TimeResizeOverhead(units, h, options_.pretest_tokens, device, options_.dtype, ratios))
+  for (const auto& point :
+       TimeResizeOverhead(units, h, options_.pretest_tokens, device, options_.dtype, ratios))
     mine.push_back(point.second);
   // Migration's borrowed compute (resize_pretest.h), as `motley profile` measures it for the simulator.
   mine.push_back(TimeBorrowedCost(units, h, options_.pretest_tokens, device, options_.dtype));
@@ -73,7 +72,8 @@ Result<SemiPretest> FlexTpTeam::Pretest() {
   }
   {
     std::vector<double> v;
-    for (int r = 0; r < options_.tp; ++r) v.push_back(all[r * n + static_cast<int64_t>(ratios.size())].item<double>());
+    for (int r = 0; r < options_.tp; ++r)
+      v.push_back(all[r * n + static_cast<int64_t>(ratios.size())].item<double>());
     std::nth_element(v.begin(), v.begin() + static_cast<int64_t>(v.size() / 2), v.end());
     out.borrowed_cost = v[v.size() / 2];
   }
@@ -95,12 +95,13 @@ Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
     balancer_.UsePretest(pretest);
     const FlexTpCosts& c = balancer_.costs();
     if (options_.index == 0)
-      fmt::print(stderr,
-                 "FlexTP pre-test (team of {} from rank {}): resizing costs {:.1f}% + {:.1f}% x ratio of the MLP's "
-                 "time; migrating costs {:.3f} ms + {:.4f} ms a unit a step, a borrowed unit computes at {:.2f}x an "
-                 "own one\n",
-                 options_.tp, options_.team->ranks.front(), 100 * c.resize_fixed, 100 * c.resize_per_ratio,
-                 1e3 * c.migrate_s_fixed, 1e3 * c.migrate_s_per_unit, c.borrowed_cost);
+      fmt::print(
+          stderr,
+          "FlexTP pre-test (team of {} from rank {}): resizing costs {:.1f}% + {:.1f}% x ratio of the MLP's "
+          "time; migrating costs {:.3f} ms + {:.4f} ms a unit a step, a borrowed unit computes at {:.2f}x an "
+          "own one\n",
+          options_.tp, options_.team->ranks.front(), 100 * c.resize_fixed, 100 * c.resize_per_ratio,
+          1e3 * c.migrate_s_fixed, 1e3 * c.migrate_s_per_unit, c.borrowed_cost);
   }
   // Each rank's compute time and time in the migration's broadcasts and returns, last step.
   // (The last step's device work is done: the executor waited for it.)
@@ -121,12 +122,14 @@ Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
   const double unit_floats = 3 * h, head_floats = 4 * static_cast<double>(options_.spec.head_dim()) * h;
   double per_float = 0;
   int64_t all_given = 0, all_given_heads = 0;
-  for (size_t r = 0; r < last.given.size(); ++r) all_given += last.given[r], all_given_heads += last.given_heads[r];
+  for (size_t r = 0; r < last.given.size(); ++r)
+    all_given += last.given[r], all_given_heads += last.given_heads[r];
   for (int r = 0; r < options_.tp && !last.given.empty(); ++r) {
     // Broadcast-reduce: every rank moves every straggler's block; point to point, its own moves.
     const double floats =
         broadcast_reduce()
-            ? unit_floats * static_cast<double>(all_given) + head_floats * static_cast<double>(all_given_heads)
+            ? unit_floats * static_cast<double>(all_given) +
+                  head_floats * static_cast<double>(all_given_heads)
             : unit_floats * static_cast<double>(last.given[r] + last.received(r, false)) +
                   head_floats * static_cast<double>(last.given_heads[r] + last.received(r, true));
     if (floats > 0 && migration[r] > 0 && (per_float == 0 || migration[r] / floats < per_float))
@@ -137,7 +140,8 @@ Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
   // use of each kernel and connection), which on the bench's team made one normal rank's step twice
   // the others' and would have moved work to it and from it for a step.
   const bool first_step = ++steps_begun_ == 2;
-  if (!first_step && std::all_of(times.begin(), times.end(), [](double t) { return t > 0; })) balancer_.Update(times);
+  if (!first_step && std::all_of(times.begin(), times.end(), [](double t) { return t > 0; }))
+    balancer_.Update(times);
   // This rank's per-layer ratios: its uniform ratio shared out by how much each layer moved.
   layer_ratio_.clear();
   const double ratio = balance().prune_ratio[options_.index];
@@ -165,14 +169,17 @@ torch::Tensor FlexTpTeam::Keep(Layer& l, double ratio, torch::Device device) {
 int64_t FlexTpTeam::Tag(int layer, bool attention, bool gradients, size_t move) {
   constexpr int64_t kMovesPerLayer = 1024;
   MOTLEY_CHECK_LT(move, static_cast<size_t>(kMovesPerLayer));
-  return MessageTag(TagRange::kFlexTp, ((static_cast<int64_t>(layer) * 2 + (attention ? 1 : 0)) * 2 + (gradients ? 1 : 0)) * kMovesPerLayer +
-         static_cast<int64_t>(move));
+  return MessageTag(
+      TagRange::kFlexTp,
+      ((static_cast<int64_t>(layer) * 2 + (attention ? 1 : 0)) * 2 + (gradients ? 1 : 0)) * kMovesPerLayer +
+          static_cast<int64_t>(move));
 }
 
 Status FlexTpTeam::Timed(const torch::Device& device, const std::function<Status()>& communicate) {
   // The executor's clock first: its hook may stretch the compute before the wait, which is not
   // the migration's time.
-  const CommClock::Mark start_for_executor = options_.clock != nullptr ? options_.clock->Start(device) : CommClock::Mark{};
+  const CommClock::Mark start_for_executor =
+      options_.clock != nullptr ? options_.clock->Start(device) : CommClock::Mark{};
   const CommClock::Mark start = migration_clock_.Start(device);
   Status s = communicate();
   migration_clock_.Stop(start, device);
@@ -202,8 +209,9 @@ std::vector<FlexTpTeam::Block> FlexTpTeam::Blocks(bool attention) const {
   return out;
 }
 
-torch::Tensor FlexTpTeam::Borrow(int layer, bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
-                                 torch::TensorOptions options, std::vector<Borrowed>* out) {
+torch::Tensor FlexTpTeam::Borrow(int layer, bool attention, const torch::Tensor& own_rows,
+                                 std::vector<int64_t> row_shape, torch::TensorOptions options,
+                                 std::vector<Borrowed>* out) {
   const TeamBalance& b = balance();
   const int me = options_.index;
   std::vector<torch::Tensor> rows, sent;
@@ -215,7 +223,8 @@ torch::Tensor FlexTpTeam::Borrow(int layer, bool attention, const torch::Tensor&
       row_shape[0] = block.count;
       torch::Tensor buffer = block.from == me ? own_rows.narrow(0, block.begin, block.count).contiguous()
                                               : torch::empty(row_shape, options);
-      Status st = Timed(options.device(), [&] { return options_.comm->Broadcast(*options_.team, buffer, block.from); });
+      Status st = Timed(options.device(),
+                        [&] { return options_.comm->Broadcast(*options_.team, buffer, block.from); });
       if (!st.ok()) throw std::runtime_error(fmt::format("FlexTP migration: {}", st.message()));
       for (size_t j = 0; j < b.moves.size(); ++j) {
         const UnitMove& m = b.moves[j];
@@ -265,19 +274,21 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   auto ratio = layer_ratio_.find(layer);
   l.work.keep = Keep(l, ratio != layer_ratio_.end() ? ratio->second : b.prune_ratio[me], w[6].device());
   if (b.given_heads[me] > 0) l.work.attention_keep = options_.costs.heads - b.given_heads[me];
-  if (balancer_.costs().attention_prunable > 0) {  // ZERO-resizing of the attention: its projections' features
+  if (balancer_.costs().attention_prunable >
+      0) {  // ZERO-resizing of the attention: its projections' features
     if (!l.attention_priority.refreshed() ||
         step_ - l.attention_priority.refreshed_step() >= options_.config.stats_interval_steps)
       l.attention_priority.Refresh(AttentionFeatureRows(w), step_);
     const double r = ratio != layer_ratio_.end() ? ratio->second : b.prune_ratio[me];
     const auto prune = static_cast<int64_t>(std::llround(r * static_cast<double>(h)));
     if (prune > 0 && l.work.attention_keep != 0)
-      l.work.attention_features = torch::tensor(l.attention_priority.Keep(h, prune, step_), torch::kInt64).to(l.device);
+      l.work.attention_features =
+          torch::tensor(l.attention_priority.Keep(h, prune, step_), torch::kInt64).to(l.device);
   }
   const auto master = w[6].options();  // the gradients in the master dtype
   // MLP units, then query heads.
-  const torch::Tensor units = Borrow(layer, false, b.given[me] > 0 ? UnitRows(w) : torch::Tensor(), {0, 3 * h},
-                                     w[6].options(), &l.borrowed);
+  const torch::Tensor units = Borrow(layer, false, b.given[me] > 0 ? UnitRows(w) : torch::Tensor(),
+                                     {0, 3 * h}, w[6].options(), &l.borrowed);
   if (units.defined()) {
     l.work.gate = units.narrow(1, 0, h);
     l.work.up = units.narrow(1, h, h);
@@ -299,8 +310,8 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
     for (const Borrowed& r : l.borrowed)
       if (r.attention) l.work.attention_runs.push_back({r.at, r.count, r.begin % per});
   }
-  l.active = l.work.keep.defined() || l.work.gate.defined() || l.work.attention_keep >= 0 || heads.defined() ||
-             l.work.attention_features.defined();
+  l.active = l.work.keep.defined() || l.work.gate.defined() || l.work.attention_keep >= 0 ||
+             heads.defined() || l.work.attention_features.defined();
   return l.active ? &l.work : nullptr;
 }
 
@@ -325,7 +336,8 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
   // A borrowed run's gradients packed as its weights were.
   auto packed = [&](const Layer& l, const Borrowed& r) {
     return r.attention ? l.work.grad_attention.narrow(0, r.at, r.count)
-                       : torch::cat({l.work.grad_gate.narrow(0, r.at, r.count), l.work.grad_up.narrow(0, r.at, r.count),
+                       : torch::cat({l.work.grad_gate.narrow(0, r.at, r.count),
+                                     l.work.grad_up.narrow(0, r.at, r.count),
                                      l.work.grad_down.narrow(1, r.at, r.count).t()},
                                     1);
   };
@@ -355,10 +367,14 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
         for (int64_t i = 0; i < layers; ++i)
           for (const Borrowed& r : ran[static_cast<size_t>(i)].second->borrowed)
             if (r.attention == attention && r.from == block.from)
-              sum[i].narrow(0, r.begin - block.begin, r.count).copy_(packed(*ran[static_cast<size_t>(i)].second, r));
-        MOTLEY_RETURN_IF_ERROR(Timed(device, [&] { return options_.comm->ReduceSum(*options_.team, sum, block.from); }));
+              sum[i]
+                  .narrow(0, r.begin - block.begin, r.count)
+                  .copy_(packed(*ran[static_cast<size_t>(i)].second, r));
+        MOTLEY_RETURN_IF_ERROR(
+            Timed(device, [&] { return options_.comm->ReduceSum(*options_.team, sum, block.from); }));
         if (block.from == me)
-          for (int64_t i = 0; i < layers; ++i) add_home(ran[static_cast<size_t>(i)].first, attention, block.begin, sum[i]);
+          for (int64_t i = 0; i < layers; ++i)
+            add_home(ran[static_cast<size_t>(i)].first, attention, block.begin, sum[i]);
       }
   } else {
     // Receivers send each borrowed run's gradients home (packed as the weights were); owners receive
@@ -373,8 +389,8 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
     for (const auto& [layer, l] : ran) {
       for (const Borrowed& r : l->borrowed) {
         sent.push_back(packed(*l, r).contiguous());
-        transfers.push_back(
-            options_.comm->Send(sent.back(), options_.team->ranks[r.from], Tag(layer, r.attention, true, r.move)));
+        transfers.push_back(options_.comm->Send(sent.back(), options_.team->ranks[r.from],
+                                                Tag(layer, r.attention, true, r.move)));
       }
       // In the order the receivers send them (transfers of a tag match in order): MLP runs, then heads.
       for (size_t k = 0; k < 2 * b.moves.size(); ++k) {
@@ -383,8 +399,8 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
         if (m.from != me || m.attention != (k >= b.moves.size())) continue;
         received.push_back(m.attention ? torch::empty({m.count, head_rows, h}, master)
                                        : torch::empty({m.count, 3 * h}, master));
-        transfers.push_back(
-            options_.comm->Recv(received.back(), options_.team->ranks[m.to], Tag(layer, m.attention, true, j)));
+        transfers.push_back(options_.comm->Recv(received.back(), options_.team->ranks[m.to],
+                                                Tag(layer, m.attention, true, j)));
         incoming.push_back({layer, &m});
       }
     }
@@ -393,7 +409,8 @@ Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
       add_home(incoming[i].layer, incoming[i].move->attention, incoming[i].move->begin, received[i]);
   }
   for (auto& [layer, l] : ran)
-    for (torch::Tensor* g : {&l->work.grad_gate, &l->work.grad_up, &l->work.grad_down, &l->work.grad_attention})
+    for (torch::Tensor* g :
+         {&l->work.grad_gate, &l->work.grad_up, &l->work.grad_down, &l->work.grad_attention})
       if (g->defined()) g->zero_();
   return Status::Ok();
 }

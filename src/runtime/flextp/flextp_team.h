@@ -10,8 +10,9 @@
 //      sends each receiver just its run);
 //   3. after each backward, returns the borrowed units' gradients to their owner: one sum-reduce of
 //      each straggler's blocks of every layer the backward ran, every receiver's runs in place (point
-//      to point: each receiver sends its runs, all layers' posted before any is waited for). Outputs and input gradients need no transfer of their own: the borrowed part's
-//      joins the rank's own before the block's all-reduce (reduce merging).
+//      to point: each receiver sends its runs, all layers' posted before any is waited for). Outputs and
+//      input gradients need no transfer of their own: the borrowed part's joins the rank's own before the
+//      block's all-reduce (reduce merging).
 // The per-layer pruning ratios differ by how much each layer's weights moved (LayerPruneRatios);
 // the priority, its incremental refresh and the lineage are UnitPriority's (unit_priority.h).
 #pragma once
@@ -28,9 +29,9 @@
 #include "core/job.h"
 #include "core/model.h"
 #include "core/status.h"
+#include "cost/flextp_balancer.h"
 #include "runtime/comm/comm_clock.h"
 #include "runtime/comm/communicator.h"
-#include "cost/flextp_balancer.h"
 #include "runtime/flextp/layer_work.h"
 #include "runtime/flextp/unit_priority.h"
 
@@ -41,8 +42,8 @@ class FlexTpTeam {
   struct Options {
     TensorParallelConfig config;
     ModelSpec spec;
-    int tp = 2;     // team size
-    int index = 0;  // this rank's place in the team
+    int tp = 2;        // team size
+    int index = 0;     // this rank's place in the team
     bool gpu = false;  // CUDA tensors (NCCL), else CPU (Gloo): `migration = "auto"` follows it
     Communicator* comm = nullptr;
     CommGroup* team = nullptr;  // the team's communicator group (its ranks in team order)
@@ -83,7 +84,8 @@ class FlexTpTeam {
   /// to point, all at once), who get them through
   /// `add(layer, k, dim, begin, part)` — the gradient of the part of their layer weight k
   /// (DecoderLayerImpl::weights() order) from `begin` along `dim`.
-  using AddGradient = std::function<void(int layer, int k, int dim, int64_t begin, const torch::Tensor& part)>;
+  using AddGradient =
+      std::function<void(int layer, int k, int dim, int64_t begin, const torch::Tensor& part)>;
   Status ReturnGradients(int begin, int end, const AddGradient& add);
 
   const TeamBalance& balance() const { return balancer_.balance(); }
@@ -95,9 +97,10 @@ class FlexTpTeam {
  private:
   struct Borrowed {
     int from = 0;
-    int64_t begin = 0, count = 0, at = 0;  // the owner's units [begin, begin + count) at rows [at, at + count)
-    bool attention = false;                // query heads, else MLP units
-    size_t move = 0;                       // its index in the balance's moves (the transfers' tag)
+    int64_t begin = 0, count = 0,
+            at = 0;          // the owner's units [begin, begin + count) at rows [at, at + count)
+    bool attention = false;  // query heads, else MLP units
+    size_t move = 0;         // its index in the balance's moves (the transfers' tag)
   };
   struct Layer {
     int64_t built_step = -1;
@@ -106,13 +109,14 @@ class FlexTpTeam {
     LayerWork work;
     bool active = false;  // work has something in it this step
     std::vector<Borrowed> borrowed;
-    UnitPriority priority;  // which own units ZERO-resizing prunes first
+    UnitPriority priority;            // which own units ZERO-resizing prunes first
     UnitPriority attention_priority;  // ... and which hidden features of the attention's projections
   };
   // The rows (MLP units or query heads) this rank computes for stragglers this step, each
   // sent by its owner (`own_rows`: this rank's, when it is one); their runs go to `out`.
-  torch::Tensor Borrow(int layer, bool attention, const torch::Tensor& own_rows, std::vector<int64_t> row_shape,
-                       torch::TensorOptions options, std::vector<Borrowed>* out);
+  torch::Tensor Borrow(int layer, bool attention, const torch::Tensor& own_rows,
+                       std::vector<int64_t> row_shape, torch::TensorOptions options,
+                       std::vector<Borrowed>* out);
   // The tag of move `move`'s transfer for `layer`: its weights out, or its gradients back.
   static int64_t Tag(int layer, bool attention, bool gradients, size_t move);
   // Runs `communicate` (on tensors on `device`), counting its time as the migration's.

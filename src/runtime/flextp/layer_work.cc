@@ -40,8 +40,8 @@ struct BorrowedMlp : public torch::autograd::Function<BorrowedMlp> {
     const torch::Tensor &m = saved[0], &g = saved[1], &u = saved[2];
     const torch::Tensor dy = grad_out[0];
     const int64_t h = m.size(-1), n = g.size(-1);
-    const torch::Tensor sig = torch::sigmoid(g), a = g * sig;  // silu(g)
-    const torch::Tensor dz = torch::matmul(dy, Cast(w.down, m));                       // [.., n]
+    const torch::Tensor sig = torch::sigmoid(g), a = g * sig;     // silu(g)
+    const torch::Tensor dz = torch::matmul(dy, Cast(w.down, m));  // [.., n]
     const torch::Tensor du = dz * a, dg = dz * u * sig * (1 + g * (1 - sig));
     auto flat = [](const torch::Tensor& t, int64_t cols) { return t.reshape({-1, cols}); };
     w.grad_down.add_(torch::matmul(flat(dy, h).t(), flat(a * u, n)).to(w.grad_down.scalar_type()));  // [h, n]
@@ -61,19 +61,21 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
 // heads of the groups it touches — each taken from the run's first head in that group, so a group
 // is computed once a run (its other heads' copies get no gradient; their owner sums every copy's).
 torch::Tensor BorrowedHeads(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& rows,
-                            std::vector<LayerWork::HeadRun> runs, const torch::Tensor& cos, const torch::Tensor& sin) {
+                            std::vector<LayerWork::HeadRun> runs, const torch::Tensor& cos,
+                            const torch::Tensor& sin) {
   const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads, h = rows.size(2);
   if (runs.empty()) runs.push_back({0, rows.size(0), 0});
   torch::Tensor out;
   for (const LayerWork::HeadRun& run : runs) {
     const torch::Tensor r = rows.narrow(0, run.at, run.count);
     std::vector<int64_t> firsts;  // the run's first head in each group it touches
-    for (int64_t j = 0; j < run.count; j = (run.offset + j) / per * per + per - run.offset) firsts.push_back(j);
+    for (int64_t j = 0; j < run.count; j = (run.offset + j) / per * per + per - run.offset)
+      firsts.push_back(j);
     const torch::Tensor kv = r.index_select(0, torch::tensor(firsts, torch::kInt64).to(rows.device()));
     const torch::Tensor part =
-        AttentionPartial(spec, hidden, r.narrow(1, 0, d).reshape({-1, h}), kv.narrow(1, d, d).reshape({-1, h}),
-                         kv.narrow(1, 2 * d, d).reshape({-1, h}), r.narrow(1, 3 * d, d).reshape({-1, h}).t(), cos, sin,
-                         torch::Tensor(), run.offset);
+        AttentionPartial(spec, hidden, r.narrow(1, 0, d).reshape({-1, h}),
+                         kv.narrow(1, d, d).reshape({-1, h}), kv.narrow(1, 2 * d, d).reshape({-1, h}),
+                         r.narrow(1, 3 * d, d).reshape({-1, h}).t(), cos, sin, torch::Tensor(), run.offset);
     out = out.defined() ? out + part : part;
   }
   return out;
@@ -90,11 +92,12 @@ struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
     LayerWork& w = *reinterpret_cast<LayerWork*>(work);
     ctx->saved_data["work"] = work;
     ctx->saved_data["graph"] = static_cast<int64_t>(w.attention_graphs.size());
-    LayerWork::AttentionGraph g{hidden.detach().requires_grad_(true),
-                                Cast(w.attention, hidden).detach().requires_grad_(true), {}};
+    LayerWork::AttentionGraph g{
+        hidden.detach().requires_grad_(true), Cast(w.attention, hidden).detach().requires_grad_(true), {}};
     {
       torch::AutoGradMode enable(true);
-      g.out = BorrowedHeads(*reinterpret_cast<const ModelSpec*>(spec), g.hidden, g.rows, w.attention_runs, cos, sin);
+      g.out = BorrowedHeads(*reinterpret_cast<const ModelSpec*>(spec), g.hidden, g.rows, w.attention_runs,
+                            cos, sin);
     }
     torch::Tensor out = g.out.detach();
     w.attention_graphs.push_back(std::move(g));
@@ -102,7 +105,8 @@ struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     LayerWork& w = *reinterpret_cast<LayerWork*>(ctx->saved_data["work"].toInt());
-    LayerWork::AttentionGraph& g = w.attention_graphs.at(static_cast<size_t>(ctx->saved_data["graph"].toInt()));
+    LayerWork::AttentionGraph& g =
+        w.attention_graphs.at(static_cast<size_t>(ctx->saved_data["graph"].toInt()));
     auto grads = torch::autograd::grad({g.out}, {g.hidden, g.rows}, {grad_out[0]});
     g = {};  // its activations are no longer needed
     torch::NoGradGuard no_grad;
@@ -115,13 +119,13 @@ struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
 
 torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
                                const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
-                               const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& features,
-                               int64_t first_head_offset) {
+                               const torch::Tensor& cos, const torch::Tensor& sin,
+                               const torch::Tensor& features, int64_t first_head_offset) {
   if (features.defined()) {  // ZERO-resizing: the kept features' columns in, rows out
     const torch::Tensor out =
         AttentionPartial(spec, hidden.index_select(-1, features), q_w.index_select(1, features),
-                         k_w.index_select(1, features), v_w.index_select(1, features), o_w.index_select(0, features),
-                         cos, sin, torch::Tensor(), first_head_offset);
+                         k_w.index_select(1, features), v_w.index_select(1, features),
+                         o_w.index_select(0, features), cos, sin, torch::Tensor(), first_head_offset);
     return torch::zeros_like(hidden).index_copy(-1, features, out);
   }
   const int64_t b = hidden.size(0), s = hidden.size(1), d = spec.head_dim();
@@ -160,7 +164,8 @@ torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidde
         torch::ones({s, s}, torch::TensorOptions().dtype(torch::kBool).device(hidden.device())).triu(1);
     scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
     torch::Tensor probs =
-        torch::softmax(scores.to(hidden.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32), -1)
+        torch::softmax(scores.to(hidden.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32),
+                       -1)
             .to(q.scalar_type());
     attn = torch::matmul(probs, v);
   }
@@ -171,20 +176,23 @@ torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidde
 torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
                                 const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
                                 const torch::Tensor& cos, const torch::Tensor& sin, LayerWork* work) {
-  if (work == nullptr || (work->attention_keep < 0 && !work->attention.defined() && !work->attention_features.defined()))
+  if (work == nullptr ||
+      (work->attention_keep < 0 && !work->attention.defined() && !work->attention_features.defined()))
     return AttentionPartial(spec, hidden, q_w, k_w, v_w, o_w, cos, sin);
   const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads;
   const int64_t keep = work->attention_keep < 0 ? q_w.size(0) / d : work->attention_keep;
   const int64_t groups = (keep + per - 1) / per;  // the key/value heads its kept heads use
   // (With no head of its own left, still a function of hidden: the team's all-reduce of its
   // gradient must run on every rank.)
-  torch::Tensor out = keep == 0 ? hidden * 0
-                                : AttentionPartial(spec, hidden, q_w.narrow(0, 0, keep * d), k_w.narrow(0, 0, groups * d),
-                                                   v_w.narrow(0, 0, groups * d), o_w.narrow(1, 0, keep * d), cos, sin,
-                                                   work->attention_features);
+  torch::Tensor out = keep == 0
+                          ? hidden * 0
+                          : AttentionPartial(spec, hidden, q_w.narrow(0, 0, keep * d),
+                                             k_w.narrow(0, 0, groups * d), v_w.narrow(0, 0, groups * d),
+                                             o_w.narrow(1, 0, keep * d), cos, sin, work->attention_features);
   if (work->attention.defined()) {
     if (torch::GradMode::is_enabled()) {
-      out = out + BorrowedAttention::apply(hidden, cos, sin, static_cast<int64_t>(reinterpret_cast<intptr_t>(&spec)),
+      out = out + BorrowedAttention::apply(hidden, cos, sin,
+                                           static_cast<int64_t>(reinterpret_cast<intptr_t>(&spec)),
                                            static_cast<int64_t>(reinterpret_cast<intptr_t>(work)));
     } else {  // no backward will follow (evaluation, or a checkpointed layer's first forward): no graph kept
       out = out + BorrowedHeads(spec, hidden, Cast(work->attention, hidden), work->attention_runs, cos, sin);
@@ -206,15 +214,19 @@ torch::Tensor AttentionHeadRows(const ModelSpec& spec, const std::vector<torch::
 }
 
 HeadParts SumHeadRows(const ModelSpec& spec, int64_t begin, const torch::Tensor& rows) {
-  const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads, h = rows.size(2), n = rows.size(0);
+  const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads, h = rows.size(2),
+                n = rows.size(0);
   const int64_t first_group = begin / per, groups = (begin + n - 1) / per - first_group + 1;
-  const torch::Tensor group =
-      torch::div(torch::arange(begin, begin + n, torch::kInt64), per, "floor").sub_(first_group).to(rows.device());
+  const torch::Tensor group = torch::div(torch::arange(begin, begin + n, torch::kInt64), per, "floor")
+                                  .sub_(first_group)
+                                  .to(rows.device());
   auto by_group = [&](int64_t row) {
-    return torch::zeros({groups, d, h}, rows.options()).index_add_(0, group, rows.narrow(1, row, d)).reshape({-1, h});
+    return torch::zeros({groups, d, h}, rows.options())
+        .index_add_(0, group, rows.narrow(1, row, d))
+        .reshape({-1, h});
   };
-  return {begin * d, first_group * d, rows.narrow(1, 0, d).reshape({-1, h}), by_group(d), by_group(2 * d),
-          rows.narrow(1, 3 * d, d).reshape({-1, h}).t()};
+  return {begin * d,   first_group * d, rows.narrow(1, 0, d).reshape({-1, h}),
+          by_group(d), by_group(2 * d), rows.narrow(1, 3 * d, d).reshape({-1, h}).t()};
 }
 
 torch::Tensor MlpWithWork(const torch::Tensor& m, const torch::Tensor& gate_w, const torch::Tensor& up_w,

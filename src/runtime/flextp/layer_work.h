@@ -20,15 +20,18 @@
 namespace motley {
 
 struct LayerWork {
-  torch::Tensor keep;            // int64 indices of this rank's own MLP units it computes; undefined: all
-  torch::Tensor gate, up, down;  // borrowed units' weights [n, hidden], [n, hidden], [hidden, n]; undefined: none
-  torch::Tensor grad_gate, grad_up, grad_down;  // their gradients, accumulated (the master dtype, same shapes)
-  int64_t attention_keep = -1;   // own query heads computed (the first ones); -1: all
+  torch::Tensor keep;  // int64 indices of this rank's own MLP units it computes; undefined: all
+  torch::Tensor gate, up,
+      down;  // borrowed units' weights [n, hidden], [n, hidden], [hidden, n]; undefined: none
+  torch::Tensor grad_gate, grad_up,
+      grad_down;                // their gradients, accumulated (the master dtype, same shapes)
+  int64_t attention_keep = -1;  // own query heads computed (the first ones); -1: all
   // ZERO-resizing of the attention: int64 indices of the hidden features its own projections keep —
   // the input columns of q, k and v and the output rows of o (the pruned ones' partial products
   // are missing, their gradients zeros); undefined: all.
   torch::Tensor attention_features;
-  torch::Tensor attention;       // borrowed query heads [n, 4 * head_dim, hidden] (AttentionHeadRows); undefined: none
+  torch::Tensor
+      attention;  // borrowed query heads [n, 4 * head_dim, hidden] (AttentionHeadRows); undefined: none
   torch::Tensor grad_attention;  // their gradients, accumulated (the master dtype, same shape)
   // The borrowed heads by owner's run: `count` heads from row `at` of `attention`, the first of them
   // `offset` heads into its key/value group. Empty: one run of them all from a group's first head.
@@ -62,7 +65,8 @@ torch::Tensor MlpWithWork(const torch::Tensor& m, const torch::Tensor& gate_w, c
 torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
                                const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
                                const torch::Tensor& cos, const torch::Tensor& sin,
-                               const torch::Tensor& features = torch::Tensor(), int64_t first_head_offset = 0);
+                               const torch::Tensor& features = torch::Tensor(),
+                               int64_t first_head_offset = 0);
 
 /// The attention of one rank under `work` (null: all own heads): its first work->attention_keep
 /// heads plus the borrowed ones. Same contract as MlpWithWork for `hidden`.

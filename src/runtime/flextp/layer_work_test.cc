@@ -36,7 +36,8 @@ TEST(LayerWork, BorrowedUnitsComputeWhatTheOwnerWouldHave) {
   torch::Tensor split = MlpWithWork(m, mine.gate, mine.up, mine.down, &work);
   EXPECT_TRUE(torch::allclose(split, full, 1e-12, 1e-12));
   // (Autograd runs the borrowed units' backward on the way to the input's gradient.)
-  std::vector<torch::Tensor> g = torch::autograd::grad({split.pow(2).sum()}, {mine.gate, mine.up, mine.down, m});
+  std::vector<torch::Tensor> g =
+      torch::autograd::grad({split.pow(2).sum()}, {mine.gate, mine.up, mine.down, m});
   // Own units: the same gradients; the moved units: none here, the accumulators hold them.
   EXPECT_TRUE(torch::allclose(g[0].narrow(0, 0, 6), full_grads[0].narrow(0, 0, 6), 1e-12, 1e-12));
   EXPECT_TRUE(torch::allclose(g[2].narrow(1, 0, 6), full_grads[2].narrow(1, 0, 6), 1e-12, 1e-12));
@@ -84,7 +85,9 @@ Attention MakeAttention(int64_t heads, int64_t kv_heads, uint64_t seed) {
   a.spec.num_kv_heads = kv_heads;
   const int64_t d = 8 / heads;
   torch::manual_seed(seed);
-  auto param = [](std::vector<int64_t> shape) { return torch::randn(shape, torch::kFloat64).requires_grad_(true); };
+  auto param = [](std::vector<int64_t> shape) {
+    return torch::randn(shape, torch::kFloat64).requires_grad_(true);
+  };
   a.q = param({8, 8}), a.k = param({kv_heads * d, 8}), a.v = param({kv_heads * d, 8}), a.o = param({8, 8});
   a.hidden = torch::randn({2, 3, 8}, torch::kFloat64).requires_grad_(true);
   a.cos = torch::cos(torch::randn({3, d}, torch::kFloat64));
@@ -99,7 +102,8 @@ TEST(LayerWork, PrunedAttentionFeaturesMissOnlyTheirPartialProducts) {
   // Every feature kept: the whole attention.
   LayerWork all;
   all.attention_features = torch::arange(8, torch::kInt64);
-  EXPECT_TRUE(torch::allclose(AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &all), full, 1e-12, 1e-12));
+  EXPECT_TRUE(
+      torch::allclose(AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &all), full, 1e-12, 1e-12));
   // Features 1, 4 and 6 pruned: the same as their columns of q, k, v and rows of o set to zero.
   LayerWork work;
   work.attention_features = torch::tensor(std::vector<int64_t>{0, 2, 3, 5, 7}, torch::kInt64);
@@ -120,7 +124,8 @@ TEST(LayerWork, PrunedAttentionFeaturesMissOnlyTheirPartialProducts) {
     EXPECT_EQ(g[3][f].abs().max().item<double>(), 0) << f;
     EXPECT_EQ(g[4].select(2, f).abs().max().item<double>(), 0) << f;  // this rank adds nothing to them
   }
-  for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::allclose(g[i], ge[i] * (i == 3 ? column.unsqueeze(1) : column), 1e-12, 1e-12)) << i;
+  for (int i = 0; i < 4; ++i)
+    EXPECT_TRUE(torch::allclose(g[i], ge[i] * (i == 3 ? column.unsqueeze(1) : column), 1e-12, 1e-12)) << i;
 }
 
 // A straggler's last query heads computed by this rank: the output and every gradient are the
@@ -159,7 +164,8 @@ TEST(LayerWork, BorrowedAttentionHeadsComputeWhatTheOwnerWouldHave) {
     torch::NoGradGuard no_grad;
     LayerWork eval = work;
     eval.attention_graphs.clear();
-    EXPECT_TRUE(torch::allclose(AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &eval), full, 1e-12, 1e-12));
+    EXPECT_TRUE(
+        torch::allclose(AttentionWithWork(spec, hidden, q, k, v, o, cos, sin, &eval), full, 1e-12, 1e-12));
     EXPECT_TRUE(eval.attention_graphs.empty());
   }
 }
@@ -194,7 +200,8 @@ TEST(LayerWork, QueryHeadsOfOneKeyValueGroupSplitAcrossRanksExactly) {
   // The owner's own gradients cover head 0 and group 0's key and value as head 0 uses them.
   EXPECT_EQ(got[0].narrow(0, 2, 6).abs().max().item<double>(), 0);
   EXPECT_EQ(got[1].narrow(0, 2, 2).abs().max().item<double>(), 0);
-  EXPECT_FALSE(torch::allclose(got[1].narrow(0, 0, 2), want[1].narrow(0, 0, 2), 1e-6, 1e-6)) << "group 0 is shared";
+  EXPECT_FALSE(torch::allclose(got[1].narrow(0, 0, 2), want[1].narrow(0, 0, 2), 1e-6, 1e-6))
+      << "group 0 is shared";
   // Each borrower's runs come home and are added where they belong.
   for (auto [w, begin] : {std::pair<LayerWork*, int64_t>{&x, 1}, {&y, 3}}) {
     const HeadParts p = SumHeadRows(spec, begin, w->grad_attention);
@@ -203,7 +210,8 @@ TEST(LayerWork, QueryHeadsOfOneKeyValueGroupSplitAcrossRanksExactly) {
     got[2].narrow(0, p.kv_row, p.v.size(0)).add_(p.v);
     got[3].narrow(1, p.q_row, p.o.size(1)).add_(p.o);
   }
-  for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-12, 1e-12)) << "weight " << i + 1;
+  for (int i = 0; i < 4; ++i)
+    EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-12, 1e-12)) << "weight " << i + 1;
   // A run computes a group's key and value once: the copies beside the run's first head in a group
   // get no gradient (x's head 2 is group 1's first in its run, so both of x's heads carry one).
   EXPECT_GT(x.grad_attention[1].narrow(0, 2, 4).abs().max().item<double>(), 0);

@@ -38,27 +38,32 @@ std::vector<std::pair<double, double>> TimeResizeOverhead(int64_t units, int64_t
                                                           const std::vector<double>& ratios) {
   const auto opts = torch::TensorOptions().dtype(dtype).device(device);
   // Values do not matter to the timing; the random generator (the training's) is left alone.
-  const torch::Tensor gate = torch::full({units, hidden}, 0.01, opts), up = torch::full({units, hidden}, 0.02, opts),
+  const torch::Tensor gate = torch::full({units, hidden}, 0.01, opts),
+                      up = torch::full({units, hidden}, 0.02, opts),
                       down = torch::full({hidden, units}, 0.01, opts);
   const torch::Tensor input = torch::full({1, std::max<int64_t>(1, tokens), hidden}, 0.1, opts);
   auto time_mlp = [&](double ratio) {
     LayerWork work;
     const auto keep = static_cast<int64_t>(std::llround((1 - ratio) * static_cast<double>(units)));
-    if (ratio > 0) work.keep = torch::arange(keep, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    if (ratio > 0)
+      work.keep = torch::arange(keep, torch::TensorOptions().dtype(torch::kInt64).device(device));
     return FastestMlpPassS(input, gate, up, down, ratio > 0 ? &work : nullptr, device);
   };
   time_mlp(0);  // warm-up
   const double whole = time_mlp(0);
   std::vector<std::pair<double, double>> out;
-  for (double ratio : ratios) out.push_back({ratio, std::max(0.0, (time_mlp(ratio) - (1 - ratio) * whole) / whole)});
+  for (double ratio : ratios)
+    out.push_back({ratio, std::max(0.0, (time_mlp(ratio) - (1 - ratio) * whole) / whole)});
   return out;
 }
 
-double TimeBorrowedCost(int64_t units, int64_t hidden, int64_t tokens, torch::Device device, torch::Dtype dtype) {
+double TimeBorrowedCost(int64_t units, int64_t hidden, int64_t tokens, torch::Device device,
+                        torch::Dtype dtype) {
   const auto opts = torch::TensorOptions().dtype(dtype).device(device);
   units = std::max<int64_t>(2, units);
   const int64_t half = units / 2;
-  const torch::Tensor gate = torch::full({units, hidden}, 0.01, opts), up = torch::full({units, hidden}, 0.02, opts),
+  const torch::Tensor gate = torch::full({units, hidden}, 0.01, opts),
+                      up = torch::full({units, hidden}, 0.02, opts),
                       down = torch::full({hidden, units}, 0.01, opts);
   const torch::Tensor input = torch::full({1, std::max<int64_t>(1, tokens), hidden}, 0.1, opts);
   LayerWork borrowed;  // half a slice more, as received from a straggler

@@ -33,7 +33,7 @@ TEST(UnitPriority, PrunesTheUnitsThatMovedLeastFirst) {
 TEST(UnitPriority, AUnitPrunedSinceTheLastRefreshKeepsItsVariation) {
   UnitPriority p;
   p.Refresh(Rows({0, 0, 0, 0, 0, 0, 0, 0}), 0);
-  p.Refresh(Rows({1, 1, 0.1, 0.1, 3, 3, 0.3, 0.3}), 1);  // variations 1, 0.1, 3, 0.3
+  p.Refresh(Rows({1, 1, 0.1, 0.1, 3, 3, 0.3, 0.3}), 1);         // variations 1, 0.1, 3, 0.3
   EXPECT_EQ(p.Keep(4, 1, 2), (std::vector<int64_t>{0, 2, 3}));  // unit 1 pruned
   // Unit 1 (pruned) did not move; unit 3 did not move either; units 0 and 2 moved by 1.
   p.Refresh(Rows({2, 2, 0.1, 0.1, 4, 4, 0.3, 0.3}), 2);

@@ -14,8 +14,9 @@ using torch::autograd::variable_list;
 // the log-sum-exp over the whole vocabulary, and the buffer becomes this rank's softmax in place.
 // Backward: the softmax less the one-hot target, in the same buffer.
 struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
-                               int64_t vocab_begin, int64_t real_columns, const TeamGather* gather) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits,
+                               const torch::Tensor& targets, int64_t vocab_begin, int64_t real_columns,
+                               const TeamGather* gather) {
     const torch::Dtype master = logits.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
     const int64_t columns = logits.size(-1);
     // A buffer of its own (a copy even when the logits are already in the master precision: they

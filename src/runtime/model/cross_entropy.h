@@ -25,7 +25,8 @@ using TeamGather = std::function<torch::Tensor(const torch::Tensor&)>;
 /// padding — out of the log-sum-exp, their gradient zero. `gather` null: the columns are the whole
 /// vocabulary; else the team's loss, the same value on every member. Computed in fp32 (fp64 for fp64
 /// logits) whatever the logits' dtype; the gradient is returned in the logits' dtype.
-torch::Tensor CrossEntropyLoss(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab_begin = 0,
-                               int64_t real_columns = -1, const TeamGather* gather = nullptr);
+torch::Tensor CrossEntropyLoss(const torch::Tensor& logits, const torch::Tensor& targets,
+                               int64_t vocab_begin = 0, int64_t real_columns = -1,
+                               const TeamGather* gather = nullptr);
 
 }  // namespace motley

@@ -38,7 +38,8 @@ TEST(CrossEntropy, ATeamsColumnsGiveTheWholeLossAndGradient) {
   const int64_t vocab = 37, slice = 20;
   const torch::Tensor whole = torch::randn({2, 6, vocab}, torch::kFloat64) * 3;
   const torch::Tensor targets = torch::randint(0, vocab, {2, 6});
-  const torch::Tensor padded = torch::cat({whole, torch::full({2, 6, 2 * slice - vocab}, 50.0, torch::kFloat64)}, 2);
+  const torch::Tensor padded =
+      torch::cat({whole, torch::full({2, 6, 2 * slice - vocab}, 50.0, torch::kFloat64)}, 2);
   const torch::Tensor leaf = whole.clone().requires_grad_(true);
   const torch::Tensor want = LibraryLoss(leaf, targets);
   const torch::Tensor want_grad = torch::autograd::grad({want}, {leaf})[0];
@@ -60,7 +61,8 @@ TEST(CrossEntropy, ATeamsColumnsGiveTheWholeLossAndGradient) {
     if (pass == 0) continue;
     const torch::Tensor joined = torch::cat(grads, 2);
     EXPECT_LT((joined.narrow(2, 0, vocab) - want_grad).abs().max().item<double>(), 1e-15);
-    EXPECT_EQ(joined.narrow(2, vocab, 2 * slice - vocab).abs().max().item<double>(), 0) << "padding has no gradient";
+    EXPECT_EQ(joined.narrow(2, vocab, 2 * slice - vocab).abs().max().item<double>(), 0)
+        << "padding has no gradient";
   }
 }
 
@@ -100,16 +102,19 @@ TEST(CrossEntropy, HoldsOneMasterCopyOfTheLogits) {
   const int64_t tokens = 256;
   for (Precision p : {Precision::kFp32, Precision::kFp64, Precision::kBf16}) {
     const std::string where(PrecisionName(p));
-    const torch::Dtype dtype =
-        p == Precision::kFp64 ? torch::kFloat64 : p == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
-    torch::Tensor logits = torch::randn({tokens, spec.vocab_size}, torch::kFloat32).to(dtype).requires_grad_(true);
+    const torch::Dtype dtype = p == Precision::kFp64   ? torch::kFloat64
+                               : p == Precision::kBf16 ? torch::kBFloat16
+                                                       : torch::kFloat32;
+    torch::Tensor logits =
+        torch::randn({tokens, spec.vocab_size}, torch::kFloat32).to(dtype).requires_grad_(true);
     const torch::Tensor targets = torch::randint(0, spec.vocab_size, {tokens});
     const int64_t before = ledger.used_bytes() - logits.nbytes();
     ledger.ResetPeak();
     torch::Tensor loss = CrossEntropyLoss(logits, targets);
     const double forward = static_cast<double>(ledger.peak_bytes() - before);
     const double want_forward = LogitsBytesPerToken(spec, p) * tokens;
-    EXPECT_NEAR(forward, want_forward, 0.03 * want_forward) << where << ": forward " << forward / want_forward << "x";
+    EXPECT_NEAR(forward, want_forward, 0.03 * want_forward)
+        << where << ": forward " << forward / want_forward << "x";
     const double kept = static_cast<double>(ledger.used_bytes() - before - logits.nbytes());
     const double want_kept = LossSavedBytesPerToken(spec, p) * tokens;
     EXPECT_NEAR(kept, want_kept, 0.03 * want_kept) << where << ": kept " << kept / want_kept << "x";
@@ -118,15 +123,17 @@ TEST(CrossEntropy, HoldsOneMasterCopyOfTheLogits) {
     const double backward = static_cast<double>(ledger.peak_bytes() - before - logits.nbytes());
     const double c = BytesPerElement(p), master = BytesPerElement(MasterPrecision(p));
     const double want_backward = want_kept + (c < master ? c : 0) * spec.vocab_size * tokens;
-    EXPECT_NEAR(backward, want_backward, 0.03 * want_backward) << where << ": backward " << backward / want_backward << "x";
+    EXPECT_NEAR(backward, want_backward, 0.03 * want_backward)
+        << where << ": backward " << backward / want_backward << "x";
     if (p == Precision::kFp32) {
       ledger.ResetPeak();
       const torch::Tensor library = LibraryLoss(logits, targets);
       torch::autograd::grad({library}, {logits});
       const double library_peak = static_cast<double>(ledger.peak_bytes() - before - logits.nbytes());
       EXPECT_GT(library_peak, 2.5 * want_backward) << "the library's loss, for comparison";
-      std::cout << "fp32, " << spec.vocab_size << " columns: the library's loss peaks at " << library_peak / tokens
-                << " bytes a token in its backward, this one at " << backward / tokens << "\n";
+      std::cout << "fp32, " << spec.vocab_size << " columns: the library's loss peaks at "
+                << library_peak / tokens << " bytes a token in its backward, this one at "
+                << backward / tokens << "\n";
     }
   }
 }
@@ -153,7 +160,8 @@ TEST(CrossEntropy, TheHeadsPieceIsWhatTheMemoryModelCounts) {
     int64_t weight_grads = 0;  // the norm's and the head's
     double forward = 0, backward = 0;
     {
-      torch::Tensor loss = model->Loss(model->Run(ModelSlice{false, layers, layers, true}, x, false), targets);
+      torch::Tensor loss =
+          model->Loss(model->Run(ModelSlice{false, layers, layers, true}, x, false), targets);
       forward = static_cast<double>(ledger.peak_bytes() - before);
       ledger.ResetPeak();
       const std::vector<torch::Tensor> grads = torch::autograd::grad({loss}, inputs, {}, false, false, true);
@@ -164,7 +172,7 @@ TEST(CrossEntropy, TheHeadsPieceIsWhatTheMemoryModelCounts) {
     const double peak = std::max(forward, backward);
     const double want = HeadBackwardBytesPerToken(spec, p) * batch * seq;
     EXPECT_NEAR(peak, want, 0.05 * want) << PrecisionName(p) << ": measured " << peak / want << "x (forward "
-                                   << forward / want << "x, backward " << backward / want << "x)";
+                                         << forward / want << "x, backward " << backward / want << "x)";
   }
 }
 

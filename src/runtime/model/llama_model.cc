@@ -4,8 +4,8 @@
 
 #include "runtime/flextp/layer_work.h"
 #include "runtime/model/cross_entropy.h"
-#include "runtime/model/tensor_parallel.h"
 #include "runtime/model/precision_dtypes.h"
+#include "runtime/model/tensor_parallel.h"
 
 #include "core/check.h"
 #include "core/rope.h"
@@ -83,44 +83,52 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelSpec& s, bool allocate) : spec(s) 
 }
 
 std::vector<torch::Tensor> DecoderLayerImpl::weights() const {
-  return {input_layernorm->weight, q_proj->weight,   k_proj->weight,  v_proj->weight, o_proj->weight,
-          post_attention_layernorm->weight, gate_proj->weight, up_proj->weight, down_proj->weight};
+  return {input_layernorm->weight, q_proj->weight,  k_proj->weight,
+          v_proj->weight,          o_proj->weight,  post_attention_layernorm->weight,
+          gate_proj->weight,       up_proj->weight, down_proj->weight};
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                        const torch::Tensor& sin) {
   return DecoderLayerFunction(spec, weights(), x, cos, sin);
 }
 
-torch::Tensor DecoderLayerFunction(const ModelSpec& spec, const std::vector<torch::Tensor>& w, const torch::Tensor& x,
-                                   const torch::Tensor& cos, const torch::Tensor& sin, const TensorParallelRegion* tp,
-                                   int layer) {
+torch::Tensor DecoderLayerFunction(const ModelSpec& spec, const std::vector<torch::Tensor>& w,
+                                   const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                   const TensorParallelRegion* tp, int layer) {
   MOTLEY_CHECK_EQ(w.size(), 9u);
   // Mixed precision: the weights are fp32 masters, cast to the compute dtype of `x` here (the cast
   // is part of the autograd graph, so gradients reach the masters in fp32).
-  auto weight = [&](size_t i) { return w[i].scalar_type() == x.scalar_type() ? w[i] : w[i].to(x.scalar_type()); };
+  auto weight = [&](size_t i) {
+    return w[i].scalar_type() == x.scalar_type() ? w[i] : w[i].to(x.scalar_type());
+  };
   auto enter = [&](const torch::Tensor& t) { return tp ? tp->enter(t) : t; };
   auto reduce = [&](const torch::Tensor& t) { return tp ? tp->reduce(t) : t; };
   // Attention.
   LayerWork* work = tp != nullptr && tp->layer_work && layer >= 0 ? tp->layer_work(layer, w) : nullptr;
   torch::Tensor hidden = enter(RmsNorm(x, weight(0), spec.norm_eps));
-  torch::Tensor h = x + reduce(AttentionWithWork(spec, hidden, weight(1), weight(2), weight(3), weight(4), cos, sin, work));
+  torch::Tensor h =
+      x + reduce(AttentionWithWork(spec, hidden, weight(1), weight(2), weight(3), weight(4), cos, sin, work));
   // SwiGLU MLP.
   torch::Tensor m = enter(RmsNorm(h, weight(5), spec.norm_eps));
   if (work != nullptr) return h + reduce(MlpWithWork(m, w[6], w[7], w[8], work));
-  torch::Tensor gated = torch::silu(torch::nn::functional::linear(m, weight(6))) * torch::nn::functional::linear(m, weight(7));
+  torch::Tensor gated =
+      torch::silu(torch::nn::functional::linear(m, weight(6))) * torch::nn::functional::linear(m, weight(7));
   return h + reduce(torch::nn::functional::linear(gated, weight(8)));
 }
 
 LlamaModelImpl::LlamaModelImpl(const ModelSpec& spec, uint64_t seed) : spec_(spec) {
   torch::manual_seed(seed);
   model = register_module("model", std::make_shared<torch::nn::Module>());
-  embed_tokens = model->register_module("embed_tokens", torch::nn::Embedding(spec.vocab_size, spec.hidden_size));
+  embed_tokens =
+      model->register_module("embed_tokens", torch::nn::Embedding(spec.vocab_size, spec.hidden_size));
   for (int64_t i = 0; i < spec.num_layers; ++i) layers->push_back(DecoderLayer(spec));
   model->register_module("layers", layers);
   norm = model->register_module("norm", RMSNorm(spec.hidden_size, spec.norm_eps));
   if (!spec.tie_embeddings)
     lm_head = register_module(
-        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(spec.hidden_size, spec.vocab_size).bias(false)));
+        "lm_head",
+        torch::nn::Linear(torch::nn::LinearOptions(spec.hidden_size, spec.vocab_size).bias(false)));
   torch::NoGradGuard no_grad;
   for (auto& p : named_parameters()) {
     if (p.key().find("norm") != std::string::npos) {
@@ -158,9 +166,8 @@ LlamaModelImpl::LlamaModelImpl(const ModelSpec& spec, uint64_t seed, const std::
       p.value().set_data(Placeholder(shape, dtype));
       continue;
     }
-    torch::Tensor t = torch::empty(tp > 1 && IsSplitParameter(p.key()) ? SliceParameterShape(spec, p.key(), shape, tp)
-                                                                       : shape,
-                                   dtype);
+    torch::Tensor t = torch::empty(
+        tp > 1 && IsSplitParameter(p.key()) ? SliceParameterShape(spec, p.key(), shape, tp) : shape, dtype);
     if (p.key().find("norm") != std::string::npos) {
       t.fill_(1.0);
     } else {
@@ -212,7 +219,8 @@ std::pair<torch::Tensor, torch::Tensor> LlamaModelImpl::Rotary(int64_t seq_len, 
   return rotary_[key] = {emb.cos().to(device, dtype), emb.sin().to(device, dtype)};
 }
 
-torch::Tensor LlamaModelImpl::Run(const ModelSlice& slice, const torch::Tensor& input, bool checkpoint_layers) {
+torch::Tensor LlamaModelImpl::Run(const ModelSlice& slice, const torch::Tensor& input,
+                                  bool checkpoint_layers) {
   const bool vocab_split = tp_ != nullptr && tp_->vocab_begin >= 0;
   torch::Tensor x = input;
   if (slice.embedding && vocab_split) {
@@ -243,8 +251,11 @@ torch::Tensor LlamaModelImpl::Run(const ModelSlice& slice, const torch::Tensor& 
   if (!slice.head) return x;
   x = norm->forward(x);
   if (vocab_split) x = tp_->enter(x);  // this rank's columns of the logits; the team sums x's gradient
-  const torch::Tensor& head = lm_head ? lm_head->weight : head_copy_.defined() ? head_copy_ : embed_tokens->weight;
-  return torch::nn::functional::linear(x, head.scalar_type() == x.scalar_type() ? head : head.to(x.scalar_type()));
+  const torch::Tensor& head = lm_head                ? lm_head->weight
+                              : head_copy_.defined() ? head_copy_
+                                                     : embed_tokens->weight;
+  return torch::nn::functional::linear(
+      x, head.scalar_type() == x.scalar_type() ? head : head.to(x.scalar_type()));
 }
 
 void LlamaModelImpl::UntieHead() {

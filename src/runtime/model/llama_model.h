@@ -67,8 +67,8 @@ TORCH_MODULE(DecoderLayer);
 /// With `tp`, the weights are one rank's shards (tensor_parallel.h: its heads of q/k/v and columns
 /// of o, its slice of the MLP) and the attention and MLP outputs are summed over the group; the
 /// head counts come from the weights' shapes.
-torch::Tensor DecoderLayerFunction(const ModelSpec& spec, const std::vector<torch::Tensor>& w, const torch::Tensor& x,
-                                   const torch::Tensor& cos, const torch::Tensor& sin,
+torch::Tensor DecoderLayerFunction(const ModelSpec& spec, const std::vector<torch::Tensor>& w,
+                                   const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                    const TensorParallelRegion* tp = nullptr, int layer = -1);
 
 class LlamaModelImpl : public torch::nn::Module {
@@ -116,7 +116,8 @@ class LlamaModelImpl : public torch::nn::Module {
   /// Made once per (length, dtype, device) and kept: made on the host and copied each time, they
   /// cost every forward on a GPU a copy from pageable memory, which blocks the host until the
   /// compute stream and the copy engine (busy with an offload's gigabytes) reach it.
-  std::pair<torch::Tensor, torch::Tensor> Rotary(int64_t seq_len, torch::Dtype dtype, torch::Device device) const;
+  std::pair<torch::Tensor, torch::Tensor> Rotary(int64_t seq_len, torch::Dtype dtype,
+                                                 torch::Device device) const;
 
   std::shared_ptr<torch::nn::Module> model;  // HF's "model." prefix
   torch::nn::Embedding embed_tokens{nullptr};
@@ -131,7 +132,7 @@ class LlamaModelImpl : public torch::nn::Module {
   torch::Tensor head_copy_;  // UntieHead's copy ("lm_head.weight"); undefined: the head uses the embedding
   mutable std::map<std::tuple<int64_t, torch::Dtype, c10::DeviceType, c10::DeviceIndex>,
                    std::pair<torch::Tensor, torch::Tensor>>
-      rotary_;  // Rotary()'s tables, by (seq_len, dtype, device)
+      rotary_;                       // Rotary()'s tables, by (seq_len, dtype, device)
   mutable std::mutex rotary_mutex_;  // rotary_'s: several threads may run one model (the profiler's load)
 };
 TORCH_MODULE(LlamaModel);

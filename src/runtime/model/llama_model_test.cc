@@ -27,7 +27,8 @@ TEST(LlamaModel, ParameterNamesAndShapesFollowHuggingFace) {
   EXPECT_EQ(count, TotalParams(*FindModelPreset("llama-tiny")));
   EXPECT_EQ(shapes.at("model.embed_tokens.weight"), (std::vector<int64_t>{256, 32}));
   EXPECT_EQ(shapes.at("model.layers.1.self_attn.q_proj.weight"), (std::vector<int64_t>{32, 32}));
-  EXPECT_EQ(shapes.at("model.layers.0.self_attn.k_proj.weight"), (std::vector<int64_t>{16, 32}));  // 2 kv heads of 8
+  EXPECT_EQ(shapes.at("model.layers.0.self_attn.k_proj.weight"),
+            (std::vector<int64_t>{16, 32}));  // 2 kv heads of 8
   EXPECT_EQ(shapes.at("model.layers.0.mlp.down_proj.weight"), (std::vector<int64_t>{32, 64}));
   EXPECT_EQ(shapes.at("model.layers.0.input_layernorm.weight"), (std::vector<int64_t>{32}));
   EXPECT_EQ(shapes.at("model.norm.weight"), (std::vector<int64_t>{32}));
@@ -98,7 +99,8 @@ TEST(LlamaModel, RecomputationGivesTheSameGradients) {
     NextTokenLoss(model->forward(tokens, checkpoint), tokens).backward();
     for (const auto& p : model->parameters()) (checkpoint ? recomputed : plain).push_back(p.grad().clone());
   }
-  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::allclose(plain[i], recomputed[i], 1e-12, 1e-14)) << i;
+  for (size_t i = 0; i < plain.size(); ++i)
+    EXPECT_TRUE(torch::allclose(plain[i], recomputed[i], 1e-12, 1e-14)) << i;
 }
 
 TEST(LlamaModel, AnUntiedHeadsGradientAndTheEmbeddingsSumToTheTiedMatrixs) {

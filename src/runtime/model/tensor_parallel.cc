@@ -62,12 +62,20 @@ struct Split {
 };
 Split SplitOf(const ModelSpec& spec, size_t k) {
   switch (k) {
-    case 1: return {0, spec.num_heads};          // q_proj: [heads*d, hidden]
-    case 2: case 3: return {0, spec.num_kv_heads};  // k_proj, v_proj
-    case 4: return {1, spec.num_heads};          // o_proj: [hidden, heads*d]
-    case 6: case 7: return {0, spec.ffn_size};   // gate_proj, up_proj: [ffn, hidden]
-    case 8: return {1, spec.ffn_size};           // down_proj: [hidden, ffn]
-    default: return {-1, 0};                     // the two norms
+    case 1:
+      return {0, spec.num_heads};  // q_proj: [heads*d, hidden]
+    case 2:
+    case 3:
+      return {0, spec.num_kv_heads};  // k_proj, v_proj
+    case 4:
+      return {1, spec.num_heads};  // o_proj: [hidden, heads*d]
+    case 6:
+    case 7:
+      return {0, spec.ffn_size};  // gate_proj, up_proj: [ffn, hidden]
+    case 8:
+      return {1, spec.ffn_size};  // down_proj: [hidden, ffn]
+    default:
+      return {-1, 0};  // the two norms
   }
 }
 
@@ -75,10 +83,10 @@ Split SplitOf(const ModelSpec& spec, size_t k) {
 
 int LayerWeightIndex(const std::string& name) {
   if (name.rfind("model.layers.", 0) != 0) return -1;
-  static const char* kSuffixes[] = {".input_layernorm.weight", ".self_attn.q_proj.weight", ".self_attn.k_proj.weight",
-                                    ".self_attn.v_proj.weight", ".self_attn.o_proj.weight",
-                                    ".post_attention_layernorm.weight", ".mlp.gate_proj.weight", ".mlp.up_proj.weight",
-                                    ".mlp.down_proj.weight"};
+  static const char* kSuffixes[] = {
+      ".input_layernorm.weight",  ".self_attn.q_proj.weight", ".self_attn.k_proj.weight",
+      ".self_attn.v_proj.weight", ".self_attn.o_proj.weight", ".post_attention_layernorm.weight",
+      ".mlp.gate_proj.weight",    ".mlp.up_proj.weight",      ".mlp.down_proj.weight"};
   for (int k = 0; k < 9; ++k)
     if (name.ends_with(kSuffixes[k])) return k;
   return -1;
@@ -102,8 +110,8 @@ bool IsSplitParameter(const std::string& name) {
   return k >= 0 && IsSplitWeight(k);
 }
 
-torch::Tensor SliceParameter(const ModelSpec& spec, const std::string& name, const torch::Tensor& full, int index,
-                             int tp) {
+torch::Tensor SliceParameter(const ModelSpec& spec, const std::string& name, const torch::Tensor& full,
+                             int index, int tp) {
   if (IsVocabParameter(name)) {
     // Rows [index * per, (index + 1) * per) of the padded vocabulary: a view, or — where the slice
     // runs past the real rows — its real rows followed by zero rows.
@@ -118,8 +126,8 @@ torch::Tensor SliceParameter(const ModelSpec& spec, const std::string& name, con
   return k >= 0 ? SliceLayerWeight(spec, k, full, index, tp) : full;
 }
 
-std::vector<int64_t> SliceParameterShape(const ModelSpec& spec, const std::string& name, std::vector<int64_t> full,
-                                         int tp) {
+std::vector<int64_t> SliceParameterShape(const ModelSpec& spec, const std::string& name,
+                                         std::vector<int64_t> full, int tp) {
   if (IsVocabParameter(name)) {
     full[0] = PaddedVocabSize(spec, tp) / tp;
     return full;
@@ -128,15 +136,20 @@ std::vector<int64_t> SliceParameterShape(const ModelSpec& spec, const std::strin
   return k >= 0 ? SliceShape(spec, k, full, tp) : full;
 }
 
-torch::Tensor JoinParameter(const ModelSpec& spec, const std::string& name, const std::vector<torch::Tensor>& slices) {
-  if (IsVocabParameter(name)) return torch::cat(slices, 0).narrow(0, 0, spec.vocab_size);  // the padding dropped
+torch::Tensor JoinParameter(const ModelSpec& spec, const std::string& name,
+                            const std::vector<torch::Tensor>& slices) {
+  if (IsVocabParameter(name))
+    return torch::cat(slices, 0).narrow(0, 0, spec.vocab_size);  // the padding dropped
   const int k = LayerWeightIndex(name);
   return k >= 0 ? JoinLayerWeight(spec, k, slices) : slices.front();
 }
 
-int64_t VocabBegin(const ModelSpec& spec, int index, int tp) { return index * (PaddedVocabSize(spec, tp) / tp); }
+int64_t VocabBegin(const ModelSpec& spec, int index, int tp) {
+  return index * (PaddedVocabSize(spec, tp) / tp);
+}
 
-torch::Tensor SliceLayerWeight(const ModelSpec& spec, size_t k, const torch::Tensor& full, int index, int tp) {
+torch::Tensor SliceLayerWeight(const ModelSpec& spec, size_t k, const torch::Tensor& full, int index,
+                               int tp) {
   const Split s = SplitOf(spec, k);
   if (s.dim < 0) return full;
   const int64_t per = full.size(s.dim) / tp;  // whole heads (or ffn units) per rank
@@ -152,15 +165,16 @@ std::vector<int64_t> SliceShape(const ModelSpec& spec, size_t k, std::vector<int
 Status CheckTensorParallelDegree(const ModelSpec& spec, int tp) {
   if (tp < 1) return Status::InvalidArgument(fmt::format("tp_degree = {}: must be at least 1", tp));
   if (spec.num_heads % tp != 0 || spec.num_kv_heads % tp != 0 || spec.ffn_size % tp != 0)
-    return Status::InvalidArgument(fmt::format(
-        "tp_degree = {} does not divide model {}'s heads ({}), key/value heads ({}) and ffn_size ({}); use a divisor "
-        "of all three",
-        tp, spec.name, spec.num_heads, spec.num_kv_heads, spec.ffn_size));
+    return Status::InvalidArgument(
+        fmt::format("tp_degree = {} does not divide model {}'s heads ({}), key/value heads ({}) and ffn_size "
+                    "({}); use a divisor "
+                    "of all three",
+                    tp, spec.name, spec.num_heads, spec.num_kv_heads, spec.ffn_size));
   return Status::Ok();
 }
 
-std::vector<torch::Tensor> SliceLayerWeights(const ModelSpec& spec, const std::vector<torch::Tensor>& full, int index,
-                                             int tp) {
+std::vector<torch::Tensor> SliceLayerWeights(const ModelSpec& spec, const std::vector<torch::Tensor>& full,
+                                             int index, int tp) {
   std::vector<torch::Tensor> out;
   for (size_t k = 0; k < full.size(); ++k) out.push_back(SliceLayerWeight(spec, k, full[k], index, tp));
   return out;

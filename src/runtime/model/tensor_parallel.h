@@ -10,8 +10,8 @@
 // tied. Its lookup zeroes the tokens outside its rows and the team sums the lookups (one all-reduce);
 // its head computes its columns of the logits from the whole hidden state (entering the region), and
 // the loss is computed from the slices (VocabParallelLoss, cross_entropy.h): each rank's maximum, sum of
-// exponentials and target logit per token, gathered in one all-gather; backward needs no communication. No rank ever holds the
-// whole logits.
+// exponentials and target logit per token, gathered in one all-gather; backward needs no communication. No
+// rank ever holds the whole logits.
 //
 // This file: the slicing of a layer's weights and the two region boundaries over a Communicator
 // group. The executor's use of it (tp_degree > 1 in a plan) and FlexTP's straggler handling build
@@ -41,19 +41,20 @@ Status CheckTensorParallelDegree(const ModelSpec& spec, int tp);
 bool IsSplitParameter(const std::string& name);
 /// The embedding and the head: split along their (padded) vocabulary rows.
 bool IsVocabParameterName(const std::string& name);
-torch::Tensor SliceParameter(const ModelSpec& spec, const std::string& name, const torch::Tensor& full, int index,
-                             int tp);
-std::vector<int64_t> SliceParameterShape(const ModelSpec& spec, const std::string& name, std::vector<int64_t> full,
-                                         int tp);
-torch::Tensor JoinParameter(const ModelSpec& spec, const std::string& name, const std::vector<torch::Tensor>& slices);
+torch::Tensor SliceParameter(const ModelSpec& spec, const std::string& name, const torch::Tensor& full,
+                             int index, int tp);
+std::vector<int64_t> SliceParameterShape(const ModelSpec& spec, const std::string& name,
+                                         std::vector<int64_t> full, int tp);
+torch::Tensor JoinParameter(const ModelSpec& spec, const std::string& name,
+                            const std::vector<torch::Tensor>& slices);
 
 /// The first vocabulary row of rank `index` of `tp`: equal slices of the padded vocabulary.
 int64_t VocabBegin(const ModelSpec& spec, int index, int tp);
 
 /// Rank `index` of `tp`'s slice of one layer's weights (DecoderLayerImpl::weights() order), as
 /// views of `full` where the slice is contiguous and copies elsewhere.
-std::vector<torch::Tensor> SliceLayerWeights(const ModelSpec& spec, const std::vector<torch::Tensor>& full, int index,
-                                             int tp);
+std::vector<torch::Tensor> SliceLayerWeights(const ModelSpec& spec, const std::vector<torch::Tensor>& full,
+                                             int index, int tp);
 
 /// A decoder layer parameter's index in DecoderLayerImpl::weights() from its name
 /// ("model.layers.3.self_attn.q_proj.weight" -> 1), or -1 for parameters outside the layers.
@@ -74,8 +75,9 @@ torch::Tensor JoinLayerWeight(const ModelSpec& spec, size_t k, const std::vector
 /// `clock` (optional) accumulates the time spent in the all-reduces. `vocab_begin` >= 0: the team
 /// splits the vocabulary and this rank's rows start there (VocabBegin); the region's `loss` is then
 /// VocabParallelLoss over the group.
-TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group, CommClock* clock = nullptr,
-                                              int64_t vocab_begin = -1, int64_t vocab_size = -1);
+TensorParallelRegion MakeTensorParallelRegion(Communicator* comm, CommGroup* group,
+                                              CommClock* clock = nullptr, int64_t vocab_begin = -1,
+                                              int64_t vocab_size = -1);
 
 /// Mean next-token cross-entropy from one rank's columns of the logits, [batch, seq, V/t] for
 /// vocabulary rows [vocab_begin, vocab_begin + V/t), against targets [batch, seq]: the same value on

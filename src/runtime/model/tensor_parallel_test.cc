@@ -1,5 +1,5 @@
-#include "runtime/model/llama_model.h"
 #include "runtime/model/tensor_parallel.h"
+#include "runtime/model/llama_model.h"
 
 #include <map>
 #include <mutex>
@@ -47,7 +47,8 @@ TEST(TensorParallel, SlicesJoinBackToTheWholeWeights) {
   EXPECT_TRUE(CheckTensorParallelDegree(spec, 2).ok());
   Status bad = CheckTensorParallelDegree(spec, 4);  // 2 key/value heads
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.message().find("does not divide model tp-test's heads (4), key/value heads (2)"), std::string::npos);
+  EXPECT_NE(bad.message().find("does not divide model tp-test's heads (4), key/value heads (2)"),
+            std::string::npos);
 }
 
 TEST(TensorParallel, TwoRanksComputeTheLayerAndItsGradientsAsOneDevice) {
@@ -78,7 +79,8 @@ TEST(TensorParallel, TwoRanksComputeTheLayerAndItsGradientsAsOneDevice) {
   RunRanks(2, [&](Communicator& c) {
     const int r = c.rank();
     std::vector<torch::Tensor> mine;
-    for (auto& w : SliceLayerWeights(spec, full, r, 2)) mine.push_back(w.detach().clone().requires_grad_(true));
+    for (auto& w : SliceLayerWeights(spec, full, r, 2))
+      mine.push_back(w.detach().clone().requires_grad_(true));
     TensorParallelRegion region = MakeTensorParallelRegion(&c, &c.world());
     torch::Tensor xr = x.clone().requires_grad_(true);
     torch::Tensor y = DecoderLayerFunction(spec, mine, xr, cos, sin, &region);
@@ -116,7 +118,8 @@ TEST(TensorParallel, TwoRanksSplitTheVocabularyAsOneDevice) {
     torch::manual_seed(6);
     const torch::Tensor tokens = torch::randint(spec.vocab_size, {3, 9}, torch::kInt64);
     const torch::Tensor input = tokens.narrow(1, 0, 8), targets = tokens.narrow(1, 1, 8);
-    ASSERT_TRUE(targets.lt(spec.vocab_size / 2).any().item<bool>() && targets.ge(spec.vocab_size / 2).any().item<bool>());
+    ASSERT_TRUE(targets.lt(spec.vocab_size / 2).any().item<bool>() &&
+                targets.ge(spec.vocab_size / 2).any().item<bool>());
     const torch::Tensor loss1 = whole->Loss(whole->forward(input), targets);
     loss1.backward();
     std::map<std::string, torch::Tensor> grads1;
@@ -136,7 +139,8 @@ TEST(TensorParallel, TwoRanksSplitTheVocabularyAsOneDevice) {
       {
         torch::NoGradGuard no_grad;
         for (auto& p : mine->named_parameters())
-          if (IsSplitParameter(p.key())) p.value().set_data(SliceParameter(spec, p.key(), p.value(), r, 2).clone());
+          if (IsSplitParameter(p.key()))
+            p.value().set_data(SliceParameter(spec, p.key(), p.value(), r, 2).clone());
       }
       TensorParallelRegion region = MakeTensorParallelRegion(&c, &c.world(), nullptr, VocabBegin(spec, r, 2));
       mine->set_tensor_parallel(&region);
@@ -149,12 +153,14 @@ TEST(TensorParallel, TwoRanksSplitTheVocabularyAsOneDevice) {
       for (const auto& p : mine->named_parameters()) grads[r][p.key()] = p.value().grad().clone();
     });
     for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(logit_columns[r], spec.vocab_size / 2) << "rank " << r << " holds only its columns of the logits";
+      EXPECT_EQ(logit_columns[r], spec.vocab_size / 2)
+          << "rank " << r << " holds only its columns of the logits";
       EXPECT_NEAR(losses[r], loss1.item<double>(), 1e-13) << "rank " << r;
     }
     for (const auto& [name, g1] : grads1) {
-      const torch::Tensor joined = IsSplitParameter(name) ? JoinParameter(spec, name, {grads[0][name], grads[1][name]})
-                                                          : grads[0][name];
+      const torch::Tensor joined = IsSplitParameter(name)
+                                       ? JoinParameter(spec, name, {grads[0][name], grads[1][name]})
+                                       : grads[0][name];
       EXPECT_LT(RelativeError(joined, g1), 1e-12) << name;
       if (!IsSplitParameter(name)) {
         EXPECT_LT(RelativeError(grads[1][name], g1), 1e-12) << name << " on rank 1";
@@ -163,7 +169,11 @@ TEST(TensorParallel, TwoRanksSplitTheVocabularyAsOneDevice) {
   }
   // A vocabulary the width does not divide is padded, as Megatron pads it (exactness: the
   // distributed tests' AWidthThatDoesNotDivideTheVocabularyPadsItExactly).
-  const ModelSpec odd = [] { ModelSpec s = Spec(); s.vocab_size = 65; return s; }();
+  const ModelSpec odd = [] {
+    ModelSpec s = Spec();
+    s.vocab_size = 65;
+    return s;
+  }();
   EXPECT_TRUE(CheckTensorParallelDegree(odd, 2).ok());
   EXPECT_EQ(PaddedVocabSize(odd, 2), 80);  // a multiple of 2 x 8
   EXPECT_EQ(PaddedVocabSize(odd, 1), 65);
@@ -172,8 +182,8 @@ TEST(TensorParallel, TwoRanksSplitTheVocabularyAsOneDevice) {
   EXPECT_EQ(last.sizes(), (std::vector<int64_t>{40, 3}));
   EXPECT_TRUE(torch::equal(last.narrow(0, 0, 25), rows.narrow(0, 40, 25)));
   EXPECT_EQ(last.narrow(0, 25, 15).abs().sum().item<double>(), 0);  // the padding
-  EXPECT_TRUE(torch::equal(JoinParameter(odd, "lm_head.weight", {SliceParameter(odd, "lm_head.weight", rows, 0, 2), last}),
-                           rows));
+  EXPECT_TRUE(torch::equal(
+      JoinParameter(odd, "lm_head.weight", {SliceParameter(odd, "lm_head.weight", rows, 0, 2), last}), rows));
 }
 
 // What one rank's share of a decoder layer keeps for backward and holds at the peak of its backward,
@@ -209,7 +219,8 @@ TEST(TensorParallel, ARanksActivationsAreWhatTheMemoryModelCounts) {
           torch::Tensor out = DecoderLayerFunction(spec, w, x, cos, sin, tp > 1 ? &region : nullptr, 0);
           const double peak = static_cast<double>(ledger.peak_bytes() - start);
           const double predicted = LayerForwardPeakBytesPerToken(spec, seq, p, false, tp) * batch * seq;
-          EXPECT_NEAR(peak, predicted, 0.02 * predicted) << where << " (no grad): measured " << peak / predicted << "x";
+          EXPECT_NEAR(peak, predicted, 0.02 * predicted)
+              << where << " (no grad): measured " << peak / predicted << "x";
         }
         torch::Tensor y = DecoderLayerFunction(spec, w, x, cos, sin, tp > 1 ? &region : nullptr, 0);
         const double saved = static_cast<double>(ledger.used_bytes() - before - y.nbytes() + x.nbytes());
@@ -224,7 +235,8 @@ TEST(TensorParallel, ARanksActivationsAreWhatTheMemoryModelCounts) {
         torch::autograd::grad({y}, inputs, {dy});
         const double peak = static_cast<double>(ledger.peak_bytes() - before - weight_grads + x.nbytes());
         const double predicted_peak = LayerBackwardBytesPerToken(spec, seq, p, false, tp) * tokens;
-        EXPECT_NEAR(peak, predicted_peak, 0.1 * predicted_peak) << where << ": measured " << peak / predicted_peak << "x";
+        EXPECT_NEAR(peak, predicted_peak, 0.1 * predicted_peak)
+            << where << ": measured " << peak / predicted_peak << "x";
       }
     }
   }

@@ -1,8 +1,8 @@
 #include "runtime/optim/adamw.h"
 
-#include <cstdint>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace motley {
 

@@ -17,10 +17,10 @@
 namespace motley {
 
 struct ParamShard {
-  std::string name;     // the parameter's name (checkpoints key the moments by it)
-  torch::Tensor param;  // a view into the parameter (updated in place)
-  torch::Tensor grad;   // the matching gradient slice
-  bool decay = true;    // weight decay applies (matrices); not to norms
+  std::string name;                   // the parameter's name (checkpoints key the moments by it)
+  torch::Tensor param;                // a view into the parameter (updated in place)
+  torch::Tensor grad;                 // the matching gradient slice
+  bool decay = true;                  // weight decay applies (matrices); not to norms
   torch::Tensor exp_avg, exp_avg_sq;  // created on the first step, in param's dtype
 };
 

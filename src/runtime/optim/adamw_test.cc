@@ -19,8 +19,10 @@ TEST(AdamW, MatchesTorchAdamWOnWholeParameters) {
   OptimizerConfig cfg;
   cfg.lr = 1e-2;
   cfg.weight_decay = 0.1;
-  torch::optim::AdamW reference(b->parameters(),
-                                torch::optim::AdamWOptions(cfg.lr).betas({cfg.beta1, cfg.beta2}).eps(cfg.eps).weight_decay(cfg.weight_decay));
+  torch::optim::AdamW reference(b->parameters(), torch::optim::AdamWOptions(cfg.lr)
+                                                     .betas({cfg.beta1, cfg.beta2})
+                                                     .eps(cfg.eps)
+                                                     .weight_decay(cfg.weight_decay));
   AdamW ours(cfg);
   std::vector<ParamShard> shards;
   for (int step = 1; step <= 5; ++step) {
@@ -39,7 +41,8 @@ TEST(AdamW, MatchesTorchAdamWOnWholeParameters) {
   }
   for (size_t i = 0; i < a->parameters().size(); ++i)
     EXPECT_TRUE(torch::allclose(a->parameters()[i], b->parameters()[i], 1e-12, 1e-14)) << i;
-  for (const ParamShard& s : shards) EXPECT_EQ(s.exp_avg.scalar_type(), torch::kFloat64) << "moments in the master dtype";
+  for (const ParamShard& s : shards)
+    EXPECT_EQ(s.exp_avg.scalar_type(), torch::kFloat64) << "moments in the master dtype";
 }
 
 TEST(AdamW, ShardedUpdateEqualsTheWholeUpdate) {
@@ -51,7 +54,8 @@ TEST(AdamW, ShardedUpdateEqualsTheWholeUpdate) {
   // Three ranks' shards of the same flat parameter: 12, 12 and 6 elements.
   std::vector<ParamShard> three;
   for (auto [begin, len] : {std::pair{0, 12}, std::pair{12, 12}, std::pair{24, 6}})
-    three.push_back({"", split.view(-1).narrow(0, begin, len), grad.view(-1).narrow(0, begin, len), true, {}, {}});
+    three.push_back(
+        {"", split.view(-1).narrow(0, begin, len), grad.view(-1).narrow(0, begin, len), true, {}, {}});
   for (int step = 1; step <= 3; ++step) {
     opt.Step(one, 1e-3, step);
     opt.Step(three, 1e-3, step);
@@ -61,7 +65,8 @@ TEST(AdamW, ShardedUpdateEqualsTheWholeUpdate) {
 
 TEST(AdamW, ClippingScalesToTheGlobalNorm) {
   torch::Tensor g1 = torch::full({4}, 3.0), g2 = torch::full({4}, 4.0);  // global norm sqrt(4*9 + 4*16)
-  std::vector<ParamShard> shards = {{"a", torch::zeros({4}), g1, true, {}, {}}, {"b", torch::zeros({4}), g2, true, {}, {}}};
+  std::vector<ParamShard> shards = {{"a", torch::zeros({4}), g1, true, {}, {}},
+                                    {"b", torch::zeros({4}), g2, true, {}, {}}};
   const double norm = std::sqrt(GradNormSquared(shards));
   EXPECT_DOUBLE_EQ(norm, std::sqrt(4 * 9.0 + 4 * 16.0));
   const double factor = ClipGradients(shards, norm, 1.0);
@@ -72,7 +77,8 @@ TEST(AdamW, ClippingScalesToTheGlobalNorm) {
 
 TEST(AdamW, SumOfSquaresIsTheFp64SumOverPiecesOfAnyLength) {
   torch::manual_seed(1);
-  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1} << 15, (int64_t{1} << 16) + 7}) {  // empty, one, one piece, three
+  for (int64_t n :
+       {int64_t{0}, int64_t{1}, int64_t{1} << 15, (int64_t{1} << 16) + 7}) {  // empty, one, one piece, three
     torch::Tensor t = torch::randn({n}) * 1e3;
     const double want = n == 0 ? 0.0 : t.to(torch::kFloat64).pow(2).sum().item<double>();
     torch::Tensor got = SumOfSquares(t);

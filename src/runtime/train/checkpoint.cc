@@ -2,9 +2,9 @@
 // part, the training state; writing them is checkpoint_save.cc.
 #include "runtime/train/checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -13,9 +13,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint_format.h"
 #include "core/file_io.h"
 #include "core/json_read.h"
-#include "core/checkpoint_format.h"
 #include "core/model_parse.h"
 #include "core/precision.h"
 #include "core/shard_index.h"
@@ -59,14 +59,16 @@ Status VerifyFile(const std::string& dir, const std::string& name, const Checkpo
   const auto size = fs::file_size(path, ec);
   if (ec) return Status::NotFound(fmt::format("{}: missing from the checkpoint", path));
   if (static_cast<int64_t>(size) != record.bytes)
-    return Status::InvalidArgument(fmt::format("{}: {} bytes but the checkpoint recorded {} (truncated or "
-                                               "replaced); use another checkpoint",
-                                               path, size, record.bytes));
+    return Status::InvalidArgument(
+        fmt::format("{}: {} bytes but the checkpoint recorded {} (truncated or "
+                    "replaced); use another checkpoint",
+                    path, size, record.bytes));
   MOTLEY_ASSIGN_OR_RETURN(uint32_t crc, FileCrc32(path));
   if (crc != record.crc32)
-    return Status::InvalidArgument(fmt::format("{}: checksum mismatch (crc32 {} , recorded {}): the file is "
-                                               "corrupted; use another checkpoint",
-                                               path, Hex(crc), Hex(record.crc32)));
+    return Status::InvalidArgument(
+        fmt::format("{}: checksum mismatch (crc32 {} , recorded {}): the file is "
+                    "corrupted; use another checkpoint",
+                    path, Hex(crc), Hex(record.crc32)));
   return Status::Ok();
 }
 
@@ -80,10 +82,10 @@ Status VerifyFiles(const std::string& dir, const TrainerStateFile& state) {
 
 }  // namespace
 
-Result<torch::Tensor> AssembleParameter(const ModelSpec& spec, const std::string& name, const ShardedParameter& param,
-                                        const std::vector<const ShardPiece*>& pieces,
-                                        const std::function<Result<torch::Tensor>(const ShardPiece&)>& elements,
-                                        torch::Dtype dtype) {
+Result<torch::Tensor> AssembleParameter(
+    const ModelSpec& spec, const std::string& name, const ShardedParameter& param,
+    const std::vector<const ShardPiece*>& pieces,
+    const std::function<Result<torch::Tensor>(const ShardPiece&)>& elements, torch::Dtype dtype) {
   const int64_t slice = SliceElements(param);
   std::vector<torch::Tensor> slices;
   for (int t = 0; t < param.tp_degree; ++t) slices.push_back(torch::empty({slice}, dtype));
@@ -96,9 +98,10 @@ Result<torch::Tensor> AssembleParameter(const ModelSpec& spec, const std::string
   }
   if (param.tp_degree == 1) return slices[0].view(param.shape);
   if (!IsSplitParameter(name))
-    return Status::InvalidArgument(fmt::format("{} is stored as {} slices but is not a weight tensor parallelism "
-                                               "splits; use another checkpoint",
-                                               name, param.tp_degree));
+    return Status::InvalidArgument(
+        fmt::format("{} is stored as {} slices but is not a weight tensor parallelism "
+                    "splits; use another checkpoint",
+                    name, param.tp_degree));
   const std::vector<int64_t> shape = SliceParameterShape(spec, name, param.shape, param.tp_degree);
   for (auto& s : slices) s = s.view(shape);
   return JoinParameter(spec, name, slices);
@@ -115,15 +118,16 @@ class ShardedReader {
     r.state_ = state;
     const std::string path = (fs::path(dir) / kShardIndexFile).string();
     if (!state.files.count(kShardIndexFile))
-      return Status::InvalidArgument(fmt::format("{}: the trainer state does not list {}; use another checkpoint",
-                                                 dir, kShardIndexFile));
+      return Status::InvalidArgument(fmt::format(
+          "{}: the trainer state does not list {}; use another checkpoint", dir, kShardIndexFile));
     MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
     MOTLEY_ASSIGN_OR_RETURN(r.index_, ParseShardIndex(text, path));
     for (const ShardPiece& p : r.index_.pieces) {
       if (!state.files.count(p.file))
-        return Status::InvalidArgument(fmt::format("{}: names {}, which the trainer state does not list; use another "
-                                                   "checkpoint",
-                                                   path, p.file));
+        return Status::InvalidArgument(
+            fmt::format("{}: names {}, which the trainer state does not list; use another "
+                        "checkpoint",
+                        path, p.file));
       r.pieces_[p.param].push_back(&p - r.index_.pieces.data());
     }
     return r;
@@ -132,7 +136,8 @@ class ShardedReader {
   bool has(const std::string& name) const { return index_.parameters.count(name) > 0; }
 
   // The whole parameter `name` (values or a moment), assembled from its pieces, in `dtype`.
-  Result<torch::Tensor> Load(const ModelSpec& spec, const std::string& name, ShardTensor what, torch::Dtype dtype) {
+  Result<torch::Tensor> Load(const ModelSpec& spec, const std::string& name, ShardTensor what,
+                             torch::Dtype dtype) {
     std::vector<const ShardPiece*> pieces;
     for (size_t i : pieces_[name]) pieces.push_back(&index_.pieces[i]);
     return AssembleParameter(
@@ -141,8 +146,9 @@ class ShardedReader {
           MOTLEY_ASSIGN_OR_RETURN(const SafetensorsFile* f, File(p.file));
           const std::string key = ShardTensorName(p.param, p.tp_index, p.begin, what);
           if (!f->contains(key))
-            return Status::InvalidArgument(fmt::format("{}: lacks {}, which {} says it holds; use another checkpoint",
-                                                       f->path(), key, kShardIndexFile));
+            return Status::InvalidArgument(
+                fmt::format("{}: lacks {}, which {} says it holds; use another checkpoint", f->path(), key,
+                            kShardIndexFile));
           return f->Load(key, dtype);
         },
         dtype);
@@ -177,23 +183,28 @@ Result<std::map<std::string, std::string>> WeightFiles(const std::string& dir) {
     return files;
   }
   if (!fs::exists(index))
-    return Status::NotFound(fmt::format("{}: no model.safetensors or model.safetensors.index.json; not a checkpoint "
-                                        "directory",
-                                        dir));
+    return Status::NotFound(
+        fmt::format("{}: no model.safetensors or model.safetensors.index.json; not a checkpoint "
+                    "directory",
+                    dir));
   MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(index.string()));
   MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, index.string()));
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-    return Status::InvalidArgument(fmt::format("{}: expected a JSON object with \"weight_map\"", index.string()));
+    return Status::InvalidArgument(
+        fmt::format("{}: expected a JSON object with \"weight_map\"", index.string()));
   for (const auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string())
-      return Status::InvalidArgument(fmt::format("{}: weight_map[\"{}\"] must be a file name", index.string(), name));
+      return Status::InvalidArgument(
+          fmt::format("{}: weight_map[\"{}\"] must be a file name", index.string(), name));
     // A file of the folder itself: never a path out of it (../, absolute) nor into a subfolder.
     const std::string f = file.get<std::string>();
-    if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\\') != std::string::npos)
-      return Status::InvalidArgument(fmt::format(
-          "{}: weight_map[\"{}\"] is \"{}\", not the name of a file in the folder; an index names only its own "
-          "folder's files (download the folder again)",
-          index.string(), name, f));
+    if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos ||
+        f.find('\\') != std::string::npos)
+      return Status::InvalidArgument(
+          fmt::format("{}: weight_map[\"{}\"] is \"{}\", not the name of a file in the folder; an index "
+                      "names only its own "
+                      "folder's files (download the folder again)",
+                      index.string(), name, f));
     files[name] = (fs::path(dir) / f).string();
   }
   return files;
@@ -213,7 +224,8 @@ std::string NewestCheckpointFolder(const fs::path& run_dir) {
   std::error_code ec;
   std::pair<int64_t, std::string> newest{-1, ""};
   for (const auto& entry : fs::directory_iterator(run_dir, ec))
-    if (const auto step = CheckpointFolderStep(entry.path().filename().string()); step && entry.is_directory(ec))
+    if (const auto step = CheckpointFolderStep(entry.path().filename().string());
+        step && entry.is_directory(ec))
       newest = std::max(newest, {*step, entry.path().string()});
   return newest.second;
 }
@@ -230,23 +242,26 @@ Result<std::string> ResolveCheckpointDir(const std::string& path) {
     MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(latest.string()));
     Result<std::string> name = ParseLatest(text, latest.string());
     if (!name.ok() && !newest.empty())
-      return Status::InvalidArgument(fmt::format("{}; the newest checkpoint folder there is {}", name.status().message(),
-                                                 newest));
+      return Status::InvalidArgument(
+          fmt::format("{}; the newest checkpoint folder there is {}", name.status().message(), newest));
     if (!name.ok()) return name.status();
     const fs::path dir = fs::path(path) / *name;
     if (!fs::is_directory(dir))
       return Status::NotFound(fmt::format("{}: names {}, which is missing{}", latest.string(), dir.string(),
-                                          newest.empty() ? ""
-                                                         : fmt::format("; the newest checkpoint folder there is {}: "
-                                                                       "resume from it, or write its name into {}",
-                                                                       newest, latest.string())));
+                                          newest.empty()
+                                              ? ""
+                                              : fmt::format("; the newest checkpoint folder there is {}: "
+                                                            "resume from it, or write its name into {}",
+                                                            newest, latest.string())));
     return dir.string();
   }
   // A run folder without `latest` (it was lost): not a checkpoint itself; name the newest one.
-  if (!newest.empty() && !fs::exists(fs::path(path) / kTrainerStateFile) && !fs::exists(fs::path(path) / "config.json"))
-    return Status::NotFound(fmt::format("{}: a run folder without its latest file; the newest checkpoint folder there "
-                                        "is {}: resume from it",
-                                        path, newest));
+  if (!newest.empty() && !fs::exists(fs::path(path) / kTrainerStateFile) &&
+      !fs::exists(fs::path(path) / "config.json"))
+    return Status::NotFound(
+        fmt::format("{}: a run folder without its latest file; the newest checkpoint folder there "
+                    "is {}: resume from it",
+                    path, newest));
   return path;
 }
 
@@ -270,27 +285,29 @@ Status LoadShardedWeights(const std::string& dir, const TrainerStateFile& state,
       missing.push_back(p.key());
       continue;
     }
-    MOTLEY_ASSIGN_OR_RETURN(torch::Tensor t, reader.Load(model.spec(), p.key(), ShardTensor::kValues,
-                                                         p.value().scalar_type()));
+    MOTLEY_ASSIGN_OR_RETURN(
+        torch::Tensor t, reader.Load(model.spec(), p.key(), ShardTensor::kValues, p.value().scalar_type()));
     if (slice.tp > 1 && IsSplitParameter(p.key()) && t.sizes() == LlamaParameterShape(model.spec(), p.key()))
       t = SliceParameter(model.spec(), p.key(), t, slice.index, slice.tp);
     if (t.sizes() != p.value().sizes())
-      return Status::InvalidArgument(fmt::format("{}: {} has shape {} but the model (config.json) needs {}", dir,
-                                                 p.key(), fmt::join(t.sizes().vec(), "x"),
+      return Status::InvalidArgument(fmt::format("{}: {} has shape {} but the model (config.json) needs {}",
+                                                 dir, p.key(), fmt::join(t.sizes().vec(), "x"),
                                                  fmt::join(p.value().sizes().vec(), "x")));
     p.value().copy_(t);
   }
   if (!missing.empty())
-    return Status::InvalidArgument(fmt::format("{}: missing {} weight(s), first {}: the weights do not match "
-                                               "config.json",
-                                               dir, missing.size(), missing.front()));
+    return Status::InvalidArgument(
+        fmt::format("{}: missing {} weight(s), first {}: the weights do not match "
+                    "config.json",
+                    dir, missing.size(), missing.front()));
   if (only.empty()) {
     const auto named = model.named_parameters();
     for (const auto& [name, param] : reader.index().parameters)
       if (!named.contains(name))
-        return Status::InvalidArgument(fmt::format("{}: holds {}, which the model does not have: the weights do not "
-                                                   "match config.json",
-                                                   dir, name));
+        return Status::InvalidArgument(
+            fmt::format("{}: holds {}, which the model does not have: the weights do not "
+                        "match config.json",
+                        dir, name));
   }
   return Status::Ok();
 }
@@ -311,13 +328,15 @@ Status CheckPlausibleWeight(const std::string& file, const std::string& name, co
 Status CheckWeightNames(const std::string& dir, const std::vector<std::string>& missing,
                         const std::vector<std::string>& unexpected) {
   if (!missing.empty())
-    return Status::InvalidArgument(fmt::format("{}: missing {} weight(s), first {}: the weights do not match "
-                                               "config.json",
-                                               dir, missing.size(), missing.front()));
+    return Status::InvalidArgument(
+        fmt::format("{}: missing {} weight(s), first {}: the weights do not match "
+                    "config.json",
+                    dir, missing.size(), missing.front()));
   if (!unexpected.empty())
-    return Status::InvalidArgument(fmt::format("{}: {} weight(s) the model does not have, first {}: the weights do not "
-                                               "match config.json",
-                                               dir, unexpected.size(), unexpected.front()));
+    return Status::InvalidArgument(
+        fmt::format("{}: {} weight(s) the model does not have, first {}: the weights do not "
+                    "match config.json",
+                    dir, unexpected.size(), unexpected.front()));
   return Status::Ok();
 }
 
@@ -326,7 +345,8 @@ Status CheckWeightNames(const std::string& dir, const std::vector<std::string>& 
 Result<std::function<Status(const std::string&, int64_t, torch::Tensor)>> FolderShardSource(
     const std::string& dir, LlamaModelImpl& model) {
   if (IsShardedCheckpoint(dir))
-    return Status::InvalidArgument(fmt::format("{}: a sharded checkpoint; export it first (motley checkpoint export)", dir));
+    return Status::InvalidArgument(
+        fmt::format("{}: a sharded checkpoint; export it first (motley checkpoint export)", dir));
   MOTLEY_ASSIGN_OR_RETURN(auto files, WeightFiles(dir));
   std::vector<std::string> missing, unexpected;
   const auto named = model.named_parameters();
@@ -338,21 +358,22 @@ Result<std::function<Status(const std::string&, int64_t, torch::Tensor)>> Folder
   const bool tied = model.spec().tie_embeddings;
   auto open = std::make_shared<std::map<std::string, SafetensorsFile>>();
   return std::function<Status(const std::string&, int64_t, torch::Tensor)>(
-      [files = std::move(files), open, tied](const std::string& param, int64_t begin, torch::Tensor dest) -> Status {
-    const std::string name = tied && param == "lm_head.weight" ? "model.embed_tokens.weight" : param;
-    auto it = files.find(name);
-    if (it == files.end()) return Status::NotFound(fmt::format("no file holds {}", name));
-    if (!open->count(it->second)) {
-      MOTLEY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(it->second));
-      open->emplace(it->second, std::move(f));
-    }
-    MOTLEY_ASSIGN_OR_RETURN(torch::Tensor mapped, open->at(it->second).Map(name));
-    const torch::Tensor range = mapped.reshape({-1}).narrow(0, begin, dest.numel());
-    MOTLEY_RETURN_IF_ERROR(CheckPlausibleWeight(it->second, name, range));
-    torch::NoGradGuard no_grad;
-    dest.copy_(range);
-    return Status::Ok();
-  });
+      [files = std::move(files), open, tied](const std::string& param, int64_t begin,
+                                             torch::Tensor dest) -> Status {
+        const std::string name = tied && param == "lm_head.weight" ? "model.embed_tokens.weight" : param;
+        auto it = files.find(name);
+        if (it == files.end()) return Status::NotFound(fmt::format("no file holds {}", name));
+        if (!open->count(it->second)) {
+          MOTLEY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(it->second));
+          open->emplace(it->second, std::move(f));
+        }
+        MOTLEY_ASSIGN_OR_RETURN(torch::Tensor mapped, open->at(it->second).Map(name));
+        const torch::Tensor range = mapped.reshape({-1}).narrow(0, begin, dest.numel());
+        MOTLEY_RETURN_IF_ERROR(CheckPlausibleWeight(it->second, name, range));
+        torch::NoGradGuard no_grad;
+        dest.copy_(range);
+        return Status::Ok();
+      });
 }
 
 namespace {
@@ -363,12 +384,14 @@ namespace {
 Status CheckFiniteWeights(const std::string& dir, LlamaModelImpl& model, const std::set<std::string>& only) {
   torch::NoGradGuard no_grad;
   for (const auto& p : model.named_parameters()) {
-    if ((!only.empty() && !only.count(p.key())) || IsPlaceholder(p.value()) || !p.value().is_floating_point()) continue;
+    if ((!only.empty() && !only.count(p.key())) || IsPlaceholder(p.value()) || !p.value().is_floating_point())
+      continue;
     if (!torch::isfinite(p.value()).all().item<bool>())
-      return Status::InvalidArgument(fmt::format(
-          "{}: {} holds NaN or infinite values: the run had diverged when it wrote this checkpoint; resume, export "
-          "or evaluate an earlier one (its folder's other step-* checkpoints)",
-          dir, p.key()));
+      return Status::InvalidArgument(
+          fmt::format("{}: {} holds NaN or infinite values: the run had diverged when it wrote this "
+                      "checkpoint; resume, export "
+                      "or evaluate an earlier one (its folder's other step-* checkpoints)",
+                      dir, p.key()));
   }
   return Status::Ok();
 }
@@ -409,14 +432,16 @@ static Status LoadWeights(const std::string& dir, LlamaModelImpl& model, const s
     }
     const SafetensorsFile& f = open.at(it->second);
     if (!f.contains(p.key()))
-      return Status::InvalidArgument(fmt::format("{}: the index names this file for {} but it lacks it", it->second,
-                                                 p.key()));
+      return Status::InvalidArgument(
+          fmt::format("{}: the index names this file for {} but it lacks it", it->second, p.key()));
     const std::vector<int64_t>& shape = f.entries().at(p.key()).shape;
     const bool sliced = slice.tp > 1 && IsSplitParameter(p.key());
-    const std::vector<int64_t> want = sliced ? LlamaParameterShape(model.spec(), p.key()) : p.value().sizes().vec();
+    const std::vector<int64_t> want =
+        sliced ? LlamaParameterShape(model.spec(), p.key()) : p.value().sizes().vec();
     if (shape != want)
       return Status::InvalidArgument(fmt::format("{}: {} has shape {} but the model (config.json) needs {}",
-                                                 it->second, p.key(), fmt::join(shape, "x"), fmt::join(want, "x")));
+                                                 it->second, p.key(), fmt::join(shape, "x"),
+                                                 fmt::join(want, "x")));
     if (sliced) {
       // This rank's slice, from the file's pages that hold it.
       MOTLEY_ASSIGN_OR_RETURN(torch::Tensor mapped, f.Map(p.key()));
@@ -462,9 +487,10 @@ Status CheckCheckpointLoads(const std::string& dir) {
 
 Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<ParamShard>& shards) {
   if (!fs::exists(fs::path(dir) / kTrainerStateFile))
-    return Status::NotFound(fmt::format("{}: no {}; resuming needs a motley checkpoint (a Hugging Face directory "
-                                        "only holds weights)",
-                                        dir, kTrainerStateFile));
+    return Status::NotFound(
+        fmt::format("{}: no {}; resuming needs a motley checkpoint (a Hugging Face directory "
+                    "only holds weights)",
+                    dir, kTrainerStateFile));
   MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile file, ReadStateFile(dir));
   MOTLEY_RETURN_IF_ERROR(VerifyFiles(dir, file));
   const TrainerState s = file.state;
@@ -479,14 +505,15 @@ Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<Param
       MOTLEY_ASSIGN_OR_RETURN(shard.exp_avg, reader.Load(spec, shard.name, ShardTensor::kExpAvg, dtype));
       MOTLEY_ASSIGN_OR_RETURN(shard.exp_avg_sq, reader.Load(spec, shard.name, ShardTensor::kExpAvgSq, dtype));
       if (shard.exp_avg.sizes() != shard.param.sizes())
-        return Status::InvalidArgument(fmt::format("{}: the moments of {} have another shape than the parameter",
-                                                   dir, shard.name));
+        return Status::InvalidArgument(
+            fmt::format("{}: the moments of {} have another shape than the parameter", dir, shard.name));
       shard.exp_avg = shard.exp_avg.to(shard.param.device());
       shard.exp_avg_sq = shard.exp_avg_sq.to(shard.param.device());
     }
     return s;
   }
-  MOTLEY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open((fs::path(dir) / "optimizer.safetensors").string()));
+  MOTLEY_ASSIGN_OR_RETURN(SafetensorsFile f,
+                          SafetensorsFile::Open((fs::path(dir) / "optimizer.safetensors").string()));
   for (auto& shard : shards) {
     if (!f.contains(shard.name + ".exp_avg")) {
       if (s.step > 0)
@@ -499,8 +526,8 @@ Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<Param
     shard.exp_avg = shard.exp_avg.to(shard.param.device());
     shard.exp_avg_sq = shard.exp_avg_sq.to(shard.param.device());
     if (shard.exp_avg.sizes() != shard.param.sizes())
-      return Status::InvalidArgument(fmt::format("{}: the moments of {} have another shape than the parameter",
-                                                 f.path(), shard.name));
+      return Status::InvalidArgument(
+          fmt::format("{}: the moments of {} have another shape than the parameter", f.path(), shard.name));
   }
   return s;
 }
@@ -525,7 +552,8 @@ Status ExportCheckpoint(const std::string& dir, const std::string& out) {
   MOTLEY_ASSIGN_OR_RETURN(TrainerState loaded, LoadTrainingState(dir, shards));
   std::error_code ec;
   if (fs::exists(out, ec) && !fs::exists(fs::path(out) / kTrainerStateFile, ec) && !fs::is_empty(out, ec))
-    return Status::InvalidArgument(fmt::format("{}: exists and is not a checkpoint; export into a new folder", out));
+    return Status::InvalidArgument(
+        fmt::format("{}: exists and is not a checkpoint; export into a new folder", out));
   return SaveCheckpoint(out, *model, shards, loaded);
 }
 

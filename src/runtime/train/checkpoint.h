@@ -29,12 +29,12 @@
 
 #include "core/checkpoint_format.h"
 #include "core/job.h"
-#include "core/shard_index.h"
 #include "core/model.h"
+#include "core/shard_index.h"
 #include "core/status.h"
+#include "runtime/model/llama_model.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/state_piece.h"
-#include "runtime/model/llama_model.h"
 
 namespace motley {
 
@@ -79,22 +79,24 @@ Result<std::string> BeginShardedCheckpoint(const std::string& run_dir, int64_t s
 
 /// Every rank: its pieces into `<tmp>`/rank-NNNNN.safetensors, written and fsynced. A rank with
 /// no pieces writes nothing (bytes 0).
-Result<CheckpointFileRecord> WriteRankShards(const std::string& tmp, int rank, const std::vector<StatePiece>& pieces);
+Result<CheckpointFileRecord> WriteRankShards(const std::string& tmp, int rank,
+                                             const std::vector<StatePiece>& pieces);
 
 /// Rank 0, after every rank wrote (`rank_files`: each rank's record, by rank): checks the pieces
 /// tile every parameter of `spec` exactly once, writes shards.json, config.json and the trainer
 /// state, moves the folder into place, points `latest` at it and keeps the newest `keep`.
 Result<std::string> FinishShardedCheckpoint(const std::string& run_dir, int64_t keep, const std::string& tmp,
-                                            const ModelSpec& spec, const std::vector<CheckpointFileRecord>& rank_files,
+                                            const ModelSpec& spec,
+                                            const std::vector<CheckpointFileRecord>& rank_files,
                                             const TrainerState& state);
 
 /// A whole parameter (or one of its moments) from pieces that tile it (shard_index.h), in `dtype`:
 /// `elements(p)` gives piece p's elements; tensor-parallel slices are joined as the model splits
 /// them. (Loading a sharded checkpoint, and live rebalancing's state moves.)
-Result<torch::Tensor> AssembleParameter(const ModelSpec& spec, const std::string& name, const ShardedParameter& param,
-                                        const std::vector<const ShardPiece*>& pieces,
-                                        const std::function<Result<torch::Tensor>(const ShardPiece&)>& elements,
-                                        torch::Dtype dtype);
+Result<torch::Tensor> AssembleParameter(
+    const ModelSpec& spec, const std::string& name, const ShardedParameter& param,
+    const std::vector<const ShardPiece*>& pieces,
+    const std::function<Result<torch::Tensor>(const ShardPiece&)>& elements, torch::Dtype dtype);
 
 /// Whether `dir` holds a sharded checkpoint (a shards.json).
 bool IsShardedCheckpoint(const std::string& dir);

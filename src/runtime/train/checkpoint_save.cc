@@ -3,15 +3,15 @@
 #include "runtime/train/checkpoint.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <stdio.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <utility>
@@ -20,8 +20,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file_io.h"
 #include "core/checkpoint_format.h"
+#include "core/file_io.h"
 #include "core/json_read.h"
 #include "core/model_parse.h"
 #include "core/shard_index.h"
@@ -33,17 +33,21 @@ namespace fs = std::filesystem;
 Result<std::unique_ptr<RunDirLock>> RunDirLock::Acquire(const std::string& run_dir) {
   std::error_code ec;
   fs::create_directories(run_dir, ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
+  if (ec)
+    return Status::IoError(
+        fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
   const std::string path = (fs::path(run_dir) / ".lock").string();
   // Never through a link: a planted one would have the lock's note written over what it names.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0 && errno == ELOOP)
-    return Status::InvalidArgument(fmt::format("{}: is a symbolic link, not motley's lock file; remove it", path));
+    return Status::InvalidArgument(
+        fmt::format("{}: is a symbolic link, not motley's lock file; remove it", path));
   if (fd < 0) return Status::IoError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    return Status::InvalidArgument(fmt::format("{}: is not a regular file, not motley's lock file; remove it", path));
+    return Status::InvalidArgument(
+        fmt::format("{}: is not a regular file, not motley's lock file; remove it", path));
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     char holder[256] = {};
@@ -51,10 +55,11 @@ Result<std::unique_ptr<RunDirLock>> RunDirLock::Acquire(const std::string& run_d
     ::close(fd);
     std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "another process";
     while (!who.empty() && std::isspace(static_cast<unsigned char>(who.back()))) who.pop_back();
-    return Status::InvalidArgument(fmt::format(
-        "{}: another run is writing its checkpoints and metrics here ({}); wait for it to end, or give this run "
-        "another folder ([checkpoint] dir in the job file)",
-        run_dir, who));
+    return Status::InvalidArgument(
+        fmt::format("{}: another run is writing its checkpoints and metrics here ({}); wait for it to end, "
+                    "or give this run "
+                    "another folder ([checkpoint] dir in the job file)",
+                    run_dir, who));
   }
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -73,14 +78,17 @@ Status ClaimRunDir(const std::string& run_dir, bool resuming, bool overwrite, bo
     Result<std::string> name = ReadFileToString(latest.string());
     std::string step = name.ok() ? *name : "?";
     while (!step.empty() && std::isspace(static_cast<unsigned char>(step.back()))) step.pop_back();
-    return Status::InvalidArgument(fmt::format(
-        "{}: holds another run's checkpoints (latest: {}); continue that run with --resume {}, start over here with "
-        "--overwrite (its checkpoints and metrics are removed), or give this run another folder ([checkpoint] dir)",
-        run_dir, step.size() > 64 ? step.substr(0, 64) + "..." : step, run_dir));
+    return Status::InvalidArgument(
+        fmt::format("{}: holds another run's checkpoints (latest: {}); continue that run with --resume {}, "
+                    "start over here with "
+                    "--overwrite (its checkpoints and metrics are removed), or give this run another folder "
+                    "([checkpoint] dir)",
+                    run_dir, step.size() > 64 ? step.substr(0, 64) + "..." : step, run_dir));
   }
   if (!clean) return Status::Ok();
   for (const auto& entry : fs::directory_iterator(run_dir, ec))
-    if (entry.is_directory() && entry.path().filename().string().starts_with("step-")) fs::remove_all(entry.path(), ec);
+    if (entry.is_directory() && entry.path().filename().string().starts_with("step-"))
+      fs::remove_all(entry.path(), ec);
   fs::remove(latest, ec);
   fs::remove(fs::path(run_dir) / "metrics.jsonl", ec);
   return Status::Ok();
@@ -99,11 +107,13 @@ Status MoveIntoPlace(const std::string& tmp, const std::string& dir) {
   std::error_code ec;
   if (fs::exists(dir, ec)) {
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0)
-      return Status::IoError(fmt::format("{}: cannot swap {} into place: {}", dir, tmp, std::strerror(errno)));
+      return Status::IoError(
+          fmt::format("{}: cannot swap {} into place: {}", dir, tmp, std::strerror(errno)));
     fs::remove_all(tmp, ec);
   } else {
     fs::rename(tmp, dir, ec);
-    if (ec) return Status::IoError(fmt::format("{}: cannot rename {} into place: {}", dir, tmp, ec.message()));
+    if (ec)
+      return Status::IoError(fmt::format("{}: cannot rename {} into place: {}", dir, tmp, ec.message()));
   }
   const fs::path parent = fs::path(dir).parent_path();
   return FsyncDirectory(parent.empty() ? "." : parent.string());
@@ -114,7 +124,8 @@ void RemoveInterruptedSaves(const std::string& run_dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
     const std::string file = entry.path().filename().string();
-    if (entry.is_directory() && file.starts_with("step-") && file.ends_with(".tmp")) fs::remove_all(entry.path(), ec);
+    if (entry.is_directory() && file.starts_with("step-") && file.ends_with(".tmp"))
+      fs::remove_all(entry.path(), ec);
   }
 }
 
@@ -144,27 +155,31 @@ Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::
   // Never removed: what is there was not made by this run (a run folder's interrupted saves are
   // cleared before, RemoveInterruptedSaves).
   if (fs::exists(fs::symlink_status(tmp, ec)))
-    return Status::InvalidArgument(fmt::format(
-        "{}: exists and this command did not create it (a leftover of an interrupted export, or someone else's); "
-        "remove it, or write the checkpoint elsewhere",
-        tmp));
+    return Status::InvalidArgument(
+        fmt::format("{}: exists and this command did not create it (a leftover of an interrupted export, or "
+                    "someone else's); "
+                    "remove it, or write the checkpoint elsewhere",
+                    tmp));
   if (!fs::create_directory(tmp, ec) || ec)
-    return Status::IoError(fmt::format("{}: cannot create: {}", tmp, ec ? ec.message() : "it appeared meanwhile"));
+    return Status::IoError(
+        fmt::format("{}: cannot create: {}", tmp, ec ? ec.message() : "it appeared meanwhile"));
   TrainerStateFile out;
   out.state = state;
   auto record = [&](const std::string& name, uint32_t crc) {
     out.files[name] = {static_cast<int64_t>(fs::file_size(fs::path(tmp) / name)), crc};
   };
   uint32_t crc = 0;
-  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / "config.json").string(), HfConfigJson(model.spec()), &crc));
+  MOTLEY_RETURN_IF_ERROR(
+      AtomicWriteFile((fs::path(tmp) / "config.json").string(), HfConfigJson(model.spec()), &crc));
   record("config.json", crc);
 
   std::vector<NamedTensor> weights;
   // In the master dtype: fp32, or fp64 for an fp64 run.
   for (const auto& p : model.named_parameters())
-    weights.push_back({p.key(), p.value().scalar_type() == torch::kFloat64 ? p.value() : p.value().to(torch::kFloat32)});
-  MOTLEY_RETURN_IF_ERROR(WriteSafetensors((fs::path(tmp) / "model.safetensors").string(), weights,
-                                          {{"format", "pt"}}, &crc));
+    weights.push_back(
+        {p.key(), p.value().scalar_type() == torch::kFloat64 ? p.value() : p.value().to(torch::kFloat32)});
+  MOTLEY_RETURN_IF_ERROR(
+      WriteSafetensors((fs::path(tmp) / "model.safetensors").string(), weights, {{"format", "pt"}}, &crc));
   record("model.safetensors", crc);
 
   std::vector<NamedTensor> moments;
@@ -173,10 +188,12 @@ Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::
     moments.push_back({s.name + ".exp_avg", s.exp_avg});
     moments.push_back({s.name + ".exp_avg_sq", s.exp_avg_sq});
   }
-  MOTLEY_RETURN_IF_ERROR(WriteSafetensors((fs::path(tmp) / "optimizer.safetensors").string(), moments, {}, &crc));
+  MOTLEY_RETURN_IF_ERROR(
+      WriteSafetensors((fs::path(tmp) / "optimizer.safetensors").string(), moments, {}, &crc));
   record("optimizer.safetensors", crc);
 
-  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / kTrainerStateFile).string(), TrainerStateJson(out)));
+  MOTLEY_RETURN_IF_ERROR(
+      AtomicWriteFile((fs::path(tmp) / kTrainerStateFile).string(), TrainerStateJson(out)));
   return MoveIntoPlace(tmp, dir);
 }
 
@@ -184,7 +201,9 @@ Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, 
                                       const std::vector<ParamShard>& shards, const TrainerState& state) {
   std::error_code ec;
   fs::create_directories(run_dir, ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
+  if (ec)
+    return Status::IoError(
+        fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
   const std::string name = CheckpointFolderName(state.step);
   const std::string dir = (fs::path(run_dir) / name).string();
   RemoveInterruptedSaves(run_dir);
@@ -196,7 +215,9 @@ Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, 
 Result<std::string> BeginShardedCheckpoint(const std::string& run_dir, int64_t step) {
   std::error_code ec;
   fs::create_directories(run_dir, ec);
-  if (ec) return Status::IoError(fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
+  if (ec)
+    return Status::IoError(
+        fmt::format("{}: cannot create the checkpoint directory: {}", run_dir, ec.message()));
   RemoveInterruptedSaves(run_dir);
   const std::string tmp = (fs::path(run_dir) / (CheckpointFolderName(step) + ".tmp")).string();
   fs::create_directories(tmp, ec);
@@ -204,7 +225,8 @@ Result<std::string> BeginShardedCheckpoint(const std::string& run_dir, int64_t s
   return tmp;
 }
 
-Result<CheckpointFileRecord> WriteRankShards(const std::string& tmp, int rank, const std::vector<StatePiece>& pieces) {
+Result<CheckpointFileRecord> WriteRankShards(const std::string& tmp, int rank,
+                                             const std::vector<StatePiece>& pieces) {
   CheckpointFileRecord record;
   if (pieces.empty()) return record;
   // The parameters' shapes and splits travel in the file's metadata, for the index rank 0 writes.
@@ -226,7 +248,8 @@ Result<CheckpointFileRecord> WriteRankShards(const std::string& tmp, int rank, c
 }
 
 Result<std::string> FinishShardedCheckpoint(const std::string& run_dir, int64_t keep, const std::string& tmp,
-                                            const ModelSpec& spec, const std::vector<CheckpointFileRecord>& rank_files,
+                                            const ModelSpec& spec,
+                                            const std::vector<CheckpointFileRecord>& rank_files,
                                             const TrainerState& state) {
   // The index, from the rank files' headers.
   ShardIndex index;
@@ -271,14 +294,15 @@ Result<std::string> FinishShardedCheckpoint(const std::string& run_dir, int64_t 
     elements += n;
   }
   if (elements != TotalParams(spec))
-    return Status::Internal(fmt::format("{}: the ranks wrote {} parameters, the model has {}", tmp, elements,
-                                        TotalParams(spec)));
+    return Status::Internal(
+        fmt::format("{}: the ranks wrote {} parameters, the model has {}", tmp, elements, TotalParams(spec)));
   uint32_t crc = 0;
   MOTLEY_RETURN_IF_ERROR(AtomicWriteFile(index_path, ShardIndexJson(index), &crc));
   out.files[kShardIndexFile] = {static_cast<int64_t>(fs::file_size(index_path)), crc};
   MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / "config.json").string(), HfConfigJson(spec), &crc));
   out.files["config.json"] = {static_cast<int64_t>(fs::file_size(fs::path(tmp) / "config.json")), crc};
-  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / kTrainerStateFile).string(), TrainerStateJson(out)));
+  MOTLEY_RETURN_IF_ERROR(
+      AtomicWriteFile((fs::path(tmp) / kTrainerStateFile).string(), TrainerStateJson(out)));
   MOTLEY_RETURN_IF_ERROR(FsyncDirectory(tmp));
   const std::string name = CheckpointFolderName(state.step);
   const std::string dir = (fs::path(run_dir) / name).string();

@@ -73,14 +73,16 @@ TEST(Safetensors, RoundTripsEveryDtypeWithTheStandardHeader) {
   EXPECT_TRUE(torch::allclose(f.Load("b", torch::kFloat32).value(), tensors[1].tensor.to(torch::kFloat32)));
   // A shape whose size overflows, or larger than the file: refused before any allocation.
   for (const std::string shape : {"[4611686018427387904, 4]", "[1000000, 1000000]", "3"}) {
-    const std::string header = R"({"x": {"dtype": "F32", "shape": )" + shape + R"(, "data_offsets": [0, 0]}})";
+    const std::string header =
+        R"({"x": {"dtype": "F32", "shape": )" + shape + R"(, "data_offsets": [0, 0]}})";
     std::string file(8, '\0');
     for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
     const std::string bad_path = (dir / "overflow.safetensors").string();
     std::ofstream(bad_path, std::ios::binary) << file << header;
     Result<SafetensorsFile> overflow = SafetensorsFile::Open(bad_path);
     ASSERT_FALSE(overflow.ok()) << shape;
-    EXPECT_NE(overflow.status().message().find("tensor x: shape"), std::string::npos) << overflow.status().message();
+    EXPECT_NE(overflow.status().message().find("tensor x: shape"), std::string::npos)
+        << overflow.status().message();
   }
   // Truncated: the offsets no longer fit.
   fs::resize_file(path, fs::file_size(path) - 4);
@@ -199,7 +201,8 @@ TEST(Checkpoint, NonFiniteWeightsAreRefusedAndRollbackFiguresRoundTrip) {
   LlamaModel other(Tiny(), 2);
   const Status load = LoadModelWeights(bad, *other);
   ASSERT_FALSE(load.ok());
-  EXPECT_NE(load.message().find("model.layers.1.mlp.up_proj.weight holds NaN or infinite values"), std::string::npos)
+  EXPECT_NE(load.message().find("model.layers.1.mlp.up_proj.weight holds NaN or infinite values"),
+            std::string::npos)
       << load.message();
   EXPECT_NE(load.message().find("an earlier one"), std::string::npos) << load.message();
   const Status exported = ExportCheckpoint(bad, (dir / "out").string());
@@ -216,9 +219,10 @@ TEST(Checkpoint, NonFiniteWeightsAreRefusedAndRollbackFiguresRoundTrip) {
   wider.ffn_size *= 2;
   const std::string config = HfConfigJson(wider);
   ASSERT_TRUE(AtomicWriteFile((fs::path(good) / "config.json").string(), config).ok());
-  TrainerStateFile file = ParseTrainerState(ReadFileToString((fs::path(good) / "trainer_state.json").string()).value(),
-                                            "trainer_state.json")
-                              .value();
+  TrainerStateFile file =
+      ParseTrainerState(ReadFileToString((fs::path(good) / "trainer_state.json").string()).value(),
+                        "trainer_state.json")
+          .value();
   file.files["config.json"] = {static_cast<int64_t>(config.size()), Crc32(config)};
   ASSERT_TRUE(AtomicWriteFile((fs::path(good) / "trainer_state.json").string(), TrainerStateJson(file)).ok());
   ASSERT_TRUE(VerifyCheckpoint(good).ok()) << "every checksum verifies";
@@ -345,15 +349,15 @@ TEST(Checkpoint, LoadsAShardedHuggingFaceDirectory) {
   weight_map["model.layers.0.self_attn.rotary_emb.inv_freq"] = "model-00002-of-00002.safetensors";
   ASSERT_TRUE(WriteSafetensors((dir / "model-00001-of-00002.safetensors").string(), first, {}).ok());
   ASSERT_TRUE(WriteSafetensors((dir / "model-00002-of-00002.safetensors").string(), second, {}).ok());
-  std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json({{"metadata", {{"total_size", 0}}},
-                                                                         {"weight_map", weight_map}})
-                                                             .dump();
+  std::ofstream(dir / "model.safetensors.index.json")
+      << nlohmann::json({{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}}).dump();
   std::ofstream(dir / "config.json") << HfConfigJson(spec, "bfloat16");
 
   LlamaModel loaded(LoadCheckpointModelSpec(dir.string()).value(), 0);
   ASSERT_TRUE(LoadModelWeights(dir.string(), *loaded).ok());
   for (const auto& p : source->named_parameters())
-    EXPECT_TRUE(torch::equal(loaded->named_parameters()[p.key()], p.value().to(torch::kBFloat16).to(torch::kFloat32)))
+    EXPECT_TRUE(
+        torch::equal(loaded->named_parameters()[p.key()], p.value().to(torch::kBFloat16).to(torch::kFloat32)))
         << p.key();
   // A weight missing from the index is an error naming it.
   weight_map.erase("lm_head.weight");
@@ -419,7 +423,8 @@ TEST(ShardedCheckpoint, PiecesFromAnyLayoutLoadAsTheWholeModel) {
 
   auto expect_same = [&](LlamaModelImpl& got, std::vector<ParamShard>& got_shards) {
     auto want = model->named_parameters();
-    for (const auto& p : got.named_parameters()) EXPECT_TRUE(torch::equal(p.value(), want[p.key()])) << p.key();
+    for (const auto& p : got.named_parameters())
+      EXPECT_TRUE(torch::equal(p.value(), want[p.key()])) << p.key();
     for (size_t i = 0; i < shards.size(); ++i) {
       EXPECT_TRUE(torch::equal(got_shards[i].exp_avg, shards[i].exp_avg)) << shards[i].name;
       EXPECT_TRUE(torch::equal(got_shards[i].exp_avg_sq, shards[i].exp_avg_sq)) << shards[i].name;
@@ -462,7 +467,8 @@ TEST(ShardedCheckpoint, PiecesFromAnyLayoutLoadAsTheWholeModel) {
   again->set_precision(Precision::kFp64);
   Status corrupt = LoadModelWeights(dir, *again);
   ASSERT_FALSE(corrupt.ok());
-  EXPECT_NE(corrupt.message().find("rank-00003.safetensors: checksum mismatch"), std::string::npos) << corrupt.message();
+  EXPECT_NE(corrupt.message().find("rank-00003.safetensors: checksum mismatch"), std::string::npos)
+      << corrupt.message();
   EXPECT_NE(corrupt.message().find("use another checkpoint"), std::string::npos);
   EXPECT_FALSE(VerifyCheckpoint(dir).ok());
   fs::remove_all(run);

@@ -23,9 +23,10 @@ Status TrainSteps(PlannedRun& run, const JobSpec& job, const TrainOptions& optio
     }
     if (options.checkpoint_at_end && run.steps_run() > 0) MOTLEY_RETURN_IF_ERROR(run.Checkpoint());
   } catch (const c10::OutOfMemoryError& e) {
-    return Status::OutOfMemory(fmt::format("{} (outside a training step: validating or checkpointing); plan with "
-                                           "more memory headroom or fewer sequences a microbatch",
-                                           e.what_without_backtrace()));
+    return Status::OutOfMemory(
+        fmt::format("{} (outside a training step: validating or checkpointing); plan with "
+                    "more memory headroom or fewer sequences a microbatch",
+                    e.what_without_backtrace()));
   }
   return Status::Ok();
 }
@@ -34,12 +35,9 @@ Status TrainSteps(PlannedRun& run, const JobSpec& job, const TrainOptions& optio
 void WriteFailureReport(const TrainOptions& options, int rank, int device, int64_t step, const Status& s,
                         bool diverged) {
   if (options.failure_report_dir.empty()) return;
-  const nlohmann::json j = {{"rank", rank},
-                            {"device", device},
-                            {"step", step},
-                            {"out_of_memory", s.code() == StatusCode::kOutOfMemory},
-                            {"diverged", diverged},
-                            {"message", s.message()}};
+  const nlohmann::json j = {{"rank", rank},         {"device", device},
+                            {"step", step},         {"out_of_memory", s.code() == StatusCode::kOutOfMemory},
+                            {"diverged", diverged}, {"message", s.message()}};
   std::error_code ec;
   fs::create_directories(options.failure_report_dir, ec);
   (void)AtomicWriteFile((fs::path(options.failure_report_dir) / fmt::format("rank-{}.json", rank)).string(),
@@ -53,7 +51,8 @@ Result<TrainSummary> RunToTheEnd(const JobSpec& job, const TrainOptions& options
     // step N fails "in" step N + 1 too: the retry starts from a state before it).
     // A consequence of another rank's failure (which the message names): not this rank's to report.
     // A diverged run: every rank knows at once; rank 0 says so (and reports it), the others follow.
-    if (run->diverged() && run->rank() != 0) return Status::PeerFailed("stopped with the run, which diverged");
+    if (run->diverged() && run->rank() != 0)
+      return Status::PeerFailed("stopped with the run, which diverged");
     if (run->diverged()) {
       WriteFailureReport(options, run->rank(), run->device(), run->step() + 1, s, true);
       return s;
@@ -74,9 +73,10 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
   try {
     return RunToTheEnd(job, options, observer);
   } catch (const c10::OutOfMemoryError& e) {
-    return Status::OutOfMemory(fmt::format("{} (setting up, before the first step); "
-                                           "plan with more memory headroom or fewer sequences a microbatch",
-                                           e.what_without_backtrace()));
+    return Status::OutOfMemory(
+        fmt::format("{} (setting up, before the first step); "
+                    "plan with more memory headroom or fewer sequences a microbatch",
+                    e.what_without_backtrace()));
   }
 }
 

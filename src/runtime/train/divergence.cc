@@ -19,8 +19,12 @@ std::string DivergedStep(int64_t step, double loss, double grad_norm, const std:
     what += fmt::format("{}the gradient norm is {}", what.empty() ? "" : " and ", grad_norm);
   if (what.empty()) what = "a rank's own loss or gradient norm is not finite";
   std::string where;
-  if (ranks.size() == 1) where = fmt::format(" (rank {}'s own {} {} not finite)", ranks.front(), in, in == "loss" ? "was" : "were");
-  if (ranks.size() > 1) where = fmt::format(" (ranks {}: their own {} not finite)", fmt::join(ranks, ", "), in == "loss" ? "losses were" : "gradients were");
+  if (ranks.size() == 1)
+    where =
+        fmt::format(" (rank {}'s own {} {} not finite)", ranks.front(), in, in == "loss" ? "was" : "were");
+  if (ranks.size() > 1)
+    where = fmt::format(" (ranks {}: their own {} not finite)", fmt::join(ranks, ", "),
+                        in == "loss" ? "losses were" : "gradients were");
   return fmt::format("step {}: {}{}", step, what, where);
 }
 
@@ -29,7 +33,8 @@ std::string LastGoodCheckpoint(const std::string& run_dir, const std::string& re
   for (const std::string& where : {run_dir, resumed_from}) {
     if (where.empty() || !fs::is_directory(where, ec)) continue;
     // (A folder that holds no checkpoint resolves to itself, which is not one.)
-    if (Result<std::string> dir = ResolveCheckpointDir(where); dir.ok() && CheckpointStep(*dir).ok()) return *dir;
+    if (Result<std::string> dir = ResolveCheckpointDir(where); dir.ok() && CheckpointStep(*dir).ok())
+      return *dir;
   }
   return "";
 }
@@ -42,18 +47,23 @@ Status StopDiverged(const std::string& what, const std::string& good, const Dive
                     int64_t rollbacks) {
   std::string next;
   if (good.empty()) {
-    next = "there is no checkpoint of this run to go back to: give [checkpoint] interval_steps so that one is kept, "
-           "lower [optimizer] lr, and start again";
+    next =
+        "there is no checkpoint of this run to go back to: give [checkpoint] interval_steps so that one is "
+        "kept, "
+        "lower [optimizer] lr, and start again";
   } else {
     const Result<int64_t> step = CheckpointStep(good);
     next = fmt::format("the last good checkpoint is {}{}; ", good,
                        step.ok() ? fmt::format(" (step {})", *step) : std::string());
-    next += config.action == "rollback"
-                ? fmt::format("the run rolled back {} times ([divergence] max_rollbacks) — resume from it with a lower "
-                              "[optimizer] lr, or skip the data further",
-                              rollbacks)
-                : "resume from it with a lower [optimizer] lr (--resume), or set [divergence] action = \"rollback\" "
-                  "to go back and on by itself";
+    next +=
+        config.action == "rollback"
+            ? fmt::format(
+                  "the run rolled back {} times ([divergence] max_rollbacks) — resume from it with a lower "
+                  "[optimizer] lr, or skip the data further",
+                  rollbacks)
+            : "resume from it with a lower [optimizer] lr (--resume), or set [divergence] action = "
+              "\"rollback\" "
+              "to go back and on by itself";
   }
   return Status::Infeasible(
       fmt::format("{} — no rank applied it and no checkpoint is written after it; {}", what, next));
@@ -76,10 +86,11 @@ TrainerState RolledBack(const DivergenceConfig& config, const TrainerState& now,
 
 std::string RolledBackMessage(const std::string& what, const std::string& good, const TrainerState& s,
                               const DivergenceConfig& config) {
-  return fmt::format("{} — rolled back to {} (step {}); the learning rate is now {}x the schedule's{} (rollback {} of {})",
-                     what, good, s.step, s.lr_factor,
-                     config.skip_data ? fmt::format(", the data {} steps further on", s.data_skip_steps) : "",
-                     s.rollbacks, config.max_rollbacks);
+  return fmt::format(
+      "{} — rolled back to {} (step {}); the learning rate is now {}x the schedule's{} (rollback {} of {})",
+      what, good, s.step, s.lr_factor,
+      config.skip_data ? fmt::format(", the data {} steps further on", s.data_skip_steps) : "", s.rollbacks,
+      config.max_rollbacks);
 }
 
 nlohmann::json DivergedEvent(int64_t step, double loss, double grad_norm, const std::vector<int>& ranks,
@@ -94,9 +105,9 @@ nlohmann::json DivergedEvent(int64_t step, double loss, double grad_norm, const 
 }
 
 nlohmann::json RollbackEvent(int64_t step, const std::string& good, const TrainerState& s) {
-  return {{"event", "rollback"},       {"step", step},
-          {"to_step", s.step},         {"checkpoint", good},
-          {"lr_factor", s.lr_factor},  {"data_skip_steps", s.data_skip_steps},
+  return {{"event", "rollback"},      {"step", step},
+          {"to_step", s.step},        {"checkpoint", good},
+          {"lr_factor", s.lr_factor}, {"data_skip_steps", s.data_skip_steps},
           {"rollbacks", s.rollbacks}};
 }
 

@@ -1,14 +1,14 @@
 #include "runtime/train/evaluate.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 
 #include "core/check.h"
 
 namespace motley {
 
-Result<EvalResult> EvaluateLoss(LlamaModelImpl& model, const TokenDataset& data, int64_t seq_len, int64_t num_sequences,
-                        torch::Device device, int64_t batch_sequences) {
+Result<EvalResult> EvaluateLoss(LlamaModelImpl& model, const TokenDataset& data, int64_t seq_len,
+                                int64_t num_sequences, torch::Device device, int64_t batch_sequences) {
   MOTLEY_CHECK_LE(num_sequences, NumEvaluationWindows(data, seq_len));
   torch::NoGradGuard no_grad;
   double sum = 0;  // summed in fp64 over batches of equal-length windows

@@ -19,7 +19,7 @@ struct EvalResult {
 
 /// An error when the data cannot be read (a shard cut short while the job runs).
 /// REQUIRES: num_sequences <= NumEvaluationWindows(data, seq_len).
-Result<EvalResult> EvaluateLoss(LlamaModelImpl& model, const TokenDataset& data, int64_t seq_len, int64_t num_sequences,
-                        torch::Device device, int64_t batch_sequences = 8);
+Result<EvalResult> EvaluateLoss(LlamaModelImpl& model, const TokenDataset& data, int64_t seq_len,
+                                int64_t num_sequences, torch::Device device, int64_t batch_sequences = 8);
 
 }  // namespace motley

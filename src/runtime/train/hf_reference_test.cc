@@ -3,12 +3,12 @@
 // folder motley writes (config.json with its rope_scaling, model.safetensors) is read back by
 // motley and by the reference, and both give the same logits. Skipped where python3-torch is
 // missing (scripts/setup.sh installs it).
+#include <unistd.h>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -41,9 +41,9 @@ torch::Tensor ReferenceLogits(const fs::path& dir, const torch::Tensor& tokens, 
   }
   std::ofstream(dir / "tokens.json") << ids.dump();
   const fs::path out = dir / "reference_logits.bin";
-  const std::string cmd = fmt::format("{} {}/tests/reference/llama_reference.py {} {} {} --dtype {} 2>&1", kPython,
-                                      MOTLEY_SOURCE_DIR, dir.string(), (dir / "tokens.json").string(), out.string(),
-                                      dtype);
+  const std::string cmd =
+      fmt::format("{} {}/tests/reference/llama_reference.py {} {} {} --dtype {} 2>&1", kPython,
+                  MOTLEY_SOURCE_DIR, dir.string(), (dir / "tokens.json").string(), out.string(), dtype);
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const torch::Dtype t = dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
   std::ifstream in(out, std::ios::binary);
@@ -75,8 +75,8 @@ TEST(HfReference, ExportedTiedFolderGivesTheReferencesLogitsUnderEveryRopeScalin
   };
   for (const RopeScaling& scaling : scalings) {
     SCOPED_TRACE(RopeScalingTypeName(scaling.type));
-    const fs::path dir = fs::temp_directory_path() / fmt::format("motley_hfref_{}_{}", ::getpid(),
-                                                                 RopeScalingTypeName(scaling.type));
+    const fs::path dir = fs::temp_directory_path() /
+                         fmt::format("motley_hfref_{}_{}", ::getpid(), RopeScalingTypeName(scaling.type));
     fs::remove_all(dir);
     LlamaModel source(SmallLlama32(scaling), 23);
     {

@@ -9,6 +9,7 @@
 namespace motley {
 
 /// `step` counts from 0; `total_steps` is the run's length.
-double LearningRate(const OptimizerConfig& opt, const LrScheduleConfig& schedule, int64_t step, int64_t total_steps);
+double LearningRate(const OptimizerConfig& opt, const LrScheduleConfig& schedule, int64_t step,
+                    int64_t total_steps);
 
 }  // namespace motley

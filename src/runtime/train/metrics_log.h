@@ -43,7 +43,8 @@ class MetricsLog {
     bool has_steps = false;
     if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && !append) {
       std::ifstream in(path);
-      for (std::string line; !has_steps && std::getline(in, line);) has_steps = line.find("\"loss\"") != std::string::npos;
+      for (std::string line; !has_steps && std::getline(in, line);)
+        has_steps = line.find("\"loss\"") != std::string::npos;
     }
     if (has_steps && !overwrite)
       return Status::InvalidArgument(fmt::format(
@@ -52,8 +53,8 @@ class MetricsLog {
           path, st.st_size));
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (has_steps ? O_TRUNC : 0), 0644);
     if (fd_ < 0)
-      return Status::IoError(fmt::format("{}: cannot open the metrics file for appending: {}", path,
-                                         std::strerror(errno)));
+      return Status::IoError(
+          fmt::format("{}: cannot open the metrics file for appending: {}", path, std::strerror(errno)));
     path_ = path;
     return Status::Ok();
   }
@@ -67,9 +68,10 @@ class MetricsLog {
       const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0)
-        return Status::IoError(fmt::format("{}: cannot append the metrics: {}; free space there or give the run "
-                                           "another folder (the checkpoints written so far are intact)",
-                                           path_, n < 0 ? std::strerror(errno) : "nothing written"));
+        return Status::IoError(
+            fmt::format("{}: cannot append the metrics: {}; free space there or give the run "
+                        "another folder (the checkpoints written so far are intact)",
+                        path_, n < 0 ? std::strerror(errno) : "nothing written"));
       done += static_cast<size_t>(n);
     }
     return Status::Ok();

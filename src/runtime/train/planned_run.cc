@@ -1,47 +1,46 @@
 #include "runtime/train/planned_run.h"
 
-
 #include <array>
-#include <cstdint>
-#include <cstring>
-#include <stdexcept>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
-#include <set>
 #include <optional>
+#include <set>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
 #include "core/message_tags.h"
+#include "core/shard_index.h"
+#include "core/units.h"
 #include "data/training_data.h"
 #include "plan/lower.h"
 #include "plan/plan_io.h"
 #include "plan/transfer_order.h"
-#include "runtime/train/checkpoint.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/device/cuda_device.h"
-#include "runtime/train/evaluate.h"
+#include "runtime/device/rank_device.h"
+#include "runtime/emulation/memory_ledger.h"
 #include "runtime/executor/executor.h"
 #include "runtime/model/llama_model.h"
+#include "runtime/model/precision_dtypes.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/evaluate.h"
 #include "runtime/train/loaded_part.h"
 #include "runtime/train/lr_schedule.h"
-#include "runtime/emulation/memory_ledger.h"
 #include "runtime/train/metrics_log.h"
-#include "runtime/model/precision_dtypes.h"
-#include "runtime/device/rank_device.h"
-#include "sim/routing_costs.h"
 #include "sim/cost_model.h"
 #include "sim/profile.h"
 #include "sim/replan.h"
+#include "sim/routing_costs.h"
 #include "sim/simulator.h"
-#include "core/shard_index.h"
-#include "core/units.h"
 
 namespace motley {
 namespace fs = std::filesystem;
@@ -55,22 +54,26 @@ constexpr int kRankFields = 15;
 Status CheckPlanMatchesJob(const Plan& plan, const JobSpec& job, const std::string& plan_path) {
   const TrainingConfig& tc = job.training;
   if (plan.seq_len != tc.seq_len)
-    return Status::InvalidArgument(fmt::format("{}: seq_len = {} but the job {} trains with seq_len = {}; plan the "
-                                               "job again (motley plan) or fix [training] seq_len",
-                                               plan_path, plan.seq_len, job.file, tc.seq_len));
+    return Status::InvalidArgument(
+        fmt::format("{}: seq_len = {} but the job {} trains with seq_len = {}; plan the "
+                    "job again (motley plan) or fix [training] seq_len",
+                    plan_path, plan.seq_len, job.file, tc.seq_len));
   if (plan.global_batch_sequences() != tc.global_batch_sequences)
-    return Status::InvalidArgument(fmt::format(
-        "{}: the plan's microbatches add up to {} sequences a step but the job {} has global_batch_sequences = {}; "
-        "make microbatch_size x num_microbatches of each group sum to {}",
-        plan_path, plan.global_batch_sequences(), job.file, tc.global_batch_sequences, tc.global_batch_sequences));
+    return Status::InvalidArgument(
+        fmt::format("{}: the plan's microbatches add up to {} sequences a step but the job {} has "
+                    "global_batch_sequences = {}; "
+                    "make microbatch_size x num_microbatches of each group sum to {}",
+                    plan_path, plan.global_batch_sequences(), job.file, tc.global_batch_sequences,
+                    tc.global_batch_sequences));
   if (plan.precision != tc.precision)
-    return Status::InvalidArgument(fmt::format("{}: precision = \"{}\" but the job {} says \"{}\"; make them agree",
-                                               plan_path, PrecisionName(plan.precision), job.file,
-                                               PrecisionName(tc.precision)));
+    return Status::InvalidArgument(
+        fmt::format("{}: precision = \"{}\" but the job {} says \"{}\"; make them agree", plan_path,
+                    PrecisionName(plan.precision), job.file, PrecisionName(tc.precision)));
   const bool clipping = job.optimizer.grad_clip_norm > 0;
   if (plan.gradient_clipping != clipping)
     return Status::InvalidArgument(fmt::format(
-        "{}: gradient_clipping = {}{} but the job {} has [optimizer] grad_clip_norm = {}; the plan's schedule "
+        "{}: gradient_clipping = {}{} but the job {} has [optimizer] grad_clip_norm = {}; the plan's "
+        "schedule "
         "places the updates by it — set gradient_clipping = {} in the plan (or plan the job again)",
         plan_path, plan.gradient_clipping, plan.gradient_clipping ? " (the default)" : "", job.file,
         job.optimizer.grad_clip_norm, clipping));
@@ -98,7 +101,16 @@ Result<std::vector<RankStepTimes>> GatherRankTimes(Communicator& comm, const Ran
   for (int k = 0; k < comm.world_size(); ++k) {
     const int b = k * kRankFields;
     auto count = [&](int i) { return static_cast<int64_t>(std::llround(a[b + i])); };
-    out.push_back({k, a[b], a[b + 1], a[b + 2], a[b + 3] - a[b], a[b + 8], a[b + 4], a[b + 5], a[b + 6], a[b + 7],
+    out.push_back({k,
+                   a[b],
+                   a[b + 1],
+                   a[b + 2],
+                   a[b + 3] - a[b],
+                   a[b + 8],
+                   a[b + 4],
+                   a[b + 5],
+                   a[b + 6],
+                   a[b + 7],
                    {a[b + 9], a[b + 10], count(11), count(12), count(13), count(14)}});
   }
   return out;
@@ -113,8 +125,8 @@ Result<std::vector<TraceEvent>> GatherTrace(Communicator& comm, const std::vecto
   auto pack = [](const std::vector<TraceEvent>& ev) {
     torch::Tensor t = torch::empty({static_cast<int64_t>(ev.size()) * kFields + 1}, torch::kFloat64);
     for (size_t i = 0; i < ev.size(); ++i) {
-      const double fields[kFields] = {static_cast<double>(ev[i].op), ev[i].start_s, ev[i].end_s, ev[i].host_start_s,
-                                      ev[i].host_end_s};
+      const double fields[kFields] = {static_cast<double>(ev[i].op), ev[i].start_s, ev[i].end_s,
+                                      ev[i].host_start_s, ev[i].host_end_s};
       for (int k = 0; k < kFields; ++k) t[kFields * i + k] = fields[k];
     }
     return t;
@@ -139,7 +151,6 @@ Result<std::vector<TraceEvent>> GatherTrace(Communicator& comm, const std::vecto
 }
 
 }  // namespace
-
 
 Result<std::unique_ptr<PlannedRun>> PlannedRun::Start(const JobSpec& job, const TrainOptions& options,
                                                       TrainObserver* observer) {
@@ -171,7 +182,8 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   MOTLEY_ASSIGN_OR_RETURN(schedule_, LowerPlan(plan_, job.cluster, job.model));
   // Transfers and collectives match in the order they are issued (NCCL's rule, and Gloo's here).
   if (std::string problem = CheckTransferOrder(schedule_); !problem.empty())
-    return Status::Internal(fmt::format("{}: the plan's schedule cannot run: {}", options.plan_path, problem));
+    return Status::Internal(
+        fmt::format("{}: the plan's schedule cannot run: {}", options.plan_path, problem));
   MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
   // Each device runs its own part: found by host and local rank where the cluster names hosts,
   // else by the launcher's order. A rank on the wrong host stops here, before any step.
@@ -180,8 +192,8 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   SetCurrentDevice(rank_device);
   if (rank_device.is_cuda() && !job.cluster.emulated()) {  // the GPU is the kind the plan made this part for
     const GpuIdentity gpu = IdentifyGpu(rank_device);
-    MOTLEY_RETURN_IF_ERROR(CheckRankGpu(job.cluster, schedule_.programs[rv.rank].device, rv.launcher_rank, gpu.name,
-                                        gpu.total_bytes));
+    MOTLEY_RETURN_IF_ERROR(CheckRankGpu(job.cluster, schedule_.programs[rv.rank].device, rv.launcher_rank,
+                                        gpu.name, gpu.total_bytes));
   }
   CommConfig comm_config;
   comm_config.gpu = rank_device.is_cuda();
@@ -191,7 +203,8 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   if (lead_ && !resumed_plan_note_.empty()) fmt::print("{}\n", resumed_plan_note_);
 
   const std::string job_dir = job.file.empty() ? "" : fs::path(job.file).parent_path().string();
-  MOTLEY_ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
+  MOTLEY_ASSIGN_OR_RETURN(TrainingData data,
+                          OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
   data_ = std::make_unique<TrainingData>(std::move(data));
 
   // A rank that loads its weights (a Hugging Face folder, a checkpoint) makes only the parameters
@@ -212,9 +225,10 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
                             slice.tp == 1 && program.dp_size > 1;
   LlamaModel model{nullptr};
   if (loads_weights) {
-    mine = RankParameterNames(schedule_, comm_->rank(), *LlamaModel(job.model, tc.seed, std::set<std::string>{}));
-    model = LlamaModel(job.model, tc.seed, reads_shards ? std::set<std::string>{} : mine, MasterDtype(tc.precision),
-                       slice.tp);
+    mine = RankParameterNames(schedule_, comm_->rank(),
+                              *LlamaModel(job.model, tc.seed, std::set<std::string>{}));
+    model = LlamaModel(job.model, tc.seed, reads_shards ? std::set<std::string>{} : mine,
+                       MasterDtype(tc.precision), slice.tp);
   } else {
     model = LlamaModel(job.model, tc.seed);
   }
@@ -276,11 +290,13 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   const int device = executor_->program().device;
   if (const EmulationConfig* emu = job.cluster.emulation(device); emu != nullptr) {
     ledger.set_capacity_bytes(static_cast<int64_t>(job.cluster.memory_bytes(device)));
-    ledger.set_owner(fmt::format("rank {} (device {} of {}, emulated)", comm_->rank(), device, job.cluster.name));
+    ledger.set_owner(
+        fmt::format("rank {} (device {} of {}, emulated)", comm_->rank(), device, job.cluster.name));
   }
 
-  const std::string metrics_path =
-      options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
+  const std::string metrics_path = options.metrics_path.empty()
+                                       ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string()
+                                       : options.metrics_path;
   // Every rank writes its part of a sharded checkpoint: one on a host that cannot write the folder
   // stops now, named, not at the first save.
   if ((options.checkpoint_at_end || job.checkpoint.interval_steps > 0) && job.checkpoint.format == "sharded")
@@ -289,15 +305,17 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   if (lead_) {
     MOTLEY_ASSIGN_OR_RETURN(dir_lock_, RunDirLock::Acquire(job.checkpoint.dir));
     if (options.checkpoint_at_end)
-      MOTLEY_RETURN_IF_ERROR(ClaimRunDir(job.checkpoint.dir, !options.resume.empty(), options.overwrite, true));
+      MOTLEY_RETURN_IF_ERROR(
+          ClaimRunDir(job.checkpoint.dir, !options.resume.empty(), options.overwrite, true));
     MOTLEY_RETURN_IF_ERROR(
         metrics_.Open(metrics_path, !options.resume.empty() || options.metrics_append, options.overwrite));
   }
 
   tokens_per_step_ = tc.global_batch_sequences * tc.seq_len;
   TrainStart start;
-  start.device = fmt::format("{} rank{} on {} ({} plan, {})", comm_->world_size(), comm_->world_size() == 1 ? "" : "s",
-                             rank_device.is_cuda() ? "CUDA, one GPU each" : "CPU", plan_.strategy, options.plan_path);
+  start.device =
+      fmt::format("{} rank{} on {} ({} plan, {})", comm_->world_size(), comm_->world_size() == 1 ? "" : "s",
+                  rank_device.is_cuda() ? "CUDA, one GPU each" : "CPU", plan_.strategy, options.plan_path);
   start.precision = std::string(PrecisionName(tc.precision));
   start.schedule_hash = ScheduleHash(schedule_);
   start.parameters = TotalParams(job.model);
@@ -316,7 +334,8 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   state_.step = loaded.step;
   state_.updates = loaded.updates;
   // Loss scaling: every rank keeps the same scale (each step's skip is decided by one collective).
-  if (tc.loss_scaling && !options.resume.empty()) scaler_.Restore(loaded.loss_scale, loaded.loss_scale_good_steps);
+  if (tc.loss_scaling && !options.resume.empty())
+    scaler_.Restore(loaded.loss_scale, loaded.loss_scale_good_steps);
   state_.loss_scale = scaler_.scale();
   state_.loss_scale_good_steps = scaler_.good_steps();
   state_.tokens_seen = loaded.tokens_seen;
@@ -330,9 +349,9 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
                                            {"ranks", comm_->world_size()},
                                            {"plan", options.plan_path},
                                            {"schedule_hash", ScheduleHash(schedule_)}}));
-  val_sequences_ = data_->validation
-                       ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data_->validation, tc.seq_len))
-                       : 0;
+  val_sequences_ = data_->validation ? std::min(job.data.validation_sequences,
+                                                NumEvaluationWindows(*data_->validation, tc.seq_len))
+                                     : 0;
   rank_sums_.assign(comm_->world_size(), {});
   stragglers_ = std::make_unique<StragglerMonitor>(job.straggler_detection, comm_->world_size());
   changed_factor_.assign(comm_->world_size(), 1.0);
@@ -349,25 +368,27 @@ Status PlannedRun::Step() {
   in.lr = LearningRate(job_.optimizer, job_.lr_schedule, step, total_steps_) * state_.lr_factor;
   in.update = state_.updates + 1;
   in.loss_scale = job_.training.loss_scaling ? scaler_.scale() : 1.0;
-  in.inject_overflow = comm_->rank() == options_.overflow_rank && step + 1 == options_.overflow_step;
+  in.faults.inject_overflow =
+      comm_->rank() == options_.faults.overflow_rank && step + 1 == options_.faults.overflow_step;
   in.tokens = [&](int64_t first, int64_t n) {
     // The executor takes tokens from a callback; a shard cut short under the job is an exception
     // here, turned into this rank's error by the rank's guard (and named to the others).
-    if (Status read = SampleTrainingWindows(data_->train, job_.training.seed, step + state_.data_skip_steps, first, n,
-                                            seq, &windows_);
+    if (Status read = SampleTrainingWindows(data_->train, job_.training.seed, step + state_.data_skip_steps,
+                                            first, n, seq, &windows_);
         !read.ok())
       throw std::runtime_error(read.message());
     return torch::from_blob(windows_.data(), {n, seq + 1}, torch::kInt64).clone();
   };
-  in.die_mid_step =
-      comm_->rank() == options_.die_rank && step + 1 == options_.die_at_step && !options_.die_in_checkpoint;
-  if (comm_->rank() == options_.perturb_rank) {
-    in.loss_factor = options_.perturb_loss_factor;
-    in.loss_factor_microbatch = options_.perturb_microbatch;
+  in.faults.die_mid_step = comm_->rank() == options_.faults.die_rank &&
+                           step + 1 == options_.faults.die_at_step && !options_.faults.die_in_checkpoint;
+  if (comm_->rank() == options_.faults.perturb_rank) {
+    in.faults.loss_factor = options_.faults.perturb_loss_factor;
+    in.faults.loss_factor_microbatch = options_.faults.perturb_microbatch;
   }
-  if (comm_->rank() == options_.diverge_rank && step + 1 == options_.diverge_at_step && !divergence_injected_) {
+  if (comm_->rank() == options_.faults.diverge_rank && step + 1 == options_.faults.diverge_at_step &&
+      !divergence_injected_) {
     divergence_injected_ = true;  // (a rolled-back run replays the step: it does not diverge again)
-    in.loss_factor = std::numeric_limits<double>::quiet_NaN();
+    in.faults.loss_factor = std::numeric_limits<double>::quiet_NaN();
   }
   executor_->set_record_trace(trace);
   MOTLEY_ASSIGN_OR_RETURN(RankStepReport report, executor_->RunStep(in));
@@ -378,7 +399,8 @@ Status PlannedRun::Step() {
     if (lead_) {
       SimResult sim;
       sim.trace = std::move(events);
-      MOTLEY_RETURN_IF_ERROR(AtomicWriteFile(options_.trace_path, ChromeTraceJson(schedule_, job_.cluster, sim)));
+      MOTLEY_RETURN_IF_ERROR(
+          AtomicWriteFile(options_.trace_path, ChromeTraceJson(schedule_, job_.cluster, sim)));
       summary_.trace_path = options_.trace_path;
     }
   }
@@ -436,8 +458,9 @@ Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
   changes_ = stragglers_->Observe(compute_s);
   for (const StragglerMonitor::Change& c : changes_) {
     const int device = schedule_.programs[c.rank].device;
-    observer_->OnStraggler(m.step, c.rank, fmt::format("device {}, {}", device, job_.cluster.spec(device).name),
-                           c.slowdown, c.straggling);
+    observer_->OnStraggler(m.step, c.rank,
+                           fmt::format("device {}, {}", device, job_.cluster.spec(device).name), c.slowdown,
+                           c.straggling);
   }
   if (lead_) {
     nlohmann::json per_rank = nlohmann::json::array(), straggling = nlohmann::json::array();
@@ -454,12 +477,10 @@ Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
                           {"bytes_sent", r.bytes_sent},
                           {"peak_memory_bytes", r.peak_memory_bytes}});
       if (m.flextp)  // what FlexTP's balance had this rank do, and the compute its cost model expected
-        per_rank.back()["flextp"] = {{"predicted_compute_s", r.flextp.predicted_s},
-                                     {"prune_ratio", r.flextp.prune_ratio},
-                                     {"units_given", r.flextp.units_given},
-                                     {"heads_given", r.flextp.heads_given},
-                                     {"units_received", r.flextp.units_received},
-                                     {"heads_received", r.flextp.heads_received}};
+        per_rank.back()["flextp"] = {
+            {"predicted_compute_s", r.flextp.predicted_s}, {"prune_ratio", r.flextp.prune_ratio},
+            {"units_given", r.flextp.units_given},         {"heads_given", r.flextp.heads_given},
+            {"units_received", r.flextp.units_received},   {"heads_received", r.flextp.heads_received}};
     }
     nlohmann::json line = {{"step", m.step},
                            {"loss", m.loss},
@@ -506,7 +527,8 @@ Result<TrainSummary> PlannedRun::Finish() {
     peak += PeakFlops(spec, tc.precision) / (emu != nullptr ? emu->speed_factor : 1.0);
   }
   if (job_.cluster.emulated()) peak = 0;
-  if (summary_.step_s > 0 && peak > 0) summary_.hfu = schedule_.hardware_flops_per_step / summary_.step_s / peak;
+  if (summary_.step_s > 0 && peak > 0)
+    summary_.hfu = schedule_.hardware_flops_per_step / summary_.step_s / peak;
   if (lead_) {
     // The simulator's account of the same schedule: its memory always (it needs no timings), its
     // times with a profile.

@@ -12,16 +12,16 @@
 
 #include "core/job.h"
 #include "core/status.h"
+#include "data/training_data.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/executor/executor.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/loss_scaler.h"
 #include "runtime/train/metrics_log.h"
 #include "runtime/train/straggler_monitor.h"
-#include "runtime/train/loss_scaler.h"
 #include "runtime/train/trainer.h"
-#include "data/training_data.h"
 
 namespace motley {
 
@@ -79,7 +79,7 @@ class PlannedRun {
   std::unique_ptr<TrainingData> data_;
   std::unique_ptr<Executor> executor_;
   MetricsLog metrics_;
-  std::unique_ptr<StragglerMonitor> stragglers_;  // every rank's compute against its own norm
+  std::unique_ptr<StragglerMonitor> stragglers_;   // every rank's compute against its own norm
   std::vector<StragglerMonitor::Change> changes_;  // the last step's
   ExecutorConfig executor_config_;
   // Live rebalancing: the slowdowns the current plan was made for (device -> factor), and each

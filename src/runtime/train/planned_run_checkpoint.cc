@@ -45,8 +45,9 @@ Status PlannedRun::Validate(int64_t step) {
   if (lead_) {
     AssembledModel a = Assemble(job_.model, job_.training.precision, full);
     a.model->eval();
-    MOTLEY_ASSIGN_OR_RETURN(const EvalResult eval, EvaluateLoss(*a.model, *data_->validation, job_.training.seq_len,
-                                                                val_sequences_, torch::kCPU));
+    MOTLEY_ASSIGN_OR_RETURN(
+        const EvalResult eval,
+        EvaluateLoss(*a.model, *data_->validation, job_.training.seq_len, val_sequences_, torch::kCPU));
     const double loss = eval.loss;
     if (!summary_.first_validation_loss) summary_.first_validation_loss = loss;
     summary_.last_validation_loss = loss;
@@ -70,8 +71,9 @@ Status PlannedRun::Checkpoint() {
     MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor_->GatherFullState());
     if (lead_) {
       AssembledModel a = Assemble(job_.model, job_.training.precision, full);
-      MOTLEY_ASSIGN_OR_RETURN(summary_.checkpoint_dir, SaveRunCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep,
-                                                                         *a.model, a.shards, state_));
+      MOTLEY_ASSIGN_OR_RETURN(
+          summary_.checkpoint_dir,
+          SaveRunCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep, *a.model, a.shards, state_));
       host_bytes = ledger.host_peak_bytes() - host_before;
     }
   }
@@ -99,23 +101,26 @@ Status PlannedRun::ShardedCheckpoint(int64_t* host_bytes) {
   }
   MOTLEY_RETURN_IF_ERROR(comm_->Barrier(comm_->world()));
   if (!lead_) tmp = (fs::path(job_.checkpoint.dir) / (CheckpointFolderName(state_.step) + ".tmp")).string();
-  MOTLEY_ASSIGN_OR_RETURN(const CheckpointFileRecord mine, WriteRankShards(tmp, comm_->rank(), executor_->OwnedState()));
-  if (comm_->rank() == options_.die_rank && options_.die_in_checkpoint && state_.step == options_.die_at_step)
+  MOTLEY_ASSIGN_OR_RETURN(const CheckpointFileRecord mine,
+                          WriteRankShards(tmp, comm_->rank(), executor_->OwnedState()));
+  if (comm_->rank() == options_.faults.die_rank && options_.faults.die_in_checkpoint &&
+      state_.step == options_.faults.die_at_step)
     ::raise(SIGKILL);  // fault injection: a rank lost with the checkpoint half written
   // Each rank's file record and host memory to every rank: bytes, CRC-32, host bytes added.
-  torch::Tensor record = torch::tensor({mine.bytes, static_cast<int64_t>(mine.crc32),
-                                        ledger.host_peak_bytes() - host_before},
-                                       torch::kInt64);
+  torch::Tensor record = torch::tensor(
+      {mine.bytes, static_cast<int64_t>(mine.crc32), ledger.host_peak_bytes() - host_before}, torch::kInt64);
   torch::Tensor records = torch::empty({3 * comm_->world_size()}, torch::kInt64);
   MOTLEY_RETURN_IF_ERROR(comm_->AllGather(comm_->world(), record, records));
   if (lead_) {
     std::vector<CheckpointFileRecord> files;
     for (int r = 0; r < comm_->world_size(); ++r) {
-      files.push_back({records[3 * r].item<int64_t>(), static_cast<uint32_t>(records[3 * r + 1].item<int64_t>())});
+      files.push_back(
+          {records[3 * r].item<int64_t>(), static_cast<uint32_t>(records[3 * r + 1].item<int64_t>())});
       *host_bytes = std::max(*host_bytes, records[3 * r + 2].item<int64_t>());
     }
-    MOTLEY_ASSIGN_OR_RETURN(summary_.checkpoint_dir, FinishShardedCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep,
-                                                                             tmp, job_.model, files, state_));
+    MOTLEY_ASSIGN_OR_RETURN(
+        summary_.checkpoint_dir,
+        FinishShardedCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep, tmp, job_.model, files, state_));
   }
   return Status::Ok();
 }

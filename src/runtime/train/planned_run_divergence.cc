@@ -19,7 +19,8 @@ namespace motley {
 
 Status PlannedRun::Diverged(const RankStepReport& report) {
   const int64_t step = state_.step + 1;
-  const std::string what = DivergedStep(step, report.loss, report.grad_norm, report.diverged_ranks, report.diverged_in);
+  const std::string what =
+      DivergedStep(step, report.loss, report.grad_norm, report.diverged_ranks, report.diverged_in);
   const std::string good = LastGoodCheckpoint(job_.checkpoint.dir, options_.resume);
   const bool back = RollsBack(job_.divergence, good, state_.rollbacks);
   if (lead_)
@@ -43,7 +44,8 @@ Status PlannedRun::Diverged(const RankStepReport& report) {
 Status PlannedRun::RollBack(const std::string& dir) {
   const int64_t diverged_step = state_.step + 1;
   const TrainingConfig& tc = job_.training;
-  executor_.reset();  // its in-memory state is the diverged step's (updated before the norm was summed, without clipping)
+  executor_.reset();  // its in-memory state is the diverged step's (updated before the norm was summed,
+                      // without clipping)
   const std::set<std::string> mine =
       RankParameterNames(schedule_, comm_->rank(), *LlamaModel(job_.model, tc.seed, std::set<std::string>{}));
   LlamaModel model(job_.model, tc.seed, mine, MasterDtype(tc.precision));
@@ -57,7 +59,8 @@ Status PlannedRun::RollBack(const std::string& dir) {
     exp_avg[s.name] = s.exp_avg;
     exp_avg_sq[s.name] = s.exp_avg_sq;
   }
-  MOTLEY_ASSIGN_OR_RETURN(executor_, Executor::Create(schedule_, job_.cluster, model, comm_.get(), executor_config_));
+  MOTLEY_ASSIGN_OR_RETURN(executor_,
+                          Executor::Create(schedule_, job_.cluster, model, comm_.get(), executor_config_));
   MOTLEY_RETURN_IF_ERROR(executor_->LoadMoments(exp_avg, exp_avg_sq));
   state_ = RolledBack(job_.divergence, state_, loaded, diverged_step);
   if (tc.loss_scaling) scaler_.Restore(loaded.loss_scale, loaded.loss_scale_good_steps);

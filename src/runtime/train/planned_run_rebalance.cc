@@ -117,20 +117,23 @@ Status PlannedRun::Rebalance(const std::vector<StragglerMonitor::Change>& change
       event["predicted_step_s"] = r->predicted_step_s;
       event["current_step_s"] = r->current_step_s;
       if (r->predicted_step_s > r->current_step_s * (1 - config.rebalance_min_gain)) {
-        message = fmt::format("devices as measured ({}): a new plan ({}) would step in {} against the current plan's "
-                              "{}; not worth a switch ([straggler_detection] rebalance_min_gain {:.0f}%)",
-                              slowdowns.empty() ? "as planned" : slowdowns, r->why, FormatDuration(r->predicted_step_s),
-                              FormatDuration(r->current_step_s), 100 * config.rebalance_min_gain);
+        message = fmt::format(
+            "devices as measured ({}): a new plan ({}) would step in {} against the current plan's "
+            "{}; not worth a switch ([straggler_detection] rebalance_min_gain {:.0f}%)",
+            slowdowns.empty() ? "as planned" : slowdowns, r->why, FormatDuration(r->predicted_step_s),
+            FormatDuration(r->current_step_s), 100 * config.rebalance_min_gain);
       } else {
         r->plan.flextp_mode = plan_.flextp_mode;
         text = PlanToToml(r->plan);
-        const std::string path = (fs::path(job_.checkpoint.dir) / fmt::format("plan-step-{:06d}.toml", step)).string();
+        const std::string path =
+            (fs::path(job_.checkpoint.dir) / fmt::format("plan-step-{:06d}.toml", step)).string();
         MOTLEY_RETURN_IF_ERROR(AtomicWriteFile(path, text));
         event["plan"] = path;
-        message = fmt::format("devices as measured ({}): switching to {} — predicted step {} (the current plan's: {}); "
-                              "the plan: {}",
-                              slowdowns.empty() ? "as planned" : slowdowns, r->why, FormatDuration(r->predicted_step_s),
-                              FormatDuration(r->current_step_s), path);
+        message = fmt::format(
+            "devices as measured ({}): switching to {} — predicted step {} (the current plan's: {}); "
+            "the plan: {}",
+            slowdowns.empty() ? "as planned" : slowdowns, r->why, FormatDuration(r->predicted_step_s),
+            FormatDuration(r->current_step_s), path);
       }
     }
   }
@@ -209,7 +212,8 @@ Status PlannedRun::SwitchTo(const Plan& next_plan) {
       for (int k = 0; k < 3; ++k) {
         received[i][k] = torch::empty({p.count}, dtype);
         MOTLEY_ASSIGN_OR_RETURN(PendingTransfer t, comm_->Recv(received[i][k], owner[i].first,
-                                                               MessageTag(TagRange::kRebalance, 3 * static_cast<int64_t>(i) + k)));
+                                                               MessageTag(TagRange::kRebalance,
+                                                                          3 * static_cast<int64_t>(i) + k)));
         pending.push_back(std::move(t));
       }
     }
@@ -220,8 +224,10 @@ Status PlannedRun::SwitchTo(const Plan& next_plan) {
       for (int q = 0; q < world; ++q) {
         if (q == me || !needs[q].count(p.param)) continue;
         for (int k = 0; k < 3; ++k) {
-          MOTLEY_ASSIGN_OR_RETURN(PendingTransfer t, comm_->Send(parts[k].contiguous(), q,
-                                                                 MessageTag(TagRange::kRebalance, 3 * static_cast<int64_t>(i) + k)));
+          MOTLEY_ASSIGN_OR_RETURN(
+              PendingTransfer t,
+              comm_->Send(parts[k].contiguous(), q,
+                          MessageTag(TagRange::kRebalance, 3 * static_cast<int64_t>(i) + k)));
           pending.push_back(std::move(t));
         }
       }
@@ -238,8 +244,8 @@ Status PlannedRun::SwitchTo(const Plan& next_plan) {
           const StatePiece& own = mine[owner[i].second];
           return k == 0 ? own.values : k == 1 ? own.exp_avg : own.exp_avg_sq;
         };
-        MOTLEY_ASSIGN_OR_RETURN(whole[k][name],
-                                AssembleParameter(job_.model, name, index.parameters.at(name), by_param[name], elements, dtype));
+        MOTLEY_ASSIGN_OR_RETURN(whole[k][name], AssembleParameter(job_.model, name, index.parameters.at(name),
+                                                                  by_param[name], elements, dtype));
       }
     for (auto& p : model->named_parameters())
       if (auto it = whole[0].find(p.key()); it != whole[0].end()) p.value().copy_(it->second);
@@ -249,7 +255,8 @@ Status PlannedRun::SwitchTo(const Plan& next_plan) {
   schedule_ = std::move(next);
   plan_ = next_plan;
   state_.plan_toml = PlanToToml(plan_);  // the checkpoints from here on record it (a resume takes it up)
-  MOTLEY_ASSIGN_OR_RETURN(executor_, Executor::Create(schedule_, job_.cluster, model, comm_.get(), executor_config_));
+  MOTLEY_ASSIGN_OR_RETURN(executor_,
+                          Executor::Create(schedule_, job_.cluster, model, comm_.get(), executor_config_));
   return executor_->LoadMoments(whole[1], whole[2]);
 }
 
@@ -258,13 +265,14 @@ Status PlannedRun::TakeUpResumedPlan() {
   MOTLEY_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpointDir(options_.resume));
   MOTLEY_ASSIGN_OR_RETURN(const TrainerState saved, CheckpointTrainerState(dir));
   if (saved.plan_toml.empty()) return Status::Ok();
-  MOTLEY_ASSIGN_OR_RETURN(Plan last,
-                          ParsePlanToml(saved.plan_toml, dir + "/trainer_state.json (the plan the run was last on)"));
+  MOTLEY_ASSIGN_OR_RETURN(
+      Plan last, ParsePlanToml(saved.plan_toml, dir + "/trainer_state.json (the plan the run was last on)"));
   state_.plan_toml = saved.plan_toml;
   if (PlanToToml(last) == PlanToToml(plan_)) return Status::Ok();
   plan_ = std::move(last);
   resumed_plan_note_ = fmt::format(
-      "resuming on the plan the run was last on — a live rebalance switched it from the one it was launched with; "
+      "resuming on the plan the run was last on — a live rebalance switched it from the one it was launched "
+      "with; "
       "{} records it — not {}",
       dir, options_.plan_path);
   return Status::Ok();

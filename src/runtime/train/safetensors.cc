@@ -52,11 +52,12 @@ Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>&
   for (const auto& t : tensors) {
     const DtypeName* d = ByDtype(t.tensor.scalar_type());
     if (d == nullptr)
-      return Status::InvalidArgument(fmt::format("{}: tensor {} has a dtype safetensors writing does not cover", path,
-                                                 t.name));
+      return Status::InvalidArgument(
+          fmt::format("{}: tensor {} has a dtype safetensors writing does not cover", path, t.name));
     contiguous.push_back(t.tensor.detach().to(torch::kCPU).contiguous());
     const int64_t bytes = contiguous.back().numel() * d->bytes;
-    header[t.name] = {{"dtype", d->name}, {"shape", t.tensor.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", d->name}, {"shape", t.tensor.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -109,7 +110,8 @@ Result<torch::Tensor> SafetensorsFile::Map(const std::string& name) const {
   const auto length = static_cast<size_t>(data_start_ + e.end - aligned);
   void* base = length > 0 ? ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE, fd, aligned) : nullptr;
   ::close(fd);
-  if (base == MAP_FAILED) return Status::IoError(fmt::format("{}: cannot map tensor {}: {}", path_, name, std::strerror(errno)));
+  if (base == MAP_FAILED)
+    return Status::IoError(fmt::format("{}: cannot map tensor {}: {}", path_, name, std::strerror(errno)));
   auto unmap = [base, length](void*) {
     if (base != nullptr) ::munmap(base, length);
   };
@@ -121,7 +123,8 @@ Status SafetensorsFile::LoadInto(const std::string& name, torch::Tensor& dest) c
   auto it = entries_.find(name);
   if (it == entries_.end()) return Status::NotFound(fmt::format("{}: no tensor named {}", path_, name));
   const Entry& e = it->second;
-  if (ByName(e.dtype)->dtype != dest.scalar_type() || !dest.is_contiguous() || e.shape != dest.sizes().vec()) {
+  if (ByName(e.dtype)->dtype != dest.scalar_type() || !dest.is_contiguous() ||
+      e.shape != dest.sizes().vec()) {
     MOTLEY_ASSIGN_OR_RETURN(torch::Tensor t, Load(name, dest.scalar_type()));
     torch::NoGradGuard no_grad;
     dest.copy_(t.view(dest.sizes()));

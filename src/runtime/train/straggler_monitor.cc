@@ -32,7 +32,8 @@ std::vector<StragglerMonitor::Change> StragglerMonitor::Observe(const std::vecto
     r.slowdown = compute_s[k] / r.norm_s;
     // Slower than the norm by the threshold; for a norm measured slow, not yet faster than it by
     // the threshold.
-    const bool beyond = r.slow_norm ? r.slowdown > 1 / (1 + config_.threshold) : r.slowdown > 1 + config_.threshold;
+    const bool beyond =
+        r.slow_norm ? r.slowdown > 1 / (1 + config_.threshold) : r.slowdown > 1 + config_.threshold;
     if (beyond != r.straggling) {
       r.run.push_back(r.slowdown);
     } else {

@@ -23,7 +23,7 @@ class StragglerMonitor {
   /// A rank that began or stopped straggling at this step.
   struct Change {
     int rank = 0;
-    double slowdown = 1;  // its compute over its norm: the median of the steps that decided the change
+    double slowdown = 1;      // its compute over its norm: the median of the steps that decided the change
     bool straggling = false;  // true: it began; false: it recovered
   };
   /// One step's compute seconds of every rank (indexed by rank). Returns the changes.
@@ -46,7 +46,7 @@ class StragglerMonitor {
     double norm_s = 0;
     double slowdown = 1;
     bool straggling = false;
-    bool slow_norm = false;  // the norm was measured while straggling (Restart)
+    bool slow_norm = false;   // the norm was measured while straggling (Restart)
     std::vector<double> run;  // the slowdowns of the consecutive steps on the other side of the threshold
   };
   StragglerDetectionConfig config_;

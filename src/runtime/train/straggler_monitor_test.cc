@@ -44,7 +44,8 @@ TEST(StragglerMonitor, WithinTheThresholdIsNotStraggling) {
   StragglerMonitor m(c, 2);
   m.Observe({1, 1});
   for (int i = 0; i < 3; ++i) m.Observe({1, 1});
-  EXPECT_TRUE(m.Observe({1.45, 0.0}).empty());  // 45% slower: within 50%; a rank that stopped computing: not slow
+  EXPECT_TRUE(
+      m.Observe({1.45, 0.0}).empty());  // 45% slower: within 50%; a rank that stopped computing: not slow
   const auto c2 = m.Observe({1.6, 1});
   ASSERT_EQ(c2.size(), 1u);
   EXPECT_EQ(c2[0].rank, 0);

@@ -1,21 +1,21 @@
 #include "runtime/train/trainer.h"
 
-#include <cstdint>
-#include <limits>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "data/training_data.h"
+#include "runtime/model/llama_model.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/divergence.h"
 #include "runtime/train/evaluate.h"
-#include "runtime/model/llama_model.h"
 #include "runtime/train/loss_scaler.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/metrics_log.h"
@@ -33,14 +33,16 @@ Result<torch::Device> ChooseDevice(const std::string& name) {
       return Status::InvalidArgument("--device cuda: no CUDA device is visible to this build of libtorch");
     return torch::Device(torch::kCUDA, 0);
   }
-  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  if (name == "auto")
+    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   return Status::InvalidArgument(fmt::format("--device {}: expected auto, cpu or cuda", name));
 }
 
 Status CheckPrecisionOn(Precision p, const torch::Device& device) {
   if (p == Precision::kFp16 && device.is_cpu())
     return Status::InvalidArgument(
-        "[training] precision = \"fp16\" needs a CUDA device (libtorch's CPU matmuls lack fp16); use \"bf16\", "
+        "[training] precision = \"fp16\" needs a CUDA device (libtorch's CPU matmuls lack fp16); use "
+        "\"bf16\", "
         "\"fp32\" or \"fp64\" on CPU");
   return Status::Ok();
 }
@@ -61,25 +63,30 @@ Status CheckResumedModel(const std::string& dir, const JobSpec& job) {
   MOTLEY_ASSIGN_OR_RETURN(const ModelSpec saved, LoadCheckpointModelSpec(dir));
   const ModelSpec& a = saved;
   const ModelSpec& b = job.model;
-  const bool same = a.hidden_size == b.hidden_size && a.num_layers == b.num_layers && a.num_heads == b.num_heads &&
-                    a.num_kv_heads == b.num_kv_heads && a.ffn_size == b.ffn_size && a.vocab_size == b.vocab_size &&
+  const bool same = a.hidden_size == b.hidden_size && a.num_layers == b.num_layers &&
+                    a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads &&
+                    a.ffn_size == b.ffn_size && a.vocab_size == b.vocab_size &&
                     a.tie_embeddings == b.tie_embeddings && a.rope_theta == b.rope_theta &&
                     a.rope_scaling == b.rope_scaling;
   if (same) return Status::Ok();
-  return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint's model (config.json) differs from the job's "
-                                             "model {}; resume with the job that wrote it",
-                                             dir, job.model_ref));
+  return Status::InvalidArgument(
+      fmt::format("--resume {}: the checkpoint's model (config.json) differs from the job's "
+                  "model {}; resume with the job that wrote it",
+                  dir, job.model_ref));
 }
 
-Status CheckResumable(const std::string& dir, uint64_t seed, int64_t step, const JobSpec& job, int64_t total_steps) {
+Status CheckResumable(const std::string& dir, uint64_t seed, int64_t step, const JobSpec& job,
+                      int64_t total_steps) {
   if (seed != job.training.seed)
-    return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint was trained with seed {} but the job "
-                                               "says {}; the data order would change — use the same seed",
-                                               dir, seed, job.training.seed));
+    return Status::InvalidArgument(
+        fmt::format("--resume {}: the checkpoint was trained with seed {} but the job "
+                    "says {}; the data order would change — use the same seed",
+                    dir, seed, job.training.seed));
   if (step >= total_steps)
-    return Status::InvalidArgument(fmt::format("--resume {}: the checkpoint is at step {} of a {}-step run; give "
-                                               "--steps N with N > {} to train further",
-                                               dir, step, total_steps, step));
+    return Status::InvalidArgument(
+        fmt::format("--resume {}: the checkpoint is at step {} of a {}-step run; give "
+                    "--steps N with N > {} to train further",
+                    dir, step, total_steps, step));
   return Status::Ok();
 }
 
@@ -87,8 +94,9 @@ void SetThroughput(const JobSpec& job, double timed_s, int64_t timed_tokens, Tra
   const int64_t seq = job.training.seq_len;
   summary->tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0.0;
   summary->model_tflops_per_s = summary->tokens_per_s * TrainFlopsPerToken(job.model, seq, false) / 1e12;
-  summary->hardware_tflops_per_s =
-      summary->tokens_per_s * TrainFlopsPerToken(job.model, seq, job.training.activation_checkpointing) / 1e12;
+  summary->hardware_tflops_per_s = summary->tokens_per_s *
+                                   TrainFlopsPerToken(job.model, seq, job.training.activation_checkpointing) /
+                                   1e12;
 }
 
 Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
@@ -103,7 +111,8 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   if (device.is_cpu()) at::set_num_threads(options.threads > 0 ? options.threads : 1);
 
   const std::string job_dir = job.file.empty() ? "" : fs::path(job.file).parent_path().string();
-  MOTLEY_ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
+  MOTLEY_ASSIGN_OR_RETURN(TrainingData data,
+                          OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
 
   LlamaModel model(job.model, tc.seed);
   model->set_precision(tc.precision);
@@ -120,7 +129,8 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   state.job_file = job.file;
   LossScaler scaler;
   // A Hugging Face folder to start from (converted to the run's master precision as it is read).
-  if (!job.init_from.empty() && options.resume.empty()) MOTLEY_RETURN_IF_ERROR(LoadModelWeights(job.init_from, *model));
+  if (!job.init_from.empty() && options.resume.empty())
+    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(job.init_from, *model));
   if (!options.resume.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(options.resume));
     MOTLEY_RETURN_IF_ERROR(CheckResumedModel(dir, job));
@@ -139,13 +149,16 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<RunDirLock> dir_lock, RunDirLock::Acquire(job.checkpoint.dir));
   if (options.checkpoint_at_end)
     MOTLEY_RETURN_IF_ERROR(ClaimRunDir(job.checkpoint.dir, !options.resume.empty(), options.overwrite, true));
-  const std::string metrics_path =
-      options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string() : options.metrics_path;
+  const std::string metrics_path = options.metrics_path.empty()
+                                       ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string()
+                                       : options.metrics_path;
   MetricsLog metrics;
-  MOTLEY_RETURN_IF_ERROR(metrics.Open(metrics_path, !options.resume.empty() || options.metrics_append, options.overwrite));
+  MOTLEY_RETURN_IF_ERROR(
+      metrics.Open(metrics_path, !options.resume.empty() || options.metrics_append, options.overwrite));
 
   const int64_t batch = tc.global_batch_sequences, seq = tc.seq_len;
-  const int64_t micro = options.microbatch_sequences > 0 ? std::min(options.microbatch_sequences, batch) : batch;
+  const int64_t micro =
+      options.microbatch_sequences > 0 ? std::min(options.microbatch_sequences, batch) : batch;
   const int64_t tokens_per_step = batch * seq;
   TrainStart start;
   start.device = device.is_cpu() ? fmt::format("cpu ({} threads)", at::get_num_threads()) : device.str();
@@ -161,11 +174,13 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
 
   TrainSummary summary;
   const int64_t val_sequences =
-      data.validation ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data.validation, seq)) : 0;
+      data.validation ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data.validation, seq))
+                      : 0;
   auto validate = [&](int64_t step) -> Status {
     if (val_sequences <= 0) return Status::Ok();
     model->eval();
-    MOTLEY_ASSIGN_OR_RETURN(const EvalResult eval, EvaluateLoss(*model, *data.validation, seq, val_sequences, device));
+    MOTLEY_ASSIGN_OR_RETURN(const EvalResult eval,
+                            EvaluateLoss(*model, *data.validation, seq, val_sequences, device));
     const double loss = eval.loss;
     model->train();
     if (!summary.first_validation_loss) summary.first_validation_loss = loss;
@@ -175,8 +190,8 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
     return Status::Ok();
   };
   auto checkpoint = [&]() -> Status {
-    MOTLEY_ASSIGN_OR_RETURN(summary.checkpoint_dir,
-                            SaveRunCheckpoint(job.checkpoint.dir, job.checkpoint.keep, *model, shards, state));
+    MOTLEY_ASSIGN_OR_RETURN(summary.checkpoint_dir, SaveRunCheckpoint(job.checkpoint.dir, job.checkpoint.keep,
+                                                                      *model, shards, state));
     observer->OnCheckpoint(summary.checkpoint_dir);
     return Status::Ok();
   };
@@ -193,7 +208,8 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
     const int64_t step = state.step;  // 0-based index of this step: the sampler's and the schedule's key
     const double lr = LearningRate(job.optimizer, job.lr_schedule, step, total_steps) * state.lr_factor;
     // Fault injection (tests): this step's loss is NaN, once a process.
-    const bool inject_nan = options.diverge_rank == 0 && step + 1 == options.diverge_at_step && !nan_injected;
+    const bool inject_nan =
+        options.faults.diverge_rank == 0 && step + 1 == options.faults.diverge_at_step && !nan_injected;
     nan_injected = nan_injected || inject_nan;
     for (auto& s : shards) s.grad.zero_();
     double loss_sum = 0;
@@ -209,7 +225,8 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
       loss_sum += loss.item<double>();
       (tc.loss_scaling ? loss * scaler.scale() : loss).backward();
     }
-    if (tc.loss_scaling && step + 1 == options.overflow_step) {  // fault injection (tests): an fp16 overflow
+    if (tc.loss_scaling &&
+        step + 1 == options.faults.overflow_step) {  // fault injection (tests): an fp16 overflow
       torch::NoGradGuard no_grad;
       shards.front().grad.view(-1)[0] = std::numeric_limits<double>::infinity();
     }
@@ -254,9 +271,12 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
       timed_s += m.step_time_s;
       timed_tokens += tokens_per_step;
     }
-    nlohmann::json line = {{"step", m.step},           {"loss", m.loss},
-                           {"lr", m.lr},               {"tokens_per_s", m.tokens_per_s},
-                           {"grad_norm", m.grad_norm}, {"step_time_s", m.step_time_s}};
+    nlohmann::json line = {{"step", m.step},
+                           {"loss", m.loss},
+                           {"lr", m.lr},
+                           {"tokens_per_s", m.tokens_per_s},
+                           {"grad_norm", m.grad_norm},
+                           {"step_time_s", m.step_time_s}};
     if (tc.loss_scaling) {
       line["loss_scale"] = m.loss_scale;
       line["skipped"] = m.skipped;

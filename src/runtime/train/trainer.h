@@ -18,20 +18,30 @@
 
 namespace motley {
 
-struct TrainOptions {
-  int64_t steps = 0;                  // the run's total length; 0 = the job's [training] steps
-  std::string resume;                 // a checkpoint (or run) directory to continue from
-  std::string device = "auto";        // auto (CUDA when present) | cpu | cuda
-  std::string metrics_path;           // "" = <checkpoint dir>/metrics.jsonl
-  int64_t microbatch_sequences = 0;   // 0 = the whole batch at once
-  int threads = 0;                    // torch's CPU threads; 0 = 1 (OpenBLAS threads the matmuls)
-  bool checkpoint_at_end = true;
-  bool overwrite = false;             // a run not resuming may take over a folder holding another run's checkpoints
-  bool validate = true;               // validation at the job's interval and at the end
-  // Several processes (distributed_trainer.h):
-  std::string plan_path;   // the plan each rank executes ("" = train in this process)
-  std::string trace_path;  // a Chrome trace of one step of the real run, in the simulator's format
-  std::string profile_path;  // with a plan: rank 0 predicts the step with it and reports both
+/// Faults a test injects into a run (the command's hidden --die-rank, --perturb-rank, ...): each
+/// rank turns them into its step's StepFaults (executor.h).
+struct FaultInjection {
+  // This rank kills itself halfway through this step's program (from 1).
+  int die_rank = -1;
+  int64_t die_at_step = 0;
+  // ... or, with this, once it has written its part of the (sharded) checkpoint after that step.
+  bool die_in_checkpoint = false;
+  // This rank multiplies its loss by this factor (StepFaults::loss_factor).
+  int perturb_rank = -1;
+  double perturb_loss_factor = 1;
+  int64_t perturb_microbatch = -1;  // only this global microbatch; -1: every one
+  // With loss scaling, this rank's gradients overflow (one is made infinite) in this step (from 1;
+  // 0: never) — every rank must then skip the step.
+  int overflow_rank = 0;
+  int64_t overflow_step = 0;
+  // This rank's loss is NaN in this step (from 1; once a process) — the run diverges there
+  // ([divergence]).
+  int diverge_rank = -1;
+  int64_t diverge_at_step = 0;
+};
+
+/// What the supervisor of a job on a cluster does besides launching the plan's ranks.
+struct SupervisorOptions {
   int64_t baseline_steps = 0;  // planned runs: first measure the even split for this many steps
   // `motley train JOB --plan P`: start P even when the simulator predicts it runs out of memory
   // (refused otherwise: it would run until the step that overflows, then fail or be re-planned).
@@ -40,7 +50,24 @@ struct TrainOptions {
   // and the run is planned again without it and resumed from the newest checkpoint, this many
   // times at most (0: the run fails).
   int max_restarts = 0;
-  int64_t trace_step = 2;  // which step (from 1) the trace records
+};
+
+/// How `motley train` runs: one process, or this rank of a planned run.
+struct TrainOptions {
+  int64_t steps = 0;                 // the run's total length; 0 = the job's [training] steps
+  std::string resume;                // a checkpoint (or run) directory to continue from
+  std::string device = "auto";       // auto (CUDA when present) | cpu | cuda
+  std::string metrics_path;          // "" = <checkpoint dir>/metrics.jsonl
+  int64_t microbatch_sequences = 0;  // 0 = the whole batch at once
+  int threads = 0;                   // torch's CPU threads; 0 = 1 (OpenBLAS threads the matmuls)
+  bool checkpoint_at_end = true;
+  bool overwrite = false;  // a run not resuming may take over a folder holding another run's checkpoints
+  bool validate = true;    // validation at the job's interval and at the end
+  // Several processes (distributed_trainer.h):
+  std::string plan_path;     // the plan each rank executes ("" = train in this process)
+  std::string trace_path;    // a Chrome trace of one step of the real run, in the simulator's format
+  std::string profile_path;  // with a plan: rank 0 predicts the step with it and reports both
+  int64_t trace_step = 2;    // which step (from 1) the trace records
   // A rank that fails writes what failed here, as rank-R.json (rank, device, step, out_of_memory,
   // message), for the `motley train` that launched it and may retry with a more frugal plan
   // (supervise/escalation.h). "" = none.
@@ -48,24 +75,9 @@ struct TrainOptions {
   // Add to an existing metrics file (a new run refuses one that holds lines otherwise; a resumed
   // run always adds to it).
   bool metrics_append = false;
-  // Fault injection for tests: this rank kills itself halfway through this step's program (from 1).
-  int die_rank = -1;
-  int64_t die_at_step = 0;
-  // ... or, with this, once it has written its part of the (sharded) checkpoint after that step.
-  bool die_in_checkpoint = false;
-  // Fault injection for tests: this rank multiplies its loss by this factor (see StepInputs).
-  int perturb_rank = -1;
-  double perturb_loss_factor = 1;
-  int64_t perturb_microbatch = -1;  // only this global microbatch; -1: every one
-  // Fault injection for tests: with loss scaling, this rank's gradients overflow (one is made
-  // infinite) in this step (from 1; 0: never) — every rank must then skip the step.
-  int overflow_rank = 0;
-  int64_t overflow_step = 0;
-  // Fault injection for tests: this rank's loss is NaN in this step (from 1; once a process) — the
-  // run diverges there ([divergence]).
-  int diverge_rank = -1;
-  int64_t diverge_at_step = 0;
   bool cpu_copy_threads = false;  // tests: CPU offload copies asynchronous, as on a GPU (copy_engine.h)
+  SupervisorOptions supervisor;   // `motley train JOB` on a cluster (supervise/job_supervisor.h)
+  FaultInjection faults;          // tests only
 };
 
 /// What one rank did in a step (several processes only).
@@ -94,17 +106,17 @@ struct StepMetrics {
   bool skipped = false;  // fp16 overflow: the update was skipped
   double loss_scale = 1;
   std::vector<RankStepTimes> ranks;  // several processes: one per rank
-  bool flextp = false;          // a FlexTP mode is on (the two below are shown)
-  double pruned_fraction = 0;   // the largest over the tensor-parallel teams
-  double migrated_units = 0;    // the largest over the teams
+  bool flextp = false;               // a FlexTP mode is on (the two below are shown)
+  double pruned_fraction = 0;        // the largest over the tensor-parallel teams
+  double migrated_units = 0;         // the largest over the teams
 };
 
 struct TrainStart {
-  std::string device;       // "cpu (2 threads)", "cuda:0"
+  std::string device;         // "cpu (2 threads)", "cuda:0"
   std::string schedule_hash;  // several processes: the schedule every rank runs (ScheduleHash)
   std::string precision;
   int64_t parameters = 0;
-  int64_t first_step = 0;   // > 0 when resumed
+  int64_t first_step = 0;  // > 0 when resumed
   int64_t total_steps = 0;
   int64_t tokens_per_step = 0;
   std::string train_data, validation_data;  // names
@@ -115,18 +127,18 @@ struct TrainSummary {
   int64_t steps_run = 0;
   double first_loss = 0, last_loss = 0;
   std::optional<double> first_validation_loss, last_validation_loss;
-  double tokens_per_s = 0;         // mean over the run, excluding its first step (warm-up)
-  double model_tflops_per_s = 0;   // 6N + attention FLOPs per token x tokens/s
+  double tokens_per_s = 0;           // mean over the run, excluding its first step (warm-up)
+  double model_tflops_per_s = 0;     // 6N + attention FLOPs per token x tokens/s
   double hardware_tflops_per_s = 0;  // including the recomputed forward
   double wall_s = 0;
-  std::string checkpoint_dir;      // "" when none was written
-  std::vector<RankStepTimes> ranks;  // several processes: per rank, mean over the timed steps
-  std::string trace_path;            // "" when no trace was written
-  double step_s = 0;                 // several processes: mean step time over the timed steps
-  double predicted_step_s = 0;       // the simulator's, with TrainOptions::profile_path (else 0)
+  std::string checkpoint_dir;               // "" when none was written
+  std::vector<RankStepTimes> ranks;         // several processes: per rank, mean over the timed steps
+  std::string trace_path;                   // "" when no trace was written
+  double step_s = 0;                        // several processes: mean step time over the timed steps
+  double predicted_step_s = 0;              // the simulator's, with TrainOptions::profile_path (else 0)
   std::vector<double> predicted_compute_s;  // per rank
   std::vector<double> predicted_peak_memory_bytes;  // per rank: the simulator's (several processes)
-  double hfu = 0, predicted_hfu = 0;        // hardware FLOPs over the plan's devices' peak
+  double hfu = 0, predicted_hfu = 0;                // hardware FLOPs over the plan's devices' peak
 };
 
 class TrainObserver {
@@ -154,7 +166,8 @@ bool CheckpointDue(const JobSpec& job, int64_t step, int64_t total);
 Status CheckResumedModel(const std::string& dir, const JobSpec& job);
 /// Whether a checkpoint's state can continue this job: same seed (the data order), not at the end.
 /// `dir` names the checkpoint in messages.
-Status CheckResumable(const std::string& dir, uint64_t seed, int64_t step, const JobSpec& job, int64_t total_steps);
+Status CheckResumable(const std::string& dir, uint64_t seed, int64_t step, const JobSpec& job,
+                      int64_t total_steps);
 /// Fills the summary's tokens/s and TFLOP/s from the timed steps' seconds and tokens.
 void SetThroughput(const JobSpec& job, double timed_s, int64_t timed_tokens, TrainSummary* summary);
 

@@ -63,13 +63,15 @@ TEST(Trainer, ResumingReproducesTheUninterruptedRunBitForBit) {
   LlamaModel a(job.model, 0), b(job.model, 0);
   ASSERT_TRUE(LoadModelWeights(ResolveCheckpointDir((dir / "run").string()).value(), *a).ok());
   ASSERT_TRUE(LoadModelWeights(ResolveCheckpointDir((dir / "resumed").string()).value(), *b).ok());
-  for (const auto& p : a->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), b->named_parameters()[p.key()]));
+  for (const auto& p : a->named_parameters())
+    EXPECT_TRUE(torch::equal(p.value(), b->named_parameters()[p.key()]));
 
   // Resuming past the end, or with another seed, is refused with the fix.
   options.resume = (dir / "run").string();
   Result<TrainSummary> done = Train(job, options, nullptr);
   ASSERT_FALSE(done.ok());
-  EXPECT_NE(done.status().message().find("give --steps N with N > 6"), std::string::npos) << done.status().message();
+  EXPECT_NE(done.status().message().find("give --steps N with N > 6"), std::string::npos)
+      << done.status().message();
   job.training.seed = 77;
   options.steps = 8;
   Result<TrainSummary> seed = Train(job, options, nullptr);
@@ -94,7 +96,8 @@ TEST(Trainer, MicrobatchesGiveTheWholeBatchGradient) {
   options.microbatch_sequences = 1;
   options.metrics_append = true;  // the same folder's metrics file: the second run adds to it
   ASSERT_TRUE(Train(job, options, &split).ok());
-  for (int64_t step = 1; step <= 2; ++step) EXPECT_NEAR(whole.losses[step], split.losses[step], 1e-12 * whole.losses[step]);
+  for (int64_t step = 1; step <= 2; ++step)
+    EXPECT_NEAR(whole.losses[step], split.losses[step], 1e-12 * whole.losses[step]);
   fs::remove_all(dir);
 }
 
@@ -111,7 +114,8 @@ TEST(Trainer, Bf16ComputeTracksFp32WithFp32Masters) {
   job.training.precision = Precision::kBf16;
   job.checkpoint.dir = (dir / "bf16").string();
   ASSERT_TRUE(Train(job, options, &bf16).ok());
-  for (int64_t step = 1; step <= 4; ++step) EXPECT_NEAR(bf16.losses[step], fp32.losses[step], 0.02 * fp32.losses[step]);
+  for (int64_t step = 1; step <= 4; ++step)
+    EXPECT_NEAR(bf16.losses[step], fp32.losses[step], 0.02 * fp32.losses[step]);
   // The checkpoint holds fp32 master weights that moved away from fp32 training's only by rounding.
   LlamaModel m(job.model, 0);
   ASSERT_TRUE(LoadModelWeights(ResolveCheckpointDir(job.checkpoint.dir).value(), *m).ok());
@@ -121,7 +125,8 @@ TEST(Trainer, Bf16ComputeTracksFp32WithFp32Masters) {
   job.training.precision = Precision::kFp64;
   job.checkpoint.dir = (dir / "fp64").string();
   ASSERT_TRUE(Train(job, options, &fp64).ok());
-  for (int64_t step = 1; step <= 4; ++step) EXPECT_NEAR(fp64.losses[step], fp32.losses[step], 1e-4 * fp32.losses[step]);
+  for (int64_t step = 1; step <= 4; ++step)
+    EXPECT_NEAR(fp64.losses[step], fp32.losses[step], 1e-4 * fp32.losses[step]);
   const std::string fp64_dir = ResolveCheckpointDir(job.checkpoint.dir).value();
   Result<SafetensorsFile> weights = SafetensorsFile::Open(fp64_dir + "/model.safetensors");
   Result<SafetensorsFile> moments = SafetensorsFile::Open(fp64_dir + "/optimizer.safetensors");
