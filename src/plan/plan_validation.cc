@@ -44,7 +44,8 @@ void CheckSettings(const Plan& plan, const ModelSpec& model, Errors& e) {
 // A group's ministages: real layer ranges, in order, contiguous unless interleaved.
 void CheckMinistages(const Plan& plan, const GroupPlan& g, const std::string& where, const ModelSpec& model,
                      Errors& e) {
-  if (g.ministages.empty()) Add(e, fmt::format("{}: has no ministages; give it at least one layer range", where));
+  if (g.ministages.empty())
+    Add(e, fmt::format("{}: has no ministages; give it at least one layer range", where));
   for (size_t s = 0; s < g.ministages.size(); ++s) {
     const LayerRange& r = g.ministages[s];
     if (r.begin < 0 || r.end <= r.begin || r.end > model.num_layers)
@@ -79,10 +80,9 @@ void CheckTensorParallel(const GroupPlan& g, const std::string& where, const Mod
     const DevicePlan& d = g.devices[di];
     if (d.microbatch_size != leader.microbatch_size || d.num_microbatches != leader.num_microbatches ||
         d.last_microbatch_size != leader.last_microbatch_size)
-      Add(e, fmt::format(
-                 "{}.devices[{}] (device {}): a tensor-parallel run of {} devices processes the same "
-                 "microbatches, so its batch figures must equal those of its first device {}",
-                 where, di, d.device, g.tp_degree, leader.device));
+      Add(e, fmt::format("{}.devices[{}] (device {}): a tensor-parallel run of {} devices processes the same "
+                         "microbatches, so its batch figures must equal those of its first device {}",
+                         where, di, d.device, g.tp_degree, leader.device));
   }
 }
 
@@ -90,17 +90,20 @@ void CheckTensorParallel(const GroupPlan& g, const std::string& where, const Mod
 // microbatch everywhere in a pipeline). `seen`: device -> where it was first used.
 void CheckDevices(const Plan& plan, const GroupPlan& g, const std::string& where, const Cluster& cluster,
                   std::map<int, std::string>& seen, Errors& e) {
-  const int64_t first_microbatch_size = plan.groups[0].devices.empty() ? 0 : plan.groups[0].devices[0].microbatch_size;
+  const int64_t first_microbatch_size =
+      plan.groups[0].devices.empty() ? 0 : plan.groups[0].devices[0].microbatch_size;
   for (size_t di = 0; di < g.devices.size(); ++di) {
     const DevicePlan& d = g.devices[di];
     const std::string dwhere = fmt::format("{}.devices[{}] (device {})", where, di, d.device);
     if (d.device < 0 || d.device >= cluster.num_devices()) {
-      Add(e, fmt::format("{}: no such device; the cluster has devices 0..{}", dwhere, cluster.num_devices() - 1));
+      Add(e, fmt::format("{}: no such device; the cluster has devices 0..{}", dwhere,
+                         cluster.num_devices() - 1));
     } else if (auto [it, inserted] = seen.try_emplace(d.device, dwhere); !inserted) {
       Add(e, fmt::format("{}: the device is already used by {}; each device belongs to one group", dwhere,
                          it->second));
     }
-    if (d.microbatch_size < 1) Add(e, fmt::format("{}: microbatch_size ({}) must be >= 1", dwhere, d.microbatch_size));
+    if (d.microbatch_size < 1)
+      Add(e, fmt::format("{}: microbatch_size ({}) must be >= 1", dwhere, d.microbatch_size));
     if (d.num_microbatches < 0)
       Add(e, fmt::format("{}: num_microbatches ({}) must be >= 0", dwhere, d.num_microbatches));
     if (d.num_microbatches > kMaxMicrobatchesPerDevice)
@@ -129,7 +132,8 @@ void CheckStateShares(const Plan& plan, const GroupPlan& g, const std::string& w
   for (size_t di = 0; di < g.state_shares.size(); ++di) {
     positive = positive && g.state_shares[di] > 0;
     if (g.is_tp_leader(di)) sum += g.state_shares[di];
-    if (g.tp_degree >= 1 && di < g.devices.size() && g.state_shares[di] != g.state_shares[di - di % g.tp_degree])
+    if (g.tp_degree >= 1 && di < g.devices.size() &&
+        g.state_shares[di] != g.state_shares[di - di % g.tp_degree])
       Add(e, fmt::format("{}.state_shares[{}]: a tensor-parallel team of {} devices holds one share of the "
                          "state, so its members' state_shares must equal its first device's ({:g})",
                          where, di, g.tp_degree, g.state_shares[di - di % g.tp_degree]));
@@ -138,10 +142,10 @@ void CheckStateShares(const Plan& plan, const GroupPlan& g, const std::string& w
     Add(e, fmt::format("{}: state_shares has {} entries but devices has {}; give one per device", where,
                        g.state_shares.size(), g.devices.size()));
   else if (plan.zero_stage < 1)
-    Add(e, fmt::format(
-               "{}: state_shares size each device's shard of the ZeRO state, but zero_stage = 0 keeps "
-               "all of it on every device; use zero_stage 1, 2 or 3, or remove state_shares",
-               where));
+    Add(e,
+        fmt::format("{}: state_shares size each device's shard of the ZeRO state, but zero_stage = 0 keeps "
+                    "all of it on every device; use zero_stage 1, 2 or 3, or remove state_shares",
+                    where));
   else if (!positive)
     Add(e, fmt::format("{}: every state share must be > 0 (each device holds a piece of the state); "
                        "remove a device from the group instead",
@@ -186,8 +190,9 @@ void CheckLayerCoverage(const Plan& plan, const ModelSpec& model, Errors& e) {
       for (int l = std::max(0, r.begin); l < std::min<int>(r.end, model.num_layers); ++l) ++owners[l];
   for (int l = 0; l < model.num_layers; ++l)
     if (owners[l] != 1) {
-      Add(e, fmt::format("layer {} of model '{}' ({} layers) is in {} ministages; every layer must be in exactly one",
-                         l, model.name, model.num_layers, owners[l]));
+      Add(e, fmt::format(
+                 "layer {} of model '{}' ({} layers) is in {} ministages; every layer must be in exactly one",
+                 l, model.name, model.num_layers, owners[l]));
       return;
     }
 }
