@@ -330,9 +330,15 @@ TEST_F(DistributedEquivalence, TensorParallelModesKeepTheContract) {
       if (slowed && c.slowdown >= 8 && std::string(c.slows) == "compute") {
         EXPECT_GT(moved, 32) << "attention groups stayed home";
       }
-    } else if (pruned == 0) {  // semi may close the gap by migration alone: then it is exact
-      EXPECT_GT(moved, 0);
+    } else if (pruned == 0) {
+      // `resize` has one answer to a straggler past the threshold: prune.
+      EXPECT_NE(std::string(c.mode), "resize") << "a 4x straggler and nothing pruned";
+      // SEMI chose by its cost model not to prune (migration alone, or nothing where the measured
+      // gap did not pay for a move — a slow CPU's step times can say so): then training is exact,
+      // whatever it moved. Which it chose follows measured times, so only the guarantee is asserted.
+      std::cout << c.name << ": nothing pruned, moved " << moved << "\n";
       EXPECT_LT(d->params, kFp64Tolerance);
+      EXPECT_LT(d->moments, kFp64Tolerance);
     } else {
       EXPECT_GT(d->params, 1e-4) << "pruning changes the training";
       // ... within its stated bound: every step's loss within 2% of the exact run's. How much is
