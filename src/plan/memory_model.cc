@@ -99,4 +99,50 @@ int64_t DataParallelMaxMicrobatch(const DataParallelMemoryInput& in, double capa
   return lo;
 }
 
+double MinistageParams(const ModelSpec& m, const LayerRange& r) {
+  double p = static_cast<double>(r.size()) * ParamsPerLayer(m);
+  if (r.begin == 0) p += EmbeddingParams(m);
+  if (r.end == m.num_layers) p += HeadParams(m);
+  if (r.end == m.num_layers && r.begin > 0) p += TiedCopyParams(m);  // the model is split: the head's copy
+  return p;
+}
+
+double PipelineDevicePeakBytes(const PipelineMemoryInput& in, int64_t microbatch, int64_t microbatches) {
+  const ModelSpec& model = *in.model;
+  const StateBytesPerParam state = StateBytes(in.precision);
+  const double d = in.dp_degree;
+  const int s = static_cast<int>(in.ministages.size());
+  double ms_params = 0;
+  int layers = 0;
+  for (const auto& r : in.ministages) {
+    ms_params = std::max(ms_params, MinistageParams(model, r) / in.tp_degree);
+    layers += static_cast<int>(r.size());
+  }
+  const int ms_layers = (layers + s - 1) / s;
+  double bytes = 0;
+  if (in.offload && in.gradient_clipping) {
+    // Two ministages gathered; every ministage's gradient shard held from its backward visit until
+    // the updates after the global norm, which bring back the shard and moments of two ministages
+    // at a time (plan/lower_state.cc).
+    bytes += 2 * ms_params * state.params + 2 * ms_params / d * (state.params + state.optimizer);
+    for (const auto& r : in.ministages) bytes += MinistageParams(model, r) / in.tp_degree / d * state.grads;
+  } else if (in.offload) {
+    bytes += 2 * ms_params * state.params + 2 * ms_params / d * (state.params + state.optimizer);
+  } else {  // ZeRO-2: full parameters stay, gradients and optimizer state sharded
+    for (const auto& r : in.ministages)
+      bytes += ZeroStateBytes(MinistageParams(model, r) / in.tp_degree, d, 2, in.precision).device;
+  }
+  // One ministage's full gradients, and the larger checkpointed piece's backward.
+  bytes += ms_params * state.grads;
+  const double act =
+      static_cast<double>(in.seq_len) * model.hidden_size * BytesPerElement(in.precision) * microbatch;
+  const double in_flight = in.one_f_one_b
+                               ? static_cast<double>(std::min<int64_t>(microbatches, in.stages_from_here))
+                               : static_cast<double>(microbatches);
+  const double saved = in.offload ? 2.0 * ms_layers * act : in_flight * layers * act;
+  return bytes + saved + 4 * act +
+         CheckpointedBackwardBytes(model, in.seq_len, in.precision,
+                                   static_cast<double>(microbatch) * in.seq_len, in.holds_head, in.tp_degree);
+}
+
 }  // namespace motley

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/model.h"
+#include "plan/plan.h"
 
 namespace motley {
 
@@ -44,5 +46,35 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
 
 /// The largest microbatch (up to `limit`) whose peak fits `capacity_bytes`; 0 if none does.
 int64_t DataParallelMaxMicrobatch(const DataParallelMemoryInput& in, double capacity_bytes, int64_t limit);
+
+/// The parameters of a pipeline stage's layers `r`, with the embedding where it begins the model
+/// and the head (and a tied model's copy of the embedding, where the model is split) where it ends it.
+double MinistageParams(const ModelSpec& model, const LayerRange& r);
+
+/// One device of a Zorse pipeline group (zorse.txt §4.3.4, Eq. 2): ZeRO-2 inside the group, its
+/// layers in ministages; with offload two ministages resident and the rest on the host.
+struct PipelineMemoryInput {
+  const ModelSpec* model = nullptr;
+  Precision precision = Precision::kBf16;
+  int64_t seq_len = 1024;
+  std::vector<LayerRange> ministages;  // the group's, in order
+  int tp_degree = 1;                   // a tensor-parallel run's width (each rank holds 1/tp)
+  int dp_degree = 1;                   // the group's replicas (its devices over tp): ZeRO's divisor
+  bool holds_head = false;             // a ministage of the group ends the model
+  bool offload = true;                 // parameters and activations offloaded (Zorse's default)
+  // With offload and clipping, every ministage's gradient shard is held from its backward until
+  // the updates after the global norm (plan/lower_state.cc).
+  bool gradient_clipping = true;
+  // Microbatches in flight at once without offload: all of a device's under GPipe and interleaving;
+  // under 1F1B its warm-up, at most the stages from its group on (pipeline_order.cc).
+  bool one_f_one_b = false;
+  int stages_from_here = 1;
+};
+
+/// An upper bound of the device's peak with `microbatches` microbatches of `microbatch` sequences:
+/// its parameter, gradient and optimizer state (two ministages gathered with offload, ZeRO-2's
+/// shards without), one ministage's full gradients, the saved layer boundaries, four boundary
+/// buffers and the larger checkpointed piece's backward (a layer's, or the head's).
+double PipelineDevicePeakBytes(const PipelineMemoryInput& in, int64_t microbatch, int64_t microbatches);
 
 }  // namespace motley

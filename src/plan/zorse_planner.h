@@ -8,6 +8,7 @@
 //  is scored with a latency model (Eq. 1) and a memory model (Eq. 2); a device's share of
 //  microbatches follows its speed; plans over any device's memory are dropped.
 //  Finally the best few by the latency model are re-ranked by `evaluate` (the simulator).
+//  The phases, each in a file of its own, are listed in zorse_search.h.
 #pragma once
 
 #include <cstdint>
