@@ -11,6 +11,7 @@
 
 #include "plan/device_subsets.h"
 #include "plan/evaluate_all.h"
+#include "plan/zorse_planner.h"
 #include "plan/zorse_search.h"
 
 namespace motley {

@@ -17,7 +17,8 @@
 #include "core/model.h"
 #include "core/status.h"
 #include "plan/min_k_cut.h"
-#include "plan/zorse_planner.h"
+#include "plan/planner_costs.h"
+#include "plan/zorse_types.h"
 
 namespace motley {
 
