@@ -50,6 +50,44 @@ namespace {
   return kExitFailure;
 }
 
+// `motley data train-tokenizer`: a byte-level BPE learned from the inputs' text.
+int TrainTokenizer(const std::vector<std::string>& tok_inputs, const std::string& tok_out,
+                   const BpeTrainingOptions& tok_options) {
+  std::vector<std::string> texts;
+  std::vector<std::string> files;
+  for (const std::string& in : tok_inputs) {
+    if (in == "builtin") {
+      texts.push_back(std::string(BuiltinCorpus()));
+      continue;
+    }
+    Result<std::vector<std::string>> found = ExpandInputFiles({in});
+    if (!found.ok()) {
+      fmt::print(stderr, "motley data: {}\n", found.status().message());
+      return kExitFailure;
+    }
+    files.insert(files.end(), found->begin(), found->end());
+  }
+  for (const std::string& f : files) {
+    Result<std::string> text = ReadTextFile(f);
+    if (!text.ok()) {
+      fmt::print(stderr, "motley data: {}\n", text.status().message());
+      return kExitFailure;
+    }
+    texts.push_back(std::move(*text));
+  }
+  const std::vector<std::string_view> views(texts.begin(), texts.end());
+  Result<BpeTrainingSummary> s = TrainByteLevelBpe(views, tok_out, tok_options);
+  if (!s.ok()) {
+    fmt::print(stderr, "motley data: {}\n", s.status().message());
+    return kExitFailure;
+  }
+  fmt::print(
+      "{}/tokenizer.json: byte-level BPE, {} tokens ({} merges learned from {} distinct words), BOS "
+      "<|begin_of_text|>, EOS <|end_of_text|>\n",
+      tok_out, s->vocab_size, s->merges, s->words);
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunData(const std::vector<std::string>& args) {
@@ -103,41 +141,7 @@ int RunData(const std::vector<std::string>& args) {
   train_tok->add_option("-o,--output", tok_out, "the folder to write")->required();
   if (auto rc = ParseArgs(app, args)) return *rc;
 
-  if (train_tok->parsed()) {
-    std::vector<std::string> texts;
-    std::vector<std::string> files;
-    for (const std::string& in : tok_inputs) {
-      if (in == "builtin") {
-        texts.push_back(std::string(BuiltinCorpus()));
-        continue;
-      }
-      Result<std::vector<std::string>> found = ExpandInputFiles({in});
-      if (!found.ok()) {
-        fmt::print(stderr, "motley data: {}\n", found.status().message());
-        return kExitFailure;
-      }
-      files.insert(files.end(), found->begin(), found->end());
-    }
-    for (const std::string& f : files) {
-      Result<std::string> text = ReadTextFile(f);
-      if (!text.ok()) {
-        fmt::print(stderr, "motley data: {}\n", text.status().message());
-        return kExitFailure;
-      }
-      texts.push_back(std::move(*text));
-    }
-    const std::vector<std::string_view> views(texts.begin(), texts.end());
-    Result<BpeTrainingSummary> s = TrainByteLevelBpe(views, tok_out, tok_options);
-    if (!s.ok()) {
-      fmt::print(stderr, "motley data: {}\n", s.status().message());
-      return kExitFailure;
-    }
-    fmt::print(
-        "{}/tokenizer.json: byte-level BPE, {} tokens ({} merges learned from {} distinct words), BOS "
-        "<|begin_of_text|>, EOS <|end_of_text|>\n",
-        tok_out, s->vocab_size, s->merges, s->words);
-    return kExitOk;
-  }
+  if (train_tok->parsed()) return TrainTokenizer(tok_inputs, tok_out, tok_options);
 
   if (tokenizer_name.empty()) tokenizer_name = init_from.empty() ? "byte" : init_from;
   std::unique_ptr<Tokenizer> tokenizer;

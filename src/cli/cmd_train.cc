@@ -140,6 +140,40 @@ int RunTrainWithPlan(const JobSpec& job, const TrainOptions& options, bool lead)
   return kExitOk;
 }
 
+// The options tests and the supervising `motley train` give a rank, not users (hidden from --help):
+// where a failing rank reports, fault injection, CPU copy threads.
+void AddHiddenOptions(CLI::App& app, TrainOptions& options) {
+  app.add_option("--failure-reports", options.failure_report_dir,
+                 "a rank that fails writes what failed here (for the supervising `motley train`)")
+      ->group("");
+  app.add_option("--die-rank", options.faults.die_rank, "fault injection (tests): this rank kills itself ...")
+      ->group("");
+  app.add_option("--die-at-step", options.faults.die_at_step, "... halfway through this step")->group("");
+  app.add_flag("--die-in-checkpoint", options.faults.die_in_checkpoint,
+               "... or in the checkpoint after it, its part written")
+      ->group("");
+  app.add_option("--perturb-rank", options.faults.perturb_rank,
+                 "fault injection (tests): this rank's loss ...")
+      ->group("");
+  app.add_option("--perturb-loss", options.faults.perturb_loss_factor, "... is multiplied by this factor ...")
+      ->group("");
+  app.add_option("--perturb-microbatch", options.faults.perturb_microbatch,
+                 "... for this global microbatch only")
+      ->group("");
+  app.add_option("--overflow-rank", options.faults.overflow_rank,
+                 "fault injection (tests): with loss scaling, this rank's "
+                 "gradients overflow ...")
+      ->group("");
+  app.add_option("--overflow-step", options.faults.overflow_step, "... in this step (from 1)")->group("");
+  app.add_option("--diverge-rank", options.faults.diverge_rank,
+                 "fault injection (tests): this rank's loss is NaN ...")
+      ->group("");
+  app.add_option("--diverge-at-step", options.faults.diverge_at_step, "... in this step (from 1)")->group("");
+  app.add_flag("--cpu-copy-threads", options.cpu_copy_threads,
+               "tests: offload copies on CPU asynchronous on worker threads, as on a GPU")
+      ->group("");
+}
+
 }  // namespace
 
 int RunTrain(const std::vector<std::string>& args) {
@@ -199,35 +233,7 @@ int RunTrain(const std::vector<std::string>& args) {
   app.add_flag(
       "--metrics-append", options.metrics_append,
       "add this run's lines to an existing metrics file (a new run refuses one that holds another run's)");
-  app.add_option("--failure-reports", options.failure_report_dir,
-                 "a rank that fails writes what failed here (for the supervising `motley train`)")
-      ->group("");
-  app.add_option("--die-rank", options.faults.die_rank, "fault injection (tests): this rank kills itself ...")
-      ->group("");
-  app.add_option("--die-at-step", options.faults.die_at_step, "... halfway through this step")->group("");
-  app.add_flag("--die-in-checkpoint", options.faults.die_in_checkpoint,
-               "... or in the checkpoint after it, its part written")
-      ->group("");
-  app.add_option("--perturb-rank", options.faults.perturb_rank,
-                 "fault injection (tests): this rank's loss ...")
-      ->group("");
-  app.add_option("--perturb-loss", options.faults.perturb_loss_factor, "... is multiplied by this factor ...")
-      ->group("");
-  app.add_option("--perturb-microbatch", options.faults.perturb_microbatch,
-                 "... for this global microbatch only")
-      ->group("");
-  app.add_option("--overflow-rank", options.faults.overflow_rank,
-                 "fault injection (tests): with loss scaling, this rank's "
-                 "gradients overflow ...")
-      ->group("");
-  app.add_option("--overflow-step", options.faults.overflow_step, "... in this step (from 1)")->group("");
-  app.add_option("--diverge-rank", options.faults.diverge_rank,
-                 "fault injection (tests): this rank's loss is NaN ...")
-      ->group("");
-  app.add_option("--diverge-at-step", options.faults.diverge_at_step, "... in this step (from 1)")->group("");
-  app.add_flag("--cpu-copy-threads", options.cpu_copy_threads,
-               "tests: offload copies on CPU asynchronous on worker threads, as on a GPU")
-      ->group("");
+  AddHiddenOptions(app, options);
   if (auto rc = ParseArgs(app, args)) return *rc;
 
   Result<JobSpec> job = LoadJobArgument(job_path);

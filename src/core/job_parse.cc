@@ -244,6 +244,34 @@ const std::vector<std::string>& StrategyNames() {
   return names;
 }
 
+namespace {
+
+// [training] against the model and cluster it runs on: the sequence length within the model's,
+// bf16 only where every device computes in it.
+void CheckTrainingFits(TomlTable& t, const JobSpec& job, bool have_model, bool have_cluster) {
+  const TrainingConfig& tr = job.training;
+  if (have_model && tr.seq_len > job.model.max_seq_len) {
+    t.Error("seq_len", fmt::format("seq_len ({}) exceeds the model's max_seq_len ({}) for '{}'; "
+                                   "lower seq_len or raise max_seq_len in the model file",
+                                   tr.seq_len, job.model.max_seq_len, job.model.name));
+  }
+  if (have_cluster && tr.precision == Precision::kBf16 && !job.cluster.emulated()) {
+    std::vector<std::string> without;
+    for (const auto& n : job.cluster.nodes) {
+      const GpuSpec* s = job.cluster.catalog.Find(n.device_type);
+      if (s && !s->supports_bf16 && std::find(without.begin(), without.end(), s->name) == without.end())
+        without.push_back(s->name);
+    }
+    if (!without.empty()) {
+      t.Error("precision", fmt::format("precision = \"bf16\" but {} cannot compute in bf16; use "
+                                       "precision = \"fp16\" (with loss scaling) or \"fp32\"",
+                                       JoinNames(without)));
+    }
+  }
+}
+
+}  // namespace
+
 Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, const JobParseOptions& options) {
   Diagnostics diag;
   auto table = ParseTomlText(text, file, &diag);
@@ -332,27 +360,7 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
       job.training.precision_reason.clear();
     }
   }
-  if (auto t = root.Table("training")) {
-    const TrainingConfig& tr = job.training;
-    if (have_model && tr.seq_len > job.model.max_seq_len) {
-      t->Error("seq_len", fmt::format("seq_len ({}) exceeds the model's max_seq_len ({}) for '{}'; "
-                                      "lower seq_len or raise max_seq_len in the model file",
-                                      tr.seq_len, job.model.max_seq_len, job.model.name));
-    }
-    if (have_cluster && tr.precision == Precision::kBf16 && !job.cluster.emulated()) {
-      std::vector<std::string> without;
-      for (const auto& n : job.cluster.nodes) {
-        const GpuSpec* s = job.cluster.catalog.Find(n.device_type);
-        if (s && !s->supports_bf16 && std::find(without.begin(), without.end(), s->name) == without.end())
-          without.push_back(s->name);
-      }
-      if (!without.empty()) {
-        t->Error("precision", fmt::format("precision = \"bf16\" but {} cannot compute in bf16; use "
-                                          "precision = \"fp16\" (with loss scaling) or \"fp32\"",
-                                          JoinNames(without)));
-      }
-    }
-  }
+  if (auto t = root.Table("training")) CheckTrainingFits(*t, job, have_model, have_cluster);
   // (lr_schedule read once, above: it may be missing, or not a table — an error said there.)
   if (!lr_schedule || !lr_schedule->Has("warmup_steps")) {
     // The default warm-up never outlasts a short run: at most a tenth of it.

@@ -14,23 +14,20 @@
 
 namespace motley {
 
-Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>& texts,
-                                             const std::string& dir, const BpeTrainingOptions& options) {
-  if (options.vocab_size < 258 || options.vocab_size > (int64_t{1} << 20))
-    return Status::InvalidArgument(
-        fmt::format("--vocab-size {}: a byte-level BPE needs at least 258 (256 bytes and BOS, "
-                    "EOS) and at most 1,048,576",
-                    options.vocab_size));
-  MOTLEY_ASSIGN_OR_RETURN(std::shared_ptr<Regex> pattern,
-                          Regex::Compile(kLlama3PreTokenizerPattern, "pre-tokenizer"));
-  // The words and how often each occurs, in the order first met (ties between pairs break by it).
+namespace {
+
+// Each word (a pre-tokenizer match) as its symbols and how often it occurs, in the order first met
+// (ties between pairs break by it).
+using Words = std::vector<std::pair<std::vector<int32_t>, int64_t>>;
+
+Words CountWords(const std::vector<std::string_view>& texts, Regex& pattern) {
   std::unordered_map<std::string, size_t> index;
-  std::vector<std::pair<std::vector<int32_t>, int64_t>> words;
+  Words words;
   std::vector<std::pair<size_t, size_t>> matches;
   for (std::string_view raw : texts) {
     const std::string text = ReplaceInvalidUtf8(raw);
     matches.clear();
-    pattern->Matches(text, &matches);
+    pattern.Matches(text, &matches);
     for (const auto& [b, e] : matches) {
       auto [it, fresh] = index.emplace(text.substr(b, e - b), words.size());
       if (fresh) {
@@ -41,11 +38,23 @@ Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>
       ++words[it->second].second;
     }
   }
-  if (words.empty()) return Status::InvalidArgument("no text to learn a tokenizer from");
+  return words;
+}
 
-  std::vector<std::string> pieces(256);  // raw bytes of each token
-  for (int b = 0; b < 256; ++b) pieces[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
+// The merges learned: each token's raw bytes (256 bytes first), and the pairs merged, in order.
+struct LearnedMerges {
+  std::vector<std::string> pieces;
   std::vector<std::pair<int32_t, int32_t>> merges;
+};
+
+// The most frequent adjacent pair merged, again and again, until the vocabulary is full or no pair
+// occurs `min_pair_count` times.
+LearnedMerges LearnMerges(Words& words, const BpeTrainingOptions& options) {
+  LearnedMerges out;
+  std::vector<std::string>& pieces = out.pieces;
+  pieces.resize(256);  // raw bytes of each token
+  for (int b = 0; b < 256; ++b) pieces[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
+  std::vector<std::pair<int32_t, int32_t>>& merges = out.merges;
   const int64_t wanted = options.vocab_size - 2 - 256;
   std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> pairs;  // pair -> (count, first seen)
   while (static_cast<int64_t>(merges.size()) < wanted) {
@@ -83,11 +92,16 @@ Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>
     }
   }
 
-  // tokenizer.json in Llama 3's layout.
+  return out;
+}
+
+// tokenizer.json in Llama 3's layout.
+nlohmann::ordered_json TokenizerJson(const LearnedMerges& learned) {
+  const std::vector<std::string>& pieces = learned.pieces;
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   for (size_t id = 0; id < pieces.size(); ++id) vocab[ByteLevelEncode(pieces[id])] = id;
   nlohmann::json merge_list = nlohmann::json::array();
-  for (const auto& [l, r] : merges)
+  for (const auto& [l, r] : learned.merges)
     merge_list.push_back(
         {ByteLevelEncode(pieces[static_cast<size_t>(l)]), ByteLevelEncode(pieces[static_cast<size_t>(r)])});
   const auto bos = static_cast<int64_t>(pieces.size()), eos = bos + 1;
@@ -139,6 +153,24 @@ Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>
         {"ignore_merges", true},
         {"vocab", vocab},
         {"merges", merge_list}}}};
+  return j;
+}
+
+}  // namespace
+
+Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>& texts,
+                                             const std::string& dir, const BpeTrainingOptions& options) {
+  if (options.vocab_size < 258 || options.vocab_size > (int64_t{1} << 20))
+    return Status::InvalidArgument(
+        fmt::format("--vocab-size {}: a byte-level BPE needs at least 258 (256 bytes and BOS, "
+                    "EOS) and at most 1,048,576",
+                    options.vocab_size));
+  MOTLEY_ASSIGN_OR_RETURN(std::shared_ptr<Regex> pattern,
+                          Regex::Compile(kLlama3PreTokenizerPattern, "pre-tokenizer"));
+  Words words = CountWords(texts, *pattern);
+  if (words.empty()) return Status::InvalidArgument("no text to learn a tokenizer from");
+  const LearnedMerges learned = LearnMerges(words, options);
+  const nlohmann::ordered_json j = TokenizerJson(learned);
   nlohmann::ordered_json config = {{"add_bos_token", true},
                                    {"add_eos_token", false},
                                    {"bos_token", "<|begin_of_text|>"},
@@ -153,8 +185,8 @@ Result<BpeTrainingSummary> TrainByteLevelBpe(const std::vector<std::string_view>
   MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((std::filesystem::path(dir) / "tokenizer_config.json").string(),
                                          config.dump(2) + "\n"));
   BpeTrainingSummary summary;
-  summary.merges = static_cast<int64_t>(merges.size());
-  summary.vocab_size = eos + 1;
+  summary.merges = static_cast<int64_t>(learned.merges.size());
+  summary.vocab_size = static_cast<int64_t>(learned.pieces.size()) + 2;  // and BOS, EOS
   summary.words = static_cast<int64_t>(words.size());
   return summary;
 }

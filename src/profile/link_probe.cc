@@ -108,6 +108,40 @@ std::vector<ProbePair> Pairs(const Cluster& cluster, std::vector<int>* config_of
   return pairs;
 }
 
+// Every node pair takes its configurations' figures (`results`: per probed pair, bandwidth, latency
+// and a collective's overhead).
+std::vector<ProfileLink> NodeLinks(const Cluster& cluster, const std::vector<ProbePair>& pairs,
+                                   const std::vector<int>& config_of_node, const torch::Tensor& results) {
+  using Figures = std::array<double, 3>;  // bandwidth, latency, collective overhead
+  std::map<std::pair<int, int>, Figures> by_config;
+  std::map<int, Figures> intra;
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const Figures r{results[static_cast<int64_t>(k)][0].item<double>(),
+                    results[static_cast<int64_t>(k)][1].item<double>(),
+                    results[static_cast<int64_t>(k)][2].item<double>()};
+    if (pairs[k].intra) {
+      intra[pairs[k].config_a] = r;
+    } else {
+      by_config[{pairs[k].config_a, pairs[k].config_b}] = r;
+      by_config[{pairs[k].config_b, pairs[k].config_a}] = r;
+    }
+  }
+  std::vector<ProfileLink> links;
+  for (size_t a = 0; a < cluster.nodes.size(); ++a)
+    for (size_t b = a; b < cluster.nodes.size(); ++b) {
+      Figures r;
+      if (a == b) {
+        auto it = intra.find(config_of_node[a]);
+        if (it == intra.end()) continue;  // one device: no link inside
+        r = it->second;
+      } else {
+        r = by_config.at({config_of_node[a], config_of_node[b]});
+      }
+      links.push_back({cluster.nodes[a].name, cluster.nodes[b].name, r[0], r[1], r[2]});
+    }
+  return links;
+}
+
 }  // namespace
 
 std::vector<std::pair<int, int>> LinkProbePairs(const Cluster& cluster) {
@@ -213,35 +247,7 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
   }
   MOTLEY_RETURN_IF_ERROR(comm.AllReduceSum(comm.world(), results));
 
-  // Every node pair takes its configurations' figures.
-  using Figures = std::array<double, 3>;  // bandwidth, latency, collective overhead
-  std::map<std::pair<int, int>, Figures> by_config;
-  std::map<int, Figures> intra;
-  for (size_t k = 0; k < pairs.size(); ++k) {
-    const Figures r{results[static_cast<int64_t>(k)][0].item<double>(),
-                    results[static_cast<int64_t>(k)][1].item<double>(),
-                    results[static_cast<int64_t>(k)][2].item<double>()};
-    if (pairs[k].intra) {
-      intra[pairs[k].config_a] = r;
-    } else {
-      by_config[{pairs[k].config_a, pairs[k].config_b}] = r;
-      by_config[{pairs[k].config_b, pairs[k].config_a}] = r;
-    }
-  }
-  std::vector<ProfileLink> links;
-  for (size_t a = 0; a < cluster.nodes.size(); ++a)
-    for (size_t b = a; b < cluster.nodes.size(); ++b) {
-      Figures r;
-      if (a == b) {
-        auto it = intra.find(config_of_node[a]);
-        if (it == intra.end()) continue;  // one device: no link inside
-        r = it->second;
-      } else {
-        r = by_config.at({config_of_node[a], config_of_node[b]});
-      }
-      links.push_back({cluster.nodes[a].name, cluster.nodes[b].name, r[0], r[1], r[2]});
-    }
-  return links;
+  return NodeLinks(cluster, pairs, config_of_node, results);
 }
 
 }  // namespace motley

@@ -72,16 +72,18 @@ std::set<std::string> RankParameterNames(const Schedule& schedule, int rank, Lla
   return names;
 }
 
-Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, const Cluster& cluster,
-                                                   LlamaModel model, Communicator* comm,
-                                                   const ExecutorConfig& config) {
-  const int world = comm->world_size();
+namespace {
+
+// What the runtime cannot run, said before anything is built: a plan for another number of
+// processes, tensor parallelism the model does not split, offload without recomputation, tied
+// groups that disagree, a straggler on a rank that does not exist.
+Status CheckRunnable(const Schedule& schedule, const ModelSpec& spec, int world,
+                     const ExecutorConfig& config) {
   if (static_cast<int>(schedule.programs.size()) != world)
     return Status::InvalidArgument(
         fmt::format("the plan has {} devices but {} processes were started; launch one "
                     "process per device (motley launch --nproc {})",
                     schedule.programs.size(), world, schedule.programs.size()));
-  const ModelSpec& spec = model->spec();
   for (const ScheduleMinistage& m : schedule.ministages)
     if (m.tp_degree > 1) {
       if (Status s = CheckTensorParallelDegree(spec, m.tp_degree); !s.ok())
@@ -103,6 +105,16 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
           "[[emulation.stragglers]] names rank {} but the run has {} ranks (0..{}); name one of them", s.rank,
           world, world - 1));
 
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, const Cluster& cluster,
+                                                   LlamaModel model, Communicator* comm,
+                                                   const ExecutorConfig& config) {
+  const ModelSpec& spec = model->spec();
+  MOTLEY_RETURN_IF_ERROR(CheckRunnable(schedule, spec, comm->world_size(), config));
   auto ex = std::unique_ptr<Executor>(new Executor());
   ex->schedule_ = schedule;
   ex->cluster_ = &cluster;
