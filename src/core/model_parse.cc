@@ -184,6 +184,106 @@ std::string HfConfigJson(const ModelSpec& m, std::string_view torch_dtype) {
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// A config.json's rope_scaling object (rope_type/type and its keys) into `rs`: the types motley
+// implements (default, linear, dynamic, llama3), each with exactly its keys; anything else refused
+// through `rs_error` (a key, a message).
+void ParseHfRopeScaling(const nlohmann::json& r, RopeScaling& rs,
+                        const std::function<void(std::string_view, const std::string&)>& rs_error) {
+  std::string type;
+  for (const char* key : {"rope_type", "type"}) {
+    auto t = r.find(key);
+    if (t == r.end()) continue;
+    if (!t->is_string()) {
+      rs_error(key, fmt::format("{} {}: expected a string; {}", key, t->dump(), kRopeTypesSupported));
+    } else if (!type.empty() && t->get<std::string>() != type) {
+      rs_error(key, fmt::format("\"type\" and \"rope_type\" disagree (\"{}\" and \"{}\")", type,
+                                t->get<std::string>()));
+    } else {
+      type = t->get<std::string>();
+    }
+  }
+  using Type = RopeScaling::Type;
+  std::vector<std::string> keys = {"rope_type", "type"};
+  if (type == "default") {
+    rs.type = Type::kNone;
+  } else if (type == "linear" || type == "dynamic") {
+    rs.type = type == "linear" ? Type::kLinear : Type::kDynamic;
+    keys.push_back("factor");
+  } else if (type == "llama3") {
+    rs.type = Type::kLlama3;
+    keys.insert(keys.end(),
+                {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  } else if (type.empty()) {
+    rs_error("rope_scaling", fmt::format("names no rope_type; {}", kRopeTypesSupported));
+  } else {
+    rs_error(r.contains("rope_type") ? "rope_type" : "type",
+             fmt::format("rope type \"{}\" is not implemented; {}", type, kRopeTypesSupported));
+  }
+  if (!type.empty() && type != "default" && (type == "linear" || type == "dynamic" || type == "llama3")) {
+    auto number = [&](const char* key, double* out) {
+      auto v = r.find(key);
+      if (v == r.end() || v->is_null())
+        rs_error(key, fmt::format("a {} scaling needs \"{}\"", type, key));
+      else if (!v->is_number())
+        rs_error(key, fmt::format("{} {}: expected a number", key, v->dump()));
+      else
+        *out = v->get<double>();
+    };
+    number("factor", &rs.factor);
+    if (rs.type == Type::kLlama3) {
+      number("low_freq_factor", &rs.low_freq_factor);
+      number("high_freq_factor", &rs.high_freq_factor);
+      double original = 0;
+      number("original_max_position_embeddings", &original);
+      rs.original_max_position_embeddings = static_cast<int64_t>(original);
+      if (original != static_cast<double>(rs.original_max_position_embeddings))
+        rs_error("original_max_position_embeddings", "expected an integer");
+    }
+    // A key motley does not know may change the math (attention_factor, beta_fast, ...): refused.
+    for (const auto& [key, value] : r.items()) {
+      if (std::find(keys.begin(), keys.end(), key) != keys.end() || value.is_null()) continue;
+      rs_error(key, fmt::format("\"{}\" is not part of a {} scaling as motley implements it (its keys: {}); "
+                                "remove it or use a model whose config does without",
+                                key, type, fmt::join(keys, ", ")));
+    }
+    CheckRopeScaling(
+        rs, [](std::string_view k) { return std::string(k); }, rs_error);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The fields of a config.json whose other values change the math motley runs: biases, another
+// activation, dropout; each refused through `error` (a key, a message), naming what is supported.
+void RefuseUnsupportedFields(const nlohmann::json& j,
+                             const std::function<void(std::string_view, const std::string&)>& error) {
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) continue;
+    error(key,
+          fmt::format("{} {}: motley's Llama has no biases in its {} projections; it supports {} = false",
+                      key, it->dump(), std::string_view(key) == "mlp_bias" ? "MLP" : "attention", key));
+  }
+  if (auto it = j.find("hidden_act"); it != j.end() && !it->is_null()) {
+    const bool silu =
+        it->is_string() && (it->get<std::string>() == "silu" || it->get<std::string>() == "swish");
+    if (!silu)
+      error("hidden_act",
+            fmt::format("{}: motley's Llama MLP is SwiGLU; it supports hidden_act \"silu\"", it->dump()));
+  }
+  if (auto it = j.find("attention_dropout"); it != j.end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() != 0.0)
+      error("attention_dropout",
+            fmt::format("{}: motley trains without dropout; it supports attention_dropout 0.0", it->dump()));
+  }
+}
+
+}  // namespace
+
 Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& file) {
   MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, file));
   if (!j.is_object()) return Status::InvalidArgument(fmt::format("{}: error: expected a JSON object", file));
@@ -263,94 +363,14 @@ Result<ModelSpec> ParseHfConfigJson(std::string_view text, const std::string& fi
   }
   // Every other field that changes the math is honoured (rope_scaling) or refused, naming what
   // motley supports: a model trained or evaluated here is the model the file describes.
-  for (const char* key : {"attention_bias", "mlp_bias"}) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) continue;
-    error(key,
-          fmt::format("{} {}: motley's Llama has no biases in its {} projections; it supports {} = false",
-                      key, it->dump(), std::string_view(key) == "mlp_bias" ? "MLP" : "attention", key));
-  }
-  if (auto it = j.find("hidden_act"); it != j.end() && !it->is_null()) {
-    const bool silu =
-        it->is_string() && (it->get<std::string>() == "silu" || it->get<std::string>() == "swish");
-    if (!silu)
-      error("hidden_act",
-            fmt::format("{}: motley's Llama MLP is SwiGLU; it supports hidden_act \"silu\"", it->dump()));
-  }
-  if (auto it = j.find("attention_dropout"); it != j.end() && !it->is_null()) {
-    if (!it->is_number() || it->get<double>() != 0.0)
-      error("attention_dropout",
-            fmt::format("{}: motley trains without dropout; it supports attention_dropout 0.0", it->dump()));
-  }
+  RefuseUnsupportedFields(j, error);
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
-    auto rs_error = [&](std::string_view key, const std::string& msg) { error(key, "rope_scaling: " + msg); };
-    if (!it->is_object()) {
+    if (!it->is_object())
       error("rope_scaling", fmt::format("expected an object or null, got {}", it->dump()));
-    } else {
-      const nlohmann::json& r = *it;
-      std::string type;
-      for (const char* key : {"rope_type", "type"}) {
-        auto t = r.find(key);
-        if (t == r.end()) continue;
-        if (!t->is_string()) {
-          rs_error(key, fmt::format("{} {}: expected a string; {}", key, t->dump(), kRopeTypesSupported));
-        } else if (!type.empty() && t->get<std::string>() != type) {
-          rs_error(key, fmt::format("\"type\" and \"rope_type\" disagree (\"{}\" and \"{}\")", type,
-                                    t->get<std::string>()));
-        } else {
-          type = t->get<std::string>();
-        }
-      }
-      RopeScaling& rs = m.rope_scaling;
-      using Type = RopeScaling::Type;
-      std::vector<std::string> keys = {"rope_type", "type"};
-      if (type == "default") {
-        rs.type = Type::kNone;
-      } else if (type == "linear" || type == "dynamic") {
-        rs.type = type == "linear" ? Type::kLinear : Type::kDynamic;
-        keys.push_back("factor");
-      } else if (type == "llama3") {
-        rs.type = Type::kLlama3;
-        keys.insert(keys.end(),
-                    {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
-      } else if (type.empty()) {
-        rs_error("rope_scaling", fmt::format("names no rope_type; {}", kRopeTypesSupported));
-      } else {
-        rs_error(r.contains("rope_type") ? "rope_type" : "type",
-                 fmt::format("rope type \"{}\" is not implemented; {}", type, kRopeTypesSupported));
-      }
-      if (!type.empty() && type != "default" && (type == "linear" || type == "dynamic" || type == "llama3")) {
-        auto number = [&](const char* key, double* out) {
-          auto v = r.find(key);
-          if (v == r.end() || v->is_null())
-            rs_error(key, fmt::format("a {} scaling needs \"{}\"", type, key));
-          else if (!v->is_number())
-            rs_error(key, fmt::format("{} {}: expected a number", key, v->dump()));
-          else
-            *out = v->get<double>();
-        };
-        number("factor", &rs.factor);
-        if (rs.type == Type::kLlama3) {
-          number("low_freq_factor", &rs.low_freq_factor);
-          number("high_freq_factor", &rs.high_freq_factor);
-          double original = 0;
-          number("original_max_position_embeddings", &original);
-          rs.original_max_position_embeddings = static_cast<int64_t>(original);
-          if (original != static_cast<double>(rs.original_max_position_embeddings))
-            rs_error("original_max_position_embeddings", "expected an integer");
-        }
-        // A key motley does not know may change the math (attention_factor, beta_fast, ...): refused.
-        for (const auto& [key, value] : r.items()) {
-          if (std::find(keys.begin(), keys.end(), key) != keys.end() || value.is_null()) continue;
-          rs_error(key,
-                   fmt::format("\"{}\" is not part of a {} scaling as motley implements it (its keys: {}); "
-                               "remove it or use a model whose config does without",
-                               key, type, fmt::join(keys, ", ")));
-        }
-        CheckRopeScaling(
-            rs, [](std::string_view k) { return std::string(k); }, rs_error);
-      }
-    }
+    else
+      ParseHfRopeScaling(*it, m.rope_scaling, [&](std::string_view key, const std::string& msg) {
+        error(key, "rope_scaling: " + msg);
+      });
   }
   if (auto v = get_int("head_dim", kMaxHidden, false);
       v && m.num_heads > 0 && m.hidden_size > 0 && *v * m.num_heads != m.hidden_size) {

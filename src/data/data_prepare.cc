@@ -108,24 +108,49 @@ bool IsJsonl(const std::string& path) {
 // The largest document read whole (a tokenizer.json tokenizer encodes each document at once).
 constexpr int64_t kMaxDocumentBytes = int64_t{1} << 31;
 
-}  // namespace
+// Why a JSON line holds no document under `field` ("" when it does).
+std::string JsonlLineProblem(const nlohmann::json& j, const std::string& field) {
+  if (j.is_discarded()) return "not valid JSON";
+  if (!j.is_object()) return fmt::format("expected a JSON object with a \"{}\" field", field);
+  if (!j.contains(field))
+    return fmt::format("no \"{}\" field (give the field that holds the text with --text-field)", field);
+  if (!j[field].is_string()) return fmt::format("\"{}\" is not a string", field);
+  return "";
+}
 
-Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenizer& tokenizer,
-                                   const std::function<void(const PrepareProgress&)>& progress) {
+// data.json: what the shards hold and how they were made.
+Status WriteManifest(const PrepareSummary& summary, const std::vector<std::string>& names,
+                     const Tokenizer& tokenizer, const std::vector<std::string>& inputs) {
+  nlohmann::json manifest = {{"format", "motley-data-1"},
+                             {"tokenizer", tokenizer.name()},
+                             {"vocab_size", tokenizer.vocab_size()},
+                             {"train_files", names},
+                             {"train_tokens", summary.train_tokens},
+                             {"validation_file", "val.bin"},
+                             {"validation_tokens", summary.validation_tokens},
+                             {"documents", summary.documents},
+                             {"inputs", inputs}};
+  if (!tokenizer.hash().empty()) manifest["tokenizer_hash"] = tokenizer.hash();
+  if (summary.skipped_lines > 0) manifest["skipped_lines"] = summary.skipped_lines;
+  return AtomicWriteFile(summary.manifest_file, manifest.dump(2) + "\n");
+}
+
+// The options checked, the input files found (folders expanded) with their total size, and the
+// output folder made.
+Result<std::vector<std::string>> CheckInputsAndOutput(const PrepareOptions& options, int64_t* bytes_total) {
   if (options.inputs.empty()) return Status::InvalidArgument("no input files: give --input TEXT_FILE...");
   if (!(options.validation_fraction >= 0 && options.validation_fraction < 1))
     return Status::InvalidArgument(
         fmt::format("--validation-fraction {} must be in [0, 1)", options.validation_fraction));
-  PrepareProgress p;
   if (options.shard_tokens < 1)
     return Status::InvalidArgument(
         fmt::format("shard_tokens must be at least 1, got {}", options.shard_tokens));
   MOTLEY_ASSIGN_OR_RETURN(const std::vector<std::string> inputs, ExpandInputFiles(options.inputs));
   for (const std::string& in : inputs) {
     std::error_code ec;
-    p.bytes_total += static_cast<int64_t>(fs::file_size(in, ec));
+    *bytes_total += static_cast<int64_t>(fs::file_size(in, ec));
   }
-  if (p.bytes_total == 0)
+  if (*bytes_total == 0)
     return Status::InvalidArgument(
         fmt::format("{}: empty: there is no text to train on; give text files to --input",
                     fmt::join(options.inputs, ", ")));
@@ -134,7 +159,17 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
   if (ec)
     return Status::IoError(
         fmt::format("{}: cannot create the output directory: {}", options.output_dir, ec.message()));
+  return inputs;
+}
 
+}  // namespace
+
+Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenizer& tokenizer,
+                                   const std::function<void(const PrepareProgress&)>& progress) {
+  PrepareProgress p;
+  MOTLEY_ASSIGN_OR_RETURN(const std::vector<std::string> inputs,
+                          CheckInputsAndOutput(options, &p.bytes_total));
+  std::error_code ec;
   const int64_t vocab = tokenizer.vocab_size();
   ShardedWriter train(options.output_dir, vocab, options.shard_tokens);
   PrepareSummary summary;
@@ -175,18 +210,8 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
           report(bytes);
           continue;
         }
-        std::string problem;
-        nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (j.is_discarded()) {
-          problem = "not valid JSON";
-        } else if (!j.is_object()) {
-          problem = fmt::format("expected a JSON object with a \"{}\" field", options.text_field);
-        } else if (!j.contains(options.text_field)) {
-          problem = fmt::format("no \"{}\" field (give the field that holds the text with --text-field)",
-                                options.text_field);
-        } else if (!j[options.text_field].is_string()) {
-          problem = fmt::format("\"{}\" is not a string", options.text_field);
-        }
+        const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        const std::string problem = JsonlLineProblem(j, options.text_field);
         if (!problem.empty()) {
           if (!options.skip_bad_lines)
             return Status::InvalidArgument(fmt::format(
@@ -248,19 +273,8 @@ Result<PrepareSummary> PrepareData(const PrepareOptions& options, const Tokenize
   MOTLEY_RETURN_IF_ERROR(val.Finish());
   for (const auto& n : names) summary.train_files.push_back((fs::path(options.output_dir) / n).string());
 
-  nlohmann::json manifest = {{"format", "motley-data-1"},
-                             {"tokenizer", tokenizer.name()},
-                             {"vocab_size", vocab},
-                             {"train_files", names},
-                             {"train_tokens", summary.train_tokens},
-                             {"validation_file", "val.bin"},
-                             {"validation_tokens", summary.validation_tokens},
-                             {"documents", summary.documents},
-                             {"inputs", options.inputs}};
-  if (!tokenizer.hash().empty()) manifest["tokenizer_hash"] = tokenizer.hash();
-  if (summary.skipped_lines > 0) manifest["skipped_lines"] = summary.skipped_lines;
   summary.manifest_file = (fs::path(options.output_dir) / "data.json").string();
-  MOTLEY_RETURN_IF_ERROR(AtomicWriteFile(summary.manifest_file, manifest.dump(2) + "\n"));
+  MOTLEY_RETURN_IF_ERROR(WriteManifest(summary, names, tokenizer, options.inputs));
   return summary;
 }
 
