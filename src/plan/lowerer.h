@@ -161,6 +161,27 @@ class Lowerer {
   int NewCollective(OpKind kind, const std::vector<int>& ranks, double bytes);
   /// Emits one task on one rank of the tensor-parallel run that executes it.
   void EmitTaskOnRank(const Task& t, int rank, int tp_index);
+  /// One task on one rank (lower_task.cc): ministage v, microbatch m, rank r, index k in its run.
+  struct TaskOnRank {
+    int v = 0;
+    int64_t m = 0;
+    int r = 0;
+    int k = 0;
+    int tp = 1;
+    double act = 0;   // the boundary activation's bytes
+    int64_t key = 0;  // (v, m) in the per-task tables
+  };
+  Op TaskOp(const TaskOnRank& c, OpKind kind, Stream stream) const;
+  /// The rank of ministage `other_v`'s run that exchanges with this one, and those this one sends
+  /// to; whether the rank runs `other_v` itself (the boundary stays here).
+  int PeerIn(const TaskOnRank& c, int other_v) const;
+  std::vector<int> PeersOut(const TaskOnRank& c, int other_v) const;
+  bool KeptHere(const TaskOnRank& c, int other_v) const;
+  void EmitTensorParallelAllReduce(const TaskOnRank& c, int compute_op);
+  /// Sends compute op `after`'s boundary (`kind` of ministage `other_v`) to every peer of its run.
+  void EmitSends(const TaskOnRank& c, int other_v, bool backward, BufferKind kind, int after);
+  void EmitForwardOnRank(const TaskOnRank& c, std::vector<int32_t> deps);
+  void EmitBackwardOnRank(const TaskOnRank& c, std::vector<int32_t> deps);
   std::vector<int> EmitCollective(OpKind kind, int g, int v, double bytes);
   void EmitTask(const Task& t);
   /// `continuation`: the backward visit right after the forward visit of the same ministage; its

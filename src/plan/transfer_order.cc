@@ -33,17 +33,24 @@ struct RankQueues {
   std::vector<bool> started, done;
 };
 
-}  // namespace
-
-std::string CheckTransferOrder(const Schedule& s) {
-  const int num_ranks = static_cast<int>(s.programs.size());
-  std::vector<RankQueues> q(num_ranks);
+// The check's state: each rank's queues, and the collectives' members and progress.
+struct TransferCheck {
+  const Schedule& s;
+  int num_ranks = 0;
+  std::vector<RankQueues> q;
   // Collectives: their group's communicator, by member set.
   std::map<std::vector<int32_t>, int> group_of_members;
   // (rank, collective) -> op; collective -> members that have started it.
-  std::vector<std::map<int, int>> collective_op(s.collectives.size());
-  std::vector<int> collective_started(s.collectives.size(), 0);
+  std::vector<std::map<int, int>> collective_op;
+  std::vector<int> collective_started;
+};
 
+void SortOntoStreams(TransferCheck& c) {
+  const Schedule& s = c.s;
+  const int num_ranks = c.num_ranks;
+  auto& q = c.q;
+  auto& group_of_members = c.group_of_members;
+  auto& collective_op = c.collective_op;
   // Sort each rank's ops onto streams: compute (with the tensor-parallel all-reduces, which run
   // inside the compute ops, and a group of one's collectives, which are local copies), one per
   // peer for send/recv, one per group for collectives, one per copy direction and lane.
@@ -94,8 +101,14 @@ std::string CheckTransferOrder(const Schedule& s) {
     }
     rq.head.assign(rq.queues.size(), 0);
   }
+}
 
-  // Matching by order: a's k-th send to b meets b's k-th receive from a.
+// Point to point, by order: a's k-th send to b meets b's k-th receive from a. "" when every
+// transfer meets its partner, else why not.
+std::string MatchTransfers(TransferCheck& c) {
+  const Schedule& s = c.s;
+  const int num_ranks = c.num_ranks;
+  auto& q = c.q;
   for (int a = 0; a < num_ranks; ++a) {
     std::map<int, std::vector<int>> sends;  // peer -> ops
     for (size_t i = 0; i < s.programs[a].ops.size(); ++i)
@@ -130,6 +143,14 @@ std::string CheckTransferOrder(const Schedule& s) {
       if (s.programs[r].ops[i].kind == OpKind::kRecv && q[r].partner_op[i] < 0)
         return fmt::format("rank {}'s {} has no matching send", r, Describe(s, r, static_cast<int>(i)));
 
+  return "";
+}
+
+std::string MatchCollectives(const TransferCheck& c) {
+  const Schedule& s = c.s;
+  const int num_ranks = c.num_ranks;
+  const auto& q = c.q;
+  const auto& collective_op = c.collective_op;
   // Matching of collectives: each group's members issue its collectives in the same order.
   for (int r = 0; r < num_ranks; ++r) {
     for (size_t qi = 1; qi < q[r].queues.size(); ++qi) {
@@ -153,6 +174,15 @@ std::string CheckTransferOrder(const Schedule& s) {
     }
   }
 
+  return "";
+}
+
+void Replay(TransferCheck& c) {
+  const Schedule& s = c.s;
+  const int num_ranks = c.num_ranks;
+  auto& q = c.q;
+  auto& collective_op = c.collective_op;
+  auto& collective_started = c.collective_started;
   // Replay: every op takes no time; an op starts when its dependencies are done, the op before it
   // on its stream is done and (for a communication) the compute queued before it is done. A rank
   // is looked at again whenever one of its ops finishes.
@@ -200,7 +230,13 @@ std::string CheckTransferOrder(const Schedule& s) {
       }
     }
   }
+}
 
+// The ranks whose programs did not finish (the first four: their first op left, and what holds it).
+std::string DescribeStuck(const TransferCheck& c) {
+  const Schedule& s = c.s;
+  const int num_ranks = c.num_ranks;
+  const auto& q = c.q;
   std::string stuck;
   int stuck_ranks = 0;
   for (int r = 0; r < num_ranks; ++r) {
@@ -226,6 +262,20 @@ std::string CheckTransferOrder(const Schedule& s) {
   }
   if (stuck_ranks == 0) return "";
   return fmt::format("matched in order, {} ranks would wait for each other forever:{}", stuck_ranks, stuck);
+}
+
+}  // namespace
+
+std::string CheckTransferOrder(const Schedule& s) {
+  TransferCheck c{s, static_cast<int>(s.programs.size()), {}, {}, {}, {}};
+  c.q.resize(c.num_ranks);
+  c.collective_op.resize(s.collectives.size());
+  c.collective_started.assign(s.collectives.size(), 0);
+  SortOntoStreams(c);
+  if (std::string why = MatchTransfers(c); !why.empty()) return why;
+  if (std::string why = MatchCollectives(c); !why.empty()) return why;
+  Replay(c);
+  return DescribeStuck(c);
 }
 
 }  // namespace motley

@@ -122,24 +122,13 @@ class BackgroundLoad {
   std::vector<std::thread> threads_;
 };
 
-}  // namespace
-
-Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const ModelSpec& model,
-                                       int64_t seq_len, Precision precision, int64_t memory_bytes,
-                                       const LayerProfilerConfig& config, const ProfileMemoryContext& memory,
-                                       const std::function<void(const std::string&)>& progress) {
-  auto say = [&](const std::string& s) {
-    if (progress) progress(s);
-  };
-  ProfileEntry e;
-  e.device_type = device_type;
-  e.model = model.name;
-  e.hidden_size = model.hidden_size;
-  e.seq_len = seq_len;
-  e.precision = precision;
-  e.backward_includes_recompute = true;
-  // Measured limits: the least any plan needs (the pieces alone), then the whole model's
-  // data-parallel step at each ZeRO stage over the cluster's devices (memory_probe.h).
+// The measured limits (memory_probe.h): the largest microbatch the pieces alone take (the least any
+// plan needs), then the whole model's data-parallel step at each ZeRO stage over the cluster's
+// devices.
+Status ProbeMemoryLimits(const std::string& device_type, const ModelSpec& model, int64_t seq_len,
+                         Precision precision, int64_t memory_bytes, const LayerProfilerConfig& config,
+                         const ProfileMemoryContext& memory,
+                         const std::function<void(const std::string&)>& say, ProfileEntry& e) {
   say(fmt::format("{}: largest microbatch of one layer that fits in {} MiB", device_type,
                   memory_bytes >> 20));
   MemoryProbe probe{&model, seq_len, precision, 0, memory.dp_degree, memory.gloo_reduce_scatter, true};
@@ -165,30 +154,20 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
     }
     e.limits = limits;
   }
+  return Status::Ok();
+}
 
-  const torch::Device d = ProfilingDevice();
-  RankLikeThreads threads(d);
-  // The pieces only (the embedding, one layer, the head): a model larger than the device is
-  // profiled as well as a small one.
-  ModelSpec pieces = model;
-  pieces.num_layers = 1;
-  LlamaModel m(pieces, 1);
-  m->set_precision(precision);
-  m->to(d);
-  const torch::Dtype act = ActivationDtype(precision);
-  const ModelSlice layer{false, 0, 1, false}, head{false, 1, 1, true};
-  const PieceParams piece_params = PieceParamsOf(m);
-  const std::vector<torch::Tensor>& layer_params = piece_params.layer;
-  const std::vector<torch::Tensor>& head_params = piece_params.head;
-  // One tensor-parallel rank's layer, per degree the heads allow: its slices of the weights, the
-  // region's all-reduces left out (the schedule has them as ops of their own).
-  const TensorParallelRegion no_reduce{[](const torch::Tensor& t) { return t; },
-                                       [](const torch::Tensor& t) { return t; }, nullptr, -1, nullptr};
-  struct TpLayer {
-    int tp = 0;
-    LlamaModel model{nullptr};
-    std::vector<torch::Tensor> params, grads;
-  };
+struct TpLayer {
+  int tp = 0;
+  LlamaModel model{nullptr};
+  std::vector<torch::Tensor> params, grads;
+};
+
+// One tensor-parallel rank's layer per degree the heads allow: its slices of the weights, with
+// `no_reduce` as its region (the schedule has the all-reduces as ops of their own).
+std::vector<TpLayer> TensorParallelLayers(const ModelSpec& model, const ModelSpec& pieces,
+                                          Precision precision, const LayerProfilerConfig& config,
+                                          const torch::Device& d, const TensorParallelRegion& no_reduce) {
   std::vector<TpLayer> tp_layers;
   for (int tp : config.tp_degrees) {
     if (tp < 2 || !CheckTensorParallelDegree(model, tp).ok()) continue;
@@ -212,33 +191,77 @@ Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const Mod
     t.model->set_tensor_parallel(&no_reduce);
     tp_layers.push_back(std::move(t));
   }
+  return tp_layers;
+}
+
+// AdamW over a million-parameter shard, as the executor's optimizer step runs it: ms per million
+// parameters.
+double TimeOptimizerMsPerMparam(Precision precision, const torch::Device& d,
+                                const LayerProfilerConfig& config) {
+  const int64_t n = 1 << 20;
+  ParamShard shard;
+  shard.name = "profile";
+  const auto master = torch::TensorOptions().dtype(MasterDtype(precision)).device(d);
+  shard.param = torch::randn({n}, master);
+  shard.grad = torch::randn({n}, master);
+  shard.exp_avg = torch::zeros({n}, master);
+  shard.exp_avg_sq = torch::zeros({n}, master);
+  std::vector<ParamShard> shards = {shard};
+  const AdamW adamw(OptimizerConfig{});
+  int64_t step = 0;
+  return TimeMs(
+             [&] {  // the executor's step: the gradient norm, the update, clearing the gradients
+               GradNormSquared(shards);
+               adamw.Step(shards, 1e-4, ++step);
+               shards[0].grad.zero_();
+             },
+             d, config) *
+         1e6 / static_cast<double>(n);
+}
+
+}  // namespace
+
+Result<ProfileEntry> ProfileDeviceType(const std::string& device_type, const ModelSpec& model,
+                                       int64_t seq_len, Precision precision, int64_t memory_bytes,
+                                       const LayerProfilerConfig& config, const ProfileMemoryContext& memory,
+                                       const std::function<void(const std::string&)>& progress) {
+  auto say = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+  ProfileEntry e;
+  e.device_type = device_type;
+  e.model = model.name;
+  e.hidden_size = model.hidden_size;
+  e.seq_len = seq_len;
+  e.precision = precision;
+  e.backward_includes_recompute = true;
+  MOTLEY_RETURN_IF_ERROR(
+      ProbeMemoryLimits(device_type, model, seq_len, precision, memory_bytes, config, memory, say, e));
+
+  const torch::Device d = ProfilingDevice();
+  RankLikeThreads threads(d);
+  // The pieces only (the embedding, one layer, the head): a model larger than the device is
+  // profiled as well as a small one.
+  ModelSpec pieces = model;
+  pieces.num_layers = 1;
+  LlamaModel m(pieces, 1);
+  m->set_precision(precision);
+  m->to(d);
+  const torch::Dtype act = ActivationDtype(precision);
+  const ModelSlice layer{false, 0, 1, false}, head{false, 1, 1, true};
+  const PieceParams piece_params = PieceParamsOf(m);
+  const std::vector<torch::Tensor>& layer_params = piece_params.layer;
+  const std::vector<torch::Tensor>& head_params = piece_params.head;
+  // One tensor-parallel rank's layer, per degree the heads allow: its slices of the weights, the
+  // region's all-reduces left out (the schedule has them as ops of their own).
+  const TensorParallelRegion no_reduce{[](const torch::Tensor& t) { return t; },
+                                       [](const torch::Tensor& t) { return t; }, nullptr, -1, nullptr};
+  std::vector<TpLayer> tp_layers = TensorParallelLayers(model, pieces, precision, config, d, no_reduce);
   std::vector<torch::Tensor> accumulated[2];  // gradient buffers: the layer's, the head's
   for (const auto& p : layer_params) accumulated[0].push_back(torch::zeros_like(p));
   for (const auto& p : head_params) accumulated[1].push_back(torch::zeros_like(p));
-  {
-    // AdamW over a million-parameter shard, as the executor's optimizer step runs it.
-    say(fmt::format("{}: optimizer step", device_type));
-    const int64_t n = 1 << 20;
-    ParamShard shard;
-    shard.name = "profile";
-    const auto master = torch::TensorOptions().dtype(MasterDtype(precision)).device(d);
-    shard.param = torch::randn({n}, master);
-    shard.grad = torch::randn({n}, master);
-    shard.exp_avg = torch::zeros({n}, master);
-    shard.exp_avg_sq = torch::zeros({n}, master);
-    std::vector<ParamShard> shards = {shard};
-    const AdamW adamw(OptimizerConfig{});
-    int64_t step = 0;
-    e.optimizer_ms_per_mparam =
-        TimeMs(
-            [&] {  // the executor's step: the gradient norm, the update, clearing the gradients
-              GradNormSquared(shards);
-              adamw.Step(shards, 1e-4, ++step);
-              shards[0].grad.zero_();
-            },
-            d, config) *
-        1e6 / static_cast<double>(n);
-  }
+  say(fmt::format("{}: optimizer step", device_type));
+  e.optimizer_ms_per_mparam = TimeOptimizerMsPerMparam(precision, d, config);
   for (int64_t mb : config.microbatches) {
     if (mb > e.max_microbatch) break;
     say(fmt::format("{}: layer and head at microbatch {}", device_type, mb));

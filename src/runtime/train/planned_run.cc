@@ -165,13 +165,30 @@ Result<std::unique_ptr<PlannedRun>> PlannedRun::Start(const JobSpec& job, const 
 }
 
 Status PlannedRun::SetUp(TrainObserver* observer) {
+  const TrainingConfig& tc = job_.training;
+  total_steps_ = options_.steps > 0 ? options_.steps : tc.steps;
+  at::set_num_threads(options_.threads > 0 ? options_.threads : 1);
+  MemoryLedger& ledger = MemoryLedger::Install();  // counts every tensor from here on
+  torch::Device rank_device(torch::kCPU);
+  MOTLEY_RETURN_IF_ERROR(ConnectToPlan(observer, &rank_device));
+  const std::string job_dir = job_.file.empty() ? "" : fs::path(job_.file).parent_path().string();
+  MOTLEY_ASSIGN_OR_RETURN(TrainingData data,
+                          OpenTrainingData(job_.data, job_dir, job_.model.vocab_size, tc.seq_len));
+  data_ = std::make_unique<TrainingData>(std::move(data));
+  TrainerState loaded;
+  MOTLEY_RETURN_IF_ERROR(BuildExecutor(rank_device, ledger, &loaded));
+  const std::string metrics_path = options_.metrics_path.empty()
+                                       ? (fs::path(job_.checkpoint.dir) / "metrics.jsonl").string()
+                                       : options_.metrics_path;
+  MOTLEY_RETURN_IF_ERROR(OpenOutputs(metrics_path));
+  return BeginRun(loaded, rank_device, metrics_path);
+}
+
+// The plan loaded and lowered, this rank's place in it found and checked, its device chosen and the
+// ranks connected.
+Status PlannedRun::ConnectToPlan(TrainObserver* observer, torch::Device* device) {
   const JobSpec& job = job_;
   const TrainOptions& options = options_;
-  const TrainingConfig& tc = job.training;
-  total_steps_ = options.steps > 0 ? options.steps : tc.steps;
-  at::set_num_threads(options.threads > 0 ? options.threads : 1);
-  MemoryLedger& ledger = MemoryLedger::Install();  // counts every tensor from here on
-
   MOTLEY_ASSIGN_OR_RETURN(plan_, LoadPlanFile(options.plan_path));
   MOTLEY_RETURN_IF_ERROR(TakeUpResumedPlan());
   MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan_, job, options.plan_path));
@@ -189,6 +206,7 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   // else by the launcher's order. A rank on the wrong host stops here, before any step.
   MOTLEY_ASSIGN_OR_RETURN(rv.rank, PlanRankOnHost(schedule_, job.cluster, rv, FindThisHost()));
   MOTLEY_ASSIGN_OR_RETURN(torch::Device rank_device, RankDevice(options.device, rv));
+  *device = rank_device;
   SetCurrentDevice(rank_device);
   if (rank_device.is_cuda() && !job.cluster.emulated()) {  // the GPU is the kind the plan made this part for
     const GpuIdentity gpu = IdentifyGpu(rank_device);
@@ -202,11 +220,16 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   if (observer != nullptr && lead_) observer_ = observer;
   if (lead_ && !resumed_plan_note_.empty()) fmt::print("{}\n", resumed_plan_note_);
 
-  const std::string job_dir = job.file.empty() ? "" : fs::path(job.file).parent_path().string();
-  MOTLEY_ASSIGN_OR_RETURN(TrainingData data,
-                          OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
-  data_ = std::make_unique<TrainingData>(std::move(data));
+  return Status::Ok();
+}
 
+// This rank's part of the model (drawn from the seed, or loaded: only the tensors it holds) and
+// the executor that runs its program; a resumed run's state into `loaded`.
+Status PlannedRun::BuildExecutor(const torch::Device& rank_device, MemoryLedger& ledger, TrainerState* out) {
+  const JobSpec& job = job_;
+  const TrainOptions& options = options_;
+  const TrainingConfig& tc = job.training;
+  TrainerState& loaded = *out;
   // A rank that loads its weights (a Hugging Face folder, a checkpoint) makes only the parameters
   // its part of the plan holds; a fresh run draws the whole model from the seed on every rank, so
   // that each part is what one process draws.
@@ -244,7 +267,6 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   executor_config_ = config;
   // Resuming: every rank reads the checkpoint (the weights before its ministages are cut out,
   // the moments after) — the same files a single-process run writes and reads.
-  TrainerState loaded;
   std::map<std::string, torch::Tensor> exp_avg, exp_avg_sq;
   std::string dir;  // the checkpoint it resumes from
   if (!options.resume.empty()) {
@@ -294,9 +316,14 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
         fmt::format("rank {} (device {} of {}, emulated)", comm_->rank(), device, job.cluster.name));
   }
 
-  const std::string metrics_path = options.metrics_path.empty()
-                                       ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string()
-                                       : options.metrics_path;
+  return Status::Ok();
+}
+
+// Every rank's checkpoint folder checked writable; rank 0 takes the run folder and opens the
+// metrics.
+Status PlannedRun::OpenOutputs(const std::string& metrics_path) {
+  const JobSpec& job = job_;
+  const TrainOptions& options = options_;
   // Every rank writes its part of a sharded checkpoint: one on a host that cannot write the folder
   // stops now, named, not at the first save.
   if ((options.checkpoint_at_end || job.checkpoint.interval_steps > 0) && job.checkpoint.format == "sharded")
@@ -311,6 +338,15 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
         metrics_.Open(metrics_path, !options.resume.empty() || options.metrics_append, options.overwrite));
   }
 
+  return Status::Ok();
+}
+
+// The start announced, and the run's state from where it starts.
+Status PlannedRun::BeginRun(const TrainerState& loaded, const torch::Device& rank_device,
+                            const std::string& metrics_path) {
+  const JobSpec& job = job_;
+  const TrainOptions& options = options_;
+  const TrainingConfig& tc = job.training;
   tokens_per_step_ = tc.global_batch_sequences * tc.seq_len;
   TrainStart start;
   start.device =

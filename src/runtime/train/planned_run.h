@@ -25,6 +25,8 @@
 
 namespace motley {
 
+class MemoryLedger;  // runtime/emulation/memory_ledger.h
+
 class PlannedRun {
  public:
   using Clock = std::chrono::steady_clock;
@@ -55,7 +57,11 @@ class PlannedRun {
 
  private:
   PlannedRun(const JobSpec& job, const TrainOptions& options) : job_(job), options_(options) {}
-  Status SetUp(TrainObserver* observer);
+  Status SetUp(TrainObserver* observer);  // its phases:
+  Status ConnectToPlan(TrainObserver* observer, torch::Device* device);
+  Status BuildExecutor(const torch::Device& device, MemoryLedger& ledger, TrainerState* loaded);
+  Status OpenOutputs(const std::string& metrics_path);
+  Status BeginRun(const TrainerState& loaded, const torch::Device& device, const std::string& metrics_path);
   Status Record(const StepInputs& in, const RankStepReport& report, const std::vector<RankStepTimes>& ranks);
   // Live rebalancing ([straggler_detection] rebalance).
   Status Rebalance(const std::vector<StragglerMonitor::Change>& changes);
