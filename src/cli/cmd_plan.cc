@@ -53,6 +53,93 @@ std::string TensorParallelWhy(const StrategyOutcome& chosen, const std::vector<S
                      FormatDuration(best->evaluation.step_time_s));
 }
 
+// --compare: one row per strategy (with tensor parallelism's and FlexTP's columns when some plan has
+// a team or a straggler was given), and with --explain each strategy's reasons.
+void PrintComparison(const PlanAnswer& a, bool explain) {
+  const std::vector<StrategyOutcome>& rows = a.rows;
+  const int64_t tokens = a.query.global_batch_tokens;
+  const bool tp_columns = !a.flextp.empty();
+  std::vector<std::string> header = {"strategy", "step", "tokens/s", "TFLOPS", "HFU"};
+  if (tp_columns) header.insert(header.end(), {"TP", "FlexTP", "straggling step"});
+  header.push_back("memory");
+  TablePrinter t(header);
+  t.AlignRight(tp_columns ? std::vector<size_t>{1, 2, 3, 4, 7} : std::vector<size_t>{1, 2, 3, 4});
+  for (const auto& o : rows) {
+    const bool has = !o.plan.groups.empty();
+    std::vector<std::string> row = {o.strategy, has ? FormatDuration(o.evaluation.step_time_s) : "-",
+                                    has ? fmt::format("{:.0f}", tokens / o.evaluation.step_time_s) : "-",
+                                    has ? fmt::format("{:.1f}", o.evaluation.tflops) : "-",
+                                    has ? fmt::format("{:.1f}%", 100 * o.evaluation.hfu) : "-"};
+    if (tp_columns) {
+      const FlexTpChoice* c = a.FlexTpOf(o);
+      row.push_back(has ? TensorParallelColumn(o.plan) : "-");
+      row.push_back(c != nullptr && !c->mode.empty() ? c->mode : "-");
+      row.push_back(c != nullptr ? fmt::format("{} (device {} {:g}x)", FormatDuration(c->straggling_step_s),
+                                               c->probe.device, c->probe.factor)
+                                 : "-");
+    }
+    row.push_back(!has ? "no plan" : o.evaluation.fits_memory ? "fits" : "OOM: " + o.evaluation.oom);
+    t.AddRow(row);
+  }
+  fmt::print("{}\n", t.ToString());
+  if (explain)
+    for (const auto& o : rows)
+      fmt::print("{}: {}\n", o.strategy, o.status.ok() ? o.explain : o.status.message());
+}
+
+// --explain: the memory planned within per device type, what gradient clipping costs the chosen
+// plan, and where the planning's time went.
+void PrintWhereTimeAndMemoryGo(const PlanAnswer& a, bool gradient_clipping) {
+  const Cluster& cluster = *a.cluster;
+  const StrategyOutcome& chosen = a.chosen;
+  const std::vector<StrategyOutcome>& rows = a.rows;
+  {
+    // The memory planned within, per device type: its memory less what CUDA, NCCL and the allocator keep.
+    std::map<std::string, int> seen;
+    for (int d = 0; d < cluster.num_devices(); ++d) {
+      const std::string& type = cluster.spec(d).name;
+      if (seen[type]++ > 0) continue;
+      const double reserve = cluster.reserve_bytes(d);
+      fmt::print("memory: {} — {} usable of {} ({}){}\n", type, FormatBytes(cluster.usable_memory_bytes(d)),
+                 FormatBytes(cluster.memory_bytes(d)),
+                 reserve > 0
+                     ? fmt::format("a {} reserve: {}", FormatBytes(reserve), cluster.spec(d).reserve_source)
+                     : "no reserve: emulated or none given",
+                 "");
+    }
+  }
+  {
+    // What clipping costs this plan: the same plan with its updates after each ministage.
+    Plan other = chosen.plan;
+    other.gradient_clipping = !other.gradient_clipping;
+    Result<PlanEvaluation> e = a.evaluate(other, {});
+    if (e.ok()) {
+      const double with_s = gradient_clipping ? chosen.evaluation.step_time_s : e->step_time_s;
+      const double without_s = gradient_clipping ? e->step_time_s : chosen.evaluation.step_time_s;
+      fmt::print(
+          "gradient clipping: {} (with it every update waits for the global norm): step {} with it, {} "
+          "without ({:+.1f}%){}\n",
+          gradient_clipping ? "on" : "off (--no-gradient-clipping)", FormatDuration(with_s),
+          FormatDuration(without_s), 100 * (with_s / without_s - 1),
+          e->fits_memory
+              ? ""
+              : fmt::format("; {} it, this plan does not fit", gradient_clipping ? "without" : "with"));
+    }
+  }
+  {
+    fmt::print(
+        "planning took {}: {} plans simulated ({} asked for again, {} stopped once slower than the best so "
+        "far), lowering {}, simulating {}",
+        FormatDuration(a.planning_s), a.stats->evaluations, a.stats->cached, a.stats->stopped,
+        FormatDuration(a.stats->lower_s), FormatDuration(a.stats->simulate_s));
+    for (const auto& o : rows)
+      fmt::print("; {} {} ({} in the simulator, {} of {} device subsets)", o.strategy,
+                 FormatDuration(o.plan_s), FormatDuration(o.evaluate_s), o.subsets_planned,
+                 o.subsets_planned + o.subsets_skipped);
+    fmt::print("\n");
+  }
+}
+
 }  // namespace
 
 int RunPlan(const std::vector<std::string>& args) {
@@ -142,36 +229,7 @@ int RunPlan(const std::vector<std::string>& args) {
     fmt::print("{}\n", PlanAnswerJson(a, explain).dump(2));
     return chosen.status.ok() ? kExitOk : kExitFailure;
   }
-  if (query.compare) {
-    // Tensor parallelism and FlexTP's columns when some plan has a team or a straggler was given.
-    const bool tp_columns = !a.flextp.empty();
-    std::vector<std::string> header = {"strategy", "step", "tokens/s", "TFLOPS", "HFU"};
-    if (tp_columns) header.insert(header.end(), {"TP", "FlexTP", "straggling step"});
-    header.push_back("memory");
-    TablePrinter t(header);
-    t.AlignRight(tp_columns ? std::vector<size_t>{1, 2, 3, 4, 7} : std::vector<size_t>{1, 2, 3, 4});
-    for (const auto& o : rows) {
-      const bool has = !o.plan.groups.empty();
-      std::vector<std::string> row = {o.strategy, has ? FormatDuration(o.evaluation.step_time_s) : "-",
-                                      has ? fmt::format("{:.0f}", tokens / o.evaluation.step_time_s) : "-",
-                                      has ? fmt::format("{:.1f}", o.evaluation.tflops) : "-",
-                                      has ? fmt::format("{:.1f}%", 100 * o.evaluation.hfu) : "-"};
-      if (tp_columns) {
-        const FlexTpChoice* c = a.FlexTpOf(o);
-        row.push_back(has ? TensorParallelColumn(o.plan) : "-");
-        row.push_back(c != nullptr && !c->mode.empty() ? c->mode : "-");
-        row.push_back(c != nullptr ? fmt::format("{} (device {} {:g}x)", FormatDuration(c->straggling_step_s),
-                                                 c->probe.device, c->probe.factor)
-                                   : "-");
-      }
-      row.push_back(!has ? "no plan" : o.evaluation.fits_memory ? "fits" : "OOM: " + o.evaluation.oom);
-      t.AddRow(row);
-    }
-    fmt::print("{}\n", t.ToString());
-    if (explain)
-      for (const auto& o : rows)
-        fmt::print("{}: {}\n", o.strategy, o.status.ok() ? o.explain : o.status.message());
-  }
+  if (query.compare) PrintComparison(a, explain);
   if (!chosen.status.ok()) return fail(chosen.status);
   if (!a.precision_reason.empty()) fmt::print("precision: {}\n", a.precision_reason);
   fmt::print("plan: {} on {} ({} devices), {}: {} groups, ZeRO-{}, {} schedule\n", chosen.strategy,
@@ -192,51 +250,7 @@ int RunPlan(const std::vector<std::string>& args) {
                  TensorParallelWhy(chosen, rows, query.compare), c->why);
   }
   if (explain && !query.compare) fmt::print("why: {}\n", chosen.explain);
-  if (explain) {
-    // The memory planned within, per device type: its memory less what CUDA, NCCL and the allocator keep.
-    std::map<std::string, int> seen;
-    for (int d = 0; d < cluster.num_devices(); ++d) {
-      const std::string& type = cluster.spec(d).name;
-      if (seen[type]++ > 0) continue;
-      const double reserve = cluster.reserve_bytes(d);
-      fmt::print("memory: {} — {} usable of {} ({}){}\n", type, FormatBytes(cluster.usable_memory_bytes(d)),
-                 FormatBytes(cluster.memory_bytes(d)),
-                 reserve > 0
-                     ? fmt::format("a {} reserve: {}", FormatBytes(reserve), cluster.spec(d).reserve_source)
-                     : "no reserve: emulated or none given",
-                 "");
-    }
-  }
-  if (explain) {
-    // What clipping costs this plan: the same plan with its updates after each ministage.
-    Plan other = chosen.plan;
-    other.gradient_clipping = !other.gradient_clipping;
-    Result<PlanEvaluation> e = a.evaluate(other, {});
-    if (e.ok()) {
-      const double with_s = query.gradient_clipping ? chosen.evaluation.step_time_s : e->step_time_s;
-      const double without_s = query.gradient_clipping ? e->step_time_s : chosen.evaluation.step_time_s;
-      fmt::print(
-          "gradient clipping: {} (with it every update waits for the global norm): step {} with it, {} "
-          "without ({:+.1f}%){}\n",
-          query.gradient_clipping ? "on" : "off (--no-gradient-clipping)", FormatDuration(with_s),
-          FormatDuration(without_s), 100 * (with_s / without_s - 1),
-          e->fits_memory
-              ? ""
-              : fmt::format("; {} it, this plan does not fit", query.gradient_clipping ? "without" : "with"));
-    }
-  }
-  if (explain) {
-    fmt::print(
-        "planning took {}: {} plans simulated ({} asked for again, {} stopped once slower than the best so "
-        "far), lowering {}, simulating {}",
-        FormatDuration(a.planning_s), a.stats->evaluations, a.stats->cached, a.stats->stopped,
-        FormatDuration(a.stats->lower_s), FormatDuration(a.stats->simulate_s));
-    for (const auto& o : rows)
-      fmt::print("; {} {} ({} in the simulator, {} of {} device subsets)", o.strategy,
-                 FormatDuration(o.plan_s), FormatDuration(o.evaluate_s), o.subsets_planned,
-                 o.subsets_planned + o.subsets_skipped);
-    fmt::print("\n");
-  }
+  if (explain) PrintWhereTimeAndMemoryGo(a, query.gradient_clipping);
   if (!out_path.empty()) fmt::print("written to {}\n", out_path);
   return kExitOk;
 }

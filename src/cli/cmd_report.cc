@@ -45,6 +45,39 @@ Result<RunRecord> ReadRun(const std::string& dir) {
   return run;
 }
 
+// The plan's row beside every strategy's best for the same model, cluster and batch.
+std::vector<CompareRow> CompareEveryStrategy(const PlanInputs& in, const CostModel& costs,
+                                             const Profile* profile, const Schedule& schedule,
+                                             const SimResult& sim) {
+  std::vector<CompareRow> compare;
+  PlanRequest request;
+  request.global_batch_sequences = schedule.global_batch_tokens / in.plan.seq_len;
+  request.seq_len = in.plan.seq_len;
+  request.precision = in.plan.precision;
+  request.activation_checkpointing = in.plan.activation_checkpointing;
+  request.gradient_clipping = in.plan.gradient_clipping;
+  const PlanEvaluator evaluate = SimulationEvaluator(in.cluster, in.model, costs);
+  compare.push_back({"this plan (" + in.plan.strategy + ")", sim.step_time_s, sim.tokens_per_s,
+                     TensorParallelColumn(in.plan), in.plan.flextp_mode.empty() ? "-" : in.plan.flextp_mode,
+                     sim.fits_memory ? "" : "out of memory", true});
+  for (const StrategyOutcome& o :
+       PlanEveryStrategy(in.cluster, in.model, costs, request, evaluate, EveryStrategy::kEachItsBest)) {
+    CompareRow row{o.strategy, -1, 0, "-", "-", o.status.ok() ? o.explain : o.status.message(), false};
+    if (!o.plan.groups.empty() && o.status.ok()) {
+      row.step_s = o.evaluation.step_time_s;
+      row.tokens_per_s = static_cast<double>(schedule.global_batch_tokens) / o.evaluation.step_time_s;
+      row.tensor_parallel = TensorParallelColumn(o.plan);
+      if (row.tensor_parallel != "-") {
+        Result<FlexTpChoice> c =
+            ChooseFlexTpMode(o.plan, in.cluster, in.model, profile, "auto", std::nullopt);
+        if (c.ok()) row.flextp = c->mode;
+      }
+    }
+    compare.push_back(std::move(row));
+  }
+  return compare;
+}
+
 }  // namespace
 
 int RunReport(const std::vector<std::string>& args) {
@@ -150,33 +183,7 @@ int RunReport(const std::vector<std::string>& args) {
 
   // Every strategy for the same model, cluster and batch.
   std::vector<CompareRow> compare;
-  if (!no_compare) {
-    PlanRequest request;
-    request.global_batch_sequences = schedule->global_batch_tokens / in.plan.seq_len;
-    request.seq_len = in.plan.seq_len;
-    request.precision = in.plan.precision;
-    request.activation_checkpointing = in.plan.activation_checkpointing;
-    request.gradient_clipping = in.plan.gradient_clipping;
-    const PlanEvaluator evaluate = SimulationEvaluator(in.cluster, in.model, costs);
-    compare.push_back({"this plan (" + in.plan.strategy + ")", sim->step_time_s, sim->tokens_per_s,
-                       TensorParallelColumn(in.plan), in.plan.flextp_mode.empty() ? "-" : in.plan.flextp_mode,
-                       sim->fits_memory ? "" : "out of memory", true});
-    for (const StrategyOutcome& o :
-         PlanEveryStrategy(in.cluster, in.model, costs, request, evaluate, EveryStrategy::kEachItsBest)) {
-      CompareRow row{o.strategy, -1, 0, "-", "-", o.status.ok() ? o.explain : o.status.message(), false};
-      if (!o.plan.groups.empty() && o.status.ok()) {
-        row.step_s = o.evaluation.step_time_s;
-        row.tokens_per_s = static_cast<double>(schedule->global_batch_tokens) / o.evaluation.step_time_s;
-        row.tensor_parallel = TensorParallelColumn(o.plan);
-        if (row.tensor_parallel != "-") {
-          Result<FlexTpChoice> c = ChooseFlexTpMode(o.plan, in.cluster, in.model,
-                                                    profile ? &*profile : nullptr, "auto", std::nullopt);
-          if (c.ok()) row.flextp = c->mode;
-        }
-      }
-      compare.push_back(std::move(row));
-    }
-  }
+  if (!no_compare) compare = CompareEveryStrategy(in, costs, profile ? &*profile : nullptr, *schedule, *sim);
 
   ReportInputs page;
   page.subject = subject;

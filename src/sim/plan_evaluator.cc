@@ -20,6 +20,88 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// A lower bound of the plan's step from the plan alone: each device's forwards and backwards over
+// its group's layers (no head, no update: less than its compute ops will take), and each group's
+// gradient reduction.
+double LeastStepFromPlanS(const Plan& plan, const ModelSpec& model, const CostModel& costs) {
+  double least_s = 0;
+  for (const GroupPlan& g : plan.groups) {
+    Op pass;
+    pass.layer_begin = 0;
+    pass.layer_end = g.num_layers();  // (compute takes the count of layers, not where they are)
+    pass.tp_degree = g.tp_degree;
+    const size_t tp_size = static_cast<size_t>(std::max(1, g.tp_degree));
+    for (size_t di = 0; di < g.devices.size(); ++di) {
+      const DevicePlan& d = g.devices[di];
+      // A tensor-parallel team's all-reduces block its compute (lower_task.cc): two per layer
+      // in the forward, two in the backward and two more in its recomputed forward.
+      std::vector<int> team;
+      for (size_t k = 0; tp_size > 1 && k < tp_size && di - di % tp_size + k < g.devices.size(); ++k)
+        team.push_back(g.devices[di - di % tp_size + k].device);
+      const double tp_calls = 2.0 * g.num_layers() * (plan.activation_checkpointing ? 3 : 2);
+      double device_s = 0;
+      for (int64_t i = 0; i < d.num_microbatches; ++i) {
+        pass.sequences = d.microbatch_size_at(i);
+        for (OpKind kind : {OpKind::kForward, OpKind::kBackward}) {
+          pass.kind = kind;
+          device_s += costs.ComputeS(d.device, pass);
+        }
+        if (team.size() > 1)
+          device_s +=
+              tp_calls *
+              costs.CollectiveS(OpKind::kAllReduce, team,
+                                static_cast<double>(pass.sequences) * static_cast<double>(plan.seq_len) *
+                                    static_cast<double>(model.hidden_size) * BytesPerElement(plan.precision));
+      }
+      least_s = std::max(least_s, device_s);
+    }
+    // And a group of several replicas synchronises its layers every step, on each rank's
+    // communication stream (one collective at a time): ZeRO-0 all-reduces the gradients;
+    // ZeRO >= 1 reduce-scatters them and all-gathers the updated parameters (ZeRO-3: at
+    // least once). Split into several collectives, each call pays its fixed costs again.
+    const size_t tp = static_cast<size_t>(std::max(1, g.tp_degree));
+    if (g.devices.size() / tp > 1) {
+      std::vector<int> ring;
+      for (size_t i = 0; i < g.devices.size(); i += tp) ring.push_back(g.devices[i].device);
+      const double params = static_cast<double>(g.num_layers()) * static_cast<double>(ParamsPerLayer(model)) /
+                            static_cast<double>(tp);
+      const StateBytesPerParam bytes = StateBytes(plan.precision);
+      least_s =
+          std::max(least_s, plan.zero_stage == 0
+                                ? costs.CollectiveS(OpKind::kAllReduce, ring, params * bytes.grads)
+                                : costs.CollectiveS(OpKind::kReduceScatter, ring, params * bytes.grads) +
+                                      costs.CollectiveS(OpKind::kAllGather, ring, params * bytes.params));
+    }
+  }
+  return least_s;
+}
+
+// The busiest rank's compute in an emitted schedule (its compute ops run one after another, a
+// tensor-parallel team's all-reduces inside them).
+double BusiestComputeS(const Schedule& emitted, const CostModel& costs) {
+  double most_s = 0;
+  std::vector<double> tp_collective_s(emitted.collectives.size(),
+                                      -1);  // a team's all-reduces, once each
+  for (const Program& p : emitted.programs) {
+    double rank_s = 0;
+    for (const Op& op : p.ops) {
+      if (IsCompute(op.kind)) rank_s += costs.ComputeS(p.device, op);
+      // A tensor-parallel team's all-reduces block its compute, as the simulator runs them.
+      if (IsCollective(op.kind) && op.collective >= 0 && emitted.collectives[op.collective].tensor_parallel) {
+        double& c_s = tp_collective_s[op.collective];
+        if (c_s < 0) {
+          const Collective& c = emitted.collectives[op.collective];
+          std::vector<int> devices;
+          for (const int32_t r : c.ranks) devices.push_back(emitted.programs[r].device);
+          c_s = c.calls * costs.CollectiveS(c.kind, devices, c.bytes / std::max(1, c.calls));
+        }
+        rank_s += c_s;
+      }
+    }
+    most_s = std::max(most_s, rank_s);
+  }
+  return most_s;
+}
 }  // namespace
 
 PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model, const CostModel& costs,
@@ -56,55 +138,7 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     // group's layers (no head, no update: less than its compute ops will take), and each group's
     // gradient reduction. A plan that already takes longer is stopped before it is lowered.
     if (std::isfinite(bound.stop_after_s)) {
-      double least_s = 0;
-      for (const GroupPlan& g : plan.groups) {
-        Op pass;
-        pass.layer_begin = 0;
-        pass.layer_end = g.num_layers();  // (compute takes the count of layers, not where they are)
-        pass.tp_degree = g.tp_degree;
-        const size_t tp_size = static_cast<size_t>(std::max(1, g.tp_degree));
-        for (size_t di = 0; di < g.devices.size(); ++di) {
-          const DevicePlan& d = g.devices[di];
-          // A tensor-parallel team's all-reduces block its compute (lower_task.cc): two per layer
-          // in the forward, two in the backward and two more in its recomputed forward.
-          std::vector<int> team;
-          for (size_t k = 0; tp_size > 1 && k < tp_size && di - di % tp_size + k < g.devices.size(); ++k)
-            team.push_back(g.devices[di - di % tp_size + k].device);
-          const double tp_calls = 2.0 * g.num_layers() * (plan.activation_checkpointing ? 3 : 2);
-          double device_s = 0;
-          for (int64_t i = 0; i < d.num_microbatches; ++i) {
-            pass.sequences = d.microbatch_size_at(i);
-            for (OpKind kind : {OpKind::kForward, OpKind::kBackward}) {
-              pass.kind = kind;
-              device_s += costs.ComputeS(d.device, pass);
-            }
-            if (team.size() > 1)
-              device_s += tp_calls *
-                          costs.CollectiveS(
-                              OpKind::kAllReduce, team,
-                              static_cast<double>(pass.sequences) * static_cast<double>(plan.seq_len) *
-                                  static_cast<double>(model.hidden_size) * BytesPerElement(plan.precision));
-          }
-          least_s = std::max(least_s, device_s);
-        }
-        // And a group of several replicas synchronises its layers every step, on each rank's
-        // communication stream (one collective at a time): ZeRO-0 all-reduces the gradients;
-        // ZeRO >= 1 reduce-scatters them and all-gathers the updated parameters (ZeRO-3: at
-        // least once). Split into several collectives, each call pays its fixed costs again.
-        const size_t tp = static_cast<size_t>(std::max(1, g.tp_degree));
-        if (g.devices.size() / tp > 1) {
-          std::vector<int> ring;
-          for (size_t i = 0; i < g.devices.size(); i += tp) ring.push_back(g.devices[i].device);
-          const double params = static_cast<double>(g.num_layers()) *
-                                static_cast<double>(ParamsPerLayer(model)) / static_cast<double>(tp);
-          const StateBytesPerParam bytes = StateBytes(plan.precision);
-          least_s =
-              std::max(least_s, plan.zero_stage == 0
-                                    ? costs.CollectiveS(OpKind::kAllReduce, ring, params * bytes.grads)
-                                    : costs.CollectiveS(OpKind::kReduceScatter, ring, params * bytes.grads) +
-                                          costs.CollectiveS(OpKind::kAllGather, ring, params * bytes.params));
-        }
-      }
+      const double least_s = LeastStepFromPlanS(plan, model, costs);
       if (least_s > bound.stop_after_s * (1 + 1e-9)) {
         PlanEvaluation e;
         e.step_time_s = least_s;
@@ -127,27 +161,7 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     if (std::isfinite(bound.stop_after_s)) {
       lowering.stopped = &stopped_lowering;
       lowering.stop_after_emission = [&](const Schedule& emitted) {
-        std::vector<double> tp_collective_s(emitted.collectives.size(),
-                                            -1);  // a team's all-reduces, once each
-        for (const Program& p : emitted.programs) {
-          double rank_s = 0;
-          for (const Op& op : p.ops) {
-            if (IsCompute(op.kind)) rank_s += costs.ComputeS(p.device, op);
-            // A tensor-parallel team's all-reduces block its compute, as the simulator runs them.
-            if (IsCollective(op.kind) && op.collective >= 0 &&
-                emitted.collectives[op.collective].tensor_parallel) {
-              double& c_s = tp_collective_s[op.collective];
-              if (c_s < 0) {
-                const Collective& c = emitted.collectives[op.collective];
-                std::vector<int> devices;
-                for (const int32_t r : c.ranks) devices.push_back(emitted.programs[r].device);
-                c_s = c.calls * costs.CollectiveS(c.kind, devices, c.bytes / std::max(1, c.calls));
-              }
-              rank_s += c_s;
-            }
-          }
-          compute_s = std::max(compute_s, rank_s);
-        }
+        compute_s = BusiestComputeS(emitted, costs);
         return compute_s > bound.stop_after_s * (1 + 1e-9);
       };
     }

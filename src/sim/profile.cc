@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 
 #include <fmt/format.h>
@@ -91,6 +92,79 @@ const ProfileEntry* Profile::Find(std::string_view device_type, const ModelSpec&
   return fallback;
 }
 
+namespace {
+
+using BadProfile = std::function<Status(const std::string&)>;  // one error naming the file
+
+// An entry's measured memory limits (memory_probe.h).
+Status ParseLimits(const nlohmann::json& l, const std::string& where, const BadProfile& bad,
+                   MeasuredLimits* out) {
+  // Integers read as integers: nlohmann would cast a float beyond int64 (1e63) without a check
+  // (found by the fuzzer: undefined behaviour).
+  auto whole = [&](const nlohmann::json& v, int64_t max) -> std::optional<int64_t> {
+    const std::optional<int64_t> i = JsonInt64(v);
+    return i && *i >= 0 && *i <= max ? i : std::nullopt;
+  };
+  const auto& by_zero = l.at("max_microbatch_by_zero");
+  const std::optional<int64_t> dp = whole(l.at("dp_degree"), 1 << 20),
+                               layers = whole(l.at("num_layers"), 1 << 20),
+                               capacity = whole(l.at("capacity_bytes"), int64_t{1} << 50);
+  if (!dp || *dp < 1 || !layers || !capacity || !by_zero.is_array() || by_zero.size() != 4 ||
+      !std::all_of(by_zero.begin(), by_zero.end(),
+                   [&](const nlohmann::json& v) { return whole(v, 1 << 24); }))
+    return bad(
+        fmt::format("{}: \"limits\" needs whole numbers: dp_degree >= 1, num_layers, capacity_bytes and "
+                    "max_microbatch_by_zero with 4 values (ZeRO-0 to 3)",
+                    where));
+  out->dp_degree = static_cast<int>(*dp);
+  out->num_layers = *layers;
+  out->total_params = l.at("total_params").get<double>();
+  out->capacity_bytes = *capacity;
+  for (size_t z = 0; z < 4; ++z) out->max_microbatch_by_zero[z] = *whole(by_zero[z], 1 << 24);
+  return Status::Ok();
+}
+
+// An entry's measured times: the layer's and the head's points, and a tensor-parallel rank's layer
+// per degree, each sorted by microbatch.
+Status ParsePoints(const nlohmann::json& e, const BadProfile& bad, ProfileEntry& entry) {
+  for (const char* key : {"points", "head_points"}) {
+    std::vector<ProfilePoint>& list = std::string(key) == "points" ? entry.points : entry.head_points;
+    for (const auto& pt : e.value(key, nlohmann::json::array())) {
+      ProfilePoint point{pt.at("microbatch").get<double>(), pt.at("forward_ms").get<double>(),
+                         pt.at("backward_ms").get<double>()};
+      if (!(point.microbatch > 0) || !(point.forward_ms > 0) || !(point.backward_ms > 0))
+        return bad(fmt::format("entry for {}: {} need microbatch, forward_ms and backward_ms > 0",
+                               entry.device_type, key));
+      list.push_back(point);
+    }
+    std::sort(list.begin(), list.end(),
+              [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
+  }
+  if (e.contains("tp_points")) {
+    for (const auto& [degree, list] : e.at("tp_points").items()) {
+      int tp = 0;
+      const auto [end, error] = std::from_chars(degree.data(), degree.data() + degree.size(), tp);
+      if (error != std::errc() || end != degree.data() + degree.size() || tp < 2 || tp > 1024)
+        return bad(
+            fmt::format("entry for {}: tp_points key \"{}\" must be a tensor-parallel degree (2, 4, ...)",
+                        entry.device_type, degree.substr(0, 40)));
+      for (const auto& pt : list) {
+        ProfilePoint point{pt.at("microbatch").get<double>(), pt.at("forward_ms").get<double>(),
+                           pt.at("backward_ms").get<double>()};
+        if (!(point.microbatch > 0) || !(point.forward_ms > 0) || !(point.backward_ms > 0))
+          return bad(fmt::format("entry for {}: tp_points need microbatch, forward_ms and backward_ms > 0",
+                                 entry.device_type));
+        entry.tp_points[tp].push_back(point);
+      }
+      std::sort(entry.tp_points[tp].begin(), entry.tp_points[tp].end(),
+                [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<Profile> ParseProfileJson(std::string_view text, const std::string& file) {
   MOTLEY_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, file));
   auto bad = [&](const std::string& what) {
@@ -143,66 +217,11 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
             "and at most 100 (or leave it out), not {}",
             entry.device_type, entry.borrowed_cost));
       if (e.contains("limits")) {
-        const auto& l = e.at("limits");
-        // Integers read as integers: nlohmann would cast a float beyond int64 (1e63) without a check
-        // (found by the fuzzer: undefined behaviour).
-        auto whole = [&](const nlohmann::json& v, int64_t max) -> std::optional<int64_t> {
-          const std::optional<int64_t> i = JsonInt64(v);
-          return i && *i >= 0 && *i <= max ? i : std::nullopt;
-        };
-        const auto& by_zero = l.at("max_microbatch_by_zero");
-        const std::optional<int64_t> dp = whole(l.at("dp_degree"), 1 << 20),
-                                     layers = whole(l.at("num_layers"), 1 << 20),
-                                     capacity = whole(l.at("capacity_bytes"), int64_t{1} << 50);
-        if (!dp || *dp < 1 || !layers || !capacity || !by_zero.is_array() || by_zero.size() != 4 ||
-            !std::all_of(by_zero.begin(), by_zero.end(),
-                         [&](const nlohmann::json& v) { return whole(v, 1 << 24); }))
-          return bad(fmt::format(
-              "{}: \"limits\" needs whole numbers: dp_degree >= 1, num_layers, capacity_bytes and "
-              "max_microbatch_by_zero with 4 values (ZeRO-0 to 3)",
-              where));
         MeasuredLimits limits;
-        limits.dp_degree = static_cast<int>(*dp);
-        limits.num_layers = *layers;
-        limits.total_params = l.at("total_params").get<double>();
-        limits.capacity_bytes = *capacity;
-        for (size_t z = 0; z < 4; ++z) limits.max_microbatch_by_zero[z] = *whole(by_zero[z], 1 << 24);
+        MOTLEY_RETURN_IF_ERROR(ParseLimits(e.at("limits"), where, bad, &limits));
         entry.limits = limits;
       }
-      for (const char* key : {"points", "head_points"}) {
-        std::vector<ProfilePoint>& list = std::string(key) == "points" ? entry.points : entry.head_points;
-        for (const auto& pt : e.value(key, nlohmann::json::array())) {
-          ProfilePoint point{pt.at("microbatch").get<double>(), pt.at("forward_ms").get<double>(),
-                             pt.at("backward_ms").get<double>()};
-          if (!(point.microbatch > 0) || !(point.forward_ms > 0) || !(point.backward_ms > 0))
-            return bad(fmt::format("entry for {}: {} need microbatch, forward_ms and backward_ms > 0",
-                                   entry.device_type, key));
-          list.push_back(point);
-        }
-        std::sort(list.begin(), list.end(),
-                  [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
-      }
-      if (e.contains("tp_points")) {
-        for (const auto& [degree, list] : e.at("tp_points").items()) {
-          int tp = 0;
-          const auto [end, error] = std::from_chars(degree.data(), degree.data() + degree.size(), tp);
-          if (error != std::errc() || end != degree.data() + degree.size() || tp < 2 || tp > 1024)
-            return bad(
-                fmt::format("entry for {}: tp_points key \"{}\" must be a tensor-parallel degree (2, 4, ...)",
-                            entry.device_type, degree.substr(0, 40)));
-          for (const auto& pt : list) {
-            ProfilePoint point{pt.at("microbatch").get<double>(), pt.at("forward_ms").get<double>(),
-                               pt.at("backward_ms").get<double>()};
-            if (!(point.microbatch > 0) || !(point.forward_ms > 0) || !(point.backward_ms > 0))
-              return bad(
-                  fmt::format("entry for {}: tp_points need microbatch, forward_ms and backward_ms > 0",
-                              entry.device_type));
-            entry.tp_points[tp].push_back(point);
-          }
-          std::sort(entry.tp_points[tp].begin(), entry.tp_points[tp].end(),
-                    [](const ProfilePoint& a, const ProfilePoint& b) { return a.microbatch < b.microbatch; });
-        }
-      }
+      MOTLEY_RETURN_IF_ERROR(ParsePoints(e, bad, entry));
       if (e.contains("fit")) {
         const auto& f = e.at("fit");
         entry.forward_fit =

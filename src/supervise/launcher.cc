@@ -125,24 +125,129 @@ std::vector<std::string> RemoteRankArgv(const LaunchOptions& o, int host_index,
   return argv;
 }
 
+namespace {
+
+// Each rank's host and local rank: one host (this machine) without hosts.
+struct RankLayout {
+  std::vector<int> host_of, local_of;
+  std::vector<int> per_host;  // ranks per host
+};
+
+RankLayout LayoutRanks(LaunchOptions& o, const LaunchOptions& given) {
+  RankLayout l;
+  if (o.hosts.empty()) {
+    l.per_host = {o.nproc};
+  } else {
+    for (const LaunchHost& h : o.hosts) l.per_host.push_back(h.nproc);
+    o.nproc = 0;
+    for (int n : l.per_host) o.nproc += n;
+    if (given.master_addr == LaunchOptions().master_addr) o.master_addr = o.hosts[0].name;
+  }
+  for (size_t h = 0; h < l.per_host.size(); ++h)
+    for (int r = 0; r < l.per_host[h]; ++r) {
+      l.host_of.push_back(static_cast<int>(h));
+      l.local_of.push_back(r);
+    }
+  return l;
+}
+
+// In the forked child: rank r's environment (torchrun's variables), its output into `out_fd`, and
+// the command — on another host through the remote-start command, the environment in its line.
+[[noreturn]] void ExecRank(const LaunchOptions& o, const RankLayout& l, int r, int port,
+                           const std::string& working_dir, int out_fd, pid_t launcher) {
+  // A rank outlives no launcher: when it dies (kill -9 included), the kernel sends the rank
+  // SIGTERM; a launcher already gone before this line means the rank never starts.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != launcher) ::_exit(1);
+  ::dup2(out_fd, STDOUT_FILENO);
+  ::dup2(out_fd, STDERR_FILENO);
+  ::close(out_fd);
+  ::setenv("RANK", std::to_string(r).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(l.local_of[r]).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(l.per_host[l.host_of[r]]).c_str(), 1);
+  ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  // Like torchrun: ranks sharing a machine get one math-library thread each unless told
+  // otherwise, or N ranks x all-cores threads fight over the cores.
+  if (l.per_host[l.host_of[r]] > 1) {
+    ::setenv("OMP_NUM_THREADS", "1", 0);
+    ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
+  }
+  std::vector<std::string> words = o.command;
+  if (!o.hosts.empty()) {
+    // On another host the environment travels in the command line (ssh does not pass it): the
+    // rendezvous, and the math libraries' and motley's own settings.
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view v(*e);
+      for (const char* name : {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
+                               "MASTER_PORT=", "OMP_", "OPENBLAS_", "MOTLEY_"})
+        if (v.starts_with(name)) {
+          env.emplace_back(v);
+          break;
+        }
+    }
+    words = RemoteRankArgv(o, l.host_of[r], env, working_dir);
+  }
+  std::vector<char*> argv;
+  for (const auto& a : words) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  fmt::print(stderr, "motley launch: cannot run {}: {}\n", words[0], std::strerror(errno));
+  std::fflush(stderr);
+  ::_exit(127);
+}
+
+// Every rank's output, line by line, prefixed with its rank; waits up to 100 ms for some. Returns
+// whether any rank's output is still open.
+bool PumpOutput(std::vector<Rank>& ranks) {
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (ranks[r].out_fd >= 0) {
+      fds.push_back({ranks[r].out_fd, POLLIN, 0});
+      who.push_back(static_cast<int>(r));
+    }
+  if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    Rank& rk = ranks[who[i]];
+    char buf[4096];
+    const ssize_t n = ::read(rk.out_fd, buf, sizeof buf);
+    if (n > 0) {
+      rk.pending.append(buf, static_cast<size_t>(n));
+      PrintLines(who[i], rk.pending, false);
+    } else if (n == 0 || (n < 0 && errno != EINTR)) {
+      PrintLines(who[i], rk.pending, true);
+      ::close(rk.out_fd);
+      rk.out_fd = -1;
+    }
+  }
+  if (fds.empty()) ::usleep(50'000);
+  return !fds.empty();
+}
+
+// The rank to blame: one killed by a signal the launcher did not send (a rank that died: the
+// others' errors follow from it, whatever they exit with — under load a survivor may give up
+// before it can tell a peer died), else the first to fail of its own accord, not one that stopped
+// because another failed (exit code kExitPeerFailed) — such a rank may exit first.
+int BlameRank(const std::vector<Rank>& ranks, const std::vector<int>& failed_order, int first_failure) {
+  auto killed = [&](int r) { return WIFSIGNALED(*ranks[r].status) && !ranks[r].stopped_by_us; };
+  const auto died = std::find_if(failed_order.begin(), failed_order.end(), killed);
+  if (died != failed_order.end()) return *died;
+  for (int r : failed_order) {
+    const int st = *ranks[r].status;
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == kExitPeerFailed)) return r;
+  }
+  return first_failure;
+}
+
+}  // namespace
+
 int Launch(const LaunchOptions& options) {
   LaunchOptions o = options;
-  // Each rank's host and local rank: one host (this machine) without hosts.
-  std::vector<int> host_of, local_of;
-  std::vector<int> per_host;
-  if (o.hosts.empty()) {
-    per_host = {o.nproc};
-  } else {
-    for (const LaunchHost& h : o.hosts) per_host.push_back(h.nproc);
-    o.nproc = 0;
-    for (int n : per_host) o.nproc += n;
-    if (options.master_addr == LaunchOptions().master_addr) o.master_addr = o.hosts[0].name;
-  }
-  for (size_t h = 0; h < per_host.size(); ++h)
-    for (int l = 0; l < per_host[h]; ++l) {
-      host_of.push_back(static_cast<int>(h));
-      local_of.push_back(l);
-    }
+  const RankLayout layout = LayoutRanks(o, options);
   if (o.failed_rank != nullptr) *o.failed_rank = -1;
   const int port = o.master_port > 0 ? o.master_port : FreeTcpPort();
   std::error_code cwd_error;
@@ -163,49 +268,8 @@ int Launch(const LaunchOptions& options) {
     }
     const pid_t pid = ::fork();
     if (pid == 0) {
-      // A rank outlives no launcher: when it dies (kill -9 included), the kernel sends the rank
-      // SIGTERM; a launcher already gone before this line means the rank never starts.
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (::getppid() != launcher) ::_exit(1);
-      ::dup2(fds[1], STDOUT_FILENO);
-      ::dup2(fds[1], STDERR_FILENO);
       ::close(fds[0]);
-      ::close(fds[1]);
-      ::setenv("RANK", std::to_string(r).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(local_of[r]).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", std::to_string(per_host[host_of[r]]).c_str(), 1);
-      ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      // Like torchrun: ranks sharing a machine get one math-library thread each unless told
-      // otherwise, or N ranks x all-cores threads fight over the cores.
-      if (per_host[host_of[r]] > 1) {
-        ::setenv("OMP_NUM_THREADS", "1", 0);
-        ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
-      }
-      std::vector<std::string> words = o.command;
-      if (!o.hosts.empty()) {
-        // On another host the environment travels in the command line (ssh does not pass it):
-        // the rendezvous, and the math libraries' and motley's own settings.
-        std::vector<std::string> env;
-        for (char** e = environ; *e != nullptr; ++e) {
-          const std::string_view v(*e);
-          for (const char* name : {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
-                                   "MASTER_PORT=", "OMP_", "OPENBLAS_", "MOTLEY_"})
-            if (v.starts_with(name)) {
-              env.emplace_back(v);
-              break;
-            }
-        }
-        words = RemoteRankArgv(o, host_of[r], env, working_dir);
-      }
-      std::vector<char*> argv;
-      for (const auto& a : words) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execvp(argv[0], argv.data());
-      fmt::print(stderr, "motley launch: cannot run {}: {}\n", words[0], std::strerror(errno));
-      std::fflush(stderr);
-      ::_exit(127);
+      ExecRank(o, layout, r, port, working_dir, fds[1], launcher);
     }
     ::close(fds[1]);
     ranks[r].pid = pid;
@@ -228,30 +292,7 @@ int Launch(const LaunchOptions& options) {
       if (!rk.status) ::kill(rk.pid, sig);
   };
   for (;;) {
-    // Output.
-    std::vector<pollfd> fds;
-    std::vector<int> who;
-    for (int r = 0; r < o.nproc; ++r)
-      if (ranks[r].out_fd >= 0) {
-        fds.push_back({ranks[r].out_fd, POLLIN, 0});
-        who.push_back(r);
-      }
-    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      Rank& rk = ranks[who[i]];
-      char buf[4096];
-      const ssize_t n = ::read(rk.out_fd, buf, sizeof buf);
-      if (n > 0) {
-        rk.pending.append(buf, static_cast<size_t>(n));
-        PrintLines(who[i], rk.pending, false);
-      } else if (n == 0 || (n < 0 && errno != EINTR)) {
-        PrintLines(who[i], rk.pending, true);
-        ::close(rk.out_fd);
-        rk.out_fd = -1;
-      }
-    }
-    if (fds.empty()) ::usleep(50'000);
+    const bool output_open = PumpOutput(ranks);
     // Exits.
     bool all_done = true;
     for (int r = 0; r < o.nproc; ++r) {
@@ -277,7 +318,7 @@ int Launch(const LaunchOptions& options) {
     }
     if (all_done && std::all_of(ranks.begin(), ranks.end(), [](const Rank& rk) { return rk.out_fd < 0; }))
       break;
-    if (all_done && fds.empty()) break;
+    if (all_done && !output_open) break;
     // Stopping.
     if (g_interrupted && !terminated_at) {
       fmt::print(stderr, "motley launch: interrupted; stopping every rank\n");
@@ -296,32 +337,13 @@ int Launch(const LaunchOptions& options) {
     if (terminated_at && std::chrono::duration<double>(now - *terminated_at).count() > o.kill_grace_s)
       signal_all(SIGKILL);
   }
-  if (first_failure >= 0) {
-    // The rank to blame: one killed by a signal the launcher did not send (a rank that died: the
-    // others' errors follow from it, whatever they exit with — under load a survivor may give up
-    // before it can tell a peer died), else the first to fail of its own accord, not one that
-    // stopped because another failed (exit code kExitPeerFailed) — such a rank may exit first.
-    int blame = first_failure;
-    auto killed = [&](int r) { return WIFSIGNALED(*ranks[r].status) && !ranks[r].stopped_by_us; };
-    const auto died = std::find_if(failed_order.begin(), failed_order.end(), killed);
-    if (died != failed_order.end()) {
-      blame = *died;
-    } else {
-      for (int r : failed_order) {
-        const int st = *ranks[r].status;
-        if (!(WIFEXITED(st) && WEXITSTATUS(st) == kExitPeerFailed)) {
-          blame = r;
-          break;
-        }
-      }
-    }
-    if (blame < o.nproc)
-      fmt::print(stderr, "motley launch: failed: rank {} {}\n", blame, Describe(*ranks[blame].status));
-    // An interrupted run blames no rank (nothing to restart without).
-    if (o.failed_rank != nullptr) *o.failed_rank = blame < o.nproc && !g_interrupted ? blame : -1;
-    return 1;
-  }
-  return 0;
+  if (first_failure < 0) return 0;
+  const int blame = BlameRank(ranks, failed_order, first_failure);
+  if (blame < o.nproc)
+    fmt::print(stderr, "motley launch: failed: rank {} {}\n", blame, Describe(*ranks[blame].status));
+  // An interrupted run blames no rank (nothing to restart without).
+  if (o.failed_rank != nullptr) *o.failed_rank = blame < o.nproc && !g_interrupted ? blame : -1;
+  return 1;
 }
 
 }  // namespace motley

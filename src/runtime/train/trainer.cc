@@ -99,6 +99,146 @@ void SetThroughput(const JobSpec& job, double timed_s, int64_t timed_tokens, Tra
                                    1e12;
 }
 
+namespace {
+
+// The weights, moments and counters of the checkpoint `resume` names, checked against the job.
+Status Resume(const JobSpec& job, const std::string& resume, int64_t total_steps, LlamaModelImpl& model,
+              std::vector<ParamShard>& shards, TrainerState* state, LossScaler* scaler) {
+  MOTLEY_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(resume));
+  MOTLEY_RETURN_IF_ERROR(CheckResumedModel(dir, job));
+  MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir, model));
+  MOTLEY_ASSIGN_OR_RETURN(TrainerState loaded, LoadTrainingState(dir, shards));
+  MOTLEY_RETURN_IF_ERROR(CheckResumable(dir, loaded.seed, loaded.step, job, total_steps));
+  state->step = loaded.step;
+  state->updates = loaded.updates;
+  state->tokens_seen = loaded.tokens_seen;
+  state->lr_factor = loaded.lr_factor;  // rollbacks before the checkpoint carry on
+  state->data_skip_steps = loaded.data_skip_steps;
+  state->rollbacks = loaded.rollbacks;
+  scaler->Restore(loaded.loss_scale, loaded.loss_scale_good_steps);
+  return Status::Ok();
+}
+
+// One step's forward and backward over the global batch in microbatches of `micro` sequences, the
+// gradients summed into the parameters' (`loss_scale` > 0: scaled); the step's mean loss.
+Result<double> AccumulateGradients(LlamaModelImpl& model, const TokenDataset& train, const TrainingConfig& tc,
+                                   int64_t sample_step, int64_t micro, const torch::Device& device,
+                                   double loss_scale, bool inject_nan) {
+  const int64_t batch = tc.global_batch_sequences, seq = tc.seq_len;
+  std::vector<int64_t> windows;
+  double loss_sum = 0;
+  for (int64_t first = 0; first < batch; first += micro) {
+    const int64_t n = std::min(micro, batch - first);
+    MOTLEY_RETURN_IF_ERROR(SampleTrainingWindows(train, tc.seed, sample_step, first, n, seq, &windows));
+    torch::Tensor tokens = torch::from_blob(windows.data(), {n, seq + 1}, torch::kInt64).to(device);
+    torch::Tensor logits = model.forward(tokens.narrow(1, 0, seq), tc.activation_checkpointing);
+    // This microbatch's share of the step's mean loss.
+    torch::Tensor loss = NextTokenLoss(logits, tokens.narrow(1, 1, seq)) * (static_cast<double>(n) / batch);
+    if (inject_nan) loss = loss * std::numeric_limits<double>::quiet_NaN();
+    loss_sum += loss.item<double>();
+    (loss_scale > 0 ? loss * loss_scale : loss).backward();
+  }
+  return loss_sum;
+}
+
+// A step's line in the metrics file.
+nlohmann::json StepLine(const StepMetrics& m, bool loss_scaling) {
+  nlohmann::json line = {{"step", m.step},
+                         {"loss", m.loss},
+                         {"lr", m.lr},
+                         {"tokens_per_s", m.tokens_per_s},
+                         {"grad_norm", m.grad_norm},
+                         {"step_time_s", m.step_time_s}};
+  if (loss_scaling) {
+    line["loss_scale"] = m.loss_scale;
+    line["skipped"] = m.skipped;
+  }
+  return line;
+}
+
+TrainStart StartOf(const JobSpec& job, const torch::Device& device, const TrainerState& state,
+                   int64_t total_steps, int64_t tokens_per_step, const TrainingData& data,
+                   const std::string& metrics_path) {
+  TrainStart start;
+  start.device = device.is_cpu() ? fmt::format("cpu ({} threads)", at::get_num_threads()) : device.str();
+  start.precision = state.precision;
+  start.parameters = TotalParams(job.model);
+  start.first_step = state.step;
+  start.total_steps = total_steps;
+  start.tokens_per_step = tokens_per_step;
+  start.train_data = data.train.name();
+  start.validation_data = data.validation ? data.validation->name() : "";
+  start.metrics_path = metrics_path;
+  return start;
+}
+
+// A diverged step: stopped (an error saying what diverged and where the last good checkpoint is),
+// or rolled back to the last good checkpoint ([divergence]).
+Status RollBackOrStop(const JobSpec& job, const std::string& resume, int64_t step, double loss_sum,
+                      double grad_norm, LlamaModelImpl& model, std::vector<ParamShard>& shards,
+                      TrainerState* state, LossScaler* scaler, MetricsLog& metrics) {
+  const std::string what = DivergedStep(step + 1, loss_sum, grad_norm, {}, "");
+  const std::string good = LastGoodCheckpoint(job.checkpoint.dir, resume);
+  const bool back = RollsBack(job.divergence, good, state->rollbacks);
+  MOTLEY_RETURN_IF_ERROR(metrics.Write(DivergedEvent(step + 1, loss_sum, grad_norm, {}, "", back)));
+  if (!back) return StopDiverged(what, good, job.divergence, state->rollbacks);
+  MOTLEY_RETURN_IF_ERROR(LoadModelWeights(good, model));
+  MOTLEY_ASSIGN_OR_RETURN(const TrainerState loaded, LoadTrainingState(good, shards));
+  *state = RolledBack(job.divergence, *state, loaded, step + 1);
+  scaler->Restore(loaded.loss_scale, loaded.loss_scale_good_steps);
+  fmt::print(stderr, "motley train: {}\n", RolledBackMessage(what, good, *state, job.divergence));
+  MOTLEY_RETURN_IF_ERROR(metrics.Write(RollbackEvent(step + 1, good, *state)));
+  return Status::Ok();
+}
+
+// Every parameter as a whole shard, its gradient allocated once (accumulated into in place,
+// zeroed each step).
+std::vector<ParamShard> ShardsWithGradients(LlamaModelImpl& model) {
+  std::vector<ParamShard> shards = WholeParameterShards(model);
+  for (auto& s : shards) {
+    s.param.mutable_grad() = torch::zeros_like(s.param);
+    s.grad = s.param.grad();
+  }
+  return shards;
+}
+
+TrainerState FreshState(const JobSpec& job, int64_t total_steps) {
+  TrainerState state;
+  state.total_steps = total_steps;
+  state.seed = job.training.seed;
+  state.precision = std::string(PrecisionName(job.training.precision));
+  state.job_file = job.file;
+  return state;
+}
+
+// The run folder locked (and claimed, when the run writes a checkpoint) and the metrics opened.
+Result<std::unique_ptr<RunDirLock>> OpenRunFolder(const JobSpec& job, const TrainOptions& options,
+                                                  const std::string& metrics_path, MetricsLog* metrics) {
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<RunDirLock> dir_lock, RunDirLock::Acquire(job.checkpoint.dir));
+  if (options.checkpoint_at_end)
+    MOTLEY_RETURN_IF_ERROR(ClaimRunDir(job.checkpoint.dir, !options.resume.empty(), options.overwrite, true));
+  MOTLEY_RETURN_IF_ERROR(
+      metrics->Open(metrics_path, !options.resume.empty() || options.metrics_append, options.overwrite));
+  return dir_lock;
+}
+
+// The validation loss at `step` (over `sequences` windows), recorded and reported.
+Status Validate(LlamaModelImpl& model, const TokenDataset& validation, int64_t seq, int64_t sequences,
+                const torch::Device& device, int64_t step, TrainSummary* summary, MetricsLog& metrics,
+                TrainObserver* observer) {
+  model.eval();
+  MOTLEY_ASSIGN_OR_RETURN(const EvalResult eval, EvaluateLoss(model, validation, seq, sequences, device));
+  const double loss = eval.loss;
+  model.train();
+  if (!summary->first_validation_loss) summary->first_validation_loss = loss;
+  summary->last_validation_loss = loss;
+  MOTLEY_RETURN_IF_ERROR(metrics.Write({{"step", step}, {"val_loss", loss}}));
+  observer->OnValidation(step, loss);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
   TrainObserver quiet;
   if (observer == nullptr) observer = &quiet;
@@ -117,77 +257,35 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   LlamaModel model(job.model, tc.seed);
   model->set_precision(tc.precision);
   model->to(device);
-  std::vector<ParamShard> shards = WholeParameterShards(*model);
-  for (auto& s : shards) {  // gradients allocated once, accumulated into in place, zeroed per step
-    s.param.mutable_grad() = torch::zeros_like(s.param);
-    s.grad = s.param.grad();
-  }
-  TrainerState state;
-  state.total_steps = total_steps;
-  state.seed = tc.seed;
-  state.precision = std::string(PrecisionName(tc.precision));
-  state.job_file = job.file;
+  std::vector<ParamShard> shards = ShardsWithGradients(*model);
+  TrainerState state = FreshState(job, total_steps);
   LossScaler scaler;
   // A Hugging Face folder to start from (converted to the run's master precision as it is read).
   if (!job.init_from.empty() && options.resume.empty())
     MOTLEY_RETURN_IF_ERROR(LoadModelWeights(job.init_from, *model));
-  if (!options.resume.empty()) {
-    MOTLEY_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(options.resume));
-    MOTLEY_RETURN_IF_ERROR(CheckResumedModel(dir, job));
-    MOTLEY_RETURN_IF_ERROR(LoadModelWeights(dir, *model));
-    MOTLEY_ASSIGN_OR_RETURN(TrainerState loaded, LoadTrainingState(dir, shards));
-    MOTLEY_RETURN_IF_ERROR(CheckResumable(dir, loaded.seed, loaded.step, job, total_steps));
-    state.step = loaded.step;
-    state.updates = loaded.updates;
-    state.tokens_seen = loaded.tokens_seen;
-    state.lr_factor = loaded.lr_factor;  // rollbacks before the checkpoint carry on
-    state.data_skip_steps = loaded.data_skip_steps;
-    state.rollbacks = loaded.rollbacks;
-    scaler.Restore(loaded.loss_scale, loaded.loss_scale_good_steps);
-  }
+  if (!options.resume.empty())
+    MOTLEY_RETURN_IF_ERROR(Resume(job, options.resume, total_steps, *model, shards, &state, &scaler));
 
-  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<RunDirLock> dir_lock, RunDirLock::Acquire(job.checkpoint.dir));
-  if (options.checkpoint_at_end)
-    MOTLEY_RETURN_IF_ERROR(ClaimRunDir(job.checkpoint.dir, !options.resume.empty(), options.overwrite, true));
   const std::string metrics_path = options.metrics_path.empty()
                                        ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string()
                                        : options.metrics_path;
   MetricsLog metrics;
-  MOTLEY_RETURN_IF_ERROR(
-      metrics.Open(metrics_path, !options.resume.empty() || options.metrics_append, options.overwrite));
+  MOTLEY_ASSIGN_OR_RETURN(const std::unique_ptr<RunDirLock> dir_lock,
+                          OpenRunFolder(job, options, metrics_path, &metrics));
 
   const int64_t batch = tc.global_batch_sequences, seq = tc.seq_len;
   const int64_t micro =
       options.microbatch_sequences > 0 ? std::min(options.microbatch_sequences, batch) : batch;
   const int64_t tokens_per_step = batch * seq;
-  TrainStart start;
-  start.device = device.is_cpu() ? fmt::format("cpu ({} threads)", at::get_num_threads()) : device.str();
-  start.precision = state.precision;
-  start.parameters = TotalParams(job.model);
-  start.first_step = state.step;
-  start.total_steps = total_steps;
-  start.tokens_per_step = tokens_per_step;
-  start.train_data = data.train.name();
-  start.validation_data = data.validation ? data.validation->name() : "";
-  start.metrics_path = metrics_path;
-  observer->OnStart(start);
+  observer->OnStart(StartOf(job, device, state, total_steps, tokens_per_step, data, metrics_path));
 
   TrainSummary summary;
   const int64_t val_sequences =
       data.validation ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data.validation, seq))
                       : 0;
-  auto validate = [&](int64_t step) -> Status {
-    if (val_sequences <= 0) return Status::Ok();
-    model->eval();
-    MOTLEY_ASSIGN_OR_RETURN(const EvalResult eval,
-                            EvaluateLoss(*model, *data.validation, seq, val_sequences, device));
-    const double loss = eval.loss;
-    model->train();
-    if (!summary.first_validation_loss) summary.first_validation_loss = loss;
-    summary.last_validation_loss = loss;
-    MOTLEY_RETURN_IF_ERROR(metrics.Write({{"step", step}, {"val_loss", loss}}));
-    observer->OnValidation(step, loss);
-    return Status::Ok();
+  auto validate = [&](int64_t step) {
+    if (val_sequences <= 0) return Status::Ok();  // no validation data
+    return Validate(*model, *data.validation, seq, val_sequences, device, step, &summary, metrics, observer);
   };
   auto checkpoint = [&]() -> Status {
     MOTLEY_ASSIGN_OR_RETURN(summary.checkpoint_dir, SaveRunCheckpoint(job.checkpoint.dir, job.checkpoint.keep,
@@ -200,7 +298,6 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   const auto run_start = Clock::now();
   double timed_s = 0;
   int64_t timed_tokens = 0;
-  std::vector<int64_t> windows;
   bool nan_injected = false;
   if (state.step == 0) MOTLEY_RETURN_IF_ERROR(validate(0));
   while (state.step < total_steps) {
@@ -212,19 +309,9 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
         options.faults.diverge_rank == 0 && step + 1 == options.faults.diverge_at_step && !nan_injected;
     nan_injected = nan_injected || inject_nan;
     for (auto& s : shards) s.grad.zero_();
-    double loss_sum = 0;
-    for (int64_t first = 0; first < batch; first += micro) {
-      const int64_t n = std::min(micro, batch - first);
-      MOTLEY_RETURN_IF_ERROR(
-          SampleTrainingWindows(data.train, tc.seed, step + state.data_skip_steps, first, n, seq, &windows));
-      torch::Tensor tokens = torch::from_blob(windows.data(), {n, seq + 1}, torch::kInt64).to(device);
-      torch::Tensor logits = model->forward(tokens.narrow(1, 0, seq), tc.activation_checkpointing);
-      // This microbatch's share of the step's mean loss.
-      torch::Tensor loss = NextTokenLoss(logits, tokens.narrow(1, 1, seq)) * (static_cast<double>(n) / batch);
-      if (inject_nan) loss = loss * std::numeric_limits<double>::quiet_NaN();
-      loss_sum += loss.item<double>();
-      (tc.loss_scaling ? loss * scaler.scale() : loss).backward();
-    }
+    MOTLEY_ASSIGN_OR_RETURN(const double loss_sum,
+                            AccumulateGradients(*model, data.train, tc, step + state.data_skip_steps, micro,
+                                                device, tc.loss_scaling ? scaler.scale() : 0, inject_nan));
     if (tc.loss_scaling &&
         step + 1 == options.faults.overflow_step) {  // fault injection (tests): an fp16 overflow
       torch::NoGradGuard no_grad;
@@ -236,17 +323,8 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
     if (apply) m.grad_norm = std::sqrt(GradNormSquared(shards));
     if (!tc.loss_scaling && (!std::isfinite(loss_sum) || !std::isfinite(m.grad_norm))) {
       // Diverged ([divergence]): not applied; stop, or go back to the last good checkpoint.
-      const std::string what = DivergedStep(step + 1, loss_sum, m.grad_norm, {}, "");
-      const std::string good = LastGoodCheckpoint(job.checkpoint.dir, options.resume);
-      const bool back = RollsBack(job.divergence, good, state.rollbacks);
-      MOTLEY_RETURN_IF_ERROR(metrics.Write(DivergedEvent(step + 1, loss_sum, m.grad_norm, {}, "", back)));
-      if (!back) return StopDiverged(what, good, job.divergence, state.rollbacks);
-      MOTLEY_RETURN_IF_ERROR(LoadModelWeights(good, *model));
-      MOTLEY_ASSIGN_OR_RETURN(const TrainerState loaded, LoadTrainingState(good, shards));
-      state = RolledBack(job.divergence, state, loaded, step + 1);
-      scaler.Restore(loaded.loss_scale, loaded.loss_scale_good_steps);
-      fmt::print(stderr, "motley train: {}\n", RolledBackMessage(what, good, state, job.divergence));
-      MOTLEY_RETURN_IF_ERROR(metrics.Write(RollbackEvent(step + 1, good, state)));
+      MOTLEY_RETURN_IF_ERROR(RollBackOrStop(job, options.resume, step, loss_sum, m.grad_norm, *model, shards,
+                                            &state, &scaler, metrics));
       continue;
     }
     if (apply) {
@@ -271,17 +349,7 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
       timed_s += m.step_time_s;
       timed_tokens += tokens_per_step;
     }
-    nlohmann::json line = {{"step", m.step},
-                           {"loss", m.loss},
-                           {"lr", m.lr},
-                           {"tokens_per_s", m.tokens_per_s},
-                           {"grad_norm", m.grad_norm},
-                           {"step_time_s", m.step_time_s}};
-    if (tc.loss_scaling) {
-      line["loss_scale"] = m.loss_scale;
-      line["skipped"] = m.skipped;
-    }
-    MOTLEY_RETURN_IF_ERROR(metrics.Write(line));
+    MOTLEY_RETURN_IF_ERROR(metrics.Write(StepLine(m, tc.loss_scaling)));
     observer->OnStep(m);
     if (ValidationDue(job, state.step, total_steps)) MOTLEY_RETURN_IF_ERROR(validate(state.step));
     if (CheckpointDue(job, state.step, total_steps)) MOTLEY_RETURN_IF_ERROR(checkpoint());
