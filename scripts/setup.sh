@@ -27,8 +27,8 @@ PACKAGES=(
   chromium
   # fuzzing the config parsers (fuzz/README.md): clang with libFuzzer
   clang libclang-rt-14-dev
-  # the style check (scripts/check-format.sh, a test)
-  clang-format
+  # the style checks: scripts/check-format.sh (a test) and scripts/check-function-size.py (in CI)
+  clang-format clang-tidy
   # several hosts (tests/cli/multi_host_cli_test.cc): network namespaces and tc (scripts/test-hosts.sh),
   # Open MPI's mpirun, Slurm with munge (scripts/test-slurm.sh)
   iproute2 openmpi-bin slurm-wlm munge

@@ -14,7 +14,7 @@
 #include "core/rendezvous.h"
 #include "core/units.h"
 #include "plan/plan_io.h"
-#include "runtime/train/distributed_trainer.h"
+#include "runtime/train/planned_run.h"
 #include "runtime/train/trainer.h"
 #include "supervise/job_supervisor.h"
 
@@ -143,7 +143,7 @@ int RunTrainWithPlan(const JobSpec& job, const TrainOptions& options, bool lead)
 // The options tests and the supervising `motley train` give a rank, not users (hidden from --help):
 // where a failing rank reports, fault injection, CPU copy threads.
 void AddHiddenOptions(CLI::App& app, TrainOptions& options) {
-  app.add_option("--failure-reports", options.failure_report_dir,
+  app.add_option("--failure-reports", options.planned.failure_report_dir,
                  "a rank that fails writes what failed here (for the supervising `motley train`)")
       ->group("");
   app.add_option("--die-rank", options.faults.die_rank, "fault injection (tests): this rank kills itself ...")
@@ -169,7 +169,7 @@ void AddHiddenOptions(CLI::App& app, TrainOptions& options) {
                  "fault injection (tests): this rank's loss is NaN ...")
       ->group("");
   app.add_option("--diverge-at-step", options.faults.diverge_at_step, "... in this step (from 1)")->group("");
-  app.add_flag("--cpu-copy-threads", options.cpu_copy_threads,
+  app.add_flag("--cpu-copy-threads", options.planned.cpu_copy_threads,
                "tests: offload copies on CPU asynchronous on worker threads, as on a GPU")
       ->group("");
 }
@@ -200,13 +200,13 @@ int RunTrain(const std::vector<std::string>& args) {
   app.add_option(
       "--threads", options.threads,
       "torch's CPU threads (default 1: OpenBLAS threads the matmuls itself, OPENBLAS_NUM_THREADS)");
-  app.add_option("--plan", options.plan_path,
+  app.add_option("--plan", options.planned.plan_path,
                  "execute this plan across the launched processes (motley launch --nproc N -- motley train "
                  "JOB --plan P)");
   bool single_process = false;
   app.add_flag("--single-process", single_process,
                "train in this process even when the job's cluster has several devices");
-  app.add_option("--profile", options.profile_path,
+  app.add_option("--profile", options.planned.profile_path,
                  "with --plan: predict the step from this profile and report both");
   app.add_flag(
       "--even-if-predicted-oom", options.supervisor.even_if_predicted_oom,
@@ -216,9 +216,9 @@ int RunTrain(const std::vector<std::string>& args) {
                  "on a cluster: when a rank dies, plan again without its node and resume from the newest "
                  "checkpoint, up to this many times (default 0: the run fails)")
       ->check(AtLeast(0));
-  app.add_option("--trace", options.trace_path,
+  app.add_option("--trace", options.planned.trace_path,
                  "with --plan: write a Chrome trace of one step of the real run");
-  app.add_option("--trace-step", options.trace_step, "with --trace: the step to record (from 1)")
+  app.add_option("--trace-step", options.planned.trace_step, "with --trace: the step to record (from 1)")
       ->capture_default_str();
   app.add_option(
          "--baseline-steps", options.supervisor.baseline_steps,
@@ -265,7 +265,7 @@ int RunTrain(const std::vector<std::string>& args) {
     fmt::print("starting from {} ({:.2f}M parameters, tokenizer {})\n", job->init_from,
                static_cast<double>(TotalParams(job->model)) / 1e6, job->data.tokenizer);
   std::fflush(stdout);  // before any error on stderr
-  if (rv->world_size > 1 && options.plan_path.empty()) {
+  if (rv->world_size > 1 && options.planned.plan_path.empty()) {
     fmt::print(stderr,
                "motley train: started as rank {} of {} ({}) but no --plan was given; every rank executes its "
                "part of a plan — add --plan PLAN.toml (motley plan writes one)\n",
@@ -274,11 +274,11 @@ int RunTrain(const std::vector<std::string>& args) {
   }
   // A plan of several devices without a launcher: launch its ranks, and plan more frugally if one
   // runs out of memory (supervise/job_supervisor.h).
-  if (!options.plan_path.empty() && rv->world_size == 1 && !single_process) {
-    Result<Plan> plan = LoadPlanFile(options.plan_path);
+  if (!options.planned.plan_path.empty() && rv->world_size == 1 && !single_process) {
+    Result<Plan> plan = LoadPlanFile(options.planned.plan_path);
     if (plan.ok() && plan->num_devices() > 1) return SuperviseJob(job_path, *job, options, args);
   }
-  if (!options.plan_path.empty()) return RunTrainWithPlan(*job, options, rv->rank == 0);
+  if (!options.planned.plan_path.empty()) return RunTrainWithPlan(*job, options, rv->rank == 0);
   if (job->cluster.num_devices() > 1 && !single_process) return SuperviseJob(job_path, *job, options, args);
   ConsoleObserver observer;
   Result<TrainSummary> s = Train(*job, options, &observer);

@@ -23,7 +23,7 @@
 
 namespace motley {
 
-/// What a rank that failed wrote (runtime/train/distributed_trainer.cc).
+/// What a rank that failed wrote (runtime/train/planned_run_train.cc).
 struct RankFailure {
   int rank = -1;
   int device = -1;   // cluster device id

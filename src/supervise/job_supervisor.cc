@@ -87,7 +87,7 @@ Status WritePlanAndProfile(const JobFiles& files, const Plan& plan, const Profil
 // 1. The profile: given (--profile), the job's [plan] profile, or measured now — the device types
 // and, for a local emulated cluster, its links the way training will use them.
 Result<Profile> ProfileForJob(const JobSpec& job, const TrainOptions& options) {
-  if (!options.profile_path.empty()) return LoadAnyProfile(options.profile_path);
+  if (!options.planned.profile_path.empty()) return LoadAnyProfile(options.planned.profile_path);
   if (!job.plan.profile.empty()) return LoadAnyProfile(Resolvable(job.plan.profile, job.file));
   const TrainingConfig& tc = job.training;
   ClusterProfileOptions po;
@@ -159,7 +159,7 @@ int LaunchGivenPlan(const JobSpec& job, const TrainOptions& options, const std::
   };
   const TrainingConfig& tc = job.training;
   CostModel costs(job.cluster, job.model, &profile, tc.seq_len, tc.precision, tc.activation_checkpointing);
-  Result<Plan> given = LoadPlanFile(options.plan_path);
+  Result<Plan> given = LoadPlanFile(options.planned.plan_path);
   if (!given.ok()) return fail(given.status());
   Result<PlanEvaluation> predicted = SimulationEvaluator(job.cluster, job.model, costs)(*given, {});
   if (!predicted.ok()) return fail(predicted.status());
@@ -168,8 +168,8 @@ int LaunchGivenPlan(const JobSpec& job, const TrainOptions& options, const std::
         fmt::format("{}: the simulator predicts this plan runs out of memory ({}); not started. Plan again "
                     "(motley plan, or "
                     "motley train {} without --plan), or pass --even-if-predicted-oom to try it anyway",
-                    options.plan_path, predicted->oom, job.file.empty() ? "JOB" : job.file)));
-  fmt::print("plan: {} (given), predicted step {}{}\n", options.plan_path,
+                    options.planned.plan_path, predicted->oom, job.file.empty() ? "JOB" : job.file)));
+  fmt::print("plan: {} (given), predicted step {}{}\n", options.planned.plan_path,
              FormatDuration(predicted->step_time_s),
              predicted->fits_memory ? "" : fmt::format(" — predicted not to fit: {}", predicted->oom));
   PrintPlan(*given);
@@ -275,7 +275,8 @@ int SuperviseJob(const std::string& job_arg, const JobSpec& job_as_given, const 
   if (Status s = ApplyMeasuredReserves(*profile, "the profile", &job.cluster); !s.ok()) return fail(s);
   const JobFiles files = FilesFor(job, options);
   const PlanRequest request = PlanRequestForJob(job);
-  if (!options.plan_path.empty()) return LaunchGivenPlan(job, options, args, files, *profile, request);
+  if (!options.planned.plan_path.empty())
+    return LaunchGivenPlan(job, options, args, files, *profile, request);
 
   Result<JobPlans> plans = PlanForJob(job, *profile, request);  // 2
   if (!plans.ok()) return fail(plans.status());

@@ -12,9 +12,9 @@
 namespace motley {
 namespace {
 
-// Each allocation carries its size, and whether the ledger counts it, in a 64-byte header before the data
-// (which keeps libtorch's 64-byte alignment). The data pointer is its own deleter context, as raw_allocate()
-// requires (some kernels, e.g. bf16 ones, allocate through it).
+// Each allocation carries its size, whether a ledger counts it and which one, in a 64-byte header
+// before the data (which keeps libtorch's 64-byte alignment). The data pointer is its own deleter context, as
+// raw_allocate() requires (some kernels, e.g. bf16 ones, allocate through it).
 constexpr size_t kHeader = 64;
 
 // libtorch 2.3 made Allocator::allocate non-const and added copy_data.
@@ -26,6 +26,8 @@ constexpr size_t kHeader = 64;
 #define MOTLEY_ALLOCATOR_COPY_DATA 0
 #endif
 
+thread_local MemoryLedger* scoped_ledger = nullptr;  // MemoryLedgerScope
+
 class LedgerAllocator final : public c10::Allocator {
  public:
   explicit LedgerAllocator(MemoryLedger* ledger) { ledger_ = ledger; }
@@ -33,18 +35,20 @@ class LedgerAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) MOTLEY_ALLOCATE_CONST override {
     const auto bytes = static_cast<int64_t>(n);
     const bool counted = !HostMemoryScope::active();
-    if (counted && !ledger_->Reserve(bytes))
-      throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, ledger_->OutOfMemoryMessage(bytes));
-    if (!counted) ledger_->ReserveHost(bytes);
+    MemoryLedger* ledger = scoped_ledger != nullptr ? scoped_ledger : ledger_;
+    if (counted && !ledger->Reserve(bytes))
+      throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, ledger->OutOfMemoryMessage(bytes));
+    if (!counted) ledger->ReserveHost(bytes);
     void* base = nullptr;
     if (posix_memalign(&base, kHeader, n + kHeader) != 0) {
-      if (counted) ledger_->Release(bytes);
-      if (!counted) ledger_->ReleaseHost(bytes);
+      if (counted) ledger->Release(bytes);
+      if (!counted) ledger->ReleaseHost(bytes);
       throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, "out of host memory: cannot allocate " +
                                                                       FormatBytes(static_cast<double>(n)));
     }
     static_cast<size_t*>(base)[0] = n;
     static_cast<size_t*>(base)[1] = counted ? 1 : 0;
+    static_cast<MemoryLedger**>(base)[2] = ledger;
     void* data = static_cast<char*>(base) + kHeader;
     return {data, data, &Free, c10::Device(c10::DeviceType::CPU)};
   }
@@ -60,10 +64,11 @@ class LedgerAllocator final : public c10::Allocator {
     if (data == nullptr) return;
     void* base = static_cast<char*>(data) - kHeader;
     const auto bytes = static_cast<int64_t>(static_cast<size_t*>(base)[0]);
+    MemoryLedger* ledger = static_cast<MemoryLedger**>(base)[2];
     if (static_cast<size_t*>(base)[1] != 0)
-      ledger_->Release(bytes);
+      ledger->Release(bytes);
     else
-      ledger_->ReleaseHost(bytes);
+      ledger->ReleaseHost(bytes);
     std::free(base);
   }
   static inline MemoryLedger* ledger_ = nullptr;
@@ -72,6 +77,11 @@ class LedgerAllocator final : public c10::Allocator {
 thread_local int host_scopes = 0;
 
 }  // namespace
+
+MemoryLedgerScope::MemoryLedgerScope(MemoryLedger* ledger) : previous_(scoped_ledger) {
+  scoped_ledger = ledger;
+}
+MemoryLedgerScope::~MemoryLedgerScope() { scoped_ledger = previous_; }
 
 HostMemoryScope::HostMemoryScope() { ++host_scopes; }
 HostMemoryScope::~HostMemoryScope() { --host_scopes; }
@@ -85,6 +95,11 @@ MemoryLedger& MemoryLedger::Install() {
     return l;
   }();
   return *ledger;
+}
+
+MemoryLedger& MemoryLedger::Current() {
+  MemoryLedger& process = Install();
+  return scoped_ledger != nullptr ? *scoped_ledger : process;
 }
 
 void MemoryLedger::set_owner(std::string owner) { owner_ = std::move(owner); }

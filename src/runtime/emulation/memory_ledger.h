@@ -18,6 +18,15 @@ class MemoryLedger {
  public:
   /// The process's ledger, installed on first use (it wraps the default CPU allocator).
   static MemoryLedger& Install();
+  /// The ledger the calling thread's allocations go to: its MemoryLedgerScope's, else the process's
+  /// (installing it).
+  static MemoryLedger& Current();
+  /// A ledger of its own, for one rank of several run as threads of one process (an in-process
+  /// test): allocations go to it on a thread inside its MemoryLedgerScope. The process's ledger
+  /// must be installed (Install) for any ledger to count.
+  MemoryLedger() = default;
+  MemoryLedger(const MemoryLedger&) = delete;
+  MemoryLedger& operator=(const MemoryLedger&) = delete;
 
   /// 0 = no limit (count only).
   void set_capacity_bytes(int64_t bytes) { capacity_bytes_ = bytes; }
@@ -46,13 +55,26 @@ class MemoryLedger {
   std::string OutOfMemoryMessage(int64_t bytes) const;
 
  private:
-  MemoryLedger() = default;
   std::atomic<int64_t> capacity_bytes_{0};
   std::atomic<int64_t> used_bytes_{0};
   std::atomic<int64_t> peak_bytes_{0};
   std::atomic<int64_t> host_used_bytes_{0};
   std::atomic<int64_t> host_peak_bytes_{0};
   std::string owner_ = "this process";
+};
+
+/// While one is alive on a thread, the tensors that thread allocates are counted by `ledger` (and
+/// released to it when freed, on any thread); nests. Work libtorch hands to its own threads (an
+/// intra-op pool) counts in the process's ledger: give ranks in threads one torch thread each.
+class MemoryLedgerScope {
+ public:
+  explicit MemoryLedgerScope(MemoryLedger* ledger);
+  ~MemoryLedgerScope();
+  MemoryLedgerScope(const MemoryLedgerScope&) = delete;
+  MemoryLedgerScope& operator=(const MemoryLedgerScope&) = delete;
+
+ private:
+  MemoryLedger* previous_;
 };
 
 /// While one is alive on a thread, the tensors that thread allocates are host memory, outside the

@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <c10/core/StreamGuard.h>
@@ -41,10 +42,11 @@ void Poison(torch::Tensor& t) {
 
 }  // namespace
 
-// A CPU side stream: one thread running the copies queued on it, in order.
+// A CPU side stream: one thread running the copies queued on it, in order (what they allocate
+// counted by `ledger`: the rank's, or the process's when null).
 class CopyWorker {
  public:
-  CopyWorker() : thread_([this] { Run(); }) {}
+  explicit CopyWorker(MemoryLedger* ledger) : ledger_(ledger), thread_([this] { Run(); }) {}
   ~CopyWorker() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -66,6 +68,8 @@ class CopyWorker {
 
  private:
   void Run() {
+    std::optional<MemoryLedgerScope> scope;
+    if (ledger_ != nullptr) scope.emplace(ledger_);
     for (;;) {
       std::packaged_task<void()> task;
       {
@@ -82,6 +86,7 @@ class CopyWorker {
   std::condition_variable wake_;
   std::deque<std::packaged_task<void()>> queue_;
   bool stop_ = false;
+  MemoryLedger* ledger_ = nullptr;
   std::thread thread_;
 };
 
@@ -101,14 +106,14 @@ bool CopyTicket::finished() const {
 
 CopyEngine::~CopyEngine() = default;
 
-CopyEngine::CopyEngine(torch::Device device, bool threads) : device_(device) {
+CopyEngine::CopyEngine(torch::Device device, bool threads, MemoryLedger* ledger) : device_(device) {
   if (!device_.is_cuda()) {
     threads_ = threads;
     piece_bytes_ = 4 << 10;
     pump_bytes_ = 8 << 10;
     for (int lane = 0; lane < 2 && threads_; ++lane) {
-      host_workers_[lane] = std::make_unique<CopyWorker>();
-      device_workers_[lane] = std::make_unique<CopyWorker>();
+      host_workers_[lane] = std::make_unique<CopyWorker>(ledger);
+      device_workers_[lane] = std::make_unique<CopyWorker>(ledger);
     }
     return;
   }

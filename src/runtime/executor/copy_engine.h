@@ -42,6 +42,8 @@
 
 namespace motley {
 
+class MemoryLedger;  // runtime/emulation/memory_ledger.h
+
 /// Which side streams a copy takes.
 enum class CopyLane { kParams, kActivations };
 
@@ -61,8 +63,9 @@ class CopyWorker;
 
 class CopyEngine {
  public:
-  /// `threads`: CPU copies on worker threads (see above); ignored on a GPU.
-  explicit CopyEngine(torch::Device device, bool threads = false);
+  /// `threads`: CPU copies on worker threads (see above; what they allocate counted by `ledger`, the
+  /// rank's — the process's when null); ignored on a GPU.
+  explicit CopyEngine(torch::Device device, bool threads = false, MemoryLedger* ledger = nullptr);
   ~CopyEngine();
 
   torch::Device device() const { return device_; }

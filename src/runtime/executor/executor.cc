@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -9,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/message_tags.h"
+#include "runtime/emulation/memory_ledger.h"
 
 namespace motley {
 namespace {
@@ -115,6 +117,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
                                                    const ExecutorConfig& config) {
   const ModelSpec& spec = model->spec();
   MOTLEY_RETURN_IF_ERROR(CheckRunnable(schedule, spec, comm->world_size(), config));
+  std::optional<MemoryLedgerScope> ledger;  // this rank's buffers, counted by its ledger
+  if (config.ledger != nullptr) ledger.emplace(config.ledger);
   auto ex = std::unique_ptr<Executor>(new Executor());
   ex->schedule_ = schedule;
   ex->cluster_ = &cluster;
@@ -124,7 +128,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
   ex->rank_ = comm->rank();
   const Program& prog = ex->schedule_.programs[ex->rank_];
   ex->emulation_ = DeviceEmulation(cluster, prog.device);
-  ex->copies_ = std::make_unique<CopyEngine>(config.device, config.cpu_copy_threads);
+  ex->copies_ = std::make_unique<CopyEngine>(config.device, config.cpu_copy_threads, config.ledger);
   const auto& ministages = ex->schedule_.ministages;
   // Devices of a group are teams of tp_degree consecutive ranks (tensor parallelism inside a team,
   // data parallelism across teams between ranks of the same tensor-parallel index).

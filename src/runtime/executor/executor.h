@@ -56,6 +56,8 @@
 
 namespace motley {
 
+class MemoryLedger;  // runtime/emulation/memory_ledger.h
+
 using ShardSource = std::function<Status(const std::string& name, int64_t begin, torch::Tensor dest)>;
 
 struct ExecutorConfig {
@@ -72,6 +74,9 @@ struct ExecutorConfig {
   /// parameters (LlamaModelImpl's `materialize`: a run that starts from a folder reads its shards
   /// only): elements [begin, begin + dest.numel()) of parameter `name`, flattened, into `dest`.
   ShardSource shard_source;
+  /// This rank's memory ledger (memory_ledger.h), counting what the executor and its copy threads
+  /// allocate — for ranks run as threads of one process; null: the process's ledger.
+  MemoryLedger* ledger = nullptr;
 };
 
 /// One step's inputs on this rank.

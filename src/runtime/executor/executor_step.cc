@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -17,7 +18,9 @@ namespace motley {
 using namespace step_run;
 
 Result<RankStepReport> Executor::StepRun::Run() {
-  MemoryLedger& ledger = MemoryLedger::Install();
+  std::optional<MemoryLedgerScope> scope;  // this rank's ledger, when it has one of its own
+  if (ex_.config_.ledger != nullptr) scope.emplace(ex_.config_.ledger);
+  MemoryLedger& ledger = MemoryLedger::Current();
   ledger.ResetPeak();
   const torch::Device device = ex_.config_.device;
   if (device.is_cuda()) ResetPeakDeviceMemory(device);

@@ -8,7 +8,9 @@
 #include "runtime/executor/executor.h"
 
 #include <cmath>
+#include <iostream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -21,6 +23,7 @@
 #include "plan/lower.h"
 #include "plan/plan_io.h"
 #include "runtime/comm/run_ranks_for_test.h"
+#include "runtime/emulation/memory_ledger.h"
 #include "sim/routing_costs.h"
 
 namespace motley {
@@ -50,11 +53,17 @@ torch::Tensor Windows(int64_t step) {
 // Trains `plan_text` (a plan case's header and body) for kSteps with one thread a rank; returns
 // the whole parameters after the last step (rank 0's GatherFullState) and each step's loss.
 struct Trained {
+  // The ranks' own ledgers (`own_ledgers`), first: destroyed after every tensor they count.
+  std::vector<std::shared_ptr<MemoryLedger>> ledgers;
   std::map<std::string, torch::Tensor> params;
   std::vector<double> losses;
+  // With a ledger a rank (`own_ledgers`): each rank's reported peak in the last step, and its
+  // ledger's.
+  std::vector<double> reported_peak_bytes, ledger_peak_bytes;
 };
 
-Trained Train(const std::string& plan_text, double clip, bool checkpointing, double rank1_loss_factor = 1) {
+Trained Train(const std::string& plan_text, double clip, bool checkpointing, double rank1_loss_factor = 1,
+              bool own_ledgers = false) {
   const Setup& s = TheSetup();
   Plan plan = ParsePlanToml(plan_text, "plan.toml").value();
   plan.activation_checkpointing = plan.activation_checkpointing && checkpointing;
@@ -66,6 +75,12 @@ Trained Train(const std::string& plan_text, double clip, bool checkpointing, dou
   for (int64_t step = 0; step < kSteps; ++step) windows.push_back(Windows(step));
   Trained out;
   std::mutex mu;
+  MemoryLedger::Install();  // the allocator that counts: rank ledgers count through it
+  std::vector<std::shared_ptr<MemoryLedger>>& ledgers = out.ledgers;
+  for (int r = 0; own_ledgers && r < plan.num_devices(); ++r)
+    ledgers.push_back(std::make_shared<MemoryLedger>());
+  out.reported_peak_bytes.assign(ledgers.size(), 0);
+  out.ledger_peak_bytes.assign(ledgers.size(), 0);
   RunRanks(plan.num_devices(), [&](Communicator& comm) {
     LlamaModel model{nullptr};
     {  // every rank draws the whole model from the seed, as one process does: one at a time, since
@@ -79,6 +94,7 @@ Trained Train(const std::string& plan_text, double clip, bool checkpointing, dou
     config.optimizer.lr = 1e-2;
     config.optimizer.grad_clip_norm = clip;
     config.cpu_copy_threads = true;  // offload copies on threads, as on a GPU
+    if (own_ledgers) config.ledger = ledgers[comm.rank()].get();
     Result<std::unique_ptr<Executor>> ex = Executor::Create(*schedule, s.cluster, model, &comm, config);
     ASSERT_TRUE(ex.ok()) << ex.status().message();
     for (int64_t step = 0; step < kSteps; ++step) {
@@ -93,6 +109,10 @@ Trained Train(const std::string& plan_text, double clip, bool checkpointing, dou
       if (comm.rank() == 0) {
         std::lock_guard<std::mutex> lock(mu);
         out.losses.push_back(r->loss);
+      }
+      if (own_ledgers && step + 1 == kSteps) {
+        out.reported_peak_bytes[comm.rank()] = r->peak_memory_bytes;
+        out.ledger_peak_bytes[comm.rank()] = static_cast<double>(ledgers[comm.rank()]->peak_bytes());
       }
     }
     Result<Executor::FullState> full = (*ex)->GatherFullState();
@@ -148,6 +168,30 @@ TEST_P(ExecutorInProcess, TrainsTheSameModelAsOneDevice) {
   initial->set_precision(Precision::kFp64);
   EXPECT_GT((w - initial->named_parameters()[reference.params.begin()->first]).abs().max().item<double>(),
             1e-4);
+}
+
+// Ranks run as threads each count their memory in a ledger of their own (ExecutorConfig::ledger):
+// a rank's step reports its own peak, not the process's. In the uneven data-parallel case rank 0
+// runs microbatches of 4 sequences and rank 1 of 2 with the same ZeRO-2 state: rank 0's peak is
+// the larger, and training is still exact.
+TEST(ExecutorInProcessLedger, EachRankCountsItsOwnMemory) {
+  const motley_test::PlanCase& c = motley_test::PlanNamed("dp2-zero2-uneven");
+  const Trained got =
+      Train(motley_test::PlanHeader() + c.body, c.clip, c.checkpointing, 1, /*own_ledgers=*/true);
+  ASSERT_EQ(got.reported_peak_bytes.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_GT(got.reported_peak_bytes[r], 0);
+    EXPECT_EQ(got.reported_peak_bytes[r], got.ledger_peak_bytes[r])
+        << "the report is the rank's own ledger's";
+  }
+  std::cout << "peak memory in the last step: rank 0 " << got.reported_peak_bytes[0] << " bytes, rank 1 "
+            << got.reported_peak_bytes[1] << " bytes\n";
+  EXPECT_GT(got.reported_peak_bytes[0], got.reported_peak_bytes[1]) << "rank 0 runs twice the sequences";
+  const Trained& reference = OneDevice(c.clip, c.checkpointing);
+  ASSERT_EQ(got.params.size(), reference.params.size());
+  for (const auto& [name, want] : reference.params)
+    EXPECT_LT((got.params.at(name) - want).abs().max().item<double>(), motley_test::kFp64Tolerance) << name;
 }
 
 // The comparison sees a one-in-a-million change to one rank's gradients (~1e-7 after the steps):

@@ -189,9 +189,9 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
 Status PlannedRun::ConnectToPlan(TrainObserver* observer, torch::Device* device) {
   const JobSpec& job = job_;
   const TrainOptions& options = options_;
-  MOTLEY_ASSIGN_OR_RETURN(plan_, LoadPlanFile(options.plan_path));
+  MOTLEY_ASSIGN_OR_RETURN(plan_, LoadPlanFile(options.planned.plan_path));
   MOTLEY_RETURN_IF_ERROR(TakeUpResumedPlan());
-  MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan_, job, options.plan_path));
+  MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan_, job, options.planned.plan_path));
   FillDefaultRouting(&plan_, job.cluster, job.model);  // a hand-written plan's: as simulate's
   // FlexTP's mode is the plan's (the schedule carries it to the executor); a plan without one
   // takes the job's [tensor_parallel] mode.
@@ -200,7 +200,7 @@ Status PlannedRun::ConnectToPlan(TrainObserver* observer, torch::Device* device)
   // Transfers and collectives match in the order they are issued (NCCL's rule, and Gloo's here).
   if (std::string problem = CheckTransferOrder(schedule_); !problem.empty())
     return Status::Internal(
-        fmt::format("{}: the plan's schedule cannot run: {}", options.plan_path, problem));
+        fmt::format("{}: the plan's schedule cannot run: {}", options.planned.plan_path, problem));
   MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
   // Each device runs its own part: found by host and local rank where the cluster names hosts,
   // else by the launcher's order. A rank on the wrong host stops here, before any step.
@@ -263,7 +263,7 @@ Status PlannedRun::BuildExecutor(const torch::Device& rank_device, MemoryLedger&
   config.optimizer = job.optimizer;
   config.tensor_parallel = job.tensor_parallel;
   config.stragglers = job.stragglers;
-  config.cpu_copy_threads = options.cpu_copy_threads;
+  config.cpu_copy_threads = options.planned.cpu_copy_threads;
   executor_config_ = config;
   // Resuming: every rank reads the checkpoint (the weights before its ministages are cut out,
   // the moments after) — the same files a single-process run writes and reads.
@@ -349,9 +349,9 @@ Status PlannedRun::BeginRun(const TrainerState& loaded, const torch::Device& ran
   const TrainingConfig& tc = job.training;
   tokens_per_step_ = tc.global_batch_sequences * tc.seq_len;
   TrainStart start;
-  start.device =
-      fmt::format("{} rank{} on {} ({} plan, {})", comm_->world_size(), comm_->world_size() == 1 ? "" : "s",
-                  rank_device.is_cuda() ? "CUDA, one GPU each" : "CPU", plan_.strategy, options.plan_path);
+  start.device = fmt::format(
+      "{} rank{} on {} ({} plan, {})", comm_->world_size(), comm_->world_size() == 1 ? "" : "s",
+      rank_device.is_cuda() ? "CUDA, one GPU each" : "CPU", plan_.strategy, options.planned.plan_path);
   start.precision = std::string(PrecisionName(tc.precision));
   start.schedule_hash = ScheduleHash(schedule_);
   start.parameters = TotalParams(job.model);
@@ -383,7 +383,7 @@ Status PlannedRun::BeginRun(const TrainerState& loaded, const torch::Device& ran
     MOTLEY_RETURN_IF_ERROR(metrics_.Write({{"event", "start"},
                                            {"first_step", state_.step},
                                            {"ranks", comm_->world_size()},
-                                           {"plan", options.plan_path},
+                                           {"plan", options.planned.plan_path},
                                            {"schedule_hash", ScheduleHash(schedule_)}}));
   val_sequences_ = data_->validation ? std::min(job.data.validation_sequences,
                                                 NumEvaluationWindows(*data_->validation, tc.seq_len))
@@ -397,7 +397,8 @@ Status PlannedRun::BeginRun(const TrainerState& loaded, const torch::Device& ran
 
 Status PlannedRun::Step() {
   const int64_t step = state_.step, seq = job_.training.seq_len;
-  const bool trace = !options_.trace_path.empty() && step + 1 == std::min(options_.trace_step, total_steps_);
+  const bool trace =
+      !options_.planned.trace_path.empty() && step + 1 == std::min(options_.planned.trace_step, total_steps_);
   if (trace) MOTLEY_RETURN_IF_ERROR(comm_->Barrier(comm_->world()));  // one time origin for every rank
   StepInputs in;
   in.step = step;
@@ -436,8 +437,8 @@ Status PlannedRun::Step() {
       SimResult sim;
       sim.trace = std::move(events);
       MOTLEY_RETURN_IF_ERROR(
-          AtomicWriteFile(options_.trace_path, ChromeTraceJson(schedule_, job_.cluster, sim)));
-      summary_.trace_path = options_.trace_path;
+          AtomicWriteFile(options_.planned.trace_path, ChromeTraceJson(schedule_, job_.cluster, sim)));
+      summary_.trace_path = options_.planned.trace_path;
     }
   }
   MOTLEY_RETURN_IF_ERROR(Record(in, report, ranks));
@@ -569,8 +570,8 @@ Result<TrainSummary> PlannedRun::Finish() {
     // The simulator's account of the same schedule: its memory always (it needs no timings), its
     // times with a profile.
     std::optional<Profile> profile;
-    if (!options_.profile_path.empty()) {
-      MOTLEY_ASSIGN_OR_RETURN(profile, LoadProfileFile(options_.profile_path));
+    if (!options_.planned.profile_path.empty()) {
+      MOTLEY_ASSIGN_OR_RETURN(profile, LoadProfileFile(options_.planned.profile_path));
     }
     CostModel costs(job_.cluster, job_.model, profile ? &*profile : nullptr, tc.seq_len, tc.precision,
                     schedule_.activation_checkpointing);

@@ -1,4 +1,4 @@
-// PlannedRun: one rank's run of a plan (TrainWithPlan, distributed_trainer.h) — set up once, then
+// PlannedRun: one rank's run of a plan (TrainWithPlan, below: planned_run_train.cc) — set up once, then
 // step, record, validate and checkpoint (planned_run.cc); with [straggler_detection] rebalance, a
 // switch to a plan made for the devices as measured at a step boundary (planned_run_rebalance.cc).
 #pragma once
@@ -107,5 +107,9 @@ class PlannedRun {
   int64_t timed_tokens_ = 0, timed_steps_ = 0;
   std::vector<RankStepTimes> rank_sums_;
 };
+
+/// Trains `job` as this process's rank of `plan` (read from options.planned.plan_path). The observer is
+/// called on rank 0 only.
+Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& options, TrainObserver* observer);
 
 }  // namespace motley

@@ -93,7 +93,7 @@ Status PlannedRun::Rebalance(const std::vector<StragglerMonitor::Change>& change
     PlanRequest request = PlanRequestForJob(job_);
     request.activation_checkpointing = plan_.activation_checkpointing;
     std::optional<Profile> profile;
-    std::string profile_path = options_.profile_path;
+    std::string profile_path = options_.planned.profile_path;
     if (profile_path.empty() && !job_.plan.profile.empty())
       profile_path = fs::path(job_.plan.profile).is_absolute() || job_.file.empty()
                          ? job_.plan.profile
@@ -274,7 +274,7 @@ Status PlannedRun::TakeUpResumedPlan() {
       "resuming on the plan the run was last on — a live rebalance switched it from the one it was launched "
       "with; "
       "{} records it — not {}",
-      dir, options_.plan_path);
+      dir, options_.planned.plan_path);
   return Status::Ok();
 }
 

@@ -3,7 +3,7 @@
 // compared with that rank's own norm — the median of its first measured steps after a warm-up
 // step — so a slower kind of device is not a straggler for being slower; a rank beyond
 // `threshold` for `persist_steps` steps in a row is straggling, and recovers after as many steps
-// back within it. Fed the figures every rank already gathers (distributed_trainer.cc); no torch.
+// back within it. Fed the figures every rank already gathers (planned_run.cc); no torch.
 // After a live rebalance (Restart) the norms are measured again under the new plan; a rank whose
 // device the new plan was made slow for recovers when it runs faster than that norm by the
 // threshold.

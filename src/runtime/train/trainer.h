@@ -52,7 +52,22 @@ struct SupervisorOptions {
   int max_restarts = 0;
 };
 
-/// How `motley train` runs: one process, or this rank of a planned run.
+// A rank of a launched run (motley launch, torchrun, srun, mpirun) executing a plan: PlannedRun
+// and TrainWithPlan (planned_run.h).
+struct PlannedRunOptions {
+  std::string plan_path;     // the plan each rank executes ("" = train in this process)
+  std::string trace_path;    // a Chrome trace of one step of the real run, in the simulator's format
+  std::string profile_path;  // with a plan: rank 0 predicts the step with it and reports both
+  int64_t trace_step = 2;    // which step (from 1) the trace records
+  // A rank that fails writes what failed here, as rank-R.json (rank, device, step, out_of_memory,
+  // message), for the `motley train` that launched it and may retry with a more frugal plan
+  // (supervise/escalation.h). "" = none.
+  std::string failure_report_dir;
+  bool cpu_copy_threads = false;  // tests: CPU offload copies asynchronous, as on a GPU (copy_engine.h)
+};
+
+/// How `motley train` runs: the run's own options (one process or a rank of a planned run), and
+/// those of a planned run, of its supervisor and of fault injection, each in a struct of its own.
 struct TrainOptions {
   int64_t steps = 0;                 // the run's total length; 0 = the job's [training] steps
   std::string resume;                // a checkpoint (or run) directory to continue from
@@ -63,21 +78,12 @@ struct TrainOptions {
   bool checkpoint_at_end = true;
   bool overwrite = false;  // a run not resuming may take over a folder holding another run's checkpoints
   bool validate = true;    // validation at the job's interval and at the end
-  // Several processes (distributed_trainer.h):
-  std::string plan_path;     // the plan each rank executes ("" = train in this process)
-  std::string trace_path;    // a Chrome trace of one step of the real run, in the simulator's format
-  std::string profile_path;  // with a plan: rank 0 predicts the step with it and reports both
-  int64_t trace_step = 2;    // which step (from 1) the trace records
-  // A rank that fails writes what failed here, as rank-R.json (rank, device, step, out_of_memory,
-  // message), for the `motley train` that launched it and may retry with a more frugal plan
-  // (supervise/escalation.h). "" = none.
-  std::string failure_report_dir;
   // Add to an existing metrics file (a new run refuses one that holds lines otherwise; a resumed
   // run always adds to it).
   bool metrics_append = false;
-  bool cpu_copy_threads = false;  // tests: CPU offload copies asynchronous, as on a GPU (copy_engine.h)
-  SupervisorOptions supervisor;   // `motley train JOB` on a cluster (supervise/job_supervisor.h)
-  FaultInjection faults;          // tests only
+  PlannedRunOptions planned;     // a rank of a launched run executing a plan (planned_run.h)
+  SupervisorOptions supervisor;  // `motley train JOB` on a cluster (supervise/job_supervisor.h)
+  FaultInjection faults;         // tests only
 };
 
 /// What one rank did in a step (several processes only).

@@ -1,4 +1,7 @@
-#include "runtime/train/distributed_trainer.h"
+// TrainWithPlan (planned_run.h): every rank of a launched run (motley launch, torchrun, srun,
+// mpirun) executes its program of the plan's schedule step after step — rank 0 reports, validates
+// and writes checkpoints — and what failed on this rank is said to a supervising `motley train`.
+#include "runtime/train/planned_run.h"
 
 #include <filesystem>
 
@@ -6,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
-#include "runtime/train/planned_run.h"
 
 namespace motley {
 namespace fs = std::filesystem;
@@ -34,14 +36,15 @@ Status TrainSteps(PlannedRun& run, const JobSpec& job, const TrainOptions& optio
 // What failed on this rank, for a supervising `motley train` (TrainOptions::failure_report_dir).
 void WriteFailureReport(const TrainOptions& options, int rank, int device, int64_t step, const Status& s,
                         bool diverged) {
-  if (options.failure_report_dir.empty()) return;
+  if (options.planned.failure_report_dir.empty()) return;
   const nlohmann::json j = {{"rank", rank},         {"device", device},
                             {"step", step},         {"out_of_memory", s.code() == StatusCode::kOutOfMemory},
                             {"diverged", diverged}, {"message", s.message()}};
   std::error_code ec;
-  fs::create_directories(options.failure_report_dir, ec);
-  (void)AtomicWriteFile((fs::path(options.failure_report_dir) / fmt::format("rank-{}.json", rank)).string(),
-                        j.dump() + "\n");
+  fs::create_directories(options.planned.failure_report_dir, ec);
+  (void)AtomicWriteFile(
+      (fs::path(options.planned.failure_report_dir) / fmt::format("rank-{}.json", rank)).string(),
+      j.dump() + "\n");
 }
 
 Result<TrainSummary> RunToTheEnd(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
