@@ -10,6 +10,7 @@
 #include "core/cluster_parse.h"
 #include "core/model.h"
 #include "plan/plan.h"
+#include "sim/profile.h"
 
 namespace motley::test {
 
@@ -137,6 +138,20 @@ inline Plan RandomPlan(std::mt19937& rng, int num_devices, const ModelSpec& m) {
       for (double& s : gp.state_shares) s /= sum;
     }
   }
+  return p;
+}
+
+// Per-layer times of 10 ms forward and 20 ms backward at any microbatch size.
+inline Profile FlatProfile(const ModelSpec& m, int64_t seq_len) {
+  ProfileEntry e;
+  e.device_type = "unit";
+  e.model = m.name;
+  e.hidden_size = m.hidden_size;
+  e.seq_len = seq_len;
+  e.precision = Precision::kBf16;
+  e.points = {{1, 10, 20}, {64, 10, 20}};
+  Profile p;
+  p.entries.push_back(e);
   return p;
 }
 
