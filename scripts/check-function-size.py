@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,8 @@ def main():
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     args = parser.parse_args()
     tidy = "clang-tidy"
+    if shutil.which(tidy) is None:
+        sys.exit("clang-tidy: not found; scripts/setup.sh installs it (Debian's clang-tidy)")
     version = subprocess.run([tidy, "--version"], capture_output=True, text=True).stdout
     salt = (version + open(os.path.join(ROOT, ".clang-tidy")).read()).encode()
     cache_dir = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "motley",
