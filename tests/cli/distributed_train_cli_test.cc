@@ -1,11 +1,10 @@
 // The correctness contract across processes (docs/design.md): every lossless plan — data parallelism
 // at every ZeRO stage with uneven batches, pipelines (GPipe, 1F1B, Zorse's interleaved ministages)
 // with asymmetric groups, uneven microbatch counts, custom routing, 1..L ministages, tensor-parallel
-// teams (alone, with ZeRO across teams, in a pipeline beside a tp1 group), parameter and
-// activation offload, state shares apart from batch shares (Cephalo), with and without gradient
-// clipping — run by `motley launch` as 2-6 ranks,
-// ends 5 steps with the parameters and AdamW moments of a single-process run: in fp64 within 1e-10
-// (kFp64Tolerance), in fp32 within a noise floor measured in the same run.
+// teams, offload, state shares apart from batch shares (Cephalo), with and without clipping — run
+// by `motley launch` as 2-6 ranks, ends 5 steps with the parameters and AdamW moments of a
+// single-process run: in fp64 within 1e-10, in fp32 within a noise floor measured in the same run.
+// Tensor-parallel teams' own cases: tensor_parallel_train_cli_test.cc.
 #include <algorithm>
 #include <array>
 #include <cmath>
