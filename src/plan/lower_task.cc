@@ -79,6 +79,17 @@ void Lowerer::EmitTensorParallelAllReduce(const TaskOnRank& c, int compute_op) {
   pending_tp_allreduce_[c.r] = Emit(c.r, std::move(op));
 }
 
+// The boundary ministage `from_v`'s run sends this task (its input, or its output's gradient).
+int Lowerer::EmitReceive(const TaskOnRank& c, int from_v, bool backward, BufferKind kind) {
+  Op recv = TaskOp(c, OpKind::kRecv, Stream::kComm);
+  recv.peer = PeerIn(c, from_v);
+  recv.tag = Tag(backward, c.v, c.m);
+  recv.bytes = c.act;
+  recv.device_alloc_bytes = c.act;
+  recv.writes.push_back(Buf(kind, c.v, c.m));
+  return Emit(c.r, std::move(recv));
+}
+
 // Every receiving rank gets its own copy; the boundary is freed after the last send (or kept for
 // the ministage that runs here too). Where nobody downstream needs this rank's copy, the compute op
 // never allocates it.
@@ -122,15 +133,8 @@ void Lowerer::EmitForwardOnRank(const TaskOnRank& c, std::vector<int32_t> deps) 
   const int v = c.v, r = c.r;
   const int64_t m = c.m;
   const double act = c.act;
-  if (v > 0 && PeerIn(c, v - 1) != r) {
-    Op recv = TaskOp(c, OpKind::kRecv, Stream::kComm);
-    recv.peer = PeerIn(c, v - 1);
-    recv.tag = Tag(false, v, m);
-    recv.bytes = act;
-    recv.device_alloc_bytes = act;
-    recv.writes.push_back(Buf(BufferKind::kInput, v, m));
-    deps.push_back(Emit(r, std::move(recv)));
-  }
+  if (v > 0 && PeerIn(c, v - 1) != r)
+    deps.push_back(EmitReceive(c, v - 1, /*backward=*/false, BufferKind::kInput));
   Op fwd = TaskOp(c, OpKind::kForward, Stream::kCompute);
   fwd.tp_degree = c.tp;
   fwd.flops = ForwardFlops(v, m) / c.tp;
@@ -171,15 +175,8 @@ void Lowerer::EmitBackwardOnRank(const TaskOnRank& c, std::vector<int32_t> deps)
   const int v = c.v, r = c.r;
   const int64_t m = c.m;
   const double act = c.act;
-  if (v + 1 < num_ministages_ && PeerIn(c, v + 1) != r) {
-    Op recv = TaskOp(c, OpKind::kRecv, Stream::kComm);
-    recv.peer = PeerIn(c, v + 1);
-    recv.tag = Tag(true, v, m);
-    recv.bytes = act;
-    recv.device_alloc_bytes = act;
-    recv.writes.push_back(Buf(BufferKind::kOutputGrad, v, m));
-    deps.push_back(Emit(r, std::move(recv)));
-  }
+  if (v + 1 < num_ministages_ && PeerIn(c, v + 1) != r)
+    deps.push_back(EmitReceive(c, v + 1, /*backward=*/true, BufferKind::kOutputGrad));
   auto& bwd_list = backward_ops_[r];
   if (plan_.offload_activations) {
     Op pre = TaskOp(c, OpKind::kActPrefetch, Stream::kH2D);

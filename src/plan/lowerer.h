@@ -178,6 +178,8 @@ class Lowerer {
   std::vector<int> PeersOut(const TaskOnRank& c, int other_v) const;
   bool KeptHere(const TaskOnRank& c, int other_v) const;
   void EmitTensorParallelAllReduce(const TaskOnRank& c, int compute_op);
+  /// Receives this task's boundary from ministage `from_v`'s run (`kind` of this ministage).
+  int EmitReceive(const TaskOnRank& c, int from_v, bool backward, BufferKind kind);
   /// Sends compute op `after`'s boundary (`kind` of ministage `other_v`) to every peer of its run.
   void EmitSends(const TaskOnRank& c, int other_v, bool backward, BufferKind kind, int after);
   void EmitForwardOnRank(const TaskOnRank& c, std::vector<int32_t> deps);
