@@ -1,80 +1,80 @@
 #!/usr/bin/env bash
-# Everything motley checks on a GPU machine, in one go (a session's GPU time is short):
-#   1. build against the machine's PyTorch (scripts/build-gpu.sh), with motley's other libraries
-#      from Debian packages unpacked into a prefix when the machine cannot install them
+# Everything motley checks on a GPU machine, in one go, most important first (a session's GPU time
+# is short: each part runs only while BUDGET_S seconds last, and says so when it is skipped):
+#   1. build motley against the machine's PyTorch (scripts/build-gpu.sh), with motley's other
+#      libraries from Debian packages unpacked into a prefix when the machine cannot install them
 #      (DEBS=folder of .deb files: libfmt-dev libfmt9 nlohmann-json3-dev libtomlplusplus-dev
 #      libtomlplusplus3 libcli11-dev libboost1.74-dev libgtest-dev libsentencepiece-dev
 #      libsentencepiece0 libpcre2-dev libpcre2-8-0, from `apt-get download` on Debian bookworm);
-#   2. the GPU tests (the CLI suite's DistributedTrainGpu cases);
-#   3. the offload benchmark (offload_overhead.sh);
-#   4. a profile of the benchmark's model on this GPU, and the simulator's step for the benchmark's
-#      plans with it (to lay beside the measured steps of 3);
-#   5. issue #47: the memory CUDA and NCCL keep (context, NCCL buffers, the allocator's reserved but
-#      unused) against the catalog's reserve; fp16 with loss scaling and an injected overflow; a
-#      fine-tune from a Hugging Face folder motley writes, in bf16;
-#   6. issue #50: a rank on another kind of GPU than the plan made its part for is refused.
-# Logs go to LOGS (default: gpu-logs/).
+#   2. issue #47: the memory CUDA and NCCL keep (context, NCCL buffers) as PyTorch sees it, against
+#      the catalog's reserve and what `motley profile` measures (context, NCCL, the allocator's
+#      reserved-but-unused at the profiled batch);
+#   3. issue #47: tokens/s and MFU of examples/jobs/gpu-100m.toml and of a ~850M shape against
+#      plain PyTorch (bench/gpu/pytorch_reference.py: same shape, batch, precision) in this run;
+#   4. issue #47: fp16 with loss scaling and an injected overflow (one process: two ranks cannot
+#      share one GPU under NCCL, and a build against PyTorch's wheel has no Gloo — the agreement
+#      of ranks on a skipped step is tested on CPU); a bf16 fine-tune from a Hugging Face folder
+#      motley writes;
+#   5. issue #50: a rank on another kind of GPU than the plan made its part for is refused;
+#   6. the GPU tests (the CLI suite's DistributedTrainGpu cases);
+#   7. the offload benchmark (offload_overhead.sh) and the simulator's steps for its plans.
+# Logs go to LOGS (default: gpu-logs/); a summary of the figures to LOGS/summary.txt.
 #
-#   DEBS=.gpu-deps LOGS=out bench/gpu/check.sh [MICROBATCHES...]
+#   DEBS=.gpu-deps LOGS=out BUDGET_S=520 bench/gpu/check.sh [MICROBATCHES...]
+#
+# Dry run on a CPU machine (the motley commands only, on CPU, short): MOTLEY=build/motley
+# DEVICE=cpu DRY=1 bench/gpu/check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-LOGS="${LOGS:-gpu-logs}"
-mkdir -p "$LOGS"
+repo="$(pwd)"
+LOGS="$(mkdir -p "${LOGS:-gpu-logs}" && cd "${LOGS:-gpu-logs}" && pwd)"
+MOTLEY="${MOTLEY:-$repo/build-gpu/motley}"
+case "$MOTLEY" in /*) ;; *) MOTLEY="$repo/$MOTLEY" ;; esac
+DEVICE="${DEVICE:-cuda}"
+DRY="${DRY:-}"
+deadline=$(( $(date +%s) + ${BUDGET_S:-520} ))
+summary="$LOGS/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+# part NAME SECONDS: whether NAME (which needs about SECONDS) still fits in the budget.
+part() {
+  local left=$(( deadline - $(date +%s) ))
+  echo "== $1 ($left s left)"
+  if [ "$left" -lt "$2" ]; then note "$1: skipped (needs ~$2 s, $left s left)"; return 1; fi
+}
+train_limit=240; [ -z "$DRY" ] || train_limit=30
+steps() { if [ -n "$DRY" ]; then echo 3; else echo "$1"; fi; }
+
 if [ -n "${DEBS:-}" ]; then
   mkdir -p /tmp/motley-deps
   for f in "$DEBS"/*.deb; do dpkg -x "$f" /tmp/motley-deps; done
   export MOTLEY_DEPS_PREFIX=/tmp/motley-deps/usr
   export LD_LIBRARY_PATH="$MOTLEY_DEPS_PREFIX/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
-torch_dir="$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')"
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
-  echo "gloo headers: $(ls "$torch_dir/include/gloo" 2>/dev/null | wc -l)"
-  echo "c10d definitions: $(grep -o 'USE_C10D_[A-Z]*' "$torch_dir/share/cmake/Caffe2/Caffe2Targets.cmake" | sort -u | tr '\n' ' ')"
-  "${CXX:-c++}" --version | head -1
-  # The host link that offload uses: pinned copies of 1 GiB each way.
-  python3 - <<'PY'
-import time, torch
-h = torch.empty(1 << 28, pin_memory=True); d = torch.empty(1 << 28, device="cuda")
-for name, dst, src in (("host->device", d, h), ("device->host", h, d)):
-    dst.copy_(src, non_blocking=True); torch.cuda.synchronize(); t = time.perf_counter()
-    for _ in range(5): dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize(); print(f"pinned {name}: {5 / (time.perf_counter() - t):.1f} GiB/s")
-PY
-} 2>&1 | tee "$LOGS/machine.txt"
 
-start=$(date +%s)
-if ! MOTLEY_TARGETS="motley motley-data motley_cli_tests" scripts/build-gpu.sh \
-    > "$LOGS/build.log" 2>&1; then
-  grep -E "error|Error" "$LOGS/build.log" | head -40
-  tail -20 "$LOGS/build.log"
-  exit 1
+if [ -z "$DRY" ]; then
+  torch_dir="$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')"
+  {
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+    echo "gloo headers: $(ls "$torch_dir/include/gloo" 2>/dev/null | wc -l)"
+    nproc; "${CXX:-c++}" --version | head -1
+  } 2>&1 | tee "$LOGS/machine.txt" | tee -a "$summary"
+  start=$(date +%s)
+  if ! MOTLEY_TARGETS="${MOTLEY_TARGETS:-motley motley-data}" scripts/build-gpu.sh > "$LOGS/build.log" 2>&1; then
+    grep -E "error|Error" "$LOGS/build.log" | head -40
+    tail -20 "$LOGS/build.log"
+    exit 1
+  fi
+  note "build: $(( $(date +%s) - start )) s"
 fi
-echo "build: $(( $(date +%s) - start )) s; $(grep -E 'NCCL' "$LOGS/build.log" | head -2)"
+peak_tflops="$("$MOTLEY" catalog --json | python3 -c 'import json,sys
+print({s["name"]: s for s in json.load(sys.stdin)}["h100-sxm"]["peak_fp16_flops"] / 1e12)' 2>/dev/null || echo 989)"
 
-echo "== GPU tests"
-timeout 300 build-gpu/tests/motley_cli_tests --gtest_filter='DistributedTrainGpu.*' 2>&1 | tee "$LOGS/gpu-tests.log" | tail -15
-echo "== offload benchmark"
-timeout 400 bench/gpu/offload_overhead.sh build-gpu/motley "$@" 2>&1 | tee "$LOGS/offload.txt"
-
-echo "== profile on this GPU; the simulator's steps for the same plans"
-timeout 300 build-gpu/motley profile --cluster bench/gpu/h100.toml --model bench/gpu/llama-850m.toml --seq-len 1024 \
-  --max-microbatch 16 -o "$LOGS/profile.json" 2>&1 | tail -8
-counts=("$@")
-[ "${#counts[@]}" -gt 0 ] || counts=(8 16 32)
-for n in "${counts[@]}"; do
-  for mode in off on; do
-    sed "s/num_microbatches = \[8\]/num_microbatches = [$n]/" bench/gpu/offload-$mode.toml > "$LOGS/plan-$n-$mode.toml"
-    printf '%-4s %-4s ' "$n" "$mode"
-    build-gpu/motley simulate --plan "$LOGS/plan-$n-$mode.toml" --cluster bench/gpu/h100.toml \
-      --model bench/gpu/llama-850m.toml --profile "$LOGS/profile.json" 2>&1 | grep -m1 "^step"
-  done
-done
-
-echo "== #47: the memory CUDA, NCCL and the allocator keep (the catalog says: $(build-gpu/motley catalog --json | \
-  python3 -c 'import json,sys; print({s["name"]: round(s["reserve_bytes"]/2**30, 2) for s in json.load(sys.stdin)}.get("h100-sxm"))') GiB for h100-sxm)"
-timeout 120 python3 - <<'PY' 2>&1 | tee "$LOGS/reserve.txt"
+if [ -z "$DRY" ] && part "#47 reserve: what CUDA, NCCL and the allocator keep" 30; then
+  catalog="$("$MOTLEY" catalog --json | python3 -c 'import json,sys
+print(round({s["name"]: s for s in json.load(sys.stdin)}["h100-sxm"]["reserve_bytes"] / 2**30, 2))')"
+  timeout 120 python3 - <<'PY' 2>&1 | tee "$LOGS/reserve.txt"
 import os, torch, torch.distributed as dist
 GiB = 2**30
 free0, total = torch.cuda.mem_get_info()
@@ -84,22 +84,64 @@ os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
 dist.init_process_group("nccl", rank=0, world_size=1)
 x = torch.ones(1 << 20, device="cuda"); dist.all_reduce(x); torch.cuda.synchronize()
 free2, _ = torch.cuda.mem_get_info()
-# Fragmentation: a training-like churn of differently sized blocks, then what is reserved but unused.
-blocks = [torch.empty(int(s) << 20, dtype=torch.uint8, device="cuda") for s in (512, 96, 1024, 33, 700, 128) * 8]
-del blocks[::2]
-frag = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-print(f"context {(total - free0 + free0 - free1) / GiB:.2f} GiB (before: {(total - free0) / GiB:.2f} used), "
-      f"NCCL {(free1 - free2) / GiB:.2f} GiB, reserved-but-unused {frag / GiB:.2f} GiB, "
-      f"total {(total - free2) / GiB + frag / GiB:.2f} GiB")
+print(f"pytorch: CUDA context {(total - free1) / GiB:.2f} GiB in use once it exists, "
+      f"NCCL (a one-rank group's first all-reduce) {(free1 - free2) / GiB:.2f} GiB")
 dist.destroy_process_group()
 PY
-echo "motley profile measured (reserve in $LOGS/profile.json):"
-python3 -c 'import json,sys; [print(" ", e["device_type"], {k: round(v / 2**30, 2) for k, v in e.get("reserve", {}).items()}, "GiB") for e in json.load(open(sys.argv[1]))["entries"]]' "$LOGS/profile.json"
-echo "== #47: fp16 with loss scaling, an overflow injected in step 3 (one process)"
-mkdir -p "$LOGS/fp16"
-cat > "$LOGS/fp16/job.toml" <<'TOML'
+  tail -1 "$LOGS/reserve.txt" >> "$summary"
+  note "catalog reserve for h100-sxm: $catalog GiB"
+  timeout 180 "$MOTLEY" profile --cluster bench/gpu/h100.toml --model llama-100m --seq-len 1024 \
+    --max-microbatch 16 -o "$LOGS/profile-100m.json" > "$LOGS/profile-100m.log" 2>&1
+  python3 -c 'import json,sys
+for e in json.load(open(sys.argv[1]))["entries"]:
+    print("motley profile:", e["device_type"], {k: round(v / 2**30, 2) for k, v in e.get("reserve", {}).items()}, "GiB")' \
+    "$LOGS/profile-100m.json" 2>&1 | tee -a "$summary" || tail -5 "$LOGS/profile-100m.log" | tee -a "$summary"
+fi
+
+# The speed check: motley's single-process trainer against plain PyTorch, same shape and batch.
+# MFU for both from tokens/s with one formula: 6 x parameters + 12 x layers x hidden x seq.
+speed() {  # speed NAME HIDDEN LAYERS HEADS KV FFN JOB STEPS
+  local name=$1 hidden=$2 layers=$3 heads=$4 kv=$5 ffn=$6 job=$7 n=$8
+  part "#47 speed: $name, motley against PyTorch eager" 90 || return 0
+  (cd "$(dirname "$job")" && timeout "$train_limit" "$MOTLEY" train "$(basename "$job")" --single-process --device "$DEVICE" \
+     --steps "$n" --no-validation --no-checkpoint --metrics "$LOGS/speed-$name.jsonl") > "$LOGS/speed-$name-motley.log" 2>&1
+  local ours ref
+  ours="$(grep -m1 -oE '[0-9.]+[kM]? tokens/s' "$LOGS/speed-$name-motley.log" | head -1)"
+  [ -n "$ours" ] || { tail -5 "$LOGS/speed-$name-motley.log"; note "$name: motley failed (speed-$name-motley.log)"; }
+  if [ -z "$DRY" ]; then
+    timeout 240 python3 bench/gpu/pytorch_reference.py --hidden "$hidden" --layers "$layers" --heads "$heads" \
+      --kv-heads "$kv" --ffn "$ffn" --vocab 32000 --seq-len 1024 --batch 16 --steps "$n" --warmup 5 \
+      --peak-tflops "$peak_tflops" > "$LOGS/speed-$name-pytorch.log" 2>&1
+    ref="$(grep -oE '[0-9,]+ tokens/s' "$LOGS/speed-$name-pytorch.log" | tr -d ,)"
+  fi
+  python3 - "$name" "$hidden" "$layers" "$heads" "$kv" "$ffn" "$peak_tflops" "${ours:-}" "${ref:-}" <<'PY' | tee -a "$summary"
+import sys
+name, h, L, H, kv, ffn, peak = sys.argv[1], *map(int, sys.argv[2:7]), float(sys.argv[7])
+def rate(s):
+    if not s: return None
+    v = s.split()[0]; m = {"k": 1e3, "M": 1e6}.get(v[-1], 1)
+    return float(v.rstrip("kM")) * m
+ours, ref = rate(sys.argv[8]), rate(sys.argv[9])
+hd = h // H
+params = 2 * 32000 * h + L * (2 * h * h + 2 * h * kv * hd + 3 * h * ffn + 2 * h) + h
+flops = 6 * params + 12 * L * h * 1024
+mfu = lambda r: f"{r:,.0f} tokens/s, MFU {100 * r * flops / (peak * 1e12):.1f}%" if r else "failed"
+ratio = f"; motley/pytorch {ours / ref:.3f}x" if ours and ref else ""
+print(f"{name} ({params / 1e6:.0f}M): motley {mfu(ours)}; pytorch {mfu(ref)}{ratio}")
+PY
+}
+big_job="$LOGS/gpu-850m.toml"
+sed -e 's|^model = .*|model = "'"$repo"'/bench/gpu/llama-850m.toml"|' -e 's|^dir = .*|dir = "850m-run"|' \
+  examples/jobs/gpu-100m.toml > "$big_job"
+cp examples/jobs/gpu-100m.toml "$LOGS/gpu-100m.toml"  # run from LOGS: its checkpoint folder lands there
+speed gpu-100m 768 12 12 4 2048 "$LOGS/gpu-100m.toml" "$(steps 40)"
+speed llama-850m 2048 16 16 4 5632 "$big_job" "$(steps 20)"
+
+if part "#47 fp16: loss scaling with an overflow injected in step 3 (one process)" 40; then
+  mkdir -p "$LOGS/fp16"
+  cat > "$LOGS/fp16/job.toml" <<TOML
 model = "llama-100m"
-cluster = "../../bench/gpu/h100.toml"
+cluster = "$repo/bench/gpu/h100.toml"
 [training]
 steps = 6
 seq_len = 256
@@ -110,23 +152,30 @@ validation_interval_steps = 0
 [checkpoint]
 dir = "fp16-run"
 TOML
-(cd "$LOGS/fp16" && timeout 300 ../../build-gpu/motley train job.toml --single-process --device cuda --no-checkpoint \
-  --overflow-step 3 --metrics m.jsonl 2>&1 | tail -3; grep -o '"loss_scale":[0-9.e+]*,"skipped":[a-z]*' m.jsonl 2>/dev/null \
-  || grep -o '"skipped":[a-z]*' m.jsonl)
-echo "== #47: a fine-tune from a Hugging Face folder motley writes, bf16"
-mkdir -p "$LOGS/ft"
-build-gpu/motley data train-tokenizer --input build-gpu/../examples --vocab-size 1024 -o "$LOGS/ft/hf" 2>&1 | tail -1 || true
-build-gpu/motley init-model --hf "$LOGS/ft/hf" --model llama-100m 2>&1 | tail -1
-build-gpu/motley data prepare --init-from "$LOGS/ft/hf" --input README.md docs -o "$LOGS/ft/data" 2>&1 | tail -2
-cat > "$LOGS/ft/job.toml" <<'TOML'
-cluster = "../../bench/gpu/h100.toml"
+  [ "$DEVICE" = cuda ] || sed -i 's/"fp16"/"fp32"/' "$LOGS/fp16/job.toml"
+  (cd "$LOGS/fp16" && timeout 120 "$MOTLEY" train job.toml --single-process --device "$DEVICE" --no-checkpoint \
+    --overflow-step 3 --metrics m.jsonl > train.log 2>&1; tail -2 train.log)
+  note "fp16, one process: $(python3 -c 'import json,sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if "\"loss\"" in l]
+print(" ".join("step %s: scale %s skipped %s" % (r.get("step"), r.get("loss_scale"), r.get("skipped")) for r in rows))' \
+    "$LOGS/fp16/m.jsonl" 2>&1 | tail -1)"
+fi
+if part "#47 a fine-tune from a Hugging Face folder motley writes (bf16 on a GPU)" 60; then
+  ft="$LOGS/ft"
+  rm -rf "$ft" && mkdir -p "$ft"
+  "$MOTLEY" data train-tokenizer --input "$repo/README.md" "$repo/docs" --vocab-size 1024 -o "$ft/hf" > "$ft/prep.log" 2>&1
+  "$MOTLEY" init-model --hf "$ft/hf" --model llama-100m >> "$ft/prep.log" 2>&1
+  "$MOTLEY" data prepare --init-from "$ft/hf" --input "$repo/README.md" "$repo/docs" -o "$ft/data" >> "$ft/prep.log" 2>&1
+  precision=bf16; [ "$DEVICE" = cuda ] || precision=fp32
+  cat > "$ft/job.toml" <<TOML
+cluster = "$repo/bench/gpu/h100.toml"
 [model]
 init_from = "hf"
 [training]
-steps = 20
+steps = $(steps 30)
 seq_len = 256
 global_batch_sequences = 8
-precision = "bf16"
+precision = "$precision"
 [data]
 train = "data"
 validation_interval_steps = 10
@@ -134,29 +183,37 @@ validation_sequences = 4
 [checkpoint]
 dir = "ft-run"
 TOML
-(cd "$LOGS/ft" && timeout 300 ../../build-gpu/motley train job.toml --single-process --device cuda --no-checkpoint 2>&1 | tail -4)
-echo "== #50: a rank on another kind of GPU than the plan's is refused before any step"
-mkdir -p "$LOGS/wrong-gpu"
-cat > "$LOGS/wrong-gpu/cluster.toml" <<'TOML'
+  (cd "$ft" && timeout 180 "$MOTLEY" train job.toml --single-process --device "$DEVICE" --no-checkpoint > train.log 2>&1)
+  note "fine-tune from a folder: $(grep -m1 '^done' "$ft/train.log" || tail -3 "$ft/prep.log" "$ft/train.log")"
+fi
+
+if [ -z "$DRY" ] && part "#50: a rank on another kind of GPU than the plan's is refused before any step" 30; then
+  w="$LOGS/wrong-gpu"
+  mkdir -p "$w"
+  cat > "$w/cluster.toml" <<'TOML'
 name = "claims-an-l4"
 [[nodes]]
 name = "here"
 device = "l4"
 host = "127.0.0.1"
 TOML
-cat > "$LOGS/wrong-gpu/job.toml" <<'TOML'
-model = "llama-100m"
-cluster = "cluster.toml"
-[training]
-steps = 2
-seq_len = 256
-global_batch_sequences = 4
-precision = "bf16"
-[data]
-validation_interval_steps = 0
-[checkpoint]
-dir = "run"
-TOML
-(cd "$LOGS/wrong-gpu" && ../../build-gpu/motley plan --cluster cluster.toml --model llama-100m --seq-len 256 \
-   --global-batch-tokens 1024 -o plan.toml >/dev/null 2>&1 && timeout 120 ../../build-gpu/motley launch --nproc 1 -- \
-   ../../build-gpu/motley train job.toml --plan plan.toml --device cuda --no-checkpoint 2>&1 | grep -E "runs on a|done" | head -2)
+  sed -e 's|^cluster = .*|cluster = "cluster.toml"|' -e 's/"fp16"/"bf16"/' "$LOGS/fp16/job.toml" > "$w/job.toml"
+  (cd "$w" && "$MOTLEY" plan --cluster cluster.toml --model llama-100m --seq-len 256 --global-batch-tokens 2048 \
+     -o plan.toml > plan.log 2>&1 && timeout 60 "$MOTLEY" launch --nproc 1 -- "$MOTLEY" train job.toml \
+     --plan plan.toml --device cuda --no-checkpoint > train.log 2>&1)
+  note "wrong GPU: $(grep -m1 -E 'runs on a|done' "$w/train.log" || tail -2 "$w/train.log")"
+fi
+
+if [ -z "$DRY" ] && part "the GPU tests (build and run)" 200; then
+  MOTLEY_TARGETS="motley_cli_tests" scripts/build-gpu.sh > "$LOGS/build-tests.log" 2>&1 || tail -5 "$LOGS/build-tests.log"
+  timeout $(( deadline - $(date +%s) - 5 )) build-gpu/tests/motley_cli_tests --gtest_filter='DistributedTrainGpu.*' \
+    > "$LOGS/gpu-tests.log" 2>&1
+  note "GPU tests: $(grep -E '^\[  (PASSED|FAILED)' "$LOGS/gpu-tests.log" | tr '\n' ' ')"
+fi
+
+if [ -z "$DRY" ] && part "offload benchmark" 150; then
+  timeout $(( deadline - $(date +%s) - 5 )) bench/gpu/offload_overhead.sh "$MOTLEY" "${@:-16}" 2>&1 | tee "$LOGS/offload.txt"
+  tail -4 "$LOGS/offload.txt" >> "$summary"
+fi
+echo "== summary"
+cat "$summary"

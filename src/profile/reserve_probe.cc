@@ -31,7 +31,7 @@ Result<ReserveProbe> ReserveProbe::Start(const torch::Device& device) {
   Result<std::unique_ptr<Communicator>> comm = Communicator::Connect(rv, config);
   if (comm.ok()) {
     torch::Tensor one = torch::ones({1}, torch::TensorOptions().device(device));
-    if ((*comm)->AllReduceSum((*comm)->world(), one).ok()) {
+    if ((*comm)->AllReduceOnBackend((*comm)->world(), one).ok()) {
       SynchronizeDevice(device);
       const int64_t after = DeviceMemoryInUseBytes(device) - ReservedDeviceMemoryBytes(device);
       probe.measured_.communication_bytes = static_cast<double>(std::max<int64_t>(after - before, 0));

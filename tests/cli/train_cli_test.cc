@@ -257,8 +257,12 @@ TEST(TrainCli, ANewRunRefusesAnotherRunsMetricsUnlessToldToAppendOrOverwrite) {
   TempDir dir;
   const std::string run =
       "train default --single-process --steps 2 --no-checkpoint --no-validation --metrics m.jsonl";
-  ASSERT_EQ(Motley(run, false, dir.path().string()).exit_code, 0);
+  CliRun first = Motley(run, false, dir.path().string());
+  ASSERT_EQ(first.exit_code, 0) << first.output;
   const size_t lines = ReadJsonLines(dir.Join("m.jsonl")).size();
+  // --no-validation: no validation at all (the single-process trainer validated at step 0 regardless).
+  EXPECT_EQ(first.output.find("validation loss"), std::string::npos) << first.output;
+  for (const auto& line : ReadJsonLines(dir.Join("m.jsonl"))) EXPECT_FALSE(line.contains("val_loss")) << line;
   CliRun r = Motley(run, false, dir.path().string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_CONTAINS(r.output, "m.jsonl: holds another run's metrics");

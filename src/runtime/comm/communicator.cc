@@ -365,6 +365,16 @@ Status Communicator::Failed(const std::string& what, const std::exception& e) {
 Result<PendingTransfer> Communicator::StartAllReduceSum(CommGroup& g, torch::Tensor& t) {
   MOTLEY_CHECK_GE(g.index, 0);
   if (g.size() == 1) return PendingTransfer();
+  return StartBackendAllReduce(g, t);
+}
+
+Status Communicator::AllReduceOnBackend(CommGroup& g, torch::Tensor& t) {
+  MOTLEY_CHECK_GE(g.index, 0);
+  MOTLEY_ASSIGN_OR_RETURN(PendingTransfer p, StartBackendAllReduce(g, t));
+  return p.Wait();
+}
+
+Result<PendingTransfer> Communicator::StartBackendAllReduce(CommGroup& g, torch::Tensor& t) {
   std::function<void()> back;
   std::vector<torch::Tensor> v = {Stage(g, t, true, &back)};
   const std::string what = fmt::format("all-reduce over {}", g.name);

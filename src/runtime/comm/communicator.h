@@ -96,6 +96,9 @@ class Communicator {
   // Blocking collectives; the Start* forms return at once (the tensors must stay alive and
   // untouched until Wait()). A group of one completes at once.
   Status AllReduceSum(CommGroup& g, torch::Tensor& t);
+  /// An all-reduce that reaches the backend even in a group of one (which AllReduceSum skips):
+  /// NCCL sets up its communicator and buffers on its first collective (profile's reserve probe).
+  Status AllReduceOnBackend(CommGroup& g, torch::Tensor& t);
   Result<PendingTransfer> StartAllReduceSum(CommGroup& g, torch::Tensor& t);
   Result<PendingTransfer> StartAllGather(CommGroup& g, const torch::Tensor& shard, torch::Tensor& out,
                                          const std::vector<int64_t>& counts = {});
@@ -133,6 +136,8 @@ class Communicator {
   Status Run(const std::string& what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start);
   /// The group's process group for tensors on `t`'s device.
   Result<CommBackend*> For(CommGroup& g, const torch::Tensor& t);
+  /// An all-reduce started on the group's backend, whatever the group's size.
+  Result<PendingTransfer> StartBackendAllReduce(CommGroup& g, torch::Tensor& t);
   /// A CPU tensor that must travel through the GPU (no Gloo in this build): its GPU copy, and the
   /// completion step that copies the result back (none for inputs). Otherwise `t` itself.
   torch::Tensor Stage(CommGroup& g, const torch::Tensor& t, bool result, std::function<void()>* back);

@@ -54,6 +54,18 @@ TEST(Communicator, CollectivesAndTransfersGiveTheRightValues) {
   });
 }
 
+// The reserve probe's all-reduce: a real one on the backend (sums over the group), also in a group
+// of one, where AllReduceSum returns at once (so NCCL would never set its buffers up).
+TEST(Communicator, AnAllReduceOnTheBackendRunsInAnyGroup) {
+  for (int ranks : {1, 2}) {
+    RunRanks(ranks, [ranks](Communicator& c) {
+      torch::Tensor t = torch::full({3}, c.rank() + 1.0);
+      ASSERT_TRUE(c.AllReduceOnBackend(c.world(), t).ok());
+      EXPECT_TRUE(torch::equal(t, torch::full({3}, ranks == 1 ? 1.0 : 3.0)));
+    });
+  }
+}
+
 // Uneven state shares (plan/state_shares.h): pieces of 3, 1 and 0 elements (an empty piece too).
 TEST(Communicator, GathersAndReduceScattersUnevenPieces) {
   RunRanks(3, [](Communicator& c) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace motley {
 
@@ -50,8 +51,15 @@ torch::Tensor SumOfSquares(const torch::Tensor& t) {
 
 double GradNormSquared(const std::vector<ParamShard>& shards) {
   double sum = 0;
-  for (const auto& s : shards)
-    if (s.grad.defined()) sum += SumOfSquares(s.grad).item<double>();
+  std::vector<torch::Tensor> on_device;  // summed where they are, read once (one host sync, not one a shard)
+  for (const auto& s : shards) {
+    if (!s.grad.defined()) continue;
+    if (s.grad.device().is_cpu())
+      sum += SumOfSquares(s.grad).item<double>();
+    else
+      on_device.push_back(SumOfSquares(s.grad));
+  }
+  if (!on_device.empty()) sum += torch::stack(on_device).sum().item<double>();
   return sum;
 }
 

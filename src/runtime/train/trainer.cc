@@ -281,8 +281,9 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
 
   TrainSummary summary;
   const int64_t val_sequences =
-      data.validation ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data.validation, seq))
-                      : 0;
+      data.validation && options.validate
+          ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data.validation, seq))
+          : 0;
   auto validate = [&](int64_t step) {
     if (val_sequences <= 0) return Status::Ok();  // no validation data
     return Validate(*model, *data.validation, seq, val_sequences, device, step, &summary, metrics, observer);
