@@ -33,6 +33,7 @@ int RunData(const std::vector<std::string>& args);
 int RunTrain(const std::vector<std::string>& args);
 int RunEval(const std::vector<std::string>& args);
 int RunLaunch(const std::vector<std::string>& args);
+int RunAgent(const std::vector<std::string>& args);
 int RunComm(const std::vector<std::string>& args);
 int RunCheckpoint(const std::vector<std::string>& args);
 int RunInitModel(const std::vector<std::string>& args);

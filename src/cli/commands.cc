@@ -61,6 +61,9 @@ const std::vector<Command>& Commands() {
 #endif
     {"launch", "start N local ranks of a command with the rendezvous set; stop all when one fails",
      &RunLaunch},
+    {"agent",
+     "one host's ranks of a launch across hosts (motley launch --hosts starts it): start, report, stop",
+     &RunAgent},
     {"data",
      "prepare training data (byte, sentencepiece or a model's tokenizer.json; text, folders, JSONL), "
      "or train a tokenizer",

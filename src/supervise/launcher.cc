@@ -1,6 +1,6 @@
 #include "supervise/launcher.h"
-#include "core/exit_codes.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -10,15 +10,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <optional>
 #include <string_view>
-#include <utility>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "core/net.h"
+#include "supervise/rank_exits.h"
 
 namespace motley {
 namespace {
@@ -48,123 +46,45 @@ void PrintLines(int rank, std::string& pending, bool flush_all) {
   std::fflush(stdout);
 }
 
-std::string Describe(int status) {
-  if (WIFEXITED(status)) return fmt::format("exited with code {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
-  return "stopped";
-}
-
-bool Failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
-
-// The words of a remote-start template, split at spaces, with {host} and {index} replaced.
-std::vector<std::string> RemoteWords(const std::string& remote, const LaunchHost& host, int index) {
-  std::vector<std::string> words;
-  size_t begin = 0;
-  while (begin < remote.size()) {
-    const size_t end = std::min(remote.find(' ', begin), remote.size());
-    if (end > begin) {
-      std::string w = remote.substr(begin, end - begin);
-      for (const auto& [key, value] :
-           {std::pair<std::string, std::string>{"{host}", host.name}, {"{index}", std::to_string(index)}})
-        for (size_t at; (at = w.find(key)) != std::string::npos;) w.replace(at, key.size(), value);
-      words.push_back(std::move(w));
-    }
-    begin = end + 1;
-  }
-  return words;
-}
-
 }  // namespace
-
-std::string ShellQuote(const std::string& s) {
-  if (!s.empty() &&
-      s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=:,+@%") ==
-          std::string::npos)
-    return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-Result<std::vector<LaunchHost>> ParseLaunchHosts(const std::string& text) {
-  std::vector<LaunchHost> hosts;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t end = std::min(text.find(',', begin), text.size());
-    const std::string part = text.substr(begin, end - begin);
-    begin = end + 1;
-    LaunchHost h;
-    const size_t colon = part.rfind(':');
-    h.name = colon == std::string::npos ? part : part.substr(0, colon);
-    if (colon != std::string::npos) {
-      const std::string n = part.substr(colon + 1);
-      if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos ||
-          std::stoi(n) < 1 || std::stoi(n) > 1024)
-        return Status::InvalidArgument(fmt::format(
-            "--hosts: \"{}\": the ranks on a host are a number from 1 to 1024 after the colon, as in node1:4",
-            part));
-      h.nproc = std::stoi(n);
-    }
-    if (h.name.empty() || h.name.find_first_of(" \t'\"$`\\;&|<>(){}") != std::string::npos)
-      return Status::InvalidArgument(fmt::format(
-          "--hosts: \"{}\": give each host as NAME or NAME:RANKS, separated by commas (e.g. node1:4,node2:4)",
-          part));
-    hosts.push_back(h);
-  }
-  return hosts;
-}
-
-std::vector<std::string> RemoteRankArgv(const LaunchOptions& o, int host_index,
-                                        const std::vector<std::string>& env, const std::string& working_dir) {
-  std::vector<std::string> argv = RemoteWords(o.remote, o.hosts[host_index], host_index);
-  std::string line = "cd " + ShellQuote(working_dir) + " && exec env";
-  for (const std::string& e : env) line += " " + ShellQuote(e);
-  for (const std::string& a : o.command) line += " " + ShellQuote(a);
-  argv.push_back(line);
-  return argv;
-}
 
 namespace {
 
-// Each rank's host and local rank: one host (this machine) without hosts.
+// Each rank's local rank: the launcher starts one host's ranks (this machine's, or as a host's agent).
 struct RankLayout {
   std::vector<int> host_of, local_of;
   std::vector<int> per_host;  // ranks per host
 };
 
-RankLayout LayoutRanks(LaunchOptions& o, const LaunchOptions& given) {
+RankLayout LayoutRanks(const LaunchOptions& o) {
   RankLayout l;
-  if (o.hosts.empty()) {
-    l.per_host = {o.nproc};
-  } else {
-    for (const LaunchHost& h : o.hosts) l.per_host.push_back(h.nproc);
-    o.nproc = 0;
-    for (int n : l.per_host) o.nproc += n;
-    if (given.master_addr == LaunchOptions().master_addr) o.master_addr = o.hosts[0].name;
+  l.per_host = {o.nproc};
+  for (int r = 0; r < o.nproc; ++r) {
+    l.host_of.push_back(0);
+    l.local_of.push_back(r);
   }
-  for (size_t h = 0; h < l.per_host.size(); ++h)
-    for (int r = 0; r < l.per_host[h]; ++r) {
-      l.host_of.push_back(static_cast<int>(h));
-      l.local_of.push_back(r);
-    }
   return l;
 }
 
 // In the forked child: rank r's environment (torchrun's variables), its output into `out_fd`, and
-// the command — on another host through the remote-start command, the environment in its line.
-[[noreturn]] void ExecRank(const LaunchOptions& o, const RankLayout& l, int r, int port,
-                           const std::string& working_dir, int out_fd, pid_t launcher) {
+// the command.
+[[noreturn]] void ExecRank(const LaunchOptions& o, const RankLayout& l, int r, int port, int out_fd,
+                           pid_t launcher) {
   // A rank outlives no launcher: when it dies (kill -9 included), the kernel sends the rank
   // SIGTERM; a launcher already gone before this line means the rank never starts.
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != launcher) ::_exit(1);
+  ::setpgid(0, 0);  // its own process group: stopping the rank stops what it started too
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(out_fd, STDERR_FILENO);
   ::close(out_fd);
-  ::setenv("RANK", std::to_string(r).c_str(), 1);
+  if (o.stop_on_stdin) {  // the agent's stdin is the launcher's line to it, not the ranks'
+    const int null = ::open("/dev/null", O_RDONLY);
+    if (null >= 0) ::dup2(null, STDIN_FILENO);
+  }
+  ::setenv("RANK", std::to_string(o.rank_offset + r).c_str(), 1);
   ::setenv("LOCAL_RANK", std::to_string(l.local_of[r]).c_str(), 1);
-  ::setenv("WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(o.world_size > 0 ? o.world_size : o.nproc).c_str(), 1);
   ::setenv("LOCAL_WORLD_SIZE", std::to_string(l.per_host[l.host_of[r]]).c_str(), 1);
   ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
@@ -174,34 +94,18 @@ RankLayout LayoutRanks(LaunchOptions& o, const LaunchOptions& given) {
     ::setenv("OMP_NUM_THREADS", "1", 0);
     ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
   }
-  std::vector<std::string> words = o.command;
-  if (!o.hosts.empty()) {
-    // On another host the environment travels in the command line (ssh does not pass it): the
-    // rendezvous, and the math libraries' and motley's own settings.
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string_view v(*e);
-      for (const char* name : {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
-                               "MASTER_PORT=", "OMP_", "OPENBLAS_", "MOTLEY_"})
-        if (v.starts_with(name)) {
-          env.emplace_back(v);
-          break;
-        }
-    }
-    words = RemoteRankArgv(o, l.host_of[r], env, working_dir);
-  }
   std::vector<char*> argv;
-  for (const auto& a : words) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   ::execvp(argv[0], argv.data());
-  fmt::print(stderr, "motley launch: cannot run {}: {}\n", words[0], std::strerror(errno));
+  fmt::print(stderr, "motley launch: cannot run {}: {}\n", o.command[0], std::strerror(errno));
   std::fflush(stderr);
   ::_exit(127);
 }
 
-// Every rank's output, line by line, prefixed with its rank; waits up to 100 ms for some. Returns
-// whether any rank's output is still open.
-bool PumpOutput(std::vector<Rank>& ranks) {
+// Every rank's output, line by line, prefixed with its rank (`first_rank` + its index); waits up to
+// 100 ms for some. Returns whether any rank's output is still open.
+bool PumpOutput(std::vector<Rank>& ranks, int first_rank) {
   std::vector<pollfd> fds;
   std::vector<int> who;
   for (size_t r = 0; r < ranks.size(); ++r)
@@ -217,9 +121,9 @@ bool PumpOutput(std::vector<Rank>& ranks) {
     const ssize_t n = ::read(rk.out_fd, buf, sizeof buf);
     if (n > 0) {
       rk.pending.append(buf, static_cast<size_t>(n));
-      PrintLines(who[i], rk.pending, false);
+      PrintLines(first_rank + who[i], rk.pending, false);
     } else if (n == 0 || (n < 0 && errno != EINTR)) {
-      PrintLines(who[i], rk.pending, true);
+      PrintLines(first_rank + who[i], rk.pending, true);
       ::close(rk.out_fd);
       rk.out_fd = -1;
     }
@@ -228,35 +132,36 @@ bool PumpOutput(std::vector<Rank>& ranks) {
   return !fds.empty();
 }
 
-// The rank to blame: one killed by a signal the launcher did not send (a rank that died: the
-// others' errors follow from it, whatever they exit with — under load a survivor may give up
-// before it can tell a peer died), else the first to fail of its own accord, not one that stopped
-// because another failed (exit code kExitPeerFailed) — such a rank may exit first.
-int BlameRank(const std::vector<Rank>& ranks, const std::vector<int>& failed_order, int first_failure) {
-  auto killed = [&](int r) { return WIFSIGNALED(*ranks[r].status) && !ranks[r].stopped_by_us; };
-  const auto died = std::find_if(failed_order.begin(), failed_order.end(), killed);
-  if (died != failed_order.end()) return *died;
-  for (int r : failed_order) {
-    const int st = *ranks[r].status;
-    if (!(WIFEXITED(st) && WEXITSTATUS(st) == kExitPeerFailed)) return r;
-  }
-  return first_failure;
+// An agent's line from its launcher: whether it says to stop the ranks ("stop", or stdin closed:
+// the launcher is gone). Never waits.
+bool LauncherSaysStop(std::string& pending) {
+  pollfd in{STDIN_FILENO, POLLIN, 0};
+  if (::poll(&in, 1, 0) <= 0 || !(in.revents & (POLLIN | POLLHUP | POLLERR))) return false;
+  char buf[256];
+  const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+  if (n <= 0) return n == 0 || errno != EINTR;
+  pending.append(buf, static_cast<size_t>(n));
+  return pending.find("stop") != std::string::npos;
 }
 
 }  // namespace
 
 int Launch(const LaunchOptions& options) {
+  if (!options.hosts.empty()) return LaunchOnHosts(options);
   LaunchOptions o = options;
-  const RankLayout layout = LayoutRanks(o, options);
+  if (o.master_addr.empty()) o.master_addr = "127.0.0.1";
+  const RankLayout layout = LayoutRanks(o);
   if (o.failed_rank != nullptr) *o.failed_rank = -1;
   const int port = o.master_port > 0 ? o.master_port : FreeTcpPort();
-  std::error_code cwd_error;
-  const std::string working_dir = std::filesystem::current_path(cwd_error).string();
   std::vector<Rank> ranks(static_cast<size_t>(o.nproc));
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  if (o.agent) {
+    ::sigaction(SIGHUP, &sa, nullptr);
+    ::signal(SIGPIPE, SIG_IGN);  // a launcher gone: its line closes, and the agent stops its ranks
+  }
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t launcher = ::getpid();
@@ -269,65 +174,72 @@ int Launch(const LaunchOptions& options) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::close(fds[0]);
-      ExecRank(o, layout, r, port, working_dir, fds[1], launcher);
+      ExecRank(o, layout, r, port, fds[1], launcher);
     }
     ::close(fds[1]);
     ranks[r].pid = pid;
     ranks[r].out_fd = fds[0];
   }
-  std::string where;
-  if (!o.hosts.empty()) {
-    std::vector<std::string> hosts;
-    for (const LaunchHost& h : o.hosts) hosts.push_back(fmt::format("{}:{}", h.name, h.nproc));
-    where = fmt::format(" on {} hosts ({}) through '{}'", o.hosts.size(), fmt::join(hosts, ","), o.remote);
-  }
-  fmt::print(stderr, "motley launch: {} ranks of '{}'{} (rendezvous {}:{})\n", o.nproc, o.command[0], where,
-             o.master_addr, port);
+  if (!o.agent)
+    fmt::print(stderr, "motley launch: {} ranks of '{}' (rendezvous {}:{})\n", o.nproc, o.command[0],
+               o.master_addr, port);
 
   std::optional<Clock::time_point> failed_at, terminated_at;
   int first_failure = -1;
   std::vector<int> failed_order;  // ranks in the order they failed
+  std::string from_launcher;      // an agent's input
   auto signal_all = [&](int sig) {
     for (const Rank& rk : ranks)
-      if (!rk.status) ::kill(rk.pid, sig);
+      if (!rk.status && ::kill(-rk.pid, sig) != 0) ::kill(rk.pid, sig);
   };
+  std::optional<Clock::time_point> all_ended_at;  // then their output gets 2 s to close
   for (;;) {
-    const bool output_open = PumpOutput(ranks);
+    const bool output_open = PumpOutput(ranks, o.rank_offset);
     // Exits.
     bool all_done = true;
     for (int r = 0; r < o.nproc; ++r) {
       Rank& rk = ranks[r];
       if (rk.status) continue;
       int status = 0;
-      if (::waitpid(rk.pid, &status, WNOHANG) == rk.pid) {
-        rk.status = status;
-        rk.stopped_by_us = terminated_at.has_value();
-        if (Failed(status)) failed_order.push_back(r);
-        if (Failed(status) && first_failure < 0) {
-          first_failure = r;
-          failed_at = Clock::now();
+      if (::waitpid(rk.pid, &status, WNOHANG) != rk.pid) {
+        all_done = false;
+        continue;
+      }
+      rk.status = status;
+      rk.stopped_by_us = terminated_at.has_value();
+      if (o.agent) {
+        fmt::print("{}\n", AgentReportLine(o.rank_offset + r, status));
+        std::fflush(stdout);
+      }
+      if (!ExitFailed(status)) continue;
+      failed_order.push_back(r);
+      if (first_failure < 0) {
+        first_failure = r;
+        failed_at = Clock::now();
+        if (!o.agent)
           fmt::print(stderr,
                      "motley launch: rank {} {}; waiting up to {:.0f} s for the other ranks to stop\n", r,
-                     Describe(status), o.stop_grace_s);
-        } else if (Failed(status)) {
-          fmt::print(stderr, "motley launch: rank {} {}\n", r, Describe(status));
-        }
-      } else {
-        all_done = false;
+                     DescribeExit(status), o.stop_grace_s);
+      } else if (!o.agent) {
+        fmt::print(stderr, "motley launch: rank {} {}\n", r, DescribeExit(status));
       }
     }
     if (all_done && std::all_of(ranks.begin(), ranks.end(), [](const Rank& rk) { return rk.out_fd < 0; }))
       break;
     if (all_done && !output_open) break;
-    // Stopping.
-    if (g_interrupted && !terminated_at) {
-      fmt::print(stderr, "motley launch: interrupted; stopping every rank\n");
+    if (all_done && !all_ended_at) all_ended_at = Clock::now();
+    if (all_ended_at && Clock::now() - *all_ended_at > std::chrono::seconds(2))
+      break;  // held by their children
+    // Stopping: interrupted, told to by the launcher (an agent), or the others' grace is over.
+    if ((g_interrupted || (o.stop_on_stdin && LauncherSaysStop(from_launcher))) && !terminated_at) {
+      if (!o.agent) fmt::print(stderr, "motley launch: interrupted; stopping every rank\n");
       signal_all(SIGTERM);
       terminated_at = Clock::now();
       if (first_failure < 0) first_failure = o.nproc;  // the run failed, though no rank did
     }
     const auto now = Clock::now();
-    if (failed_at && !terminated_at &&
+    // An agent leaves the others' grace to the launcher, which sees every host's ranks.
+    if (failed_at && !terminated_at && !o.agent &&
         std::chrono::duration<double>(now - *failed_at).count() > o.stop_grace_s) {
       fmt::print(stderr, "motley launch: stopping the ranks still running after rank {} failed\n",
                  first_failure);
@@ -338,9 +250,16 @@ int Launch(const LaunchOptions& options) {
       signal_all(SIGKILL);
   }
   if (first_failure < 0) return 0;
-  const int blame = BlameRank(ranks, failed_order, first_failure);
+  if (o.agent) return 1;
+  std::vector<std::optional<int>> status;
+  std::vector<bool> stopped;
+  for (const Rank& rk : ranks) {
+    status.push_back(rk.status);
+    stopped.push_back(rk.stopped_by_us);
+  }
+  const int blame = BlameRank(status, stopped, failed_order, first_failure);
   if (blame < o.nproc)
-    fmt::print(stderr, "motley launch: failed: rank {} {}\n", blame, Describe(*ranks[blame].status));
+    fmt::print(stderr, "motley launch: failed: rank {} {}\n", blame, DescribeExit(*ranks[blame].status));
   // An interrupted run blames no rank (nothing to restart without).
   if (o.failed_rank != nullptr) *o.failed_rank = blame < o.nproc && !g_interrupted ? blame : -1;
   return 1;

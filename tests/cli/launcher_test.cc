@@ -1,5 +1,5 @@
 // The launcher's host handling, in-process (#50): --hosts parsed with one message per mistake, and
-// the line each remote rank runs, quoted for a shell.
+// the line each host's agent runs, quoted for a shell, and the agent's reports.
 #include "supervise/launcher.h"
 
 #include <gtest/gtest.h>
@@ -37,6 +37,19 @@ TEST(Launcher, ARemoteRankRunsOneQuotedShellLine) {
   EXPECT_EQ(argv[6], "cd '/work dir' && exec env RANK=2 'MOTLEY_X=a b' /opt/motley train 'my job.toml'");
   o.remote = "ssh {host}";
   EXPECT_EQ(RemoteRankArgv(o, 0, {}, "/w")[1], "node1");
+}
+
+// An agent's report of a rank's end: written and read back; anything else is not one.
+TEST(Launcher, AnAgentsReportIsOneLineReadBackExactly) {
+  EXPECT_EQ(AgentReportLine(3, 768), "motley-agent: rank 3 status 768");
+  const std::optional<AgentReport> r = ParseAgentReport(AgentReportLine(17, 15));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->rank, 17);
+  EXPECT_EQ(r->status, 15);
+  for (const char* other : {"[rank 3] motley-agent: rank 3 status 0", "motley-agent: rank 3 status",
+                            "motley-agent: rank -1 status 0", "motley-agent: rank 3 status 0 more",
+                            "motley-agent: rank x status 0", "motley-agent: rank 3 state 0"})
+    EXPECT_FALSE(ParseAgentReport(other).has_value()) << other;
 }
 
 }  // namespace

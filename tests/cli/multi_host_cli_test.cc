@@ -6,10 +6,12 @@
 // rank) — a checkpoint written on one host layout resumes under the other, `motley profile --links` measures
 // the shaped link between the hosts — and under Open MPI's mpirun (its remote agent entering the namespaces)
 // and Slurm's srun (a slurmctld and a slurmd per host, scripts/test-slurm.sh); a rank on a host the plan puts
-// no device on stops before any step, naming where it runs and where the plan expected it. Skipped, saying
-// why, where namespaces cannot be made (not root).
+// no device on stops before any step, naming where it runs and where the plan expected it. A rank that
+// fails on one host stops every host's ranks (one agent a host); no rank outlives a launcher killed
+// with SIGKILL. Skipped, saying why, where namespaces cannot be made (not root).
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -186,6 +188,36 @@ TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirun
   motley::Result<std::string> read = motley::ReadFileToString(dir.Join("wrong.jsonl"));
   const std::string metrics = read.ok() ? *read : "";
   EXPECT_EQ(metrics.find("\"step\":"), std::string::npos) << "a step ran:\n" << metrics;
+}
+
+// Across namespace hosts, through one agent a host: rank 3 (on the second host) fails with an
+// error; every rank on both hosts stops within seconds, the survivors naming it and the launcher
+// naming it with its host. Then the launcher is killed with SIGKILL: no rank on either host runs on.
+TEST(MultiHost, AFailedRankStopsEveryHostAndNoRankOutlivesTheLauncher) {
+  TestHosts hosts;
+  if (!hosts.why_not().empty()) GTEST_SKIP() << hosts.why_not();
+  const std::string remote = " --remote '" + kHosts + " exec --prefix " + kPrefix + " {host}' ";
+  const auto start = std::chrono::steady_clock::now();
+  CliRun run = Motley("launch --hosts 10.77.0.10:2,10.77.0.11:2" + remote +
+                      "--stop-grace 2 -- motley comm check --size-mb 1 --iterations 100000000 --die-rank 3 "
+                      "--die-after 1 --fault error");
+  const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_CONTAINS(run.output, "motley launch: failed: rank 3 on host 10.77.0.11 exited with code 1");
+  for (int r : {0, 1, 2})
+    EXPECT_TRUE(RankSaid(run.output, r, "rank 3 failed first")) << "rank " << r << ":\n" << run.output;
+  EXPECT_LT(elapsed_s, 13) << run.output;  // up in ~2 s, failed after 1 s, every host stopped within 10 s
+
+  const std::string cmd =
+      std::string(MOTLEY_BIN) + " launch --hosts 10.77.0.10:1,10.77.0.11:2" + remote +
+      "-- sleep 6175 > /dev/null 2>&1 & L=$!; for i in $(seq 100); do "
+      "[ $(pgrep -fx 'sleep 6175' | wc -l) -ge 3 ] && break; sleep 0.1; done; "
+      "echo ranks: $(pgrep -fx 'sleep 6175' | wc -l); kill -9 $L; sleep 3; "
+      "echo alive: $(pgrep -fx 'sleep 6175' | wc -l); pkill -9 -fx 'sleep 6175'; echo checked";
+  const std::string out = Shell(cmd).output;
+  EXPECT_CONTAINS(out, "ranks: 3");
+  EXPECT_CONTAINS(out, "alive: 0");
+  EXPECT_CONTAINS(out, "checked");
 }
 
 }  // namespace
