@@ -196,8 +196,7 @@ Result<Profile> ProfileHere(const Request& req) {
         fs::exists(req.cluster_ref) ? fs::absolute(req.cluster_ref).string() : req.cluster_ref;
     // The ranks' result goes through a scratch folder, removed afterwards whatever happened.
     const fs::path scratch = fs::temp_directory_path() / fmt::format("motley-links-{}", ::getpid());
-    Result<std::vector<ProfileLink>> links =
-        MeasureLinksLocally(ref, req.cluster.num_devices(), scratch.string());
+    Result<std::vector<ProfileLink>> links = MeasureLinks(ref, req.cluster.num_devices(), scratch.string());
     std::error_code ec;
     fs::remove_all(scratch, ec);
     if (!links.ok()) return links.status();

@@ -216,6 +216,13 @@ int RunTrain(const std::vector<std::string>& args) {
                  "on a cluster: when a rank dies, plan again without its node and resume from the newest "
                  "checkpoint, up to this many times (default 0: the run fails)")
       ->check(AtLeast(0));
+  app.add_flag("--hosts", options.supervisor.across_hosts,
+               "on a cluster whose nodes name their host: start each launch's ranks on the hosts its plan's "
+               "devices sit on, one motley agent a host, through --remote");
+  app.add_option(
+         "--remote", options.supervisor.remote,
+         "with --hosts: how a host's agent starts (these words, {host} replaced, then one shell line)")
+      ->capture_default_str();
   app.add_option("--trace", options.planned.trace_path,
                  "with --plan: write a Chrome trace of one step of the real run");
   app.add_option("--trace-step", options.planned.trace_step, "with --trace: the step to record (from 1)")

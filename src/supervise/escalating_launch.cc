@@ -20,6 +20,7 @@
 #include "sim/routing_costs.h"
 #include "supervise/escalation.h"
 #include "supervise/launcher.h"
+#include "supervise/plan_hosts.h"
 
 namespace motley {
 namespace fs = std::filesystem;
@@ -36,6 +37,14 @@ std::vector<std::string> WithoutOption(const std::vector<std::string>& args, con
     if (args[i].rfind(name + "=", 0) == 0) continue;
     out.push_back(args[i]);
   }
+  return out;
+}
+
+// The arguments every rank gets: the supervisor's own, less what only the supervisor reads.
+std::vector<std::string> RankArgs(const std::vector<std::string>& args) {
+  std::vector<std::string> out =
+      WithoutOption(WithoutOption(WithoutOption(args, "--plan"), "--profile"), "--remote");
+  out.erase(std::remove(out.begin(), out.end(), std::string("--hosts")), out.end());
   return out;
 }
 
@@ -143,29 +152,40 @@ struct Next {
   int rc = kExitFailure;
 };
 
-int LaunchOnce(const Supervision& s, const Plan& plan, int* failed_rank) {
+// Launches the plan's ranks once; `failed_device` is the device of the rank blamed for a failure
+// (-1: none).
+int LaunchOnce(const Supervision& s, const Plan& plan, int* failed_rank, int* failed_device) {
   std::error_code ec;
   fs::remove_all(s.reports, ec);
   LaunchOptions launch;
   launch.failed_rank = failed_rank;
   launch.nproc = plan.num_devices();
+  std::vector<int> device_of_rank = RankDevices(plan);
+  if (s.run.options.supervisor.across_hosts) {
+    if (Status st =
+            PlaceOnHosts(plan, s.run.job.cluster, s.run.options.supervisor.remote, &launch, &device_of_rank);
+        !st.ok()) {
+      fmt::print(stderr, "motley train: {}\n", st.message());
+      return kExitUsage;
+    }
+  }
   launch.command = {s.run.self, "train", "--metrics-append"};  // its attempts and events share one file
   launch.command.insert(launch.command.end(), s.args.begin(), s.args.end());
   for (const std::string& a : {std::string("--plan"), s.run.plan_path, std::string("--profile"),
                                s.run.profile_path, std::string("--failure-reports"), s.reports.string()})
     launch.command.push_back(a);
-  return Launch(launch);
+  const int rc = Launch(launch);
+  *failed_device = *failed_rank >= 0 && *failed_rank < static_cast<int>(device_of_rank.size())
+                       ? device_of_rank[*failed_rank]
+                       : -1;
+  return rc;
 }
 
 // A rank died: its node is lost; the others go on without it, from the newest checkpoint.
-Next AroundLostNode(Supervision& s, const Plan& plan, int failed_rank, int rc) {
+Next AroundLostNode(Supervision& s, const Plan& plan, int failed_rank, int device, int rc) {
   const JobSpec& job = s.run.job;
-  const std::vector<int> devices = RankDevices(plan);
-  if (s.restarts >= s.run.options.supervisor.max_restarts || failed_rank < 0 ||
-      failed_rank >= static_cast<int>(devices.size()))
-    return {std::nullopt, rc};
+  if (s.restarts >= s.run.options.supervisor.max_restarts || device < 0) return {std::nullopt, rc};
   ++s.restarts;
-  const int device = devices[failed_rank];
   const int node = job.cluster.devices[device].node;
   s.lost_nodes.insert(node);
   Result<StrategyOutcome> next = PlanWithout(s.run, plan, s.lost_nodes);
@@ -246,7 +266,7 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
                 fs::path(job.checkpoint.dir) / "failures",
                 fs::file_time_type::clock::now(),
                 job.cluster,
-                WithoutOption(WithoutOption(run.args, "--plan"), "--profile"),
+                RankArgs(run.args),
                 {},
                 0};
   // The run's folder keeps one step's trace, for `motley report --run` to lay beside the simulated
@@ -256,8 +276,8 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
     s.args.insert(s.args.end(), {"--trace", (fs::path(job.checkpoint.dir) / "trace.json").string()});
   const EscalationConfig config;
   for (int attempt = 0;; ++attempt) {
-    int failed_rank = -1;
-    const int rc = LaunchOnce(s, plan, &failed_rank);
+    int failed_rank = -1, failed_device = -1;
+    const int rc = LaunchOnce(s, plan, &failed_rank, &failed_device);
     if (rc == 0) return rc;
     const std::vector<RankFailure> failures = ReadFailureReports(s.reports.string());
     // A diverged run stopped as its job asked (rank 0 said why): no device is to blame.
@@ -270,8 +290,8 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan) {
                  attempt);
       return rc;
     }
-    Next next =
-        out_of_memory ? MoreFrugal(s, plan, failures, attempt) : AroundLostNode(s, plan, failed_rank, rc);
+    Next next = out_of_memory ? MoreFrugal(s, plan, failures, attempt)
+                              : AroundLostNode(s, plan, failed_rank, failed_device, rc);
     if (!next.plan) return next.rc;
     plan = std::move(*next.plan);
   }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <utility>
 
 #include <fmt/format.h>
@@ -24,6 +25,7 @@
 #include "supervise/escalating_launch.h"
 #include "supervise/launcher.h"
 #include "supervise/link_measurement.h"
+#include "supervise/plan_hosts.h"
 #include "supervise/run_metrics.h"
 
 namespace motley {
@@ -85,7 +87,7 @@ Status WritePlanAndProfile(const JobFiles& files, const Plan& plan, const Profil
 }
 
 // 1. The profile: given (--profile), the job's [plan] profile, or measured now — the device types
-// and, for a local emulated cluster, its links the way training will use them.
+// and, for a local emulated cluster (or across hosts, --hosts), its links the way training will use them.
 Result<Profile> ProfileForJob(const JobSpec& job, const TrainOptions& options) {
   if (!options.planned.profile_path.empty()) return LoadAnyProfile(options.planned.profile_path);
   if (!job.plan.profile.empty()) return LoadAnyProfile(Resolvable(job.plan.profile, job.file));
@@ -98,10 +100,19 @@ Result<Profile> ProfileForJob(const JobSpec& job, const TrainOptions& options) {
     std::fflush(stdout);
   };
   Result<Profile> profile = ProfileCluster(job.cluster, job.model, tc.seq_len, tc.precision, po);
-  if (!profile.ok() || !job.cluster.emulated() || job.cluster.num_devices() < 2) return profile;
-  Result<std::vector<ProfileLink>> links =
-      MeasureLinksLocally(Resolvable(job.cluster_ref, job.file), job.cluster.num_devices(),
-                          (fs::path(job.checkpoint.dir) / "links").string());
+  const bool across_hosts = options.supervisor.across_hosts;
+  if (!profile.ok() || !(job.cluster.emulated() || across_hosts) || job.cluster.num_devices() < 2)
+    return profile;
+  std::vector<LaunchHost> hosts;  // on the hosts themselves: the links between them are real
+  if (across_hosts) {
+    std::vector<int> devices(static_cast<size_t>(job.cluster.num_devices()));
+    std::iota(devices.begin(), devices.end(), 0);
+    MOTLEY_ASSIGN_OR_RETURN(PlanHosts on, HostsOfDevices(devices, job.cluster));
+    hosts = std::move(on.hosts);
+  }
+  Result<std::vector<ProfileLink>> links = MeasureLinks(
+      Resolvable(job.cluster_ref, job.file), job.cluster.num_devices(),
+      fs::absolute(fs::path(job.checkpoint.dir) / "links").string(), hosts, options.supervisor.remote);
   if (!links.ok()) return links.status();
   profile->links = *links;
   for (const ProfileLink& l : profile->links)
@@ -208,6 +219,8 @@ Result<double> MeasureBaseline(const JobSpec& job, const std::string& job_arg, c
                   "--metrics-append",
                   "--no-checkpoint",
                   "--no-validation"};
+  if (options.supervisor.across_hosts)
+    MOTLEY_RETURN_IF_ERROR(PlaceOnHosts(plans->even.plan, job.cluster, options.supervisor.remote, &base));
   const std::streamoff from = FileSize(even_metrics);
   if (Launch(base) != 0) return Status::Internal("the even-split baseline failed (see above)");
   const double baseline_s = MeanStepSeconds(even_metrics, from);
@@ -262,9 +275,12 @@ int SuperviseJob(const std::string& job_arg, const JobSpec& job_as_given, const 
   }
   const LocalDevices here = ProbeLocalDevices();
   const bool on_cpu = options.device == "cpu" || here.num_cuda_devices == 0;
-  if (!on_cpu)
+  if (options.supervisor.across_hosts) {
+    if (Status s = CheckEveryNodeNamesItsHost(job.cluster); !s.ok()) return fail(s);
+  } else if (!on_cpu) {
     if (Status s = CheckClusterFitsThisHost(job.cluster, here.num_cuda_devices, job_arg); !s.ok())
       return fail(s);
+  }
   fmt::print("{} devices in {}: measure, plan, then launch one rank per device{}\n",
              job.cluster.num_devices(), job.cluster.name,
              !job.cluster.emulated() && on_cpu ? " (CPU ranks stand in for them)" : "");

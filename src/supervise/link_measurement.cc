@@ -10,14 +10,18 @@ namespace motley {
 
 namespace fs = std::filesystem;
 
-Result<std::vector<ProfileLink>> MeasureLinksLocally(const std::string& cluster_ref, int num_devices,
-                                                     const std::string& work_dir) {
+Result<std::vector<ProfileLink>> MeasureLinks(const std::string& cluster_ref, int num_devices,
+                                              const std::string& work_dir,
+                                              const std::vector<LaunchHost>& hosts,
+                                              const std::string& remote) {
   const std::string out = (fs::path(work_dir) / "links.json").string();
   std::error_code ec;
   fs::create_directories(work_dir, ec);
   fs::remove(out, ec);
   LaunchOptions launch;
   launch.nproc = num_devices;
+  launch.hosts = hosts;
+  if (!hosts.empty()) launch.remote = remote;
   launch.command = {fs::read_symlink("/proc/self/exe").string(),
                     "profile",
                     "--cluster",

@@ -2,7 +2,8 @@
 // for ssh, so every host is this one (the namespace hosts run the same in multi_host_cli_test.cc). An
 // agent starts its host's ranks with their global ranks and reports each one's end; a rank that
 // fails on one host stops every host's ranks and is named with its host; a host whose agent is
-// gone is named and its ranks counted lost; no rank outlives a launcher killed with SIGKILL.
+// gone is named and its ranks counted lost; no rank outlives a launcher killed with SIGKILL; `motley
+// train --hosts` needs every node's host.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -92,6 +93,19 @@ TEST(HostLaunchCli, NoRankOnAnyHostOutlivesALauncherKilledWithSigkill) {
   EXPECT_CONTAINS(out, "ranks: 3");
   EXPECT_CONTAINS(out, "alive: 0");
   EXPECT_CONTAINS(out, "checked");
+}
+
+// `motley train JOB --hosts` on a cluster whose nodes name no host: one error naming the node and the
+// fix, before any rank starts.
+TEST(HostLaunchCli, TrainAcrossHostsNeedsEveryNodesHost) {
+  TempDir dir;
+  CliRun r = Motley("train default --plan " + std::string(MOTLEY_SOURCE_DIR) +
+                        "/examples/plans/local-even-dp.toml --hosts --steps 1",
+                    false, dir.path().string());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "--hosts: node 'fast' of cluster local-emulated names no host");
+  EXPECT_CONTAINS(r.output, "give each [[nodes]] a host = ");
+  EXPECT_EQ(r.output.find("[rank"), std::string::npos) << "a rank started:\n" << r.output;
 }
 
 }  // namespace

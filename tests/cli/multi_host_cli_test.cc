@@ -220,4 +220,143 @@ TEST(MultiHost, AFailedRankStopsEveryHostAndNoRankOutlivesTheLauncher) {
   EXPECT_CONTAINS(out, "checked");
 }
 
+// `motley train JOB --hosts` (#50 item 4): nodes a and b on the first host, c on the second; rank 2
+// (node c) dies in step 15. The supervisor, launching through one agent a host, names it, plans
+// around node c, resumes on the first host from step 10 and finishes — with the parameters of a
+// run that switched to that plan at step 10 (fp64).
+TEST(MultiHost, TrainAcrossHostsPlansAroundALostNodeAndFinishesOnTheSurvivors) {
+  TestHosts hosts;
+  if (!hosts.why_not().empty()) GTEST_SKIP() << hosts.why_not();
+  TempDir dir;
+  dir.Write("model.toml", kModel);
+  std::string cluster = std::string("name = \"three-nodes-two-hosts\"\n") + kCpuType;
+  for (const auto& [node, host] :
+       {std::pair<std::string, std::string>{"a", "10.77.0.10"}, {"b", "10.77.0.10"}, {"c", "10.77.0.11"}})
+    cluster += "[[nodes]]\nname = \"" + node +
+               "\"\ndevice = \"cpu\"\ncount = 1\ninterconnect = \"pcie\"\nintra_bandwidth = \"10GB/s\"\n"
+               "nic_bandwidth = \"10Gbps\"\nhost = \"" +
+               host + "\"\n";
+  dir.Write("cluster.toml", cluster);
+  std::string job = Job(dir.Join("run"), 1, true);
+  job.replace(job.find("steps = 5"), 9, "steps = 20");
+  job += "interval_steps = 5\nkeep = 10\n[plan]\nstrategy = \"poplar\"\n";
+  dir.Write("job.toml", job);
+  dir.Write("plan.toml", PlanHeader() + PlanNamed("dp3-zero0-last-batch").body);
+  const std::string remote = "--remote '" + kHosts + " exec --prefix " + kPrefix + " {host}'";
+  CliRun r = RunCommandLine("cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") +
+                            "' " + MOTLEY_BIN + " train job.toml --plan plan.toml --hosts " + remote +
+                            " --max-restarts 1 --die-rank 2 --die-at-step 15 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "on 2 hosts (10.77.0.10:2,10.77.0.11:1)");
+  EXPECT_CONTAINS(r.output, "rank 2 (device 2, node c) failed: its node is lost — restart 1 of 1");
+  EXPECT_CONTAINS(r.output, "resuming from the checkpoint of step 10");
+  EXPECT_CONTAINS(r.output, "on 1 hosts (10.77.0.10:2)");
+  EXPECT_CONTAINS(r.output, "[rank 0] done: 10 steps");
+  // The same plan from the same checkpoint, by hand, on the first host: the same parameters.
+  std::string by_hand = Job(dir.Join("by-hand"), 1, true);
+  by_hand.replace(by_hand.find("steps = 5"), 9, "steps = 20");
+  dir.Write("by-hand.toml", by_hand);
+  CliRun again = Motley("launch --hosts 10.77.0.10:2 " + remote + " -- " + MOTLEY_BIN +
+                            " train by-hand.toml --plan run/plan.toml --resume run/step-000010",
+                        false, dir.path().string());
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  const double d = MaxRelativeDifference(dir.Join("run/step-000020/model.safetensors"),
+                                         dir.Join("by-hand/step-000020/model.safetensors"));
+  EXPECT_GE(d, 0);
+  EXPECT_LT(d, kFp64Tolerance);
+}
+
+// An out-of-memory across hosts escalates as on one host: the local emulated cluster with its fast
+// node on the first host and its slow node on the second, 96 MiB a device; a plan that overflows
+// device 0 in step 3 is planned again more frugally and the step runs again from step 2's state,
+// through the agents — ending where the even split's four steps end (fp64).
+TEST(MultiHost, AnOutOfMemoryOnOneHostEscalatesAsOnOne) {
+  TestHosts hosts;
+  if (!hosts.why_not().empty()) GTEST_SKIP() << hosts.why_not();
+  TempDir dir;
+  auto source = [](const std::string& path) {
+    return motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/" + path).value();
+  };
+  auto replace = [](std::string text, const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? text : text.replace(at, from.size(), to);
+  };
+  std::string cluster = source("examples/clusters/local-emulated.toml");
+  cluster = replace(cluster, "memory = \"1GiB\"", "memory = \"96MiB\"");
+  cluster = replace(cluster, "memory = \"512MiB\"", "memory = \"96MiB\"");
+  cluster = replace(cluster, "name = \"fast\"\n", "name = \"fast\"\nhost = \"10.77.0.10\"\n");
+  cluster = replace(cluster, "name = \"slow\"\n", "name = \"slow\"\nhost = \"10.77.0.11\"\n");
+  dir.Write("c.toml", cluster);
+  std::string job = source("examples/jobs/default.toml");
+  job = replace(job, "cluster = \"local-emulated\"", "cluster = \"c.toml\"");
+  job = replace(job, "global_batch_sequences = 32", "global_batch_sequences = 48");
+  job = replace(job, "precision = \"fp32\"", "precision = \"fp64\"");
+  dir.Write("job.toml", replace(job, "dir = \"checkpoints/default\"", "dir = \"run\""));
+  dir.Write("reference.toml", replace(job, "dir = \"checkpoints/default\"", "dir = \"reference\""));
+  std::string even = source("examples/plans/local-even-dp.toml");
+  even = replace(even, "cluster = \"local-emulated\"", "cluster = \"c.toml\"");
+  even = replace(even, "precision = \"fp32\"", "precision = \"fp64\"");
+  even = replace(even, "microbatch_size = [2, 2, 2, 2]", "microbatch_size = [3, 3, 3, 3]");
+  dir.Write("even.toml", even);
+  std::string big = replace(even, "microbatch_size = [3, 3, 3, 3]", "microbatch_size = [36, 1, 1, 1]");
+  dir.Write("big.toml", replace(big, "num_microbatches = [4, 4, 4, 4]", "num_microbatches = [1, 4, 4, 4]"));
+
+  const std::string train = "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") +
+                            "' " + MOTLEY_BIN + " train --hosts --remote '" + kHosts + " exec --prefix " +
+                            kPrefix + " {host}' ";
+  CliRun first = RunCommandLine(train + "job.toml --plan even.toml --steps 2 --no-validation 2>&1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_CONTAINS(first.output, "on 2 hosts (10.77.0.10:2,10.77.0.11:2)");
+  CliRun r = RunCommandLine(train +
+                            "job.toml --plan big.toml --steps 4 --no-validation --resume run "
+                            "--even-if-predicted-oom 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "out of memory — rank 0 (device 0, emu-cpu) ran out of memory in step 3");
+  EXPECT_CONTAINS(r.output, "the plan, more frugal");
+  EXPECT_CONTAINS(r.output, "retrying from run again");
+  EXPECT_CONTAINS(r.output, "done: 2 steps");
+  CliRun reference = RunCommandLine(train + "reference.toml --plan even.toml --steps 4 --no-validation 2>&1");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const double d = MaxRelativeDifference(dir.Join("run/step-000004/model.safetensors"),
+                                         dir.Join("reference/step-000004/model.safetensors"));
+  EXPECT_GE(d, 0);
+  EXPECT_LT(d, kFp64Tolerance);
+}
+
+// `motley train JOB --hosts` end to end: the links measured between the hosts themselves, the even
+// split's baseline run across them, the profile calibrated on it, and the plan run across them.
+TEST(MultiHost, TrainAcrossHostsMeasuresCalibratesAndRunsOnTheHosts) {
+  TestHosts hosts;
+  if (!hosts.why_not().empty()) GTEST_SKIP() << hosts.why_not();
+  TempDir dir;
+  std::string cluster =
+      motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/clusters/local-emulated.toml")
+          .value();
+  for (const auto& [node, host] :
+       {std::pair<std::string, std::string>{"fast", "10.77.0.10"}, {"slow", "10.77.0.11"}}) {
+    const std::string line = "name = \"" + node + "\"\n";
+    cluster.insert(cluster.find(line) + line.size(), "host = \"" + host + "\"\n");
+  }
+  dir.Write("c.toml", cluster);
+  std::string job =
+      motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/jobs/default.toml").value();
+  job.replace(job.find("cluster = \"local-emulated\""), 26, "cluster = \"c.toml\"");
+  job.replace(job.find("dir = \"checkpoints/default\""), 27, "dir = \"run\"");
+  dir.Write("job.toml", job);
+  CliRun r = RunCommandLine("cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") +
+                            "' " + MOTLEY_BIN + " train job.toml --hosts --remote '" + kHosts +
+                            " exec --prefix " + kPrefix + " {host}' --baseline-steps 4 --steps 6 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  size_t launches = 0;
+  for (size_t at = r.output.find("on 2 hosts (10.77.0.10:2,10.77.0.11:2)"); at != std::string::npos;
+       at = r.output.find("on 2 hosts (10.77.0.10:2,10.77.0.11:2)", at + 1))
+    ++launches;
+  EXPECT_EQ(launches, 3u) << "the links, the baseline and the plan, each across the hosts:\n" << r.output;
+  EXPECT_CONTAINS(r.output, "profile: link fast <-> slow: ");
+  EXPECT_CONTAINS(r.output, "profile calibrated on the even split's run");
+  EXPECT_CONTAINS(r.output, "measured: ");
+  EXPECT_CONTAINS(r.output, "[rank 0] done: 6 steps");
+}
+
 }  // namespace

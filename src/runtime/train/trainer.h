@@ -50,6 +50,10 @@ struct SupervisorOptions {
   // and the run is planned again without it and resumed from the newest checkpoint, this many
   // times at most (0: the run fails).
   int max_restarts = 0;
+  // `motley train JOB --hosts`: each launch starts its ranks on the hosts its plan's devices sit on
+  // (the cluster file's [[nodes]] host) through `remote`, one agent a host (supervise/plan_hosts.h).
+  bool across_hosts = false;
+  std::string remote = "ssh {host}";
 };
 
 // A rank of a launched run (motley launch, torchrun, srun, mpirun) executing a plan: PlannedRun
