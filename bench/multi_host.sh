@@ -7,6 +7,7 @@
 # cores in both; the links across hosts are real. Root only (namespaces).
 #
 #   bench/multi_host.sh [MOTLEY_BINARY] [STEPS]      (default: build/motley, 10)
+#   SITE_B=1gbit bench/multi_host.sh                  (site B's rate; default 100mbit)
 #
 # Prints one markdown table (bench/reports/multi_host.md holds a run of it). "measured" is the run's
 # mean step after its first (motley train's summary); "predicted" the simulator's step for the same
@@ -21,7 +22,8 @@ prefix=mhb
 hosts="$repo/scripts/test-hosts.sh"
 work="$(mktemp -d)"
 trap '"$hosts" down --prefix $prefix >/dev/null 2>&1; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
-"$hosts" up 3 --bandwidth 1gbit --rate "${prefix}2=100mbit" --prefix "$prefix" >/dev/null
+site_b="${SITE_B:-100mbit}"
+"$hosts" up 3 --bandwidth 1gbit --rate "${prefix}2=$site_b" --prefix "$prefix" >/dev/null
 remote="$hosts exec --prefix $prefix {host}"
 layout="10.77.0.10:2,10.77.0.11:1,10.77.0.12:1"
 cd "$work"
@@ -41,7 +43,8 @@ host_link = "10GB/s"
 source = "bench/multi_host.sh"
 TOML
   local i=0 mode=$2
-  for spec in "site-a-0 2 1Gbps" "site-a-1 1 1Gbps" "site-b 1 100Mbps"; do
+  local b=${site_b%bit}
+  for spec in "site-a-0 2 1Gbps" "site-a-1 1 1Gbps" "site-b 1 ${b^^}bps"; do
     set -- $spec "$mode"
     printf '[[nodes]]\nname = "%s"\ndevice = "cpu"\ncount = %s\ninterconnect = "pcie"\nintra_bandwidth = "10GB/s"\nnic_bandwidth = "%s"\n' "$1" "$2" "$3"
     if [ "$4" = hosts ]; then printf 'host = "10.77.0.1%s"\n' "$i"; else printf '[nodes.emulation]\nspeed_factor = 1.0\n'; fi
