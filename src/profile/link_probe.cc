@@ -23,7 +23,10 @@ struct Fit {
   double bandwidth_bytes_per_s = 0, latency_s = 0;
 };
 
-// The least-squares line t = latency + bytes / bandwidth through (bytes, one-way seconds).
+// The bandwidth: the least-squares slope of one-way seconds over bytes (the large messages weigh
+// most). The latency: what the smallest message took beyond its bytes at that bandwidth — its
+// direct measure, where the line's intercept can fall below zero when small messages travel faster
+// than the slope says (a token bucket lets a burst through at the wire's speed).
 Fit FitLine(const std::vector<double>& bytes, const std::vector<double>& seconds) {
   const double n = static_cast<double>(bytes.size());
   double mx = 0, my = 0;
@@ -35,7 +38,7 @@ Fit FitLine(const std::vector<double>& bytes, const std::vector<double>& seconds
   const double slope = var > 0 ? cov / var : 0;
   if (slope > 0) {
     f.bandwidth_bytes_per_s = 1 / slope;
-    f.latency_s = std::max(0.0, my - slope * mx);
+    f.latency_s = std::max(0.0, seconds.front() - slope * bytes.front());
   } else {  // noise swamped the sizes: the largest message's average rate
     f.bandwidth_bytes_per_s = bytes.back() / seconds.back();
     f.latency_s = 0;
