@@ -1,4 +1,4 @@
-// motley agent --nproc N --rank-offset R --world-size W --master-addr A --master-port P -- COMMAND
+// motley agent --nproc N [--rank-offset R --world-size W --master-addr A --master-port P] -- COMMAND
 // One host's part of a launch across hosts: started there by `motley launch --hosts` (through its
 // remote-start command) or as one task a host by srun / mpirun, it starts the host's ranks, reports
 // each one's end on stdout, and stops them when its launcher says "stop" or is gone.
@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "core/rendezvous.h"
 #include "supervise/launcher.h"
 
 namespace motley::cli {
@@ -21,15 +22,17 @@ int RunAgent(const std::vector<std::string>& args) {
   LaunchOptions options;
   options.agent = true;
   app.add_option("--nproc", options.nproc, "ranks on this host")->required()->check(CLI::Range(1, 1024));
-  app.add_option("--rank-offset", options.rank_offset, "the global rank of this host's first rank")
-      ->required()
-      ->check(CLI::Range(0, 1 << 20));
-  app.add_option("--world-size", options.world_size, "ranks on every host together")
-      ->required()
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--master-addr", options.master_addr, "the rendezvous address")->required();
-  app.add_option("--master-port", options.master_port, "the rendezvous port")
-      ->required()
+  auto* offset = app.add_option("--rank-offset", options.rank_offset,
+                                "the global rank of this host's first rank (default: under srun or mpirun "
+                                "with one task a host, that task's rank x --nproc)")
+                     ->check(CLI::Range(0, 1 << 20));
+  auto* world =
+      app.add_option("--world-size", options.world_size,
+                     "ranks on every host together (default: under srun or mpirun, tasks x --nproc)")
+          ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--master-addr", options.master_addr,
+                 "the rendezvous address (default: MASTER_ADDR, or Slurm's launch node)");
+  app.add_option("--master-port", options.master_port, "the rendezvous port (default: MASTER_PORT)")
       ->check(CLI::Range(1, 65535));
   app.add_flag("--stop-on-stdin", options.stop_on_stdin,
                "stop the ranks when stdin says stop or closes (motley launch --hosts passes it: its line to "
@@ -40,6 +43,32 @@ int RunAgent(const std::vector<std::string>& args) {
   if (dashes == args.end() || dashes + 1 == args.end()) {
     fmt::print(stderr, "motley agent: give the command after --\n");
     return kExitUsage;
+  }
+  // Started by srun or mpirun as one task a host: the task's place gives this host's ranks theirs.
+  if (offset->count() == 0 || world->count() == 0 || options.master_addr.empty() ||
+      options.master_port == 0) {
+    Result<Rendezvous> task = RendezvousFromEnv();
+    if (!task.ok() || task->source == Rendezvous().source ||
+        (offset->count() == 0) != (world->count() == 0)) {
+      fmt::print(stderr,
+                 "motley agent: give --rank-offset, --world-size, --master-addr and --master-port, or start "
+                 "it as one task a host under srun or mpirun (with MASTER_PORT set){}\n",
+                 task.ok() ? "" : ": " + task.status().message());
+      return kExitUsage;
+    }
+    if (offset->count() == 0) {
+      options.rank_offset = task->rank * options.nproc;
+      options.world_size = task->world_size * options.nproc;
+    }
+    if (options.master_addr.empty()) options.master_addr = task->master_addr;
+    if (options.master_port == 0) options.master_port = task->master_port;
+    if (options.master_addr.empty() || options.master_port == 0) {
+      fmt::print(stderr,
+                 "motley agent: under {} the rendezvous needs MASTER_ADDR and MASTER_PORT (or give "
+                 "--master-addr and --master-port)\n",
+                 task->source);
+      return kExitUsage;
+    }
   }
   if (options.rank_offset + options.nproc > options.world_size) {
     fmt::print(stderr,

@@ -48,6 +48,24 @@ TEST(HostLaunchCli, AnAgentStartsItsHostsRanksAndReportsEachEnd) {
                       "--master-port 1234 -- sh -c 'sleep 1' < /dev/null");
   EXPECT_EQ(kept.exit_code, 0) << kept.output;
   EXPECT_CONTAINS(kept.output, "motley-agent: rank 0 status 0");
+  // Neither told where its ranks sit nor started by a launcher: one error saying both ways.
+  CliRun lost = Shell(
+      "env -u RANK -u WORLD_SIZE -u SLURM_PROCID -u SLURM_NTASKS -u OMPI_COMM_WORLD_RANK "
+      "-u OMPI_COMM_WORLD_SIZE " +
+      std::string(MOTLEY_BIN) + " agent --nproc 2 -- true");
+  EXPECT_NE(lost.exit_code, 0) << lost.output;
+  EXPECT_CONTAINS(lost.output,
+                  "give --rank-offset, --world-size, --master-addr and --master-port, or start it "
+                  "as one task a host under srun or mpirun");
+  // Under srun, one task a host: the task's rank places the host's ranks.
+  CliRun task =
+      Shell("env SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_LOCALID=0 MASTER_ADDR=10.0.0.9 MASTER_PORT=2345 " +
+            std::string(MOTLEY_BIN) +
+            " agent --nproc 2 -- sh -c 'echo is $RANK of $WORLD_SIZE at "
+            "$MASTER_ADDR:$MASTER_PORT'");
+  EXPECT_EQ(task.exit_code, 0) << task.output;
+  EXPECT_CONTAINS(task.output, "[rank 2] is 2 of 4 at 10.0.0.9:2345");
+  EXPECT_CONTAINS(task.output, "[rank 3] is 3 of 4 at 10.0.0.9:2345");
 }
 
 // Real ranks (collectives over Gloo) on two "hosts": rank 3, on the second, fails with an error;

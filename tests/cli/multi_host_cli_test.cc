@@ -5,7 +5,8 @@
 // also when the launcher numbers the hosts the other way round (ranks find their devices by host and local
 // rank) — a checkpoint written on one host layout resumes under the other, `motley profile --links` measures
 // the shaped link between the hosts — and under Open MPI's mpirun (its remote agent entering the namespaces)
-// and Slurm's srun (a slurmctld and a slurmd per host, scripts/test-slurm.sh); a rank on a host the plan puts
+// and Slurm's srun (a slurmctld and a slurmd per host, scripts/test-slurm.sh; ranks as Slurm's tasks, and one
+// `motley agent` a host as Slurm's task starting that host's ranks); a rank on a host the plan puts
 // no device on stops before any step, naming where it runs and where the plan expected it. A rank that
 // fails on one host stops every host's ranks (one agent a host); no rank outlives a launcher killed
 // with SIGKILL. Skipped, saying why, where namespaces cannot be made (not root).
@@ -143,14 +144,24 @@ TEST(MultiHost, APipelineAcrossTwoHostsTrainsAsOneProcessUnderMotleyLaunchMpirun
                   << slurm.output;
   } else {
     dir.Write("slurm.toml", Job(dir.Join("slurm"), c.clip, c.checkpointing));
-    CliRun r = Shell("cd '" + dir.path().string() + "' && ip netns exec " + kPrefix +
-                     "0 env SLURM_CONF=/tmp/motley-slurm-" + kPrefix + "/slurm.conf MASTER_PORT=" +
-                     std::to_string(20000 + (::getpid() + 7) % 20000) + " srun -N2 --ntasks-per-node=2 " +
-                     MOTLEY_BIN + " train slurm.toml --plan " + plan + " --metrics slurm.jsonl");
+    auto srun = [&](int port_offset, const std::string& tasks) {
+      return "cd '" + dir.path().string() + "' && ip netns exec " + kPrefix +
+             "0 env SLURM_CONF=/tmp/motley-slurm-" + kPrefix +
+             "/slurm.conf MASTER_PORT=" + std::to_string(20000 + (::getpid() + port_offset) % 20000) +
+             " srun -N2 --ntasks-per-node=" + tasks + " " + MOTLEY_BIN;
+    };
+    CliRun r = Shell(srun(7, "2") + " train slurm.toml --plan " + plan + " --metrics slurm.jsonl");
+    // One agent a host as Slurm's task on it: each starts its host's two ranks.
+    dir.Write("agents.toml", Job(dir.Join("agents"), c.clip, c.checkpointing));
+    CliRun agents = Shell(srun(11, "1") + " agent --nproc 2 -- " + MOTLEY_BIN + " train agents.toml --plan " +
+                          plan + " --metrics agents.jsonl");
     Shell(kSlurm + " down --prefix " + kPrefix);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_CONTAINS(r.output, "on 4 ranks");
     expect_as_one_process("slurm");
+    ASSERT_EQ(agents.exit_code, 0) << agents.output;
+    EXPECT_CONTAINS(agents.output, "motley-agent: rank 3 status 0");
+    expect_as_one_process("agents");
   }
 
   // `motley profile --links` across the hosts measures the shaped link between them (200 Mbit/s,
