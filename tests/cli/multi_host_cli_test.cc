@@ -231,10 +231,10 @@ TEST(MultiHost, AFailedRankStopsEveryHostAndNoRankOutlivesTheLauncher) {
   EXPECT_CONTAINS(out, "checked");
 }
 
-// `motley train JOB --hosts` (#50 item 4): nodes a and b on the first host, c on the second; rank 2
-// (node c) dies in step 15. The supervisor, launching through one agent a host, names it, plans
-// around node c, resumes on the first host from step 10 and finishes — with the parameters of a
-// run that switched to that plan at step 10 (fp64).
+// `motley train JOB --hosts` (#50 item 4): nodes a and b on the first host, c on the second; the
+// second host disappears after step 12. The supervisor, launching through one agent a host, names
+// it, plans around node c, resumes on the first host from step 10 and finishes — with the
+// parameters of a run that switched to that plan at step 10 (fp64).
 TEST(MultiHost, TrainAcrossHostsPlansAroundALostNodeAndFinishesOnTheSurvivors) {
   TestHosts hosts;
   if (!hosts.why_not().empty()) GTEST_SKIP() << hosts.why_not();
@@ -254,11 +254,19 @@ TEST(MultiHost, TrainAcrossHostsPlansAroundALostNodeAndFinishesOnTheSurvivors) {
   dir.Write("job.toml", job);
   dir.Write("plan.toml", PlanHeader() + PlanNamed("dp3-zero0-last-batch").body);
   const std::string remote = "--remote '" + kHosts + " exec --prefix " + kPrefix + " {host}'";
-  CliRun r = RunCommandLine("cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") +
-                            "' " + MOTLEY_BIN + " train job.toml --plan plan.toml --hosts " + remote +
-                            " --max-restarts 1 --die-rank 2 --die-at-step 15 2>&1");
+  // The second host disappears after step 12 (its checkpoint of step 10 written): every process in
+  // its namespace killed — its agent among them — and its link taken down.
+  const std::string host1 = std::string(kPrefix) + "1";
+  CliRun r =
+      RunCommandLine("cd '" + dir.path().string() +
+                     "' && (until grep -q '\"step\":12,' run/metrics.jsonl 2>/dev/null; do sleep 0.05; done; "
+                     "ip netns pids " +
+                     host1 + " | xargs -r kill -9; ip link set " + host1 + "v down) & cd '" +
+                     dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") + "' " + MOTLEY_BIN +
+                     " train job.toml --plan plan.toml --hosts " + remote + " --max-restarts 1 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "on 2 hosts (10.77.0.10:2,10.77.0.11:1)");
+  EXPECT_CONTAINS(r.output, "motley launch: host 10.77.0.11 is gone");
   EXPECT_CONTAINS(r.output, "rank 2 (device 2, node c) failed: its node is lost — restart 1 of 1");
   EXPECT_CONTAINS(r.output, "resuming from the checkpoint of step 10");
   EXPECT_CONTAINS(r.output, "on 1 hosts (10.77.0.10:2)");
