@@ -50,26 +50,9 @@ void PrintLines(int rank, std::string& pending, bool flush_all) {
 
 namespace {
 
-// Each rank's local rank: the launcher starts one host's ranks (this machine's, or as a host's agent).
-struct RankLayout {
-  std::vector<int> host_of, local_of;
-  std::vector<int> per_host;  // ranks per host
-};
-
-RankLayout LayoutRanks(const LaunchOptions& o) {
-  RankLayout l;
-  l.per_host = {o.nproc};
-  for (int r = 0; r < o.nproc; ++r) {
-    l.host_of.push_back(0);
-    l.local_of.push_back(r);
-  }
-  return l;
-}
-
 // In the forked child: rank r's environment (torchrun's variables), its output into `out_fd`, and
 // the command.
-[[noreturn]] void ExecRank(const LaunchOptions& o, const RankLayout& l, int r, int port, int out_fd,
-                           pid_t launcher) {
+[[noreturn]] void ExecRank(const LaunchOptions& o, int r, int port, int out_fd, pid_t launcher) {
   // A rank outlives no launcher: when it dies (kill -9 included), the kernel sends the rank
   // SIGTERM; a launcher already gone before this line means the rank never starts.
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -83,14 +66,14 @@ RankLayout LayoutRanks(const LaunchOptions& o) {
     if (null >= 0) ::dup2(null, STDIN_FILENO);
   }
   ::setenv("RANK", std::to_string(o.rank_offset + r).c_str(), 1);
-  ::setenv("LOCAL_RANK", std::to_string(l.local_of[r]).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);  // one host's ranks: this one's, or an agent's
   ::setenv("WORLD_SIZE", std::to_string(o.world_size > 0 ? o.world_size : o.nproc).c_str(), 1);
-  ::setenv("LOCAL_WORLD_SIZE", std::to_string(l.per_host[l.host_of[r]]).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
   ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
   // Like torchrun: ranks sharing a machine get one math-library thread each unless told
   // otherwise, or N ranks x all-cores threads fight over the cores.
-  if (l.per_host[l.host_of[r]] > 1) {
+  if (o.nproc > 1) {
     ::setenv("OMP_NUM_THREADS", "1", 0);
     ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
   }
@@ -150,7 +133,6 @@ int Launch(const LaunchOptions& options) {
   if (!options.hosts.empty()) return LaunchOnHosts(options);
   LaunchOptions o = options;
   if (o.master_addr.empty()) o.master_addr = "127.0.0.1";
-  const RankLayout layout = LayoutRanks(o);
   if (o.failed_rank != nullptr) *o.failed_rank = -1;
   const int port = o.master_port > 0 ? o.master_port : FreeTcpPort();
   std::vector<Rank> ranks(static_cast<size_t>(o.nproc));
@@ -174,7 +156,7 @@ int Launch(const LaunchOptions& options) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::close(fds[0]);
-      ExecRank(o, layout, r, port, fds[1], launcher);
+      ExecRank(o, r, port, fds[1], launcher);
     }
     ::close(fds[1]);
     ranks[r].pid = pid;
