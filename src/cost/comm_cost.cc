@@ -3,30 +3,68 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <tuple>
 
 namespace motley {
 namespace {
 
-// One ring over `devices` in their order: `passes` x (n - 1) steps of 1/n of the payload.
-double RingS(const std::vector<int>& devices, double bytes, int passes, const LinkFunction& link) {
-  const size_t n = devices.size();
-  if (n <= 1) return 0;
-  double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const Link l = link(devices[i], devices[(i + 1) % n]);
-    bandwidth = std::min(bandwidth, l.bandwidth_bytes_per_s);
-    latency = std::max(latency, l.latency_s);
+struct Flow {
+  int from = 0, to = 0;  // devices
+  double bytes = 0;
+};
+
+// One round of flows that run at once (CollectiveS): the largest latency among them plus the
+// longest of a path's bytes over its bandwidth (two devices of one node: their own link; two nodes:
+// every flow between them shares the path) and a node's bytes out or in over its network card.
+double RoundS(const std::vector<Flow>& flows, const Network& net) {
+  struct Path {
+    Link link;
+    double bytes = 0;
+  };
+  std::map<std::tuple<bool, int, int>, Path> paths;  // (across nodes, from, to): nodes or devices
+  std::map<int, double> out, in;                     // a node's bytes to and from other nodes
+  for (const Flow& f : flows) {
+    const int na = net.node_of(f.from), nb = net.node_of(f.to);
+    const bool across = na != nb;
+    auto [it, fresh] = paths.try_emplace({across, across ? na : f.from, across ? nb : f.to});
+    if (fresh) it->second.link = net.link(f.from, f.to);
+    it->second.bytes += f.bytes;
+    if (across) {
+      out[na] += f.bytes;
+      in[nb] += f.bytes;
+    }
   }
-  const double steps = static_cast<double>(n - 1);
-  return passes * steps * (latency + bytes / static_cast<double>(n) / bandwidth);
+  double latency = 0, busy = 0;
+  for (const auto& [key, p] : paths) {
+    if (p.link.kind == LinkKind::kSelf || p.link.bandwidth_bytes_per_s <= 0) continue;
+    latency = std::max(latency, p.link.latency_s);
+    busy = std::max(busy, p.bytes / p.link.bandwidth_bytes_per_s);
+  }
+  auto nic = [&net](int node) {
+    const bool known =
+        node >= 0 && node < static_cast<int>(net.nic_bytes_per_s.size()) && net.nic_bytes_per_s[node] > 0;
+    return known ? net.nic_bytes_per_s[node] : std::numeric_limits<double>::infinity();
+  };
+  for (const auto* side : {&out, &in})
+    for (const auto& [node, bytes] : *side) busy = std::max(busy, bytes / nic(node));
+  return latency + busy;
 }
 
-// The faster of the ring and the hierarchical algorithm (CollectiveS), without the per-call overhead.
-double AlgorithmS(const std::vector<int>& devices, double bytes, int passes, const LinkFunction& link,
-                  const std::function<int(int)>& node_of) {
-  const double ring = RingS(devices, bytes, passes, link);
+// One ring over `devices` in their order: `passes` x (n - 1) rounds of 1/n of the payload.
+double RingS(const std::vector<int>& devices, double bytes, int passes, const Network& net) {
+  const size_t n = devices.size();
+  if (n <= 1) return 0;
+  std::vector<Flow> round;
+  for (size_t i = 0; i < n; ++i)
+    round.push_back({devices[i], devices[(i + 1) % n], bytes / static_cast<double>(n)});
+  return passes * static_cast<double>(n - 1) * RoundS(round, net);
+}
+
+// NCCL: the faster of the ring and the hierarchical algorithm.
+double NcclS(const std::vector<int>& devices, double bytes, int passes, const Network& net) {
+  const double ring = RingS(devices, bytes, passes, net);
   std::map<int, std::vector<int>> by_node;
-  for (int d : devices) by_node[node_of(d)].push_back(d);
+  for (int d : devices) by_node[net.node_of(d)].push_back(d);
   size_t k = 0;
   for (const auto& [node, members] : by_node) k = std::max(k, members.size());
   if (by_node.size() < 2 || k < 2) return ring;
@@ -34,12 +72,38 @@ double AlgorithmS(const std::vector<int>& devices, double bytes, int passes, con
   double inside = 0;
   std::vector<int> leaders;
   for (const auto& [node, members] : by_node) {
-    inside = std::max(inside, RingS(members, bytes, 1, link));
+    inside = std::max(inside, RingS(members, bytes, 1, net));
     leaders.push_back(members.front());
   }
-  const double across = RingS(leaders, bytes / static_cast<double>(k), passes, link);
+  const double across = RingS(leaders, bytes / static_cast<double>(k), passes, net);
   const double hierarchical = (passes == 1 ? inside : 2 * inside) + across;
   return std::min(ring, hierarchical);
+}
+
+// Gloo's reduce-scatter: every member sends each other member its 1/n at once.
+double AllToAllS(const std::vector<int>& devices, double bytes, const Network& net) {
+  const size_t n = devices.size();
+  std::vector<Flow> round;
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < n; ++j)
+      if (i != j) round.push_back({devices[i], devices[j], bytes / static_cast<double>(n)});
+  return RoundS(round, net);
+}
+
+// Gloo's all-gather: a broadcast of its 1/n from every member at once, each along a binomial tree
+// (round i: the first 2^i members of the tree, counted from its root, send to those 2^i further on).
+double BroadcastTreesS(const std::vector<int>& devices, double bytes, const Network& net) {
+  const size_t n = devices.size();
+  double total = 0;
+  for (size_t step = 1; step < n; step *= 2) {
+    std::vector<Flow> round;
+    for (size_t root = 0; root < n; ++root)
+      for (size_t v = 0; v < step && v + step < n; ++v)
+        round.push_back(
+            {devices[(root + v) % n], devices[(root + v + step) % n], bytes / static_cast<double>(n)});
+    total += RoundS(round, net);
+  }
+  return total;
 }
 
 }  // namespace
@@ -51,13 +115,31 @@ double TransferS(const Link& link, double bytes) {
 
 double HostCopyS(const GpuSpec& spec, double bytes) { return bytes / spec.host_link_bytes_per_s; }
 
-double CollectiveS(const std::vector<int>& devices, double bytes, int passes, const LinkFunction& link,
-                   const std::function<int(int)>& node_of) {
+std::vector<double> NodeNics(const std::vector<int>& first_device, const LinkFunction& link) {
+  std::vector<double> nic(first_device.size(), 0.0);
+  for (size_t a = 0; a < first_device.size(); ++a)
+    for (size_t b = 0; b < first_device.size(); ++b)
+      if (a != b) nic[a] = std::max(nic[a], link(first_device[a], first_device[b]).bandwidth_bytes_per_s);
+  return nic;
+}
+
+double CollectiveS(CollectiveKind kind, const std::vector<int>& devices, double bytes, const Network& net) {
   if (devices.size() <= 1) return 0;
   double overhead = 0;  // once a call, whichever algorithm runs it
   for (size_t i = 0; i < devices.size(); ++i)
-    overhead = std::max(overhead, link(devices[i], devices[(i + 1) % devices.size()]).collective_overhead_s);
-  return overhead + AlgorithmS(devices, bytes, passes, link, node_of);
+    overhead =
+        std::max(overhead, net.link(devices[i], devices[(i + 1) % devices.size()]).collective_overhead_s);
+  const int passes = kind == CollectiveKind::kAllReduce ? 2 : 1;
+  if (net.library == CollectiveLibrary::kNccl) return overhead + NcclS(devices, bytes, passes, net);
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return overhead + RingS(devices, bytes, passes, net);
+    case CollectiveKind::kReduceScatter:
+      return overhead + AllToAllS(devices, bytes, net);
+    case CollectiveKind::kAllGather:
+      return overhead + BroadcastTreesS(devices, bytes, net);
+  }
+  return overhead;
 }
 
 }  // namespace motley

@@ -232,7 +232,8 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
       const auto t = Clock::now();
       MOTLEY_RETURN_IF_ERROR(comm.AllReduceSum(*pair_groups[k], small));
       if (config.device.is_cuda()) SynchronizeDevice(config.device);
-      SleepSeconds(emulation.CollectiveSeconds(static_cast<double>(config.collective_bytes), {p.a, p.b}, 2) -
+      SleepSeconds(emulation.CollectiveSeconds(static_cast<double>(config.collective_bytes), {p.a, p.b},
+                                               CollectiveKind::kAllReduce) -
                    Since(t));
       if (rep > 0) calls.push_back(Since(t));
     }
@@ -250,7 +251,9 @@ Result<std::vector<ProfileLink>> MeasureLinks(Communicator& comm, const Cluster&
   }
   MOTLEY_RETURN_IF_ERROR(comm.AllReduceSum(comm.world(), results));
 
-  return NodeLinks(cluster, pairs, config_of_node, results);
+  std::vector<ProfileLink> links = NodeLinks(cluster, pairs, config_of_node, results);
+  for (ProfileLink& l : links) l.library = config.device.is_cuda() ? "nccl" : "gloo";
+  return links;
 }
 
 }  // namespace motley

@@ -27,8 +27,17 @@ CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Profi
       auto a = node_index.find(l.a), b = node_index.find(l.b);
       if (a == node_index.end() || b == node_index.end()) continue;  // measured on another cluster
       measured_links_[{std::min(a->second, b->second), std::max(a->second, b->second)}] = &l;
+      if (l.library == "gloo") network_.library = CollectiveLibrary::kGloo;
     }
   }
+  // Emulated devices are CPU processes: Gloo runs their collectives, as it ran the profile's.
+  if (cluster.emulated()) network_.library = CollectiveLibrary::kGloo;
+  network_.link = [this](int a, int b) { return LinkBetween(a, b); };
+  network_.node_of = [this](int d) { return cluster_.devices[d].node; };
+  std::vector<int> first_device(cluster.nodes.size(), 0);
+  for (const Device& d : cluster.devices)
+    if (d.local_index == 0) first_device[d.node] = d.id;
+  network_.nic_bytes_per_s = NodeNics(first_device, network_.link);
 }
 
 Link CostModel::LinkBetween(int a, int b) const {
@@ -140,10 +149,10 @@ double CostModel::TransferS(int from, int to, double bytes) const {
 }
 
 double CostModel::CollectiveS(OpKind kind, const std::vector<int>& devices, double bytes) const {
-  const int passes = kind == OpKind::kAllReduce || kind == OpKind::kGradNorm ? kAllReducePasses : 1;
-  return motley::CollectiveS(
-      devices, bytes, passes, [this](int a, int b) { return LinkBetween(a, b); },
-      [this](int d) { return cluster_.devices[d].node; });
+  const CollectiveKind k = kind == OpKind::kReduceScatter ? CollectiveKind::kReduceScatter
+                           : kind == OpKind::kAllGather   ? CollectiveKind::kAllGather
+                                                          : CollectiveKind::kAllReduce;
+  return motley::CollectiveS(k, devices, bytes, network_);
 }
 
 }  // namespace motley

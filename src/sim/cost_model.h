@@ -10,6 +10,7 @@
 
 #include "core/cluster.h"
 #include "core/model.h"
+#include "cost/comm_cost.h"
 #include "plan/planner_costs.h"
 #include "plan/schedule.h"
 #include "sim/cost_compute.h"
@@ -26,6 +27,8 @@ class CostModel : public PlannerCosts {
   /// REQUIRES: `cluster`, `model` and `profile` (may be null) outlive the cost model.
   CostModel(const Cluster& cluster, const ModelSpec& model, const Profile* profile, int64_t seq_len,
             Precision precision, bool activation_checkpointing, CostModelConfig config = {});
+  CostModel(const CostModel&) = delete;  // network_ calls back into this one
+  CostModel& operator=(const CostModel&) = delete;
 
   /// Compute ops (forward, backward, optimizer step) on `device`, including its emulated slowdown.
   double ComputeS(int device, const Op& op) const;
@@ -37,7 +40,9 @@ class CostModel : public PlannerCosts {
   double CopyS(int device, double bytes) const;
   /// Point-to-point transfer over the link between two devices.
   double TransferS(int from, int to, double bytes) const override;
-  /// A ring collective over `devices` (ring order), bounded by its slowest link.
+  /// A collective over `devices` (the group's order) by the algorithm of the library that runs it
+  /// (cost/comm_cost.h): Gloo on emulated devices or where the profile's links were measured on
+  /// Gloo, else NCCL.
   double CollectiveS(OpKind kind, const std::vector<int>& devices, double bytes) const override;
   /// The profile's measured limit (sim/profile.h MeasuredLimits) when it was measured for this
   /// model, degree and the device's memory.
@@ -65,6 +70,7 @@ class CostModel : public PlannerCosts {
   CostModelConfig config_;
   std::vector<const ProfileEntry*> entry_by_device_;
   std::map<std::pair<int, int>, const ProfileLink*> measured_links_;  // (node, node), lower first
+  Network network_;  // the links above, each node's network card, the collectives' library
 };
 
 }  // namespace motley

@@ -251,6 +251,10 @@ Result<Profile> ParseProfileJson(std::string_view text, const std::string& file)
       link.bandwidth_bytes_per_s = l.at("bandwidth_bytes_per_s").get<double>();
       link.latency_s = l.value("latency_s", 0.0);
       link.collective_overhead_s = l.value("collective_overhead_s", 0.0);
+      link.library = l.value("library", std::string());
+      if (!link.library.empty() && link.library != "gloo" && link.library != "nccl")
+        return bad(fmt::format("link {}: library is \"gloo\" or \"nccl\", not \"{}\"", p.links.size(),
+                               link.library));
       p.links.push_back(std::move(link));
     }
   } catch (const nlohmann::json::exception& e) {
@@ -353,6 +357,8 @@ nlohmann::json ProfileToJson(const Profile& profile) {
                      {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s},
                      {"latency_s", l.latency_s},
                      {"collective_overhead_s", l.collective_overhead_s}});
+  for (size_t i = 0; i < profile.links.size(); ++i)
+    if (!profile.links[i].library.empty()) links[i]["library"] = profile.links[i].library;
   return {{"format", "motley-profile-1"}, {"entries", entries}, {"links", links}};
 }
 

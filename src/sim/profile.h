@@ -122,6 +122,7 @@ struct ProfileLink {
   double bandwidth_bytes_per_s = 0;
   double latency_s = 0;
   double collective_overhead_s = 0;  // a two-rank all-reduce's time beyond its ring latency (link_probe.h)
+  std::string library = "";  // what carried the probe's collectives: "gloo" or "nccl" ("": not recorded)
 };
 
 struct Profile {

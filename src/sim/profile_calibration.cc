@@ -143,7 +143,9 @@ Result<CommCalibration> CalibrateCommunication(Profile* profile, const Plan& pla
       });
       if (known) continue;
       const Link l = cluster.LinkBetween(da[0], a == b ? da[1] : db[0]);
-      p.links.push_back({na, nb, l.bandwidth_bytes_per_s, l.latency_s, l.collective_overhead_s});
+      // (Carried by the library that carried the measured ones.)
+      p.links.push_back({na, nb, l.bandwidth_bytes_per_s, l.latency_s, l.collective_overhead_s,
+                         p.links.empty() ? std::string() : p.links.front().library});
       ++out.links_added;
     }
   if (p.links.empty())

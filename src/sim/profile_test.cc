@@ -41,7 +41,7 @@ TEST(Profile, JsonRoundTripAndLookup) {
   p.entries.push_back(Entry());
   p.entries[0].resize_overhead = {{0.125, 0.3}, {0.5, 0.45}};
   p.entries[0].borrowed_cost = 1.7;
-  p.links.push_back({"a", "b", 1e9, 1e-5, 2e-4});
+  p.links.push_back({"a", "b", 1e9, 1e-5, 2e-4, "gloo"});
   Result<Profile> back = ParseProfileJson(ProfileToJson(p).dump(), "p.json");
   ASSERT_TRUE(back.ok()) << back.status().message();
   ASSERT_EQ(back->entries.size(), 1u);
@@ -67,6 +67,14 @@ TEST(Profile, JsonRoundTripAndLookup) {
       << rejected.status().message();
   EXPECT_EQ(back->links[0].b, "b");
   EXPECT_DOUBLE_EQ(back->links[0].collective_overhead_s, 2e-4);
+  EXPECT_EQ(back->links[0].library, "gloo");
+  nlohmann::json unknown = ProfileToJson(p);
+  unknown["links"][0]["library"] = "mpi";
+  rejected = ParseProfileJson(unknown.dump(), "p.json");
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_NE(rejected.status().message().find("link 0: library is \"gloo\" or \"nccl\", not \"mpi\""),
+            std::string::npos)
+      << rejected.status().message();
   const ModelSpec& m = *FindModelPreset("llama-7b");
   EXPECT_NE(back->Find("t4", m, 1024, Precision::kFp16), nullptr);
   EXPECT_NE(back->Find("t4", m, 1024, Precision::kBf16), nullptr);  // 16-bit formats stand in for each other
@@ -119,6 +127,30 @@ TEST(Profile, MeasuredLinksReplaceTheClustersFigures) {
   EXPECT_DOUBLE_EQ(measured.TransferS(0, 2, 1e9), 1e-3 + 1.0);
   EXPECT_DOUBLE_EQ(derived.TransferS(0, 2, 1e9), c.network.inter_node_latency_s + 1e9 / (25e9 / 8));
   EXPECT_DOUBLE_EQ(measured.TransferS(0, 1, 1e9), derived.TransferS(0, 1, 1e9));  // inside a node: unchanged
+}
+
+TEST(Profile, LinksMeasuredOnGlooTimeCollectivesAsGlooRunsThem) {
+  Cluster c = LoadCluster("poplar-b").value();  // devices 0, 1 on node v100; 2, 3 on node t4
+  const ModelSpec& m = *FindModelPreset("llama-tiny");
+  Profile p;
+  p.links.push_back({"t4", "v100", 1e9, 1e-3, 0, "gloo"});  // measured on Gloo: 1 GB/s, 1 ms
+  const CostModel gloo(c, m, &p, 64, Precision::kBf16, true);
+  p.links[0].library = "nccl";
+  const CostModel nccl(c, m, &p, 64, Precision::kBf16, true);
+  const std::vector<int> all = {0, 1, 2, 3};
+  // Gloo's reduce-scatter is an all-to-all: each node's two devices send a quarter to each of the
+  // other node's two — the whole payload through its card (1 GB/s, the fastest of its links).
+  EXPECT_DOUBLE_EQ(gloo.CollectiveS(OpKind::kReduceScatter, all, 1e9), 1e-3 + 1.0);
+  // Its all-reduce one ring in the group's order: 2 passes x 3 rounds of a quarter, paced by the
+  // link between the nodes.
+  EXPECT_DOUBLE_EQ(gloo.CollectiveS(OpKind::kAllReduce, all, 1e9), 2 * 3 * (1e-3 + 0.25));
+  // NCCL reduces within each node first and sends a quarter across.
+  EXPECT_LT(nccl.CollectiveS(OpKind::kReduceScatter, all, 1e9), 0.3);
+  // Emulated devices are CPU processes: Gloo, whatever the profile says.
+  c.nodes[0].emulation.assign(2, EmulationConfig{});
+  c.nodes[1].emulation.assign(2, EmulationConfig{});
+  const CostModel emulated(c, m, &p, 64, Precision::kBf16, true);
+  EXPECT_DOUBLE_EQ(emulated.CollectiveS(OpKind::kReduceScatter, all, 1e9), 1e-3 + 1.0);
 }
 
 TEST(Profile, BadFilesSayWhatIsWrong) {

@@ -367,11 +367,17 @@ TEST(MultiHost, TrainAcrossHostsMeasuresCalibratesAndRunsOnTheHosts) {
                             "' " + MOTLEY_BIN + " train job.toml --hosts --remote '" + kHosts +
                             " exec --prefix " + kPrefix + " {host}' --baseline-steps 4 --steps 6 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  size_t launches = 0;
-  for (size_t at = r.output.find("on 2 hosts (10.77.0.10:2,10.77.0.11:2)"); at != std::string::npos;
-       at = r.output.find("on 2 hosts (10.77.0.10:2,10.77.0.11:2)", at + 1))
-    ++launches;
-  EXPECT_EQ(launches, 3u) << "the links, the baseline and the plan, each across the hosts:\n" << r.output;
+  auto count = [&r](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = r.output.find(what); at != std::string::npos; at = r.output.find(what, at + 1)) ++n;
+    return n;
+  };
+  // The links and the baseline across both hosts; the plan on the hosts its devices sit on (the
+  // planner may leave the slow host's node out, its link measured at ~160 Mbit/s).
+  EXPECT_EQ(count("motley launch: "), 3u) << r.output;
+  EXPECT_GE(count("on 2 hosts (10.77.0.10:2,10.77.0.11:2)"), 2u)
+      << "the links and the baseline, each across the hosts:\n"
+      << r.output;
   EXPECT_CONTAINS(r.output, "profile: link fast <-> slow: ");
   EXPECT_CONTAINS(r.output, "profile calibrated on the even split's run");
   EXPECT_CONTAINS(r.output, "measured: ");

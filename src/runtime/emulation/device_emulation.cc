@@ -21,6 +21,10 @@ DeviceEmulation::DeviceEmulation(const Cluster& cluster, int device) {
   cluster_ = &cluster;
   device_ = device;
   speed_factor_ = emu->speed_factor;
+  std::vector<int> first_device(cluster.nodes.size(), 0);
+  for (const Device& d : cluster.devices)
+    if (d.local_index == 0) first_device[d.node] = d.id;
+  nic_bytes_per_s_ = NodeNics(first_device, [&cluster](int a, int b) { return cluster.LinkBetween(a, b); });
 }
 
 double DeviceEmulation::memory_bytes() const { return enabled() ? cluster_->memory_bytes(device_) : 0.0; }
@@ -118,12 +122,15 @@ double DeviceEmulation::TransferSeconds(double bytes, int peer_device) const {
   return TransferS(cluster_->LinkBetween(device_, peer_device), bytes);
 }
 
-double DeviceEmulation::CollectiveSeconds(double bytes, const std::vector<int>& devices, int passes) const {
+double DeviceEmulation::CollectiveSeconds(double bytes, const std::vector<int>& devices,
+                                          CollectiveKind kind) const {
   if (!enabled()) return 0;
   const Cluster& c = *cluster_;
-  return CollectiveS(
-      devices, bytes, passes, [&c](int a, int b) { return c.LinkBetween(a, b); },
-      [&c](int d) { return c.devices[d].node; });
+  // Emulated devices are CPU processes: Gloo runs their collectives.
+  const Network network{[&c](int a, int b) { return c.LinkBetween(a, b); },
+                        [&c](int d) { return c.devices[d].node; }, nic_bytes_per_s_,
+                        CollectiveLibrary::kGloo};
+  return CollectiveS(kind, devices, bytes, network);
 }
 
 }  // namespace motley

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "cost/comm_cost.h"
 
 namespace motley {
 
@@ -54,9 +55,10 @@ class DeviceEmulation {
   /// How long sending `bytes` to cluster device `peer_device` takes on the emulated link (0 when
   /// not emulated).
   double TransferSeconds(double bytes, int peer_device) const;
-  /// How long a ring collective over `devices` moving `bytes` of payload takes on the emulated
-  /// links (0 when not emulated): `passes` = 1 for all-gather and reduce-scatter, 2 for all-reduce.
-  double CollectiveSeconds(double bytes, const std::vector<int>& devices, int passes) const;
+  /// How long a collective over `devices` moving `bytes` of payload takes on the emulated links (0
+  /// when not emulated): Gloo's algorithm (cost/comm_cost.h), the nodes' network cards shared by
+  /// their devices' flows.
+  double CollectiveSeconds(double bytes, const std::vector<int>& devices, CollectiveKind kind) const;
 
  private:
   /// How long a compute op of this CPU time takes on the emulated device; none when compute is not
@@ -65,6 +67,7 @@ class DeviceEmulation {
 
   const Cluster* cluster_ = nullptr;
   int device_ = 0;
+  std::vector<double> nic_bytes_per_s_;  // each node's network card (cost/comm_cost.h NodeNics)
   double speed_factor_ = 1.0;
   double slowdown_ = 1.0;
   double matmul_slowdown_ = 1.0;

@@ -126,16 +126,19 @@ TEST(DeviceEmulation, TransfersAndRingsTakeTheClustersLinks) {
   EXPECT_EQ(d0.TransferSeconds(8e6, 0), 0);
   // A ring inside a node: (n-1)/n of the payload per pass over the intra-node link.
   const double ring = intra.latency_s + 0.5 * 3e6 / intra.bandwidth_bytes_per_s;
-  EXPECT_NEAR(d0.CollectiveSeconds(3e6, {0, 1}, 1), ring, 1e-12);
-  EXPECT_NEAR(d0.CollectiveSeconds(3e6, {0, 1}, 2), 2 * ring, 1e-12);
-  // Across the nodes: the simulator's formula (cost/comm_cost.h) over the same links, no slower
-  // than a ring paced by the inter-node link.
+  EXPECT_NEAR(d0.CollectiveSeconds(3e6, {0, 1}, CollectiveKind::kAllGather), ring, 1e-12);
+  EXPECT_NEAR(d0.CollectiveSeconds(3e6, {0, 1}, CollectiveKind::kAllReduce), 2 * ring, 1e-12);
+  // Across the nodes: the simulator's formula (cost/comm_cost.h) over the same links, as Gloo runs
+  // it (emulated devices are CPU processes), the nodes' cards shared.
   const auto link = [&c](int a, int b) { return c.LinkBetween(a, b); };
-  const auto node = [&c](int d) { return c.devices[d].node; };
-  EXPECT_DOUBLE_EQ(d0.CollectiveSeconds(3e6, {0, 1, 2}, 2), CollectiveS({0, 1, 2}, 3e6, 2, link, node));
+  const Network net{link, [&c](int d) { return c.devices[d].node; }, NodeNics({0, 2}, link),
+                    CollectiveLibrary::kGloo};
+  for (const CollectiveKind kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter, CollectiveKind::kAllGather})
+    EXPECT_DOUBLE_EQ(d0.CollectiveSeconds(3e6, {0, 1, 2}, kind), CollectiveS(kind, {0, 1, 2}, 3e6, net));
   const double slow_ring = 2 * inter.latency_s + 2.0 / 3.0 * 3e6 / inter.bandwidth_bytes_per_s;
-  EXPECT_LE(d0.CollectiveSeconds(3e6, {0, 1, 2}, 1), slow_ring + 1e-12);
-  EXPECT_EQ(DeviceEmulation().CollectiveSeconds(3e6, {0, 1, 2}, 1), 0);
+  EXPECT_LE(d0.CollectiveSeconds(3e6, {0, 1, 2}, CollectiveKind::kAllGather), 2 * slow_ring);
+  EXPECT_EQ(DeviceEmulation().CollectiveSeconds(3e6, {0, 1, 2}, CollectiveKind::kAllReduce), 0);
 }
 
 }  // namespace

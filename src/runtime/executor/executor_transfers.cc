@@ -165,7 +165,8 @@ Status Executor::StepRun::Collective(size_t i, const Op& op) {
   for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
   // Uneven pieces: paced by the largest, as the simulator times it.
   f.needed_s = ex_.emulation_.CollectiveSeconds(
-      f.bytes * ex_.schedule_.collectives[op.collective].uneven_factor, devices, passes);
+      f.bytes * ex_.schedule_.collectives[op.collective].uneven_factor, devices,
+      passes == 2 ? CollectiveKind::kAllReduce : CollectiveKind::kReduceScatter);
   QueueOnEmulatedLink(f);
   in_flight_[static_cast<int>(i)] = std::move(f);
   return Status::Ok();
@@ -199,7 +200,7 @@ Status Executor::StepRun::SumTiedCopies(size_t i, const Op& op) {
   report_.bytes_sent += 2 * (n - 1) / n * f.bytes;
   std::vector<int> devices;
   for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
-  f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, 2);
+  f.needed_s = ex_.emulation_.CollectiveSeconds(f.bytes, devices, CollectiveKind::kAllReduce);
   QueueOnEmulatedLink(f);
   in_flight_[static_cast<int>(i)] = std::move(f);
   return Status::Ok();
@@ -223,7 +224,7 @@ Status Executor::StepRun::StartGather(int i, InFlight& f) {
   std::vector<int> devices;
   for (int r : g->ranks) devices.push_back(ex_.schedule_.programs[r].device);
   f.needed_s = ex_.emulation_.CollectiveSeconds(
-      f.bytes * ex_.schedule_.collectives[op.collective].uneven_factor, devices, 1);
+      f.bytes * ex_.schedule_.collectives[op.collective].uneven_factor, devices, CollectiveKind::kAllGather);
   QueueOnEmulatedLink(f);
   return Status::Ok();
 }
