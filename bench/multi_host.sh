@@ -25,6 +25,10 @@ trap '"$hosts" down --prefix $prefix >/dev/null 2>&1; [ -n "${KEEP:-}" ] || rm -
 site_b="${SITE_B:-100mbit}"
 "$hosts" up 3 --bandwidth 1gbit --rate "${prefix}2=$site_b" --prefix "$prefix" >/dev/null
 remote="$hosts exec --prefix $prefix {host}"
+# The test hosts share this machine's cores: one math-library thread a rank on every host, as the
+# emulated twin's ranks get (a host's lone rank would otherwise take every core, as it should on a
+# machine of its own).
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 layout="10.77.0.10:2,10.77.0.11:1,10.77.0.12:1"
 cd "$work"
 [ -z "${KEEP:-}" ] || echo "working in $work"
