@@ -1,8 +1,11 @@
 #include "plan/schedule.h"
 
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 #include <map>
 #include <tuple>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -162,13 +165,125 @@ std::string CheckSchedule(const Schedule& s) {
   return "";
 }
 
-std::string ScheduleHash(const Schedule& s) {
-  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
-  for (const unsigned char c : ScheduleToJson(s).dump()) {
-    h ^= c;
-    h *= 1099511628211ull;
+namespace {
+
+// FNV-1a (64 bits) over a schedule's fields as they lie, each prefixed by its kind: no text made
+// (a schedule of 128 ranks holds ~750k ops; its JSON took 2 GB and most of `motley simulate`).
+class Fingerprint {
+ public:
+  template <typename T>
+  requires std::is_arithmetic_v<T> || std::is_enum_v<T>
+  void Add(T v) {
+    unsigned char bytes[sizeof(T)];
+    std::memcpy(bytes, &v, sizeof(T));
+    Bytes(bytes, sizeof(T));
   }
-  return fmt::format("{:016x}", h);
+  void Add(std::string_view text) {
+    Add(text.size());
+    Bytes(reinterpret_cast<const unsigned char*>(text.data()), text.size());
+  }
+  template <typename Range>
+  void AddAll(const Range& values) {
+    Add(static_cast<uint64_t>(std::size(values)));
+    for (const auto& v : values) Add(v);
+  }
+  void Add(const Buffer& b) {
+    Add(b.kind);
+    Add(b.ministage);
+    Add(b.microbatch);
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  void Bytes(const unsigned char* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      h_ ^= p[i];
+      h_ *= 1099511628211ull;
+    }
+  }
+  uint64_t h_ = 14695981039346656037ull;
+};
+
+void AddOp(Fingerprint& f, const Op& op) {
+  f.Add(op.kind);
+  f.Add(op.stream);
+  f.Add(op.ministage);
+  f.Add(op.layer_begin);
+  f.Add(op.layer_end);
+  f.Add(op.embedding);
+  f.Add(op.head);
+  f.Add(op.microbatch);
+  f.Add(op.sequences);
+  f.Add(op.tp_degree);
+  f.Add(op.flops);
+  f.Add(op.bytes);
+  f.Add(op.peer);
+  f.Add(op.collective);
+  f.Add(op.tag);
+  f.AddAll(op.deps);
+  f.Add(op.params);
+  f.AddAll(op.reads);
+  f.AddAll(op.writes);
+  f.AddAll(op.frees);
+  f.Add(op.gradients_complete);
+  f.Add(op.device_alloc_bytes);
+  f.Add(op.device_free_bytes);
+  f.Add(op.host_alloc_bytes);
+  f.Add(op.host_free_bytes);
+}
+
+}  // namespace
+
+std::string ScheduleHash(const Schedule& s) {
+  Fingerprint f;
+  f.Add(s.seq_len);
+  f.Add(s.global_batch_tokens);
+  f.AddAll(s.microbatch_sequences);
+  f.Add(s.ministages.size());
+  for (const ScheduleMinistage& m : s.ministages) {
+    f.Add(m.group);
+    f.Add(m.index);
+    f.Add(m.layer_begin);
+    f.Add(m.layer_end);
+    f.Add(m.embedding);
+    f.Add(m.head);
+    f.Add(m.first_rank);
+    f.Add(m.num_ranks);
+    f.Add(m.tp_degree);
+    f.AddAll(m.state_shares);
+  }
+  f.Add(s.sharded_optimizer);
+  f.Add(s.sharded_params);
+  f.Add(s.activation_checkpointing);
+  f.Add(std::string_view(s.flextp_mode));
+  f.Add(s.loss_scaling);
+  f.Add(s.model_flops_per_step);
+  f.Add(s.hardware_flops_per_step);
+  f.Add(s.programs.size());
+  for (const Program& p : s.programs) {
+    f.Add(p.rank);
+    f.Add(p.device);
+    f.Add(p.group);
+    f.Add(p.tp_index);
+    f.Add(p.dp_index);
+    f.Add(p.dp_size);
+    f.Add(p.static_device_bytes);
+    f.Add(p.static_host_bytes);
+    f.AddAll(p.resident);
+    f.Add(p.ops.size());
+    for (const Op& op : p.ops) AddOp(f, op);
+  }
+  f.Add(s.collectives.size());
+  for (const Collective& c : s.collectives) {
+    f.Add(c.kind);
+    f.AddAll(c.ranks);
+    f.Add(c.bytes);
+    f.Add(c.tensor_parallel);
+    f.Add(c.calls);
+    f.Add(c.uneven_factor);
+    f.Add(c.tied_embedding);
+  }
+  return fmt::format("{:016x}", f.value());
 }
 
 namespace {

@@ -212,8 +212,8 @@ struct Schedule {
 std::string CheckSchedule(const Schedule& s);
 
 nlohmann::json ScheduleToJson(const Schedule& s);
-/// A fingerprint of everything in the schedule (16 hex digits of FNV-1a over its JSON): two
-/// commands that print the same one execute the same program.
+/// A fingerprint of everything in the schedule (16 hex digits of FNV-1a over every field of it, the
+/// ops' included): two commands that print the same one execute the same program.
 std::string ScheduleHash(const Schedule& s);
 /// A readable per-rank listing: one line per op.
 std::string ScheduleListing(const Schedule& s);

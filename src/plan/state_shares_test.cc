@@ -2,6 +2,7 @@
 // validation, and what the lowering makes of them.
 #include "plan/state_shares.h"
 
+#include <functional>
 #include <numeric>
 
 #include <gtest/gtest.h>
@@ -153,6 +154,43 @@ TEST(StateShares, TheLoweringSizesEachRanksStateAndTheCollectivesByThem) {
     EXPECT_EQ(ms.state_shares, (std::vector<double>{0.5, 0.3, 0.2}));
   for (const ScheduleMinistage& ms : se.ministages) EXPECT_TRUE(ms.state_shares.empty());
   EXPECT_NE(ScheduleHash(su), ScheduleHash(se));
+}
+
+TEST(ScheduleHash, EveryFieldOfTheScheduleMovesIt) {
+  Schedule s;
+  s.seq_len = 64;
+  Program p;
+  Op op;
+  op.kind = OpKind::kSend;
+  op.reads.push_back({BufferKind::kInput, 0, 1});
+  p.ops.push_back(op);
+  s.programs.push_back(p);
+  s.collectives.push_back({});
+  const std::string base = ScheduleHash(s);
+  EXPECT_EQ(ScheduleHash(Schedule(s)), base);  // a copy: the same
+  const std::vector<std::function<void(Schedule&)>> changes = {
+      [](Schedule& x) { x.seq_len = 65; },
+      [](Schedule& x) { x.loss_scaling = true; },
+      [](Schedule& x) { x.flextp_mode = "migrate"; },
+      [](Schedule& x) { x.programs[0].device = 3; },
+      [](Schedule& x) { x.programs[0].ops[0].tag = 7; },
+      [](Schedule& x) { x.programs[0].ops[0].bytes = 1; },
+      [](Schedule& x) { x.programs[0].ops[0].deps.push_back(0); },
+      [](Schedule& x) { x.programs[0].ops[0].reads[0].microbatch = 2; },
+      [](Schedule& x) {
+        x.programs[0].ops[0].frees.push_back({BufferKind::kInput, 0, 1});
+      },
+      [](Schedule& x) { x.programs[0].ops[0].host_free_bytes = 1; },
+      [](Schedule& x) { x.collectives[0].uneven_factor = 2; },
+      [](Schedule& x) { x.collectives[0].ranks.push_back(0); },
+      // The same values in another place: a read moved to the writes.
+      [](Schedule& x) { std::swap(x.programs[0].ops[0].reads, x.programs[0].ops[0].writes); },
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    Schedule changed = s;
+    changes[i](changed);
+    EXPECT_NE(ScheduleHash(changed), base) << "change " << i;
+  }
 }
 
 }  // namespace
