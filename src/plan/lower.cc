@@ -55,9 +55,6 @@ Status Lowerer::Setup() {
       Program p;
       p.rank = rank;
       p.device = d.device;
-      // Roughly the ops it will hold (per microbatch and ministage: two computes, their transfers and
-      // copies; its collectives): growing a vector of ops moves them all.
-      p.ops.reserve(plan_.groups[g].ministages.size() * static_cast<size_t>(8 * d.num_microbatches + 6) + 16);
       s_.programs.push_back(std::move(p));
     }
   }
@@ -307,6 +304,8 @@ Result<Schedule> Lowerer::Run() {
     std::string problem = CheckSchedule(s_);
     MOTLEY_CHECK_MSG(problem.empty(), problem);
   }
+  // The room reserved for ops (Setup's estimate) goes: a large schedule kept half its memory empty.
+  for (Program& p : s_.programs) p.ops.shrink_to_fit();
   return std::move(s_);
 }
 

@@ -121,13 +121,12 @@ void Lowerer::AddBufferDeps() {
   // Per buffer its last writer (or freer) and its readers since. Ops on one lane run in order, so
   // of a lane's readers the last one is enough — except sends, which leave their lane when posted
   // (the simulator) and are all kept. (Keeps the deps short: a gather after thirty microbatches'
-  // forwards waits for the last one, not for thirty.) Buffers are numbered densely by (kind,
-  // ministage, microbatch); one table serves every program, its touched cells reset after each.
+  // forwards waits for the last one, not for thirty.) Buffers are numbered by (kind, ministage,
+  // microbatch); one map serves every program, emptied before each.
   struct Uses {
     int writer = -1;
     boost::container::small_vector<std::pair<int, int>, 2> readers;  // (lane, op); lane -1: a send
   };
-  constexpr size_t kKinds = static_cast<size_t>(BufferKind::kHostSaved) + 1;
   const size_t per_ministage = static_cast<size_t>(num_mb_) + 1;  // microbatch -1 (none) .. num_mb - 1
   const auto index = [&](const Buffer& b) {
     MOTLEY_CHECK(b.ministage >= 0 && b.ministage < num_ministages_ && b.microbatch >= -1 &&
@@ -137,24 +136,24 @@ void Lowerer::AddBufferDeps() {
                per_ministage +
            static_cast<size_t>(b.microbatch + 1);
   };
-  std::vector<Uses> uses(kKinds * static_cast<size_t>(num_ministages_) * per_ministage);
-  std::vector<size_t> touched;
+  // (A program touches a few of the (kind, ministage, microbatch) cells: a table of them all took
+  // 70 MB for a 128-rank pipeline of 2,048 microbatches.)
+  std::unordered_map<size_t, Uses> uses;
+  const Uses none;
   for (Program& p : s_.programs) {
-    for (size_t i : touched) uses[i] = Uses{};
-    touched.clear();
-    auto use = [&](const Buffer& b) -> Uses& {
-      const size_t i = index(b);
-      Uses& u = uses[i];
-      if (u.writer < 0 && u.readers.empty()) touched.push_back(i);  // (touched twice is harmless)
-      return u;
+    uses.clear();
+    auto use = [&](const Buffer& b) -> Uses& { return uses[index(b)]; };
+    auto seen = [&](const Buffer& b) -> const Uses& {
+      auto it = uses.find(index(b));
+      return it == uses.end() ? none : it->second;
     };
     for (int j = 0; j < static_cast<int>(p.ops.size()); ++j) {
       Op& op = p.ops[j];
       const size_t before = op.deps.size();
       for (const Buffer& b : op.reads)
-        if (const Uses& u = uses[index(b)]; u.writer >= 0) op.deps.push_back(u.writer);
+        if (const Uses& u = seen(b); u.writer >= 0) op.deps.push_back(u.writer);
       for (const Buffer& b : op.writes) {
-        const Uses& u = uses[index(b)];
+        const Uses& u = seen(b);
         if (u.writer >= 0) op.deps.push_back(u.writer);
         for (const auto& [lane, k] : u.readers) op.deps.push_back(k);
       }
