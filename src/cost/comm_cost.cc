@@ -16,37 +16,48 @@ struct Flow {
 // One round of flows that run at once (CollectiveS): the largest latency among them plus the
 // longest of a path's bytes over its bandwidth (two devices of one node: their own link; two nodes:
 // every flow between them shares the path) and a node's bytes out or in over its network card.
+// (Scratch space is kept per thread: the planners time collectives by the million.)
 double RoundS(const std::vector<Flow>& flows, const Network& net) {
   struct Path {
-    Link link;
-    double bytes = 0;
+    bool across;
+    int from, to;  // nodes when across, else devices
+    int device_from, device_to;
+    double bytes;
+    auto key() const { return std::tie(across, from, to); }
   };
-  std::map<std::tuple<bool, int, int>, Path> paths;  // (across nodes, from, to): nodes or devices
-  std::map<int, double> out, in;                     // a node's bytes to and from other nodes
+  thread_local std::vector<Path> paths;
+  thread_local std::vector<double> out, in;  // a node's bytes to and from other nodes
+  paths.clear();
+  int nodes = 0;
   for (const Flow& f : flows) {
     const int na = net.node_of(f.from), nb = net.node_of(f.to);
     const bool across = na != nb;
-    auto [it, fresh] = paths.try_emplace({across, across ? na : f.from, across ? nb : f.to});
-    if (fresh) it->second.link = net.link(f.from, f.to);
-    it->second.bytes += f.bytes;
-    if (across) {
-      out[na] += f.bytes;
-      in[nb] += f.bytes;
-    }
+    paths.push_back({across, across ? na : f.from, across ? nb : f.to, f.from, f.to, f.bytes});
+    nodes = std::max({nodes, na + 1, nb + 1});
   }
+  std::sort(paths.begin(), paths.end(), [](const Path& x, const Path& y) { return x.key() < y.key(); });
+  out.assign(static_cast<size_t>(nodes), 0.0);
+  in.assign(static_cast<size_t>(nodes), 0.0);
   double latency = 0, busy = 0;
-  for (const auto& [key, p] : paths) {
-    if (p.link.kind == LinkKind::kSelf || p.link.bandwidth_bytes_per_s <= 0) continue;
-    latency = std::max(latency, p.link.latency_s);
-    busy = std::max(busy, p.bytes / p.link.bandwidth_bytes_per_s);
+  for (size_t i = 0; i < paths.size();) {
+    size_t j = i;
+    double bytes = 0;
+    for (; j < paths.size() && paths[j].key() == paths[i].key(); ++j) bytes += paths[j].bytes;
+    const Path& p = paths[i];
+    if (p.across) {
+      out[static_cast<size_t>(p.from)] += bytes;
+      in[static_cast<size_t>(p.to)] += bytes;
+    }
+    const Link link = net.link(p.device_from, p.device_to);
+    if (link.kind != LinkKind::kSelf && link.bandwidth_bytes_per_s > 0) {
+      latency = std::max(latency, link.latency_s);
+      busy = std::max(busy, bytes / link.bandwidth_bytes_per_s);
+    }
+    i = j;
   }
-  auto nic = [&net](int node) {
-    const bool known =
-        node >= 0 && node < static_cast<int>(net.nic_bytes_per_s.size()) && net.nic_bytes_per_s[node] > 0;
-    return known ? net.nic_bytes_per_s[node] : std::numeric_limits<double>::infinity();
-  };
-  for (const auto* side : {&out, &in})
-    for (const auto& [node, bytes] : *side) busy = std::max(busy, bytes / nic(node));
+  for (size_t node = 0; node < static_cast<size_t>(nodes) && node < net.nic_bytes_per_s.size(); ++node)
+    if (net.nic_bytes_per_s[node] > 0)
+      busy = std::max(busy, std::max(out[node], in[node]) / net.nic_bytes_per_s[node]);
   return latency + busy;
 }
 
@@ -54,6 +65,27 @@ double RoundS(const std::vector<Flow>& flows, const Network& net) {
 double RingS(const std::vector<int>& devices, double bytes, int passes, const Network& net) {
   const size_t n = devices.size();
   if (n <= 1) return 0;
+  // Where each node's members sit together in the ring (the usual case), every round's flows
+  // take distinct paths, one out of and one into each node, none beyond its fastest link: the
+  // slowest link paces the ring.
+  thread_local std::vector<int> leaving;
+  leaving.clear();
+  bool together = true;
+  for (size_t i = 0; i < n && together; ++i) {
+    const int a = net.node_of(devices[i]), b = net.node_of(devices[(i + 1) % n]);
+    if (a == b) continue;
+    if (static_cast<size_t>(a) >= leaving.size()) leaving.resize(static_cast<size_t>(a) + 1, 0);
+    together = ++leaving[static_cast<size_t>(a)] == 1;
+  }
+  if (together) {
+    double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const Link l = net.link(devices[i], devices[(i + 1) % n]);
+      bandwidth = std::min(bandwidth, l.bandwidth_bytes_per_s);
+      latency = std::max(latency, l.latency_s);
+    }
+    return passes * static_cast<double>(n - 1) * (latency + bytes / static_cast<double>(n) / bandwidth);
+  }
   std::vector<Flow> round;
   for (size_t i = 0; i < n; ++i)
     round.push_back({devices[i], devices[(i + 1) % n], bytes / static_cast<double>(n)});

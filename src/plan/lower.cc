@@ -55,6 +55,12 @@ Status Lowerer::Setup() {
       Program p;
       p.rank = rank;
       p.device = d.device;
+      // Roughly the ops it will hold (per microbatch and ministage: up to two computes, their
+      // transfers and copies; its collectives), so that the planner's many small lowerings do not
+      // grow vectors op by op; no more than 4,096 (a large schedule's estimate, twice what it
+      // holds, would stay reserved: its vectors grow by doubling instead).
+      p.ops.reserve(std::min<size_t>(
+          plan_.groups[g].ministages.size() * static_cast<size_t>(8 * d.num_microbatches + 6) + 16, 4096));
       s_.programs.push_back(std::move(p));
     }
   }
@@ -304,8 +310,10 @@ Result<Schedule> Lowerer::Run() {
     std::string problem = CheckSchedule(s_);
     MOTLEY_CHECK_MSG(problem.empty(), problem);
   }
-  // The room reserved for ops (Setup's estimate) goes: a large schedule kept half its memory empty.
-  for (Program& p : s_.programs) p.ops.shrink_to_fit();
+  // A large program's vector grew by doubling: the room left over goes (moving its ops once; a
+  // small program's is not worth the move).
+  for (Program& p : s_.programs)
+    if (p.ops.capacity() - p.ops.size() >= 2048) p.ops.shrink_to_fit();
   return std::move(s_);
 }
 

@@ -121,32 +121,55 @@ void Lowerer::AddBufferDeps() {
   // Per buffer its last writer (or freer) and its readers since. Ops on one lane run in order, so
   // of a lane's readers the last one is enough — except sends, which leave their lane when posted
   // (the simulator) and are all kept. (Keeps the deps short: a gather after thirty microbatches'
-  // forwards waits for the last one, not for thirty.) Buffers are numbered by (kind, ministage,
-  // microbatch); one map serves every program, emptied before each.
+  // forwards waits for the last one, not for thirty.)
   struct Uses {
     int writer = -1;
     boost::container::small_vector<std::pair<int, int>, 2> readers;  // (lane, op); lane -1: a send
   };
-  const size_t per_ministage = static_cast<size_t>(num_mb_) + 1;  // microbatch -1 (none) .. num_mb - 1
+  // Buffers are numbered densely by (kind, ministage, the program's own number for the
+  // microbatch): a program sees a few of a pipeline's microbatches (a table over all 2,048 of a
+  // 128-rank pipeline's took 70 MB). One table serves every program, its touched cells reset.
+  constexpr size_t kKinds = static_cast<size_t>(BufferKind::kHostSaved) + 1;
+  std::vector<int32_t> local_mb(static_cast<size_t>(num_mb_) + 1, -1);  // microbatch + 1 -> its number here
+  std::vector<int32_t> numbered;                                        // the microbatches numbered
+  std::vector<Uses> uses;
+  std::vector<size_t> touched;
+  size_t per_ministage = 0;
   const auto index = [&](const Buffer& b) {
     MOTLEY_CHECK(b.ministage >= 0 && b.ministage < num_ministages_ && b.microbatch >= -1 &&
                  b.microbatch < num_mb_);
     return (static_cast<size_t>(b.kind) * static_cast<size_t>(num_ministages_) +
             static_cast<size_t>(b.ministage)) *
                per_ministage +
-           static_cast<size_t>(b.microbatch + 1);
+           static_cast<size_t>(local_mb[static_cast<size_t>(b.microbatch + 1)]);
   };
-  // (A program touches a few of the (kind, ministage, microbatch) cells: a table of them all took
-  // 70 MB for a 128-rank pipeline of 2,048 microbatches.)
-  std::unordered_map<size_t, Uses> uses;
-  const Uses none;
   for (Program& p : s_.programs) {
-    uses.clear();
-    auto use = [&](const Buffer& b) -> Uses& { return uses[index(b)]; };
-    auto seen = [&](const Buffer& b) -> const Uses& {
-      auto it = uses.find(index(b));
-      return it == uses.end() ? none : it->second;
+    for (size_t i : touched) uses[i] = Uses{};
+    touched.clear();
+    for (int32_t m : numbered) local_mb[static_cast<size_t>(m)] = -1;
+    numbered.clear();
+    for (const Op& op : p.ops)
+      for (const Buffers* list : {&op.reads, &op.writes, &op.frees})
+        for (const Buffer& b : *list) {
+          const size_t m = static_cast<size_t>(b.microbatch + 1);
+          MOTLEY_CHECK(m < local_mb.size());
+          if (local_mb[m] < 0) {
+            local_mb[m] = static_cast<int32_t>(numbered.size());
+            numbered.push_back(static_cast<int32_t>(m));
+          }
+        }
+    if (numbered.size() > per_ministage) {  // a larger table (every cell unused)
+      per_ministage = numbered.size();
+      uses.assign(kKinds * static_cast<size_t>(num_ministages_) * per_ministage, Uses{});
+      touched.clear();
+    }
+    auto use = [&](const Buffer& b) -> Uses& {
+      const size_t i = index(b);
+      Uses& u = uses[i];
+      if (u.writer < 0 && u.readers.empty()) touched.push_back(i);  // (touched twice is harmless)
+      return u;
     };
+    auto seen = [&](const Buffer& b) -> const Uses& { return uses[index(b)]; };
     for (int j = 0; j < static_cast<int>(p.ops.size()); ++j) {
       Op& op = p.ops[j];
       const size_t before = op.deps.size();

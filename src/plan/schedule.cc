@@ -174,7 +174,7 @@ namespace {
 class Fingerprint {
  public:
   template <typename T>
-    requires std::is_arithmetic_v<T> || std::is_enum_v<T>
+  requires std::is_arithmetic_v<T> || std::is_enum_v<T>
   void Add(T v) {
     uint64_t word = 0;
     static_assert(sizeof(T) <= sizeof(word));
