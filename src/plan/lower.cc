@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -36,6 +37,7 @@ Status Lowerer::Setup() {
 
   ministages_ = MinistagesByLayer(plan_);
   num_ministages_ = static_cast<int>(ministages_.size());
+  MOTLEY_CHECK_LE(num_ministages_, static_cast<int>(std::numeric_limits<int16_t>::max()));  // Buffer
 
   // Ranks in plan order.
   group_ranks_.assign(plan_.groups.size(), {});
@@ -221,6 +223,9 @@ Op Lowerer::StageOp(OpKind kind, Stream stream, int v) const {
 
 int Lowerer::Emit(int rank, Op&& op) {
   auto& ops = s_.programs[rank].ops;
+  // Half again, not twice: every rank's vector grows at once while the steps are emitted, and
+  // their spare room at the end is the lowering's peak.
+  if (ops.size() == ops.capacity()) ops.reserve(ops.capacity() + ops.capacity() / 2 + 16);
   ops.push_back(std::move(op));
   return static_cast<int>(ops.size()) - 1;
 }

@@ -210,7 +210,9 @@ class Lowerer {
   int64_t Tag(bool backward, int v, int64_t m) const {
     return MessageTag(TagRange::kSchedule, ((backward ? 1 : 0) * num_ministages_ + v) * num_mb_ + m);
   }
-  static Buffer Buf(BufferKind kind, int v, int64_t m = -1) { return {kind, v, static_cast<int32_t>(m)}; }
+  static Buffer Buf(BufferKind kind, int v, int64_t m = -1) {
+    return {kind, static_cast<int16_t>(v), static_cast<int32_t>(m)};  // (Setup checks v fits)
+  }
   /// The buffers each rank holds between steps; ministage information for executors.
   void DescribeState();
   /// Backward ops after which the gradients are read before another backward adds to them.

@@ -9,8 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/container/small_vector.hpp>
 #include <nlohmann/json.hpp>
+
+#include "core/compact_vector.h"
 
 namespace motley {
 
@@ -60,7 +61,7 @@ enum class BufferKind : uint8_t {
 std::string_view BufferKindName(BufferKind kind);
 struct Buffer {
   BufferKind kind = BufferKind::kParams;
-  int32_t ministage = -1;   // index into Schedule::ministages
+  int16_t ministage = -1;   // index into Schedule::ministages (a plan has fewer than its layers)
   int32_t microbatch = -1;  // activations: the global microbatch
   auto operator<=>(const Buffer&) const = default;
 };
@@ -88,12 +89,11 @@ std::string_view LaneName(int lane);
 
 // An op's dependencies and buffers: a few each, kept inside the op (a schedule of a thousand
 // ranks holds millions of ops, and the planner lowers hundreds of schedules).
-using OpDeps = boost::container::small_vector<int32_t, 4>;
-using Buffers = boost::container::small_vector<Buffer, 3>;  // a backward reads three
+using OpDeps = CompactVector<int32_t, 4>;
+using Buffers = CompactVector<Buffer, 3>;  // a backward reads three
 
 struct Op {
-  // Moves are noexcept (small_vector's are not declared so), so that a growing vector of ops moves
-  // them rather than copying every one.
+  // Moves are noexcept, so that a growing vector of ops moves them rather than copying every one.
   Op() = default;
   Op(const Op&) = default;
   Op& operator=(const Op&) = default;
@@ -105,15 +105,18 @@ struct Op {
   int32_t ministage = -1;   // index into Schedule::ministages; -1 if none
   int32_t layer_begin = 0;  // decoder layers [layer_begin, layer_end) the op touches
   int32_t layer_end = 0;
-  bool embedding = false;   // compute/params also cover the embedding (first ministage)
-  bool head = false;        // ... the final norm and LM head (last ministage)
+  bool embedding = false;  // compute/params also cover the embedding (first ministage)
+  bool head = false;       // ... the final norm and LM head (last ministage)
+  // Backward: the ministage's gradients are read (reduced or applied) before another backward adds
+  // to them — the end of a run of backwards (FlexTP returns borrowed units' gradients here).
+  bool gradients_complete = false;
   int32_t microbatch = -1;  // pipelines: global microbatch index; data parallelism: local index
-  int64_t sequences = 0;    // sequences in the microbatch (compute, activation transfers)
   int32_t tp_degree = 1;    // compute: the op's layers are split over this many tensor-parallel ranks
-  double flops = 0;         // compute ops: floating-point operations executed
-  double bytes = 0;         // transfers: bytes this rank sends/receives/copies; collectives: payload
   int32_t peer = -1;        // send/recv: the other rank
   int32_t collective = -1;  // collectives: index into Schedule::collectives
+  int64_t sequences = 0;    // sequences in the microbatch (compute, activation transfers)
+  double flops = 0;         // compute ops: floating-point operations executed
+  double bytes = 0;         // transfers: bytes this rank sends/receives/copies; collectives: payload
   int64_t tag = 0;          // send/recv: names the transfer (unique per pair and step; message_tags.h)
   OpDeps deps;              // ops of this rank (indices) that must finish first
   double params = 0;        // optimizer step: parameters in the shard it updates
@@ -121,9 +124,6 @@ struct Op {
   // What the op does to this rank's buffers. A buffer is read and written only while it is held
   // (written before, not freed since); `frees` are its last use here.
   Buffers reads, writes, frees;
-  // Backward: the ministage's gradients are read (reduced or applied) before another backward adds
-  // to them — the end of a run of backwards (FlexTP returns borrowed units' gradients here).
-  bool gradients_complete = false;
 
   // Memory effects on this rank, in bytes: allocated when the op starts, freed when it ends.
   double device_alloc_bytes = 0;

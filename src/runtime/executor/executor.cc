@@ -171,8 +171,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const Schedule& schedule, con
         /*shard_in_flat=*/!schedule.sharded_params, schedule.ministages[v].state_shares,
         config.shard_source ? &config.shard_source : nullptr);
     MOTLEY_RETURN_IF_ERROR(state->source_status());
-    if (schedule.sharded_optimizer && !resident.count({BufferKind::kShard, v})) state->Offload();
-    if (!resident.count({BufferKind::kParams, v})) state->ReleaseFlat();
+    if (schedule.sharded_optimizer && !resident.count(Buffer{BufferKind::kShard, static_cast<int16_t>(v)}))
+      state->Offload();
+    if (!resident.count(Buffer{BufferKind::kParams, static_cast<int16_t>(v)})) state->ReleaseFlat();
     ex->ministages_[v] = std::move(state);
   }
 
