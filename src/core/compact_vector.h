@@ -31,8 +31,7 @@ class CompactVector {
   CompactVector() = default;
   CompactVector(std::initializer_list<T> values) { Assign(values.begin(), values.size()); }
   template <typename It>
-    requires(!std::is_integral_v<It>)
-  CompactVector(It first, It last) {
+  requires(!std::is_integral_v<It>) CompactVector(It first, It last) {
     for (; first != last; ++first) push_back(*first);
   }
   CompactVector(const CompactVector& other) { Assign(other.data(), other.size()); }
