@@ -189,16 +189,16 @@ class Fingerprint {
       Word(word);
     }
   }
+  template <typename... T>
+  void AddEach(const T&... values) {
+    (Add(values), ...);
+  }
   template <typename Range>
   void AddAll(const Range& values) {
     Add(static_cast<uint64_t>(std::size(values)));
     for (const auto& v : values) Add(v);
   }
-  void Add(const Buffer& b) {
-    Add(b.kind);
-    Add(b.ministage);
-    Add(b.microbatch);
-  }
+  void Add(const Buffer& b) { AddEach(b.kind, b.ministage, b.microbatch); }
   uint64_t value() const { return h_; }
 
  private:
@@ -211,83 +211,43 @@ class Fingerprint {
 };
 
 void AddOp(Fingerprint& f, const Op& op) {
-  f.Add(op.kind);
-  f.Add(op.stream);
-  f.Add(op.ministage);
-  f.Add(op.layer_begin);
-  f.Add(op.layer_end);
-  f.Add(op.embedding);
-  f.Add(op.head);
-  f.Add(op.microbatch);
-  f.Add(op.sequences);
-  f.Add(op.tp_degree);
-  f.Add(op.flops);
-  f.Add(op.bytes);
-  f.Add(op.peer);
-  f.Add(op.collective);
-  f.Add(op.tag);
+  f.AddEach(op.kind, op.stream, op.ministage, op.layer_begin, op.layer_end, op.embedding, op.head,
+            op.gradients_complete, op.microbatch, op.sequences, op.tp_degree, op.flops, op.bytes, op.peer,
+            op.collective, op.tag, op.params, op.device_alloc_bytes, op.device_free_bytes,
+            op.host_alloc_bytes, op.host_free_bytes);
   f.AddAll(op.deps);
-  f.Add(op.params);
   f.AddAll(op.reads);
   f.AddAll(op.writes);
   f.AddAll(op.frees);
-  f.Add(op.gradients_complete);
-  f.Add(op.device_alloc_bytes);
-  f.Add(op.device_free_bytes);
-  f.Add(op.host_alloc_bytes);
-  f.Add(op.host_free_bytes);
 }
 
 }  // namespace
 
 std::string ScheduleHash(const Schedule& s) {
   Fingerprint f;
-  f.Add(s.seq_len);
-  f.Add(s.global_batch_tokens);
+  f.AddEach(s.seq_len, s.global_batch_tokens);
   f.AddAll(s.microbatch_sequences);
   f.Add(s.ministages.size());
   for (const ScheduleMinistage& m : s.ministages) {
-    f.Add(m.group);
-    f.Add(m.index);
-    f.Add(m.layer_begin);
-    f.Add(m.layer_end);
-    f.Add(m.embedding);
-    f.Add(m.head);
-    f.Add(m.first_rank);
-    f.Add(m.num_ranks);
-    f.Add(m.tp_degree);
+    f.AddEach(m.group, m.index, m.layer_begin, m.layer_end, m.embedding, m.head, m.first_rank, m.num_ranks,
+              m.tp_degree);
     f.AddAll(m.state_shares);
   }
-  f.Add(s.sharded_optimizer);
-  f.Add(s.sharded_params);
-  f.Add(s.activation_checkpointing);
+  f.AddEach(s.sharded_optimizer, s.sharded_params, s.activation_checkpointing, s.loss_scaling,
+            s.model_flops_per_step, s.hardware_flops_per_step);
   f.Add(std::string_view(s.flextp_mode));
-  f.Add(s.loss_scaling);
-  f.Add(s.model_flops_per_step);
-  f.Add(s.hardware_flops_per_step);
   f.Add(s.programs.size());
   for (const Program& p : s.programs) {
-    f.Add(p.rank);
-    f.Add(p.device);
-    f.Add(p.group);
-    f.Add(p.tp_index);
-    f.Add(p.dp_index);
-    f.Add(p.dp_size);
-    f.Add(p.static_device_bytes);
-    f.Add(p.static_host_bytes);
+    f.AddEach(p.rank, p.device, p.group, p.tp_index, p.dp_index, p.dp_size, p.static_device_bytes,
+              p.static_host_bytes);
     f.AddAll(p.resident);
     f.Add(p.ops.size());
     for (const Op& op : p.ops) AddOp(f, op);
   }
   f.Add(s.collectives.size());
   for (const Collective& c : s.collectives) {
-    f.Add(c.kind);
+    f.AddEach(c.kind, c.bytes, c.tensor_parallel, c.calls, c.uneven_factor, c.tied_embedding);
     f.AddAll(c.ranks);
-    f.Add(c.bytes);
-    f.Add(c.tensor_parallel);
-    f.Add(c.calls);
-    f.Add(c.uneven_factor);
-    f.Add(c.tied_embedding);
   }
   return fmt::format("{:016x}", f.value());
 }
