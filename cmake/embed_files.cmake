@@ -1,9 +1,9 @@
 # Writes OUTPUT, a C++ file defining motley::BuiltinFiles() with the text of every file under
-# examples/{clusters,models,jobs,plans}. Called at configure time from src/core/CMakeLists.txt.
+# examples/{clusters,models,jobs,plans,offers}. Called at configure time from src/core/CMakeLists.txt.
 function(motley_embed_examples EXAMPLES_DIR OUTPUT)
   set(body "")
   set(deps "")
-  foreach(kind clusters models jobs plans)
+  foreach(kind clusters models jobs plans offers)
     file(GLOB files "${EXAMPLES_DIR}/${kind}/*.toml")
     list(SORT files)
     foreach(f ${files})
@@ -21,5 +21,6 @@ function(motley_embed_examples EXAMPLES_DIR OUTPUT)
               "}  // namespace motley\n")
   file(CONFIGURE OUTPUT "${OUTPUT}" CONTENT "${content}" @ONLY)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${deps} "${EXAMPLES_DIR}/clusters"
-               "${EXAMPLES_DIR}/models" "${EXAMPLES_DIR}/jobs" "${EXAMPLES_DIR}/plans")
+               "${EXAMPLES_DIR}/models" "${EXAMPLES_DIR}/jobs" "${EXAMPLES_DIR}/plans"
+               "${EXAMPLES_DIR}/offers")
 endfunction()

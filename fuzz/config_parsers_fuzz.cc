@@ -17,6 +17,7 @@
 #include "core/json_read.h"
 #include "core/metrics_file.h"
 #include "core/model_parse.h"
+#include "core/offers.h"
 #include "core/safetensors_header.h"
 #include "core/shard_index.h"
 #include "core/trace_file.h"
@@ -38,7 +39,7 @@ const char* FuzzReaderName(int reader) {
       "safetensors",    "trainer-state",   "latest",
       "token-file",     "shard-index",     "tokenizer-json",
       "tokenizer-text", "metrics",         "trace",
-      "python-plan"};
+      "python-plan",    "offers"};
   return reader >= 0 && reader < kNumFuzzReaders ? kNames[reader] : "?";
 }
 
@@ -170,6 +171,14 @@ void FuzzReader(int reader, std::string_view text) {
       q.cluster = "local-emulated";  // built in: no file is read
       q.model = "llama-1m";
       (void)AnswerSimulateQuery(q);
+      break;
+    }
+    case 19: {
+      Result<OfferList> offers = ParseOffersToml(text, "offers.toml");
+      if (offers.ok() && offers->max_devices() <= 4096) {  // a valid file's allocation: a valid cluster
+        const Cluster c = ClusterOfAllocation(*offers, AllOffered(*offers));
+        MOTLEY_CHECK(c.priced());
+      }
       break;
     }
   }

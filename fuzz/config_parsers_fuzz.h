@@ -10,7 +10,7 @@
 
 namespace motley {
 
-inline constexpr int kNumFuzzReaders = 19;
+inline constexpr int kNumFuzzReaders = 20;
 
 /// 0 cluster, 1 model, 2 job, 3 hf-config, 4 plan-toml, 5 plan-json, 6 profile-json,
 /// 7 zorse-latencies, 8 data-json, 9 safetensors, 10 trainer-state, 11 latest, 12 token-file,
@@ -18,7 +18,8 @@ inline constexpr int kNumFuzzReaders = 19;
 /// (any bytes through a byte-level and a sentencepiece-style tokenizer, and decoded back),
 /// 16 metrics (a run's metrics.jsonl), 17 trace (a trace.json), 18 python-plan (the Python module's
 /// simulate(dict): the dict's JSON read as a plan, then checked, lowered and simulated on the
-/// built-in cluster local-emulated and model llama-1m, as the module does).
+/// built-in cluster local-emulated and model llama-1m, as the module does), 19 offers (an offers
+/// file, and the priced cluster of everything it offers).
 const char* FuzzReaderName(int reader);
 
 void FuzzReader(int reader, std::string_view file);

@@ -17,7 +17,7 @@ cmake --build build-fuzz --target config_parsers_fuzzer
 seeds=build-fuzz/seeds
 rm -rf "$seeds" && mkdir -p "$seeds" fuzz/crashes
 i=0
-for f in examples/clusters/*.toml examples/models/*.toml examples/jobs/*.toml examples/plans/*.toml \
+for f in examples/clusters/*.toml examples/models/*.toml examples/jobs/*.toml examples/plans/*.toml examples/offers/*.toml \
          fuzz/seeds/* fuzz/regressions/*; do
   case "$f" in *README.md) continue ;; esac
   if [[ "$f" == fuzz/regressions/* ]]; then tail -c +2 "$f"; else cat "$f"; fi > "$seeds/seed-$i"

@@ -18,6 +18,7 @@
 #include "api/simulate_query.h"
 #include "core/cluster_parse.h"
 #include "core/model_parse.h"
+#include "core/units.h"
 #include "plan/plan_io.h"
 
 namespace py = pybind11;
@@ -78,12 +79,32 @@ py::object Describe(const std::optional<std::string>& cluster, const std::option
   return ToPython(out);
 }
 
-py::object PlanFor(const std::string& cluster, const std::string& model, int64_t seq_len,
+// What plan() takes beyond the command's devices and model: money (api/offer_plan.h).
+struct MoneyArgs {
+  std::optional<std::string> offers, objective, deadline;
+  double budget_per_hour = 0, max_cost_per_token = 0, min_tokens_per_s = 0, tokens = 0;
+  int offer_evaluations = 150;
+};
+
+void ApplyMoney(const MoneyArgs& m, PlanQuery* q) {
+  q->offers = m.offers.value_or("");
+  q->objective = m.objective.value_or("");
+  q->budget_usd_per_hour = m.budget_per_hour;
+  q->max_usd_per_million_tokens = m.max_cost_per_token * 1e6;
+  q->min_tokens_per_s = m.min_tokens_per_s;
+  q->train_tokens = m.tokens;
+  q->offer_evaluations = m.offer_evaluations;
+  if (m.deadline) q->deadline_s = ValueOrRaise(ParseDuration(*m.deadline));
+}
+
+py::object PlanFor(const std::optional<std::string>& cluster, const std::string& model, int64_t seq_len,
                    int64_t global_batch_tokens, const std::string& strategy, const std::string& precision,
                    const std::optional<std::string>& profile, bool compare, bool gradient_clipping,
-                   const std::string& flextp_mode, const std::optional<std::string>& straggler, bool timing) {
+                   const std::string& flextp_mode, const std::optional<std::string>& straggler, bool timing,
+                   const MoneyArgs& money) {
   PlanQuery q;
-  q.cluster = cluster;
+  q.cluster = cluster.value_or("");
+  ApplyMoney(money, &q);
   q.model = model;
   q.seq_len = seq_len;
   q.global_batch_tokens = global_batch_tokens;
@@ -170,12 +191,31 @@ PYBIND11_MODULE(motley, m) {
   m.def("describe", &Describe, py::kw_only(), py::arg("cluster") = py::none(), py::arg("model") = py::none(),
         py::arg("seq_len") = py::none(), py::arg("precision") = "bf16", "`motley describe ... --json`.");
   m.def(
-      "plan", &PlanFor, py::arg("cluster"), py::arg("model"), py::kw_only(), py::arg("seq_len"),
-      py::arg("global_batch_tokens"), py::arg("strategy") = "auto", py::arg("precision") = "bf16",
-      py::arg("profile") = py::none(), py::arg("compare") = false, py::arg("gradient_clipping") = true,
-      py::arg("flextp_mode") = "auto", py::arg("straggler") = py::none(), py::arg("timing") = false,
+      "plan",
+      [](const std::optional<std::string>& cluster, const std::string& model, int64_t seq_len,
+         int64_t global_batch_tokens, const std::string& strategy, const std::string& precision,
+         const std::optional<std::string>& profile, bool compare, bool gradient_clipping,
+         const std::string& flextp_mode, const std::optional<std::string>& straggler, bool timing,
+         const std::optional<std::string>& offers, const std::optional<std::string>& objective,
+         double budget_per_hour, double max_cost_per_token, const std::optional<std::string>& deadline,
+         double min_tokens_per_s, double tokens, int offer_evaluations) {
+        return PlanFor(cluster, model, seq_len, global_batch_tokens, strategy, precision, profile, compare,
+                       gradient_clipping, flextp_mode, straggler, timing,
+                       {offers, objective, deadline, budget_per_hour, max_cost_per_token, min_tokens_per_s,
+                        tokens, offer_evaluations});
+      },
+      py::arg("cluster"), py::arg("model"), py::kw_only(), py::arg("seq_len"), py::arg("global_batch_tokens"),
+      py::arg("strategy") = "auto", py::arg("precision") = "bf16", py::arg("profile") = py::none(),
+      py::arg("compare") = false, py::arg("gradient_clipping") = true, py::arg("flextp_mode") = "auto",
+      py::arg("straggler") = py::none(), py::arg("timing") = false, py::arg("offers") = py::none(),
+      py::arg("objective") = py::none(), py::arg("budget_per_hour") = 0.0,
+      py::arg("max_cost_per_token") = 0.0, py::arg("deadline") = py::none(),
+      py::arg("min_tokens_per_s") = 0.0, py::arg("tokens") = 0.0, py::arg("offer_evaluations") = 150,
       "`motley plan ... --json`: the chosen plan's figures, the plan itself under \"plan\" (pass it to "
-      "simulate()), every strategy's under \"candidates\" with compare=True, and \"error\" when none fits.");
+      "simulate()), every strategy's under \"candidates\" with compare=True, and \"error\" when none fits. "
+      "cluster=None with offers=\"FILE\" chooses what to rent (objective, budget_per_hour, "
+      "max_cost_per_token, deadline=\"72h\" with tokens, min_tokens_per_s): \"money\", \"front\" and "
+      "\"why_chosen\" then say its price, the front of price and speed, and why.");
   m.def("simulate", &SimulatePlan, py::arg("plan"), py::kw_only(), py::arg("cluster") = py::none(),
         py::arg("model") = py::none(), py::arg("profile") = py::none(),
         py::arg("stragglers") = std::vector<std::string>{}, py::arg("flextp_mode") = py::none(),

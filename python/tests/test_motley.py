@@ -37,6 +37,21 @@ def test_plan_answers_as_the_command_line_does():
     assert ours["step_time_s"] == best
 
 
+def test_plan_chooses_what_to_rent_as_the_command_line_does():
+    args = dict(seq_len=512, global_batch_tokens=262144)
+    ours = motley.plan(None, "llama-100m", offers="small-mix", objective="time-within-budget",
+                       budget_per_hour=40, tokens=2e9, **args)
+    theirs = cli_json("plan", "--offers", "small-mix", "--model", "llama-100m", "--seq-len", "512",
+                      "--global-batch-tokens", "262144", "--objective", "time-within-budget",
+                      "--budget-per-hour", "40", "--tokens", "2e9")
+    assert ours == theirs
+    assert ours["money"]["usd_per_hour"] <= 40
+    assert [f["chosen"] for f in ours["front"]].count(True) == 1
+    assert ours["money"]["job_s"] == pytest.approx(2e9 / ours["money"]["tokens_per_s"])
+    with pytest.raises(Exception, match="needs a budget"):
+        motley.plan(None, "llama-100m", offers="small-mix", objective="time-within-budget", **args)
+
+
 def test_a_planned_plan_simulates_to_its_predicted_step():
     r = motley.plan("local-emulated", "llama-1m", seq_len=128, global_batch_tokens=4096, precision="fp32")
     s = motley.simulate(r["plan"])

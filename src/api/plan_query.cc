@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "api/offer_plan.h"
 #include "api/plan_inputs.h"
 #include "core/cluster_parse.h"
 #include "core/model_parse.h"
@@ -82,6 +83,47 @@ nlohmann::json TimingJson(double planning_s, const EvaluationStats& stats,
           {"strategies", strategies}};
 }
 
+nlohmann::json MoneyJson(const PlanMoney& m, double train_tokens) {
+  nlohmann::json j = {{"tokens_per_s", m.tokens_per_s},
+                      {"usd_per_hour", m.usd_per_hour},
+                      {"compute_usd_per_hour", m.compute_usd_per_hour},
+                      {"egress_usd_per_hour", m.egress_usd_per_hour},
+                      {"usd_per_million_tokens", m.usd_per_million_tokens},
+                      {"inter_region_bytes_per_step", m.inter_region_bytes_per_step}};
+  if (train_tokens > 0) {
+    j["job_tokens"] = train_tokens;
+    j["job_s"] = train_tokens / m.tokens_per_s;
+    j["job_usd"] = m.usd_per_hour * train_tokens / m.tokens_per_s / 3600;
+  }
+  return j;
+}
+
+// A search over what to rent (offers, or an objective): needs prices, and lists its own plans.
+Status CheckSearchable(const PlanQuery& query, const Cluster& cluster) {
+  if (query.compare)
+    return Status::InvalidArgument(
+        "--compare lists every strategy on one cluster; with --offers or --objective the plans of what to "
+        "rent "
+        "are listed instead: drop --compare");
+  if (!cluster.priced())
+    return Status::InvalidArgument(fmt::format(
+        "--objective {} needs prices, and cluster '{}' has none: add [[prices]] rows (device, region, "
+        "price = \"2.99 USD/h\") to it, or choose from an offers file with --offers",
+        query.objective, query.cluster));
+  return Status::Ok();
+}
+
+// The query's cluster, or the cluster of everything its offers file offers (kept in `offers`).
+Result<Cluster> LoadClusterOrOffers(const PlanQuery& query, std::optional<OfferList>* offers) {
+  if (query.offers.empty()) return LoadCluster(query.cluster);
+  if (!query.cluster.empty())
+    return Status::InvalidArgument(
+        "give --cluster or --offers, not both: an offers file says what can be rented");
+  MOTLEY_ASSIGN_OR_RETURN(OfferList list, LoadOffers(query.offers));
+  *offers = std::move(list);
+  return ClusterOfAllocation(**offers, AllOffered(**offers));
+}
+
 }  // namespace
 
 std::vector<int> LeftOut(const Plan& plan, const Cluster& cluster) {
@@ -144,7 +186,11 @@ Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query) {
   if (std::find(modes.begin(), modes.end(), query.flextp_mode) == modes.end())
     return Status::InvalidArgument(
         fmt::format("FlexTP mode \"{}\": use one of {}", query.flextp_mode, fmt::join(modes, ", ")));
-  MOTLEY_ASSIGN_OR_RETURN(Cluster cluster, LoadCluster(query.cluster));
+  MOTLEY_ASSIGN_OR_RETURN(const ObjectiveSpec objective, ObjectiveOfQuery(query));
+  const bool search = !query.offers.empty() || !query.objective.empty();
+  std::optional<OfferList> offers;
+  MOTLEY_ASSIGN_OR_RETURN(Cluster cluster, LoadClusterOrOffers(query, &offers));
+  if (search) MOTLEY_RETURN_IF_ERROR(CheckSearchable(query, cluster));
   MOTLEY_ASSIGN_OR_RETURN(ModelSpec model, LoadModel(query.model));
   a.cluster = std::make_unique<Cluster>(std::move(cluster));
   a.model = std::make_unique<ModelSpec>(std::move(model));
@@ -175,7 +221,10 @@ Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query) {
 
   const auto start = std::chrono::steady_clock::now();
   const std::string& strategy = query.strategy;
-  if (query.compare || strategy == "auto") {
+  if (search) {
+    MOTLEY_RETURN_IF_ERROR(
+        ChooseWhatToRent(&a, offers ? GroupsOfOffers(*offers) : GroupsOfCluster(*a.cluster), objective));
+  } else if (query.compare || strategy == "auto") {
     a.rows = PlanEveryStrategy(*a.cluster, *a.model, *a.costs, a.request, a.evaluate,
                                query.compare ? EveryStrategy::kEachItsBest : EveryStrategy::kOnlyTheBest);
     a.chosen = BestOutcome(a.rows);
@@ -188,6 +237,7 @@ Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query) {
     a.chosen = PlanWithStrategy(strategy, *a.cluster, *a.model, *a.costs, a.request, a.evaluate);
     a.rows.push_back(a.chosen);
   }
+  if (!search && a.cluster->priced()) PricePlans(&a);
   a.planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // FlexTP's mode for plans with tensor-parallel teams, judged with a straggler (sim/flextp_choice.h):
   // the chosen plan's, and with --compare every row's. Keyed by strategy.
@@ -210,7 +260,7 @@ Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query) {
   // The plan names what it is for and carries its routing, so it runs unchanged when written.
   if (!a.chosen.plan.groups.empty()) {
     a.chosen.plan.model = query.model;
-    a.chosen.plan.cluster = query.cluster;
+    a.chosen.plan.cluster = offers ? query.offers : query.cluster;
     FillZorseRouting(&a.chosen.plan, *a.costs);
   }
   return a;
@@ -219,6 +269,22 @@ Result<PlanAnswer> AnswerPlanQuery(const PlanQuery& query) {
 nlohmann::json PlanAnswerJson(const PlanAnswer& a, bool timing) {
   const int64_t tokens = a.query.global_batch_tokens;
   nlohmann::json j = OutcomeJson(a.chosen, tokens, a.FlexTpOf(a.chosen));
+  if (a.money) j["money"] = MoneyJson(*a.money, a.query.train_tokens);
+  if (!a.front.empty()) {
+    j["front"] = nlohmann::json::array();
+    for (size_t i = 0; i < a.front.size(); ++i) {
+      const RentedPlan& p = a.front[i];
+      j["front"].push_back({{"nodes", p.nodes},
+                            {"rent", p.description},
+                            {"strategy", p.outcome.strategy},
+                            {"step_time_s", p.outcome.evaluation.step_time_s},
+                            {"chosen", static_cast<int>(i) == a.chosen_on_front},
+                            {"money", MoneyJson(p.money, a.query.train_tokens)}});
+    }
+    j["allocations_planned"] = a.allocations_planned;
+    j["objective"] = a.query.objective.empty() ? "time" : a.query.objective;
+    j["why_chosen"] = a.objective_why;
+  }
   if (!a.chosen.plan.groups.empty()) {
     j["devices_left_out"] = LeftOut(a.chosen.plan, *a.cluster);
     j["plan"] = PlanToJson(a.chosen.plan);
@@ -226,7 +292,11 @@ nlohmann::json PlanAnswerJson(const PlanAnswer& a, bool timing) {
   if (timing) j["timing"] = TimingJson(a.planning_s, *a.stats, a.rows);
   if (a.query.compare) {
     j["candidates"] = nlohmann::json::array();
-    for (const auto& o : a.rows) j["candidates"].push_back(OutcomeJson(o, tokens, a.FlexTpOf(o)));
+    for (const auto& o : a.rows) {
+      j["candidates"].push_back(OutcomeJson(o, tokens, a.FlexTpOf(o)));
+      if (auto it = a.row_money.find(o.strategy); it != a.row_money.end())
+        j["candidates"].back()["money"] = MoneyJson(it->second, a.query.train_tokens);
+    }
   }
   return j;
 }

@@ -12,49 +12,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/plan_answer.h"
 #include "core/cluster.h"
-#include "core/model.h"
 #include "core/status.h"
-#include "plan/baselines.h"
-#include "sim/cost_model.h"
-#include "sim/flextp_choice.h"
-#include "sim/plan_evaluator.h"
-#include "sim/profile.h"
 
 namespace motley {
-
-struct PlanQuery {
-  std::string cluster, model;  // built-in names or files
-  int64_t seq_len = 0;
-  int64_t global_batch_tokens = 0;  // a multiple of seq_len
-  std::string strategy = "auto";
-  std::string precision = "bf16";
-  std::string profile;  // a motley profile or Zorse's model_latencies.json ("" = roofline)
-  bool gradient_clipping = true;
-  bool compare = false;              // every strategy's best, not only what auto needs
-  std::string flextp_mode = "auto";  // FlexTP in tensor-parallel plans (sim/flextp_choice.h)
-  std::string straggler;             // "DEVICE=FACTOR" to judge every plan with ("" = none)
-};
-
-struct PlanAnswer {
-  PlanQuery query;
-  // Owned here, where the cost model and the evaluator find them.
-  std::unique_ptr<Cluster> cluster;
-  std::unique_ptr<ModelSpec> model;
-  std::unique_ptr<Profile> profile;  // null: roofline
-  std::unique_ptr<CostModel> costs;
-  std::unique_ptr<EvaluationStats> stats;
-  PlanEvaluator evaluate;
-  PlanRequest request;
-  std::string precision_reason;       // --precision auto: the precision chosen, and why
-  std::vector<StrategyOutcome> rows;  // one per strategy asked (all with compare or auto)
-  StrategyOutcome chosen;             // its plan names the model and cluster as the query did, with routing
-  std::map<std::string, FlexTpChoice>
-      flextp;  // by strategy: plans with tensor-parallel teams, or all with a straggler
-  double planning_s = 0;
-
-  const FlexTpChoice* FlexTpOf(const StrategyOutcome& o) const;
-};
 
 /// The largest sequence and global batch a plan is made for (the command line's flags and the
 /// Python module's plan() alike).

@@ -1,9 +1,11 @@
-// motley plan --cluster C --model M --seq-len S --global-batch-tokens N [--strategy ...]
+// motley plan --cluster C | --offers O --model M --seq-len S --global-batch-tokens N [--strategy ...]
+//             [--objective time|cost|time-within-budget|cost-within-deadline ...]
 //             [--profile F] [--compare] [--explain] [--json] [-o plan.toml]
 // What it computes is plan_query.h's; here, how it is printed.
 #include <cstdint>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@
 #include "cli/command.h"
 #include "core/file_io.h"
 #include "core/units.h"
+#include "plan/offer_search.h"
 #include "plan/plan_io.h"
 
 namespace motley::cli {
@@ -140,6 +143,104 @@ void PrintWhereTimeAndMemoryGo(const PlanAnswer& a, bool gradient_clipping) {
   }
 }
 
+// "$41.20/h (compute $40.96, egress $0.24) | $2.31 a million tokens | the job: 2.4 days, $2,380".
+std::string MoneySummary(const PlanMoney& m, double train_tokens) {
+  std::string out = fmt::format("price {}/h (devices {}, egress {}) | {} a million tokens",
+                                FormatUsd(m.usd_per_hour), FormatUsd(m.compute_usd_per_hour),
+                                FormatUsd(m.egress_usd_per_hour), FormatUsd(m.usd_per_million_tokens));
+  if (m.inter_region_bytes_per_step > 0)
+    out += fmt::format(" | {} a step between regions", FormatBytes(m.inter_region_bytes_per_step));
+  if (train_tokens > 0) {
+    const double seconds = train_tokens / m.tokens_per_s;
+    out += fmt::format(" | the job ({} tokens): {}, {}", FormatCount(train_tokens),
+                       FormatLongDuration(seconds), FormatUsd(m.usd_per_hour * seconds / 3600));
+  }
+  return out;
+}
+
+// What to rent: the front of price and speed the search found, the chosen one marked.
+void PrintFront(const PlanAnswer& a) {
+  std::vector<std::string> header = {"", "rent", "strategy", "step", "tokens/s", "$/h", "$/M tokens"};
+  if (a.query.train_tokens > 0) header.insert(header.end(), {"job time", "job cost"});
+  TablePrinter t(header);
+  t.AlignRight({3, 4, 5, 6, 7, 8});
+  for (size_t i = 0; i < a.front.size(); ++i) {
+    const RentedPlan& p = a.front[i];
+    std::vector<std::string> row = {static_cast<int>(i) == a.chosen_on_front ? "*" : "",
+                                    p.description,
+                                    p.outcome.strategy,
+                                    FormatDuration(p.outcome.evaluation.step_time_s),
+                                    fmt::format("{:.0f}", p.money.tokens_per_s),
+                                    FormatUsd(p.money.usd_per_hour),
+                                    FormatUsd(p.money.usd_per_million_tokens)};
+    if (a.query.train_tokens > 0) {
+      const double seconds = a.query.train_tokens / p.money.tokens_per_s;
+      row.push_back(FormatLongDuration(seconds));
+      row.push_back(FormatUsd(p.money.usd_per_hour * seconds / 3600));
+    }
+    t.AddRow(row);
+  }
+  fmt::print(
+      "what to rent: {} allocations planned; the front of price and speed (none both cheaper and faster "
+      "than another):\n{}\n",
+      a.allocations_planned, t.ToString());
+}
+
+// The money flags (api/offer_plan.h): where the devices come from (--cluster or --offers), the
+// objective and its limits, the job's tokens.
+struct MoneyFlags {
+  std::string deadline;          // a duration, "72h"
+  double max_usd_per_token = 0;  // dollars a token
+};
+
+void AddMoneyFlags(CLI::App& app, PlanQuery* query, MoneyFlags* money) {
+  auto* cluster_opt = app.add_option("--cluster", query->cluster, "a cluster file or built-in cluster name");
+  auto* offers_opt = app.add_option(
+      "--offers", query->offers,
+      "an offers file (or built-in name, e.g. aws-three-regions): choose what to rent with the plan");
+  cluster_opt->excludes(offers_opt);
+  app.add_option("--objective", query->objective,
+                 "what to choose by, over --offers or a priced cluster: time, cost (dollars a token), "
+                 "time-within-budget, cost-within-deadline")
+      ->check(CLI::IsMember(ObjectiveNames()));
+  app.add_option("--budget-per-hour", query->budget_usd_per_hour,
+                 "time-within-budget: at most this many US dollars an hour")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-cost-per-token", money->max_usd_per_token,
+                 "time-within-budget: at most this many US dollars a token (2e-6: $2 a million tokens)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--deadline", money->deadline,
+                 "cost-within-deadline: train --tokens within this (e.g. 72h, 3d)");
+  app.add_option("--min-tokens-per-s", query->min_tokens_per_s, "cost-within-deadline: at least this fast")
+      ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--offer-evaluations", query->offer_evaluations,
+         "allocations of the offers to plan at most (default 150; 0: every one, exact for short lists)")
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--tokens", query->train_tokens,
+                 "the job's tokens (e.g. 2e10): its total time and cost beside each priced plan")
+      ->check(CLI::PositiveNumber);
+}
+
+// Checks what the money flags say together; an exit code when they cannot be used.
+std::optional<int> FinishMoneyFlags(const MoneyFlags& money, PlanQuery* query) {
+  if (query->cluster.empty() && query->offers.empty()) {
+    fmt::print(stderr,
+               "motley plan: give --cluster (the devices you have) or --offers (what you could rent)\n");
+    return kExitUsage;
+  }
+  query->max_usd_per_million_tokens = money.max_usd_per_token * 1e6;
+  if (!money.deadline.empty()) {
+    Result<double> s = ParseDuration(money.deadline);
+    if (!s.ok()) {
+      fmt::print(stderr, "motley plan: --deadline: {}\n", s.status().message());
+      return kExitUsage;
+    }
+    query->deadline_s = *s;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int RunPlan(const std::vector<std::string>& args) {
@@ -152,7 +253,8 @@ int RunPlan(const std::vector<std::string>& args) {
   int64_t& seq_len = query.seq_len;
   int64_t& global_batch_tokens = query.global_batch_tokens;
   bool explain = false, json = false;
-  app.add_option("--cluster", query.cluster, "a cluster file or built-in cluster name")->required();
+  MoneyFlags money;
+  AddMoneyFlags(app, &query, &money);
   app.add_option("--model", query.model, "a preset, model .toml or Hugging Face config.json")->required();
   app.add_option("--seq-len", seq_len, "tokens per sequence")
       ->required()
@@ -191,6 +293,7 @@ int RunPlan(const std::vector<std::string>& args) {
   app.add_flag("--json", json, "print JSON");
   app.add_option("-o,--output", out_path, "write the chosen plan (TOML, or JSON for .json)");
   if (auto rc = ParseArgs(app, args)) return *rc;
+  if (auto rc = FinishMoneyFlags(money, &query)) return *rc;
 
   auto fail = [](const Status& s) {
     fmt::print(stderr, "{}\n", s.message());
@@ -230,18 +333,21 @@ int RunPlan(const std::vector<std::string>& args) {
     return chosen.status.ok() ? kExitOk : kExitFailure;
   }
   if (query.compare) PrintComparison(a, explain);
+  if (!a.front.empty()) PrintFront(a);
   if (!chosen.status.ok()) return fail(chosen.status);
   if (!a.precision_reason.empty()) fmt::print("precision: {}\n", a.precision_reason);
   fmt::print("plan: {} on {} ({} devices), {}: {} groups, ZeRO-{}, {} schedule\n", chosen.strategy,
              cluster.name, chosen.plan.num_devices(), a.model->name, chosen.plan.groups.size(),
              chosen.plan.zero_stage, PipelineScheduleName(chosen.plan.schedule));
-  if (const std::vector<int> out = LeftOut(chosen.plan, cluster); !out.empty())
+  if (const std::vector<int> out = LeftOut(chosen.plan, cluster); !out.empty() && a.front.empty())
     fmt::print("left out: {} of the {} devices, {} — a plan with them steps slower{}\n", out.size(),
                cluster.num_devices(), DescribeLeftOut(out, cluster),
                explain ? "" : " (--explain says how much)");
   fmt::print("predicted step {} | {:.0f} tokens/s | {:.1f} TFLOPS | HFU {:.1f}%\n",
              FormatDuration(chosen.evaluation.step_time_s), tokens / chosen.evaluation.step_time_s,
              chosen.evaluation.tflops, 100 * chosen.evaluation.hfu);
+  if (a.money) fmt::print("{}\n", MoneySummary(*a.money, query.train_tokens));
+  if (!a.objective_why.empty()) fmt::print("chosen: {}\n", a.objective_why);
   if (const FlexTpChoice* c = a.FlexTpOf(chosen)) {
     if (c->mode.empty())
       fmt::print("straggler: {}\n", c->why);

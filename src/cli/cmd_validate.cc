@@ -40,7 +40,7 @@ int RunValidate(const std::vector<std::string>& args) {
   app.add_option("files", files, "cluster, model (.toml or Hugging Face config.json) or job files")
       ->required();
   app.add_option("--kind", kind_name, "treat every file as this kind instead of guessing from its keys")
-      ->check(CLI::IsMember({"cluster", "model", "job", "plan"}));
+      ->check(CLI::IsMember({"cluster", "offers", "model", "job", "plan"}));
   if (auto rc = ParseArgs(app, args)) return *rc;
 
   int num_invalid = 0;
@@ -64,6 +64,7 @@ int RunValidate(const std::vector<std::string>& args) {
                               : kind_name == "cluster" ? ConfigKind::kCluster
                               : kind_name == "model"   ? ConfigKind::kModel
                               : kind_name == "job"     ? ConfigKind::kJob
+                              : kind_name == "offers"  ? ConfigKind::kOffers
                                                        : DetectConfigKind(*text, file);
     report(file, kind.ok() ? ValidateConfigText(*text, file, *kind) : Result<std::string>(kind.status()));
   }

@@ -74,6 +74,11 @@ const EmulationConfig* Cluster::emulation(int device) const {
   return &node.emulation[std::min<size_t>(devices[device].local_index, node.emulation.size() - 1)];
 }
 
+bool Cluster::priced() const {
+  return !nodes.empty() &&
+         std::all_of(nodes.begin(), nodes.end(), [](const NodeSpec& n) { return n.price.has_value(); });
+}
+
 bool Cluster::emulated() const {
   return std::any_of(nodes.begin(), nodes.end(), [](const NodeSpec& n) { return !n.emulation.empty(); });
 }

@@ -11,6 +11,7 @@
 
 #include "core/gpu_catalog.h"
 #include "core/precision.h"
+#include "core/prices.h"
 
 namespace motley {
 
@@ -36,6 +37,7 @@ struct NodeSpec {
   std::string
       host;  // the machine it is (a hostname or address; "" = unnamed): ranks find their devices by it
   std::vector<EmulationConfig> emulation;  // empty, or one per device
+  std::optional<DevicePrice> price;        // what one of its devices costs (a cluster file's [[prices]])
 };
 
 /// A measured bandwidth (and optionally latency) between two nodes or two regions, replacing the
@@ -80,7 +82,8 @@ struct Cluster {
   std::vector<std::string> regions;  // distinct, in order of first appearance
   NetworkConfig network;
   std::vector<LinkOverride> overrides;
-  std::vector<Device> devices;  // derived by Finalize()
+  std::vector<EgressPrice> egress;  // what traffic between its regions costs ([[egress]])
+  std::vector<Device> devices;      // derived by Finalize()
   // What a run has learnt some devices really offer, below their capacity: planning caps them at
   // this (a supervising `motley train` sets it after a device ran out of memory; never read from a
   // cluster file). Device id -> bytes.
@@ -99,6 +102,8 @@ struct Cluster {
   /// The emulation settings of a device, or nullptr when it is not emulated.
   const EmulationConfig* emulation(int device) const;
   bool emulated() const;
+  /// Every node has a price (then every pair of its regions has an egress price too: validated).
+  bool priced() const;
   /// The precision to train in when the user says "auto": bf16 where every device type computes in
   /// it, else fp16 (with loss scaling: V100, T4), fp32 on emulated (CPU) devices; `why` says which
   /// and why.

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/builtin_files.h"
+#include "core/prices_parse.h"
 #include "core/suggest.h"
 #include "core/toml_reader.h"
 #include "core/units.h"
@@ -21,6 +22,8 @@ namespace {
 constexpr int kMaxDevicesPerNode = 64;
 constexpr int kMaxReplicas = 100000;
 constexpr int64_t kMaxDevices = 1 << 20;  // a million devices: far beyond any cluster we plan
+
+}  // namespace
 
 void ParseDeviceType(const std::string& name, TomlTable& t, GpuCatalog* catalog) {
   GpuSpec spec;
@@ -84,6 +87,8 @@ void ParseDeviceType(const std::string& name, TomlTable& t, GpuCatalog* catalog)
   catalog->Upsert(std::move(spec));
 }
 
+namespace {
+
 EmulationConfig ParseEmulation(TomlTable& t, const GpuSpec* spec) {
   EmulationConfig emu;
   if (auto v = t.Number("speed_factor", 0.0, 1000.0, Need::kOptional, /*min_exclusive=*/true))
@@ -102,10 +107,9 @@ EmulationConfig ParseEmulation(TomlTable& t, const GpuSpec* spec) {
   return emu;
 }
 
-// Reads one [[nodes]] entry; returns the nodes it stands for (several with `replicas`).
-std::vector<NodeSpec> ParseNode(TomlTable& t, const GpuCatalog& catalog) {
-  NodeSpec node;
-  auto name = t.String("name", Need::kRequired);
+}  // namespace
+
+const GpuSpec* ReadNodeDevices(TomlTable& t, const GpuCatalog& catalog, NodeSpec* node) {
   auto type = t.String("device", Need::kRequired);
   const GpuSpec* spec = nullptr;
   if (type) {
@@ -118,34 +122,44 @@ std::vector<NodeSpec> ParseNode(TomlTable& t, const GpuCatalog& catalog) {
                                     "describe it under [device_types.{}]",
                                     *type, DidYouMeanOrPeriod(*type, names), JoinNames(primary), *type));
     } else {
-      node.device_type = spec->name;
+      node->device_type = spec->name;
     }
   }
-  if (auto v = t.Int("count", 1, kMaxDevicesPerNode)) node.num_devices = static_cast<int>(*v);
-  int replicas = static_cast<int>(t.Int("replicas", 1, kMaxReplicas).value_or(1));
+  if (auto v = t.Int("count", 1, kMaxDevicesPerNode)) node->num_devices = static_cast<int>(*v);
   if (auto v = t.Choice("interconnect", {"nvswitch", "nvlink", "pcie"})) {
-    node.interconnect = *v == "nvswitch" ? Interconnect::kNvSwitch
-                        : *v == "nvlink" ? Interconnect::kNvLink
-                                         : Interconnect::kPcie;
+    node->interconnect = *v == "nvswitch" ? Interconnect::kNvSwitch
+                         : *v == "nvlink" ? Interconnect::kNvLink
+                                          : Interconnect::kPcie;
   } else if (spec != nullptr && spec->nvlink_bytes_per_s > 0) {
-    node.interconnect = Interconnect::kNvLink;
+    node->interconnect = Interconnect::kNvLink;
   }
   auto intra = t.Bandwidth("intra_bandwidth");
   if (intra) {
-    node.intra_bandwidth_bytes_per_s = *intra;
+    node->intra_bandwidth_bytes_per_s = *intra;
   } else if (spec != nullptr) {
-    if (node.interconnect == Interconnect::kPcie) {
-      node.intra_bandwidth_bytes_per_s = spec->host_link_bytes_per_s;
+    if (node->interconnect == Interconnect::kPcie) {
+      node->intra_bandwidth_bytes_per_s = spec->host_link_bytes_per_s;
     } else if (spec->nvlink_bytes_per_s > 0) {
-      node.intra_bandwidth_bytes_per_s = spec->nvlink_bytes_per_s;
+      node->intra_bandwidth_bytes_per_s = spec->nvlink_bytes_per_s;
     } else {
       t.Error("interconnect",
               fmt::format("device type '{}' has no NVLink in the catalog, so interconnect = \"{}\" has "
                           "no default bandwidth; use interconnect = \"pcie\" or set intra_bandwidth",
-                          spec->name, InterconnectName(node.interconnect)));
+                          spec->name, InterconnectName(node->interconnect)));
     }
   }
-  if (auto v = t.Bandwidth("nic_bandwidth")) node.nic_bandwidth_bytes_per_s = *v;
+  if (auto v = t.Bandwidth("nic_bandwidth")) node->nic_bandwidth_bytes_per_s = *v;
+  return spec;
+}
+
+namespace {
+
+// Reads one [[nodes]] entry; returns the nodes it stands for (several with `replicas`).
+std::vector<NodeSpec> ParseNode(TomlTable& t, const GpuCatalog& catalog) {
+  NodeSpec node;
+  auto name = t.String("name", Need::kRequired);
+  const GpuSpec* spec = ReadNodeDevices(t, catalog, &node);
+  int replicas = static_cast<int>(t.Int("replicas", 1, kMaxReplicas).value_or(1));
   if (auto v = t.String("region")) node.region = *v;
   if (auto v = t.String("host")) {
     if (v->find_first_of(" \t\n'\"$`\\;&|<>(){}") != std::string::npos)
@@ -177,12 +191,92 @@ std::vector<NodeSpec> ParseNode(TomlTable& t, const GpuCatalog& catalog) {
   return out;
 }
 
+}  // namespace
+
 void ParseNetwork(TomlTable& t, NetworkConfig* net) {
   if (auto v = t.Duration("intra_node_latency")) net->intra_node_latency_s = *v;
   if (auto v = t.Duration("inter_node_latency")) net->inter_node_latency_s = *v;
   if (auto v = t.Bandwidth("inter_region_bandwidth")) net->inter_region_bandwidth_bytes_per_s = *v;
   if (auto v = t.Duration("inter_region_latency")) net->inter_region_latency_s = *v;
   t.Finish();
+}
+
+namespace {
+
+// Whole-cluster check of hosts: every node names its host, or none does (ranks find their devices
+// by host, or by order).
+void CheckHosts(std::vector<TomlTable>& node_tables, const std::vector<NodeSpec>& nodes) {
+  const bool any = std::any_of(nodes.begin(), nodes.end(), [](const NodeSpec& n) { return !n.host.empty(); });
+  for (TomlTable& t : node_tables)
+    if (any && !t.Has("host") && t.Has("name"))
+      t.ErrorHere(
+          "missing host: other nodes name the host they run on, so every node must (ranks "
+          "find their devices by host); add host = \"<its hostname or address>\"");
+}
+
+// [[prices]] rows (device, optional region, the price's keys) given to the nodes they match, and
+// [[egress]]: with any price, every node and every pair of regions must have one.
+void ApplyPrices(TomlTable& root, std::vector<TomlTable>& node_tables,
+                 const std::vector<size_t>& table_of_node, const std::set<std::string>& region_set,
+                 Cluster* c) {
+  const std::vector<std::string> regions(region_set.begin(), region_set.end());
+  std::vector<TomlTable> rows = root.TableArray("prices");
+  std::map<std::pair<std::string, std::string>, SourcePos> seen;  // (type, region or "") -> row
+  bool rows_read = true;  // every row read: a node left without a price is then the file's omission
+  for (TomlTable& t : rows) {
+    const std::optional<std::string> type = t.String("device", Need::kRequired);
+    const std::optional<std::string> region = t.String("region");
+    const std::optional<DevicePrice> price = ReadDevicePrice(t);
+    t.Finish();
+    const GpuSpec* spec = type ? c->catalog.Find(*type) : nullptr;
+    if (type && spec == nullptr) {
+      t.Error("device", fmt::format("unknown device type '{}'{}", *type,
+                                    DidYouMeanOrPeriod(*type, c->catalog.AllNames())));
+      continue;
+    }
+    if (region && !region_set.count(*region)) {
+      t.Error("region", fmt::format("no node is in region '{}'{} The regions: {}", *region,
+                                    DidYouMeanOrPeriod(*region, regions), JoinNames(regions)));
+      continue;
+    }
+    if (!spec || !price) {
+      rows_read = false;
+      continue;
+    }
+    if (auto [it, inserted] = seen.try_emplace({spec->name, region.value_or("")}, t.Pos()); !inserted) {
+      t.ErrorHere(fmt::format("a second price for {}{} (the first at {}); keep one", spec->name,
+                              region ? " in " + *region : "", it->second.ToString()));
+      continue;
+    }
+    bool used = false;
+    for (NodeSpec& n : c->nodes) {
+      if (n.device_type != spec->name || (region && n.region != *region)) continue;
+      // A row for the node's region stands over a row for every region.
+      if (!n.price || region) n.price = *price;
+      used = true;
+    }
+    if (!used)
+      t.ErrorHere(fmt::format("no node has {} devices{}: remove the row or fix its device", spec->name,
+                              region ? " in region " + *region : ""));
+  }
+  if (rows.empty()) {
+    root.Allow("egress");
+    if (root.Has("egress"))
+      root.Error("egress",
+                 "egress prices without device prices price nothing: add [[prices]] rows for the "
+                 "nodes' devices (device, region, price = \"2.99 USD/h\")");
+    return;
+  }
+  std::set<size_t> told;  // one error a [[nodes]] entry, whatever its replicas
+  for (size_t n = 0; n < c->nodes.size() && rows_read; ++n)
+    if (!c->nodes[n].price && told.insert(table_of_node[n]).second)
+      node_tables[table_of_node[n]].ErrorHere(fmt::format(
+          "node '{}' has no price ({} in region {}) where other nodes have one: add [[prices]] device = "
+          "\"{}\", region = \"{}\", price = \"2.99 USD/h\" (your figure)",
+          c->nodes[n].name, c->nodes[n].device_type, c->nodes[n].region, c->nodes[n].device_type,
+          c->nodes[n].region));
+  c->egress = ReadEgress(root, regions);
+  CheckEgressComplete(root, c->egress, regions);
 }
 
 }  // namespace
@@ -204,6 +298,7 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
   // Nodes, keeping where each was declared for duplicate-name messages.
   std::vector<TomlTable> node_tables = root.TableArray("nodes", Need::kRequired);
   std::map<std::string, std::pair<size_t, SourcePos>> first_seen;  // name -> (entry, position)
+  std::vector<size_t> table_of_node;                               // the [[nodes]] entry each node comes from
   int64_t total_devices = 0;
   for (size_t i = 0; i < node_tables.size(); ++i) {
     for (auto& node : ParseNode(node_tables[i], c.catalog)) {
@@ -217,6 +312,7 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
       total_devices += node.num_devices;
       if (total_devices > kMaxDevices) break;
       c.nodes.push_back(std::move(node));
+      table_of_node.push_back(i);
     }
     if (total_devices > kMaxDevices) {
       node_tables[i].ErrorHere(
@@ -227,14 +323,7 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
   if (root.Has("nodes") && node_tables.empty() && !diag.has_errors())
     root.Error("nodes", "the cluster has no nodes; add at least one [[nodes]] section");
 
-  // Whole-cluster checks.
-  // Hosts: every node names its host, or none does (ranks find their devices by host, or by order).
-  for (size_t i = 0; i < node_tables.size(); ++i)
-    if (!node_tables[i].Has("host") && node_tables[i].Has("name") &&
-        std::any_of(c.nodes.begin(), c.nodes.end(), [](const NodeSpec& n) { return !n.host.empty(); }))
-      node_tables[i].ErrorHere(
-          "missing host: other nodes name the host they run on, so every node must (ranks "
-          "find their devices by host); add host = \"<its hostname or address>\"");
+  CheckHosts(node_tables, c.nodes);
   std::set<std::string> regions;
   for (const auto& n : c.nodes) regions.insert(n.region);
   if (c.nodes.size() > 1) {
@@ -253,6 +342,8 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
                     "inter_region_bandwidth; add it, e.g. inter_region_bandwidth = \"5Gbps\"",
                     regions.size(), JoinNames(std::vector<std::string>(regions.begin(), regions.end()))));
   }
+
+  ApplyPrices(root, node_tables, table_of_node, regions, &c);
 
   // Measured link overrides.
   std::vector<std::string> node_names, region_names(regions.begin(), regions.end());

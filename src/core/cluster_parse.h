@@ -7,6 +7,7 @@
 
 #include "core/cluster.h"
 #include "core/status.h"
+#include "core/toml_reader.h"
 
 namespace motley {
 
@@ -15,5 +16,12 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
 Result<Cluster> LoadClusterFile(const std::string& path);
 /// A cluster file path, or the name of a built-in example cluster ("local-emulated", "zorse-a").
 Result<Cluster> LoadCluster(const std::string& name_or_path);
+
+/// The parts of a cluster file another file shares (an offers file, offers.h): a [device_types.NAME]
+/// table into `catalog`; a [[nodes]] entry's device, count, interconnect, intra_bandwidth and
+/// nic_bandwidth into `node` (returning its type, or nullptr when unknown); the [network] table.
+void ParseDeviceType(const std::string& name, TomlTable& t, GpuCatalog* catalog);
+const GpuSpec* ReadNodeDevices(TomlTable& t, const GpuCatalog& catalog, NodeSpec* node);
+void ParseNetwork(TomlTable& t, NetworkConfig* net);
 
 }  // namespace motley

@@ -1,9 +1,12 @@
 #include "core/config_file.h"
 
+#include <set>
+
 #include <fmt/format.h>
 
 #include "core/cluster_parse.h"
 #include "core/model_parse.h"
+#include "core/offers.h"
 #include "core/toml_reader.h"
 #include "core/units.h"
 
@@ -17,6 +20,8 @@ std::string_view ConfigKindName(ConfigKind kind) {
       return "model";
     case ConfigKind::kJob:
       return "job";
+    case ConfigKind::kOffers:
+      return "offers";
   }
   return "?";
 }
@@ -27,11 +32,13 @@ Result<ConfigKind> DetectConfigKind(std::string_view text, const std::string& fi
   auto table = ParseTomlText(text, file, &diag);
   if (!table) return diag.ToStatus();
   if (table->contains("nodes")) return ConfigKind::kCluster;
+  if (table->contains("offers")) return ConfigKind::kOffers;
   if (table->contains("training") || table->contains("cluster")) return ConfigKind::kJob;
   if (table->contains("hidden_size") || table->contains("base")) return ConfigKind::kModel;
   return Status::InvalidArgument(fmt::format(
-      "{}: error: cannot tell what kind of file this is: a cluster file has [[nodes]], a job file "
-      "[training], a model file hidden_size (or base = \"<preset>\"); pass --kind cluster|model|job",
+      "{}: error: cannot tell what kind of file this is: a cluster file has [[nodes]], an offers file "
+      "[[offers]], a job file [training], a model file hidden_size (or base = \"<preset>\"); pass --kind "
+      "cluster|offers|model|job",
       file));
 }
 
@@ -53,6 +60,16 @@ Result<std::string> ValidateConfigText(std::string_view text, const std::string&
       MOTLEY_ASSIGN_OR_RETURN(JobSpec j, ParseJobToml(text, file, job_options));
       return fmt::format("job: model {}, cluster {}, {} steps of {} tokens", j.model_ref, j.cluster_ref,
                          j.training.steps, j.training.global_batch_tokens());
+    }
+    case ConfigKind::kOffers: {
+      MOTLEY_ASSIGN_OR_RETURN(OfferList o, ParseOffersToml(text, file));
+      std::set<std::string> regions, types;
+      for (const Offer& offer : o.offers) {
+        regions.insert(offer.node.region);
+        types.insert(offer.node.device_type);
+      }
+      return fmt::format("offers: {} rows of {} device types in {} region(s), up to {} devices",
+                         o.offers.size(), types.size(), regions.size(), o.max_devices());
     }
   }
   return Status::Internal("unknown config kind");

@@ -10,7 +10,7 @@
 
 namespace motley {
 
-enum class ConfigKind { kCluster, kModel, kJob };
+enum class ConfigKind { kCluster, kModel, kJob, kOffers };
 std::string_view ConfigKindName(ConfigKind kind);
 
 /// A .json file is a Hugging Face model config; a TOML file is a cluster when it has `nodes`, a

@@ -165,8 +165,8 @@ std::optional<bool> TomlTable::Bool(std::string_view key, Need need) {
 }
 
 std::optional<double> TomlTable::Quantity(std::string_view key, Need need, std::string_view what,
-                                          Result<double> (*parse)(std::string_view),
-                                          std::string_view example) {
+                                          Result<double> (*parse)(std::string_view), std::string_view example,
+                                          bool allow_zero) {
   const toml::node* node = Find(key, need);
   if (node == nullptr) return std::nullopt;
   if (!node->is_string()) {
@@ -181,7 +181,7 @@ std::optional<double> TomlTable::Quantity(std::string_view key, Need need, std::
     Error(key, v.status().message());
     return std::nullopt;
   }
-  if (!(*v > 0)) {
+  if (!(*v > 0) && !(allow_zero && *v == 0)) {
     Error(key, fmt::format("{} must be greater than zero, got \"{}\"", what, *node->value<std::string>()));
     return std::nullopt;
   }
@@ -199,6 +199,13 @@ std::optional<double> TomlTable::Flops(std::string_view key, Need need) {
 }
 std::optional<double> TomlTable::Duration(std::string_view key, Need need) {
   return Quantity(key, need, "a duration", &ParseDuration, "5us");
+}
+
+std::optional<double> TomlTable::UsdPerHour(std::string_view key, Need need) {
+  return Quantity(key, need, "a price per hour", &ParseUsdPerHour, "2.99 USD/h", /*allow_zero=*/true);
+}
+std::optional<double> TomlTable::UsdPerGb(std::string_view key, Need need) {
+  return Quantity(key, need, "a price per GB", &ParseUsdPerGb, "0.02 USD/GB", /*allow_zero=*/true);
 }
 
 std::optional<TomlTable> TomlTable::Table(std::string_view key, Need need) {

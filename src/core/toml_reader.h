@@ -45,6 +45,9 @@ class TomlTable {
   std::optional<double> Bandwidth(std::string_view key, Need need = Need::kOptional);
   std::optional<double> Flops(std::string_view key, Need need = Need::kOptional);
   std::optional<double> Duration(std::string_view key, Need need = Need::kOptional);
+  /// Prices in US dollars, zero allowed: "2.99 USD/h" -> dollars an hour, "0.02 USD/GB" -> dollars a GB.
+  std::optional<double> UsdPerHour(std::string_view key, Need need = Need::kOptional);
+  std::optional<double> UsdPerGb(std::string_view key, Need need = Need::kOptional);
 
   std::optional<TomlTable> Table(std::string_view key, Need need = Need::kOptional);
   /// An array of tables ([[key]]). A single table is accepted as an array of one when
@@ -84,7 +87,8 @@ class TomlTable {
   void TypeError(std::string_view key, const toml::node& node, std::string_view expected,
                  std::string_view example);
   std::optional<double> Quantity(std::string_view key, Need need, std::string_view what,
-                                 Result<double> (*parse)(std::string_view), std::string_view example);
+                                 Result<double> (*parse)(std::string_view), std::string_view example,
+                                 bool allow_zero = false);
 
   const toml::table* table_;
   std::string path_;

@@ -62,7 +62,16 @@ constexpr UnitScale kFlopsUnits[] = {
 };
 
 constexpr UnitScale kDurationUnits[] = {
-    {"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"min", 60},
+    {"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"min", 60}, {"h", 3600}, {"d", 86400},
+};
+
+constexpr UnitScale kUsdPerHourUnits[] = {
+    {"USD/h", 1}, {"USD/hour", 1}, {"USD/hr", 1}, {"/h", 1}, {"/hour", 1}, {"/hr", 1},
+};
+
+constexpr UnitScale kUsdPerGbUnits[] = {
+    {"USD/GB", 1}, {"USD/GiB", 1e9 / (kKi * kKi * kKi)}, {"USD/TB", 1e-3}, {"USD/MB", 1e3},
+    {"/GB", 1},    {"/GiB", 1e9 / (kKi * kKi * kKi)},    {"/TB", 1e-3},    {"/MB", 1e3},
 };
 
 std::string UnitList(std::span<const UnitScale> units) {
@@ -134,6 +143,43 @@ Result<double> ParseDuration(std::string_view text) {
   return ParseQuantity(text, kDurationUnits, "a duration", "5us");
 }
 
+namespace {
+
+// A price: "2.99 USD/h", or with a leading dollar sign "$2.99/h" (its unit then the "/h" part).
+Result<double> ParseUsd(std::string_view text, std::span<const UnitScale> units, std::string_view what,
+                        std::string_view example) {
+  std::string_view t = text;
+  while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+  const bool dollar = !t.empty() && t.front() == '$';
+  if (dollar) t.remove_prefix(1);
+  Result<double> v = ParseQuantity(t, units, what, example);
+  if (!v.ok()) return v;
+  const size_t slash = t.find('/');
+  const bool unit_has_usd = t.find("USD") != std::string_view::npos;
+  if (dollar == unit_has_usd || slash == std::string_view::npos)
+    return Status::InvalidArgument(
+        fmt::format("cannot read \"{}\" as {}: give the dollars once, as \"{}\"", text, what, example));
+  if (*v < 0) return Status::InvalidArgument(fmt::format("{} \"{}\" is negative", what, text));
+  return v;
+}
+
+}  // namespace
+
+Result<double> ParseUsdPerHour(std::string_view text) {
+  return ParseUsd(text, kUsdPerHourUnits, "a price per hour in US dollars", "2.99 USD/h");
+}
+Result<double> ParseUsdPerGb(std::string_view text) {
+  return ParseUsd(text, kUsdPerGbUnits, "a price per GB in US dollars", "0.02 USD/GB");
+}
+
+std::string FormatUsd(double usd) {
+  const double a = std::abs(usd);
+  if (a >= 1000) return fmt::format("${:.0f}", usd);
+  if (a >= 100) return fmt::format("${:.1f}", usd);
+  if (a >= 1 || a == 0) return fmt::format("${:.2f}", usd);
+  return fmt::format("${:.3g}", usd);
+}
+
 std::string FormatBytes(double bytes) { return FormatScaled(bytes, kBytesFormat); }
 std::string FormatBandwidth(double bytes_per_s) {
   // Network links read best in bits, memory and NVLink in bytes.
@@ -142,6 +188,12 @@ std::string FormatBandwidth(double bytes_per_s) {
 }
 std::string FormatFlops(double flops_per_s) { return FormatScaled(flops_per_s, kFlopsFormat); }
 std::string FormatDuration(double seconds) { return FormatScaled(seconds, kDurationFormat); }
+std::string FormatLongDuration(double seconds) {
+  if (seconds >= 2 * 86400) return fmt::format("{:.1f} days", seconds / 86400);
+  if (seconds >= 2 * 3600) return fmt::format("{:.1f} h", seconds / 3600);
+  if (seconds >= 60) return fmt::format("{:.0f} min", seconds / 60);
+  return FormatDuration(seconds);
+}
 std::string FormatCount(double count) {
   std::string s = FormatScaled(count, kCountFormat);
   while (!s.empty() && s.back() == ' ') s.pop_back();

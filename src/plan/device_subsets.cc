@@ -28,20 +28,14 @@ std::string NodeClass(const Cluster& c, int node, int first_device) {
   return key;
 }
 
-std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec& model,
-                                        const PlannerCosts& costs, const SubsetWork& work) {
-  const int64_t global_batch_sequences = work.global_batch_sequences;
-  const int num_nodes = static_cast<int>(cluster.nodes.size());
-  std::vector<int> first_device(num_nodes);
-  for (int n = 0, d = 0; n < num_nodes; d += cluster.nodes[n].num_devices, ++n) first_device[n] = d;
-
-  // Each device's best time per sequence through every layer (forward and backward), and each
-  // node's speed (its first device's: a node holds one kind of device).
+std::vector<double> DeviceSecondsPerSequence(const Cluster& cluster, const ModelSpec& model,
+                                             const PlannerCosts& costs, const SubsetWork& work) {
   std::vector<double> seconds_per_sequence(cluster.num_devices());
   const int64_t largest_microbatch =
-      std::max<int64_t>(1, std::min(work.max_microbatch, global_batch_sequences));
-  for (int n = 0; n < num_nodes; ++n) {
-    const int first = first_device[n];
+      std::max<int64_t>(1, std::min(work.max_microbatch, work.global_batch_sequences));
+  for (int n = 0, first = 0; n < static_cast<int>(cluster.nodes.size());
+       first += cluster.nodes[n].num_devices, ++n) {
+    // A node's devices are of one kind: its first device's speed is theirs.
     double best = std::numeric_limits<double>::infinity();
     for (int64_t b = 1; b <= largest_microbatch; ++b) {
       // No plan runs a larger microbatch on this device: one layer's checkpointed backward (the
@@ -57,12 +51,26 @@ std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec&
     for (int d = first; d < first + cluster.nodes[n].num_devices; ++d)
       seconds_per_sequence[d] = best * costs.Slowdown(d) * static_cast<double>(model.num_layers);
   }
+  return seconds_per_sequence;
+}
+
+double StepLowerBoundS(const std::vector<double>& seconds_per_sequence, const std::vector<int>& devices,
+                       int64_t global_batch_sequences) {
+  double rate = 0;  // sequences per second, all devices together
+  for (int d : devices)
+    if (std::isfinite(seconds_per_sequence[d])) rate += 1.0 / seconds_per_sequence[d];
+  return rate > 0 ? static_cast<double>(global_batch_sequences) / rate
+                  : std::numeric_limits<double>::infinity();
+}
+
+std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec& model,
+                                        const PlannerCosts& costs, const SubsetWork& work) {
+  const int num_nodes = static_cast<int>(cluster.nodes.size());
+  std::vector<int> first_device(num_nodes);
+  for (int n = 0, d = 0; n < num_nodes; d += cluster.nodes[n].num_devices, ++n) first_device[n] = d;
+  const std::vector<double> seconds_per_sequence = DeviceSecondsPerSequence(cluster, model, costs, work);
   auto lower_bound = [&](const std::vector<int>& devices) {
-    double rate = 0;  // sequences per second, all devices together
-    for (int d : devices)
-      if (std::isfinite(seconds_per_sequence[d])) rate += 1.0 / seconds_per_sequence[d];
-    return rate > 0 ? static_cast<double>(global_batch_sequences) / rate
-                    : std::numeric_limits<double>::infinity();
+    return StepLowerBoundS(seconds_per_sequence, devices, work.global_batch_sequences);
   };
 
   std::vector<std::string> node_class(num_nodes);

@@ -50,6 +50,14 @@ struct SubsetWork {
 /// node some [[links]] entry names, the node itself). `first_device` is the node's first device.
 std::string NodeClass(const Cluster& cluster, int node, int first_device);
 
+/// Each device's least time a sequence through every layer's forward and backward (at its most
+/// efficient microbatch that fits its memory; infinity where none fits), and the least step of
+/// `global_batch_sequences` on some of them (perfectly balanced): the bound DeviceSubset carries.
+std::vector<double> DeviceSecondsPerSequence(const Cluster& cluster, const ModelSpec& model,
+                                             const PlannerCosts& costs, const SubsetWork& work);
+double StepLowerBoundS(const std::vector<double>& seconds_per_sequence, const std::vector<int>& devices,
+                       int64_t global_batch_sequences);
+
 /// The whole cluster first, then every other subset by ascending lower bound (ties: more devices
 /// first).
 std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec& model,

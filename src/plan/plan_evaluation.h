@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "cost/money.h"
 #include "plan/plan.h"
 
 namespace motley {
@@ -23,6 +24,9 @@ struct PlanEvaluation {
   // The evaluation stopped at the bound it was given (EvaluateBound): the step is longer than that
   // bound, and step_time_s (where it stopped) is only a lower bound of it.
   bool stopped = false;
+  // What a step sends between regions (sim/region_traffic.h): what its egress costs. Empty in one
+  // region, and for a stopped evaluation.
+  std::vector<RegionBytes> region_traffic;
 };
 /// What a search already has: a plan stepping in `stop_after_s`. An evaluation may stop once it
 /// knows the plan steps slower (auto, after its first strategies: the others' candidates are

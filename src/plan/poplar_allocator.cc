@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <set>
 
 #include <fmt/format.h>
@@ -15,19 +16,66 @@ namespace {
 
 // A device's speed (sequences per second) as a spline through its measured points, and the time
 // of a microbatch derived from it.
+// Devices measured alike (the same sizes, times and largest microbatch: a node's devices, a type's)
+// share one: its time of every microbatch size, evaluated once.
+struct CurveKind {
+  MonotoneSpline speed;
+  std::vector<double> time_s;           // [b]: a microbatch of b sequences (time_s[0] = 0)
+  std::vector<double> sorted_time_s;    // the times ascending ...
+  std::vector<int64_t> largest_within;  // ... and the largest microbatch taking at most each
+
+  // The largest microbatch done within t (find(g_i, t) in Poplar's Algorithm 2); 0 when none is.
+  int64_t Within(double t) const {
+    const auto it = std::upper_bound(sorted_time_s.begin(), sorted_time_s.end(), t * (1 + 1e-12));
+    return it == sorted_time_s.begin() ? 0
+                                       : largest_within[static_cast<size_t>(it - sorted_time_s.begin() - 1)];
+  }
+};
+
+// A device's speed (sequences per second) as a spline through its measured points, and the time
+// of a microbatch derived from it.
 struct Curve {
   int device;
   int64_t max_microbatch;
-  MonotoneSpline speed;
-  double TimeS(int64_t b) const { return b <= 0 ? 0 : b / speed(static_cast<double>(b)); }
+  const CurveKind* kind;
+  double Speed(int64_t b) const { return kind->speed(static_cast<double>(b)); }
+  double TimeS(int64_t b) const {
+    if (b <= 0) return 0;
+    if (b < static_cast<int64_t>(kind->time_s.size())) return kind->time_s[static_cast<size_t>(b)];
+    return b / Speed(b);
+  }
 };
 
-std::vector<Curve> MakeCurves(const std::vector<PoplarDeviceCurve>& in) {
+std::vector<Curve> MakeCurves(const std::vector<PoplarDeviceCurve>& in,
+                              std::vector<std::unique_ptr<CurveKind>>* kinds) {
   std::vector<Curve> out;
+  std::vector<const PoplarDeviceCurve*> first_of_kind;
   for (const auto& c : in) {
-    std::vector<double> speeds;
-    for (size_t i = 0; i < c.sizes.size(); ++i) speeds.push_back(c.sizes[i] / c.times_s[i]);
-    out.push_back({c.device, c.max_microbatch, MonotoneSpline(c.sizes, speeds)});
+    size_t k = 0;
+    while (k < first_of_kind.size() &&
+           !(first_of_kind[k]->sizes == c.sizes && first_of_kind[k]->times_s == c.times_s &&
+             first_of_kind[k]->max_microbatch == c.max_microbatch))
+      ++k;
+    if (k == first_of_kind.size()) {
+      first_of_kind.push_back(&c);
+      std::vector<double> speeds;
+      for (size_t i = 0; i < c.sizes.size(); ++i) speeds.push_back(c.sizes[i] / c.times_s[i]);
+      auto kind = std::make_unique<CurveKind>(CurveKind{MonotoneSpline(c.sizes, speeds), {0.0}, {}, {}});
+      std::vector<std::pair<double, int64_t>> by_time;
+      for (int64_t b = 1; b <= c.max_microbatch; ++b) {
+        kind->time_s.push_back(b / kind->speed(static_cast<double>(b)));
+        by_time.push_back({kind->time_s.back(), b});
+      }
+      std::sort(by_time.begin(), by_time.end());
+      int64_t largest = 0;
+      for (const auto& [t, b] : by_time) {
+        largest = std::max(largest, b);
+        kind->sorted_time_s.push_back(t);
+        kind->largest_within.push_back(largest);
+      }
+      kinds->push_back(std::move(kind));
+    }
+    out.push_back({c.device, c.max_microbatch, (*kinds)[k].get()});
   }
   return out;
 }
@@ -55,9 +103,13 @@ PoplarAllocation Zero01(const std::vector<Curve>& curves, int64_t gbs, double sy
   double cluster_speed = 0;
   for (size_t i = 0; i < n; ++i) {
     best_b[i] = 1;
-    for (int64_t b = 1; b <= curves[i].max_microbatch; ++b)
-      if (curves[i].speed(b) >= curves[i].speed(best_b[i]) * (1 - 1e-9)) best_b[i] = b;  // ties: the larger
-    peak[i] = curves[i].speed(best_b[i]);
+    if (i > 0 && curves[i].kind == curves[i - 1].kind) {  // measured alike: the same best
+      best_b[i] = best_b[i - 1];
+    } else {
+      for (int64_t b = 1; b <= curves[i].max_microbatch; ++b)
+        if (curves[i].Speed(b) >= curves[i].Speed(best_b[i]) * (1 - 1e-9)) best_b[i] = b;  // ties: the larger
+    }
+    peak[i] = curves[i].Speed(best_b[i]);
     cluster_speed += peak[i];
   }
   // Shares in proportion to peak speed, then the remainder one sequence at a time to the device
@@ -87,36 +139,35 @@ PoplarAllocation Zero01(const std::vector<Curve>& curves, int64_t gbs, double sy
 
 PoplarAllocation Zero23(const std::vector<Curve>& curves, int64_t gbs, double sync_s) {
   const size_t n = curves.size();
+  // The kinds of device and how many of each.
+  std::vector<std::pair<const CurveKind*, int64_t>> kinds;
+  for (const Curve& c : curves) {
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == c.kind; });
+    if (it == kinds.end())
+      kinds.push_back({c.kind, 1});
+    else
+      ++it->second;
+  }
   std::set<double> candidates;
-  for (const auto& c : curves)
-    for (int64_t b = 1; b <= c.max_microbatch; ++b) candidates.insert(c.TimeS(b));
+  for (const auto& [kind, count] : kinds) candidates.insert(kind->time_s.begin() + 1, kind->time_s.end());
   double best_wall = std::numeric_limits<double>::infinity();
-  std::vector<int64_t> best(n, 0);
   int64_t best_steps = 0;
   double best_t = 0;
   for (double t : candidates) {
-    std::vector<int64_t> b(n, 0);
     int64_t per_step = 0;
-    for (size_t i = 0; i < n; ++i) {
-      // find(g_i, t): the largest microbatch done within t.
-      for (int64_t s = curves[i].max_microbatch; s >= 1; --s) {
-        if (curves[i].TimeS(s) <= t * (1 + 1e-12)) {
-          b[i] = s;
-          break;
-        }
-      }
-      per_step += b[i];
-    }
+    for (const auto& [kind, count] : kinds) per_step += count * kind->Within(t);
     if (per_step == 0) continue;
     const int64_t steps = (gbs + per_step - 1) / per_step;
     const double wall = steps * (t + sync_s);
     if (wall < best_wall) {
       best_wall = wall;
-      best = b;
       best_steps = steps;
       best_t = t;
     }
   }
+  std::vector<int64_t> best(n, 0);
+  if (best_steps > 0)
+    for (size_t i = 0; i < n; ++i) best[i] = curves[i].kind->Within(best_t);
   // The last step: the remaining sequences in proportion to the chosen sizes.
   int64_t per_step = 0;
   for (int64_t b : best) per_step += b;
@@ -168,7 +219,8 @@ Result<PoplarAllocation> PoplarAllocate(const std::vector<PoplarDeviceCurve>& cu
           "device out",
           c.device, zero_stage));
   }
-  std::vector<Curve> built = MakeCurves(curves);
+  std::vector<std::unique_ptr<CurveKind>> kinds;
+  std::vector<Curve> built = MakeCurves(curves, &kinds);
   PoplarAllocation a =
       zero_stage <= 1 ? Zero01(built, global_batch, sync_s) : Zero23(built, global_batch, sync_s);
   a.zero_stage = zero_stage;

@@ -10,6 +10,7 @@
 
 #include "plan/lower.h"
 #include "plan/plan_io.h"
+#include "sim/region_traffic.h"
 #include "sim/routing_costs.h"
 #include "sim/simulator.h"
 
@@ -191,6 +192,7 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     e.tflops = r.tflops;
     e.hfu = r.hfu;
     e.oom = r.oom_message;
+    if (!r.stopped) e.region_traffic = RegionTraffic(s, cluster);
     memory->seen.insert_or_assign(std::move(key), std::make_pair(e, bound.stop_after_s));
     return e;
   };

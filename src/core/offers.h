@@ -1,0 +1,53 @@
+// An offers file: what can be rented — "up to N nodes of M devices of type T in region R at $P an
+// hour a device" rows, with the network between regions and what egress costs — from which the
+// planner chooses how many of each to take (plan/offer_search.h). The format: README.md ("What to
+// rent") and examples/offers/.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/prices.h"
+#include "core/status.h"
+
+namespace motley {
+
+struct Offer {
+  std::string name;   // unique in the file: the row's name, or "<device>@<region>"
+  NodeSpec node;      // one node of it: its devices, links, region and price
+  int max_nodes = 1;  // up to this many nodes can be taken
+};
+
+struct OfferList {
+  std::string name;
+  GpuCatalog catalog;  // the built-in catalog plus the file's [device_types]
+  NetworkConfig network;
+  std::vector<Offer> offers;
+  std::vector<EgressPrice> egress;
+
+  /// Devices if every node of every offer is taken.
+  int max_devices() const;
+};
+
+/// How many nodes of each offer (same order as OfferList::offers).
+using Allocation = std::vector<int>;
+
+/// Every node of every offer.
+Allocation AllOffered(const OfferList& offers);
+
+/// The cluster of an allocation: `nodes[i]` nodes of offer i ("<offer>-<k>"), priced, with the
+/// file's network and egress. REQUIRES: nodes.size() == offers.size(), 0 <= nodes[i] <= max_nodes,
+/// and at least one node.
+Cluster ClusterOfAllocation(const OfferList& offers, const Allocation& nodes);
+
+/// "2 x h100@us-east (16 GPUs), 1 x a10g@eu-west (4 GPUs)".
+std::string DescribeAllocation(const OfferList& offers, const Allocation& nodes);
+
+/// `file` names the text in messages.
+Result<OfferList> ParseOffersToml(std::string_view text, const std::string& file);
+/// An offers file's path, or the name of a built-in example ("three-clouds").
+Result<OfferList> LoadOffers(const std::string& name_or_path);
+
+}  // namespace motley
