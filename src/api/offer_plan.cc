@@ -14,17 +14,8 @@
 namespace motley {
 namespace {
 
-std::vector<int> PlanDevices(const Plan& plan) {
-  std::vector<int> out;
-  for (const auto& g : plan.groups)
-    for (const auto& d : g.devices) out.push_back(d.device);
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
-
 PlanMoney MoneyOf(const PlanAnswer& a, const StrategyOutcome& o) {
-  return PriceOfPlan(*a.cluster, PlanDevices(o.plan), o.evaluation.step_time_s,
+  return PriceOfPlan(*a.cluster, o.plan.devices(), o.evaluation.step_time_s,
                      static_cast<double>(a.query.global_batch_tokens), o.evaluation.region_traffic);
 }
 
@@ -182,7 +173,7 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
     // What the plan uses: the nodes of each group it has a device on.
     std::vector<int> used(groups.nodes.size(), 0);
     std::vector<bool> node_used(a->cluster->nodes.size(), false);
-    for (int d : PlanDevices(best.plan))
+    for (int d : best.plan.devices())
       node_used[static_cast<size_t>(a->cluster->devices[static_cast<size_t>(d)].node)] = true;
     for (size_t n = 0; n < node_used.size(); ++n)
       if (node_used[n]) ++used[static_cast<size_t>(group_of_node[n])];

@@ -23,8 +23,6 @@ constexpr int kMaxDevicesPerNode = 64;
 constexpr int kMaxReplicas = 100000;
 constexpr int64_t kMaxDevices = 1 << 20;  // a million devices: far beyond any cluster we plan
 
-}  // namespace
-
 void ParseDeviceType(const std::string& name, TomlTable& t, GpuCatalog* catalog) {
   GpuSpec spec;
   bool have_base = false;
@@ -87,8 +85,6 @@ void ParseDeviceType(const std::string& name, TomlTable& t, GpuCatalog* catalog)
   catalog->Upsert(std::move(spec));
 }
 
-namespace {
-
 EmulationConfig ParseEmulation(TomlTable& t, const GpuSpec* spec) {
   EmulationConfig emu;
   if (auto v = t.Number("speed_factor", 0.0, 1000.0, Need::kOptional, /*min_exclusive=*/true))
@@ -108,6 +104,13 @@ EmulationConfig ParseEmulation(TomlTable& t, const GpuSpec* spec) {
 }
 
 }  // namespace
+
+GpuCatalog ParseCatalog(TomlTable& root) {
+  GpuCatalog catalog = GpuCatalog::Builtin();
+  if (auto types = root.Table("device_types"))
+    for (auto& [name, t] : types->NamedTables()) ParseDeviceType(name, t, &catalog);
+  return catalog;
+}
 
 const GpuSpec* ReadNodeDevices(TomlTable& t, const GpuCatalog& catalog, NodeSpec* node) {
   auto type = t.String("device", Need::kRequired);
@@ -288,11 +291,8 @@ Result<Cluster> ParseClusterToml(std::string_view text, const std::string& file)
   TomlTable root(*root_table, "", file, &diag);
 
   Cluster c;
-  c.catalog = GpuCatalog::Builtin();
   if (auto v = root.String("name")) c.name = *v;
-  if (auto types = root.Table("device_types")) {
-    for (auto& [name, t] : types->NamedTables()) ParseDeviceType(name, t, &c.catalog);
-  }
+  c.catalog = ParseCatalog(root);
   if (auto net = root.Table("network")) ParseNetwork(*net, &c.network);
 
   // Nodes, keeping where each was declared for duplicate-name messages.

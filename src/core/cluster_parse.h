@@ -17,10 +17,11 @@ Result<Cluster> LoadClusterFile(const std::string& path);
 /// A cluster file path, or the name of a built-in example cluster ("local-emulated", "zorse-a").
 Result<Cluster> LoadCluster(const std::string& name_or_path);
 
-/// The parts of a cluster file another file shares (an offers file, offers.h): a [device_types.NAME]
-/// table into `catalog`; a [[nodes]] entry's device, count, interconnect, intra_bandwidth and
-/// nic_bandwidth into `node` (returning its type, or nullptr when unknown); the [network] table.
-void ParseDeviceType(const std::string& name, TomlTable& t, GpuCatalog* catalog);
+/// The parts of a cluster file another file shares (an offers file, offers.h): the built-in catalog
+/// with the file's [device_types.NAME] tables; a [[nodes]] entry's device, count, interconnect,
+/// intra_bandwidth and nic_bandwidth into `node` (returning its type, or nullptr when unknown); the
+/// [network] table.
+GpuCatalog ParseCatalog(TomlTable& root);
 const GpuSpec* ReadNodeDevices(TomlTable& t, const GpuCatalog& catalog, NodeSpec* node);
 void ParseNetwork(TomlTable& t, NetworkConfig* net);
 

@@ -89,10 +89,8 @@ Result<OfferList> ParseOffersToml(std::string_view text, const std::string& file
   if (!root_table) return diag.ToStatus();
   TomlTable root(*root_table, "", file, &diag);
   OfferList list;
-  list.catalog = GpuCatalog::Builtin();
   if (auto v = root.String("name")) list.name = *v;
-  if (auto types = root.Table("device_types"))
-    for (auto& [name, t] : types->NamedTables()) ParseDeviceType(name, t, &list.catalog);
+  list.catalog = ParseCatalog(root);
   if (auto net = root.Table("network")) ParseNetwork(*net, &list.network);
   std::vector<TomlTable> rows = root.TableArray("offers", Need::kRequired);
   std::map<std::string, SourcePos> names;

@@ -98,6 +98,15 @@ int Plan::num_devices() const {
   return n;
 }
 
+std::vector<int> Plan::devices() const {
+  std::vector<int> out;
+  for (const auto& g : groups)
+    for (const auto& d : g.devices) out.push_back(d.device);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 std::vector<int> BlockRouting(const GroupPlan& group) {
   std::vector<int> routing;
   for (size_t i = 0; i < group.devices.size(); ++i) {

@@ -113,6 +113,8 @@ struct Plan {
   int64_t global_batch_sequences() const { return groups.empty() ? 0 : groups.front().sequences(); }
   int64_t global_batch_tokens() const { return global_batch_sequences() * seq_len; }
   int num_devices() const;
+  /// The devices it uses, ascending.
+  std::vector<int> devices() const;
   bool operator==(const Plan&) const = default;
 };
 
