@@ -123,9 +123,6 @@ TEST(OfferSearch, OnLargeListsBeatsARandomSearchOfAThousandAllocations) {
         if (rng() % 3 == 0) a[i] = 1 + static_cast<int>(rng() % static_cast<unsigned>(m.max_nodes[i]));
       sampled.push_back(m(a));
     }
-    const OfferSearchResult random =
-        SearchAllOffers({}, [](const Allocation&, double) { return AllocationOutcome{}; });
-    EXPECT_TRUE(random.front.empty());
     std::vector<AllocationOutcome> random_front;
     for (const AllocationOutcome& o : sampled)
       if (o.feasible) random_front.push_back(o);
