@@ -42,7 +42,8 @@ namespace {
 // (Llama-7B at tp 4: 8). `--team gqa*`: 3 ranks of a grouped-query model with 3 key/value heads:
 // each rank holds a single key/value group, as Llama 3 8B's ranks do at
 // width 8 — where only query heads can move; its straggler is one rank 3x. `--team gqa`: 12 query
-// heads, 4 to a key/value head as Llama 3's; `--team gqa-2`: 6, 2 to a key/value head.
+// heads, 4 to a key/value head as Llama 3's; `--team gqa-2`: 6, 2 to a key/value head; `--team
+// gqa-8`: 24, 8 to a key/value head (Llama 3 70B's ranks at width 8).
 struct Team {
   int ranks = 4;
   int hidden = 512, heads = 16, kv_heads = 16, ffn = 2048;
@@ -313,13 +314,14 @@ int main(int argc, char** argv) {
           << m << "'\n";
       return 2;
     }
-  if (team_name != "default" && team_name != "gqa" && team_name != "gqa-2") {
-    std::cerr << "flextp_stragglers: --team is default, gqa or gqa-2, not '" << team_name << "'\n";
+  if (team_name != "default" && team_name != "gqa" && team_name != "gqa-2" && team_name != "gqa-8") {
+    std::cerr << "flextp_stragglers: --team is default, gqa, gqa-2 or gqa-8, not '" << team_name << "'\n";
     return 2;
   }
   Team team;
   if (team_name == "gqa") team = {3, 384, 12, 3, 1536, 3};   // Llama 3's 4 query heads a key/value head
   if (team_name == "gqa-2") team = {3, 384, 6, 3, 1536, 3};  // 2 a key/value head: 2 query heads a rank
+  if (team_name == "gqa-8") team = {3, 384, 24, 3, 1536, 3};  // 8 a key/value head: Llama 3 70B at width 8
   if (slows != "matmul" && slows != "compute") {
     std::cerr << "flextp_stragglers: --slows is matmul or compute, not '" << slows << "'\n";
     return 2;
