@@ -319,8 +319,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   Team team;
-  if (team_name == "gqa") team = {3, 384, 12, 3, 1536, 3};   // Llama 3's 4 query heads a key/value head
-  if (team_name == "gqa-2") team = {3, 384, 6, 3, 1536, 3};  // 2 a key/value head: 2 query heads a rank
+  if (team_name == "gqa") team = {3, 384, 12, 3, 1536, 3};    // Llama 3's 4 query heads a key/value head
+  if (team_name == "gqa-2") team = {3, 384, 6, 3, 1536, 3};   // 2 a key/value head: 2 query heads a rank
   if (team_name == "gqa-8") team = {3, 384, 24, 3, 1536, 3};  // 8 a key/value head: Llama 3 70B at width 8
   if (slows != "matmul" && slows != "compute") {
     std::cerr << "flextp_stragglers: --slows is matmul or compute, not '" << slows << "'\n";

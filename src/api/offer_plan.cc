@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/offers_cluster.h"
 #include "core/units.h"
 #include "plan/device_subsets.h"
 
@@ -241,6 +242,36 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
   a->rows = {chosen.outcome};
   a->objective_why = Why(a->front, a->chosen_on_front, objective);
   return Status::Ok();
+}
+
+Result<RentedFiles> PlanOnWhatIsRented(const std::string& offers_name_or_path, const Cluster& offered,
+                                       const Plan& plan) {
+  MOTLEY_ASSIGN_OR_RETURN(const OfferList offers, LoadOffers(offers_name_or_path));
+  const NodeGroups groups = GroupsOfOffers(offers);
+  std::vector<bool> used(offered.nodes.size(), false);
+  for (int d : plan.devices()) used[static_cast<size_t>(offered.devices[static_cast<size_t>(d)].node)] = true;
+  // The used nodes in order (each offer's, offer by offer) and where each one's devices begin.
+  Allocation taken(groups.nodes.size(), 0);
+  std::vector<int> first_device(offered.nodes.size(), -1);
+  int next_device = 0;
+  for (size_t g = 0; g < groups.nodes.size(); ++g)
+    for (int n : groups.nodes[g])
+      if (used[static_cast<size_t>(n)]) {
+        ++taken[g];
+        first_device[static_cast<size_t>(n)] = next_device;
+        next_device += offered.nodes[static_cast<size_t>(n)].num_devices;
+      }
+  auto renumber = [&](int d) {
+    const Device& device = offered.devices[static_cast<size_t>(d)];
+    return first_device[static_cast<size_t>(device.node)] + device.local_index;
+  };
+  RentedFiles out{plan, {}};
+  for (GroupPlan& g : out.plan.groups) {
+    for (DevicePlan& d : g.devices) d.device = renumber(d.device);
+    for (int& d : g.routing) d = renumber(d);
+  }
+  MOTLEY_ASSIGN_OR_RETURN(out.cluster_toml, ClusterTomlOfAllocation(offers_name_or_path, taken));
+  return out;
 }
 
 }  // namespace motley

@@ -34,4 +34,14 @@ void PricePlans(PlanAnswer* a);
 /// A constraint nothing on the front meets leaves the chosen outcome's status saying so.
 Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const ObjectiveSpec& spec);
 
+/// A plan chosen from an offers file, made runnable: the cluster file of the nodes it uses
+/// (core/offers_cluster.h) and the plan with its devices numbered as that file's — each offer's
+/// nodes it uses, in order. `offered` is the cluster of everything the file offers (the plan's).
+struct RentedFiles {
+  Plan plan;
+  std::string cluster_toml;
+};
+Result<RentedFiles> PlanOnWhatIsRented(const std::string& offers_name_or_path, const Cluster& offered,
+                                       const Plan& plan);
+
 }  // namespace motley

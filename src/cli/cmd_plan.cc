@@ -3,6 +3,7 @@
 //             [--profile F] [--compare] [--explain] [--json] [-o plan.toml]
 // What it computes is plan_query.h's; here, how it is printed.
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "api/offer_plan.h"
 #include "api/plan_inputs.h"
 #include "api/plan_query.h"
 #include "api/table_printer.h"
@@ -243,6 +245,35 @@ std::optional<int> FinishMoneyFlags(const MoneyFlags& money, PlanQuery* query) {
 
 }  // namespace
 
+namespace {
+
+// Where a plan chosen from offers keeps the cluster file of what it rents: beside it,
+// "<plan's stem>.cluster.toml".
+std::string RentedClusterPath(const std::string& out_path) {
+  std::filesystem::path p(out_path);
+  return (p.parent_path() / (p.stem().string() + ".cluster.toml")).string();
+}
+
+// The chosen plan, its file references as its folder sees them (it may be written elsewhere); one
+// chosen from offers gets the cluster file of what it rents beside it, its devices numbered as
+// that file's, so that it can be simulated and run.
+Status WriteChosenPlan(const std::string& out_path, const PlanAnswer& a) {
+  Plan written = a.chosen.plan;
+  if (!a.query.offers.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(RentedFiles rented, PlanOnWhatIsRented(a.query.offers, *a.cluster, written));
+    MOTLEY_RETURN_IF_ERROR(AtomicWriteFile(RentedClusterPath(out_path), rented.cluster_toml));
+    written = std::move(rented.plan);
+    written.cluster = std::filesystem::path(RentedClusterPath(out_path)).filename().string();
+  } else {
+    written.cluster = ReferenceFromPlanAt(out_path, written.cluster);
+  }
+  written.model = ReferenceFromPlanAt(out_path, written.model);
+  return AtomicWriteFile(
+      out_path, out_path.ends_with(".json") ? PlanToJson(written).dump(2) + "\n" : PlanToToml(written));
+}
+
+}  // namespace
+
 int RunPlan(const std::vector<std::string>& args) {
   CLI::App app(
       "Choose how to train: the plan with the shortest simulated step that fits, from the strategy "
@@ -316,16 +347,8 @@ int RunPlan(const std::vector<std::string>& args) {
   const Cluster& cluster = *a.cluster;
   const StrategyOutcome& chosen = a.chosen;
   const std::vector<StrategyOutcome>& rows = a.rows;
-  if (!out_path.empty() && chosen.status.ok()) {
-    // File references as the written plan's folder sees them (it may be written elsewhere).
-    Plan written = chosen.plan;
-    written.model = ReferenceFromPlanAt(out_path, written.model);
-    written.cluster = ReferenceFromPlanAt(out_path, written.cluster);
-    if (Status s = AtomicWriteFile(
-            out_path, out_path.ends_with(".json") ? PlanToJson(written).dump(2) + "\n" : PlanToToml(written));
-        !s.ok())
-      return fail(s);
-  }
+  if (!out_path.empty() && chosen.status.ok())
+    if (Status s = WriteChosenPlan(out_path, a); !s.ok()) return fail(s);
 
   const int64_t tokens = global_batch_tokens;
   if (json) {
@@ -357,7 +380,9 @@ int RunPlan(const std::vector<std::string>& args) {
   }
   if (explain && !query.compare) fmt::print("why: {}\n", chosen.explain);
   if (explain) PrintWhereTimeAndMemoryGo(a, query.gradient_clipping);
-  if (!out_path.empty()) fmt::print("written to {}\n", out_path);
+  if (!out_path.empty())
+    fmt::print("written to {}{}\n", out_path,
+               query.offers.empty() ? "" : fmt::format(" (what it rents: {})", RentedClusterPath(out_path)));
   return kExitOk;
 }
 

@@ -5,6 +5,7 @@
 #include "core/builtin_files.h"
 #include "core/cluster_parse.h"
 #include "core/offers.h"
+#include "core/offers_cluster.h"
 #include "core/units.h"
 
 namespace motley {
@@ -161,6 +162,38 @@ TEST(Offers, AnAllocationIsAPricedClusterOfSoManyNodesOfEachOffer) {
   EXPECT_EQ(c.regions.size(), 2u);
   EXPECT_EQ(DescribeAllocation(*o, {1, 0, 2}), "1 x a100 (8 a100-40gb), 2 x a10g (16 a10g)");
   EXPECT_EQ(AllOffered(*o), (Allocation{2, 4, 2}));
+}
+
+// What was chosen from an offers file, as a cluster file: the same nodes, devices, prices and
+// network as ClusterOfAllocation, egress only between the regions taken, and a clear error where a
+// cluster file cannot say it.
+TEST(Offers, TheClusterFileOfAnAllocationReadsBackAsItsCluster) {
+  Result<OfferList> o = LoadOffers("small-mix");
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  for (const Allocation& nodes : {Allocation{1, 0, 2}, Allocation{2, 3, 0}, Allocation{0, 0, 1}}) {
+    Result<std::string> text = ClusterTomlOfAllocation("small-mix", nodes);
+    ASSERT_TRUE(text.ok()) << text.status().message();
+    Result<Cluster> read = ParseClusterToml(*text, "rented.toml");
+    ASSERT_TRUE(read.ok()) << read.status().message() << "\n" << *text;
+    const Cluster want = ClusterOfAllocation(*o, nodes);
+    ASSERT_EQ(read->num_devices(), want.num_devices());
+    ASSERT_EQ(read->nodes.size(), want.nodes.size());
+    for (size_t n = 0; n < want.nodes.size(); ++n) {
+      EXPECT_EQ(read->nodes[n].name, want.nodes[n].name);
+      EXPECT_EQ(read->nodes[n].device_type, want.nodes[n].device_type);
+      EXPECT_EQ(read->nodes[n].region, want.nodes[n].region);
+      ASSERT_TRUE(read->nodes[n].price.has_value());
+      EXPECT_EQ(read->nodes[n].price->usd_per_hour, want.nodes[n].price->usd_per_hour);
+      EXPECT_EQ(read->nodes[n].price->source, want.nodes[n].price->source);
+    }
+    for (int d = 0; d < want.num_devices(); ++d)
+      EXPECT_EQ(read->LinkBetween(0, d).bandwidth_bytes_per_s, want.LinkBetween(0, d).bandwidth_bytes_per_s);
+    EXPECT_EQ(read->regions, want.regions);
+    EXPECT_EQ(read->egress.size(), want.regions.size() > 1 ? 2u : 0u);
+  }
+  Result<std::string> none = ClusterTomlOfAllocation("small-mix", {0, 0, 0});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no node"), std::string::npos) << none.status().message();
 }
 
 TEST(Offers, ABadOffersFileIsOneErrorNamingTheLineAndTheFix) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -138,6 +139,36 @@ price = "0.98 USD/h"
   j = PlanJson(args + " --objective cost");
   ASSERT_TRUE(j.contains("front"));
   EXPECT_NE(j["why_chosen"].get<std::string>().find("(cost)"), std::string::npos);
+}
+
+// A plan chosen from offers is written with the cluster file of what it rents beside it, its devices
+// numbered as that file's: it validates, and simulating it predicts the step the planner chose it by
+// (a ZeRO plan on one offer, and a pipeline over two, whose microbatch routing is renumbered too).
+TEST(Money, APlanChosenFromOffersIsWrittenWithTheClusterItRents) {
+  TempDir dir;
+  const std::string base =
+      "plan --offers small-mix --model llama-100m --seq-len 512 --global-batch-tokens 262144 ";
+  auto step = [](const std::string& output, const std::string& before) {
+    const size_t at = output.find(before);
+    if (at == std::string::npos) return std::string("(none)");
+    const size_t begin = at + before.size();
+    return output.substr(begin, output.find(" ms", begin) - begin);
+  };
+  int n = 0;
+  for (const std::string objective :
+       {"--objective cost", "--objective time-within-budget --budget-per-hour 53"}) {
+    const std::string plan = (dir.path() / fmt::format("p{}.toml", n++)).string();
+    CliRun r = Motley(base + objective + " -o " + plan);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string rented = plan.substr(0, plan.size() - 5) + ".cluster.toml";
+    EXPECT_NE(r.output.find("what it rents: " + rented), std::string::npos) << r.output;
+    CliRun v = Motley("validate " + rented + " " + plan);
+    EXPECT_EQ(v.exit_code, 0) << v.output;
+    CliRun sim = Motley("simulate --plan " + plan);
+    ASSERT_EQ(sim.exit_code, 0) << sim.output;
+    EXPECT_EQ(step(sim.output, "step "), step(r.output, "predicted step ")) << r.output << "\n" << sim.output;
+    EXPECT_NE(sim.output.find("small-mix (rented)"), std::string::npos) << sim.output;
+  }
 }
 
 TEST(Money, FlagsThatDoNotFitSayWhichAndWhy) {
