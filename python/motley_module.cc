@@ -84,6 +84,7 @@ struct MoneyArgs {
   std::optional<std::string> offers, objective, deadline;
   double budget_per_hour = 0, max_cost_per_token = 0, min_tokens_per_s = 0, tokens = 0;
   int offer_evaluations = 150;
+  std::optional<std::string> checkpoint_interval, restart_time;  // spot devices' interruptions
 };
 
 void ApplyMoney(const MoneyArgs& m, PlanQuery* q) {
@@ -95,6 +96,9 @@ void ApplyMoney(const MoneyArgs& m, PlanQuery* q) {
   q->train_tokens = m.tokens;
   q->offer_evaluations = m.offer_evaluations;
   if (m.deadline) q->deadline_s = ValueOrRaise(ParseDuration(*m.deadline));
+  if (m.checkpoint_interval)
+    q->interruptions.checkpoint_interval_s = ValueOrRaise(ParseDuration(*m.checkpoint_interval));
+  if (m.restart_time) q->interruptions.restart_s = ValueOrRaise(ParseDuration(*m.restart_time));
 }
 
 py::object PlanFor(const std::optional<std::string>& cluster, const std::string& model, int64_t seq_len,
@@ -198,11 +202,13 @@ PYBIND11_MODULE(motley, m) {
          const std::string& flextp_mode, const std::optional<std::string>& straggler, bool timing,
          const std::optional<std::string>& offers, const std::optional<std::string>& objective,
          double budget_per_hour, double max_cost_per_token, const std::optional<std::string>& deadline,
-         double min_tokens_per_s, double tokens, int offer_evaluations) {
+         double min_tokens_per_s, double tokens, int offer_evaluations,
+         const std::optional<std::string>& checkpoint_interval,
+         const std::optional<std::string>& restart_time) {
         return PlanFor(cluster, model, seq_len, global_batch_tokens, strategy, precision, profile, compare,
                        gradient_clipping, flextp_mode, straggler, timing,
                        {offers, objective, deadline, budget_per_hour, max_cost_per_token, min_tokens_per_s,
-                        tokens, offer_evaluations});
+                        tokens, offer_evaluations, checkpoint_interval, restart_time});
       },
       py::arg("cluster"), py::arg("model"), py::kw_only(), py::arg("seq_len"), py::arg("global_batch_tokens"),
       py::arg("strategy") = "auto", py::arg("precision") = "bf16", py::arg("profile") = py::none(),
@@ -211,11 +217,14 @@ PYBIND11_MODULE(motley, m) {
       py::arg("objective") = py::none(), py::arg("budget_per_hour") = 0.0,
       py::arg("max_cost_per_token") = 0.0, py::arg("deadline") = py::none(),
       py::arg("min_tokens_per_s") = 0.0, py::arg("tokens") = 0.0, py::arg("offer_evaluations") = 150,
+      py::arg("checkpoint_interval") = py::none(), py::arg("restart_time") = py::none(),
       "`motley plan ... --json`: the chosen plan's figures, the plan itself under \"plan\" (pass it to "
       "simulate()), every strategy's under \"candidates\" with compare=True, and \"error\" when none fits. "
       "cluster=None with offers=\"FILE\" chooses what to rent (objective, budget_per_hour, "
       "max_cost_per_token, deadline=\"72h\" with tokens, min_tokens_per_s): \"money\", \"front\" and "
-      "\"why_chosen\" then say its price, the front of price and speed, and why.");
+      "\"why_chosen\" then say its price, the front of price and speed, and why; spot devices are judged by "
+      "their expected speed (checkpoint_interval=\"30min\", restart_time=\"10min\": what an interruption "
+      "loses).");
   m.def("simulate", &SimulatePlan, py::arg("plan"), py::kw_only(), py::arg("cluster") = py::none(),
         py::arg("model") = py::none(), py::arg("profile") = py::none(),
         py::arg("stragglers") = std::vector<std::string>{}, py::arg("flextp_mode") = py::none(),

@@ -50,6 +50,14 @@ def test_plan_chooses_what_to_rent_as_the_command_line_does():
     assert ours["money"]["job_s"] == pytest.approx(2e9 / ours["money"]["tokens_per_s"])
     with pytest.raises(Exception, match="needs a budget"):
         motley.plan(None, "llama-100m", offers="small-mix", objective="time-within-budget", **args)
+    # What a spot interruption loses is taken as the command line takes it.
+    slow = motley.plan(None, "llama-100m", offers="small-mix", objective="cost", checkpoint_interval="2h",
+                       restart_time="1h", **args)
+    assert slow == cli_json("plan", "--offers", "small-mix", "--model", "llama-100m", "--seq-len", "512",
+                            "--global-batch-tokens", "262144", "--objective", "cost",
+                            "--checkpoint-interval", "2h", "--restart-time", "1h")
+    with pytest.raises(Exception, match="duration"):
+        motley.plan(None, "llama-100m", offers="small-mix", restart_time="soon", **args)
 
 
 def test_a_planned_plan_simulates_to_its_predicted_step():

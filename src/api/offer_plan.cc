@@ -17,7 +17,8 @@ namespace {
 
 PlanMoney MoneyOf(const PlanAnswer& a, const StrategyOutcome& o) {
   return PriceOfPlan(*a.cluster, o.plan.devices(), o.evaluation.step_time_s,
-                     static_cast<double>(a.query.global_batch_tokens), o.evaluation.region_traffic);
+                     static_cast<double>(a.query.global_batch_tokens), o.evaluation.region_traffic,
+                     a.query.interruptions);
 }
 
 std::string Describe(const PlanAnswer& a, const NodeGroups& groups, const std::vector<int>& nodes) {
@@ -64,6 +65,7 @@ NodeGroups GroupsOfOffers(const OfferList& offers) {
     g.nodes.emplace_back();
     for (int k = 0; k < o.max_nodes; ++k) g.nodes.back().push_back(node++);
   }
+  g.within = [offers](const Allocation& a) { return WithinOffers(offers, a); };
   return g;
 }
 
@@ -194,7 +196,9 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
     AllocationOutcome o;
     o.nodes = alloc;
     o.feasible = std::isfinite(step_s);
-    o.tokens_per_s = o.feasible ? static_cast<double>(a->query.global_batch_tokens) / step_s : 0;
+    o.tokens_per_s = o.feasible ? static_cast<double>(a->query.global_batch_tokens) / step_s *
+                                      Availability(*a->cluster, devices, a->query.interruptions)
+                                : 0;
     o.usd_per_hour = DevicesUsdPerHour(*a->cluster, devices);
     return o;
   };
@@ -207,6 +211,7 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
   std::vector<int> max_nodes;
   for (const auto& g : groups.nodes) max_nodes.push_back(static_cast<int>(g.size()));
   config.max_evaluations = a->query.offer_evaluations;
+  config.within = groups.within;
   if (a->query.offer_evaluations == 0) {
     double all = 1;
     for (int m : max_nodes) all *= m + 1;
@@ -217,7 +222,7 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
           all - 1));
   }
   const OfferSearchResult result = a->query.offer_evaluations == 0
-                                       ? SearchAllOffers(max_nodes, evaluate)
+                                       ? SearchAllOffers(max_nodes, evaluate, groups.within)
                                        : SearchOffers(max_nodes, evaluate, config);
   a->allocations_planned = result.evaluated;
   for (const AllocationOutcome& f : result.front) a->front.push_back(made[static_cast<size_t>(f.index)]);

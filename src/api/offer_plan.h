@@ -6,6 +6,7 @@
 // nodes of each group, and the planner plans on exactly its devices (every strategy auto knows).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ namespace motley {
 struct NodeGroups {
   std::vector<std::vector<int>> nodes;
   std::vector<std::string> names;  // the offer's name, or the class's first node's
+  // An allocation cut to what can be taken together (an offers file's rows offered on demand and
+  // as spot share their nodes); empty: anything within each group's nodes.
+  std::function<Allocation(const Allocation&)> within;
 };
 NodeGroups GroupsOfOffers(const OfferList& offers);
 NodeGroups GroupsOfCluster(const Cluster& cluster);

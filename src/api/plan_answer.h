@@ -46,6 +46,9 @@ struct PlanQuery {
   // Allocations the search over what to rent plans at most (plan/offer_search.h); 0: every one
   // (for small offer lists: exact).
   int offer_evaluations = 150;
+  // What an interruption of a spot device costs (cost/money.h): spot devices' plans are judged by
+  // their expected speed.
+  InterruptionCost interruptions;
 };
 
 /// A plan on what can be rented: the allocation, what the planner made of it, and its price.

@@ -89,7 +89,13 @@ nlohmann::json MoneyJson(const PlanMoney& m, double train_tokens) {
                       {"compute_usd_per_hour", m.compute_usd_per_hour},
                       {"egress_usd_per_hour", m.egress_usd_per_hour},
                       {"usd_per_million_tokens", m.usd_per_million_tokens},
-                      {"inter_region_bytes_per_step", m.inter_region_bytes_per_step}};
+                      {"inter_region_bytes_per_step", m.inter_region_bytes_per_step},
+                      {"spot_devices", m.spot_devices},
+                      {"interruptions_per_hour", m.interruptions_per_hour},
+                      {"availability", m.availability},
+                      {"nominal_tokens_per_s", m.nominal_tokens_per_s},
+                      {"on_demand_usd_per_hour", m.on_demand_usd_per_hour},
+                      {"on_demand_usd_per_million_tokens", m.on_demand_usd_per_million_tokens}};
   if (train_tokens > 0) {
     j["job_tokens"] = train_tokens;
     j["job_s"] = train_tokens / m.tokens_per_s;

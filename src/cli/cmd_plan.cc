@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -146,7 +147,7 @@ void PrintWhereTimeAndMemoryGo(const PlanAnswer& a, bool gradient_clipping) {
 }
 
 // "$41.20/h (compute $40.96, egress $0.24) | $2.31 a million tokens | the job: 2.4 days, $2,380".
-std::string MoneySummary(const PlanMoney& m, double train_tokens) {
+std::string MoneySummary(const PlanMoney& m, double train_tokens, const InterruptionCost& cost) {
   std::string out = fmt::format("price {}/h (devices {}, egress {}) | {} a million tokens",
                                 FormatUsd(m.usd_per_hour), FormatUsd(m.compute_usd_per_hour),
                                 FormatUsd(m.egress_usd_per_hour), FormatUsd(m.usd_per_million_tokens));
@@ -157,6 +158,15 @@ std::string MoneySummary(const PlanMoney& m, double train_tokens) {
     out += fmt::format(" | the job ({} tokens): {}, {}", FormatCount(train_tokens),
                        FormatLongDuration(seconds), FormatUsd(m.usd_per_hour * seconds / 3600));
   }
+  if (m.spot_devices > 0)
+    out += fmt::format(
+        "\nspot: {} devices, {:.3g} interruptions an hour together, each losing half a checkpoint interval "
+        "({}) and a restart ({}): it trains {:.1f}% of the time, {:.0f} of {:.0f} tokens/s expected; the "
+        "same "
+        "devices on demand: {}/h, {} a million tokens",
+        m.spot_devices, m.interruptions_per_hour, FormatDuration(cost.checkpoint_interval_s / 2),
+        FormatDuration(cost.restart_s), 100 * m.availability, m.tokens_per_s, m.nominal_tokens_per_s,
+        FormatUsd(m.on_demand_usd_per_hour), FormatUsd(m.on_demand_usd_per_million_tokens));
   return out;
 }
 
@@ -191,8 +201,9 @@ void PrintFront(const PlanAnswer& a) {
 // The money flags (api/offer_plan.h): where the devices come from (--cluster or --offers), the
 // objective and its limits, the job's tokens.
 struct MoneyFlags {
-  std::string deadline;          // a duration, "72h"
-  double max_usd_per_token = 0;  // dollars a token
+  std::string deadline;                           // a duration, "72h"
+  double max_usd_per_token = 0;                   // dollars a token
+  std::string checkpoint_interval, restart_time;  // durations
 };
 
 void AddMoneyFlags(CLI::App& app, PlanQuery* query, MoneyFlags* money) {
@@ -222,6 +233,10 @@ void AddMoneyFlags(CLI::App& app, PlanQuery* query, MoneyFlags* money) {
   app.add_option("--tokens", query->train_tokens,
                  "the job's tokens (e.g. 2e10): its total time and cost beside each priced plan")
       ->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint-interval", money->checkpoint_interval,
+                 "spot devices: how often the run checkpoints (default 30min); an interruption loses half");
+  app.add_option("--restart-time", money->restart_time,
+                 "spot devices: from an interruption to training again (default 10min)");
 }
 
 // Checks what the money flags say together; an exit code when they cannot be used.
@@ -232,13 +247,17 @@ std::optional<int> FinishMoneyFlags(const MoneyFlags& money, PlanQuery* query) {
     return kExitUsage;
   }
   query->max_usd_per_million_tokens = money.max_usd_per_token * 1e6;
-  if (!money.deadline.empty()) {
-    Result<double> s = ParseDuration(money.deadline);
+  for (auto [flag, text, seconds] :
+       {std::tuple{"--deadline", &money.deadline, &query->deadline_s},
+        {"--checkpoint-interval", &money.checkpoint_interval, &query->interruptions.checkpoint_interval_s},
+        {"--restart-time", &money.restart_time, &query->interruptions.restart_s}}) {
+    if (text->empty()) continue;
+    Result<double> s = ParseDuration(*text);
     if (!s.ok()) {
-      fmt::print(stderr, "motley plan: --deadline: {}\n", s.status().message());
+      fmt::print(stderr, "motley plan: {}: {}\n", flag, s.status().message());
       return kExitUsage;
     }
-    query->deadline_s = *s;
+    *seconds = *s;
   }
   return std::nullopt;
 }
@@ -369,7 +388,7 @@ int RunPlan(const std::vector<std::string>& args) {
   fmt::print("predicted step {} | {:.0f} tokens/s | {:.1f} TFLOPS | HFU {:.1f}%\n",
              FormatDuration(chosen.evaluation.step_time_s), tokens / chosen.evaluation.step_time_s,
              chosen.evaluation.tflops, 100 * chosen.evaluation.hfu);
-  if (a.money) fmt::print("{}\n", MoneySummary(*a.money, query.train_tokens));
+  if (a.money) fmt::print("{}\n", MoneySummary(*a.money, query.train_tokens, query.interruptions));
   if (!a.objective_why.empty()) fmt::print("chosen: {}\n", a.objective_why);
   if (const FlexTpChoice* c = a.FlexTpOf(chosen)) {
     if (c->mode.empty())

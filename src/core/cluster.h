@@ -38,6 +38,9 @@ struct NodeSpec {
       host;  // the machine it is (a hostname or address; "" = unnamed): ranks find their devices by it
   std::vector<EmulationConfig> emulation;  // empty, or one per device
   std::optional<DevicePrice> price;        // what one of its devices costs (a cluster file's [[prices]])
+  // Rented as spot (preemptible) capacity: its devices cost the price's spot_usd_per_hour and are
+  // interrupted at its spot_interruptions_per_hour (cost/money.h prices what that costs a run).
+  bool spot = false;
 };
 
 /// A measured bandwidth (and optionally latency) between two nodes or two regions, replacing the

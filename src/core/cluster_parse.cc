@@ -164,6 +164,7 @@ std::vector<NodeSpec> ParseNode(TomlTable& t, const GpuCatalog& catalog) {
   const GpuSpec* spec = ReadNodeDevices(t, catalog, &node);
   int replicas = static_cast<int>(t.Int("replicas", 1, kMaxReplicas).value_or(1));
   if (auto v = t.String("region")) node.region = *v;
+  if (auto v = t.Bool("spot")) node.spot = *v;
   if (auto v = t.String("host")) {
     if (v->find_first_of(" \t\n'\"$`\\;&|<>(){}") != std::string::npos)
       t.Error(
@@ -268,9 +269,25 @@ void ApplyPrices(TomlTable& root, std::vector<TomlTable>& node_tables,
       root.Error("egress",
                  "egress prices without device prices price nothing: add [[prices]] rows for the "
                  "nodes' devices (device, region, price = \"2.99 USD/h\")");
+    for (size_t n = 0; n < c->nodes.size(); ++n)
+      if (c->nodes[n].spot) {
+        node_tables[table_of_node[n]].Error(
+            "spot",
+            "a spot node needs its prices: add a [[prices]] row for its device with price, "
+            "spot_price and spot_interruptions_per_hour");
+        break;
+      }
     return;
   }
   std::set<size_t> told;  // one error a [[nodes]] entry, whatever its replicas
+  for (size_t n = 0; n < c->nodes.size() && rows_read; ++n)
+    if (c->nodes[n].spot && c->nodes[n].price && !c->nodes[n].price->spot_usd_per_hour &&
+        told.insert(table_of_node[n]).second)
+      node_tables[table_of_node[n]].Error(
+          "spot", fmt::format("node '{}' is spot, and its price row ({} in region {}) has no spot price: add "
+                              "spot_price = \"1.10 USD/h\" and spot_interruptions_per_hour = 0.05 (your "
+                              "figures) to it, or remove spot = true",
+                              c->nodes[n].name, c->nodes[n].device_type, c->nodes[n].region));
   for (size_t n = 0; n < c->nodes.size() && rows_read; ++n)
     if (!c->nodes[n].price && told.insert(table_of_node[n]).second)
       node_tables[table_of_node[n]].ErrorHere(fmt::format(

@@ -64,12 +64,15 @@ Result<std::string> ValidateConfigText(std::string_view text, const std::string&
     case ConfigKind::kOffers: {
       MOTLEY_ASSIGN_OR_RETURN(OfferList o, ParseOffersToml(text, file));
       std::set<std::string> regions, types;
+      size_t rows = 0, spot = 0;
       for (const Offer& offer : o.offers) {
         regions.insert(offer.node.region);
         types.insert(offer.node.device_type);
+        ++(offer.spot_of < 0 ? rows : spot);
       }
-      return fmt::format("offers: {} rows of {} device types in {} region(s), up to {} devices",
-                         o.offers.size(), types.size(), regions.size(), o.max_devices());
+      return fmt::format("offers: {} rows of {} device types in {} region(s), up to {} devices{}", rows,
+                         types.size(), regions.size(), o.max_devices(),
+                         spot ? fmt::format(", {} of the rows as spot too", spot) : "");
     }
   }
   return Status::Internal("unknown config kind");

@@ -1,5 +1,6 @@
 #include "core/offers.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -43,7 +44,8 @@ void ParseOffer(TomlTable& t, const GpuCatalog& catalog, OfferList* list) {
 
 int OfferList::max_devices() const {
   int n = 0;
-  for (const Offer& o : offers) n += o.max_nodes * o.node.num_devices;
+  for (const Offer& o : offers)
+    if (o.spot_of < 0) n += o.max_nodes * o.node.num_devices;
   return n;
 }
 
@@ -51,6 +53,14 @@ Allocation AllOffered(const OfferList& offers) {
   Allocation all;
   for (const Offer& o : offers.offers) all.push_back(o.max_nodes);
   return all;
+}
+
+Allocation WithinOffers(const OfferList& offers, Allocation nodes) {
+  MOTLEY_CHECK_EQ(nodes.size(), offers.offers.size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (const int row = offers.offers[i].spot_of; row >= 0)
+      nodes[i] = std::min(nodes[i], offers.offers[i].max_nodes - nodes[static_cast<size_t>(row)]);
+  return nodes;
 }
 
 Cluster ClusterOfAllocation(const OfferList& offers, const Allocation& nodes) {
@@ -110,6 +120,20 @@ Result<OfferList> ParseOffersToml(std::string_view text, const std::string& file
       t.ErrorHere(
           "missing nic_bandwidth: motley needs each node's network bandwidth to other nodes; add "
           "nic_bandwidth = \"100Gbps\" (the figure of the instance type)");
+  }
+  // Each row with a spot price offers its nodes as spot too.
+  for (size_t i = 0, rows_read = list.offers.size(); i < rows_read; ++i) {
+    if (!list.offers[i].node.price->spot_usd_per_hour) continue;
+    Offer spot = list.offers[i];
+    spot.name = spot.node.name = list.offers[i].name + "-spot";
+    spot.node.spot = true;
+    spot.spot_of = static_cast<int>(i);
+    if (names.count(spot.name))
+      root.ErrorHere(
+          fmt::format("offer '{}' has a spot price, and its spot nodes are named '{}', the name of the "
+                      "offer at {}: rename that one",
+                      list.offers[i].name, spot.name, names.at(spot.name).ToString()));
+    list.offers.push_back(std::move(spot));
   }
   if (root.Has("offers") && rows.empty() && !diag.has_errors())
     root.Error("offers", "the file offers nothing; add at least one [[offers]] row");

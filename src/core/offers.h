@@ -18,6 +18,10 @@ struct Offer {
   std::string name;   // unique in the file: the row's name, or "<device>@<region>"
   NodeSpec node;      // one node of it: its devices, links, region and price
   int max_nodes = 1;  // up to this many nodes can be taken
+  // A row with a spot price is two offers: its on-demand nodes, and after every row's, the same
+  // nodes as spot ("<name>-spot", node.spot) — sharing the row's max_nodes: this is the on-demand
+  // offer's index for the spot one, -1 otherwise.
+  int spot_of = -1;
 };
 
 struct OfferList {
@@ -34,8 +38,13 @@ struct OfferList {
 /// How many nodes of each offer (same order as OfferList::offers).
 using Allocation = std::vector<int>;
 
-/// Every node of every offer.
+/// Every node of every offer: on demand and, where a row has a spot price, as spot too — what
+/// might be taken (one allocation takes a row's nodes at most once: WithinOffers).
 Allocation AllOffered(const OfferList& offers);
+
+/// The allocation with each spot offer cut to what its row's on-demand offer leaves (a row's nodes
+/// are taken once, on demand or as spot).
+Allocation WithinOffers(const OfferList& offers, Allocation nodes);
 
 /// The cluster of an allocation: `nodes[i]` nodes of offer i ("<offer>-<k>"), priced, with the
 /// file's network and egress. REQUIRES: nodes.size() == offers.size(), 0 <= nodes[i] <= max_nodes,

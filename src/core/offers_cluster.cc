@@ -38,9 +38,10 @@ Result<std::string> ClusterTomlOfAllocation(const std::string& offers_name_or_pa
   const auto& [text, file] = text_and_file;
   // Validated first: the rows below are then well formed.
   MOTLEY_ASSIGN_OR_RETURN(const OfferList offers, ParseOffersToml(text, file));
-  if (nodes.size() != offers.offers.size())
+  if (nodes.size() != offers.offers.size() || WithinOffers(offers, nodes) != nodes)
     return Status::InvalidArgument(
-        fmt::format("{} has {} offers, the allocation {} counts", file, offers.offers.size(), nodes.size()));
+        fmt::format("an allocation of {} ({} offers) counts {} offers or takes more than a row offers", file,
+                    offers.offers.size(), nodes.size()));
   Diagnostics diag;
   const std::unique_ptr<toml::table> root = ParseTomlText(text, file, &diag);
   if (!root) return diag.ToStatus();
@@ -55,10 +56,11 @@ Result<std::string> ClusterTomlOfAllocation(const std::string& offers_name_or_pa
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Offer& o = offers.offers[i];
     if (nodes[i] <= 0) continue;
-    const toml::table& row = *rows[i].as_table();
+    const toml::table& row = *rows[o.spot_of < 0 ? i : static_cast<size_t>(o.spot_of)].as_table();
     for (int k = 0; k < nodes[i]; ++k) {
       toml::table node;
       node.insert("name", fmt::format("{}-{}", o.name, k));
+      if (o.node.spot) node.insert("spot", true);
       for (const auto& [key, value] : row)
         if (!IsOfferOnlyKey(key.str())) node.insert(key.str(), value);
       node_rows.push_back(std::move(node));

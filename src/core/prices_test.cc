@@ -1,6 +1,10 @@
 // Prices in a cluster file ([[prices]], [[egress]]) and in an offers file: read, checked, and an
 // allocation of offers made into a priced cluster.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
 
 #include "core/builtin_files.h"
 #include "core/cluster_parse.h"
@@ -194,6 +198,61 @@ TEST(Offers, TheClusterFileOfAnAllocationReadsBackAsItsCluster) {
   Result<std::string> none = ClusterTomlOfAllocation("small-mix", {0, 0, 0});
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("no node"), std::string::npos) << none.status().message();
+}
+
+// A row with a spot price offers its nodes twice — on demand and as spot — and an allocation takes
+// them once; its cluster file marks the spot nodes, priced at the row's spot price.
+TEST(Offers, ARowWithASpotPriceOffersItsNodesOnDemandOrAsSpot) {
+  const std::string text = R"(
+[[offers]]
+name = "a"
+device = "a100-40gb"
+count = 8
+nic_bandwidth = "400Gbps"
+region = "east"
+nodes = 3
+price = "1.84 USD/h"
+spot_price = "0.90 USD/h"
+spot_interruptions_per_hour = 0.01
+source = "test"
+[[offers]]
+name = "t"
+device = "t4"
+count = 8
+nic_bandwidth = "100Gbps"
+region = "east"
+nodes = 2
+price = "0.98 USD/h"
+source = "test"
+)";
+  Result<OfferList> o = ParseOffersToml(text, "spot.toml");
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  ASSERT_EQ(o->offers.size(), 3u);
+  EXPECT_EQ(o->offers[2].name, "a-spot");
+  EXPECT_EQ(o->offers[2].spot_of, 0);
+  EXPECT_TRUE(o->offers[2].node.spot);
+  EXPECT_FALSE(o->offers[0].node.spot);
+  EXPECT_EQ(o->max_devices(), 3 * 8 + 2 * 8);
+  EXPECT_EQ(WithinOffers(*o, {2, 1, 3}), (Allocation{2, 1, 1}));
+  EXPECT_EQ(WithinOffers(*o, {0, 2, 3}), (Allocation{0, 2, 3}));
+
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / fmt::format("motley_spot_offers_{}.toml", ::getpid());
+  std::ofstream(file) << text;
+  Result<std::string> rented = ClusterTomlOfAllocation(file.string(), {1, 2, 2});
+  EXPECT_FALSE(ClusterTomlOfAllocation(file.string(), {2, 0, 2}).ok()) << "four of the row's three nodes";
+  std::filesystem::remove(file);
+  ASSERT_TRUE(rented.ok()) << rented.status().message();
+  Result<Cluster> c = ParseClusterToml(*rented, "rented.toml");
+  ASSERT_TRUE(c.ok()) << c.status().message() << "\n" << *rented;
+  ASSERT_EQ(c->nodes.size(), 5u);
+  for (const NodeSpec& n : c->nodes) {
+    EXPECT_EQ(n.spot, n.name.starts_with("a-spot-")) << n.name;
+    ASSERT_TRUE(n.price.has_value());
+    if (n.spot) {
+      EXPECT_EQ(n.price->spot_usd_per_hour, 0.90);
+    }
+  }
 }
 
 TEST(Offers, ABadOffersFileIsOneErrorNamingTheLineAndTheFix) {

@@ -4,21 +4,46 @@
 
 namespace motley {
 
-double DevicesUsdPerHour(const Cluster& cluster, const std::vector<int>& devices) {
+double DevicesUsdPerHour(const Cluster& cluster, const std::vector<int>& devices, bool on_demand) {
   double usd = 0;
   for (int d : devices) {
     const NodeSpec& node = cluster.node_of(d);
     MOTLEY_CHECK_MSG(node.price.has_value(), node.name);
-    usd += node.price->usd_per_hour;
+    MOTLEY_CHECK_MSG(!node.spot || node.price->spot_usd_per_hour.has_value(), node.name);
+    usd += node.spot && !on_demand ? *node.price->spot_usd_per_hour : node.price->usd_per_hour;
   }
   return usd;
 }
 
+namespace {
+
+double InterruptionsPerHour(const Cluster& cluster, const std::vector<int>& devices, int* spot_devices) {
+  double rate = 0;
+  for (int d : devices)
+    if (const NodeSpec& node = cluster.node_of(d); node.spot) {
+      rate += node.price->spot_interruptions_per_hour;
+      ++*spot_devices;
+    }
+  return rate;
+}
+
+}  // namespace
+
+double Availability(const Cluster& cluster, const std::vector<int>& devices, const InterruptionCost& cost) {
+  int spot = 0;
+  const double rate = InterruptionsPerHour(cluster, devices, &spot);
+  return 1 / (1 + rate * (cost.checkpoint_interval_s / 2 + cost.restart_s) / 3600);
+}
+
 PlanMoney PriceOfPlan(const Cluster& cluster, const std::vector<int>& devices, double step_s,
-                      double tokens_per_step, const std::vector<RegionBytes>& traffic) {
+                      double tokens_per_step, const std::vector<RegionBytes>& traffic,
+                      const InterruptionCost& interruptions) {
   MOTLEY_CHECK(step_s > 0);
   PlanMoney m;
-  m.tokens_per_s = tokens_per_step / step_s;
+  m.nominal_tokens_per_s = tokens_per_step / step_s;
+  m.interruptions_per_hour = InterruptionsPerHour(cluster, devices, &m.spot_devices);
+  m.availability = Availability(cluster, devices, interruptions);
+  m.tokens_per_s = m.nominal_tokens_per_s * m.availability;
   m.compute_usd_per_hour = DevicesUsdPerHour(cluster, devices);
   const double steps_per_hour = 3600 / step_s;
   for (const RegionBytes& t : traffic) {
@@ -29,8 +54,12 @@ PlanMoney PriceOfPlan(const Cluster& cluster, const std::vector<int>& devices, d
     m.egress_usd_per_hour += t.bytes / 1e9 * *usd_per_gb * steps_per_hour;
     m.inter_region_bytes_per_step += t.bytes;
   }
+  // On demand the traffic flows all the time; with interruptions, while the run trains.
+  m.on_demand_usd_per_hour = DevicesUsdPerHour(cluster, devices, /*on_demand=*/true) + m.egress_usd_per_hour;
+  m.egress_usd_per_hour *= m.availability;
   m.usd_per_hour = m.compute_usd_per_hour + m.egress_usd_per_hour;
   m.usd_per_million_tokens = m.usd_per_hour / (m.tokens_per_s * 3600) * 1e6;
+  m.on_demand_usd_per_million_tokens = m.on_demand_usd_per_hour / (m.nominal_tokens_per_s * 3600) * 1e6;
   return m;
 }
 

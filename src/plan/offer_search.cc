@@ -65,7 +65,8 @@ class Search {
 
   // Plans an allocation once (the answer is remembered under what it was given and what its plan
   // uses). False when the evaluations have run out.
-  bool Try(const Allocation& a) {
+  bool Try(const Allocation& given) {
+    const Allocation a = config_.within ? config_.within(given) : given;
     if (std::all_of(a.begin(), a.end(), [](int n) { return n == 0; })) return true;
     if (seen_.count(a)) return true;
     if (static_cast<int>(outcomes_.size()) >= budget_) return false;
@@ -254,7 +255,8 @@ OfferSearchResult SearchOffers(const std::vector<int>& max_nodes, const Allocati
   return search.Result();
 }
 
-OfferSearchResult SearchAllOffers(const std::vector<int>& max_nodes, const AllocationEvaluator& evaluate) {
+OfferSearchResult SearchAllOffers(const std::vector<int>& max_nodes, const AllocationEvaluator& evaluate,
+                                  const std::function<Allocation(const Allocation&)>& within) {
   std::vector<AllocationOutcome> all;
   Allocation a(max_nodes.size(), 0);
   while (true) {
@@ -262,6 +264,7 @@ OfferSearchResult SearchAllOffers(const std::vector<int>& max_nodes, const Alloc
     while (i < a.size() && a[i] == max_nodes[i]) a[i++] = 0;
     if (i == a.size()) break;
     ++a[i];
+    if (within && within(a) != a) continue;
     AllocationOutcome o = evaluate(a, 0);
     if (o.nodes.empty()) o.nodes = a;
     all.push_back(std::move(o));

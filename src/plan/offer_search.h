@@ -53,6 +53,10 @@ struct OfferSearchConfig {
   AllocationEvaluator estimate;
   int max_estimates = 20000;
   double near_estimate = 1.15;
+  // An allocation cut to what can be taken together, where offers share nodes (an offers file's
+  // row offered on demand and as spot: core/offers.h WithinOffers); empty: every allocation within
+  // max_nodes can.
+  std::function<Allocation(const Allocation&)> within;
 };
 
 struct OfferSearchResult {
@@ -65,7 +69,8 @@ OfferSearchResult SearchOffers(const std::vector<int>& max_nodes, const Allocati
                                const OfferSearchConfig& config = {});
 
 /// Every allocation (brute force): for tests of the search and small offer lists.
-OfferSearchResult SearchAllOffers(const std::vector<int>& max_nodes, const AllocationEvaluator& evaluate);
+OfferSearchResult SearchAllOffers(const std::vector<int>& max_nodes, const AllocationEvaluator& evaluate,
+                                  const std::function<Allocation(const Allocation&)>& within = {});
 
 /// What to optimise, and within what.
 enum class Objective { kTime, kCost, kTimeWithinBudget, kCostWithinDeadline };

@@ -212,3 +212,47 @@ TEST(OfferSearch, AConstraintNothingMeetsChoosesNothing) {
 
 }  // namespace
 }  // namespace motley
+
+namespace motley {
+namespace {
+
+// Offers that share nodes (a row on demand and as spot): neither search plans an allocation that
+// takes more of a row than it offers, and the search still finds the exact front's choices.
+TEST(OfferSearch, OffersThatShareNodesAreNeverTakenBeyondThem) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 20; ++trial) {
+    Market m = RandomMarket(rng, 2, 4);
+    // Offer 2 is offer 0's nodes as spot: cheaper and as fast.
+    m.max_nodes.push_back(m.max_nodes[0]);
+    m.speed.push_back(m.speed[0]);
+    m.usd.push_back(m.usd[0] * 0.5);
+    m.memory.push_back(m.memory[0]);
+    m.region.push_back(m.region[0]);
+    auto within = [&m](Allocation a) {
+      a[2] = std::min(a[2], m.max_nodes[0] - a[0]);
+      return a;
+    };
+    int beyond = 0;
+    AllocationEvaluator counted = [&](const Allocation& a, double need) {
+      if (a[0] + a[2] > m.max_nodes[0]) ++beyond;
+      return m(a, need);
+    };
+    const OfferSearchResult exact = SearchAllOffers(m.max_nodes, counted, within);
+    OfferSearchConfig config;
+    config.within = within;
+    config.region = m.region;
+    const OfferSearchResult found = SearchOffers(m.max_nodes, counted, config);
+    EXPECT_EQ(beyond, 0) << trial;
+    ASSERT_FALSE(exact.front.empty());
+    for (const ObjectiveSpec& spec : Objectives(exact.front)) {
+      const std::optional<AllocationOutcome> want = ChooseFromFront(exact.front, spec),
+                                             got = ChooseFromFront(found.front, spec);
+      ASSERT_EQ(want.has_value(), got.has_value()) << trial;
+      if (!want) continue;
+      EXPECT_LE(ObjectiveScore(spec, *got), ObjectiveScore(spec, *want) * 1.01) << trial;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace motley

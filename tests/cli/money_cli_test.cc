@@ -171,6 +171,71 @@ TEST(Money, APlanChosenFromOffersIsWrittenWithTheClusterItRents) {
   }
 }
 
+// Spot capacity, priced honestly: a row with a spot price is offered on demand and as spot, a plan
+// on spot devices is judged by its expected speed under their interruptions (the checkpoint
+// interval's half and the restart lost each time), and says what the same devices cost on demand.
+TEST(Money, SpotIsChosenByItsExpectedSpeedUnderInterruptions) {
+  TempDir dir;
+  auto offers = [&](double interruptions_per_hour) {
+    return dir.Write(fmt::format("spot-{}.toml", interruptions_per_hour),
+                     fmt::format(R"(
+name = "spot-mix"
+[[offers]]
+name = "a100"
+device = "a100-40gb"
+count = 8
+interconnect = "nvswitch"
+nic_bandwidth = "400Gbps"
+region = "east"
+nodes = 2
+price = "1.84 USD/h"
+spot_price = "0.90 USD/h"
+spot_interruptions_per_hour = {}
+source = "test figures"
+[[offers]]
+name = "t4"
+device = "t4"
+count = 8
+interconnect = "pcie"
+nic_bandwidth = "100Gbps"
+region = "east"
+nodes = 4
+price = "0.98 USD/h"
+source = "test figures"
+)",
+                                 interruptions_per_hour));
+  };
+  const std::string args =
+      " --model llama-100m --seq-len 512 --global-batch-tokens 262144 --objective cost --checkpoint-interval "
+      "1h "
+      "--restart-time 30min";
+  // Rarely interrupted: half the price wins.
+  nlohmann::json j = PlanJson("--offers " + offers(0.01) + args);
+  ASSERT_TRUE(j.contains("money"));
+  const nlohmann::json& m = j["money"];
+  ASSERT_GT(m["spot_devices"].get<int>(), 0) << j["why_chosen"];
+  // Each interruption loses half an hour of work and half an hour of restart.
+  const double rate = 0.01 * m["spot_devices"].get<int>();
+  EXPECT_NEAR(m["interruptions_per_hour"].get<double>(), rate, 1e-12);
+  EXPECT_NEAR(m["availability"].get<double>(), 1 / (1 + rate * 1.0), 1e-12);
+  EXPECT_NEAR(m["tokens_per_s"].get<double>(),
+              m["nominal_tokens_per_s"].get<double>() * m["availability"].get<double>(), 1e-6);
+  EXPECT_GT(m["on_demand_usd_per_hour"].get<double>(), m["usd_per_hour"].get<double>());
+  CliRun r = Motley("plan --offers " + offers(0.01) + args);
+  EXPECT_NE(r.output.find("the same devices on demand"), std::string::npos) << r.output;
+  // Interrupted every few minutes: spot trains too little of the time to be worth its price.
+  j = PlanJson("--offers " + offers(30) + args);
+  ASSERT_TRUE(j.contains("money"));
+  EXPECT_EQ(j["money"]["spot_devices"].get<int>(), 0) << j["why_chosen"];
+  // A plan on spot nodes is written with them marked spot, and simulates.
+  const std::string plan = (dir.path() / "spot-plan.toml").string();
+  r = Motley("plan --offers " + offers(0.01) + args + " -o " + plan);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  CliRun cat = Shell("cat " + (dir.path() / "spot-plan.cluster.toml").string());
+  EXPECT_NE(cat.output.find("spot = true"), std::string::npos) << cat.output;
+  EXPECT_EQ(Motley("simulate --plan " + plan).exit_code, 0);
+}
+
 TEST(Money, FlagsThatDoNotFitSayWhichAndWhy) {
   const std::string base = "plan --model llama-100m --seq-len 512 --global-batch-tokens 262144 ";
   CliRun r = Motley(base + "--cluster local-emulated --objective cost");
@@ -196,6 +261,9 @@ TEST(Money, FlagsThatDoNotFitSayWhichAndWhy) {
   r = Motley(base + "--offers small-mix --compare");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("drop --compare"), std::string::npos) << r.output;
+  r = Motley(base + "--offers small-mix --restart-time soon");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--restart-time"), std::string::npos) << r.output;
 }
 
 }  // namespace
