@@ -55,6 +55,31 @@ std::string Why(const std::vector<RentedPlan>& front, int chosen, const std::str
   return why + fmt::format(" ({} allocations on the front of price and speed)", front.size());
 }
 
+// Each group's region, as an index into the cluster's regions.
+std::vector<int> RegionOfEachGroup(const Cluster& cluster, const NodeGroups& groups) {
+  std::vector<int> out;
+  for (const auto& g : groups.nodes) {
+    const std::string& region = cluster.nodes[static_cast<size_t>(g.front())].region;
+    out.push_back(static_cast<int>(std::find(cluster.regions.begin(), cluster.regions.end(), region) -
+                                   cluster.regions.begin()));
+  }
+  return out;
+}
+
+// Every allocation planned, once each (several asked for may use the same nodes): the fastest.
+std::vector<RentedPlan> OncePerAllocation(std::vector<RentedPlan> made) {
+  std::vector<RentedPlan> out;
+  std::map<std::vector<int>, size_t> by_nodes;
+  for (RentedPlan& p : made) {
+    auto [it, first] = by_nodes.try_emplace(p.nodes, out.size());
+    if (first)
+      out.push_back(std::move(p));
+    else if (p.money.tokens_per_s > out[it->second].money.tokens_per_s)
+      out[it->second] = std::move(p);
+  }
+  return out;
+}
+
 }  // namespace
 
 NodeGroups GroupsOfOffers(const OfferList& offers) {
@@ -202,12 +227,7 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
     o.usd_per_hour = DevicesUsdPerHour(*a->cluster, devices);
     return o;
   };
-  for (const auto& g : groups.nodes) {
-    const std::string& region = a->cluster->nodes[static_cast<size_t>(g.front())].region;
-    config.region.push_back(
-        static_cast<int>(std::find(a->cluster->regions.begin(), a->cluster->regions.end(), region) -
-                         a->cluster->regions.begin()));
-  }
+  config.region = RegionOfEachGroup(*a->cluster, groups);
   std::vector<int> max_nodes;
   for (const auto& g : groups.nodes) max_nodes.push_back(static_cast<int>(g.size()));
   config.max_evaluations = a->query.offer_evaluations;
@@ -226,6 +246,7 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
                                        : SearchOffers(max_nodes, evaluate, config);
   a->allocations_planned = result.evaluated;
   for (const AllocationOutcome& f : result.front) a->front.push_back(made[static_cast<size_t>(f.index)]);
+  a->planned = OncePerAllocation(std::move(made));
   const std::optional<AllocationOutcome> best = ChooseFromFront(result.front, spec);
   const std::string objective = a->query.objective.empty() ? "time" : a->query.objective;
   if (!best) {

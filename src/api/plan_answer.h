@@ -81,6 +81,7 @@ struct PlanAnswer {
   // A search over what to rent (an objective, or offers): the Pareto front of price and speed it
   // found, by ascending price; the chosen one; why; and how many allocations it planned.
   std::vector<RentedPlan> front;
+  std::vector<RentedPlan> planned;  // every allocation it planned that has a plan (the front's among them)
   int chosen_on_front = -1;
   std::string objective_why;
   int allocations_planned = 0;

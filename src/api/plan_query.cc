@@ -288,6 +288,12 @@ nlohmann::json PlanAnswerJson(const PlanAnswer& a, bool timing) {
                             {"money", MoneyJson(p.money, a.query.train_tokens)}});
     }
     j["allocations_planned"] = a.allocations_planned;
+    j["planned"] = nlohmann::json::array();  // every allocation with a plan: what the front was chosen from
+    for (const RentedPlan& p : a.planned)
+      j["planned"].push_back({{"rent", p.description},
+                              {"strategy", p.outcome.strategy},
+                              {"tokens_per_s", p.money.tokens_per_s},
+                              {"usd_per_hour", p.money.usd_per_hour}});
     j["objective"] = a.query.objective.empty() ? "time" : a.query.objective;
     j["why_chosen"] = a.objective_why;
   }

@@ -17,11 +17,14 @@
 #include "cli/report_page.h"
 #include "core/file_io.h"
 #include "core/toml_reader.h"
+#include "cost/money.h"
 #include "plan/baselines.h"
 #include "plan/lower.h"
+#include "plan/offer_search.h"
 #include "sim/cost_model.h"
 #include "sim/flextp_choice.h"
 #include "sim/plan_evaluator.h"
+#include "sim/region_traffic.h"
 #include "sim/routing_costs.h"
 
 namespace motley::cli {
@@ -78,6 +81,77 @@ std::vector<CompareRow> CompareEveryStrategy(const PlanInputs& in, const CostMod
   return compare;
 }
 
+void AddRentFlags(CLI::App& app, PlanQuery* rent) {
+  app.add_option(
+      "--offers", rent->offers,
+      "an offers file (or built-in name): chart what could be rented for the plan's model and batch, "
+      "price against speed, the front marked");
+  app.add_option("--objective", rent->objective, "with --offers: what to choose by (motley plan --objective)")
+      ->check(CLI::IsMember(ObjectiveNames()));
+  app.add_option("--budget-per-hour", rent->budget_usd_per_hour, "with --objective time-within-budget")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--min-tokens-per-s", rent->min_tokens_per_s, "with --objective cost-within-deadline")
+      ->check(CLI::PositiveNumber);
+}
+
+// --job: the job's cluster and model, planned by its strategy (its own [plan] profile unless one
+// was given).
+Status PlanTheJob(const std::string& job_ref, PlanInputs* in, std::optional<Profile>* profile) {
+  MOTLEY_ASSIGN_OR_RETURN(const JobSpec job, LoadJobArgument(job_ref));
+  if (!*profile && !job.plan.profile.empty()) {  // the job's own [plan] profile, relative to the job file
+    const fs::path given(job.plan.profile);
+    MOTLEY_ASSIGN_OR_RETURN(
+        *profile, LoadAnyProfile(given.is_absolute() ? given.string()
+                                                     : (fs::path(job.file).parent_path() / given).string()));
+  }
+  in->cluster = job.cluster;
+  in->model = job.model;
+  const TrainingConfig& t = job.training;
+  const CostModel costs(in->cluster, in->model, *profile ? &**profile : nullptr, t.seq_len, t.precision,
+                        t.activation_checkpointing);
+  const StrategyOutcome o =
+      PlanWithStrategy(job.plan.strategy, in->cluster, in->model, costs, PlanRequestForJob(job),
+                       SimulationEvaluator(in->cluster, in->model, costs));
+  MOTLEY_RETURN_IF_ERROR(o.status);
+  in->plan = o.plan;
+  FillZorseRouting(&in->plan, costs);
+  return Status::Ok();
+}
+
+// What could be rented for the page's model and batch (`--offers`): the search `motley plan
+// --offers` runs, every allocation it planned, and the page's own plan priced when its cluster is.
+Result<RentView> RentViewOf(PlanQuery q, const std::string& plan_path, const PlanInputs& in,
+                            const Schedule& schedule, const SimResult& sim) {
+  q.model = in.plan.model;
+  std::error_code ec;
+  if (const fs::path beside = fs::path(plan_path).parent_path() / q.model;
+      !plan_path.empty() && fs::is_regular_file(beside, ec))
+    q.model = beside.string();
+  q.seq_len = in.plan.seq_len;
+  q.global_batch_tokens = schedule.global_batch_tokens;
+  q.precision = std::string(PrecisionName(in.plan.precision));
+  MOTLEY_ASSIGN_OR_RETURN(const PlanAnswer a, AnswerPlanQuery(q));
+  RentView v{q.offers, q.objective.empty() ? "time" : q.objective, a.objective_why, {}, std::nullopt};
+  if (!a.chosen.status.ok()) v.why = a.chosen.status.message();
+  for (const RentedPlan& p : a.planned) {
+    RentRow r{p.description, p.outcome.strategy, p.money.tokens_per_s, p.money.usd_per_hour,
+              p.money.usd_per_million_tokens};
+    for (size_t i = 0; i < a.front.size(); ++i)
+      if (a.front[i].description == p.description) {
+        r.on_front = true;
+        r.chosen = static_cast<int>(i) == a.chosen_on_front;
+      }
+    v.rows.push_back(std::move(r));
+  }
+  if (in.cluster.priced()) {
+    const PlanMoney m = PriceOfPlan(in.cluster, in.plan.devices(), sim.step_time_s,
+                                    static_cast<double>(schedule.global_batch_tokens),
+                                    RegionTraffic(schedule, in.cluster), q.interruptions);
+    v.this_plan = std::pair{m.tokens_per_s, m.usd_per_hour};
+  }
+  return v;
+}
+
 }  // namespace
 
 int RunReport(const std::vector<std::string>& args) {
@@ -102,6 +176,8 @@ int RunReport(const std::vector<std::string>& args) {
                  "profile.json, else the roofline)");
   app.add_flag("--no-compare", no_compare, "skip planning every strategy for the comparison");
   app.add_option("-o,--output", out_path, "the page (default: report.html, or DIR/report.html for --run)");
+  PlanQuery rent;  // --offers: what could be rented for the page's model and batch
+  AddRentFlags(app, &rent);
   if (auto rc = ParseArgs(app, args)) return *rc;
   auto fail = [](const Status& s) {
     fmt::print(stderr, "{}\n", s.message());
@@ -146,26 +222,7 @@ int RunReport(const std::vector<std::string>& args) {
     profile = std::move(*p);
   }
   if (!job_ref.empty()) {
-    Result<JobSpec> job = LoadJobArgument(job_ref);
-    if (!job.ok()) return fail(job.status());
-    if (!profile && !job->plan.profile.empty()) {  // the job's own [plan] profile, relative to the job file
-      const fs::path given(job->plan.profile);
-      Result<Profile> p = LoadAnyProfile(
-          given.is_absolute() ? given.string() : (fs::path(job->file).parent_path() / given).string());
-      if (!p.ok()) return fail(p.status());
-      profile = std::move(*p);
-    }
-    in.cluster = job->cluster;
-    in.model = job->model;
-    const TrainingConfig& t = job->training;
-    const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, t.seq_len, t.precision,
-                          t.activation_checkpointing);
-    const StrategyOutcome o =
-        PlanWithStrategy(job->plan.strategy, in.cluster, in.model, costs, PlanRequestForJob(*job),
-                         SimulationEvaluator(in.cluster, in.model, costs));
-    if (!o.status.ok()) return fail(o.status);
-    in.plan = o.plan;
-    FillZorseRouting(&in.plan, costs);
+    if (Status st = PlanTheJob(job_ref, &in, &profile); !st.ok()) return fail(st);
     subject = "job " + job_ref;
   }
 
@@ -194,6 +251,12 @@ int RunReport(const std::vector<std::string>& args) {
   page.sim = &*sim;
   page.compare = std::move(compare);
   page.run = run ? &*run : nullptr;
+  if (!rent.offers.empty()) {
+    fmt::print("choosing what to rent from {} for the plan's model and batch...\n", rent.offers);
+    Result<RentView> view = RentViewOf(rent, plan_path, in, *schedule, *sim);
+    if (!view.ok()) return fail(view.status());
+    page.rent = std::move(*view);
+  }
   if (out_path.empty())
     out_path = run_dir.empty() ? "report.html" : (fs::path(run_dir) / "report.html").string();
   if (Status s = AtomicWriteFile(out_path, ReportHtml(page)); !s.ok()) return fail(s);

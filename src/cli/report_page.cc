@@ -364,6 +364,52 @@ std::string CompareSection(const std::vector<CompareRow>& rows) {
   return out;
 }
 
+std::string RentSection(const RentView& v) {
+  std::vector<svg::Dot> dots;
+  for (const RentRow& r : v.rows)
+    dots.push_back({r.usd_per_hour, r.tokens_per_s,
+                    fmt::format("{}: {} tokens/s at {}/h ({} a million tokens), {}{}", r.rent,
+                                FormatCount(r.tokens_per_s), FormatUsd(r.usd_per_hour),
+                                FormatUsd(r.usd_per_million_tokens), r.strategy,
+                                r.chosen     ? " (chosen)"
+                                : r.on_front ? " (on the front)"
+                                             : ""),
+                    r.chosen     ? svg::Dot::kChosen
+                    : r.on_front ? svg::Dot::kFront
+                                 : svg::Dot::kCandidate});
+  if (v.this_plan)
+    dots.push_back({v.this_plan->second, v.this_plan->first,
+                    fmt::format("this plan: {} tokens/s at {}/h", FormatCount(v.this_plan->first),
+                                FormatUsd(v.this_plan->second)),
+                    svg::Dot::kThisPlan});
+  std::string out =
+      fmt::format("<section id=\"rent\"><h2>What to rent (motley plan --offers {} --objective {})</h2>\n",
+                  Escape(v.offers), Escape(v.objective));
+  out +=
+      "<div class=\"legend\"><span><i style=\"background:#bbbbbb\"></i>an allocation planned</span><span><i "
+      "style=\"background:#7a9cc6\"></i>on the front of price and speed</span><span><i "
+      "style=\"background:#2f4b7c\"></i>chosen</span>";
+  if (v.this_plan) out += "<span><i style=\"border:2px solid #e15759\"></i>this plan</span>";
+  out += "</div>";
+  out += svg::Scatter("rent-chart", dots,
+                      "US dollars an hour (expected, spot devices' interruptions counted)", "tokens/s");
+  out += fmt::format("<p>{}</p>\n", Escape(v.why));
+  out +=
+      "<table><tr><th>rent</th><th>strategy</th><th>tokens/s</th><th>$/h</th><th>$ a million "
+      "tokens</th></tr>\n";
+  for (const RentRow& r : v.rows)
+    if (r.on_front)
+      out += fmt::format(
+          "<tr><td>{}{}</td><td>{}</td><td class=\"num\">{:.0f}</td><td class=\"num\">{}</td>"
+          "<td class=\"num\">{}</td></tr>\n",
+          Escape(r.rent), r.chosen ? " (chosen)" : "", Escape(r.strategy), r.tokens_per_s,
+          FormatUsd(r.usd_per_hour), FormatUsd(r.usd_per_million_tokens));
+  out += fmt::format("</table><p class=\"note\">The front: {} of the {} allocations planned.</p></section>\n",
+                     std::count_if(v.rows.begin(), v.rows.end(), [](const RentRow& r) { return r.on_front; }),
+                     v.rows.size());
+  return out;
+}
+
 }  // namespace
 
 std::string ReportHtml(const ReportInputs& in) {
@@ -378,6 +424,7 @@ std::string ReportHtml(const ReportInputs& in) {
   out += MemorySection(in);
   if (in.run != nullptr) out += RunSection(*in.run);
   if (!in.compare.empty()) out += CompareSection(in.compare);
+  if (in.rent) out += RentSection(*in.rent);
   out +=
       "<p class=\"note\">Made by motley; every figure above is in <code>motley simulate --json</code>, "
       "<code>motley plan --compare --json</code> and the run's metrics.jsonl.</p>\n</body></html>\n";

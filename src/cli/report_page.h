@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cluster.h"
@@ -36,6 +37,19 @@ struct CompareRow {
   bool chosen = false;
 };
 
+/// What could be rented (`motley report --offers F`): every allocation the search planned, by price.
+struct RentRow {
+  std::string rent, strategy;
+  double tokens_per_s = 0, usd_per_hour = 0, usd_per_million_tokens = 0;
+  bool on_front = false, chosen = false;
+};
+struct RentView {
+  std::string offers, objective, why;
+  std::vector<RentRow> rows;
+  // The page's own plan, when its cluster is priced: its speed and price an hour.
+  std::optional<std::pair<double, double>> this_plan;
+};
+
 struct ReportInputs {
   std::string subject;  // what the page is about: "plan P", "job J", "run D"
   const Cluster* cluster = nullptr;
@@ -45,6 +59,7 @@ struct ReportInputs {
   const SimResult* sim = nullptr;  // simulated with its trace recorded
   std::vector<CompareRow> compare;
   const RunRecord* run = nullptr;
+  std::optional<RentView> rent;
 };
 
 std::string ReportHtml(const ReportInputs& in);

@@ -261,4 +261,60 @@ std::string Lines(const std::string& id, const std::vector<Series>& series, cons
   return out;
 }
 
+std::string Scatter(const std::string& id, const std::vector<Dot>& dots, const std::string& x_label,
+                    const std::string& y_label) {
+  const double w = kWidth - 100, h = 300, left = 80, top = 24, bottom = 40;
+  double x1 = 0, y1 = 0;
+  for (const Dot& d : dots)
+    if (std::isfinite(d.x) && std::isfinite(d.y)) x1 = std::max(x1, d.x), y1 = std::max(y1, d.y);
+  const double xstep = NiceStep(x1 > 0 ? x1 : 1, 8), ystep = NiceStep(y1 > 0 ? y1 : 1, 5);
+  x1 = std::max(xstep, std::ceil(x1 / xstep) * xstep);
+  y1 = std::max(ystep, std::ceil(y1 / ystep) * ystep);
+  auto px = [&](double x) { return left + w * x / x1; };
+  auto py = [&](double y) { return top + h * (1 - y / y1); };
+  std::string out = fmt::format(
+      "<svg id=\"{}\" class=\"chart scatter\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "xmlns=\"http://www.w3.org/2000/svg\">\n",
+      Escape(id), left + w + 20, top + h + bottom, left + w + 20, top + h + bottom);
+  for (double y = 0; y <= y1 + ystep / 2; y += ystep)
+    out += fmt::format(
+        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/><text x=\"{}\" "
+        "y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\">{}</text>\n",
+        left, py(y), left + w, py(y), left - 6, py(y) + 4, AxisNumber(y));
+  for (double x = 0; x <= x1 + xstep / 100; x += xstep)
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n", px(x),
+                       top + h + 16, AxisNumber(x));
+  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n",
+                     left + w / 2, top + h + 34, Escape(x_label));
+  out += fmt::format(
+      "<text x=\"14\" y=\"{}\" class=\"tick\" transform=\"rotate(-90 14 {})\" "
+      "text-anchor=\"middle\">{}</text>\n",
+      top + h / 2, top + h / 2, Escape(y_label));
+  // The front, by ascending price, joined.
+  std::vector<std::pair<double, double>> front;
+  for (const Dot& d : dots)
+    if (d.kind == Dot::kFront || d.kind == Dot::kChosen) front.push_back({d.x, d.y});
+  std::sort(front.begin(), front.end());
+  std::string points;
+  for (const auto& [x, y] : front) points += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
+  out += fmt::format(
+      "<polyline class=\"front\" fill=\"none\" stroke=\"#2f4b7c\" stroke-width=\"1.4\" points=\"{}\">"
+      "<title>the front of price and speed: no allocation on it both cheaper and faster than another</title>"
+      "</polyline>\n",
+      points);
+  // Candidates under the front, the front over them, the chosen and this plan on top.
+  for (Dot::Kind kind : {Dot::kCandidate, Dot::kFront, Dot::kChosen, Dot::kThisPlan})
+    for (const Dot& d : dots) {
+      if (d.kind != kind || !std::isfinite(d.x) || !std::isfinite(d.y)) continue;
+      static constexpr const char* kClass[] = {"candidate", "front", "chosen", "this-plan"};
+      static constexpr const char* kStyle[] = {"r=\"3\" fill=\"#bbbbbb\"", "r=\"4.5\" fill=\"#7a9cc6\"",
+                                               "r=\"7\" fill=\"#2f4b7c\"",
+                                               "r=\"9\" fill=\"none\" stroke=\"#e15759\" stroke-width=\"2\""};
+      out += fmt::format("<circle class=\"{}\" cx=\"{:.1f}\" cy=\"{:.1f}\" {}><title>{}</title></circle>\n",
+                         kClass[kind], px(d.x), py(d.y), kStyle[kind], Escape(d.text));
+    }
+  out += "</svg>\n";
+  return out;
+}
+
 }  // namespace motley::cli::svg

@@ -57,4 +57,14 @@ struct Series {
 std::string Lines(const std::string& id, const std::vector<Series>& series, const std::string& x_label,
                   const std::string& y_label);
 
+// Scatter: what could be rented, price against speed — every allocation planned, the front of
+// price and speed joined by a line, the chosen one and the page's own plan marked.
+struct Dot {
+  double x = 0, y = 0;
+  std::string text;  // the tooltip
+  enum Kind { kCandidate, kFront, kChosen, kThisPlan } kind = kCandidate;
+};
+std::string Scatter(const std::string& id, const std::vector<Dot>& dots, const std::string& x_label,
+                    const std::string& y_label);
+
 }  // namespace motley::cli::svg

@@ -112,4 +112,43 @@ TEST(Cli, ReportMeasuresOnlyThePlansOwnStepsAndRefusesMistypedFields) {
     EXPECT_EQ(failed->output.find("json.exception"), std::string::npos);
 }
 
+// #51: with --offers the page charts what could be rented for the plan's model and batch — every
+// allocation the search planned, its front and its choice, as `motley plan --offers --json` lists
+// them — and marks the page's own plan: a plan chosen that way sits on its chosen point.
+TEST(Cli, ReportChartsWhatCouldBeRentedAndMarksTheFrontAndThePlan) {
+  TempDir dir;
+  const std::string query = "--offers small-mix --objective cost";
+  const std::string plan = dir.Join("p.toml"), page = dir.Join("rent.html");
+  CliRun made =
+      Motley("plan --model llama-100m --seq-len 512 --global-batch-tokens 262144 " + query + " -o " + plan);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  CliRun listed =
+      Motley("plan --model llama-100m --seq-len 512 --global-batch-tokens 262144 " + query + " --json", true);
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  const nlohmann::json j = nlohmann::json::parse(listed.output);
+  CliRun r = Motley("report --plan " + plan + " " + query + " --no-compare -o " + page);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string html = motley::ReadFileToString(page).value();
+  EXPECT_CONTAINS(html, "id=\"rent-chart\"");
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = html.find(what); at != std::string::npos; at = html.find(what, at + 1)) ++n;
+    return n;
+  };
+  const size_t front = j["front"].size(), planned = j["planned"].size();
+  ASSERT_GE(front, 3u);
+  EXPECT_EQ(count("<circle class=\"chosen\""), 1u);
+  EXPECT_EQ(count("<circle class=\"front\"") + 1, front);
+  EXPECT_EQ(count("<circle class=\"candidate\"") + front, planned);
+  EXPECT_EQ(count("<circle class=\"this-plan\""), 1u);
+  // The page's plan is the chosen one: the same point.
+  auto centre = [&](const std::string& kind) {
+    const size_t at = html.find("<circle class=\"" + kind + "\"");
+    const size_t cx = html.find("cx=", at), r_at = html.find(" r=", at);
+    return html.substr(cx, r_at - cx);
+  };
+  EXPECT_EQ(centre("this-plan"), centre("chosen"));
+  for (const auto& f : j["front"]) EXPECT_CONTAINS(html, f["rent"].get<std::string>());
+}
+
 }  // namespace
