@@ -195,6 +195,40 @@ std::string Memory(const std::string& id, const std::vector<MemoryRow>& rows) {
   return out;
 }
 
+namespace {
+
+// An x-y chart's box: where it is drawn and what it spans.
+struct Frame {
+  double left, top, w, h;
+  double x0, x1, y0, y1;
+  double px(double x) const { return left + w * (x - x0) / (x1 - x0); }
+  double py(double y) const { return top + h * (1 - (y - y0) / (y1 - y0)); }
+};
+
+// Its grid and y ticks every ystep from y0, its x ticks at the multiples of xstep, and the axes'
+// labels.
+std::string Axes(const Frame& f, double xstep, double ystep, const std::string& x_label,
+                 const std::string& y_label) {
+  std::string out;
+  for (double y = f.y0; y <= f.y1 + ystep / 2; y += ystep)
+    out += fmt::format(
+        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/><text x=\"{}\" "
+        "y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\">{}</text>\n",
+        f.left, f.py(y), f.left + f.w, f.py(y), f.left - 6, f.py(y) + 4, AxisNumber(y));
+  for (double x = std::ceil(f.x0 / xstep) * xstep; x <= f.x1 + xstep / 100; x += xstep)
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n",
+                       f.px(x), f.top + f.h + 16, AxisNumber(x));
+  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n",
+                     f.left + f.w / 2, f.top + f.h + 34, Escape(x_label));
+  out += fmt::format(
+      "<text x=\"14\" y=\"{}\" class=\"tick\" transform=\"rotate(-90 14 {})\" "
+      "text-anchor=\"middle\">{}</text>\n",
+      f.top + f.h / 2, f.top + f.h / 2, Escape(y_label));
+  return out;
+}
+
+}  // namespace
+
 std::string Lines(const std::string& id, const std::vector<Series>& series, const std::string& x_label,
                   const std::string& y_label) {
   const double w = kWidth - 100, h = 240, left = 70, top = 10, bottom = 40;
@@ -216,21 +250,7 @@ std::string Lines(const std::string& id, const std::vector<Series>& series, cons
       "<svg id=\"{}\" class=\"chart lines\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "xmlns=\"http://www.w3.org/2000/svg\">\n",
       Escape(id), left + w + 20, top + h + bottom, left + w + 20, top + h + bottom);
-  for (double y = y0; y <= y1 + ystep / 2; y += ystep)
-    out += fmt::format(
-        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/><text x=\"{}\" "
-        "y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\">{}</text>\n",
-        left, py(y), left + w, py(y), left - 6, py(y) + 4, AxisNumber(y));
-  const double xstep = NiceStep(x1 - x0, 8);
-  for (double x = std::ceil(x0 / xstep) * xstep; x <= x1 + xstep / 100; x += xstep)
-    out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n", px(x),
-                       top + h + 16, AxisNumber(x));
-  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n",
-                     left + w / 2, top + h + 34, Escape(x_label));
-  out += fmt::format(
-      "<text x=\"14\" y=\"{}\" class=\"tick\" transform=\"rotate(-90 14 {})\" "
-      "text-anchor=\"middle\">{}</text>\n",
-      top + h / 2, top + h / 2, Escape(y_label));
+  out += Axes({left, top, w, h, x0, x1, y0, y1}, NiceStep(x1 - x0, 8), ystep, x_label, y_label);
   for (const Series& s : series) {
     std::string points;
     for (const auto& [x, y] : s.points)
@@ -276,20 +296,7 @@ std::string Scatter(const std::string& id, const std::vector<Dot>& dots, const s
       "<svg id=\"{}\" class=\"chart scatter\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "xmlns=\"http://www.w3.org/2000/svg\">\n",
       Escape(id), left + w + 20, top + h + bottom, left + w + 20, top + h + bottom);
-  for (double y = 0; y <= y1 + ystep / 2; y += ystep)
-    out += fmt::format(
-        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" class=\"grid\"/><text x=\"{}\" "
-        "y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\">{}</text>\n",
-        left, py(y), left + w, py(y), left - 6, py(y) + 4, AxisNumber(y));
-  for (double x = 0; x <= x1 + xstep / 100; x += xstep)
-    out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n", px(x),
-                       top + h + 16, AxisNumber(x));
-  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n",
-                     left + w / 2, top + h + 34, Escape(x_label));
-  out += fmt::format(
-      "<text x=\"14\" y=\"{}\" class=\"tick\" transform=\"rotate(-90 14 {})\" "
-      "text-anchor=\"middle\">{}</text>\n",
-      top + h / 2, top + h / 2, Escape(y_label));
+  out += Axes({left, top, w, h, 0, x1, 0, y1}, xstep, ystep, x_label, y_label);
   // The front, by ascending price, joined.
   std::vector<std::pair<double, double>> front;
   for (const Dot& d : dots)
