@@ -152,18 +152,23 @@ Result<OfferList> ParseOffersToml(std::string_view text, const std::string& file
   return list;
 }
 
-Result<OfferList> LoadOffers(const std::string& name_or_path) {
+Result<OffersText> ReadOffers(const std::string& name_or_path) {
   std::error_code ec;
   if (std::filesystem::is_regular_file(name_or_path, ec)) {
     MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(name_or_path));
-    return ParseOffersToml(text, name_or_path);
+    return OffersText{std::move(text), name_or_path};
   }
   if (const BuiltinFile* f = FindBuiltinFile("offers", name_or_path))
-    return ParseOffersToml(f->text, std::string(f->path));
+    return OffersText{std::string(f->text), std::string(f->path)};
   std::vector<std::string> names = BuiltinFileNames("offers");
   return Status::NotFound(
       fmt::format("no offers file '{}' and no built-in offers of that name{} Built-in offers: {}",
                   name_or_path, DidYouMeanOrPeriod(name_or_path, names), JoinNames(names)));
+}
+
+Result<OfferList> LoadOffers(const std::string& name_or_path) {
+  MOTLEY_ASSIGN_OR_RETURN(const OffersText t, ReadOffers(name_or_path));
+  return ParseOffersToml(t.text, t.file);
 }
 
 }  // namespace motley

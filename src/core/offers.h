@@ -58,5 +58,10 @@ std::string DescribeAllocation(const OfferList& offers, const Allocation& nodes)
 Result<OfferList> ParseOffersToml(std::string_view text, const std::string& file);
 /// An offers file's path, or the name of a built-in example ("three-clouds").
 Result<OfferList> LoadOffers(const std::string& name_or_path);
+/// Its text, and the name messages give it (the path, or the built-in file's).
+struct OffersText {
+  std::string text, file;
+};
+Result<OffersText> ReadOffers(const std::string& name_or_path);
 
 }  // namespace motley

@@ -1,6 +1,5 @@
 #include "core/offers_cluster.h"
 
-#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -8,7 +7,6 @@
 
 #include <fmt/format.h>
 
-#include "core/builtin_files.h"
 #include "core/toml_reader.h"
 
 namespace motley {
@@ -20,22 +18,11 @@ bool IsOfferOnlyKey(std::string_view key) {
          key == "spot_interruptions_per_hour" || key == "source";
 }
 
-Result<std::pair<std::string, std::string>> OffersText(const std::string& name_or_path) {
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(name_or_path, ec)) {
-    MOTLEY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(name_or_path));
-    return std::pair{std::move(text), name_or_path};
-  }
-  if (const BuiltinFile* f = FindBuiltinFile("offers", name_or_path))
-    return std::pair{std::string(f->text), std::string(f->path)};
-  return Status::NotFound(fmt::format("no offers file '{}'", name_or_path));
-}
-
 }  // namespace
 
 Result<std::string> ClusterTomlOfAllocation(const std::string& offers_name_or_path, const Allocation& nodes) {
-  MOTLEY_ASSIGN_OR_RETURN(const auto text_and_file, OffersText(offers_name_or_path));
-  const auto& [text, file] = text_and_file;
+  MOTLEY_ASSIGN_OR_RETURN(const OffersText read, ReadOffers(offers_name_or_path));
+  const std::string &text = read.text, &file = read.file;
   // Validated first: the rows below are then well formed.
   MOTLEY_ASSIGN_OR_RETURN(const OfferList offers, ParseOffersToml(text, file));
   if (nodes.size() != offers.offers.size() || WithinOffers(offers, nodes) != nodes)

@@ -27,12 +27,15 @@ double InterruptionsPerHour(const Cluster& cluster, const std::vector<int>& devi
   return rate;
 }
 
+double AvailabilityAt(double interruptions_per_hour, const InterruptionCost& cost) {
+  return 1 / (1 + interruptions_per_hour * (cost.checkpoint_interval_s / 2 + cost.restart_s) / 3600);
+}
+
 }  // namespace
 
 double Availability(const Cluster& cluster, const std::vector<int>& devices, const InterruptionCost& cost) {
   int spot = 0;
-  const double rate = InterruptionsPerHour(cluster, devices, &spot);
-  return 1 / (1 + rate * (cost.checkpoint_interval_s / 2 + cost.restart_s) / 3600);
+  return AvailabilityAt(InterruptionsPerHour(cluster, devices, &spot), cost);
 }
 
 PlanMoney PriceOfPlan(const Cluster& cluster, const std::vector<int>& devices, double step_s,
@@ -42,7 +45,7 @@ PlanMoney PriceOfPlan(const Cluster& cluster, const std::vector<int>& devices, d
   PlanMoney m;
   m.nominal_tokens_per_s = tokens_per_step / step_s;
   m.interruptions_per_hour = InterruptionsPerHour(cluster, devices, &m.spot_devices);
-  m.availability = Availability(cluster, devices, interruptions);
+  m.availability = AvailabilityAt(m.interruptions_per_hour, interruptions);
   m.tokens_per_s = m.nominal_tokens_per_s * m.availability;
   m.compute_usd_per_hour = DevicesUsdPerHour(cluster, devices);
   const double steps_per_hour = 3600 / step_s;
