@@ -1,7 +1,8 @@
 // CompactVector: a vector of a few trivially copyable values that keeps up to N of them inline.
 // The same idea as boost's small_vector, in less room: the inline values share their bytes with the
-// heap pointer and the size and capacity are 32 bits, so three buffers of 8 bytes take 32 bytes
-// (small_vector: 48) and four 32-bit indices 24 (40). A schedule holds its ops by the hundred
+// heap pointer, the size and capacity are 16 bits (at most 65,535 values) and the whole is aligned
+// as its values are, not as a pointer, so three buffers of 8 bytes take 28 bytes (small_vector: 48)
+// and five 32-bit indices 24 (a small_vector of four: 40). A schedule holds its ops by the hundred
 // thousand (plan/schedule.h: Op), each with three such lists and one of dependencies.
 #pragma once
 
@@ -20,7 +21,7 @@ namespace motley {
 template <typename T, uint32_t N>
 class CompactVector {
   static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);
-  static_assert(N > 0 && N * sizeof(T) >= sizeof(T*));
+  static_assert(N > 0 && N * sizeof(T) >= sizeof(T*) && N < 65535);
 
  public:
   using value_type = T;
@@ -57,8 +58,8 @@ class CompactVector {
   }
   ~CompactVector() { Release(); }
 
-  T* data() { return OnHeap() ? storage_.heap : reinterpret_cast<T*>(storage_.bytes); }
-  const T* data() const { return OnHeap() ? storage_.heap : reinterpret_cast<const T*>(storage_.bytes); }
+  T* data() { return OnHeap() ? Heap() : reinterpret_cast<T*>(bytes_); }
+  const T* data() const { return OnHeap() ? Heap() : reinterpret_cast<const T*>(bytes_); }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   T* begin() { return data(); }
@@ -76,7 +77,7 @@ class CompactVector {
   const T& back() const { return data()[size_ - 1]; }
 
   void push_back(const T& v) {
-    if (size_ == capacity_) Grow(capacity_ * 2);
+    if (size_ == capacity_) Grow(size_ + 1u);
     ::new (static_cast<void*>(data() + size_)) T(v);
     ++size_;
   }
@@ -92,11 +93,21 @@ class CompactVector {
     insert(end(), first, last);
   }
   void clear() { size_ = 0; }
-  /// Removes [first, last), as std::vector does.
+  /// Removes [first, last), as std::vector does; values that fit inline again move back there
+  /// (a list of dependencies sorted and made unique keeps no heap block).
   T* erase(T* first, T* last) {
-    std::memmove(static_cast<void*>(first), last, static_cast<size_t>(end() - last) * sizeof(T));
-    size_ -= static_cast<uint32_t>(last - first);
-    return first;
+    const auto at = static_cast<size_t>(first - data());
+    const auto count = static_cast<size_t>(last - first);
+    T* values = data();
+    std::memmove(static_cast<void*>(values + at), values + at + count, (size_ - at - count) * sizeof(T));
+    size_ = static_cast<uint16_t>(size_ - count);
+    if (OnHeap() && size_ <= N) {
+      T* heap = Heap();
+      std::memcpy(static_cast<void*>(bytes_), heap, size_ * sizeof(T));
+      std::free(heap);
+      capacity_ = N;
+    }
+    return data() + at;
   }
 
   friend bool operator==(const CompactVector& a, const CompactVector& b) {
@@ -106,36 +117,43 @@ class CompactVector {
  private:
   bool OnHeap() const { return capacity_ > N; }
   void Assign(const T* values, size_t n) {
-    if (n > capacity_) Grow(static_cast<uint32_t>(n));
+    if (n > capacity_) Grow(n);
     if (n > 0) std::memcpy(static_cast<void*>(data()), values, n * sizeof(T));
-    size_ = static_cast<uint32_t>(n);
+    size_ = static_cast<uint16_t>(n);
   }
-  void Grow(uint32_t capacity) {
+  // The heap pointer lives in the inline bytes, which are aligned only as T is.
+  T* Heap() const {
+    T* heap;
+    std::memcpy(&heap, bytes_, sizeof(heap));
+    return heap;
+  }
+  // Room for `needed` values: twice the capacity, or more if needed, at most kMaxSize.
+  void Grow(size_t needed) {
+    if (needed > kMaxSize) throw std::length_error("CompactVector: more than 65,535 values");
+    const size_t capacity = std::max(needed, std::min<size_t>(2 * size_t{capacity_}, kMaxSize));
     T* heap = static_cast<T*>(std::malloc(capacity * sizeof(T)));
     if (heap == nullptr) throw std::bad_alloc();
     if (size_ > 0) std::memcpy(static_cast<void*>(heap), data(), size_ * sizeof(T));
     Release();
-    storage_.heap = heap;
-    capacity_ = capacity;
+    std::memcpy(bytes_, &heap, sizeof(heap));
+    capacity_ = static_cast<uint16_t>(capacity);
   }
   void Release() {
-    if (OnHeap()) std::free(storage_.heap);
+    if (OnHeap()) std::free(Heap());
     capacity_ = N;
   }
   void Take(CompactVector& other) {
-    std::memcpy(static_cast<void*>(&storage_), &other.storage_, sizeof(storage_));
+    std::memcpy(bytes_, other.bytes_, sizeof(bytes_));
     size_ = other.size_;
     capacity_ = other.capacity_;
     other.size_ = 0;
     other.capacity_ = N;
   }
 
-  union Storage {
-    alignas(T) unsigned char bytes[N * sizeof(T)];
-    T* heap;
-  } storage_{};
-  uint32_t size_ = 0;
-  uint32_t capacity_ = N;  // more than N: the values are on the heap
+  static constexpr size_t kMaxSize = 65535;
+  alignas(T) unsigned char bytes_[N * sizeof(T)]{};  // N values, or the heap pointer
+  uint16_t size_ = 0;
+  uint16_t capacity_ = N;  // more than N: the values are on the heap
 };
 
 }  // namespace motley

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -17,8 +18,9 @@ struct Pair {
 };
 
 TEST(CompactVector, HoldsAFewInlineAndMoreOnTheHeapAsAVectorWould) {
-  static_assert(sizeof(CompactVector<Pair, 3>) == 32);
-  static_assert(sizeof(CompactVector<int32_t, 4>) == 24);
+  static_assert(sizeof(CompactVector<Pair, 3>) == 28);
+  static_assert(sizeof(CompactVector<int32_t, 5>) == 24);
+  static_assert(alignof(CompactVector<int32_t, 5>) == 4);
   CompactVector<int32_t, 4> v;
   std::vector<int32_t> want;
   EXPECT_TRUE(v.empty());
@@ -71,6 +73,36 @@ TEST(CompactVector, CopiesMovesAndAssignsInlineOrOnTheHeap) {
     moved.push_back({4, 4, 4});
     EXPECT_EQ(moved.size(), 1u);
   }
+}
+
+TEST(CompactVector, ErasingDownToTheInlineValuesMovesThemBack) {
+  CompactVector<int32_t, 5> v = {1, 1, 2, 2, 3, 3, 4};  // on the heap
+  auto* at = v.erase(std::unique(v.begin(), v.end()), v.end());
+  EXPECT_EQ(at, v.end());
+  EXPECT_EQ(std::vector<int32_t>(v.begin(), v.end()), (std::vector<int32_t>{1, 2, 3, 4}));
+  // Inline now: its values lie inside the object itself.
+  const auto* self = reinterpret_cast<const unsigned char*>(&v);
+  const auto* first = reinterpret_cast<const unsigned char*>(v.data());
+  EXPECT_TRUE(first >= self && first < self + sizeof(v));
+  v.push_back(5);
+  v.push_back(6);  // and back to the heap
+  EXPECT_EQ(std::vector<int32_t>(v.begin(), v.end()), (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
+  at = v.erase(v.begin() + 1, v.begin() + 3);
+  EXPECT_EQ(*at, 4);
+  EXPECT_EQ(std::vector<int32_t>(v.begin(), v.end()), (std::vector<int32_t>{1, 4, 5, 6}));
+}
+
+TEST(CompactVector, HoldsUpTo65535ValuesAndSaysSoBeyond) {
+  CompactVector<int32_t, 2> v;
+  for (int32_t i = 0; i < 65535; ++i) v.push_back(i);
+  EXPECT_EQ(v.size(), 65535u);
+  EXPECT_EQ(v.back(), 65534);
+  EXPECT_EQ(v[40000], 40000);
+  EXPECT_THROW(v.push_back(0), std::length_error);
+  EXPECT_EQ(v.size(), 65535u);  // unchanged
+  const std::vector<int32_t> many(70000, 1);
+  CompactVector<int32_t, 2> w;
+  EXPECT_THROW(w.assign(many.begin(), many.end()), std::length_error);
 }
 
 }  // namespace

@@ -37,7 +37,9 @@ Status Lowerer::Setup() {
 
   ministages_ = MinistagesByLayer(plan_);
   num_ministages_ = static_cast<int>(ministages_.size());
-  MOTLEY_CHECK_LE(num_ministages_, static_cast<int>(std::numeric_limits<int16_t>::max()));  // Buffer
+  MOTLEY_CHECK_LE(num_ministages_, static_cast<int>(std::numeric_limits<int16_t>::max()));  // Buffer, Op
+  for (const GroupPlan& g : plan_.groups)
+    MOTLEY_CHECK_LE(g.tp_degree, static_cast<int>(std::numeric_limits<int16_t>::max()));  // Op::tp_degree
 
   // Ranks in plan order.
   group_ranks_.assign(plan_.groups.size(), {});
@@ -223,9 +225,18 @@ Op Lowerer::StageOp(OpKind kind, Stream stream, int v) const {
 
 int Lowerer::Emit(int rank, Op&& op) {
   auto& ops = s_.programs[rank].ops;
-  // Half again, not twice: every rank's vector grows at once while the steps are emitted, and
-  // their spare room at the end is the lowering's peak.
-  if (ops.size() == ops.capacity()) ops.reserve(ops.capacity() + ops.capacity() / 2 + 16);
+  // Every rank's vector grows at once while the step is emitted, and their spare room at the end
+  // is the lowering's peak: a full one grows to what it will hold at the end by the share of the
+  // step emitted so far (each rank's tasks are spread over the global order), and a tenth more;
+  // before a fifth of the step, or past that guess, by half again.
+  if (ops.size() == ops.capacity()) {
+    size_t room = ops.capacity() + ops.capacity() / 2 + 16;
+    if (emitted_share_ >= 0.2) {
+      const auto expected = static_cast<size_t>(static_cast<double>(ops.size()) / emitted_share_ * 1.1) + 16;
+      if (expected > ops.size() + ops.size() / 16) room = expected;
+    }
+    ops.reserve(room);
+  }
   ops.push_back(std::move(op));
   return static_cast<int>(ops.size()) - 1;
 }
@@ -315,10 +326,10 @@ Result<Schedule> Lowerer::Run() {
     std::string problem = CheckSchedule(s_);
     MOTLEY_CHECK_MSG(problem.empty(), problem);
   }
-  // A large program's vector grew by doubling: the room left over goes (moving its ops once; a
-  // small program's is not worth the move).
+  // The room left over in a large program's vector goes (moving its ops once, a program at a time;
+  // a few ops' room is not worth the move).
   for (Program& p : s_.programs)
-    if (p.ops.capacity() - p.ops.size() >= 2048) p.ops.shrink_to_fit();
+    if (p.ops.capacity() - p.ops.size() >= 256) p.ops.shrink_to_fit();
   return std::move(s_);
 }
 

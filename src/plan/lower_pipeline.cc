@@ -28,9 +28,20 @@ void Lowerer::EmitPipeline() {
     }
     it->second.second = i;
   }
-  std::vector<std::vector<std::tuple<bool, int, bool>>> prepare_at(
-      order.size() + 1);  // before position: (bwd, g*V+v, continuation)
-  std::vector<std::vector<std::pair<int, int>>> finish_after(order.size());  // after position: (g, key)
+  // Where each visit's preparation and finish go, in the order they are found (a position's list
+  // in that order): before position `at`, (bwd, g*V+v, continuation); after it, (g, key).
+  struct Prepare {
+    size_t at;
+    bool backward;
+    int gv;
+    bool continuation;
+  };
+  struct Finish {
+    size_t after;
+    int g, key;
+  };
+  std::vector<Prepare> prepares;
+  std::vector<Finish> finishes;
   for (int g = 0; g < num_groups; ++g) {
     for (size_t k = 0; k < visits[g].size(); ++k) {
       const auto [backward, v] = visits[g][k];
@@ -47,27 +58,36 @@ void Lowerer::EmitPipeline() {
           at = span[{g, (pb ? 1 : 0) * num_ministages_ + pv}].first + 1;
         }
         if (!continuation || policy_.offload_params)
-          prepare_at[at].push_back({backward, g * num_ministages_ + v, continuation});
+          prepares.push_back({at, backward, g * num_ministages_ + v, continuation});
       }
       if (backward || (policy_.gather_per_visit && !continued))
-        finish_after[span[{g, key}].second].push_back({g, key});
+        finishes.push_back({span[{g, key}].second, g, key});
     }
   }
+  std::stable_sort(prepares.begin(), prepares.end(),
+                   [](const Prepare& a, const Prepare& b) { return a.at < b.at; });
+  std::stable_sort(finishes.begin(), finishes.end(),
+                   [](const Finish& a, const Finish& b) { return a.after < b.after; });
+  auto prepare = prepares.begin();
+  auto finish = finishes.begin();
   for (size_t i = 0; i <= order.size(); ++i) {
-    for (const auto& [backward, gv, continuation] : prepare_at[i])
-      EmitVisitPrepare(gv / num_ministages_, gv % num_ministages_, backward, continuation);
+    for (; prepare != prepares.end() && prepare->at == i; ++prepare)
+      EmitVisitPrepare(prepare->gv / num_ministages_, prepare->gv % num_ministages_, prepare->backward,
+                       prepare->continuation);
     if (i == order.size()) break;
+    emitted_share_ = static_cast<double>(i) / static_cast<double>(order.size());
     EmitTask(order[i]);
-    for (const auto& [g, key] : finish_after[i]) {
-      const bool backward = key >= num_ministages_;
-      const int v = key % num_ministages_;
+    for (; finish != finishes.end() && finish->after == i; ++finish) {
+      const bool backward = finish->key >= num_ministages_;
+      const int v = finish->key % num_ministages_;
       if (backward) {
-        EmitFinishBackward(g, v);
+        EmitFinishBackward(finish->g, v);
       } else {
-        EmitFinishForward(g, v);
+        EmitFinishForward(finish->g, v);
       }
     }
   }
+  emitted_share_ = 0;
 }
 
 }  // namespace motley::lowering

@@ -262,6 +262,7 @@ class Lowerer {
   std::vector<std::vector<int>> reduce_ops_;      // per rank: its gradient reductions, in order
   int tp_collective_ = -1;                        // the TP all-reduce of the task being emitted
   PairMap<std::pair<int, int>, int> visit_number_;  // (group, pass*V + v) -> ordinal of the visit
+  double emitted_share_ = 0;  // of the step's tasks, emitted so far (Emit sizes the ranks' vectors by it)
 };
 
 }  // namespace motley::lowering

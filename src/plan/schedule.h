@@ -89,7 +89,7 @@ std::string_view LaneName(int lane);
 
 // An op's dependencies and buffers: a few each, kept inside the op (a schedule of a thousand
 // ranks holds millions of ops, and the planner lowers hundreds of schedules).
-using OpDeps = CompactVector<int32_t, 4>;
+using OpDeps = CompactVector<int32_t, 5>;  // a backward waits for up to five
 using Buffers = CompactVector<Buffer, 3>;  // a backward reads three
 
 struct Op {
@@ -100,30 +100,33 @@ struct Op {
   Op(Op&&) noexcept = default;
   Op& operator=(Op&&) noexcept = default;
 
+  // Fields in an order that leaves no padding (208 bytes with the lists; a static_assert below):
+  // small ones first, the doubles last.
   OpKind kind = OpKind::kForward;
   Stream stream = Stream::kCompute;
-  int32_t ministage = -1;   // index into Schedule::ministages; -1 if none
-  int32_t layer_begin = 0;  // decoder layers [layer_begin, layer_end) the op touches
-  int32_t layer_end = 0;
   bool embedding = false;  // compute/params also cover the embedding (first ministage)
   bool head = false;       // ... the final norm and LM head (last ministage)
   // Backward: the ministage's gradients are read (reduced or applied) before another backward adds
   // to them — the end of a run of backwards (FlexTP returns borrowed units' gradients here).
   bool gradients_complete = false;
+  int16_t ministage = -1;   // index into Schedule::ministages; -1 if none (the lowering checks the range)
+  int16_t tp_degree = 1;    // compute: the op's layers are split over this many tensor-parallel ranks
+  int32_t layer_begin = 0;  // decoder layers [layer_begin, layer_end) the op touches
+  int32_t layer_end = 0;
   int32_t microbatch = -1;  // pipelines: global microbatch index; data parallelism: local index
-  int32_t tp_degree = 1;    // compute: the op's layers are split over this many tensor-parallel ranks
   int32_t peer = -1;        // send/recv: the other rank
   int32_t collective = -1;  // collectives: index into Schedule::collectives
-  int64_t sequences = 0;    // sequences in the microbatch (compute, activation transfers)
-  double flops = 0;         // compute ops: floating-point operations executed
-  double bytes = 0;         // transfers: bytes this rank sends/receives/copies; collectives: payload
-  int64_t tag = 0;          // send/recv: names the transfer (unique per pair and step; message_tags.h)
+  int32_t sequences = 0;    // sequences in the microbatch (compute, activation transfers)
   OpDeps deps;              // ops of this rank (indices) that must finish first
-  double params = 0;        // optimizer step: parameters in the shard it updates
 
   // What the op does to this rank's buffers. A buffer is read and written only while it is held
   // (written before, not freed since); `frees` are its last use here.
   Buffers reads, writes, frees;
+
+  double flops = 0;   // compute ops: floating-point operations executed
+  double bytes = 0;   // transfers: bytes this rank sends/receives/copies; collectives: payload
+  int64_t tag = 0;    // send/recv: names the transfer (unique per pair and step; message_tags.h)
+  double params = 0;  // optimizer step: parameters in the shard it updates
 
   // Memory effects on this rank, in bytes: allocated when the op starts, freed when it ends.
   double device_alloc_bytes = 0;
@@ -131,6 +134,7 @@ struct Op {
   double host_alloc_bytes = 0;
   double host_free_bytes = 0;
 };
+static_assert(sizeof(Op) <= 208, "an op's fields are laid out without padding; keep them so");
 
 /// One instance of a collective: every member rank has exactly one op naming it.
 struct Collective {

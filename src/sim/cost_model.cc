@@ -110,7 +110,7 @@ double CostModel::ComputeS(int device, const Op& op) const {
   // With tensor parallelism a rank runs its share of each layer — measured at that degree when the
   // profile has it, else the whole layer's time divided by the degree — and its vocabulary columns
   // of the head (the head's time divided by the degree).
-  const int tp = std::max(1, op.tp_degree);
+  const int tp = std::max<int>(1, op.tp_degree);
   switch (op.kind) {
     case OpKind::kForward: {
       const std::optional<double> share = entry && tp > 1 ? entry->TpForwardS(tp, mb) : std::nullopt;

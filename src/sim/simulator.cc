@@ -21,11 +21,11 @@
 namespace motley {
 namespace {
 
-struct OpState {
-  bool finished = false;
+struct OpState {  // 24 bytes: one per op of the schedule (hundreds of thousands)
   double start = 0;
   double end = 0;
-  int64_t generation = 0;  // a copy's completion event is current only with this generation
+  int32_t generation = 0;  // a copy's completion event is current only with this generation
+  bool finished = false;
 };
 
 // One direction of a device's host link, shared by the copies in flight on it: each of k copies
@@ -50,7 +50,7 @@ struct Event {
   int64_t seq;
   int rank;
   int op;
-  int64_t generation;
+  int32_t generation;
   bool operator>(const Event& o) const { return std::tie(time, seq) > std::tie(o.time, o.seq); }
 };
 
