@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>
 
 #include "api/describe.h"
+#include "api/interruption_figures.h"
 #include "api/job_input.h"
 #include "api/plan_inputs.h"
 #include "api/plan_query.h"
@@ -56,6 +57,10 @@ T ValueOrRaise(Result<T> r) {
   return std::move(r).value();
 }
 
+void OkOrRaise(const Status& s) {
+  if (!s.ok()) throw MotleyException(s.message());
+}
+
 py::object Describe(const std::optional<std::string>& cluster, const std::optional<std::string>& model,
                     std::optional<int64_t> seq_len, const std::string& precision) {
   if (!cluster && !model) throw MotleyException("describe: give cluster=... or model=... (or both)");
@@ -97,8 +102,11 @@ void ApplyMoney(const MoneyArgs& m, PlanQuery* q) {
   q->offer_evaluations = m.offer_evaluations;
   if (m.deadline) q->deadline_s = ValueOrRaise(ParseDuration(*m.deadline));
   if (m.checkpoint_interval)
-    q->interruptions.checkpoint_interval_s = ValueOrRaise(ParseDuration(*m.checkpoint_interval));
-  if (m.restart_time) q->interruptions.restart_s = ValueOrRaise(ParseDuration(*m.restart_time));
+    OkOrRaise(SetInterruptionFigure("checkpoint_interval", *m.checkpoint_interval,
+                                    InterruptionFigure::kCheckpointInterval, &q->interruptions));
+  if (m.restart_time)
+    OkOrRaise(SetInterruptionFigure("restart_time", *m.restart_time, InterruptionFigure::kRestart,
+                                    &q->interruptions));
 }
 
 py::object PlanFor(const std::optional<std::string>& cluster, const std::string& model, int64_t seq_len,
@@ -224,7 +232,7 @@ PYBIND11_MODULE(motley, m) {
       "max_cost_per_token, deadline=\"72h\" with tokens, min_tokens_per_s): \"money\", \"front\" and "
       "\"why_chosen\" then say its price, the front of price and speed, and why; spot devices are judged by "
       "their expected speed (checkpoint_interval=\"30min\", restart_time=\"10min\": what an interruption "
-      "loses).");
+      "loses; either may name a run's folder or metrics file to measure it from).");
   m.def("simulate", &SimulatePlan, py::arg("plan"), py::kw_only(), py::arg("cluster") = py::none(),
         py::arg("model") = py::none(), py::arg("profile") = py::none(),
         py::arg("stragglers") = std::vector<std::string>{}, py::arg("flextp_mode") = py::none(),

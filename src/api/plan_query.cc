@@ -276,6 +276,10 @@ nlohmann::json PlanAnswerJson(const PlanAnswer& a, bool timing) {
   const int64_t tokens = a.query.global_batch_tokens;
   nlohmann::json j = OutcomeJson(a.chosen, tokens, a.FlexTpOf(a.chosen));
   if (a.money) j["money"] = MoneyJson(*a.money, a.query.train_tokens);
+  if (a.money && a.money->spot_devices > 0)  // what its expected speed assumed of an interruption
+    j["interruptions"] = {{"checkpoint_interval_s", a.query.interruptions.checkpoint_interval_s},
+                          {"restart_s", a.query.interruptions.restart_s},
+                          {"measured", a.query.interruptions.measured}};
   if (!a.front.empty()) {
     j["front"] = nlohmann::json::array();
     for (size_t i = 0; i < a.front.size(); ++i) {

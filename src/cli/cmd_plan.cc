@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "api/interruption_figures.h"
 #include "api/offer_plan.h"
 #include "api/plan_inputs.h"
 #include "api/plan_query.h"
@@ -167,6 +168,7 @@ std::string MoneySummary(const PlanMoney& m, double train_tokens, const Interrup
         m.spot_devices, m.interruptions_per_hour, FormatDuration(cost.checkpoint_interval_s / 2),
         FormatDuration(cost.restart_s), 100 * m.availability, m.tokens_per_s, m.nominal_tokens_per_s,
         FormatUsd(m.on_demand_usd_per_hour), FormatUsd(m.on_demand_usd_per_million_tokens));
+  if (m.spot_devices > 0 && !cost.measured.empty()) out += fmt::format(" ({})", cost.measured);
   return out;
 }
 
@@ -234,9 +236,11 @@ void AddMoneyFlags(CLI::App& app, PlanQuery* query, MoneyFlags* money) {
                  "the job's tokens (e.g. 2e10): its total time and cost beside each priced plan")
       ->check(CLI::PositiveNumber);
   app.add_option("--checkpoint-interval", money->checkpoint_interval,
-                 "spot devices: how often the run checkpoints (default 30min); an interruption loses half");
+                 "spot devices: how often the run checkpoints (default 30min; or a run's folder or metrics "
+                 "file to measure it from); an interruption loses half");
   app.add_option("--restart-time", money->restart_time,
-                 "spot devices: from an interruption to training again (default 10min)");
+                 "spot devices: from an interruption to training again (default 10min; or a run's folder or "
+                 "metrics file to measure it from, its restarts under --max-restarts)");
 }
 
 // Checks what the money flags say together; an exit code when they cannot be used.
@@ -247,17 +251,22 @@ std::optional<int> FinishMoneyFlags(const MoneyFlags& money, PlanQuery* query) {
     return kExitUsage;
   }
   query->max_usd_per_million_tokens = money.max_usd_per_token * 1e6;
-  for (auto [flag, text, seconds] :
-       {std::tuple{"--deadline", &money.deadline, &query->deadline_s},
-        {"--checkpoint-interval", &money.checkpoint_interval, &query->interruptions.checkpoint_interval_s},
-        {"--restart-time", &money.restart_time, &query->interruptions.restart_s}}) {
-    if (text->empty()) continue;
-    Result<double> s = ParseDuration(*text);
+  if (!money.deadline.empty()) {
+    Result<double> s = ParseDuration(money.deadline);
     if (!s.ok()) {
-      fmt::print(stderr, "motley plan: {}: {}\n", flag, s.status().message());
+      fmt::print(stderr, "motley plan: --deadline: {}\n", s.status().message());
       return kExitUsage;
     }
-    *seconds = *s;
+    query->deadline_s = *s;
+  }
+  for (auto [flag, text, figure] : {std::tuple{"--checkpoint-interval", &money.checkpoint_interval,
+                                               InterruptionFigure::kCheckpointInterval},
+                                    {"--restart-time", &money.restart_time, InterruptionFigure::kRestart}}) {
+    if (text->empty()) continue;
+    if (Status st = SetInterruptionFigure(flag, *text, figure, &query->interruptions); !st.ok()) {
+      fmt::print(stderr, "motley plan: {}\n", st.message());
+      return kExitUsage;
+    }
   }
   return std::nullopt;
 }

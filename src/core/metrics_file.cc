@@ -1,6 +1,7 @@
 #include "core/metrics_file.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -70,6 +71,9 @@ class LineReader {
     MOTLEY_ASSIGN_OR_RETURN(m.val_loss, Number(j_, "val_loss", "val_loss"));
     MOTLEY_ASSIGN_OR_RETURN(m.step_time_s, Number(j_, "step_time_s", "step_time_s"));
     MOTLEY_ASSIGN_OR_RETURN(m.tokens_per_s, Number(j_, "tokens_per_s", "tokens_per_s"));
+    MOTLEY_ASSIGN_OR_RETURN(m.time_unix_s, Number(j_, "time_unix_s", "time_unix_s"));
+    if (m.time_unix_s && !(*m.time_unix_s >= 0 && std::isfinite(*m.time_unix_s)))
+      return Error("time_unix_s", "must be a finite number of seconds since 1970");
     for (const auto& [key, into] : std::initializer_list<std::pair<const char*, double*>>{
              {"migrated_units", &m.migrated_units}, {"pruned_fraction", &m.pruned_fraction}}) {
       MOTLEY_ASSIGN_OR_RETURN(std::optional<double> v, Number(j_, key, key));
@@ -112,6 +116,55 @@ class LineReader {
 };
 
 }  // namespace
+
+double NowUnixS() {
+  const auto since = std::chrono::system_clock::now().time_since_epoch();
+  return static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(since).count()) * 1e-6;
+}
+
+Result<MeasuredRestarts> MeasureRestarts(const std::vector<MetricsLine>& lines, const std::string& file) {
+  MeasuredRestarts out;
+  double restarts_s = 0;
+  std::vector<double> gaps;                 // between checkpoints, within each stretch of the run
+  std::optional<double> last_checkpoint_s;  // in the stretch at hand
+  const MetricsLine* last_step = nullptr;   // the last step written before the line at hand
+  const MetricsLine* restart = nullptr;     // a restart whose resumed first step is still to come
+  for (const MetricsLine& l : lines) {
+    const bool step = l.event.empty() && l.loss.has_value();
+    if (l.event == "checkpoint" && l.time_unix_s) {
+      if (last_checkpoint_s) gaps.push_back(*l.time_unix_s - *last_checkpoint_s);
+      last_checkpoint_s = l.time_unix_s;
+    }
+    if (l.event == "restart") {
+      if (!l.time_unix_s || last_step == nullptr || !last_step->time_unix_s)
+        return Status::InvalidArgument(fmt::format(
+            "{}:{}: the restart's time cannot be measured: the lines carry no \"time_unix_s\" (a run of an "
+            "older motley) or no step came before it; run it again with this motley, or give --restart-time "
+            "a duration",
+            file, l.line));
+      restart = &l;
+      last_checkpoint_s.reset();
+    }
+    if (step && restart != nullptr && l.time_unix_s) {
+      const double began_s = *l.time_unix_s - l.step_time_s.value_or(0);
+      restarts_s += std::max(0.0, began_s - *last_step->time_unix_s);
+      ++out.restarts;
+      restart = nullptr;
+    }
+    if (step && restart == nullptr) last_step = &l;
+  }
+  if (out.restarts == 0)
+    return Status::InvalidArgument(fmt::format(
+        "{}: the run never restarted and trained on (no \"restart\" event followed by a step): run it with "
+        "--max-restarts and lose a node, or give --restart-time a duration (e.g. 10min)",
+        file));
+  out.restart_s = restarts_s / out.restarts;
+  if (!gaps.empty()) {
+    std::sort(gaps.begin(), gaps.end());
+    out.checkpoint_interval_s = gaps[gaps.size() / 2];
+  }
+  return out;
+}
 
 Result<std::vector<MetricsLine>> ParseMetricsJsonl(std::string_view text, const std::string& file,
                                                    int first_line) {

@@ -33,6 +33,7 @@ struct MetricsLine {
   std::string event;            // "" for a step's line
   std::string schedule_hash;    // the schedule the steps from here on run ("" where the line names none)
   std::optional<double> loss, val_loss, step_time_s, tokens_per_s;
+  std::optional<double> time_unix_s;  // when it was written (seconds since 1970; older runs wrote none)
   double migrated_units = 0, pruned_fraction = 0;
   std::vector<MetricsRank> ranks;                       // a step's per-rank figures
   nlohmann::json stragglers = nlohmann::json::array();  // the ranks straggling at this step
@@ -44,6 +45,21 @@ struct MetricsLine {
 /// error "<file>:<line>: ..." naming the field and the fix.
 Result<std::vector<MetricsLine>> ParseMetricsJsonl(std::string_view text, const std::string& file,
                                                    int first_line = 1);
+
+/// The clock a metrics line's "time_unix_s" is read on: seconds since 1970, to the microsecond.
+double NowUnixS();
+
+/// What a run's restarts took, read from its metrics (`motley plan --restart-time RUN`): each
+/// "restart" event's time from the last step written before it to the start of the first step
+/// after it (the failure noticed, a plan made, the ranks started, the checkpoint loaded — not the
+/// steps redone), and the interval between its checkpoints.
+struct MeasuredRestarts {
+  int restarts = 0;
+  double restart_s = 0;                         // their mean
+  std::optional<double> checkpoint_interval_s;  // the median interval; none without two in a stretch
+};
+/// An error naming `file` when the run never restarted or its lines carry no times.
+Result<MeasuredRestarts> MeasureRestarts(const std::vector<MetricsLine>& lines, const std::string& file);
 
 /// Reads the metrics file at `path` from byte `from_byte` on (where a restarted run's lines begin).
 /// A path that is not a regular file, or one over the text cap, is refused.

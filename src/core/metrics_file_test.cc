@@ -84,5 +84,54 @@ TEST(MetricsFile, ReadsFromAByteOnWithTheFilesLineNumbers) {
   EXPECT_NE(none.status().message().find("/dev/zero"), std::string::npos);
 }
 
+// A run checkpointing every 10 s that lost a node after step 14: its restart took from step 14's
+// line (t = 150) to the start of the first resumed step (t = 171 - 1 = 170): 20 s; its checkpoints
+// 10 s apart before the restart and after it (not across it).
+TEST(MetricsFile, ARunsRestartsAndCheckpointsAreMeasuredFromItsTimes) {
+  std::string text = "{\"event\":\"start\",\"first_step\":0,\"time_unix_s\":99}\n";
+  auto step = [](int n, double t) {
+    return "{\"step\":" + std::to_string(n) +
+           ",\"loss\":2.0,\"step_time_s\":1.0,\"time_unix_s\":" + std::to_string(t) + "}\n";
+  };
+  auto checkpoint = [](int n, double t) {
+    return "{\"event\":\"checkpoint\",\"step\":" + std::to_string(n) +
+           ",\"time_unix_s\":" + std::to_string(t) + "}\n";
+  };
+  for (int n = 1; n <= 14; ++n) text += step(n, 100 + 3.5 * n);  // step 14 at t = 149
+  text += checkpoint(5, 120) + checkpoint(10, 130);
+  text += step(15, 150).substr(0, 10) + "}\n";  // (a step line without time or loss: ignored)
+  text += "{\"step\":14,\"loss\":2.0,\"time_unix_s\":150}\n";
+  text += "{\"event\":\"restart\",\"failed_rank\":2,\"time_unix_s\":155}\n";
+  text += "{\"event\":\"start\",\"first_step\":10,\"time_unix_s\":165}\n";
+  text += step(11, 171) + step(12, 172) + checkpoint(15, 180) + checkpoint(20, 190) + step(20, 191);
+  Result<std::vector<MetricsLine>> lines = ParseMetricsJsonl(text, "run/metrics.jsonl");
+  ASSERT_TRUE(lines.ok()) << lines.status().message();
+  Result<MeasuredRestarts> m = MeasureRestarts(*lines, "run/metrics.jsonl");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->restarts, 1);
+  EXPECT_NEAR(m->restart_s, 20.0, 1e-9);
+  ASSERT_TRUE(m->checkpoint_interval_s.has_value());
+  EXPECT_NEAR(*m->checkpoint_interval_s, 10.0, 1e-9);
+
+  // Without a restart, or without times: one message naming the file and what to do.
+  Result<std::vector<MetricsLine>> plain = ParseMetricsJsonl(step(1, 10) + step(2, 11), "m.jsonl");
+  ASSERT_TRUE(plain.ok());
+  Result<MeasuredRestarts> none = MeasureRestarts(*plain, "m.jsonl");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("m.jsonl: the run never restarted"), std::string::npos)
+      << none.status().message();
+  Result<std::vector<MetricsLine>> old = ParseMetricsJsonl(
+      "{\"step\":1,\"loss\":2}\n{\"event\":\"restart\"}\n{\"step\":2,\"loss\":2}\n", "old.jsonl");
+  ASSERT_TRUE(old.ok());
+  Result<MeasuredRestarts> untimed = MeasureRestarts(*old, "old.jsonl");
+  ASSERT_FALSE(untimed.ok());
+  EXPECT_NE(untimed.status().message().find("old.jsonl:2:"), std::string::npos) << untimed.status().message();
+  EXPECT_NE(untimed.status().message().find("time_unix_s"), std::string::npos);
+  // A time that is not one.
+  Result<std::vector<MetricsLine>> bad = ParseMetricsJsonl("{\"step\":1,\"time_unix_s\":-4}\n", "m.jsonl");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("m.jsonl:1: \"time_unix_s\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace motley

@@ -3,6 +3,7 @@
 // `motley plan` prints beside a plan's speed and the objectives of a search over offers judge by.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/cluster.h"
@@ -24,6 +25,7 @@ struct RegionBytes {
 struct InterruptionCost {
   double checkpoint_interval_s = 1800;  // how often the run checkpoints (`--checkpoint-interval`)
   double restart_s = 600;               // from an interruption to training again (`--restart-time`)
+  std::string measured;  // which of the two were measured from a run, and where ("" when given)
 };
 
 struct PlanMoney {

@@ -42,7 +42,7 @@ price = "0.50 USD/h"
 TEST(PlanMoney, SpotDevicesCostTheirSpotPriceAndTheirInterruptionsCostTime) {
   const Cluster c = TwoNodes(0.02);
   const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6, 7}, on_demand = {4, 5, 6, 7};
-  const InterruptionCost cost{3600, 1800};  // hourly checkpoints, half an hour to restart
+  const InterruptionCost cost{3600, 1800, ""};  // hourly checkpoints, half an hour to restart
   const PlanMoney m = PriceOfPlan(c, all, 0.5, 1e5, {}, cost);
   EXPECT_EQ(m.spot_devices, 4);
   EXPECT_DOUBLE_EQ(m.interruptions_per_hour, 4 * 0.02);
@@ -68,8 +68,8 @@ TEST(PlanMoney, SpotDevicesCostTheirSpotPriceAndTheirInterruptionsCostTime) {
     EXPECT_GT(a, 0);
     last = a;
   }
-  EXPECT_LT(Availability(c, all, {7200, 1800}), Availability(c, all, cost));
-  EXPECT_LT(Availability(c, all, {3600, 3600}), Availability(c, all, cost));
+  EXPECT_LT(Availability(c, all, {7200, 1800, ""}), Availability(c, all, cost));
+  EXPECT_LT(Availability(c, all, {3600, 3600, ""}), Availability(c, all, cost));
 }
 
 TEST(PlanMoney, ASpotNodeWithoutASpotPriceIsOneErrorNamingTheNodeAndTheFix) {

@@ -13,6 +13,7 @@
 
 #include "core/exit_codes.h"
 #include "core/file_io.h"
+#include "core/metrics_file.h"
 #include "core/units.h"
 #include "plan/plan_io.h"
 #include "runtime/train/checkpoint.h"
@@ -215,7 +216,8 @@ Next AroundLostNode(Supervision& s, const Plan& plan, int failed_rank, int devic
                         {"device", device},
                         {"lost_node", job.cluster.nodes[node].name},
                         {"devices", next->plan.num_devices()},
-                        {"plan", s.run.plan_path}}
+                        {"plan", s.run.plan_path},
+                        {"time_unix_s", NowUnixS()}}
              .dump()
       << "\n";
   return {std::move(next->plan), 0};

@@ -1,6 +1,7 @@
 // Elastic training across processes (#25): stragglers named in every kind of plan, a pipeline
 // resumed exactly, and a lost node planned around by the supervising `motley train`.
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -242,7 +243,9 @@ TEST(DistributedTrain, ALostNodeIsPlannedAroundAndTheRunFinishesOnTheSurvivors) 
   const std::string cmd =
       "cd '" + dir.path().string() + "' && MOTLEY_CACHE_DIR='" + dir.Join("cache") + "' " + MOTLEY_BIN +
       " train job.toml --plan plan.toml --max-restarts 1 --die-rank 2 --die-at-step 15 2>&1";
+  const auto started = std::chrono::steady_clock::now();
   CliRun r = RunCommandLine(cmd);
+  const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "rank 2 (device 2, node c) failed: its node is lost — restart 1 of 1");
   EXPECT_CONTAINS(r.output, "on the 2 devices left");
@@ -253,6 +256,39 @@ TEST(DistributedTrain, ALostNodeIsPlannedAroundAndTheRunFinishesOnTheSurvivors) 
   EXPECT_EQ(replanned.find("devices = [0, 1, 2]"), std::string::npos) << replanned;
   // The metrics say so.
   EXPECT_CONTAINS(motley::ReadFileToString(dir.Join("run/metrics.jsonl")).value(), "\"event\":\"restart\"");
+  // And say how long the restart took and how often the run checkpointed: what a plan on spot
+  // devices takes an interruption to cost when asked to measure it from this run (#51).
+  dir.Write("spot.toml", R"(name = "spot"
+[[offers]]
+name = "a100"
+device = "a100-40gb"
+count = 8
+interconnect = "nvswitch"
+nic_bandwidth = "400Gbps"
+region = "east"
+nodes = 1
+price = "1.84 USD/h"
+spot_price = "0.90 USD/h"
+spot_interruptions_per_hour = 0.01
+source = "test figures"
+)");
+  const std::string plan_args =
+      "plan --offers spot.toml --model llama-1m --seq-len 128 --global-batch-tokens 65536 --objective cost "
+      "--restart-time run --checkpoint-interval run/metrics.jsonl --json";
+  CliRun priced = Motley(plan_args, true, dir.path().string());
+  ASSERT_EQ(priced.exit_code, 0) << Motley(plan_args, false, dir.path().string()).output;
+  const nlohmann::json j = nlohmann::json::parse(priced.output);
+  ASSERT_TRUE(j.contains("interruptions")) << priced.output;
+  const nlohmann::json& measured = j["interruptions"];
+  std::cout << "measured from the run (" << run_s << " s): " << measured.dump() << "\n";
+  EXPECT_CONTAINS(measured["measured"].get<std::string>(), "measured over 1 restart of run/metrics.jsonl");
+  EXPECT_CONTAINS(measured["measured"].get<std::string>(), "checkpoint interval");
+  // Both are real durations of this run: positive, and shorter than the run took.
+  EXPECT_GT(measured["restart_s"].get<double>(), 0);
+  EXPECT_LT(measured["restart_s"].get<double>(), run_s);
+  EXPECT_GT(measured["checkpoint_interval_s"].get<double>(), 0);
+  EXPECT_LT(measured["checkpoint_interval_s"].get<double>(), run_s);
+  EXPECT_NE(measured["restart_s"].get<double>(), 600);  // not the default
   // The same plan from the same checkpoint, by hand: the same parameters.
   std::string by_hand = Job(dir.Join("by-hand"), 1, true);
   by_hand.replace(by_hand.find("steps = 5"), 9, "steps = 20");

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/metrics_file.h"
 #include "core/status.h"
 
 namespace motley {
@@ -59,10 +60,13 @@ class MetricsLog {
     return Status::Ok();
   }
 
-  /// Appends one line; nothing when no file was opened.
+  /// Appends one line, stamped with when it was written ("time_unix_s": what `motley plan
+  /// --restart-time RUN` measures a restart by); nothing when no file was opened.
   Status Write(const nlohmann::json& j) {
     if (fd_ < 0) return Status::Ok();
-    const std::string line = j.dump() + "\n";
+    nlohmann::json stamped = j;
+    if (stamped.is_object() && !stamped.contains("time_unix_s")) stamped["time_unix_s"] = NowUnixS();
+    const std::string line = stamped.dump() + "\n";
     size_t done = 0;
     while (done < line.size()) {
       const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
