@@ -50,6 +50,12 @@ void Cluster::Finalize() {
       devices.push_back(Device{static_cast<int>(devices.size()), static_cast<int>(n), i, it->second});
     }
   }
+  spec_of_node_.clear();
+  for (const NodeSpec& n : nodes) {
+    const GpuSpec* s = catalog.Find(n.device_type);
+    spec_of_node_.push_back(s == nullptr ? -1 : static_cast<int>(s - catalog.specs().data()));
+  }
+  spec_version_ = catalog.version();
   for (size_t i = 0; i < overrides.size(); ++i) {
     const auto& o = overrides[i];
     if (node_index.count(o.a) && node_index.count(o.b)) {
@@ -63,6 +69,9 @@ void Cluster::Finalize() {
 }
 
 const GpuSpec& Cluster::spec(int device) const {
+  const auto node = static_cast<size_t>(devices[static_cast<size_t>(device)].node);
+  if (node < spec_of_node_.size() && spec_of_node_[node] >= 0 && spec_version_ == catalog.version())
+    return catalog.specs()[static_cast<size_t>(spec_of_node_[node])];
   const GpuSpec* s = catalog.Find(node_of(device).device_type);
   MOTLEY_CHECK_MSG(s != nullptr, node_of(device).device_type);
   return *s;

@@ -126,6 +126,10 @@ struct Cluster {
  private:
   std::map<std::pair<int, int>, size_t> node_overrides_;    // (node, node) -> overrides index
   std::map<std::pair<int, int>, size_t> region_overrides_;  // (region, region) -> index
+  // Each node's type as catalog.specs() index, found by Finalize (spec() is asked per device in
+  // the planners' inner loops, and Find compares names); valid while the catalog's version is.
+  std::vector<int> spec_of_node_;
+  uint64_t spec_version_ = 0;
 };
 
 }  // namespace motley

@@ -1,6 +1,7 @@
 #include "core/gpu_catalog.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 
 namespace motley {
@@ -164,7 +165,13 @@ const GpuSpec* GpuCatalog::Find(std::string_view name) const {
   return nullptr;
 }
 
+uint64_t GpuCatalog::NextVersion() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
 void GpuCatalog::Upsert(GpuSpec spec) {
+  version_ = NextVersion();
   for (auto& s : specs_) {
     if (EqualsIgnoreCase(s.name, spec.name)) {
       s = std::move(spec);

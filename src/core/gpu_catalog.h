@@ -2,6 +2,7 @@
 // Cluster files can add types or override figures (see cluster_parse.cc, [device_types.NAME]).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,11 +48,16 @@ class GpuCatalog {
   /// Adds a type, or replaces the one with the same name.
   void Upsert(GpuSpec spec);
   const std::vector<GpuSpec>& specs() const { return specs_; }
+  /// Names the catalog's contents: a copy has its copy's, every Upsert makes a new one (from a
+  /// process-wide count), so that where a type was found can be trusted while it is the same.
+  uint64_t version() const { return version_; }
   /// Names and aliases, for "did you mean".
   std::vector<std::string> AllNames() const;
 
  private:
+  static uint64_t NextVersion();
   std::vector<GpuSpec> specs_;
+  uint64_t version_ = NextVersion();
 };
 
 }  // namespace motley

@@ -32,6 +32,20 @@ CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Profi
   }
   // Emulated devices are CPU processes: Gloo runs their collectives, as it ran the profile's.
   if (cluster.emulated()) network_.library = CollectiveLibrary::kGloo;
+  if (!cluster.emulated() && cluster.nodes.size() <= kMaxCachedNodes) {
+    const size_t n = cluster.nodes.size();
+    std::vector<int> first(n, -1);
+    for (const Device& d : cluster.devices)
+      if (first[static_cast<size_t>(d.node)] < 0) first[static_cast<size_t>(d.node)] = d.id;
+    node_links_.resize(n * n);
+    for (size_t a = 0; a < n; ++a)
+      for (size_t b = 0; b < n; ++b) {
+        // Two devices of one node: its first two (a node of one device never asks).
+        const int da = first[a];
+        const int db = a == b ? (cluster.nodes[a].num_devices > 1 ? da + 1 : -1) : first[b];
+        if (da >= 0 && db >= 0) node_links_[a * n + b] = DerivedLinkBetween(da, db);
+      }
+  }
   network_.link = [this](int a, int b) { return LinkBetween(a, b); };
   network_.node_of = [this](int d) { return cluster_.devices[d].node; };
   std::vector<int> first_device(cluster.nodes.size(), 0);
@@ -41,6 +55,13 @@ CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Profi
 }
 
 Link CostModel::LinkBetween(int a, int b) const {
+  if (node_links_.empty() || a == b) return DerivedLinkBetween(a, b);
+  const auto n = cluster_.nodes.size();
+  return node_links_[static_cast<size_t>(cluster_.devices[static_cast<size_t>(a)].node) * n +
+                     static_cast<size_t>(cluster_.devices[static_cast<size_t>(b)].node)];
+}
+
+Link CostModel::DerivedLinkBetween(int a, int b) const {
   Link link = cluster_.LinkBetween(a, b);
   if (link.kind == LinkKind::kSelf || measured_links_.empty()) return link;
   const int na = cluster_.devices[a].node, nb = cluster_.devices[b].node;

@@ -60,6 +60,7 @@ class CostModel : public PlannerCosts {
  private:
   /// The cluster's link, replaced by the profile's measurement between the two nodes if it has one.
   Link LinkBetween(int a, int b) const;
+  Link DerivedLinkBetween(int a, int b) const;  // the same, found afresh
 
   const Cluster& cluster_;
   const ModelSpec& model_;
@@ -71,6 +72,11 @@ class CostModel : public PlannerCosts {
   std::vector<const ProfileEntry*> entry_by_device_;
   std::map<std::pair<int, int>, const ProfileLink*> measured_links_;  // (node, node), lower first
   Network network_;  // the links above, each node's network card, the collectives' library
+  // Between two devices of a cluster without emulated ones the link depends only on their nodes:
+  // found once per pair of nodes (the collectives' costs ask for every pair of ring neighbours).
+  // Empty: found each time (emulated devices, or more than kMaxCachedNodes nodes).
+  static constexpr size_t kMaxCachedNodes = 256;
+  std::vector<Link> node_links_;  // [node a * nodes + node b]
 };
 
 }  // namespace motley
