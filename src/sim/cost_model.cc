@@ -32,25 +32,23 @@ CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Profi
   }
   // Emulated devices are CPU processes: Gloo runs their collectives, as it ran the profile's.
   if (cluster.emulated()) network_.library = CollectiveLibrary::kGloo;
+  // Each node's first device (its devices are numbered one after another).
+  std::vector<int> first_device(cluster.nodes.size(), 0);
+  for (const Device& d : cluster.devices)
+    if (d.local_index == 0) first_device[static_cast<size_t>(d.node)] = d.id;
   if (!cluster.emulated() && cluster.nodes.size() <= kMaxCachedNodes) {
     const size_t n = cluster.nodes.size();
-    std::vector<int> first(n, -1);
-    for (const Device& d : cluster.devices)
-      if (first[static_cast<size_t>(d.node)] < 0) first[static_cast<size_t>(d.node)] = d.id;
     node_links_.resize(n * n);
     for (size_t a = 0; a < n; ++a)
       for (size_t b = 0; b < n; ++b) {
         // Two devices of one node: its first two (a node of one device never asks).
-        const int da = first[a];
-        const int db = a == b ? (cluster.nodes[a].num_devices > 1 ? da + 1 : -1) : first[b];
-        if (da >= 0 && db >= 0) node_links_[a * n + b] = DerivedLinkBetween(da, db);
+        const int da = first_device[a];
+        const int db = a != b ? first_device[b] : cluster.nodes[a].num_devices > 1 ? da + 1 : -1;
+        if (db >= 0) node_links_[a * n + b] = DerivedLinkBetween(da, db);
       }
   }
   network_.link = [this](int a, int b) { return LinkBetween(a, b); };
   network_.node_of = [this](int d) { return cluster_.devices[d].node; };
-  std::vector<int> first_device(cluster.nodes.size(), 0);
-  for (const Device& d : cluster.devices)
-    if (d.local_index == 0) first_device[d.node] = d.id;
   network_.nic_bytes_per_s = NodeNics(first_device, network_.link);
 }
 
