@@ -180,10 +180,13 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
   const std::vector<double> seconds_per_sequence = DeviceSecondsPerSequence(
       *a->cluster, *a->model, *a->costs,
       {a->request.global_batch_sequences, a->request.seq_len, a->request.precision, 256, 2});
-  auto evaluate = [&](const Allocation& alloc, double need_tokens_per_s) {
+  // An allocation planned quickly (exploring: what the search compares allocations by) or in full
+  // (what the search ends on or near: OfferSearchConfig::refine).
+  auto plan_allocation = [&](const Allocation& alloc, double need_tokens_per_s, bool exploring) {
     PlanRequest r = a->request;
     r.devices = devices_of(alloc);
     r.leave_devices_out = false;
+    r.exploring = exploring;
     AllocationOutcome out;
     out.nodes = alloc;
     // Not planned when even its bound cannot reach what it needs to join the front.
@@ -214,6 +217,9 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
     made.push_back(std::move(p));
     return out;
   };
+  auto evaluate = [&](const Allocation& alloc, double need_tokens_per_s) {
+    return plan_allocation(alloc, need_tokens_per_s, true);
+  };
   OfferSearchConfig config;
   config.estimate = [&](const Allocation& alloc, double) {
     const std::vector<int> devices = devices_of(alloc);
@@ -230,6 +236,7 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
   config.region = RegionOfEachGroup(*a->cluster, groups);
   std::vector<int> max_nodes;
   for (const auto& g : groups.nodes) max_nodes.push_back(static_cast<int>(g.size()));
+  config.refine = [&](const Allocation& alloc, double) { return plan_allocation(alloc, 0, false); };
   config.max_evaluations = a->query.offer_evaluations;
   config.within = groups.within;
   if (a->query.offer_evaluations == 0) {
@@ -241,10 +248,16 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
           "default is 150)",
           all - 1));
   }
-  const OfferSearchResult result = a->query.offer_evaluations == 0
-                                       ? SearchAllOffers(max_nodes, evaluate, groups.within)
-                                       : SearchOffers(max_nodes, evaluate, config);
+  // Every allocation (--offer-evaluations 0) is planned in full.
+  const OfferSearchResult result =
+      a->query.offer_evaluations == 0
+          ? SearchAllOffers(
+                max_nodes,
+                [&](const Allocation& alloc, double need) { return plan_allocation(alloc, need, false); },
+                groups.within)
+          : SearchOffers(max_nodes, evaluate, config);
   a->allocations_planned = result.evaluated;
+  a->allocations_refined = result.refined;
   for (const AllocationOutcome& f : result.front) a->front.push_back(made[static_cast<size_t>(f.index)]);
   a->planned = OncePerAllocation(std::move(made));
   const std::optional<AllocationOutcome> best = ChooseFromFront(result.front, spec);

@@ -195,9 +195,10 @@ void PrintFront(const PlanAnswer& a) {
     t.AddRow(row);
   }
   fmt::print(
-      "what to rent: {} allocations planned; the front of price and speed (none both cheaper and faster "
-      "than another):\n{}\n",
-      a.allocations_planned, t.ToString());
+      "what to rent: {} allocations planned ({} of them again in full: those on or near the front); the "
+      "front "
+      "of price and speed (none both cheaper and faster than another):\n{}\n",
+      a.allocations_planned, a.allocations_refined, t.ToString());
 }
 
 // The money flags (api/offer_plan.h): where the devices come from (--cluster or --offers), the

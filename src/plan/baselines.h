@@ -40,6 +40,10 @@ struct PlanRequest {
   // beat it are not planned. "auto" passes its best so far; a strategy's own best may then go
   // unfound, so --compare passes nothing.
   double only_faster_than_s = std::numeric_limits<double>::infinity();
+  // A quick plan, to compare allocations by (the offers' search, whose front is then planned in
+  // full): auto leaves hexiscale out (a pipeline search as costly as Zorse's), and Zorse's search
+  // judges two of its candidates by the evaluator, not twenty (Pipelines in baselines.cc).
+  bool exploring = false;
 };
 
 /// What a job asks the planner for: its batch, sequence length, precision, checkpointing and
@@ -70,10 +74,10 @@ StrategyOutcome PlanWithStrategy(const std::string& strategy, const Cluster& clu
                                  const PlannerCosts& costs, const PlanRequest& request,
                                  const PlanEvaluator& evaluate);
 
-/// Every strategy but "auto", in the order of StrategyNames(). kEachItsBest: each strategy's best
-/// plan (--compare). kOnlyTheBest: what "auto" needs, the best plan of all: a strategy skips the
-/// device subsets that cannot beat the best plan found so far (its row may then be slower than
-/// its own best, or say it was not planned).
+/// Every strategy but "auto" (exploring: nor hexiscale), in the order of StrategyNames(). kEachItsBest: each
+/// strategy's best plan (--compare). kOnlyTheBest: what "auto" needs, the best plan of all: a strategy skips
+/// the device subsets that cannot beat the best plan found so far (its row may then be slower than its own
+/// best, or say it was not planned).
 enum class EveryStrategy { kEachItsBest, kOnlyTheBest };
 std::vector<StrategyOutcome> PlanEveryStrategy(const Cluster& cluster, const ModelSpec& model,
                                                const PlannerCosts& costs, const PlanRequest& request,

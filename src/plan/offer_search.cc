@@ -218,7 +218,48 @@ class Search {
     }
   }
 
-  OfferSearchResult Result() const { return {Front(outcomes_), static_cast<int>(outcomes_.size())}; }
+  OfferSearchResult Result() const {
+    return {Front(outcomes_), static_cast<int>(outcomes_.size()), refined_};
+  }
+
+  // Plans what is within near_refine of the front again with the full planning (spread over the
+  // front's prices, at most max_refinements): its answers replace the quick ones.
+  void Refine() {
+    // The front first, then what could join it were its speed up to near_refine faster (its
+    // price is no estimate: no outcome as cheap is near_refine times faster); each spread over
+    // its prices, each allocation once.
+    std::vector<Allocation> near;
+    std::set<Allocation> once;
+    for (const double margin : {1.0, config_.near_refine}) {
+      std::vector<const AllocationOutcome*> could;
+      for (const AllocationOutcome& o : outcomes_) {
+        if (!o.feasible) continue;
+        const bool beaten = std::any_of(outcomes_.begin(), outcomes_.end(), [&](const AllocationOutcome& m) {
+          return m.feasible && m.usd_per_hour <= o.usd_per_hour &&
+                 m.tokens_per_s >= o.tokens_per_s * margin && (margin > 1 || Dominates(m, o));
+        });
+        if (!beaten) could.push_back(&o);
+      }
+      std::stable_sort(could.begin(), could.end(),
+                       [](const AllocationOutcome* x, const AllocationOutcome* y) {
+                         return x->usd_per_hour < y->usd_per_hour;
+                       });
+      std::vector<Allocation> tier;
+      for (const AllocationOutcome* o : could)
+        if (once.insert(o->nodes).second) tier.push_back(o->nodes);
+      for (Allocation& a : SpreadOrder(tier)) near.push_back(std::move(a));
+    }
+    std::map<Allocation, size_t> at;  // an outcome by the allocation it was planned on
+    for (size_t i = 0; i < outcomes_.size(); ++i) at.emplace(outcomes_[i].nodes, i);
+    for (size_t i = 0; i < near.size() && refined_ < config_.max_refinements; ++i) {
+      AllocationOutcome o = config_.refine(near[i], 0);
+      if (o.nodes.empty()) o.nodes = near[i];
+      ++refined_;
+      // (A quick plan that beats the full one's is a plan too: it stays.)
+      AllocationOutcome& quick = outcomes_[at.at(near[i])];
+      if (!quick.feasible || !Dominates(quick, o)) quick = std::move(o);
+    }
+  }
 
  private:
   const std::vector<int>& max_;
@@ -228,6 +269,7 @@ class Search {
   const double near_front_;
   std::vector<AllocationOutcome> outcomes_;
   std::set<Allocation> seen_;
+  int refined_ = 0;
 };
 
 }  // namespace
@@ -239,6 +281,7 @@ OfferSearchResult SearchOffers(const std::vector<int>& max_nodes, const Allocati
     Search search(max_nodes, evaluate, config, config.max_evaluations, config.near_front);
     for (const Allocation& a : search.Seeds()) search.Try(a);
     search.Climb();
+    if (config.refine) search.Refine();
     return search.Result();
   }
   // With an estimate: the search runs on it, the planner plans what the estimate puts near its
@@ -252,6 +295,7 @@ OfferSearchResult SearchOffers(const std::vector<int>& max_nodes, const Allocati
   for (size_t i = 0; i < first; ++i)
     search.Try(near[first == near.size() ? i : i * (near.size() - 1) / std::max<size_t>(first - 1, 1)]);
   search.Climb();
+  if (config.refine) search.Refine();
   return search.Result();
 }
 

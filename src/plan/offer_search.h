@@ -13,7 +13,10 @@
 // twice or half an offer's nodes, and one node of an offer traded for one of another; whatever joins
 // the front is varied in turn, until nothing new joins it or the evaluations run out. With an
 // estimate (OfferSearchConfig::estimate) the search runs on it first, and the planner plans only
-// what the estimate puts near its front and what the search finds from there.
+// what the estimate puts near its front and what the search finds from there. With a refinement
+// (OfferSearchConfig::refine) the search explores with a quicker planning and plans in full only
+// what ends on or near its front: the front is then the full plannings' (and the quick answers'
+// of the allocations not refined, which the front's refined members usually beat).
 #pragma once
 
 #include <functional>
@@ -57,11 +60,20 @@ struct OfferSearchConfig {
   // row offered on demand and as spot: core/offers.h WithinOffers); empty: every allocation within
   // max_nodes can.
   std::function<Allocation(const Allocation&)> within;
+  // The planning in full, when `evaluate` is a quicker one (fewer candidates judged, fewer
+  // strategies): once the search is done, the allocations within near_refine of its front (1: the
+  // front itself) are planned again by it, at most max_refinements of them (spread over the
+  // front's prices), and their answers replace the quick ones unless a quick one dominates. Empty:
+  // `evaluate` is the planning in full.
+  AllocationEvaluator refine;
+  double near_refine = 1.05;  // at least the quick planning's error
+  int max_refinements = 8;
 };
 
 struct OfferSearchResult {
   std::vector<AllocationOutcome> front;  // by ascending price (and so ascending speed)
   int evaluated = 0;                     // allocations planned
+  int refined = 0;                       // ... and planned again in full (OfferSearchConfig::refine)
 };
 
 /// `max_nodes[i]`: offer i's nodes. Deterministic.

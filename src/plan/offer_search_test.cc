@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -87,6 +88,81 @@ TEST(OfferSearch, RegretAgainstEveryAllocationIsUnderOnePercent) {
   }
   EXPECT_GT(cases, 200);
   RecordProperty("worst_regret", std::to_string(worst));
+}
+
+// The offers' search explores with a quicker planning (api/offer_plan.cc: fewer candidates
+// judged), which finds each allocation a plan up to 5% slower than the full planning's, and plans
+// its front again in full (OfferSearchConfig::refine): planning all of what is within that error of
+// the front again, its choices stay within 1% of planning every allocation in full; the refined
+// members carry the full planning's answer; a quick answer better than the full one's stays; and no
+// more than max_refinements are planned again.
+TEST(OfferSearch, AQuickerPlanningExploresAndTheFrontIsPlannedAgainInFull) {
+  std::mt19937 rng(7);
+  int cases = 0, refined_members = 0, refined = 0, evaluated = 0;
+  double worst = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const Market m = RandomMarket(rng, 2 + trial % 3, 4);
+    std::map<Allocation, int> planned_in_full;
+    const AllocationEvaluator quick = [&](const Allocation& a, double) {
+      AllocationOutcome o = m(a);
+      size_t h = 17;
+      for (int n : a) h = h * 31 + static_cast<size_t>(n);
+      o.tokens_per_s *= 0.95 + 0.05 * static_cast<double>(h % 101) / 100;  // 0.95-1.0 of the full planning's
+      return o;
+    };
+    OfferSearchConfig config;
+    config.region = m.region;
+    config.near_refine = 1.05;      // the quick planning's error
+    config.max_refinements = 1000;  // all of it (motley's default, 8, caps what a long front costs)
+    config.refine = [&](const Allocation& a, double need) {
+      ++planned_in_full[a];
+      return m(a, need);
+    };
+    const OfferSearchResult exact = SearchAllOffers(m.max_nodes, m);
+    const OfferSearchResult found = SearchOffers(m.max_nodes, quick, config);
+    EXPECT_GT(found.refined, 0);
+    refined += found.refined;
+    evaluated += found.evaluated;
+    EXPECT_EQ(found.refined, static_cast<int>(planned_in_full.size()));  // each allocation at most once
+    for (const AllocationOutcome& f : found.front)
+      if (planned_in_full.count(f.nodes)) {
+        ++refined_members;
+        EXPECT_EQ(f.tokens_per_s, m(f.nodes).tokens_per_s);
+      }
+    for (const ObjectiveSpec& spec : Objectives(exact.front)) {
+      const std::optional<AllocationOutcome> best = ChooseFromFront(exact.front, spec);
+      const std::optional<AllocationOutcome> got = ChooseFromFront(found.front, spec);
+      if (!best) continue;
+      ++cases;
+      ASSERT_TRUE(got.has_value()) << "trial " << trial;
+      const double regret = ObjectiveScore(spec, *got) / ObjectiveScore(spec, *best) - 1;
+      worst = std::max(worst, regret);
+      EXPECT_LE(regret, 0.01) << "trial " << trial << ", objective " << static_cast<int>(spec.objective);
+    }
+  }
+  EXPECT_GT(cases, 200);
+  EXPECT_GT(refined_members, 60);
+  EXPECT_LT(refined, evaluated / 2);  // what could join the front, not everything
+  RecordProperty("worst_regret", std::to_string(worst));
+
+  // A full planning slower than the quick one's (a plan it did not judge) does not replace it.
+  const Market m = RandomMarket(rng, 4, 4);
+  OfferSearchConfig config;
+  config.max_refinements = 3;
+  config.refine = [&](const Allocation& a, double) {
+    AllocationOutcome o = m(a);
+    o.tokens_per_s *= 0.5;
+    return o;
+  };
+  const OfferSearchResult kept = SearchOffers(m.max_nodes, m, config);
+  const OfferSearchResult plain = SearchOffers(m.max_nodes, m);
+  EXPECT_GT(kept.refined, 0);
+  EXPECT_LE(kept.refined, config.max_refinements);
+  ASSERT_EQ(kept.front.size(), plain.front.size());
+  for (size_t i = 0; i < kept.front.size(); ++i)
+    EXPECT_EQ(kept.front[i].tokens_per_s, plain.front[i].tokens_per_s);
+  EXPECT_GT(kept.front.size(), 3u);
+  EXPECT_EQ(kept.refined, 3);
 }
 
 TEST(OfferSearch, OnLargeListsBeatsARandomSearchOfAThousandAllocations) {

@@ -43,6 +43,11 @@ TEST(Money, TheSearchOverOffersChoosesWithinOnePercentOfPlanningEveryAllocation)
   ASSERT_TRUE(every.contains("front") && found.contains("front"));
   EXPECT_EQ(every["allocations_planned"].get<int>(), 3 * 5 * 3 - 1);
   EXPECT_LT(found["allocations_planned"].get<int>(), every["allocations_planned"].get<int>());
+  // The search explores with a quick planning and plans its front again in full (at most 8); every
+  // allocation is planned in full at once.
+  EXPECT_GT(found["allocations_refined"].get<int>(), 0);
+  EXPECT_LE(found["allocations_refined"].get<int>(), 8);
+  EXPECT_EQ(every["allocations_refined"].get<int>(), 0);
   const std::vector<Point> exact = Front(every), ours = Front(found);
   ASSERT_GE(exact.size(), 3u);
   // Each objective's best on a front: time (fastest), cost (cheapest a token), and each constraint.
