@@ -1,6 +1,7 @@
 #include "plan/program_walker.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -24,9 +25,57 @@ Status ProgramWalker::Run() {
   return End();
 }
 
+void ProgramWalker::NumberBuffers() {
+  ministages_ = 0;
+  local_microbatch_.clear();
+  microbatch_of_.clear();
+  auto number = [&](const Buffer& b) {
+    MOTLEY_CHECK(b.ministage >= -1 && b.microbatch >= -1);
+    ministages_ = std::max<int32_t>(ministages_, b.ministage + 2);
+    const size_t m = static_cast<size_t>(b.microbatch) + 1;
+    if (m >= local_microbatch_.size()) local_microbatch_.resize(m + 1, -1);
+    if (local_microbatch_[m] < 0) {
+      local_microbatch_[m] = static_cast<int32_t>(microbatch_of_.size());
+      microbatch_of_.push_back(b.microbatch);
+    }
+  };
+  for (const Buffer& b : program_.resident) number(b);
+  for (const Op& op : program_.ops)
+    for (const Buffers* list : {&op.reads, &op.writes, &op.frees})
+      for (const Buffer& b : *list) number(b);
+  held_.assign((static_cast<size_t>(BufferKind::kHostSaved) + 1) * static_cast<size_t>(ministages_) *
+                   microbatch_of_.size(),
+               0);
+  held_count_ = 0;
+}
+
+size_t ProgramWalker::Index(const Buffer& b) const {
+  return (static_cast<size_t>(b.kind) * static_cast<size_t>(ministages_) +
+          static_cast<size_t>(b.ministage + 1)) *
+             microbatch_of_.size() +
+         static_cast<size_t>(local_microbatch_[static_cast<size_t>(b.microbatch) + 1]);
+}
+
+std::vector<Buffer> ProgramWalker::held() const {
+  std::vector<Buffer> out;
+  const size_t per_kind = static_cast<size_t>(ministages_) * microbatch_of_.size();
+  for (size_t i = 0; i < held_.size(); ++i)
+    if (held_[i])
+      out.push_back({static_cast<BufferKind>(i / per_kind),
+                     static_cast<int16_t>(i % per_kind / microbatch_of_.size() - 1),
+                     microbatch_of_[i % microbatch_of_.size()]});
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 void ProgramWalker::Begin() {
   held_.clear();
-  if (check_buffers_) held_.insert(program_.resident.begin(), program_.resident.end());
+  held_count_ = 0;
+  if (check_buffers_) {
+    NumberBuffers();
+    for (const Buffer& b : program_.resident)
+      if (!std::exchange(held_[Index(b)], 1)) ++held_count_;
+  }
   in_flight_.clear();
   queued_.clear();
   running_collective_ = -1;
@@ -36,13 +85,18 @@ Status ProgramWalker::End() {
   while (!in_flight_.empty()) MOTLEY_RETURN_IF_ERROR(FinishOp(*in_flight_.begin()));
   MOTLEY_CHECK(queued_.empty() && running_collective_ < 0);
   if (!check_buffers_) return Status::Ok();
-  const std::set<Buffer> resident(program_.resident.begin(), program_.resident.end());
-  if (held_ != resident) {
+  std::vector<Buffer> resident(program_.resident.begin(), program_.resident.end());
+  std::sort(resident.begin(), resident.end());
+  resident.erase(std::unique(resident.begin(), resident.end()), resident.end());
+  const bool all_there =
+      std::all_of(resident.begin(), resident.end(), [&](const Buffer& b) { return Holds(b); });
+  if (!all_there || held_count_ != resident.size()) {
     std::string diff;
-    for (const Buffer& b : held_)
-      if (!resident.count(b)) diff += fmt::format(" {} left over;", BufferName(b));
+    for (const Buffer& b : held())
+      if (!std::binary_search(resident.begin(), resident.end(), b))
+        diff += fmt::format(" {} left over;", BufferName(b));
     for (const Buffer& b : resident)
-      if (!held_.count(b)) diff += fmt::format(" {} missing;", BufferName(b));
+      if (!Holds(b)) diff += fmt::format(" {} missing;", BufferName(b));
     return Status::Internal(
         fmt::format("rank {}: the step ended without its resident state:{}", program_.rank, diff));
   }
@@ -52,7 +106,7 @@ Status ProgramWalker::End() {
 std::vector<int> ProgramWalker::Blockers(int i) const {
   const Op& op = program_.ops[i];
   std::vector<int> blockers;
-  for (int j : in_flight_) {  // in program order (a std::set)
+  for (int j : in_flight_) {  // in program order (a sorted set)
     const Op& other = program_.ops[j];
     const bool dep = std::find(op.deps.begin(), op.deps.end(), j) != op.deps.end();
     // Read after write, write after read or write, free after use.
@@ -85,10 +139,11 @@ Status ProgramWalker::Step(int i) {
   for (int j : Blockers(i)) MOTLEY_RETURN_IF_ERROR(FinishOp(j));
   if (check_buffers_) {
     for (const Buffer& b : op.reads)
-      if (!held_.count(b) && !Contains(op.writes, b))
+      if (!Holds(b) && !Contains(op.writes, b))
         return Status::Internal(fmt::format("rank {} op {} ({}) reads {}, which the rank does not hold",
                                             program_.rank, i, OpKindName(op.kind), BufferName(b)));
-    for (const Buffer& b : op.writes) held_.insert(b);
+    for (const Buffer& b : op.writes)
+      if (!std::exchange(held_[Index(b)], 1)) ++held_count_;
   }
   if (Queues(i) && (running_collective_ >= 0 || !queued_.empty())) {
     in_flight_.insert(i);
@@ -137,9 +192,10 @@ Status ProgramWalker::FinishOp(int i, bool may_block) {
 Status ProgramWalker::Release(int i) {
   const Op& op = program_.ops[i];
   for (const Buffer& b : op.frees) {
-    if (check_buffers_ && !held_.erase(b))
+    if (check_buffers_ && !std::exchange(held_[Index(b)], 0))
       return Status::Internal(fmt::format("rank {} op {} ({}) frees {}, which the rank does not hold",
                                           program_.rank, i, OpKindName(op.kind), BufferName(b)));
+    if (check_buffers_) --held_count_;
     MOTLEY_RETURN_IF_ERROR(runner_->Free(b));
   }
   return Status::Ok();

@@ -22,10 +22,12 @@
 // would run and checks the order.
 #pragma once
 
+#include <cstdint>
 #include <deque>
 #include <functional>
-#include <set>
 #include <vector>
+
+#include <boost/container/flat_set.hpp>
 
 #include "core/status.h"
 #include "plan/schedule.h"
@@ -84,8 +86,9 @@ class ProgramWalker {
   void set_check_buffers(bool check) { check_buffers_ = check; }
 
   /// Ops in flight now (op indices), for runners and tests.
-  const std::set<int>& in_flight() const { return in_flight_; }
-  const std::set<Buffer>& held() const { return held_; }
+  const boost::container::flat_set<int>& in_flight() const { return in_flight_; }
+  /// The buffers the rank holds now (kept when checked: set_check_buffers), in order.
+  std::vector<Buffer> held() const;
 
  private:
   Status FinishOp(int op, bool may_block = true);
@@ -101,8 +104,19 @@ class ProgramWalker {
   OpRunner* runner_;
   const std::vector<Collective>* collectives_;
   bool check_buffers_ = true;
-  std::set<int> in_flight_;
-  std::set<Buffer> held_;
+  boost::container::flat_set<int> in_flight_;
+  // The buffers held: a flag for each buffer the program names, numbered densely by kind,
+  // ministage and the program's own number for the microbatch (a rank holds up to thousands at
+  // once, taken and let go by the million in a simulation: a std::set took 11% of `motley
+  // simulate`'s time, a sorted vector's moves 14%, a hash set 12%).
+  void NumberBuffers();
+  size_t Index(const Buffer& b) const;
+  bool Holds(const Buffer& b) const { return held_[Index(b)] != 0; }
+  int32_t ministages_ = 0;                 // the program's largest ministage + 2 (-1 included)
+  std::vector<int32_t> local_microbatch_;  // microbatch + 1 -> its number here
+  std::vector<int32_t> microbatch_of_;     // ... and back
+  std::vector<uint8_t> held_;
+  size_t held_count_ = 0;
 };
 
 /// Walks every rank's program with a runner that runs each op at once (nothing in flight): the

@@ -4,6 +4,7 @@
 // walker decides.
 #include "plan/program_walker.h"
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -265,6 +266,32 @@ TEST(ProgramWalker, AReadOfSomethingNotHeldIsAnErrorNamingTheOpAndTheBuffer) {
   EXPECT_NE(st.message().find("op 3 (forward) reads params(ms0), which the rank does not hold"),
             std::string::npos)
       << st.message();
+}
+
+// What the walker says a rank holds, buffer by buffer: the resident state, then what each op
+// writes as it starts (the activations of each microbatch, told apart), in order.
+TEST(ProgramWalker, HeldListsTheBuffersTheRankHoldsAsTheStepGoes) {
+  const Program p = TinyProgram();
+  RecordingOpRunner runner(p);
+  ProgramWalker w(p, &runner);
+  w.Begin();
+  std::vector<Buffer> resident(p.resident.begin(), p.resident.end());
+  std::sort(resident.begin(), resident.end());
+  resident.erase(std::unique(resident.begin(), resident.end()), resident.end());
+  EXPECT_EQ(w.held(), resident);
+  std::set<Buffer> written;
+  for (int i = 0; i < static_cast<int>(p.ops.size()); ++i) {
+    ASSERT_TRUE(w.Step(i).ok());
+    const std::vector<Buffer> held = w.held();
+    EXPECT_TRUE(std::is_sorted(held.begin(), held.end()));
+    for (const Buffer& b : p.ops[static_cast<size_t>(i)].writes) {
+      EXPECT_TRUE(std::binary_search(held.begin(), held.end(), b)) << "op " << i << " " << BufferName(b);
+      if (b.microbatch >= 0) written.insert(b);
+    }
+  }
+  EXPECT_GE(written.size(), 2u);  // microbatches' buffers were told apart
+  ASSERT_TRUE(w.End().ok());
+  EXPECT_EQ(w.held(), resident);
 }
 
 TEST(ProgramWalker, AStepThatDoesNotEndInItsResidentStateIsAnError) {
