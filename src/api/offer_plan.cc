@@ -80,6 +80,34 @@ std::vector<RentedPlan> OncePerAllocation(std::vector<RentedPlan> made) {
   return out;
 }
 
+// The front's plans, every plan made (once an allocation), and the objective's choice from the
+// front with why.
+void ChooseFromWhatWasPlanned(PlanAnswer* a, const OfferSearchResult& result, std::vector<RentedPlan> made,
+                              const ObjectiveSpec& spec) {
+  for (const AllocationOutcome& f : result.front) a->front.push_back(made[static_cast<size_t>(f.index)]);
+  a->planned = OncePerAllocation(std::move(made));
+  const std::optional<AllocationOutcome> best = ChooseFromFront(result.front, spec);
+  const std::string objective = a->query.objective.empty() ? "time" : a->query.objective;
+  if (!best) {
+    a->chosen = {};
+    a->chosen.strategy = a->query.strategy;
+    a->chosen.status = Status::Infeasible(
+        a->front.empty()
+            ? "no allocation of what is offered has a plan that fits"
+            : fmt::format(
+                  "nothing offered meets the {} constraint: the cheapest plan found is {}, the fastest {}",
+                  objective, MoneyLine(a->front.front()), MoneyLine(a->front.back())));
+    return;
+  }
+  for (size_t i = 0; i < result.front.size(); ++i)
+    if (result.front[i].index == best->index) a->chosen_on_front = static_cast<int>(i);
+  const RentedPlan& chosen = a->front[static_cast<size_t>(a->chosen_on_front)];
+  a->chosen = chosen.outcome;
+  a->money = chosen.money;
+  a->rows = {chosen.outcome};
+  a->objective_why = Why(a->front, a->chosen_on_front, objective);
+}
+
 }  // namespace
 
 NodeGroups GroupsOfOffers(const OfferList& offers) {
@@ -258,28 +286,7 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
           : SearchOffers(max_nodes, evaluate, config);
   a->allocations_planned = result.evaluated;
   a->allocations_refined = result.refined;
-  for (const AllocationOutcome& f : result.front) a->front.push_back(made[static_cast<size_t>(f.index)]);
-  a->planned = OncePerAllocation(std::move(made));
-  const std::optional<AllocationOutcome> best = ChooseFromFront(result.front, spec);
-  const std::string objective = a->query.objective.empty() ? "time" : a->query.objective;
-  if (!best) {
-    a->chosen = {};
-    a->chosen.strategy = a->query.strategy;
-    a->chosen.status = Status::Infeasible(
-        a->front.empty()
-            ? "no allocation of what is offered has a plan that fits"
-            : fmt::format(
-                  "nothing offered meets the {} constraint: the cheapest plan found is {}, the fastest {}",
-                  objective, MoneyLine(a->front.front()), MoneyLine(a->front.back())));
-    return Status::Ok();
-  }
-  for (size_t i = 0; i < result.front.size(); ++i)
-    if (result.front[i].index == best->index) a->chosen_on_front = static_cast<int>(i);
-  const RentedPlan& chosen = a->front[static_cast<size_t>(a->chosen_on_front)];
-  a->chosen = chosen.outcome;
-  a->money = chosen.money;
-  a->rows = {chosen.outcome};
-  a->objective_why = Why(a->front, a->chosen_on_front, objective);
+  ChooseFromWhatWasPlanned(a, result, std::move(made), spec);
   return Status::Ok();
 }
 
