@@ -61,10 +61,10 @@ struct OfferSearchConfig {
   // max_nodes can.
   std::function<Allocation(const Allocation&)> within;
   // The planning in full, when `evaluate` is a quicker one (fewer candidates judged, fewer
-  // strategies): once the search is done, the allocations within near_refine of its front (1: the
-  // front itself) are planned again by it, at most max_refinements of them (spread over the
-  // front's prices), and their answers replace the quick ones unless a quick one dominates. Empty:
-  // `evaluate` is the planning in full.
+  // strategies): once the search is done, its front and then what a plan near_refine times faster
+  // would bring onto it (a price is no estimate: only the speed is given the margin) are planned
+  // again by it, at most max_refinements of them (each spread over its prices), and their answers
+  // replace the quick ones unless a quick one dominates. Empty: `evaluate` is the planning in full.
   AllocationEvaluator refine;
   double near_refine = 1.05;  // at least the quick planning's error
   int max_refinements = 8;
