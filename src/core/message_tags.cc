@@ -14,8 +14,8 @@ int64_t MessageTag(TagRange range, int64_t index) {
 
 std::string DescribeTag(int64_t tag) {
   static constexpr const char* kNames[] = {
-      "schedule message",   "state gather message", "FlexTP migration message",
-      "link probe message", "trace message",        "rebalancing message"};
+      "schedule message", "state gather message", "FlexTP migration message", "link probe message",
+      "trace message",    "rebalancing message",  "FlexTP key/value message"};
   const int64_t range = tag / kTagsPerRange;
   if (tag < 0 || range >= static_cast<int64_t>(std::size(kNames))) return fmt::format("tag {}", tag);
   return fmt::format("{} {}", kNames[range], tag % kTagsPerRange);

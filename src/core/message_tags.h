@@ -16,6 +16,7 @@ enum class TagRange : int64_t {
   kLinkProbe = 3,    // motley profile's link measurements
   kTrace = 4,        // collecting every rank's trace on rank 0
   kRebalance = 5,    // live rebalancing: the state moving to the ranks of the new plan
+  kFlexTpKeyValue = 6,  // FlexTP's lent key/value activations (and their gradients) inside a team
 };
 constexpr int64_t kTagsPerRange = int64_t{1} << 28;
 

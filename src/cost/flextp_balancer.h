@@ -6,9 +6,11 @@
 // straggles — slower than the team's normal ranks by more than a threshold (§III-A) — the team can
 //   - migrate (§IV-A): the straggler's last units and heads are computed by the normal ranks,
 //     each taking a contiguous run of them (virtual renumbering); exact. A run of heads needs the
-//     key and value of each group it touches: its receiver computes them (and the owner still does
-//     for a group it keeps some heads of), so the model costs a run by the heads it holds and the
-//     groups it touches;
+//     key and value of each group it touches: by broadcast-reduce its receiver computes them (and
+//     the owner still does for a group it keeps some heads of), so the model costs a run by the
+//     heads it holds and the groups it touches; point to point (FlexTpCosts::kv_from_owner) the
+//     owner computes them once for the groups it lends and sends them, so a run costs its receiver
+//     its heads alone and its owner the groups it lends;
 //   - resize (§III): the straggler prunes a ratio of the units it computes (dual pruning, zeros
 //     imputed for their gradients) and, with `attention_prunable`, the same ratio of its attention
 //     projections' hidden features; the ratio closes the gap to the normal ranks (Eq. 1); lossy;

@@ -359,6 +359,37 @@ TEST(FlexTpBalancer, ARankWithOneKeyValueGroupSharesItsQueryHeads) {
   EXPECT_LT(t.team_s, groups.Update({1.0, 3.0, 1.0}).team_s);
 }
 
+// Point to point, a lent run's key and value come from its owner (FlexTpCosts::kv_from_owner): the
+// receivers compute only the heads' query and output (rank 1's heads 2-3: 0.6 x 2/4 = 0.3 of an own
+// attention), the owner the key and value of the group its kept head uses and of the two its lent heads
+// touch (0.6 x 1/4 + 0.4 x 3/2 = 0.75) — at 2x, the slowest rank of the attention block now.
+TEST(FlexTpBalancer, ALentRunsKeyAndValueAreItsOwnersWork) {
+  FlexTpCosts c = Costs();
+  c.mlp_fraction = 0.5;
+  c.attention_fraction = 0.25;
+  c.heads = 4;
+  c.heads_per_group = 2;
+  c.kv_fraction = 0.4;
+  c.kv_from_owner = true;
+  const FlexTpBalancer b(Mode("migrate"), 3, c);
+  TeamBalance within{{0, 0, 0}, {0, 0, 0}, {0, 0, 3}, {{2, 0, 1, 1, true}, {2, 1, 2, 2, true}}, {}};
+  EXPECT_NEAR(b.TeamTime(within, {1.0, 1.0, 2.0}, {}), 2 * (0.25 + 0.75 * 0.75) / 3 + 4.0 / 3, 1e-12);
+  EXPECT_NEAR(b.TeamTime(within, {1.0, 1.0, 1.0}, {}), (0.25 + 0.75 * 1.3) / 3 + 2.0 / 3, 1e-12);
+  // The held-out kind of team (2 query heads a rank, one group, one rank 3x): with the group's key
+  // and value from the straggler, each receiver's borrowed head costs less and the team steps faster.
+  c.units = 512;
+  c.mlp_fraction = 0.6;
+  c.attention_fraction = 0.3;
+  c.heads = 2;
+  c.kv_fraction = 0.3;
+  FlexTpBalancer from_owner(Mode("migrate"), 3, c);
+  const TeamBalance& t = from_owner.Update({1.0, 3.0, 1.0});
+  EXPECT_EQ(t.given_heads[1], 2);
+  c.kv_from_owner = false;
+  FlexTpBalancer recomputed(Mode("migrate"), 3, c);
+  EXPECT_LT(t.team_s, recomputed.Update({1.0, 3.0, 1.0}).team_s);
+}
+
 TensorParallelConfig Semi(const std::string& solver, double max_prune = 0.9,
                           const std::string& reference = "average") {
   TensorParallelConfig c = Mode("semi", max_prune);

@@ -82,6 +82,7 @@ bool UsesBroadcastReduce(const TensorParallelConfig& config, bool gpu) {
 
 FlexTpCosts ForTeamConfig(FlexTpCosts costs, const TensorParallelConfig& config, bool gpu) {
   costs.broadcast_reduce = UsesBroadcastReduce(config, gpu);
+  costs.kv_from_owner = !costs.broadcast_reduce;
   if (!config.resize_attention) costs.attention_prunable = 0;
   return costs;
 }

@@ -30,6 +30,11 @@ struct FlexTpCosts {
   // (and the reduce of its gradients), so each pays for every migrated unit; point to point, a
   // rank pays for the units it gives and those it receives.
   bool broadcast_reduce = false;
+  // Point to point, a straggler's lent query heads get their key and value from it: it computes
+  // them once for the groups it lends (beside those of the heads it keeps) and sends them to each
+  // receiver every forward, so no receiver computes them again (FlexTpTeam). Broadcast-reduce:
+  // each receiver computes the key and value of the groups its run touches.
+  bool kv_from_owner = false;
   // A migration's fixed cost a step (the transfers' latency: a block each layer pass), paid by a
   // rank for each straggler whose block it sends or receives, beside migrate_s_per_unit.
   double migrate_s_fixed = 0;

@@ -1,7 +1,8 @@
 // FlexTpBalancer's load model: what a rank's compute comes to under a balance — its own units and
 // heads, those it computes for others (at the borrowed cost it has learned), the key and value of
-// each group its heads touch, ZERO-resizing's overhead and the migration's transfers — and the
-// team's time, block by block (flextp_balancer.h says why). The decisions are flextp_balancer.cc's.
+// each group its heads touch (or, lending by point to point, that its lent heads touch), ZERO-resizing's
+// overhead and the migration's transfers — and the team's time, block by block (flextp_balancer.h says why).
+// The decisions are flextp_balancer.cc's.
 #include <algorithm>
 #include <vector>
 
@@ -43,8 +44,10 @@ double FlexTpBalancer::OwnAttention(const TeamBalance& b, int r) const {
   const double heads = static_cast<double>(std::max<int64_t>(costs_.heads, 1));
   const double groups = static_cast<double>(std::max<int64_t>(costs_.heads / per, 1));
   const int64_t kept = costs_.heads - b.given_heads[r];  // its first heads: the groups they reach
+  // Lending by point to point, it computes the key and value of the groups its lent heads touch too.
+  const int64_t lent = costs_.kv_from_owner ? GroupsTouched(kept, b.given_heads[r], per) : 0;
   return (1 - costs_.kv_fraction) * static_cast<double>(kept) / heads +
-         costs_.kv_fraction * static_cast<double>(GroupsTouched(0, kept, per)) / groups;
+         costs_.kv_fraction * static_cast<double>(GroupsTouched(0, kept, per) + lent) / groups;
 }
 
 double FlexTpBalancer::BorrowedAttention(const TeamBalance& b, int r) const {
@@ -55,7 +58,9 @@ double FlexTpBalancer::BorrowedAttention(const TeamBalance& b, int r) const {
   for (const UnitMove& m : b.moves)
     if (m.attention && m.to == r)
       work += (1 - costs_.kv_fraction) * static_cast<double>(m.count) / heads +
-              costs_.kv_fraction * static_cast<double>(GroupsTouched(m.begin, m.count, per)) / groups;
+              (costs_.kv_from_owner
+                   ? 0
+                   : costs_.kv_fraction * static_cast<double>(GroupsTouched(m.begin, m.count, per)) / groups);
   return work;
 }
 

@@ -414,4 +414,67 @@ num_microbatches = [3, 3, 3]
   }
 }
 
+// Grouped-query attention with one key/value group a rank (Llama 3 8B's ranks at width 8): a
+// straggler's query heads move point to point, and their owner sends each receiver the key and value
+// of the group every forward and takes their gradients back in the backward (issue #47 §8b) — exact
+// in fp64 against one process, with and without recomputation (a checkpointed layer's first forward
+// sends them too) and with validation forwards between the steps.
+TEST_F(TensorParallelEquivalence, LentQueryHeadsTakeTheirKeysAndValuesFromTheirOwnerExactly) {
+  dir_->Write("gqa6.toml",
+              "name = \"gqa6\"\nhidden_size = 48\nnum_layers = 2\nnum_heads = 6\nnum_kv_heads = 3\n"
+              "ffn_size = 96\nvocab_size = 256\nmax_seq_len = 64\n");
+  auto with_model = [](std::string text) {
+    text.replace(text.find("model.toml"), 10, "gqa6.toml");
+    return text;
+  };
+  const std::string plan = dir_->Write("gqa6-tp3.plan.toml", with_model(PlanHeader()) + R"(schedule = "gpipe"
+zero_stage = 0
+[[groups]]
+ministages = [[0, 2]]
+tp_degree = 3
+devices = [0, 1, 2]
+microbatch_size = [4, 4, 4]
+num_microbatches = [3, 3, 3]
+)");
+  for (const bool checkpointing : {false, true}) {
+    const std::string tag = checkpointing ? "recompute" : "stored";
+    SCOPED_TRACE(tag);
+    auto job = [&](const std::string& name, const std::string& extra) {
+      std::string j = with_model(Job(dir_->Join(name), 1.0, checkpointing)) + extra;
+      j.replace(j.find("validation_interval_steps = 0"), 29, "validation_interval_steps = 2");
+      return dir_->Write(name + ".toml", j);
+    };
+    job("gqa6-ref-" + tag, "");
+    CliRun r = Motley("train gqa6-ref-" + tag + ".toml --single-process", false, dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string name = "gqa6-p2p-" + tag;
+    job(name,
+        "[tensor_parallel]\nmode = \"migrate\"\nmigration = \"point-to-point\"\n"
+        "[[emulation.stragglers]]\nrank = 1\nslowdown = 6\nfrom_step = 2\n");
+    r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train " + name + ".toml --plan " + plan +
+                   " --metrics " + name + ".jsonl",
+               false, dir_->path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    int64_t heads_lent = 0;
+    std::set<int> receivers;
+    std::ifstream metrics(dir_->Join(name + ".jsonl"));
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.contains("ranks")) continue;
+      for (const auto& rank : j["ranks"]) {
+        if (!rank.contains("flextp")) continue;
+        heads_lent = std::max(heads_lent, rank["flextp"].value("heads_given", int64_t{0}));
+        if (rank["flextp"].value("heads_received", int64_t{0}) > 0) receivers.insert(rank["rank"].get<int>());
+      }
+    }
+    EXPECT_GT(heads_lent, 0) << "no query head moved: the case does not test the keys' and values' travel";
+    std::cout << name << ": up to " << heads_lent << " heads lent, to " << receivers.size() << " rank(s)\n";
+    const std::string ref = dir_->Join("gqa6-ref-" + tag + "/step-000005/"),
+                      got = dir_->Join(name + "/step-000005/");
+    EXPECT_LT(MaxRelativeDifference(got + "model.safetensors", ref + "model.safetensors"), kFp64Tolerance);
+    EXPECT_LT(MaxRelativeDifference(got + "optimizer.safetensors", ref + "optimizer.safetensors"),
+              kFp64Tolerance);
+  }
+}
+
 }  // namespace

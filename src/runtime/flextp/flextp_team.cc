@@ -87,6 +87,7 @@ Result<SemiPretest> FlexTpTeam::Pretest() {
 }
 
 Status FlexTpTeam::BeginStep(int64_t step, double last_compute_s) {
+  MOTLEY_RETURN_IF_ERROR(WaitKeyValueSends());  // (a validation's forwards: no backward waited for them)
   step_ = step;
   if (!pretested_ && options_.pretest_tokens > 0 && options_.config.mode == "semi" &&
       options_.config.semi_solver == "cost-model") {
@@ -166,6 +167,20 @@ torch::Tensor FlexTpTeam::Keep(Layer& l, double ratio, torch::Device device) {
   return torch::tensor(l.priority.Keep(own, prune, step_), torch::kInt64).to(device);
 }
 
+namespace {
+// The tag of a lent run's keys and values (or their gradients) in a layer's forward. Transfers of a
+// tag match in order, so the forward's number may wrap.
+int64_t KeyValueTag(int layer, size_t move, int64_t forward, bool gradient) {
+  constexpr int64_t kMovesPerLayer = 1024, kForwards = 64;
+  MOTLEY_CHECK_LT(move, static_cast<size_t>(kMovesPerLayer));
+  return MessageTag(
+      TagRange::kFlexTpKeyValue,
+      ((static_cast<int64_t>(layer) * kMovesPerLayer + static_cast<int64_t>(move)) * 2 + (gradient ? 1 : 0)) *
+              kForwards +
+          forward % kForwards);
+}
+}  // namespace
+
 int64_t FlexTpTeam::Tag(int layer, bool attention, bool gradients, size_t move) {
   constexpr int64_t kMovesPerLayer = 1024;
   MOTLEY_CHECK_LT(move, static_cast<size_t>(kMovesPerLayer));
@@ -173,6 +188,35 @@ int64_t FlexTpTeam::Tag(int layer, bool attention, bool gradients, size_t move) 
       TagRange::kFlexTp,
       ((static_cast<int64_t>(layer) * 2 + (attention ? 1 : 0)) * 2 + (gradients ? 1 : 0)) * kMovesPerLayer +
           static_cast<int64_t>(move));
+}
+
+void FlexTpTeam::Send(int layer, int peer, size_t move, int64_t forward, bool gradient, torch::Tensor t) {
+  key_value_sent_.push_back(std::move(t));
+  key_value_sends_.push_back(options_.comm->Send(key_value_sent_.back(), options_.team->ranks[peer],
+                                                 KeyValueTag(layer, move, forward, gradient)));
+}
+
+void FlexTpTeam::Receive(int layer, int peer, size_t move, int64_t forward, bool gradient, torch::Tensor& t) {
+  // The wait is the executor's communication, not the migration's transfer time (the balancer's
+  // per-float cost): it waits for the owner's (or the receiver's) compute.
+  const torch::Device device = t.device();
+  const CommClock::Mark start = options_.clock != nullptr ? options_.clock->Start(device) : CommClock::Mark{};
+  Result<PendingTransfer> r =
+      options_.comm->Recv(t, options_.team->ranks[peer], KeyValueTag(layer, move, forward, gradient));
+  Status st = r.ok() ? r->Wait() : r.status();
+  if (options_.clock != nullptr) options_.clock->Stop(start, device);
+  if (!st.ok()) throw std::runtime_error(fmt::format("FlexTP key/value transfer: {}", st.message()));
+}
+
+Status FlexTpTeam::WaitKeyValueSends() {
+  Status first = Status::Ok();
+  for (auto& t : key_value_sends_) {
+    Status s = t.ok() ? t->Wait() : t.status();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  key_value_sends_.clear();
+  key_value_sent_.clear();
+  return first;
 }
 
 Status FlexTpTeam::Timed(const torch::Device& device, const std::function<Status()>& communicate) {
@@ -303,19 +347,29 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
           ? Borrow(layer, true, b.given_heads[me] > 0 ? AttentionHeadRows(options_.spec, w) : torch::Tensor(),
                    {0, head_rows, h}, w[1].options(), &l.borrowed)
           : torch::Tensor();
+  // Point to point, lent heads' keys and values travel from their owner every forward.
+  const bool link = !broadcast_reduce() && options_.costs.heads > 0;
+  l.work.layer = layer;
+  l.work.link = link ? this : nullptr;
+  if (link)
+    for (size_t j = 0; j < b.moves.size(); ++j)
+      if (b.moves[j].attention && b.moves[j].from == me)
+        l.work.lent.push_back({b.moves[j].to, j, b.moves[j].begin, b.moves[j].count});
   if (heads.defined()) {
     l.work.attention = heads;
     l.work.grad_attention = torch::zeros(heads.sizes(), master);
     const int64_t per = options_.spec.num_heads / options_.spec.num_kv_heads;
     for (const Borrowed& r : l.borrowed)
-      if (r.attention) l.work.attention_runs.push_back({r.at, r.count, r.begin % per});
+      if (r.attention)
+        l.work.attention_runs.push_back({r.at, r.count, r.begin % per, link ? r.from : -1, r.move});
   }
   l.active = l.work.keep.defined() || l.work.gate.defined() || l.work.attention_keep >= 0 ||
-             heads.defined() || l.work.attention_features.defined();
+             heads.defined() || l.work.attention_features.defined() || !l.work.lent.empty();
   return l.active ? &l.work : nullptr;
 }
 
 Status FlexTpTeam::ReturnGradients(int begin, int end, const AddGradient& add) {
+  MOTLEY_RETURN_IF_ERROR(WaitKeyValueSends());
   const TeamBalance& b = balance();
   if (b.moves.empty()) return Status::Ok();
   torch::NoGradGuard no_grad;

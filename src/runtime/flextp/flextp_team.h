@@ -7,7 +7,9 @@
 //      keeps a pruned unit from looking idle forever), ties broken round-robin — and the units
 //      it borrows from stragglers: each straggler broadcasts its migrated block to the team and each
 //      receiver computes its run of it (FlexTP §IV-A; `migration = "point-to-point"`: the owner
-//      sends each receiver just its run);
+//      sends each receiver just its run, and in each forward the key and value of the groups its
+//      lent query heads touch — their gradients come back in the backward — so that no receiver
+//      computes them again);
 //   3. after each backward, returns the borrowed units' gradients to their owner: one sum-reduce of
 //      each straggler's blocks of every layer the backward ran, every receiver's runs in place (point
 //      to point: each receiver sends its runs, all layers' posted before any is waited for). Outputs and
@@ -37,7 +39,7 @@
 
 namespace motley {
 
-class FlexTpTeam {
+class FlexTpTeam : private KeyValueLink {
  public:
   struct Options {
     TensorParallelConfig config;
@@ -119,6 +121,11 @@ class FlexTpTeam {
                        std::vector<Borrowed>* out);
   // The tag of move `move`'s transfer for `layer`: its weights out, or its gradients back.
   static int64_t Tag(int layer, bool attention, bool gradients, size_t move);
+  // Lent query heads' keys and values (KeyValueLink), point to point: sends are kept in
+  // `key_value_sent_` until WaitKeyValueSends (after each backward, and before a step).
+  void Send(int layer, int peer, size_t move, int64_t forward, bool gradient, torch::Tensor t) override;
+  void Receive(int layer, int peer, size_t move, int64_t forward, bool gradient, torch::Tensor& t) override;
+  Status WaitKeyValueSends();
   // Runs `communicate` (on tensors on `device`), counting its time as the migration's.
   Status Timed(const torch::Device& device, const std::function<Status()>& communicate);
   // Waits for `transfers` (of tensors on `device`), counting the time as communication; the first
@@ -140,6 +147,8 @@ class FlexTpTeam {
   int64_t step_ = 0;
   CommClock migration_clock_;  // this step's time in the migration's moves and gradient returns
   std::map<int, Layer> layers_;
+  std::vector<torch::Tensor> key_value_sent_;
+  std::vector<Result<PendingTransfer>> key_value_sends_;
   std::map<int, double> layer_ratio_;  // this step's pruning ratio per layer (this rank)
 };
 

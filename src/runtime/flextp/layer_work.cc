@@ -58,17 +58,58 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
+torch::Tensor Rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return x * cos + RotateHalf(x) * sin;
+}
+
+// The heads of projection `w` ([heads * d, hidden]) of `hidden`: [batch, heads, seq, d].
+torch::Tensor Heads(const torch::Tensor& hidden, const torch::Tensor& w, int64_t d) {
+  return torch::nn::functional::linear(hidden, w)
+      .view({hidden.size(0), hidden.size(1), -1, d})
+      .transpose(1, 2);
+}
+
+// The keys (after RoPE) and values of k and v [groups * d, hidden]: [batch, groups, seq, d] each.
+std::pair<torch::Tensor, torch::Tensor> KeyValue(const ModelSpec& spec, const torch::Tensor& hidden,
+                                                 const torch::Tensor& k_w, const torch::Tensor& v_w,
+                                                 const torch::Tensor& cos, const torch::Tensor& sin) {
+  return {Rope(Heads(hidden, k_w, spec.head_dim()), cos, sin), Heads(hidden, v_w, spec.head_dim())};
+}
+
+torch::Tensor Attend(const ModelSpec& spec, torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                     const torch::Tensor& o_w, int64_t first_head_offset);
+
+// AttentionPartial's heads with their keys and values given ([batch, groups, seq, d] each, the keys
+// after RoPE: the groups the heads touch).
+torch::Tensor AttentionFromKeyValue(const ModelSpec& spec, const torch::Tensor& hidden,
+                                    const torch::Tensor& q_w, torch::Tensor k, torch::Tensor v,
+                                    const torch::Tensor& o_w, const torch::Tensor& cos,
+                                    const torch::Tensor& sin, int64_t first_head_offset) {
+  // (One statement each, and moved: no tensor outlives its use — the memory model counts a layer's
+  // attention as these ops hold it, tensor_parallel_test.cc.)
+  torch::Tensor q = Rope(Heads(hidden, q_w, spec.head_dim()), cos, sin);
+  return Attend(spec, std::move(q), std::move(k), std::move(v), o_w, first_head_offset);
+}
+
 // The borrowed heads' partial output: each owner's run of them (HeadRun) with the key and value
 // heads of the groups it touches — each taken from the run's first head in that group, so a group
 // is computed once a run (its other heads' copies get no gradient; their owner sums every copy's).
 torch::Tensor BorrowedHeads(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& rows,
                             std::vector<LayerWork::HeadRun> runs, const torch::Tensor& cos,
-                            const torch::Tensor& sin) {
+                            const torch::Tensor& sin, const std::vector<torch::Tensor>& kv = {}) {
   const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads, h = rows.size(2);
   if (runs.empty()) runs.push_back({0, rows.size(0), 0});
   torch::Tensor out;
-  for (const LayerWork::HeadRun& run : runs) {
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const LayerWork::HeadRun& run = runs[i];
     const torch::Tensor r = rows.narrow(0, run.at, run.count);
+    if (i < kv.size() && kv[i].defined()) {  // the key and value came from the heads' owner
+      const torch::Tensor part =
+          AttentionFromKeyValue(spec, hidden, r.narrow(1, 0, d).reshape({-1, h}), kv[i][0], kv[i][1],
+                                r.narrow(1, 3 * d, d).reshape({-1, h}).t(), cos, sin, run.offset);
+      out = out.defined() ? out + part : part;
+      continue;
+    }
     std::vector<int64_t> firsts;  // the run's first head in each group it touches
     for (int64_t j = 0; j < run.count; j = (run.offset + j) / per * per + per - run.offset)
       firsts.push_back(j);
@@ -82,6 +123,73 @@ torch::Tensor BorrowedHeads(const ModelSpec& spec, const torch::Tensor& hidden, 
   return out;
 }
 
+// The keys and values of each borrowed run whose owner sends them ([2, batch, groups, seq, head_dim]:
+// the groups the run touches, the keys after RoPE); undefined for the runs this rank computes them for.
+std::vector<torch::Tensor> ReceiveKeyValues(const ModelSpec& spec, const LayerWork& w,
+                                            const torch::Tensor& hidden) {
+  std::vector<torch::Tensor> kv(w.attention_runs.size());
+  if (w.link == nullptr) return kv;
+  const int64_t per = spec.num_heads / spec.num_kv_heads;
+  for (size_t i = 0; i < kv.size(); ++i) {
+    const LayerWork::HeadRun& run = w.attention_runs[i];
+    if (run.from < 0) continue;
+    const int64_t groups = (run.offset + run.count - 1) / per + 1;
+    kv[i] = torch::empty({2, hidden.size(0), groups, hidden.size(1), spec.head_dim()}, hidden.options());
+    w.link->Receive(w.layer, run.from, run.move, w.forwards, false, kv[i]);
+  }
+  return kv;
+}
+
+// A lent run's keys and values, sent to its receiver in the forward; their gradients, received from
+// it in the backward, flow on into this rank's key and value projections. The output is a zero
+// that joins the rank's attention output, so that the backward comes here.
+struct LentKeyValue : public torch::autograd::Function<LentKeyValue> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& kv, int64_t work, int64_t run) {
+    LayerWork& w = *reinterpret_cast<LayerWork*>(work);
+    ctx->saved_data["work"] = work;
+    ctx->saved_data["run"] = run;
+    ctx->saved_data["forward"] = w.forwards;
+    ctx->saved_data["like"] = torch::empty(kv.sizes(), kv.options());
+    const LayerWork::LentRun& r = w.lent[static_cast<size_t>(run)];
+    w.link->Send(w.layer, r.to, r.move, w.forwards, false, kv.detach().contiguous());
+    return torch::zeros({}, kv.options());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list /*grad_out*/) {
+    LayerWork& w = *reinterpret_cast<LayerWork*>(ctx->saved_data["work"].toInt());
+    const LayerWork::LentRun& r = w.lent[static_cast<size_t>(ctx->saved_data["run"].toInt())];
+    torch::Tensor grad = torch::empty_like(ctx->saved_data["like"].toTensor());
+    w.link->Receive(w.layer, r.to, r.move, ctx->saved_data["forward"].toInt(), true, grad);
+    return {grad, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// This rank's lent runs: the keys and values of the groups they touch, computed once (the lent heads
+// are its last: their groups are contiguous) and sent to each run's receiver. Returns the zero to add
+// to the attention's output (undefined where no backward follows).
+torch::Tensor LendKeyValues(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& k_w,
+                            const torch::Tensor& v_w, const torch::Tensor& cos, const torch::Tensor& sin,
+                            LayerWork& w) {
+  const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads;
+  const int64_t first = w.lent.front().begin / per,
+                last = (w.lent.back().begin + w.lent.back().count - 1) / per;
+  const auto [k, v] = KeyValue(spec, hidden, k_w.narrow(0, first * d, (last - first + 1) * d),
+                               v_w.narrow(0, first * d, (last - first + 1) * d), cos, sin);
+  torch::Tensor zero;
+  for (size_t i = 0; i < w.lent.size(); ++i) {
+    const LayerWork::LentRun& r = w.lent[i];
+    const int64_t g0 = r.begin / per - first, groups = (r.begin + r.count - 1) / per - r.begin / per + 1;
+    const torch::Tensor kv = torch::stack({k.narrow(1, g0, groups), v.narrow(1, g0, groups)});
+    if (torch::GradMode::is_enabled() && kv.requires_grad()) {
+      const torch::Tensor z = LentKeyValue::apply(kv, static_cast<int64_t>(reinterpret_cast<intptr_t>(&w)),
+                                                  static_cast<int64_t>(i));
+      zero = zero.defined() ? zero + z : z;
+    } else {
+      w.link->Send(w.layer, r.to, r.move, w.forwards, false, kv.detach().contiguous());
+    }
+  }
+  return zero;
+}
+
 // Borrowed attention heads: their weights are not this rank's parameters, so the forward keeps
 // its own graph — the input and the groups' weights as leaves — in the work (LayerWork::
 // attention_graphs), and the backward runs it: the weights' gradient goes to the work's
@@ -93,12 +201,19 @@ struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
     LayerWork& w = *reinterpret_cast<LayerWork*>(work);
     ctx->saved_data["work"] = work;
     ctx->saved_data["graph"] = static_cast<int64_t>(w.attention_graphs.size());
-    LayerWork::AttentionGraph g{
-        hidden.detach().requires_grad_(true), Cast(w.attention, hidden).detach().requires_grad_(true), {}};
+    const ModelSpec& model = *reinterpret_cast<const ModelSpec*>(spec);
+    LayerWork::AttentionGraph g{hidden.detach().requires_grad_(true),
+                                Cast(w.attention, hidden).detach().requires_grad_(true),
+                                {},
+                                {},
+                                0};
+    g.kv = ReceiveKeyValues(model, w, hidden);
+    g.forward = w.forwards;
+    for (torch::Tensor& kv : g.kv)
+      if (kv.defined()) kv.requires_grad_(true);
     {
       torch::AutoGradMode enable(true);
-      g.out = BorrowedHeads(*reinterpret_cast<const ModelSpec*>(spec), g.hidden, g.rows, w.attention_runs,
-                            cos, sin);
+      g.out = BorrowedHeads(model, g.hidden, g.rows, w.attention_runs, cos, sin, g.kv);
     }
     torch::Tensor out = g.out.detach();
     w.attention_graphs.push_back(std::move(g));
@@ -108,9 +223,18 @@ struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
     LayerWork& w = *reinterpret_cast<LayerWork*>(ctx->saved_data["work"].toInt());
     LayerWork::AttentionGraph& g =
         w.attention_graphs.at(static_cast<size_t>(ctx->saved_data["graph"].toInt()));
-    auto grads = torch::autograd::grad({g.out}, {g.hidden, g.rows}, {grad_out[0]});
-    g = {};  // its activations are no longer needed
+    std::vector<torch::Tensor> inputs = {g.hidden, g.rows};
+    for (const torch::Tensor& kv : g.kv)
+      if (kv.defined()) inputs.push_back(kv);
+    auto grads = torch::autograd::grad({g.out}, inputs, {grad_out[0]});
     torch::NoGradGuard no_grad;
+    // The received keys' and values' gradients go back to their owner.
+    for (size_t i = 0, k = 2; i < g.kv.size(); ++i)
+      if (g.kv[i].defined()) {
+        const LayerWork::HeadRun& run = w.attention_runs[i];
+        w.link->Send(w.layer, run.from, run.move, g.forward, true, grads[k++].contiguous());
+      }
+    g = {};  // its activations are no longer needed
     w.grad_attention.add_(grads[1].to(w.grad_attention.scalar_type()));
     return {grads[0], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -129,14 +253,20 @@ torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidde
                          o_w.index_select(0, features), cos, sin, torch::Tensor(), first_head_offset);
     return torch::zeros_like(hidden).index_copy(-1, features, out);
   }
-  const int64_t b = hidden.size(0), s = hidden.size(1), d = spec.head_dim();
-  const int64_t heads = q_w.size(0) / d, kv_heads = k_w.size(0) / d;
+  auto kv = KeyValue(spec, hidden, k_w, v_w, cos, sin);
+  return AttentionFromKeyValue(spec, hidden, q_w, std::move(kv.first), std::move(kv.second), o_w, cos, sin,
+                               first_head_offset);
+}
+
+namespace {
+
+// Heads q [batch, heads, seq, d] attending to their groups' k and v [batch, groups, seq, d] (the run's
+// first head `first_head_offset` heads into its group), projected by o [hidden, heads * d].
+torch::Tensor Attend(const ModelSpec& spec, torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                     const torch::Tensor& o_w, int64_t first_head_offset) {
   namespace F = torch::nn::functional;
-  torch::Tensor q = F::linear(hidden, q_w).view({b, s, heads, d}).transpose(1, 2);
-  torch::Tensor k = F::linear(hidden, k_w).view({b, s, kv_heads, d}).transpose(1, 2);
-  torch::Tensor v = F::linear(hidden, v_w).view({b, s, kv_heads, d}).transpose(1, 2);
-  q = q * cos + RotateHalf(q) * sin;
-  k = k * cos + RotateHalf(k) * sin;
+  const int64_t b = q.size(0), s = q.size(2), d = spec.head_dim(), heads = q.size(1), kv_heads = k.size(1);
+  const torch::Tensor& hidden = q;                         // its dtype and device
   const int64_t per = spec.num_heads / spec.num_kv_heads;  // query heads a key/value head serves
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // The fused kernel reads each key/value head for its group itself (no repeated copy of K and V:
@@ -185,6 +315,8 @@ torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidde
   return F::linear(attn, o_w);
 }
 
+}  // namespace
+
 torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& q_w,
                                 const torch::Tensor& k_w, const torch::Tensor& v_w, const torch::Tensor& o_w,
                                 const torch::Tensor& cos, const torch::Tensor& sin, LayerWork* work) {
@@ -201,15 +333,21 @@ torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidd
                           : AttentionPartial(spec, hidden, q_w.narrow(0, 0, keep * d),
                                              k_w.narrow(0, 0, groups * d), v_w.narrow(0, 0, groups * d),
                                              o_w.narrow(1, 0, keep * d), cos, sin, work->attention_features);
+  if (work->link != nullptr && !work->lent.empty()) {
+    const torch::Tensor zero = LendKeyValues(spec, hidden, k_w, v_w, cos, sin, *work);
+    if (zero.defined()) out = out + zero;
+  }
   if (work->attention.defined()) {
     if (torch::GradMode::is_enabled()) {
       out = out + BorrowedAttention::apply(hidden, cos, sin,
                                            static_cast<int64_t>(reinterpret_cast<intptr_t>(&spec)),
                                            static_cast<int64_t>(reinterpret_cast<intptr_t>(work)));
     } else {  // no backward will follow (evaluation, or a checkpointed layer's first forward): no graph kept
-      out = out + BorrowedHeads(spec, hidden, Cast(work->attention, hidden), work->attention_runs, cos, sin);
+      out = out + BorrowedHeads(spec, hidden, Cast(work->attention, hidden), work->attention_runs, cos, sin,
+                                ReceiveKeyValues(spec, *work, hidden));
     }
   }
+  ++work->forwards;
   return out;
 }
 

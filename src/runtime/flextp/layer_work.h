@@ -8,7 +8,8 @@
 //   - Attention: it may compute only its first `attention_keep` query heads (with the key/value
 //     heads of the groups they belong to; a straggler's last heads are computed elsewhere) and heads
 //     borrowed from a straggler (`attention`, packed by AttentionHeadRows: each with its group's key
-//     and value rows, which the borrower computes once for each group a run touches).
+//     and value rows, from which the borrower computes the key and value once for each group a run
+//     touches — or, with a KeyValueLink, receives them from the heads' owner).
 // The borrowed part's output joins this rank's own before the block's all-reduce, so migration
 // adds no reduce of its own (FlexTP §IV-A, reduce merging).
 #pragma once
@@ -18,6 +19,22 @@
 #include "core/model.h"
 
 namespace motley {
+
+// How lent query heads' keys and values travel between a team's ranks (FlexTpTeam implements it):
+// point to point, a head's owner computes the key and value of the groups it lends and sends them
+// to the head's receiver in each forward, and the receiver sends their gradients back in the
+// backward — so no receiver computes a group's key and value again. `move` names the transfer (the
+// balance's move of those heads), `forward` the layer's forward this step it belongs to.
+class KeyValueLink {
+ public:
+  virtual ~KeyValueLink() = default;
+  /// Starts sending `t` to the team's rank `peer` (kept until the transfer is done).
+  virtual void Send(int layer, int peer, size_t move, int64_t forward, bool gradient, torch::Tensor t) = 0;
+  /// Receives into `t` from the team's rank `peer`, waiting for it. Throws std::runtime_error when
+  /// the transfer fails (it runs inside a layer's forward or backward).
+  virtual void Receive(int layer, int peer, size_t move, int64_t forward, bool gradient,
+                       torch::Tensor& t) = 0;
+};
 
 struct LayerWork {
   torch::Tensor keep;  // int64 indices of this rank's own MLP units it computes; undefined: all
@@ -35,14 +52,31 @@ struct LayerWork {
   torch::Tensor grad_attention;  // their gradients, accumulated (the master dtype, same shape)
   // The borrowed heads by owner's run: `count` heads from row `at` of `attention`, the first of them
   // `offset` heads into its key/value group. Empty: one run of them all from a group's first head.
+  // With `link`, the run's keys and values come from its owner (`from`, the balance's `move`).
   struct HeadRun {
     int64_t at = 0, count = 0, offset = 0;
+    int from = -1;
+    size_t move = 0;
   };
   std::vector<HeadRun> attention_runs;
+  // This rank's own query heads computed elsewhere, by run: heads [begin, begin + count) of its
+  // own go to the team's rank `to` (the balance's `move`); with `link`, this rank sends the key and
+  // value of the groups each run touches every forward.
+  struct LentRun {
+    int to = 0;
+    size_t move = 0;
+    int64_t begin = 0, count = 0;
+  };
+  std::vector<LentRun> lent;
+  KeyValueLink* link = nullptr;  // null: each receiver computes the keys and values of its runs
+  int layer = 0;                 // the layer this work is of
+  int64_t forwards = 0;          // the layer's forwards under this work so far (the transfers' names)
   // The borrowed heads' forward graphs, one per forward that needs a backward, each released by
   // its backward (the borrowed heads are not recomputed: they cost what the rank's own do).
   struct AttentionGraph {
     torch::Tensor hidden, rows, out;  // the forward's leaves (input, the groups' weights) and its output
+    std::vector<torch::Tensor> kv;    // with `link`: each run's received keys and values (leaves too)
+    int64_t forward = 0;
   };
   std::vector<AttentionGraph> attention_graphs;
 };
