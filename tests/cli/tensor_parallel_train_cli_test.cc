@@ -33,6 +33,17 @@ using namespace motley_test;
 
 class TensorParallelEquivalence : public DistributedEquivalenceBase {};
 
+// A plan's body: one tensor-parallel team of three ranks, the whole model, 12 sequences a step.
+constexpr const char* kTeamOfThree = R"(schedule = "gpipe"
+zero_stage = 0
+[[groups]]
+ministages = [[0, 2]]
+tp_degree = 3
+devices = [0, 1, 2]
+microbatch_size = [4, 4, 4]
+num_microbatches = [3, 3, 3]
+)";
+
 // FlexTP's modes on tensor-parallel teams (issue #9 §6): `off` and `migrate` are exact with or
 // without a straggler; the lossy modes never act without one (`semi` stays exact) and `resize`
 // prunes (and so departs from exact training) with one.
@@ -388,15 +399,7 @@ TEST_F(TensorParallelEquivalence, AWidthThatDoesNotDivideTheVocabularyPadsItExac
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::string header = PlanHeader();
     header.replace(header.find("model.toml"), 10, "eq6-" + tag + ".toml");
-    const std::string plan = dir_->Write("vp-" + tag + ".plan.toml", header + R"(schedule = "gpipe"
-zero_stage = 0
-[[groups]]
-ministages = [[0, 2]]
-tp_degree = 3
-devices = [0, 1, 2]
-microbatch_size = [4, 4, 4]
-num_microbatches = [3, 3, 3]
-)");
+    const std::string plan = dir_->Write("vp-" + tag + ".plan.toml", header + kTeamOfThree);
     job("vp-tp3-" + tag);
     r = Motley(
         "launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train vp-tp3-" + tag + ".toml --plan " + plan,
@@ -427,15 +430,7 @@ TEST_F(TensorParallelEquivalence, LentQueryHeadsTakeTheirKeysAndValuesFromTheirO
     text.replace(text.find("model.toml"), 10, "gqa6.toml");
     return text;
   };
-  const std::string plan = dir_->Write("gqa6-tp3.plan.toml", with_model(PlanHeader()) + R"(schedule = "gpipe"
-zero_stage = 0
-[[groups]]
-ministages = [[0, 2]]
-tp_degree = 3
-devices = [0, 1, 2]
-microbatch_size = [4, 4, 4]
-num_microbatches = [3, 3, 3]
-)");
+  const std::string plan = dir_->Write("gqa6-tp3.plan.toml", with_model(PlanHeader()) + kTeamOfThree);
   for (const bool checkpointing : {false, true}) {
     const std::string tag = checkpointing ? "recompute" : "stored";
     SCOPED_TRACE(tag);
