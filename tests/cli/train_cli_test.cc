@@ -3,11 +3,14 @@
 #include <cstdint>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_helpers.h"
+#include "core/file_io.h"
 
 namespace {
 
@@ -37,6 +40,21 @@ std::string JobToml(const TempDir& dir, int steps) {
          "[lr_schedule]\nwarmup_steps = 1\n"
          "[checkpoint]\ndir = \"" +
          dir.Join("run") + "\"\n";
+}
+
+// The default job at a fraction of its size (32 tokens a sequence, 4 sequences a step): for the
+// tests of what `motley train` does around training (its files, its refusals), where the size of a
+// step only costs time.
+std::string SmallDefaultJob(const TempDir& dir) {
+  std::string job =
+      motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/jobs/default.toml").value();
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"seq_len = 128", "seq_len = 32"},
+                                 {"global_batch_sequences = 32", "global_batch_sequences = 4"}}) {
+    const size_t at = job.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) job.replace(at, from.size(), to);
+  }
+  return dir.Write("small.toml", job);
 }
 
 TEST(TrainCli, PrepareTrainResumeAndEvaluate) {
@@ -244,9 +262,9 @@ TEST(TrainCli, ABadLatestFileIsOneMessageAndBadStepCountsAreRefused) {
 // the file (#28: metrics were lost without a word on a full disk).
 TEST(TrainCli, MetricsThatCannotBeWrittenStopTheRunNamingTheFile) {
   TempDir dir;
-  CliRun r =
-      Motley("train default --single-process --steps 2 --no-checkpoint --no-validation --metrics /dev/full",
-             false, dir.path().string());
+  CliRun r = Motley("train " + SmallDefaultJob(dir) +
+                        " --single-process --steps 2 --no-checkpoint --no-validation --metrics /dev/full",
+                    false, dir.path().string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_CONTAINS(r.output, "/dev/full: cannot append the metrics: No space left on device");
 }
@@ -255,8 +273,8 @@ TEST(TrainCli, MetricsThatCannotBeWrittenStopTheRunNamingTheFile) {
 // it, mixing two runs' steps) — unless told to add to it or to start it anew.
 TEST(TrainCli, ANewRunRefusesAnotherRunsMetricsUnlessToldToAppendOrOverwrite) {
   TempDir dir;
-  const std::string run =
-      "train default --single-process --steps 2 --no-checkpoint --no-validation --metrics m.jsonl";
+  const std::string run = "train " + SmallDefaultJob(dir) +
+                          " --single-process --steps 2 --no-checkpoint --no-validation --metrics m.jsonl";
   CliRun first = Motley(run, false, dir.path().string());
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const size_t lines = ReadJsonLines(dir.Join("m.jsonl")).size();
@@ -276,9 +294,10 @@ TEST(TrainCli, ANewRunRefusesAnotherRunsMetricsUnlessToldToAppendOrOverwrite) {
 
 TEST(TrainCli, TwoRunsIntoOneFolderAtOnceRunExactlyOne) {
   TempDir dir;
-  const std::string base =
-      "cd '" + dir.path().string() + "' && " + MOTLEY_BIN + " train default --single-process --no-validation";
-  const std::string run = base + " --steps 15";
+  const std::string base = "cd '" + dir.path().string() + "' && " + MOTLEY_BIN + " train " +
+                           SmallDefaultJob(dir) + " --single-process --no-validation";
+  // Long enough that the second start finds the first still running (a few seconds).
+  const std::string run = base + " --steps 150";
   Shell("(" + run + " > a.txt 2>&1; echo $? > a.rc) & (" + run + " > b.txt 2>&1; echo $? > b.rc) & wait");
   auto read = [&](const std::string& name) {
     std::ifstream in(dir.Join(name));
@@ -289,24 +308,24 @@ TEST(TrainCli, TwoRunsIntoOneFolderAtOnceRunExactlyOne) {
       << a << b << read("a.txt") << read("b.txt");
   EXPECT_CONTAINS(read(a == "1\n" ? "a.txt" : "b.txt"),
                   "checkpoints/default: another run is writing its checkpoints and metrics here (");
-  // The survivor's metrics are its own: 15 steps, once each.
+  // The survivor's metrics are its own: 150 steps, once each.
   std::ifstream metrics(dir.Join("checkpoints/default/metrics.jsonl"));
   int steps = 0;
   for (std::string line; std::getline(metrics, line);)
     steps += line.find("\"loss\"") != std::string::npos && line.find("\"val_loss\"") == std::string::npos;
-  EXPECT_EQ(steps, 15);
+  EXPECT_EQ(steps, 150);
   // Once it has ended, the folder is free: the next run resumes from it.
-  CliRun next = RunCommandLine(base + " --resume checkpoints/default --steps 16 2>&1");
+  CliRun next = RunCommandLine(base + " --resume checkpoints/default --steps 151 2>&1");
   EXPECT_EQ(next.exit_code, 0) << next.output;
   // A run that does not resume is refused there, unless it says to start over.
   CliRun again = RunCommandLine(base + " --steps 3 2>&1");
   EXPECT_EQ(again.exit_code, 1) << again.output;
   EXPECT_CONTAINS(again.output,
-                  "checkpoints/default: holds another run's checkpoints (latest: step-000016); continue "
+                  "checkpoints/default: holds another run's checkpoints (latest: step-000151); continue "
                   "that run with --resume checkpoints/default, start over here with --overwrite");
   CliRun over = RunCommandLine(base + " --steps 3 --overwrite 2>&1");
   ASSERT_EQ(over.exit_code, 0) << over.output;
-  EXPECT_FALSE(fs::exists(dir.Join("checkpoints/default/step-000015")));
+  EXPECT_FALSE(fs::exists(dir.Join("checkpoints/default/step-000150")));
   std::ifstream fresh(dir.Join("checkpoints/default/metrics.jsonl"));
   int lines = 0;
   for (std::string line; std::getline(fresh, line);)
