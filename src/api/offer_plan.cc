@@ -4,6 +4,9 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <mutex>
+#include <numeric>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -77,6 +80,30 @@ std::vector<RentedPlan> OncePerAllocation(std::vector<RentedPlan> made) {
     else if (p.money.tokens_per_s > out[it->second].money.tokens_per_s)
       out[it->second] = std::move(p);
   }
+  return out;
+}
+
+// Allocations planned at once (OfferSearchConfig::batch): the search's answers are the same on
+// any machine; a 2-core machine plans two at a time.
+constexpr int kAllocationsAtOnce = 4;
+
+// The plans made in an order that does not depend on which thread finished first: by the nodes
+// they use, then the fastest (the front's indices follow them).
+std::vector<RentedPlan> InPlanningOrder(std::vector<RentedPlan> made, OfferSearchResult* result) {
+  std::vector<size_t> order(made.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto key = [&](size_t i) {
+    const RentedPlan& p = made[i];
+    return std::make_tuple(p.nodes, -p.money.tokens_per_s, p.money.usd_per_hour, p.outcome.strategy);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return key(x) < key(y); });
+  std::vector<int> position(made.size());
+  std::vector<RentedPlan> out;
+  for (size_t k = 0; k < order.size(); ++k) {
+    position[order[k]] = static_cast<int>(k);
+    out.push_back(std::move(made[order[k]]));
+  }
+  for (AllocationOutcome& f : result->front) f.index = position[static_cast<size_t>(f.index)];
   return out;
 }
 
@@ -193,6 +220,7 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
   for (size_t g = 0; g < groups.nodes.size(); ++g)
     for (int n : groups.nodes[g]) group_of_node[static_cast<size_t>(n)] = static_cast<int>(g);
   std::vector<RentedPlan> made;  // every allocation's plan, by AllocationOutcome::index
+  std::mutex made_mutex;
   auto devices_of = [&](const Allocation& alloc) {
     std::vector<int> devices;
     for (size_t g = 0; g < alloc.size(); ++g)
@@ -241,6 +269,7 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
     out.feasible = true;
     out.tokens_per_s = p.money.tokens_per_s;
     out.usd_per_hour = p.money.usd_per_hour;
+    std::lock_guard lock(made_mutex);  // (allocations are planned on several threads: config.batch)
     out.index = static_cast<int>(made.size());
     made.push_back(std::move(p));
     return out;
@@ -266,6 +295,7 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
   for (const auto& g : groups.nodes) max_nodes.push_back(static_cast<int>(g.size()));
   config.refine = [&](const Allocation& alloc, double) { return plan_allocation(alloc, 0, false); };
   config.max_evaluations = a->query.offer_evaluations;
+  config.batch = kAllocationsAtOnce;
   config.within = groups.within;
   if (a->query.offer_evaluations == 0) {
     double all = 1;
@@ -277,7 +307,7 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
           all - 1));
   }
   // Every allocation (--offer-evaluations 0) is planned in full.
-  const OfferSearchResult result =
+  OfferSearchResult result =
       a->query.offer_evaluations == 0
           ? SearchAllOffers(
                 max_nodes,
@@ -286,6 +316,7 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
           : SearchOffers(max_nodes, evaluate, config);
   a->allocations_planned = result.evaluated;
   a->allocations_refined = result.refined;
+  made = InPlanningOrder(std::move(made), &result);
   ChooseFromWhatWasPlanned(a, result, std::move(made), spec);
   return Status::Ok();
 }

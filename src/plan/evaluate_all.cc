@@ -9,7 +9,7 @@
 
 namespace motley {
 
-void ForEachOnEveryCore(size_t n, const std::function<void(size_t)>& fn) {
+void ForEachOnEveryCore(size_t n, const std::function<void(size_t)>& fn, size_t max_threads) {
   std::atomic<size_t> next{0};
   // An exception in a worker (bad_alloc, say) would end the process from its thread; it is carried
   // to the caller's thread instead, after every worker has stopped, and thrown there.
@@ -24,7 +24,8 @@ void ForEachOnEveryCore(size_t n, const std::function<void(size_t)>& fn) {
       if (!failure) failure = std::current_exception();
     }
   };
-  const size_t threads = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  const size_t threads =
+      std::min({n, max_threads, static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency()))});
   std::vector<std::jthread> pool;
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
   work();

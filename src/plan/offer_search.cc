@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "plan/evaluate_all.h"
 
 namespace motley {
 namespace {
@@ -65,17 +66,41 @@ class Search {
 
   // Plans an allocation once (the answer is remembered under what it was given and what its plan
   // uses). False when the evaluations have run out.
-  bool Try(const Allocation& given) {
-    const Allocation a = config_.within ? config_.within(given) : given;
-    if (std::all_of(a.begin(), a.end(), [](int n) { return n == 0; })) return true;
-    if (seen_.count(a)) return true;
-    if (static_cast<int>(outcomes_.size()) >= budget_) return false;
-    AllocationOutcome o = evaluate_(a, Need(a));
-    if (o.nodes.empty()) o.nodes = a;
-    seen_.insert(a);
-    seen_.insert(o.nodes);
-    outcomes_.push_back(std::move(o));
-    return true;
+  bool Try(const Allocation& given) { return TryAll({given}); }
+
+  // Plans each allocation not planned before, all at once (on up to config_.batch threads), each
+  // with what it must reach as the outcomes before them set it (so the answers are the same on any
+  // machine). False when the evaluations have run out.
+  bool TryAll(const std::vector<Allocation>& given) {
+    std::vector<Allocation> batch;
+    bool more = true;
+    for (const Allocation& g : given) {
+      Allocation a = config_.within ? config_.within(g) : g;
+      if (std::all_of(a.begin(), a.end(), [](int n) { return n == 0; })) continue;
+      if (seen_.count(a) || std::find(batch.begin(), batch.end(), a) != batch.end()) continue;
+      if (static_cast<int>(outcomes_.size() + batch.size()) >= budget_) {
+        more = false;
+        break;
+      }
+      batch.push_back(std::move(a));
+    }
+    std::vector<double> need;
+    for (const Allocation& a : batch) need.push_back(Need(a));
+    std::vector<AllocationOutcome> answers(batch.size());
+    auto plan = [&](size_t i) { answers[i] = evaluate_(batch[i], need[i]); };
+    if (batch.size() > 1 && config_.batch > 1) {
+      ForEachOnEveryCore(batch.size(), plan, static_cast<size_t>(config_.batch));
+    } else {
+      for (size_t i = 0; i < batch.size(); ++i) plan(i);
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      AllocationOutcome& o = answers[i];
+      if (o.nodes.empty()) o.nodes = batch[i];
+      seen_.insert(batch[i]);
+      seen_.insert(o.nodes);
+      outcomes_.push_back(std::move(o));
+    }
+    return more;
   }
 
   // The speed an allocation must reach to be near the front: the fastest found at its price (as the
@@ -208,10 +233,11 @@ class Search {
         for (const Allocation& f : SpreadOrder(NearFront(near))) {
           const std::vector<Allocation> next = Neighbours(f);
           size_t& at = tried[f];
-          for (size_t n = 0; n < kTriesARound && at < next.size(); ++n, ++at) {
-            more = true;
-            if (!Try(next[at])) return;
-          }
+          std::vector<Allocation> these;
+          for (size_t n = 0; n < kTriesARound && at < next.size(); ++n, ++at) these.push_back(next[at]);
+          if (these.empty()) continue;
+          more = true;
+          if (!TryAll(these)) return;
         }
         if (more) break;  // the front first: what is near it once the front is done
       }
@@ -251,8 +277,13 @@ class Search {
     }
     std::map<Allocation, size_t> at;  // an outcome by the allocation it was planned on
     for (size_t i = 0; i < outcomes_.size(); ++i) at.emplace(outcomes_[i].nodes, i);
-    for (size_t i = 0; i < near.size() && refined_ < config_.max_refinements; ++i) {
-      AllocationOutcome o = config_.refine(near[i], 0);
+    near.resize(std::min(near.size(), static_cast<size_t>(std::max(0, config_.max_refinements))));
+    std::vector<AllocationOutcome> full(near.size());
+    ForEachOnEveryCore(
+        near.size(), [&](size_t i) { full[i] = config_.refine(near[i], 0); },
+        static_cast<size_t>(std::max(1, config_.batch)));
+    for (size_t i = 0; i < near.size(); ++i) {
+      AllocationOutcome& o = full[i];
       if (o.nodes.empty()) o.nodes = near[i];
       ++refined_;
       // (A quick plan that beats the full one's is a plan too: it stays.)
@@ -292,8 +323,14 @@ OfferSearchResult SearchOffers(const std::vector<int>& max_nodes, const Allocati
   std::vector<Allocation> near = rough.NearFront(config.near_estimate);
   Search search(max_nodes, evaluate, config, config.max_evaluations, config.near_front);
   const size_t first = std::min<size_t>(near.size(), static_cast<size_t>(config.max_evaluations / 2));
-  for (size_t i = 0; i < first; ++i)
-    search.Try(near[first == near.size() ? i : i * (near.size() - 1) / std::max<size_t>(first - 1, 1)]);
+  std::vector<Allocation> batch;
+  for (size_t i = 0; i < first; ++i) {
+    batch.push_back(near[first == near.size() ? i : i * (near.size() - 1) / std::max<size_t>(first - 1, 1)]);
+    if (batch.size() == static_cast<size_t>(std::max(1, config.batch)) || i + 1 == first) {
+      search.TryAll(batch);
+      batch.clear();
+    }
+  }
   search.Climb();
   if (config.refine) search.Refine();
   return search.Result();

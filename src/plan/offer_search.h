@@ -68,6 +68,11 @@ struct OfferSearchConfig {
   AllocationEvaluator refine;
   double near_refine = 1.05;  // at least the quick planning's error
   int max_refinements = 8;
+  // Allocations planned at once, on as many threads (up to the machine's cores): the planner's
+  // search in batches of up to this many — each one's need set by what was found before its batch,
+  // so the answers do not depend on the machine — and the refinements all at once. REQUIRES, when
+  // above 1: `evaluate` and `refine` may be called from several threads at once.
+  int batch = 1;
 };
 
 struct OfferSearchResult {

@@ -1,9 +1,12 @@
 #include "plan/offer_search.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <map>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -89,6 +92,7 @@ TEST(OfferSearch, RegretAgainstEveryAllocationIsUnderOnePercent) {
     const OfferSearchResult exact = SearchAllOffers(m.max_nodes, m);
     OfferSearchConfig config;
     config.region = m.region;
+    config.batch = 4;  // as motley plans (api/offer_plan.cc)
     const OfferSearchResult found = SearchOffers(m.max_nodes, m, config);
     EXPECT_LE(found.evaluated, exact.evaluated);
     ExpectWithinOnePercent(exact, found, trial, &cases, &worst, &worse);
@@ -179,7 +183,7 @@ TEST(OfferSearch, OnLargeListsBeatsARandomSearchOfAThousandAllocations) {
       o.tokens_per_s *= 1 + 0.08 * nodes;  // no loss as it grows
       return o;
     };
-    int planned = 0;
+    std::atomic<int> planned = 0;
     const AllocationEvaluator counted = [&](const Allocation& a, double) {
       ++planned;
       return m(a);
@@ -187,6 +191,7 @@ TEST(OfferSearch, OnLargeListsBeatsARandomSearchOfAThousandAllocations) {
     OfferSearchConfig config;
     config.region = m.region;
     config.estimate = estimate;
+    config.batch = 4;  // as motley plans (api/offer_plan.cc)
     const OfferSearchResult found = SearchOffers(m.max_nodes, counted, config);
     EXPECT_EQ(planned, found.evaluated);
     // The random search: 1,000 allocations, each offer taken with probability 1/3 at a uniform count.
@@ -233,6 +238,44 @@ TEST(OfferSearch, OnLargeListsBeatsARandomSearchOfAThousandAllocations) {
   }
   RecordProperty("worst_regret_against_random", std::to_string(worst));
   std::cerr << "worst regret against the random search " << worst << "\n";
+}
+
+// Allocations are planned several at once on as many threads (OfferSearchConfig::batch): the
+// answers do not depend on which of them finishes first. Here each planning takes a time that
+// varies with the allocation and the run, so the threads finish in a different order every run.
+TEST(OfferSearch, PlanningSeveralAtOnceGivesTheSameAnswersWhicheverFinishesFirst) {
+  std::mt19937 rng(13);
+  const Market m = RandomMarket(rng, 18, 8);
+  Market rough = m;
+  rough.need_memory = 0;
+  OfferSearchConfig config;
+  config.region = m.region;
+  config.estimate = [&](const Allocation& a, double) { return rough(a); };
+  config.refine = [&](const Allocation& a, double) { return m(a); };
+  config.batch = 4;
+  std::vector<OfferSearchResult> runs;
+  for (int run = 0; run < 3; ++run) {
+    std::atomic<int> calls = 0;
+    const AllocationEvaluator slow = [&](const Allocation& a, double) {
+      int n = ++calls;
+      for (int x : a) n = n * 31 + x;
+      std::this_thread::sleep_for(std::chrono::microseconds(50 + (n * (run + 1)) % 400));
+      AllocationOutcome o = m(a);
+      o.tokens_per_s *= 0.97;  // the quick planning's error, which the refinement corrects
+      return o;
+    };
+    runs.push_back(SearchOffers(m.max_nodes, slow, config));
+  }
+  ASSERT_GT(runs[0].front.size(), 3u);
+  for (int run = 1; run < 3; ++run) {
+    EXPECT_EQ(runs[run].evaluated, runs[0].evaluated);
+    EXPECT_EQ(runs[run].refined, runs[0].refined);
+    ASSERT_EQ(runs[run].front.size(), runs[0].front.size());
+    for (size_t i = 0; i < runs[0].front.size(); ++i) {
+      EXPECT_EQ(runs[run].front[i].nodes, runs[0].front[i].nodes);
+      EXPECT_EQ(runs[run].front[i].tokens_per_s, runs[0].front[i].tokens_per_s);
+    }
+  }
 }
 
 TEST(OfferSearch, ALargerBudgetNeverGivesASlowerPlanALaterDeadlineNeverADearerOne) {
