@@ -264,11 +264,13 @@ StrategyOutcome TorchTitanHet(const Cluster& cluster, const ModelSpec& model, co
   std::sort(all.begin(), all.end(),
             [](const auto& a, const auto& b) { return a.model_step_s < b.model_step_s; });
   // The best six of each tensor-parallel width by the latency model are judged by the simulator
-  // (the model misranks widths against each other).
+  // (the model misranks widths against each other); the best two when exploring (a quick plan to
+  // compare allocations by, whose front is then planned again in full).
+  const int per_width = request.exploring ? 2 : 6;
   Proposals proposals;
   std::map<int, int> taken;
   for (const ZorseCandidate& c : all)
-    if (taken[c.tp_degree]++ < 6) proposals.Add(c.plan, c.why);
+    if (taken[c.tp_degree]++ < per_width) proposals.Add(c.plan, c.why);
   return BestProposal(
       "torchtitan-het", std::move(proposals),
       Failed("torchtitan-het", Status::Infeasible("torchtitan-het: no mesh fits in the simulator")), evaluate,

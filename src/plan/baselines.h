@@ -42,7 +42,8 @@ struct PlanRequest {
   double only_faster_than_s = std::numeric_limits<double>::infinity();
   // A quick plan, to compare allocations by (the offers' search, whose front is then planned in
   // full): auto leaves hexiscale out (a pipeline search as costly as Zorse's), and Zorse's search
-  // judges two of its candidates by the evaluator, not twenty (Pipelines in baselines.cc).
+  // judges two of its candidates by the evaluator, not twenty (Pipelines in baselines.cc), and
+  // torchtitan-het two meshes of each tensor-parallel width, not six.
   bool exploring = false;
 };
 

@@ -257,9 +257,9 @@ TEST(OfferSearch, PlanningSeveralAtOnceGivesTheSameAnswersWhicheverFinishesFirst
   for (int run = 0; run < 3; ++run) {
     std::atomic<int> calls = 0;
     const AllocationEvaluator slow = [&](const Allocation& a, double) {
-      int n = ++calls;
-      for (int x : a) n = n * 31 + x;
-      std::this_thread::sleep_for(std::chrono::microseconds(50 + (n * (run + 1)) % 400));
+      auto n = static_cast<unsigned>(++calls);
+      for (int x : a) n = n * 31u + static_cast<unsigned>(x);
+      std::this_thread::sleep_for(std::chrono::microseconds(50 + n * static_cast<unsigned>(run + 1) % 400u));
       AllocationOutcome o = m(a);
       o.tokens_per_s *= 0.97;  // the quick planning's error, which the refinement corrects
       return o;
