@@ -87,12 +87,9 @@ class Search {
     std::vector<double> need;
     for (const Allocation& a : batch) need.push_back(Need(a));
     std::vector<AllocationOutcome> answers(batch.size());
-    auto plan = [&](size_t i) { answers[i] = evaluate_(batch[i], need[i]); };
-    if (batch.size() > 1 && config_.batch > 1) {
-      ForEachOnEveryCore(batch.size(), plan, static_cast<size_t>(config_.batch));
-    } else {
-      for (size_t i = 0; i < batch.size(); ++i) plan(i);
-    }
+    ForEachOnEveryCore(
+        batch.size(), [&](size_t i) { answers[i] = evaluate_(batch[i], need[i]); },
+        static_cast<size_t>(std::max(1, config_.batch)));
     for (size_t i = 0; i < batch.size(); ++i) {
       AllocationOutcome& o = answers[i];
       if (o.nodes.empty()) o.nodes = batch[i];
