@@ -1,0 +1,37 @@
+// The exchange of an outer step between islands (outer_optimizer.h): each rank averages its
+// pseudo-gradients with the ranks of the other islands that hold the same pieces of the model, over
+// c10d. What crosses the link is the pseudo-gradient in the pieces' precision (summed by an
+// all-reduce), or compressed — fp16, or int8 with a scale a piece — and gathered, each rank
+// averaging the islands' decompressed values in the pieces' precision.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/status.h"
+#include "runtime/comm/communicator.h"
+
+namespace motley {
+
+/// The compressions OuterConfig::compression names: "none", "fp16", "int8".
+std::vector<std::string> OuterCompressions();
+
+/// What the exchange of one outer step did on this rank.
+struct OuterExchange {
+  double bytes_sent = 0;  // this rank's compressed pseudo-gradient (and weight), as sent
+  // The compression's relative error on this rank's pseudo-gradient: ||d - decompressed(d)|| / ||d||
+  // (0 without compression, or for a zero pseudo-gradient).
+  double compression_error = 0;
+};
+
+/// Replaces `deltas` (this rank's pseudo-gradients) with the average over `outer` — one rank of each
+/// island, holding the same pieces — weighted by `weight` (the tokens each island processed since
+/// the last outer step; equal weights: the plain mean), compressed as `compression` says. Every
+/// member calls it with the same shapes in the same order.
+Result<OuterExchange> AverageAcrossIslands(Communicator& comm, CommGroup& outer,
+                                           std::vector<torch::Tensor>& deltas, double weight,
+                                           const std::string& compression);
+
+}  // namespace motley

@@ -1,0 +1,42 @@
+#include "runtime/islands/outer_optimizer.h"
+
+#include "core/check.h"
+
+namespace motley {
+
+OuterOptimizer::OuterOptimizer(OuterConfig config, std::vector<torch::Tensor> pieces)
+    : config_(std::move(config)), pieces_(std::move(pieces)) {
+  torch::NoGradGuard no_grad;
+  for (const torch::Tensor& p : pieces_) anchor_.push_back(p.detach().clone());
+}
+
+std::vector<torch::Tensor> OuterOptimizer::PseudoGradients() const {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < pieces_.size(); ++i) out.push_back(anchor_[i] - pieces_[i].detach());
+  return out;
+}
+
+void OuterOptimizer::Step(const std::vector<torch::Tensor>& average) {
+  MOTLEY_CHECK_EQ(average.size(), pieces_.size());
+  torch::NoGradGuard no_grad;
+  const bool first = momentum_.empty();
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const torch::Tensor g = average[i].to(anchor_[i].scalar_type());
+    MOTLEY_CHECK(g.sizes() == anchor_[i].sizes());
+    torch::Tensor update = g;
+    if (config_.momentum != 0) {
+      if (first) {
+        momentum_.push_back(g.clone());  // torch.optim.SGD: the buffer starts as the first gradient
+      } else {
+        momentum_[i].mul_(config_.momentum).add_(g);
+      }
+      update = config_.nesterov ? g + config_.momentum * momentum_[i] : momentum_[i];
+    }
+    anchor_[i].sub_(update, config_.lr);
+    pieces_[i].detach().copy_(anchor_[i]);
+  }
+  ++steps_;
+}
+
+}  // namespace motley
