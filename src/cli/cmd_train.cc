@@ -279,6 +279,16 @@ int RunTrain(const std::vector<std::string>& args) {
                rv->rank, rv->world_size, rv->source);
     return kExitFailure;
   }
+  if (job->islands.count > 1 &&
+      (!options.planned.plan_path.empty() || (job->cluster.num_devices() > 1 && !single_process))) {
+    fmt::print(
+        stderr,
+        "motley train: {}: [islands] count = {}: islands train in one process so far, one after another "
+        "(a job on one device, or motley train --single-process); islands across processes and "
+        "hosts are not built yet\n",
+        job_path, job->islands.count);
+    return kExitFailure;
+  }
   // A plan of several devices without a launcher: launch its ranks, and plan more frugally if one
   // runs out of memory (supervise/job_supervisor.h).
   if (!options.planned.plan_path.empty() && rv->world_size == 1 && !single_process) {

@@ -150,6 +150,27 @@ struct DivergenceConfig {
   int64_t max_rollbacks = 3;    // rollback: then the run stops
 };
 
+/// The outer optimizer of a run across islands (runtime/islands/outer_optimizer.h): SGD with
+/// Nesterov momentum on the islands' average pseudo-gradient, as DiLoCo (Douillard et al. 2023).
+struct OuterConfig {
+  double lr = 0.7;        // the outer learning rate (DiLoCo's)
+  double momentum = 0.9;  // the outer momentum (DiLoCo's); 0: plain SGD
+  bool nesterov = true;   // Nesterov's form (DiLoCo's), as torch.optim.SGD(nesterov=True)
+  // What crosses the link between islands (runtime/islands/island_exchange.h): "none" (the
+  // pseudo-gradients in the master precision), "fp16", or "int8" with a scale a tensor.
+  std::string compression = "none";
+};
+
+/// [islands]: the run trains as `count` islands, each on an equal share of the global batch, that
+/// synchronise every `inner_steps` steps through the outer optimizer (docs/design.md, "Islands").
+/// So far the islands of a run train in one process, one after another (a job on one device, or
+/// `motley train --single-process`).
+struct IslandsConfig {
+  int64_t count = 1;         // 1: no islands (synchronous training)
+  int64_t inner_steps = 50;  // H: each island's steps between two outer steps
+  OuterConfig outer;
+};
+
 /// [[emulation.stragglers]]: a rank made slower at run time, for tests and benchmarks (its compute
 /// ops stretched `slowdown` times from step `from_step` through `to_step`, 1-based; 0 = to the end).
 struct EmulatedStraggler {
@@ -183,6 +204,7 @@ struct JobSpec {
   TensorParallelConfig tensor_parallel;
   StragglerDetectionConfig straggler_detection;
   DivergenceConfig divergence;
+  IslandsConfig islands;
   std::vector<EmulatedStraggler> stragglers;  // [[emulation.stragglers]]
 };
 

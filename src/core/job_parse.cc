@@ -137,6 +137,34 @@ void ParseDivergence(TomlTable& t, DivergenceConfig* c) {
   t.Finish();
 }
 
+void ParseIslands(TomlTable& t, IslandsConfig* c) {
+  if (auto v = t.Int("count", 1, 1024)) c->count = *v;
+  if (auto v = t.Int("inner_steps", 1, kMaxSteps)) c->inner_steps = *v;
+  if (auto v = t.Number("outer_lr", 0.0, 10.0, Need::kOptional, true)) c->outer.lr = *v;
+  if (auto v = t.Number("outer_momentum", 0.0, 0.999)) c->outer.momentum = *v;
+  if (auto v = t.Bool("nesterov")) c->outer.nesterov = *v;
+  if (auto v = t.Choice("compression", {"none", "fp16", "int8"})) c->outer.compression = *v;
+  t.Finish();
+}
+
+// Islands take equal shares of the global batch, and are alike only at outer steps: validation and
+// checkpoints happen there.
+void CheckIslands(TomlTable& t, const JobSpec& job) {
+  const IslandsConfig& c = job.islands;
+  if (job.training.global_batch_sequences % c.count != 0)
+    t.Error("count", fmt::format("{} islands cannot share a global batch of {} sequences equally "
+                                 "(training.global_batch_sequences): make the batch a multiple of count",
+                                 c.count, job.training.global_batch_sequences));
+  for (const auto& [what, steps] :
+       {std::pair<const char*, int64_t>{"data.validation_interval_steps", job.data.validation_interval_steps},
+        {"checkpoint.interval_steps", job.checkpoint.interval_steps}})
+    if (steps > 0 && steps % c.inner_steps != 0)
+      t.Error("inner_steps",
+              fmt::format("{} ({}) is not a multiple of inner_steps ({}): the islands hold one model only at "
+                          "outer steps; make it a multiple",
+                          what, steps, c.inner_steps));
+}
+
 void ParseEmulation(TomlTable& t, std::vector<EmulatedStraggler>* out) {
   for (auto& s : t.TableArray("stragglers", Need::kOptional, /*allow_single=*/true)) {
     EmulatedStraggler e;
@@ -303,6 +331,8 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
   if (auto t = root.Table("tensor_parallel")) ParseTensorParallel(*t, &job.tensor_parallel);
   if (auto t = root.Table("straggler_detection")) ParseStragglerDetection(*t, &job.straggler_detection);
   if (auto t = root.Table("divergence")) ParseDivergence(*t, &job.divergence);
+  std::optional<TomlTable> islands = root.Table("islands");
+  if (islands) ParseIslands(*islands, &job.islands);
   if (auto t = root.Table("emulation")) ParseEmulation(*t, &job.stragglers);
   root.Finish();
 
@@ -371,6 +401,7 @@ Result<JobSpec> ParseJobToml(std::string_view text, const std::string& file, con
                                          "lower it",
                                          job.lr_schedule.warmup_steps, job.training.steps));
   }
+  if (islands && job.islands.count > 1) CheckIslands(*islands, job);
   Status status = diag.ToStatus();
   if (!nested_errors.empty()) {
     std::string all = status.ok() ? nested_errors.substr(1) : status.message() + nested_errors;

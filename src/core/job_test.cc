@@ -183,3 +183,54 @@ TEST(JobErrors, ErrorsInANamedClusterFileKeepThatFilesName) {
 
 }  // namespace
 }  // namespace motley
+
+namespace motley {
+namespace {
+
+TEST(Job, IslandsTakeTheOuterOptimizersSettings) {
+  Result<JobSpec> j = ParseJobToml(std::string(kMinimal) + R"(
+[islands]
+count = 4
+inner_steps = 25
+outer_lr = 0.5
+outer_momentum = 0.8
+nesterov = false
+compression = "int8"
+)",
+                                   "job.toml");
+  ASSERT_TRUE(j.ok()) << j.status().message();
+  EXPECT_EQ(j->islands.count, 4);
+  EXPECT_EQ(j->islands.inner_steps, 25);
+  EXPECT_EQ(j->islands.outer.lr, 0.5);
+  EXPECT_EQ(j->islands.outer.momentum, 0.8);
+  EXPECT_FALSE(j->islands.outer.nesterov);
+  EXPECT_EQ(j->islands.outer.compression, "int8");
+  // None given: no islands, DiLoCo's outer settings.
+  Result<JobSpec> plain = ParseJobToml(kMinimal, "job.toml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->islands.count, 1);
+  EXPECT_EQ(plain->islands.outer.lr, 0.7);
+  EXPECT_EQ(plain->islands.outer.momentum, 0.9);
+}
+
+TEST(JobErrors, IslandsMustShareTheBatchAndMeetAtValidationAndCheckpoints) {
+  // 32 sequences (4,096 tokens of 128) over 3 islands.
+  std::string e = Error(std::string(kMinimal) + "[islands]\ncount = 3\n");
+  EXPECT_NE(e.find("islands.count"), std::string::npos) << e;
+  EXPECT_NE(e.find("3 islands cannot share a global batch of 32 sequences"), std::string::npos) << e;
+  e = Error(std::string(kMinimal) +
+            "[data]\nvalidation_interval_steps = 30\n[checkpoint]\ninterval_steps = 40\n[islands]\ncount = "
+            "2\ninner_steps = 20\n");
+  EXPECT_NE(e.find("data.validation_interval_steps (30) is not a multiple of inner_steps (20)"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(e.find("checkpoint.interval_steps"), std::string::npos) << e;  // 40 is a multiple of 20
+  e = Error(std::string(kMinimal) + "[islands]\ncount = 2\ncompression = \"fp8\"\nouter_lr = 0\n");
+  EXPECT_NE(e.find("compression"), std::string::npos) << e;
+  EXPECT_NE(e.find("outer_lr"), std::string::npos) << e;
+  e = Error(std::string(kMinimal) + "[islands]\ncount = 2\ninner_step = 20\n");
+  EXPECT_NE(e.find("inner_steps"), std::string::npos) << e;  // did you mean
+}
+
+}  // namespace
+}  // namespace motley

@@ -61,6 +61,26 @@ double RelativeError(const torch::Tensor& exact, const torch::Tensor& approx) {
 
 }  // namespace
 
+std::vector<torch::Tensor> AsArrived(const std::vector<torch::Tensor>& deltas, const std::string& compression,
+                                     double* relative_error) {
+  torch::NoGradGuard no_grad;
+  if (relative_error != nullptr) *relative_error = 0;
+  if (compression == "none" || deltas.empty()) return deltas;
+  const torch::Tensor mine = Flat(deltas);
+  torch::Tensor arrived;
+  if (compression == "fp16") {
+    arrived = mine.to(torch::kFloat16).to(mine.scalar_type());
+  } else {
+    MOTLEY_CHECK_MSG(compression == "int8", fmt::format("unknown outer compression {}", compression));
+    const auto [q, scales] = QuantizeInt8(deltas);
+    arrived = DequantizeInt8(q, scales, deltas);
+  }
+  if (relative_error != nullptr) *relative_error = RelativeError(mine, arrived);
+  std::vector<torch::Tensor> out = deltas;
+  Unflatten(arrived, out);
+  return out;
+}
+
 Result<OuterExchange> AverageAcrossIslands(Communicator& comm, CommGroup& outer,
                                            std::vector<torch::Tensor>& deltas, double weight,
                                            const std::string& compression) {

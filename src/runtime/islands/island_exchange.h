@@ -18,6 +18,12 @@ namespace motley {
 /// The compressions OuterConfig::compression names: "none", "fp16", "int8".
 std::vector<std::string> OuterCompressions();
 
+/// `deltas` as they arrive after crossing the link compressed (their values in `deltas`' precision:
+/// unchanged for "none"), and the compression's relative error ||d - arrived|| / ||d|| over them all (0
+/// for a zero d) in `relative_error` when given.
+std::vector<torch::Tensor> AsArrived(const std::vector<torch::Tensor>& deltas, const std::string& compression,
+                                     double* relative_error = nullptr);
+
 /// What the exchange of one outer step did on this rank.
 struct OuterExchange {
   double bytes_sent = 0;  // this rank's compressed pseudo-gradient (and weight), as sent

@@ -13,15 +13,9 @@
 
 #include <torch/torch.h>
 
-namespace motley {
+#include "core/job.h"
 
-struct OuterConfig {
-  double lr = 0.7;        // the outer learning rate (DiLoCo's)
-  double momentum = 0.9;  // the outer momentum (DiLoCo's); 0: plain SGD
-  bool nesterov = true;   // Nesterov's form (DiLoCo's), as torch.optim.SGD(nesterov=True)
-  // What crosses the link between islands (island_exchange.h): "none", "fp16" or "int8".
-  std::string compression = "none";
-};
+namespace motley {
 
 class OuterOptimizer {
  public:

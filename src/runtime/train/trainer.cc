@@ -19,12 +19,11 @@
 #include "runtime/train/loss_scaler.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/metrics_log.h"
+#include "runtime/train/trainer_parts.h"
 
 namespace motley {
 namespace fs = std::filesystem;
-namespace {
-
-using Clock = std::chrono::steady_clock;
+namespace trainer_parts {
 
 Result<torch::Device> ChooseDevice(const std::string& name) {
   if (name == "cpu") return torch::Device(torch::kCPU);
@@ -47,7 +46,7 @@ Status CheckPrecisionOn(Precision p, const torch::Device& device) {
   return Status::Ok();
 }
 
-}  // namespace
+}  // namespace trainer_parts
 
 bool ValidationDue(const JobSpec& job, int64_t step, int64_t total) {
   const int64_t vi = job.data.validation_interval_steps;
@@ -99,7 +98,7 @@ void SetThroughput(const JobSpec& job, double timed_s, int64_t timed_tokens, Tra
                                    1e12;
 }
 
-namespace {
+namespace trainer_parts {
 
 // The weights, moments and counters of the checkpoint `resume` names, checked against the job.
 Status Resume(const JobSpec& job, const std::string& resume, int64_t total_steps, LlamaModelImpl& model,
@@ -119,17 +118,16 @@ Status Resume(const JobSpec& job, const std::string& resume, int64_t total_steps
   return Status::Ok();
 }
 
-// One step's forward and backward over the global batch in microbatches of `micro` sequences, the
-// gradients summed into the parameters' (`loss_scale` > 0: scaled); the step's mean loss.
 Result<double> AccumulateGradients(LlamaModelImpl& model, const TokenDataset& train, const TrainingConfig& tc,
                                    int64_t sample_step, int64_t micro, const torch::Device& device,
-                                   double loss_scale, bool inject_nan) {
+                                   double loss_scale, bool inject_nan, int64_t first_sequence) {
   const int64_t batch = tc.global_batch_sequences, seq = tc.seq_len;
   std::vector<int64_t> windows;
   double loss_sum = 0;
   for (int64_t first = 0; first < batch; first += micro) {
     const int64_t n = std::min(micro, batch - first);
-    MOTLEY_RETURN_IF_ERROR(SampleTrainingWindows(train, tc.seed, sample_step, first, n, seq, &windows));
+    MOTLEY_RETURN_IF_ERROR(
+        SampleTrainingWindows(train, tc.seed, sample_step, first_sequence + first, n, seq, &windows));
     torch::Tensor tokens = torch::from_blob(windows.data(), {n, seq + 1}, torch::kInt64).to(device);
     torch::Tensor logits = model.forward(tokens.narrow(1, 0, seq), tc.activation_checkpointing);
     // This microbatch's share of the step's mean loss.
@@ -141,7 +139,6 @@ Result<double> AccumulateGradients(LlamaModelImpl& model, const TokenDataset& tr
   return loss_sum;
 }
 
-// A step's line in the metrics file.
 nlohmann::json StepLine(const StepMetrics& m, bool loss_scaling) {
   nlohmann::json line = {{"step", m.step},
                          {"loss", m.loss},
@@ -152,6 +149,13 @@ nlohmann::json StepLine(const StepMetrics& m, bool loss_scaling) {
   if (loss_scaling) {
     line["loss_scale"] = m.loss_scale;
     line["skipped"] = m.skipped;
+  }
+  if (m.islands > 0) {
+    line["islands"] = m.islands;
+    if (m.outer_step) {
+      line["outer_step"] = true;
+      line["outer_compression_error"] = m.outer_compression_error;
+    }
   }
   return line;
 }
@@ -191,8 +195,6 @@ Status RollBackOrStop(const JobSpec& job, const std::string& resume, int64_t ste
   return Status::Ok();
 }
 
-// Every parameter as a whole shard, its gradient allocated once (accumulated into in place,
-// zeroed each step).
 std::vector<ParamShard> ShardsWithGradients(LlamaModelImpl& model) {
   std::vector<ParamShard> shards = WholeParameterShards(model);
   for (auto& s : shards) {
@@ -211,7 +213,6 @@ TrainerState FreshState(const JobSpec& job, int64_t total_steps) {
   return state;
 }
 
-// The run folder locked (and claimed, when the run writes a checkpoint) and the metrics opened.
 Result<std::unique_ptr<RunDirLock>> OpenRunFolder(const JobSpec& job, const TrainOptions& options,
                                                   const std::string& metrics_path, MetricsLog* metrics) {
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<RunDirLock> dir_lock, RunDirLock::Acquire(job.checkpoint.dir));
@@ -222,7 +223,6 @@ Result<std::unique_ptr<RunDirLock>> OpenRunFolder(const JobSpec& job, const Trai
   return dir_lock;
 }
 
-// The validation loss at `step` (over `sequences` windows), recorded and reported.
 Status Validate(LlamaModelImpl& model, const TokenDataset& validation, int64_t seq, int64_t sequences,
                 const torch::Device& device, int64_t step, TrainSummary* summary, MetricsLog& metrics,
                 TrainObserver* observer) {
@@ -237,11 +237,14 @@ Status Validate(LlamaModelImpl& model, const TokenDataset& validation, int64_t s
   return Status::Ok();
 }
 
-}  // namespace
+}  // namespace trainer_parts
+
+using namespace trainer_parts;  // NOLINT: this file's own parts
 
 Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
   TrainObserver quiet;
   if (observer == nullptr) observer = &quiet;
+  if (job.islands.count > 1) return TrainIslands(job, options, observer);
   const TrainingConfig& tc = job.training;
   const int64_t total_steps = options.steps > 0 ? options.steps : tc.steps;
   MOTLEY_ASSIGN_OR_RETURN(torch::Device device, ChooseDevice(options.device));

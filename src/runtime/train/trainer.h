@@ -119,6 +119,11 @@ struct StepMetrics {
   bool flextp = false;               // a FlexTP mode is on (the two below are shown)
   double pruned_fraction = 0;        // the largest over the tensor-parallel teams
   double migrated_units = 0;         // the largest over the teams
+  // A run of islands ([islands]): how many; whether this step ended with an outer step, and the
+  // largest relative error its compression made in an island's pseudo-gradient.
+  int64_t islands = 0;
+  bool outer_step = false;
+  double outer_compression_error = 0;
 };
 
 struct TrainStart {
@@ -183,6 +188,7 @@ void SetThroughput(const JobSpec& job, double timed_s, int64_t timed_tokens, Tra
 
 /// Trains `job` in this process. Relative paths in the job (data, checkpoint dir) are relative to
 /// the working directory for the checkpoint dir (as documented in job.h) and to the job file for data.
+/// A job with [islands] trains its islands here one after another (islands_trainer.cc).
 Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, TrainObserver* observer);
 
 }  // namespace motley

@@ -5,8 +5,10 @@
 
 #include "core/model.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/lr_schedule.h"
 #include "runtime/train/safetensors.h"
 #include "runtime/train/trainer.h"
+#include "runtime/train/trainer_parts.h"
 
 namespace motley {
 namespace {
@@ -140,6 +142,133 @@ TEST(Trainer, Bf16ComputeTracksFp32WithFp32Masters) {
   Result<TrainSummary> fp16 = Train(job, options, nullptr);
   ASSERT_FALSE(fp16.ok());
   EXPECT_NE(fp16.status().message().find("needs a CUDA device"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// Islands ([islands]) trained in one process.
+JobSpec IslandsJob(const fs::path& dir, int64_t islands, int64_t inner_steps) {
+  JobSpec job = SmallJob(dir);
+  job.training.steps = 4;
+  job.training.precision = Precision::kFp64;
+  job.data.validation_interval_steps = 2;
+  job.checkpoint.interval_steps = 0;
+  job.islands.count = islands;
+  job.islands.inner_steps = inner_steps;
+  return job;
+}
+
+TEST(Islands, OneIslandIsTheSynchronousRunBitForBit) {
+  const fs::path dir = fs::temp_directory_path() / ("motley_one_island_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  TrainOptions options;
+  options.device = "cpu";
+  options.checkpoint_at_end = false;
+  options.overwrite = true;  // both runs in one folder
+  JobSpec plain = IslandsJob(dir, 1, 1), one = plain;
+  plain.islands = {};
+  Recorder a, b;
+  ASSERT_TRUE(Train(plain, options, &a).ok());
+  ASSERT_TRUE(Train(one, options, &b).ok());
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.validation, b.validation);
+  fs::remove_all(dir);
+}
+
+// DiLoCo at H = 1, outer lr 1 and no momentum: each step, each island takes its half of the batch
+// with its own AdamW state, and the replicas' parameters are averaged — written out here with the
+// trainer's parts (fp64).
+TEST(Islands, TwoIslandsAtOneInnerStepEqualReplicasAveragedAfterEachStep) {
+  const fs::path dir = fs::temp_directory_path() / ("motley_two_islands_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  JobSpec job = IslandsJob(dir, 2, 1);
+  job.islands.outer.lr = 1;
+  job.islands.outer.momentum = 0;
+  TrainOptions options;
+  options.device = "cpu";
+  Recorder run;
+  ASSERT_TRUE(Train(job, options, &run).ok());
+  ASSERT_EQ(run.losses.size(), 4u);
+
+  namespace tp = trainer_parts;
+  TrainingData data = OpenTrainingData(job.data, "", job.model.vocab_size, job.training.seq_len).value();
+  std::vector<LlamaModel> models;
+  std::vector<std::vector<ParamShard>> shards;
+  for (int i = 0; i < 2; ++i) {
+    models.emplace_back(job.model, job.training.seed);
+    models.back()->set_precision(Precision::kFp64);
+    shards.push_back(tp::ShardsWithGradients(*models.back()));
+  }
+  TrainingConfig half = job.training;
+  half.global_batch_sequences = 2;
+  const AdamW adamw(job.optimizer);
+  for (int64_t step = 0; step < 4; ++step) {
+    const double lr = LearningRate(job.optimizer, job.lr_schedule, step, 4);
+    double loss = 0;
+    for (int i = 0; i < 2; ++i) {
+      for (auto& s : shards[i]) s.grad.zero_();
+      loss += tp::AccumulateGradients(*models[i], data.train, half, step, 2, torch::kCPU, 0, false, 2 * i)
+                  .value() /
+              2;
+      ClipGradients(shards[i], std::sqrt(GradNormSquared(shards[i])), job.optimizer.grad_clip_norm);
+      adamw.Step(shards[i], lr, step + 1);
+    }
+    EXPECT_NEAR(run.losses.at(step + 1), loss, 1e-12) << step;
+    torch::NoGradGuard no_grad;
+    for (size_t k = 0; k < shards[0].size(); ++k) {
+      const torch::Tensor mean = (shards[0][k].param + shards[1][k].param) / 2;
+      shards[0][k].param.copy_(mean);
+      shards[1][k].param.copy_(mean);
+    }
+  }
+  LlamaModel saved(job.model, 1);
+  saved->set_precision(Precision::kFp64);
+  ASSERT_TRUE(LoadModelWeights(ResolveCheckpointDir(job.checkpoint.dir).value(), *saved).ok());
+  const auto want = models[0]->named_parameters(), got = saved->named_parameters();
+  for (const auto& p : want) {
+    const torch::Tensor other = got[p.key()];
+    EXPECT_LT((p.value() - other).abs().max().item<double>(), 1e-10) << p.key();
+  }
+  // The islands are not the synchronous run: averaging two AdamW replicas is another algorithm.
+  Recorder sync;
+  JobSpec plain = job;
+  plain.islands = {};
+  plain.checkpoint.dir = (dir / "sync").string();
+  ASSERT_TRUE(Train(plain, options, &sync).ok());
+  EXPECT_NE(sync.losses.at(4), run.losses.at(4));
+  fs::remove_all(dir);
+}
+
+// What crosses the link compressed: every outer step's line says how far its pseudo-gradient moved.
+TEST(Islands, CompressedPseudoGradientsReportTheirErrorAtEachOuterStep) {
+  const fs::path dir = fs::temp_directory_path() / ("motley_islands_int8_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  class Outer : public TrainObserver {
+   public:
+    void OnStep(const StepMetrics& m) override {
+      if (m.outer_step) errors[m.step] = m.outer_compression_error;
+    }
+    std::map<int64_t, double> errors;
+  };
+  for (const std::string compression : {"none", "fp16", "int8"}) {
+    JobSpec job = IslandsJob(dir, 2, 2);
+    job.training.precision = Precision::kFp32;
+    job.islands.outer.compression = compression;
+    TrainOptions options;
+    options.device = "cpu";
+    options.checkpoint_at_end = false;
+    options.overwrite = true;  // every compression's run in one folder
+    Outer outer;
+    ASSERT_TRUE(Train(job, options, &outer).ok());
+    ASSERT_EQ(outer.errors.size(), 2u) << compression;  // after steps 2 and 4
+    for (const auto& [step, error] : outer.errors) {
+      if (compression == "none") {
+        EXPECT_EQ(error, 0) << step;
+      } else {
+        EXPECT_GT(error, compression == "fp16" ? 1e-6 : 1e-4) << compression << " " << step;
+        EXPECT_LT(error, compression == "fp16" ? 1e-3 : 0.05) << compression << " " << step;
+      }
+    }
+  }
   fs::remove_all(dir);
 }
 

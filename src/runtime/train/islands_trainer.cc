@@ -1,0 +1,183 @@
+// A job with [islands] trained in one process (trainer_parts.h, TrainIslands): the islands take
+// their steps one after another, each on its own share of the global batch with its own replica of
+// the model and its own AdamW state; every `inner_steps` steps (and at the run's end) their
+// pseudo-gradients, as they would arrive over the link (compressed as the job says), are averaged
+// and the outer optimizer moves the anchor, which every replica then continues from. The same
+// tokens a step as the synchronous run of the job: the validation loss of the two compares at equal
+// tokens (bench/islands_loss.sh).
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "runtime/islands/island_exchange.h"
+#include "runtime/islands/outer_optimizer.h"
+#include "runtime/train/lr_schedule.h"
+#include "runtime/train/trainer_parts.h"
+
+namespace motley::trainer_parts {
+namespace {
+
+// What a run of islands cannot do yet: one error, naming what to change.
+Status CheckIslandsRun(const JobSpec& job, const TrainOptions& options) {
+  if (!options.resume.empty())
+    return Status::InvalidArgument(
+        "[islands]: a run of islands cannot be resumed yet (its checkpoints hold the anchor — the model — "
+        "but not the outer momentum nor each island's optimizer state); start it anew, or resume without "
+        "[islands]");
+  if (job.training.loss_scaling)
+    return Status::InvalidArgument(
+        "[islands] with loss scaling (fp16) is not built yet: train in bf16, fp32 or fp64");
+  return Status::Ok();
+}
+
+// One replica of the model, as Train makes its one.
+struct Replica {
+  LlamaModel model;
+  std::vector<ParamShard> shards;
+};
+
+Result<Replica> MakeReplica(const JobSpec& job, const torch::Device& device) {
+  Replica r{LlamaModel(job.model, job.training.seed), {}};
+  r.model->set_precision(job.training.precision);
+  r.model->to(device);
+  r.shards = ShardsWithGradients(*r.model);
+  if (!job.init_from.empty()) MOTLEY_RETURN_IF_ERROR(LoadModelWeights(job.init_from, *r.model));
+  return r;
+}
+
+// The outer step: each island's pseudo-gradient as it arrives, their mean, the outer optimizer's
+// update of the anchor (replica 0's parameters are its pieces), and every other replica set to it.
+// Returns the largest compression error over the islands.
+double OuterStep(OuterOptimizer& outer, std::vector<Replica>& replicas) {
+  torch::NoGradGuard no_grad;
+  const std::string& compression = outer.config().compression;
+  double worst = 0, error = 0;
+  std::vector<torch::Tensor> mean = AsArrived(outer.PseudoGradients(), compression, &error);
+  worst = std::max(worst, error);
+  for (size_t i = 1; i < replicas.size(); ++i) {
+    std::vector<torch::Tensor> delta;
+    for (size_t k = 0; k < replicas[i].shards.size(); ++k)
+      delta.push_back(outer.anchor()[k] - replicas[i].shards[k].param.detach());
+    const std::vector<torch::Tensor> arrived = AsArrived(delta, compression, &error);
+    worst = std::max(worst, error);
+    for (size_t k = 0; k < mean.size(); ++k) mean[k] = mean[k] + arrived[k];
+  }
+  for (torch::Tensor& m : mean) m = m / static_cast<double>(replicas.size());
+  outer.Step(mean);
+  for (size_t i = 1; i < replicas.size(); ++i)
+    for (size_t k = 0; k < replicas[i].shards.size(); ++k)
+      replicas[i].shards[k].param.detach().copy_(replicas[0].shards[k].param.detach());
+  return worst;
+}
+
+}  // namespace
+
+Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
+  MOTLEY_RETURN_IF_ERROR(CheckIslandsRun(job, options));
+  const TrainingConfig& tc = job.training;
+  const int64_t total_steps = options.steps > 0 ? options.steps : tc.steps, islands = job.islands.count;
+  MOTLEY_ASSIGN_OR_RETURN(torch::Device device, ChooseDevice(options.device));
+  MOTLEY_RETURN_IF_ERROR(CheckPrecisionOn(tc.precision, device));
+  if (device.is_cpu()) at::set_num_threads(options.threads > 0 ? options.threads : 1);
+  const std::string job_dir = job.file.empty() ? "" : std::filesystem::path(job.file).parent_path().string();
+  MOTLEY_ASSIGN_OR_RETURN(TrainingData data,
+                          OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
+  std::vector<Replica> replicas;
+  for (int64_t i = 0; i < islands; ++i) {
+    MOTLEY_ASSIGN_OR_RETURN(Replica r, MakeReplica(job, device));
+    replicas.push_back(std::move(r));
+  }
+  std::vector<torch::Tensor> pieces;
+  for (const ParamShard& s : replicas[0].shards) pieces.push_back(s.param);
+  OuterOptimizer outer(job.islands.outer, pieces);
+  TrainerState state = FreshState(job, total_steps);
+  const std::string metrics_path =
+      options.metrics_path.empty() ? (std::filesystem::path(job.checkpoint.dir) / "metrics.jsonl").string()
+                                   : options.metrics_path;
+  MetricsLog metrics;
+  MOTLEY_ASSIGN_OR_RETURN(const std::unique_ptr<RunDirLock> dir_lock,
+                          OpenRunFolder(job, options, metrics_path, &metrics));
+  // Each island's share of the step (the job checked that the islands divide the batch).
+  TrainingConfig share = tc;
+  share.global_batch_sequences = tc.global_batch_sequences / islands;
+  const int64_t micro = options.microbatch_sequences > 0
+                            ? std::min(options.microbatch_sequences, share.global_batch_sequences)
+                            : share.global_batch_sequences;
+  const int64_t tokens_per_step = tc.global_batch_sequences * tc.seq_len;
+  observer->OnStart(StartOf(job, device, state, total_steps, tokens_per_step, data, metrics_path));
+  TrainSummary summary;
+  const int64_t val_sequences =
+      data.validation && options.validate
+          ? std::min(job.data.validation_sequences, NumEvaluationWindows(*data.validation, tc.seq_len))
+          : 0;
+  // Validation and checkpoints come at outer steps (the job checked their intervals), where every
+  // replica holds the anchor.
+  auto validate = [&](int64_t step) {
+    if (val_sequences <= 0) return Status::Ok();
+    return Validate(*replicas[0].model, *data.validation, tc.seq_len, val_sequences, device, step, &summary,
+                    metrics, observer);
+  };
+  const AdamW adamw(job.optimizer);
+  const auto run_start = Clock::now();
+  double timed_s = 0;
+  int64_t timed_tokens = 0;
+  MOTLEY_RETURN_IF_ERROR(validate(0));
+  while (state.step < total_steps) {
+    const auto step_start = Clock::now();
+    const int64_t step = state.step;
+    const double lr = LearningRate(job.optimizer, job.lr_schedule, step, total_steps);
+    StepMetrics m;
+    for (int64_t i = 0; i < islands; ++i) {
+      std::vector<ParamShard>& shards = replicas[static_cast<size_t>(i)].shards;
+      for (auto& s : shards) s.grad.zero_();
+      MOTLEY_ASSIGN_OR_RETURN(
+          const double loss,
+          AccumulateGradients(*replicas[static_cast<size_t>(i)].model, data.train, share, step, micro, device,
+                              0, false, i * share.global_batch_sequences));
+      const double norm = std::sqrt(GradNormSquared(shards));
+      if (!std::isfinite(loss) || !std::isfinite(norm))
+        return Status::Internal(
+            fmt::format("step {}: island {} diverged (loss {}, gradient norm {}); a run of "
+                        "islands stops there (lower the learning rate)",
+                        step + 1, i, loss, norm));
+      ClipGradients(shards, norm, job.optimizer.grad_clip_norm);
+      adamw.Step(shards, lr, state.updates + 1);
+      m.loss += loss / static_cast<double>(islands);
+      m.grad_norm += norm / static_cast<double>(islands);
+    }
+    ++state.updates;
+    ++state.step;
+    state.tokens_seen += tokens_per_step;
+    m.islands = islands;
+    m.outer_step = state.step % job.islands.inner_steps == 0 || state.step == total_steps;
+    if (m.outer_step) m.outer_compression_error = OuterStep(outer, replicas);
+    m.step = state.step;
+    m.total_steps = total_steps;
+    m.lr = lr;
+    m.step_time_s = std::chrono::duration<double>(Clock::now() - step_start).count();
+    m.tokens_per_s = static_cast<double>(tokens_per_step) / m.step_time_s;
+    if (summary.steps_run == 0) summary.first_loss = m.loss;
+    summary.last_loss = m.loss;
+    if (++summary.steps_run > 1) {
+      timed_s += m.step_time_s;
+      timed_tokens += tokens_per_step;
+    }
+    MOTLEY_RETURN_IF_ERROR(metrics.Write(StepLine(m, false)));
+    observer->OnStep(m);
+    if (m.outer_step && ValidationDue(job, state.step, total_steps))
+      MOTLEY_RETURN_IF_ERROR(validate(state.step));
+    if ((m.outer_step && CheckpointDue(job, state.step, total_steps)) ||
+        (state.step == total_steps && options.checkpoint_at_end)) {
+      // The anchor (every replica holds it) with island 0's optimizer state.
+      MOTLEY_ASSIGN_OR_RETURN(summary.checkpoint_dir,
+                              SaveRunCheckpoint(job.checkpoint.dir, job.checkpoint.keep, *replicas[0].model,
+                                                replicas[0].shards, state));
+      observer->OnCheckpoint(summary.checkpoint_dir);
+    }
+  }
+  summary.wall_s = std::chrono::duration<double>(Clock::now() - run_start).count();
+  SetThroughput(job, timed_s, timed_tokens, &summary);
+  return summary;
+}
+
+}  // namespace motley::trainer_parts
