@@ -174,6 +174,26 @@ void AddHiddenOptions(CLI::App& app, TrainOptions& options) {
       ->group("");
 }
 
+// What this process cannot run, said once: a launched rank without a plan, or islands that would
+// launch ranks (they train in one process so far).
+bool CanRunHere(const JobSpec& job, const std::string& job_path, const Rendezvous& rv, bool planned,
+                bool single_process) {
+  if (rv.world_size > 1 && !planned) {
+    fmt::print(stderr,
+               "motley train: started as rank {} of {} ({}) but no --plan was given; every rank executes its "
+               "part of a plan — add --plan PLAN.toml (motley plan writes one)\n",
+               rv.rank, rv.world_size, rv.source);
+    return false;
+  }
+  if (job.islands.count <= 1 || (!planned && (job.cluster.num_devices() <= 1 || single_process))) return true;
+  fmt::print(stderr,
+             "motley train: {}: [islands] count = {}: islands train in one process so far, one after another "
+             "(a job on one device, or motley train --single-process); islands across processes and hosts "
+             "are not built yet\n",
+             job_path, job.islands.count);
+  return false;
+}
+
 }  // namespace
 
 int RunTrain(const std::vector<std::string>& args) {
@@ -272,23 +292,8 @@ int RunTrain(const std::vector<std::string>& args) {
     fmt::print("starting from {} ({:.2f}M parameters, tokenizer {})\n", job->init_from,
                static_cast<double>(TotalParams(job->model)) / 1e6, job->data.tokenizer);
   std::fflush(stdout);  // before any error on stderr
-  if (rv->world_size > 1 && options.planned.plan_path.empty()) {
-    fmt::print(stderr,
-               "motley train: started as rank {} of {} ({}) but no --plan was given; every rank executes its "
-               "part of a plan — add --plan PLAN.toml (motley plan writes one)\n",
-               rv->rank, rv->world_size, rv->source);
+  if (!CanRunHere(*job, job_path, *rv, !options.planned.plan_path.empty(), single_process))
     return kExitFailure;
-  }
-  if (job->islands.count > 1 &&
-      (!options.planned.plan_path.empty() || (job->cluster.num_devices() > 1 && !single_process))) {
-    fmt::print(
-        stderr,
-        "motley train: {}: [islands] count = {}: islands train in one process so far, one after another "
-        "(a job on one device, or motley train --single-process); islands across processes and "
-        "hosts are not built yet\n",
-        job_path, job->islands.count);
-    return kExitFailure;
-  }
   // A plan of several devices without a launcher: launch its ranks, and plan more frugally if one
   // runs out of memory (supervise/job_supervisor.h).
   if (!options.planned.plan_path.empty() && rv->world_size == 1 && !single_process) {

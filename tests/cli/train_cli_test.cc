@@ -258,6 +258,37 @@ TEST(TrainCli, ABadLatestFileIsOneMessageAndBadStepCountsAreRefused) {
   EXPECT_CONTAINS(steps.output, "--steps: must be at least 1, got -5");
 }
 
+// Islands train in one process so far (#52): on the default job's 4-device cluster `motley train`
+// says so instead of launching ranks, and with --single-process it trains them, each outer step's
+// line saying so.
+TEST(TrainCli, IslandsTrainInOneProcessAndSaySoElsewhere) {
+  TempDir dir;
+  std::string job = motley::ReadFileToString(SmallDefaultJob(dir)).value();
+  job += "\n[islands]\ncount = 2\ninner_steps = 2\n";
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"steps = 300", "steps = 4"},
+                                 {"validation_interval_steps = 50", "validation_interval_steps = 2"},
+                                 {"warmup_steps = 30", "warmup_steps = 1"},
+                                 {"checkpoints/default", dir.Join("run")}}) {
+    const size_t at = job.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    job.replace(at, from.size(), to);
+  }
+  const std::string path = dir.Write("islands.toml", job);
+  CliRun refused = Motley("train " + path);
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_CONTAINS(refused.output, "[islands] count = 2: islands train in one process so far");
+  CliRun run = Motley("train " + path + " --single-process");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  int outer_steps = 0;
+  for (const nlohmann::json& line : ReadJsonLines(dir.Join("run/metrics.jsonl")))
+    if (line.contains("outer_step")) {
+      ++outer_steps;
+      EXPECT_EQ(line["islands"], 2);
+      EXPECT_EQ(line["step"].get<int>() % 2, 0) << line.dump();
+    }
+  EXPECT_EQ(outer_steps, 2);
+}
+
 // A metrics line that cannot be written (here a full device) stops the run with an error naming
 // the file (#28: metrics were lost without a word on a full disk).
 TEST(TrainCli, MetricsThatCannotBeWrittenStopTheRunNamingTheFile) {

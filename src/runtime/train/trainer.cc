@@ -249,8 +249,7 @@ Result<TrainSummary> Train(const JobSpec& job, const TrainOptions& options, Trai
   const int64_t total_steps = options.steps > 0 ? options.steps : tc.steps;
   MOTLEY_ASSIGN_OR_RETURN(torch::Device device, ChooseDevice(options.device));
   MOTLEY_RETURN_IF_ERROR(CheckPrecisionOn(tc.precision, device));
-  // On CPU, torch's own threads fight OpenBLAS's (which already threads every matmul): one torch
-  // thread was 2.5x faster than two for the default job on a 2-core machine.
+  // On CPU one torch thread beside OpenBLAS's was 2.5x faster than two (the default job, 2 cores).
   if (device.is_cpu()) at::set_num_threads(options.threads > 0 ? options.threads : 1);
 
   const std::string job_dir = job.file.empty() ? "" : fs::path(job.file).parent_path().string();
