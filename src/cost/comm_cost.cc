@@ -147,6 +147,13 @@ double TransferS(const Link& link, double bytes) {
 
 double HostCopyS(const GpuSpec& spec, double bytes) { return bytes / spec.host_link_bytes_per_s; }
 
+std::vector<int> FirstDeviceOfEachNode(const Cluster& cluster) {
+  std::vector<int> first(cluster.nodes.size(), 0);
+  for (const Device& d : cluster.devices)
+    if (d.local_index == 0) first[static_cast<size_t>(d.node)] = d.id;
+  return first;
+}
+
 std::vector<double> NodeNics(const std::vector<int>& first_device, const LinkFunction& link) {
   std::vector<double> nic(first_device.size(), 0.0);
   for (size_t a = 0; a < first_device.size(); ++a)

@@ -41,6 +41,9 @@ struct Network {
   CollectiveLibrary library = CollectiveLibrary::kNccl;
 };
 
+/// Each node's first device (a node's devices are numbered one after another): NodeNics' argument.
+std::vector<int> FirstDeviceOfEachNode(const Cluster& cluster);
+
 /// Each node's network card, taken as the fastest of its links to other nodes (NodeSpec's NIC, or
 /// what a profile measured between two nodes one pair at a time): what one flow reaches alone, and
 /// what all its flows to other nodes share. `first_device[n]`: a device of node n.

@@ -32,10 +32,7 @@ CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Profi
   }
   // Emulated devices are CPU processes: Gloo runs their collectives, as it ran the profile's.
   if (cluster.emulated()) network_.library = CollectiveLibrary::kGloo;
-  // Each node's first device (its devices are numbered one after another).
-  std::vector<int> first_device(cluster.nodes.size(), 0);
-  for (const Device& d : cluster.devices)
-    if (d.local_index == 0) first_device[static_cast<size_t>(d.node)] = d.id;
+  const std::vector<int> first_device = FirstDeviceOfEachNode(cluster);
   if (!cluster.emulated() && cluster.nodes.size() <= kMaxCachedNodes) {
     const size_t n = cluster.nodes.size();
     node_links_.resize(n * n);

@@ -21,10 +21,8 @@ DeviceEmulation::DeviceEmulation(const Cluster& cluster, int device) {
   cluster_ = &cluster;
   device_ = device;
   speed_factor_ = emu->speed_factor;
-  std::vector<int> first_device(cluster.nodes.size(), 0);
-  for (const Device& d : cluster.devices)
-    if (d.local_index == 0) first_device[d.node] = d.id;
-  nic_bytes_per_s_ = NodeNics(first_device, [&cluster](int a, int b) { return cluster.LinkBetween(a, b); });
+  nic_bytes_per_s_ = NodeNics(FirstDeviceOfEachNode(cluster),
+                              [&cluster](int a, int b) { return cluster.LinkBetween(a, b); });
 }
 
 double DeviceEmulation::memory_bytes() const { return enabled() ? cluster_->memory_bytes(device_) : 0.0; }
