@@ -39,13 +39,14 @@ for n in 2 4; do
 done
 run() {
   OPENBLAS_NUM_THREADS=1 "$motley" train "$work/$1.toml" --single-process --no-checkpoint \
-    --metrics "$work/$1.jsonl" > "$work/$1.log" 2>&1 || { echo "$1 failed:" >&2; tail -5 "$work/$1.log" >&2; exit 1; }
+    --metrics "$work/$1.jsonl" > "$work/$1.log" 2>&1 || { echo "$1 failed:" >&2; tail -5 "$work/$1.log" >&2; return 1; }
 }
 names=(sync i2h10 i2h50 i4h10 i4h50)
-for ((i = 0; i < ${#names[@]}; i += 2)); do
-  run "${names[$i]}" &
-  [ $((i + 1)) -lt ${#names[@]} ] && run "${names[$((i + 1))]}" &
-  wait
+for ((i = 0; i < ${#names[@]}; i += 2)); do  # two at a time; any failure ends the benchmark
+  pids=()
+  run "${names[$i]}" & pids+=($!)
+  if [ $((i + 1)) -lt ${#names[@]} ]; then run "${names[$((i + 1))]}" & pids+=($!); fi
+  for pid in "${pids[@]}"; do wait "$pid" || exit 1; done
 done
 python3 - "$work" "$plot" "$steps" "${names[@]}" <<'PY'
 import json, sys
