@@ -12,6 +12,7 @@
 #include "runtime/islands/island_exchange.h"
 #include "runtime/islands/outer_optimizer.h"
 #include "runtime/train/lr_schedule.h"
+#include "runtime/train/trainer.h"
 #include "runtime/train/trainer_parts.h"
 
 namespace motley::trainer_parts {

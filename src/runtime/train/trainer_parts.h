@@ -18,7 +18,15 @@
 #include "runtime/optim/adamw.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/metrics_log.h"
-#include "runtime/train/trainer.h"
+
+namespace motley {
+// trainer.h's (which includes nothing of this file's: trainer.cc includes it).
+struct StepMetrics;
+struct TrainOptions;
+struct TrainStart;
+struct TrainSummary;
+class TrainObserver;
+}  // namespace motley
 
 namespace motley::trainer_parts {
 
