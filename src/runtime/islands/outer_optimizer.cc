@@ -39,4 +39,14 @@ void OuterOptimizer::Step(const std::vector<torch::Tensor>& average) {
   ++steps_;
 }
 
+void OuterOptimizer::Restore(std::vector<torch::Tensor> momentum, int64_t steps) {
+  MOTLEY_CHECK(momentum.empty() || momentum.size() == pieces_.size());
+  for (size_t i = 0; i < momentum.size(); ++i) {
+    MOTLEY_CHECK(momentum[i].sizes() == anchor_[i].sizes());
+    momentum[i] = momentum[i].to(anchor_[i].options()).clone();
+  }
+  momentum_ = std::move(momentum);
+  steps_ = steps;
+}
+
 }  // namespace motley

@@ -36,6 +36,9 @@ class OuterOptimizer {
   const std::vector<torch::Tensor>& momentum() const { return momentum_; }
   int64_t steps() const { return steps_; }
   const OuterConfig& config() const { return config_; }
+  /// Resuming: the momentum (the pieces' shapes; empty: none yet) and the outer steps taken. The
+  /// anchor is the pieces' values at construction (a checkpoint is taken at an outer step).
+  void Restore(std::vector<torch::Tensor> momentum, int64_t steps);
 
  private:
   OuterConfig config_;

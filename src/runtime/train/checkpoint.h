@@ -5,6 +5,8 @@
 //   optimizer.safetensors  AdamW moments, "<parameter>.exp_avg" / ".exp_avg_sq"
 //   trainer_state.json     step, seed, tokens seen, loss scale; each file's size and CRC-32, and
 //                          its own checksum
+//   islands.safetensors    a run of islands' (#52): the outer momentum and the other islands'
+//                          moments (runtime/train/islands_trainer.cc); absent otherwise
 //
 // A checkpoint is written into "<dir>.tmp", every file fsynced, then renamed to <dir>: a crash
 // leaves the previous checkpoint intact. Loading verifies every checksum first. A run directory
@@ -22,6 +24,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -35,6 +38,7 @@
 #include "runtime/model/llama_model.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/state_piece.h"
+#include "runtime/train/safetensors.h"
 
 namespace motley {
 
@@ -62,16 +66,25 @@ class RunDirLock {
 /// metrics.jsonl are removed (only when `clean`; without, nothing is touched).
 Status ClaimRunDir(const std::string& run_dir, bool resuming, bool overwrite, bool clean);
 
+/// A file a checkpoint holds beside the model and its optimizer (a run of islands'
+/// islands.safetensors), written, checksummed and verified as they are.
+struct CheckpointExtraFile {
+  std::string name;
+  std::vector<NamedTensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
 /// Writes a checkpoint into `dir`, replacing one there atomically (the old one is in place until
 /// the new one is whole).
 Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::vector<ParamShard>& shards,
-                      const TrainerState& state);
+                      const TrainerState& state, const std::vector<CheckpointExtraFile>& extra = {});
 
 /// Saves `<run_dir>/step-NNNNNN`, points `<run_dir>/latest` at it, keeps the newest `keep`. First
 /// removes what an interrupted save left (`step-*.tmp`).
 /// Returns the checkpoint's directory.
 Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, LlamaModelImpl& model,
-                                      const std::vector<ParamShard>& shards, const TrainerState& state);
+                                      const std::vector<ParamShard>& shards, const TrainerState& state,
+                                      const std::vector<CheckpointExtraFile>& extra = {});
 
 /// Rank 0, before the ranks write: `<run_dir>/step-NNNNNN.tmp`, empty (what interrupted saves left
 /// is removed). Returns its path.

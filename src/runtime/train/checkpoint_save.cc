@@ -149,7 +149,7 @@ Status PointLatestAndPrune(const std::string& run_dir, const std::string& name, 
 }  // namespace
 
 Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::vector<ParamShard>& shards,
-                      const TrainerState& state) {
+                      const TrainerState& state, const std::vector<CheckpointExtraFile>& extra) {
   const std::string tmp = dir + ".tmp";
   std::error_code ec;
   // Never removed: what is there was not made by this run (a run folder's interrupted saves are
@@ -191,6 +191,11 @@ Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::
   MOTLEY_RETURN_IF_ERROR(
       WriteSafetensors((fs::path(tmp) / "optimizer.safetensors").string(), moments, {}, &crc));
   record("optimizer.safetensors", crc);
+  for (const CheckpointExtraFile& file : extra) {
+    MOTLEY_RETURN_IF_ERROR(
+        WriteSafetensors((fs::path(tmp) / file.name).string(), file.tensors, file.metadata, &crc));
+    record(file.name, crc);
+  }
 
   MOTLEY_RETURN_IF_ERROR(
       AtomicWriteFile((fs::path(tmp) / kTrainerStateFile).string(), TrainerStateJson(out)));
@@ -198,7 +203,8 @@ Status SaveCheckpoint(const std::string& dir, LlamaModelImpl& model, const std::
 }
 
 Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, LlamaModelImpl& model,
-                                      const std::vector<ParamShard>& shards, const TrainerState& state) {
+                                      const std::vector<ParamShard>& shards, const TrainerState& state,
+                                      const std::vector<CheckpointExtraFile>& extra) {
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   if (ec)
@@ -207,7 +213,7 @@ Result<std::string> SaveRunCheckpoint(const std::string& run_dir, int64_t keep, 
   const std::string name = CheckpointFolderName(state.step);
   const std::string dir = (fs::path(run_dir) / name).string();
   RemoveInterruptedSaves(run_dir);
-  MOTLEY_RETURN_IF_ERROR(SaveCheckpoint(dir, model, shards, state));
+  MOTLEY_RETURN_IF_ERROR(SaveCheckpoint(dir, model, shards, state, extra));
   MOTLEY_RETURN_IF_ERROR(PointLatestAndPrune(run_dir, name, keep));
   return dir;
 }

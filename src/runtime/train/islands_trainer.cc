@@ -4,8 +4,13 @@
 // pseudo-gradients, as they would arrive over the link (compressed as the job says), are averaged
 // and the outer optimizer moves the anchor, which every replica then continues from. The same
 // tokens a step as the synchronous run of the job: the validation loss of the two compares at equal
-// tokens (bench/islands_loss.sh).
+// tokens (bench/islands_loss.sh). A checkpoint (taken at outer steps) holds the anchor as its model,
+// island 0's moments as its optimizer state, and islands.safetensors: the outer momentum and the other
+// islands' moments; it resumes under any number of islands (IslandsFromCheckpoint).
+#include <charconv>
 #include <cmath>
+#include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -20,11 +25,7 @@ namespace {
 
 // What a run of islands cannot do yet: one error, naming what to change.
 Status CheckIslandsRun(const JobSpec& job, const TrainOptions& options) {
-  if (!options.resume.empty())
-    return Status::InvalidArgument(
-        "[islands]: a run of islands cannot be resumed yet (its checkpoints hold the anchor — the model — "
-        "but not the outer momentum nor each island's optimizer state); start it anew, or resume without "
-        "[islands]");
+  (void)options;
   if (job.training.loss_scaling)
     return Status::InvalidArgument(
         "[islands] with loss scaling (fp16) is not built yet: train in bf16, fp32 or fp64");
@@ -71,6 +72,95 @@ double OuterStep(OuterOptimizer& outer, std::vector<Replica>& replicas) {
   return worst;
 }
 
+constexpr char kIslandsFile[] = "islands.safetensors";
+
+// The islands' own state for a checkpoint: the outer momentum and every island's moments but island
+// 0's (the checkpoint's optimizer.safetensors holds those); the count and outer steps as metadata.
+CheckpointExtraFile IslandsState(const OuterOptimizer& outer, const std::vector<Replica>& replicas) {
+  CheckpointExtraFile f{
+      kIslandsFile,
+      {},
+      {{"islands", std::to_string(replicas.size())}, {"outer_steps", std::to_string(outer.steps())}}};
+  for (size_t k = 0; k < outer.momentum().size(); ++k)
+    f.tensors.push_back({"outer." + replicas[0].shards[k].name + ".momentum", outer.momentum()[k]});
+  for (size_t i = 1; i < replicas.size(); ++i)
+    for (const ParamShard& s : replicas[i].shards) {
+      if (!s.exp_avg.defined()) continue;
+      f.tensors.push_back({fmt::format("island{}.{}.exp_avg", i, s.name), s.exp_avg});
+      f.tensors.push_back({fmt::format("island{}.{}.exp_avg_sq", i, s.name), s.exp_avg_sq});
+    }
+  return f;
+}
+
+// What a checkpoint held for the outer loop.
+struct OuterResumed {
+  int64_t islands = 1;  // a synchronous run's checkpoint: 1
+  int64_t steps = 0;
+  std::vector<torch::Tensor> momentum;  // empty: none yet
+};
+
+Result<int64_t> MetadataCount(const SafetensorsFile& f, const std::string& key) {
+  const auto it = f.metadata().find(key);
+  int64_t v = -1;
+  if (it != f.metadata().end()) std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  if (v < 0)
+    return Status::InvalidArgument(fmt::format(
+        "{}: its metadata lacks a count \"{}\" (it was not written by motley's islands); resume without it",
+        f.path(), key));
+  return v;
+}
+
+// The checkpoint `resume` names into the replicas: replica 0 resumes as a synchronous run does, every
+// other takes its weights (the anchor) and the moments of island (i mod k) of a checkpoint of k
+// islands — island 0's are the optimizer's, and a synchronous checkpoint's go to every island. Returns
+// the outer state it held.
+Result<OuterResumed> IslandsFromCheckpoint(const JobSpec& job, const std::string& resume, int64_t total_steps,
+                                           std::vector<Replica>& replicas, TrainerState* state) {
+  LossScaler unscaled;  // islands refuse loss scaling
+  MOTLEY_RETURN_IF_ERROR(
+      Resume(job, resume, total_steps, *replicas[0].model, replicas[0].shards, state, &unscaled));
+  MOTLEY_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpointDir(resume));
+  OuterResumed out;
+  std::optional<SafetensorsFile> file;
+  if (const auto path = std::filesystem::path(dir) / kIslandsFile; std::filesystem::exists(path)) {
+    MOTLEY_ASSIGN_OR_RETURN(file, SafetensorsFile::Open(path.string()));
+    MOTLEY_ASSIGN_OR_RETURN(out.islands, MetadataCount(*file, "islands"));
+    MOTLEY_ASSIGN_OR_RETURN(out.steps, MetadataCount(*file, "outer_steps"));
+  }
+  torch::NoGradGuard no_grad;
+  const std::vector<ParamShard>& first = replicas[0].shards;
+  auto load = [&](const std::string& name, const torch::Tensor& like) -> Result<torch::Tensor> {
+    if (!file || !file->contains(name))
+      return Status::InvalidArgument(fmt::format("{}/{}: no {}", dir, kIslandsFile, name));
+    MOTLEY_ASSIGN_OR_RETURN(torch::Tensor t, file->Load(name, like.scalar_type()));
+    if (t.sizes() != like.sizes())
+      return Status::InvalidArgument(
+          fmt::format("{}/{}: {} has another shape than its parameter", dir, kIslandsFile, name));
+    return t.to(like.device());
+  };
+  for (size_t i = 1; i < replicas.size(); ++i) {
+    const int64_t from = static_cast<int64_t>(i) % std::max<int64_t>(out.islands, 1);
+    for (size_t k = 0; k < first.size(); ++k) {
+      ParamShard& s = replicas[i].shards[k];
+      s.param.detach().copy_(first[k].param.detach());
+      if (from == 0 || !first[k].exp_avg.defined()) {
+        if (first[k].exp_avg.defined()) s.exp_avg = first[k].exp_avg.clone();
+        if (first[k].exp_avg_sq.defined()) s.exp_avg_sq = first[k].exp_avg_sq.clone();
+        continue;
+      }
+      MOTLEY_ASSIGN_OR_RETURN(s.exp_avg, load(fmt::format("island{}.{}.exp_avg", from, s.name), s.param));
+      MOTLEY_ASSIGN_OR_RETURN(s.exp_avg_sq,
+                              load(fmt::format("island{}.{}.exp_avg_sq", from, s.name), s.param));
+    }
+  }
+  if (file && file->contains("outer." + first[0].name + ".momentum"))
+    for (const ParamShard& s : first) {
+      MOTLEY_ASSIGN_OR_RETURN(torch::Tensor m, load("outer." + s.name + ".momentum", s.param));
+      out.momentum.push_back(std::move(m));
+    }
+  return out;
+}
+
 }  // namespace
 
 Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
@@ -88,10 +178,16 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
     MOTLEY_ASSIGN_OR_RETURN(Replica r, MakeReplica(job, device));
     replicas.push_back(std::move(r));
   }
+  TrainerState state = FreshState(job, total_steps);
+  OuterResumed resumed;
+  if (!options.resume.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(resumed,
+                            IslandsFromCheckpoint(job, options.resume, total_steps, replicas, &state));
+  }
   std::vector<torch::Tensor> pieces;
   for (const ParamShard& s : replicas[0].shards) pieces.push_back(s.param);
-  OuterOptimizer outer(job.islands.outer, pieces);
-  TrainerState state = FreshState(job, total_steps);
+  OuterOptimizer outer(job.islands.outer, pieces);  // the anchor: the start, or the checkpoint's model
+  outer.Restore(resumed.momentum, resumed.steps);
   const std::string metrics_path =
       options.metrics_path.empty() ? (std::filesystem::path(job.checkpoint.dir) / "metrics.jsonl").string()
                                    : options.metrics_path;
@@ -169,10 +265,10 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
       MOTLEY_RETURN_IF_ERROR(validate(state.step));
     if ((m.outer_step && CheckpointDue(job, state.step, total_steps)) ||
         (state.step == total_steps && options.checkpoint_at_end)) {
-      // The anchor (every replica holds it) with island 0's optimizer state.
+      // The anchor (every replica holds it) with island 0's optimizer state, and the islands' own.
       MOTLEY_ASSIGN_OR_RETURN(summary.checkpoint_dir,
                               SaveRunCheckpoint(job.checkpoint.dir, job.checkpoint.keep, *replicas[0].model,
-                                                replicas[0].shards, state));
+                                                replicas[0].shards, state, {IslandsState(outer, replicas)}));
       observer->OnCheckpoint(summary.checkpoint_dir);
     }
   }

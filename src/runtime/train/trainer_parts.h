@@ -17,6 +17,7 @@
 #include "runtime/model/llama_model.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/loss_scaler.h"
 #include "runtime/train/metrics_log.h"
 
 namespace motley {
@@ -56,6 +57,10 @@ TrainStart StartOf(const JobSpec& job, const torch::Device& device, const Traine
 std::vector<ParamShard> ShardsWithGradients(LlamaModelImpl& model);
 
 TrainerState FreshState(const JobSpec& job, int64_t total_steps);
+
+/// The weights, moments and counters of the checkpoint `resume` names, checked against the job.
+Status Resume(const JobSpec& job, const std::string& resume, int64_t total_steps, LlamaModelImpl& model,
+              std::vector<ParamShard>& shards, TrainerState* state, LossScaler* scaler);
 
 /// The run folder locked (and claimed, when the run writes a checkpoint) and the metrics opened.
 Result<std::unique_ptr<RunDirLock>> OpenRunFolder(const JobSpec& job, const TrainOptions& options,

@@ -239,6 +239,59 @@ TEST(Islands, TwoIslandsAtOneInnerStepEqualReplicasAveragedAfterEachStep) {
 }
 
 // What crosses the link compressed: every outer step's line says how far its pseudo-gradient moved.
+// A checkpoint of islands holds the outer momentum and every island's moments: resumed with the same
+// islands, the run goes on as if uninterrupted (bit for bit); resumed as 4 islands, or as a synchronous
+// run, it starts from the anchor: the first resumed step's loss — each island's on its share of the same
+// batch, at the anchor — is the uninterrupted run's.
+TEST(Islands, ACheckpointOfIslandsResumesUnderAnyLayout) {
+  const fs::path dir = fs::temp_directory_path() / ("motley_islands_resume_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  JobSpec job = IslandsJob(dir, 2, 2);
+  job.training.steps = 6;
+  job.checkpoint.interval_steps = 2;
+  TrainOptions options;
+  options.device = "cpu";
+  Recorder full;
+  ASSERT_TRUE(Train(job, options, &full).ok());
+  ASSERT_EQ(full.losses.size(), 6u);
+  const std::string at4 = (dir / "run" / "step-000004").string();
+  ASSERT_TRUE(fs::exists(fs::path(at4) / "islands.safetensors"));
+  const SafetensorsFile saved =
+      SafetensorsFile::Open((fs::path(at4) / "islands.safetensors").string()).value();
+  EXPECT_EQ(saved.metadata().at("islands"), "2");
+  EXPECT_EQ(saved.metadata().at("outer_steps"), "2");
+  EXPECT_TRUE(saved.contains("outer.model.norm.weight.momentum"));
+  EXPECT_TRUE(saved.contains("island1.model.norm.weight.exp_avg"));
+
+  options.resume = at4;
+  for (int64_t islands : {2, 4, 1}) {
+    SCOPED_TRACE(islands);
+    JobSpec again = job;
+    again.islands.count = islands;
+    if (islands == 1) again.islands = {};
+    again.checkpoint.dir = (dir / ("resumed" + std::to_string(islands))).string();
+    Recorder resumed;
+    ASSERT_TRUE(Train(again, options, &resumed).ok());
+    ASSERT_EQ(resumed.losses.size(), 2u);
+    if (islands == 2) {
+      EXPECT_EQ(resumed.losses, (std::map<int64_t, double>{{5, full.losses[5]}, {6, full.losses[6]}}));
+      EXPECT_EQ(resumed.validation.at(6), full.validation.at(6));
+    } else {
+      EXPECT_NEAR(resumed.losses.at(5), full.losses.at(5), 1e-12);
+      EXPECT_NE(resumed.losses.at(6), full.losses.at(6));  // another layout trains on differently
+    }
+  }
+  // Without the islands' own file, the checkpoint is refused by its checksums, not resumed wrong.
+  fs::remove(fs::path(at4) / "islands.safetensors");
+  JobSpec again = job;
+  again.checkpoint.dir = (dir / "refused").string();
+  Recorder refused;
+  const Result<TrainSummary> r = Train(again, options, &refused);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("islands.safetensors"), std::string::npos) << r.status().message();
+  fs::remove_all(dir);
+}
+
 TEST(Islands, CompressedPseudoGradientsReportTheirErrorAtEachOuterStep) {
   const fs::path dir = fs::temp_directory_path() / ("motley_islands_int8_" + std::to_string(::getpid()));
   fs::remove_all(dir);
