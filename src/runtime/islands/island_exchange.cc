@@ -28,8 +28,16 @@ void Unflatten(const torch::Tensor& flat, std::vector<torch::Tensor>& pieces) {
   }
 }
 
-// int8 with one scale a piece (its largest magnitude over 127): the quantized values, and the scales.
-std::pair<torch::Tensor, torch::Tensor> QuantizeInt8(const std::vector<torch::Tensor>& pieces) {
+// What crosses the link for `pieces` flattened (`mine`): fp16 values, or int8 values with one scale
+// a piece (its largest magnitude over 127; fp64).
+struct Packed {
+  torch::Tensor values, scales;  // scales: int8 only
+};
+
+Packed Pack(const std::vector<torch::Tensor>& pieces, const torch::Tensor& mine,
+            const std::string& compression) {
+  if (compression == "fp16") return {mine.to(torch::kFloat16), {}};
+  MOTLEY_CHECK_MSG(compression == "int8", fmt::format("unknown outer compression {}", compression));
   std::vector<torch::Tensor> q;
   std::vector<double> scales;
   for (const torch::Tensor& p : pieces) {
@@ -41,14 +49,15 @@ std::pair<torch::Tensor, torch::Tensor> QuantizeInt8(const std::vector<torch::Te
   return {torch::cat(q), torch::tensor(scales, torch::kFloat64)};
 }
 
-torch::Tensor DequantizeInt8(const torch::Tensor& q, const torch::Tensor& scales,
-                             const std::vector<torch::Tensor>& like) {
+// Packed values back in `dtype`, flat (`like`: the pieces, for int8's scale a piece).
+torch::Tensor Unpack(const torch::Tensor& values, const torch::Tensor& scales,
+                     const std::vector<torch::Tensor>& like, torch::Dtype dtype) {
+  if (!scales.defined()) return values.to(dtype);
   std::vector<torch::Tensor> out;
   int64_t at = 0;
   for (size_t i = 0; i < like.size(); ++i) {
     const int64_t n = like[i].numel();
-    out.push_back(q.narrow(0, at, n).to(like[i].scalar_type()) *
-                  scales[static_cast<int64_t>(i)].item<double>());
+    out.push_back(values.narrow(0, at, n).to(dtype) * scales[static_cast<int64_t>(i)].item<double>());
     at += n;
   }
   return torch::cat(out);
@@ -67,14 +76,8 @@ std::vector<torch::Tensor> AsArrived(const std::vector<torch::Tensor>& deltas, c
   if (relative_error != nullptr) *relative_error = 0;
   if (compression == "none" || deltas.empty()) return deltas;
   const torch::Tensor mine = Flat(deltas);
-  torch::Tensor arrived;
-  if (compression == "fp16") {
-    arrived = mine.to(torch::kFloat16).to(mine.scalar_type());
-  } else {
-    MOTLEY_CHECK_MSG(compression == "int8", fmt::format("unknown outer compression {}", compression));
-    const auto [q, scales] = QuantizeInt8(deltas);
-    arrived = DequantizeInt8(q, scales, deltas);
-  }
+  const Packed packed = Pack(deltas, mine, compression);
+  const torch::Tensor arrived = Unpack(packed.values, packed.scales, deltas, mine.scalar_type());
   if (relative_error != nullptr) *relative_error = RelativeError(mine, arrived);
   std::vector<torch::Tensor> out = deltas;
   Unflatten(arrived, out);
@@ -101,29 +104,27 @@ Result<OuterExchange> AverageAcrossIslands(Communicator& comm, CommGroup& outer,
     sum = mine * weight;
     MOTLEY_RETURN_IF_ERROR(comm.AllReduceSum(outer, sum));
     done.bytes_sent = static_cast<double>(mine.numel() * mine.element_size());
-  } else if (compression == "fp16") {
-    const torch::Tensor half = mine.to(torch::kFloat16);
-    torch::Tensor all = torch::empty({n * mine.numel()}, half.options());
-    MOTLEY_RETURN_IF_ERROR(comm.AllGather(outer, half, all));
-    sum = torch::zeros_like(mine);
-    for (int i = 0; i < n; ++i)
-      sum.add_(all.narrow(0, i * mine.numel(), mine.numel()).to(dtype), weights[i].item<double>());
-    done.bytes_sent = static_cast<double>(half.numel() * half.element_size());
-    done.compression_error = RelativeError(mine, half);
   } else {
-    MOTLEY_CHECK_MSG(compression == "int8", fmt::format("unknown outer compression {}", compression));
-    const auto [q, scales] = QuantizeInt8(deltas);
-    torch::Tensor all_q = torch::empty({n * q.numel()}, q.options());
-    torch::Tensor all_scales = torch::empty({n * scales.numel()}, scales.options());
-    MOTLEY_RETURN_IF_ERROR(comm.AllGather(outer, q, all_q));
-    MOTLEY_RETURN_IF_ERROR(comm.AllGather(outer, scales, all_scales));
+    // Compressed values do not add up: every island's are gathered and summed here, in `dtype`.
+    const Packed packed = Pack(deltas, mine, compression);
+    const int64_t count = packed.values.numel();
+    torch::Tensor values = torch::empty({n * count}, packed.values.options()), scales;
+    MOTLEY_RETURN_IF_ERROR(comm.AllGather(outer, packed.values, values));
+    done.bytes_sent = static_cast<double>(count * packed.values.element_size());
+    if (packed.scales.defined()) {
+      scales = torch::empty({n * packed.scales.numel()}, packed.scales.options());
+      MOTLEY_RETURN_IF_ERROR(comm.AllGather(outer, packed.scales, scales));
+      done.bytes_sent += static_cast<double>(packed.scales.numel() * packed.scales.element_size());
+    }
     sum = torch::zeros_like(mine);
-    for (int i = 0; i < n; ++i)
-      sum.add_(DequantizeInt8(all_q.narrow(0, i * q.numel(), q.numel()),
-                              all_scales.narrow(0, i * scales.numel(), scales.numel()), deltas),
-               weights[i].item<double>());
-    done.bytes_sent = static_cast<double>(q.numel() + scales.numel() * scales.element_size());
-    done.compression_error = RelativeError(mine, DequantizeInt8(q, scales, deltas));
+    for (int i = 0; i < n; ++i) {
+      const torch::Tensor arrived = Unpack(
+          values.narrow(0, i * count, count),
+          scales.defined() ? scales.narrow(0, i * packed.scales.numel(), packed.scales.numel()) : scales,
+          deltas, dtype);
+      sum.add_(arrived, weights[i].item<double>());
+      if (i == outer.index) done.compression_error = RelativeError(mine, arrived);
+    }
   }
   Unflatten(sum / total, deltas);
   return done;
