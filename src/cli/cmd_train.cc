@@ -14,6 +14,7 @@
 #include "core/rendezvous.h"
 #include "core/units.h"
 #include "plan/plan_io.h"
+#include "runtime/train/planned_islands.h"
 #include "runtime/train/planned_run.h"
 #include "runtime/train/trainer.h"
 #include "supervise/job_supervisor.h"
@@ -130,7 +131,9 @@ void PrintSummary(const TrainSummary& s) {
 
 int RunTrainWithPlan(const JobSpec& job, const TrainOptions& options, bool lead) {
   ConsoleObserver observer;
-  Result<TrainSummary> s = TrainWithPlan(job, options, &observer);
+  Result<TrainSummary> s = options.planned.island_plans.empty()
+                               ? TrainWithPlan(job, options, &observer)
+                               : TrainIslandsWithPlans(job, options, &observer);
   observer.Finish();
   if (!s.ok()) {
     fmt::print(stderr, "motley train: {}\n", s.status().message());
@@ -175,21 +178,32 @@ void AddHiddenOptions(CLI::App& app, TrainOptions& options) {
 }
 
 // What this process cannot run, said once: a launched rank without a plan, or islands that would
-// launch ranks (they train in one process so far).
-bool CanRunHere(const JobSpec& job, const std::string& job_path, const Rendezvous& rv, bool planned,
-                bool single_process) {
-  if (rv.world_size > 1 && !planned) {
+// launch ranks (they run in one process, or as ranks launched by a launcher, one plan an island).
+bool CanRunHere(const JobSpec& job, const std::string& job_path, const Rendezvous& rv,
+                const TrainOptions& options, bool single_process) {
+  const bool planned = !options.planned.plan_path.empty(), islands = !options.planned.island_plans.empty();
+  if (rv.world_size > 1 && !planned && !islands) {
     fmt::print(stderr,
                "motley train: started as rank {} of {} ({}) but no --plan was given; every rank executes its "
                "part of a plan — add --plan PLAN.toml (motley plan writes one)\n",
                rv.rank, rv.world_size, rv.source);
     return false;
   }
-  if (job.islands.count <= 1 || (!planned && (job.cluster.num_devices() <= 1 || single_process))) return true;
+  if (islands && (planned || job.islands.count <= 1)) {
+    fmt::print(stderr,
+               "motley train: --island-plan is for a job with [islands] count > 1 (one plan an island, "
+               "instead of --plan); {} has count = {}{}\n",
+               job_path, job.islands.count, planned ? " and --plan was given too" : "");
+    return false;
+  }
+  if (job.islands.count <= 1 || (islands && rv.world_size > 1) ||
+      (!planned && !islands && (job.cluster.num_devices() <= 1 || single_process)))
+    return true;
   fmt::print(stderr,
-             "motley train: {}: [islands] count = {}: islands train in one process so far, one after another "
-             "(a job on one device, or motley train --single-process); islands across processes and hosts "
-             "are not built yet\n",
+             "motley train: {}: [islands] count = {}: islands train in one process, one after another (a "
+             "job on one device, or motley train --single-process), or as launched ranks, one plan an "
+             "island: motley launch --nproc N -- motley train JOB --island-plan P0 --island-plan P1 ...; a "
+             "run of islands does not launch its own ranks yet\n",
              job_path, job.islands.count);
   return false;
 }
@@ -223,6 +237,9 @@ int RunTrain(const std::vector<std::string>& args) {
   app.add_option("--plan", options.planned.plan_path,
                  "execute this plan across the launched processes (motley launch --nproc N -- motley train "
                  "JOB --plan P)");
+  app.add_option("--island-plan", options.planned.island_plans,
+                 "a job with [islands]: an island's plan, once for each island in order (launched ranks: "
+                 "the islands' ranks one island after another)");
   bool single_process = false;
   app.add_flag("--single-process", single_process,
                "train in this process even when the job's cluster has several devices");
@@ -292,15 +309,15 @@ int RunTrain(const std::vector<std::string>& args) {
     fmt::print("starting from {} ({:.2f}M parameters, tokenizer {})\n", job->init_from,
                static_cast<double>(TotalParams(job->model)) / 1e6, job->data.tokenizer);
   std::fflush(stdout);  // before any error on stderr
-  if (!CanRunHere(*job, job_path, *rv, !options.planned.plan_path.empty(), single_process))
-    return kExitFailure;
+  if (!CanRunHere(*job, job_path, *rv, options, single_process)) return kExitFailure;
   // A plan of several devices without a launcher: launch its ranks, and plan more frugally if one
   // runs out of memory (supervise/job_supervisor.h).
   if (!options.planned.plan_path.empty() && rv->world_size == 1 && !single_process) {
     Result<Plan> plan = LoadPlanFile(options.planned.plan_path);
     if (plan.ok() && plan->num_devices() > 1) return SuperviseJob(job_path, *job, options, args);
   }
-  if (!options.planned.plan_path.empty()) return RunTrainWithPlan(*job, options, rv->rank == 0);
+  if (!options.planned.plan_path.empty() || !options.planned.island_plans.empty())
+    return RunTrainWithPlan(*job, options, rv->rank == 0);
   if (job->cluster.num_devices() > 1 && !single_process) return SuperviseJob(job_path, *job, options, args);
   ConsoleObserver observer;
   Result<TrainSummary> s = Train(*job, options, &observer);

@@ -276,7 +276,7 @@ TEST(TrainCli, IslandsTrainInOneProcessAndSaySoElsewhere) {
   const std::string path = dir.Write("islands.toml", job);
   CliRun refused = Motley("train " + path);
   EXPECT_EQ(refused.exit_code, 1) << refused.output;
-  EXPECT_CONTAINS(refused.output, "[islands] count = 2: islands train in one process so far");
+  EXPECT_CONTAINS(refused.output, "[islands] count = 2: islands train in one process, one after another");
   CliRun run = Motley("train " + path + " --single-process");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   int outer_steps = 0;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <numeric>
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
@@ -155,7 +156,31 @@ Result<std::unique_ptr<Communicator>> Communicator::Connect(const Rendezvous& rv
   return c;
 }
 
+Result<std::unique_ptr<Communicator>> Communicator::Within(const std::vector<int>& ranks,
+                                                           const std::string& name) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->outer_ = this;
+  c->config_ = config_;
+  c->config_.heartbeat_timeout_s = 0;  // this world's watchdog watches every rank already
+  c->rv_ = rv_;
+  c->rv_.world_size = static_cast<int>(ranks.size());
+  c->rv_.hosts_store = false;
+  c->rv_.rank = -1;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] == rank()) c->rv_.rank = static_cast<int>(i);
+  MOTLEY_CHECK_MSG(c->rv_.rank >= 0, fmt::format("rank {} is not a member of {}", rank(), name));
+  c->store_ = c10::make_intrusive<c10d::PrefixStore>("motley/within/" + name, store_);
+  c->world_ = std::make_unique<CommGroup>();
+  c->world_->ranks.resize(ranks.size());
+  std::iota(c->world_->ranks.begin(), c->world_->ranks.end(), 0);
+  c->world_->index = c->rv_.rank;
+  c->world_->name = name;
+  MOTLEY_RETURN_IF_ERROR(c->MakeProcessGroups(*c->world_, "motley/group/world"));
+  return c;
+}
+
 Communicator::~Communicator() {
+  if (outer_ != nullptr) return;  // the outer world's store and watchdog
   try {
     if (store_) {
       store_->add(DoneKey(rv_.rank), 1);
@@ -235,6 +260,7 @@ void Communicator::Watch() {
 }
 
 void Communicator::ReportFailure(const std::string& why) {
+  if (outer_ != nullptr) return outer_->ReportFailure(why);
   if (!store_ || rv_.world_size == 1) return;
   try {
     // The error without its own "rank R: " (the report names the rank).
@@ -250,6 +276,7 @@ void Communicator::ReportFailure(const std::string& why) {
 }
 
 bool Communicator::AnotherRankFailedFirst() {
+  if (outer_ != nullptr) return outer_->AnotherRankFailedFirst();
   if (!store_ || rv_.world_size == 1) return false;
   try {
     const std::string failed = ReportedFailure(*store_);
@@ -260,6 +287,7 @@ bool Communicator::AnotherRankFailedFirst() {
 }
 
 std::string Communicator::DiagnoseFailure() {
+  if (outer_ != nullptr) return outer_->DiagnoseFailure();
   if (!store_ || rv_.world_size == 1) return "no other rank";
   try {
     if (std::string failed = ReportedFailure(*store_); !failed.empty()) return failed;

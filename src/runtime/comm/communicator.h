@@ -92,6 +92,12 @@ class Communicator {
   CommGroup& world() { return *world_; }
   /// Collective over the world: every rank calls it with the same `ranks`, in the same order.
   Result<CommGroup*> NewGroup(std::vector<int> ranks);
+  /// A world of its own inside this one (an island of a run across islands): `ranks` (world ranks,
+  /// in order; this rank among them) numbered from 0, with its own groups and transfers, keyed under
+  /// `name` in this world's store. Failures are this world's: a report, a diagnosis and the watchdog
+  /// go through it (naming world ranks). Called by the members only, each once for `name`; it must
+  /// not outlive this communicator.
+  Result<std::unique_ptr<Communicator>> Within(const std::vector<int>& ranks, const std::string& name);
 
   // Blocking collectives; the Start* forms return at once (the tensors must stay alive and
   // untouched until Wait()). A group of one completes at once.
@@ -157,6 +163,7 @@ class Communicator {
 
   Rendezvous rv_;
   CommConfig config_;
+  Communicator* outer_ = nullptr;    // Within's: the world this one lies in
   torch::Device gpu_ = torch::kCPU;  // this rank's GPU with CommConfig::gpu
   c10::intrusive_ptr<c10d::Store> store_, watch_store_;
   std::unique_ptr<CommGroup> world_;

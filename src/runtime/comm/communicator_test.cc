@@ -1,6 +1,7 @@
 #include <map>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "core/message_tags.h"
@@ -50,6 +51,43 @@ TEST(Communicator, CollectivesAndTransfersGiveTheRightValues) {
     ASSERT_TRUE(send.Wait().ok());
     ASSERT_TRUE(recv.Wait().ok());
     EXPECT_TRUE(torch::equal(got, torch::full({5}, static_cast<float>((r + 2) % 3))));
+    ASSERT_TRUE(c.Barrier(c.world()).ok());
+  });
+}
+
+// Islands: worlds of their own inside the world of every rank, each numbered from 0, with its own
+// collectives, groups and transfers, while the outer world's go on beside them.
+TEST(Communicator, WorldsWithinTheWorldNumberTheirRanksFromZero) {
+  RunRanks(4, [](Communicator& c) {
+    const int r = c.rank(), island = r / 2;
+    std::unique_ptr<Communicator> mine =
+        c.Within({2 * island, 2 * island + 1}, fmt::format("island-{}", island)).value();
+    EXPECT_EQ(mine->rank(), r % 2);
+    EXPECT_EQ(mine->world_size(), 2);
+    torch::Tensor sum = torch::full({3}, r + 1.0);
+    ASSERT_TRUE(mine->AllReduceSum(mine->world(), sum).ok());
+    EXPECT_TRUE(torch::equal(sum, torch::full({3}, island == 0 ? 3.0 : 7.0)));
+    // Rank 1 of each island sends to its rank 0: the same numbers, another world each.
+    torch::Tensor t = torch::full({2}, static_cast<double>(r));
+    if (mine->rank() == 1) {
+      ASSERT_TRUE(mine->Send(t, 0, 3).value().Wait().ok());
+    } else {
+      ASSERT_TRUE(mine->Recv(t, 1, 3).value().Wait().ok());
+      EXPECT_TRUE(torch::equal(t, torch::full({2}, r + 1.0)));
+    }
+    CommGroup* alone = mine->NewGroup({mine->rank()}).value();
+    EXPECT_EQ(alone->size(), 1);
+    // The outer world: the islands' matching ranks together (every rank makes both groups, in the
+    // same order), and everyone.
+    CommGroup* firsts = c.NewGroup({0, 2}).value();
+    CommGroup* seconds = c.NewGroup({1, 3}).value();
+    CommGroup* across = r % 2 == 0 ? firsts : seconds;
+    torch::Tensor matched = torch::full({1}, static_cast<double>(r));
+    ASSERT_TRUE(c.AllReduceSum(*across, matched).ok());
+    EXPECT_EQ(matched.item<double>(), r % 2 == 0 ? 2.0 : 4.0);
+    torch::Tensor all = torch::ones({1});
+    ASSERT_TRUE(c.AllReduceSum(c.world(), all).ok());
+    EXPECT_EQ(all.item<double>(), 4.0);
     ASSERT_TRUE(c.Barrier(c.world()).ok());
   });
 }

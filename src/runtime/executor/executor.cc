@@ -253,6 +253,30 @@ Status Executor::LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg
   return Status::Ok();
 }
 
+Result<std::vector<torch::Tensor>> Executor::MasterValues() {
+  copies_->Synchronize();  // an offloaded master is its host copy, written below
+  std::vector<torch::Tensor> out;
+  for (auto& [v, state] : ministages_) {
+    if (state->sharded() && !state->shard_in_flat() && state->gathered())
+      return Status::Internal(fmt::format(
+          "rank {}: ministage {} keeps its full parameters gathered between steps apart from its master "
+          "shard; an outer step would not reach them",
+          rank_, v));
+    if (!state->sharded() && !state->gathered())
+      return Status::Internal(
+          fmt::format("rank {}: ministage {} holds no parameters between steps", rank_, v));
+    // ZeRO-1/2 keep the full parameters, gathered after each update: every replica holds the same
+    // values, the others' shards too, and changes all of them alike (no gather comes before the
+    // next forward).
+    if (state->shard_in_flat()) {
+      out.push_back(state->flat());
+    } else if (state->shard_numel() > 0) {
+      out.push_back(state->MasterShard());
+    }
+  }
+  return out;
+}
+
 std::vector<StatePiece> Executor::OwnedState() {
   torch::NoGradGuard no_grad;
   copies_->Synchronize();  // offloaded shards and moments are read on the host below

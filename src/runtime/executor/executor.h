@@ -153,6 +153,12 @@ class Executor {
   /// ZeRO-0 replica other than the first, and a tensor-parallel rank's copy of a weight its team does
   /// not split, hold copies and give none). On the CPU.
   std::vector<StatePiece> OwnedState();
+  /// The master values this rank holds between steps, as views to write in place (an island's outer
+  /// step): each ministage's master shard (offloaded: the host copy, which the next prefetch carries to
+  /// the device), or its whole flat buffer where the full parameters stay (ZeRO-0; ZeRO-1/2, whose
+  /// flat holds the shard and the other replicas' shards, gathered after the update). An error where
+  /// a step would not see the change: a full copy kept gathered apart from the shard.
+  Result<std::vector<torch::Tensor>> MasterValues();
   /// Resuming: sets this rank's part of the AdamW moments from whole-parameter ones (a checkpoint's).
   Status LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
                      const std::map<std::string, torch::Tensor>& exp_avg_sq);

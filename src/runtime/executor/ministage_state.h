@@ -64,6 +64,7 @@ class MinistageState {
 
   // ---- The owned shard (ZeRO >= 1; ZeRO-0 steps on the flat buffer) ----
   bool sharded() const { return sharded_; }
+  bool shard_in_flat() const { return shard_in_flat_; }
   /// The master shard on the device, or undefined while offloaded.
   torch::Tensor& shard() { return shard_; }
   /// The current master values of the owned elements, wherever they are (ZeRO-0: the flat buffer).

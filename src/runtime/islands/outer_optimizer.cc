@@ -10,6 +10,12 @@ OuterOptimizer::OuterOptimizer(OuterConfig config, std::vector<torch::Tensor> pi
   for (const torch::Tensor& p : pieces_) anchor_.push_back(p.detach().clone());
 }
 
+void OuterOptimizer::Attach(std::vector<torch::Tensor> pieces) {
+  MOTLEY_CHECK_EQ(pieces.size(), anchor_.size());
+  for (size_t i = 0; i < pieces.size(); ++i) MOTLEY_CHECK(pieces[i].sizes() == anchor_[i].sizes());
+  pieces_ = std::move(pieces);
+}
+
 std::vector<torch::Tensor> OuterOptimizer::PseudoGradients() const {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> out;

@@ -23,6 +23,9 @@ class OuterOptimizer {
   /// are the first anchor.
   OuterOptimizer(OuterConfig config, std::vector<torch::Tensor> pieces);
 
+  /// The pieces where they are now (an executor may move its masters between steps: an offloaded
+  /// shard lives on the host); the same shapes, in the same order.
+  void Attach(std::vector<torch::Tensor> pieces);
   /// Each piece's pseudo-gradient since the last outer step: anchor - current.
   std::vector<torch::Tensor> PseudoGradients() const;
   /// One outer step with the islands' average pseudo-gradients (PseudoGradients' shapes): as

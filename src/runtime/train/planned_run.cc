@@ -153,8 +153,10 @@ Result<std::vector<TraceEvent>> GatherTrace(Communicator& comm, const std::vecto
 }  // namespace
 
 Result<std::unique_ptr<PlannedRun>> PlannedRun::Start(const JobSpec& job, const TrainOptions& options,
-                                                      TrainObserver* observer) {
+                                                      TrainObserver* observer,
+                                                      std::unique_ptr<Communicator> comm) {
   auto run = std::unique_ptr<PlannedRun>(new PlannedRun(job, options));
+  run->comm_ = std::move(comm);
   if (Status s = run->SetUp(observer); !s.ok()) {
     // Once connected, the others hear of it now (naming this rank), not at a collective's timeout.
     if (run->AnotherRankFailedFirst()) return Status::PeerFailed(s.message());
@@ -203,8 +205,13 @@ Status PlannedRun::ConnectToPlan(TrainObserver* observer, torch::Device* device)
         fmt::format("{}: the plan's schedule cannot run: {}", options.planned.plan_path, problem));
   MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
   // Each device runs its own part: found by host and local rank where the cluster names hosts,
-  // else by the launcher's order. A rank on the wrong host stops here, before any step.
-  MOTLEY_ASSIGN_OR_RETURN(rv.rank, PlanRankOnHost(schedule_, job.cluster, rv, FindThisHost()));
+  // else by the launcher's order. A rank on the wrong host stops here, before any step. Given its
+  // ranks (an island's), its place among them.
+  if (comm_) {
+    rv.rank = comm_->rank();
+  } else {
+    MOTLEY_ASSIGN_OR_RETURN(rv.rank, PlanRankOnHost(schedule_, job.cluster, rv, FindThisHost()));
+  }
   MOTLEY_ASSIGN_OR_RETURN(torch::Device rank_device, RankDevice(options.device, rv));
   *device = rank_device;
   SetCurrentDevice(rank_device);
@@ -215,8 +222,10 @@ Status PlannedRun::ConnectToPlan(TrainObserver* observer, torch::Device* device)
   }
   CommConfig comm_config;
   comm_config.gpu = rank_device.is_cuda();
-  MOTLEY_ASSIGN_OR_RETURN(comm_, Communicator::Connect(rv, comm_config));
-  lead_ = comm_->rank() == 0;
+  if (!comm_) {
+    MOTLEY_ASSIGN_OR_RETURN(comm_, Communicator::Connect(rv, comm_config));
+  }
+  lead_ = comm_->rank() == 0 && options.planned.writes_outputs;
   if (observer != nullptr && lead_) observer_ = observer;
   if (lead_ && !resumed_plan_note_.empty()) fmt::print("{}\n", resumed_plan_note_);
 
@@ -411,7 +420,7 @@ Status PlannedRun::Step() {
     // The executor takes tokens from a callback; a shard cut short under the job is an exception
     // here, turned into this rank's error by the rank's guard (and named to the others).
     if (Status read = SampleTrainingWindows(data_->train, job_.training.seed, step + state_.data_skip_steps,
-                                            first, n, seq, &windows_);
+                                            options_.planned.first_sequence + first, n, seq, &windows_);
         !read.ok())
       throw std::runtime_error(read.message());
     return torch::from_blob(windows_.data(), {n, seq + 1}, torch::kInt64).clone();

@@ -30,8 +30,11 @@ class MemoryLedger;  // runtime/emulation/memory_ledger.h
 class PlannedRun {
  public:
   using Clock = std::chrono::steady_clock;
+  /// `comm`: the ranks to run with, connected already (an island's world inside a run of islands);
+  /// null: connects to the launcher's rendezvous.
   static Result<std::unique_ptr<PlannedRun>> Start(const JobSpec& job, const TrainOptions& options,
-                                                   TrainObserver* observer);
+                                                   TrainObserver* observer,
+                                                   std::unique_ptr<Communicator> comm = nullptr);
   bool done() const { return state_.step >= total_steps_; }
   /// One step: this rank's program, every rank's figures, the trace when asked for.
   Status Step();
@@ -51,6 +54,7 @@ class PlannedRun {
   int device() const { return schedule_.programs.empty() ? -1 : schedule_.programs[rank()].device; }
   int64_t total_steps() const { return total_steps_; }
   int64_t steps_run() const { return summary_.steps_run; }
+  Executor& executor() { return *executor_; }
   /// The run stopped at a diverged step ([divergence]): every rank knows it at once (the step's
   /// one reduction told them all), so none of them blames another.
   bool diverged() const { return diverged_; }

@@ -68,6 +68,13 @@ struct PlannedRunOptions {
   // (supervise/escalation.h). "" = none.
   std::string failure_report_dir;
   bool cpu_copy_threads = false;  // tests: CPU offload copies asynchronous, as on a GPU (copy_engine.h)
+  // A run of islands ([islands] count > 1) across processes: each island's plan, in island order;
+  // the launched ranks are the islands' ranks one island after another (planned_islands.h).
+  std::vector<std::string> island_plans;
+  // Set for one island's run by the islands' driver: where its sequences start in each step's global
+  // batch, and whether its rank 0 writes the metrics and checkpoints (island 0's only).
+  int64_t first_sequence = 0;
+  bool writes_outputs = true;
 };
 
 /// How `motley train` runs: the run's own options (one process or a rank of a planned run), and

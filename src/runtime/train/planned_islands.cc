@@ -1,0 +1,177 @@
+#include "runtime/train/planned_islands.h"
+
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "core/rendezvous.h"
+#include "plan/plan_io.h"
+#include "runtime/device/rank_device.h"
+#include "runtime/islands/island_exchange.h"
+#include "runtime/islands/outer_optimizer.h"
+#include "runtime/train/planned_run.h"
+
+namespace motley {
+namespace {
+
+// The islands' plans and where each island's ranks and sequences start.
+struct IslandLayout {
+  std::vector<Plan> plans;
+  std::vector<int> first_rank;          // in the launched world
+  std::vector<int64_t> first_sequence;  // in each step's global batch
+  int ranks_each = 0;                   // every island's plan has as many ranks
+  int world_size() const { return ranks_each * static_cast<int>(plans.size()); }
+};
+
+Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& options) {
+  const std::vector<std::string>& paths = options.planned.island_plans;
+  if (static_cast<int64_t>(paths.size()) != job.islands.count)
+    return Status::InvalidArgument(fmt::format(
+        "{}: [islands] count = {} but {} island plan{} given (--island-plan, one for each island in order)",
+        job.file, job.islands.count, paths.size(), paths.size() == 1 ? " was" : "s were"));
+  IslandLayout out;
+  int64_t sequences = 0;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    MOTLEY_ASSIGN_OR_RETURN(Plan plan, LoadPlanFile(paths[i]));
+    if (i > 0 && plan.num_devices() != out.ranks_each)
+      return Status::InvalidArgument(fmt::format(
+          "{}: {} ranks but island 0's plan {} has {}; islands exchange rank to rank so far: give every "
+          "island a plan of as many ranks holding the same parts of the model",
+          paths[i], plan.num_devices(), paths[0], out.ranks_each));
+    out.ranks_each = plan.num_devices();
+    out.first_rank.push_back(static_cast<int>(i) * out.ranks_each);
+    out.first_sequence.push_back(sequences);
+    sequences += plan.global_batch_sequences();
+    out.plans.push_back(std::move(plan));
+  }
+  if (sequences != job.training.global_batch_sequences)
+    return Status::InvalidArgument(fmt::format(
+        "the island plans' batches add up to {} sequences a step but the job {} has global_batch_sequences = "
+        "{}; each island trains on its own share of the batch: make the shares add up",
+        sequences, job.file, job.training.global_batch_sequences));
+  return out;
+}
+
+// This rank's island and the ranks of the other islands that hold what it holds (one group a
+// position, every rank making all of them in the same order).
+struct IslandPlace {
+  int island = 0, local_rank = 0;
+  std::unique_ptr<Communicator> outer;  // every rank of every island
+  std::unique_ptr<Communicator> own;    // this island's ranks
+  CommGroup* across = nullptr;          // the matching ranks of every island
+};
+
+Result<IslandPlace> JoinIslands(const IslandLayout& layout, const TrainOptions& options) {
+  MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
+  if (rv.world_size != layout.world_size())
+    return Status::InvalidArgument(fmt::format(
+        "rank {}: launched as one of {} ranks, but the {} islands' plans have {} ranks each: launch {}",
+        rv.rank, rv.world_size, layout.plans.size(), layout.ranks_each, layout.world_size()));
+  MOTLEY_ASSIGN_OR_RETURN(torch::Device device, RankDevice(options.device, rv));
+  CommConfig config;
+  config.gpu = device.is_cuda();
+  IslandPlace place;
+  MOTLEY_ASSIGN_OR_RETURN(place.outer, Communicator::Connect(rv, config));
+  place.island = rv.rank / layout.ranks_each;
+  place.local_rank = rv.rank % layout.ranks_each;
+  std::vector<int> own(layout.ranks_each);
+  std::iota(own.begin(), own.end(), layout.first_rank[place.island]);
+  MOTLEY_ASSIGN_OR_RETURN(place.own, place.outer->Within(own, fmt::format("island-{}", place.island)));
+  for (int local = 0; local < layout.ranks_each; ++local) {
+    std::vector<int> across;
+    for (int first : layout.first_rank) across.push_back(first + local);
+    MOTLEY_ASSIGN_OR_RETURN(CommGroup * g, place.outer->NewGroup(across));
+    if (local == place.local_rank) place.across = g;
+  }
+  return place;
+}
+
+// The islands' pieces must match rank to rank: each rank's count and sizes, compared with its
+// matching ranks'.
+Status CheckPiecesMatch(Communicator& outer, CommGroup& across, const std::vector<torch::Tensor>& pieces) {
+  int64_t total = 0;
+  for (const torch::Tensor& p : pieces) total += p.numel();
+  const torch::Tensor mine =
+      torch::tensor({static_cast<double>(pieces.size()), static_cast<double>(total)}, torch::kFloat64);
+  torch::Tensor all = torch::empty({2 * across.size()}, torch::kFloat64);
+  MOTLEY_RETURN_IF_ERROR(outer.AllGather(across, mine, all));
+  if (!torch::equal(all.view({across.size(), 2}), mine.expand({across.size(), 2})))
+    return Status::InvalidArgument(fmt::format(
+        "rank {}: the islands' plans put different parts of the model on their rank {} ({} pieces of {} "
+        "values here); islands exchange rank to rank so far: give every island a plan of the same shape "
+        "(the same groups, stages and ZeRO stages; batch sizes may differ)",
+        outer.rank(), across.index, pieces.size(), total));
+  return Status::Ok();
+}
+
+// One outer step on this rank's pieces: their pseudo-gradients averaged with the matching ranks of
+// the other islands, weighted by the tokens each island trained on since the last one.
+Status OuterStep(IslandPlace& place, OuterOptimizer& outer, Executor& executor, double tokens) {
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> pieces, executor.MasterValues());
+  outer.Attach(std::move(pieces));
+  std::vector<torch::Tensor> deltas = outer.PseudoGradients();
+  MOTLEY_ASSIGN_OR_RETURN(OuterExchange done, AverageAcrossIslands(*place.outer, *place.across, deltas,
+                                                                   tokens, outer.config().compression));
+  (void)done;
+  outer.Step(deltas);
+  return Status::Ok();
+}
+
+Status TrainIsland(PlannedRun& run, IslandPlace& place, const JobSpec& job, const TrainOptions& options,
+                   int64_t tokens_per_step) {
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> pieces, run.executor().MasterValues());
+  MOTLEY_RETURN_IF_ERROR(CheckPiecesMatch(*place.outer, *place.across, pieces));
+  OuterOptimizer outer(job.islands.outer, pieces);
+  const bool first = place.island == 0;  // validates and writes checkpoints
+  if (first && run.step() == 0) MOTLEY_RETURN_IF_ERROR(run.Validate(0));
+  int64_t since = 0;
+  while (!run.done()) {
+    MOTLEY_RETURN_IF_ERROR(run.Step());
+    ++since;
+    if (run.step() % job.islands.inner_steps != 0 && !run.done()) continue;
+    MOTLEY_RETURN_IF_ERROR(
+        OuterStep(place, outer, run.executor(), static_cast<double>(since * tokens_per_step)));
+    since = 0;
+    if (!first) continue;
+    if (ValidationDue(job, run.step(), run.total_steps())) MOTLEY_RETURN_IF_ERROR(run.Validate(run.step()));
+    if (CheckpointDue(job, run.step(), run.total_steps())) MOTLEY_RETURN_IF_ERROR(run.Checkpoint());
+  }
+  if (first && options.checkpoint_at_end && run.steps_run() > 0) MOTLEY_RETURN_IF_ERROR(run.Checkpoint());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOptions& options,
+                                           TrainObserver* observer) {
+  if (!options.resume.empty())
+    return Status::InvalidArgument(
+        "--resume: a run of islands across processes is not resumed yet; resume it in one process "
+        "(motley train --single-process), or without [islands]");
+  if (job.training.loss_scaling)
+    return Status::InvalidArgument(
+        "[islands] with loss scaling (fp16) is not built yet: train in bf16, fp32 or fp64");
+  MOTLEY_ASSIGN_OR_RETURN(IslandLayout layout, LayOutIslands(job, options));
+  MOTLEY_ASSIGN_OR_RETURN(IslandPlace place, JoinIslands(layout, options));
+  // This island's run: its plan on its share of the batch, as a planned run of its own.
+  JobSpec island_job = job;
+  island_job.training.global_batch_sequences = layout.plans[place.island].global_batch_sequences();
+  island_job.islands = {};
+  island_job.straggler_detection.rebalance = false;  // a live plan change inside an island: not yet
+  TrainOptions island_options = options;
+  island_options.planned.plan_path = options.planned.island_plans[place.island];
+  island_options.planned.first_sequence = layout.first_sequence[place.island];
+  island_options.planned.writes_outputs = place.island == 0;
+  Result<std::unique_ptr<PlannedRun>> run = PlannedRun::Start(
+      island_job, island_options, place.island == 0 ? observer : nullptr, std::move(place.own));
+  if (!run.ok()) return run.status();
+  const int64_t tokens_per_step = island_job.training.global_batch_sequences * job.training.seq_len;
+  if (Status s = TrainIsland(**run, place, job, options, tokens_per_step); !s.ok()) {
+    if ((*run)->AnotherRankFailedFirst()) return Status::PeerFailed(s.message());
+    (*run)->ReportFailure(s.message());
+    return s;
+  }
+  return (*run)->Finish();
+}
+
+}  // namespace motley

@@ -1,0 +1,75 @@
+// Islands across processes (#52): `motley launch` starts the islands' ranks, one island after
+// another, each island running its own plan on its share of every step's batch; the run ends with
+// the model of the same islands trained in one process (fp64, 1e-10) — whatever plan each island runs.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "cli/cli_helpers.h"
+#include "cli/training_fixtures.h"
+
+namespace {
+
+using namespace motley_test;
+
+// The fixtures' fp64 job (5 steps, 12 sequences a step) as 2 islands meeting every 2 steps.
+std::string IslandsJob(const std::string& dir) {
+  return Job(dir, 1.0, true) + "interval_steps = 0\n[islands]\ncount = 2\ninner_steps = 2\n";
+}
+
+std::string DataParallelPlan(const std::string& devices, const std::string& microbatches) {
+  return PlanHeader() +
+         "schedule = \"gpipe\"\nzero_stage = 2\n[[groups]]\nministages = [[0, 4]]\ndevices = " + devices +
+         "\nmicrobatch_size = " + microbatches + "\nnum_microbatches = [2, 2]\n";
+}
+
+std::string PipelinePlan(int first_device, int microbatch, int microbatches) {
+  std::string plan = PlanHeader() + "schedule = \"1f1b\"\nzero_stage = 2\n";
+  for (int stage = 0; stage < 2; ++stage)
+    plan += "[[groups]]\nministages = [[" + std::to_string(2 * stage) + ", " + std::to_string(2 * stage + 2) +
+            "]]\ndevices = [" + std::to_string(first_device + stage) + "]\nmicrobatch_size = [" +
+            std::to_string(microbatch) + "]\nnum_microbatches = [" + std::to_string(microbatches) + "]\n";
+  return plan;
+}
+
+TEST(IslandsTrain, LaunchedIslandsTrainTheModelOfIslandsInOneProcess) {
+  TempDir dir;
+  dir.Write("cluster.toml", kCluster);
+  dir.Write("model.toml", kModel);
+  dir.Write("ref.toml", IslandsJob(dir.Join("ref")));
+  CliRun ref = Motley("train ref.toml --single-process", false, dir.path().string());
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  struct Case {
+    std::string name, island0, island1;
+  };
+  // Data parallelism (each island its own microbatches) and a two-stage pipeline.
+  for (const Case& c :
+       {Case{"dp", DataParallelPlan("[0, 1]", "[2, 1]"), DataParallelPlan("[2, 3]", "[1, 2]")},
+        Case{"pipeline", PipelinePlan(0, 3, 2), PipelinePlan(2, 2, 3)}}) {
+    SCOPED_TRACE(c.name);
+    dir.Write(c.name + ".toml", IslandsJob(dir.Join(c.name)));
+    const std::string p0 = dir.Write(c.name + "-0.plan.toml", c.island0),
+                      p1 = dir.Write(c.name + "-1.plan.toml", c.island1);
+    CliRun r =
+        Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train " + c.name +
+                   ".toml --island-plan " + p0 + " --island-plan " + p1 + " --metrics " + c.name + ".jsonl",
+               false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const double d = MaxRelativeDifference(dir.Join(c.name + "/step-000005/model.safetensors"),
+                                           dir.Join("ref/step-000005/model.safetensors"));
+    std::cout << c.name << ": relative difference of the parameters " << d << "\n";
+    EXPECT_GE(d, 0);
+    EXPECT_LT(d, 1e-10);
+  }
+  // Plans of another shape on matching ranks are refused, naming what to change.
+  const std::string p0 = dir.Write("mixed-0.plan.toml", DataParallelPlan("[0, 1]", "[2, 1]")),
+                    p1 = dir.Write("mixed-1.plan.toml", PipelinePlan(2, 3, 2));
+  dir.Write("mixed.toml", IslandsJob(dir.Join("mixed")));
+  CliRun mixed = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) +
+                            " train mixed.toml --island-plan " + p0 + " --island-plan " + p1,
+                        false, dir.path().string());
+  EXPECT_NE(mixed.exit_code, 0);
+  EXPECT_CONTAINS(mixed.output, "give every island a plan of the same shape");
+}
+
+}  // namespace
