@@ -18,6 +18,7 @@
 #include "runtime/train/planned_run.h"
 #include "runtime/train/trainer.h"
 #include "supervise/job_supervisor.h"
+#include "supervise/launcher.h"
 
 namespace motley::cli {
 namespace {
@@ -177,6 +178,25 @@ void AddHiddenOptions(CLI::App& app, TrainOptions& options) {
       ->group("");
 }
 
+// A run of islands started without a launcher: its ranks started here, as `motley launch` starts them
+// (the islands' ranks one island after another), each running this command.
+int LaunchIslandRanks(const TrainOptions& options, const std::vector<std::string>& args) {
+  LaunchOptions launch;
+  launch.nproc = 0;
+  for (const std::string& path : options.planned.island_plans) {
+    Result<Plan> plan = LoadPlanFile(path);
+    if (!plan.ok()) {
+      fmt::print(stderr, "motley train: {}\n", plan.status().message());
+      return kExitFailure;
+    }
+    launch.nproc += plan->num_devices();
+  }
+  std::error_code ec;
+  launch.command = {std::filesystem::read_symlink("/proc/self/exe", ec).string(), "train"};
+  launch.command.insert(launch.command.end(), args.begin(), args.end());
+  return Launch(launch) == 0 ? kExitOk : kExitFailure;
+}
+
 // What this process cannot run, said once: a launched rank without a plan, or islands that would
 // launch ranks (they run in one process, or as ranks launched by a launcher, one plan an island).
 bool CanRunHere(const JobSpec& job, const std::string& job_path, const Rendezvous& rv,
@@ -196,14 +216,13 @@ bool CanRunHere(const JobSpec& job, const std::string& job_path, const Rendezvou
                job_path, job.islands.count, planned ? " and --plan was given too" : "");
     return false;
   }
-  if (job.islands.count <= 1 || (islands && rv.world_size > 1) ||
+  if (job.islands.count <= 1 || islands ||
       (!planned && !islands && (job.cluster.num_devices() <= 1 || single_process)))
     return true;
   fmt::print(stderr,
              "motley train: {}: [islands] count = {}: islands train in one process, one after another (a "
-             "job on one device, or motley train --single-process), or as launched ranks, one plan an "
-             "island: motley launch --nproc N -- motley train JOB --island-plan P0 --island-plan P1 ...; a "
-             "run of islands does not launch its own ranks yet\n",
+             "job on one device, or motley train --single-process), or as ranks with one plan an island: "
+             "motley train JOB --island-plan P0 --island-plan P1 ...\n",
              job_path, job.islands.count);
   return false;
 }
@@ -316,6 +335,7 @@ int RunTrain(const std::vector<std::string>& args) {
     Result<Plan> plan = LoadPlanFile(options.planned.plan_path);
     if (plan.ok() && plan->num_devices() > 1) return SuperviseJob(job_path, *job, options, args);
   }
+  if (!options.planned.island_plans.empty() && rv->world_size == 1) return LaunchIslandRanks(options, args);
   if (!options.planned.plan_path.empty() || !options.planned.island_plans.empty())
     return RunTrainWithPlan(*job, options, rv->rank == 0);
   if (job->cluster.num_devices() > 1 && !single_process) return SuperviseJob(job_path, *job, options, args);

@@ -1,6 +1,7 @@
-// Islands across processes (#52): `motley launch` starts the islands' ranks, one island after
-// another, each island running its own plan on its share of every step's batch; the run ends with
-// the model of the same islands trained in one process (fp64, 1e-10) — whatever plan each island runs.
+// Islands across processes (#52): the islands' ranks, one island after another, each island running
+// its own plan on its share of every step's batch — started by `motley train` itself or by `motley
+// launch` — end with the model of the same islands trained in one process (fp64, 1e-10), whatever
+// family the islands' plans are of.
 #include <string>
 
 #include <gtest/gtest.h>
@@ -23,6 +24,13 @@ std::string DataParallelPlan(const std::string& devices, const std::string& micr
          "\nmicrobatch_size = " + microbatches + "\nnum_microbatches = [2, 2]\n";
 }
 
+std::string TensorParallelPlan(const std::string& devices) {
+  return PlanHeader() +
+         "schedule = \"gpipe\"\nzero_stage = 1\n[[groups]]\nministages = [[0, 4]]\ntp_degree = 2\n"
+         "devices = " +
+         devices + "\nmicrobatch_size = [3, 3]\nnum_microbatches = [2, 2]\n";
+}
+
 std::string PipelinePlan(int first_device, int microbatch, int microbatches) {
   std::string plan = PlanHeader() + "schedule = \"1f1b\"\nzero_stage = 2\n";
   for (int stage = 0; stage < 2; ++stage)
@@ -41,19 +49,21 @@ TEST(IslandsTrain, LaunchedIslandsTrainTheModelOfIslandsInOneProcess) {
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
   struct Case {
     std::string name, island0, island1;
+    bool launcher = true;  // started by motley launch, else by motley train itself
   };
-  // Data parallelism (each island its own microbatches) and a two-stage pipeline.
+  // Data parallelism (each island its own microbatches), a two-stage pipeline, a tensor-parallel team.
   for (const Case& c :
-       {Case{"dp", DataParallelPlan("[0, 1]", "[2, 1]"), DataParallelPlan("[2, 3]", "[1, 2]")},
-        Case{"pipeline", PipelinePlan(0, 3, 2), PipelinePlan(2, 2, 3)}}) {
+       {Case{"dp", DataParallelPlan("[0, 1]", "[2, 1]"), DataParallelPlan("[2, 3]", "[1, 2]"), false},
+        Case{"pipeline", PipelinePlan(0, 3, 2), PipelinePlan(2, 2, 3)},
+        Case{"tp", TensorParallelPlan("[0, 1]"), TensorParallelPlan("[2, 3]")}}) {
     SCOPED_TRACE(c.name);
     dir.Write(c.name + ".toml", IslandsJob(dir.Join(c.name)));
     const std::string p0 = dir.Write(c.name + "-0.plan.toml", c.island0),
                       p1 = dir.Write(c.name + "-1.plan.toml", c.island1);
-    CliRun r =
-        Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " train " + c.name +
-                   ".toml --island-plan " + p0 + " --island-plan " + p1 + " --metrics " + c.name + ".jsonl",
-               false, dir.path().string());
+    const std::string train = "train " + c.name + ".toml --island-plan " + p0 + " --island-plan " + p1 +
+                              " --metrics " + c.name + ".jsonl";
+    CliRun r = Motley(c.launcher ? "launch --nproc 4 -- " + std::string(MOTLEY_BIN) + " " + train : train,
+                      false, dir.path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const double d = MaxRelativeDifference(dir.Join(c.name + "/step-000005/model.safetensors"),
                                            dir.Join("ref/step-000005/model.safetensors"));
