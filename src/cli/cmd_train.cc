@@ -258,7 +258,8 @@ int RunTrain(const std::vector<std::string>& args) {
                  "JOB --plan P)");
   app.add_option("--island-plan", options.planned.island_plans,
                  "a job with [islands]: an island's plan, once for each island in order (launched ranks: "
-                 "the islands' ranks one island after another)");
+                 "the islands' ranks one island after another; with --single-process the islands train in "
+                 "this process, each on its plan's batch)");
   bool single_process = false;
   app.add_flag("--single-process", single_process,
                "train in this process even when the job's cluster has several devices");
@@ -335,8 +336,11 @@ int RunTrain(const std::vector<std::string>& args) {
     Result<Plan> plan = LoadPlanFile(options.planned.plan_path);
     if (plan.ok() && plan->num_devices() > 1) return SuperviseJob(job_path, *job, options, args);
   }
-  if (!options.planned.island_plans.empty() && rv->world_size == 1) return LaunchIslandRanks(options, args);
-  if (!options.planned.plan_path.empty() || !options.planned.island_plans.empty())
+  // Islands with a plan each: their ranks (started here without a launcher), or with --single-process
+  // the islands in this process, each on its plan's share of the batch.
+  const bool island_ranks = !options.planned.island_plans.empty() && !single_process;
+  if (island_ranks && rv->world_size == 1) return LaunchIslandRanks(options, args);
+  if (!options.planned.plan_path.empty() || island_ranks)
     return RunTrainWithPlan(*job, options, rv->rank == 0);
   if (job->cluster.num_devices() > 1 && !single_process) return SuperviseJob(job_path, *job, options, args);
   ConsoleObserver observer;

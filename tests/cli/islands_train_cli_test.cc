@@ -71,6 +71,24 @@ TEST(IslandsTrain, LaunchedIslandsTrainTheModelOfIslandsInOneProcess) {
     EXPECT_GE(d, 0);
     EXPECT_LT(d, 1e-10);
   }
+  // Islands of unequal batches (8 and 4 sequences a step): each weighted by the tokens it trained on,
+  // across processes as in one process (motley train --single-process with the same island plans).
+  {
+    const std::string p0 = dir.Write("uneven-0.plan.toml", DataParallelPlan("[0, 1]", "[2, 2]")),
+                      p1 = dir.Write("uneven-1.plan.toml", DataParallelPlan("[2, 3]", "[1, 1]"));
+    const std::string plans = " --island-plan " + p0 + " --island-plan " + p1;
+    dir.Write("uneven.toml", IslandsJob(dir.Join("uneven")));
+    dir.Write("uneven-ref.toml", IslandsJob(dir.Join("uneven-ref")));
+    CliRun one = Motley("train uneven-ref.toml --single-process" + plans, false, dir.path().string());
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    CliRun ranks = Motley("train uneven.toml" + plans, false, dir.path().string());
+    ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
+    const double d = MaxRelativeDifference(dir.Join("uneven/step-000005/model.safetensors"),
+                                           dir.Join("uneven-ref/step-000005/model.safetensors"));
+    std::cout << "uneven: relative difference of the parameters " << d << "\n";
+    EXPECT_GE(d, 0);
+    EXPECT_LT(d, 1e-10);
+  }
   // Plans of another shape on matching ranks are refused, naming what to change.
   const std::string p0 = dir.Write("mixed-0.plan.toml", DataParallelPlan("[0, 1]", "[2, 1]")),
                     p1 = dir.Write("mixed-1.plan.toml", PipelinePlan(2, 3, 2));

@@ -10,10 +10,12 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <optional>
 
 #include <fmt/format.h>
 
+#include "plan/plan_io.h"
 #include "runtime/islands/island_exchange.h"
 #include "runtime/islands/outer_optimizer.h"
 #include "runtime/train/lr_schedule.h"
@@ -32,11 +34,36 @@ Status CheckIslandsRun(const JobSpec& job, const TrainOptions& options) {
   return Status::Ok();
 }
 
-// One replica of the model, as Train makes its one.
+// One replica of the model, as Train makes its one, and its island's sequences of each step's batch.
 struct Replica {
   LlamaModel model;
   std::vector<ParamShard> shards;
+  int64_t first_sequence = 0, sequences = 0;
 };
+
+// Each island's sequences a step: its plan's batch where the islands have plans
+// (options.planned.island_plans), else an equal share of the job's.
+Result<std::vector<int64_t>> IslandShares(const JobSpec& job, const TrainOptions& options) {
+  const std::vector<std::string>& plans = options.planned.island_plans;
+  const int64_t batch = job.training.global_batch_sequences;
+  if (plans.empty())
+    return std::vector<int64_t>(static_cast<size_t>(job.islands.count), batch / job.islands.count);
+  if (static_cast<int64_t>(plans.size()) != job.islands.count)
+    return Status::InvalidArgument(fmt::format("{}: [islands] count = {} but {} island plans were given",
+                                               job.file, job.islands.count, plans.size()));
+  std::vector<int64_t> out;
+  for (const std::string& path : plans) {
+    MOTLEY_ASSIGN_OR_RETURN(const Plan plan, LoadPlanFile(path));
+    out.push_back(plan.global_batch_sequences());
+  }
+  if (std::accumulate(out.begin(), out.end(), int64_t{0}) != batch)
+    return Status::InvalidArgument(
+        fmt::format("the island plans' batches add up to {} sequences a step but the job {} has "
+                    "global_batch_sequences = {}; "
+                    "make the islands' shares add up",
+                    std::accumulate(out.begin(), out.end(), int64_t{0}), job.file, batch));
+  return out;
+}
 
 Result<Replica> MakeReplica(const JobSpec& job, const torch::Device& device) {
   Replica r{LlamaModel(job.model, job.training.seed), {}};
@@ -47,14 +74,17 @@ Result<Replica> MakeReplica(const JobSpec& job, const torch::Device& device) {
   return r;
 }
 
-// The outer step: each island's pseudo-gradient as it arrives, their mean, the outer optimizer's
+// The outer step: each island's pseudo-gradient as it arrives, their mean weighted by the tokens each
+// island trained on (its sequences a step: every island takes as many steps), the outer optimizer's
 // update of the anchor (replica 0's parameters are its pieces), and every other replica set to it.
 // Returns the largest compression error over the islands.
 double OuterStep(OuterOptimizer& outer, std::vector<Replica>& replicas) {
   torch::NoGradGuard no_grad;
   const std::string& compression = outer.config().compression;
-  double worst = 0, error = 0;
+  double worst = 0, error = 0, total = 0;
+  for (const Replica& r : replicas) total += static_cast<double>(r.sequences);
   std::vector<torch::Tensor> mean = AsArrived(outer.PseudoGradients(), compression, &error);
+  for (torch::Tensor& m : mean) m = m * (static_cast<double>(replicas[0].sequences) / total);
   worst = std::max(worst, error);
   for (size_t i = 1; i < replicas.size(); ++i) {
     std::vector<torch::Tensor> delta;
@@ -62,9 +92,9 @@ double OuterStep(OuterOptimizer& outer, std::vector<Replica>& replicas) {
       delta.push_back(outer.anchor()[k] - replicas[i].shards[k].param.detach());
     const std::vector<torch::Tensor> arrived = AsArrived(delta, compression, &error);
     worst = std::max(worst, error);
-    for (size_t k = 0; k < mean.size(); ++k) mean[k] = mean[k] + arrived[k];
+    for (size_t k = 0; k < mean.size(); ++k)
+      mean[k] = mean[k] + arrived[k] * (static_cast<double>(replicas[i].sequences) / total);
   }
-  for (torch::Tensor& m : mean) m = m / static_cast<double>(replicas.size());
   outer.Step(mean);
   for (size_t i = 1; i < replicas.size(); ++i)
     for (size_t k = 0; k < replicas[i].shards.size(); ++k)
@@ -173,9 +203,12 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
   const std::string job_dir = job.file.empty() ? "" : std::filesystem::path(job.file).parent_path().string();
   MOTLEY_ASSIGN_OR_RETURN(TrainingData data,
                           OpenTrainingData(job.data, job_dir, job.model.vocab_size, tc.seq_len));
+  MOTLEY_ASSIGN_OR_RETURN(const std::vector<int64_t> shares, IslandShares(job, options));
   std::vector<Replica> replicas;
-  for (int64_t i = 0; i < islands; ++i) {
+  for (int64_t i = 0, first = 0; i < islands; first += shares[static_cast<size_t>(i)], ++i) {
     MOTLEY_ASSIGN_OR_RETURN(Replica r, MakeReplica(job, device));
+    r.first_sequence = first;
+    r.sequences = shares[static_cast<size_t>(i)];
     replicas.push_back(std::move(r));
   }
   TrainerState state = FreshState(job, total_steps);
@@ -194,12 +227,6 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
   MetricsLog metrics;
   MOTLEY_ASSIGN_OR_RETURN(const std::unique_ptr<RunDirLock> dir_lock,
                           OpenRunFolder(job, options, metrics_path, &metrics));
-  // Each island's share of the step (the job checked that the islands divide the batch).
-  TrainingConfig share = tc;
-  share.global_batch_sequences = tc.global_batch_sequences / islands;
-  const int64_t micro = options.microbatch_sequences > 0
-                            ? std::min(options.microbatch_sequences, share.global_batch_sequences)
-                            : share.global_batch_sequences;
   const int64_t tokens_per_step = tc.global_batch_sequences * tc.seq_len;
   observer->OnStart(StartOf(job, device, state, total_steps, tokens_per_step, data, metrics_path));
   TrainSummary summary;
@@ -225,12 +252,16 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
     const double lr = LearningRate(job.optimizer, job.lr_schedule, step, total_steps);
     StepMetrics m;
     for (int64_t i = 0; i < islands; ++i) {
-      std::vector<ParamShard>& shards = replicas[static_cast<size_t>(i)].shards;
+      Replica& r = replicas[static_cast<size_t>(i)];
+      std::vector<ParamShard>& shards = r.shards;
       for (auto& s : shards) s.grad.zero_();
-      MOTLEY_ASSIGN_OR_RETURN(
-          const double loss,
-          AccumulateGradients(*replicas[static_cast<size_t>(i)].model, data.train, share, step, micro, device,
-                              0, false, i * share.global_batch_sequences));
+      TrainingConfig share = tc;  // the island's sequences of the step
+      share.global_batch_sequences = r.sequences;
+      const int64_t micro = options.microbatch_sequences > 0
+                                ? std::min(options.microbatch_sequences, r.sequences)
+                                : r.sequences;
+      MOTLEY_ASSIGN_OR_RETURN(const double loss, AccumulateGradients(*r.model, data.train, share, step, micro,
+                                                                     device, 0, false, r.first_sequence));
       const double norm = std::sqrt(GradNormSquared(shards));
       if (!std::isfinite(loss) || !std::isfinite(norm))
         return Status::Internal(
@@ -239,7 +270,8 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
                         step + 1, i, loss, norm));
       ClipGradients(shards, norm, job.optimizer.grad_clip_norm);
       adamw.Step(shards, lr, state.updates + 1);
-      m.loss += loss / static_cast<double>(islands);
+      // The global batch's mean loss; the islands' mean gradient norm.
+      m.loss += loss * static_cast<double>(r.sequences) / static_cast<double>(tc.global_batch_sequences);
       m.grad_norm += norm / static_cast<double>(islands);
     }
     ++state.updates;
