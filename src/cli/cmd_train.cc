@@ -178,6 +178,19 @@ void AddHiddenOptions(CLI::App& app, TrainOptions& options) {
       ->group("");
 }
 
+// The job trained in this process (one device, or --single-process).
+int RunTrainHere(const JobSpec& job, const TrainOptions& options) {
+  ConsoleObserver observer;
+  Result<TrainSummary> s = Train(job, options, &observer);
+  observer.Finish();
+  if (!s.ok()) {
+    fmt::print(stderr, "motley train: {}\n", s.status().message());
+    return kExitFailure;
+  }
+  PrintSummary(*s);
+  return kExitOk;
+}
+
 // A run of islands started without a launcher: its ranks started here, as `motley launch` starts them
 // (the islands' ranks one island after another), each running this command.
 int LaunchIslandRanks(const TrainOptions& options, const std::vector<std::string>& args) {
@@ -343,15 +356,7 @@ int RunTrain(const std::vector<std::string>& args) {
   if (!options.planned.plan_path.empty() || island_ranks)
     return RunTrainWithPlan(*job, options, rv->rank == 0);
   if (job->cluster.num_devices() > 1 && !single_process) return SuperviseJob(job_path, *job, options, args);
-  ConsoleObserver observer;
-  Result<TrainSummary> s = Train(*job, options, &observer);
-  observer.Finish();
-  if (!s.ok()) {
-    fmt::print(stderr, "motley train: {}\n", s.status().message());
-    return kExitFailure;
-  }
-  PrintSummary(*s);
-  return kExitOk;
+  return RunTrainHere(*job, options);
 }
 
 }  // namespace motley::cli
