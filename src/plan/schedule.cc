@@ -42,8 +42,17 @@ std::string_view OpKindName(OpKind kind) {
       return "act_prefetch";
     case OpKind::kOptimizerStep:
       return "optimizer_step";
+    case OpKind::kOuterReduce:
+      return "outer_reduce";
+    case OpKind::kOuterStep:
+      return "outer_step";
   }
   return "?";
+}
+
+OpKind TrafficKind(const Collective& c) {
+  if (c.kind != OpKind::kOuterReduce) return c.kind;
+  return c.gathers ? OpKind::kAllGather : OpKind::kAllReduce;
 }
 
 std::string_view BufferKindName(BufferKind kind) {
@@ -246,7 +255,7 @@ std::string ScheduleHash(const Schedule& s) {
   }
   f.Add(s.collectives.size());
   for (const Collective& c : s.collectives) {
-    f.AddEach(c.kind, c.bytes, c.tensor_parallel, c.calls, c.uneven_factor, c.tied_embedding);
+    f.AddEach(c.kind, c.bytes, c.tensor_parallel, c.calls, c.uneven_factor, c.tied_embedding, c.gathers);
     f.AddAll(c.ranks);
   }
   return fmt::format("{:016x}", f.value());
@@ -311,6 +320,7 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
     if (c.calls != 1) j["calls"] = c.calls;
     if (c.uneven_factor != 1) j["uneven_factor"] = c.uneven_factor;
     if (c.tied_embedding) j["tied_embedding"] = true;
+    if (c.gathers) j["gathers"] = true;
     collectives.push_back(std::move(j));
   }
   nlohmann::json ministages = nlohmann::json::array();

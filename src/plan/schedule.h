@@ -29,16 +29,20 @@ enum class OpKind : uint8_t {
   kActPrefetch,    // the same, host -> device, before its backward
   kOptimizerStep,  // AdamW on the rank's shard of a ministage
   kGradNorm,  // gradient clipping: the global gradient norm (and the step's loss), summed over every rank
+  // An outer round of islands (plan/outer_round.h), every H inner steps:
+  kOuterReduce,  // a piece's pseudo-gradient averaged with the same piece on every other island
+  kOuterStep,    // the outer optimizer (SGD with Nesterov momentum) on that piece
 };
 std::string_view OpKindName(OpKind kind);
 /// The collectives: every member rank has one op naming the same Schedule::collectives entry.
 constexpr bool IsCollective(OpKind kind) {
   return kind == OpKind::kAllGather || kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce ||
-         kind == OpKind::kGradNorm;
+         kind == OpKind::kGradNorm || kind == OpKind::kOuterReduce;
 }
-/// Forward, backward and the optimizer step: the ops that compute (the others move data).
+/// Forward, backward and the optimizer steps: the ops that compute (the others move data).
 constexpr bool IsCompute(OpKind kind) {
-  return kind == OpKind::kForward || kind == OpKind::kBackward || kind == OpKind::kOptimizerStep;
+  return kind == OpKind::kForward || kind == OpKind::kBackward || kind == OpKind::kOptimizerStep ||
+         kind == OpKind::kOuterStep;
 }
 
 /// An optimizer step's `flops` are this many per parameter of the shard it updates (AdamW:
@@ -153,7 +157,14 @@ struct Collective {
   /// the head's) then keep the sum on their group's first replica and zeros on the others, so that
   /// each group's reduction of its gradients gives every copy the whole sum.
   bool tied_embedding = false;
+  /// kOuterReduce with compression: each member's compressed piece (`bytes` / members) goes to every
+  /// other member, which averages what arrives (an all-gather's traffic), rather than a sum in the
+  /// pieces' precision (an all-reduce's).
+  bool gathers = false;
 };
+/// The collective whose traffic and time a collective's are: an outer reduce is an all-reduce, or an
+/// all-gather when compressed.
+OpKind TrafficKind(const Collective& c);
 
 /// A ministage of the plan (Schedule::ministages, in layer order) and the ranks that run it.
 struct ScheduleMinistage {

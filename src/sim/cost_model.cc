@@ -143,6 +143,10 @@ double CostModel::ComputeS(int device, const Op& op) const {
               tp;
       break;
     }
+    case OpKind::kOuterStep:  // memory-bound: the piece, its anchor, momentum and average read and written
+      t = std::max(op.flops / motley::PeakFlops(spec, MasterPrecision(precision_)),
+                   op.bytes / spec.memory_bandwidth_bytes_per_s);
+      break;
     case OpKind::kOptimizerStep:
       if (entry != nullptr && entry->optimizer_ms_per_mparam > 0) {
         t = op.params * 1e-6 * entry->optimizer_ms_per_mparam * 1e-3;  // measured

@@ -19,7 +19,8 @@ std::vector<RegionBytes> RegionTraffic(const Schedule& schedule, const Cluster& 
   for (const Collective& c : schedule.collectives) {
     const int n = static_cast<int>(c.ranks.size());
     if (n < 2) continue;
-    const double passes = c.kind == OpKind::kAllReduce || c.kind == OpKind::kGradNorm ? 2.0 : 1.0;
+    const OpKind kind = TrafficKind(c);
+    const double passes = kind == OpKind::kAllReduce || kind == OpKind::kGradNorm ? 2.0 : 1.0;
     const double per_hop = passes * (n - 1) / n * c.bytes;
     for (int i = 0; i < n; ++i) {
       const int a = region(c.ranks[static_cast<size_t>(i)]),

@@ -255,7 +255,8 @@ void Simulator::TryStart(int rank) {
     switch (op.kind) {
       case OpKind::kForward:
       case OpKind::kBackward:
-      case OpKind::kOptimizerStep: {
+      case OpKind::kOptimizerStep:
+      case OpKind::kOuterStep: {
         double d = costs_.ComputeS(device, op);
         if (op.tp_degree > 1 && op.kind != OpKind::kOptimizerStep) d *= flextp_factor_[rank];
         r.compute_busy += d;
@@ -307,7 +308,8 @@ void Simulator::TryStart(int rank) {
       case OpKind::kAllGather:
       case OpKind::kReduceScatter:
       case OpKind::kAllReduce:
-      case OpKind::kGradNorm: {
+      case OpKind::kGradNorm:
+      case OpKind::kOuterReduce: {
         const Collective& c = s_.collectives[op.collective];
         // Everyone starts when the last member arrives (each member has exactly one op naming it);
         // a collective of one rank has nothing to exchange and ends as it starts.
@@ -319,7 +321,7 @@ void Simulator::TryStart(int rank) {
           // Uneven state shares: paced by the largest piece (plan/state_shares.h).
           const double bytes = c.bytes * c.uneven_factor / c.calls;
           const double end =
-              c.ranks.size() == 1 ? now_ : now_ + c.calls * costs_.CollectiveS(c.kind, devices, bytes);
+              c.ranks.size() == 1 ? now_ : now_ + c.calls * costs_.CollectiveS(TrafficKind(c), devices, bytes);
           for (const auto& [m, j] : arrived) Push(end, m, j);
         }
         break;

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/message_tags.h"
+#include "plan/state_shares.h"
 #include "runtime/emulation/memory_ledger.h"
 
 namespace motley {
@@ -253,28 +254,43 @@ Status Executor::LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg
   return Status::Ok();
 }
 
-Result<std::vector<torch::Tensor>> Executor::MasterValues() {
-  copies_->Synchronize();  // an offloaded master is its host copy, written below
-  std::vector<torch::Tensor> out;
-  for (auto& [v, state] : ministages_) {
-    if (state->sharded() && !state->shard_in_flat() && state->gathered())
-      return Status::Internal(fmt::format(
-          "rank {}: ministage {} keeps its full parameters gathered between steps apart from its master "
-          "shard; an outer step would not reach them",
-          rank_, v));
-    if (!state->sharded() && !state->gathered())
-      return Status::Internal(
-          fmt::format("rank {}: ministage {} holds no parameters between steps", rank_, v));
-    // ZeRO-1/2 keep the full parameters, gathered after each update: every replica holds the same
-    // values, the others' shards too, and changes all of them alike (no gather comes before the
-    // next forward).
-    if (state->shard_in_flat()) {
-      out.push_back(state->flat());
-    } else if (state->shard_numel() > 0) {
-      out.push_back(state->MasterShard());
-    }
-  }
-  return out;
+namespace {
+
+// ZeRO-0's replicas split the parameters evenly for an outer round: no padding, every value once.
+StateSplit OuterSplit(const MinistageState& state, int replicas) {
+  return SplitState(state.numel(), replicas, std::vector<double>(static_cast<size_t>(replicas), 1.0));
+}
+
+}  // namespace
+
+Result<torch::Tensor> Executor::OuterPiece(int v) {
+  copies_->Synchronize();  // an offloaded master is its host copy, written by the outer step
+  auto it = ministages_.find(v);
+  if (it == ministages_.end())
+    return Status::Internal(fmt::format("rank {}: an outer round names ministage {}, which it does not hold", rank_, v));
+  MinistageState& state = *it->second;
+  if (state.sharded() && !state.shard_in_flat() && state.gathered())
+    return Status::Internal(fmt::format(
+        "rank {}: ministage {} keeps its full parameters gathered between steps apart from its master "
+        "shard; an outer step would not reach them",
+        rank_, v));
+  if (!state.sharded() && !state.gathered())
+    return Status::Internal(fmt::format("rank {}: ministage {} holds no parameters between steps", rank_, v));
+  if (state.sharded()) return state.MasterShard();
+  const Program& prog = schedule_.programs[rank_];
+  const StateSplit split = OuterSplit(state, prog.dp_size);
+  return state.flat().narrow(0, split.begin[prog.dp_index], split.numel[prog.dp_index]);
+}
+
+Status Executor::GatherOuterPieces(int v, Communicator& comm, CommGroup& group) {
+  torch::NoGradGuard no_grad;
+  MinistageState& state = *ministages_.at(v);
+  if (state.sharded()) return comm.AllGather(group, state.shard(), state.flat(), state.shard_counts());
+  const Program& prog = schedule_.programs[rank_];
+  const StateSplit split = OuterSplit(state, prog.dp_size);
+  torch::Tensor values = state.flat().narrow(0, 0, state.numel());
+  return comm.AllGather(group, values.narrow(0, split.begin[prog.dp_index], split.numel[prog.dp_index]), values,
+                        split.numel);
 }
 
 std::vector<StatePiece> Executor::OwnedState() {

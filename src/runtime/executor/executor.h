@@ -153,12 +153,14 @@ class Executor {
   /// ZeRO-0 replica other than the first, and a tensor-parallel rank's copy of a weight its team does
   /// not split, hold copies and give none). On the CPU.
   std::vector<StatePiece> OwnedState();
-  /// The master values this rank holds between steps, as views to write in place (an island's outer
-  /// step): each ministage's master shard (offloaded: the host copy, which the next prefetch carries to
-  /// the device), or its whole flat buffer where the full parameters stay (ZeRO-0; ZeRO-1/2, whose
-  /// flat holds the shard and the other replicas' shards, gathered after the update). An error where
-  /// a step would not see the change: a full copy kept gathered apart from the shard.
-  Result<std::vector<torch::Tensor>> MasterValues();
+  /// An outer round's piece of ministage `v` (plan/outer_round.h): the master values this rank
+  /// updates, as a view to write in place — its ZeRO shard (offloaded: the host copy, which the next
+  /// prefetch carries to the device), or with ZeRO-0 its even part of the replicated parameters. An
+  /// error where a step would not see the change (a full copy kept gathered apart from the shard).
+  Result<torch::Tensor> OuterPiece(int v);
+  /// After the outer step of ministage `v`'s pieces: the island's replicas of it (`group` over `comm`,
+  /// in replica order) gather each other's new pieces into their full parameters.
+  Status GatherOuterPieces(int v, Communicator& comm, CommGroup& group);
   /// Resuming: sets this rank's part of the AdamW moments from whole-parameter ones (a checkpoint's).
   Status LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
                      const std::map<std::string, torch::Tensor>& exp_avg_sq);

@@ -197,6 +197,10 @@ Result<bool> Executor::StepRun::Start(int index) {
       host_boundary_.erase(it);
       break;
     }
+    case OpKind::kOuterReduce:
+    case OpKind::kOuterStep:  // an outer round's (runtime/train/planned_islands.cc runs those)
+      return Status::Internal(fmt::format("rank {}: op {} of a step is an outer round's {}", ex_.rank_, index,
+                                          OpKindName(op.kind)));
   }
   MOTLEY_RETURN_IF_ERROR(std::exchange(poll_status_, Status::Ok()));
   double elapsed = Since(t);

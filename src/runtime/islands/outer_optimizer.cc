@@ -17,32 +17,39 @@ void OuterOptimizer::Attach(std::vector<torch::Tensor> pieces) {
 }
 
 std::vector<torch::Tensor> OuterOptimizer::PseudoGradients() const {
-  torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> out;
-  for (size_t i = 0; i < pieces_.size(); ++i) out.push_back(anchor_[i] - pieces_[i].detach());
+  for (size_t i = 0; i < pieces_.size(); ++i) out.push_back(PseudoGradient(i));
   return out;
+}
+
+torch::Tensor OuterOptimizer::PseudoGradient(size_t i) const {
+  torch::NoGradGuard no_grad;
+  return anchor_.at(i) - pieces_.at(i).detach();
 }
 
 void OuterOptimizer::Step(const std::vector<torch::Tensor>& average) {
   MOTLEY_CHECK_EQ(average.size(), pieces_.size());
+  for (size_t i = 0; i < pieces_.size(); ++i) StepPiece(i, average[i]);
+  FinishStep();
+}
+
+void OuterOptimizer::StepPiece(size_t i, const torch::Tensor& average) {
+  MOTLEY_CHECK_LT(i, pieces_.size());
   torch::NoGradGuard no_grad;
-  const bool first = momentum_.empty();
-  for (size_t i = 0; i < pieces_.size(); ++i) {
-    const torch::Tensor g = average[i].to(anchor_[i].scalar_type());
-    MOTLEY_CHECK(g.sizes() == anchor_[i].sizes());
-    torch::Tensor update = g;
-    if (config_.momentum != 0) {
-      if (first) {
-        momentum_.push_back(g.clone());  // torch.optim.SGD: the buffer starts as the first gradient
-      } else {
-        momentum_[i].mul_(config_.momentum).add_(g);
-      }
-      update = config_.nesterov ? g + config_.momentum * momentum_[i] : momentum_[i];
+  const torch::Tensor g = average.to(anchor_[i].scalar_type());
+  MOTLEY_CHECK(g.sizes() == anchor_[i].sizes());
+  torch::Tensor update = g;
+  if (config_.momentum != 0) {
+    if (momentum_.empty()) momentum_.resize(pieces_.size());
+    if (!momentum_[i].defined()) {
+      momentum_[i] = g.clone();  // torch.optim.SGD: the buffer starts as the first gradient
+    } else {
+      momentum_[i].mul_(config_.momentum).add_(g);
     }
-    anchor_[i].sub_(update, config_.lr);
-    pieces_[i].detach().copy_(anchor_[i]);
+    update = config_.nesterov ? g + config_.momentum * momentum_[i] : momentum_[i];
   }
-  ++steps_;
+  anchor_[i].sub_(update, config_.lr);
+  pieces_[i].detach().copy_(anchor_[i]);
 }
 
 void OuterOptimizer::Restore(std::vector<torch::Tensor> momentum, int64_t steps) {

@@ -33,6 +33,12 @@ class OuterOptimizer {
   /// anchor moves by -lr (g + momentum m) (Nesterov) or -lr m — and every piece takes the anchor's
   /// value.
   void Step(const std::vector<torch::Tensor>& average);
+  /// The same, piece by piece (an outer round's ops, plan/outer_round.h): piece `i`'s part of the step
+  /// with its average; FinishStep once every piece has taken its part.
+  void StepPiece(size_t i, const torch::Tensor& average);
+  void FinishStep() { ++steps_; }
+  /// Piece `i`'s pseudo-gradient since the last outer step: anchor - current.
+  torch::Tensor PseudoGradient(size_t i) const;
 
   // The outer state, for checkpoints: the anchor and the momentum (undefined before the first step).
   const std::vector<torch::Tensor>& anchor() const { return anchor_; }

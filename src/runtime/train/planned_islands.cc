@@ -1,10 +1,12 @@
 #include "runtime/train/planned_islands.h"
 
+#include <map>
 #include <numeric>
 
 #include <fmt/format.h>
 
 #include "core/rendezvous.h"
+#include "plan/outer_round.h"
 #include "plan/plan_io.h"
 #include "runtime/device/rank_device.h"
 #include "runtime/islands/island_exchange.h"
@@ -17,6 +19,7 @@ namespace {
 // The islands' plans and where each island's ranks and sequences start.
 struct IslandLayout {
   std::vector<Plan> plans;
+  Schedule round;                       // the outer round (plan/outer_round.h), every rank's
   std::vector<int> first_rank;          // in the launched world
   std::vector<int64_t> first_sequence;  // in each step's global batch
   int ranks_each = 0;                   // every island's plan has as many ranks
@@ -49,6 +52,19 @@ Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& optio
         "the island plans' batches add up to {} sequences a step but the job {} has global_batch_sequences = "
         "{}; each island trains on its own share of the batch: make the shares add up",
         sequences, job.file, job.training.global_batch_sequences));
+  // The round every rank follows, from the islands' step schedules (as each island's run lowers its own).
+  std::vector<Schedule> steps;
+  for (size_t i = 0; i < out.plans.size(); ++i) {
+    Result<Schedule> s = LowerPlanToRun(out.plans[i], job);
+    if (!s.ok()) return Status::InvalidArgument(fmt::format("{}: {}", paths[i], s.status().message()));
+    steps.push_back(std::move(*s));
+  }
+  std::vector<const Schedule*> islands;
+  for (const Schedule& s : steps) islands.push_back(&s);
+  OuterRoundOptions round;
+  round.compression = job.islands.outer.compression;
+  round.master_bytes = BytesPerElement(MasterPrecision(job.training.precision));
+  MOTLEY_ASSIGN_OR_RETURN(out.round, LowerOuterRound(islands, round));
   return out;
 }
 
@@ -59,6 +75,7 @@ struct IslandPlace {
   std::unique_ptr<Communicator> outer;  // every rank of every island
   std::unique_ptr<Communicator> own;    // this island's ranks
   CommGroup* across = nullptr;          // the matching ranks of every island
+  std::vector<CommGroup*> round_groups;  // the outer round's collectives' groups (null: not a member)
 };
 
 Result<IslandPlace> JoinIslands(const IslandLayout& layout, const TrainOptions& options) {
@@ -83,6 +100,15 @@ Result<IslandPlace> JoinIslands(const IslandLayout& layout, const TrainOptions& 
     MOTLEY_ASSIGN_OR_RETURN(CommGroup * g, place.outer->NewGroup(across));
     if (local == place.local_rank) place.across = g;
   }
+  // One group a set of members, every rank making them in the round's order.
+  std::map<std::vector<int32_t>, CommGroup*> made;
+  for (const Collective& c : layout.round.collectives) {
+    auto [it, added] = made.try_emplace(c.ranks, nullptr);
+    if (added) {
+      MOTLEY_ASSIGN_OR_RETURN(it->second, place.outer->NewGroup(std::vector<int>(c.ranks.begin(), c.ranks.end())));
+    }
+    place.round_groups.push_back(it->second->index >= 0 ? it->second : nullptr);
+  }
   return place;
 }
 
@@ -104,22 +130,57 @@ Status CheckPiecesMatch(Communicator& outer, CommGroup& across, const std::vecto
   return Status::Ok();
 }
 
-// One outer step on this rank's pieces: their pseudo-gradients averaged with the matching ranks of
-// the other islands, weighted by the tokens each island trained on since the last one.
-Status OuterStep(IslandPlace& place, OuterOptimizer& outer, Executor& executor, double tokens) {
-  MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> pieces, executor.MasterValues());
+// This rank's pieces of the round: one a reduce of its program, in order (the outer optimizer's).
+Result<std::vector<torch::Tensor>> RoundPieces(const Program& program, Executor& executor) {
+  std::vector<torch::Tensor> pieces;
+  for (const Op& op : program.ops)
+    if (op.kind == OpKind::kOuterReduce) {
+      MOTLEY_ASSIGN_OR_RETURN(torch::Tensor piece, executor.OuterPiece(op.ministage));
+      pieces.push_back(std::move(piece));
+    }
+  return pieces;
+}
+
+// One outer round on this rank, its ops as the round's schedule has them: each piece's pseudo-gradient
+// averaged with the matching ranks of the other islands (weighted by the tokens each island trained on
+// since the last round), the outer step on it, and where the replicas keep full parameters, their gather.
+Status OuterRound(IslandPlace& place, const Schedule& round, OuterOptimizer& outer, Executor& executor,
+                  double tokens) {
+  const Program& program = round.programs[static_cast<size_t>(place.outer->rank())];
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> pieces, RoundPieces(program, executor));
   outer.Attach(std::move(pieces));
-  std::vector<torch::Tensor> deltas = outer.PseudoGradients();
-  MOTLEY_ASSIGN_OR_RETURN(OuterExchange done, AverageAcrossIslands(*place.outer, *place.across, deltas,
-                                                                   tokens, outer.config().compression));
-  (void)done;
-  outer.Step(deltas);
+  size_t piece = 0;
+  std::vector<torch::Tensor> average;
+  for (const Op& op : program.ops) {
+    CommGroup* group = op.collective >= 0 ? place.round_groups.at(static_cast<size_t>(op.collective)) : nullptr;
+    switch (op.kind) {
+      case OpKind::kOuterReduce: {
+        average = {outer.PseudoGradient(piece)};
+        MOTLEY_ASSIGN_OR_RETURN(OuterExchange done, AverageAcrossIslands(*place.outer, *group, average, tokens,
+                                                                         outer.config().compression));
+        (void)done;
+        break;
+      }
+      case OpKind::kOuterStep:
+        outer.StepPiece(piece++, average.at(0));
+        break;
+      case OpKind::kAllGather:
+        MOTLEY_RETURN_IF_ERROR(executor.GatherOuterPieces(op.ministage, *place.outer, *group));
+        break;
+      default:
+        return Status::Internal(fmt::format("rank {}: an outer round holds a {} op", place.outer->rank(),
+                                            OpKindName(op.kind)));
+    }
+  }
+  outer.FinishStep();
   return Status::Ok();
 }
 
-Status TrainIsland(PlannedRun& run, IslandPlace& place, const JobSpec& job, const TrainOptions& options,
-                   int64_t tokens_per_step) {
-  MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> pieces, run.executor().MasterValues());
+Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layout, const JobSpec& job,
+                   const TrainOptions& options, int64_t tokens_per_step) {
+  MOTLEY_ASSIGN_OR_RETURN(
+      std::vector<torch::Tensor> pieces,
+      RoundPieces(layout.round.programs[static_cast<size_t>(place.outer->rank())], run.executor()));
   MOTLEY_RETURN_IF_ERROR(CheckPiecesMatch(*place.outer, *place.across, pieces));
   OuterOptimizer outer(job.islands.outer, pieces);
   const bool first = place.island == 0;  // validates and writes checkpoints
@@ -130,7 +191,7 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const JobSpec& job, cons
     ++since;
     if (run.step() % job.islands.inner_steps != 0 && !run.done()) continue;
     MOTLEY_RETURN_IF_ERROR(
-        OuterStep(place, outer, run.executor(), static_cast<double>(since * tokens_per_step)));
+        OuterRound(place, layout.round, outer, run.executor(), static_cast<double>(since * tokens_per_step)));
     since = 0;
     if (!first) continue;
     if (ValidationDue(job, run.step(), run.total_steps())) MOTLEY_RETURN_IF_ERROR(run.Validate(run.step()));
@@ -166,7 +227,7 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
       island_job, island_options, place.island == 0 ? observer : nullptr, std::move(place.own));
   if (!run.ok()) return run.status();
   const int64_t tokens_per_step = island_job.training.global_batch_sequences * job.training.seq_len;
-  if (Status s = TrainIsland(**run, place, job, options, tokens_per_step); !s.ok()) {
+  if (Status s = TrainIsland(**run, place, layout, job, options, tokens_per_step); !s.ok()) {
     if ((*run)->AnotherRankFailedFirst()) return Status::PeerFailed(s.message());
     (*run)->ReportFailure(s.message());
     return s;

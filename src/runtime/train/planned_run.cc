@@ -186,6 +186,14 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   return BeginRun(loaded, rank_device, metrics_path);
 }
 
+Result<Schedule> LowerPlanToRun(Plan& plan, const JobSpec& job) {
+  FillDefaultRouting(&plan, job.cluster, job.model);  // a hand-written plan's: as simulate's
+  // FlexTP's mode is the plan's (the schedule carries it to the executor); a plan without one
+  // takes the job's [tensor_parallel] mode.
+  if (plan.flextp_mode.empty()) plan.flextp_mode = job.tensor_parallel.mode;
+  return LowerPlan(plan, job.cluster, job.model);
+}
+
 // The plan loaded and lowered, this rank's place in it found and checked, its device chosen and the
 // ranks connected.
 Status PlannedRun::ConnectToPlan(TrainObserver* observer, torch::Device* device) {
@@ -194,11 +202,7 @@ Status PlannedRun::ConnectToPlan(TrainObserver* observer, torch::Device* device)
   MOTLEY_ASSIGN_OR_RETURN(plan_, LoadPlanFile(options.planned.plan_path));
   MOTLEY_RETURN_IF_ERROR(TakeUpResumedPlan());
   MOTLEY_RETURN_IF_ERROR(CheckPlanMatchesJob(plan_, job, options.planned.plan_path));
-  FillDefaultRouting(&plan_, job.cluster, job.model);  // a hand-written plan's: as simulate's
-  // FlexTP's mode is the plan's (the schedule carries it to the executor); a plan without one
-  // takes the job's [tensor_parallel] mode.
-  if (plan_.flextp_mode.empty()) plan_.flextp_mode = job.tensor_parallel.mode;
-  MOTLEY_ASSIGN_OR_RETURN(schedule_, LowerPlan(plan_, job.cluster, job.model));
+  MOTLEY_ASSIGN_OR_RETURN(schedule_, LowerPlanToRun(plan_, job));
   // Transfers and collectives match in the order they are issued (NCCL's rule, and Gloo's here).
   if (std::string problem = CheckTransferOrder(schedule_); !problem.empty())
     return Status::Internal(

@@ -116,4 +116,7 @@ class PlannedRun {
 /// called on rank 0 only.
 Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& options, TrainObserver* observer);
 
+/// The schedule a run of `plan` follows (its routing and FlexTP mode filled in as the run does).
+Result<Schedule> LowerPlanToRun(Plan& plan, const JobSpec& job);
+
 }  // namespace motley

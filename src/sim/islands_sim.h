@@ -1,0 +1,45 @@
+// A run across islands, simulated (docs/design.md, "Islands"): each island's step schedule and the
+// outer round (plan/outer_round.h) are run against the cost model, and a period — every island's
+// inner steps, then the round — is what the run repeats. The islands step in parallel and meet at the
+// round: the period is the slowest island's H_i steps plus the round, and a faster island waits (or
+// takes more inner steps: its own H_i).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/status.h"
+#include "cost/money.h"
+#include "plan/schedule.h"
+#include "sim/cost_model.h"
+#include "sim/simulator.h"
+
+namespace motley {
+
+struct IslandsSimResult {
+  std::vector<SimResult> islands;    // each island's step (its memory with the outer state held)
+  std::vector<int64_t> inner_steps;  // H_i
+  SimResult round;                   // the outer round
+  double period_s = 0;               // max_i H_i step_i + the round
+  double tokens_per_period = 0;      // sum_i H_i tokens_i
+  double tokens_per_s = 0;
+  bool fits_memory = true;
+  std::string oom_message;
+  /// Bytes between regions in a period: the islands' steps (H_i each) and the round.
+  std::vector<RegionBytes> traffic;
+  double cross_region_bytes_per_token = 0;
+};
+
+/// `islands[i]` runs on `costs[i]` (the islands' devices are the cluster's; each island's cost model
+/// may carry its own profile). REQUIRES: as many inner step counts as islands, each >= 1.
+Result<IslandsSimResult> SimulateIslands(const std::vector<const Schedule*>& islands,
+                                         const std::vector<int64_t>& inner_steps, const Schedule& round,
+                                         const Cluster& cluster, const CostModel& costs,
+                                         const SimConfig& config = {});
+
+/// Each island's inner steps so that the islands take about as long between rounds as the slowest
+/// takes for `inner_steps` (at least 1 each): a faster island trains more instead of waiting.
+std::vector<int64_t> InnerStepsBySpeed(const std::vector<double>& step_s, int64_t inner_steps);
+
+}  // namespace motley
