@@ -29,11 +29,14 @@ Status CheckSameShape(const std::vector<const Schedule*>& islands,
   const Schedule& first = *islands[0];
   for (size_t i = 1; i < islands.size(); ++i) {
     const Schedule& s = *islands[i];
-    bool same = s.programs.size() == first.programs.size() && s.ministages.size() == first.ministages.size() &&
+    bool same = s.programs.size() == first.programs.size() &&
+                s.ministages.size() == first.ministages.size() &&
                 s.sharded_optimizer == first.sharded_optimizer && s.sharded_params == first.sharded_params;
     for (size_t r = 0; same && r < s.programs.size(); ++r) {
-      same = s.programs[r].dp_size == first.programs[r].dp_size && updated[i][r].size() == updated[0][r].size();
-      for (auto a = updated[i][r].begin(), b = updated[0][r].begin(); same && a != updated[i][r].end(); ++a, ++b)
+      same =
+          s.programs[r].dp_size == first.programs[r].dp_size && updated[i][r].size() == updated[0][r].size();
+      for (auto a = updated[i][r].begin(), b = updated[0][r].begin(); same && a != updated[i][r].end();
+           ++a, ++b)
         same = a->first == b->first;
     }
     if (!same)
@@ -143,7 +146,8 @@ class RoundLowering {
       largest = std::max(largest, PieceValues(island, m, v));
     }
     it->second = NewCollective(OpKind::kAllGather, group, full * options_.master_bytes);
-    if (full > 0) out_.collectives[static_cast<size_t>(it->second)].uneven_factor = largest * group.size() / full;
+    if (full > 0)
+      out_.collectives[static_cast<size_t>(it->second)].uneven_factor = largest * group.size() / full;
     return it->second;
   }
 
@@ -187,8 +191,8 @@ class RoundLowering {
   const std::vector<const Schedule*>& islands_;
   const OuterRoundOptions& options_;
   std::vector<std::vector<std::map<int, double>>> updated_;
-  std::map<std::pair<int, int>, int> reduces_;           // (island rank, ministage) -> collective
-  std::map<std::tuple<int, int, int>, int> gathers_;      // (island, ministage, first replica) -> collective
+  std::map<std::pair<int, int>, int> reduces_;        // (island rank, ministage) -> collective
+  std::map<std::tuple<int, int, int>, int> gathers_;  // (island, ministage, first replica) -> collective
   Schedule out_;
 };
 
@@ -200,7 +204,8 @@ double OuterWireBytesPerValue(const std::string& compression, double master_byte
   return master_bytes;
 }
 
-Result<Schedule> LowerOuterRound(const std::vector<const Schedule*>& islands, const OuterRoundOptions& options) {
+Result<Schedule> LowerOuterRound(const std::vector<const Schedule*>& islands,
+                                 const OuterRoundOptions& options) {
   if (islands.empty()) return Status::InvalidArgument("an outer round needs at least one island");
   std::vector<std::vector<std::map<int, double>>> updated;
   for (const Schedule* s : islands) updated.push_back(UpdatedParams(*s));

@@ -37,7 +37,8 @@ double OuterWireBytesPerValue(const std::string& compression, double master_byte
 
 /// The round of islands whose step schedules are `islands` (every one of the same shape: as many
 /// ranks, each updating the same ministages). Its programs are every island's ranks in turn.
-Result<Schedule> LowerOuterRound(const std::vector<const Schedule*>& islands, const OuterRoundOptions& options);
+Result<Schedule> LowerOuterRound(const std::vector<const Schedule*>& islands,
+                                 const OuterRoundOptions& options);
 
 /// The rank of island `island`'s rank `local` in a round of islands of `ranks_each` ranks.
 inline int32_t RoundRank(int island, int local, int ranks_each) { return island * ranks_each + local; }

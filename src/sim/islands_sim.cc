@@ -15,19 +15,21 @@ Result<IslandsSimResult> SimulateIslands(const std::vector<const Schedule*>& isl
                                          const Cluster& cluster, const CostModel& costs,
                                          const SimConfig& config) {
   if (islands.empty() || inner_steps.size() != islands.size())
-    return Status::InvalidArgument(fmt::format("{} islands but {} inner step counts", islands.size(),
-                                               inner_steps.size()));
+    return Status::InvalidArgument(
+        fmt::format("{} islands but {} inner step counts", islands.size(), inner_steps.size()));
   IslandsSimResult out;
   out.inner_steps = inner_steps;
   std::map<std::pair<int, int>, double> traffic;
   size_t first_rank = 0;
   double slowest_s = 0;
   for (size_t i = 0; i < islands.size(); ++i) {
-    if (inner_steps[i] < 1) return Status::InvalidArgument(fmt::format("island {}: inner steps must be >= 1", i));
+    if (inner_steps[i] < 1)
+      return Status::InvalidArgument(fmt::format("island {}: inner steps must be >= 1", i));
     // The island's ranks hold the outer state (anchor, momentum) through their steps.
     Schedule step = *islands[i];
     for (Program& p : step.programs)
-      p.static_device_bytes += round.programs.at(first_rank + static_cast<size_t>(p.rank)).static_device_bytes;
+      p.static_device_bytes +=
+          round.programs.at(first_rank + static_cast<size_t>(p.rank)).static_device_bytes;
     first_rank += step.programs.size();
     MOTLEY_ASSIGN_OR_RETURN(SimResult r, Simulate(step, cluster, costs, config));
     const double h = static_cast<double>(inner_steps[i]);
@@ -35,9 +37,11 @@ Result<IslandsSimResult> SimulateIslands(const std::vector<const Schedule*>& isl
     out.tokens_per_period += h * static_cast<double>(step.global_batch_tokens);
     if (!r.fits_memory) {
       out.fits_memory = false;
-      out.oom_message += fmt::format("{}island {}: {}", out.oom_message.empty() ? "" : "; ", i, r.oom_message);
+      out.oom_message +=
+          fmt::format("{}island {}: {}", out.oom_message.empty() ? "" : "; ", i, r.oom_message);
     }
-    for (const RegionBytes& b : RegionTraffic(step, cluster)) traffic[{b.from_region, b.to_region}] += h * b.bytes;
+    for (const RegionBytes& b : RegionTraffic(step, cluster))
+      traffic[{b.from_region, b.to_region}] += h * b.bytes;
     out.islands.push_back(std::move(r));
   }
   MOTLEY_ASSIGN_OR_RETURN(out.round, Simulate(round, cluster, costs, config));
@@ -57,8 +61,9 @@ std::vector<int64_t> InnerStepsBySpeed(const std::vector<double>& step_s, int64_
   const double slowest = step_s.empty() ? 0 : *std::max_element(step_s.begin(), step_s.end());
   std::vector<int64_t> out;
   for (double s : step_s)
-    out.push_back(s > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::floor(inner_steps * slowest / s + 1e-9)))
-                        : inner_steps);
+    out.push_back(
+        s > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::floor(inner_steps * slowest / s + 1e-9)))
+              : inner_steps);
   return out;
 }
 

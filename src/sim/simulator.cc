@@ -320,8 +320,9 @@ void Simulator::TryStart(int rank) {
           for (int m : c.ranks) devices.push_back(device_of_rank_[m]);
           // Uneven state shares: paced by the largest piece (plan/state_shares.h).
           const double bytes = c.bytes * c.uneven_factor / c.calls;
-          const double end =
-              c.ranks.size() == 1 ? now_ : now_ + c.calls * costs_.CollectiveS(TrafficKind(c), devices, bytes);
+          const double end = c.ranks.size() == 1
+                                 ? now_
+                                 : now_ + c.calls * costs_.CollectiveS(TrafficKind(c), devices, bytes);
           for (const auto& [m, j] : arrived) Push(end, m, j);
         }
         break;

@@ -267,7 +267,8 @@ Result<torch::Tensor> Executor::OuterPiece(int v) {
   copies_->Synchronize();  // an offloaded master is its host copy, written by the outer step
   auto it = ministages_.find(v);
   if (it == ministages_.end())
-    return Status::Internal(fmt::format("rank {}: an outer round names ministage {}, which it does not hold", rank_, v));
+    return Status::Internal(
+        fmt::format("rank {}: an outer round names ministage {}, which it does not hold", rank_, v));
   MinistageState& state = *it->second;
   if (state.sharded() && !state.shard_in_flat() && state.gathered())
     return Status::Internal(fmt::format(
@@ -289,8 +290,8 @@ Status Executor::GatherOuterPieces(int v, Communicator& comm, CommGroup& group) 
   const Program& prog = schedule_.programs[rank_];
   const StateSplit split = OuterSplit(state, prog.dp_size);
   torch::Tensor values = state.flat().narrow(0, 0, state.numel());
-  return comm.AllGather(group, values.narrow(0, split.begin[prog.dp_index], split.numel[prog.dp_index]), values,
-                        split.numel);
+  return comm.AllGather(group, values.narrow(0, split.begin[prog.dp_index], split.numel[prog.dp_index]),
+                        values, split.numel);
 }
 
 std::vector<StatePiece> Executor::OwnedState() {

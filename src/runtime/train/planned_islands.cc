@@ -72,9 +72,9 @@ Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& optio
 // position, every rank making all of them in the same order).
 struct IslandPlace {
   int island = 0, local_rank = 0;
-  std::unique_ptr<Communicator> outer;  // every rank of every island
-  std::unique_ptr<Communicator> own;    // this island's ranks
-  CommGroup* across = nullptr;          // the matching ranks of every island
+  std::unique_ptr<Communicator> outer;   // every rank of every island
+  std::unique_ptr<Communicator> own;     // this island's ranks
+  CommGroup* across = nullptr;           // the matching ranks of every island
   std::vector<CommGroup*> round_groups;  // the outer round's collectives' groups (null: not a member)
 };
 
@@ -105,7 +105,8 @@ Result<IslandPlace> JoinIslands(const IslandLayout& layout, const TrainOptions& 
   for (const Collective& c : layout.round.collectives) {
     auto [it, added] = made.try_emplace(c.ranks, nullptr);
     if (added) {
-      MOTLEY_ASSIGN_OR_RETURN(it->second, place.outer->NewGroup(std::vector<int>(c.ranks.begin(), c.ranks.end())));
+      MOTLEY_ASSIGN_OR_RETURN(it->second,
+                              place.outer->NewGroup(std::vector<int>(c.ranks.begin(), c.ranks.end())));
     }
     place.round_groups.push_back(it->second->index >= 0 ? it->second : nullptr);
   }
@@ -152,12 +153,13 @@ Status OuterRound(IslandPlace& place, const Schedule& round, OuterOptimizer& out
   size_t piece = 0;
   std::vector<torch::Tensor> average;
   for (const Op& op : program.ops) {
-    CommGroup* group = op.collective >= 0 ? place.round_groups.at(static_cast<size_t>(op.collective)) : nullptr;
+    CommGroup* group =
+        op.collective >= 0 ? place.round_groups.at(static_cast<size_t>(op.collective)) : nullptr;
     switch (op.kind) {
       case OpKind::kOuterReduce: {
         average = {outer.PseudoGradient(piece)};
-        MOTLEY_ASSIGN_OR_RETURN(OuterExchange done, AverageAcrossIslands(*place.outer, *group, average, tokens,
-                                                                         outer.config().compression));
+        MOTLEY_ASSIGN_OR_RETURN(OuterExchange done, AverageAcrossIslands(*place.outer, *group, average,
+                                                                         tokens, outer.config().compression));
         (void)done;
         break;
       }
@@ -168,8 +170,8 @@ Status OuterRound(IslandPlace& place, const Schedule& round, OuterOptimizer& out
         MOTLEY_RETURN_IF_ERROR(executor.GatherOuterPieces(op.ministage, *place.outer, *group));
         break;
       default:
-        return Status::Internal(fmt::format("rank {}: an outer round holds a {} op", place.outer->rank(),
-                                            OpKindName(op.kind)));
+        return Status::Internal(
+            fmt::format("rank {}: an outer round holds a {} op", place.outer->rank(), OpKindName(op.kind)));
     }
   }
   outer.FinishStep();

@@ -1,0 +1,163 @@
+// Islands in two regions: the outer round's ops (plan/outer_round.h) — each rank exchanges the piece it
+// updates, once — and the simulated period, against the formulas.
+#include "sim/islands_sim.h"
+
+#include <gtest/gtest.h>
+
+#include "core/cluster_parse.h"
+#include "plan/lower.h"
+#include "plan/outer_round.h"
+#include "sim/region_traffic.h"
+#include "sim/test_models.h"
+
+namespace motley {
+namespace {
+
+// Two nodes of two devices, one node in each region, a slow link between them.
+Cluster TwoRegions() {
+  return ParseClusterToml(R"(
+[network]
+inter_region_bandwidth = "1Gbps"
+[[nodes]]
+name = "e"
+device = "a100-80gb"
+count = 2
+nic_bandwidth = "100Gbps"
+region = "east"
+[[nodes]]
+name = "w"
+device = "a100-80gb"
+count = 2
+nic_bandwidth = "100Gbps"
+region = "west"
+)",
+                          "two.toml")
+      .value();
+}
+
+// Data parallelism over `devices`, `sequences` each a step, at ZeRO stage `zero`.
+Plan DataParallel(std::vector<int> devices, int zero, int64_t sequences) {
+  Plan p;
+  p.seq_len = 128;
+  p.zero_stage = zero;
+  GroupPlan g;
+  g.ministages = {{0, 2}, {2, 4}};
+  for (int d : devices) g.devices.push_back({d, sequences, 1, 0});
+  p.groups.push_back(g);
+  return p;
+}
+
+struct Islands {
+  std::vector<Schedule> steps;
+  std::vector<const Schedule*> pointers() const {
+    std::vector<const Schedule*> out;
+    for (const Schedule& s : steps) out.push_back(&s);
+    return out;
+  }
+};
+
+Islands EastAndWest(const ModelSpec& m, const Cluster& c, int zero) {
+  Islands out;
+  out.steps.push_back(LowerPlan(DataParallel({0, 1}, zero, 4), c, m).value());
+  out.steps.push_back(LowerPlan(DataParallel({2, 3}, zero, 4), c, m).value());
+  return out;
+}
+
+TEST(OuterRound, EachRankExchangesThePieceItUpdatesWithTheSameRankOfTheOtherIsland) {
+  const ModelSpec m = test::LayerHeavyModel(4);
+  const Cluster c = TwoRegions();
+  const double total = static_cast<double>(TotalParams(m));
+  for (int zero : {0, 2, 3}) {
+    SCOPED_TRACE(zero);
+    const Islands islands = EastAndWest(m, c, zero);
+    const Schedule round = LowerOuterRound(islands.pointers(), {"none", 4}).value();
+    ASSERT_EQ(round.programs.size(), 4u);
+    for (int island = 0; island < 2; ++island) {
+      double exchanged = 0;
+      for (int local = 0; local < 2; ++local) {
+        const Program& p = round.programs[static_cast<size_t>(RoundRank(island, local, 2))];
+        EXPECT_EQ(p.device, 2 * island + local);
+        double pieces = 0;
+        int gathers = 0;
+        for (const Op& op : p.ops) {
+          if (op.kind == OpKind::kOuterReduce) {
+            const Collective& col = round.collectives[static_cast<size_t>(op.collective)];
+            EXPECT_EQ(col.ranks, (std::vector<int32_t>{local, 2 + local}));  // the same rank of each island
+            EXPECT_DOUBLE_EQ(col.bytes, op.params * 4);                      // in the master precision
+            pieces += op.params;
+          }
+          if (op.kind == OpKind::kAllGather) ++gathers;
+        }
+        // Half the model a rank: each value once an island, whatever its ZeRO stage.
+        EXPECT_NEAR(pieces, total / 2, 1e-9 * total);
+        EXPECT_DOUBLE_EQ(p.static_device_bytes, 2 * pieces * 4);  // the anchor and the momentum
+        // Replicas that keep the full parameters gather the new pieces (one a ministage); ZeRO-3's do not.
+        EXPECT_EQ(gathers, zero == 3 ? 0 : 2);
+        exchanged += pieces;
+      }
+      EXPECT_NEAR(exchanged, total, 1e-9 * total);
+    }
+    // Compressed, each island's piece crosses as fp16 and is gathered.
+    const Schedule fp16 = LowerOuterRound(islands.pointers(), {"fp16", 4}).value();
+    for (const Op& op : fp16.programs[0].ops)
+      if (op.kind == OpKind::kOuterReduce) {
+        const Collective& col = fp16.collectives[static_cast<size_t>(op.collective)];
+        EXPECT_TRUE(col.gathers);
+        EXPECT_DOUBLE_EQ(col.bytes, 2 * op.params * 2);  // both islands' pieces, 2 bytes a value
+      }
+  }
+}
+
+TEST(OuterRound, IslandsOfAnotherShapeAreRefusedNamingTheFix) {
+  const ModelSpec m = test::LayerHeavyModel(4);
+  const Cluster c = TwoRegions();
+  Islands islands;
+  islands.steps.push_back(LowerPlan(DataParallel({0, 1}, 2, 4), c, m).value());
+  islands.steps.push_back(LowerPlan(DataParallel({2}, 2, 8), c, m).value());
+  const Result<Schedule> round = LowerOuterRound(islands.pointers(), {});
+  ASSERT_FALSE(round.ok());
+  EXPECT_NE(round.status().message().find("give every island a plan of the same shape"), std::string::npos);
+}
+
+TEST(IslandsSim, TheSlowLinkCarriesOnlyTheRoundAndThePeriodIsTheSlowestIslandsStepsThenTheRound) {
+  const ModelSpec m = test::LayerHeavyModel(4);
+  const Cluster c = TwoRegions();
+  const double total = static_cast<double>(TotalParams(m));
+  const Profile profile = test::FlatProfile(m, 128);
+  CostModel costs(c, m, &profile, 128, Precision::kBf16, true);
+  const Islands islands = EastAndWest(m, c, 2);
+  const Schedule round = LowerOuterRound(islands.pointers(), {"none", 4}).value();
+  const int64_t h = 10;
+  const IslandsSimResult r = SimulateIslands(islands.pointers(), {h, h}, round, c, costs).value();
+  ASSERT_EQ(r.islands.size(), 2u);
+  EXPECT_NEAR(r.period_s,
+              h * std::max(r.islands[0].step_time_s, r.islands[1].step_time_s) + r.round.step_time_s, 1e-12);
+  EXPECT_GT(r.round.step_time_s, 0);
+  EXPECT_DOUBLE_EQ(r.tokens_per_period, 2.0 * h * 8 * 128);
+  // Across the link: each rank's half-model piece in fp32, all-reduced by a ring of two whose both
+  // hops cross (2 x (n - 1) / n = 1 piece a hop).
+  const double across = 2 * 2 * (total / 2 * 4);
+  EXPECT_NEAR(r.cross_region_bytes_per_token * r.tokens_per_period, across, 1e-6 * across);
+  // The outer state is held through the inner steps.
+  const SimResult plain = Simulate(islands.steps[0], c, costs).value();
+  EXPECT_NEAR(r.islands[0].devices[0].peak_memory_bytes - plain.devices[0].peak_memory_bytes,
+              round.programs[0].static_device_bytes, 1);
+
+  // The same devices synchronously: every step's gradients cross the slow link.
+  const Schedule sync = LowerPlan(DataParallel({0, 1, 2, 3}, 2, 4), c, m).value();
+  const SimResult s = Simulate(sync, c, costs).value();
+  double sync_across = 0;
+  for (const RegionBytes& b : RegionTraffic(sync, c)) sync_across += b.bytes;
+  const double sync_per_token = sync_across / static_cast<double>(sync.global_batch_tokens);
+  EXPECT_GT(sync_per_token / r.cross_region_bytes_per_token, 5.0);
+  EXPECT_GT(r.tokens_per_s, s.tokens_per_s);
+}
+
+TEST(IslandsSim, AFasterIslandTakesMoreInnerStepsInTheSameTime) {
+  EXPECT_EQ(InnerStepsBySpeed({2.0, 1.0, 0.7}, 10), (std::vector<int64_t>{10, 20, 28}));
+  EXPECT_EQ(InnerStepsBySpeed({1.0, 1.0}, 50), (std::vector<int64_t>{50, 50}));
+  EXPECT_EQ(InnerStepsBySpeed({1.0, 100.0}, 1), (std::vector<int64_t>{100, 1}));
+}
+
+}  // namespace
+}  // namespace motley
