@@ -1,11 +1,14 @@
 // motley simulate --plan P [--cluster C] [--model M] [--profile F] [--straggler D=F]... [--flextp-mode M]
 //                 [--trace T] [--json]
+// motley simulate --island-plan P0 --island-plan P1 ... [--inner-steps H] [--inner-steps-by-speed]
+//                 [--compression none|fp16|int8] [--cluster C] [--model M] [--profile F] [--json]
 #include <algorithm>
 #include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "api/islands_query.h"
 #include "api/plan_inputs.h"
 #include "api/simulate_query.h"
 #include "api/table_printer.h"
@@ -16,6 +19,52 @@
 #include "sim/simulator.h"
 
 namespace motley::cli {
+namespace {
+
+int PrintIslands(const IslandsQuery& query, bool json) {
+  Result<IslandsAnswer> answer = AnswerIslandsQuery(query);
+  if (!answer.ok()) {
+    fmt::print(stderr, "{}\n", answer.status().message());
+    return kExitFailure;
+  }
+  if (json) {
+    fmt::print("{}\n", IslandsAnswerJson(*answer).dump(2));
+    return kExitOk;
+  }
+  const IslandsSimResult& r = answer->result;
+  const PlanInputs& in = answer->islands.front().in;
+  fmt::print(
+      "{} islands on cluster {}, model {}; every island's ranks meet the others' for an outer round "
+      "(compression: {})\n\n",
+      answer->islands.size(), in.cluster.name, in.model.name, query.compression);
+  TablePrinter t(
+      {"island", "plan", "devices", "step", "inner steps", "tokens a step", "peak memory", "fits"});
+  t.AlignRight({0, 2, 3, 4, 5, 6});
+  for (size_t i = 0; i < answer->islands.size(); ++i) {
+    const SimResult& step = r.islands[i];
+    double peak = 0;
+    for (const DeviceSimReport& d : step.devices) peak = std::max(peak, d.peak_memory_bytes);
+    t.AddRow({std::to_string(i), query.plan_paths[i],
+              std::to_string(answer->islands[i].in.plan.num_devices()), FormatDuration(step.step_time_s),
+              std::to_string(r.inner_steps[i]),
+              std::to_string(answer->islands[i].schedule.global_batch_tokens), FormatBytes(peak),
+              step.fits_memory ? "yes" : "OUT OF MEMORY"});
+  }
+  fmt::print("{}", t.ToString());
+  fmt::print("\nouter round {} ({} ops, schedule {}; `motley train --island-plan` runs the same)\n",
+             FormatDuration(r.round.step_time_s), answer->round.num_ops(), ScheduleHash(answer->round));
+  fmt::print("period {} (the slowest island's inner steps, then the round)  |  {:.0f} tokens/s\n",
+             FormatDuration(r.period_s), r.tokens_per_s);
+  for (const RegionBytes& b : r.traffic)
+    fmt::print("{} -> {}: {} a period\n", in.cluster.regions.at(static_cast<size_t>(b.from_region)),
+               in.cluster.regions.at(static_cast<size_t>(b.to_region)), FormatBytes(b.bytes));
+  if (!r.traffic.empty())
+    fmt::print("between regions: {:.1f} bytes a token\n", r.cross_region_bytes_per_token);
+  if (!r.fits_memory) fmt::print("\nout of memory: {}\n", r.oom_message);
+  return r.fits_memory ? kExitOk : kExitFailure;
+}
+
+}  // namespace
 
 int RunSimulate(const std::vector<std::string>& args) {
   CLI::App app(
@@ -25,7 +74,18 @@ int RunSimulate(const std::vector<std::string>& args) {
   std::string plan_path, cluster, model, profile_path, trace_path, flextp_mode;
   std::vector<std::string> stragglers;
   bool json = false;
-  app.add_option("--plan", plan_path, "a plan file (.toml or .json)")->required();
+  IslandsQuery islands;
+  app.add_option("--plan", plan_path, "a plan file (.toml or .json)");
+  app.add_option(
+      "--island-plan", islands.plan_paths,
+      "islands instead of one plan: each island's plan, in order (repeatable; devices of one cluster)");
+  app.add_option("--inner-steps", islands.inner_steps,
+                 "islands: each island's steps between outer rounds (H)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--inner-steps-by-speed", islands.inner_steps_by_speed,
+               "islands: the slowest island takes --inner-steps, a faster one more in the same time");
+  app.add_option("--compression", islands.compression, "islands: what crosses between them")
+      ->check(CLI::IsMember({"none", "fp16", "int8"}));
   app.add_option("--cluster", cluster, "the cluster (default: the plan's)");
   app.add_option("--model", model, "the model (default: the plan's)");
   app.add_option("--profile", profile_path,
@@ -40,6 +100,16 @@ int RunSimulate(const std::vector<std::string>& args) {
   app.add_option("--trace", trace_path, "write a Chrome/Perfetto trace of the step to this file");
   app.add_flag("--json", json, "print JSON");
   if (auto rc = ParseArgs(app, args)) return *rc;
+  if (plan_path.empty() == islands.plan_paths.empty()) {
+    fmt::print(stderr, "motley simulate: give --plan P, or --island-plan P for each island (not both)\n");
+    return kExitUsage;
+  }
+  if (!islands.plan_paths.empty()) {
+    islands.cluster = cluster;
+    islands.model = model;
+    islands.profile = profile_path;
+    return PrintIslands(islands, json);
+  }
 
   auto fail = [](const Status& s) {
     fmt::print(stderr, "{}\n", s.message());

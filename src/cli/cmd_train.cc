@@ -40,6 +40,8 @@ class ConsoleObserver : public TrainObserver {
                s.validation_data.empty() ? "none" : s.validation_data, s.metrics_path);
     if (!s.schedule_hash.empty())
       fmt::print("  schedule: {} (as `motley simulate` lowers this plan)\n", s.schedule_hash);
+    if (!s.outer_round_hash.empty())
+      fmt::print("  outer round: {} (as `motley simulate --island-plan` lowers it)\n", s.outer_round_hash);
     std::fflush(stdout);
   }
   void OnStep(const StepMetrics& m) override {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/cli_helpers.h"
 #include "cli/training_fixtures.h"
@@ -83,6 +84,11 @@ TEST(IslandsTrain, LaunchedIslandsTrainTheModelOfIslandsInOneProcess) {
     ASSERT_EQ(one.exit_code, 0) << one.output;
     CliRun ranks = Motley("train uneven.toml" + plans, false, dir.path().string());
     ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
+    // The outer round the ranks ran is the one `motley simulate` times.
+    CliRun simulated = Motley("simulate --json" + plans, false, dir.path().string());
+    ASSERT_EQ(simulated.exit_code, 0) << simulated.output;
+    const std::string round = nlohmann::json::parse(simulated.output)["round_schedule_hash"];
+    EXPECT_CONTAINS(ranks.output, "outer round: " + round);
     const double d = MaxRelativeDifference(dir.Join("uneven/step-000005/model.safetensors"),
                                            dir.Join("uneven-ref/step-000005/model.safetensors"));
     std::cout << "uneven: relative difference of the parameters " << d << "\n";

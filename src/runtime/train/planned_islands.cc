@@ -225,6 +225,7 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
   island_options.planned.plan_path = options.planned.island_plans[place.island];
   island_options.planned.first_sequence = layout.first_sequence[place.island];
   island_options.planned.writes_outputs = place.island == 0;
+  island_options.planned.outer_round_hash = ScheduleHash(layout.round);
   Result<std::unique_ptr<PlannedRun>> run = PlannedRun::Start(
       island_job, island_options, place.island == 0 ? observer : nullptr, std::move(place.own));
   if (!run.ok()) return run.status();

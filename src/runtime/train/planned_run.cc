@@ -367,6 +367,7 @@ Status PlannedRun::BeginRun(const TrainerState& loaded, const torch::Device& ran
       rank_device.is_cuda() ? "CUDA, one GPU each" : "CPU", plan_.strategy, options.planned.plan_path);
   start.precision = std::string(PrecisionName(tc.precision));
   start.schedule_hash = ScheduleHash(schedule_);
+  start.outer_round_hash = options.planned.outer_round_hash;
   start.parameters = TotalParams(job.model);
   start.total_steps = total_steps_;
   start.first_step = loaded.step;
@@ -397,7 +398,8 @@ Status PlannedRun::BeginRun(const TrainerState& loaded, const torch::Device& ran
                                            {"first_step", state_.step},
                                            {"ranks", comm_->world_size()},
                                            {"plan", options.planned.plan_path},
-                                           {"schedule_hash", ScheduleHash(schedule_)}}));
+                                           {"schedule_hash", ScheduleHash(schedule_)},
+                                           {"outer_round_schedule_hash", options.planned.outer_round_hash}}));
   val_sequences_ = data_->validation ? std::min(job.data.validation_sequences,
                                                 NumEvaluationWindows(*data_->validation, tc.seq_len))
                                      : 0;

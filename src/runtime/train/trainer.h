@@ -75,6 +75,8 @@ struct PlannedRunOptions {
   // batch, and whether its rank 0 writes the metrics and checkpoints (island 0's only).
   int64_t first_sequence = 0;
   bool writes_outputs = true;
+  // Islands: the outer round's schedule hash, reported beside the island's step schedule.
+  std::string outer_round_hash;
 };
 
 /// How `motley train` runs: the run's own options (one process or a rank of a planned run), and
@@ -134,8 +136,9 @@ struct StepMetrics {
 };
 
 struct TrainStart {
-  std::string device;         // "cpu (2 threads)", "cuda:0"
-  std::string schedule_hash;  // several processes: the schedule every rank runs (ScheduleHash)
+  std::string device;            // "cpu (2 threads)", "cuda:0"
+  std::string schedule_hash;     // several processes: the schedule every rank runs (ScheduleHash)
+  std::string outer_round_hash;  // islands: the outer round's schedule (plan/outer_round.h)
   std::string precision;
   int64_t parameters = 0;
   int64_t first_step = 0;  // > 0 when resumed

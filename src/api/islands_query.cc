@@ -1,0 +1,95 @@
+#include "api/islands_query.h"
+
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "plan/outer_round.h"
+#include "sim/cost_model.h"
+
+namespace motley {
+
+Result<IslandsAnswer> AnswerIslandsQuery(const IslandsQuery& query) {
+  if (query.plan_paths.empty()) return Status::InvalidArgument("--island-plan: give one plan an island");
+  if (query.inner_steps < 1)
+    return Status::InvalidArgument(fmt::format("--inner-steps {}: give 1 or more", query.inner_steps));
+  IslandsAnswer a;
+  for (const std::string& path : query.plan_paths) {
+    SimulateQuery q;
+    q.plan_path = path;
+    q.cluster = query.cluster;
+    q.model = query.model;
+    q.profile = query.profile;
+    MOTLEY_ASSIGN_OR_RETURN(SimulateAnswer island, AnswerSimulateQuery(q));
+    if (!a.islands.empty()) {
+      const PlanInputs& first = a.islands.front().in;
+      if (island.in.cluster.name != first.cluster.name || island.in.model.name != first.model.name ||
+          island.in.plan.precision != first.plan.precision)
+        return Status::InvalidArgument(fmt::format(
+            "{}: island plans must share a cluster, a model and a precision: this one is {} on {} in {}, the "
+            "first ({}) {} on {} in {}; give --cluster and --model, or plans made for the same job",
+            path, island.in.model.name, island.in.cluster.name, PrecisionName(island.in.plan.precision),
+            query.plan_paths.front(), first.model.name, first.cluster.name, PrecisionName(first.plan.precision)));
+    }
+    a.islands.push_back(std::move(island));
+  }
+  std::vector<const Schedule*> steps;
+  std::vector<double> step_s;
+  for (const SimulateAnswer& island : a.islands) {
+    steps.push_back(&island.schedule);
+    step_s.push_back(island.result.step_time_s);
+  }
+  const PlanInputs& in = a.islands.front().in;
+  OuterRoundOptions round;
+  round.compression = query.compression;
+  round.master_bytes = BytesPerElement(MasterPrecision(in.plan.precision));
+  Result<Schedule> lowered = LowerOuterRound(steps, round);
+  if (!lowered.ok())
+    return Status::InvalidArgument(fmt::format("--island-plan: {}", lowered.status().message()));
+  a.round = std::move(*lowered);
+  std::optional<Profile> profile;
+  if (!query.profile.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(profile, LoadAnyProfile(query.profile));
+  }
+  const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, in.plan.seq_len, in.plan.precision,
+                        in.plan.activation_checkpointing);
+  const std::vector<int64_t> inner = query.inner_steps_by_speed
+                                         ? InnerStepsBySpeed(step_s, query.inner_steps)
+                                         : std::vector<int64_t>(steps.size(), query.inner_steps);
+  MOTLEY_ASSIGN_OR_RETURN(a.result, SimulateIslands(steps, inner, a.round, in.cluster, costs));
+  return a;
+}
+
+nlohmann::json IslandsAnswerJson(const IslandsAnswer& answer) {
+  const IslandsSimResult& r = answer.result;
+  const Cluster& cluster = answer.islands.front().in.cluster;
+  nlohmann::json islands = nlohmann::json::array();
+  for (size_t i = 0; i < answer.islands.size(); ++i) {
+    nlohmann::json island = SimulateAnswerJson(answer.islands[i]);
+    // Its memory with the outer state held, as the run holds it.
+    island["fits_memory"] = r.islands[i].fits_memory;
+    island["oom"] = r.islands[i].oom_message;
+    for (size_t d = 0; d < r.islands[i].devices.size(); ++d)
+      island["devices"][d]["peak_memory_bytes"] = r.islands[i].devices[d].peak_memory_bytes;
+    island["inner_steps"] = r.inner_steps[i];
+    islands.push_back(std::move(island));
+  }
+  nlohmann::json traffic = nlohmann::json::array();
+  for (const RegionBytes& b : r.traffic)
+    traffic.push_back({{"from", cluster.regions.at(static_cast<size_t>(b.from_region))},
+                       {"to", cluster.regions.at(static_cast<size_t>(b.to_region))},
+                       {"bytes_per_period", b.bytes}});
+  return {{"islands", islands},
+          {"round_s", r.round.step_time_s},
+          {"round_ops", answer.round.num_ops()},
+          {"round_schedule_hash", ScheduleHash(answer.round)},
+          {"period_s", r.period_s},
+          {"tokens_per_period", r.tokens_per_period},
+          {"tokens_per_s", r.tokens_per_s},
+          {"fits_memory", r.fits_memory},
+          {"oom", r.oom_message},
+          {"traffic_between_regions", traffic},
+          {"cross_region_bytes_per_token", r.cross_region_bytes_per_token}};
+}
+
+}  // namespace motley
