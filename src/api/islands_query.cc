@@ -29,7 +29,8 @@ Result<IslandsAnswer> AnswerIslandsQuery(const IslandsQuery& query) {
             "{}: island plans must share a cluster, a model and a precision: this one is {} on {} in {}, the "
             "first ({}) {} on {} in {}; give --cluster and --model, or plans made for the same job",
             path, island.in.model.name, island.in.cluster.name, PrecisionName(island.in.plan.precision),
-            query.plan_paths.front(), first.model.name, first.cluster.name, PrecisionName(first.plan.precision)));
+            query.plan_paths.front(), first.model.name, first.cluster.name,
+            PrecisionName(first.plan.precision)));
     }
     a.islands.push_back(std::move(island));
   }
@@ -51,8 +52,8 @@ Result<IslandsAnswer> AnswerIslandsQuery(const IslandsQuery& query) {
   if (!query.profile.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(profile, LoadAnyProfile(query.profile));
   }
-  const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, in.plan.seq_len, in.plan.precision,
-                        in.plan.activation_checkpointing);
+  const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, in.plan.seq_len,
+                        in.plan.precision, in.plan.activation_checkpointing);
   const std::vector<int64_t> inner = query.inner_steps_by_speed
                                          ? InnerStepsBySpeed(step_s, query.inner_steps)
                                          : std::vector<int64_t>(steps.size(), query.inner_steps);

@@ -32,8 +32,8 @@ nic_bandwidth = "10Gbps"
 
 std::string DataParallelPlan(const std::string& devices) {
   return PlanHeader("fp32") +
-         "schedule = \"gpipe\"\nzero_stage = 2\n[[groups]]\nministages = [[0, 2], [2, 4]]\ndevices = " + devices +
-         "\nmicrobatch_size = [2, 2]\nnum_microbatches = [2, 2]\n";
+         "schedule = \"gpipe\"\nzero_stage = 2\n[[groups]]\nministages = [[0, 2], [2, 4]]\ndevices = " +
+         devices + "\nmicrobatch_size = [2, 2]\nnum_microbatches = [2, 2]\n";
 }
 
 TEST(IslandsSimulate, EachIslandsStepTheRoundAndTheBytesOverTheSlowLink) {
@@ -64,14 +64,16 @@ TEST(IslandsSimulate, EachIslandsStepTheRoundAndTheBytesOverTheSlowLink) {
   EXPECT_NEAR(none["period_s"].get<double>(), 10 * slowest + none["round_s"].get<double>(), 1e-12);
   EXPECT_GT(none["round_s"].get<double>(), 0);
   EXPECT_EQ(none["tokens_per_period"].get<double>(), 2 * 10 * 8 * 16);  // 8 sequences of 16 an island
-  ASSERT_EQ(none["traffic_between_regions"].size(), 2u);  // both ways: a ring of two
+  ASSERT_EQ(none["traffic_between_regions"].size(), 2u);                // both ways: a ring of two
   // The model's parameters cross once each way a round, in fp32 (both ring hops cross).
-  const double params = none["cross_region_bytes_per_token"].get<double>() * none["tokens_per_period"].get<double>();
+  const double params =
+      none["cross_region_bytes_per_token"].get<double>() * none["tokens_per_period"].get<double>();
   EXPECT_GT(params, 0);
   // int8 sends a byte a value where fp32 sends four (gathered, not summed: the same bytes a hop here).
   const nlohmann::json int8 = simulate("--compression int8");
-  EXPECT_NEAR(none["cross_region_bytes_per_token"].get<double>() / int8["cross_region_bytes_per_token"].get<double>(),
-              4.0, 1e-9);
+  EXPECT_NEAR(
+      none["cross_region_bytes_per_token"].get<double>() / int8["cross_region_bytes_per_token"].get<double>(),
+      4.0, 1e-9);
   EXPECT_LT(int8["round_s"].get<double>(), none["round_s"].get<double>());
   // The faster island takes more steps when asked (the islands here are alike: the same).
   const nlohmann::json by_speed = simulate("--inner-steps-by-speed");
@@ -86,10 +88,12 @@ TEST(IslandsSimulate, MismatchedIslandsAndFlagsAreOneClearError) {
   dir.Write("cluster.toml", kTwoRegions);
   dir.Write("model.toml", kModel);
   dir.Write("east.toml", DataParallelPlan("[0, 1]"));
-  dir.Write("one.toml", PlanHeader("fp32") +
-                            "schedule = \"gpipe\"\nzero_stage = 2\n[[groups]]\nministages = [[0, 2], [2, 4]]\n"
-                            "devices = [2]\nmicrobatch_size = [2]\nnum_microbatches = [4]\n");
-  CliRun shapes = Motley("simulate --island-plan east.toml --island-plan one.toml", false, dir.path().string());
+  dir.Write("one.toml",
+            PlanHeader("fp32") +
+                "schedule = \"gpipe\"\nzero_stage = 2\n[[groups]]\nministages = [[0, 2], [2, 4]]\n"
+                "devices = [2]\nmicrobatch_size = [2]\nnum_microbatches = [4]\n");
+  CliRun shapes =
+      Motley("simulate --island-plan east.toml --island-plan one.toml", false, dir.path().string());
   EXPECT_EQ(shapes.exit_code, 1) << shapes.output;
   EXPECT_CONTAINS(shapes.output, "give every island a plan of the same shape");
   CliRun both = Motley("simulate --plan east.toml --island-plan east.toml", false, dir.path().string());

@@ -2,7 +2,9 @@
 // its own plan on its share of every step's batch — started by `motley train` itself or by `motley
 // launch` — end with the model of the same islands trained in one process (fp64, 1e-10), whatever
 // family the islands' plans are of.
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -71,6 +73,17 @@ TEST(IslandsTrain, LaunchedIslandsTrainTheModelOfIslandsInOneProcess) {
     std::cout << c.name << ": relative difference of the parameters " << d << "\n";
     EXPECT_GE(d, 0);
     EXPECT_LT(d, 1e-10);
+    // Each outer round is in the metrics (after steps 2, 4 and the last, 5): what this rank sent.
+    std::ifstream metrics(dir.Join(c.name + ".jsonl"));
+    std::vector<int64_t> rounds;
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("event", "") != "outer_round") continue;
+      rounds.push_back(j["step"].get<int64_t>());
+      EXPECT_GT(j["bytes_sent"].get<double>(), 0);
+      EXPECT_EQ(j["compression_error"].get<double>(), 0);
+    }
+    EXPECT_EQ(rounds, (std::vector<int64_t>{2, 4, 5}));
   }
   // Islands of unequal batches (8 and 4 sequences a step): each weighted by the tokens it trained on,
   // across processes as in one process (motley train --single-process with the same island plans).

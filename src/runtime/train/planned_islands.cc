@@ -1,7 +1,9 @@
 #include "runtime/train/planned_islands.h"
 
+#include <chrono>
 #include <map>
 #include <numeric>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -9,6 +11,7 @@
 #include "plan/outer_round.h"
 #include "plan/plan_io.h"
 #include "runtime/device/rank_device.h"
+#include "runtime/emulation/device_emulation.h"
 #include "runtime/islands/island_exchange.h"
 #include "runtime/islands/outer_optimizer.h"
 #include "runtime/train/planned_run.h"
@@ -142,25 +145,53 @@ Result<std::vector<torch::Tensor>> RoundPieces(const Program& program, Executor&
   return pieces;
 }
 
+// What one outer round did on this rank (its lead rank's go to the metrics).
+struct RoundReport {
+  double seconds = 0;            // the round, wall clock (with emulated links: as long as theirs)
+  double bytes_sent = 0;         // this rank's pseudo-gradients as sent (compressed)
+  double compression_error = 0;  // the largest relative error of a piece's compression
+};
+
+// Waits until a collective that began at `start` has taken as long as the emulated links would
+// (cluster emulation; nothing otherwise).
+void HoldForEmulatedLink(const DeviceEmulation& emulation, const Schedule& round, const Op& op,
+                         PlannedRun::Clock::time_point start) {
+  if (!emulation.enabled()) return;
+  const Collective& c = round.collectives[static_cast<size_t>(op.collective)];
+  std::vector<int> devices;
+  for (int32_t r : c.ranks) devices.push_back(round.programs[static_cast<size_t>(r)].device);
+  const OpKind kind = TrafficKind(c);
+  const double needed_s = emulation.CollectiveSeconds(
+      c.bytes * c.uneven_factor, devices,
+      kind == OpKind::kAllGather ? CollectiveKind::kAllGather : CollectiveKind::kAllReduce);
+  const double spent_s = std::chrono::duration<double>(PlannedRun::Clock::now() - start).count();
+  if (needed_s > spent_s) std::this_thread::sleep_for(std::chrono::duration<double>(needed_s - spent_s));
+}
+
 // One outer round on this rank, its ops as the round's schedule has them: each piece's pseudo-gradient
 // averaged with the matching ranks of the other islands (weighted by the tokens each island trained on
 // since the last round), the outer step on it, and where the replicas keep full parameters, their gather.
-Status OuterRound(IslandPlace& place, const Schedule& round, OuterOptimizer& outer, Executor& executor,
-                  double tokens) {
+Result<RoundReport> OuterRound(IslandPlace& place, const Schedule& round, OuterOptimizer& outer,
+                               Executor& executor, const DeviceEmulation& emulation, double tokens) {
+  const auto round_start = PlannedRun::Clock::now();
   const Program& program = round.programs[static_cast<size_t>(place.outer->rank())];
   MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> pieces, RoundPieces(program, executor));
   outer.Attach(std::move(pieces));
+  RoundReport report;
   size_t piece = 0;
   std::vector<torch::Tensor> average;
   for (const Op& op : program.ops) {
     CommGroup* group =
         op.collective >= 0 ? place.round_groups.at(static_cast<size_t>(op.collective)) : nullptr;
+    const auto start = PlannedRun::Clock::now();
     switch (op.kind) {
       case OpKind::kOuterReduce: {
         average = {outer.PseudoGradient(piece)};
         MOTLEY_ASSIGN_OR_RETURN(OuterExchange done, AverageAcrossIslands(*place.outer, *group, average,
                                                                          tokens, outer.config().compression));
-        (void)done;
+        report.bytes_sent += done.bytes_sent;
+        report.compression_error = std::max(report.compression_error, done.compression_error);
+        HoldForEmulatedLink(emulation, round, op, start);
         break;
       }
       case OpKind::kOuterStep:
@@ -168,6 +199,7 @@ Status OuterRound(IslandPlace& place, const Schedule& round, OuterOptimizer& out
         break;
       case OpKind::kAllGather:
         MOTLEY_RETURN_IF_ERROR(executor.GatherOuterPieces(op.ministage, *place.outer, *group));
+        HoldForEmulatedLink(emulation, round, op, start);
         break;
       default:
         return Status::Internal(
@@ -175,7 +207,8 @@ Status OuterRound(IslandPlace& place, const Schedule& round, OuterOptimizer& out
     }
   }
   outer.FinishStep();
-  return Status::Ok();
+  report.seconds = std::chrono::duration<double>(PlannedRun::Clock::now() - round_start).count();
+  return report;
 }
 
 Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layout, const JobSpec& job,
@@ -185,6 +218,8 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
       RoundPieces(layout.round.programs[static_cast<size_t>(place.outer->rank())], run.executor()));
   MOTLEY_RETURN_IF_ERROR(CheckPiecesMatch(*place.outer, *place.across, pieces));
   OuterOptimizer outer(job.islands.outer, pieces);
+  const DeviceEmulation emulation(job.cluster,
+                                  layout.round.programs[static_cast<size_t>(place.outer->rank())].device);
   const bool first = place.island == 0;  // validates and writes checkpoints
   if (first && run.step() == 0) MOTLEY_RETURN_IF_ERROR(run.Validate(0));
   int64_t since = 0;
@@ -192,8 +227,15 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
     MOTLEY_RETURN_IF_ERROR(run.Step());
     ++since;
     if (run.step() % job.islands.inner_steps != 0 && !run.done()) continue;
-    MOTLEY_RETURN_IF_ERROR(
-        OuterRound(place, layout.round, outer, run.executor(), static_cast<double>(since * tokens_per_step)));
+    MOTLEY_ASSIGN_OR_RETURN(const RoundReport round,
+                            OuterRound(place, layout.round, outer, run.executor(), emulation,
+                                       static_cast<double>(since * tokens_per_step)));
+    MOTLEY_RETURN_IF_ERROR(run.WriteEvent({{"event", "outer_round"},
+                                           {"step", run.step()},
+                                           {"outer_steps", outer.steps()},
+                                           {"round_s", round.seconds},
+                                           {"bytes_sent", round.bytes_sent},
+                                           {"compression_error", round.compression_error}}));
     since = 0;
     if (!first) continue;
     if (ValidationDue(job, run.step(), run.total_steps())) MOTLEY_RETURN_IF_ERROR(run.Validate(run.step()));

@@ -39,6 +39,8 @@ class PlannedRun {
   /// One step: this rank's program, every rank's figures, the trace when asked for.
   Status Step();
   Status Validate(int64_t step);
+  /// Writes `event` to the run's metrics (its lead rank only; the others ignore it).
+  Status WriteEvent(const nlohmann::json& event) { return lead_ ? metrics_.Write(event) : Status::Ok(); }
   Status Checkpoint();
   Status ShardedCheckpoint(int64_t* host_bytes);
   /// This rank ends with an error: the others hear of it at once (Communicator::ReportFailure).
