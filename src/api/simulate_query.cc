@@ -40,6 +40,8 @@ Result<SimulateAnswer> AnswerSimulateQuery(const SimulateQuery& query) {
   SimConfig config;
   config.record_trace = query.record_trace;
   MOTLEY_ASSIGN_OR_RETURN(a.result, Simulate(a.schedule, in.cluster, costs, config));
+  a.traffic = RegionTraffic(a.schedule, in.cluster);
+  a.region_link_bound_s = RegionLinkBoundS(a.traffic, in.cluster, costs);
   return a;
 }
 
@@ -92,6 +94,18 @@ nlohmann::json SimulateAnswerJson(const SimulateAnswer& answer) {
     teams.push_back({{"team_compute_s", FlexTpTeamComputeS(t)}, {"ranks", members}});
   }
   out["flextp_teams"] = teams;
+  double crossing = 0;
+  nlohmann::json traffic = nlohmann::json::array();
+  for (const RegionBytes& b : answer.traffic) {
+    traffic.push_back({{"from", answer.in.cluster.regions.at(static_cast<size_t>(b.from_region))},
+                       {"to", answer.in.cluster.regions.at(static_cast<size_t>(b.to_region))},
+                       {"bytes_per_step", b.bytes}});
+    crossing += b.bytes;
+  }
+  out["traffic_between_regions"] = traffic;
+  out["cross_region_bytes_per_token"] =
+      s->global_batch_tokens > 0 ? crossing / static_cast<double>(s->global_batch_tokens) : 0.0;
+  out["region_link_bound_s"] = answer.region_link_bound_s;
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "api/plan_inputs.h"
 #include "core/status.h"
 #include "plan/schedule.h"
+#include "sim/region_traffic.h"
 #include "sim/simulator.h"
 
 namespace motley {
@@ -32,6 +33,10 @@ struct SimulateAnswer {
   int routed = 0;  // groups whose cross-stage routing was computed
   Schedule schedule;
   SimResult result;
+  /// Between regions: the step's bytes by pair, and how long the busiest pair's take over their one
+  /// link (the step's time cannot be shorter; sim/region_traffic.h).
+  std::vector<RegionBytes> traffic;
+  double region_link_bound_s = 0;
 };
 
 Result<SimulateAnswer> AnswerSimulateQuery(const SimulateQuery& query);

@@ -185,6 +185,14 @@ int RunSimulate(const std::vector<std::string>& args) {
     }
     fmt::print("{}", b.ToString());
   }
+  if (!answer->traffic.empty()) {
+    double crossing = 0;
+    for (const RegionBytes& b : answer->traffic) crossing += b.bytes;
+    fmt::print(
+        "\nbetween regions: {} a step ({:.1f} bytes a token); over the one link between them that takes {}\n",
+        FormatBytes(crossing), crossing / static_cast<double>(s->global_batch_tokens),
+        FormatDuration(answer->region_link_bound_s));
+  }
   if (!r->fits_memory) fmt::print("\nout of memory: {}\n", r->oom_message);
   if (!trace_path.empty()) fmt::print("\ntrace: {} (open it in Perfetto or chrome://tracing)\n", trace_path);
   return r->fits_memory ? kExitOk : kExitFailure;

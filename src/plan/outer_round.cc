@@ -26,6 +26,13 @@ std::vector<std::map<int, double>> UpdatedParams(const Schedule& s) {
 
 Status CheckSameShape(const std::vector<const Schedule*>& islands,
                       const std::vector<std::vector<std::map<int, double>>>& updated) {
+  std::map<int, size_t> owner;  // device -> island
+  for (size_t i = 0; i < islands.size(); ++i)
+    for (const Program& p : islands[i]->programs)
+      if (auto [it, added] = owner.try_emplace(p.device, i); !added && it->second != i)
+        return Status::InvalidArgument(
+            fmt::format("islands {} and {} both use device {}: give each island devices of its own",
+                        it->second, i, p.device));
   const Schedule& first = *islands[0];
   for (size_t i = 1; i < islands.size(); ++i) {
     const Schedule& s = *islands[i];

@@ -9,7 +9,6 @@
 #include "sim/region_traffic.h"
 
 namespace motley {
-
 Result<IslandsSimResult> SimulateIslands(const std::vector<const Schedule*>& islands,
                                          const std::vector<int64_t>& inner_steps, const Schedule& round,
                                          const Cluster& cluster, const CostModel& costs,
@@ -45,7 +44,12 @@ Result<IslandsSimResult> SimulateIslands(const std::vector<const Schedule*>& isl
     out.islands.push_back(std::move(r));
   }
   MOTLEY_ASSIGN_OR_RETURN(out.round, Simulate(round, cluster, costs, config));
-  for (const RegionBytes& b : RegionTraffic(round, cluster)) traffic[{b.from_region, b.to_region}] += b.bytes;
+  // Every rank's exchange crosses the one link between two regions at once, where the simulator
+  // gives each collective a link of its own: the round takes at least its bytes over that link.
+  const std::vector<RegionBytes> crossing = RegionTraffic(round, cluster);
+  for (const RegionBytes& b : crossing) traffic[{b.from_region, b.to_region}] += b.bytes;
+  out.round_link_bound_s = RegionLinkBoundS(crossing, cluster, costs);
+  out.round.step_time_s = std::max(out.round.step_time_s, out.round_link_bound_s);
   out.period_s = slowest_s + out.round.step_time_s;
   out.tokens_per_s = out.period_s > 0 ? out.tokens_per_period / out.period_s : 0;
   double cross = 0;

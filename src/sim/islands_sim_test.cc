@@ -108,7 +108,7 @@ TEST(OuterRound, EachRankExchangesThePieceItUpdatesWithTheSameRankOfTheOtherIsla
   }
 }
 
-TEST(OuterRound, IslandsOfAnotherShapeAreRefusedNamingTheFix) {
+TEST(OuterRound, IslandsOfAnotherShapeOrOnTheSameDevicesAreRefusedNamingTheFix) {
   const ModelSpec m = test::LayerHeavyModel(4);
   const Cluster c = TwoRegions();
   Islands islands;
@@ -117,6 +117,11 @@ TEST(OuterRound, IslandsOfAnotherShapeAreRefusedNamingTheFix) {
   const Result<Schedule> round = LowerOuterRound(islands.pointers(), {});
   ASSERT_FALSE(round.ok());
   EXPECT_NE(round.status().message().find("give every island a plan of the same shape"), std::string::npos);
+  // Two islands on the same devices are not two islands.
+  islands.steps[1] = LowerPlan(DataParallel({1, 0}, 2, 4), c, m).value();
+  const Result<Schedule> shared = LowerOuterRound(islands.pointers(), {});
+  ASSERT_FALSE(shared.ok());
+  EXPECT_NE(shared.status().message().find("give each island devices of its own"), std::string::npos);
 }
 
 TEST(IslandsSim, TheSlowLinkCarriesOnlyTheRoundAndThePeriodIsTheSlowestIslandsStepsThenTheRound) {
@@ -138,6 +143,9 @@ TEST(IslandsSim, TheSlowLinkCarriesOnlyTheRoundAndThePeriodIsTheSlowestIslandsSt
   // hops cross (2 x (n - 1) / n = 1 piece a hop).
   const double across = 2 * 2 * (total / 2 * 4);
   EXPECT_NEAR(r.cross_region_bytes_per_token * r.tokens_per_period, across, 1e-6 * across);
+  // The ranks' exchanges share the one link: the round takes at least each direction's bytes over it.
+  EXPECT_NEAR(r.round_link_bound_s, costs.TransferS(0, 2, across / 2), 1e-9);
+  EXPECT_GE(r.round.step_time_s, r.round_link_bound_s);
   // The outer state is held through the inner steps.
   const SimResult plain = Simulate(islands.steps[0], c, costs).value();
   EXPECT_NEAR(r.islands[0].devices[0].peak_memory_bytes - plain.devices[0].peak_memory_bytes,

@@ -1,5 +1,7 @@
 #include "sim/region_traffic.h"
 
+#include <algorithm>
+
 #include <map>
 #include <utility>
 
@@ -31,6 +33,20 @@ std::vector<RegionBytes> RegionTraffic(const Schedule& schedule, const Cluster& 
   std::vector<RegionBytes> out;
   for (const auto& [pair, b] : bytes) out.push_back({pair.first, pair.second, b});
   return out;
+}
+
+double RegionLinkBoundS(const std::vector<RegionBytes>& traffic, const Cluster& cluster,
+                        const CostModel& costs) {
+  auto first_device_in = [&](int region) {
+    for (size_t d = 0; d < cluster.devices.size(); ++d)
+      if (cluster.devices[d].region == region) return static_cast<int>(d);
+    return 0;
+  };
+  double bound = 0;
+  for (const RegionBytes& b : traffic)
+    bound = std::max(bound,
+                     costs.TransferS(first_device_in(b.from_region), first_device_in(b.to_region), b.bytes));
+  return bound;
 }
 
 }  // namespace motley

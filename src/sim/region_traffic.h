@@ -9,10 +9,17 @@
 #include "core/cluster.h"
 #include "cost/money.h"
 #include "plan/schedule.h"
+#include "sim/cost_model.h"
 
 namespace motley {
 
 /// One entry a pair of regions that exchanges anything, ascending by (from, to); empty in one region.
 std::vector<RegionBytes> RegionTraffic(const Schedule& schedule, const Cluster& cluster);
+
+/// How long the busiest pair of regions' bytes take over the one link between them: a bound on the
+/// time of whatever moves them (the simulator lets concurrent transfers and collectives each have a
+/// link of their own; all of them cross that one link). 0 in one region.
+double RegionLinkBoundS(const std::vector<RegionBytes>& traffic, const Cluster& cluster,
+                        const CostModel& costs);
 
 }  // namespace motley
