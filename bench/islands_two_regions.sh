@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Islands against synchronous training across two regions (issue #52 item 4), simulated: two nodes
+# of eight GPUs, one in each region, joined by a slow link; Llama-7B at 1M tokens a step. The best
+# synchronous plan over all sixteen GPUs (motley plan, every strategy), the best plan for the eight GPUs
+# of one region alone, and two islands — that one-region plan in each region, on half the batch
+# each — at H inner steps, with and without int8 compression of what crosses.
+#
+#   bench/islands_two_regions.sh MOTLEY [GPU] [LINK]     (defaults: h100-sxm, 1Gbps)
+#
+# Prints one markdown table: tokens/s as the simulator predicts them and bounded by the one link
+# (a step, or a round, cannot take less than its bytes between the regions over that link), and the
+# bytes over the link a token.
+set -euo pipefail
+motley="$(realpath "$1")"
+gpu="${2:-h100-sxm}"
+link="${3:-1Gbps}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+node() {  # name, region
+  printf '[[nodes]]\nname = "%s"\ndevice = "%s"\ncount = 8\ninterconnect = "nvlink"\nnic_bandwidth = "100Gbps"\nregion = "%s"\n' \
+    "$1" "$gpu" "$2"
+}
+{ printf 'name = "two-regions"\n[network]\ninter_region_bandwidth = "%s"\n' "$link"; node east east; node west west; } > two.toml
+{ printf 'name = "two-regions"\n[network]\ninter_region_bandwidth = "%s"\n' "$link"; node east east; } > east.toml
+shape=(--model llama-7b --seq-len 2048)
+"$motley" plan --cluster two.toml "${shape[@]}" --global-batch-tokens 1048576 -o sync.json > /dev/null
+"$motley" plan --cluster east.toml "${shape[@]}" --global-batch-tokens 1048576 -o region.json > /dev/null
+"$motley" plan --cluster east.toml "${shape[@]}" --global-batch-tokens 524288 -o island.json > /dev/null
+# The island's plan in each region: the same plan, on the west node's devices for the second.
+python3 - <<'EOF'
+import json
+plan = json.load(open("island.json"))
+plan["cluster"] = "two.toml"
+json.dump(plan, open("island0.json", "w"))
+for g in plan["groups"]:
+    g["devices"] = [d + 8 for d in g["devices"]]
+    if g.get("routing"):
+        g["routing"] = [d + 8 for d in g["routing"]]
+json.dump(plan, open("island1.json", "w"))
+EOF
+"$motley" simulate --plan sync.json --json > sync.out
+"$motley" simulate --plan region.json --cluster two.toml --json > region.out
+for h in 10 50 100 500; do
+  for c in none int8; do
+    "$motley" simulate --island-plan island0.json --island-plan island1.json --inner-steps "$h" \
+      --compression "$c" --json > "islands-$h-$c.out"
+  done
+done
+python3 - "$gpu" "$link" <<'EOF'
+import glob, json, sys
+gpu, link = sys.argv[1], sys.argv[2]
+plan = lambda f: json.load(open(f))
+def row(name, tokens, simulated_s, bound_s, per_token, note):
+    step = max(simulated_s, bound_s)
+    print(f"| {name} | {tokens / simulated_s:,.0f} | {tokens / step:,.0f} | {per_token:,.1f} | {note} |")
+sync, region = plan("sync.out"), plan("region.out")
+print(f"Two regions of 8 x {gpu}, {link} between them; Llama-7B, seq 2048, 1M tokens a step "
+      f"(islands: 512k tokens a step each).\n")
+print("| run | tokens/s (simulator) | tokens/s (link-bounded) | bytes between regions a token | period |")
+print("|---|---|---|---|---|")
+sp = json.load(open("sync.json"))
+row(f"synchronous, 16 GPUs ({sp['strategy']})", sync["global_batch_tokens"], sync["step_time_s"],
+    sync["region_link_bound_s"], sync["cross_region_bytes_per_token"],
+    f"step {sync['step_time_s']:.1f} s, link {sync['region_link_bound_s']:.1f} s")
+rp = json.load(open("region.json"))
+row(f"one region's 8 GPUs ({rp['strategy']})", region["global_batch_tokens"], region["step_time_s"], 0,
+    region["cross_region_bytes_per_token"], f"step {region['step_time_s']:.1f} s")
+ip = json.load(open("island.json"))
+for h in (10, 50, 100, 500):
+    for c in ("none", "int8"):
+        r = plan(f"islands-{h}-{c}.out")
+        # The round's time is already link-bounded (sim/islands_sim.h): both columns alike.
+        row(f"2 islands ({ip['strategy']} each), H = {h}, {c}", r["tokens_per_period"], r["period_s"], 0,
+            r["cross_region_bytes_per_token"], f"{r['period_s']:.0f} s (round {r['round_s']:.1f} s)")
+EOF
