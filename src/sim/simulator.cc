@@ -16,6 +16,7 @@
 
 #include "core/check.h"
 #include "core/units.h"
+#include "sim/region_traffic.h"
 #include "plan/program_walker.h"
 
 namespace motley {
@@ -419,6 +420,12 @@ Result<SimResult> Simulator::Run() {
     if (std::string stuck = Stuck(); !stuck.empty())
       return Status::Internal("the schedule cannot finish (deadlock):" + stuck);
     for (RankState& r : ranks_) MOTLEY_RETURN_IF_ERROR(r.walker->End());
+    // Whatever crosses between two regions shares the one link between them, where the events above
+    // give each transfer and collective a link of its own: the step takes at least those bytes over it.
+    if (cluster_.regions.size() > 1) {
+      result.region_link_bound_s = RegionLinkBoundS(RegionTraffic(s_, cluster_), cluster_, costs_);
+      result.step_time_s = std::max(result.step_time_s, result.region_link_bound_s);
+    }
   }
 
   double peak_flops = 0;

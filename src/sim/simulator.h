@@ -64,7 +64,10 @@ struct TraceEvent {
 };
 
 struct SimResult {
-  double step_time_s = 0;
+  double step_time_s = 0;  // at least region_link_bound_s
+  /// The step's bytes between the busiest pair of regions over the one link between them
+  /// (sim/region_traffic.h): the step cannot take less. 0 in one region.
+  double region_link_bound_s = 0;
   double tokens_per_s = 0;
   double tflops = 0;  // hardware FLOPs executed per second (recomputation included), in TFLOP/s
   double hfu = 0;     // tflops over the plan's devices' dense peak
