@@ -123,6 +123,20 @@ std::vector<DeviceSubset> DeviceSubsets(const Cluster& cluster, const ModelSpec&
       if (divisor >= largest) break;
     }
   }
+  // Each region alone, where there are several: every step of a plan across regions pays the slow
+  // link between them (the simulator's bound, sim/region_traffic.h).
+  for (size_t region = 0; cluster.regions.size() > 1 && region < cluster.regions.size(); ++region) {
+    std::vector<int> devices;
+    for (int n = 0; n < num_nodes; ++n)
+      if (cluster.devices[first_device[n]].region == static_cast<int>(region))
+        for (int i = 0; i < cluster.nodes[n].num_devices; ++i) devices.push_back(first_device[n] + i);
+    if (devices.empty() || !seen.insert(devices).second) continue;
+    DeviceSubset s;
+    s.devices = std::move(devices);
+    s.description = fmt::format("{} devices: region {} alone", s.devices.size(), cluster.regions[region]);
+    s.lower_bound_s = lower_bound(s.devices);
+    out.push_back(std::move(s));
+  }
   std::stable_sort(out.begin() + 1, out.end(), [](const DeviceSubset& a, const DeviceSubset& b) {
     if (a.lower_bound_s != b.lower_bound_s) return a.lower_bound_s < b.lower_bound_s;
     return a.devices.size() > b.devices.size();

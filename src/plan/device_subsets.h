@@ -9,7 +9,9 @@
 //  * thresholds on speed: the nodes at least as fast as each device kind's speed (the slowest kind
 //    left out, then the next, ...);
 //  * scale-downs of each: of every class of identical nodes (same devices, links and region),
-//    ceil(n / 2^j) of them, the first in file order, for j = 1, 2, ... until one of each is left.
+//    ceil(n / 2^j) of them, the first in file order, for j = 1, 2, ... until one of each is left;
+//  * each region alone, where the cluster has several (every step of a plan across them pays the
+//    slow link between them).
 // A cluster of twice as many nodes of every class has its half among its subsets; a cluster with a
 // slower kind of node added has the smaller one as its first threshold.
 //

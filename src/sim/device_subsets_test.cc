@@ -43,6 +43,41 @@ nic_bandwidth = "25Gbps"
 
 SubsetWork Work() { return {64, 256, Precision::kBf16, 256, 2}; }
 
+TEST(DeviceSubsets, EachRegionAloneIsASubsetAndThePlannerTakesItOverASlowLink) {
+  const ModelSpec m = *FindModelPreset("llama-100m");
+  const Cluster c = ParseClusterToml(R"(
+[network]
+inter_region_bandwidth = "100Mbps"
+[[nodes]]
+name = "east"
+device = "a100-40gb"
+count = 2
+nic_bandwidth = "100Gbps"
+region = "east"
+[[nodes]]
+name = "west"
+device = "a100-40gb"
+count = 2
+nic_bandwidth = "100Gbps"
+region = "west"
+)",
+                                     "two-regions.toml")
+                        .value();
+  const CostModel costs(c, m, nullptr, 256, Precision::kBf16, true);
+  std::vector<std::vector<int>> regions;
+  for (const DeviceSubset& s : DeviceSubsets(c, m, costs, Work()))
+    if (s.description.find("alone") != std::string::npos) regions.push_back(s.devices);
+  EXPECT_EQ(regions, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  // Over 100 Mbit/s every step across the regions waits for the link: one region's devices win.
+  PlanRequest request;
+  request.seq_len = 256;
+  request.global_batch_sequences = 64;
+  const PlanEvaluator evaluate = SimulationEvaluator(c, m, costs);
+  const StrategyOutcome best = PlanWithStrategy("poplar", c, m, costs, request, evaluate);
+  ASSERT_TRUE(best.status.ok()) << best.status.message();
+  EXPECT_EQ(best.plan.devices().size(), 2u);
+}
+
 TEST(DeviceSubsets, ADoubledClusterHoldsTheClusterAndASlowerNodeAddedLeavesItAsTheFirstThreshold) {
   const ModelSpec m = *FindModelPreset("llama-100m");
   const Cluster one = Mixed(1), two = Mixed(2), with_p100 = Mixed(1, true);

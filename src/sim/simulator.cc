@@ -16,8 +16,8 @@
 
 #include "core/check.h"
 #include "core/units.h"
-#include "sim/region_traffic.h"
 #include "plan/program_walker.h"
+#include "sim/region_traffic.h"
 
 namespace motley {
 namespace {
