@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/interruption_figures.h"
+#include "api/island_candidate.h"
 #include "api/offer_plan.h"
 #include "api/plan_inputs.h"
 #include "api/plan_query.h"
@@ -301,6 +302,25 @@ Status WriteChosenPlan(const std::string& out_path, const PlanAnswer& a) {
       out_path, out_path.ends_with(".json") ? PlanToJson(written).dump(2) + "\n" : PlanToToml(written));
 }
 
+// The islands' plans beside the chosen one: PATH's stem and .island<i> before its extension.
+Result<std::vector<std::string>> WriteIslandPlans(const std::string& out_path, const PlanAnswer& a,
+                                                  const IslandCandidate& islands) {
+  const std::filesystem::path path(out_path);
+  std::vector<std::string> written;
+  for (size_t i = 0; i < islands.plans.size(); ++i) {
+    Plan plan = islands.plans[i];
+    plan.cluster = ReferenceFromPlanAt(out_path, a.chosen.plan.cluster);
+    plan.model = ReferenceFromPlanAt(out_path, a.chosen.plan.model);
+    const std::string to = (path.parent_path() /
+                            fmt::format("{}.island{}{}", path.stem().string(), i, path.extension().string()))
+                               .string();
+    MOTLEY_RETURN_IF_ERROR(
+        AtomicWriteFile(to, to.ends_with(".json") ? PlanToJson(plan).dump(2) + "\n" : PlanToToml(plan)));
+    written.push_back(to);
+  }
+  return written;
+}
+
 }  // namespace
 
 int RunPlan(const std::vector<std::string>& args) {
@@ -380,11 +400,33 @@ int RunPlan(const std::vector<std::string>& args) {
     if (Status s = WriteChosenPlan(out_path, a); !s.ok()) return fail(s);
 
   const int64_t tokens = global_batch_tokens;
+  // Islands beside the synchronous plans, where the cluster's regions hold alike nodes.
+  std::string no_islands;
+  const std::optional<IslandCandidate> islands =
+      query.compare && query.offers.empty() && cluster.regions.size() > 1 ? IslandsByRegion(a, &no_islands)
+                                                                          : std::nullopt;
   if (json) {
-    fmt::print("{}\n", PlanAnswerJson(a, explain).dump(2));
+    nlohmann::json j = PlanAnswerJson(a, explain);
+    if (islands) j["islands"] = IslandCandidateJson(*islands);
+    if (!no_islands.empty()) j["islands_refused"] = no_islands;
+    fmt::print("{}\n", j.dump(2));
     return chosen.status.ok() ? kExitOk : kExitFailure;
   }
   if (query.compare) PrintComparison(a, explain);
+  if (islands) {
+    fmt::print("{}\n", IslandCandidateLine(*islands, a));
+    if (!out_path.empty()) {
+      Result<std::vector<std::string>> files = WriteIslandPlans(out_path, a, *islands);
+      if (!files.ok()) return fail(files.status());
+      fmt::print(
+          "  the islands' plans: {} (a job's [islands] count = {}, inner_steps = {}, compression = \"{}\"; "
+          "motley train JOB --island-plan {})\n",
+          fmt::join(*files, ", "), files->size(), islands->inner_steps, islands->compression,
+          fmt::join(*files, " --island-plan "));
+    }
+    fmt::print("\n");
+  }
+  if (!no_islands.empty()) fmt::print("islands: none ({})\n\n", no_islands);
   if (!a.front.empty()) PrintFront(a);
   if (!chosen.status.ok()) return fail(chosen.status);
   if (!a.precision_reason.empty()) fmt::print("precision: {}\n", a.precision_reason);

@@ -101,4 +101,39 @@ TEST(IslandsSimulate, MismatchedIslandsAndFlagsAreOneClearError) {
   EXPECT_CONTAINS(both.output, "give --plan P, or --island-plan P for each island");
 }
 
+TEST(IslandsSimulate, PlanCompareListsIslandsOneARegionAndWritesTheirPlans) {
+  TempDir dir;
+  dir.Write("cluster.toml", kTwoRegions);
+  dir.Write("model.toml", kModel);
+  const std::string plan =
+      "plan --cluster cluster.toml --model model.toml --seq-len 16 --global-batch-tokens 256 --compare ";
+  CliRun text = Motley(plan + "-o p.toml", false, dir.path().string());
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_CONTAINS(text.output, "islands: 2 x ");
+  EXPECT_CONTAINS(text.output, "not chosen: islands train a worse model for the same tokens");
+  EXPECT_CONTAINS(text.output, "--island-plan p.island0.toml --island-plan p.island1.toml");
+  CliRun json = Motley(plan + "--json", false, dir.path().string());
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json islands = nlohmann::json::parse(json.output)["islands"];
+  EXPECT_EQ(islands["devices"], nlohmann::json::parse("[[0, 1], [2, 3]]"));
+  // The written plans simulate as the comparison says.
+  CliRun simulated = Motley(
+      "simulate --island-plan p.island0.toml --island-plan p.island1.toml --json --compression int8 "
+      "--inner-steps " +
+          std::to_string(islands["inner_steps"].get<int64_t>()),
+      false, dir.path().string());
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.output;
+  EXPECT_NEAR(nlohmann::json::parse(simulated.output)["tokens_per_s"].get<double>(),
+              islands["tokens_per_s"].get<double>(), 1e-9 * islands["tokens_per_s"].get<double>());
+  // Regions of unlike nodes: no islands, and why.
+  std::string unlike = kTwoRegions;
+  unlike.replace(unlike.rfind("count = 2"), 9, "count = 1");
+  dir.Write("unlike.toml", unlike);
+  CliRun refused =
+      Motley("plan --cluster unlike.toml --model model.toml --seq-len 16 --global-batch-tokens 256 --compare",
+             false, dir.path().string());
+  ASSERT_EQ(refused.exit_code, 0) << refused.output;
+  EXPECT_CONTAINS(refused.output, "islands: none (regions east and west hold unlike nodes");
+}
+
 }  // namespace
