@@ -104,8 +104,8 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
   }
   std::vector<const Schedule*> islands;
   for (const Schedule& s : steps) islands.push_back(&s);
-  Result<Schedule> round =
-      LowerOuterRound(islands, {out.compression, static_cast<double>(BytesPerElement(MasterPrecision(request.precision)))});
+  Result<Schedule> round = LowerOuterRound(
+      islands, {out.compression, static_cast<double>(BytesPerElement(MasterPrecision(request.precision)))});
   if (!round.ok()) {
     *why = round.status().message();
     return std::nullopt;
@@ -132,11 +132,14 @@ std::string IslandCandidateLine(const IslandCandidate& islands, const PlanAnswer
                 answer.chosen.evaluation.step_time_s
           : 0;
   std::string line = fmt::format(
-      "islands: {} x {} (one a region, {} devices each), H = {}, {} between them: {:.0f} tokens/s{}, {:.1f} bytes "
+      "islands: {} x {} (one a region, {} devices each), H = {}, {} between them: {:.0f} tokens/s{}, {:.1f} "
+      "bytes "
       "between regions a token, round {} of a {} period{}",
       islands.plans.size(), islands.strategy, islands.plans.front().num_devices(), islands.inner_steps,
       islands.compression, r.tokens_per_s,
-      chosen_tokens_per_s > 0 ? fmt::format(" ({:.2f}x the chosen plan)", r.tokens_per_s / chosen_tokens_per_s) : "",
+      chosen_tokens_per_s > 0
+          ? fmt::format(" ({:.2f}x the chosen plan)", r.tokens_per_s / chosen_tokens_per_s)
+          : "",
       r.cross_region_bytes_per_token, FormatDuration(r.round.step_time_s), FormatDuration(r.period_s),
       r.fits_memory ? "" : " — OUT OF MEMORY");
   line +=

@@ -19,10 +19,10 @@
 namespace motley {
 
 struct IslandCandidate {
-  std::string strategy;        // the plan each island runs
-  std::vector<Plan> plans;     // one a region, in region order
-  int64_t inner_steps = 0;     // H, every island's
-  std::string compression;     // what crosses between the islands
+  std::string strategy;     // the plan each island runs
+  std::vector<Plan> plans;  // one a region, in region order
+  int64_t inner_steps = 0;  // H, every island's
+  std::string compression;  // what crosses between the islands
   IslandsSimResult result;
 };
 

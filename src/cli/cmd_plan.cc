@@ -321,6 +321,25 @@ Result<std::vector<std::string>> WriteIslandPlans(const std::string& out_path, c
   return written;
 }
 
+// The islands beside the synchronous plans, and their plans written beside the chosen one's.
+Status PrintIslands(const std::optional<IslandCandidate>& candidate, const std::string& none,
+                    const PlanAnswer& a, const std::string& out_path) {
+  if (!none.empty()) fmt::print("islands: none ({})\n\n", none);
+  if (!candidate) return Status::Ok();
+  const IslandCandidate& islands = *candidate;
+  fmt::print("{}\n", IslandCandidateLine(islands, a));
+  if (!out_path.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(const std::vector<std::string> files, WriteIslandPlans(out_path, a, islands));
+    fmt::print(
+        "  the islands' plans: {} (a job's [islands] count = {}, inner_steps = {}, compression = \"{}\"; "
+        "motley train JOB --island-plan {})\n",
+        fmt::join(files, ", "), files.size(), islands.inner_steps, islands.compression,
+        fmt::join(files, " --island-plan "));
+  }
+  fmt::print("\n");
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunPlan(const std::vector<std::string>& args) {
@@ -403,8 +422,9 @@ int RunPlan(const std::vector<std::string>& args) {
   // Islands beside the synchronous plans, where the cluster's regions hold alike nodes.
   std::string no_islands;
   const std::optional<IslandCandidate> islands =
-      query.compare && query.offers.empty() && cluster.regions.size() > 1 ? IslandsByRegion(a, &no_islands)
-                                                                          : std::nullopt;
+      (query.compare || explain) && query.offers.empty() && cluster.regions.size() > 1
+          ? IslandsByRegion(a, &no_islands)
+          : std::nullopt;
   if (json) {
     nlohmann::json j = PlanAnswerJson(a, explain);
     if (islands) j["islands"] = IslandCandidateJson(*islands);
@@ -413,20 +433,7 @@ int RunPlan(const std::vector<std::string>& args) {
     return chosen.status.ok() ? kExitOk : kExitFailure;
   }
   if (query.compare) PrintComparison(a, explain);
-  if (islands) {
-    fmt::print("{}\n", IslandCandidateLine(*islands, a));
-    if (!out_path.empty()) {
-      Result<std::vector<std::string>> files = WriteIslandPlans(out_path, a, *islands);
-      if (!files.ok()) return fail(files.status());
-      fmt::print(
-          "  the islands' plans: {} (a job's [islands] count = {}, inner_steps = {}, compression = \"{}\"; "
-          "motley train JOB --island-plan {})\n",
-          fmt::join(*files, ", "), files->size(), islands->inner_steps, islands->compression,
-          fmt::join(*files, " --island-plan "));
-    }
-    fmt::print("\n");
-  }
-  if (!no_islands.empty()) fmt::print("islands: none ({})\n\n", no_islands);
+  if (Status st = PrintIslands(islands, no_islands, a, out_path); !st.ok()) return fail(st);
   if (!a.front.empty()) PrintFront(a);
   if (!chosen.status.ok()) return fail(chosen.status);
   if (!a.precision_reason.empty()) fmt::print("precision: {}\n", a.precision_reason);

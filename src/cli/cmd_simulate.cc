@@ -64,65 +64,13 @@ int PrintIslands(const IslandsQuery& query, bool json) {
   return r.fits_memory ? kExitOk : kExitFailure;
 }
 
-}  // namespace
-
-int RunSimulate(const std::vector<std::string>& args) {
-  CLI::App app(
-      "Simulate one training step of a plan: step time, tokens/s, TFLOPs, HFU, per-device busy "
-      "time and peak memory, and a Chrome trace.",
-      "motley simulate");
-  std::string plan_path, cluster, model, profile_path, trace_path, flextp_mode;
-  std::vector<std::string> stragglers;
-  bool json = false;
-  IslandsQuery islands;
-  app.add_option("--plan", plan_path, "a plan file (.toml or .json)");
-  app.add_option(
-      "--island-plan", islands.plan_paths,
-      "islands instead of one plan: each island's plan, in order (repeatable; devices of one cluster)");
-  app.add_option("--inner-steps", islands.inner_steps,
-                 "islands: each island's steps between outer rounds (H)")
-      ->check(CLI::PositiveNumber);
-  app.add_flag("--inner-steps-by-speed", islands.inner_steps_by_speed,
-               "islands: the slowest island takes --inner-steps, a faster one more in the same time");
-  app.add_option("--compression", islands.compression, "islands: what crosses between them")
-      ->check(CLI::IsMember({"none", "fp16", "int8"}));
-  app.add_option("--cluster", cluster, "the cluster (default: the plan's)");
-  app.add_option("--model", model, "the model (default: the plan's)");
-  app.add_option("--profile", profile_path,
-                 "measured layer times: a motley profile, or the Zorse measurements' model_latencies.json "
-                 "(default: the roofline model from the GPU catalog)");
-  app.add_option(
-      "--straggler", stragglers,
-      "DEVICE=FACTOR: that device computes FACTOR times slower (repeatable), e.g. --straggler 1=4");
-  app.add_option("--flextp-mode", flextp_mode,
-                 "FlexTP in the plan's tensor-parallel teams (default: the plan's)")
-      ->check(CLI::IsMember({"off", "migrate", "resize", "semi"}));
-  app.add_option("--trace", trace_path, "write a Chrome/Perfetto trace of the step to this file");
-  app.add_flag("--json", json, "print JSON");
-  if (auto rc = ParseArgs(app, args)) return *rc;
-  if (plan_path.empty() == islands.plan_paths.empty()) {
-    fmt::print(stderr, "motley simulate: give --plan P, or --island-plan P for each island (not both)\n");
-    return kExitUsage;
-  }
-  if (!islands.plan_paths.empty()) {
-    islands.cluster = cluster;
-    islands.model = model;
-    islands.profile = profile_path;
-    return PrintIslands(islands, json);
-  }
-
+// One plan's step, printed (or as JSON).
+int PrintSimulation(const SimulateQuery& query, const std::string& plan_path, const std::string& trace_path,
+                    const std::vector<std::string>& stragglers, bool json) {
   auto fail = [](const Status& s) {
     fmt::print(stderr, "{}\n", s.message());
     return kExitFailure;
   };
-  SimulateQuery query;
-  query.plan_path = plan_path;
-  query.cluster = cluster;
-  query.model = model;
-  query.profile = profile_path;
-  query.stragglers = stragglers;
-  query.flextp_mode = flextp_mode;
-  query.record_trace = !trace_path.empty();
   Result<SimulateAnswer> answer = AnswerSimulateQuery(query);
   if (!answer.ok()) return fail(answer.status());
   const PlanInputs* in = &answer->in;
@@ -196,6 +144,64 @@ int RunSimulate(const std::vector<std::string>& args) {
   if (!r->fits_memory) fmt::print("\nout of memory: {}\n", r->oom_message);
   if (!trace_path.empty()) fmt::print("\ntrace: {} (open it in Perfetto or chrome://tracing)\n", trace_path);
   return r->fits_memory ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+int RunSimulate(const std::vector<std::string>& args) {
+  CLI::App app(
+      "Simulate one training step of a plan: step time, tokens/s, TFLOPs, HFU, per-device busy "
+      "time and peak memory, and a Chrome trace.",
+      "motley simulate");
+  std::string plan_path, cluster, model, profile_path, trace_path, flextp_mode;
+  std::vector<std::string> stragglers;
+  bool json = false;
+  IslandsQuery islands;
+  app.add_option("--plan", plan_path, "a plan file (.toml or .json)");
+  app.add_option(
+      "--island-plan", islands.plan_paths,
+      "islands instead of one plan: each island's plan, in order (repeatable; devices of one cluster)");
+  app.add_option("--inner-steps", islands.inner_steps,
+                 "islands: each island's steps between outer rounds (H)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--inner-steps-by-speed", islands.inner_steps_by_speed,
+               "islands: the slowest island takes --inner-steps, a faster one more in the same time");
+  app.add_option("--compression", islands.compression, "islands: what crosses between them")
+      ->check(CLI::IsMember({"none", "fp16", "int8"}));
+  app.add_option("--cluster", cluster, "the cluster (default: the plan's)");
+  app.add_option("--model", model, "the model (default: the plan's)");
+  app.add_option("--profile", profile_path,
+                 "measured layer times: a motley profile, or the Zorse measurements' model_latencies.json "
+                 "(default: the roofline model from the GPU catalog)");
+  app.add_option(
+      "--straggler", stragglers,
+      "DEVICE=FACTOR: that device computes FACTOR times slower (repeatable), e.g. --straggler 1=4");
+  app.add_option("--flextp-mode", flextp_mode,
+                 "FlexTP in the plan's tensor-parallel teams (default: the plan's)")
+      ->check(CLI::IsMember({"off", "migrate", "resize", "semi"}));
+  app.add_option("--trace", trace_path, "write a Chrome/Perfetto trace of the step to this file");
+  app.add_flag("--json", json, "print JSON");
+  if (auto rc = ParseArgs(app, args)) return *rc;
+  if (plan_path.empty() == islands.plan_paths.empty()) {
+    fmt::print(stderr, "motley simulate: give --plan P, or --island-plan P for each island (not both)\n");
+    return kExitUsage;
+  }
+  if (!islands.plan_paths.empty()) {
+    islands.cluster = cluster;
+    islands.model = model;
+    islands.profile = profile_path;
+    return PrintIslands(islands, json);
+  }
+
+  SimulateQuery query;
+  query.plan_path = plan_path;
+  query.cluster = cluster;
+  query.model = model;
+  query.profile = profile_path;
+  query.stragglers = stragglers;
+  query.flextp_mode = flextp_mode;
+  query.record_trace = !trace_path.empty();
+  return PrintSimulation(query, plan_path, trace_path, stragglers, json);
 }
 
 }  // namespace motley::cli
