@@ -186,14 +186,6 @@ Status PlannedRun::SetUp(TrainObserver* observer) {
   return BeginRun(loaded, rank_device, metrics_path);
 }
 
-Result<Schedule> LowerPlanToRun(Plan& plan, const JobSpec& job) {
-  FillDefaultRouting(&plan, job.cluster, job.model);  // a hand-written plan's: as simulate's
-  // FlexTP's mode is the plan's (the schedule carries it to the executor); a plan without one
-  // takes the job's [tensor_parallel] mode.
-  if (plan.flextp_mode.empty()) plan.flextp_mode = job.tensor_parallel.mode;
-  return LowerPlan(plan, job.cluster, job.model);
-}
-
 // The plan loaded and lowered, this rank's place in it found and checked, its device chosen and the
 // ranks connected.
 Status PlannedRun::ConnectToPlan(TrainObserver* observer, torch::Device* device) {

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
+#include "plan/lower.h"
+#include "sim/routing_costs.h"
 
 namespace motley {
 namespace fs = std::filesystem;
@@ -81,6 +83,14 @@ Result<TrainSummary> TrainWithPlan(const JobSpec& job, const TrainOptions& optio
                     "plan with more memory headroom or fewer sequences a microbatch",
                     e.what_without_backtrace()));
   }
+}
+
+Result<Schedule> LowerPlanToRun(Plan& plan, const JobSpec& job) {
+  FillDefaultRouting(&plan, job.cluster, job.model);  // a hand-written plan's: as simulate's
+  // FlexTP's mode is the plan's (the schedule carries it to the executor); a plan without one
+  // takes the job's [tensor_parallel] mode.
+  if (plan.flextp_mode.empty()) plan.flextp_mode = job.tensor_parallel.mode;
+  return LowerPlan(plan, job.cluster, job.model);
 }
 
 }  // namespace motley
