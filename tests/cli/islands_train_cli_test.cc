@@ -21,9 +21,9 @@ std::string IslandsJob(const std::string& dir) {
   return Job(dir, 1.0, true) + "interval_steps = 0\n[islands]\ncount = 2\ninner_steps = 2\n";
 }
 
-std::string DataParallelPlan(const std::string& devices, const std::string& microbatches) {
-  return PlanHeader() +
-         "schedule = \"gpipe\"\nzero_stage = 2\n[[groups]]\nministages = [[0, 4]]\ndevices = " + devices +
+std::string DataParallelPlan(const std::string& devices, const std::string& microbatches, int zero = 2) {
+  return PlanHeader() + "schedule = \"gpipe\"\nzero_stage = " + std::to_string(zero) +
+         "\n[[groups]]\nministages = [[0, 2], [2, 4]]\ndevices = " + devices +
          "\nmicrobatch_size = " + microbatches + "\nnum_microbatches = [2, 2]\n";
 }
 
@@ -57,6 +57,9 @@ TEST(IslandsTrain, LaunchedIslandsTrainTheModelOfIslandsInOneProcess) {
   // Data parallelism (each island its own microbatches), a two-stage pipeline, a tensor-parallel team.
   for (const Case& c :
        {Case{"dp", DataParallelPlan("[0, 1]", "[2, 1]"), DataParallelPlan("[2, 3]", "[1, 2]"), false},
+        // ZeRO-0's replicas split the model evenly for the round; ZeRO-3's shards need no gather after it.
+        Case{"dp-zero0", DataParallelPlan("[0, 1]", "[2, 1]", 0), DataParallelPlan("[2, 3]", "[1, 2]", 0)},
+        Case{"dp-zero3", DataParallelPlan("[0, 1]", "[2, 1]", 3), DataParallelPlan("[2, 3]", "[1, 2]", 3)},
         Case{"pipeline", PipelinePlan(0, 3, 2), PipelinePlan(2, 2, 3)},
         Case{"tp", TensorParallelPlan("[0, 1]"), TensorParallelPlan("[2, 3]")}}) {
     SCOPED_TRACE(c.name);
