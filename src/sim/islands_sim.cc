@@ -44,10 +44,9 @@ Result<IslandsSimResult> SimulateIslands(const std::vector<const Schedule*>& isl
     out.islands.push_back(std::move(r));
   }
   MOTLEY_ASSIGN_OR_RETURN(out.round, Simulate(round, cluster, costs, config));
-  // Every rank's exchange crosses the one link between two regions at once: the round takes at least
-  // its bytes over that link (the simulator's bound, SimResult::region_link_bound_s).
+  // Every rank's exchange crosses the one link between two regions at once: the simulator bounds the
+  // round by its bytes over that link (SimResult::region_link_bound_s).
   for (const RegionBytes& b : RegionTraffic(round, cluster)) traffic[{b.from_region, b.to_region}] += b.bytes;
-  out.round_link_bound_s = out.round.region_link_bound_s;
   out.period_s = slowest_s + out.round.step_time_s;
   out.tokens_per_s = out.period_s > 0 ? out.tokens_per_period / out.period_s : 0;
   double cross = 0;

@@ -20,10 +20,8 @@ namespace motley {
 struct IslandsSimResult {
   std::vector<SimResult> islands;    // each island's step (its memory with the outer state held)
   std::vector<int64_t> inner_steps;  // H_i
-  SimResult round;                   // the outer round (its step_time_s at least round_link_bound_s)
-  /// The round's bytes between two regions over their one link, the busiest pair's: a bound on the
-  /// round, as the simulator lets concurrent collectives each have a link of their own.
-  double round_link_bound_s = 0;
+  SimResult round;               // the outer round (at least its bytes between regions over their one link:
+                                 // round.region_link_bound_s)
   double period_s = 0;           // max_i H_i step_i + the round
   double tokens_per_period = 0;  // sum_i H_i tokens_i
   double tokens_per_s = 0;

@@ -144,8 +144,8 @@ TEST(IslandsSim, TheSlowLinkCarriesOnlyTheRoundAndThePeriodIsTheSlowestIslandsSt
   const double across = 2 * 2 * (total / 2 * 4);
   EXPECT_NEAR(r.cross_region_bytes_per_token * r.tokens_per_period, across, 1e-6 * across);
   // The ranks' exchanges share the one link: the round takes at least each direction's bytes over it.
-  EXPECT_NEAR(r.round_link_bound_s, costs.TransferS(0, 2, across / 2), 1e-9);
-  EXPECT_GE(r.round.step_time_s, r.round_link_bound_s);
+  EXPECT_NEAR(r.round.region_link_bound_s, costs.TransferS(0, 2, across / 2), 1e-9);
+  EXPECT_GE(r.round.step_time_s, r.round.region_link_bound_s);
   // The outer state is held through the inner steps.
   const SimResult plain = Simulate(islands.steps[0], c, costs).value();
   EXPECT_NEAR(r.islands[0].devices[0].peak_memory_bytes - plain.devices[0].peak_memory_bytes,
