@@ -59,13 +59,24 @@ for n in names:
     curves[n] = [(j["step"], j["val_loss"]) for j in map(json.loads, open(f"{work}/{n}.jsonl")) if "val_loss" in j]
 sync = dict(curves["sync"])
 steps_at = [s for s, _ in curves["sync"] if s > 0]
-print("| run | final validation loss | vs synchronous | " + " | ".join(f"step {s}" for s in steps_at) + " |")
-print("|---|---|---|" + "---|" * len(steps_at))
+# The synchronous run's steps to a loss: its validation curve, linear between its points (the token
+# efficiency src/plan/island_loss_model.cc is calibrated on: these steps over the run's).
+def sync_steps_to(loss):
+    pts = sorted(sync.items())
+    for (s0, v0), (s1, v1) in zip(pts, pts[1:]):
+        if v1 <= loss <= v0:
+            return s0 + (s1 - s0) * (v0 - loss) / (v0 - v1)
+    return float(steps) if loss <= pts[-1][1] else 0.0
+print("| run | final validation loss | vs synchronous | synchronous tokens to its loss | " +
+      " | ".join(f"step {s}" for s in steps_at) + " |")
+print("|---|---|---|---|" + "---|" * len(steps_at))
 for n in names:
     c = dict(curves[n])
     final = c[max(c)]
     gap = "" if n == "sync" else f"{(final / sync[max(sync)] - 1) * 100:+.1f}%"
-    print(f"| {label[n]} | {final:.4f} | {gap} | " + " | ".join(f"{c.get(s, float('nan')):.4f}" for s in steps_at) + " |")
+    eff = "" if n == "sync" else f"{sync_steps_to(final) / steps:.3f}"
+    print(f"| {label[n]} | {final:.4f} | {gap} | {eff} | " +
+          " | ".join(f"{c.get(s, float('nan')):.4f}" for s in steps_at) + " |")
 # The curves, by hand (no plotting library on the machine): step against validation loss.
 w, h, m = 640, 360, 50
 lo = min(v for c in curves.values() for _, v in c if _ > 0) * 0.95

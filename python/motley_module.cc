@@ -13,6 +13,7 @@
 
 #include "api/describe.h"
 #include "api/interruption_figures.h"
+#include "api/island_candidate.h"
 #include "api/job_input.h"
 #include "api/plan_inputs.h"
 #include "api/plan_query.h"
@@ -113,7 +114,7 @@ py::object PlanFor(const std::optional<std::string>& cluster, const std::string&
                    int64_t global_batch_tokens, const std::string& strategy, const std::string& precision,
                    const std::optional<std::string>& profile, bool compare, bool gradient_clipping,
                    const std::string& flextp_mode, const std::optional<std::string>& straggler, bool timing,
-                   const MoneyArgs& money) {
+                   const MoneyArgs& money, const std::string& islands) {
   PlanQuery q;
   q.cluster = cluster.value_or("");
   ApplyMoney(money, &q);
@@ -128,11 +129,15 @@ py::object PlanFor(const std::optional<std::string>& cluster, const std::string&
   q.flextp_mode = flextp_mode;
   q.straggler = straggler.value_or("");
   PlanAnswer a;
+  nlohmann::json j;
   {
     py::gil_scoped_release release;  // planning takes seconds on large clusters and uses threads
     a = ValueOrRaise(AnswerPlanQuery(q));
+    j = PlanAnswerJson(a, timing);
+    std::string none;
+    AddIslandsJson(ValueOrRaise(ConsiderIslands(islands, a, &none)), none, &j);
   }
-  return ToPython(PlanAnswerJson(a, timing));
+  return ToPython(j);
 }
 
 py::object SimulatePlan(const py::object& plan, const std::optional<std::string>& cluster,
@@ -212,11 +217,12 @@ PYBIND11_MODULE(motley, m) {
          double budget_per_hour, double max_cost_per_token, const std::optional<std::string>& deadline,
          double min_tokens_per_s, double tokens, int offer_evaluations,
          const std::optional<std::string>& checkpoint_interval,
-         const std::optional<std::string>& restart_time) {
+         const std::optional<std::string>& restart_time, const std::string& islands) {
         return PlanFor(cluster, model, seq_len, global_batch_tokens, strategy, precision, profile, compare,
                        gradient_clipping, flextp_mode, straggler, timing,
                        {offers, objective, deadline, budget_per_hour, max_cost_per_token, min_tokens_per_s,
-                        tokens, offer_evaluations, checkpoint_interval, restart_time});
+                        tokens, offer_evaluations, checkpoint_interval, restart_time},
+                       islands);
       },
       py::arg("cluster"), py::arg("model"), py::kw_only(), py::arg("seq_len"), py::arg("global_batch_tokens"),
       py::arg("strategy") = "auto", py::arg("precision") = "bf16", py::arg("profile") = py::none(),
@@ -226,13 +232,17 @@ PYBIND11_MODULE(motley, m) {
       py::arg("max_cost_per_token") = 0.0, py::arg("deadline") = py::none(),
       py::arg("min_tokens_per_s") = 0.0, py::arg("tokens") = 0.0, py::arg("offer_evaluations") = 150,
       py::arg("checkpoint_interval") = py::none(), py::arg("restart_time") = py::none(),
+      py::arg("islands") = "auto",
       "`motley plan ... --json`: the chosen plan's figures, the plan itself under \"plan\" (pass it to "
       "simulate()), every strategy's under \"candidates\" with compare=True, and \"error\" when none fits. "
       "cluster=None with offers=\"FILE\" chooses what to rent (objective, budget_per_hour, "
       "max_cost_per_token, deadline=\"72h\" with tokens, min_tokens_per_s): \"money\", \"front\" and "
       "\"why_chosen\" then say its price, the front of price and speed, and why; spot devices are judged by "
       "their expected speed (checkpoint_interval=\"30min\", restart_time=\"10min\": what an interruption "
-      "loses; either may name a run's folder or metrics file to measure it from).");
+      "loses; either may name a run's folder or metrics file to measure it from). Over several regions, "
+      "\"islands\" (islands=\"auto\", \"off\" or a count) are the islands judged beside the synchronous "
+      "plan: "
+      "their speed, the estimated tokens they need more, and whether they are chosen and why.");
   m.def("simulate", &SimulatePlan, py::arg("plan"), py::kw_only(), py::arg("cluster") = py::none(),
         py::arg("model") = py::none(), py::arg("profile") = py::none(),
         py::arg("stragglers") = std::vector<std::string>{}, py::arg("flextp_mode") = py::none(),

@@ -60,6 +60,26 @@ def test_plan_chooses_what_to_rent_as_the_command_line_does():
         motley.plan(None, "llama-100m", offers="small-mix", restart_time="soon", **args)
 
 
+def test_plan_judges_islands_over_regions_as_the_command_line_does(tmp_path):
+    cluster = tmp_path / "two.toml"
+    node = ('[[nodes]]\nname = "{0}"\ndevice = "a100-80gb"\ncount = 2\ninterconnect = "nvlink"\n'
+            'nic_bandwidth = "100Gbps"\nregion = "{0}"\n')
+    cluster.write_text('name = "two"\n[network]\ninter_region_bandwidth = "1Gbps"\n' +
+                       node.format("east") + node.format("west"))
+    args = dict(seq_len=512, global_batch_tokens=65536)
+    ours = motley.plan(str(cluster), "llama-100m", **args)
+    theirs = cli_json("plan", "--cluster", str(cluster), "--model", "llama-100m", "--seq-len", "512",
+                      "--global-batch-tokens", "65536")
+    assert ours == theirs
+    islands = ours["islands"]
+    assert len(islands["devices"]) == 2
+    assert islands["chosen"] == (islands["tokens_per_s"] * islands["token_efficiency"] > ours["tokens_per_s"])
+    assert motley.plan(str(cluster), "llama-100m", islands="2", **args)["islands"]["chosen"]
+    assert "islands" not in motley.plan(str(cluster), "llama-100m", islands="off", **args)
+    with pytest.raises(motley.MotleyError, match="one a region so far"):
+        motley.plan(str(cluster), "llama-100m", islands="3", **args)
+
+
 def test_a_planned_plan_simulates_to_its_predicted_step():
     r = motley.plan("local-emulated", "llama-1m", seq_len=128, global_batch_tokens=4096, precision="fp32")
     s = motley.simulate(r["plan"])

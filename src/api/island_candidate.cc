@@ -1,5 +1,7 @@
 #include "api/island_candidate.h"
 
+#include <charconv>
+
 #include <fmt/format.h>
 
 #include "core/units.h"
@@ -124,6 +126,79 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
   return out;
 }
 
+void JudgeIslands(IslandCandidate& islands, const PlanAnswer& a, bool forced, double train_tokens) {
+  const IslandsSimResult& r = islands.result;
+  islands.loss = EstimateIslandLoss(static_cast<int64_t>(islands.plans.size()), islands.inner_steps);
+  const double sync_tokens_per_s =
+      a.chosen.status.ok() && a.chosen.evaluation.step_time_s > 0
+          ? static_cast<double>(a.request.global_batch_sequences * a.request.seq_len) /
+                a.chosen.evaluation.step_time_s
+          : 0;
+  // Progress a second, in the synchronous run's tokens.
+  const double islands_progress = r.fits_memory ? r.tokens_per_s * islands.loss.token_efficiency : 0;
+  double sync_crossing = 0;
+  for (const RegionBytes& b : a.chosen.evaluation.region_traffic) sync_crossing += b.bytes;
+  islands.chosen = forced || islands_progress > sync_tokens_per_s;
+  const std::string sync =
+      sync_tokens_per_s <= 0
+          ? "no synchronous plan fits"
+          : fmt::format("the synchronous plan ({:.0f} tokens/s, {} between regions a step)",
+                        sync_tokens_per_s, sync_crossing > 0 ? FormatBytes(sync_crossing) : "nothing");
+  std::string compared =
+      sync_tokens_per_s <= 0 || !r.fits_memory
+          ? ""
+          : fmt::format(
+                "islands train {:.2f}x its tokens/s but need an estimated {:.2f}x the tokens to the same "
+                "loss "
+                "({:+.1f}% loss at equal tokens; {}), so they reach it {:.2f}x {}",
+                r.tokens_per_s / sync_tokens_per_s, 1 / islands.loss.token_efficiency,
+                100 * islands.loss.loss_penalty, islands.loss.basis,
+                islands_progress > sync_tokens_per_s ? islands_progress / sync_tokens_per_s
+                                                     : sync_tokens_per_s / islands_progress,
+                islands_progress > sync_tokens_per_s ? "sooner" : "later");
+  if (!compared.empty() && train_tokens > 0)
+    compared += fmt::format("; for the job's {} tokens' loss: {} synchronous, about {} as islands",
+                            FormatCount(train_tokens), FormatLongDuration(train_tokens / sync_tokens_per_s),
+                            FormatLongDuration(train_tokens / islands_progress));
+  if (!r.fits_memory) compared = "the islands do not fit in memory";
+  islands.why = islands.chosen
+                    ? fmt::format("chosen{} over {}: {}", forced ? " (--islands)" : "", sync, compared)
+                    : fmt::format("not chosen, {} is: {}", sync, compared);
+}
+
+Result<std::optional<IslandCandidate>> ConsiderIslands(const std::string& flag, const PlanAnswer& a,
+                                                       std::string* none) {
+  const int64_t regions = static_cast<int64_t>(a.cluster->regions.size());
+  if (flag == "off") return std::optional<IslandCandidate>();
+  const bool forced = flag != "auto";
+  int64_t count = 0;
+  if (forced &&
+      (std::from_chars(flag.data(), flag.data() + flag.size(), count).ptr != flag.data() + flag.size() ||
+       count < 2))
+    return Status::InvalidArgument(
+        fmt::format("--islands {}: give auto, off or a count of islands (2 or more)", flag));
+  if (forced && count != regions)
+    return Status::InvalidArgument(
+        fmt::format("--islands {}: islands are one a region so far and the cluster {} has {} region{}: give "
+                    "--islands {}, "
+                    "auto or off",
+                    flag, a.cluster->name, regions, regions == 1 ? "" : "s", regions));
+  if (regions < 2 || !a.query.offers.empty()) return std::optional<IslandCandidate>();
+  std::optional<IslandCandidate> islands = IslandsByRegion(a, none);
+  if (!islands) {
+    if (forced) return Status::InvalidArgument(fmt::format("--islands {}: no islands: {}", flag, *none));
+    return std::optional<IslandCandidate>();
+  }
+  JudgeIslands(*islands, a, forced, a.query.train_tokens);
+  return islands;
+}
+
+void AddIslandsJson(const std::optional<IslandCandidate>& islands, const std::string& none,
+                    nlohmann::json* j) {
+  if (islands) (*j)["islands"] = IslandCandidateJson(*islands);
+  if (!none.empty()) (*j)["islands_refused"] = none;
+}
+
 std::string IslandCandidateLine(const IslandCandidate& islands, const PlanAnswer& answer) {
   const IslandsSimResult& r = islands.result;
   const double chosen_tokens_per_s =
@@ -142,10 +217,7 @@ std::string IslandCandidateLine(const IslandCandidate& islands, const PlanAnswer
           : "",
       r.cross_region_bytes_per_token, FormatDuration(r.round.step_time_s), FormatDuration(r.period_s),
       r.fits_memory ? "" : " — OUT OF MEMORY");
-  line +=
-      "\n  not chosen: islands train a worse model for the same tokens (2 islands at H = 50: +10% validation "
-      "loss, measured on a small model: bench/reports/islands_loss.md); run them with motley train "
-      "--island-plan, one plan a region";
+  line += "\n  " + islands.why;
   return line;
 }
 
@@ -162,7 +234,11 @@ nlohmann::json IslandCandidateJson(const IslandCandidate& islands) {
           {"period_s", r.period_s},
           {"round_s", r.round.step_time_s},
           {"cross_region_bytes_per_token", r.cross_region_bytes_per_token},
-          {"fits_memory", r.fits_memory}};
+          {"fits_memory", r.fits_memory},
+          {"token_efficiency", islands.loss.token_efficiency},
+          {"loss_penalty", islands.loss.loss_penalty},
+          {"chosen", islands.chosen},
+          {"why", islands.why}};
 }
 
 }  // namespace motley

@@ -1,9 +1,11 @@
-// Islands beside synchronous plans (issue #52 item 3, a first step): where a cluster's regions hold
-// alike nodes, one island a region — the best plan for the first region's devices on its share of the
-// batch, the same plan on each other region's devices — meeting every H inner steps for an outer round
-// (plan/outer_round.h), simulated with the islands' steps (sim/islands_sim.h). `motley plan --compare`
-// and `--explain` list it beside the synchronous plans; the planner does not choose it (its loss at
-// equal tokens is worse: bench/reports/islands_loss.md).
+// Islands beside synchronous plans (issue #52 item 3): where a cluster's regions hold alike nodes, one
+// island a region (the regions are the cluster's slowest cuts) — the best plan for the first region's
+// devices on its share of the batch, the same plan on each other region's devices — meeting every H
+// inner steps for an outer round (plan/outer_round.h), simulated with the islands' steps
+// (sim/islands_sim.h). `motley plan` judges them against the best synchronous plan by the predicted time
+// to the same loss: the islands' tokens/s times the tokens they need more, an estimate
+// (plan/island_loss_model.h), and chooses them when that is sooner (`--islands auto`), or always
+// (`--islands N`), or never considers them (`--islands off`).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/plan_answer.h"
+#include "plan/island_loss_model.h"
 #include "sim/islands_sim.h"
 
 namespace motley {
@@ -24,6 +27,10 @@ struct IslandCandidate {
   int64_t inner_steps = 0;  // H, every island's
   std::string compression;  // what crosses between the islands
   IslandsSimResult result;
+  // The judgement (JudgeIslands).
+  IslandLossEstimate loss;
+  bool chosen = false;
+  std::string why;  // chosen or not, and why
 };
 
 /// The inner steps tried, fewest first: the first whose outer round takes at most a tenth of its
@@ -33,6 +40,21 @@ inline constexpr int64_t kIslandInnerSteps[] = {10, 25, 50, 100, 250, 500};
 /// Islands one a region of `answer`'s cluster, or nullopt with `*why` saying why there are none (one
 /// region; regions of unlike nodes; a batch the regions do not share evenly; no plan fits a region).
 std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& answer, std::string* why);
+
+/// Judges `islands` against `answer`'s chosen synchronous plan by the predicted time to the same loss
+/// (with `train_tokens` > 0: the synchronous run's time for them, and the islands' to the same loss);
+/// `forced` (--islands N) chooses them whatever it says.
+void JudgeIslands(IslandCandidate& islands, const PlanAnswer& answer, bool forced, double train_tokens);
+
+/// `motley plan --islands FLAG` ("off", "auto" or a count of islands, one a region so far): the islands
+/// considered beside `answer`'s synchronous plans, judged (JudgeIslands with the query's tokens), or
+/// nullopt with `*none` saying why there are none (empty: not considered). A count that cannot be
+/// islands is an error.
+Result<std::optional<IslandCandidate>> ConsiderIslands(const std::string& flag, const PlanAnswer& answer,
+                                                       std::string* none);
+/// `islands` and `islands_refused` of a plan's JSON.
+void AddIslandsJson(const std::optional<IslandCandidate>& islands, const std::string& none,
+                    nlohmann::json* j);
 
 /// One line for `motley plan --compare`: the islands, their speed against the chosen synchronous plan's
 /// and their bytes between regions a token.

@@ -1,5 +1,6 @@
 #include "api/islands_query.h"
 
+#include <algorithm>
 #include <optional>
 
 #include <fmt/format.h>
@@ -11,8 +12,14 @@ namespace motley {
 
 Result<IslandsAnswer> AnswerIslandsQuery(const IslandsQuery& query) {
   if (query.plan_paths.empty()) return Status::InvalidArgument("--island-plan: give one plan an island");
-  if (query.inner_steps < 1)
-    return Status::InvalidArgument(fmt::format("--inner-steps {}: give 1 or more", query.inner_steps));
+  const std::vector<int64_t>& h = query.inner_steps;
+  if (h.empty() || *std::min_element(h.begin(), h.end()) < 1)
+    return Status::InvalidArgument("--inner-steps: give 1 or more steps");
+  if (h.size() != 1 && (h.size() != query.plan_paths.size() || query.inner_steps_by_speed))
+    return Status::InvalidArgument(fmt::format(
+        "--inner-steps: {} values for {} islands; give one for every island, or one an island in order "
+        "(without --inner-steps-by-speed)",
+        h.size(), query.plan_paths.size()));
   IslandsAnswer a;
   for (const std::string& path : query.plan_paths) {
     SimulateQuery q;
@@ -54,9 +61,9 @@ Result<IslandsAnswer> AnswerIslandsQuery(const IslandsQuery& query) {
   }
   const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, in.plan.seq_len,
                         in.plan.precision, in.plan.activation_checkpointing);
-  const std::vector<int64_t> inner = query.inner_steps_by_speed
-                                         ? InnerStepsBySpeed(step_s, query.inner_steps)
-                                         : std::vector<int64_t>(steps.size(), query.inner_steps);
+  const std::vector<int64_t> inner = query.inner_steps_by_speed ? InnerStepsBySpeed(step_s, h.front())
+                                     : h.size() == 1 ? std::vector<int64_t>(steps.size(), h.front())
+                                                     : h;
   MOTLEY_ASSIGN_OR_RETURN(a.result, SimulateIslands(steps, inner, a.round, in.cluster, costs));
   return a;
 }

@@ -20,9 +20,10 @@ struct IslandsQuery {
   std::vector<std::string> plan_paths;  // one an island, in island order
   std::string cluster, model;           // override the plans' ("" = the plans' own, alike)
   std::string profile;                  // measured layer times ("" = roofline)
-  int64_t inner_steps = 50;             // H: every island's, or the slowest island's with by_speed
-  bool inner_steps_by_speed = false;    // a faster island takes more inner steps in the same time
-  std::string compression = "none";     // what crosses between islands: none, fp16, int8
+  // H: every island's (one value) or each island's (one an island); with by_speed, the slowest island's.
+  std::vector<int64_t> inner_steps = {50};
+  bool inner_steps_by_speed = false;  // a faster island takes more inner steps in the same time
+  std::string compression = "none";   // what crosses between islands: none, fp16, int8
 };
 
 struct IslandsAnswer {

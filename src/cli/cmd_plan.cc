@@ -1,6 +1,6 @@
 // motley plan --cluster C | --offers O --model M --seq-len S --global-batch-tokens N [--strategy ...]
 //             [--objective time|cost|time-within-budget|cost-within-deadline ...]
-//             [--profile F] [--compare] [--explain] [--json] [-o plan.toml]
+//             [--profile F] [--islands auto|off|N] [--compare] [--explain] [--json] [-o plan.toml]
 // What it computes is plan_query.h's; here, how it is printed.
 #include <cstdint>
 #include <filesystem>
@@ -328,6 +328,7 @@ Status PrintIslands(const std::optional<IslandCandidate>& candidate, const std::
   if (!candidate) return Status::Ok();
   const IslandCandidate& islands = *candidate;
   fmt::print("{}\n", IslandCandidateLine(islands, a));
+  if (islands.chosen) fmt::print("  below: the best synchronous plan, the alternative\n");
   if (!out_path.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(const std::vector<std::string> files, WriteIslandPlans(out_path, a, islands));
     fmt::print(
@@ -352,6 +353,7 @@ int RunPlan(const std::vector<std::string>& args) {
   int64_t& seq_len = query.seq_len;
   int64_t& global_batch_tokens = query.global_batch_tokens;
   bool explain = false, json = false;
+  std::string islands_flag = "auto";
   MoneyFlags money;
   AddMoneyFlags(app, &query, &money);
   app.add_option("--model", query.model, "a preset, model .toml or Hugging Face config.json")->required();
@@ -389,6 +391,11 @@ int RunPlan(const std::vector<std::string>& args) {
                  "(default: a tensor-parallel plan's first team's first device, 2x)");
   app.add_flag("--explain", explain,
                "why the cut, layer split, microbatch size and ministage count were chosen");
+  app.add_option("--islands", islands_flag,
+                 "auto (default): over several regions, also judge islands — one a region, meeting every H "
+                 "steps — and choose them when they reach the same loss sooner (an estimate); N: islands "
+                 "whatever it says; off: synchronous plans only")
+      ->check(CLI::IsMember({"auto", "off"}) | CLI::Range(int64_t{2}, int64_t{1024}));
   app.add_flag("--json", json, "print JSON");
   app.add_option("-o,--output", out_path, "write the chosen plan (TOML, or JSON for .json)");
   if (auto rc = ParseArgs(app, args)) return *rc;
@@ -421,14 +428,12 @@ int RunPlan(const std::vector<std::string>& args) {
   const int64_t tokens = global_batch_tokens;
   // Islands beside the synchronous plans, where the cluster's regions hold alike nodes.
   std::string no_islands;
-  const std::optional<IslandCandidate> islands =
-      (query.compare || explain) && query.offers.empty() && cluster.regions.size() > 1
-          ? IslandsByRegion(a, &no_islands)
-          : std::nullopt;
+  Result<std::optional<IslandCandidate>> considered = ConsiderIslands(islands_flag, a, &no_islands);
+  if (!considered.ok()) return fail(considered.status());
+  const std::optional<IslandCandidate>& islands = *considered;
   if (json) {
     nlohmann::json j = PlanAnswerJson(a, explain);
-    if (islands) j["islands"] = IslandCandidateJson(*islands);
-    if (!no_islands.empty()) j["islands_refused"] = no_islands;
+    AddIslandsJson(islands, no_islands, &j);
     fmt::print("{}\n", j.dump(2));
     return chosen.status.ok() ? kExitOk : kExitFailure;
   }

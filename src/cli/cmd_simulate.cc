@@ -1,6 +1,6 @@
 // motley simulate --plan P [--cluster C] [--model M] [--profile F] [--straggler D=F]... [--flextp-mode M]
 //                 [--trace T] [--json]
-// motley simulate --island-plan P0 --island-plan P1 ... [--inner-steps H] [--inner-steps-by-speed]
+// motley simulate --island-plan P0 --island-plan P1 ... [--inner-steps H|H0,H1,..] [--inner-steps-by-speed]
 //                 [--compression none|fp16|int8] [--cluster C] [--model M] [--profile F] [--json]
 #include <algorithm>
 #include <fstream>
@@ -162,7 +162,9 @@ int RunSimulate(const std::vector<std::string>& args) {
       "--island-plan", islands.plan_paths,
       "islands instead of one plan: each island's plan, in order (repeatable; devices of one cluster)");
   app.add_option("--inner-steps", islands.inner_steps,
-                 "islands: each island's steps between outer rounds (H)")
+                 "islands: the steps between outer rounds (H): every island's, or each island's in order "
+                 "(H0,H1,...: a job's inner_steps_per_island)")
+      ->delimiter(',')
       ->check(CLI::PositiveNumber);
   app.add_flag("--inner-steps-by-speed", islands.inner_steps_by_speed,
                "islands: the slowest island takes --inner-steps, a faster one more in the same time");

@@ -167,8 +167,22 @@ struct OuterConfig {
 /// `motley train --single-process`).
 struct IslandsConfig {
   int64_t count = 1;         // 1: no islands (synchronous training)
-  int64_t inner_steps = 50;  // H: each island's steps between two outer steps
+  int64_t inner_steps = 50;  // H: each island's steps between two outer steps (island 0's, with _each)
+  // inner_steps_per_island: each island's own H_i, island 0's first and largest — island 0 keeps the
+  // run's clock (its steps are the run's steps), and a slower island takes fewer steps in each round,
+  // spread evenly over it. Empty: every island takes inner_steps.
+  std::vector<int64_t> inner_steps_each;
   OuterConfig outer;
+
+  int64_t InnerSteps(int64_t island) const {
+    return inner_steps_each.empty() ? inner_steps : inner_steps_each.at(static_cast<size_t>(island));
+  }
+  /// The steps `island` has taken when island 0 has taken `clock_steps`: H_i a round of H, the k-th
+  /// done at clock k * H / H_i (rounded down to a step).
+  int64_t OwnSteps(int64_t island, int64_t clock_steps) const {
+    const int64_t h = InnerSteps(island);
+    return clock_steps / inner_steps * h + clock_steps % inner_steps * h / inner_steps;
+  }
 };
 
 /// [[emulation.stragglers]]: a rank made slower at run time, for tests and benchmarks (its compute

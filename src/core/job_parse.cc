@@ -140,6 +140,10 @@ void ParseDivergence(TomlTable& t, DivergenceConfig* c) {
 void ParseIslands(TomlTable& t, IslandsConfig* c) {
   if (auto v = t.Int("count", 1, 1024)) c->count = *v;
   if (auto v = t.Int("inner_steps", 1, kMaxSteps)) c->inner_steps = *v;
+  if (auto v = t.IntArray("inner_steps_per_island", 1, kMaxSteps)) {
+    c->inner_steps_each = *v;
+    if (!t.Has("inner_steps") && !v->empty()) c->inner_steps = v->front();
+  }
   if (auto v = t.Number("outer_lr", 0.0, 10.0, Need::kOptional, true)) c->outer.lr = *v;
   if (auto v = t.Number("outer_momentum", 0.0, 0.999)) c->outer.momentum = *v;
   if (auto v = t.Bool("nesterov")) c->outer.nesterov = *v;
@@ -155,6 +159,18 @@ void CheckIslands(TomlTable& t, const JobSpec& job) {
     t.Error("count", fmt::format("{} islands cannot share a global batch of {} sequences equally "
                                  "(training.global_batch_sequences): make the batch a multiple of count",
                                  c.count, job.training.global_batch_sequences));
+  if (!c.inner_steps_each.empty()) {
+    const std::vector<int64_t>& each = c.inner_steps_each;
+    if (static_cast<int64_t>(each.size()) != c.count)
+      t.Error("inner_steps_per_island",
+              fmt::format("has {} entries but count = {}: give one for each island", each.size(), c.count));
+    else if (each.front() != c.inner_steps || *std::max_element(each.begin(), each.end()) != each.front())
+      t.Error(
+          "inner_steps_per_island",
+          fmt::format("island 0 keeps the run's clock: its inner steps ({}) must be inner_steps ({}) and the "
+                      "most of any island's; list the island that takes the most inner steps first",
+                      each.front(), c.inner_steps));
+  }
   for (const auto& [what, steps] :
        {std::pair<const char*, int64_t>{"data.validation_interval_steps", job.data.validation_interval_steps},
         {"checkpoint.interval_steps", job.checkpoint.interval_steps}})

@@ -211,6 +211,17 @@ compression = "int8"
   EXPECT_EQ(plain->islands.count, 1);
   EXPECT_EQ(plain->islands.outer.lr, 0.7);
   EXPECT_EQ(plain->islands.outer.momentum, 0.9);
+  // Each island its own inner steps: island 0's (the run's clock) is inner_steps; the slower ones'
+  // spread evenly over each round.
+  Result<JobSpec> each = ParseJobToml(
+      std::string(kMinimal) + "[islands]\ncount = 2\ninner_steps_per_island = [4, 3]\n", "job.toml");
+  ASSERT_TRUE(each.ok()) << each.status().message();
+  EXPECT_EQ(each->islands.inner_steps, 4);
+  EXPECT_EQ(each->islands.InnerSteps(1), 3);
+  std::vector<int64_t> own;
+  for (int64_t clock = 0; clock <= 9; ++clock) own.push_back(each->islands.OwnSteps(1, clock));
+  EXPECT_EQ(own, (std::vector<int64_t>{0, 0, 1, 2, 3, 3, 4, 5, 6, 6}));
+  EXPECT_EQ(each->islands.OwnSteps(0, 9), 9);
 }
 
 TEST(JobErrors, IslandsMustShareTheBatchAndMeetAtValidationAndCheckpoints) {
@@ -228,6 +239,12 @@ TEST(JobErrors, IslandsMustShareTheBatchAndMeetAtValidationAndCheckpoints) {
   e = Error(std::string(kMinimal) + "[islands]\ncount = 2\ncompression = \"fp8\"\nouter_lr = 0\n");
   EXPECT_NE(e.find("compression"), std::string::npos) << e;
   EXPECT_NE(e.find("outer_lr"), std::string::npos) << e;
+  e = Error(std::string(kMinimal) + "[islands]\ncount = 2\ninner_steps_per_island = [10, 20]\n");
+  EXPECT_NE(e.find("list the island that takes the most inner steps first"), std::string::npos) << e;
+  e = Error(std::string(kMinimal) + "[islands]\ncount = 2\ninner_steps_per_island = [10, 5, 5]\n");
+  EXPECT_NE(e.find("has 3 entries but count = 2"), std::string::npos) << e;
+  e = Error(std::string(kMinimal) + "[islands]\ncount = 2\ninner_steps_per_island = [10, 0]\n");
+  EXPECT_NE(e.find("integers between 1 and"), std::string::npos) << e;
   e = Error(std::string(kMinimal) + "[islands]\ncount = 2\ninner_step = 20\n");
   EXPECT_NE(e.find("inner_steps"), std::string::npos) << e;  // did you mean
 }

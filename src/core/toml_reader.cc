@@ -252,6 +252,25 @@ const toml::array* TomlTable::Array(std::string_view key, Need need) {
   return nullptr;
 }
 
+std::optional<std::vector<int64_t>> TomlTable::IntArray(std::string_view key, int64_t min, int64_t max,
+                                                        Need need) {
+  const toml::node* node = Find(key, need);
+  if (node == nullptr) return std::nullopt;
+  const toml::array* values = node->as_array();
+  bool ok = values != nullptr;
+  for (size_t i = 0; ok && i < values->size(); ++i) {
+    const toml::node& n = *values->get(i);
+    ok = n.is_integer() && *n.value<int64_t>() >= min && *n.value<int64_t>() <= max;
+  }
+  if (!ok) {
+    Error(key, fmt::format("expected an array of integers between {} and {}", min, max));
+    return std::nullopt;
+  }
+  std::vector<int64_t> out;
+  for (const toml::node& n : *values) out.push_back(*n.value<int64_t>());
+  return out;
+}
+
 std::optional<std::vector<std::string>> TomlTable::StringArray(std::string_view key, Need need) {
   const toml::node* node = Find(key, need);
   if (node == nullptr) return std::nullopt;

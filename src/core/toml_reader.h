@@ -56,6 +56,9 @@ class TomlTable {
                                     bool allow_single = false);
   /// Any array (its elements are the caller's to check).
   const toml::array* Array(std::string_view key, Need need = Need::kOptional);
+  /// An array of integers, each within [min, max].
+  std::optional<std::vector<int64_t>> IntArray(std::string_view key, int64_t min, int64_t max,
+                                               Need need = Need::kOptional);
   /// An array of strings.
   std::optional<std::vector<std::string>> StringArray(std::string_view key, Need need = Need::kOptional);
 

@@ -20,22 +20,6 @@ PipelineSchedule ScheduleFromName(const std::string& s) {
                               : PipelineSchedule::kGPipe;
 }
 
-// Reads an array of integers; every element must be an integer within [min, max].
-std::optional<std::vector<int64_t>> IntArray(TomlTable& t, std::string_view key, int64_t min, int64_t max,
-                                             Need need) {
-  const toml::array* values = t.Array(key, need);
-  if (values == nullptr) return std::nullopt;
-  std::vector<int64_t> out;
-  for (const toml::node& n : *values) {
-    if (!n.is_integer() || *n.value<int64_t>() < min || *n.value<int64_t>() > max) {
-      t.Error(key, fmt::format("expected an array of integers between {} and {}", min, max));
-      return std::nullopt;
-    }
-    out.push_back(*n.value<int64_t>());
-  }
-  return out;
-}
-
 // Reads an array of numbers (integers or floats) within [min, max].
 std::optional<std::vector<double>> NumberArray(TomlTable& t, std::string_view key, double min, double max,
                                                Need need) {
@@ -74,11 +58,11 @@ GroupPlan ReadGroup(TomlTable& t) {
     }
   }
   if (auto v = t.Int("tp_degree", 1, 1 << 12)) g.tp_degree = static_cast<int>(*v);
-  auto devices = IntArray(t, "devices", 0, 1 << 20, Need::kRequired);
-  auto sizes = IntArray(t, "microbatch_size", 1, kBig, Need::kRequired);
-  auto counts = IntArray(t, "num_microbatches", 0, kBig, Need::kRequired);
-  auto lasts = IntArray(t, "last_microbatch_size", 0, kBig, Need::kOptional);
-  if (auto routing = IntArray(t, "routing", 0, 1 << 20, Need::kOptional))
+  auto devices = t.IntArray("devices", 0, 1 << 20, Need::kRequired);
+  auto sizes = t.IntArray("microbatch_size", 1, kBig, Need::kRequired);
+  auto counts = t.IntArray("num_microbatches", 0, kBig, Need::kRequired);
+  auto lasts = t.IntArray("last_microbatch_size", 0, kBig, Need::kOptional);
+  if (auto routing = t.IntArray("routing", 0, 1 << 20, Need::kOptional))
     g.routing.assign(routing->begin(), routing->end());
   auto shares = NumberArray(t, "state_shares", 0, 1, Need::kOptional);
   t.Finish();

@@ -79,6 +79,23 @@ TEST(IslandsSimulate, EachIslandsStepTheRoundAndTheBytesOverTheSlowLink) {
   const nlohmann::json by_speed = simulate("--inner-steps-by-speed");
   EXPECT_EQ(by_speed["islands"][0]["inner_steps"], 10);
   EXPECT_EQ(by_speed["islands"][1]["inner_steps"], 10);
+  // Each island its own H (a job's inner_steps_per_island): the period is the longer island's steps.
+  CliRun each_run =
+      Motley("simulate --island-plan east.toml --island-plan west.toml --json --inner-steps 10,5", false,
+             dir.path().string());
+  ASSERT_EQ(each_run.exit_code, 0) << each_run.output;
+  const nlohmann::json each = nlohmann::json::parse(each_run.output);
+  EXPECT_EQ(each["islands"][1]["inner_steps"], 5);
+  EXPECT_NEAR(each["period_s"].get<double>(),
+              std::max(10 * each["islands"][0]["step_time_s"].get<double>(),
+                       5 * each["islands"][1]["step_time_s"].get<double>()) +
+                  each["round_s"].get<double>(),
+              1e-12);
+  EXPECT_EQ(each["tokens_per_period"].get<double>(), (10 + 5) * 8 * 16);
+  CliRun three = Motley("simulate --island-plan east.toml --island-plan west.toml --inner-steps 10,5,5",
+                        false, dir.path().string());
+  EXPECT_EQ(three.exit_code, 1) << three.output;
+  EXPECT_CONTAINS(three.output, "3 values for 2 islands");
   // The round's schedule is the one the runtime prints.
   EXPECT_EQ(none["round_schedule_hash"].get<std::string>().size(), 16u);
 }
@@ -110,11 +127,31 @@ TEST(IslandsSimulate, PlanCompareListsIslandsOneARegionAndWritesTheirPlans) {
   CliRun text = Motley(plan + "-o p.toml", false, dir.path().string());
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_CONTAINS(text.output, "islands: 2 x ");
-  EXPECT_CONTAINS(text.output, "not chosen: islands train a worse model for the same tokens");
+  EXPECT_CONTAINS(text.output, "to the same loss");
   EXPECT_CONTAINS(text.output, "--island-plan p.island0.toml --island-plan p.island1.toml");
   CliRun json = Motley(plan + "--json", false, dir.path().string());
   ASSERT_EQ(json.exit_code, 0) << json.output;
-  const nlohmann::json islands = nlohmann::json::parse(json.output)["islands"];
+  const nlohmann::json answer = nlohmann::json::parse(json.output), islands = answer["islands"];
+  // Chosen exactly when they reach the same loss sooner: their tokens/s times the estimated token
+  // efficiency (less than 1: islands need more tokens) against the synchronous plan's tokens/s.
+  const double efficiency = islands["token_efficiency"].get<double>();
+  EXPECT_GT(efficiency, 0.2);
+  EXPECT_LT(efficiency, 1);
+  EXPECT_GT(islands["loss_penalty"].get<double>(), 0);
+  EXPECT_EQ(islands["chosen"].get<bool>(),
+            islands["tokens_per_s"].get<double>() * efficiency > answer["tokens_per_s"].get<double>());
+  EXPECT_CONTAINS(islands["why"].get<std::string>(), "an estimate");
+  // --islands 2 takes them whatever the estimate; off considers none; 3 is not one a region.
+  const nlohmann::json forced =
+      nlohmann::json::parse(Motley(plan + "--json --islands 2", false, dir.path().string()).output);
+  EXPECT_TRUE(forced["islands"]["chosen"].get<bool>());
+  EXPECT_CONTAINS(forced["islands"]["why"].get<std::string>(), "chosen (--islands)");
+  const nlohmann::json off =
+      nlohmann::json::parse(Motley(plan + "--json --islands off", false, dir.path().string()).output);
+  EXPECT_FALSE(off.contains("islands"));
+  CliRun three = Motley(plan + "--islands 3", false, dir.path().string());
+  EXPECT_EQ(three.exit_code, 1) << three.output;
+  EXPECT_CONTAINS(three.output, "--islands 3: islands are one a region so far and the cluster");
   // One island a region, on as many devices each: east's are 0 and 1, west's 2 and 3.
   ASSERT_EQ(islands["devices"].size(), 2u);
   EXPECT_EQ(islands["devices"][0].size(), islands["devices"][1].size());

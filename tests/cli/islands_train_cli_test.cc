@@ -111,6 +111,36 @@ TEST(IslandsTrain, LaunchedIslandsTrainTheModelOfIslandsInOneProcess) {
     EXPECT_GE(d, 0);
     EXPECT_LT(d, 1e-10);
   }
+  // Islands of their own inner steps (inner_steps_per_island = [2, 1]: island 1 takes one step a round,
+  // and none in the last, short one) across processes as in one process; each round in the metrics.
+  {
+    const std::string p0 = dir.Write("each-0.plan.toml", DataParallelPlan("[0, 1]", "[2, 1]")),
+                      p1 = dir.Write("each-1.plan.toml", DataParallelPlan("[2, 3]", "[1, 2]"));
+    const std::string plans = " --island-plan " + p0 + " --island-plan " + p1;
+    const std::string each = "inner_steps_per_island = [2, 1]\n";
+    dir.Write("each.toml", IslandsJob(dir.Join("each")) + each);
+    dir.Write("each-ref.toml", IslandsJob(dir.Join("each-ref")) + each);
+    CliRun one = Motley("train each-ref.toml --single-process" + plans, false, dir.path().string());
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    CliRun ranks = Motley("train each.toml --metrics each.jsonl" + plans, false, dir.path().string());
+    ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
+    const double d = MaxRelativeDifference(dir.Join("each/step-000005/model.safetensors"),
+                                           dir.Join("each-ref/step-000005/model.safetensors"));
+    std::cout << "inner steps per island: relative difference of the parameters " << d << "\n";
+    EXPECT_GE(d, 0);
+    EXPECT_LT(d, 1e-10);
+    // Not the run where island 1 keeps pace: its fewer steps changed the model.
+    EXPECT_GT(MaxRelativeDifference(dir.Join("each/step-000005/model.safetensors"),
+                                    dir.Join("dp/step-000005/model.safetensors")),
+              1e-6);
+    std::ifstream metrics(dir.Join("each.jsonl"));
+    std::vector<int64_t> rounds;
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("event", "") == "outer_round") rounds.push_back(j["step"].get<int64_t>());
+    }
+    EXPECT_EQ(rounds, (std::vector<int64_t>{2, 4, 5}));
+  }
   // Plans of another shape on matching ranks are refused, naming what to change.
   const std::string p0 = dir.Write("mixed-0.plan.toml", DataParallelPlan("[0, 1]", "[2, 1]")),
                     p1 = dir.Write("mixed-1.plan.toml", PipelinePlan(2, 3, 2));

@@ -88,7 +88,7 @@ Result<OuterExchange> AverageAcrossIslands(Communicator& comm, CommGroup& outer,
                                            std::vector<torch::Tensor>& deltas, double weight,
                                            const std::string& compression) {
   MOTLEY_CHECK_GE(outer.index, 0);
-  MOTLEY_CHECK_GT(weight, 0);
+  MOTLEY_CHECK_GE(weight, 0);  // 0: an island that took no step since (a slower one, in a short last round)
   OuterExchange done;
   if (deltas.empty()) return done;
   torch::NoGradGuard no_grad;
@@ -99,6 +99,7 @@ Result<OuterExchange> AverageAcrossIslands(Communicator& comm, CommGroup& outer,
   torch::Tensor weights = torch::empty({n}, torch::kFloat64);
   MOTLEY_RETURN_IF_ERROR(comm.AllGather(outer, torch::tensor({weight}, torch::kFloat64), weights));
   const double total = weights.sum().item<double>();
+  MOTLEY_CHECK_GT(total, 0);  // island 0, the run's clock, takes a step every round
   torch::Tensor sum;
   if (compression == "none") {
     sum = mine * weight;

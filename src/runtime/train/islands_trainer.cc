@@ -2,7 +2,10 @@
 // their steps one after another, each on its own share of the global batch with its own replica of
 // the model and its own AdamW state; every `inner_steps` steps (and at the run's end) their
 // pseudo-gradients, as they would arrive over the link (compressed as the job says), are averaged
-// and the outer optimizer moves the anchor, which every replica then continues from. The same
+// (weighted by the tokens each trained on since) and the outer optimizer moves the anchor, which every
+// replica then continues from. With inner_steps_per_island a slower island takes fewer steps a round
+// (IslandsConfig::OwnSteps), on its own steps' batches, with its learning-rate schedule over its own
+// steps: as its ranks do across processes (planned_islands.cc). The same
 // tokens a step as the synchronous run of the job: the validation loss of the two compares at equal
 // tokens (bench/islands_loss.sh). A checkpoint (taken at outer steps) holds the anchor as its model,
 // island 0's moments as its optimizer state, and islands.safetensors: the outer momentum and the other
@@ -39,6 +42,8 @@ struct Replica {
   LlamaModel model;
   std::vector<ParamShard> shards;
   int64_t first_sequence = 0, sequences = 0;
+  int64_t steps = 0, total_steps = 0;  // its own (IslandsConfig::OwnSteps): taken, and in the run
+  int64_t sequences_since = 0;         // trained on since the last outer step: its pseudo-gradient's weight
 };
 
 // Each island's sequences a step: its plan's batch where the islands have plans
@@ -75,16 +80,16 @@ Result<Replica> MakeReplica(const JobSpec& job, const torch::Device& device) {
 }
 
 // The outer step: each island's pseudo-gradient as it arrives, their mean weighted by the tokens each
-// island trained on (its sequences a step: every island takes as many steps), the outer optimizer's
+// island trained on since the last (its sequences a step times its steps), the outer optimizer's
 // update of the anchor (replica 0's parameters are its pieces), and every other replica set to it.
 // Returns the largest compression error over the islands.
 double OuterStep(OuterOptimizer& outer, std::vector<Replica>& replicas) {
   torch::NoGradGuard no_grad;
   const std::string& compression = outer.config().compression;
   double worst = 0, error = 0, total = 0;
-  for (const Replica& r : replicas) total += static_cast<double>(r.sequences);
+  for (const Replica& r : replicas) total += static_cast<double>(r.sequences_since);
   std::vector<torch::Tensor> mean = AsArrived(outer.PseudoGradients(), compression, &error);
-  for (torch::Tensor& m : mean) m = m * (static_cast<double>(replicas[0].sequences) / total);
+  for (torch::Tensor& m : mean) m = m * (static_cast<double>(replicas[0].sequences_since) / total);
   worst = std::max(worst, error);
   for (size_t i = 1; i < replicas.size(); ++i) {
     std::vector<torch::Tensor> delta;
@@ -93,9 +98,10 @@ double OuterStep(OuterOptimizer& outer, std::vector<Replica>& replicas) {
     const std::vector<torch::Tensor> arrived = AsArrived(delta, compression, &error);
     worst = std::max(worst, error);
     for (size_t k = 0; k < mean.size(); ++k)
-      mean[k] = mean[k] + arrived[k] * (static_cast<double>(replicas[i].sequences) / total);
+      mean[k] = mean[k] + arrived[k] * (static_cast<double>(replicas[i].sequences_since) / total);
   }
   outer.Step(mean);
+  for (Replica& r : replicas) r.sequences_since = 0;
   for (size_t i = 1; i < replicas.size(); ++i)
     for (size_t k = 0; k < replicas[i].shards.size(); ++k)
       replicas[i].shards[k].param.detach().copy_(replicas[0].shards[k].param.detach());
@@ -191,6 +197,36 @@ Result<OuterResumed> IslandsFromCheckpoint(const JobSpec& job, const std::string
   return out;
 }
 
+// Island `i`'s next own step: its sequences of its own step's batch (the k-th step of an island reads
+// the k-th global batch's share, so islands of different step counts never read the same sequences),
+// clipped, AdamW at the learning rate of its own steps (each island's schedule spans its own steps).
+// Returns its loss and gradient norm.
+Result<std::pair<double, double>> IslandStep(const JobSpec& job, const TrainOptions& options,
+                                             const AdamW& adamw, const TrainingData& data,
+                                             const torch::Device& device, int64_t i, int64_t update_offset,
+                                             Replica& r) {
+  const TrainingConfig& tc = job.training;
+  for (auto& s : r.shards) s.grad.zero_();
+  TrainingConfig share = tc;  // the island's sequences of the step
+  share.global_batch_sequences = r.sequences;
+  const int64_t micro =
+      options.microbatch_sequences > 0 ? std::min(options.microbatch_sequences, r.sequences) : r.sequences;
+  MOTLEY_ASSIGN_OR_RETURN(const double loss, AccumulateGradients(*r.model, data.train, share, r.steps, micro,
+                                                                 device, 0, false, r.first_sequence));
+  const double norm = std::sqrt(GradNormSquared(r.shards));
+  if (!std::isfinite(loss) || !std::isfinite(norm))
+    return Status::Internal(
+        fmt::format("island {}'s step {}: diverged (loss {}, gradient norm {}); a run of islands stops there "
+                    "(lower the learning rate)",
+                    i, r.steps + 1, loss, norm));
+  ClipGradients(r.shards, norm, job.optimizer.grad_clip_norm);
+  adamw.Step(r.shards, LearningRate(job.optimizer, job.lr_schedule, r.steps, r.total_steps),
+             r.steps + update_offset + 1);
+  ++r.steps;
+  r.sequences_since += r.sequences;
+  return std::pair{loss, norm};
+}
+
 }  // namespace
 
 Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& options, TrainObserver* observer) {
@@ -217,6 +253,12 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
     MOTLEY_ASSIGN_OR_RETURN(resumed,
                             IslandsFromCheckpoint(job, options.resume, total_steps, replicas, &state));
   }
+  for (int64_t i = 0; i < islands; ++i) {
+    Replica& r = replicas[static_cast<size_t>(i)];
+    r.steps = job.islands.OwnSteps(i, state.step);
+    r.total_steps = job.islands.OwnSteps(i, total_steps);
+  }
+  const int64_t update_offset = state.updates - state.step;  // steps a resumed run skipped, if any
   std::vector<torch::Tensor> pieces;
   for (const ParamShard& s : replicas[0].shards) pieces.push_back(s.param);
   OuterOptimizer outer(job.islands.outer, pieces);  // the anchor: the start, or the checkpoint's model
@@ -251,32 +293,23 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
     const int64_t step = state.step;
     const double lr = LearningRate(job.optimizer, job.lr_schedule, step, total_steps);
     StepMetrics m;
+    int64_t sequences = 0, stepped = 0;  // of the islands that take a step at this step of the clock
     for (int64_t i = 0; i < islands; ++i) {
       Replica& r = replicas[static_cast<size_t>(i)];
-      std::vector<ParamShard>& shards = r.shards;
-      for (auto& s : shards) s.grad.zero_();
-      TrainingConfig share = tc;  // the island's sequences of the step
-      share.global_batch_sequences = r.sequences;
-      const int64_t micro = options.microbatch_sequences > 0
-                                ? std::min(options.microbatch_sequences, r.sequences)
-                                : r.sequences;
-      MOTLEY_ASSIGN_OR_RETURN(const double loss, AccumulateGradients(*r.model, data.train, share, step, micro,
-                                                                     device, 0, false, r.first_sequence));
-      const double norm = std::sqrt(GradNormSquared(shards));
-      if (!std::isfinite(loss) || !std::isfinite(norm))
-        return Status::Internal(
-            fmt::format("step {}: island {} diverged (loss {}, gradient norm {}); a run of "
-                        "islands stops there (lower the learning rate)",
-                        step + 1, i, loss, norm));
-      ClipGradients(shards, norm, job.optimizer.grad_clip_norm);
-      adamw.Step(shards, lr, state.updates + 1);
-      // The global batch's mean loss; the islands' mean gradient norm.
-      m.loss += loss * static_cast<double>(r.sequences) / static_cast<double>(tc.global_batch_sequences);
-      m.grad_norm += norm / static_cast<double>(islands);
+      if (job.islands.OwnSteps(i, step + 1) == r.steps) continue;  // a slower island's turn is later
+      MOTLEY_ASSIGN_OR_RETURN(const auto loss_norm,
+                              IslandStep(job, options, adamw, data, device, i, update_offset, r));
+      // The mean loss over the sequences trained on; the islands' mean gradient norm.
+      m.loss += loss_norm.first * static_cast<double>(r.sequences);
+      m.grad_norm += loss_norm.second;
+      sequences += r.sequences;
+      ++stepped;
     }
+    m.loss /= static_cast<double>(sequences);
+    m.grad_norm /= static_cast<double>(stepped);
     ++state.updates;
     ++state.step;
-    state.tokens_seen += tokens_per_step;
+    state.tokens_seen += sequences * tc.seq_len;
     m.islands = islands;
     m.outer_step = state.step % job.islands.inner_steps == 0 || state.step == total_steps;
     if (m.outer_step) m.outer_compression_error = OuterStep(outer, replicas);
@@ -284,12 +317,12 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
     m.total_steps = total_steps;
     m.lr = lr;
     m.step_time_s = std::chrono::duration<double>(Clock::now() - step_start).count();
-    m.tokens_per_s = static_cast<double>(tokens_per_step) / m.step_time_s;
+    m.tokens_per_s = static_cast<double>(sequences * tc.seq_len) / m.step_time_s;
     if (summary.steps_run == 0) summary.first_loss = m.loss;
     summary.last_loss = m.loss;
     if (++summary.steps_run > 1) {
       timed_s += m.step_time_s;
-      timed_tokens += tokens_per_step;
+      timed_tokens += sequences * tc.seq_len;
     }
     MOTLEY_RETURN_IF_ERROR(metrics.Write(StepLine(m, false)));
     observer->OnStep(m);

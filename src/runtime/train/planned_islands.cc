@@ -50,6 +50,13 @@ Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& optio
     sequences += plan.global_batch_sequences();
     out.plans.push_back(std::move(plan));
   }
+  const int64_t clock_steps = options.steps > 0 ? options.steps : job.training.steps;
+  for (int64_t i = 1; i < job.islands.count; ++i)
+    if (job.islands.OwnSteps(i, clock_steps) == 0)
+      return Status::InvalidArgument(fmt::format(
+          "{}: island {} takes {} inner steps to island 0's {}, so none in a run of {} steps: raise "
+          "its inner_steps_per_island or the run's steps",
+          job.file, i, job.islands.InnerSteps(i), job.islands.inner_steps, clock_steps));
   if (sequences != job.training.global_batch_sequences)
     return Status::InvalidArgument(fmt::format(
         "the island plans' batches add up to {} sequences a step but the job {} has global_batch_sequences = "
@@ -211,8 +218,11 @@ Result<RoundReport> OuterRound(IslandPlace& place, const Schedule& round, OuterO
   return report;
 }
 
+// This island's run, round by round of the run's clock (island 0's steps, IslandsConfig): its own steps
+// of the round, then the outer round — every island takes part in every round, a slower one after
+// fewer steps (even none, in a short last round).
 Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layout, const JobSpec& job,
-                   const TrainOptions& options, int64_t tokens_per_step) {
+                   const TrainOptions& options, int64_t clock_steps, int64_t tokens_per_step) {
   MOTLEY_ASSIGN_OR_RETURN(
       std::vector<torch::Tensor> pieces,
       RoundPieces(layout.round.programs[static_cast<size_t>(place.outer->rank())], run.executor()));
@@ -222,21 +232,21 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
                                   layout.round.programs[static_cast<size_t>(place.outer->rank())].device);
   const bool first = place.island == 0;  // validates and writes checkpoints
   if (first && run.step() == 0) MOTLEY_RETURN_IF_ERROR(run.Validate(0));
-  int64_t since = 0;
-  while (!run.done()) {
-    MOTLEY_RETURN_IF_ERROR(run.Step());
-    ++since;
-    if (run.step() % job.islands.inner_steps != 0 && !run.done()) continue;
+  const int64_t h = job.islands.inner_steps;
+  for (int64_t clock = 0; clock < clock_steps;) {
+    clock = std::min(clock_steps, (clock / h + 1) * h);  // the round's end
+    int64_t since = 0;
+    for (; run.step() < job.islands.OwnSteps(place.island, clock); ++since)
+      MOTLEY_RETURN_IF_ERROR(run.Step());
     MOTLEY_ASSIGN_OR_RETURN(const RoundReport round,
                             OuterRound(place, layout.round, outer, run.executor(), emulation,
                                        static_cast<double>(since * tokens_per_step)));
     MOTLEY_RETURN_IF_ERROR(run.WriteEvent({{"event", "outer_round"},
-                                           {"step", run.step()},
+                                           {"step", clock},
                                            {"outer_steps", outer.steps()},
                                            {"round_s", round.seconds},
                                            {"bytes_sent", round.bytes_sent},
                                            {"compression_error", round.compression_error}}));
-    since = 0;
     if (!first) continue;
     if (ValidationDue(job, run.step(), run.total_steps())) MOTLEY_RETURN_IF_ERROR(run.Validate(run.step()));
     if (CheckpointDue(job, run.step(), run.total_steps())) MOTLEY_RETURN_IF_ERROR(run.Checkpoint());
@@ -268,11 +278,13 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
   island_options.planned.first_sequence = layout.first_sequence[place.island];
   island_options.planned.writes_outputs = place.island == 0;
   island_options.planned.outer_round_hash = ScheduleHash(layout.round);
+  const int64_t clock_steps = options.steps > 0 ? options.steps : job.training.steps;
+  island_options.steps = job.islands.OwnSteps(place.island, clock_steps);
   Result<std::unique_ptr<PlannedRun>> run = PlannedRun::Start(
       island_job, island_options, place.island == 0 ? observer : nullptr, std::move(place.own));
   if (!run.ok()) return run.status();
   const int64_t tokens_per_step = island_job.training.global_batch_sequences * job.training.seq_len;
-  if (Status s = TrainIsland(**run, place, layout, job, options, tokens_per_step); !s.ok()) {
+  if (Status s = TrainIsland(**run, place, layout, job, options, clock_steps, tokens_per_step); !s.ok()) {
     if ((*run)->AnotherRankFailedFirst()) return Status::PeerFailed(s.message());
     (*run)->ReportFailure(s.message());
     return s;

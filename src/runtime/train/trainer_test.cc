@@ -238,6 +238,71 @@ TEST(Islands, TwoIslandsAtOneInnerStepEqualReplicasAveragedAfterEachStep) {
   fs::remove_all(dir);
 }
 
+// A slower island takes fewer inner steps a round (inner_steps_per_island = [2, 1]): island 1 steps at
+// every second step of the clock, on its own steps' batches, with the learning-rate schedule over its own
+// 2 steps and AdamW counting its own; at each outer step (outer lr 1, no momentum) the anchor is the
+// islands' parameters weighted by the tokens each trained on since — 2/3 and 1/3 — written out here with
+// the trainer's parts (fp64).
+TEST(Islands, ASlowerIslandTakesFewerInnerStepsAndWeighsByItsTokens) {
+  const fs::path dir = fs::temp_directory_path() / ("motley_islands_each_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  JobSpec job = IslandsJob(dir, 2, 2);
+  job.islands.inner_steps_each = {2, 1};
+  job.islands.outer.lr = 1;
+  job.islands.outer.momentum = 0;
+  TrainOptions options;
+  options.device = "cpu";
+  Recorder run;
+  ASSERT_TRUE(Train(job, options, &run).ok());
+  ASSERT_EQ(run.losses.size(), 4u);
+
+  namespace tp = trainer_parts;
+  TrainingData data = OpenTrainingData(job.data, "", job.model.vocab_size, job.training.seq_len).value();
+  std::vector<LlamaModel> models;
+  std::vector<std::vector<ParamShard>> shards;
+  for (int i = 0; i < 2; ++i) {
+    models.emplace_back(job.model, job.training.seed);
+    models.back()->set_precision(Precision::kFp64);
+    shards.push_back(tp::ShardsWithGradients(*models.back()));
+  }
+  TrainingConfig half = job.training;
+  half.global_batch_sequences = 2;
+  const AdamW adamw(job.optimizer);
+  const int64_t total[2] = {4, 2};
+  int64_t own[2] = {0, 0};
+  for (int64_t clock = 0; clock < 4; ++clock) {
+    double loss = 0;
+    int islands = 0;
+    for (int i = 0; i < 2; ++i) {
+      if (i == 1 && clock % 2 == 0) continue;  // island 1's step ends every second step of the clock
+      for (auto& s : shards[i]) s.grad.zero_();
+      loss += tp::AccumulateGradients(*models[i], data.train, half, own[i], 2, torch::kCPU, 0, false, 2 * i)
+                  .value();
+      ++islands;
+      ClipGradients(shards[i], std::sqrt(GradNormSquared(shards[i])), job.optimizer.grad_clip_norm);
+      adamw.Step(shards[i], LearningRate(job.optimizer, job.lr_schedule, own[i], total[i]), own[i] + 1);
+      ++own[i];
+    }
+    EXPECT_NEAR(run.losses.at(clock + 1), loss / islands, 1e-12) << clock;
+    if (clock % 2 == 0) continue;
+    torch::NoGradGuard no_grad;
+    for (size_t k = 0; k < shards[0].size(); ++k) {
+      const torch::Tensor anchor = shards[0][k].param * (2.0 / 3) + shards[1][k].param * (1.0 / 3);
+      shards[0][k].param.copy_(anchor);
+      shards[1][k].param.copy_(anchor);
+    }
+  }
+  LlamaModel saved(job.model, 1);
+  saved->set_precision(Precision::kFp64);
+  ASSERT_TRUE(LoadModelWeights(ResolveCheckpointDir(job.checkpoint.dir).value(), *saved).ok());
+  const auto want = models[0]->named_parameters(), got = saved->named_parameters();
+  for (const auto& p : want) {
+    const torch::Tensor other = got[p.key()];
+    EXPECT_LT((p.value() - other).abs().max().item<double>(), 1e-10) << p.key();
+  }
+  fs::remove_all(dir);
+}
+
 // What crosses the link compressed: every outer step's line says how far its pseudo-gradient moved.
 // A checkpoint of islands holds the outer momentum and every island's moments: resumed with the same
 // islands, the run goes on as if uninterrupted (bit for bit); resumed as 4 islands, or as a synchronous

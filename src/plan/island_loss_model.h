@@ -1,0 +1,26 @@
+// What training as islands costs in progress, for the planner's choice of islands (issue #52 item 3):
+// an estimate, not a prediction of this job. Islands that meet every H inner steps train a worse model
+// for the same tokens than one synchronous run; how much worse was measured on a small model
+// (bench/reports/islands_loss.md: llama-1m on tinyshakespeare, 300 steps of 4,096 tokens, DiLoCo's outer
+// optimizer, 2 and 4 islands at H = 10 and 50) and is interpolated here — in log H between the measured
+// H, linearly in the islands' count, held at the nearest measurement outside them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace motley {
+
+struct IslandLossEstimate {
+  // The synchronous run's tokens to reach the islands' loss, over the islands' tokens (1: no cost). The
+  // time to a target loss is the synchronous run's tokens / (the islands' tokens/s x this).
+  double token_efficiency = 1;
+  // The islands' validation loss at equal tokens over the synchronous run's, minus 1.
+  double loss_penalty = 0;
+  std::string basis;  // what it rests on, for --explain
+};
+
+/// `islands` islands meeting every `inner_steps` steps. One island: no cost.
+IslandLossEstimate EstimateIslandLoss(int64_t islands, int64_t inner_steps);
+
+}  // namespace motley
