@@ -1,14 +1,18 @@
-// motley report (--plan P | --job J | --run DIR) [--cluster C] [--model M] [--profile F]
+// motley report (--plan P | --island-plan P0 --island-plan P1 .. [--inner-steps H] [--compression C] |
+//                --job J | --run DIR) [--cluster C] [--model M] [--profile F]
 //               [--no-compare] [-o report.html]
 // One self-contained HTML page (report_page.h): the cluster and the plan, one simulated step device
 // by device, peak memory against capacity, every strategy compared, and — for a run's folder — the
 // measured step beside the simulated one, the loss, throughput and the run's events.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "api/islands_query.h"
 #include "api/job_input.h"
 #include "api/plan_inputs.h"
 #include "api/plan_query.h"
@@ -152,6 +156,25 @@ Result<RentView> RentViewOf(PlanQuery q, const std::string& plan_path, const Pla
   return v;
 }
 
+// The islands the page is about (--island-plan): each island's step and the outer round, its trace
+// recorded. `answer` and `round_sim` hold what the view points at.
+Result<IslandsView> IslandsViewOf(const IslandsQuery& query, const Cluster& cluster, const CostModel& costs,
+                                  IslandsAnswer* answer, SimResult* round_sim) {
+  MOTLEY_ASSIGN_OR_RETURN(*answer, AnswerIslandsQuery(query));
+  SimConfig config;
+  config.record_trace = true;
+  MOTLEY_ASSIGN_OR_RETURN(*round_sim, Simulate(answer->round, cluster, costs, config));
+  IslandsView v{query.plan_paths, {}, &answer->result, &answer->round, round_sim, query.compression};
+  for (const SimulateAnswer& island : answer->islands) {
+    const std::vector<int> devices = island.in.plan.devices();
+    v.devices.push_back(fmt::format("{} x {} (devices {}..{})", devices.size(),
+                                    cluster.spec(devices.front()).name,
+                                    *std::min_element(devices.begin(), devices.end()),
+                                    *std::max_element(devices.begin(), devices.end())));
+  }
+  return v;
+}
+
 }  // namespace
 
 int RunReport(const std::vector<std::string>& args) {
@@ -167,7 +190,18 @@ int RunReport(const std::vector<std::string>& args) {
   auto* run_opt = app.add_option(
       "--run", run_dir,
       "a run's folder (its checkpoint dir: plan.toml, metrics.jsonl, profile.json, trace.json)");
-  plan_opt->excludes(job_opt)->excludes(run_opt);
+  IslandsQuery islands;  // --island-plan: islands, the page's plan island 0's
+  auto* islands_opt =
+      app.add_option("--island-plan", islands.plan_paths,
+                     "islands instead of one plan: each island's plan, in order (repeatable)");
+  app.add_option("--inner-steps", islands.inner_steps,
+                 "islands: H, every island's or each island's (H0,H1,..)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--compression", islands.compression, "islands: what crosses between them")
+      ->check(CLI::IsMember({"none", "fp16", "int8"}));
+  plan_opt->excludes(job_opt)->excludes(run_opt)->excludes(islands_opt);
+  islands_opt->excludes(job_opt)->excludes(run_opt);
   job_opt->excludes(run_opt);
   app.add_option("--cluster", cluster_ref, "the cluster (default: the plan's)");
   app.add_option("--model", model_ref, "the model (default: the plan's)");
@@ -183,8 +217,14 @@ int RunReport(const std::vector<std::string>& args) {
     fmt::print(stderr, "{}\n", s.message());
     return kExitFailure;
   };
+  if (!islands.plan_paths.empty()) {
+    plan_path = islands.plan_paths.front();
+    no_compare = true;  // motley plan --compare lists islands beside the synchronous plans
+  }
   if (plan_path.empty() && job_ref.empty() && run_dir.empty()) {
-    fmt::print(stderr, "motley report: give --plan FILE, --job FILE|default or --run DIR\n");
+    fmt::print(stderr,
+               "motley report: give --plan FILE, --island-plan FILE for each island, --job FILE|default or "
+               "--run DIR\n");
     return kExitUsage;
   }
 
@@ -213,7 +253,8 @@ int RunReport(const std::vector<std::string>& args) {
     Result<PlanInputs> loaded = LoadPlanInputs(plan_path, cluster_ref, model_ref);
     if (!loaded.ok()) return fail(loaded.status());
     in = std::move(*loaded);
-    subject = "plan " + plan_path;
+    subject = islands.plan_paths.empty() ? "plan " + plan_path
+                                         : fmt::format("islands {}", fmt::join(islands.plan_paths, ", "));
   }
   std::optional<Profile> profile;
   if (!profile_path.empty()) {
@@ -251,6 +292,16 @@ int RunReport(const std::vector<std::string>& args) {
   page.sim = &*sim;
   page.compare = std::move(compare);
   page.run = run ? &*run : nullptr;
+  IslandsAnswer islands_answer;
+  SimResult round_sim;
+  if (!islands.plan_paths.empty()) {
+    islands.cluster = cluster_ref;
+    islands.model = model_ref;
+    islands.profile = profile_path;
+    Result<IslandsView> view = IslandsViewOf(islands, in.cluster, costs, &islands_answer, &round_sim);
+    if (!view.ok()) return fail(view.status());
+    page.islands = std::move(*view);
+  }
   if (!rent.offers.empty()) {
     fmt::print("choosing what to rent from {} for the plan's model and batch...\n", rent.offers);
     Result<RentView> view = RentViewOf(rent, plan_path, in, *schedule, *sim);

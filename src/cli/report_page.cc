@@ -48,7 +48,7 @@ std::string DeviceLabel(const Schedule& s, const Cluster& c, int rank) {
 }
 
 svg::SpanKind KindOf(const std::string& op_kind) {
-  if (op_kind == "forward" || op_kind == "backward" || op_kind == "optimizer_step")
+  if (op_kind == "forward" || op_kind == "backward" || op_kind == "optimizer_step" || op_kind == "outer_step")
     return svg::SpanKind::kCompute;
   if (op_kind.find("offload") != std::string::npos || op_kind.find("prefetch") != std::string::npos)
     return svg::SpanKind::kCopy;
@@ -420,6 +420,7 @@ std::string ReportHtml(const ReportInputs& in) {
                      Escape(in.subject), Escape(in.model->name), Escape(in.cluster->name));
   out += SummarySection(in);
   out += ClusterSection(in);
+  if (in.islands) out += IslandsSection(*in.islands, *in.cluster);
   out += TimelineSection(in);
   out += MemorySection(in);
   if (in.run != nullptr) out += RunSection(*in.run);

@@ -13,6 +13,7 @@
 #include "core/trace_file.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"
+#include "sim/islands_sim.h"
 #include "sim/simulator.h"
 
 namespace motley::cli {
@@ -37,6 +38,18 @@ struct CompareRow {
   bool chosen = false;
 };
 
+/// Islands (`motley report --island-plan P0 --island-plan P1 ...`): the page's plan is island 0's; this
+/// is every island's step and the outer round between them (report_islands.cc).
+struct IslandsView {
+  std::vector<std::string> plans;    // each island's plan file
+  std::vector<std::string> devices;  // each island's devices, described
+  const IslandsSimResult* result = nullptr;
+  const Schedule* round = nullptr;       // the outer round's ops over every island's ranks
+  const SimResult* round_sim = nullptr;  // simulated with its trace recorded
+  std::string compression;
+};
+std::string IslandsSection(const IslandsView& v, const Cluster& cluster);
+
 /// What could be rented (`motley report --offers F`): every allocation the search planned, by price.
 struct RentRow {
   std::string rent, strategy;
@@ -60,6 +73,7 @@ struct ReportInputs {
   std::vector<CompareRow> compare;
   const RunRecord* run = nullptr;
   std::optional<RentView> rent;
+  std::optional<IslandsView> islands;
 };
 
 std::string ReportHtml(const ReportInputs& in);

@@ -40,7 +40,8 @@ IslandLossEstimate EstimateIslandLoss(int64_t islands, int64_t inner_steps) {
   }
   const double n = std::clamp<double>(static_cast<double>(islands), kFewestIslands, kMostIslands);
   const double h = std::clamp<double>(static_cast<double>(inner_steps), kFewestSteps, kMostSteps);
-  const double along_h = std::log(h / kFewestSteps) / std::log(static_cast<double>(kMostSteps) / kFewestSteps);
+  const double along_h =
+      std::log(h / kFewestSteps) / std::log(static_cast<double>(kMostSteps) / kFewestSteps);
   const double along_n = (n - kFewestIslands) / (kMostIslands - kFewestIslands);
   auto blend = [&](double Measured::*field) {
     auto at_n = [&](int64_t count) {

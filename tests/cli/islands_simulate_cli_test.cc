@@ -1,6 +1,8 @@
 // `motley simulate --island-plan P0 --island-plan P1`: each island's step, the outer round that
 // `motley train --island-plan` runs, the period and what crosses between regions — and the errors.
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -8,6 +10,7 @@
 
 #include "cli/cli_helpers.h"
 #include "cli/equivalence_model.h"
+#include "core/units.h"
 
 namespace {
 
@@ -98,6 +101,37 @@ TEST(IslandsSimulate, EachIslandsStepTheRoundAndTheBytesOverTheSlowLink) {
   EXPECT_CONTAINS(three.output, "3 values for 2 islands");
   // The round's schedule is the one the runtime prints.
   EXPECT_EQ(none["round_schedule_hash"].get<std::string>().size(), 16u);
+}
+
+// The report page draws islands: each island's step and inner steps, the period island by island and
+// the outer round's ops device by device, with the figures `motley simulate --island-plan` gives.
+TEST(IslandsSimulate, TheReportPageDrawsThePeriodAndTheRound) {
+  TempDir dir;
+  dir.Write("cluster.toml", kTwoRegions);
+  dir.Write("model.toml", kModel);
+  dir.Write("east.toml", DataParallelPlan("[0, 1]"));
+  dir.Write("west.toml", DataParallelPlan("[2, 3]"));
+  const std::string islands = " --island-plan east.toml --island-plan west.toml --inner-steps 10,5";
+  CliRun r = Motley("report -o islands.html" + islands, false, dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  CliRun simulated = Motley("simulate --json" + islands, false, dir.path().string());
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.output;
+  const nlohmann::json j = nlohmann::json::parse(simulated.output);
+  std::ifstream in(dir.Join("islands.html"));
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_CONTAINS(page, "Islands: inner steps and the outer round");
+  EXPECT_CONTAINS(page, "period of " + motley::FormatDuration(j["period_s"].get<double>()));
+  EXPECT_CONTAINS(page, "island 1 · 5 inner steps");
+  EXPECT_CONTAINS(page, "<td class=\"num\">5</td>");
+  // Both charts, each with a drawn span: the period's inner steps and the round's ops.
+  for (const std::string id : {"islands-period", "islands-round"}) {
+    const size_t at = page.find("<svg id=\"" + id + "\"");
+    ASSERT_NE(at, std::string::npos) << id;
+    const std::string chart = page.substr(at, page.find("</svg>", at) - at);
+    EXPECT_NE(chart.find(id == "islands-period" ? "inner_steps x1</title>" : "outer_reduce x"),
+              std::string::npos)
+        << chart.substr(0, 2000);
+  }
 }
 
 TEST(IslandsSimulate, MismatchedIslandsAndFlagsAreOneClearError) {

@@ -39,7 +39,8 @@ TEST(Cli, ReportWritesOneSelfContainedPageAndRefusesWhatIsNotARun) {
 
   CliRun none = Motley("report");
   EXPECT_EQ(none.exit_code, 2);
-  EXPECT_CONTAINS(none.output, "give --plan FILE, --job FILE|default or --run DIR");
+  EXPECT_CONTAINS(none.output,
+                  "give --plan FILE, --island-plan FILE for each island, --job FILE|default or --run DIR");
   CliRun empty = Motley("report --run " + dir.Join("nothing"));
   EXPECT_NE(empty.exit_code, 0);
   EXPECT_CONTAINS(empty.output, "no plan.toml: give the folder a `motley train` run wrote");
