@@ -6,6 +6,10 @@
 #
 #   bench/islands_loss.sh MOTLEY CORPUS STEPS PLOT.svg      (CORPUS: builtin, or a text file)
 #
+# Environment: RUNS — the island runs (default "i2h10 i2h50 i4h10 i4h50": i<count>h<inner steps>);
+# OUTER — [islands] lines for every island run, ';'-separated (e.g. "outer_lr = 1.0;outer_momentum = 0.0";
+# default: DiLoCo's settings).
+#
 # Prints one markdown table (the final validation loss and its gap to the synchronous run, and the
 # loss at each validation) and writes the validation curves as an SVG.
 set -euo pipefail
@@ -32,16 +36,17 @@ job() {  # name, then the [islands] lines
   for line in "$@"; do echo "$line" >> "$work/$name.toml"; done
 }
 job sync
-for n in 2 4; do
-  for h in 10 50; do
-    job "i${n}h${h}" "[islands]" "count = $n" "inner_steps = $h"
-  done
+IFS=';' read -r -a outer <<< "${OUTER:-}"
+islands=(${RUNS:-i2h10 i2h50 i4h10 i4h50})
+for name in "${islands[@]}"; do
+  n="${name#i}"; n="${n%%h*}"; h="${name#*h}"
+  job "$name" "[islands]" "count = $n" "inner_steps = $h" "${outer[@]}"
 done
 run() {
   OPENBLAS_NUM_THREADS=1 "$motley" train "$work/$1.toml" --single-process --no-checkpoint \
     --metrics "$work/$1.jsonl" > "$work/$1.log" 2>&1 || { echo "$1 failed:" >&2; tail -5 "$work/$1.log" >&2; return 1; }
 }
-names=(sync i2h10 i2h50 i4h10 i4h50)
+names=(sync "${islands[@]}")
 for ((i = 0; i < ${#names[@]}; i += 2)); do  # two at a time; any failure ends the benchmark
   pids=()
   run "${names[$i]}" & pids+=($!)

@@ -50,6 +50,7 @@ for g in plan["groups"]:
             g[key] = value + value
 json.dump(plan, open("across.json", "w"))
 EOF
+"$motley" plan --cluster two.toml "${shape[@]}" --global-batch-tokens 1048576 --tokens 1e10 --json > verdict.json
 "$motley" simulate --plan sync.json --json > sync.out
 "$motley" simulate --plan across.json --json > across.out
 for h in 10 50 100 500; do
@@ -85,4 +86,12 @@ for h in (10, 50, 100, 500):
         # The round's time is already link-bounded (sim/islands_sim.h): both columns alike.
         row(f"2 islands ({ip['strategy']} each), H = {h}, {c}", r["tokens_per_period"], r["period_s"], 0,
             r["cross_region_bytes_per_token"], f"{r['period_s']:.0f} s (round {r['round_s']:.1f} s)")
+# The planner's own verdict (motley plan --islands auto, --tokens 1e10): islands judged by the time to
+# the same loss, their tokens/s times the estimated token efficiency (src/plan/island_loss_model.h).
+v = json.load(open("verdict.json"))
+isl = v["islands"]
+print(f"\nmotley plan (--islands auto, --tokens 1e10): islands H = {isl['inner_steps']}, {isl['compression']}: "
+      f"{isl['tokens_per_s']:,.0f} tokens/s x estimated token efficiency {isl['token_efficiency']:.3f} = "
+      f"{isl['tokens_per_s'] * isl['token_efficiency']:,.0f} against the synchronous plan's {v['tokens_per_s']:,.0f}: "
+      f"{'chosen' if isl['chosen'] else 'not chosen'}.\n\n> {isl['why']}")
 EOF

@@ -16,13 +16,15 @@ std::string IslandsSection(const IslandsView& v, const Cluster& cluster) {
   const IslandsSimResult& r = *v.result;
   std::string out = "<section id=\"islands\"><h2>Islands: inner steps and the outer round</h2>\n";
   out += fmt::format(
-      "<p class=\"sub\">{} islands meet every period of {}: each takes its inner steps, then all take the outer "
+      "<p class=\"sub\">{} islands meet every period of {}: each takes its inner steps, then all take the "
+      "outer "
       "round ({}, {} between them): {:.0f} tokens/s, {:.1f} bytes between regions a token.{}</p>\n",
-      r.islands.size(), FormatDuration(r.period_s), FormatDuration(r.round.step_time_s), svg::Escape(v.compression),
-      r.tokens_per_s, r.cross_region_bytes_per_token,
+      r.islands.size(), FormatDuration(r.period_s), FormatDuration(r.round.step_time_s),
+      svg::Escape(v.compression), r.tokens_per_s, r.cross_region_bytes_per_token,
       r.fits_memory ? "" : " <span class=\"bad\">" + svg::Escape(r.oom_message) + "</span>");
-  out += "<table><tr><th>island</th><th>plan</th><th>devices</th><th>step</th><th>inner steps</th>"
-         "<th>its steps a period</th><th>fits</th></tr>\n";
+  out +=
+      "<table><tr><th>island</th><th>plan</th><th>devices</th><th>step</th><th>inner steps</th>"
+      "<th>its steps a period</th><th>fits</th></tr>\n";
   for (size_t i = 0; i < r.islands.size(); ++i) {
     const double steps_s = static_cast<double>(r.inner_steps[i]) * r.islands[i].step_time_s;
     out += fmt::format(
@@ -52,10 +54,9 @@ std::string IslandsSection(const IslandsView& v, const Cluster& cluster) {
   for (const TraceEvent& t : v.round_sim->trace) {
     const Op& op = v.round->programs[t.rank].ops[t.op];
     const std::string kind(OpKindName(op.kind));
-    round[t.rank].spans.push_back({t.start_s, t.end_s,
-                                   op.kind == OpKind::kOuterStep ? svg::SpanKind::kCompute
-                                                                 : svg::SpanKind::kCommunication,
-                                   kind});
+    round[t.rank].spans.push_back(
+        {t.start_s, t.end_s,
+         op.kind == OpKind::kOuterStep ? svg::SpanKind::kCompute : svg::SpanKind::kCommunication, kind});
   }
   double ops_s = 0;
   for (const TraceEvent& t : v.round_sim->trace) ops_s = std::max(ops_s, t.end_s);
@@ -64,9 +65,10 @@ std::string IslandsSection(const IslandsView& v, const Cluster& cluster) {
       "below; the other islands' run the same plan on theirs.)</p>\n",
       FormatDuration(v.round_sim->step_time_s),
       v.round_sim->region_link_bound_s > ops_s
-          ? fmt::format(" — its ops as drawn end at {}, but its bytes between regions take {} over the one link "
-                        "between them, which every transfer shares",
-                        FormatDuration(ops_s), FormatDuration(v.round_sim->region_link_bound_s))
+          ? fmt::format(
+                " — its ops as drawn end at {}, but its bytes between regions take {} over the one link "
+                "between them, which every transfer shares",
+                FormatDuration(ops_s), FormatDuration(v.round_sim->region_link_bound_s))
           : "");
   out += svg::Timeline("islands-round", round, std::max(v.round_sim->step_time_s, 1e-12));
   out += "</section>\n";

@@ -2,8 +2,10 @@
 // its own plan on its share of every step's batch — started by `motley train` itself or by `motley
 // launch` — end with the model of the same islands trained in one process (fp64, 1e-10), whatever
 // family the islands' plans are of.
+#include <cmath>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -43,6 +45,25 @@ std::string PipelinePlan(int first_device, int microbatch, int microbatches) {
   return plan;
 }
 
+// The largest relative difference of the outer momentum in two checkpoints' islands.safetensors, over
+// `b`'s (-1: `a` lacks one, or `b` has none).
+double MaxMomentumDifference(const std::string& a_path, const std::string& b_path) {
+  const auto a = ReadSafetensors(a_path).tensors, b = ReadSafetensors(b_path).tensors;
+  double worst = -1;
+  for (const auto& [name, y] : b) {
+    if (!name.starts_with("outer.")) continue;
+    if (!a.count(name) || a.at(name).size() != y.size()) return -1;
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      diff = std::max(diff, std::abs(a.at(name)[i] - y[i]));
+      norm = std::max(norm, std::abs(y[i]));
+    }
+    if (norm == 0) return -1;
+    worst = std::max(worst, diff / norm);
+  }
+  return worst;
+}
+
 TEST(IslandsTrain, LaunchedIslandsTrainTheModelOfIslandsInOneProcess) {
   TempDir dir;
   dir.Write("cluster.toml", kCluster);
@@ -76,6 +97,11 @@ TEST(IslandsTrain, LaunchedIslandsTrainTheModelOfIslandsInOneProcess) {
     std::cout << c.name << ": relative difference of the parameters " << d << "\n";
     EXPECT_GE(d, 0);
     EXPECT_LT(d, 1e-10);
+    // The checkpoint holds the outer momentum, gathered from the ranks' pieces, as one process holds it.
+    const double m = MaxMomentumDifference(dir.Join(c.name + "/step-000005/islands.safetensors"),
+                                           dir.Join("ref/step-000005/islands.safetensors"));
+    EXPECT_GE(m, 0);
+    EXPECT_LT(m, 1e-10);
     // Each outer round is in the metrics (after steps 2, 4 and the last, 5): what this rank sent.
     std::ifstream metrics(dir.Join(c.name + ".jsonl"));
     std::vector<int64_t> rounds;
@@ -150,6 +176,59 @@ TEST(IslandsTrain, LaunchedIslandsTrainTheModelOfIslandsInOneProcess) {
                         false, dir.path().string());
   EXPECT_NE(mixed.exit_code, 0);
   EXPECT_CONTAINS(mixed.output, "give every island a plan of the same shape");
+}
+
+// The islands' ranks checkpoint the outer state — island 0's ranks gather the outer momentum pieces into
+// whole parameters, as one process's islands hold them — and resume from it under any layout: the same
+// islands, or 4 islands of one device, across processes as in one process (fp64, 1e-10).
+TEST(IslandsTrain, LaunchedIslandsCheckpointTheOuterStateAndResumeUnderAnyLayout) {
+  TempDir dir;
+  dir.Write("cluster.toml", kCluster);
+  dir.Write("model.toml", kModel);
+  auto job = [&](const std::string& name, int islands) {
+    return dir.Write(name + ".toml", Job(dir.Join(name), 1.0, true) +
+                                         "interval_steps = 2\n[islands]\ncount = " + std::to_string(islands) +
+                                         "\ninner_steps = 2\n");
+  };
+  const std::string two = " --island-plan " + dir.Write("p0.toml", DataParallelPlan("[0, 1]", "[2, 1]")) +
+                          " --island-plan " + dir.Write("p1.toml", DataParallelPlan("[2, 3]", "[1, 2]"));
+  std::string four;
+  for (int d = 0; d < 4; ++d)
+    four += " --island-plan " +
+            dir.Write("q" + std::to_string(d) + ".toml",
+                      PlanHeader() +
+                          "schedule = \"gpipe\"\nzero_stage = 2\n[[groups]]\nministages = [[0, 4]]\n"
+                          "devices = [" +
+                          std::to_string(d) + "]\nmicrobatch_size = [3]\nnum_microbatches = [1]\n");
+  job("ranks", 2);
+  job("one", 2);
+  CliRun ranks_run = Motley("train ranks.toml" + two, false, dir.path().string());
+  ASSERT_EQ(ranks_run.exit_code, 0) << ranks_run.output;
+  CliRun one = Motley("train one.toml --single-process" + two, false, dir.path().string());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  // The outer momentum at step 4, as the ranks wrote it and as one process did.
+  const std::string at4 = "/step-000004/islands.safetensors";
+  const double m = MaxMomentumDifference(dir.Join("ranks" + at4), dir.Join("one" + at4));
+  EXPECT_GE(m, 0);
+  EXPECT_LT(m, 1e-10);
+  // Resumed from the ranks' checkpoint: as 2 islands and as 4, across processes as in one process.
+  for (const auto& [name, islands, plans] :
+       {std::tuple<std::string, int, std::string>{"again2", 2, two}, {"again4", 4, four}}) {
+    SCOPED_TRACE(name);
+    job(name, islands);
+    job(name + "-one", islands);
+    const std::string resume = " --resume " + dir.Join("ranks/step-000004");
+    CliRun across = Motley("train " + name + ".toml" + resume + plans, false, dir.path().string());
+    ASSERT_EQ(across.exit_code, 0) << across.output;
+    CliRun in_one =
+        Motley("train " + name + "-one.toml --single-process" + resume + plans, false, dir.path().string());
+    ASSERT_EQ(in_one.exit_code, 0) << in_one.output;
+    const double d = MaxRelativeDifference(dir.Join(name + "/step-000005/model.safetensors"),
+                                           dir.Join(name + "-one/step-000005/model.safetensors"));
+    std::cout << name << ": relative difference of the parameters " << d << "\n";
+    EXPECT_GE(d, 0);
+    EXPECT_LT(d, 1e-10);
+  }
 }
 
 }  // namespace

@@ -294,6 +294,61 @@ Status Executor::GatherOuterPieces(int v, Communicator& comm, CommGroup& group) 
                         values, split.numel);
 }
 
+Result<std::map<std::string, torch::Tensor>> Executor::GatherOuterState(
+    const std::map<int, torch::Tensor>& pieces, Communicator& comm,
+    const std::map<int, CommGroup*>& replicas) {
+  torch::NoGradGuard no_grad;
+  copies_->Synchronize();
+  std::map<int, torch::Tensor> swapped;  // by ministage: the state as a first moment, then the moment
+  for (auto& [v, state] : ministages_) {
+    const auto piece = pieces.find(v);
+    if (piece == pieces.end())
+      return Status::Internal(fmt::format("rank {}: no outer state for its ministage {}", rank_, v));
+    torch::Tensor values = piece->second.detach().clone();
+    // ZeRO-0: the replicas' even parts make the whole (a shard's round gathers parameters, not this).
+    if (const auto it = replicas.find(v);
+        !state->sharded() && it != replicas.end() && it->second != nullptr) {
+      const StateSplit split = OuterSplit(*state, schedule_.programs[rank_].dp_size);
+      values = torch::empty({state->numel()}, piece->second.options());
+      MOTLEY_RETURN_IF_ERROR(comm.AllGather(*it->second, piece->second.contiguous(), values, split.numel));
+    }
+    state->SwapFirstMoment(values);
+    swapped[v] = std::move(values);
+  }
+  Result<FullState> full = GatherFullState();
+  for (auto& [v, values] : swapped) ministages_.at(v)->SwapFirstMoment(values);  // the moments back
+  if (!full.ok()) return full.status();
+  return std::move(full->exp_avg);
+}
+
+Result<torch::Tensor> Executor::OuterPieceFrom(int v, const std::map<std::string, torch::Tensor>& whole) {
+  std::map<std::string, torch::Tensor> local = whole;
+  if (model_->head_is_tied_copy() && local.count(kEmbedding) && !local.count(kHead))
+    local[kHead] = local.at(kEmbedding);  // the head's copy has the embedding's state
+  if (tp_degree_ > 1)
+    for (auto& [name, t] : local)
+      if (IsSplitParameter(name)) t = SliceParameter(model_->spec(), name, t, tp_index_, tp_degree_);
+  const MinistageState& state = *ministages_.at(v);
+  int64_t begin = state.shard_begin(), count = state.shard_numel();
+  if (!state.sharded()) {
+    const Program& prog = schedule_.programs[rank_];
+    const StateSplit split = OuterSplit(state, prog.dp_size);
+    begin = split.begin[prog.dp_index];
+    count = split.numel[prog.dp_index];
+  }
+  torch::Tensor out;
+  if (const std::string missing = state.FlatRange(begin, count, local, &out); !missing.empty())
+    return Status::InvalidArgument(fmt::format("the checkpoint has no outer state for {}", missing));
+  return out;
+}
+
+std::vector<std::string> Executor::ParameterNames(int v) const {
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : ministage_params_.at(v))
+    names.push_back(name == kHead && model_->head_is_tied_copy() ? kEmbedding : name);
+  return names;
+}
+
 std::vector<StatePiece> Executor::OwnedState() {
   torch::NoGradGuard no_grad;
   copies_->Synchronize();  // offloaded shards and moments are read on the host below

@@ -161,6 +161,17 @@ class Executor {
   /// After the outer step of ministage `v`'s pieces: the island's replicas of it (`group` over `comm`,
   /// in replica order) gather each other's new pieces into their full parameters.
   Status GatherOuterPieces(int v, Communicator& comm, CommGroup& group);
+  /// Islands' checkpoints (planned_islands.cc): the whole outer state of every ministage, gathered on
+  /// rank 0 as GatherFullState's exp_avg, from this rank's outer-round pieces of it (`pieces`: by
+  /// ministage, OuterPiece's layout; a ZeRO-0 replica's part joined with the others' over `replicas`,
+  /// its ministages' gather groups in the round). Collective over this rank's world (and those groups).
+  Result<std::map<std::string, torch::Tensor>> GatherOuterState(const std::map<int, torch::Tensor>& pieces,
+                                                                Communicator& comm,
+                                                                const std::map<int, CommGroup*>& replicas);
+  /// Resuming islands: ministage `v`'s outer-round piece (OuterPiece's layout) of a state held as whole
+  /// parameters by name (a checkpoint's); `names` before, the parameters it needs.
+  Result<torch::Tensor> OuterPieceFrom(int v, const std::map<std::string, torch::Tensor>& whole);
+  std::vector<std::string> ParameterNames(int v) const;
   /// Resuming: sets this rank's part of the AdamW moments from whole-parameter ones (a checkpoint's).
   Status LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
                      const std::map<std::string, torch::Tensor>& exp_avg_sq);

@@ -212,6 +212,33 @@ std::vector<MinistageState::OwnedPiece> MinistageState::OwnedPieces() const {
   return out;
 }
 
+std::string MinistageState::FlatRange(int64_t begin, int64_t count,
+                                      const std::map<std::string, torch::Tensor>& whole,
+                                      torch::Tensor* out) const {
+  torch::NoGradGuard no_grad;
+  *out = torch::zeros({count}, torch::TensorOptions().dtype(MasterShard().scalar_type()));
+  for (const Range& r : ranges_) {
+    const int64_t lo = std::max(r.flat_begin, begin), hi = std::min(r.flat_begin + r.numel, begin + count);
+    if (lo >= hi) continue;
+    const auto it = whole.find(params_[r.param].name);
+    if (it == whole.end()) return params_[r.param].name;
+    out->narrow(0, lo - begin, hi - lo).copy_(it->second.reshape(-1).narrow(0, lo - r.flat_begin, hi - lo));
+  }
+  return "";
+}
+
+void MinistageState::SwapFirstMoment(torch::Tensor& values) {
+  torch::NoGradGuard no_grad;
+  copies_->Synchronize();  // the moments may be in host memory, written by a copy
+  WaitReady(true);
+  torch::Tensor m = Moment(0);
+  MOTLEY_CHECK(m.defined());
+  MOTLEY_CHECK_EQ(m.numel(), values.numel());
+  const torch::Tensor before = m.clone();
+  m.copy_(values.to(m.device()));
+  values.copy_(before.to(values.device()));
+}
+
 void MinistageState::ClearGradients() {
   if (grad_shard_.defined()) grad_shard_.zero_();
   grad_shard_zero_ = grad_shard_.defined();

@@ -49,6 +49,7 @@ class MinistageState {
   int64_t numel() const { return numel_; }
   int64_t padded_numel() const { return padded_numel_; }
   int64_t shard_numel() const { return shard_numel_; }
+  int64_t shard_begin() const { return shard_begin_; }
   /// Every replica's shard size, for the collectives that gather and reduce-scatter uneven shards;
   /// empty when the shards are even.
   const std::vector<int64_t>& shard_counts() const { return shard_counts_; }
@@ -124,6 +125,14 @@ class MinistageState {
     torch::Tensor values, exp_avg, exp_avg_sq;
   };
   std::vector<OwnedPiece> OwnedPieces() const;
+  /// Elements [begin, begin + count) of the flat parameter space, taken from whole parameters by
+  /// name (an outer round's state, read back from a checkpoint). Returns the first parameter missing
+  /// from `whole`, or "".
+  std::string FlatRange(int64_t begin, int64_t count, const std::map<std::string, torch::Tensor>& whole,
+                        torch::Tensor* out) const;
+  /// Swaps the first AdamW moment of the owned elements with `values` (its size), in place both ways:
+  /// a checkpoint gathers another state of the same layout (an outer round's momentum) as a moment.
+  void SwapFirstMoment(torch::Tensor& values);
 
   // ---- Offload ----
   bool on_host() const { return host_shard_.defined() && !shard_.defined(); }

@@ -97,11 +97,13 @@ Result<CheckpointFileRecord> WriteRankShards(const std::string& tmp, int rank,
 
 /// Rank 0, after every rank wrote (`rank_files`: each rank's record, by rank): checks the pieces
 /// tile every parameter of `spec` exactly once, writes shards.json, config.json and the trainer
-/// state, moves the folder into place, points `latest` at it and keeps the newest `keep`.
+/// state (and `extra`: rank 0's files beside them), moves the folder into place, points `latest` at it
+/// and keeps the newest `keep`.
 Result<std::string> FinishShardedCheckpoint(const std::string& run_dir, int64_t keep, const std::string& tmp,
                                             const ModelSpec& spec,
                                             const std::vector<CheckpointFileRecord>& rank_files,
-                                            const TrainerState& state);
+                                            const TrainerState& state,
+                                            const std::vector<CheckpointExtraFile>& extra = {});
 
 /// A whole parameter (or one of its moments) from pieces that tile it (shard_index.h), in `dtype`:
 /// `elements(p)` gives piece p's elements; tensor-parallel slices are joined as the model splits

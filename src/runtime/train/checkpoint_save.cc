@@ -256,7 +256,8 @@ Result<CheckpointFileRecord> WriteRankShards(const std::string& tmp, int rank,
 Result<std::string> FinishShardedCheckpoint(const std::string& run_dir, int64_t keep, const std::string& tmp,
                                             const ModelSpec& spec,
                                             const std::vector<CheckpointFileRecord>& rank_files,
-                                            const TrainerState& state) {
+                                            const TrainerState& state,
+                                            const std::vector<CheckpointExtraFile>& extra) {
   // The index, from the rank files' headers.
   ShardIndex index;
   TrainerStateFile out;
@@ -307,6 +308,11 @@ Result<std::string> FinishShardedCheckpoint(const std::string& run_dir, int64_t 
   out.files[kShardIndexFile] = {static_cast<int64_t>(fs::file_size(index_path)), crc};
   MOTLEY_RETURN_IF_ERROR(AtomicWriteFile((fs::path(tmp) / "config.json").string(), HfConfigJson(spec), &crc));
   out.files["config.json"] = {static_cast<int64_t>(fs::file_size(fs::path(tmp) / "config.json")), crc};
+  for (const CheckpointExtraFile& file : extra) {
+    const fs::path path = fs::path(tmp) / file.name;
+    MOTLEY_RETURN_IF_ERROR(WriteSafetensors(path.string(), file.tensors, file.metadata, &crc));
+    out.files[file.name] = {static_cast<int64_t>(fs::file_size(path)), crc};
+  }
   MOTLEY_RETURN_IF_ERROR(
       AtomicWriteFile((fs::path(tmp) / kTrainerStateFile).string(), TrainerStateJson(out)));
   MOTLEY_RETURN_IF_ERROR(FsyncDirectory(tmp));

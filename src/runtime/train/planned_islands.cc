@@ -1,6 +1,9 @@
 #include "runtime/train/planned_islands.h"
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <thread>
@@ -15,6 +18,7 @@
 #include "runtime/islands/island_exchange.h"
 #include "runtime/islands/outer_optimizer.h"
 #include "runtime/train/planned_run.h"
+#include "runtime/train/safetensors.h"
 
 namespace motley {
 namespace {
@@ -218,6 +222,63 @@ Result<RoundReport> OuterRound(IslandPlace& place, const Schedule& round, OuterO
   return report;
 }
 
+constexpr char kIslandsFile[] =
+    "islands.safetensors";  // as one process's islands write it (islands_trainer.cc)
+
+// A checkpoint's outer state (island 0's ranks, together; the file on its lead rank): every parameter's
+// outer momentum, named as one process's islands name it, and the outer steps taken. It holds one
+// island's inner state (the checkpoint's optimizer file: island 0's): resumed, every island takes that.
+Result<CheckpointExtraFile> OuterStateFile(IslandPlace& place, const Schedule& round,
+                                           const OuterOptimizer& outer, Executor& executor) {
+  CheckpointExtraFile f{kIslandsFile, {}, {{"islands", "1"}, {"outer_steps", std::to_string(outer.steps())}}};
+  if (outer.momentum().empty()) return f;  // none (no outer momentum, or no round yet)
+  std::map<int, torch::Tensor> pieces;
+  std::map<int, CommGroup*> replicas;  // ZeRO-0: the island's replicas gather their pieces
+  size_t k = 0;
+  for (const Op& op : round.programs[static_cast<size_t>(place.outer->rank())].ops) {
+    if (op.kind == OpKind::kOuterReduce) pieces[op.ministage] = outer.momentum().at(k++);
+    if (op.kind == OpKind::kAllGather)
+      replicas[op.ministage] = place.round_groups.at(static_cast<size_t>(op.collective));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(const auto whole, executor.GatherOuterState(pieces, *place.outer, replicas));
+  for (const auto& [name, momentum] : whole) f.tensors.push_back({"outer." + name + ".momentum", momentum});
+  return f;
+}
+
+// Resuming: this rank's pieces of the outer momentum from the checkpoint's islands file (a synchronous
+// checkpoint has none: no momentum yet), and the outer steps taken.
+Result<std::pair<std::vector<torch::Tensor>, int64_t>> ResumedOuterState(
+    const std::string& resume, const Program& program, Executor& executor,
+    const std::vector<torch::Tensor>& pieces) {
+  MOTLEY_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpointDir(resume));
+  const std::filesystem::path path = std::filesystem::path(dir) / kIslandsFile;
+  std::pair<std::vector<torch::Tensor>, int64_t> out{{}, 0};
+  if (!std::filesystem::exists(path)) return out;
+  MOTLEY_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::Open(path.string()));
+  const auto steps = file.metadata().find("outer_steps");
+  if (steps == file.metadata().end() ||
+      std::from_chars(steps->second.data(), steps->second.data() + steps->second.size(), out.second).ec !=
+          std::errc())
+    return Status::InvalidArgument(fmt::format("{}: no count of outer steps in its metadata", path.string()));
+  if (std::none_of(file.entries().begin(), file.entries().end(),
+                   [](const auto& e) { return e.first.starts_with("outer."); }))
+    return out;  // no momentum was kept (none configured, or no round yet)
+  size_t k = 0;
+  for (const Op& op : program.ops) {
+    if (op.kind != OpKind::kOuterReduce) continue;
+    const torch::Tensor& piece = pieces.at(k++);
+    std::map<std::string, torch::Tensor> whole;
+    for (const std::string& name : executor.ParameterNames(op.ministage)) {
+      const std::string key = "outer." + name + ".momentum";
+      if (!file.contains(key)) return Status::InvalidArgument(fmt::format("{}: no {}", path.string(), key));
+      MOTLEY_ASSIGN_OR_RETURN(whole[name], file.Load(key, piece.scalar_type()));
+    }
+    MOTLEY_ASSIGN_OR_RETURN(torch::Tensor m, executor.OuterPieceFrom(op.ministage, whole));
+    out.first.push_back(m.to(piece.device()));
+  }
+  return out;
+}
+
 // This island's run, round by round of the run's clock (island 0's steps, IslandsConfig): its own steps
 // of the round, then the outer round — every island takes part in every round, a slower one after
 // fewer steps (even none, in a short last round).
@@ -228,12 +289,19 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
       RoundPieces(layout.round.programs[static_cast<size_t>(place.outer->rank())], run.executor()));
   MOTLEY_RETURN_IF_ERROR(CheckPiecesMatch(*place.outer, *place.across, pieces));
   OuterOptimizer outer(job.islands.outer, pieces);
+  if (!options.resume.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(
+        auto resumed,
+        ResumedOuterState(options.resume, layout.round.programs[static_cast<size_t>(place.outer->rank())],
+                          run.executor(), pieces));
+    outer.Restore(std::move(resumed.first), resumed.second);
+  }
   const DeviceEmulation emulation(job.cluster,
                                   layout.round.programs[static_cast<size_t>(place.outer->rank())].device);
   const bool first = place.island == 0;  // validates and writes checkpoints
   if (first && run.step() == 0) MOTLEY_RETURN_IF_ERROR(run.Validate(0));
   const int64_t h = job.islands.inner_steps;
-  for (int64_t clock = 0; clock < clock_steps;) {
+  for (int64_t clock = run.resumed_from_step(); clock < clock_steps;) {
     clock = std::min(clock_steps, (clock / h + 1) * h);  // the round's end
     int64_t since = 0;
     for (; run.step() < job.islands.OwnSteps(place.island, clock); ++since)
@@ -249,9 +317,17 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
                                            {"compression_error", round.compression_error}}));
     if (!first) continue;
     if (ValidationDue(job, run.step(), run.total_steps())) MOTLEY_RETURN_IF_ERROR(run.Validate(run.step()));
-    if (CheckpointDue(job, run.step(), run.total_steps())) MOTLEY_RETURN_IF_ERROR(run.Checkpoint());
+    if (CheckpointDue(job, run.step(), run.total_steps())) {
+      MOTLEY_ASSIGN_OR_RETURN(const CheckpointExtraFile state,
+                              OuterStateFile(place, layout.round, outer, run.executor()));
+      MOTLEY_RETURN_IF_ERROR(run.Checkpoint({state}));
+    }
   }
-  if (first && options.checkpoint_at_end && run.steps_run() > 0) MOTLEY_RETURN_IF_ERROR(run.Checkpoint());
+  if (first && options.checkpoint_at_end && run.steps_run() > 0) {
+    MOTLEY_ASSIGN_OR_RETURN(const CheckpointExtraFile state,
+                            OuterStateFile(place, layout.round, outer, run.executor()));
+    MOTLEY_RETURN_IF_ERROR(run.Checkpoint({state}));
+  }
   return Status::Ok();
 }
 
@@ -259,10 +335,6 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
 
 Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOptions& options,
                                            TrainObserver* observer) {
-  if (!options.resume.empty())
-    return Status::InvalidArgument(
-        "--resume: a run of islands across processes is not resumed yet; resume it in one process "
-        "(motley train --single-process), or without [islands]");
   if (job.training.loss_scaling)
     return Status::InvalidArgument(
         "[islands] with loss scaling (fp16) is not built yet: train in bf16, fp32 or fp64");
@@ -280,6 +352,9 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
   island_options.planned.outer_round_hash = ScheduleHash(layout.round);
   const int64_t clock_steps = options.steps > 0 ? options.steps : job.training.steps;
   island_options.steps = job.islands.OwnSteps(place.island, clock_steps);
+  island_options.planned.resumed_steps = [islands = job.islands, i = place.island](int64_t clock) {
+    return islands.OwnSteps(i, clock);
+  };
   Result<std::unique_ptr<PlannedRun>> run = PlannedRun::Start(
       island_job, island_options, place.island == 0 ? observer : nullptr, std::move(place.own));
   if (!run.ok()) return run.status();

@@ -302,6 +302,11 @@ Status PlannedRun::BuildExecutor(const torch::Device& rank_device, MemoryLedger&
     std::vector<ParamShard> whole = WholeParameterShards(*model);
     std::erase_if(whole, [&](const ParamShard& s) { return !mine.count(s.name); });
     MOTLEY_ASSIGN_OR_RETURN(loaded, LoadTrainingState(dir, whole));
+    resumed_from_step_ = loaded.step;  // islands: an island's own steps then (the checkpoint's are the clock)
+    const int64_t own =
+        options.planned.resumed_steps ? options.planned.resumed_steps(loaded.step) : loaded.step;
+    loaded.updates += own - loaded.step;
+    loaded.step = own;
     MOTLEY_RETURN_IF_ERROR(CheckResumable(dir, loaded.seed, loaded.step, job, total_steps_));
     for (const auto& s : whole) {
       exp_avg[s.name] = s.exp_avg;
@@ -320,7 +325,6 @@ Status PlannedRun::BuildExecutor(const torch::Device& rank_device, MemoryLedger&
     ledger.set_owner(
         fmt::format("rank {} (device {} of {}, emulated)", comm_->rank(), device, job.cluster.name));
   }
-
   return Status::Ok();
 }
 

@@ -41,8 +41,9 @@ class PlannedRun {
   Status Validate(int64_t step);
   /// Writes `event` to the run's metrics (its lead rank only; the others ignore it).
   Status WriteEvent(const nlohmann::json& event) { return lead_ ? metrics_.Write(event) : Status::Ok(); }
-  Status Checkpoint();
-  Status ShardedCheckpoint(int64_t* host_bytes);
+  /// `extra`: files beside the model (a run of islands' outer state: its lead rank's are written).
+  Status Checkpoint(const std::vector<CheckpointExtraFile>& extra = {});
+  Status ShardedCheckpoint(int64_t* host_bytes, const std::vector<CheckpointExtraFile>& extra = {});
   /// This rank ends with an error: the others hear of it at once (Communicator::ReportFailure).
   bool AnotherRankFailedFirst() { return comm_ && comm_->AnotherRankFailedFirst(); }
   void ReportFailure(const std::string& why) {
@@ -52,6 +53,8 @@ class PlannedRun {
   Result<TrainSummary> Finish();
 
   int64_t step() const { return state_.step; }
+  /// The checkpoint's step a resumed run started from (before PlannedRunOptions::resumed_steps); 0.
+  int64_t resumed_from_step() const { return resumed_from_step_; }
   int rank() const { return comm_ ? comm_->rank() : 0; }
   int device() const { return schedule_.programs.empty() ? -1 : schedule_.programs[rank()].device; }
   int64_t total_steps() const { return total_steps_; }
@@ -105,7 +108,7 @@ class PlannedRun {
   bool lead_ = false;
   bool diverged_ = false;
   bool divergence_injected_ = false;  // fault injection (tests): once a process
-  int64_t total_steps_ = 0, tokens_per_step_ = 0, val_sequences_ = 0;
+  int64_t total_steps_ = 0, tokens_per_step_ = 0, val_sequences_ = 0, resumed_from_step_ = 0;
   std::vector<int64_t> windows_;
   // Steps after the first (the first warms up), summed.
   Clock::time_point run_start_;

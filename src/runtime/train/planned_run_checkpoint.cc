@@ -59,13 +59,13 @@ Status PlannedRun::Validate(int64_t step) {
 
 // A checkpoint, in the job's form. The metrics record how much host memory it took on a rank
 // (sharded: the most any rank added; consolidated: rank 0's, which holds the whole model).
-Status PlannedRun::Checkpoint() {
+Status PlannedRun::Checkpoint(const std::vector<CheckpointExtraFile>& extra) {
   MemoryLedger& ledger = MemoryLedger::Install();
   ledger.ResetHostPeak();
   const int64_t host_before = ledger.host_used_bytes();
   int64_t host_bytes = 0;
   if (job_.checkpoint.format == "sharded") {
-    MOTLEY_RETURN_IF_ERROR(ShardedCheckpoint(&host_bytes));
+    MOTLEY_RETURN_IF_ERROR(ShardedCheckpoint(&host_bytes, extra));
   } else {
     HostMemoryScope host;  // the gathered model is host memory, not the (emulated) device's
     MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor_->GatherFullState());
@@ -73,7 +73,7 @@ Status PlannedRun::Checkpoint() {
       AssembledModel a = Assemble(job_.model, job_.training.precision, full);
       MOTLEY_ASSIGN_OR_RETURN(
           summary_.checkpoint_dir,
-          SaveRunCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep, *a.model, a.shards, state_));
+          SaveRunCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep, *a.model, a.shards, state_, extra));
       host_bytes = ledger.host_peak_bytes() - host_before;
     }
   }
@@ -91,7 +91,7 @@ Status PlannedRun::Checkpoint() {
 // Every rank writes the state it owns at once; rank 0 then writes the index and moves the folder
 // into place (checkpoint.h). Nothing is gathered: a rank's host holds no more than its own state.
 // `host_bytes` (rank 0): the most host memory a rank added while writing.
-Status PlannedRun::ShardedCheckpoint(int64_t* host_bytes) {
+Status PlannedRun::ShardedCheckpoint(int64_t* host_bytes, const std::vector<CheckpointExtraFile>& extra) {
   MemoryLedger& ledger = MemoryLedger::Install();
   const int64_t host_before = ledger.host_used_bytes();
   HostMemoryScope host;  // the pieces' host copies are host memory, not the (emulated) device's
@@ -118,9 +118,9 @@ Status PlannedRun::ShardedCheckpoint(int64_t* host_bytes) {
           {records[3 * r].item<int64_t>(), static_cast<uint32_t>(records[3 * r + 1].item<int64_t>())});
       *host_bytes = std::max(*host_bytes, records[3 * r + 2].item<int64_t>());
     }
-    MOTLEY_ASSIGN_OR_RETURN(
-        summary_.checkpoint_dir,
-        FinishShardedCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep, tmp, job_.model, files, state_));
+    MOTLEY_ASSIGN_OR_RETURN(summary_.checkpoint_dir,
+                            FinishShardedCheckpoint(job_.checkpoint.dir, job_.checkpoint.keep, tmp,
+                                                    job_.model, files, state_, extra));
   }
   return Status::Ok();
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,6 +78,9 @@ struct PlannedRunOptions {
   bool writes_outputs = true;
   // Islands: the outer round's schedule hash, reported beside the island's step schedule.
   std::string outer_round_hash;
+  // Islands: a resumed island's own steps when island 0, the run's clock, had taken the checkpoint's
+  // (IslandsConfig::OwnSteps); null: the checkpoint's.
+  std::function<int64_t(int64_t)> resumed_steps;
 };
 
 /// How `motley train` runs: the run's own options (one process or a rank of a planned run), and
