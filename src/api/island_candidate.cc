@@ -128,7 +128,10 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
 
 void JudgeIslands(IslandCandidate& islands, const PlanAnswer& a, bool forced, double train_tokens) {
   const IslandsSimResult& r = islands.result;
-  islands.loss = EstimateIslandLoss(static_cast<int64_t>(islands.plans.size()), islands.inner_steps);
+  const int64_t k = static_cast<int64_t>(islands.plans.size());
+  islands.outer = BestMeasuredOuterSettings(k, islands.inner_steps);
+  islands.outer.compression = islands.compression;
+  islands.loss = EstimateIslandLoss(k, islands.inner_steps, islands.outer);
   const double sync_tokens_per_s =
       a.chosen.status.ok() && a.chosen.evaluation.step_time_s > 0
           ? static_cast<double>(a.request.global_batch_sequences * a.request.seq_len) /
@@ -230,6 +233,8 @@ nlohmann::json IslandCandidateJson(const IslandCandidate& islands) {
           {"devices", devices},
           {"inner_steps", islands.inner_steps},
           {"compression", islands.compression},
+          {"outer_lr", islands.outer.lr},
+          {"outer_momentum", islands.outer.momentum},
           {"tokens_per_s", r.tokens_per_s},
           {"period_s", r.period_s},
           {"round_s", r.round.step_time_s},

@@ -26,6 +26,7 @@ struct IslandCandidate {
   std::vector<Plan> plans;  // one a region, in region order
   int64_t inner_steps = 0;  // H, every island's
   std::string compression;  // what crosses between the islands
+  OuterConfig outer;        // the outer optimizer: the measured settings estimated to lose least
   IslandsSimResult result;
   // The judgement (JudgeIslands).
   IslandLossEstimate loss;

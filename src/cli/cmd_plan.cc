@@ -332,13 +332,46 @@ Status PrintIslands(const std::optional<IslandCandidate>& candidate, const std::
   if (!out_path.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(const std::vector<std::string> files, WriteIslandPlans(out_path, a, islands));
     fmt::print(
-        "  the islands' plans: {} (a job's [islands] count = {}, inner_steps = {}, compression = \"{}\"; "
-        "motley train JOB --island-plan {})\n",
-        fmt::join(files, ", "), files.size(), islands.inner_steps, islands.compression,
-        fmt::join(files, " --island-plan "));
+        "  the islands' plans: {} (a job's [islands] count = {}, inner_steps = {}, compression = \"{}\", "
+        "outer_lr = {:g}, outer_momentum = {:g}; motley train JOB --island-plan {})\n",
+        fmt::join(files, ", "), files.size(), islands.inner_steps, islands.compression, islands.outer.lr,
+        islands.outer.momentum, fmt::join(files, " --island-plan "));
   }
   fmt::print("\n");
   return Status::Ok();
+}
+
+// The chosen plan, its speed, price and why, and where it was written.
+void PrintChosenPlan(const PlanAnswer& a, const PlanQuery& query, bool explain, const std::string& out_path) {
+  const Cluster& cluster = *a.cluster;
+  const StrategyOutcome& chosen = a.chosen;
+  const std::vector<StrategyOutcome>& rows = a.rows;
+  const int64_t tokens = query.global_batch_tokens;
+  if (!a.precision_reason.empty()) fmt::print("precision: {}\n", a.precision_reason);
+  fmt::print("plan: {} on {} ({} devices), {}: {} groups, ZeRO-{}, {} schedule\n", chosen.strategy,
+             cluster.name, chosen.plan.num_devices(), a.model->name, chosen.plan.groups.size(),
+             chosen.plan.zero_stage, PipelineScheduleName(chosen.plan.schedule));
+  if (const std::vector<int> out = LeftOut(chosen.plan, cluster); !out.empty() && a.front.empty())
+    fmt::print("left out: {} of the {} devices, {} — a plan with them steps slower{}\n", out.size(),
+               cluster.num_devices(), DescribeLeftOut(out, cluster),
+               explain ? "" : " (--explain says how much)");
+  fmt::print("predicted step {} | {:.0f} tokens/s | {:.1f} TFLOPS | HFU {:.1f}%\n",
+             FormatDuration(chosen.evaluation.step_time_s), tokens / chosen.evaluation.step_time_s,
+             chosen.evaluation.tflops, 100 * chosen.evaluation.hfu);
+  if (a.money) fmt::print("{}\n", MoneySummary(*a.money, query.train_tokens, query.interruptions));
+  if (!a.objective_why.empty()) fmt::print("chosen: {}\n", a.objective_why);
+  if (const FlexTpChoice* c = a.FlexTpOf(chosen)) {
+    if (c->mode.empty())
+      fmt::print("straggler: {}\n", c->why);
+    else
+      fmt::print("tensor parallel: {} ({}); {}\n", TensorParallelColumn(chosen.plan),
+                 TensorParallelWhy(chosen, rows, query.compare), c->why);
+  }
+  if (explain && !query.compare) fmt::print("why: {}\n", chosen.explain);
+  if (explain) PrintWhereTimeAndMemoryGo(a, query.gradient_clipping);
+  if (!out_path.empty())
+    fmt::print("written to {}{}\n", out_path,
+               query.offers.empty() ? "" : fmt::format(" (what it rents: {})", RentedClusterPath(out_path)));
 }
 
 }  // namespace
@@ -419,13 +452,9 @@ int RunPlan(const std::vector<std::string>& args) {
   Result<PlanAnswer> answer = AnswerPlanQuery(query);
   if (!answer.ok()) return fail(answer.status());
   const PlanAnswer& a = *answer;
-  const Cluster& cluster = *a.cluster;
   const StrategyOutcome& chosen = a.chosen;
-  const std::vector<StrategyOutcome>& rows = a.rows;
   if (!out_path.empty() && chosen.status.ok())
     if (Status s = WriteChosenPlan(out_path, a); !s.ok()) return fail(s);
-
-  const int64_t tokens = global_batch_tokens;
   // Islands beside the synchronous plans, where the cluster's regions hold alike nodes.
   std::string no_islands;
   Result<std::optional<IslandCandidate>> considered = ConsiderIslands(islands_flag, a, &no_islands);
@@ -441,31 +470,7 @@ int RunPlan(const std::vector<std::string>& args) {
   if (Status st = PrintIslands(islands, no_islands, a, out_path); !st.ok()) return fail(st);
   if (!a.front.empty()) PrintFront(a);
   if (!chosen.status.ok()) return fail(chosen.status);
-  if (!a.precision_reason.empty()) fmt::print("precision: {}\n", a.precision_reason);
-  fmt::print("plan: {} on {} ({} devices), {}: {} groups, ZeRO-{}, {} schedule\n", chosen.strategy,
-             cluster.name, chosen.plan.num_devices(), a.model->name, chosen.plan.groups.size(),
-             chosen.plan.zero_stage, PipelineScheduleName(chosen.plan.schedule));
-  if (const std::vector<int> out = LeftOut(chosen.plan, cluster); !out.empty() && a.front.empty())
-    fmt::print("left out: {} of the {} devices, {} — a plan with them steps slower{}\n", out.size(),
-               cluster.num_devices(), DescribeLeftOut(out, cluster),
-               explain ? "" : " (--explain says how much)");
-  fmt::print("predicted step {} | {:.0f} tokens/s | {:.1f} TFLOPS | HFU {:.1f}%\n",
-             FormatDuration(chosen.evaluation.step_time_s), tokens / chosen.evaluation.step_time_s,
-             chosen.evaluation.tflops, 100 * chosen.evaluation.hfu);
-  if (a.money) fmt::print("{}\n", MoneySummary(*a.money, query.train_tokens, query.interruptions));
-  if (!a.objective_why.empty()) fmt::print("chosen: {}\n", a.objective_why);
-  if (const FlexTpChoice* c = a.FlexTpOf(chosen)) {
-    if (c->mode.empty())
-      fmt::print("straggler: {}\n", c->why);
-    else
-      fmt::print("tensor parallel: {} ({}); {}\n", TensorParallelColumn(chosen.plan),
-                 TensorParallelWhy(chosen, rows, query.compare), c->why);
-  }
-  if (explain && !query.compare) fmt::print("why: {}\n", chosen.explain);
-  if (explain) PrintWhereTimeAndMemoryGo(a, query.gradient_clipping);
-  if (!out_path.empty())
-    fmt::print("written to {}{}\n", out_path,
-               query.offers.empty() ? "" : fmt::format(" (what it rents: {})", RentedClusterPath(out_path)));
+  PrintChosenPlan(a, query, explain, out_path);
   return kExitOk;
 }
 

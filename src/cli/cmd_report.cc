@@ -175,6 +175,37 @@ Result<IslandsView> IslandsViewOf(const IslandsQuery& query, const Cluster& clus
   return v;
 }
 
+// --island-plan (repeatable), --inner-steps, --compression: a page on islands. Returns --island-plan.
+CLI::Option* AddIslandsFlags(CLI::App& app, IslandsQuery* islands) {
+  CLI::Option* plans =
+      app.add_option("--island-plan", islands->plan_paths,
+                     "islands instead of one plan: each island's plan, in order (repeatable)");
+  app.add_option("--inner-steps", islands->inner_steps,
+                 "islands: H, every island's or each island's (H0,H1,..)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--compression", islands->compression, "islands: what crosses between them")
+      ->check(CLI::IsMember({"none", "fp16", "int8"}));
+  return plans;
+}
+
+// --run DIR: the plan a run followed (its plan.toml), what it measured, and its profile where it has one
+// and none was given.
+Status LoadRunFolder(const std::string& run_dir, const std::string& cluster_ref, const std::string& model_ref,
+                     PlanInputs* in, std::optional<RunRecord>* run, std::string* profile_path) {
+  const fs::path plan_file = fs::path(run_dir) / "plan.toml";
+  std::error_code ec;
+  if (!fs::exists(plan_file, ec))
+    return Status::InvalidArgument(fmt::format(
+        "{}: no plan.toml: give the folder a `motley train` run wrote (its [checkpoint] dir), or --plan FILE",
+        run_dir));
+  MOTLEY_ASSIGN_OR_RETURN(*in, LoadPlanInputs(plan_file.string(), cluster_ref, model_ref));
+  MOTLEY_ASSIGN_OR_RETURN(*run, ReadRun(run_dir));
+  if (profile_path->empty() && fs::exists(fs::path(run_dir) / "profile.json", ec))
+    *profile_path = (fs::path(run_dir) / "profile.json").string();
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunReport(const std::vector<std::string>& args) {
@@ -191,15 +222,7 @@ int RunReport(const std::vector<std::string>& args) {
       "--run", run_dir,
       "a run's folder (its checkpoint dir: plan.toml, metrics.jsonl, profile.json, trace.json)");
   IslandsQuery islands;  // --island-plan: islands, the page's plan island 0's
-  auto* islands_opt =
-      app.add_option("--island-plan", islands.plan_paths,
-                     "islands instead of one plan: each island's plan, in order (repeatable)");
-  app.add_option("--inner-steps", islands.inner_steps,
-                 "islands: H, every island's or each island's (H0,H1,..)")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  app.add_option("--compression", islands.compression, "islands: what crosses between them")
-      ->check(CLI::IsMember({"none", "fp16", "int8"}));
+  CLI::Option* islands_opt = AddIslandsFlags(app, &islands);
   plan_opt->excludes(job_opt)->excludes(run_opt)->excludes(islands_opt);
   islands_opt->excludes(job_opt)->excludes(run_opt);
   job_opt->excludes(run_opt);
@@ -233,21 +256,8 @@ int RunReport(const std::vector<std::string>& args) {
   std::string subject;
   std::optional<RunRecord> run;
   if (!run_dir.empty()) {
-    const fs::path plan_file = fs::path(run_dir) / "plan.toml";
-    std::error_code ec;
-    if (!fs::exists(plan_file, ec))
-      return fail(
-          Status::InvalidArgument(fmt::format("{}: no plan.toml: give the folder a `motley train` run wrote "
-                                              "(its [checkpoint] dir), or --plan FILE",
-                                              run_dir)));
-    Result<PlanInputs> loaded = LoadPlanInputs(plan_file.string(), cluster_ref, model_ref);
-    if (!loaded.ok()) return fail(loaded.status());
-    in = std::move(*loaded);
-    Result<RunRecord> r = ReadRun(run_dir);
-    if (!r.ok()) return fail(r.status());
-    run = std::move(*r);
-    if (profile_path.empty() && fs::exists(fs::path(run_dir) / "profile.json", ec))
-      profile_path = (fs::path(run_dir) / "profile.json").string();
+    if (Status st = LoadRunFolder(run_dir, cluster_ref, model_ref, &in, &run, &profile_path); !st.ok())
+      return fail(st);
     subject = "run " + run_dir;
   } else if (!plan_path.empty()) {
     Result<PlanInputs> loaded = LoadPlanInputs(plan_path, cluster_ref, model_ref);

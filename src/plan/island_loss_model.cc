@@ -8,55 +8,108 @@
 namespace motley {
 namespace {
 
-// bench/reports/islands_loss.md, session 47 (tinyshakespeare): each run's final validation loss over the
-// synchronous run's, and the synchronous run's tokens to that loss (its validation curve, linear between
-// its points every 50 steps) over the islands' 300 steps.
+// bench/reports/islands_loss.md (tinyshakespeare, llama-1m, 300 steps): each run's final validation loss
+// over the synchronous run's (1.7541), and the synchronous run's tokens to that loss (its validation curve,
+// linear between its points every 50 steps) over the islands' 300 steps.
 struct Measured {
   int64_t islands, inner_steps;
   double token_efficiency, loss_penalty;
 };
-constexpr Measured kMeasured[] = {
-    {2, 10, 0.286, 0.266},  // 2.2200 against 1.7541; the synchronous run at 2.2200: step 85.9
-    {2, 50, 0.552, 0.101},  // 1.9314; step 165.6
-    {4, 10, 0.263, 0.291},  // 2.2649; step 78.9
-    {4, 50, 0.460, 0.143},  // 2.0057; step 137.9
+struct MeasuredSettings {
+  const char* name;
+  double lr, momentum;
+  bool nesterov;
+  int64_t most_islands;  // measured at 2 islands and, where 4, at 4
+  Measured runs[4];
 };
-constexpr int64_t kFewestIslands = 2, kMostIslands = 4, kFewestSteps = 10, kMostSteps = 50;
+constexpr MeasuredSettings kSettings[] = {
+    // Session 47: DiLoCo's settings.
+    {"DiLoCo's outer optimizer (lr 0.7, Nesterov momentum 0.9)",
+     0.7,
+     0.9,
+     true,
+     4,
+     {{2, 10, 0.286, 0.266},    // 2.2200; the synchronous run at 2.2200: step 85.9
+      {2, 50, 0.552, 0.101},    // 1.9314; step 165.6
+      {4, 10, 0.263, 0.291},    // 2.2649; step 78.9
+      {4, 50, 0.460, 0.143}}},  // 2.0057; step 137.9
+    // Session 49: averaging the islands' parameters (outer SGD at lr 1, no momentum).
+    {"averaging (outer lr 1, no momentum)",
+     1.0,
+     0.0,
+     true,
+     2,
+     {{2, 10, 0.783, 0.029},  // 1.8057; step 234.8
+      {2, 50, 0.665, 0.058},  // 1.8552; step 199.6
+      {},
+      {}}},
+};
+constexpr int64_t kFewestIslands = 2, kFewestSteps = 10, kMostSteps = 50;
 
-// The measurement at (islands, inner_steps), both among the measured.
-const Measured& At(int64_t islands, int64_t inner_steps) {
-  for (const Measured& m : kMeasured)
+const Measured& At(const MeasuredSettings& s, int64_t islands, int64_t inner_steps) {
+  for (const Measured& m : s.runs)
     if (m.islands == islands && m.inner_steps == inner_steps) return m;
-  return kMeasured[0];
+  return s.runs[0];
 }
 
-}  // namespace
+// The measured settings `outer` is (its momentum's form matters only with momentum), or null.
+const MeasuredSettings* SettingsOf(const OuterConfig& outer) {
+  for (const MeasuredSettings& s : kSettings)
+    if (outer.lr == s.lr && outer.momentum == s.momentum && (s.momentum == 0 || outer.nesterov == s.nesterov))
+      return &s;
+  return nullptr;
+}
 
-IslandLossEstimate EstimateIslandLoss(int64_t islands, int64_t inner_steps) {
+IslandLossEstimate Interpolate(const MeasuredSettings& s, int64_t islands, int64_t inner_steps) {
   IslandLossEstimate out;
-  if (islands <= 1) {
-    out.basis = "one island is the synchronous run";
-    return out;
-  }
-  const double n = std::clamp<double>(static_cast<double>(islands), kFewestIslands, kMostIslands);
+  const int64_t most = s.most_islands;
+  const double n =
+      std::clamp<double>(static_cast<double>(islands), kFewestIslands, static_cast<double>(most));
   const double h = std::clamp<double>(static_cast<double>(inner_steps), kFewestSteps, kMostSteps);
   const double along_h =
       std::log(h / kFewestSteps) / std::log(static_cast<double>(kMostSteps) / kFewestSteps);
-  const double along_n = (n - kFewestIslands) / (kMostIslands - kFewestIslands);
+  const double along_n =
+      most > kFewestIslands ? (n - kFewestIslands) / static_cast<double>(most - kFewestIslands) : 0;
   auto blend = [&](double Measured::*field) {
     auto at_n = [&](int64_t count) {
-      return At(count, kFewestSteps).*field * (1 - along_h) + At(count, kMostSteps).*field * along_h;
+      return At(s, count, kFewestSteps).*field * (1 - along_h) + At(s, count, kMostSteps).*field * along_h;
     };
-    return at_n(kFewestIslands) * (1 - along_n) + at_n(kMostIslands) * along_n;
+    return at_n(kFewestIslands) * (1 - along_n) + at_n(most) * along_n;
   };
   out.token_efficiency = blend(&Measured::token_efficiency);
   out.loss_penalty = blend(&Measured::loss_penalty);
   out.basis = fmt::format(
-      "an estimate from 2 and 4 islands at H = 10 and 50 on a 1M-parameter model "
+      "an estimate for {}, from {} islands at H = 10 and 50 on a 1M-parameter model "
       "(bench/reports/islands_loss.md){}",
-      islands > kMostIslands || inner_steps > kMostSteps || inner_steps < kFewestSteps
+      s.name, most > kFewestIslands ? "2 and 4" : "2",
+      islands > most || inner_steps > kMostSteps || inner_steps < kFewestSteps
           ? fmt::format(", held at the nearest measured for {} islands at H = {}", islands, inner_steps)
           : "");
+  return out;
+}
+
+}  // namespace
+
+IslandLossEstimate EstimateIslandLoss(int64_t islands, int64_t inner_steps, const OuterConfig& outer) {
+  if (islands <= 1) return {1, 0, "one island is the synchronous run"};
+  const MeasuredSettings* s = SettingsOf(outer);
+  IslandLossEstimate out = Interpolate(s != nullptr ? *s : kSettings[0], islands, inner_steps);
+  if (s == nullptr)
+    out.basis += fmt::format(" — measured at those settings, not at outer lr {:g}, momentum {:g}", outer.lr,
+                             outer.momentum);
+  return out;
+}
+
+OuterConfig BestMeasuredOuterSettings(int64_t islands, int64_t inner_steps) {
+  const MeasuredSettings* best = &kSettings[0];
+  for (const MeasuredSettings& s : kSettings)
+    if (Interpolate(s, islands, inner_steps).token_efficiency >
+        Interpolate(*best, islands, inner_steps).token_efficiency)
+      best = &s;
+  OuterConfig out;
+  out.lr = best->lr;
+  out.momentum = best->momentum;
+  out.nesterov = best->nesterov;
   return out;
 }
 

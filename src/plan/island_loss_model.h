@@ -1,13 +1,16 @@
 // What training as islands costs in progress, for the planner's choice of islands (issue #52 item 3):
 // an estimate, not a prediction of this job. Islands that meet every H inner steps train a worse model
 // for the same tokens than one synchronous run; how much worse was measured on a small model
-// (bench/reports/islands_loss.md: llama-1m on tinyshakespeare, 300 steps of 4,096 tokens, DiLoCo's outer
-// optimizer, 2 and 4 islands at H = 10 and 50) and is interpolated here — in log H between the measured
-// H, linearly in the islands' count, held at the nearest measurement outside them.
+// (bench/reports/islands_loss.md: llama-1m on tinyshakespeare, 300 steps of 4,096 tokens, at H = 10 and
+// 50 — with DiLoCo's outer optimizer at 2 and 4 islands, with plain averaging at 2) and is interpolated
+// here: in log H between the measured H, linearly in the islands' count, held at the nearest
+// measurement outside them (and said so).
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "core/job.h"
 
 namespace motley {
 
@@ -20,7 +23,11 @@ struct IslandLossEstimate {
   std::string basis;  // what it rests on, for --explain
 };
 
-/// `islands` islands meeting every `inner_steps` steps. One island: no cost.
-IslandLossEstimate EstimateIslandLoss(int64_t islands, int64_t inner_steps);
+/// `islands` islands meeting every `inner_steps` steps with the outer optimizer `outer` (measured: DiLoCo's
+/// settings and plain averaging; other settings take DiLoCo's figures, and say so). One island: no cost.
+IslandLossEstimate EstimateIslandLoss(int64_t islands, int64_t inner_steps, const OuterConfig& outer);
+
+/// Of the measured outer settings, the one estimated to lose least for `islands` at `inner_steps`.
+OuterConfig BestMeasuredOuterSettings(int64_t islands, int64_t inner_steps);
 
 }  // namespace motley

@@ -5,25 +5,55 @@
 namespace motley {
 namespace {
 
+OuterConfig Diloco() { return OuterConfig{}; }  // the job's defaults: DiLoCo's
+OuterConfig Averaging() { return OuterConfig{1.0, 0.0, true, "none"}; }
+
 // The estimate is the measurement where there is one, between them in log H and the islands' count,
 // held at the nearest outside them, and no cost for one island.
 TEST(IslandLossModel, InterpolatesTheMeasuredRunsAndHoldsAtTheNearestOutside) {
-  EXPECT_EQ(EstimateIslandLoss(1, 50).token_efficiency, 1);
-  EXPECT_EQ(EstimateIslandLoss(1, 50).loss_penalty, 0);
-  EXPECT_NEAR(EstimateIslandLoss(2, 50).token_efficiency, 0.552, 1e-12);
-  EXPECT_NEAR(EstimateIslandLoss(2, 50).loss_penalty, 0.101, 1e-12);
-  EXPECT_NEAR(EstimateIslandLoss(4, 10).token_efficiency, 0.263, 1e-12);
-  // log H: H = sqrt(10 * 50) is halfway.
-  const double mid = EstimateIslandLoss(2, 22).token_efficiency;
+  EXPECT_EQ(EstimateIslandLoss(1, 50, Diloco()).token_efficiency, 1);
+  EXPECT_EQ(EstimateIslandLoss(1, 50, Diloco()).loss_penalty, 0);
+  EXPECT_NEAR(EstimateIslandLoss(2, 50, Diloco()).token_efficiency, 0.552, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(2, 50, Diloco()).loss_penalty, 0.101, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(4, 10, Diloco()).token_efficiency, 0.263, 1e-12);
+  // log H: between the measured H.
+  const double mid = EstimateIslandLoss(2, 22, Diloco()).token_efficiency;
   EXPECT_GT(mid, 0.286);
   EXPECT_LT(mid, 0.552);
-  EXPECT_NEAR(EstimateIslandLoss(3, 50).token_efficiency, (0.552 + 0.460) / 2, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(3, 50, Diloco()).token_efficiency, (0.552 + 0.460) / 2, 1e-12);
   // Outside the measured: held, and said so.
-  EXPECT_EQ(EstimateIslandLoss(2, 500).token_efficiency, EstimateIslandLoss(2, 50).token_efficiency);
-  EXPECT_EQ(EstimateIslandLoss(16, 50).token_efficiency, EstimateIslandLoss(4, 50).token_efficiency);
-  EXPECT_NE(EstimateIslandLoss(2, 500).basis.find("held at the nearest measured"), std::string::npos);
-  EXPECT_EQ(EstimateIslandLoss(2, 50).basis.find("held at"), std::string::npos);
-  EXPECT_NE(EstimateIslandLoss(2, 50).basis.find("an estimate"), std::string::npos);
+  EXPECT_EQ(EstimateIslandLoss(2, 500, Diloco()).token_efficiency,
+            EstimateIslandLoss(2, 50, Diloco()).token_efficiency);
+  EXPECT_EQ(EstimateIslandLoss(16, 50, Diloco()).token_efficiency,
+            EstimateIslandLoss(4, 50, Diloco()).token_efficiency);
+  EXPECT_NE(EstimateIslandLoss(2, 500, Diloco()).basis.find("held at the nearest measured"),
+            std::string::npos);
+  EXPECT_EQ(EstimateIslandLoss(2, 50, Diloco()).basis.find("held at"), std::string::npos);
+  EXPECT_NE(EstimateIslandLoss(2, 50, Diloco()).basis.find("an estimate"), std::string::npos);
+}
+
+// Each measured setting has its own figures; another setting takes DiLoCo's and says so; the planner's
+// choice of settings is the measured one that loses least.
+TEST(IslandLossModel, EachMeasuredOuterSettingHasItsOwnFigures) {
+  EXPECT_NEAR(EstimateIslandLoss(2, 10, Averaging()).token_efficiency, 0.783, 1e-12);
+  EXPECT_NE(EstimateIslandLoss(2, 10, Averaging()).basis.find("averaging"), std::string::npos);
+  // Averaging was measured at 2 islands only: 4 are held there, and said so.
+  EXPECT_EQ(EstimateIslandLoss(4, 10, Averaging()).token_efficiency,
+            EstimateIslandLoss(2, 10, Averaging()).token_efficiency);
+  EXPECT_NE(EstimateIslandLoss(4, 10, Averaging()).basis.find("held at the nearest measured"),
+            std::string::npos);
+  OuterConfig other = Diloco();
+  other.lr = 0.5;
+  const IslandLossEstimate unmeasured = EstimateIslandLoss(2, 50, other);
+  EXPECT_EQ(unmeasured.token_efficiency, EstimateIslandLoss(2, 50, Diloco()).token_efficiency);
+  EXPECT_NE(unmeasured.basis.find("not at outer lr 0.5"), std::string::npos) << unmeasured.basis;
+  for (int64_t h : {10, 25, 50, 100}) {
+    const OuterConfig best = BestMeasuredOuterSettings(2, h);
+    EXPECT_GE(EstimateIslandLoss(2, h, best).token_efficiency,
+              EstimateIslandLoss(2, h, Diloco()).token_efficiency);
+    EXPECT_GE(EstimateIslandLoss(2, h, best).token_efficiency,
+              EstimateIslandLoss(2, h, Averaging()).token_efficiency);
+  }
 }
 
 }  // namespace
