@@ -174,6 +174,28 @@ TEST(Islands, OneIslandIsTheSynchronousRunBitForBit) {
   fs::remove_all(dir);
 }
 
+// Islands' replicas written out with the trainer's parts: `n` models from the job's seed, in fp64.
+void MakeReplicas(const JobSpec& job, int n, std::vector<LlamaModel>* models,
+                  std::vector<std::vector<ParamShard>>* shards) {
+  for (int i = 0; i < n; ++i) {
+    models->emplace_back(job.model, job.training.seed);
+    models->back()->set_precision(Precision::kFp64);
+    shards->push_back(trainer_parts::ShardsWithGradients(*models->back()));
+  }
+}
+
+// The run's last checkpoint holds `model`'s parameters (1e-10).
+void ExpectTheRunSaved(const JobSpec& job, LlamaModelImpl& model) {
+  LlamaModel saved(job.model, 1);
+  saved->set_precision(Precision::kFp64);
+  ASSERT_TRUE(LoadModelWeights(ResolveCheckpointDir(job.checkpoint.dir).value(), *saved).ok());
+  const auto want = model.named_parameters(), got = saved->named_parameters();
+  for (const auto& p : want) {
+    const torch::Tensor other = got[p.key()];
+    EXPECT_LT((p.value() - other).abs().max().item<double>(), 1e-10) << p.key();
+  }
+}
+
 // DiLoCo at H = 1, outer lr 1 and no momentum: each step, each island takes its half of the batch
 // with its own AdamW state, and the replicas' parameters are averaged — written out here with the
 // trainer's parts (fp64).
@@ -193,11 +215,7 @@ TEST(Islands, TwoIslandsAtOneInnerStepEqualReplicasAveragedAfterEachStep) {
   TrainingData data = OpenTrainingData(job.data, "", job.model.vocab_size, job.training.seq_len).value();
   std::vector<LlamaModel> models;
   std::vector<std::vector<ParamShard>> shards;
-  for (int i = 0; i < 2; ++i) {
-    models.emplace_back(job.model, job.training.seed);
-    models.back()->set_precision(Precision::kFp64);
-    shards.push_back(tp::ShardsWithGradients(*models.back()));
-  }
+  MakeReplicas(job, 2, &models, &shards);
   TrainingConfig half = job.training;
   half.global_batch_sequences = 2;
   const AdamW adamw(job.optimizer);
@@ -220,14 +238,7 @@ TEST(Islands, TwoIslandsAtOneInnerStepEqualReplicasAveragedAfterEachStep) {
       shards[1][k].param.copy_(mean);
     }
   }
-  LlamaModel saved(job.model, 1);
-  saved->set_precision(Precision::kFp64);
-  ASSERT_TRUE(LoadModelWeights(ResolveCheckpointDir(job.checkpoint.dir).value(), *saved).ok());
-  const auto want = models[0]->named_parameters(), got = saved->named_parameters();
-  for (const auto& p : want) {
-    const torch::Tensor other = got[p.key()];
-    EXPECT_LT((p.value() - other).abs().max().item<double>(), 1e-10) << p.key();
-  }
+  ExpectTheRunSaved(job, *models[0]);
   // The islands are not the synchronous run: averaging two AdamW replicas is another algorithm.
   Recorder sync;
   JobSpec plain = job;
@@ -260,11 +271,7 @@ TEST(Islands, ASlowerIslandTakesFewerInnerStepsAndWeighsByItsTokens) {
   TrainingData data = OpenTrainingData(job.data, "", job.model.vocab_size, job.training.seq_len).value();
   std::vector<LlamaModel> models;
   std::vector<std::vector<ParamShard>> shards;
-  for (int i = 0; i < 2; ++i) {
-    models.emplace_back(job.model, job.training.seed);
-    models.back()->set_precision(Precision::kFp64);
-    shards.push_back(tp::ShardsWithGradients(*models.back()));
-  }
+  MakeReplicas(job, 2, &models, &shards);
   TrainingConfig half = job.training;
   half.global_batch_sequences = 2;
   const AdamW adamw(job.optimizer);
@@ -292,14 +299,7 @@ TEST(Islands, ASlowerIslandTakesFewerInnerStepsAndWeighsByItsTokens) {
       shards[1][k].param.copy_(anchor);
     }
   }
-  LlamaModel saved(job.model, 1);
-  saved->set_precision(Precision::kFp64);
-  ASSERT_TRUE(LoadModelWeights(ResolveCheckpointDir(job.checkpoint.dir).value(), *saved).ok());
-  const auto want = models[0]->named_parameters(), got = saved->named_parameters();
-  for (const auto& p : want) {
-    const torch::Tensor other = got[p.key()];
-    EXPECT_LT((p.value() - other).abs().max().item<double>(), 1e-10) << p.key();
-  }
+  ExpectTheRunSaved(job, *models[0]);
   fs::remove_all(dir);
 }
 
