@@ -180,6 +180,10 @@ Result<std::optional<IslandCandidate>> ConsiderIslands(const std::string& flag, 
        count < 2))
     return Status::InvalidArgument(
         fmt::format("--islands {}: give auto, off or a count of islands (2 or more)", flag));
+  if (forced && regions < 2)
+    return Status::InvalidArgument(fmt::format(
+        "--islands {}: the cluster {} is one region, and islands are one a region so far: give auto or off",
+        flag, a.cluster->name));
   if (forced && count != regions)
     return Status::InvalidArgument(
         fmt::format("--islands {}: islands are one a region so far and the cluster {} has {} region{}: give "

@@ -186,6 +186,12 @@ TEST(IslandsSimulate, PlanCompareListsIslandsOneARegionAndWritesTheirPlans) {
   CliRun three = Motley(plan + "--islands 3", false, dir.path().string());
   EXPECT_EQ(three.exit_code, 1) << three.output;
   EXPECT_CONTAINS(three.output, "--islands 3: islands are one a region so far and the cluster");
+  CliRun one_region = Motley(
+      "plan --cluster local-emulated --model llama-1m --seq-len 16 --global-batch-tokens 256 "
+      "--islands 2",
+      false, dir.path().string());
+  EXPECT_EQ(one_region.exit_code, 1) << one_region.output;
+  EXPECT_CONTAINS(one_region.output, "is one region, and islands are one a region so far: give auto or off");
   // One island a region, on as many devices each: east's are 0 and 1, west's 2 and 3.
   ASSERT_EQ(islands["devices"].size(), 2u);
   EXPECT_EQ(islands["devices"][0].size(), islands["devices"][1].size());
