@@ -17,8 +17,8 @@
 #include "runtime/train/planned_islands.h"
 #include "runtime/train/planned_run.h"
 #include "runtime/train/trainer.h"
+#include "supervise/island_supervisor.h"
 #include "supervise/job_supervisor.h"
-#include "supervise/launcher.h"
 
 namespace motley::cli {
 namespace {
@@ -175,6 +175,13 @@ void AddHiddenOptions(CLI::App& app, TrainOptions& options) {
                  "fault injection (tests): this rank's loss is NaN ...")
       ->group("");
   app.add_option("--diverge-at-step", options.faults.diverge_at_step, "... in this step (from 1)")->group("");
+  app.add_option("--islands-present", options.planned.islands_present,
+                 "elastic islands: the islands launched (island numbers, in order; default all)")
+      ->delimiter(',')
+      ->group("");
+  app.add_option("--stop-at-step", options.planned.stop_at_step,
+                 "elastic islands: stop with a checkpoint at this round's end (a lost island joins then)")
+      ->group("");
   app.add_flag("--cpu-copy-threads", options.planned.cpu_copy_threads,
                "tests: offload copies on CPU asynchronous on worker threads, as on a GPU")
       ->group("");
@@ -191,25 +198,6 @@ int RunTrainHere(const JobSpec& job, const TrainOptions& options) {
   }
   PrintSummary(*s);
   return kExitOk;
-}
-
-// A run of islands started without a launcher: its ranks started here, as `motley launch` starts them
-// (the islands' ranks one island after another), each running this command.
-int LaunchIslandRanks(const TrainOptions& options, const std::vector<std::string>& args) {
-  LaunchOptions launch;
-  launch.nproc = 0;
-  for (const std::string& path : options.planned.island_plans) {
-    Result<Plan> plan = LoadPlanFile(path);
-    if (!plan.ok()) {
-      fmt::print(stderr, "motley train: {}\n", plan.status().message());
-      return kExitFailure;
-    }
-    launch.nproc += plan->num_devices();
-  }
-  std::error_code ec;
-  launch.command = {std::filesystem::read_symlink("/proc/self/exe", ec).string(), "train"};
-  launch.command.insert(launch.command.end(), args.begin(), args.end());
-  return Launch(launch) == 0 ? kExitOk : kExitFailure;
 }
 
 // What this process cannot run, said once: a launched rank without a plan, or islands that would
@@ -284,10 +272,16 @@ int RunTrain(const std::vector<std::string>& args) {
       "--even-if-predicted-oom", options.supervisor.even_if_predicted_oom,
       "with --plan: start the plan even when the simulator predicts it runs out of memory (a device that "
       "does run out is then planned again, more frugally)");
-  app.add_option("--max-restarts", options.supervisor.max_restarts,
-                 "on a cluster: when a rank dies, plan again without its node and resume from the newest "
-                 "checkpoint, up to this many times (default 0: the run fails)")
+  app.add_option(
+         "--max-restarts", options.supervisor.max_restarts,
+         "on a cluster: when a rank dies, plan again without its node and resume from the newest "
+         "checkpoint, up to this many times (default 0: the run fails); islands: the island of a rank "
+         "that dies is left out, the others resume from the newest checkpoint")
       ->check(AtLeast(0));
+  app.add_option("--island-rejoin-steps", options.supervisor.island_rejoin_steps,
+                 "islands with --max-restarts: a lost island joins again from the latest outer state after "
+                 "this many steps, at a round's end (default: one round, inner_steps)")
+      ->check(AtLeast(1));
   app.add_flag("--hosts", options.supervisor.across_hosts,
                "on a cluster whose nodes name their host: start each launch's ranks on the hosts its plan's "
                "devices sit on, one motley agent a host, through --remote");
@@ -354,7 +348,7 @@ int RunTrain(const std::vector<std::string>& args) {
   // Islands with a plan each: their ranks (started here without a launcher), or with --single-process
   // the islands in this process, each on its plan's share of the batch.
   const bool island_ranks = !options.planned.island_plans.empty() && !single_process;
-  if (island_ranks && rv->world_size == 1) return LaunchIslandRanks(options, args);
+  if (island_ranks && rv->world_size == 1) return SuperviseIslands(*job, options, args);
   if (!options.planned.plan_path.empty() || island_ranks)
     return RunTrainWithPlan(*job, options, rv->rank == 0);
   if (job->cluster.num_devices() > 1 && !single_process) return SuperviseJob(job_path, *job, options, args);

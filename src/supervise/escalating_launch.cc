@@ -25,7 +25,6 @@
 
 namespace motley {
 namespace fs = std::filesystem;
-namespace {
 
 // `args` without `--name VALUE` and `--name=VALUE`.
 std::vector<std::string> WithoutOption(const std::vector<std::string>& args, const std::string& name) {
@@ -41,14 +40,6 @@ std::vector<std::string> WithoutOption(const std::vector<std::string>& args, con
   return out;
 }
 
-// The arguments every rank gets: the supervisor's own, less what only the supervisor reads.
-std::vector<std::string> RankArgs(const std::vector<std::string>& args) {
-  std::vector<std::string> out =
-      WithoutOption(WithoutOption(WithoutOption(args, "--plan"), "--profile"), "--remote");
-  out.erase(std::remove(out.begin(), out.end(), std::string("--hosts")), out.end());
-  return out;
-}
-
 // The checkpoint this run has written since `since` (its `latest`), or "".
 std::string CheckpointWrittenSince(const std::string& run_dir, fs::file_time_type since) {
   std::error_code ec;
@@ -56,6 +47,16 @@ std::string CheckpointWrittenSince(const std::string& run_dir, fs::file_time_typ
   if (!fs::exists(latest, ec) || fs::last_write_time(latest, ec) < since || ec) return "";
   Result<std::string> dir = ResolveCheckpointDir(run_dir);
   return dir.ok() ? *dir : "";
+}
+
+namespace {
+
+// The arguments every rank gets: the supervisor's own, less what only the supervisor reads.
+std::vector<std::string> RankArgs(const std::vector<std::string>& args) {
+  std::vector<std::string> out =
+      WithoutOption(WithoutOption(WithoutOption(args, "--plan"), "--profile"), "--remote");
+  out.erase(std::remove(out.begin(), out.end(), std::string("--hosts")), out.end());
+  return out;
 }
 
 std::string Steps(int64_t first, int64_t last) {

@@ -5,6 +5,7 @@
 // TrainOptions::max_restarts times). Every decision is said on stdout and in the run's metrics.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,11 @@ int LaunchEscalating(const SupervisedRun& run, Plan plan);
 
 /// What a plan does, in a few lines (the supervisor's log).
 void PrintPlan(const Plan& plan);
+
+/// `args` without `--name VALUE` and `--name=VALUE` (what a relaunch passes on changes).
+std::vector<std::string> WithoutOption(const std::vector<std::string>& args, const std::string& name);
+
+/// The checkpoint the run in `run_dir` has written since `since` (its `latest`), or "".
+std::string CheckpointWrittenSince(const std::string& run_dir, std::filesystem::file_time_type since);
 
 }  // namespace motley

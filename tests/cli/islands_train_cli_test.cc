@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -229,6 +230,65 @@ TEST(IslandsTrain, LaunchedIslandsCheckpointTheOuterStateAndResumeUnderAnyLayout
     EXPECT_GE(d, 0);
     EXPECT_LT(d, 1e-10);
   }
+}
+
+// An island lost mid-run (#52 item 5): a rank of island 0 dies in step 3; island 1 goes on alone from the
+// checkpoint of step 2 (its own share of each batch, its pseudo-gradient alone in the rounds; it writes
+// the checkpoints and metrics now), stops at the round's end of step 4 with a checkpoint, and both islands
+// resume from it: the lost island joins again from the latest outer state. The supervisor's launches end
+// where the same launches made by hand end (fp64, 1e-10), and not where the run without the loss does.
+TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
+  TempDir dir;
+  dir.Write("cluster.toml", kCluster);
+  dir.Write("model.toml", kModel);
+  auto job = [&](const std::string& name) {
+    return dir.Write(name + ".toml", Job(dir.Join(name), 1.0, true) +
+                                         "interval_steps = 2\n[islands]\ncount = 2\ninner_steps = 2\n");
+  };
+  const std::string two = " --steps 8 --island-plan " +
+                          dir.Write("p0.toml", DataParallelPlan("[0, 1]", "[2, 1]")) + " --island-plan " +
+                          dir.Write("p1.toml", DataParallelPlan("[2, 3]", "[1, 2]"));
+  job("elastic");
+  CliRun elastic =
+      Motley("train elastic.toml --max-restarts 1 --die-rank 1 --die-at-step 3 --metrics elastic.jsonl" + two,
+             false, dir.path().string());
+  ASSERT_EQ(elastic.exit_code, 0) << elastic.output;
+  EXPECT_CONTAINS(elastic.output, "rank 1 (island 0) failed: island 0 is lost");
+  EXPECT_CONTAINS(elastic.output,
+                  "island 1 goes on from the checkpoint of step 2; island 0 joins again at step 4");
+  EXPECT_CONTAINS(elastic.output, "island 0 joins again at step 4, from the outer state of its checkpoint");
+  // The same launches by hand.
+  job("by-hand");
+  for (const std::string& launch :
+       {std::string(" --stop-at-step 2"),
+        " --islands-present 1 --stop-at-step 4 --resume " + dir.Join("by-hand/step-000002"),
+        " --resume " + dir.Join("by-hand/step-000004")}) {
+    CliRun r = Motley("train by-hand.toml --metrics-append" + launch + two, false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << launch << "\n" << r.output;
+  }
+  const std::string end = "/step-000008/model.safetensors";
+  const double d = MaxRelativeDifference(dir.Join("elastic" + end), dir.Join("by-hand" + end));
+  std::cout << "elastic against by hand: relative difference of the parameters " << d << "\n";
+  EXPECT_GE(d, 0);
+  EXPECT_LT(d, 1e-10);
+  job("whole");
+  CliRun whole = Motley("train whole.toml" + two, false, dir.path().string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  EXPECT_GT(MaxRelativeDifference(dir.Join("elastic" + end), dir.Join("whole" + end)), 1e-6);
+  // The metrics: the loss, the rejoin, and each round among the islands present (round 4: island 1's).
+  std::ifstream metrics(dir.Join("elastic.jsonl"));
+  std::vector<std::string> events;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const std::string e = j.value("event", "");
+    if (e == "island_lost")
+      events.push_back(fmt::format("lost {} at {} rejoin {}", j["island"].get<int>(),
+                                   j["resume_step"].get<int64_t>(), j["rejoin_step"].get<int64_t>()));
+    if (e == "island_rejoined") events.push_back(fmt::format("rejoined at {}", j["step"].get<int64_t>()));
+    if (e == "outer_round") events.push_back(fmt::format("round {}", j["step"].get<int64_t>()));
+  }
+  EXPECT_EQ(events, (std::vector<std::string>{"round 2", "lost 0 at 2 rejoin 4", "round 4", "rejoined at 4",
+                                              "round 6", "round 8"}));
 }
 
 }  // namespace

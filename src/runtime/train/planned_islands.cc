@@ -23,15 +23,43 @@
 namespace motley {
 namespace {
 
-// The islands' plans and where each island's ranks and sequences start.
+// The islands' plans, which of them are launched, and where each island's ranks and sequences start.
 struct IslandLayout {
-  std::vector<Plan> plans;
-  Schedule round;                       // the outer round (plan/outer_round.h), every rank's
-  std::vector<int> first_rank;          // in the launched world
-  std::vector<int64_t> first_sequence;  // in each step's global batch
+  std::vector<Plan> plans;              // every island's, in island order
+  std::vector<int> present;             // the islands launched, in order (all but a lost one)
+  Schedule round;                       // the outer round (plan/outer_round.h) of the present islands' ranks
+  std::vector<int64_t> first_sequence;  // each island's, in each step's global batch
   int ranks_each = 0;                   // every island's plan has as many ranks
-  int world_size() const { return ranks_each * static_cast<int>(plans.size()); }
+  int world_size() const { return ranks_each * static_cast<int>(present.size()); }
 };
+
+// `options`' present islands (every one when none is named), checked against the job's.
+Result<std::vector<int>> PresentIslands(const JobSpec& job, const TrainOptions& options,
+                                        int64_t clock_steps) {
+  std::vector<int> present = options.planned.islands_present;
+  if (present.empty()) {
+    present.resize(static_cast<size_t>(job.islands.count));
+    std::iota(present.begin(), present.end(), 0);
+  }
+  for (size_t k = 0; k < present.size(); ++k)
+    if (present[k] < 0 || present[k] >= job.islands.count || (k > 0 && present[k] <= present[k - 1]))
+      return Status::InvalidArgument(
+          fmt::format("--islands-present: {} is not an island of {} (0..{}, each once, in order)", present[k],
+                      job.file, job.islands.count - 1));
+  // The first island present keeps the run's clock (its steps number the checkpoints).
+  if (job.islands.InnerSteps(present[0]) != job.islands.inner_steps)
+    return Status::InvalidArgument(fmt::format(
+        "{}: island {} leads the islands present but takes {} inner steps a round to the clock's {}: islands "
+        "of their own inner steps go on only while island 0 is present",
+        job.file, present[0], job.islands.InnerSteps(present[0]), job.islands.inner_steps));
+  const int64_t stop = options.planned.stop_at_step;
+  if (stop < 0 || (stop > 0 && stop < clock_steps && stop % job.islands.inner_steps != 0))
+    return Status::InvalidArgument(
+        fmt::format("--stop-at-step {}: not the end of an outer round (a multiple of "
+                    "inner_steps = {}) or of the run",
+                    stop, job.islands.inner_steps));
+  return present;
+}
 
 Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& options) {
   const std::vector<std::string>& paths = options.planned.island_plans;
@@ -40,6 +68,8 @@ Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& optio
         "{}: [islands] count = {} but {} island plan{} given (--island-plan, one for each island in order)",
         job.file, job.islands.count, paths.size(), paths.size() == 1 ? " was" : "s were"));
   IslandLayout out;
+  const int64_t clock_steps = options.steps > 0 ? options.steps : job.training.steps;
+  MOTLEY_ASSIGN_OR_RETURN(out.present, PresentIslands(job, options, clock_steps));
   int64_t sequences = 0;
   for (size_t i = 0; i < paths.size(); ++i) {
     MOTLEY_ASSIGN_OR_RETURN(Plan plan, LoadPlanFile(paths[i]));
@@ -49,13 +79,11 @@ Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& optio
           "island a plan of as many ranks holding the same parts of the model",
           paths[i], plan.num_devices(), paths[0], out.ranks_each));
     out.ranks_each = plan.num_devices();
-    out.first_rank.push_back(static_cast<int>(i) * out.ranks_each);
     out.first_sequence.push_back(sequences);
     sequences += plan.global_batch_sequences();
     out.plans.push_back(std::move(plan));
   }
-  const int64_t clock_steps = options.steps > 0 ? options.steps : job.training.steps;
-  for (int64_t i = 1; i < job.islands.count; ++i)
+  for (const int i : out.present)
     if (job.islands.OwnSteps(i, clock_steps) == 0)
       return Status::InvalidArgument(fmt::format(
           "{}: island {} takes {} inner steps to island 0's {}, so none in a run of {} steps: raise "
@@ -66,9 +94,10 @@ Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& optio
         "the island plans' batches add up to {} sequences a step but the job {} has global_batch_sequences = "
         "{}; each island trains on its own share of the batch: make the shares add up",
         sequences, job.file, job.training.global_batch_sequences));
-  // The round every rank follows, from the islands' step schedules (as each island's run lowers its own).
+  // The round every rank follows, from the present islands' step schedules (as each island's run
+  // lowers its own).
   std::vector<Schedule> steps;
-  for (size_t i = 0; i < out.plans.size(); ++i) {
+  for (const int i : out.present) {
     Result<Schedule> s = LowerPlanToRun(out.plans[i], job);
     if (!s.ok()) return Status::InvalidArgument(fmt::format("{}: {}", paths[i], s.status().message()));
     steps.push_back(std::move(*s));
@@ -97,20 +126,23 @@ Result<IslandPlace> JoinIslands(const IslandLayout& layout, const TrainOptions& 
   if (rv.world_size != layout.world_size())
     return Status::InvalidArgument(fmt::format(
         "rank {}: launched as one of {} ranks, but the {} islands' plans have {} ranks each: launch {}",
-        rv.rank, rv.world_size, layout.plans.size(), layout.ranks_each, layout.world_size()));
+        rv.rank, rv.world_size, layout.present.size(), layout.ranks_each, layout.world_size()));
   MOTLEY_ASSIGN_OR_RETURN(torch::Device device, RankDevice(options.device, rv));
   CommConfig config;
   config.gpu = device.is_cuda();
   IslandPlace place;
   MOTLEY_ASSIGN_OR_RETURN(place.outer, Communicator::Connect(rv, config));
-  place.island = rv.rank / layout.ranks_each;
+  // The present islands' ranks, one island after another.
+  const int position = rv.rank / layout.ranks_each;
+  place.island = layout.present[static_cast<size_t>(position)];
   place.local_rank = rv.rank % layout.ranks_each;
   std::vector<int> own(layout.ranks_each);
-  std::iota(own.begin(), own.end(), layout.first_rank[place.island]);
+  std::iota(own.begin(), own.end(), position * layout.ranks_each);
   MOTLEY_ASSIGN_OR_RETURN(place.own, place.outer->Within(own, fmt::format("island-{}", place.island)));
   for (int local = 0; local < layout.ranks_each; ++local) {
     std::vector<int> across;
-    for (int first : layout.first_rank) across.push_back(first + local);
+    for (size_t p = 0; p < layout.present.size(); ++p)
+      across.push_back(static_cast<int>(p) * layout.ranks_each + local);
     MOTLEY_ASSIGN_OR_RETURN(CommGroup * g, place.outer->NewGroup(across));
     if (local == place.local_rank) place.across = g;
   }
@@ -298,11 +330,14 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
   }
   const DeviceEmulation emulation(job.cluster,
                                   layout.round.programs[static_cast<size_t>(place.outer->rank())].device);
-  const bool first = place.island == 0;  // validates and writes checkpoints
+  const bool first = place.island == layout.present[0];  // validates and writes checkpoints
   if (first && run.step() == 0) MOTLEY_RETURN_IF_ERROR(run.Validate(0));
   const int64_t h = job.islands.inner_steps;
-  for (int64_t clock = run.resumed_from_step(); clock < clock_steps;) {
-    clock = std::min(clock_steps, (clock / h + 1) * h);  // the round's end
+  // Where this launch ends: the run's end, or the round's at which a lost island joins again.
+  const int64_t stop =
+      options.planned.stop_at_step > 0 ? std::min(clock_steps, options.planned.stop_at_step) : clock_steps;
+  for (int64_t clock = run.resumed_from_step(); clock < stop;) {
+    clock = std::min(stop, (clock / h + 1) * h);  // the round's end
     int64_t since = 0;
     for (; run.step() < job.islands.OwnSteps(place.island, clock); ++since)
       MOTLEY_RETURN_IF_ERROR(run.Step());
@@ -323,7 +358,10 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
       MOTLEY_RETURN_IF_ERROR(run.Checkpoint({state}));
     }
   }
-  if (first && options.checkpoint_at_end && run.steps_run() > 0) {
+  // Stopped for a lost island to join: always a checkpoint (unless one was just written) to resume from.
+  const bool write =
+      stop == clock_steps ? options.checkpoint_at_end : !CheckpointDue(job, run.step(), run.total_steps());
+  if (first && write && run.steps_run() > 0) {
     MOTLEY_ASSIGN_OR_RETURN(const CheckpointExtraFile state,
                             OuterStateFile(place, layout.round, outer, run.executor()));
     MOTLEY_RETURN_IF_ERROR(run.Checkpoint({state}));
@@ -348,15 +386,20 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
   TrainOptions island_options = options;
   island_options.planned.plan_path = options.planned.island_plans[place.island];
   island_options.planned.first_sequence = layout.first_sequence[place.island];
-  island_options.planned.writes_outputs = place.island == 0;
+  island_options.planned.writes_outputs = place.island == layout.present[0];
+  // Faults injected for tests name ranks of the launched world; the island's run knows its own.
+  for (int* rank : {&island_options.faults.die_rank, &island_options.faults.perturb_rank,
+                    &island_options.faults.diverge_rank})
+    *rank = *rank >= 0 && *rank == place.outer->rank() ? place.local_rank : -1;
   island_options.planned.outer_round_hash = ScheduleHash(layout.round);
   const int64_t clock_steps = options.steps > 0 ? options.steps : job.training.steps;
   island_options.steps = job.islands.OwnSteps(place.island, clock_steps);
   island_options.planned.resumed_steps = [islands = job.islands, i = place.island](int64_t clock) {
     return islands.OwnSteps(i, clock);
   };
-  Result<std::unique_ptr<PlannedRun>> run = PlannedRun::Start(
-      island_job, island_options, place.island == 0 ? observer : nullptr, std::move(place.own));
+  Result<std::unique_ptr<PlannedRun>> run =
+      PlannedRun::Start(island_job, island_options, place.island == layout.present[0] ? observer : nullptr,
+                        std::move(place.own));
   if (!run.ok()) return run.status();
   const int64_t tokens_per_step = island_job.training.global_batch_sequences * job.training.seq_len;
   if (Status s = TrainIsland(**run, place, layout, job, options, clock_steps, tokens_per_step); !s.ok()) {

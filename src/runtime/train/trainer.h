@@ -55,6 +55,10 @@ struct SupervisorOptions {
   // (the cluster file's [[nodes]] host) through `remote`, one agent a host (supervise/plan_hosts.h).
   bool across_hosts = false;
   std::string remote = "ssh {host}";
+  // Islands launched by `motley train --island-plan ...`: a lost island is left out for this many
+  // clock steps (the others go on from the newest checkpoint), then every island resumes together
+  // from the survivors' checkpoint at the first round's end after them (0: one round, inner_steps).
+  int64_t island_rejoin_steps = 0;
 };
 
 // A rank of a launched run (motley launch, torchrun, srun, mpirun) executing a plan: PlannedRun
@@ -81,6 +85,12 @@ struct PlannedRunOptions {
   // Islands: a resumed island's own steps when island 0, the run's clock, had taken the checkpoint's
   // (IslandsConfig::OwnSteps); null: the checkpoint's.
   std::function<int64_t(int64_t)> resumed_steps;
+  // Elastic islands (the islands' supervisor, supervise/island_supervisor.h): the islands launched
+  // this time, in island order (empty: every one) — each reads its own share of every step's batch,
+  // an absent island's share is not trained — and the clock step at which they stop with a checkpoint
+  // so that a lost island can join them again (0: the run's end).
+  std::vector<int> islands_present;
+  int64_t stop_at_step = 0;
 };
 
 /// How `motley train` runs: the run's own options (one process or a rank of a planned run), and

@@ -1,0 +1,182 @@
+#include "supervise/island_supervisor.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "core/exit_codes.h"
+#include "core/metrics_file.h"
+#include "plan/plan_io.h"
+#include "runtime/train/checkpoint.h"
+#include "supervise/escalating_launch.h"
+#include "supervise/escalation.h"
+#include "supervise/launcher.h"
+
+namespace motley {
+namespace fs = std::filesystem;
+namespace {
+
+// The state of the islands' run across its launches.
+struct IslandRun {
+  const JobSpec& job;
+  const TrainOptions& options;
+  std::string self;               // this executable
+  std::string metrics_path;       // where the supervisor's events go (the ranks' metrics file)
+  fs::path reports;               // the ranks' failure reports
+  fs::file_time_type started;     // checkpoints written since are this run's
+  int ranks_each = 0;             // every island's plan's ranks
+  int64_t clock_steps = 0;        // the run's length, in island 0's steps
+  std::vector<std::string> args;  // every rank's arguments (its --resume moves on)
+  std::vector<int> present;       // the islands launched next
+  std::vector<int> lost;          // islands left out until `rejoin_step`
+  int64_t rejoin_step = 0;        // the clock step the launch of the present islands stops at (0: none)
+  int restarts = 0;
+};
+
+void WriteEvent(const IslandRun& r, nlohmann::json event) {
+  event["time_unix_s"] = NowUnixS();
+  std::ofstream(r.metrics_path, std::ios::app) << event.dump() << "\n";
+}
+
+// Launches the present islands' ranks once; `failed_rank`: the rank blamed for a failure (-1: none).
+int LaunchOnce(const IslandRun& r, int* failed_rank) {
+  std::error_code ec;
+  fs::remove_all(r.reports, ec);
+  LaunchOptions launch;
+  launch.failed_rank = failed_rank;
+  launch.nproc = r.ranks_each * static_cast<int>(r.present.size());
+  launch.command = {r.self, "train"};
+  launch.command.insert(launch.command.end(), r.args.begin(), r.args.end());
+  launch.command.insert(launch.command.end(), {"--failure-reports", r.reports.string()});
+  if (static_cast<int64_t>(r.present.size()) < r.job.islands.count)
+    launch.command.insert(launch.command.end(), {"--islands-present", fmt::format("{}", fmt::join(r.present, ","))});
+  if (r.rejoin_step > 0)
+    launch.command.insert(launch.command.end(), {"--stop-at-step", std::to_string(r.rejoin_step)});
+  return Launch(launch);
+}
+
+// The next launch resumes from the newest checkpoint this run wrote (else where the run began): sets
+// the arguments' --resume and returns its step.
+int64_t ResumeFromNewest(IslandRun& r) {
+  std::string from = CheckpointWrittenSince(r.job.checkpoint.dir, r.started);
+  if (from.empty()) from = r.options.resume;
+  r.args = WithoutOption(r.args, "--resume");
+  if (from.empty()) return 0;
+  r.args.insert(r.args.end(), {"--resume", from});
+  const Result<int64_t> step = CheckpointStep(from);
+  return step.ok() ? *step : 0;
+}
+
+// A rank of island `island` failed: the island is lost and the others go on, or (false) the run stops.
+bool LeaveOut(IslandRun& r, int failed_rank, int island) {
+  const IslandsConfig& islands = r.job.islands;
+  if (r.restarts >= r.options.supervisor.max_restarts) return false;
+  std::vector<int> left = r.present;
+  left.erase(std::find(left.begin(), left.end(), island));
+  if (left.empty()) return false;
+  if (islands.InnerSteps(left[0]) != islands.inner_steps) {
+    fmt::print(stderr,
+               "motley train: island {} was lost, and island {} left takes {} inner steps a round to the clock's "
+               "{}: islands of their own inner steps go on only while island 0 is present\n",
+               island, left[0], islands.InnerSteps(left[0]), islands.inner_steps);
+    return false;
+  }
+  ++r.restarts;
+  r.present = left;
+  r.lost.push_back(island);
+  std::sort(r.lost.begin(), r.lost.end());
+  // The fault injected for tests happened once: the restarted ranks do not repeat it.
+  r.args = WithoutOption(WithoutOption(r.args, "--die-rank"), "--die-at-step");
+  const int64_t from = ResumeFromNewest(r);
+  const int64_t rejoin_after =
+      r.options.supervisor.island_rejoin_steps > 0 ? r.options.supervisor.island_rejoin_steps : islands.inner_steps;
+  // The first round's end at least `rejoin_after` steps on; none when the run ends first.
+  const int64_t at = (from + rejoin_after + islands.inner_steps - 1) / islands.inner_steps * islands.inner_steps;
+  r.rejoin_step = at < r.clock_steps ? at : 0;
+  fmt::print("\nrank {} (island {}) failed: island {} is lost — restart {} of {}: island{} {} go{} on from {}{}\n\n",
+             failed_rank, island, island, r.restarts, r.options.supervisor.max_restarts,
+             r.present.size() == 1 ? "" : "s", fmt::join(r.present, ", "), r.present.size() == 1 ? "es" : "",
+             from > 0 ? fmt::format("the checkpoint of step {}", from) : std::string("the start"),
+             r.rejoin_step > 0 ? fmt::format("; island {} joins again at step {}", fmt::join(r.lost, ", "),
+                                             r.rejoin_step)
+                               : std::string(" to the end"));
+  std::fflush(stdout);
+  WriteEvent(r, {{"event", "island_lost"},
+                 {"island", island},
+                 {"failed_rank", failed_rank},
+                 {"present", r.present},
+                 {"resume_step", from},
+                 {"rejoin_step", r.rejoin_step}});
+  return true;
+}
+
+// The present islands stopped at the rejoin step: every island resumes from their checkpoint.
+void Rejoin(IslandRun& r) {
+  const int64_t from = ResumeFromNewest(r);
+  fmt::print("\nisland{} {} join{} again at step {}, from the outer state of its checkpoint\n\n",
+             r.lost.size() == 1 ? "" : "s", fmt::join(r.lost, ", "), r.lost.size() == 1 ? "s" : "", from);
+  std::fflush(stdout);
+  WriteEvent(r, {{"event", "island_rejoined"}, {"islands", r.lost}, {"step", from}});
+  r.present.resize(static_cast<size_t>(r.job.islands.count));
+  std::iota(r.present.begin(), r.present.end(), 0);
+  r.lost.clear();
+  r.rejoin_step = 0;
+}
+
+}  // namespace
+
+int SuperviseIslands(const JobSpec& job, const TrainOptions& options, const std::vector<std::string>& args) {
+  std::error_code ec;
+  IslandRun r{job,
+              options,
+              fs::read_symlink("/proc/self/exe", ec).string(),
+              options.metrics_path.empty() ? (fs::path(job.checkpoint.dir) / "metrics.jsonl").string()
+                                           : options.metrics_path,
+              fs::path(job.checkpoint.dir) / "failures",
+              fs::file_time_type::clock::now(),
+              0,
+              options.steps > 0 ? options.steps : job.training.steps,
+              WithoutOption(WithoutOption(args, "--islands-present"), "--stop-at-step"),
+              options.planned.islands_present,
+              {},
+              options.planned.stop_at_step,
+              0};
+  for (const std::string& path : options.planned.island_plans) {
+    Result<Plan> plan = LoadPlanFile(path);
+    if (!plan.ok()) {
+      fmt::print(stderr, "motley train: {}\n", plan.status().message());
+      return kExitFailure;
+    }
+    if (r.ranks_each == 0) r.ranks_each = plan->num_devices();
+  }
+  if (r.present.empty()) {  // else: the islands the command names (launched by hand, as this does)
+    r.present.resize(options.planned.island_plans.size());
+    std::iota(r.present.begin(), r.present.end(), 0);
+  }
+  for (;;) {
+    int failed_rank = -1;
+    const int rc = LaunchOnce(r, &failed_rank);
+    if (rc == 0) {
+      if (r.lost.empty()) return kExitOk;
+      Rejoin(r);
+    } else {
+      const std::vector<RankFailure> failures = ReadFailureReports(r.reports.string());
+      const bool own_cause = std::any_of(failures.begin(), failures.end(),
+                                         [](const RankFailure& f) { return f.diverged || f.out_of_memory; });
+      const int launched = r.ranks_each * static_cast<int>(r.present.size());
+      if (own_cause || failed_rank < 0 || failed_rank >= launched ||
+          !LeaveOut(r, failed_rank, r.present[static_cast<size_t>(failed_rank / r.ranks_each)]))
+        return kExitFailure;
+    }
+    // Later launches add to the metrics of the first.
+    if (std::find(r.args.begin(), r.args.end(), "--metrics-append") == r.args.end())
+      r.args.push_back("--metrics-append");
+  }
+}
+
+}  // namespace motley
