@@ -1,8 +1,12 @@
 #include "api/island_candidate.h"
 
+#include <algorithm>
 #include <charconv>
+#include <limits>
+#include <numeric>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/units.h"
 #include "plan/baselines.h"
@@ -29,9 +33,9 @@ RegionNodes NodesByRegion(const Cluster& c) {
   return out;
 }
 
-// Region 0's device `d` on region r's matching node.
-int MapDevice(const RegionNodes& rn, int r, int d) {
-  const std::vector<int>& from = rn.nodes[0];
+// Region `source`'s device `d` on region r's matching node.
+int MapDevice(const RegionNodes& rn, int source, int r, int d) {
+  const std::vector<int>& from = rn.nodes[static_cast<size_t>(source)];
   for (size_t i = 0; i < from.size(); ++i) {
     const int first = rn.first_device[static_cast<size_t>(from[i])];
     const int next = from[i] + 1 < static_cast<int>(rn.first_device.size())
@@ -42,12 +46,67 @@ int MapDevice(const RegionNodes& rn, int r, int d) {
   return d;
 }
 
-Plan OnRegion(Plan plan, const RegionNodes& rn, int r) {
+Plan OnRegion(Plan plan, const RegionNodes& rn, int source, int r) {
   for (GroupPlan& g : plan.groups) {
-    for (DevicePlan& d : g.devices) d.device = MapDevice(rn, r, d.device);
-    for (int& d : g.routing) d = MapDevice(rn, r, d);
+    for (DevicePlan& d : g.devices) d.device = MapDevice(rn, source, r, d.device);
+    for (int& d : g.routing) d = MapDevice(rn, source, r, d);
   }
   return plan;
+}
+
+// Whether every region holds as many nodes of as many devices as region 0 (their types may differ), and
+// whether their types are region 0's too; `*why` names the first region that is not shaped alike.
+bool RegionsShapedAlike(const Cluster& c, const RegionNodes& rn, bool* same_types, std::string* why) {
+  *same_types = true;
+  for (size_t r = 1; r < rn.nodes.size(); ++r) {
+    bool alike = rn.nodes[r].size() == rn.nodes[0].size();
+    for (size_t i = 0; alike && i < rn.nodes[0].size(); ++i) {
+      const NodeSpec& x = c.nodes[static_cast<size_t>(rn.nodes[0][i])];
+      const NodeSpec& y = c.nodes[static_cast<size_t>(rn.nodes[r][i])];
+      alike = x.num_devices == y.num_devices;
+      *same_types = *same_types && x.device_type == y.device_type;
+    }
+    if (!alike) {
+      *why = fmt::format(
+          "regions {} and {} are not shaped alike (as many nodes of as many devices: islands exchange rank "
+          "to "
+          "rank so far)",
+          c.regions[0], c.regions[r]);
+      return false;
+    }
+  }
+  return true;
+}
+
+// The region whose devices the islands' plan is made for: region 0 where the regions hold the same
+// devices, else the one of least memory a device (the plan that fits there fits on the others' matching
+// devices, as far as memory goes).
+int ShapeRegion(const Cluster& c, const RegionNodes& rn, bool same_types) {
+  if (same_types) return 0;
+  int best = 0;
+  double least = std::numeric_limits<double>::max();
+  for (size_t r = 0; r < rn.nodes.size(); ++r) {
+    double memory = std::numeric_limits<double>::max();
+    for (int n : rn.nodes[r])
+      memory = std::min(memory, c.spec(rn.first_device[static_cast<size_t>(n)]).memory_bytes);
+    if (memory < least) least = memory, best = static_cast<int>(r);
+  }
+  return best;
+}
+
+// The regions' islands, fastest first: island 0 keeps the run's clock and takes the most inner steps.
+std::vector<int> RegionsFastestFirst(const std::vector<const Schedule*>& steps, const Schedule& round,
+                                     const Cluster& c, const CostModel& costs) {
+  std::vector<int> order(steps.size());
+  std::iota(order.begin(), order.end(), 0);
+  Result<IslandsSimResult> once =
+      SimulateIslands(steps, std::vector<int64_t>(steps.size(), 1), round, c, costs);
+  if (!once.ok()) return order;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return once->islands[static_cast<size_t>(a)].step_time_s <
+           once->islands[static_cast<size_t>(b)].step_time_s;
+  });
+  return order;
 }
 
 }  // namespace
@@ -60,19 +119,9 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
     return std::nullopt;
   }
   const RegionNodes rn = NodesByRegion(c);
-  for (int r = 1; r < k; ++r) {
-    bool alike = rn.nodes[static_cast<size_t>(r)].size() == rn.nodes[0].size();
-    for (size_t i = 0; alike && i < rn.nodes[0].size(); ++i) {
-      const NodeSpec& x = c.nodes[static_cast<size_t>(rn.nodes[0][i])];
-      const NodeSpec& y = c.nodes[static_cast<size_t>(rn.nodes[static_cast<size_t>(r)][i])];
-      alike = x.device_type == y.device_type && x.num_devices == y.num_devices;
-    }
-    if (!alike) {
-      *why = fmt::format("regions {} and {} hold unlike nodes (islands exchange rank to rank so far)",
-                         c.regions[0], c.regions[static_cast<size_t>(r)]);
-      return std::nullopt;
-    }
-  }
+  bool same_types = true;
+  if (!RegionsShapedAlike(c, rn, &same_types, why)) return std::nullopt;
+  const int source = ShapeRegion(c, rn, same_types);
   if (a.request.global_batch_sequences % k != 0) {
     *why = fmt::format("the batch of {} sequences does not split evenly over {} regions",
                        a.request.global_batch_sequences, k);
@@ -81,12 +130,13 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
   PlanRequest request = a.request;
   request.global_batch_sequences /= k;
   request.devices.clear();
-  for (int n : rn.nodes[0])
+  for (int n : rn.nodes[static_cast<size_t>(source)])
     for (int i = 0; i < c.nodes[static_cast<size_t>(n)].num_devices; ++i)
       request.devices.push_back(rn.first_device[static_cast<size_t>(n)] + i);
   StrategyOutcome best = PlanWithStrategy("auto", c, *a.model, *a.costs, request, a.evaluate);
   if (!best.status.ok()) {
-    *why = fmt::format("no plan for region {} alone: {}", c.regions[0], best.status.message());
+    *why = fmt::format("no plan for region {} alone: {}", c.regions[static_cast<size_t>(source)],
+                       best.status.message());
     return std::nullopt;
   }
   IslandCandidate out;
@@ -94,7 +144,7 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
   out.compression = "int8";
   std::vector<Schedule> steps;
   for (int r = 0; r < k; ++r) {
-    Plan plan = OnRegion(best.plan, rn, r);
+    Plan plan = OnRegion(best.plan, rn, source, r);
     FillDefaultRouting(&plan, c, *a.model);
     Result<Schedule> s = LowerPlan(plan, c, *a.model);
     if (!s.ok()) {
@@ -106,20 +156,53 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
   }
   std::vector<const Schedule*> islands;
   for (const Schedule& s : steps) islands.push_back(&s);
-  Result<Schedule> round = LowerOuterRound(
-      islands, {out.compression, static_cast<double>(BytesPerElement(MasterPrecision(request.precision)))});
+  const OuterRoundOptions round_options{
+      out.compression, static_cast<double>(BytesPerElement(MasterPrecision(request.precision)))};
+  Result<Schedule> round = LowerOuterRound(islands, round_options);
   if (!round.ok()) {
     *why = round.status().message();
     return std::nullopt;
   }
+  // Regions of unlike devices: the fastest island first, each taking as many inner steps as the slowest
+  // takes H in about the same time (a faster island trains more instead of waiting).
+  std::vector<double> step_s(static_cast<size_t>(k), 1.0);
+  if (!same_types) {
+    const std::vector<int> order = RegionsFastestFirst(islands, *round, c, *a.costs);
+    std::vector<Plan> plans;
+    std::vector<Schedule> ordered;
+    for (int i : order) {
+      plans.push_back(out.plans[static_cast<size_t>(i)]);
+      ordered.push_back(steps[static_cast<size_t>(i)]);
+    }
+    out.plans = std::move(plans);
+    steps = std::move(ordered);
+    for (int i = 0; i < k; ++i) islands[static_cast<size_t>(i)] = &steps[static_cast<size_t>(i)];
+    round = LowerOuterRound(islands, round_options);
+    Result<IslandsSimResult> once =
+        round.ok()
+            ? SimulateIslands(islands, std::vector<int64_t>(static_cast<size_t>(k), 1), *round, c, *a.costs)
+            : Result<IslandsSimResult>(round.status());
+    if (!once.ok()) {
+      *why = once.status().message();
+      return std::nullopt;
+    }
+    for (int i = 0; i < k; ++i)
+      step_s[static_cast<size_t>(i)] = once->islands[static_cast<size_t>(i)].step_time_s;
+  }
   for (int64_t h : kIslandInnerSteps) {
-    Result<IslandsSimResult> r =
-        SimulateIslands(islands, std::vector<int64_t>(static_cast<size_t>(k), h), *round, c, *a.costs);
+    std::vector<int64_t> inner = InnerStepsBySpeed(step_s, h);
+    // Island 0 keeps the clock: no island takes more inner steps than it.
+    for (int64_t& x : inner) x = std::min(x, inner.front());
+    Result<IslandsSimResult> r = SimulateIslands(islands, inner, *round, c, *a.costs);
     if (!r.ok()) {
       *why = r.status().message();
       return std::nullopt;
     }
-    out.inner_steps = h;
+    out.inner_steps = inner.front();
+    out.inner_steps_each =
+        std::all_of(inner.begin(), inner.end(), [&](int64_t x) { return x == inner.front(); })
+            ? std::vector<int64_t>()
+            : inner;
     out.result = std::move(*r);
     if (out.result.round.step_time_s <= 0.1 * out.result.period_s) break;
   }
@@ -217,7 +300,10 @@ std::string IslandCandidateLine(const IslandCandidate& islands, const PlanAnswer
       "islands: {} x {} (one a region, {} devices each), H = {}, {} between them: {:.0f} tokens/s{}, {:.1f} "
       "bytes "
       "between regions a token, round {} of a {} period{}",
-      islands.plans.size(), islands.strategy, islands.plans.front().num_devices(), islands.inner_steps,
+      islands.plans.size(), islands.strategy, islands.plans.front().num_devices(),
+      islands.inner_steps_each.empty()
+          ? std::to_string(islands.inner_steps)
+          : fmt::format("{} (island by island, by speed)", fmt::join(islands.inner_steps_each, ", ")),
       islands.compression, r.tokens_per_s,
       chosen_tokens_per_s > 0
           ? fmt::format(" ({:.2f}x the chosen plan)", r.tokens_per_s / chosen_tokens_per_s)
@@ -236,6 +322,7 @@ nlohmann::json IslandCandidateJson(const IslandCandidate& islands) {
           {"islands", islands.plans.size()},
           {"devices", devices},
           {"inner_steps", islands.inner_steps},
+          {"inner_steps_per_island", r.inner_steps},
           {"compression", islands.compression},
           {"outer_lr", islands.outer.lr},
           {"outer_momentum", islands.outer.momentum},

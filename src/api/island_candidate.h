@@ -1,6 +1,8 @@
-// Islands beside synchronous plans (issue #52 item 3): where a cluster's regions hold alike nodes, one
-// island a region (the regions are the cluster's slowest cuts) — the best plan for the first region's
-// devices on its share of the batch, the same plan on each other region's devices — meeting every H
+// Islands beside synchronous plans (issue #52 item 3): where a cluster's regions are shaped alike (as
+// many nodes of as many devices), one island a region (the regions are the cluster's slowest cuts) — the
+// best plan for one region's devices on its share of the batch (the region of least memory a device
+// when their types differ), the same plan on each other region's devices; with unlike devices the
+// fastest island first and each island's inner steps by its predicted speed — meeting every H
 // inner steps for an outer round (plan/outer_round.h), simulated with the islands' steps
 // (sim/islands_sim.h). `motley plan` judges them against the best synchronous plan by the predicted time
 // to the same loss: the islands' tokens/s times the tokens they need more, an estimate
@@ -24,7 +26,10 @@ namespace motley {
 struct IslandCandidate {
   std::string strategy;     // the plan each island runs
   std::vector<Plan> plans;  // one a region, in region order
-  int64_t inner_steps = 0;  // H, every island's
+  int64_t inner_steps = 0;  // H: island 0's (the run's clock), every island's unless below
+  // Islands of unlike devices: each island's H_i (island 0's the largest; a faster island trains more
+  // inner steps in the time a slower one takes for fewer); empty when every island takes inner_steps.
+  std::vector<int64_t> inner_steps_each;
   std::string compression;  // what crosses between the islands
   OuterConfig outer;        // the outer optimizer: the measured settings estimated to lose least
   IslandsSimResult result;
@@ -39,7 +44,7 @@ struct IslandCandidate {
 inline constexpr int64_t kIslandInnerSteps[] = {10, 25, 50, 100, 250, 500};
 
 /// Islands one a region of `answer`'s cluster, or nullopt with `*why` saying why there are none (one
-/// region; regions of unlike nodes; a batch the regions do not share evenly; no plan fits a region).
+/// region; regions not shaped alike; a batch the regions do not share evenly; no plan fits a region).
 std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& answer, std::string* why);
 
 /// Judges `islands` against `answer`'s chosen synchronous plan by the predicted time to the same loss

@@ -54,7 +54,8 @@ int LaunchOnce(const IslandRun& r, int* failed_rank) {
   launch.command.insert(launch.command.end(), r.args.begin(), r.args.end());
   launch.command.insert(launch.command.end(), {"--failure-reports", r.reports.string()});
   if (static_cast<int64_t>(r.present.size()) < r.job.islands.count)
-    launch.command.insert(launch.command.end(), {"--islands-present", fmt::format("{}", fmt::join(r.present, ","))});
+    launch.command.insert(launch.command.end(),
+                          {"--islands-present", fmt::format("{}", fmt::join(r.present, ","))});
   if (r.rejoin_step > 0)
     launch.command.insert(launch.command.end(), {"--stop-at-step", std::to_string(r.rejoin_step)});
   return Launch(launch);
@@ -80,10 +81,11 @@ bool LeaveOut(IslandRun& r, int failed_rank, int island) {
   left.erase(std::find(left.begin(), left.end(), island));
   if (left.empty()) return false;
   if (islands.InnerSteps(left[0]) != islands.inner_steps) {
-    fmt::print(stderr,
-               "motley train: island {} was lost, and island {} left takes {} inner steps a round to the clock's "
-               "{}: islands of their own inner steps go on only while island 0 is present\n",
-               island, left[0], islands.InnerSteps(left[0]), islands.inner_steps);
+    fmt::print(
+        stderr,
+        "motley train: island {} was lost, and island {} left takes {} inner steps a round to the clock's "
+        "{}: islands of their own inner steps go on only while island 0 is present\n",
+        island, left[0], islands.InnerSteps(left[0]), islands.inner_steps);
     return false;
   }
   ++r.restarts;
@@ -93,18 +95,21 @@ bool LeaveOut(IslandRun& r, int failed_rank, int island) {
   // The fault injected for tests happened once: the restarted ranks do not repeat it.
   r.args = WithoutOption(WithoutOption(r.args, "--die-rank"), "--die-at-step");
   const int64_t from = ResumeFromNewest(r);
-  const int64_t rejoin_after =
-      r.options.supervisor.island_rejoin_steps > 0 ? r.options.supervisor.island_rejoin_steps : islands.inner_steps;
+  const int64_t rejoin_after = r.options.supervisor.island_rejoin_steps > 0
+                                   ? r.options.supervisor.island_rejoin_steps
+                                   : islands.inner_steps;
   // The first round's end at least `rejoin_after` steps on; none when the run ends first.
-  const int64_t at = (from + rejoin_after + islands.inner_steps - 1) / islands.inner_steps * islands.inner_steps;
+  const int64_t at =
+      (from + rejoin_after + islands.inner_steps - 1) / islands.inner_steps * islands.inner_steps;
   r.rejoin_step = at < r.clock_steps ? at : 0;
-  fmt::print("\nrank {} (island {}) failed: island {} is lost — restart {} of {}: island{} {} go{} on from {}{}\n\n",
-             failed_rank, island, island, r.restarts, r.options.supervisor.max_restarts,
-             r.present.size() == 1 ? "" : "s", fmt::join(r.present, ", "), r.present.size() == 1 ? "es" : "",
-             from > 0 ? fmt::format("the checkpoint of step {}", from) : std::string("the start"),
-             r.rejoin_step > 0 ? fmt::format("; island {} joins again at step {}", fmt::join(r.lost, ", "),
-                                             r.rejoin_step)
-                               : std::string(" to the end"));
+  fmt::print(
+      "\nrank {} (island {}) failed: island {} is lost — restart {} of {}: island{} {} go{} on from {}{}\n\n",
+      failed_rank, island, island, r.restarts, r.options.supervisor.max_restarts,
+      r.present.size() == 1 ? "" : "s", fmt::join(r.present, ", "), r.present.size() == 1 ? "es" : "",
+      from > 0 ? fmt::format("the checkpoint of step {}", from) : std::string("the start"),
+      r.rejoin_step > 0
+          ? fmt::format("; island {} joins again at step {}", fmt::join(r.lost, ", "), r.rejoin_step)
+          : std::string(" to the end"));
   std::fflush(stdout);
   WriteEvent(r, {{"event", "island_lost"},
                  {"island", island},

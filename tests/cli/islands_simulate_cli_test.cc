@@ -214,7 +214,54 @@ TEST(IslandsSimulate, PlanCompareListsIslandsOneARegionAndWritesTheirPlans) {
       Motley("plan --cluster unlike.toml --model model.toml --seq-len 16 --global-batch-tokens 256 --compare",
              false, dir.path().string());
   ASSERT_EQ(refused.exit_code, 0) << refused.output;
-  EXPECT_CONTAINS(refused.output, "islands: none (regions east and west hold unlike nodes");
+  EXPECT_CONTAINS(refused.output, "islands: none (regions east and west are not shaped alike");
+}
+
+// Regions shaped alike but of unlike devices (west's half as fast, with half the memory): the islands'
+// plan is made for the region of least memory and run on both, the faster island first, each taking
+// inner steps by its predicted speed — what `motley simulate` of the written plans times alike.
+TEST(IslandsSimulate, RegionsOfUnlikeDevicesTakeInnerStepsByTheirSpeed) {
+  TempDir dir;
+  std::string cluster = kTwoRegions;
+  cluster.replace(cluster.rfind("device = \"cpu\""), 14, "device = \"slow\"");
+  std::string slow = kCpuType;
+  slow.replace(slow.find("[device_types.cpu]"), 18, "[device_types.slow]");
+  slow.replace(slow.find("2GiB"), 4, "1GiB");
+  for (const std::string flops : {"fp16_flops", "fp32_flops"})
+    slow.replace(slow.find(flops + " = \"50GFLOPS\""), flops.size() + 13, flops + " = \"25GFLOPS\"");
+  cluster.insert(cluster.find("[network]"), slow);
+  dir.Write("cluster.toml", cluster);
+  dir.Write("model.toml", kModel);
+  const std::string plan =
+      "plan --cluster cluster.toml --model model.toml --seq-len 16 --global-batch-tokens 256 --islands 2 ";
+  CliRun json = Motley(plan + "--json", false, dir.path().string());
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json islands = nlohmann::json::parse(json.output)["islands"];
+  ASSERT_EQ(islands["devices"].size(), 2u);
+  for (int d : islands["devices"][0]) EXPECT_LT(d, 2);  // east's, the faster, first
+  for (int d : islands["devices"][1]) EXPECT_GE(d, 2);
+  const std::vector<int64_t> inner = islands["inner_steps_per_island"];
+  ASSERT_EQ(inner.size(), 2u);
+  EXPECT_EQ(inner[0], islands["inner_steps"].get<int64_t>());
+  EXPECT_GT(inner[0], inner[1]);
+  CliRun text = Motley(plan + "-o p.toml", false, dir.path().string());
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  const std::string each = std::to_string(inner[0]) + ", " + std::to_string(inner[1]);
+  EXPECT_CONTAINS(text.output, "H = " + each + " (island by island, by speed)");
+  EXPECT_CONTAINS(text.output, "inner_steps_per_island = [" + each + "]");
+  CliRun simulated = Motley(
+      "simulate --island-plan p.island0.toml --island-plan p.island1.toml --json --compression int8 "
+      "--inner-steps " +
+          std::to_string(inner[0]) + "," + std::to_string(inner[1]),
+      false, dir.path().string());
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.output;
+  const nlohmann::json sim = nlohmann::json::parse(simulated.output);
+  EXPECT_NEAR(sim["tokens_per_s"].get<double>(), islands["tokens_per_s"].get<double>(),
+              1e-9 * islands["tokens_per_s"].get<double>());
+  // The slower island's steps take about as long as the faster's: neither waits much for the other.
+  const double fast_s = inner[0] * sim["islands"][0]["step_time_s"].get<double>(),
+               slow_s = inner[1] * sim["islands"][1]["step_time_s"].get<double>();
+  EXPECT_NEAR(fast_s / slow_s, 1.0, 0.2) << fast_s << " " << slow_s;
 }
 
 }  // namespace
