@@ -196,6 +196,21 @@ void ExpectTheRunSaved(const JobSpec& job, LlamaModelImpl& model) {
   }
 }
 
+// One island's inner step written out with the trainer's parts: its gradients on its 2 sequences from
+// sequence `first` of data step `step`'s batch, clipped, and AdamW's `count`-th step at `lr`. Its loss.
+double InnerStep(LlamaModelImpl& model, std::vector<ParamShard>& shards, const TrainingData& data,
+                 const JobSpec& job, int64_t step, int64_t first, double lr, int64_t count) {
+  TrainingConfig half = job.training;
+  half.global_batch_sequences = 2;
+  for (auto& s : shards) s.grad.zero_();
+  const double loss =
+      trainer_parts::AccumulateGradients(model, data.train, half, step, 2, torch::kCPU, 0, false, first)
+          .value();
+  ClipGradients(shards, std::sqrt(GradNormSquared(shards)), job.optimizer.grad_clip_norm);
+  AdamW(job.optimizer).Step(shards, lr, count);
+  return loss;
+}
+
 // DiLoCo at H = 1, outer lr 1 and no momentum: each step, each island takes its half of the batch
 // with its own AdamW state, and the replicas' parameters are averaged — written out here with the
 // trainer's parts (fp64).
@@ -211,25 +226,15 @@ TEST(Islands, TwoIslandsAtOneInnerStepEqualReplicasAveragedAfterEachStep) {
   ASSERT_TRUE(Train(job, options, &run).ok());
   ASSERT_EQ(run.losses.size(), 4u);
 
-  namespace tp = trainer_parts;
   TrainingData data = OpenTrainingData(job.data, "", job.model.vocab_size, job.training.seq_len).value();
   std::vector<LlamaModel> models;
   std::vector<std::vector<ParamShard>> shards;
   MakeReplicas(job, 2, &models, &shards);
-  TrainingConfig half = job.training;
-  half.global_batch_sequences = 2;
-  const AdamW adamw(job.optimizer);
   for (int64_t step = 0; step < 4; ++step) {
     const double lr = LearningRate(job.optimizer, job.lr_schedule, step, 4);
     double loss = 0;
-    for (int i = 0; i < 2; ++i) {
-      for (auto& s : shards[i]) s.grad.zero_();
-      loss += tp::AccumulateGradients(*models[i], data.train, half, step, 2, torch::kCPU, 0, false, 2 * i)
-                  .value() /
-              2;
-      ClipGradients(shards[i], std::sqrt(GradNormSquared(shards[i])), job.optimizer.grad_clip_norm);
-      adamw.Step(shards[i], lr, step + 1);
-    }
+    for (int i = 0; i < 2; ++i)
+      loss += InnerStep(*models[i], shards[i], data, job, step, 2 * i, lr, step + 1) / 2;
     EXPECT_NEAR(run.losses.at(step + 1), loss, 1e-12) << step;
     torch::NoGradGuard no_grad;
     for (size_t k = 0; k < shards[0].size(); ++k) {
@@ -267,14 +272,10 @@ TEST(Islands, ASlowerIslandTakesFewerInnerStepsAndWeighsByItsTokens) {
   ASSERT_TRUE(Train(job, options, &run).ok());
   ASSERT_EQ(run.losses.size(), 4u);
 
-  namespace tp = trainer_parts;
   TrainingData data = OpenTrainingData(job.data, "", job.model.vocab_size, job.training.seq_len).value();
   std::vector<LlamaModel> models;
   std::vector<std::vector<ParamShard>> shards;
   MakeReplicas(job, 2, &models, &shards);
-  TrainingConfig half = job.training;
-  half.global_batch_sequences = 2;
-  const AdamW adamw(job.optimizer);
   const int64_t total[2] = {4, 2};
   int64_t own[2] = {0, 0};
   for (int64_t clock = 0; clock < 4; ++clock) {
@@ -282,12 +283,9 @@ TEST(Islands, ASlowerIslandTakesFewerInnerStepsAndWeighsByItsTokens) {
     int islands = 0;
     for (int i = 0; i < 2; ++i) {
       if (i == 1 && clock % 2 == 0) continue;  // island 1's step ends every second step of the clock
-      for (auto& s : shards[i]) s.grad.zero_();
-      loss += tp::AccumulateGradients(*models[i], data.train, half, own[i], 2, torch::kCPU, 0, false, 2 * i)
-                  .value();
+      loss += InnerStep(*models[i], shards[i], data, job, own[i], 2 * i,
+                        LearningRate(job.optimizer, job.lr_schedule, own[i], total[i]), own[i] + 1);
       ++islands;
-      ClipGradients(shards[i], std::sqrt(GradNormSquared(shards[i])), job.optimizer.grad_clip_norm);
-      adamw.Step(shards[i], LearningRate(job.optimizer, job.lr_schedule, own[i], total[i]), own[i] + 1);
       ++own[i];
     }
     EXPECT_NEAR(run.losses.at(clock + 1), loss / islands, 1e-12) << clock;
