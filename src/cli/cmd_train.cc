@@ -187,6 +187,35 @@ void AddHiddenOptions(CLI::App& app, TrainOptions& options) {
       ->group("");
 }
 
+// What the supervising `motley train` on a cluster (or of islands) does besides launching the ranks.
+void AddSupervisorOptions(CLI::App& app, TrainOptions& options) {
+  app.add_flag(
+      "--even-if-predicted-oom", options.supervisor.even_if_predicted_oom,
+      "with --plan: start the plan even when the simulator predicts it runs out of memory (a device that "
+      "does run out is then planned again, more frugally)");
+  app.add_option(
+         "--max-restarts", options.supervisor.max_restarts,
+         "on a cluster: when a rank dies, plan again without its node and resume from the newest "
+         "checkpoint, up to this many times (default 0: the run fails); islands: the island of a rank "
+         "that dies is left out, the others resume from the newest checkpoint")
+      ->check(AtLeast(0));
+  app.add_option("--island-rejoin-steps", options.supervisor.island_rejoin_steps,
+                 "islands with --max-restarts: a lost island joins again from the latest outer state after "
+                 "this many steps, at a round's end (default: one round, inner_steps)")
+      ->check(AtLeast(1));
+  app.add_flag("--hosts", options.supervisor.across_hosts,
+               "on a cluster whose nodes name their host: start each launch's ranks on the hosts its plan's "
+               "devices sit on, one motley agent a host, through --remote");
+  app.add_option(
+         "--remote", options.supervisor.remote,
+         "with --hosts: how a host's agent starts (these words, {host} replaced, then one shell line)")
+      ->capture_default_str();
+  app.add_option(
+         "--baseline-steps", options.supervisor.baseline_steps,
+         "on a cluster: first train the even split for this many steps and report the measured speed-up")
+      ->check(AtLeast(0));
+}
+
 // The job trained in this process (one device, or --single-process).
 int RunTrainHere(const JobSpec& job, const TrainOptions& options) {
   ConsoleObserver observer;
@@ -268,35 +297,11 @@ int RunTrain(const std::vector<std::string>& args) {
                "train in this process even when the job's cluster has several devices");
   app.add_option("--profile", options.planned.profile_path,
                  "with --plan: predict the step from this profile and report both");
-  app.add_flag(
-      "--even-if-predicted-oom", options.supervisor.even_if_predicted_oom,
-      "with --plan: start the plan even when the simulator predicts it runs out of memory (a device that "
-      "does run out is then planned again, more frugally)");
-  app.add_option(
-         "--max-restarts", options.supervisor.max_restarts,
-         "on a cluster: when a rank dies, plan again without its node and resume from the newest "
-         "checkpoint, up to this many times (default 0: the run fails); islands: the island of a rank "
-         "that dies is left out, the others resume from the newest checkpoint")
-      ->check(AtLeast(0));
-  app.add_option("--island-rejoin-steps", options.supervisor.island_rejoin_steps,
-                 "islands with --max-restarts: a lost island joins again from the latest outer state after "
-                 "this many steps, at a round's end (default: one round, inner_steps)")
-      ->check(AtLeast(1));
-  app.add_flag("--hosts", options.supervisor.across_hosts,
-               "on a cluster whose nodes name their host: start each launch's ranks on the hosts its plan's "
-               "devices sit on, one motley agent a host, through --remote");
-  app.add_option(
-         "--remote", options.supervisor.remote,
-         "with --hosts: how a host's agent starts (these words, {host} replaced, then one shell line)")
-      ->capture_default_str();
+  AddSupervisorOptions(app, options);
   app.add_option("--trace", options.planned.trace_path,
                  "with --plan: write a Chrome trace of one step of the real run");
   app.add_option("--trace-step", options.planned.trace_step, "with --trace: the step to record (from 1)")
       ->capture_default_str();
-  app.add_option(
-         "--baseline-steps", options.supervisor.baseline_steps,
-         "on a cluster: first train the even split for this many steps and report the measured speed-up")
-      ->check(AtLeast(0));
   app.add_flag("!--no-checkpoint", options.checkpoint_at_end, "do not write a checkpoint at the end");
   app.add_flag(
       "--overwrite", options.overwrite,
