@@ -12,6 +12,7 @@
 # training loss; beside them the simulator's tokens/s for the same plans. Root only (namespaces).
 #
 #   bench/islands_hosts.sh [MOTLEY] [STEPS] [RATE] [H]      (defaults: build/motley, 40, 20mbit, 10)
+#   SPEED=4 (default): each rank a device that many times slower than a core of this machine
 #
 # Prints one markdown table (bench/reports/islands_two_regions.md holds a run of it).
 set -euo pipefail
@@ -20,6 +21,9 @@ M="$(realpath "${1:-$repo/build/motley}")"
 steps="${2:-40}"
 rate="${3:-20mbit}"
 h="${4:-10}"
+# The four ranks share this machine's cores: each emulates a device SPEED times slower than a core
+# (its compute stretched), so that none waits for a core and the sites compare as separate machines.
+speed="${SPEED:-4}"
 prefix=ihb
 hosts="$repo/scripts/test-hosts.sh"
 work="$(mktemp -d)"
@@ -52,6 +56,8 @@ intra_bandwidth = "10GB/s"
 region = "a"
 nic_bandwidth = "${rate_bps}bps"
 host = "10.77.0.10"
+[nodes.emulation]
+speed_factor = ${speed}
 [[nodes]]
 name = "site-b"
 device = "cpu"
@@ -61,6 +67,8 @@ intra_bandwidth = "10GB/s"
 region = "b"
 nic_bandwidth = "${rate_bps}bps"
 host = "10.77.0.11"
+[nodes.emulation]
+speed_factor = ${speed}
 TOML
 sed -e 's|^cluster = .*|cluster = "cluster.toml"|' -e 's|^dir = .*|dir = "run"|' \
   -e 's|^validation_interval_steps = .*|validation_interval_steps = 0|' "$repo/examples/jobs/default.toml" > sync.toml
@@ -109,7 +117,7 @@ t = [r["time_unix_s"] for r in steps]
 print(f"{4096 * (len(t) - 1) / (t[-1] - t[0]):.0f} {steps[-1]['loss']:.4f}")
 EOF
 }
-echo "Two test hosts of 2 ranks each, ${rate} between them (tc); llama-1m, 4,096 tokens a step, fp32, $steps steps."
+echo "Two test hosts of 2 ranks each (emulated devices ${speed}x slower than a core), ${rate} between them (tc); llama-1m, 4,096 tokens a step, fp32, $steps steps."
 echo
 echo "| run | tokens/s (measured) | tokens/s (simulator) | bytes over the link a token | last training loss |"
 echo "|---|---|---|---|---|"
