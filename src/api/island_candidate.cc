@@ -4,6 +4,7 @@
 #include <charconv>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -94,19 +95,22 @@ int ShapeRegion(const Cluster& c, const RegionNodes& rn, bool same_types) {
   return best;
 }
 
-// The regions' islands, fastest first: island 0 keeps the run's clock and takes the most inner steps.
-std::vector<int> RegionsFastestFirst(const std::vector<const Schedule*>& steps, const Schedule& round,
-                                     const Cluster& c, const CostModel& costs) {
+// The regions' islands, fastest first (island 0 keeps the run's clock and takes the most inner steps),
+// and each one's simulated step, in that order.
+Result<std::pair<std::vector<int>, std::vector<double>>> RegionsFastestFirst(
+    const std::vector<const Schedule*>& steps, const Schedule& round, const Cluster& c,
+    const CostModel& costs) {
+  MOTLEY_ASSIGN_OR_RETURN(const IslandsSimResult once,
+                          SimulateIslands(steps, std::vector<int64_t>(steps.size(), 1), round, c, costs));
   std::vector<int> order(steps.size());
   std::iota(order.begin(), order.end(), 0);
-  Result<IslandsSimResult> once =
-      SimulateIslands(steps, std::vector<int64_t>(steps.size(), 1), round, c, costs);
-  if (!once.ok()) return order;
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return once->islands[static_cast<size_t>(a)].step_time_s <
-           once->islands[static_cast<size_t>(b)].step_time_s;
+    return once.islands[static_cast<size_t>(a)].step_time_s <
+           once.islands[static_cast<size_t>(b)].step_time_s;
   });
-  return order;
+  std::vector<double> step_s;
+  for (int i : order) step_s.push_back(once.islands[static_cast<size_t>(i)].step_time_s);
+  return std::make_pair(order, step_s);
 }
 
 }  // namespace
@@ -167,7 +171,14 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
   // takes H in about the same time (a faster island trains more instead of waiting).
   std::vector<double> step_s(static_cast<size_t>(k), 1.0);
   if (!same_types) {
-    const std::vector<int> order = RegionsFastestFirst(islands, *round, c, *a.costs);
+    Result<std::pair<std::vector<int>, std::vector<double>>> fastest =
+        RegionsFastestFirst(islands, *round, c, *a.costs);
+    if (!fastest.ok()) {
+      *why = fastest.status().message();
+      return std::nullopt;
+    }
+    const std::vector<int>& order = fastest->first;
+    step_s = fastest->second;  // a step's time is the island's whatever its place
     std::vector<Plan> plans;
     std::vector<Schedule> ordered;
     for (int i : order) {
@@ -178,16 +189,10 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
     steps = std::move(ordered);
     for (int i = 0; i < k; ++i) islands[static_cast<size_t>(i)] = &steps[static_cast<size_t>(i)];
     round = LowerOuterRound(islands, round_options);
-    Result<IslandsSimResult> once =
-        round.ok()
-            ? SimulateIslands(islands, std::vector<int64_t>(static_cast<size_t>(k), 1), *round, c, *a.costs)
-            : Result<IslandsSimResult>(round.status());
-    if (!once.ok()) {
-      *why = once.status().message();
+    if (!round.ok()) {
+      *why = round.status().message();
       return std::nullopt;
     }
-    for (int i = 0; i < k; ++i)
-      step_s[static_cast<size_t>(i)] = once->islands[static_cast<size_t>(i)].step_time_s;
   }
   for (int64_t h : kIslandInnerSteps) {
     std::vector<int64_t> inner = InnerStepsBySpeed(step_s, h);
