@@ -25,7 +25,8 @@ std::vector<std::pair<double, double>> TimeResizeOverhead(int64_t units, int64_t
 /// Migration's borrowed compute, measured the same way: an MLP slice of `units` own units forward
 /// and backward with `units / 2` more borrowed (as a receiver computes a straggler's, LayerWork),
 /// against the slice alone and against half of it — what a borrowed unit costs over an own one
-/// (1: the same). The fastest of three passes each, after a warm-up. Not below 0.1.
+/// (1: the same). The fastest of three passes each, after a warm-up. Between 0.1 and 100 (what a
+/// profile file accepts); 1 where three tries found the own half's time below the machine's noise.
 double TimeBorrowedCost(int64_t units, int64_t hidden, int64_t tokens, torch::Device device,
                         torch::Dtype dtype);
 
