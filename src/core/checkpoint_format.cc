@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 
 #include <fmt/format.h>
@@ -38,6 +39,20 @@ Result<uint32_t> ParseHex32(const std::string& s) {
 }  // namespace
 
 std::string CheckpointFolderName(int64_t step) { return fmt::format("step-{:06d}", step); }
+
+std::string IslandCheckpointRunDir(const std::string& run_dir, int island) {
+  return (std::filesystem::path(run_dir) / "islands" / fmt::format("island-{}", island)).string();
+}
+
+std::string IslandMomentsCheckpoint(const std::string& checkpoint_dir, int island, int64_t own_steps) {
+  std::filesystem::path checkpoint = std::filesystem::path(checkpoint_dir).lexically_normal();
+  if (!checkpoint.has_filename()) checkpoint = checkpoint.parent_path();  // "run/step-000004/"
+  const std::filesystem::path run_dir = checkpoint.parent_path();
+  const std::filesystem::path dir = std::filesystem::path(IslandCheckpointRunDir(run_dir.string(), island)) /
+                                    CheckpointFolderName(own_steps);
+  std::error_code ec;
+  return std::filesystem::is_directory(dir, ec) ? dir.string() : "";
+}
 
 std::optional<int64_t> CheckpointFolderStep(std::string_view name) {
   if (!name.starts_with("step-") || name.size() <= 5 || name.size() > 5 + 18) return std::nullopt;

@@ -70,4 +70,15 @@ std::string CheckpointFolderName(int64_t step);
 /// (step-1000000 comes after step-999999).
 std::optional<int64_t> CheckpointFolderStep(std::string_view name);
 
+/// Islands' own checkpoints (#52). The first island present writes a run of islands' checkpoint (the
+/// weights, alike on every island after an outer round; its own moments; the outer state); every other
+/// island present writes its inner state (its AdamW moments: islands differ there) as a checkpoint of
+/// its own, at its own step count, into "<run_dir>/islands/island-<i>", before the run's `latest`
+/// names the step. This is that folder.
+std::string IslandCheckpointRunDir(const std::string& run_dir, int island);
+/// The checkpoint of island `island`'s own inner state beside the run checkpoint `checkpoint_dir` (a
+/// folder of a run folder), its island having taken `own_steps` steps by then: its path, or "" where
+/// there is none (an island that was lost then, or that the run did not have).
+std::string IslandMomentsCheckpoint(const std::string& checkpoint_dir, int island, int64_t own_steps);
+
 }  // namespace motley

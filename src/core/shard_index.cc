@@ -24,6 +24,8 @@ const char* TensorSuffix(ShardTensor what) {
       return "exp_avg";
     case ShardTensor::kExpAvgSq:
       return "exp_avg_sq";
+    case ShardTensor::kOuterMomentum:
+      return "outer_momentum";
   }
   return "values";
 }
@@ -51,7 +53,8 @@ bool ParseShardTensorName(std::string_view name, std::string* param, int* tp_ind
   if (a == std::string_view::npos || a == 0) return false;
   const std::string_view suffix = name.substr(c + 1);
   bool found = false;
-  for (ShardTensor w : {ShardTensor::kValues, ShardTensor::kExpAvg, ShardTensor::kExpAvgSq})
+  for (ShardTensor w :
+       {ShardTensor::kValues, ShardTensor::kExpAvg, ShardTensor::kExpAvgSq, ShardTensor::kOuterMomentum})
     if (suffix == TensorSuffix(w)) *what = w, found = true;
   if (!found || !ParseNumber(name.substr(a + 1, b - a - 1), tp_index) ||
       !ParseNumber(name.substr(b + 1, c - b - 1), begin) || *tp_index < 0 || *begin < 0)

@@ -14,7 +14,8 @@
 // each the slice that tensor-parallel index holds); every slice — or the whole parameter when
 // tp_degree is 1 — is tiled by pieces: [begin, begin + count) of its elements in row-major order,
 // each element in exactly one piece. A piece's three tensors in its file are named by
-// ShardTensorName: the values (the master copy, fp32 or fp64) and AdamW's two moments.
+// ShardTensorName: the values (the master copy, fp32 or fp64) and AdamW's two moments — and in a run
+// of islands' checkpoint (#52) a fourth, the outer momentum of the piece's elements.
 #pragma once
 
 #include <cstdint>
@@ -51,9 +52,10 @@ struct ShardIndex {
 };
 
 /// What a piece's tensor holds.
-enum class ShardTensor { kValues, kExpAvg, kExpAvgSq };
+enum class ShardTensor { kValues, kExpAvg, kExpAvgSq, kOuterMomentum };
 
-/// The name of a piece's tensor in its rank file: "<param>#<tp_index>#<begin>#<values|exp_avg|exp_avg_sq>".
+/// The name of a piece's tensor in its rank file:
+/// "<param>#<tp_index>#<begin>#<values|exp_avg|exp_avg_sq|outer_momentum>".
 std::string ShardTensorName(std::string_view param, int tp_index, int64_t begin, ShardTensor what);
 
 /// The inverse of ShardTensorName; false for a name it does not write.

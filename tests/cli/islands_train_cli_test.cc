@@ -3,6 +3,7 @@
 // launch` — end with the model of the same islands trained in one process (fp64, 1e-10), whatever
 // family the islands' plans are of.
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <tuple>
@@ -18,6 +19,7 @@
 namespace {
 
 using namespace motley_test;
+namespace fs = std::filesystem;
 
 // The fixtures' fp64 job (5 steps, 12 sequences a step) as 2 islands meeting every 2 steps.
 std::string IslandsJob(const std::string& dir) {
@@ -229,6 +231,61 @@ TEST(IslandsTrain, LaunchedIslandsCheckpointTheOuterStateAndResumeUnderAnyLayout
     std::cout << name << ": relative difference of the parameters " << d << "\n";
     EXPECT_GE(d, 0);
     EXPECT_LT(d, 1e-10);
+  }
+}
+
+// Every island's inner state is checkpointed (its AdamW moments differ from the others'): the islands
+// after the first write theirs beside the run's checkpoint, so a run resumed from a checkpoint goes on
+// as the run not stopped — in either checkpoint form; sharded, nothing is gathered (every rank writes
+// its own part, island by island, its pieces carrying the outer momentum). One process resumes either.
+TEST(IslandsTrain, AResumedRunOfIslandsGoesOnAsTheRunNotStoppedInEitherForm) {
+  TempDir dir;
+  dir.Write("cluster.toml", kCluster);
+  dir.Write("model.toml", kModel);
+  const std::string two = " --island-plan " + dir.Write("p0.toml", DataParallelPlan("[0, 1]", "[2, 1]")) +
+                          " --island-plan " + dir.Write("p1.toml", DataParallelPlan("[2, 3]", "[1, 2]"));
+  for (const std::string form : {"consolidated", "sharded"}) {
+    SCOPED_TRACE(form);
+    auto job = [&](const std::string& name) {
+      return dir.Write(name + ".toml", Job(dir.Join(name), 1.0, true) + "interval_steps = 2\nformat = \"" +
+                                           form + "\"\n[islands]\ncount = 2\ninner_steps = 2\n");
+    };
+    const std::string whole = "whole-" + form, again = "again-" + form, one = "one-" + form;
+    job(whole);
+    job(again);
+    job(one);
+    CliRun r = Motley("train " + whole + ".toml" + two, false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(fs::exists(dir.Join(whole + "/islands/island-1/step-000004/trainer_state.json")));
+    r = Motley("train " + again + ".toml --resume " + dir.Join(whole + "/step-000004") + two, false,
+               dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string step4 = dir.Join(whole + "/step-000004");
+    if (form == "sharded") {
+      // Nothing gathered: the islands file holds its metadata only (the model's momentum is ~80 kB).
+      EXPECT_LT(fs::file_size(step4 + "/islands.safetensors"), 2048);
+      int pieces = 0;
+      for (const auto& [name, values] : ReadSafetensors(step4 + "/rank-00001.safetensors").tensors)
+        pieces += name.ends_with("#outer_momentum");
+      EXPECT_GT(pieces, 0);
+    } else {
+      // The islands' moments differ: resumed with island 0's, island 1 would go on otherwise.
+      EXPECT_GT(
+          MaxRelativeDifference(dir.Join(whole + "/step-000004/optimizer.safetensors"),
+                                dir.Join(whole + "/islands/island-1/step-000004/optimizer.safetensors")),
+          1e-6);
+    }
+    r = Motley("train " + one + ".toml --single-process --resume " + step4 + two, false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string end = "/step-000005/model.safetensors";
+    const double d = MaxRelativeDifference(dir.Join(whole + end), dir.Join(again + end));
+    const double in_one = MaxRelativeDifference(dir.Join(whole + end), dir.Join(one + end));
+    std::cout << form << ": resumed against not stopped, relative difference of the parameters " << d
+              << " (resumed in one process: " << in_one << ")\n";
+    EXPECT_GE(d, 0);
+    EXPECT_LT(d, 1e-12);
+    EXPECT_GE(in_one, 0);
+    EXPECT_LT(in_one, 1e-10);
   }
 }
 

@@ -31,7 +31,10 @@ struct SafetensorsValues {
 inline std::string ConsolidatedFile(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path file(path), checkpoint = file.parent_path();
-  if (fs::exists(file) || !fs::exists(checkpoint / "shards.json")) return path;
+  // (A run of islands' islands.safetensors is beside the shards, its outer momentum in them.)
+  if (!fs::exists(checkpoint / "shards.json") ||
+      (fs::exists(file) && file.filename() != "islands.safetensors"))
+    return path;
   const fs::path run = checkpoint.parent_path();
   const fs::path out =
       run.parent_path() / ("exported-" + run.filename().string() + "-" + checkpoint.filename().string());

@@ -294,12 +294,11 @@ Status Executor::GatherOuterPieces(int v, Communicator& comm, CommGroup& group) 
                         values, split.numel);
 }
 
-Result<std::map<std::string, torch::Tensor>> Executor::GatherOuterState(
-    const std::map<int, torch::Tensor>& pieces, Communicator& comm,
-    const std::map<int, CommGroup*>& replicas) {
+Status Executor::SwapOuterIntoFirstMoment(const std::map<int, torch::Tensor>& pieces, Communicator& comm,
+                                          const std::map<int, CommGroup*>& replicas,
+                                          std::map<int, torch::Tensor>* swapped) {
   torch::NoGradGuard no_grad;
   copies_->Synchronize();
-  std::map<int, torch::Tensor> swapped;  // by ministage: the state as a first moment, then the moment
   for (auto& [v, state] : ministages_) {
     const auto piece = pieces.find(v);
     if (piece == pieces.end())
@@ -313,12 +312,34 @@ Result<std::map<std::string, torch::Tensor>> Executor::GatherOuterState(
       MOTLEY_RETURN_IF_ERROR(comm.AllGather(*it->second, piece->second.contiguous(), values, split.numel));
     }
     state->SwapFirstMoment(values);
-    swapped[v] = std::move(values);
+    (*swapped)[v] = std::move(values);
   }
+  return Status::Ok();
+}
+
+Result<std::map<std::string, torch::Tensor>> Executor::GatherOuterState(
+    const std::map<int, torch::Tensor>& pieces, Communicator& comm,
+    const std::map<int, CommGroup*>& replicas) {
+  std::map<int, torch::Tensor> swapped;  // by ministage: the state as a first moment, then the moment
+  MOTLEY_RETURN_IF_ERROR(SwapOuterIntoFirstMoment(pieces, comm, replicas, &swapped));
   Result<FullState> full = GatherFullState();
   for (auto& [v, values] : swapped) ministages_.at(v)->SwapFirstMoment(values);  // the moments back
   if (!full.ok()) return full.status();
   return std::move(full->exp_avg);
+}
+
+Result<std::vector<StatePiece>> Executor::OwnedStateWithOuter(const std::map<int, torch::Tensor>& pieces,
+                                                              Communicator& comm,
+                                                              const std::map<int, CommGroup*>& replicas) {
+  std::map<int, torch::Tensor> swapped;
+  MOTLEY_RETURN_IF_ERROR(SwapOuterIntoFirstMoment(pieces, comm, replicas, &swapped));
+  std::vector<StatePiece> outer = OwnedState();
+  for (StatePiece& p : outer) p.exp_avg = p.exp_avg.clone();  // a view of the moment swapped back below
+  for (auto& [v, values] : swapped) ministages_.at(v)->SwapFirstMoment(values);
+  std::vector<StatePiece> out = OwnedState();
+  MOTLEY_CHECK_EQ(out.size(), outer.size());
+  for (size_t k = 0; k < out.size(); ++k) out[k].outer_momentum = std::move(outer[k].exp_avg);
+  return out;
 }
 
 Result<torch::Tensor> Executor::OuterPieceFrom(int v, const std::map<std::string, torch::Tensor>& whole) {

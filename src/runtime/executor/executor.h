@@ -168,6 +168,12 @@ class Executor {
   Result<std::map<std::string, torch::Tensor>> GatherOuterState(const std::map<int, torch::Tensor>& pieces,
                                                                 Communicator& comm,
                                                                 const std::map<int, CommGroup*>& replicas);
+  /// A sharded checkpoint of islands: OwnedState with each piece's outer momentum
+  /// (StatePiece::outer_momentum) from this rank's outer-round pieces of it (`pieces`, `replicas`: as
+  /// GatherOuterState takes them). Nothing is gathered but a ZeRO-0 replica's parts (over `replicas`).
+  Result<std::vector<StatePiece>> OwnedStateWithOuter(const std::map<int, torch::Tensor>& pieces,
+                                                      Communicator& comm,
+                                                      const std::map<int, CommGroup*>& replicas);
   /// Resuming islands: ministage `v`'s outer-round piece (OuterPiece's layout) of a state held as whole
   /// parameters by name (a checkpoint's); `names` before, the parameters it needs.
   Result<torch::Tensor> OuterPieceFrom(int v, const std::map<std::string, torch::Tensor>& whole);
@@ -180,6 +186,12 @@ class Executor {
   void set_record_trace(bool on) { config_.record_trace = on; }
 
  private:
+  /// The outer state of every ministage (GatherOuterState's `pieces`, `replicas`) put in place of the
+  /// first moment, whole where a ZeRO-0 replica holds a part; `swapped` holds the moments, to put back
+  /// by swapping again.
+  Status SwapOuterIntoFirstMoment(const std::map<int, torch::Tensor>& pieces, Communicator& comm,
+                                  const std::map<int, CommGroup*>& replicas,
+                                  std::map<int, torch::Tensor>* swapped);
   Executor() = default;
   class StepRun;
   friend class StepRun;

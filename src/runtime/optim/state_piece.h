@@ -18,7 +18,8 @@ struct StatePiece {
   int tp_degree = 1, tp_index = 0;
   int64_t begin = 0;
   torch::Tensor values, exp_avg, exp_avg_sq;
-  int64_t padded_rows = 0;  // a padded vocabulary's rows over the slices (ShardedParameter::padded_rows)
+  int64_t padded_rows = 0;       // a padded vocabulary's rows over the slices (ShardedParameter::padded_rows)
+  torch::Tensor outer_momentum;  // a run of islands' (#52): the outer momentum of the elements; or none
 };
 
 }  // namespace motley

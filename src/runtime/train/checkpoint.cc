@@ -485,6 +485,22 @@ Status CheckCheckpointLoads(const std::string& dir) {
   return Status::Ok();
 }
 
+Result<std::map<std::string, torch::Tensor>> LoadShardedOuterMomentum(const std::string& dir,
+                                                                      const std::vector<std::string>& names,
+                                                                      torch::Dtype dtype) {
+  MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile file, ReadStateFile(dir));
+  MOTLEY_ASSIGN_OR_RETURN(ShardedReader reader, ShardedReader::Open(dir, file));
+  MOTLEY_ASSIGN_OR_RETURN(ModelSpec spec, LoadCheckpointModelSpec(dir));
+  std::map<std::string, torch::Tensor> out;
+  torch::NoGradGuard no_grad;
+  for (const std::string& name : names) {
+    if (!reader.has(name))
+      return Status::InvalidArgument(fmt::format("{}: no outer momentum for {}", dir, name));
+    MOTLEY_ASSIGN_OR_RETURN(out[name], reader.Load(spec, name, ShardTensor::kOuterMomentum, dtype));
+  }
+  return out;
+}
+
 Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<ParamShard>& shards) {
   if (!fs::exists(fs::path(dir) / kTrainerStateFile))
     return Status::NotFound(
@@ -541,6 +557,34 @@ Result<TrainerStateFile> VerifyCheckpoint(const std::string& dir) {
   return state;
 }
 
+namespace {
+
+// A run of islands' outer state (islands.safetensors, #52) as an export carries it, consolidated: its
+// tensors, and where a sharded checkpoint's pieces hold the outer momentum, that assembled into them
+// (as launched islands gather it into a consolidated checkpoint). None: an empty list.
+Result<std::vector<CheckpointExtraFile>> ExportedIslandsFile(const std::string& dir, torch::Dtype dtype) {
+  const fs::path path = fs::path(dir) / "islands.safetensors";
+  if (!fs::exists(path)) return std::vector<CheckpointExtraFile>{};
+  MOTLEY_ASSIGN_OR_RETURN(const SafetensorsFile f, SafetensorsFile::Open(path.string()));
+  CheckpointExtraFile out{"islands.safetensors", {}, f.metadata()};
+  for (const auto& [name, entry] : f.entries()) {
+    MOTLEY_ASSIGN_OR_RETURN(torch::Tensor t, f.Load(name, dtype));
+    out.tensors.push_back({name, std::move(t)});
+  }
+  if (out.metadata.count("momentum") > 0 && out.metadata.at("momentum") == "shards") {
+    out.metadata.erase("momentum");
+    MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile state, ReadStateFile(dir));
+    MOTLEY_ASSIGN_OR_RETURN(ShardedReader reader, ShardedReader::Open(dir, state));
+    std::vector<std::string> names;
+    for (const auto& [name, param] : reader.index().parameters) names.push_back(name);
+    MOTLEY_ASSIGN_OR_RETURN(const auto momentum, LoadShardedOuterMomentum(dir, names, dtype));
+    for (const auto& [name, m] : momentum) out.tensors.push_back({"outer." + name + ".momentum", m});
+  }
+  return std::vector<CheckpointExtraFile>{std::move(out)};
+}
+
+}  // namespace
+
 Status ExportCheckpoint(const std::string& dir, const std::string& out) {
   MOTLEY_ASSIGN_OR_RETURN(ModelSpec spec, LoadCheckpointModelSpec(dir));
   MOTLEY_ASSIGN_OR_RETURN(TrainerStateFile state, ReadStateFile(dir));
@@ -554,7 +598,9 @@ Status ExportCheckpoint(const std::string& dir, const std::string& out) {
   if (fs::exists(out, ec) && !fs::exists(fs::path(out) / kTrainerStateFile, ec) && !fs::is_empty(out, ec))
     return Status::InvalidArgument(
         fmt::format("{}: exists and is not a checkpoint; export into a new folder", out));
-  return SaveCheckpoint(out, *model, shards, loaded);
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<CheckpointExtraFile> extra,
+                          ExportedIslandsFile(dir, shards.at(0).param.scalar_type()));
+  return SaveCheckpoint(out, *model, shards, loaded, extra);
 }
 
 }  // namespace motley

@@ -5,8 +5,11 @@
 //   optimizer.safetensors  AdamW moments, "<parameter>.exp_avg" / ".exp_avg_sq"
 //   trainer_state.json     step, seed, tokens seen, loss scale; each file's size and CRC-32, and
 //                          its own checksum
-//   islands.safetensors    a run of islands' (#52): the outer momentum and the other islands'
-//                          moments (runtime/train/islands_trainer.cc); absent otherwise
+//   islands.safetensors    a run of islands' (#52): the outer steps, the outer momentum and (one
+//                          process's) the other islands' moments (runtime/train/islands_trainer.cc);
+//                          launched islands keep theirs in islands/island-<i>/ of the run folder
+//                          (core/checkpoint_format.h), and in the sharded form the momentum in the
+//                          rank files' pieces; absent otherwise
 //
 // A checkpoint is written into "<dir>.tmp", every file fsynced, then renamed to <dir>: a crash
 // leaves the previous checkpoint intact. Loading verifies every checksum first. A run directory
@@ -152,6 +155,12 @@ Result<std::function<Status(const std::string&, int64_t, torch::Tensor)>> Folder
 /// Loads the optimizer moments into `shards` and returns the trainer state (motley checkpoints only).
 Result<TrainerState> LoadTrainingState(const std::string& dir, std::vector<ParamShard>& shards);
 
+/// A run of islands' sharded checkpoint (#52): the outer momentum of the parameters `names`, whole, in
+/// `dtype`, assembled from the pieces that hold it (core/shard_index.h: ShardTensor::kOuterMomentum).
+Result<std::map<std::string, torch::Tensor>> LoadShardedOuterMomentum(const std::string& dir,
+                                                                      const std::vector<std::string>& names,
+                                                                      torch::Dtype dtype);
+
 /// Every file of a motley checkpoint against its recorded size and CRC-32 (a sharded one's index
 /// too). Returns the checkpoint's trainer state.
 Result<TrainerStateFile> VerifyCheckpoint(const std::string& dir);
@@ -160,7 +169,8 @@ Result<TrainerStateFile> VerifyCheckpoint(const std::string& dir);
 Status CheckCheckpointLoads(const std::string& dir);
 
 /// Writes a checkpoint of any form as a consolidated one at `out` (resumable, and what Hugging Face
-/// tools read): the whole model assembled on the host.
+/// tools read): the whole model assembled on the host, and a run of islands' outer state with it
+/// (islands.safetensors, the momentum assembled from the pieces where a sharded one holds it there).
 Status ExportCheckpoint(const std::string& dir, const std::string& out);
 
 }  // namespace motley

@@ -244,6 +244,9 @@ Result<CheckpointFileRecord> WriteRankShards(const std::string& tmp, int rank,
     tensors.push_back({ShardTensorName(p.param, p.tp_index, p.begin, ShardTensor::kValues), p.values});
     tensors.push_back({ShardTensorName(p.param, p.tp_index, p.begin, ShardTensor::kExpAvg), p.exp_avg});
     tensors.push_back({ShardTensorName(p.param, p.tp_index, p.begin, ShardTensor::kExpAvgSq), p.exp_avg_sq});
+    if (p.outer_momentum.defined())
+      tensors.push_back(
+          {ShardTensorName(p.param, p.tp_index, p.begin, ShardTensor::kOuterMomentum), p.outer_momentum});
   }
   const std::string path = (fs::path(tmp) / RankShardFileName(rank)).string();
   MOTLEY_RETURN_IF_ERROR(WriteSafetensors(path, tensors, {{"parameters", params.dump()}}, &record.crc32));

@@ -394,8 +394,16 @@ TEST(ShardedCheckpoint, PiecesFromAnyLayoutLoadAsTheWholeModel) {
       const int64_t cut = v.numel() / 3;  // ranks 2t and 2t+1 hold a third and the rest
       for (int half = 0; half < 2; ++half) {
         const int64_t begin = half == 0 ? 0 : cut, count = half == 0 ? cut : v.numel() - cut;
-        ranks[2 * t + half].push_back({s.name, s.param.sizes().vec(), tp, t, begin, v.narrow(0, begin, count),
-                                       m.narrow(0, begin, count), w.narrow(0, begin, count), 0});
+        ranks[2 * t + half].push_back({s.name,
+                                       s.param.sizes().vec(),
+                                       tp,
+                                       t,
+                                       begin,
+                                       v.narrow(0, begin, count),
+                                       m.narrow(0, begin, count),
+                                       w.narrow(0, begin, count),
+                                       0,
+                                       {}});
       }
     }
   }

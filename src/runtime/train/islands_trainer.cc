@@ -18,9 +18,11 @@
 
 #include <fmt/format.h>
 
+#include "core/checkpoint_format.h"
 #include "plan/plan_io.h"
 #include "runtime/islands/island_exchange.h"
 #include "runtime/islands/outer_optimizer.h"
+#include "runtime/train/checkpoint.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/trainer.h"
 #include "runtime/train/trainer_parts.h"
@@ -147,8 +149,10 @@ Result<int64_t> MetadataCount(const SafetensorsFile& f, const std::string& key) 
 }
 
 // The checkpoint `resume` names into the replicas: replica 0 resumes as a synchronous run does, every
-// other takes its weights (the anchor) and the moments of island (i mod k) of a checkpoint of k
-// islands — island 0's are the optimizer's, and a synchronous checkpoint's go to every island. Returns
+// other takes its weights (the anchor) and its moments: from island i's own checkpoint beside it where
+// launched islands wrote one (core/checkpoint_format.h: IslandMomentsCheckpoint), else island (i mod k)'s
+// of a checkpoint of k islands — island 0's are the optimizer's, and a synchronous checkpoint's go to
+// every island. Returns
 // the outer state it held.
 Result<OuterResumed> IslandsFromCheckpoint(const JobSpec& job, const std::string& resume, int64_t total_steps,
                                            std::vector<Replica>& replicas, TrainerState* state) {
@@ -176,9 +180,17 @@ Result<OuterResumed> IslandsFromCheckpoint(const JobSpec& job, const std::string
   };
   for (size_t i = 1; i < replicas.size(); ++i) {
     const int64_t from = static_cast<int64_t>(i) % std::max<int64_t>(out.islands, 1);
+    // An island's own checkpoint beside it (launched islands write them): its moments.
+    const std::string own = IslandMomentsCheckpoint(
+        dir, static_cast<int>(i), job.islands.OwnSteps(static_cast<int64_t>(i), state->step));
+    for (size_t k = 0; k < first.size(); ++k)
+      replicas[i].shards[k].param.detach().copy_(first[k].param.detach());
+    if (!own.empty()) {
+      MOTLEY_RETURN_IF_ERROR(LoadTrainingState(own, replicas[i].shards).status());
+      continue;
+    }
     for (size_t k = 0; k < first.size(); ++k) {
       ParamShard& s = replicas[i].shards[k];
-      s.param.detach().copy_(first[k].param.detach());
       if (from == 0 || !first[k].exp_avg.defined()) {
         if (first[k].exp_avg.defined()) s.exp_avg = first[k].exp_avg.clone();
         if (first[k].exp_avg_sq.defined()) s.exp_avg_sq = first[k].exp_avg_sq.clone();
@@ -194,6 +206,13 @@ Result<OuterResumed> IslandsFromCheckpoint(const JobSpec& job, const std::string
       MOTLEY_ASSIGN_OR_RETURN(torch::Tensor m, load("outer." + s.name + ".momentum", s.param));
       out.momentum.push_back(std::move(m));
     }
+  // Launched islands' sharded checkpoint: the momentum is in its pieces.
+  if (file && file->metadata().count("momentum") > 0 && file->metadata().at("momentum") == "shards") {
+    std::vector<std::string> names;
+    for (const ParamShard& s : first) names.push_back(s.name);
+    MOTLEY_ASSIGN_OR_RETURN(auto whole, LoadShardedOuterMomentum(dir, names, first[0].param.scalar_type()));
+    for (const ParamShard& s : first) out.momentum.push_back(whole.at(s.name).to(s.param.device()));
+  }
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/checkpoint_format.h"
 #include "core/rendezvous.h"
 #include "plan/outer_round.h"
 #include "plan/plan_io.h"
@@ -257,13 +258,20 @@ Result<RoundReport> OuterRound(IslandPlace& place, const Schedule& round, OuterO
 constexpr char kIslandsFile[] =
     "islands.safetensors";  // as one process's islands write it (islands_trainer.cc)
 
-// A checkpoint's outer state (island 0's ranks, together; the file on its lead rank): every parameter's
-// outer momentum, named as one process's islands name it, and the outer steps taken. It holds one
-// island's inner state (the checkpoint's optimizer file: island 0's): resumed, every island takes that.
-Result<CheckpointExtraFile> OuterStateFile(IslandPlace& place, const Schedule& round,
-                                           const OuterOptimizer& outer, Executor& executor) {
-  CheckpointExtraFile f{kIslandsFile, {}, {{"islands", "1"}, {"outer_steps", std::to_string(outer.steps())}}};
-  if (outer.momentum().empty()) return f;  // none (no outer momentum, or no round yet)
+// A checkpoint's outer state (island 0's ranks, together; the file on its lead rank): the outer steps
+// taken and every parameter's outer momentum — consolidated, gathered into the file, named as one
+// process's islands name it; sharded, nothing gathered: each rank's pieces carry theirs (`owned`, and
+// "momentum" = "shards" in the file's metadata). The other islands' inner state is in their own
+// checkpoints (CheckpointIslands).
+struct OuterCheckpoint {
+  CheckpointExtraFile file;
+  PlannedRun::OwnedStateFn owned;  // sharded: the rank's pieces with their outer momentum
+};
+Result<OuterCheckpoint> OuterStateFile(IslandPlace& place, const Schedule& round, const OuterOptimizer& outer,
+                                       Executor& executor, bool sharded) {
+  OuterCheckpoint out{{kIslandsFile, {}, {{"islands", "1"}, {"outer_steps", std::to_string(outer.steps())}}},
+                      nullptr};
+  if (outer.momentum().empty()) return out;  // none (no outer momentum, or no round yet)
   std::map<int, torch::Tensor> pieces;
   std::map<int, CommGroup*> replicas;  // ZeRO-0: the island's replicas gather their pieces
   size_t k = 0;
@@ -272,9 +280,44 @@ Result<CheckpointExtraFile> OuterStateFile(IslandPlace& place, const Schedule& r
     if (op.kind == OpKind::kAllGather)
       replicas[op.ministage] = place.round_groups.at(static_cast<size_t>(op.collective));
   }
+  if (sharded) {
+    out.file.metadata["momentum"] = "shards";
+    out.owned = [&executor, &place, pieces, replicas] {
+      return executor.OwnedStateWithOuter(pieces, *place.outer, replicas);
+    };
+    return out;
+  }
   MOTLEY_ASSIGN_OR_RETURN(const auto whole, executor.GatherOuterState(pieces, *place.outer, replicas));
-  for (const auto& [name, momentum] : whole) f.tensors.push_back({"outer." + name + ".momentum", momentum});
-  return f;
+  for (const auto& [name, momentum] : whole)
+    out.file.tensors.push_back({"outer." + name + ".momentum", momentum});
+  return out;
+}
+
+// A checkpoint of the islands (core/checkpoint_format.h: IslandCheckpointRunDir): every island but
+// the first writes its own (its inner state) into its folder, and once all have, the first writes the
+// run's, with the outer state — so that a run's `latest` never names a step an island's state is
+// missing from. What an island's folder holds for this step from before (an island absent now, or
+// the first now, wrote it in a run that went back to an earlier checkpoint) is removed first: resumed
+// from this step, such an island takes the run checkpoint's moments, not another run's.
+Status CheckpointIslands(PlannedRun& run, IslandPlace& place, const IslandLayout& layout, const JobSpec& job,
+                         const OuterOptimizer& outer, bool first) {
+  if (!first) MOTLEY_RETURN_IF_ERROR(run.Checkpoint({}));
+  MOTLEY_RETURN_IF_ERROR(place.outer->Barrier(place.outer->world()));
+  if (!first) return Status::Ok();
+  if (place.outer->rank() == 0)
+    for (int i = 0; i < job.islands.count; ++i) {
+      if (i != layout.present[0] && std::count(layout.present.begin(), layout.present.end(), i) > 0) continue;
+      const std::filesystem::path stale =
+          std::filesystem::path(IslandCheckpointRunDir(job.checkpoint.dir, i)) /
+          CheckpointFolderName(job.islands.OwnSteps(i, run.step()));
+      std::error_code ec;
+      std::filesystem::remove_all(stale, ec);
+      if (ec) return Status::IoError(fmt::format("{}: cannot remove: {}", stale.string(), ec.message()));
+    }
+  MOTLEY_ASSIGN_OR_RETURN(
+      const OuterCheckpoint state,
+      OuterStateFile(place, layout.round, outer, run.executor(), job.checkpoint.format == "sharded"));
+  return run.Checkpoint({state.file}, state.owned);
 }
 
 // Resuming: this rank's pieces of the outer momentum from the checkpoint's islands file (a synchronous
@@ -292,15 +335,29 @@ Result<std::pair<std::vector<torch::Tensor>, int64_t>> ResumedOuterState(
       std::from_chars(steps->second.data(), steps->second.data() + steps->second.size(), out.second).ec !=
           std::errc())
     return Status::InvalidArgument(fmt::format("{}: no count of outer steps in its metadata", path.string()));
-  if (std::none_of(file.entries().begin(), file.entries().end(),
-                   [](const auto& e) { return e.first.starts_with("outer."); }))
-    return out;  // no momentum was kept (none configured, or no round yet)
+  const auto momentum = file.metadata().find("momentum");
+  const bool in_shards = momentum != file.metadata().end() && momentum->second == "shards";
+  if (!in_shards && std::none_of(file.entries().begin(), file.entries().end(),
+                                 [](const auto& e) { return e.first.starts_with("outer."); }))
+    return out;                                  // no momentum was kept (none configured, or no round yet)
+  std::map<std::string, torch::Tensor> sharded;  // a sharded checkpoint's: every one this rank needs, at once
+  if (in_shards && !pieces.empty()) {
+    std::vector<std::string> names;
+    for (const Op& op : program.ops)
+      if (op.kind == OpKind::kOuterReduce)
+        for (const std::string& name : executor.ParameterNames(op.ministage)) names.push_back(name);
+    MOTLEY_ASSIGN_OR_RETURN(sharded, LoadShardedOuterMomentum(dir, names, pieces[0].scalar_type()));
+  }
   size_t k = 0;
   for (const Op& op : program.ops) {
     if (op.kind != OpKind::kOuterReduce) continue;
     const torch::Tensor& piece = pieces.at(k++);
     std::map<std::string, torch::Tensor> whole;
     for (const std::string& name : executor.ParameterNames(op.ministage)) {
+      if (in_shards) {
+        whole[name] = sharded.at(name);
+        continue;
+      }
       const std::string key = "outer." + name + ".momentum";
       if (!file.contains(key)) return Status::InvalidArgument(fmt::format("{}: no {}", path.string(), key));
       MOTLEY_ASSIGN_OR_RETURN(whole[name], file.Load(key, piece.scalar_type()));
@@ -350,23 +407,24 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
                                            {"round_s", round.seconds},
                                            {"bytes_sent", round.bytes_sent},
                                            {"compression_error", round.compression_error}}));
-    if (!first) continue;
-    if (ValidationDue(job, run.step(), run.total_steps())) MOTLEY_RETURN_IF_ERROR(run.Validate(run.step()));
-    if (CheckpointDue(job, run.step(), run.total_steps())) {
-      MOTLEY_ASSIGN_OR_RETURN(const CheckpointExtraFile state,
-                              OuterStateFile(place, layout.round, outer, run.executor()));
-      MOTLEY_RETURN_IF_ERROR(run.Checkpoint({state}));
-    }
+    if (first && ValidationDue(job, clock, clock_steps)) MOTLEY_RETURN_IF_ERROR(run.Validate(run.step()));
+    if (CheckpointDue(job, clock, clock_steps))
+      MOTLEY_RETURN_IF_ERROR(CheckpointIslands(run, place, layout, job, outer, first));
   }
   // Stopped for a lost island to join: always a checkpoint (unless one was just written) to resume from.
-  const bool write =
-      stop == clock_steps ? options.checkpoint_at_end : !CheckpointDue(job, run.step(), run.total_steps());
-  if (first && write && run.steps_run() > 0) {
-    MOTLEY_ASSIGN_OR_RETURN(const CheckpointExtraFile state,
-                            OuterStateFile(place, layout.round, outer, run.executor()));
-    MOTLEY_RETURN_IF_ERROR(run.Checkpoint({state}));
-  }
+  const bool write = stop == clock_steps ? options.checkpoint_at_end : !CheckpointDue(job, stop, clock_steps);
+  if (write && run.resumed_from_step() < stop)
+    MOTLEY_RETURN_IF_ERROR(CheckpointIslands(run, place, layout, job, outer, first));
   return Status::Ok();
+}
+
+// A resumed island's own moments (not the first island present's): its checkpoint at the resumed
+// step, or "" (the resumed checkpoint's: an island lost then, or one the run did not have).
+Result<std::string> IslandMomentsFrom(const JobSpec& job, const TrainOptions& options, int island) {
+  if (options.resume.empty()) return std::string();
+  MOTLEY_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpointDir(options.resume));
+  MOTLEY_ASSIGN_OR_RETURN(const int64_t clock, CheckpointStep(dir));
+  return IslandMomentsCheckpoint(dir, island, job.islands.OwnSteps(island, clock));
 }
 
 }  // namespace
@@ -387,6 +445,12 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
   island_options.planned.plan_path = options.planned.island_plans[place.island];
   island_options.planned.first_sequence = layout.first_sequence[place.island];
   island_options.planned.writes_outputs = place.island == layout.present[0];
+  if (place.island != layout.present[0]) {  // its own checkpoints: its inner state (CheckpointIslands)
+    island_job.checkpoint.dir = IslandCheckpointRunDir(job.checkpoint.dir, place.island);
+    island_options.planned.writes_checkpoints = true;
+    MOTLEY_ASSIGN_OR_RETURN(island_options.planned.moments_from,
+                            IslandMomentsFrom(job, options, place.island));
+  }
   // Faults injected for tests name ranks of the launched world; the island's run knows its own.
   for (int* rank : {&island_options.faults.die_rank, &island_options.faults.perturb_rank,
                     &island_options.faults.diverge_rank})

@@ -1,11 +1,9 @@
 #include "runtime/train/planned_run.h"
 
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -222,9 +220,9 @@ Status PlannedRun::ConnectToPlan(TrainObserver* observer, torch::Device* device)
     MOTLEY_ASSIGN_OR_RETURN(comm_, Communicator::Connect(rv, comm_config));
   }
   lead_ = comm_->rank() == 0 && options.planned.writes_outputs;
+  writer_ = comm_->rank() == 0 && (lead_ || options.planned.writes_checkpoints);
   if (observer != nullptr && lead_) observer_ = observer;
   if (lead_ && !resumed_plan_note_.empty()) fmt::print("{}\n", resumed_plan_note_);
-
   return Status::Ok();
 }
 
@@ -302,6 +300,8 @@ Status PlannedRun::BuildExecutor(const torch::Device& rank_device, MemoryLedger&
     std::vector<ParamShard> whole = WholeParameterShards(*model);
     std::erase_if(whole, [&](const ParamShard& s) { return !mine.count(s.name); });
     MOTLEY_ASSIGN_OR_RETURN(loaded, LoadTrainingState(dir, whole));
+    if (!options.planned.moments_from.empty())  // an island's own moments (planned_islands.cc)
+      MOTLEY_RETURN_IF_ERROR(LoadTrainingState(options.planned.moments_from, whole).status());
     resumed_from_step_ = loaded.step;  // islands: an island's own steps then (the checkpoint's are the clock)
     const int64_t own =
         options.planned.resumed_steps ? options.planned.resumed_steps(loaded.step) : loaded.step;
@@ -338,15 +338,15 @@ Status PlannedRun::OpenOutputs(const std::string& metrics_path) {
   if ((options.checkpoint_at_end || job.checkpoint.interval_steps > 0) && job.checkpoint.format == "sharded")
     MOTLEY_RETURN_IF_ERROR(CheckFolderWritable(
         job.checkpoint.dir, fmt::format("rank {} on {}", comm_->rank(), FindThisHost().Describe())));
-  if (lead_) {
+  if (writer_) {
     MOTLEY_ASSIGN_OR_RETURN(dir_lock_, RunDirLock::Acquire(job.checkpoint.dir));
     if (options.checkpoint_at_end)
       MOTLEY_RETURN_IF_ERROR(
           ClaimRunDir(job.checkpoint.dir, !options.resume.empty(), options.overwrite, true));
+  }
+  if (lead_)
     MOTLEY_RETURN_IF_ERROR(
         metrics_.Open(metrics_path, !options.resume.empty() || options.metrics_append, options.overwrite));
-  }
-
   return Status::Ok();
 }
 

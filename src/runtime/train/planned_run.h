@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,8 +43,12 @@ class PlannedRun {
   /// Writes `event` to the run's metrics (its lead rank only; the others ignore it).
   Status WriteEvent(const nlohmann::json& event) { return lead_ ? metrics_.Write(event) : Status::Ok(); }
   /// `extra`: files beside the model (a run of islands' outer state: its lead rank's are written).
-  Status Checkpoint(const std::vector<CheckpointExtraFile>& extra = {});
-  Status ShardedCheckpoint(int64_t* host_bytes, const std::vector<CheckpointExtraFile>& extra = {});
+  /// `owned`: the pieces this rank writes into a sharded checkpoint (a run of islands' carry the outer
+  /// momentum); null: the executor's OwnedState.
+  using OwnedStateFn = std::function<Result<std::vector<StatePiece>>()>;
+  Status Checkpoint(const std::vector<CheckpointExtraFile>& extra = {}, const OwnedStateFn& owned = nullptr);
+  Status ShardedCheckpoint(int64_t* host_bytes, const std::vector<CheckpointExtraFile>& extra,
+                           const OwnedStateFn& owned);
   /// This rank ends with an error: the others hear of it at once (Communicator::ReportFailure).
   bool AnotherRankFailedFirst() { return comm_ && comm_->AnotherRankFailedFirst(); }
   void ReportFailure(const std::string& why) {
@@ -105,7 +110,8 @@ class PlannedRun {
   TrainerState state_;
   LossScaler scaler_;  // [training] loss_scaling: the same on every rank
   TrainSummary summary_;
-  bool lead_ = false;
+  bool lead_ = false;    // rank 0 of a run that writes the metrics and checkpoints
+  bool writer_ = false;  // rank 0 of a run that writes checkpoints (lead_'s, or an island's own)
   bool diverged_ = false;
   bool divergence_injected_ = false;  // fault injection (tests): once a process
   int64_t total_steps_ = 0, tokens_per_step_ = 0, val_sequences_ = 0, resumed_from_step_ = 0;

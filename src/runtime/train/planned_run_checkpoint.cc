@@ -57,19 +57,20 @@ Status PlannedRun::Validate(int64_t step) {
   return comm_->Barrier(comm_->world());
 }
 
-// A checkpoint, in the job's form. The metrics record how much host memory it took on a rank
-// (sharded: the most any rank added; consolidated: rank 0's, which holds the whole model).
-Status PlannedRun::Checkpoint(const std::vector<CheckpointExtraFile>& extra) {
+// A checkpoint, in the job's form (written by writer_, an island's own too; announced by lead_). The
+// metrics record how much host memory it took on a rank (sharded: the most any rank added;
+// consolidated: rank 0's, which holds the whole model).
+Status PlannedRun::Checkpoint(const std::vector<CheckpointExtraFile>& extra, const OwnedStateFn& owned) {
   MemoryLedger& ledger = MemoryLedger::Install();
   ledger.ResetHostPeak();
   const int64_t host_before = ledger.host_used_bytes();
   int64_t host_bytes = 0;
   if (job_.checkpoint.format == "sharded") {
-    MOTLEY_RETURN_IF_ERROR(ShardedCheckpoint(&host_bytes, extra));
+    MOTLEY_RETURN_IF_ERROR(ShardedCheckpoint(&host_bytes, extra, owned));
   } else {
     HostMemoryScope host;  // the gathered model is host memory, not the (emulated) device's
     MOTLEY_ASSIGN_OR_RETURN(Executor::FullState full, executor_->GatherFullState());
-    if (lead_) {
+    if (writer_) {
       AssembledModel a = Assemble(job_.model, job_.training.precision, full);
       MOTLEY_ASSIGN_OR_RETURN(
           summary_.checkpoint_dir,
@@ -91,18 +92,24 @@ Status PlannedRun::Checkpoint(const std::vector<CheckpointExtraFile>& extra) {
 // Every rank writes the state it owns at once; rank 0 then writes the index and moves the folder
 // into place (checkpoint.h). Nothing is gathered: a rank's host holds no more than its own state.
 // `host_bytes` (rank 0): the most host memory a rank added while writing.
-Status PlannedRun::ShardedCheckpoint(int64_t* host_bytes, const std::vector<CheckpointExtraFile>& extra) {
+Status PlannedRun::ShardedCheckpoint(int64_t* host_bytes, const std::vector<CheckpointExtraFile>& extra,
+                                     const OwnedStateFn& owned) {
   MemoryLedger& ledger = MemoryLedger::Install();
   const int64_t host_before = ledger.host_used_bytes();
   HostMemoryScope host;  // the pieces' host copies are host memory, not the (emulated) device's
   std::string tmp;
-  if (lead_) {
+  if (writer_) {
     MOTLEY_ASSIGN_OR_RETURN(tmp, BeginShardedCheckpoint(job_.checkpoint.dir, state_.step));
   }
   MOTLEY_RETURN_IF_ERROR(comm_->Barrier(comm_->world()));
-  if (!lead_) tmp = (fs::path(job_.checkpoint.dir) / (CheckpointFolderName(state_.step) + ".tmp")).string();
-  MOTLEY_ASSIGN_OR_RETURN(const CheckpointFileRecord mine,
-                          WriteRankShards(tmp, comm_->rank(), executor_->OwnedState()));
+  if (!writer_) tmp = (fs::path(job_.checkpoint.dir) / (CheckpointFolderName(state_.step) + ".tmp")).string();
+  std::vector<StatePiece> pieces;
+  if (owned) {
+    MOTLEY_ASSIGN_OR_RETURN(pieces, owned());
+  } else {
+    pieces = executor_->OwnedState();
+  }
+  MOTLEY_ASSIGN_OR_RETURN(const CheckpointFileRecord mine, WriteRankShards(tmp, comm_->rank(), pieces));
   if (comm_->rank() == options_.faults.die_rank && options_.faults.die_in_checkpoint &&
       state_.step == options_.faults.die_at_step)
     ::raise(SIGKILL);  // fault injection: a rank lost with the checkpoint half written
@@ -111,7 +118,7 @@ Status PlannedRun::ShardedCheckpoint(int64_t* host_bytes, const std::vector<Chec
       {mine.bytes, static_cast<int64_t>(mine.crc32), ledger.host_peak_bytes() - host_before}, torch::kInt64);
   torch::Tensor records = torch::empty({3 * comm_->world_size()}, torch::kInt64);
   MOTLEY_RETURN_IF_ERROR(comm_->AllGather(comm_->world(), record, records));
-  if (lead_) {
+  if (writer_) {
     std::vector<CheckpointFileRecord> files;
     for (int r = 0; r < comm_->world_size(); ++r) {
       files.push_back(

@@ -80,6 +80,12 @@ struct PlannedRunOptions {
   // batch, and whether its rank 0 writes the metrics and checkpoints (island 0's only).
   int64_t first_sequence = 0;
   bool writes_outputs = true;
+  // Islands other than the first present: the island's rank 0 writes the island's own checkpoints (its
+  // inner state, core/checkpoint_format.h: IslandCheckpointRunDir) without the run's other outputs; and
+  // a resumed island's moments come from `moments_from` (its own checkpoint at the resumed step; "":
+  // the resumed checkpoint's).
+  bool writes_checkpoints = false;
+  std::string moments_from;
   // Islands: the outer round's schedule hash, reported beside the island's step schedule.
   std::string outer_round_hash;
   // Islands: a resumed island's own steps when island 0, the run's clock, had taken the checkpoint's
