@@ -1,5 +1,7 @@
 #include "core/checkpoint_format.h"
 
+#include <filesystem>
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -101,6 +103,22 @@ TEST(LatestFile, NamesAStepFolderOrSaysWhatIsWrong) {
         << r.status().message();
     EXPECT_LT(r.status().message().size(), 400u);  // a 5,000-character name is not repeated whole
   }
+}
+
+// An island's own checkpoint (#52) sits in the run folder's islands/island-<i>/, at the island's own
+// step: found beside a run checkpoint named with or without a trailing slash, "" where there is none.
+TEST(IslandCheckpoint, IsFoundBesideTheRunCheckpointAtTheIslandsOwnStep) {
+  const std::filesystem::path run = std::filesystem::path(::testing::TempDir()) / "motley-island-checkpoint";
+  std::filesystem::remove_all(run);
+  const std::string island1 = IslandCheckpointRunDir(run.string(), 1);
+  EXPECT_EQ(island1, (run / "islands" / "island-1").string());
+  std::filesystem::create_directories(std::filesystem::path(island1) / "step-000003");
+  const std::string checkpoint = (run / "step-000004").string();
+  EXPECT_EQ(IslandMomentsCheckpoint(checkpoint, 1, 3), island1 + "/step-000003");
+  EXPECT_EQ(IslandMomentsCheckpoint(checkpoint + "/", 1, 3), island1 + "/step-000003");
+  EXPECT_EQ(IslandMomentsCheckpoint(checkpoint, 1, 4), "");  // not at that step
+  EXPECT_EQ(IslandMomentsCheckpoint(checkpoint, 2, 3), "");  // no such island's
+  std::filesystem::remove_all(run);
 }
 
 }  // namespace
