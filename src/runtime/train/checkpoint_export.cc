@@ -52,8 +52,7 @@ Status ExportCheckpoint(const std::string& dir, const std::string& out) {
   if (fs::exists(out, ec) && !fs::exists(fs::path(out) / kTrainerStateFile, ec) && !fs::is_empty(out, ec))
     return Status::InvalidArgument(
         fmt::format("{}: exists and is not a checkpoint; export into a new folder", out));
-  MOTLEY_ASSIGN_OR_RETURN(std::vector<CheckpointExtraFile> extra,
-                          ExportedIslandsFile(dir, shards));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<CheckpointExtraFile> extra, ExportedIslandsFile(dir, shards));
   return SaveCheckpoint(out, *model, shards, loaded, extra);
 }
 
