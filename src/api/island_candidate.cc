@@ -160,8 +160,9 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
   }
   std::vector<const Schedule*> islands;
   for (const Schedule& s : steps) islands.push_back(&s);
-  const OuterRoundOptions round_options{
-      out.compression, static_cast<double>(BytesPerElement(MasterPrecision(request.precision)))};
+  OuterRoundOptions round_options{out.compression,
+                                  static_cast<double>(BytesPerElement(MasterPrecision(request.precision)))};
+  SetFragmentSizes(*a.model, round_options);
   Result<Schedule> round = LowerOuterRound(islands, round_options);
   if (!round.ok()) {
     *why = round.status().message();

@@ -51,6 +51,7 @@ Result<IslandsAnswer> AnswerIslandsQuery(const IslandsQuery& query) {
   OuterRoundOptions round;
   round.compression = query.compression;
   round.master_bytes = BytesPerElement(MasterPrecision(in.plan.precision));
+  SetFragmentSizes(in.model, round);
   Result<Schedule> lowered = LowerOuterRound(steps, round);
   if (!lowered.ok())
     return Status::InvalidArgument(fmt::format("--island-plan: {}", lowered.status().message()));

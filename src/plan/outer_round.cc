@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "core/model.h"
+
 namespace motley {
 namespace {
 
@@ -24,8 +26,8 @@ std::vector<std::map<int, double>> UpdatedParams(const Schedule& s) {
   return out;
 }
 
-Status CheckSameShape(const std::vector<const Schedule*>& islands,
-                      const std::vector<std::vector<std::map<int, double>>>& updated) {
+// Every island's devices its own.
+Status CheckDevicesApart(const std::vector<const Schedule*>& islands) {
   std::map<int, size_t> owner;  // device -> island
   for (size_t i = 0; i < islands.size(); ++i)
     for (const Program& p : islands[i]->programs)
@@ -33,12 +35,24 @@ Status CheckSameShape(const std::vector<const Schedule*>& islands,
         return Status::InvalidArgument(
             fmt::format("islands {} and {} both use device {}: give each island devices of its own",
                         it->second, i, p.device));
+  return Status::Ok();
+}
+
+// Whether every island holds the model as island 0 does, rank to rank: the same ranks, ministages,
+// ZeRO stage, replicas and ministages updated (batch sizes and devices may differ).
+bool SameShape(const std::vector<const Schedule*>& islands,
+               const std::vector<std::vector<std::map<int, double>>>& updated) {
   const Schedule& first = *islands[0];
   for (size_t i = 1; i < islands.size(); ++i) {
     const Schedule& s = *islands[i];
     bool same = s.programs.size() == first.programs.size() &&
                 s.ministages.size() == first.ministages.size() &&
                 s.sharded_optimizer == first.sharded_optimizer && s.sharded_params == first.sharded_params;
+    for (size_t v = 0; same && v < s.ministages.size(); ++v)
+      same = s.ministages[v].layer_begin == first.ministages[v].layer_begin &&
+             s.ministages[v].layer_end == first.ministages[v].layer_end &&
+             s.ministages[v].tp_degree == first.ministages[v].tp_degree &&
+             s.ministages[v].state_shares == first.ministages[v].state_shares;
     for (size_t r = 0; same && r < s.programs.size(); ++r) {
       same =
           s.programs[r].dp_size == first.programs[r].dp_size && updated[i][r].size() == updated[0][r].size();
@@ -46,14 +60,9 @@ Status CheckSameShape(const std::vector<const Schedule*>& islands,
            ++a, ++b)
         same = a->first == b->first;
     }
-    if (!same)
-      return Status::InvalidArgument(fmt::format(
-          "island {}'s plan holds the model differently from island 0's ({} ranks against {}); islands "
-          "exchange rank to rank: give every island a plan of the same shape (the same groups, stages "
-          "and ZeRO stage; batch sizes and devices may differ)",
-          i, s.programs.size(), first.programs.size()));
+    if (!same) return false;
   }
-  return Status::Ok();
+  return true;
 }
 
 // The island's replicas of rank r's ministage v that hold the same values (one a tensor-parallel team).
@@ -203,7 +212,227 @@ class RoundLowering {
   Schedule out_;
 };
 
+// A fragment of the model exchanged whole between islands of unlike shapes.
+struct Fragment {
+  bool embedding = false, head = false;
+  int32_t layer = -1;  // a decoder layer's, else -1
+  double values = 0;
+};
+
+// The round of islands of unlike shapes (outer_round.h): fragment by fragment through a lead an island.
+class FragmentLowering {
+ public:
+  FragmentLowering(const std::vector<const Schedule*>& islands, const OuterRoundOptions& options,
+                   std::vector<std::vector<std::map<int, double>>> updated, OuterRoundLayout& where)
+      : islands_(islands), options_(options), updated_(std::move(updated)), where_(where) {}
+
+  Schedule Lower() {
+    for (size_t i = 0; i < islands_.size(); ++i) {
+      where_.first_ministage.push_back(static_cast<int32_t>(out_.ministages.size()));
+      for (ScheduleMinistage m : islands_[i]->ministages) {
+        m.first_rank += where_.first_rank[i];
+        out_.ministages.push_back(std::move(m));
+      }
+      for (const Program& p : islands_[i]->programs) {
+        Program q;
+        q.rank = where_.first_rank[i] + p.rank;
+        q.device = p.device;
+        q.group = p.group;
+        q.tp_index = p.tp_index;
+        q.dp_index = p.dp_index;
+        q.dp_size = p.dp_size;
+        out_.programs.push_back(std::move(q));
+      }
+    }
+    out_.seq_len = islands_[0]->seq_len;
+    std::vector<Fragment> fragments;
+    fragments.push_back({true, false, -1, static_cast<double>(options_.embedding_values)});
+    for (int32_t l = 0; l < options_.num_layers; ++l)
+      fragments.push_back({false, false, l, static_cast<double>(options_.layer_values)});
+    fragments.push_back({false, true, -1, static_cast<double>(options_.head_values)});
+    // Each island's holders of each fragment (local rank -> its ministage), and each ministage's last.
+    std::vector<std::vector<std::map<int, int>>> holders(fragments.size());
+    std::map<std::pair<size_t, int>, size_t> last;  // (island, ministage) -> its last fragment
+    for (size_t f = 0; f < fragments.size(); ++f)
+      for (size_t i = 0; i < islands_.size(); ++i) {
+        holders[f].push_back(Holders(*islands_[i], fragments[f]));
+        for (const auto& [r, v] : holders[f].back()) last[{i, v}] = f;
+      }
+    for (size_t f = 0; f < fragments.size(); ++f) AddFragment(fragments, holders, last, f);
+    return std::move(out_);
+  }
+
+ private:
+  // Island schedule `s`'s ranks that hold fragment `f` (each with the ministage it is in). A tied
+  // model's head copy (several ministages) takes the embedding's average: its ranks hold the embedding.
+  std::map<int, int> Holders(const Schedule& s, const Fragment& f) const {
+    std::map<int, int> out;
+    const auto add = [&](size_t v) {
+      const ScheduleMinistage& m = s.ministages[v];
+      for (int r = m.first_rank; r < m.first_rank + m.num_ranks; ++r) out.try_emplace(r, static_cast<int>(v));
+    };
+    for (size_t v = 0; v < s.ministages.size(); ++v) {
+      const ScheduleMinistage& m = s.ministages[v];
+      if (f.embedding ? m.embedding : f.head ? m.head : m.layer_begin <= f.layer && f.layer < m.layer_end)
+        add(v);
+    }
+    if (f.embedding && options_.tied_embeddings && s.ministages.size() > 1)
+      for (size_t v = 0; v < s.ministages.size(); ++v)
+        if (s.ministages[v].head) add(v);
+    return out;
+  }
+
+  int NewCollective(OpKind kind, std::vector<int32_t> ranks, double bytes) {
+    Collective c;
+    c.kind = kind;
+    c.ranks = std::move(ranks);
+    c.bytes = bytes;
+    out_.collectives.push_back(std::move(c));
+    return static_cast<int>(out_.collectives.size()) - 1;
+  }
+
+  Op& Append(int32_t rank, OpKind kind, Stream stream, int v, const Fragment& f) {
+    std::vector<Op>& ops = out_.programs[static_cast<size_t>(rank)].ops;
+    Op op;
+    op.kind = kind;
+    op.stream = stream;
+    op.ministage = static_cast<int16_t>(v);
+    op.embedding = f.embedding;
+    op.head = f.head;
+    op.layer_begin = f.layer >= 0 ? f.layer : f.head ? options_.num_layers : 0;
+    op.layer_end = f.layer >= 0 ? f.layer + 1 : op.layer_begin;
+    if (!ops.empty()) op.deps.push_back(static_cast<int32_t>(ops.size()) - 1);
+    ops.push_back(std::move(op));
+    return ops.back();
+  }
+
+  // The island's holders sum what they hold of the fragment (in), or take the lead's average (out).
+  void AddIslandSum(size_t i, const std::map<int, int>& held, const Fragment& f) {
+    if (held.size() < 2) return;
+    std::vector<int32_t> ranks;
+    for (const auto& [r, v] : held) ranks.push_back(where_.first_rank[i] + r);
+    const double bytes = f.values * options_.master_bytes;
+    const int c = NewCollective(OpKind::kAllReduce, ranks, bytes);
+    for (const auto& [r, v] : held) {
+      Op& op = Append(where_.first_rank[i] + r, OpKind::kAllReduce, Stream::kComm,
+                      where_.first_ministage[i] + v, f);
+      op.collective = c;
+      op.bytes = bytes;
+    }
+  }
+
+  void AddFragment(const std::vector<Fragment>& fragments,
+                   const std::vector<std::vector<std::map<int, int>>>& holders,
+                   const std::map<std::pair<size_t, int>, size_t>& last, size_t f) {
+    const Fragment& frag = fragments[f];
+    const double mb = options_.master_bytes, whole = frag.values * mb;
+    // Where the fragment's ops begin on each holder: it is held whole from the first to the last.
+    std::map<int32_t, size_t> begin;
+    for (size_t i = 0; i < islands_.size(); ++i)
+      for (const auto& [r, v] : holders[f][i])
+        begin[where_.first_rank[i] + r] =
+            out_.programs[static_cast<size_t>(where_.first_rank[i] + r)].ops.size();
+    for (size_t i = 0; i < islands_.size(); ++i) AddIslandSum(i, holders[f][i], frag);
+    std::vector<int32_t> leads;
+    std::vector<std::pair<int32_t, int>> lead_ministage;
+    for (size_t i = 0; i < islands_.size(); ++i) {
+      auto it = holders[f][i].begin();
+      std::advance(it, static_cast<long>(f % holders[f][i].size()));  // the leads spread over the holders
+      leads.push_back(where_.first_rank[i] + it->first);
+      lead_ministage.push_back({leads.back(), where_.first_ministage[i] + it->second});
+    }
+    const bool gathers = options_.compression != "none";
+    const double wire = OuterWireBytesPerValue(options_.compression, mb);
+    const int n = static_cast<int>(islands_.size());
+    const int reduce = NewCollective(OpKind::kOuterReduce, leads, gathers ? n * frag.values * wire : whole);
+    out_.collectives[static_cast<size_t>(reduce)].gathers = gathers;
+    for (const auto& [rank, v] : lead_ministage) {
+      Op& op = Append(rank, OpKind::kOuterReduce, Stream::kComm, v, frag);
+      op.collective = reduce;
+      op.params = frag.values;
+      op.bytes = out_.collectives[static_cast<size_t>(reduce)].bytes;
+      const double received = gathers ? op.bytes : 0;
+      op.device_alloc_bytes = received;
+      op.device_free_bytes = received;
+    }
+    for (size_t i = 0; i < islands_.size(); ++i) AddIslandSum(i, holders[f][i], frag);
+    for (size_t i = 0; i < islands_.size(); ++i)
+      for (const auto& [r, v] : holders[f][i]) {
+        std::vector<Op>& ops = out_.programs[static_cast<size_t>(where_.first_rank[i] + r)].ops;
+        ops[begin.at(where_.first_rank[i] + r)].device_alloc_bytes += whole;
+        ops.back().device_free_bytes += whole;
+        if (last.at({i, v}) == f) AddStep(i, r, v, frag);
+      }
+  }
+
+  // Rank r of island i's outer step on its piece of ministage v, and the replicas' gather.
+  void AddStep(size_t i, int r, int v, const Fragment& frag) {
+    const auto piece_it = updated_[i][static_cast<size_t>(r)].find(v);
+    if (piece_it == updated_[i][static_cast<size_t>(r)].end()) return;
+    const Schedule& s = *islands_[i];
+    const double piece = s.sharded_optimizer ? piece_it->second
+                                             : piece_it->second / s.programs[static_cast<size_t>(r)].dp_size;
+    const double mb = options_.master_bytes;
+    const int32_t rank = where_.first_rank[i] + r;
+    const int round_v = where_.first_ministage[i] + v;
+    out_.programs[static_cast<size_t>(rank)].static_device_bytes += 2 * piece * mb;  // anchor, momentum
+    Op& step = Append(rank, OpKind::kOuterStep, Stream::kCompute, round_v, frag);
+    step.params = piece;
+    step.flops = kOuterFlopsPerValue * piece;
+    step.bytes = kOuterValuesMoved * piece * mb;
+    step.device_alloc_bytes = piece * mb;  // the piece's pseudo-gradient and average
+    step.device_free_bytes = piece * mb;
+    if (s.sharded_params) return;
+    const std::vector<int32_t> replicas = ReplicaRanks(s, v, r, where_.first_rank[i]);
+    if (replicas.size() < 2) return;
+    auto [it, added] = gathers_.try_emplace({static_cast<int>(i), v, replicas.front()}, -1);
+    if (added) {
+      double full = 0;
+      for (int32_t m : replicas) {
+        const auto p = updated_[i][static_cast<size_t>(m - where_.first_rank[i])].find(v);
+        if (p != updated_[i][static_cast<size_t>(m - where_.first_rank[i])].end())
+          full += p->second / s.programs[static_cast<size_t>(m - where_.first_rank[i])].dp_size;
+      }
+      it->second = NewCollective(OpKind::kAllGather, replicas, full * mb);
+    }
+    Op& g = Append(rank, OpKind::kAllGather, Stream::kComm, round_v, frag);
+    g.collective = it->second;
+    g.bytes = out_.collectives[static_cast<size_t>(it->second)].bytes;
+  }
+
+  const std::vector<const Schedule*>& islands_;
+  const OuterRoundOptions& options_;
+  std::vector<std::vector<std::map<int, double>>> updated_;
+  OuterRoundLayout& where_;
+  std::map<std::tuple<int, int, int>, int> gathers_;  // (island, ministage, first replica) -> collective
+  Schedule out_;
+};
+
+Result<Schedule> LowerFragmentRound(const std::vector<const Schedule*>& islands,
+                                    const OuterRoundOptions& options,
+                                    std::vector<std::vector<std::map<int, double>>> updated,
+                                    OuterRoundLayout& where) {
+  if (options.num_layers <= 0 || options.layer_values <= 0 || options.embedding_values <= 0)
+    return Status::InvalidArgument(
+        "the islands hold the model in unlike shapes, so they exchange it in whole fragments, but the "
+        "round was not given the model's sizes (OuterRoundOptions: SetFragmentSizes)");
+  for (const Schedule* s : islands)
+    if (s->ministages.empty() || s->ministages.back().layer_end != options.num_layers)
+      return Status::InvalidArgument(fmt::format(
+          "an island's plan holds {} layers but the model has {}: every island holds the whole model",
+          s->ministages.empty() ? 0 : s->ministages.back().layer_end, options.num_layers));
+  return FragmentLowering(islands, options, std::move(updated), where).Lower();
+}
+
 }  // namespace
+
+void SetFragmentSizes(const ModelSpec& model, OuterRoundOptions& options) {
+  options.embedding_values = EmbeddingParams(model);
+  options.layer_values = ParamsPerLayer(model);
+  options.head_values = HeadParams(model);
+  options.num_layers = static_cast<int32_t>(model.num_layers);
+  options.tied_embeddings = model.tie_embeddings;
+}
 
 double OuterWireBytesPerValue(const std::string& compression, double master_bytes) {
   if (compression == "fp16") return 2;
@@ -212,12 +441,26 @@ double OuterWireBytesPerValue(const std::string& compression, double master_byte
 }
 
 Result<Schedule> LowerOuterRound(const std::vector<const Schedule*>& islands,
-                                 const OuterRoundOptions& options) {
+                                 const OuterRoundOptions& options, OuterRoundLayout* layout) {
   if (islands.empty()) return Status::InvalidArgument("an outer round needs at least one island");
   std::vector<std::vector<std::map<int, double>>> updated;
   for (const Schedule* s : islands) updated.push_back(UpdatedParams(*s));
-  MOTLEY_RETURN_IF_ERROR(CheckSameShape(islands, updated));
-  Schedule round = RoundLowering(islands, options, std::move(updated)).Lower();
+  MOTLEY_RETURN_IF_ERROR(CheckDevicesApart(islands));
+  OuterRoundLayout where;
+  where.whole_fragments = !SameShape(islands, updated);
+  int32_t ranks = 0;
+  for (const Schedule* s : islands) {
+    where.first_rank.push_back(ranks);
+    ranks += static_cast<int32_t>(s->programs.size());
+  }
+  Schedule round;
+  if (where.whole_fragments) {
+    MOTLEY_ASSIGN_OR_RETURN(round, LowerFragmentRound(islands, options, std::move(updated), where));
+  } else {
+    round = RoundLowering(islands, options, std::move(updated)).Lower();
+    where.first_ministage.assign(islands.size(), 0);
+  }
+  if (layout != nullptr) *layout = where;
   if (std::string problem = CheckSchedule(round); !problem.empty())
     return Status::Internal("the outer round's schedule is unsound: " + problem);
   return round;

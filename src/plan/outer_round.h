@@ -16,6 +16,17 @@
 //   all_gather    where the replicas keep the full parameters between steps (ZeRO 0-2 without
 //                 offload): the island's replicas exchange their new pieces.
 // Each op waits for the one before it: the runtime runs them one after another.
+//
+// Islands of unlike shapes (other rank counts, stages, ZeRO stages or tensor-parallel widths) hold no
+// matching pieces: they exchange the model in fragments — the embedding, each decoder layer, the final
+// norm and head — each whole through one lead rank an island (the leads spread over the ranks that hold
+// it), in fragment order:
+//   all_reduce    the island's holders of the fragment sum their pieces of its pseudo-gradient, each
+//                 whole-shaped with zeros where another rank holds the value (one holder: none);
+//   outer_reduce  the leads of every island average the fragment (as above: whole, not a piece);
+//   all_reduce    the lead hands the average back to the island's holders (the others add zeros);
+// and once a rank's ministage has all its fragments, outer_step on its piece (and the replicas' gather).
+// Each value still crosses the slow link once an island; a rank holds one fragment whole at a time.
 #pragma once
 
 #include <cstdint>
@@ -30,17 +41,35 @@ namespace motley {
 struct OuterRoundOptions {
   std::string compression = "none";  // OuterConfig::compression: "none", "fp16", "int8"
   double master_bytes = 4;           // a master value's bytes: fp32 4, fp64 8
+  // Islands of unlike shapes exchange fragments whole: their sizes (core/model.h), from the model.
+  int64_t embedding_values = 0;  // EmbeddingParams
+  int64_t layer_values = 0;      // ParamsPerLayer
+  int64_t head_values = 0;       // HeadParams
+  int32_t num_layers = 0;
+  bool tied_embeddings = false;  // a tied model: the head's copy of the embedding takes its average
+};
+/// OuterRoundOptions' fragment sizes from a model.
+struct ModelSpec;
+void SetFragmentSizes(const ModelSpec& model, OuterRoundOptions& options);
+
+/// Where each island sits in a round: its first rank, and where its ministages begin in the round's
+/// table (the round's ops name them so).
+struct OuterRoundLayout {
+  std::vector<int32_t> first_rank;
+  std::vector<int32_t> first_ministage;
+  bool whole_fragments = false;  // unlike shapes: fragments exchanged whole through a lead an island
 };
 
 /// Bytes a value takes on the link between islands under `compression` (an int8 piece's scale aside).
 double OuterWireBytesPerValue(const std::string& compression, double master_bytes);
 
-/// The round of islands whose step schedules are `islands` (every one of the same shape: as many
-/// ranks, each updating the same ministages). Its programs are every island's ranks in turn.
+/// The round of islands whose step schedules are `islands`: rank to rank where every one has the same
+/// shape (as many ranks, each updating the same ministages), else by whole fragments (the fragment
+/// sizes in `options` needed). Its programs are every island's ranks in turn; `layout` where they are.
 Result<Schedule> LowerOuterRound(const std::vector<const Schedule*>& islands,
-                                 const OuterRoundOptions& options);
+                                 const OuterRoundOptions& options, OuterRoundLayout* layout = nullptr);
 
-/// The rank of island `island`'s rank `local` in a round of islands of `ranks_each` ranks.
+/// The rank of island `island`'s rank `local` in a round of islands of `ranks_each` ranks each.
 inline int32_t RoundRank(int island, int local, int ranks_each) { return island * ranks_each + local; }
 
 }  // namespace motley

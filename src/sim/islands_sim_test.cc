@@ -108,15 +108,49 @@ TEST(OuterRound, EachRankExchangesThePieceItUpdatesWithTheSameRankOfTheOtherIsla
   }
 }
 
-TEST(OuterRound, IslandsOfAnotherShapeOrOnTheSameDevicesAreRefusedNamingTheFix) {
+TEST(OuterRound, IslandsOfUnlikeShapesExchangeEachFragmentWholeThroughOneLeadAnIsland) {
   const ModelSpec m = test::LayerHeavyModel(4);
   const Cluster c = TwoRegions();
   Islands islands;
   islands.steps.push_back(LowerPlan(DataParallel({0, 1}, 2, 4), c, m).value());
-  islands.steps.push_back(LowerPlan(DataParallel({2}, 2, 8), c, m).value());
-  const Result<Schedule> round = LowerOuterRound(islands.pointers(), {});
-  ASSERT_FALSE(round.ok());
-  EXPECT_NE(round.status().message().find("give every island a plan of the same shape"), std::string::npos);
+  islands.steps.push_back(LowerPlan(DataParallel({2}, 0, 8), c, m).value());
+  // Without the model's sizes the fragments cannot be sized: one error saying so.
+  const Result<Schedule> unsized = LowerOuterRound(islands.pointers(), {});
+  ASSERT_FALSE(unsized.ok());
+  EXPECT_NE(unsized.status().message().find("SetFragmentSizes"), std::string::npos);
+  OuterRoundOptions options{"none", 4};
+  SetFragmentSizes(m, options);
+  OuterRoundLayout where;
+  const Schedule round = LowerOuterRound(islands.pointers(), options, &where).value();
+  EXPECT_TRUE(where.whole_fragments);
+  EXPECT_EQ(where.first_rank, (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(where.first_ministage, (std::vector<int32_t>{0, 2}));
+  ASSERT_EQ(round.programs.size(), 3u);
+  // Every value crosses between the islands once: a fragment an outer reduce, between one lead of each
+  // island; the leads of island 0 alternate between its two ranks.
+  double crossing = 0;
+  std::vector<int> led(2, 0);
+  for (const Collective& col : round.collectives)
+    if (col.kind == OpKind::kOuterReduce) {
+      crossing += col.bytes;
+      ASSERT_EQ(col.ranks.size(), 2u);
+      EXPECT_EQ(col.ranks[1], 2);
+      ++led.at(static_cast<size_t>(col.ranks[0]));
+    }
+  EXPECT_DOUBLE_EQ(crossing, 4.0 * static_cast<double>(TotalParams(m)));
+  EXPECT_EQ(led[0] + led[1], 6);  // the embedding, 4 layers, the head
+  EXPECT_EQ(led[0], 3);
+  // Each rank steps each piece it updates once; island 0's ranks sum and take back each fragment
+  // (two all-reduces a fragment), island 1's one rank none.
+  for (size_t r = 0; r < 3; ++r) {
+    int steps = 0, sums = 0;
+    for (const Op& op : round.programs[r].ops) {
+      steps += op.kind == OpKind::kOuterStep;
+      sums += op.kind == OpKind::kAllReduce;
+    }
+    EXPECT_EQ(steps, 2) << r;
+    EXPECT_EQ(sums, r < 2 ? 12 : 0) << r;
+  }
   // Two islands on the same devices are not two islands.
   islands.steps[1] = LowerPlan(DataParallel({1, 0}, 2, 4), c, m).value();
   const Result<Schedule> shared = LowerOuterRound(islands.pointers(), {});

@@ -25,11 +25,24 @@ namespace {
 struct IslandRun {
   const JobSpec& job;
   const TrainOptions& options;
-  std::string self;               // this executable
-  std::string metrics_path;       // where the supervisor's events go (the ranks' metrics file)
-  fs::path reports;               // the ranks' failure reports
-  fs::file_time_type started;     // checkpoints written since are this run's
-  int ranks_each = 0;             // every island's plan's ranks
+  std::string self;            // this executable
+  std::string metrics_path;    // where the supervisor's events go (the ranks' metrics file)
+  fs::path reports;            // the ranks' failure reports
+  fs::file_time_type started;  // checkpoints written since are this run's
+  std::vector<int> ranks;      // each island's plan's ranks
+  int Launched() const {
+    int n = 0;
+    for (int i : present) n += ranks[static_cast<size_t>(i)];
+    return n;
+  }
+  // The island a rank of the launch belongs to.
+  int IslandOf(int rank) const {
+    for (int i : present) {
+      if (rank < ranks[static_cast<size_t>(i)]) return i;
+      rank -= ranks[static_cast<size_t>(i)];
+    }
+    return -1;
+  }
   int64_t clock_steps = 0;        // the run's length, in island 0's steps
   std::vector<std::string> args;  // every rank's arguments (its --resume moves on)
   std::vector<int> present;       // the islands launched next
@@ -49,7 +62,7 @@ int LaunchOnce(const IslandRun& r, int* failed_rank) {
   fs::remove_all(r.reports, ec);
   LaunchOptions launch;
   launch.failed_rank = failed_rank;
-  launch.nproc = r.ranks_each * static_cast<int>(r.present.size());
+  launch.nproc = r.Launched();
   launch.command = {r.self, "train"};
   launch.command.insert(launch.command.end(), r.args.begin(), r.args.end());
   launch.command.insert(launch.command.end(), {"--failure-reports", r.reports.string()});
@@ -144,7 +157,7 @@ int SuperviseIslands(const JobSpec& job, const TrainOptions& options, const std:
                                            : options.metrics_path,
               fs::path(job.checkpoint.dir) / "failures",
               fs::file_time_type::clock::now(),
-              0,
+              {},
               options.steps > 0 ? options.steps : job.training.steps,
               WithoutOption(WithoutOption(args, "--islands-present"), "--stop-at-step"),
               options.planned.islands_present,
@@ -157,7 +170,7 @@ int SuperviseIslands(const JobSpec& job, const TrainOptions& options, const std:
       fmt::print(stderr, "motley train: {}\n", plan.status().message());
       return kExitFailure;
     }
-    if (r.ranks_each == 0) r.ranks_each = plan->num_devices();
+    r.ranks.push_back(plan->num_devices());
   }
   if (r.present.empty()) {  // else: the islands the command names (launched by hand, as this does)
     r.present.resize(options.planned.island_plans.size());
@@ -173,9 +186,8 @@ int SuperviseIslands(const JobSpec& job, const TrainOptions& options, const std:
       const std::vector<RankFailure> failures = ReadFailureReports(r.reports.string());
       const bool own_cause = std::any_of(failures.begin(), failures.end(),
                                          [](const RankFailure& f) { return f.diverged || f.out_of_memory; });
-      const int launched = r.ranks_each * static_cast<int>(r.present.size());
-      if (own_cause || failed_rank < 0 || failed_rank >= launched ||
-          !LeaveOut(r, failed_rank, r.present[static_cast<size_t>(failed_rank / r.ranks_each)]))
+      if (own_cause || failed_rank < 0 || failed_rank >= r.Launched() ||
+          !LeaveOut(r, failed_rank, r.IslandOf(failed_rank)))
         return kExitFailure;
     }
     // Later launches add to the metrics of the first.

@@ -170,15 +170,73 @@ TEST(IslandsTrain, LaunchedIslandsTrainTheModelOfIslandsInOneProcess) {
     }
     EXPECT_EQ(rounds, (std::vector<int64_t>{2, 4, 5}));
   }
-  // Plans of another shape on matching ranks are refused, naming what to change.
-  const std::string p0 = dir.Write("mixed-0.plan.toml", DataParallelPlan("[0, 1]", "[2, 1]")),
-                    p1 = dir.Write("mixed-1.plan.toml", PipelinePlan(2, 3, 2));
-  dir.Write("mixed.toml", IslandsJob(dir.Join("mixed")));
-  CliRun mixed = Motley("launch --nproc 4 -- " + std::string(MOTLEY_BIN) +
-                            " train mixed.toml --island-plan " + p0 + " --island-plan " + p1,
-                        false, dir.path().string());
-  EXPECT_NE(mixed.exit_code, 0);
-  EXPECT_CONTAINS(mixed.output, "give every island a plan of the same shape");
+}
+
+// A plan on one device: both ministages, 6 sequences a step.
+std::string OneDevicePlan(int device) {
+  return PlanHeader() + "schedule = \"gpipe\"\nzero_stage = 0\n[[groups]]\nministages = [[0, 2], [2, 4]]\n" +
+         "devices = [" + std::to_string(device) + "]\nmicrobatch_size = [3]\nnum_microbatches = [2]\n";
+}
+
+// Islands of unlike shapes — other rank counts, stages, ZeRO stages, tensor-parallel widths — exchange
+// the model in whole fragments through a lead an island, and train the model of the same islands in one
+// process (fp64, 1e-10), tied or not.
+TEST(IslandsTrain, IslandsOfUnlikeShapesTrainTheModelOfIslandsInOneProcess) {
+  TempDir dir;
+  dir.Write("cluster.toml", kCluster);
+  dir.Write("model.toml", kModel);
+  dir.Write("ref.toml", IslandsJob(dir.Join("ref")));
+  CliRun ref = Motley("train ref.toml --single-process", false, dir.path().string());
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  struct Case {
+    std::string name, island0, island1;
+    int ranks = 4;
+    bool tied = false;
+  };
+  for (const Case& c :
+       {Case{"dp-pipeline", DataParallelPlan("[0, 1]", "[2, 1]"), PipelinePlan(2, 3, 2)},
+        Case{"tp-one", TensorParallelPlan("[0, 1]"), OneDevicePlan(2), 3},
+        Case{"zero0-zero3", DataParallelPlan("[0, 1]", "[2, 1]", 0), DataParallelPlan("[2, 3]", "[1, 2]", 3)},
+        Case{"pipeline-tp-tied", PipelinePlan(0, 3, 2), TensorParallelPlan("[2, 3]"), 4, true}}) {
+    SCOPED_TRACE(c.name);
+    // A tied model's run in a folder of its own, beside its own reference.
+    const fs::path work = c.tied ? dir.path() / "tied" : dir.path();
+    const auto write = [&](const std::string& name, const std::string& text) {
+      std::ofstream(work / name) << text;
+      return (work / name).string();
+    };
+    if (c.tied) {
+      fs::create_directories(work);
+      write("cluster.toml", kCluster);
+      write("model.toml", std::string(kModel) + "tie_embeddings = true\n");
+      write("ref.toml", IslandsJob((work / "ref").string()));
+      CliRun r = Motley("train ref.toml --single-process", false, work.string());
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+    }
+    write(c.name + ".toml", IslandsJob((work / c.name).string()));
+    const std::string p0 = write(c.name + "-0.plan.toml", c.island0),
+                      p1 = write(c.name + "-1.plan.toml", c.island1);
+    CliRun r = Motley(fmt::format("launch --nproc {} -- {} train {}.toml --island-plan {} --island-plan {}",
+                                  c.ranks, MOTLEY_BIN, c.name, p0, p1),
+                      false, work.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const double d = MaxRelativeDifference((work / c.name / "step-000005/model.safetensors").string(),
+                                           (work / "ref/step-000005/model.safetensors").string());
+    std::cout << c.name << ": relative difference of the parameters " << d << "\n";
+    EXPECT_GE(d, 0);
+    EXPECT_LT(d, 1e-10);
+    // The round the ranks ran is the one `motley simulate` times: its fragments' exchanges.
+    CliRun simulated =
+        Motley("simulate --json --island-plan " + p0 + " --island-plan " + p1, false, work.string());
+    ASSERT_EQ(simulated.exit_code, 0) << simulated.output;
+    const nlohmann::json sim = nlohmann::json::parse(simulated.output);
+    EXPECT_CONTAINS(r.output, "outer round: " + sim["round_schedule_hash"].get<std::string>());
+    EXPECT_GT(sim["round_s"].get<double>(), 0) << sim.dump();
+    const double m = MaxMomentumDifference((work / c.name / "step-000005/islands.safetensors").string(),
+                                           (work / "ref/step-000005/islands.safetensors").string());
+    EXPECT_GE(m, 0);
+    EXPECT_LT(m, 1e-10);
+  }
 }
 
 // The islands' ranks checkpoint the outer state — island 0's ranks gather the outer momentum pieces into
@@ -203,6 +261,8 @@ TEST(IslandsTrain, LaunchedIslandsCheckpointTheOuterStateAndResumeUnderAnyLayout
                           "schedule = \"gpipe\"\nzero_stage = 2\n[[groups]]\nministages = [[0, 4]]\n"
                           "devices = [" +
                           std::to_string(d) + "]\nmicrobatch_size = [3]\nnum_microbatches = [1]\n");
+  const std::string unlike = " --island-plan " + dir.Write("u0.toml", DataParallelPlan("[0, 1]", "[2, 1]")) +
+                             " --island-plan " + dir.Write("u1.toml", PipelinePlan(2, 3, 2));
   job("ranks", 2);
   job("one", 2);
   CliRun ranks_run = Motley("train ranks.toml" + two, false, dir.path().string());
@@ -214,9 +274,11 @@ TEST(IslandsTrain, LaunchedIslandsCheckpointTheOuterStateAndResumeUnderAnyLayout
   const double m = MaxMomentumDifference(dir.Join("ranks" + at4), dir.Join("one" + at4));
   EXPECT_GE(m, 0);
   EXPECT_LT(m, 1e-10);
-  // Resumed from the ranks' checkpoint: as 2 islands and as 4, across processes as in one process.
-  for (const auto& [name, islands, plans] :
-       {std::tuple<std::string, int, std::string>{"again2", 2, two}, {"again4", 4, four}}) {
+  // Resumed from the ranks' checkpoint: as 2 islands, as 2 of unlike shapes and as 4, across processes
+  // as in one process.
+  for (const auto& [name, islands, plans] : {std::tuple<std::string, int, std::string>{"again2", 2, two},
+                                             {"unlike", 2, unlike},
+                                             {"again4", 4, four}}) {
     SCOPED_TRACE(name);
     job(name, islands);
     job(name + "-one", islands);

@@ -178,6 +178,17 @@ class Executor {
   /// parameters by name (a checkpoint's); `names` before, the parameters it needs.
   Result<torch::Tensor> OuterPieceFrom(int v, const std::map<std::string, torch::Tensor>& whole);
   std::vector<std::string> ParameterNames(int v) const;
+  /// Islands of unlike shapes (plan/outer_round.h) exchange whole fragments: a fragment's parameters
+  /// (an outer-round op's embedding, head or layer), by ParameterNames' names, in order;
+  std::vector<std::string> FragmentNames(const Op& op) const;
+  /// this rank's values of them in `piece` (ministage `v`'s outer-round piece, OuterPiece's layout),
+  /// each whole-shaped with zeros where another rank of the island holds the value — each value counts
+  /// on one rank of the island (a team's copies of a parameter it does not split on its first rank, a
+  /// tied head's copy on the embedding's), so that the island's sum is the fragment;
+  std::map<std::string, torch::Tensor> OuterPieceAsWhole(int v, const torch::Tensor& piece,
+                                                         const std::vector<std::string>& names);
+  /// and back: `piece`'s values of the parameters in `whole` (a tied head's copy: the embedding's).
+  void OuterPieceFill(int v, const std::map<std::string, torch::Tensor>& whole, torch::Tensor& piece);
   /// Resuming: sets this rank's part of the AdamW moments from whole-parameter ones (a checkpoint's).
   Status LoadMoments(const std::map<std::string, torch::Tensor>& exp_avg,
                      const std::map<std::string, torch::Tensor>& exp_avg_sq);
@@ -189,6 +200,8 @@ class Executor {
   /// The outer state of every ministage (GatherOuterState's `pieces`, `replicas`) put in place of the
   /// first moment, whole where a ZeRO-0 replica holds a part; `swapped` holds the moments, to put back
   /// by swapping again.
+  /// Where ministage `v`'s outer-round piece begins in its flat parameters, and its values.
+  std::pair<int64_t, int64_t> OuterRange(int v) const;
   Status SwapOuterIntoFirstMoment(const std::map<int, torch::Tensor>& pieces, Communicator& comm,
                                   const std::map<int, CommGroup*>& replicas,
                                   std::map<int, torch::Tensor>* swapped);

@@ -227,6 +227,31 @@ std::string MinistageState::FlatRange(int64_t begin, int64_t count,
   return "";
 }
 
+void MinistageState::FlatRangeFrom(int64_t begin, const std::map<std::string, torch::Tensor>& whole,
+                                   torch::Tensor& flat) const {
+  torch::NoGradGuard no_grad;
+  for (const Range& r : ranges_) {
+    const int64_t lo = std::max(r.flat_begin, begin),
+                  hi = std::min(r.flat_begin + r.numel, begin + flat.numel());
+    const auto it = whole.find(params_[r.param].name);
+    if (lo >= hi || it == whole.end()) continue;
+    flat.narrow(0, lo - begin, hi - lo).copy_(it->second.reshape(-1).narrow(0, lo - r.flat_begin, hi - lo));
+  }
+}
+
+void MinistageState::FlatRangeInto(int64_t begin, const torch::Tensor& flat,
+                                   std::map<std::string, torch::Tensor>& whole) const {
+  torch::NoGradGuard no_grad;
+  for (const Range& r : ranges_) {
+    const int64_t lo = std::max(r.flat_begin, begin),
+                  hi = std::min(r.flat_begin + r.numel, begin + flat.numel());
+    const auto it = whole.find(params_[r.param].name);
+    if (lo >= hi || it == whole.end()) continue;
+    MOTLEY_CHECK(it->second.is_contiguous());
+    it->second.view(-1).narrow(0, lo - r.flat_begin, hi - lo).copy_(flat.narrow(0, lo - begin, hi - lo));
+  }
+}
+
 void MinistageState::SwapFirstMoment(torch::Tensor& values) {
   torch::NoGradGuard no_grad;
   copies_->Synchronize();  // the moments may be in host memory, written by a copy

@@ -130,6 +130,13 @@ class MinistageState {
   /// from `whole`, or "".
   std::string FlatRange(int64_t begin, int64_t count, const std::map<std::string, torch::Tensor>& whole,
                         torch::Tensor* out) const;
+  /// The same range between `flat` (its `count` values) and some parameters only (islands of unlike
+  /// shapes exchange a fragment at a time): into `flat` from the parameters in `whole` (the other
+  /// values untouched), or from `flat` into them (contiguous, each in its parameter's shape).
+  void FlatRangeFrom(int64_t begin, const std::map<std::string, torch::Tensor>& whole,
+                     torch::Tensor& flat) const;
+  void FlatRangeInto(int64_t begin, const torch::Tensor& flat,
+                     std::map<std::string, torch::Tensor>& whole) const;
   /// Swaps the first AdamW moment of the owned elements with `values` (its size), in place both ways:
   /// a checkpoint gathers another state of the same layout (an outer round's momentum) as a moment.
   void SwapFirstMoment(torch::Tensor& values);

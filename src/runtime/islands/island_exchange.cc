@@ -1,5 +1,6 @@
 #include "runtime/islands/island_exchange.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -128,6 +129,30 @@ Result<OuterExchange> AverageAcrossIslands(Communicator& comm, CommGroup& outer,
     }
   }
   Unflatten(sum / total, deltas);
+  return done;
+}
+
+Result<OuterExchange> AverageFragment(Communicator& comm, const std::vector<FragmentStep>& steps,
+                                      std::vector<torch::Tensor>& values, double weight,
+                                      const std::string& compression,
+                                      const std::function<void(size_t)>& after) {
+  torch::NoGradGuard no_grad;
+  OuterExchange done;
+  const bool lead =
+      std::any_of(steps.begin(), steps.end(), [](const FragmentStep& s) { return s.across_islands; });
+  for (size_t k = 0; k < steps.size(); ++k) {
+    MOTLEY_CHECK(steps[k].group != nullptr);
+    if (steps[k].across_islands) {
+      MOTLEY_ASSIGN_OR_RETURN(done, AverageAcrossIslands(comm, *steps[k].group, values, weight, compression));
+    } else {
+      // The first: every holder's part summed; the second: the lead's average, the others adding zeros.
+      torch::Tensor flat = Flat(values);
+      if (k > 0 && !lead) flat.zero_();
+      MOTLEY_RETURN_IF_ERROR(comm.AllReduceSum(*steps[k].group, flat));
+      Unflatten(flat, values);
+    }
+    after(k);
+  }
   return done;
 }
 

@@ -5,6 +5,7 @@
 // averaging the islands' decompressed values in the pieces' precision.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,5 +40,21 @@ struct OuterExchange {
 Result<OuterExchange> AverageAcrossIslands(Communicator& comm, CommGroup& outer,
                                            std::vector<torch::Tensor>& deltas, double weight,
                                            const std::string& compression);
+
+/// Islands of unlike shapes (plan/outer_round.h): one fragment's exchange on this rank. `values`: the
+/// fragment's parameters whole-shaped, this rank's part of their pseudo-gradient and zeros elsewhere;
+/// replaced by the islands' average. `steps`: the fragment's ops this rank takes part in, in order, each
+/// with its group — the island's sum (all_reduce), the leads' average across islands (outer_reduce,
+/// the leads only: AverageAcrossIslands), the lead's average handed back (all_reduce; the others add
+/// zeros). `after(k)` follows step k (the emulated links' time). Every member of a group calls it with
+/// the same shapes.
+struct FragmentStep {
+  bool across_islands = false;  // the leads' outer_reduce; else an island's all_reduce
+  CommGroup* group = nullptr;
+};
+Result<OuterExchange> AverageFragment(Communicator& comm, const std::vector<FragmentStep>& steps,
+                                      std::vector<torch::Tensor>& values, double weight,
+                                      const std::string& compression,
+                                      const std::function<void(size_t)>& after);
 
 }  // namespace motley

@@ -141,6 +141,9 @@ TORCH_MODULE(LlamaModel);
 bool IsPlaceholder(const torch::Tensor& t);
 /// The shape of the model's parameter `name` (HF's names, as named_parameters() gives them).
 std::vector<int64_t> LlamaParameterShape(const ModelSpec& spec, const std::string& name);
+/// The embedding's and the head's parameter names (a tied model's head copy takes the latter).
+inline constexpr char kEmbeddingWeight[] = "model.embed_tokens.weight";
+inline constexpr char kHeadWeight[] = "lm_head.weight";
 
 /// Mean next-token cross-entropy (computed in fp32): logits [batch, seq, vocab] against targets
 /// [batch, seq].

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/checkpoint_format.h"
 #include "core/rendezvous.h"
@@ -29,9 +30,21 @@ struct IslandLayout {
   std::vector<Plan> plans;              // every island's, in island order
   std::vector<int> present;             // the islands launched, in order (all but a lost one)
   Schedule round;                       // the outer round (plan/outer_round.h) of the present islands' ranks
+  OuterRoundLayout where;               // each present island's first rank and ministage in the round
   std::vector<int64_t> first_sequence;  // each island's, in each step's global batch
-  int ranks_each = 0;                   // every island's plan has as many ranks
-  int world_size() const { return ranks_each * static_cast<int>(present.size()); }
+  int world_size() const { return static_cast<int>(round.programs.size()); }
+  // The position among the present islands of the island that round rank `rank` belongs to.
+  int PositionOf(int rank) const {
+    return static_cast<int>(std::upper_bound(where.first_rank.begin(), where.first_rank.end(), rank) -
+                            where.first_rank.begin()) -
+           1;
+  }
+  int RanksOf(int position) const {
+    return (static_cast<size_t>(position) + 1 < where.first_rank.size()
+                ? where.first_rank[static_cast<size_t>(position) + 1]
+                : world_size()) -
+           where.first_rank[static_cast<size_t>(position)];
+  }
 };
 
 // `options`' present islands (every one when none is named), checked against the job's.
@@ -74,12 +87,6 @@ Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& optio
   int64_t sequences = 0;
   for (size_t i = 0; i < paths.size(); ++i) {
     MOTLEY_ASSIGN_OR_RETURN(Plan plan, LoadPlanFile(paths[i]));
-    if (i > 0 && plan.num_devices() != out.ranks_each)
-      return Status::InvalidArgument(fmt::format(
-          "{}: {} ranks but island 0's plan {} has {}; islands exchange rank to rank so far: give every "
-          "island a plan of as many ranks holding the same parts of the model",
-          paths[i], plan.num_devices(), paths[0], out.ranks_each));
-    out.ranks_each = plan.num_devices();
     out.first_sequence.push_back(sequences);
     sequences += plan.global_batch_sequences();
     out.plans.push_back(std::move(plan));
@@ -108,45 +115,54 @@ Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& optio
   OuterRoundOptions round;
   round.compression = job.islands.outer.compression;
   round.master_bytes = BytesPerElement(MasterPrecision(job.training.precision));
-  MOTLEY_ASSIGN_OR_RETURN(out.round, LowerOuterRound(islands, round));
+  SetFragmentSizes(job.model, round);
+  MOTLEY_ASSIGN_OR_RETURN(out.round, LowerOuterRound(islands, round, &out.where));
   return out;
 }
 
 // This rank's island and the ranks of the other islands that hold what it holds (one group a
-// position, every rank making all of them in the same order).
+// position, every rank making all of them in the same order; islands of like shapes only).
 struct IslandPlace {
   int island = 0, local_rank = 0;
+  int first_ministage = 0;               // where the island's ministages begin in the round's table
+  bool whole_fragments = false;          // unlike shapes: the round exchanges whole fragments
   std::unique_ptr<Communicator> outer;   // every rank of every island
   std::unique_ptr<Communicator> own;     // this island's ranks
-  CommGroup* across = nullptr;           // the matching ranks of every island
+  CommGroup* across = nullptr;           // the matching ranks of every island (like shapes)
   std::vector<CommGroup*> round_groups;  // the outer round's collectives' groups (null: not a member)
 };
 
 Result<IslandPlace> JoinIslands(const IslandLayout& layout, const TrainOptions& options) {
   MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
-  if (rv.world_size != layout.world_size())
+  if (rv.world_size != layout.world_size()) {
+    std::vector<int> ranks;
+    for (size_t p = 0; p < layout.present.size(); ++p) ranks.push_back(layout.RanksOf(static_cast<int>(p)));
     return Status::InvalidArgument(fmt::format(
-        "rank {}: launched as one of {} ranks, but the {} islands' plans have {} ranks each: launch {}",
-        rv.rank, rv.world_size, layout.present.size(), layout.ranks_each, layout.world_size()));
+        "rank {}: launched as one of {} ranks, but the {} islands' plans have {} ranks: launch {}", rv.rank,
+        rv.world_size, layout.present.size(), fmt::join(ranks, " + "), layout.world_size()));
+  }
   MOTLEY_ASSIGN_OR_RETURN(torch::Device device, RankDevice(options.device, rv));
   CommConfig config;
   config.gpu = device.is_cuda();
   IslandPlace place;
   MOTLEY_ASSIGN_OR_RETURN(place.outer, Communicator::Connect(rv, config));
   // The present islands' ranks, one island after another.
-  const int position = rv.rank / layout.ranks_each;
+  const int position = layout.PositionOf(rv.rank);
+  const int first = layout.where.first_rank[static_cast<size_t>(position)];
   place.island = layout.present[static_cast<size_t>(position)];
-  place.local_rank = rv.rank % layout.ranks_each;
-  std::vector<int> own(layout.ranks_each);
-  std::iota(own.begin(), own.end(), position * layout.ranks_each);
+  place.local_rank = rv.rank - first;
+  place.first_ministage = layout.where.first_ministage[static_cast<size_t>(position)];
+  place.whole_fragments = layout.where.whole_fragments;
+  std::vector<int> own(static_cast<size_t>(layout.RanksOf(position)));
+  std::iota(own.begin(), own.end(), first);
   MOTLEY_ASSIGN_OR_RETURN(place.own, place.outer->Within(own, fmt::format("island-{}", place.island)));
-  for (int local = 0; local < layout.ranks_each; ++local) {
-    std::vector<int> across;
-    for (size_t p = 0; p < layout.present.size(); ++p)
-      across.push_back(static_cast<int>(p) * layout.ranks_each + local);
-    MOTLEY_ASSIGN_OR_RETURN(CommGroup * g, place.outer->NewGroup(across));
-    if (local == place.local_rank) place.across = g;
-  }
+  if (!layout.where.whole_fragments)
+    for (int local = 0; local < layout.RanksOf(0); ++local) {
+      std::vector<int> across;
+      for (size_t p = 0; p < layout.present.size(); ++p) across.push_back(layout.where.first_rank[p] + local);
+      MOTLEY_ASSIGN_OR_RETURN(CommGroup * g, place.outer->NewGroup(across));
+      if (local == place.local_rank) place.across = g;
+    }
   // One group a set of members, every rank making them in the round's order.
   std::map<std::vector<int32_t>, CommGroup*> made;
   for (const Collective& c : layout.round.collectives) {
@@ -170,20 +186,21 @@ Status CheckPiecesMatch(Communicator& outer, CommGroup& across, const std::vecto
   torch::Tensor all = torch::empty({2 * across.size()}, torch::kFloat64);
   MOTLEY_RETURN_IF_ERROR(outer.AllGather(across, mine, all));
   if (!torch::equal(all.view({across.size(), 2}), mine.expand({across.size(), 2})))
-    return Status::InvalidArgument(fmt::format(
-        "rank {}: the islands' plans put different parts of the model on their rank {} ({} pieces of {} "
-        "values here); islands exchange rank to rank so far: give every island a plan of the same shape "
-        "(the same groups, stages and ZeRO stages; batch sizes may differ)",
+    return Status::Internal(fmt::format(
+        "rank {}: the outer round pairs the islands' rank {} as holding the same part of the model, but "
+        "their pieces differ ({} pieces of {} values here)",
         outer.rank(), across.index, pieces.size(), total));
   return Status::Ok();
 }
 
-// This rank's pieces of the round: one a reduce of its program, in order (the outer optimizer's).
-Result<std::vector<torch::Tensor>> RoundPieces(const Program& program, Executor& executor) {
+// This rank's pieces of the round: one an outer step of its program, in order (the outer optimizer's),
+// by the island's own ministage.
+Result<std::vector<torch::Tensor>> RoundPieces(const Program& program, int first_ministage,
+                                               Executor& executor) {
   std::vector<torch::Tensor> pieces;
   for (const Op& op : program.ops)
-    if (op.kind == OpKind::kOuterReduce) {
-      MOTLEY_ASSIGN_OR_RETURN(torch::Tensor piece, executor.OuterPiece(op.ministage));
+    if (op.kind == OpKind::kOuterStep) {
+      MOTLEY_ASSIGN_OR_RETURN(torch::Tensor piece, executor.OuterPiece(op.ministage - first_ministage));
       pieces.push_back(std::move(piece));
     }
   return pieces;
@@ -212,43 +229,100 @@ void HoldForEmulatedLink(const DeviceEmulation& emulation, const Schedule& round
   if (needed_s > spent_s) std::this_thread::sleep_for(std::chrono::duration<double>(needed_s - spent_s));
 }
 
+// A rank's pieces in a round, by the island's own ministage: its index among the outer optimizer's
+// pieces, and its average as it arrives (islands of unlike shapes: fragment by fragment).
+struct RoundPieceState {
+  std::map<int, size_t> index;
+  std::map<int, torch::Tensor> delta, average;
+};
+
+// Islands of unlike shapes: the exchange of one fragment (`ops`: its ops on this rank), each of this
+// rank's pieces then taking its values of the islands' average.
+Result<OuterExchange> ExchangeFragment(IslandPlace& place, const Schedule& round,
+                                       const std::vector<const Op*>& ops, RoundPieceState& pieces,
+                                       Executor& executor, const DeviceEmulation& emulation, double tokens,
+                                       const std::string& compression) {
+  const std::vector<std::string> names = executor.FragmentNames(*ops[0]);
+  const int v = ops[0]->ministage - place.first_ministage;
+  std::map<std::string, torch::Tensor> mine = executor.OuterPieceAsWhole(v, pieces.delta.at(v), names);
+  std::vector<torch::Tensor> values;
+  for (const std::string& name : names) values.push_back(mine.at(name));
+  std::vector<FragmentStep> steps;
+  for (const Op* op : ops)
+    steps.push_back(
+        {op->kind == OpKind::kOuterReduce, place.round_groups.at(static_cast<size_t>(op->collective))});
+  auto start = PlannedRun::Clock::now();
+  MOTLEY_ASSIGN_OR_RETURN(OuterExchange done,
+                          AverageFragment(*place.outer, steps, values, tokens, compression, [&](size_t k) {
+                            HoldForEmulatedLink(emulation, round, *ops[k], start);
+                            start = PlannedRun::Clock::now();
+                          }));
+  for (size_t k = 0; k < names.size(); ++k) mine[names[k]] = values[k];
+  for (auto& [u, average] : pieces.average) executor.OuterPieceFill(u, mine, average);
+  return done;
+}
+
 // One outer round on this rank, its ops as the round's schedule has them: each piece's pseudo-gradient
-// averaged with the matching ranks of the other islands (weighted by the tokens each island trained on
-// since the last round), the outer step on it, and where the replicas keep full parameters, their gather.
+// averaged with the other islands' (weighted by the tokens each island trained on since the last
+// round) — rank to rank, or by whole fragments where the islands' shapes differ — the outer step on
+// it, and where the replicas keep full parameters, their gather.
 Result<RoundReport> OuterRound(IslandPlace& place, const Schedule& round, OuterOptimizer& outer,
                                Executor& executor, const DeviceEmulation& emulation, double tokens) {
   const auto round_start = PlannedRun::Clock::now();
   const Program& program = round.programs[static_cast<size_t>(place.outer->rank())];
-  MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> pieces, RoundPieces(program, executor));
-  outer.Attach(std::move(pieces));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> attached,
+                          RoundPieces(program, place.first_ministage, executor));
+  outer.Attach(std::move(attached));
+  RoundPieceState pieces;
+  for (const Op& op : program.ops)
+    if (op.kind == OpKind::kOuterStep) {
+      const int v = op.ministage - place.first_ministage;
+      const size_t k = pieces.index.size();
+      pieces.index[v] = k;
+      if (place.whole_fragments) {
+        pieces.delta[v] = outer.PseudoGradient(k);
+        pieces.average[v] = torch::zeros_like(pieces.delta[v]);
+      }
+    }
   RoundReport report;
-  size_t piece = 0;
-  std::vector<torch::Tensor> average;
-  for (const Op& op : program.ops) {
+  const std::string& compression = outer.config().compression;
+  for (size_t k = 0; k < program.ops.size();) {
+    const Op& op = program.ops[k];
+    const int v = op.ministage - place.first_ministage;
     CommGroup* group =
         op.collective >= 0 ? place.round_groups.at(static_cast<size_t>(op.collective)) : nullptr;
     const auto start = PlannedRun::Clock::now();
-    switch (op.kind) {
-      case OpKind::kOuterReduce: {
-        average = {outer.PseudoGradient(piece)};
-        MOTLEY_ASSIGN_OR_RETURN(OuterExchange done, AverageAcrossIslands(*place.outer, *group, average,
-                                                                         tokens, outer.config().compression));
-        report.bytes_sent += done.bytes_sent;
-        report.compression_error = std::max(report.compression_error, done.compression_error);
-        HoldForEmulatedLink(emulation, round, op, start);
-        break;
-      }
-      case OpKind::kOuterStep:
-        outer.StepPiece(piece++, average.at(0));
-        break;
-      case OpKind::kAllGather:
-        MOTLEY_RETURN_IF_ERROR(executor.GatherOuterPieces(op.ministage, *place.outer, *group));
-        HoldForEmulatedLink(emulation, round, op, start);
-        break;
-      default:
-        return Status::Internal(
-            fmt::format("rank {}: an outer round holds a {} op", place.outer->rank(), OpKindName(op.kind)));
+    OuterExchange done;
+    if (op.kind == OpKind::kOuterStep) {
+      outer.StepPiece(pieces.index.at(v), pieces.average.at(v));
+      pieces.delta.erase(v);
+      pieces.average.erase(v);
+    } else if (op.kind == OpKind::kAllGather) {
+      MOTLEY_RETURN_IF_ERROR(executor.GatherOuterPieces(v, *place.outer, *group));
+      HoldForEmulatedLink(emulation, round, op, start);
+    } else if (op.kind == OpKind::kOuterReduce && !place.whole_fragments) {
+      std::vector<torch::Tensor> average = {outer.PseudoGradient(pieces.index.at(v))};
+      MOTLEY_ASSIGN_OR_RETURN(done, AverageAcrossIslands(*place.outer, *group, average, tokens, compression));
+      pieces.average[v] = average.at(0);
+      HoldForEmulatedLink(emulation, round, op, start);
+    } else if ((op.kind == OpKind::kOuterReduce || op.kind == OpKind::kAllReduce) && place.whole_fragments) {
+      std::vector<const Op*> fragment;  // the fragment's ops: those of its layers in a row
+      for (; k < program.ops.size() &&
+             (program.ops[k].kind == OpKind::kAllReduce || program.ops[k].kind == OpKind::kOuterReduce) &&
+             program.ops[k].layer_begin == op.layer_begin && program.ops[k].embedding == op.embedding &&
+             program.ops[k].head == op.head;
+           ++k)
+        fragment.push_back(&program.ops[k]);
+      MOTLEY_ASSIGN_OR_RETURN(
+          done, ExchangeFragment(place, round, fragment, pieces, executor, emulation, tokens, compression));
+      --k;
+    } else {
+      return Status::Internal(
+          fmt::format("rank {}: an outer round holds a {} op", place.outer->rank(), OpKindName(op.kind)));
     }
+    report.bytes_sent += done.bytes_sent;
+    report.compression_error = std::max(report.compression_error, done.compression_error);
+    ++k;
   }
   outer.FinishStep();
   report.seconds = std::chrono::duration<double>(PlannedRun::Clock::now() - round_start).count();
@@ -276,9 +350,11 @@ Result<OuterCheckpoint> OuterStateFile(IslandPlace& place, const Schedule& round
   std::map<int, CommGroup*> replicas;  // ZeRO-0: the island's replicas gather their pieces
   size_t k = 0;
   for (const Op& op : round.programs[static_cast<size_t>(place.outer->rank())].ops) {
-    if (op.kind == OpKind::kOuterReduce) pieces[op.ministage] = outer.momentum().at(k++);
+    if (op.kind == OpKind::kOuterStep)
+      pieces[op.ministage - place.first_ministage] = outer.momentum().at(k++);
     if (op.kind == OpKind::kAllGather)
-      replicas[op.ministage] = place.round_groups.at(static_cast<size_t>(op.collective));
+      replicas[op.ministage - place.first_ministage] =
+          place.round_groups.at(static_cast<size_t>(op.collective));
   }
   if (sharded) {
     out.file.metadata["momentum"] = "shards";
@@ -323,7 +399,7 @@ Status CheckpointIslands(PlannedRun& run, IslandPlace& place, const IslandLayout
 // Resuming: this rank's pieces of the outer momentum from the checkpoint's islands file (a synchronous
 // checkpoint has none: no momentum yet), and the outer steps taken.
 Result<std::pair<std::vector<torch::Tensor>, int64_t>> ResumedOuterState(
-    const std::string& resume, const Program& program, Executor& executor,
+    const std::string& resume, const Program& program, int first_ministage, Executor& executor,
     const std::vector<torch::Tensor>& pieces) {
   MOTLEY_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpointDir(resume));
   const std::filesystem::path path = std::filesystem::path(dir) / kIslandsFile;
@@ -344,16 +420,18 @@ Result<std::pair<std::vector<torch::Tensor>, int64_t>> ResumedOuterState(
   if (in_shards && !pieces.empty()) {
     std::vector<std::string> names;
     for (const Op& op : program.ops)
-      if (op.kind == OpKind::kOuterReduce)
-        for (const std::string& name : executor.ParameterNames(op.ministage)) names.push_back(name);
+      if (op.kind == OpKind::kOuterStep)
+        for (const std::string& name : executor.ParameterNames(op.ministage - first_ministage))
+          names.push_back(name);
     MOTLEY_ASSIGN_OR_RETURN(sharded, LoadShardedOuterMomentum(dir, names, pieces[0].scalar_type()));
   }
   size_t k = 0;
   for (const Op& op : program.ops) {
-    if (op.kind != OpKind::kOuterReduce) continue;
+    if (op.kind != OpKind::kOuterStep) continue;
+    const int v = op.ministage - first_ministage;
     const torch::Tensor& piece = pieces.at(k++);
     std::map<std::string, torch::Tensor> whole;
-    for (const std::string& name : executor.ParameterNames(op.ministage)) {
+    for (const std::string& name : executor.ParameterNames(v)) {
       if (in_shards) {
         whole[name] = sharded.at(name);
         continue;
@@ -362,7 +440,7 @@ Result<std::pair<std::vector<torch::Tensor>, int64_t>> ResumedOuterState(
       if (!file.contains(key)) return Status::InvalidArgument(fmt::format("{}: no {}", path.string(), key));
       MOTLEY_ASSIGN_OR_RETURN(whole[name], file.Load(key, piece.scalar_type()));
     }
-    MOTLEY_ASSIGN_OR_RETURN(torch::Tensor m, executor.OuterPieceFrom(op.ministage, whole));
+    MOTLEY_ASSIGN_OR_RETURN(torch::Tensor m, executor.OuterPieceFrom(v, whole));
     out.first.push_back(m.to(piece.device()));
   }
   return out;
@@ -373,16 +451,16 @@ Result<std::pair<std::vector<torch::Tensor>, int64_t>> ResumedOuterState(
 // fewer steps (even none, in a short last round).
 Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layout, const JobSpec& job,
                    const TrainOptions& options, int64_t clock_steps, int64_t tokens_per_step) {
-  MOTLEY_ASSIGN_OR_RETURN(
-      std::vector<torch::Tensor> pieces,
-      RoundPieces(layout.round.programs[static_cast<size_t>(place.outer->rank())], run.executor()));
-  MOTLEY_RETURN_IF_ERROR(CheckPiecesMatch(*place.outer, *place.across, pieces));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> pieces,
+                          RoundPieces(layout.round.programs[static_cast<size_t>(place.outer->rank())],
+                                      place.first_ministage, run.executor()));
+  if (!place.whole_fragments) MOTLEY_RETURN_IF_ERROR(CheckPiecesMatch(*place.outer, *place.across, pieces));
   OuterOptimizer outer(job.islands.outer, pieces);
   if (!options.resume.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(
         auto resumed,
         ResumedOuterState(options.resume, layout.round.programs[static_cast<size_t>(place.outer->rank())],
-                          run.executor(), pieces));
+                          place.first_ministage, run.executor(), pieces));
     outer.Restore(std::move(resumed.first), resumed.second);
   }
   const DeviceEmulation emulation(job.cluster,
