@@ -408,6 +408,29 @@ TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
   }
   EXPECT_EQ(events, (std::vector<std::string>{"round 2", "lost 0 at 2 rejoin 4", "round 4", "rejoined at 4",
                                               "round 6", "round 8"}));
+  // Islands of unlike shapes (2 ranks and 1): the one-rank island is lost (launch rank 2) and joins again,
+  // as the same launches by hand.
+  const std::string unlike = " --steps 6 --island-plan " + dir.Join("p0.toml") + " --island-plan " +
+                             dir.Write("one.toml", OneDevicePlan(2));
+  job("unlike");
+  CliRun lost = Motley("train unlike.toml --max-restarts 1 --die-rank 2 --die-at-step 3" + unlike, false,
+                       dir.path().string());
+  ASSERT_EQ(lost.exit_code, 0) << lost.output;
+  EXPECT_CONTAINS(lost.output, "rank 2 (island 1) failed: island 1 is lost");
+  EXPECT_CONTAINS(lost.output, "island 1 joins again at step 4, from the outer state of its checkpoint");
+  job("unlike-by-hand");
+  for (const std::string& launch :
+       {std::string(" --stop-at-step 2"),
+        " --islands-present 0 --stop-at-step 4 --resume " + dir.Join("unlike-by-hand/step-000002"),
+        " --resume " + dir.Join("unlike-by-hand/step-000004")}) {
+    CliRun r = Motley("train unlike-by-hand.toml --metrics-append" + launch + unlike, false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << launch << "\n" << r.output;
+  }
+  const std::string at6 = "/step-000006/model.safetensors";
+  const double u = MaxRelativeDifference(dir.Join("unlike" + at6), dir.Join("unlike-by-hand" + at6));
+  std::cout << "unlike shapes, elastic against by hand: relative difference of the parameters " << u << "\n";
+  EXPECT_GE(u, 0);
+  EXPECT_LT(u, 1e-10);
 }
 
 }  // namespace
