@@ -55,44 +55,27 @@ Plan OnRegion(Plan plan, const RegionNodes& rn, int source, int r) {
   return plan;
 }
 
-// Whether every region holds as many nodes of as many devices as region 0 (their types may differ), and
-// whether their types are region 0's too; `*why` names the first region that is not shaped alike.
-bool RegionsShapedAlike(const Cluster& c, const RegionNodes& rn, bool* same_types, std::string* why) {
-  *same_types = true;
+// Whether every region holds as many nodes of as many devices as region 0, of region 0's types: then
+// one plan, made for region 0, runs on every region's matching devices.
+bool RegionsAlike(const Cluster& c, const RegionNodes& rn) {
   for (size_t r = 1; r < rn.nodes.size(); ++r) {
-    bool alike = rn.nodes[r].size() == rn.nodes[0].size();
-    for (size_t i = 0; alike && i < rn.nodes[0].size(); ++i) {
+    if (rn.nodes[r].size() != rn.nodes[0].size()) return false;
+    for (size_t i = 0; i < rn.nodes[0].size(); ++i) {
       const NodeSpec& x = c.nodes[static_cast<size_t>(rn.nodes[0][i])];
       const NodeSpec& y = c.nodes[static_cast<size_t>(rn.nodes[r][i])];
-      alike = x.num_devices == y.num_devices;
-      *same_types = *same_types && x.device_type == y.device_type;
-    }
-    if (!alike) {
-      *why = fmt::format(
-          "regions {} and {} are not shaped alike (as many nodes of as many devices: islands exchange rank "
-          "to "
-          "rank so far)",
-          c.regions[0], c.regions[r]);
-      return false;
+      if (x.num_devices != y.num_devices || x.device_type != y.device_type) return false;
     }
   }
   return true;
 }
 
-// The region whose devices the islands' plan is made for: region 0 where the regions hold the same
-// devices, else the one of least memory a device (the plan that fits there fits on the others' matching
-// devices, as far as memory goes).
-int ShapeRegion(const Cluster& c, const RegionNodes& rn, bool same_types) {
-  if (same_types) return 0;
-  int best = 0;
-  double least = std::numeric_limits<double>::max();
-  for (size_t r = 0; r < rn.nodes.size(); ++r) {
-    double memory = std::numeric_limits<double>::max();
-    for (int n : rn.nodes[r])
-      memory = std::min(memory, c.spec(rn.first_device[static_cast<size_t>(n)]).memory_bytes);
-    if (memory < least) least = memory, best = static_cast<int>(r);
-  }
-  return best;
+// Region r's devices.
+std::vector<int> RegionDevices(const Cluster& c, const RegionNodes& rn, int r) {
+  std::vector<int> out;
+  for (int n : rn.nodes[static_cast<size_t>(r)])
+    for (int i = 0; i < c.nodes[static_cast<size_t>(n)].num_devices; ++i)
+      out.push_back(rn.first_device[static_cast<size_t>(n)] + i);
+  return out;
 }
 
 // The regions' islands, fastest first (island 0 keeps the run's clock and takes the most inner steps),
@@ -123,45 +106,69 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
     return std::nullopt;
   }
   const RegionNodes rn = NodesByRegion(c);
-  bool same_types = true;
-  if (!RegionsShapedAlike(c, rn, &same_types, why)) return std::nullopt;
-  const int source = ShapeRegion(c, rn, same_types);
-  if (a.request.global_batch_sequences % k != 0) {
-    *why = fmt::format("the batch of {} sequences does not split evenly over {} regions",
-                       a.request.global_batch_sequences, k);
+  const int64_t batch = a.request.global_batch_sequences;
+  if (batch < k) {
+    *why = fmt::format("the batch of {} sequences is smaller than the {} regions", batch, k);
     return std::nullopt;
   }
-  PlanRequest request = a.request;
-  request.global_batch_sequences /= k;
-  request.devices.clear();
-  for (int n : rn.nodes[static_cast<size_t>(source)])
-    for (int i = 0; i < c.nodes[static_cast<size_t>(n)].num_devices; ++i)
-      request.devices.push_back(rn.first_device[static_cast<size_t>(n)] + i);
-  StrategyOutcome best = PlanWithStrategy("auto", c, *a.model, *a.costs, request, a.evaluate);
-  if (!best.status.ok()) {
-    *why = fmt::format("no plan for region {} alone: {}", c.regions[static_cast<size_t>(source)],
-                       best.status.message());
-    return std::nullopt;
-  }
+  // Each region's island on its share of the batch (as even as whole sequences allow; the outer round
+  // weighs each island by the tokens it trained on): the best plan `auto` finds for its devices
+  // (regions alike and even shares: region 0's, on each region's matching devices). A region no plan
+  // fits is left out while two or more remain, as a synchronous plan leaves out devices.
+  std::vector<int> regions(static_cast<size_t>(k));
+  std::iota(regions.begin(), regions.end(), 0);
   IslandCandidate out;
-  out.strategy = best.strategy;
   out.compression = "int8";
+  std::vector<std::string> strategies;
   std::vector<Schedule> steps;
-  for (int r = 0; r < k; ++r) {
-    Plan plan = OnRegion(best.plan, rn, source, r);
-    FillDefaultRouting(&plan, c, *a.model);
-    Result<Schedule> s = LowerPlan(plan, c, *a.model);
-    if (!s.ok()) {
-      *why = fmt::format("region {}'s island: {}", c.regions[static_cast<size_t>(r)], s.status().message());
-      return std::nullopt;
+  for (bool planned = false; !planned;) {
+    const int n = static_cast<int>(regions.size());
+    const bool alike = n == k && RegionsAlike(c, rn) && batch % k == 0;
+    out.plans.clear();
+    strategies.clear();
+    steps.clear();
+    planned = true;
+    for (int j = 0; j < n && planned; ++j) {
+      const int r = regions[static_cast<size_t>(j)];
+      Plan plan;
+      if (j == 0 || !alike) {
+        PlanRequest request = a.request;
+        request.devices = RegionDevices(c, rn, r);
+        request.global_batch_sequences = batch / n + (j < batch % n ? 1 : 0);
+        StrategyOutcome best = PlanWithStrategy("auto", c, *a.model, *a.costs, request, a.evaluate);
+        if (!best.status.ok()) {
+          const std::string reason = fmt::format("no plan for region {} alone: {}",
+                                                 c.regions[static_cast<size_t>(r)], best.status.message());
+          if (n <= 2) {
+            *why = out.left_out.empty() ? reason : out.left_out + "; " + reason;
+            return std::nullopt;
+          }
+          out.left_out += fmt::format("{}{}", out.left_out.empty() ? "" : "; ", reason);
+          regions.erase(regions.begin() + j);
+          planned = false;
+          break;
+        }
+        plan = std::move(best.plan);
+        strategies.push_back(best.strategy);
+      } else {
+        plan = OnRegion(out.plans.front(), rn, regions[0], r);
+      }
+      FillDefaultRouting(&plan, c, *a.model);
+      Result<Schedule> s = LowerPlan(plan, c, *a.model);
+      if (!s.ok()) {
+        *why = fmt::format("region {}'s island: {}", c.regions[static_cast<size_t>(r)], s.status().message());
+        return std::nullopt;
+      }
+      steps.push_back(std::move(*s));
+      out.plans.push_back(std::move(plan));
     }
-    steps.push_back(std::move(*s));
-    out.plans.push_back(std::move(plan));
   }
+  const int n = static_cast<int>(regions.size());
+  const bool alike = n == k && RegionsAlike(c, rn) && batch % k == 0;
   std::vector<const Schedule*> islands;
   for (const Schedule& s : steps) islands.push_back(&s);
   OuterRoundOptions round_options{out.compression,
-                                  static_cast<double>(BytesPerElement(MasterPrecision(request.precision)))};
+                                  static_cast<double>(BytesPerElement(MasterPrecision(a.request.precision)))};
   SetFragmentSizes(*a.model, round_options);
   Result<Schedule> round = LowerOuterRound(islands, round_options);
   if (!round.ok()) {
@@ -170,8 +177,8 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
   }
   // Regions of unlike devices: the fastest island first, each taking as many inner steps as the slowest
   // takes H in about the same time (a faster island trains more instead of waiting).
-  std::vector<double> step_s(static_cast<size_t>(k), 1.0);
-  if (!same_types) {
+  std::vector<double> step_s(static_cast<size_t>(n), 1.0);
+  if (!alike) {
     Result<std::pair<std::vector<int>, std::vector<double>>> fastest =
         RegionsFastestFirst(islands, *round, c, *a.costs);
     if (!fastest.ok()) {
@@ -182,19 +189,26 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
     step_s = fastest->second;  // a step's time is the island's whatever its place
     std::vector<Plan> plans;
     std::vector<Schedule> ordered;
+    std::vector<std::string> named;
     for (int i : order) {
       plans.push_back(out.plans[static_cast<size_t>(i)]);
       ordered.push_back(steps[static_cast<size_t>(i)]);
+      named.push_back(strategies[static_cast<size_t>(i)]);
     }
+    strategies = std::move(named);
     out.plans = std::move(plans);
     steps = std::move(ordered);
-    for (int i = 0; i < k; ++i) islands[static_cast<size_t>(i)] = &steps[static_cast<size_t>(i)];
+    for (int i = 0; i < n; ++i) islands[static_cast<size_t>(i)] = &steps[static_cast<size_t>(i)];
     round = LowerOuterRound(islands, round_options);
     if (!round.ok()) {
       *why = round.status().message();
       return std::nullopt;
     }
   }
+  out.strategy = std::all_of(strategies.begin(), strategies.end(),
+                             [&](const std::string& x) { return x == strategies.front(); })
+                     ? strategies.front()
+                     : fmt::format("{}", fmt::join(strategies, " | "));
   for (int64_t h : kIslandInnerSteps) {
     std::vector<int64_t> inner = InnerStepsBySpeed(step_s, h);
     // Island 0 keeps the clock: no island takes more inner steps than it.
@@ -302,11 +316,15 @@ std::string IslandCandidateLine(const IslandCandidate& islands, const PlanAnswer
           ? static_cast<double>(answer.request.global_batch_sequences * answer.request.seq_len) /
                 answer.chosen.evaluation.step_time_s
           : 0;
+  std::vector<int> devices;
+  for (const Plan& p : islands.plans) devices.push_back(p.num_devices());
+  const bool even = std::all_of(devices.begin(), devices.end(), [&](int d) { return d == devices.front(); });
   std::string line = fmt::format(
-      "islands: {} x {} (one a region, {} devices each), H = {}, {} between them: {:.0f} tokens/s{}, {:.1f} "
+      "islands: {} x {} (one a region, {} devices{}), H = {}, {} between them: {:.0f} tokens/s{}, {:.1f} "
       "bytes "
       "between regions a token, round {} of a {} period{}",
-      islands.plans.size(), islands.strategy, islands.plans.front().num_devices(),
+      islands.plans.size(), islands.strategy,
+      even ? std::to_string(devices.front()) : fmt::format("{}", fmt::join(devices, " + ")), even ? " each" : "",
       islands.inner_steps_each.empty()
           ? std::to_string(islands.inner_steps)
           : fmt::format("{} (island by island, by speed)", fmt::join(islands.inner_steps_each, ", ")),
@@ -317,6 +335,7 @@ std::string IslandCandidateLine(const IslandCandidate& islands, const PlanAnswer
       r.cross_region_bytes_per_token, FormatDuration(r.round.step_time_s), FormatDuration(r.period_s),
       r.fits_memory ? "" : " — OUT OF MEMORY");
   line += "\n  " + islands.why;
+  if (!islands.left_out.empty()) line += "\n  left out: " + islands.left_out;
   return line;
 }
 
@@ -340,7 +359,8 @@ nlohmann::json IslandCandidateJson(const IslandCandidate& islands) {
           {"token_efficiency", islands.loss.token_efficiency},
           {"loss_penalty", islands.loss.loss_penalty},
           {"chosen", islands.chosen},
-          {"why", islands.why}};
+          {"why", islands.why},
+          {"left_out", islands.left_out}};
 }
 
 }  // namespace motley

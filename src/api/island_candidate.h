@@ -1,8 +1,8 @@
-// Islands beside synchronous plans (issue #52 item 3): where a cluster's regions are shaped alike (as
-// many nodes of as many devices), one island a region (the regions are the cluster's slowest cuts) — the
-// best plan for one region's devices on its share of the batch (the region of least memory a device
-// when their types differ), the same plan on each other region's devices; with unlike devices the
-// fastest island first and each island's inner steps by its predicted speed — meeting every H
+// Islands beside synchronous plans (issue #52 item 3): one island a region (the regions are the
+// cluster's slowest cuts), each the best plan `auto` finds for its region's devices on its share of the
+// batch (regions of the same nodes: region 0's plan on every region's matching devices); islands of
+// unlike plans exchange whole fragments (plan/outer_round.h); with unlike devices the fastest island
+// first and each island's inner steps by its predicted speed — meeting every H
 // inner steps for an outer round (plan/outer_round.h), simulated with the islands' steps
 // (sim/islands_sim.h). `motley plan` judges them against the best synchronous plan by the predicted time
 // to the same loss: the islands' tokens/s times the tokens they need more, an estimate
@@ -24,8 +24,9 @@
 namespace motley {
 
 struct IslandCandidate {
-  std::string strategy;     // the plan each island runs
-  std::vector<Plan> plans;  // one a region, in region order
+  std::string strategy;     // the plan each island runs ("a | b | c": island by island, where they differ)
+  std::vector<Plan> plans;  // one a region (fastest first where their devices differ)
+  std::string left_out;     // the regions no plan fits, left out, and why ("": none)
   int64_t inner_steps = 0;  // H: island 0's (the run's clock), every island's unless below
   // Islands of unlike devices: each island's H_i (island 0's the largest; a faster island trains more
   // inner steps in the time a slower one takes for fewer); empty when every island takes inner_steps.
@@ -44,7 +45,7 @@ struct IslandCandidate {
 inline constexpr int64_t kIslandInnerSteps[] = {10, 25, 50, 100, 250, 500};
 
 /// Islands one a region of `answer`'s cluster, or nullopt with `*why` saying why there are none (one
-/// region; regions not shaped alike; a batch the regions do not share evenly; no plan fits a region).
+/// region; fewer sequences than regions; no plan fits two regions).
 std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& answer, std::string* why);
 
 /// Judges `islands` against `answer`'s chosen synchronous plan by the predicted time to the same loss

@@ -458,7 +458,7 @@ int RunPlan(const std::vector<std::string>& args) {
   const StrategyOutcome& chosen = a.chosen;
   if (!out_path.empty() && chosen.status.ok())
     if (Status s = WriteChosenPlan(out_path, a); !s.ok()) return fail(s);
-  // Islands beside the synchronous plans, where the cluster's regions hold alike nodes.
+  // Islands beside the synchronous plans, where the cluster has several regions.
   std::string no_islands;
   Result<std::optional<IslandCandidate>> considered = ConsiderIslands(islands_flag, a, &no_islands);
   if (!considered.ok()) return fail(considered.status());
@@ -466,6 +466,11 @@ int RunPlan(const std::vector<std::string>& args) {
   if (json) {
     nlohmann::json j = PlanAnswerJson(a, explain);
     AddIslandsJson(islands, no_islands, &j);
+    if (islands && !out_path.empty()) {  // their plans beside the chosen one, as the text answer writes them
+      Result<std::vector<std::string>> files = WriteIslandPlans(out_path, a, *islands);
+      if (!files.ok()) return fail(files.status());
+      j["islands"]["plan_files"] = *files;
+    }
     fmt::print("{}\n", j.dump(2));
     return chosen.status.ok() ? kExitOk : kExitFailure;
   }

@@ -5,6 +5,8 @@
 #include <iterator>
 #include <string>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -215,20 +217,31 @@ TEST(IslandsSimulate, PlanCompareListsIslandsOneARegionAndWritesTheirPlans) {
   ASSERT_EQ(simulated.exit_code, 0) << simulated.output;
   EXPECT_NEAR(nlohmann::json::parse(simulated.output)["tokens_per_s"].get<double>(),
               islands["tokens_per_s"].get<double>(), 1e-9 * islands["tokens_per_s"].get<double>());
-  // Regions of unlike nodes: no islands, and why.
+  // Regions of unlike nodes (2 devices and 1): each region's island its own plan, of its own shape —
+  // the round exchanges whole fragments — and the written plans simulate as the comparison says.
   std::string unlike = kTwoRegions;
   unlike.replace(unlike.rfind("count = 2"), 9, "count = 1");
   dir.Write("unlike.toml", unlike);
-  CliRun refused =
-      Motley("plan --cluster unlike.toml --model model.toml --seq-len 16 --global-batch-tokens 256 --compare",
-             false, dir.path().string());
-  ASSERT_EQ(refused.exit_code, 0) << refused.output;
-  EXPECT_CONTAINS(refused.output, "islands: none (regions east and west are not shaped alike");
+  CliRun offered = Motley(
+      "plan --cluster unlike.toml --model model.toml --seq-len 16 --global-batch-tokens 256 --compare --json "
+      "--islands 2 -o u.toml",
+      false, dir.path().string());
+  ASSERT_EQ(offered.exit_code, 0) << offered.output;
+  const nlohmann::json two = nlohmann::json::parse(offered.output)["islands"];
+  ASSERT_EQ(two["devices"].size(), 2u) << two.dump();
+  EXPECT_EQ(two["devices"][0].size() + two["devices"][1].size(), 3u) << two.dump();
+  CliRun unlike_sim = Motley("simulate --cluster unlike.toml --island-plan u.island0.toml --island-plan u.island1.toml "
+                             "--json --compression int8 --inner-steps " +
+                                 fmt::format("{}", fmt::join(two["inner_steps_per_island"].get<std::vector<int64_t>>(), ",")),
+                             false, dir.path().string());
+  ASSERT_EQ(unlike_sim.exit_code, 0) << unlike_sim.output;
+  EXPECT_NEAR(nlohmann::json::parse(unlike_sim.output)["tokens_per_s"].get<double>(),
+              two["tokens_per_s"].get<double>(), 1e-9 * two["tokens_per_s"].get<double>());
 }
 
-// Regions shaped alike but of unlike devices (west's half as fast, with half the memory): the islands'
-// plan is made for the region of least memory and run on both, the faster island first, each taking
-// inner steps by its predicted speed — what `motley simulate` of the written plans times alike.
+// Regions shaped alike but of unlike devices (west's half as fast, with half the memory): each region's
+// island its own plan, the faster island first, each taking inner steps by its predicted speed — what
+// `motley simulate` of the written plans times alike.
 TEST(IslandsSimulate, RegionsOfUnlikeDevicesTakeInnerStepsByTheirSpeed) {
   TempDir dir;
   std::string cluster = kTwoRegions;
@@ -271,6 +284,29 @@ TEST(IslandsSimulate, RegionsOfUnlikeDevicesTakeInnerStepsByTheirSpeed) {
   const double fast_s = inner[0] * sim["islands"][0]["step_time_s"].get<double>(),
                slow_s = inner[1] * sim["islands"][1]["step_time_s"].get<double>();
   EXPECT_NEAR(fast_s / slow_s, 1.0, 0.2) << fast_s << " " << slow_s;
+}
+
+// Three regions, one of devices too small for the model: the islands are the other two regions', and
+// the third is left out, named with the reason — as a synchronous plan leaves out devices.
+TEST(IslandsSimulate, ARegionNoPlanFitsIsLeftOutOfTheIslandsNamingWhy) {
+  TempDir dir;
+  std::string cluster = kTwoRegions;
+  std::string tiny = kCpuType;
+  tiny.replace(tiny.find("[device_types.cpu]"), 18, "[device_types.tiny]");
+  tiny.replace(tiny.find("2GiB"), 4, "16KiB");
+  cluster.insert(cluster.find("[network]"), tiny);
+  cluster += "[[nodes]]\nname = \"lab\"\ndevice = \"tiny\"\ncount = 2\nregion = \"lab\"\nnic_bandwidth = \"10Gbps\"\n";
+  dir.Write("cluster.toml", cluster);
+  dir.Write("model.toml", kModel);
+  CliRun r = Motley(
+      "plan --cluster cluster.toml --model model.toml --seq-len 16 --global-batch-tokens 384 --islands 3 --json",
+      false, dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json islands = nlohmann::json::parse(r.output)["islands"];
+  ASSERT_EQ(islands["devices"].size(), 2u) << islands.dump();
+  for (const auto& devices : islands["devices"])
+    for (int d : devices) EXPECT_LT(d, 4);
+  EXPECT_CONTAINS(islands["left_out"].get<std::string>(), "no plan for region lab alone");
 }
 
 }  // namespace
