@@ -237,6 +237,32 @@ TEST(IslandsTrain, IslandsOfUnlikeShapesTrainTheModelOfIslandsInOneProcess) {
     EXPECT_GE(m, 0);
     EXPECT_LT(m, 1e-10);
   }
+  // Compressed to int8, the fragments cross as an eighth of their fp64 bytes (and a scale a parameter),
+  // the compression's error in the metrics.
+  const auto sent = [&](const std::string& name, const std::string& compression) {
+    dir.Write(name + ".toml", IslandsJob(dir.Join(name)) + "compression = \"" + compression + "\"\n");
+    CliRun r = Motley(fmt::format("train {}.toml --metrics {}.jsonl --island-plan dp-pipeline-0.plan.toml "
+                                  "--island-plan dp-pipeline-1.plan.toml",
+                                  name, name),
+                      false, dir.path().string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream metrics(dir.Join(name + ".jsonl"));
+    std::pair<double, double> out{0, 0};  // bytes sent, the largest compression error
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("event", "") != "outer_round") continue;
+      out.first += j["bytes_sent"].get<double>();
+      out.second = std::max(out.second, j["compression_error"].get<double>());
+    }
+    return out;
+  };
+  const auto [full, no_error] = sent("whole-none", "none");
+  const auto [int8, error] = sent("whole-int8", "int8");
+  EXPECT_GT(full, 0);
+  EXPECT_EQ(no_error, 0);
+  EXPECT_NEAR(int8 / full, 1.0 / 8, 0.01) << int8 << " " << full;
+  EXPECT_GT(error, 0);
+  EXPECT_LT(error, 0.05);
 }
 
 // The islands' ranks checkpoint the outer state — island 0's ranks gather the outer momentum pieces into
