@@ -324,7 +324,8 @@ std::string IslandCandidateLine(const IslandCandidate& islands, const PlanAnswer
       "bytes "
       "between regions a token, round {} of a {} period{}",
       islands.plans.size(), islands.strategy,
-      even ? std::to_string(devices.front()) : fmt::format("{}", fmt::join(devices, " + ")), even ? " each" : "",
+      even ? std::to_string(devices.front()) : fmt::format("{}", fmt::join(devices, " + ")),
+      even ? " each" : "",
       islands.inner_steps_each.empty()
           ? std::to_string(islands.inner_steps)
           : fmt::format("{} (island by island, by speed)", fmt::join(islands.inner_steps_each, ", ")),

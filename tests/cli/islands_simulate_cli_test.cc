@@ -230,10 +230,11 @@ TEST(IslandsSimulate, PlanCompareListsIslandsOneARegionAndWritesTheirPlans) {
   const nlohmann::json two = nlohmann::json::parse(offered.output)["islands"];
   ASSERT_EQ(two["devices"].size(), 2u) << two.dump();
   EXPECT_EQ(two["devices"][0].size() + two["devices"][1].size(), 3u) << two.dump();
-  CliRun unlike_sim = Motley("simulate --cluster unlike.toml --island-plan u.island0.toml --island-plan u.island1.toml "
-                             "--json --compression int8 --inner-steps " +
-                                 fmt::format("{}", fmt::join(two["inner_steps_per_island"].get<std::vector<int64_t>>(), ",")),
-                             false, dir.path().string());
+  CliRun unlike_sim = Motley(
+      "simulate --cluster unlike.toml --island-plan u.island0.toml --island-plan u.island1.toml "
+      "--json --compression int8 --inner-steps " +
+          fmt::format("{}", fmt::join(two["inner_steps_per_island"].get<std::vector<int64_t>>(), ",")),
+      false, dir.path().string());
   ASSERT_EQ(unlike_sim.exit_code, 0) << unlike_sim.output;
   EXPECT_NEAR(nlohmann::json::parse(unlike_sim.output)["tokens_per_s"].get<double>(),
               two["tokens_per_s"].get<double>(), 1e-9 * two["tokens_per_s"].get<double>());
@@ -295,11 +296,14 @@ TEST(IslandsSimulate, ARegionNoPlanFitsIsLeftOutOfTheIslandsNamingWhy) {
   tiny.replace(tiny.find("[device_types.cpu]"), 18, "[device_types.tiny]");
   tiny.replace(tiny.find("2GiB"), 4, "16KiB");
   cluster.insert(cluster.find("[network]"), tiny);
-  cluster += "[[nodes]]\nname = \"lab\"\ndevice = \"tiny\"\ncount = 2\nregion = \"lab\"\nnic_bandwidth = \"10Gbps\"\n";
+  cluster +=
+      "[[nodes]]\nname = \"lab\"\ndevice = \"tiny\"\ncount = 2\nregion = \"lab\"\nnic_bandwidth = "
+      "\"10Gbps\"\n";
   dir.Write("cluster.toml", cluster);
   dir.Write("model.toml", kModel);
   CliRun r = Motley(
-      "plan --cluster cluster.toml --model model.toml --seq-len 16 --global-batch-tokens 384 --islands 3 --json",
+      "plan --cluster cluster.toml --model model.toml --seq-len 16 --global-batch-tokens 384 --islands 3 "
+      "--json",
       false, dir.path().string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json islands = nlohmann::json::parse(r.output)["islands"];

@@ -449,7 +449,8 @@ TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
        {std::string(" --stop-at-step 2"),
         " --islands-present 0 --stop-at-step 4 --resume " + dir.Join("unlike-by-hand/step-000002"),
         " --resume " + dir.Join("unlike-by-hand/step-000004")}) {
-    CliRun r = Motley("train unlike-by-hand.toml --metrics-append" + launch + unlike, false, dir.path().string());
+    CliRun r =
+        Motley("train unlike-by-hand.toml --metrics-append" + launch + unlike, false, dir.path().string());
     ASSERT_EQ(r.exit_code, 0) << launch << "\n" << r.output;
   }
   const std::string at6 = "/step-000006/model.safetensors";

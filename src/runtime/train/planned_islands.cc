@@ -244,7 +244,13 @@ Result<OuterExchange> ExchangeFragment(IslandPlace& place, const Schedule& round
                                        const std::string& compression) {
   const std::vector<std::string> names = executor.FragmentNames(*ops[0]);
   const int v = ops[0]->ministage - place.first_ministage;
-  std::map<std::string, torch::Tensor> mine = executor.OuterPieceAsWhole(v, pieces.delta.at(v), names);
+  const auto delta = pieces.delta.find(v);
+  if (delta == pieces.delta.end())
+    return Status::Internal(
+        fmt::format("rank {}: the outer round exchanges a fragment of ministage {}, whose piece "
+                    "it does not step",
+                    place.outer->rank(), v));
+  std::map<std::string, torch::Tensor> mine = executor.OuterPieceAsWhole(v, delta->second, names);
   std::vector<torch::Tensor> values;
   for (const std::string& name : names) values.push_back(mine.at(name));
   std::vector<FragmentStep> steps;

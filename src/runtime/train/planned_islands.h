@@ -4,7 +4,8 @@
 // the end, each rank averages its pieces' pseudo-gradients with the other islands' (island_exchange.h:
 // weighted by the tokens each island trained on) — with the ranks that hold the same pieces, or, where
 // the islands' plans differ in shape, fragment by fragment through a lead an island — and takes the
-// outer step (outer_optimizer.h), as the outer round's ops (plan/outer_round.h) say. Island 0's rank 0 reports, validates and writes checkpoints.
+// outer step (outer_optimizer.h), as the outer round's ops (plan/outer_round.h) say. Island 0's rank 0
+// reports, validates and writes checkpoints.
 #pragma once
 
 #include "core/job.h"
