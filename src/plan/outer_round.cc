@@ -65,6 +65,28 @@ bool SameShape(const std::vector<const Schedule*>& islands,
   return true;
 }
 
+// A new collective of the round, its index.
+int AddCollective(Schedule& round, OpKind kind, std::vector<int32_t> ranks, double bytes) {
+  Collective c;
+  c.kind = kind;
+  c.ranks = std::move(ranks);
+  c.bytes = bytes;
+  round.collectives.push_back(std::move(c));
+  return static_cast<int>(round.collectives.size()) - 1;
+}
+
+// Island rank `p`'s program in the round, as rank `rank`, without ops yet.
+Program RoundProgram(const Program& p, int32_t rank) {
+  Program q;
+  q.rank = rank;
+  q.device = p.device;
+  q.group = p.group;
+  q.tp_index = p.tp_index;
+  q.dp_index = p.dp_index;
+  q.dp_size = p.dp_size;
+  return q;
+}
+
 // The island's replicas of rank r's ministage v that hold the same values (one a tensor-parallel team).
 std::vector<int32_t> ReplicaRanks(const Schedule& s, int v, int r, int32_t offset) {
   const ScheduleMinistage& m = s.ministages[static_cast<size_t>(v)];
@@ -90,14 +112,7 @@ class RoundLowering {
     out_.sharded_params = first.sharded_params;
     for (size_t i = 0; i < islands_.size(); ++i)
       for (const Program& p : islands_[i]->programs) {
-        Program q;
-        q.rank = RoundRank(static_cast<int>(i), p.rank, ranks_each);
-        q.device = p.device;
-        q.group = p.group;
-        q.tp_index = p.tp_index;
-        q.dp_index = p.dp_index;
-        q.dp_size = p.dp_size;
-        out_.programs.push_back(std::move(q));
+        out_.programs.push_back(RoundProgram(p, RoundRank(static_cast<int>(i), p.rank, ranks_each)));
       }
     for (size_t i = 0; i < islands_.size(); ++i)
       for (int r = 0; r < ranks_each; ++r)
@@ -116,12 +131,7 @@ class RoundLowering {
   }
 
   int NewCollective(OpKind kind, std::vector<int32_t> ranks, double bytes) {
-    Collective c;
-    c.kind = kind;
-    c.ranks = std::move(ranks);
-    c.bytes = bytes;
-    out_.collectives.push_back(std::move(c));
-    return static_cast<int>(out_.collectives.size()) - 1;
+    return AddCollective(out_, kind, std::move(ranks), bytes);
   }
 
   // The exchange of island rank r's piece of ministage v with the other islands'.
@@ -234,14 +244,7 @@ class FragmentLowering {
         out_.ministages.push_back(std::move(m));
       }
       for (const Program& p : islands_[i]->programs) {
-        Program q;
-        q.rank = where_.first_rank[i] + p.rank;
-        q.device = p.device;
-        q.group = p.group;
-        q.tp_index = p.tp_index;
-        q.dp_index = p.dp_index;
-        q.dp_size = p.dp_size;
-        out_.programs.push_back(std::move(q));
+        out_.programs.push_back(RoundProgram(p, where_.first_rank[i] + p.rank));
       }
     }
     out_.seq_len = islands_[0]->seq_len;
@@ -283,12 +286,7 @@ class FragmentLowering {
   }
 
   int NewCollective(OpKind kind, std::vector<int32_t> ranks, double bytes) {
-    Collective c;
-    c.kind = kind;
-    c.ranks = std::move(ranks);
-    c.bytes = bytes;
-    out_.collectives.push_back(std::move(c));
-    return static_cast<int>(out_.collectives.size()) - 1;
+    return AddCollective(out_, kind, std::move(ranks), bytes);
   }
 
   Op& Append(int32_t rank, OpKind kind, Stream stream, int v, const Fragment& f) {

@@ -227,28 +227,31 @@ std::string MinistageState::FlatRange(int64_t begin, int64_t count,
   return "";
 }
 
+std::vector<MinistageState::Overlap> MinistageState::Overlaps(
+    int64_t begin, int64_t count, const std::map<std::string, torch::Tensor>& whole) const {
+  std::vector<Overlap> out;
+  for (const Range& r : ranges_) {
+    const int64_t lo = std::max(r.flat_begin, begin), hi = std::min(r.flat_begin + r.numel, begin + count);
+    const auto it = whole.find(params_[r.param].name);
+    if (lo < hi && it != whole.end()) out.push_back({it->second, lo - r.flat_begin, lo - begin, hi - lo});
+  }
+  return out;
+}
+
 void MinistageState::FlatRangeFrom(int64_t begin, const std::map<std::string, torch::Tensor>& whole,
                                    torch::Tensor& flat) const {
   torch::NoGradGuard no_grad;
-  for (const Range& r : ranges_) {
-    const int64_t lo = std::max(r.flat_begin, begin),
-                  hi = std::min(r.flat_begin + r.numel, begin + flat.numel());
-    const auto it = whole.find(params_[r.param].name);
-    if (lo >= hi || it == whole.end()) continue;
-    flat.narrow(0, lo - begin, hi - lo).copy_(it->second.reshape(-1).narrow(0, lo - r.flat_begin, hi - lo));
-  }
+  for (const Overlap& o : Overlaps(begin, flat.numel(), whole))
+    flat.narrow(0, o.in_flat, o.count).copy_(o.param.reshape(-1).narrow(0, o.in_param, o.count));
 }
 
 void MinistageState::FlatRangeInto(int64_t begin, const torch::Tensor& flat,
                                    std::map<std::string, torch::Tensor>& whole) const {
   torch::NoGradGuard no_grad;
-  for (const Range& r : ranges_) {
-    const int64_t lo = std::max(r.flat_begin, begin),
-                  hi = std::min(r.flat_begin + r.numel, begin + flat.numel());
-    const auto it = whole.find(params_[r.param].name);
-    if (lo >= hi || it == whole.end()) continue;
-    MOTLEY_CHECK(it->second.is_contiguous());
-    it->second.view(-1).narrow(0, lo - r.flat_begin, hi - lo).copy_(flat.narrow(0, lo - begin, hi - lo));
+  for (const Overlap& o : Overlaps(begin, flat.numel(), whole)) {
+    MOTLEY_CHECK(o.param.is_contiguous());
+    torch::Tensor param = o.param;  // shares the storage of `whole`'s tensor
+    param.view(-1).narrow(0, o.in_param, o.count).copy_(flat.narrow(0, o.in_flat, o.count));
   }
 }
 

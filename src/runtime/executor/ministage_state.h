@@ -170,6 +170,14 @@ class MinistageState {
 
   std::vector<NamedParameter> params_;
   std::vector<Range> ranges_;
+  // The parts of the parameters in `whole` among flat values [begin, begin + count): each parameter's
+  // tensor, where the part starts in it and in the range, and its length.
+  struct Overlap {
+    torch::Tensor param;
+    int64_t in_param, in_flat, count;
+  };
+  std::vector<Overlap> Overlaps(int64_t begin, int64_t count,
+                                const std::map<std::string, torch::Tensor>& whole) const;
   int dp_size_ = 1, dp_index_ = 0;
   bool sharded_ = false;
   bool shard_in_flat_ = false;  // shard_ is a view of flat_
