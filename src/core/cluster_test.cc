@@ -263,7 +263,7 @@ TEST(Cluster, EveryBuiltinExampleParses) {
     Result<Cluster> c = ParseClusterToml(f.text, std::string(f.path));
     EXPECT_TRUE(c.ok()) << c.status().message();
   }
-  EXPECT_EQ(clusters, 8);  // local-emulated, t4-emulated, poplar-a..c, zorse-a..c
+  EXPECT_EQ(clusters, 9);  // local-emulated, t4-emulated, poplar-a..c, zorse-a..c, three-sites
 }
 
 TEST(Cluster, ZorseExamplesMatchPaperTable4) {
