@@ -236,7 +236,7 @@ class FragmentLowering {
                    std::vector<std::vector<std::map<int, double>>> updated, OuterRoundLayout& where)
       : islands_(islands), options_(options), updated_(std::move(updated)), where_(where) {}
 
-  Schedule Lower() {
+  Result<Schedule> Lower() {
     for (size_t i = 0; i < islands_.size(); ++i) {
       where_.first_ministage.push_back(static_cast<int32_t>(out_.ministages.size()));
       for (ScheduleMinistage m : islands_[i]->ministages) {
@@ -259,6 +259,12 @@ class FragmentLowering {
     for (size_t f = 0; f < fragments.size(); ++f)
       for (size_t i = 0; i < islands_.size(); ++i) {
         holders[f].push_back(Holders(*islands_[i], fragments[f]));
+        if (holders[f].back().empty())
+          return Status::InvalidArgument(
+              fmt::format("island {}'s plan holds no {}: every island holds the whole model", i,
+                          fragments[f].embedding ? std::string("embedding")
+                          : fragments[f].head    ? std::string("head")
+                                                 : fmt::format("layer {}", fragments[f].layer)));
         for (const auto& [r, v] : holders[f].back()) last[{i, v}] = f;
       }
     for (size_t f = 0; f < fragments.size(); ++f) AddFragment(fragments, holders, last, f);
