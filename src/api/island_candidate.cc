@@ -96,31 +96,19 @@ Result<std::pair<std::vector<int>, std::vector<double>>> RegionsFastestFirst(
   return std::make_pair(order, step_s);
 }
 
-}  // namespace
-
-std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string* why) {
-  const Cluster& c = *a.cluster;
-  const int k = static_cast<int>(c.regions.size());
-  if (k < 2) {
-    *why = "the cluster is one region";
-    return std::nullopt;
-  }
-  const RegionNodes rn = NodesByRegion(c);
-  const int64_t batch = a.request.global_batch_sequences;
-  if (batch < k) {
-    *why = fmt::format("the batch of {} sequences is smaller than the {} regions", batch, k);
-    return std::nullopt;
-  }
+// Each region's island (`out.plans`, their `strategies` and step schedules), in region order; the
+// regions kept in `regions`. False with `*why` where fewer than two regions have a plan.
+bool PlanRegions(const PlanAnswer& a, const RegionNodes& rn, IslandCandidate& out, std::vector<int>& regions,
+                 std::vector<std::string>& strategies, std::vector<Schedule>& steps, std::string* why) {
   // Each region's island on its share of the batch (as even as whole sequences allow; the outer round
   // weighs each island by the tokens it trained on): the best plan `auto` finds for its devices
   // (regions alike and even shares: region 0's, on each region's matching devices). A region no plan
   // fits is left out while two or more remain, as a synchronous plan leaves out devices.
-  std::vector<int> regions(static_cast<size_t>(k));
+  const Cluster& c = *a.cluster;
+  const int k = static_cast<int>(c.regions.size());
+  const int64_t batch = a.request.global_batch_sequences;
+  regions.resize(static_cast<size_t>(k));
   std::iota(regions.begin(), regions.end(), 0);
-  IslandCandidate out;
-  out.compression = "int8";
-  std::vector<std::string> strategies;
-  std::vector<Schedule> steps;
   for (bool planned = false; !planned;) {
     const int n = static_cast<int>(regions.size());
     const bool alike = n == k && RegionsAlike(c, rn) && batch % k == 0;
@@ -141,7 +129,7 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
                                                  c.regions[static_cast<size_t>(r)], best.status.message());
           if (n <= 2) {
             *why = out.left_out.empty() ? reason : out.left_out + "; " + reason;
-            return std::nullopt;
+            return false;
           }
           out.left_out += fmt::format("{}{}", out.left_out.empty() ? "" : "; ", reason);
           regions.erase(regions.begin() + j);
@@ -157,12 +145,36 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
       Result<Schedule> s = LowerPlan(plan, c, *a.model);
       if (!s.ok()) {
         *why = fmt::format("region {}'s island: {}", c.regions[static_cast<size_t>(r)], s.status().message());
-        return std::nullopt;
+        return false;
       }
       steps.push_back(std::move(*s));
       out.plans.push_back(std::move(plan));
     }
   }
+  return true;
+}
+
+}  // namespace
+
+std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string* why) {
+  const Cluster& c = *a.cluster;
+  const int k = static_cast<int>(c.regions.size());
+  if (k < 2) {
+    *why = "the cluster is one region";
+    return std::nullopt;
+  }
+  const RegionNodes rn = NodesByRegion(c);
+  const int64_t batch = a.request.global_batch_sequences;
+  if (batch < k) {
+    *why = fmt::format("the batch of {} sequences is smaller than the {} regions", batch, k);
+    return std::nullopt;
+  }
+  IslandCandidate out;
+  out.compression = "int8";
+  std::vector<int> regions;
+  std::vector<std::string> strategies;
+  std::vector<Schedule> steps;
+  if (!PlanRegions(a, rn, out, regions, strategies, steps, why)) return std::nullopt;
   const int n = static_cast<int>(regions.size());
   const bool alike = n == k && RegionsAlike(c, rn) && batch % k == 0;
   std::vector<const Schedule*> islands;
