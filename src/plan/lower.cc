@@ -307,6 +307,13 @@ Result<Schedule> Lowerer::Run() {
     return Schedule{};
   }
 
+  for (const auto& p : s_.programs)
+    for (const auto& op : p.ops)
+      if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward) s_.hardware_flops_per_step += op.flops;
+  if (!options_.device_class.empty()) {
+    MOTLEY_CHECK_MSG(!check_, "a schedule with one program per class of ranks is for the simulator alone");
+    KeepOneProgramPerClass();
+  }
   // Clipping needs the global norm before any update; loss scaling needs to know that no rank's
   // gradients overflowed — the same collective answers both.
   if (plan_.gradient_clipping || plan_.loss_scaled()) HoldUpdatesForTheNorm();
@@ -319,9 +326,6 @@ Result<Schedule> Lowerer::Run() {
   s_.seq_len = plan_.seq_len;
   s_.global_batch_tokens = plan_.global_batch_tokens();
   s_.model_flops_per_step = TrainFlopsPerToken(model_, plan_.seq_len, false) * plan_.global_batch_tokens();
-  for (const auto& p : s_.programs)
-    for (const auto& op : p.ops)
-      if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward) s_.hardware_flops_per_step += op.flops;
   if (check_) {
     std::string problem = CheckSchedule(s_);
     MOTLEY_CHECK_MSG(problem.empty(), problem);

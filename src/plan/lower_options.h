@@ -21,6 +21,13 @@ struct LowerOptions {
   // knows to be slower than one it has: its compute alone takes longer).
   std::function<bool(const Schedule&)> stop_after_emission;
   bool* stopped = nullptr;
+  // The planner's judging (without `check`): each device's class — devices of one class cost alike
+  // in the simulator (type, speed, host link, memory). Ranks whose emitted programs are alike op for
+  // op (no point-to-point transfers, collectives the same) on devices of one class then keep one
+  // program between them (Schedule::represented_by): the passes and the simulator walk it once, and
+  // the simulator gives each rank of the class its figures — the same step, exactly, as walking
+  // every program (sim tests). Empty: every rank keeps its program.
+  std::vector<int64_t> device_class;
 };
 
 }  // namespace motley

@@ -2,7 +2,9 @@
 // buffers imply, where gradients are complete, and the state executors start from.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -25,6 +27,7 @@ void Lowerer::HoldUpdatesForTheNorm() {
   for (size_t r = 0; r < s_.programs.size(); ++r) everyone.push_back(static_cast<int>(r));
   const int norm_collective = NewCollective(OpKind::kGradNorm, everyone, 2 * sizeof(double));  // loss, norm^2
   for (Program& p : s_.programs) {
+    if (Represented(p)) continue;
     const size_t n = p.ops.size();
     std::vector<bool> held(n, false);
     for (size_t i = 0; i < n; ++i) {
@@ -286,6 +289,96 @@ void Lowerer::MarkCompleteGradients() {
       for (const Buffer& b : op.reads)
         if (b.kind == BufferKind::kGrads || b.kind == BufferKind::kGradShard) read_next[b.ministage] = true;
     }
+  }
+}
+
+namespace {
+
+// An op's fields as the simulator and the passes see them, microbatches numbered by their first
+// appearance in the program (alike programs serve other microbatches).
+struct OpShape {
+  std::vector<int32_t> local_mb;  // global microbatch + 1 -> its number here, or -1
+  int32_t next = 0;
+  int32_t Local(int32_t microbatch) {
+    const auto m = static_cast<size_t>(microbatch + 1);
+    if (m >= local_mb.size()) local_mb.resize(m + 1, -1);
+    if (local_mb[m] < 0) local_mb[m] = next++;
+    return local_mb[m];
+  }
+};
+
+bool AlikeBuffers(const Buffers& a, const Buffers& b, OpShape& sa, OpShape& sb) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].kind != b[i].kind || a[i].ministage != b[i].ministage ||
+        sa.Local(a[i].microbatch) != sb.Local(b[i].microbatch))
+      return false;
+  return true;
+}
+
+bool AlikeOps(const Op& a, const Op& b, OpShape& sa, OpShape& sb) {
+  return a.kind == b.kind && a.stream == b.stream && a.embedding == b.embedding && a.head == b.head &&
+         a.gradients_complete == b.gradients_complete && a.ministage == b.ministage &&
+         a.tp_degree == b.tp_degree && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
+         sa.Local(a.microbatch) == sb.Local(b.microbatch) && a.collective == b.collective &&
+         a.sequences == b.sequences && a.flops == b.flops && a.bytes == b.bytes && a.params == b.params &&
+         a.device_alloc_bytes == b.device_alloc_bytes && a.device_free_bytes == b.device_free_bytes &&
+         a.host_alloc_bytes == b.host_alloc_bytes && a.host_free_bytes == b.host_free_bytes &&
+         std::equal(a.deps.begin(), a.deps.end(), b.deps.begin(), b.deps.end()) &&
+         AlikeBuffers(a.reads, b.reads, sa, sb) && AlikeBuffers(a.writes, b.writes, sa, sb) &&
+         AlikeBuffers(a.frees, b.frees, sa, sb);
+}
+
+bool AlikePrograms(const Program& a, const Program& b) {
+  if (a.ops.size() != b.ops.size() || a.static_device_bytes != b.static_device_bytes ||
+      a.static_host_bytes != b.static_host_bytes)
+    return false;
+  OpShape sa, sb;
+  for (size_t i = 0; i < a.ops.size(); ++i)
+    if (!AlikeOps(a.ops[i], b.ops[i], sa, sb)) return false;
+  return true;
+}
+
+// A program that exchanges only through collectives (a transfer names its peer, a team's compute its
+// partners), and a hash of what AlikePrograms compares (microbatches aside).
+std::optional<size_t> ShapeHash(const Program& p) {
+  size_t h = p.ops.size();
+  auto mix = [&h](double x) { h = h * 1000003u ^ std::hash<double>{}(x); };
+  for (const Op& op : p.ops) {
+    if (op.peer >= 0 || op.tp_degree > 1) return std::nullopt;
+    mix(static_cast<double>(op.kind));
+    mix(op.collective);
+    mix(op.flops + op.bytes);
+    mix(op.device_alloc_bytes - op.device_free_bytes);
+  }
+  return h;
+}
+
+}  // namespace
+
+// The planner's judging (LowerOptions::device_class): ranks whose programs are alike op for op, on
+// devices of one class, keep the first one's program between them; the others' are emptied before
+// the passes, which then order and complete one program a class.
+void Lowerer::KeepOneProgramPerClass() {
+  const size_t n = s_.programs.size();
+  s_.represented_by.resize(n);
+  std::map<std::pair<int64_t, size_t>, std::vector<int32_t>> firsts;  // (class, hash) -> ranks keeping theirs
+  for (size_t r = 0; r < n; ++r) {
+    Program& p = s_.programs[r];
+    s_.represented_by[r] = static_cast<int32_t>(r);
+    const std::optional<size_t> hash = ShapeHash(p);
+    if (!hash) continue;
+    auto& same = firsts[{options_.device_class.at(static_cast<size_t>(p.device)), *hash}];
+    const auto alike = std::find_if(same.begin(), same.end(), [&](int32_t q) {
+      return AlikePrograms(s_.programs[static_cast<size_t>(q)], p);
+    });
+    if (alike == same.end()) {
+      same.push_back(static_cast<int32_t>(r));
+      continue;
+    }
+    s_.represented_by[r] = *alike;
+    p.ops.clear();
+    p.ops.shrink_to_fit();
   }
 }
 

@@ -221,6 +221,10 @@ class Lowerer {
   /// executor that runs ops as soon as their deps allow — the simulator — keeps the data flow the
   /// runtime keeps by running in program order.
   void AddBufferDeps();
+  void KeepOneProgramPerClass();              // LowerOptions::device_class
+  bool Represented(const Program& p) const {  // its rank's program is another's (empty here)
+    return !s_.represented_by.empty() && s_.represented_by[static_cast<size_t>(p.rank)] != p.rank;
+  }
   /// Moves each activation prefetch up to just after the last op it waits for, so that an
   /// executor issuing in program order starts it while the backward before its reader runs.
   void IssuePrefetchesEarly();

@@ -217,6 +217,10 @@ struct Schedule {
   double hardware_flops_per_step = 0;  // what the ops execute (HFU)
   std::vector<Program> programs;       // one per rank; rank r runs on programs[r].device
   std::vector<Collective> collectives;
+  /// For the simulator alone (LowerOptions::device_class): rank r's program is the one of rank
+  /// represented_by[r] — alike ops on alike devices — and is empty unless r stands for itself. Empty:
+  /// every rank has its own program (what runs; the runtime refuses anything else).
+  std::vector<int32_t> represented_by;
 
   size_t num_ops() const;
 };

@@ -7,6 +7,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "plan/lower.h"
 #include "plan/plan_io.h"
@@ -105,6 +107,28 @@ double BusiestComputeS(const Schedule& emitted, const CostModel& costs) {
 }
 }  // namespace
 
+std::vector<int64_t> DeviceCostClasses(const Cluster& cluster, const CostModel& costs) {
+  using Key =
+      std::tuple<std::string, const void*, std::string, double, double, double, double, double, double>;
+  std::map<Key, int64_t> classes;
+  std::vector<int64_t> out;
+  Op probe;
+  probe.kind = OpKind::kForward;
+  probe.layer_begin = 0;
+  probe.layer_end = 1;
+  probe.sequences = 1;
+  for (size_t d = 0; d < cluster.devices.size(); ++d) {
+    const int device = static_cast<int>(d);
+    const Key key{cluster.spec(device).name,     costs.Entry(device),
+                  costs.ComputeSource(device),   costs.Slowdown(device),
+                  costs.PeakFlops(device),       costs.CopyS(device, 1 << 30),
+                  costs.ComputeS(device, probe), cluster.usable_memory_bytes(device),
+                  cluster.reserve_bytes(device)};
+    out.push_back(classes.try_emplace(key, static_cast<int64_t>(classes.size())).first->second);
+  }
+  return out;
+}
+
 PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model, const CostModel& costs,
                                   EvaluationStats* stats) {
   struct Memory {
@@ -114,8 +138,9 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     std::map<std::string, std::pair<PlanEvaluation, double>> seen;
   };
   auto memory = std::make_shared<Memory>();
-  return [&cluster, &model, &costs, stats, memory](const Plan& given,
-                                                   const EvaluateBound& bound) -> Result<PlanEvaluation> {
+  auto device_class = std::make_shared<const std::vector<int64_t>>(DeviceCostClasses(cluster, costs));
+  return [&cluster, &model, &costs, stats, memory, device_class](
+             const Plan& given, const EvaluateBound& bound) -> Result<PlanEvaluation> {
     Plan plan = given;
     // What the plan runs, not who made it or for which files.
     plan.strategy.clear();
@@ -157,6 +182,7 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     // after another), before they are ordered and simulated.
     LowerOptions lowering;
     lowering.check = false;
+    lowering.device_class = *device_class;
     bool stopped_lowering = false;
     double compute_s = 0;
     if (std::isfinite(bound.stop_after_s)) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include "plan/plan_io.h"
 #include "plan/program_walker.h"
 #include "plan/transfer_order.h"
+#include "sim/plan_evaluator.h"
 #include "sim/simulator.h"
 #include "sim/test_models.h"
 
@@ -54,6 +56,90 @@ TEST(Lowering, FiveHundredRandomAsymmetricPlansAreDeadlockFree) {
     ++simulated;
   }
   EXPECT_EQ(simulated, 600);
+}
+
+// The planner's judging keeps one program a class of alike ranks (LowerOptions::device_class): the
+// step it simulates is the one every program gives, figure for figure — on random plans of alike
+// devices, and on a plan over two device types of the GPU catalog.
+void ExpectTheSameStep(const Plan& p, const Cluster& cluster, const ModelSpec& m, const std::string& what,
+                       int* represented) {
+  CostModel costs(cluster, m, nullptr, p.seq_len, p.precision, p.activation_checkpointing);
+  LowerOptions full_options;
+  full_options.check = false;
+  LowerOptions classes = full_options;
+  classes.device_class = DeviceCostClasses(cluster, costs);
+  Result<Schedule> full = LowerPlan(p, cluster, m, full_options);
+  Result<Schedule> reduced = LowerPlan(p, cluster, m, classes);
+  ASSERT_TRUE(full.ok() && reduced.ok()) << what;
+  for (size_t r = 0; r < reduced->represented_by.size(); ++r) {
+    *represented += reduced->represented_by[r] != static_cast<int32_t>(r) ? 1 : 0;
+  }
+  Result<SimResult> a = Simulate(*full, cluster, costs, {.check_buffers = false});
+  Result<SimResult> b = Simulate(*reduced, cluster, costs, {.check_buffers = false});
+  ASSERT_TRUE(a.ok() && b.ok()) << what;
+  EXPECT_EQ(a->step_time_s, b->step_time_s) << what;
+  EXPECT_EQ(a->fits_memory, b->fits_memory) << what;
+  EXPECT_EQ(a->hfu, b->hfu) << what;
+  EXPECT_EQ(a->mfu, b->mfu) << what;
+  ASSERT_EQ(a->devices.size(), b->devices.size());
+  for (size_t r = 0; r < a->devices.size(); ++r) {
+    const DeviceSimReport &x = a->devices[r], &y = b->devices[r];
+    EXPECT_EQ(x.device, y.device);
+    EXPECT_EQ(x.peak_memory_bytes, y.peak_memory_bytes) << what << " rank " << r;
+    EXPECT_EQ(x.peak_host_bytes, y.peak_host_bytes) << what << " rank " << r;
+    EXPECT_EQ(x.compute_busy_s, y.compute_busy_s) << what << " rank " << r;
+    EXPECT_EQ(x.comm_busy_s, y.comm_busy_s) << what << " rank " << r;
+    EXPECT_EQ(x.end_memory_bytes, y.end_memory_bytes) << what << " rank " << r;
+  }
+}
+
+TEST(Lowering, OneProgramAClassOfAlikeRanksSimulatesTheSameStep) {
+  std::mt19937 rng(2029);
+  ModelSpec m = LayerHeavyModel(12);
+  m.vocab_size = 32;
+  const Cluster cluster = FastCluster(8);
+  int represented = 0;
+  for (int i = 0; i < 300; ++i) {
+    const Plan p = RandomPlan(rng, 8, m);
+    ExpectTheSameStep(p, cluster, m, "plan " + std::to_string(i) + ":\n" + PlanToToml(p), &represented);
+  }
+  EXPECT_GT(represented, 50) << "alike ranks keep one program between them";
+
+  // Two device types (8 of each), one group at uneven counts by type, its state offloaded between
+  // ministage visits (a plan as Zorse's search makes them): a class a type.
+  const Cluster mixed = ParseClusterToml(R"(
+[[nodes]]
+name = "h"
+device = "h100-sxm"
+count = 8
+interconnect = "nvswitch"
+nic_bandwidth = "400Gbps"
+[[nodes]]
+name = "a"
+device = "a100-40gb"
+count = 8
+interconnect = "nvswitch"
+nic_bandwidth = "400Gbps"
+)",
+                                         "mixed.toml")
+                            .value();
+  Plan p;
+  p.seq_len = 16;
+  p.precision = Precision::kBf16;
+  p.schedule = PipelineSchedule::kInterleaved;
+  p.zero_stage = 2;
+  p.activation_checkpointing = true;
+  p.offload_params = true;
+  p.offload_activations = true;
+  p.gradient_clipping = true;
+  GroupPlan g;
+  g.ministages = SplitLayers(0, m.num_layers, 6);
+  for (int d = 0; d < 16; ++d) g.devices.push_back({d, 2, d < 8 ? 6 : 3, 0});
+  p.groups.push_back(g);
+  ASSERT_TRUE(ValidatePlan(p, mixed, m).ok());
+  represented = 0;
+  ExpectTheSameStep(p, mixed, m, "two types", &represented);
+  EXPECT_GE(represented, 12) << "each type's other ranks (the first rank's program may differ)";
 }
 
 TEST(Lowering, RandomAsymmetricPlansRunWhereTransfersMatchInOrder) {

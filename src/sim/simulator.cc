@@ -144,6 +144,7 @@ class Simulator {
   std::map<SendKey, PostedSend> posted_sends_;           // sends waiting for their receive
   std::map<SendKey, std::pair<int, int>> posted_recvs_;  // receives posted before their send: (rank, op)
   std::vector<std::vector<std::pair<int, int>>> collective_arrivals_;  // per collective: (rank, op) so far
+  std::vector<size_t> collective_members_;  // ... and the members with a program (Schedule::represented_by)
   std::vector<int> device_of_rank_;
 };
 
@@ -316,7 +317,7 @@ void Simulator::TryStart(int rank) {
         // a collective of one rank has nothing to exchange and ends as it starts.
         auto& arrived = collective_arrivals_[op.collective];
         arrived.push_back({rank, i});
-        if (arrived.size() == c.ranks.size()) {
+        if (arrived.size() == collective_members_[op.collective]) {
           std::vector<int> devices;
           for (int m : c.ranks) devices.push_back(device_of_rank_[m]);
           // Uneven state shares: paced by the largest piece (plan/state_shares.h).
@@ -383,6 +384,12 @@ Result<SimResult> Simulator::Run() {
   const int n = static_cast<int>(s_.programs.size());
   ranks_.resize(n);
   collective_arrivals_.assign(s_.collectives.size(), {});
+  MOTLEY_CHECK(s_.represented_by.empty() || (s_.represented_by.size() == static_cast<size_t>(n) &&
+                                             !config_.record_trace && !config_.check_buffers));
+  auto represented_by = [&](int rank) { return s_.represented_by.empty() ? rank : s_.represented_by[rank]; };
+  for (const Collective& c : s_.collectives)
+    collective_members_.push_back(static_cast<size_t>(
+        std::count_if(c.ranks.begin(), c.ranks.end(), [&](int m) { return represented_by(m) == m; })));
   for (int rank = 0; rank < n; ++rank) {
     const Program& p = s_.programs[rank];
     device_of_rank_.push_back(p.device);
@@ -430,7 +437,7 @@ Result<SimResult> Simulator::Run() {
 
   double peak_flops = 0;
   for (int rank = 0; rank < n; ++rank) {
-    const RankState& r = ranks_[rank];
+    const RankState& r = ranks_[represented_by(rank)];  // alike ranks' figures are its own
     const int device = device_of_rank_[rank];
     DeviceSimReport d;
     d.rank = rank;

@@ -82,6 +82,8 @@ namespace {
 // groups that disagree, a straggler on a rank that does not exist.
 Status CheckRunnable(const Schedule& schedule, const ModelSpec& spec, int world,
                      const ExecutorConfig& config) {
+  MOTLEY_CHECK_MSG(schedule.represented_by.empty(),
+                   "a schedule with one program per class of ranks is for the simulator alone");
   if (static_cast<int>(schedule.programs.size()) != world)
     return Status::InvalidArgument(
         fmt::format("the plan has {} devices but {} processes were started; launch one "
