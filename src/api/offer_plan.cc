@@ -316,7 +316,6 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
           : SearchOffers(max_nodes, evaluate, config);
   a->allocations_planned = result.evaluated;
   a->allocations_refined = result.refined;
-  a->allocations_answered = result.answered_between;
   made = InPlanningOrder(std::move(made), &result);
   ChooseFromWhatWasPlanned(a, result, std::move(made), spec);
   return Status::Ok();

@@ -84,9 +84,8 @@ struct PlanAnswer {
   std::vector<RentedPlan> planned;  // every allocation it planned that has a plan (the front's among them)
   int chosen_on_front = -1;
   std::string objective_why;
-  int allocations_planned = 0;   // by the quick planning the search explores with
-  int allocations_refined = 0;   // ... of them planned again in full: those on or near its front
-  int allocations_answered = 0;  // not planned: between what a planning was given and what it used
+  int allocations_planned = 0;  // by the quick planning the search explores with
+  int allocations_refined = 0;  // ... of them planned again in full: those on or near its front
 
   const FlexTpChoice* FlexTpOf(const StrategyOutcome& o) const;
 };

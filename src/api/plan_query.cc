@@ -293,7 +293,6 @@ nlohmann::json PlanAnswerJson(const PlanAnswer& a, bool timing) {
     }
     j["allocations_planned"] = a.allocations_planned;
     j["allocations_refined"] = a.allocations_refined;
-    j["allocations_answered"] = a.allocations_answered;
     j["planned"] = nlohmann::json::array();  // every allocation with a plan: what the front was chosen from
     for (const RentedPlan& p : a.planned)
       j["planned"].push_back({{"rent", p.description},

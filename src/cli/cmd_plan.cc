@@ -196,10 +196,10 @@ void PrintFront(const PlanAnswer& a) {
     t.AddRow(row);
   }
   fmt::print(
-      "what to rent: {} allocations planned ({} of them again in full: those on or near the front; {} more "
-      "answered by a plan made on more, which left their difference idle); the front of price and speed "
-      "(none both cheaper and faster than another):\n{}\n",
-      a.allocations_planned, a.allocations_refined, a.allocations_answered, t.ToString());
+      "what to rent: {} allocations planned ({} of them again in full: those on or near the front); the "
+      "front "
+      "of price and speed (none both cheaper and faster than another):\n{}\n",
+      a.allocations_planned, a.allocations_refined, t.ToString());
 }
 
 // The money flags (api/offer_plan.h): where the devices come from (--cluster or --offers), the

@@ -342,8 +342,8 @@ bool AlikePrograms(const Program& a, const Program& b) {
 // A program that exchanges only through collectives (a transfer names its peer, a team's compute its
 // partners), and a hash of what AlikePrograms compares (microbatches aside).
 std::optional<size_t> ShapeHash(const Program& p) {
-  size_t h = p.ops.size();
-  auto mix = [&h](double x) { h = h * 1000003u ^ std::hash<double>{}(x); };
+  uint64_t h = p.ops.size();
+  auto mix = [&h](double x) { h = (h ^ std::bit_cast<uint64_t>(x)) * 0x100000001b3ULL; };
   for (const Op& op : p.ops) {
     if (op.peer >= 0 || op.tp_degree > 1) return std::nullopt;
     mix(static_cast<double>(op.kind));
@@ -351,7 +351,7 @@ std::optional<size_t> ShapeHash(const Program& p) {
     mix(op.flops + op.bytes);
     mix(op.device_alloc_bytes - op.device_free_bytes);
   }
-  return h;
+  return static_cast<size_t>(h);
 }
 
 }  // namespace

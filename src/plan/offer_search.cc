@@ -78,11 +78,6 @@ class Search {
       Allocation a = config_.within ? config_.within(g) : g;
       if (std::all_of(a.begin(), a.end(), [](int n) { return n == 0; })) continue;
       if (seen_.count(a) || std::find(batch.begin(), batch.end(), a) != batch.end()) continue;
-      if (config_.answer_between && Between(a)) {
-        seen_.insert(std::move(a));
-        ++answered_between_;
-        continue;
-      }
       if (static_cast<int>(outcomes_.size() + batch.size()) >= budget_) {
         more = false;
         break;
@@ -100,23 +95,9 @@ class Search {
       if (o.nodes.empty()) o.nodes = batch[i];
       seen_.insert(batch[i]);
       seen_.insert(o.nodes);
-      given_.push_back(batch[i]);
       outcomes_.push_back(std::move(o));
     }
     return more;
-  }
-
-  // Whether a lies between what an earlier planning was given and what its plan used: that plan
-  // is one on a's nodes, and the planning left the rest of a idle where it had them.
-  bool Between(const Allocation& a) const {
-    auto within = [](const Allocation& x, const Allocation& y) {
-      for (size_t i = 0; i < x.size(); ++i)
-        if (x[i] > y[i]) return false;
-      return true;
-    };
-    for (size_t i = 0; i < outcomes_.size(); ++i)
-      if (outcomes_[i].feasible && within(outcomes_[i].nodes, a) && within(a, given_[i])) return true;
-    return false;
   }
 
   // The speed an allocation must reach to be near the front: the fastest found at its price (as the
@@ -261,7 +242,7 @@ class Search {
   }
 
   OfferSearchResult Result() const {
-    return {Front(outcomes_), static_cast<int>(outcomes_.size()), refined_, answered_between_};
+    return {Front(outcomes_), static_cast<int>(outcomes_.size()), refined_};
   }
 
   // Plans what is within near_refine of the front again with the full planning (spread over the
@@ -315,9 +296,7 @@ class Search {
   const int budget_;
   const double near_front_;
   std::vector<AllocationOutcome> outcomes_;
-  std::vector<Allocation> given_;  // what each outcome's planning was given
   std::set<Allocation> seen_;
-  int answered_between_ = 0;
   int refined_ = 0;
 };
 
@@ -341,15 +320,14 @@ OfferSearchResult SearchOffers(const std::vector<int>& max_nodes, const Allocati
   std::vector<Allocation> near = rough.NearFront(config.near_estimate);
   Search search(max_nodes, evaluate, config, config.max_evaluations, config.near_front);
   const size_t first = std::min<size_t>(near.size(), static_cast<size_t>(config.max_evaluations / 2));
-  // The dearest first: what a planning given more leaves idle answers what lies between
-  // (OfferSearchConfig::answer_between).
-  std::vector<Allocation> seeds;
-  for (size_t i = first; i-- > 0;)
-    seeds.push_back(near[first == near.size() ? i : i * (near.size() - 1) / std::max<size_t>(first - 1, 1)]);
-  const size_t at_once = static_cast<size_t>(std::max(1, config.batch));
-  for (size_t i = 0; i < seeds.size(); i += at_once)
-    search.TryAll({seeds.begin() + static_cast<std::ptrdiff_t>(i),
-                   seeds.begin() + static_cast<std::ptrdiff_t>(std::min(seeds.size(), i + at_once))});
+  std::vector<Allocation> batch;
+  for (size_t i = 0; i < first; ++i) {
+    batch.push_back(near[first == near.size() ? i : i * (near.size() - 1) / std::max<size_t>(first - 1, 1)]);
+    if (batch.size() == static_cast<size_t>(std::max(1, config.batch)) || i + 1 == first) {
+      search.TryAll(batch);
+      batch.clear();
+    }
+  }
   search.Climb();
   if (config.refine) search.Refine();
   return search.Result();

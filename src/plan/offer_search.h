@@ -73,18 +73,12 @@ struct OfferSearchConfig {
   // so the answers do not depend on the machine — and the refinements all at once. REQUIRES, when
   // above 1: `evaluate` and `refine` may be called from several threads at once.
   int batch = 1;
-  // An allocation that holds every node an earlier plan used and lies within what that planning
-  // was given is not planned: the planner, given more, left the difference idle, so the plan it
-  // made stands for this allocation too (the search's bigger allocations — every offer, a region's
-  // all — often end on a few of their nodes; their sub-allocations the climb visits are answered).
-  bool answer_between = true;
 };
 
 struct OfferSearchResult {
   std::vector<AllocationOutcome> front;  // by ascending price (and so ascending speed)
   int evaluated = 0;                     // allocations planned
   int refined = 0;                       // ... and planned again in full (OfferSearchConfig::refine)
-  int answered_between = 0;              // not planned: OfferSearchConfig::answer_between
 };
 
 /// `max_nodes[i]`: offer i's nodes. Deterministic.

@@ -1,6 +1,5 @@
 #include "plan/offer_search.h"
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -277,48 +276,6 @@ TEST(OfferSearch, PlanningSeveralAtOnceGivesTheSameAnswersWhicheverFinishesFirst
       EXPECT_EQ(runs[run].front[i].tokens_per_s, runs[0].front[i].tokens_per_s);
     }
   }
-}
-
-// A planner that leaves some offers idle (their nodes add nothing to its plans): an allocation that
-// lies between what a planning was given and what its plan used is answered by that plan, never
-// planned, and the choices stay within 1% of planning every allocation.
-TEST(OfferSearch, WhatAPlanningGivenMoreLeftIdleIsNotPlannedAgain) {
-  std::mt19937 rng(17);
-  int answered = 0, cases = 0;
-  double worst = 0;
-  for (int trial = 0; trial < 30; ++trial) {
-    const Market m = RandomMarket(rng, 3 + trial % 3, 4);
-    std::vector<std::pair<Allocation, Allocation>> planned;  // (given, used), in order (one at a time)
-    const AllocationEvaluator leaves_idle = [&](const Allocation& a, double) {
-      Allocation used = a;
-      for (size_t i = 1; i < used.size(); i += 2) used[i] = 0;  // every second offer is never used
-      AllocationOutcome o = m(used);
-      if (std::all_of(used.begin(), used.end(), [](int n) { return n == 0; })) o.feasible = false;
-      planned.push_back({a, used});
-      return o;
-    };
-    OfferSearchConfig config;
-    config.region = m.region;
-    const OfferSearchResult found = SearchOffers(m.max_nodes, leaves_idle, config);
-    EXPECT_EQ(found.evaluated, static_cast<int>(planned.size()));
-    answered += found.answered_between;
-    auto within = [](const Allocation& x, const Allocation& y) {
-      for (size_t i = 0; i < x.size(); ++i)
-        if (x[i] > y[i]) return false;
-      return true;
-    };
-    for (size_t k = 0; k < planned.size(); ++k)
-      for (size_t j = 0; j < k; ++j)
-        EXPECT_FALSE(m(planned[j].second).feasible && within(planned[j].second, planned[k].first) &&
-                     within(planned[k].first, planned[j].first))
-            << "trial " << trial << ": planning " << k << " lies between planning " << j
-            << "'s given and used nodes";
-    planned.clear();
-    const OfferSearchResult exact = SearchAllOffers(m.max_nodes, leaves_idle);
-    ExpectWithinOnePercent(exact, found, trial, &cases, &worst);
-  }
-  EXPECT_GT(answered, 30);
-  EXPECT_GT(cases, 100);
 }
 
 TEST(OfferSearch, ALargerBudgetNeverGivesASlowerPlanALaterDeadlineNeverADearerOne) {

@@ -93,7 +93,8 @@ std::optional<std::vector<Task>> UnitCostOrder(const std::vector<std::vector<Tas
     }
     if (!progressed) return std::nullopt;
   }
-  std::sort(timed.begin(), timed.end());
+  if (!std::is_sorted(timed.begin(), timed.end()))
+    std::sort(timed.begin(), timed.end());  // (one sequence: in order)
   std::vector<Task> order;
   order.reserve(timed.size());
   for (const auto& [time, gi] : timed) order.push_back(seq[gi.first][gi.second]);
