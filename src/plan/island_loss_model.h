@@ -1,8 +1,9 @@
 // What training as islands costs in progress, for the planner's choice of islands (issue #52 item 3):
 // an estimate, not a prediction of this job. Islands that meet every H inner steps train a worse model
 // for the same tokens than one synchronous run; how much worse was measured on a small model
-// (bench/reports/islands_loss.md: llama-1m on tinyshakespeare, 300 steps of 4,096 tokens, at H = 10 and
-// 50 — with DiLoCo's outer optimizer at 2 and 4 islands, with plain averaging at 2) and is interpolated
+// (bench/reports/islands_loss.md: llama-1m on tinyshakespeare, steps of 4,096 tokens, at H = 10 and 50,
+// 2 and 4 islands — with DiLoCo's outer optimizer over 300 steps, with plain averaging over 900) and is
+// interpolated
 // here: in log H between the measured H, linearly in the islands' count, held at the nearest
 // measurement outside them (and said so).
 #pragma once

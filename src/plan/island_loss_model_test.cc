@@ -37,11 +37,15 @@ TEST(IslandLossModel, InterpolatesTheMeasuredRunsAndHoldsAtTheNearestOutside) {
 TEST(IslandLossModel, EachMeasuredOuterSettingHasItsOwnFigures) {
   EXPECT_NEAR(EstimateIslandLoss(2, 10, Averaging()).token_efficiency, 0.935, 1e-12);
   EXPECT_NE(EstimateIslandLoss(2, 10, Averaging()).basis.find("averaging"), std::string::npos);
-  // Averaging was measured at 2 islands only: 4 are held there, and said so.
-  EXPECT_EQ(EstimateIslandLoss(4, 10, Averaging()).token_efficiency,
-            EstimateIslandLoss(2, 10, Averaging()).token_efficiency);
-  EXPECT_NE(EstimateIslandLoss(4, 10, Averaging()).basis.find("held at the nearest measured"),
+  // Averaging was measured at 2 and 4 islands: 3 lie between them, 8 are held at 4 and said so.
+  EXPECT_NEAR(EstimateIslandLoss(4, 10, Averaging()).token_efficiency, 0.676, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(4, 50, Averaging()).loss_penalty, 0.153, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(3, 50, Averaging()).token_efficiency, (0.793 + 0.413) / 2, 1e-12);
+  EXPECT_EQ(EstimateIslandLoss(4, 10, Averaging()).basis.find("held at"), std::string::npos);
+  EXPECT_NE(EstimateIslandLoss(8, 10, Averaging()).basis.find("held at the nearest measured"),
             std::string::npos);
+  // At 4 islands and H = 50 DiLoCo's settings lose less than averaging (0.460 against 0.413).
+  EXPECT_EQ(BestMeasuredOuterSettings(4, 50).lr, 0.7);
   OuterConfig other = Diloco();
   other.lr = 0.5;
   const IslandLossEstimate unmeasured = EstimateIslandLoss(2, 50, other);
