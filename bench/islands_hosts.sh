@@ -13,6 +13,8 @@
 #
 #   bench/islands_hosts.sh [MOTLEY] [STEPS] [RATE] [H]      (defaults: build/motley, 40, 20mbit, 10)
 #   SPEED=4 (default): each rank a device that many times slower than a core of this machine
+#   B_RANKS=2 (default): site B's ranks; another count gives islands of unlike shapes (each island the
+#     plan `motley plan` makes for its site; they exchange whole fragments), and no run across
 #
 # Prints one markdown table (bench/reports/islands_two_regions.md holds a run of it).
 set -euo pipefail
@@ -24,6 +26,7 @@ h="${4:-10}"
 # The four ranks share this machine's cores: each emulates a device SPEED times slower than a core
 # (its compute stretched), so that none waits for a core and the sites compare as separate machines.
 speed="${SPEED:-4}"
+b_ranks="${B_RANKS:-2}"
 prefix=ihb
 hosts="$repo/scripts/test-hosts.sh"
 work="$(mktemp -d)"
@@ -61,7 +64,7 @@ speed_factor = ${speed}
 [[nodes]]
 name = "site-b"
 device = "cpu"
-count = 2
+count = ${b_ranks}
 interconnect = "pcie"
 intra_bandwidth = "10GB/s"
 region = "b"
@@ -117,24 +120,28 @@ t = [r["time_unix_s"] for r in steps]
 print(f"{4096 * (len(t) - 1) / (t[-1] - t[0]):.0f} {steps[-1]['loss']:.4f}")
 EOF
 }
-echo "Two test hosts of 2 ranks each (emulated devices ${speed}x slower than a core), ${rate} between them (tc); llama-1m, 4,096 tokens a step, fp32, $steps steps."
+echo "Two test hosts of 2 and $b_ranks ranks (emulated devices ${speed}x slower than a core), ${rate} between them (tc); llama-1m, 4,096 tokens a step, fp32, $steps steps."
 echo
 echo "| run | tokens/s (measured) | tokens/s (simulator) | bytes over the link a token | last training loss |"
 echo "|---|---|---|---|---|"
-for run in best across islands; do
+runs=(best across islands)
+[ "$b_ranks" = 2 ] || runs=(best islands)  # the island shape stretched across needs like sites
+for run in "${runs[@]}"; do
   rm -rf run
   if [ "$run" = islands ]; then
     args=(train islands.toml --island-plan best.island0.toml --island-plan best.island1.toml)
     predicted="$("$M" simulate --island-plan best.island0.toml --island-plan best.island1.toml --inner-steps "$h" \
       --compression int8 --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_s"]))')"
-    label="2 islands (one a site), H = $h, int8"
+    label="2 islands (one a site$([ "$b_ranks" = 2 ] || echo ", unlike: 2 and $b_ranks ranks")), H = $h, int8"
   else
     args=(train sync.toml --plan "$run.toml")
     predicted="$("$M" simulate --plan "$run.toml" --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(round(j["global_batch_tokens"] / max(j["step_time_s"], j["region_link_bound_s"])))')"
     devices="$(grep -oE '^devices = \[[^]]*\]' "$run.toml" | tr -dc '0-9,' | tr ',' '\n' | sort -u | wc -l)"
     label="$([ "$run" = best ] && echo "best synchronous plan ($devices ranks)" || echo "data parallel across both sites (4 ranks)")"
   fi
-  layout="$([ "$run" = islands ] && echo 10.77.0.10:2,10.77.0.11:2 || layout_of "$run.toml")"
+  # The ranks in plan order (the islands' one island after another) on the hosts of their devices.
+  [ "$run" != islands ] || cat best.island0.toml best.island1.toml > islands.plans
+  layout="$(layout_of "$([ "$run" = islands ] && echo islands.plans || echo "$run.toml")")"
   before="$(bytes_b)"
   must "$run.log" "$M" launch --hosts "$layout" --remote "$remote" -- "$M" "${args[@]}" --steps "$steps" \
     --no-validation --no-checkpoint --metrics "$work/$run.jsonl"

@@ -8,7 +8,8 @@
 #
 # Environment: RUNS — the island runs (default "i2h10 i2h50 i4h10 i4h50": i<count>h<inner steps>);
 # OUTER — [islands] lines for every island run, ';'-separated (e.g. "outer_lr = 1.0;outer_momentum = 0.0";
-# default: DiLoCo's settings).
+# default: DiLoCo's settings); KEEP — a folder the runs' metrics (NAME.jsonl) are copied to (for
+# bench/islands_time_to_loss.py).
 #
 # Prints one markdown table (the final validation loss and its gap to the synchronous run, and the
 # loss at each validation) and writes the validation curves as an SVG.
@@ -53,6 +54,7 @@ for ((i = 0; i < ${#names[@]}; i += 2)); do  # two at a time; any failure ends t
   if [ $((i + 1)) -lt ${#names[@]} ]; then run "${names[$((i + 1))]}" & pids+=($!); fi
   for pid in "${pids[@]}"; do wait "$pid" || exit 1; done
 done
+if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/*.jsonl "$KEEP"/; fi
 python3 - "$work" "$plot" "$steps" "${names[@]}" <<'PY'
 import json, sys
 work, plot, steps, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]

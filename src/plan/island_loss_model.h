@@ -2,10 +2,9 @@
 // an estimate, not a prediction of this job. Islands that meet every H inner steps train a worse model
 // for the same tokens than one synchronous run; how much worse was measured on a small model
 // (bench/reports/islands_loss.md: llama-1m on tinyshakespeare, steps of 4,096 tokens, at H = 10 and 50,
-// 2 and 4 islands — with DiLoCo's outer optimizer over 300 steps, with plain averaging over 900) and is
-// interpolated
-// here: in log H between the measured H, linearly in the islands' count, held at the nearest
-// measurement outside them (and said so).
+// 2 and 4 islands — with DiLoCo's outer optimizer over 300 steps, with plain averaging over 900, and there
+// 2 islands at H = 25 too) and is interpolated here: in log H between the H measured at an islands'
+// count, linearly in the islands' count, held at the nearest measurement outside them (and said so).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,7 @@
 #include "plan/island_loss_model.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 namespace motley {
@@ -7,6 +9,7 @@ namespace {
 
 OuterConfig Diloco() { return OuterConfig{}; }  // the job's defaults: DiLoCo's
 OuterConfig Averaging() { return OuterConfig{1.0, 0.0, true, "none"}; }
+constexpr double kTwoIslandsAt25 = 0.788;  // averaging's measured token efficiency at 2 islands, H = 25
 
 // The estimate is the measurement where there is one, between them in log H and the islands' count,
 // held at the nearest outside them, and no cost for one island.
@@ -44,6 +47,17 @@ TEST(IslandLossModel, EachMeasuredOuterSettingHasItsOwnFigures) {
   EXPECT_EQ(EstimateIslandLoss(4, 10, Averaging()).basis.find("held at"), std::string::npos);
   EXPECT_NE(EstimateIslandLoss(8, 10, Averaging()).basis.find("held at the nearest measured"),
             std::string::npos);
+  // Averaging was measured at 2 islands and H = 25 too: there the estimate is that run; at 4 islands
+  // (not measured at 25) it lies between H = 10 and 50 in log H, and 3 islands halfway between the two.
+  const double two_at_25 = EstimateIslandLoss(2, 25, Averaging()).token_efficiency;
+  EXPECT_NEAR(two_at_25, kTwoIslandsAt25, 1e-12);
+  const double two_at_15 = EstimateIslandLoss(2, 15, Averaging()).token_efficiency;
+  EXPECT_GT(two_at_15, std::min(two_at_25, 0.935));
+  EXPECT_LT(two_at_15, std::max(two_at_25, 0.935));
+  EXPECT_NE(EstimateIslandLoss(2, 25, Averaging()).basis.find("H = 10, 25 and 50"), std::string::npos);
+  const double four_at_25 = 0.676 + (0.413 - 0.676) * std::log(2.5) / std::log(5.0);
+  EXPECT_NEAR(EstimateIslandLoss(4, 25, Averaging()).token_efficiency, four_at_25, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(3, 25, Averaging()).token_efficiency, (two_at_25 + four_at_25) / 2, 1e-12);
   // At 4 islands and H = 50 DiLoCo's settings lose less than averaging (0.460 against 0.413).
   EXPECT_EQ(BestMeasuredOuterSettings(4, 50).lr, 0.7);
   OuterConfig other = Diloco();
