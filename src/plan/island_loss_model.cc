@@ -63,6 +63,7 @@ double AtCount(const MeasuredSettings& s, int64_t count, double h, double Measur
     if (m.islands == count) at.push_back(m);
   std::sort(at.begin(), at.end(),
             [](const Measured& a, const Measured& b) { return a.inner_steps < b.inner_steps; });
+  if (at.size() == 1) return at[0].*field;  // (each count is measured at H = 10 and 50)
   size_t k = 1;
   while (k + 1 < at.size() && static_cast<double>(at[k].inner_steps) < h) ++k;
   const Measured& lo = at[k - 1];
