@@ -22,7 +22,6 @@ struct MeasuredSettings {
   double lr, momentum;
   bool nesterov;
   int64_t steps;         // each run's length
-  int64_t most_islands;  // measured at 2 islands and at this many, each at H = 10 and 50 (and between)
   const char* measured;  // the runs, in words
   std::span<const Measured> runs;
 };
@@ -48,10 +47,10 @@ constexpr Measured kAveraging[] = {
 constexpr MeasuredSettings kSettings[] = {
     {"DiLoCo's outer optimizer (lr 0.7, Nesterov momentum 0.9)", 0.7, 0.9, true,
      300,  // the synchronous run's final validation loss 1.7541
-     4, "2 and 4 islands at H = 10 and 50", kDiloco},
+     "2 and 4 islands at H = 10 and 50", kDiloco},
     {"averaging (outer lr 1, no momentum)", 1.0, 0.0, true,
      900,  // the synchronous run's final validation loss 1.4317 (session 50), 1.4261 (sessions 52-54)
-     4, "2 islands at H = 10, 25 and 50 and 4 at H = 10 and 50", kAveraging},
+     "2 islands at H = 10, 25 and 50 and 4 at H = 10 and 50", kAveraging},
 };
 constexpr int64_t kFewestIslands = 2, kFewestSteps = 10, kMostSteps = 50;
 
@@ -85,7 +84,9 @@ const MeasuredSettings* SettingsOf(const OuterConfig& outer) {
 
 IslandLossEstimate Interpolate(const MeasuredSettings& s, int64_t islands, int64_t inner_steps) {
   IslandLossEstimate out;
-  const int64_t most = s.most_islands;
+  // Measured at 2 islands and at this many, each count at H = 10 and 50 (and between).
+  int64_t most = kFewestIslands;
+  for (const Measured& m : s.runs) most = std::max(most, m.islands);
   const double n =
       std::clamp<double>(static_cast<double>(islands), kFewestIslands, static_cast<double>(most));
   const double h = std::clamp<double>(static_cast<double>(inner_steps), kFewestSteps, kMostSteps);
