@@ -6,7 +6,8 @@
 #
 #   bench/islands_loss.sh MOTLEY CORPUS STEPS PLOT.svg      (CORPUS: builtin, or a text file)
 #
-# Environment: RUNS — the island runs (default "i2h10 i2h50 i4h10 i4h50": i<count>h<inner steps>);
+# Environment: RUNS — the island runs (default "i2h10 i2h50 i4h10 i4h50": i<count>h<inner steps>, and
+# o<steps> for rounds that overlap that many inner steps, e.g. i2h25o1);
 # OUTER — [islands] lines for every island run, ';'-separated (e.g. "outer_lr = 1.0;outer_momentum = 0.0";
 # default: DiLoCo's settings); KEEP — a folder the runs' metrics (NAME.jsonl) are copied to (for
 # bench/islands_time_to_loss.py).
@@ -40,8 +41,9 @@ job sync
 IFS=';' read -r -a outer <<< "${OUTER:-}"
 islands=(${RUNS:-i2h10 i2h50 i4h10 i4h50})
 for name in "${islands[@]}"; do
-  n="${name#i}"; n="${n%%h*}"; h="${name#*h}"
-  job "$name" "[islands]" "count = $n" "inner_steps = $h" "${outer[@]}"
+  n="${name#i}"; n="${n%%h*}"; h="${name#*h}"; o=0
+  if [[ "$h" == *o* ]]; then o="${h#*o}"; h="${h%%o*}"; fi
+  job "$name" "[islands]" "count = $n" "inner_steps = $h" "overlap_steps = $o" "${outer[@]}"
 done
 run() {
   OPENBLAS_NUM_THREADS=1 "$motley" train "$work/$1.toml" --single-process --no-checkpoint \
@@ -60,7 +62,8 @@ import json, sys
 work, plot, steps, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 label = {"sync": "synchronous"}
 for n in names[1:]:
-    label[n] = f"{n[1]} islands, H = {n[3:]}"
+    h, _, o = n[3:].partition("o")
+    label[n] = f"{n[1]} islands, H = {h}" + (f", overlapping {o}" if o else "")
 curves = {}
 for n in names:
     curves[n] = [(j["step"], j["val_loss"]) for j in map(json.loads, open(f"{work}/{n}.jsonl")) if "val_loss" in j]

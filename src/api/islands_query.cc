@@ -20,6 +20,10 @@ Result<IslandsAnswer> AnswerIslandsQuery(const IslandsQuery& query) {
         "--inner-steps: {} values for {} islands; give one for every island, or one an island in order "
         "(without --inner-steps-by-speed)",
         h.size(), query.plan_paths.size()));
+  if (query.overlap_steps < 0 || query.overlap_steps >= h.front())
+    return Status::InvalidArgument(fmt::format(
+        "--overlap-steps {}: a round overlaps 0 or more inner steps, fewer than --inner-steps ({}): lower it",
+        query.overlap_steps, h.front()));
   IslandsAnswer a;
   for (const std::string& path : query.plan_paths) {
     SimulateQuery q;
@@ -50,6 +54,7 @@ Result<IslandsAnswer> AnswerIslandsQuery(const IslandsQuery& query) {
   const PlanInputs& in = a.islands.front().in;
   OuterRoundOptions round;
   round.compression = query.compression;
+  round.overlap_steps = query.overlap_steps;
   round.master_bytes = BytesPerElement(MasterPrecision(in.plan.precision));
   SetFragmentSizes(in.model, round);
   Result<Schedule> lowered = LowerOuterRound(steps, round);
@@ -90,6 +95,8 @@ nlohmann::json IslandsAnswerJson(const IslandsAnswer& answer) {
                        {"bytes_per_period", b.bytes}});
   return {{"islands", islands},
           {"round_s", r.round.step_time_s},
+          {"round_exposed_s", r.round_exposed_s},
+          {"overlap_steps", answer.round.outer_overlap_steps},
           {"round_ops", answer.round.num_ops()},
           {"round_schedule_hash", ScheduleHash(answer.round)},
           {"period_s", r.period_s},

@@ -24,6 +24,7 @@ struct IslandsQuery {
   std::vector<int64_t> inner_steps = {50};
   bool inner_steps_by_speed = false;  // a faster island takes more inner steps in the same time
   std::string compression = "none";   // what crosses between islands: none, fp16, int8
+  int64_t overlap_steps = 0;          // the inner steps a round's exchange overlaps (a job's overlap_steps)
 };
 
 struct IslandsAnswer {

@@ -1,7 +1,8 @@
 // motley simulate --plan P [--cluster C] [--model M] [--profile F] [--straggler D=F]... [--flextp-mode M]
 //                 [--trace T] [--json]
 // motley simulate --island-plan P0 --island-plan P1 ... [--inner-steps H|H0,H1,..] [--inner-steps-by-speed]
-//                 [--compression none|fp16|int8] [--cluster C] [--model M] [--profile F] [--json]
+//                 [--compression none|fp16|int8] [--overlap-steps T] [--cluster C] [--model M]
+//                 [--profile F] [--json]
 #include <algorithm>
 #include <fstream>
 
@@ -53,6 +54,9 @@ int PrintIslands(const IslandsQuery& query, bool json) {
   fmt::print("{}", t.ToString());
   fmt::print("\nouter round {} ({} ops, schedule {}; `motley train --island-plan` runs the same)\n",
              FormatDuration(r.round.step_time_s), answer->round.num_ops(), ScheduleHash(answer->round));
+  if (answer->round.outer_overlap_steps > 0)
+    fmt::print("the round overlaps the next {} inner steps: the islands wait {} of it\n",
+               answer->round.outer_overlap_steps, FormatDuration(r.round_exposed_s));
   fmt::print("period {} (the slowest island's inner steps, then the round)  |  {:.0f} tokens/s\n",
              FormatDuration(r.period_s), r.tokens_per_s);
   for (const RegionBytes& b : r.traffic)
@@ -170,6 +174,10 @@ int RunSimulate(const std::vector<std::string>& args) {
                "islands: the slowest island takes --inner-steps, a faster one more in the same time");
   app.add_option("--compression", islands.compression, "islands: what crosses between them")
       ->check(CLI::IsMember({"none", "fp16", "int8"}));
+  app.add_option("--overlap-steps", islands.overlap_steps,
+                 "islands: the inner steps a round's exchange overlaps (a job's [islands] overlap_steps; "
+                 "less than --inner-steps)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--cluster", cluster, "the cluster (default: the plan's)");
   app.add_option("--model", model, "the model (default: the plan's)");
   app.add_option("--profile", profile_path,

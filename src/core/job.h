@@ -172,6 +172,13 @@ struct IslandsConfig {
   // run's clock (its steps are the run's steps), and a slower island takes fewer steps in each round,
   // spread evenly over it. Empty: every island takes inner_steps.
   std::vector<int64_t> inner_steps_each;
+  // overlap_steps: the inner steps an outer round's exchange overlaps (Streaming DiLoCo's overlap;
+  // docs/design.md, "Islands"). 0: the islands wait for the round at its end. tau > 0: each island
+  // sends its pseudo-gradient at the round's end and trains on; tau steps later the outer step lands
+  // and the island keeps what it learnt meanwhile (its parameters move by the anchor's change from
+  // where they were when sent). A round at which validation or a checkpoint is due, or the run
+  // (or launch) ends, lands at once. Less than inner_steps.
+  int64_t overlap_steps = 0;
   OuterConfig outer;
 
   int64_t InnerSteps(int64_t island) const {

@@ -144,6 +144,7 @@ void ParseIslands(TomlTable& t, IslandsConfig* c) {
     c->inner_steps_each = *v;
     if (!t.Has("inner_steps") && !v->empty()) c->inner_steps = v->front();
   }
+  if (auto v = t.Int("overlap_steps", 0, kMaxSteps)) c->overlap_steps = *v;
   if (auto v = t.Number("outer_lr", 0.0, 10.0, Need::kOptional, true)) c->outer.lr = *v;
   if (auto v = t.Number("outer_momentum", 0.0, 0.999)) c->outer.momentum = *v;
   if (auto v = t.Bool("nesterov")) c->outer.nesterov = *v;
@@ -171,6 +172,11 @@ void CheckIslands(TomlTable& t, const JobSpec& job) {
                       "most of any island's; list the island that takes the most inner steps first",
                       each.front(), c.inner_steps));
   }
+  if (c.overlap_steps >= c.inner_steps)
+    t.Error("overlap_steps",
+            fmt::format("{} must be less than inner_steps ({}): a round's outer step lands before the next "
+                        "round is sent; lower it",
+                        c.overlap_steps, c.inner_steps));
   for (const auto& [what, steps] :
        {std::pair<const char*, int64_t>{"data.validation_interval_steps", job.data.validation_interval_steps},
         {"checkpoint.interval_steps", job.checkpoint.interval_steps}})

@@ -444,6 +444,27 @@ double OuterWireBytesPerValue(const std::string& compression, double master_byte
   return master_bytes;
 }
 
+namespace {
+
+// A round that overlaps inner steps: each program's exchanges first, then its outer steps and gathers
+// (each op still waiting for the one before it), and the values held through the overlap.
+void OrderForOverlap(Schedule& round, const OuterRoundOptions& options) {
+  round.outer_overlap_steps = options.overlap_steps;
+  for (Program& p : round.programs) {
+    std::stable_partition(p.ops.begin(), p.ops.end(), [](const Op& op) {
+      return op.kind == OpKind::kOuterReduce || op.kind == OpKind::kAllReduce;
+    });
+    for (size_t k = 0; k < p.ops.size(); ++k) {
+      p.ops[k].deps.clear();
+      if (k > 0) p.ops[k].deps.push_back(static_cast<int32_t>(k) - 1);
+      if (p.ops[k].kind == OpKind::kOuterStep)  // the pseudo-gradient as sent, the piece's value when sent
+        p.static_device_bytes += 2 * p.ops[k].params * options.master_bytes;
+    }
+  }
+}
+
+}  // namespace
+
 Result<Schedule> LowerOuterRound(const std::vector<const Schedule*>& islands,
                                  const OuterRoundOptions& options, OuterRoundLayout* layout) {
   if (islands.empty()) return Status::InvalidArgument("an outer round needs at least one island");
@@ -464,6 +485,7 @@ Result<Schedule> LowerOuterRound(const std::vector<const Schedule*>& islands,
     round = RoundLowering(islands, options, std::move(updated)).Lower();
     where.first_ministage.assign(islands.size(), 0);
   }
+  if (options.overlap_steps > 0) OrderForOverlap(round, options);
   if (layout != nullptr) *layout = where;
   if (std::string problem = CheckSchedule(round); !problem.empty())
     return Status::Internal("the outer round's schedule is unsound: " + problem);

@@ -27,6 +27,13 @@
 //   all_reduce    the lead hands the average back to the island's holders (the others add zeros);
 // and once a rank's ministage has all its fragments, outer_step on its piece (and the replicas' gather).
 // Each value still crosses the slow link once an island; a rank holds one fragment whole at a time.
+//
+// A round that overlaps the islands' next inner steps (OuterRoundOptions::overlap_steps, Streaming
+// DiLoCo's overlap) orders each rank's program in two parts: every exchange (the outer_reduce ops and
+// the fragments' all_reduce ops) first, sent at the round's end while the island trains on, then every
+// outer_step and all_gather, which land `overlap_steps` steps later. Each rank then holds, through
+// those steps, its pseudo-gradients as sent (the averages arrive into them) and its pieces' values
+// when sent: twice its pieces more static memory.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +54,7 @@ struct OuterRoundOptions {
   int64_t head_values = 0;       // HeadParams
   int32_t num_layers = 0;
   bool tied_embeddings = false;  // a tied model: the head's copy of the embedding takes its average
+  int64_t overlap_steps = 0;     // IslandsConfig::overlap_steps (Schedule::outer_overlap_steps)
 };
 /// OuterRoundOptions' fragment sizes from a model.
 struct ModelSpec;

@@ -245,6 +245,7 @@ std::string ScheduleHash(const Schedule& s) {
   f.AddEach(s.sharded_optimizer, s.sharded_params, s.activation_checkpointing, s.loss_scaling,
             s.model_flops_per_step, s.hardware_flops_per_step);
   f.Add(std::string_view(s.flextp_mode));
+  if (s.outer_overlap_steps != 0) f.Add(s.outer_overlap_steps);  // (older schedules' hashes unchanged)
   f.Add(s.programs.size());
   for (const Program& p : s.programs) {
     f.AddEach(p.rank, p.device, p.group, p.tp_index, p.dp_index, p.dp_size, p.static_device_bytes,
@@ -346,6 +347,7 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
                         {"programs", std::move(programs)},
                         {"collectives", std::move(collectives)}};
   if (s.flextp_mode != "off") out["flextp_mode"] = s.flextp_mode;  // (older schedules' hashes unchanged)
+  if (s.outer_overlap_steps != 0) out["outer_overlap_steps"] = s.outer_overlap_steps;
   return out;
 }
 

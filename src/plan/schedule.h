@@ -213,6 +213,11 @@ struct Schedule {
   /// the kGradNorm collective tells every rank whether any gradient overflowed, and then every rank
   /// skips its updates or applies them unscaled.
   bool loss_scaling = false;
+  /// An outer round of islands (plan/outer_round.h) whose exchange overlaps this many of the islands'
+  /// next inner steps (IslandsConfig::overlap_steps): its programs send every piece first, and the
+  /// outer steps (and the replicas' gathers) land that many steps later. 0: a step's schedule, or a
+  /// round the islands wait for.
+  int64_t outer_overlap_steps = 0;
   double model_flops_per_step = 0;     // without recomputation (MFU)
   double hardware_flops_per_step = 0;  // what the ops execute (HFU)
   std::vector<Program> programs;       // one per rank; rank r runs on programs[r].device

@@ -43,11 +43,30 @@ Result<IslandsSimResult> SimulateIslands(const std::vector<const Schedule*>& isl
       traffic[{b.from_region, b.to_region}] += h * b.bytes;
     out.islands.push_back(std::move(r));
   }
-  MOTLEY_ASSIGN_OR_RETURN(out.round, Simulate(round, cluster, costs, config));
+  SimConfig round_config = config;
+  round_config.record_trace = config.record_trace || round.outer_overlap_steps > 0;
+  MOTLEY_ASSIGN_OR_RETURN(out.round, Simulate(round, cluster, costs, round_config));
   // Every rank's exchange crosses the one link between two regions at once: the simulator bounds the
   // round by its bytes over that link (SimResult::region_link_bound_s).
   for (const RegionBytes& b : RegionTraffic(round, cluster)) traffic[{b.from_region, b.to_region}] += b.bytes;
-  out.period_s = slowest_s + out.round.step_time_s;
+  out.round_exposed_s = out.round.step_time_s;
+  if (round.outer_overlap_steps > 0 && !out.inner_steps.empty()) {
+    // The exchange (every outer_reduce and fragment all_reduce, first in each program) ends when the
+    // last of them does, or when the slow link has carried its bytes; what follows lands after it.
+    double sent_s = 0, end_s = 0;
+    for (const TraceEvent& e : out.round.trace) {
+      const OpKind kind = round.programs[static_cast<size_t>(e.rank)].ops[static_cast<size_t>(e.op)].kind;
+      if (kind == OpKind::kOuterReduce || kind == OpKind::kAllReduce) sent_s = std::max(sent_s, e.end_s);
+      end_s = std::max(end_s, e.end_s);
+    }
+    const double landing_s = std::max(0.0, end_s - sent_s);
+    const double exchange_s = std::max(sent_s, out.round.region_link_bound_s);
+    const double window_s = slowest_s * static_cast<double>(round.outer_overlap_steps) /
+                            static_cast<double>(*std::max_element(inner_steps.begin(), inner_steps.end()));
+    out.round_exposed_s = std::max(0.0, exchange_s - window_s) + landing_s;
+    if (!config.record_trace) out.round.trace.clear();
+  }
+  out.period_s = slowest_s + out.round_exposed_s;
   out.tokens_per_s = out.period_s > 0 ? out.tokens_per_period / out.period_s : 0;
   double cross = 0;
   for (const auto& [pair, bytes] : traffic) {

@@ -2,7 +2,8 @@
 // outer round (plan/outer_round.h) are run against the cost model, and a period — every island's
 // inner steps, then the round — is what the run repeats. The islands step in parallel and meet at the
 // round: the period is the slowest island's H_i steps plus the round, and a faster island waits (or
-// takes more inner steps: its own H_i).
+// takes more inner steps: its own H_i). A round that overlaps the next tau inner steps costs the
+// period only what its exchange takes beyond them, and its landing.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +21,13 @@ namespace motley {
 struct IslandsSimResult {
   std::vector<SimResult> islands;    // each island's step (its memory with the outer state held)
   std::vector<int64_t> inner_steps;  // H_i
-  SimResult round;               // the outer round (at least its bytes between regions over their one link:
-                                 // round.region_link_bound_s)
-  double period_s = 0;           // max_i H_i step_i + the round
+  SimResult round;  // the outer round (at least its bytes between regions over their one link:
+                    // round.region_link_bound_s)
+  // The part of the round the islands wait for: all of it, or with an overlapping round
+  // (Schedule::outer_overlap_steps = tau) what its exchange takes beyond tau of the H steps' time
+  // (max_i H_i step_i tau / H), and the outer steps and gathers that land after it.
+  double round_exposed_s = 0;
+  double period_s = 0;           // max_i H_i step_i + round_exposed_s
   double tokens_per_period = 0;  // sum_i H_i tokens_i
   double tokens_per_s = 0;
   bool fits_memory = true;

@@ -2,6 +2,9 @@
 // updates, once — and the simulated period, against the formulas.
 #include "sim/islands_sim.h"
 
+#include <algorithm>
+#include <iostream>
+
 #include <gtest/gtest.h>
 
 #include "core/cluster_parse.h"
@@ -193,6 +196,58 @@ TEST(IslandsSim, TheSlowLinkCarriesOnlyTheRoundAndThePeriodIsTheSlowestIslandsSt
   const double sync_per_token = sync_across / static_cast<double>(sync.global_batch_tokens);
   EXPECT_GT(sync_per_token / r.cross_region_bytes_per_token, 5.0);
   EXPECT_GT(r.tokens_per_s, s.tokens_per_s);
+}
+
+// A round that overlaps the next inner steps costs the period only what its exchange takes beyond them
+// and its landing (the outer steps and gathers): less with each step it overlaps, down to the landing.
+TEST(IslandsSim, AnOverlappedRoundCostsOnlyWhatItsStepsDoNotHide) {
+  const ModelSpec m = test::LayerHeavyModel(4);
+  const Cluster c = TwoRegions();
+  const Profile profile = test::FlatProfile(m, 128);
+  CostModel costs(c, m, &profile, 128, Precision::kBf16, true);
+  const Islands islands = EastAndWest(m, c, 2);
+  const int64_t h = 2000;  // inner steps about as long as the round
+  const Schedule waiting = LowerOuterRound(islands.pointers(), {"none", 4}).value();
+  const IslandsSimResult w = SimulateIslands(islands.pointers(), {h, h}, waiting, c, costs).value();
+  EXPECT_DOUBLE_EQ(w.round_exposed_s, w.round.step_time_s);
+  const double slowest = h * std::max(w.islands[0].step_time_s, w.islands[1].step_time_s);
+  double last = w.round_exposed_s;
+  for (int64_t overlap : {200, 1000, 1999}) {
+    SCOPED_TRACE(overlap);
+    OuterRoundOptions options{"none", 4};
+    options.overlap_steps = overlap;
+    const Schedule round = LowerOuterRound(islands.pointers(), options).value();
+    EXPECT_EQ(round.outer_overlap_steps, overlap);
+    EXPECT_NE(ScheduleHash(round), ScheduleHash(waiting));
+    // Each program sends every piece first; the pseudo-gradient and the value when sent are held on.
+    for (size_t r = 0; r < round.programs.size(); ++r) {
+      const std::vector<Op>& ops = round.programs[r].ops;
+      const auto first_landing = std::find_if(ops.begin(), ops.end(), [](const Op& op) {
+        return op.kind == OpKind::kOuterStep || op.kind == OpKind::kAllGather;
+      });
+      EXPECT_TRUE(std::none_of(first_landing, ops.end(),
+                               [](const Op& op) { return op.kind == OpKind::kOuterReduce; }));
+      double pieces = 0;
+      for (const Op& op : ops)
+        if (op.kind == OpKind::kOuterStep) pieces += op.params * 4;
+      EXPECT_NEAR(round.programs[r].static_device_bytes - waiting.programs[r].static_device_bytes, 2 * pieces,
+                  1e-6);
+    }
+    const IslandsSimResult o = SimulateIslands(islands.pointers(), {h, h}, round, c, costs).value();
+    // The same exchange, the same bytes over the slow link; the islands wait for less of it.
+    EXPECT_NEAR(o.round.step_time_s, w.round.step_time_s, 1e-9 * w.round.step_time_s);
+    EXPECT_DOUBLE_EQ(o.cross_region_bytes_per_token, w.cross_region_bytes_per_token);
+    EXPECT_LE(o.round_exposed_s, last + 1e-12);
+    EXPECT_GE(o.round_exposed_s, 0);
+    EXPECT_GE(o.round_exposed_s,
+              std::max(o.round.step_time_s, o.round.region_link_bound_s) - slowest * overlap / h - 1e-9);
+    EXPECT_NEAR(o.period_s, slowest + o.round_exposed_s, 1e-12);
+    std::cout << "overlap " << overlap << ": the islands wait " << o.round_exposed_s << " s of a "
+              << o.round.step_time_s << " s round (" << slowest << " s of inner steps)\n";
+    last = o.round_exposed_s;
+  }
+  // Overlapping more inner steps than the exchange takes, the islands wait for its landing alone.
+  EXPECT_LT(last, 0.1 * w.round_exposed_s);
 }
 
 TEST(IslandsSim, AFasterIslandTakesMoreInnerStepsInTheSameTime) {

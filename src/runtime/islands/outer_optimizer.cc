@@ -33,7 +33,9 @@ void OuterOptimizer::Step(const std::vector<torch::Tensor>& average) {
   FinishStep();
 }
 
-void OuterOptimizer::StepPiece(size_t i, const torch::Tensor& average) {
+void OuterOptimizer::StepPiece(size_t i, const torch::Tensor& average) { StepPiece(i, average, {}); }
+
+void OuterOptimizer::StepPiece(size_t i, const torch::Tensor& average, const torch::Tensor& launched) {
   MOTLEY_CHECK_LT(i, pieces_.size());
   torch::NoGradGuard no_grad;
   const torch::Tensor g = average.to(anchor_[i].scalar_type());
@@ -49,7 +51,10 @@ void OuterOptimizer::StepPiece(size_t i, const torch::Tensor& average) {
     update = config_.nesterov ? g + config_.momentum * momentum_[i] : momentum_[i];
   }
   anchor_[i].sub_(update, config_.lr);
-  pieces_[i].detach().copy_(anchor_[i]);
+  if (launched.defined())
+    pieces_[i].detach().add_(anchor_[i] - launched.to(anchor_[i].options()));
+  else
+    pieces_[i].detach().copy_(anchor_[i]);
 }
 
 void OuterOptimizer::Restore(std::vector<torch::Tensor> momentum, int64_t steps) {

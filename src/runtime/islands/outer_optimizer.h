@@ -36,6 +36,10 @@ class OuterOptimizer {
   /// The same, piece by piece (an outer round's ops, plan/outer_round.h): piece `i`'s part of the step
   /// with its average; FinishStep once every piece has taken its part.
   void StepPiece(size_t i, const torch::Tensor& average);
+  /// The same for a round that landed after inner steps overlapped it (IslandsConfig::overlap_steps):
+  /// the anchor moves as above, and the piece keeps what it learnt since it was sent — it moves by
+  /// the new anchor less `launched`, its value when the pseudo-gradient was taken.
+  void StepPiece(size_t i, const torch::Tensor& average, const torch::Tensor& launched);
   void FinishStep() { ++steps_; }
   /// Piece `i`'s pseudo-gradient since the last outer step: anchor - current.
   torch::Tensor PseudoGradient(size_t i) const;

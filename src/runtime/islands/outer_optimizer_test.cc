@@ -43,6 +43,31 @@ TEST(OuterOptimizer, PseudoGradientsAreTheChangeSinceTheLastOuterStep) {
   EXPECT_TRUE(torch::allclose(outer.PseudoGradients()[1], torch::zeros({4}, kF64)));
 }
 
+// An overlapped round lands after inner steps went on (IslandsConfig::overlap_steps): the anchor steps as
+// ever, and the piece keeps what it learnt since the round was sent. By hand: sent at [0.5, 1] (from the
+// anchor [1, 2]), trained on to [0.25, 0.5], the islands' average [0.3, 0.6] at lr 0.7 without momentum:
+// the anchor goes to [0.79, 1.58] and the piece to [0.25, 0.5] + [0.79, 1.58] - [0.5, 1] = [0.54, 1.08].
+TEST(OuterOptimizer, ALandedRoundKeepsWhatThePieceLearntSinceItWasSent) {
+  torch::Tensor param = torch::tensor({1.0, 2.0}, kF64);
+  OuterOptimizer outer({.lr = 0.7, .momentum = 0}, {param});
+  param.copy_(torch::tensor({0.5, 1.0}, kF64));
+  const torch::Tensor launched = param.clone();
+  param.copy_(torch::tensor({0.25, 0.5}, kF64));
+  outer.StepPiece(0, torch::tensor({0.3, 0.6}, kF64), launched);
+  outer.FinishStep();
+  EXPECT_TRUE(torch::allclose(outer.anchor()[0], torch::tensor({0.79, 1.58}, kF64), 0, 1e-15));
+  EXPECT_TRUE(torch::allclose(param, torch::tensor({0.54, 1.08}, kF64), 0, 1e-15));
+  // An island alone at lr 1 without momentum: the landing changes nothing, whenever it lands.
+  OuterOptimizer alone({.lr = 1, .momentum = 0}, {param});
+  param.add_(0.125);
+  const torch::Tensor sent = param.clone();
+  const torch::Tensor delta = alone.PseudoGradient(0);
+  param.mul_(1.5);
+  const torch::Tensor trained = param.clone();
+  alone.StepPiece(0, delta, sent);
+  EXPECT_TRUE(torch::allclose(param, trained, 0, 1e-15));
+}
+
 // Two islands, one rank each: after an outer step at lr 1 without momentum both hold the average
 // of what they trained to (the weighted one with tokens as weights), in every compression within
 // its error — which the exchange reports.

@@ -3,13 +3,15 @@
 // the model and its own AdamW state; every `inner_steps` steps (and at the run's end) their
 // pseudo-gradients, as they would arrive over the link (compressed as the job says), are averaged
 // (weighted by the tokens each trained on since) and the outer optimizer moves the anchor, which every
-// replica then continues from. With inner_steps_per_island a slower island takes fewer steps a round
+// replica then continues from (an overlapped round lands `overlap_steps` later, each island keeping
+// what it learnt meanwhile: LandRound). With inner_steps_per_island a slower island takes fewer steps a round
 // (IslandsConfig::OwnSteps), on its own steps' batches, with its learning-rate schedule over its own
 // steps: as its ranks do across processes (planned_islands.cc). The same
 // tokens a step as the synchronous run of the job: the validation loss of the two compares at equal
 // tokens (bench/islands_loss.sh). A checkpoint (taken at outer steps) holds the anchor as its model,
 // island 0's moments as its optimizer state, and islands.safetensors: the outer momentum and the other
 // islands' moments; it resumes under any number of islands (IslandsFromCheckpoint).
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -81,33 +83,73 @@ Result<Replica> MakeReplica(const JobSpec& job, const torch::Device& device) {
   return r;
 }
 
-// The outer step: each island's pseudo-gradient as it arrives, their mean weighted by the tokens each
-// island trained on since the last (its sequences a step times its steps), the outer optimizer's
-// update of the anchor (replica 0's parameters are its pieces), and every other replica set to it.
-// Returns the largest compression error over the islands.
-double OuterStep(OuterOptimizer& outer, std::vector<Replica>& replicas) {
+// A round's islands' pseudo-gradients as they arrive over the link (compressed as the job says), their
+// mean weighted by the tokens each island trained on since the last round (its sequences a step times
+// its steps); the islands' counts since then start again. `worst`: the largest compression error.
+std::vector<torch::Tensor> RoundMean(const OuterOptimizer& outer, std::vector<Replica>& replicas,
+                                     double* worst) {
   torch::NoGradGuard no_grad;
   const std::string& compression = outer.config().compression;
-  double worst = 0, error = 0, total = 0;
+  double error = 0, total = 0;
   for (const Replica& r : replicas) total += static_cast<double>(r.sequences_since);
   std::vector<torch::Tensor> mean = AsArrived(outer.PseudoGradients(), compression, &error);
   for (torch::Tensor& m : mean) m = m * (static_cast<double>(replicas[0].sequences_since) / total);
-  worst = std::max(worst, error);
+  *worst = error;
   for (size_t i = 1; i < replicas.size(); ++i) {
     std::vector<torch::Tensor> delta;
     for (size_t k = 0; k < replicas[i].shards.size(); ++k)
       delta.push_back(outer.anchor()[k] - replicas[i].shards[k].param.detach());
     const std::vector<torch::Tensor> arrived = AsArrived(delta, compression, &error);
-    worst = std::max(worst, error);
+    *worst = std::max(*worst, error);
     for (size_t k = 0; k < mean.size(); ++k)
       mean[k] = mean[k] + arrived[k] * (static_cast<double>(replicas[i].sequences_since) / total);
   }
-  outer.Step(mean);
   for (Replica& r : replicas) r.sequences_since = 0;
+  return mean;
+}
+
+// The outer step: the islands' mean pseudo-gradient (RoundMean), the outer optimizer's update of the
+// anchor (replica 0's parameters are its pieces), and every other replica set to it. Returns the
+// largest compression error over the islands.
+double OuterStep(OuterOptimizer& outer, std::vector<Replica>& replicas) {
+  torch::NoGradGuard no_grad;
+  double worst = 0;
+  outer.Step(RoundMean(outer, replicas, &worst));
   for (size_t i = 1; i < replicas.size(); ++i)
     for (size_t k = 0; k < replicas[i].shards.size(); ++k)
       replicas[i].shards[k].param.detach().copy_(replicas[0].shards[k].param.detach());
   return worst;
+}
+
+// A round sent whose outer step lands `overlap_steps` later (IslandsConfig::overlap_steps): the mean
+// as it will arrive, and each island's parameters when sent.
+struct RoundInFlight {
+  std::vector<torch::Tensor> mean;
+  std::vector<std::vector<torch::Tensor>> launched;  // by island, by shard
+  int64_t land_at_step = 0;
+};
+
+RoundInFlight SendRound(const OuterOptimizer& outer, std::vector<Replica>& replicas, int64_t land_at_step,
+                        double* worst) {
+  RoundInFlight out{RoundMean(outer, replicas, worst), {}, land_at_step};
+  for (const Replica& r : replicas) {
+    out.launched.emplace_back();
+    for (const ParamShard& s : r.shards) out.launched.back().push_back(s.param.detach().clone());
+  }
+  return out;
+}
+
+// The round lands: the anchor takes its outer step, and each island keeps what it learnt since it was
+// sent — its parameters move by the new anchor less their values when sent (as OuterOptimizer::StepPiece
+// moves replica 0's, its pieces).
+void LandRound(OuterOptimizer& outer, std::vector<Replica>& replicas, const RoundInFlight& flight) {
+  torch::NoGradGuard no_grad;
+  for (size_t k = 0; k < flight.mean.size(); ++k) {
+    outer.StepPiece(k, flight.mean[k], flight.launched[0][k]);
+    for (size_t i = 1; i < replicas.size(); ++i)
+      replicas[i].shards[k].param.detach().add_(outer.anchor()[k] - flight.launched[i][k]);
+  }
+  outer.FinishStep();
 }
 
 constexpr char kIslandsFile[] = "islands.safetensors";
@@ -307,6 +349,7 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
   double timed_s = 0;
   int64_t timed_tokens = 0;
   MOTLEY_RETURN_IF_ERROR(validate(0));
+  std::optional<RoundInFlight> flight;  // an overlapped round, sent and not landed yet
   while (state.step < total_steps) {
     const auto step_start = Clock::now();
     const int64_t step = state.step;
@@ -330,8 +373,17 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
     ++state.step;
     state.tokens_seen += sequences * tc.seq_len;
     m.islands = islands;
+    if (flight && state.step == flight->land_at_step) {
+      LandRound(outer, replicas, *flight);
+      flight.reset();
+    }
     m.outer_step = state.step % job.islands.inner_steps == 0 || state.step == total_steps;
-    if (m.outer_step) m.outer_compression_error = OuterStep(outer, replicas);
+    // A round lands at once where the islands must hold one model: validation, a checkpoint, the end.
+    if (m.outer_step && job.islands.overlap_steps > 0 && state.step < total_steps &&
+        !ValidationDue(job, state.step, total_steps) && !CheckpointDue(job, state.step, total_steps))
+      flight = SendRound(outer, replicas, state.step + job.islands.overlap_steps, &m.outer_compression_error);
+    else if (m.outer_step)
+      m.outer_compression_error = OuterStep(outer, replicas);
     m.step = state.step;
     m.total_steps = total_steps;
     m.lr = lr;

@@ -19,6 +19,7 @@
 #include "runtime/emulation/device_emulation.h"
 #include "runtime/islands/island_exchange.h"
 #include "runtime/islands/outer_optimizer.h"
+#include "runtime/train/island_round.h"
 #include "runtime/train/planned_run.h"
 #include "runtime/train/safetensors.h"
 
@@ -114,23 +115,12 @@ Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& optio
   for (const Schedule& s : steps) islands.push_back(&s);
   OuterRoundOptions round;
   round.compression = job.islands.outer.compression;
+  round.overlap_steps = job.islands.overlap_steps;
   round.master_bytes = BytesPerElement(MasterPrecision(job.training.precision));
   SetFragmentSizes(job.model, round);
   MOTLEY_ASSIGN_OR_RETURN(out.round, LowerOuterRound(islands, round, &out.where));
   return out;
 }
-
-// This rank's island and the ranks of the other islands that hold what it holds (one group a
-// position, every rank making all of them in the same order; islands of like shapes only).
-struct IslandPlace {
-  int island = 0, local_rank = 0;
-  int first_ministage = 0;               // where the island's ministages begin in the round's table
-  bool whole_fragments = false;          // unlike shapes: the round exchanges whole fragments
-  std::unique_ptr<Communicator> outer;   // every rank of every island
-  std::unique_ptr<Communicator> own;     // this island's ranks
-  CommGroup* across = nullptr;           // the matching ranks of every island (like shapes)
-  std::vector<CommGroup*> round_groups;  // the outer round's collectives' groups (null: not a member)
-};
 
 Result<IslandPlace> JoinIslands(const IslandLayout& layout, const TrainOptions& options) {
   MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
@@ -191,148 +181,6 @@ Status CheckPiecesMatch(Communicator& outer, CommGroup& across, const std::vecto
         "their pieces differ ({} pieces of {} values here)",
         outer.rank(), across.index, pieces.size(), total));
   return Status::Ok();
-}
-
-// This rank's pieces of the round: one an outer step of its program, in order (the outer optimizer's),
-// by the island's own ministage.
-Result<std::vector<torch::Tensor>> RoundPieces(const Program& program, int first_ministage,
-                                               Executor& executor) {
-  std::vector<torch::Tensor> pieces;
-  for (const Op& op : program.ops)
-    if (op.kind == OpKind::kOuterStep) {
-      MOTLEY_ASSIGN_OR_RETURN(torch::Tensor piece, executor.OuterPiece(op.ministage - first_ministage));
-      pieces.push_back(std::move(piece));
-    }
-  return pieces;
-}
-
-// What one outer round did on this rank (its lead rank's go to the metrics).
-struct RoundReport {
-  double seconds = 0;            // the round, wall clock (with emulated links: as long as theirs)
-  double bytes_sent = 0;         // this rank's pseudo-gradients as sent (compressed)
-  double compression_error = 0;  // the largest relative error of a piece's compression
-};
-
-// Waits until a collective that began at `start` has taken as long as the emulated links would
-// (cluster emulation; nothing otherwise).
-void HoldForEmulatedLink(const DeviceEmulation& emulation, const Schedule& round, const Op& op,
-                         PlannedRun::Clock::time_point start) {
-  if (!emulation.enabled()) return;
-  const Collective& c = round.collectives[static_cast<size_t>(op.collective)];
-  std::vector<int> devices;
-  for (int32_t r : c.ranks) devices.push_back(round.programs[static_cast<size_t>(r)].device);
-  const OpKind kind = TrafficKind(c);
-  const double needed_s = emulation.CollectiveSeconds(
-      c.bytes * c.uneven_factor, devices,
-      kind == OpKind::kAllGather ? CollectiveKind::kAllGather : CollectiveKind::kAllReduce);
-  const double spent_s = std::chrono::duration<double>(PlannedRun::Clock::now() - start).count();
-  if (needed_s > spent_s) std::this_thread::sleep_for(std::chrono::duration<double>(needed_s - spent_s));
-}
-
-// A rank's pieces in a round, by the island's own ministage: its index among the outer optimizer's
-// pieces, and its average as it arrives (islands of unlike shapes: fragment by fragment).
-struct RoundPieceState {
-  std::map<int, size_t> index;
-  std::map<int, torch::Tensor> delta, average;
-};
-
-// Islands of unlike shapes: the exchange of one fragment (`ops`: its ops on this rank), each of this
-// rank's pieces then taking its values of the islands' average.
-Result<OuterExchange> ExchangeFragment(IslandPlace& place, const Schedule& round,
-                                       const std::vector<const Op*>& ops, RoundPieceState& pieces,
-                                       Executor& executor, const DeviceEmulation& emulation, double tokens,
-                                       const std::string& compression) {
-  const std::vector<std::string> names = executor.FragmentNames(*ops[0]);
-  const int v = ops[0]->ministage - place.first_ministage;
-  const auto delta = pieces.delta.find(v);
-  if (delta == pieces.delta.end())
-    return Status::Internal(
-        fmt::format("rank {}: the outer round exchanges a fragment of ministage {}, whose piece "
-                    "it does not step",
-                    place.outer->rank(), v));
-  std::map<std::string, torch::Tensor> mine = executor.OuterPieceAsWhole(v, delta->second, names);
-  std::vector<torch::Tensor> values;
-  for (const std::string& name : names) values.push_back(mine.at(name));
-  std::vector<FragmentStep> steps;
-  for (const Op* op : ops)
-    steps.push_back(
-        {op->kind == OpKind::kOuterReduce, place.round_groups.at(static_cast<size_t>(op->collective))});
-  auto start = PlannedRun::Clock::now();
-  MOTLEY_ASSIGN_OR_RETURN(OuterExchange done,
-                          AverageFragment(*place.outer, steps, values, tokens, compression, [&](size_t k) {
-                            HoldForEmulatedLink(emulation, round, *ops[k], start);
-                            start = PlannedRun::Clock::now();
-                          }));
-  for (size_t k = 0; k < names.size(); ++k) mine[names[k]] = values[k];
-  for (auto& [u, average] : pieces.average) executor.OuterPieceFill(u, mine, average);
-  return done;
-}
-
-// One outer round on this rank, its ops as the round's schedule has them: each piece's pseudo-gradient
-// averaged with the other islands' (weighted by the tokens each island trained on since the last
-// round) — rank to rank, or by whole fragments where the islands' shapes differ — the outer step on
-// it, and where the replicas keep full parameters, their gather.
-Result<RoundReport> OuterRound(IslandPlace& place, const Schedule& round, OuterOptimizer& outer,
-                               Executor& executor, const DeviceEmulation& emulation, double tokens) {
-  const auto round_start = PlannedRun::Clock::now();
-  const Program& program = round.programs[static_cast<size_t>(place.outer->rank())];
-  MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> attached,
-                          RoundPieces(program, place.first_ministage, executor));
-  outer.Attach(std::move(attached));
-  RoundPieceState pieces;
-  for (const Op& op : program.ops)
-    if (op.kind == OpKind::kOuterStep) {
-      const int v = op.ministage - place.first_ministage;
-      const size_t k = pieces.index.size();
-      pieces.index[v] = k;
-      if (place.whole_fragments) {
-        pieces.delta[v] = outer.PseudoGradient(k);
-        pieces.average[v] = torch::zeros_like(pieces.delta[v]);
-      }
-    }
-  RoundReport report;
-  const std::string& compression = outer.config().compression;
-  for (size_t k = 0; k < program.ops.size();) {
-    const Op& op = program.ops[k];
-    const int v = op.ministage - place.first_ministage;
-    CommGroup* group =
-        op.collective >= 0 ? place.round_groups.at(static_cast<size_t>(op.collective)) : nullptr;
-    const auto start = PlannedRun::Clock::now();
-    OuterExchange done;
-    if (op.kind == OpKind::kOuterStep) {
-      outer.StepPiece(pieces.index.at(v), pieces.average.at(v));
-      pieces.delta.erase(v);
-      pieces.average.erase(v);
-    } else if (op.kind == OpKind::kAllGather) {
-      MOTLEY_RETURN_IF_ERROR(executor.GatherOuterPieces(v, *place.outer, *group));
-      HoldForEmulatedLink(emulation, round, op, start);
-    } else if (op.kind == OpKind::kOuterReduce && !place.whole_fragments) {
-      std::vector<torch::Tensor> average = {outer.PseudoGradient(pieces.index.at(v))};
-      MOTLEY_ASSIGN_OR_RETURN(done, AverageAcrossIslands(*place.outer, *group, average, tokens, compression));
-      pieces.average[v] = average.at(0);
-      HoldForEmulatedLink(emulation, round, op, start);
-    } else if ((op.kind == OpKind::kOuterReduce || op.kind == OpKind::kAllReduce) && place.whole_fragments) {
-      std::vector<const Op*> fragment;  // the fragment's ops: those of its layers in a row
-      for (; k < program.ops.size() &&
-             (program.ops[k].kind == OpKind::kAllReduce || program.ops[k].kind == OpKind::kOuterReduce) &&
-             program.ops[k].layer_begin == op.layer_begin && program.ops[k].embedding == op.embedding &&
-             program.ops[k].head == op.head;
-           ++k)
-        fragment.push_back(&program.ops[k]);
-      MOTLEY_ASSIGN_OR_RETURN(
-          done, ExchangeFragment(place, round, fragment, pieces, executor, emulation, tokens, compression));
-      --k;
-    } else {
-      return Status::Internal(
-          fmt::format("rank {}: an outer round holds a {} op", place.outer->rank(), OpKindName(op.kind)));
-    }
-    report.bytes_sent += done.bytes_sent;
-    report.compression_error = std::max(report.compression_error, done.compression_error);
-    ++k;
-  }
-  outer.FinishStep();
-  report.seconds = std::chrono::duration<double>(PlannedRun::Clock::now() - round_start).count();
-  return report;
 }
 
 constexpr char kIslandsFile[] =
@@ -477,23 +325,51 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
   // Where this launch ends: the run's end, or the round's at which a lost island joins again.
   const int64_t stop =
       options.planned.stop_at_step > 0 ? std::min(clock_steps, options.planned.stop_at_step) : clock_steps;
+  // An overlapped round (the round's outer_overlap_steps) in flight, and the own step it lands before.
+  RoundInFlightPtr flight;
+  int64_t land_at = 0;
+  int64_t flight_clock = 0;
+  const auto land = [&]() -> Status {
+    MOTLEY_ASSIGN_OR_RETURN(const RoundReport round, LandRound(std::move(flight), outer, run.executor()));
+    return run.WriteEvent({{"event", "outer_round"},
+                           {"step", flight_clock},
+                           {"outer_steps", outer.steps()},
+                           {"round_s", round.seconds},
+                           {"exchange_s", round.exchange_s},
+                           {"landed_at_step", run.step()},
+                           {"bytes_sent", round.bytes_sent},
+                           {"compression_error", round.compression_error}});
+  };
+  const int64_t overlap = layout.round.outer_overlap_steps;
   for (int64_t clock = run.resumed_from_step(); clock < stop;) {
     clock = std::min(stop, (clock / h + 1) * h);  // the round's end
     int64_t since = 0;
-    for (; run.step() < job.islands.OwnSteps(place.island, clock); ++since)
+    for (; run.step() < job.islands.OwnSteps(place.island, clock); ++since) {
+      if (flight && run.step() >= land_at) MOTLEY_RETURN_IF_ERROR(land());
       MOTLEY_RETURN_IF_ERROR(run.Step());
+    }
+    if (flight) MOTLEY_RETURN_IF_ERROR(land());
+    const double tokens = static_cast<double>(since * tokens_per_step);
+    // A round lands at once where the islands must hold one model: validation, a checkpoint, the end.
+    const bool validate = ValidationDue(job, clock, clock_steps),
+               checkpoint = CheckpointDue(job, clock, clock_steps);
+    if (overlap > 0 && !validate && !checkpoint && clock < stop) {
+      MOTLEY_ASSIGN_OR_RETURN(flight,
+                              SendRound(place, layout.round, outer, run.executor(), emulation, tokens));
+      land_at = job.islands.OwnSteps(place.island, clock + overlap);
+      flight_clock = clock;
+      continue;
+    }
     MOTLEY_ASSIGN_OR_RETURN(const RoundReport round,
-                            OuterRound(place, layout.round, outer, run.executor(), emulation,
-                                       static_cast<double>(since * tokens_per_step)));
+                            OuterRound(place, layout.round, outer, run.executor(), emulation, tokens));
     MOTLEY_RETURN_IF_ERROR(run.WriteEvent({{"event", "outer_round"},
                                            {"step", clock},
                                            {"outer_steps", outer.steps()},
                                            {"round_s", round.seconds},
                                            {"bytes_sent", round.bytes_sent},
                                            {"compression_error", round.compression_error}}));
-    if (first && ValidationDue(job, clock, clock_steps)) MOTLEY_RETURN_IF_ERROR(run.Validate(run.step()));
-    if (CheckpointDue(job, clock, clock_steps))
-      MOTLEY_RETURN_IF_ERROR(CheckpointIslands(run, place, layout, job, outer, first));
+    if (first && validate) MOTLEY_RETURN_IF_ERROR(run.Validate(run.step()));
+    if (checkpoint) MOTLEY_RETURN_IF_ERROR(CheckpointIslands(run, place, layout, job, outer, first));
   }
   // Stopped for a lost island to join: always a checkpoint (unless one was just written) to resume from.
   const bool write = stop == clock_steps ? options.checkpoint_at_end : !CheckpointDue(job, stop, clock_steps);
