@@ -175,7 +175,8 @@ Result<IslandsView> IslandsViewOf(const IslandsQuery& query, const Cluster& clus
   return v;
 }
 
-// --island-plan (repeatable), --inner-steps, --compression: a page on islands. Returns --island-plan.
+// --island-plan (repeatable), --inner-steps, --compression, --overlap-steps: a page on islands. Returns
+// --island-plan.
 CLI::Option* AddIslandsFlags(CLI::App& app, IslandsQuery* islands) {
   CLI::Option* plans =
       app.add_option("--island-plan", islands->plan_paths,
@@ -186,6 +187,9 @@ CLI::Option* AddIslandsFlags(CLI::App& app, IslandsQuery* islands) {
       ->check(CLI::PositiveNumber);
   app.add_option("--compression", islands->compression, "islands: what crosses between them")
       ->check(CLI::IsMember({"none", "fp16", "int8"}));
+  app.add_option("--overlap-steps", islands->overlap_steps,
+                 "islands: the inner steps a round's exchange overlaps (a job's overlap_steps)")
+      ->check(CLI::NonNegativeNumber);
   return plans;
 }
 

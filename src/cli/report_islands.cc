@@ -18,9 +18,14 @@ std::string IslandsSection(const IslandsView& v, const Cluster& cluster) {
   out += fmt::format(
       "<p class=\"sub\">{} islands meet every period of {}: each takes its inner steps, then all take the "
       "outer "
-      "round ({}, {} between them): {:.0f} tokens/s, {:.1f} bytes between regions a token.{}</p>\n",
+      "round ({}, {} between them{}): {:.0f} tokens/s, {:.1f} bytes between regions a token.{}</p>\n",
       r.islands.size(), FormatDuration(r.period_s), FormatDuration(r.round.step_time_s),
-      svg::Escape(v.compression), r.tokens_per_s, r.cross_region_bytes_per_token,
+      svg::Escape(v.compression),
+      v.round->outer_overlap_steps > 0
+          ? fmt::format("; it overlaps the next {} inner steps, and they wait {} of it",
+                        v.round->outer_overlap_steps, FormatDuration(r.round_exposed_s))
+          : "",
+      r.tokens_per_s, r.cross_region_bytes_per_token,
       r.fits_memory ? "" : " <span class=\"bad\">" + svg::Escape(r.oom_message) + "</span>");
   out +=
       "<table><tr><th>island</th><th>plan</th><th>devices</th><th>step</th><th>inner steps</th>"
@@ -34,9 +39,10 @@ std::string IslandsSection(const IslandsView& v, const Cluster& cluster) {
         r.inner_steps[i], FormatDuration(steps_s), r.islands[i].fits_memory ? "yes" : "no");
   }
   out += "</table>\n";
-  // The period, island by island: compute while it steps, idle while it waits, the round's communication.
+  // The period, island by island: compute while it steps, idle while it waits, the round's communication
+  // (an overlapped round's: what the islands wait for).
   std::vector<svg::TimelineRow> period;
-  const double round_start = r.period_s - r.round.step_time_s;
+  const double round_start = r.period_s - r.round_exposed_s;
   for (size_t i = 0; i < r.islands.size(); ++i) {
     const double steps_s = static_cast<double>(r.inner_steps[i]) * r.islands[i].step_time_s;
     period.push_back({fmt::format("island {} · {} inner steps", i, r.inner_steps[i]),

@@ -36,7 +36,8 @@ std::string PipelinePlan(int first_device) {
   std::string plan = PlanHeader() + "schedule = \"1f1b\"\nzero_stage = 2\n";
   for (int stage = 0; stage < 2; ++stage)
     plan += fmt::format(
-        "[[groups]]\nministages = [[{}, {}]]\ndevices = [{}]\nmicrobatch_size = [3]\nnum_microbatches = [2]\n",
+        "[[groups]]\nministages = [[{}, {}]]\ndevices = [{}]\nmicrobatch_size = [3]\nnum_microbatches = "
+        "[2]\n",
         2 * stage, 2 * stage + 2, first_device + stage);
   return plan;
 }
@@ -96,7 +97,8 @@ TEST(IslandsOverlap, OverlappedRoundsTrainTheModelOfTheSameIslandsInOneProcess) 
     }
     EXPECT_EQ(rounds, (std::vector<std::pair<int64_t, int64_t>>{{2, 3}, {4, 5}, {5, -1}}));
     // The round the ranks ran is the one the simulator times with the same overlap.
-    CliRun sim = Motley("simulate --json --inner-steps 2 --overlap-steps 1" + plans, false, dir.path().string());
+    CliRun sim =
+        Motley("simulate --json --inner-steps 2 --overlap-steps 1" + plans, false, dir.path().string());
     ASSERT_EQ(sim.exit_code, 0) << sim.output;
     const nlohmann::json j = nlohmann::json::parse(sim.output);
     EXPECT_CONTAINS(r.output, "outer round: " + j["round_schedule_hash"].get<std::string>());

@@ -103,6 +103,21 @@ TEST(IslandsSimulate, EachIslandsStepTheRoundAndTheBytesOverTheSlowLink) {
   EXPECT_CONTAINS(three.output, "3 values for 2 islands");
   // The round's schedule is the one the runtime prints.
   EXPECT_EQ(none["round_schedule_hash"].get<std::string>().size(), 16u);
+  // A round that overlaps the next inner steps: the same round, sent first and landed later, costs the
+  // period only what the steps do not hide — less with each step it overlaps.
+  EXPECT_EQ(none["round_exposed_s"].get<double>(), none["round_s"].get<double>());
+  double last = none["period_s"].get<double>();
+  for (int overlap : {1, 5, 9}) {
+    const nlohmann::json o = simulate(fmt::format("--overlap-steps {}", overlap));
+    EXPECT_EQ(o["overlap_steps"], overlap);
+    EXPECT_NE(o["round_schedule_hash"], none["round_schedule_hash"]);
+    EXPECT_LT(o["round_exposed_s"].get<double>(), none["round_s"].get<double>());
+    EXPECT_NEAR(o["period_s"].get<double>(), 10 * slowest + o["round_exposed_s"].get<double>(), 1e-12);
+    EXPECT_LE(o["period_s"].get<double>(), last);
+    EXPECT_DOUBLE_EQ(o["cross_region_bytes_per_token"].get<double>(),
+                     none["cross_region_bytes_per_token"].get<double>());
+    last = o["period_s"].get<double>();
+  }
 }
 
 // The report page draws islands: each island's step and inner steps, the period island by island and
@@ -134,6 +149,18 @@ TEST(IslandsSimulate, TheReportPageDrawsThePeriodAndTheRound) {
               std::string::npos)
         << chart.substr(0, 2000);
   }
+  // An overlapped round: the page says what the islands wait for, and the period is that much shorter.
+  CliRun o = Motley("report -o overlap.html --overlap-steps 4" + islands, false, dir.path().string());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  CliRun o_sim = Motley("simulate --json --overlap-steps 4" + islands, false, dir.path().string());
+  ASSERT_EQ(o_sim.exit_code, 0) << o_sim.output;
+  const nlohmann::json oj = nlohmann::json::parse(o_sim.output);
+  std::ifstream o_in(dir.Join("overlap.html"));
+  const std::string o_page((std::istreambuf_iterator<char>(o_in)), std::istreambuf_iterator<char>());
+  EXPECT_CONTAINS(o_page, "period of " + motley::FormatDuration(oj["period_s"].get<double>()));
+  EXPECT_CONTAINS(o_page, "it overlaps the next 4 inner steps, and they wait " +
+                              motley::FormatDuration(oj["round_exposed_s"].get<double>()));
+  EXPECT_LT(oj["period_s"].get<double>(), j["period_s"].get<double>());
 }
 
 TEST(IslandsSimulate, MismatchedIslandsAndFlagsAreOneClearError) {

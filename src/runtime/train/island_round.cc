@@ -121,7 +121,8 @@ Status RunOps(RoundRun& run, size_t begin, size_t end) {
     OuterExchange done;
     if (op.kind == OpKind::kOuterStep) {
       const size_t i = run.pieces.index.at(v);
-      run.outer.StepPiece(i, run.pieces.average.at(v), run.launched.empty() ? torch::Tensor() : run.launched[i]);
+      run.outer.StepPiece(i, run.pieces.average.at(v),
+                          run.launched.empty() ? torch::Tensor() : run.launched[i]);
       run.pieces.delta.erase(v);
       run.pieces.average.erase(v);
     } else if (op.kind == OpKind::kAllGather) {
