@@ -13,6 +13,7 @@
 #
 #   bench/islands_hosts.sh [MOTLEY] [STEPS] [RATE] [H]      (defaults: build/motley, 40, 20mbit, 10)
 #   SPEED=4 (default): each rank a device that many times slower than a core of this machine
+#   OVERLAP=T: a fourth run, the same islands with rounds that overlap T inner steps (overlap_steps)
 #   B_RANKS=2 (default): site B's ranks; another count gives islands of unlike shapes (each island the
 #     plan `motley plan` makes for its site; they exchange whole fragments), and no run across
 #
@@ -27,6 +28,7 @@ h="${4:-10}"
 # (its compute stretched), so that none waits for a core and the sites compare as separate machines.
 speed="${SPEED:-4}"
 b_ranks="${B_RANKS:-2}"
+overlap="${OVERLAP:-0}"
 prefix=ihb
 hosts="$repo/scripts/test-hosts.sh"
 work="$(mktemp -d)"
@@ -81,6 +83,7 @@ must plan.log "$M" plan "${shape[@]}" --islands "2" -o best.toml
 outer="$(grep -oE 'outer_lr = [0-9.]+, outer_momentum = [0-9.]+' plan.log | head -1)"
 { cat sync.toml; printf '[islands]\ncount = 2\ninner_steps = %s\ncompression = "int8"\n' "$h"
   echo "${outer%%,*}"; echo "${outer#*, }"; } > islands.toml
+{ cat islands.toml; echo "overlap_steps = $overlap"; } > overlap.toml
 # The islands' data-parallel shape synchronously over both sites, on the whole batch.
 python3 - <<'EOF'
 import re
@@ -126,13 +129,15 @@ echo "| run | tokens/s (measured) | tokens/s (simulator) | bytes over the link a
 echo "|---|---|---|---|---|"
 runs=(best across islands)
 [ "$b_ranks" = 2 ] || runs=(best islands)  # the island shape stretched across needs like sites
+[ "$overlap" = 0 ] || runs+=(overlap)
 for run in "${runs[@]}"; do
   rm -rf run
-  if [ "$run" = islands ]; then
-    args=(train islands.toml --island-plan best.island0.toml --island-plan best.island1.toml)
+  if [ "$run" = islands ] || [ "$run" = overlap ]; then
+    o=$([ "$run" = overlap ] && echo "$overlap" || echo 0)
+    args=(train "$run.toml" --island-plan best.island0.toml --island-plan best.island1.toml)
     predicted="$("$M" simulate --island-plan best.island0.toml --island-plan best.island1.toml --inner-steps "$h" \
-      --compression int8 --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_s"]))')"
-    label="2 islands (one a site$([ "$b_ranks" = 2 ] || echo ", unlike: 2 and $b_ranks ranks")), H = $h, int8"
+      --compression int8 --overlap-steps "$o" --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_s"]))')"
+    label="2 islands (one a site$([ "$b_ranks" = 2 ] || echo ", unlike: 2 and $b_ranks ranks")), H = $h, int8$([ "$o" = 0 ] || echo ", rounds overlapping $o steps")"
   else
     args=(train sync.toml --plan "$run.toml")
     predicted="$("$M" simulate --plan "$run.toml" --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(round(j["global_batch_tokens"] / max(j["step_time_s"], j["region_link_bound_s"])))')"
@@ -140,8 +145,8 @@ for run in "${runs[@]}"; do
     label="$([ "$run" = best ] && echo "best synchronous plan ($devices ranks)" || echo "data parallel across both sites (4 ranks)")"
   fi
   # The ranks in plan order (the islands' one island after another) on the hosts of their devices.
-  [ "$run" != islands ] || cat best.island0.toml best.island1.toml > islands.plans
-  layout="$(layout_of "$([ "$run" = islands ] && echo islands.plans || echo "$run.toml")")"
+  cat best.island0.toml best.island1.toml > islands.plans
+  layout="$(layout_of "$([ "$run" = islands ] || [ "$run" = overlap ] && echo islands.plans || echo "$run.toml")")"
   before="$(bytes_b)"
   must "$run.log" "$M" launch --hosts "$layout" --remote "$remote" -- "$M" "${args[@]}" --steps "$steps" \
     --no-validation --no-checkpoint --metrics "$work/$run.jsonl"

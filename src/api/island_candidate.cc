@@ -221,6 +221,19 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
                              [&](const std::string& x) { return x == strategies.front(); })
                      ? strategies.front()
                      : fmt::format("{}", fmt::join(strategies, " | "));
+  // The same round overlapping the next inner steps (each of kIslandOverlapSteps), for an H whose round
+  // the islands would otherwise wait for more than a tenth of the period.
+  std::vector<std::pair<int64_t, Schedule>> overlapped;
+  for (int64_t overlap : kIslandOverlapSteps) {
+    OuterRoundOptions o = round_options;
+    o.overlap_steps = overlap;
+    Result<Schedule> lowered = LowerOuterRound(islands, o);
+    if (!lowered.ok()) {
+      *why = lowered.status().message();
+      return std::nullopt;
+    }
+    overlapped.emplace_back(overlap, std::move(*lowered));
+  }
   for (int64_t h : kIslandInnerSteps) {
     std::vector<int64_t> inner = InnerStepsBySpeed(step_s, h);
     // Island 0 keeps the clock: no island takes more inner steps than it.
@@ -230,13 +243,26 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
       *why = r.status().message();
       return std::nullopt;
     }
+    out.overlap_steps = 0;
+    for (const auto& [overlap, schedule] : overlapped) {
+      if (r->round_exposed_s <= 0.1 * r->period_s || overlap >= inner.front()) break;
+      Result<IslandsSimResult> o = SimulateIslands(islands, inner, schedule, c, *a.costs);
+      if (!o.ok()) {
+        *why = o.status().message();
+        return std::nullopt;
+      }
+      if (o->round_exposed_s <= 0.1 * o->period_s) {
+        r = std::move(o);
+        out.overlap_steps = overlap;
+      }
+    }
     out.inner_steps = inner.front();
     out.inner_steps_each =
         std::all_of(inner.begin(), inner.end(), [&](int64_t x) { return x == inner.front(); })
             ? std::vector<int64_t>()
             : inner;
     out.result = std::move(*r);
-    if (out.result.round.step_time_s <= 0.1 * out.result.period_s) break;
+    if (out.result.round_exposed_s <= 0.1 * out.result.period_s) break;
   }
   return out;
 }
@@ -334,7 +360,7 @@ std::string IslandCandidateLine(const IslandCandidate& islands, const PlanAnswer
   std::string line = fmt::format(
       "islands: {} x {} (one a region, {} devices{}), H = {}, {} between them: {:.0f} tokens/s{}, {:.1f} "
       "bytes "
-      "between regions a token, round {} of a {} period{}",
+      "between regions a token, round {}{} of a {} period{}",
       islands.plans.size(), islands.strategy,
       even ? std::to_string(devices.front()) : fmt::format("{}", fmt::join(devices, " + ")),
       even ? " each" : "",
@@ -345,8 +371,12 @@ std::string IslandCandidateLine(const IslandCandidate& islands, const PlanAnswer
       chosen_tokens_per_s > 0
           ? fmt::format(" ({:.2f}x the chosen plan)", r.tokens_per_s / chosen_tokens_per_s)
           : "",
-      r.cross_region_bytes_per_token, FormatDuration(r.round.step_time_s), FormatDuration(r.period_s),
-      r.fits_memory ? "" : " — OUT OF MEMORY");
+      r.cross_region_bytes_per_token, FormatDuration(r.round.step_time_s),
+      islands.overlap_steps > 0
+          ? fmt::format(" (overlapping the next {} inner step{}: {} of it waited for)", islands.overlap_steps,
+                        islands.overlap_steps == 1 ? "" : "s", FormatDuration(r.round_exposed_s))
+          : "",
+      FormatDuration(r.period_s), r.fits_memory ? "" : " — OUT OF MEMORY");
   line += "\n  " + islands.why;
   if (!islands.left_out.empty()) line += "\n  left out: " + islands.left_out;
   return line;
@@ -367,6 +397,8 @@ nlohmann::json IslandCandidateJson(const IslandCandidate& islands) {
           {"tokens_per_s", r.tokens_per_s},
           {"period_s", r.period_s},
           {"round_s", r.round.step_time_s},
+          {"overlap_steps", islands.overlap_steps},
+          {"round_exposed_s", r.round_exposed_s},
           {"cross_region_bytes_per_token", r.cross_region_bytes_per_token},
           {"fits_memory", r.fits_memory},
           {"token_efficiency", islands.loss.token_efficiency},

@@ -31,8 +31,9 @@ struct IslandCandidate {
   // Islands of unlike devices: each island's H_i (island 0's the largest; a faster island trains more
   // inner steps in the time a slower one takes for fewer); empty when every island takes inner_steps.
   std::vector<int64_t> inner_steps_each;
-  std::string compression;  // what crosses between the islands
-  OuterConfig outer;        // the outer optimizer: the measured settings estimated to lose least
+  std::string compression;    // what crosses between the islands
+  int64_t overlap_steps = 0;  // the inner steps each round overlaps (IslandsConfig::overlap_steps)
+  OuterConfig outer;          // the outer optimizer: the measured settings estimated to lose least
   IslandsSimResult result;
   // The judgement (JudgeIslands).
   IslandLossEstimate loss;
@@ -40,9 +41,11 @@ struct IslandCandidate {
   std::string why;  // chosen or not, and why
 };
 
-/// The inner steps tried, fewest first: the first whose outer round takes at most a tenth of its
-/// period is taken (the largest, where none does).
+/// The inner steps tried, fewest first: the first whose outer round the islands wait for at most a
+/// tenth of its period is taken (the largest, where none does) — waiting for all of it, or where that
+/// is more, overlapping the fewest of kIslandOverlapSteps next inner steps that brings it within.
 inline constexpr int64_t kIslandInnerSteps[] = {10, 25, 50, 100, 250, 500};
+inline constexpr int64_t kIslandOverlapSteps[] = {1, 2, 5};
 
 /// Islands one a region of `answer`'s cluster, or nullopt with `*why` saying why there are none (one
 /// region; fewer sequences than regions; no plan fits two regions).

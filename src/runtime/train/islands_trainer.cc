@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <numeric>
 #include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -150,6 +151,28 @@ void LandRound(OuterOptimizer& outer, std::vector<Replica>& replicas, const Roun
       replicas[i].shards[k].param.detach().add_(outer.anchor()[k] - flight.launched[i][k]);
   }
   outer.FinishStep();
+}
+
+// The outer loop at clock step `step`, the islands' steps taken: a round in flight lands when due, and
+// at a round's end one is sent (overlapped) or taken at once — where the islands must hold one model
+// (validation, a checkpoint, the run's end) always at once. Returns whether a round ended here and its
+// largest compression error.
+std::pair<bool, double> OuterLoopAt(const JobSpec& job, int64_t step, int64_t total_steps,
+                                    OuterOptimizer& outer, std::vector<Replica>& replicas,
+                                    std::optional<RoundInFlight>& flight) {
+  if (flight && step == flight->land_at_step) {
+    LandRound(outer, replicas, *flight);
+    flight.reset();
+  }
+  const bool round_end = step % job.islands.inner_steps == 0 || step == total_steps;
+  if (!round_end) return {false, 0};
+  double error = 0;
+  if (job.islands.overlap_steps > 0 && step < total_steps && !ValidationDue(job, step, total_steps) &&
+      !CheckpointDue(job, step, total_steps))
+    flight = SendRound(outer, replicas, step + job.islands.overlap_steps, &error);
+  else
+    error = OuterStep(outer, replicas);
+  return {true, error};
 }
 
 constexpr char kIslandsFile[] = "islands.safetensors";
@@ -373,17 +396,8 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
     ++state.step;
     state.tokens_seen += sequences * tc.seq_len;
     m.islands = islands;
-    if (flight && state.step == flight->land_at_step) {
-      LandRound(outer, replicas, *flight);
-      flight.reset();
-    }
-    m.outer_step = state.step % job.islands.inner_steps == 0 || state.step == total_steps;
-    // A round lands at once where the islands must hold one model: validation, a checkpoint, the end.
-    if (m.outer_step && job.islands.overlap_steps > 0 && state.step < total_steps &&
-        !ValidationDue(job, state.step, total_steps) && !CheckpointDue(job, state.step, total_steps))
-      flight = SendRound(outer, replicas, state.step + job.islands.overlap_steps, &m.outer_compression_error);
-    else if (m.outer_step)
-      m.outer_compression_error = OuterStep(outer, replicas);
+    std::tie(m.outer_step, m.outer_compression_error) =
+        OuterLoopAt(job, state.step, total_steps, outer, replicas, flight);
     m.step = state.step;
     m.total_steps = total_steps;
     m.lr = lr;
