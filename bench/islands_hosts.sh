@@ -14,6 +14,7 @@
 #   bench/islands_hosts.sh [MOTLEY] [STEPS] [RATE] [H]      (defaults: build/motley, 40, 20mbit, 10)
 #   SPEED=4 (default): each rank a device that many times slower than a core of this machine
 #   OVERLAP=T: a fourth run, the same islands with rounds that overlap T inner steps (overlap_steps)
+#   ACROSS=0: leave out the data-parallel run across the sites (slow over a very slow link)
 #   B_RANKS=2 (default): site B's ranks; another count gives islands of unlike shapes (each island the
 #     plan `motley plan` makes for its site; they exchange whole fragments), and no run across
 #
@@ -129,8 +130,10 @@ echo "| run | tokens/s (measured) | tokens/s (simulator) | bytes over the link a
 echo "|---|---|---|---|---|"
 runs=(best across islands)
 [ "$b_ranks" = 2 ] || runs=(best islands)  # the island shape stretched across needs like sites
+[ "${ACROSS:-1}" != 0 ] || runs=("${runs[@]/across}")
 [ "$overlap" = 0 ] || runs+=(overlap)
 for run in "${runs[@]}"; do
+  [ -n "$run" ] || continue
   rm -rf run
   if [ "$run" = islands ] || [ "$run" = overlap ]; then
     o=$([ "$run" = overlap ] && echo "$overlap" || echo 0)

@@ -272,7 +272,7 @@ void JudgeIslands(IslandCandidate& islands, const PlanAnswer& a, bool forced, do
   const int64_t k = static_cast<int64_t>(islands.plans.size());
   islands.outer = BestMeasuredOuterSettings(k, islands.inner_steps);
   islands.outer.compression = islands.compression;
-  islands.loss = EstimateIslandLoss(k, islands.inner_steps, islands.outer);
+  islands.loss = EstimateIslandLoss(k, islands.inner_steps, islands.outer, islands.overlap_steps);
   const double sync_tokens_per_s =
       a.chosen.status.ok() && a.chosen.evaluation.step_time_s > 0
           ? static_cast<double>(a.request.global_batch_sequences * a.request.seq_len) /

@@ -74,5 +74,30 @@ TEST(IslandLossModel, EachMeasuredOuterSettingHasItsOwnFigures) {
   }
 }
 
+// A round overlapping the next inner step costs what the measurement found against waiting at the
+// nearest measured H (2 islands, H = 25: 0.778 / +3.6% against 0.788 / +3.4%), said so; more steps are
+// held at one step's cost; and the estimate never credits overlapping with a gain.
+TEST(IslandLossModel, OverlappingARoundCostsWhatItsMeasurementFound) {
+  constexpr double kOverlapped = 0.778, kOverlappedPenalty = 0.036;
+  const IslandLossEstimate waiting = EstimateIslandLoss(2, 25, Averaging());
+  const IslandLossEstimate overlapped = EstimateIslandLoss(2, 25, Averaging(), 1);
+  EXPECT_NEAR(overlapped.token_efficiency, kOverlapped, 1e-12);
+  EXPECT_NEAR(overlapped.loss_penalty, kOverlappedPenalty, 1e-12);
+  EXPECT_EQ(waiting.basis.find("overlapping"), std::string::npos);
+  EXPECT_NE(overlapped.basis.find("rounds overlapping 1 inner step"), std::string::npos) << overlapped.basis;
+  // Elsewhere the same ratio and added penalty scale the figures without overlap.
+  for (int64_t islands : {2, 3, 4})
+    for (int64_t h : {10, 50, 100}) {
+      const IslandLossEstimate w = EstimateIslandLoss(islands, h, Averaging());
+      const IslandLossEstimate o = EstimateIslandLoss(islands, h, Averaging(), 1);
+      EXPECT_NEAR(o.token_efficiency, w.token_efficiency * kOverlapped / kTwoIslandsAt25, 1e-12);
+      EXPECT_NEAR(o.loss_penalty, w.loss_penalty + kOverlappedPenalty - 0.034, 1e-12);
+      EXPECT_LE(o.token_efficiency, w.token_efficiency);
+    }
+  const IslandLossEstimate five = EstimateIslandLoss(2, 25, Averaging(), 5);
+  EXPECT_EQ(five.token_efficiency, overlapped.token_efficiency);
+  EXPECT_NE(five.basis.find("held at 1 step's for 5"), std::string::npos) << five.basis;
+}
+
 }  // namespace
 }  // namespace motley

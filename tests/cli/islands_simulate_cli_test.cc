@@ -286,6 +286,8 @@ TEST(IslandsSimulate, OverASlowLinkThePlannerOverlapsTheRoundRatherThanMeetLessO
   EXPECT_GT(overlap, 0) << islands.dump();
   EXPECT_LT(overlap, h);
   EXPECT_LE(islands["round_exposed_s"].get<double>(), 0.1 * islands["period_s"].get<double>());
+  // The loss estimate it is judged by counts what overlapping cost when measured.
+  EXPECT_CONTAINS(islands["why"].get<std::string>(), "rounds overlapping");
   CliRun text = Motley(plan + "-o p.toml", false, dir.path().string());
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_CONTAINS(text.output, fmt::format("inner_steps = {}, overlap_steps = {}", h, overlap));
