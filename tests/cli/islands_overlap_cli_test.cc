@@ -107,6 +107,20 @@ TEST(IslandsOverlap, OverlappedRoundsTrainTheModelOfTheSameIslandsInOneProcess) 
   }
 }
 
+// A rank that dies while a round is in flight (sent at step 2, landing at 3) stops every rank with an
+// error naming it — the others' exchange on its thread does not keep them waiting.
+TEST(IslandsOverlap, ARankLostWhileARoundIsInFlightStopsEveryRankNamingIt) {
+  TempDir dir;
+  dir.Write("cluster.toml", kCluster);
+  dir.Write("model.toml", kModel);
+  dir.Write("lost.toml", OverlapJob(dir.Join("lost"), 1));
+  const std::string plans = " --island-plan " + dir.Write("p0.toml", DataParallelPlan("[0, 1]", 2)) +
+                            " --island-plan " + dir.Write("p1.toml", DataParallelPlan("[2, 3]", 2));
+  CliRun r = Motley("train lost.toml --die-rank 3 --die-at-step 3" + plans, false, dir.path().string());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "rank 3");
+}
+
 TEST(IslandsOverlap, AnOverlapOfARoundOrMoreIsOneClearError) {
   TempDir dir;
   dir.Write("cluster.toml", kCluster);

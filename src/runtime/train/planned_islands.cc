@@ -303,8 +303,11 @@ Result<std::pair<std::vector<torch::Tensor>, int64_t>> ResumedOuterState(
 // This island's run, round by round of the run's clock (island 0's steps, IslandsConfig): its own steps
 // of the round, then the outer round — every island takes part in every round, a slower one after
 // fewer steps (even none, in a short last round).
+// `flight`: an overlapped round between its sending and its landing (the caller's, so that a failure is
+// reported before the exchange in flight is waited for).
 Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layout, const JobSpec& job,
-                   const TrainOptions& options, int64_t clock_steps, int64_t tokens_per_step) {
+                   const TrainOptions& options, int64_t clock_steps, int64_t tokens_per_step,
+                   RoundInFlightPtr& flight) {
   MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> pieces,
                           RoundPieces(layout.round.programs[static_cast<size_t>(place.outer->rank())],
                                       place.first_ministage, run.executor()));
@@ -325,8 +328,7 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
   // Where this launch ends: the run's end, or the round's at which a lost island joins again.
   const int64_t stop =
       options.planned.stop_at_step > 0 ? std::min(clock_steps, options.planned.stop_at_step) : clock_steps;
-  // An overlapped round (the round's outer_overlap_steps) in flight, and the own step it lands before.
-  RoundInFlightPtr flight;
+  // An overlapped round (the round's outer_overlap_steps) in flight: the own step it lands before.
   int64_t land_at = 0;
   int64_t flight_clock = 0;
   const auto land = [&]() -> Status {
@@ -426,7 +428,9 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
                         std::move(place.own));
   if (!run.ok()) return run.status();
   const int64_t tokens_per_step = island_job.training.global_batch_sequences * job.training.seq_len;
-  if (Status s = TrainIsland(**run, place, layout, job, options, clock_steps, tokens_per_step); !s.ok()) {
+  RoundInFlightPtr flight;  // waited for (at its end of scope) after a failure is reported
+  if (Status s = TrainIsland(**run, place, layout, job, options, clock_steps, tokens_per_step, flight);
+      !s.ok()) {
     if ((*run)->AnotherRankFailedFirst()) return Status::PeerFailed(s.message());
     (*run)->ReportFailure(s.message());
     return s;
