@@ -93,7 +93,9 @@ TEST(IslandsOverlap, OverlappedRoundsTrainTheModelOfTheSameIslandsInOneProcess) 
       if (j.value("event", "") != "outer_round") continue;
       rounds.emplace_back(j["step"].get<int64_t>(), j.value("landed_at_step", int64_t{-1}));
       EXPECT_GT(j["bytes_sent"].get<double>(), 0);
-      if (j.contains("landed_at_step")) EXPECT_GT(j["exchange_s"].get<double>(), 0);
+      if (j.contains("landed_at_step")) {
+        EXPECT_GT(j["exchange_s"].get<double>(), 0);
+      }
     }
     EXPECT_EQ(rounds, (std::vector<std::pair<int64_t, int64_t>>{{2, 3}, {4, 5}, {5, -1}}));
     // The round the ranks ran is the one the simulator times with the same overlap.

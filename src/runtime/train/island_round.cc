@@ -72,12 +72,20 @@ Result<OuterExchange> ExchangeFragment(IslandPlace& place, const Schedule& round
 
 // A round on this rank: its pieces, what it does with them, and the ops run so far.
 struct RoundRun {
+  RoundRun(IslandPlace& place_, const Schedule& round_, OuterOptimizer& outer_, Executor& executor_,
+           const DeviceEmulation& emulation_, double tokens_)
+      : place(place_),
+        round(round_),
+        outer(outer_),
+        executor(executor_),
+        emulation(emulation_),
+        tokens(tokens_) {}
   IslandPlace& place;
   const Schedule& round;
   OuterOptimizer& outer;
   Executor& executor;
   const DeviceEmulation& emulation;
-  double tokens = 0;
+  double tokens;
   RoundPieceState pieces;
   std::vector<torch::Tensor> launched;  // an overlapped round's: each piece's value when sent
   RoundReport report;
