@@ -16,8 +16,9 @@
 #      of ranks on a skipped step is tested on CPU); a bf16 fine-tune from a Hugging Face folder
 #      motley writes;
 #   5. issue #50: a rank on another kind of GPU than the plan made its part for is refused;
-#   6. the GPU tests (the CLI suite's DistributedTrainGpu cases);
-#   7. the offload benchmark (offload_overhead.sh) and the simulator's steps for its plans.
+#   6. where the GPU's time goes in motley's ~850M step: Nsight Systems' kernel summary, when present;
+#   7. the GPU tests (the CLI suite's DistributedTrainGpu cases; AdamW's fused kernel against the ops);
+#   8. the offload benchmark (offload_overhead.sh) and the simulator's steps for its plans.
 # Logs go to LOGS (default: gpu-logs/); a summary of the figures to LOGS/summary.txt.
 #
 #   DEBS=.gpu-deps LOGS=out BUDGET_S=520 bench/gpu/check.sh [MICROBATCHES...]
@@ -61,12 +62,26 @@ if [ -z "$DRY" ]; then
     nproc; "${CXX:-c++}" --version | head -1
   } 2>&1 | tee "$LOGS/machine.txt" | tee -a "$summary"
   start=$(date +%s)
-  if ! MOTLEY_TARGETS="${MOTLEY_TARGETS:-motley motley-data}" scripts/build-gpu.sh > "$LOGS/build.log" 2>&1; then
+  build() { MOTLEY_TARGETS="${MOTLEY_TARGETS:-motley motley-data}" scripts/build-gpu.sh > "$LOGS/build.log" 2>&1; }
+  if ! build && grep -q "optim/adamw.cc" "$LOGS/build.log"; then
+    # The fused AdamW kernel's call did not build against this libtorch: keep the loop of ops.
+    grep -E "error" "$LOGS/build.log" | head -10 | tee -a "$summary"
+    sed -i 's/^#define MOTLEY_FUSED_ADAMW 1/#define MOTLEY_FUSED_ADAMW 0/' src/runtime/optim/adamw.cc
+    note "fused AdamW: did not build, the run below uses the loop of ops"
+  fi
+  if ! build; then
     grep -E "error|Error" "$LOGS/build.log" | head -40
     tail -20 "$LOGS/build.log"
     exit 1
   fi
   note "build: $(( $(date +%s) - start )) s"
+fi
+# The GPU this machine has, as a cluster file (a rank refuses a GPU other than its plan's).
+cluster="$LOGS/cluster.toml"
+if [ -z "$DRY" ]; then
+  bench/gpu/this-gpu-cluster.sh "$MOTLEY" > "$cluster" && note "this GPU: $(head -1 "$cluster")"
+else
+  cp bench/gpu/h100.toml "$cluster"
 fi
 peak_tflops="$("$MOTLEY" catalog --json | python3 -c 'import json,sys
 print({s["name"]: s for s in json.load(sys.stdin)}["h100-sxm"]["peak_fp16_flops"] / 1e12)' 2>/dev/null || echo 989)"
@@ -90,7 +105,7 @@ dist.destroy_process_group()
 PY
   tail -1 "$LOGS/reserve.txt" >> "$summary"
   note "catalog reserve for h100-sxm: $catalog GiB"
-  timeout 180 "$MOTLEY" profile --cluster bench/gpu/h100.toml --model llama-100m --seq-len 1024 \
+  timeout 180 "$MOTLEY" profile --cluster "$cluster" --model llama-100m --seq-len 1024 \
     --max-microbatch 16 -o "$LOGS/profile-100m.json" > "$LOGS/profile-100m.log" 2>&1
   python3 -c 'import json,sys
 for e in json.load(open(sys.argv[1]))["entries"]:
@@ -141,7 +156,7 @@ if part "#47 fp16: loss scaling with an overflow injected in step 3 (one process
   mkdir -p "$LOGS/fp16"
   cat > "$LOGS/fp16/job.toml" <<TOML
 model = "llama-100m"
-cluster = "$repo/bench/gpu/h100.toml"
+cluster = "$cluster"
 [training]
 steps = 6
 seq_len = 256
@@ -168,7 +183,7 @@ if part "#47 a fine-tune from a Hugging Face folder motley writes (bf16 on a GPU
   "$MOTLEY" data prepare --init-from "$ft/hf" --input "$repo/README.md" "$repo/docs" -o "$ft/data" >> "$ft/prep.log" 2>&1
   precision=bf16; [ "$DEVICE" = cuda ] || precision=fp32
   cat > "$ft/job.toml" <<TOML
-cluster = "$repo/bench/gpu/h100.toml"
+cluster = "$cluster"
 [model]
 init_from = "hf"
 [training]
@@ -204,8 +219,39 @@ TOML
   note "wrong GPU: $(grep -m1 -E 'runs on a|done' "$w/train.log" || tail -2 "$w/train.log")"
 fi
 
+# Where the GPU's time goes in the ~850M step, motley's and PyTorch's: the kernels' summary from
+# Nsight Systems, when the machine has it (the per-kernel timeline issue #47's speed goal needs).
+nsys_bin="$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)"
+kernels() {  # kernels NAME COMMAND...: 8 steps of COMMAND under nsys, the summary to LOGS/kernels-NAME.txt
+  local name=$1; shift
+  part "#47 speed: the kernels of $name's ~850M step (nsys)" 90 || return 0
+  local rep="${TMPDIR:-/tmp}/$name-850m"  # the report itself stays out of LOGS (tens of MB)
+  (cd "$LOGS" && timeout $(( deadline - $(date +%s) - 30 )) "$nsys_bin" profile -o "$rep" --force-overwrite true \
+     -t cuda,nvtx "$@" > "$LOGS/nsys-$name.log" 2>&1 &&
+   timeout 60 "$nsys_bin" stats -r cuda_gpu_kern_sum -f csv -o "$LOGS/$name-850m" "$rep.nsys-rep" \
+     >> "$LOGS/nsys-$name.log" 2>&1)
+  python3 - "$name" "$LOGS/$name"-850m*kern_sum*.csv <<'PY' 2>&1 | tee "$LOGS/kernels-$name.txt" | head -12 | tee -a "$summary"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[2])))
+total = sum(float(r["Total Time (ns)"]) for r in rows)
+print(f"{sys.argv[1]} ~850m, 8 steps: {total / 8e6:.1f} ms of kernels a step; the largest:")
+for r in rows[:60]:
+    print(f'{float(r["Time (%)"]):5.1f}%  {float(r["Total Time (ns)"]) / 8e6:7.2f} ms/step  {r["Instances"]:>6}x  {r["Name"][:110]}')
+PY
+}
+if [ -z "$DRY" ] && [ -n "$nsys_bin" ]; then
+  kernels motley "$MOTLEY" train "$big_job" --single-process --device cuda --steps 8 --no-validation --no-checkpoint
+  kernels pytorch python3 "$repo/bench/gpu/pytorch_reference.py" --hidden 2048 --layers 16 --heads 16 --kv-heads 4 \
+    --ffn 5632 --vocab 32000 --seq-len 1024 --batch 16 --steps 8 --warmup 2 --peak-tflops "$peak_tflops"
+elif [ -z "$DRY" ]; then
+  note "kernels: no nsys on this machine"
+fi
+
 if [ -z "$DRY" ] && part "the GPU tests (build and run)" 200; then
-  MOTLEY_TARGETS="motley_cli_tests" scripts/build-gpu.sh > "$LOGS/build-tests.log" 2>&1 || tail -5 "$LOGS/build-tests.log"
+  MOTLEY_TARGETS="motley_cli_tests motley_runtime_tests" scripts/build-gpu.sh > "$LOGS/build-tests.log" 2>&1 ||
+    tail -5 "$LOGS/build-tests.log"
+  timeout 60 build-gpu/src/runtime/motley_runtime_tests --gtest_filter='AdamW.*' > "$LOGS/adamw-tests.log" 2>&1
+  note "AdamW tests on the GPU: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$LOGS/adamw-tests.log" | tr '\n' ' ')"
   timeout $(( deadline - $(date +%s) - 5 )) build-gpu/tests/motley_cli_tests --gtest_filter='DistributedTrainGpu.*' \
     > "$LOGS/gpu-tests.log" 2>&1
   note "GPU tests: $(grep -E '^\[  (PASSED|FAILED)' "$LOGS/gpu-tests.log" | tr '\n' ' ')"

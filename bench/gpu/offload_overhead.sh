@@ -18,13 +18,16 @@ counts=("$@")
 [ "${#counts[@]}" -gt 0 ] || counts=(8 16 32)
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-cp "$here"/h100.toml "$here"/llama-850m.toml "$work"/
+cp "$here"/llama-850m.toml "$work"/
+"$here"/this-gpu-cluster.sh "$motley" > "$work/cluster.toml"  # the GPU this machine has
 
 printf '%-12s %-8s %12s %14s %10s\n' microbatches offload step_ms peak_GiB tokens/s
 for n in "${counts[@]}"; do
-  sed "s/global_batch_sequences = 32/global_batch_sequences = $((4 * n))/" "$here/offload-job.toml" > "$work/job.toml"
+  sed -e "s/global_batch_sequences = 32/global_batch_sequences = $((4 * n))/" \
+    -e 's/^cluster = .*/cluster = "cluster.toml"/' "$here/offload-job.toml" > "$work/job.toml"
   for mode in off on; do
-    sed "s/num_microbatches = \[8\]/num_microbatches = [$n]/" "$here/offload-$mode.toml" > "$work/plan-$mode.toml"
+    sed -e "s/num_microbatches = \[8\]/num_microbatches = [$n]/" -e 's/^cluster = .*/cluster = "one-gpu"/' \
+      "$here/offload-$mode.toml" > "$work/plan-$mode.toml"
     trace=()
     [ -z "${TRACES:-}" ] || trace=(--trace "$TRACES/trace-$n-$mode.json" --trace-step 12)
     "$motley" train "$work/job.toml" --plan "$work/plan-$mode.toml" --device cuda --no-validation --no-checkpoint \

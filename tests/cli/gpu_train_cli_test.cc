@@ -21,13 +21,21 @@ int CudaDevicesMotleySees() {
 }
 bool MotleySeesACudaDevice() { return CudaDevicesMotleySees() > 0; }
 
-constexpr char kOneGpuCluster[] = R"(name = "gpu1"
-[[nodes]]
-name = "a"
-device = "h100-sxm"
-count = 1
-interconnect = "nvlink"
-)";
+// A cluster of `count` GPUs of the kind this machine has (a rank refuses a GPU other than the plan's):
+// the first GPU's name and memory from motley's version line, the other figures an H100's.
+std::string ClusterOfThisGpu(int count) {
+  const std::string line = Motley("--version", true).output;
+  const size_t at = line.find("device(s): ");
+  const size_t comma = line.rfind(", ");
+  const size_t end = line.find("GiB", comma);
+  if (at == std::string::npos || comma < at || end == std::string::npos) return "";
+  const std::string name = line.substr(at + 11, comma - at - 11);
+  const std::string gib = line.substr(comma + 2, end - comma - 2);
+  return "name = \"gpus\"\n[device_types.gpu-under-test]\nbase = \"h100-sxm\"\ndisplay_name = \"" + name +
+         "\"\nmemory = \"" + gib +
+         "GiB\"\n[[nodes]]\nname = \"a\"\ndevice = \"gpu-under-test\"\ncount = " + std::to_string(count) +
+         "\ninterconnect = \"nvlink\"\n";
+}
 
 }  // namespace
 
@@ -35,7 +43,9 @@ TEST(DistributedTrainGpu, OffloadOnTheGpuTrainsTheSameModelAsWithoutIt) {
   if (!MotleySeesACudaDevice()) GTEST_SKIP() << "no CUDA device visible to this build of motley";
   TempDir dir;
   dir.Write("model.toml", kModel);
-  dir.Write("cluster.toml", kOneGpuCluster);
+  const std::string cluster = ClusterOfThisGpu(1);
+  ASSERT_FALSE(cluster.empty()) << "motley --version names no GPU: " << Motley("--version", true).output;
+  dir.Write("cluster.toml", cluster);
   // Four ministages on one GPU: with offload the shard, moments and boundaries go to pinned host
   // memory on side streams and come back; without it they stay. fp64, no clipping (interleaved updates).
   const std::string head = PlanHeader() +
@@ -78,13 +88,7 @@ TEST(DistributedTrainGpu, PipelinesAndZeroGroupsOverNcclTrainTheSameModel) {
   if (CudaDevicesMotleySees() < 2) GTEST_SKIP() << "needs two CUDA devices visible to this build of motley";
   TempDir dir;
   dir.Write("model.toml", kModel);
-  dir.Write("cluster.toml", R"(name = "gpu2"
-[[nodes]]
-name = "a"
-device = "h100-sxm"
-count = 2
-interconnect = "nvlink"
-)");
+  dir.Write("cluster.toml", ClusterOfThisGpu(2));
   const std::string head = PlanHeader() + "gradient_clipping = false\n";  // the jobs clip nothing
   dir.Write("pipeline.plan.toml", head + R"(schedule = "1f1b"
 zero_stage = 0

@@ -89,6 +89,40 @@ TEST(AdamW, SumOfSquaresIsTheFp64SumOverPiecesOfAnyLength) {
   EXPECT_NEAR(SumOfSquares(m).item<double>(), m.to(torch::kFloat64).pow(2).sum().item<double>(), 1e-9);
 }
 
+// On a GPU with libtorch >= 2.2 fp32 shards take ATen's fused kernel; on the CPU the loop of ops.
+// The same five steps from the same start agree to fp32's rounding (the two orders of operations).
+TEST(AdamW, OnAGpuTheFusedStepEqualsTheStepOfOps) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(0);
+  OptimizerConfig cfg;
+  cfg.weight_decay = 0.1;
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  std::vector<ParamShard> cpu(3), gpu(3);
+  for (int i = 0; i < 3; ++i) {
+    cpu[i].param = torch::randn({64 + i, 32});
+    cpu[i].decay = i != 1;
+    gpu[i].param = cpu[i].param.to(cuda.device());
+    gpu[i].decay = cpu[i].decay;
+  }
+  const torch::Tensor start = cpu[0].param.clone();
+  AdamW adamw(cfg);
+  for (int step = 1; step <= 5; ++step) {
+    for (int i = 0; i < 3; ++i) {
+      cpu[i].grad = torch::randn_like(cpu[i].param);
+      gpu[i].grad = cpu[i].grad.to(cuda.device());
+    }
+    adamw.Step(cpu, 1e-2, step);
+    adamw.Step(gpu, 1e-2, step);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const double gap = (gpu[i].param.cpu() - cpu[i].param).abs().max().item<double>();
+    EXPECT_LT(gap, 1e-5) << "shard " << i;
+    EXPECT_LT((gpu[i].exp_avg_sq.cpu() - cpu[i].exp_avg_sq).abs().max().item<double>(), 1e-5);
+  }
+  // The step moved the parameters (so agreement is not that of two no-ops).
+  EXPECT_GT((cpu[0].param - start).abs().max().item<double>(), 1e-3);
+}
+
 TEST(LrSchedule, WarmupThenCosineOrLinearDecayToTheFloor) {
   OptimizerConfig opt;
   opt.lr = 1.0;
