@@ -179,6 +179,14 @@ struct IslandsConfig {
   // where they were when sent). A round at which validation or a checkpoint is due, or the run
   // (or launch) ends, lands at once. Less than inner_steps.
   int64_t overlap_steps = 0;
+  // fragments: Streaming DiLoCo's fragments (docs/design.md, "Islands"). 1: every value of the model
+  // synchronises at each round's end. F > 1: the model's parts — the embedding, each decoder layer, the
+  // final norm and head, numbered 0 to layers + 1 — fall into F fragments by their number mod F, and
+  // fragment k synchronises every inner_steps steps, at (k + 1) * inner_steps / F steps into each
+  // round: each exchange carries about 1/F of the model, spread over the round. Where the islands must
+  // hold one model (validation, a checkpoint, the run's end) every fragment synchronises at once. A
+  // divisor of inner_steps; overlap_steps less than inner_steps / F. So far in one process only.
+  int64_t fragments = 1;
   OuterConfig outer;
 
   int64_t InnerSteps(int64_t island) const {

@@ -145,6 +145,7 @@ void ParseIslands(TomlTable& t, IslandsConfig* c) {
     if (!t.Has("inner_steps") && !v->empty()) c->inner_steps = v->front();
   }
   if (auto v = t.Int("overlap_steps", 0, kMaxSteps)) c->overlap_steps = *v;
+  if (auto v = t.Int("fragments", 1, 1024)) c->fragments = *v;
   if (auto v = t.Number("outer_lr", 0.0, 10.0, Need::kOptional, true)) c->outer.lr = *v;
   if (auto v = t.Number("outer_momentum", 0.0, 0.999)) c->outer.momentum = *v;
   if (auto v = t.Bool("nesterov")) c->outer.nesterov = *v;
@@ -177,6 +178,20 @@ void CheckIslands(TomlTable& t, const JobSpec& job) {
             fmt::format("{} must be less than inner_steps ({}): a round's outer step lands before the next "
                         "round is sent; lower it",
                         c.overlap_steps, c.inner_steps));
+  if (c.inner_steps % c.fragments != 0)
+    t.Error("fragments", fmt::format("{} does not divide inner_steps ({}): each fragment synchronises "
+                                     "inner_steps / fragments steps after the one before; make it a divisor",
+                                     c.fragments, c.inner_steps));
+  else if (c.fragments > 1 && c.overlap_steps >= c.inner_steps / c.fragments)
+    t.Error("overlap_steps",
+            fmt::format("{} must be less than inner_steps / fragments ({}): a fragment's outer step lands "
+                        "before the next fragment is sent; lower it",
+                        c.overlap_steps, c.inner_steps / c.fragments));
+  if (job.model.num_layers > 0 && c.fragments > job.model.num_layers + 2)
+    t.Error("fragments", fmt::format("{} fragments of a model of {} parts (the embedding, {} layers, the "
+                                     "head): give at most {}",
+                                     c.fragments, job.model.num_layers + 2, job.model.num_layers,
+                                     job.model.num_layers + 2));
   for (const auto& [what, steps] :
        {std::pair<const char*, int64_t>{"data.validation_interval_steps", job.data.validation_interval_steps},
         {"checkpoint.interval_steps", job.checkpoint.interval_steps}})

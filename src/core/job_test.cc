@@ -236,6 +236,19 @@ TEST(JobErrors, IslandsMustShareTheBatchAndMeetAtValidationAndCheckpoints) {
             std::string::npos)
       << e;
   EXPECT_EQ(e.find("checkpoint.interval_steps"), std::string::npos) << e;  // 40 is a multiple of 20
+  // Fragments: a divisor of inner_steps, each landing before the next is sent, at most the model's parts.
+  e = Error(std::string(kMinimal) + "[islands]\ncount = 2\ninner_steps = 10\nfragments = 3\n");
+  EXPECT_NE(e.find("islands.fragments"), std::string::npos) << e;
+  EXPECT_NE(e.find("3 does not divide inner_steps (10)"), std::string::npos) << e;
+  e = Error(std::string(kMinimal) +
+            "[islands]\ncount = 2\ninner_steps = 10\nfragments = 5\noverlap_steps = 2\n");
+  EXPECT_NE(e.find("islands.overlap_steps"), std::string::npos) << e;
+  EXPECT_NE(e.find("less than inner_steps / fragments (2)"), std::string::npos) << e;
+  Result<JobSpec> streamed = ParseJobToml(
+      std::string(kMinimal) + "[islands]\ncount = 2\ninner_steps = 10\nfragments = 5\noverlap_steps = 1\n",
+      "job.toml");
+  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+  EXPECT_EQ(streamed->islands.fragments, 5);
   e = Error(std::string(kMinimal) + "[islands]\ncount = 2\ncompression = \"fp8\"\nouter_lr = 0\n");
   EXPECT_NE(e.find("compression"), std::string::npos) << e;
   EXPECT_NE(e.find("outer_lr"), std::string::npos) << e;

@@ -133,6 +133,14 @@ TEST(IslandsOverlap, AnOverlapOfARoundOrMoreIsOneClearError) {
   EXPECT_CONTAINS(r.output, "bad.toml");
   EXPECT_CONTAINS(r.output, "overlap_steps");
   EXPECT_CONTAINS(r.output, "must be less than inner_steps (2)");
+  // Fragments stream in one process so far: across processes, one error saying so.
+  dir.Write("fragments.toml", OverlapJob(dir.Join("fragments"), 0) + "fragments = 2\n");
+  const std::string plans = " --island-plan " + dir.Write("p0.toml", DataParallelPlan("[0, 1]", 2)) +
+                            " --island-plan " + dir.Write("p1.toml", DataParallelPlan("[2, 3]", 2));
+  CliRun streamed = Motley("train fragments.toml" + plans, false, dir.path().string());
+  EXPECT_NE(streamed.exit_code, 0);
+  EXPECT_CONTAINS(streamed.output, "fragments = 2");
+  EXPECT_CONTAINS(streamed.output, "--single-process");
   CliRun sim = Motley("simulate --inner-steps 2 --overlap-steps 2 --island-plan a.toml --island-plan b.toml",
                       false, dir.path().string());
   EXPECT_NE(sim.exit_code, 0);

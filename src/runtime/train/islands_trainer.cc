@@ -3,8 +3,8 @@
 // the model and its own AdamW state; every `inner_steps` steps (and at the run's end) their
 // pseudo-gradients, as they would arrive over the link (compressed as the job says), are averaged
 // (weighted by the tokens each trained on since) and the outer optimizer moves the anchor, which every
-// replica then continues from (an overlapped round lands `overlap_steps` later, each island keeping
-// what it learnt meanwhile: LandRound). With inner_steps_per_island a slower island takes fewer steps a round
+// replica then continues from (islands_outer_loop.h: overlapped rounds, and fragments of the model
+// whose rounds are staggered). With inner_steps_per_island a slower island takes fewer steps a round
 // (IslandsConfig::OwnSteps), on its own steps' batches, with its learning-rate schedule over its own
 // steps: as its ranks do across processes (planned_islands.cc). The same
 // tokens a step as the synchronous run of the job: the validation loss of the two compares at equal
@@ -26,6 +26,8 @@
 #include "runtime/islands/island_exchange.h"
 #include "runtime/islands/outer_optimizer.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/island_replica.h"
+#include "runtime/train/islands_outer_loop.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/trainer.h"
 #include "runtime/train/trainer_parts.h"
@@ -41,15 +43,6 @@ Status CheckIslandsRun(const JobSpec& job, const TrainOptions& options) {
         "[islands] with loss scaling (fp16) is not built yet: train in bf16, fp32 or fp64");
   return Status::Ok();
 }
-
-// One replica of the model, as Train makes its one, and its island's sequences of each step's batch.
-struct Replica {
-  LlamaModel model;
-  std::vector<ParamShard> shards;
-  int64_t first_sequence = 0, sequences = 0;
-  int64_t steps = 0, total_steps = 0;  // its own (IslandsConfig::OwnSteps): taken, and in the run
-  int64_t sequences_since = 0;         // trained on since the last outer step: its pseudo-gradient's weight
-};
 
 // Each island's sequences a step: its plan's batch where the islands have plans
 // (options.planned.island_plans), else an equal share of the job's.
@@ -76,7 +69,7 @@ Result<std::vector<int64_t>> IslandShares(const JobSpec& job, const TrainOptions
 }
 
 Result<Replica> MakeReplica(const JobSpec& job, const torch::Device& device) {
-  Replica r{LlamaModel(job.model, job.training.seed), {}};
+  Replica r{LlamaModel(job.model, job.training.seed), {}, 0, 0, 0, 0, {}};
   r.model->set_precision(job.training.precision);
   r.model->to(device);
   r.shards = ShardsWithGradients(*r.model);
@@ -84,108 +77,19 @@ Result<Replica> MakeReplica(const JobSpec& job, const torch::Device& device) {
   return r;
 }
 
-// A round's islands' pseudo-gradients as they arrive over the link (compressed as the job says), their
-// mean weighted by the tokens each island trained on since the last round (its sequences a step times
-// its steps); the islands' counts since then start again. `worst`: the largest compression error.
-std::vector<torch::Tensor> RoundMean(const OuterOptimizer& outer, std::vector<Replica>& replicas,
-                                     double* worst) {
-  torch::NoGradGuard no_grad;
-  const std::string& compression = outer.config().compression;
-  double error = 0, total = 0;
-  for (const Replica& r : replicas) total += static_cast<double>(r.sequences_since);
-  std::vector<torch::Tensor> mean = AsArrived(outer.PseudoGradients(), compression, &error);
-  for (torch::Tensor& m : mean) m = m * (static_cast<double>(replicas[0].sequences_since) / total);
-  *worst = error;
-  for (size_t i = 1; i < replicas.size(); ++i) {
-    std::vector<torch::Tensor> delta;
-    for (size_t k = 0; k < replicas[i].shards.size(); ++k)
-      delta.push_back(outer.anchor()[k] - replicas[i].shards[k].param.detach());
-    const std::vector<torch::Tensor> arrived = AsArrived(delta, compression, &error);
-    *worst = std::max(*worst, error);
-    for (size_t k = 0; k < mean.size(); ++k)
-      mean[k] = mean[k] + arrived[k] * (static_cast<double>(replicas[i].sequences_since) / total);
-  }
-  for (Replica& r : replicas) r.sequences_since = 0;
-  return mean;
-}
-
-// The outer step: the islands' mean pseudo-gradient (RoundMean), the outer optimizer's update of the
-// anchor (replica 0's parameters are its pieces), and every other replica set to it. Returns the
-// largest compression error over the islands.
-double OuterStep(OuterOptimizer& outer, std::vector<Replica>& replicas) {
-  torch::NoGradGuard no_grad;
-  double worst = 0;
-  outer.Step(RoundMean(outer, replicas, &worst));
-  for (size_t i = 1; i < replicas.size(); ++i)
-    for (size_t k = 0; k < replicas[i].shards.size(); ++k)
-      replicas[i].shards[k].param.detach().copy_(replicas[0].shards[k].param.detach());
-  return worst;
-}
-
-// A round sent whose outer step lands `overlap_steps` later (IslandsConfig::overlap_steps): the mean
-// as it will arrive, and each island's parameters when sent.
-struct RoundInFlight {
-  std::vector<torch::Tensor> mean;
-  std::vector<std::vector<torch::Tensor>> launched;  // by island, by shard
-  int64_t land_at_step = 0;
-};
-
-RoundInFlight SendRound(const OuterOptimizer& outer, std::vector<Replica>& replicas, int64_t land_at_step,
-                        double* worst) {
-  RoundInFlight out{RoundMean(outer, replicas, worst), {}, land_at_step};
-  for (const Replica& r : replicas) {
-    out.launched.emplace_back();
-    for (const ParamShard& s : r.shards) out.launched.back().push_back(s.param.detach().clone());
-  }
-  return out;
-}
-
-// The round lands: the anchor takes its outer step, and each island keeps what it learnt since it was
-// sent — its parameters move by the new anchor less their values when sent (as OuterOptimizer::StepPiece
-// moves replica 0's, its pieces).
-void LandRound(OuterOptimizer& outer, std::vector<Replica>& replicas, const RoundInFlight& flight) {
-  torch::NoGradGuard no_grad;
-  for (size_t k = 0; k < flight.mean.size(); ++k) {
-    outer.StepPiece(k, flight.mean[k], flight.launched[0][k]);
-    for (size_t i = 1; i < replicas.size(); ++i)
-      replicas[i].shards[k].param.detach().add_(outer.anchor()[k] - flight.launched[i][k]);
-  }
-  outer.FinishStep();
-}
-
-// The outer loop at clock step `step`, the islands' steps taken: a round in flight lands when due, and
-// at a round's end one is sent (overlapped) or taken at once — where the islands must hold one model
-// (validation, a checkpoint, the run's end) always at once. Returns whether a round ended here and its
-// largest compression error.
-std::pair<bool, double> OuterLoopAt(const JobSpec& job, int64_t step, int64_t total_steps,
-                                    OuterOptimizer& outer, std::vector<Replica>& replicas,
-                                    std::optional<RoundInFlight>& flight) {
-  if (flight && step == flight->land_at_step) {
-    LandRound(outer, replicas, *flight);
-    flight.reset();
-  }
-  const bool round_end = step % job.islands.inner_steps == 0 || step == total_steps;
-  if (!round_end) return {false, 0};
-  double error = 0;
-  if (job.islands.overlap_steps > 0 && step < total_steps && !ValidationDue(job, step, total_steps) &&
-      !CheckpointDue(job, step, total_steps))
-    flight = SendRound(outer, replicas, step + job.islands.overlap_steps, &error);
-  else
-    error = OuterStep(outer, replicas);
-  return {true, error};
-}
-
 constexpr char kIslandsFile[] = "islands.safetensors";
 
 // The islands' own state for a checkpoint: the outer momentum and every island's moments but island
 // 0's (the checkpoint's optimizer.safetensors holds those); the count and outer steps as metadata.
-CheckpointExtraFile IslandsState(const OuterOptimizer& outer, const std::vector<Replica>& replicas) {
+CheckpointExtraFile IslandsState(const IslandsOuterLoop& outer, const std::vector<Replica>& replicas) {
   CheckpointExtraFile f{
       kIslandsFile,
       {},
       {{"islands", std::to_string(replicas.size())}, {"outer_steps", std::to_string(outer.steps())}}};
-  for (size_t k = 0; k < outer.momentum().size(); ++k)
-    f.tensors.push_back({"outer." + replicas[0].shards[k].name + ".momentum", outer.momentum()[k]});
+  const std::vector<torch::Tensor> momentum = outer.Momentum(replicas[0].shards.size());
+  for (size_t k = 0; k < momentum.size(); ++k)
+    if (momentum[k].defined())
+      f.tensors.push_back({"outer." + replicas[0].shards[k].name + ".momentum", momentum[k]});
   for (size_t i = 1; i < replicas.size(); ++i)
     for (const ParamShard& s : replicas[i].shards) {
       if (!s.exp_avg.defined()) continue;
@@ -307,7 +211,7 @@ Result<std::pair<double, double>> IslandStep(const JobSpec& job, const TrainOpti
   adamw.Step(r.shards, LearningRate(job.optimizer, job.lr_schedule, r.steps, r.total_steps),
              r.steps + update_offset + 1);
   ++r.steps;
-  r.sequences_since += r.sequences;
+  for (int64_t& since : r.sequences_since) since += r.sequences;
   return std::pair{loss, norm};
 }
 
@@ -343,10 +247,8 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
     r.total_steps = job.islands.OwnSteps(i, total_steps);
   }
   const int64_t update_offset = state.updates - state.step;  // steps a resumed run skipped, if any
-  std::vector<torch::Tensor> pieces;
-  for (const ParamShard& s : replicas[0].shards) pieces.push_back(s.param);
-  OuterOptimizer outer(job.islands.outer, pieces);  // the anchor: the start, or the checkpoint's model
-  outer.Restore(resumed.momentum, resumed.steps);
+  // The anchor: the start, or the checkpoint's model.
+  IslandsOuterLoop outer(job, replicas, resumed.momentum, resumed.steps);
   const std::string metrics_path =
       options.metrics_path.empty() ? (std::filesystem::path(job.checkpoint.dir) / "metrics.jsonl").string()
                                    : options.metrics_path;
@@ -372,7 +274,6 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
   double timed_s = 0;
   int64_t timed_tokens = 0;
   MOTLEY_RETURN_IF_ERROR(validate(0));
-  std::optional<RoundInFlight> flight;  // an overlapped round, sent and not landed yet
   while (state.step < total_steps) {
     const auto step_start = Clock::now();
     const int64_t step = state.step;
@@ -396,8 +297,7 @@ Result<TrainSummary> TrainIslands(const JobSpec& job, const TrainOptions& option
     ++state.step;
     state.tokens_seen += sequences * tc.seq_len;
     m.islands = islands;
-    std::tie(m.outer_step, m.outer_compression_error) =
-        OuterLoopAt(job, state.step, total_steps, outer, replicas, flight);
+    std::tie(m.outer_step, m.outer_compression_error) = outer.At(state.step, total_steps, replicas);
     m.step = state.step;
     m.total_steps = total_steps;
     m.lr = lr;

@@ -77,6 +77,11 @@ Result<std::vector<int>> PresentIslands(const JobSpec& job, const TrainOptions& 
 }
 
 Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& options) {
+  if (job.islands.fragments > 1)
+    return Status::InvalidArgument(fmt::format(
+        "{}: [islands] fragments = {}: islands across processes synchronise the whole model a round so far; "
+        "stream fragments in one process (motley train {} --single-process) or set fragments = 1",
+        job.file, job.islands.fragments, job.file));
   const std::vector<std::string>& paths = options.planned.island_plans;
   if (static_cast<int64_t>(paths.size()) != job.islands.count)
     return Status::InvalidArgument(fmt::format(

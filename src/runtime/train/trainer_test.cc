@@ -5,6 +5,7 @@
 
 #include "core/model.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/islands_outer_loop.h"
 #include "runtime/train/lr_schedule.h"
 #include "runtime/train/safetensors.h"
 #include "runtime/train/trainer.h"
@@ -251,6 +252,60 @@ TEST(Islands, TwoIslandsAtOneInnerStepEqualReplicasAveragedAfterEachStep) {
   plain.checkpoint.dir = (dir / "sync").string();
   ASSERT_TRUE(Train(plain, options, &sync).ok());
   EXPECT_NE(sync.losses.at(4), run.losses.at(4));
+  fs::remove_all(dir);
+}
+
+// Streaming DiLoCo's fragments ([islands] fragments = 2, H = 2, outer lr 1, no momentum): the
+// model's parts fall into fragment (part mod 2) — the embedding and layer 1 in fragment 0, layer 0 and
+// the final norm and head in fragment 1 — and fragment 0's values are averaged at the first step of
+// each round, fragment 1's at its end; at the run's end every fragment at once. Written out here with
+// the trainer's parts (fp64).
+TEST(Islands, FragmentsOfTheModelMeetAtStaggeredStepsOfEachRound) {
+  const fs::path dir = fs::temp_directory_path() / ("motley_fragments_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  JobSpec job = IslandsJob(dir, 2, 2);
+  job.data.validation_interval_steps = 0;
+  job.islands.fragments = 2;
+  job.islands.outer.lr = 1;
+  job.islands.outer.momentum = 0;
+  TrainOptions options;
+  options.device = "cpu";
+  Recorder run;
+  ASSERT_TRUE(Train(job, options, &run).ok());
+  ASSERT_EQ(run.losses.size(), 4u);
+
+  using trainer_parts::IslandFragmentOf;
+  EXPECT_EQ(IslandFragmentOf("model.embed_tokens.weight", 2, 2), 0);
+  EXPECT_EQ(IslandFragmentOf("model.layers.0.self_attn.q_proj.weight", 2, 2), 1);
+  EXPECT_EQ(IslandFragmentOf("model.layers.1.mlp.up_proj.weight", 2, 2), 0);
+  EXPECT_EQ(IslandFragmentOf("model.norm.weight", 2, 2), 1);
+  EXPECT_EQ(IslandFragmentOf("lm_head.weight", 2, 2), 1);
+  TrainingData data = OpenTrainingData(job.data, "", job.model.vocab_size, job.training.seq_len).value();
+  std::vector<LlamaModel> models;
+  std::vector<std::vector<ParamShard>> shards;
+  MakeReplicas(job, 2, &models, &shards);
+  for (int64_t step = 0; step < 4; ++step) {
+    const double lr = LearningRate(job.optimizer, job.lr_schedule, step, 4);
+    double loss = 0;
+    for (int i = 0; i < 2; ++i)
+      loss += InnerStep(*models[i], shards[i], data, job, step, 2 * i, lr, step + 1) / 2;
+    EXPECT_NEAR(run.losses.at(step + 1), loss, 1e-12) << step;
+    const int64_t meets = (step + 1) % 2 == 1 ? 0 : 1;  // the fragment whose round ends after this step
+    torch::NoGradGuard no_grad;
+    for (size_t k = 0; k < shards[0].size(); ++k) {
+      if (step + 1 < 4 && IslandFragmentOf(shards[0][k].name, 2, 2) != meets) continue;
+      const torch::Tensor mean = (shards[0][k].param + shards[1][k].param) / 2;
+      shards[0][k].param.copy_(mean);
+      shards[1][k].param.copy_(mean);
+    }
+  }
+  ExpectTheRunSaved(job, *models[0]);
+  // Not the whole model meeting at each round's end: the losses part.
+  Recorder whole;
+  job.islands.fragments = 1;
+  job.checkpoint.dir = (dir / "whole").string();
+  ASSERT_TRUE(Train(job, options, &whole).ok());
+  EXPECT_GT(std::abs(whole.losses.at(4) - run.losses.at(4)), 1e-9);
   fs::remove_all(dir);
 }
 
