@@ -6,8 +6,9 @@
 #
 #   bench/islands_loss.sh MOTLEY CORPUS STEPS PLOT.svg      (CORPUS: builtin, or a text file)
 #
-# Environment: RUNS — the island runs (default "i2h10 i2h50 i4h10 i4h50": i<count>h<inner steps>, and
-# o<steps> for rounds that overlap that many inner steps, e.g. i2h25o1);
+# Environment: RUNS — the island runs (default "i2h10 i2h50 i4h10 i4h50": i<count>h<inner steps>, then
+# f<fragments> for Streaming DiLoCo's fragments and o<steps> for rounds that overlap that many inner
+# steps, e.g. i2h25o1, i2h25f5o1);
 # OUTER — [islands] lines for every island run, ';'-separated (e.g. "outer_lr = 1.0;outer_momentum = 0.0";
 # default: DiLoCo's settings); KEEP — a folder the runs' metrics (NAME.jsonl) are copied to (for
 # bench/islands_time_to_loss.py).
@@ -41,9 +42,10 @@ job sync
 IFS=';' read -r -a outer <<< "${OUTER:-}"
 islands=(${RUNS:-i2h10 i2h50 i4h10 i4h50})
 for name in "${islands[@]}"; do
-  n="${name#i}"; n="${n%%h*}"; h="${name#*h}"; o=0
+  n="${name#i}"; n="${n%%h*}"; h="${name#*h}"; o=0; f=1
   if [[ "$h" == *o* ]]; then o="${h#*o}"; h="${h%%o*}"; fi
-  job "$name" "[islands]" "count = $n" "inner_steps = $h" "overlap_steps = $o" "${outer[@]}"
+  if [[ "$h" == *f* ]]; then f="${h#*f}"; h="${h%%f*}"; fi
+  job "$name" "[islands]" "count = $n" "inner_steps = $h" "overlap_steps = $o" "fragments = $f" "${outer[@]}"
 done
 run() {
   OPENBLAS_NUM_THREADS=1 "$motley" train "$work/$1.toml" --single-process --no-checkpoint \
@@ -63,7 +65,9 @@ work, plot, steps, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[
 label = {"sync": "synchronous"}
 for n in names[1:]:
     h, _, o = n[3:].partition("o")
-    label[n] = f"{n[1]} islands, H = {h}" + (f", overlapping {o}" if o else "")
+    h, _, f = h.partition("f")
+    label[n] = (f"{n[1]} islands, H = {h}" + (f", {f} fragments" if f else "") +
+                (f", overlapping {o}" if o else ""))
 curves = {}
 for n in names:
     curves[n] = [(j["step"], j["val_loss"]) for j in map(json.loads, open(f"{work}/{n}.jsonl")) if "val_loss" in j]

@@ -14,6 +14,12 @@ namespace motley {
 namespace {
 
 torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  // On a GPU in bf16 / fp16: ATen's rms_norm (one kernel in recent libtorch, accumulating in fp32 as
+  // below; the weight applied before the one rounding to the compute dtype, not after it).
+  if (x.is_cuda() && (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kHalf))
+    return at::rms_norm(x, {x.size(-1)}, weight.to(x.scalar_type()), eps);
+#endif
   // In fp32 whatever the compute precision, as Hugging Face's LlamaRMSNorm does.
   torch::Tensor xf = x.scalar_type() == torch::kFloat64 ? x : x.to(torch::kFloat32);
   torch::Tensor normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);

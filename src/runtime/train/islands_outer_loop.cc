@@ -73,7 +73,8 @@ double IslandsOuterLoop::TakeRound(Fragment& f, size_t k, std::vector<Replica>& 
   double worst = 0;
   f.outer.Step(RoundMean(f, k, replicas, &worst));
   for (size_t i = 1; i < replicas.size(); ++i)
-    for (size_t s : f.shards) replicas[i].shards[s].param.detach().copy_(replicas[0].shards[s].param.detach());
+    for (size_t s : f.shards)
+      replicas[i].shards[s].param.detach().copy_(replicas[0].shards[s].param.detach());
   return worst;
 }
 
@@ -102,11 +103,13 @@ void IslandsOuterLoop::LandRound(Fragment& f, std::vector<Replica>& replicas) {
   f.flight.reset();
 }
 
-std::pair<bool, double> IslandsOuterLoop::At(int64_t step, int64_t total_steps, std::vector<Replica>& replicas) {
+std::pair<bool, double> IslandsOuterLoop::At(int64_t step, int64_t total_steps,
+                                             std::vector<Replica>& replicas) {
   const int64_t h = job_.islands.inner_steps, count = static_cast<int64_t>(fragments_.size());
   // Where the islands must hold one model, every fragment's round at once.
-  const bool whole = step == total_steps || (step % h == 0 && (ValidationDue(job_, step, total_steps) ||
-                                                               CheckpointDue(job_, step, total_steps)));
+  const bool whole =
+      step == total_steps ||
+      (step % h == 0 && (ValidationDue(job_, step, total_steps) || CheckpointDue(job_, step, total_steps)));
   bool ended = false;
   double error = 0;
   for (size_t k = 0; k < fragments_.size(); ++k) {

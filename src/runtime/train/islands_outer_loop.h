@@ -31,8 +31,8 @@ class IslandsOuterLoop {
  public:
   /// The anchor: replica 0's parameters now. `momentum` by replica 0's shard (empty: none yet) and
   /// the outer steps taken, as a checkpoint held them.
-  IslandsOuterLoop(const JobSpec& job, std::vector<Replica>& replicas, const std::vector<torch::Tensor>& momentum,
-                   int64_t steps);
+  IslandsOuterLoop(const JobSpec& job, std::vector<Replica>& replicas,
+                   const std::vector<torch::Tensor>& momentum, int64_t steps);
 
   /// At clock step `step` (the islands' steps taken): rounds in flight land when due, and rounds that
   /// end here are sent (overlapped) or taken at once. Returns whether a round ended here (the whole
@@ -57,7 +57,8 @@ class IslandsOuterLoop {
     std::optional<InFlight> flight;
   };
 
-  std::vector<torch::Tensor> RoundMean(Fragment& f, size_t k, std::vector<Replica>& replicas, double* worst) const;
+  std::vector<torch::Tensor> RoundMean(Fragment& f, size_t k, std::vector<Replica>& replicas,
+                                       double* worst) const;
   double TakeRound(Fragment& f, size_t k, std::vector<Replica>& replicas) const;
   InFlight SendRound(Fragment& f, size_t k, std::vector<Replica>& replicas, int64_t land_at_step,
                      double* worst) const;
