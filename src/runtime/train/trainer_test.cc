@@ -410,6 +410,32 @@ TEST(Islands, ACheckpointOfIslandsResumesUnderAnyLayout) {
   fs::remove_all(dir);
 }
 
+// With fragments (each with its own outer momentum) a checkpoint — where every fragment meets — resumes
+// as the run not stopped, bit for bit.
+TEST(Islands, ACheckpointOfFragmentedIslandsResumesAsTheRunNotStopped) {
+  const fs::path dir = fs::temp_directory_path() / ("motley_fragments_resume_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  JobSpec job = IslandsJob(dir, 2, 4);
+  job.training.steps = 8;
+  job.data.validation_interval_steps = 4;
+  job.checkpoint.interval_steps = 4;
+  job.islands.fragments = 2;
+  job.islands.overlap_steps = 1;
+  TrainOptions options;
+  options.device = "cpu";
+  Recorder full;
+  ASSERT_TRUE(Train(job, options, &full).ok());
+  options.resume = (dir / "run" / "step-000004").string();
+  JobSpec again = job;
+  again.checkpoint.dir = (dir / "resumed").string();
+  Recorder resumed;
+  ASSERT_TRUE(Train(again, options, &resumed).ok());
+  ASSERT_EQ(resumed.losses.size(), 4u);
+  for (int64_t step = 5; step <= 8; ++step) EXPECT_EQ(resumed.losses.at(step), full.losses.at(step)) << step;
+  EXPECT_EQ(resumed.validation.at(8), full.validation.at(8));
+  fs::remove_all(dir);
+}
+
 TEST(Islands, CompressedPseudoGradientsReportTheirErrorAtEachOuterStep) {
   const fs::path dir = fs::temp_directory_path() / ("motley_islands_int8_" + std::to_string(::getpid()));
   fs::remove_all(dir);
