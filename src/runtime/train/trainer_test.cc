@@ -1,5 +1,6 @@
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 
 #include <gtest/gtest.h>
 
@@ -212,6 +213,32 @@ double InnerStep(LlamaModelImpl& model, std::vector<ParamShard>& shards, const T
   return loss;
 }
 
+// Two islands' replicas written out with the trainer's parts (fp64) for the run's 4 steps, each on its
+// half of the batch, their mean loss against the run's at each step; after step s (1-based) the
+// parameters `meets(s, name)` names are averaged (outer lr 1 without momentum). Returns the replicas.
+std::vector<LlamaModel> TwoIslandsAveraging(const JobSpec& job, const Recorder& run,
+                                            const std::function<bool(int64_t, const std::string&)>& meets) {
+  TrainingData data = OpenTrainingData(job.data, "", job.model.vocab_size, job.training.seq_len).value();
+  std::vector<LlamaModel> models;
+  std::vector<std::vector<ParamShard>> shards;
+  MakeReplicas(job, 2, &models, &shards);
+  for (int64_t step = 0; step < 4; ++step) {
+    const double lr = LearningRate(job.optimizer, job.lr_schedule, step, 4);
+    double loss = 0;
+    for (int i = 0; i < 2; ++i)
+      loss += InnerStep(*models[i], shards[i], data, job, step, 2 * i, lr, step + 1) / 2;
+    EXPECT_NEAR(run.losses.at(step + 1), loss, 1e-12) << step;
+    torch::NoGradGuard no_grad;
+    for (size_t k = 0; k < shards[0].size(); ++k) {
+      if (!meets(step + 1, shards[0][k].name)) continue;
+      const torch::Tensor mean = (shards[0][k].param + shards[1][k].param) / 2;
+      shards[0][k].param.copy_(mean);
+      shards[1][k].param.copy_(mean);
+    }
+  }
+  return models;
+}
+
 // DiLoCo at H = 1, outer lr 1 and no momentum: each step, each island takes its half of the batch
 // with its own AdamW state, and the replicas' parameters are averaged — written out here with the
 // trainer's parts (fp64).
@@ -227,23 +254,8 @@ TEST(Islands, TwoIslandsAtOneInnerStepEqualReplicasAveragedAfterEachStep) {
   ASSERT_TRUE(Train(job, options, &run).ok());
   ASSERT_EQ(run.losses.size(), 4u);
 
-  TrainingData data = OpenTrainingData(job.data, "", job.model.vocab_size, job.training.seq_len).value();
-  std::vector<LlamaModel> models;
-  std::vector<std::vector<ParamShard>> shards;
-  MakeReplicas(job, 2, &models, &shards);
-  for (int64_t step = 0; step < 4; ++step) {
-    const double lr = LearningRate(job.optimizer, job.lr_schedule, step, 4);
-    double loss = 0;
-    for (int i = 0; i < 2; ++i)
-      loss += InnerStep(*models[i], shards[i], data, job, step, 2 * i, lr, step + 1) / 2;
-    EXPECT_NEAR(run.losses.at(step + 1), loss, 1e-12) << step;
-    torch::NoGradGuard no_grad;
-    for (size_t k = 0; k < shards[0].size(); ++k) {
-      const torch::Tensor mean = (shards[0][k].param + shards[1][k].param) / 2;
-      shards[0][k].param.copy_(mean);
-      shards[1][k].param.copy_(mean);
-    }
-  }
+  std::vector<LlamaModel> models =
+      TwoIslandsAveraging(job, run, [](int64_t, const std::string&) { return true; });
   ExpectTheRunSaved(job, *models[0]);
   // The islands are not the synchronous run: averaging two AdamW replicas is another algorithm.
   Recorder sync;
@@ -280,25 +292,10 @@ TEST(Islands, FragmentsOfTheModelMeetAtStaggeredStepsOfEachRound) {
   EXPECT_EQ(IslandFragmentOf("model.layers.1.mlp.up_proj.weight", 2, 2), 0);
   EXPECT_EQ(IslandFragmentOf("model.norm.weight", 2, 2), 1);
   EXPECT_EQ(IslandFragmentOf("lm_head.weight", 2, 2), 1);
-  TrainingData data = OpenTrainingData(job.data, "", job.model.vocab_size, job.training.seq_len).value();
-  std::vector<LlamaModel> models;
-  std::vector<std::vector<ParamShard>> shards;
-  MakeReplicas(job, 2, &models, &shards);
-  for (int64_t step = 0; step < 4; ++step) {
-    const double lr = LearningRate(job.optimizer, job.lr_schedule, step, 4);
-    double loss = 0;
-    for (int i = 0; i < 2; ++i)
-      loss += InnerStep(*models[i], shards[i], data, job, step, 2 * i, lr, step + 1) / 2;
-    EXPECT_NEAR(run.losses.at(step + 1), loss, 1e-12) << step;
-    const int64_t meets = (step + 1) % 2 == 1 ? 0 : 1;  // the fragment whose round ends after this step
-    torch::NoGradGuard no_grad;
-    for (size_t k = 0; k < shards[0].size(); ++k) {
-      if (step + 1 < 4 && IslandFragmentOf(shards[0][k].name, 2, 2) != meets) continue;
-      const torch::Tensor mean = (shards[0][k].param + shards[1][k].param) / 2;
-      shards[0][k].param.copy_(mean);
-      shards[1][k].param.copy_(mean);
-    }
-  }
+  // After step s the fragment whose round ends there: 0 at odd steps, 1 at even; every one at the end.
+  std::vector<LlamaModel> models = TwoIslandsAveraging(job, run, [](int64_t step, const std::string& name) {
+    return step == 4 || IslandFragmentOf(name, 2, 2) == (step % 2 == 1 ? 0 : 1);
+  });
   ExpectTheRunSaved(job, *models[0]);
   // Not the whole model meeting at each round's end: the losses part.
   Recorder whole;
