@@ -24,6 +24,12 @@ Result<IslandsAnswer> AnswerIslandsQuery(const IslandsQuery& query) {
     return Status::InvalidArgument(fmt::format(
         "--overlap-steps {}: a round overlaps 0 or more inner steps, fewer than --inner-steps ({}): lower it",
         query.overlap_steps, h.front()));
+  if (query.fragments < 1 || h.front() % query.fragments != 0 ||
+      (query.fragments > 1 && query.overlap_steps >= h.front() / query.fragments))
+    return Status::InvalidArgument(fmt::format(
+        "--fragments {}: streaming fragments divide --inner-steps ({}), and each fragment's round overlaps "
+        "fewer steps than separate two fragments (--overlap-steps {} < {} / {})",
+        query.fragments, h.front(), query.overlap_steps, h.front(), query.fragments));
   IslandsAnswer a;
   for (const std::string& path : query.plan_paths) {
     SimulateQuery q;
@@ -56,11 +62,14 @@ Result<IslandsAnswer> AnswerIslandsQuery(const IslandsQuery& query) {
   round.compression = query.compression;
   round.overlap_steps = query.overlap_steps;
   round.master_bytes = BytesPerElement(MasterPrecision(in.plan.precision));
+  round.fragments = query.fragments;
   SetFragmentSizes(in.model, round);
-  Result<Schedule> lowered = LowerOuterRound(steps, round);
+  Result<std::vector<Schedule>> lowered = LowerOuterRounds(steps, round);
   if (!lowered.ok())
     return Status::InvalidArgument(fmt::format("--island-plan: {}", lowered.status().message()));
-  a.round = std::move(*lowered);
+  a.rounds = std::move(*lowered);
+  std::vector<const Schedule*> rounds;
+  for (const Schedule& r : a.rounds) rounds.push_back(&r);
   std::optional<Profile> profile;
   if (!query.profile.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(profile, LoadAnyProfile(query.profile));
@@ -70,13 +79,15 @@ Result<IslandsAnswer> AnswerIslandsQuery(const IslandsQuery& query) {
   const std::vector<int64_t> inner = query.inner_steps_by_speed ? InnerStepsBySpeed(step_s, h.front())
                                      : h.size() == 1 ? std::vector<int64_t>(steps.size(), h.front())
                                                      : h;
-  MOTLEY_ASSIGN_OR_RETURN(a.result, SimulateIslands(steps, inner, a.round, in.cluster, costs));
+  MOTLEY_ASSIGN_OR_RETURN(a.result, SimulateIslands(steps, inner, rounds, in.cluster, costs));
   return a;
 }
 
 nlohmann::json IslandsAnswerJson(const IslandsAnswer& answer) {
   const IslandsSimResult& r = answer.result;
   const Cluster& cluster = answer.islands.front().in.cluster;
+  size_t round_ops = 0;
+  for (const Schedule& round : answer.rounds) round_ops += round.num_ops();
   nlohmann::json islands = nlohmann::json::array();
   for (size_t i = 0; i < answer.islands.size(); ++i) {
     nlohmann::json island = SimulateAnswerJson(answer.islands[i]);
@@ -94,11 +105,12 @@ nlohmann::json IslandsAnswerJson(const IslandsAnswer& answer) {
                        {"to", cluster.regions.at(static_cast<size_t>(b.to_region))},
                        {"bytes_per_period", b.bytes}});
   return {{"islands", islands},
-          {"round_s", r.round.step_time_s},
+          {"round_s", r.rounds_s},
           {"round_exposed_s", r.round_exposed_s},
-          {"overlap_steps", answer.round.outer_overlap_steps},
-          {"round_ops", answer.round.num_ops()},
-          {"round_schedule_hash", ScheduleHash(answer.round)},
+          {"overlap_steps", answer.round().outer_overlap_steps},
+          {"fragments", answer.rounds.size()},
+          {"round_ops", round_ops},
+          {"round_schedule_hash", SchedulesHash(answer.rounds)},
           {"period_s", r.period_s},
           {"tokens_per_period", r.tokens_per_period},
           {"tokens_per_s", r.tokens_per_s},

@@ -25,12 +25,14 @@ struct IslandsQuery {
   bool inner_steps_by_speed = false;  // a faster island takes more inner steps in the same time
   std::string compression = "none";   // what crosses between islands: none, fp16, int8
   int64_t overlap_steps = 0;          // the inner steps a round's exchange overlaps (a job's overlap_steps)
+  int32_t fragments = 1;              // streaming fragments (a job's [islands] fragments): one round each
 };
 
 struct IslandsAnswer {
   std::vector<SimulateAnswer> islands;  // each island's plan, inputs and simulated step
-  Schedule round;
+  std::vector<Schedule> rounds;         // one a streaming fragment (plan/outer_round.h: LowerOuterRounds)
   IslandsSimResult result;
+  const Schedule& round() const { return rounds.front(); }  // the first fragment's (the report draws it)
 };
 
 Result<IslandsAnswer> AnswerIslandsQuery(const IslandsQuery& query);

@@ -163,8 +163,8 @@ Result<IslandsView> IslandsViewOf(const IslandsQuery& query, const Cluster& clus
   MOTLEY_ASSIGN_OR_RETURN(*answer, AnswerIslandsQuery(query));
   SimConfig config;
   config.record_trace = true;
-  MOTLEY_ASSIGN_OR_RETURN(*round_sim, Simulate(answer->round, cluster, costs, config));
-  IslandsView v{query.plan_paths, {}, &answer->result, &answer->round, round_sim, query.compression};
+  MOTLEY_ASSIGN_OR_RETURN(*round_sim, Simulate(answer->round(), cluster, costs, config));
+  IslandsView v{query.plan_paths, {}, &answer->result, &answer->round(), round_sim, query.compression};
   for (const SimulateAnswer& island : answer->islands) {
     const std::vector<int> devices = island.in.plan.devices();
     v.devices.push_back(fmt::format("{} x {} (devices {}..{})", devices.size(),

@@ -1,7 +1,8 @@
 // motley simulate --plan P [--cluster C] [--model M] [--profile F] [--straggler D=F]... [--flextp-mode M]
 //                 [--trace T] [--json]
 // motley simulate --island-plan P0 --island-plan P1 ... [--inner-steps H|H0,H1,..] [--inner-steps-by-speed]
-//                 [--compression none|fp16|int8] [--overlap-steps T] [--cluster C] [--model M]
+//                 [--compression none|fp16|int8] [--overlap-steps T] [--fragments F] [--cluster C] [--model
+//                 M]
 //                 [--profile F] [--json]
 #include <algorithm>
 #include <fstream>
@@ -52,11 +53,17 @@ int PrintIslands(const IslandsQuery& query, bool json) {
               step.fits_memory ? "yes" : "OUT OF MEMORY"});
   }
   fmt::print("{}", t.ToString());
-  fmt::print("\nouter round {} ({} ops, schedule {}; `motley train --island-plan` runs the same)\n",
-             FormatDuration(r.round.step_time_s), answer->round.num_ops(), ScheduleHash(answer->round));
-  if (answer->round.outer_overlap_steps > 0)
-    fmt::print("the round overlaps the next {} inner steps: the islands wait {} of it\n",
-               answer->round.outer_overlap_steps, FormatDuration(r.round_exposed_s));
+  size_t ops = 0;
+  for (const Schedule& round : answer->rounds) ops += round.num_ops();
+  fmt::print(
+      "\nouter round{} {} ({} ops, schedule {}; `motley train --island-plan` runs the same)\n",
+      answer->rounds.size() > 1 ? fmt::format("s of {} streaming fragments", answer->rounds.size()) : "",
+      FormatDuration(r.rounds_s), ops, SchedulesHash(answer->rounds));
+  if (answer->round().outer_overlap_steps > 0)
+    fmt::print("{} overlaps the next {} inner steps: the islands wait {} of {}\n",
+               answer->rounds.size() > 1 ? "each fragment's round" : "the round",
+               answer->round().outer_overlap_steps, FormatDuration(r.round_exposed_s),
+               answer->rounds.size() > 1 ? "them" : "it");
   fmt::print("period {} (the slowest island's inner steps, then the round)  |  {:.0f} tokens/s\n",
              FormatDuration(r.period_s), r.tokens_per_s);
   for (const RegionBytes& b : r.traffic)
@@ -178,6 +185,10 @@ int RunSimulate(const std::vector<std::string>& args) {
                  "islands: the inner steps a round's exchange overlaps (a job's [islands] overlap_steps; "
                  "less than --inner-steps)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--fragments", islands.fragments,
+                 "islands: streaming fragments, each meeting at its own step of a round (a job's [islands] "
+                 "fragments; dividing --inner-steps)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--cluster", cluster, "the cluster (default: the plan's)");
   app.add_option("--model", model, "the model (default: the plan's)");
   app.add_option("--profile", profile_path,

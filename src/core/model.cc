@@ -1,6 +1,7 @@
 #include "core/model.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 
 namespace motley {
@@ -68,6 +69,17 @@ double HeadParamsPerRank(const ModelSpec& m, int tp) {
   return static_cast<double>(m.hidden_size) +
          (m.tie_embeddings ? 0.0
                            : static_cast<double>(PaddedVocabSize(m, tp) * m.hidden_size) / std::max(1, tp));
+}
+
+int64_t ModelPartOf(const std::string& name, int64_t num_layers) {
+  if (name.find("embed_tokens") != std::string::npos) return 0;
+  const std::string layers = "layers.";
+  if (const size_t at = name.find(layers); at != std::string::npos) {
+    int64_t layer = 0;
+    const char* begin = name.data() + at + layers.size();
+    if (std::from_chars(begin, name.data() + name.size(), layer).ec == std::errc()) return layer + 1;
+  }
+  return num_layers + 1;  // the final norm and the head
 }
 
 int64_t TotalParams(const ModelSpec& m) {

@@ -71,6 +71,10 @@ int64_t PaddedVocabSize(const ModelSpec& m, int tp);
 double EmbeddingParamsPerRank(const ModelSpec& m, int tp);
 double HeadParamsPerRank(const ModelSpec& m, int tp);
 int64_t TotalParams(const ModelSpec& m);
+/// The model's parts, numbered as islands stream them (IslandsConfig::fragments): the embedding 0,
+/// decoder layer l l + 1, the final norm and the head num_layers + 1 — parameter `name`'s (Hugging
+/// Face names; a tied head's copy is the embedding's: name it so).
+int64_t ModelPartOf(const std::string& name, int64_t num_layers);
 
 // ---- FLOPs (a multiply-add counts 2) ------------------------------------------------------------
 /// Forward FLOPs per token of one decoder layer at sequence length `seq_len`: the matmuls plus

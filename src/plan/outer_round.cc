@@ -75,6 +75,27 @@ int AddCollective(Schedule& round, OpKind kind, std::vector<int32_t> ranks, doub
   return static_cast<int>(round.collectives.size()) - 1;
 }
 
+// The share of ministage `m`'s values in streaming fragment `options.fragment` (its parts' values over
+// all of them; 1 without fragments).
+double FragmentShare(const ScheduleMinistage& m, const OuterRoundOptions& options) {
+  if (options.fragments <= 1) return 1;
+  double in = 0, all = 0;
+  const auto add = [&](int64_t part, double values) {
+    all += values;
+    if (part % options.fragments == options.fragment) in += values;
+  };
+  const double norm = static_cast<double>(options.head_values) -
+                      (options.tied_embeddings ? 0 : static_cast<double>(options.embedding_values));
+  if (m.embedding) add(0, static_cast<double>(options.embedding_values));
+  for (int32_t l = m.layer_begin; l < m.layer_end; ++l) add(l + 1, static_cast<double>(options.layer_values));
+  if (m.head) {
+    add(options.num_layers + 1, norm);
+    if (!options.tied_embeddings) add(options.num_layers + 1, static_cast<double>(options.embedding_values));
+    if (options.tied_embeddings && !m.embedding) add(0, static_cast<double>(options.embedding_values));
+  }
+  return all > 0 ? in / all : 0;
+}
+
 // Island rank `p`'s program in the round, as rank `rank`, without ops yet.
 Program RoundProgram(const Program& p, int32_t rank) {
   Program q;
@@ -145,7 +166,10 @@ class RoundLowering {
     double widest = 0;
     for (int i = 0; i < n; ++i) {
       across.push_back(RoundRank(i, r, ranks_each()));
-      widest = std::max(widest, PieceValues(static_cast<size_t>(i), r, v));
+      widest = std::max(
+          widest,
+          FragmentShare(islands_[static_cast<size_t>(i)]->ministages[static_cast<size_t>(v)], options_) *
+              PieceValues(static_cast<size_t>(i), r, v));
     }
     // An all-reduce's payload is a piece (the largest: the members' must be alike); an all-gather's
     // every member's compressed piece.
@@ -190,7 +214,9 @@ class RoundLowering {
 
   void AddPiece(size_t island, int r, int v) {
     const double mb = options_.master_bytes;
-    const double piece = PieceValues(island, r, v);
+    const double share = FragmentShare(islands_[island]->ministages[static_cast<size_t>(v)], options_);
+    if (share <= 0) return;  // none of the fragment
+    const double piece = share * PieceValues(island, r, v);
     const int32_t rank = RoundRank(static_cast<int>(island), r, ranks_each());
     out_.programs[static_cast<size_t>(rank)].static_device_bytes += 2 * piece * mb;  // anchor, momentum
     const int reduce = ReduceOf(r, v);
@@ -248,11 +274,13 @@ class FragmentLowering {
       }
     }
     out_.seq_len = islands_[0]->seq_len;
-    std::vector<Fragment> fragments;
-    fragments.push_back({true, false, -1, static_cast<double>(options_.embedding_values)});
+    std::vector<Fragment> fragments;  // the streaming fragment's parts (every part without fragments)
+    const auto streamed = [&](int64_t part) { return part % options_.fragments == options_.fragment; };
+    if (streamed(0)) fragments.push_back({true, false, -1, static_cast<double>(options_.embedding_values)});
     for (int32_t l = 0; l < options_.num_layers; ++l)
-      fragments.push_back({false, false, l, static_cast<double>(options_.layer_values)});
-    fragments.push_back({false, true, -1, static_cast<double>(options_.head_values)});
+      if (streamed(l + 1)) fragments.push_back({false, false, l, static_cast<double>(options_.layer_values)});
+    if (streamed(options_.num_layers + 1))
+      fragments.push_back({false, true, -1, static_cast<double>(options_.head_values)});
     // Each island's holders of each fragment (local rank -> its ministage), and each ministage's last.
     std::vector<std::vector<std::map<int, int>>> holders(fragments.size());
     std::map<std::pair<size_t, int>, size_t> last;  // (island, ministage) -> its last fragment
@@ -374,8 +402,10 @@ class FragmentLowering {
     const auto piece_it = updated_[i][static_cast<size_t>(r)].find(v);
     if (piece_it == updated_[i][static_cast<size_t>(r)].end()) return;
     const Schedule& s = *islands_[i];
-    const double piece = s.sharded_optimizer ? piece_it->second
-                                             : piece_it->second / s.programs[static_cast<size_t>(r)].dp_size;
+    const double piece =
+        FragmentShare(s.ministages[static_cast<size_t>(v)], options_) *
+        (s.sharded_optimizer ? piece_it->second
+                             : piece_it->second / s.programs[static_cast<size_t>(r)].dp_size);
     const double mb = options_.master_bytes;
     const int32_t rank = where_.first_rank[i] + r;
     const int round_v = where_.first_ministage[i] + v;
@@ -468,6 +498,12 @@ void OrderForOverlap(Schedule& round, const OuterRoundOptions& options) {
 Result<Schedule> LowerOuterRound(const std::vector<const Schedule*>& islands,
                                  const OuterRoundOptions& options, OuterRoundLayout* layout) {
   if (islands.empty()) return Status::InvalidArgument("an outer round needs at least one island");
+  if (options.fragments < 1 || options.fragment < 0 || options.fragment >= options.fragments)
+    return Status::InvalidArgument(
+        fmt::format("fragment {} of {}: not a streaming fragment", options.fragment, options.fragments));
+  if (options.fragments > 1 && (options.num_layers <= 0 || options.layer_values <= 0))
+    return Status::InvalidArgument(
+        "a streaming fragment's round needs the model's sizes (OuterRoundOptions: SetFragmentSizes)");
   std::vector<std::vector<std::map<int, double>>> updated;
   for (const Schedule* s : islands) updated.push_back(UpdatedParams(*s));
   MOTLEY_RETURN_IF_ERROR(CheckDevicesApart(islands));
@@ -486,10 +522,24 @@ Result<Schedule> LowerOuterRound(const std::vector<const Schedule*>& islands,
     where.first_ministage.assign(islands.size(), 0);
   }
   if (options.overlap_steps > 0) OrderForOverlap(round, options);
+  round.outer_fragments = options.fragments;
+  round.outer_fragment = options.fragment;
   if (layout != nullptr) *layout = where;
   if (std::string problem = CheckSchedule(round); !problem.empty())
     return Status::Internal("the outer round's schedule is unsound: " + problem);
   return round;
+}
+
+Result<std::vector<Schedule>> LowerOuterRounds(const std::vector<const Schedule*>& islands,
+                                               const OuterRoundOptions& options, OuterRoundLayout* layout) {
+  std::vector<Schedule> out;
+  for (int32_t k = 0; k < std::max(1, options.fragments); ++k) {
+    OuterRoundOptions one = options;
+    one.fragment = k;
+    MOTLEY_ASSIGN_OR_RETURN(Schedule round, LowerOuterRound(islands, one, layout));
+    out.push_back(std::move(round));
+  }
+  return out;
 }
 
 }  // namespace motley

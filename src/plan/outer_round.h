@@ -28,6 +28,14 @@
 // and once a rank's ministage has all its fragments, outer_step on its piece (and the replicas' gather).
 // Each value still crosses the slow link once an island; a rank holds one fragment whole at a time.
 //
+// With streaming fragments (OuterRoundOptions::fragments = F; Streaming DiLoCo) a round is lowered for
+// each fragment: the model's parts numbered k mod F (ModelPartOf). Its ops are the ones above, each on
+// the fragment's values of the piece (a ministage's, or a whole fragment's where shapes differ), and a
+// ministage that holds none of the fragment has none. A piece's values in the fragment are estimated
+// as the ministage's share of them (a shard's boundaries do not follow the parts): the simulator's
+// figure; the runtime exchanges exactly the fragment's values. The replicas' gather moves their whole
+// pieces (the other fragments' values in them are alike on every replica).
+//
 // A round that overlaps the islands' next inner steps (OuterRoundOptions::overlap_steps, Streaming
 // DiLoCo's overlap) orders each rank's program in two parts: every exchange (the outer_reduce ops and
 // the fragments' all_reduce ops) first, sent at the round's end while the island trains on, then every
@@ -55,6 +63,10 @@ struct OuterRoundOptions {
   int32_t num_layers = 0;
   bool tied_embeddings = false;  // a tied model: the head's copy of the embedding takes its average
   int64_t overlap_steps = 0;     // IslandsConfig::overlap_steps (Schedule::outer_overlap_steps)
+  // Streaming fragments (IslandsConfig::fragments; the fragment sizes above needed when > 1): the round
+  // of fragment `fragment` of `fragments` (Schedule::outer_fragment).
+  int32_t fragments = 1;
+  int32_t fragment = 0;
 };
 /// OuterRoundOptions' fragment sizes from a model.
 struct ModelSpec;
@@ -76,6 +88,12 @@ double OuterWireBytesPerValue(const std::string& compression, double master_byte
 /// sizes in `options` needed). Its programs are every island's ranks in turn; `layout` where they are.
 Result<Schedule> LowerOuterRound(const std::vector<const Schedule*>& islands,
                                  const OuterRoundOptions& options, OuterRoundLayout* layout = nullptr);
+
+/// Every streaming fragment's round (OuterRoundOptions::fragments of them; fragment k's the k-th), in
+/// the order a round of the clock takes them: fragment k meets (k + 1) H / F steps into it.
+Result<std::vector<Schedule>> LowerOuterRounds(const std::vector<const Schedule*>& islands,
+                                               const OuterRoundOptions& options,
+                                               OuterRoundLayout* layout = nullptr);
 
 /// The rank of island `island`'s rank `local` in a round of islands of `ranks_each` ranks each.
 inline int32_t RoundRank(int island, int local, int ranks_each) { return island * ranks_each + local; }

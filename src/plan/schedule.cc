@@ -246,6 +246,7 @@ std::string ScheduleHash(const Schedule& s) {
             s.model_flops_per_step, s.hardware_flops_per_step);
   f.Add(std::string_view(s.flextp_mode));
   if (s.outer_overlap_steps != 0) f.Add(s.outer_overlap_steps);  // (older schedules' hashes unchanged)
+  if (s.outer_fragments != 1) f.AddEach(s.outer_fragments, s.outer_fragment);
   f.Add(s.programs.size());
   for (const Program& p : s.programs) {
     f.AddEach(p.rank, p.device, p.group, p.tp_index, p.dp_index, p.dp_size, p.static_device_bytes,
@@ -259,6 +260,14 @@ std::string ScheduleHash(const Schedule& s) {
     f.AddEach(c.kind, c.bytes, c.tensor_parallel, c.calls, c.uneven_factor, c.tied_embedding, c.gathers);
     f.AddAll(c.ranks);
   }
+  return fmt::format("{:016x}", f.value());
+}
+
+std::string SchedulesHash(const std::vector<Schedule>& schedules) {
+  if (schedules.size() == 1) return ScheduleHash(schedules[0]);
+  Fingerprint f;
+  f.Add(schedules.size());
+  for (const Schedule& s : schedules) f.Add(std::string_view(ScheduleHash(s)));
   return fmt::format("{:016x}", f.value());
 }
 
@@ -348,6 +357,10 @@ nlohmann::json ScheduleToJson(const Schedule& s) {
                         {"collectives", std::move(collectives)}};
   if (s.flextp_mode != "off") out["flextp_mode"] = s.flextp_mode;  // (older schedules' hashes unchanged)
   if (s.outer_overlap_steps != 0) out["outer_overlap_steps"] = s.outer_overlap_steps;
+  if (s.outer_fragments != 1) {
+    out["outer_fragments"] = s.outer_fragments;
+    out["outer_fragment"] = s.outer_fragment;
+  }
   return out;
 }
 

@@ -218,6 +218,11 @@ struct Schedule {
   /// outer steps (and the replicas' gathers) land that many steps later. 0: a step's schedule, or a
   /// round the islands wait for.
   int64_t outer_overlap_steps = 0;
+  /// A streaming fragment's round (IslandsConfig::fragments; Streaming DiLoCo): its pieces are the
+  /// values of the model's parts numbered outer_fragment mod outer_fragments (ModelPartOf: the
+  /// embedding 0, decoder layer l l + 1, the final norm and head L + 1). 1: the whole model.
+  int32_t outer_fragments = 1;
+  int32_t outer_fragment = 0;
   double model_flops_per_step = 0;     // without recomputation (MFU)
   double hardware_flops_per_step = 0;  // what the ops execute (HFU)
   std::vector<Program> programs;       // one per rank; rank r runs on programs[r].device
@@ -239,6 +244,9 @@ nlohmann::json ScheduleToJson(const Schedule& s);
 /// A fingerprint of everything in the schedule (16 hex digits of FNV-1a over every field of it, the
 /// ops' included): two commands that print the same one execute the same program.
 std::string ScheduleHash(const Schedule& s);
+/// Several schedules' (a run's streaming fragments' rounds, in order): one's ScheduleHash, else a hash
+/// of theirs in turn.
+std::string SchedulesHash(const std::vector<Schedule>& schedules);
 /// A readable per-rank listing: one line per op.
 std::string ScheduleListing(const Schedule& s);
 

@@ -21,11 +21,13 @@ namespace motley {
 struct IslandsSimResult {
   std::vector<SimResult> islands;    // each island's step (its memory with the outer state held)
   std::vector<int64_t> inner_steps;  // H_i
-  SimResult round;  // the outer round (at least its bytes between regions over their one link:
-                    // round.region_link_bound_s)
+  SimResult round;      // the outer round (at least its bytes between regions over their one link:
+                        // round.region_link_bound_s); with streaming fragments, the first fragment's
+  double rounds_s = 0;  // every outer round's time: round's, or with fragments all of theirs
   // The part of the round the islands wait for: all of it, or with an overlapping round
   // (Schedule::outer_overlap_steps = tau) what its exchange takes beyond tau of the H steps' time
-  // (max_i H_i step_i tau / H), and the outer steps and gathers that land after it.
+  // (max_i H_i step_i tau / H), and the outer steps and gathers that land after it; with streaming
+  // fragments, each fragment's round so, summed.
   double round_exposed_s = 0;
   double period_s = 0;           // max_i H_i step_i + round_exposed_s
   double tokens_per_period = 0;  // sum_i H_i tokens_i
@@ -36,6 +38,14 @@ struct IslandsSimResult {
   std::vector<RegionBytes> traffic;
   double cross_region_bytes_per_token = 0;
 };
+
+/// The same with streaming fragments (plan/outer_round.h: LowerOuterRounds): one round a fragment, in a
+/// period each, fragment k's overlapping the tau steps after it (the islands hold every fragment's outer
+/// state, and one fragment's values in flight at a time).
+Result<IslandsSimResult> SimulateIslands(const std::vector<const Schedule*>& islands,
+                                         const std::vector<int64_t>& inner_steps,
+                                         const std::vector<const Schedule*>& rounds, const Cluster& cluster,
+                                         const CostModel& costs, const SimConfig& config = {});
 
 /// `islands[i]` runs on `costs[i]` (the islands' devices are the cluster's; each island's cost model
 /// may carry its own profile). REQUIRES: as many inner step counts as islands, each >= 1.

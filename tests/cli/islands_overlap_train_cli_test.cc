@@ -2,10 +2,12 @@
 // islands' ranks send their pseudo-gradients at a round's end, train on, and land the outer step
 // overlap_steps later keeping what they learnt meanwhile — across processes (the exchange on a thread
 // of its own) as the same islands in one process (fp64, 1e-10), whatever the islands' plans, and the
-// round they run is the one `motley simulate --overlap-steps` times.
+// round they run is the one `motley simulate --overlap-steps` times. Streaming fragments ([islands]
+// fragments) too: each fragment's round at its own step, across processes as in one process.
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -133,18 +135,126 @@ TEST(IslandsOverlap, AnOverlapOfARoundOrMoreIsOneClearError) {
   EXPECT_CONTAINS(r.output, "bad.toml");
   EXPECT_CONTAINS(r.output, "overlap_steps");
   EXPECT_CONTAINS(r.output, "must be less than inner_steps (2)");
-  // Fragments stream in one process so far: across processes, one error saying so.
-  dir.Write("fragments.toml", OverlapJob(dir.Join("fragments"), 0) + "fragments = 2\n");
-  const std::string plans = " --island-plan " + dir.Write("p0.toml", DataParallelPlan("[0, 1]", 2)) +
-                            " --island-plan " + dir.Write("p1.toml", DataParallelPlan("[2, 3]", 2));
-  CliRun streamed = Motley("train fragments.toml" + plans, false, dir.path().string());
-  EXPECT_NE(streamed.exit_code, 0);
-  EXPECT_CONTAINS(streamed.output, "fragments = 2");
-  EXPECT_CONTAINS(streamed.output, "--single-process");
   CliRun sim = Motley("simulate --inner-steps 2 --overlap-steps 2 --island-plan a.toml --island-plan b.toml",
                       false, dir.path().string());
   EXPECT_NE(sim.exit_code, 0);
   EXPECT_CONTAINS(sim.output, "--overlap-steps 2");
+  CliRun fragments = Motley(
+      "simulate --inner-steps 4 --fragments 2 --overlap-steps 2 --island-plan a.toml "
+      "--island-plan b.toml",
+      false, dir.path().string());
+  EXPECT_NE(fragments.exit_code, 0);
+  EXPECT_CONTAINS(fragments.output, "--fragments 2");
+}
+
+// The fixtures' fp64 job as 2 islands meeting every 4 steps in 2 streaming fragments (the embedding and
+// layer 1, 3; layers 0, 2 with the norm and head), each fragment's round landing a step after it is sent.
+std::string FragmentsJob(const std::string& dir, int64_t checkpoint_interval) {
+  return Job(dir, 1.0, true) + "interval_steps = " + std::to_string(checkpoint_interval) +
+         "\n[islands]\ncount = 2\ninner_steps = 4\noverlap_steps = 1\nfragments = 2\n";
+}
+
+// Streaming fragments across processes (#52 item 1): each fragment's round is lowered on its own and the
+// ranks run it at its step of the round — fragment 0 at step 2, landing at 3; fragment 1 at 4, landing
+// at 5; every fragment at once at the run's end — training the model of the same islands in one
+// process (fp64, 1e-10), whatever the islands' plans; the simulator times the rounds they run.
+TEST(IslandsOverlap, StreamedFragmentsAcrossProcessesTrainTheModelOfTheSameIslandsInOneProcess) {
+  TempDir dir;
+  dir.Write("cluster.toml", kCluster);
+  dir.Write("model.toml", kModel);
+  dir.Write("ref.toml", FragmentsJob(dir.Join("ref"), 0));
+  dir.Write("whole.toml",
+            Job(dir.Join("whole"), 1.0, true) +
+                "interval_steps = 0\n[islands]\ncount = 2\ninner_steps = 4\noverlap_steps = 1\n");
+  for (const std::string name : {"ref", "whole"}) {
+    CliRun r = Motley("train " + name + ".toml --single-process", false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const auto model = [&](const std::string& run) { return dir.Join(run + "/step-000005/model.safetensors"); };
+  // Fragments change the training (each meets at its own step), so the comparisons below can fail.
+  EXPECT_GT(MaxRelativeDifference(model("ref"), model("whole")), 1e-6);
+  struct Case {
+    std::string name, island0, island1;
+  };
+  for (const Case& c : {Case{"zero2", DataParallelPlan("[0, 1]", 2), DataParallelPlan("[2, 3]", 2)},
+                        Case{"zero0", DataParallelPlan("[0, 1]", 0), DataParallelPlan("[2, 3]", 0)},
+                        Case{"pipeline", PipelinePlan(0), PipelinePlan(2)},
+                        Case{"tp", TensorParallelPlan("[0, 1]"), TensorParallelPlan("[2, 3]")},
+                        Case{"unlike", DataParallelPlan("[0, 1]", 2), PipelinePlan(2)}}) {
+    SCOPED_TRACE(c.name);
+    dir.Write(c.name + ".toml", FragmentsJob(dir.Join(c.name), 0));
+    const std::string plans = " --island-plan " + dir.Write(c.name + "-0.plan.toml", c.island0) +
+                              " --island-plan " + dir.Write(c.name + "-1.plan.toml", c.island1);
+    CliRun r = Motley(fmt::format("launch --nproc 4 -- {} train {}.toml --metrics {}.jsonl{}", MOTLEY_BIN,
+                                  c.name, c.name, plans),
+                      false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const double d = MaxRelativeDifference(model(c.name), model("ref"));
+    std::cout << c.name << ": relative difference of the parameters " << d << "\n";
+    EXPECT_GE(d, 0);
+    EXPECT_LT(d, 1e-10);
+    // The outer momentum, every fragment's, as one process holds it.
+    const double m = MaxMomentumDifference(dir.Join(c.name + "/step-000005/islands.safetensors"),
+                                           dir.Join("ref/step-000005/islands.safetensors"));
+    EXPECT_GE(m, 0);
+    EXPECT_LT(m, 1e-10);
+    std::ifstream metrics(dir.Join(c.name + ".jsonl"));
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> rounds;  // step, fragment, landed at (-1: at once)
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("event", "") != "outer_round") continue;
+      rounds.emplace_back(j["step"].get<int64_t>(), j["fragment"].get<int64_t>(),
+                          j.value("landed_at_step", int64_t{-1}));
+      EXPECT_GT(j["bytes_sent"].get<double>(), 0);
+    }
+    EXPECT_EQ(rounds, (std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+                          {2, 0, 3}, {4, 1, 5}, {5, 0, -1}, {5, 1, -1}}));
+    CliRun sim = Motley("simulate --json --inner-steps 4 --overlap-steps 1 --fragments 2" + plans, false,
+                        dir.path().string());
+    ASSERT_EQ(sim.exit_code, 0) << sim.output;
+    const nlohmann::json j = nlohmann::json::parse(sim.output);
+    EXPECT_CONTAINS(r.output, "outer round: " + j["round_schedule_hash"].get<std::string>());
+    EXPECT_EQ(j["fragments"].get<int64_t>(), 2);
+  }
+}
+
+// A checkpoint of streamed fragments (every fragment meets at once there) holds each fragment's outer
+// momentum; resumed across processes, in either checkpoint form, the run goes on as the run not stopped
+// (fp64, 1e-12), and as one process resumed from it goes on (1e-10).
+TEST(IslandsOverlap, ACheckpointOfStreamedFragmentsResumesAsTheRunNotStopped) {
+  TempDir dir;
+  dir.Write("cluster.toml", kCluster);
+  dir.Write("model.toml", kModel);
+  const std::string plans = " --island-plan " + dir.Write("p0.toml", DataParallelPlan("[0, 1]", 0)) +
+                            " --island-plan " + dir.Write("p1.toml", DataParallelPlan("[2, 3]", 0));
+  for (const std::string form : {"consolidated", "sharded"}) {
+    SCOPED_TRACE(form);
+    const auto job = [&](const std::string& name) {
+      std::string text = FragmentsJob(dir.Join(name), 8);
+      text.insert(text.find("[islands]"), "format = \"" + form + "\"\n");
+      dir.Write(name + ".toml", text);
+    };
+    const std::string whole = "whole-" + form, again = "again-" + form, one = "one-" + form;
+    for (const std::string& name : {whole, again, one}) job(name);
+    // 12 steps: fragment 0 at 2, 6 and 10, fragment 1 at 4; both at 8 (a checkpoint) and at 12.
+    CliRun r = Motley("train " + whole + ".toml --steps 12" + plans, false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string step8 = dir.Join(whole + "/step-000008");
+    r = Motley("train " + again + ".toml --steps 12 --resume " + step8 + plans, false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = Motley("train " + one + ".toml --steps 12 --single-process --resume " + step8 + plans, false,
+               dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string end = "/step-000012/model.safetensors";
+    const double d = MaxRelativeDifference(dir.Join(whole + end), dir.Join(again + end));
+    const double in_one = MaxRelativeDifference(dir.Join(whole + end), dir.Join(one + end));
+    std::cout << form << ": resumed against not stopped " << d << ", resumed in one process " << in_one
+              << "\n";
+    EXPECT_GE(d, 0);
+    EXPECT_LT(d, 1e-12);
+    EXPECT_GE(in_one, 0);
+    EXPECT_LT(in_one, 1e-10);
+  }
 }
 
 }  // namespace

@@ -48,25 +48,6 @@ std::string PipelinePlan(int first_device, int microbatch, int microbatches) {
   return plan;
 }
 
-// The largest relative difference of the outer momentum in two checkpoints' islands.safetensors, over
-// `b`'s (-1: `a` lacks one, or `b` has none).
-double MaxMomentumDifference(const std::string& a_path, const std::string& b_path) {
-  const auto a = ReadSafetensors(a_path).tensors, b = ReadSafetensors(b_path).tensors;
-  double worst = -1;
-  for (const auto& [name, y] : b) {
-    if (!name.starts_with("outer.")) continue;
-    if (!a.count(name) || a.at(name).size() != y.size()) return -1;
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < y.size(); ++i) {
-      diff = std::max(diff, std::abs(a.at(name)[i] - y[i]));
-      norm = std::max(norm, std::abs(y[i]));
-    }
-    if (norm == 0) return -1;
-    worst = std::max(worst, diff / norm);
-  }
-  return worst;
-}
-
 TEST(IslandsTrain, LaunchedIslandsTrainTheModelOfIslandsInOneProcess) {
   TempDir dir;
   dir.Write("cluster.toml", kCluster);

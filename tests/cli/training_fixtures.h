@@ -105,6 +105,25 @@ inline double MaxRelativeDifference(const std::string& a_path, const std::string
   return worst;
 }
 
+// The largest relative difference of the outer momentum in two checkpoints' islands.safetensors, over
+// `b`'s (-1: `a` lacks one, or `b` has none).
+inline double MaxMomentumDifference(const std::string& a_path, const std::string& b_path) {
+  const auto a = ReadSafetensors(a_path).tensors, b = ReadSafetensors(b_path).tensors;
+  double worst = -1;
+  for (const auto& [name, y] : b) {
+    if (!name.starts_with("outer.")) continue;
+    if (!a.count(name) || a.at(name).size() != y.size()) return -1;
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      diff = std::max(diff, std::abs(a.at(name)[i] - y[i]));
+      norm = std::max(norm, std::abs(y[i]));
+    }
+    if (norm == 0) return -1;
+    worst = std::max(worst, diff / norm);
+  }
+  return worst;
+}
+
 inline std::string Job(const std::string& dir, double clip, bool checkpointing,
                        const std::string& precision = "fp64") {
   return "model = \"model.toml\"\ncluster = \"cluster.toml\"\n[training]\nsteps = 5\nseq_len = 16\n"

@@ -158,6 +158,12 @@ class Executor {
   /// prefetch carries to the device), or with ZeRO-0 its even part of the replicated parameters. An
   /// error where a step would not see the change (a full copy kept gathered apart from the shard).
   Result<torch::Tensor> OuterPiece(int v);
+  /// Where ministage `v`'s outer-round piece begins in its flat parameters, and its values.
+  std::pair<int64_t, int64_t> OuterRange(int v) const;
+  /// Streaming fragments (plan/outer_round.h): where the values of fragment `fragment` of `fragments`
+  /// (the parameters of the model's parts numbered so, ModelPartOf) lie in ministage `v`'s outer-round
+  /// piece — [begin, begin + count) each, in order, none touching the next; one fragment: the piece.
+  std::vector<std::pair<int64_t, int64_t>> OuterFragmentRanges(int v, int fragment, int fragments) const;
   /// After the outer step of ministage `v`'s pieces: the island's replicas of it (`group` over `comm`,
   /// in replica order) gather each other's new pieces into their full parameters.
   Status GatherOuterPieces(int v, Communicator& comm, CommGroup& group);
@@ -200,8 +206,6 @@ class Executor {
   /// The outer state of every ministage (GatherOuterState's `pieces`, `replicas`) put in place of the
   /// first moment, whole where a ZeRO-0 replica holds a part; `swapped` holds the moments, to put back
   /// by swapping again.
-  /// Where ministage `v`'s outer-round piece begins in its flat parameters, and its values.
-  std::pair<int64_t, int64_t> OuterRange(int v) const;
   Status SwapOuterIntoFirstMoment(const std::map<int, torch::Tensor>& pieces, Communicator& comm,
                                   const std::map<int, CommGroup*>& replicas,
                                   std::map<int, torch::Tensor>* swapped);

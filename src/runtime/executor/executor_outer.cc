@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/model.h"
 #include "plan/state_shares.h"
 #include "runtime/executor/executor.h"
 #include "runtime/model/tensor_parallel.h"
@@ -126,6 +127,23 @@ std::pair<int64_t, int64_t> Executor::OuterRange(int v) const {
   const Program& prog = schedule_.programs[rank_];
   const StateSplit split = OuterSplit(state, prog.dp_size);
   return {split.begin[prog.dp_index], split.numel[prog.dp_index]};
+}
+
+std::vector<std::pair<int64_t, int64_t>> Executor::OuterFragmentRanges(int v, int fragment,
+                                                                       int fragments) const {
+  const auto [begin, count] = OuterRange(v);
+  if (fragments <= 1) return {{0, count}};
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const MinistageState::NamedPart& part : ministages_.at(v)->PartsIn(begin, count)) {
+    const std::string& name =
+        part.name == kHead && model_->head_is_tied_copy() ? std::string(kEmbedding) : part.name;
+    if (ModelPartOf(name, model_->spec().num_layers) % fragments != fragment) continue;
+    if (!out.empty() && out.back().first + out.back().second == part.in_range)
+      out.back().second += part.count;
+    else
+      out.emplace_back(part.in_range, part.count);
+  }
+  return out;
 }
 
 std::vector<std::string> Executor::FragmentNames(const Op& op) const {

@@ -238,6 +238,17 @@ std::vector<MinistageState::Overlap> MinistageState::Overlaps(
   return out;
 }
 
+std::vector<MinistageState::NamedPart> MinistageState::PartsIn(int64_t begin, int64_t count) const {
+  std::vector<NamedPart> out;
+  for (const Range& r : ranges_) {
+    const int64_t lo = std::max(r.flat_begin, begin), hi = std::min(r.flat_begin + r.numel, begin + count);
+    if (lo < hi) out.push_back({params_[r.param].name, lo - begin, hi - lo});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const NamedPart& a, const NamedPart& b) { return a.in_range < b.in_range; });
+  return out;
+}
+
 void MinistageState::FlatRangeFrom(int64_t begin, const std::map<std::string, torch::Tensor>& whole,
                                    torch::Tensor& flat) const {
   torch::NoGradGuard no_grad;

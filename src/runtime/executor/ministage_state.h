@@ -130,6 +130,13 @@ class MinistageState {
   /// from `whole`, or "".
   std::string FlatRange(int64_t begin, int64_t count, const std::map<std::string, torch::Tensor>& whole,
                         torch::Tensor* out) const;
+  /// The parameters' parts among flat values [begin, begin + count), in flat order: each one's name,
+  /// where its part starts in the range, and its length (padding belongs to none).
+  struct NamedPart {
+    std::string name;
+    int64_t in_range, count;
+  };
+  std::vector<NamedPart> PartsIn(int64_t begin, int64_t count) const;
   /// The same range between `flat` (its `count` values) and some parameters only (islands of unlike
   /// shapes exchange a fragment at a time): into `flat` from the parameters in `whole` (the other
   /// values untouched), or from `flat` into them (contiguous, each in its parameter's shape).

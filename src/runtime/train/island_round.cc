@@ -52,13 +52,13 @@ Result<OuterExchange> ExchangeFragment(IslandPlace& place, const Schedule& round
         fmt::format("rank {}: the outer round exchanges a fragment of ministage {}, whose piece "
                     "it does not step",
                     place.outer->rank(), v));
-  std::map<std::string, torch::Tensor> mine = executor.OuterPieceAsWhole(v, delta->second, names);
+  std::map<std::string, torch::Tensor> mine =
+      executor.OuterPieceAsWhole(v, SpreadRoundPiece(round, v, delta->second, executor), names);
   std::vector<torch::Tensor> values;
   for (const std::string& name : names) values.push_back(mine.at(name));
   std::vector<FragmentStep> steps;
   for (const Op* op : ops)
-    steps.push_back(
-        {op->kind == OpKind::kOuterReduce, place.round_groups.at(static_cast<size_t>(op->collective))});
+    steps.push_back({op->kind == OpKind::kOuterReduce, place.GroupOf(round, op->collective)});
   auto start = Clock::now();
   MOTLEY_ASSIGN_OR_RETURN(OuterExchange done,
                           AverageFragment(*place.outer, steps, values, tokens, compression, [&](size_t k) {
@@ -87,6 +87,7 @@ struct RoundRun {
   const DeviceEmulation& emulation;
   double tokens;
   RoundPieceState pieces;
+  std::vector<torch::Tensor> attached;  // the outer optimizer's pieces (RoundPieces)
   std::vector<torch::Tensor> launched;  // an overlapped round's: each piece's value when sent
   RoundReport report;
   const Program& program() const { return round.programs[static_cast<size_t>(place.outer->rank())]; }
@@ -96,18 +97,21 @@ struct RoundRun {
 // pseudo-gradient at once (an overlapped round's, sent before the island trains on; else a piece's is
 // taken when its exchange comes, as islands of unlike shapes take theirs at once too).
 Status StartRun(RoundRun& run, bool take_deltas) {
-  MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> attached,
-                          RoundPieces(run.program(), run.place.first_ministage, run.executor));
+  MOTLEY_ASSIGN_OR_RETURN(
+      run.attached, RoundPieces(run.round, run.place.outer->rank(), run.place.first_ministage, run.executor));
   if (take_deltas)
-    for (const torch::Tensor& piece : attached) run.launched.push_back(piece.detach().clone());
-  run.outer.Attach(std::move(attached));
+    for (const torch::Tensor& piece : run.attached) run.launched.push_back(piece.detach().clone());
+  run.outer.Attach(run.attached);
   for (const Op& op : run.program().ops)
     if (op.kind == OpKind::kOuterStep) {
       const int v = op.ministage - run.place.first_ministage;
       const size_t k = run.pieces.index.size();
       run.pieces.index[v] = k;
       if (run.place.whole_fragments || take_deltas) run.pieces.delta[v] = run.outer.PseudoGradient(k);
-      if (run.place.whole_fragments) run.pieces.average[v] = torch::zeros_like(run.pieces.delta[v]);
+      if (run.place.whole_fragments) {  // in the piece's layout: each of the fragment's parts fills its own
+        MOTLEY_ASSIGN_OR_RETURN(const torch::Tensor piece, run.executor.OuterPiece(v));
+        run.pieces.average[v] = torch::zeros_like(piece);
+      }
     }
   return Status::Ok();
 }
@@ -123,14 +127,16 @@ Status RunOps(RoundRun& run, size_t begin, size_t end) {
   for (size_t k = begin; k < end;) {
     const Op& op = ops[k];
     const int v = op.ministage - place.first_ministage;
-    CommGroup* group =
-        op.collective >= 0 ? place.round_groups.at(static_cast<size_t>(op.collective)) : nullptr;
+    CommGroup* group = op.collective >= 0 ? place.GroupOf(run.round, op.collective) : nullptr;
     const auto start = Clock::now();
     OuterExchange done;
     if (op.kind == OpKind::kOuterStep) {
       const size_t i = run.pieces.index.at(v);
-      run.outer.StepPiece(i, run.pieces.average.at(v),
-                          run.launched.empty() ? torch::Tensor() : run.launched[i]);
+      const torch::Tensor& average = run.pieces.average.at(v);
+      run.outer.StepPiece(
+          i, place.whole_fragments ? TakeRoundPiece(run.round, v, average, run.executor) : average,
+          run.launched.empty() ? torch::Tensor() : run.launched[i]);
+      MOTLEY_RETURN_IF_ERROR(PutRoundPiece(run.round, v, run.attached.at(i), run.executor));
       run.pieces.delta.erase(v);
       run.pieces.average.erase(v);
     } else if (op.kind == OpKind::kAllGather) {
@@ -168,15 +174,53 @@ Status RunOps(RoundRun& run, size_t begin, size_t end) {
 
 // This rank's pieces of the round: one an outer step of its program, in order (the outer optimizer's),
 // by the island's own ministage.
-Result<std::vector<torch::Tensor>> RoundPieces(const Program& program, int first_ministage,
+Result<std::vector<torch::Tensor>> RoundPieces(const Schedule& round, int rank, int first_ministage,
                                                Executor& executor) {
   std::vector<torch::Tensor> pieces;
-  for (const Op& op : program.ops)
+  for (const Op& op : round.programs.at(static_cast<size_t>(rank)).ops)
     if (op.kind == OpKind::kOuterStep) {
-      MOTLEY_ASSIGN_OR_RETURN(torch::Tensor piece, executor.OuterPiece(op.ministage - first_ministage));
-      pieces.push_back(std::move(piece));
+      const int v = op.ministage - first_ministage;
+      MOTLEY_ASSIGN_OR_RETURN(torch::Tensor piece, executor.OuterPiece(v));
+      pieces.push_back(round.outer_fragments > 1 ? TakeRoundPiece(round, v, piece, executor) : piece);
     }
   return pieces;
+}
+
+torch::Tensor TakeRoundPiece(const Schedule& round, int v, const torch::Tensor& whole, Executor& executor) {
+  if (round.outer_fragments <= 1) return whole;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> parts;
+  for (const auto& [begin, count] :
+       executor.OuterFragmentRanges(v, round.outer_fragment, round.outer_fragments))
+    parts.push_back(whole.narrow(0, begin, count));
+  return parts.empty() ? whole.narrow(0, 0, 0).clone() : torch::cat(parts);
+}
+
+torch::Tensor SpreadRoundPiece(const Schedule& round, int v, const torch::Tensor& values,
+                               Executor& executor) {
+  if (round.outer_fragments <= 1) return values;
+  torch::NoGradGuard no_grad;
+  torch::Tensor whole = torch::zeros({executor.OuterRange(v).second}, values.options());
+  int64_t at = 0;
+  for (const auto& [begin, count] :
+       executor.OuterFragmentRanges(v, round.outer_fragment, round.outer_fragments)) {
+    whole.narrow(0, begin, count).copy_(values.narrow(0, at, count));
+    at += count;
+  }
+  return whole;
+}
+
+Status PutRoundPiece(const Schedule& round, int v, const torch::Tensor& values, Executor& executor) {
+  if (round.outer_fragments <= 1) return Status::Ok();  // the piece is a view
+  torch::NoGradGuard no_grad;
+  MOTLEY_ASSIGN_OR_RETURN(torch::Tensor piece, executor.OuterPiece(v));
+  int64_t at = 0;
+  for (const auto& [begin, count] :
+       executor.OuterFragmentRanges(v, round.outer_fragment, round.outer_fragments)) {
+    piece.narrow(0, begin, count).copy_(values.narrow(0, at, count));
+    at += count;
+  }
+  return Status::Ok();
 }
 
 Result<RoundReport> OuterRound(IslandPlace& place, const Schedule& round, OuterOptimizer& outer,
@@ -235,9 +279,9 @@ Result<RoundReport> LandRound(RoundInFlightPtr flight, OuterOptimizer& outer, Ex
   flight->thread_.join();
   MOTLEY_RETURN_IF_ERROR(flight->status_);
   RoundRun& run = flight->run_;
-  MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> attached,
-                          RoundPieces(run.program(), run.place.first_ministage, executor));
-  outer.Attach(std::move(attached));  // where the pieces are now
+  MOTLEY_ASSIGN_OR_RETURN(
+      run.attached, RoundPieces(run.round, run.place.outer->rank(), run.place.first_ministage, executor));
+  outer.Attach(run.attached);  // where the pieces are now
   MOTLEY_RETURN_IF_ERROR(RunOps(run, flight->exchange_end_, run.program().ops.size()));
   outer.FinishStep();
   run.report.seconds += SecondsSince(start);

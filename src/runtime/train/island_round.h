@@ -28,12 +28,16 @@ namespace motley {
 // position, every rank making all of them in the same order; islands of like shapes only).
 struct IslandPlace {
   int island = 0, local_rank = 0;
-  int first_ministage = 0;               // where the island's ministages begin in the round's table
-  bool whole_fragments = false;          // unlike shapes: the round exchanges whole fragments
-  std::unique_ptr<Communicator> outer;   // every rank of every island
-  std::unique_ptr<Communicator> own;     // this island's ranks
-  CommGroup* across = nullptr;           // the matching ranks of every island (like shapes)
-  std::vector<CommGroup*> round_groups;  // the outer round's collectives' groups (null: not a member)
+  int first_ministage = 0;              // where the island's ministages begin in the round's table
+  bool whole_fragments = false;         // unlike shapes: the round exchanges whole fragments
+  std::unique_ptr<Communicator> outer;  // every rank of every island
+  std::unique_ptr<Communicator> own;    // this island's ranks
+  CommGroup* across = nullptr;          // the matching ranks of every island (like shapes)
+  // Each outer round's collectives' groups (null: not a member), by the round's streaming fragment.
+  std::vector<std::vector<CommGroup*>> round_groups;
+  CommGroup* GroupOf(const Schedule& round, int32_t collective) const {
+    return round_groups.at(static_cast<size_t>(round.outer_fragment)).at(static_cast<size_t>(collective));
+  }
 };
 
 // What one outer round did on this rank (its lead rank's go to the metrics).
@@ -45,10 +49,16 @@ struct RoundReport {
   double compression_error = 0;  // the largest relative error of a piece's compression
 };
 
-/// This rank's pieces of the round: one an outer step of its program, in order (the outer optimizer's),
-/// by the island's own ministage.
-Result<std::vector<torch::Tensor>> RoundPieces(const Program& program, int first_ministage,
+/// This rank's pieces of the round: one an outer step of its program (`rank`'s), in order (the outer
+/// optimizer's), by the island's own ministage. A streaming fragment's round (Schedule::outer_fragment):
+/// each piece's values of the fragment, copied out (PutRoundPiece writes them back); else views.
+Result<std::vector<torch::Tensor>> RoundPieces(const Schedule& round, int rank, int first_ministage,
                                                Executor& executor);
+/// A streaming fragment's piece of ministage `v` (RoundPieces') back into the ministage's values.
+Status PutRoundPiece(const Schedule& round, int v, const torch::Tensor& values, Executor& executor);
+/// Ministage `v`'s piece (OuterPiece's layout, zeros elsewhere) from a fragment's piece of it, and back.
+torch::Tensor SpreadRoundPiece(const Schedule& round, int v, const torch::Tensor& values, Executor& executor);
+torch::Tensor TakeRoundPiece(const Schedule& round, int v, const torch::Tensor& whole, Executor& executor);
 
 /// A round the islands wait for: every op of this rank's program, in order.
 Result<RoundReport> OuterRound(IslandPlace& place, const Schedule& round, OuterOptimizer& outer,

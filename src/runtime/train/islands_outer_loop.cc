@@ -1,23 +1,15 @@
 #include "runtime/train/islands_outer_loop.h"
 
 #include <algorithm>
-#include <charconv>
 
+#include "core/model.h"
 #include "runtime/islands/island_exchange.h"
 #include "runtime/train/trainer.h"
 
 namespace motley::trainer_parts {
 
 int64_t IslandFragmentOf(const std::string& name, int64_t num_layers, int64_t fragments) {
-  int64_t part = num_layers + 1;  // the final norm and the head
-  if (name.find("embed_tokens") != std::string::npos) part = 0;
-  const std::string layers = "layers.";
-  if (const size_t at = name.find(layers); at != std::string::npos) {
-    int64_t layer = 0;
-    const char* begin = name.data() + at + layers.size();
-    if (std::from_chars(begin, name.data() + name.size(), layer).ec == std::errc()) part = layer + 1;
-  }
-  return part % fragments;
+  return ModelPartOf(name, num_layers) % fragments;
 }
 
 IslandsOuterLoop::IslandsOuterLoop(const JobSpec& job, std::vector<Replica>& replicas,

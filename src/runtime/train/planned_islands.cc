@@ -28,12 +28,13 @@ namespace {
 
 // The islands' plans, which of them are launched, and where each island's ranks and sequences start.
 struct IslandLayout {
-  std::vector<Plan> plans;              // every island's, in island order
-  std::vector<int> present;             // the islands launched, in order (all but a lost one)
-  Schedule round;                       // the outer round (plan/outer_round.h) of the present islands' ranks
-  OuterRoundLayout where;               // each present island's first rank and ministage in the round
+  std::vector<Plan> plans;   // every island's, in island order
+  std::vector<int> present;  // the islands launched, in order (all but a lost one)
+  // The outer rounds (plan/outer_round.h) of the present islands' ranks: one a streaming fragment.
+  std::vector<Schedule> rounds;
+  OuterRoundLayout where;               // each present island's first rank and ministage in the rounds
   std::vector<int64_t> first_sequence;  // each island's, in each step's global batch
-  int world_size() const { return static_cast<int>(round.programs.size()); }
+  int world_size() const { return static_cast<int>(rounds.at(0).programs.size()); }
   // The position among the present islands of the island that round rank `rank` belongs to.
   int PositionOf(int rank) const {
     return static_cast<int>(std::upper_bound(where.first_rank.begin(), where.first_rank.end(), rank) -
@@ -77,11 +78,6 @@ Result<std::vector<int>> PresentIslands(const JobSpec& job, const TrainOptions& 
 }
 
 Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& options) {
-  if (job.islands.fragments > 1)
-    return Status::InvalidArgument(fmt::format(
-        "{}: [islands] fragments = {}: islands across processes synchronise the whole model a round so far; "
-        "stream fragments in one process (motley train {} --single-process) or set fragments = 1",
-        job.file, job.islands.fragments, job.file));
   const std::vector<std::string>& paths = options.planned.island_plans;
   if (static_cast<int64_t>(paths.size()) != job.islands.count)
     return Status::InvalidArgument(fmt::format(
@@ -121,9 +117,10 @@ Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& optio
   OuterRoundOptions round;
   round.compression = job.islands.outer.compression;
   round.overlap_steps = job.islands.overlap_steps;
+  round.fragments = static_cast<int32_t>(job.islands.fragments);
   round.master_bytes = BytesPerElement(MasterPrecision(job.training.precision));
   SetFragmentSizes(job.model, round);
-  MOTLEY_ASSIGN_OR_RETURN(out.round, LowerOuterRound(islands, round, &out.where));
+  MOTLEY_ASSIGN_OR_RETURN(out.rounds, LowerOuterRounds(islands, round, &out.where));
   return out;
 }
 
@@ -160,13 +157,16 @@ Result<IslandPlace> JoinIslands(const IslandLayout& layout, const TrainOptions& 
     }
   // One group a set of members, every rank making them in the round's order.
   std::map<std::vector<int32_t>, CommGroup*> made;
-  for (const Collective& c : layout.round.collectives) {
-    auto [it, added] = made.try_emplace(c.ranks, nullptr);
-    if (added) {
-      MOTLEY_ASSIGN_OR_RETURN(it->second,
-                              place.outer->NewGroup(std::vector<int>(c.ranks.begin(), c.ranks.end())));
+  for (const Schedule& round : layout.rounds) {
+    place.round_groups.emplace_back();
+    for (const Collective& c : round.collectives) {
+      auto [it, added] = made.try_emplace(c.ranks, nullptr);
+      if (added) {
+        MOTLEY_ASSIGN_OR_RETURN(it->second,
+                                place.outer->NewGroup(std::vector<int>(c.ranks.begin(), c.ranks.end())));
+      }
+      place.round_groups.back().push_back(it->second->index >= 0 ? it->second : nullptr);
     }
-    place.round_groups.push_back(it->second->index >= 0 ? it->second : nullptr);
   }
   return place;
 }
@@ -200,20 +200,26 @@ struct OuterCheckpoint {
   CheckpointExtraFile file;
   PlannedRun::OwnedStateFn owned;  // sharded: the rank's pieces with their outer momentum
 };
-Result<OuterCheckpoint> OuterStateFile(IslandPlace& place, const Schedule& round, const OuterOptimizer& outer,
-                                       Executor& executor, bool sharded) {
-  OuterCheckpoint out{{kIslandsFile, {}, {{"islands", "1"}, {"outer_steps", std::to_string(outer.steps())}}},
-                      nullptr};
-  if (outer.momentum().empty()) return out;  // none (no outer momentum, or no round yet)
-  std::map<int, torch::Tensor> pieces;
-  std::map<int, CommGroup*> replicas;  // ZeRO-0: the island's replicas gather their pieces
-  size_t k = 0;
-  for (const Op& op : round.programs[static_cast<size_t>(place.outer->rank())].ops) {
-    if (op.kind == OpKind::kOuterStep)
-      pieces[op.ministage - place.first_ministage] = outer.momentum().at(k++);
-    if (op.kind == OpKind::kAllGather)
-      replicas[op.ministage - place.first_ministage] =
-          place.round_groups.at(static_cast<size_t>(op.collective));
+Result<OuterCheckpoint> OuterStateFile(IslandPlace& place, const std::vector<Schedule>& rounds,
+                                       const std::vector<OuterOptimizer>& outers, Executor& executor,
+                                       bool sharded) {
+  OuterCheckpoint out{
+      {kIslandsFile, {}, {{"islands", "1"}, {"outer_steps", std::to_string(outers.back().steps())}}},
+      nullptr};
+  if (std::all_of(outers.begin(), outers.end(), [](const OuterOptimizer& o) { return o.momentum().empty(); }))
+    return out;                         // none (no outer momentum, or no round yet)
+  std::map<int, torch::Tensor> pieces;  // by ministage: its piece's, every fragment's part in place
+  std::map<int, CommGroup*> replicas;   // ZeRO-0: the island's replicas gather their pieces
+  for (size_t f = 0; f < rounds.size(); ++f) {
+    size_t k = 0;
+    for (const Op& op : rounds[f].programs[static_cast<size_t>(place.outer->rank())].ops) {
+      const int v = op.ministage - place.first_ministage;
+      if (op.kind == OpKind::kOuterStep && k < outers[f].momentum().size()) {
+        const torch::Tensor whole = SpreadRoundPiece(rounds[f], v, outers[f].momentum()[k++], executor);
+        if (auto [it, added] = pieces.try_emplace(v, whole); !added) it->second = it->second + whole;
+      }
+      if (op.kind == OpKind::kAllGather) replicas[v] = place.GroupOf(rounds[f], op.collective);
+    }
   }
   if (sharded) {
     out.file.metadata["momentum"] = "shards";
@@ -235,7 +241,7 @@ Result<OuterCheckpoint> OuterStateFile(IslandPlace& place, const Schedule& round
 // the first now, wrote it in a run that went back to an earlier checkpoint) is removed first: resumed
 // from this step, such an island takes the run checkpoint's moments, not another run's.
 Status CheckpointIslands(PlannedRun& run, IslandPlace& place, const IslandLayout& layout, const JobSpec& job,
-                         const OuterOptimizer& outer, bool first) {
+                         const std::vector<OuterOptimizer>& outers, bool first) {
   if (!first) MOTLEY_RETURN_IF_ERROR(run.Checkpoint({}));
   MOTLEY_RETURN_IF_ERROR(place.outer->Barrier(place.outer->world()));
   if (!first) return Status::Ok();
@@ -251,15 +257,17 @@ Status CheckpointIslands(PlannedRun& run, IslandPlace& place, const IslandLayout
     }
   MOTLEY_ASSIGN_OR_RETURN(
       const OuterCheckpoint state,
-      OuterStateFile(place, layout.round, outer, run.executor(), job.checkpoint.format == "sharded"));
+      OuterStateFile(place, layout.rounds, outers, run.executor(), job.checkpoint.format == "sharded"));
   return run.Checkpoint({state.file}, state.owned);
 }
 
-// Resuming: this rank's pieces of the outer momentum from the checkpoint's islands file (a synchronous
-// checkpoint has none: no momentum yet), and the outer steps taken.
+// Resuming: this rank's pieces of the outer momentum in `round` (RoundPieces' `pieces`) from the
+// checkpoint's islands file (a synchronous checkpoint has none: no momentum yet), and the outer steps
+// taken.
 Result<std::pair<std::vector<torch::Tensor>, int64_t>> ResumedOuterState(
-    const std::string& resume, const Program& program, int first_ministage, Executor& executor,
+    const std::string& resume, const Schedule& round, int rank, int first_ministage, Executor& executor,
     const std::vector<torch::Tensor>& pieces) {
+  const Program& program = round.programs.at(static_cast<size_t>(rank));
   MOTLEY_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpointDir(resume));
   const std::filesystem::path path = std::filesystem::path(dir) / kIslandsFile;
   std::pair<std::vector<torch::Tensor>, int64_t> out{{}, 0};
@@ -300,88 +308,109 @@ Result<std::pair<std::vector<torch::Tensor>, int64_t>> ResumedOuterState(
       MOTLEY_ASSIGN_OR_RETURN(whole[name], file.Load(key, piece.scalar_type()));
     }
     MOTLEY_ASSIGN_OR_RETURN(torch::Tensor m, executor.OuterPieceFrom(v, whole));
-    out.first.push_back(m.to(piece.device()));
+    out.first.push_back(TakeRoundPiece(round, v, m, executor).to(piece.device()));
   }
   return out;
 }
 
-// This island's run, round by round of the run's clock (island 0's steps, IslandsConfig): its own steps
-// of the round, then the outer round — every island takes part in every round, a slower one after
-// fewer steps (even none, in a short last round).
+// This island's run, meeting by meeting of the run's clock (island 0's steps, IslandsConfig): its own
+// steps up to the next meeting, then the outer round there — every island takes part in every round, a
+// slower one after fewer steps (even none, in a short last round). With streaming fragments fragment k
+// meets (k + 1) H / F steps into each round of H; where the islands must hold one model (validation,
+// a checkpoint, where this launch stops) every fragment meets at once.
 // `flight`: an overlapped round between its sending and its landing (the caller's, so that a failure is
 // reported before the exchange in flight is waited for).
 Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layout, const JobSpec& job,
                    const TrainOptions& options, int64_t clock_steps, int64_t tokens_per_step,
                    RoundInFlightPtr& flight) {
-  MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> pieces,
-                          RoundPieces(layout.round.programs[static_cast<size_t>(place.outer->rank())],
-                                      place.first_ministage, run.executor()));
-  if (!place.whole_fragments) MOTLEY_RETURN_IF_ERROR(CheckPiecesMatch(*place.outer, *place.across, pieces));
-  OuterOptimizer outer(job.islands.outer, pieces);
-  if (!options.resume.empty()) {
-    MOTLEY_ASSIGN_OR_RETURN(
-        auto resumed,
-        ResumedOuterState(options.resume, layout.round.programs[static_cast<size_t>(place.outer->rank())],
-                          place.first_ministage, run.executor(), pieces));
-    outer.Restore(std::move(resumed.first), resumed.second);
+  const int rank = place.outer->rank();
+  std::vector<OuterOptimizer> outers;  // one a streaming fragment
+  for (const Schedule& round : layout.rounds) {
+    MOTLEY_ASSIGN_OR_RETURN(std::vector<torch::Tensor> pieces,
+                            RoundPieces(round, rank, place.first_ministage, run.executor()));
+    if (!place.whole_fragments) MOTLEY_RETURN_IF_ERROR(CheckPiecesMatch(*place.outer, *place.across, pieces));
+    outers.emplace_back(job.islands.outer, pieces);
+    if (!options.resume.empty()) {
+      MOTLEY_ASSIGN_OR_RETURN(auto resumed, ResumedOuterState(options.resume, round, rank,
+                                                              place.first_ministage, run.executor(), pieces));
+      outers.back().Restore(std::move(resumed.first), resumed.second);
+    }
   }
-  const DeviceEmulation emulation(job.cluster,
-                                  layout.round.programs[static_cast<size_t>(place.outer->rank())].device);
+  const DeviceEmulation emulation(job.cluster, layout.rounds[0].programs[static_cast<size_t>(rank)].device);
   const bool first = place.island == layout.present[0];  // validates and writes checkpoints
   if (first && run.step() == 0) MOTLEY_RETURN_IF_ERROR(run.Validate(0));
-  const int64_t h = job.islands.inner_steps;
+  const int64_t h = job.islands.inner_steps, fragments = static_cast<int64_t>(layout.rounds.size());
   // Where this launch ends: the run's end, or the round's at which a lost island joins again.
   const int64_t stop =
       options.planned.stop_at_step > 0 ? std::min(clock_steps, options.planned.stop_at_step) : clock_steps;
-  // An overlapped round (the round's outer_overlap_steps) in flight: the own step it lands before.
-  int64_t land_at = 0;
-  int64_t flight_clock = 0;
-  const auto land = [&]() -> Status {
-    MOTLEY_ASSIGN_OR_RETURN(const RoundReport round, LandRound(std::move(flight), outer, run.executor()));
-    return run.WriteEvent({{"event", "outer_round"},
-                           {"step", flight_clock},
-                           {"outer_steps", outer.steps()},
-                           {"round_s", round.seconds},
-                           {"exchange_s", round.exchange_s},
-                           {"landed_at_step", run.step()},
-                           {"bytes_sent", round.bytes_sent},
-                           {"compression_error", round.compression_error}});
+  std::vector<int64_t> since(static_cast<size_t>(fragments), 0);  // own steps since each fragment met
+  const auto event = [&](size_t k, int64_t clock, const RoundReport& round) {
+    nlohmann::json e = {{"event", "outer_round"},           {"step", clock},
+                        {"outer_steps", outers[k].steps()}, {"round_s", round.seconds},
+                        {"bytes_sent", round.bytes_sent},   {"compression_error", round.compression_error}};
+    if (fragments > 1) e["fragment"] = k;
+    return e;
   };
-  const int64_t overlap = layout.round.outer_overlap_steps;
+  // An overlapped round (the rounds' outer_overlap_steps) in flight: the own step it lands before.
+  int64_t land_at = 0, flight_clock = 0;
+  size_t flight_fragment = 0;
+  const auto land = [&]() -> Status {
+    MOTLEY_ASSIGN_OR_RETURN(const RoundReport round,
+                            LandRound(std::move(flight), outers[flight_fragment], run.executor()));
+    nlohmann::json e = event(flight_fragment, flight_clock, round);
+    e["exchange_s"] = round.exchange_s;
+    e["landed_at_step"] = run.step();
+    return run.WriteEvent(e);
+  };
+  const auto take = [&](size_t k, int64_t clock) -> Status {
+    MOTLEY_ASSIGN_OR_RETURN(const RoundReport round,
+                            OuterRound(place, layout.rounds[k], outers[k], run.executor(), emulation,
+                                       static_cast<double>(since[k] * tokens_per_step)));
+    since[k] = 0;
+    return run.WriteEvent(event(k, clock, round));
+  };
+  const int64_t overlap = layout.rounds[0].outer_overlap_steps;
   for (int64_t clock = run.resumed_from_step(); clock < stop;) {
-    clock = std::min(stop, (clock / h + 1) * h);  // the round's end
-    int64_t since = 0;
-    for (; run.step() < job.islands.OwnSteps(place.island, clock); ++since) {
+    // The next meeting: a fragment's, or where this launch stops (every fragment's).
+    int64_t fragment = -1, next = stop;
+    for (int64_t k = 0; k < fragments; ++k)
+      if (const int64_t at = clock / h * h + (k + 1) * h / fragments; at > clock && at < next) {
+        next = at;
+        fragment = k;
+      }
+    clock = next;
+    for (; run.step() < job.islands.OwnSteps(place.island, clock);) {
       if (flight && run.step() >= land_at) MOTLEY_RETURN_IF_ERROR(land());
       MOTLEY_RETURN_IF_ERROR(run.Step());
+      for (int64_t& n : since) ++n;
     }
     if (flight) MOTLEY_RETURN_IF_ERROR(land());
-    const double tokens = static_cast<double>(since * tokens_per_step);
-    // A round lands at once where the islands must hold one model: validation, a checkpoint, the end.
+    // Where the islands must hold one model — validation, a checkpoint, the end — every fragment meets
+    // at once, without overlap.
     const bool validate = ValidationDue(job, clock, clock_steps),
                checkpoint = CheckpointDue(job, clock, clock_steps);
-    if (overlap > 0 && !validate && !checkpoint && clock < stop) {
-      MOTLEY_ASSIGN_OR_RETURN(flight,
-                              SendRound(place, layout.round, outer, run.executor(), emulation, tokens));
+    if (fragment >= 0 && !(clock % h == 0 && (validate || checkpoint))) {
+      const size_t k = static_cast<size_t>(fragment);
+      if (overlap == 0) {
+        MOTLEY_RETURN_IF_ERROR(take(k, clock));
+        continue;
+      }
+      MOTLEY_ASSIGN_OR_RETURN(flight, SendRound(place, layout.rounds[k], outers[k], run.executor(), emulation,
+                                                static_cast<double>(since[k] * tokens_per_step)));
+      since[k] = 0;
       land_at = job.islands.OwnSteps(place.island, clock + overlap);
       flight_clock = clock;
+      flight_fragment = k;
       continue;
     }
-    MOTLEY_ASSIGN_OR_RETURN(const RoundReport round,
-                            OuterRound(place, layout.round, outer, run.executor(), emulation, tokens));
-    MOTLEY_RETURN_IF_ERROR(run.WriteEvent({{"event", "outer_round"},
-                                           {"step", clock},
-                                           {"outer_steps", outer.steps()},
-                                           {"round_s", round.seconds},
-                                           {"bytes_sent", round.bytes_sent},
-                                           {"compression_error", round.compression_error}}));
+    for (size_t k = 0; k < outers.size(); ++k) MOTLEY_RETURN_IF_ERROR(take(k, clock));
     if (first && validate) MOTLEY_RETURN_IF_ERROR(run.Validate(run.step()));
-    if (checkpoint) MOTLEY_RETURN_IF_ERROR(CheckpointIslands(run, place, layout, job, outer, first));
+    if (checkpoint) MOTLEY_RETURN_IF_ERROR(CheckpointIslands(run, place, layout, job, outers, first));
   }
   // Stopped for a lost island to join: always a checkpoint (unless one was just written) to resume from.
   const bool write = stop == clock_steps ? options.checkpoint_at_end : !CheckpointDue(job, stop, clock_steps);
   if (write && run.resumed_from_step() < stop)
-    MOTLEY_RETURN_IF_ERROR(CheckpointIslands(run, place, layout, job, outer, first));
+    MOTLEY_RETURN_IF_ERROR(CheckpointIslands(run, place, layout, job, outers, first));
   return Status::Ok();
 }
 
@@ -422,7 +451,7 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
   for (int* rank : {&island_options.faults.die_rank, &island_options.faults.perturb_rank,
                     &island_options.faults.diverge_rank})
     *rank = *rank >= 0 && *rank == place.outer->rank() ? place.local_rank : -1;
-  island_options.planned.outer_round_hash = ScheduleHash(layout.round);
+  island_options.planned.outer_round_hash = SchedulesHash(layout.rounds);
   const int64_t clock_steps = options.steps > 0 ? options.steps : job.training.steps;
   island_options.steps = job.islands.OwnSteps(place.island, clock_steps);
   island_options.planned.resumed_steps = [islands = job.islands, i = place.island](int64_t clock) {
