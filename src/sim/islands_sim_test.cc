@@ -250,6 +250,59 @@ TEST(IslandsSim, AnOverlappedRoundCostsOnlyWhatItsStepsDoNotHide) {
   EXPECT_LT(last, 0.1 * w.round_exposed_s);
 }
 
+// Streaming fragments: one round a fragment, each on that fragment's values of every piece — together
+// the whole round's, each value once — and, overlapping the same tau steps each, the islands wait for
+// less of them than of the whole model's round (each carries about half the bytes), holding one
+// fragment in flight at a time.
+TEST(IslandsSim, StreamedFragmentsSplitTheRoundAndEachHidesBehindItsOwnSteps) {
+  const ModelSpec m = test::LayerHeavyModel(4);
+  const Cluster c = TwoRegions();
+  const Profile profile = test::FlatProfile(m, 128);
+  CostModel costs(c, m, &profile, 128, Precision::kBf16, true);
+  Islands unlike;
+  unlike.steps.push_back(LowerPlan(DataParallel({0, 1}, 2, 4), c, m).value());
+  unlike.steps.push_back(LowerPlan(DataParallel({2}, 0, 8), c, m).value());
+  for (const Islands& islands : {EastAndWest(m, c, 2), EastAndWest(m, c, 0), unlike}) {
+    OuterRoundOptions options{"none", 4};
+    SetFragmentSizes(m, options);
+    options.overlap_steps = 500;
+    const Schedule whole = LowerOuterRound(islands.pointers(), options).value();
+    options.fragments = 2;
+    const std::vector<Schedule> rounds = LowerOuterRounds(islands.pointers(), options).value();
+    ASSERT_EQ(rounds.size(), 2u);
+    const auto stepped = [](const Schedule& round, size_t r) {
+      double params = 0;
+      for (const Op& op : round.programs[r].ops)
+        if (op.kind == OpKind::kOuterStep) params += op.params;
+      return params;
+    };
+    for (size_t r = 0; r < whole.programs.size(); ++r) {
+      const double all = stepped(whole, r), first = stepped(rounds[0], r), second = stepped(rounds[1], r);
+      EXPECT_GT(first, 0);
+      EXPECT_GT(second, 0);
+      EXPECT_NEAR(first + second, all, 1e-9 * all);
+    }
+    EXPECT_EQ(rounds[1].outer_fragment, 1);
+    EXPECT_NE(SchedulesHash(rounds), ScheduleHash(whole));
+    const int64_t h = 2000;  // inner steps about as long as the whole round
+    const IslandsSimResult w = SimulateIslands(islands.pointers(), {h, h}, whole, c, costs).value();
+    const IslandsSimResult f =
+        SimulateIslands(islands.pointers(), {h, h}, {&rounds[0], &rounds[1]}, c, costs).value();
+    EXPECT_NEAR(f.cross_region_bytes_per_token, w.cross_region_bytes_per_token,
+                1e-9 * w.cross_region_bytes_per_token);
+    EXPECT_LT(f.round_exposed_s, w.round_exposed_s);
+    EXPECT_NEAR(f.period_s, w.period_s - w.round_exposed_s + f.round_exposed_s, 1e-9 * w.period_s);
+    for (size_t i = 0; i < 2; ++i)
+      for (size_t d = 0; d < w.islands[i].devices.size(); ++d)
+        EXPECT_LT(f.islands[i].devices[d].peak_memory_bytes, w.islands[i].devices[d].peak_memory_bytes);
+    std::cout << "2 fragments: the islands wait " << f.round_exposed_s << " s where the whole model's round "
+              << w.round_exposed_s << " s\n";
+  }
+  OuterRoundOptions unsized{"none", 4};
+  unsized.fragments = 2;
+  EXPECT_FALSE(LowerOuterRounds(EastAndWest(m, c, 2).pointers(), unsized).ok());
+}
+
 TEST(IslandsSim, AFasterIslandTakesMoreInnerStepsInTheSameTime) {
   EXPECT_EQ(InnerStepsBySpeed({2.0, 1.0, 0.7}, 10), (std::vector<int64_t>{10, 20, 28}));
   EXPECT_EQ(InnerStepsBySpeed({1.0, 1.0}, 50), (std::vector<int64_t>{50, 50}));
