@@ -222,18 +222,26 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
                      ? strategies.front()
                      : fmt::format("{}", fmt::join(strategies, " | "));
   // The same round overlapping the next inner steps (each of kIslandOverlapSteps), for an H whose round
-  // the islands would otherwise wait for more than a tenth of the period.
-  std::vector<std::pair<int64_t, Schedule>> overlapped;
-  for (int64_t overlap : kIslandOverlapSteps) {
-    OuterRoundOptions o = round_options;
-    o.overlap_steps = overlap;
-    Result<Schedule> lowered = LowerOuterRound(islands, o);
-    if (!lowered.ok()) {
-      *why = lowered.status().message();
-      return std::nullopt;
+  // the islands would otherwise wait for more than a tenth of the period: the whole model's, then
+  // streamed in each of kIslandFragments fragments (each exchange a fragment's, hidden behind the same
+  // steps).
+  struct Overlapped {
+    int64_t overlap_steps, fragments;
+    std::vector<Schedule> rounds;
+  };
+  std::vector<Overlapped> overlapped;
+  for (int64_t overlap : kIslandOverlapSteps)
+    for (int64_t fragments : {int64_t{1}, kIslandFragments[0], kIslandFragments[1]}) {
+      OuterRoundOptions o = round_options;
+      o.overlap_steps = overlap;
+      o.fragments = static_cast<int32_t>(fragments);
+      Result<std::vector<Schedule>> lowered = LowerOuterRounds(islands, o);
+      if (!lowered.ok()) {
+        *why = lowered.status().message();
+        return std::nullopt;
+      }
+      overlapped.push_back({overlap, fragments, std::move(*lowered)});
     }
-    overlapped.emplace_back(overlap, std::move(*lowered));
-  }
   for (int64_t h : kIslandInnerSteps) {
     std::vector<int64_t> inner = InnerStepsBySpeed(step_s, h);
     // Island 0 keeps the clock: no island takes more inner steps than it.
@@ -244,16 +252,22 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
       return std::nullopt;
     }
     out.overlap_steps = 0;
-    for (const auto& [overlap, schedule] : overlapped) {
-      if (r->round_exposed_s <= 0.1 * r->period_s || overlap >= inner.front()) break;
-      Result<IslandsSimResult> o = SimulateIslands(islands, inner, schedule, c, *a.costs);
-      if (!o.ok()) {
-        *why = o.status().message();
+    out.fragments = 1;
+    for (const Overlapped& o : overlapped) {
+      const int64_t h0 = inner.front();
+      if (r->round_exposed_s <= 0.1 * r->period_s || o.overlap_steps >= h0) break;
+      if (h0 % o.fragments != 0 || o.overlap_steps >= h0 / o.fragments) continue;  // not at this H
+      std::vector<const Schedule*> rounds;
+      for (const Schedule& s : o.rounds) rounds.push_back(&s);
+      Result<IslandsSimResult> tried = SimulateIslands(islands, inner, rounds, c, *a.costs);
+      if (!tried.ok()) {
+        *why = tried.status().message();
         return std::nullopt;
       }
-      if (o->round_exposed_s <= 0.1 * o->period_s) {
-        r = std::move(o);
-        out.overlap_steps = overlap;
+      if (tried->round_exposed_s <= 0.1 * tried->period_s) {
+        r = std::move(tried);
+        out.overlap_steps = o.overlap_steps;
+        out.fragments = o.fragments;
       }
     }
     out.inner_steps = inner.front();
@@ -272,7 +286,8 @@ void JudgeIslands(IslandCandidate& islands, const PlanAnswer& a, bool forced, do
   const int64_t k = static_cast<int64_t>(islands.plans.size());
   islands.outer = BestMeasuredOuterSettings(k, islands.inner_steps);
   islands.outer.compression = islands.compression;
-  islands.loss = EstimateIslandLoss(k, islands.inner_steps, islands.outer, islands.overlap_steps);
+  islands.loss =
+      EstimateIslandLoss(k, islands.inner_steps, islands.outer, islands.overlap_steps, islands.fragments);
   const double sync_tokens_per_s =
       a.chosen.status.ok() && a.chosen.evaluation.step_time_s > 0
           ? static_cast<double>(a.request.global_batch_sequences * a.request.seq_len) /
@@ -371,10 +386,13 @@ std::string IslandCandidateLine(const IslandCandidate& islands, const PlanAnswer
       chosen_tokens_per_s > 0
           ? fmt::format(" ({:.2f}x the chosen plan)", r.tokens_per_s / chosen_tokens_per_s)
           : "",
-      r.cross_region_bytes_per_token, FormatDuration(r.round.step_time_s),
+      r.cross_region_bytes_per_token, FormatDuration(r.rounds_s),
       islands.overlap_steps > 0
-          ? fmt::format(" (overlapping the next {} inner step{}: {} of it waited for)", islands.overlap_steps,
-                        islands.overlap_steps == 1 ? "" : "s", FormatDuration(r.round_exposed_s))
+          ? fmt::format(" (overlapping the next {} inner step{}{}: {} of it waited for)",
+                        islands.overlap_steps, islands.overlap_steps == 1 ? "" : "s",
+                        islands.fragments > 1 ? fmt::format(", in {} streaming fragments", islands.fragments)
+                                              : std::string(),
+                        FormatDuration(r.round_exposed_s))
           : "",
       FormatDuration(r.period_s), r.fits_memory ? "" : " — OUT OF MEMORY");
   line += "\n  " + islands.why;
@@ -396,8 +414,9 @@ nlohmann::json IslandCandidateJson(const IslandCandidate& islands) {
           {"outer_momentum", islands.outer.momentum},
           {"tokens_per_s", r.tokens_per_s},
           {"period_s", r.period_s},
-          {"round_s", r.round.step_time_s},
+          {"round_s", r.rounds_s},
           {"overlap_steps", islands.overlap_steps},
+          {"fragments", islands.fragments},
           {"round_exposed_s", r.round_exposed_s},
           {"cross_region_bytes_per_token", r.cross_region_bytes_per_token},
           {"fits_memory", r.fits_memory},

@@ -33,6 +33,7 @@ struct IslandCandidate {
   std::vector<int64_t> inner_steps_each;
   std::string compression;    // what crosses between the islands
   int64_t overlap_steps = 0;  // the inner steps each round overlaps (IslandsConfig::overlap_steps)
+  int64_t fragments = 1;      // streaming fragments, each its own round (IslandsConfig::fragments)
   OuterConfig outer;          // the outer optimizer: the measured settings estimated to lose least
   IslandsSimResult result;
   // The judgement (JudgeIslands).
@@ -43,9 +44,12 @@ struct IslandCandidate {
 
 /// The inner steps tried, fewest first: the first whose outer round the islands wait for at most a
 /// tenth of its period is taken (the largest, where none does) — waiting for all of it, or where that
-/// is more, overlapping the fewest of kIslandOverlapSteps next inner steps that brings it within.
+/// is more, overlapping the fewest of kIslandOverlapSteps next inner steps that brings it within — the
+/// whole model's round, or streamed in the fewest of kIslandFragments fragments (dividing H, each
+/// overlapping fewer than H / F steps), each exchange a fragment's.
 inline constexpr int64_t kIslandInnerSteps[] = {10, 25, 50, 100, 250, 500};
 inline constexpr int64_t kIslandOverlapSteps[] = {1, 2, 5};
+inline constexpr int64_t kIslandFragments[] = {2, 5};
 
 /// Islands one a region of `answer`'s cluster, or nullopt with `*why` saying why there are none (one
 /// region; fewer sequences than regions; no plan fits two regions).

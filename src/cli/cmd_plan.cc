@@ -332,7 +332,8 @@ Status PrintIslands(const std::optional<IslandCandidate>& candidate, const std::
   if (!out_path.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(const std::vector<std::string> files, WriteIslandPlans(out_path, a, islands));
     fmt::print(
-        "  the islands' plans: {} (a job's [islands] count = {}, inner_steps = {}{}{}, compression = \"{}\", "
+        "  the islands' plans: {} (a job's [islands] count = {}, inner_steps = {}{}{}{}, compression = "
+        "\"{}\", "
         "outer_lr = {:g}, outer_momentum = {:g}; motley train JOB --island-plan {})\n",
         fmt::join(files, ", "), files.size(), islands.inner_steps,
         islands.inner_steps_each.empty()
@@ -340,6 +341,7 @@ Status PrintIslands(const std::optional<IslandCandidate>& candidate, const std::
             : fmt::format(", inner_steps_per_island = [{}]", fmt::join(islands.inner_steps_each, ", ")),
         islands.overlap_steps > 0 ? fmt::format(", overlap_steps = {}", islands.overlap_steps)
                                   : std::string(),
+        islands.fragments > 1 ? fmt::format(", fragments = {}", islands.fragments) : std::string(),
         islands.compression, islands.outer.lr, islands.outer.momentum, fmt::join(files, " --island-plan "));
   }
   fmt::print("\n");

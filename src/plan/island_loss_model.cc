@@ -66,6 +66,28 @@ constexpr MeasuredOverlap kOverlapped[] = {
     {25, 1, 0.778, 0.036},  // 1.4776
 };
 
+// Session 56: the same 2 islands at H = 25 in 5 streaming fragments, each overlapping 1 step (against
+// kOverlapped's whole model overlapping 1 step, and 5 fragments waiting: 1.4749, +3.4%). One run each.
+struct MeasuredFragments {
+  int64_t inner_steps, fragments, overlap_steps;
+  double token_efficiency, loss_penalty;
+};
+constexpr MeasuredFragments kFragmented[] = {
+    {25, 5, 1, 0.847, 0.023},  // 1.4591
+};
+
+// What streaming fragments cost beyond the whole model's rounds at the same overlap: the measured run
+// against the whole model overlapping as it did (never a gain: a ratio of at most 1, a penalty of at
+// least 0).
+std::pair<double, double> FragmentsCost() {
+  const MeasuredFragments& f = kFragmented[0];
+  for (const MeasuredOverlap& w : kOverlapped)
+    if (w.inner_steps == f.inner_steps && w.overlap_steps == f.overlap_steps)
+      return {std::min(1.0, f.token_efficiency / w.token_efficiency),
+              std::max(0.0, f.loss_penalty - w.loss_penalty)};
+  return {1, 0};
+}
+
 // What overlapping `overlap_steps` costs at `inner_steps`: the measured run at the nearest H, against the
 // islands that waited there (never a gain: a ratio of at most 1, a penalty of at least 0).
 std::pair<double, double> OverlapCost(int64_t inner_steps) {
@@ -137,7 +159,7 @@ IslandLossEstimate Interpolate(const MeasuredSettings& s, int64_t islands, int64
 }  // namespace
 
 IslandLossEstimate EstimateIslandLoss(int64_t islands, int64_t inner_steps, const OuterConfig& outer,
-                                      int64_t overlap_steps) {
+                                      int64_t overlap_steps, int64_t fragments) {
   if (islands <= 1) return {1, 0, "one island is the synchronous run"};
   const MeasuredSettings* s = SettingsOf(outer);
   IslandLossEstimate out = Interpolate(s != nullptr ? *s : kSettings[0], islands, inner_steps);
@@ -153,6 +175,17 @@ IslandLossEstimate EstimateIslandLoss(int64_t islands, int64_t inner_steps, cons
         "averaging at H = 25, overlapping 1 step against waiting; never credited with a gain{})",
         overlap_steps, overlap_steps == 1 ? "" : "s", ratio, 100 * penalty,
         overlap_steps > 1 ? fmt::format("; held at 1 step's for {}", overlap_steps) : "");
+  }
+  if (fragments > 1) {
+    const auto [ratio, penalty] = FragmentsCost();
+    out.token_efficiency *= ratio;
+    out.loss_penalty += penalty;
+    out.basis += fmt::format(
+        "; in {} streaming fragments: x{:.3f} the tokens' worth, {:+.1f}% loss (measured: the same islands "
+        "in 5 fragments overlapping 1 step, {:+.1f}% against the whole model's {:+.1f}%; never credited with "
+        "a gain)",
+        fragments, ratio, 100 * penalty, 100 * kFragmented[0].loss_penalty,
+        100 * kOverlapped[0].loss_penalty);
   }
   return out;
 }

@@ -3,7 +3,8 @@
 // for the same tokens than one synchronous run; how much worse was measured on a small model
 // (bench/reports/islands_loss.md: llama-1m on tinyshakespeare, steps of 4,096 tokens, at H = 10 and 50,
 // 2 and 4 islands — with DiLoCo's outer optimizer over 300 steps, with plain averaging over 900, and there
-// 2 islands at H = 25 too, waiting for each round and overlapping it with the next step) and is
+// 2 islands at H = 25 too, waiting for each round and overlapping it with the next step, whole or in
+// 5 streaming fragments) and is
 // interpolated here: in log H between the H measured at an islands'
 // count, linearly in the islands' count, held at the nearest measurement outside them (and said so).
 #pragma once
@@ -28,9 +29,11 @@ struct IslandLossEstimate {
 /// settings and plain averaging; other settings take DiLoCo's figures, and say so), each round landing
 /// `overlap_steps` inner steps after it is sent (IslandsConfig::overlap_steps: the figures without
 /// overlap scaled by what overlapping measured against not, at the nearest measured H — never credited
-/// with a gain). One island: no cost.
+/// with a gain), in `fragments` streaming fragments (IslandsConfig::fragments: scaled by what 5
+/// fragments measured against the whole model at the same overlap — never credited with a gain). One
+/// island: no cost.
 IslandLossEstimate EstimateIslandLoss(int64_t islands, int64_t inner_steps, const OuterConfig& outer,
-                                      int64_t overlap_steps = 0);
+                                      int64_t overlap_steps = 0, int64_t fragments = 1);
 
 /// Of the measured outer settings, the one estimated to lose least for `islands` at `inner_steps`.
 OuterConfig BestMeasuredOuterSettings(int64_t islands, int64_t inner_steps);
