@@ -14,6 +14,7 @@
 #   bench/islands_hosts.sh [MOTLEY] [STEPS] [RATE] [H]      (defaults: build/motley, 40, 20mbit, 10)
 #   SPEED=4 (default): each rank a device that many times slower than a core of this machine
 #   OVERLAP=T: a fourth run, the same islands with rounds that overlap T inner steps (overlap_steps)
+#   FRAGMENTS=F (with OVERLAP): a fifth, those rounds streamed in F fragments (fragments; T < H / F)
 #   ACROSS=0: leave out the data-parallel run across the sites (slow over a very slow link)
 #   B_RANKS=2 (default): site B's ranks; another count gives islands of unlike shapes (each island the
 #     plan `motley plan` makes for its site; they exchange whole fragments), and no run across
@@ -30,6 +31,7 @@ h="${4:-10}"
 speed="${SPEED:-4}"
 b_ranks="${B_RANKS:-2}"
 overlap="${OVERLAP:-0}"
+fragments="${FRAGMENTS:-1}"
 prefix=ihb
 hosts="$repo/scripts/test-hosts.sh"
 work="$(mktemp -d)"
@@ -85,6 +87,7 @@ outer="$(grep -oE 'outer_lr = [0-9.]+, outer_momentum = [0-9.]+' plan.log | head
 { cat sync.toml; printf '[islands]\ncount = 2\ninner_steps = %s\ncompression = "int8"\n' "$h"
   echo "${outer%%,*}"; echo "${outer#*, }"; } > islands.toml
 { cat islands.toml; echo "overlap_steps = $overlap"; } > overlap.toml
+{ cat overlap.toml; echo "fragments = $fragments"; } > fragments.toml
 # The islands' data-parallel shape synchronously over both sites, on the whole batch.
 python3 - <<'EOF'
 import re
@@ -132,15 +135,17 @@ runs=(best across islands)
 [ "$b_ranks" = 2 ] || runs=(best islands)  # the island shape stretched across needs like sites
 [ "${ACROSS:-1}" != 0 ] || runs=("${runs[@]/across}")
 [ "$overlap" = 0 ] || runs+=(overlap)
+[ "$overlap" = 0 ] || [ "$fragments" = 1 ] || runs+=(fragments)
 for run in "${runs[@]}"; do
   [ -n "$run" ] || continue
   rm -rf run
-  if [ "$run" = islands ] || [ "$run" = overlap ]; then
-    o=$([ "$run" = overlap ] && echo "$overlap" || echo 0)
+  if [ "$run" = islands ] || [ "$run" = overlap ] || [ "$run" = fragments ]; then
+    o=$([ "$run" = islands ] && echo 0 || echo "$overlap")
+    f=$([ "$run" = fragments ] && echo "$fragments" || echo 1)
     args=(train "$run.toml" --island-plan best.island0.toml --island-plan best.island1.toml)
     predicted="$("$M" simulate --island-plan best.island0.toml --island-plan best.island1.toml --inner-steps "$h" \
-      --compression int8 --overlap-steps "$o" --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_s"]))')"
-    label="2 islands (one a site$([ "$b_ranks" = 2 ] || echo ", unlike: 2 and $b_ranks ranks")), H = $h, int8$([ "$o" = 0 ] || echo ", rounds overlapping $o steps")"
+      --compression int8 --overlap-steps "$o" --fragments "$f" --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_s"]))')"
+    label="2 islands (one a site$([ "$b_ranks" = 2 ] || echo ", unlike: 2 and $b_ranks ranks")), H = $h, int8$([ "$o" = 0 ] || echo ", rounds overlapping $o steps")$([ "$f" = 1 ] || echo " in $f streaming fragments")"
   else
     args=(train sync.toml --plan "$run.toml")
     predicted="$("$M" simulate --plan "$run.toml" --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(round(j["global_batch_tokens"] / max(j["step_time_s"], j["region_link_bound_s"])))')"
@@ -149,7 +154,7 @@ for run in "${runs[@]}"; do
   fi
   # The ranks in plan order (the islands' one island after another) on the hosts of their devices.
   cat best.island0.toml best.island1.toml > islands.plans
-  layout="$(layout_of "$([ "$run" = islands ] || [ "$run" = overlap ] && echo islands.plans || echo "$run.toml")")"
+  layout="$(layout_of "$([ "$run" = best ] || [ "$run" = across ] && echo "$run.toml" || echo islands.plans)")"
   before="$(bytes_b)"
   must "$run.log" "$M" launch --hosts "$layout" --remote "$remote" -- "$M" "${args[@]}" --steps "$steps" \
     --no-validation --no-checkpoint --metrics "$work/$run.jsonl"

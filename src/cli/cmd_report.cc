@@ -190,6 +190,10 @@ CLI::Option* AddIslandsFlags(CLI::App& app, IslandsQuery* islands) {
   app.add_option("--overlap-steps", islands->overlap_steps,
                  "islands: the inner steps a round's exchange overlaps (a job's overlap_steps)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option(
+         "--fragments", islands->fragments,
+         "islands: streaming fragments, one round each (a job's fragments; the page draws the first's)")
+      ->check(CLI::PositiveNumber);
   return plans;
 }
 

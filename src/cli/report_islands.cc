@@ -19,12 +19,16 @@ std::string IslandsSection(const IslandsView& v, const Cluster& cluster) {
       "<p class=\"sub\">{} islands meet every period of {}: each takes its inner steps, then all take the "
       "outer "
       "round ({}, {} between them{}): {:.0f} tokens/s, {:.1f} bytes between regions a token.{}</p>\n",
-      r.islands.size(), FormatDuration(r.period_s), FormatDuration(r.round.step_time_s),
-      svg::Escape(v.compression),
-      v.round->outer_overlap_steps > 0
-          ? fmt::format("; it overlaps the next {} inner steps, and they wait {} of it",
-                        v.round->outer_overlap_steps, FormatDuration(r.round_exposed_s))
-          : "",
+      r.islands.size(), FormatDuration(r.period_s), FormatDuration(r.rounds_s), svg::Escape(v.compression),
+      (v.round->outer_fragments > 1
+           ? fmt::format("; in {} streaming fragments, each at its own step of the period — drawn below: the "
+                         "first's",
+                         v.round->outer_fragments)
+           : std::string()) +
+          (v.round->outer_overlap_steps > 0
+               ? fmt::format("; it overlaps the next {} inner steps, and they wait {} of it",
+                             v.round->outer_overlap_steps, FormatDuration(r.round_exposed_s))
+               : std::string()),
       r.tokens_per_s, r.cross_region_bytes_per_token,
       r.fits_memory ? "" : " <span class=\"bad\">" + svg::Escape(r.oom_message) + "</span>");
   out +=

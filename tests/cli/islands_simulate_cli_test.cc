@@ -161,6 +161,18 @@ TEST(IslandsSimulate, TheReportPageDrawsThePeriodAndTheRound) {
   EXPECT_CONTAINS(o_page, "it overlaps the next 4 inner steps, and they wait " +
                               motley::FormatDuration(oj["round_exposed_s"].get<double>()));
   EXPECT_LT(oj["period_s"].get<double>(), j["period_s"].get<double>());
+  // Streamed in 5 fragments overlapping a step each: the page says so, with the period simulate gives.
+  CliRun f = Motley("report -o fragments.html --overlap-steps 1 --fragments 5" + islands, false,
+                    dir.path().string());
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  CliRun f_sim =
+      Motley("simulate --json --overlap-steps 1 --fragments 5" + islands, false, dir.path().string());
+  ASSERT_EQ(f_sim.exit_code, 0) << f_sim.output;
+  std::ifstream f_in(dir.Join("fragments.html"));
+  const std::string f_page((std::istreambuf_iterator<char>(f_in)), std::istreambuf_iterator<char>());
+  EXPECT_CONTAINS(f_page, "in 5 streaming fragments");
+  EXPECT_CONTAINS(f_page, "period of " + motley::FormatDuration(
+                                             nlohmann::json::parse(f_sim.output)["period_s"].get<double>()));
 }
 
 TEST(IslandsSimulate, MismatchedIslandsAndFlagsAreOneClearError) {

@@ -38,6 +38,16 @@ struct RoundPieceState {
   std::map<int, torch::Tensor> delta, average;
 };
 
+// `values` one after another into `ranges` ([begin, begin + count) each) of `target`.
+void CopyIntoRanges(const std::vector<std::pair<int64_t, int64_t>>& ranges, const torch::Tensor& values,
+                    torch::Tensor& target) {
+  int64_t at = 0;
+  for (const auto& [begin, count] : ranges) {
+    target.narrow(0, begin, count).copy_(values.narrow(0, at, count));
+    at += count;
+  }
+}
+
 // Islands of unlike shapes: the exchange of one fragment (`ops`: its ops on this rank), each of this
 // rank's pieces then taking its values of the islands' average.
 Result<OuterExchange> ExchangeFragment(IslandPlace& place, const Schedule& round,
@@ -201,12 +211,7 @@ torch::Tensor SpreadRoundPiece(const Schedule& round, int v, const torch::Tensor
   if (round.outer_fragments <= 1) return values;
   torch::NoGradGuard no_grad;
   torch::Tensor whole = torch::zeros({executor.OuterRange(v).second}, values.options());
-  int64_t at = 0;
-  for (const auto& [begin, count] :
-       executor.OuterFragmentRanges(v, round.outer_fragment, round.outer_fragments)) {
-    whole.narrow(0, begin, count).copy_(values.narrow(0, at, count));
-    at += count;
-  }
+  CopyIntoRanges(executor.OuterFragmentRanges(v, round.outer_fragment, round.outer_fragments), values, whole);
   return whole;
 }
 
@@ -214,12 +219,7 @@ Status PutRoundPiece(const Schedule& round, int v, const torch::Tensor& values, 
   if (round.outer_fragments <= 1) return Status::Ok();  // the piece is a view
   torch::NoGradGuard no_grad;
   MOTLEY_ASSIGN_OR_RETURN(torch::Tensor piece, executor.OuterPiece(v));
-  int64_t at = 0;
-  for (const auto& [begin, count] :
-       executor.OuterFragmentRanges(v, round.outer_fragment, round.outer_fragments)) {
-    piece.narrow(0, begin, count).copy_(values.narrow(0, at, count));
-    at += count;
-  }
+  CopyIntoRanges(executor.OuterFragmentRanges(v, round.outer_fragment, round.outer_fragments), values, piece);
   return Status::Ok();
 }
 

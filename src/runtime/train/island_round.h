@@ -4,7 +4,9 @@
 // full parameters, their gather. A round that overlaps inner steps (Schedule::outer_overlap_steps) is
 // sent (SendRound: its exchanges, on a thread of their own over the islands' world, while the island
 // trains on with its own) and lands later (LandRound: the outer steps and gathers, each piece keeping
-// what it learnt since it was sent: OuterOptimizer::StepPiece).
+// what it learnt since it was sent: OuterOptimizer::StepPiece). A streaming fragment's round
+// (Schedule::outer_fragment) does the same on each piece's values of the fragment, copied out of the
+// piece (RoundPieces) and written back after the outer step (PutRoundPiece).
 #pragma once
 
 #include <chrono>
