@@ -51,6 +51,19 @@ std::string TensorParallelPlan(const std::string& devices) {
          devices + "\nmicrobatch_size = [3, 3]\nnum_microbatches = [2, 2]\n";
 }
 
+// Two islands of two ranks each (devices 0, 1 and 2, 3): of like shapes rank to rank (ZeRO-2, ZeRO-0's
+// even parts, a pipeline, a tensor-parallel team), and of unlike shapes by whole fragments.
+struct IslandPlans {
+  std::string name, island0, island1;
+};
+std::vector<IslandPlans> EveryShape() {
+  return {{"zero2", DataParallelPlan("[0, 1]", 2), DataParallelPlan("[2, 3]", 2)},
+          {"zero0", DataParallelPlan("[0, 1]", 0), DataParallelPlan("[2, 3]", 0)},
+          {"pipeline", PipelinePlan(0), PipelinePlan(2)},
+          {"tp", TensorParallelPlan("[0, 1]"), TensorParallelPlan("[2, 3]")},
+          {"unlike", DataParallelPlan("[0, 1]", 2), PipelinePlan(2)}};
+}
+
 TEST(IslandsOverlap, OverlappedRoundsTrainTheModelOfTheSameIslandsInOneProcess) {
   TempDir dir;
   dir.Write("cluster.toml", kCluster);
@@ -64,23 +77,13 @@ TEST(IslandsOverlap, OverlappedRoundsTrainTheModelOfTheSameIslandsInOneProcess) 
   const auto model = [&](const std::string& run) { return dir.Join(run + "/step-000005/model.safetensors"); };
   // The overlap changes the training (the rounds land a step late), so the comparisons below can fail.
   EXPECT_GT(MaxRelativeDifference(model("ref"), model("waiting")), 1e-6);
-  struct Case {
-    std::string name, island0, island1;
-    int ranks = 4;
-  };
-  // Like shapes rank to rank (ZeRO-2, ZeRO-0's even parts, a pipeline, a tensor-parallel team), and unlike
-  // shapes by whole fragments.
-  for (const Case& c : {Case{"zero2", DataParallelPlan("[0, 1]", 2), DataParallelPlan("[2, 3]", 2)},
-                        Case{"zero0", DataParallelPlan("[0, 1]", 0), DataParallelPlan("[2, 3]", 0)},
-                        Case{"pipeline", PipelinePlan(0), PipelinePlan(2)},
-                        Case{"tp", TensorParallelPlan("[0, 1]"), TensorParallelPlan("[2, 3]")},
-                        Case{"unlike", DataParallelPlan("[0, 1]", 2), PipelinePlan(2)}}) {
+  for (const IslandPlans& c : EveryShape()) {
     SCOPED_TRACE(c.name);
     dir.Write(c.name + ".toml", OverlapJob(dir.Join(c.name), 1));
     const std::string plans = " --island-plan " + dir.Write(c.name + "-0.plan.toml", c.island0) +
                               " --island-plan " + dir.Write(c.name + "-1.plan.toml", c.island1);
-    CliRun r = Motley(fmt::format("launch --nproc {} -- {} train {}.toml --metrics {}.jsonl{}", c.ranks,
-                                  MOTLEY_BIN, c.name, c.name, plans),
+    CliRun r = Motley(fmt::format("launch --nproc 4 -- {} train {}.toml --metrics {}.jsonl{}", MOTLEY_BIN,
+                                  c.name, c.name, plans),
                       false, dir.path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const double d = MaxRelativeDifference(model(c.name), model("ref"));
@@ -173,14 +176,7 @@ TEST(IslandsOverlap, StreamedFragmentsAcrossProcessesTrainTheModelOfTheSameIslan
   const auto model = [&](const std::string& run) { return dir.Join(run + "/step-000005/model.safetensors"); };
   // Fragments change the training (each meets at its own step), so the comparisons below can fail.
   EXPECT_GT(MaxRelativeDifference(model("ref"), model("whole")), 1e-6);
-  struct Case {
-    std::string name, island0, island1;
-  };
-  for (const Case& c : {Case{"zero2", DataParallelPlan("[0, 1]", 2), DataParallelPlan("[2, 3]", 2)},
-                        Case{"zero0", DataParallelPlan("[0, 1]", 0), DataParallelPlan("[2, 3]", 0)},
-                        Case{"pipeline", PipelinePlan(0), PipelinePlan(2)},
-                        Case{"tp", TensorParallelPlan("[0, 1]"), TensorParallelPlan("[2, 3]")},
-                        Case{"unlike", DataParallelPlan("[0, 1]", 2), PipelinePlan(2)}}) {
+  for (const IslandPlans& c : EveryShape()) {
     SCOPED_TRACE(c.name);
     dir.Write(c.name + ".toml", FragmentsJob(dir.Join(c.name), 0));
     const std::string plans = " --island-plan " + dir.Write(c.name + "-0.plan.toml", c.island0) +

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -283,20 +284,27 @@ TEST(IslandsSimulate, PlanCompareListsIslandsOneARegionAndWritesTheirPlans) {
               two["tokens_per_s"].get<double>(), 1e-9 * two["tokens_per_s"].get<double>());
 }
 
-// Over a link slow enough that the islands would wait for more than a tenth of the period at the fewest
-// inner steps, the planner overlaps the round with the next inner steps rather than meeting less often:
-// the written plans, simulated with that overlap, give the speed the comparison says.
-TEST(IslandsSimulate, OverASlowLinkThePlannerOverlapsTheRoundRatherThanMeetLessOften) {
-  TempDir dir;
+// `motley plan --islands 2` of the test model (16k tokens a step) over the two regions linked at `rate`,
+// in `dir`: the command (its output flags to add) and the islands it offers (null: it failed).
+std::pair<std::string, nlohmann::json> IslandsOverALinkOf(TempDir& dir, const std::string& rate) {
   std::string cluster = kTwoRegions;
-  cluster.replace(cluster.find("100Mbps"), 7, "5Mbps");
+  cluster.replace(cluster.find("100Mbps"), 7, rate);
   dir.Write("cluster.toml", cluster);
   dir.Write("model.toml", kModel);
   const std::string plan =
       "plan --cluster cluster.toml --model model.toml --seq-len 16 --global-batch-tokens 16384 --islands 2 ";
   CliRun json = Motley(plan + "--json", false, dir.path().string());
-  ASSERT_EQ(json.exit_code, 0) << json.output;
-  const nlohmann::json islands = nlohmann::json::parse(json.output)["islands"];
+  EXPECT_EQ(json.exit_code, 0) << json.output;
+  return {plan, json.exit_code == 0 ? nlohmann::json::parse(json.output)["islands"] : nlohmann::json()};
+}
+
+// Over a link slow enough that the islands would wait for more than a tenth of the period at the fewest
+// inner steps, the planner overlaps the round with the next inner steps rather than meeting less often:
+// the written plans, simulated with that overlap, give the speed the comparison says.
+TEST(IslandsSimulate, OverASlowLinkThePlannerOverlapsTheRoundRatherThanMeetLessOften) {
+  TempDir dir;
+  const auto [plan, islands] = IslandsOverALinkOf(dir, "5Mbps");
+  ASSERT_FALSE(islands.is_null());
   const int64_t h = islands["inner_steps"], overlap = islands["overlap_steps"];
   EXPECT_GT(overlap, 0) << islands.dump();
   EXPECT_LT(overlap, h);
@@ -403,15 +411,8 @@ TEST(IslandsSimulate, ARegionNoPlanFitsIsLeftOutOfTheIslandsNamingWhy) {
 // fragments, give the speed the comparison says, and the job it prints says so.
 TEST(IslandsSimulate, OverASlowerLinkThePlannerStreamsFragmentsRatherThanMeetLessOften) {
   TempDir dir;
-  std::string cluster = kTwoRegions;
-  cluster.replace(cluster.find("100Mbps"), 7, "2Mbps");
-  dir.Write("cluster.toml", cluster);
-  dir.Write("model.toml", kModel);
-  const std::string plan =
-      "plan --cluster cluster.toml --model model.toml --seq-len 16 --global-batch-tokens 16384 --islands 2 ";
-  CliRun json = Motley(plan + "--json", false, dir.path().string());
-  ASSERT_EQ(json.exit_code, 0) << json.output;
-  const nlohmann::json islands = nlohmann::json::parse(json.output)["islands"];
+  const auto [plan, islands] = IslandsOverALinkOf(dir, "2Mbps");
+  ASSERT_FALSE(islands.is_null());
   const int64_t h = islands["inner_steps"], overlap = islands["overlap_steps"], f = islands["fragments"];
   EXPECT_EQ(h, int64_t{10}) << islands.dump();
   EXPECT_GT(f, 1) << islands.dump();
