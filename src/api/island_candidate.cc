@@ -154,6 +154,66 @@ bool PlanRegions(const PlanAnswer& a, const RegionNodes& rn, IslandCandidate& ou
   return true;
 }
 
+// The same round overlapping the next inner steps (each of kIslandOverlapSteps), for an H whose round
+// the islands would otherwise wait for more than a tenth of the period: the whole model's, then
+// streamed in each of kIslandFragments fragments (each exchange a fragment's, hidden behind the same
+// steps).
+struct Overlapped {
+  int64_t overlap_steps, fragments;
+  std::vector<Schedule> rounds;
+};
+Result<std::vector<Overlapped>> LowerOverlapped(const std::vector<const Schedule*>& islands,
+                                                const OuterRoundOptions& round_options) {
+  std::vector<Overlapped> out;
+  for (int64_t overlap : kIslandOverlapSteps)
+    for (int64_t fragments : {int64_t{1}, kIslandFragments[0], kIslandFragments[1]}) {
+      OuterRoundOptions o = round_options;
+      o.overlap_steps = overlap;
+      o.fragments = static_cast<int32_t>(fragments);
+      MOTLEY_ASSIGN_OR_RETURN(std::vector<Schedule> rounds, LowerOuterRounds(islands, o));
+      out.push_back({overlap, fragments, std::move(rounds)});
+    }
+  return out;
+}
+
+// The fewest of kIslandInnerSteps whose round (`round`, waited for, or overlapped as LowerOverlapped's)
+// the islands wait for at most a tenth of the period, else the largest: `out`'s H, overlap, fragments
+// and simulated period (islands of steps `step_s` apart take inner steps by speed).
+Status ChooseInnerSteps(const std::vector<const Schedule*>& islands, const Schedule& round,
+                        const std::vector<double>& step_s, const OuterRoundOptions& round_options,
+                        const Cluster& c, const CostModel& costs, IslandCandidate& out) {
+  MOTLEY_ASSIGN_OR_RETURN(const std::vector<Overlapped> overlapped, LowerOverlapped(islands, round_options));
+  for (int64_t h : kIslandInnerSteps) {
+    std::vector<int64_t> inner = InnerStepsBySpeed(step_s, h);
+    // Island 0 keeps the clock: no island takes more inner steps than it.
+    for (int64_t& x : inner) x = std::min(x, inner.front());
+    MOTLEY_ASSIGN_OR_RETURN(IslandsSimResult r, SimulateIslands(islands, inner, round, c, costs));
+    out.overlap_steps = 0;
+    out.fragments = 1;
+    for (const Overlapped& o : overlapped) {
+      const int64_t h0 = inner.front();
+      if (r.round_exposed_s <= 0.1 * r.period_s || o.overlap_steps >= h0) break;
+      if (h0 % o.fragments != 0 || o.overlap_steps >= h0 / o.fragments) continue;  // not at this H
+      std::vector<const Schedule*> rounds;
+      for (const Schedule& s : o.rounds) rounds.push_back(&s);
+      MOTLEY_ASSIGN_OR_RETURN(IslandsSimResult tried, SimulateIslands(islands, inner, rounds, c, costs));
+      if (tried.round_exposed_s <= 0.1 * tried.period_s) {
+        r = std::move(tried);
+        out.overlap_steps = o.overlap_steps;
+        out.fragments = o.fragments;
+      }
+    }
+    out.inner_steps = inner.front();
+    out.inner_steps_each =
+        std::all_of(inner.begin(), inner.end(), [&](int64_t x) { return x == inner.front(); })
+            ? std::vector<int64_t>()
+            : inner;
+    out.result = std::move(r);
+    if (out.result.round_exposed_s <= 0.1 * out.result.period_s) break;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string* why) {
@@ -221,62 +281,10 @@ std::optional<IslandCandidate> IslandsByRegion(const PlanAnswer& a, std::string*
                              [&](const std::string& x) { return x == strategies.front(); })
                      ? strategies.front()
                      : fmt::format("{}", fmt::join(strategies, " | "));
-  // The same round overlapping the next inner steps (each of kIslandOverlapSteps), for an H whose round
-  // the islands would otherwise wait for more than a tenth of the period: the whole model's, then
-  // streamed in each of kIslandFragments fragments (each exchange a fragment's, hidden behind the same
-  // steps).
-  struct Overlapped {
-    int64_t overlap_steps, fragments;
-    std::vector<Schedule> rounds;
-  };
-  std::vector<Overlapped> overlapped;
-  for (int64_t overlap : kIslandOverlapSteps)
-    for (int64_t fragments : {int64_t{1}, kIslandFragments[0], kIslandFragments[1]}) {
-      OuterRoundOptions o = round_options;
-      o.overlap_steps = overlap;
-      o.fragments = static_cast<int32_t>(fragments);
-      Result<std::vector<Schedule>> lowered = LowerOuterRounds(islands, o);
-      if (!lowered.ok()) {
-        *why = lowered.status().message();
-        return std::nullopt;
-      }
-      overlapped.push_back({overlap, fragments, std::move(*lowered)});
-    }
-  for (int64_t h : kIslandInnerSteps) {
-    std::vector<int64_t> inner = InnerStepsBySpeed(step_s, h);
-    // Island 0 keeps the clock: no island takes more inner steps than it.
-    for (int64_t& x : inner) x = std::min(x, inner.front());
-    Result<IslandsSimResult> r = SimulateIslands(islands, inner, *round, c, *a.costs);
-    if (!r.ok()) {
-      *why = r.status().message();
-      return std::nullopt;
-    }
-    out.overlap_steps = 0;
-    out.fragments = 1;
-    for (const Overlapped& o : overlapped) {
-      const int64_t h0 = inner.front();
-      if (r->round_exposed_s <= 0.1 * r->period_s || o.overlap_steps >= h0) break;
-      if (h0 % o.fragments != 0 || o.overlap_steps >= h0 / o.fragments) continue;  // not at this H
-      std::vector<const Schedule*> rounds;
-      for (const Schedule& s : o.rounds) rounds.push_back(&s);
-      Result<IslandsSimResult> tried = SimulateIslands(islands, inner, rounds, c, *a.costs);
-      if (!tried.ok()) {
-        *why = tried.status().message();
-        return std::nullopt;
-      }
-      if (tried->round_exposed_s <= 0.1 * tried->period_s) {
-        r = std::move(tried);
-        out.overlap_steps = o.overlap_steps;
-        out.fragments = o.fragments;
-      }
-    }
-    out.inner_steps = inner.front();
-    out.inner_steps_each =
-        std::all_of(inner.begin(), inner.end(), [&](int64_t x) { return x == inner.front(); })
-            ? std::vector<int64_t>()
-            : inner;
-    out.result = std::move(*r);
-    if (out.result.round_exposed_s <= 0.1 * out.result.period_s) break;
+  if (Status chosen = ChooseInnerSteps(islands, *round, step_s, round_options, c, *a.costs, out);
+      !chosen.ok()) {
+    *why = chosen.message();
+    return std::nullopt;
   }
   return out;
 }
