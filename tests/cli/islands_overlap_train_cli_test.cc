@@ -64,6 +64,39 @@ std::vector<IslandPlans> EveryShape() {
           {"unlike", DataParallelPlan("[0, 1]", 2), PipelinePlan(2)}};
 }
 
+// `c`'s plans written into `dir`, as `motley train` and `motley simulate` take them.
+std::string PlanFlags(TempDir& dir, const IslandPlans& c) {
+  return " --island-plan " + dir.Write(c.name + "-0.plan.toml", c.island0) + " --island-plan " +
+         dir.Write(c.name + "-1.plan.toml", c.island1);
+}
+
+// Island plans `c` launched as 4 ranks on `job` (written as c.name.toml, its metrics to c.name.jsonl):
+// the run, and its model at step 5 against one process's ("ref"), fp64, 1e-10.
+CliRun LaunchAgainstOneProcess(TempDir& dir, const IslandPlans& c, const std::string& job) {
+  dir.Write(c.name + ".toml", job);
+  CliRun r = Motley(fmt::format("launch --nproc 4 -- {} train {}.toml --metrics {}.jsonl{}", MOTLEY_BIN,
+                                c.name, c.name, PlanFlags(dir, c)),
+                    false, dir.path().string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  if (r.exit_code != 0) return r;
+  const double d = MaxRelativeDifference(dir.Join(c.name + "/step-000005/model.safetensors"),
+                                         dir.Join("ref/step-000005/model.safetensors"));
+  std::cout << c.name << ": relative difference of the parameters " << d << "\n";
+  EXPECT_GE(d, 0);
+  EXPECT_LT(d, 1e-10);
+  return r;
+}
+
+// The outer rounds in a run's metrics, in order.
+std::vector<nlohmann::json> OuterRoundEvents(const std::string& path) {
+  std::ifstream metrics(path);
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(metrics, line);)
+    if (nlohmann::json j = nlohmann::json::parse(line); j.value("event", "") == "outer_round")
+      out.push_back(std::move(j));
+  return out;
+}
+
 TEST(IslandsOverlap, OverlappedRoundsTrainTheModelOfTheSameIslandsInOneProcess) {
   TempDir dir;
   dir.Write("cluster.toml", kCluster);
@@ -79,23 +112,11 @@ TEST(IslandsOverlap, OverlappedRoundsTrainTheModelOfTheSameIslandsInOneProcess) 
   EXPECT_GT(MaxRelativeDifference(model("ref"), model("waiting")), 1e-6);
   for (const IslandPlans& c : EveryShape()) {
     SCOPED_TRACE(c.name);
-    dir.Write(c.name + ".toml", OverlapJob(dir.Join(c.name), 1));
-    const std::string plans = " --island-plan " + dir.Write(c.name + "-0.plan.toml", c.island0) +
-                              " --island-plan " + dir.Write(c.name + "-1.plan.toml", c.island1);
-    CliRun r = Motley(fmt::format("launch --nproc 4 -- {} train {}.toml --metrics {}.jsonl{}", MOTLEY_BIN,
-                                  c.name, c.name, plans),
-                      false, dir.path().string());
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const double d = MaxRelativeDifference(model(c.name), model("ref"));
-    std::cout << c.name << ": relative difference of the parameters " << d << "\n";
-    EXPECT_GE(d, 0);
-    EXPECT_LT(d, 1e-10);
+    const CliRun r = LaunchAgainstOneProcess(dir, c, OverlapJob(dir.Join(c.name), 1));
+    if (r.exit_code != 0) continue;
     // The rounds of steps 2 and 4 landed a step later, their exchange timed; the last one at once.
-    std::ifstream metrics(dir.Join(c.name + ".jsonl"));
     std::vector<std::pair<int64_t, int64_t>> rounds;  // sent at, landed at (-1: at once)
-    for (std::string line; std::getline(metrics, line);) {
-      const nlohmann::json j = nlohmann::json::parse(line);
-      if (j.value("event", "") != "outer_round") continue;
+    for (const nlohmann::json& j : OuterRoundEvents(dir.Join(c.name + ".jsonl"))) {
       rounds.emplace_back(j["step"].get<int64_t>(), j.value("landed_at_step", int64_t{-1}));
       EXPECT_GT(j["bytes_sent"].get<double>(), 0);
       if (j.contains("landed_at_step")) {
@@ -104,8 +125,8 @@ TEST(IslandsOverlap, OverlappedRoundsTrainTheModelOfTheSameIslandsInOneProcess) 
     }
     EXPECT_EQ(rounds, (std::vector<std::pair<int64_t, int64_t>>{{2, 3}, {4, 5}, {5, -1}}));
     // The round the ranks ran is the one the simulator times with the same overlap.
-    CliRun sim =
-        Motley("simulate --json --inner-steps 2 --overlap-steps 1" + plans, false, dir.path().string());
+    CliRun sim = Motley("simulate --json --inner-steps 2 --overlap-steps 1" + PlanFlags(dir, c), false,
+                        dir.path().string());
     ASSERT_EQ(sim.exit_code, 0) << sim.output;
     const nlohmann::json j = nlohmann::json::parse(sim.output);
     EXPECT_CONTAINS(r.output, "outer round: " + j["round_schedule_hash"].get<std::string>());
@@ -178,35 +199,23 @@ TEST(IslandsOverlap, StreamedFragmentsAcrossProcessesTrainTheModelOfTheSameIslan
   EXPECT_GT(MaxRelativeDifference(model("ref"), model("whole")), 1e-6);
   for (const IslandPlans& c : EveryShape()) {
     SCOPED_TRACE(c.name);
-    dir.Write(c.name + ".toml", FragmentsJob(dir.Join(c.name), 0));
-    const std::string plans = " --island-plan " + dir.Write(c.name + "-0.plan.toml", c.island0) +
-                              " --island-plan " + dir.Write(c.name + "-1.plan.toml", c.island1);
-    CliRun r = Motley(fmt::format("launch --nproc 4 -- {} train {}.toml --metrics {}.jsonl{}", MOTLEY_BIN,
-                                  c.name, c.name, plans),
-                      false, dir.path().string());
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const double d = MaxRelativeDifference(model(c.name), model("ref"));
-    std::cout << c.name << ": relative difference of the parameters " << d << "\n";
-    EXPECT_GE(d, 0);
-    EXPECT_LT(d, 1e-10);
+    const CliRun r = LaunchAgainstOneProcess(dir, c, FragmentsJob(dir.Join(c.name), 0));
+    if (r.exit_code != 0) continue;
     // The outer momentum, every fragment's, as one process holds it.
     const double m = MaxMomentumDifference(dir.Join(c.name + "/step-000005/islands.safetensors"),
                                            dir.Join("ref/step-000005/islands.safetensors"));
     EXPECT_GE(m, 0);
     EXPECT_LT(m, 1e-10);
-    std::ifstream metrics(dir.Join(c.name + ".jsonl"));
     std::vector<std::tuple<int64_t, int64_t, int64_t>> rounds;  // step, fragment, landed at (-1: at once)
-    for (std::string line; std::getline(metrics, line);) {
-      const nlohmann::json j = nlohmann::json::parse(line);
-      if (j.value("event", "") != "outer_round") continue;
+    for (const nlohmann::json& j : OuterRoundEvents(dir.Join(c.name + ".jsonl"))) {
       rounds.emplace_back(j["step"].get<int64_t>(), j["fragment"].get<int64_t>(),
                           j.value("landed_at_step", int64_t{-1}));
       EXPECT_GT(j["bytes_sent"].get<double>(), 0);
     }
     EXPECT_EQ(rounds, (std::vector<std::tuple<int64_t, int64_t, int64_t>>{
                           {2, 0, 3}, {4, 1, 5}, {5, 0, -1}, {5, 1, -1}}));
-    CliRun sim = Motley("simulate --json --inner-steps 4 --overlap-steps 1 --fragments 2" + plans, false,
-                        dir.path().string());
+    CliRun sim = Motley("simulate --json --inner-steps 4 --overlap-steps 1 --fragments 2" + PlanFlags(dir, c),
+                        false, dir.path().string());
     ASSERT_EQ(sim.exit_code, 0) << sim.output;
     const nlohmann::json j = nlohmann::json::parse(sim.output);
     EXPECT_CONTAINS(r.output, "outer round: " + j["round_schedule_hash"].get<std::string>());
