@@ -182,6 +182,9 @@ void AddHiddenOptions(CLI::App& app, TrainOptions& options) {
   app.add_option("--stop-at-step", options.planned.stop_at_step,
                  "elastic islands: stop with a checkpoint at this round's end (a lost island joins then)")
       ->group("");
+  app.add_flag("--islands-live", options.planned.islands_live,
+               "elastic islands: a lost island is left out and the others go on without stopping")
+      ->group("");
   app.add_flag("--cpu-copy-threads", options.planned.cpu_copy_threads,
                "tests: offload copies on CPU asynchronous on worker threads, as on a GPU")
       ->group("");

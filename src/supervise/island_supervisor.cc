@@ -49,6 +49,21 @@ struct IslandRun {
   std::vector<int> lost;          // islands left out until `rejoin_step`
   int64_t rejoin_step = 0;        // the clock step the launch of the present islands stops at (0: none)
   int restarts = 0;
+  // Live islands: a lost island's ranks fall alone and the others go on in the same launch (the
+  // ranks decide when it joins again: planned_islands.cc); else every rank stops and the islands left
+  // are launched again from the newest checkpoint.
+  bool live = false;
+  // The launch ranks of island `island` (empty: not launched).
+  std::vector<int> RanksOfIsland(int island) const {
+    std::vector<int> out;
+    int first = 0;
+    for (int i : present) {
+      if (i == island)
+        for (int k = 0; k < ranks[static_cast<size_t>(i)]; ++k) out.push_back(first + k);
+      first += ranks[static_cast<size_t>(i)];
+    }
+    return out;
+  }
 };
 
 void WriteEvent(const IslandRun& r, nlohmann::json event) {
@@ -56,8 +71,37 @@ void WriteEvent(const IslandRun& r, nlohmann::json event) {
   std::ofstream(r.metrics_path, std::ios::app) << event.dump() << "\n";
 }
 
+// Live islands: the ranks that fall with failed launch rank `rank` — its island's, when it is not the
+// first present (whose first rank hosts the rendezvous store) and a restart is left — or none (every
+// rank stops).
+std::vector<int> FallsWith(IslandRun& r, int rank) {
+  const int island = r.IslandOf(rank);
+  if (island < 0 || island == r.present[0]) return {};
+  if (std::find(r.lost.begin(), r.lost.end(), island) != r.lost.end()) return r.RanksOfIsland(island);
+  if (r.restarts >= r.options.supervisor.max_restarts) return {};
+  ++r.restarts;
+  r.lost.push_back(island);
+  std::sort(r.lost.begin(), r.lost.end());
+  r.args = WithoutOption(WithoutOption(r.args, "--die-rank"), "--die-at-step");  // (as LeaveOut's)
+  std::vector<int> left;
+  for (int i : r.present)
+    if (std::find(r.lost.begin(), r.lost.end(), i) == r.lost.end()) left.push_back(i);
+  fmt::print(
+      "\nrank {} (island {}) failed: island {} is lost — {} of {}: island{} {} go{} on without stopping, "
+      "and island {} joins again at a round's end\n\n",
+      rank, island, island, r.restarts, r.options.supervisor.max_restarts, left.size() == 1 ? "" : "s",
+      fmt::join(left, ", "), left.size() == 1 ? "es" : "", island);
+  std::fflush(stdout);
+  WriteEvent(r, {{"event", "island_lost"},
+                 {"island", island},
+                 {"failed_rank", rank},
+                 {"present", left},
+                 {"live", true}});
+  return r.RanksOfIsland(island);
+}
+
 // Launches the present islands' ranks once; `failed_rank`: the rank blamed for a failure (-1: none).
-int LaunchOnce(const IslandRun& r, int* failed_rank) {
+int LaunchOnce(IslandRun& r, int* failed_rank) {
   std::error_code ec;
   fs::remove_all(r.reports, ec);
   LaunchOptions launch;
@@ -71,6 +115,10 @@ int LaunchOnce(const IslandRun& r, int* failed_rank) {
                           {"--islands-present", fmt::format("{}", fmt::join(r.present, ","))});
   if (r.rejoin_step > 0)
     launch.command.insert(launch.command.end(), {"--stop-at-step", std::to_string(r.rejoin_step)});
+  if (r.live) {
+    launch.command.push_back("--islands-live");
+    launch.falls_with = [&r](int rank) { return FallsWith(r, rank); };
+  }
   return Launch(launch);
 }
 
@@ -164,6 +212,7 @@ int SuperviseIslands(const JobSpec& job, const TrainOptions& options, const std:
               {},
               options.planned.stop_at_step,
               0};
+  r.live = options.supervisor.max_restarts > 0;
   for (const std::string& path : options.planned.island_plans) {
     Result<Plan> plan = LoadPlanFile(path);
     if (!plan.ok()) {
@@ -181,6 +230,14 @@ int SuperviseIslands(const JobSpec& job, const TrainOptions& options, const std:
     const int rc = LaunchOnce(r, &failed_rank);
     if (rc == 0) {
       if (r.lost.empty()) return kExitOk;
+      // Live, the islands left stopped at the rejoin step the ranks chose — or at the run's end.
+      const std::string newest = CheckpointWrittenSince(r.job.checkpoint.dir, r.started);
+      const Result<int64_t> at = CheckpointStep(newest);
+      if (r.live && (newest.empty() || !at.ok() || *at >= r.clock_steps)) {
+        fmt::print("\nthe run ended before island{} {} could join again\n", r.lost.size() == 1 ? "" : "s",
+                   fmt::join(r.lost, ", "));
+        return kExitOk;
+      }
       Rejoin(r);
     } else {
       const std::vector<RankFailure> failures = ReadFailureReports(r.reports.string());

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/net.h"
 #include "supervise/rank_exits.h"
@@ -127,6 +128,24 @@ bool LauncherSaysStop(std::string& pending) {
   return pending.find("stop") != std::string::npos;
 }
 
+// Live islands: whether failed rank `r` falls with its island only (LaunchOptions::falls_with), whose
+// ranks still running are stopped; `fell` marks them.
+bool FallsAlone(const LaunchOptions& o, int r, const std::vector<Rank>& ranks, std::vector<bool>& fell) {
+  if (!o.falls_with) return false;
+  const std::vector<int> with = o.falls_with(r);
+  if (std::find(with.begin(), with.end(), r) == with.end()) return false;
+  fmt::print(stderr, "motley launch: rank {} {}; ranks {} stop, the others go on\n", r,
+             DescribeExit(*ranks[static_cast<size_t>(r)].status), fmt::join(with, ", "));
+  for (const int k : with) {
+    if (k < 0 || k >= o.nproc || fell[static_cast<size_t>(k)]) continue;
+    fell[static_cast<size_t>(k)] = true;
+    if (o.fallen != nullptr) o.fallen->push_back(k);
+    const Rank& rk = ranks[static_cast<size_t>(k)];
+    if (!rk.status && ::kill(-rk.pid, SIGKILL) != 0) ::kill(rk.pid, SIGKILL);
+  }
+  return true;
+}
+
 }  // namespace
 
 int Launch(const LaunchOptions& options) {
@@ -166,6 +185,7 @@ int Launch(const LaunchOptions& options) {
     fmt::print(stderr, "motley launch: {} ranks of '{}' (rendezvous {}:{})\n", o.nproc, o.command[0],
                o.master_addr, port);
 
+  std::vector<bool> fell(static_cast<size_t>(o.nproc), false);  // live islands: LaunchOptions::falls_with
   std::optional<Clock::time_point> failed_at, terminated_at;
   int first_failure = -1;
   std::vector<int> failed_order;  // ranks in the order they failed
@@ -193,7 +213,8 @@ int Launch(const LaunchOptions& options) {
         fmt::print("{}\n", AgentReportLine(o.rank_offset + r, status));
         std::fflush(stdout);
       }
-      if (!ExitFailed(status)) continue;
+      if (!ExitFailed(status) || fell[static_cast<size_t>(r)]) continue;
+      if (first_failure < 0 && !terminated_at && FallsAlone(o, r, ranks, fell)) continue;
       failed_order.push_back(r);
       if (first_failure < 0) {
         first_failure = r;

@@ -7,6 +7,7 @@
 // rank), then terminates the rest. Torch-free.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,6 +36,11 @@ struct LaunchOptions {
   double stop_grace_s = 20;          // after a failure, before SIGTERM to the rest
   double kill_grace_s = 5;           // after SIGTERM, before SIGKILL
   int* failed_rank = nullptr;        // when given: the rank blamed for a failure, or -1
+  // Live islands (supervise/island_supervisor.h): when a rank fails, the ranks that fall with it (its
+  // island's: stopped at once, the others go on, and the launch succeeds when they end well), or none
+  // (the launch fails, as without it). `fallen`, when given, gets every rank that fell so.
+  std::function<std::vector<int>(int rank)> falls_with;
+  std::vector<int>* fallen = nullptr;
   // As one host's agent (motley agent): the local ranks are ranks rank_offset... of a world of
   // world_size (0: nproc); each rank's end is reported on stdout as "motley-agent: rank R status S"
   // (S: its waitpid status); nothing else of the agent's own is printed. With stop_on_stdin the

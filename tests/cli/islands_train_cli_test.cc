@@ -21,6 +21,13 @@ namespace {
 using namespace motley_test;
 namespace fs = std::filesystem;
 
+// How often `what` occurs in `text`.
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
 // The fixtures' fp64 job (5 steps, 12 sequences a step) as 2 islands meeting every 2 steps.
 std::string IslandsJob(const std::string& dir) {
   return Job(dir, 1.0, true) + "interval_steps = 0\n[islands]\ncount = 2\ninner_steps = 2\n";
@@ -416,15 +423,19 @@ TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
   EXPECT_EQ(events, (std::vector<std::string>{"round 2", "lost 0 at 2 rejoin 4", "round 4", "rejoined at 4",
                                               "round 6", "round 8"}));
   // Islands of unlike shapes (2 ranks and 1): the one-rank island is lost (launch rank 2) and joins again,
-  // as the same launches by hand.
+  // as the same launches by hand. Island 0 goes on without stopping (the island lost is not the one
+  // whose first rank hosts the rendezvous): it is not launched again until island 1 joins.
   const std::string unlike = " --steps 6 --island-plan " + dir.Join("p0.toml") + " --island-plan " +
                              dir.Write("one.toml", OneDevicePlan(2));
   job("unlike");
   CliRun lost = Motley("train unlike.toml --max-restarts 1 --die-rank 2 --die-at-step 3" + unlike, false,
                        dir.path().string());
   ASSERT_EQ(lost.exit_code, 0) << lost.output;
-  EXPECT_CONTAINS(lost.output, "rank 2 (island 1) failed: island 1 is lost");
+  EXPECT_CONTAINS(lost.output,
+                  "rank 2 (island 1) failed: island 1 is lost — 1 of 1: island 0 goes on without "
+                  "stopping");
   EXPECT_CONTAINS(lost.output, "island 1 joins again at step 4, from the outer state of its checkpoint");
+  EXPECT_EQ(Count(lost.output, "motley launch: 3 ranks"), 2) << lost.output;  // no restart of island 0
   job("unlike-by-hand");
   for (const std::string& launch :
        {std::string(" --stop-at-step 2"),
@@ -439,6 +450,61 @@ TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
   std::cout << "unlike shapes, elastic against by hand: relative difference of the parameters " << u << "\n";
   EXPECT_GE(u, 0);
   EXPECT_LT(u, 1e-10);
+}
+
+// Live islands: a two-rank island lost (its rank 2 killed mid-step; its rank 3 falls with it) is left
+// out at the next meeting while island 0 goes on in the same processes, and joins again at the round's
+// end its rejoin steps give — the model of the same islands launched by hand (stopped at the last round
+// island 1 took part in, island 0 alone from there, every island from the rejoin), fp64.
+TEST(IslandsTrain, ALostIslandIsLeftOutWhileTheOthersGoOnWithoutStopping) {
+  TempDir dir;
+  dir.Write("cluster.toml", kCluster);
+  dir.Write("model.toml", kModel);
+  auto job = [&](const std::string& name) {
+    return dir.Write(name + ".toml", Job(dir.Join(name), 1.0, true) +
+                                         "interval_steps = 2\n[islands]\ncount = 2\ninner_steps = 2\n");
+  };
+  const std::string two = " --steps 8 --island-plan " +
+                          dir.Write("p0.toml", DataParallelPlan("[0, 1]", "[2, 1]")) + " --island-plan " +
+                          dir.Write("p1.toml", DataParallelPlan("[2, 3]", "[1, 2]"));
+  job("live");
+  CliRun live = Motley(
+      "train live.toml --max-restarts 1 --island-rejoin-steps 4 --die-rank 2 --die-at-step 3 --metrics "
+      "live.jsonl" +
+          two,
+      false, dir.path().string());
+  ASSERT_EQ(live.exit_code, 0) << live.output;
+  EXPECT_CONTAINS(live.output, "ranks 2, 3 stop, the others go on");
+  EXPECT_CONTAINS(live.output, "island 1 joins again at step 6, from the outer state of its checkpoint");
+  EXPECT_EQ(Count(live.output, "motley launch: 4 ranks"), 2) << live.output;
+  job("by-hand");
+  for (const std::string& launch :
+       {std::string(" --stop-at-step 2"),
+        " --islands-present 0 --stop-at-step 6 --resume " + dir.Join("by-hand/step-000002"),
+        " --resume " + dir.Join("by-hand/step-000006")}) {
+    CliRun r = Motley("train by-hand.toml --metrics-append" + launch + two, false, dir.path().string());
+    ASSERT_EQ(r.exit_code, 0) << launch << "\n" << r.output;
+  }
+  const std::string end = "/step-000008/model.safetensors";
+  const double d = MaxRelativeDifference(dir.Join("live" + end), dir.Join("by-hand" + end));
+  std::cout << "live against by hand: relative difference of the parameters " << d << "\n";
+  EXPECT_GE(d, 0);
+  EXPECT_LT(d, 1e-10);
+  std::ifstream metrics(dir.Join("live.jsonl"));
+  std::vector<std::string> events;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const std::string e = j.value("event", "");
+    if (e == "island_lost")
+      events.push_back(fmt::format("lost {} live {}", j["island"].get<int>(), j.value("live", false)));
+    if (e == "islands_left_out")
+      events.push_back(
+          fmt::format("left out at {} rejoin {}", j["step"].get<int64_t>(), j["rejoin_step"].get<int64_t>()));
+    if (e == "island_rejoined") events.push_back(fmt::format("rejoined at {}", j["step"].get<int64_t>()));
+    if (e == "outer_round") events.push_back(fmt::format("round {}", j["step"].get<int64_t>()));
+  }
+  EXPECT_EQ(events, (std::vector<std::string>{"round 2", "lost 1 live true", "left out at 4 rejoin 6",
+                                              "round 4", "round 6", "rejoined at 6", "round 8"}));
 }
 
 }  // namespace

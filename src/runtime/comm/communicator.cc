@@ -76,11 +76,23 @@ std::string DoneKey(int rank) { return fmt::format("motley/done/{}", rank); }
 std::string FailuresKey() { return "motley/failures"; }  // how many ranks reported one
 std::string FailureKey(int64_t n) { return fmt::format("motley/failure/{}", n); }  // the n-th, from 1
 
-// The first failure a rank reported, as "rank R failed first: its error" ("" if none yet).
-std::string ReportedFailure(c10d::Store& store) {
-  if (store.add(FailuresKey(), 0) == 0 || !store.check({FailureKey(1)})) return "";
-  const std::vector<uint8_t> v = store.get(FailureKey(1));
-  return std::string(v.begin(), v.end());
+// The first failure reported by a rank `skip` does not take (tolerated: a lost island's), as "rank R
+// failed first: its error" ("" if none yet); each skipped one's rank goes to `skipped`.
+std::string ReportedFailure(c10d::Store& store, const std::function<bool(int)>& skip = {},
+                            const std::function<void(int)>& skipped = {}) {
+  const int64_t n = store.add(FailuresKey(), 0);
+  for (int64_t i = 1; i <= n; ++i) {
+    if (!store.check({FailureKey(i)})) return "";
+    const std::vector<uint8_t> v = store.get(FailureKey(i));
+    std::string text(v.begin(), v.end());
+    int rank = -1;
+    if (std::sscanf(text.c_str(), "rank %d failed first", &rank) == 1 && skip && skip(rank)) {
+      if (skipped) skipped(rank);
+      continue;
+    }
+    return text;
+  }
+  return "";
 }
 
 }  // namespace
@@ -219,7 +231,10 @@ void Communicator::Watch() {
       watch_store_->add(HeartbeatKey(rv_.rank), 1);
       // Another rank's report: this rank's own may land between the check of reported_ and the
       // read (its main thread reporting now), and is this rank's to end by itself.
-      if (const std::string failed = reported_ ? "" : ReportedFailure(*watch_store_);
+      if (const std::string failed = reported_ ? ""
+                                               : ReportedFailure(
+                                                     *watch_store_, [this](int r) { return Tolerated(r); },
+                                                     [this](int r) { Lose(r, "it reported a failure"); });
           !failed.empty() && !failed.starts_with(fmt::format("rank {} failed first", rv_.rank))) {
         fmt::print(stderr, "motley: rank {}: {}; exiting\n", rv_.rank, failed);
         std::fflush(stderr);
@@ -236,6 +251,10 @@ void Communicator::Watch() {
           last = beat;
           when = Clock::now();
         } else if (std::chrono::duration<double>(Clock::now() - when).count() > config_.heartbeat_timeout_s) {
+          if (Tolerated(r)) {
+            Lose(r, fmt::format("no heartbeat for {:.0f} s", config_.heartbeat_timeout_s));
+            continue;
+          }
           fmt::print(
               stderr,
               "motley: rank {}: rank {} stopped responding (no heartbeat for {:.0f} s: it crashed, was "
@@ -279,7 +298,7 @@ bool Communicator::AnotherRankFailedFirst() {
   if (outer_ != nullptr) return outer_->AnotherRankFailedFirst();
   if (!store_ || rv_.world_size == 1) return false;
   try {
-    const std::string failed = ReportedFailure(*store_);
+    const std::string failed = ReportedFailure(*store_, [this](int r) { return Tolerated(r); });
     return !failed.empty() && !failed.starts_with(fmt::format("rank {} failed first", rv_.rank));
   } catch (const std::exception&) {
     return false;
@@ -303,6 +322,87 @@ std::string Communicator::DiagnoseFailure() {
     return fmt::format("rank(s) {} stopped responding", fmt::join(stopped, ", "));
   } catch (const std::exception&) {
     return "the launcher's rank 0 (the rendezvous store) is unreachable";
+  }
+}
+
+bool Communicator::Tolerated(int rank) {
+  std::lock_guard lock(watch_mutex_);
+  return tolerated_.count(rank) > 0;
+}
+
+void Communicator::Lose(int rank, const std::string& why) {
+  std::lock_guard lock(watch_mutex_);
+  if (!lost_.insert(rank).second) return;
+  fmt::print(stderr, "motley: rank {}: rank {} is lost ({}); going on without its island\n", rv_.rank, rank,
+             why);
+  std::fflush(stderr);
+}
+
+void Communicator::Tolerate(const std::vector<int>& ranks) {
+  if (outer_ != nullptr) return outer_->Tolerate(ranks);
+  std::lock_guard lock(watch_mutex_);
+  tolerated_.insert(ranks.begin(), ranks.end());
+}
+
+std::vector<int> Communicator::LostRanks() {
+  if (outer_ != nullptr) return outer_->LostRanks();
+  std::lock_guard lock(watch_mutex_);
+  return {lost_.begin(), lost_.end()};
+}
+
+Result<std::vector<int>> Communicator::ArrivedOrLost(const std::vector<int>& ranks, const std::string& key) {
+  const auto deadline = Clock::now() + Ms(config_.timeout_s);
+  std::vector<int> waiting = ranks, lost;
+  try {
+    while (!waiting.empty()) {
+      std::vector<int> still;
+      for (const int r : waiting) {
+        if (store_->check({fmt::format("motley/value/{}/{}", key, r)})) continue;
+        std::lock_guard lock(watch_mutex_);
+        (lost_.count(r) > 0 ? lost : still).push_back(r);
+      }
+      waiting = std::move(still);
+      if (waiting.empty()) break;
+      if (Clock::now() > deadline)
+        return Status::IoError(
+            fmt::format("rank {}: rank(s) {} neither reached {} nor were lost within {:.0f} s", rank(),
+                        fmt::join(waiting, ", "), key, config_.timeout_s));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: waiting for the ranks at {}: {} ({})", rank(), key,
+                                       std::string(e.what()).substr(0, 200), DiagnoseFailure()));
+  }
+  std::sort(lost.begin(), lost.end());
+  return lost;
+}
+
+Status Communicator::SetValue(const std::string& key, const std::string& value) {
+  try {
+    store_->set("motley/value/" + key, std::vector<uint8_t>(value.begin(), value.end()));
+    return Status::Ok();
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: cannot write {} to the rendezvous store: {}", rank(), key,
+                                       std::string(e.what()).substr(0, 200)));
+  }
+}
+
+void Communicator::DeleteValue(const std::string& key) {
+  try {
+    store_->deleteKey("motley/value/" + key);
+  } catch (const std::exception&) {
+  }
+}
+
+Result<std::string> Communicator::WaitValue(const std::string& key) {
+  try {
+    store_->wait({"motley/value/" + key}, Ms(config_.timeout_s));
+    const std::vector<uint8_t> v = store_->get("motley/value/" + key);
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: no {} in the rendezvous store within {:.0f} s: {} ({})",
+                                       rank(), key, config_.timeout_s, std::string(e.what()).substr(0, 200),
+                                       DiagnoseFailure()));
   }
 }
 

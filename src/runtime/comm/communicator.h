@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -137,6 +138,20 @@ class Communicator {
   /// in a collective with it until the operation's timeout.
   void ReportFailure(const std::string& why);
 
+  /// Live islands: this rank goes on when one of `ranks` (world ranks) is lost — its heartbeat stops
+  /// for the heartbeat timeout, or it reports a failure: the watchdog records it (LostRanks) instead of
+  /// ending this process, and its report is not taken for this rank's cause. Called before a loss.
+  void Tolerate(const std::vector<int>& ranks);
+  std::vector<int> LostRanks();
+  /// Waits until each of `ranks` has either arrived — set `key` + "/<its rank>" (SetValue) — or is lost
+  /// (at most the operation timeout): the lost among them.
+  Result<std::vector<int>> ArrivedOrLost(const std::vector<int>& ranks, const std::string& key);
+  /// A value under `key` in this world's rendezvous store, and the wait for one (up to the operation
+  /// timeout; an error names the key).
+  Status SetValue(const std::string& key, const std::string& value);
+  void DeleteValue(const std::string& key);  // (best effort: the store keeps nothing it no longer needs)
+  Result<std::string> WaitValue(const std::string& key);
+
  private:
   Communicator() = default;
   Status Run(const std::string& what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start);
@@ -173,6 +188,12 @@ class Communicator {
   std::thread watchdog_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> reported_{false};  // ReportFailure was called
+  // Live islands: the ranks whose loss this rank survives, those lost, and when each rank's heartbeat
+  // last changed (the watchdog's view).
+  std::mutex watch_mutex_;
+  std::set<int> tolerated_, lost_;
+  bool Tolerated(int rank);
+  void Lose(int rank, const std::string& why);
   friend class PendingTransfer;
 };
 

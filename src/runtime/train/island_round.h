@@ -30,11 +30,13 @@ namespace motley {
 // position, every rank making all of them in the same order; islands of like shapes only).
 struct IslandPlace {
   int island = 0, local_rank = 0;
-  int first_ministage = 0;              // where the island's ministages begin in the round's table
-  bool whole_fragments = false;         // unlike shapes: the round exchanges whole fragments
-  std::unique_ptr<Communicator> outer;  // every rank of every island
-  std::unique_ptr<Communicator> own;    // this island's ranks
-  CommGroup* across = nullptr;          // the matching ranks of every island (like shapes)
+  int first_ministage = 0;                // where the island's ministages begin in the round's table
+  bool whole_fragments = false;           // unlike shapes: the round exchanges whole fragments
+  std::unique_ptr<Communicator> root;     // every launched rank
+  std::unique_ptr<Communicator> meeting;  // live islands, once one is lost: the ranks of those meeting
+  Communicator* outer = nullptr;          // the ranks of the islands meeting: root's, or meeting's
+  std::unique_ptr<Communicator> own;      // this island's ranks
+  CommGroup* across = nullptr;            // the matching ranks of every island (like shapes)
   // Each outer round's collectives' groups (null: not a member), by the round's streaming fragment.
   std::vector<std::vector<CommGroup*>> round_groups;
   CommGroup* GroupOf(const Schedule& round, int32_t collective) const {

@@ -19,6 +19,7 @@
 #include "runtime/emulation/device_emulation.h"
 #include "runtime/islands/island_exchange.h"
 #include "runtime/islands/outer_optimizer.h"
+#include "runtime/train/island_membership.h"
 #include "runtime/train/island_round.h"
 #include "runtime/train/planned_run.h"
 #include "runtime/train/safetensors.h"
@@ -77,7 +78,9 @@ Result<std::vector<int>> PresentIslands(const JobSpec& job, const TrainOptions& 
   return present;
 }
 
-Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& options) {
+// The islands `present` (every one when empty: `options`' own) laid out: their plans and outer rounds.
+Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& options,
+                                   const std::vector<int>& present = {}) {
   const std::vector<std::string>& paths = options.planned.island_plans;
   if (static_cast<int64_t>(paths.size()) != job.islands.count)
     return Status::InvalidArgument(fmt::format(
@@ -85,7 +88,11 @@ Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& optio
         job.file, job.islands.count, paths.size(), paths.size() == 1 ? " was" : "s were"));
   IslandLayout out;
   const int64_t clock_steps = options.steps > 0 ? options.steps : job.training.steps;
-  MOTLEY_ASSIGN_OR_RETURN(out.present, PresentIslands(job, options, clock_steps));
+  if (present.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(out.present, PresentIslands(job, options, clock_steps));
+  } else {
+    out.present = present;
+  }
   int64_t sequences = 0;
   for (size_t i = 0; i < paths.size(); ++i) {
     MOTLEY_ASSIGN_OR_RETURN(Plan plan, LoadPlanFile(paths[i]));
@@ -124,6 +131,25 @@ Result<IslandLayout> LayOutIslands(const JobSpec& job, const TrainOptions& optio
   return out;
 }
 
+// Each round's collectives' groups in the world of the islands meeting (place.outer): one group a set
+// of members, every rank making them in the rounds' order.
+Status MakeRoundGroups(IslandPlace& place, const IslandLayout& layout) {
+  place.round_groups.clear();
+  std::map<std::vector<int32_t>, CommGroup*> made;
+  for (const Schedule& round : layout.rounds) {
+    place.round_groups.emplace_back();
+    for (const Collective& c : round.collectives) {
+      auto [it, added] = made.try_emplace(c.ranks, nullptr);
+      if (added) {
+        MOTLEY_ASSIGN_OR_RETURN(it->second,
+                                place.outer->NewGroup(std::vector<int>(c.ranks.begin(), c.ranks.end())));
+      }
+      place.round_groups.back().push_back(it->second->index >= 0 ? it->second : nullptr);
+    }
+  }
+  return Status::Ok();
+}
+
 Result<IslandPlace> JoinIslands(const IslandLayout& layout, const TrainOptions& options) {
   MOTLEY_ASSIGN_OR_RETURN(Rendezvous rv, RendezvousFromEnv());
   if (rv.world_size != layout.world_size()) {
@@ -137,7 +163,8 @@ Result<IslandPlace> JoinIslands(const IslandLayout& layout, const TrainOptions& 
   CommConfig config;
   config.gpu = device.is_cuda();
   IslandPlace place;
-  MOTLEY_ASSIGN_OR_RETURN(place.outer, Communicator::Connect(rv, config));
+  MOTLEY_ASSIGN_OR_RETURN(place.root, Communicator::Connect(rv, config));
+  place.outer = place.root.get();
   // The present islands' ranks, one island after another.
   const int position = layout.PositionOf(rv.rank);
   const int first = layout.where.first_rank[static_cast<size_t>(position)];
@@ -155,20 +182,44 @@ Result<IslandPlace> JoinIslands(const IslandLayout& layout, const TrainOptions& 
       MOTLEY_ASSIGN_OR_RETURN(CommGroup * g, place.outer->NewGroup(across));
       if (local == place.local_rank) place.across = g;
     }
-  // One group a set of members, every rank making them in the round's order.
-  std::map<std::vector<int32_t>, CommGroup*> made;
-  for (const Schedule& round : layout.rounds) {
-    place.round_groups.emplace_back();
-    for (const Collective& c : round.collectives) {
-      auto [it, added] = made.try_emplace(c.ranks, nullptr);
-      if (added) {
-        MOTLEY_ASSIGN_OR_RETURN(it->second,
-                                place.outer->NewGroup(std::vector<int>(c.ranks.begin(), c.ranks.end())));
-      }
-      place.round_groups.back().push_back(it->second->index >= 0 ? it->second : nullptr);
-    }
+  if (options.planned.islands_live) {  // the loss of another island's rank is not this rank's end
+    std::vector<int> others;
+    for (size_t p = 1; p < layout.present.size(); ++p)
+      if (static_cast<int>(p) != position)
+        for (int k = 0; k < layout.RanksOf(static_cast<int>(p)); ++k)
+          others.push_back(layout.where.first_rank[p] + k);
+    place.root->Tolerate(others);
   }
+  MOTLEY_RETURN_IF_ERROR(MakeRoundGroups(place, layout));
   return place;
+}
+
+// Live islands: the islands `present` meet from now on without the others (IslandMembership) — their
+// rounds lowered again over them and their groups made in a world of their own ranks.
+Status MeetWithout(IslandPlace& place, IslandLayout& layout, const IslandLayout& launched, const JobSpec& job,
+                   const TrainOptions& options, const std::vector<int>& present) {
+  if (std::find(present.begin(), present.end(), place.island) == present.end())
+    return Status::PeerFailed(
+        fmt::format("rank {}: island {} was left out of the outer loop (a rank of it was "
+                    "lost)",
+                    place.root->rank(), place.island));
+  MOTLEY_ASSIGN_OR_RETURN(IslandLayout now, LayOutIslands(job, options, present));
+  std::vector<int> ranks;  // root's
+  for (const int i : present) {
+    const size_t p = static_cast<size_t>(std::find(launched.present.begin(), launched.present.end(), i) -
+                                         launched.present.begin());
+    for (int k = 0; k < launched.RanksOf(static_cast<int>(p)); ++k)
+      ranks.push_back(launched.where.first_rank[p] + k);
+  }
+  MOTLEY_ASSIGN_OR_RETURN(place.meeting,
+                          place.root->Within(ranks, fmt::format("meeting-{}", fmt::join(present, "-"))));
+  place.outer = place.meeting.get();
+  const size_t position =
+      static_cast<size_t>(std::find(present.begin(), present.end(), place.island) - present.begin());
+  place.first_ministage = now.where.first_ministage[position];
+  place.whole_fragments = now.where.whole_fragments;
+  layout = std::move(now);
+  return MakeRoundGroups(place, layout);
 }
 
 // The islands' pieces must match rank to rank: each rank's count and sizes, compared with its
@@ -320,9 +371,11 @@ Result<std::pair<std::vector<torch::Tensor>, int64_t>> ResumedOuterState(
 // a checkpoint, where this launch stops) every fragment meets at once.
 // `flight`: an overlapped round between its sending and its landing (the caller's, so that a failure is
 // reported before the exchange in flight is waited for).
-Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layout, const JobSpec& job,
-                   const TrainOptions& options, int64_t clock_steps, int64_t tokens_per_step,
-                   RoundInFlightPtr& flight) {
+// Live islands (`membership`): at each meeting the islands meeting, lowered again without those lost
+// (`launched`: the layout the launch began with), and where the islands left stop for them to join.
+Status TrainIsland(PlannedRun& run, IslandPlace& place, IslandLayout& layout, const IslandLayout& launched,
+                   IslandMembership* membership, const JobSpec& job, const TrainOptions& options,
+                   int64_t clock_steps, int64_t tokens_per_step, RoundInFlightPtr& flight) {
   const int rank = place.outer->rank();
   std::vector<OuterOptimizer> outers;  // one a streaming fragment
   for (const Schedule& round : layout.rounds) {
@@ -341,8 +394,21 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
   if (first && run.step() == 0) MOTLEY_RETURN_IF_ERROR(run.Validate(0));
   const int64_t h = job.islands.inner_steps, fragments = static_cast<int64_t>(layout.rounds.size());
   // Where this launch ends: the run's end, or the round's at which a lost island joins again.
-  const int64_t stop =
+  int64_t stop =
       options.planned.stop_at_step > 0 ? std::min(clock_steps, options.planned.stop_at_step) : clock_steps;
+  const auto meet = [&](int64_t clock) -> Status {
+    if (membership == nullptr) return Status::Ok();
+    MOTLEY_ASSIGN_OR_RETURN(const IslandMeeting m, membership->At(clock));
+    if (m.stop_at_step > 0) stop = std::min(stop, m.stop_at_step);
+    if (m.present == layout.present) return Status::Ok();
+    if (first)
+      MOTLEY_RETURN_IF_ERROR(run.WriteEvent(nlohmann::json{{"event", "islands_left_out"},
+                                                           {"step", clock},
+                                                           {"islands", m.left_out},
+                                                           {"present", m.present},
+                                                           {"rejoin_step", m.stop_at_step}}));
+    return MeetWithout(place, layout, launched, job, options, m.present);
+  };
   std::vector<int64_t> since(static_cast<size_t>(fragments), 0);  // own steps since each fragment met
   const auto event = [&](size_t k, int64_t clock, const RoundReport& round) {
     nlohmann::json e = {{"event", "outer_round"},           {"step", clock},
@@ -385,11 +451,12 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, const IslandLayout& layo
       for (int64_t& n : since) ++n;
     }
     if (flight) MOTLEY_RETURN_IF_ERROR(land());
+    MOTLEY_RETURN_IF_ERROR(meet(clock));
     // Where the islands must hold one model — validation, a checkpoint, the end — every fragment meets
     // at once, without overlap.
     const bool validate = ValidationDue(job, clock, clock_steps),
                checkpoint = CheckpointDue(job, clock, clock_steps);
-    if (fragment >= 0 && !(clock % h == 0 && (validate || checkpoint))) {
+    if (fragment >= 0 && clock < stop && !(clock % h == 0 && (validate || checkpoint))) {
       const size_t k = static_cast<size_t>(fragment);
       if (overlap == 0) {
         MOTLEY_RETURN_IF_ERROR(take(k, clock));
@@ -432,6 +499,7 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
         "[islands] with loss scaling (fp16) is not built yet: train in bf16, fp32 or fp64");
   MOTLEY_ASSIGN_OR_RETURN(IslandLayout layout, LayOutIslands(job, options));
   MOTLEY_ASSIGN_OR_RETURN(IslandPlace place, JoinIslands(layout, options));
+  const IslandLayout launched = layout;
   // This island's run: its plan on its share of the batch, as a planned run of its own.
   JobSpec island_job = job;
   island_job.training.global_batch_sequences = layout.plans[place.island].global_batch_sequences();
@@ -462,8 +530,19 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
                         std::move(place.own));
   if (!run.ok()) return run.status();
   const int64_t tokens_per_step = island_job.training.global_batch_sequences * job.training.seq_len;
+  std::unique_ptr<IslandMembership> membership;
+  if (options.planned.islands_live) {
+    std::vector<std::vector<int>> ranks(static_cast<size_t>(job.islands.count));
+    for (size_t p = 0; p < launched.present.size(); ++p)
+      for (int k = 0; k < launched.RanksOf(static_cast<int>(p)); ++k)
+        ranks[static_cast<size_t>(launched.present[p])].push_back(launched.where.first_rank[p] + k);
+    membership = std::make_unique<IslandMembership>(
+        *place.root, std::move(ranks), launched.present, (*run)->resumed_from_step(),
+        options.supervisor.island_rejoin_steps, job.islands.inner_steps, clock_steps);
+  }
   RoundInFlightPtr flight;  // waited for (at its end of scope) after a failure is reported
-  if (Status s = TrainIsland(**run, place, layout, job, options, clock_steps, tokens_per_step, flight);
+  if (Status s = TrainIsland(**run, place, layout, launched, membership.get(), job, options, clock_steps,
+                             tokens_per_step, flight);
       !s.ok()) {
     if ((*run)->AnotherRankFailedFirst()) return Status::PeerFailed(s.message());
     (*run)->ReportFailure(s.message());

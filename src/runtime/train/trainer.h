@@ -97,6 +97,9 @@ struct PlannedRunOptions {
   // so that a lost island can join them again (0: the run's end).
   std::vector<int> islands_present;
   int64_t stop_at_step = 0;
+  // Live islands (set by the supervisor with --max-restarts): a lost island's ranks are left out of the
+  // outer loop and the others go on without stopping (island_membership.h).
+  bool islands_live = false;
 };
 
 /// How `motley train` runs: the run's own options (one process or a rank of a planned run), and
