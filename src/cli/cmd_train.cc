@@ -200,7 +200,8 @@ void AddSupervisorOptions(CLI::App& app, TrainOptions& options) {
          "--max-restarts", options.supervisor.max_restarts,
          "on a cluster: when a rank dies, plan again without its node and resume from the newest "
          "checkpoint, up to this many times (default 0: the run fails); islands: the island of a rank "
-         "that dies is left out, the others resume from the newest checkpoint")
+         "that dies is left out and the others go on (from the newest checkpoint where the first island "
+         "is lost)")
       ->check(AtLeast(0));
   app.add_option("--island-rejoin-steps", options.supervisor.island_rejoin_steps,
                  "islands with --max-restarts: a lost island joins again from the latest outer state after "

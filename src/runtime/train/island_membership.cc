@@ -83,7 +83,8 @@ Result<IslandMeeting> IslandMembership::At(int64_t clock) {
     const std::string last = fmt::format("islands/meeting/{}", meetings_ - 2);
     root_.DeleteValue(last);
     for (const int i : present_)
-      for (const int r : ranks_of_island_.at(static_cast<size_t>(i))) root_.DeleteValue(fmt::format("{}/{}", last, r));
+      for (const int r : ranks_of_island_.at(static_cast<size_t>(i)))
+        root_.DeleteValue(fmt::format("{}/{}", last, r));
   }
   present_ = m.present;
   MOTLEY_RETURN_IF_ERROR(root_.SetValue(key, Encode(m)));

@@ -31,8 +31,9 @@ class IslandMembership {
   /// `root`: every launched rank; `ranks_of_island[i]`: island i's ranks in it (empty: not launched);
   /// `present`: the islands launched, in order; `from_step`: the clock step the launch starts at;
   /// `inner_steps`: a round's length (H); `clock_steps`: the run's end.
-  IslandMembership(Communicator& root, std::vector<std::vector<int>> ranks_of_island, std::vector<int> present,
-                   int64_t from_step, int64_t rejoin_steps, int64_t inner_steps, int64_t clock_steps);
+  IslandMembership(Communicator& root, std::vector<std::vector<int>> ranks_of_island,
+                   std::vector<int> present, int64_t from_step, int64_t rejoin_steps, int64_t inner_steps,
+                   int64_t clock_steps);
   /// The meeting at clock step `clock` (every rank calls it at every meeting, in the same order).
   Result<IslandMeeting> At(int64_t clock);
 

@@ -56,8 +56,9 @@ struct SupervisorOptions {
   bool across_hosts = false;
   std::string remote = "ssh {host}";
   // Islands launched by `motley train --island-plan ...`: a lost island is left out for this many
-  // clock steps (the others go on from the newest checkpoint), then every island resumes together
-  // from the survivors' checkpoint at the first round's end after them (0: one round, inner_steps).
+  // clock steps after the last round it took part in (the others go on: island_membership.h), then
+  // every island resumes together from the survivors' checkpoint at the first round's end after them
+  // (0: one round, inner_steps).
   int64_t island_rejoin_steps = 0;
 };
 
