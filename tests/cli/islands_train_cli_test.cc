@@ -370,6 +370,47 @@ TEST(IslandsTrain, AResumedRunOfIslandsGoesOnAsTheRunNotStoppedInEitherForm) {
 // the checkpoints and metrics now), stops at the round's end of step 4 with a checkpoint, and both islands
 // resume from it: the lost island joins again from the latest outer state. The supervisor's launches end
 // where the same launches made by hand end (fp64, 1e-10), and not where the run without the loss does.
+// An elastic run's launches by hand (`launches`, each after the last, of job `name` — written already —
+// with `islands`): the relative difference of their model at `at` (e.g. "/step-000008") to the
+// elastic run's (job `elastic`); negative when a launch failed.
+double ByHandAgainst(const TempDir& dir, const std::string& name, const std::vector<std::string>& launches,
+                     const std::string& islands, const std::string& elastic, const std::string& at) {
+  for (const std::string& launch : launches) {
+    CliRun r =
+        Motley("train " + name + ".toml --metrics-append" + launch + islands, false, dir.path().string());
+    if (r.exit_code != 0) {
+      ADD_FAILURE() << launch << "\n" << r.output;
+      return -1;
+    }
+  }
+  const std::string model = at + "/model.safetensors";
+  const double d = MaxRelativeDifference(dir.Join(elastic + model), dir.Join(name + model));
+  std::cout << elastic << " against by hand: relative difference of the parameters " << d << "\n";
+  return d;
+}
+
+// An elastic run's metrics: each island lost (live, or where the others resumed and when it was to join),
+// left out at a meeting, joining again, and each outer round.
+std::vector<std::string> ElasticEvents(const std::string& metrics_path) {
+  std::ifstream metrics(metrics_path);
+  std::vector<std::string> events;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const std::string e = j.value("event", "");
+    if (e == "island_lost" && j.value("live", false))
+      events.push_back(fmt::format("lost {} live", j["island"].get<int>()));
+    if (e == "island_lost" && !j.value("live", false))
+      events.push_back(fmt::format("lost {} at {} rejoin {}", j["island"].get<int>(),
+                                   j["resume_step"].get<int64_t>(), j["rejoin_step"].get<int64_t>()));
+    if (e == "islands_left_out")
+      events.push_back(
+          fmt::format("left out at {} rejoin {}", j["step"].get<int64_t>(), j["rejoin_step"].get<int64_t>()));
+    if (e == "island_rejoined") events.push_back(fmt::format("rejoined at {}", j["step"].get<int64_t>()));
+    if (e == "outer_round") events.push_back(fmt::format("round {}", j["step"].get<int64_t>()));
+  }
+  return events;
+}
+
 TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
   TempDir dir;
   dir.Write("cluster.toml", kCluster);
@@ -392,34 +433,21 @@ TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
   EXPECT_CONTAINS(elastic.output, "island 0 joins again at step 4, from the outer state of its checkpoint");
   // The same launches by hand.
   job("by-hand");
-  for (const std::string& launch :
-       {std::string(" --stop-at-step 2"),
-        " --islands-present 1 --stop-at-step 4 --resume " + dir.Join("by-hand/step-000002"),
-        " --resume " + dir.Join("by-hand/step-000004")}) {
-    CliRun r = Motley("train by-hand.toml --metrics-append" + launch + two, false, dir.path().string());
-    ASSERT_EQ(r.exit_code, 0) << launch << "\n" << r.output;
-  }
-  const std::string end = "/step-000008/model.safetensors";
-  const double d = MaxRelativeDifference(dir.Join("elastic" + end), dir.Join("by-hand" + end));
-  std::cout << "elastic against by hand: relative difference of the parameters " << d << "\n";
+  const double d =
+      ByHandAgainst(dir, "by-hand",
+                    {" --stop-at-step 2",
+                     " --islands-present 1 --stop-at-step 4 --resume " + dir.Join("by-hand/step-000002"),
+                     " --resume " + dir.Join("by-hand/step-000004")},
+                    two, "elastic", "/step-000008");
   EXPECT_GE(d, 0);
   EXPECT_LT(d, 1e-10);
+  const std::string end = "/step-000008/model.safetensors";
   job("whole");
   CliRun whole = Motley("train whole.toml" + two, false, dir.path().string());
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   EXPECT_GT(MaxRelativeDifference(dir.Join("elastic" + end), dir.Join("whole" + end)), 1e-6);
   // The metrics: the loss, the rejoin, and each round among the islands present (round 4: island 1's).
-  std::ifstream metrics(dir.Join("elastic.jsonl"));
-  std::vector<std::string> events;
-  for (std::string line; std::getline(metrics, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    const std::string e = j.value("event", "");
-    if (e == "island_lost")
-      events.push_back(fmt::format("lost {} at {} rejoin {}", j["island"].get<int>(),
-                                   j["resume_step"].get<int64_t>(), j["rejoin_step"].get<int64_t>()));
-    if (e == "island_rejoined") events.push_back(fmt::format("rejoined at {}", j["step"].get<int64_t>()));
-    if (e == "outer_round") events.push_back(fmt::format("round {}", j["step"].get<int64_t>()));
-  }
+  const std::vector<std::string> events = ElasticEvents(dir.Join("elastic.jsonl"));
   EXPECT_EQ(events, (std::vector<std::string>{"round 2", "lost 0 at 2 rejoin 4", "round 4", "rejoined at 4",
                                               "round 6", "round 8"}));
   // Islands of unlike shapes (2 ranks and 1): the one-rank island is lost (launch rank 2) and joins again,
@@ -437,17 +465,12 @@ TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
   EXPECT_CONTAINS(lost.output, "island 1 joins again at step 4, from the outer state of its checkpoint");
   EXPECT_EQ(Count(lost.output, "motley launch: 3 ranks"), 2) << lost.output;  // no restart of island 0
   job("unlike-by-hand");
-  for (const std::string& launch :
-       {std::string(" --stop-at-step 2"),
-        " --islands-present 0 --stop-at-step 4 --resume " + dir.Join("unlike-by-hand/step-000002"),
-        " --resume " + dir.Join("unlike-by-hand/step-000004")}) {
-    CliRun r =
-        Motley("train unlike-by-hand.toml --metrics-append" + launch + unlike, false, dir.path().string());
-    ASSERT_EQ(r.exit_code, 0) << launch << "\n" << r.output;
-  }
-  const std::string at6 = "/step-000006/model.safetensors";
-  const double u = MaxRelativeDifference(dir.Join("unlike" + at6), dir.Join("unlike-by-hand" + at6));
-  std::cout << "unlike shapes, elastic against by hand: relative difference of the parameters " << u << "\n";
+  const double u = ByHandAgainst(
+      dir, "unlike-by-hand",
+      {" --stop-at-step 2",
+       " --islands-present 0 --stop-at-step 4 --resume " + dir.Join("unlike-by-hand/step-000002"),
+       " --resume " + dir.Join("unlike-by-hand/step-000004")},
+      unlike, "unlike", "/step-000006");
   EXPECT_GE(u, 0);
   EXPECT_LT(u, 1e-10);
 }
@@ -478,33 +501,17 @@ TEST(IslandsTrain, ALostIslandIsLeftOutWhileTheOthersGoOnWithoutStopping) {
   EXPECT_CONTAINS(live.output, "island 1 joins again at step 6, from the outer state of its checkpoint");
   EXPECT_EQ(Count(live.output, "motley launch: 4 ranks"), 2) << live.output;
   job("by-hand");
-  for (const std::string& launch :
-       {std::string(" --stop-at-step 2"),
-        " --islands-present 0 --stop-at-step 6 --resume " + dir.Join("by-hand/step-000002"),
-        " --resume " + dir.Join("by-hand/step-000006")}) {
-    CliRun r = Motley("train by-hand.toml --metrics-append" + launch + two, false, dir.path().string());
-    ASSERT_EQ(r.exit_code, 0) << launch << "\n" << r.output;
-  }
-  const std::string end = "/step-000008/model.safetensors";
-  const double d = MaxRelativeDifference(dir.Join("live" + end), dir.Join("by-hand" + end));
-  std::cout << "live against by hand: relative difference of the parameters " << d << "\n";
+  const double d =
+      ByHandAgainst(dir, "by-hand",
+                    {" --stop-at-step 2",
+                     " --islands-present 0 --stop-at-step 6 --resume " + dir.Join("by-hand/step-000002"),
+                     " --resume " + dir.Join("by-hand/step-000006")},
+                    two, "live", "/step-000008");
   EXPECT_GE(d, 0);
   EXPECT_LT(d, 1e-10);
-  std::ifstream metrics(dir.Join("live.jsonl"));
-  std::vector<std::string> events;
-  for (std::string line; std::getline(metrics, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    const std::string e = j.value("event", "");
-    if (e == "island_lost")
-      events.push_back(fmt::format("lost {} live {}", j["island"].get<int>(), j.value("live", false)));
-    if (e == "islands_left_out")
-      events.push_back(
-          fmt::format("left out at {} rejoin {}", j["step"].get<int64_t>(), j["rejoin_step"].get<int64_t>()));
-    if (e == "island_rejoined") events.push_back(fmt::format("rejoined at {}", j["step"].get<int64_t>()));
-    if (e == "outer_round") events.push_back(fmt::format("round {}", j["step"].get<int64_t>()));
-  }
-  EXPECT_EQ(events, (std::vector<std::string>{"round 2", "lost 1 live true", "left out at 4 rejoin 6",
-                                              "round 4", "round 6", "rejoined at 6", "round 8"}));
+  const std::vector<std::string> events = ElasticEvents(dir.Join("live.jsonl"));
+  EXPECT_EQ(events, (std::vector<std::string>{"round 2", "lost 1 live", "left out at 4 rejoin 6", "round 4",
+                                              "round 6", "rejoined at 6", "round 8"}));
 }
 
 }  // namespace
