@@ -139,7 +139,7 @@ bool LeaveOut(IslandRun& r, int failed_rank, int island) {
   const IslandsConfig& islands = r.job.islands;
   if (r.restarts >= r.options.supervisor.max_restarts) return false;
   std::vector<int> left = r.present;
-  left.erase(std::find(left.begin(), left.end(), island));
+  if (const auto it = std::find(left.begin(), left.end(), island); it != left.end()) left.erase(it);
   if (left.empty()) return false;
   if (islands.InnerSteps(left[0]) != islands.inner_steps) {
     fmt::print(
@@ -151,7 +151,7 @@ bool LeaveOut(IslandRun& r, int failed_rank, int island) {
   }
   ++r.restarts;
   r.present = left;
-  r.lost.push_back(island);
+  if (std::find(r.lost.begin(), r.lost.end(), island) == r.lost.end()) r.lost.push_back(island);
   std::sort(r.lost.begin(), r.lost.end());
   // The fault injected for tests happened once: the restarted ranks do not repeat it.
   r.args = WithoutOption(WithoutOption(r.args, "--die-rank"), "--die-at-step");
@@ -243,9 +243,10 @@ int SuperviseIslands(const JobSpec& job, const TrainOptions& options, const std:
       const std::vector<RankFailure> failures = ReadFailureReports(r.reports.string());
       const bool own_cause = std::any_of(failures.begin(), failures.end(),
                                          [](const RankFailure& f) { return f.diverged || f.out_of_memory; });
-      if (own_cause || failed_rank < 0 || failed_rank >= r.Launched() ||
-          !LeaveOut(r, failed_rank, r.IslandOf(failed_rank)))
-        return kExitFailure;
+      const int island = failed_rank >= 0 && failed_rank < r.Launched() ? r.IslandOf(failed_rank) : -1;
+      // Islands lost live in this launch stay out of the next.
+      for (const int i : r.lost) std::erase(r.present, i);
+      if (own_cause || island < 0 || !LeaveOut(r, failed_rank, island)) return kExitFailure;
     }
     // Later launches add to the metrics of the first.
     if (std::find(r.args.begin(), r.args.end(), "--metrics-append") == r.args.end())

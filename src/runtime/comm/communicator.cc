@@ -344,12 +344,6 @@ void Communicator::Tolerate(const std::vector<int>& ranks) {
   tolerated_.insert(ranks.begin(), ranks.end());
 }
 
-std::vector<int> Communicator::LostRanks() {
-  if (outer_ != nullptr) return outer_->LostRanks();
-  std::lock_guard lock(watch_mutex_);
-  return {lost_.begin(), lost_.end()};
-}
-
 Result<std::vector<int>> Communicator::ArrivedOrLost(const std::vector<int>& ranks, const std::string& key) {
   const auto deadline = Clock::now() + Ms(config_.timeout_s);
   std::vector<int> waiting = ranks, lost;

@@ -139,10 +139,10 @@ class Communicator {
   void ReportFailure(const std::string& why);
 
   /// Live islands: this rank goes on when one of `ranks` (world ranks) is lost — its heartbeat stops
-  /// for the heartbeat timeout, or it reports a failure: the watchdog records it (LostRanks) instead of
-  /// ending this process, and its report is not taken for this rank's cause. Called before a loss.
+  /// for the heartbeat timeout, or it reports a failure: the watchdog records it (ArrivedOrLost counts it
+  /// lost) instead of ending this process, and its report is not taken for this rank's cause. Called before a
+  /// loss.
   void Tolerate(const std::vector<int>& ranks);
-  std::vector<int> LostRanks();
   /// Waits until each of `ranks` has either arrived — set `key` + "/<its rank>" (SetValue) — or is lost
   /// (at most the operation timeout): the lost among them.
   Result<std::vector<int>> ArrivedOrLost(const std::vector<int>& ranks, const std::string& key);
