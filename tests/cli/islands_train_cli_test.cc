@@ -370,6 +370,22 @@ TEST(IslandsTrain, AResumedRunOfIslandsGoesOnAsTheRunNotStoppedInEitherForm) {
 // the checkpoints and metrics now), stops at the round's end of step 4 with a checkpoint, and both islands
 // resume from it: the lost island joins again from the latest outer state. The supervisor's launches end
 // where the same launches made by hand end (fp64, 1e-10), and not where the run without the loss does.
+// The elastic tests' islands in `dir`: the fixtures' cluster and model, 2 data-parallel islands of 2
+// ranks; returns the run's arguments (8 steps, the island plans).
+std::string ElasticIslands(const TempDir& dir) {
+  dir.Write("cluster.toml", kCluster);
+  dir.Write("model.toml", kModel);
+  return " --steps 8 --island-plan " + dir.Write("p0.toml", DataParallelPlan("[0, 1]", "[2, 1]")) +
+         " --island-plan " + dir.Write("p1.toml", DataParallelPlan("[2, 3]", "[1, 2]"));
+}
+
+// An elastic test's job `name` (checkpoints in its own folder): the islands meet every 2 steps, a
+// checkpoint every round.
+void WriteElasticJob(const TempDir& dir, const std::string& name) {
+  dir.Write(name + ".toml",
+            Job(dir.Join(name), 1.0, true) + "interval_steps = 2\n[islands]\ncount = 2\ninner_steps = 2\n");
+}
+
 // An elastic run's launches by hand (`launches`, each after the last, of job `name` — written already —
 // with `islands`): the relative difference of their model at `at` (e.g. "/step-000008") to the
 // elastic run's (job `elastic`); negative when a launch failed.
@@ -413,15 +429,8 @@ std::vector<std::string> ElasticEvents(const std::string& metrics_path) {
 
 TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
   TempDir dir;
-  dir.Write("cluster.toml", kCluster);
-  dir.Write("model.toml", kModel);
-  auto job = [&](const std::string& name) {
-    return dir.Write(name + ".toml", Job(dir.Join(name), 1.0, true) +
-                                         "interval_steps = 2\n[islands]\ncount = 2\ninner_steps = 2\n");
-  };
-  const std::string two = " --steps 8 --island-plan " +
-                          dir.Write("p0.toml", DataParallelPlan("[0, 1]", "[2, 1]")) + " --island-plan " +
-                          dir.Write("p1.toml", DataParallelPlan("[2, 3]", "[1, 2]"));
+  const auto job = [&](const std::string& name) { WriteElasticJob(dir, name); };
+  const std::string two = ElasticIslands(dir);
   job("elastic");
   CliRun elastic =
       Motley("train elastic.toml --max-restarts 1 --die-rank 1 --die-at-step 3 --metrics elastic.jsonl" + two,
@@ -481,15 +490,8 @@ TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
 // island 1 took part in, island 0 alone from there, every island from the rejoin), fp64.
 TEST(IslandsTrain, ALostIslandIsLeftOutWhileTheOthersGoOnWithoutStopping) {
   TempDir dir;
-  dir.Write("cluster.toml", kCluster);
-  dir.Write("model.toml", kModel);
-  auto job = [&](const std::string& name) {
-    return dir.Write(name + ".toml", Job(dir.Join(name), 1.0, true) +
-                                         "interval_steps = 2\n[islands]\ncount = 2\ninner_steps = 2\n");
-  };
-  const std::string two = " --steps 8 --island-plan " +
-                          dir.Write("p0.toml", DataParallelPlan("[0, 1]", "[2, 1]")) + " --island-plan " +
-                          dir.Write("p1.toml", DataParallelPlan("[2, 3]", "[1, 2]"));
+  const auto job = [&](const std::string& name) { WriteElasticJob(dir, name); };
+  const std::string two = ElasticIslands(dir);
   job("live");
   CliRun live = Motley(
       "train live.toml --max-restarts 1 --island-rejoin-steps 4 --die-rank 2 --die-at-step 3 --metrics "
