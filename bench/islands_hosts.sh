@@ -6,7 +6,7 @@
 #   - the best synchronous plan `motley plan` makes for the two sites (every strategy, any devices);
 #   - the same data-parallel shape synchronously over all four ranks (what islands replace);
 #   - two islands, one a site — the plans `motley plan -o` writes for them — meeting every H steps
-#     (int8 between them, the outer settings the planner prints).
+#     (int8 between them, or COMPRESSION; the outer settings the planner prints).
 # Measured: tokens/s over the run (its steps after the first, island 0's clock for islands), the bytes
 # that crossed the link (site B's interface, both ways, counted by the kernel) a token, and the last
 # training loss; beside them the simulator's tokens/s for the same plans. Root only (namespaces).
@@ -15,6 +15,7 @@
 #   SPEED=4 (default): each rank a device that many times slower than a core of this machine
 #   OVERLAP=T: a fourth run, the same islands with rounds that overlap T inner steps (overlap_steps)
 #   FRAGMENTS=F (with OVERLAP): a fifth, those rounds streamed in F fragments (fragments; T < H / F)
+#   COMPRESSION=int4: what crosses between the islands (default int8; none, fp16, int8, int4)
 #   ACROSS=0: leave out the data-parallel run across the sites (slow over a very slow link)
 #   B_RANKS=2 (default): site B's ranks; another count gives islands of unlike shapes (each island the
 #     plan `motley plan` makes for its site; they exchange whole fragments), and no run across
@@ -32,6 +33,7 @@ speed="${SPEED:-4}"
 b_ranks="${B_RANKS:-2}"
 overlap="${OVERLAP:-0}"
 fragments="${FRAGMENTS:-1}"
+compression="${COMPRESSION:-int8}"
 prefix=ihb
 hosts="$repo/scripts/test-hosts.sh"
 work="$(mktemp -d)"
@@ -84,7 +86,7 @@ must() { local log=$1; shift; "$@" > "$log" 2>&1 || { tail -20 "$log"; exit 1; }
 shape=(--cluster cluster.toml --model llama-1m --seq-len 128 --global-batch-tokens 4096 --precision fp32)
 must plan.log "$M" plan "${shape[@]}" --islands "2" -o best.toml
 outer="$(grep -oE 'outer_lr = [0-9.]+, outer_momentum = [0-9.]+' plan.log | head -1)"
-{ cat sync.toml; printf '[islands]\ncount = 2\ninner_steps = %s\ncompression = "int8"\n' "$h"
+{ cat sync.toml; printf '[islands]\ncount = 2\ninner_steps = %s\ncompression = "%s"\n' "$h" "$compression"
   echo "${outer%%,*}"; echo "${outer#*, }"; } > islands.toml
 { cat islands.toml; echo "overlap_steps = $overlap"; } > overlap.toml
 { cat overlap.toml; echo "fragments = $fragments"; } > fragments.toml
@@ -144,8 +146,8 @@ for run in "${runs[@]}"; do
     f=$([ "$run" = fragments ] && echo "$fragments" || echo 1)
     args=(train "$run.toml" --island-plan best.island0.toml --island-plan best.island1.toml)
     predicted="$("$M" simulate --island-plan best.island0.toml --island-plan best.island1.toml --inner-steps "$h" \
-      --compression int8 --overlap-steps "$o" --fragments "$f" --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_s"]))')"
-    label="2 islands (one a site$([ "$b_ranks" = 2 ] || echo ", unlike: 2 and $b_ranks ranks")), H = $h, int8$([ "$o" = 0 ] || echo ", rounds overlapping $o steps")$([ "$f" = 1 ] || echo " in $f streaming fragments")"
+      --compression "$compression" --overlap-steps "$o" --fragments "$f" --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_s"]))')"
+    label="2 islands (one a site$([ "$b_ranks" = 2 ] || echo ", unlike: 2 and $b_ranks ranks")), H = $h, $compression$([ "$o" = 0 ] || echo ", rounds overlapping $o steps")$([ "$f" = 1 ] || echo " in $f streaming fragments")"
   else
     args=(train sync.toml --plan "$run.toml")
     predicted="$("$M" simulate --plan "$run.toml" --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(round(j["global_batch_tokens"] / max(j["step_time_s"], j["region_link_bound_s"])))')"

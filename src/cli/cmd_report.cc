@@ -186,7 +186,7 @@ CLI::Option* AddIslandsFlags(CLI::App& app, IslandsQuery* islands) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   app.add_option("--compression", islands->compression, "islands: what crosses between them")
-      ->check(CLI::IsMember({"none", "fp16", "int8"}));
+      ->check(CLI::IsMember({"none", "fp16", "int8", "int4"}));
   app.add_option("--overlap-steps", islands->overlap_steps,
                  "islands: the inner steps a round's exchange overlaps (a job's overlap_steps)")
       ->check(CLI::NonNegativeNumber);

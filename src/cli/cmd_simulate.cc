@@ -1,8 +1,8 @@
 // motley simulate --plan P [--cluster C] [--model M] [--profile F] [--straggler D=F]... [--flextp-mode M]
 //                 [--trace T] [--json]
 // motley simulate --island-plan P0 --island-plan P1 ... [--inner-steps H|H0,H1,..] [--inner-steps-by-speed]
-//                 [--compression none|fp16|int8] [--overlap-steps T] [--fragments F] [--cluster C] [--model
-//                 M]
+//                 [--compression none|fp16|int8|int4] [--overlap-steps T] [--fragments F] [--cluster C]
+//                 [--model M]
 //                 [--profile F] [--json]
 #include <algorithm>
 #include <fstream>
@@ -180,7 +180,7 @@ int RunSimulate(const std::vector<std::string>& args) {
   app.add_flag("--inner-steps-by-speed", islands.inner_steps_by_speed,
                "islands: the slowest island takes --inner-steps, a faster one more in the same time");
   app.add_option("--compression", islands.compression, "islands: what crosses between them")
-      ->check(CLI::IsMember({"none", "fp16", "int8"}));
+      ->check(CLI::IsMember({"none", "fp16", "int8", "int4"}));
   app.add_option("--overlap-steps", islands.overlap_steps,
                  "islands: the inner steps a round's exchange overlaps (a job's [islands] overlap_steps; "
                  "less than --inner-steps)")

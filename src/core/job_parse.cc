@@ -149,7 +149,7 @@ void ParseIslands(TomlTable& t, IslandsConfig* c) {
   if (auto v = t.Number("outer_lr", 0.0, 10.0, Need::kOptional, true)) c->outer.lr = *v;
   if (auto v = t.Number("outer_momentum", 0.0, 0.999)) c->outer.momentum = *v;
   if (auto v = t.Bool("nesterov")) c->outer.nesterov = *v;
-  if (auto v = t.Choice("compression", {"none", "fp16", "int8"})) c->outer.compression = *v;
+  if (auto v = t.Choice("compression", {"none", "fp16", "int8", "int4"})) c->outer.compression = *v;
   t.Finish();
 }
 

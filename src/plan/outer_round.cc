@@ -471,6 +471,8 @@ void SetFragmentSizes(const ModelSpec& model, OuterRoundOptions& options) {
 double OuterWireBytesPerValue(const std::string& compression, double master_bytes) {
   if (compression == "fp16") return 2;
   if (compression == "int8") return 1;
+  if (compression == "int4")
+    return 0.5 + 4.0 / 128;  // two values a byte, an fp32 scale a 128 (island_exchange.cc)
   return master_bytes;
 }
 

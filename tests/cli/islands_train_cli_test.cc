@@ -251,6 +251,11 @@ TEST(IslandsTrain, IslandsOfUnlikeShapesTrainTheModelOfIslandsInOneProcess) {
   EXPECT_NEAR(int8 / full, 1.0 / 8, 0.01) << int8 << " " << full;
   EXPECT_GT(error, 0);
   EXPECT_LT(error, 0.05);
+  // int4: two values a byte and an fp32 scale a block of 128 (4.25 bits a value), its error larger.
+  const auto [int4, int4_error] = sent("whole-int4", "int4");
+  EXPECT_NEAR(int4 / full, 4.25 / 64, 0.01) << int4 << " " << full;
+  EXPECT_GT(int4_error, error);
+  EXPECT_LT(int4_error, 0.15);
 }
 
 // The islands' ranks checkpoint the outer state — island 0's ranks gather the outer momentum pieces into

@@ -9,9 +9,11 @@
 
 namespace motley {
 
-std::vector<std::string> OuterCompressions() { return {"none", "fp16", "int8"}; }
+std::vector<std::string> OuterCompressions() { return {"none", "fp16", "int8", "int4"}; }
 
 namespace {
+
+constexpr int64_t kInt4Block = 128;  // int4: the values that share a scale (outer_round.cc's wire bytes)
 
 // Every piece flattened into one tensor (the pieces' precision).
 torch::Tensor Flat(const std::vector<torch::Tensor>& pieces) {
@@ -29,15 +31,39 @@ void Unflatten(const torch::Tensor& flat, std::vector<torch::Tensor>& pieces) {
   }
 }
 
-// What crosses the link for `pieces` flattened (`mine`): fp16 values, or int8 values with one scale
-// a piece (its largest magnitude over 127; fp64).
+// What crosses the link for `pieces` flattened (`mine`): fp16 values; int8 values with one scale a
+// piece (its largest magnitude over 127; fp64); or int4 values, two a byte, with one scale a block of
+// kInt4Block values of a piece (the block's largest magnitude over 7; fp32).
 struct Packed {
-  torch::Tensor values, scales;  // scales: int8 only
+  torch::Tensor values, scales;  // scales: int8 and int4 only
 };
+
+// A piece's values in blocks of kInt4Block (zeros after the last), one block a row.
+torch::Tensor Int4Blocks(const torch::Tensor& piece) {
+  const int64_t n = piece.numel(), blocks = (n + kInt4Block - 1) / kInt4Block;
+  return torch::constant_pad_nd(piece.reshape({-1}), {0, blocks * kInt4Block - n}).view({blocks, kInt4Block});
+}
+
+Packed PackInt4(const std::vector<torch::Tensor>& pieces) {
+  std::vector<torch::Tensor> q, scales;
+  for (const torch::Tensor& p : pieces) {
+    const torch::Tensor blocks = Int4Blocks(p.to(torch::kFloat64));
+    torch::Tensor most = std::get<0>(blocks.abs().max(1, true)).to(torch::kFloat32);  // as sent
+    most = torch::where(most > 0, most, torch::full_like(most, 7));                   // a zero block: 1
+    const torch::Tensor scale = most.to(torch::kFloat64) / 7;
+    // -7..7 stored as 1..15, the even-numbered value in the high half of its byte.
+    const torch::Tensor levels =
+        (torch::round(blocks / scale).clamp(-7, 7) + 8).to(torch::kUInt8).view({-1, 2});
+    q.push_back(levels.select(1, 0) * 16 + levels.select(1, 1));
+    scales.push_back(most.reshape({-1}));
+  }
+  return {torch::cat(q), torch::cat(scales)};
+}
 
 Packed Pack(const std::vector<torch::Tensor>& pieces, const torch::Tensor& mine,
             const std::string& compression) {
   if (compression == "fp16") return {mine.to(torch::kFloat16), {}};
+  if (compression == "int4") return PackInt4(pieces);
   MOTLEY_CHECK_MSG(compression == "int8", fmt::format("unknown outer compression {}", compression));
   std::vector<torch::Tensor> q;
   std::vector<double> scales;
@@ -50,10 +76,28 @@ Packed Pack(const std::vector<torch::Tensor>& pieces, const torch::Tensor& mine,
   return {torch::cat(q), torch::tensor(scales, torch::kFloat64)};
 }
 
-// Packed values back in `dtype`, flat (`like`: the pieces, for int8's scale a piece).
+torch::Tensor UnpackInt4(const torch::Tensor& values, const torch::Tensor& scales,
+                         const std::vector<torch::Tensor>& like, torch::Dtype dtype) {
+  std::vector<torch::Tensor> out;
+  int64_t at = 0, block_at = 0;
+  for (const torch::Tensor& piece : like) {
+    const int64_t n = piece.numel(), blocks = (n + kInt4Block - 1) / kInt4Block;
+    const torch::Tensor bytes = values.narrow(0, at, blocks * kInt4Block / 2).to(torch::kInt32);
+    const torch::Tensor levels =
+        torch::stack({bytes.div(16, "floor"), bytes.remainder(16)}, 1).view({blocks, -1}) - 8;
+    const torch::Tensor scale = scales.narrow(0, block_at, blocks).to(torch::kFloat64).view({blocks, 1}) / 7;
+    out.push_back((levels.to(torch::kFloat64) * scale).reshape({-1}).narrow(0, 0, n).to(dtype));
+    at += blocks * kInt4Block / 2;
+    block_at += blocks;
+  }
+  return torch::cat(out);
+}
+
+// Packed values back in `dtype`, flat (`like`: the pieces, for int8's scale a piece and int4's blocks).
 torch::Tensor Unpack(const torch::Tensor& values, const torch::Tensor& scales,
                      const std::vector<torch::Tensor>& like, torch::Dtype dtype) {
   if (!scales.defined()) return values.to(dtype);
+  if (values.scalar_type() == torch::kUInt8) return UnpackInt4(values, scales, like, dtype);
   std::vector<torch::Tensor> out;
   int64_t at = 0;
   for (size_t i = 0; i < like.size(); ++i) {

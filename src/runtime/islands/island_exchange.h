@@ -1,7 +1,8 @@
 // The exchange of an outer step between islands (outer_optimizer.h): each rank averages its
 // pseudo-gradients with the ranks of the other islands that hold the same pieces of the model, over
 // c10d. What crosses the link is the pseudo-gradient in the pieces' precision (summed by an
-// all-reduce), or compressed — fp16, or int8 with a scale a piece — and gathered, each rank
+// all-reduce), or compressed — fp16, int8 with a scale a piece, or int4 with a scale a block of 128
+// values — and gathered, each rank
 // averaging the islands' decompressed values in the pieces' precision.
 #pragma once
 
@@ -16,7 +17,7 @@
 
 namespace motley {
 
-/// The compressions OuterConfig::compression names: "none", "fp16", "int8".
+/// The compressions OuterConfig::compression names: "none", "fp16", "int8", "int4".
 std::vector<std::string> OuterCompressions();
 
 /// `deltas` as they arrive after crossing the link compressed (their values in `deltas`' precision:
