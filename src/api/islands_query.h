@@ -23,7 +23,7 @@ struct IslandsQuery {
   // H: every island's (one value) or each island's (one an island); with by_speed, the slowest island's.
   std::vector<int64_t> inner_steps = {50};
   bool inner_steps_by_speed = false;  // a faster island takes more inner steps in the same time
-  std::string compression = "none";   // what crosses between islands: none, fp16, int8
+  std::string compression = "none";   // what crosses between islands: none, fp16, int8, int4
   int64_t overlap_steps = 0;          // the inner steps a round's exchange overlaps (a job's overlap_steps)
   int32_t fragments = 1;              // streaming fragments (a job's [islands] fragments): one round each
 };

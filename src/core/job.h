@@ -157,7 +157,8 @@ struct OuterConfig {
   double momentum = 0.9;  // the outer momentum (DiLoCo's); 0: plain SGD
   bool nesterov = true;   // Nesterov's form (DiLoCo's), as torch.optim.SGD(nesterov=True)
   // What crosses the link between islands (runtime/islands/island_exchange.h): "none" (the
-  // pseudo-gradients in the master precision), "fp16", or "int8" with a scale a tensor.
+  // pseudo-gradients in the master precision), "fp16", "int8" with a scale a tensor, or "int4" (two
+  // values a byte) with a scale a block of 128 values.
   std::string compression = "none";
 };
 

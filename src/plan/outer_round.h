@@ -54,7 +54,7 @@
 namespace motley {
 
 struct OuterRoundOptions {
-  std::string compression = "none";  // OuterConfig::compression: "none", "fp16", "int8"
+  std::string compression = "none";  // OuterConfig::compression: "none", "fp16", "int8", "int4"
   double master_bytes = 4;           // a master value's bytes: fp32 4, fp64 8
   // Islands of unlike shapes exchange fragments whole: their sizes (core/model.h), from the model.
   int64_t embedding_values = 0;  // EmbeddingParams
@@ -80,7 +80,8 @@ struct OuterRoundLayout {
   bool whole_fragments = false;  // unlike shapes: fragments exchanged whole through a lead an island
 };
 
-/// Bytes a value takes on the link between islands under `compression` (an int8 piece's scale aside).
+/// Bytes a value takes on the link between islands under `compression` (an int8 piece's scale aside; int4's
+/// block scales counted).
 double OuterWireBytesPerValue(const std::string& compression, double master_bytes);
 
 /// The round of islands whose step schedules are `islands`: rank to rank where every one has the same

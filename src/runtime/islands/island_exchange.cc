@@ -53,7 +53,7 @@ Packed PackInt4(const std::vector<torch::Tensor>& pieces) {
     const torch::Tensor scale = most.to(torch::kFloat64) / 7;
     // -7..7 stored as 1..15, the even-numbered value in the high half of its byte.
     const torch::Tensor levels =
-        (torch::round(blocks / scale).clamp(-7, 7) + 8).to(torch::kUInt8).view({-1, 2});
+        (torch::round(blocks / scale).clamp(-7, 7) + 8).to(torch::kUInt8).view({blocks.numel() / 2, 2});
     q.push_back(levels.select(1, 0) * 16 + levels.select(1, 1));
     scales.push_back(most.reshape({-1}));
   }
@@ -84,7 +84,7 @@ torch::Tensor UnpackInt4(const torch::Tensor& values, const torch::Tensor& scale
     const int64_t n = piece.numel(), blocks = (n + kInt4Block - 1) / kInt4Block;
     const torch::Tensor bytes = values.narrow(0, at, blocks * kInt4Block / 2).to(torch::kInt32);
     const torch::Tensor levels =
-        torch::stack({bytes.div(16, "floor"), bytes.remainder(16)}, 1).view({blocks, -1}) - 8;
+        torch::stack({bytes.div(16, "floor"), bytes.remainder(16)}, 1).view({blocks, kInt4Block}) - 8;
     const torch::Tensor scale = scales.narrow(0, block_at, blocks).to(torch::kFloat64).view({blocks, 1}) / 7;
     out.push_back((levels.to(torch::kFloat64) * scale).reshape({-1}).narrow(0, 0, n).to(dtype));
     at += blocks * kInt4Block / 2;

@@ -71,16 +71,20 @@ TEST(OuterOptimizer, ALandedRoundKeepsWhatThePieceLearntSinceItWasSent) {
 // int4 keeps a value exactly when it is a whole number of sevenths of its block's largest magnitude;
 // each block of 128 values of a piece has its own scale (a small block beside a large one keeps its
 // detail), a piece of any length (the last block partial, an odd count) and a zero piece come back
-// whole-shaped, and anything else is within half a step of its block.
+// whole-shaped (an empty one too: a rank's part of a fragment may hold none), and anything else is within
+// half a step of its block.
 TEST(IslandExchange, Int4KeepsEachBlockOfAPieceToItsOwnScale) {
   torch::Tensor blocky = torch::zeros({3, 100}, kF64);  // 300 values: blocks of 128, 128 and 44
   blocky.view({-1}).narrow(0, 0, 128).copy_(torch::arange(-7, 8, kF64).repeat(9).narrow(0, 0, 128) * 1000);
   blocky.view({-1}).narrow(0, 128, 128).copy_(torch::arange(-7, 8, kF64).repeat(9).narrow(0, 0, 128) / 1024);
   blocky.view({-1}).narrow(0, 256, 44).copy_(torch::linspace(-1, 3, 44, kF64));
-  const torch::Tensor odd = torch::cos(torch::arange(7, kF64)), zero = torch::zeros({5}, kF64);
+  const torch::Tensor odd = torch::cos(torch::arange(7, kF64)), zero = torch::zeros({5}, kF64),
+                      empty = torch::zeros({0, 4}, kF64);
   double error = 0;
-  const std::vector<torch::Tensor> arrived = AsArrived({blocky, odd, zero}, "int4", &error);
-  ASSERT_EQ(arrived.size(), 3u);
+  std::vector<torch::Tensor> arrived = AsArrived({blocky, empty, odd, zero}, "int4", &error);
+  ASSERT_EQ(arrived.size(), 4u);
+  EXPECT_EQ(arrived[1].sizes(), empty.sizes());
+  arrived.erase(arrived.begin() + 1);
   EXPECT_EQ(arrived[0].sizes(), blocky.sizes());
   EXPECT_EQ(arrived[1].sizes(), odd.sizes());
   EXPECT_TRUE(torch::equal(arrived[2], zero));
