@@ -81,6 +81,12 @@ TEST(IslandsSimulate, EachIslandsStepTheRoundAndTheBytesOverTheSlowLink) {
       none["cross_region_bytes_per_token"].get<double>() / int8["cross_region_bytes_per_token"].get<double>(),
       4.0, 1e-9);
   EXPECT_LT(int8["round_s"].get<double>(), none["round_s"].get<double>());
+  // int4: two values a byte and an fp32 scale a block of 128, 4.25 bits a value.
+  const nlohmann::json int4 = simulate("--compression int4");
+  EXPECT_NEAR(
+      int4["cross_region_bytes_per_token"].get<double>() / int8["cross_region_bytes_per_token"].get<double>(),
+      4.25 / 8, 1e-9);
+  EXPECT_LT(int4["round_s"].get<double>(), int8["round_s"].get<double>());
   // The faster island takes more steps when asked (the islands here are alike: the same).
   const nlohmann::json by_speed = simulate("--inner-steps-by-speed");
   EXPECT_EQ(by_speed["islands"][0]["inner_steps"], 10);
