@@ -121,7 +121,30 @@ Status Lowerer::Setup() {
   act_offload_op_.Reset(ministages * static_cast<size_t>(num_mb_), max_tp, -1);
   pending_tp_allreduce_.assign(ranks, -1);
   reduce_ops_.assign(ranks, {});
+  if (!options_.device_class.empty() && options_.predict_alike_ranks && plan_.groups.size() == 1 &&
+      Tp(0) == 1)
+    PredictAlikeRanks();
   return Status::Ok();
+}
+
+void Lowerer::PredictAlikeRanks() {
+  const std::vector<int>& ranks = group_ranks_[0];
+  // Each rank's microbatches by local index: (index, sequences).
+  std::vector<std::vector<std::pair<int, int64_t>>> microbatches(s_.programs.size());
+  for (int64_t m = 0; m < num_mb_; ++m)
+    microbatches[static_cast<size_t>(RankOf(0, m))].emplace_back(local_index_[m], sequences_[m]);
+  // (The group's first rank, whose program may differ, stands for itself.)
+  using Key = std::tuple<bool, int64_t, double, std::vector<std::pair<int, int64_t>>>;
+  std::map<Key, int32_t> first;
+  stands_for_.assign(s_.programs.size(), 0);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const auto r = static_cast<size_t>(ranks[i]);
+    Key key{i == 0, options_.device_class.at(static_cast<size_t>(s_.programs[r].device)),
+            state_shares_[0].empty() ? 0.0 : state_shares_[0][i], std::move(microbatches[r])};
+    stands_for_[r] = first.try_emplace(std::move(key), static_cast<int32_t>(r)).first->second;
+    // A dropped rank's ops go to one scratch op (Emit), not to a vector reserved for them all.
+    if (Dropped(static_cast<int>(r))) s_.programs[r].ops = std::vector<Op>(1);
+  }
 }
 
 double Lowerer::StageParams(int v) const {
@@ -225,6 +248,10 @@ Op Lowerer::StageOp(OpKind kind, Stream stream, int v) const {
 
 int Lowerer::Emit(int rank, Op&& op) {
   auto& ops = s_.programs[rank].ops;
+  if (Dropped(rank)) {  // its program will be another's (PredictAlikeRanks): the op goes
+    ops[0] = std::move(op);
+    return 0;
+  }
   // Every rank's vector grows at once while the step is emitted, and their spare room at the end
   // is the lowering's peak: a full one grows to what it will hold at the end by the share of the
   // step emitted so far (each rank's tasks are spread over the global order), and a tenth more;
@@ -307,9 +334,12 @@ Result<Schedule> Lowerer::Run() {
     return Schedule{};
   }
 
+  std::vector<double> rank_flops(s_.programs.size(), 0);
   for (const auto& p : s_.programs)
     for (const auto& op : p.ops)
-      if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward) s_.hardware_flops_per_step += op.flops;
+      if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward) rank_flops[p.rank] += op.flops;
+  for (const auto& p : s_.programs)
+    s_.hardware_flops_per_step += rank_flops[Dropped(p.rank) ? stands_for_[p.rank] : p.rank];
   if (!options_.device_class.empty()) {
     MOTLEY_CHECK_MSG(!check_, "a schedule with one program per class of ranks is for the simulator alone");
     KeepOneProgramPerClass();

@@ -55,4 +55,8 @@ namespace motley {
 Result<Schedule> LowerPlan(const Plan& plan, const Cluster& cluster, const ModelSpec& model,
                            const LowerOptions& options = {});
 
+/// Two programs alike op for op — what LowerOptions::device_class lets one program stand for (its
+/// microbatches renumbered by first appearance, static memory included).
+bool AlikePrograms(const Program& a, const Program& b);
+
 }  // namespace motley

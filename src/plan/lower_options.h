@@ -28,6 +28,11 @@ struct LowerOptions {
   // the simulator gives each rank of the class its figures — the same step, exactly, as walking
   // every program (sim tests). Empty: every rank keeps its program.
   std::vector<int64_t> device_class;
+  // ... and in a plan of one group without tensor parallelism, the ranks the plan gives alike
+  // microbatches and state on devices of one class are known alike before they are emitted: only the
+  // first emits (the rest of the emission is most of a large group's lowering). Tests turn it off to
+  // check what it predicts against what every rank emits.
+  bool predict_alike_ranks = true;
 };
 
 }  // namespace motley

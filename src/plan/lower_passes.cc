@@ -366,6 +366,12 @@ void Lowerer::KeepOneProgramPerClass() {
   for (size_t r = 0; r < n; ++r) {
     Program& p = s_.programs[r];
     s_.represented_by[r] = static_cast<int32_t>(r);
+    if (Dropped(static_cast<int>(r))) {  // PredictAlikeRanks: its ops were never kept
+      // (its stand-in, an earlier rank, may itself be alike to one before it)
+      s_.represented_by[r] = s_.represented_by[static_cast<size_t>(stands_for_[r])];
+      p.ops = {};
+      continue;
+    }
     const std::optional<size_t> hash = ShapeHash(p);
     if (!hash) continue;
     auto& same = firsts[{options_.device_class.at(static_cast<size_t>(p.device)), *hash}];
@@ -424,3 +430,7 @@ void Lowerer::DescribeState() {
 }
 
 }  // namespace motley::lowering
+
+namespace motley {
+bool AlikePrograms(const Program& a, const Program& b) { return lowering::AlikePrograms(a, b); }
+}  // namespace motley

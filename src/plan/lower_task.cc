@@ -13,6 +13,7 @@ namespace motley::lowering {
 
 void Lowerer::EmitTask(const Task& t) {
   const int leader = RankOf(t.v, t.m);
+  if (Dropped(leader)) return;  // its program will be another's (PredictAlikeRanks)
   const int tp = Tp(ministages_[t.v].group);
   int collective = -1;
   if (tp > 1) {

@@ -221,7 +221,16 @@ class Lowerer {
   /// executor that runs ops as soon as their deps allow — the simulator — keeps the data flow the
   /// runtime keeps by running in program order.
   void AddBufferDeps();
-  void KeepOneProgramPerClass();              // LowerOptions::device_class
+  void KeepOneProgramPerClass();  // LowerOptions::device_class
+  /// The planner's judging (LowerOptions::device_class) of one group without tensor parallelism:
+  /// ranks the plan gives alike microbatches (sizes, by local index) and alike state (share) on
+  /// devices of one class emit alike programs (checked against the emitted ones in the sim tests), so
+  /// only the first of them emits: the others' ops are dropped as they come (Emit) and their program
+  /// is the first's (KeepOneProgramPerClass).
+  void PredictAlikeRanks();
+  bool Dropped(int rank) const {
+    return !stands_for_.empty() && stands_for_[static_cast<size_t>(rank)] != rank;
+  }
   bool Represented(const Program& p) const {  // its rank's program is another's (empty here)
     return !s_.represented_by.empty() && s_.represented_by[static_cast<size_t>(p.rank)] != p.rank;
   }
@@ -266,6 +275,7 @@ class Lowerer {
   std::vector<std::vector<int>> reduce_ops_;      // per rank: its gradient reductions, in order
   int tp_collective_ = -1;                        // the TP all-reduce of the task being emitted
   PairMap<std::pair<int, int>, int> visit_number_;  // (group, pass*V + v) -> ordinal of the visit
+  std::vector<int32_t> stands_for_;  // rank -> the rank whose program it will be (PredictAlikeRanks)
   double emitted_share_ = 0;  // of the step's tasks, emitted so far (Emit sizes the ranks' vectors by it)
 };
 

@@ -72,7 +72,15 @@ void ExpectTheSameStep(const Plan& p, const Cluster& cluster, const ModelSpec& m
   Result<Schedule> reduced = LowerPlan(p, cluster, m, classes);
   ASSERT_TRUE(full.ok() && reduced.ok()) << what;
   for (size_t r = 0; r < reduced->represented_by.size(); ++r) {
-    *represented += reduced->represented_by[r] != static_cast<int32_t>(r) ? 1 : 0;
+    const auto q = static_cast<size_t>(reduced->represented_by[r]);
+    *represented += q != r ? 1 : 0;
+    // Alike as every rank's program is emitted — whether found alike as emitted, or (one group,
+    // no tensor parallelism) predicted alike from the plan and never emitted.
+    EXPECT_EQ(reduced->represented_by[q], static_cast<int32_t>(q)) << what << " rank " << r;
+    if (q != r) {
+      EXPECT_TRUE(AlikePrograms(full->programs[r], full->programs[q]))
+          << what << " rank " << r << " as " << q;
+    }
   }
   Result<SimResult> a = Simulate(*full, cluster, costs, {.check_buffers = false});
   Result<SimResult> b = Simulate(*reduced, cluster, costs, {.check_buffers = false});
