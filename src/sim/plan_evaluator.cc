@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,12 +24,80 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// A lower bound of the plan's step from the plan alone: each device's forwards and backwards over
-// its group's layers (no head, no update: less than its compute ops will take), and each group's
-// gradient reduction.
-double LeastStepFromPlanS(const Plan& plan, const ModelSpec& model, const CostModel& costs) {
-  double least_s = 0;
+// The least time one microbatch's forward (or backward) takes through the layers before `first_layer`
+// in a pipeline: each ministage there on the fastest device of its group, at the smallest microbatch.
+double LeastThroughLayersBeforeS(const Plan& plan, const CostModel& costs, int first_layer, OpKind kind,
+                                 int64_t sequences) {
+  double total_s = 0;
+  for (const GroupPlan& g : plan.groups)
+    for (const LayerRange& layers : g.ministages) {
+      if (layers.end > first_layer) continue;
+      Op pass;
+      pass.kind = kind;
+      pass.layer_begin = layers.begin;
+      pass.layer_end = layers.end;
+      pass.tp_degree = g.tp_degree;
+      pass.sequences = sequences;
+      double fastest_s = std::numeric_limits<double>::infinity();
+      for (const DevicePlan& d : g.devices) fastest_s = std::min(fastest_s, costs.ComputeS(d.device, pass));
+      total_s += fastest_s;
+    }
+  return total_s;
+}
+
+// The busiest device's sends in a pipeline without tensor parallelism: each microbatch's boundary
+// activation forward and its gradient backward, between the devices its groups route it to, run one
+// after another on the sender's link (the simulator's kSend).
+double BusiestSendsS(const Plan& plan, const ModelSpec& model, const CostModel& costs) {
+  if (!plan.is_pipeline()) return 0;
+  std::vector<std::vector<int>> routing;
   for (const GroupPlan& g : plan.groups) {
+    if (g.tp_degree != 1) return 0;
+    routing.push_back(g.routing.empty() ? BlockRouting(g) : g.routing);
+  }
+  const double bytes = static_cast<double>(plan.groups[0].devices[0].microbatch_size) *
+                       static_cast<double>(plan.seq_len) * static_cast<double>(model.hidden_size) *
+                       BytesPerElement(plan.precision);
+  // Messages a (sender, receiver) pair carries, all of `bytes`.
+  std::map<std::pair<int, int>, int64_t> messages;
+  const std::vector<PlacedMinistage> ministages = MinistagesByLayer(plan);
+  for (size_t v = 0; v + 1 < ministages.size(); ++v) {
+    const auto& from = routing[static_cast<size_t>(ministages[v].group)];
+    const auto& to = routing[static_cast<size_t>(ministages[v + 1].group)];
+    if (&from == &to) continue;
+    for (size_t m = 0; m < from.size() && m < to.size(); ++m) {
+      ++messages[{from[m], to[m]}];
+      ++messages[{to[m], from[m]}];
+    }
+  }
+  std::map<int, double> sends_s;
+  for (const auto& [pair, count] : messages)
+    sends_s[pair.first] += static_cast<double>(count) * costs.TransferS(pair.first, pair.second, bytes);
+  double most_s = 0;
+  for (const auto& [device, s] : sends_s) most_s = std::max(most_s, s);
+  return most_s;
+}
+
+// A lower bound of the plan's step from the plan alone: the busiest device's sends in a pipeline, and each
+// device's forwards and backwards over its group's layers (no head, no update: less than its compute ops will
+// take) — in a pipeline after the first microbatch's forward through the layers before its group's first and
+// before the last one's backward through them (a device's first compute waits for the one, its last is a
+// backward that the other follows) — and each group's gradient reduction.
+double LeastStepFromPlanS(const Plan& plan, const ModelSpec& model, const CostModel& costs) {
+  double least_s = BusiestSendsS(plan, model, costs);
+  int64_t smallest = std::numeric_limits<int64_t>::max();
+  for (const GroupPlan& g : plan.groups)
+    for (const DevicePlan& d : g.devices)
+      for (int64_t i = 0; i < d.num_microbatches; ++i)
+        if (d.microbatch_size_at(i) > 0) smallest = std::min(smallest, d.microbatch_size_at(i));
+  for (const GroupPlan& g : plan.groups) {
+    double before_s = 0;  // the first microbatch's forward and the last one's backward, before this group
+    if (plan.is_pipeline() && smallest != std::numeric_limits<int64_t>::max()) {
+      int first_layer = model.num_layers;
+      for (const LayerRange& layers : g.ministages) first_layer = std::min(first_layer, layers.begin);
+      before_s = LeastThroughLayersBeforeS(plan, costs, first_layer, OpKind::kForward, smallest) +
+                 LeastThroughLayersBeforeS(plan, costs, first_layer, OpKind::kBackward, smallest);
+    }
     Op pass;
     pass.layer_begin = 0;
     pass.layer_end = g.num_layers();  // (compute takes the count of layers, not where they are)
@@ -56,7 +125,7 @@ double LeastStepFromPlanS(const Plan& plan, const ModelSpec& model, const CostMo
                                 static_cast<double>(pass.sequences) * static_cast<double>(plan.seq_len) *
                                     static_cast<double>(model.hidden_size) * BytesPerElement(plan.precision));
       }
-      least_s = std::max(least_s, device_s);
+      least_s = std::max(least_s, before_s + device_s);
     }
     // And a group of several replicas synchronises its layers every step, on each rank's
     // communication stream (one collective at a time): ZeRO-0 all-reduces the gradients;

@@ -150,6 +150,39 @@ nic_bandwidth = "400Gbps"
   EXPECT_GE(represented, 12) << "each type's other ranks (the first rank's program may differ)";
 }
 
+// The planner's evaluator stops a plan early once it knows the step is longer than a bound (from the
+// plan alone: compute, a pipeline's fill and drain, its busiest sender; then from the emitted ops;
+// then in the simulation): at a bound just above the step it never stops, just below it always does
+// — on random plans, over links slow enough that the sends decide some of them.
+TEST(Lowering, ThePlannersEarlyExitsStopOnlyPlansLongerThanTheBound) {
+  std::mt19937 rng(2031);
+  ModelSpec m = LayerHeavyModel(12);
+  m.vocab_size = 32;
+  int pipelines = 0;
+  for (const std::string link : {"1000TB/s", "2GB/s"}) {
+    const Cluster cluster = FastCluster(8, "64GiB", link);
+    for (int i = 0; i < 150; ++i) {
+      const Plan p = RandomPlan(rng, 8, m);
+      CostModel plan_costs(cluster, m, nullptr, p.seq_len, p.precision, p.activation_checkpointing);
+      const std::string what = "plan " + std::to_string(i) + " over " + link + ":\n" + PlanToToml(p);
+      Result<PlanEvaluation> full = SimulationEvaluator(cluster, m, plan_costs)(p, {});
+      ASSERT_TRUE(full.ok()) << what;
+      ASSERT_FALSE(full->stopped);
+      Result<PlanEvaluation> above =
+          SimulationEvaluator(cluster, m, plan_costs)(p, {.stop_after_s = full->step_time_s * (1 + 1e-6)});
+      ASSERT_TRUE(above.ok()) << what;
+      EXPECT_FALSE(above->stopped) << what;
+      EXPECT_EQ(above->step_time_s, full->step_time_s) << what;
+      Result<PlanEvaluation> below =
+          SimulationEvaluator(cluster, m, plan_costs)(p, {.stop_after_s = full->step_time_s * 0.98});
+      ASSERT_TRUE(below.ok()) << what;
+      EXPECT_TRUE(below->stopped) << what;
+      pipelines += p.is_pipeline() ? 1 : 0;
+    }
+  }
+  EXPECT_GT(pipelines, 50);
+}
+
 TEST(Lowering, RandomAsymmetricPlansRunWhereTransfersMatchInOrder) {
   // What NCCL needs (plan/transfer_order.h): every pair's transfers and every group's collectives
   // issued in the same order on both sides, and no wait that never ends.
