@@ -121,9 +121,7 @@ Status Lowerer::Setup() {
   act_offload_op_.Reset(ministages * static_cast<size_t>(num_mb_), max_tp, -1);
   pending_tp_allreduce_.assign(ranks, -1);
   reduce_ops_.assign(ranks, {});
-  if (!options_.device_class.empty() && options_.predict_alike_ranks && plan_.groups.size() == 1 &&
-      Tp(0) == 1)
-    PredictAlikeRanks();
+  if (!options_.device_class.empty() && plan_.groups.size() == 1 && Tp(0) == 1) PredictAlikeRanks();
   return Status::Ok();
 }
 

@@ -27,12 +27,11 @@ struct LowerOptions {
   // program between them (Schedule::represented_by): the passes and the simulator walk it once, and
   // the simulator gives each rank of the class its figures — the same step, exactly, as walking
   // every program (sim tests). Empty: every rank keeps its program.
+  // In a plan of one group without tensor parallelism, ranks the plan gives alike microbatches and
+  // state on devices of one class are known alike before they are emitted: only the first of them
+  // emits (the rest of the emission was most of a large group's lowering; the sim tests check each
+  // such pair alike as every rank's program is emitted).
   std::vector<int64_t> device_class;
-  // ... and in a plan of one group without tensor parallelism, the ranks the plan gives alike
-  // microbatches and state on devices of one class are known alike before they are emitted: only the
-  // first emits (the rest of the emission is most of a large group's lowering). Tests turn it off to
-  // check what it predicts against what every rank emits.
-  bool predict_alike_ranks = true;
 };
 
 }  // namespace motley

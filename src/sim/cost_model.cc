@@ -18,6 +18,11 @@ CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Profi
       recompute_(activation_checkpointing),
       config_(config) {
   entry_by_device_.resize(cluster.num_devices(), nullptr);
+  for (int d = 0; d < cluster.num_devices(); ++d) {
+    roofline_layer_forward_s_.push_back(
+        RooflineLayerForwardS(cluster.spec(d), model, seq_len, 1, precision, config_.roofline));
+    peak_flops_.push_back(motley::PeakFlops(cluster.spec(d), precision));
+  }
   if (profile_ != nullptr) {
     for (int d = 0; d < cluster.num_devices(); ++d)
       entry_by_device_[d] = profile_->Find(cluster.spec(d).name, model, seq_len, precision);
@@ -84,15 +89,11 @@ std::optional<int64_t> CostModel::MeasuredMaxMicrobatch(int device, int zero_sta
 
 std::string CostModel::ComputeSource(int device) const { return Entry(device) ? "profile" : "roofline"; }
 
-double CostModel::PeakFlops(int device) const {
-  const GpuSpec& s = cluster_.spec(device);
-  return motley::PeakFlops(s, precision_);
-}
+double CostModel::PeakFlops(int device) const { return peak_flops_[static_cast<size_t>(device)]; }
 
 double CostModel::LayerForwardS(int device, double sequences) const {
   if (const ProfileEntry* e = Entry(device)) return e->ForwardS(sequences);
-  return RooflineLayerForwardS(cluster_.spec(device), model_, seq_len_, 1, precision_, config_.roofline) *
-         sequences;
+  return roofline_layer_forward_s_[static_cast<size_t>(device)] * sequences;
 }
 
 double CostModel::LayerBackwardS(int device, double sequences) const {

@@ -70,6 +70,10 @@ class CostModel : public PlannerCosts {
   bool recompute_;
   CostModelConfig config_;
   std::vector<const ProfileEntry*> entry_by_device_;
+  // Per device, found once (the planner asks for them in every op it costs): a decoder layer's
+  // forward of one sequence on the roofline, and the peak at the model's precision.
+  std::vector<double> roofline_layer_forward_s_;
+  std::vector<double> peak_flops_;
   std::map<std::pair<int, int>, const ProfileLink*> measured_links_;  // (node, node), lower first
   Network network_;  // the links above, each node's network card, the collectives' library
   // Between two devices of a cluster without emulated ones the link depends only on their nodes:
