@@ -264,8 +264,9 @@ StrategyOutcome TorchTitanHet(const Cluster& cluster, const ModelSpec& model, co
   std::sort(all.begin(), all.end(),
             [](const auto& a, const auto& b) { return a.model_step_s < b.model_step_s; });
   // The best six of each tensor-parallel width by the latency model are judged by the simulator
-  // (the model misranks widths against each other); the best two when exploring (a quick plan to
-  // compare allocations by, whose front is then planned again in full).
+  // (the model misranks widths against each other); the best two when exploring with this strategy
+  // alone (--strategy torchtitan-het: a quick plan to compare allocations by, whose front is then
+  // planned again in full).
   const int per_width = request.exploring ? 2 : 6;
   Proposals proposals;
   std::map<int, int> taken;
@@ -465,7 +466,8 @@ std::vector<StrategyOutcome> PlanEveryStrategy(const Cluster& cluster, const Mod
                                                const PlanEvaluator& evaluate, EveryStrategy mode) {
   std::vector<std::string> names;
   for (const auto& name : StrategyNames())
-    if (name != "auto" && !(request.exploring && name == "hexiscale")) names.push_back(name);
+    if (name != "auto" && !(request.exploring && (name == "hexiscale" || name == "torchtitan-het")))
+      names.push_back(name);
   // For the best only, motley's pipeline search goes first (its plan is most often the best, and the
   // bar it sets spares Poplar's device subsets), hexiscale's last.
   std::vector<size_t> order(names.size());

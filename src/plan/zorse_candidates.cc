@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "cost/state_bytes.h"
 #include "plan/memory_model.h"
 #include "plan/zorse_planner.h"
+#include "plan/zorse_search.h"
 
 namespace motley {
 namespace {
@@ -264,9 +266,12 @@ MemoryVerdict JudgeMemory(const GroupingContext& g, const std::vector<int>& tp_o
     in.gradient_clipping = request.gradient_clipping;
     in.one_f_one_b = request.schedule == PipelineSchedule::k1F1B;
     in.stages_from_here = g.num_groups() - k;
+    std::map<int64_t, double> bytes_of_count;  // the devices' peaks differ only by their microbatches
     for (size_t i = 0; i < g.groups[k].size(); ++i) {
       const int device = g.groups[k][i];
-      const double bytes = PipelineDevicePeakBytes(in, b, shares.counts[k][i]);
+      auto [at, first] = bytes_of_count.try_emplace(shares.counts[k][i], 0.0);
+      if (first) at->second = PipelineDevicePeakBytes(in, b, shares.counts[k][i]);
+      const double bytes = at->second;
       v.worst_bytes = std::max(v.worst_bytes, bytes);
       const bool modelled_fits = bytes <= g.cluster.usable_memory_bytes(device);
       // One group of every device, one ministage per layer, ZeRO-2 in place: the very step the
@@ -293,14 +298,13 @@ MemoryVerdict JudgeMemory(const GroupingContext& g, const std::vector<int>& tp_o
   return v;
 }
 
-}  // namespace
-
-std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, const ModelSpec& model,
-                                                     const PlannerCosts& costs, const ZorseRequest& request,
-                                                     std::vector<std::vector<int>> groups) {
-  std::vector<ZorseCandidate> out;
+// Phase 2 for one grouping: every candidate that fits, into `out`; or, with `best_step_s`, only the
+// least model step among them (no plan made).
+void CandidatesForGroups(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
+                         const ZorseRequest& request, std::vector<std::vector<int>> groups,
+                         std::vector<ZorseCandidate>* out, double* best_step_s) {
   const int num_groups = static_cast<int>(groups.size());
-  if (num_groups == 0 || num_groups > model.num_layers) return out;
+  if (num_groups == 0 || num_groups > model.num_layers) return;
   GroupingContext g{cluster, model, costs, request, std::move(groups), {}};
   OrderGroupsAndSplitLayers(g);
   int max_ministages = *std::min_element(g.layers.begin(), g.layers.end());
@@ -320,6 +324,10 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
         const MemoryVerdict memory = JudgeMemory(g, tp_of, ranges, b, s, *shares);
         if (!memory.fits) continue;
         const double step = LatencyModelStepS(g, tp_of, ranges, b, s, *shares);
+        if (best_step_s != nullptr) {
+          *best_step_s = std::min(*best_step_s, step);
+          continue;
+        }
         ZorseCandidate c;
         c.plan = CandidatePlan(g, tp_of, ranges, b, *shares);
         c.model_step_s = step;
@@ -336,11 +344,27 @@ std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, con
                     num_groups, fmt::join(sizes, ", "), b, num_mb, s, TensorParallelNote(tp_of),
                     FormatDuration(step), FormatBytes(memory.worst_bytes)) +
                 memory.measured_note;
-        out.push_back(std::move(c));
+        out->push_back(std::move(c));
       }
     }
   }
+}
+
+}  // namespace
+
+std::vector<ZorseCandidate> ZorseCandidatesForGroups(const Cluster& cluster, const ModelSpec& model,
+                                                     const PlannerCosts& costs, const ZorseRequest& request,
+                                                     std::vector<std::vector<int>> groups) {
+  std::vector<ZorseCandidate> out;
+  CandidatesForGroups(cluster, model, costs, request, std::move(groups), &out, nullptr);
   return out;
+}
+
+double BestModelStepForGroups(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
+                              const ZorseRequest& request, std::vector<std::vector<int>> groups) {
+  double best_s = std::numeric_limits<double>::infinity();
+  CandidatesForGroups(cluster, model, costs, request, std::move(groups), nullptr, &best_s);
+  return best_s;
 }
 
 }  // namespace motley

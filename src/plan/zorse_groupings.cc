@@ -190,12 +190,8 @@ void ClimbGroupings(const Cluster& cluster, const ModelSpec& model, const Planne
   if (groupings.graph.num_vertices <= request.exhaustive_groupings_up_to_nodes ||
       request.grouping_climb_rounds <= 0)
     return;
-  auto best_step = [&](const std::vector<int>& part, std::vector<ZorseCandidate>* candidates) {
-    *candidates =
-        ZorseCandidatesForGroups(cluster, model, costs, request, GroupsOf(groupings.node_devices, part));
-    double best = std::numeric_limits<double>::infinity();
-    for (const auto& c : *candidates) best = std::min(best, c.model_step_s);
-    return best;
+  auto best_step = [&](const std::vector<int>& part) {
+    return BestModelStepForGroups(cluster, model, costs, request, GroupsOf(groupings.node_devices, part));
   };
   std::set<GroupingSignature> visited;
   for (const auto& [part, _] : groupings.of_nodes) visited.insert(Signature(groupings, part));
@@ -213,13 +209,10 @@ void ClimbGroupings(const Cluster& cluster, const ModelSpec& model, const Planne
     double current = liked[start].first;
     for (int round = 0; round < request.grouping_climb_rounds; ++round) {
       const std::vector<std::vector<int>> neighbours = NeighbourGroupings(groupings, part, visited);
-      // Judged on every core (each neighbour's candidates dropped: a thousand devices' plans each,
-      // they are made again for the one taken); the first of the best, in the order above.
+      // Judged on every core by the model alone (a neighbour's candidates' plans, a thousand
+      // devices' each, are made only for the one taken); the first of the best, in the order above.
       std::vector<double> steps(neighbours.size());
-      ForEachOnEveryCore(neighbours.size(), [&](size_t i) {
-        std::vector<ZorseCandidate> candidates;
-        steps[i] = best_step(neighbours[i], &candidates);
-      });
+      ForEachOnEveryCore(neighbours.size(), [&](size_t i) { steps[i] = best_step(neighbours[i]); });
       std::vector<int> best_part;
       double best = current;
       for (size_t i = 0; i < neighbours.size(); ++i)
@@ -228,8 +221,8 @@ void ClimbGroupings(const Cluster& cluster, const ModelSpec& model, const Planne
           best_part = neighbours[i];
         }
       if (best_part.empty()) break;
-      std::vector<ZorseCandidate> best_candidates;
-      best_step(best_part, &best_candidates);
+      std::vector<ZorseCandidate> best_candidates = ZorseCandidatesForGroups(
+          cluster, model, costs, request, GroupsOf(groupings.node_devices, best_part));
       part = std::move(best_part);
       current = best;
       const int gi = static_cast<int>(groupings.of_devices.size());

@@ -52,6 +52,11 @@ std::vector<ZorseCandidate> CandidatesOfGroupings(const Cluster& cluster, const 
                                                   const PlannerCosts& costs, const ZorseRequest& request,
                                                   const ZorseGroupings& groupings);
 
+/// Phase 2's least model step for one grouping (infinity: nothing fits), no candidate's plan made:
+/// what phase 3 compares neighbouring groupings by.
+double BestModelStepForGroups(const Cluster& cluster, const ModelSpec& model, const PlannerCosts& costs,
+                              const ZorseRequest& request, std::vector<std::vector<int>> groups);
+
 /// Phase 3: on more nodes than every grouping can be tried on, climbs by the latency model from the
 /// two whole-node groupings it likes best; the groupings found join `groupings`, their candidates
 /// `all`.

@@ -111,19 +111,33 @@ double LeastStepFromPlanS(const Plan& plan, const ModelSpec& model, const CostMo
       for (size_t k = 0; tp_size > 1 && k < tp_size && di - di % tp_size + k < g.devices.size(); ++k)
         team.push_back(g.devices[di - di % tp_size + k].device);
       const double tp_calls = 2.0 * g.num_layers() * (plan.activation_checkpointing ? 3 : 2);
+      // Each microbatch size's costs found once (a device may run thousands of microbatches, most
+      // of one size), added microbatch by microbatch as before.
+      struct SizeCosts {
+        double forward_s, backward_s, tp_s;
+      };
+      std::map<int64_t, SizeCosts> of_size;
       double device_s = 0;
       for (int64_t i = 0; i < d.num_microbatches; ++i) {
         pass.sequences = d.microbatch_size_at(i);
-        for (OpKind kind : {OpKind::kForward, OpKind::kBackward}) {
-          pass.kind = kind;
-          device_s += costs.ComputeS(d.device, pass);
+        auto it = of_size.find(pass.sequences);
+        if (it == of_size.end()) {
+          SizeCosts c{};
+          pass.kind = OpKind::kForward;
+          c.forward_s = costs.ComputeS(d.device, pass);
+          pass.kind = OpKind::kBackward;
+          c.backward_s = costs.ComputeS(d.device, pass);
+          if (team.size() > 1)
+            c.tp_s = tp_calls * costs.CollectiveS(OpKind::kAllReduce, team,
+                                                  static_cast<double>(pass.sequences) *
+                                                      static_cast<double>(plan.seq_len) *
+                                                      static_cast<double>(model.hidden_size) *
+                                                      BytesPerElement(plan.precision));
+          it = of_size.emplace(pass.sequences, c).first;
         }
-        if (team.size() > 1)
-          device_s +=
-              tp_calls *
-              costs.CollectiveS(OpKind::kAllReduce, team,
-                                static_cast<double>(pass.sequences) * static_cast<double>(plan.seq_len) *
-                                    static_cast<double>(model.hidden_size) * BytesPerElement(plan.precision));
+        device_s += it->second.forward_s;
+        device_s += it->second.backward_s;
+        if (team.size() > 1) device_s += it->second.tp_s;
       }
       least_s = std::max(least_s, before_s + device_s);
     }
