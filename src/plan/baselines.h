@@ -76,10 +76,10 @@ StrategyOutcome PlanWithStrategy(const std::string& strategy, const Cluster& clu
                                  const PlannerCosts& costs, const PlanRequest& request,
                                  const PlanEvaluator& evaluate);
 
-/// Every strategy but "auto" (exploring: nor hexiscale and torchtitan-het), in the order of StrategyNames(). kEachItsBest: each
-/// strategy's best plan (--compare). kOnlyTheBest: what "auto" needs, the best plan of all: a strategy skips
-/// the device subsets that cannot beat the best plan found so far (its row may then be slower than its own
-/// best, or say it was not planned).
+/// Every strategy but "auto" (exploring: nor hexiscale and torchtitan-het), in the order of StrategyNames().
+/// kEachItsBest: each strategy's best plan (--compare). kOnlyTheBest: what "auto" needs, the best plan of
+/// all: a strategy skips the device subsets that cannot beat the best plan found so far (its row may then be
+/// slower than its own best, or say it was not planned).
 enum class EveryStrategy { kEachItsBest, kOnlyTheBest };
 std::vector<StrategyOutcome> PlanEveryStrategy(const Cluster& cluster, const ModelSpec& model,
                                                const PlannerCosts& costs, const PlanRequest& request,

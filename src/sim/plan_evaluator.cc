@@ -128,11 +128,11 @@ double LeastStepFromPlanS(const Plan& plan, const ModelSpec& model, const CostMo
           pass.kind = OpKind::kBackward;
           c.backward_s = costs.ComputeS(d.device, pass);
           if (team.size() > 1)
-            c.tp_s = tp_calls * costs.CollectiveS(OpKind::kAllReduce, team,
-                                                  static_cast<double>(pass.sequences) *
-                                                      static_cast<double>(plan.seq_len) *
-                                                      static_cast<double>(model.hidden_size) *
-                                                      BytesPerElement(plan.precision));
+            c.tp_s =
+                tp_calls * costs.CollectiveS(
+                               OpKind::kAllReduce, team,
+                               static_cast<double>(pass.sequences) * static_cast<double>(plan.seq_len) *
+                                   static_cast<double>(model.hidden_size) * BytesPerElement(plan.precision));
           it = of_size.emplace(pass.sequences, c).first;
         }
         device_s += it->second.forward_s;
