@@ -2,6 +2,7 @@
 // every byte of its tensors) beside the simulator's prediction for the same schedule, as
 // `motley train --plan` prints them. A plan the planner judged to fit must not run out of memory.
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <regex>
@@ -119,8 +120,17 @@ TEST(MemoryPrediction, EachRanksPeakIsWithinTenPercentOfTheSimulators) {
     for (size_t rank = 0; rank < 4; ++rank) {
       EXPECT_LE(measured.smallest[rank], 1.10 * predicted[rank]) << plan << " rank " << rank << "\n"
                                                                  << r.output;
-      EXPECT_GE(measured.largest[rank], 0.90 * predicted[rank]) << plan << " rank " << rank << "\n"
-                                                                << r.output;
+      // Of the ranks the simulator predicts alike (a group's members, one program), the one that
+      // reaches a collective first holds its buffer through the compute op after it (the
+      // simulator's timing); a later one may find it done and freed before that op begins (a
+      // reduce-scatter's gradients, 1.75 MiB of local-zorse's 18.8 — rank 0 of the pair steadily
+      // so on a loaded machine, rank 1 never). Which one is which is timing: the prediction is
+      // invented only if none of them holds it in any step.
+      double largest_alike = 0;
+      for (size_t peer = 0; peer < 4; ++peer)
+        if (std::abs(predicted[peer] - predicted[rank]) <= 0.01 * predicted[rank])
+          largest_alike = std::max(largest_alike, measured.largest[peer]);
+      EXPECT_GE(largest_alike, 0.90 * predicted[rank]) << plan << " rank " << rank << "\n" << r.output;
     }
   }
 }
