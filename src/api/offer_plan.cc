@@ -293,7 +293,9 @@ Status ChooseWhatToRent(PlanAnswer* a, const NodeGroups& groups, const Objective
   config.region = RegionOfEachGroup(*a->cluster, groups);
   std::vector<int> max_nodes;
   for (const auto& g : groups.nodes) max_nodes.push_back(static_cast<int>(g.size()));
-  config.refine = [&](const Allocation& alloc, double) { return plan_allocation(alloc, 0, false); };
+  config.refine = [&](const Allocation& alloc, double need_tokens_per_s) {
+    return plan_allocation(alloc, need_tokens_per_s, false);
+  };
   config.max_evaluations = a->query.offer_evaluations;
   config.batch = kAllocationsAtOnce;
   config.within = groups.within;

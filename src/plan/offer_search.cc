@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "core/check.h"
 #include "plan/evaluate_all.h"
@@ -34,6 +36,17 @@ std::vector<AllocationOutcome> Front(const std::vector<AllocationOutcome>& all) 
   });
   return front;
 }
+
+// Allocations as keys of hashed sets and maps: the search over an estimate looks them up by the
+// hundred thousand (ordered ones took most of its time).
+struct AllocationHash {
+  size_t operator()(const Allocation& a) const {
+    size_t h = a.size();
+    for (int n : a) h = h * 1000003u ^ static_cast<size_t>(n);
+    return h;
+  }
+};
+using AllocationSet = std::unordered_set<Allocation, AllocationHash>;
 
 // A local search over allocations with one evaluator (the planner, or the estimate).
 // The allocations in an order that spreads over the list first: its middle, its quarters, its
@@ -145,7 +158,7 @@ class Search {
   // and one node of an offer it takes traded for one of an offer it does not take.
   std::vector<Allocation> Neighbours(const Allocation& a) const {
     std::vector<Allocation> out;
-    std::set<Allocation> listed;
+    AllocationSet listed;
     const size_t k = a.size();
     auto add = [&](Allocation b) {
       for (size_t i = 0; i < k; ++i)
@@ -223,7 +236,8 @@ class Search {
   // tried or the evaluations run out.
   void Climb() {
     constexpr size_t kTriesARound = 4;
-    std::map<Allocation, size_t> tried;  // variations of each allocation tried so far
+    // The variations of each allocation tried so far.
+    std::unordered_map<Allocation, size_t, AllocationHash> tried;
     for (bool more = true; more;) {
       more = false;
       for (double near : {1.0, near_front_}) {
@@ -275,16 +289,19 @@ class Search {
     std::map<Allocation, size_t> at;  // an outcome by the allocation it was planned on
     for (size_t i = 0; i < outcomes_.size(); ++i) at.emplace(outcomes_[i].nodes, i);
     near.resize(std::min(near.size(), static_cast<size_t>(std::max(0, config_.max_refinements))));
+    // Each is asked for a plan faster than its quick one (the full planning stops what is slower
+    // early); where it finds none, the quick plan stays — as it stays where it beats the full one's.
     std::vector<AllocationOutcome> full(near.size());
     ForEachOnEveryCore(
-        near.size(), [&](size_t i) { full[i] = config_.refine(near[i], 0); },
+        near.size(),
+        [&](size_t i) { full[i] = config_.refine(near[i], outcomes_[at.at(near[i])].tokens_per_s); },
         static_cast<size_t>(std::max(1, config_.batch)));
     for (size_t i = 0; i < near.size(); ++i) {
       AllocationOutcome& o = full[i];
       if (o.nodes.empty()) o.nodes = near[i];
       ++refined_;
-      // (A quick plan that beats the full one's is a plan too: it stays.)
       AllocationOutcome& quick = outcomes_[at.at(near[i])];
+      if (!o.feasible) continue;
       if (!quick.feasible || !Dominates(quick, o)) quick = std::move(o);
     }
   }
@@ -296,7 +313,7 @@ class Search {
   const int budget_;
   const double near_front_;
   std::vector<AllocationOutcome> outcomes_;
-  std::set<Allocation> seen_;
+  AllocationSet seen_;
   int refined_ = 0;
 };
 

@@ -63,8 +63,10 @@ struct OfferSearchConfig {
   // The planning in full, when `evaluate` is a quicker one (fewer candidates judged, fewer
   // strategies): once the search is done, its front and then what a plan near_refine times faster
   // would bring onto it (a price is no estimate: only the speed is given the margin) are planned
-  // again by it, at most max_refinements of them (each spread over its prices), and their answers
-  // replace the quick ones unless a quick one dominates. Empty: `evaluate` is the planning in full.
+  // again by it, at most max_refinements of them (each spread over its prices), each asked for a
+  // plan faster than its quick one (AllocationEvaluator's need), and their answers replace the
+  // quick ones unless there is none or a quick one dominates. Empty: `evaluate` is the planning in
+  // full.
   AllocationEvaluator refine;
   double near_refine = 1.05;  // at least the quick planning's error
   int max_refinements = 8;
