@@ -12,6 +12,7 @@
 #include "core/exit_codes.h"
 #include "core/metrics_file.h"
 #include "plan/plan_io.h"
+#include "runtime/comm/failure_reports.h"
 #include "runtime/train/checkpoint.h"
 #include "supervise/escalating_launch.h"
 #include "supervise/escalation.h"
@@ -118,6 +119,12 @@ int LaunchOnce(IslandRun& r, int* failed_rank) {
   if (r.live) {
     launch.command.push_back("--islands-live");
     launch.falls_with = [&r](int rank) { return FallsWith(r, rank); };
+    launch.on_fallen = [](const std::string& addr, int port, const std::vector<int>& ranks,
+                          const std::string& why) {
+      // (Unreported, the ranks going on find them lost when their heartbeats stop.)
+      if (Status s = ReportFailuresOf(addr, port, ranks, why); !s.ok())
+        fmt::print(stderr, "motley: {}\n", s.message());
+    };
   }
   return Launch(launch);
 }

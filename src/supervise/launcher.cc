@@ -130,19 +130,25 @@ bool LauncherSaysStop(std::string& pending) {
 
 // Live islands: whether failed rank `r` falls with its island only (LaunchOptions::falls_with), whose
 // ranks still running are stopped; `fell` marks them.
-bool FallsAlone(const LaunchOptions& o, int r, const std::vector<Rank>& ranks, std::vector<bool>& fell) {
+bool FallsAlone(const LaunchOptions& o, int port, int r, const std::vector<Rank>& ranks,
+                std::vector<bool>& fell) {
   if (!o.falls_with) return false;
   const std::vector<int> with = o.falls_with(r);
   if (std::find(with.begin(), with.end(), r) == with.end()) return false;
-  fmt::print(stderr, "motley launch: rank {} {}; ranks {} stop, the others go on\n", r,
-             DescribeExit(*ranks[static_cast<size_t>(r)].status), fmt::join(with, ", "));
+  const std::string how = DescribeExit(*ranks[static_cast<size_t>(r)].status);
+  fmt::print(stderr, "motley launch: rank {} {}; ranks {} stop, the others go on\n", r, how,
+             fmt::join(with, ", "));
+  std::vector<int> fallen_now;
   for (const int k : with) {
     if (k < 0 || k >= o.nproc || fell[static_cast<size_t>(k)]) continue;
     fell[static_cast<size_t>(k)] = true;
+    fallen_now.push_back(k);
     if (o.fallen != nullptr) o.fallen->push_back(k);
     const Rank& rk = ranks[static_cast<size_t>(k)];
     if (!rk.status && ::kill(-rk.pid, SIGKILL) != 0) ::kill(rk.pid, SIGKILL);
   }
+  if (o.on_fallen && !fallen_now.empty())
+    o.on_fallen(o.master_addr, port, fallen_now, fmt::format("its launcher saw rank {} end: it {}", r, how));
   return true;
 }
 
@@ -214,7 +220,7 @@ int Launch(const LaunchOptions& options) {
         std::fflush(stdout);
       }
       if (!ExitFailed(status) || fell[static_cast<size_t>(r)]) continue;
-      if (first_failure < 0 && !terminated_at && FallsAlone(o, r, ranks, fell)) continue;
+      if (first_failure < 0 && !terminated_at && FallsAlone(o, port, r, ranks, fell)) continue;
       failed_order.push_back(r);
       if (first_failure < 0) {
         first_failure = r;

@@ -41,6 +41,12 @@ struct LaunchOptions {
   // (the launch fails, as without it). `fallen`, when given, gets every rank that fell so.
   std::function<std::vector<int>(int rank)> falls_with;
   std::vector<int>* fallen = nullptr;
+  // ... and told at once of the ranks that fell with the rendezvous they share and why (the first's
+  // end, in words): the island supervisor reports their failure in its store, so that the ranks going
+  // on count them lost within a heartbeat, not after the heartbeat timeout (a killed rank says nothing).
+  std::function<void(const std::string& master_addr, int master_port, const std::vector<int>& ranks,
+                     const std::string& why)>
+      on_fallen;
   // As one host's agent (motley agent): the local ranks are ranks rank_offset... of a world of
   // world_size (0: nproc); each rank's end is reported on stdout as "motley-agent: rank R status S"
   // (S: its waitpid status); nothing else of the agent's own is printed. With stop_on_stdin the

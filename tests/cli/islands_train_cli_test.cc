@@ -505,6 +505,11 @@ TEST(IslandsTrain, ALostIslandIsLeftOutWhileTheOthersGoOnWithoutStopping) {
       false, dir.path().string());
   ASSERT_EQ(live.exit_code, 0) << live.output;
   EXPECT_CONTAINS(live.output, "ranks 2, 3 stop, the others go on");
+  // The island supervisor reports the fallen ranks for them: island 0 counts them lost at once (a
+  // killed rank says nothing; before, island 0 waited out the 15 s heartbeat timeout for it).
+  EXPECT_CONTAINS(live.output, "rank 2 is lost (its launcher saw rank 2 end: it was killed by signal 9");
+  EXPECT_CONTAINS(live.output, "rank 3 is lost (its launcher saw rank 2 end");
+  EXPECT_EQ(live.output.find("no heartbeat"), std::string::npos) << live.output;
   EXPECT_CONTAINS(live.output, "island 1 joins again at step 6, from the outer state of its checkpoint");
   EXPECT_EQ(Count(live.output, "motley launch: 4 ranks"), 2) << live.output;
   job("by-hand");

@@ -28,6 +28,7 @@
 #include "core/check.h"
 #include "core/exit_codes.h"
 #include "core/message_tags.h"
+#include "runtime/comm/failure_reports.h"
 
 namespace motley {
 namespace {
@@ -73,13 +74,11 @@ c10::intrusive_ptr<CommBackend> MakeGloo(const c10::intrusive_ptr<c10d::Store>& 
 
 std::string HeartbeatKey(int rank) { return fmt::format("motley/heartbeat/{}", rank); }
 std::string DoneKey(int rank) { return fmt::format("motley/done/{}", rank); }
-std::string FailuresKey() { return "motley/failures"; }  // how many ranks reported one
-std::string FailureKey(int64_t n) { return fmt::format("motley/failure/{}", n); }  // the n-th, from 1
 
 // The first failure reported by a rank `skip` does not take (tolerated: a lost island's), as "rank R
-// failed first: its error" ("" if none yet); each skipped one's rank goes to `skipped`.
+// failed first: its error" ("" if none yet); each skipped one's rank and error go to `skipped`.
 std::string ReportedFailure(c10d::Store& store, const std::function<bool(int)>& skip = {},
-                            const std::function<void(int)>& skipped = {}) {
+                            const std::function<void(int, const std::string&)>& skipped = {}) {
   const int64_t n = store.add(FailuresKey(), 0);
   for (int64_t i = 1; i <= n; ++i) {
     if (!store.check({FailureKey(i)})) return "";
@@ -87,7 +86,7 @@ std::string ReportedFailure(c10d::Store& store, const std::function<bool(int)>& 
     std::string text(v.begin(), v.end());
     int rank = -1;
     if (std::sscanf(text.c_str(), "rank %d failed first", &rank) == 1 && skip && skip(rank)) {
-      if (skipped) skipped(rank);
+      if (skipped) skipped(rank, text.substr(std::min(text.size(), text.find(": ") + 2)));
       continue;
     }
     return text;
@@ -234,7 +233,7 @@ void Communicator::Watch() {
       if (const std::string failed = reported_ ? ""
                                                : ReportedFailure(
                                                      *watch_store_, [this](int r) { return Tolerated(r); },
-                                                     [this](int r) { Lose(r, "it reported a failure"); });
+                                                     [this](int r, const std::string& why) { Lose(r, why); });
           !failed.empty() && !failed.starts_with(fmt::format("rank {} failed first", rv_.rank))) {
         fmt::print(stderr, "motley: rank {}: {}; exiting\n", rv_.rank, failed);
         std::fflush(stderr);
@@ -286,7 +285,7 @@ void Communicator::ReportFailure(const std::string& why) {
     std::string error = why.substr(0, 2000);
     if (const std::string own = fmt::format("rank {}: ", rv_.rank); error.rfind(own, 0) == 0)
       error = error.substr(own.size());
-    const std::string text = fmt::format("rank {} failed first: {}", rv_.rank, error);
+    const std::string text = FailureText(rv_.rank, error);
     reported_ = true;  // this rank's watchdog leaves it to end by itself
     const int64_t n = store_->add(FailuresKey(), 1);
     store_->set(FailureKey(n), std::vector<uint8_t>(text.begin(), text.end()));

@@ -4,7 +4,8 @@
 // store and is never left out — says which islands meet: those none of whose ranks is lost (its
 // heartbeat stopped, or it reported a failure: Communicator::Tolerate), once every rank of theirs has
 // come to the meeting or been lost (a rank that died since the last meeting never comes: the lead
-// waits out the heartbeat timeout for it); and the clock step at which the islands left stop with a
+// waits until its launcher reports it, runtime/comm/failure_reports.h, or out the heartbeat
+// timeout); and the clock step at which the islands left stop with a
 // checkpoint so that the lost ones join again from it (the first round's end at least `rejoin_steps`
 // after the last meeting a lost island took part in). Every rank reads the lead's word from the store,
 // so all agree. A loss during a round's exchange is not survived here (its ranks fail, and the
