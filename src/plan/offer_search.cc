@@ -1,6 +1,7 @@
 #include "plan/offer_search.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -18,23 +19,28 @@ bool Dominates(const AllocationOutcome& a, const AllocationOutcome& b) {
          (a.usd_per_hour < b.usd_per_hour || a.tokens_per_s > b.tokens_per_s);
 }
 
-// The Pareto front of feasible outcomes, by ascending price; of two equal ones the first found.
-std::vector<AllocationOutcome> Front(const std::vector<AllocationOutcome>& all) {
-  std::vector<AllocationOutcome> front;
-  for (const AllocationOutcome& o : all) {
-    if (!o.feasible) continue;
-    bool beaten = false;
-    for (const AllocationOutcome& f : front)
-      beaten =
-          beaten || Dominates(f, o) || (f.usd_per_hour == o.usd_per_hour && f.tokens_per_s == o.tokens_per_s);
-    if (beaten) continue;
-    std::erase_if(front, [&](const AllocationOutcome& f) { return Dominates(o, f); });
-    front.push_back(o);
-  }
+// The Pareto front, one outcome more: `o` joins `front` (kept in the order its members joined)
+// unless a member beats or equals it, and the members it beats go.
+void JoinFront(std::vector<AllocationOutcome>& front, const AllocationOutcome& o) {
+  if (!o.feasible) return;
+  for (const AllocationOutcome& f : front)
+    if (Dominates(f, o) || (f.usd_per_hour == o.usd_per_hour && f.tokens_per_s == o.tokens_per_s)) return;
+  std::erase_if(front, [&](const AllocationOutcome& f) { return Dominates(o, f); });
+  front.push_back(o);
+}
+
+std::vector<AllocationOutcome> ByPrice(std::vector<AllocationOutcome> front) {
   std::stable_sort(front.begin(), front.end(), [](const AllocationOutcome& a, const AllocationOutcome& b) {
     return a.usd_per_hour < b.usd_per_hour;
   });
   return front;
+}
+
+// The Pareto front of feasible outcomes, by ascending price; of two equal ones the first found.
+std::vector<AllocationOutcome> Front(const std::vector<AllocationOutcome>& all) {
+  std::vector<AllocationOutcome> front;
+  for (const AllocationOutcome& o : all) JoinFront(front, o);
+  return ByPrice(std::move(front));
 }
 
 // Allocations as keys of hashed sets and maps: the search over an estimate looks them up by the
@@ -100,9 +106,11 @@ class Search {
     std::vector<double> need;
     for (const Allocation& a : batch) need.push_back(Need(a));
     std::vector<AllocationOutcome> answers(batch.size());
+    // (The estimate takes microseconds: on this thread, not on threads started for it.)
+    const bool estimating = &evaluate_ == &config_.estimate;
     ForEachOnEveryCore(
         batch.size(), [&](size_t i) { answers[i] = evaluate_(batch[i], need[i]); },
-        static_cast<size_t>(std::max(1, config_.batch)));
+        estimating ? 1 : static_cast<size_t>(std::max(1, config_.batch)));
     for (size_t i = 0; i < batch.size(); ++i) {
       AllocationOutcome& o = answers[i];
       if (o.nodes.empty()) o.nodes = batch[i];
@@ -155,8 +163,9 @@ class Search {
   // Its variations, the likeliest first: one node more or less of an offer it takes, one node of
   // one it takes traded for one of another it takes, every offer twice or half as much, an offer it
   // takes twice or half as much, one node of an offer it does not take (its own regions' first),
-  // and one node of an offer it takes traded for one of an offer it does not take.
-  std::vector<Allocation> Neighbours(const Allocation& a) const {
+  // and one node of an offer it takes traded for one of an offer it does not take. The first
+  // `limit` of them.
+  std::vector<Allocation> Neighbours(const Allocation& a, size_t limit = SIZE_MAX) const {
     std::vector<Allocation> out;
     AllocationSet listed;
     const size_t k = a.size();
@@ -182,37 +191,41 @@ class Search {
     auto own_region = [&](size_t i) {
       return config_.region.empty() || regions.count(config_.region[i]) > 0;
     };
-    for (size_t i = 0; i < k; ++i)
+    auto more = [&] { return out.size() < limit; };
+    for (size_t i = 0; i < k && more(); ++i)
       if (a[i] > 0) {
         add(with(i, a[i] + 1));
         add(with(i, a[i] - 1));
       }
-    for (size_t i = 0; i < k; ++i)
-      for (size_t j = 0; j < k; ++j)
+    for (size_t i = 0; i < k && more(); ++i)
+      for (size_t j = 0; j < k && more(); ++j)
         if (i != j && a[i] > 0 && a[j] > 0) add(traded(i, j));
     for (bool twice : {true, false}) {
+      if (!more()) break;
       Allocation b = a;
       for (size_t i = 0; i < k; ++i) b[i] = twice ? std::min(a[i] * 2, max_[i]) : a[i] / 2;
       add(std::move(b));
     }
-    for (size_t i = 0; i < k; ++i)
+    for (size_t i = 0; i < k && more(); ++i)
       if (a[i] > 0) {
         add(with(i, a[i] * 2));
         add(with(i, a[i] / 2));
       }
     for (bool own : {true, false})
-      for (size_t i = 0; i < k; ++i)
+      for (size_t i = 0; i < k && more(); ++i)
         if (a[i] == 0 && own_region(i) == own) add(with(i, 1));
     for (bool own : {true, false})
-      for (size_t i = 0; i < k; ++i)
-        for (size_t j = 0; j < k; ++j)
+      for (size_t i = 0; i < k && more(); ++i)
+        for (size_t j = 0; j < k && more(); ++j)
           if (a[i] > 0 && a[j] == 0 && own_region(j) == own) add(traded(i, j));
     return out;
   }
 
   // Feasible outcomes no front member beats by near_front in both price and speed, by ascending price.
   std::vector<Allocation> NearFront(double near_front) const {
-    const std::vector<AllocationOutcome> front = Front(outcomes_);
+    // Front(outcomes_), carried on from the outcomes it last saw (the climb asks after each batch).
+    for (; front_upto_ < outcomes_.size(); ++front_upto_) JoinFront(front_, outcomes_[front_upto_]);
+    const std::vector<AllocationOutcome> front = ByPrice(front_);
     std::vector<const AllocationOutcome*> near;
     for (const AllocationOutcome& o : outcomes_) {
       if (!o.feasible) continue;
@@ -242,8 +255,8 @@ class Search {
       more = false;
       for (double near : {1.0, near_front_}) {
         for (const Allocation& f : SpreadOrder(NearFront(near))) {
-          const std::vector<Allocation> next = Neighbours(f);
           size_t& at = tried[f];
+          const std::vector<Allocation> next = Neighbours(f, at + kTriesARound);  // (the first ones)
           std::vector<Allocation> these;
           for (size_t n = 0; n < kTriesARound && at < next.size(); ++n, ++at) these.push_back(next[at]);
           if (these.empty()) continue;
@@ -304,6 +317,8 @@ class Search {
       if (!o.feasible) continue;
       if (!quick.feasible || !Dominates(quick, o)) quick = std::move(o);
     }
+    front_.clear();
+    front_upto_ = 0;
   }
 
  private:
@@ -313,6 +328,10 @@ class Search {
   const int budget_;
   const double near_front_;
   std::vector<AllocationOutcome> outcomes_;
+  // NearFront's front of outcomes_[0, front_upto_), as Front keeps it before sorting (outcomes only
+  // grow until Refine, which replaces some and clears it).
+  mutable std::vector<AllocationOutcome> front_;
+  mutable size_t front_upto_ = 0;
   AllocationSet seen_;
   int refined_ = 0;
 };

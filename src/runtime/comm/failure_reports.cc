@@ -22,9 +22,8 @@ Status ReportFailuresOf(const std::string& master_addr, int master_port, const s
     }
     return Status::Ok();
   } catch (const std::exception& e) {
-    return Status::IoError(
-        fmt::format("could not report ranks' failure in the rendezvous store at {}:{}: {}", master_addr,
-                    master_port, e.what()));
+    return Status::IoError(fmt::format("could not report ranks' failure in the rendezvous store at {}:{}: {}",
+                                       master_addr, master_port, e.what()));
   }
 }
 
