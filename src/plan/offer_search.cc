@@ -222,7 +222,7 @@ class Search {
   }
 
   // Feasible outcomes no front member beats by near_front in both price and speed, by ascending price.
-  std::vector<Allocation> NearFront(double near_front) const {
+  std::vector<Allocation> NearFront(double near_front) {
     // Front(outcomes_), carried on from the outcomes it last saw (the climb asks after each batch).
     for (; front_upto_ < outcomes_.size(); ++front_upto_) JoinFront(front_, outcomes_[front_upto_]);
     const std::vector<AllocationOutcome> front = ByPrice(front_);
@@ -330,8 +330,8 @@ class Search {
   std::vector<AllocationOutcome> outcomes_;
   // NearFront's front of outcomes_[0, front_upto_), as Front keeps it before sorting (outcomes only
   // grow until Refine, which replaces some and clears it).
-  mutable std::vector<AllocationOutcome> front_;
-  mutable size_t front_upto_ = 0;
+  std::vector<AllocationOutcome> front_;
+  size_t front_upto_ = 0;
   AllocationSet seen_;
   int refined_ = 0;
 };

@@ -165,6 +165,24 @@ TEST(OfferSearch, AQuickerPlanningExploresAndTheFrontIsPlannedAgainInFull) {
     EXPECT_EQ(kept.front[i].tokens_per_s, plain.front[i].tokens_per_s);
   EXPECT_GT(kept.front.size(), 3u);
   EXPECT_EQ(kept.refined, 3);
+
+  // Each full planning is asked only for a plan faster than the quick one (its need: the quick
+  // answer's speed); one that finds none (infeasible, as the planner answers a need it cannot meet)
+  // leaves the quick answer on the front.
+  std::map<Allocation, double> needs;
+  config.refine = [&](const Allocation& a, double need) {
+    needs[a] = need;
+    AllocationOutcome none;
+    none.nodes = a;
+    return none;
+  };
+  const OfferSearchResult unmet = SearchOffers(m.max_nodes, m, config);
+  EXPECT_EQ(unmet.refined, 3);
+  ASSERT_EQ(needs.size(), 3u);
+  for (const auto& [a, need] : needs) EXPECT_EQ(need, m(a).tokens_per_s);
+  ASSERT_EQ(unmet.front.size(), plain.front.size());
+  for (size_t i = 0; i < unmet.front.size(); ++i)
+    EXPECT_EQ(unmet.front[i].tokens_per_s, plain.front[i].tokens_per_s);
 }
 
 TEST(OfferSearch, OnLargeListsBeatsARandomSearchOfAThousandAllocations) {
