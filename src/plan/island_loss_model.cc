@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <span>
 #include <utility>
 #include <vector>
@@ -39,11 +40,11 @@ constexpr Measured kDiloco[] = {
 // as at H = 50 (session 50, whose synchronous run ended at 1.4317 where today's ends at 1.4261); with
 // int8 between the islands the same run gave 0.799 / +3.2%: compression cost nothing measurable.
 constexpr Measured kAveraging[] = {
-    {2, 10, 0.935, 0.010},  // 1.4467
-    {2, 25, 0.788, 0.034},  // 1.4745
-    {2, 50, 0.793, 0.034},  // 1.4809
-    {4, 10, 0.676, 0.057},  // 1.5068
-    {4, 50, 0.413, 0.153},  // 1.6441
+    {2, 10, 0.903, 0.0144},  // 1.4467 (against 1.4261: step 813.0 of its curve; 0.935 / +1.0% against 1.4317)
+    {2, 25, 0.788, 0.034},   // 1.4745
+    {2, 50, 0.793, 0.034},   // 1.4809
+    {4, 10, 0.676, 0.057},   // 1.5068
+    {4, 50, 0.413, 0.153},   // 1.6441
 };
 constexpr MeasuredSettings kSettings[] = {
     {"DiLoCo's outer optimizer (lr 0.7, Nesterov momentum 0.9)", 0.7, 0.9, true,
@@ -54,6 +55,36 @@ constexpr MeasuredSettings kSettings[] = {
      "2 islands at H = 10, 25 and 50 and 4 at H = 10 and 50", kAveraging},
 };
 constexpr int64_t kFewestIslands = 2, kFewestSteps = 10, kMostSteps = 50;
+
+// Session 59: every run above is one draw at the jobs' seed (1234: one initialisation and data order);
+// 2 islands averaging at H = 10 (kAveraging's first) measured at two other seeds too, each against the
+// synchronous run of its own seed. The spread between seeds is as large as most differences above, and
+// seed 1234 drew the islands' best: the mean over the three is what the estimate answers, every run
+// above scaled as this setting's mean is to its seed-1234 run (its loss penalty shifted by the
+// difference). Out of sample, 2 islands at H = 15 in 5 int4 fragments overlapping one step measured
+// +3.4% / 0.772 over the same three seeds (+1.9%, +4.9%, +3.4%): what the scaled figures estimate for
+// it (island_loss_model_test.cc).
+struct MeasuredSeed {
+  int64_t seed;
+  double token_efficiency, loss_penalty;
+};
+constexpr MeasuredSeed kAveragingTwoAtTenBySeed[] = {
+    {1234, 0.903, 0.0144},  // 1.4467 against 1.4261
+    {99, 0.776, 0.0325},    // 1.4229 against 1.3781
+    {7, 0.814, 0.0142},     // 1.4621 against 1.4416
+};
+
+// What the mean over seeds is of the seed-1234 run: (token efficiency ratio, loss penalty difference).
+std::pair<double, double> OverSeeds() {
+  double efficiency = 0, penalty = 0;
+  for (const MeasuredSeed& m : kAveragingTwoAtTenBySeed) {
+    efficiency += m.token_efficiency;
+    penalty += m.loss_penalty;
+  }
+  const double n = static_cast<double>(std::size(kAveragingTwoAtTenBySeed));
+  const MeasuredSeed& first = kAveragingTwoAtTenBySeed[0];
+  return {efficiency / n / first.token_efficiency, penalty / n - first.loss_penalty};
+}
 
 // Session 55: 2 islands averaging over 900 steps, each round landing one inner step after it was sent
 // (overlap_steps = 1), against the same islands waiting for it (kAveraging's run at that H: 0.788 /
@@ -144,12 +175,14 @@ IslandLossEstimate Interpolate(const MeasuredSettings& s, int64_t islands, int64
   auto blend = [&](double Measured::*field) {
     return AtCount(s, kFewestIslands, h, field) * (1 - along_n) + AtCount(s, most, h, field) * along_n;
   };
-  out.token_efficiency = blend(&Measured::token_efficiency);
-  out.loss_penalty = blend(&Measured::loss_penalty);
+  const auto [seeds_ratio, seeds_penalty] = OverSeeds();
+  out.token_efficiency = blend(&Measured::token_efficiency) * seeds_ratio;
+  out.loss_penalty = blend(&Measured::loss_penalty) + seeds_penalty;
   out.basis = fmt::format(
       "an estimate for {}, from {} in runs of {} steps of a 1M-parameter model "
-      "(bench/reports/islands_loss.md){}",
-      s.name, s.measured, s.steps,
+      "(bench/reports/islands_loss.md), as the mean over 3 seeds (x{:.3f} the tokens' worth, {:+.1f}% loss: "
+      "one seed's runs scaled as the setting measured at three was){}",
+      s.name, s.measured, s.steps, seeds_ratio, 100 * seeds_penalty,
       islands > most || inner_steps > kMostSteps || inner_steps < kFewestSteps
           ? fmt::format(", held at the nearest measured for {} islands at H = {}", islands, inner_steps)
           : "");

@@ -6,7 +6,9 @@
 // 2 islands at H = 25 too, waiting for each round and overlapping it with the next step, whole or in
 // 5 streaming fragments) and is
 // interpolated here: in log H between the H measured at an islands'
-// count, linearly in the islands' count, held at the nearest measurement outside them (and said so).
+// count, linearly in the islands' count, held at the nearest measurement outside them (and said so) —
+// and scaled to the mean over seeds: each run is one seed's draw, and the one setting measured at
+// three seeds scales them all.
 #pragma once
 
 #include <cstdint>

@@ -10,20 +10,26 @@ namespace {
 OuterConfig Diloco() { return OuterConfig{}; }  // the job's defaults: DiLoCo's
 OuterConfig Averaging() { return OuterConfig{1.0, 0.0, true, "none"}; }
 constexpr double kTwoIslandsAt25 = 0.788;  // averaging's measured token efficiency at 2 islands, H = 25
+// Every run was measured at one seed; 2 islands averaging at H = 10 at three (seed 1234's run first): the
+// estimate answers their mean, every run scaled as it is to the seed-1234 run.
+constexpr double kSeedsEfficiency[] = {0.903, 0.776, 0.814}, kSeedsPenalty[] = {0.0144, 0.0325, 0.0142};
+constexpr double kR =
+    (kSeedsEfficiency[0] + kSeedsEfficiency[1] + kSeedsEfficiency[2]) / 3 / kSeedsEfficiency[0];
+constexpr double kP = (kSeedsPenalty[0] + kSeedsPenalty[1] + kSeedsPenalty[2]) / 3 - kSeedsPenalty[0];
 
 // The estimate is the measurement where there is one, between them in log H and the islands' count,
 // held at the nearest outside them, and no cost for one island.
 TEST(IslandLossModel, InterpolatesTheMeasuredRunsAndHoldsAtTheNearestOutside) {
   EXPECT_EQ(EstimateIslandLoss(1, 50, Diloco()).token_efficiency, 1);
   EXPECT_EQ(EstimateIslandLoss(1, 50, Diloco()).loss_penalty, 0);
-  EXPECT_NEAR(EstimateIslandLoss(2, 50, Diloco()).token_efficiency, 0.552, 1e-12);
-  EXPECT_NEAR(EstimateIslandLoss(2, 50, Diloco()).loss_penalty, 0.101, 1e-12);
-  EXPECT_NEAR(EstimateIslandLoss(4, 10, Diloco()).token_efficiency, 0.263, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(2, 50, Diloco()).token_efficiency, 0.552 * kR, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(2, 50, Diloco()).loss_penalty, 0.101 + kP, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(4, 10, Diloco()).token_efficiency, 0.263 * kR, 1e-12);
   // log H: between the measured H.
   const double mid = EstimateIslandLoss(2, 22, Diloco()).token_efficiency;
-  EXPECT_GT(mid, 0.286);
-  EXPECT_LT(mid, 0.552);
-  EXPECT_NEAR(EstimateIslandLoss(3, 50, Diloco()).token_efficiency, (0.552 + 0.460) / 2, 1e-12);
+  EXPECT_GT(mid, 0.286 * kR);
+  EXPECT_LT(mid, 0.552 * kR);
+  EXPECT_NEAR(EstimateIslandLoss(3, 50, Diloco()).token_efficiency, (0.552 + 0.460) / 2 * kR, 1e-12);
   // Outside the measured: held, and said so.
   EXPECT_EQ(EstimateIslandLoss(2, 500, Diloco()).token_efficiency,
             EstimateIslandLoss(2, 50, Diloco()).token_efficiency);
@@ -38,24 +44,26 @@ TEST(IslandLossModel, InterpolatesTheMeasuredRunsAndHoldsAtTheNearestOutside) {
 // Each measured setting has its own figures; another setting takes DiLoCo's and says so; the planner's
 // choice of settings is the measured one that loses least.
 TEST(IslandLossModel, EachMeasuredOuterSettingHasItsOwnFigures) {
-  EXPECT_NEAR(EstimateIslandLoss(2, 10, Averaging()).token_efficiency, 0.935, 1e-12);
+  // Where three seeds were measured the estimate is their mean.
+  EXPECT_NEAR(EstimateIslandLoss(2, 10, Averaging()).token_efficiency, (0.903 + 0.776 + 0.814) / 3, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(2, 10, Averaging()).loss_penalty, (0.0144 + 0.0325 + 0.0142) / 3, 1e-12);
   EXPECT_NE(EstimateIslandLoss(2, 10, Averaging()).basis.find("averaging"), std::string::npos);
   // Averaging was measured at 2 and 4 islands: 3 lie between them, 8 are held at 4 and said so.
-  EXPECT_NEAR(EstimateIslandLoss(4, 10, Averaging()).token_efficiency, 0.676, 1e-12);
-  EXPECT_NEAR(EstimateIslandLoss(4, 50, Averaging()).loss_penalty, 0.153, 1e-12);
-  EXPECT_NEAR(EstimateIslandLoss(3, 50, Averaging()).token_efficiency, (0.793 + 0.413) / 2, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(4, 10, Averaging()).token_efficiency, 0.676 * kR, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(4, 50, Averaging()).loss_penalty, 0.153 + kP, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(3, 50, Averaging()).token_efficiency, (0.793 + 0.413) / 2 * kR, 1e-12);
   EXPECT_EQ(EstimateIslandLoss(4, 10, Averaging()).basis.find("held at"), std::string::npos);
   EXPECT_NE(EstimateIslandLoss(8, 10, Averaging()).basis.find("held at the nearest measured"),
             std::string::npos);
   // Averaging was measured at 2 islands and H = 25 too: there the estimate is that run; at 4 islands
   // (not measured at 25) it lies between H = 10 and 50 in log H, and 3 islands halfway between the two.
   const double two_at_25 = EstimateIslandLoss(2, 25, Averaging()).token_efficiency;
-  EXPECT_NEAR(two_at_25, kTwoIslandsAt25, 1e-12);
+  EXPECT_NEAR(two_at_25, kTwoIslandsAt25 * kR, 1e-12);
   const double two_at_15 = EstimateIslandLoss(2, 15, Averaging()).token_efficiency;
-  EXPECT_GT(two_at_15, std::min(two_at_25, 0.935));
-  EXPECT_LT(two_at_15, std::max(two_at_25, 0.935));
+  EXPECT_GT(two_at_15, std::min(two_at_25, 0.903 * kR));
+  EXPECT_LT(two_at_15, std::max(two_at_25, 0.903 * kR));
   EXPECT_NE(EstimateIslandLoss(2, 25, Averaging()).basis.find("H = 10, 25 and 50"), std::string::npos);
-  const double four_at_25 = 0.676 + (0.413 - 0.676) * std::log(2.5) / std::log(5.0);
+  const double four_at_25 = (0.676 + (0.413 - 0.676) * std::log(2.5) / std::log(5.0)) * kR;
   EXPECT_NEAR(EstimateIslandLoss(4, 25, Averaging()).token_efficiency, four_at_25, 1e-12);
   EXPECT_NEAR(EstimateIslandLoss(3, 25, Averaging()).token_efficiency, (two_at_25 + four_at_25) / 2, 1e-12);
   // At 4 islands and H = 50 DiLoCo's settings lose less than averaging (0.460 against 0.413).
@@ -81,8 +89,8 @@ TEST(IslandLossModel, OverlappingARoundCostsWhatItsMeasurementFound) {
   constexpr double kOverlapped = 0.778, kOverlappedPenalty = 0.036;
   const IslandLossEstimate waiting = EstimateIslandLoss(2, 25, Averaging());
   const IslandLossEstimate overlapped = EstimateIslandLoss(2, 25, Averaging(), 1);
-  EXPECT_NEAR(overlapped.token_efficiency, kOverlapped, 1e-12);
-  EXPECT_NEAR(overlapped.loss_penalty, kOverlappedPenalty, 1e-12);
+  EXPECT_NEAR(overlapped.token_efficiency, kOverlapped * kR, 1e-12);
+  EXPECT_NEAR(overlapped.loss_penalty, kOverlappedPenalty + kP, 1e-12);
   EXPECT_EQ(waiting.basis.find("overlapping"), std::string::npos);
   EXPECT_NE(overlapped.basis.find("rounds overlapping 1 inner step"), std::string::npos) << overlapped.basis;
   // Elsewhere the same ratio and added penalty scale the figures without overlap.
@@ -115,6 +123,18 @@ TEST(IslandLossModel, StreamingFragmentsCostNothingBeyondTheirOverlapAndAreNever
           << streamed.basis;
       EXPECT_EQ(whole.basis.find("fragments"), std::string::npos);
     }
+}
+
+// Out of sample (bench/reports/islands_loss.md, session 59): 2 islands averaging at H = 15 in 5 int4
+// fragments overlapping one step measured +1.9%, +4.9% and +3.4% (token efficiency 0.870, 0.692, 0.755) at
+// the three seeds. The estimate, scaled to the mean over seeds by the H = 10 runs alone, is within a point
+// of their mean (the seed-1234 figures alone estimated +2.5% / 0.841: that seed's draw, not the mean).
+TEST(IslandLossModel, TheEstimateIsTheMeanOverSeedsOfASettingMeasuredAtThree) {
+  const IslandLossEstimate e = EstimateIslandLoss(2, 15, Averaging(), 1, 5);
+  EXPECT_NEAR(e.loss_penalty, (0.0194 + 0.0488 + 0.0339) / 3, 0.005) << e.basis;
+  EXPECT_NEAR(e.token_efficiency, (0.870 + 0.692 + 0.755) / 3, 0.02) << e.basis;
+  EXPECT_NE(e.basis.find("as the mean over 3 seeds (x0.920 the tokens' worth, +0.6% loss"), std::string::npos)
+      << e.basis;
 }
 
 }  // namespace
