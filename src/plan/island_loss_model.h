@@ -7,8 +7,8 @@
 // 5 streaming fragments) and is
 // interpolated here: in log H between the H measured at an islands'
 // count, linearly in the islands' count, held at the nearest measurement outside them (and said so) —
-// and scaled to the mean over seeds: each run is one seed's draw, and the one setting measured at
-// three seeds scales them all.
+// and as the mean over seeds: each run is one seed's draw; a setting measured at three seeds is their
+// mean, and the others are scaled as those settings' means are to their one-seed runs.
 #pragma once
 
 #include <cstdint>
