@@ -225,14 +225,17 @@ StrategyOutcome Pipelines(const std::string& strategy, const Cluster& cluster, c
   }
   if (request.exploring) {
     // A quick plan to compare allocations by: the latency model's best two judged by the
-    // evaluator (one of each kind first), no climb from the best, one step of the climb over
-    // groupings. (With one judged, the offers' search chose plans 6-23% dearer than planning every
-    // allocation in full at three limits of small-mix's front: Money.TheSearchOverOffers...)
+    // evaluator (one of each kind first), no climb from the best, and on many nodes SPLIT's cuts
+    // alone, no climb over groupings. (With one judged, the offers' search chose plans 6-23% dearer
+    // than planning every allocation in full at three limits of small-mix's front:
+    // Money.TheSearchOverOffers...; the grouping climb's one step cost aws-three-regions' Llama-7B
+    // search 3.6 of its 29 thread-seconds, on allocations of 100 GPUs or more that came back with
+    // plans on ~32 of them, and changed none of its answers: bench/reports/offers_planning.md.)
     z.candidates_to_evaluate = 2;
     z.first_judged_per_kind = 1;
     z.more_judged_per_kind = 1;
     z.climb_rounds = 0;
-    z.grouping_climb_rounds = 1;
+    z.grouping_climb_rounds = 0;
   }
   Result<ZorsePlan> p = PlanZorse(cluster, model, costs, z, evaluate);
   if (!p.ok()) return Failed(strategy, p.status());
