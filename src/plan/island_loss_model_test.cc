@@ -51,6 +51,8 @@ TEST(IslandLossModel, EachMeasuredOuterSettingHasItsOwnFigures) {
   EXPECT_NEAR(EstimateIslandLoss(2, 10, Averaging()).token_efficiency, kTen, 1e-12);
   EXPECT_NEAR(EstimateIslandLoss(2, 10, Averaging()).loss_penalty, kTenPenalty, 1e-12);
   EXPECT_NE(EstimateIslandLoss(2, 10, Averaging()).basis.find("averaging"), std::string::npos);
+  EXPECT_NEAR(EstimateIslandLoss(2, 50, Averaging()).token_efficiency, kFifty, 1e-12);
+  EXPECT_NEAR(EstimateIslandLoss(2, 50, Averaging()).loss_penalty, kFiftyPenalty, 1e-12);
   // Averaging was measured at 2 and 4 islands: 3 lie between them, 8 are held at 4 and said so.
   EXPECT_NEAR(EstimateIslandLoss(4, 10, Averaging()).token_efficiency, 0.676 * kR, 1e-12);
   EXPECT_NEAR(EstimateIslandLoss(4, 50, Averaging()).loss_penalty, 0.153 + kP, 1e-12);
