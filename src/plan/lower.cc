@@ -131,13 +131,12 @@ void Lowerer::PredictAlikeRanks() {
   std::vector<std::vector<std::pair<int, int64_t>>> microbatches(s_.programs.size());
   for (int64_t m = 0; m < num_mb_; ++m)
     microbatches[static_cast<size_t>(RankOf(0, m))].emplace_back(local_index_[m], sequences_[m]);
-  // (The group's first rank, whose program may differ, stands for itself.)
-  using Key = std::tuple<bool, int64_t, double, std::vector<std::pair<int, int64_t>>>;
+  using Key = std::tuple<int64_t, double, std::vector<std::pair<int, int64_t>>>;
   std::map<Key, int32_t> first;
   stands_for_.assign(s_.programs.size(), 0);
   for (size_t i = 0; i < ranks.size(); ++i) {
     const auto r = static_cast<size_t>(ranks[i]);
-    Key key{i == 0, options_.device_class.at(static_cast<size_t>(s_.programs[r].device)),
+    Key key{options_.device_class.at(static_cast<size_t>(s_.programs[r].device)),
             state_shares_[0].empty() ? 0.0 : state_shares_[0][i], std::move(microbatches[r])};
     stands_for_[r] = first.try_emplace(std::move(key), static_cast<int32_t>(r)).first->second;
     // A dropped rank's ops go to one scratch op (Emit), not to a vector reserved for them all.
@@ -296,6 +295,24 @@ std::vector<int> Lowerer::EmitCollective(OpKind kind, int g, int v, double bytes
   std::vector<int> out;
   for (int r : group_ranks_[g]) out.push_back(op_of_rank[r]);
   return out;
+}
+
+int Lowerer::EmitCollectiveOnRank(OpKind kind, int g, int v, double bytes, int r,
+                                  std::vector<int>* collectives) {
+  const size_t tp_index = static_cast<size_t>((r - group_ranks_[g].front()) % Tp(g));
+  collectives->resize(dp_ranks_[g].size(), -1);
+  int& c = (*collectives)[tp_index];
+  if (c < 0) {
+    c = NewCollective(kind, dp_ranks_[g][tp_index], bytes);
+    if (kind == OpKind::kAllGather || kind == OpKind::kReduceScatter)
+      s_.collectives[c].uneven_factor = UnevenCollectiveFactor(state_shares_[g]);
+  }
+  Op op = StageOp(kind, Stream::kComm, v);
+  op.embedding = ministages_[v].layers.begin == 0;
+  op.head = ministages_[v].layers.end == model_.num_layers;
+  op.bytes = bytes;
+  op.collective = c;
+  return Emit(r, std::move(op));
 }
 
 Result<Schedule> Lowerer::Run() {

@@ -14,37 +14,39 @@
 namespace motley::lowering {
 
 // Before a visit to ministage v (a pass over its microbatches): bring the parameters in.
-void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
+void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation,
+                               const std::vector<int>& ranks) {
   const double full = RankParams(v) * param_bytes_;
-  const int visit = visit_number_[{g, (backward ? 1 : 0) * num_ministages_ + v}];
-  std::vector<int> prefetch(group_ranks_[g].size(), -1);
+  const int key = (backward ? 1 : 0) * num_ministages_ + v;
+  const int visit = visit_number_[{g, key}];
   // The backward visit brings the moments for the update that follows it, unless the update waits
   // for the global norm (then it brings them back itself: EmitReduceAndStep).
   const bool with_moments = backward && !StateReturnsForTheUpdate(v);
-  for (size_t i = 0; i < group_ranks_[g].size(); ++i) {
-    const int r = group_ranks_[g][i];
-    const double shard = ShardOf(g, r, RankParams(v));
-    if (!policy_.offload_params || Resident(v)) continue;
-    if (continuation && !with_moments) continue;  // the parameters are still gathered: nothing to bring
-    Op op = StageOp(OpKind::kParamPrefetch, Stream::kH2D, v);
-    op.bytes = shard * (param_bytes_ + (with_moments ? opt_bytes_ : 0));
-    op.device_alloc_bytes = op.bytes;
-    op.writes.push_back(Buf(BufferKind::kShard, v));
-    if (with_moments) op.writes.push_back(Buf(BufferKind::kMoments, v));
-    // At most two ministages resident: wait until the one two visits back is gone.
-    if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) op.deps.push_back(it->second);
-    prefetch[i] = Emit(r, std::move(op));
-  }
-  if (continuation) return;
-  std::vector<int> gathers = EmitCollective(OpKind::kAllGather, g, v, full);
-  for (size_t i = 0; i < gathers.size(); ++i) {
-    const int r = group_ranks_[g][i];
-    Op& op = s_.programs[r].ops[gathers[i]];
+  // All the ranks at once: gathers of their own (data parallelism prepares a ministage again for
+  // each microbatch); a few at a time: the visit's gathers, made by the first to emit.
+  std::vector<int> own_gathers;
+  std::vector<int>* gathers = ranks.empty() ? &own_gathers : &prepare_gathers_[{g, key}];
+  for (const int r : ranks.empty() ? group_ranks_[g] : ranks) {
+    int prefetch = -1;
+    if (policy_.offload_params && !Resident(v) && (!continuation || with_moments)) {
+      // (A continuation without moments: the parameters are still gathered, nothing to bring.)
+      Op op = StageOp(OpKind::kParamPrefetch, Stream::kH2D, v);
+      op.bytes = ShardOf(g, r, RankParams(v)) * (param_bytes_ + (with_moments ? opt_bytes_ : 0));
+      op.device_alloc_bytes = op.bytes;
+      op.writes.push_back(Buf(BufferKind::kShard, v));
+      if (with_moments) op.writes.push_back(Buf(BufferKind::kMoments, v));
+      // At most two ministages resident: wait until the one two visits back is gone.
+      if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) op.deps.push_back(it->second);
+      prefetch = Emit(r, std::move(op));
+    }
+    if (continuation) continue;
+    const int gather = EmitCollectiveOnRank(OpKind::kAllGather, g, v, full, r, gathers);
+    Op& op = s_.programs[r].ops[gather];
     op.device_alloc_bytes = full;
     op.reads.push_back(Buf(BufferKind::kShard, v));
     op.writes.push_back(Buf(BufferKind::kParams, v));
-    if (prefetch[i] >= 0) {
-      op.deps.push_back(prefetch[i]);
+    if (prefetch >= 0) {
+      op.deps.push_back(prefetch);
       if (!with_moments) {  // the shard is not needed after the gather
         op.device_free_bytes = ShardOf(g, r, RankParams(v)) * param_bytes_;
         op.frees.push_back(Buf(BufferKind::kShard, v));
@@ -52,7 +54,7 @@ void Lowerer::EmitVisitPrepare(int g, int v, bool backward, bool continuation) {
     } else if (auto it = release_op_.find({r, visit - 2}); it != release_op_.end()) {
       op.deps.push_back(it->second);
     }
-    gather_op_(r, v) = gathers[i];
+    gather_op_(r, v) = gather;
     last_compute_.erase(r, v);
   }
 }

@@ -185,10 +185,25 @@ class Lowerer {
   void EmitForwardOnRank(const TaskOnRank& c, std::vector<int32_t> deps);
   void EmitBackwardOnRank(const TaskOnRank& c, std::vector<int32_t> deps);
   std::vector<int> EmitCollective(OpKind kind, int g, int v, double bytes);
+  /// Rank r's op of group g's data-parallel collective of its tensor-parallel index; `collectives`
+  /// (one a tensor-parallel index, -1: not made yet) are made by the first rank that emits.
+  int EmitCollectiveOnRank(OpKind kind, int g, int v, double bytes, int r, std::vector<int>* collectives);
   void EmitTask(const Task& t);
+  /// A pipeline's visits as the global order has them (each group runs its visits one after another).
+  struct PipelineVisits {
+    std::vector<std::vector<std::pair<bool, int>>> of_group;        // per group, in order: (backward, v)
+    std::map<std::pair<int, int>, std::pair<size_t, size_t>> span;  // (g, pass*V+v) -> first, last position
+    // (g, pass*V+v) -> each rank's first task there: (leader, position), in order.
+    std::map<std::pair<int, int>, std::vector<std::pair<int, size_t>>> started;
+  };
+  /// Also numbers each group's visits (visit_number_).
+  PipelineVisits ScanVisits(const std::vector<Task>& order);
   /// `continuation`: the backward visit right after the forward visit of the same ministage; its
-  /// gathered parameters are still there, only the optimizer state comes in.
-  void EmitVisitPrepare(int g, int v, bool backward, bool continuation = false);
+  /// gathered parameters are still there, only the optimizer state comes in. `ranks`: the group's
+  /// ranks to emit on now (empty: all of them); a visit's preparation may be emitted on its ranks
+  /// at different points of the global order (EmitPipeline), its gather made once.
+  void EmitVisitPrepare(int g, int v, bool backward, bool continuation = false,
+                        const std::vector<int>& ranks = {});
   void EmitFinishForward(int g, int v);
   void EmitFinishBackward(int g, int v);
   void EmitReduceAndStep(int g, int v);
@@ -275,6 +290,7 @@ class Lowerer {
   std::vector<std::vector<int>> reduce_ops_;      // per rank: its gradient reductions, in order
   int tp_collective_ = -1;                        // the TP all-reduce of the task being emitted
   PairMap<std::pair<int, int>, int> visit_number_;  // (group, pass*V + v) -> ordinal of the visit
+  std::map<std::pair<int, int>, std::vector<int>> prepare_gathers_;  // (group, pass*V + v) -> its gathers
   std::vector<int32_t> stands_for_;  // rank -> the rank whose program it will be (PredictAlikeRanks)
   double emitted_share_ = 0;  // of the step's tasks, emitted so far (Emit sizes the ranks' vectors by it)
 };
