@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "plan/lower.h"
@@ -19,6 +20,31 @@
 
 namespace motley {
 namespace {
+
+// A plan's hash over what it runs (the evaluator's memory; equal plans hash alike, and plans of one
+// hash are told apart by every field: Plan::operator==).
+size_t PlanHash(const Plan& plan) {
+  size_t h = 0;
+  auto mix = [&h](int64_t v) { h ^= std::hash<int64_t>{}(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+  mix(plan.seq_len);
+  mix(static_cast<int64_t>(plan.precision));
+  mix(static_cast<int64_t>(plan.schedule));
+  mix(plan.zero_stage);
+  mix((plan.activation_checkpointing ? 1 : 0) | (plan.offload_params ? 2 : 0) |
+      (plan.offload_activations ? 4 : 0) | (plan.gradient_clipping ? 8 : 0) | (plan.loss_scaling ? 16 : 0));
+  for (const GroupPlan& g : plan.groups) {
+    mix(g.tp_degree);
+    for (const LayerRange& r : g.ministages) mix(int64_t{r.begin} << 32 | r.end);
+    for (const DevicePlan& d : g.devices) {
+      mix(d.device);
+      mix(d.microbatch_size);
+      mix(d.num_microbatches);
+      mix(d.last_microbatch_size);
+    }
+    for (const int r : g.routing) mix(r);
+  }
+  return h;
+}
 
 double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -214,11 +240,31 @@ std::vector<int64_t> DeviceCostClasses(const Cluster& cluster, const CostModel& 
 
 PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model, const CostModel& costs,
                                   EvaluationStats* stats) {
+  struct Seen {
+    Plan plan;
+    PlanEvaluation evaluation;
+    double
+        bound_s;  // the bound it was simulated under (a stopped one answers again only under one no higher)
+  };
   struct Memory {
     std::mutex mutex;  // the evaluator is called from several threads (evaluate_all.h)
-    // Each plan's evaluation, with the bound it was simulated under (a stopped one answers again
-    // only under a bound no higher).
-    std::map<std::string, std::pair<PlanEvaluation, double>> seen;
+    // Each plan's evaluation, by its hash (PlanHash: plans of one hash told apart by their fields).
+    std::unordered_map<size_t, std::vector<Seen>> seen;
+    Seen* Find(size_t hash, const Plan& plan) {
+      auto it = seen.find(hash);
+      if (it == seen.end()) return nullptr;
+      for (Seen& s : it->second)
+        if (s.plan == plan) return &s;
+      return nullptr;
+    }
+    void Remember(size_t hash, Plan plan, const PlanEvaluation& e, double bound_s) {
+      if (Seen* s = Find(hash, plan)) {
+        s->evaluation = e;
+        s->bound_s = bound_s;
+      } else {
+        seen[hash].push_back({std::move(plan), e, bound_s});
+      }
+    }
   };
   auto memory = std::make_shared<Memory>();
   auto device_class = std::make_shared<const std::vector<int64_t>>(DeviceCostClasses(cluster, costs));
@@ -232,14 +278,13 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     // Checked before the routing, which takes time and memory in proportion to the microbatches.
     MOTLEY_RETURN_IF_ERROR(ValidatePlan(plan, cluster, model));
     FillZorseRouting(&plan, costs);
-    std::string key = PlanToJson(plan).dump();
+    const size_t key = PlanHash(plan);
     {
       std::lock_guard lock(memory->mutex);
-      if (auto it = memory->seen.find(key);
-          it != memory->seen.end() &&
-          (!it->second.first.stopped || bound.stop_after_s <= it->second.second)) {
+      if (const Seen* seen = memory->Find(key, plan);
+          seen != nullptr && (!seen->evaluation.stopped || bound.stop_after_s <= seen->bound_s)) {
         if (stats != nullptr) ++stats->cached;
-        return it->second.first;
+        return seen->evaluation;
       }
     }
     auto start = std::chrono::steady_clock::now();
@@ -257,7 +302,7 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
           ++stats->evaluations;
           ++stats->stopped;
         }
-        memory->seen.insert_or_assign(std::move(key), std::make_pair(e, bound.stop_after_s));
+        memory->Remember(key, std::move(plan), e, bound.stop_after_s);
         return e;
       }
     }
@@ -302,7 +347,7 @@ PlanEvaluator SimulationEvaluator(const Cluster& cluster, const ModelSpec& model
     e.hfu = r.hfu;
     e.oom = r.oom_message;
     if (!r.stopped) e.region_traffic = RegionTraffic(s, cluster);
-    memory->seen.insert_or_assign(std::move(key), std::make_pair(e, bound.stop_after_s));
+    memory->Remember(key, std::move(plan), e, bound.stop_after_s);
     return e;
   };
 }
