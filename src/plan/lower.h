@@ -19,7 +19,9 @@
 //    ministage's gather issued before this one computes (prefetch: at most two gathered); the
 //    last ministage turns around from forward to backward with its parameters in place. Pipelines with ZeRO-3
 //    or offload_params: all-gathered once per ministage per pass; with offload_params the shard lives on the
-//    host and is prefetched, at most two ministages resident (the current and the next).
+//    host and is prefetched, at most two ministages resident (the current and the next). The next visit's
+//    prefetch and gather follow each rank's own first task of the current visit (so alike ranks keep
+//    alike programs), never before the visit before has finished on every rank of the group.
 //  * Gradients. ZeRO-0: all-reduce once per step; ZeRO-1: reduce-scatter once per step.
 //    ZeRO-2/3 in data parallelism: reduce-scatter after every microbatch index (a device that has
 //    run out of microbatches contributes zeros, as in Poplar's last step). ZeRO-2/3 in pipelines (Zorse):
