@@ -58,6 +58,9 @@ std::vector<std::vector<Task>> TaskSequences(const Plan& plan, const std::vector
 // the sequences wait for each other forever.
 std::optional<std::vector<Task>> UnitCostOrder(const std::vector<std::vector<Task>>& seq, int num_ministages,
                                                int64_t num_mb) {
+  // One sequence (one group, GPipe or interleaved) runs in its own order: each task's inputs come
+  // before it in the sequence.
+  if (seq.size() == 1) return seq[0];
   const int num_seq = static_cast<int>(seq.size());
   std::vector<int64_t> done_f(num_ministages * num_mb, -1), done_b(num_ministages * num_mb, -1);
   std::vector<size_t> next(num_seq, 0);
