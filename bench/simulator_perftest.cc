@@ -14,17 +14,23 @@
 namespace motley {
 namespace {
 
+// Zorse's kind of plan, its groups to come: interleaved ministages, ZeRO-2, state and boundaries offloaded.
+Plan ZorsePlan(int64_t seq_len, Precision precision) {
+  Plan plan;
+  plan.seq_len = seq_len;
+  plan.precision = precision;
+  plan.schedule = PipelineSchedule::kInterleaved;
+  plan.zero_stage = 2;
+  plan.offload_params = true;
+  plan.offload_activations = true;
+  return plan;
+}
+
 struct Setup {
   Cluster cluster = LoadCluster("zorse-c").value();
   ModelSpec model = *FindModelPreset("llama-65b");
-  Plan plan;
+  Plan plan = ZorsePlan(512, Precision::kFp16);
   Setup() {
-    plan.seq_len = 512;
-    plan.precision = Precision::kFp16;
-    plan.schedule = PipelineSchedule::kInterleaved;
-    plan.zero_stage = 2;
-    plan.offload_params = true;
-    plan.offload_activations = true;
     const int groups = 8, per_group = 16;
     auto ranges = InterleavedMinistages(std::vector<int>(groups, 80 / groups), std::vector<int>(groups, 8));
     for (int g = 0; g < groups; ++g) {
@@ -36,15 +42,21 @@ struct Setup {
   }
 };
 
-void BM_Lower128Devices(benchmark::State& state) {
-  Setup s;
+// Lowers the plan again and again; the ops the schedule holds as a counter.
+void TimeLowering(benchmark::State& state, const Plan& plan, const Cluster& cluster, const ModelSpec& model,
+                  const LowerOptions& options = {}) {
   size_t ops = 0;
   for (auto _ : state) {
-    Schedule schedule = LowerPlan(s.plan, s.cluster, s.model).value();
+    Schedule schedule = LowerPlan(plan, cluster, model, options).value();
     ops = schedule.num_ops();
     benchmark::DoNotOptimize(ops);
   }
   state.counters["ops"] = static_cast<double>(ops);
+}
+
+void BM_Lower128Devices(benchmark::State& state) {
+  Setup s;
+  TimeLowering(state, s.plan, s.cluster, s.model);
 }
 BENCHMARK(BM_Lower128Devices)->Unit(benchmark::kMillisecond);
 
@@ -87,15 +99,9 @@ struct OneGroup {
   Cluster cluster =
       ParseClusterToml("[[nodes]]\nname = \"n0\"\ndevice = \"h100-sxm\"\ncount = 8\n", "h100x8").value();
   ModelSpec model = *FindModelPreset("llama-7b");
-  Plan plan;
+  Plan plan = ZorsePlan(2048, Precision::kBf16);
   LowerOptions options;
   OneGroup() {
-    plan.seq_len = 2048;
-    plan.precision = Precision::kBf16;
-    plan.schedule = PipelineSchedule::kInterleaved;
-    plan.zero_stage = 2;
-    plan.offload_params = true;
-    plan.offload_activations = true;
     GroupPlan g;
     g.ministages.push_back({0, 2});
     for (int l = 2; l < 32; ++l) g.ministages.push_back({l, l + 1});
@@ -108,13 +114,7 @@ struct OneGroup {
 
 void BM_LowerOneGroupZorse(benchmark::State& state) {
   OneGroup s;
-  size_t ops = 0;
-  for (auto _ : state) {
-    Schedule schedule = LowerPlan(s.plan, s.cluster, s.model, s.options).value();
-    ops = schedule.num_ops();
-    benchmark::DoNotOptimize(ops);
-  }
-  state.counters["ops"] = static_cast<double>(ops);
+  TimeLowering(state, s.plan, s.cluster, s.model, s.options);
 }
 BENCHMARK(BM_LowerOneGroupZorse)->Unit(benchmark::kMillisecond);
 
