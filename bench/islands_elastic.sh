@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # What losing an island costs the others (issue #52 item 5): the default job's model (llama-1m, fp32) as
 # two islands of two ranks on the local emulated cluster (island 0 on the two fast devices, island 1 on
-# the two slow ones), meeting every H steps, a checkpoint every round. Island 1's first rank (launch
-# rank 2) is killed mid-step at step KILL; `motley train --max-restarts 1` leaves island 1 out and lets it
-# join again one round after the last round it took part in. For each binary given (e.g. one from
+# the two slow ones), meeting every H steps, a checkpoint every round. Launch rank DIE (2: island 1's
+# first rank; 0: island 0's, the first island's) is killed mid-step at step KILL; `motley train
+# --max-restarts 1` leaves its island out and lets it join again one round after the last round it took
+# part in. For each binary given (e.g. one from
 # before live islands, whose survivors restart from the newest checkpoint, and one after, whose survivors
 # go on in the same processes), and a run of the newest binary without the kill:
 #   - the run's wall time (the supervisor's whole process, every launch);
-#   - the steps island 0 trained (its steps in the metrics: a restart trains again the steps since the
-#     checkpoint), and the launches;
+#   - the steps the first island left trained (the steps in the metrics: a restart trains again the
+#     steps since the checkpoint), and the launches;
 #   - the last checkpoint's validation loss.
 #
-#   bench/islands_elastic.sh MOTLEY [MOTLEY...]   (environment: STEPS=60, H=10, KILL=25)
+#   bench/islands_elastic.sh MOTLEY [MOTLEY...]   (environment: STEPS=60, H=10, KILL=25, DIE=2)
 #
 # Prints one markdown table.
 set -euo pipefail
 steps="${STEPS:-60}"
 h="${H:-10}"
 kill_at="${KILL:-25}"
+die="${DIE:-2}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -37,7 +39,7 @@ microbatch_size = [4, 4]
 num_microbatches = [2, 2]
 TOML
 done
-echo "| binary | killed | wall | island 0's steps trained | launches | final validation loss |"
+echo "| binary | killed | wall | steps in the metrics | launches | final validation loss |"
 echo "|---|---|---|---|---|---|"
 run() {  # name, binary, extra arguments
   local name="$1" motley="$2"
@@ -67,7 +69,7 @@ PY
 }
 k=0
 for m in "$@"; do
-  run "b$k-killed" "$(realpath "$m")" --die-rank 2 --die-at-step "$kill_at"
+  run "b$k-killed" "$(realpath "$m")" --die-rank "$die" --die-at-step "$kill_at"
   k=$((k + 1))
 done
 run "b$((k - 1))-whole" "$(realpath "${!#}")"

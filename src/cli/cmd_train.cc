@@ -142,7 +142,7 @@ int RunTrainWithPlan(const JobSpec& job, const TrainOptions& options, bool lead)
     fmt::print(stderr, "motley train: {}\n", s.status().message());
     return s.status().code() == StatusCode::kPeerFailed ? kExitPeerFailed : kExitFailure;
   }
-  if (lead) PrintSummary(*s);
+  if (lead || s->led) PrintSummary(*s);
   return kExitOk;
 }
 

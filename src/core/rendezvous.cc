@@ -3,6 +3,7 @@
 #include "core/net.h"
 
 #include <cstdlib>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -83,6 +84,10 @@ Result<Rendezvous> RendezvousFromEnv(const GetEnv& getenv) {
     r.hosts_store = r.rank == 0;
   else
     r.hosts_store = r.local_rank == 0 && IsThisHost(r.master_addr, FindThisHost());
+  if (const char* outside = getenv(kStoreByLauncherEnv); outside != nullptr && std::string(outside) == "1") {
+    r.store_by_launcher = true;
+    r.hosts_store = false;
+  }
   return r;
 }
 

@@ -19,6 +19,9 @@ struct Rendezvous {
   // and `motley launch` (which put it there); under mpirun and srun, which may place rank 0 on any
   // host, the rank with local rank 0 on MASTER_ADDR's host.
   bool hosts_store = true;
+  // Whether the store lives outside the ranks (MOTLEY_STORE_BY_LAUNCHER=1: the supervising `motley
+  // train` of live islands hosts it, so that it outlives any rank): then no rank hosts it.
+  bool store_by_launcher = false;
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
@@ -26,6 +29,9 @@ struct Rendezvous {
   int master_port = 29500;                // torchrun's default
   std::string source = "single process";  // which launcher's variables were read
 };
+
+/// The variable a launcher that hosts the rendezvous store itself sets in its ranks' environment.
+inline constexpr char kStoreByLauncherEnv[] = "MOTLEY_STORE_BY_LAUNCHER";
 
 using GetEnv = std::function<const char*(const char*)>;
 Result<Rendezvous> RendezvousFromEnv(const GetEnv& getenv);

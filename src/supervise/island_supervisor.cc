@@ -1,6 +1,7 @@
 #include "supervise/island_supervisor.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -11,6 +12,7 @@
 
 #include "core/exit_codes.h"
 #include "core/metrics_file.h"
+#include "core/rendezvous.h"
 #include "plan/plan_io.h"
 #include "runtime/comm/failure_reports.h"
 #include "runtime/train/checkpoint.h"
@@ -54,6 +56,7 @@ struct IslandRun {
   // ranks decide when it joins again: planned_islands.cc); else every rank stops and the islands left
   // are launched again from the newest checkpoint.
   bool live = false;
+  int lost_by = -1, lost_island = -1;  // live, this launch: the rank whose end made an island fall, and it
   // The launch ranks of island `island` (empty: not launched).
   std::vector<int> RanksOfIsland(int island) const {
     std::vector<int> out;
@@ -72,21 +75,24 @@ void WriteEvent(const IslandRun& r, nlohmann::json event) {
   std::ofstream(r.metrics_path, std::ios::app) << event.dump() << "\n";
 }
 
-// Live islands: the ranks that fall with failed launch rank `rank` — its island's, when it is not the
-// first present (whose first rank hosts the rendezvous store) and a restart is left — or none (every
-// rank stops).
+// Live islands: the ranks that fall with failed launch rank `rank` — its island's, when a restart is
+// left and an island that keeps the run's clock goes on (the first island left leads: its inner steps
+// must be the clock's) — or none (every rank stops).
 std::vector<int> FallsWith(IslandRun& r, int rank) {
   const int island = r.IslandOf(rank);
-  if (island < 0 || island == r.present[0]) return {};
+  if (island < 0) return {};
   if (std::find(r.lost.begin(), r.lost.end(), island) != r.lost.end()) return r.RanksOfIsland(island);
   if (r.restarts >= r.options.supervisor.max_restarts) return {};
-  ++r.restarts;
-  r.lost.push_back(island);
-  std::sort(r.lost.begin(), r.lost.end());
-  r.args = WithoutOption(WithoutOption(r.args, "--die-rank"), "--die-at-step");  // (as LeaveOut's)
   std::vector<int> left;
   for (int i : r.present)
-    if (std::find(r.lost.begin(), r.lost.end(), i) == r.lost.end()) left.push_back(i);
+    if (i != island && std::find(r.lost.begin(), r.lost.end(), i) == r.lost.end()) left.push_back(i);
+  if (left.empty() || r.job.islands.InnerSteps(left[0]) != r.job.islands.inner_steps) return {};
+  ++r.restarts;
+  r.lost.push_back(island);
+  r.lost_by = rank;
+  r.lost_island = island;
+  std::sort(r.lost.begin(), r.lost.end());
+  r.args = WithoutOption(WithoutOption(r.args, "--die-rank"), "--die-at-step");  // (as LeaveOut's)
   fmt::print(
       "\nrank {} (island {}) failed: island {} is lost — {} of {}: island{} {} go{} on without stopping, "
       "and island {} joins again at a round's end\n\n",
@@ -103,6 +109,7 @@ std::vector<int> FallsWith(IslandRun& r, int rank) {
 
 // Launches the present islands' ranks once; `failed_rank`: the rank blamed for a failure (-1: none).
 int LaunchOnce(IslandRun& r, int* failed_rank) {
+  r.lost_by = r.lost_island = -1;
   std::error_code ec;
   fs::remove_all(r.reports, ec);
   LaunchOptions launch;
@@ -116,7 +123,17 @@ int LaunchOnce(IslandRun& r, int* failed_rank) {
                           {"--islands-present", fmt::format("{}", fmt::join(r.present, ","))});
   if (r.rejoin_step > 0)
     launch.command.insert(launch.command.end(), {"--stop-at-step", std::to_string(r.rejoin_step)});
+  // Live, the store is this process's, not the first island's first rank's: it outlives any island.
+  std::unique_ptr<StoreServer> store;
   if (r.live) {
+    Result<std::unique_ptr<StoreServer>> started = StoreServer::Start();
+    if (!started.ok()) {
+      fmt::print(stderr, "motley train: {}\n", started.status().message());
+      return 1;
+    }
+    store = std::move(*started);
+    launch.master_port = store->port();
+    ::setenv(kStoreByLauncherEnv, "1", 1);
     launch.command.push_back("--islands-live");
     launch.falls_with = [&r](int rank) { return FallsWith(r, rank); };
     launch.on_fallen = [](const std::string& addr, int port, const std::vector<int>& ranks,
@@ -126,7 +143,9 @@ int LaunchOnce(IslandRun& r, int* failed_rank) {
         fmt::print(stderr, "motley: {}\n", s.message());
     };
   }
-  return Launch(launch);
+  const int rc = Launch(launch);
+  ::unsetenv(kStoreByLauncherEnv);
+  return rc;
 }
 
 // The next launch resumes from the newest checkpoint this run wrote (else where the run began): sets
@@ -250,9 +269,20 @@ int SuperviseIslands(const JobSpec& job, const TrainOptions& options, const std:
       const std::vector<RankFailure> failures = ReadFailureReports(r.reports.string());
       const bool own_cause = std::any_of(failures.begin(), failures.end(),
                                          [](const RankFailure& f) { return f.diverged || f.out_of_memory; });
-      const int island = failed_rank >= 0 && failed_rank < r.Launched() ? r.IslandOf(failed_rank) : -1;
+      int island = failed_rank >= 0 && failed_rank < r.Launched() ? r.IslandOf(failed_rank) : -1;
       // Islands lost live in this launch stay out of the next.
       for (const int i : r.lost) std::erase(r.present, i);
+      if (!own_cause && island >= 0 && r.lost_by >= 0 &&
+          std::find(r.lost.begin(), r.lost.end(), island) == r.lost.end()) {
+        // An island left failed after one was lost live: waiting for it across islands (a round's
+        // exchange, the islands' checkpoint), it could not go on — the islands left start again.
+        fmt::print(
+            "\nrank {} (island {}) failed after island {} was lost, waiting for it: the islands left "
+            "start again from the newest checkpoint\n",
+            failed_rank, island, r.lost_island);
+        failed_rank = r.lost_by;
+        island = r.lost_island;
+      }
       if (own_cause || island < 0 || !LeaveOut(r, failed_rank, island)) return kExitFailure;
     }
     // Later launches add to the metrics of the first.

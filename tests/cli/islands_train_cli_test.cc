@@ -370,11 +370,6 @@ TEST(IslandsTrain, AResumedRunOfIslandsGoesOnAsTheRunNotStoppedInEitherForm) {
   }
 }
 
-// An island lost mid-run (#52 item 5): a rank of island 0 dies in step 3; island 1 goes on alone from the
-// checkpoint of step 2 (its own share of each batch, its pseudo-gradient alone in the rounds; it writes
-// the checkpoints and metrics now), stops at the round's end of step 4 with a checkpoint, and both islands
-// resume from it: the lost island joins again from the latest outer state. The supervisor's launches end
-// where the same launches made by hand end (fp64, 1e-10), and not where the run without the loss does.
 // The elastic tests' islands in `dir`: the fixtures' cluster and model, 2 data-parallel islands of 2
 // ranks; returns the run's arguments (8 steps, the island plans).
 std::string ElasticIslands(const TempDir& dir) {
@@ -432,26 +427,38 @@ std::vector<std::string> ElasticEvents(const std::string& metrics_path) {
   return events;
 }
 
+// The first island lost mid-run (#52 item 5): island 0's rank 1 dies in step 3 and its rank 0 falls with
+// it — the rendezvous store with neither: the supervisor hosts it. Island 1 goes on in the same processes:
+// at the next meeting its first rank takes the lead and leaves island 0 out, and island 1 writes the run's
+// checkpoints and metrics from there (keeping its own inner state); it stops at the round's end its rejoin
+// steps give with a checkpoint, and both islands resume from it: the lost island joins again from the
+// latest outer state. The launches end where the same launches made by hand end (island 1 alone from the
+// checkpoint of step 2, its own moments; fp64, 1e-10), and not where the run without the loss does.
 TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
   TempDir dir;
   const auto job = [&](const std::string& name) { WriteElasticJob(dir, name); };
   const std::string two = ElasticIslands(dir);
   job("elastic");
-  CliRun elastic =
-      Motley("train elastic.toml --max-restarts 1 --die-rank 1 --die-at-step 3 --metrics elastic.jsonl" + two,
-             false, dir.path().string());
+  CliRun elastic = Motley(
+      "train elastic.toml --max-restarts 1 --island-rejoin-steps 4 --die-rank 1 --die-at-step 3 --metrics "
+      "elastic.jsonl" +
+          two,
+      false, dir.path().string());
   ASSERT_EQ(elastic.exit_code, 0) << elastic.output;
-  EXPECT_CONTAINS(elastic.output, "rank 1 (island 0) failed: island 0 is lost");
   EXPECT_CONTAINS(elastic.output,
-                  "island 1 goes on from the checkpoint of step 2; island 0 joins again at step 4");
-  EXPECT_CONTAINS(elastic.output, "island 0 joins again at step 4, from the outer state of its checkpoint");
-  // The same launches by hand.
+                  "rank 1 (island 0) failed: island 0 is lost — 1 of 1: island 1 goes on without stopping");
+  EXPECT_CONTAINS(elastic.output, "ranks 0, 1 stop, the others go on");
+  EXPECT_CONTAINS(elastic.output, "rank 1 is lost (its launcher saw rank 1 end: it was killed by signal 9");
+  EXPECT_CONTAINS(elastic.output, "rank 0 is lost (its launcher saw rank 1 end");
+  EXPECT_EQ(elastic.output.find("no heartbeat"), std::string::npos) << elastic.output;
+  EXPECT_CONTAINS(elastic.output, "island 0 joins again at step 6, from the outer state of its checkpoint");
+  EXPECT_EQ(Count(elastic.output, "motley launch: 4 ranks"), 2) << elastic.output;  // no restart of island 1
   job("by-hand");
   const double d =
       ByHandAgainst(dir, "by-hand",
                     {" --stop-at-step 2",
-                     " --islands-present 1 --stop-at-step 4 --resume " + dir.Join("by-hand/step-000002"),
-                     " --resume " + dir.Join("by-hand/step-000004")},
+                     " --islands-present 1 --stop-at-step 6 --resume " + dir.Join("by-hand/step-000002"),
+                     " --resume " + dir.Join("by-hand/step-000006")},
                     two, "elastic", "/step-000008");
   EXPECT_GE(d, 0);
   EXPECT_LT(d, 1e-10);
@@ -460,10 +467,11 @@ TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
   CliRun whole = Motley("train whole.toml" + two, false, dir.path().string());
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   EXPECT_GT(MaxRelativeDifference(dir.Join("elastic" + end), dir.Join("whole" + end)), 1e-6);
-  // The metrics: the loss, the rejoin, and each round among the islands present (round 4: island 1's).
+  // The metrics: the loss, island 1 leaving island 0 out, each round among the islands present (rounds 4
+  // and 6: island 1's alone), the rejoin.
   const std::vector<std::string> events = ElasticEvents(dir.Join("elastic.jsonl"));
-  EXPECT_EQ(events, (std::vector<std::string>{"round 2", "lost 0 at 2 rejoin 4", "round 4", "rejoined at 4",
-                                              "round 6", "round 8"}));
+  EXPECT_EQ(events, (std::vector<std::string>{"round 2", "lost 0 live", "left out at 4 rejoin 6", "round 4",
+                                              "round 6", "rejoined at 6", "round 8"}));
   // Islands of unlike shapes (2 ranks and 1): the one-rank island is lost (launch rank 2) and joins again,
   // as the same launches by hand. Island 0 goes on without stopping (the island lost is not the one
   // whose first rank hosts the rendezvous): it is not launched again until island 1 joins.
@@ -487,6 +495,46 @@ TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
       unlike, "unlike", "/step-000006");
   EXPECT_GE(u, 0);
   EXPECT_LT(u, 1e-10);
+}
+
+// A loss the islands left cannot go on from in the same processes: island 1's rank 3 dies writing its
+// share of the sharded checkpoint of step 4, where island 0 waits for it (the islands' checkpoint ends
+// together). Island 1 falls live, island 0's wait fails, and the supervisor launches island 0 alone again
+// from the newest checkpoint (step 2), to the round's end where island 1 joins again — the same launches
+// made by hand end in the same model (fp64, 1e-10).
+TEST(IslandsTrain, ALossTheOthersCannotGoOnFromRestartsTheIslandsLeftFromTheNewestCheckpoint) {
+  TempDir dir;
+  const std::string two = ElasticIslands(dir);
+  const auto job = [&](const std::string& name) {
+    dir.Write(name + ".toml",
+              Job(dir.Join(name), 1.0, true) +
+                  "interval_steps = 2\nformat = \"sharded\"\n[islands]\ncount = 2\ninner_steps = 2\n");
+  };
+  job("restarted");
+  CliRun restarted = Motley(
+      "train restarted.toml --max-restarts 2 --die-rank 3 --die-at-step 4 --die-in-checkpoint --metrics "
+      "restarted.jsonl" +
+          two,
+      false, dir.path().string());
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.output;
+  EXPECT_CONTAINS(restarted.output, "rank 3 (island 1) failed: island 1 is lost — 1 of 2");
+  EXPECT_CONTAINS(
+      restarted.output,
+      "restart 2 of 2: island 0 goes on from the checkpoint of step 2; island 1 joins again at step 4");
+  EXPECT_EQ(Count(restarted.output, "motley launch: 4 ranks"), 2) << restarted.output;
+  EXPECT_EQ(Count(restarted.output, "motley launch: 2 ranks"), 1) << restarted.output;
+  job("by-hand");
+  const double d =
+      ByHandAgainst(dir, "by-hand",
+                    {" --stop-at-step 2",
+                     " --islands-present 0 --stop-at-step 4 --resume " + dir.Join("by-hand/step-000002"),
+                     " --resume " + dir.Join("by-hand/step-000004")},
+                    two, "restarted", "/step-000008");
+  EXPECT_GE(d, 0);
+  EXPECT_LT(d, 1e-10);
+  const std::vector<std::string> events = ElasticEvents(dir.Join("restarted.jsonl"));
+  EXPECT_EQ(events, (std::vector<std::string>{"round 2", "round 4", "lost 1 live", "lost 1 at 2 rejoin 4",
+                                              "round 4", "rejoined at 4", "round 6", "round 8"}));
 }
 
 // Live islands: a two-rank island lost (its rank 2 killed mid-step; its rank 3 falls with it) is left

@@ -265,11 +265,11 @@ void Communicator::Watch() {
       }
     } catch (const std::exception& e) {
       if (stop_) return;
-      fmt::print(
-          stderr,
-          "motley: rank {}: the launcher's rank 0 (the rendezvous store at {}:{}) is unreachable: it crashed "
-          "or was killed; exiting\n",
-          rv_.rank, rv_.master_addr, rv_.master_port);
+      fmt::print(stderr,
+                 "motley: rank {}: {} (the rendezvous store at {}:{}) is unreachable: it crashed or was "
+                 "killed; exiting\n",
+                 rv_.rank, rv_.store_by_launcher ? "the supervising motley train" : "the launcher's rank 0",
+                 rv_.master_addr, rv_.master_port);
       std::fflush(stderr);
       std::_Exit(kExitPeerFailed);
     }
@@ -397,6 +397,34 @@ Result<std::string> Communicator::WaitValue(const std::string& key) {
                                        rank(), key, config_.timeout_s, std::string(e.what()).substr(0, 200),
                                        DiagnoseFailure()));
   }
+}
+
+Result<std::optional<std::string>> Communicator::ValueIfSet(const std::string& key) {
+  try {
+    if (!store_->check({"motley/value/" + key})) return std::optional<std::string>();
+    const std::vector<uint8_t> v = store_->get("motley/value/" + key);
+    return std::optional<std::string>(std::string(v.begin(), v.end()));
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: cannot read {} from the rendezvous store: {}", rank(), key,
+                                       std::string(e.what()).substr(0, 200)));
+  }
+}
+
+Result<std::string> Communicator::SetValueOnce(const std::string& key, const std::string& value) {
+  try {
+    const std::vector<uint8_t> there =
+        store_->compareSet("motley/value/" + key, {}, std::vector<uint8_t>(value.begin(), value.end()));
+    return std::string(there.begin(), there.end());
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("rank {}: cannot write {} to the rendezvous store: {}", rank(), key,
+                                       std::string(e.what()).substr(0, 200)));
+  }
+}
+
+bool Communicator::Lost(int rank) {
+  if (outer_ != nullptr) return outer_->Lost(rank);
+  std::lock_guard lock(watch_mutex_);
+  return lost_.count(rank) > 0;
 }
 
 Result<CommGroup*> Communicator::NewGroup(std::vector<int> ranks) {

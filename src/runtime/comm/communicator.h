@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -151,6 +152,14 @@ class Communicator {
   Status SetValue(const std::string& key, const std::string& value);
   void DeleteValue(const std::string& key);  // (best effort: the store keeps nothing it no longer needs)
   Result<std::string> WaitValue(const std::string& key);
+  /// The value under `key` if one is set (never waits).
+  Result<std::optional<std::string>> ValueIfSet(const std::string& key);
+  /// Sets `value` under `key` unless a value is there already: the value there after (the first
+  /// writer's — of ranks racing to write one word, all read the same).
+  Result<std::string> SetValueOnce(const std::string& key, const std::string& value);
+  /// Live islands: whether `rank` (a tolerated one) is lost in this rank's view.
+  bool Lost(int rank);
+  double timeout_s() const { return config_.timeout_s; }
 
  private:
   Communicator() = default;

@@ -27,4 +27,26 @@ Status ReportFailuresOf(const std::string& master_addr, int master_port, const s
   }
 }
 
+struct StoreServer::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+Result<std::unique_ptr<StoreServer>> StoreServer::Start(int port) {
+  std::unique_ptr<StoreServer> out(new StoreServer());
+  try {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(port);
+    o.isServer = true;
+    o.waitWorkers = false;
+    out->impl_ = std::make_unique<Impl>();
+    out->impl_->store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+    out->port_ = out->impl_->store->getPort();
+  } catch (const std::exception& e) {
+    return Status::IoError(fmt::format("cannot host the rendezvous store on port {}: {}", port, e.what()));
+  }
+  return out;
+}
+
+StoreServer::~StoreServer() = default;
+
 }  // namespace motley

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,5 +28,21 @@ inline std::string FailureText(int rank, const std::string& why) {
 /// `timeout_s`.
 Status ReportFailuresOf(const std::string& master_addr, int master_port, const std::vector<int>& ranks,
                         const std::string& why, double timeout_s = 5);
+
+/// A rendezvous store hosted outside the ranks (by the supervising `motley train` of live islands):
+/// the ranks connect to it as clients (core/rendezvous.h: kStoreByLauncherEnv), and it outlives any
+/// of them — the loss of the first island's ranks does not take the others' store with it.
+class StoreServer {
+ public:
+  /// Serves a store on `port` (0: a free one) of every interface.
+  static Result<std::unique_ptr<StoreServer>> Start(int port = 0);
+  ~StoreServer();
+  int port() const { return port_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
 
 }  // namespace motley

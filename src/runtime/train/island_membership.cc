@@ -1,7 +1,10 @@
 #include "runtime/train/island_membership.h"
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -46,38 +49,73 @@ IslandMembership::IslandMembership(Communicator& root, std::vector<std::vector<i
       inner_steps_(inner_steps),
       clock_steps_(clock_steps) {}
 
+int IslandMembership::Lead() {
+  for (const int i : present_) {
+    const std::vector<int>& ranks = ranks_of_island_.at(static_cast<size_t>(i));
+    if (std::none_of(ranks.begin(), ranks.end(), [&](int r) { return root_.Lost(r); })) return ranks.front();
+  }
+  return -1;
+}
+
 Result<IslandMeeting> IslandMembership::At(int64_t clock) {
   const std::string key = fmt::format("islands/meeting/{}", meetings_++);
   MOTLEY_RETURN_IF_ERROR(root_.SetValue(fmt::format("{}/{}", key, root_.rank()), "here"));
-  if (root_.rank() != 0) {
-    MOTLEY_ASSIGN_OR_RETURN(const std::string word, root_.WaitValue(key));
-    MOTLEY_ASSIGN_OR_RETURN(IslandMeeting m, Decode(word));
-    present_ = m.present;
-    return m;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(root_.timeout_s());
+  std::string word;
+  for (int lead = -1;;) {
+    MOTLEY_ASSIGN_OR_RETURN(const std::optional<std::string> there, root_.ValueIfSet(key));
+    if (there) {
+      word = *there;
+      break;
+    }
+    lead = Lead();
+    if (lead == root_.rank()) {
+      MOTLEY_ASSIGN_OR_RETURN(const IslandMeeting m, Chair(key, clock, lead));
+      MOTLEY_ASSIGN_OR_RETURN(word, root_.SetValueOnce(key, Encode(m)));
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline)
+      return Status::IoError(fmt::format(
+          "rank {}: no word on the islands' meeting at step {} from their lead (rank {}) within {:.0f} s",
+          root_.rank(), clock, lead, root_.timeout_s()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  // The lead: every rank of the other islands present has come to the meeting, or is lost.
+  MOTLEY_ASSIGN_OR_RETURN(IslandMeeting m, Decode(word));
+  present_ = m.present;
+  stop_at_step_ = m.stop_at_step;
+  last_met_ = clock;
+  return m;
+}
+
+Result<IslandMeeting> IslandMembership::Chair(const std::string& key, int64_t clock, int lead) {
+  // Every rank of the other islands present has come to the meeting, or is lost (the lead's own
+  // island's come with it: their steps' collectives are its).
+  const auto of_lead = [&](int i) {
+    const std::vector<int>& ranks = ranks_of_island_.at(static_cast<size_t>(i));
+    return std::find(ranks.begin(), ranks.end(), lead) != ranks.end();
+  };
   std::vector<int> watched;
-  for (size_t p = 1; p < present_.size(); ++p)
-    for (const int r : ranks_of_island_.at(static_cast<size_t>(present_[p]))) watched.push_back(r);
+  for (const int i : present_)
+    if (!of_lead(i))
+      for (const int r : ranks_of_island_.at(static_cast<size_t>(i))) watched.push_back(r);
   MOTLEY_ASSIGN_OR_RETURN(const std::vector<int> lost, root_.ArrivedOrLost(watched, key));
   IslandMeeting m;
   for (const int i : present_) {
     const std::vector<int>& ranks = ranks_of_island_.at(static_cast<size_t>(i));
     const bool gone = std::any_of(ranks.begin(), ranks.end(), [&](int r) {
-      return std::find(lost.begin(), lost.end(), r) != lost.end();
+      return std::find(lost.begin(), lost.end(), r) != lost.end() || root_.Lost(r);
     });
     (gone ? m.left_out : m.present).push_back(i);
   }
+  int64_t stop = stop_at_step_;
   if (!m.left_out.empty()) {
     // They join again at the first round's end `rejoin_steps` after the last meeting they took part in
     // (this one's at the earliest), unless the run ends first.
     const int64_t h = inner_steps_;
-    const int64_t at = std::max(last_met_ + rejoin_steps_, clock);
-    const int64_t stop = (at + h - 1) / h * h;
-    if (stop < clock_steps_ && (stop_at_step_ == 0 || stop < stop_at_step_)) stop_at_step_ = stop;
+    const int64_t at = (std::max(last_met_ + rejoin_steps_, clock) + h - 1) / h * h;
+    if (at < clock_steps_ && (stop == 0 || at < stop)) stop = at;
   }
-  m.stop_at_step = stop_at_step_;
-  last_met_ = clock;
+  m.stop_at_step = stop;
   // Every rank present came here, so each has read the last meeting's word: the store forgets it.
   if (meetings_ >= 2) {
     const std::string last = fmt::format("islands/meeting/{}", meetings_ - 2);
@@ -86,8 +124,6 @@ Result<IslandMeeting> IslandMembership::At(int64_t clock) {
       for (const int r : ranks_of_island_.at(static_cast<size_t>(i)))
         root_.DeleteValue(fmt::format("{}/{}", last, r));
   }
-  present_ = m.present;
-  MOTLEY_RETURN_IF_ERROR(root_.SetValue(key, Encode(m)));
   return m;
 }
 

@@ -1,15 +1,17 @@
 // Live islands (`motley train --island-plan ... --max-restarts N`: supervise/island_supervisor.h): an
-// island whose rank is lost is left out of the outer loop without stopping the others. At every meeting
-// of the outer loop the lead — the first rank of the first island present, which hosts the rendezvous
-// store and is never left out — says which islands meet: those none of whose ranks is lost (its
-// heartbeat stopped, or it reported a failure: Communicator::Tolerate), once every rank of theirs has
-// come to the meeting or been lost (a rank that died since the last meeting never comes: the lead
-// waits until its launcher reports it, runtime/comm/failure_reports.h, or out the heartbeat
-// timeout); and the clock step at which the islands left stop with a
-// checkpoint so that the lost ones join again from it (the first round's end at least `rejoin_steps`
-// after the last meeting a lost island took part in). Every rank reads the lead's word from the store,
-// so all agree. A loss during a round's exchange is not survived here (its ranks fail, and the
-// supervisor restarts the islands left from the newest checkpoint).
+// island whose rank is lost is left out of the outer loop without stopping the others — the first
+// island too, since the rendezvous store is the supervisor's, not a rank's. At every meeting of the
+// outer loop a lead — the first rank of the first island present none of whose ranks is lost, so that
+// another takes over when the lead's island is lost — says which islands meet: those none of whose
+// ranks is lost (its heartbeat stopped, or it reported a failure: Communicator::Tolerate), once every
+// rank of theirs has come to the meeting or been lost (a rank that died since the last meeting never
+// comes: the lead waits until its launcher reports it, runtime/comm/failure_reports.h, or out the
+// heartbeat timeout); and the clock step at which the islands left stop with a checkpoint so that
+// the lost ones join again from it (the first round's end at least `rejoin_steps` after the last
+// meeting a lost island took part in). The lead's word is written once (two that both took the lead
+// write one word: the first's), and every rank reads it from the store, so all agree. A loss during a
+// round's exchange is not survived here (its ranks fail, and the supervisor restarts the islands left
+// from the newest checkpoint).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,12 @@ class IslandMembership {
   Result<IslandMeeting> At(int64_t clock);
 
  private:
+  /// The lead in this rank's view: the first rank of the first island present none of whose ranks is
+  /// lost (-1: none).
+  int Lead();
+  /// The lead's word on meeting `key` at `clock`.
+  Result<IslandMeeting> Chair(const std::string& key, int64_t clock, int lead);
+
   Communicator& root_;
   std::vector<std::vector<int>> ranks_of_island_;
   std::vector<int> present_;

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <thread>
@@ -184,7 +185,7 @@ Result<IslandPlace> JoinIslands(const IslandLayout& layout, const TrainOptions& 
     }
   if (options.planned.islands_live) {  // the loss of another island's rank is not this rank's end
     std::vector<int> others;
-    for (size_t p = 1; p < layout.present.size(); ++p)
+    for (size_t p = 0; p < layout.present.size(); ++p)
       if (static_cast<int>(p) != position)
         for (int k = 0; k < layout.RanksOf(static_cast<int>(p)); ++k)
           others.push_back(layout.where.first_rank[p] + k);
@@ -364,6 +365,13 @@ Result<std::pair<std::vector<torch::Tensor>, int64_t>> ResumedOuterState(
   return out;
 }
 
+// Live islands: who meets at each meeting, and what this island does when the first island is lost
+// and it is the first left: it takes over the run's outputs (checkpoints, metrics, validation).
+struct LiveIslands {
+  IslandMembership* membership = nullptr;  // null: not live
+  std::function<Status()> lead;
+};
+
 // This island's run, meeting by meeting of the run's clock (island 0's steps, IslandsConfig): its own
 // steps up to the next meeting, then the outer round there — every island takes part in every round, a
 // slower one after fewer steps (even none, in a short last round). With streaming fragments fragment k
@@ -371,10 +379,10 @@ Result<std::pair<std::vector<torch::Tensor>, int64_t>> ResumedOuterState(
 // a checkpoint, where this launch stops) every fragment meets at once.
 // `flight`: an overlapped round between its sending and its landing (the caller's, so that a failure is
 // reported before the exchange in flight is waited for).
-// Live islands (`membership`): at each meeting the islands meeting, lowered again without those lost
+// Live islands (`live`): at each meeting the islands meeting, lowered again without those lost
 // (`launched`: the layout the launch began with), and where the islands left stop for them to join.
 Status TrainIsland(PlannedRun& run, IslandPlace& place, IslandLayout& layout, const IslandLayout& launched,
-                   IslandMembership* membership, const JobSpec& job, const TrainOptions& options,
+                   const LiveIslands& live, const JobSpec& job, const TrainOptions& options,
                    int64_t clock_steps, int64_t tokens_per_step, RoundInFlightPtr& flight) {
   const int rank = place.outer->rank();
   std::vector<OuterOptimizer> outers;  // one a streaming fragment
@@ -390,24 +398,28 @@ Status TrainIsland(PlannedRun& run, IslandPlace& place, IslandLayout& layout, co
     }
   }
   const DeviceEmulation emulation(job.cluster, layout.rounds[0].programs[static_cast<size_t>(rank)].device);
-  const bool first = place.island == layout.present[0];  // validates and writes checkpoints
+  bool first = place.island == layout.present[0];  // validates and writes checkpoints
   if (first && run.step() == 0) MOTLEY_RETURN_IF_ERROR(run.Validate(0));
   const int64_t h = job.islands.inner_steps, fragments = static_cast<int64_t>(layout.rounds.size());
   // Where this launch ends: the run's end, or the round's at which a lost island joins again.
   int64_t stop =
       options.planned.stop_at_step > 0 ? std::min(clock_steps, options.planned.stop_at_step) : clock_steps;
   const auto meet = [&](int64_t clock) -> Status {
-    if (membership == nullptr) return Status::Ok();
-    MOTLEY_ASSIGN_OR_RETURN(const IslandMeeting m, membership->At(clock));
+    if (live.membership == nullptr) return Status::Ok();
+    MOTLEY_ASSIGN_OR_RETURN(const IslandMeeting m, live.membership->At(clock));
     if (m.stop_at_step > 0) stop = std::min(stop, m.stop_at_step);
     if (m.present == layout.present) return Status::Ok();
-    if (first)
-      MOTLEY_RETURN_IF_ERROR(run.WriteEvent(nlohmann::json{{"event", "islands_left_out"},
-                                                           {"step", clock},
-                                                           {"islands", m.left_out},
-                                                           {"present", m.present},
-                                                           {"rejoin_step", m.stop_at_step}}));
-    return MeetWithout(place, layout, launched, job, options, m.present);
+    MOTLEY_RETURN_IF_ERROR(MeetWithout(place, layout, launched, job, options, m.present));
+    if (!first && place.island == layout.present[0]) {  // the first island was lost: this one leads
+      first = true;
+      MOTLEY_RETURN_IF_ERROR(live.lead());
+    }
+    if (!first) return Status::Ok();
+    return run.WriteEvent(nlohmann::json{{"event", "islands_left_out"},
+                                         {"step", clock},
+                                         {"islands", m.left_out},
+                                         {"present", m.present},
+                                         {"rejoin_step", m.stop_at_step}});
   };
   std::vector<int64_t> since(static_cast<size_t>(fragments), 0);  // own steps since each fragment met
   const auto event = [&](size_t k, int64_t clock, const RoundReport& round) {
@@ -512,9 +524,9 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
   if (place.island != layout.present[0]) {  // its own checkpoints: its inner state (CheckpointIslands)
     island_job.checkpoint.dir = IslandCheckpointRunDir(job.checkpoint.dir, place.island);
     island_options.planned.writes_checkpoints = true;
-    MOTLEY_ASSIGN_OR_RETURN(island_options.planned.moments_from,
-                            IslandMomentsFrom(job, options, place.island));
   }
+  // Its own moments where it wrote them (the first island present too: it may not have been first then).
+  MOTLEY_ASSIGN_OR_RETURN(island_options.planned.moments_from, IslandMomentsFrom(job, options, place.island));
   // Faults injected for tests name ranks of the launched world; the island's run knows its own.
   for (int* rank : {&island_options.faults.die_rank, &island_options.faults.perturb_rank,
                     &island_options.faults.diverge_rank})
@@ -531,6 +543,7 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
   if (!run.ok()) return run.status();
   const int64_t tokens_per_step = island_job.training.global_batch_sequences * job.training.seq_len;
   std::unique_ptr<IslandMembership> membership;
+  LiveIslands live;
   if (options.planned.islands_live) {
     std::vector<std::vector<int>> ranks(static_cast<size_t>(job.islands.count));
     for (size_t p = 0; p < launched.present.size(); ++p)
@@ -539,10 +552,20 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
     membership = std::make_unique<IslandMembership>(
         *place.root, std::move(ranks), launched.present, (*run)->resumed_from_step(),
         options.supervisor.island_rejoin_steps, job.islands.inner_steps, clock_steps);
+    live.membership = membership.get();
+    live.lead = [&] {  // the run's checkpoints and metrics are this island's from now on
+      if (place.local_rank == 0)
+        fmt::print(
+            "island {} leads the islands now (the first island was lost): the run's checkpoints, "
+            "metrics and validation are its own\n",
+            place.island);
+      island_job.checkpoint.dir = job.checkpoint.dir;
+      return (*run)->LeadOutputs(observer);
+    };
   }
   RoundInFlightPtr flight;  // waited for (at its end of scope) after a failure is reported
-  if (Status s = TrainIsland(**run, place, layout, launched, membership.get(), job, options, clock_steps,
-                             tokens_per_step, flight);
+  if (Status s = TrainIsland(**run, place, layout, launched, live, job, options, clock_steps, tokens_per_step,
+                             flight);
       !s.ok()) {
     if ((*run)->AnotherRankFailedFirst()) return Status::PeerFailed(s.message());
     (*run)->ReportFailure(s.message());

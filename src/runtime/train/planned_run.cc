@@ -219,7 +219,7 @@ Status PlannedRun::ConnectToPlan(TrainObserver* observer, torch::Device* device)
   if (!comm_) {
     MOTLEY_ASSIGN_OR_RETURN(comm_, Communicator::Connect(rv, comm_config));
   }
-  lead_ = comm_->rank() == 0 && options.planned.writes_outputs;
+  lead_ = summary_.led = comm_->rank() == 0 && options.planned.writes_outputs;
   writer_ = comm_->rank() == 0 && (lead_ || options.planned.writes_checkpoints);
   if (observer != nullptr && lead_) observer_ = observer;
   if (lead_ && !resumed_plan_note_.empty()) fmt::print("{}\n", resumed_plan_note_);

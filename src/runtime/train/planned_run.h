@@ -56,6 +56,10 @@ class PlannedRun {
   }
   /// Throughput, the per-rank averages and the simulator's account of the same schedule.
   Result<TrainSummary> Finish();
+  /// A run of islands whose first island was lost, on the island that leads now (its job's checkpoint
+  /// folder the run's already): from here its rank 0 writes the run's checkpoints and metrics (appended)
+  /// and tells `observer`.
+  Status LeadOutputs(TrainObserver* observer);
 
   int64_t step() const { return state_.step; }
   /// The checkpoint's step a resumed run started from (before PlannedRunOptions::resumed_steps); 0.

@@ -132,4 +132,16 @@ Status PlannedRun::ShardedCheckpoint(int64_t* host_bytes, const std::vector<Chec
   return Status::Ok();
 }
 
+Status PlannedRun::LeadOutputs(TrainObserver* observer) {
+  if (comm_->rank() != 0) return Status::Ok();
+  // The run's folder: its lock (the lost island's lead held it; its end let it go), then its metrics.
+  MOTLEY_ASSIGN_OR_RETURN(dir_lock_, RunDirLock::Acquire(job_.checkpoint.dir));
+  lead_ = writer_ = summary_.led = true;
+  if (observer != nullptr) observer_ = observer;
+  const std::string metrics_path = options_.metrics_path.empty()
+                                       ? (fs::path(job_.checkpoint.dir) / "metrics.jsonl").string()
+                                       : options_.metrics_path;
+  return metrics_.Open(metrics_path, /*append=*/true, options_.overwrite);
+}
+
 }  // namespace motley

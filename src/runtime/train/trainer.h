@@ -188,6 +188,7 @@ struct TrainSummary {
   std::vector<double> predicted_compute_s;  // per rank
   std::vector<double> predicted_peak_memory_bytes;  // per rank: the simulator's (several processes)
   double hfu = 0, predicted_hfu = 0;                // hardware FLOPs over the plan's devices' peak
+  bool led = false;  // this process wrote the run's outputs (a run's rank 0; an island's that took the lead)
 };
 
 class TrainObserver {
