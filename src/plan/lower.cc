@@ -278,20 +278,10 @@ int Lowerer::NewCollective(OpKind kind, const std::vector<int>& ranks, double by
 // holding the same slice of the matrices), `bytes` being one rank's full payload. Returns one op
 // index per rank of the group, in group_ranks_ order.
 std::vector<int> Lowerer::EmitCollective(OpKind kind, int g, int v, double bytes) {
+  std::vector<int> collectives;  // one a tensor-parallel index
   std::map<int, int> op_of_rank;
-  for (const auto& ranks : dp_ranks_[g]) {
-    const int c = NewCollective(kind, ranks, bytes);
-    if (kind == OpKind::kAllGather || kind == OpKind::kReduceScatter)
-      s_.collectives[c].uneven_factor = UnevenCollectiveFactor(state_shares_[g]);
-    for (int r : ranks) {
-      Op op = StageOp(kind, Stream::kComm, v);
-      op.embedding = ministages_[v].layers.begin == 0;
-      op.head = ministages_[v].layers.end == model_.num_layers;
-      op.bytes = bytes;
-      op.collective = c;
-      op_of_rank[r] = Emit(r, std::move(op));
-    }
-  }
+  for (const auto& ranks : dp_ranks_[g])
+    for (int r : ranks) op_of_rank[r] = EmitCollectiveOnRank(kind, g, v, bytes, r, &collectives);
   std::vector<int> out;
   for (int r : group_ranks_[g]) out.push_back(op_of_rank[r]);
   return out;
