@@ -405,6 +405,24 @@ double ByHandAgainst(const TempDir& dir, const std::string& name, const std::vec
   return d;
 }
 
+// The launches by hand of an elastic run that lost an island (job `name` — written already — with
+// `islands`): every island to step `lost_at` (the last round the lost island took part in), island
+// `left` alone from there to `rejoin`, every island from there; the relative difference of their model
+// at `at` to the elastic run's (job `elastic`); negative when a launch failed.
+double ByHandThroughALoss(const TempDir& dir, const std::string& name, const std::string& islands,
+                          const std::string& elastic, int left, int64_t lost_at, int64_t rejoin,
+                          const std::string& at = "/step-000008") {
+  const auto checkpoint = [&](int64_t step) {
+    return dir.Join(name + "/" + fmt::format("step-{:06d}", step));
+  };
+  return ByHandAgainst(
+      dir, name,
+      {fmt::format(" --stop-at-step {}", lost_at),
+       fmt::format(" --islands-present {} --stop-at-step {} --resume {}", left, rejoin, checkpoint(lost_at)),
+       " --resume " + checkpoint(rejoin)},
+      islands, elastic, at);
+}
+
 // An elastic run's metrics: each island lost (live, or where the others resumed and when it was to join),
 // left out at a meeting, joining again, and each outer round.
 std::vector<std::string> ElasticEvents(const std::string& metrics_path) {
@@ -454,12 +472,7 @@ TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
   EXPECT_CONTAINS(elastic.output, "island 0 joins again at step 6, from the outer state of its checkpoint");
   EXPECT_EQ(Count(elastic.output, "motley launch: 4 ranks"), 2) << elastic.output;  // no restart of island 1
   job("by-hand");
-  const double d =
-      ByHandAgainst(dir, "by-hand",
-                    {" --stop-at-step 2",
-                     " --islands-present 1 --stop-at-step 6 --resume " + dir.Join("by-hand/step-000002"),
-                     " --resume " + dir.Join("by-hand/step-000006")},
-                    two, "elastic", "/step-000008");
+  const double d = ByHandThroughALoss(dir, "by-hand", two, "elastic", 1, 2, 6);
   EXPECT_GE(d, 0);
   EXPECT_LT(d, 1e-10);
   const std::string end = "/step-000008/model.safetensors";
@@ -472,6 +485,14 @@ TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
   const std::vector<std::string> events = ElasticEvents(dir.Join("elastic.jsonl"));
   EXPECT_EQ(events, (std::vector<std::string>{"round 2", "lost 0 live", "left out at 4 rejoin 6", "round 4",
                                               "round 6", "rejoined at 6", "round 8"}));
+  // Every step has its line once: island 0's until it was lost (step 2), island 1's from there (the
+  // steps it trained before it took the lead, kept until it did), every island's after the rejoin.
+  std::vector<int64_t> steps;
+  std::ifstream metrics(dir.Join("elastic.jsonl"));
+  for (std::string line; std::getline(metrics, line);)
+    if (const nlohmann::json j = nlohmann::json::parse(line); !j.contains("event") && j.contains("loss"))
+      steps.push_back(j["step"].get<int64_t>());
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
   // Islands of unlike shapes (2 ranks and 1): the one-rank island is lost (launch rank 2) and joins again,
   // as the same launches by hand. Island 0 goes on without stopping (the island lost is not the one
   // whose first rank hosts the rendezvous): it is not launched again until island 1 joins.
@@ -487,12 +508,7 @@ TEST(IslandsTrain, ALostIslandIsLeftOutAndJoinsAgainFromTheLatestOuterState) {
   EXPECT_CONTAINS(lost.output, "island 1 joins again at step 4, from the outer state of its checkpoint");
   EXPECT_EQ(Count(lost.output, "motley launch: 3 ranks"), 2) << lost.output;  // no restart of island 0
   job("unlike-by-hand");
-  const double u = ByHandAgainst(
-      dir, "unlike-by-hand",
-      {" --stop-at-step 2",
-       " --islands-present 0 --stop-at-step 4 --resume " + dir.Join("unlike-by-hand/step-000002"),
-       " --resume " + dir.Join("unlike-by-hand/step-000004")},
-      unlike, "unlike", "/step-000006");
+  const double u = ByHandThroughALoss(dir, "unlike-by-hand", unlike, "unlike", 0, 2, 4, "/step-000006");
   EXPECT_GE(u, 0);
   EXPECT_LT(u, 1e-10);
 }
@@ -524,12 +540,7 @@ TEST(IslandsTrain, ALossTheOthersCannotGoOnFromRestartsTheIslandsLeftFromTheNewe
   EXPECT_EQ(Count(restarted.output, "motley launch: 4 ranks"), 2) << restarted.output;
   EXPECT_EQ(Count(restarted.output, "motley launch: 2 ranks"), 1) << restarted.output;
   job("by-hand");
-  const double d =
-      ByHandAgainst(dir, "by-hand",
-                    {" --stop-at-step 2",
-                     " --islands-present 0 --stop-at-step 4 --resume " + dir.Join("by-hand/step-000002"),
-                     " --resume " + dir.Join("by-hand/step-000004")},
-                    two, "restarted", "/step-000008");
+  const double d = ByHandThroughALoss(dir, "by-hand", two, "restarted", 0, 2, 4);
   EXPECT_GE(d, 0);
   EXPECT_LT(d, 1e-10);
   const std::vector<std::string> events = ElasticEvents(dir.Join("restarted.jsonl"));
@@ -561,12 +572,7 @@ TEST(IslandsTrain, ALostIslandIsLeftOutWhileTheOthersGoOnWithoutStopping) {
   EXPECT_CONTAINS(live.output, "island 1 joins again at step 6, from the outer state of its checkpoint");
   EXPECT_EQ(Count(live.output, "motley launch: 4 ranks"), 2) << live.output;
   job("by-hand");
-  const double d =
-      ByHandAgainst(dir, "by-hand",
-                    {" --stop-at-step 2",
-                     " --islands-present 0 --stop-at-step 6 --resume " + dir.Join("by-hand/step-000002"),
-                     " --resume " + dir.Join("by-hand/step-000006")},
-                    two, "live", "/step-000008");
+  const double d = ByHandThroughALoss(dir, "by-hand", two, "live", 0, 2, 6);
   EXPECT_GE(d, 0);
   EXPECT_LT(d, 1e-10);
   const std::vector<std::string> events = ElasticEvents(dir.Join("live.jsonl"));

@@ -524,6 +524,9 @@ Result<TrainSummary> TrainIslandsWithPlans(const JobSpec& job, const TrainOption
   if (place.island != layout.present[0]) {  // its own checkpoints: its inner state (CheckpointIslands)
     island_job.checkpoint.dir = IslandCheckpointRunDir(job.checkpoint.dir, place.island);
     island_options.planned.writes_checkpoints = true;
+    // Live, the steps since the last meeting (a round's), for the run's metrics should it take the lead.
+    if (options.planned.islands_live)
+      island_options.planned.keep_unlogged_steps = job.islands.InnerSteps(place.island) + 1;
   }
   // Its own moments where it wrote them (the first island present too: it may not have been first then).
   MOTLEY_ASSIGN_OR_RETURN(island_options.planned.moments_from, IslandMomentsFrom(job, options, place.island));

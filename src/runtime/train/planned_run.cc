@@ -510,42 +510,7 @@ Status PlannedRun::Record(const StepInputs& in, const RankStepReport& report,
                            fmt::format("device {}, {}", device, job_.cluster.spec(device).name), c.slowdown,
                            c.straggling);
   }
-  if (lead_) {
-    nlohmann::json per_rank = nlohmann::json::array(), straggling = nlohmann::json::array();
-    for (const auto& r : ranks) {
-      if (stragglers_->straggling(r.rank))
-        straggling.push_back({{"rank", r.rank}, {"slowdown", stragglers_->slowdown(r.rank)}});
-      per_rank.push_back({{"rank", r.rank},
-                          {"slowdown", stragglers_->slowdown(r.rank)},
-                          {"compute_s", r.compute_s},
-                          {"comm_s", r.comm_s},
-                          {"copy_s", r.copy_s},
-                          {"idle_s", r.idle_s},
-                          {"late_s", r.late_s},
-                          {"bytes_sent", r.bytes_sent},
-                          {"peak_memory_bytes", r.peak_memory_bytes}});
-      if (m.flextp)  // what FlexTP's balance had this rank do, and the compute its cost model expected
-        per_rank.back()["flextp"] = {
-            {"predicted_compute_s", r.flextp.predicted_s}, {"prune_ratio", r.flextp.prune_ratio},
-            {"units_given", r.flextp.units_given},         {"heads_given", r.flextp.heads_given},
-            {"units_received", r.flextp.units_received},   {"heads_received", r.flextp.heads_received}};
-    }
-    nlohmann::json line = {{"step", m.step},
-                           {"loss", m.loss},
-                           {"lr", m.lr},
-                           {"tokens_per_s", m.tokens_per_s},
-                           {"grad_norm", m.grad_norm},
-                           {"step_time_s", m.step_time_s},
-                           {"pruned_fraction", m.pruned_fraction},
-                           {"migrated_units", m.migrated_units},
-                           {"stragglers", straggling},
-                           {"ranks", per_rank}};
-    if (job_.training.loss_scaling) {
-      line["loss_scale"] = m.loss_scale;
-      line["skipped"] = m.skipped;
-    }
-    MOTLEY_RETURN_IF_ERROR(metrics_.Write(line));
-  }
+  MOTLEY_RETURN_IF_ERROR(LogStep(m, ranks));
   observer_->OnStep(m);
   return Status::Ok();
 }

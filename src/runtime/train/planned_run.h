@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -81,6 +82,10 @@ class PlannedRun {
   Status OpenOutputs(const std::string& metrics_path);
   Status BeginRun(const TrainerState& loaded, const torch::Device& device, const std::string& metrics_path);
   Status Record(const StepInputs& in, const RankStepReport& report, const std::vector<RankStepTimes>& ranks);
+  // Its metrics line (planned_run_metrics.cc), and a live island's lines kept until it leads.
+  Status LogStep(const StepMetrics& m, const std::vector<RankStepTimes>& ranks);
+  Status LogUnlogged(const std::string& metrics_path);
+  std::deque<nlohmann::json> unlogged_;
   // Live rebalancing ([straggler_detection] rebalance).
   Status Rebalance(const std::vector<StragglerMonitor::Change>& changes);
   Status SwitchTo(const Plan& next);

@@ -141,7 +141,8 @@ Status PlannedRun::LeadOutputs(TrainObserver* observer) {
   const std::string metrics_path = options_.metrics_path.empty()
                                        ? (fs::path(job_.checkpoint.dir) / "metrics.jsonl").string()
                                        : options_.metrics_path;
-  return metrics_.Open(metrics_path, /*append=*/true, options_.overwrite);
+  MOTLEY_RETURN_IF_ERROR(metrics_.Open(metrics_path, /*append=*/true, options_.overwrite));
+  return LogUnlogged(metrics_path);
 }
 
 }  // namespace motley

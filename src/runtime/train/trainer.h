@@ -87,6 +87,9 @@ struct PlannedRunOptions {
   // the resumed checkpoint's).
   bool writes_checkpoints = false;
   std::string moments_from;
+  // Live islands other than the first present: rank 0 keeps its last steps' metrics lines (none: 0), for
+  // the run's metrics should this island take the lead (PlannedRun::LeadOutputs).
+  int64_t keep_unlogged_steps = 0;
   // Islands: the outer round's schedule hash, reported beside the island's step schedule.
   std::string outer_round_hash;
   // Islands: a resumed island's own steps when island 0, the run's clock, had taken the checkpoint's
