@@ -5,7 +5,8 @@
 #include "runtime/train/planned_run.h"
 
 #include <algorithm>
-#include <fstream>
+
+#include "core/metrics_file.h"
 
 namespace motley {
 
@@ -51,13 +52,10 @@ Status PlannedRun::LogStep(const StepMetrics& m, const std::vector<RankStepTimes
 }
 
 Status PlannedRun::LogUnlogged(const std::string& metrics_path) {
-  int64_t last = -1;  // the last step the file has a line of
-  std::ifstream in(metrics_path);
-  for (std::string text; std::getline(in, text);) {
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && !j.contains("event") && j.contains("step") && j["step"].is_number_integer())
-      last = std::max(last, j["step"].get<int64_t>());
-  }
+  MOTLEY_ASSIGN_OR_RETURN(const std::vector<MetricsLine> lines, ReadMetricsFile(metrics_path));
+  int64_t last = -1;  // the last step the file has a line of (the lost lead's)
+  for (const MetricsLine& l : lines)
+    if (l.event.empty() && l.step) last = std::max(last, *l.step);
   for (const nlohmann::json& line : unlogged_)
     if (line["step"].get<int64_t>() > last) MOTLEY_RETURN_IF_ERROR(metrics_.Write(line));
   unlogged_.clear();
