@@ -29,7 +29,8 @@ void Replace(std::string* text, const std::string& from, const std::string& to) 
 }
 
 // Each step's loss, the last record of the step (a replayed step's line follows the failed one's);
-// and the escalation events (not the checkpoints', nor each launch's start).
+// and the escalation events (not the checkpoints', each launch's start, nor a rebalance that the
+// host's load may bring about).
 struct Metrics {
   std::map<int64_t, double> loss;
   std::vector<nlohmann::json> events;
@@ -40,7 +41,7 @@ Metrics ReadMetrics(const std::string& path) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line);
-    if (j.contains("event") && j["event"] != "checkpoint" && j["event"] != "start") m.events.push_back(j);
+    if (j.contains("event") && j["event"] == "escalation") m.events.push_back(j);
     if (j.contains("loss")) m.loss[j["step"].get<int64_t>()] = j["loss"].get<double>();
   }
   return m;
