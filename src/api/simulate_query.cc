@@ -1,6 +1,8 @@
 #include "api/simulate_query.h"
 
 #include <algorithm>
+#include <future>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -36,11 +38,20 @@ Result<SimulateAnswer> AnswerSimulateQuery(const SimulateQuery& query) {
   const CostModel costs(in.cluster, in.model, profile ? &*profile : nullptr, in.plan.seq_len,
                         in.plan.precision, in.plan.activation_checkpointing);
   a.routed = FillDefaultRouting(&in.plan, in.cluster, in.model);
-  MOTLEY_ASSIGN_OR_RETURN(a.schedule, LowerPlan(in.plan, in.cluster, in.model));
+  // One lowering and one simulation someone waits for: the lowering's passes take every core, and
+  // the schedule's fingerprint and its traffic between regions are read beside the simulation.
+  LowerOptions lower;
+  lower.threads = std::max(1u, std::thread::hardware_concurrency());
+  MOTLEY_ASSIGN_OR_RETURN(a.schedule, LowerPlan(in.plan, in.cluster, in.model, lower));
   SimConfig config;
   config.record_trace = query.record_trace;
-  MOTLEY_ASSIGN_OR_RETURN(a.result, Simulate(a.schedule, in.cluster, costs, config));
-  a.traffic = RegionTraffic(a.schedule, in.cluster);
+  std::future<void> beside = std::async(std::launch::async, [&a] {
+    a.schedule_hash = ScheduleHash(a.schedule);
+    a.traffic = RegionTraffic(a.schedule, a.in.cluster);
+  });
+  Result<SimResult> result = Simulate(a.schedule, in.cluster, costs, config);
+  beside.get();
+  MOTLEY_ASSIGN_OR_RETURN(a.result, std::move(result));
   a.region_link_bound_s = RegionLinkBoundS(a.traffic, in.cluster, costs);
   return a;
 }
@@ -71,7 +82,7 @@ nlohmann::json SimulateAnswerJson(const SimulateAnswer& answer) {
                         {"fits_memory", r->fits_memory},
                         {"oom", r->oom_message},
                         {"num_ops", s->num_ops()},
-                        {"schedule_hash", ScheduleHash(*s)},
+                        {"schedule_hash", answer.schedule_hash},
                         {"global_batch_tokens", s->global_batch_tokens},
                         {"flextp_mode", s->flextp_mode},
                         {"devices", devices}};

@@ -32,6 +32,7 @@ struct SimulateAnswer {
       in;  // the plan as simulated (routing filled, mode set), its cluster (stragglers applied) and model
   int routed = 0;  // groups whose cross-stage routing was computed
   Schedule schedule;
+  std::string schedule_hash;  // ScheduleHash(schedule)
   SimResult result;
   /// Between regions: the step's bytes by pair, and how long the busiest pair's take over their one
   /// link (the step's time cannot be shorter; sim/region_traffic.h).

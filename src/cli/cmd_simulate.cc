@@ -109,7 +109,7 @@ int PrintSimulation(const SimulateQuery& query, const std::string& plan_path, co
                slow.empty() ? "none" : fmt::format("{}", fmt::join(slow, ", ")), s->flextp_mode);
   }
   fmt::print("schedule {} ({} ops; `motley train --plan` prints the same for the program it runs)\n",
-             ScheduleHash(*s), s->num_ops());
+             answer->schedule_hash, s->num_ops());
   fmt::print("step {}  |  {:.0f} tokens/s  |  {:.1f} TFLOPS  |  HFU {:.1f}%  MFU {:.1f}%  |  memory: {}\n\n",
              FormatDuration(r->step_time_s), r->tokens_per_s, r->tflops, 100 * r->hfu, 100 * r->mfu,
              r->fits_memory ? "fits" : "OUT OF MEMORY");

@@ -350,12 +350,9 @@ Result<Schedule> Lowerer::Run() {
     KeepOneProgramPerClass();
   }
   // Clipping needs the global norm before any update; loss scaling needs to know that no rank's
-  // gradients overflowed — the same collective answers both.
-  if (plan_.gradient_clipping || plan_.loss_scaled()) HoldUpdatesForTheNorm();
+  // gradients overflowed — the same collective answers both (RunPasses holds the updates for it).
+  RunPasses();
   s_.loss_scaling = plan_.loss_scaled();
-  AddBufferDeps();
-  IssuePrefetchesEarly();
-  MarkCompleteGradients();
   DescribeState();
 
   s_.seq_len = plan_.seq_len;

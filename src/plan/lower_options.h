@@ -32,6 +32,11 @@ struct LowerOptions {
   // emits (the rest of the emission was most of a large group's lowering; the sim tests check each
   // such pair alike as every rank's program is emitted).
   std::vector<int64_t> device_class;
+  // The passes over the finished programs (clipping's hold, the buffers' deps, the prefetches'
+  // places) take each program alone, on up to this many threads. The planner, which lowers many
+  // plans at once on every core, keeps one; a lowering someone waits for alone (motley simulate)
+  // may take every core. The schedule is the same either way.
+  size_t threads = 1;
 };
 
 }  // namespace motley

@@ -219,8 +219,12 @@ class Lowerer {
   void ReduceAfterTiedSum(int v, std::function<void()> reduce);
   void EmitTiedGradSum();
   std::function<void()> held_reduction_[2];  // the embedding's, the head's: waiting for the other
-  /// Gradient clipping: moves every update (and what follows it) after the global norm.
-  void HoldUpdatesForTheNorm();
+  /// The passes over the finished programs, each program alone (on LowerOptions::threads threads):
+  /// clipping's hold, the buffers' deps, the prefetches' places, the complete gradients.
+  void RunPasses();
+  /// Gradient clipping: moves every update (and what follows it) after the global norm (the
+  /// collective `norm_collective`).
+  void HoldUpdatesForTheNorm(Program& p, int norm_collective) const;
   /// A transfer's tag: unique per direction, receiving ministage and microbatch (opaque to executors).
   int64_t Tag(bool backward, int v, int64_t m) const {
     return MessageTag(TagRange::kSchedule, ((backward ? 1 : 0) * num_ministages_ + v) * num_mb_ + m);
@@ -231,11 +235,12 @@ class Lowerer {
   /// The buffers each rank holds between steps; ministage information for executors.
   void DescribeState();
   /// Backward ops after which the gradients are read before another backward adds to them.
-  void MarkCompleteGradients();
+  void MarkCompleteGradients(Program& p) const;
   /// Adds the deps the buffers imply (read after write, write after read or write), so that an
   /// executor that runs ops as soon as their deps allow — the simulator — keeps the data flow the
   /// runtime keeps by running in program order.
-  void AddBufferDeps();
+  struct BufferUses;  // a table of each buffer's last writer and readers (reused program to program)
+  void AddBufferDeps(Program& p, BufferUses& table) const;
   void KeepOneProgramPerClass();  // LowerOptions::device_class
   /// The planner's judging (LowerOptions::device_class) of one group without tensor parallelism:
   /// ranks the plan gives alike microbatches (sizes, by local index) and alike state (share) on
@@ -251,7 +256,7 @@ class Lowerer {
   }
   /// Moves each activation prefetch up to just after the last op it waits for, so that an
   /// executor issuing in program order starts it while the backward before its reader runs.
-  void IssuePrefetchesEarly();
+  void IssuePrefetchesEarly(Program& p) const;
   int RankOf(int v, int64_t m) const { return routing_rank_[ministages_[v].group][m]; }
 
   const Plan& plan_;

@@ -185,6 +185,38 @@ TEST(Lowering, ThePlannersEarlyExitsStopOnlyPlansLongerThanTheBound) {
   EXPECT_GT(pipelines, 50);
 }
 
+// The passes over the finished programs run a program at a time on several threads
+// (LowerOptions::threads, what motley simulate asks for): the schedule is the one one thread lowers,
+// field for field — with clipping's hold of the updates and without, every program kept or one a
+// class.
+TEST(Lowering, PassesOnSeveralThreadsLowerTheSameScheduleAsOne) {
+  std::mt19937 rng(2033);
+  ModelSpec m = LayerHeavyModel(12);
+  m.vocab_size = 32;
+  const Cluster cluster = FastCluster(8);
+  int clipped = 0;
+  for (int i = 0; i < 120; ++i) {
+    Plan p = RandomPlan(rng, 8, m);
+    p.gradient_clipping = i % 2 == 0;
+    clipped += p.gradient_clipping ? 1 : 0;
+    const std::string what = "plan " + std::to_string(i) + ":\n" + PlanToToml(p);
+    CostModel costs(cluster, m, nullptr, p.seq_len, p.precision, p.activation_checkpointing);
+    LowerOptions one;
+    if (i % 3 == 0) {  // the planner's judging: one program a class
+      one.check = false;
+      one.device_class = DeviceCostClasses(cluster, costs);
+    }
+    LowerOptions several = one;
+    several.threads = 3;
+    Result<Schedule> a = LowerPlan(p, cluster, m, one);
+    Result<Schedule> b = LowerPlan(p, cluster, m, several);
+    ASSERT_TRUE(a.ok() && b.ok()) << what;
+    ASSERT_GT(a->num_ops(), 0u) << what;
+    EXPECT_EQ(ScheduleHash(*b), ScheduleHash(*a)) << what;
+  }
+  EXPECT_EQ(clipped, 60);
+}
+
 TEST(Lowering, RandomAsymmetricPlansRunWhereTransfersMatchInOrder) {
   // What NCCL needs (plan/transfer_order.h): every pair's transfers and every group's collectives
   // issued in the same order on both sides, and no wait that never ends.
