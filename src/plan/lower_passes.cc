@@ -1,6 +1,7 @@
 // Passes over the finished programs: gradient clipping's hold of the updates, the deps the
 // buffers imply, where gradients are complete, and the state executors start from.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -144,15 +145,16 @@ void Lowerer::RunPasses() {
     for (size_t r = 0; r < s_.programs.size(); ++r) everyone.push_back(static_cast<int>(r));
     norm_collective = NewCollective(OpKind::kGradNorm, everyone, 2 * sizeof(double));  // loss, norm^2
   }
-  // Each program is passed over alone (the passes read the lowering, never another program): in
-  // contiguous runs of programs, a few a thread, each run with its own table of buffer uses.
+  // Each program is passed over alone (the passes read the lowering, never another program): the
+  // threads take the next program left, each with its own table of buffer uses.
   const size_t n = s_.programs.size();
-  const size_t runs = std::min(n, 4 * std::max<size_t>(1, options_.threads));
+  const size_t threads = std::min(n, std::max<size_t>(1, options_.threads));
+  std::atomic<size_t> next{0};
   ForEachOnEveryCore(
-      runs,
-      [&](size_t run) {
+      threads,
+      [&](size_t) {
         BufferUses uses(num_mb_);
-        for (size_t i = run * n / runs; i < (run + 1) * n / runs; ++i) {
+        for (size_t i = next++; i < n; i = next++) {
           Program& p = s_.programs[i];
           if (norm_collective >= 0) HoldUpdatesForTheNorm(p, norm_collective);
           AddBufferDeps(p, uses);
@@ -160,7 +162,7 @@ void Lowerer::RunPasses() {
           MarkCompleteGradients(p);
         }
       },
-      std::max<size_t>(1, options_.threads));
+      threads);
 }
 
 void Lowerer::AddBufferDeps(Program& p, BufferUses& table) const {
@@ -292,15 +294,25 @@ void Lowerer::IssuePrefetchesEarly(Program& p) const {
   if (first == n) return;
   std::vector<int> index(n);
   for (int k = 0; k < n; ++k) index[order[k]] = k;
-  std::vector<Op> moved_ops;
-  moved_ops.reserve(static_cast<size_t>(n - first));
+  // In place, a cycle of the permutation at a time (a copy of the moved ops was a program's size
+  // of fresh memory a program: on a worker thread's own heap, pages the kernel zeroed each time).
+  std::vector<bool> placed(static_cast<size_t>(n), false);
   for (int k = first; k < n; ++k) {
-    Op op = std::move(p.ops[order[k]]);
-    for (int32_t& d : op.deps) d = index[d];
-    std::sort(op.deps.begin(), op.deps.end());
-    moved_ops.push_back(std::move(op));
+    if (placed[k] || order[k] == k) continue;
+    Op carried = std::move(p.ops[k]);
+    int at = k;
+    while (order[at] != k) {
+      p.ops[at] = std::move(p.ops[order[at]]);
+      placed[at] = true;
+      at = order[at];
+    }
+    p.ops[at] = std::move(carried);
+    placed[at] = true;
   }
-  std::move(moved_ops.begin(), moved_ops.end(), p.ops.begin() + first);
+  for (int k = first; k < n; ++k) {
+    for (int32_t& d : p.ops[k].deps) d = index[d];
+    std::sort(p.ops[k].deps.begin(), p.ops[k].deps.end());
+  }
 }
 
 void Lowerer::MarkCompleteGradients(Program& p) const {
