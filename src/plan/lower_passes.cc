@@ -294,8 +294,8 @@ void Lowerer::IssuePrefetchesEarly(Program& p) const {
   if (first == n) return;
   std::vector<int> index(n);
   for (int k = 0; k < n; ++k) index[order[k]] = k;
-  // In place, a cycle of the permutation at a time (a copy of the moved ops was a program's size
-  // of fresh memory a program: on a worker thread's own heap, pages the kernel zeroed each time).
+  // In place, a cycle of the permutation at a time (no copy of the moved ops: that was a program's
+  // size of memory allocated and freed again for every program).
   std::vector<bool> placed(static_cast<size_t>(n), false);
   for (int k = first; k < n; ++k) {
     if (placed[k] || order[k] == k) continue;
