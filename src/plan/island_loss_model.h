@@ -3,8 +3,8 @@
 // for the same tokens than one synchronous run; how much worse was measured on a small model
 // (bench/reports/islands_loss.md: llama-1m on tinyshakespeare, steps of 4,096 tokens, at H = 10 and 50,
 // 2 and 4 islands — with DiLoCo's outer optimizer over 300 steps, with plain averaging over 900, and there
-// 2 islands at H = 25 too, waiting for each round and overlapping it with the next step, whole or in
-// 5 streaming fragments) and is
+// 2 islands at H = 15 and 25 too, waiting for each round and overlapping it with the next step, whole or
+// in 5 streaming fragments) and is
 // interpolated here: in log H between the H measured at an islands'
 // count, linearly in the islands' count, held at the nearest measurement outside them (and said so) —
 // and as the mean over seeds: each run is one seed's draw; a setting measured at three seeds is their
