@@ -11,7 +11,10 @@
 # steps, e.g. i2h25o1, i2h25f5o1);
 # OUTER — [islands] lines for every island run, ';'-separated (e.g. "outer_lr = 1.0;outer_momentum = 0.0";
 # default: DiLoCo's settings); KEEP — a folder the runs' metrics (NAME.jsonl) are copied to (for
-# bench/islands_time_to_loss.py).
+# bench/islands_time_to_loss.py); SEED — the job's seed (default 1234: the default job's).
+# E.g. the 1800-step int4 runs of bench/reports/islands_loss.md (session 68), one seed:
+#   SEED=99 RUNS=i2h15 OUTER='outer_lr = 1.0;outer_momentum = 0.0;compression = "int4"' \
+#     bench/islands_loss.sh build/motley ../shared/data/tinyshakespeare/input.txt 1800 plot.svg
 #
 # Prints one markdown table (the final validation loss and its gap to the synchronous run, and the
 # loss at each validation) and writes the validation curves as an SVG.
@@ -34,7 +37,7 @@ job() {  # name, then the [islands] lines
   local name="$1"
   shift
   sed -e "s|^steps = .*|steps = $steps|" -e "s|^train = .*|train = \"$data\"|" \
-    -e "s|^validation_interval_steps = .*|validation_interval_steps = $interval|" \
+    -e "s|^validation_interval_steps = .*|validation_interval_steps = $interval|" -e "s|^seed = .*|seed = ${SEED:-1234}|" \
     -e "s|checkpoints/default|$work/$name|" "$source_dir/examples/jobs/default.toml" > "$work/$name.toml"
   for line in "$@"; do echo "$line" >> "$work/$name.toml"; done
 }
