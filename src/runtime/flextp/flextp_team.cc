@@ -253,52 +253,59 @@ std::vector<FlexTpTeam::Block> FlexTpTeam::Blocks(bool attention) const {
   return out;
 }
 
-torch::Tensor FlexTpTeam::Borrow(int layer, bool attention, const torch::Tensor& own_rows,
+torch::Tensor FlexTpTeam::Borrow(int layer, bool attention, const OwnRows& own_rows,
                                  std::vector<int64_t> row_shape, torch::TensorOptions options,
-                                 std::vector<Borrowed>* out) {
+                                 torch::Tensor& buffer, std::vector<Borrowed>* out) {
   const TeamBalance& b = balance();
   const int me = options_.index;
-  std::vector<torch::Tensor> rows, sent;
   int64_t at = 0;
+  for (const UnitMove& m : b.moves)
+    if (m.attention == attention && m.to == me) at += m.count;
+  if (at == 0) buffer = torch::Tensor();
+  row_shape[0] = at;
+  if (at > 0 && (!buffer.defined() || buffer.sizes() != torch::IntArrayRef(row_shape) ||
+                 buffer.dtype() != options.dtype() || buffer.device() != options.device()))
+    buffer = torch::empty(row_shape, options);
+  at = 0;
   if (broadcast_reduce()) {
     // Each straggler broadcasts its whole block to the team (all ranks take part: a c10d
     // broadcast is the group's); each receiver computes its runs of it (virtual renumbering).
     for (const Block& block : Blocks(attention)) {
       row_shape[0] = block.count;
-      torch::Tensor buffer = block.from == me ? own_rows.narrow(0, block.begin, block.count).contiguous()
-                                              : torch::empty(row_shape, options);
-      Status st = Timed(options.device(),
-                        [&] { return options_.comm->Broadcast(*options_.team, buffer, block.from); });
+      torch::Tensor whole =
+          block.from == me ? own_rows(block.begin, block.count).contiguous() : torch::empty(row_shape, options);
+      Status st =
+          Timed(options.device(), [&] { return options_.comm->Broadcast(*options_.team, whole, block.from); });
       if (!st.ok()) throw std::runtime_error(fmt::format("FlexTP migration: {}", st.message()));
       for (size_t j = 0; j < b.moves.size(); ++j) {
         const UnitMove& m = b.moves[j];
         if (m.attention != attention || m.from != block.from || m.to != me) continue;
-        rows.push_back(buffer.narrow(0, m.begin - block.begin, m.count));
+        buffer.narrow(0, at, m.count).copy_(whole.narrow(0, m.begin - block.begin, m.count));
         out->push_back({m.from, m.begin, m.count, at, attention, j});
         at += m.count;
       }
     }
-    return rows.empty() ? torch::Tensor() : torch::cat(rows, 0);
+    return at > 0 ? buffer : torch::Tensor();
   }
+  std::vector<torch::Tensor> sent;
   std::vector<Result<PendingTransfer>> transfers;
   for (size_t j = 0; j < b.moves.size(); ++j) {
     const UnitMove& m = b.moves[j];
     if (m.attention != attention) continue;
     const int64_t tag = Tag(layer, attention, false, j);
     if (m.from == me) {  // own units [m.begin, m.begin + m.count) go to m.to
-      sent.push_back(own_rows.narrow(0, m.begin, m.count).contiguous());
+      sent.push_back(own_rows(m.begin, m.count).contiguous());
       transfers.push_back(options_.comm->Send(sent.back(), options_.team->ranks[m.to], tag));
     } else if (m.to == me) {
-      row_shape[0] = m.count;
-      rows.push_back(torch::empty(row_shape, options));
-      transfers.push_back(options_.comm->Recv(rows.back(), options_.team->ranks[m.from], tag));
+      torch::Tensor rows = buffer.narrow(0, at, m.count);  // (its first dimension's: contiguous)
+      transfers.push_back(options_.comm->Recv(rows, options_.team->ranks[m.from], tag));
       out->push_back({m.from, m.begin, m.count, at, attention, j});
       at += m.count;
     }
   }
   Status st = WaitAll(transfers, options.device());
   if (!st.ok()) throw std::runtime_error(fmt::format("FlexTP migration: {}", st.message()));
-  return rows.empty() ? torch::Tensor() : torch::cat(rows, 0);
+  return at > 0 ? buffer : torch::Tensor();
 }
 
 LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
@@ -307,6 +314,9 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   l.built_step = step_;
   l.device = w[6].device();
   l.dtype = w[6].scalar_type();
+  // (The last step's accumulators were zeroed when their gradients went home.)
+  l.grad_gate = l.work.grad_gate, l.grad_up = l.work.grad_up, l.grad_down = l.work.grad_down;
+  l.grad_attention = l.work.grad_attention;
   l.work = LayerWork();
   l.borrowed.clear();
   torch::NoGradGuard no_grad;
@@ -331,21 +341,37 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   }
   const auto master = w[6].options();  // the gradients in the master dtype
   // MLP units, then query heads.
-  const torch::Tensor units = Borrow(layer, false, b.given[me] > 0 ? UnitRows(w) : torch::Tensor(),
-                                     {0, 3 * h}, w[6].options(), &l.borrowed);
+  // An accumulator of `sizes`: the last step's when it has them (zeroed since), else a new one.
+  auto zeros = [&](const torch::Tensor& last, std::vector<int64_t> sizes) {
+    return last.defined() && last.sizes() == torch::IntArrayRef(sizes) && last.dtype() == master.dtype()
+               ? last
+               : torch::zeros(sizes, master);
+  };
+  const torch::Tensor units = Borrow(
+      layer, false,
+      [&](int64_t begin, int64_t count) {
+        return torch::cat({w[6].narrow(0, begin, count), w[7].narrow(0, begin, count),
+                           w[8].narrow(1, begin, count).t()},
+                          1);
+      },
+      {0, 3 * h}, w[6].options(), l.received[0], &l.borrowed);
   if (units.defined()) {
     l.work.gate = units.narrow(1, 0, h);
     l.work.up = units.narrow(1, h, h);
     l.work.down = units.narrow(1, 2 * h, h).t();
-    l.work.grad_gate = torch::zeros({units.size(0), h}, master);
-    l.work.grad_up = torch::zeros({units.size(0), h}, master);
-    l.work.grad_down = torch::zeros({h, units.size(0)}, master);
+    l.work.grad_gate = zeros(l.grad_gate, {units.size(0), h});
+    l.work.grad_up = zeros(l.grad_up, {units.size(0), h});
+    l.work.grad_down = zeros(l.grad_down, {h, units.size(0)});
   }
   const int64_t head_rows = 4 * options_.spec.head_dim();
   const torch::Tensor heads =
       options_.costs.heads > 0
-          ? Borrow(layer, true, b.given_heads[me] > 0 ? AttentionHeadRows(options_.spec, w) : torch::Tensor(),
-                   {0, head_rows, h}, w[1].options(), &l.borrowed)
+          ? Borrow(
+                layer, true,
+                [&](int64_t begin, int64_t count) {
+                  return AttentionHeadRows(options_.spec, w).narrow(0, begin, count);
+                },
+                {0, head_rows, h}, w[1].options(), l.received[1], &l.borrowed)
           : torch::Tensor();
   // Point to point, lent heads' keys and values travel from their owner every forward.
   const bool link = !broadcast_reduce() && options_.costs.heads > 0;
@@ -357,7 +383,7 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
         l.work.lent.push_back({b.moves[j].to, j, b.moves[j].begin, b.moves[j].count});
   if (heads.defined()) {
     l.work.attention = heads;
-    l.work.grad_attention = torch::zeros(heads.sizes(), master);
+    l.work.grad_attention = zeros(l.grad_attention, heads.sizes().vec());
     const int64_t per = options_.spec.num_heads / options_.spec.num_kv_heads;
     for (const Borrowed& r : l.borrowed)
       if (r.attention)

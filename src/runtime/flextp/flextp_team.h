@@ -113,12 +113,18 @@ class FlexTpTeam : private KeyValueLink {
     std::vector<Borrowed> borrowed;
     UnitPriority priority;            // which own units ZERO-resizing prunes first
     UnitPriority attention_priority;  // ... and which hidden features of the attention's projections
+    // The last step's receive buffers (by kind: MLP units, query heads) and gradient accumulators,
+    // reused while the balance keeps their shapes: a fresh buffer a step is a fresh page fault
+    // for each of its pages.
+    torch::Tensor received[2];
+    torch::Tensor grad_gate, grad_up, grad_down, grad_attention;
   };
   // The rows (MLP units or query heads) this rank computes for stragglers this step, each
-  // sent by its owner (`own_rows`: this rank's, when it is one); their runs go to `out`.
-  torch::Tensor Borrow(int layer, bool attention, const torch::Tensor& own_rows,
-                       std::vector<int64_t> row_shape, torch::TensorOptions options,
-                       std::vector<Borrowed>* out);
+  // sent by its owner (`own_rows(begin, count)`: this rank's rows, when it is one), received into
+  // `buffer` (reused when it has the step's shape); their runs go to `out`.
+  using OwnRows = std::function<torch::Tensor(int64_t begin, int64_t count)>;
+  torch::Tensor Borrow(int layer, bool attention, const OwnRows& own_rows, std::vector<int64_t> row_shape,
+                       torch::TensorOptions options, torch::Tensor& buffer, std::vector<Borrowed>* out);
   // The tag of move `move`'s transfer for `layer`: its weights out, or its gradients back.
   static int64_t Tag(int layer, bool attention, bool gradients, size_t move);
   // Lent query heads' keys and values (KeyValueLink), point to point: sends are kept in

@@ -53,6 +53,12 @@ struct BorrowedMlp : public torch::autograd::Function<BorrowedMlp> {
   }
 };
 
+// The first n rows (dim 0) or columns (dim 1) of w: w itself when that is all of it (a slice's
+// backward would allocate and zero a copy of the whole weight for its gradient).
+torch::Tensor First(const torch::Tensor& w, int64_t dim, int64_t n) {
+  return n == w.size(dim) ? w : w.narrow(dim, 0, n);
+}
+
 torch::Tensor RotateHalf(const torch::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -91,36 +97,70 @@ torch::Tensor AttentionFromKeyValue(const ModelSpec& spec, const torch::Tensor& 
   return Attend(spec, std::move(q), std::move(k), std::move(v), o_w, first_head_offset);
 }
 
-// The borrowed heads' partial output: each owner's run of them (HeadRun) with the key and value
-// heads of the groups it touches — each taken from the run's first head in that group, so a group
-// is computed once a run (its other heads' copies get no gradient; their owner sums every copy's).
-torch::Tensor BorrowedHeads(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& rows,
-                            std::vector<LayerWork::HeadRun> runs, const torch::Tensor& cos,
-                            const torch::Tensor& sin, const std::vector<torch::Tensor>& kv = {}) {
+// One borrowed run's weights as AttentionPartial takes them: its heads' q rows and o columns (as
+// rows), [count * d, hidden] each, and — where the receiver computes the key and value — the k and
+// v rows of the groups the run touches, each taken from the run's first head in that group (a group
+// is computed once a run: its other heads' copies get no gradient, their owner sums every copy's).
+struct RunWeights {
+  torch::Tensor q, o, k, v;
+};
+
+// Each run's weights, taken from the packed rows (AttentionHeadRows); with `leaves`, each is a
+// leaf of its own whose gradient lands in its rows (LayerWork::AttentionGraph::Weight).
+std::vector<RunWeights> SplitRuns(const ModelSpec& spec, const torch::Tensor& rows,
+                                  const std::vector<LayerWork::HeadRun>& runs,
+                                  const std::vector<torch::Tensor>& kv,
+                                  std::vector<LayerWork::AttentionGraph::Weight>* leaves) {
   const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads, h = rows.size(2);
-  if (runs.empty()) runs.push_back({0, rows.size(0), 0});
-  torch::Tensor out;
+  auto take = [&](int64_t row, int64_t at, int64_t count, const torch::Tensor& heads) {
+    torch::Tensor t = (heads.defined() ? rows.index_select(0, heads) : rows.narrow(0, at, count))
+                          .narrow(1, row, d)
+                          .reshape({-1, h});
+    if (leaves == nullptr) return t;
+    t = t.detach().requires_grad_(true);
+    leaves->push_back({t, heads, row, at, count});
+    return t;
+  };
+  std::vector<RunWeights> out;
   for (size_t i = 0; i < runs.size(); ++i) {
     const LayerWork::HeadRun& run = runs[i];
-    const torch::Tensor r = rows.narrow(0, run.at, run.count);
-    if (i < kv.size() && kv[i].defined()) {  // the key and value came from the heads' owner
-      const torch::Tensor part =
-          AttentionFromKeyValue(spec, hidden, r.narrow(1, 0, d).reshape({-1, h}), kv[i][0], kv[i][1],
-                                r.narrow(1, 3 * d, d).reshape({-1, h}).t(), cos, sin, run.offset);
-      out = out.defined() ? out + part : part;
-      continue;
+    RunWeights w{take(0, run.at, run.count, {}), take(3 * d, run.at, run.count, {}), {}, {}};
+    if (i >= kv.size() || !kv[i].defined()) {  // this rank computes the run's keys and values
+      std::vector<int64_t> firsts;             // the run's first head in each group it touches
+      for (int64_t j = 0; j < run.count; j = (run.offset + j) / per * per + per - run.offset)
+        firsts.push_back(run.at + j);
+      const torch::Tensor heads = torch::tensor(firsts, torch::kInt64).to(rows.device());
+      w.k = take(d, 0, 0, heads);
+      w.v = take(2 * d, 0, 0, heads);
     }
-    std::vector<int64_t> firsts;  // the run's first head in each group it touches
-    for (int64_t j = 0; j < run.count; j = (run.offset + j) / per * per + per - run.offset)
-      firsts.push_back(j);
-    const torch::Tensor kv = r.index_select(0, torch::tensor(firsts, torch::kInt64).to(rows.device()));
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+// The borrowed heads' partial output: each owner's run of them (HeadRun) with the key and value
+// heads of the groups it touches — computed here from the run's weights, or given in `kv` by the
+// run's owner.
+torch::Tensor BorrowedHeads(const ModelSpec& spec, const torch::Tensor& hidden, const std::vector<RunWeights>& w,
+                            const std::vector<LayerWork::HeadRun>& runs, const torch::Tensor& cos,
+                            const torch::Tensor& sin, const std::vector<torch::Tensor>& kv = {}) {
+  torch::Tensor out;
+  for (size_t i = 0; i < runs.size(); ++i) {
     const torch::Tensor part =
-        AttentionPartial(spec, hidden, r.narrow(1, 0, d).reshape({-1, h}),
-                         kv.narrow(1, d, d).reshape({-1, h}), kv.narrow(1, 2 * d, d).reshape({-1, h}),
-                         r.narrow(1, 3 * d, d).reshape({-1, h}).t(), cos, sin, torch::Tensor(), run.offset);
+        i < kv.size() && kv[i].defined()
+            ? AttentionFromKeyValue(spec, hidden, w[i].q, kv[i][0], kv[i][1], w[i].o.t(), cos, sin,
+                                    runs[i].offset)
+            : AttentionPartial(spec, hidden, w[i].q, w[i].k, w[i].v, w[i].o.t(), cos, sin, torch::Tensor(),
+                               runs[i].offset);
     out = out.defined() ? out + part : part;
   }
   return out;
+}
+
+// The runs of `w`'s borrowed heads (one run of them all from a group's first head when unnamed).
+std::vector<LayerWork::HeadRun> Runs(const LayerWork& w) {
+  if (!w.attention_runs.empty()) return w.attention_runs;
+  return {{0, w.attention.size(0), 0}};
 }
 
 // The keys and values of each borrowed run whose owner sends them ([2, batch, groups, seq, head_dim]:
@@ -202,18 +242,18 @@ struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
     ctx->saved_data["work"] = work;
     ctx->saved_data["graph"] = static_cast<int64_t>(w.attention_graphs.size());
     const ModelSpec& model = *reinterpret_cast<const ModelSpec*>(spec);
-    LayerWork::AttentionGraph g{hidden.detach().requires_grad_(true),
-                                Cast(w.attention, hidden).detach().requires_grad_(true),
-                                {},
-                                {},
-                                0};
+    LayerWork::AttentionGraph g;
+    g.hidden = hidden.detach().requires_grad_(true);
     g.kv = ReceiveKeyValues(model, w, hidden);
     g.forward = w.forwards;
     for (torch::Tensor& kv : g.kv)
       if (kv.defined()) kv.requires_grad_(true);
     {
       torch::AutoGradMode enable(true);
-      g.out = BorrowedHeads(model, g.hidden, g.rows, w.attention_runs, cos, sin, g.kv);
+      const std::vector<LayerWork::HeadRun> runs = Runs(w);
+      const std::vector<RunWeights> weights =
+          SplitRuns(model, Cast(w.attention, hidden), runs, g.kv, &g.weights);
+      g.out = BorrowedHeads(model, g.hidden, weights, runs, cos, sin, g.kv);
     }
     torch::Tensor out = g.out.detach();
     w.attention_graphs.push_back(std::move(g));
@@ -223,19 +263,31 @@ struct BorrowedAttention : public torch::autograd::Function<BorrowedAttention> {
     LayerWork& w = *reinterpret_cast<LayerWork*>(ctx->saved_data["work"].toInt());
     LayerWork::AttentionGraph& g =
         w.attention_graphs.at(static_cast<size_t>(ctx->saved_data["graph"].toInt()));
-    std::vector<torch::Tensor> inputs = {g.hidden, g.rows};
+    std::vector<torch::Tensor> inputs = {g.hidden};
+    for (const LayerWork::AttentionGraph::Weight& wt : g.weights) inputs.push_back(wt.leaf);
     for (const torch::Tensor& kv : g.kv)
       if (kv.defined()) inputs.push_back(kv);
     auto grads = torch::autograd::grad({g.out}, inputs, {grad_out[0]});
     torch::NoGradGuard no_grad;
     // The received keys' and values' gradients go back to their owner.
-    for (size_t i = 0, k = 2; i < g.kv.size(); ++i)
+    for (size_t i = 0, k = 1 + g.weights.size(); i < g.kv.size(); ++i)
       if (g.kv[i].defined()) {
         const LayerWork::HeadRun& run = w.attention_runs[i];
         w.link->Send(w.layer, run.from, run.move, g.forward, true, grads[k++].contiguous());
       }
+    // Each weight's gradient into its rows of the accumulator.
+    const int64_t d = w.grad_attention.size(1) / 4, h = w.grad_attention.size(2);
+    for (size_t j = 0; j < g.weights.size(); ++j) {
+      const LayerWork::AttentionGraph::Weight& wt = g.weights[j];
+      const torch::Tensor grad = grads[1 + j].to(w.grad_attention.scalar_type()).view({-1, d, h});
+      torch::Tensor rows = w.grad_attention.narrow(1, wt.row, d);
+      if (wt.heads.defined()) {
+        rows.index_add_(0, wt.heads, grad);
+      } else {
+        rows.narrow(0, wt.at, wt.count).add_(grad);
+      }
+    }
     g = {};  // its activations are no longer needed
-    w.grad_attention.add_(grads[1].to(w.grad_attention.scalar_type()));
     return {grads[0], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -330,9 +382,9 @@ torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidd
   // gradient must run on every rank.)
   torch::Tensor out = keep == 0
                           ? hidden * 0
-                          : AttentionPartial(spec, hidden, q_w.narrow(0, 0, keep * d),
-                                             k_w.narrow(0, 0, groups * d), v_w.narrow(0, 0, groups * d),
-                                             o_w.narrow(1, 0, keep * d), cos, sin, work->attention_features);
+                          : AttentionPartial(spec, hidden, First(q_w, 0, keep * d), First(k_w, 0, groups * d),
+                                             First(v_w, 0, groups * d), First(o_w, 1, keep * d), cos, sin,
+                                             work->attention_features);
   if (work->link != nullptr && !work->lent.empty()) {
     const torch::Tensor zero = LendKeyValues(spec, hidden, k_w, v_w, cos, sin, *work);
     if (zero.defined()) out = out + zero;
@@ -343,8 +395,10 @@ torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidd
                                            static_cast<int64_t>(reinterpret_cast<intptr_t>(&spec)),
                                            static_cast<int64_t>(reinterpret_cast<intptr_t>(work)));
     } else {  // no backward will follow (evaluation, or a checkpointed layer's first forward): no graph kept
-      out = out + BorrowedHeads(spec, hidden, Cast(work->attention, hidden), work->attention_runs, cos, sin,
-                                ReceiveKeyValues(spec, *work, hidden));
+      const std::vector<torch::Tensor> kv = ReceiveKeyValues(spec, *work, hidden);
+      const std::vector<LayerWork::HeadRun> runs = Runs(*work);
+      out = out + BorrowedHeads(spec, hidden, SplitRuns(spec, Cast(work->attention, hidden), runs, kv, nullptr),
+                                runs, cos, sin, kv);
     }
   }
   ++work->forwards;

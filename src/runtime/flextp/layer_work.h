@@ -74,8 +74,17 @@ struct LayerWork {
   // The borrowed heads' forward graphs, one per forward that needs a backward, each released by
   // its backward (the borrowed heads are not recomputed: they cost what the rank's own do).
   struct AttentionGraph {
-    torch::Tensor hidden, rows, out;  // the forward's leaves (input, the groups' weights) and its output
-    std::vector<torch::Tensor> kv;    // with `link`: each run's received keys and values (leaves too)
+    torch::Tensor hidden, out;  // the forward's input (a leaf) and its output
+    // The borrowed weights as the forward used them, each a leaf: rows [row, row + head_dim) of
+    // `attention`'s heads `heads` (or, undefined, of heads [at, at + count)), as [heads * head_dim,
+    // hidden] — so each gradient lands in its own rows of grad_attention, not through a zero-filled
+    // copy of the whole packed tensor per slice.
+    struct Weight {
+      torch::Tensor leaf, heads;
+      int64_t row = 0, at = 0, count = 0;
+    };
+    std::vector<Weight> weights;
+    std::vector<torch::Tensor> kv;  // with `link`: each run's received keys and values (leaves too)
     int64_t forward = 0;
   };
   std::vector<AttentionGraph> attention_graphs;
