@@ -272,10 +272,10 @@ torch::Tensor FlexTpTeam::Borrow(int layer, bool attention, const OwnRows& own_r
     // broadcast is the group's); each receiver computes its runs of it (virtual renumbering).
     for (const Block& block : Blocks(attention)) {
       row_shape[0] = block.count;
-      torch::Tensor whole =
-          block.from == me ? own_rows(block.begin, block.count).contiguous() : torch::empty(row_shape, options);
-      Status st =
-          Timed(options.device(), [&] { return options_.comm->Broadcast(*options_.team, whole, block.from); });
+      torch::Tensor whole = block.from == me ? own_rows(block.begin, block.count).contiguous()
+                                             : torch::empty(row_shape, options);
+      Status st = Timed(options.device(),
+                        [&] { return options_.comm->Broadcast(*options_.team, whole, block.from); });
       if (!st.ok()) throw std::runtime_error(fmt::format("FlexTP migration: {}", st.message()));
       for (size_t j = 0; j < b.moves.size(); ++j) {
         const UnitMove& m = b.moves[j];
@@ -350,9 +350,9 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   const torch::Tensor units = Borrow(
       layer, false,
       [&](int64_t begin, int64_t count) {
-        return torch::cat({w[6].narrow(0, begin, count), w[7].narrow(0, begin, count),
-                           w[8].narrow(1, begin, count).t()},
-                          1);
+        return torch::cat(
+            {w[6].narrow(0, begin, count), w[7].narrow(0, begin, count), w[8].narrow(1, begin, count).t()},
+            1);
       },
       {0, 3 * h}, w[6].options(), l.received[0], &l.borrowed);
   if (units.defined()) {
@@ -364,15 +364,14 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
     l.work.grad_down = zeros(l.grad_down, {h, units.size(0)});
   }
   const int64_t head_rows = 4 * options_.spec.head_dim();
-  const torch::Tensor heads =
-      options_.costs.heads > 0
-          ? Borrow(
-                layer, true,
-                [&](int64_t begin, int64_t count) {
-                  return AttentionHeadRows(options_.spec, w).narrow(0, begin, count);
-                },
-                {0, head_rows, h}, w[1].options(), l.received[1], &l.borrowed)
-          : torch::Tensor();
+  const torch::Tensor heads = options_.costs.heads > 0
+                                  ? Borrow(
+                                        layer, true,
+                                        [&](int64_t begin, int64_t count) {
+                                          return AttentionHeadRows(options_.spec, w).narrow(0, begin, count);
+                                        },
+                                        {0, head_rows, h}, w[1].options(), l.received[1], &l.borrowed)
+                                  : torch::Tensor();
   // Point to point, lent heads' keys and values travel from their owner every forward.
   const bool link = !broadcast_reduce() && options_.costs.heads > 0;
   l.work.layer = layer;

@@ -141,17 +141,17 @@ std::vector<RunWeights> SplitRuns(const ModelSpec& spec, const torch::Tensor& ro
 // The borrowed heads' partial output: each owner's run of them (HeadRun) with the key and value
 // heads of the groups it touches — computed here from the run's weights, or given in `kv` by the
 // run's owner.
-torch::Tensor BorrowedHeads(const ModelSpec& spec, const torch::Tensor& hidden, const std::vector<RunWeights>& w,
-                            const std::vector<LayerWork::HeadRun>& runs, const torch::Tensor& cos,
-                            const torch::Tensor& sin, const std::vector<torch::Tensor>& kv = {}) {
+torch::Tensor BorrowedHeads(const ModelSpec& spec, const torch::Tensor& hidden,
+                            const std::vector<RunWeights>& w, const std::vector<LayerWork::HeadRun>& runs,
+                            const torch::Tensor& cos, const torch::Tensor& sin,
+                            const std::vector<torch::Tensor>& kv = {}) {
   torch::Tensor out;
   for (size_t i = 0; i < runs.size(); ++i) {
-    const torch::Tensor part =
-        i < kv.size() && kv[i].defined()
-            ? AttentionFromKeyValue(spec, hidden, w[i].q, kv[i][0], kv[i][1], w[i].o.t(), cos, sin,
-                                    runs[i].offset)
-            : AttentionPartial(spec, hidden, w[i].q, w[i].k, w[i].v, w[i].o.t(), cos, sin, torch::Tensor(),
-                               runs[i].offset);
+    const torch::Tensor part = i < kv.size() && kv[i].defined()
+                                   ? AttentionFromKeyValue(spec, hidden, w[i].q, kv[i][0], kv[i][1],
+                                                           w[i].o.t(), cos, sin, runs[i].offset)
+                                   : AttentionPartial(spec, hidden, w[i].q, w[i].k, w[i].v, w[i].o.t(), cos,
+                                                      sin, torch::Tensor(), runs[i].offset);
     out = out.defined() ? out + part : part;
   }
   return out;
@@ -397,8 +397,9 @@ torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidd
     } else {  // no backward will follow (evaluation, or a checkpointed layer's first forward): no graph kept
       const std::vector<torch::Tensor> kv = ReceiveKeyValues(spec, *work, hidden);
       const std::vector<LayerWork::HeadRun> runs = Runs(*work);
-      out = out + BorrowedHeads(spec, hidden, SplitRuns(spec, Cast(work->attention, hidden), runs, kv, nullptr),
-                                runs, cos, sin, kv);
+      out =
+          out + BorrowedHeads(spec, hidden, SplitRuns(spec, Cast(work->attention, hidden), runs, kv, nullptr),
+                              runs, cos, sin, kv);
     }
   }
   ++work->forwards;
