@@ -11,15 +11,15 @@
 // (measured in the same run), the final training and validation losses against exact training on the same
 // data (mode off, which is exact), the largest pruned fraction and the units moved.
 //
-// Stragglers are slowed as FlexTP's evaluation slows them (flextp.txt §V: the matrix
-// multiplications of the linear projections that many times slower; `slows = "matmul"`), or with
-// --slows compute as a whole slower device (every compute op, the optimizer and the replicated
-// work included).
+// Stragglers are slowed as FlexTP's evaluation slows them (flextp.txt §V: the matrix multiplications
+// of the linear projections that many times slower; `slows = "matmul"`), or with --slows compute as a
+// whole slower device (every compute op, the optimizer and the replicated work included).
 //
 //   build/bench/flextp_stragglers [--steps N] [--rounds R] [--slows matmul|compute] [--only "4x"]
-//                                 [--modes off,semi,...] [-o report.md]
+//                                 [--modes off,semi,...] [--shape HIDDENxFFN] [-o report.md]
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -278,7 +278,7 @@ std::string Plot(const std::vector<Point>& points) {
 
 int main(int argc, char** argv) {
   // --slows and --only are this benchmark's own; the rest are every benchmark's.
-  std::string slows = "matmul", only, team_name = "default";
+  std::string slows = "matmul", only, team_name = "default", shape;
   bool keep = false;
   std::vector<std::string> modes = {"off",  "migrate-bcast", "migrate-p2p",  "resize",
                                     "semi", "semi-search",   "semi-fastest", "semi-last-step"};
@@ -290,6 +290,8 @@ int main(int argc, char** argv) {
       keep = true;
     } else if (std::string(argv[i]) == "--team" && i + 1 < argc) {
       team_name = argv[++i];
+    } else if (std::string(argv[i]) == "--shape" && i + 1 < argc) {  // HIDDENxFFN: the team's, resized
+      shape = argv[++i];
     } else if (std::string(argv[i]) == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (std::string(argv[i]) == "--modes" &&
@@ -322,6 +324,13 @@ int main(int argc, char** argv) {
   if (team_name == "gqa") team = {3, 384, 12, 3, 1536, 3};    // Llama 3's 4 query heads a key/value head
   if (team_name == "gqa-2") team = {3, 384, 6, 3, 1536, 3};   // 2 a key/value head: 2 query heads a rank
   if (team_name == "gqa-8") team = {3, 384, 24, 3, 1536, 3};  // 8 a key/value head: Llama 3 70B at width 8
+  if (!shape.empty() &&
+      (std::sscanf(shape.c_str(), "%dx%d", &team.hidden, &team.ffn) != 2 || team.hidden % team.heads != 0 ||
+       team.hidden / team.heads % 2 != 0 || team.ffn % team.ranks != 0)) {
+    std::cerr << "flextp_stragglers: --shape is HIDDENxFFN, hidden a multiple of 2 x the team's "
+              << team.heads << " heads, ffn of its " << team.ranks << " ranks; not '" << shape << "'\n";
+    return 2;
+  }
   if (slows != "matmul" && slows != "compute") {
     std::cerr << "flextp_stragglers: --slows is matmul or compute, not '" << slows << "'\n";
     return 2;
@@ -562,8 +571,9 @@ int main(int argc, char** argv) {
       "overhead){} "
       "(its migration point to point, its semi judged by the average; F the straggler's whole slowdown: "
       "{}).\n\n{}{}",
-      steps, args.rounds, slows, team_name == "default" ? "" : " --team " + team_name, team.ranks, team.ranks,
-      team.hidden, team.heads, team.kv_heads, team.ffn, slows,
+      steps, args.rounds, slows,
+      (team_name == "default" ? "" : " --team " + team_name) + (shape.empty() ? "" : " --shape " + shape),
+      team.ranks, team.ranks, team.hidden, team.heads, team.kv_heads, team.ffn, slows,
       slows == "matmul"
           ? "their matrix multiplications (aten::mm, addmm: the linear projections, forward and backward) "
             "stretched to that many times their CPU time, as FlexTP's evaluation injects stragglers"
