@@ -367,8 +367,10 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   const torch::Tensor heads = options_.costs.heads > 0
                                   ? Borrow(
                                         layer, true,
-                                        [&](int64_t begin, int64_t count) {
-                                          return AttentionHeadRows(options_.spec, w).narrow(0, begin, count);
+                                        [&, packed = torch::Tensor()](int64_t begin, int64_t count) mutable {
+                                          // (Packed once, whatever the number of runs lent.)
+                                          if (!packed.defined()) packed = AttentionHeadRows(options_.spec, w);
+                                          return packed.narrow(0, begin, count);
                                         },
                                         {0, head_rows, h}, w[1].options(), l.received[1], &l.borrowed)
                                   : torch::Tensor();

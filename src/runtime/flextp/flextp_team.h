@@ -114,8 +114,8 @@ class FlexTpTeam : private KeyValueLink {
     UnitPriority priority;            // which own units ZERO-resizing prunes first
     UnitPriority attention_priority;  // ... and which hidden features of the attention's projections
     // The last step's receive buffers (by kind: MLP units, query heads) and gradient accumulators,
-    // reused while the balance keeps their shapes: a fresh buffer a step is a fresh page fault
-    // for each of its pages.
+    // reused while the balance keeps their shapes (rather than allocated, zeroed or concatenated
+    // anew each step).
     torch::Tensor received[2];
     torch::Tensor grad_gate, grad_up, grad_down, grad_attention;
   };
