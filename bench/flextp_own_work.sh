@@ -33,6 +33,7 @@ wide=$(( (ffn / ranks + received) * ranks ))
 sed "s/ffn_size = $ffn/ffn_size = $wide/" model.toml > own-model.toml
 sed 's/"model.toml"/"own-model.toml"/' plan.toml > own-plan.toml
 sed 's/"model.toml"/"own-model.toml"/' "$none_job" > own-job.toml
+rm -f own-base-*.jsonl own-wide-*.jsonl  # a run refuses to overwrite its metrics
 
 median_step() {  # the median step over steps 3.. (as the benchmark takes it)
   python3 -c 'import json,statistics,sys; print(statistics.median(j["step_time_s"] for j in map(json.loads, open(sys.argv[1])) if "step_time_s" in j and j["step"] > 2))' "$1"

@@ -16,7 +16,7 @@
 // whole slower device (every compute op, the optimizer and the replicated work included).
 //
 //   build/bench/flextp_stragglers [--steps N] [--rounds R] [--slows matmul|compute] [--only "4x"]
-//                                 [--modes off,semi,...] [--shape HIDDENxFFN] [-o report.md]
+//                                 [--modes off,semi,...] [--shape HIDDENxFFN[xSEQ]] [-o report.md]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +28,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "bench_process.h"
@@ -48,6 +49,7 @@ struct Team {
   int ranks = 4;
   int hidden = 512, heads = 16, kv_heads = 16, ffn = 2048;
   double speed_factor = 4;  // the ranks share this machine's cores: each one's compute stretched that much
+  int seq_len = 64;         // tokens a sequence; a step trains 512 tokens (8 sequences of 64) at any length
 };
 
 std::string ModelToml(const Team& t) {
@@ -58,9 +60,9 @@ num_heads = {}
 num_kv_heads = {}
 ffn_size = {}
 vocab_size = 256
-max_seq_len = 128
+max_seq_len = {}
 )",
-                     t.hidden, t.heads, t.kv_heads, t.ffn);
+                     t.hidden, t.heads, t.kv_heads, t.ffn, std::max(128, t.seq_len));
 }
 
 std::string ClusterToml(const Team& t) {
@@ -89,15 +91,15 @@ speed_factor = {}
 }
 
 std::string PlanToml(const Team& t) {
-  std::string devices, fours, twos;
+  std::string devices, sizes, twos;  // microbatches of 256 tokens, two a step
   for (int r = 0; r < t.ranks; ++r) {
     devices += fmt::format("{}{}", r ? ", " : "", r);
-    fours += r ? ", 4" : "4";
+    sizes += fmt::format("{}{}", r ? ", " : "", 256 / t.seq_len);
     twos += r ? ", 2" : "2";
   }
   return fmt::format(R"(model = "model.toml"
 cluster = "cluster.toml"
-seq_len = 64
+seq_len = {}
 precision = "fp32"
 schedule = "gpipe"
 zero_stage = 0
@@ -109,18 +111,18 @@ devices = [{}]
 microbatch_size = [{}]
 num_microbatches = [{}]
 )",
-                     t.ranks, devices, fours, twos);
+                     t.seq_len, t.ranks, devices, sizes, twos);
 }
 
-std::string Job(int steps, const std::string& mode, const std::vector<int>& slow, double factor,
-                const std::string& slows) {
+std::string Job(const Team& t, int steps, const std::string& mode, const std::vector<int>& slow,
+                double factor, const std::string& slows) {
   std::string j =
       fmt::format(R"(model = "model.toml"
 cluster = "cluster.toml"
 [training]
 steps = {}
-seq_len = 64
-global_batch_sequences = 8
+seq_len = {}
+global_batch_sequences = {}
 precision = "fp32"
 seed = 3
 activation_checkpointing = false
@@ -136,7 +138,7 @@ semi_reference = "{}"
 semi_solver = "{}"
 decision_window_steps = {}
 )",
-                  steps,
+                  steps, t.seq_len, 512 / t.seq_len,
                   mode == "migrate-p2p" || mode == "migrate-bcast" ? "migrate"
                   : mode.starts_with("semi")                       ? "semi"
                                                                    : mode,
@@ -280,8 +282,9 @@ int main(int argc, char** argv) {
   // --slows and --only are this benchmark's own; the rest are every benchmark's.
   std::string slows = "matmul", only, team_name = "default", shape;
   bool keep = false;
-  std::vector<std::string> modes = {"off",  "migrate-bcast", "migrate-p2p",  "resize",
-                                    "semi", "semi-search",   "semi-fastest", "semi-last-step"};
+  const std::vector<std::string> known = {"off",  "migrate-bcast", "migrate-p2p",  "resize",
+                                          "semi", "semi-search",   "semi-fastest", "semi-last-step"};
+  std::vector<std::string> modes = known;
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--slows" && i + 1 < argc) {
@@ -290,7 +293,7 @@ int main(int argc, char** argv) {
       keep = true;
     } else if (std::string(argv[i]) == "--team" && i + 1 < argc) {
       team_name = argv[++i];
-    } else if (std::string(argv[i]) == "--shape" && i + 1 < argc) {  // HIDDENxFFN: the team's, resized
+    } else if (std::string(argv[i]) == "--shape" && i + 1 < argc) {  // HIDDENxFFN[xSEQ]: the team's, resized
       shape = argv[++i];
     } else if (std::string(argv[i]) == "--only" && i + 1 < argc) {
       only = argv[++i];
@@ -308,12 +311,9 @@ int main(int argc, char** argv) {
     }
   }
   for (const std::string& m : modes)
-    if (m != "off" && m != "migrate-bcast" && m != "migrate-p2p" && m != "resize" && m != "semi" &&
-        m != "semi-search" && m != "semi-fastest" && m != "semi-last-step") {
-      std::cerr
-          << "flextp_stragglers: --modes takes off, migrate-bcast, migrate-p2p, resize, semi, semi-search, "
-             "semi-fastest, semi-last-step; not '"
-          << m << "'\n";
+    if (std::find(known.begin(), known.end(), m) == known.end()) {
+      std::cerr << "flextp_stragglers: --modes takes " << fmt::format("{}", fmt::join(known, ", "))
+                << "; not '" << m << "'\n";
       return 2;
     }
   if (team_name != "default" && team_name != "gqa" && team_name != "gqa-2" && team_name != "gqa-8") {
@@ -325,10 +325,12 @@ int main(int argc, char** argv) {
   if (team_name == "gqa-2") team = {3, 384, 6, 3, 1536, 3};   // 2 a key/value head: 2 query heads a rank
   if (team_name == "gqa-8") team = {3, 384, 24, 3, 1536, 3};  // 8 a key/value head: Llama 3 70B at width 8
   if (!shape.empty() &&
-      (std::sscanf(shape.c_str(), "%dx%d", &team.hidden, &team.ffn) != 2 || team.hidden % team.heads != 0 ||
-       team.hidden / team.heads % 2 != 0 || team.ffn % team.ranks != 0)) {
-    std::cerr << "flextp_stragglers: --shape is HIDDENxFFN, hidden a multiple of 2 x the team's "
-              << team.heads << " heads, ffn of its " << team.ranks << " ranks; not '" << shape << "'\n";
+      (std::sscanf(shape.c_str(), "%dx%dx%d", &team.hidden, &team.ffn, &team.seq_len) < 2 ||
+       team.hidden % team.heads != 0 || team.hidden / team.heads % 2 != 0 || team.ffn % team.ranks != 0 ||
+       (team.seq_len != 64 && team.seq_len != 128 && team.seq_len != 256))) {
+    std::cerr << "flextp_stragglers: --shape is HIDDENxFFN[xSEQ], hidden a multiple of 2 x the team's "
+              << team.heads << " heads, ffn of its " << team.ranks << " ranks, SEQ 64, 128 or 256; not '"
+              << shape << "'\n";
     return 2;
   }
   if (slows != "matmul" && slows != "compute") {
@@ -404,7 +406,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<double>> measured_factor(s.slow.size());
     for (int round = 0; round < args.rounds; ++round) {
       const Outcome none = Train(dir, fmt::format("s{}-r{}-none", index, round),
-                                 Job(steps, "off", {}, 1, slows), steps, team.ranks);
+                                 Job(team, steps, "off", {}, 1, slows), steps, team.ranks);
       if (!none.ok) return 1;
       if (baselines.empty()) first_baseline = none;
       baselines.push_back(none.step_s);
@@ -412,7 +414,7 @@ int main(int argc, char** argv) {
       none_runs.push_back(none);
       for (const std::string& mode : modes) {
         const Outcome o = Train(dir, fmt::format("s{}-r{}-{}", index, round, mode),
-                                Job(steps, mode, s.slow, s.factor, slows), steps, team.ranks);
+                                Job(team, steps, mode, s.slow, s.factor, slows), steps, team.ranks);
         if (!o.ok) continue;
         runs[mode].push_back(o);
         ratios[mode].push_back(o.step_s / none.step_s);
@@ -540,7 +542,8 @@ int main(int argc, char** argv) {
       "--slows {}{}`: one tensor-parallel "
       "team of {} CPU ranks (tp_degree = {}; Gloo) trains a 2-layer Llama (hidden {}, {} query heads, {} "
       "key/value heads, "
-      "ffn {}, fp32, 8 x 64 tokens a step, no recomputation) on the built-in corpus; emulated stragglers are "
+      "ffn {}, fp32, {} x {} tokens a step, no recomputation) on the built-in corpus; emulated stragglers "
+      "are "
       "slowed from step 1 "
       "(`[[emulation.stragglers]]`, `slows = \"{}\"`: {}). Step: median "
       "over steps 3..{} (the balancer decides after step 1); `vs no straggler`: against the same team with "
@@ -573,7 +576,8 @@ int main(int argc, char** argv) {
       "{}).\n\n{}{}",
       steps, args.rounds, slows,
       (team_name == "default" ? "" : " --team " + team_name) + (shape.empty() ? "" : " --shape " + shape),
-      team.ranks, team.ranks, team.hidden, team.heads, team.kv_heads, team.ffn, slows,
+      team.ranks, team.ranks, team.hidden, team.heads, team.kv_heads, team.ffn, 512 / team.seq_len,
+      team.seq_len, slows,
       slows == "matmul"
           ? "their matrix multiplications (aten::mm, addmm: the linear projections, forward and backward) "
             "stretched to that many times their CPU time, as FlexTP's evaluation injects stragglers"

@@ -164,6 +164,7 @@ torch::Tensor FlexTpTeam::Keep(Layer& l, double ratio, torch::Device device) {
   const int64_t units = options_.costs.units, own = units - balance().given[options_.index];
   const auto prune = static_cast<int64_t>(std::llround(ratio * static_cast<double>(own)));
   if (prune <= 0 && own == units) return {};
+  if (prune <= 0) return torch::arange(own, torch::TensorOptions().dtype(torch::kInt64).device(device));
   return torch::tensor(l.priority.Keep(own, prune, step_), torch::kInt64).to(device);
 }
 
@@ -320,7 +321,11 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   l.work = LayerWork();
   l.borrowed.clear();
   torch::NoGradGuard no_grad;
-  if (!l.priority.refreshed() || step_ - l.priority.refreshed_step() >= options_.config.stats_interval_steps)
+  // The pruning priorities, only where the team may prune: their refresh copies every unit's weights
+  // in fp64 (a spike every stats_interval_steps that a migrating team would pay for nothing).
+  const bool may_prune = options_.config.mode == "resize" || options_.config.mode == "semi";
+  if (may_prune && (!l.priority.refreshed() ||
+                    step_ - l.priority.refreshed_step() >= options_.config.stats_interval_steps))
     l.priority.Refresh(UnitRows(w), step_);
   const TeamBalance& b = balance();
   const int me = options_.index;
@@ -328,8 +333,7 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   auto ratio = layer_ratio_.find(layer);
   l.work.keep = Keep(l, ratio != layer_ratio_.end() ? ratio->second : b.prune_ratio[me], w[6].device());
   if (b.given_heads[me] > 0) l.work.attention_keep = options_.costs.heads - b.given_heads[me];
-  if (balancer_.costs().attention_prunable >
-      0) {  // ZERO-resizing of the attention: its projections' features
+  if (may_prune && balancer_.costs().attention_prunable > 0) {  // ZERO-resizing of the attention's features
     if (!l.attention_priority.refreshed() ||
         step_ - l.attention_priority.refreshed_step() >= options_.config.stats_interval_steps)
       l.attention_priority.Refresh(AttentionFeatureRows(w), step_);
