@@ -37,7 +37,10 @@ Result<std::vector<TypeCalibration>> CalibrateProfile(Profile* profile, const Si
   std::vector<ProfileEntry*> entries;
   for (auto& [type, c] : by_type) {
     c.scale = c.measured_compute_s / c.simulated_compute_s;
-    if (c.scale > 5 || c.scale < 0.2)
+    // Wide bounds: ranks that share cores (emulated devices, a busy host) legitimately run several
+    // times slower than the one process the profile timed (4 ranks on 2 busy cores measured ~5x),
+    // and that is what calibration is for; only metrics that cannot be of this plan are refused.
+    if (c.scale > 20 || c.scale < 0.05)
       return Status::InvalidArgument(
           fmt::format("{}: the run measured {:.1f} ms of compute a step where the plan predicts {:.1f} ms "
                       "({:.2f}x): the metrics "

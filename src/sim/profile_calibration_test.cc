@@ -104,7 +104,7 @@ TEST(CalibrateProfile, MetricsOfAnotherPlanAreOneClearError) {
   ASSERT_FALSE(ranks.ok());
   EXPECT_NE(ranks.status().message().find("1 ranks and the plan 2"), std::string::npos)
       << ranks.status().message();
-  const std::vector<double> far = {10 * sim.devices[0].compute_busy_s, sim.devices[1].compute_busy_s};
+  const std::vector<double> far = {40 * sim.devices[0].compute_busy_s, sim.devices[1].compute_busy_s};
   Result<std::vector<TypeCalibration>> off = CalibrateProfile(&profile, sim, far, m, 128, Precision::kBf16);
   ASSERT_FALSE(off.ok());
   EXPECT_NE(off.status().message().find("not of a run of this plan"), std::string::npos)
