@@ -272,9 +272,11 @@ int main(int argc, char** argv) {
   {
     int code = 0;
     const std::string out =
-        Run("cd '" + dir.string() + "' && " + std::string(MOTLEY_BIN) +
-                " profile --cluster cluster.toml --model model.toml --seq-len 64 --precision fp32 "
-                "--max-microbatch 8 --links -o profile.json 2>&1",
+        // At the team's own sequence length: a profile of another length leaves the simulator on the
+        // roofline and `motley calibrate` with nothing to scale (session 70's 256-token runs).
+        Run(fmt::format("cd '{}' && {} profile --cluster cluster.toml --model model.toml --seq-len {} "
+                        "--precision fp32 --max-microbatch {} --links -o profile.json 2>&1",
+                        dir.string(), MOTLEY_BIN, team.seq_len, 512 / team.seq_len),
             &code);
     if (code == 0)
       profile = "profile.json";
