@@ -38,7 +38,7 @@ Result<std::vector<TypeCalibration>> CalibrateProfile(Profile* profile, const Si
   for (auto& [type, c] : by_type) {
     c.scale = c.measured_compute_s / c.simulated_compute_s;
     // Wide bounds: ranks that share cores (emulated devices, a busy host) legitimately run several
-    // times slower than the one process the profile timed (4 ranks on 2 busy cores measured ~5x),
+    // times slower than the one process the profile timed (4 ranks on 2 busy cores measured 5.97x),
     // and that is what calibration is for; only metrics that cannot be of this plan are refused.
     if (c.scale > 20 || c.scale < 0.05)
       return Status::InvalidArgument(
