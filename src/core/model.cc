@@ -201,7 +201,8 @@ double CheckpointedBackwardBytes(const ModelSpec& m, int64_t seq_len, Precision 
 
 double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
                                   int tp) {
-  return 1.2 * LayerActivationBytesPerToken(m, seq_len, p, fused_attention, tp);
+  return 1.21 * LayerActivationBytesPerToken(m, seq_len, p, fused_attention, tp) +
+         static_cast<double>(m.hidden_size) * BytesPerElement(p);
 }
 
 }  // namespace motley

@@ -130,9 +130,12 @@ double LayerActivationBytesPerToken(const ModelSpec& m, int64_t seq_len, Precisi
 double LayerForwardPeakBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
                                      int tp = 1);
 /// What a layer's backward holds at its peak, per token: its saved activations and the gradients in
-/// flight while they are consumed — measured at 1.15-1.19 times the saved activations at a
-/// thousand tokens and more (tensor_parallel_test; the weights' gradients aside, which a schedule
-/// counts as gradients), counted as 1.2.
+/// flight while they are consumed — measured at 1.18-1.21 times the saved activations for 512 to
+/// 2,048 tokens (tensor_parallel_test; the weights' gradients aside, which a schedule counts as
+/// gradients), counted as 1.21 — and the gradient of its output that it consumes (h values in the
+/// compute precision, on every tensor-parallel rank), which the layer above made. Before that was
+/// counted, a fp64 run of llama-1m held 1.3% more than predicted and ran out of memory in a plan
+/// predicted to fit.
 double LayerBackwardBytesPerToken(const ModelSpec& m, int64_t seq_len, Precision p, bool fused_attention,
                                   int tp = 1);
 /// What the head's piece of a checkpointed backward holds at its peak, per token: its recomputed

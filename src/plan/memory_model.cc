@@ -81,8 +81,9 @@ double DataParallelPeakBytes(const DataParallelMemoryInput& in, int64_t microbat
                 (LossSavedBytesPerToken(m, in.precision) + HeadBackwardExtraBytesPerToken(m, in.precision)) *
                     tokens +
                 unit * s.grads;
-  // Between ministages the gradient of a layer boundary arrives while the next one is made.
-  const double backward = saved + working + 2 * act + gathered + grads;
+  // A layer's backward holds the gradient of its output and makes its input's (working, model.h);
+  // between ministages the boundary's gradient made is kept until sent.
+  const double backward = saved + working + act + gathered + grads;
   return DataParallelStaticBytes(in) + std::max(forward, backward);
 }
 

@@ -107,7 +107,8 @@ TEST(Escalation, AStepOutOfMemoryIsRunAgainUnderAMoreFrugalPlanFromTheSameState)
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const Metrics got = ReadMetrics(dir.Join("run/metrics.jsonl"));
   const Metrics want = ReadMetrics(dir.Join("reference/metrics.jsonl"));
-  ASSERT_EQ(got.events.size(), 1u);
+  ASSERT_EQ(got.events.size(), 1u) << r.output << "\n"
+                                   << motley::ReadFileToString(dir.Join("run/metrics.jsonl")).value();
   EXPECT_EQ(got.events[0]["event"], "escalation");
   EXPECT_EQ(got.events[0]["step"], 3);
   ASSERT_EQ(want.loss.size(), 4u);

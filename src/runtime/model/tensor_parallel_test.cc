@@ -233,10 +233,14 @@ TEST(TensorParallel, ARanksActivationsAreWhatTheMemoryModelCounts) {
         int64_t weight_grads = 0;
         for (const torch::Tensor& t : w) weight_grads += t.nbytes();
         torch::autograd::grad({y}, inputs, {dy});
-        const double peak = static_cast<double>(ledger.peak_bytes() - before - weight_grads + x.nbytes());
+        // With the gradient of its output, which the layer above made (dy, held before `before`).
+        const double peak =
+            static_cast<double>(ledger.peak_bytes() - before - weight_grads + x.nbytes() + dy.nbytes());
         const double predicted_peak = LayerBackwardBytesPerToken(spec, seq, p, false, tp) * tokens;
-        EXPECT_NEAR(peak, predicted_peak, 0.1 * predicted_peak)
-            << where << ": measured " << peak / predicted_peak << "x";
+        // Measured 0.97-1.00x. Memory the model misses makes a plan it judged to fit run out (a
+        // fp64 layer at 128 tokens held 1.04x before the output's gradient was counted): at most 1%.
+        EXPECT_LE(peak, 1.01 * predicted_peak) << where << ": measured " << peak / predicted_peak << "x";
+        EXPECT_GE(peak, 0.95 * predicted_peak) << where << ": measured " << peak / predicted_peak << "x";
       }
     }
   }
