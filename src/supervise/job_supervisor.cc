@@ -15,6 +15,7 @@
 #include "core/units.h"
 #include "plan/baselines.h"
 #include "plan/plan_io.h"
+#include "plan/plan_matches_job.h"
 #include "profile/cluster_profiler.h"
 #include "profile/device_probe.h"
 #include "runtime/device/rank_device.h"
@@ -280,6 +281,11 @@ int SuperviseJob(const std::string& job_arg, const JobSpec& job_as_given, const 
   } else if (!on_cpu) {
     if (Status s = CheckClusterFitsThisHost(job.cluster, here.num_cuda_devices, job_arg); !s.ok())
       return fail(s);
+  }
+  if (!options.planned.plan_path.empty()) {  // a plan for another batch: said before measuring
+    Result<Plan> given = LoadPlanFile(options.planned.plan_path);
+    if (!given.ok()) return fail(given.status());
+    if (Status s = CheckPlanMatchesJob(*given, job, options.planned.plan_path); !s.ok()) return fail(s);
   }
   fmt::print("{} devices in {}: measure, plan, then launch one rank per device{}\n",
              job.cluster.num_devices(), job.cluster.name,

@@ -393,6 +393,25 @@ TEST(TrainCli, BadDataGetsOneClearError) {
   EXPECT_CONTAINS(spm.output, "none.model: no such sentencepiece model");
 }
 
+// A plan given for another batch than the job's is one error, before anything is measured or any
+// rank starts (before: four ranks each said it after the links were measured and the plan simulated).
+TEST(TrainCli, APlanForAnotherBatchIsOneErrorBeforeAnythingStarts) {
+  TempDir dir;
+  std::string plan =
+      motley::ReadFileToString(std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/local-even-dp.toml").value();
+  const std::string from = "num_microbatches = [4, 4, 4, 4]";
+  plan.replace(plan.find(from), from.size(), "num_microbatches = [4, 4, 4, 2]");
+  const std::string path = dir.Write("short.plan.toml", plan);
+  CliRun r = Motley("train default --steps 1 --plan " + path, false, dir.path().string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const std::string error =
+      "short.plan.toml: the plan's microbatches add up to 28 sequences a step but the job";
+  EXPECT_CONTAINS(r.output, error + " builtin:examples/jobs/default.toml has global_batch_sequences = 32");
+  EXPECT_EQ(r.output.find(error), r.output.rfind(error)) << "said more than once: " << r.output;
+  EXPECT_EQ(r.output.find("measure, plan"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("motley launch"), std::string::npos) << r.output;
+}
+
 // The built-in default job's ~1M-parameter model learns the built-in corpus: validation loss falls
 // well below its starting value (ln 256 = 5.55 for uniform guesses) in a minute of CPU time.
 TEST(TrainCli, DefaultModelLowersValidationLossOnTheBuiltinCorpus) {
