@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -161,19 +162,19 @@ void PrintPlans(const JobPlans& p, const TrainingConfig& tc) {
   std::fflush(stdout);
 }
 
-// A plan given on the command line (--plan), launched as it is — unless the simulator predicts it
-// runs out of memory and the command did not insist.
+// A plan given on the command line (--plan, read and checked against the job before measuring),
+// launched as it is — unless the simulator predicts it runs out of memory and the command did not
+// insist.
 int LaunchGivenPlan(const JobSpec& job, const TrainOptions& options, const std::vector<std::string>& args,
-                    const JobFiles& files, const Profile& profile, const PlanRequest& request) {
+                    const JobFiles& files, const Profile& profile, const PlanRequest& request,
+                    const Plan& given) {
   auto fail = [](const Status& s) {
     fmt::print(stderr, "motley train: {}\n", s.message());
     return kExitFailure;
   };
   const TrainingConfig& tc = job.training;
   CostModel costs(job.cluster, job.model, &profile, tc.seq_len, tc.precision, tc.activation_checkpointing);
-  Result<Plan> given = LoadPlanFile(options.planned.plan_path);
-  if (!given.ok()) return fail(given.status());
-  Result<PlanEvaluation> predicted = SimulationEvaluator(job.cluster, job.model, costs)(*given, {});
+  Result<PlanEvaluation> predicted = SimulationEvaluator(job.cluster, job.model, costs)(given, {});
   if (!predicted.ok()) return fail(predicted.status());
   if (!predicted->fits_memory && !options.supervisor.even_if_predicted_oom)
     return fail(Status::OutOfMemory(
@@ -184,13 +185,13 @@ int LaunchGivenPlan(const JobSpec& job, const TrainOptions& options, const std::
   fmt::print("plan: {} (given), predicted step {}{}\n", options.planned.plan_path,
              FormatDuration(predicted->step_time_s),
              predicted->fits_memory ? "" : fmt::format(" — predicted not to fit: {}", predicted->oom));
-  PrintPlan(*given);
+  PrintPlan(given);
   // The ranks read a copy: a more frugal plan replaces it, never the file given.
-  if (Status s = WritePlanAndProfile(files, *given, profile); !s.ok()) return fail(s);
+  if (Status s = WritePlanAndProfile(files, given, profile); !s.ok()) return fail(s);
   std::fflush(stdout);
   SupervisedRun run{job,           options,       args,    files.self, files.plan,
                     files.profile, files.metrics, profile, request,    job.plan.strategy};
-  return LaunchEscalating(run, *given);
+  return LaunchEscalating(run, given);
 }
 
 // 4. The baseline, measured: the even split trained for options.supervisor.baseline_steps; then online
@@ -282,10 +283,12 @@ int SuperviseJob(const std::string& job_arg, const JobSpec& job_as_given, const 
     if (Status s = CheckClusterFitsThisHost(job.cluster, here.num_cuda_devices, job_arg); !s.ok())
       return fail(s);
   }
-  if (!options.planned.plan_path.empty()) {  // a plan for another batch: said before measuring
-    Result<Plan> given = LoadPlanFile(options.planned.plan_path);
-    if (!given.ok()) return fail(given.status());
-    if (Status s = CheckPlanMatchesJob(*given, job, options.planned.plan_path); !s.ok()) return fail(s);
+  std::optional<Plan> given;  // --plan: a plan for another batch is said before measuring
+  if (!options.planned.plan_path.empty()) {
+    Result<Plan> read = LoadPlanFile(options.planned.plan_path);
+    if (!read.ok()) return fail(read.status());
+    if (Status s = CheckPlanMatchesJob(*read, job, options.planned.plan_path); !s.ok()) return fail(s);
+    given = std::move(*read);
   }
   fmt::print("{} devices in {}: measure, plan, then launch one rank per device{}\n",
              job.cluster.num_devices(), job.cluster.name,
@@ -297,8 +300,7 @@ int SuperviseJob(const std::string& job_arg, const JobSpec& job_as_given, const 
   if (Status s = ApplyMeasuredReserves(*profile, "the profile", &job.cluster); !s.ok()) return fail(s);
   const JobFiles files = FilesFor(job, options);
   const PlanRequest request = PlanRequestForJob(job);
-  if (!options.planned.plan_path.empty())
-    return LaunchGivenPlan(job, options, args, files, *profile, request);
+  if (given) return LaunchGivenPlan(job, options, args, files, *profile, request, *given);
 
   Result<JobPlans> plans = PlanForJob(job, *profile, request);  // 2
   if (!plans.ok()) return fail(plans.status());
