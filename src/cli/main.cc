@@ -4,8 +4,10 @@
 #include <string>
 #include <vector>
 
-#if defined(__GLIBC__) && !defined(MOTLEY_WITH_TORCH)
+#if defined(__GLIBC__)
 #include <malloc.h>
+#endif
+#if defined(__GLIBC__) && !defined(MOTLEY_WITH_TORCH)
 #include <unistd.h>
 
 #include <cstdlib>
@@ -89,11 +91,21 @@ int main(int argc, char** argv) {
   if (motley::cli::Plans(argc, argv)) motley::cli::RestartWithHugePages(argv);
   // Planning lowers, simulates and frees schedules of tens of megabytes by the dozen. glibc maps
   // large blocks and unmaps them on free, so each lowering faulted its memory in anew (a quarter
-  // of `motley plan`'s time in the kernel on Zorse's C); kept in the heap, they are reused. (Not in
-  // motley-torch, whose tensors should go back to the system when freed.)
+  // of `motley plan`'s time in the kernel on Zorse's C); kept in the heap, they are reused.
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   mallopt(M_TOP_PAD, 64 << 20);
+#elif defined(__GLIBC__)
+  // A rank allocates and frees the same activations and gradients every step. With glibc's
+  // defaults blocks of a few hundred KB were mapped and unmapped, and the heap's top handed back,
+  // so every step faulted its pages in anew: on CPU ranks 7,000 faults a step and 13-20% of the
+  // step (the FlexTP bench's team, paired, bench/reports/flextp_stragglers.md, session 73). Kept in
+  // the heap, they are reused. Blocks over 32 MiB (weights being loaded, checkpoint buffers) still
+  // go back to the system when freed. All three together: a trim threshold alone fixes the mmap
+  // threshold at its 128 KiB default, and the step ran 3x slower.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_TOP_PAD, 16 << 20);
 #endif
   const std::vector<std::string> args(argv + 1, argv + argc);
   return motley::cli::RunGuarded("motley", [&] { return motley::cli::Main(args); });
