@@ -98,8 +98,8 @@ int main(int argc, char** argv) {
 #elif defined(__GLIBC__)
   // A rank allocates and frees the same activations and gradients every step. With glibc's
   // defaults blocks of a few hundred KB were mapped and unmapped, and the heap's top handed back,
-  // so every step faulted its pages in anew: on CPU ranks 7,000 faults a step and 13-20% of the
-  // step (the FlexTP bench's team, paired, bench/reports/flextp_stragglers.md, session 73). Kept in
+  // so every step faulted its pages in anew: on CPU ranks twice the page faults a run and 8-20% of
+  // the step (the FlexTP bench's team, paired, bench/reports/flextp_stragglers.md, session 73). Kept in
   // the heap, they are reused. Blocks over 32 MiB (weights being loaded, checkpoint buffers) still
   // go back to the system when freed. All three together: a trim threshold alone fixes the mmap
   // threshold at its 128 KiB default, and the step ran 3x slower.
