@@ -2,14 +2,15 @@
 // team of 4 ranks (one group, tp_degree = 4) trains a 2-layer Llama (hidden 512, 16 heads, ffn 2048) while
 // emulated stragglers slow down — one rank 2x, 4x, 8x; then half the ranks (two) 2x, 4x, 8x — under
 // each mode: off (the team waits), migrate (migrate-bcast: by broadcast-reduce, FlexTP's;
-// migrate-p2p: point to point), resize, semi (migrating as `migration = "auto"` does on CPU ranks:
-// point to point; stragglers judged against the average and split by FlexTP's cost model (Eq. 2-3,
-// with its pre-test); semi-search: split by motley's earlier grid search; semi-fastest: the cost
-// model, stragglers judged against the fastest rank; semi-last-step: semi deciding on each step's
-// times alone, FlexTP's rule, where motley judges each rank by its median over three steps). Reported per
-// scenario and mode: the median step time over steps 3..N and its ratio to the same team without stragglers
-// (measured in the same run), the final training and validation losses against exact training on the same
-// data (mode off, which is exact), the largest pruned fraction and the units moved.
+// migrate-p2p: point to point; migrate-proj: point to point, lent query heads moving as their q and o
+// projections, the straggler keeping their scores — `lend_attention = "projections"`), resize, semi
+// (migrating as `migration = "auto"` does on CPU ranks: point to point; stragglers judged against the average
+// and split by FlexTP's cost model (Eq. 2-3, with its pre-test); semi-search: split by motley's earlier grid
+// search; semi-fastest: the cost model, stragglers judged against the fastest rank; semi-last-step: semi
+// deciding on each step's times alone, FlexTP's rule, where motley judges each rank by its median over three
+// steps). Reported per scenario and mode: the median step time over steps 3..N and its ratio to the same team
+// without stragglers (measured in the same run), the final training and validation losses against exact
+// training on the same data (mode off, which is exact), the largest pruned fraction and the units moved.
 //
 // Stragglers are slowed as FlexTP's evaluation slows them (flextp.txt §V: the matrix multiplications
 // of the linear projections that many times slower; `slows = "matmul"`), or with --slows compute as a
@@ -170,7 +171,7 @@ int main(int argc, char** argv) {
   // --slows and --only are this benchmark's own; the rest are every benchmark's.
   std::string slows = "matmul", only, team_name = "default", shape;
   bool keep = false;
-  const std::vector<std::string> known = {"off",  "migrate-bcast", "migrate-p2p",  "resize",
+  const std::vector<std::string> known = {"off",  "migrate-bcast", "migrate-p2p",  "migrate-proj",  "resize",
                                           "semi", "semi-search",   "semi-fastest", "semi-last-step"};
   std::vector<std::string> modes = known;
   std::vector<char*> rest = {argv[0]};
@@ -446,7 +447,9 @@ int main(int argc, char** argv) {
       "against mode off (exact) in the "
       "same scenario. `migrate-bcast` moves a straggler's units by broadcast-reduce (FlexTP §IV-A), "
       "`migrate-p2p` the "
-      "same units point to point; `semi` migrates as `migration = \"auto\"` does on CPU ranks (point to "
+      "same units point to point (lent query heads computed whole by their receivers), `migrate-proj` "
+      "point to point lending query heads' projections (the straggler keeps their scores); `semi` migrates "
+      "as `migration = \"auto\"` does on CPU ranks (point to "
       "point) and judges "
       "stragglers against the team's average, splitting each straggler's gap by FlexTP's cost model (Eq. "
       "2-3, the costs "

@@ -87,8 +87,8 @@ num_microbatches = [{}]
 
 inline std::string Job(const Team& t, int steps, const std::string& mode, const std::vector<int>& slow,
                        double factor, const std::string& slows) {
-  std::string j =
-      fmt::format(R"(model = "model.toml"
+  std::string j = fmt::format(
+      R"(model = "model.toml"
 cluster = "cluster.toml"
 [training]
 steps = {}
@@ -105,19 +105,20 @@ lr = 3e-3
 [tensor_parallel]
 mode = "{}"
 migration = "{}"
+lend_attention = "{}"
 semi_reference = "{}"
 semi_solver = "{}"
 decision_window_steps = {}
 )",
-                  steps, t.seq_len, 512 / t.seq_len,
-                  mode == "migrate-p2p" || mode == "migrate-bcast" ? "migrate"
-                  : mode.starts_with("semi")                       ? "semi"
-                                                                   : mode,
-                  mode == "migrate-p2p"     ? "point-to-point"
-                  : mode == "migrate-bcast" ? "broadcast-reduce"
-                                            : "auto",
-                  mode == "semi-fastest" ? "fastest" : "average",
-                  mode == "semi-search" ? "search" : "cost-model", mode == "semi-last-step" ? 1 : 3);
+      steps, t.seq_len, 512 / t.seq_len,
+      mode.starts_with("migrate-") ? "migrate"
+      : mode.starts_with("semi")   ? "semi"
+                                   : mode,
+      mode == "migrate-p2p" || mode == "migrate-proj" ? "point-to-point"
+      : mode == "migrate-bcast"                       ? "broadcast-reduce"
+                                                      : "auto",
+      mode == "migrate-proj" ? "projections" : "heads", mode == "semi-fastest" ? "fastest" : "average",
+      mode == "semi-search" ? "search" : "cost-model", mode == "semi-last-step" ? 1 : 3);
   for (int r : slow)
     j +=
         fmt::format("[[emulation.stragglers]]\nrank = {}\nslowdown = {}\nslows = \"{}\"\n", r, factor, slows);

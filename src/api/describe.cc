@@ -247,6 +247,7 @@ nlohmann::json DescribeJobJson(const JobSpec& job) {
           {"tensor_parallel",
            {{"mode", tp.mode},
             {"migration", tp.migration},
+            {"lend_attention", tp.lend_attention},
             {"straggler_threshold", tp.straggler_threshold},
             {"semi_reference", tp.semi_reference},
             {"semi_solver", tp.semi_solver},

@@ -100,7 +100,8 @@ nlohmann::json SimulateAnswerJson(const SimulateAnswer& answer) {
                          {"units_given", l.units_given},
                          {"heads_given", l.heads_given},
                          {"units_received", l.units_received},
-                         {"heads_received", l.heads_received}});
+                         {"heads_received", l.heads_received},
+                         {"lend_projections", l.lend_projections}});
     }
     teams.push_back({{"team_compute_s", FlexTpTeamComputeS(t)}, {"ranks", members}});
   }

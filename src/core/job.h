@@ -91,6 +91,15 @@ struct TensorParallelConfig {
   /// sent only its run and returns its gradients itself), or "auto": broadcast-reduce on GPUs,
   /// point to point on CPU ranks (UsesBroadcastReduce says why). Outputs join the block's all-reduce.
   std::string migration = "auto";
+  /// What a straggler's lent query head hands its receiver when migrating point to point: "heads"
+  /// (the receiver computes the whole head: its q and o projections and its scores, with the key
+  /// and value its owner sends) or "projections" (the receiver computes the head's q and o
+  /// projections; the owner keeps the scores with its own key and value — the query goes out and the
+  /// scores' output comes back each forward, their gradients each backward). Broadcast-reduce lends
+  /// heads. On the FlexTP bench's held-out kind of team (a straggler whose matrix multiplications
+  /// are slow, its scores not) the two stepped alike: the scores of a 64-256-token head are a small
+  /// part of it, and the four transfers' waits ate what they saved (bench/reports/flextp_stragglers.md).
+  std::string lend_attention = "heads";
   double straggler_threshold = 0.05;  // slower than the team's reference by more than this: a straggler
   /// What `semi` judges stragglers against: "fastest" (FlexTP §IV-B's strictest criterion, the
   /// team's fastest rank) or "average" (the team's mean, as migrate and resize always do, §III-A).

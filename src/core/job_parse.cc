@@ -108,6 +108,7 @@ void ParsePlan(TomlTable& t, PlanConfig* c) {
 void ParseTensorParallel(TomlTable& t, TensorParallelConfig* c) {
   if (auto v = t.Choice("mode", {"off", "migrate", "resize", "semi"})) c->mode = *v;
   if (auto v = t.Choice("migration", {"auto", "broadcast-reduce", "point-to-point"})) c->migration = *v;
+  if (auto v = t.Choice("lend_attention", {"heads", "projections"})) c->lend_attention = *v;
   if (auto v = t.Number("straggler_threshold", 0.0, 10.0)) c->straggler_threshold = *v;
   if (auto v = t.Choice("semi_reference", {"average", "fastest"})) c->semi_reference = *v;
   if (auto v = t.Choice("semi_solver", {"cost-model", "search"})) c->semi_solver = *v;

@@ -33,6 +33,7 @@ FlexTpRankLoad RankLoad(const TeamBalance& b, int rank) {
   if (r < b.given_heads.size()) l.heads_given = b.given_heads[r];
   l.units_received = b.received(rank, false);
   l.heads_received = b.received(rank, true);
+  l.lend_projections = b.lend_projections && (l.heads_given > 0 || l.heads_received > 0);
   return l;
 }
 
@@ -366,6 +367,8 @@ void FlexTpBalancer::Search(TeamBalance& b, const std::vector<double>& nominal,
 
 TeamBalance FlexTpBalancer::Decide(const std::vector<double>& nominal) const {
   TeamBalance b;
+  // Lent heads move as their projections where the team says so (point to point only).
+  b.lend_projections = costs_.kv_from_owner && config_.lend_attention == "projections";
   b.prune_ratio.assign(team_size_, 0);
   b.given.assign(team_size_, 0);
   b.given_heads.assign(team_size_, 0);

@@ -89,6 +89,9 @@ struct TeamBalance {
   // The team's: every attention and MLP block ends in the team's all-reduce, so each lasts as long
   // as its slowest rank (FlexTpBalancer::TeamTime); at least the slowest rank's predicted_s.
   double team_s = 0;
+  // Point to point, a lent query head's receiver computes only its q and o projections; the owner
+  // keeps its scores (TensorParallelConfig::lend_attention). Else the receiver computes it whole.
+  bool lend_projections = false;
 
   bool any() const;
   int64_t received(int rank, bool attention = false) const;
@@ -104,6 +107,7 @@ struct FlexTpRankLoad {
   double prune_ratio = 0;
   int64_t units_given = 0, heads_given = 0;        // its own MLP units and query heads computed elsewhere
   int64_t units_received = 0, heads_received = 0;  // others' it computes
+  bool lend_projections = false;  // the heads it lends or borrows move as their q and o projections
 };
 FlexTpRankLoad RankLoad(const TeamBalance& b, int rank);
 
@@ -169,7 +173,8 @@ class FlexTpBalancer {
   double OwnWork(const TeamBalance& b, int r) const;
   double BorrowedWork(const TeamBalance& b, int r) const;
   // The same for its attention alone, relative to its own attention (unpruned): the heads' part
-  // by heads, the key/value part by the groups those heads touch.
+  // by heads, the key/value part by the groups those heads touch; lending projections, the owner
+  // keeps its lent heads' scores and the receiver computes their q and o projections alone.
   double OwnAttention(const TeamBalance& b, int r) const;
   double BorrowedAttention(const TeamBalance& b, int r) const;
   // Re-estimates fixed_ and borrowed_ from two steps that ran under different balances; true

@@ -390,6 +390,51 @@ TEST(FlexTpBalancer, ALentRunsKeyAndValueAreItsOwnersWork) {
   EXPECT_LT(t.team_s, recomputed.Update({1.0, 3.0, 1.0}).team_s);
 }
 
+// Lending projections (TensorParallelConfig::lend_attention): a lent head's receiver computes its q
+// and o projections alone (0.5 x 1/2 of an own attention, the scores' 0.2 staying), its owner keeps
+// the scores of every head it holds (0.2) beside its group's key and value (0.3). A team lends as
+// its `lend_attention` says.
+TEST(FlexTpBalancer, LendingProjectionsKeepsTheScoresWithTheOwner) {
+  FlexTpCosts c = Costs();
+  c.units = 512;
+  c.mlp_fraction = 0;  // the attention block alone, nothing fixed
+  c.attention_fraction = 1;
+  c.heads = 2;
+  c.heads_per_group = 2;
+  c.kv_fraction = 0.3;
+  c.scores_fraction = 0.2;
+  c.kv_from_owner = true;
+  TensorParallelConfig projections = Mode("migrate"), heads = Mode("migrate");
+  projections.lend_attention = "projections";
+  heads.lend_attention = "heads";
+  const FlexTpBalancer attention_only(projections, 3, c);
+  TeamBalance lent{{0, 0, 0}, {0, 0, 0}, {0, 2, 0}, {{1, 0, 0, 1, true}, {1, 2, 1, 1, true}}, {}};
+  lent.lend_projections = true;  // the receivers 1 + 0.25, the owner 0.2 + 0.3 (at 3x: 1.5)
+  EXPECT_NEAR(attention_only.TeamTime(lent, {1.0, 3.0, 1.0}, {}), 1.5, 1e-12);
+  EXPECT_NEAR(attention_only.TeamTime(lent, {1.0, 1.0, 1.0}, {}), 1.25, 1e-12);
+  lent.lend_projections = false;  // lending heads: the receivers 1 + 0.35, the owner 0.3 (0.9)
+  EXPECT_NEAR(attention_only.TeamTime(lent, {1.0, 3.0, 1.0}, {}), 1.35, 1e-12);
+
+  // A team lends as it is told; on the held-out kind of team (one rank 3x) both lend the straggler's
+  // two heads.
+  c.mlp_fraction = 0.6;
+  c.attention_fraction = 0.3;
+  FlexTpBalancer told_heads(heads, 3, c), told_projections(projections, 3, c);
+  EXPECT_FALSE(told_heads.Update({1.0, 3.0, 1.0}).lend_projections);
+  EXPECT_EQ(told_heads.balance().given_heads[1], 2);
+  EXPECT_TRUE(told_projections.Update({1.0, 3.0, 1.0}).lend_projections);
+  EXPECT_EQ(told_projections.balance().given_heads[1], 2);
+  EXPECT_TRUE(RankLoad(told_projections.balance(), 0).lend_projections);
+  EXPECT_FALSE(RankLoad(told_heads.balance(), 0).lend_projections);
+  // Broadcast-reduce lends heads whatever it is told; an even team lends nothing.
+  c.kv_from_owner = false;
+  FlexTpBalancer broadcast(projections, 3, c);
+  EXPECT_FALSE(broadcast.Update({1.0, 3.0, 1.0}).lend_projections);
+  c.kv_from_owner = true;
+  FlexTpBalancer even(projections, 3, c);
+  EXPECT_FALSE(RankLoad(even.Update({1.0, 1.0, 1.0}), 1).lend_projections);
+}
+
 TensorParallelConfig Semi(const std::string& solver, double max_prune = 0.9,
                           const std::string& reference = "average") {
   TensorParallelConfig c = Mode("semi", max_prune);

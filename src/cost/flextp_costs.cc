@@ -20,6 +20,7 @@ FlexTpCosts FlexTpCostsFor(const ModelSpec& spec, int tp, int64_t seq_len, const
   c.attention_fraction = 0.9 * attention / (mlp + attention);
   c.attention_prunable = 2 * (2 * h * h + 2 * h * kv) / attention;  // the projections' part
   c.kv_fraction = 2 * 2 * h * kv / attention;                       // the key and value projections' part
+  c.scores_fraction = 4 * s * h / attention;
   const double bandwidth = cluster.LinkBetween(a, b).bandwidth_bytes_per_s;
   const double per_step = 2.0 * static_cast<double>(layers);  // out and back
   const double unit_bytes = 3 * h * 4;  // a gate row, an up row and a down column in fp32

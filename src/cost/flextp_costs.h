@@ -22,6 +22,8 @@ struct FlexTpCosts {
   double attention_fraction = 0.25;  // ... and in its attention heads
   double kv_fraction = 0;            // the part of the attention's work in the key/value projections: a
                                      // group's, computed once by each rank that computes any of its heads
+  double scores_fraction = 0;     // the part of the attention's work in its heads' scores and their weighted
+                                  // sum (what a head's owner keeps when it lends the head's projections)
   double attention_prunable = 0;  // the part of the attention's work ZERO-resizing prunes (its projections;
                                   // the scores are not): 0, only the MLP is pruned
   double migrate_s_per_unit = 0;  // a migrated MLP unit's communication per step, on sender and receiver

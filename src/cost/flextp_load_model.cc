@@ -44,20 +44,26 @@ double FlexTpBalancer::OwnAttention(const TeamBalance& b, int r) const {
   const double heads = static_cast<double>(std::max<int64_t>(costs_.heads, 1));
   const double groups = static_cast<double>(std::max<int64_t>(costs_.heads / per, 1));
   const int64_t kept = costs_.heads - b.given_heads[r];  // its first heads: the groups they reach
-  // Lending by point to point, it computes the key and value of the groups its lent heads touch too.
+  // Lending by point to point, it computes the key and value of the groups its lent heads touch too
+  // (and, lending projections, their heads' scores).
   const int64_t lent = costs_.kv_from_owner ? GroupsTouched(kept, b.given_heads[r], per) : 0;
-  return (1 - costs_.kv_fraction) * static_cast<double>(kept) / heads +
-         costs_.kv_fraction * static_cast<double>(GroupsTouched(0, kept, per) + lent) / groups;
+  const double kv = costs_.kv_fraction * static_cast<double>(GroupsTouched(0, kept, per) + lent) / groups;
+  if (b.lend_projections)
+    return (1 - costs_.kv_fraction - costs_.scores_fraction) * static_cast<double>(kept) / heads +
+           costs_.scores_fraction + kv;
+  return (1 - costs_.kv_fraction) * static_cast<double>(kept) / heads + kv;
 }
 
 double FlexTpBalancer::BorrowedAttention(const TeamBalance& b, int r) const {
   const int64_t per = std::max<int64_t>(1, costs_.heads_per_group);
   const double heads = static_cast<double>(std::max<int64_t>(costs_.heads, 1));
   const double groups = static_cast<double>(std::max<int64_t>(costs_.heads / per, 1));
+  // A borrowed head's part: its q and o projections, and its scores unless its owner keeps them.
+  const double head = 1 - costs_.kv_fraction - (b.lend_projections ? costs_.scores_fraction : 0);
   double work = 0;
   for (const UnitMove& m : b.moves)
     if (m.attention && m.to == r)
-      work += (1 - costs_.kv_fraction) * static_cast<double>(m.count) / heads +
+      work += head * static_cast<double>(m.count) / heads +
               (costs_.kv_from_owner
                    ? 0
                    : costs_.kv_fraction * static_cast<double>(GroupsTouched(m.begin, m.count, per)) / groups);

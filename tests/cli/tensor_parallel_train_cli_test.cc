@@ -15,6 +15,8 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -419,9 +421,11 @@ TEST_F(TensorParallelEquivalence, AWidthThatDoesNotDivideTheVocabularyPadsItExac
 
 // Grouped-query attention with one key/value group a rank (Llama 3 8B's ranks at width 8): a
 // straggler's query heads move point to point, and their owner sends each receiver the key and value
-// of the group every forward and takes their gradients back in the backward (issue #47 §8b) — exact
-// in fp64 against one process, with and without recomputation (a checkpointed layer's first forward
-// sends them too) and with validation forwards between the steps.
+// of the group every forward and takes their gradients back in the backward (issue #47 §8b) — or,
+// lending projections, the receiver sends the heads' queries and takes their scores' output back,
+// the owner attending with its own key and value — exact in fp64 against one process either way,
+// with and without recomputation (a checkpointed layer's first forward sends them too) and with
+// validation forwards between the steps.
 TEST_F(TensorParallelEquivalence, LentQueryHeadsTakeTheirKeysAndValuesFromTheirOwnerExactly) {
   dir_->Write("gqa6.toml",
               "name = \"gqa6\"\nhidden_size = 48\nnum_layers = 2\nnum_heads = 6\nnum_kv_heads = 3\n"
@@ -431,26 +435,30 @@ TEST_F(TensorParallelEquivalence, LentQueryHeadsTakeTheirKeysAndValuesFromTheirO
     return text;
   };
   const std::string plan = dir_->Write("gqa6-tp3.plan.toml", with_model(PlanHeader()) + kTeamOfThree);
-  for (const bool checkpointing : {false, true}) {
-    const std::string tag = checkpointing ? "recompute" : "stored";
-    SCOPED_TRACE(tag);
+  for (const auto& [lend, checkpointing] : std::vector<std::pair<std::string, bool>>{
+           {"heads", false}, {"heads", true}, {"projections", false}, {"projections", true}}) {
+    const std::string tag = std::string(checkpointing ? "recompute" : "stored");
+    SCOPED_TRACE(lend + ", " + tag);
     auto job = [&](const std::string& name, const std::string& extra) {
       std::string j = with_model(Job(dir_->Join(name), 1.0, checkpointing)) + extra;
       j.replace(j.find("validation_interval_steps = 0"), 29, "validation_interval_steps = 2");
       return dir_->Write(name + ".toml", j);
     };
-    job("gqa6-ref-" + tag, "");
-    CliRun r = Motley("train gqa6-ref-" + tag + ".toml --single-process", false, dir_->path().string());
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const std::string name = "gqa6-p2p-" + tag;
-    job(name,
-        "[tensor_parallel]\nmode = \"migrate\"\nmigration = \"point-to-point\"\n"
-        "[[emulation.stragglers]]\nrank = 1\nslowdown = 6\nfrom_step = 2\n");
-    r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train " + name + ".toml --plan " + plan +
-                   " --metrics " + name + ".jsonl",
-               false, dir_->path().string());
+    if (lend == "heads") {  // the reference, once for each
+      job("gqa6-ref-" + tag, "");
+      const CliRun ref =
+          Motley("train gqa6-ref-" + tag + ".toml --single-process", false, dir_->path().string());
+      ASSERT_EQ(ref.exit_code, 0) << ref.output;
+    }
+    const std::string name = "gqa6-" + lend + "-" + tag;
+    job(name, "[tensor_parallel]\nmode = \"migrate\"\nmigration = \"point-to-point\"\nlend_attention = \"" +
+                  lend + "\"\n[[emulation.stragglers]]\nrank = 1\nslowdown = 6\nfrom_step = 2\n");
+    const CliRun r = Motley("launch --nproc 3 -- " + std::string(MOTLEY_BIN) + " train " + name +
+                                ".toml --plan " + plan + " --metrics " + name + ".jsonl",
+                            false, dir_->path().string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     int64_t heads_lent = 0;
+    bool projections = false;
     std::set<int> receivers;
     std::ifstream metrics(dir_->Join(name + ".jsonl"));
     for (std::string line; std::getline(metrics, line);) {
@@ -460,9 +468,11 @@ TEST_F(TensorParallelEquivalence, LentQueryHeadsTakeTheirKeysAndValuesFromTheirO
         if (!rank.contains("flextp")) continue;
         heads_lent = std::max(heads_lent, rank["flextp"].value("heads_given", int64_t{0}));
         if (rank["flextp"].value("heads_received", int64_t{0}) > 0) receivers.insert(rank["rank"].get<int>());
+        projections = projections || rank["flextp"].value("lend_projections", false);
       }
     }
     EXPECT_GT(heads_lent, 0) << "no query head moved: the case does not test the keys' and values' travel";
+    EXPECT_EQ(projections, lend == "projections") << "the heads did not move as told";
     std::cout << name << ": up to " << heads_lent << " heads lent, to " << receivers.size() << " rank(s)\n";
     const std::string ref = dir_->Join("gqa6-ref-" + tag + "/step-000005/"),
                       got = dir_->Join(name + "/step-000005/");

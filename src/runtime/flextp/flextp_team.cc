@@ -382,6 +382,7 @@ LayerWork* FlexTpTeam::Work(int layer, const std::vector<torch::Tensor>& w) {
   const bool link = !broadcast_reduce() && options_.costs.heads > 0;
   l.work.layer = layer;
   l.work.link = link ? this : nullptr;
+  l.work.lend_projections = link && b.lend_projections;
   if (link)
     for (size_t j = 0; j < b.moves.size(); ++j)
       if (b.moves[j].attention && b.moves[j].from == me)

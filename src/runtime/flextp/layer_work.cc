@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/check.h"
+#include "runtime/flextp/lent_projections.h"
 
 namespace motley {
 namespace {
@@ -65,7 +66,7 @@ torch::Tensor RotateHalf(const torch::Tensor& x) {
 }
 
 torch::Tensor Rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  return x * cos + RotateHalf(x) * sin;
+  return RotaryEmbedding(x, cos, sin);
 }
 
 // The heads of projection `w` ([heads * d, hidden]) of `hidden`: [batch, heads, seq, d].
@@ -204,8 +205,9 @@ struct LentKeyValue : public torch::autograd::Function<LentKeyValue> {
 };
 
 // This rank's lent runs: the keys and values of the groups they touch, computed once (the lent heads
-// are its last: their groups are contiguous) and sent to each run's receiver. Returns the zero to add
-// to the attention's output (undefined where no backward follows).
+// are its last: their groups are contiguous) and sent to each run's receiver — or, lending
+// projections, attended with the query the receiver sends (LendScores). Returns the zero to add to
+// the attention's output (undefined where no backward follows).
 torch::Tensor LendKeyValues(const ModelSpec& spec, const torch::Tensor& hidden, const torch::Tensor& k_w,
                             const torch::Tensor& v_w, const torch::Tensor& cos, const torch::Tensor& sin,
                             LayerWork& w) {
@@ -219,7 +221,10 @@ torch::Tensor LendKeyValues(const ModelSpec& spec, const torch::Tensor& hidden, 
     const LayerWork::LentRun& r = w.lent[i];
     const int64_t g0 = r.begin / per - first, groups = (r.begin + r.count - 1) / per - r.begin / per + 1;
     const torch::Tensor kv = torch::stack({k.narrow(1, g0, groups), v.narrow(1, g0, groups)});
-    if (torch::GradMode::is_enabled() && kv.requires_grad()) {
+    if (w.lend_projections) {  // the run's scores are this rank's: its receiver sends their query
+      const torch::Tensor z = LendScores(spec, kv, cos, sin, w, i);
+      if (z.defined()) zero = zero.defined() ? zero + z : z;
+    } else if (torch::GradMode::is_enabled() && kv.requires_grad()) {
       const torch::Tensor z = LentKeyValue::apply(kv, static_cast<int64_t>(reinterpret_cast<intptr_t>(&w)),
                                                   static_cast<int64_t>(i));
       zero = zero.defined() ? zero + z : z;
@@ -310,13 +315,12 @@ torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidde
                                first_head_offset);
 }
 
-namespace {
+torch::Tensor RotaryEmbedding(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return x * cos + RotateHalf(x) * sin;
+}
 
-// Heads q [batch, heads, seq, d] attending to their groups' k and v [batch, groups, seq, d] (the run's
-// first head `first_head_offset` heads into its group), projected by o [hidden, heads * d].
-torch::Tensor Attend(const ModelSpec& spec, torch::Tensor q, torch::Tensor k, torch::Tensor v,
-                     const torch::Tensor& o_w, int64_t first_head_offset) {
-  namespace F = torch::nn::functional;
+torch::Tensor AttentionScores(const ModelSpec& spec, torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                              int64_t first_head_offset) {
   const int64_t b = q.size(0), s = q.size(2), d = spec.head_dim(), heads = q.size(1), kv_heads = k.size(1);
   const torch::Tensor& hidden = q;                         // its dtype and device
   const int64_t per = spec.num_heads / spec.num_kv_heads;  // query heads a key/value head serves
@@ -328,7 +332,7 @@ torch::Tensor Attend(const ModelSpec& spec, torch::Tensor q, torch::Tensor k, to
     const torch::Tensor attn = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                                 /*is_causal=*/true, /*scale=*/std::nullopt,
                                                                 /*enable_gqa=*/true);
-    return F::linear(attn.transpose(1, 2).reshape({b, s, heads * d}), o_w);
+    return attn.transpose(1, 2).reshape({b, s, heads * d});
   }
 #endif
   if (first_head_offset == 0 && heads == kv_heads * per) {
@@ -363,8 +367,17 @@ torch::Tensor Attend(const ModelSpec& spec, torch::Tensor q, torch::Tensor k, to
             .to(q.scalar_type());
     attn = torch::matmul(probs, v);
   }
-  attn = attn.transpose(1, 2).reshape({b, s, heads * d});
-  return F::linear(attn, o_w);
+  return attn.transpose(1, 2).reshape({b, s, heads * d});
+}
+
+namespace {
+
+// Heads q [batch, heads, seq, d] attending to their groups' k and v [batch, groups, seq, d] (the run's
+// first head `first_head_offset` heads into its group), projected by o [hidden, heads * d].
+torch::Tensor Attend(const ModelSpec& spec, torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                     const torch::Tensor& o_w, int64_t first_head_offset) {
+  return torch::nn::functional::linear(
+      AttentionScores(spec, std::move(q), std::move(k), std::move(v), first_head_offset), o_w);
 }
 
 }  // namespace
@@ -378,6 +391,10 @@ torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidd
   const int64_t d = spec.head_dim(), per = spec.num_heads / spec.num_kv_heads;
   const int64_t keep = work->attention_keep < 0 ? q_w.size(0) / d : work->attention_keep;
   const int64_t groups = (keep + per - 1) / per;  // the key/value heads its kept heads use
+  // Lending projections, the borrowed heads' queries go to their owners before this rank's own heads
+  // run, and their outputs come back after them.
+  const bool projections = work->lend_projections && work->attention.defined();
+  const torch::Tensor queries = projections ? SendBorrowedQueries(hidden, *work) : torch::Tensor();
   // (With no head of its own left, still a function of hidden: the team's all-reduce of its
   // gradient must run on every rank.)
   torch::Tensor out = keep == 0
@@ -389,7 +406,9 @@ torch::Tensor AttentionWithWork(const ModelSpec& spec, const torch::Tensor& hidd
     const torch::Tensor zero = LendKeyValues(spec, hidden, k_w, v_w, cos, sin, *work);
     if (zero.defined()) out = out + zero;
   }
-  if (work->attention.defined()) {
+  if (projections) {
+    out = out + BorrowedOutputs(hidden, queries, *work);
+  } else if (work->attention.defined()) {
     if (torch::GradMode::is_enabled()) {
       out = out + BorrowedAttention::apply(hidden, cos, sin,
                                            static_cast<int64_t>(reinterpret_cast<intptr_t>(&spec)),

@@ -9,7 +9,8 @@
 //     heads of the groups they belong to; a straggler's last heads are computed elsewhere) and heads
 //     borrowed from a straggler (`attention`, packed by AttentionHeadRows: each with its group's key
 //     and value rows, from which the borrower computes the key and value once for each group a run
-//     touches — or, with a KeyValueLink, receives them from the heads' owner).
+//     touches — or, with a KeyValueLink, receives them from the heads' owner; or, lending
+//     projections, computes only their q and o projections, the owner their scores).
 // The borrowed part's output joins this rank's own before the block's all-reduce, so migration
 // adds no reduce of its own (FlexTP §IV-A, reduce merging).
 #pragma once
@@ -69,8 +70,12 @@ struct LayerWork {
   };
   std::vector<LentRun> lent;
   KeyValueLink* link = nullptr;  // null: each receiver computes the keys and values of its runs
-  int layer = 0;                 // the layer this work is of
-  int64_t forwards = 0;          // the layer's forwards under this work so far (the transfers' names)
+  // With `link`: a lent head's receiver computes only its q and o projections — it sends the head's
+  // query to the owner, which attends with its own key and value and sends the scores' output back
+  // (in the backward the output's gradient out, the query's back) — rather than the whole head.
+  bool lend_projections = false;
+  int layer = 0;         // the layer this work is of
+  int64_t forwards = 0;  // the layer's forwards under this work so far (the transfers' names)
   // The borrowed heads' forward graphs, one per forward that needs a backward, each released by
   // its backward (the borrowed heads are not recomputed: they cost what the rank's own do).
   struct AttentionGraph {
@@ -110,6 +115,16 @@ torch::Tensor AttentionPartial(const ModelSpec& spec, const torch::Tensor& hidde
                                const torch::Tensor& cos, const torch::Tensor& sin,
                                const torch::Tensor& features = torch::Tensor(),
                                int64_t first_head_offset = 0);
+
+/// RoPE of heads x [batch, heads, seq, head_dim].
+torch::Tensor RotaryEmbedding(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+/// Query heads q [batch, heads, seq, head_dim] (after RoPE) attending causally to their groups' keys
+/// (after RoPE) and values [batch, groups, seq, head_dim] — query head j uses group (first_head_offset
+/// + j) / (num_heads / num_kv_heads) of those given: their output [batch, seq, heads * head_dim],
+/// before the o projection.
+torch::Tensor AttentionScores(const ModelSpec& spec, torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                              int64_t first_head_offset = 0);
 
 /// The attention of one rank under `work` (null: all own heads): its first work->attention_keep
 /// heads plus the borrowed ones. Same contract as MlpWithWork for `hidden`.

@@ -46,17 +46,18 @@ namespace fs = std::filesystem;
 namespace {
 
 // compute, comm, copy, step, bytes sent, peak memory, pruned, migrated, late; FlexTP's load: predicted,
-// prune ratio, units and heads given, units and heads received
-constexpr int kRankFields = 15;
+// prune ratio, units and heads given, units and heads received, projections lent
+constexpr int kRankFields = 16;
 
 // Every rank's per-step figures, on every rank.
 Result<std::vector<RankStepTimes>> GatherRankTimes(Communicator& comm, const RankStepReport& r) {
-  torch::Tensor mine = torch::tensor(
-      {r.compute_s, r.comm_s, r.copy_s, r.step_s, r.bytes_sent, r.peak_memory_bytes, r.pruned_fraction,
-       static_cast<double>(r.migrated_units), r.late_s, r.flextp.predicted_s, r.flextp.prune_ratio,
-       static_cast<double>(r.flextp.units_given), static_cast<double>(r.flextp.heads_given),
-       static_cast<double>(r.flextp.units_received), static_cast<double>(r.flextp.heads_received)},
-      torch::kFloat64);
+  torch::Tensor mine =
+      torch::tensor({r.compute_s, r.comm_s, r.copy_s, r.step_s, r.bytes_sent, r.peak_memory_bytes,
+                     r.pruned_fraction, static_cast<double>(r.migrated_units), r.late_s, r.flextp.predicted_s,
+                     r.flextp.prune_ratio, static_cast<double>(r.flextp.units_given),
+                     static_cast<double>(r.flextp.heads_given), static_cast<double>(r.flextp.units_received),
+                     static_cast<double>(r.flextp.heads_received), r.flextp.lend_projections ? 1.0 : 0.0},
+                    torch::kFloat64);
   torch::Tensor all = torch::empty({comm.world_size() * kRankFields}, torch::kFloat64);
   MOTLEY_RETURN_IF_ERROR(comm.AllGather(comm.world(), mine, all));
   std::vector<RankStepTimes> out;
@@ -74,7 +75,7 @@ Result<std::vector<RankStepTimes>> GatherRankTimes(Communicator& comm, const Ran
                    a[b + 5],
                    a[b + 6],
                    a[b + 7],
-                   {a[b + 9], a[b + 10], count(11), count(12), count(13), count(14)}});
+                   {a[b + 9], a[b + 10], count(11), count(12), count(13), count(14), a[b + 15] > 0}});
   }
   return out;
 }

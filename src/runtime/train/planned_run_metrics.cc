@@ -27,9 +27,10 @@ Status PlannedRun::LogStep(const StepMetrics& m, const std::vector<RankStepTimes
                         {"peak_memory_bytes", r.peak_memory_bytes}});
     if (m.flextp)  // what FlexTP's balance had this rank do, and the compute its cost model expected
       per_rank.back()["flextp"] = {
-          {"predicted_compute_s", r.flextp.predicted_s}, {"prune_ratio", r.flextp.prune_ratio},
-          {"units_given", r.flextp.units_given},         {"heads_given", r.flextp.heads_given},
-          {"units_received", r.flextp.units_received},   {"heads_received", r.flextp.heads_received}};
+          {"predicted_compute_s", r.flextp.predicted_s},  {"prune_ratio", r.flextp.prune_ratio},
+          {"units_given", r.flextp.units_given},          {"heads_given", r.flextp.heads_given},
+          {"units_received", r.flextp.units_received},    {"heads_received", r.flextp.heads_received},
+          {"lend_projections", r.flextp.lend_projections}};
   }
   nlohmann::json line = {{"step", m.step},
                          {"loss", m.loss},
