@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/flextp/attention_scores.h"
+
 namespace motley {
 namespace {
 
@@ -13,7 +15,8 @@ int64_t HeadDim(const LayerWork& w) { return w.attention.size(1) / 4; }
 
 // Rows [row, row + head_dim) of run `run`'s heads in the packed borrowed weights (AttentionHeadRows:
 // q at 0, o's columns at 3 x head_dim), as [count * head_dim, hidden] in `like`'s dtype.
-torch::Tensor RunRows(const LayerWork& w, const LayerWork::HeadRun& run, int64_t row, const torch::Tensor& like) {
+torch::Tensor RunRows(const LayerWork& w, const LayerWork::HeadRun& run, int64_t row,
+                      const torch::Tensor& like) {
   const torch::Tensor t =
       w.attention.narrow(0, run.at, run.count).narrow(1, row, HeadDim(w)).reshape({-1, w.attention.size(2)});
   return t.scalar_type() == like.scalar_type() ? t : t.to(like.scalar_type());
@@ -69,8 +72,8 @@ struct BorrowedQueries : public torch::autograd::Function<BorrowedQueries> {
 };
 
 struct BorrowedOutputProjection : public torch::autograd::Function<BorrowedOutputProjection> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& queries,
-                               int64_t work) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& queries, int64_t work) {
     LayerWork& w = *reinterpret_cast<LayerWork*>(work);
     ctx->saved_data["work"] = work;
     ctx->saved_data["forward"] = w.forwards;
@@ -114,9 +117,9 @@ struct LentScores : public torch::autograd::Function<LentScores> {
     {
       torch::AutoGradMode enable(true);
       q.requires_grad_(true);
-      o = AttentionScores(model,
-                          RotaryEmbedding(q.view({kv.size(1), kv.size(3), r.count, d}).transpose(1, 2), cos, sin),
-                          leaf[0], leaf[1], r.begin % per);
+      o = AttentionScores(
+          model, RotaryEmbedding(q.view({kv.size(1), kv.size(3), r.count, d}).transpose(1, 2), cos, sin),
+          leaf[0], leaf[1], r.begin % per);
     }
     w.link->Send(w.layer, r.to, r.move, w.forwards, false, o.detach().contiguous());
     ctx->saved_data["work"] = work;
@@ -134,8 +137,8 @@ struct LentScores : public torch::autograd::Function<LentScores> {
     const torch::Tensor o = ctx->saved_data["o"].toTensor();
     torch::Tensor grad = torch::empty(o.sizes(), o.options());
     w.link->Receive(w.layer, r.to, r.move, forward, true, grad);
-    auto grads = torch::autograd::grad({o}, {ctx->saved_data["q"].toTensor(), ctx->saved_data["kv"].toTensor()},
-                                       {grad});
+    auto grads = torch::autograd::grad(
+        {o}, {ctx->saved_data["q"].toTensor(), ctx->saved_data["kv"].toTensor()}, {grad});
     w.link->Send(w.layer, r.to, r.move, forward, true, grads[0].contiguous());
     ctx->saved_data.clear();  // the scores' graph is no longer needed
     return {grads[1], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
@@ -168,14 +171,15 @@ torch::Tensor LendScores(const ModelSpec& spec, const torch::Tensor& kv, const t
                          const torch::Tensor& sin, LayerWork& work, size_t run) {
   if (torch::GradMode::is_enabled() && kv.requires_grad())
     return LentScores::apply(kv, cos, sin, static_cast<int64_t>(reinterpret_cast<intptr_t>(&spec)),
-                             static_cast<int64_t>(reinterpret_cast<intptr_t>(&work)), static_cast<int64_t>(run));
+                             static_cast<int64_t>(reinterpret_cast<intptr_t>(&work)),
+                             static_cast<int64_t>(run));
   const LayerWork::LentRun& r = work.lent[run];
   const int64_t per = spec.num_heads / spec.num_kv_heads, d = kv.size(4);
   torch::Tensor q = torch::empty({kv.size(1), kv.size(3), r.count * d}, kv.options());
   work.link->Receive(work.layer, r.to, r.move, work.forwards, false, q);
   const torch::Tensor o = AttentionScores(
-      spec, RotaryEmbedding(q.view({kv.size(1), kv.size(3), r.count, d}).transpose(1, 2), cos, sin), kv[0], kv[1],
-      r.begin % per);
+      spec, RotaryEmbedding(q.view({kv.size(1), kv.size(3), r.count, d}).transpose(1, 2), cos, sin), kv[0],
+      kv[1], r.begin % per);
   work.link->Send(work.layer, r.to, r.move, work.forwards, false, o.contiguous());
   return torch::Tensor();
 }

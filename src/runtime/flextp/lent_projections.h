@@ -18,7 +18,7 @@
 #include <torch/torch.h>
 
 #include "core/model.h"
-#include "runtime/flextp/layer_work.h"
+#include "runtime/flextp/layer_work_data.h"
 
 namespace motley {
 
