@@ -205,14 +205,18 @@ int main(int argc, char** argv) {
                 << "; not '" << m << "'\n";
       return 2;
     }
-  if (team_name != "default" && team_name != "gqa" && team_name != "gqa-2" && team_name != "gqa-8") {
-    std::cerr << "flextp_stragglers: --team is default, gqa, gqa-2 or gqa-8, not '" << team_name << "'\n";
+  if (team_name != "default" && team_name != "gqa" && team_name != "gqa-2" && team_name != "gqa-8" &&
+      team_name != "mha-2") {
+    std::cerr << "flextp_stragglers: --team is default, gqa, gqa-2, gqa-8 or mha-2, not '" << team_name
+              << "'\n";
     return 2;
   }
   Team team;
   if (team_name == "gqa") team = {3, 384, 12, 3, 1536, 3};    // Llama 3's 4 query heads a key/value head
   if (team_name == "gqa-2") team = {3, 384, 6, 3, 1536, 3};   // 2 a key/value head: 2 query heads a rank
   if (team_name == "gqa-8") team = {3, 384, 24, 3, 1536, 3};  // 8 a key/value head: Llama 3 70B at width 8
+  // gqa-2's control: the same shape with a key/value head for each query head, whose heads move whole
+  if (team_name == "mha-2") team = {3, 384, 6, 6, 1536, 3};
   if (!shape.empty() &&
       (std::sscanf(shape.c_str(), "%dx%dx%d", &team.hidden, &team.ffn, &team.seq_len) < 2 ||
        team.hidden % team.heads != 0 || team.hidden / team.heads % 2 != 0 || team.ffn % team.ranks != 0 ||
@@ -242,7 +246,7 @@ int main(int argc, char** argv) {
     double factor;
   };
   std::vector<Scenario> scenarios;
-  if (team_name.starts_with("gqa")) {
+  if (team_name != "default") {
     scenarios.push_back({"one rank 3x", {1}, 3.0});
   } else {
     for (double f : {2.0, 4.0, 8.0}) scenarios.push_back({fmt::format("one rank {:.0f}x", f), {1}, f});

@@ -15,7 +15,8 @@ namespace motley_bench {
 // each rank holds a single key/value group, as Llama 3 8B's ranks do at
 // width 8 — where only query heads can move; its straggler is one rank 3x. `--team gqa`: 12 query
 // heads, 4 to a key/value head as Llama 3's; `--team gqa-2`: 6, 2 to a key/value head; `--team
-// gqa-8`: 24, 8 to a key/value head (Llama 3 70B's ranks at width 8).
+// gqa-8`: 24, 8 to a key/value head (Llama 3 70B's ranks at width 8); `--team mha-2`: gqa-2's
+// shape with 6 key/value heads, its control (multi-head attention: heads move with their key and value).
 struct Team {
   int ranks = 4;
   int hidden = 512, heads = 16, kv_heads = 16, ffn = 2048;
