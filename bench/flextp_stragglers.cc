@@ -205,18 +205,24 @@ int main(int argc, char** argv) {
                 << "; not '" << m << "'\n";
       return 2;
     }
-  if (team_name != "default" && team_name != "gqa" && team_name != "gqa-2" && team_name != "gqa-8" &&
-      team_name != "mha-2") {
-    std::cerr << "flextp_stragglers: --team is default, gqa, gqa-2, gqa-8 or mha-2, not '" << team_name
-              << "'\n";
+  // The teams by name: the default (4 ranks of 4 heads) and the grouped-query ones of 3 ranks, one
+  // key/value group a rank, with gqa-2's multi-head control.
+  const std::map<std::string, Team> teams = {
+      {"default", Team{}},
+      {"gqa", {3, 384, 12, 3, 1536, 3}},    // Llama 3's 4 query heads a key/value head
+      {"gqa-2", {3, 384, 6, 3, 1536, 3}},   // 2 a key/value head: 2 query heads a rank
+      {"gqa-8", {3, 384, 24, 3, 1536, 3}},  // 8 a key/value head: Llama 3 70B at width 8
+      {"mha-2", {3, 384, 6, 6, 1536, 3}},   // gqa-2 with a key/value head a query head: heads move whole
+  };
+  const auto named = teams.find(team_name);
+  if (named == teams.end()) {
+    std::vector<std::string> names;
+    for (const auto& [name, t] : teams) names.push_back(name);
+    std::cerr << "flextp_stragglers: --team is " << fmt::format("{}", fmt::join(names, ", ")) << "; not '"
+              << team_name << "'\n";
     return 2;
   }
-  Team team;
-  if (team_name == "gqa") team = {3, 384, 12, 3, 1536, 3};    // Llama 3's 4 query heads a key/value head
-  if (team_name == "gqa-2") team = {3, 384, 6, 3, 1536, 3};   // 2 a key/value head: 2 query heads a rank
-  if (team_name == "gqa-8") team = {3, 384, 24, 3, 1536, 3};  // 8 a key/value head: Llama 3 70B at width 8
-  // gqa-2's control: the same shape with a key/value head for each query head, whose heads move whole
-  if (team_name == "mha-2") team = {3, 384, 6, 6, 1536, 3};
+  Team team = named->second;
   if (!shape.empty() &&
       (std::sscanf(shape.c_str(), "%dx%dx%d", &team.hidden, &team.ffn, &team.seq_len) < 2 ||
        team.hidden % team.heads != 0 || team.hidden / team.heads % 2 != 0 || team.ffn % team.ranks != 0 ||
